@@ -1,0 +1,109 @@
+"""Shared helpers for the interlock benchmarks (timing, tables, environment)."""
+
+from __future__ import annotations
+
+import gc
+import importlib.metadata
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+perf = time.perf_counter
+
+
+def median(xs: Sequence[float]) -> float:
+    return statistics.median(xs)
+
+
+def version_of(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def environment(dists: Sequence[str]) -> str:
+    """One block describing the machine and the package versions."""
+    lines = [
+        f"python   {sys.version.split()[0]} ({platform.python_implementation()}) "
+        f"{sys.executable}",
+        f"machine  {platform.machine()} {platform.system()} {platform.release()}, "
+        f"{os.cpu_count()} cpu(s), cpu: {_cpu_model()}",
+    ]
+    try:
+        import sqlite3
+
+        lines.append(f"sqlite   {sqlite3.sqlite_version}")
+    except ImportError:  # pragma: no cover
+        pass
+    lines.append("packages " + ", ".join(f"{d} {version_of(d)}" for d in dists))
+    return "\n".join(lines)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain Markdown table (pipes), so it can be pasted into docs as is."""
+    cells = [[str(h) for h in headers]] + [[_fmt(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(r: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
+
+    out = [line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += [line(r) for r in cells[1:]]
+    return "\n".join(out)
+
+
+def _fmt(c: Any) -> str:
+    if isinstance(c, float):
+        if c >= 1000:
+            return f"{c:,.0f}"
+        if c >= 100:
+            return f"{c:.1f}"
+        return f"{c:.2f}"
+    if isinstance(c, int):
+        return f"{c:,}"
+    return str(c)
+
+
+def rounds(names: Sequence[str], reps: int) -> list[list[str]]:
+    """Rotate the order of contenders between repetitions, so slow drift
+    (thermal, page cache, a noisy neighbour) does not favour one of them."""
+    n = len(names)
+    return [[names[(i + r) % n] for i in range(n)] for r in range(reps)]
+
+
+def collect() -> None:
+    gc.collect()
+    gc.collect()
+
+
+def rss_kb() -> int:
+    """Resident set size of this process in KiB (Linux)."""
+    with open("/proc/self/statm", encoding="ascii") as fh:
+        pages = int(fh.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def verdict(ok: bool) -> str:
+    return "MET" if ok else "MISSED"
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    t0 = perf()
+    fn()
+    return perf() - t0

@@ -1,0 +1,73 @@
+"""cProfile interlock's hot paths, to see where a benchmark cycle's time goes.
+
+    python bench/profile_interlock.py memory   [--cycles 20000] [--top 25]
+    python bench/profile_interlock.py sqlite   [--cycles 3000]  [--top 25]
+    python bench/profile_interlock.py waiters  [--waiters 10000]
+
+``memory`` and ``sqlite`` profile the ping-pong of bench/inprocess.py and
+bench/durable.py (create -> resolve from another task -> wait); ``waiters``
+profiles one 10k-waiter round.  Prints the top functions by own time and by
+cumulative time; ``--out FILE`` also saves the raw stats for snakeviz/pstats.
+Profiling inflates Python-level call costs, so read ratios, not absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import os
+import pstats
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import durable  # noqa: E402
+import inprocess  # noqa: E402
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("what", choices=["memory", "sqlite", "waiters"])
+    p.add_argument("--cycles", type=int, default=None)
+    p.add_argument("--waiters", type=int, default=10_000)
+    p.add_argument("--top", type=int, default=25)
+    p.add_argument("--out")
+    args = p.parse_args()
+
+    prof = cProfile.Profile()
+    with tempfile.TemporaryDirectory(prefix="interlock-prof-") as root:
+        if args.what == "memory":
+            n = args.cycles or 20_000
+            asyncio.run(inprocess.interlock_pingpong(1_000))  # warm-up
+            prof.enable()
+            asyncio.run(inprocess.interlock_pingpong(n))
+            prof.disable()
+        elif args.what == "waiters":
+            n = args.waiters
+            asyncio.run(inprocess.interlock_waiters(1_000))
+            prof.enable()
+            asyncio.run(inprocess.interlock_waiters(n))
+            prof.disable()
+        else:
+            n = args.cycles or 3_000
+            durable.interlock_pingpong(os.path.join(root, "warm.db"), 200)
+            path = os.path.join(root, "prof.db")
+            prof.enable()
+            durable.interlock_pingpong(path, n)
+            prof.disable()
+
+    if args.out:
+        prof.dump_stats(args.out)
+    stats = pstats.Stats(prof)
+    stats.strip_dirs()
+    print(f"=== {args.what}: {n:,} {'waiters' if args.what == 'waiters' else 'cycles'}; "
+          f"top {args.top} by own time ===")
+    stats.sort_stats("tottime").print_stats(args.top)
+    print(f"=== top {args.top} by cumulative time ===")
+    stats.sort_stats("cumulative").print_stats(args.top)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Run interlock's benchmarks under Python 3.12 against their pinned peers.
+#
+#   bash bench/run.sh                 # everything (about 2-3 minutes on 2 cores)
+#   bash bench/run.sh inprocess       # ping-pong + 10k waiters vs RoomKit and a raw Future
+#   bash bench/run.sh durable         # sqlite cycle vs raw sqlite3 and LangGraph, 100 agents
+#   bash bench/run.sh profile         # cProfile of interlock's memory and sqlite ping-pong
+#   bash bench/run.sh inprocess --reps 3   # extra args go to the script
+#
+# Environment:
+#   BENCH_VENV   venv to use/create (default: /work/bench-venv312, outside the repo)
+#   BENCH_PYTHON interpreter to create it with (default: python3.12 on PATH, else pyenv's 3.12.1)
+#   BENCH_OUT    directory for the result files (default: a fresh temporary directory)
+#
+# The venv gets: roomkit==0.109.* (needs Python >= 3.12), langgraph,
+# langgraph-checkpoint-sqlite, and this checkout of interlock (editable).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "$here")"
+venv="${BENCH_VENV:-/work/bench-venv312}"
+
+pick_python() {
+  if [[ -n "${BENCH_PYTHON:-}" ]]; then echo "$BENCH_PYTHON"; return; fi
+  for c in python3.12 /root/.pyenv/versions/3.12.1/bin/python "$(command -v pyenv >/dev/null && pyenv root)/versions/3.12.1/bin/python"; do
+    if [[ -x "$(command -v "$c" 2>/dev/null || echo "$c")" ]] && "$c" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
+      echo "$c"; return
+    fi
+  done
+  echo "no Python 3.12 found: set BENCH_PYTHON" >&2; exit 1
+}
+
+if [[ ! -x "$venv/bin/python" ]]; then
+  py="$(pick_python)"
+  echo ">> creating $venv with $py"
+  "$py" -m venv "$venv"
+fi
+py="$venv/bin/python"
+"$py" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+"$py" -m pip install -q 'roomkit==0.109.*' langgraph langgraph-checkpoint-sqlite
+"$py" -m pip install -q -e "$repo"
+
+what="${1:-all}"
+[[ $# -gt 0 ]] && shift
+out="${BENCH_OUT:-$(mktemp -d -t interlock-bench-out-XXXXXX)}"
+mkdir -p "$out"
+echo ">> $("$py" --version), results also in $out"
+
+case "$what" in
+  inprocess) "$py" "$here/inprocess.py" --json "$out/inprocess.json" "$@" | tee "$out/inprocess.txt" ;;
+  durable)   "$py" "$here/durable.py" --json "$out/durable.json" "$@" | tee "$out/durable.txt" ;;
+  profile)
+    "$py" "$here/profile_interlock.py" memory "$@" | tee "$out/profile-memory.txt"
+    "$py" "$here/profile_interlock.py" sqlite "$@" | tee "$out/profile-sqlite.txt" ;;
+  all)
+    "$py" "$here/inprocess.py" --json "$out/inprocess.json" | tee "$out/inprocess.txt"
+    echo
+    "$py" "$here/durable.py" --json "$out/durable.json" | tee "$out/durable.txt" ;;
+  *) echo "unknown benchmark: $what (inprocess | durable | profile | all)" >&2; exit 2 ;;
+esac

@@ -1,0 +1,631 @@
+"""The Broker: one API to ask a person and wait for the answer, the same on every store.
+
+The broker is the only writer of request state. It checks what comes in, lets the store
+make each change atomically (with its event), and wakes the waiters of this process: at
+once for changes made here, and through the store's event log for changes made by other
+processes (a wake-up hint, backed by a bounded poll).
+
+Rules it keeps (seed 000): a request is answerable as soon as `create` returns, and the
+on-input-required hooks run beside the wait, never in front of it; the first settlement
+wins; `wait` replays a settled outcome; a wait that is cut withdraws its request; leaving
+`async with` only disconnects this process, while `close`, `release` and `cancel` withdraw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any, Literal
+from urllib.parse import parse_qsl, urlsplit
+
+from .errors import Cancelled, Closed, Expired, InvalidRequest, NotFound, Rejected
+from .model import (
+    DEFAULT_MAX_PROMPT_LENGTH,
+    Ask,
+    Deny,
+    Event,
+    InputHook,
+    Origin,
+    Request,
+    Response,
+    Status,
+    build_request,
+    check_answers,
+)
+from .store import Query, Store
+
+__all__ = ["Broker", "Page", "connect"]
+
+log = logging.getLogger("interlock")
+
+DEFAULT_URL = "sqlite:///interlock.db"
+DEFAULT_HOOK_TIMEOUT = 30.0
+_SETTLED_EVENTS = frozenset(s.value for s in Status if s is not Status.PENDING)
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of `Broker.list`. Pass `next_cursor` as `after` for the next page."""
+
+    items: Sequence[Request]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Hook:
+    fn: InputHook
+    priority: int
+    timeout: float
+
+
+class Broker:
+    """Create, wait for, answer and withdraw human-input requests. Use with `async with`."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_prompt_length: int = DEFAULT_MAX_PROMPT_LENGTH,
+        hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
+    ) -> None:
+        self.store = store
+        self.max_prompt_length = max_prompt_length
+        self.hook_timeout = hook_timeout
+        self._hooks: list[_Hook] = []
+        self._waiters: dict[str, list[asyncio.Future[Request]]] = {}
+        self._detached: set[str] = set()
+        self._closed_scopes: set[str | None] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._state: Literal["new", "open", "closed"] = "new"
+        self._open_lock = asyncio.Lock()
+        self._changed = asyncio.Event()
+        self._followers = 0
+        self._expiry_kick = asyncio.Event()
+        self._next_due: datetime | None = None
+        self._hint = asyncio.Event()
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    async def open(self) -> Broker:
+        """Open the store, expire what fell due while nobody watched, start background work."""
+        async with self._open_lock:
+            if self._state == "open":
+                return self
+            if self._state == "closed":
+                raise Closed(None, "this broker was closed; connect again")
+            await self.store.open()
+            self._state = "open"
+            await self._expire_due()  # what fell due while no process watched
+            self._spawn(self._expiry_loop())
+            if self.store.shared:
+                self.store.on_foreign_change(self._hint.set)
+                self._spawn(self._follow_loop(await self.store.last_event_id()))
+        return self
+
+    async def aclose(self) -> None:
+        """Disconnect this process. Pending requests stay pending for others to answer."""
+        if self._state != "open":
+            self._state = "closed"
+            return
+        self._state = "closed"
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for request_id, futures in self._waiters.items():
+            for fut in futures:
+                if not fut.done():
+                    fut.set_exception(Closed(request_id, "the broker was disconnected"))
+        self._waiters.clear()
+        self._changed.set()
+        await self.store.aclose()
+
+    async def __aenter__(self) -> Broker:
+        return await self.open()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def _ready(self) -> None:
+        if self._state != "open":
+            await self.open()
+
+    def _spawn(self, coro: Any) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- hooks ---------------------------------------------------------------------------
+
+    def add_input_hook(self, hook: InputHook, *, priority: int = 0, timeout: float | None = None) -> None:
+        """Run `hook(request)` after each create, beside the wait. Lower priority runs first.
+
+        A hook returning `Deny(reason)` rejects the request; one that raises or overruns
+        its timeout (30 s by default) is logged and the request stays answerable.
+        """
+        self._hooks.append(_Hook(hook, priority, self.hook_timeout if timeout is None else timeout))
+        self._hooks.sort(key=lambda h: h.priority)
+
+    async def _run_hooks(self, request: Request) -> None:
+        for hook in self._hooks:
+            try:
+                async with asyncio.timeout(hook.timeout):
+                    decision = await hook.fn(request)
+            except TimeoutError:
+                log.warning("input hook %r timed out after %ss on request %s", hook.fn, hook.timeout, request.id)
+                continue
+            except Exception:
+                log.exception("input hook %r failed on request %s", hook.fn, request.id)
+                continue
+            if isinstance(decision, Deny):
+                await self.reject(request.id, decision.reason, by="hook", via="hook")
+                return
+
+    # -- creating ------------------------------------------------------------------------
+
+    async def create(
+        self,
+        asks: Ask | Sequence[Ask],
+        *,
+        kind: Literal["question", "approval"] = "question",
+        to: str | None = None,
+        title: str = "",
+        details: str = "",
+        context: Any = None,
+        timeout: float | timedelta | None = None,
+        expires_at: datetime | None = None,
+        requester: str | None = None,
+        idempotency_key: str | None = None,
+        origin: Origin | None = None,
+        session: str | None = None,
+        channel: str | None = None,
+        agent: str | None = None,
+        actor: str | None = None,
+        tool_call_id: str | None = None,
+        tool_name: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+        run: str | None = None,
+        correlation_id: str | None = None,
+    ) -> Request:
+        """Store a new pending request and return it; it is answerable from this moment.
+
+        `timeout` (seconds) sets `expires_at`: the request expires then even if nobody
+        waits. The origin fields may be given one by one or as an `Origin`.
+        """
+        return await self._create(
+            asks,
+            kind=kind,
+            to=to,
+            title=title,
+            details=details,
+            context=context,
+            timeout=timeout,
+            expires_at=expires_at,
+            requester=requester,
+            idempotency_key=idempotency_key,
+            origin=_origin(
+                origin, session, channel, agent, actor, tool_call_id, tool_name, arguments, run, correlation_id
+            ),
+        )
+
+    async def create_detached(self, asks: Ask | Sequence[Ask], **fields: Any) -> Request:
+        """Like `create`, for a request nobody will `wait` on; free it with `release`."""
+        request = await self.create(asks, **fields)
+        self._detached.add(request.id)
+        return request
+
+    async def _create(
+        self,
+        asks: Ask | Sequence[Ask],
+        *,
+        timeout: float | timedelta | None,
+        expires_at: datetime | None,
+        origin: Origin,
+        **fields: Any,
+    ) -> Request:
+        await self._ready()
+        channel = origin.channel
+        self._refuse_if_closed(channel)
+        now = datetime.now(UTC)
+        if timeout is not None:
+            seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+            if not seconds > 0 or math.isinf(seconds):
+                raise InvalidRequest("timeout must be a positive, finite number of seconds")
+            due = now + timedelta(seconds=seconds)
+            expires_at = due if expires_at is None else min(due, expires_at)
+        request = build_request(
+            asks, origin=origin, expires_at=expires_at, max_prompt_length=self.max_prompt_length, now=now, **fields
+        )
+        request, created = await self.store.insert(request)
+        if not created:
+            return request
+        if self._is_closed(channel):  # close() ran while the insert was in flight
+            await self._withdraw(request, "closed", "the channel was closed")
+            raise Closed(request.id, f"channel {channel!r} is closed" if channel else "the broker is closed")
+        self._changed_now()
+        if request.expires_at is not None and (self._next_due is None or request.expires_at < self._next_due):
+            self._expiry_kick.set()
+        if self._hooks:
+            self._spawn(self._run_hooks(request))
+        return request
+
+    def _is_closed(self, channel: str | None) -> bool:
+        return bool(self._closed_scopes) and (None in self._closed_scopes or channel in self._closed_scopes)
+
+    def _refuse_if_closed(self, channel: str | None) -> None:
+        if self._is_closed(channel):
+            raise Closed(None, f"channel {channel!r} is closed" if channel and None not in self._closed_scopes else "the broker is closed")
+
+    # -- waiting -------------------------------------------------------------------------
+
+    async def wait(self, request_id: str, timeout: float | None = None) -> Response:
+        """Wait for the request to settle and return its response.
+
+        Raises `Rejected`, `Expired`, `Cancelled` or `Closed` for the other outcomes, the
+        same on every later call. When `timeout` passes first, the request expires. When
+        the waiting call itself is cancelled, the request is withdrawn (unless detached).
+        """
+        await self._ready()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Request] = loop.create_future()
+        futures = self._waiters.setdefault(request_id, [])
+        futures.append(fut)  # before reading, so a settlement seen meanwhile is not missed
+        try:
+            request = await self.store.get(request_id)
+            if request is None:
+                raise NotFound(request_id)
+            if request.status is Status.PENDING:
+                delay = None if timeout is None else max(float(timeout), 0.0)
+                if request.expires_at is not None:
+                    until_due = (request.expires_at - datetime.now(UTC)).total_seconds()
+                    delay = until_due if delay is None else min(delay, until_due)
+                request = await self._await_settled(request, fut, delay)
+        finally:
+            remaining = self._waiters.get(request_id)
+            if remaining is not None:
+                with contextlib.suppress(ValueError):
+                    remaining.remove(fut)
+                if not remaining:
+                    del self._waiters[request_id]
+        return _outcome(request)
+
+    async def _await_settled(self, request: Request, fut: asyncio.Future[Request], delay: float | None) -> Request:
+        try:
+            if delay is None:
+                return await fut
+            async with asyncio.timeout(max(delay, 0.0)):
+                return await fut
+        except TimeoutError:
+            if fut.done() and not fut.cancelled():
+                return fut.result()  # settled just as the time ran out
+            expired = request.settle(Status.EXPIRED, Response(at=datetime.now(UTC), via="expiry"))
+            if await self._settle(expired):
+                return expired
+            return await self._current(request.id)
+        except asyncio.CancelledError:
+            if self._state == "open" and request.id not in self._detached:
+                await self._withdraw(request, "withdrawn", "the waiting call was cancelled")
+            raise
+
+    async def _current(self, request_id: str) -> Request:
+        request = await self.store.get(request_id)
+        if request is None:
+            raise NotFound(request_id)
+        return request
+
+    async def ask(self, asks: Ask | Sequence[Ask], **fields: Any) -> Any:
+        """Create a request (taking `create`'s fields), wait for it and return the answer:
+        the bare value for one ask, else a dict by ask id. Other outcomes raise, as `wait`
+        does; `timeout=` bounds the wait through the request's expiry."""
+        request = await self.create(asks, **fields)
+        response = await self.wait(request.id)
+        if len(request.asks) == 1:
+            return response.answers.get(request.asks[0].id)
+        return dict(response.answers)
+
+    # -- settling ------------------------------------------------------------------------
+
+    async def resolve(
+        self, request_id: str, answer: Any, *, by: str | None = None, via: str = "python", comment: str = ""
+    ) -> bool:
+        """Answer a pending request. False if it is unknown or no longer pending.
+
+        An answer that does not fit raises `InvalidAnswer` and changes nothing.
+        """
+        await self._ready()
+        request = await self.store.get(request_id)
+        if request is None or request.status is not Status.PENDING:
+            return False
+        answers = check_answers(request, answer)
+        response = Response(at=datetime.now(UTC), answers=answers, by=by, via=via, reason=comment)
+        return await self._settle(request.settle(Status.ANSWERED, response))
+
+    async def reject(self, request_id: str, reason: str = "", *, by: str | None = None, via: str = "python") -> bool:
+        """Refuse a pending request; its waiters get `Rejected(reason)`."""
+        return await self._give_up(request_id, Status.REJECTED, Response(datetime.now(UTC), by=by, via=via, reason=reason))
+
+    async def cancel(self, request_id: str, reason: str = "", *, by: str | None = None) -> bool:
+        """Withdraw a pending request (the requester changed its mind); waiters get `Cancelled`."""
+        response = Response(datetime.now(UTC), by=by, via="python", reason=reason, cause="cancelled")
+        return await self._give_up(request_id, Status.CANCELLED, response)
+
+    async def release(self, request_id: str) -> bool:
+        """Free a detached request. Still pending, it is withdrawn so a stray waiter unblocks.
+
+        True if this call withdrew it. Settled records are kept (durably, or in the
+        memory retention), so a late `wait` still replays them.
+        """
+        self._detached.discard(request_id)
+        response = Response(datetime.now(UTC), via="python", reason="released by its creator", cause="released")
+        return await self._give_up(request_id, Status.CANCELLED, response)
+
+    async def _give_up(self, request_id: str, status: Status, response: Response) -> bool:
+        await self._ready()
+        request = await self.store.get(request_id)
+        if request is None or request.status is not Status.PENDING:
+            return False
+        return await self._settle(request.settle(status, response))
+
+    async def _withdraw(self, request: Request, cause: str, reason: str) -> None:
+        await self._settle(request.settle(Status.CANCELLED, Response(datetime.now(UTC), reason=reason, cause=cause)))
+
+    async def close(self, channel: str | None = None) -> None:
+        """Withdraw every pending request in `channel` (in all channels when None) and
+        refuse later creates there with `Closed`. Other channels go on."""
+        await self._ready()
+        self._closed_scopes.add(channel)
+        reason = f"channel {channel!r} was closed" if channel is not None else "the broker was closed"
+        response = Response(datetime.now(UTC), reason=reason, cause="closed")
+        for request in await self.store.settle_pending(Status.CANCELLED, response, channel=channel):
+            self._wake(request)
+        self._changed_now()
+
+    async def _settle(self, settled: Request) -> bool:
+        if not await self.store.settle(settled):
+            return False
+        self._detached.discard(settled.id)
+        self._wake(settled)
+        self._changed_now()
+        return True
+
+    def _wake(self, request: Request) -> None:
+        for fut in self._waiters.pop(request.id, ()):
+            if not fut.done():
+                fut.set_result(request)
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def get(self, request_id: str) -> Request:
+        """The request as stored now. Raises `NotFound` for an unknown id."""
+        await self._ready()
+        return await self._current(request_id)
+
+    async def list(
+        self,
+        *,
+        recipient: str | None = None,
+        status: Status | str | None = None,
+        kind: str | None = None,
+        session: str | None = None,
+        channel: str | None = None,
+        agent: str | None = None,
+        run: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+        order: Literal["asc", "desc"] = "desc",
+    ) -> Page:
+        """Requests matching every filter given, newest first by default, a page at a time."""
+        await self._ready()
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        if order not in ("asc", "desc"):
+            raise ValueError("order must be 'asc' or 'desc'")
+        query = Query(
+            recipient=recipient,
+            status=Status(status) if status is not None else None,
+            kind=kind,
+            session=session,
+            channel=channel,
+            agent=agent,
+            run=run,
+            after=after,
+            limit=limit + 1,
+            order=order,
+        )
+        rows = list(await self.store.list(query))
+        more = len(rows) > limit
+        items = rows[:limit]
+        return Page(items, items[-1].id if more else None)
+
+    async def pending(self, **filters: Any) -> dict[str, Request]:
+        """A snapshot of the pending requests (matching `list`'s filters), by id, oldest first."""
+        out: dict[str, Request] = {}
+        after: str | None = None
+        while True:
+            page = await self.list(status=Status.PENDING, after=after, limit=1000, order="asc", **filters)
+            out.update((r.id, r) for r in page.items)
+            if page.next_cursor is None:
+                return out
+            after = page.next_cursor
+
+    async def events(self, after: int | None = None, *, follow: bool = False) -> AsyncIterator[Event]:
+        """The event log after event id `after`, oldest first. With `follow`, keep going
+        with new events as they are appended, until the broker is closed."""
+        await self._ready()
+        cursor = after or 0
+        self._followers += follow
+        try:
+            while True:
+                changed = self._changed
+                batch = await self.store.events(cursor, 500)
+                for event in batch:
+                    cursor = event.id
+                    yield event
+                if len(batch) == 500:
+                    continue
+                if not follow or self._state != "open":
+                    return
+                poll = None if math.isinf(self.store.poll_interval) else self.store.poll_interval
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(poll):
+                        await changed.wait()
+        finally:
+            self._followers -= follow
+
+    def _changed_now(self) -> None:
+        if self._followers:
+            self._changed.set()
+            self._changed = asyncio.Event()
+
+    # -- background work -----------------------------------------------------------------
+
+    async def _expire_due(self) -> None:
+        now = datetime.now(UTC)
+        expired = await self.store.settle_pending(Status.EXPIRED, Response(now, via="expiry"), due=now)
+        for request in expired:
+            self._detached.discard(request.id)
+            self._wake(request)
+        if expired:
+            self._changed_now()
+        self._next_due = await self.store.next_expiry()
+
+    async def _expiry_loop(self) -> None:
+        """Expire overdue requests, whether or not anyone waits on them."""
+        poll = None if math.isinf(self.store.poll_interval) else self.store.poll_interval
+        while True:
+            delay = poll
+            if self._next_due is not None:
+                until = max((self._next_due - datetime.now(UTC)).total_seconds(), 0.0)
+                delay = until if delay is None else min(delay, until)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._expiry_kick.wait()
+            self._expiry_kick.clear()
+            try:
+                await self._expire_due()
+            except Exception:
+                log.exception("expiring overdue requests failed; trying again")
+                self._next_due = datetime.now(UTC) + timedelta(seconds=1)
+
+    async def _follow_loop(self, cursor: int) -> None:
+        """Follow the event log for changes other processes made: wake our waiters."""
+        poll = self.store.poll_interval
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(poll):
+                    await self._hint.wait()
+            self._hint.clear()
+            try:
+                while True:
+                    batch = await self.store.events(cursor, 500)
+                    for event in batch:
+                        cursor = event.id
+                        if event.type in _SETTLED_EVENTS and event.request is not None:
+                            self._wake(event.request)
+                    if batch:
+                        self._changed_now()
+                    if len(batch) < 500:
+                        break
+            except Exception:
+                log.exception("reading the event log failed; retrying")
+
+
+def _origin(
+    origin: Origin | None,
+    session: str | None,
+    channel: str | None,
+    agent: str | None,
+    actor: str | None,
+    tool_call_id: str | None,
+    tool_name: str | None,
+    arguments: Mapping[str, Any] | None,
+    run: str | None,
+    correlation_id: str | None,
+) -> Origin:
+    given = {
+        "session": session,
+        "channel": channel,
+        "agent": agent,
+        "actor": actor,
+        "tool_call_id": tool_call_id,
+        "tool_name": tool_name,
+        "arguments": arguments,
+        "run": run,
+        "correlation_id": correlation_id,
+    }
+    given = {k: v for k, v in given.items() if v is not None}
+    if origin is None:
+        return Origin(**given)
+    if given:
+        from dataclasses import replace
+
+        return replace(origin, **given)
+    return origin
+
+
+def _outcome(request: Request) -> Response:
+    response = request.response
+    if request.status is Status.ANSWERED and response is not None:
+        return response
+    reason = response.reason if response is not None else ""
+    if request.status is Status.REJECTED:
+        raise Rejected(request.id, reason)
+    if request.status is Status.EXPIRED:
+        raise Expired(request.id)
+    if response is not None and response.cause == "closed":
+        raise Closed(request.id, reason)
+    raise Cancelled(request.id, reason)
+
+
+def connect(url: str | None = None, **options: Any) -> Broker:
+    """A broker on the store the URL names; open it with `async with`.
+
+    - `memory://` — in this process only (`retention=128` settled outcomes kept)
+    - `sqlite:///path.db` — the embedded default: a durable file (`sqlite:////abs/path.db`)
+
+    With no URL, `INTERLOCK_URL` from the environment, else `sqlite:///interlock.db`.
+    Options are the broker's (`max_prompt_length`, `hook_timeout`) and the store's; a
+    store's options may also be given as query parameters of the URL.
+    """
+    url = url or os.environ.get("INTERLOCK_URL") or DEFAULT_URL
+    parts = urlsplit(url)
+    store_options: dict[str, Any] = dict(parse_qsl(parts.query))
+    broker_options = {k: options.pop(k) for k in ("max_prompt_length", "hook_timeout") if k in options}
+    store_options.update(options)
+    store: Store
+    if parts.scheme == "memory":
+        from .store.memory import MemoryStore
+
+        store = MemoryStore(**_ints(store_options, "retention", "event_retention"))
+    elif parts.scheme == "sqlite":
+        from .store.sqlite import SqliteStore
+
+        path = url[len("sqlite:///") :].split("?", 1)[0] if url.startswith("sqlite:///") else ""
+        if not path:
+            raise ValueError("a SQLite URL needs a path: sqlite:///relative.db or sqlite:////absolute.db")
+        store = SqliteStore(path, **_floats(store_options, "poll_interval"))
+    else:
+        raise ValueError(f"unsupported store URL {url!r}: use memory:// or sqlite:///path.db")
+    return Broker(store, **broker_options)
+
+
+def _ints(options: dict[str, Any], *names: str) -> dict[str, Any]:
+    for name in names:
+        if name in options:
+            options[name] = int(options[name])
+    return options
+
+
+def _floats(options: dict[str, Any], *names: str) -> dict[str, Any]:
+    for name in names:
+        if name in options:
+            options[name] = float(options[name])
+    return options

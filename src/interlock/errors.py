@@ -1,0 +1,99 @@
+"""Every exception interlock raises, in one place.
+
+The hierarchy tells apart the three ways a request can end without an answer, because
+the caller (and the model reading a tool result) must treat them differently:
+
+    InterlockError
+    ├── InvalidRequest      (also ValueError)   the request was malformed; nothing was stored
+    ├── InvalidAnswer       (also ValueError)   the answer does not fit the asks; the request
+    │                                           stays pending and unchanged, so try again
+    ├── NotFound            (also ValueError)   no request with that id (never seen, or
+    │                                           evicted from a memory:// retention)
+    ├── Rejected            (also RuntimeError) a person, or a hook, refused; carries `reason`
+    ├── Expired             (also TimeoutError) nobody answered in time
+    ├── Cancelled           (also RuntimeError) the program gave the request up (cancel,
+    │   │                                       release, or a waiting call that was cut)
+    │   └── Closed                              ... because its channel or broker was closed
+    └── AlreadySettled      (also RuntimeError) an operation needed a pending request
+
+`Rejected` is deliberately not a parent of `Cancelled`: a refusal by the human is an
+answer the model should read, while a request the program gave up on is a plain failure.
+`Closed` is also what creating a request in a closed channel raises.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AlreadySettled",
+    "Cancelled",
+    "Closed",
+    "Expired",
+    "InterlockError",
+    "InvalidAnswer",
+    "InvalidRequest",
+    "NotFound",
+    "Rejected",
+]
+
+
+class InterlockError(Exception):
+    """Base class of every interlock error."""
+
+
+class InvalidRequest(InterlockError, ValueError):
+    """The request is malformed: bad asks, duplicate ids, an invalid form schema, ..."""
+
+
+class InvalidAnswer(InterlockError, ValueError):
+    """The answer does not fit the request's asks. The message names the ask and the fault."""
+
+    def __init__(self, message: str, *, ask_id: str | None = None) -> None:
+        super().__init__(message)
+        self.ask_id = ask_id
+
+
+class NotFound(InterlockError, ValueError):
+    """No request with this id is known."""
+
+    def __init__(self, request_id: str) -> None:
+        super().__init__(f"no request with id {request_id!r}")
+        self.request_id = request_id
+
+
+class Rejected(InterlockError, RuntimeError):
+    """The request was refused, by the person or by a hook. `reason` says why."""
+
+    def __init__(self, request_id: str, reason: str = "") -> None:
+        super().__init__(reason or "rejected")
+        self.request_id = request_id
+        self.reason = reason
+
+
+class Expired(InterlockError, TimeoutError):
+    """Nobody answered before the request's deadline or the waiter's own timeout."""
+
+    def __init__(self, request_id: str) -> None:
+        super().__init__(f"request {request_id!r} expired without an answer")
+        self.request_id = request_id
+
+
+class Cancelled(InterlockError, RuntimeError):
+    """The program gave the request up: cancelled, released or withdrawn."""
+
+    def __init__(self, request_id: str | None, reason: str = "") -> None:
+        super().__init__(reason or "cancelled")
+        self.request_id = request_id
+        self.reason = reason
+
+
+class Closed(Cancelled):
+    """The channel (or the whole broker) was closed; also raised by create in a closed scope."""
+
+
+class AlreadySettled(InterlockError, RuntimeError):
+    """The request is no longer pending. `status` is the state it settled in."""
+
+    def __init__(self, request_id: str, status: str) -> None:
+        super().__init__(f"request {request_id!r} is already {status}")
+        self.request_id = request_id
+        self.status = status

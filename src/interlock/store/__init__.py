@@ -1,0 +1,86 @@
+"""Where requests and events are kept, behind one small Protocol.
+
+A store does the atomic parts: insert a request, settle it only while it is pending
+(the first settlement wins), and append an event in the same transaction as every change.
+The Broker holds the semantics (waiting, hooks, expiry timing, closed channels) and is the
+only caller. Core code never imports a driver: each backend module imports its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Protocol
+
+from ..model import Event, Request, Response, Status
+
+__all__ = ["Query", "Store"]
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """Filters and a keyset page for `Store.list`. `after` is the id of the last row seen."""
+
+    recipient: str | None = None
+    status: Status | None = None
+    kind: str | None = None
+    session: str | None = None
+    channel: str | None = None
+    agent: str | None = None
+    run: str | None = None
+    after: str | None = None
+    limit: int = 50
+    order: Literal["asc", "desc"] = "desc"
+
+
+class Store(Protocol):
+    """The storage port. Every method that changes state appends its event(s) atomically."""
+
+    shared: bool
+    """True when other processes may change the data: the broker then follows the event
+    log for their changes (wake-up hints plus a bounded poll)."""
+
+    poll_interval: float
+    """The longest a shared store lets a foreign change go unnoticed without a hint."""
+
+    async def open(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    async def insert(self, request: Request) -> tuple[Request, bool]:
+        """Store a new pending request and its `created` event.
+
+        With an idempotency key already used by the same requester, store nothing and
+        return the first request with False.
+        """
+        ...
+
+    async def settle(self, request: Request) -> bool:
+        """Store `request` (already settled) if its stored version is still pending."""
+        ...
+
+    async def settle_pending(
+        self, status: Status, response: Response, *, channel: str | None = None, due: datetime | None = None
+    ) -> list[Request]:
+        """Settle every pending request in `channel` (all when None), or only those whose
+        `expires_at` is at or before `due` when given; return the requests it settled."""
+        ...
+
+    async def next_expiry(self) -> datetime | None:
+        """The earliest `expires_at` among pending requests."""
+        ...
+
+    async def get(self, request_id: str) -> Request | None: ...
+
+    async def list(self, query: Query) -> Sequence[Request]: ...
+
+    async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
+        """Events with id greater than `after`, oldest first."""
+        ...
+
+    async def last_event_id(self) -> int: ...
+
+    def on_foreign_change(self, callback: Callable[[], None]) -> None:
+        """Have `callback` called (on the event loop) when another process may have written."""
+        ...

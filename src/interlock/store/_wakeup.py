@@ -1,0 +1,98 @@
+"""Wake-up hints between processes on one machine that share a database file.
+
+Each process binds a Unix datagram socket in a private folder named after the database;
+after each commit it sends one byte to every other socket there. A hint only says "look at
+the event log": a lost one costs latency, never correctness, since the broker also polls.
+Sockets of processes that died are found by the refused send and removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import secrets
+import socket
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["Wakeup"]
+
+
+class Wakeup:
+    def __init__(self, key: str) -> None:
+        digest = hashlib.sha256(key.encode()).hexdigest()[:20]
+        uid = os.getuid() if hasattr(os, "getuid") else 0
+        self.folder = Path(tempfile.gettempdir()) / f"interlock-{uid}" / digest
+        self._sock: socket.socket | None = None
+        self._path: str | None = None
+        self._peers: list[str] = []
+        self._seen_mtime = -1
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def available(self) -> bool:
+        return hasattr(socket, "AF_UNIX") and os.name == "posix"
+
+    def open(self, callback: Callable[[], None]) -> None:
+        if not self.available:
+            return
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.folder.parent, 0o700)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.setblocking(False)
+        path = str(self.folder / f"{os.getpid()}-{secrets.token_hex(4)}.sock")
+        sock.bind(path)
+        self._sock, self._path = sock, path
+        self._loop = asyncio.get_running_loop()
+
+        def drain() -> None:
+            try:
+                while sock.recv(64):
+                    pass
+            except (BlockingIOError, InterruptedError):
+                pass
+            callback()
+
+        self._loop.add_reader(sock.fileno(), drain)
+
+    def notify(self) -> None:
+        """Tell every other process on this database that something was committed."""
+        sock = self._sock
+        if sock is None:
+            return
+        for peer in self._current_peers():
+            try:
+                sock.sendto(b"!", peer)
+            except (BlockingIOError, InterruptedError):
+                pass  # its queue is full, so it has a hint waiting already
+            except (ConnectionRefusedError, FileNotFoundError):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(peer)  # its process is gone
+                self._seen_mtime = -1
+            except OSError:
+                pass
+
+    def _current_peers(self) -> list[str]:
+        try:
+            mtime = os.stat(self.folder).st_mtime_ns
+        except FileNotFoundError:
+            return []
+        if mtime != self._seen_mtime:
+            self._seen_mtime = mtime
+            mine = self._path
+            self._peers = [e.path for e in os.scandir(self.folder) if e.name.endswith(".sock") and e.path != mine]
+        return self._peers
+
+    def close(self) -> None:
+        if self._sock is None:
+            return
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self._sock.fileno())
+        self._sock.close()
+        if self._path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path)
+        self._sock = self._path = None

@@ -1,0 +1,140 @@
+"""An in-process store for tests, quickstarts and single-process agents.
+
+Nothing survives the process. Pending requests are kept until they settle; settled ones go
+into a bounded retention (the last `retention` outcomes, 128 by default, 0 for none) so a
+late `wait` can still replay them. No method awaits anything, so each one is atomic on the
+event loop.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+from ..model import Event, Request, Response, Status
+from . import Query
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    shared = False
+    poll_interval = math.inf
+
+    def __init__(self, *, retention: int = 128, event_retention: int = 100_000) -> None:
+        if retention < 0:
+            raise ValueError("retention must be >= 0")
+        self.retention = retention
+        self._pending: dict[str, Request] = {}
+        self._settled: OrderedDict[str, Request] = OrderedDict()
+        self._idempotency: dict[tuple[str | None, str], str] = {}
+        self._events: deque[Event] = deque(maxlen=event_retention)
+        self._last_event = 0
+        self._expiry: list[tuple[datetime, str]] = []
+
+    async def open(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+    def on_foreign_change(self, callback: Callable[[], None]) -> None:
+        pass  # no other process can write here
+
+    def _append(self, type_: str, request: Request) -> None:
+        self._last_event += 1
+        self._events.append(Event(self._last_event, type_, datetime.now(UTC), request.id, request))
+
+    async def insert(self, request: Request) -> tuple[Request, bool]:
+        if request.idempotency_key is not None:
+            key = (request.requester, request.idempotency_key)
+            first = self._idempotency.get(key)
+            if first is not None and (existing := self._lookup(first)) is not None:
+                return existing, False
+            self._idempotency[key] = request.id
+        self._pending[request.id] = request
+        if request.expires_at is not None:
+            heapq.heappush(self._expiry, (request.expires_at, request.id))
+        self._append("created", request)
+        return request, True
+
+    def _lookup(self, request_id: str) -> Request | None:
+        return self._pending.get(request_id) or self._settled.get(request_id)
+
+    async def settle(self, request: Request) -> bool:
+        if self._pending.pop(request.id, None) is None:
+            return False
+        self._retain(request)
+        self._append(request.status.value, request)
+        return True
+
+    def _retain(self, request: Request) -> None:
+        if self.retention == 0:
+            self._forget(request)
+            return
+        self._settled[request.id] = request
+        while len(self._settled) > self.retention:
+            _, evicted = self._settled.popitem(last=False)
+            self._forget(evicted)
+
+    def _forget(self, request: Request) -> None:
+        if request.idempotency_key is not None:
+            key = (request.requester, request.idempotency_key)
+            if self._idempotency.get(key) == request.id:
+                del self._idempotency[key]
+
+    async def settle_pending(
+        self, status: Status, response: Response, *, channel: str | None = None, due: datetime | None = None
+    ) -> list[Request]:
+        if due is not None:
+            ids = []
+            while self._expiry and self._expiry[0][0] <= due:
+                ids.append(heapq.heappop(self._expiry)[1])
+            targets = [r for i in ids if (r := self._pending.get(i)) is not None]
+        else:
+            targets = [r for r in self._pending.values() if channel is None or r.origin.channel == channel]
+        settled = [r.settle(status, response) for r in targets]
+        for request in settled:
+            await self.settle(request)
+        return settled
+
+    async def next_expiry(self) -> datetime | None:
+        while self._expiry and self._expiry[0][1] not in self._pending:
+            heapq.heappop(self._expiry)
+        return self._expiry[0][0] if self._expiry else None
+
+    async def get(self, request_id: str) -> Request | None:
+        return self._lookup(request_id)
+
+    async def list(self, query: Query) -> Sequence[Request]:
+        rows = [r for r in (*self._pending.values(), *self._settled.values()) if _matches(r, query)]
+        rows.sort(key=lambda r: r.id, reverse=query.order == "desc")
+        if query.after is not None:
+            after = query.after
+            rows = [r for r in rows if (r.id < after if query.order == "desc" else r.id > after)]
+        return rows[: query.limit]
+
+    async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
+        if not self._events or after >= self._last_event:
+            return []
+        start = max(0, after - self._events[0].id + 1)
+        return [self._events[i] for i in range(start, min(len(self._events), start + limit))]
+
+    async def last_event_id(self) -> int:
+        return self._last_event
+
+
+def _matches(r: Request, q: Query) -> bool:
+    o = r.origin
+    return (
+        (q.status is None or r.status == q.status)
+        and (q.recipient is None or r.to == q.recipient)
+        and (q.kind is None or r.kind == q.kind)
+        and (q.session is None or o.session == q.session)
+        and (q.channel is None or o.channel == q.channel)
+        and (q.agent is None or o.agent == q.agent)
+        and (q.run is None or o.run == q.run)
+    )

@@ -1,0 +1,36 @@
+-- name: insert_request
+INSERT INTO requests (id, kind, status, recipient, requester, session, channel, agent, run,
+                      idempotency_key, created_at, expires_at, settled_at, doc)
+VALUES (:id, :kind, :status, :recipient, :requester, :session, :channel, :agent, :run,
+        :idempotency_key, :created_at, :expires_at, NULL, :doc);
+
+-- name: insert_event
+INSERT INTO events (type, request_id, at, data) VALUES (:type, :request_id, :at, :data);
+
+-- name: settle_request
+UPDATE requests SET status = :status, settled_at = :settled_at, doc = :doc
+WHERE id = :id AND status = 'pending';
+
+-- name: get_request
+SELECT doc FROM requests WHERE id = :id;
+
+-- name: find_idempotent
+SELECT doc FROM requests WHERE ifnull(requester, '') = :requester AND idempotency_key = :key;
+
+-- name: pending_in_channel
+SELECT doc FROM requests WHERE status = 'pending' AND channel = :channel;
+
+-- name: pending_all
+SELECT doc FROM requests WHERE status = 'pending';
+
+-- name: pending_due
+SELECT doc FROM requests WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= :due;
+
+-- name: next_expiry
+SELECT min(expires_at) FROM requests WHERE status = 'pending' AND expires_at IS NOT NULL;
+
+-- name: events_after
+SELECT id, type, request_id, at, data FROM events WHERE id > :after ORDER BY id LIMIT :limit;
+
+-- name: last_event_id
+SELECT ifnull(max(id), 0) FROM events;

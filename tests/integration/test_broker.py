@@ -1,0 +1,585 @@
+"""The behaviour every backend shares: one suite, run over each store."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import pytest
+
+from interlock import (
+    Broker,
+    Cancelled,
+    Choice,
+    Closed,
+    Confirm,
+    Deny,
+    Event,
+    Expired,
+    Form,
+    InvalidAnswer,
+    InvalidRequest,
+    MultiChoice,
+    NotFound,
+    Rejected,
+    Request,
+    Status,
+    Text,
+)
+
+pytestmark = pytest.mark.anyio
+
+BOUND = 10  # seconds: the most any single wait in these tests may take
+
+
+async def settled_event(broker: Broker, request_id: str, after: int = 0) -> Event:
+    """The first settlement event of a request, following the log live."""
+    with anyio.fail_after(BOUND):
+        async for event in broker.events(after=after, follow=True):
+            if event.request_id == request_id and event.type != "created":
+                return event
+    raise AssertionError("the event stream ended")
+
+
+# -- create, answer, wait ----------------------------------------------------------------
+
+
+async def test_a_created_request_is_pending_and_answerable_at_once(broker: Broker) -> None:
+    request = await broker.create(Text("What colour?"), to="alice", title="Paint", session="s1")
+
+    assert request.status is Status.PENDING
+    assert request.to == "alice"
+    assert request.origin.session == "s1"
+    assert await broker.resolve(request.id, "blue", by="alice", via="api")
+
+    response = await broker.wait(request.id)
+    assert response.answers == {"text": "blue"}
+    assert (response.by, response.via) == ("alice", "api")
+    stored = await broker.get(request.id)
+    assert stored.status is Status.ANSWERED
+    assert stored.answer == "blue"
+
+
+async def test_a_waiter_wakes_when_another_task_answers(broker: Broker) -> None:
+    request = await broker.create(Confirm("Deploy?"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(broker.resolve, request.id, True)
+        with anyio.fail_after(BOUND):
+            response = await broker.wait(request.id)
+    assert response.answers == {"confirm": True}
+
+
+async def test_ask_returns_the_bare_value_for_one_ask_and_a_dict_for_several(broker: Broker) -> None:
+    async def answer_next(answer: object) -> None:
+        with anyio.fail_after(BOUND):
+            async for event in broker.events(after=await _last(broker), follow=True):
+                if event.type == "created":
+                    await broker.resolve(event.request_id or "", answer)
+                    return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(answer_next, "red")
+        await anyio.wait_all_tasks_blocked()
+        assert await broker.ask(Choice("Colour?", options=["red", "green"])) == "red"
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(answer_next, {"name": "Ada", "ok": True})
+        await anyio.wait_all_tasks_blocked()
+        value = await broker.ask([Text("Name?", id="name"), Confirm("Sure?", id="ok")])
+    assert value == {"name": "Ada", "ok": True}
+
+
+async def _last(broker: Broker) -> int:
+    return await broker.store.last_event_id()
+
+
+async def test_every_waiter_on_a_request_gets_its_outcome(broker: Broker) -> None:
+    request = await broker.create(Text("Name?"))
+    waiters = [asyncio.create_task(broker.wait(request.id)) for _ in range(5)]
+    await anyio.wait_all_tasks_blocked()
+    await broker.resolve(request.id, "Ada")
+    with anyio.fail_after(BOUND):
+        responses = await asyncio.gather(*waiters)
+    assert {r.answers["text"] for r in responses} == {"Ada"}
+
+    rejected = await broker.create(Text("Name?"))
+    waiters = [asyncio.create_task(broker.wait(rejected.id)) for _ in range(3)]
+    await anyio.wait_all_tasks_blocked()
+    await broker.reject(rejected.id, "not now")
+    with anyio.fail_after(BOUND):
+        outcomes = await asyncio.gather(*waiters, return_exceptions=True)
+    assert all(isinstance(o, Rejected) and o.reason == "not now" for o in outcomes)
+
+
+async def test_wait_on_a_settled_request_replays_the_same_outcome(broker: Broker) -> None:
+    answered = await broker.create(Text("Name?"))
+    await broker.resolve(answered.id, "Ada")
+    first = await broker.wait(answered.id)
+    assert await broker.wait(answered.id) == first
+
+    rejected = await broker.create(Text("Name?"))
+    await broker.reject(rejected.id, "no thanks")
+    for _ in range(2):
+        with pytest.raises(Rejected) as caught:
+            await broker.wait(rejected.id)
+        assert caught.value.reason == "no thanks"
+
+    expired = await broker.create(Text("Name?"))
+    with pytest.raises(Expired):
+        await broker.wait(expired.id, timeout=0)
+    with pytest.raises(Expired):
+        await broker.wait(expired.id)
+
+
+async def test_an_unknown_id_is_not_found(broker: Broker) -> None:
+    with pytest.raises(NotFound) as caught:
+        await broker.wait("01NOSUCHREQUEST000000000000")
+    assert isinstance(caught.value, ValueError)
+    with pytest.raises(NotFound):
+        await broker.get("nope")
+    assert await broker.resolve("nope", "x") is False
+    assert await broker.reject("nope") is False
+    assert await broker.cancel("nope") is False
+    assert await broker.release("nope") is False
+
+
+async def test_the_first_settlement_wins_and_later_ones_return_false(broker: Broker) -> None:
+    request = await broker.create(Text("Name?"))
+    assert await broker.resolve(request.id, "first")
+    assert await broker.resolve(request.id, "second") is False
+    assert await broker.reject(request.id, "late") is False
+    assert await broker.cancel(request.id) is False
+    assert (await broker.wait(request.id)).answers == {"text": "first"}
+
+
+async def test_two_concurrent_resolvers_exactly_one_wins(connect: Callable[..., Broker]) -> None:
+    async with connect() as a, connect() as b:
+        for _ in range(20):
+            request = await a.create(Text("Name?"))
+            results = await asyncio.gather(a.resolve(request.id, "a"), b.resolve(request.id, "b"))
+            assert sorted(results) == [False, True]
+            winner = "a" if results[0] else "b"
+            assert (await a.get(request.id)).answer == winner
+        events = [e async for e in a.events()]
+        assert sum(e.type == "answered" for e in events) == 20
+
+
+async def test_a_bad_answer_says_what_is_wrong_and_changes_nothing(broker: Broker) -> None:
+    request = await broker.create([Text("Name?", id="name", max_length=5), MultiChoice("Pick", ["a", "b"], id="pick")])
+    before = await broker.get(request.id)
+    events_before = await _last(broker)
+
+    bad: list[tuple[object, str]] = [
+        ({"name": "Ada"}, "'pick'"),  # a required ask left out
+        ({"name": "Ada", "pick": ["a"], "extra": 1}, "'extra'"),
+        ({"name": "Adalovelace", "pick": ["a"]}, "at most 5"),
+        ({"name": "Ada", "pick": ["a", "a"]}, "twice"),
+        ({"name": "Ada", "pick": ["c"]}, "'c'"),
+        ({"name": 7, "pick": ["a"]}, "expected text"),
+        ("just text", "answers by ask id"),
+    ]
+    for answer, fragment in bad:
+        with pytest.raises(InvalidAnswer) as caught:
+            await broker.resolve(request.id, answer)
+        assert fragment in str(caught.value), str(caught.value)
+
+    assert await broker.get(request.id) == before
+    assert await _last(broker) == events_before
+    assert await broker.resolve(request.id, {"name": "Ada", "pick": ["b", "a"]})
+
+
+async def test_each_ask_kind_checks_its_answer(broker: Broker) -> None:
+    schema = {"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}, "required": ["age"]}
+    cases: list[tuple[object, object, object]] = [
+        (Confirm("Ok?"), True, "yes"),
+        (Choice("One", ["a", "b"]), "a", "z"),
+        (Choice("One", ["a", "b"], allow_other=True), "something else", ["a"]),
+        (MultiChoice("Some", ["a", "b", "c"], min=1, max=2), ["a", "c"], ["a", "b", "c"]),
+        (Form("Details", schema=schema), {"age": 3}, {"age": -1}),
+        (Text("Say", multiline=True), "line 1\nline 2", ""),
+    ]
+    for ask, good, wrong in cases:
+        request = await broker.create(ask)
+        with pytest.raises(InvalidAnswer):
+            await broker.resolve(request.id, wrong)
+        assert await broker.resolve(request.id, good)
+        assert (await broker.get(request.id)).answer == good
+
+
+async def test_an_invalid_request_stores_nothing(broker: Broker) -> None:
+    with pytest.raises(InvalidRequest):
+        await broker.create([Text("a", id="x"), Confirm("b", id="x")])
+    with pytest.raises(InvalidRequest):
+        await broker.create([])
+    with pytest.raises(InvalidRequest):
+        await broker.create(Text("x" * 20_001))
+    with pytest.raises(InvalidRequest):
+        await broker.create(Text("ok"), timeout=-1)
+    assert (await broker.list()).items == []
+    assert await _last(broker) == 0
+
+
+async def test_the_prompt_limit_is_configurable(connect: Callable[..., Broker]) -> None:
+    async with connect(max_prompt_length=10) as broker:
+        await broker.create(Text("0123456789"))
+        with pytest.raises(InvalidRequest, match="at most 10"):
+            await broker.create(Text("0123456789!"))
+
+
+# -- expiry --------------------------------------------------------------------------------
+
+
+async def test_a_wait_whose_own_timeout_passes_expires_the_request(broker: Broker) -> None:
+    request = await broker.create(Text("Name?"))
+    with pytest.raises(Expired) as caught:
+        await broker.wait(request.id, timeout=0.01)
+    assert isinstance(caught.value, TimeoutError)
+    assert (await broker.get(request.id)).status is Status.EXPIRED
+    assert await broker.resolve(request.id, "late") is False
+
+
+async def test_an_overdue_request_expires_with_nobody_waiting(broker: Broker) -> None:
+    request = await broker.create(Text("Name?"), timeout=0.05)
+    assert request.expires_at is not None
+    event = await settled_event(broker, request.id)
+    assert event.type == "expired"
+    assert (await broker.get(request.id)).status is Status.EXPIRED
+
+
+async def test_a_waiter_on_a_request_with_a_deadline_gets_expired(broker: Broker) -> None:
+    request = await broker.create(Text("Name?"), timeout=timedelta(milliseconds=50))
+    with anyio.fail_after(BOUND), pytest.raises(Expired):
+        await broker.wait(request.id)
+
+
+async def test_resolve_racing_expiry_has_exactly_one_outcome(broker: Broker) -> None:
+    for _ in range(20):
+        request = await broker.create(Text("Name?"))
+        waited, resolved = await asyncio.gather(
+            broker.wait(request.id, timeout=0), broker.resolve(request.id, "x"), return_exceptions=True
+        )
+        status = (await broker.get(request.id)).status
+        if resolved is True:
+            assert status is Status.ANSWERED
+        else:
+            assert status is Status.EXPIRED
+            assert isinstance(waited, Expired)
+        events = [e async for e in broker.events() if e.request_id == request.id and e.type != "created"]
+        assert len(events) == 1
+
+
+# -- giving up -----------------------------------------------------------------------------
+
+
+async def test_a_cancelled_waiting_call_withdraws_its_request(broker: Broker) -> None:
+    request = await broker.create(Text("Name?"))
+    waiter = asyncio.create_task(broker.wait(request.id))
+    await anyio.wait_all_tasks_blocked()
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert await broker.resolve(request.id, "late") is False
+    stored = await broker.get(request.id)
+    assert stored.status is Status.CANCELLED
+    assert stored.response is not None and stored.response.cause == "withdrawn"
+
+
+async def test_cancel_gives_waiters_cancelled_not_rejected(broker: Broker) -> None:
+    request = await broker.create(Text("Name?"))
+    waiter = asyncio.create_task(broker.wait(request.id))
+    await anyio.wait_all_tasks_blocked()
+    assert await broker.cancel(request.id, "not needed")
+    with anyio.fail_after(BOUND), pytest.raises(Cancelled) as caught:
+        await waiter
+    assert isinstance(caught.value, RuntimeError) and not isinstance(caught.value, Rejected | Closed)
+    assert caught.value.reason == "not needed"
+
+
+async def test_release_withdraws_a_detached_request_so_a_stray_waiter_unblocks(broker: Broker) -> None:
+    request = await broker.create_detached(Text("Name?"))
+    stray = asyncio.create_task(broker.wait(request.id))
+    await anyio.wait_all_tasks_blocked()
+    assert await broker.release(request.id)
+    with anyio.fail_after(BOUND), pytest.raises(Cancelled) as caught:
+        await stray
+    assert not isinstance(caught.value, Rejected)
+    assert await broker.release(request.id) is False
+    assert (await broker.get(request.id)).response.cause == "released"  # type: ignore[union-attr]
+
+
+async def test_a_detached_request_answered_elsewhere_is_released_without_change(broker: Broker) -> None:
+    request = await broker.create_detached(Text("Name?"))
+    assert await broker.resolve(request.id, "Ada")
+    assert await broker.release(request.id) is False
+    assert (await broker.wait(request.id)).answers == {"text": "Ada"}
+
+
+async def test_cutting_a_stray_waiter_leaves_a_detached_request_pending(broker: Broker) -> None:
+    request = await broker.create_detached(Text("Name?"))
+    stray = asyncio.create_task(broker.wait(request.id))
+    await anyio.wait_all_tasks_blocked()
+    stray.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stray
+    assert (await broker.get(request.id)).status is Status.PENDING
+
+
+async def test_closing_a_channel_withdraws_its_requests_and_refuses_new_ones(broker: Broker) -> None:
+    a = await broker.create(Text("A?"), channel="a")
+    b = await broker.create(Text("B?"), channel="b")
+    waiter = asyncio.create_task(broker.wait(a.id))
+    await anyio.wait_all_tasks_blocked()
+
+    await broker.close(channel="a")
+
+    with anyio.fail_after(BOUND), pytest.raises(Closed) as caught:
+        await waiter
+    assert isinstance(caught.value, RuntimeError) and not isinstance(caught.value, Rejected)
+    with pytest.raises(Closed):
+        await broker.create(Text("A again?"), channel="a")
+    assert (await broker.get(b.id)).status is Status.PENDING
+    assert await broker.resolve(b.id, "fine")
+    assert (await broker.create(Text("B again?"), channel="b")).status is Status.PENDING
+    with pytest.raises(Closed):  # the replay says the same
+        await broker.wait(a.id)
+
+
+async def test_close_without_a_channel_closes_everything(broker: Broker) -> None:
+    a = await broker.create(Text("A?"), channel="a")
+    plain = await broker.create(Text("No channel?"))
+    await broker.close()
+    for request in (a, plain):
+        with pytest.raises(Closed):
+            await broker.wait(request.id)
+    with pytest.raises(Closed):
+        await broker.create(Text("more?"), channel="z")
+    with pytest.raises(Closed):
+        await broker.create(Text("more?"))
+
+
+async def test_close_racing_create_leaves_nothing_pending_in_the_closed_channel(broker: Broker) -> None:
+    async def create() -> Request | None:
+        try:
+            return await broker.create(Text("Q?"), channel="x")
+        except Closed:
+            return None
+
+    tasks = [asyncio.create_task(create()) for _ in range(30)]
+    await asyncio.sleep(0)  # let some of the creates start before the close
+    await broker.close(channel="x")
+    created = [r for r in await asyncio.gather(*tasks) if r is not None]
+    assert not (await broker.pending(channel="x"))
+    for request in created:
+        assert (await broker.get(request.id)).status is Status.CANCELLED
+
+
+async def test_leaving_async_with_only_disconnects(connect: Callable[..., Broker], backend: str) -> None:
+    broker = connect()
+    await broker.open()
+    request = await broker.create(Text("Name?"))
+    waiter = asyncio.create_task(broker.wait(request.id))
+    await anyio.wait_all_tasks_blocked()
+    store = broker.store
+    await broker.aclose()
+    with anyio.fail_after(BOUND), pytest.raises(Closed):
+        await waiter
+    if backend == "memory":
+        assert (await store.get(request.id)).status is Status.PENDING  # type: ignore[union-attr]
+    else:
+        async with connect() as again:
+            assert (await again.get(request.id)).status is Status.PENDING
+            assert await again.resolve(request.id, "Ada")
+
+
+# -- idempotency ---------------------------------------------------------------------------
+
+
+async def test_an_idempotency_key_returns_the_first_request(broker: Broker) -> None:
+    first = await broker.create(Text("Deploy?"), requester="agent-1", idempotency_key="k1")
+    again = await broker.create(Text("Deploy?"), requester="agent-1", idempotency_key="k1")
+    other = await broker.create(Text("Deploy?"), requester="agent-2", idempotency_key="k1")
+    assert again.id == first.id
+    assert other.id != first.id
+    assert len((await broker.list()).items) == 2
+
+
+# -- hooks ---------------------------------------------------------------------------------
+
+
+async def test_hooks_run_beside_the_wait_not_in_front_of_it(broker: Broker) -> None:
+    release = asyncio.Event()
+    seen: list[str] = []
+
+    async def slow_notify(request: Request) -> None:
+        seen.append(request.id)
+        await release.wait()
+
+    broker.add_input_hook(slow_notify)
+    request = await broker.create(Text("Name?"))
+    await anyio.wait_all_tasks_blocked()
+    assert seen == [request.id]  # the hook runs, and is still blocked
+    assert await broker.resolve(request.id, "Ada")
+    with anyio.fail_after(BOUND):
+        assert (await broker.wait(request.id)).answers == {"text": "Ada"}
+    release.set()
+
+
+async def test_a_denying_hook_rejects_the_request_wherever_wait_has_got_to(broker: Broker) -> None:
+    go = asyncio.Event()
+
+    async def deny_later(request: Request) -> Deny:
+        await go.wait()
+        return Deny("policy says no")
+
+    broker.add_input_hook(deny_later)
+    request = await broker.create(Text("Name?"))
+    waiter = asyncio.create_task(broker.wait(request.id))
+    await anyio.wait_all_tasks_blocked()
+    go.set()
+    with anyio.fail_after(BOUND), pytest.raises(Rejected, match="policy says no"):
+        await waiter
+
+
+async def test_hooks_run_in_priority_order_and_a_failing_one_is_logged(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    order: list[str] = []
+    done = asyncio.Event()
+
+    def hook(name: str, fail: bool = False) -> Callable[[Request], object]:
+        async def run(request: Request) -> None:
+            order.append(name)
+            if name == "last":
+                done.set()
+            if fail:
+                raise RuntimeError("boom")
+
+        return run
+
+    broker.add_input_hook(hook("last"), priority=10)  # type: ignore[arg-type]
+    broker.add_input_hook(hook("first", fail=True), priority=-5)  # type: ignore[arg-type]
+    broker.add_input_hook(hook("middle"))  # type: ignore[arg-type]
+    with caplog.at_level(logging.ERROR, logger="interlock"):
+        request = await broker.create(Text("Name?"))
+        with anyio.fail_after(BOUND):
+            await done.wait()
+    assert order == ["first", "middle", "last"]
+    assert "boom" in caplog.text
+    assert (await broker.get(request.id)).status is Status.PENDING
+
+
+async def test_a_hook_that_overruns_its_bound_is_cut_and_the_next_runs(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    reached = asyncio.Event()
+
+    async def hang(request: Request) -> None:
+        await asyncio.Event().wait()
+
+    async def after(request: Request) -> None:
+        reached.set()
+
+    broker.add_input_hook(hang, timeout=0.01)
+    broker.add_input_hook(after, priority=1)
+    with caplog.at_level(logging.WARNING, logger="interlock"):
+        await broker.create(Text("Name?"))
+        with anyio.fail_after(BOUND):
+            await reached.wait()
+    assert "timed out" in caplog.text
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+async def test_every_change_appends_one_event_in_order(broker: Broker) -> None:
+    a = await broker.create(Text("A?"))
+    b = await broker.create(Text("B?"))
+    await broker.resolve(a.id, "x")
+    await broker.reject(b.id, "no")
+    events = [e async for e in broker.events()]
+    assert [(e.type, e.request_id) for e in events] == [
+        ("created", a.id),
+        ("created", b.id),
+        ("answered", a.id),
+        ("rejected", b.id),
+    ]
+    assert [e.id for e in events] == sorted(e.id for e in events)
+    assert events[2].request is not None and events[2].request.answer == "x"
+    tail = [e async for e in broker.events(after=events[1].id)]
+    assert [e.id for e in tail] == [events[2].id, events[3].id]
+
+
+async def test_list_filters_and_pages_by_keyset(broker: Broker) -> None:
+    made = []
+    for i in range(7):
+        made.append(await broker.create(Text(f"Q{i}?"), to="alice" if i % 2 else "bob", session=f"s{i % 3}"))
+    await broker.resolve(made[1].id, "done")
+
+    newest_first = [r.id for r in (await broker.list(limit=100)).items]
+    assert newest_first == [r.id for r in reversed(made)]
+
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = await broker.list(order="asc", limit=3, after=cursor)
+        seen += [r.id for r in page.items]
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert seen == [r.id for r in made]
+
+    alice_pending = await broker.list(recipient="alice", status="pending")
+    assert {r.id for r in alice_pending.items} == {made[3].id, made[5].id}
+    assert {r.id for r in (await broker.list(session="s0")).items} == {made[0].id, made[3].id, made[6].id}
+
+
+async def test_pending_is_a_snapshot_copy(broker: Broker) -> None:
+    a = await broker.create(Text("A?"))
+    snapshot = await broker.pending()
+    assert list(snapshot) == [a.id]
+    snapshot.clear()
+    b = await broker.create(Text("B?"))
+    await broker.resolve(a.id, "x")
+    assert list(await broker.pending()) == [b.id]
+
+
+async def test_following_the_event_log_sees_new_events_live(broker: Broker) -> None:
+    received: list[str] = []
+    ready = asyncio.Event()
+
+    async def follow() -> None:
+        ready.set()
+        async for event in broker.events(follow=True):
+            received.append(event.type)
+            if len(received) == 2:
+                return
+
+    task = asyncio.create_task(follow())
+    await ready.wait()
+    request = await broker.create(Text("Name?"))
+    await broker.resolve(request.id, "Ada")
+    with anyio.fail_after(BOUND):
+        await task
+    assert received == ["created", "answered"]
+
+
+async def test_an_expired_deadline_in_the_past_settles_on_open(
+    connect: Callable[..., Broker], backend: str
+) -> None:
+    if backend == "memory":
+        pytest.skip("a memory store does not outlive its process")
+    async with connect() as first:
+        request = await first.create(Text("Name?"), timeout=3600)
+    # Move its deadline into the past, as if the process had been down for an hour.
+    async with connect() as second:
+        store = second.store
+        past = datetime.now(UTC) - timedelta(seconds=1)
+        stored = await store.get(request.id)
+        assert stored is not None
+        db = store.db  # type: ignore[attr-defined]
+        db.execute("UPDATE requests SET expires_at = ? WHERE id = ?", (int(past.timestamp() * 1e6), request.id))
+    async with connect() as third:
+        assert (await third.get(request.id)).status is Status.EXPIRED
