@@ -1,7 +1,7 @@
 """interlock: durable human-in-the-loop requests for AI agents.
 
-    async with interlock.connect() as broker:          # SQLite file by default
-        ok = await broker.ask(Confirm("Deploy to prod?"), to="alice", timeout=600)
+async with interlock.connect() as broker:          # SQLite file by default
+    ok = await broker.ask(Confirm("Deploy to prod?"), to="alice", timeout=600)
 """
 
 from __future__ import annotations

@@ -262,7 +262,12 @@ class Broker:
 
     def _refuse_if_closed(self, channel: str | None) -> None:
         if self._is_closed(channel):
-            raise Closed(None, f"channel {channel!r} is closed" if channel and None not in self._closed_scopes else "the broker is closed")
+            raise Closed(
+                None,
+                f"channel {channel!r} is closed"
+                if channel and None not in self._closed_scopes
+                else "the broker is closed",
+            )
 
     # -- waiting -------------------------------------------------------------------------
 
@@ -350,7 +355,9 @@ class Broker:
 
     async def reject(self, request_id: str, reason: str = "", *, by: str | None = None, via: str = "python") -> bool:
         """Refuse a pending request; its waiters get `Rejected(reason)`."""
-        return await self._give_up(request_id, Status.REJECTED, Response(datetime.now(UTC), by=by, via=via, reason=reason))
+        return await self._give_up(
+            request_id, Status.REJECTED, Response(datetime.now(UTC), by=by, via=via, reason=reason)
+        )
 
     async def cancel(self, request_id: str, reason: str = "", *, by: str | None = None) -> bool:
         """Withdraw a pending request (the requester changed its mind); waiters get `Cancelled`."""
@@ -480,6 +487,11 @@ class Broker:
         finally:
             self._followers -= follow
 
+    async def last_event_id(self) -> int:
+        """The id of the newest event: pass it as `events(after=...)` to follow from now on."""
+        await self._ready()
+        return await self.store.last_event_id()
+
     def _changed_now(self) -> None:
         if self._followers:
             self._changed.set()
@@ -550,25 +562,19 @@ def _origin(
     run: str | None,
     correlation_id: str | None,
 ) -> Origin:
-    given = {
-        "session": session,
-        "channel": channel,
-        "agent": agent,
-        "actor": actor,
-        "tool_call_id": tool_call_id,
-        "tool_name": tool_name,
-        "arguments": arguments,
-        "run": run,
-        "correlation_id": correlation_id,
-    }
-    given = {k: v for k, v in given.items() if v is not None}
-    if origin is None:
-        return Origin(**given)
-    if given:
-        from dataclasses import replace
-
-        return replace(origin, **given)
-    return origin
+    """The origin fields given one by one, over those of `origin` when both are given."""
+    base = origin or Origin()
+    return Origin(
+        session=base.session if session is None else session,
+        channel=base.channel if channel is None else channel,
+        agent=base.agent if agent is None else agent,
+        actor=base.actor if actor is None else actor,
+        tool_call_id=base.tool_call_id if tool_call_id is None else tool_call_id,
+        tool_name=base.tool_name if tool_name is None else tool_name,
+        arguments=base.arguments if arguments is None else arguments,
+        run=base.run if run is None else run,
+        correlation_id=base.correlation_id if correlation_id is None else correlation_id,
+    )
 
 
 def _outcome(request: Request) -> Response:

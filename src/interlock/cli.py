@@ -1,12 +1,53 @@
-"""The `interlock` command."""
+"""The `interlock` command: ask a person from a shell script, list an inbox, answer.
+
+`interlock ask` exits with a code a script can branch on:
+
+    0  answered (and, for --confirm, approved)
+    1  declined (--confirm answered no) or rejected
+    2  expired
+    3  cancelled or closed
+    4  usage error, bad input, or the store could not be reached
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import re
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from . import __version__
+from .broker import Broker, connect
+from .errors import Cancelled, Expired, InterlockError, InvalidAnswer, InvalidRequest, NotFound, Rejected
+from .model import Ask, Choice, Confirm, Form, MultiChoice, Request, Status, Text, options_of, request_to_dict
 
-app = typer.Typer(no_args_is_help=True, help="Durable human-in-the-loop requests for AI agents.")
+ANSWERED, DECLINED, EXPIRED, CANCELLED, USAGE = 0, 1, 2, 3, 4
+T = TypeVar("T")
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Durable human-in-the-loop requests for AI agents: ask a person, get a validated answer.",
+)
+err = Console(stderr=True)
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        envvar="INTERLOCK_URL",
+        help="Store URL: sqlite:///path.db (default sqlite:///interlock.db) or memory://.",
+        show_default=False,
+    ),
+]
 
 
 def _version(value: bool) -> None:
@@ -17,10 +58,266 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
 ) -> None:
     """Ask a person, get a validated answer."""
 
 
+def _fail(message: str, code: int = USAGE) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _run(db: str | None, work: Callable[[Broker], Awaitable[T]]) -> T:
+    async def main() -> T:
+        async with connect(db) as broker:
+            return await work(broker)
+
+    try:
+        return asyncio.run(main())
+    except (InvalidRequest, InvalidAnswer) as exc:
+        raise _fail(str(exc)) from None
+    except NotFound as exc:
+        raise _fail(str(exc), DECLINED) from None
+    except (OSError, TimeoutError, ValueError) as exc:
+        if isinstance(exc, InterlockError):
+            raise
+        raise _fail(f"{type(exc).__name__}: {exc}") from None
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+def parse_duration(text: str) -> float:
+    """'90' or '90s', '10m', '2h', '1d', '250ms' -> seconds."""
+    match = _DURATION.match(text)
+    if not match or float(match[1]) <= 0:
+        raise typer.BadParameter(f"{text!r} is not a duration like 30s, 10m, 2h or 1d")
+    return float(match[1]) * _UNIT[match[2]]
+
+
+@app.command()
+def ask(
+    prompt: Annotated[str, typer.Argument(help="What to ask.")],
+    confirm: Annotated[bool, typer.Option("--confirm", help="A yes/no question; exit 1 when declined.")] = False,
+    choice: Annotated[list[str] | None, typer.Option("--choice", help="An option (repeat for each).")] = None,
+    multi: Annotated[bool, typer.Option("--multi", help="With --choice: several may be picked.")] = False,
+    other: Annotated[bool, typer.Option("--other", help="With --choice: free text is allowed too.")] = False,
+    text: Annotated[bool, typer.Option("--text", help="Free text (the default).")] = False,
+    multiline: Annotated[bool, typer.Option("--multiline", help="Free text over several lines.")] = False,
+    form: Annotated[Path | None, typer.Option("--form", help="A JSON Schema (type object) file.")] = None,
+    to: Annotated[str | None, typer.Option("--to", help="Whose inbox it goes to.")] = None,
+    title: Annotated[str, typer.Option("--title", help="A short title.")] = "",
+    details: Annotated[str, typer.Option("--details", help="More context, in markdown.")] = "",
+    timeout: Annotated[str | None, typer.Option("--timeout", help="Expire after this long: 30s, 10m, 2h, 1d.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Ask a person and wait for the answer; print it as JSON. Exit codes: 0 answered
+    (approved), 1 declined or rejected, 2 expired, 3 cancelled, 4 usage or connection error."""
+    kinds = sum([confirm, bool(choice), text or multiline, form is not None])
+    if kinds > 1:
+        raise _fail("choose one of --confirm, --choice, --text/--multiline, --form")
+    if (multi or other) and not choice:
+        raise _fail("--multi and --other need --choice options")
+    seconds = parse_duration(timeout) if timeout else None
+    the_ask: Ask
+    try:
+        if confirm:
+            the_ask = Confirm(prompt, id="answer")
+        elif choice and multi:
+            the_ask = MultiChoice(prompt, choice, id="answer", min=1)
+        elif choice:
+            the_ask = Choice(prompt, choice, id="answer", allow_other=other)
+        elif form is not None:
+            the_ask = Form(prompt, schema=json.loads(form.read_text("utf-8")), id="answer")
+        else:
+            the_ask = Text(prompt, id="answer", multiline=multiline)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise _fail(f"cannot read the form schema: {exc}") from None
+    except InvalidRequest as exc:
+        raise _fail(str(exc)) from None
+
+    async def work(broker: Broker) -> tuple[int, Any]:
+        request = await broker.create(the_ask, to=to, title=title, details=details, timeout=seconds)
+        hint = f"interlock answer {request.id} ..."
+        with err.status(f"Waiting for an answer to {request.id} (answer it with: {hint})"):
+            try:
+                response = await broker.wait(request.id)
+            except Rejected as exc:
+                return DECLINED, {"status": "rejected", "reason": exc.reason}
+            except Expired:
+                return EXPIRED, {"status": "expired"}
+            except Cancelled as exc:
+                return CANCELLED, {"status": "cancelled", "reason": exc.reason}
+        value = response.answers.get("answer")
+        return (DECLINED if confirm and value is False else ANSWERED), value
+
+    code, value = _run(db, work)
+    typer.echo(json.dumps(value))
+    raise typer.Exit(code)
+
+
+@app.command()
+def inbox(
+    to: Annotated[str | None, typer.Option("--to", help="Only this recipient's requests.")] = None,
+    status: Annotated[str, typer.Option("--status", help="pending, answered, rejected, expired, cancelled or all.")] = (
+        "pending"
+    ),
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+    db: DbOption = None,
+) -> None:
+    """List requests, newest first."""
+    if status != "all" and status not in {s.value for s in Status}:
+        raise _fail(f"unknown status {status!r}")
+    page = _run(db, lambda b: b.list(recipient=to, status=None if status == "all" else status, limit=limit))
+    if as_json:
+        for request in page.items:
+            typer.echo(json.dumps(request_to_dict(request)))
+        return
+    table = Table(box=None, header_style="bold")
+    table.add_column("id", no_wrap=True, min_width=26)
+    for column in ("status", "to", "asks", "created", "expires"):
+        table.add_column(column)
+    now = datetime.now(UTC)
+    for r in page.items:
+        expires = "" if r.expires_at is None else _ago(r.expires_at, now)
+        table.add_row(r.id, r.status.value, r.to or "", _summary(r), _ago(r.created_at, now), expires)
+    Console(width=None if sys.stdout.isatty() else 1000).print(table)
+    if not page.items:
+        err.print("no requests")
+
+
+@app.command()
+def show(request_id: str, db: DbOption = None) -> None:
+    """Print one request as JSON."""
+    request = _run(db, lambda b: b.get(request_id))
+    typer.echo(json.dumps(request_to_dict(request), indent=2))
+
+
+@app.command()
+def answer(
+    request_id: Annotated[str, typer.Argument(help="The request's id.")],
+    values: Annotated[
+        list[str] | None,
+        typer.Argument(help="The answer: yes/no, an option, text; ASK=VALUE for each ask of a request with several."),
+    ] = None,
+    raw: Annotated[
+        str | None, typer.Option("--json", help="The answer as JSON (a value, or answers by ask id).")
+    ] = None,
+    by: Annotated[str | None, typer.Option("--by", help="Who is answering.")] = None,
+    comment: Annotated[str, typer.Option("--comment", help="A comment kept with the answer.")] = "",
+    db: DbOption = None,
+) -> None:
+    """Answer a pending request."""
+
+    async def work(broker: Broker) -> bool:
+        request = await broker.get(request_id)
+        if raw is not None:
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise InvalidAnswer(f"--json is not valid JSON: {exc}") from None
+        else:
+            value = parse_answer(request, values or [])
+        return await broker.resolve(request_id, value, by=by, via="cli", comment=comment)
+
+    if not _run(db, work):
+        raise _fail(f"request {request_id} is no longer pending", DECLINED)
+    err.print(f"answered {request_id}")
+
+
+@app.command()
+def reject(
+    request_id: Annotated[str, typer.Argument(help="The request's id.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why; the asker reads it.")] = "",
+    by: Annotated[str | None, typer.Option("--by", help="Who is rejecting.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Refuse a pending request."""
+    if not _run(db, lambda b: b.reject(request_id, reason, by=by, via="cli")):
+        raise _fail(f"request {request_id} is not pending", DECLINED)
+    err.print(f"rejected {request_id}")
+
+
+def parse_answer(request: Request, values: list[str]) -> Any:
+    """Turn command-line words into an answer: one ask takes the words as its value,
+    several take ASK=VALUE pairs."""
+    if len(request.asks) == 1:
+        return _parse_one(request.asks[0], values)
+    by_id = {a.id: a for a in request.asks}
+    answers: dict[str, Any] = {}
+    for pair in values:
+        ask_id, sep, value = pair.partition("=")
+        if not sep or ask_id not in by_id:
+            raise InvalidAnswer(f"give each answer as ASK=VALUE with ASK one of: {', '.join(by_id)}")
+        answers[ask_id] = _parse_one(by_id[ask_id], [value])
+    return answers
+
+
+_YES = {"y", "yes", "true", "1", "approve", "ok"}
+_NO = {"n", "no", "false", "0", "deny", "reject"}
+
+
+def _parse_one(ask: Ask, words: list[str]) -> Any:
+    text = " ".join(words)
+    if isinstance(ask, Confirm):
+        low = text.strip().lower()
+        if low in _YES:
+            return True
+        if low in _NO:
+            return False
+        raise InvalidAnswer(f"ask {ask.id!r}: answer yes or no", ask_id=ask.id)
+    if isinstance(ask, Choice):
+        return _match_option(ask, text.strip()) or text
+    if isinstance(ask, MultiChoice):
+        picks = [w.strip() for word in words for w in word.split(",") if w.strip()]
+        return [_match_option(ask, p) or p for p in picks]
+    if isinstance(ask, Form):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidAnswer(f"ask {ask.id!r}: give the form as JSON ({exc})", ask_id=ask.id) from None
+    return text
+
+
+def _match_option(ask: Choice | MultiChoice, word: str) -> str | None:
+    """An option by id, else by id or label ignoring case."""
+    options = options_of(ask)
+    for option in options:
+        if option.id == word:
+            return option.id
+    low = word.lower()
+    for option in options:
+        if option.id.lower() == low or option.label.lower() == low:
+            return option.id
+    return None
+
+
+def _summary(request: Request) -> str:
+    first = request.title or request.asks[0].prompt
+    first = first if len(first) <= 60 else first[:57] + "..."
+    more = f" (+{len(request.asks) - 1})" if len(request.asks) > 1 else ""
+    return f"{request.asks[0].type}: {first}{more}"
+
+
+def _ago(when: datetime, now: datetime) -> str:
+    seconds = int((when - now).total_seconds())
+    future, seconds = seconds > 0, abs(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            amount = f"{seconds // size}{unit}"
+            break
+    else:
+        amount = f"{seconds}s"
+    return f"in {amount}" if future else f"{amount} ago"
+
+
 def main() -> None:
-    app()
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, cast
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -45,6 +45,7 @@ __all__ = [
     "build_request",
     "check_answers",
     "new_id",
+    "options_of",
     "request_from_dict",
     "request_to_dict",
 ]
@@ -214,16 +215,12 @@ class Choice:
     def check(self, value: object) -> str:
         if not isinstance(value, str):
             raise InvalidAnswer(f"ask {self.id!r}: expected one option id, got {_kind_of(value)}", ask_id=self.id)
-        if any(opt.id == value for opt in self._opts):
+        if any(opt.id == value for opt in options_of(self)):
             return value
         if self.allow_other and value.strip():
             return value
-        ids = ", ".join(opt.id for opt in self._opts)
+        ids = ", ".join(opt.id for opt in options_of(self))
         raise InvalidAnswer(f"ask {self.id!r}: {value!r} is not one of the options ({ids})", ask_id=self.id)
-
-    @property
-    def _opts(self) -> tuple[Option, ...]:
-        return self.options  # type: ignore[return-value]  # normalised to a tuple in __post_init__
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,8 +249,10 @@ class MultiChoice:
 
     def check(self, value: object) -> list[str]:
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-            raise InvalidAnswer(f"ask {self.id!r}: expected a list of option ids, got {_kind_of(value)}", ask_id=self.id)
-        known = {opt.id for opt in self.options}  # type: ignore[union-attr]  # Options after __post_init__
+            raise InvalidAnswer(
+                f"ask {self.id!r}: expected a list of option ids, got {_kind_of(value)}", ask_id=self.id
+            )
+        known = {opt.id for opt in options_of(self)}
         seen: set[str] = set()
         for v in value:
             if v not in known:
@@ -283,7 +282,7 @@ class Form:
     def __post_init__(self) -> None:
         _check_prompt(self.type, self.id, self.prompt)
         if not isinstance(self.schema, Mapping) or self.schema.get("type") != "object":
-            raise InvalidRequest(f"ask {self.id!r}: a form schema must be a JSON Schema with \"type\": \"object\"")
+            raise InvalidRequest(f'ask {self.id!r}: a form schema must be a JSON Schema with "type": "object"')
         try:
             Draft202012Validator.check_schema(self.schema)
         except SchemaError as exc:
@@ -301,8 +300,14 @@ class Form:
         return dict(value)
 
 
+def options_of(ask: Choice | MultiChoice) -> tuple[Option, ...]:
+    """The options of a choice ask, as the `Option`s they were normalised to."""
+    return cast(tuple[Option, ...], ask.options)
+
+
 Ask: TypeAlias = Text | Confirm | Choice | MultiChoice | Form
-ASK_TYPES: dict[str, type[Ask]] = {cls.type: cls for cls in (Text, Confirm, Choice, MultiChoice, Form)}
+_ASK_CLASSES = (Text, Confirm, Choice, MultiChoice, Form)
+ASK_TYPES: dict[str, type[Ask]] = {cls.type: cls for cls in _ASK_CLASSES}
 
 
 def _kind_of(value: object) -> str:
@@ -435,12 +440,12 @@ def build_request(
     now: datetime | None = None,
 ) -> Request:
     """Check the parts of a new request and return it, pending, with a fresh id."""
-    ask_list: tuple[Ask, ...] = (asks,) if isinstance(asks, tuple(ASK_TYPES.values())) else tuple(asks)  # type: ignore[arg-type]
+    ask_list: tuple[Ask, ...] = (asks,) if isinstance(asks, _ASK_CLASSES) else tuple(asks)
     if not ask_list:
         raise InvalidRequest("a request needs at least one ask")
     seen: set[str] = set()
     for ask in ask_list:
-        if not isinstance(ask, tuple(ASK_TYPES.values())):
+        if not isinstance(ask, _ASK_CLASSES):
             raise InvalidRequest(f"not an ask: {ask!r}")
         if ask.id in seen:
             raise InvalidRequest(f"ask id {ask.id!r} is used twice")
@@ -514,10 +519,7 @@ def ask_to_dict(ask: Ask) -> dict[str, Any]:
     if isinstance(ask, Text):
         out.update(multiline=ask.multiline, max_length=ask.max_length)
     elif isinstance(ask, Choice | MultiChoice):
-        out["options"] = [
-            {"id": o.id, "label": o.label, "description": o.description}
-            for o in ask.options  # type: ignore[union-attr]  # Options after __post_init__
-        ]
+        out["options"] = [{"id": o.id, "label": o.label, "description": o.description} for o in options_of(ask)]
         if isinstance(ask, Choice):
             out["allow_other"] = ask.allow_other
         else:
@@ -557,11 +559,7 @@ def _dt(value: str | None) -> datetime | None:
 
 
 def origin_to_dict(origin: Origin) -> dict[str, Any]:
-    return {
-        name: value
-        for name in Origin.__dataclass_fields__
-        if (value := getattr(origin, name)) is not None
-    }
+    return {name: value for name in Origin.__dataclass_fields__ if (value := getattr(origin, name)) is not None}
 
 
 def response_to_dict(response: Response) -> dict[str, Any]:

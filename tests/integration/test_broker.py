@@ -93,7 +93,7 @@ async def test_ask_returns_the_bare_value_for_one_ask_and_a_dict_for_several(bro
 
 
 async def _last(broker: Broker) -> int:
-    return await broker.store.last_event_id()
+    return await broker.last_event_id()
 
 
 async def test_every_waiter_on_a_request_gets_its_outcome(broker: Broker) -> None:
@@ -566,9 +566,7 @@ async def test_following_the_event_log_sees_new_events_live(broker: Broker) -> N
     assert received == ["created", "answered"]
 
 
-async def test_an_expired_deadline_in_the_past_settles_on_open(
-    connect: Callable[..., Broker], backend: str
-) -> None:
+async def test_an_expired_deadline_in_the_past_settles_on_open(connect: Callable[..., Broker], backend: str) -> None:
     if backend == "memory":
         pytest.skip("a memory store does not outlive its process")
     async with connect() as first:

@@ -173,7 +173,9 @@ class SqliteStore:
                 if found is not None:
                     return request_from_dict(json.loads(found[0])), False
             db.execute(Q["insert_request"], row)
-            db.execute(Q["insert_event"], {"type": "created", "request_id": request.id, "at": row["created_at"], "data": doc})
+            db.execute(
+                Q["insert_event"], {"type": "created", "request_id": request.id, "at": row["created_at"], "data": doc}
+            )
             return request, True
 
         return await self._write(insert)
@@ -194,6 +196,7 @@ class SqliteStore:
     async def settle_pending(
         self, status: Status, response: Response, *, channel: str | None = None, due: datetime | None = None
     ) -> list[Request]:
+        params: dict[str, Any]
         if due is not None:
             sql, params = Q["pending_due"], {"due": _us(due)}
         elif channel is not None:

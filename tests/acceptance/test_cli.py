@@ -1,0 +1,155 @@
+"""The `interlock` command, run for real in subprocesses against a SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+import interlock
+from interlock import Broker, Request
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+INTERLOCK = [sys.executable, "-m", "interlock"]
+
+
+def run(*args: str, db: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "INTERLOCK_URL": db}
+    return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+async def ask_and_settle(
+    db: str, args: list[str], settle: Callable[[Broker, Request], Awaitable[object]]
+) -> tuple[int, str]:
+    """Run `interlock ask ...`, settle the request it creates through the API, return
+    the exit code and what it printed."""
+    env = {**os.environ, "INTERLOCK_URL": db}
+    async with interlock.connect(db) as broker:
+        after = await broker.last_event_id()  # before the child can create anything
+        proc = await asyncio.create_subprocess_exec(
+            *INTERLOCK, "ask", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
+        )
+        with anyio.fail_after(30):
+            async for event in broker.events(after=after, follow=True):
+                if event.type == "created" and event.request is not None:
+                    await settle(broker, event.request)
+                    break
+            out, _ = await proc.communicate()
+        assert proc.returncode is not None
+        return proc.returncode, out.decode().strip()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'cli.db'}"
+
+
+def test_version() -> None:
+    out = subprocess.run([*INTERLOCK, "--version"], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == f"interlock {interlock.__version__}"
+
+
+async def test_ask_blocks_until_answered_and_prints_the_answer(db: str) -> None:
+    async def approve(broker: Broker, request: Request) -> None:
+        assert request.to == "alice"
+        assert request.expires_at is not None
+        await broker.resolve(request.id, True, by="alice")
+
+    code, out = await ask_and_settle(db, ["Deploy to prod?", "--confirm", "--to", "alice", "--timeout", "10m"], approve)
+    assert (code, json.loads(out)) == (0, True)
+
+
+async def test_a_declined_confirm_exits_one(db: str) -> None:
+    code, out = await ask_and_settle(db, ["Deploy?", "--confirm"], lambda b, r: b.resolve(r.id, False))
+    assert (code, json.loads(out)) == (1, False)
+
+
+async def test_a_rejection_exits_one_with_the_reason(db: str) -> None:
+    code, out = await ask_and_settle(db, ["Deploy?", "--confirm"], lambda b, r: b.reject(r.id, "freeze week"))
+    assert code == 1
+    assert json.loads(out) == {"status": "rejected", "reason": "freeze week"}
+
+
+async def test_a_cancellation_exits_three(db: str) -> None:
+    code, _ = await ask_and_settle(db, ["Deploy?", "--confirm"], lambda b, r: b.cancel(r.id))
+    assert code == 3
+
+
+async def test_choices_and_multi_choices_come_back_as_option_ids(db: str) -> None:
+    code, out = await ask_and_settle(
+        db, ["Region?", "--choice", "eu", "--choice", "us"], lambda b, r: b.resolve(r.id, "us")
+    )
+    assert (code, json.loads(out)) == (0, "us")
+    code, out = await ask_and_settle(
+        db, ["Regions?", "--choice", "eu", "--choice", "us", "--multi"], lambda b, r: b.resolve(r.id, ["eu", "us"])
+    )
+    assert (code, json.loads(out)) == (0, ["eu", "us"])
+
+
+async def test_a_form_ask_takes_its_schema_from_a_file(db: str, tmp_path: Path) -> None:
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}))
+    code, out = await ask_and_settle(db, ["How many?", "--form", str(schema)], lambda b, r: b.resolve(r.id, {"n": 3}))
+    assert (code, json.loads(out)) == (0, {"n": 3})
+
+
+def test_an_expiry_exits_two(db: str) -> None:
+    result = run("ask", "Deploy?", "--confirm", "--timeout", "100ms", db=db)
+    assert result.returncode == 2
+    assert json.loads(result.stdout) == {"status": "expired"}
+
+
+def test_usage_errors_exit_four_and_store_nothing(db: str) -> None:
+    assert run("ask", "Deploy?", "--confirm", "--choice", "a", db=db).returncode == 4
+    assert run("ask", "Deploy?", "--timeout", "soon", db=db).returncode in (2, 4)  # click's own usage code is 2
+    assert run("ask", "", db=db).returncode == 4
+    assert run("ask", "Deploy?", "--form", "/nonexistent.json", db=db).returncode == 4
+    listed = run("inbox", "--status", "all", "--json", db=db)
+    assert listed.stdout == ""
+
+
+async def test_inbox_and_answer_in_the_terminal(db: str) -> None:
+    async with interlock.connect(db) as broker:
+        request = await broker.create(
+            [interlock.Choice("Colour?", ["Red", "Green"], id="colour"), interlock.Text("Why?", id="why")],
+            to="alice",
+            title="Paint the shed",
+        )
+    table = run("inbox", "--to", "alice", db=db)
+    assert request.id in table.stdout
+    assert "Paint the shed" in table.stdout
+
+    bad = run("answer", request.id, "colour=blue", "why=because", db=db)
+    assert bad.returncode == 4
+    assert "'blue' is not one of the options" in bad.stderr
+    good = run("answer", request.id, "colour=green", "why=it is calm", "--by", "alice", db=db)
+    assert good.returncode == 0, good.stderr  # 'green' matched the option 'Green' ignoring case
+    again = run("answer", request.id, "colour=Red", "why=x", db=db)
+    assert again.returncode == 1
+
+    async with interlock.connect(db) as broker:
+        settled = await broker.get(request.id)
+    assert settled.answer == {"colour": "Green", "why": "it is calm"}
+    assert settled.response is not None
+    assert (settled.response.by, settled.response.via) == ("alice", "cli")
+
+
+def test_reject_in_the_terminal(db: str) -> None:
+    async def make() -> str:
+        async with interlock.connect(db) as broker:
+            return (await broker.create(interlock.Confirm("Ok?"))).id
+
+    request_id = asyncio.run(make())
+    assert run("reject", request_id, "--reason", "no", db=db).returncode == 0
+    assert run("reject", request_id, db=db).returncode == 1
+    shown = json.loads(run("show", request_id, db=db).stdout)
+    assert shown["status"] == "rejected"
+    assert shown["response"]["reason"] == "no"

@@ -1,0 +1,114 @@
+"""What differs between stores: memory retention, SQLite durability and migrations."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import anyio
+import pytest
+
+import interlock
+from interlock import Expired, NotFound, Rejected, Status, Text
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_memory_keeps_only_the_last_n_settled_outcomes() -> None:
+    async with interlock.connect("memory://", retention=2) as broker:
+        ids = []
+        for name in ("a", "b", "c"):
+            request = await broker.create(Text("Name?"))
+            await broker.resolve(request.id, name)
+            ids.append(request.id)
+        with pytest.raises(NotFound):
+            await broker.wait(ids[0])
+        assert (await broker.wait(ids[1])).answers == {"text": "b"}
+        assert (await broker.wait(ids[2])).answers == {"text": "c"}
+
+
+async def test_memory_retention_zero_replays_nothing_but_still_wakes_waiters() -> None:
+    async with interlock.connect("memory://?retention=0") as broker:
+        request = await broker.create(Text("Name?"))
+        waiter = asyncio.create_task(broker.wait(request.id))
+        await anyio.wait_all_tasks_blocked()
+        await broker.resolve(request.id, "Ada")
+        with anyio.fail_after(10):
+            assert (await waiter).answers == {"text": "Ada"}
+        with pytest.raises(NotFound):
+            await broker.wait(request.id)
+
+
+async def test_sqlite_outcomes_replay_after_the_process_reconnects(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    async with interlock.connect(url) as broker:
+        answered = await broker.create(Text("Name?"))
+        await broker.resolve(answered.id, "Ada", by="alice")
+        rejected = await broker.create(Text("Name?"))
+        await broker.reject(rejected.id, "no")
+        expired = await broker.create(Text("Name?"))
+        with pytest.raises(Expired):
+            await broker.wait(expired.id, timeout=0)
+    async with interlock.connect(url) as broker:
+        response = await broker.wait(answered.id)
+        assert (response.answers, response.by) == ({"text": "Ada"}, "alice")
+        with pytest.raises(Rejected, match="no"):
+            await broker.wait(rejected.id)
+        with pytest.raises(Expired):
+            await broker.wait(expired.id)
+        assert [e.type for e in [e async for e in broker.events()]] == [
+            "created",
+            "answered",
+            "created",
+            "rejected",
+            "created",
+            "expired",
+        ]
+
+
+async def test_sqlite_migrations_run_once_even_when_processes_open_together(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    brokers = [interlock.connect(url) for _ in range(5)]
+    await asyncio.gather(*(b.open() for b in brokers))
+    await brokers[0].create(Text("ok?"))
+    for b in brokers:
+        await b.aclose()
+    with sqlite3.connect(tmp_path / "x.db") as db:
+        assert db.execute("SELECT version, name FROM interlock_migrations").fetchall() == [(1, "initial")]
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+async def test_the_default_store_is_a_sqlite_file_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("INTERLOCK_URL", raising=False)
+    async with interlock.connect() as broker:
+        request = await broker.create(Text("Name?"))
+    assert (tmp_path / "interlock.db").exists()
+    monkeypatch.setenv("INTERLOCK_URL", f"sqlite:///{tmp_path / 'other.db'}")
+    async with interlock.connect() as broker:
+        with pytest.raises(NotFound):
+            await broker.get(request.id)
+    assert (tmp_path / "other.db").exists()
+
+
+def test_an_unknown_store_url_is_refused() -> None:
+    with pytest.raises(ValueError, match="unsupported store URL"):
+        interlock.connect("redis://localhost")
+    with pytest.raises(ValueError, match="needs a path"):
+        interlock.connect("sqlite://")
+
+
+async def test_a_second_connection_sees_the_first_ones_requests(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    async with interlock.connect(url) as a, interlock.connect(url) as b:
+        request = await a.create(Text("Name?"), to="alice")
+        assert list(await b.pending(recipient="alice")) == [request.id]
+        waiter = asyncio.create_task(a.wait(request.id))
+        await anyio.wait_all_tasks_blocked()
+        assert await b.resolve(request.id, "Ada")
+        with anyio.fail_after(10):
+            assert (await waiter).answers == {"text": "Ada"}
+        assert (await a.get(request.id)).status is Status.ANSWERED

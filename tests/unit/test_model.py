@@ -1,0 +1,161 @@
+"""Asks, answers and requests: the pure model."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from interlock import Choice, Confirm, Form, InvalidAnswer, InvalidRequest, MultiChoice, Option, Origin, Text
+from interlock.model import (
+    ask_from_dict,
+    ask_to_dict,
+    build_request,
+    check_answers,
+    new_id,
+    request_from_dict,
+    request_to_dict,
+)
+
+
+@pytest.mark.parametrize(
+    ("make", "fragment"),
+    [
+        (lambda: build_request([Text("a", id="x"), Confirm("b", id="x")]), "used twice"),
+        (lambda: build_request([]), "at least one ask"),
+        (lambda: Choice("Pick"), "at least one option"),
+        (lambda: MultiChoice("Pick", []), "at least one option"),
+        (lambda: Choice("Pick", ["a", "a"]), "given twice"),
+        (lambda: Choice("Pick", [Option("a"), {"id": "a", "label": "A"}]), "given twice"),
+        (lambda: Form("Fill", schema={"type": "string"}), "type"),
+        (lambda: Form("Fill", schema={"type": "object", "properties": {"a": {"type": "nope"}}}), "invalid form schema"),
+        (lambda: Text(""), "non-empty"),
+        (lambda: Text("   "), "non-empty"),
+        (lambda: build_request(Text("x" * 20_001)), "at most 20000"),
+        (lambda: build_request(Text("x" * 11), max_prompt_length=10), "at most 10"),
+        (lambda: build_request(Text("ok"), kind="poll"), "kind"),
+        (lambda: MultiChoice("Pick", ["a"], min=2), "only 1 options"),
+        (lambda: MultiChoice("Pick", ["a", "b"], min=2, max=1), "max"),
+        (lambda: Text("Say", max_length=0), "max_length"),
+        (lambda: ask_from_dict({"type": "text", "prompt": "Hi", "options": ["a"]}), "only allowed on choice"),
+        (lambda: ask_from_dict({"type": "confirm", "prompt": "Hi", "colour": "red"}), "unknown field"),
+        (lambda: ask_from_dict({"type": "slider", "prompt": "Hi"}), "unknown ask type"),
+        (lambda: build_request(Text("ok"), idempotency_key=""), "idempotency_key"),
+    ],
+)
+def test_a_malformed_request_is_refused_with_a_clear_reason(make: Any, fragment: str) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        make()
+    assert isinstance(caught.value, ValueError)
+    assert fragment in str(caught.value)
+
+
+def test_the_default_prompt_limit_is_twenty_thousand_characters() -> None:
+    assert build_request(Text("x" * 20_000)).asks[0].prompt == "x" * 20_000
+
+
+def test_options_may_be_strings_mappings_or_options() -> None:
+    ask = Choice("Pick", ["a", {"id": "b", "label": "Bee", "description": "buzz"}, Option("c", "Sea")])
+    assert [(o.id, o.label) for o in ask.options] == [("a", "a"), ("b", "Bee"), ("c", "Sea")]  # type: ignore[union-attr]
+
+
+def one(ask: Any) -> Any:
+    return build_request(ask)
+
+
+@pytest.mark.parametrize(
+    ("ask", "answer", "expected"),
+    [
+        (Text("Name?"), "Ada", {"text": "Ada"}),
+        (Confirm("Ok?"), False, {"confirm": False}),
+        (Choice("One", ["a", "b"]), "b", {"choice": "b"}),
+        (Choice("One", ["a", "b"], allow_other=True), "neither", {"choice": "neither"}),
+        (MultiChoice("Some", ["a", "b"]), [], {"multi_choice": []}),
+        (MultiChoice("Some", ["a", "b"]), ["b", "a"], {"multi_choice": ["b", "a"]}),
+        (Form("F", schema={"type": "object"}), {"x": 1}, {"form": {"x": 1}}),
+        # a single ask may also be answered keyed by its id
+        (Text("Name?"), {"text": "Ada"}, {"text": "Ada"}),
+        # ... except a form whose own property has the ask's name: that is the bare value
+        (
+            Form("F", id="a", schema={"type": "object", "properties": {"a": {"type": "integer"}}}),
+            {"a": 1},
+            {"a": {"a": 1}},
+        ),
+    ],
+)
+def test_a_good_answer_is_normalised_by_ask_id(ask: Any, answer: Any, expected: dict[str, Any]) -> None:
+    assert check_answers(one(ask), answer) == expected
+
+
+@pytest.mark.parametrize(
+    ("ask", "answer", "fragment"),
+    [
+        (Text("Name?"), 3, "expected text, got a number"),
+        (Text("Name?"), "  ", "required"),
+        (Text("Name?", max_length=3), "Adam", "at most 3"),
+        (Confirm("Ok?"), "yes", "expected true or false"),
+        (Confirm("Ok?"), 1, "expected true or false"),
+        (Choice("One", ["a", "b"]), "c", "not one of the options (a, b)"),
+        (Choice("One", ["a", "b"]), ["a"], "expected one option id"),
+        (MultiChoice("Some", ["a", "b"]), "a", "expected a list"),
+        (MultiChoice("Some", ["a", "b"]), ["a", "a"], "twice"),
+        (MultiChoice("Some", ["a", "b", "c"], min=2), ["a"], "at least 2"),
+        (MultiChoice("Some", ["a", "b", "c"], max=1), ["a", "b"], "at most 1"),
+        (Form("F", schema={"type": "object", "required": ["n"]}), {}, "'n' is a required property"),
+        (
+            Form("F", schema={"type": "object", "properties": {"n": {"type": "integer"}}}),
+            {"n": "x"},
+            "at 'n'",
+        ),
+        (Form("F", schema={"type": "object"}), [1], "expected an object"),
+    ],
+)
+def test_a_bad_answer_names_the_ask_and_the_fault(ask: Any, answer: Any, fragment: str) -> None:
+    with pytest.raises(InvalidAnswer) as caught:
+        check_answers(one(ask), answer)
+    assert f"ask {ask.id!r}" in str(caught.value)
+    assert fragment in str(caught.value)
+    assert caught.value.ask_id == ask.id
+
+
+def test_several_asks_need_every_required_one_and_no_strangers() -> None:
+    request = build_request([Text("Name?", id="name"), Text("Nick?", id="nick", required=False)])
+    assert check_answers(request, {"name": "Ada"}) == {"name": "Ada"}
+    with pytest.raises(InvalidAnswer, match="'name': an answer is required"):
+        check_answers(request, {"nick": "A"})
+    with pytest.raises(InvalidAnswer, match="unknown ask id 'age'"):
+        check_answers(request, {"name": "Ada", "age": 3})
+    with pytest.raises(InvalidAnswer, match="answers by ask id"):
+        check_answers(request, "Ada")
+
+
+def test_ids_are_unique_and_sort_in_creation_order() -> None:
+    ids = [new_id() for _ in range(10_000)]
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+    assert all(len(i) == 26 for i in ids)
+
+
+def test_a_request_survives_its_json_shape_unchanged() -> None:
+    request = build_request(
+        [
+            Text("Name?", id="name", multiline=True, max_length=40),
+            Confirm("Sure?", id="ok", required=False),
+            Choice("One", ["a", {"id": "b", "label": "Bee", "description": "d"}], id="one", allow_other=True),
+            MultiChoice("Some", ["a", "b"], id="some", min=1, max=2),
+            Form("F", id="form", schema={"type": "object", "properties": {"n": {"type": "integer"}}}),
+        ],
+        kind="approval",
+        title="T",
+        details="**d**",
+        context={"k": [1, 2]},
+        to="alice",
+        requester="agent",
+        origin=Origin(session="s", channel="c", tool_name="deploy", arguments={"env": "prod"}, run="r"),
+        expires_at=datetime.now(UTC) + timedelta(minutes=5),
+        idempotency_key="key",
+    )
+    assert request_from_dict(request_to_dict(request)) == request
+    for ask in request.asks:
+        assert ask_from_dict(ask_to_dict(ask)) == ask

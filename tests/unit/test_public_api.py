@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import interlock
+import interlock.errors as errors
+
+
+def test_the_public_names_are_pinned() -> None:
+    assert sorted(interlock.__all__) == sorted(
+        [
+            "AlreadySettled",
+            "Ask",
+            "Broker",
+            "Cancelled",
+            "Choice",
+            "Closed",
+            "Confirm",
+            "Deny",
+            "Event",
+            "Expired",
+            "Form",
+            "InputHook",
+            "InterlockError",
+            "InvalidAnswer",
+            "InvalidRequest",
+            "MultiChoice",
+            "NotFound",
+            "Option",
+            "Origin",
+            "Page",
+            "Rejected",
+            "Request",
+            "Response",
+            "Status",
+            "Text",
+            "__version__",
+            "connect",
+        ]
+    )
+    for name in interlock.__all__:
+        assert getattr(interlock, name) is not None
+
+
+def test_the_errors_keep_the_standard_bases_callers_catch() -> None:
+    assert issubclass(errors.NotFound, ValueError)
+    assert issubclass(errors.InvalidRequest, ValueError)
+    assert issubclass(errors.InvalidAnswer, ValueError)
+    assert issubclass(errors.Rejected, RuntimeError)
+    assert issubclass(errors.Expired, TimeoutError)
+    assert issubclass(errors.Closed, RuntimeError)
+    assert issubclass(errors.Cancelled, RuntimeError)
+    assert not issubclass(errors.Cancelled, errors.Rejected)
+    assert not issubclass(errors.Closed, errors.Rejected)
+    assert errors.Rejected("r1", "too risky").reason == "too risky"
