@@ -29,8 +29,7 @@ def version_of(dist: str) -> str:
 def environment(dists: Sequence[str]) -> str:
     """One block describing the machine and the package versions."""
     lines = [
-        f"python   {sys.version.split()[0]} ({platform.python_implementation()}) "
-        f"{sys.executable}",
+        f"python   {sys.version.split()[0]} ({platform.python_implementation()}) {sys.executable}",
         f"machine  {platform.machine()} {platform.system()} {platform.release()}, "
         f"{os.cpu_count()} cpu(s), cpu: {_cpu_model()}",
     ]
@@ -61,7 +60,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
 
     def line(r: Sequence[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
 
     out = [line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     out += [line(r) for r in cells[1:]]

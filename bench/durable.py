@@ -55,7 +55,7 @@ from typing import Any
 from uuid import uuid4
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import collect, environment, median, perf, rounds, table, verdict  # noqa: E402
+from _common import collect, environment, median, perf, rounds, table, verdict
 
 ANSWER = "blue"
 QUESTION = "What colour?"
@@ -167,16 +167,32 @@ def _interlock_migrations() -> list[str] | None:
 
 # Documents of the size interlock stores for a one-Text request (about 370 bytes
 # created, 480 answered), built here without importing interlock's model.
-_DOC_CREATED = json.dumps({
-    "id": "0" * 26, "kind": "question", "status": "pending",
-    "asks": [{"type": "text", "id": "text", "prompt": QUESTION, "required": True,
-              "multiline": False, "max_length": None}],
-    "title": "", "details": "", "context": None, "to": None, "requester": None, "origin": {},
-    "created_at": "2026-01-01T00:00:00.000000+00:00", "expires_at": None,
-    "idempotency_key": None, "response": None}, separators=(",", ":"))
+_DOC_CREATED = json.dumps(
+    {
+        "id": "0" * 26,
+        "kind": "question",
+        "status": "pending",
+        "asks": [
+            {"type": "text", "id": "text", "prompt": QUESTION, "required": True, "multiline": False, "max_length": None}
+        ],
+        "title": "",
+        "details": "",
+        "context": None,
+        "to": None,
+        "requester": None,
+        "origin": {},
+        "created_at": "2026-01-01T00:00:00.000000+00:00",
+        "expires_at": None,
+        "idempotency_key": None,
+        "response": None,
+    },
+    separators=(",", ":"),
+)
 _DOC_ANSWERED = _DOC_CREATED.replace('"pending"', '"answered"').replace(
-    '"response":null', '"response":{"answers":{"text":"blue"},"by":null,"via":"python",'
-    '"reason":"","cause":null,"at":"2026-01-01T00:00:00.000000+00:00"}')
+    '"response":null',
+    '"response":{"answers":{"text":"blue"},"by":null,"via":"python",'
+    '"reason":"","cause":null,"at":"2026-01-01T00:00:00.000000+00:00"}',
+)
 
 
 def raw_sqlite_interlock_schema(path: str, n: int) -> float:
@@ -196,8 +212,7 @@ def raw_sqlite_interlock_schema(path: str, n: int) -> float:
         "NULL, NULL, NULL, NULL, NULL, NULL, NULL, ?, NULL, NULL, ?)"
     )
     insert_event = "INSERT INTO events (type, request_id, at, data) VALUES (?, ?, ?, ?)"
-    settle = ("UPDATE requests SET status = 'answered', settled_at = ?, doc = ? "
-              "WHERE id = ? AND status = 'pending'")
+    settle = "UPDATE requests SET status = 'answered', settled_at = ?, doc = ? WHERE id = ? AND status = 'pending'"
     ex = conn.execute
     try:
         t0 = perf()
@@ -393,13 +408,13 @@ def available(wanted: list[str] | None) -> list[str]:
         import interlock
 
         interlock.connect  # noqa: B018
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         print(f"!! interlock not importable ({exc!r}); benchmarking the others only")
         names = [n for n in names if not n.startswith("interlock") and n != "raw-schema"]
     try:
-        import langgraph.checkpoint.sqlite  # noqa: F401
+        import langgraph.checkpoint.sqlite
         import langgraph.graph  # noqa: F401
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         print(f"!! langgraph not importable ({exc!r}); skipping it")
         names.remove("langgraph")
     return [n for n in names if not wanted or n in wanted]
@@ -429,13 +444,28 @@ def run(args: argparse.Namespace) -> int:
                 samples[n].append(counts[n] / SERIAL[n](dbs.new(n), counts[n]))
         med = {n: median(v) for n, v in samples.items()}
 
-        print(f"## Durable cycle, serial: create -> answer -> wake ({args.reps} reps of "
-              f"~{args.seconds}s, fresh db per rep, median)")
-        rows = [[LABEL[n], med[n], min(samples[n]), max(samples[n]), 1e6 / med[n], counts[n],
-                 _ratio(med[n], med.get("raw")), _ratio(med[n], med.get("langgraph"))]
-                for n in names]
-        print(table(["contender", "cycles/s", "min", "max", "us/cycle", "cycles/rep",
-                     "x raw sqlite3", "x LangGraph"], rows))
+        print(
+            f"## Durable cycle, serial: create -> answer -> wake ({args.reps} reps of "
+            f"~{args.seconds}s, fresh db per rep, median)"
+        )
+        rows = [
+            [
+                LABEL[n],
+                med[n],
+                min(samples[n]),
+                max(samples[n]),
+                1e6 / med[n],
+                counts[n],
+                _ratio(med[n], med.get("raw")),
+                _ratio(med[n], med.get("langgraph")),
+            ]
+            for n in names
+        ]
+        print(
+            table(
+                ["contender", "cycles/s", "min", "max", "us/cycle", "cycles/rep", "x raw sqlite3", "x LangGraph"], rows
+            )
+        )
         print()
 
         conc: list[float] = []
@@ -450,37 +480,44 @@ def run(args: argparse.Namespace) -> int:
                 collect()
                 serial.append(total / interlock_pingpong(dbs.new("serial"), total))
             c, s = median(conc), median(serial)
-            print(f"## interlock sqlite://, {args.agents} concurrent agents vs 1 "
-                  f"({args.agents} x {per_agent} = {total:,} cycles per rep, {args.reps} reps, "
-                  f"median, alternating)")
-            print(table(["mode", "cycles/s", "min", "max", "x serial"], [
-                ["1 agent (serial)", s, min(serial), max(serial), "1.00x"],
-                [f"{args.agents} agents (one broker)", c, min(conc), max(conc), f"{c / s:.2f}x"],
-            ]))
+            print(
+                f"## interlock sqlite://, {args.agents} concurrent agents vs 1 "
+                f"({args.agents} x {per_agent} = {total:,} cycles per rep, {args.reps} reps, "
+                f"median, alternating)"
+            )
+            print(
+                table(
+                    ["mode", "cycles/s", "min", "max", "x serial"],
+                    [
+                        ["1 agent (serial)", s, min(serial), max(serial), "1.00x"],
+                        [f"{args.agents} agents (one broker)", c, min(conc), max(conc), f"{c / s:.2f}x"],
+                    ],
+                )
+            )
             print()
 
         if "interlock" in names and "raw" in names:
             r = med["interlock"] / med["raw"]
-            rows = [["interlock >= 50% of raw sqlite3 (answer from another task)", f"{r:.0%}",
-                     verdict(r >= 0.5)]]
+            rows = [["interlock >= 50% of raw sqlite3 (answer from another task)", f"{r:.0%}", verdict(r >= 0.5)]]
             if "interlock-same-task" in med:
                 r2 = med["interlock-same-task"] / med["raw"]
-                rows.append(["interlock >= 50% of raw sqlite3 (same task)", f"{r2:.0%}",
-                             verdict(r2 >= 0.5)])
+                rows.append(["interlock >= 50% of raw sqlite3 (same task)", f"{r2:.0%}", verdict(r2 >= 0.5)])
             if conc:
                 c, s = median(conc), median(serial)
                 # Rep-to-rep spread on this machine is several percent; say so
                 # instead of calling 0.99x a miss or 1.01x a clear win.
-                tag = verdict(c >= s) if abs(c / s - 1) > 0.05 else \
-                    f"{verdict(c >= s)} (within the +-5% noise)"
+                tag = verdict(c >= s) if abs(c / s - 1) > 0.05 else f"{verdict(c >= s)} (within the +-5% noise)"
                 rows.append([f"{args.agents} agents >= serial rate", f"{c / s:.2f}x", tag])
             print("## Targets")
             print(table(["target", "measured", "verdict"], rows))
 
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"serial": samples, "counts": counts, "agents": conc,
-                       "agents_serial": serial, "args": vars(args)}, fh, indent=1)
+            json.dump(
+                {"serial": samples, "counts": counts, "agents": conc, "agents_serial": serial, "args": vars(args)},
+                fh,
+                indent=1,
+            )
     return 0
 
 

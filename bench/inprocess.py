@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable
 from uuid import uuid4
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import (  # noqa: E402
+from _common import (
     collect,
     environment,
     median,
@@ -336,8 +336,7 @@ def child_memory(name: str, n: int, mode: str) -> dict[str, float]:
 
 
 def memory_in_child(name: str, n: int, mode: str) -> float | None:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child-memory", name, "--mode", mode,
-           "--waiters", str(n)]
+    cmd = [sys.executable, os.path.abspath(__file__), "--child-memory", name, "--mode", mode, "--waiters", str(n)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         print(f"  [memory probe for {name} failed]\n{proc.stderr}", file=sys.stderr)
@@ -347,28 +346,25 @@ def memory_in_child(name: str, n: int, mode: str) -> float | None:
 
 # ---- driver ---------------------------------------------------------------
 
-PINGPONG = {"interlock": interlock_pingpong, "roomkit": roomkit_pingpong,
-            "future": future_pingpong}
-WAITERS = {"interlock": interlock_waiters, "roomkit": roomkit_waiters,
-           "future": future_waiters}
-LABEL = {"interlock": "interlock memory://", "roomkit": "RoomKit HumanInputHandler",
-         "future": "raw asyncio.Future"}
+PINGPONG = {"interlock": interlock_pingpong, "roomkit": roomkit_pingpong, "future": future_pingpong}
+WAITERS = {"interlock": interlock_waiters, "roomkit": roomkit_waiters, "future": future_waiters}
+LABEL = {"interlock": "interlock memory://", "roomkit": "RoomKit HumanInputHandler", "future": "raw asyncio.Future"}
 
 
 def available() -> list[str]:
     names = []
     try:
-        import interlock  # noqa: F401
+        import interlock
 
         interlock.connect  # noqa: B018
         names.append("interlock")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         print(f"!! interlock not importable ({exc!r}); benchmarking the others only")
     try:
         import roomkit.tools.human_input  # noqa: F401
 
         names.append("roomkit")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         print(f"!! roomkit not importable ({exc!r}); skipping it")
     names.append("future")
     return names
@@ -391,17 +387,24 @@ def run(args: argparse.Namespace) -> int:
             pp[n].append(args.cycles / elapsed)
     pp_med = {n: median(v) for n, v in pp.items()}
 
-    print(f"## Ping-pong: create -> resolve from another task -> waiter wakes "
-          f"({args.cycles:,} cycles x {args.reps} reps, median)")
+    print(
+        f"## Ping-pong: create -> resolve from another task -> waiter wakes "
+        f"({args.cycles:,} cycles x {args.reps} reps, median)"
+    )
     rows = []
     for n in names:
-        rows.append([
-            LABEL[n], pp_med[n], min(pp[n]), max(pp[n]), 1e6 / pp_med[n],
-            _ratio(pp_med[n], pp_med.get("roomkit")),
-            _ratio(pp_med[n], pp_med.get("future")),
-        ])
-    print(table(["contender", "cycles/s", "min", "max", "us/cycle", "x RoomKit", "x Future"],
-                rows))
+        rows.append(
+            [
+                LABEL[n],
+                pp_med[n],
+                min(pp[n]),
+                max(pp[n]),
+                1e6 / pp_med[n],
+                _ratio(pp_med[n], pp_med.get("roomkit")),
+                _ratio(pp_med[n], pp_med.get("future")),
+            ]
+        )
+    print(table(["contender", "cycles/s", "min", "max", "us/cycle", "x RoomKit", "x Future"], rows))
     print()
 
     # ---- 10k waiters
@@ -417,36 +420,72 @@ def run(args: argparse.Namespace) -> int:
     mem_tm = {n: memory_in_child(n, args.waiters, "tracemalloc") for n in names}
     mem_rss = {n: memory_in_child(n, args.waiters, "rss") for n in names}
 
-    print(f"## {args.waiters:,} concurrent waiters: create all -> all parked in wait() -> "
-          f"resolve all -> all woken ({args.reps} reps, median ms)")
+    print(
+        f"## {args.waiters:,} concurrent waiters: create all -> all parked in wait() -> "
+        f"resolve all -> all woken ({args.reps} reps, median ms)"
+    )
     rows = []
     for n in names:
         m = wt_med[n]
-        rows.append([
-            LABEL[n], m["total"] * 1e3, m["create"] * 1e3, m["park"] * 1e3, m["wake"] * 1e3,
-            _ratio(m["total"], wt_med.get("roomkit", {}).get("total")),
-            _fmtkb(mem_tm[n]), _fmtkb(mem_rss[n]),
-            _ratio(mem_tm[n], mem_tm.get("roomkit")),
-        ])
-    print(table(["contender", "total ms", "create ms", "park ms", "resolve+wake ms",
-                 "time x RoomKit", "KB/waiter (tracemalloc)", "KB/waiter (RSS)",
-                 "mem x RoomKit"], rows))
+        rows.append(
+            [
+                LABEL[n],
+                m["total"] * 1e3,
+                m["create"] * 1e3,
+                m["park"] * 1e3,
+                m["wake"] * 1e3,
+                _ratio(m["total"], wt_med.get("roomkit", {}).get("total")),
+                _fmtkb(mem_tm[n]),
+                _fmtkb(mem_rss[n]),
+                _ratio(mem_tm[n], mem_tm.get("roomkit")),
+            ]
+        )
+    print(
+        table(
+            [
+                "contender",
+                "total ms",
+                "create ms",
+                "park ms",
+                "resolve+wake ms",
+                "time x RoomKit",
+                "KB/waiter (tracemalloc)",
+                "KB/waiter (RSS)",
+                "mem x RoomKit",
+            ],
+            rows,
+        )
+    )
     print()
 
     if "interlock" in names and "roomkit" in names:
         r_pp = pp_med["interlock"] / pp_med["roomkit"]
         r_wt = wt_med["interlock"]["total"] / wt_med["roomkit"]["total"]
         print("## Targets")
-        print(table(["target", "measured", "verdict"], [
-            ["ping-pong >= 1.5x RoomKit cycles/s", f"{r_pp:.2f}x", verdict(r_pp >= 1.5)],
-            ["10k waiters <= 0.5x RoomKit time", f"{r_wt:.2f}x", verdict(r_wt <= 0.5)],
-            _mem_target(mem_tm, "tracemalloc"),
-            _mem_target(mem_rss, "RSS"),
-        ]))
+        print(
+            table(
+                ["target", "measured", "verdict"],
+                [
+                    ["ping-pong >= 1.5x RoomKit cycles/s", f"{r_pp:.2f}x", verdict(r_pp >= 1.5)],
+                    ["10k waiters <= 0.5x RoomKit time", f"{r_wt:.2f}x", verdict(r_wt <= 0.5)],
+                    _mem_target(mem_tm, "tracemalloc"),
+                    _mem_target(mem_rss, "RSS"),
+                ],
+            )
+        )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"pingpong": pp, "waiters": wt, "mem_tracemalloc_kb": mem_tm,
-                       "mem_rss_kb": mem_rss, "args": vars(args)}, fh, indent=1)
+            json.dump(
+                {
+                    "pingpong": pp,
+                    "waiters": wt,
+                    "mem_tracemalloc_kb": mem_tm,
+                    "mem_rss_kb": mem_rss,
+                    "args": vars(args),
+                },
+                fh,
+                indent=1,
+            )
     return 0
 
 
@@ -454,8 +493,7 @@ def _mem_target(mem: dict[str, float | None], how: str) -> list[str]:
     a, b = mem.get("interlock"), mem.get("roomkit")
     if a is None or b is None:
         return [f"KB/waiter <= RoomKit ({how})", "n/a", "n/a"]
-    return [f"KB/waiter <= RoomKit ({how})", f"{a:.2f} vs {b:.2f} KB ({a / b:.2f}x)",
-            verdict(a <= b)]
+    return [f"KB/waiter <= RoomKit ({how})", f"{a:.2f} vs {b:.2f} KB ({a / b:.2f}x)", verdict(a <= b)]
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -477,8 +515,7 @@ def main() -> int:
     p.add_argument("--only", nargs="*", choices=list(PINGPONG), help="subset of contenders")
     p.add_argument("--json", help="also write raw samples to this file")
     p.add_argument("--child-memory", choices=list(PARK), help=argparse.SUPPRESS)
-    p.add_argument("--mode", choices=["tracemalloc", "rss"], default="tracemalloc",
-                   help=argparse.SUPPRESS)
+    p.add_argument("--mode", choices=["tracemalloc", "rss"], default="tracemalloc", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child_memory:
         print(json.dumps(child_memory(args.child_memory, args.waiters, args.mode)))

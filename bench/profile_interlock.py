@@ -22,8 +22,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import durable  # noqa: E402
-import inprocess  # noqa: E402
+import durable
+import inprocess
 
 
 def main() -> int:
@@ -61,8 +61,7 @@ def main() -> int:
         prof.dump_stats(args.out)
     stats = pstats.Stats(prof)
     stats.strip_dirs()
-    print(f"=== {args.what}: {n:,} {'waiters' if args.what == 'waiters' else 'cycles'}; "
-          f"top {args.top} by own time ===")
+    print(f"=== {args.what}: {n:,} {'waiters' if args.what == 'waiters' else 'cycles'}; top {args.top} by own time ===")
     stats.sort_stats("tottime").print_stats(args.top)
     print(f"=== top {args.top} by cumulative time ===")
     stats.sort_stats("cumulative").print_stats(args.top)
