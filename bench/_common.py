@@ -86,6 +86,13 @@ def rounds(names: Sequence[str], reps: int) -> list[list[str]]:
     return [[names[(i + r) % n] for i in range(n)] for r in range(reps)]
 
 
+def paired(a: Sequence[float], b: Sequence[float]) -> float:
+    """Median of the per-round ratios a[i] / b[i]: samples taken in the same round
+    are close in time, so this ratio shrugs off load that comes and goes (other
+    processes on a 2-core box) better than a ratio of two medians."""
+    return median([x / y for x, y in zip(a, b, strict=True)])
+
+
 def collect() -> None:
     gc.collect()
     gc.collect()

@@ -11,14 +11,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import os
 import secrets
 import socket
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["Wakeup"]
+
+log = logging.getLogger("interlock")
 
 
 class Wakeup:
@@ -37,10 +41,8 @@ class Wakeup:
         return hasattr(socket, "AF_UNIX") and os.name == "posix"
 
     def open(self, callback: Callable[[], None]) -> None:
-        if not self.available:
+        if not self.available or not self._private_folder():
             return
-        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(self.folder.parent, 0o700)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.setblocking(False)
         path = str(self.folder / f"{os.getpid()}-{secrets.token_hex(4)}.sock")
@@ -57,6 +59,21 @@ class Wakeup:
             callback()
 
         self._loop.add_reader(sock.fileno(), drain)
+
+    def _private_folder(self) -> bool:
+        """Make the folder, refusing one that another user owns or can write to: hints
+        from them could not break anything, but they could keep this process busy."""
+        try:
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            for folder in (self.folder.parent, self.folder):
+                info = os.lstat(folder)
+                if info.st_uid != os.getuid() or info.st_mode & 0o077 or not stat.S_ISDIR(info.st_mode):
+                    log.warning("not using %s for wake-up hints: it is not private; falling back to polling", folder)
+                    return False
+        except OSError as exc:
+            log.warning("no wake-up hints (%s); falling back to polling", exc)
+            return False
+        return True
 
     def notify(self) -> None:
         """Tell every other process on this database that something was committed."""
@@ -95,4 +112,6 @@ class Wakeup:
         if self._path is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._path)
+            with contextlib.suppress(OSError):
+                self.folder.rmdir()  # only if no other process is left in it
         self._sock = self._path = None

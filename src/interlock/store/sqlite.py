@@ -31,6 +31,8 @@ __all__ = ["SqliteStore"]
 T = TypeVar("T")
 Q = load_queries("sqlite")
 _SYNCHRONOUS = {"OFF", "NORMAL", "FULL", "EXTRA"}
+_CACHE_SIZE = 10_000
+_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _FILTERS = ("recipient", "status", "kind", "session", "channel", "agent", "run")
 
 
@@ -61,6 +63,9 @@ class SqliteStore:
         self.lock_timeout = lock_timeout
         self._db: sqlite3.Connection | None = None
         self._wakeup = Wakeup(self.path)
+        # Parsed requests by id. A settled one never changes again, so it is served from
+        # here; a pending one only after a cheap check that it is still pending.
+        self._cache: dict[str, Request] = {}
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -147,7 +152,7 @@ class SqliteStore:
     # -- requests ------------------------------------------------------------------------
 
     async def insert(self, request: Request) -> tuple[Request, bool]:
-        doc = json.dumps(request_to_dict(request), separators=(",", ":"))
+        doc = _json(request_to_dict(request))
         o = request.origin
         row = {
             "id": request.id,
@@ -178,12 +183,20 @@ class SqliteStore:
             )
             return request, True
 
-        return await self._write(insert)
+        stored, created = await self._write(insert)
+        self._remember(stored)
+        return stored, created
+
+    def _remember(self, request: Request) -> None:
+        cache = self._cache
+        cache[request.id] = request
+        if len(cache) > _CACHE_SIZE:
+            del cache[next(iter(cache))]
 
     def _settle_one(self, db: sqlite3.Connection, request: Request) -> bool:
         response = request.response
         at = _us(response.at if response is not None else datetime.now(UTC))
-        doc = json.dumps(request_to_dict(request), separators=(",", ":"))
+        doc = _json(request_to_dict(request))
         params = {"id": request.id, "status": request.status.value, "settled_at": at, "doc": doc}
         if db.execute(Q["settle_request"], params).rowcount != 1:
             return False
@@ -191,7 +204,10 @@ class SqliteStore:
         return True
 
     async def settle(self, request: Request) -> bool:
-        return await self._write(lambda db: self._settle_one(db, request))
+        if not await self._write(lambda db: self._settle_one(db, request)):
+            return False
+        self._remember(request)
+        return True
 
     async def settle_pending(
         self, status: Status, response: Response, *, channel: str | None = None, due: datetime | None = None
@@ -214,15 +230,29 @@ class SqliteStore:
                     settled.append(request)
             return settled
 
-        return await self._write(settle_all)
+        settled = await self._write(settle_all)
+        for request in settled:
+            self._remember(request)
+        return settled
 
     async def next_expiry(self) -> datetime | None:
         (value,) = (await self._read(Q["next_expiry"]))[0]
         return None if value is None else _from_us(value)
 
     async def get(self, request_id: str) -> Request | None:
+        cached = self._cache.get(request_id)
+        if cached is not None:
+            if cached.status is not Status.PENDING:
+                return cached
+            rows = await self._read(Q["get_status"], {"id": request_id})
+            if rows and rows[0][0] == Status.PENDING:
+                return cached
         rows = await self._read(Q["get_request"], {"id": request_id})
-        return request_from_dict(json.loads(rows[0][0])) if rows else None
+        if not rows:
+            return None
+        request = request_from_dict(json.loads(rows[0][0]))
+        self._remember(request)
+        return request
 
     async def list(self, query: Query) -> Sequence[Request]:
         where, params = [], {}
@@ -248,6 +278,8 @@ class SqliteStore:
         out = []
         for event_id, type_, request_id, at, data in rows:
             request = request_from_dict(json.loads(data)) if request_id is not None else None
+            if request is not None and request.status is not Status.PENDING:
+                self._remember(request)
             out.append(Event(event_id, type_, _from_us(at), request_id, request))
         return out
 

@@ -14,6 +14,9 @@ WHERE id = :id AND status = 'pending';
 -- name: get_request
 SELECT doc FROM requests WHERE id = :id;
 
+-- name: get_status
+SELECT status FROM requests WHERE id = :id;
+
 -- name: find_idempotent
 SELECT doc FROM requests WHERE ifnull(requester, '') = :requester AND idempotency_key = :key;
 
