@@ -64,7 +64,8 @@ class Wakeup:
         """Make the folder, refusing one that another user owns or can write to: hints
         from them could not break anything, but they could keep this process busy."""
         try:
-            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.folder.parent.mkdir(mode=0o700, exist_ok=True)
+            self.folder.mkdir(mode=0o700, exist_ok=True)
             for folder in (self.folder.parent, self.folder):
                 info = os.lstat(folder)
                 if info.st_uid != os.getuid() or info.st_mode & 0o077 or not stat.S_ISDIR(info.st_mode):
