@@ -408,6 +408,33 @@ class Broker:
             if not fut.done():
                 fut.set_result(request)
 
+    async def inform(
+        self,
+        message: str,
+        *,
+        to: str | None = None,
+        session: str | None = None,
+        agent: str | None = None,
+        run: str | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> Event:
+        """Record a progress update for a person, without waiting for anything.
+
+        It becomes an `informed` event, so inboxes and streams show it; the event is the
+        receipt.
+        """
+        await self._ready()
+        if not isinstance(message, str) or not message.strip():
+            raise InvalidRequest("an update needs a non-empty message")
+        if len(message) > self.max_prompt_length:
+            raise InvalidRequest(f"the message is {len(message)} characters, at most {self.max_prompt_length} allowed")
+        payload: dict[str, Any] = {"message": message, "to": to, "session": session, "agent": agent, "run": run}
+        if data is not None:
+            payload["data"] = dict(data)
+        event = await self.store.append_event("informed", payload)
+        self._changed_now()
+        return event
+
     # -- reading -------------------------------------------------------------------------
 
     async def get(self, request_id: str) -> Request:

@@ -334,6 +334,8 @@ class Origin:
     arguments: Mapping[str, Any] | None = None
     run: str | None = None
     correlation_id: str | None = None
+    delegation: tuple[str, ...] | None = None
+    """The agents that delegated down to `agent`, the root conversation's agent first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -559,7 +561,17 @@ def _dt(value: str | None) -> datetime | None:
 
 
 def origin_to_dict(origin: Origin) -> dict[str, Any]:
-    return {name: value for name in Origin.__dataclass_fields__ if (value := getattr(origin, name)) is not None}
+    out = {name: value for name in Origin.__dataclass_fields__ if (value := getattr(origin, name)) is not None}
+    if origin.delegation is not None:
+        out["delegation"] = list(origin.delegation)
+    return out
+
+
+def origin_from_dict(data: Mapping[str, Any]) -> Origin:
+    fields = dict(data)
+    if fields.get("delegation") is not None:
+        fields["delegation"] = tuple(fields["delegation"])
+    return Origin(**fields)
 
 
 def response_to_dict(response: Response) -> dict[str, Any]:
@@ -615,7 +627,7 @@ def request_from_dict(data: Mapping[str, Any]) -> Request:
         context=data.get("context"),
         to=data.get("to"),
         requester=data.get("requester"),
-        origin=Origin(**data.get("origin", {})),
+        origin=origin_from_dict(data.get("origin", {})),
         created_at=datetime.fromisoformat(data["created_at"]),
         expires_at=_dt(data.get("expires_at")),
         idempotency_key=data.get("idempotency_key"),

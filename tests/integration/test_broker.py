@@ -581,3 +581,15 @@ async def test_an_expired_deadline_in_the_past_settles_on_open(connect: Callable
         db.execute("UPDATE requests SET expires_at = ? WHERE id = ?", (int(past.timestamp() * 1e6), request.id))
     async with connect() as third:
         assert (await third.get(request.id)).status is Status.EXPIRED
+
+
+async def test_inform_records_a_progress_update_as_an_event(broker: Broker) -> None:
+    receipt = await broker.inform("Indexing 40%", to="alice", session="s1", agent="indexer", data={"done": 40})
+    events = [e async for e in broker.events()]
+    assert [(e.id, e.type) for e in events] == [(receipt.id, "informed")]
+    assert events[0].request is None
+    assert events[0].data["message"] == "Indexing 40%"
+    assert events[0].data["data"] == {"done": 40}
+    assert (events[0].data["to"], events[0].data["session"]) == ("alice", "s1")
+    with pytest.raises(InvalidRequest):
+        await broker.inform("  ")

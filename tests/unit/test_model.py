@@ -152,7 +152,9 @@ def test_a_request_survives_its_json_shape_unchanged() -> None:
         context={"k": [1, 2]},
         to="alice",
         requester="agent",
-        origin=Origin(session="s", channel="c", tool_name="deploy", arguments={"env": "prod"}, run="r"),
+        origin=Origin(
+            session="s", channel="c", tool_name="deploy", arguments={"env": "prod"}, run="r", delegation=("root", "a")
+        ),
         expires_at=datetime.now(UTC) + timedelta(minutes=5),
         idempotency_key="key",
     )

@@ -8,10 +8,10 @@ only caller. Core code never imports a driver: each backend module imports its o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from ..model import Event, Request, Response, Status
 
@@ -65,6 +65,10 @@ class Store(Protocol):
     ) -> list[Request]:
         """Settle every pending request in `channel` (all when None), or only those whose
         `expires_at` is at or before `due` when given; return the requests it settled."""
+        ...
+
+    async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
+        """Append an event that changes no request (a progress update, say)."""
         ...
 
     async def next_expiry(self) -> datetime | None:

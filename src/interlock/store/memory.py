@@ -11,8 +11,9 @@ from __future__ import annotations
 import heapq
 import math
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from ..model import Event, Request, Response, Status
 from . import Query
@@ -47,6 +48,12 @@ class MemoryStore:
     def _append(self, type_: str, request: Request) -> None:
         self._last_event += 1
         self._events.append(Event(self._last_event, type_, datetime.now(UTC), request.id, request))
+
+    async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
+        self._last_event += 1
+        event = Event(self._last_event, type, datetime.now(UTC), data=dict(data))
+        self._events.append(event)
+        return event
 
     async def insert(self, request: Request) -> tuple[Request, bool]:
         if request.idempotency_key is not None:

@@ -17,7 +17,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -235,6 +235,18 @@ class SqliteStore:
             self._remember(request)
         return settled
 
+    async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
+        at = datetime.now(UTC)
+        params = {"type": type, "request_id": None, "at": _us(at), "data": _json(dict(data))}
+
+        def append(db: sqlite3.Connection) -> int:
+            cursor = db.execute(Q["insert_event"], params)
+            assert cursor.lastrowid is not None
+            return cursor.lastrowid
+
+        event_id = await self._write(append)
+        return Event(event_id, type, at, data=dict(data))
+
     async def next_expiry(self) -> datetime | None:
         (value,) = (await self._read(Q["next_expiry"]))[0]
         return None if value is None else _from_us(value)
@@ -277,8 +289,11 @@ class SqliteStore:
         rows = await self._read(Q["events_after"], {"after": after, "limit": limit})
         out = []
         for event_id, type_, request_id, at, data in rows:
-            request = request_from_dict(json.loads(data)) if request_id is not None else None
-            if request is not None and request.status is not Status.PENDING:
+            if request_id is None:
+                out.append(Event(event_id, type_, _from_us(at), data=json.loads(data)))
+                continue
+            request = request_from_dict(json.loads(data))
+            if request.status is not Status.PENDING:
                 self._remember(request)
             out.append(Event(event_id, type_, _from_us(at), request_id, request))
         return out
