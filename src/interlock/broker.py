@@ -294,12 +294,7 @@ class Broker:
                     delay = until_due if delay is None else min(delay, until_due)
                 request = await self._await_settled(request, fut, delay)
         finally:
-            remaining = self._waiters.get(request_id)
-            if remaining is not None:
-                with contextlib.suppress(ValueError):
-                    remaining.remove(fut)
-                if not remaining:
-                    del self._waiters[request_id]
+            self._drop_waiter(request_id, fut)
         return _outcome(request)
 
     async def _await_settled(self, request: Request, fut: asyncio.Future[Request], delay: float | None) -> Request:
@@ -319,6 +314,34 @@ class Broker:
             if self._state == "open" and request.id not in self._detached:
                 await self._withdraw(request, "withdrawn", "the waiting call was cancelled")
             raise
+
+    async def watch(self, request_id: str, timeout: float | None = None) -> Request:
+        """Wait until the request settles or `timeout` passes, and return it as it is then.
+
+        Unlike `wait`, watching changes nothing: the time running out leaves the request
+        pending, and a cancelled watch does not withdraw it. Long polls and inboxes use it.
+        """
+        await self._ready()
+        fut: asyncio.Future[Request] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(request_id, []).append(fut)
+        try:
+            request = await self._current(request_id)
+            if request.status is Status.PENDING:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        return await fut
+                return await self._current(request_id)
+            return request
+        finally:
+            self._drop_waiter(request_id, fut)
+
+    def _drop_waiter(self, request_id: str, fut: asyncio.Future[Request]) -> None:
+        remaining = self._waiters.get(request_id)
+        if remaining is not None:
+            with contextlib.suppress(ValueError):
+                remaining.remove(fut)
+            if not remaining:
+                del self._waiters[request_id]
 
     async def _current(self, request_id: str) -> Request:
         request = await self.store.get(request_id)
@@ -363,6 +386,10 @@ class Broker:
         """Withdraw a pending request (the requester changed its mind); waiters get `Cancelled`."""
         response = Response(datetime.now(UTC), by=by, via="python", reason=reason, cause="cancelled")
         return await self._give_up(request_id, Status.CANCELLED, response)
+
+    async def expire(self, request_id: str) -> bool:
+        """Expire a pending request now, as if its deadline had passed."""
+        return await self._give_up(request_id, Status.EXPIRED, Response(datetime.now(UTC), via="expiry"))
 
     async def release(self, request_id: str) -> bool:
         """Free a detached request. Still pending, it is withdrawn so a stray waiter unblocks.

@@ -593,3 +593,32 @@ async def test_inform_records_a_progress_update_as_an_event(broker: Broker) -> N
     assert (events[0].data["to"], events[0].data["session"]) == ("alice", "s1")
     with pytest.raises(InvalidRequest):
         await broker.inform("  ")
+
+
+async def test_watching_returns_the_request_when_it_settles_and_changes_nothing(broker: Broker) -> None:
+    request = await broker.create(Text("Name?"))
+    still = await broker.watch(request.id, timeout=0.01)
+    assert still.status is Status.PENDING  # the time ran out: nothing expired
+
+    watcher = asyncio.create_task(broker.watch(request.id))
+    await anyio.wait_all_tasks_blocked()
+    watcher.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await watcher
+    assert (await broker.get(request.id)).status is Status.PENDING  # nothing withdrawn
+
+    watcher = asyncio.create_task(broker.watch(request.id, timeout=BOUND))
+    await anyio.wait_all_tasks_blocked()
+    await broker.resolve(request.id, "Ada")
+    with anyio.fail_after(BOUND):
+        assert (await watcher).answer == "Ada"
+    with pytest.raises(NotFound):
+        await broker.watch("nope")
+
+
+async def test_expire_settles_a_pending_request_as_expired(broker: Broker) -> None:
+    request = await broker.create(Text("Name?"))
+    assert await broker.expire(request.id)
+    assert await broker.expire(request.id) is False
+    with pytest.raises(Expired):
+        await broker.wait(request.id)

@@ -11,6 +11,7 @@ import pytest
 
 import interlock
 from interlock import Expired, NotFound, Rejected, Status, Text
+from interlock.store._sql import load_migrations
 
 pytestmark = pytest.mark.anyio
 
@@ -75,7 +76,9 @@ async def test_sqlite_migrations_run_once_even_when_processes_open_together(tmp_
     for b in brokers:
         await b.aclose()
     with sqlite3.connect(tmp_path / "x.db") as db:
-        assert db.execute("SELECT version, name FROM interlock_migrations").fetchall() == [(1, "initial")]
+        applied = db.execute("SELECT version, name FROM interlock_migrations ORDER BY version").fetchall()
+        assert applied == [(m.version, m.name) for m in load_migrations("sqlite")]
+        assert len(applied) >= 2
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
@@ -112,3 +115,30 @@ async def test_a_second_connection_sees_the_first_ones_requests(tmp_path: Path) 
         with anyio.fail_after(10):
             assert (await waiter).answers == {"text": "Ada"}
         assert (await a.get(request.id)).status is Status.ANSWERED
+
+
+async def test_principals_and_tokens_are_kept_and_revoked(url: str) -> None:
+    from datetime import UTC, datetime
+
+    from interlock.principals import Principal, hash_token, issue_token
+
+    async with interlock.connect(url) as broker:
+        store = broker.store
+        await store.save_principal(Principal("alice", "human"))
+        await store.save_principal(Principal("bot", "agent", owner="alice"))
+        first = issue_token("bot", datetime.now(UTC))
+        second = issue_token("bot", datetime.now(UTC))
+        await store.save_token(first)
+        await store.save_token(second)
+        with pytest.raises(ValueError, match="no principal"):
+            await store.save_token(issue_token("nobody", datetime.now(UTC)))
+
+        assert await store.principal_for_token(hash_token(first.secret)) == Principal("bot", "agent", owner="alice")
+        assert await store.principal_for_token(hash_token("il_guess")) is None
+        assert [p.name for p in await store.list_principals()] == ["alice", "bot"]
+
+        assert await store.revoke_tokens(token_id=first.id) == 1
+        assert await store.principal_for_token(hash_token(first.secret)) is None
+        assert await store.principal_for_token(hash_token(second.secret)) is not None
+        assert await store.revoke_tokens(principal="bot") == 1
+        assert await store.principal_for_token(hash_token(second.secret)) is None

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from ..model import Event, Request, Response, Status
+from ..principals import IssuedToken, Principal
 
 __all__ = ["Query", "Store"]
 
@@ -87,4 +88,24 @@ class Store(Protocol):
 
     def on_foreign_change(self, callback: Callable[[], None]) -> None:
         """Have `callback` called (on the event loop) when another process may have written."""
+        ...
+
+    # -- principals and tokens (used by the server and `interlock token`) ---------------
+
+    async def save_principal(self, principal: Principal) -> None:
+        """Add a principal, or change the kind and owner of one with the same name."""
+        ...
+
+    async def get_principal(self, name: str) -> Principal | None: ...
+
+    async def list_principals(self) -> Sequence[Principal]: ...
+
+    async def save_token(self, token: IssuedToken) -> None: ...
+
+    async def principal_for_token(self, token_hash: str) -> Principal | None:
+        """The principal a live (unrevoked) token belongs to."""
+        ...
+
+    async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
+        """Revoke one token by id, or every token of a principal; return how many."""
         ...

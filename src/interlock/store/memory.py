@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..model import Event, Request, Response, Status
+from ..principals import IssuedToken, Principal
 from . import Query
 
 __all__ = ["MemoryStore"]
@@ -35,6 +36,9 @@ class MemoryStore:
         self._events: deque[Event] = deque(maxlen=event_retention)
         self._last_event = 0
         self._expiry: list[tuple[datetime, str]] = []
+        self._principals: dict[str, Principal] = {}
+        self._tokens: dict[str, IssuedToken] = {}  # by hash
+        self._revoked: set[str] = set()  # token ids
 
     async def open(self) -> None:
         pass
@@ -132,6 +136,35 @@ class MemoryStore:
 
     async def last_event_id(self) -> int:
         return self._last_event
+
+    async def save_principal(self, principal: Principal) -> None:
+        self._principals[principal.name] = principal
+
+    async def get_principal(self, name: str) -> Principal | None:
+        return self._principals.get(name)
+
+    async def list_principals(self) -> Sequence[Principal]:
+        return sorted(self._principals.values(), key=lambda p: p.name)
+
+    async def save_token(self, token: IssuedToken) -> None:
+        if token.principal not in self._principals:
+            raise ValueError(f"no principal named {token.principal!r}")
+        self._tokens[token.hash] = token
+
+    async def principal_for_token(self, token_hash: str) -> Principal | None:
+        token = self._tokens.get(token_hash)
+        if token is None or token.id in self._revoked:
+            return None
+        return self._principals.get(token.principal)
+
+    async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
+        hits = {
+            t.id
+            for t in self._tokens.values()
+            if t.id not in self._revoked and (t.id == token_id or (principal is not None and t.principal == principal))
+        }
+        self._revoked |= hits
+        return len(hits)
 
 
 def _matches(r: Request, q: Query) -> bool:

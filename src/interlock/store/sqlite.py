@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from ..model import Event, Request, Response, Status, request_from_dict, request_to_dict
+from ..principals import IssuedToken, Principal
 from . import Query
 from ._sql import load_migrations, load_queries
 from ._wakeup import Wakeup
@@ -38,6 +39,10 @@ _FILTERS = ("recipient", "status", "kind", "session", "channel", "agent", "run")
 
 def _us(value: datetime | None) -> int | None:
     return None if value is None else int(value.timestamp() * 1_000_000)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _from_us(value: int) -> datetime:
@@ -282,6 +287,38 @@ class SqliteStore:
         sql += f" ORDER BY id {'DESC' if query.order == 'desc' else 'ASC'} LIMIT :limit"
         params["limit"] = query.limit
         return [request_from_dict(json.loads(doc)) for (doc,) in await self._read(sql, params)]
+
+    # -- principals and tokens ------------------------------------------------------------
+
+    async def save_principal(self, principal: Principal) -> None:
+        row = {"name": principal.name, "kind": principal.kind, "owner": principal.owner, "created_at": _us(_now())}
+        await self._write(lambda db: db.execute(Q["upsert_principal"], row), notify=False)
+
+    async def get_principal(self, name: str) -> Principal | None:
+        rows = await self._read(Q["get_principal"], {"name": name})
+        return Principal(*rows[0]) if rows else None
+
+    async def list_principals(self) -> Sequence[Principal]:
+        return [Principal(*row) for row in await self._read(Q["list_principals"])]
+
+    async def save_token(self, token: IssuedToken) -> None:
+        row = {"id": token.id, "hash": token.hash, "principal": token.principal, "created_at": _us(token.created_at)}
+        try:
+            await self._write(lambda db: db.execute(Q["insert_token"], row), notify=False)
+        except sqlite3.IntegrityError:
+            raise ValueError(f"no principal named {token.principal!r}") from None
+
+    async def principal_for_token(self, token_hash: str) -> Principal | None:
+        rows = await self._read(Q["principal_for_token"], {"hash": token_hash})
+        return Principal(*rows[0]) if rows else None
+
+    async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
+        now = _us(_now())
+        if token_id is not None:
+            sql, params = Q["revoke_token"], {"id": token_id, "now": now}
+        else:
+            sql, params = Q["revoke_principal_tokens"], {"principal": principal, "now": now}
+        return await self._write(lambda db: db.execute(sql, params).rowcount, notify=False)
 
     # -- events --------------------------------------------------------------------------
 

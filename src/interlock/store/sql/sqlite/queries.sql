@@ -37,3 +37,29 @@ SELECT id, type, request_id, at, data FROM events WHERE id > :after ORDER BY id 
 
 -- name: last_event_id
 SELECT ifnull(max(id), 0) FROM events;
+
+-- name: upsert_principal
+INSERT INTO principals (name, kind, owner, created_at) VALUES (:name, :kind, :owner, :created_at)
+ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, owner = excluded.owner;
+
+-- name: get_principal
+SELECT name, kind, owner FROM principals WHERE name = :name;
+
+-- name: list_principals
+SELECT name, kind, owner FROM principals ORDER BY name;
+
+-- name: insert_token
+INSERT INTO tokens (id, hash, principal, created_at) VALUES (:id, :hash, :principal, :created_at);
+
+-- name: principal_for_token
+SELECT p.name, p.kind, p.owner FROM tokens t JOIN principals p ON p.name = t.principal
+WHERE t.hash = :hash AND t.revoked_at IS NULL;
+
+-- name: revoke_token
+UPDATE tokens SET revoked_at = :now WHERE id = :id AND revoked_at IS NULL;
+
+-- name: revoke_principal_tokens
+UPDATE tokens SET revoked_at = :now WHERE principal = :principal AND revoked_at IS NULL;
+
+-- name: has_principals
+SELECT EXISTS (SELECT 1 FROM principals);

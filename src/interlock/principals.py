@@ -1,0 +1,94 @@
+"""Who may do what: principals, their bearer tokens, and the access rules.
+
+Principals are humans and agents. An agent has an owner, a human: a request an agent
+makes without naming a recipient goes to its owner's inbox. The rules, everywhere:
+
+- anyone signed in may create a request; the server records them as its requester;
+- a request is visible to its requester and its recipient, and to nobody else;
+- only the recipient answers or rejects it, and only if the recipient is a human: an agent
+  never answers, not even in its owner's inbox;
+- only the requester cancels it.
+
+Tokens are random secrets shown once; only their SHA-256 is stored (they carry 256 bits
+of entropy, so a slow password hash would add nothing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from .errors import InvalidRequest
+from .model import Request
+
+__all__ = [
+    "ANONYMOUS",
+    "IssuedToken",
+    "Principal",
+    "can_answer",
+    "can_cancel",
+    "can_read",
+    "hash_token",
+    "issue_token",
+]
+
+PrincipalKind = Literal["human", "agent", "admin"]
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+TOKEN_PREFIX = "il_"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """A human or an agent. `admin` is the caller of a server run without auth."""
+
+    name: str
+    kind: PrincipalKind
+    owner: str | None = None
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise InvalidRequest(f"{self.name!r} is not a valid name: use letters, digits, '.', '_', '@', '-'")
+        if self.kind == "agent" and not self.owner:
+            raise InvalidRequest(f"agent {self.name!r} needs an owner (a human)")
+        if self.kind != "agent" and self.owner is not None:
+            raise InvalidRequest("only an agent has an owner")
+
+
+ANONYMOUS = Principal("local", "admin")
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedToken:
+    """A token as issued: `secret` is shown once and never stored."""
+
+    id: str
+    secret: str
+    hash: str
+    principal: str
+    created_at: datetime
+
+
+def hash_token(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def issue_token(principal: str, now: datetime) -> IssuedToken:
+    token_id = secrets.token_hex(4)
+    secret = f"{TOKEN_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
+    return IssuedToken(token_id, secret, hash_token(secret), principal, now)
+
+
+def can_read(principal: Principal, request: Request) -> bool:
+    return principal.kind == "admin" or principal.name in (request.to, request.requester)
+
+
+def can_answer(principal: Principal, request: Request) -> bool:
+    return principal.kind == "admin" or (principal.kind == "human" and principal.name == request.to)
+
+
+def can_cancel(principal: Principal, request: Request) -> bool:
+    return principal.kind == "admin" or principal.name == request.requester
