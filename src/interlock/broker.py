@@ -382,9 +382,17 @@ class Broker:
             request_id, Status.REJECTED, Response(datetime.now(UTC), by=by, via=via, reason=reason)
         )
 
-    async def cancel(self, request_id: str, reason: str = "", *, by: str | None = None) -> bool:
-        """Withdraw a pending request (the requester changed its mind); waiters get `Cancelled`."""
-        response = Response(datetime.now(UTC), by=by, via="python", reason=reason, cause="cancelled")
+    async def cancel(
+        self,
+        request_id: str,
+        reason: str = "",
+        *,
+        by: str | None = None,
+        cause: Literal["cancelled", "withdrawn", "closed"] = "cancelled",
+    ) -> bool:
+        """Withdraw a pending request (the requester changed its mind); waiters get
+        `Cancelled`, or `Closed` when `cause` is "closed"."""
+        response = Response(datetime.now(UTC), by=by, via="python", reason=reason, cause=cause)
         return await self._give_up(request_id, Status.CANCELLED, response)
 
     async def expire(self, request_id: str) -> bool:
@@ -473,6 +481,7 @@ class Broker:
         self,
         *,
         recipient: str | None = None,
+        requester: str | None = None,
         status: Status | str | None = None,
         kind: str | None = None,
         session: str | None = None,
@@ -491,6 +500,7 @@ class Broker:
             raise ValueError("order must be 'asc' or 'desc'")
         query = Query(
             recipient=recipient,
+            requester=requester,
             status=Status(status) if status is not None else None,
             kind=kind,
             session=session,

@@ -25,6 +25,7 @@ from .errors import InvalidAnswer, InvalidRequest
 
 __all__ = [
     "DEFAULT_MAX_PROMPT_LENGTH",
+    "Answers",
     "Ask",
     "Choice",
     "Confirm",
@@ -46,6 +47,8 @@ __all__ = [
     "check_answers",
     "new_id",
     "options_of",
+    "origin_from_dict",
+    "origin_to_dict",
     "request_from_dict",
     "request_to_dict",
 ]
@@ -482,6 +485,10 @@ def build_request(
     )
 
 
+class Answers(dict[str, Any]):
+    """Answers by ask id, said explicitly: never read as the bare value of a single ask."""
+
+
 def check_answers(request: Request, answer: Any) -> dict[str, Any]:
     """Check an answer against the request's asks and return the answers by ask id.
 
@@ -490,7 +497,7 @@ def check_answers(request: Request, answer: Any) -> dict[str, Any]:
     unless its only key is the ask id (and that is not a property of the form).
     """
     asks = request.asks
-    if len(asks) == 1 and not _is_keyed(asks[0], answer):
+    if len(asks) == 1 and not isinstance(answer, Answers) and not _is_keyed(asks[0], answer):
         return {asks[0].id: asks[0].check(answer)}
     if not isinstance(answer, Mapping):
         raise InvalidAnswer(f"expected an object of answers by ask id ({', '.join(a.id for a in asks)})")

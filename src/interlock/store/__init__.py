@@ -24,6 +24,7 @@ class Query:
     """Filters and a keyset page for `Store.list`. `after` is the id of the last row seen."""
 
     recipient: str | None = None
+    requester: str | None = None
     status: Status | None = None
     kind: str | None = None
     session: str | None = None

@@ -172,6 +172,7 @@ def _matches(r: Request, q: Query) -> bool:
     return (
         (q.status is None or r.status == q.status)
         and (q.recipient is None or r.to == q.recipient)
+        and (q.requester is None or r.requester == q.requester)
         and (q.kind is None or r.kind == q.kind)
         and (q.session is None or o.session == q.session)
         and (q.channel is None or o.channel == q.channel)

@@ -34,7 +34,7 @@ Q = load_queries("sqlite")
 _SYNCHRONOUS = {"OFF", "NORMAL", "FULL", "EXTRA"}
 _CACHE_SIZE = 10_000
 _json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-_FILTERS = ("recipient", "status", "kind", "session", "channel", "agent", "run")
+_FILTERS = ("recipient", "requester", "status", "kind", "session", "channel", "agent", "run")
 
 
 def _us(value: datetime | None) -> int | None:

@@ -19,6 +19,7 @@ CREATE TABLE requests (
 
 CREATE INDEX requests_by_status ON requests (status, id);
 CREATE INDEX requests_by_recipient ON requests (recipient, status, id) WHERE recipient IS NOT NULL;
+CREATE INDEX requests_by_requester ON requests (requester, status, id) WHERE requester IS NOT NULL;
 CREATE INDEX requests_by_session ON requests (session, id) WHERE session IS NOT NULL;
 CREATE INDEX requests_by_channel ON requests (channel, status) WHERE channel IS NOT NULL;
 CREATE INDEX requests_by_run ON requests (run, id) WHERE run IS NOT NULL;

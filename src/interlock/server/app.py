@@ -1,0 +1,510 @@
+"""The HTTP API: requests, answers, the event log and its live stream, health and metrics.
+
+Every route goes through the Broker, so the rules are the same as in-process; this layer
+adds who may do what (`interlock.principals`) and the wire formats. Errors are RFC 9457
+problem details with a stable `code`: invalid_request, invalid_answer, not_found,
+already_settled, closed, unauthorized, forbidden, pending.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from ..broker import Broker, connect
+from ..errors import AlreadySettled, Closed, InvalidAnswer, InvalidRequest, NotFound
+from ..model import Event, Origin, Status, ask_from_dict, origin_from_dict, request_to_dict
+from ..model import Request as HumanRequest
+from ..principals import Principal, can_answer, can_cancel, can_read
+from .answers import decide
+from .auth import Auth
+from .schemas import (
+    AnswerBody,
+    BatchAnswerBody,
+    BatchResult,
+    CancelBody,
+    CloseBody,
+    CreateBody,
+    EventModel,
+    EventPage,
+    InformBody,
+    Problem,
+    RejectBody,
+    RequestModel,
+    RequestPage,
+)
+from .stream import Dropped, Hub
+
+__all__ = ["create_app", "event_to_dict"]
+
+log = logging.getLogger("interlock.server")
+
+_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 409: "already_settled"}
+
+
+def problem(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:
+    titles = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 408: "Request Timeout"}
+    titles |= {409: "Conflict", 422: "Unprocessable Content"}
+    body = {"type": "about:blank", "title": titles.get(status, "Error"), "status": status, "code": code}
+    body |= {"detail": detail, **{k: v for k, v in extra.items() if v is not None}}
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, media_type="application/problem+json", headers=headers)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail, self.extra = status, code, detail, extra
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    return {
+        "id": event.id,
+        "type": event.type,
+        "at": event.at.isoformat(),
+        "request_id": event.request_id,
+        "request": request_to_dict(event.request) if event.request is not None else None,
+        "data": dict(event.data),
+    }
+
+
+def can_see(principal: Principal, event: Event) -> bool:
+    if event.request is not None:
+        return can_read(principal, event.request)
+    return principal.kind == "admin" or principal.name in (event.data.get("to"), event.data.get("from"))
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.pending = Gauge("interlock_pending_requests", "Requests waiting for a person", registry=self.registry)
+        self.created = Counter("interlock_requests_created", "Requests created", registry=self.registry)
+        self.settled = Counter(
+            "interlock_requests_settled", "Requests settled, by outcome", ["outcome"], registry=self.registry
+        )
+        self.time_to_answer = Histogram(
+            "interlock_time_to_answer_seconds",
+            "From creation to answer",
+            buckets=(0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600, float("inf")),
+            registry=self.registry,
+        )
+
+    def observe(self, event: Event) -> None:
+        request = event.request
+        if request is None:
+            return
+        if event.type == "created":
+            self.created.inc()
+            self.pending.inc()
+        elif event.type in {s.value for s in Status if s is not Status.PENDING}:
+            self.settled.labels(event.type).inc()
+            self.pending.dec()
+            if event.type == "answered" and request.response is not None:
+                self.time_to_answer.observe((request.response.at - request.created_at).total_seconds())
+
+
+def create_app(
+    url: str | None = None,
+    *,
+    broker: Broker | None = None,
+    auth: bool = True,
+    secret_key: str | None = None,
+    queue_size: int = 1000,
+    keepalive: float = 15.0,
+) -> FastAPI:
+    """The ASGI app on the store at `url` (or on a broker you opened yourself)."""
+    the_broker = broker or connect(url)
+    state = _State(the_broker, Auth(the_broker.store, enabled=auth, secret_key=secret_key), queue_size, keepalive)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await the_broker.open()
+        state.metrics.pending.set(len(await the_broker.pending()))
+        await state.hub.start()
+        try:
+            yield
+        finally:
+            await state.hub.stop()
+            if broker is None:
+                await the_broker.aclose()
+
+    app = FastAPI(
+        title="interlock",
+        version="1",
+        summary="Durable human-in-the-loop requests for AI agents.",
+        lifespan=lifespan,
+        responses={401: {"model": Problem}, 403: {"model": Problem}},
+    )
+    app.state.interlock = state
+    _install_errors(app)
+    app.include_router(_api_router(state), prefix="/api/v1")
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        await the_broker.last_event_id()  # the store answers
+        return {"status": "ok"}
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+class _State:
+    def __init__(self, broker: Broker, auth: Auth, queue_size: int, keepalive: float) -> None:
+        self.broker = broker
+        self.auth = auth
+        self.hub = Hub(broker, queue_size=queue_size)
+        self.metrics = Metrics()
+        self.hub.on_event.append(self.metrics.observe)
+        self.keepalive = keepalive
+
+
+def _install_errors(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return problem(exc.status, exc.code, exc.detail, **exc.extra)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return problem(exc.status_code, _CODES.get(exc.status_code, "error"), str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        status = 400 if first.get("type") == "json_invalid" else 422
+        return problem(status, "invalid_request", f"{where}: {first.get('msg', 'invalid')}" if where else "invalid")
+
+    @app.exception_handler(InvalidAnswer)
+    async def invalid_answer(request: Request, exc: InvalidAnswer) -> JSONResponse:
+        return problem(422, "invalid_answer", str(exc), ask_id=exc.ask_id)
+
+    @app.exception_handler(InvalidRequest)
+    async def invalid_request(request: Request, exc: InvalidRequest) -> JSONResponse:
+        return problem(422, "invalid_request", str(exc))
+
+    @app.exception_handler(NotFound)
+    async def not_found(request: Request, exc: NotFound) -> JSONResponse:
+        return problem(404, "not_found", str(exc))
+
+    @app.exception_handler(AlreadySettled)
+    async def settled(request: Request, exc: AlreadySettled) -> JSONResponse:
+        return problem(409, "already_settled", str(exc), current_status=exc.status)
+
+    @app.exception_handler(Closed)
+    async def closed(request: Request, exc: Closed) -> JSONResponse:
+        return problem(409, "closed", str(exc))
+
+
+async def _caller(request: Request) -> Principal:
+    state: _State = request.app.state.interlock
+    return await state.auth.api_principal(request)
+
+
+Caller = Annotated[Principal, Depends(_caller)]
+
+
+def _api_router(state: _State) -> APIRouter:
+    router = APIRouter()
+    broker = state.broker
+
+    def out(request: HumanRequest) -> JSONResponse:
+        return JSONResponse(request_to_dict(request))
+
+    async def visible(request_id: str, principal: Principal) -> HumanRequest:
+        request = await broker.get(request_id)
+        if not can_read(principal, request):
+            raise ApiError(403, "forbidden", "this request is neither to you nor from you")
+        return request
+
+    async def settled_or_conflict(request_id: str, done: bool) -> HumanRequest:
+        current = await broker.get(request_id)
+        if not done:
+            raise AlreadySettled(request_id, current.status.value)
+        return current
+
+    @router.post("/requests", status_code=201, response_model=RequestModel, tags=["requests"])
+    async def create_request(body: CreateBody, caller: Caller) -> JSONResponse:
+        """Ask a person. An agent's request goes to its owner unless `to` names someone."""
+        to = body.to
+        if to is None and caller.kind == "agent":
+            to = caller.owner
+        if caller.kind != "admin" and not to:
+            raise ApiError(422, "invalid_request", "name the recipient in `to`")
+        asks = [ask_from_dict(a.model_dump(by_alias=True)) for a in body.asks]
+        origin = origin_from_dict(body.origin.model_dump(exclude_none=True))
+        if caller.kind == "agent" and origin.agent is None:
+            origin = Origin(**{**_origin_fields(origin), "agent": caller.name})
+        request = await broker.create(
+            asks,
+            kind=body.kind,
+            to=to,
+            title=body.title,
+            details=body.details,
+            context=body.context,
+            timeout=body.timeout,
+            requester=None if caller.kind == "admin" else caller.name,
+            idempotency_key=body.idempotency_key,
+            origin=origin,
+        )
+        return JSONResponse(request_to_dict(request), status_code=201)
+
+    @router.get("/requests", response_model=RequestPage, tags=["requests"])
+    async def list_requests(
+        caller: Caller,
+        status: Annotated[Literal["pending", "answered", "rejected", "expired", "cancelled"] | None, Query()] = None,
+        kind: Annotated[Literal["question", "approval"] | None, Query()] = None,
+        recipient: str | None = None,
+        requester: str | None = None,
+        session: str | None = None,
+        channel: str | None = None,
+        agent: str | None = None,
+        run: str | None = None,
+        cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+        order: Literal["desc", "asc"] = "desc",
+    ) -> JSONResponse:
+        """Your inbox (requests to you) or, with `requester` set to you, what you asked."""
+        if caller.kind != "admin":
+            if requester is None and recipient is None:
+                if caller.kind == "agent":
+                    requester = caller.name
+                else:
+                    recipient = caller.name
+            if (recipient is not None and recipient != caller.name) or (
+                requester is not None and requester != caller.name
+            ):
+                raise ApiError(403, "forbidden", "you may list only requests to you or from you")
+        page = await broker.list(
+            recipient=recipient,
+            requester=requester,
+            status=status,
+            kind=kind,
+            session=session,
+            channel=channel,
+            agent=agent,
+            run=run,
+            after=cursor,
+            limit=limit,
+            order=order,
+        )
+        return JSONResponse({"items": [request_to_dict(r) for r in page.items], "next_cursor": page.next_cursor})
+
+    @router.get("/requests/{request_id}", response_model=RequestModel, tags=["requests"])
+    async def get_request(request_id: str, caller: Caller) -> JSONResponse:
+        return out(await visible(request_id, caller))
+
+    @router.get(
+        "/requests/{request_id}/wait",
+        response_model=RequestModel,
+        responses={408: {"model": Problem, "description": "still pending when the time ran out"}},
+        tags=["requests"],
+    )
+    async def wait_request(
+        request_id: str, caller: Caller, timeout: Annotated[float, Query(ge=0, le=300)] = 30
+    ) -> JSONResponse:
+        """Long poll: the request once it settles, or 408 `pending` when `timeout` passes."""
+        await visible(request_id, caller)
+        request = await broker.watch(request_id, timeout=timeout)
+        if request.status is Status.PENDING:
+            raise ApiError(408, "pending", f"request {request_id} is still pending", current_status="pending")
+        return out(request)
+
+    async def answer_one(request_id: str, body: AnswerBody, caller: Principal) -> HumanRequest:
+        request = await visible(request_id, caller)
+        if not can_answer(caller, request):
+            raise ApiError(403, "forbidden", "only the human the request is to may answer it")
+        if request.status is not Status.PENDING:
+            raise AlreadySettled(request_id, request.status.value)
+        try:
+            decision = decide(request, body)
+        except InvalidAnswer as exc:
+            raise ApiError(400, "invalid_answer", str(exc), ask_id=exc.ask_id) from None
+        by = body.by if caller.kind == "admin" else caller.name
+        if decision.cancel:
+            done = await broker.cancel(request_id, body.reason, by=by)
+        else:
+            done = await broker.resolve(request_id, decision.value, by=by, via="api", comment=body.reason)
+        return await settled_or_conflict(request_id, done)
+
+    @router.post(
+        "/requests/{request_id}/answer",
+        response_model=RequestModel,
+        responses={400: {"model": Problem}, 409: {"model": Problem}, 422: {"model": Problem}},
+        tags=["answers"],
+    )
+    async def answer_request(request_id: str, body: AnswerBody, caller: Caller) -> JSONResponse:
+        """Answer with `answers` by ask id, a bare `answer`, or seed 001's `inputResponses`;
+        `cancel: true` withdraws it instead."""
+        return out(await answer_one(request_id, body, caller))
+
+    @router.post("/answers", response_model=list[BatchResult], tags=["answers"])
+    async def answer_batch(body: BatchAnswerBody, caller: Caller) -> list[dict[str, Any]]:
+        """Answer several requests; each result stands on its own."""
+        results = []
+        for item in body.items:
+            fields = item.model_dump(exclude={"id"}, exclude_unset=True, by_alias=True)
+            try:
+                settled = await answer_one(item.id, AnswerBody.model_validate(fields), caller)
+                results.append({"id": item.id, "ok": True, "status": settled.status.value})
+            except (ApiError, InvalidAnswer, NotFound, AlreadySettled) as exc:
+                results.append({"id": item.id, "ok": False, "error": _error_of(exc)})
+        return results
+
+    @router.post("/requests/{request_id}/reject", response_model=RequestModel, tags=["answers"])
+    async def reject_request(request_id: str, body: RejectBody, caller: Caller) -> JSONResponse:
+        request = await visible(request_id, caller)
+        if not can_answer(caller, request):
+            raise ApiError(403, "forbidden", "only the human the request is to may reject it")
+        by = None if caller.kind == "admin" else caller.name
+        done = await broker.reject(request_id, body.reason, by=by, via="api")
+        return out(await settled_or_conflict(request_id, done))
+
+    @router.post("/requests/{request_id}/cancel", response_model=RequestModel, tags=["requests"])
+    async def cancel_request(request_id: str, body: CancelBody, caller: Caller) -> JSONResponse:
+        """Withdraw a request you made."""
+        request = await visible(request_id, caller)
+        if not can_cancel(caller, request):
+            raise ApiError(403, "forbidden", "only whoever made the request may cancel it")
+        by = None if caller.kind == "admin" else caller.name
+        if body.cause == "released":
+            done = await broker.release(request_id)
+        else:
+            done = await broker.cancel(request_id, body.reason, by=by, cause=body.cause)
+        return out(await settled_or_conflict(request_id, done))
+
+    @router.post("/requests/{request_id}/expire", response_model=RequestModel, tags=["requests"])
+    async def expire_request(request_id: str, caller: Caller) -> JSONResponse:
+        """Expire a request you made now (a waiting client whose own time ran out)."""
+        request = await visible(request_id, caller)
+        if not can_cancel(caller, request):
+            raise ApiError(403, "forbidden", "only whoever made the request may expire it")
+        return out(await settled_or_conflict(request_id, await broker.expire(request_id)))
+
+    @router.post("/close", response_model=list[RequestModel], tags=["requests"])
+    async def close_channel(body: CloseBody, caller: Caller) -> list[dict[str, Any]]:
+        """Withdraw the pending requests of a channel (all when none is named). Without
+        auth this also refuses later creates there; with it, it withdraws only yours."""
+        if caller.kind == "admin":
+            before = await broker.pending(channel=body.channel) if body.channel else await broker.pending()
+            await broker.close(body.channel)
+            return [request_to_dict(await broker.get(i)) for i in before]
+        withdrawn = []
+        mine = await broker.pending(requester=caller.name, **({"channel": body.channel} if body.channel else {}))
+        for request_id in mine:
+            if await broker.cancel(request_id, "the channel was closed", by=caller.name, cause="closed"):
+                withdrawn.append(request_to_dict(await broker.get(request_id)))
+        return withdrawn
+
+    @router.post("/inform", status_code=201, response_model=EventModel, tags=["events"])
+    async def inform(body: InformBody, caller: Caller) -> dict[str, Any]:
+        """Record a progress update for a person; nothing waits for it."""
+        to = body.to or (caller.owner if caller.kind == "agent" else None)
+        event = await broker.inform(
+            body.message,
+            to=to,
+            session=body.session,
+            agent=body.agent or (caller.name if caller.kind == "agent" else None),
+            run=body.run,
+            data={**(body.data or {}), **({"from": caller.name} if caller.kind != "admin" else {})},
+        )
+        return event_to_dict(event)
+
+    def event_filter(
+        caller: Principal, request: str | None, session: str | None, run: str | None
+    ) -> Callable[[Event], bool]:
+        def accept(event: Event) -> bool:
+            if not can_see(caller, event):
+                return False
+            origin = event.request.origin if event.request is not None else None
+            if request is not None and event.request_id != request:
+                return False
+            if session is not None and (origin.session if origin else event.data.get("session")) != session:
+                return False
+            return run is None or (origin.run if origin else event.data.get("run")) == run
+
+        return accept
+
+    @router.get("/events", response_model=EventPage, tags=["events"])
+    async def events(
+        caller: Caller,
+        after: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=0, le=1000)] = 500,
+        request: str | None = None,
+        session: str | None = None,
+        run: str | None = None,
+    ) -> dict[str, Any]:
+        """The event log after `after`, oldest first, as far as you may see it."""
+        accept = event_filter(caller, request, session, run)
+        out: list[dict[str, Any]] = []
+        cursor = after
+        last = await broker.last_event_id()
+        async for event in broker.events(after=after):
+            if len(out) >= limit:
+                break
+            cursor = event.id
+            if accept(event):
+                out.append(event_to_dict(event))
+        return {"events": out, "last_event_id": last if len(out) < limit else cursor}
+
+    @router.get(
+        "/events/stream",
+        response_class=EventSourceResponse,
+        responses={200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}},
+        tags=["events"],
+    )
+    async def stream(
+        caller: Caller,
+        request: str | None = None,
+        session: str | None = None,
+        run: str | None = None,
+        after: Annotated[int | None, Query(ge=0, description="replay from here; Last-Event-ID wins")] = None,
+        last_event_id: Annotated[str | None, Header()] = None,
+    ) -> EventSourceResponse:
+        """Live events as server-sent events. Each `id` is the event's id: reconnect with
+        `Last-Event-ID` and exactly the missed events are replayed, in order, once."""
+        start = int(last_event_id) if last_event_id and last_event_id.isdigit() else after
+        accept = event_filter(caller, request, session, run)
+
+        async def generate() -> AsyncIterator[ServerSentEvent]:
+            yield ServerSentEvent(comment="connected", retry=2000)
+            try:
+                async for event in state.hub.replay_then_follow(accept, start):
+                    yield ServerSentEvent(data=json.dumps(event_to_dict(event)), event=event.type, id=str(event.id))
+            except Dropped as exc:
+                yield ServerSentEvent(data=json.dumps({"reason": str(exc)}), event="dropped")
+
+        return EventSourceResponse(generate(), ping=state.keepalive, send_timeout=30)
+
+    @router.get("/whoami", tags=["principals"])
+    async def whoami(caller: Caller) -> dict[str, Any]:
+        return {"name": caller.name, "kind": caller.kind, "owner": caller.owner}
+
+    return router
+
+
+def _origin_fields(origin: Origin) -> dict[str, Any]:
+    return {name: getattr(origin, name) for name in Origin.__dataclass_fields__}
+
+
+def _error_of(exc: Exception) -> dict[str, Any]:
+    if isinstance(exc, ApiError):
+        return {"code": exc.code, "status": exc.status, "detail": exc.detail, **exc.extra}
+    if isinstance(exc, InvalidAnswer):
+        return {"code": "invalid_answer", "status": 422, "detail": str(exc), "ask_id": exc.ask_id}
+    if isinstance(exc, NotFound):
+        return {"code": "not_found", "status": 404, "detail": str(exc)}
+    assert isinstance(exc, AlreadySettled)
+    return {"code": "already_settled", "status": 409, "detail": str(exc), "current_status": exc.status}

@@ -1,0 +1,229 @@
+"""The shapes of the HTTP API, for validation and for the OpenAPI document.
+
+They mirror the JSON shape of `interlock.model` (`request_to_dict`), which is what the
+handlers send, so the published schema is the one on the wire.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "AnswerBody",
+    "AskModel",
+    "BatchAnswerBody",
+    "BatchResult",
+    "CancelBody",
+    "CloseBody",
+    "CreateBody",
+    "EventModel",
+    "EventPage",
+    "InformBody",
+    "InputResponse",
+    "OriginModel",
+    "Problem",
+    "RejectBody",
+    "RequestModel",
+    "RequestPage",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class OptionModel(_Strict):
+    id: str
+    label: str = ""
+    description: str = ""
+
+
+class TextAsk(_Strict):
+    type: Literal["text"]
+    id: str = "text"
+    prompt: str
+    required: bool = True
+    multiline: bool = False
+    max_length: int | None = None
+
+
+class ConfirmAsk(_Strict):
+    type: Literal["confirm"]
+    id: str = "confirm"
+    prompt: str
+    required: bool = True
+
+
+class ChoiceAsk(_Strict):
+    type: Literal["choice"]
+    id: str = "choice"
+    prompt: str
+    required: bool = True
+    options: list[OptionModel | str]
+    allow_other: bool = False
+
+
+class MultiChoiceAsk(_Strict):
+    type: Literal["multi_choice"]
+    id: str = "multi_choice"
+    prompt: str
+    required: bool = True
+    options: list[OptionModel | str]
+    min: int = 0
+    max: int | None = None
+
+
+class FormAsk(_Strict):
+    type: Literal["form"]
+    id: str = "form"
+    prompt: str
+    required: bool = True
+    schema_: dict[str, Any] = Field(alias="schema", description="A JSON Schema of type object (draft 2020-12).")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+AskModel = Annotated[TextAsk | ConfirmAsk | ChoiceAsk | MultiChoiceAsk | FormAsk, Field(discriminator="type")]
+
+
+class OriginModel(_Strict):
+    session: str | None = None
+    channel: str | None = None
+    agent: str | None = None
+    actor: str | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    arguments: dict[str, Any] | None = None
+    run: str | None = None
+    correlation_id: str | None = None
+    delegation: list[str] | None = None
+
+
+class CreateBody(_Strict):
+    asks: list[AskModel] = Field(min_length=1)
+    kind: Literal["question", "approval"] = "question"
+    to: str | None = Field(None, description="The recipient; an agent's own owner when omitted.")
+    title: str = ""
+    details: str = Field("", description="Markdown.")
+    context: Any = None
+    timeout: float | None = Field(None, gt=0, description="Seconds until the request expires.")
+    idempotency_key: str | None = None
+    origin: OriginModel = Field(default_factory=OriginModel)
+
+
+class ResponseModel(BaseModel):
+    answers: dict[str, Any]
+    by: str | None
+    via: str | None
+    reason: str
+    cause: str | None
+    at: str
+
+
+class RequestModel(BaseModel):
+    id: str
+    kind: Literal["question", "approval"]
+    status: Literal["pending", "answered", "rejected", "expired", "cancelled"]
+    asks: list[AskModel]
+    title: str
+    details: str
+    context: Any
+    to: str | None
+    requester: str | None
+    origin: OriginModel
+    created_at: str
+    expires_at: str | None
+    idempotency_key: str | None
+    response: ResponseModel | None
+
+
+class RequestPage(BaseModel):
+    items: list[RequestModel]
+    next_cursor: str | None
+
+
+class InputResponse(_Strict):
+    """Seed 001's answer to one prompt: an option, several options, or text."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    request_id: str = Field(alias="requestId")
+    option_id: str | None = Field(None, alias="optionId")
+    option_ids: list[str] | None = Field(None, alias="optionIds")
+    text: str | None = None
+
+
+class AnswerBody(_Strict):
+    """Answer natively (`answers` by ask id, or `answer` for a request with one ask), or
+    with seed 001's body (`inputResponses`, `reason`, `cancel`)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    answers: dict[str, Any] | None = None
+    answer: Any = None
+    input_responses: list[InputResponse] | None = Field(None, alias="inputResponses")
+    cancel: bool = False
+    reason: str = Field("", description="Kept with the answer and echoed back verbatim.")
+    by: str | None = Field(None, description="Who answers; only honoured by a server without auth.")
+
+
+class BatchItem(AnswerBody):
+    id: str
+
+
+class BatchAnswerBody(_Strict):
+    items: list[BatchItem] = Field(min_length=1, max_length=500)
+
+
+class BatchResult(BaseModel):
+    id: str
+    ok: bool
+    status: str | None = None
+    error: dict[str, Any] | None = None
+
+
+class RejectBody(_Strict):
+    reason: str = ""
+
+
+class CancelBody(_Strict):
+    reason: str = ""
+    cause: Literal["cancelled", "released", "withdrawn"] = "cancelled"
+
+
+class CloseBody(_Strict):
+    channel: str | None = None
+
+
+class InformBody(_Strict):
+    message: str
+    to: str | None = None
+    session: str | None = None
+    agent: str | None = None
+    run: str | None = None
+    data: dict[str, Any] | None = None
+
+
+class EventModel(BaseModel):
+    id: int
+    type: str
+    at: str
+    request_id: str | None
+    request: RequestModel | None
+    data: dict[str, Any]
+
+
+class EventPage(BaseModel):
+    events: list[EventModel]
+    last_event_id: int
+
+
+class Problem(BaseModel):
+    """An error, as RFC 9457 problem details with a stable machine `code`."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    code: str
+    detail: str
+    ask_id: str | None = None
+    current_status: str | None = None
