@@ -40,7 +40,25 @@ def environment(dists: Sequence[str]) -> str:
     except ImportError:  # pragma: no cover
         pass
     lines.append("packages " + ", ".join(f"{d} {version_of(d)}" for d in dists))
+    lines.append(f"checkout {_revision()}")
     return "\n".join(lines)
+
+
+def _revision() -> str:
+    """The interlock commit measured (and whether the work tree had changes)."""
+    import subprocess
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        rev = subprocess.run(
+            ["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", repo, "status", "--porcelain", "--", "src"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{rev or 'unknown'}{' + uncommitted changes in src/' if dirty else ''}"
 
 
 def _cpu_model() -> str:

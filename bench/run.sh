@@ -4,7 +4,8 @@
 #   bash bench/run.sh                 # everything (about 2-3 minutes on 2 cores)
 #   bash bench/run.sh inprocess       # ping-pong + 10k waiters vs RoomKit and a raw Future
 #   bash bench/run.sh durable         # sqlite cycle vs raw sqlite3 and LangGraph, 100 agents
-#   bash bench/run.sh profile         # cProfile of interlock's memory and sqlite ping-pong
+#   bash bench/run.sh profile         # cProfile of interlock's memory and sqlite ping-pong, per-call costs
+#   bash bench/run.sh schema          # what each part of interlock's SQLite schema costs
 #   bash bench/run.sh inprocess --reps 3   # extra args go to the script
 #
 # Environment:
@@ -51,10 +52,12 @@ case "$what" in
   durable)   "$py" "$here/durable.py" --json "$out/durable.json" "$@" | tee "$out/durable.txt" ;;
   profile)
     "$py" "$here/profile_interlock.py" memory "$@" | tee "$out/profile-memory.txt"
-    "$py" "$here/profile_interlock.py" sqlite "$@" | tee "$out/profile-sqlite.txt" ;;
+    "$py" "$here/profile_interlock.py" sqlite "$@" | tee "$out/profile-sqlite.txt"
+    "$py" "$here/profile_interlock.py" ops | tee "$out/ops.txt" ;;
+  schema)    "$py" "$here/sqlite_schema.py" "$@" | tee "$out/schema.txt" ;;
   all)
     "$py" "$here/inprocess.py" --json "$out/inprocess.json" | tee "$out/inprocess.txt"
     echo
     "$py" "$here/durable.py" --json "$out/durable.json" | tee "$out/durable.txt" ;;
-  *) echo "unknown benchmark: $what (inprocess | durable | profile | all)" >&2; exit 2 ;;
+  *) echo "unknown benchmark: $what (inprocess | durable | profile | schema | all)" >&2; exit 2 ;;
 esac

@@ -19,10 +19,10 @@ import logging
 import math
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 from urllib.parse import parse_qsl, urlsplit
 
 from .errors import Cancelled, Closed, Expired, InvalidRequest, NotFound, Rejected
@@ -41,13 +41,50 @@ from .model import (
 )
 from .store import Query, Store
 
-__all__ = ["Broker", "Page", "connect"]
+__all__ = ["Broker", "CreateFields", "Page", "connect"]
 
 log = logging.getLogger("interlock")
 
 DEFAULT_URL = "sqlite:///interlock.db"
 DEFAULT_HOOK_TIMEOUT = 30.0
 _SETTLED_EVENTS = frozenset(s.value for s in Status if s is not Status.PENDING)
+
+
+class CreateFields(TypedDict, total=False):
+    """The keyword fields of `Broker.create`."""
+
+    kind: Literal["question", "approval"]
+    to: str | None
+    title: str
+    details: str
+    context: Any
+    timeout: float | timedelta | None
+    expires_at: datetime | None
+    requester: str | None
+    idempotency_key: str | None
+    origin: Origin | None
+    session: str | None
+    channel: str | None
+    agent: str | None
+    actor: str | None
+    tool_call_id: str | None
+    tool_name: str | None
+    arguments: Mapping[str, Any] | None
+    run: str | None
+    correlation_id: str | None
+
+
+_ORIGIN_FIELDS = (
+    "session",
+    "channel",
+    "agent",
+    "actor",
+    "tool_call_id",
+    "tool_name",
+    "arguments",
+    "run",
+    "correlation_id",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,82 +208,65 @@ class Broker:
 
     # -- creating ------------------------------------------------------------------------
 
-    async def create(
-        self,
-        asks: Ask | Sequence[Ask],
-        *,
-        kind: Literal["question", "approval"] = "question",
-        to: str | None = None,
-        title: str = "",
-        details: str = "",
-        context: Any = None,
-        timeout: float | timedelta | None = None,
-        expires_at: datetime | None = None,
-        requester: str | None = None,
-        idempotency_key: str | None = None,
-        origin: Origin | None = None,
-        session: str | None = None,
-        channel: str | None = None,
-        agent: str | None = None,
-        actor: str | None = None,
-        tool_call_id: str | None = None,
-        tool_name: str | None = None,
-        arguments: Mapping[str, Any] | None = None,
-        run: str | None = None,
-        correlation_id: str | None = None,
-    ) -> Request:
-        """Store a new pending request and return it; it is answerable from this moment.
+    def prepare(self, asks: Ask | Sequence[Ask], **fields: Unpack[CreateFields]) -> Request:
+        """Check the parts of a request and build it, pending, without storing it.
 
         `timeout` (seconds) sets `expires_at`: the request expires then even if nobody
         waits. The origin fields may be given one by one or as an `Origin`.
         """
-        return await self._create(
-            asks,
-            kind=kind,
-            to=to,
-            title=title,
-            details=details,
-            context=context,
-            timeout=timeout,
-            expires_at=expires_at,
-            requester=requester,
-            idempotency_key=idempotency_key,
-            origin=_origin(
-                origin, session, channel, agent, actor, tool_call_id, tool_name, arguments, run, correlation_id
-            ),
-        )
-
-    async def create_detached(self, asks: Ask | Sequence[Ask], **fields: Any) -> Request:
-        """Like `create`, for a request nobody will `wait` on; free it with `release`."""
-        request = await self.create(asks, **fields)
-        self._detached.add(request.id)
-        return request
-
-    async def _create(
-        self,
-        asks: Ask | Sequence[Ask],
-        *,
-        timeout: float | timedelta | None,
-        expires_at: datetime | None,
-        origin: Origin,
-        **fields: Any,
-    ) -> Request:
-        await self._ready()
-        channel = origin.channel
-        self._refuse_if_closed(channel)
         now = datetime.now(UTC)
+        expires_at = fields.get("expires_at")
+        timeout = fields.get("timeout")
         if timeout is not None:
             seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
             if not seconds > 0 or math.isinf(seconds):
                 raise InvalidRequest("timeout must be a positive, finite number of seconds")
             due = now + timedelta(seconds=seconds)
             expires_at = due if expires_at is None else min(due, expires_at)
-        request = build_request(
-            asks, origin=origin, expires_at=expires_at, max_prompt_length=self.max_prompt_length, now=now, **fields
+        given = {name: fields[name] for name in _ORIGIN_FIELDS if fields.get(name) is not None}  # type: ignore[literal-required]  # names of CreateFields
+        origin = fields.get("origin") or Origin()
+        return build_request(
+            asks,
+            kind=fields.get("kind", "question"),
+            to=fields.get("to"),
+            title=fields.get("title", ""),
+            details=fields.get("details", ""),
+            context=fields.get("context"),
+            requester=fields.get("requester"),
+            idempotency_key=fields.get("idempotency_key"),
+            origin=replace(origin, **given) if given else origin,
+            expires_at=expires_at,
+            max_prompt_length=self.max_prompt_length,
+            now=now,
         )
+
+    async def create(self, asks: Ask | Sequence[Ask], **fields: Unpack[CreateFields]) -> Request:
+        """Store a new pending request and return it; it is answerable from this moment.
+
+        Fields: `kind` ("question" or "approval"), `to`, `title`, `details` (markdown),
+        `context` (JSON), `timeout` (seconds until it expires) or `expires_at`,
+        `requester`, `idempotency_key`, and where it came from: `origin=Origin(...)` or
+        `session`, `channel`, `agent`, `actor`, `tool_call_id`, `tool_name`, `arguments`,
+        `run`, `correlation_id` one by one.
+        """
+        request, _ = await self.submit(self.prepare(asks, **fields))
+        return request
+
+    async def create_detached(self, asks: Ask | Sequence[Ask], **fields: Unpack[CreateFields]) -> Request:
+        """Like `create`, for a request nobody will `wait` on; free it with `release`."""
+        request = await self.create(asks, **fields)
+        self._detached.add(request.id)
+        return request
+
+    async def submit(self, request: Request) -> tuple[Request, bool]:
+        """Store a prepared request. With an idempotency key already used by the same
+        requester, return the first request and False instead."""
+        await self._ready()
+        channel = request.origin.channel
+        self._refuse_if_closed(channel)
         request, created = await self.store.insert(request)
         if not created:
-            return request
+            return request, False
         if self._is_closed(channel):  # close() ran while the insert was in flight
             await self._withdraw(request, "closed", "the channel was closed")
             raise Closed(request.id, f"channel {channel!r} is closed" if channel else "the broker is closed")
@@ -255,7 +275,7 @@ class Broker:
             self._expiry_kick.set()
         if self._hooks:
             self._spawn(self._run_hooks(request))
-        return request
+        return request, True
 
     def _is_closed(self, channel: str | None) -> bool:
         return bool(self._closed_scopes) and (None in self._closed_scopes or channel in self._closed_scopes)
@@ -431,10 +451,11 @@ class Broker:
         self._changed_now()
 
     async def _settle(self, settled: Request) -> bool:
-        if not await self.store.settle(settled):
+        stored = await self.store.settle(settled)
+        if stored is None:
             return False
-        self._detached.discard(settled.id)
-        self._wake(settled)
+        self._detached.discard(stored.id)
+        self._wake(stored)
         self._changed_now()
         return True
 
@@ -614,33 +635,6 @@ class Broker:
                 log.exception("reading the event log failed; retrying")
 
 
-def _origin(
-    origin: Origin | None,
-    session: str | None,
-    channel: str | None,
-    agent: str | None,
-    actor: str | None,
-    tool_call_id: str | None,
-    tool_name: str | None,
-    arguments: Mapping[str, Any] | None,
-    run: str | None,
-    correlation_id: str | None,
-) -> Origin:
-    """The origin fields given one by one, over those of `origin` when both are given."""
-    base = origin or Origin()
-    return Origin(
-        session=base.session if session is None else session,
-        channel=base.channel if channel is None else channel,
-        agent=base.agent if agent is None else agent,
-        actor=base.actor if actor is None else actor,
-        tool_call_id=base.tool_call_id if tool_call_id is None else tool_call_id,
-        tool_name=base.tool_name if tool_name is None else tool_name,
-        arguments=base.arguments if arguments is None else arguments,
-        run=base.run if run is None else run,
-        correlation_id=base.correlation_id if correlation_id is None else correlation_id,
-    )
-
-
 def _outcome(request: Request) -> Response:
     response = request.response
     if request.status is Status.ANSWERED and response is not None:
@@ -660,6 +654,8 @@ def connect(url: str | None = None, **options: Any) -> Broker:
 
     - `memory://` — in this process only (`retention=128` settled outcomes kept)
     - `sqlite:///path.db` — the embedded default: a durable file (`sqlite:////abs/path.db`)
+    - `http://host:8765` (or https) — a running `interlock serve`; `token=` or
+      `INTERLOCK_TOKEN` authenticates
 
     With no URL, `INTERLOCK_URL` from the environment, else `sqlite:///interlock.db`.
     Options are the broker's (`max_prompt_length`, `hook_timeout`) and the store's; a
@@ -682,8 +678,14 @@ def connect(url: str | None = None, **options: Any) -> Broker:
         if not path:
             raise ValueError("a SQLite URL needs a path: sqlite:///relative.db or sqlite:////absolute.db")
         store = SqliteStore(path, **_floats(store_options, "poll_interval"))
+    elif parts.scheme in ("http", "https"):
+        from .store.http import HttpStore
+
+        token = store_options.pop("token", None) or os.environ.get("INTERLOCK_TOKEN")
+        base = url.split("?", 1)[0]
+        store = HttpStore(base, token=token, **_floats(store_options, "poll_interval"))
     else:
-        raise ValueError(f"unsupported store URL {url!r}: use memory:// or sqlite:///path.db")
+        raise ValueError(f"unsupported store URL {url!r}: use memory://, sqlite:///path.db or http(s)://host")
     return Broker(store, **broker_options)
 
 

@@ -14,7 +14,8 @@ the caller (and the model reading a tool result) must treat them differently:
     ├── Cancelled           (also RuntimeError) the program gave the request up (cancel,
     │   │                                       release, or a waiting call that was cut)
     │   └── Closed                              ... because its channel or broker was closed
-    └── AlreadySettled      (also RuntimeError) an operation needed a pending request
+    ├── AlreadySettled      (also RuntimeError) an operation needed a pending request
+    └── Forbidden           (also PermissionError) the server refused who you are (401/403)
 
 `Rejected` is deliberately not a parent of `Cancelled`: a refusal by the human is an
 answer the model should read, while a request the program gave up on is a plain failure.
@@ -28,6 +29,7 @@ __all__ = [
     "Cancelled",
     "Closed",
     "Expired",
+    "Forbidden",
     "InterlockError",
     "InvalidAnswer",
     "InvalidRequest",
@@ -55,8 +57,8 @@ class InvalidAnswer(InterlockError, ValueError):
 class NotFound(InterlockError, ValueError):
     """No request with this id is known."""
 
-    def __init__(self, request_id: str) -> None:
-        super().__init__(f"no request with id {request_id!r}")
+    def __init__(self, request_id: str, *, message: str | None = None) -> None:
+        super().__init__(message or f"no request with id {request_id!r}")
         self.request_id = request_id
 
 
@@ -96,4 +98,12 @@ class AlreadySettled(InterlockError, RuntimeError):
     def __init__(self, request_id: str, status: str) -> None:
         super().__init__(f"request {request_id!r} is already {status}")
         self.request_id = request_id
+        self.status = status
+
+
+class Forbidden(InterlockError, PermissionError):
+    """A server refused the call: no valid token (401) or not yours to see or do (403)."""
+
+    def __init__(self, message: str, *, status: int = 403) -> None:
+        super().__init__(message)
         self.status = status

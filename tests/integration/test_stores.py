@@ -117,7 +117,10 @@ async def test_a_second_connection_sees_the_first_ones_requests(tmp_path: Path) 
         assert (await a.get(request.id)).status is Status.ANSWERED
 
 
-async def test_principals_and_tokens_are_kept_and_revoked(url: str) -> None:
+@pytest.mark.parametrize("url", ["memory://", "sqlite"], indirect=False)
+async def test_principals_and_tokens_are_kept_and_revoked(url: str, tmp_path: Path) -> None:
+    if url == "sqlite":
+        url = f"sqlite:///{tmp_path / 'x.db'}"
     from datetime import UTC, datetime
 
     from interlock.principals import Principal, hash_token, issue_token

@@ -161,3 +161,12 @@ def test_a_request_survives_its_json_shape_unchanged() -> None:
     assert request_from_dict(request_to_dict(request)) == request
     for ask in request.asks:
         assert ask_from_dict(ask_to_dict(ask)) == ask
+
+
+def test_answers_said_explicitly_are_never_read_as_a_bare_value() -> None:
+    from interlock.model import Answers
+
+    form = build_request(Form("F", id="a", schema={"type": "object", "properties": {"a": {"type": "integer"}}}))
+    assert check_answers(form, Answers(a={"a": 1})) == {"a": {"a": 1}}
+    with pytest.raises(InvalidAnswer, match="unknown ask id 'b'"):
+        check_answers(build_request(Text("Name?")), Answers(b="x"))

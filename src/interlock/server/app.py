@@ -158,6 +158,9 @@ def create_app(
     async def metrics() -> Response:
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    from .web import install_web  # here: the web module imports from this one
+
+    install_web(app, state)
     return app
 
 
@@ -235,7 +238,13 @@ def _api_router(state: _State) -> APIRouter:
             raise AlreadySettled(request_id, current.status.value)
         return current
 
-    @router.post("/requests", status_code=201, response_model=RequestModel, tags=["requests"])
+    @router.post(
+        "/requests",
+        status_code=201,
+        response_model=RequestModel,
+        responses={200: {"model": RequestModel, "description": "the first request with this idempotency key"}},
+        tags=["requests"],
+    )
     async def create_request(body: CreateBody, caller: Caller) -> JSONResponse:
         """Ask a person. An agent's request goes to its owner unless `to` names someone."""
         to = body.to
@@ -247,7 +256,7 @@ def _api_router(state: _State) -> APIRouter:
         origin = origin_from_dict(body.origin.model_dump(exclude_none=True))
         if caller.kind == "agent" and origin.agent is None:
             origin = Origin(**{**_origin_fields(origin), "agent": caller.name})
-        request = await broker.create(
+        prepared = broker.prepare(
             asks,
             kind=body.kind,
             to=to,
@@ -255,11 +264,12 @@ def _api_router(state: _State) -> APIRouter:
             details=body.details,
             context=body.context,
             timeout=body.timeout,
-            requester=None if caller.kind == "admin" else caller.name,
+            requester=body.requester if caller.kind == "admin" else caller.name,
             idempotency_key=body.idempotency_key,
             origin=origin,
         )
-        return JSONResponse(request_to_dict(request), status_code=201)
+        request, created = await broker.submit(prepared)
+        return JSONResponse(request_to_dict(request), status_code=201 if created else 200)
 
     @router.get("/requests", response_model=RequestPage, tags=["requests"])
     async def list_requests(
@@ -448,16 +458,18 @@ def _api_router(state: _State) -> APIRouter:
     ) -> dict[str, Any]:
         """The event log after `after`, oldest first, as far as you may see it."""
         accept = event_filter(caller, request, session, run)
-        out: list[dict[str, Any]] = []
-        cursor = after
         last = await broker.last_event_id()
-        async for event in broker.events(after=after):
-            if len(out) >= limit:
-                break
-            cursor = event.id
-            if accept(event):
-                out.append(event_to_dict(event))
-        return {"events": out, "last_event_id": last if len(out) < limit else cursor}
+        out: list[dict[str, Any]] = []
+        if limit > 0:
+            async for event in broker.events(after=after):
+                if event.id > last:
+                    break
+                if accept(event):
+                    out.append(event_to_dict(event))
+                    if len(out) == limit:
+                        last = event.id  # a full page: continue from here
+                        break
+        return {"events": out, "last_event_id": last}
 
     @router.get(
         "/events/stream",

@@ -110,6 +110,7 @@ class CreateBody(_Strict):
     timeout: float | None = Field(None, gt=0, description="Seconds until the request expires.")
     idempotency_key: str | None = None
     origin: OriginModel = Field(default_factory=OriginModel)
+    requester: str | None = Field(None, description="Only honoured by a server without auth.")
 
 
 class ResponseModel(BaseModel):
@@ -187,7 +188,7 @@ class RejectBody(_Strict):
 
 class CancelBody(_Strict):
     reason: str = ""
-    cause: Literal["cancelled", "released", "withdrawn"] = "cancelled"
+    cause: Literal["cancelled", "released", "withdrawn", "closed"] = "cancelled"
 
 
 class CloseBody(_Strict):

@@ -58,8 +58,9 @@ class Store(Protocol):
         """
         ...
 
-    async def settle(self, request: Request) -> bool:
-        """Store `request` (already settled) if its stored version is still pending."""
+    async def settle(self, request: Request) -> Request | None:
+        """Store `request` (already settled) if its stored version is still pending, and
+        return it as stored; None if it was not pending (or is unknown)."""
         ...
 
     async def settle_pending(

@@ -75,12 +75,12 @@ class MemoryStore:
     def _lookup(self, request_id: str) -> Request | None:
         return self._pending.get(request_id) or self._settled.get(request_id)
 
-    async def settle(self, request: Request) -> bool:
+    async def settle(self, request: Request) -> Request | None:
         if self._pending.pop(request.id, None) is None:
-            return False
+            return None
         self._retain(request)
         self._append(request.status.value, request)
-        return True
+        return request
 
     def _retain(self, request: Request) -> None:
         if self.retention == 0:
@@ -108,9 +108,7 @@ class MemoryStore:
         else:
             targets = [r for r in self._pending.values() if channel is None or r.origin.channel == channel]
         settled = [r.settle(status, response) for r in targets]
-        for request in settled:
-            await self.settle(request)
-        return settled
+        return [r for r in settled if await self.settle(r) is not None]
 
     async def next_expiry(self) -> datetime | None:
         while self._expiry and self._expiry[0][1] not in self._pending:

@@ -208,11 +208,11 @@ class SqliteStore:
         db.execute(Q["insert_event"], {"type": request.status.value, "request_id": request.id, "at": at, "data": doc})
         return True
 
-    async def settle(self, request: Request) -> bool:
+    async def settle(self, request: Request) -> Request | None:
         if not await self._write(lambda db: self._settle_one(db, request)):
-            return False
+            return None
         self._remember(request)
-        return True
+        return request
 
     async def settle_pending(
         self, status: Status, response: Response, *, channel: str | None = None, due: datetime | None = None
