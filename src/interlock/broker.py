@@ -74,17 +74,9 @@ class CreateFields(TypedDict, total=False):
     correlation_id: str | None
 
 
-_ORIGIN_FIELDS = (
-    "session",
-    "channel",
-    "agent",
-    "actor",
-    "tool_call_id",
-    "tool_name",
-    "arguments",
-    "run",
-    "correlation_id",
-)
+_CREATE_FIELDS = frozenset(CreateFields.__annotations__)
+_ORIGIN_FIELDS = _CREATE_FIELDS & frozenset(Origin.__dataclass_fields__)
+_NO_ORIGIN = Origin()
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,8 +215,11 @@ class Broker:
                 raise InvalidRequest("timeout must be a positive, finite number of seconds")
             due = now + timedelta(seconds=seconds)
             expires_at = due if expires_at is None else min(due, expires_at)
-        given = {name: fields[name] for name in _ORIGIN_FIELDS if fields.get(name) is not None}  # type: ignore[literal-required]  # names of CreateFields
-        origin = fields.get("origin") or Origin()
+        if not fields.keys() <= _CREATE_FIELDS:
+            unknown = ", ".join(sorted(fields.keys() - _CREATE_FIELDS))
+            raise TypeError(f"create() got unknown field(s): {unknown}")
+        given: dict[str, Any] = {k: v for k, v in fields.items() if k in _ORIGIN_FIELDS and v is not None}
+        origin = fields.get("origin") or _NO_ORIGIN
         return build_request(
             asks,
             kind=fields.get("kind", "question"),
@@ -304,7 +299,9 @@ class Broker:
         futures = self._waiters.setdefault(request_id, [])
         futures.append(fut)  # before reading, so a settlement seen meanwhile is not missed
         try:
-            request = await self.store.get(request_id)
+            # A cached pending copy is enough: a settlement this process has not seen yet
+            # reaches the follow loop later, and the future registered above wakes then.
+            request = await self.store.get(request_id, fresh=False)
             if request is None:
                 raise NotFound(request_id)
             if request.status is Status.PENDING:
@@ -389,7 +386,7 @@ class Broker:
         An answer that does not fit raises `InvalidAnswer` and changes nothing.
         """
         await self._ready()
-        request = await self.store.get(request_id)
+        request = await self.store.get(request_id, fresh=False)
         if request is None or request.status is not Status.PENDING:
             return False
         answers = check_answers(request, answer)
@@ -431,7 +428,7 @@ class Broker:
 
     async def _give_up(self, request_id: str, status: Status, response: Response) -> bool:
         await self._ready()
-        request = await self.store.get(request_id)
+        request = await self.store.get(request_id, fresh=False)
         if request is None or request.status is not Status.PENDING:
             return False
         return await self._settle(request.settle(status, response))
@@ -622,11 +619,13 @@ class Broker:
             self._hint.clear()
             try:
                 while True:
-                    batch = await self.store.events(cursor, 500)
-                    for event in batch:
-                        cursor = event.id
-                        if event.type in _SETTLED_EVENTS and event.request is not None:
-                            self._wake(event.request)
+                    batch = await self.store.changes(cursor, 500)
+                    for event_id, type_, request_id in batch:
+                        cursor = event_id
+                        if type_ in _SETTLED_EVENTS and request_id in self._waiters:
+                            request = await self.store.get(request_id)
+                            if request is not None and request.status is not Status.PENDING:
+                                self._wake(request)
                     if batch:
                         self._changed_now()
                     if len(batch) < 500:

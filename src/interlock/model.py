@@ -385,7 +385,11 @@ class Request:
             return self.response.answers.get(self.asks[0].id)
         return dict(self.response.answers)
 
-    def settle(self, status: Status, response: Response) -> Request:
+    def as_created(self) -> Request:
+        """This request as it was when created: pending, without a response."""
+        return self.settle(Status.PENDING, None)
+
+    def settle(self, status: Status, response: Response | None) -> Request:
         """This request as settled; the caller stores it only if still pending."""
         return Request(
             self.id,

@@ -620,3 +620,9 @@ async def test_expire_settles_a_pending_request_as_expired(broker: Broker) -> No
     assert await broker.expire(request.id) is False
     with pytest.raises(Expired):
         await broker.wait(request.id)
+
+
+async def test_a_misspelt_field_is_refused_rather_than_ignored(broker: Broker) -> None:
+    with pytest.raises(TypeError, match="unknown field"):
+        await broker.create(Text("Name?"), too="alice")  # type: ignore[call-arg]
+    assert (await broker.list()).items == []

@@ -158,7 +158,7 @@ class HttpStore:
     async def next_expiry(self) -> datetime | None:
         return None
 
-    async def get(self, request_id: str) -> Request | None:
+    async def get(self, request_id: str, *, fresh: bool = True) -> Request | None:
         result = await self._call("GET", f"/requests/{request_id}")
         if result.status_code == 404:
             return None
@@ -182,6 +182,9 @@ class HttpStore:
         result = await self._call("GET", "/events", params={"after": after, "limit": limit})
         _raise_for(result)
         return [_event(e) for e in result.json()["events"]]
+
+    async def changes(self, after: int = 0, limit: int = 500) -> Sequence[tuple[int, str, str | None]]:
+        return [(e.id, e.type, e.request_id) for e in await self.events(after, limit)]
 
     async def last_event_id(self) -> int:
         result = await self._call("GET", "/events", params={"limit": 0})

@@ -115,7 +115,7 @@ class MemoryStore:
             heapq.heappop(self._expiry)
         return self._expiry[0][0] if self._expiry else None
 
-    async def get(self, request_id: str) -> Request | None:
+    async def get(self, request_id: str, *, fresh: bool = True) -> Request | None:
         return self._lookup(request_id)
 
     async def list(self, query: Query) -> Sequence[Request]:
@@ -131,6 +131,9 @@ class MemoryStore:
             return []
         start = max(0, after - self._events[0].id + 1)
         return [self._events[i] for i in range(start, min(len(self._events), start + limit))]
+
+    async def changes(self, after: int = 0, limit: int = 500) -> Sequence[tuple[int, str, str | None]]:
+        return [(e.id, e.type, e.request_id) for e in await self.events(after, limit)]
 
     async def last_event_id(self) -> int:
         return self._last_event

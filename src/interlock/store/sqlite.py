@@ -21,7 +21,16 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from ..model import Event, Request, Response, Status, request_from_dict, request_to_dict
+from ..model import (
+    Event,
+    Request,
+    Response,
+    Status,
+    request_from_dict,
+    request_to_dict,
+    response_from_dict,
+    response_to_dict,
+)
 from ..principals import IssuedToken, Principal
 from . import Query
 from ._sql import load_migrations, load_queries
@@ -181,10 +190,10 @@ class SqliteStore:
                     Q["find_idempotent"], {"requester": request.requester or "", "key": request.idempotency_key}
                 ).fetchone()
                 if found is not None:
-                    return request_from_dict(json.loads(found[0])), False
+                    return _request(*found), False
             db.execute(Q["insert_request"], row)
             db.execute(
-                Q["insert_event"], {"type": "created", "request_id": request.id, "at": row["created_at"], "data": doc}
+                Q["insert_event"], {"type": "created", "request_id": request.id, "at": row["created_at"], "data": None}
             )
             return request, True
 
@@ -201,11 +210,11 @@ class SqliteStore:
     def _settle_one(self, db: sqlite3.Connection, request: Request) -> bool:
         response = request.response
         at = _us(response.at if response is not None else datetime.now(UTC))
-        doc = _json(request_to_dict(request))
-        params = {"id": request.id, "status": request.status.value, "settled_at": at, "doc": doc}
+        answer = _json(response_to_dict(response)) if response is not None else None
+        params = {"id": request.id, "status": request.status.value, "settled_at": at, "response": answer}
         if db.execute(Q["settle_request"], params).rowcount != 1:
             return False
-        db.execute(Q["insert_event"], {"type": request.status.value, "request_id": request.id, "at": at, "data": doc})
+        db.execute(Q["insert_event"], {"type": request.status.value, "request_id": request.id, "at": at, "data": None})
         return True
 
     async def settle(self, request: Request) -> Request | None:
@@ -229,8 +238,8 @@ class SqliteStore:
 
         def settle_all(db: sqlite3.Connection) -> list[Request]:
             settled = []
-            for (doc,) in db.execute(sql, params).fetchall():
-                request = request_from_dict(json.loads(doc)).settle(status, response)
+            for row in db.execute(sql, params).fetchall():
+                request = _request(*row).settle(status, response)
                 if self._settle_one(db, request):
                     settled.append(request)
             return settled
@@ -256,10 +265,10 @@ class SqliteStore:
         (value,) = (await self._read(Q["next_expiry"]))[0]
         return None if value is None else _from_us(value)
 
-    async def get(self, request_id: str) -> Request | None:
+    async def get(self, request_id: str, *, fresh: bool = True) -> Request | None:
         cached = self._cache.get(request_id)
         if cached is not None:
-            if cached.status is not Status.PENDING:
+            if cached.status is not Status.PENDING or not fresh:
                 return cached
             rows = await self._read(Q["get_status"], {"id": request_id})
             if rows and rows[0][0] == Status.PENDING:
@@ -267,7 +276,7 @@ class SqliteStore:
         rows = await self._read(Q["get_request"], {"id": request_id})
         if not rows:
             return None
-        request = request_from_dict(json.loads(rows[0][0]))
+        request = _request(*rows[0])
         self._remember(request)
         return request
 
@@ -281,12 +290,12 @@ class SqliteStore:
         if query.after is not None:
             where.append("id < :after" if query.order == "desc" else "id > :after")
             params["after"] = query.after
-        sql = "SELECT doc FROM requests"
+        sql = "SELECT status, doc, response FROM requests"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += f" ORDER BY id {'DESC' if query.order == 'desc' else 'ASC'} LIMIT :limit"
         params["limit"] = query.limit
-        return [request_from_dict(json.loads(doc)) for (doc,) in await self._read(sql, params)]
+        return [_request(*row) for row in await self._read(sql, params)]
 
     # -- principals and tokens ------------------------------------------------------------
 
@@ -325,18 +334,36 @@ class SqliteStore:
     async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
         rows = await self._read(Q["events_after"], {"after": after, "limit": limit})
         out = []
-        for event_id, type_, request_id, at, data in rows:
+        for event_id, type_, request_id, at, data, status, doc, answer in rows:
             if request_id is None:
                 out.append(Event(event_id, type_, _from_us(at), data=json.loads(data)))
                 continue
-            request = request_from_dict(json.loads(data))
-            if request.status is not Status.PENDING:
+            request = self._cache.get(request_id)
+            if request is None or request.status is Status.PENDING:
+                request = _request(status, doc, answer)
                 self._remember(request)
+            if type_ == "created" and request.status is not Status.PENDING:
+                request = request.as_created()
             out.append(Event(event_id, type_, _from_us(at), request_id, request))
         return out
 
+    async def changes(self, after: int = 0, limit: int = 500) -> Sequence[tuple[int, str, str | None]]:
+        rows = await self._read(Q["changes_after"], {"after": after, "limit": limit})
+        for _, type_, request_id in rows:
+            if type_ != "created" and request_id in self._cache:
+                del self._cache[request_id]  # settled, maybe by another process: read it afresh
+        return [tuple(row) for row in rows]
+
     async def last_event_id(self) -> int:
         return int((await self._read(Q["last_event_id"]))[0][0])
+
+
+def _request(status: str, doc: str, response: str | None) -> Request:
+    """A request from its row: the document as created, then how it settled."""
+    request = request_from_dict(json.loads(doc))
+    if status == Status.PENDING:
+        return request
+    return request.settle(Status(status), response_from_dict(json.loads(response)) if response else None)
 
 
 def _statements(script: str) -> list[str]:

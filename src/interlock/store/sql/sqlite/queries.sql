@@ -8,32 +8,37 @@ VALUES (:id, :kind, :status, :recipient, :requester, :session, :channel, :agent,
 INSERT INTO events (type, request_id, at, data) VALUES (:type, :request_id, :at, :data);
 
 -- name: settle_request
-UPDATE requests SET status = :status, settled_at = :settled_at, doc = :doc
+UPDATE requests SET status = :status, settled_at = :settled_at, response = :response
 WHERE id = :id AND status = 'pending';
 
 -- name: get_request
-SELECT doc FROM requests WHERE id = :id;
+SELECT status, doc, response FROM requests WHERE id = :id;
 
 -- name: get_status
 SELECT status FROM requests WHERE id = :id;
 
 -- name: find_idempotent
-SELECT doc FROM requests WHERE ifnull(requester, '') = :requester AND idempotency_key = :key;
+SELECT status, doc, response FROM requests WHERE ifnull(requester, '') = :requester AND idempotency_key = :key;
 
 -- name: pending_in_channel
-SELECT doc FROM requests WHERE status = 'pending' AND channel = :channel;
+SELECT status, doc, response FROM requests WHERE status = 'pending' AND channel = :channel;
 
 -- name: pending_all
-SELECT doc FROM requests WHERE status = 'pending';
+SELECT status, doc, response FROM requests WHERE status = 'pending';
 
 -- name: pending_due
-SELECT doc FROM requests WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= :due;
+SELECT status, doc, response FROM requests WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= :due;
 
 -- name: next_expiry
 SELECT min(expires_at) FROM requests WHERE status = 'pending' AND expires_at IS NOT NULL;
 
 -- name: events_after
-SELECT id, type, request_id, at, data FROM events WHERE id > :after ORDER BY id LIMIT :limit;
+SELECT e.id, e.type, e.request_id, e.at, e.data, r.status, r.doc, r.response
+FROM events e LEFT JOIN requests r ON r.id = e.request_id
+WHERE e.id > :after ORDER BY e.id LIMIT :limit;
+
+-- name: changes_after
+SELECT id, type, request_id FROM events WHERE id > :after ORDER BY id LIMIT :limit;
 
 -- name: last_event_id
 SELECT ifnull(max(id), 0) FROM events;
