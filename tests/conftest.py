@@ -75,3 +75,9 @@ def connect(url: str) -> Callable[..., Broker]:
 async def broker(connect: Callable[..., Broker]) -> AsyncIterator[Broker]:
     async with connect() as b:
         yield b
+
+
+@pytest.fixture
+def serve() -> Callable[..., contextlib.AbstractContextManager[str]]:
+    """Start a real server: `with serve(store_url, auth=False) as base_url: ...`."""
+    return running_server

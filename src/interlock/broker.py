@@ -470,6 +470,7 @@ class Broker:
         agent: str | None = None,
         run: str | None = None,
         data: Mapping[str, Any] | None = None,
+        by: str | None = None,
     ) -> Event:
         """Record a progress update for a person, without waiting for anything.
 
@@ -481,7 +482,14 @@ class Broker:
             raise InvalidRequest("an update needs a non-empty message")
         if len(message) > self.max_prompt_length:
             raise InvalidRequest(f"the message is {len(message)} characters, at most {self.max_prompt_length} allowed")
-        payload: dict[str, Any] = {"message": message, "to": to, "session": session, "agent": agent, "run": run}
+        payload: dict[str, Any] = {
+            "message": message,
+            "to": to,
+            "by": by,
+            "session": session,
+            "agent": agent,
+            "run": run,
+        }
         if data is not None:
             payload["data"] = dict(data)
         event = await self.store.append_event("informed", payload)

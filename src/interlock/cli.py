@@ -12,7 +12,9 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
+import os
 import re
 import sys
 from collections.abc import Awaitable, Callable
@@ -28,6 +30,7 @@ from . import __version__
 from .broker import Broker, connect
 from .errors import Cancelled, Expired, InterlockError, InvalidAnswer, InvalidRequest, NotFound, Rejected
 from .model import Ask, Choice, Confirm, Form, MultiChoice, Request, Status, Text, options_of, request_to_dict
+from .principals import TOKEN_PREFIX, Principal, issue_token
 
 ANSWERED, DECLINED, EXPIRED, CANCELLED, USAGE = 0, 1, 2, 3, 4
 T = TypeVar("T")
@@ -43,9 +46,18 @@ DbOption = Annotated[
     str | None,
     typer.Option(
         "--db",
+        "--server",
         envvar="INTERLOCK_URL",
-        help="Store URL: sqlite:///path.db (default sqlite:///interlock.db) or memory://.",
+        help="Where requests live: sqlite:///path.db (the default is sqlite:///interlock.db), or a server's "
+        "http(s):// URL (its token from INTERLOCK_TOKEN).",
         show_default=False,
+    ),
+]
+
+LocalDb = Annotated[
+    str | None,
+    typer.Option(
+        "--db", envvar="INTERLOCK_URL", help="Store URL (default sqlite:///interlock.db).", show_default=False
     ),
 ]
 
@@ -314,6 +326,114 @@ def _ago(when: datetime, now: datetime) -> str:
     else:
         amount = f"{seconds}s"
     return f"in {amount}" if future else f"{amount} ago"
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8765,
+    db: LocalDb = None,
+    no_auth: Annotated[
+        bool, typer.Option("--no-auth", help="Let anyone on this machine do anything (loopback addresses only).")
+    ] = False,
+) -> None:
+    """Run the HTTP API, the live event stream and the web inbox."""
+    try:
+        import uvicorn
+
+        from .server.app import create_app
+    except ImportError as exc:  # pragma: no cover - depends on how interlock was installed
+        raise _fail(f"the server needs its extra: pip install 'interlock[server]' ({exc})") from None
+    if db is not None and db.startswith(("http://", "https://")):
+        raise _fail("serve needs a store URL (sqlite:///... or memory://), not another server")
+    if no_auth and not _is_loopback(host):
+        raise _fail(f"--no-auth is allowed only on a loopback address, not {host}")
+    secret = os.environ.get("INTERLOCK_SECRET_KEY")
+    app = create_app(db, auth=not no_auth, secret_key=secret)
+    where = f"http://{host}:{port}"
+    err.print(f"interlock {__version__} serving {where} on {db or 'sqlite:///interlock.db'}")
+    if no_auth:
+        err.print("[yellow]auth is OFF[/yellow]: anyone who can reach this loopback address can read and answer")
+    else:
+        err.print("auth is on: create tokens with `interlock token create NAME --human|--agent`")
+    if not secret:
+        err.print("web sessions end on restart (set INTERLOCK_SECRET_KEY to keep them, and on every node)")
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+token_app = typer.Typer(no_args_is_help=True, help="Manage who may use a server: humans and agents, and their tokens.")
+app.add_typer(token_app, name="token")
+
+
+@token_app.command("create")
+def token_create(
+    name: Annotated[str, typer.Argument(help="The human's or agent's name.")],
+    human: Annotated[bool, typer.Option("--human", help="A person, who answers requests to them.")] = False,
+    agent: Annotated[bool, typer.Option("--agent", help="A program, which makes requests.")] = False,
+    owner: Annotated[str | None, typer.Option("--owner", help="An agent's human: its requests go to them.")] = None,
+    db: LocalDb = None,
+) -> None:
+    """Add a human or an agent (or reuse one) and print a new token for it, once."""
+    if human == agent:
+        raise _fail("say --human or --agent")
+    if agent and not owner:
+        raise _fail("an agent needs --owner HUMAN: whose inbox its requests go to")
+
+    async def work(broker: Broker) -> str:
+        store = broker.store
+        if owner is not None:
+            found = await store.get_principal(owner)
+            if found is None or found.kind != "human":
+                raise InvalidRequest(f"no human named {owner!r}: create one first with --human")
+        existing = await store.get_principal(name)
+        principal = Principal(name, "agent" if agent else "human", owner if agent else None)
+        if existing is not None and existing.kind != principal.kind:
+            raise InvalidRequest(f"{name!r} is already a {existing.kind}")
+        await store.save_principal(principal)
+        token = issue_token(name, datetime.now(UTC))
+        await store.save_token(token)
+        return token.secret
+
+    secret = _run(db, work)
+    err.print(f"token for {name} (shown once; keep it secret):")
+    typer.echo(secret)
+
+
+@token_app.command("revoke")
+def token_revoke(
+    what: Annotated[str, typer.Argument(help="A token (il_...), a token id, or a name to revoke all its tokens.")],
+    db: LocalDb = None,
+) -> None:
+    """Revoke a token, or every token of a human or agent; it stops working at once."""
+
+    async def work(broker: Broker) -> int:
+        store = broker.store
+        if what.startswith(TOKEN_PREFIX) and what.count("_") >= 2:
+            return await store.revoke_tokens(token_id=what.split("_")[1])
+        if await store.get_principal(what) is not None:
+            return await store.revoke_tokens(principal=what)
+        return await store.revoke_tokens(token_id=what)
+
+    count = _run(db, work)
+    if not count:
+        raise _fail(f"no live token matches {what!r}", DECLINED)
+    err.print(f"revoked {count} token(s)")
+
+
+@token_app.command("list")
+def token_list(db: LocalDb = None) -> None:
+    """List the humans and agents."""
+    for p in _run(db, lambda b: b.store.list_principals()):
+        typer.echo(f"{p.name}\t{p.kind}" + (f"\towner={p.owner}" if p.owner else ""))
 
 
 def main() -> None:

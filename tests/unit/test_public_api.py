@@ -17,6 +17,7 @@ def test_the_public_names_are_pinned() -> None:
             "Deny",
             "Event",
             "Expired",
+            "Forbidden",
             "Form",
             "InputHook",
             "InterlockError",

@@ -81,7 +81,7 @@ def event_to_dict(event: Event) -> dict[str, Any]:
 def can_see(principal: Principal, event: Event) -> bool:
     if event.request is not None:
         return can_read(principal, event.request)
-    return principal.kind == "admin" or principal.name in (event.data.get("to"), event.data.get("from"))
+    return principal.kind == "admin" or principal.name in (event.data.get("to"), event.data.get("by"))
 
 
 class Metrics:
@@ -428,7 +428,8 @@ def _api_router(state: _State) -> APIRouter:
             session=body.session,
             agent=body.agent or (caller.name if caller.kind == "agent" else None),
             run=body.run,
-            data={**(body.data or {}), **({"from": caller.name} if caller.kind != "admin" else {})},
+            data=body.data,
+            by=None if caller.kind == "admin" else caller.name,
         )
         return event_to_dict(event)
 

@@ -51,7 +51,11 @@ class HttpStore:
         self._client = httpx.AsyncClient(
             base_url=f"{self.base_url}/api/v1", headers=self._headers, timeout=httpx.Timeout(30.0)
         )
-        await self._call("GET", "/whoami")  # fail now, clearly, on a wrong address or token
+        try:
+            await self._call("GET", "/whoami")  # fail now, clearly, on a wrong address or token
+        except BaseException:
+            await self._client.aclose()
+            raise
 
     async def aclose(self) -> None:
         if self._stream_task is not None:

@@ -1,0 +1,194 @@
+// The inbox page: follow /inbox/stream, fetch each changed request's card, post answers
+// with fetch. Cards are always rendered by the server; this file only places them.
+(() => {
+  "use strict";
+
+  const FRAGMENT = { "X-Interlock-Fragment": "1" };
+  const SETTLED = ["answered", "rejected", "expired", "cancelled"];
+  const $ = (id) => document.getElementById(id);
+
+  function localTimes(root) {
+    for (const t of root.querySelectorAll("time[datetime]:not([title])")) {
+      const when = new Date(t.dateTime);
+      if (Number.isNaN(when.getTime())) continue;
+      t.title = t.textContent;
+      t.textContent = when.toLocaleString([], { dateStyle: "medium", timeStyle: "short" });
+    }
+  }
+
+  function fromHTML(html) {
+    const template = document.createElement("template");
+    template.innerHTML = html.trim();
+    return template.content.firstElementChild;
+  }
+
+  // -- forms ----------------------------------------------------------------------------
+
+  function wire(root) {
+    localTimes(root);
+    for (const form of root.querySelectorAll("form.answer")) {
+      form.addEventListener("submit", submit);
+      // Typing an "other" answer picks the Other option.
+      for (const radio of form.querySelectorAll("input[data-other]")) {
+        const text = radio.closest(".other").querySelector("input[type=text]");
+        text.addEventListener("input", () => { radio.checked = text.value.trim() !== ""; });
+      }
+      // Multi-choice: at most `max` boxes can be ticked, at least `min` must be.
+      for (const set of form.querySelectorAll("fieldset[data-min]")) {
+        const boxes = [...set.querySelectorAll("input[type=checkbox]")];
+        const min = Number(set.dataset.min || 0);
+        const max = set.dataset.max ? Number(set.dataset.max) : Infinity;
+        const limit = () => {
+          const n = boxes.filter((b) => b.checked).length;
+          for (const b of boxes) b.disabled = !b.checked && n >= max;
+          boxes[0].setCustomValidity(n < min ? `Pick at least ${min}.` : "");
+        };
+        set.addEventListener("change", limit);
+        limit();
+      }
+      // Ctrl+Enter in a multi-line answer sends it (not in an approval's reason).
+      if (!form.hasAttribute("data-approval")) {
+        form.addEventListener("keydown", (e) => {
+          if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && e.target.tagName === "TEXTAREA") {
+            e.preventDefault();
+            form.requestSubmit(form.querySelector("button[value=answer]"));
+          }
+        });
+      }
+    }
+  }
+
+  async function submit(event) {
+    event.preventDefault();
+    const form = event.currentTarget;
+    const body = new URLSearchParams(new FormData(form, event.submitter));
+    const buttons = form.querySelectorAll("button");
+    for (const b of buttons) b.disabled = true;
+    form.setAttribute("aria-busy", "true");
+    let response;
+    try {
+      response = await fetch(form.getAttribute("action"), { method: "POST", body, headers: FRAGMENT, credentials: "same-origin" });
+    } catch {
+      return formError(form, buttons, "Could not reach the server. Try again.");
+    }
+    const el = fromHTML(await response.text());
+    if (!el || el.dataset.status === "error") {
+      return formError(form, buttons, el ? el.textContent : `The server answered ${response.status}.`);
+    }
+    const card = form.closest("li");
+    if (el.dataset.status === "pending") {  // refused: the card again, with the fault shown
+      card.replaceWith(el);
+      wire(el);
+      const bad = el.querySelector(".invalid input, .invalid textarea, .invalid select, [aria-invalid=true]");
+      (bad || el.querySelector("h3")).focus();
+      return;
+    }
+    place(el);
+    const notice = el.querySelector(".notice");
+    say(notice ? notice.textContent : `${el.querySelector(".outcome").textContent}.`);
+  }
+
+  function formError(form, buttons, message) {
+    for (const b of buttons) b.disabled = false;
+    form.removeAttribute("aria-busy");
+    const slot = form.querySelector(".form-error");
+    slot.textContent = message;
+    slot.hidden = false;
+  }
+
+  // -- placing cards --------------------------------------------------------------------
+
+  const pending = $("pending");
+  const history = $("history");
+  const updates = $("updates");
+
+  function say(text) {
+    $("live").textContent = text;
+  }
+
+  function counts() {
+    const n = pending.children.length;
+    $("pending-count").textContent = n;
+    $("pending-empty").hidden = n > 0;
+    $("history-empty").hidden = history.children.length > 0;
+    document.title = `${n ? `(${n}) ` : ""}Inbox · interlock`;
+  }
+
+  // Put a card where its state says: pending ones newest first, settled ones on top of
+  // the history. A pending card already shown is left alone, so typing is not lost.
+  function place(el) {
+    const old = document.getElementById(el.id);
+    if (el.dataset.status === "pending") {
+      if (old) return false;
+      wire(el);
+      const later = [...pending.children].find((c) => c.dataset.id < el.dataset.id);
+      pending.insertBefore(el, later || null);
+    } else {
+      localTimes(el);
+      if (old && old.parentElement === pending) leave(old);
+      else if (old) old.remove();
+      history.prepend(el);
+    }
+    counts();
+    return true;
+  }
+
+  // Remove a pending card, keeping keyboard focus nearby if it was inside.
+  function leave(card) {
+    const focused = card.contains(document.activeElement);
+    const next = card.nextElementSibling || card.previousElementSibling;
+    card.remove();
+    if (focused) (next ? next.querySelector("h3") : $("pending-h")).focus();
+  }
+
+  async function fetchCard(url) {
+    const response = await fetch(url, { headers: FRAGMENT, credentials: "same-origin" });
+    return response.ok ? fromHTML(await response.text()) : null;
+  }
+
+  // -- the live stream ------------------------------------------------------------------
+
+  function follow() {
+    const base = document.body.dataset.base;
+    const source = new EventSource(document.body.dataset.stream);
+    let queue = Promise.resolve();  // one event at a time, in order
+    const later = (work) => { queue = queue.then(work).catch((e) => console.error(e)); };
+
+    const onRequest = (event) => later(async () => {
+      const { request_id: id } = JSON.parse(event.data);
+      const wasPending = Boolean(pending.querySelector(`[data-id="${CSS.escape(id)}"]`));
+      const el = await fetchCard(new URL(`inbox/requests/${encodeURIComponent(id)}`, base));
+      if (!el || !place(el)) return;
+      const title = el.querySelector("h3, .item-title").textContent;
+      if (el.dataset.status === "pending") say(`New request: ${title}`);
+      else if (wasPending) say(`${title}: ${el.querySelector(".outcome").textContent.toLowerCase()}.`);
+    });
+    source.addEventListener("created", onRequest);
+    for (const type of SETTLED) source.addEventListener(type, onRequest);
+
+    source.addEventListener("informed", (event) => later(async () => {
+      const { id } = JSON.parse(event.data);
+      const el = await fetchCard(new URL(`inbox/updates/${id}`, base));
+      if (!el || document.getElementById(el.id)) return;
+      localTimes(el);
+      updates.prepend(el);
+      $("updates-section").hidden = false;
+      say(`Update: ${el.querySelector("p").textContent}`);
+    }));
+
+    // After "dropped" the server ends the stream and the browser reconnects with
+    // Last-Event-ID, so the missed events are replayed.
+    source.addEventListener("error", () => {
+      const closed = source.readyState === EventSource.CLOSED;
+      document.body.dataset.live = closed ? "closed" : "reconnecting";
+      $("offline").hidden = !closed;
+    });
+    source.addEventListener("open", () => { document.body.dataset.live = "open"; });
+  }
+
+  if (pending) {
+    wire(document);
+    counts();
+    follow();
+  }
+})();

@@ -1,0 +1,699 @@
+"""The web inbox: a person's pending requests, answered from the browser.
+
+Server-rendered HTML (Jinja2, autoescaped) with a little JavaScript and no build step.
+A person signs in by pasting a token; the session is a signed cookie (`auth.Auth`), and
+every form carries the session's CSRF token. Agents cannot sign in: only people answer.
+
+The page follows `/inbox/stream`, server-sent events of the requests to the person, and
+on each one fetches the request's card from `/inbox/requests/{id}`, so a card is rendered
+in one place whether it comes with the page or later. Answers are posted to the same URL;
+the page's script posts them with `fetch` and swaps in the card it gets back, while a
+browser without JavaScript posts the form and is redirected back to the inbox.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from fastapi import APIRouter, FastAPI, HTTPException
+from fastapi import Request as HttpRequest
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from jsonschema import Draft202012Validator
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from ..errors import InvalidAnswer, NotFound
+from ..model import Answers, Ask, Choice, Confirm, Event, Form, MultiChoice, Option, Status, Text, options_of
+from ..model import Request as HumanRequest
+from ..principals import Principal, can_answer
+from .app import can_see
+from .auth import SESSION_COOKIE, SESSION_MAX_AGE, check_csrf
+from .stream import Dropped
+
+if TYPE_CHECKING:
+    from .app import _State
+
+__all__ = ["install_web"]
+
+HERE = Path(__file__).parent
+SIGNIN_COOKIE = "interlock_signin"
+FRAGMENT_HEADER = "x-interlock-fragment"
+HISTORY_LIMIT = 30
+PENDING_LIMIT = 200
+UPDATES_LIMIT = 20
+UPDATES_LOOKBACK = 500  # events scanned for recent progress updates when the page loads
+_SETTLED = tuple(s for s in Status if s.settled)
+_INBOX_EVENTS = frozenset({"created", "informed", *(s.value for s in _SETTLED)})
+_SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+# -- what a person typed ------------------------------------------------------------------
+
+
+class Values:
+    """The fields of a posted form, to read an answer from and to fill the form again."""
+
+    def __init__(self, items: Sequence[tuple[str, str]] = ()) -> None:
+        self._by_name: dict[str, list[str]] = {}
+        for name, value in items:
+            self._by_name.setdefault(name, []).append(value)
+
+    def get(self, name: str, default: str = "") -> str:
+        found = self._by_name.get(name)
+        return found[-1] if found else default
+
+    def all(self, name: str) -> list[str]:
+        return list(self._by_name.get(name, ()))
+
+    def has(self, name: str) -> bool:
+        return name in self._by_name
+
+    def __bool__(self) -> bool:
+        return bool(self._by_name)
+
+
+# -- forms generated from a JSON Schema ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One input of a form ask, generated from a property of its JSON Schema."""
+
+    name: str
+    key: str
+    label: str
+    hint: str
+    kind: Literal["string", "number", "integer", "boolean", "enum", "json"]
+    required: bool
+    input_type: str = "text"
+    attrs: Mapping[str, str] = field(default_factory=dict)
+    enum: tuple[Any, ...] = ()
+    default: str = ""
+
+    @property
+    def choices(self) -> list[tuple[str, str]]:
+        return [(str(i), v if isinstance(v, str) else json.dumps(v)) for i, v in enumerate(self.enum)]
+
+
+_FORMATS = {"email": "email", "uri": "url", "date": "date"}
+
+
+def form_fields(ask: Form, name: str) -> tuple[Field, ...] | None:
+    """The inputs for a form ask, or None to take the whole answer as JSON instead."""
+    properties = ask.schema.get("properties")
+    if not isinstance(properties, Mapping) or not properties:
+        return None
+    required = set(ask.schema.get("required") or ())
+    return tuple(
+        _field(f"{name}.p{j}", str(key), prop if isinstance(prop, Mapping) else {}, key in required)
+        for j, (key, prop) in enumerate(properties.items())
+    )
+
+
+def _field(name: str, key: str, prop: Mapping[str, Any], required: bool) -> Field:
+    label = str(prop.get("title") or key)
+    hint = str(prop.get("description") or "")
+    default = prop.get("default")
+    enum = prop.get("enum")
+    kind = prop.get("type")
+    if isinstance(enum, list) and enum:
+        chosen = next((str(i) for i, v in enumerate(enum) if v == default and type(v) is type(default)), "")
+        return Field(name, key, label, hint, "enum", required, enum=tuple(enum), default=chosen)
+    if kind == "boolean":
+        return Field(name, key, label, hint, "boolean", False, input_type="checkbox", default="on" * (default is True))
+    if kind in ("number", "integer"):
+        bounds = (("minimum", "min"), ("maximum", "max"))
+        attrs = {dst: _number(prop[src]) for src, dst in bounds if _is_number(prop.get(src))}
+        step = prop.get("multipleOf")
+        attrs["step"] = _number(step) if _is_number(step) else ("1" if kind == "integer" else "any")
+        shown = _number(default) if _is_number(default) else ""
+        return Field(name, key, label, hint, kind, required, input_type="number", attrs=attrs, default=shown)
+    if kind == "string":
+        lengths = (("minLength", "minlength"), ("maxLength", "maxlength"))
+        attrs = {dst: str(prop[src]) for src, dst in lengths if isinstance(prop.get(src), int)}
+        input_type = _FORMATS.get(str(prop.get("format")), "text")
+        shown = default if isinstance(default, str) else ""
+        return Field(name, key, label, hint, "string", required, input_type=input_type, attrs=attrs, default=shown)
+    shown = json.dumps(default, indent=2) if "default" in prop else ""
+    return Field(name, key, label, hint or "As JSON.", "json", required, default=shown)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+class FieldFault(InvalidAnswer):
+    """A form answer refused because of one of its inputs: `field` is the input's name."""
+
+    def __init__(self, ask: Form, f: Field, fault: str) -> None:
+        super().__init__(f"ask {ask.id!r}: {f.label}: {fault}", ask_id=ask.id)
+        self.field = f.name
+        self.fault = fault
+
+
+def _form_answer(ask: Form, name: str, values: Values) -> dict[str, Any] | None:
+    fields = form_fields(ask, name)
+    if fields is None:
+        text = values.get(f"{name}.json").strip()
+        return None if not text else _json(ask, None, text)
+    out: dict[str, Any] = {}
+    for f in fields:
+        raw = values.get(f.name)
+        if f.kind == "boolean":
+            out[f.key] = values.has(f.name)
+        elif (raw if f.kind == "string" else raw.strip()) == "":
+            if f.required:
+                raise FieldFault(ask, f, "an answer is required")
+        else:
+            out[f.key] = _coerce(ask, f, raw)
+    # The broker checks the whole answer again; this finds the input a fault belongs to.
+    by_key = {f.key: f for f in fields}
+    for error in sorted(Draft202012Validator(ask.schema).iter_errors(out), key=lambda e: list(e.path)):
+        key = error.path[0] if error.path else None
+        if error.validator == "required" and not error.path:
+            key = next((k for k in error.validator_value if k not in out), None)
+        if key in by_key:
+            raise FieldFault(ask, by_key[str(key)], error.message)
+        break
+    return out
+
+
+def _coerce(ask: Form, f: Field, raw: str) -> Any:
+    text = raw.strip()
+    fault = FieldFault(ask, f, f"{raw!r} is not a valid {f.kind}")
+    if f.kind == "string":
+        return raw
+    if f.kind == "json":
+        return _json(ask, f, text)
+    if f.kind == "enum":
+        if not text.isdigit() or int(text) >= len(f.enum):
+            raise fault
+        return f.enum[int(text)]
+    try:
+        return int(text)
+    except ValueError:
+        if f.kind == "integer":
+            raise FieldFault(ask, f, f"{raw!r} is not a whole number") from None
+    try:
+        number = float(text)
+    except ValueError:
+        raise fault from None
+    if not math.isfinite(number):
+        raise fault
+    return number
+
+
+def _json(ask: Form, f: Field | None, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        fault = f"not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno})"
+        if f is not None:
+            raise FieldFault(ask, f, fault) from None
+        raise InvalidAnswer(f"ask {ask.id!r}: the answer is {fault}", ask_id=ask.id) from None
+
+
+def read_answers(request: HumanRequest, values: Values) -> Answers:
+    """The answers by ask id from the posted fields `a{i}` (one per ask, in order).
+
+    An ask left blank is left out, so the broker reports the missing required ones.
+    """
+    out = Answers()
+    for i, ask in enumerate(request.asks):
+        name = f"a{i}"
+        if isinstance(ask, Text):
+            text = values.get(name)
+            if text or ask.required:
+                out[ask.id] = text
+        elif isinstance(ask, Confirm):
+            said = values.get(name)
+            if said in ("yes", "no"):
+                out[ask.id] = said == "yes"
+        elif isinstance(ask, Choice):
+            picked, other = values.get(name), values.get(f"{name}.other").strip()
+            if picked:
+                out[ask.id] = picked
+            elif ask.allow_other and other:
+                out[ask.id] = other
+            elif values.has(name):
+                raise InvalidAnswer(f"ask {ask.id!r}: type your answer next to Other", ask_id=ask.id)
+        elif isinstance(ask, MultiChoice):
+            out[ask.id] = values.all(name)
+        else:
+            value = _form_answer(ask, name, values)
+            if value is not None:
+                out[ask.id] = value
+    return out
+
+
+# -- what the templates show --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AskView:
+    ask: Ask
+    name: str
+    dom: str
+    label_hidden: bool
+    error: str
+    error_field: str | None = None
+    """The input of a form the error is about, when it is about one."""
+    options: tuple[Option, ...] = ()
+    fields: tuple[Field, ...] | None = None
+
+    @property
+    def type(self) -> str:
+        return self.ask.type
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """An answer the broker refused, to show beside the ask it names."""
+
+    request_id: str
+    message: str
+    ask_id: str | None
+    values: Values
+    field: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateView:
+    id: int
+    message: str
+    at: datetime
+    agent: str | None
+    session: str | None
+
+
+def is_approval(request: HumanRequest) -> bool:
+    """An approval answered with Approve / Deny buttons: one yes/no ask."""
+    return request.kind == "approval" and len(request.asks) == 1 and isinstance(request.asks[0], Confirm)
+
+
+def heading(request: HumanRequest) -> str:
+    if request.title:
+        return request.title
+    if request.kind == "approval" and request.origin.tool_name:
+        return f"Run {request.origin.tool_name}?"
+    prompt = request.asks[0].prompt
+    return prompt if len(prompt) <= 120 else prompt[:119] + "…"
+
+
+def ask_views(request: HumanRequest, failure: Failure | None) -> list[AskView]:
+    untitled = not request.title and not (request.kind == "approval" and request.origin.tool_name)
+    out = []
+    for i, ask in enumerate(request.asks):
+        error, error_field = "", None
+        if failure is not None and failure.ask_id == ask.id:
+            error, error_field = failure.message.removeprefix(f"ask {ask.id!r}: "), failure.field
+            error = error[:1].upper() + error[1:]
+        name = f"a{i}"
+        out.append(
+            AskView(
+                ask,
+                name,
+                f"r-{request.id}-{name}",
+                label_hidden=untitled and i == 0 and len(request.asks) == 1,
+                error=error,
+                error_field=error_field,
+                options=options_of(ask) if isinstance(ask, Choice | MultiChoice) else (),
+                fields=form_fields(ask, name) if isinstance(ask, Form) else None,
+            )
+        )
+    return out
+
+
+def answer_text(ask: Ask, value: Any) -> str:
+    if isinstance(ask, Confirm):
+        return "Yes" if value else "No"
+    if isinstance(ask, Choice):
+        label = next((o.label for o in options_of(ask) if o.id == value), None)
+        return label if label is not None else f"Other: {value}"
+    if isinstance(ask, MultiChoice):
+        labels = {o.id: o.label for o in options_of(ask)}
+        return ", ".join(labels.get(v, v) for v in value) or "none"
+    if isinstance(ask, Form):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def answers_shown(request: HumanRequest) -> list[tuple[str, str]]:
+    if request.status is not Status.ANSWERED or request.response is None or is_approval(request):
+        return []
+    given = request.response.answers
+    if len(request.asks) == 1 and request.asks[0].id in given:
+        return [("Answer", answer_text(request.asks[0], given[request.asks[0].id]))]
+    return [(ask.prompt, answer_text(ask, given[ask.id])) for ask in request.asks if ask.id in given]
+
+
+def badge(request: HumanRequest) -> str:
+    """The one-word state shown on a settled request."""
+    if request.status is Status.ANSWERED and is_approval(request) and request.response is not None:
+        return "approved" if request.response.answers.get(request.asks[0].id) else "denied"
+    return {"rejected": "declined"}.get(request.status.value, request.status.value)
+
+
+def outcome(request: HumanRequest) -> str:
+    response = request.response
+    by = f" by {response.by}" if response is not None and response.by else ""
+    via = f" via {response.via}" if response is not None and response.via else ""
+    if request.status is Status.ANSWERED:
+        verb = "Answered"
+        if is_approval(request) and response is not None:
+            verb = "Approved" if response.answers.get(request.asks[0].id) else "Denied"
+        return f"{verb}{by}{via}"
+    if request.status is Status.REJECTED:
+        return f"Declined{by}{via}"
+    if request.status is Status.EXPIRED:
+        return "Expired unanswered"
+    cause = response.cause if response is not None else None
+    return {
+        "released": "Released by whoever asked",
+        "closed": "Withdrawn: its channel was closed",
+        "withdrawn": "Withdrawn: nobody waits for it any more",
+    }.get(cause or "", f"Cancelled{by}")
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+
+
+def utc(value: datetime) -> str:
+    return value.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _templates() -> Jinja2Templates:
+    templates = Jinja2Templates(directory=HERE / "templates")
+    env = templates.env
+    env.autoescape = True  # every template, whatever its name
+    env.trim_blocks = env.lstrip_blocks = True
+    env.filters.update(utc=utc, pretty_json=pretty_json)
+    env.globals.update(
+        heading=heading,
+        is_approval=is_approval,
+        ask_views=ask_views,
+        outcome=outcome,
+        badge=badge,
+        answers_shown=answers_shown,
+    )
+    return templates
+
+
+# -- routes -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    principal: Principal
+    csrf: str
+    new_cookie: str | None = None
+    """Set when auth is off and the browser has no cookie yet: it carries the CSRF token."""
+
+
+def install_web(app: FastAPI, state: _State) -> None:
+    """Add the web inbox to the app: `/`, sign-in, the live stream, request cards, assets."""
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+    app.include_router(_router(state, _templates()))
+
+
+def _router(state: _State, templates: Jinja2Templates) -> APIRouter:
+    router = APIRouter(include_in_schema=False)
+    broker, auth = state.broker, state.auth
+
+    async def session(http: HttpRequest) -> Session | None:
+        found = await auth.web_session(http)
+        if found is None or found[0].kind == "agent":
+            return None
+        principal, csrf = found
+        if not csrf:
+            cookie, csrf = auth.anonymous_cookie()
+            return Session(principal, csrf, cookie)
+        return Session(principal, csrf)
+
+    def page(
+        http: HttpRequest, name: str, context: dict[str, Any], status: int = 200, who: Session | None = None
+    ) -> HTMLResponse:
+        response = templates.TemplateResponse(
+            http,
+            name,
+            {"principal": who.principal if who else None, "csrf": who.csrf if who else "", "auth": auth.enabled}
+            | context,
+            status_code=status,
+            headers=_SECURITY_HEADERS,
+        )
+        if who is not None and who.new_cookie is not None:
+            _set_cookie(http, response, SESSION_COOKIE, who.new_cookie, SESSION_MAX_AGE, "lax", "/")
+        return response
+
+    def fragment_wanted(http: HttpRequest) -> bool:
+        return http.headers.get(FRAGMENT_HEADER) == "1"
+
+    def refusal(http: HttpRequest, status: int, message: str, who: Session | None = None) -> HTMLResponse:
+        name = "_notice.html" if fragment_wanted(http) else "error.html"
+        return page(http, name, {"message": message, "status": status}, status, who)
+
+    def mine(who: Session, request: HumanRequest) -> bool:
+        return who.principal.kind == "admin" or request.to == who.principal.name
+
+    def card(http: HttpRequest, who: Session, request: HumanRequest, **extra: Any) -> HTMLResponse:
+        status = extra.pop("status", 200)
+        return page(http, "_request.html", {"r": request, "failure": None, "card_notice": None} | extra, status, who)
+
+    async def inbox_page(
+        http: HttpRequest, who: Session, *, failure: Failure | None = None, notice: str | None = None, status: int = 200
+    ) -> HTMLResponse:
+        name = who.principal.name
+        after = await broker.last_event_id()  # before reading, so the stream misses nothing
+        recipient: dict[str, Any] = {} if who.principal.kind == "admin" else {"recipient": name}
+        pending = sorted((await broker.pending(**recipient)).values(), key=lambda r: r.id, reverse=True)
+        history: list[HumanRequest] = []
+        for settled in _SETTLED:
+            history.extend((await broker.list(status=settled, limit=HISTORY_LIMIT, **recipient)).items)
+        history.sort(key=lambda r: r.response.at if r.response else r.created_at, reverse=True)
+        recent = await broker.store.events(max(after - UPDATES_LOOKBACK, 0), UPDATES_LOOKBACK)
+        updates = [
+            _update_view(e) for e in recent if e.id <= after and e.type == "informed" and _for_inbox(who.principal, e)
+        ]
+        context = {
+            "pending": pending[:PENDING_LIMIT],
+            "more_pending": max(len(pending) - PENDING_LIMIT, 0),
+            "history": history[:HISTORY_LIMIT],
+            "updates": updates[::-1][:UPDATES_LIMIT],
+            "after": after,
+            "failure": failure,
+            "notice": notice,
+        }
+        return page(http, "inbox.html", context, status, who)
+
+    @router.get("/", name="inbox", response_class=HTMLResponse)
+    async def inbox(http: HttpRequest) -> Response:
+        who = await session(http)
+        if who is None:
+            return RedirectResponse(http.url_for("signin"), status_code=303)
+        return await inbox_page(http, who)
+
+    @router.get("/signin", name="signin", response_class=HTMLResponse)
+    async def signin_form(http: HttpRequest) -> Response:
+        if not auth.enabled or await session(http) is not None:
+            return RedirectResponse(http.url_for("inbox"), status_code=303)
+        return signin_page(http)
+
+    def signin_page(http: HttpRequest, error: str = "", status: int = 200) -> HTMLResponse:
+        csrf = secrets.token_urlsafe(24)
+        response = page(http, "signin.html", {"error": error, "signin_csrf": csrf}, status)
+        _set_cookie(http, response, SIGNIN_COOKIE, csrf, 3600, "strict", "/signin")
+        return response
+
+    @router.post("/signin", response_class=HTMLResponse)
+    async def signin(http: HttpRequest) -> Response:
+        if not auth.enabled:
+            return RedirectResponse(http.url_for("inbox"), status_code=303)
+        values = await _values(http)
+        try:  # the sign-in form's token is the one in the short-lived sign-in cookie (double submit)
+            check_csrf(http.cookies.get(SIGNIN_COOKIE, ""), values.get("csrf"))
+        except HTTPException as exc:
+            return signin_page(http, str(exc.detail), 403)
+        token = values.get("token").strip()
+        principal = await auth.from_token(token) if token else None
+        if principal is None:
+            return signin_page(http, "That token is unknown or has been revoked.", 401)
+        if principal.kind == "agent":
+            return signin_page(http, "That is an agent's token. Only people answer requests: use your own.", 403)
+        value, _ = auth.session_cookie(token)
+        response = RedirectResponse(http.url_for("inbox"), status_code=303)
+        _set_cookie(http, response, SESSION_COOKIE, value, SESSION_MAX_AGE, "lax", "/")
+        response.delete_cookie(SIGNIN_COOKIE, path="/signin")
+        return response
+
+    @router.post("/signout", name="signout")
+    async def signout(http: HttpRequest) -> Response:
+        who = await session(http)
+        if who is not None:
+            try:
+                check_csrf(who.csrf, (await _values(http)).get("csrf"))
+            except HTTPException as exc:
+                return refusal(http, 403, str(exc.detail), who)
+        response = RedirectResponse(http.url_for("signin" if auth.enabled else "inbox"), status_code=303)
+        if auth.enabled:
+            response.delete_cookie(SESSION_COOKIE, path="/")
+        return response
+
+    @router.get("/inbox/stream", name="inbox_stream")
+    async def stream(http: HttpRequest, after: int | None = None) -> Response:
+        who = await session(http)
+        if who is None:
+            return Response("sign in first", status_code=401, media_type="text/plain")
+        last = http.headers.get("last-event-id", "")
+        start = int(last) if last.isdigit() else after
+        principal = who.principal
+
+        def accept(event: Event) -> bool:
+            return event.type in _INBOX_EVENTS and _for_inbox(principal, event)
+
+        async def generate() -> AsyncIterator[ServerSentEvent]:
+            yield ServerSentEvent(comment="connected", retry=2000)
+            try:
+                async for event in state.hub.replay_then_follow(accept, start):
+                    data = {"id": event.id, "type": event.type, "request_id": event.request_id}
+                    yield ServerSentEvent(data=json.dumps(data), event=event.type, id=str(event.id))
+            except Dropped as exc:
+                yield ServerSentEvent(data=json.dumps({"reason": str(exc)}), event="dropped")
+
+        return EventSourceResponse(generate(), ping=state.keepalive, send_timeout=30)
+
+    @router.get("/inbox/requests/{request_id}", name="inbox_request", response_class=HTMLResponse)
+    async def request_card(http: HttpRequest, request_id: str) -> Response:
+        who = await session(http)
+        if who is None:
+            return refusal(http, 401, "Your session has ended: sign in again.")
+        try:
+            request = await broker.get(request_id)
+        except NotFound:
+            return refusal(http, 404, "There is no such request.", who)
+        if not mine(who, request):
+            return refusal(http, 403, "This request is not in your inbox.", who)
+        return card(http, who, request)
+
+    @router.post("/inbox/requests/{request_id}", name="inbox_answer", response_class=HTMLResponse)
+    async def answer(http: HttpRequest, request_id: str) -> Response:
+        who = await session(http)
+        if who is None:
+            if fragment_wanted(http):
+                return refusal(http, 401, "Your session has ended: sign in again.")
+            return RedirectResponse(http.url_for("signin"), status_code=303)
+        values = await _values(http)
+        try:
+            check_csrf(who.csrf, values.get("csrf"))
+        except HTTPException as exc:
+            return refusal(http, 403, str(exc.detail), who)
+        try:
+            request = await broker.get(request_id)
+        except NotFound:
+            return refusal(http, 404, "There is no such request.", who)
+        if not can_answer(who.principal, request):
+            return refusal(http, 403, f"Only {request.to or 'its recipient'} may answer this request.", who)
+        action = values.get("action", "answer")
+        comment = values.get("comment").strip()
+        by = who.principal.name
+        try:
+            if request.status is not Status.PENDING:
+                done = False
+            elif action == "reject":
+                done = await broker.reject(request_id, comment, by=by, via="web")
+            elif action in ("approve", "deny") and is_approval(request):
+                verdict = Answers({request.asks[0].id: action == "approve"})
+                done = await broker.resolve(request_id, verdict, by=by, via="web", comment=comment)
+            else:
+                answers = read_answers(request, values)
+                done = await broker.resolve(request_id, answers, by=by, via="web", comment=comment)
+        except InvalidAnswer as exc:
+            if isinstance(exc, FieldFault):
+                failure = Failure(request_id, exc.fault, exc.ask_id, values, exc.field)
+            else:
+                failure = Failure(request_id, str(exc), exc.ask_id, values)
+            if fragment_wanted(http):
+                return card(http, who, request, failure=failure, status=422)
+            return await inbox_page(http, who, failure=failure, status=422)
+        current = await broker.get(request_id)
+        if not done:
+            notice = f"This request is no longer pending: {outcome(current).lower()}."
+            if fragment_wanted(http):
+                return card(http, who, current, card_notice=notice, status=409)
+            return await inbox_page(http, who, notice=notice, status=409)
+        if fragment_wanted(http):
+            return card(http, who, current)
+        return RedirectResponse(http.url_for("inbox"), status_code=303)
+
+    @router.get("/inbox/updates/{event_id}", name="inbox_update", response_class=HTMLResponse)
+    async def update_card(http: HttpRequest, event_id: int) -> Response:
+        who = await session(http)
+        if who is None:
+            return refusal(http, 401, "Your session has ended: sign in again.")
+        found = await broker.store.events(max(event_id - 1, 0), 1)
+        if found and found[0].id == event_id and found[0].type == "informed" and _for_inbox(who.principal, found[0]):
+            return page(http, "_update.html", {"u": _update_view(found[0])}, 200, who)
+        return refusal(http, 404, "There is no such update.", who)
+
+    return router
+
+
+def _for_inbox(principal: Principal, event: Event) -> bool:
+    """Whether the event belongs in this person's inbox: requests and updates to them."""
+    if not can_see(principal, event):
+        return False
+    if principal.kind == "admin":
+        return True
+    if event.request is not None:
+        return event.request.to == principal.name
+    return event.data.get("to") == principal.name
+
+
+def _update_view(event: Event) -> UpdateView:
+    data = event.data
+    return UpdateView(event.id, str(data.get("message", "")), event.at, data.get("agent"), data.get("session"))
+
+
+async def _values(http: HttpRequest) -> Values:
+    form = await http.form()
+    return Values([(k, v) for k, v in form.multi_items() if isinstance(v, str)])
+
+
+def _set_cookie(
+    http: HttpRequest,
+    response: Response,
+    name: str,
+    value: str,
+    max_age: int,
+    samesite: Literal["lax", "strict"],
+    path: str,
+) -> None:
+    response.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        path=path,
+        httponly=True,
+        samesite=samesite,
+        secure=http.url.scheme == "https",
+    )

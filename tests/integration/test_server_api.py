@@ -1,0 +1,348 @@
+"""The HTTP API against a real server: answers in both formats, errors, long polls, SSE."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from httpx_sse import aconnect_sse
+
+import interlock
+from interlock import Status, Text
+from interlock.server.stream import Hub
+
+pytestmark = pytest.mark.anyio
+BOUND = 10
+
+
+@pytest.fixture
+def base(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[str]:
+    with serve(f"sqlite:///{tmp_path / 'api.db'}", auth=False, keepalive=0.2) as url:
+        yield url
+
+
+@pytest.fixture
+async def api(base: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=BOUND) as client:
+        yield client
+
+
+async def create(api: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
+    response = await api.post("/requests", json={"to": "alice", **body})
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+QUESTION = {
+    "asks": [
+        {"type": "choice", "id": "colour", "prompt": "Colour?", "options": ["red", "green"]},
+        {"type": "multi_choice", "id": "sizes", "prompt": "Sizes?", "options": ["s", "m", "l"]},
+        {"type": "text", "id": "note", "prompt": "Anything else?", "required": False},
+    ]
+}
+APPROVAL = {"kind": "approval", "asks": [{"type": "confirm", "id": "ok", "prompt": "Run deploy?"}]}
+
+
+async def test_a_question_is_answered_with_seed_001_input_responses(api: httpx.AsyncClient) -> None:
+    request = await create(api, **QUESTION)
+    body = {
+        "inputResponses": [
+            {"requestId": "colour", "optionId": "green"},
+            {"requestId": "sizes", "optionIds": ["s", "l"]},
+            {"requestId": "note", "text": "Customer confirmed via phone."},
+        ],
+        "reason": "checked with the customer",
+    }
+    response = await api.post(f"/requests/{request['id']}/answer", json=body)
+    assert response.status_code == 200, response.text
+    settled = response.json()
+    assert settled["status"] == "answered"
+    assert settled["response"]["answers"] == {
+        "colour": "green",
+        "sizes": ["s", "l"],
+        "note": "Customer confirmed via phone.",
+    }
+    assert settled["response"]["reason"] == "checked with the customer"
+
+
+@pytest.mark.parametrize(
+    ("responses", "fragment"),
+    [
+        ([{"requestId": "shape", "optionId": "x"}], "Unknown questionId 'shape'"),
+        ([{"requestId": "colour", "optionId": "red"}, {"requestId": "colour", "optionId": "green"}], "more than once"),
+        ([{"requestId": "colour", "optionIds": ["red", "green"]}, {"requestId": "sizes", "optionIds": []}], "single"),
+        ([{"requestId": "SELF", "optionId": "red"}], "request's own id"),
+    ],
+)
+async def test_seed_001_rules_give_400_and_change_nothing(
+    api: httpx.AsyncClient, responses: list[dict[str, Any]], fragment: str
+) -> None:
+    request = await create(api, **QUESTION)
+    for item in responses:
+        if item["requestId"] == "SELF":
+            item["requestId"] = request["id"]
+    response = await api.post(f"/requests/{request['id']}/answer", json={"inputResponses": responses})
+    assert response.status_code == 400
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert response.json()["code"] == "invalid_answer"
+    assert fragment in response.json()["detail"]
+    assert (await api.get(f"/requests/{request['id']}")).json()["status"] == "pending"
+
+
+async def test_an_approval_takes_approve_or_deny_with_its_own_id_and_echoes_the_reason(
+    api: httpx.AsyncClient,
+) -> None:
+    approved = await create(api, **APPROVAL)
+    body = {"inputResponses": [{"requestId": approved["id"], "optionId": "approve"}], "reason": "approved by on-call"}
+    settled = (await api.post(f"/requests/{approved['id']}/answer", json=body)).json()
+    assert settled["response"]["answers"] == {"ok": True}
+    assert settled["response"]["reason"] == "approved by on-call"
+
+    denied = await create(api, **APPROVAL)
+    body = {"inputResponses": [{"requestId": denied["id"], "optionId": "deny"}], "reason": "blocked: change freeze"}
+    settled = (await api.post(f"/requests/{denied['id']}/answer", json=body)).json()
+    assert settled["response"]["answers"] == {"ok": False}
+    assert settled["response"]["reason"] == "blocked: change freeze"
+
+    wrong = await create(api, **APPROVAL)
+    body = {"inputResponses": [{"requestId": "ok", "optionId": "approve"}]}
+    assert (await api.post(f"/requests/{wrong['id']}/answer", json=body)).status_code == 400
+
+
+async def test_cancel_true_withdraws_without_answering(api: httpx.AsyncClient) -> None:
+    request = await create(api, **QUESTION)
+    settled = (await api.post(f"/requests/{request['id']}/answer", json={"cancel": True, "reason": "moot"})).json()
+    assert (settled["status"], settled["response"]["reason"]) == ("cancelled", "moot")
+
+
+async def test_a_native_answer_that_does_not_fit_is_422_naming_the_ask(api: httpx.AsyncClient) -> None:
+    request = await create(api, **QUESTION)
+    response = await api.post(f"/requests/{request['id']}/answer", json={"answers": {"colour": "blue", "sizes": []}})
+    assert response.status_code == 422
+    problem = response.json()
+    assert (problem["code"], problem["ask_id"]) == ("invalid_answer", "colour")
+    assert "'blue' is not one of the options" in problem["detail"]
+    assert (await api.get(f"/requests/{request['id']}")).json()["status"] == "pending"
+
+    ok = await api.post(f"/requests/{request['id']}/answer", json={"answers": {"colour": "red", "sizes": ["m"]}})
+    assert ok.status_code == 200
+    again = await api.post(f"/requests/{request['id']}/answer", json={"answers": {"colour": "red", "sizes": []}})
+    assert again.status_code == 409
+    assert (again.json()["code"], again.json()["current_status"]) == ("already_settled", "answered")
+
+
+async def test_a_single_ask_takes_a_bare_answer(api: httpx.AsyncClient) -> None:
+    request = await create(api, asks=[{"type": "text", "prompt": "Name?"}])
+    settled = (await api.post(f"/requests/{request['id']}/answer", json={"answer": "Ada"})).json()
+    assert settled["response"]["answers"] == {"text": "Ada"}
+
+
+async def test_a_batch_reports_each_result_on_its_own(api: httpx.AsyncClient) -> None:
+    a = await create(api, **APPROVAL)
+    b = await create(api, **QUESTION)
+    items = [
+        {"id": a["id"], "inputResponses": [{"requestId": a["id"], "optionId": "approve"}]},
+        {"id": b["id"], "answers": {"colour": "blue", "sizes": []}},
+        {"id": "01NOSUCHREQUEST000000000000", "answer": True},
+    ]
+    results = (await api.post("/answers", json={"items": items})).json()
+    assert [r["ok"] for r in results] == [True, False, False]
+    assert results[0]["status"] == "answered"
+    assert results[1]["error"]["code"] == "invalid_answer"
+    assert results[2]["error"]["code"] == "not_found"
+    assert (await api.get(f"/requests/{b['id']}")).json()["status"] == "pending"
+
+
+async def test_reject_and_cancel_settle_with_their_reasons(api: httpx.AsyncClient) -> None:
+    a = await create(api, **APPROVAL)
+    rejected = (await api.post(f"/requests/{a['id']}/reject", json={"reason": "not today"})).json()
+    assert (rejected["status"], rejected["response"]["reason"]) == ("rejected", "not today")
+    b = await create(api, **APPROVAL)
+    cancelled = (await api.post(f"/requests/{b['id']}/cancel", json={"reason": "no longer needed"})).json()
+    assert cancelled["status"] == "cancelled"
+    assert (await api.post(f"/requests/{b['id']}/reject", json={})).status_code == 409
+
+
+async def test_bad_input_is_a_problem_with_a_stable_code(api: httpx.AsyncClient) -> None:
+    bad_json = await api.post("/requests", content=b"{nope", headers={"content-type": "application/json"})
+    assert (bad_json.status_code, bad_json.json()["code"]) == (400, "invalid_request")
+    no_asks = await api.post("/requests", json={"asks": []})
+    assert (no_asks.status_code, no_asks.json()["code"]) == (422, "invalid_request")
+    bad_ask = await api.post("/requests", json={"asks": [{"type": "choice", "prompt": "?", "options": ["a", "a"]}]})
+    assert (bad_ask.status_code, bad_ask.json()["code"]) == (422, "invalid_request")
+    assert "given twice" in bad_ask.json()["detail"]
+    missing = await api.get("/requests/01NOSUCHREQUEST000000000000")
+    assert (missing.status_code, missing.json()["code"]) == (404, "not_found")
+    assert (await api.get("/requests", params={"limit": 0})).status_code == 422
+    assert (await api.get("/requests")).json()["items"] == []  # nothing was stored
+
+
+async def test_an_idempotent_create_returns_the_first_request_with_200(api: httpx.AsyncClient) -> None:
+    body = {"to": "alice", "idempotency_key": "deploy-42", **APPROVAL}
+    first = await api.post("/requests", json=body)
+    again = await api.post("/requests", json=body)
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.json()["id"] == again.json()["id"]
+
+
+async def test_the_long_poll_returns_the_outcome_or_408_pending(api: httpx.AsyncClient) -> None:
+    request = await create(api, **APPROVAL)
+    timed_out = await api.get(f"/requests/{request['id']}/wait", params={"timeout": 0.05})
+    assert (timed_out.status_code, timed_out.json()["code"]) == (408, "pending")
+    assert (await api.get(f"/requests/{request['id']}")).json()["status"] == "pending"  # no side effect
+
+    async with anyio.create_task_group() as tg:
+        result: list[httpx.Response] = []
+
+        async def poll() -> None:
+            result.append(await api.get(f"/requests/{request['id']}/wait", params={"timeout": BOUND}))
+
+        tg.start_soon(poll)
+        await api.post(f"/requests/{request['id']}/answer", json={"answer": True})
+    assert result[0].status_code == 200
+    assert result[0].json()["status"] == "answered"
+
+
+async def test_listing_filters_and_pages_newest_first(api: httpx.AsyncClient) -> None:
+    ids = [(await create(api, **APPROVAL, origin={"session": "s1" if i % 2 else "s2"}))["id"] for i in range(5)]
+    page = (await api.get("/requests", params={"limit": 2})).json()
+    assert [r["id"] for r in page["items"]] == ids[::-1][:2]
+    rest = (await api.get("/requests", params={"limit": 10, "cursor": page["next_cursor"]})).json()
+    assert [r["id"] for r in rest["items"]] == ids[::-1][2:]
+    oldest = (await api.get("/requests", params={"order": "asc", "session": "s1"})).json()
+    assert [r["id"] for r in oldest["items"]] == [ids[1], ids[3]]
+    await api.post(f"/requests/{ids[0]}/answer", json={"answer": True})
+    pending = (await api.get("/requests", params={"status": "pending", "kind": "approval"})).json()
+    assert ids[0] not in [r["id"] for r in pending["items"]]
+
+
+async def test_the_openapi_document_and_health_are_served(api: httpx.AsyncClient, base: str) -> None:
+    spec = (await api.get(f"{base}/openapi.json")).json()
+    assert {"/api/v1/requests", "/api/v1/requests/{request_id}/answer", "/api/v1/events/stream"} <= set(spec["paths"])
+    assert "inputResponses" in json.dumps(spec["components"]["schemas"]["AnswerBody"])
+    assert (await api.get(f"{base}/healthz")).json() == {"status": "ok"}
+
+
+# -- the event stream --------------------------------------------------------------------
+
+
+async def read_events(client: httpx.AsyncClient, count: int, **headers: str) -> list[dict[str, Any]]:
+    got: list[dict[str, Any]] = []
+    async with aconnect_sse(client, "GET", "/events/stream", headers=headers) as source:
+        async for sse in source.aiter_sse():
+            if sse.event in ("message", ""):
+                continue
+            assert sse.id == str(json.loads(sse.data)["id"])
+            got.append(json.loads(sse.data))
+            if len(got) == count:
+                return got
+    raise AssertionError("the stream ended early")
+
+
+async def test_reconnecting_with_last_event_id_replays_exactly_the_missed_events(api: httpx.AsyncClient) -> None:
+    with anyio.fail_after(BOUND):
+        first = await create(api, **APPROVAL)
+        seen = await read_events(api, 1, **{"Last-Event-ID": "0"})
+        assert [e["type"] for e in seen] == ["created"]
+        # the connection is gone; meanwhile:
+        await api.post(f"/requests/{first['id']}/answer", json={"answer": True})
+        second = await create(api, **APPROVAL)
+        await api.post(f"/requests/{second['id']}/reject", json={"reason": "no"})
+
+        replayed = await read_events(api, 3, **{"Last-Event-ID": str(seen[-1]["id"])})
+    assert [(e["type"], e["request_id"]) for e in replayed] == [
+        ("answered", first["id"]),
+        ("created", second["id"]),
+        ("rejected", second["id"]),
+    ]
+    assert [e["id"] for e in replayed] == sorted({e["id"] for e in replayed})
+
+
+async def test_a_stream_carries_live_events_and_keepalive_comments(api: httpx.AsyncClient) -> None:
+    with anyio.fail_after(BOUND):
+        async with aconnect_sse(api, "GET", "/events/stream") as source:
+            lines = source.response.aiter_lines()
+            created = False
+            pinged = False
+            async for line in lines:
+                if line.startswith(": ping"):
+                    pinged = True
+                if line.startswith("event: created"):
+                    created = True
+                if line.startswith(": connected"):
+                    await create(api, **APPROVAL)
+                if created and pinged:
+                    break
+    assert created and pinged
+
+
+async def test_a_stream_can_follow_one_request_or_one_session(api: httpx.AsyncClient) -> None:
+    mine = await create(api, **APPROVAL, origin={"session": "s-1"})
+    await create(api, **APPROVAL, origin={"session": "s-2"})
+    await api.post(f"/requests/{mine['id']}/answer", json={"answer": True})
+    with anyio.fail_after(BOUND):
+        async with aconnect_sse(api, "GET", "/events/stream", params={"session": "s-1", "after": 0}) as source:
+            types = []
+            async for sse in source.aiter_sse():
+                if sse.event in ("created", "answered"):
+                    assert json.loads(sse.data)["request_id"] == mine["id"]
+                    types.append(sse.event)
+                    if len(types) == 2:
+                        break
+    assert types == ["created", "answered"]
+
+
+async def test_a_slow_subscriber_is_dropped_with_a_reason_and_the_others_go_on() -> None:
+    async with interlock.connect("memory://") as broker:
+        hub = Hub(broker, queue_size=2)
+        await hub.start()
+        slow = hub.subscribe(lambda e: True)
+        fast_seen: list[int] = []
+
+        async def fast() -> None:
+            async for event in hub.replay_then_follow(lambda e: True, None):
+                fast_seen.append(event.id)
+                if len(fast_seen) == 4:
+                    return
+
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(fast)
+                await anyio.wait_all_tasks_blocked()
+                for _ in range(2):
+                    request = await broker.create(Text("Name?"))
+                    await anyio.wait_all_tasks_blocked()  # the fast one keeps up
+                    await broker.resolve(request.id, "x")
+                    await anyio.wait_all_tasks_blocked()
+        assert slow.dropped is not None and "behind" in slow.dropped
+        assert slow not in hub.subscribers
+        assert len(fast_seen) == 4
+        drained = [await slow.next(), await slow.next(), await slow.next()]
+        assert [e is not None for e in drained] == [True, True, False]  # what it had, then the end
+        await hub.stop()
+
+
+async def test_metrics_count_what_happened(api: httpx.AsyncClient, base: str) -> None:
+    with anyio.fail_after(BOUND):
+        async with aconnect_sse(api, "GET", "/events/stream") as source:
+            events = source.aiter_sse()
+            await anext(events)  # connected: what follows comes live, through the hub
+            request = await create(api, **APPROVAL)
+            await api.post(f"/requests/{request['id']}/answer", json={"answer": True})
+            seen = [(await anext(events)).event for _ in range(2)]
+    assert seen == ["created", "answered"]  # the hub counts each event before it streams it
+    text = (await api.get(f"{base}/metrics")).text
+    assert "interlock_requests_created_total 1.0" in text
+    assert 'interlock_requests_settled_total{outcome="answered"} 1.0' in text
+    assert "interlock_pending_requests 0.0" in text
+    assert "interlock_time_to_answer_seconds_count 1.0" in text
+
+
+def test_status_values_match_the_model() -> None:
+    assert {s.value for s in Status} == {"pending", "answered", "rejected", "expired", "cancelled"}
