@@ -28,7 +28,7 @@ from rich.table import Table
 
 from . import __version__
 from .broker import Broker, connect
-from .errors import Cancelled, Expired, InterlockError, InvalidAnswer, InvalidRequest, NotFound, Rejected
+from .errors import Cancelled, Expired, Forbidden, InterlockError, InvalidAnswer, InvalidRequest, NotFound, Rejected
 from .model import Ask, Choice, Confirm, Form, MultiChoice, Request, Status, Text, options_of, request_to_dict
 from .principals import TOKEN_PREFIX, Principal, issue_token
 
@@ -93,6 +93,8 @@ def _run(db: str | None, work: Callable[[Broker], Awaitable[T]]) -> T:
         raise _fail(str(exc)) from None
     except NotFound as exc:
         raise _fail(str(exc), DECLINED) from None
+    except Forbidden as exc:
+        raise _fail(f"refused: {exc}") from None
     except (OSError, TimeoutError, ValueError) as exc:
         if isinstance(exc, InterlockError):
             raise

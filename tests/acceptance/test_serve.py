@@ -1,0 +1,125 @@
+"""`interlock serve` as a real process, used by `interlock ask` and the other commands."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+import interlock
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+INTERLOCK = [sys.executable, "-m", "interlock"]
+
+
+@dataclass
+class Server:
+    url: str
+    db: str
+    tokens: dict[str, str]
+
+    def env(self, who: str) -> dict[str, str]:
+        return {**os.environ, "INTERLOCK_URL": self.url, "INTERLOCK_TOKEN": self.tokens[who]}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def until_healthy(url: str) -> None:
+    with anyio.fail_after(30):
+        async with httpx.AsyncClient() as client:
+            while True:
+                try:
+                    if (await client.get(f"{url}/healthz")).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    await anyio.sleep(0.02)  # the process is still starting: try again
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[Server]:
+    db = f"sqlite:///{tmp_path / 'served.db'}"
+    tokens = {}
+    for args in (["alice", "--human"], ["bob", "--human"], ["deployer", "--agent", "--owner", "alice"]):
+        made = await anyio.run_process([*INTERLOCK, "token", "create", *args, "--db", db])
+        tokens[args[0]] = made.stdout.decode().strip()
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        *INTERLOCK, "serve", "--port", str(port), "--db", db, stderr=asyncio.subprocess.PIPE
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await until_healthy(url)
+        yield Server(url, db, tokens)
+    finally:
+        proc.terminate()
+        with anyio.fail_after(20):
+            await proc.wait()
+
+
+def test_serve_refuses_no_auth_off_loopback(tmp_path: Path) -> None:
+    refused = subprocess.run(
+        [*INTERLOCK, "serve", "--host", "0.0.0.0", "--no-auth", "--db", f"sqlite:///{tmp_path / 'x.db'}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 4
+    assert "loopback" in refused.stderr
+
+
+async def test_ask_through_a_server_blocks_until_the_owner_answers(server: Server) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *INTERLOCK,
+        "ask",
+        "Deploy v2 to prod?",
+        "--confirm",
+        "--timeout",
+        "10m",
+        env=server.env("deployer"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with interlock.connect(server.url, token=server.tokens["alice"]) as alice:
+        with anyio.fail_after(30):
+            async for event in alice.events(after=0, follow=True):
+                if event.type == "created" and event.request is not None:
+                    assert (event.request.to, event.request.requester) == ("alice", "deployer")
+                    assert await alice.resolve(event.request.id, True)
+                    break
+            out, _ = await proc.communicate()
+    assert (proc.returncode, json.loads(out)) == (0, True)
+
+
+async def test_the_inbox_and_answer_commands_work_against_a_server(server: Server) -> None:
+    async with interlock.connect(server.url, token=server.tokens["deployer"]) as agent:
+        request = await agent.create(interlock.Choice("Region?", ["eu", "us"]), title="Roll-out")
+
+    def run(who: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=server.env(who), timeout=60)
+
+    assert request.id in run("alice", "inbox").stdout
+    assert request.id not in run("bob", "inbox").stdout
+    denied = run("bob", "answer", request.id, "eu")
+    assert denied.returncode == 4
+    assert "only the human the request is to may answer" in denied.stderr or "neither to you" in denied.stderr
+    assert run("alice", "answer", request.id, "EU").returncode == 0
+    shown = json.loads(run("alice", "show", request.id).stdout)
+    assert (shown["status"], shown["response"]["answers"], shown["response"]["by"]) == (
+        "answered",
+        {"choice": "eu"},
+        "alice",
+    )
