@@ -163,10 +163,6 @@ class Broker:
     ) -> None:
         await self.aclose()
 
-    async def _ready(self) -> None:
-        if self._state != "open":
-            await self.open()
-
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
@@ -256,7 +252,8 @@ class Broker:
     async def submit(self, request: Request) -> tuple[Request, bool]:
         """Store a prepared request. With an idempotency key already used by the same
         requester, return the first request and False instead."""
-        await self._ready()
+        if self._state != "open":
+            await self.open()
         channel = request.origin.channel
         self._refuse_if_closed(channel)
         request, created = await self.store.insert(request)
@@ -293,7 +290,8 @@ class Broker:
         same on every later call. When `timeout` passes first, the request expires. When
         the waiting call itself is cancelled, the request is withdrawn (unless detached).
         """
-        await self._ready()
+        if self._state != "open":
+            await self.open()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Request] = loop.create_future()
         futures = self._waiters.setdefault(request_id, [])
@@ -338,7 +336,8 @@ class Broker:
         Unlike `wait`, watching changes nothing: the time running out leaves the request
         pending, and a cancelled watch does not withdraw it. Long polls and inboxes use it.
         """
-        await self._ready()
+        if self._state != "open":
+            await self.open()
         fut: asyncio.Future[Request] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(request_id, []).append(fut)
         try:
@@ -385,7 +384,8 @@ class Broker:
 
         An answer that does not fit raises `InvalidAnswer` and changes nothing.
         """
-        await self._ready()
+        if self._state != "open":
+            await self.open()
         request = await self.store.get(request_id, fresh=False)
         if request is None or request.status is not Status.PENDING:
             return False
@@ -427,7 +427,8 @@ class Broker:
         return await self._give_up(request_id, Status.CANCELLED, response)
 
     async def _give_up(self, request_id: str, status: Status, response: Response) -> bool:
-        await self._ready()
+        if self._state != "open":
+            await self.open()
         request = await self.store.get(request_id, fresh=False)
         if request is None or request.status is not Status.PENDING:
             return False
@@ -439,7 +440,8 @@ class Broker:
     async def close(self, channel: str | None = None) -> None:
         """Withdraw every pending request in `channel` (in all channels when None) and
         refuse later creates there with `Closed`. Other channels go on."""
-        await self._ready()
+        if self._state != "open":
+            await self.open()
         self._closed_scopes.add(channel)
         reason = f"channel {channel!r} was closed" if channel is not None else "the broker was closed"
         response = Response(datetime.now(UTC), reason=reason, cause="closed")
@@ -477,7 +479,8 @@ class Broker:
         It becomes an `informed` event, so inboxes and streams show it; the event is the
         receipt.
         """
-        await self._ready()
+        if self._state != "open":
+            await self.open()
         if not isinstance(message, str) or not message.strip():
             raise InvalidRequest("an update needs a non-empty message")
         if len(message) > self.max_prompt_length:
@@ -500,7 +503,8 @@ class Broker:
 
     async def get(self, request_id: str) -> Request:
         """The request as stored now. Raises `NotFound` for an unknown id."""
-        await self._ready()
+        if self._state != "open":
+            await self.open()
         return await self._current(request_id)
 
     async def list(
@@ -519,7 +523,8 @@ class Broker:
         order: Literal["asc", "desc"] = "desc",
     ) -> Page:
         """Requests matching every filter given, newest first by default, a page at a time."""
-        await self._ready()
+        if self._state != "open":
+            await self.open()
         if not 1 <= limit <= 1000:
             raise ValueError("limit must be between 1 and 1000")
         if order not in ("asc", "desc"):
@@ -556,7 +561,8 @@ class Broker:
     async def events(self, after: int | None = None, *, follow: bool = False) -> AsyncIterator[Event]:
         """The event log after event id `after`, oldest first. With `follow`, keep going
         with new events as they are appended, until the broker is closed."""
-        await self._ready()
+        if self._state != "open":
+            await self.open()
         cursor = after or 0
         self._followers += follow
         try:
@@ -579,7 +585,8 @@ class Broker:
 
     async def last_event_id(self) -> int:
         """The id of the newest event: pass it as `events(after=...)` to follow from now on."""
-        await self._ready()
+        if self._state != "open":
+            await self.open()
         return await self.store.last_event_id()
 
     def _changed_now(self) -> None:

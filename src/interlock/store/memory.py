@@ -51,7 +51,8 @@ class MemoryStore:
 
     def _append(self, type_: str, request: Request) -> None:
         self._last_event += 1
-        self._events.append(Event(self._last_event, type_, datetime.now(UTC), request.id, request))
+        at = request.response.at if request.response is not None else request.created_at
+        self._events.append(Event(self._last_event, type_, at, request.id, request))
 
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         self._last_event += 1
