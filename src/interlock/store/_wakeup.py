@@ -30,6 +30,7 @@ class Wakeup:
         digest = hashlib.sha256(key.encode()).hexdigest()[:20]
         uid = os.getuid() if hasattr(os, "getuid") else 0
         self.folder = Path(tempfile.gettempdir()) / f"interlock-{uid}" / digest
+        self._folder_path = str(self.folder)
         self._sock: socket.socket | None = None
         self._path: str | None = None
         self._peers: list[str] = []
@@ -95,13 +96,13 @@ class Wakeup:
 
     def _current_peers(self) -> list[str]:
         try:
-            mtime = os.stat(self.folder).st_mtime_ns
+            mtime = os.stat(self._folder_path).st_mtime_ns
         except FileNotFoundError:
             return []
         if mtime != self._seen_mtime:
             self._seen_mtime = mtime
             mine = self._path
-            self._peers = [e.path for e in os.scandir(self.folder) if e.name.endswith(".sock") and e.path != mine]
+            self._peers = [e.path for e in os.scandir(self._folder_path) if e.name.endswith(".sock") and e.path != mine]
         return self._peers
 
     def close(self) -> None:
