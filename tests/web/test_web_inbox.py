@@ -1,0 +1,530 @@
+"""The web inbox end to end: a real server (uvicorn on a free loopback port, a fresh SQLite
+file per test) and a real headless Chromium (Debian's `chromium` driven by Playwright; no
+downloaded browsers), with a person at the page."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import uvicorn
+from playwright.sync_api import Browser, BrowserContext, Locator, Page, Playwright, expect, sync_playwright
+
+import interlock
+from interlock import Broker, Choice, Confirm, Form, MultiChoice, Status, Text
+from interlock.principals import Principal, issue_token
+from interlock.server.app import create_app
+
+T = TypeVar("T")
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TIMEOUT_MS = 10_000
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)"
+)
+
+expect.set_options(timeout=TIMEOUT_MS)
+
+
+@dataclass
+class Server:
+    """A running server: its URL, its broker, and a way to call the broker on its loop."""
+
+    url: str
+    db_url: str
+    broker: Broker
+    loop: asyncio.AbstractEventLoop
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a broker call on the server's event loop and return its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=10)
+
+
+async def _add_people(broker: Broker) -> dict[str, str]:
+    await broker.open()
+    tokens = {}
+    for principal in (Principal("alice", "human"), Principal("bob", "human"), Principal("bot", "agent", owner="alice")):
+        await broker.store.save_principal(principal)
+        token = issue_token(principal.name, datetime.now(UTC))
+        await broker.store.save_token(token)
+        tokens[principal.name] = token.secret
+    return tokens
+
+
+@contextlib.contextmanager
+def serve(db: Path, *, auth: bool = True) -> Iterator[Server]:
+    """Serve a fresh store with uvicorn on a thread running its own event loop (this thread
+    runs the browser driver's)."""
+    db_url = f"sqlite:///{db}"
+    broker = interlock.connect(db_url)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    on_loop = Server("", db_url, broker, loop)
+    # A socket bound before the server starts: the browser's first connection waits in
+    # the backlog until uvicorn accepts it, so nothing polls for readiness.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    try:
+        tokens = on_loop.run(_add_people(broker))
+        app = create_app(broker=broker, auth=auth, secret_key="web-tests")
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws="none", timeout_graceful_shutdown=2))
+        serving = asyncio.run_coroutine_threadsafe(server.serve(sockets=[sock]), loop)
+        try:
+            yield Server(f"http://127.0.0.1:{sock.getsockname()[1]}", db_url, broker, loop, tokens)
+        finally:
+            server.should_exit = True
+            serving.result(timeout=15)
+    finally:
+        sock.close()
+        on_loop.run(_wind_down(broker))
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+async def _wind_down(broker: Broker) -> None:
+    current = asyncio.current_task()
+    leftover = [t for t in asyncio.all_tasks() if t is not current]  # e.g. sse-starlette's shutdown watcher
+    for task in leftover:
+        task.cancel()
+    await asyncio.gather(*leftover, return_exceptions=True)
+    await broker.aclose()
+    await asyncio.get_running_loop().shutdown_asyncgens()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    with serve(tmp_path / "inbox.db") as s:
+        yield s
+
+
+@pytest.fixture
+def open_server(tmp_path: Path) -> Iterator[Server]:
+    """A server run without auth, as on a developer's machine."""
+    with serve(tmp_path / "inbox.db", auth=False) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def playwright() -> Iterator[Playwright]:
+    with sync_playwright() as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def browser(playwright: Playwright) -> Iterator[Browser]:
+    b = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def context(browser: Browser) -> Iterator[BrowserContext]:
+    ctx = browser.new_context(viewport={"width": 1000, "height": 900})
+    ctx.set_default_timeout(TIMEOUT_MS)
+    yield ctx
+    ctx.close()
+
+
+@pytest.fixture
+def page(context: BrowserContext) -> Iterator[Page]:
+    p = context.new_page()
+    errors: list[str] = []
+    p.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield p
+    p.close()
+    assert not errors, f"the page raised: {errors}"
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def sign_in(page: Page, server: Server, who: str = "alice") -> None:
+    page.goto(server.url + "/")
+    page.get_by_label("Token").fill(server.tokens[who])
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Waiting for you")).to_be_visible()
+    expect(page.locator("body")).to_have_attribute("data-live", "open")
+
+
+def pending_card(page: Page, request_id: str) -> Locator:
+    return page.locator(f"#pending > [data-id='{request_id}']")
+
+
+def history_item(page: Page, request_id: str) -> Locator:
+    return page.locator(f"#history > [data-id='{request_id}']")
+
+
+def ask(server: Server, asks: Any, **fields: Any) -> str:
+    fields.setdefault("to", "alice")
+    fields.setdefault("requester", "bot")
+    return server.run(server.broker.create(asks, **fields)).id
+
+
+def stored(server: Server, request_id: str) -> interlock.Request:
+    return server.run(server.broker.get(request_id))
+
+
+def elsewhere(server: Server, work: Any) -> None:
+    """Run `work(broker)` on another connection to the same database, as another process
+    would (in a thread of its own: this one runs the browser driver's loop)."""
+
+    async def main() -> None:
+        async with interlock.connect(server.db_url) as other:
+            await work(other)
+
+    failures: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join(15)
+    assert not thread.is_alive() and not failures, failures
+
+
+def csrf_of(page: Page) -> str:
+    value = page.locator("input[name=csrf]").first.get_attribute("value")
+    assert value
+    return value
+
+
+# -- signing in ---------------------------------------------------------------------------
+
+
+def test_a_person_signs_in_with_their_token_and_signs_out(server: Server, page: Page) -> None:
+    sign_in(page, server)
+    expect(page.locator(".who")).to_contain_text("Signed in as alice")
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    page.goto(server.url + "/")
+    expect(page).to_have_url(server.url + "/signin")
+
+
+def test_an_unknown_token_and_an_agents_token_cannot_sign_in(server: Server, page: Page) -> None:
+    page.goto(server.url + "/signin")
+    page.get_by_label("Token").fill("il_0000_not-a-token")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_contain_text("unknown or has been revoked")
+    page.get_by_label("Token").fill(server.tokens["bot"])
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_contain_text("agent's token")
+    page.goto(server.url + "/")
+    expect(page).to_have_url(server.url + "/signin")
+
+
+# -- each kind of ask ---------------------------------------------------------------------
+
+
+def test_a_text_answer_is_sent_with_enter(server: Server, page: Page) -> None:
+    request_id = ask(server, Text("Which branch should I release from?", id="branch"))
+    sign_in(page, server)
+    field = pending_card(page, request_id).get_by_role("textbox", name="Which branch should I release from?")
+    field.fill("release/2.4")
+    field.press("Enter")
+    expect(history_item(page, request_id)).to_contain_text("Answered by alice via web")
+    expect(history_item(page, request_id)).to_contain_text("release/2.4")
+    expect(pending_card(page, request_id)).to_have_count(0)
+    done = stored(server, request_id)
+    assert done.answer == "release/2.4"
+    assert done.response is not None and (done.response.by, done.response.via) == ("alice", "web")
+
+
+def test_a_multiline_answer_keeps_its_lines_and_the_comment(server: Server, page: Page) -> None:
+    request_id = ask(server, Text("Release notes?", id="notes", multiline=True), title="Write the notes")
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    card.get_by_role("textbox", name="Release notes?").fill("Faster start-up.\nFewer crashes.")
+    card.get_by_label("Comment").fill("draft")
+    card.get_by_role("textbox", name="Release notes?").press("Control+Enter")
+    expect(history_item(page, request_id)).to_contain_text("Answered by alice")
+    done = stored(server, request_id)
+    assert done.answer == "Faster start-up.\nFewer crashes."
+    assert done.response is not None and done.response.reason == "draft"
+
+
+def test_a_confirm_is_answered_no_beside_another_ask(server: Server, page: Page) -> None:
+    request_id = ask(
+        server,
+        [Confirm("Run the migrations first?", id="migrate"), Text("Anything else?", id="note", required=False)],
+        title="Deploy 2.4",
+    )
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    card.get_by_role("radio", name="No").check()
+    card.get_by_role("button", name="Send answer").click()
+    expect(history_item(page, request_id)).to_contain_text("Run the migrations first?")
+    assert stored(server, request_id).answer == {"migrate": False}
+
+
+def test_a_choice_takes_an_other_answer(server: Server, page: Page) -> None:
+    request_id = ask(server, Choice("Which region?", ["eu-west-1", "us-east-1"], id="region", allow_other=True))
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    card.get_by_label("Other answer").fill("ap-southeast-2")
+    expect(card.get_by_role("radio", name="Other")).to_be_checked()
+    card.get_by_role("button", name="Send answer").click()
+    expect(history_item(page, request_id)).to_contain_text("Other: ap-southeast-2")
+    assert stored(server, request_id).answer == "ap-southeast-2"
+
+
+def test_a_choice_is_made_with_the_keyboard_alone(server: Server, page: Page) -> None:
+    request_id = ask(server, Choice("Which region?", ["eu-west-1", "us-east-1", "ap-south-1"], id="region"))
+    sign_in(page, server)
+    first = pending_card(page, request_id).get_by_role("radio", name="eu-west-1")
+    first.focus()
+    page.keyboard.press("Space")
+    page.keyboard.press("ArrowDown")
+    expect(pending_card(page, request_id).get_by_role("radio", name="us-east-1")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(history_item(page, request_id)).to_contain_text("us-east-1")
+    assert stored(server, request_id).answer == "us-east-1"
+
+
+def test_a_multi_choice_honours_its_limits(server: Server, page: Page) -> None:
+    request_id = ask(server, MultiChoice("Notify whom?", ["email", "slack", "pager"], id="notify", min=1, max=2))
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    expect(card).to_contain_text("Pick 1 to 2.")
+    card.get_by_role("checkbox", name="email").check()
+    card.get_by_role("checkbox", name="pager").check()
+    expect(card.get_by_role("checkbox", name="slack")).to_be_disabled()
+    card.get_by_role("button", name="Send answer").click()
+    expect(history_item(page, request_id)).to_contain_text("email, pager")
+    assert stored(server, request_id).answer == ["email", "pager"]
+
+
+INCIDENT = {
+    "type": "object",
+    "properties": {
+        "summary": {"type": "string", "title": "Summary", "maxLength": 80},
+        "severity": {"enum": ["low", "high", "critical"], "title": "Severity"},
+        "users": {"type": "integer", "minimum": 0, "title": "Users affected"},
+        "cost": {"type": "number", "title": "Cost"},
+        "public": {"type": "boolean", "title": "Post on the status page"},
+        "tags": {"type": "array", "items": {"type": "string"}, "title": "Tags"},
+    },
+    "required": ["summary", "severity"],
+}
+
+
+def test_a_form_is_generated_from_its_json_schema(server: Server, page: Page) -> None:
+    counts = {"type": "object", "additionalProperties": {"type": "integer"}}
+    request_id = ask(
+        server,
+        [Form("Describe the incident", schema=INCIDENT, id="incident"), Form("Counts by region", counts, id="counts")],
+        title="Incident report",
+    )
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    expect(card.locator("label", has_text="Summary").locator("abbr.req")).to_be_visible()
+    expect(card.locator("label", has_text="Users affected").locator("abbr.req")).to_have_count(0)
+    card.get_by_label("Summary").fill("Login outage")
+    card.get_by_label("Severity").select_option(label="high")
+    card.get_by_label("Users affected").fill("120")
+    card.get_by_label("Cost").fill("99.5")
+    card.get_by_label("Post on the status page").check()
+    card.get_by_label("Tags").fill('["auth", "web"]')
+    card.get_by_label("Answer as JSON").fill('{"eu": 3}')
+    card.get_by_role("button", name="Send answer").click()
+    expect(history_item(page, request_id)).to_contain_text("Login outage")
+    assert stored(server, request_id).answer == {
+        "incident": {
+            "summary": "Login outage",
+            "severity": "high",
+            "users": 120,
+            "cost": 99.5,
+            "public": True,
+            "tags": ["auth", "web"],
+        },
+        "counts": {"eu": 3},
+    }
+
+
+def test_an_approval_shows_the_tool_call_and_is_approved(server: Server, page: Page) -> None:
+    request_id = ask(
+        server,
+        Confirm("Run this command?", id="ok"),
+        kind="approval",
+        tool_name="shell.run",
+        arguments={"cmd": "rm -rf build/", "cwd": "/srv/app"},
+        details="$ rm -rf build/\nremoves 1,204 files (38 MB)",
+    )
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    expect(card.locator(".tool-name")).to_have_text("shell.run")
+    expect(card.locator(".arguments")).to_contain_text('"cmd": "rm -rf build/"')
+    expect(card.locator(".preview")).to_contain_text("removes 1,204 files")
+    card.get_by_role("button", name="Approve").click()
+    expect(history_item(page, request_id)).to_contain_text("Approved by alice via web")
+    assert stored(server, request_id).answer is True
+
+
+def test_an_approval_is_denied_with_a_reason(server: Server, page: Page) -> None:
+    request_id = ask(
+        server, Confirm("Drop it?", id="ok"), kind="approval", tool_name="db.drop", arguments={"db": "prod"}
+    )
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    card.get_by_label("Reason").fill("not on a Friday")
+    card.get_by_role("button", name="Deny").click()
+    expect(history_item(page, request_id)).to_contain_text("Denied by alice via web")
+    expect(history_item(page, request_id).locator(".reason")).to_have_text("not on a Friday")
+    done = stored(server, request_id)
+    assert done.status is Status.ANSWERED and done.answer is False
+    assert done.response is not None and done.response.reason == "not on a Friday"
+
+
+def test_a_question_is_declined_with_a_reason(server: Server, page: Page) -> None:
+    request_id = ask(server, Text("Which customer?", id="customer"), title="Refund")
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    card.get_by_label("Comment").fill("ask support instead")
+    card.get_by_role("button", name="Decline").click()  # the blank required answer does not block it
+    expect(history_item(page, request_id)).to_contain_text("Declined by alice via web")
+    done = stored(server, request_id)
+    assert done.status is Status.REJECTED
+    assert done.response is not None and done.response.reason == "ask support instead"
+
+
+# -- live ---------------------------------------------------------------------------------
+
+
+def test_a_new_request_and_an_update_arrive_without_a_reload(server: Server, page: Page) -> None:
+    sign_in(page, server)
+    expect(page.locator("#pending-empty")).to_be_visible()
+    page.evaluate("window.sameDocument = true")
+    request_id = ask(server, Text("Ship it?", id="ship"), title="Ship 2.4")
+    card = pending_card(page, request_id)
+    expect(card).to_contain_text("Ship 2.4")
+    expect(page.locator("#pending-count")).to_have_text("1")
+    expect(page.locator("#live")).to_contain_text("New request: Ship 2.4")
+    newer = ask(server, Text("And 2.5?", id="ship"), title="Ship 2.5")
+    expect(page.locator("#pending > li").first).to_have_attribute("data-id", newer)  # newest first
+    server.run(server.broker.inform("Build 2.4 finished", to="alice", agent="bot"))
+    expect(page.locator("#updates")).to_contain_text("Build 2.4 finished")
+    assert page.evaluate("window.sameDocument") is True
+    card.get_by_role("textbox", name="Ship it?").fill("yes")
+    card.get_by_role("textbox", name="Ship it?").press("Enter")
+    expect(history_item(page, request_id)).to_be_visible()
+
+
+def test_a_request_settled_elsewhere_leaves_the_page(server: Server, page: Page) -> None:
+    answered = ask(server, Text("Which branch?", id="branch"))
+    withdrawn = ask(server, Confirm("Still needed?", id="ok"))
+    sign_in(page, server)
+    expect(page.locator("#pending > li")).to_have_count(2)
+    pending_card(page, answered).get_by_role("textbox", name="Which branch?").fill("half-typed")
+
+    async def settle(other: interlock.Broker) -> None:
+        assert await other.resolve(answered, "main", by="alice", via="api")
+        assert await other.cancel(withdrawn, "not any more", by="bot")
+
+    elsewhere(server, settle)
+    expect(pending_card(page, answered)).to_have_count(0)
+    expect(pending_card(page, withdrawn)).to_have_count(0)
+    expect(history_item(page, answered)).to_contain_text("Answered by alice via api")
+    expect(history_item(page, withdrawn)).to_contain_text("Cancelled by bot")
+    expect(page.locator("#pending-empty")).to_be_visible()
+
+
+# -- refusals -----------------------------------------------------------------------------
+
+
+def test_a_bad_answer_is_shown_beside_its_ask_and_the_request_stays_pending(server: Server, page: Page) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"ticket": {"type": "string", "title": "Ticket", "pattern": "^[A-Z]+-[0-9]+$"}},
+        "required": ["ticket"],
+    }
+    request_id = ask(server, [Form("Which ticket?", schema=schema, id="ticket"), Text("Why?", id="why")])
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    card.get_by_role("textbox", name="Ticket", exact=True).fill("ops twelve")
+    card.get_by_role("textbox", name="Why?").fill("it broke")
+    card.get_by_role("button", name="Send answer").click()
+    error = card.locator("[data-ask='ticket'] .error")
+    expect(error).to_contain_text("does not match")
+    expect(card.get_by_role("textbox", name="Ticket", exact=True)).to_be_focused()
+    expect(card.get_by_role("textbox", name="Why?")).to_have_value("it broke")  # what was typed is kept
+    assert stored(server, request_id).status is Status.PENDING
+    without_script = page.request.post(
+        f"{server.url}/inbox/requests/{request_id}", form={"csrf": csrf_of(page), "a0.p0": "x", "a1": "y"}
+    )
+    assert without_script.status == 422 and "does not match" in without_script.text()
+    card.get_by_role("textbox", name="Ticket", exact=True).fill("OPS-12")
+    card.get_by_role("button", name="Send answer").click()
+    expect(history_item(page, request_id)).to_contain_text("Answered by alice")
+    assert stored(server, request_id).answer == {"ticket": {"ticket": "OPS-12"}, "why": "it broke"}
+
+
+def test_a_post_without_the_csrf_token_is_refused(server: Server, page: Page) -> None:
+    request_id = ask(server, Text("Which branch?", id="branch"))
+    sign_in(page, server)
+    url = f"{server.url}/inbox/requests/{request_id}"
+    assert page.request.post(url, form={"a0": "main"}).status == 403
+    assert page.request.post(url, form={"a0": "main", "csrf": "forged"}).status == 403
+    assert stored(server, request_id).status is Status.PENDING
+    assert page.request.post(url, form={"a0": "main", "csrf": csrf_of(page)}, max_redirects=0).status == 303
+
+
+def test_another_person_cannot_see_or_answer_the_request(server: Server, page: Page) -> None:
+    request_id = ask(server, Text("Which branch?", id="branch"))
+    sign_in(page, server, "bob")
+    expect(page.locator("#pending-empty")).to_be_visible()
+    url = f"{server.url}/inbox/requests/{request_id}"
+    assert page.request.get(url).status == 403
+    refused = page.request.post(url, form={"a0": "main", "csrf": csrf_of(page)})
+    assert refused.status == 403 and "Only alice may answer" in refused.text()
+    assert stored(server, request_id).status is Status.PENDING
+
+
+def test_answering_a_request_no_longer_pending_says_so(server: Server, page: Page) -> None:
+    request_id = ask(server, Text("Which branch?", id="branch"))
+    sign_in(page, server)
+    server.run(server.broker.reject(request_id, "moot", by="alice", via="cli"))
+    url = f"{server.url}/inbox/requests/{request_id}"
+    late = page.request.post(url, form={"a0": "main", "csrf": csrf_of(page)})
+    assert late.status == 409
+    assert "no longer pending: declined by alice via cli" in late.text()
+
+
+# -- without auth -------------------------------------------------------------------------
+
+
+def test_without_auth_the_inbox_needs_no_sign_in_but_still_checks_csrf(open_server: Server, page: Page) -> None:
+    request_id = ask(open_server, Text("Which branch?", id="branch"))
+    page.goto(open_server.url + "/")
+    expect(page.locator(".who")).to_contain_text("local")
+    url = f"{open_server.url}/inbox/requests/{request_id}"
+    assert page.request.post(url, form={"a0": "main"}).status == 403
+    card = pending_card(page, request_id)
+    card.get_by_role("textbox", name="Which branch?").fill("main")
+    card.get_by_role("textbox", name="Which branch?").press("Enter")
+    expect(history_item(page, request_id)).to_contain_text("Answered by local via web")
+    assert stored(open_server, request_id).answer == "main"
