@@ -33,7 +33,7 @@ from typing import Any, ClassVar, Protocol, TextIO, TypeAlias, runtime_checkable
 
 from .broker import Broker
 from .errors import InvalidAnswer
-from .model import Ask, Choice, Confirm, Form, MultiChoice, Option, Request, Response, Text, options_of
+from .model import Answers, Ask, Choice, Confirm, Form, MultiChoice, Option, Request, Response, Text, options_of
 
 __all__ = [
     "AUTO_RESOLVE_ENV",
@@ -131,7 +131,7 @@ class AutoResolveContract:
         return await broker.wait(request.id)
 
     def answer_for(self, request: Request) -> Any:
-        """The answer the decision gives `request`: the bare value for one ask, else by ask id."""
+        """The answers the decision gives `request`, by ask id."""
         answers: dict[str, Any] = {}
         for ask in request.asks:
             try:
@@ -139,11 +139,7 @@ class AutoResolveContract:
             except _NoAnswer:
                 if ask.required:
                     raise
-        if len(request.asks) == 1:
-            if not answers:
-                raise _NoAnswer(f"auto_resolve has no answer for ask {request.asks[0].id!r}")
-            return answers[request.asks[0].id]
-        return answers
+        return Answers(answers)
 
     def _answer(self, ask: Ask) -> Any:
         decision, verdict = self.decision, _decision_bool(self.decision)
@@ -269,9 +265,7 @@ class TerminalContract:
             if isinstance(ask, Confirm) and value is False and request.kind == "approval":
                 denied = True
                 comment = await self._line("Reason (optional, shown to the agent as written): ")
-        answer: Any = answers
-        if len(request.asks) == 1 and request.asks[0].id in answers:
-            answer = answers[request.asks[0].id]
+        answer: Any = Answers(answers)  # by ask id, even when the one optional ask was skipped
         try:
             await broker.resolve(request.id, answer, by=self.by or request.to, via="terminal", comment=comment)
         except InvalidAnswer as exc:
