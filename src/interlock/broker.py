@@ -163,10 +163,11 @@ class Broker:
     ) -> None:
         await self.aclose()
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     # -- hooks ---------------------------------------------------------------------------
 
@@ -327,7 +328,10 @@ class Broker:
             return await self._current(request.id)
         except asyncio.CancelledError:
             if self._state == "open" and request.id not in self._detached:
-                await self._withdraw(request, "withdrawn", "the waiting call was cancelled")
+                # Shielded: a cancel scope that cancels again must not cut the withdrawal short.
+                withdrawal = self._spawn(self._withdraw(request, "withdrawn", "the waiting call was cancelled"))
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(withdrawal)
             raise
 
     async def watch(self, request_id: str, timeout: float | None = None) -> Request:

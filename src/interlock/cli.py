@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import os
@@ -28,6 +29,7 @@ from rich.table import Table
 
 from . import __version__
 from .broker import Broker, connect
+from .contracts import TerminalContract
 from .errors import Cancelled, Expired, Forbidden, InterlockError, InvalidAnswer, InvalidRequest, NotFound, Rejected
 from .model import Ask, Choice, Confirm, Form, MultiChoice, Request, Status, Text, options_of, request_to_dict
 from .principals import TOKEN_PREFIX, Principal, issue_token
@@ -255,6 +257,63 @@ def reject(
     if not _run(db, lambda b: b.reject(request_id, reason, by=by, via="cli")):
         raise _fail(f"request {request_id} is not pending", DECLINED)
     err.print(f"rejected {request_id}")
+
+
+@app.command()
+def watch(
+    to: Annotated[str | None, typer.Option("--to", help="On a local store: only requests to this person.")] = None,
+    by: Annotated[str | None, typer.Option("--by", help="Who is answering (a server knows from the token).")] = None,
+    db: DbOption = None,
+) -> None:
+    """Answer requests in this terminal as they arrive: what is pending first, then new ones.
+
+    A choice takes an option's number, id or label (ignoring case), or your own words where
+    "other" is allowed; a request answered elsewhere meanwhile is skipped. Ctrl-D or Ctrl-C
+    stops watching and leaves everything pending.
+    """
+    terminal = TerminalContract(by=by)
+
+    async def answer(broker: Broker, request: Request) -> None:
+        prompting = asyncio.ensure_future(terminal.prompt(broker, request))
+        settled = asyncio.ensure_future(broker.watch(request.id))
+        done, _ = await asyncio.wait({prompting, settled}, return_when=asyncio.FIRST_COMPLETED)
+        if prompting not in done:
+            prompting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await prompting
+            final = settled.result()
+            who = final.response.by if final.response and final.response.by else "someone else"
+            err.print(f"\n(request {request.id} was {final.status.value} by {who} meanwhile)")
+            return
+        settled.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await settled
+        prompting.result()  # raises EOFError at the end of input
+
+    async def work(broker: Broker) -> None:
+        watching = asyncio.ensure_future(follow(broker))
+        closed = asyncio.ensure_future(terminal.input_closed())
+        await asyncio.wait({watching, closed}, return_when=asyncio.FIRST_COMPLETED)
+        closed.cancel()
+        if not watching.done():
+            watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError, EOFError):
+            await watching  # anything else it raised is a real failure
+
+    async def follow(broker: Broker) -> None:
+        after = await broker.last_event_id()
+        for request in (await broker.pending(recipient=to)).values():
+            await answer(broker, request)
+        err.print("waiting for new requests (Ctrl-D or Ctrl-C to stop)")
+        async for event in broker.events(after=after, follow=True):
+            new = event.request
+            if event.type != "created" or new is None or (to is not None and new.to != to):
+                continue
+            if (await broker.get(new.id)).status is Status.PENDING:
+                await answer(broker, new)
+
+    with contextlib.suppress(EOFError):
+        _run(db, work)
 
 
 def parse_answer(request: Request, values: list[str]) -> Any:

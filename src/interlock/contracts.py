@@ -231,6 +231,20 @@ class TerminalContract:
             with contextlib.suppress(asyncio.CancelledError):
                 await prompter
 
+    async def prompt(self, broker: Broker, request: Request) -> bool:
+        """Put one request on the terminal and send the answer, without owning it: no wait,
+        nothing withdrawn. True once answered here; False if it was settled first elsewhere.
+
+        `interlock watch` uses it. End of input raises `EOFError` and changes nothing.
+        """
+        async with self._lock:
+            if (await broker.get(request.id)).status.settled:
+                return False
+            self._show(request)
+            while (answered := await self._answer_once(broker, request)) is None:
+                pass
+            return answered
+
     # -- the conversation ------------------------------------------------------------------
 
     async def _converse(self, broker: Broker, request: Request) -> None:
@@ -239,7 +253,7 @@ class TerminalContract:
                 if (await broker.get(request.id)).status.settled:
                     return
                 self._show(request)
-                while not await self._answer_once(broker, request):
+                while await self._answer_once(broker, request) is None:
                     pass
         except EOFError:
             self._say("(end of input: the request is given up)")
@@ -250,8 +264,9 @@ class TerminalContract:
             log.exception("the terminal prompt for request %s failed", request.id)
             await broker.cancel(request.id, "the terminal prompt failed", by=self.by)
 
-    async def _answer_once(self, broker: Broker, request: Request) -> bool:
-        """Ask every ask once and send the answer; False to ask again after a bad answer."""
+    async def _answer_once(self, broker: Broker, request: Request) -> bool | None:
+        """Ask every ask once and send the answer: True if it settled the request, False if
+        something else settled it first, None to ask again after a bad answer."""
         answers: dict[str, Any] = {}
         comment = ""
         denied = False
@@ -267,11 +282,10 @@ class TerminalContract:
                 comment = await self._line("Reason (optional, shown to the agent as written): ")
         answer: Any = Answers(answers)  # by ask id, even when the one optional ask was skipped
         try:
-            await broker.resolve(request.id, answer, by=self.by or request.to, via="terminal", comment=comment)
+            return await broker.resolve(request.id, answer, by=self.by or request.to, via="terminal", comment=comment)
         except InvalidAnswer as exc:
             self._say(f"  ! {exc}; please answer again")
-            return False
-        return True
+            return None
 
     async def _ask(self, ask: Ask) -> Any:
         optional = "" if ask.required else " (optional: press enter to skip)"
@@ -337,10 +351,23 @@ class TerminalContract:
         out = self._output or sys.stdout
         out.write(prompt)
         out.flush()
+        pending = self._reader()
+        if pending.done() and pending.result() != "":
+            # typed before this prompt showed: meant for one answered elsewhere
+            self._reading = None
+            pending = self._reader()
+        # Shielded: a prompt cut short leaves the read in flight for the next prompt.
+        line = await asyncio.shield(pending)
+        if self._reading is pending:  # another reader may have started the next read already
+            self._reading = None
+        if line == "":
+            raise EOFError
+        return line.rstrip("\r\n")
+
+    def _reader(self) -> asyncio.Future[str]:
+        """The read in flight on the input, started if there is none."""
         loop = asyncio.get_running_loop()
         pending = self._reading
-        if pending is not None and pending.done():
-            pending = None  # typed before this prompt showed: meant for one answered elsewhere
         if pending is None or pending.get_loop() is not loop:
             pending = self._reading = loop.create_future()
             stream = self._input or sys.stdin
@@ -348,12 +375,18 @@ class TerminalContract:
                 target=_read_line, args=(stream, loop, pending), daemon=True, name="interlock-tty"
             )
             reader.start()
-        # Shielded: a prompt cut short leaves the read in flight for the next prompt.
-        line = await asyncio.shield(pending)
-        self._reading = None
-        if line == "":
-            raise EOFError
-        return line.rstrip("\r\n")
+        return pending
+
+    async def input_closed(self) -> None:
+        """Return once the input reaches its end (Ctrl-D), even between prompts. Lines
+        typed while no prompt shows are dropped, as they are meant for no request."""
+        while True:
+            pending = self._reader()
+            line = await asyncio.shield(pending)
+            if line == "":
+                return
+            if self._reading is pending:
+                self._reading = None
 
 
 def _read_line(stream: TextIO, loop: asyncio.AbstractEventLoop, into: asyncio.Future[str]) -> None:

@@ -10,12 +10,17 @@ the caller (and the model reading a tool result) must treat them differently:
     ├── NotFound            (also ValueError)   no request with that id (never seen, or
     │                                           evicted from a memory:// retention)
     ├── Rejected            (also RuntimeError) a person, or a hook, refused; carries `reason`
+    │   └── ApprovalDenied                      ... an approval of a tool call, in particular
     ├── Expired             (also TimeoutError) nobody answered in time
     ├── Cancelled           (also RuntimeError) the program gave the request up (cancel,
     │   │                                       release, or a waiting call that was cut)
     │   └── Closed                              ... because its channel or broker was closed
     ├── AlreadySettled      (also RuntimeError) an operation needed a pending request
-    └── Forbidden           (also PermissionError) the server refused who you are (401/403)
+    ├── Forbidden           (also PermissionError) the server refused who you are (401/403)
+    ├── ApprovalRefused     (also RuntimeError) the approval gate failed closed: do not run
+    ├── RunFailed           (also RuntimeError) an approval hook failed and the run must stop
+    ├── ToolFailed          (also RuntimeError) a tool handler failed the call (model reads it)
+    └── ToolRefused         (also RuntimeError) a tool handler refused the call (model reads why)
 
 `Rejected` is deliberately not a parent of `Cancelled`: a refusal by the human is an
 answer the model should read, while a request the program gave up on is a plain failure.
@@ -26,6 +31,8 @@ from __future__ import annotations
 
 __all__ = [
     "AlreadySettled",
+    "ApprovalDenied",
+    "ApprovalRefused",
     "Cancelled",
     "Closed",
     "Expired",
@@ -35,6 +42,9 @@ __all__ = [
     "InvalidRequest",
     "NotFound",
     "Rejected",
+    "RunFailed",
+    "ToolFailed",
+    "ToolRefused",
 ]
 
 
@@ -107,3 +117,36 @@ class Forbidden(InterlockError, PermissionError):
     def __init__(self, message: str, *, status: int = 403) -> None:
         super().__init__(message)
         self.status = status
+
+
+class ToolFailed(InterlockError, RuntimeError):
+    """Raised by a handler to fail a call with a message the model may read."""
+
+
+class ToolRefused(InterlockError, RuntimeError):
+    """Raised by a handler to refuse a call; the model reads `reason`."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ApprovalDenied(Rejected):
+    """A person reviewing the call (or the approval hook) said no. `reason` is verbatim."""
+
+
+class ApprovalRefused(InterlockError, RuntimeError):
+    """The gate could not get a clean approval and failed closed: the call must not run.
+
+    A failing approval hook (with `on_hook_error="deny"`), a replayed or already consumed
+    approval, edited arguments that do not fit the schema, arguments that are not JSON.
+    """
+
+    def __init__(self, reason: str, *, detail: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.detail = detail
+
+
+class RunFailed(InterlockError, RuntimeError):
+    """The approval hook failed and `on_hook_error="fail-run"` says the whole run must stop."""

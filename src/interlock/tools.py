@@ -50,7 +50,17 @@ from jsonschema.exceptions import SchemaError
 
 from .broker import Broker
 from .contracts import Contracts, ContractSpec
-from .errors import Cancelled, Expired, InterlockError, InvalidRequest, Rejected
+from .errors import (
+    ApprovalDenied,
+    ApprovalRefused,
+    Cancelled,
+    Expired,
+    InvalidRequest,
+    Rejected,
+    RunFailed,
+    ToolFailed,
+    ToolRefused,
+)
 from .model import (
     Ask,
     Choice,
@@ -199,39 +209,6 @@ class ToolDefinition:
 
 ToolHandler: TypeAlias = Callable[[ToolCall], Awaitable["ToolResult | None"]]
 """Serves the calls it knows and returns None for the others, so handlers compose."""
-
-
-class ToolFailed(InterlockError, RuntimeError):
-    """Raised by a handler to fail a call with a message the model may read."""
-
-
-class ToolRefused(InterlockError, RuntimeError):
-    """Raised by a handler to refuse a call; the model reads `reason`."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class ApprovalDenied(Rejected):
-    """A person reviewing the call (or the approval hook) said no. `reason` is verbatim."""
-
-
-class ApprovalRefused(InterlockError, RuntimeError):
-    """The gate could not get a clean approval and failed closed: the call must not run.
-
-    A failing approval hook (with `on_hook_error="deny"`), a replayed or already consumed
-    approval, edited arguments that do not fit the schema, arguments that are not JSON.
-    """
-
-    def __init__(self, reason: str, *, detail: str | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.detail = detail
-
-
-class RunFailed(InterlockError, RuntimeError):
-    """The approval hook failed and `on_hook_error="fail-run"` says the whole run must stop."""
 
 
 def _json(value: Any) -> str:

@@ -153,3 +153,54 @@ def test_reject_in_the_terminal(db: str) -> None:
     shown = json.loads(run("show", request_id, db=db).stdout)
     assert shown["status"] == "rejected"
     assert shown["response"]["reason"] == "no"
+
+
+async def test_watch_answers_requests_in_the_terminal_as_they_arrive(db: str) -> None:
+    async with interlock.connect(db) as broker:
+        waiting = await broker.create(interlock.Choice("Colour?", ["Red", "Green"], allow_other=True), to="alice")
+        env = {**os.environ, "INTERLOCK_URL": db}
+        proc = await asyncio.create_subprocess_exec(
+            *INTERLOCK, "watch", "--to", "alice", "--by", "alice",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+        )  # fmt: skip
+        assert proc.stdin is not None and proc.stdout is not None
+
+        async def settled(request_id: str) -> interlock.Request:
+            with anyio.fail_after(30):
+                return await broker.watch(request_id, timeout=30)
+
+        async def prompt_shown(text: str) -> None:
+            seen = b""
+            with anyio.fail_after(30):
+                while text.encode() not in seen:
+                    chunk = await proc.stdout.read(256)  # type: ignore[union-attr]
+                    assert chunk, "watch ended early"
+                    seen += chunk
+
+        await prompt_shown("Colour?")
+        proc.stdin.write(b"green\n")  # an option's label, any case
+        assert (await settled(waiting.id)).answer == "Green"
+
+        live = await broker.create(interlock.Choice("Size?", ["s", "m"], allow_other=True), to="alice")
+        await prompt_shown("Size?")
+        proc.stdin.write(b"extra large\n")  # not an option: passed through as free text
+        assert (await settled(live.id)).answer == "extra large"
+
+        elsewhere = await broker.create(interlock.Confirm("Ship it?"), to="alice")
+        await prompt_shown("Ship it?")
+        await broker.resolve(elsewhere.id, True, by="bob")  # answered elsewhere while prompting
+
+        await broker.create(interlock.Text("For bob?"), to="bob")  # not alice's: not shown
+        last = await broker.create(interlock.Confirm("Roll back?"), to="alice")
+        await prompt_shown("Roll back?")
+        proc.stdin.write(b"n\n")
+        assert (await settled(last.id)).answer is False
+
+        proc.stdin.close()  # Ctrl-D: stop watching, leave everything else pending
+        with anyio.fail_after(30):
+            out, err = await proc.communicate()
+        assert proc.returncode == 0, err.decode()
+        assert "For bob?" not in out.decode()
+        stored = await broker.get(last.id)
+        assert stored.response is not None
+        assert (stored.response.by, stored.response.via) == ("alice", "terminal")

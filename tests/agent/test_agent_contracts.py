@@ -62,8 +62,9 @@ def choice_of(result_content: str) -> Any:
 
 
 def via(backend: str, surface: str) -> str:
-    """The surface recorded for an answer: a server records its own API as the surface."""
-    return "api" if backend == "http" else surface
+    """The surface recorded for an answer: the same on every backend (a server keeps the
+    surface its client names)."""
+    return surface
 
 
 # -- choosing ----------------------------------------------------------------------------------

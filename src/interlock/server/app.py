@@ -346,7 +346,7 @@ def _api_router(state: _State) -> APIRouter:
         if decision.cancel:
             done = await broker.cancel(request_id, body.reason, by=by)
         else:
-            done = await broker.resolve(request_id, decision.value, by=by, via="api", comment=body.reason)
+            done = await broker.resolve(request_id, decision.value, by=by, via=body.via, comment=body.reason)
         return await settled_or_conflict(request_id, done)
 
     @router.post(

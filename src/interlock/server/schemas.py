@@ -165,6 +165,9 @@ class AnswerBody(_Strict):
     cancel: bool = False
     reason: str = Field("", description="Kept with the answer and echoed back verbatim.")
     by: str | None = Field(None, description="Who answers; only honoured by a server without auth.")
+    via: str = Field(
+        "api", pattern=r"^[a-z][a-z0-9_-]{0,31}$", description="The surface the person answered on (web, cli, ...)."
+    )
 
 
 class BatchItem(AnswerBody):

@@ -131,6 +131,8 @@ class HttpStore:
         path = f"/requests/{request.id}"
         if request.status is Status.ANSWERED:
             body = {"answers": dict(response.answers), "reason": response.reason, "by": response.by}
+            if response.via:
+                body["via"] = response.via
             result = await self._call("POST", f"{path}/answer", json=body)
         elif request.status is Status.REJECTED:
             result = await self._call("POST", f"{path}/reject", json={"reason": response.reason})
