@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
+import secrets
+import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -12,7 +16,8 @@ import pytest
 import interlock
 from interlock import Broker
 
-BACKENDS = ["memory", "sqlite", "http"]
+BACKENDS = ["memory", "sqlite", "postgresql", "http"]
+PG_SERVER = "postgresql://postgres@127.0.0.1:5432"  # here and in CI: trust auth, always up
 
 
 @pytest.fixture
@@ -26,15 +31,67 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def url(backend: str, tmp_path: Path) -> Iterator[str]:
-    """A fresh store of the backend under test; for http, a real server on its own file."""
+def url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh store of the backend under test; for http, a real server on its own file;
+    for postgresql, a database of its own, cloned from the session's template."""
     if backend == "memory":
         yield "memory://"
     elif backend == "sqlite":
         yield f"sqlite:///{tmp_path / 'interlock.db'}"
+    elif backend == "postgresql":
+        with request.getfixturevalue("pg_databases")() as pg_url:
+            yield pg_url
     else:
         with running_server(f"sqlite:///{tmp_path / 'server.db'}", auth=False) as base:
             yield base
+
+
+def psql(sql: str, database: str = "postgres") -> str:
+    """Run SQL with psql (the tests' own admin work: databases, inspection)."""
+    done = subprocess.run(
+        ["psql", f"{PG_SERVER}/{database}", "-X", "-v", "ON_ERROR_STOP=1", "-Atqc", sql],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"psql failed on {sql!r}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    """A database with interlock's migrations applied, built once per session."""
+    name = f"interlock_template_{os.getpid()}_{secrets.token_hex(3)}"
+    psql(f"CREATE DATABASE {name}")
+    try:
+
+        async def migrate() -> None:
+            async with interlock.connect(f"{PG_SERVER}/{name}"):
+                pass
+
+        asyncio.run(migrate())
+        psql(f"ALTER DATABASE {name} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false")
+        yield name
+    finally:
+        psql(f"ALTER DATABASE {name} WITH IS_TEMPLATE false")
+        psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(scope="session")
+def pg_databases(pg_template: str) -> Callable[[], contextlib.AbstractContextManager[str]]:
+    """`with pg_databases() as url:` a fresh database cloned from the template, dropped after."""
+
+    @contextlib.contextmanager
+    def database() -> Iterator[str]:
+        name = f"interlock_test_{os.getpid()}_{secrets.token_hex(4)}"
+        psql(f"CREATE DATABASE {name} TEMPLATE {pg_template}")
+        try:
+            yield f"{PG_SERVER}/{name}"
+        finally:
+            psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+    return database
 
 
 @contextlib.contextmanager

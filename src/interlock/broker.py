@@ -672,6 +672,8 @@ def connect(url: str | None = None, **options: Any) -> Broker:
 
     - `memory://` — in this process only (`retention=128` settled outcomes kept)
     - `sqlite:///path.db` — the embedded default: a durable file (`sqlite:////abs/path.db`)
+    - `postgresql://user@host/db` — several processes and nodes share one database
+      (options such as `poll_interval` or `max_size` as query parameters)
     - `http://host:8765` (or https) — a running `interlock serve`; `token=` or
       `INTERLOCK_TOKEN` authenticates
 
@@ -696,6 +698,10 @@ def connect(url: str | None = None, **options: Any) -> Broker:
         if not path:
             raise ValueError("a SQLite URL needs a path: sqlite:///relative.db or sqlite:////absolute.db")
         store = SqliteStore(path, **_floats(store_options, "poll_interval"))
+    elif parts.scheme in ("postgresql", "postgres"):
+        from .store.postgres import PostgresStore
+
+        store = PostgresStore(url, **options)
     elif parts.scheme in ("http", "https"):
         from .store.http import HttpStore
 
@@ -703,7 +709,7 @@ def connect(url: str | None = None, **options: Any) -> Broker:
         base = url.split("?", 1)[0]
         store = HttpStore(base, token=token, **_floats(store_options, "poll_interval"))
     else:
-        raise ValueError(f"unsupported store URL {url!r}: use memory://, sqlite:///path.db or http(s)://host")
+        raise ValueError(f"unsupported store URL {url!r}: use memory://, sqlite:///path.db, postgresql://host/db or http(s)://host")
     return Broker(store, **broker_options)
 
 

@@ -195,7 +195,7 @@ def inbox(
             typer.echo(json.dumps(request_to_dict(request)))
         return
     table = Table(box=None, header_style="bold")
-    table.add_column("id", no_wrap=True, min_width=26)
+    table.add_column("id", no_wrap=True, min_width=32)
     for column in ("status", "to", "asks", "created", "expires"):
         table.add_column(column)
     now = datetime.now(UTC)

@@ -75,30 +75,25 @@ class Status(enum.StrEnum):
 
 # -- ids ---------------------------------------------------------------------------------
 
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_PAIRS = [x + y for x in _CROCKFORD for y in _CROCKFORD]  # base-32 digit pairs for 10 bits
 _id_lock = threading.Lock()
 _id_last_ms = 0
 _id_last_rand = 0
-_id_prefix = ""
-
-
-def _base32(value: int, pairs: int) -> str:
-    return "".join([_PAIRS[(value >> shift) & 1023] for shift in range((pairs - 1) * 10, -1, -10)])
 
 
 def new_id() -> str:
-    """A 26-character ULID: sortable by creation time, monotonic within a process."""
-    global _id_last_ms, _id_last_rand, _id_prefix
+    """A 32-character id that sorts by creation time: a 48-bit millisecond timestamp and
+    80 random bits, in hex; within a process, later ids always sort after earlier ones."""
+    global _id_last_ms, _id_last_rand
     with _id_lock:
         ms = time.time_ns() // 1_000_000
         if ms <= _id_last_ms:
+            ms = _id_last_ms
             rand = _id_last_rand + 1
         else:
             rand = int.from_bytes(os.urandom(10), "big") >> 1  # leaves room to increment
-            _id_last_ms, _id_prefix = ms, _base32(ms, 5)
+            _id_last_ms = ms
         _id_last_rand = rand
-        return _id_prefix + _base32(rand, 8)
+    return f"{ms:012x}{rand:020x}"
 
 
 # -- asks --------------------------------------------------------------------------------
@@ -341,6 +336,10 @@ class Origin:
     """The agents that delegated down to `agent`, the root conversation's agent first."""
 
 
+NO_ORIGIN = Origin()
+"""The origin of a request that says nothing of where it came from (shared: Origins are frozen)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Response:
     """How a request settled: the answers by ask id, who, through which surface, why, when.
@@ -371,7 +370,7 @@ class Request:
     context: Any = None
     to: str | None = None
     requester: str | None = None
-    origin: Origin = field(default_factory=Origin)
+    origin: Origin = NO_ORIGIN
     expires_at: datetime | None = None
     idempotency_key: str | None = None
     response: Response | None = None
@@ -483,7 +482,7 @@ def build_request(
         context=context,
         to=to,
         requester=requester,
-        origin=origin or Origin(),
+        origin=origin or NO_ORIGIN,
         expires_at=expires_at,
         idempotency_key=idempotency_key,
     )

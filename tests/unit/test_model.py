@@ -134,7 +134,7 @@ def test_ids_are_unique_and_sort_in_creation_order() -> None:
     ids = [new_id() for _ in range(10_000)]
     assert len(set(ids)) == len(ids)
     assert ids == sorted(ids)
-    assert all(len(i) == 26 for i in ids)
+    assert all(len(i) == 32 for i in ids)
 
 
 def test_a_request_survives_its_json_shape_unchanged() -> None:

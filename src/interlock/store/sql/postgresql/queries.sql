@@ -1,0 +1,78 @@
+-- name: lock_migrations
+-- Held until the end of the migrating transaction: processes that start together apply
+-- the migrations one after the other, and all but the first find nothing left to do.
+SELECT pg_advisory_xact_lock(7598390718262734180);
+
+-- name: create_migrations
+CREATE TABLE IF NOT EXISTS interlock_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: applied_migrations
+SELECT version FROM interlock_migrations;
+
+-- name: record_migration
+INSERT INTO interlock_migrations (version, name) VALUES ($1, $2);
+
+-- name: insert_request
+SELECT created, status, doc, response FROM interlock_insert($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
+
+-- name: settle_request
+SELECT interlock_settle($1, $2, $3, $4);
+
+-- name: settle_pending
+SELECT id, doc FROM interlock_settle_pending($1, $2, $3, $4, $5, $6);
+
+-- name: insert_event
+INSERT INTO events (type, at, data) VALUES ($1, $2, $3) RETURNING id;
+
+-- name: get_request
+SELECT status, doc, response FROM requests WHERE id = $1;
+
+-- name: get_status
+SELECT status FROM requests WHERE id = $1;
+
+-- name: next_expiry
+SELECT min(expires_at) FROM requests WHERE status = 'pending' AND expires_at IS NOT NULL;
+
+-- name: events_after
+SELECT e.id, e.type, e.request_id, e.at, e.data, r.status, r.doc, r.response
+FROM events e LEFT JOIN requests r ON r.id = e.request_id
+WHERE e.id > $1 ORDER BY e.id LIMIT $2;
+
+-- name: changes_after
+SELECT id, type, request_id FROM events WHERE id > $1 ORDER BY id LIMIT $2;
+
+-- name: last_event_id
+SELECT coalesce(max(id), 0) FROM events;
+
+-- name: upsert_principal
+INSERT INTO principals (name, kind, owner, created_at) VALUES ($1, $2, $3, $4)
+ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, owner = excluded.owner;
+
+-- name: get_principal
+SELECT name, kind, owner FROM principals WHERE name = $1;
+
+-- name: list_principals
+SELECT name, kind, owner FROM principals ORDER BY name;
+
+-- name: insert_token
+INSERT INTO tokens (id, hash, principal, created_at) VALUES ($1, $2, $3, $4);
+
+-- name: principal_for_token
+SELECT p.name, p.kind, p.owner FROM tokens t JOIN principals p ON p.name = t.principal
+WHERE t.hash = $1 AND t.revoked_at IS NULL;
+
+-- name: revoke_token
+UPDATE tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL;
+
+-- name: revoke_principal_tokens
+UPDATE tokens SET revoked_at = $2 WHERE principal = $1 AND revoked_at IS NULL;
+
+-- name: listen
+LISTEN interlock;
+
+-- name: ping
+SELECT 1;
