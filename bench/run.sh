@@ -7,18 +7,42 @@
 #   bash bench/run.sh profile         # cProfile of interlock's memory and sqlite ping-pong, per-call costs
 #   bash bench/run.sh schema          # what each part of interlock's SQLite schema costs
 #   bash bench/run.sh inprocess --reps 3   # extra args go to the script
+#   bash bench/run.sh http            # HTTP round trips + SSE fan-out vs awaithumans 0.1.12 (own venv, ~3 min)
 #
 # Environment:
 #   BENCH_VENV   venv to use/create (default: /work/bench-venv312, outside the repo)
 #   BENCH_PYTHON interpreter to create it with (default: python3.12 on PATH, else pyenv's 3.12.1)
 #   BENCH_OUT    directory for the result files (default: a fresh temporary directory)
 #
+#   BENCH_HTTP_VENV venv for `http` (default: /work/bench-venv-http, made with python3.11 or python3)
+#
 # The venv gets: roomkit==0.109.* (needs Python >= 3.12), langgraph,
 # langgraph-checkpoint-sqlite, and this checkout of interlock (editable).
+# `http` uses a venv of its own: interlock's server and test deps (editable) and
+# awaithumans[server]==0.1.12 side by side.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
+
+if [[ "${1:-}" == "http" ]]; then
+  shift
+  hvenv="${BENCH_HTTP_VENV:-/work/bench-venv-http}"
+  if [[ ! -x "$hvenv/bin/python" ]]; then
+    hpy="$(command -v python3.11 || command -v python3)"
+    echo ">> creating $hvenv with $hpy"
+    "$hpy" -m venv "$hvenv"
+  fi
+  "$hvenv/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  "$hvenv/bin/python" -m pip install -q -e "$repo[test]" fastapi 'uvicorn[standard]' sse-starlette httpx httpx-sse \
+    jinja2 itsdangerous prometheus-client python-multipart py-spy 'awaithumans[server]==0.1.12'
+  out="${BENCH_OUT:-$(mktemp -d -t interlock-bench-out-XXXXXX)}"
+  mkdir -p "$out"
+  echo ">> $("$hvenv/bin/python" --version), results also in $out"
+  "$hvenv/bin/python" "$here/http.py" --json "$out/http.json" "$@" | tee "$out/http.txt"
+  exit 0
+fi
+
 venv="${BENCH_VENV:-/work/bench-venv312}"
 
 pick_python() {
@@ -59,5 +83,5 @@ case "$what" in
     "$py" "$here/inprocess.py" --json "$out/inprocess.json" | tee "$out/inprocess.txt"
     echo
     "$py" "$here/durable.py" --json "$out/durable.json" | tee "$out/durable.txt" ;;
-  *) echo "unknown benchmark: $what (inprocess | durable | profile | schema | all)" >&2; exit 2 ;;
+  *) echo "unknown benchmark: $what (inprocess | durable | profile | schema | http | all)" >&2; exit 2 ;;
 esac
