@@ -168,7 +168,7 @@ class _State:
     def __init__(self, broker: Broker, auth: Auth, queue_size: int, keepalive: float) -> None:
         self.broker = broker
         self.auth = auth
-        self.hub = Hub(broker, queue_size=queue_size)
+        self.hub = Hub(broker, queue_size=queue_size, encode=lambda event: json.dumps(event_to_dict(event)))
         self.metrics = Metrics()
         self.hub.on_event.append(self.metrics.observe)
         self.keepalive = keepalive
@@ -495,11 +495,13 @@ def _api_router(state: _State) -> APIRouter:
             yield ServerSentEvent(comment="connected", retry=2000)
             try:
                 async for event in state.hub.replay_then_follow(accept, start):
-                    yield ServerSentEvent(data=json.dumps(event_to_dict(event)), event=event.type, id=str(event.id))
+                    yield ServerSentEvent(data=state.hub.encoded(event), event=event.type, id=str(event.id))
             except Dropped as exc:
                 yield ServerSentEvent(data=json.dumps({"reason": str(exc)}), event="dropped")
 
-        return EventSourceResponse(generate(), ping=state.keepalive, send_timeout=30)
+        # No per-send timeout: it costs a cancel scope per event per subscriber, and a
+        # subscriber that stops reading is dropped by its bounded queue instead.
+        return EventSourceResponse(generate(), ping=state.keepalive)
 
     @router.get("/whoami", tags=["principals"])
     async def whoami(caller: Caller) -> dict[str, Any]:

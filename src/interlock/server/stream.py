@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 
 from ..broker import Broker
@@ -51,12 +52,23 @@ class Subscriber:
 
 
 class Hub:
-    def __init__(self, broker: Broker, *, queue_size: int = 1000) -> None:
+    def __init__(self, broker: Broker, *, queue_size: int = 1000, encode: Callable[[Event], str] | None = None) -> None:
         self.broker = broker
         self.queue_size = queue_size
         self.subscribers: set[Subscriber] = set()
         self._task: asyncio.Task[None] | None = None
         self.on_event: list[Callable[[Event], None]] = []
+        self._encode = encode or (lambda event: str(event.id))
+        self._frames: OrderedDict[int, str] = OrderedDict()
+
+    def encoded(self, event: Event) -> str:
+        """The event's wire form, encoded once however many subscribers send it."""
+        frame = self._frames.get(event.id)
+        if frame is None:
+            frame = self._frames[event.id] = self._encode(event)
+            if len(self._frames) > 2 * self.queue_size:
+                self._frames.popitem(last=False)
+        return frame
 
     async def start(self) -> None:
         after = await self.broker.last_event_id()

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import json
 import logging
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -34,6 +37,9 @@ from . import Query
 
 __all__ = ["HttpStore"]
 
+_CACHE = 10_000  # requests kept by id
+_BUFFER = 10_000  # stream events kept for changes()
+
 log = logging.getLogger("interlock")
 
 
@@ -46,6 +52,12 @@ class HttpStore:
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client: httpx.AsyncClient | None = None
         self._stream_task: asyncio.Task[None] | None = None
+        # What the event stream has brought: requests by id (a settled one is final), and
+        # the events after `_floor`, complete while `_streaming`, for `changes()`.
+        self._known: dict[str, Request] = {}
+        self._buffer: deque[Event] = deque()
+        self._floor = 0
+        self._streaming = False
 
     async def open(self) -> None:
         self._client = httpx.AsyncClient(
@@ -53,6 +65,7 @@ class HttpStore:
         )
         try:
             await self._call("GET", "/whoami")  # fail now, clearly, on a wrong address or token
+            self._floor = await self.last_event_id()  # the event stream starts from here
         except BaseException:
             await self._client.aclose()
             raise
@@ -86,25 +99,45 @@ class HttpStore:
         self._stream_task = asyncio.get_running_loop().create_task(self._follow(callback))
 
     async def _follow(self, callback: Callable[[], None]) -> None:
-        last: str | None = None
+        last = str(self._floor)
         delay = 0.1
         async with httpx.AsyncClient(
             base_url=f"{self.base_url}/api/v1", headers=self._headers, timeout=httpx.Timeout(30.0, read=None)
         ) as client:
             while True:
-                headers = {"Last-Event-ID": last} if last else {}
                 try:
-                    async with aconnect_sse(client, "GET", "/events/stream", headers=headers) as source:
+                    async with aconnect_sse(client, "GET", "/events/stream", headers={"Last-Event-ID": last}) as source:
+                        source.response.raise_for_status()
+                        self._streaming = True
                         delay = 0.1
-                        callback()  # something may have happened while we were not connected
                         async for sse in source.aiter_sse():
-                            if sse.id:
-                                last = sse.id
+                            if not sse.id or sse.event == "dropped":
+                                continue
+                            last = sse.id
+                            self._received(_event(json.loads(sse.data)))
                             callback()
                 except (httpx.HTTPError, ValueError) as exc:
                     log.debug("event stream from %s dropped (%s); reconnecting", self.base_url, exc)
+                finally:
+                    self._streaming = False
+                callback()  # while disconnected, changes() reads the log over HTTP
                 await asyncio.sleep(delay)  # back off before reconnecting, at most 5 s
                 delay = min(delay * 2, 5.0)
+
+    def _received(self, event: Event) -> None:
+        if event.request is not None:
+            self._remember(event.request)
+        self._buffer.append(event)
+        while len(self._buffer) > _BUFFER:
+            self._floor = self._buffer.popleft().id
+
+    def _remember(self, request: Request) -> None:
+        known = self._known.get(request.id)
+        if known is not None and known.status is not Status.PENDING:
+            return  # settled is final: never go back to an older snapshot
+        self._known[request.id] = request
+        if len(self._known) > _CACHE:
+            del self._known[next(iter(self._known))]
 
     # -- requests ------------------------------------------------------------------------
 
@@ -124,7 +157,9 @@ class HttpStore:
             body["timeout"] = max((request.expires_at - request.created_at).total_seconds(), 0.001)
         response = await self._call("POST", "/requests", json=body)
         _raise_for(response)
-        return request_from_dict(response.json()), response.status_code == 201
+        stored = request_from_dict(response.json())
+        self._remember(stored)
+        return stored, response.status_code == 201
 
     async def settle(self, request: Request) -> Request | None:
         response = request.response or Response(at=request.created_at)
@@ -144,7 +179,9 @@ class HttpStore:
         if result.status_code in (404, 409):
             return None
         _raise_for(result)
-        return request_from_dict(result.json())
+        stored = request_from_dict(result.json())
+        self._remember(stored)
+        return stored
 
     async def settle_pending(
         self, status: Status, response: Response, *, channel: str | None = None, due: datetime | None = None
@@ -165,11 +202,16 @@ class HttpStore:
         return None
 
     async def get(self, request_id: str, *, fresh: bool = True) -> Request | None:
+        known = self._known.get(request_id)
+        if known is not None and (known.status is not Status.PENDING or not fresh):
+            return known
         result = await self._call("GET", f"/requests/{request_id}")
         if result.status_code == 404:
             return None
         _raise_for(result)
-        return request_from_dict(result.json())
+        request = request_from_dict(result.json())
+        self._remember(request)
+        return request
 
     async def list(self, query: Query) -> Sequence[Request]:
         params: dict[str, Any] = {"limit": min(query.limit, 1000), "order": query.order}
@@ -187,9 +229,17 @@ class HttpStore:
     async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
         result = await self._call("GET", "/events", params={"after": after, "limit": limit})
         _raise_for(result)
-        return [_event(e) for e in result.json()["events"]]
+        events = [_event(e) for e in result.json()["events"]]
+        for event in events:
+            if event.request is not None and event.request.status is not Status.PENDING:
+                self._remember(event.request)
+        return events
 
     async def changes(self, after: int = 0, limit: int = 500) -> Sequence[tuple[int, str, str | None]]:
+        if self._streaming and after >= self._floor:
+            while self._buffer and self._buffer[0].id <= after:
+                self._floor = self._buffer.popleft().id  # the follow loop has seen these
+            return [(e.id, e.type, e.request_id) for e in itertools.islice(self._buffer, limit)]
         return [(e.id, e.type, e.request_id) for e in await self.events(after, limit)]
 
     async def last_event_id(self) -> int:
