@@ -39,7 +39,7 @@ if [[ "${1:-}" == "http" ]]; then
   out="${BENCH_OUT:-$(mktemp -d -t interlock-bench-out-XXXXXX)}"
   mkdir -p "$out"
   echo ">> $("$hvenv/bin/python" --version), results also in $out"
-  "$hvenv/bin/python" "$here/http.py" --json "$out/http.json" "$@" | tee "$out/http.txt"
+  "$hvenv/bin/python" "$here/http_roundtrip.py" --json "$out/http.json" "$@" | tee "$out/http.txt"
   exit 0
 fi
 

@@ -34,7 +34,7 @@ second late; the sequenced rows show what each server costs per cycle without th
 
 Fan-out: ``--subscribers`` streams of ``GET /api/v1/events/stream`` (the human's token)
 held by ``--sub-procs`` separate subscriber processes (httpx + httpx_sse, this file
-run as ``python bench/http.py subscriber ...``); then ``--events`` requests are created
+run as ``python bench/http_roundtrip.py subscriber ...``); then ``--events`` requests are created
 one at a time and each subscriber process stamps every stream's arrival of the
 ``created`` event with ``time.monotonic()`` (CLOCK_MONOTONIC, the same clock in every
 process); latency is measured from the create call returning in the driver.  A second
@@ -48,7 +48,7 @@ Run:
 
     bash bench/run.sh http
     # or, in a venv with interlock[test], its server deps and 'awaithumans[server]==0.1.12':
-    python bench/http.py [--seconds 3] [--reps 3] [--agents 16 [64 ...]] [--contenders "raw httpx" ...]
+    python bench/http_roundtrip.py [--seconds 3] [--reps 3] [--agents 16 [64 ...]] [--contenders "raw httpx" ...]
                          [--subscribers 1000 | --fanout-sizes 1 100 1000] [--sub-procs 2]
                          [--sub-client httpx raw] [--events 9] [--only roundtrip fanout]
                          [--no-awaithumans] [--py-spy DIR] [--workdir DIR] [--json FILE]
