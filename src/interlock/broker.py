@@ -50,7 +50,21 @@ DEFAULT_HOOK_TIMEOUT = 30.0
 _SETTLED_EVENTS = frozenset(s.value for s in Status if s is not Status.PENDING)
 
 
-class CreateFields(TypedDict, total=False):
+class OriginFields(TypedDict, total=False):
+    """Where a request came from, given one by one to `Broker.create`."""
+
+    session: str | None
+    channel: str | None
+    agent: str | None
+    actor: str | None
+    tool_call_id: str | None
+    tool_name: str | None
+    arguments: Mapping[str, Any] | None
+    run: str | None
+    correlation_id: str | None
+
+
+class CreateFields(OriginFields, total=False):
     """The keyword fields of `Broker.create`."""
 
     kind: Literal["question", "approval"]
@@ -63,19 +77,9 @@ class CreateFields(TypedDict, total=False):
     requester: str | None
     idempotency_key: str | None
     origin: Origin | None
-    session: str | None
-    channel: str | None
-    agent: str | None
-    actor: str | None
-    tool_call_id: str | None
-    tool_name: str | None
-    arguments: Mapping[str, Any] | None
-    run: str | None
-    correlation_id: str | None
 
 
-_CREATE_FIELDS = frozenset(CreateFields.__annotations__)
-_ORIGIN_FIELDS = _CREATE_FIELDS & frozenset(Origin.__dataclass_fields__)
+_ORIGIN_FIELDS = frozenset(OriginFields.__annotations__)
 _NO_ORIGIN = Origin()
 
 
@@ -197,36 +201,50 @@ class Broker:
 
     # -- creating ------------------------------------------------------------------------
 
-    def prepare(self, asks: Ask | Sequence[Ask], **fields: Unpack[CreateFields]) -> Request:
+    def prepare(
+        self,
+        asks: Ask | Sequence[Ask],
+        *,
+        kind: Literal["question", "approval"] = "question",
+        to: str | None = None,
+        title: str = "",
+        details: str = "",
+        context: Any = None,
+        timeout: float | timedelta | None = None,
+        expires_at: datetime | None = None,
+        requester: str | None = None,
+        idempotency_key: str | None = None,
+        origin: Origin | None = None,
+        **where: Unpack[OriginFields],
+    ) -> Request:
         """Check the parts of a request and build it, pending, without storing it.
 
         `timeout` (seconds) sets `expires_at`: the request expires then even if nobody
         waits. The origin fields may be given one by one or as an `Origin`.
         """
         now = datetime.now(UTC)
-        expires_at = fields.get("expires_at")
-        timeout = fields.get("timeout")
         if timeout is not None:
             seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
             if not seconds > 0 or math.isinf(seconds):
                 raise InvalidRequest("timeout must be a positive, finite number of seconds")
             due = now + timedelta(seconds=seconds)
             expires_at = due if expires_at is None else min(due, expires_at)
-        if not fields.keys() <= _CREATE_FIELDS:
-            unknown = ", ".join(sorted(fields.keys() - _CREATE_FIELDS))
-            raise TypeError(f"create() got unknown field(s): {unknown}")
-        given: dict[str, Any] = {k: v for k, v in fields.items() if k in _ORIGIN_FIELDS and v is not None}
-        origin = fields.get("origin") or _NO_ORIGIN
+        if where:
+            if not where.keys() <= _ORIGIN_FIELDS:
+                unknown = ", ".join(sorted(where.keys() - _ORIGIN_FIELDS))
+                raise TypeError(f"create() got unknown field(s): {unknown}")
+            given: dict[str, Any] = {k: v for k, v in where.items() if v is not None}
+            origin = replace(origin or _NO_ORIGIN, **given) if given else origin
         return build_request(
             asks,
-            kind=fields.get("kind", "question"),
-            to=fields.get("to"),
-            title=fields.get("title", ""),
-            details=fields.get("details", ""),
-            context=fields.get("context"),
-            requester=fields.get("requester"),
-            idempotency_key=fields.get("idempotency_key"),
-            origin=replace(origin, **given) if given else origin,
+            kind=kind,
+            to=to,
+            title=title,
+            details=details,
+            context=context,
+            requester=requester,
+            idempotency_key=idempotency_key,
+            origin=origin,
             expires_at=expires_at,
             max_prompt_length=self.max_prompt_length,
             now=now,
@@ -709,7 +727,9 @@ def connect(url: str | None = None, **options: Any) -> Broker:
         base = url.split("?", 1)[0]
         store = HttpStore(base, token=token, **_floats(store_options, "poll_interval"))
     else:
-        raise ValueError(f"unsupported store URL {url!r}: use memory://, sqlite:///path.db, postgresql://host/db or http(s)://host")
+        raise ValueError(
+            f"unsupported store URL {url!r}: use memory://, sqlite:///path.db, postgresql://host/db or http(s)://host"
+        )
     return Broker(store, **broker_options)
 
 

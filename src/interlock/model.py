@@ -448,44 +448,52 @@ def build_request(
     now: datetime | None = None,
 ) -> Request:
     """Check the parts of a new request and return it, pending, with a fresh id."""
-    ask_list: tuple[Ask, ...] = (asks,) if isinstance(asks, _ASK_CLASSES) else tuple(asks)
-    if not ask_list:
-        raise InvalidRequest("a request needs at least one ask")
-    seen: set[str] = set()
-    for ask in ask_list:
-        if not isinstance(ask, _ASK_CLASSES):
-            raise InvalidRequest(f"not an ask: {ask!r}")
-        if ask.id in seen:
-            raise InvalidRequest(f"ask id {ask.id!r} is used twice")
-        seen.add(ask.id)
-        if len(ask.prompt) > max_prompt_length:
-            raise InvalidRequest(
-                f"ask {ask.id!r}: the prompt is {len(ask.prompt)} characters, at most {max_prompt_length} allowed"
-            )
-    if kind not in KINDS:
+    if isinstance(asks, _ASK_CLASSES):
+        ask_list: tuple[Ask, ...] = (asks,)
+        if len(asks.prompt) > max_prompt_length:
+            raise InvalidRequest(_too_long(asks, max_prompt_length))
+    else:
+        ask_list = tuple(asks)
+        if not ask_list:
+            raise InvalidRequest("a request needs at least one ask")
+        seen: set[str] = set()
+        for ask in ask_list:
+            if not isinstance(ask, _ASK_CLASSES):
+                raise InvalidRequest(f"not an ask: {ask!r}")
+            if ask.id in seen:
+                raise InvalidRequest(f"ask id {ask.id!r} is used twice")
+            seen.add(ask.id)
+            if len(ask.prompt) > max_prompt_length:
+                raise InvalidRequest(_too_long(ask, max_prompt_length))
+    if kind != "question" and kind != "approval":
         raise InvalidRequest(f"kind must be 'question' or 'approval', not {kind!r}")
-    for name, value in (("title", title), ("details", details)):
-        if not isinstance(value, str):
-            raise InvalidRequest(f"{name} must be a string")
+    if not isinstance(title, str):
+        raise InvalidRequest("title must be a string")
+    if not isinstance(details, str):
+        raise InvalidRequest("details must be a string")
     if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
         raise InvalidRequest("idempotency_key must be a non-empty string")
-    created = now or datetime.now(UTC)
     if expires_at is not None and expires_at.tzinfo is None:
         raise InvalidRequest("expires_at must be timezone-aware")
     return Request(
-        id=new_id(),
-        kind=kind,  # type: ignore[arg-type]  # checked against KINDS above
-        asks=ask_list,
-        created_at=created,
-        title=title,
-        details=details,
-        context=context,
-        to=to,
-        requester=requester,
-        origin=origin or NO_ORIGIN,
-        expires_at=expires_at,
-        idempotency_key=idempotency_key,
+        new_id(),
+        kind,  # type: ignore[arg-type]  # checked above
+        ask_list,
+        now or datetime.now(UTC),
+        Status.PENDING,
+        title,
+        details,
+        context,
+        to,
+        requester,
+        origin or NO_ORIGIN,
+        expires_at,
+        idempotency_key,
     )
+
+
+def _too_long(ask: Ask, limit: int) -> str:
+    return f"ask {ask.id!r}: the prompt is {len(ask.prompt)} characters, at most {limit} allowed"
 
 
 class Answers(dict[str, Any]):
