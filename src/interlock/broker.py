@@ -28,6 +28,7 @@ from urllib.parse import parse_qsl, urlsplit
 from .errors import Cancelled, Closed, Expired, InvalidRequest, NotFound, Rejected
 from .model import (
     DEFAULT_MAX_PROMPT_LENGTH,
+    NO_ORIGIN,
     Ask,
     Deny,
     Event,
@@ -80,7 +81,6 @@ class CreateFields(OriginFields, total=False):
 
 
 _ORIGIN_FIELDS = frozenset(OriginFields.__annotations__)
-_NO_ORIGIN = Origin()
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +234,7 @@ class Broker:
                 unknown = ", ".join(sorted(where.keys() - _ORIGIN_FIELDS))
                 raise TypeError(f"create() got unknown field(s): {unknown}")
             given: dict[str, Any] = {k: v for k, v in where.items() if v is not None}
-            origin = replace(origin or _NO_ORIGIN, **given) if given else origin
+            origin = replace(origin or NO_ORIGIN, **given) if given else origin
         return build_request(
             asks,
             kind=kind,
