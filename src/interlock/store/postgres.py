@@ -8,14 +8,17 @@ in `sql/postgresql/migrations/0001_initial.sql`), so readers on any node never s
 Expiry runs on every node; `FOR UPDATE SKIP LOCKED` and the status check settle each
 overdue request once. Migrations run on open under an advisory lock.
 
-Wake-ups: every event insert NOTIFYs `interlock` in its own transaction. A dedicated
-connection LISTENs, pings the server every `keepalive` seconds, and reconnects when the
-connection drops (and then hints once, for what it may have missed); the broker's
-bounded poll (`poll_interval`) is the guarantee behind it.
+Wake-ups: every event insert NOTIFYs `interlock` in the transaction that makes the
+change. A dedicated connection LISTENs (passing on only other processes' notifications),
+pings the server every `keepalive` seconds, and reconnects when the connection drops
+(then hints once, for what it may have missed); the broker's bounded poll
+(`poll_interval`) is the guarantee behind it.
 
-The driver is asyncpg: through the same server functions it ran about 24% more
-create+answer cycles per second than psycopg 3 here, and reads about 30% faster
-(`bench/postgres.py` and docs/benchmarks.md have the figures).
+The driver is asyncpg, chosen on measurement (`bench/postgres.py`, docs/benchmarks.md):
+it ran the same create+answer commits 1.06x-1.24x as fast as psycopg 3 through these
+server functions, 1.16x-1.37x as fast as explicit transactions, and a read in about 30%
+less time. Its pool is not used: by default it adds a reset query to every statement,
+and even without that it measured about 15% slower a cycle than `Connections` below.
 
 URL: `postgresql://user:password@host:port/database?option=value`. The options
 `poll_interval`, `min_size`, `max_size` (the connection pool), `keepalive` and
@@ -30,7 +33,8 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -66,6 +70,15 @@ _OPTIONS = {
     "keepalive": float,
     "statement_cache_size": int,
 }
+# A connection found dead (a server restart, a failover, a proxy's idle timeout): the
+# statement is tried once more on a fresh connection where repeating it is safe.
+_DROPPED = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.CannotConnectNowError,
+    OSError,
+)
 _json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _FILTERS = ("recipient", "requester", "status", "kind", "session", "channel", "agent", "run")
 
@@ -77,11 +90,19 @@ def split_url(url: str) -> tuple[str, dict[str, Any]]:
     rest = []
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if name in _OPTIONS:
-            ours[name] = _OPTIONS[name](value)
+            try:
+                ours[name] = _OPTIONS[name](value)
+            except ValueError:
+                raise ValueError(f"the store option {name}={value!r} is not a number") from None
         else:
             rest.append((name, value))
     scheme = "postgresql" if parts.scheme == "postgres" else parts.scheme
     return urlunsplit((scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment)), ours
+
+
+def _named(dsn: str, name: str) -> dict[str, str]:
+    """Server settings naming the connection in `pg_stat_activity`, unless the URL does."""
+    return {} if "application_name" in dict(parse_qsl(urlsplit(dsn).query)) else {"application_name": name}
 
 
 class PostgresStore:
@@ -113,9 +134,10 @@ class PostgresStore:
         self.statement_cache_size = int(ours.get("statement_cache_size", 100))
         if not 0 <= self.min_size <= self.max_size or self.max_size < 1:
             raise ValueError("the pool needs 0 <= min_size <= max_size and max_size >= 1")
-        self._pool: Any = None
+        self._pool: Connections | None = None
         self._listener: asyncio.Task[None] | None = None
         self._hint: Callable[[], None] | None = None
+        self._listener_healthy = False
         # Server process ids of this store's own connections: their notifications are
         # about changes the broker of this process has seen already.
         self._own: set[int] = set()
@@ -126,37 +148,44 @@ class PostgresStore:
     # -- life cycle ----------------------------------------------------------------------
 
     async def open(self) -> None:
+        pool = Connections(self._new_connection, self.max_size)
         try:
-            self._pool = await asyncpg.create_pool(
-                self.dsn,
-                min_size=self.min_size,
-                max_size=self.max_size,
-                statement_cache_size=self.statement_cache_size,
-                init=self._init_connection,
-            )
+            await pool.fill(max(self.min_size, 1))
         except (OSError, asyncpg.PostgresError) as exc:
             raise ConnectionError(f"cannot open the PostgreSQL store at {_safe(self.dsn)}: {exc}") from exc
+        self._pool = pool
         try:
             await self._migrate()
         except BaseException:
-            await self._pool.close()
             self._pool = None
+            await pool.close()
             raise
 
-    async def _init_connection(self, conn: Any) -> None:
+    async def _new_connection(self) -> Any:
+        conn = await _connect(
+            self.dsn,
+            statement_cache_size=self.statement_cache_size,
+            server_settings=_named(self.dsn, "interlock"),
+        )
         self._own.add(conn.get_server_pid())
+        return conn
 
     async def _migrate(self) -> None:
-        async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(Q["lock_migrations"])
-            await conn.execute(Q["create_migrations"])
-            applied = {row[0] for row in await conn.fetch(Q["applied_migrations"])}
-            for migration in load_migrations("postgresql"):
-                if migration.version not in applied:
-                    await conn.execute(migration.sql)
-                    await conn.execute(Q["record_migration"], migration.version, migration.name)
+        conn = await self.pool.acquire()
+        try:
+            async with conn.transaction():
+                await conn.execute(Q["lock_migrations"])
+                await conn.execute(Q["create_migrations"])
+                applied = {row[0] for row in await conn.fetch(Q["applied_migrations"])}
+                for migration in load_migrations("postgresql"):
+                    if migration.version not in applied:
+                        await conn.execute(migration.sql)
+                        await conn.execute(Q["record_migration"], migration.version, migration.name)
+        finally:
+            self.pool.release(conn)
 
     async def aclose(self) -> None:
+        self._hint = None
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.cancel()
@@ -164,18 +193,26 @@ class PostgresStore:
                 await listener
         pool, self._pool = self._pool, None
         if pool is not None:
-            try:
-                async with asyncio.timeout(10):
-                    await pool.close()
-            except TimeoutError:
-                pool.terminate()
+            await pool.close()
 
     @property
-    def pool(self) -> Any:
-        """The asyncpg pool (for tests and operators' scripts; the store needs no other)."""
+    def pool(self) -> Connections:
+        """The store's connections (tests and operators' scripts may borrow one)."""
         if self._pool is None:
             raise RuntimeError("the PostgreSQL store is not open")
         return self._pool
+
+    async def _query(self, method: str, sql: str, *args: Any) -> Any:
+        """Run one statement that is safe to repeat; once more if the connection was dead."""
+        try:
+            return await getattr(self.pool, method)(sql, *args)
+        except _DROPPED as exc:
+            await self._dropped(exc)
+            return await getattr(self.pool, method)(sql, *args)
+
+    async def _dropped(self, exc: BaseException) -> None:
+        log.warning("a PostgreSQL connection was lost (%s); trying once more on a new one", exc)
+        self.pool.expire_idle()  # its siblings are likely dead too
 
     # -- wake-ups ------------------------------------------------------------------------
 
@@ -189,43 +226,56 @@ class PostgresStore:
             self._hint()
 
     async def _listen(self, callback: Callable[[], None]) -> None:
-        """Keep one connection LISTENing: ping it, and reconnect when it drops."""
+        """Keep one connection LISTENing; reconnect when it drops, backing off while
+        attempts keep failing (the broker's poll goes on meanwhile)."""
         failures = 0
         while True:
-            delay = 0.0
-            conn: Any = None
+            self._listener_healthy = False
             try:
-                conn = await asyncpg.connect(self.dsn, timeout=max(self.keepalive, 5.0), statement_cache_size=0)
-                lost = asyncio.Event()
-                conn.add_termination_listener(lambda _: lost.set())
-                await conn.add_listener(CHANNEL, self._notified)
-                if failures:
-                    log.info("the PostgreSQL listener is connected again")
-                failures = 0
-                callback()  # whatever committed while nobody listened
-                while not lost.is_set():
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(self.keepalive):
-                            await lost.wait()
-                    if not lost.is_set():
-                        await conn.fetchval(Q["ping"], timeout=self.keepalive)
-                raise ConnectionError("the connection was closed")
+                await self._listen_once(callback, again=failures > 0)
+                reason = "the connection was closed"
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                failures += 1
-                delay = 0.0 if failures == 1 else min(0.05 * 2**failures, 5.0)
-                log.warning("the PostgreSQL listener lost its connection (%s); reconnecting in %.2fs", exc, delay)
-            finally:
-                if conn is not None:
-                    conn.terminate()
-            await asyncio.sleep(delay)  # back off between failed attempts; the broker polls meanwhile
+                reason = str(exc) or type(exc).__name__
+            failures = 1 if self._listener_healthy else failures + 1
+            delay = 0.0 if failures == 1 else min(0.05 * 2**failures, 5.0)
+            log.warning("the PostgreSQL listener lost its connection (%s); reconnecting in %.2fs", reason, delay)
+            await asyncio.sleep(delay)
+
+    async def _listen_once(self, callback: Callable[[], None], *, again: bool) -> None:
+        """LISTEN until the connection is lost, pinging it every `keepalive` seconds so a
+        silently dead link is found too."""
+        conn = await _connect(
+            self.dsn,
+            timeout=max(self.keepalive, 5.0),
+            statement_cache_size=0,
+            server_settings=_named(self.dsn, "interlock-listener"),
+        )
+        try:
+            lost = asyncio.Event()
+            conn.add_termination_listener(lambda _: lost.set())
+            await conn.add_listener(CHANNEL, self._notified)
+            if again:
+                log.info("the PostgreSQL listener is connected again")
+            callback()  # whatever committed while nobody listened
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.keepalive):
+                        await lost.wait()
+                if lost.is_set():
+                    return
+                await conn.fetchval(Q["ping"], timeout=self.keepalive)
+                self._listener_healthy = True  # it was up a while: a drop now starts the backoff afresh
+        finally:
+            conn.terminate()
 
     # -- requests ------------------------------------------------------------------------
 
     async def insert(self, request: Request) -> tuple[Request, bool]:
         o = request.origin
-        row = await self.pool.fetchrow(
+        row = await self._query(  # safe to repeat: the request id makes it idempotent
+            "fetchrow",
             Q["insert_request"],
             request.id,
             request.kind,
@@ -259,8 +309,19 @@ class PostgresStore:
         response = request.response
         at = response.at if response is not None else datetime.now(UTC)
         answer = _json(response_to_dict(response)) if response is not None else None
-        event_id = await self.pool.fetchval(Q["settle_request"], request.id, request.status.value, at, answer)
-        if event_id is None:
+        args = (request.id, request.status.value, at, answer)
+        try:
+            settled = await self.pool.fetchval(Q["settle_request"], *args) is not None
+        except _DROPPED as exc:
+            await self._dropped(exc)
+            settled = await self.pool.fetchval(Q["settle_request"], *args) is not None
+            if not settled and answer is not None:
+                # Not pending any more: maybe settled by the first attempt, whose reply was
+                # lost with its connection. Then the row holds this very response (the
+                # JSON type keeps its text as given, time stamp and all).
+                row = await self.pool.fetchrow(Q["get_settlement"], request.id)
+                settled = row is not None and (row[0], row[1]) == (request.status.value, answer)
+        if not settled:
             return None
         self._remember(request)
         return request
@@ -269,8 +330,15 @@ class PostgresStore:
         self, status: Status, response: Response, *, channel: str | None = None, due: datetime | None = None
     ) -> list[Request]:
         answer = _json(response_to_dict(response))
-        rows = await self.pool.fetch(
-            Q["settle_pending"], status.value, response.at, answer, channel, due, _DUE_BATCH if due is not None else None
+        rows = await self._query(  # safe to repeat: the status check settles each request once
+            "fetch",
+            Q["settle_pending"],
+            status.value,
+            response.at,
+            answer,
+            channel,
+            due,
+            _DUE_BATCH if due is not None else None,
         )
         settled = []
         for request_id, doc in rows:
@@ -286,7 +354,7 @@ class PostgresStore:
         return Event(int(event_id), type, at, data=dict(data))
 
     async def next_expiry(self) -> datetime | None:
-        value: datetime | None = await self.pool.fetchval(Q["next_expiry"])
+        value: datetime | None = await self._query("fetchval", Q["next_expiry"])
         return value
 
     async def get(self, request_id: str, *, fresh: bool = True) -> Request | None:
@@ -294,9 +362,9 @@ class PostgresStore:
         if cached is not None:
             if cached.status is not Status.PENDING or not fresh:
                 return cached
-            if await self.pool.fetchval(Q["get_status"], request_id) == Status.PENDING:
+            if await self._query("fetchval", Q["get_status"], request_id) == Status.PENDING:
                 return cached
-        row = await self.pool.fetchrow(Q["get_request"], request_id)
+        row = await self._query("fetchrow", Q["get_request"], request_id)
         if row is None:
             return None
         request = _request(row[0], row[1], row[2])
@@ -319,21 +387,21 @@ class PostgresStore:
             sql += " WHERE " + " AND ".join(where)
         params.append(query.limit)
         sql += f" ORDER BY id {'DESC' if query.order == 'desc' else 'ASC'} LIMIT ${len(params)}"
-        return [_request(row[0], row[1], row[2]) for row in await self.pool.fetch(sql, *params)]
+        return [_request(row[0], row[1], row[2]) for row in await self._query("fetch", sql, *params)]
 
     # -- principals and tokens ------------------------------------------------------------
 
     async def save_principal(self, principal: Principal) -> None:
-        await self.pool.execute(
-            Q["upsert_principal"], principal.name, principal.kind, principal.owner, datetime.now(UTC)
+        await self._query(
+            "execute", Q["upsert_principal"], principal.name, principal.kind, principal.owner, datetime.now(UTC)
         )
 
     async def get_principal(self, name: str) -> Principal | None:
-        row = await self.pool.fetchrow(Q["get_principal"], name)
+        row = await self._query("fetchrow", Q["get_principal"], name)
         return Principal(row[0], row[1], row[2]) if row is not None else None
 
     async def list_principals(self) -> Sequence[Principal]:
-        return [Principal(row[0], row[1], row[2]) for row in await self.pool.fetch(Q["list_principals"])]
+        return [Principal(row[0], row[1], row[2]) for row in await self._query("fetch", Q["list_principals"])]
 
     async def save_token(self, token: IssuedToken) -> None:
         try:
@@ -342,14 +410,11 @@ class PostgresStore:
             raise ValueError(f"no principal named {token.principal!r}") from None
 
     async def principal_for_token(self, token_hash: str) -> Principal | None:
-        row = await self.pool.fetchrow(Q["principal_for_token"], token_hash)
+        row = await self._query("fetchrow", Q["principal_for_token"], token_hash)
         return Principal(row[0], row[1], row[2]) if row is not None else None
 
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
-        if token_id is not None:
-            sql, key = Q["revoke_token"], token_id
-        else:
-            sql, key = Q["revoke_principal_tokens"], principal
+        sql, key = (Q["revoke_token"], token_id) if token_id is not None else (Q["revoke_principal_tokens"], principal)
         status: str = await self.pool.execute(sql, key, datetime.now(UTC))
         return int(status.rsplit(" ", 1)[-1])  # "UPDATE n"
 
@@ -357,8 +422,8 @@ class PostgresStore:
 
     async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
         out = []
-        for event_id, type_, request_id, at, data, status, doc, answer in await self.pool.fetch(
-            Q["events_after"], after, limit
+        for event_id, type_, request_id, at, data, status, doc, answer in await self._query(
+            "fetch", Q["events_after"], after, limit
         ):
             if request_id is None:
                 out.append(Event(event_id, type_, at, data=json.loads(data) if data else {}))
@@ -373,16 +438,164 @@ class PostgresStore:
         return out
 
     async def changes(self, after: int = 0, limit: int = 500) -> Sequence[tuple[int, str, str | None]]:
-        rows = await self.pool.fetch(Q["changes_after"], after, limit)
+        rows = await self._query("fetch", Q["changes_after"], after, limit)
         out: list[tuple[int, str, str | None]] = []
-        for event_id, type_, request_id in rows:
-            if type_ != "created" and request_id in self._cache:
-                del self._cache[request_id]  # settled, maybe by another process: read it afresh
+        cache = self._cache
+        for event_id, type_, request_id, status, answer in rows:
+            if type_ != "created" and request_id is not None:
+                known = cache.get(request_id)
+                if known is not None and known.status is Status.PENDING and status != Status.PENDING:
+                    # Settled, maybe by another process: the row says how, so the broker's
+                    # `get` that follows is served from here, without another round trip.
+                    response = response_from_dict(json.loads(answer)) if answer else None
+                    cache[request_id] = known.settle(Status(status), response)
             out.append((event_id, type_, request_id))
         return out
 
     async def last_event_id(self) -> int:
-        return int(await self.pool.fetchval(Q["last_event_id"]))
+        return int(await self._query("fetchval", Q["last_event_id"]))
+
+
+class Connections:
+    """The store's connections: idle ones reused last-in first-out, new ones made up to
+    `max_size`, then callers queue in order.
+
+    Leaner than asyncpg's own pool, which runs a reset query (a round trip) and a task on
+    every release and re-arms an idle timer on every acquire: here one statement costs one
+    round trip. The store never changes a session's state (no SET, LISTEN, session lock
+    or cursor), so there is nothing to reset; a connection that is closed, left inside a
+    transaction, or was cut by a cancellation is dropped rather than reused.
+    """
+
+    def __init__(self, connect: Callable[[], Awaitable[Any]], max_size: int) -> None:
+        self._connect = connect
+        self.max_size = max_size
+        self._idle: list[Any] = []
+        self._size = 0  # connections open or being opened
+        self._waiters: deque[asyncio.Future[Any]] = deque()
+        self._closed = False
+
+    async def fill(self, count: int) -> None:
+        """Open connections until `count` are idle (the first failure is raised)."""
+        while self._size < min(count, self.max_size):
+            self._size += 1
+            try:
+                conn = await self._connect()
+            except BaseException:
+                self._size -= 1
+                raise
+            self._idle.append(conn)
+
+    async def acquire(self) -> Any:
+        if self._closed:
+            raise RuntimeError("the PostgreSQL store is closed")
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.is_closed():
+                return conn
+            self._size -= 1
+        if self._size >= self.max_size:
+            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            try:
+                conn = await fut
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled():
+                    self._hand_on(fut.result())  # given to us just as we were cancelled
+                raise
+            if conn is not None:
+                return conn
+            # None: a connection was dropped and its place handed to us; open one in it.
+        else:
+            self._size += 1
+        try:
+            return await self._connect()
+        except BaseException:
+            self._hand_on(None)
+            raise
+
+    def release(self, conn: Any, *, reusable: bool = True) -> None:
+        if not reusable or self._closed or conn.is_closed() or conn.is_in_transaction():
+            conn.terminate()
+            self._hand_on(None)
+        else:
+            self._hand_on(conn)
+
+    def _hand_on(self, conn: Any) -> None:
+        """Give a connection (or, with None, the place of a dropped one) to the first
+        caller still waiting; else keep it idle (or free the place)."""
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(conn)
+                return
+        if conn is None:
+            self._size -= 1
+        else:
+            self._idle.append(conn)
+
+    async def run(self, method: str, sql: str, *args: Any) -> Any:
+        """One statement on a connection of the pool."""
+        conn = await self.acquire()
+        reusable = False
+        try:
+            result = await getattr(conn, method)(sql, *args)
+            reusable = True
+            return result
+        except asyncpg.PostgresError:
+            reusable = True  # the server refused the statement; the connection is fine
+            raise
+        finally:
+            self.release(conn, reusable=reusable)
+
+    async def fetch(self, sql: str, *args: Any) -> Any:
+        return await self.run("fetch", sql, *args)
+
+    async def fetchrow(self, sql: str, *args: Any) -> Any:
+        return await self.run("fetchrow", sql, *args)
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        return await self.run("fetchval", sql, *args)
+
+    async def execute(self, sql: str, *args: Any) -> Any:
+        return await self.run("execute", sql, *args)
+
+    def expire_idle(self) -> None:
+        """Drop the idle connections: after one was found dead, they likely are too."""
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.terminate()
+            self._size -= 1
+
+    async def close(self) -> None:
+        """Close the idle connections (in-use ones close as they come back)."""
+        self._closed = True
+        for fut in self._waiters:
+            if not fut.done():
+                fut.set_exception(RuntimeError("the PostgreSQL store is closed"))
+        self._waiters.clear()
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            try:
+                await conn.close(timeout=5)
+            except Exception:
+                conn.terminate()
+
+
+async def _connect(*args: Any, **kwargs: Any) -> Any:
+    """asyncpg's `connect`, carried to its end when the caller is cancelled: cut in the
+    middle of its TLS negotiation, asyncpg leaves a future whose error nobody reads."""
+    task = asyncio.ensure_future(asyncpg.connect(*args, **kwargs))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_discard)
+        raise
+
+
+def _discard(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is None:
+        task.result().terminate()
 
 
 def _request(status: str, doc: str, response: str | None) -> Request:

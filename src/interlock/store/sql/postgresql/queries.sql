@@ -31,6 +31,9 @@ INSERT INTO events (type, at, data) VALUES ($1, $2, $3) RETURNING id;
 -- name: get_request
 SELECT status, doc, response FROM requests WHERE id = $1;
 
+-- name: get_settlement
+SELECT status, response FROM requests WHERE id = $1;
+
 -- name: get_status
 SELECT status FROM requests WHERE id = $1;
 
@@ -43,7 +46,9 @@ FROM events e LEFT JOIN requests r ON r.id = e.request_id
 WHERE e.id > $1 ORDER BY e.id LIMIT $2;
 
 -- name: changes_after
-SELECT id, type, request_id FROM events WHERE id > $1 ORDER BY id LIMIT $2;
+SELECT e.id, e.type, e.request_id, r.status, r.response
+FROM events e LEFT JOIN requests r ON r.id = e.request_id
+WHERE e.id > $1 ORDER BY e.id LIMIT $2;
 
 -- name: last_event_id
 SELECT coalesce(max(id), 0) FROM events;

@@ -96,7 +96,9 @@ CREATE INDEX tokens_by_principal ON tokens (principal);
 
 -- Store a new pending request and its `created` event. With an idempotency key the same
 -- requester used before, store nothing and return the first request (a concurrent insert
--- with the same key waits on the unique index, then finds it).
+-- with the same key waits on the unique index, then finds it). Storing the same request
+-- (id) again changes nothing and says it was created: a client may repeat a call whose
+-- reply was lost with its connection.
 CREATE FUNCTION interlock_insert(
     p_id text, p_kind text, p_recipient text, p_requester text, p_session text, p_channel text,
     p_agent text, p_run text, p_idempotency_key text, p_created_at timestamptz, p_expires_at timestamptz,
@@ -114,8 +116,9 @@ BEGIN
         RETURN QUERY SELECT true, 'pending'::text, NULL::json, NULL::json;
         RETURN;
     END IF;
-    IF p_idempotency_key IS NULL THEN
-        RAISE unique_violation USING MESSAGE = format('a request with id %s exists already', p_id);
+    IF EXISTS (SELECT 1 FROM requests r WHERE r.id = p_id) THEN
+        RETURN QUERY SELECT true, 'pending'::text, NULL::json, NULL::json;
+        RETURN;
     END IF;
     RETURN QUERY SELECT false, r.status, r.doc, r.response FROM requests r
         WHERE coalesce(r.requester, '') = coalesce(p_requester, '') AND r.idempotency_key = p_idempotency_key;

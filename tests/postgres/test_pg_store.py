@@ -1,0 +1,397 @@
+"""What is particular to the PostgreSQL store: migrations, event order, expiry across
+nodes, the listener, URL options. (The shared behaviour suite runs in tests/integration.)"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import pytest
+from pg_support import empty_database, psql, read_line, send, spawn
+
+import interlock
+from interlock import Broker, Expired, NotFound, Rejected, Response, Status, Text
+from interlock.principals import Principal, hash_token, issue_token
+from interlock.store._sql import load_migrations
+from interlock.store.postgres import PostgresStore, split_url
+
+pytestmark = pytest.mark.anyio
+
+BOUND = 20
+
+
+def database_of(url: str) -> str:
+    return url.rsplit("/", 1)[1].split("?", 1)[0]
+
+
+async def until(condition: str, url: str) -> str:
+    """Poll (bounded) until `condition`, a query, returns a non-empty, non-false value."""
+    with anyio.fail_after(BOUND):
+        while True:
+            value = psql(condition, database_of(url))
+            if value not in ("", "f", "0"):
+                return value
+            await anyio.sleep(0.01)
+
+
+def pool(broker: Broker) -> Any:
+    store = broker.store
+    assert isinstance(store, PostgresStore)
+    return store.pool
+
+
+# -- migrations --------------------------------------------------------------------------
+
+
+OPENER = """
+    import asyncio, sys, interlock
+
+    async def main():
+        broker = interlock.connect(sys.argv[1])
+        print("ready", flush=True)
+        sys.stdin.readline()  # all start together
+        async with broker:
+            print("open", flush=True)
+
+    asyncio.run(main())
+"""
+
+
+async def test_migrations_run_once_even_when_many_processes_open_together() -> None:
+    with empty_database() as url:
+        children = [await spawn(OPENER, url) for _ in range(4)]
+        brokers = [interlock.connect(url) for _ in range(2)]
+        try:
+            for child in children:
+                assert await read_line(child) == "ready"
+            send(children, "go")
+            await asyncio.gather(*(b.open() for b in brokers))
+            for child in children:
+                assert await read_line(child) == "open"
+            await brokers[0].create(Text("ok?"))
+        finally:
+            for b in brokers:
+                await b.aclose()
+            for child in children:
+                with anyio.fail_after(BOUND):
+                    await child.wait()
+        assert [child.returncode for child in children] == [0] * 4
+        applied = psql("SELECT version, name FROM interlock_migrations ORDER BY version", database_of(url))
+        assert applied.splitlines() == [f"{m.version}|{m.name}" for m in load_migrations("postgresql")]
+        async with interlock.connect(url) as again:  # opening once more changes nothing
+            assert [e.type async for e in again.events()] == ["created"]
+
+
+# -- durability and replay ---------------------------------------------------------------
+
+
+async def test_outcomes_replay_after_the_process_reconnects(pg_url: str) -> None:
+    async with interlock.connect(pg_url) as broker:
+        answered = await broker.create(Text("Name?"))
+        await broker.resolve(answered.id, "Ada", by="alice")
+        rejected = await broker.create(Text("Name?"))
+        await broker.reject(rejected.id, "no")
+        expired = await broker.create(Text("Name?"))
+        with pytest.raises(Expired):
+            await broker.wait(expired.id, timeout=0)
+    async with interlock.connect(pg_url) as broker:
+        response = await broker.wait(answered.id)
+        assert (response.answers, response.by) == ({"text": "Ada"}, "alice")
+        with pytest.raises(Rejected, match="no"):
+            await broker.wait(rejected.id)
+        with pytest.raises(Expired):
+            await broker.wait(expired.id)
+        assert [e.type async for e in broker.events()] == [
+            "created",
+            "answered",
+            "created",
+            "rejected",
+            "created",
+            "expired",
+        ]
+
+
+async def test_a_deadline_that_passed_while_no_process_ran_expires_on_open(pg_url: str) -> None:
+    async with interlock.connect(pg_url) as first:
+        request = await first.create(Text("Name?"), timeout=3600)
+    psql(f"UPDATE requests SET expires_at = now() - interval '1 second' WHERE id = '{request.id}'", database_of(pg_url))
+    async with interlock.connect(pg_url) as second:
+        assert (await second.get(request.id)).status is Status.EXPIRED
+        assert [e.type async for e in second.events()] == ["created", "expired"]
+
+
+async def test_principals_and_tokens_are_kept_and_revoked(pg_url: str) -> None:
+    async with interlock.connect(pg_url) as broker:
+        store = broker.store
+        await store.save_principal(Principal("alice", "human"))
+        await store.save_principal(Principal("bot", "agent", owner="alice"))
+        await store.save_principal(Principal("bot", "agent", owner="alice"))  # saving again changes nothing
+        first = issue_token("bot", datetime.now(UTC))
+        second = issue_token("bot", datetime.now(UTC))
+        await store.save_token(first)
+        await store.save_token(second)
+        with pytest.raises(ValueError, match="no principal"):
+            await store.save_token(issue_token("nobody", datetime.now(UTC)))
+
+        assert await store.principal_for_token(hash_token(first.secret)) == Principal("bot", "agent", owner="alice")
+        assert await store.principal_for_token(hash_token("il_guess")) is None
+        assert [p.name for p in await store.list_principals()] == ["alice", "bot"]
+        assert await store.get_principal("alice") == Principal("alice", "human")
+
+        assert await store.revoke_tokens(token_id=first.id) == 1
+        assert await store.principal_for_token(hash_token(first.secret)) is None
+        assert await store.principal_for_token(hash_token(second.secret)) is not None
+        assert await store.revoke_tokens(principal="bot") == 1
+        assert await store.principal_for_token(hash_token(second.secret)) is None
+
+
+# -- event order ---------------------------------------------------------------------------
+
+
+async def test_a_reader_never_skips_an_event_that_commits_later_with_a_smaller_id(pg_url: str) -> None:
+    async with (
+        interlock.connect(pg_url) as writer,
+        interlock.connect(pg_url) as other,
+        interlock.connect(pg_url) as reader,
+    ):
+        before = await reader.last_event_id()
+        # A transaction appends an event and stays open: it has drawn its id.
+        conn = await pool(writer).acquire()
+        try:
+            slow = conn.transaction()
+            await slow.start()
+            slow_id = await conn.fetchval("INSERT INTO events (type, at) VALUES ('informed', now()) RETURNING id")
+            # Another one appends meanwhile. Without the ordering lock it would draw the next
+            # id and commit first, and a reader would move past the open transaction's id.
+            fast = asyncio.create_task(other.inform("committed second"))
+            await until(
+                "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+                " WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()",
+                pg_url,
+            )
+            assert not fast.done()
+            assert [e.id async for e in reader.events(after=before)] == []  # nothing half-visible
+            await slow.commit()
+        finally:
+            pool(writer).release(conn)
+        with anyio.fail_after(BOUND):
+            fast_event = await fast
+        assert slow_id < fast_event.id
+        assert [(e.id, e.data.get("message")) async for e in reader.events(after=before)] == [
+            (slow_id, None),
+            (fast_event.id, "committed second"),
+        ]
+
+
+async def test_a_rolled_back_event_leaves_a_gap_that_nothing_fills(pg_url: str) -> None:
+    async with interlock.connect(pg_url) as broker:
+        first = await broker.inform("one")
+        conn = await pool(broker).acquire()
+        try:
+            tx = conn.transaction()
+            await tx.start()
+            lost = await conn.fetchval("INSERT INTO events (type, at) VALUES ('informed', now()) RETURNING id")
+            await tx.rollback()
+        finally:
+            pool(broker).release(conn)
+        second = await broker.inform("two")
+        assert first.id < lost < second.id
+        assert [e.id async for e in broker.events()] == [first.id, second.id]
+
+
+async def test_concurrent_writers_on_many_connections_are_read_in_one_gapless_order(pg_url: str) -> None:
+    writers = [interlock.connect(pg_url, max_size=4) for _ in range(4)]
+    cycles = 40
+    async with interlock.connect(pg_url) as reader:
+        for w in writers:
+            await w.open()
+        try:
+            seen: list[int] = []
+            done = asyncio.Event()
+
+            async def churn(broker: Broker) -> None:
+                async def one(i: int) -> None:
+                    request = await broker.create(Text(f"Q{i}?"))
+                    await broker.resolve(request.id, "x")
+
+                await asyncio.gather(*(one(i) for i in range(cycles)))
+
+            async def follow() -> None:
+                cursor = 0
+                while not done.is_set() or cursor < await reader.store.last_event_id():
+                    for event in await reader.store.events(cursor, 500):
+                        assert event.id > cursor, "an event came out of order"
+                        seen.append(event.id)
+                        cursor = event.id
+                    await asyncio.sleep(0)
+
+            with anyio.fail_after(60):
+                follower = asyncio.create_task(follow())
+                await asyncio.gather(*(churn(w) for w in writers))
+                done.set()
+                await follower
+        finally:
+            for w in writers:
+                await w.aclose()
+        every = [e.id async for e in reader.events()]
+        assert len(every) == 2 * cycles * len(writers)
+        assert seen == every  # read live, while they committed: nothing skipped, nothing twice
+
+
+# -- expiry across nodes ----------------------------------------------------------------
+
+
+async def test_each_overdue_request_expires_once_whichever_node_gets_there_first(pg_url: str) -> None:
+    brokers = [interlock.connect(pg_url) for _ in range(4)]
+    for b in brokers:
+        await b.open()
+    try:
+        made = [await brokers[i % 4].create(Text(f"Q{i}?"), timeout=3600) for i in range(120)]
+        psql("UPDATE requests SET expires_at = now() - interval '1 second'", database_of(pg_url))
+        now = datetime.now(UTC)
+        response = Response(now, via="expiry")
+        rounds = await asyncio.gather(
+            *(b.store.settle_pending(Status.EXPIRED, response, due=now) for b in brokers for _ in range(3))
+        )
+        settled = [r.id for batch in rounds for r in batch]
+        assert sorted(settled) == sorted(r.id for r in made)  # each once, by one node or another
+
+        # And through the brokers' own expiry loops, all running at once.
+        timed = [await brokers[i % 4].create(Text(f"T{i}?"), timeout=0.2) for i in range(40)]
+        with anyio.fail_after(BOUND):
+            expired: set[str] = set()
+            async for event in brokers[0].events(follow=True):
+                if event.type == "expired" and event.request_id in {r.id for r in timed}:
+                    expired.add(event.request_id)
+                    if len(expired) == len(timed):
+                        break
+    finally:
+        for b in brokers:
+            await b.aclose()
+    async with interlock.connect(pg_url) as broker:
+        events = [e async for e in broker.events()]
+    assert sum(e.type == "expired" for e in events) == len(made) + len(timed)
+    assert len({e.request_id for e in events if e.type == "expired"}) == len(made) + len(timed)
+
+
+# -- wake-ups --------------------------------------------------------------------------------
+
+
+async def test_the_listener_reconnects_after_its_connection_is_dropped(pg_url: str) -> None:
+    listening = (  # this test's database only: other databases on the server are not ours to touch
+        "SELECT pid FROM pg_stat_activity"
+        " WHERE datname = current_database() AND application_name = 'interlock-listener'"
+    )
+    # The waiting side polls once an hour: within the bound only a wake-up hint can wake it.
+    async with interlock.connect(pg_url, poll_interval=3600) as waiting:
+        old = await until(f"SELECT string_agg(pid::text, ',') FROM ({listening}) l", pg_url)
+        async with interlock.connect(pg_url) as answering:
+            first = await answering.create(Text("Name?"))
+            waiter = asyncio.create_task(waiting.wait(first.id))
+            await anyio.wait_all_tasks_blocked()
+            psql(f"SELECT pg_terminate_backend({old})", database_of(pg_url))
+            assert await answering.resolve(first.id, "Ada")
+            with anyio.fail_after(BOUND):
+                assert (await waiter).answers == {"text": "Ada"}  # caught up on reconnecting
+
+            # Its new listener, and the answering side's.
+            await until(f"SELECT count(*) = 2 FROM ({listening} AND pid <> {old}) l", pg_url)
+            second = await answering.create(Text("Name?"))
+            waiter = asyncio.create_task(waiting.wait(second.id))
+            await anyio.wait_all_tasks_blocked()
+            assert await answering.resolve(second.id, "Bo")
+            with anyio.fail_after(BOUND):
+                assert (await waiter).answers == {"text": "Bo"}  # by the new connection's hint
+
+
+async def test_pool_connections_dropped_by_the_server_are_replaced(pg_url: str) -> None:
+    async with interlock.connect(pg_url) as broker:
+        request = await broker.create(Text("Name?"))
+        psql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = 'interlock'",
+            database_of(pg_url),
+        )
+        with anyio.fail_after(BOUND):
+            await until(
+                "SELECT count(*) = 0 FROM pg_stat_activity"
+                " WHERE datname = current_database() AND application_name = 'interlock'",
+                pg_url,
+            )
+        assert await broker.resolve(request.id, "Ada")
+        assert (await broker.get(request.id)).answer == "Ada"
+
+
+async def test_a_write_whose_reply_was_lost_with_its_connection_is_repeated_safely(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with interlock.connect(pg_url) as broker:
+        connections = pool(broker)
+        lost: list[str] = []
+
+        def losing_the_first_reply(method: str, function: str) -> Any:
+            real = getattr(connections, method)
+
+            async def run(sql: str, *args: Any) -> Any:
+                result = await real(sql, *args)
+                if function in sql and not lost:
+                    lost.append(sql)
+                    raise ConnectionResetError("the connection dropped before the reply came")
+                return result
+
+            return run
+
+        monkeypatch.setattr(connections, "fetchrow", losing_the_first_reply("fetchrow", "interlock_insert"))
+        request = await broker.create(Text("Name?"))  # stored by the first attempt, found by the second
+        monkeypatch.undo()
+        lost.clear()
+        monkeypatch.setattr(connections, "fetchval", losing_the_first_reply("fetchval", "interlock_settle"))
+        assert await broker.resolve(request.id, "Ada")  # won by the first attempt: still True
+        monkeypatch.undo()
+        assert await broker.resolve(request.id, "Bo") is False
+        assert [(e.type, e.request_id) async for e in broker.events()] == [
+            ("created", request.id),
+            ("answered", request.id),
+        ]
+        assert (await broker.get(request.id)).answer == "Ada"
+        assert len(lost) == 1
+
+
+# -- URLs ------------------------------------------------------------------------------------
+
+
+def test_interlock_options_are_taken_out_of_the_url_and_the_rest_left_to_the_driver() -> None:
+    dsn, ours = split_url("postgres://u:pw@db.example:6432/app?poll_interval=0.5&max_size=3&sslmode=require")
+    assert dsn == "postgresql://u:pw@db.example:6432/app?sslmode=require"
+    assert ours == {"poll_interval": 0.5, "max_size": 3}
+    store = PostgresStore("postgresql://h/db?poll_interval=2&min_size=0", poll_interval=0.25)
+    assert (store.poll_interval, store.min_size, store.max_size) == (0.25, 0, 10)
+    with pytest.raises(ValueError, match="not a number"):
+        split_url("postgresql://h/db?keepalive=soon")
+    with pytest.raises(ValueError, match="min_size"):
+        PostgresStore("postgresql://h/db?min_size=5&max_size=2")
+
+
+async def test_connect_takes_postgres_urls_and_their_options(pg_url: str) -> None:
+    alias = pg_url.replace("postgresql://", "postgres://") + "?poll_interval=0.5&application_name=mine"
+    async with interlock.connect(alias) as broker:
+        assert broker.store.poll_interval == 0.5
+        request = await broker.create(Text("Name?"))
+        assert (
+            "mine"
+            in psql(
+                "SELECT application_name FROM pg_stat_activity WHERE datname = current_database()", database_of(pg_url)
+            ).splitlines()
+        )
+    async with interlock.connect(pg_url) as broker:
+        assert (await broker.get(request.id)).status is Status.PENDING
+        with pytest.raises(NotFound):
+            await broker.get("nope")
+
+
+async def test_a_database_that_does_not_exist_is_a_clear_error(pg_url: str) -> None:
+    with pytest.raises(ConnectionError, match="cannot open the PostgreSQL store"):
+        async with interlock.connect(pg_url + "_missing"):
+            pass
