@@ -103,15 +103,21 @@ async def test_a_subscriber_is_called_once_for_each_new_request(broker: Broker) 
     seen: list[str] = []
     in_s1: list[str] = []
     last = asyncio.Event()
+    last_in_s1 = asyncio.Event()
 
     async def record(request: Request) -> None:
         seen.append(request.id)
         if request.title == "last":
             last.set()
 
+    def record_s1(request: Request) -> None:
+        in_s1.append(request.id)
+        if request.title == "last":
+            last_in_s1.set()
+
     async with Sessions(broker) as sessions:
         await sessions.subscribe(record)
-        await sessions.subscribe(lambda r: in_s1.append(r.id), session="s1")
+        await sessions.subscribe(record_s1, session="s1")
         made = [
             await broker.create(Text("One?"), session="s1"),
             await broker.create(Text("Two?"), session="s2"),
@@ -119,9 +125,9 @@ async def test_a_subscriber_is_called_once_for_each_new_request(broker: Broker) 
         ]
         await broker.resolve(made[0].id, "settling is not a new request")
         final = await broker.create(Text("Last?"), title="last", session="s1")
-        with anyio.fail_after(BOUND):
+        with anyio.fail_after(BOUND):  # each subscriber follows on its own: wait for both
             await last.wait()
-        await anyio.wait_all_tasks_blocked()
+            await last_in_s1.wait()
     assert seen == [r.id for r in made] + [final.id]
     assert in_s1 == [made[0].id, made[2].id, final.id]
 
@@ -131,8 +137,13 @@ async def test_a_failing_subscriber_is_logged_and_the_others_still_run(
 ) -> None:
     got: list[str] = []
     both = asyncio.Event()
+    broken_twice = asyncio.Event()
+    broken_calls: list[str] = []
 
     def broken(request: Request) -> None:
+        broken_calls.append(request.id)
+        if len(broken_calls) == 2:
+            broken_twice.set()  # the failure is logged before this subscriber's task yields
         raise RuntimeError("subscriber bug")
 
     def fine(request: Request) -> None:
@@ -148,7 +159,7 @@ async def test_a_failing_subscriber_is_logged_and_the_others_still_run(
             second = await broker.create(Text("Two?"))
             with anyio.fail_after(BOUND):
                 await both.wait()
-            await anyio.wait_all_tasks_blocked()
+                await broken_twice.wait()
     assert got == [first.id, second.id]
     failures = [r for r in caplog.records if r.getMessage().startswith("subscriber")]
     assert len(failures) == 2 and all(r.exc_info for r in failures)
@@ -185,8 +196,9 @@ async def test_clear_session_wakes_every_blocked_waiter_with_a_cancellation(brok
         ToolCall("ask_user", {"question": "Other?"}, session="s2", agent="planner"),
     ]
     tasks = [asyncio.create_task(tools(call)) for call in calls]
-    made = [await inbox.next() for _ in calls]
-    waiter = asyncio.create_task(broker.wait(made[0].id))
+    made = [await inbox.next() for _ in calls]  # in commit order, which need not be call order
+    in_s1 = next(r for r in made if r.origin.session == "s1")
+    waiter = asyncio.create_task(broker.wait(in_s1.id))
     await anyio.wait_all_tasks_blocked()
 
     cleared = await sessions.clear_session("s1")
