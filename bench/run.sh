@@ -79,9 +79,13 @@ case "$what" in
     "$py" "$here/profile_interlock.py" sqlite "$@" | tee "$out/profile-sqlite.txt"
     "$py" "$here/profile_interlock.py" ops | tee "$out/ops.txt" ;;
   schema)    "$py" "$here/sqlite_schema.py" "$@" | tee "$out/schema.txt" ;;
+  postgres)
+    # needs PostgreSQL at 127.0.0.1:5432 and, for the LangGraph row, its Postgres saver
+    "$py" -m pip install --quiet 'psycopg[binary]>=3.2,<4' 'psycopg-pool>=3.2,<4' langgraph-checkpoint-postgres
+    "$py" "$here/postgres.py" "$@" | tee "$out/postgres.txt" ;;
   all)
     "$py" "$here/inprocess.py" --json "$out/inprocess.json" | tee "$out/inprocess.txt"
     echo
     "$py" "$here/durable.py" --json "$out/durable.json" | tee "$out/durable.txt" ;;
-  *) echo "unknown benchmark: $what (inprocess | durable | profile | schema | http | all)" >&2; exit 2 ;;
+  *) echo "unknown benchmark: $what (inprocess | durable | profile | schema | http | postgres | all)" >&2; exit 2 ;;
 esac
