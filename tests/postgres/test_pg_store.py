@@ -12,7 +12,7 @@ import pytest
 from pg_support import empty_database, psql, read_line, send, spawn
 
 import interlock
-from interlock import Broker, Expired, NotFound, Rejected, Response, Status, Text
+from interlock import Broker, NotFound, Response, Status, Text
 from interlock.principals import Principal, hash_token, issue_token
 from interlock.store._sql import load_migrations
 from interlock.store.postgres import PostgresStore, split_url
@@ -85,32 +85,6 @@ async def test_migrations_run_once_even_when_many_processes_open_together() -> N
 
 
 # -- durability and replay ---------------------------------------------------------------
-
-
-async def test_outcomes_replay_after_the_process_reconnects(pg_url: str) -> None:
-    async with interlock.connect(pg_url) as broker:
-        answered = await broker.create(Text("Name?"))
-        await broker.resolve(answered.id, "Ada", by="alice")
-        rejected = await broker.create(Text("Name?"))
-        await broker.reject(rejected.id, "no")
-        expired = await broker.create(Text("Name?"))
-        with pytest.raises(Expired):
-            await broker.wait(expired.id, timeout=0)
-    async with interlock.connect(pg_url) as broker:
-        response = await broker.wait(answered.id)
-        assert (response.answers, response.by) == ({"text": "Ada"}, "alice")
-        with pytest.raises(Rejected, match="no"):
-            await broker.wait(rejected.id)
-        with pytest.raises(Expired):
-            await broker.wait(expired.id)
-        assert [e.type async for e in broker.events()] == [
-            "created",
-            "answered",
-            "created",
-            "rejected",
-            "created",
-            "expired",
-        ]
 
 
 async def test_a_deadline_that_passed_while_no_process_ran_expires_on_open(pg_url: str) -> None:
