@@ -25,6 +25,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
@@ -80,7 +81,7 @@ def root(
 
 
 def _fail(message: str, code: int = USAGE) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
     return typer.Exit(code)
 
 
@@ -158,8 +159,10 @@ def ask(
 
     async def work(broker: Broker) -> tuple[int, Any]:
         request = await broker.create(the_ask, to=to, title=title, details=details, timeout=seconds)
-        hint = f"interlock answer {request.id} ..."
-        with err.status(f"Waiting for an answer to {request.id} (answer it with: {hint})"):
+        waiting = f"Waiting for an answer to {request.id} (answer it with: interlock answer {request.id} ...)"
+        if not err.is_terminal:
+            err.print(waiting, highlight=False)  # a spinner only shows on a terminal
+        with err.status(escape(waiting)):
             try:
                 response = await broker.wait(request.id)
             except Rejected as exc:

@@ -204,3 +204,17 @@ async def test_watch_answers_requests_in_the_terminal_as_they_arrive(db: str) ->
         stored = await broker.get(last.id)
         assert stored.response is not None
         assert (stored.response.by, stored.response.via) == ("alice", "terminal")
+
+
+def test_error_messages_keep_brackets_and_ask_says_it_is_waiting(db: str) -> None:
+    async def make() -> str:
+        async with interlock.connect(db) as broker:
+            return (await broker.create(interlock.Choice("Colour?", ["red"]))).id
+
+    request_id = asyncio.run(make())
+    bad = run("answer", request_id, "[blue]", db=db)
+    assert bad.returncode == 4
+    assert "'[blue]' is not one of the options" in bad.stderr  # not eaten as terminal markup
+    expired = run("ask", "Deploy?", "--confirm", "--timeout", "100ms", db=db)
+    assert "Waiting for an answer to" in expired.stderr
+    assert "interlock answer" in expired.stderr
