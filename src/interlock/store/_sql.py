@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from importlib import resources
 
-__all__ = ["Migration", "load_migrations", "load_queries"]
+from ..model import Request, Status, request_from_dict, response_from_dict
+
+__all__ = ["FILTERS", "Migration", "encode_json", "load_migrations", "load_queries", "request_from_row"]
+
+FILTERS = ("recipient", "requester", "status", "kind", "session", "channel", "agent", "run")
+"""The `Query` filters that are columns of the requests table, in every dialect."""
+
+encode_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
@@ -38,3 +46,11 @@ def load_migrations(dialect: str) -> list[Migration]:
     if [m.version for m in found] != list(range(1, len(found) + 1)):
         raise RuntimeError(f"{dialect} migrations are not numbered 1..n: {[m.version for m in found]}")
     return found
+
+
+def request_from_row(status: str, doc: str, response: str | None) -> Request:
+    """A request from its row: the document as created, then how it settled."""
+    request = request_from_dict(json.loads(doc))
+    if status == Status.PENDING:
+        return request
+    return request.settle(Status(status), response_from_dict(json.loads(response)) if response else None)

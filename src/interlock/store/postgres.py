@@ -53,7 +53,7 @@ from ..model import (
 )
 from ..principals import IssuedToken, Principal
 from . import Query
-from ._sql import load_migrations, load_queries
+from ._sql import FILTERS, encode_json, load_migrations, load_queries, request_from_row
 
 __all__ = ["PostgresStore"]
 
@@ -79,8 +79,6 @@ _DROPPED = (
     asyncpg.CannotConnectNowError,
     OSError,
 )
-_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-_FILTERS = ("recipient", "requester", "status", "kind", "session", "channel", "agent", "run")
 
 
 def split_url(url: str) -> tuple[str, dict[str, Any]]:
@@ -288,14 +286,14 @@ class PostgresStore:
             request.idempotency_key,
             request.created_at,
             request.expires_at,
-            _json(request_to_dict(request)),
+            encode_json(request_to_dict(request)),
         )
         if row is None:
             raise RuntimeError(f"request {request.id} was neither stored nor found by its idempotency key")
         if row[0]:
             self._remember(request)
             return request, True
-        first = _request(row[1], row[2], row[3])
+        first = request_from_row(row[1], row[2], row[3])
         self._remember(first)
         return first, False
 
@@ -308,7 +306,7 @@ class PostgresStore:
     async def settle(self, request: Request) -> Request | None:
         response = request.response
         at = response.at if response is not None else datetime.now(UTC)
-        answer = _json(response_to_dict(response)) if response is not None else None
+        answer = encode_json(response_to_dict(response)) if response is not None else None
         args = (request.id, request.status.value, at, answer)
         try:
             settled = await self.pool.fetchval(Q["settle_request"], *args) is not None
@@ -329,7 +327,7 @@ class PostgresStore:
     async def settle_pending(
         self, status: Status, response: Response, *, channel: str | None = None, due: datetime | None = None
     ) -> list[Request]:
-        answer = _json(response_to_dict(response))
+        answer = encode_json(response_to_dict(response))
         rows = await self._query(  # safe to repeat: the status check settles each request once
             "fetch",
             Q["settle_pending"],
@@ -350,7 +348,7 @@ class PostgresStore:
 
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         at = datetime.now(UTC)
-        event_id = await self.pool.fetchval(Q["insert_event"], type, at, _json(dict(data)))
+        event_id = await self.pool.fetchval(Q["insert_event"], type, at, encode_json(dict(data)))
         return Event(int(event_id), type, at, data=dict(data))
 
     async def next_expiry(self) -> datetime | None:
@@ -367,14 +365,14 @@ class PostgresStore:
         row = await self._query("fetchrow", Q["get_request"], request_id)
         if row is None:
             return None
-        request = _request(row[0], row[1], row[2])
+        request = request_from_row(row[0], row[1], row[2])
         self._remember(request)
         return request
 
     async def list(self, query: Query) -> Sequence[Request]:
         where: list[str] = []
         params: list[Any] = []
-        for name in _FILTERS:
+        for name in FILTERS:
             value = getattr(query, name)
             if value is not None:
                 params.append(value.value if isinstance(value, Status) else value)
@@ -387,7 +385,7 @@ class PostgresStore:
             sql += " WHERE " + " AND ".join(where)
         params.append(query.limit)
         sql += f" ORDER BY id {'DESC' if query.order == 'desc' else 'ASC'} LIMIT ${len(params)}"
-        return [_request(row[0], row[1], row[2]) for row in await self._query("fetch", sql, *params)]
+        return [request_from_row(row[0], row[1], row[2]) for row in await self._query("fetch", sql, *params)]
 
     # -- principals and tokens ------------------------------------------------------------
 
@@ -430,7 +428,7 @@ class PostgresStore:
                 continue
             request = self._cache.get(request_id)
             if request is None or request.status is Status.PENDING:
-                request = _request(status, doc, answer)
+                request = request_from_row(status, doc, answer)
                 self._remember(request)
             if type_ == "created" and request.status is not Status.PENDING:
                 request = request.as_created()
@@ -596,14 +594,6 @@ async def _connect(*args: Any, **kwargs: Any) -> Any:
 def _discard(task: asyncio.Future[Any]) -> None:
     if not task.cancelled() and task.exception() is None:
         task.result().terminate()
-
-
-def _request(status: str, doc: str, response: str | None) -> Request:
-    """A request from its row: the document as created, then how it settled."""
-    request = request_from_dict(json.loads(doc))
-    if status == Status.PENDING:
-        return request
-    return request.settle(Status(status), response_from_dict(json.loads(response)) if response else None)
 
 
 def _safe(dsn: str) -> str:

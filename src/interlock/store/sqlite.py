@@ -26,14 +26,12 @@ from ..model import (
     Request,
     Response,
     Status,
-    request_from_dict,
     request_to_dict,
-    response_from_dict,
     response_to_dict,
 )
 from ..principals import IssuedToken, Principal
 from . import Query
-from ._sql import load_migrations, load_queries
+from ._sql import FILTERS, encode_json, load_migrations, load_queries, request_from_row
 from ._wakeup import Wakeup
 
 __all__ = ["SqliteStore"]
@@ -42,8 +40,6 @@ T = TypeVar("T")
 Q = load_queries("sqlite")
 _SYNCHRONOUS = {"OFF", "NORMAL", "FULL", "EXTRA"}
 _CACHE_SIZE = 10_000
-_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-_FILTERS = ("recipient", "requester", "status", "kind", "session", "channel", "agent", "run")
 
 
 def _us(value: datetime | None) -> int | None:
@@ -166,7 +162,7 @@ class SqliteStore:
     # -- requests ------------------------------------------------------------------------
 
     async def insert(self, request: Request) -> tuple[Request, bool]:
-        doc = _json(request_to_dict(request))
+        doc = encode_json(request_to_dict(request))
         o = request.origin
         row = {
             "id": request.id,
@@ -190,7 +186,7 @@ class SqliteStore:
                     Q["find_idempotent"], {"requester": request.requester or "", "key": request.idempotency_key}
                 ).fetchone()
                 if found is not None:
-                    return _request(*found), False
+                    return request_from_row(*found), False
             db.execute(Q["insert_request"], row)
             db.execute(
                 Q["insert_event"], {"type": "created", "request_id": request.id, "at": row["created_at"], "data": None}
@@ -210,7 +206,7 @@ class SqliteStore:
     def _settle_one(self, db: sqlite3.Connection, request: Request) -> bool:
         response = request.response
         at = _us(response.at if response is not None else datetime.now(UTC))
-        answer = _json(response_to_dict(response)) if response is not None else None
+        answer = encode_json(response_to_dict(response)) if response is not None else None
         params = {"id": request.id, "status": request.status.value, "settled_at": at, "response": answer}
         if db.execute(Q["settle_request"], params).rowcount != 1:
             return False
@@ -239,7 +235,7 @@ class SqliteStore:
         def settle_all(db: sqlite3.Connection) -> list[Request]:
             settled = []
             for row in db.execute(sql, params).fetchall():
-                request = _request(*row).settle(status, response)
+                request = request_from_row(*row).settle(status, response)
                 if self._settle_one(db, request):
                     settled.append(request)
             return settled
@@ -251,7 +247,7 @@ class SqliteStore:
 
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         at = datetime.now(UTC)
-        params = {"type": type, "request_id": None, "at": _us(at), "data": _json(dict(data))}
+        params = {"type": type, "request_id": None, "at": _us(at), "data": encode_json(dict(data))}
 
         def append(db: sqlite3.Connection) -> int:
             cursor = db.execute(Q["insert_event"], params)
@@ -276,13 +272,13 @@ class SqliteStore:
         rows = await self._read(Q["get_request"], {"id": request_id})
         if not rows:
             return None
-        request = _request(*rows[0])
+        request = request_from_row(*rows[0])
         self._remember(request)
         return request
 
     async def list(self, query: Query) -> Sequence[Request]:
         where, params = [], {}
-        for name in _FILTERS:
+        for name in FILTERS:
             value = getattr(query, name)
             if value is not None:
                 where.append(f"{name} = :{name}")
@@ -295,7 +291,7 @@ class SqliteStore:
             sql += " WHERE " + " AND ".join(where)
         sql += f" ORDER BY id {'DESC' if query.order == 'desc' else 'ASC'} LIMIT :limit"
         params["limit"] = query.limit
-        return [_request(*row) for row in await self._read(sql, params)]
+        return [request_from_row(*row) for row in await self._read(sql, params)]
 
     # -- principals and tokens ------------------------------------------------------------
 
@@ -340,7 +336,7 @@ class SqliteStore:
                 continue
             request = self._cache.get(request_id)
             if request is None or request.status is Status.PENDING:
-                request = _request(status, doc, answer)
+                request = request_from_row(status, doc, answer)
                 self._remember(request)
             if type_ == "created" and request.status is not Status.PENDING:
                 request = request.as_created()
@@ -356,14 +352,6 @@ class SqliteStore:
 
     async def last_event_id(self) -> int:
         return int((await self._read(Q["last_event_id"]))[0][0])
-
-
-def _request(status: str, doc: str, response: str | None) -> Request:
-    """A request from its row: the document as created, then how it settled."""
-    request = request_from_dict(json.loads(doc))
-    if status == Status.PENDING:
-        return request
-    return request.settle(Status(status), response_from_dict(json.loads(response)) if response else None)
 
 
 def _statements(script: str) -> list[str]:
