@@ -448,6 +448,27 @@ class Broker:
         response = Response(datetime.now(UTC), via="python", reason="released by its creator", cause="released")
         return await self._give_up(request_id, Status.CANCELLED, response)
 
+    async def consume(self, request_id: str, *, by: str | None = None) -> bool:
+        """Spend an answered request once: True for the one call, in any process, that does.
+
+        A durable, conditional write (with a `consumed` event): False when the request is
+        not answered, unknown, or consumed already. The approval gate runs a tool only on
+        an approval it has consumed, so one approval never runs a call twice.
+        """
+        if self._state != "open":
+            await self.open()
+        done = await self.store.consume(request_id, by, datetime.now(UTC))
+        if done:
+            self._changed_now()
+        return done
+
+    async def requester_of(self, requester: str | None) -> str | None:
+        """Who a request created with `requester` is recorded as made by: `requester` itself,
+        except through a server with auth, which records the token's principal."""
+        if self._state != "open":
+            await self.open()
+        return self.store.requester_of(requester)
+
     async def _give_up(self, request_id: str, status: Status, response: Response) -> bool:
         if self._state != "open":
             await self.open()

@@ -34,6 +34,8 @@ from .schemas import (
     BatchResult,
     CancelBody,
     CloseBody,
+    ConsumeBody,
+    ConsumeResult,
     CreateBody,
     EventModel,
     EventPage,
@@ -270,6 +272,22 @@ def _api_router(state: _State) -> APIRouter:
         )
         request, created = await broker.submit(prepared)
         return JSONResponse(request_to_dict(request), status_code=201 if created else 200)
+
+    @router.post(
+        "/requests/{request_id}/consume",
+        response_model=ConsumeResult,
+        responses={404: {"model": Problem}, 422: {"model": Problem}},
+        tags=["requests"],
+    )
+    async def consume_request(request_id: str, caller: Caller, body: ConsumeBody | None = None) -> dict[str, Any]:
+        """Spend an answered request you made, once: `consumed` is true for the one call, on
+        any node, that does, and false when it is not answered or was consumed already. An
+        approval gate runs a tool call only on an approval it consumed."""
+        request = await visible(request_id, caller)
+        if caller.kind != "admin" and caller.name != request.requester:
+            raise ApiError(403, "forbidden", "only whoever made the request may consume it")
+        by = (body.by if body is not None else None) if caller.kind == "admin" else caller.name
+        return {"id": request_id, "consumed": await broker.consume(request_id, by=by)}
 
     @router.get("/requests", response_model=RequestPage, tags=["requests"])
     async def list_requests(

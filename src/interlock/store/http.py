@@ -58,13 +58,16 @@ class HttpStore:
         self._buffer: deque[Event] = deque()
         self._floor = 0
         self._streaming = False
+        self._caller: Mapping[str, Any] = {}  # the token's principal, from /whoami
 
     async def open(self) -> None:
         self._client = httpx.AsyncClient(
             base_url=f"{self.base_url}/api/v1", headers=self._headers, timeout=httpx.Timeout(30.0)
         )
         try:
-            await self._call("GET", "/whoami")  # fail now, clearly, on a wrong address or token
+            whoami = await self._call("GET", "/whoami")  # fail now, clearly, on a wrong address or token
+            _raise_for(whoami)
+            self._caller = whoami.json()
             self._floor = await self.last_event_id()  # the event stream starts from here
         except BaseException:
             await self._client.aclose()
@@ -197,6 +200,18 @@ class HttpStore:
         result = await self._call("POST", "/inform", json=fields)
         _raise_for(result)
         return _event(result.json())
+
+    async def consume(self, request_id: str, by: str | None, at: datetime) -> bool:
+        result = await self._call("POST", f"/requests/{request_id}/consume", json={"by": by})
+        if result.status_code == 404:
+            return False
+        _raise_for(result)
+        return bool(result.json()["consumed"])
+
+    def requester_of(self, requester: str | None) -> str | None:
+        if self._caller.get("kind") in (None, "admin"):
+            return requester  # a server without auth records the requester it is given
+        return str(self._caller["name"])
 
     async def next_expiry(self) -> datetime | None:
         return None
