@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Any, Literal, TypedDict, Unpack
 from urllib.parse import parse_qsl, urlsplit
 
+from .approvals import check_context
 from .errors import Cancelled, Closed, Expired, InvalidRequest, NotFound, Rejected
 from .model import (
     DEFAULT_MAX_PROMPT_LENGTH,
@@ -220,9 +221,12 @@ class Broker:
         """Check the parts of a request and build it, pending, without storing it.
 
         `timeout` (seconds) sets `expires_at`: the request expires then even if nobody
-        waits. The origin fields may be given one by one or as an `Origin`.
+        waits. The origin fields may be given one by one or as an `Origin`. A `context`
+        whose `kind` is in the reserved `interlock.` namespace is refused: only the
+        approval gate marks its requests (`interlock.approvals`).
         """
         now = datetime.now(UTC)
+        check_context(context)
         if timeout is not None:
             seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
             if not seconds > 0 or math.isinf(seconds):

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 from httpx_sse import aconnect_sse
 
+from ..approvals import is_marked
 from ..errors import Closed, Forbidden, InvalidAnswer, InvalidRequest, NotFound
 from ..model import (
     Event,
@@ -158,7 +159,8 @@ class HttpStore:
         }
         if request.expires_at is not None:
             body["timeout"] = max((request.expires_at - request.created_at).total_seconds(), 0.001)
-        response = await self._call("POST", "/requests", json=body)
+        # The approval gate's requests go through the one route that may mark them.
+        response = await self._call("POST", "/approvals" if is_marked(request) else "/requests", json=body)
         _raise_for(response)
         stored = request_from_dict(response.json())
         self._remember(stored)
