@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Any, Literal, TypedDict, Unpack
 from urllib.parse import parse_qsl, urlsplit
 
+from .approvals import check_context
 from .errors import Cancelled, Closed, Expired, InvalidRequest, NotFound, Rejected
 from .model import (
     DEFAULT_MAX_PROMPT_LENGTH,
@@ -220,9 +221,12 @@ class Broker:
         """Check the parts of a request and build it, pending, without storing it.
 
         `timeout` (seconds) sets `expires_at`: the request expires then even if nobody
-        waits. The origin fields may be given one by one or as an `Origin`.
+        waits. The origin fields may be given one by one or as an `Origin`. A `context`
+        whose `kind` is in the reserved `interlock.` namespace is refused: only the
+        approval gate marks its requests (`interlock.approvals`).
         """
         now = datetime.now(UTC)
+        check_context(context)
         if timeout is not None:
             seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
             if not seconds > 0 or math.isinf(seconds):
@@ -447,6 +451,27 @@ class Broker:
         self._detached.discard(request_id)
         response = Response(datetime.now(UTC), via="python", reason="released by its creator", cause="released")
         return await self._give_up(request_id, Status.CANCELLED, response)
+
+    async def consume(self, request_id: str, *, by: str | None = None) -> bool:
+        """Spend an answered request once: True for the one call, in any process, that does.
+
+        A durable, conditional write (with a `consumed` event): False when the request is
+        not answered, unknown, or consumed already. The approval gate runs a tool only on
+        an approval it has consumed, so one approval never runs a call twice.
+        """
+        if self._state != "open":
+            await self.open()
+        done = await self.store.consume(request_id, by, datetime.now(UTC))
+        if done:
+            self._changed_now()
+        return done
+
+    async def requester_of(self, requester: str | None) -> str | None:
+        """Who a request created with `requester` is recorded as made by: `requester` itself,
+        except through a server with auth, which records the token's principal."""
+        if self._state != "open":
+            await self.open()
+        return self.store.requester_of(requester)
 
     async def _give_up(self, request_id: str, status: Status, response: Response) -> bool:
         if self._state != "open":

@@ -48,8 +48,9 @@ from typing import Any, Literal, ParamSpec, Protocol, TypeAlias, TypeVar, cast
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from .approvals import check_context, is_marked, mark
 from .broker import Broker
-from .contracts import Contracts, ContractSpec
+from .contracts import BrokerContract, Contracts, ContractSpec
 from .errors import (
     ApprovalDenied,
     ApprovalRefused,
@@ -118,8 +119,6 @@ DEFAULT_INPUT_TIMEOUT = 300.0
 DEFAULT_APPROVAL_TIMEOUT = 3600.0
 DEFAULT_HOOK_TIMEOUT = 30.0
 DEFAULT_MAX_QUESTION_LENGTH = 8000
-GATE_MARK = "interlock.approval"
-"""`context["kind"]` of the approval requests the gate makes, so it knows its own."""
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -441,6 +440,10 @@ class _RequestHumanInput:
         context = arguments.get("context_data")
         if context is not None and not isinstance(context, Mapping):
             raise ValueError("'context_data' must be an object")
+        try:
+            check_context(context)  # a model's context never passes for the approval gate's
+        except InvalidRequest as exc:
+            raise ValueError(f"'context_data': {exc}") from None
         timeout = arguments.get("timeout")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
             raise ValueError("'timeout' must be a positive number of seconds")
@@ -667,9 +670,19 @@ class ApprovalGate:
     canonical arguments. Its asks are a confirm (`approve`) and, when the tool's schema
     allows, an optional form (`arguments`) through which the approver edits the arguments;
     the broker checks the edit against the schema. A denial raises `ApprovalDenied` with
-    the person's reason verbatim. An approval is consumed once: a replayed call (the same
-    call id and arguments, whose approval request already exists settled) is refused, and
-    a retry with other arguments asks again.
+    the person's reason verbatim.
+
+    The gate trusts only approvals it issued itself: marked as a gate's (a mark nothing
+    else can set, `interlock.approvals`), made by its own principal (`call.agent`, or the
+    token's principal over HTTP), addressed to the person it asks (`call.to` or `to`),
+    answered by that person (the recorded `by`; a contract other than the inbox answers
+    as its own `by`), for this tool and session, and for an exact call, this digest.
+
+    An approval is consumed once, durably: the gate runs a call only after the store's
+    conditional write (`Broker.consume`) said it was the first, in any process. A replayed
+    call whose approval was used already is refused; an approval given while no process
+    waited (the agent restarted) is taken by the first call that finds it; a retry with
+    other arguments asks again.
     """
 
     def __init__(
@@ -779,24 +792,67 @@ class ApprovalGate:
         raise ApprovalRefused(f"The call to '{call.name}' was refused: its approval check failed", detail=problem)
 
     async def _approved_in_session(self, call: ToolCall) -> bool:
-        """Whether a person approved this tool earlier in the call's session (durably kept)."""
+        """Whether the approver approved this tool earlier in the call's session (durably kept)."""
         if call.session is None:
             return False  # no session for the approval to hold in: ask every time
         key = (call.session, call.name)
         if key in self._once:
             return True
+        requester = await self.broker.requester_of(call.agent)
         after: str | None = None
         while True:
             page = await self.broker.list(
-                session=call.session, kind="approval", status=Status.ANSWERED, after=after, limit=1000, order="asc"
+                session=call.session,
+                kind="approval",
+                status=Status.ANSWERED,
+                requester=requester,
+                after=after,
+                limit=1000,
+                order="asc",
             )
             for request in page.items:
-                if request.origin.tool_name == call.name and _is_gate_approval(request):
+                response = request.response
+                if (
+                    response is not None
+                    and response.answers.get("approve") is True
+                    and _context(request).get("policy") == "once"
+                    and self._not_issued(request, response, call, requester) is None
+                ):
                     self._once.add(key)
                     return True
             if page.next_cursor is None:
                 return False
             after = page.next_cursor
+
+    def _not_issued(self, request: Request, response: Response, call: ToolCall, requester: str | None) -> str | None:
+        """Why `request`, answered with `response`, is not an approval this gate issued for
+        `call`'s tool and session; None when it is."""
+        context = _context(request)
+        if not is_marked(request):
+            return "it is not an approval gate's request"
+        if request.requester != requester:
+            return f"it was made by {request.requester!r}, not by {requester!r}"
+        asked = call.to or self.to
+        if asked is not None and request.to != asked:
+            return f"it was addressed to {request.to!r}, not to {asked!r}"
+        if request.origin.session != call.session or request.origin.tool_name != call.name:
+            return "it was asked for another tool or session"
+        if context.get("tool") != call.name:
+            return "it names another tool"
+        if request.to is not None and response.by not in self._answerers(request, call):
+            return f"it was answered by {response.by!r}, not by {request.to!r}"
+        return None
+
+    def _answerers(self, request: Request, call: ToolCall) -> set[str | None]:
+        """Who may answer for the approver: the approver, and a contract that answers for
+        them (auto_resolve, a terminal) as the `by` it records."""
+        answerers: set[str | None] = {request.to}
+        contract = self.contracts.for_agent(call.agent)
+        if not isinstance(contract, BrokerContract):
+            by = getattr(contract, "by", None)  # a contract that records itself as someone
+            if isinstance(by, str):
+                answerers.add(by)
+        return answerers
 
     # -- asking -----------------------------------------------------------------------------
 
@@ -828,14 +884,13 @@ class ApprovalGate:
         edit = _edit_form(schema)
         if edit is not None:
             asks.append(edit)
-        request = await self.broker.create(
+        prepared = self.broker.prepare(
             asks,
             kind="approval",
             to=call.to or self.to,
             title=f"Approve {call.name}?",
             details=f"{reason}\n\n{preview}" if reason else preview,
             context={
-                "kind": GATE_MARK,
                 "tool": call.name,
                 "arguments": arguments,
                 "preview": preview,
@@ -847,18 +902,26 @@ class ApprovalGate:
             idempotency_key=f"approval:{call.session or '-'}:{call.id}:{digest}",
             origin=call.origin(),
         )
-        if request.status is not Status.PENDING or request.id in self._consumed:
-            raise ApprovalRefused(
-                f"The call to '{call.name}' was already decided once; a replayed call does not run again",
-                detail=f"approval {request.id} is {request.status.value}",
-            )
-        try:
-            response = await _settle(self.contracts, self.broker, request, call.agent)
-        except Rejected as exc:
-            raise ApprovalDenied(request.id, exc.reason) from None
-        return self._consume(call, request, response, digest, schema, policy)
+        request, _ = await self.broker.submit(mark(prepared))
+        if request.id in self._consumed:
+            raise _replayed(call, request)
+        if request.status is Status.PENDING:
+            try:
+                response = await _settle(self.contracts, self.broker, request, call.agent)
+            except Rejected as exc:
+                raise ApprovalDenied(request.id, exc.reason) from None
+            request = request.settle(Status.ANSWERED, response)
+        elif request.status is Status.ANSWERED and request.response is not None:
+            # Approved while no process waited (say the agent restarted): the first call to
+            # find it may consume it; any later one finds it consumed.
+            response = request.response
+            if response.answers.get("approve") is not True:
+                raise _replayed(call, request)
+        else:
+            raise _replayed(call, request)
+        return await self._consume(call, request, response, digest, schema, policy)
 
-    def _consume(
+    async def _consume(
         self,
         call: ToolCall,
         request: Request,
@@ -867,20 +930,24 @@ class ApprovalGate:
         schema: Mapping[str, Any] | None,
         policy: Policy | None,
     ) -> dict[str, Any]:
+        requester = await self.broker.requester_of(call.agent)
+        problem = self._not_issued(request, response, call, requester)
+        if problem is not None:
+            raise ApprovalRefused(
+                f"The approval for '{call.name}' was not given by its approver; the call does not run",
+                detail=f"approval {request.id}: {problem}",
+            )
         if response.answers.get("approve") is not True:
             raise ApprovalDenied(request.id, response.reason)
-        context = request.context if isinstance(request.context, Mapping) else {}
-        if context.get("digest") != digest:
+        if _context(request).get("digest") != digest:
             raise ApprovalRefused(
                 f"The approval for '{call.name}' does not match the arguments reviewed",
                 detail=f"approval {request.id}: digest mismatch",
             )
-        if request.id in self._consumed:
-            raise ApprovalRefused(
-                f"The approval for '{call.name}' was already used", detail=f"approval {request.id} consumed"
-            )
+        if request.id in self._consumed or not await self.broker.consume(request.id, by=requester):
+            raise _replayed(call, request)
         self._consumed[request.id] = None
-        while len(self._consumed) > 4096:  # a settled approval is refused on replay anyway
+        while len(self._consumed) > 4096:  # a fast path only: the store's consumption decides
             self._consumed.popitem(last=False)
         arguments = dict(call.arguments)
         edited = response.answers.get("arguments")
@@ -918,13 +985,14 @@ def _edit_form(schema: Mapping[str, Any] | None) -> Form | None:
         return None
 
 
-def _is_gate_approval(request: Request) -> bool:
-    context = request.context
-    return (
-        isinstance(context, Mapping)
-        and context.get("kind") == GATE_MARK
-        and request.response is not None
-        and request.response.answers.get("approve") is True
+def _context(request: Request) -> Mapping[str, Any]:
+    return request.context if isinstance(request.context, Mapping) else {}
+
+
+def _replayed(call: ToolCall, request: Request) -> ApprovalRefused:
+    return ApprovalRefused(
+        f"The call to '{call.name}' was already decided once; a replayed call does not run again",
+        detail=f"approval {request.id} is {request.status.value} and was used or given up",
     )
 
 

@@ -68,10 +68,11 @@ def gated(broker: Broker, tools: Tools, reports: Reports | None = None, **gate_o
 
 
 async def approve_next(inbox: Inbox, answer: object = True, *, comment: str = "") -> Request:
+    """The approver (the request's recipient) answers the next approval."""
     request = await inbox.next()
     assert request.kind == "approval"
     assert await inbox.broker.resolve(
-        request.id, {"approve": answer} if answer in (True, False) else answer, comment=comment
+        request.id, {"approve": answer} if answer in (True, False) else answer, by=request.to, comment=comment
     )
     return request
 
@@ -438,7 +439,7 @@ async def test_requires_approval_puts_the_gate_in_front_of_a_plain_function(brok
     request = await inbox.next()
     assert (request.origin.tool_name, request.to, request.origin.session) == ("scale", "alice", "s1")
     assert request.origin.arguments == {"service": "api", "replicas": 3}
-    await broker.resolve(request.id, {"approve": True})
+    await broker.resolve(request.id, {"approve": True}, by="alice")
     assert await bounded(task) == "api x3"
 
     task = asyncio.create_task(scale("api", replicas=50))

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from ..approvals import mark, unmarked
 from ..broker import Broker, connect
 from ..errors import AlreadySettled, Closed, InvalidAnswer, InvalidRequest, NotFound
 from ..model import Event, Origin, Status, ask_from_dict, origin_from_dict, request_to_dict
@@ -34,6 +35,8 @@ from .schemas import (
     BatchResult,
     CancelBody,
     CloseBody,
+    ConsumeBody,
+    ConsumeResult,
     CreateBody,
     EventModel,
     EventPage,
@@ -247,6 +250,10 @@ def _api_router(state: _State) -> APIRouter:
     )
     async def create_request(body: CreateBody, caller: Caller) -> JSONResponse:
         """Ask a person. An agent's request goes to its owner unless `to` names someone."""
+        return await create(body, caller)
+
+    async def create(body: CreateBody, caller: Principal, *, gate: bool = False) -> JSONResponse:
+        """Store a request from `caller`; with `gate`, one marked as an approval gate's own."""
         to = body.to
         if to is None and caller.kind == "agent":
             to = caller.owner
@@ -268,8 +275,44 @@ def _api_router(state: _State) -> APIRouter:
             idempotency_key=body.idempotency_key,
             origin=origin,
         )
-        request, created = await broker.submit(prepared)
+        request, created = await broker.submit(mark(prepared) if gate else prepared)
         return JSONResponse(request_to_dict(request), status_code=201 if created else 200)
+
+    @router.post(
+        "/approvals",
+        status_code=201,
+        response_model=RequestModel,
+        responses={
+            200: {"model": RequestModel, "description": "the first request with this idempotency key"},
+            422: {"model": Problem},
+        },
+        tags=["requests"],
+    )
+    async def create_approval(body: CreateBody, caller: Caller) -> JSONResponse:
+        """Ask approval for a tool call as an approval gate does (`interlock.connect(url)` in
+        an agent's process sends its gate's requests here). The server marks the request as a
+        gate approval (`context.kind` = `interlock.approval`, which `POST /requests` refuses)
+        and records you as its requester; a gate trusts only the approvals its own principal
+        made. `kind` must be `approval` and `context` an object."""
+        if body.kind != "approval":
+            raise ApiError(422, "invalid_request", "kind: a gate approval has kind 'approval'")
+        return await create(body.model_copy(update={"context": unmarked(body.context)}), caller, gate=True)
+
+    @router.post(
+        "/requests/{request_id}/consume",
+        response_model=ConsumeResult,
+        responses={404: {"model": Problem}, 422: {"model": Problem}},
+        tags=["requests"],
+    )
+    async def consume_request(request_id: str, caller: Caller, body: ConsumeBody | None = None) -> dict[str, Any]:
+        """Spend an answered request you made, once: `consumed` is true for the one call, on
+        any node, that does, and false when it is not answered or was consumed already. An
+        approval gate runs a tool call only on an approval it consumed."""
+        request = await visible(request_id, caller)
+        if caller.kind != "admin" and caller.name != request.requester:
+            raise ApiError(403, "forbidden", "only whoever made the request may consume it")
+        by = (body.by if body is not None else None) if caller.kind == "admin" else caller.name
+        return {"id": request_id, "consumed": await broker.consume(request_id, by=by)}
 
     @router.get("/requests", response_model=RequestPage, tags=["requests"])
     async def list_requests(

@@ -17,6 +17,8 @@ __all__ = [
     "BatchResult",
     "CancelBody",
     "CloseBody",
+    "ConsumeBody",
+    "ConsumeResult",
     "CreateBody",
     "EventModel",
     "EventPage",
@@ -196,6 +198,15 @@ class CancelBody(_Strict):
 
 class CloseBody(_Strict):
     channel: str | None = None
+
+
+class ConsumeBody(_Strict):
+    by: str | None = Field(None, description="Only honoured by a server without auth; else you.")
+
+
+class ConsumeResult(BaseModel):
+    id: str
+    consumed: bool = Field(description="True for the one call that consumed the answered request.")
 
 
 class InformBody(_Strict):

@@ -74,6 +74,19 @@ class Store(Protocol):
         """Append an event that changes no request (a progress update, say)."""
         ...
 
+    async def consume(self, request_id: str, by: str | None, at: datetime) -> bool:
+        """Mark an answered request consumed, with its `consumed` event, if no one has yet.
+
+        A conditional write: one caller wins across every process and node. False when the
+        request is unknown, not answered, or consumed already.
+        """
+        ...
+
+    def requester_of(self, requester: str | None) -> str | None:
+        """Who a request inserted with `requester` is recorded as made by (the store's
+        authority may record someone else: a server records the token's principal)."""
+        ...
+
     async def next_expiry(self) -> datetime | None:
         """The earliest `expires_at` among pending requests."""
         ...

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 from httpx_sse import aconnect_sse
 
+from ..approvals import is_marked
 from ..errors import Closed, Forbidden, InvalidAnswer, InvalidRequest, NotFound
 from ..model import (
     Event,
@@ -58,13 +59,16 @@ class HttpStore:
         self._buffer: deque[Event] = deque()
         self._floor = 0
         self._streaming = False
+        self._caller: Mapping[str, Any] = {}  # the token's principal, from /whoami
 
     async def open(self) -> None:
         self._client = httpx.AsyncClient(
             base_url=f"{self.base_url}/api/v1", headers=self._headers, timeout=httpx.Timeout(30.0)
         )
         try:
-            await self._call("GET", "/whoami")  # fail now, clearly, on a wrong address or token
+            whoami = await self._call("GET", "/whoami")  # fail now, clearly, on a wrong address or token
+            _raise_for(whoami)
+            self._caller = whoami.json()
             self._floor = await self.last_event_id()  # the event stream starts from here
         except BaseException:
             await self._client.aclose()
@@ -155,7 +159,8 @@ class HttpStore:
         }
         if request.expires_at is not None:
             body["timeout"] = max((request.expires_at - request.created_at).total_seconds(), 0.001)
-        response = await self._call("POST", "/requests", json=body)
+        # The approval gate's requests go through the one route that may mark them.
+        response = await self._call("POST", "/approvals" if is_marked(request) else "/requests", json=body)
         _raise_for(response)
         stored = request_from_dict(response.json())
         self._remember(stored)
@@ -197,6 +202,18 @@ class HttpStore:
         result = await self._call("POST", "/inform", json=fields)
         _raise_for(result)
         return _event(result.json())
+
+    async def consume(self, request_id: str, by: str | None, at: datetime) -> bool:
+        result = await self._call("POST", f"/requests/{request_id}/consume", json={"by": by})
+        if result.status_code == 404:
+            return False
+        _raise_for(result)
+        return bool(result.json()["consumed"])
+
+    def requester_of(self, requester: str | None) -> str | None:
+        if self._caller.get("kind") in (None, "admin"):
+            return requester  # a server without auth records the requester it is given
+        return str(self._caller["name"])
 
     async def next_expiry(self) -> datetime | None:
         return None

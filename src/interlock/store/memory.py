@@ -2,8 +2,9 @@
 
 Nothing survives the process. Pending requests are kept until they settle; settled ones go
 into a bounded retention (the last `retention` outcomes, 128 by default, 0 for none) so a
-late `wait` can still replay them. No method awaits anything, so each one is atomic on the
-event loop.
+late `wait` can still replay them. Answered requests not yet consumed are remembered apart
+from that retention (the last 10,000), so an approval can be consumed even when the
+retention is small. No method awaits anything, so each one is atomic on the event loop.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from ..principals import IssuedToken, Principal
 from . import Query
 
 __all__ = ["MemoryStore"]
+
+_UNCONSUMED = 10_000  # answered requests kept consumable; an older one is refused (fails closed)
 
 
 class MemoryStore:
@@ -39,6 +42,7 @@ class MemoryStore:
         self._principals: dict[str, Principal] = {}
         self._tokens: dict[str, IssuedToken] = {}  # by hash
         self._revoked: set[str] = set()  # token ids
+        self._unconsumed: OrderedDict[str, Request] = OrderedDict()  # answered, not consumed yet
 
     async def open(self) -> None:
         pass
@@ -79,6 +83,10 @@ class MemoryStore:
     async def settle(self, request: Request) -> Request | None:
         if self._pending.pop(request.id, None) is None:
             return None
+        if request.status is Status.ANSWERED:
+            self._unconsumed[request.id] = request
+            if len(self._unconsumed) > _UNCONSUMED:
+                self._unconsumed.popitem(last=False)
         self._retain(request)
         self._append(request.status.value, request)
         return request
@@ -110,6 +118,17 @@ class MemoryStore:
             targets = [r for r in self._pending.values() if channel is None or r.origin.channel == channel]
         settled = [r.settle(status, response) for r in targets]
         return [r for r in settled if await self.settle(r) is not None]
+
+    async def consume(self, request_id: str, by: str | None, at: datetime) -> bool:
+        request = self._unconsumed.pop(request_id, None)
+        if request is None:
+            return False
+        self._last_event += 1
+        self._events.append(Event(self._last_event, "consumed", at, request.id, request))
+        return True
+
+    def requester_of(self, requester: str | None) -> str | None:
+        return requester
 
     async def next_expiry(self) -> datetime | None:
         while self._expiry and self._expiry[0][1] not in self._pending:

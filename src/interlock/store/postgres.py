@@ -346,6 +346,21 @@ class PostgresStore:
             settled.append(request)
         return settled
 
+    async def consume(self, request_id: str, by: str | None, at: datetime) -> bool:
+        try:
+            return await self.pool.fetchval(Q["consume_request"], request_id, by, at) is not None
+        except _DROPPED as exc:
+            await self._dropped(exc)
+            if await self.pool.fetchval(Q["consume_request"], request_id, by, at) is not None:
+                return True
+            # Consumed already: maybe by the first attempt, whose reply was lost with its
+            # connection. Then the row holds this very consumer and time.
+            row = await self.pool.fetchrow(Q["get_consumption"], request_id)
+            return row is not None and (row[0], row[1]) == (by, at)
+
+    def requester_of(self, requester: str | None) -> str | None:
+        return requester
+
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         at = datetime.now(UTC)
         event_id = await self.pool.fetchval(Q["insert_event"], type, at, encode_json(dict(data)))

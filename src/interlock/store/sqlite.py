@@ -257,6 +257,21 @@ class SqliteStore:
         event_id = await self._write(append)
         return Event(event_id, type, at, data=dict(data))
 
+    async def consume(self, request_id: str, by: str | None, at: datetime) -> bool:
+        params = {"id": request_id, "by": by, "at": _us(at)}
+        event = {"type": "consumed", "request_id": request_id, "at": params["at"], "data": None}
+
+        def consume(db: sqlite3.Connection) -> bool:
+            if db.execute(Q["consume_request"], params).rowcount != 1:
+                return False
+            db.execute(Q["insert_event"], event)
+            return True
+
+        return await self._write(consume)
+
+    def requester_of(self, requester: str | None) -> str | None:
+        return requester
+
     async def next_expiry(self) -> datetime | None:
         (value,) = (await self._read(Q["next_expiry"]))[0]
         return None if value is None else _from_us(value)

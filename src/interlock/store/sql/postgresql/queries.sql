@@ -22,6 +22,12 @@ SELECT created, status, doc, response FROM interlock_insert($1, $2, $3, $4, $5, 
 -- name: settle_request
 SELECT interlock_settle($1, $2, $3, $4);
 
+-- name: consume_request
+SELECT interlock_consume($1, $2, $3);
+
+-- name: get_consumption
+SELECT consumed_by, consumed_at FROM requests WHERE id = $1;
+
 -- name: settle_pending
 SELECT id, doc FROM interlock_settle_pending($1, $2, $3, $4, $5, $6);
 

@@ -68,3 +68,7 @@ UPDATE tokens SET revoked_at = :now WHERE principal = :principal AND revoked_at 
 
 -- name: has_principals
 SELECT EXISTS (SELECT 1 FROM principals);
+
+-- name: consume_request
+UPDATE requests SET consumed_at = :at, consumed_by = :by
+WHERE id = :id AND status = 'answered' AND consumed_at IS NULL;

@@ -1,0 +1,72 @@
+"""What marks an approval request as the approval gate's own, and the namespace reserved for it.
+
+The gate (`interlock.tools.ApprovalGate`) marks each approval request it makes with
+`context["kind"] = GATE_MARK`. Values of `context["kind"]` in the `interlock.` namespace are
+reserved: `Broker.create` and `Broker.prepare` refuse them, and so does every surface built
+on them (`POST /api/v1/requests`, a human-input tool passing a model's `context_data` on).
+A marked request is made only by the gate itself (`mark` on a prepared request) or through
+`POST /api/v1/approvals`, where the server sets the mark and records the caller as the
+requester. The mark alone is never trusted: the gate also checks who made the request, to
+whom it went and who answered it (docs/security.md, "Approvals").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from .errors import InvalidRequest
+from .model import Request
+
+__all__ = ["GATE_MARK", "RESERVED_PREFIX", "check_context", "is_marked", "mark", "reserved_field", "unmarked"]
+
+GATE_MARK = "interlock.approval"
+"""`context["kind"]` of the approval requests the gate makes."""
+
+RESERVED_PREFIX = "interlock."
+"""Values of `context["kind"]` starting with this are interlock's own."""
+
+
+def reserved_field(context: Any) -> str | None:
+    """The field of `context` that uses the reserved namespace (`context.kind`), or None."""
+    if isinstance(context, Mapping):
+        kind = context.get("kind")
+        if isinstance(kind, str) and kind.startswith(RESERVED_PREFIX):
+            return "context.kind"
+    return None
+
+
+def check_context(context: Any) -> None:
+    """Raise `InvalidRequest`, naming the field, if `context` uses the reserved namespace."""
+    if reserved_field(context) is not None:
+        raise InvalidRequest(
+            f"context.kind: {context['kind']!r} is reserved for interlock's own requests "
+            f"(values starting with {RESERVED_PREFIX!r}); use another kind"
+        )
+
+
+def is_marked(request: Request) -> bool:
+    """Whether `request` carries the gate's mark (which says nothing yet of who made it)."""
+    context = request.context
+    return request.kind == "approval" and isinstance(context, Mapping) and context.get("kind") == GATE_MARK
+
+
+def mark(request: Request) -> Request:
+    """`request` (a prepared approval whose context is an object) with the gate's mark."""
+    if request.kind != "approval" or not isinstance(request.context, Mapping):
+        raise InvalidRequest("only an approval whose context is an object can be a gate approval")
+    return replace(request, context={"kind": GATE_MARK, **request.context})
+
+
+def unmarked(context: Any) -> dict[str, Any]:
+    """A gate approval's context without its mark, for a surface that sets the mark itself.
+
+    The context must be an object whose `kind`, if any, is the mark.
+    """
+    if not isinstance(context, Mapping):
+        raise InvalidRequest("context: a gate approval's context must be an object")
+    rest = dict(context)
+    if rest.pop("kind", GATE_MARK) != GATE_MARK:
+        raise InvalidRequest(f"context.kind: a gate approval's kind is {GATE_MARK!r}, set by the server")
+    return rest
