@@ -32,7 +32,7 @@ from ..model import (
     origin_to_dict,
     request_from_dict,
 )
-from ..principals import IssuedToken, Principal
+from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
 from . import Query
 
 __all__ = ["HttpStore"]
@@ -264,7 +264,19 @@ class HttpStore:
     async def principal_for_token(self, token_hash: str) -> Principal | None:
         raise _server_side()
 
+    async def live_token(self, token_hash: str) -> LiveToken | None:
+        raise _server_side()
+
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
+        raise _server_side()
+
+    async def start_session(self, token_hash: str, session: IssuedSession) -> WebSession | None:
+        raise _server_side()
+
+    async def get_session(self, session_hash: str, now: datetime) -> WebSession | None:
+        raise _server_side()
+
+    async def end_session(self, session_hash: str) -> WebSession | None:
         raise _server_side()
 
 

@@ -68,3 +68,32 @@ UPDATE tokens SET revoked_at = :now WHERE principal = :principal AND revoked_at 
 
 -- name: has_principals
 SELECT EXISTS (SELECT 1 FROM principals);
+
+-- name: live_token
+SELECT t.id, p.name, p.kind, p.owner FROM tokens t JOIN principals p ON p.name = t.principal
+WHERE t.hash = :hash AND t.revoked_at IS NULL;
+
+-- name: live_tokens_by_id
+SELECT id, principal FROM tokens WHERE id = :id AND revoked_at IS NULL;
+
+-- name: live_tokens_by_principal
+SELECT id, principal FROM tokens WHERE principal = :principal AND revoked_at IS NULL ORDER BY id;
+
+-- name: end_token_sessions
+DELETE FROM sessions WHERE token = :token;
+
+-- name: delete_expired_sessions
+DELETE FROM sessions WHERE expires_at <= :now;
+
+-- name: insert_session
+INSERT INTO sessions (hash, id, token, csrf, created_at, expires_at)
+SELECT :hash, :id, t.id, :csrf, :created_at, :expires_at FROM tokens t
+WHERE t.hash = :token_hash AND t.revoked_at IS NULL;
+
+-- name: get_session
+SELECT s.id, p.name, p.kind, p.owner, s.token, s.csrf, s.expires_at
+FROM sessions s JOIN tokens t ON t.id = s.token JOIN principals p ON p.name = t.principal
+WHERE s.hash = :hash AND s.expires_at > :now AND t.revoked_at IS NULL;
+
+-- name: delete_session
+DELETE FROM sessions WHERE hash = :hash;
