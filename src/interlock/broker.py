@@ -40,6 +40,7 @@ from .model import (
     build_request,
     check_answers,
 )
+from .redact import redact_url
 from .store import Query, Store
 
 __all__ = ["Broker", "CreateFields", "Page", "connect"]
@@ -728,7 +729,7 @@ def connect(url: str | None = None, **options: Any) -> Broker:
         store = HttpStore(base, token=token, **_floats(store_options, "poll_interval"))
     else:
         raise ValueError(
-            f"unsupported store URL {url!r}: use memory://, sqlite:///path.db, postgresql://host/db or http(s)://host"
+            f"unsupported store URL {redact_url(url)!r}: use memory://, sqlite:///path.db, postgresql://host/db or http(s)://host"
         )
     return Broker(store, **broker_options)
 

@@ -35,6 +35,7 @@ from .errors import Cancelled, Expired, Forbidden, InterlockError, InvalidAnswer
 from .model import Ask, Choice, Confirm, Form, MultiChoice, Request, Status, Text, options_of, request_to_dict
 from .principals import TOKEN_PREFIX, Principal, issue_token
 
+from .redact import RedactingFilter, redact, redact_url
 ANSWERED, DECLINED, EXPIRED, CANCELLED, USAGE = 0, 1, 2, 3, 4
 T = TypeVar("T")
 
@@ -81,7 +82,7 @@ def root(
 
 
 def _fail(message: str, code: int = USAGE) -> typer.Exit:
-    err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+    err.print(f"[red]error:[/red] {escape(redact(message))}", highlight=False)
     return typer.Exit(code)
 
 
@@ -489,7 +490,7 @@ def token_revoke(
 
     count = _run(db, work)
     if not count:
-        raise _fail(f"no live token matches {what!r}", DECLINED)
+        raise _fail(f"no live token matches {redact(what)!r}", DECLINED)
     err.print(f"revoked {count} token(s)")
 
 

@@ -33,6 +33,7 @@ from ..model import (
     request_from_dict,
 )
 from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
+from ..redact import redact_url
 from . import Query
 
 __all__ = ["HttpStore"]
@@ -88,7 +89,7 @@ class HttpStore:
         try:
             response = await self.client.request(method, path, json=json, params=params)
         except httpx.TransportError as exc:
-            raise ConnectionError(f"cannot reach the interlock server at {self.base_url}: {exc}") from exc
+            raise ConnectionError(f"cannot reach the interlock server at {redact_url(self.base_url)}: {exc}") from exc
         if response.status_code in (401, 403):
             raise Forbidden(_detail(response), status=response.status_code)
         return response
@@ -117,7 +118,7 @@ class HttpStore:
                             self._received(_event(json.loads(sse.data)))
                             callback()
                 except (httpx.HTTPError, ValueError) as exc:
-                    log.debug("event stream from %s dropped (%s); reconnecting", self.base_url, exc)
+                    log.debug("event stream from %s dropped (%s); reconnecting", redact_url(self.base_url), exc)
                 finally:
                     self._streaming = False
                 callback()  # while disconnected, changes() reads the log over HTTP

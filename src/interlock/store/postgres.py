@@ -52,6 +52,7 @@ from ..model import (
     response_to_dict,
 )
 from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
+from ..redact import redact, redact_url
 from . import Query
 from ._sql import FILTERS, encode_json, load_migrations, load_queries, request_from_row
 
@@ -150,7 +151,8 @@ class PostgresStore:
         try:
             await pool.fill(max(self.min_size, 1))
         except (OSError, asyncpg.PostgresError) as exc:
-            raise ConnectionError(f"cannot open the PostgreSQL store at {_safe(self.dsn)}: {exc}") from exc
+            where = redact_url(self.dsn)
+            raise ConnectionError(f"cannot open the PostgreSQL store at {where}: {redact(str(exc))}") from exc
         self._pool = pool
         try:
             await self._migrate()
@@ -624,12 +626,3 @@ def _web_session(row: Any) -> WebSession | None:
     if row is None:
         return None
     return WebSession(row[0], Principal(row[1], row[2], row[3]), row[4], row[5], row[6])
-
-
-def _safe(dsn: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(dsn)
-    netloc = parts.netloc.rsplit("@", 1)
-    if len(netloc) == 2 and ":" in netloc[0]:
-        return urlunsplit(parts._replace(netloc=f"{netloc[0].split(':', 1)[0]}:***@{netloc[1]}"))
-    return dsn
