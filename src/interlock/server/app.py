@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, Response
@@ -43,7 +43,7 @@ from .schemas import (
     RequestModel,
     RequestPage,
 )
-from .stream import Dropped, Hub
+from .stream import ACCESS_EVENTS, Dropped, Hub
 
 __all__ = ["create_app", "event_to_dict"]
 
@@ -81,6 +81,8 @@ def event_to_dict(event: Event) -> dict[str, Any]:
 def can_see(principal: Principal, event: Event) -> bool:
     if event.request is not None:
         return can_read(principal, event.request)
+    if event.type in ACCESS_EVENTS:  # revocations and sign-outs: nobody's business but the operator's
+        return principal.kind == "admin"
     return principal.kind == "admin" or principal.name in (event.data.get("to"), event.data.get("by"))
 
 
@@ -121,10 +123,19 @@ def create_app(
     secret_key: str | None = None,
     queue_size: int = 1000,
     keepalive: float = 15.0,
+    trusted_proxies: Sequence[str] = (),
+    open_recipients: bool = False,
 ) -> FastAPI:
-    """The ASGI app on the store at `url` (or on a broker you opened yourself)."""
+    """The ASGI app on the store at `url` (or on a broker you opened yourself).
+
+    `trusted_proxies`: addresses or networks of proxies whose X-Forwarded-Proto says the
+    browser used HTTPS (the session cookie is then `Secure`); none by default.
+    `open_recipients`: with auth, accept requests to names that are no principal here
+    (by default they are refused with 422); without auth any name is accepted.
+    """
     the_broker = broker or connect(url)
-    state = _State(the_broker, Auth(the_broker.store, enabled=auth, secret_key=secret_key), queue_size, keepalive)
+    the_auth = Auth(the_broker.store, enabled=auth, secret_key=secret_key, trusted_proxies=trusted_proxies)
+    state = _State(the_broker, the_auth, queue_size, keepalive, open_recipients=open_recipients or not auth)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -165,9 +176,13 @@ def create_app(
 
 
 class _State:
-    def __init__(self, broker: Broker, auth: Auth, queue_size: int, keepalive: float) -> None:
+    def __init__(
+        self, broker: Broker, auth: Auth, queue_size: int, keepalive: float, *, open_recipients: bool = False
+    ) -> None:
         self.broker = broker
         self.auth = auth
+        self.open_recipients = open_recipients
+        self.known_recipients: set[str] = set()  # principals are never deleted, so a name found stays valid
         self.hub = Hub(broker, queue_size=queue_size, encode=lambda event: json.dumps(event_to_dict(event)))
         self.metrics = Metrics()
         self.hub.on_event.append(self.metrics.observe)
@@ -480,6 +495,7 @@ def _api_router(state: _State) -> APIRouter:
     )
     async def stream(
         caller: Caller,
+        http: Request,
         request: str | None = None,
         session: str | None = None,
         run: str | None = None,
@@ -490,11 +506,19 @@ def _api_router(state: _State) -> APIRouter:
         `Last-Event-ID` and exactly the missed events are replayed, in order, once."""
         start = int(last_event_id) if last_event_id and last_event_id.isdigit() else after
         accept = event_filter(caller, request, session, run)
+        holder = state.auth.holder(http)
+        token = http.headers.get("authorization", "").partition(" ")[2].strip()
+
+        async def still_valid() -> bool:
+            return await state.auth.from_token(token) is not None
 
         async def generate() -> AsyncIterator[ServerSentEvent]:
             yield ServerSentEvent(comment="connected", retry=2000)
             try:
-                async for event in state.hub.replay_then_follow(accept, start):
+                follow = state.hub.replay_then_follow(
+                    accept, start, holder=holder, still_valid=still_valid if holder is not None else None
+                )
+                async for event in follow:
                     yield ServerSentEvent(data=state.hub.encoded(event), event=event.type, id=str(event.id))
             except Dropped as exc:
                 yield ServerSentEvent(data=json.dumps({"reason": str(exc)}), event="dropped")
