@@ -20,6 +20,8 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..broker import Broker, connect
 from ..errors import AlreadySettled, Closed, InvalidAnswer, InvalidRequest, NotFound
@@ -27,7 +29,7 @@ from ..model import Event, Origin, Status, ask_from_dict, origin_from_dict, requ
 from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer, can_cancel, can_read
 from .answers import decide
-from .auth import Auth
+from .auth import Auth, loopback_host, same_origin
 from .schemas import (
     AnswerBody,
     BatchAnswerBody,
@@ -158,6 +160,8 @@ def create_app(
     )
     app.state.interlock = state
     _install_errors(app)
+    if not auth:
+        app.add_middleware(LoopbackOnly)
     app.include_router(_api_router(state), prefix="/api/v1")
 
     @app.get("/healthz", include_in_schema=False)
@@ -187,6 +191,44 @@ class _State:
         self.metrics = Metrics()
         self.hub.on_event.append(self.metrics.observe)
         self.keepalive = keepalive
+
+
+_UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class LoopbackOnly:
+    """Without auth, serve this machine's own pages and clients only.
+
+    A page on another site can reach a loopback server too: through DNS rebinding (its
+    name made to resolve to 127.0.0.1, so the browser sends `Host: evil.example`), or by
+    posting a form across sites. So every request must name a loopback host (localhost,
+    127.0.0.1, [::1], any port), and a state-changing one that carries an `Origin` must
+    come from this server's own origin; otherwise 403 with problem details.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            headers = Headers(scope=scope)
+            host = headers.get("host", "")
+            refusal = None
+            if not loopback_host(host):
+                refusal = "without auth, this server answers only to localhost, 127.0.0.1 or [::1] in the Host header"
+            elif (
+                scope.get("method", "GET") in _UNSAFE_METHODS
+                and "origin" in headers
+                and not same_origin(headers["origin"], scope.get("scheme", "http"), host)
+            ):
+                refusal = "without auth, this server refuses changes sent from pages of other origins"
+            if refusal is not None:
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 1008})
+                    return
+                await problem(403, "forbidden", refusal)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _install_errors(app: FastAPI) -> None:

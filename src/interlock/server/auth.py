@@ -7,7 +7,8 @@ with and the CSRF token every form of the session must carry (checked in `check_
 Signing out deletes the session; revoking the token ends it; either way the old cookie
 stops working on every node at once.
 
-Without auth (loopback only) there are no sessions: the cookie is a signed CSRF token.
+Without auth (loopback only) there are no sessions: the cookie is a signed CSRF token,
+and `loopback_host` / `same_origin` keep pages of other sites out (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
 from fastapi import HTTPException, Request
 from itsdangerous import BadSignature, URLSafeTimedSerializer
@@ -25,7 +27,7 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 from ..principals import ANONYMOUS, SESSION_LIFETIME, SESSION_PREFIX, Principal, WebSession, hash_token, issue_session
 from ..store import Store
 
-__all__ = ["Auth", "Holder", "Visitor"]
+__all__ = ["Auth", "Holder", "Visitor", "loopback_host", "same_origin"]
 
 SESSION_COOKIE = "interlock_session"
 SESSION_MAX_AGE = int(SESSION_LIFETIME.total_seconds())
@@ -182,3 +184,49 @@ def _trusted(client: str, networks: Networks) -> bool:
         return False
     return any(address in network for network in networks)
 
+
+# -- no-auth mode: this machine only -------------------------------------------------------
+
+_DEFAULT_PORT = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
+def _split_host(host: str) -> tuple[str, int | None] | None:
+    """A Host header's name and port; None when it is not one."""
+    try:
+        parts = urlsplit(f"//{host}")
+        return (parts.hostname or "", parts.port)
+    except ValueError:
+        return None
+
+
+def loopback_host(host: str | None) -> bool:
+    """Whether a Host header names this machine: localhost, or a loopback address such as
+    127.0.0.1 or [::1], with any port. A rebound DNS name (evil.example) is not one."""
+    split = _split_host(host or "")
+    if split is None or not split[0]:
+        return False
+    name = split[0].lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def same_origin(origin: str, scheme: str, host: str) -> bool:
+    """Whether an Origin header is this server's own origin (`scheme://host`)."""
+    try:
+        parts = urlsplit(origin)
+        given = (parts.scheme.lower(), (parts.hostname or "").lower(), parts.port)
+    except ValueError:
+        return False
+    split = _split_host(host)
+    if split is None or not given[1]:
+        return False
+    default = _DEFAULT_PORT.get(scheme)
+    return (
+        given[0] == scheme
+        and given[1] == split[0].lower()
+        and (given[2] or _DEFAULT_PORT.get(given[0])) == (split[1] or default)
+    )
