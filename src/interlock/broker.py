@@ -429,10 +429,12 @@ class Broker:
         *,
         by: str | None = None,
         cause: Literal["cancelled", "withdrawn", "closed"] = "cancelled",
+        via: str = "python",
     ) -> bool:
         """Withdraw a pending request (the requester changed its mind); waiters get
-        `Cancelled`, or `Closed` when `cause` is "closed"."""
-        response = Response(datetime.now(UTC), by=by, via="python", reason=reason, cause=cause)
+        `Cancelled`, or `Closed` when `cause` is "closed". `via` records the surface it
+        was withdrawn on, as for an answer."""
+        response = Response(datetime.now(UTC), by=by, via=via, reason=reason, cause=cause)
         return await self._give_up(request_id, Status.CANCELLED, response)
 
     async def expire(self, request_id: str) -> bool:

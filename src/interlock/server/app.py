@@ -309,6 +309,10 @@ def _api_router(state: _State) -> APIRouter:
             to = caller.owner
         if caller.kind != "admin" and not to:
             raise ApiError(422, "invalid_request", "name the recipient in `to`")
+        if to is not None and not state.open_recipients and to not in state.known_recipients:
+            if await broker.store.get_principal(to) is None:
+                raise ApiError(422, "invalid_request", f"to: there is no human or agent named {to!r} here")
+            state.known_recipients.add(to)
         asks = [ask_from_dict(a.model_dump(by_alias=True)) for a in body.asks]
         origin = origin_from_dict(body.origin.model_dump(exclude_none=True))
         if caller.kind == "agent" and origin.agent is None:
@@ -391,7 +395,10 @@ def _api_router(state: _State) -> APIRouter:
 
     async def answer_one(request_id: str, body: AnswerBody, caller: Principal) -> HumanRequest:
         request = await visible(request_id, caller)
-        if not can_answer(caller, request):
+        if body.cancel:  # seed 001's withdrawal: the requester's to make, like /cancel
+            if not can_cancel(caller, request):
+                raise ApiError(403, "forbidden", "only whoever made the request may cancel it")
+        elif not can_answer(caller, request):
             raise ApiError(403, "forbidden", "only the human the request is to may answer it")
         if request.status is not Status.PENDING:
             raise AlreadySettled(request_id, request.status.value)
@@ -401,9 +408,9 @@ def _api_router(state: _State) -> APIRouter:
             raise ApiError(400, "invalid_answer", str(exc), ask_id=exc.ask_id) from None
         by = body.by if caller.kind == "admin" else caller.name
         if decision.cancel:
-            done = await broker.cancel(request_id, body.reason, by=by)
+            done = await broker.cancel(request_id, body.reason, by=by, via="api")
         else:
-            done = await broker.resolve(request_id, decision.value, by=by, via=body.via, comment=body.reason)
+            done = await broker.resolve(request_id, decision.value, by=by, via="api", comment=body.reason)
         return await settled_or_conflict(request_id, done)
 
     @router.post(
@@ -449,7 +456,7 @@ def _api_router(state: _State) -> APIRouter:
         if body.cause == "released":
             done = await broker.release(request_id)
         else:
-            done = await broker.cancel(request_id, body.reason, by=by, cause=body.cause)
+            done = await broker.cancel(request_id, body.reason, by=by, cause=body.cause, via="api")
         return out(await settled_or_conflict(request_id, done))
 
     @router.post("/requests/{request_id}/expire", response_model=RequestModel, tags=["requests"])
@@ -471,19 +478,21 @@ def _api_router(state: _State) -> APIRouter:
         withdrawn = []
         mine = await broker.pending(requester=caller.name, **({"channel": body.channel} if body.channel else {}))
         for request_id in mine:
-            if await broker.cancel(request_id, "the channel was closed", by=caller.name, cause="closed"):
+            if await broker.cancel(request_id, "the channel was closed", by=caller.name, cause="closed", via="api"):
                 withdrawn.append(request_to_dict(await broker.get(request_id)))
         return withdrawn
 
     @router.post("/inform", status_code=201, response_model=EventModel, tags=["events"])
     async def inform(body: InformBody, caller: Caller) -> dict[str, Any]:
-        """Record a progress update for a person; nothing waits for it."""
+        """Record a progress update for a person; nothing waits for it. The update's
+        `agent` is the calling agent (the body's is honoured only without auth)."""
         to = body.to or (caller.owner if caller.kind == "agent" else None)
+        agent = body.agent if caller.kind == "admin" else (caller.name if caller.kind == "agent" else None)
         event = await broker.inform(
             body.message,
             to=to,
             session=body.session,
-            agent=body.agent or (caller.name if caller.kind == "agent" else None),
+            agent=agent,
             run=body.run,
             data=body.data,
             by=None if caller.kind == "admin" else caller.name,

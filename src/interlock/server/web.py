@@ -625,8 +625,10 @@ def _router(state: _State, templates: Jinja2Templates) -> APIRouter:
             request = await broker.get(request_id)
         except NotFound:
             return refusal(http, 404, "There is no such request.", who)
+        if not mine(who, request):  # the same answer as the API's: it exists, and it is not yours
+            return refusal(http, 403, "This request is not in your inbox.", who)
         if not can_answer(who.principal, request):
-            return refusal(http, 403, f"Only {request.to or 'its recipient'} may answer this request.", who)
+            return refusal(http, 403, "You may not answer this request.", who)
         action = values.get("action", "answer")
         comment = values.get("comment").strip()
         by = who.principal.name

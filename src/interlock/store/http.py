@@ -166,9 +166,8 @@ class HttpStore:
         response = request.response or Response(at=request.created_at)
         path = f"/requests/{request.id}"
         if request.status is Status.ANSWERED:
+            # No `via`: the server records the surface itself ("api").
             body = {"answers": dict(response.answers), "reason": response.reason, "by": response.by}
-            if response.via:
-                body["via"] = response.via
             result = await self._call("POST", f"{path}/answer", json=body)
         elif request.status is Status.REJECTED:
             result = await self._call("POST", f"{path}/reject", json={"reason": response.reason})
