@@ -84,6 +84,7 @@ async def test_serve_never_prints_the_database_password(
     assert "password=***" in printed
 
 
+@pytest.mark.slow
 async def test_an_error_message_never_shows_a_password_or_a_token(tmp_path: Path) -> None:
     port = free_port()  # nothing listens there
     with anyio.fail_after(BOUND):
