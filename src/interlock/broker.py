@@ -41,6 +41,7 @@ from .model import (
     build_request,
     check_answers,
 )
+from .redact import redact_url
 from .store import Query, Store
 
 __all__ = ["Broker", "CreateFields", "Page", "connect"]
@@ -432,10 +433,12 @@ class Broker:
         *,
         by: str | None = None,
         cause: Literal["cancelled", "withdrawn", "closed"] = "cancelled",
+        via: str = "python",
     ) -> bool:
         """Withdraw a pending request (the requester changed its mind); waiters get
-        `Cancelled`, or `Closed` when `cause` is "closed"."""
-        response = Response(datetime.now(UTC), by=by, via="python", reason=reason, cause=cause)
+        `Cancelled`, or `Closed` when `cause` is "closed". `via` records the surface it
+        was withdrawn on, as for an answer."""
+        response = Response(datetime.now(UTC), by=by, via=via, reason=reason, cause=cause)
         return await self._give_up(request_id, Status.CANCELLED, response)
 
     async def expire(self, request_id: str) -> bool:
@@ -753,7 +756,7 @@ def connect(url: str | None = None, **options: Any) -> Broker:
         store = HttpStore(base, token=token, **_floats(store_options, "poll_interval"))
     else:
         raise ValueError(
-            f"unsupported store URL {url!r}: use memory://, sqlite:///path.db, postgresql://host/db or http(s)://host"
+            f"unsupported store URL {redact_url(url)!r}: use memory://, sqlite:///path.db, postgresql://host/db or http(s)://host"
         )
     return Broker(store, **broker_options)
 

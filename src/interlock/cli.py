@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import ipaddress
 import json
 import os
@@ -34,6 +35,7 @@ from .contracts import TerminalContract
 from .errors import Cancelled, Expired, Forbidden, InterlockError, InvalidAnswer, InvalidRequest, NotFound, Rejected
 from .model import Ask, Choice, Confirm, Form, MultiChoice, Request, Status, Text, options_of, request_to_dict
 from .principals import TOKEN_PREFIX, Principal, issue_token
+from .redact import RedactingFilter, redact, redact_url
 
 ANSWERED, DECLINED, EXPIRED, CANCELLED, USAGE = 0, 1, 2, 3, 4
 T = TypeVar("T")
@@ -81,7 +83,7 @@ def root(
 
 
 def _fail(message: str, code: int = USAGE) -> typer.Exit:
-    err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+    err.print(f"[red]error:[/red] {escape(redact(message))}", highlight=False)
     return typer.Exit(code)
 
 
@@ -400,10 +402,23 @@ def serve(
     no_auth: Annotated[
         bool, typer.Option("--no-auth", help="Let anyone on this machine do anything (loopback addresses only).")
     ] = False,
+    trusted_proxy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trusted-proxy",
+            help="An address or network (CIDR) of a proxy in front of the server whose X-Forwarded-Proto and "
+            "X-Forwarded-For are believed (repeat for each). None by default.",
+        ),
+    ] = None,
+    open_recipients: Annotated[
+        bool,
+        typer.Option("--open-recipients", help="Accept requests to names that are no human or agent here."),
+    ] = False,
 ) -> None:
     """Run the HTTP API, the live event stream and the web inbox."""
     try:
         import uvicorn
+        from uvicorn.config import LOGGING_CONFIG
 
         from .server.app import create_app
     except ImportError as exc:  # pragma: no cover - depends on how interlock was installed
@@ -412,17 +427,42 @@ def serve(
         raise _fail("serve needs a store URL (sqlite:///... or memory://), not another server")
     if no_auth and not _is_loopback(host):
         raise _fail(f"--no-auth is allowed only on a loopback address, not {host}")
+    proxies = list(trusted_proxy or ())
     secret = os.environ.get("INTERLOCK_SECRET_KEY")
-    app = create_app(db, auth=not no_auth, secret_key=secret)
+    try:
+        app = create_app(
+            db, auth=not no_auth, secret_key=secret, trusted_proxies=proxies, open_recipients=open_recipients
+        )
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
     where = f"http://{host}:{port}"
-    err.print(f"interlock {__version__} serving {where} on {db or 'sqlite:///interlock.db'}")
+    err.print(f"interlock {__version__} serving {where} on {redact_url(db or 'sqlite:///interlock.db')}", markup=False)
     if no_auth:
         err.print("[yellow]auth is OFF[/yellow]: anyone who can reach this loopback address can read and answer")
     else:
         err.print("auth is on: create tokens with `interlock token create NAME --human|--agent`")
-    if not secret:
-        err.print("web sessions end on restart (set INTERLOCK_SECRET_KEY to keep them, and on every node)")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    if proxies:
+        err.print(f"trusting X-Forwarded-Proto and X-Forwarded-For from {', '.join(proxies)}", markup=False)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        log_config=_redacted_logging(LOGGING_CONFIG),
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or None,
+    )
+
+
+def _redacted_logging(base: dict[str, Any]) -> dict[str, Any]:
+    """uvicorn's logging set-up with every handler redacting credentials, and interlock's
+    own records going to the same place as uvicorn's errors."""
+    config = copy.deepcopy(base)
+    config.setdefault("filters", {})["redact"] = {"()": RedactingFilter}
+    for handler in config.get("handlers", {}).values():
+        handler["filters"] = [*handler.get("filters", []), "redact"]
+    config.setdefault("loggers", {})["interlock"] = {"handlers": ["default"], "level": "WARNING", "propagate": False}
+    return config
 
 
 def _is_loopback(host: str) -> bool:
@@ -489,7 +529,7 @@ def token_revoke(
 
     count = _run(db, work)
     if not count:
-        raise _fail(f"no live token matches {what!r}", DECLINED)
+        raise _fail(f"no live token matches {redact(what)!r}", DECLINED)
     err.print(f"revoked {count} token(s)")
 
 

@@ -257,12 +257,12 @@ class TerminalContract:
                     pass
         except EOFError:
             self._say("(end of input: the request is given up)")
-            await broker.cancel(request.id, "the terminal reached the end of its input", by=self.by)
+            await broker.cancel(request.id, "the terminal reached the end of its input", by=self.by, via="terminal")
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("the terminal prompt for request %s failed", request.id)
-            await broker.cancel(request.id, "the terminal prompt failed", by=self.by)
+            await broker.cancel(request.id, "the terminal prompt failed", by=self.by, via="terminal")
 
     async def _answer_once(self, broker: Broker, request: Request) -> bool | None:
         """Ask every ask once and send the answer: True if it settled the request, False if

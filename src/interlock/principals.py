@@ -10,7 +10,9 @@ makes without naming a recipient goes to its owner's inbox. The rules, everywher
 - only the requester cancels it.
 
 Tokens are random secrets shown once; only their SHA-256 is stored (they carry 256 bits
-of entropy, so a slow password hash would add nothing).
+of entropy, so a slow password hash would add nothing). A web session is the same kind of
+secret, kept in a cookie: the store keeps its hash, the token it was opened with and its
+CSRF token, so signing out or revoking the token ends it on every node.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import hashlib
 import re
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 from .errors import InvalidRequest
@@ -27,18 +29,24 @@ from .model import Request
 
 __all__ = [
     "ANONYMOUS",
+    "IssuedSession",
     "IssuedToken",
+    "LiveToken",
     "Principal",
+    "WebSession",
     "can_answer",
     "can_cancel",
     "can_read",
     "hash_token",
+    "issue_session",
     "issue_token",
 ]
 
 PrincipalKind = Literal["human", "agent", "admin"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 TOKEN_PREFIX = "il_"
+SESSION_PREFIX = "ils_"
+SESSION_LIFETIME = timedelta(days=7)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +80,38 @@ class IssuedToken:
     created_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class LiveToken:
+    """An unrevoked token as the store knows it: its id and whose it is."""
+
+    id: str
+    principal: Principal
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedSession:
+    """A web session as issued: `secret` goes in the cookie and is never stored; `id`
+    names the session in the event log without revealing anything."""
+
+    id: str
+    secret: str
+    hash: str
+    csrf: str
+    created_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class WebSession:
+    """A live web session: who, through which token, and the CSRF token of its forms."""
+
+    id: str
+    principal: Principal
+    token: str
+    csrf: str
+    expires_at: datetime
+
+
 def hash_token(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
@@ -80,6 +120,12 @@ def issue_token(principal: str, now: datetime) -> IssuedToken:
     token_id = secrets.token_hex(4)
     secret = f"{TOKEN_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
     return IssuedToken(token_id, secret, hash_token(secret), principal, now)
+
+
+def issue_session(now: datetime, lifetime: timedelta = SESSION_LIFETIME) -> IssuedSession:
+    session_id = secrets.token_hex(8)
+    secret = f"{SESSION_PREFIX}{session_id}_{secrets.token_urlsafe(32)}"
+    return IssuedSession(session_id, secret, hash_token(secret), secrets.token_urlsafe(24), now, now + lifetime)
 
 
 def can_read(principal: Principal, request: Request) -> bool:

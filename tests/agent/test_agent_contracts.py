@@ -62,9 +62,9 @@ def choice_of(result_content: str) -> Any:
 
 
 def via(backend: str, surface: str) -> str:
-    """The surface recorded for an answer: the same on every backend (a server keeps the
-    surface its client names)."""
-    return surface
+    """The surface recorded for an answer: the one named in-process; through a server,
+    the server's own ("api"), since no client chooses how it is recorded."""
+    return "api" if backend == "http" else surface
 
 
 # -- choosing ----------------------------------------------------------------------------------

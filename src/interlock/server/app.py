@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, Response
@@ -20,6 +20,8 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..approvals import mark, unmarked
 from ..broker import Broker, connect
@@ -28,7 +30,7 @@ from ..model import Event, Origin, Status, ask_from_dict, origin_from_dict, requ
 from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer, can_cancel, can_read
 from .answers import decide
-from .auth import Auth
+from .auth import Auth, loopback_host, same_origin
 from .schemas import (
     AnswerBody,
     BatchAnswerBody,
@@ -46,7 +48,7 @@ from .schemas import (
     RequestModel,
     RequestPage,
 )
-from .stream import Dropped, Hub
+from .stream import ACCESS_EVENTS, Dropped, Hub
 
 __all__ = ["create_app", "event_to_dict"]
 
@@ -84,6 +86,8 @@ def event_to_dict(event: Event) -> dict[str, Any]:
 def can_see(principal: Principal, event: Event) -> bool:
     if event.request is not None:
         return can_read(principal, event.request)
+    if event.type in ACCESS_EVENTS:  # revocations and sign-outs: nobody's business but the operator's
+        return principal.kind == "admin"
     return principal.kind == "admin" or principal.name in (event.data.get("to"), event.data.get("by"))
 
 
@@ -124,10 +128,19 @@ def create_app(
     secret_key: str | None = None,
     queue_size: int = 1000,
     keepalive: float = 15.0,
+    trusted_proxies: Sequence[str] = (),
+    open_recipients: bool = False,
 ) -> FastAPI:
-    """The ASGI app on the store at `url` (or on a broker you opened yourself)."""
+    """The ASGI app on the store at `url` (or on a broker you opened yourself).
+
+    `trusted_proxies`: addresses or networks of proxies whose X-Forwarded-Proto says the
+    browser used HTTPS (the session cookie is then `Secure`); none by default.
+    `open_recipients`: with auth, accept requests to names that are no principal here
+    (by default they are refused with 422); without auth any name is accepted.
+    """
     the_broker = broker or connect(url)
-    state = _State(the_broker, Auth(the_broker.store, enabled=auth, secret_key=secret_key), queue_size, keepalive)
+    the_auth = Auth(the_broker.store, enabled=auth, secret_key=secret_key, trusted_proxies=trusted_proxies)
+    state = _State(the_broker, the_auth, queue_size, keepalive, open_recipients=open_recipients or not auth)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -150,6 +163,8 @@ def create_app(
     )
     app.state.interlock = state
     _install_errors(app)
+    if not auth:
+        app.add_middleware(LoopbackOnly)
     app.include_router(_api_router(state), prefix="/api/v1")
 
     @app.get("/healthz", include_in_schema=False)
@@ -168,13 +183,55 @@ def create_app(
 
 
 class _State:
-    def __init__(self, broker: Broker, auth: Auth, queue_size: int, keepalive: float) -> None:
+    def __init__(
+        self, broker: Broker, auth: Auth, queue_size: int, keepalive: float, *, open_recipients: bool = False
+    ) -> None:
         self.broker = broker
         self.auth = auth
+        self.open_recipients = open_recipients
+        self.known_recipients: set[str] = set()  # principals are never deleted, so a name found stays valid
         self.hub = Hub(broker, queue_size=queue_size, encode=lambda event: json.dumps(event_to_dict(event)))
         self.metrics = Metrics()
         self.hub.on_event.append(self.metrics.observe)
         self.keepalive = keepalive
+
+
+_UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class LoopbackOnly:
+    """Without auth, serve this machine's own pages and clients only.
+
+    A page on another site can reach a loopback server too: through DNS rebinding (its
+    name made to resolve to 127.0.0.1, so the browser sends `Host: evil.example`), or by
+    posting a form across sites. So every request must name a loopback host (localhost,
+    127.0.0.1, [::1], any port), and a state-changing one that carries an `Origin` must
+    come from this server's own origin; otherwise 403 with problem details.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            headers = Headers(scope=scope)
+            host = headers.get("host", "")
+            refusal = None
+            if not loopback_host(host):
+                refusal = "without auth, this server answers only to localhost, 127.0.0.1 or [::1] in the Host header"
+            elif (
+                scope.get("method", "GET") in _UNSAFE_METHODS
+                and "origin" in headers
+                and not same_origin(headers["origin"], scope.get("scheme", "http"), host)
+            ):
+                refusal = "without auth, this server refuses changes sent from pages of other origins"
+            if refusal is not None:
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 1008})
+                    return
+                await problem(403, "forbidden", refusal)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _install_errors(app: FastAPI) -> None:
@@ -259,6 +316,10 @@ def _api_router(state: _State) -> APIRouter:
             to = caller.owner
         if caller.kind != "admin" and not to:
             raise ApiError(422, "invalid_request", "name the recipient in `to`")
+        if to is not None and not state.open_recipients and to not in state.known_recipients:
+            if await broker.store.get_principal(to) is None:
+                raise ApiError(422, "invalid_request", f"to: there is no human or agent named {to!r} here")
+            state.known_recipients.add(to)
         asks = [ask_from_dict(a.model_dump(by_alias=True)) for a in body.asks]
         origin = origin_from_dict(body.origin.model_dump(exclude_none=True))
         if caller.kind == "agent" and origin.agent is None:
@@ -377,7 +438,10 @@ def _api_router(state: _State) -> APIRouter:
 
     async def answer_one(request_id: str, body: AnswerBody, caller: Principal) -> HumanRequest:
         request = await visible(request_id, caller)
-        if not can_answer(caller, request):
+        if body.cancel:  # seed 001's withdrawal: the requester's to make, like /cancel
+            if not can_cancel(caller, request):
+                raise ApiError(403, "forbidden", "only whoever made the request may cancel it")
+        elif not can_answer(caller, request):
             raise ApiError(403, "forbidden", "only the human the request is to may answer it")
         if request.status is not Status.PENDING:
             raise AlreadySettled(request_id, request.status.value)
@@ -387,9 +451,9 @@ def _api_router(state: _State) -> APIRouter:
             raise ApiError(400, "invalid_answer", str(exc), ask_id=exc.ask_id) from None
         by = body.by if caller.kind == "admin" else caller.name
         if decision.cancel:
-            done = await broker.cancel(request_id, body.reason, by=by)
+            done = await broker.cancel(request_id, body.reason, by=by, via="api")
         else:
-            done = await broker.resolve(request_id, decision.value, by=by, via=body.via, comment=body.reason)
+            done = await broker.resolve(request_id, decision.value, by=by, via="api", comment=body.reason)
         return await settled_or_conflict(request_id, done)
 
     @router.post(
@@ -435,7 +499,7 @@ def _api_router(state: _State) -> APIRouter:
         if body.cause == "released":
             done = await broker.release(request_id)
         else:
-            done = await broker.cancel(request_id, body.reason, by=by, cause=body.cause)
+            done = await broker.cancel(request_id, body.reason, by=by, cause=body.cause, via="api")
         return out(await settled_or_conflict(request_id, done))
 
     @router.post("/requests/{request_id}/expire", response_model=RequestModel, tags=["requests"])
@@ -457,19 +521,21 @@ def _api_router(state: _State) -> APIRouter:
         withdrawn = []
         mine = await broker.pending(requester=caller.name, **({"channel": body.channel} if body.channel else {}))
         for request_id in mine:
-            if await broker.cancel(request_id, "the channel was closed", by=caller.name, cause="closed"):
+            if await broker.cancel(request_id, "the channel was closed", by=caller.name, cause="closed", via="api"):
                 withdrawn.append(request_to_dict(await broker.get(request_id)))
         return withdrawn
 
     @router.post("/inform", status_code=201, response_model=EventModel, tags=["events"])
     async def inform(body: InformBody, caller: Caller) -> dict[str, Any]:
-        """Record a progress update for a person; nothing waits for it."""
+        """Record a progress update for a person; nothing waits for it. The update's
+        `agent` is the calling agent (the body's is honoured only without auth)."""
         to = body.to or (caller.owner if caller.kind == "agent" else None)
+        agent = body.agent if caller.kind == "admin" else (caller.name if caller.kind == "agent" else None)
         event = await broker.inform(
             body.message,
             to=to,
             session=body.session,
-            agent=body.agent or (caller.name if caller.kind == "agent" else None),
+            agent=agent,
             run=body.run,
             data=body.data,
             by=None if caller.kind == "admin" else caller.name,
@@ -523,6 +589,7 @@ def _api_router(state: _State) -> APIRouter:
     )
     async def stream(
         caller: Caller,
+        http: Request,
         request: str | None = None,
         session: str | None = None,
         run: str | None = None,
@@ -533,11 +600,19 @@ def _api_router(state: _State) -> APIRouter:
         `Last-Event-ID` and exactly the missed events are replayed, in order, once."""
         start = int(last_event_id) if last_event_id and last_event_id.isdigit() else after
         accept = event_filter(caller, request, session, run)
+        holder = state.auth.holder(http)
+        token = http.headers.get("authorization", "").partition(" ")[2].strip()
+
+        async def still_valid() -> bool:
+            return await state.auth.from_token(token) is not None
 
         async def generate() -> AsyncIterator[ServerSentEvent]:
             yield ServerSentEvent(comment="connected", retry=2000)
             try:
-                async for event in state.hub.replay_then_follow(accept, start):
+                follow = state.hub.replay_then_follow(
+                    accept, start, holder=holder, still_valid=still_valid if holder is not None else None
+                )
+                async for event in follow:
                     yield ServerSentEvent(data=state.hub.encoded(event), event=event.type, id=str(event.id))
             except Dropped as exc:
                 yield ServerSentEvent(data=json.dumps({"reason": str(exc)}), event="dropped")

@@ -1,36 +1,81 @@
-"""Who is calling: bearer tokens for the API, a signed session cookie for the web inbox.
+"""Who is calling: bearer tokens for the API, a server-side session for the web inbox.
 
 The API takes only `Authorization: Bearer <token>`, never the cookie, so a page on another
-site cannot make a signed-in browser call it. The web inbox takes the cookie, and every
-form it posts carries a token tied to the session (checked in `check_csrf`).
+site cannot make a signed-in browser call it. The web inbox takes the session cookie,
+which carries only a random secret: the store keeps its hash, the token it was opened
+with and the CSRF token every form of the session must carry (checked in `check_csrf`).
+Signing out deletes the session; revoking the token ends it; either way the old cookie
+stops working on every node at once.
+
+Without auth (loopback only) there are no sessions: the cookie is a signed CSRF token,
+and `loopback_host` / `same_origin` keep pages of other sites out (DNS rebinding).
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import secrets
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
 from fastapi import HTTPException, Request
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
-from ..principals import ANONYMOUS, Principal, hash_token
+from ..principals import ANONYMOUS, SESSION_LIFETIME, SESSION_PREFIX, Principal, WebSession, hash_token, issue_session
 from ..store import Store
 
-__all__ = ["Auth"]
+__all__ = ["Auth", "Holder", "Visitor", "loopback_host", "same_origin"]
 
 SESSION_COOKIE = "interlock_session"
-SESSION_MAX_AGE = 7 * 24 * 3600
+SESSION_MAX_AGE = int(SESSION_LIFETIME.total_seconds())
+_HOLDER = "interlock_holder"
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """The credential a connection runs on: a principal's token, and the web session
+    opened with it if any. A revocation or sign-out ends the streams of its holder."""
+
+    principal: str
+    token: str
+    session: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Visitor:
+    """Who is at the web inbox: the principal, the CSRF token of their forms, and the
+    session (None without auth)."""
+
+    principal: Principal
+    csrf: str
+    session: WebSession | None = None
+
+    @property
+    def holder(self) -> Holder | None:
+        s = self.session
+        return Holder(s.principal.name, s.token, s.id) if s is not None else None
 
 
 class Auth:
-    def __init__(self, store: Store, *, enabled: bool, secret_key: str | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        enabled: bool,
+        secret_key: str | None = None,
+        trusted_proxies: Iterable[str] = (),
+    ) -> None:
         self.store = store
         self.enabled = enabled
         self._signer = URLSafeTimedSerializer(secret_key or secrets.token_urlsafe(32), salt="interlock-session")
+        self.trusted_proxies = _networks(trusted_proxies)
 
     async def from_token(self, token: str) -> Principal | None:
-        return await self.store.principal_for_token(hash_token(token))
+        live = await self.store.live_token(hash_token(token))
+        return live.principal if live is not None else None
 
     async def api_principal(self, request: Request) -> Principal:
         """The caller of an API route, from its bearer token."""
@@ -40,42 +85,67 @@ class Auth:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise _unauthorized("send Authorization: Bearer <token>")
-        principal = await self.from_token(token.strip())
-        if principal is None:
+        live = await self.store.live_token(hash_token(token.strip()))
+        if live is None:
             raise _unauthorized("the token is unknown or revoked")
-        return principal
+        setattr(request.state, _HOLDER, Holder(live.principal.name, live.id))
+        return live.principal
+
+    @staticmethod
+    def holder(request: Request) -> Holder | None:
+        """The credential `api_principal` found for this request (None without auth)."""
+        found = getattr(request.state, _HOLDER, None)
+        return found if isinstance(found, Holder) else None
 
     # -- web sessions ---------------------------------------------------------------------
 
-    def session_cookie(self, token: str) -> tuple[str, str]:
-        """A signed cookie value for a signed-in token, and the CSRF token of the session."""
-        csrf = secrets.token_urlsafe(24)
-        return self._signer.dumps({"t": hash_token(token), "c": csrf}), csrf
+    async def sign_in(self, token: str) -> tuple[str, WebSession] | None:
+        """Open a session for a live token: the cookie value (shown once) and the session."""
+        issued = issue_session(datetime.now(UTC))
+        session = await self.store.start_session(hash_token(token), issued)
+        return (issued.secret, session) if session is not None else None
 
-    async def web_session(self, request: Request) -> tuple[Principal, str] | None:
-        """The signed-in principal and the session's CSRF token, or None."""
-        raw = request.cookies.get(SESSION_COOKIE)
+    async def web_session(self, request: Request) -> Visitor | None:
+        """Who is at the web inbox, from the session cookie; None when signed out."""
+        raw = request.cookies.get(SESSION_COOKIE) or ""
         if not self.enabled:
-            csrf = self._read(raw)
-            return ANONYMOUS, (csrf["c"] if csrf else "")
-        data = self._read(raw)
-        if data is None:
+            return Visitor(ANONYMOUS, self._anonymous_csrf(raw))
+        if not raw.startswith(SESSION_PREFIX):
             return None
-        principal = await self.store.principal_for_token(str(data["t"]))  # a revoked token ends the session
-        return (principal, str(data["c"])) if principal is not None else None
+        session = await self.store.get_session(hash_token(raw), datetime.now(UTC))
+        return Visitor(session.principal, session.csrf, session) if session is not None else None
+
+    async def sign_out(self, request: Request) -> WebSession | None:
+        """End the session of the request's cookie, everywhere; the session it ended."""
+        raw = request.cookies.get(SESSION_COOKIE) or ""
+        if not self.enabled or not raw.startswith(SESSION_PREFIX):
+            return None
+        return await self.store.end_session(hash_token(raw))
 
     def anonymous_cookie(self) -> tuple[str, str]:
+        """Without auth: a signed cookie carrying a new CSRF token, and the token."""
         csrf = secrets.token_urlsafe(24)
-        return self._signer.dumps({"t": "", "c": csrf}), csrf
+        return self._signer.dumps({"c": csrf}), csrf
 
-    def _read(self, raw: str | None) -> dict[str, Any] | None:
+    def _anonymous_csrf(self, raw: str) -> str:
         if not raw:
-            return None
+            return ""
         try:
             data = self._signer.loads(raw, max_age=SESSION_MAX_AGE)
         except BadSignature:
-            return None
-        return data if isinstance(data, dict) and "t" in data and "c" in data else None
+            return ""
+        return str(data["c"]) if isinstance(data, dict) and isinstance(data.get("c"), str) else ""
+
+    def secure(self, request: Request) -> bool:
+        """Whether the browser reached us over HTTPS: directly, or through a trusted proxy
+        that says so in X-Forwarded-Proto (its last value: the one that proxy set)."""
+        if request.url.scheme == "https":
+            return True
+        client = request.client.host if request.client is not None else None
+        if client is None or not _trusted(client, self.trusted_proxies):
+            return False
+        forwarded = request.headers.get("x-forwarded-proto", "")
+        return forwarded.rsplit(",", 1)[-1].strip().lower() == "https"
 
 
 def check_csrf(expected: str, given: str | None) -> None:
@@ -85,3 +155,78 @@ def check_csrf(expected: str, given: str | None) -> None:
 
 def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(401, detail=detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+Networks = tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] | None
+
+
+def _networks(entries: Iterable[str]) -> Networks:
+    """The trusted proxies as networks; None for "*" (every peer: only behind a proxy
+    that is the sole way in)."""
+    out = []
+    for entry in entries:
+        entry = entry.strip()
+        if entry == "*":
+            return None
+        try:
+            out.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise ValueError(f"{entry!r} is not an IP address or network (CIDR) of a trusted proxy") from None
+    return tuple(out)
+
+
+def _trusted(client: str, networks: Networks) -> bool:
+    if networks is None:
+        return True
+    try:
+        address = ipaddress.ip_address(client)
+    except ValueError:
+        return False
+    return any(address in network for network in networks)
+
+
+# -- no-auth mode: this machine only -------------------------------------------------------
+
+_DEFAULT_PORT = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
+def _split_host(host: str) -> tuple[str, int | None] | None:
+    """A Host header's name and port; None when it is not one."""
+    try:
+        parts = urlsplit(f"//{host}")
+        return (parts.hostname or "", parts.port)
+    except ValueError:
+        return None
+
+
+def loopback_host(host: str | None) -> bool:
+    """Whether a Host header names this machine: localhost, or a loopback address such as
+    127.0.0.1 or [::1], with any port. A rebound DNS name (evil.example) is not one."""
+    split = _split_host(host or "")
+    if split is None or not split[0]:
+        return False
+    name = split[0].lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def same_origin(origin: str, scheme: str, host: str) -> bool:
+    """Whether an Origin header is this server's own origin (`scheme://host`)."""
+    try:
+        parts = urlsplit(origin)
+        given = (parts.scheme.lower(), (parts.hostname or "").lower(), parts.port)
+    except ValueError:
+        return False
+    split = _split_host(host)
+    if split is None or not given[1]:
+        return False
+    default = _DEFAULT_PORT.get(scheme)
+    return (
+        given[0] == scheme
+        and given[1] == split[0].lower()
+        and (given[2] or _DEFAULT_PORT.get(given[0])) == (split[1] or default)
+    )

@@ -158,7 +158,8 @@ class InputResponse(_Strict):
 
 class AnswerBody(_Strict):
     """Answer natively (`answers` by ask id, or `answer` for a request with one ask), or
-    with seed 001's body (`inputResponses`, `reason`, `cancel`)."""
+    with seed 001's body (`inputResponses`, `reason`, `cancel`). The server records the
+    surface (`via`: "api") itself; `cancel` is the requester's, as on `/cancel`."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     answers: dict[str, Any] | None = None
@@ -167,9 +168,6 @@ class AnswerBody(_Strict):
     cancel: bool = False
     reason: str = Field("", description="Kept with the answer and echoed back verbatim.")
     by: str | None = Field(None, description="Who answers; only honoured by a server without auth.")
-    via: str = Field(
-        "api", pattern=r"^[a-z][a-z0-9_-]{0,31}$", description="The surface the person answered on (web, cli, ...)."
-    )
 
 
 class BatchItem(AnswerBody):
@@ -213,7 +211,7 @@ class InformBody(_Strict):
     message: str
     to: str | None = None
     session: str | None = None
-    agent: str | None = None
+    agent: str | None = Field(None, description="Only honoured by a server without auth: else the calling agent.")
     run: str | None = None
     data: dict[str, Any] | None = None
 

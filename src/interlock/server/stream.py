@@ -4,6 +4,11 @@ One task per server process follows the broker's event log and offers each event
 subscriber's bounded queue. A subscriber that falls `queue_size` events behind is dropped
 with a reason instead of slowing the others; it reconnects with `Last-Event-ID` and the
 missed events are replayed from the store.
+
+A subscriber opened with a credential (`Holder`) ends when the event log says the
+credential is gone: a `token_revoked` event ends the streams of those tokens, a
+`signed_out` event those of that web session. Every node follows the same log, so a
+revocation made anywhere (the CLI on another machine, say) ends the streams on all nodes.
 """
 
 from __future__ import annotations
@@ -12,20 +17,26 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
 
 from ..broker import Broker
 from ..model import Event
+from .auth import Holder
 
-__all__ = ["Hub", "Subscriber"]
+__all__ = ["ACCESS_EVENTS", "Hub", "Subscriber"]
 
 log = logging.getLogger("interlock.server")
 
+ACCESS_EVENTS = frozenset({"token_revoked", "signed_out"})
+"""Events about credentials, not requests: they end streams and are shown to no principal."""
+
 
 class Subscriber:
-    def __init__(self, hub: Hub, accept: Callable[[Event], bool], queue_size: int) -> None:
+    def __init__(self, hub: Hub, accept: Callable[[Event], bool], queue_size: int, holder: Holder | None) -> None:
         self.hub = hub
         self.accept = accept
+        self.holder = holder
         self.queue: asyncio.Queue[Event] = asyncio.Queue(queue_size)
         self.dropped: str | None = None
         self.wakeup = asyncio.Event()
@@ -38,6 +49,14 @@ class Subscriber:
         except asyncio.QueueFull:
             self.dropped = f"fell more than {self.queue.maxsize} events behind; reconnect with Last-Event-ID"
             self.hub.unsubscribe(self)
+        self.wakeup.set()
+
+    def end(self, reason: str) -> None:
+        """Stop now: what is queued is not sent (the credential is gone)."""
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.dropped = reason
+        self.hub.unsubscribe(self)
         self.wakeup.set()
 
     async def next(self) -> Event | None:
@@ -89,6 +108,8 @@ class Hub:
             try:
                 async for event in self.broker.events(after=after, follow=True):
                     after = event.id
+                    if event.type in ACCESS_EVENTS:
+                        self.end_streams(event.type, event.data)
                     for hook in self.on_event:
                         hook(event)
                     for sub in list(self.subscribers):
@@ -99,24 +120,53 @@ class Hub:
             except Exception:
                 log.exception("following the event log failed; resuming after event %s", after)
 
-    def subscribe(self, accept: Callable[[Event], bool]) -> Subscriber:
-        sub = Subscriber(self, accept, self.queue_size)
+    def subscribe(self, accept: Callable[[Event], bool], holder: Holder | None = None) -> Subscriber:
+        sub = Subscriber(self, accept, self.queue_size, holder)
         self.subscribers.add(sub)
         return sub
+
+    def end_streams(self, type_: str, data: Mapping[str, Any]) -> None:
+        """End the streams whose credential a `token_revoked` or `signed_out` event
+        (its type and data) names; this node may call it early for its own sign-outs."""
+        principal = data.get("principal")
+        tokens = set(data.get("tokens") or ()) if type_ == "token_revoked" else set()
+        every = type_ == "token_revoked" and data.get("all") is True
+        session = data.get("session") if type_ == "signed_out" else None
+        for sub in list(self.subscribers):
+            holder = sub.holder
+            if holder is None or holder.principal != principal:
+                continue
+            if every or holder.token in tokens:
+                sub.end("the token was revoked")
+            elif session is not None and holder.session == session:
+                sub.end("signed out")
 
     def unsubscribe(self, sub: Subscriber) -> None:
         self.subscribers.discard(sub)
 
-    async def replay_then_follow(self, accept: Callable[[Event], bool], after: int | None) -> AsyncIterator[Event]:
+    async def replay_then_follow(
+        self,
+        accept: Callable[[Event], bool],
+        after: int | None,
+        *,
+        holder: Holder | None = None,
+        still_valid: Callable[[], Awaitable[bool]] | None = None,
+    ) -> AsyncIterator[Event]:
         """Events after `after` from the store, then live ones: each once, in order.
 
-        With `after` None, only events from now on.
+        With `after` None, only events from now on. With a `holder`, the stream ends when
+        its credential is revoked; `still_valid` is asked once after subscribing, so a
+        revocation committed between the caller's check and the subscription counts too.
         """
-        sub = self.subscribe(accept)  # first, so nothing committed from here on is missed
+        sub = self.subscribe(accept, holder)  # first, so nothing committed from here on is missed
         try:
+            if still_valid is not None and not await still_valid():
+                sub.end("the token was revoked")
             seen = 0
-            if after is not None:
+            if after is not None and sub.dropped is None:
                 async for event in self.broker.events(after=after):
+                    if sub.dropped is not None:
+                        break
                     seen = event.id
                     if accept(event):
                         yield event

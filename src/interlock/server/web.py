@@ -1,8 +1,9 @@
 """The web inbox: a person's pending requests, answered from the browser.
 
 Server-rendered HTML (Jinja2, autoescaped) with a little JavaScript and no build step.
-A person signs in by pasting a token; the session is a signed cookie (`auth.Auth`), and
-every form carries the session's CSRF token. Agents cannot sign in: only people answer.
+A person signs in by pasting a token; the session lives in the store and the cookie holds
+only its random secret (`auth.Auth`); every form carries the session's CSRF token. Signing
+out ends the session on the server. Agents cannot sign in: only people answer.
 
 The page follows `/inbox/stream`, server-sent events of the requests to the person, and
 on each one fetches the request's card from `/inbox/requests/{id}`, so a card is rendered
@@ -35,7 +36,7 @@ from ..model import Answers, Ask, Choice, Confirm, Event, Form, MultiChoice, Opt
 from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer
 from .app import can_see
-from .auth import SESSION_COOKIE, SESSION_MAX_AGE, check_csrf
+from .auth import SESSION_COOKIE, SESSION_MAX_AGE, Holder, check_csrf
 from .stream import Dropped
 
 if TYPE_CHECKING:
@@ -429,6 +430,8 @@ class Session:
     csrf: str
     new_cookie: str | None = None
     """Set when auth is off and the browser has no cookie yet: it carries the CSRF token."""
+    holder: Holder | None = None
+    """The token and session it runs on (None without auth): their end ends its streams."""
 
 
 def install_web(app: FastAPI, state: _State) -> None:
@@ -443,13 +446,12 @@ def _router(state: _State, templates: Jinja2Templates) -> APIRouter:
 
     async def session(http: HttpRequest) -> Session | None:
         found = await auth.web_session(http)
-        if found is None or found[0].kind == "agent":
+        if found is None or found.principal.kind == "agent":
             return None
-        principal, csrf = found
-        if not csrf:
+        if not found.csrf:
             cookie, csrf = auth.anonymous_cookie()
-            return Session(principal, csrf, cookie)
-        return Session(principal, csrf)
+            return Session(found.principal, csrf, cookie)
+        return Session(found.principal, found.csrf, holder=found.holder)
 
     def page(
         http: HttpRequest, name: str, context: dict[str, Any], status: int = 200, who: Session | None = None
@@ -463,7 +465,7 @@ def _router(state: _State, templates: Jinja2Templates) -> APIRouter:
             headers=_SECURITY_HEADERS,
         )
         if who is not None and who.new_cookie is not None:
-            _set_cookie(http, response, SESSION_COOKIE, who.new_cookie, SESSION_MAX_AGE, "lax", "/")
+            _set_cookie(http, response, SESSION_COOKIE, who.new_cookie, SESSION_MAX_AGE, "lax", "/", auth.secure(http))
         return response
 
     def fragment_wanted(http: HttpRequest) -> bool:
@@ -522,7 +524,7 @@ def _router(state: _State, templates: Jinja2Templates) -> APIRouter:
     def signin_page(http: HttpRequest, error: str = "", status: int = 200) -> HTMLResponse:
         csrf = secrets.token_urlsafe(24)
         response = page(http, "signin.html", {"error": error, "signin_csrf": csrf}, status)
-        _set_cookie(http, response, SIGNIN_COOKIE, csrf, 3600, "strict", "/signin")
+        _set_cookie(http, response, SIGNIN_COOKIE, csrf, 3600, "strict", "/signin", auth.secure(http))
         return response
 
     @router.post("/signin", response_class=HTMLResponse)
@@ -540,9 +542,11 @@ def _router(state: _State, templates: Jinja2Templates) -> APIRouter:
             return signin_page(http, "That token is unknown or has been revoked.", 401)
         if principal.kind == "agent":
             return signin_page(http, "That is an agent's token. Only people answer requests: use your own.", 403)
-        value, _ = auth.session_cookie(token)
+        started = await auth.sign_in(token)
+        if started is None:  # revoked in the meantime
+            return signin_page(http, "That token is unknown or has been revoked.", 401)
         response = RedirectResponse(http.url_for("inbox"), status_code=303)
-        _set_cookie(http, response, SESSION_COOKIE, value, SESSION_MAX_AGE, "lax", "/")
+        _set_cookie(http, response, SESSION_COOKIE, started[0], SESSION_MAX_AGE, "lax", "/", auth.secure(http))
         response.delete_cookie(SIGNIN_COOKIE, path="/signin")
         return response
 
@@ -556,7 +560,10 @@ def _router(state: _State, templates: Jinja2Templates) -> APIRouter:
                 return refusal(http, 403, str(exc.detail), who)
         response = RedirectResponse(http.url_for("signin" if auth.enabled else "inbox"), status_code=303)
         if auth.enabled:
-            response.delete_cookie(SESSION_COOKIE, path="/")
+            ended = await auth.sign_out(http)  # on the server: the old cookie opens nothing any more
+            if ended is not None:  # this node's streams end now; other nodes' when they read the event
+                state.hub.end_streams("signed_out", {"principal": ended.principal.name, "session": ended.id})
+            response.delete_cookie(SESSION_COOKIE, path="/", secure=auth.secure(http), httponly=True, samesite="lax")
         return response
 
     @router.get("/inbox/stream", name="inbox_stream")
@@ -571,10 +578,17 @@ def _router(state: _State, templates: Jinja2Templates) -> APIRouter:
         def accept(event: Event) -> bool:
             return event.type in _INBOX_EVENTS and _for_inbox(principal, event)
 
+        async def still_valid() -> bool:
+            return await session(http) is not None
+
         async def generate() -> AsyncIterator[ServerSentEvent]:
             yield ServerSentEvent(comment="connected", retry=2000)
             try:
-                async for event in state.hub.replay_then_follow(accept, start):
+                holder = who.holder
+                follow = state.hub.replay_then_follow(
+                    accept, start, holder=holder, still_valid=still_valid if holder is not None else None
+                )
+                async for event in follow:
                     data = {"id": event.id, "type": event.type, "request_id": event.request_id}
                     yield ServerSentEvent(data=json.dumps(data), event=event.type, id=str(event.id))
             except Dropped as exc:
@@ -611,8 +625,10 @@ def _router(state: _State, templates: Jinja2Templates) -> APIRouter:
             request = await broker.get(request_id)
         except NotFound:
             return refusal(http, 404, "There is no such request.", who)
+        if not mine(who, request):  # the same answer as the API's: it exists, and it is not yours
+            return refusal(http, 403, "This request is not in your inbox.", who)
         if not can_answer(who.principal, request):
-            return refusal(http, 403, f"Only {request.to or 'its recipient'} may answer this request.", who)
+            return refusal(http, 403, "You may not answer this request.", who)
         action = values.get("action", "answer")
         comment = values.get("comment").strip()
         by = who.principal.name
@@ -687,13 +703,6 @@ def _set_cookie(
     max_age: int,
     samesite: Literal["lax", "strict"],
     path: str,
+    secure: bool,
 ) -> None:
-    response.set_cookie(
-        name,
-        value,
-        max_age=max_age,
-        path=path,
-        httponly=True,
-        samesite=samesite,
-        secure=http.url.scheme == "https",
-    )
+    response.set_cookie(name, value, max_age=max_age, path=path, httponly=True, samesite=samesite, secure=secure)

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from ..model import Event, Request, Response, Status
-from ..principals import IssuedToken, Principal
+from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
 
 __all__ = ["Query", "Store"]
 
@@ -128,6 +128,31 @@ class Store(Protocol):
         """The principal a live (unrevoked) token belongs to."""
         ...
 
+    async def live_token(self, token_hash: str) -> LiveToken | None:
+        """The id and principal of a live (unrevoked) token."""
+        ...
+
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
-        """Revoke one token by id, or every token of a principal; return how many."""
+        """Revoke one token by id, or every token of a principal; return how many.
+
+        In the same transaction, end the web sessions opened with them and append a
+        `token_revoked` event (`principal`, `tokens`: their ids, `all`: every token of the
+        principal), so every node ends the streams opened with them.
+        """
+        ...
+
+    # -- web sessions (the web inbox's sign-in) -------------------------------------------
+
+    async def start_session(self, token_hash: str, session: IssuedSession) -> WebSession | None:
+        """Store a session opened with the live token of this hash; None if there is none.
+        Sessions past their expiry may be deleted meanwhile."""
+        ...
+
+    async def get_session(self, session_hash: str, now: datetime) -> WebSession | None:
+        """The session of this hash, while unexpired and its token is live."""
+        ...
+
+    async def end_session(self, session_hash: str) -> WebSession | None:
+        """Delete the session and append a `signed_out` event (`principal`, `session`: its
+        id) in the same transaction; return it, or None if there was none."""
         ...

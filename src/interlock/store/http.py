@@ -33,7 +33,8 @@ from ..model import (
     origin_to_dict,
     request_from_dict,
 )
-from ..principals import IssuedToken, Principal
+from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
+from ..redact import redact_url
 from . import Query
 
 __all__ = ["HttpStore"]
@@ -92,7 +93,7 @@ class HttpStore:
         try:
             response = await self.client.request(method, path, json=json, params=params)
         except httpx.TransportError as exc:
-            raise ConnectionError(f"cannot reach the interlock server at {self.base_url}: {exc}") from exc
+            raise ConnectionError(f"cannot reach the interlock server at {redact_url(self.base_url)}: {exc}") from exc
         if response.status_code in (401, 403):
             raise Forbidden(_detail(response), status=response.status_code)
         return response
@@ -121,7 +122,7 @@ class HttpStore:
                             self._received(_event(json.loads(sse.data)))
                             callback()
                 except (httpx.HTTPError, ValueError) as exc:
-                    log.debug("event stream from %s dropped (%s); reconnecting", self.base_url, exc)
+                    log.debug("event stream from %s dropped (%s); reconnecting", redact_url(self.base_url), exc)
                 finally:
                     self._streaming = False
                 callback()  # while disconnected, changes() reads the log over HTTP
@@ -170,9 +171,8 @@ class HttpStore:
         response = request.response or Response(at=request.created_at)
         path = f"/requests/{request.id}"
         if request.status is Status.ANSWERED:
+            # No `via`: the server records the surface itself ("api").
             body = {"answers": dict(response.answers), "reason": response.reason, "by": response.by}
-            if response.via:
-                body["via"] = response.via
             result = await self._call("POST", f"{path}/answer", json=body)
         elif request.status is Status.REJECTED:
             result = await self._call("POST", f"{path}/reject", json={"reason": response.reason})
@@ -281,7 +281,19 @@ class HttpStore:
     async def principal_for_token(self, token_hash: str) -> Principal | None:
         raise _server_side()
 
+    async def live_token(self, token_hash: str) -> LiveToken | None:
+        raise _server_side()
+
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
+        raise _server_side()
+
+    async def start_session(self, token_hash: str, session: IssuedSession) -> WebSession | None:
+        raise _server_side()
+
+    async def get_session(self, session_hash: str, now: datetime) -> WebSession | None:
+        raise _server_side()
+
+    async def end_session(self, session_hash: str) -> WebSession | None:
         raise _server_side()
 
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..model import Event, Request, Response, Status
-from ..principals import IssuedToken, Principal
+from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
 from . import Query
 
 __all__ = ["MemoryStore"]
@@ -43,6 +43,7 @@ class MemoryStore:
         self._tokens: dict[str, IssuedToken] = {}  # by hash
         self._revoked: set[str] = set()  # token ids
         self._unconsumed: OrderedDict[str, Request] = OrderedDict()  # answered, not consumed yet
+        self._sessions: dict[str, tuple[IssuedSession, str]] = {}  # by hash: the session and its token's id
 
     async def open(self) -> None:
         pass
@@ -173,19 +174,60 @@ class MemoryStore:
         self._tokens[token.hash] = token
 
     async def principal_for_token(self, token_hash: str) -> Principal | None:
+        live = await self.live_token(token_hash)
+        return live.principal if live is not None else None
+
+    async def live_token(self, token_hash: str) -> LiveToken | None:
         token = self._tokens.get(token_hash)
         if token is None or token.id in self._revoked:
             return None
-        return self._principals.get(token.principal)
+        principal = self._principals.get(token.principal)
+        return LiveToken(token.id, principal) if principal is not None else None
 
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
-        hits = {
-            t.id
+        hits = sorted(
+            (t.id, t.principal)
             for t in self._tokens.values()
             if t.id not in self._revoked and (t.id == token_id or (principal is not None and t.principal == principal))
-        }
-        self._revoked |= hits
+        )
+        if not hits:
+            return 0
+        ids = [i for i, _ in hits]
+        self._revoked.update(ids)
+        for key, (_, token) in list(self._sessions.items()):
+            if token in self._revoked:
+                del self._sessions[key]
+        data = {"principal": hits[0][1], "tokens": ids, "all": principal is not None}
+        await self.append_event("token_revoked", data)
         return len(hits)
+
+    async def start_session(self, token_hash: str, session: IssuedSession) -> WebSession | None:
+        live = await self.live_token(token_hash)
+        if live is None:
+            return None
+        for key, (old, _) in list(self._sessions.items()):
+            if old.expires_at <= session.created_at:
+                del self._sessions[key]
+        self._sessions[session.hash] = (session, live.id)
+        return WebSession(session.id, live.principal, live.id, session.csrf, session.expires_at)
+
+    async def get_session(self, session_hash: str, now: datetime) -> WebSession | None:
+        found = self._sessions.get(session_hash)
+        if found is None or found[0].expires_at <= now or found[1] in self._revoked:
+            return None
+        session, token_id = found
+        token = next((t for t in self._tokens.values() if t.id == token_id), None)
+        principal = self._principals.get(token.principal) if token is not None else None
+        if principal is None:
+            return None
+        return WebSession(session.id, principal, token_id, session.csrf, session.expires_at)
+
+    async def end_session(self, session_hash: str) -> WebSession | None:
+        ended = await self.get_session(session_hash, datetime.min.replace(tzinfo=UTC))
+        if self._sessions.pop(session_hash, None) is None or ended is None:
+            return None
+        await self.append_event("signed_out", {"principal": ended.principal.name, "session": ended.id})
+        return ended
 
 
 def _matches(r: Request, q: Query) -> bool:

@@ -51,7 +51,8 @@ from ..model import (
     response_from_dict,
     response_to_dict,
 )
-from ..principals import IssuedToken, Principal
+from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
+from ..redact import redact, redact_url
 from . import Query
 from ._sql import FILTERS, encode_json, load_migrations, load_queries, request_from_row
 
@@ -150,7 +151,8 @@ class PostgresStore:
         try:
             await pool.fill(max(self.min_size, 1))
         except (OSError, asyncpg.PostgresError) as exc:
-            raise ConnectionError(f"cannot open the PostgreSQL store at {_safe(self.dsn)}: {exc}") from exc
+            where = redact_url(self.dsn)
+            raise ConnectionError(f"cannot open the PostgreSQL store at {where}: {redact(str(exc))}") from exc
         self._pool = pool
         try:
             await self._migrate()
@@ -426,10 +428,34 @@ class PostgresStore:
         row = await self._query("fetchrow", Q["principal_for_token"], token_hash)
         return Principal(row[0], row[1], row[2]) if row is not None else None
 
+    async def live_token(self, token_hash: str) -> LiveToken | None:
+        row = await self._query("fetchrow", Q["live_token"], token_hash)
+        return LiveToken(row[0], Principal(row[1], row[2], row[3])) if row is not None else None
+
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
-        sql, key = (Q["revoke_token"], token_id) if token_id is not None else (Q["revoke_principal_tokens"], principal)
-        status: str = await self.pool.execute(sql, key, datetime.now(UTC))
-        return int(status.rsplit(" ", 1)[-1])  # "UPDATE n"
+        by_principal = principal if token_id is None else None
+        return int(await self.pool.fetchval(Q["revoke_tokens"], token_id, by_principal, datetime.now(UTC)))
+
+    # -- web sessions ---------------------------------------------------------------------
+
+    async def start_session(self, token_hash: str, session: IssuedSession) -> WebSession | None:
+        await self._query("execute", Q["delete_expired_sessions"], session.created_at)
+        row = await self.pool.fetchrow(
+            Q["start_session"],
+            session.hash,
+            session.id,
+            session.csrf,
+            session.created_at,
+            session.expires_at,
+            token_hash,
+        )
+        return _web_session(row)
+
+    async def get_session(self, session_hash: str, now: datetime) -> WebSession | None:
+        return _web_session(await self._query("fetchrow", Q["get_session"], session_hash, now))
+
+    async def end_session(self, session_hash: str) -> WebSession | None:
+        return _web_session(await self.pool.fetchrow(Q["end_session"], session_hash, datetime.now(UTC)))
 
     # -- events --------------------------------------------------------------------------
 
@@ -611,10 +637,7 @@ def _discard(task: asyncio.Future[Any]) -> None:
         task.result().terminate()
 
 
-def _safe(dsn: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(dsn)
-    netloc = parts.netloc.rsplit("@", 1)
-    if len(netloc) == 2 and ":" in netloc[0]:
-        return urlunsplit(parts._replace(netloc=f"{netloc[0].split(':', 1)[0]}:***@{netloc[1]}"))
-    return dsn
+def _web_session(row: Any) -> WebSession | None:
+    if row is None:
+        return None
+    return WebSession(row[0], Principal(row[1], row[2], row[3]), row[4], row[5], row[6])

@@ -29,7 +29,7 @@ from ..model import (
     request_to_dict,
     response_to_dict,
 )
-from ..principals import IssuedToken, Principal
+from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
 from . import Query
 from ._sql import FILTERS, encode_json, load_migrations, load_queries, request_from_row
 from ._wakeup import Wakeup
@@ -332,13 +332,73 @@ class SqliteStore:
         rows = await self._read(Q["principal_for_token"], {"hash": token_hash})
         return Principal(*rows[0]) if rows else None
 
+    async def live_token(self, token_hash: str) -> LiveToken | None:
+        rows = await self._read(Q["live_token"], {"hash": token_hash})
+        return LiveToken(rows[0][0], Principal(*rows[0][1:])) if rows else None
+
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
         now = _us(_now())
-        if token_id is not None:
-            sql, params = Q["revoke_token"], {"id": token_id, "now": now}
-        else:
-            sql, params = Q["revoke_principal_tokens"], {"principal": principal, "now": now}
-        return await self._write(lambda db: db.execute(sql, params).rowcount, notify=False)
+
+        def revoke(db: sqlite3.Connection) -> int:
+            if token_id is not None:
+                live = db.execute(Q["live_tokens_by_id"], {"id": token_id}).fetchall()
+                db.execute(Q["revoke_token"], {"id": token_id, "now": now})
+            else:
+                live = db.execute(Q["live_tokens_by_principal"], {"principal": principal}).fetchall()
+                db.execute(Q["revoke_principal_tokens"], {"principal": principal, "now": now})
+            if not live:
+                return 0
+            for token, _ in live:
+                db.execute(Q["end_token_sessions"], {"token": token})
+            data = {"principal": live[0][1], "tokens": [t for t, _ in live], "all": token_id is None}
+            db.execute(
+                Q["insert_event"], {"type": "token_revoked", "request_id": None, "at": now, "data": encode_json(data)}
+            )
+            return len(live)
+
+        return await self._write(revoke)
+
+    # -- web sessions ---------------------------------------------------------------------
+
+    def _session(self, db: sqlite3.Connection, session_hash: str, now: datetime) -> WebSession | None:
+        row = db.execute(Q["get_session"], {"hash": session_hash, "now": _us(now)}).fetchone()
+        if row is None:
+            return None
+        session_id, name, kind, owner, token, csrf, expires_at = row
+        return WebSession(session_id, Principal(name, kind, owner), token, csrf, _from_us(expires_at))
+
+    async def start_session(self, token_hash: str, session: IssuedSession) -> WebSession | None:
+        row = {
+            "hash": session.hash,
+            "id": session.id,
+            "csrf": session.csrf,
+            "created_at": _us(session.created_at),
+            "expires_at": _us(session.expires_at),
+            "token_hash": token_hash,
+        }
+
+        def start(db: sqlite3.Connection) -> WebSession | None:
+            db.execute(Q["delete_expired_sessions"], {"now": row["created_at"]})
+            if db.execute(Q["insert_session"], row).rowcount != 1:
+                return None
+            return self._session(db, session.hash, session.created_at)
+
+        return await self._write(start, notify=False)
+
+    async def get_session(self, session_hash: str, now: datetime) -> WebSession | None:
+        db = self.db
+        return await self._retry(lambda: self._session(db, session_hash, now))
+
+    async def end_session(self, session_hash: str) -> WebSession | None:
+        def end(db: sqlite3.Connection) -> WebSession | None:
+            ended = self._session(db, session_hash, datetime.fromtimestamp(0, UTC))
+            if db.execute(Q["delete_session"], {"hash": session_hash}).rowcount != 1 or ended is None:
+                return None
+            data = encode_json({"principal": ended.principal.name, "session": ended.id})
+            db.execute(Q["insert_event"], {"type": "signed_out", "request_id": None, "at": _us(_now()), "data": data})
+            return ended
+
+        return await self._write(end)
 
     # -- events --------------------------------------------------------------------------
 

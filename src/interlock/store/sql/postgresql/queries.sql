@@ -76,14 +76,35 @@ INSERT INTO tokens (id, hash, principal, created_at) VALUES ($1, $2, $3, $4);
 SELECT p.name, p.kind, p.owner FROM tokens t JOIN principals p ON p.name = t.principal
 WHERE t.hash = $1 AND t.revoked_at IS NULL;
 
--- name: revoke_token
-UPDATE tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL;
-
--- name: revoke_principal_tokens
-UPDATE tokens SET revoked_at = $2 WHERE principal = $1 AND revoked_at IS NULL;
-
 -- name: listen
 LISTEN interlock;
 
 -- name: ping
 SELECT 1;
+
+-- name: live_token
+SELECT t.id, p.name, p.kind, p.owner FROM tokens t JOIN principals p ON p.name = t.principal
+WHERE t.hash = $1 AND t.revoked_at IS NULL;
+
+-- name: revoke_tokens
+SELECT interlock_revoke_tokens($1, $2, $3);
+
+-- name: delete_expired_sessions
+DELETE FROM sessions WHERE expires_at <= $1;
+
+-- name: start_session
+WITH made AS (
+    INSERT INTO sessions (hash, id, token, csrf, created_at, expires_at)
+    SELECT $1, $2, t.id, $3, $4, $5 FROM tokens t WHERE t.hash = $6 AND t.revoked_at IS NULL
+    RETURNING id, token, csrf, expires_at
+)
+SELECT m.id, p.name, p.kind, p.owner, m.token, m.csrf, m.expires_at
+FROM made m JOIN tokens t ON t.id = m.token JOIN principals p ON p.name = t.principal;
+
+-- name: get_session
+SELECT s.id, p.name, p.kind, p.owner, s.token, s.csrf, s.expires_at
+FROM sessions s JOIN tokens t ON t.id = s.token JOIN principals p ON p.name = t.principal
+WHERE s.hash = $1 AND s.expires_at > $2 AND t.revoked_at IS NULL;
+
+-- name: end_session
+SELECT id, principal, kind, owner, token, csrf, expires_at FROM interlock_end_session($1, $2);

@@ -72,3 +72,32 @@ SELECT EXISTS (SELECT 1 FROM principals);
 -- name: consume_request
 UPDATE requests SET consumed_at = :at, consumed_by = :by
 WHERE id = :id AND status = 'answered' AND consumed_at IS NULL;
+
+-- name: live_token
+SELECT t.id, p.name, p.kind, p.owner FROM tokens t JOIN principals p ON p.name = t.principal
+WHERE t.hash = :hash AND t.revoked_at IS NULL;
+
+-- name: live_tokens_by_id
+SELECT id, principal FROM tokens WHERE id = :id AND revoked_at IS NULL;
+
+-- name: live_tokens_by_principal
+SELECT id, principal FROM tokens WHERE principal = :principal AND revoked_at IS NULL ORDER BY id;
+
+-- name: end_token_sessions
+DELETE FROM sessions WHERE token = :token;
+
+-- name: delete_expired_sessions
+DELETE FROM sessions WHERE expires_at <= :now;
+
+-- name: insert_session
+INSERT INTO sessions (hash, id, token, csrf, created_at, expires_at)
+SELECT :hash, :id, t.id, :csrf, :created_at, :expires_at FROM tokens t
+WHERE t.hash = :token_hash AND t.revoked_at IS NULL;
+
+-- name: get_session
+SELECT s.id, p.name, p.kind, p.owner, s.token, s.csrf, s.expires_at
+FROM sessions s JOIN tokens t ON t.id = s.token JOIN principals p ON p.name = t.principal
+WHERE s.hash = :hash AND s.expires_at > :now AND t.revoked_at IS NULL;
+
+-- name: delete_session
+DELETE FROM sessions WHERE hash = :hash;

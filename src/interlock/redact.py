@@ -1,0 +1,65 @@
+"""Keep credentials out of messages, banners and logs.
+
+A store URL may carry a password (`postgresql://user:password@host/db`, or `?password=`),
+a server URL a token (`?token=`), and a message may quote a token given on the command
+line. Everything interlock prints or logs about a URL goes through `redact_url` (or, for
+free text such as a driver's error, `redact`), which shows `***` in their place and keeps
+the rest readable. `RedactingFilter` does the same to every record of a log handler.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+__all__ = ["MASK", "RedactingFilter", "redact", "redact_url"]
+
+MASK = "***"
+SECRET_PARAMETERS = frozenset({"password", "sslpassword", "token", "access_token", "secret", "secret_key"})
+"""Query parameters whose values are credentials, in any store or server URL."""
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+_TOKEN = re.compile(r"\b(ils?_[0-9a-f]{8,16})_[A-Za-z0-9_-]{16,}")
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password and secret query parameters shown as `***`."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return _TOKEN.sub(rf"\1_{MASK}", url)
+    netloc = parts.netloc
+    userinfo, at, host = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        netloc = f"{userinfo.split(':', 1)[0]}:{MASK}@{host}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(name.lower() in SECRET_PARAMETERS for name, _ in pairs):
+            masked = [(name, MASK if name.lower() in SECRET_PARAMETERS else value) for name, value in pairs]
+            query = urlencode(masked, safe="*")
+    if (netloc, query) == (parts.netloc, parts.query):
+        return _TOKEN.sub(rf"\1_{MASK}", url)
+    return _TOKEN.sub(rf"\1_{MASK}", urlunsplit(parts._replace(netloc=netloc, query=query)))
+
+
+def redact(text: str) -> str:
+    """`text` with every URL in it redacted, and every interlock token or session secret
+    cut to its public id (`il_1a2b3c4d_***`)."""
+    return _TOKEN.sub(rf"\1_{MASK}", _URL.sub(lambda m: redact_url(m.group(0)), text))
+
+
+class RedactingFilter(logging.Filter):
+    """A log filter that redacts each record's message (and its exception text) in place."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = redact(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        return True

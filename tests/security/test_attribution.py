@@ -1,0 +1,166 @@
+"""Who may do what, and what the record says: only the requester cancels (whichever route),
+an update's agent is the calling agent, the web refusal names nobody, a request goes only
+to someone who exists, and the surface (`via`) is the server's to record."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+import interlock
+from interlock.principals import Principal, issue_token
+
+pytestmark = pytest.mark.anyio
+BOUND = 10
+APPROVAL = {"kind": "approval", "asks": [{"type": "confirm", "id": "ok", "prompt": "Deploy?"}]}
+
+
+@dataclass
+class World:
+    db: str
+    tokens: dict[str, str]
+    serve: Callable[..., AbstractContextManager[str]]
+
+
+async def add_people(db: str) -> dict[str, str]:
+    tokens = {}
+    async with interlock.connect(db) as broker:
+        for principal in (
+            Principal("alice", "human"),
+            Principal("bob", "human"),
+            Principal("alice-bot", "agent", owner="alice"),
+            Principal("bob-bot", "agent", owner="bob"),
+        ):
+            await broker.store.save_principal(principal)
+            token = issue_token(principal.name, datetime.now(UTC))
+            await broker.store.save_token(token)
+            tokens[principal.name] = token.secret
+    return tokens
+
+
+@pytest.fixture
+def world(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> World:
+    db = f"sqlite:///{tmp_path / 'who.db'}"
+    return World(db, anyio.run(add_people, db), serve)
+
+
+@pytest.fixture
+def base(world: World) -> Iterator[str]:
+    with world.serve(world.db, auth=True) as url:
+        yield url
+
+
+@pytest.fixture
+async def clients(world: World, base: str) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
+    made = {
+        who: httpx.AsyncClient(base_url=f"{base}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=BOUND)
+        for who, token in world.tokens.items()
+    }
+    yield made
+    for client in made.values():
+        await client.aclose()
+
+
+async def ask_alice(clients: dict[str, httpx.AsyncClient]) -> dict[str, Any]:
+    made = await clients["alice-bot"].post("/requests", json=APPROVAL)
+    assert made.status_code == 201, made.text
+    return dict(made.json())
+
+
+async def test_the_recipient_cannot_cancel_through_the_answer_route(clients: dict[str, httpx.AsyncClient]) -> None:
+    request = await ask_alice(clients)
+    path = f"/requests/{request['id']}"
+    for who in ("alice", "bob"):
+        refused = await clients[who].post(f"{path}/answer", json={"cancel": True})
+        assert (refused.status_code, refused.json()["code"]) == (403, "forbidden"), who
+        batch = await clients[who].post("/answers", json={"items": [{"id": request["id"], "cancel": True}]})
+        assert batch.json()[0]["error"]["code"] == "forbidden"
+    assert (await clients["alice"].get(path)).json()["status"] == "pending"
+
+    withdrawn = await clients["alice-bot"].post(f"{path}/answer", json={"cancel": True, "reason": "not needed"})
+    assert withdrawn.status_code == 200, withdrawn.text
+    response = withdrawn.json()["response"]
+    assert (withdrawn.json()["status"], response["by"], response["via"]) == ("cancelled", "alice-bot", "api")
+
+
+async def test_an_agent_cannot_inform_as_another_agent(world: World, clients: dict[str, httpx.AsyncClient]) -> None:
+    sent = await clients["alice-bot"].post("/inform", json={"message": "halfway", "agent": "bob-bot"})
+    assert sent.status_code == 201
+    assert (sent.json()["data"]["agent"], sent.json()["data"]["by"]) == ("alice-bot", "alice-bot")
+    human = await clients["alice"].post("/inform", json={"message": "note to self", "to": "alice", "agent": "bob-bot"})
+    assert human.json()["data"]["agent"] is None  # a person is no agent
+
+    with world.serve(world.db, auth=False) as url:  # without auth, the caller is the operator: it names the agent
+        async with httpx.AsyncClient(base_url=f"{url}/api/v1", timeout=BOUND) as local:
+            sent = await local.post("/inform", json={"message": "hi", "agent": "indexer"})
+            assert sent.json()["data"]["agent"] == "indexer"
+
+
+async def test_the_web_refusal_does_not_name_the_recipient(world: World, base: str) -> None:
+    async with interlock.connect(world.db) as broker:
+        request = await broker.create(interlock.Text("Which branch?"), to="alice", requester="alice-bot")
+    async with httpx.AsyncClient(base_url=base, timeout=BOUND) as browser:
+        form = await browser.get("/signin")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf is not None
+        await browser.post("/signin", data={"token": world.tokens["bob"], "csrf": csrf[1]})
+        page = await browser.get("/")
+        session_csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert session_csrf is not None
+        for refused in (
+            await browser.get(f"/inbox/requests/{request.id}"),
+            await browser.post(f"/inbox/requests/{request.id}", data={"a0": "main", "csrf": session_csrf[1]}),
+        ):
+            assert refused.status_code == 403
+            assert "alice" not in refused.text
+        # Beyond what the API says: a request that does not exist is 404 there too.
+        assert (await browser.get("/inbox/requests/01a00000000000000000000000000000")).status_code == 404
+
+
+async def test_a_request_to_nobody_known_is_refused_unless_recipients_are_open(
+    world: World, clients: dict[str, httpx.AsyncClient]
+) -> None:
+    refused = await clients["alice-bot"].post("/requests", json={**APPROVAL, "to": "mallory"})
+    assert (refused.status_code, refused.json()["code"]) == (422, "invalid_request")
+    assert "mallory" in refused.json()["detail"]
+    assert (await clients["alice-bot"].get("/requests")).json()["items"] == []  # nothing was stored
+    assert (await clients["alice-bot"].post("/requests", json={**APPROVAL, "to": "bob"})).status_code == 201
+
+    headers = {"Authorization": f"Bearer {world.tokens['alice-bot']}"}
+    with world.serve(world.db, auth=True, open_recipients=True) as url:
+        async with httpx.AsyncClient(base_url=f"{url}/api/v1", headers=headers, timeout=BOUND) as opened:
+            assert (await opened.post("/requests", json={**APPROVAL, "to": "mallory"})).status_code == 201
+    with world.serve(world.db, auth=False) as url:
+        async with httpx.AsyncClient(base_url=f"{url}/api/v1", timeout=BOUND) as local:
+            assert (await local.post("/requests", json={**APPROVAL, "to": "anyone"})).status_code == 201
+
+
+async def test_the_surface_is_recorded_by_the_server_never_taken_from_the_body(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
+    request = await ask_alice(clients)
+    claimed = await clients["alice"].post(f"/requests/{request['id']}/answer", json={"answer": True, "via": "web"})
+    assert (claimed.status_code, claimed.json()["code"]) == (422, "invalid_request")
+    answered = await clients["alice"].post(f"/requests/{request['id']}/answer", json={"answer": True})
+    assert answered.json()["response"]["via"] == "api"
+
+    other = await ask_alice(clients)
+    cancelled = await clients["alice-bot"].post(f"/requests/{other['id']}/cancel", json={})
+    assert cancelled.json()["response"]["via"] == "api"  # not "python": a cancel says where it came from
+
+
+async def test_a_cancel_in_python_records_the_surface_it_is_given() -> None:
+    async with interlock.connect("memory://") as broker:
+        request = await broker.create(interlock.Confirm("Go?"))
+        assert await broker.cancel(request.id, "changed my mind", by="ops", via="slack")
+        cancelled = await broker.get(request.id)
+        assert cancelled.response is not None and (cancelled.response.by, cancelled.response.via) == ("ops", "slack")

@@ -1,0 +1,256 @@
+"""Revoking a token ends the streams it opened: the API's event stream and the web inbox's,
+on every node, whoever revokes it (the CLI in another process, on another machine)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from httpx_sse import ServerSentEvent, aconnect_sse
+
+import interlock
+from interlock.principals import Principal, issue_token
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+BOUND = 20
+INTERLOCK = [sys.executable, "-m", "interlock"]
+APPROVAL = {"kind": "approval", "asks": [{"type": "confirm", "id": "ok", "prompt": "Deploy?"}]}
+
+
+@dataclass
+class People:
+    """Tokens by name; alice has two (`alice` and `alice-2`), so one can outlive the other."""
+
+    tokens: dict[str, str]
+    ids: dict[str, str]
+
+
+async def add_people(db: str) -> People:
+    people = People({}, {})
+    async with interlock.connect(db) as broker:
+        for principal in (Principal("alice", "human"), Principal("bob", "human"), Principal("bot", "agent", "alice")):
+            await broker.store.save_principal(principal)
+        for key, name in (("alice", "alice"), ("alice-2", "alice"), ("bob", "bob"), ("bot", "bot")):
+            token = issue_token(name, datetime.now(UTC))
+            await broker.store.save_token(token)
+            people.tokens[key], people.ids[key] = token.secret, token.id
+    return people
+
+
+async def sign_in(client: httpx.AsyncClient, token: str) -> None:
+    """Sign in to the web inbox as a browser would; the client keeps the session cookie."""
+    form = await client.get("/signin")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+    assert csrf is not None, form.text
+    done = await client.post("/signin", data={"token": token, "csrf": csrf[1]})
+    assert done.status_code == 303, done.text
+    assert (await client.get("/")).status_code == 200
+
+
+class Stream:
+    """An open server-sent-event stream read in the background until the server ends it."""
+
+    def __init__(self) -> None:
+        self.events: list[ServerSentEvent] = []
+        self.read = 0
+        self.ended = anyio.Event()
+        self.received = anyio.Event()
+
+    async def run(self, client: httpx.AsyncClient, url: str, params: dict[str, Any]) -> None:
+        try:
+            async with aconnect_sse(client, "GET", url, params=params) as source:
+                assert source.response.status_code == 200
+                async for sse in source.aiter_sse():
+                    if sse.event not in ("", "message"):  # not the opening comment
+                        self.events.append(sse)
+                        self.received.set()
+                        self.received = anyio.Event()
+        finally:
+            self.ended.set()
+
+    async def next_event(self) -> ServerSentEvent:
+        """The next event not read yet, waiting for it if need be."""
+        with anyio.fail_after(BOUND):
+            while len(self.events) == self.read:
+                await self.received.wait()
+        self.read += 1
+        return self.events[self.read - 1]
+
+    @property
+    def kinds(self) -> list[str]:
+        return [e.event for e in self.events]
+
+
+async def revoke(db: str, what: str) -> None:
+    """`interlock token revoke` in a process of its own."""
+    done = await anyio.run_process([*INTERLOCK, "token", "revoke", what, "--db", db], check=False)
+    assert done.returncode == 0, done.stderr.decode()
+
+
+def api(base: str, token: str) -> httpx.AsyncClient:
+    headers = {"Authorization": f"Bearer {token}"}
+    return httpx.AsyncClient(base_url=base, headers=headers, timeout=httpx.Timeout(BOUND, read=None))
+
+
+async def last_event_id(client: httpx.AsyncClient) -> int:
+    return int((await client.get("/api/v1/events", params={"limit": 0})).json()["last_event_id"])
+
+
+@pytest.fixture
+def sqlite_world(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
+) -> Iterator[tuple[str, str, People]]:
+    db = f"sqlite:///{tmp_path / 'revoke.db'}"
+    people = anyio.run(add_people, db)
+    with serve(db, auth=True, keepalive=1.0) as base:
+        yield base, db, people
+
+
+async def test_revoking_a_token_in_another_process_ends_the_streams_it_opened_and_only_those(
+    sqlite_world: tuple[str, str, People],
+) -> None:
+    base, db, people = sqlite_world
+    async with (
+        api(base, people.tokens["alice"]) as alice,
+        api(base, people.tokens["alice-2"]) as alice_2,
+        api(base, people.tokens["bot"]) as bot,
+        api(base, people.tokens["bob"]) as bob,
+        httpx.AsyncClient(base_url=base, timeout=httpx.Timeout(BOUND, read=None)) as browser,
+        anyio.create_task_group() as tg,
+    ):
+        await sign_in(browser, people.tokens["alice"])  # a web session on the token to be revoked
+        start = await last_event_id(alice)
+        doomed, web, kept = Stream(), Stream(), Stream()
+        tg.start_soon(doomed.run, alice, "/api/v1/events/stream", {"after": start})
+        tg.start_soon(web.run, browser, "/inbox/stream", {"after": start})
+        tg.start_soon(kept.run, alice_2, "/api/v1/events/stream", {"after": start})
+
+        first = (await bot.post("/api/v1/requests", json=APPROVAL)).json()
+        for stream in (doomed, web, kept):
+            assert (await stream.next_event()).event == "created"
+
+        await revoke(db, people.ids["alice"])  # one token, by id, from another process
+        with anyio.fail_after(BOUND):
+            await doomed.ended.wait()
+            await web.ended.wait()
+        assert json.loads(doomed.events[-1].data)["reason"] == "the token was revoked"
+        assert doomed.kinds == web.kinds == ["created", "dropped"]
+
+        # The other token of the same person streams on, and sees nothing of the revocation.
+        second = (await bot.post("/api/v1/requests", json=APPROVAL)).json()
+        seen = await kept.next_event()
+        assert (seen.event, json.loads(seen.data)["request_id"]) == ("created", second["id"])
+        assert not kept.ended.is_set()
+        for who in (alice_2, bob, bot):
+            types = [e["type"] for e in (await who.get("/api/v1/events", params={"after": start})).json()["events"]]
+            assert "token_revoked" not in types
+
+        # The revoked token and its web session are refused from now on.
+        assert (await alice.get("/api/v1/requests")).status_code == 401
+        assert (await browser.get("/inbox/stream")).status_code == 401
+        assert (await browser.get(f"/inbox/requests/{first['id']}")).status_code == 401
+
+        await revoke(db, "alice")  # every token of hers
+        with anyio.fail_after(BOUND):
+            await kept.ended.wait()
+        assert kept.kinds[-1] == "dropped"
+        tg.cancel_scope.cancel()
+
+
+# -- PostgreSQL: a stream on one node, the revocation through another ------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def auth_nodes(db: str, count: int) -> AsyncIterator[list[str]]:
+    """`count` real `interlock serve --db <db>` processes with auth on, healthy, stopped after."""
+    procs: list[asyncio.subprocess.Process] = []
+    urls = []
+    try:
+        for _ in range(count):
+            port = free_port()
+            procs.append(
+                await asyncio.create_subprocess_exec(
+                    *INTERLOCK,
+                    "serve",
+                    "--port",
+                    str(port),
+                    "--db",
+                    db,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL,
+                    env={**os.environ, "INTERLOCK_SECRET_KEY": "nodes"},
+                )
+            )
+            urls.append(f"http://127.0.0.1:{port}")
+        async with httpx.AsyncClient() as client:
+            for url, proc in zip(urls, procs, strict=True):
+                with anyio.fail_after(60):
+                    while True:
+                        assert proc.returncode is None, f"the node at {url} exited"
+                        try:
+                            if (await client.get(f"{url}/healthz")).status_code == 200:
+                                break
+                        except httpx.TransportError:
+                            await anyio.sleep(0.02)  # still starting: poll again (bounded above)
+        yield urls
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.terminate()
+        for proc in procs:
+            with anyio.fail_after(BOUND):
+                await proc.wait()
+
+
+async def test_revoking_a_token_ends_its_streams_on_every_postgresql_node(
+    pg_databases: Callable[[], AbstractContextManager[str]],
+) -> None:
+    with pg_databases() as db:
+        people = await add_people(db)
+        async with (
+            auth_nodes(db, 2) as (a, b),
+            api(a, people.tokens["alice"]) as alice_on_a,
+            api(b, people.tokens["alice"]) as alice_on_b,
+            api(a, people.tokens["bot"]) as bot,
+            httpx.AsyncClient(base_url=b, timeout=httpx.Timeout(BOUND, read=None)) as browser_on_b,
+            anyio.create_task_group() as tg,
+        ):
+            await sign_in(browser_on_b, people.tokens["alice"])
+            start = await last_event_id(alice_on_a)
+            on_a, on_b, web_on_b = Stream(), Stream(), Stream()
+            tg.start_soon(on_a.run, alice_on_a, "/api/v1/events/stream", {"after": start})
+            tg.start_soon(on_b.run, alice_on_b, "/api/v1/events/stream", {"after": start})
+            tg.start_soon(web_on_b.run, browser_on_b, "/inbox/stream", {"after": start})
+            await bot.post("/api/v1/requests", json=APPROVAL)
+            for stream in (on_a, on_b, web_on_b):
+                assert (await stream.next_event()).event == "created"
+
+            await revoke(db, "alice")  # through another process on the same database
+            with anyio.fail_after(BOUND):
+                for stream in (on_a, on_b, web_on_b):
+                    await stream.ended.wait()
+            for stream in (on_a, on_b, web_on_b):
+                assert stream.kinds == ["created", "dropped"]
+            assert (await alice_on_b.get("/api/v1/requests")).status_code == 401
+            assert (await browser_on_b.get("/")).status_code == 303  # back to the sign-in page
+            tg.cancel_scope.cancel()

@@ -1,0 +1,166 @@
+"""Credentials never show: not in `interlock serve`'s banner, not in a log line, not in an
+error message. A store URL's password (or `?password=`), a server URL's token and a token
+given on the command line all read `***`."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractContextManager, asynccontextmanager
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+import interlock
+
+pytestmark = pytest.mark.anyio
+INTERLOCK = [sys.executable, "-m", "interlock"]
+SECRET = "hunter2-not-for-your-eyes"
+BOUND = 60
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@asynccontextmanager
+async def serving(db: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`interlock serve --db <db>` until it is healthy (or has exited)."""
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        *INTERLOCK, "serve", "--port", str(port), "--db", db, stderr=asyncio.subprocess.PIPE
+    )
+    try:
+        async with httpx.AsyncClient() as client:
+            with anyio.fail_after(BOUND):
+                while proc.returncode is None:
+                    try:
+                        if (await client.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        await anyio.sleep(0.02)  # still starting (or failing): poll again, bounded above
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        with anyio.fail_after(BOUND):
+            await proc.wait()
+
+
+async def stderr_of(proc: asyncio.subprocess.Process) -> str:
+    assert proc.stderr is not None
+    with anyio.fail_after(BOUND):
+        return (await proc.stderr.read()).decode()
+
+
+@pytest.mark.slow
+async def test_serve_never_prints_the_database_password(
+    pg_databases: Callable[[], AbstractContextManager[str]],
+) -> None:
+    with pg_databases() as url:
+        with_password = url.replace("postgresql://postgres@", f"postgresql://postgres:{SECRET}@")
+        async with serving(with_password) as proc:
+            assert proc.returncode is None  # it started: the server trusts any password here
+        printed = await stderr_of(proc)
+        assert SECRET not in printed
+        assert "postgresql://postgres:***@127.0.0.1:5432/" in printed
+
+    # A store that fails to open: the banner, the error and uvicorn's log of it, all masked.
+    missing = f"postgresql://postgres@127.0.0.1:5432/no_such_database?password={SECRET}"
+    async with serving(missing) as proc:
+        pass
+    printed = await stderr_of(proc)
+    assert proc.returncode != 0
+    assert "cannot open the PostgreSQL store" in printed
+    assert SECRET not in printed
+    assert "password=***" in printed
+
+
+@pytest.mark.slow
+async def test_an_error_message_never_shows_a_password_or_a_token(tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there
+    with anyio.fail_after(BOUND):
+        unreachable = await anyio.run_process(
+            [*INTERLOCK, "inbox", "--server", f"http://alice:{SECRET}@127.0.0.1:{port}"], check=False
+        )
+    assert unreachable.returncode == 4
+    said = " ".join(unreachable.stderr.decode().split())  # the terminal width wraps it
+    assert "cannot reach the interlock server at http://alice:***@127.0.0.1" in said
+    assert SECRET not in said
+
+    token = f"il_0123abcd_{SECRET}-and-more-of-it"
+    with anyio.fail_after(BOUND):
+        unknown = await anyio.run_process(
+            [*INTERLOCK, "token", "revoke", token, "--db", f"sqlite:///{tmp_path / 'x.db'}"], check=False
+        )
+    assert unknown.returncode == 1
+    said = " ".join(unknown.stderr.decode().split())
+    assert "il_0123abcd_***" in said and SECRET not in said
+
+    with pytest.raises(ValueError, match="unsupported store URL") as refused:
+        interlock.connect(f"redis://admin:{SECRET}@cache:6379")
+    assert SECRET not in str(refused.value)
+
+    broker = interlock.connect(f"postgresql://postgres:{SECRET}@127.0.0.1:{port}/db")
+    with pytest.raises(ConnectionError) as unopened:
+        await broker.open()
+    assert f"postgresql://postgres:***@127.0.0.1:{port}/db" in str(unopened.value)
+    assert SECRET not in str(unopened.value)
+
+
+def test_a_log_record_is_redacted_by_the_servers_log_handlers() -> None:
+    from uvicorn.config import LOGGING_CONFIG
+
+    from interlock.cli import _redacted_logging
+    from interlock.redact import RedactingFilter
+
+    config = _redacted_logging(LOGGING_CONFIG)
+    assert all("redact" in handler["filters"] for handler in config["handlers"].values())
+    assert config["filters"]["redact"]["()"] is RedactingFilter
+    assert config["loggers"]["interlock"]["handlers"]  # interlock's own records go through them too
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.addFilter(RedactingFilter())
+    logger = logging.getLogger("interlock.test-redaction")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        dsn = f"postgresql://app:{SECRET}@db.internal:5432/interlock?sslmode=require"
+        logger.warning("cannot reach %s (token il_0123abcd_%s)", dsn, SECRET * 2)
+        try:
+            raise OSError(f"connect to {dsn} failed")
+        except OSError:
+            logger.exception("the store failed")
+    finally:
+        logger.removeHandler(handler)
+    written = out.getvalue()
+    assert SECRET not in written
+    assert "postgresql://app:***@db.internal:5432/interlock?sslmode=require" in written
+    assert "il_0123abcd_***" in written
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://u:p%40ss@h:5432/db", "postgresql://u:***@h:5432/db"),
+        ("postgresql://u@h/db?password=pw&sslmode=require", "postgresql://u@h/db?password=***&sslmode=require"),
+        ("http://127.0.0.1:8765?token=il_0123abcd_secretsecretsecret", "http://127.0.0.1:8765?token=***"),
+        ("postgresql://:pw@h/db", "postgresql://:***@h/db"),
+        ("sqlite:///var/lib/interlock.db", "sqlite:///var/lib/interlock.db"),
+        ("memory://", "memory://"),
+    ],
+)
+def test_a_url_is_shown_without_its_credentials(url: str, shown: str) -> None:
+    from interlock.redact import redact, redact_url
+
+    assert redact_url(url) == shown
+    assert redact(f"failed on '{url}': refused") == f"failed on '{shown}': refused"
