@@ -400,6 +400,10 @@ def serve(
     no_auth: Annotated[
         bool, typer.Option("--no-auth", help="Let anyone on this machine do anything (loopback addresses only).")
     ] = False,
+    max_body_size: Annotated[
+        int,
+        typer.Option("--max-body-size", min=1, help="The largest request body accepted, in bytes (413 past it)."),
+    ] = 1024 * 1024,
 ) -> None:
     """Run the HTTP API, the live event stream and the web inbox."""
     try:
@@ -413,7 +417,7 @@ def serve(
     if no_auth and not _is_loopback(host):
         raise _fail(f"--no-auth is allowed only on a loopback address, not {host}")
     secret = os.environ.get("INTERLOCK_SECRET_KEY")
-    app = create_app(db, auth=not no_auth, secret_key=secret)
+    app = create_app(db, auth=not no_auth, secret_key=secret, max_body_size=max_body_size)
     where = f"http://{host}:{port}"
     err.print(f"interlock {__version__} serving {where} on {db or 'sqlite:///interlock.db'}")
     if no_auth:
