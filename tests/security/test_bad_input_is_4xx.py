@@ -115,6 +115,9 @@ async def test_a_nul_in_a_filter_cursor_or_id_is_refused(api: httpx.AsyncClient,
         refused(response, 422)
     refused(await api.post("/requests/%00/answer", json={"answer": "x"}), 422)
     refused(await api.post("/close", json={"channel": "c\x00"}), 422)
+    batch = await api.post("/answers", json={"items": [{"id": "x\x00", "answer": "a"}, {"id": pending, "answer": 1}]})
+    assert batch.status_code == 200, batch.text  # each item stands on its own
+    assert [item["error"]["code"] for item in batch.json()] == ["invalid_request", "invalid_answer"]
     assert await snapshot(api) == before
 
 

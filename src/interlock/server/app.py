@@ -441,7 +441,7 @@ def _api_router(state: _State) -> APIRouter:
             try:
                 settled = await answer_one(item.id, AnswerBody.model_validate(fields), caller)
                 results.append({"id": item.id, "ok": True, "status": settled.status.value})
-            except (ApiError, InvalidAnswer, NotFound, AlreadySettled) as exc:
+            except (ApiError, InvalidAnswer, InvalidRequest, NotFound, AlreadySettled) as exc:
                 results.append({"id": item.id, "ok": False, "error": _error_of(exc)})
         return results
 
@@ -597,6 +597,8 @@ def _error_of(exc: Exception) -> dict[str, Any]:
         return {"code": exc.code, "status": exc.status, "detail": exc.detail, **exc.extra}
     if isinstance(exc, InvalidAnswer):
         return {"code": "invalid_answer", "status": 422, "detail": str(exc), "ask_id": exc.ask_id}
+    if isinstance(exc, InvalidRequest):  # an id no store could hold
+        return {"code": "invalid_request", "status": 422, "detail": str(exc)}
     if isinstance(exc, NotFound):
         return {"code": "not_found", "status": 404, "detail": str(exc)}
     assert isinstance(exc, AlreadySettled)

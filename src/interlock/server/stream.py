@@ -73,9 +73,7 @@ class Hub:
         if frame is None:
             frame = self._frames[event.id] = self._encode(event)
             self._frame_chars += len(frame)
-            while self._frames and (
-                len(self._frames) > 2 * self.queue_size or self._frame_chars > FRAME_CACHE_CHARS
-            ):
+            while self._frames and (len(self._frames) > 2 * self.queue_size or self._frame_chars > FRAME_CACHE_CHARS):
                 self._frame_chars -= len(self._frames.popitem(last=False)[1])
         return frame
 
