@@ -26,20 +26,26 @@ from typing import Any, Literal, TypedDict, Unpack
 from urllib.parse import parse_qsl, urlsplit
 
 from .approvals import check_context
-from .errors import Cancelled, Closed, Expired, InvalidRequest, NotFound, Rejected
+from .errors import Cancelled, Closed, Expired, InvalidAnswer, InvalidRequest, NotFound, Rejected
 from .model import (
-    DEFAULT_MAX_PROMPT_LENGTH,
+    DEFAULT_LIMITS,
     NO_ORIGIN,
     Ask,
     Deny,
     Event,
+    Form,
     InputHook,
+    Limits,
     Origin,
     Request,
     Response,
     Status,
+    ask_from_dict,
     build_request,
     check_answers,
+    check_json,
+    check_text,
+    time_budget,
 )
 from .redact import redact_url
 from .store import Query, Store
@@ -50,6 +56,8 @@ log = logging.getLogger("interlock")
 
 DEFAULT_URL = "sqlite:///interlock.db"
 DEFAULT_HOOK_TIMEOUT = 30.0
+MAX_EVENT_ID = 2**63 - 1
+"""The largest event id a store can hold (a signed 64-bit integer)."""
 _SETTLED_EVENTS = frozenset(s.value for s in Status if s is not Status.PENDING)
 
 
@@ -107,11 +115,17 @@ class Broker:
         self,
         store: Store,
         *,
-        max_prompt_length: int = DEFAULT_MAX_PROMPT_LENGTH,
+        max_prompt_length: int | None = None,
         hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
+        limits: Limits | None = None,
     ) -> None:
         self.store = store
-        self.max_prompt_length = max_prompt_length
+        limits = limits or DEFAULT_LIMITS
+        if max_prompt_length is not None:
+            limits = replace(limits, max_prompt_length=max_prompt_length)
+        self.limits = limits
+        """How large requests, answers and updates may be, on every surface."""
+        self.max_prompt_length = limits.max_prompt_length
         self.hook_timeout = hook_timeout
         self._hooks: list[_Hook] = []
         self._waiters: dict[str, list[asyncio.Future[Request]]] = {}
@@ -232,7 +246,10 @@ class Broker:
             seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
             if not seconds > 0 or math.isinf(seconds):
                 raise InvalidRequest("timeout must be a positive, finite number of seconds")
-            due = now + timedelta(seconds=seconds)
+            try:
+                due = now + timedelta(seconds=seconds)
+            except OverflowError:
+                raise InvalidRequest(f"timeout is {seconds:g} seconds, past the last date that can be stored") from None
             expires_at = due if expires_at is None else min(due, expires_at)
         if where:
             if not where.keys() <= _ORIGIN_FIELDS:
@@ -251,9 +268,29 @@ class Broker:
             idempotency_key=idempotency_key,
             origin=origin,
             expires_at=expires_at,
-            max_prompt_length=self.max_prompt_length,
+            limits=self.limits,
             now=now,
         )
+
+    async def build_asks(self, data: Sequence[Mapping[str, Any]]) -> list[Ask]:
+        """Asks from their JSON shape (`model.ask_from_dict`), for surfaces that receive
+        them as data. Checking a form schema costs about 2.5 ms a KiB, so asks with a form
+        are built in a worker thread, within `limits.check_seconds`."""
+        limits = self.limits
+        if len(data) > limits.max_asks:
+            raise InvalidRequest(f"asks: {len(data)} asks, at most {limits.max_asks} allowed")
+
+        def build() -> list[Ask]:
+            return [ask_from_dict(item, limits=limits) for item in data]
+
+        if not any(isinstance(item, Mapping) and item.get("type") == "form" for item in data):
+            return build()
+
+        def build_in_thread() -> list[Ask]:
+            with time_budget(limits.check_seconds):
+                return build()
+
+        return await asyncio.to_thread(build_in_thread)
 
     async def create(self, asks: Ask | Sequence[Ask], **fields: Unpack[CreateFields]) -> Request:
         """Store a new pending request and return it; it is answerable from this moment.
@@ -318,6 +355,7 @@ class Broker:
             await self.open()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Request] = loop.create_future()
+        _check_id(request_id)
         futures = self._waiters.setdefault(request_id, [])
         futures.append(fut)  # before reading, so a settlement seen meanwhile is not missed
         try:
@@ -387,6 +425,7 @@ class Broker:
                 del self._waiters[request_id]
 
     async def _current(self, request_id: str) -> Request:
+        _check_id(request_id)
         request = await self.store.get(request_id)
         if request is None:
             raise NotFound(request_id)
@@ -413,15 +452,35 @@ class Broker:
         """
         if self._state != "open":
             await self.open()
+        _check_id(request_id)
+        check_text(by, "by", self.limits.max_name_length)
+        check_text(via, "via", self.limits.max_name_length)
+        check_text(comment, "the comment", self.limits.max_reason_length, error=InvalidAnswer)
         request = await self.store.get(request_id, fresh=False)
         if request is None or request.status is not Status.PENDING:
             return False
-        answers = check_answers(request, answer)
+        answers = await self.check_answers(request, answer)
         response = Response(at=datetime.now(UTC), answers=answers, by=by, via=via, reason=comment)
         return await self._settle(request.settle(Status.ANSWERED, response))
 
+    async def check_answers(self, request: Request, answer: Any) -> dict[str, Any]:
+        """Check an answer against the request (see `model.check_answers`) and return the
+        answers by ask id. A request with a form is checked in a worker thread, within
+        `limits.check_seconds`, so a costly schema never holds up the event loop; the
+        other asks are cheap and checked right here."""
+        if not any(isinstance(ask, Form) for ask in request.asks):
+            return check_answers(request, answer, limits=self.limits)
+        return await asyncio.to_thread(self._check_in_thread, request, answer)
+
+    def _check_in_thread(self, request: Request, answer: Any) -> dict[str, Any]:
+        with time_budget(self.limits.check_seconds):
+            return check_answers(request, answer, limits=self.limits)
+
     async def reject(self, request_id: str, reason: str = "", *, by: str | None = None, via: str = "python") -> bool:
         """Refuse a pending request; its waiters get `Rejected(reason)`."""
+        check_text(reason, "reason", self.limits.max_reason_length)
+        check_text(by, "by", self.limits.max_name_length)
+        check_text(via, "via", self.limits.max_name_length)
         return await self._give_up(
             request_id, Status.REJECTED, Response(datetime.now(UTC), by=by, via=via, reason=reason)
         )
@@ -438,6 +497,8 @@ class Broker:
         """Withdraw a pending request (the requester changed its mind); waiters get
         `Cancelled`, or `Closed` when `cause` is "closed". `via` records the surface it
         was withdrawn on, as for an answer."""
+        check_text(reason, "reason", self.limits.max_reason_length)
+        check_text(by, "by", self.limits.max_name_length)
         response = Response(datetime.now(UTC), by=by, via=via, reason=reason, cause=cause)
         return await self._give_up(request_id, Status.CANCELLED, response)
 
@@ -479,6 +540,7 @@ class Broker:
     async def _give_up(self, request_id: str, status: Status, response: Response) -> bool:
         if self._state != "open":
             await self.open()
+        _check_id(request_id)
         request = await self.store.get(request_id, fresh=False)
         if request is None or request.status is not Status.PENDING:
             return False
@@ -533,8 +595,16 @@ class Broker:
             await self.open()
         if not isinstance(message, str) or not message.strip():
             raise InvalidRequest("an update needs a non-empty message")
-        if len(message) > self.max_prompt_length:
-            raise InvalidRequest(f"the message is {len(message)} characters, at most {self.max_prompt_length} allowed")
+        limits = self.limits
+        if len(message) > limits.max_message_length:
+            raise InvalidRequest(
+                f"the message is {len(message)} characters, at most {limits.max_message_length} allowed"
+            )
+        check_text(message, "the message")
+        for name, value in (("to", to), ("session", session), ("agent", agent), ("run", run), ("by", by)):
+            check_text(value, name, limits.max_name_length)
+        if data is not None:
+            check_json(data, "data", limits.max_data_bytes)
         payload: dict[str, Any] = {
             "message": message,
             "to": to,
@@ -579,6 +649,10 @@ class Broker:
             raise ValueError("limit must be between 1 and 1000")
         if order not in ("asc", "desc"):
             raise ValueError("order must be 'asc' or 'desc'")
+        filters = {"recipient": recipient, "requester": requester, "kind": kind, "session": session}
+        filters |= {"channel": channel, "agent": agent, "run": run, "cursor": after}
+        for name, value in filters.items():
+            check_text(value, name, self.limits.max_name_length)
         query = Query(
             recipient=recipient,
             requester=requester,
@@ -614,6 +688,8 @@ class Broker:
         if self._state != "open":
             await self.open()
         cursor = after or 0
+        if not 0 <= cursor <= MAX_EVENT_ID:
+            raise InvalidRequest(f"after must be an event id between 0 and {MAX_EVENT_ID}")
         self._followers += follow
         try:
             while True:
@@ -699,6 +775,11 @@ class Broker:
                 log.exception("reading the event log failed; retrying")
 
 
+def _check_id(request_id: str) -> None:
+    """An id that no store could hold is refused the same way on every store."""
+    check_text(request_id, "the request id", DEFAULT_LIMITS.max_name_length)
+
+
 def _outcome(request: Request) -> Response:
     response = request.response
     if request.status is Status.ANSWERED and response is not None:
@@ -724,13 +805,13 @@ def connect(url: str | None = None, **options: Any) -> Broker:
       `INTERLOCK_TOKEN` authenticates
 
     With no URL, `INTERLOCK_URL` from the environment, else `sqlite:///interlock.db`.
-    Options are the broker's (`max_prompt_length`, `hook_timeout`) and the store's; a
+    Options are the broker's (`limits`, `max_prompt_length`, `hook_timeout`) and the store's; a
     store's options may also be given as query parameters of the URL.
     """
     url = url or os.environ.get("INTERLOCK_URL") or DEFAULT_URL
     parts = urlsplit(url)
     store_options: dict[str, Any] = dict(parse_qsl(parts.query))
-    broker_options = {k: options.pop(k) for k in ("max_prompt_length", "hook_timeout") if k in options}
+    broker_options = {k: options.pop(k) for k in ("max_prompt_length", "hook_timeout", "limits") if k in options}
     store_options.update(options)
     store: Store
     if parts.scheme == "memory":
@@ -743,7 +824,7 @@ def connect(url: str | None = None, **options: Any) -> Broker:
         path = url[len("sqlite:///") :].split("?", 1)[0] if url.startswith("sqlite:///") else ""
         if not path:
             raise ValueError("a SQLite URL needs a path: sqlite:///relative.db or sqlite:////absolute.db")
-        store = SqliteStore(path, **_floats(store_options, "poll_interval"))
+        store = SqliteStore(path, **_ints(_floats(store_options, "poll_interval"), "cache_bytes"))
     elif parts.scheme in ("postgresql", "postgres"):
         from .store.postgres import PostgresStore
 

@@ -414,6 +414,10 @@ def serve(
         bool,
         typer.Option("--open-recipients", help="Accept requests to names that are no human or agent here."),
     ] = False,
+    max_body_size: Annotated[
+        int,
+        typer.Option("--max-body-size", min=1, help="The largest request body accepted, in bytes (413 past it)."),
+    ] = 1024 * 1024,
 ) -> None:
     """Run the HTTP API, the live event stream and the web inbox."""
     try:
@@ -431,7 +435,12 @@ def serve(
     secret = os.environ.get("INTERLOCK_SECRET_KEY")
     try:
         app = create_app(
-            db, auth=not no_auth, secret_key=secret, trusted_proxies=proxies, open_recipients=open_recipients
+            db,
+            auth=not no_auth,
+            secret_key=secret,
+            trusted_proxies=proxies,
+            open_recipients=open_recipients,
+            max_body_size=max_body_size,
         )
     except ValueError as exc:
         raise _fail(str(exc)) from None

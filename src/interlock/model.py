@@ -9,22 +9,32 @@ surface, so that a request reads the same from SQLite, PostgreSQL and the HTTP A
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import functools
+import json
+import math
 import os
+import re
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeAlias, cast
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
+import re2  # type: ignore[import-untyped]  # google-re2 ships no type information; used through _regex below
+from jsonschema import Draft202012Validator, FormatChecker, ValidationError, validators
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
 
 from .errors import InvalidAnswer, InvalidRequest
 
 __all__ = [
+    "DEFAULT_LIMITS",
     "DEFAULT_MAX_PROMPT_LENGTH",
+    "MAX_DEPTH",
     "Answers",
     "Ask",
     "Choice",
@@ -34,6 +44,7 @@ __all__ = [
     "Form",
     "InputHook",
     "Kind",
+    "Limits",
     "MultiChoice",
     "Option",
     "Origin",
@@ -45,15 +56,368 @@ __all__ = [
     "ask_to_dict",
     "build_request",
     "check_answers",
+    "check_ask",
+    "check_json",
+    "check_text",
     "new_id",
     "options_of",
     "origin_from_dict",
     "origin_to_dict",
     "request_from_dict",
     "request_to_dict",
+    "time_budget",
 ]
 
 DEFAULT_MAX_PROMPT_LENGTH = 20_000
+MAX_DEPTH = 32
+"""How deeply any JSON value (context, data, answers, a form schema with its `$ref`s
+followed) may nest: a safety bound that keeps validation off Python's recursion limit."""
+
+_KiB = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How large the parts of a request, an answer and an update may be.
+
+    The broker checks them on every surface (the Python API, the HTTP API, the web inbox,
+    the CLI); a part over its limit is refused with `InvalidRequest` (or `InvalidAnswer`)
+    naming the field. Lengths count characters; `*_bytes` count the UTF-8 bytes of the
+    compact JSON. `check_seconds` is the time one form answer (or a form schema at
+    create) may take to check, in a worker thread, before it is refused.
+    """
+
+    max_prompt_length: int = DEFAULT_MAX_PROMPT_LENGTH
+    max_title_length: int = 1_000
+    max_details_length: int = 100_000
+    max_name_length: int = 256
+    """Ids, names and keys: recipient, requester, idempotency key, ask and option ids,
+    the origin's session, channel, agent, run and the like, filters and cursors."""
+    max_context_bytes: int = 64 * _KiB
+    max_origin_bytes: int = 256 * _KiB
+    """The whole origin, the tool call's arguments included."""
+    max_asks: int = 50
+    max_options: int = 500
+    max_schema_bytes: int = 64 * _KiB
+    max_message_length: int = DEFAULT_MAX_PROMPT_LENGTH
+    """An update's (`inform`) message."""
+    max_data_bytes: int = 64 * _KiB
+    """An update's (`inform`) data."""
+    max_answer_bytes: int = 256 * _KiB
+    max_reason_length: int = 20_000
+    """A comment or reason given with an answer, a rejection or a cancel."""
+    check_seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in Limits.__dataclass_fields__:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or math.isinf(value):
+                raise ValueError(f"limit {name} must be a positive, finite number, not {value!r}")
+
+
+DEFAULT_LIMITS = Limits()
+
+# -- text and JSON that can be stored -------------------------------------------------------
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _fault(char: str) -> str:
+    if char == "\x00":
+        return "contains a NUL character, which cannot be stored"
+    return f"contains a lone surrogate ({char!r}), which is not valid Unicode"
+
+
+def check_text(
+    value: object,
+    field: str,
+    max_length: int | None = None,
+    *,
+    error: type[InvalidRequest] | type[InvalidAnswer] = InvalidRequest,
+) -> None:
+    """Refuse a string that cannot be stored everywhere (a NUL, a lone surrogate) or is
+    longer than `max_length` characters. None passes; any other non-string is refused."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise error(f"{field} must be a string")
+    if max_length is not None and len(value) > max_length:
+        raise error(f"{field} is {len(value)} characters, at most {max_length} allowed")
+    bad = _UNSTORABLE.search(value)
+    if bad is not None:
+        raise error(f"{field} {_fault(bad.group())}")
+
+
+def check_json(
+    value: object,
+    field: str,
+    max_bytes: int | None = None,
+    *,
+    error: type[InvalidRequest] | type[InvalidAnswer] = InvalidRequest,
+    ask_id: str | None = None,
+) -> int:
+    """Refuse a value that is not plain JSON every store keeps as given: NaN and
+    Infinity (not JSON numbers), NUL characters and lone surrogates in any string or key,
+    nesting deeper than `MAX_DEPTH`, and (with `max_bytes`) more than that many bytes of
+    compact JSON. Return its size in bytes."""
+
+    def fail(message: str) -> InvalidRequest | InvalidAnswer:
+        if error is InvalidAnswer:
+            return InvalidAnswer(f"{field}: {message}", ask_id=ask_id)
+        return error(f"{field}: {message}")
+
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            bad = _UNSTORABLE.search(item)
+            if bad is not None:
+                raise fail(f"a string {_fault(bad.group())}")
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise fail(f"{item} is not a JSON number (NaN and Infinity are refused)")
+        elif item is None or isinstance(item, bool | int):
+            pass
+        elif isinstance(item, Mapping | list | tuple):
+            if depth > MAX_DEPTH:
+                raise fail(f"nested more than {MAX_DEPTH} levels deep")
+            if isinstance(item, Mapping):
+                for key in item:
+                    if not isinstance(key, str):
+                        raise fail(f"an object key must be a string, not {_kind_of(key)}")
+                    bad = _UNSTORABLE.search(key)
+                    if bad is not None:
+                        raise fail(f"an object key {_fault(bad.group())}")
+                stack.extend((v, depth + 1) for v in item.values())
+            else:
+                stack.extend((v, depth + 1) for v in item)
+        else:
+            raise fail(f"{type(item).__name__} is not a JSON value")
+    if max_bytes is None:
+        return 0
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > max_bytes:
+        raise fail(f"{size} bytes of JSON, at most {max_bytes} allowed")
+    return size
+
+
+# -- checking form answers: linear-time patterns, on a time budget ---------------------------
+
+
+class _Budget(threading.local):
+    deadline = math.inf
+    seconds = math.inf
+
+
+_budget = _Budget()
+
+
+class _Overrun(Exception):
+    """The thread's time budget ran out in the middle of checking."""
+
+
+class _BadPattern(Exception):
+    """A pattern the linear-time engine cannot run (from a schema stored before it was required)."""
+
+
+@contextlib.contextmanager
+def time_budget(seconds: float) -> Iterator[None]:
+    """Bound the form checks run in this thread, from now, to `seconds`: a check that runs
+    over is refused (`InvalidAnswer` for an answer, `InvalidRequest` for a schema)."""
+    previous = _budget.deadline, _budget.seconds
+    _budget.deadline, _budget.seconds = time.monotonic() + seconds, seconds
+    try:
+        yield
+    finally:
+        _budget.deadline, _budget.seconds = previous
+
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+@functools.lru_cache(maxsize=512)
+def _regex(pattern: str) -> Any:
+    """The pattern compiled by RE2, which matches in time linear in the text (no
+    backtracking); raises `re2.error` for what RE2 cannot run (backreferences, lookaround)."""
+    return re2.compile(pattern, _RE2_OPTIONS)
+
+
+def _search(pattern: str, text: str) -> bool:
+    try:
+        regex = _regex(pattern)
+    except re2.error:
+        raise _BadPattern(pattern) from None
+    return regex.search(text) is not None
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not _search(pattern, instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _search(pattern, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, extra: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    properties = schema.get("properties", {})
+    patterns = list(schema.get("patternProperties", {}))
+    extras = [k for k in instance if k not in properties and not any(_search(p, k) for p in patterns)]
+    if validator.is_type(extra, "object"):
+        for key in extras:
+            yield from validator.descend(instance[key], extra, path=key)
+    elif not extra and extras:
+        listed = ", ".join(repr(k) for k in sorted(extras))
+        if patterns:
+            verb = "does" if len(extras) == 1 else "do"
+            regexes = ", ".join(repr(p) for p in sorted(patterns))
+            yield ValidationError(f"{listed} {verb} not match any of the regexes: {regexes}")
+        else:
+            verb = "was" if len(extras) == 1 else "were"
+            yield ValidationError(f"Additional properties are not allowed ({listed} {verb} unexpected)")
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    """In linear time (jsonschema's own comparison is quadratic for objects and arrays)."""
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: set[Any] = set()
+    for item in instance:
+        key = _comparable(item)
+        if key in seen:
+            yield ValidationError(f"{instance!r} has non-unique elements")
+            return
+        seen.add(key)
+
+
+def _comparable(value: Any) -> Any:
+    """A hashable stand-in, equal for JSON-equal values (1 and 1.0 alike, true and 1 not)."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int | float):
+        return ("number", value)
+    if isinstance(value, str):
+        return ("string", value)
+    if isinstance(value, Mapping):
+        return ("object", frozenset((k, _comparable(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return ("array", tuple(_comparable(v) for v in value))
+    return ("null", None)
+
+
+def _budgeted(keyword: Callable[..., Any]) -> Callable[..., Any]:
+    def check(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        if time.monotonic() > _budget.deadline:
+            raise _Overrun
+        return keyword(validator, value, instance, schema)
+
+    return check
+
+
+_KEYWORDS = dict(
+    Draft202012Validator.VALIDATORS,
+    pattern=_pattern,
+    patternProperties=_pattern_properties,
+    additionalProperties=_additional_properties,
+    uniqueItems=_unique_items,
+)
+_FormValidator: Any = validators.extend(  # type: ignore[no-untyped-call]  # the stubs leave extend untyped
+    Draft202012Validator, {name: _budgeted(fn) for name, fn in _KEYWORDS.items()}
+)
+"""Draft 2020-12 with RE2 for `pattern` and `patternProperties`, linear `uniqueItems`, and
+every keyword checking the thread's time budget."""
+
+
+def _is_re2_regex(instance: object) -> bool:
+    if isinstance(instance, str):
+        _regex(instance)
+    return True
+
+
+_SCHEMA_FORMATS = FormatChecker()
+_SCHEMA_FORMATS.checks("regex", raises=re2.error)(_is_re2_regex)
+"""The meta-schema's formats, with "regex" meaning what RE2 can compile."""
+
+_NOT_SCHEMAS = frozenset({"const", "enum", "default", "examples"})
+"""Keywords whose values are data, not subschemas: not searched for `$ref`s."""
+
+
+def _check_schema_structure(ask_id: str, schema: Mapping[str, Any]) -> None:
+    """Refuse what would make every answer fail or the checks run away: `$ref`s that are
+    remote, lead nowhere or back to themselves, nesting past `MAX_DEPTH` (with `$ref`s
+    followed), patterns RE2 cannot run, and `unevaluatedProperties` beside
+    `patternProperties` (its check would run those patterns with a backtracking engine)."""
+    resolver = Registry().resolver_with_root(DRAFT202012.create_resource(schema))
+    depth_below: dict[int, int] = {}
+    keywords: set[str] = set()
+
+    def refused(message: str) -> InvalidRequest:
+        return InvalidRequest(f"ask {ask_id!r}: invalid form schema: {message}")
+
+    def visit(node: Any, where: str, on_path: set[int]) -> int:
+        if not isinstance(node, Mapping | list):
+            return 0
+        known = depth_below.get(id(node))
+        if known is not None:
+            return known
+        on_path.add(id(node))
+        deepest = 0
+        items = node.items() if isinstance(node, Mapping) else enumerate(node)
+        for key, value in items:
+            at = f"{where}/{key}"
+            if isinstance(node, Mapping):
+                if key in _NOT_SCHEMAS:
+                    continue
+                keywords.add(str(key))
+                if key in ("$dynamicRef", "$recursiveRef"):
+                    raise refused(f"{key} at {at!r} is not supported in forms")
+                if key == "$id" and where:
+                    raise refused(f"$id is allowed only at the root of a form schema, not at {at!r}")
+                if key == "pattern" and isinstance(value, str):
+                    _check_pattern(value, at)
+                if key == "patternProperties" and isinstance(value, Mapping):
+                    for pattern in value:
+                        _check_pattern(str(pattern), at)
+                if key == "$ref" and isinstance(value, str):
+                    target = _target(value, at)
+                    if id(target) in on_path:
+                        raise refused(f"the $ref {value!r} at {at!r} leads back to itself (recursion is not supported)")
+                    deepest = max(deepest, 1 + visit(target, value[1:], on_path))
+                    continue
+            deepest = max(deepest, 1 + visit(value, at, on_path))
+        on_path.discard(id(node))
+        depth_below[id(node)] = deepest
+        if deepest >= MAX_DEPTH:
+            raise refused(f"nested more than {MAX_DEPTH} levels deep (with its $refs followed)")
+        return deepest
+
+    def _check_pattern(pattern: str, at: str) -> None:
+        try:
+            _regex(pattern)
+        except re2.error as exc:
+            reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+            raise refused(f"the pattern {pattern!r} at {at!r} is not supported ({reason})") from None
+
+    def _target(ref: str, at: str) -> Any:
+        if not ref.startswith("#"):
+            raise refused(f"the $ref {ref!r} at {at!r} is not local: only references inside the schema (#...) are")
+        try:
+            return resolver.lookup(ref).contents
+        except Unresolvable:
+            raise refused(f"the $ref {ref!r} at {at!r} points to nothing in the schema") from None
+
+    visit(schema, "", set())
+    if "unevaluatedProperties" in keywords and "patternProperties" in keywords:
+        raise refused("unevaluatedProperties cannot be combined with patternProperties in a form")
+
 
 Kind: TypeAlias = Literal["question", "approval"]
 KINDS: frozenset[str] = frozenset({"question", "approval"})
@@ -273,7 +637,7 @@ class Form:
     schema: Mapping[str, Any] = field(default_factory=dict)
     id: str = "form"
     required: bool = True
-    _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
+    _validator: Any = field(init=False, repr=False, compare=False)
 
     type = "form"
 
@@ -281,21 +645,59 @@ class Form:
         _check_prompt(self.type, self.id, self.prompt)
         if not isinstance(self.schema, Mapping) or self.schema.get("type") != "object":
             raise InvalidRequest(f'ask {self.id!r}: a form schema must be a JSON Schema with "type": "object"')
+        check_json(self.schema, f"ask {self.id!r}: the form schema")
+        _check_schema_structure(self.id, self.schema)
+        meta = _FormValidator(Draft202012Validator.META_SCHEMA, format_checker=_SCHEMA_FORMATS)
         try:
-            Draft202012Validator.check_schema(self.schema)
-        except SchemaError as exc:
-            raise InvalidRequest(f"ask {self.id!r}: invalid form schema: {exc.message}") from None
-        object.__setattr__(self, "_validator", Draft202012Validator(self.schema))
+            error = next(meta.iter_errors(self.schema), None)
+        except _Overrun:
+            raise InvalidRequest(
+                f"ask {self.id!r}: checking the form schema took longer than {_budget.seconds:g} s; make it simpler"
+            ) from None
+        if error is not None:
+            raise InvalidRequest(f"ask {self.id!r}: invalid form schema: {error.message}")
+        object.__setattr__(self, "_validator", _form_validator(self.schema))
+
+    @classmethod
+    def _stored(cls, prompt: str, schema: Mapping[str, Any], id: str = "form", required: bool = True) -> Form:
+        """A form as it was stored: checked when it was created, so not checked again
+        (that costs far more than reading it)."""
+        form = object.__new__(cls)
+        for name, value in (("prompt", prompt), ("schema", schema), ("id", id), ("required", required)):
+            object.__setattr__(form, name, value)
+        object.__setattr__(form, "_validator", _form_validator(schema))
+        return form
+
+    def errors(self, value: object) -> list[ValidationError]:
+        """What is wrong with `value`, shallowest first. Patterns run on RE2 and the
+        checks keep to the time budget of this thread (see `time_budget`)."""
+        try:
+            return sorted(self._validator.iter_errors(value), key=lambda e: list(e.path))
+        except _Overrun:
+            raise InvalidAnswer(
+                f"ask {self.id!r}: checking the answer took longer than {_budget.seconds:g} s", ask_id=self.id
+            ) from None
+        except _BadPattern as exc:
+            raise InvalidAnswer(
+                f"ask {self.id!r}: the form's pattern {exc.args[0]!r} cannot be checked", ask_id=self.id
+            ) from None
+        except Unresolvable as exc:
+            raise InvalidAnswer(f"ask {self.id!r}: the form schema cannot be used: {exc}", ask_id=self.id) from None
 
     def check(self, value: object) -> dict[str, Any]:
         if not isinstance(value, Mapping):
             raise InvalidAnswer(f"ask {self.id!r}: expected an object, got {_kind_of(value)}", ask_id=self.id)
-        error = next(iter(sorted(self._validator.iter_errors(value), key=lambda e: list(e.path))), None)
+        error = next(iter(self.errors(value)), None)
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path)
             at = f" at {where!r}" if where else ""
             raise InvalidAnswer(f"ask {self.id!r}: {error.message}{at}", ask_id=self.id)
         return dict(value)
+
+
+def _form_validator(schema: Mapping[str, Any]) -> Any:
+    # An empty registry: nothing outside the schema is ever looked up (or fetched).
+    return _FormValidator(schema, registry=Registry())
 
 
 def options_of(ask: Choice | MultiChoice) -> tuple[Option, ...]:
@@ -444,10 +846,15 @@ def build_request(
     origin: Origin | None = None,
     expires_at: datetime | None = None,
     idempotency_key: str | None = None,
-    max_prompt_length: int = DEFAULT_MAX_PROMPT_LENGTH,
+    max_prompt_length: int | None = None,
+    limits: Limits = DEFAULT_LIMITS,
     now: datetime | None = None,
 ) -> Request:
-    """Check the parts of a new request and return it, pending, with a fresh id."""
+    """Check the parts of a new request against `limits` and return it, pending, with a
+    fresh id. `max_prompt_length`, when given, overrides that limit."""
+    if max_prompt_length is not None:
+        limits = replace(limits, max_prompt_length=max_prompt_length)
+    max_prompt_length = limits.max_prompt_length
     if isinstance(asks, _ASK_CLASSES):
         ask_list: tuple[Ask, ...] = (asks,)
         if len(asks.prompt) > max_prompt_length:
@@ -475,6 +882,7 @@ def build_request(
         raise InvalidRequest("idempotency_key must be a non-empty string")
     if expires_at is not None and expires_at.tzinfo is None:
         raise InvalidRequest("expires_at must be timezone-aware")
+    _check_request_limits(ask_list, title, details, context, to, requester, origin, idempotency_key, limits)
     return Request(
         new_id(),
         kind,  # type: ignore[arg-type]  # checked above
@@ -492,6 +900,51 @@ def build_request(
     )
 
 
+def _check_request_limits(
+    asks: tuple[Ask, ...],
+    title: str,
+    details: str,
+    context: Any,
+    to: str | None,
+    requester: str | None,
+    origin: Origin | None,
+    idempotency_key: str | None,
+    limits: Limits,
+) -> None:
+    if len(asks) > limits.max_asks:
+        raise InvalidRequest(f"asks: {len(asks)} asks, at most {limits.max_asks} allowed")
+    check_text(title, "title", limits.max_title_length)
+    check_text(details, "details", limits.max_details_length)
+    for name, value in (("to", to), ("requester", requester), ("idempotency_key", idempotency_key)):
+        check_text(value, name, limits.max_name_length)
+    check_json(context, "context", limits.max_context_bytes)
+    if origin is not None:
+        for name in Origin.__dataclass_fields__:
+            value = getattr(origin, name)
+            if isinstance(value, str):
+                check_text(value, f"origin.{name}", limits.max_name_length)
+        check_json(origin_to_dict(origin), "origin", limits.max_origin_bytes)
+    for ask in asks:
+        check_ask(ask, limits)
+
+
+def check_ask(ask: Ask, limits: Limits = DEFAULT_LIMITS) -> None:
+    """Check one ask against `limits`, and that each of its strings can be stored."""
+    where = f"ask {ask.id!r}"
+    check_text(ask.id, "an ask id", limits.max_name_length)
+    check_text(ask.prompt, f"{where}: the prompt", limits.max_prompt_length)
+    if isinstance(ask, Choice | MultiChoice):
+        options = options_of(ask)
+        if len(options) > limits.max_options:
+            raise InvalidRequest(f"{where}: {len(options)} options, at most {limits.max_options} allowed")
+        for opt in options:
+            check_text(opt.id, f"{where}: an option id", limits.max_name_length)
+            check_text(opt.label, f"{where}: option {opt.id!r}'s label", limits.max_prompt_length)
+            check_text(opt.description, f"{where}: option {opt.id!r}'s description", limits.max_prompt_length)
+    elif isinstance(ask, Form):
+        check_json(ask.schema, f"{where}: the form schema", limits.max_schema_bytes)
+
+
 def _too_long(ask: Ask, limit: int) -> str:
     return f"ask {ask.id!r}: the prompt is {len(ask.prompt)} characters, at most {limit} allowed"
 
@@ -500,14 +953,16 @@ class Answers(dict[str, Any]):
     """Answers by ask id, said explicitly: never read as the bare value of a single ask."""
 
 
-def check_answers(request: Request, answer: Any) -> dict[str, Any]:
+def check_answers(request: Request, answer: Any, *, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
     """Check an answer against the request's asks and return the answers by ask id.
 
     A mapping keyed by ask ids answers several asks; a request with one ask may also be
     answered with the bare value. For a single form ask, a mapping is the bare form value
     unless its only key is the ask id (and that is not a property of the form).
+    Form checks keep to the thread's `time_budget`, when one is set.
     """
     asks = request.asks
+    check_json(answer, "the answer", limits.max_answer_bytes, error=InvalidAnswer)
     if len(asks) == 1 and not isinstance(answer, Answers) and not _is_keyed(asks[0], answer):
         return {asks[0].id: asks[0].check(answer)}
     if not isinstance(answer, Mapping):
@@ -549,8 +1004,13 @@ def ask_to_dict(ask: Ask) -> dict[str, Any]:
     return out
 
 
-def ask_from_dict(data: Mapping[str, Any]) -> Ask:
-    """Build an ask from its JSON shape; unknown types or fields raise `InvalidRequest`."""
+def ask_from_dict(data: Mapping[str, Any], *, limits: Limits | None = None, stored: bool = False) -> Ask:
+    """Build an ask from its JSON shape; unknown types or fields raise `InvalidRequest`.
+
+    With `limits`, a form schema over its size limit is refused before it is checked (a
+    check costs far more than the size). `stored` rebuilds an ask that was checked when
+    it was created, without checking its schema again.
+    """
     if not isinstance(data, Mapping):
         raise InvalidRequest("an ask must be an object")
     fields = dict(data)
@@ -564,6 +1024,12 @@ def ask_from_dict(data: Mapping[str, Any]) -> Ask:
         raise InvalidRequest(f"ask {fields.get('id', type_name)!r}: options are only allowed on choice asks")
     if unknown:
         raise InvalidRequest(f"ask {fields.get('id', type_name)!r}: unknown field(s) {sorted(unknown)}")
+    if cls is Form:
+        schema = fields.get("schema")
+        if stored and isinstance(schema, Mapping):
+            return Form._stored(**fields)
+        if limits is not None and isinstance(schema, Mapping):
+            check_json(schema, f"ask {fields.get('id', 'form')!r}: the form schema", limits.max_schema_bytes)
     try:
         return cls(**fields)
     except TypeError as exc:
@@ -639,7 +1105,7 @@ def request_from_dict(data: Mapping[str, Any]) -> Request:
         id=data["id"],
         kind=data["kind"],
         status=Status(data["status"]),
-        asks=tuple(ask_from_dict(a) for a in data["asks"]),
+        asks=tuple(ask_from_dict(a, stored=True) for a in data["asks"]),
         title=data.get("title", ""),
         details=data.get("details", ""),
         context=data.get("context"),

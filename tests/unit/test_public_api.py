@@ -33,6 +33,7 @@ def test_the_public_names_are_pinned() -> None:
             "InterlockError",
             "InvalidAnswer",
             "InvalidRequest",
+            "Limits",
             "MultiChoice",
             "NotFound",
             "Option",

@@ -3,7 +3,11 @@
 Every route goes through the Broker, so the rules are the same as in-process; this layer
 adds who may do what (`interlock.principals`) and the wire formats. Errors are RFC 9457
 problem details with a stable `code`: invalid_request, invalid_answer, not_found,
-already_settled, closed, unauthorized, forbidden, pending.
+already_settled, closed, unauthorized, forbidden, pending, too_large.
+
+A request body is read up to `max_body_size` bytes (1 MiB by default) and refused with 413
+`too_large` past that, whatever its Content-Length says; the parts of a request are then
+held to the broker's `Limits`.
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..approvals import mark, unmarked
-from ..broker import Broker, connect
+from ..broker import MAX_EVENT_ID, Broker, connect
 from ..errors import AlreadySettled, Closed, InvalidAnswer, InvalidRequest, NotFound
-from ..model import Event, Origin, Status, ask_from_dict, origin_from_dict, request_to_dict
+from ..model import Event, Limits, Origin, Status, origin_from_dict, request_to_dict
 from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer, can_cancel, can_read
 from .answers import decide
@@ -50,20 +54,80 @@ from .schemas import (
 )
 from .stream import ACCESS_EVENTS, Dropped, Hub
 
-__all__ = ["create_app", "event_to_dict"]
+__all__ = ["DEFAULT_MAX_BODY_SIZE", "BodyLimit", "create_app", "event_to_dict", "parse_event_id"]
 
 log = logging.getLogger("interlock.server")
 
+DEFAULT_MAX_BODY_SIZE = 1024 * 1024
 _CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 409: "already_settled"}
+_CODES |= {413: "too_large"}
 
 
 def problem(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:
     titles = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 408: "Request Timeout"}
-    titles |= {409: "Conflict", 422: "Unprocessable Content"}
+    titles |= {409: "Conflict", 413: "Content Too Large", 422: "Unprocessable Content"}
     body = {"type": "about:blank", "title": titles.get(status, "Error"), "status": status, "code": code}
     body |= {"detail": detail, **{k: v for k, v in extra.items() if v is not None}}
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return JSONResponse(body, status_code=status, media_type="application/problem+json", headers=headers)
+
+
+class BodyLimit:
+    """ASGI middleware: refuse a request body over `max_size` bytes with 413 `too_large`.
+
+    A Content-Length over the limit is refused before anything is read; otherwise the
+    body is counted as it arrives (chunked bodies included, and a Content-Length that
+    understates the body), and reading past the limit fails the route with the same 413.
+    """
+
+    def __init__(self, app: Any, max_size: int = DEFAULT_MAX_BODY_SIZE) -> None:
+        if max_size < 1:
+            raise ValueError("max_body_size must be at least 1 byte")
+        self.app = app
+        self.max_size = max_size
+
+    def _too_large(self) -> str:
+        return f"the request body is larger than {_bytes(self.max_size)}"
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or ()).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_size:
+            await problem(413, "too_large", self._too_large())(scope, receive, send)
+            return
+        received = 0
+
+        async def counted() -> Any:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_size:
+                    # fastapi's HTTPException: it passes through the body parsing untouched
+                    # and the app's handler answers it as problem details.
+                    raise HTTPException(413, self._too_large())
+            return message
+
+        await self.app(scope, counted, send)
+
+
+def _bytes(size: int) -> str:
+    for unit, scale in (("MiB", 1024 * 1024), ("KiB", 1024)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} bytes"
+
+
+def parse_event_id(value: str | None) -> int | None:
+    """An event id given by a client (`Last-Event-ID`): None when absent; a ValueError
+    unless it is plain ASCII digits within a store's 64-bit range."""
+    if not value:
+        return None
+    if not (value.isascii() and value.isdigit()) or int(value) > MAX_EVENT_ID:
+        raise ValueError(f"Last-Event-ID must be an event id: ASCII digits, at most {MAX_EVENT_ID}")
+    return int(value)
 
 
 class ApiError(Exception):
@@ -130,6 +194,8 @@ def create_app(
     keepalive: float = 15.0,
     trusted_proxies: Sequence[str] = (),
     open_recipients: bool = False,
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+    limits: Limits | None = None,
 ) -> FastAPI:
     """The ASGI app on the store at `url` (or on a broker you opened yourself).
 
@@ -137,8 +203,11 @@ def create_app(
     browser used HTTPS (the session cookie is then `Secure`); none by default.
     `open_recipients`: with auth, accept requests to names that are no principal here
     (by default they are refused with 422); without auth any name is accepted.
+    `max_body_size` caps every request body (413 past it); `limits` (see `Limits`) caps
+    the parts of requests, answers and updates, for a broker made here (a broker you pass
+    keeps its own).
     """
-    the_broker = broker or connect(url)
+    the_broker = broker or connect(url, **({"limits": limits} if limits is not None else {}))
     the_auth = Auth(the_broker.store, enabled=auth, secret_key=secret_key, trusted_proxies=trusted_proxies)
     state = _State(the_broker, the_auth, queue_size, keepalive, open_recipients=open_recipients or not auth)
 
@@ -162,6 +231,7 @@ def create_app(
         responses={401: {"model": Problem}, 403: {"model": Problem}},
     )
     app.state.interlock = state
+    app.add_middleware(BodyLimit, max_size=max_body_size)
     _install_errors(app)
     if not auth:
         app.add_middleware(LoopbackOnly)
@@ -320,7 +390,7 @@ def _api_router(state: _State) -> APIRouter:
             if await broker.store.get_principal(to) is None:
                 raise ApiError(422, "invalid_request", f"to: there is no human or agent named {to!r} here")
             state.known_recipients.add(to)
-        asks = [ask_from_dict(a.model_dump(by_alias=True)) for a in body.asks]
+        asks = await broker.build_asks([a.model_dump(by_alias=True) for a in body.asks])
         origin = origin_from_dict(body.origin.model_dump(exclude_none=True))
         if caller.kind == "agent" and origin.agent is None:
             origin = Origin(**{**_origin_fields(origin), "agent": caller.name})
@@ -476,7 +546,7 @@ def _api_router(state: _State) -> APIRouter:
             try:
                 settled = await answer_one(item.id, AnswerBody.model_validate(fields), caller)
                 results.append({"id": item.id, "ok": True, "status": settled.status.value})
-            except (ApiError, InvalidAnswer, NotFound, AlreadySettled) as exc:
+            except (ApiError, InvalidAnswer, InvalidRequest, NotFound, AlreadySettled) as exc:
                 results.append({"id": item.id, "ok": False, "error": _error_of(exc)})
         return results
 
@@ -560,7 +630,7 @@ def _api_router(state: _State) -> APIRouter:
     @router.get("/events", response_model=EventPage, tags=["events"])
     async def events(
         caller: Caller,
-        after: Annotated[int, Query(ge=0)] = 0,
+        after: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,
         limit: Annotated[int, Query(ge=0, le=1000)] = 500,
         request: str | None = None,
         session: str | None = None,
@@ -593,12 +663,18 @@ def _api_router(state: _State) -> APIRouter:
         request: str | None = None,
         session: str | None = None,
         run: str | None = None,
-        after: Annotated[int | None, Query(ge=0, description="replay from here; Last-Event-ID wins")] = None,
+        after: Annotated[
+            int | None, Query(ge=0, le=MAX_EVENT_ID, description="replay from here; Last-Event-ID wins")
+        ] = None,
         last_event_id: Annotated[str | None, Header()] = None,
     ) -> EventSourceResponse:
         """Live events as server-sent events. Each `id` is the event's id: reconnect with
         `Last-Event-ID` and exactly the missed events are replayed, in order, once."""
-        start = int(last_event_id) if last_event_id and last_event_id.isdigit() else after
+        try:  # here, before the stream's 200 goes out
+            start = parse_event_id(last_event_id)
+        except ValueError as exc:
+            raise ApiError(400, "invalid_request", str(exc)) from None
+        start = after if start is None else start
         accept = event_filter(caller, request, session, run)
         holder = state.auth.holder(http)
         token = http.headers.get("authorization", "").partition(" ")[2].strip()
@@ -637,6 +713,8 @@ def _error_of(exc: Exception) -> dict[str, Any]:
         return {"code": exc.code, "status": exc.status, "detail": exc.detail, **exc.extra}
     if isinstance(exc, InvalidAnswer):
         return {"code": "invalid_answer", "status": 422, "detail": str(exc), "ask_id": exc.ask_id}
+    if isinstance(exc, InvalidRequest):  # an id no store could hold
+        return {"code": "invalid_request", "status": 422, "detail": str(exc)}
     if isinstance(exc, NotFound):
         return {"code": "not_found", "status": 404, "detail": str(exc)}
     assert isinstance(exc, AlreadySettled)

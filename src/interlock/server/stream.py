@@ -70,6 +70,10 @@ class Subscriber:
             await self.wakeup.wait()
 
 
+FRAME_CACHE_CHARS = 16 * 1024 * 1024
+"""What the encoded events kept for the subscribers may add up to, in characters."""
+
+
 class Hub:
     def __init__(self, broker: Broker, *, queue_size: int = 1000, encode: Callable[[Event], str] | None = None) -> None:
         self.broker = broker
@@ -79,14 +83,17 @@ class Hub:
         self.on_event: list[Callable[[Event], None]] = []
         self._encode = encode or (lambda event: str(event.id))
         self._frames: OrderedDict[int, str] = OrderedDict()
+        self._frame_chars = 0
 
     def encoded(self, event: Event) -> str:
-        """The event's wire form, encoded once however many subscribers send it."""
+        """The event's wire form, encoded once however many subscribers send it; the
+        frames kept are bounded in number and in size (`FRAME_CACHE_CHARS`)."""
         frame = self._frames.get(event.id)
         if frame is None:
             frame = self._frames[event.id] = self._encode(event)
-            if len(self._frames) > 2 * self.queue_size:
-                self._frames.popitem(last=False)
+            self._frame_chars += len(frame)
+            while self._frames and (len(self._frames) > 2 * self.queue_size or self._frame_chars > FRAME_CACHE_CHARS):
+                self._frame_chars -= len(self._frames.popitem(last=False)[1])
         return frame
 
     async def start(self) -> None:

@@ -14,6 +14,7 @@ browser without JavaScript posts the form and is redirected back to the inbox.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import secrets
@@ -28,14 +29,27 @@ from fastapi import Request as HttpRequest
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
-from jsonschema import Draft202012Validator
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from ..broker import MAX_EVENT_ID, Broker
 from ..errors import InvalidAnswer, NotFound
-from ..model import Answers, Ask, Choice, Confirm, Event, Form, MultiChoice, Option, Status, Text, options_of
+from ..model import (
+    Answers,
+    Ask,
+    Choice,
+    Confirm,
+    Event,
+    Form,
+    MultiChoice,
+    Option,
+    Status,
+    Text,
+    options_of,
+    time_budget,
+)
 from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer
-from .app import can_see
+from .app import can_see, parse_event_id
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE, Holder, check_csrf
 from .stream import Dropped
 
@@ -189,10 +203,11 @@ def _form_answer(ask: Form, name: str, values: Values) -> dict[str, Any] | None:
             out[f.key] = _coerce(ask, f, raw)
     # The broker checks the whole answer again; this finds the input a fault belongs to.
     by_key = {f.key: f for f in fields}
-    for error in sorted(Draft202012Validator(ask.schema).iter_errors(out), key=lambda e: list(e.path)):
+    for error in ask.errors(out):
         key = error.path[0] if error.path else None
         if error.validator == "required" and not error.path:
-            key = next((k for k in error.validator_value if k not in out), None)
+            required = error.validator_value if isinstance(error.validator_value, list) else []
+            key = next((k for k in required if k not in out), None)
         if key in by_key:
             raise FieldFault(ask, by_key[str(key)], error.message)
         break
@@ -232,6 +247,19 @@ def _json(ask: Form, f: Field | None, text: str) -> Any:
         if f is not None:
             raise FieldFault(ask, f, fault) from None
         raise InvalidAnswer(f"ask {ask.id!r}: the answer is {fault}", ask_id=ask.id) from None
+
+
+async def read_answers_off_loop(broker: Broker, request: HumanRequest, values: Values) -> Answers:
+    """`read_answers`, in a worker thread within the broker's time budget when a form's
+    schema must be checked: that can cost more than the event loop may spend."""
+    if not any(isinstance(ask, Form) for ask in request.asks):
+        return read_answers(request, values)
+
+    def read() -> Answers:
+        with time_budget(broker.limits.check_seconds):
+            return read_answers(request, values)
+
+    return await asyncio.to_thread(read)
 
 
 def read_answers(request: HumanRequest, values: Values) -> Answers:
@@ -571,8 +599,13 @@ def _router(state: _State, templates: Jinja2Templates) -> APIRouter:
         who = await session(http)
         if who is None:
             return Response("sign in first", status_code=401, media_type="text/plain")
-        last = http.headers.get("last-event-id", "")
-        start = int(last) if last.isdigit() else after
+        try:  # here, before the stream's 200 goes out
+            start = parse_event_id(http.headers.get("last-event-id"))
+        except ValueError as exc:
+            return Response(str(exc), status_code=400, media_type="text/plain")
+        if after is not None and not 0 <= after <= MAX_EVENT_ID:
+            return Response(f"after must be between 0 and {MAX_EVENT_ID}", status_code=400, media_type="text/plain")
+        start = after if start is None else start
         principal = who.principal
 
         def accept(event: Event) -> bool:
@@ -641,7 +674,7 @@ def _router(state: _State, templates: Jinja2Templates) -> APIRouter:
                 verdict = Answers({request.asks[0].id: action == "approve"})
                 done = await broker.resolve(request_id, verdict, by=by, via="web", comment=comment)
             else:
-                answers = read_answers(request, values)
+                answers = await read_answers_off_loop(broker, request, values)
                 done = await broker.resolve(request_id, answers, by=by, via="web", comment=comment)
         except InvalidAnswer as exc:
             if isinstance(exc, FieldFault):
@@ -666,7 +699,7 @@ def _router(state: _State, templates: Jinja2Templates) -> APIRouter:
         who = await session(http)
         if who is None:
             return refusal(http, 401, "Your session has ended: sign in again.")
-        found = await broker.store.events(max(event_id - 1, 0), 1)
+        found = await broker.store.events(max(event_id - 1, 0), 1) if 0 < event_id <= MAX_EVENT_ID else []
         if found and found[0].id == event_id and found[0].type == "informed" and _for_inbox(who.principal, found[0]):
             return page(http, "_update.html", {"u": _update_view(found[0])}, 200, who)
         return refusal(http, 404, "There is no such update.", who)

@@ -3,18 +3,46 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 from ..model import Request, Status, request_from_dict, response_from_dict
 
-__all__ = ["FILTERS", "Migration", "encode_json", "load_migrations", "load_queries", "request_from_row"]
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "FILTERS",
+    "Migration",
+    "RequestCache",
+    "decode_json",
+    "encode_json",
+    "load_migrations",
+    "load_queries",
+    "request_from_row",
+    "row_size",
+]
+
+DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
+"""What the parsed requests a store keeps may add up to, counted as their stored JSON."""
 
 FILTERS = ("recipient", "requester", "status", "kind", "session", "channel", "agent", "run")
 """The `Query` filters that are columns of the requests table, in every dialect."""
 
 encode_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _finite_or_none(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def decode_json(text: str) -> Any:
+    """Stored JSON, with NaN and Infinity read as null: rows written before non-finite
+    numbers were refused still read (and list) instead of failing every later reader."""
+    return json.loads(text, parse_constant=lambda _: None, parse_float=_finite_or_none)
+
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
@@ -50,7 +78,60 @@ def load_migrations(dialect: str) -> list[Migration]:
 
 def request_from_row(status: str, doc: str, response: str | None) -> Request:
     """A request from its row: the document as created, then how it settled."""
-    request = request_from_dict(json.loads(doc))
+    request = request_from_dict(decode_json(doc))
     if status == Status.PENDING:
         return request
-    return request.settle(Status(status), response_from_dict(json.loads(response)) if response else None)
+    return request.settle(Status(status), response_from_dict(decode_json(response)) if response else None)
+
+
+def row_size(doc: str, response: str | None = None) -> int:
+    """What a request counts against the cache: the length of its stored JSON."""
+    return len(doc) + (len(response) if response else 0)
+
+
+class RequestCache:
+    """Parsed requests by id, bounded by the total size of their stored JSON (see
+    `row_size`), not by their number: the oldest entries are dropped first, and a request
+    larger than the whole budget is not kept at all."""
+
+    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        if max_bytes < 0:
+            raise ValueError("cache_bytes must not be negative")
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._items: dict[str, tuple[Request, int]] = {}
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, request_id: str) -> Request | None:
+        found = self._items.get(request_id)
+        return found[0] if found is not None else None
+
+    def size_of(self, request_id: str) -> int | None:
+        found = self._items.get(request_id)
+        return found[1] if found is not None else None
+
+    def put(self, request: Request, size: int) -> None:
+        items = self._items
+        old = items.get(request.id)
+        if old is not None:
+            self.bytes -= old[1]
+        if size > self.max_bytes:
+            if old is not None:
+                del items[request.id]
+            return
+        items[request.id] = (request, size)  # an entry kept keeps its place: the oldest go first
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            _, (_, dropped) = next(iter(items.items()))
+            del items[next(iter(items))]
+            self.bytes -= dropped
+
+    def discard(self, request_id: str) -> None:
+        old = self._items.pop(request_id, None)
+        if old is not None:
+            self.bytes -= old[1]

@@ -21,8 +21,9 @@ less time. Its pool is not used: by default it adds a reset query to every state
 and even without that it measured about 15% slower a cycle than `Connections` below.
 
 URL: `postgresql://user:password@host:port/database?option=value`. The options
-`poll_interval`, `min_size`, `max_size` (the connection pool), `keepalive` and
-`statement_cache_size` (0 behind PgBouncer in transaction mode) are interlock's; any
+`poll_interval`, `min_size`, `max_size` (the connection pool), `keepalive`,
+`statement_cache_size` (0 behind PgBouncer in transaction mode) and `cache_bytes` (what
+the parsed requests kept in memory may add up to, as JSON) are interlock's; any
 other is handed to asyncpg (libpq-style `sslmode`, or a server setting such as
 `search_path` to keep interlock's tables in their own schema).
 """
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -54,7 +54,17 @@ from ..model import (
 from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
 from ..redact import redact, redact_url
 from . import Query
-from ._sql import FILTERS, encode_json, load_migrations, load_queries, request_from_row
+from ._sql import (
+    DEFAULT_CACHE_BYTES,
+    FILTERS,
+    RequestCache,
+    decode_json,
+    encode_json,
+    load_migrations,
+    load_queries,
+    request_from_row,
+    row_size,
+)
 
 __all__ = ["PostgresStore"]
 
@@ -62,7 +72,6 @@ log = logging.getLogger("interlock")
 
 Q = load_queries("postgresql")
 CHANNEL = "interlock"
-_CACHE_SIZE = 10_000
 _DUE_BATCH = 1000  # overdue requests expired per transaction; the expiry loop comes back for more
 _OPTIONS = {
     "poll_interval": float,
@@ -70,6 +79,7 @@ _OPTIONS = {
     "max_size": int,
     "keepalive": float,
     "statement_cache_size": int,
+    "cache_bytes": int,
 }
 # A connection found dead (a server restart, a failover, a proxy's idle timeout): the
 # statement is tried once more on a fresh connection where repeating it is safe.
@@ -116,6 +126,7 @@ class PostgresStore:
         max_size: int | None = None,
         keepalive: float | None = None,
         statement_cache_size: int | None = None,
+        cache_bytes: int | None = None,
     ) -> None:
         self.dsn, ours = split_url(url)
         given = {
@@ -124,6 +135,7 @@ class PostgresStore:
             "max_size": max_size,
             "keepalive": keepalive,
             "statement_cache_size": statement_cache_size,
+            "cache_bytes": cache_bytes,
         }
         ours.update({k: v for k, v in given.items() if v is not None})
         self.poll_interval = float(ours.get("poll_interval", 1.0))
@@ -140,9 +152,10 @@ class PostgresStore:
         # Server process ids of this store's own connections: their notifications are
         # about changes the broker of this process has seen already.
         self._own: set[int] = set()
-        # Parsed requests by id. A settled one never changes again, so it is served from
-        # here; a pending one only after a cheap check that it is still pending.
-        self._cache: dict[str, Request] = {}
+        # Parsed requests by id, up to `cache_bytes` of their JSON. A settled one never
+        # changes again, so it is served from here; a pending one only after a cheap
+        # check that it is still pending.
+        self._cache = RequestCache(int(ours.get("cache_bytes", DEFAULT_CACHE_BYTES)))
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -274,6 +287,7 @@ class PostgresStore:
 
     async def insert(self, request: Request) -> tuple[Request, bool]:
         o = request.origin
+        doc = encode_json(request_to_dict(request))
         row = await self._query(  # safe to repeat: the request id makes it idempotent
             "fetchrow",
             Q["insert_request"],
@@ -288,22 +302,23 @@ class PostgresStore:
             request.idempotency_key,
             request.created_at,
             request.expires_at,
-            encode_json(request_to_dict(request)),
+            doc,
         )
         if row is None:
             raise RuntimeError(f"request {request.id} was neither stored nor found by its idempotency key")
         if row[0]:
-            self._remember(request)
+            self._cache.put(request, row_size(doc))
             return request, True
         first = request_from_row(row[1], row[2], row[3])
-        self._remember(first)
+        self._cache.put(first, row_size(row[2], row[3]))
         return first, False
 
-    def _remember(self, request: Request) -> None:
-        cache = self._cache
-        cache[request.id] = request
-        if len(cache) > _CACHE_SIZE:
-            del cache[next(iter(cache))]
+    def _remember(self, request: Request, response: str | None) -> None:
+        """Cache a request just settled: its document's size as known, and its response."""
+        size = self._cache.size_of(request.id)
+        if size is None:
+            size = row_size(encode_json(request_to_dict(request.as_created())))
+        self._cache.put(request, size + row_size("", response))
 
     async def settle(self, request: Request) -> Request | None:
         response = request.response
@@ -323,7 +338,7 @@ class PostgresStore:
                 settled = row is not None and (row[0], row[1]) == (request.status.value, answer)
         if not settled:
             return None
-        self._remember(request)
+        self._remember(request, answer)
         return request
 
     async def settle_pending(
@@ -343,8 +358,8 @@ class PostgresStore:
         settled = []
         for request_id, doc in rows:
             known = self._cache.get(request_id)
-            request = (known or request_from_dict(json.loads(doc))).settle(status, response)
-            self._remember(request)
+            request = (known or request_from_dict(decode_json(doc))).settle(status, response)
+            self._cache.put(request, row_size(doc, answer))
             settled.append(request)
         return settled
 
@@ -383,7 +398,7 @@ class PostgresStore:
         if row is None:
             return None
         request = request_from_row(row[0], row[1], row[2])
-        self._remember(request)
+        self._cache.put(request, row_size(row[1], row[2]))
         return request
 
     async def list(self, query: Query) -> Sequence[Request]:
@@ -465,12 +480,12 @@ class PostgresStore:
             "fetch", Q["events_after"], after, limit
         ):
             if request_id is None:
-                out.append(Event(event_id, type_, at, data=json.loads(data) if data else {}))
+                out.append(Event(event_id, type_, at, data=decode_json(data) if data else {}))
                 continue
             request = self._cache.get(request_id)
             if request is None or request.status is Status.PENDING:
                 request = request_from_row(status, doc, answer)
-                self._remember(request)
+                self._cache.put(request, row_size(doc, answer))
             if type_ == "created" and request.status is not Status.PENDING:
                 request = request.as_created()
             out.append(Event(event_id, type_, at, request_id, request))
@@ -486,8 +501,9 @@ class PostgresStore:
                 if known is not None and known.status is Status.PENDING and status != Status.PENDING:
                     # Settled, maybe by another process: the row says how, so the broker's
                     # `get` that follows is served from here, without another round trip.
-                    response = response_from_dict(json.loads(answer)) if answer else None
-                    cache[request_id] = known.settle(Status(status), response)
+                    response = response_from_dict(decode_json(answer)) if answer else None
+                    size = cache.size_of(request_id) or 0
+                    cache.put(known.settle(Status(status), response), size + row_size("", answer))
             out.append((event_id, type_, request_id))
         return out
 

@@ -13,7 +13,6 @@ Transactions never await inside, so the writes of one process are serialized by 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sqlite3
 import time
@@ -31,7 +30,17 @@ from ..model import (
 )
 from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
 from . import Query
-from ._sql import FILTERS, encode_json, load_migrations, load_queries, request_from_row
+from ._sql import (
+    DEFAULT_CACHE_BYTES,
+    FILTERS,
+    RequestCache,
+    decode_json,
+    encode_json,
+    load_migrations,
+    load_queries,
+    request_from_row,
+    row_size,
+)
 from ._wakeup import Wakeup
 
 __all__ = ["SqliteStore"]
@@ -39,7 +48,6 @@ __all__ = ["SqliteStore"]
 T = TypeVar("T")
 Q = load_queries("sqlite")
 _SYNCHRONOUS = {"OFF", "NORMAL", "FULL", "EXTRA"}
-_CACHE_SIZE = 10_000
 
 
 def _us(value: datetime | None) -> int | None:
@@ -64,6 +72,7 @@ class SqliteStore:
         poll_interval: float = 1.0,
         synchronous: str = "NORMAL",
         lock_timeout: float = 30.0,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         if synchronous.upper() not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {sorted(_SYNCHRONOUS)}")
@@ -73,9 +82,10 @@ class SqliteStore:
         self.lock_timeout = lock_timeout
         self._db: sqlite3.Connection | None = None
         self._wakeup = Wakeup(self.path)
-        # Parsed requests by id. A settled one never changes again, so it is served from
-        # here; a pending one only after a cheap check that it is still pending.
-        self._cache: dict[str, Request] = {}
+        # Parsed requests by id, up to `cache_bytes` of their JSON. A settled one never
+        # changes again, so it is served from here; a pending one only after a cheap
+        # check that it is still pending.
+        self._cache = RequestCache(cache_bytes)
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -180,43 +190,46 @@ class SqliteStore:
             "doc": doc,
         }
 
-        def insert(db: sqlite3.Connection) -> tuple[Request, bool]:
+        def insert(db: sqlite3.Connection) -> tuple[Request, bool, int]:
             if request.idempotency_key is not None:
                 found = db.execute(
                     Q["find_idempotent"], {"requester": request.requester or "", "key": request.idempotency_key}
                 ).fetchone()
                 if found is not None:
-                    return request_from_row(*found), False
+                    return request_from_row(*found), False, row_size(found[1], found[2])
             db.execute(Q["insert_request"], row)
             db.execute(
                 Q["insert_event"], {"type": "created", "request_id": request.id, "at": row["created_at"], "data": None}
             )
-            return request, True
+            return request, True, row_size(doc)
 
-        stored, created = await self._write(insert)
-        self._remember(stored)
+        stored, created, size = await self._write(insert)
+        self._cache.put(stored, size)
         return stored, created
 
-    def _remember(self, request: Request) -> None:
-        cache = self._cache
-        cache[request.id] = request
-        if len(cache) > _CACHE_SIZE:
-            del cache[next(iter(cache))]
+    def _remember(self, request: Request, response: str | None) -> None:
+        """Cache a request just settled: its document's size as known, and its response."""
+        size = self._cache.size_of(request.id)
+        if size is None:
+            size = row_size(encode_json(request_to_dict(request.as_created())))
+        self._cache.put(request, size + row_size("", response))
 
-    def _settle_one(self, db: sqlite3.Connection, request: Request) -> bool:
+    def _settle_one(self, db: sqlite3.Connection, request: Request) -> str | None:
+        """Settle the row if still pending: its stored response ("" for none), else None."""
         response = request.response
         at = _us(response.at if response is not None else datetime.now(UTC))
         answer = encode_json(response_to_dict(response)) if response is not None else None
         params = {"id": request.id, "status": request.status.value, "settled_at": at, "response": answer}
         if db.execute(Q["settle_request"], params).rowcount != 1:
-            return False
+            return None
         db.execute(Q["insert_event"], {"type": request.status.value, "request_id": request.id, "at": at, "data": None})
-        return True
+        return answer or ""
 
     async def settle(self, request: Request) -> Request | None:
-        if not await self._write(lambda db: self._settle_one(db, request)):
+        answer = await self._write(lambda db: self._settle_one(db, request))
+        if answer is None:
             return None
-        self._remember(request)
+        self._remember(request, answer)
         return request
 
     async def settle_pending(
@@ -232,18 +245,19 @@ class SqliteStore:
         if due is not None and not (await self._read(sql + " LIMIT 1", params)):
             return []  # the common case for the expiry loop: take no write lock
 
-        def settle_all(db: sqlite3.Connection) -> list[Request]:
+        def settle_all(db: sqlite3.Connection) -> list[tuple[Request, int]]:
             settled = []
             for row in db.execute(sql, params).fetchall():
                 request = request_from_row(*row).settle(status, response)
-                if self._settle_one(db, request):
-                    settled.append(request)
+                answer = self._settle_one(db, request)
+                if answer is not None:
+                    settled.append((request, row_size(row[1], answer)))
             return settled
 
         settled = await self._write(settle_all)
-        for request in settled:
-            self._remember(request)
-        return settled
+        for request, size in settled:
+            self._cache.put(request, size)
+        return [request for request, _ in settled]
 
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         at = datetime.now(UTC)
@@ -288,7 +302,7 @@ class SqliteStore:
         if not rows:
             return None
         request = request_from_row(*rows[0])
-        self._remember(request)
+        self._cache.put(request, row_size(rows[0][1], rows[0][2]))
         return request
 
     async def list(self, query: Query) -> Sequence[Request]:
@@ -407,12 +421,12 @@ class SqliteStore:
         out = []
         for event_id, type_, request_id, at, data, status, doc, answer in rows:
             if request_id is None:
-                out.append(Event(event_id, type_, _from_us(at), data=json.loads(data)))
+                out.append(Event(event_id, type_, _from_us(at), data=decode_json(data)))
                 continue
             request = self._cache.get(request_id)
             if request is None or request.status is Status.PENDING:
                 request = request_from_row(status, doc, answer)
-                self._remember(request)
+                self._cache.put(request, row_size(doc, answer))
             if type_ == "created" and request.status is not Status.PENDING:
                 request = request.as_created()
             out.append(Event(event_id, type_, _from_us(at), request_id, request))
@@ -422,7 +436,7 @@ class SqliteStore:
         rows = await self._read(Q["changes_after"], {"after": after, "limit": limit})
         for _, type_, request_id in rows:
             if type_ != "created" and request_id in self._cache:
-                del self._cache[request_id]  # settled, maybe by another process: read it afresh
+                self._cache.discard(request_id)  # settled, maybe by another process: read it afresh
         return [tuple(row) for row in rows]
 
     async def last_event_id(self) -> int:

@@ -1,0 +1,202 @@
+"""Finding 10: bad input gets a clear 4xx, never a 500, and changes nothing.
+
+Each case runs over a real HTTP server on SQLite and on PostgreSQL (whose text cannot
+hold a NUL), and checks afterwards that no request was created and no event appended.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any
+
+import httpx
+import pytest
+
+import interlock
+from interlock import InvalidRequest, Text
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("backend", ["sqlite", "postgresql"])]
+BOUND = 10
+TEXT = {"type": "text", "id": "t", "prompt": "Hi"}
+INT64 = 2**63
+
+
+@pytest.fixture
+def base(url: str, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[str]:
+    with serve(url, auth=False) as server:
+        yield server
+
+
+@pytest.fixture
+async def api(base: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=BOUND) as client:
+        yield client
+
+
+@pytest.fixture
+async def pending(api: httpx.AsyncClient) -> str:
+    created = await api.post("/requests", json={"to": "alice", "asks": [TEXT]})
+    assert created.status_code == 201, created.text
+    return str(created.json()["id"])
+
+
+async def snapshot(api: httpx.AsyncClient) -> tuple[int, list[tuple[str, str]]]:
+    events = await api.get("/events", params={"limit": 0})
+    listed = await api.get("/requests", params={"recipient": "alice", "limit": 1000})
+    assert events.status_code == listed.status_code == 200
+    return events.json()["last_event_id"], [(r["id"], r["status"]) for r in listed.json()["items"]]
+
+
+def refused(response: httpx.Response, *statuses: int) -> None:
+    assert response.status_code in (statuses or (400, 422)), response.text
+    assert response.headers["content-type"].startswith("application/problem+json"), response.text
+    assert response.json()["code"] in ("invalid_request", "invalid_answer")
+
+
+def body(**fields: Any) -> str:
+    """JSON as a client may send it: `\\ud800` and `\\u0000` escapes are valid JSON."""
+    return json.dumps({"to": "alice", "asks": [TEXT], **fields})
+
+
+async def post(api: httpx.AsyncClient, path: str, raw: str) -> httpx.Response:
+    return await api.post(path, content=raw.encode(), headers={"content-type": "application/json"})
+
+
+async def test_a_timeout_too_large_for_a_date_is_refused_with_422(api: httpx.AsyncClient) -> None:
+    before = await snapshot(api)
+    for timeout in (1e300, 1e12 * 86400):
+        response = await post(api, "/requests", body(timeout=timeout))
+        refused(response, 422)
+        assert "timeout" in response.json()["detail"]
+    assert await snapshot(api) == before
+
+
+@pytest.mark.parametrize("bad", ["\ud800", "\x00"], ids=["lone surrogate", "NUL"])
+async def test_a_string_no_store_can_keep_is_refused_everywhere(api: httpx.AsyncClient, pending: str, bad: str) -> None:
+    before = await snapshot(api)
+    creates: list[dict[str, Any]] = [
+        {"title": f"a{bad}"},
+        {"details": bad},
+        {"asks": [{"type": "text", "prompt": f"Hi {bad}"}]},
+        {"asks": [{"type": "choice", "prompt": "Pick", "options": ["a", bad]}]},
+        {"asks": [{"type": "choice", "prompt": "Pick", "options": [{"id": "a", "label": bad}]}]},
+        {"asks": [{"type": "text", "id": f"t{bad}", "prompt": "Hi"}]},
+        {"to": f"alice{bad}"},
+        {"idempotency_key": bad},
+        {"context": {"note": bad}},
+        {"context": {bad: 1}},
+        {"origin": {"session": bad}},
+        {"origin": {"tool_name": "t", "arguments": {"path": bad}}},
+    ]
+    for fields in creates:
+        refused(await post(api, "/requests", body(**fields)), 422)
+    answers = [
+        {"answer": bad},
+        {"answers": {"t": f"fine {bad}"}},
+        {"answer": "fine", "reason": bad},
+        {"inputResponses": [{"requestId": "t", "text": bad}]},
+    ]
+    for answer in answers:
+        refused(await post(api, f"/requests/{pending}/answer", json.dumps(answer)), 422)
+    refused(await post(api, f"/requests/{pending}/reject", json.dumps({"reason": bad})), 422)
+    refused(await post(api, "/inform", json.dumps({"message": f"m{bad}", "to": "alice"})), 422)
+    refused(await post(api, "/inform", json.dumps({"message": "m", "to": "alice", "data": {"x": bad}})), 422)
+    assert await snapshot(api) == before
+
+
+async def test_a_nul_in_a_filter_cursor_or_id_is_refused(api: httpx.AsyncClient, pending: str) -> None:
+    before = await snapshot(api)
+    for params in ({"recipient": "alice\x00"}, {"session": "\x00"}, {"run": "r\x00"}, {"cursor": f"{pending}\x00"}):
+        refused(await api.get("/requests", params=params), 422)
+    for path in (f"/requests/{pending}%00", "/requests/%00/wait?timeout=0", "/requests/%00/cancel"):
+        response = await (api.post(path, json={}) if path.endswith("cancel") else api.get(path))
+        refused(response, 422)
+    refused(await api.post("/requests/%00/answer", json={"answer": "x"}), 422)
+    refused(await api.post("/close", json={"channel": "c\x00"}), 422)
+    batch = await api.post("/answers", json={"items": [{"id": "x\x00", "answer": "a"}, {"id": pending, "answer": 1}]})
+    assert batch.status_code == 200, batch.text  # each item stands on its own
+    assert [item["error"]["code"] for item in batch.json()] == ["invalid_request", "invalid_answer"]
+    assert await snapshot(api) == before
+
+
+async def test_a_lone_surrogate_or_nul_in_a_filter_or_id_is_refused_by_the_python_api(url: str) -> None:
+    async with interlock.connect(url) as broker:
+        request = await broker.create(Text("Hi"), to="alice")
+        for bad in ("\ud800", "\x00"):
+            with pytest.raises(InvalidRequest):
+                await broker.list(session=f"s{bad}")
+            with pytest.raises(InvalidRequest):
+                await broker.list(after=f"{request.id}{bad}")
+            with pytest.raises(InvalidRequest):
+                await broker.get(f"{request.id}{bad}")
+            with pytest.raises(InvalidRequest):
+                await broker.resolve(f"x{bad}", "fine")
+            with pytest.raises(InvalidRequest):
+                await broker.cancel(f"x{bad}")
+        assert (await broker.get(request.id)).status == "pending"
+        assert [e.type async for e in broker.events()] == ["created"]
+
+
+async def test_an_event_cursor_past_int64_is_refused(api: httpx.AsyncClient) -> None:
+    before = await snapshot(api)
+    for after in (INT64, 2**64, 10**30):
+        refused(await api.get("/events", params={"after": after}), 422)
+        refused(await api.get("/events/stream", params={"after": after}), 422)
+    assert await snapshot(api) == before
+
+
+@pytest.mark.parametrize(
+    "last_event_id", [str(INT64).encode(), b"9" * 40, "²".encode("latin-1"), b"-1", b"1e3"], ids=str
+)
+async def test_a_bad_last_event_id_is_refused_before_the_stream_starts(
+    base: str, api: httpx.AsyncClient, last_event_id: bytes
+) -> None:
+    before = await snapshot(api)
+    async with api.stream("GET", "/events/stream", headers={"Last-Event-ID": last_event_id}) as response:
+        assert response.status_code == 400
+        await response.aread()
+        refused(response, 400)
+        assert "Last-Event-ID" in response.json()["detail"]
+    async with httpx.AsyncClient(base_url=base, timeout=BOUND) as web:
+        await web.get("/")  # the inbox's (no-auth) session cookie
+        async with web.stream("GET", "/inbox/stream", headers={"Last-Event-ID": last_event_id}) as response:
+            assert response.status_code == 400
+            assert "Last-Event-ID" in (await response.aread()).decode()
+        updates = await web.get(f"/inbox/updates/{INT64}")
+        assert updates.status_code == 404
+    assert await snapshot(api) == before
+
+
+@pytest.mark.parametrize(
+    ("schema", "fault"),
+    [
+        ({"properties": {"a": {"$ref": "#"}}}, "leads back to itself"),
+        (
+            {
+                "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+                "properties": {"x": {"$ref": "#/$defs/a"}},
+            },
+            "leads back to itself",
+        ),
+        (
+            {"$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}, "properties": {"x": {"$ref": "#/$defs/a"}}},
+            "leads back to itself",
+        ),
+        ({"properties": {"a": {"$ref": "https://example.com/schema.json"}}}, "not local"),
+        ({"properties": {"a": {"$ref": "other.json#/x"}}}, "not local"),
+        ({"properties": {"a": {"$ref": "#/$defs/missing"}}}, "points to nothing"),
+        ({"properties": {"a": {"$ref": "#nowhere"}}}, "points to nothing"),
+    ],
+    ids=["self", "cycle", "cycle through allOf", "remote", "relative", "missing", "missing anchor"],
+)
+async def test_a_form_schema_with_a_bad_ref_is_refused_at_create(
+    api: httpx.AsyncClient, schema: dict[str, Any], fault: str
+) -> None:
+    before = await snapshot(api)
+    ask = {"type": "form", "id": "f", "prompt": "Fill in", "schema": {"type": "object", **schema}}
+    response = await api.post("/requests", json={"to": "alice", "asks": [ask]})
+    refused(response, 422)
+    assert "ask 'f'" in response.json()["detail"] and fault in response.json()["detail"]
+    assert await snapshot(api) == before
