@@ -1,12 +1,13 @@
 """The contents a tool result carries for the common outcomes, shared by the runner, the
-human-input tools and the gate so the model reads the same words from each."""
+human-input tools and the gate so the model reads the same words from each; and how logs
+name a call."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from .calls import ToolResult
+from .calls import ToolCall, ToolResult
 
 
 def as_content(value: Any) -> str:
@@ -32,3 +33,8 @@ def refusal(reason: str, *, detail: str | None = None, denied: bool = False) -> 
 def seconds(timeout: float) -> str:
     """A timeout as the model reads it: `300`, `0.5`."""
     return f"{timeout:g}"
+
+
+def about_call(call: ToolCall) -> str:
+    """How logs name the tool call a hook ran on."""
+    return f"tool call {call.id} ({call.name})"

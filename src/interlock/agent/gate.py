@@ -9,7 +9,6 @@ function. What marks a request as the gate's own lives in the core (`interlock.a
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import functools
 import inspect
@@ -22,8 +21,9 @@ from typing import Any, Literal, ParamSpec, TypeAlias, TypeVar, cast
 from ..approvals import is_marked, mark
 from ..broker import Broker
 from ..errors import ApprovalDenied, ApprovalRefused, InvalidRequest, Rejected, RunFailed
+from ..hooks import Hooks
 from ..model import Ask, Confirm, Deny, Form, Request, Response, Status
-from ._results import seconds
+from ._results import about_call, seconds
 from ._schemas import make_validator, schema_problem
 from ._settle import settle
 from .calls import ToolCall, arguments_digest, canonical_json, current_call
@@ -45,13 +45,6 @@ DEFAULT_APPROVAL_TIMEOUT = 3600.0
 
 P = ParamSpec("P")
 R = TypeVar("R")
-T = TypeVar("T")
-
-
-async def _maybe_await(value: Awaitable[T] | T) -> T:
-    if inspect.isawaitable(value):
-        return await cast(Awaitable[T], value)
-    return value
 
 
 Policy: TypeAlias = Literal["always", "once", "never"]
@@ -122,6 +115,9 @@ class ApprovalGate:
         self.broker = broker
         self.hook = hook
         self.hook_timeout = hook_timeout
+        self._hooks: Hooks[ToolCall, Allow | Deny | Pause] = Hooks("approval hook", about_call)
+        if hook is not None:
+            self._hooks.add(hook, timeout=hook_timeout)
         self.on_hook_error: HookErrorMode = on_hook_error
         self.timeout = timeout
         self.to = to
@@ -169,7 +165,7 @@ class ApprovalGate:
         if policy == "once" and await self._approved_in_session(call):
             return cast(dict[str, Any], arguments)
         if policy is None:
-            if self.hook is None:
+            if not self._hooks:
                 return cast(dict[str, Any], arguments)
             verdict = await self._consult_hook(call)
             if isinstance(verdict, Allow):
@@ -180,19 +176,15 @@ class ApprovalGate:
         return await self._ask(call, arguments, schema, policy, pause_reason)
 
     async def _consult_hook(self, call: ToolCall) -> Allow | Deny | Pause:
-        assert self.hook is not None
-        problem: str
-        try:
-            async with asyncio.timeout(self.hook_timeout):
-                verdict = await _maybe_await(self.hook(call))
-        except TimeoutError:
-            problem = f"the approval hook timed out after {seconds(self.hook_timeout)}s"
-        except Exception as exc:
-            log.exception("the approval hook failed on tool call %s (%s)", call.id, call.name)
-            problem = f"the approval hook failed: {type(exc).__name__}: {exc}"
+        (outcome,) = await self._hooks.run(call)
+        verdict = outcome.verdict
+        if outcome.timed_out:
+            problem = f"the approval hook timed out after {seconds(outcome.hook.timeout)}s"
+        elif outcome.error is not None:
+            problem = f"the approval hook failed: {type(outcome.error).__name__}: {outcome.error}"
+        elif isinstance(verdict, Allow | Deny | Pause):
+            return verdict
         else:
-            if isinstance(verdict, Allow | Deny | Pause):
-                return verdict
             problem = f"the approval hook returned {verdict!r}, not Allow, Deny or Pause"
         if self.on_hook_error == "fail-run":
             raise RunFailed(f"tool '{call.name}': {problem}")

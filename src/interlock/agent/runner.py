@@ -14,43 +14,25 @@ A handler serves the calls it knows and returns None for the others: `HumanInput
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from ..broker import Broker
 from ..errors import ApprovalDenied, ApprovalRefused, Cancelled, Expired, RunFailed, ToolFailed, ToolRefused
-from ..hooks import DEFAULT_HOOK_TIMEOUT
+from ..hooks import DEFAULT_HOOK_TIMEOUT, Hooks
 from ..model import Deny, InputHook
 from ._background import keep
-from ._results import as_content, error_content, failure, refusal, seconds
+from ._results import about_call, as_content, error_content, failure, refusal, seconds
 from ._schemas import make_validator, schema_problem
 from .calls import ToolCall, ToolDefinition, ToolHandler, ToolResult, _current_call
 from .gate import ApprovalGate
-from .hooks import Allow, BeforeToolUse, Rewrite, ToolCallObserver, ToolCallReport
+from .hooks import Allow, BeforeToolUse, BeforeVerdict, Rewrite, ToolCallObserver, ToolCallReport
 from .human_input import HumanInputTools
 
 __all__ = ["ToolFunctions", "ToolRunner", "compose"]
 
 log = logging.getLogger("interlock")
-
-T = TypeVar("T")
-
-
-async def _maybe_await(value: Awaitable[T] | T) -> T:
-    if inspect.isawaitable(value):
-        return await cast(Awaitable[T], value)
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class _Hook:
-    fn: Callable[..., Any]
-    priority: int
-    timeout: float
-    order: int
 
 
 class ToolRunner:
@@ -92,8 +74,8 @@ class ToolRunner:
         self._human_names = frozenset(n for h in human for n in h.tool_names)
         for handler in human:
             handler.check_offered(self.definitions)
-        self._before: list[_Hook] = []
-        self._observers: list[_Hook] = []
+        self._before: Hooks[ToolCall, BeforeVerdict] = Hooks("before_tool_use hook", about_call)
+        self._observers: Hooks[ToolCallReport, None] = Hooks("on_tool_call observer", _about_report)
 
     # -- hooks ------------------------------------------------------------------------------
 
@@ -105,8 +87,7 @@ class ToolRunner:
         None or `Allow()` goes on. A hook that raises or overruns its bound refuses the call:
         a gate that cannot decide fails closed.
         """
-        self._before.append(_Hook(hook, priority, self._bound(timeout), len(self._before)))
-        self._before.sort(key=lambda h: (h.priority, h.order))
+        self._before.add(hook, priority=priority, timeout=self._bound(timeout))
         return hook
 
     def on_input_required(self, hook: InputHook, *, priority: int = 0, timeout: float | None = None) -> InputHook:
@@ -126,15 +107,11 @@ class ToolRunner:
         An observer that raises or overruns its bound is logged; the others still run and
         the result does not change.
         """
-        self._observers.append(_Hook(observer, priority, self._bound(timeout), len(self._observers)))
-        self._observers.sort(key=lambda h: (h.priority, h.order))
+        self._observers.add(observer, priority=priority, timeout=self._bound(timeout))
         return observer
 
     def _bound(self, timeout: float | None) -> float:
-        bound = self.hook_timeout if timeout is None else timeout
-        if not bound > 0:
-            raise ValueError("a hook's timeout must be a positive number of seconds")
-        return bound
+        return self.hook_timeout if timeout is None else timeout
 
     # -- running ----------------------------------------------------------------------------
 
@@ -203,18 +180,18 @@ class ToolRunner:
 
     async def _before_tool_use(self, call: ToolCall) -> ToolCall | ToolResult:
         for hook in self._before:
-            try:
-                async with asyncio.timeout(hook.timeout):
-                    verdict = await _maybe_await(hook.fn(call))
-            except TimeoutError:
-                detail = f"before_tool_use hook {hook.fn!r} timed out after {seconds(hook.timeout)}s"
-                log.warning("%s on tool call %s; refusing it", detail, call.id)
-                return refusal(f"The call to '{call.name}' was blocked: its check did not finish", detail=detail)
-            except Exception as exc:
-                log.exception("before_tool_use hook %r failed on tool call %s; refusing it", hook.fn, call.id)
+            outcome = await self._before.call(hook, call)
+            if outcome.timed_out:
                 return refusal(
-                    f"The call to '{call.name}' was blocked: its check failed", detail=f"{type(exc).__name__}: {exc}"
+                    f"The call to '{call.name}' was blocked: its check did not finish",
+                    detail=f"before_tool_use hook {hook.name} timed out after {seconds(hook.timeout)}s",
                 )
+            if outcome.error is not None:
+                return refusal(
+                    f"The call to '{call.name}' was blocked: its check failed",
+                    detail=f"{type(outcome.error).__name__}: {outcome.error}",
+                )
+            verdict = outcome.verdict
             if verdict is None or isinstance(verdict, Allow):
                 continue
             if isinstance(verdict, Deny):
@@ -229,13 +206,13 @@ class ToolRunner:
                 if problem is not None:
                     return refusal(
                         f"The rewritten arguments for '{call.name}' are invalid: {problem}",
-                        detail=f"rewrite by {hook.fn!r}",
+                        detail=f"rewrite by {hook.name}",
                     )
                 call = call.with_arguments(verdict.arguments)
                 continue
             return refusal(
                 f"The call to '{call.name}' was blocked: its check gave no clear answer",
-                detail=f"before_tool_use hook {hook.fn!r} returned {verdict!r}",
+                detail=f"before_tool_use hook {hook.name} returned {verdict!r}",
             )
         return call
 
@@ -289,14 +266,7 @@ class ToolRunner:
         await asyncio.shield(keep(future))
 
     async def _tell_observers(self, report: ToolCallReport) -> None:
-        for observer in self._observers:
-            try:
-                async with asyncio.timeout(observer.timeout):
-                    await _maybe_await(observer.fn(report))
-            except TimeoutError:
-                log.warning("on_tool_call observer %r timed out after %ss", observer.fn, observer.timeout)
-            except Exception:
-                log.exception("on_tool_call observer %r failed on tool call %s", observer.fn, report.call.id)
+        await self._observers.run(report)
 
 
 def compose(*handlers: ToolHandler) -> ToolHandler:
@@ -331,3 +301,7 @@ class ToolFunctions:
 def _definitions_of(handler: ToolHandler) -> tuple[ToolDefinition, ...]:
     found = getattr(handler, "definitions", ())
     return tuple(d for d in found if isinstance(d, ToolDefinition))
+
+
+def _about_report(report: ToolCallReport) -> str:
+    return about_call(report.call)
