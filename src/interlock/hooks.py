@@ -55,7 +55,7 @@ class Outcome(Generic[V]):
         return self.timed_out or self.error is not None
 
 
-def hook_name(fn: Callable[..., Any]) -> str:
+def _name_of(fn: Callable[..., Any]) -> str:
     """How logs name a hook: its qualified name, or its class's for a callable object."""
     name = getattr(fn, "__qualname__", None)
     if not isinstance(name, str):
@@ -83,7 +83,7 @@ class Hooks(Generic[S, V]):
         """Register `fn` (sync or async) to run within `timeout` seconds; lower priority runs first."""
         if not timeout > 0:
             raise ValueError("a hook's timeout must be a positive number of seconds")
-        hook = Hook(fn, priority, timeout, hook_name(fn))
+        hook = Hook(fn, priority, timeout, _name_of(fn))
         self._hooks.append(hook)
         self._hooks.sort(key=lambda h: h.priority)  # stable: equal priorities keep their order
         return hook
