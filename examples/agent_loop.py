@@ -15,10 +15,12 @@ from dataclasses import dataclass
 
 import interlock
 from interlock import Broker, Request
-from interlock.sessions import Conversation, InformUserTool, Sessions
-from interlock.tools import (
+from interlock.agent import (
     ApprovalGate,
+    Conversation,
     HumanInputTools,
+    InformUserTool,
+    Sessions,
     ToolCall,
     ToolCallReport,
     ToolDefinition,

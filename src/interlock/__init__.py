@@ -8,8 +8,30 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from .agent import (
+    Allow,
+    ApprovalGate,
+    AutoResolveContract,
+    BrokerContract,
+    Contract,
+    Contracts,
+    Conversation,
+    HumanInputTools,
+    Pause,
+    Receipt,
+    Rewrite,
+    Sessions,
+    TerminalContract,
+    ToolCall,
+    ToolDefinition,
+    ToolResult,
+    ToolRunner,
+    ask_user_tool,
+    inform_user,
+    request_human_input_tool,
+    requires_approval,
+)
 from .broker import Broker, Page, connect
-from .contracts import AutoResolveContract, BrokerContract, Contract, Contracts, TerminalContract
 from .errors import (
     AlreadySettled,
     ApprovalDenied,
@@ -43,21 +65,6 @@ from .model import (
     Response,
     Status,
     Text,
-)
-from .sessions import Conversation, Receipt, Sessions, inform_user
-from .tools import (
-    Allow,
-    ApprovalGate,
-    HumanInputTools,
-    Pause,
-    Rewrite,
-    ToolCall,
-    ToolDefinition,
-    ToolResult,
-    ToolRunner,
-    ask_user_tool,
-    request_human_input_tool,
-    requires_approval,
 )
 
 try:

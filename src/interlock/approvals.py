@@ -1,6 +1,6 @@
 """What marks an approval request as the approval gate's own, and the namespace reserved for it.
 
-The gate (`interlock.tools.ApprovalGate`) marks each approval request it makes with
+The gate (`interlock.agent.gate.ApprovalGate`) marks each approval request it makes with
 `context["kind"] = GATE_MARK`. Values of `context["kind"]` in the `interlock.` namespace are
 reserved: `Broker.create` and `Broker.prepare` refuse them, and so does every surface built
 on them (`POST /api/v1/requests`, a human-input tool passing a model's `context_data` on).

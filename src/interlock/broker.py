@@ -27,6 +27,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from .approvals import check_context
 from .errors import Cancelled, Closed, Expired, InvalidAnswer, InvalidRequest, NotFound, Rejected
+from .hooks import DEFAULT_HOOK_TIMEOUT, Hooks
 from .model import (
     DEFAULT_LIMITS,
     NO_ORIGIN,
@@ -55,7 +56,6 @@ __all__ = ["Broker", "CreateFields", "Page", "connect"]
 log = logging.getLogger("interlock")
 
 DEFAULT_URL = "sqlite:///interlock.db"
-DEFAULT_HOOK_TIMEOUT = 30.0
 MAX_EVENT_ID = 2**63 - 1
 """The largest event id a store can hold (a signed 64-bit integer)."""
 _SETTLED_EVENTS = frozenset(s.value for s in Status if s is not Status.PENDING)
@@ -101,11 +101,12 @@ class Page:
     next_cursor: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class _Hook:
-    fn: InputHook
-    priority: int
-    timeout: float
+def _about_request(request: Request) -> str:
+    return f"request {request.id}"
+
+
+def _denies(verdict: Deny | None) -> bool:
+    return isinstance(verdict, Deny)
 
 
 class Broker:
@@ -127,7 +128,7 @@ class Broker:
         """How large requests, answers and updates may be, on every surface."""
         self.max_prompt_length = limits.max_prompt_length
         self.hook_timeout = hook_timeout
-        self._hooks: list[_Hook] = []
+        self._hooks: Hooks[Request, Deny | None] | None = None  # made by the first add_input_hook
         self._waiters: dict[str, list[asyncio.Future[Request]]] = {}
         self._detached: set[str] = set()
         self._closed_scopes: set[str | None] = set()
@@ -197,23 +198,15 @@ class Broker:
         A hook returning `Deny(reason)` rejects the request; one that raises or overruns
         its timeout (30 s by default) is logged and the request stays answerable.
         """
-        self._hooks.append(_Hook(hook, priority, self.hook_timeout if timeout is None else timeout))
-        self._hooks.sort(key=lambda h: h.priority)
+        if self._hooks is None:
+            self._hooks = Hooks("input hook", _about_request)
+        self._hooks.add(hook, priority=priority, timeout=self.hook_timeout if timeout is None else timeout)
 
     async def _run_hooks(self, request: Request) -> None:
-        for hook in self._hooks:
-            try:
-                async with asyncio.timeout(hook.timeout):
-                    decision = await hook.fn(request)
-            except TimeoutError:
-                log.warning("input hook %r timed out after %ss on request %s", hook.fn, hook.timeout, request.id)
-                continue
-            except Exception:
-                log.exception("input hook %r failed on request %s", hook.fn, request.id)
-                continue
-            if isinstance(decision, Deny):
-                await self.reject(request.id, decision.reason, by="hook", via="hook")
-                return
+        assert self._hooks is not None
+        outcomes = await self._hooks.run(request, until=_denies)
+        if outcomes and isinstance(denied := outcomes[-1].verdict, Deny):
+            await self.reject(request.id, denied.reason, by="hook", via="hook")
 
     # -- creating ------------------------------------------------------------------------
 

@@ -30,8 +30,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
+from .agent.terminal import TerminalContract
 from .broker import Broker, connect
-from .contracts import TerminalContract
 from .errors import Cancelled, Expired, Forbidden, InterlockError, InvalidAnswer, InvalidRequest, NotFound, Rejected
 from .model import Ask, Choice, Confirm, Form, MultiChoice, Request, Status, Text, options_of, request_to_dict
 from .principals import TOKEN_PREFIX, Principal, issue_token

@@ -9,7 +9,7 @@ from typing import TypeVar
 import anyio
 
 from interlock import Broker, Request
-from interlock.tools import ToolCallReport
+from interlock.agent import ToolCallReport
 
 BOUND = 10  # seconds: the most any single wait in these tests may take
 

@@ -10,14 +10,11 @@ import anyio
 import pytest
 
 from interlock import Broker, Cancelled, Confirm, Deny, Expired, Form, InvalidAnswer, Request, Status
-from interlock.tools import (
+from interlock.agent import (
     Allow,
-    ApprovalDenied,
     ApprovalGate,
-    ApprovalRefused,
     HumanInputTools,
     Pause,
-    RunFailed,
     ToolCall,
     ToolDefinition,
     ToolFunctions,
@@ -27,6 +24,7 @@ from interlock.tools import (
     canonical_json,
     requires_approval,
 )
+from interlock.errors import ApprovalDenied, ApprovalRefused, RunFailed
 
 from .support import Inbox, Reports, bounded
 

@@ -13,23 +13,21 @@ import anyio
 import pytest
 
 from interlock import Broker, Choice, Confirm, Form, MultiChoice, Request, Response, Status, Text
-from interlock.contracts import (
+from interlock.agent import (
+    ApprovalGate,
     AutoResolveContract,
     BrokerContract,
     Contract,
     Contracts,
-    TerminalContract,
-    auto_resolve_from_env,
-    contract_from,
-)
-from interlock.tools import (
-    ApprovalGate,
     HumanInputTools,
+    TerminalContract,
     ToolCall,
     ToolDefinition,
     ToolFunctions,
     ToolRunner,
     ask_user_tool,
+    auto_resolve_from_env,
+    contract_from,
     request_human_input_tool,
 )
 

@@ -11,20 +11,19 @@ import anyio
 import pytest
 
 from interlock import Broker, Deny, Request, Status
-from interlock.tools import (
+from interlock.agent import (
     Allow,
     HumanInputTools,
     Rewrite,
     ToolCall,
     ToolDefinition,
-    ToolFailed,
     ToolFunctions,
-    ToolRefused,
     ToolResult,
     ToolRunner,
     ask_user_tool,
     current_call,
 )
+from interlock.errors import ToolFailed, ToolRefused
 
 from .support import BOUND, Inbox, Reports, bounded
 

@@ -10,8 +10,16 @@ import anyio
 import pytest
 
 from interlock import Broker, InvalidRequest, Request, Status, Text
-from interlock.sessions import Conversation, InformUserTool, Sessions, inform_user
-from interlock.tools import HumanInputTools, ToolCall, ToolRunner, ask_user_tool
+from interlock.agent import (
+    Conversation,
+    HumanInputTools,
+    InformUserTool,
+    Sessions,
+    ToolCall,
+    ToolRunner,
+    ask_user_tool,
+    inform_user,
+)
 
 from .support import BOUND, Inbox, bounded
 

@@ -10,7 +10,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from interlock import Broker, Choice, Confirm, Form, MultiChoice, Status, Text
-from interlock.tools import (
+from interlock.agent import (
     HumanInputTools,
     ToolCall,
     ToolDefinition,

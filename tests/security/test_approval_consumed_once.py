@@ -23,8 +23,9 @@ import pytest
 
 import interlock
 from interlock import Broker, Confirm, Request, Response, Status
+from interlock.agent import ApprovalGate, ToolCall
+from interlock.errors import ApprovalRefused
 from interlock.principals import Principal, issue_token
-from interlock.tools import ApprovalGate, ApprovalRefused, ToolCall
 
 pytestmark = pytest.mark.anyio
 
@@ -228,7 +229,8 @@ TRIALS = 1000
 WORKER = """
 import asyncio, sys
 import interlock
-from interlock.tools import ApprovalGate, ApprovalRefused, ToolCall
+from interlock.agent import ApprovalGate, ToolCall
+from interlock.errors import ApprovalRefused
 
 class Announce:
     # Waits in the inbox like the default contract, first saying which request it waits on.

@@ -24,8 +24,7 @@ import pytest
 
 import interlock
 from interlock import Broker, Confirm, InvalidRequest, Request, Status
-from interlock.principals import Principal, issue_token
-from interlock.tools import (
+from interlock.agent import (
     ApprovalGate,
     HumanInputTools,
     Policy,
@@ -36,6 +35,7 @@ from interlock.tools import (
     arguments_digest,
     request_human_input_tool,
 )
+from interlock.principals import Principal, issue_token
 
 pytestmark = pytest.mark.anyio
 

@@ -27,10 +27,10 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeAlias
 
-from .broker import Broker
-from .errors import InvalidRequest
-from .model import Request
-from .tools import ToolCall, ToolDefinition, ToolResult
+from ..broker import Broker
+from ..errors import InvalidRequest
+from ..model import Request
+from .calls import ToolCall, ToolDefinition, ToolResult
 
 __all__ = [
     "Conversation",

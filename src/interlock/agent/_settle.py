@@ -1,0 +1,38 @@
+"""Getting a request settled by its agent's contract, withdrawn if the wait is cut."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from ..broker import Broker
+from ..model import Request, Response
+from ._background import keep
+from .contracts import Contracts
+
+log = logging.getLogger("interlock")
+
+
+async def settle(contracts: Contracts, broker: Broker, request: Request, agent: str | None) -> Response:
+    """Have the agent's contract settle `request`; a cut wait withdraws the request.
+
+    The broker withdraws a request whose `wait` is cancelled, but a cancel scope that
+    cancels again and again (anyio, a task group) can cut that short, and a custom
+    contract may not wait through the broker at all: so withdraw here too, shielded. A
+    request already settled is left as it is.
+    """
+    try:
+        return await contracts.for_agent(agent).settle(broker, request)
+    except asyncio.CancelledError:
+        withdraw = keep(asyncio.ensure_future(broker.cancel(request.id, "the waiting call was cancelled")))
+        withdraw.add_done_callback(_log_failed_withdraw)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(withdraw)
+        raise
+
+
+def _log_failed_withdraw(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("withdrawing a request whose call was cancelled failed: %r", future.exception())

@@ -1,0 +1,452 @@
+"""The approval gate: whether a person must approve a tool call before it runs, and asking them.
+
+`ApprovalGate` decides per call: policies per tool name or glob (`always`, `once` per
+session, `never`), an auto-allow list, a per-call hook (allow / deny / pause). An approval
+is bound to the digest of the exact arguments reviewed and is consumed once; anything
+ambiguous fails closed. `requires_approval` puts the gate in front of a plain async
+function. What marks a request as the gate's own lives in the core (`interlock.approvals`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import inspect
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Literal, ParamSpec, TypeAlias, TypeVar, cast
+
+from ..approvals import is_marked, mark
+from ..broker import Broker
+from ..errors import ApprovalDenied, ApprovalRefused, InvalidRequest, Rejected, RunFailed
+from ..hooks import Hooks
+from ..model import Ask, Confirm, Deny, Form, Request, Response, Status
+from ._results import about_call, seconds
+from ._schemas import make_validator, schema_problem
+from ._settle import settle
+from .calls import ToolCall, arguments_digest, canonical_json, current_call
+from .contracts import BrokerContract, Contracts, ContractSpec
+from .hooks import Allow, ApprovalHook, Pause
+
+__all__ = [
+    "DEFAULT_APPROVAL_TIMEOUT",
+    "POLICIES",
+    "ApprovalGate",
+    "HookErrorMode",
+    "Policy",
+    "requires_approval",
+]
+
+log = logging.getLogger("interlock")
+
+DEFAULT_APPROVAL_TIMEOUT = 3600.0
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+Policy: TypeAlias = Literal["always", "once", "never"]
+POLICIES: frozenset[str] = frozenset({"always", "once", "never"})
+_STRICTNESS = {"never": 0, "once": 1, "always": 2}
+
+
+HookErrorMode: TypeAlias = Literal["deny", "pause", "fail-run"]
+
+
+class ApprovalGate:
+    """Decides whether a person must approve a call before it runs, and asks them.
+
+    In order: a name matching `auto_allow` runs at once; else a matching policy decides
+    (`never` runs, `always` asks, `once` asks unless that tool was approved earlier in the
+    session); else the `hook` returns `Allow()`, `Deny(reason)` or `Pause(reason)`;
+    without a hook the call runs. Policies are keyed by tool name or glob: an exact name
+    wins, then the glob with the most literal characters; globs equally specific that
+    disagree take the strictest policy. A hook that raises, overruns `hook_timeout` or
+    returns anything else is handled by `on_hook_error`: `deny` (the default: fail closed),
+    `pause` (ask a person), or `fail-run` (raise `RunFailed`).
+
+    An approval request (kind `approval`) carries the tool name and arguments in its
+    origin, a rendered preview in its details, and in its context the digest of the
+    canonical arguments. Its asks are a confirm (`approve`) and, when the tool's schema
+    allows, an optional form (`arguments`) through which the approver edits the arguments;
+    the broker checks the edit against the schema. A denial raises `ApprovalDenied` with
+    the person's reason verbatim.
+
+    The gate trusts only approvals it issued itself: marked as a gate's (a mark nothing
+    else can set, `interlock.approvals`), made by its own principal (`call.agent`, or the
+    token's principal over HTTP), addressed to the person it asks (`call.to` or `to`),
+    answered by that person (the recorded `by`; a contract other than the inbox answers
+    as its own `by`), for this tool and session, and for an exact call, this digest.
+
+    An approval is consumed once, durably: the gate runs a call only after the store's
+    conditional write (`Broker.consume`) said it was the first, in any process. A replayed
+    call whose approval was used already is refused; an approval given while no process
+    waited (the agent restarted) is taken by the first call that finds it; a retry with
+    other arguments asks again.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        policies: Mapping[str, Policy] | None = None,
+        auto_allow: Iterable[str] = (),
+        hook: ApprovalHook | None = None,
+        hook_timeout: float = 10.0,
+        on_hook_error: HookErrorMode = "deny",
+        timeout: float | None = DEFAULT_APPROVAL_TIMEOUT,
+        to: str | None = None,
+        contracts: Contracts | ContractSpec | None = None,
+        previews: Mapping[str, Callable[[ToolCall], str]] | None = None,
+    ) -> None:
+        self.policies = dict(policies or {})
+        for pattern, policy in self.policies.items():
+            if policy not in POLICIES:
+                raise ValueError(f"policy for {pattern!r} must be one of always, once, never; not {policy!r}")
+        if isinstance(auto_allow, str):
+            raise TypeError("auto_allow is a collection of names, not one string")
+        self.auto_allow = tuple(auto_allow)
+        if on_hook_error not in ("deny", "pause", "fail-run"):
+            raise ValueError("on_hook_error must be 'deny', 'pause' or 'fail-run'")
+        if timeout is not None and not timeout > 0:
+            raise ValueError("timeout must be a positive number of seconds, or None")
+        self.broker = broker
+        self.hook = hook
+        self.hook_timeout = hook_timeout
+        self._hooks: Hooks[ToolCall, Allow | Deny | Pause] = Hooks("approval hook", about_call)
+        if hook is not None:
+            self._hooks.add(hook, timeout=hook_timeout)
+        self.on_hook_error: HookErrorMode = on_hook_error
+        self.timeout = timeout
+        self.to = to
+        self.contracts = Contracts.of(contracts)
+        self.previews = dict(previews or {})
+        self._once: set[tuple[str, str]] = set()
+        self._consumed: OrderedDict[str, None] = OrderedDict()
+
+    # -- deciding ---------------------------------------------------------------------------
+
+    def auto_allowed(self, name: str) -> bool:
+        """Whether tool `name` is on the auto-allow list (names or globs): it never asks."""
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.auto_allow)
+
+    def policy_for(self, name: str) -> Policy | None:
+        """The declared policy for tool `name`, or None when no name or glob matches."""
+        if name in self.policies:
+            return self.policies[name]
+        matches = [(p, policy) for p, policy in self.policies.items() if fnmatch.fnmatchcase(name, p)]
+        if not matches:
+            return None
+        specificity = max(_literal_chars(p) for p, _ in matches)
+        best = [policy for p, policy in matches if _literal_chars(p) == specificity]
+        return max(best, key=lambda policy: _STRICTNESS[policy])
+
+    async def authorize(
+        self, call: ToolCall, *, schema: Mapping[str, Any] | None = None, policy: Policy | None = None
+    ) -> dict[str, Any]:
+        """Decide on `call` and return the arguments to run it with (an approver may edit them).
+
+        Raises `ApprovalDenied` (a person or the hook said no), `ApprovalRefused` (failed
+        closed), `Expired` (nobody decided in time), `Cancelled` (the request was given
+        up) or `RunFailed`. `policy` overrides the declared one for this call.
+        """
+        try:
+            arguments = json.loads(canonical_json(dict(call.arguments)))
+        except (TypeError, ValueError) as exc:
+            raise ApprovalRefused(f"The arguments of '{call.name}' are not plain JSON", detail=str(exc)) from None
+        if self.auto_allowed(call.name):
+            return cast(dict[str, Any], arguments)
+        policy = policy or self.policy_for(call.name)
+        pause_reason = ""
+        if policy == "never":
+            return cast(dict[str, Any], arguments)
+        if policy == "once" and await self._approved_in_session(call):
+            return cast(dict[str, Any], arguments)
+        if policy is None:
+            if not self._hooks:
+                return cast(dict[str, Any], arguments)
+            verdict = await self._consult_hook(call)
+            if isinstance(verdict, Allow):
+                return cast(dict[str, Any], arguments)
+            if isinstance(verdict, Deny):
+                raise ApprovalDenied("", verdict.reason)
+            pause_reason = verdict.reason
+        return await self._ask(call, arguments, schema, policy, pause_reason)
+
+    async def _consult_hook(self, call: ToolCall) -> Allow | Deny | Pause:
+        (outcome,) = await self._hooks.run(call)
+        verdict = outcome.verdict
+        if outcome.timed_out:
+            problem = f"the approval hook timed out after {seconds(outcome.hook.timeout)}s"
+        elif outcome.error is not None:
+            problem = f"the approval hook failed: {type(outcome.error).__name__}: {outcome.error}"
+        elif isinstance(verdict, Allow | Deny | Pause):
+            return verdict
+        else:
+            problem = f"the approval hook returned {verdict!r}, not Allow, Deny or Pause"
+        if self.on_hook_error == "fail-run":
+            raise RunFailed(f"tool '{call.name}': {problem}")
+        if self.on_hook_error == "pause":
+            return Pause(f"The approval hook could not decide ({problem}).")
+        raise ApprovalRefused(f"The call to '{call.name}' was refused: its approval check failed", detail=problem)
+
+    async def _approved_in_session(self, call: ToolCall) -> bool:
+        """Whether the approver approved this tool earlier in the call's session (durably kept)."""
+        if call.session is None:
+            return False  # no session for the approval to hold in: ask every time
+        key = (call.session, call.name)
+        if key in self._once:
+            return True
+        requester = await self.broker.requester_of(call.agent)
+        after: str | None = None
+        while True:
+            page = await self.broker.list(
+                session=call.session,
+                kind="approval",
+                status=Status.ANSWERED,
+                requester=requester,
+                after=after,
+                limit=1000,
+                order="asc",
+            )
+            for request in page.items:
+                response = request.response
+                if (
+                    response is not None
+                    and response.answers.get("approve") is True
+                    and _context(request).get("policy") == "once"
+                    and self._not_issued(request, response, call, requester) is None
+                ):
+                    self._once.add(key)
+                    return True
+            if page.next_cursor is None:
+                return False
+            after = page.next_cursor
+
+    def _not_issued(self, request: Request, response: Response, call: ToolCall, requester: str | None) -> str | None:
+        """Why `request`, answered with `response`, is not an approval this gate issued for
+        `call`'s tool and session; None when it is."""
+        context = _context(request)
+        if not is_marked(request):
+            return "it is not an approval gate's request"
+        if request.requester != requester:
+            return f"it was made by {request.requester!r}, not by {requester!r}"
+        asked = call.to or self.to
+        if asked is not None and request.to != asked:
+            return f"it was addressed to {request.to!r}, not to {asked!r}"
+        if request.origin.session != call.session or request.origin.tool_name != call.name:
+            return "it was asked for another tool or session"
+        if context.get("tool") != call.name:
+            return "it names another tool"
+        if request.to is not None and response.by not in self._answerers(request, call):
+            return f"it was answered by {response.by!r}, not by {request.to!r}"
+        return None
+
+    def _answerers(self, request: Request, call: ToolCall) -> set[str | None]:
+        """Who may answer for the approver: the approver, and a contract that answers for
+        them (auto_resolve, a terminal) as the `by` it records."""
+        answerers: set[str | None] = {request.to}
+        contract = self.contracts.for_agent(call.agent)
+        if not isinstance(contract, BrokerContract):
+            by = getattr(contract, "by", None)  # a contract that records itself as someone
+            if isinstance(by, str):
+                answerers.add(by)
+        return answerers
+
+    # -- asking -----------------------------------------------------------------------------
+
+    def render_preview(self, call: ToolCall) -> str:
+        """The preview the approver reads: a custom one for the tool, else the call itself."""
+        custom = self.previews.get(call.name)
+        if custom is not None:
+            try:
+                return custom(call)
+            except Exception:
+                log.exception("the preview of tool %r failed; showing the arguments", call.name)
+        one_line = f"{call.name}({', '.join(f'{k}={canonical_json(v)}' for k, v in call.arguments.items())})"
+        if len(one_line) <= 100:
+            return one_line
+        return f"{call.name}\n{json.dumps(call.arguments, indent=2, sort_keys=True, ensure_ascii=False)}"
+
+    async def _ask(
+        self,
+        call: ToolCall,
+        arguments: dict[str, Any],
+        schema: Mapping[str, Any] | None,
+        policy: Policy | None,
+        reason: str,
+    ) -> dict[str, Any]:
+        call = call.with_arguments(arguments)
+        digest = arguments_digest(call.name, arguments)
+        preview = self.render_preview(call)
+        asks: list[Ask] = [Confirm(f"Allow {call.name} to run with these arguments?", id="approve")]
+        edit = _edit_form(schema)
+        if edit is not None:
+            asks.append(edit)
+        prepared = self.broker.prepare(
+            asks,
+            kind="approval",
+            to=call.to or self.to,
+            title=f"Approve {call.name}?",
+            details=f"{reason}\n\n{preview}" if reason else preview,
+            context={
+                "tool": call.name,
+                "arguments": arguments,
+                "preview": preview,
+                "digest": digest,
+                "policy": policy,
+            },
+            timeout=self.timeout,
+            requester=call.agent,
+            idempotency_key=f"approval:{call.session or '-'}:{call.id}:{digest}",
+            origin=call.origin(),
+        )
+        request, _ = await self.broker.submit(mark(prepared))
+        if request.id in self._consumed:
+            raise _replayed(call, request)
+        if request.status is Status.PENDING:
+            try:
+                response = await settle(self.contracts, self.broker, request, call.agent)
+            except Rejected as exc:
+                raise ApprovalDenied(request.id, exc.reason) from None
+            request = request.settle(Status.ANSWERED, response)
+        elif request.status is Status.ANSWERED and request.response is not None:
+            # Approved while no process waited (say the agent restarted): the first call to
+            # find it may consume it; any later one finds it consumed.
+            response = request.response
+            if response.answers.get("approve") is not True:
+                raise _replayed(call, request)
+        else:
+            raise _replayed(call, request)
+        return await self._consume(call, request, response, digest, schema, policy)
+
+    async def _consume(
+        self,
+        call: ToolCall,
+        request: Request,
+        response: Response,
+        digest: str,
+        schema: Mapping[str, Any] | None,
+        policy: Policy | None,
+    ) -> dict[str, Any]:
+        requester = await self.broker.requester_of(call.agent)
+        problem = self._not_issued(request, response, call, requester)
+        if problem is not None:
+            raise ApprovalRefused(
+                f"The approval for '{call.name}' was not given by its approver; the call does not run",
+                detail=f"approval {request.id}: {problem}",
+            )
+        if response.answers.get("approve") is not True:
+            raise ApprovalDenied(request.id, response.reason)
+        if _context(request).get("digest") != digest:
+            raise ApprovalRefused(
+                f"The approval for '{call.name}' does not match the arguments reviewed",
+                detail=f"approval {request.id}: digest mismatch",
+            )
+        if request.id in self._consumed or not await self.broker.consume(request.id, by=requester):
+            raise _replayed(call, request)
+        self._consumed[request.id] = None
+        while len(self._consumed) > 4096:  # a fast path only: the store's consumption decides
+            self._consumed.popitem(last=False)
+        arguments = dict(call.arguments)
+        edited = response.answers.get("arguments")
+        if edited is not None:
+            problem = None if schema is None else schema_problem(make_validator(call.name, schema), edited)
+            if schema is None or problem is not None:
+                raise ApprovalRefused(
+                    f"The approver's edited arguments for '{call.name}' are invalid: {problem or 'no schema'}",
+                    detail=f"approval {request.id}",
+                )
+            try:
+                arguments = json.loads(canonical_json(edited))
+            except (TypeError, ValueError) as exc:
+                raise ApprovalRefused(f"The edited arguments for '{call.name}' are not JSON", detail=str(exc)) from None
+        if policy == "once" and call.session is not None:
+            self._once.add((call.session, call.name))
+        return arguments
+
+
+def _literal_chars(pattern: str) -> int:
+    return sum(ch not in "*?[]" for ch in pattern)
+
+
+def _edit_form(schema: Mapping[str, Any] | None) -> Form | None:
+    if schema is None or schema.get("type") != "object":
+        return None
+    try:
+        return Form("Edit the arguments before approving (optional)", schema=schema, id="arguments", required=False)
+    except InvalidRequest:
+        return None
+
+
+def _context(request: Request) -> Mapping[str, Any]:
+    return request.context if isinstance(request.context, Mapping) else {}
+
+
+def _replayed(call: ToolCall, request: Request) -> ApprovalRefused:
+    return ApprovalRefused(
+        f"The call to '{call.name}' was already decided once; a replayed call does not run again",
+        detail=f"approval {request.id} is {request.status.value} and was used or given up",
+    )
+
+
+def requires_approval(
+    gate: ApprovalGate,
+    *,
+    name: str | None = None,
+    schema: Mapping[str, Any] | None = None,
+    policy: Policy | None = None,
+    session: str | None = None,
+    agent: str | None = None,
+    to: str | None = None,
+) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+    """Put `gate` in front of a plain async function: each call is approved before it runs.
+
+    The function's bound arguments (defaults applied) are what the approver reviews, and
+    the function runs with the approved (possibly edited, then checked against `schema`)
+    arguments. The policy is `policy`, else the gate's for `name`, else `always`. The
+    session, agent and person come from the `ToolRunner` call running it (`current_call`),
+    else from `session`, `agent` and `to`. A denial raises `ApprovalDenied`; an expiry
+    `Expired`; a request given up `Cancelled`; a gate failing closed `ApprovalRefused`.
+    """
+    if schema is not None:
+        make_validator(name or "requires_approval", schema)
+
+    def decorate(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        signature = inspect.signature(fn)
+        for param in signature.parameters.values():
+            if param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL):
+                raise TypeError(f"{fn.__qualname__}: requires_approval needs parameters that can be passed by name")
+        tool = name or fn.__name__
+
+        @functools.wraps(fn)
+        async def gated(*args: P.args, **kwargs: P.kwargs) -> R:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            arguments: dict[str, Any] = {}
+            for key, value in bound.arguments.items():
+                if signature.parameters[key].kind is inspect.Parameter.VAR_KEYWORD:
+                    arguments.update(value)
+                else:
+                    arguments[key] = value
+            outer = current_call()
+            call = ToolCall(
+                tool,
+                arguments,
+                session=outer.session if outer else session,
+                channel=outer.channel if outer else None,
+                agent=outer.agent if outer else agent,
+                actor=outer.actor if outer else None,
+                to=outer.to if outer else to,
+                run=outer.run if outer else None,
+                delegation=outer.delegation if outer else (),
+            )
+            effective = policy or gate.policy_for(tool) or "always"
+            approved = await gate.authorize(call, schema=schema, policy=effective)
+            return await cast(Callable[..., Awaitable[R]], fn)(**approved)
+
+        return gated
+
+    return decorate

@@ -1,0 +1,258 @@
+"""The terminal contract: each request is put on a terminal and the typed lines answer it.
+
+A contract like the others (`interlock.agent.contracts`), with a user interface of its
+own: prompts on a stream, lines read on a daemon thread so a prompt made moot by an inbox
+answer never holds the process open. `interlock watch` drives it through `prompt`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Any, ClassVar, TextIO
+
+from ..broker import Broker
+from ..errors import InvalidAnswer
+from ..model import Answers, Ask, Choice, Confirm, Form, MultiChoice, Option, Request, Response, options_of
+from ._words import decision_bool, matching
+
+__all__ = ["TerminalContract"]
+
+log = logging.getLogger("interlock")
+
+
+class _Skip:
+    """An optional ask left unanswered at the terminal."""
+
+
+_SKIP = _Skip()
+
+
+class TerminalContract:
+    """Puts each request on a terminal and answers it with the typed lines (`via="terminal"`).
+
+    `input` and `output` default to the process's stdin and stdout, read when a prompt is
+    shown; pass other streams to drive it from a test or a pty. One prompt is on the
+    terminal at a time. A confirm takes yes/no words; a choice takes an option's number,
+    id or label (ignoring case), and any other text is passed through as the answer (the
+    broker checks it; a bad answer is shown and asked again); a multi-choice takes a
+    comma-separated list; a form takes a JSON object. Denying an approval asks for a
+    reason, which reaches the agent verbatim. End of input gives the request up.
+
+    Lines are read on a daemon thread, so a prompt that an inbox answer made moot never
+    holds the process open; a line typed before the next prompt shows is dropped, as it
+    was meant for the request answered elsewhere.
+    """
+
+    name: ClassVar[str] = "terminal"
+
+    def __init__(self, input: TextIO | None = None, output: TextIO | None = None, *, by: str | None = None) -> None:
+        self._input = input
+        self._output = output
+        self.by = by
+        self._lock = asyncio.Lock()
+        self._reading: asyncio.Future[str] | None = None
+
+    def __repr__(self) -> str:
+        return "TerminalContract()"
+
+    async def settle(self, broker: Broker, request: Request) -> Response:
+        prompter = asyncio.ensure_future(self._converse(broker, request))
+        try:
+            return await broker.wait(request.id)
+        finally:
+            prompter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await prompter
+
+    async def prompt(self, broker: Broker, request: Request) -> bool:
+        """Put one request on the terminal and send the answer, without owning it: no wait,
+        nothing withdrawn. True once answered here; False if it was settled first elsewhere.
+
+        `interlock watch` uses it. End of input raises `EOFError` and changes nothing.
+        """
+        async with self._lock:
+            if (await broker.get(request.id)).status.settled:
+                return False
+            self._show(request)
+            while (answered := await self._answer_once(broker, request)) is None:
+                pass
+            return answered
+
+    # -- the conversation ------------------------------------------------------------------
+
+    async def _converse(self, broker: Broker, request: Request) -> None:
+        try:
+            async with self._lock:
+                if (await broker.get(request.id)).status.settled:
+                    return
+                self._show(request)
+                while await self._answer_once(broker, request) is None:
+                    pass
+        except EOFError:
+            self._say("(end of input: the request is given up)")
+            await broker.cancel(request.id, "the terminal reached the end of its input", by=self.by, via="terminal")
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("the terminal prompt for request %s failed", request.id)
+            await broker.cancel(request.id, "the terminal prompt failed", by=self.by, via="terminal")
+
+    async def _answer_once(self, broker: Broker, request: Request) -> bool | None:
+        """Ask every ask once and send the answer: True if it settled the request, False if
+        something else settled it first, None to ask again after a bad answer."""
+        answers: dict[str, Any] = {}
+        comment = ""
+        denied = False
+        for ask in request.asks:
+            if denied and not ask.required:
+                continue
+            value = await self._ask(ask)
+            if value is _SKIP:
+                continue
+            answers[ask.id] = value
+            if isinstance(ask, Confirm) and value is False and request.kind == "approval":
+                denied = True
+                comment = await self._line("Reason (optional, shown to the agent as written): ")
+        answer: Any = Answers(answers)  # by ask id, even when the one optional ask was skipped
+        try:
+            return await broker.resolve(request.id, answer, by=self.by or request.to, via="terminal", comment=comment)
+        except InvalidAnswer as exc:
+            self._say(f"  ! {exc}; please answer again")
+            return None
+
+    async def _ask(self, ask: Ask) -> Any:
+        optional = "" if ask.required else " (optional: press enter to skip)"
+        if isinstance(ask, Confirm):
+            while True:
+                line = (await self._line(f"{ask.prompt} [y/n]{optional} > ")).strip()
+                if not line and not ask.required:
+                    return _SKIP
+                verdict = decision_bool(line) if line else None
+                if verdict is not None:
+                    return verdict
+                self._say("  ! please answer yes or no")
+        if isinstance(ask, Choice | MultiChoice):
+            options = options_of(ask)
+            self._say(ask.prompt + optional)
+            for number, opt in enumerate(options, 1):
+                about = f" - {opt.description}" if opt.description else ""
+                self._say(f"  {number}) {opt.label}{about}")
+            several = isinstance(ask, MultiChoice)
+            hint = "numbers or names, separated by commas" if several else "a number or a name, or your own answer"
+            line = (await self._line(f"({hint}) > ")).strip()
+            if not line and not ask.required:
+                return _SKIP
+            if several:
+                return [_pick(options, part.strip()) for part in line.split(",") if part.strip()]
+            return _pick(options, line)
+        if isinstance(ask, Form):
+            self._say(ask.prompt + optional)
+            required = set(ask.schema.get("required", ()))
+            for name, prop in ask.schema.get("properties", {}).items():
+                about = (prop.get("description") or prop.get("type") or "") if isinstance(prop, Mapping) else ""
+                self._say(f"  {name}{' (required)' if name in required else ''}{f': {about}' if about else ''}")
+            while True:
+                line = (await self._line("(a JSON object with those fields) > ")).strip()
+                if not line and not ask.required:
+                    return _SKIP
+                try:
+                    return json.loads(line)
+                except json.JSONDecodeError as exc:
+                    self._say(f"  ! not JSON: {exc.msg}")
+        line = await self._line(f"{ask.prompt}{optional} > ")
+        if not line.strip() and not ask.required:
+            return _SKIP
+        return line
+
+    # -- terminal I/O ----------------------------------------------------------------------
+
+    def _show(self, request: Request) -> None:
+        label = "approval" if request.kind == "approval" else "question"
+        asker = request.origin.agent or request.requester
+        self._say(f"\n== interlock {label} {request.id}" + (f" from {asker}" if asker else ""))
+        if request.title:
+            self._say(request.title)
+        if request.details:
+            self._say(request.details)
+
+    def _say(self, text: str) -> None:
+        out = self._output or sys.stdout
+        out.write(text + "\n")
+        out.flush()
+
+    async def _line(self, prompt: str) -> str:
+        out = self._output or sys.stdout
+        out.write(prompt)
+        out.flush()
+        pending = self._reader()
+        if pending.done() and pending.result() != "":
+            # typed before this prompt showed: meant for one answered elsewhere
+            self._reading = None
+            pending = self._reader()
+        # Shielded: a prompt cut short leaves the read in flight for the next prompt.
+        line = await asyncio.shield(pending)
+        if self._reading is pending:  # another reader may have started the next read already
+            self._reading = None
+        if line == "":
+            raise EOFError
+        return line.rstrip("\r\n")
+
+    def _reader(self) -> asyncio.Future[str]:
+        """The read in flight on the input, started if there is none."""
+        loop = asyncio.get_running_loop()
+        pending = self._reading
+        if pending is None or pending.get_loop() is not loop:
+            pending = self._reading = loop.create_future()
+            stream = self._input or sys.stdin
+            reader = threading.Thread(
+                target=_read_line, args=(stream, loop, pending), daemon=True, name="interlock-tty"
+            )
+            reader.start()
+        return pending
+
+    async def input_closed(self) -> None:
+        """Return once the input reaches its end (Ctrl-D), even between prompts. Lines
+        typed while no prompt shows are dropped, as they are meant for no request."""
+        while True:
+            pending = self._reader()
+            line = await asyncio.shield(pending)
+            if line == "":
+                return
+            if self._reading is pending:
+                self._reading = None
+
+
+def _read_line(stream: TextIO, loop: asyncio.AbstractEventLoop, into: asyncio.Future[str]) -> None:
+    """Read one line on this (daemon) thread and hand it to the loop."""
+    try:
+        line = stream.readline()
+    except Exception as exc:
+        error = exc
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(_set_exception, into, error)
+        return
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(_set_result, into, line)
+
+
+def _set_result(future: asyncio.Future[str], line: str) -> None:
+    if not future.done():
+        future.set_result(line)
+
+
+def _set_exception(future: asyncio.Future[str], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+
+
+def _pick(options: tuple[Option, ...], text: str) -> str:
+    if text.isdigit() and 1 <= int(text) <= len(options):
+        return options[int(text) - 1].id
+    matched = matching(options, text)
+    return matched[0] if matched else text
