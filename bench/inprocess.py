@@ -148,7 +148,7 @@ async def future_park(n: int, probe: Callable[[], Awaitable[None]]) -> None:
     )
 
 
-# ---- RoomKit 0.109 HumanInputHandler (the spec's "seed 000") -------------
+# ---- RoomKit 0.109 HumanInputHandler (the peer whose lifecycle interlock keeps) -------------
 
 
 def _roomkit_handler():  # type: ignore[no-untyped-def]

@@ -5,7 +5,7 @@ make each change atomically (with its event), and wakes the waiters of this proc
 once for changes made here, and through the store's event log for changes made by other
 processes (a wake-up hint, backed by a bounded poll).
 
-Rules it keeps (seed 000): a request is answerable as soon as `create` returns, and the
+The lifecycle it keeps: a request is answerable as soon as `create` returns, and the
 on-input-required hooks run beside the wait, never in front of it; the first settlement
 wins; `wait` replays a settled outcome; a wait that is cut withdraws its request; leaving
 `async with` only disconnects this process, while `close`, `release` and `cancel` withdraw.

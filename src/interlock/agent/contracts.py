@@ -1,4 +1,4 @@
-"""Resolution contracts: how a request made for an agent gets settled (seed 003), and
+"""Resolution contracts: how a request made for an agent gets settled, and
 the choice of one per agent.
 
 Whichever contract settles it, a request is first recorded by the broker, so the inbox,
@@ -166,10 +166,11 @@ def _matching_verdict(options: tuple[Option, ...], verdict: bool | None) -> list
 
 _BY_NAME: dict[str, type[BrokerContract] | type[AutoResolveContract] | type[TerminalContract]] = {
     "broker": BrokerContract,
-    "registry": BrokerContract,  # seed 003's name for the same behaviour
+    "registry": BrokerContract,  # MAS's name for the same behaviour, accepted as is
     "auto_resolve": AutoResolveContract,
     "terminal": TerminalContract,
 }
+_OFFERED = ("broker", "auto_resolve", "terminal")  # the names an error suggests
 
 
 def contract_from(spec: ContractSpec) -> Contract:
@@ -177,7 +178,7 @@ def contract_from(spec: ContractSpec) -> Contract:
     if isinstance(spec, str):
         cls = _BY_NAME.get(spec)
         if cls is None:
-            raise ValueError(f"unknown contract {spec!r}; expected one of {', '.join(_BY_NAME)} or an object")
+            raise ValueError(f"unknown contract {spec!r}; expected one of {', '.join(_OFFERED)} or an object")
         return cls()
     if isinstance(spec, Mapping):
         unknown = set(spec) - {"type", "params"}
@@ -185,7 +186,7 @@ def contract_from(spec: ContractSpec) -> Contract:
             raise ValueError('a contract mapping is {"type": name, "params": {...}}')
         cls = _BY_NAME.get(spec["type"])
         if cls is None:
-            raise ValueError(f"unknown contract {spec['type']!r}; expected one of {', '.join(_BY_NAME)}")
+            raise ValueError(f"unknown contract {spec['type']!r}; expected one of {', '.join(_OFFERED)}")
         params = spec.get("params") or {}
         if not isinstance(params, Mapping):
             raise ValueError("a contract's params must be a mapping")

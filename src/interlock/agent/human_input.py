@@ -1,4 +1,4 @@
-"""The tools that ask a person: `ask_user`, seed 003's `request_human_input`, or your own.
+"""The tools that ask a person: `ask_user`, the typed `request_human_input`, or your own.
 
 `HumanInputTools` serves them and falls through (returns None) for every other name, so
 it composes with the agent's other handlers. Each call becomes a request recorded by the
@@ -112,7 +112,7 @@ QUESTION_TYPES = ("CONFIRM", "FREE_FORM", "MULTIPLE_CHOICE", "MULTI_SELECT", "FO
 
 
 class _RequestHumanInput:
-    """Seed 003's `request_human_input`: typed questions, the answer as {"choice", "steering"}."""
+    """`request_human_input`: typed questions, the answer as {"choice", "steering"}."""
 
     def __init__(self, max_question_length: int) -> None:
         self.max_question_length = max_question_length
@@ -204,7 +204,7 @@ def request_human_input_tool(
         'is {"choice": <answer>, "steering": <an optional note from the human>}.'
     ),
 ) -> HumanInputDefinition:
-    """The ready definition of seed 003's `request_human_input` system tool."""
+    """The ready definition of the typed `request_human_input` system tool."""
     if max_question_length < 1:
         raise ValueError("max_question_length must be positive")
     parameters = {

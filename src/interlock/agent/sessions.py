@@ -1,16 +1,15 @@
 """Sessions: the conversation an agent works in, and the host's view of what waits in it.
 
-Seed 003 keeps a process-wide registry of pending requests keyed by session and agent.
-Here the broker is that registry, durable and shared across processes, and this module
-gives the views a host that talks to the user needs:
+The broker keeps the pending requests of every session and agent, durably and across
+processes; this module gives the views a host that talks to the user needs:
 
 - `Conversation`: the root conversation (a session and its person), handed down to
   delegate agents with `delegate`; every call a delegate makes still reaches the root
   person, with the chain of delegating agents recorded in the request's origin.
 - `Sessions`: pending requests of a session grouped by agent, `has_pending`, which agents
   are waiting on a person, `subscribe` (a callback per new request), and
-  `clear_session`, which, unlike seed 003's registry, wakes every blocked waiter with a
-  cancellation instead of leaving it blocked.
+  `clear_session`, which wakes every blocked waiter with a cancellation instead of leaving
+  it blocked.
 - `inform_user`: a progress update that asks nothing, recorded as an event so inboxes and
   streams show it; `InformUserTool` serves it as a tool.
 """
@@ -135,7 +134,7 @@ async def inform_user(
 
 
 def inform_user_tool(name: str = "inform_user") -> ToolDefinition:
-    """The ready definition of seed 003's `inform_user` tool: a progress update, no answer."""
+    """The ready definition of the `inform_user` tool: a progress update, no answer."""
     return ToolDefinition(
         name,
         "Tell the user how the work is going, without waiting for an answer.",

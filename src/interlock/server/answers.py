@@ -1,7 +1,7 @@
 """Turn an HTTP answer body into an answer for the broker.
 
 Besides the native forms (`answers` by ask id, or a bare `answer` for a request with one
-ask), the API takes seed 001's body: `inputResponses: [{requestId, optionId | optionIds |
+ask), the API takes the Novo-compatible body: `inputResponses: [{requestId, optionId | optionIds |
 text}]`. An approval is answered with the request's own id and `approve` or `deny`; a
 question with one entry per ask, addressed by the ask's id. Its rules give 400s: an unknown
 question id, an id given twice, several options for a single-select question, and the
@@ -30,7 +30,6 @@ class Decision:
 
     cancel: bool
     value: Any = None
-    seed_format: bool = False
 
 
 def decide(request: Request, body: AnswerBody) -> Decision:
@@ -52,7 +51,7 @@ def decide(request: Request, body: AnswerBody) -> Decision:
         return Decision(cancel=False, value=Answers(body.answers))
     if body.input_responses is None:
         return Decision(cancel=False, value=body.answer)
-    return Decision(cancel=False, value=_from_input_responses(request, body.input_responses), seed_format=True)
+    return Decision(cancel=False, value=_from_input_responses(request, body.input_responses))
 
 
 def _from_input_responses(request: Request, responses: list[InputResponse]) -> Any:
