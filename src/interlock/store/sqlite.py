@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from ..errors import Closed
 from ..model import (
     Event,
     Request,
@@ -30,8 +31,8 @@ from ..model import (
     response_to_dict,
 )
 from ..principals import IssuedToken, Principal
-from . import Query
-from ._sql import FILTERS, encode_json, load_migrations, load_queries, request_from_row
+from . import EventQuery, Query
+from ._sql import FILTERS, encode_json, find_events_sql, load_migrations, load_queries, request_from_row
 from ._wakeup import Wakeup
 
 __all__ = ["SqliteStore"]
@@ -52,6 +53,25 @@ def _now() -> datetime:
 
 def _from_us(value: int) -> datetime:
     return datetime.fromtimestamp(value / 1_000_000, UTC)
+
+
+def _event_row(type_: str, request: Request, at: int | None) -> dict[str, Any]:
+    """The parameters of `insert_event` for an event about `request`."""
+    o = request.origin
+    return {
+        "type": type_,
+        "request_id": request.id,
+        "at": at,
+        "data": None,
+        "recipient": request.to,
+        "requester": request.requester,
+        "session": o.session,
+        "run": o.run,
+    }
+
+
+def _closed(channel: str | None) -> Closed:
+    return Closed(None, f"channel {channel!r} is closed")
 
 
 class SqliteStore:
@@ -181,6 +201,10 @@ class SqliteStore:
         }
 
         def insert(db: sqlite3.Connection) -> tuple[Request, bool]:
+            if o.channel is not None:
+                closed = db.execute(Q["is_closed"], {"channel": o.channel, "requester": request.requester}).fetchone()
+                if closed is not None:
+                    raise _closed(o.channel)
             if request.idempotency_key is not None:
                 found = db.execute(
                     Q["find_idempotent"], {"requester": request.requester or "", "key": request.idempotency_key}
@@ -188,9 +212,7 @@ class SqliteStore:
                 if found is not None:
                     return request_from_row(*found), False
             db.execute(Q["insert_request"], row)
-            db.execute(
-                Q["insert_event"], {"type": "created", "request_id": request.id, "at": row["created_at"], "data": None}
-            )
+            db.execute(Q["insert_event"], _event_row("created", request, _us(request.created_at)))
             return request, True
 
         stored, created = await self._write(insert)
@@ -210,7 +232,7 @@ class SqliteStore:
         params = {"id": request.id, "status": request.status.value, "settled_at": at, "response": answer}
         if db.execute(Q["settle_request"], params).rowcount != 1:
             return False
-        db.execute(Q["insert_event"], {"type": request.status.value, "request_id": request.id, "at": at, "data": None})
+        db.execute(Q["insert_event"], _event_row(request.status.value, request, at))
         return True
 
     async def settle(self, request: Request) -> Request | None:
@@ -245,9 +267,46 @@ class SqliteStore:
             self._remember(request)
         return settled
 
+    async def close_channel(self, channel: str, response: Response, *, requester: str | None = None) -> list[Request]:
+        closure = {"channel": channel, "requester": requester or "", "closed_at": _us(response.at)}
+        if requester is None:
+            sql, params = Q["pending_in_channel"], {"channel": channel}
+        else:
+            sql, params = Q["pending_in_channel_for"], {"channel": channel, "requester": requester}
+
+        def close(db: sqlite3.Connection) -> list[Request]:
+            db.execute(Q["close_channel"], closure)
+            settled = []
+            for row in db.execute(sql, params).fetchall():
+                request = request_from_row(*row).settle(Status.CANCELLED, response)
+                if self._settle_one(db, request):
+                    settled.append(request)
+            return settled
+
+        settled = await self._write(close)
+        for request in settled:
+            self._remember(request)
+        return settled
+
+    async def reopen_channel(self, channel: str, *, requester: str | None = None) -> bool:
+        if requester is None:
+            sql, params = Q["reopen_channel"], {"channel": channel}
+        else:
+            sql, params = Q["reopen_channel_for"], {"channel": channel, "requester": requester}
+        return bool(await self._write(lambda db: db.execute(sql, params).rowcount))
+
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         at = datetime.now(UTC)
-        params = {"type": type, "request_id": None, "at": _us(at), "data": encode_json(dict(data))}
+        params = {
+            "type": type,
+            "request_id": None,
+            "at": _us(at),
+            "data": encode_json(dict(data)),
+            "recipient": _text(data.get("to")),
+            "requester": _text(data.get("by")),
+            "session": _text(data.get("session")),
+            "run": _text(data.get("run")),
+        }
 
         def append(db: sqlite3.Connection) -> int:
             cursor = db.execute(Q["insert_event"], params)
@@ -328,7 +387,13 @@ class SqliteStore:
     # -- events --------------------------------------------------------------------------
 
     async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
-        rows = await self._read(Q["events_after"], {"after": after, "limit": limit})
+        return self._events_of(await self._read(Q["events_after"], {"after": after, "limit": limit}))
+
+    async def find_events(self, query: EventQuery) -> Sequence[Event]:
+        sql, params = find_events_sql(query, indexed_by=True)
+        return self._events_of(await self._read(sql, params))
+
+    def _events_of(self, rows: Sequence[Any]) -> Sequence[Event]:
         out = []
         for event_id, type_, request_id, at, data, status, doc, answer in rows:
             if request_id is None:
@@ -352,6 +417,10 @@ class SqliteStore:
 
     async def last_event_id(self) -> int:
         return int((await self._read(Q["last_event_id"]))[0][0])
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _statements(script: str) -> list[str]:
