@@ -21,7 +21,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 from rich.console import Console
@@ -400,12 +400,36 @@ def serve(
     no_auth: Annotated[
         bool, typer.Option("--no-auth", help="Let anyone on this machine do anything (loopback addresses only).")
     ] = False,
+    rate_limit: Annotated[
+        float | None,
+        typer.Option(
+            "--rate-limit",
+            help="Requests created (and, apart, updates sent) a second per principal, on average; 0 turns the "
+            "limit off. [default: 20 with auth, off with --no-auth]",
+            show_default=False,
+            min=0,
+        ),
+    ] = None,
+    rate_burst: Annotated[
+        int, typer.Option("--rate-burst", help="How many of those at once, above the rate.", min=1)
+    ] = 200,
+    max_streams: Annotated[
+        int | None,
+        typer.Option(
+            "--max-streams",
+            help="Event streams each principal may hold open (API and web inbox); 0 for no cap. "
+            "[default: 32 with auth, no cap with --no-auth]",
+            show_default=False,
+            min=0,
+        ),
+    ] = None,
 ) -> None:
     """Run the HTTP API, the live event stream and the web inbox."""
     try:
         import uvicorn
 
         from .server.app import create_app
+        from .server.quotas import Quota
     except ImportError as exc:  # pragma: no cover - depends on how interlock was installed
         raise _fail(f"the server needs its extra: pip install 'interlock[server]' ({exc})") from None
     if db is not None and db.startswith(("http://", "https://")):
@@ -413,7 +437,14 @@ def serve(
     if no_auth and not _is_loopback(host):
         raise _fail(f"--no-auth is allowed only on a loopback address, not {host}")
     secret = os.environ.get("INTERLOCK_SECRET_KEY")
-    app = create_app(db, auth=not no_auth, secret_key=secret)
+    quota: Quota | Literal["default"] | None = "default"
+    if rate_limit is not None:
+        try:
+            quota = Quota(rate_limit, rate_burst) if rate_limit > 0 else None
+        except ValueError as exc:
+            raise _fail(str(exc)) from None
+    streams: int | Literal["default"] | None = "default" if max_streams is None else max_streams or None
+    app = create_app(db, auth=not no_auth, secret_key=secret, rate_limit=quota, max_streams=streams)
     where = f"http://{host}:{port}"
     err.print(f"interlock {__version__} serving {where} on {db or 'sqlite:///interlock.db'}")
     if no_auth:
