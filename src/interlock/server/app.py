@@ -630,10 +630,23 @@ def _api_router(state: _State) -> APIRouter:
         start = int(last_event_id) if last_event_id and last_event_id.isdigit() else after
         accept = event_filter(caller, request, session, run)
 
+        async def replay(cursor: int) -> AsyncIterator[Event]:
+            """The stored events this stream shows, a page at a time from indexes."""
+            involving = None if caller.kind == "admin" else caller.name
+            while True:
+                page = await broker.find_events(
+                    after=cursor, limit=500, involving=involving, request=request, session=session, run=run
+                )
+                for event in page:
+                    yield event
+                if len(page) < 500:
+                    return
+                cursor = page[-1].id
+
         async def generate() -> AsyncIterator[ServerSentEvent]:
             yield ServerSentEvent(comment="connected", retry=2000)
             try:
-                async for event in state.hub.replay_then_follow(accept, start):
+                async for event in state.hub.replay_then_follow(accept, start, replay):
                     yield ServerSentEvent(data=state.hub.encoded(event), event=event.type, id=str(event.id))
             except Dropped as exc:
                 yield ServerSentEvent(data=json.dumps({"reason": str(exc)}), event="dropped")

@@ -107,16 +107,23 @@ class Hub:
     def unsubscribe(self, sub: Subscriber) -> None:
         self.subscribers.discard(sub)
 
-    async def replay_then_follow(self, accept: Callable[[Event], bool], after: int | None) -> AsyncIterator[Event]:
+    async def replay_then_follow(
+        self,
+        accept: Callable[[Event], bool],
+        after: int | None,
+        replay: Callable[[int], AsyncIterator[Event]] | None = None,
+    ) -> AsyncIterator[Event]:
         """Events after `after` from the store, then live ones: each once, in order.
 
-        With `after` None, only events from now on.
+        With `after` None, only events from now on. `replay(after)`, when given, reads the
+        stored events already narrowed to (at least) what `accept` takes, from indexes,
+        instead of the whole log after `after`.
         """
         sub = self.subscribe(accept)  # first, so nothing committed from here on is missed
         try:
             seen = 0
             if after is not None:
-                async for event in self.broker.events(after=after):
+                async for event in replay(after) if replay is not None else self.broker.events(after=after):
                     seen = event.id
                     if accept(event):
                         yield event
