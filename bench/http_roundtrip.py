@@ -187,6 +187,7 @@ def start_interlock(work: Path, *, auth: bool = True) -> Server:
     port = free_port()
     log = work / f"{name}.log"
     args = [*cli, "serve", "--host", "127.0.0.1", "--port", str(port), "--db", db]
+    args += ["--rate-limit", "0", "--max-streams", "0"]  # measured flat out, past any quota
     with open(log, "wb") as fh:
         proc = subprocess.Popen([*args, *([] if auth else ["--no-auth"])], stdout=fh, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

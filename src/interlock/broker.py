@@ -49,7 +49,7 @@ from .model import (
     time_budget,
 )
 from .redact import redact_url
-from .store import Query, Store
+from .store import EventQuery, Query, Store
 
 __all__ = ["Broker", "CreateFields", "Page", "connect"]
 
@@ -73,6 +73,7 @@ class OriginFields(TypedDict, total=False):
     arguments: Mapping[str, Any] | None
     run: str | None
     correlation_id: str | None
+    delegation: Sequence[str] | None
 
 
 class CreateFields(OriginFields, total=False):
@@ -90,7 +91,9 @@ class CreateFields(OriginFields, total=False):
     origin: Origin | None
 
 
-_ORIGIN_FIELDS = frozenset(OriginFields.__annotations__)
+_ORIGIN_FIELDS = frozenset(Origin.__dataclass_fields__)
+"""The keywords `create` takes one by one: the fields of `Origin` itself, so the two cannot
+drift apart (a test pins `OriginFields` to the same names for type checkers)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +134,7 @@ class Broker:
         self._hooks: Hooks[Request, Deny | None] | None = None  # made by the first add_input_hook
         self._waiters: dict[str, list[asyncio.Future[Request]]] = {}
         self._detached: set[str] = set()
-        self._closed_scopes: set[str | None] = set()
+        self._closed = False  # `close()` without a channel: this broker refuses creates
         self._tasks: set[asyncio.Task[None]] = set()
         self._state: Literal["new", "open", "closed"] = "new"
         self._open_lock = asyncio.Lock()
@@ -249,6 +252,8 @@ class Broker:
                 unknown = ", ".join(sorted(where.keys() - _ORIGIN_FIELDS))
                 raise TypeError(f"create() got unknown field(s): {unknown}")
             given: dict[str, Any] = {k: v for k, v in where.items() if v is not None}
+            if "delegation" in given:
+                given["delegation"] = tuple(given["delegation"])
             origin = replace(origin or NO_ORIGIN, **given) if given else origin
         return build_request(
             asks,
@@ -292,7 +297,10 @@ class Broker:
         `context` (JSON), `timeout` (seconds until it expires) or `expires_at`,
         `requester`, `idempotency_key`, and where it came from: `origin=Origin(...)` or
         `session`, `channel`, `agent`, `actor`, `tool_call_id`, `tool_name`, `arguments`,
-        `run`, `correlation_id` one by one.
+        `run`, `correlation_id`, `delegation` one by one.
+
+        Raises `Closed` in a channel closed by `close(channel)` (on any process sharing the
+        store) or after `close()` on this broker.
         """
         request, _ = await self.submit(self.prepare(asks, **fields))
         return request
@@ -308,32 +316,21 @@ class Broker:
         requester, return the first request and False instead."""
         if self._state != "open":
             await self.open()
-        channel = request.origin.channel
-        self._refuse_if_closed(channel)
+        if self._closed:
+            raise Closed(None, "the broker is closed")
+        # A closed channel is refused by the store, inside the insert's transaction.
         request, created = await self.store.insert(request)
         if not created:
             return request, False
-        if self._is_closed(channel):  # close() ran while the insert was in flight
-            await self._withdraw(request, "closed", "the channel was closed")
-            raise Closed(request.id, f"channel {channel!r} is closed" if channel else "the broker is closed")
+        if self._closed:  # close() ran while the insert was in flight
+            await self._withdraw(request, "closed", "the broker was closed")
+            raise Closed(request.id, "the broker is closed")
         self._changed_now()
         if request.expires_at is not None and (self._next_due is None or request.expires_at < self._next_due):
             self._expiry_kick.set()
         if self._hooks:
             self._spawn(self._run_hooks(request))
         return request, True
-
-    def _is_closed(self, channel: str | None) -> bool:
-        return bool(self._closed_scopes) and (None in self._closed_scopes or channel in self._closed_scopes)
-
-    def _refuse_if_closed(self, channel: str | None) -> None:
-        if self._is_closed(channel):
-            raise Closed(
-                None,
-                f"channel {channel!r} is closed"
-                if channel and None not in self._closed_scopes
-                else "the broker is closed",
-            )
 
     # -- waiting -------------------------------------------------------------------------
 
@@ -542,17 +539,39 @@ class Broker:
     async def _withdraw(self, request: Request, cause: str, reason: str) -> None:
         await self._settle(request.settle(Status.CANCELLED, Response(datetime.now(UTC), reason=reason, cause=cause)))
 
-    async def close(self, channel: str | None = None) -> None:
-        """Withdraw every pending request in `channel` (in all channels when None) and
-        refuse later creates there with `Closed`. Other channels go on."""
+    async def close(self, channel: str | None = None, *, requester: str | None = None) -> None:
+        """Withdraw every pending request in `channel` and refuse later creates there with
+        `Closed`, until `reopen(channel)`. Other channels go on.
+
+        A channel's closure is kept in the store, so every broker on it (other processes,
+        other PostgreSQL nodes, clients of the same server) refuses creates there too. With
+        `requester`, the channel is closed only for that requester's requests (what a
+        server does when one of its principals closes a channel name others may share).
+
+        Without a channel, this broker is closed: every pending request is withdrawn and
+        this broker refuses later creates. That is a process shutting down, so it is not
+        kept in the store: other brokers, and this one after `connect` again, go on.
+        """
         if self._state != "open":
             await self.open()
-        self._closed_scopes.add(channel)
-        reason = f"channel {channel!r} was closed" if channel is not None else "the broker was closed"
-        response = Response(datetime.now(UTC), reason=reason, cause="closed")
-        for request in await self.store.settle_pending(Status.CANCELLED, response, channel=channel):
+        if channel is None:
+            self._closed = True
+            response = Response(datetime.now(UTC), reason="the broker was closed", cause="closed")
+            settled = await self.store.settle_pending(Status.CANCELLED, response)
+        else:
+            response = Response(datetime.now(UTC), reason=f"channel {channel!r} was closed", cause="closed")
+            settled = await self.store.close_channel(channel, response, requester=requester)
+        for request in settled:
             self._wake(request)
         self._changed_now()
+
+    async def reopen(self, channel: str, *, requester: str | None = None) -> bool:
+        """Let requests be created in a channel closed by `close(channel)` again (hosts
+        reuse channel names). With `requester`, take back only that requester's closure;
+        without, every closure of the channel. True if the channel was closed."""
+        if self._state != "open":
+            await self.open()
+        return await self.store.reopen_channel(channel, requester=requester)
 
     async def _settle(self, settled: Request) -> bool:
         stored = await self.store.settle(settled)
@@ -701,6 +720,30 @@ class Broker:
                         await changed.wait()
         finally:
             self._followers -= follow
+
+    async def find_events(
+        self,
+        *,
+        after: int = 0,
+        until: int | None = None,
+        limit: int = 500,
+        involving: str | None = None,
+        request: str | None = None,
+        session: str | None = None,
+        run: str | None = None,
+    ) -> Sequence[Event]:
+        """One page of the event log after `after` (and up to `until`), oldest first, with
+        only the events that match every filter given: `involving` a name (requests to or
+        from them, updates to or by them), of one `request`, `session` or `run`. The store
+        answers from indexes: a page costs about its size, however long the log."""
+        if self._state != "open":
+            await self.open()
+        if not 0 <= limit <= 1000:
+            raise ValueError("limit must be between 0 and 1000")
+        if limit == 0:
+            return []
+        query = EventQuery(after, until, limit, involving, request, session, run)
+        return await self.store.find_events(query)
 
     async def last_event_id(self) -> int:
         """The id of the newest event: pass it as `events(after=...)` to follow from now on."""

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 from rich.console import Console
@@ -418,6 +418,29 @@ def serve(
         int,
         typer.Option("--max-body-size", min=1, help="The largest request body accepted, in bytes (413 past it)."),
     ] = 1024 * 1024,
+    rate_limit: Annotated[
+        float | None,
+        typer.Option(
+            "--rate-limit",
+            help="Requests created (and, apart, updates sent) a second per principal, on average; 0 turns the "
+            "limit off. [default: 20 with auth, off with --no-auth]",
+            show_default=False,
+            min=0,
+        ),
+    ] = None,
+    rate_burst: Annotated[
+        int, typer.Option("--rate-burst", help="How many of those at once, above the rate.", min=1)
+    ] = 200,
+    max_streams: Annotated[
+        int | None,
+        typer.Option(
+            "--max-streams",
+            help="Event streams each principal may hold open (API and web inbox); 0 for no cap. "
+            "[default: 32 with auth, no cap with --no-auth]",
+            show_default=False,
+            min=0,
+        ),
+    ] = None,
 ) -> None:
     """Run the HTTP API, the live event stream and the web inbox."""
     try:
@@ -425,6 +448,7 @@ def serve(
         from uvicorn.config import LOGGING_CONFIG
 
         from .server.app import create_app
+        from .server.quotas import Quota
     except ImportError as exc:  # pragma: no cover - depends on how interlock was installed
         raise _fail(f"the server needs its extra: pip install 'interlock[server]' ({exc})") from None
     if db is not None and db.startswith(("http://", "https://")):
@@ -433,6 +457,13 @@ def serve(
         raise _fail(f"--no-auth is allowed only on a loopback address, not {host}")
     proxies = list(trusted_proxy or ())
     secret = os.environ.get("INTERLOCK_SECRET_KEY")
+    quota: Quota | Literal["default"] | None = "default"
+    if rate_limit is not None:
+        try:
+            quota = Quota(rate_limit, rate_burst) if rate_limit > 0 else None
+        except ValueError as exc:
+            raise _fail(str(exc)) from None
+    streams: int | Literal["default"] | None = "default" if max_streams is None else max_streams or None
     try:
         app = create_app(
             db,
@@ -441,6 +472,8 @@ def serve(
             trusted_proxies=proxies,
             open_recipients=open_recipients,
             max_body_size=max_body_size,
+            rate_limit=quota,
+            max_streams=streams,
         )
     except ValueError as exc:
         raise _fail(str(exc)) from None

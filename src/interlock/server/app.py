@@ -18,13 +18,14 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..approvals import mark, unmarked
@@ -35,6 +36,7 @@ from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer, can_cancel, can_read
 from .answers import decide
 from .auth import Auth, loopback_host, same_origin
+from .quotas import DEFAULT_QUOTA, DEFAULT_STREAMS, Quota, RateLimiter, StreamSlots, TooMany
 from .schemas import (
     AnswerBody,
     BatchAnswerBody,
@@ -49,6 +51,8 @@ from .schemas import (
     InformBody,
     Problem,
     RejectBody,
+    ReopenBody,
+    Reopened,
     RequestModel,
     RequestPage,
 )
@@ -60,12 +64,13 @@ log = logging.getLogger("interlock.server")
 
 DEFAULT_MAX_BODY_SIZE = 1024 * 1024
 _CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 409: "already_settled"}
-_CODES |= {413: "too_large"}
+_CODES |= {405: "method_not_allowed", 413: "too_large", 429: "rate_limited"}
 
 
 def problem(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:
     titles = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 408: "Request Timeout"}
-    titles |= {409: "Conflict", 413: "Content Too Large", 422: "Unprocessable Content"}
+    titles |= {405: "Method Not Allowed", 409: "Conflict", 413: "Content Too Large", 422: "Unprocessable Content"}
+    titles |= {429: "Too Many Requests"}
     body = {"type": "about:blank", "title": titles.get(status, "Error"), "status": status, "code": code}
     body |= {"detail": detail, **{k: v for k, v in extra.items() if v is not None}}
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
@@ -105,9 +110,9 @@ class BodyLimit:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_size:
-                    # fastapi's HTTPException: it passes through the body parsing untouched
+                    # an HTTPException: it passes through the body parsing untouched
                     # and the app's handler answers it as problem details.
-                    raise HTTPException(413, self._too_large())
+                    raise StarletteHTTPException(413, self._too_large())
             return message
 
         await self.app(scope, counted, send)
@@ -196,6 +201,8 @@ def create_app(
     open_recipients: bool = False,
     max_body_size: int = DEFAULT_MAX_BODY_SIZE,
     limits: Limits | None = None,
+    rate_limit: Quota | Literal["default"] | None = "default",
+    max_streams: int | Literal["default"] | None = "default",
 ) -> FastAPI:
     """The ASGI app on the store at `url` (or on a broker you opened yourself).
 
@@ -206,10 +213,19 @@ def create_app(
     `max_body_size` caps every request body (413 past it); `limits` (see `Limits`) caps
     the parts of requests, answers and updates, for a broker made here (a broker you pass
     keeps its own).
+    `rate_limit` caps how fast each principal creates requests and, separately, sends
+    updates (429 past it); `max_streams` how many event streams each holds open. None
+    turns either off; by default both are on with auth (`quotas.DEFAULT_QUOTA`,
+    `quotas.DEFAULT_STREAMS`) and off without it, where the only caller is this machine's
+    user.
     """
     the_broker = broker or connect(url, **({"limits": limits} if limits is not None else {}))
     the_auth = Auth(the_broker.store, enabled=auth, secret_key=secret_key, trusted_proxies=trusted_proxies)
     state = _State(the_broker, the_auth, queue_size, keepalive, open_recipients=open_recipients or not auth)
+    state.quotas = _Quotas(
+        (DEFAULT_QUOTA if auth else None) if rate_limit == "default" else rate_limit,
+        (DEFAULT_STREAMS if auth else None) if max_streams == "default" else max_streams,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -235,7 +251,9 @@ def create_app(
     _install_errors(app)
     if not auth:
         app.add_middleware(LoopbackOnly)
+    _install_quota_errors(app)
     app.include_router(_api_router(state), prefix="/api/v1")
+    _document_problems(app)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
@@ -252,7 +270,16 @@ def create_app(
     return app
 
 
+class _Quotas:
+    def __init__(self, rate: Quota | None, streams: int | None) -> None:
+        self.creates = RateLimiter(rate) if rate is not None else None
+        self.updates = RateLimiter(rate) if rate is not None else None
+        self.streams = StreamSlots(streams)
+
+
 class _State:
+    quotas: _Quotas
+
     def __init__(
         self, broker: Broker, auth: Auth, queue_size: int, keepalive: float, *, open_recipients: bool = False
     ) -> None:
@@ -309,9 +336,11 @@ def _install_errors(app: FastAPI) -> None:
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
         return problem(exc.status, exc.code, exc.detail, **exc.extra)
 
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        return problem(exc.status_code, _CODES.get(exc.status_code, "error"), str(exc.detail))
+    @app.exception_handler(StarletteHTTPException)  # the app's own, and unknown routes (404, 405)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        response = problem(exc.status_code, _CODES.get(exc.status_code, "error"), str(exc.detail))
+        response.headers.update(exc.headers or {})
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -339,6 +368,75 @@ def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(Closed)
     async def closed(request: Request, exc: Closed) -> JSONResponse:
         return problem(409, "closed", str(exc))
+
+
+_PROBLEMS = {
+    400: "the body is not valid JSON, or (an answer) does not fit its asks",
+    404: "no such request",
+    408: "still pending when the time ran out",
+    409: "the request is no longer pending (`already_settled`), or its channel is closed (`closed`)",
+    413: "the body is too large",
+    422: "the body or a parameter does not fit the schema, or is refused (`invalid_request`)",
+    429: "a quota of yours is used up (`rate_limited`); `Retry-After` says when to try again",
+}
+
+
+def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` of a route for the problems it can answer with."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        out[status] = {"model": Problem, "description": _PROBLEMS[status]}
+        if status == 429:
+            out[status]["headers"] = {
+                "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 1}}
+            }
+    return out
+
+
+def _document_problems(app: FastAPI) -> None:
+    """Publish every error response as what the server sends: `application/problem+json`
+    with the `Problem` schema, FastAPI's own 422 shape included (the handlers above
+    answer validation errors as problems too)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()
+        problem_ref = {"$ref": "#/components/schemas/Problem"}
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                for status, response in operation.get("responses", {}).items():
+                    if status.isdigit() and int(status) >= 400:
+                        response["content"] = {"application/problem+json": {"schema": problem_ref}}
+                        if status == "422":
+                            response["description"] = _PROBLEMS[422]
+        components = schema.get("components", {}).get("schemas", {})
+        for unused in ("HTTPValidationError", "ValidationError"):
+            components.pop(unused, None)
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to customize the schema
+
+
+def _rate_limited(which: Literal["creates", "updates"], what: str) -> Callable[..., Any]:
+    """A route dependency that takes one of the caller's `which` tokens, or answers 429."""
+
+    async def check(request: Request, caller: Caller) -> None:
+        state: _State = request.app.state.interlock
+        limiter = getattr(state.quotas, which)
+        if limiter is not None:
+            limiter.take(caller.name, what)
+
+    return check
+
+
+def _install_quota_errors(app: FastAPI) -> None:
+    @app.exception_handler(TooMany)
+    async def too_many(request: Request, exc: TooMany) -> JSONResponse:
+        response = problem(429, "rate_limited", exc.detail)
+        response.headers["Retry-After"] = str(exc.retry_after)
+        return response
 
 
 async def _caller(request: Request) -> Principal:
@@ -372,11 +470,16 @@ def _api_router(state: _State) -> APIRouter:
         "/requests",
         status_code=201,
         response_model=RequestModel,
-        responses={200: {"model": RequestModel, "description": "the first request with this idempotency key"}},
+        responses={
+            200: {"model": RequestModel, "description": "the first request with this idempotency key"},
+            **_problems(400, 409, 413, 422, 429),
+        },
+        dependencies=[Depends(_rate_limited("creates", "requests created"))],
         tags=["requests"],
     )
     async def create_request(body: CreateBody, caller: Caller) -> JSONResponse:
-        """Ask a person. An agent's request goes to its owner unless `to` names someone."""
+        """Ask a person. Without `to` the request goes to the caller's own inbox: an agent's
+        owner's, or the person's own."""
         return await create(body, caller)
 
     async def create(body: CreateBody, caller: Principal, *, gate: bool = False) -> JSONResponse:
@@ -384,6 +487,8 @@ def _api_router(state: _State) -> APIRouter:
         to = body.to
         if to is None and caller.kind == "agent":
             to = caller.owner
+        elif to is None and caller.kind == "human":
+            to = caller.name
         if caller.kind != "admin" and not to:
             raise ApiError(422, "invalid_request", "name the recipient in `to`")
         if to is not None and not state.open_recipients and to not in state.known_recipients:
@@ -415,8 +520,9 @@ def _api_router(state: _State) -> APIRouter:
         response_model=RequestModel,
         responses={
             200: {"model": RequestModel, "description": "the first request with this idempotency key"},
-            422: {"model": Problem},
+            **_problems(400, 409, 413, 422, 429),
         },
+        dependencies=[Depends(_rate_limited("creates", "requests created"))],
         tags=["requests"],
     )
     async def create_approval(body: CreateBody, caller: Caller) -> JSONResponse:
@@ -432,7 +538,7 @@ def _api_router(state: _State) -> APIRouter:
     @router.post(
         "/requests/{request_id}/consume",
         response_model=ConsumeResult,
-        responses={404: {"model": Problem}, 422: {"model": Problem}},
+        responses=_problems(400, 404, 422),
         tags=["requests"],
     )
     async def consume_request(request_id: str, caller: Caller, body: ConsumeBody | None = None) -> dict[str, Any]:
@@ -445,7 +551,7 @@ def _api_router(state: _State) -> APIRouter:
         by = (body.by if body is not None else None) if caller.kind == "admin" else caller.name
         return {"id": request_id, "consumed": await broker.consume(request_id, by=by)}
 
-    @router.get("/requests", response_model=RequestPage, tags=["requests"])
+    @router.get("/requests", response_model=RequestPage, responses=_problems(422), tags=["requests"])
     async def list_requests(
         caller: Caller,
         status: Annotated[Literal["pending", "answered", "rejected", "expired", "cancelled"] | None, Query()] = None,
@@ -486,14 +592,14 @@ def _api_router(state: _State) -> APIRouter:
         )
         return JSONResponse({"items": [request_to_dict(r) for r in page.items], "next_cursor": page.next_cursor})
 
-    @router.get("/requests/{request_id}", response_model=RequestModel, tags=["requests"])
+    @router.get("/requests/{request_id}", response_model=RequestModel, responses=_problems(404), tags=["requests"])
     async def get_request(request_id: str, caller: Caller) -> JSONResponse:
         return out(await visible(request_id, caller))
 
     @router.get(
         "/requests/{request_id}/wait",
         response_model=RequestModel,
-        responses={408: {"model": Problem, "description": "still pending when the time ran out"}},
+        responses=_problems(404, 408, 422),
         tags=["requests"],
     )
     async def wait_request(
@@ -529,7 +635,7 @@ def _api_router(state: _State) -> APIRouter:
     @router.post(
         "/requests/{request_id}/answer",
         response_model=RequestModel,
-        responses={400: {"model": Problem}, 409: {"model": Problem}, 422: {"model": Problem}},
+        responses=_problems(400, 404, 409, 413, 422),
         tags=["answers"],
     )
     async def answer_request(request_id: str, body: AnswerBody, caller: Caller) -> JSONResponse:
@@ -537,7 +643,7 @@ def _api_router(state: _State) -> APIRouter:
         `cancel: true` withdraws it instead."""
         return out(await answer_one(request_id, body, caller))
 
-    @router.post("/answers", response_model=list[BatchResult], tags=["answers"])
+    @router.post("/answers", response_model=list[BatchResult], responses=_problems(400, 413, 422), tags=["answers"])
     async def answer_batch(body: BatchAnswerBody, caller: Caller) -> list[dict[str, Any]]:
         """Answer several requests; each result stands on its own."""
         results = []
@@ -550,7 +656,12 @@ def _api_router(state: _State) -> APIRouter:
                 results.append({"id": item.id, "ok": False, "error": _error_of(exc)})
         return results
 
-    @router.post("/requests/{request_id}/reject", response_model=RequestModel, tags=["answers"])
+    @router.post(
+        "/requests/{request_id}/reject",
+        response_model=RequestModel,
+        responses=_problems(400, 404, 409, 413, 422),
+        tags=["answers"],
+    )
     async def reject_request(request_id: str, body: RejectBody, caller: Caller) -> JSONResponse:
         request = await visible(request_id, caller)
         if not can_answer(caller, request):
@@ -559,7 +670,12 @@ def _api_router(state: _State) -> APIRouter:
         done = await broker.reject(request_id, body.reason, by=by, via="api")
         return out(await settled_or_conflict(request_id, done))
 
-    @router.post("/requests/{request_id}/cancel", response_model=RequestModel, tags=["requests"])
+    @router.post(
+        "/requests/{request_id}/cancel",
+        response_model=RequestModel,
+        responses=_problems(400, 404, 409, 413, 422),
+        tags=["requests"],
+    )
     async def cancel_request(request_id: str, body: CancelBody, caller: Caller) -> JSONResponse:
         """Withdraw a request you made."""
         request = await visible(request_id, caller)
@@ -572,7 +688,9 @@ def _api_router(state: _State) -> APIRouter:
             done = await broker.cancel(request_id, body.reason, by=by, cause=body.cause, via="api")
         return out(await settled_or_conflict(request_id, done))
 
-    @router.post("/requests/{request_id}/expire", response_model=RequestModel, tags=["requests"])
+    @router.post(
+        "/requests/{request_id}/expire", response_model=RequestModel, responses=_problems(404, 409), tags=["requests"]
+    )
     async def expire_request(request_id: str, caller: Caller) -> JSONResponse:
         """Expire a request you made now (a waiting client whose own time ran out)."""
         request = await visible(request_id, caller)
@@ -580,22 +698,38 @@ def _api_router(state: _State) -> APIRouter:
             raise ApiError(403, "forbidden", "only whoever made the request may expire it")
         return out(await settled_or_conflict(request_id, await broker.expire(request_id)))
 
-    @router.post("/close", response_model=list[RequestModel], tags=["requests"])
+    @router.post("/close", response_model=list[RequestModel], responses=_problems(400, 413, 422), tags=["requests"])
     async def close_channel(body: CloseBody, caller: Caller) -> list[dict[str, Any]]:
-        """Withdraw the pending requests of a channel (all when none is named). Without
-        auth this also refuses later creates there; with it, it withdraws only yours."""
-        if caller.kind == "admin":
-            before = await broker.pending(channel=body.channel) if body.channel else await broker.pending()
-            await broker.close(body.channel)
-            return [request_to_dict(await broker.get(i)) for i in before]
+        """Close a channel: withdraw its pending requests and refuse later creates there,
+        on every node, until `/reopen`. An admin (a server without auth) closes it for
+        everyone; anyone else closes it for their own requests. Without a channel, withdraw
+        the pending requests (all of them for an admin, else yours) and refuse nothing."""
+        requester = None if caller.kind == "admin" else caller.name
+        if body.channel is not None:
+            before = await broker.pending(channel=body.channel, **({"requester": requester} if requester else {}))
+            await broker.close(body.channel, requester=requester)
+            return [request_to_dict(r) for i in before if (r := await broker.get(i)).status is not Status.PENDING]
         withdrawn = []
-        mine = await broker.pending(requester=caller.name, **({"channel": body.channel} if body.channel else {}))
-        for request_id in mine:
-            if await broker.cancel(request_id, "the channel was closed", by=caller.name, cause="closed", via="api"):
+        for request_id in await broker.pending(**({"requester": requester} if requester else {})):
+            if await broker.cancel(request_id, "the channel was closed", by=requester, cause="closed", via="api"):
                 withdrawn.append(request_to_dict(await broker.get(request_id)))
         return withdrawn
 
-    @router.post("/inform", status_code=201, response_model=EventModel, tags=["events"])
+    @router.post("/reopen", response_model=Reopened, responses=_problems(400, 413, 422), tags=["requests"])
+    async def reopen_channel(body: ReopenBody, caller: Caller) -> dict[str, Any]:
+        """Take back a `/close` of the channel (yours; every closure of it for an admin), so
+        requests can be created there again."""
+        requester = None if caller.kind == "admin" else caller.name
+        return {"channel": body.channel, "reopened": await broker.reopen(body.channel, requester=requester)}
+
+    @router.post(
+        "/inform",
+        status_code=201,
+        response_model=EventModel,
+        responses=_problems(400, 413, 422, 429),
+        dependencies=[Depends(_rate_limited("updates", "updates sent"))],
+        tags=["events"],
+    )
     async def inform(body: InformBody, caller: Caller) -> dict[str, Any]:
         """Record a progress update for a person; nothing waits for it. The update's
         `agent` is the calling agent (the body's is honoured only without auth)."""
@@ -627,7 +761,7 @@ def _api_router(state: _State) -> APIRouter:
 
         return accept
 
-    @router.get("/events", response_model=EventPage, tags=["events"])
+    @router.get("/events", response_model=EventPage, responses=_problems(422), tags=["events"])
     async def events(
         caller: Caller,
         after: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,
@@ -637,24 +771,27 @@ def _api_router(state: _State) -> APIRouter:
         run: str | None = None,
     ) -> dict[str, Any]:
         """The event log after `after`, oldest first, as far as you may see it."""
-        accept = event_filter(caller, request, session, run)
         last = await broker.last_event_id()
-        out: list[dict[str, Any]] = []
-        if limit > 0:
-            async for event in broker.events(after=after):
-                if event.id > last:
-                    break
-                if accept(event):
-                    out.append(event_to_dict(event))
-                    if len(out) == limit:
-                        last = event.id  # a full page: continue from here
-                        break
-        return {"events": out, "last_event_id": last}
+        page = await broker.find_events(
+            after=after,
+            until=last,
+            limit=limit,
+            involving=None if caller.kind == "admin" else caller.name,
+            request=request,
+            session=session,
+            run=run,
+        )
+        if limit > 0 and len(page) == limit:
+            last = page[-1].id  # a full page: continue from here
+        return {"events": [event_to_dict(e) for e in page], "last_event_id": last}
 
     @router.get(
         "/events/stream",
         response_class=EventSourceResponse,
-        responses={200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}},
+        responses={
+            200: {"content": {"text/event-stream": {}}, "description": "server-sent events"},
+            **_problems(422, 429),
+        },
         tags=["events"],
     )
     async def stream(
@@ -682,11 +819,24 @@ def _api_router(state: _State) -> APIRouter:
         async def still_valid() -> bool:
             return await state.auth.from_token(token) is not None
 
+        async def replay(cursor: int) -> AsyncIterator[Event]:
+            """The stored events this stream shows, a page at a time from indexes."""
+            involving = None if caller.kind == "admin" else caller.name
+            while True:
+                page = await broker.find_events(
+                    after=cursor, limit=500, involving=involving, request=request, session=session, run=run
+                )
+                for event in page:
+                    yield event
+                if len(page) < 500:
+                    return
+                cursor = page[-1].id
+
         async def generate() -> AsyncIterator[ServerSentEvent]:
             yield ServerSentEvent(comment="connected", retry=2000)
             try:
                 follow = state.hub.replay_then_follow(
-                    accept, start, holder=holder, still_valid=still_valid if holder is not None else None
+                    accept, start, replay, holder=holder, still_valid=still_valid if holder is not None else None
                 )
                 async for event in follow:
                     yield ServerSentEvent(data=state.hub.encoded(event), event=event.type, id=str(event.id))
@@ -695,7 +845,7 @@ def _api_router(state: _State) -> APIRouter:
 
         # No per-send timeout: it costs a cancel scope per event per subscriber, and a
         # subscriber that stops reading is dropped by its bounded queue instead.
-        return EventSourceResponse(generate(), ping=state.keepalive)
+        return state.quotas.streams.response(caller.name, generate(), ping=state.keepalive)
 
     @router.get("/whoami", tags=["principals"])
     async def whoami(caller: Caller) -> dict[str, Any]:

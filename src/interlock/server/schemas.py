@@ -27,13 +27,18 @@ __all__ = [
     "OriginModel",
     "Problem",
     "RejectBody",
+    "ReopenBody",
+    "Reopened",
     "RequestModel",
     "RequestPage",
 ]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict types as well as no unknown fields: a body is taken as the schema says, with
+    # no coercion (`0` is not a boolean, `5` not a string), so what the document refuses
+    # the server refuses too.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class OptionModel(_Strict):
@@ -83,7 +88,7 @@ class FormAsk(_Strict):
     prompt: str
     required: bool = True
     schema_: dict[str, Any] = Field(alias="schema", description="A JSON Schema of type object (draft 2020-12).")
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
 
 
 AskModel = Annotated[TextAsk | ConfirmAsk | ChoiceAsk | MultiChoiceAsk | FormAsk, Field(discriminator="type")]
@@ -105,7 +110,11 @@ class OriginModel(_Strict):
 class CreateBody(_Strict):
     asks: list[AskModel] = Field(min_length=1)
     kind: Literal["question", "approval"] = "question"
-    to: str | None = Field(None, description="The recipient; an agent's own owner when omitted.")
+    to: str | None = Field(
+        None,
+        description="The recipient. When omitted, the caller's own inbox: an agent's owner's, or the person's own "
+        "(a server without auth leaves the request unaddressed).",
+    )
     title: str = ""
     details: str = Field("", description="Markdown.")
     context: Any = None
@@ -149,7 +158,7 @@ class RequestPage(BaseModel):
 class InputResponse(_Strict):
     """Seed 001's answer to one prompt: an option, several options, or text."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
     request_id: str = Field(alias="requestId")
     option_id: str | None = Field(None, alias="optionId")
     option_ids: list[str] | None = Field(None, alias="optionIds")
@@ -161,7 +170,7 @@ class AnswerBody(_Strict):
     with seed 001's body (`inputResponses`, `reason`, `cancel`). The server records the
     surface (`via`: "api") itself; `cancel` is the requester's, as on `/cancel`."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
     answers: dict[str, Any] | None = None
     answer: Any = None
     input_responses: list[InputResponse] | None = Field(None, alias="inputResponses")
@@ -195,7 +204,16 @@ class CancelBody(_Strict):
 
 
 class CloseBody(_Strict):
-    channel: str | None = None
+    channel: str | None = Field(None, description="The channel to close; none to withdraw pending requests only.")
+
+
+class ReopenBody(_Strict):
+    channel: str
+
+
+class Reopened(BaseModel):
+    channel: str
+    reopened: bool = Field(description="Whether the channel was closed.")
 
 
 class ConsumeBody(_Strict):
@@ -208,7 +226,7 @@ class ConsumeResult(BaseModel):
 
 
 class InformBody(_Strict):
-    message: str
+    message: str = Field(pattern=r"\S", description="What to tell the person: not empty, not only spaces.")
     to: str | None = None
     session: str | None = None
     agent: str | None = Field(None, description="Only honoured by a server without auth: else the calling agent.")

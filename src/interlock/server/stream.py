@@ -155,13 +155,16 @@ class Hub:
         self,
         accept: Callable[[Event], bool],
         after: int | None,
+        replay: Callable[[int], AsyncIterator[Event]] | None = None,
         *,
         holder: Holder | None = None,
         still_valid: Callable[[], Awaitable[bool]] | None = None,
     ) -> AsyncIterator[Event]:
         """Events after `after` from the store, then live ones: each once, in order.
 
-        With `after` None, only events from now on. With a `holder`, the stream ends when
+        With `after` None, only events from now on. `replay(after)`, when given, reads the
+        stored events already narrowed to (at least) what `accept` takes, from indexes,
+        instead of the whole log after `after`. With a `holder`, the stream ends when
         its credential is revoked; `still_valid` is asked once after subscribing, so a
         revocation committed between the caller's check and the subscription counts too.
         """
@@ -171,7 +174,7 @@ class Hub:
                 sub.end("the token was revoked")
             seen = 0
             if after is not None and sub.dropped is None:
-                async for event in self.broker.events(after=after):
+                async for event in replay(after) if replay is not None else self.broker.events(after=after):
                     if sub.dropped is not None:
                         break
                     seen = event.id

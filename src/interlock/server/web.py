@@ -29,7 +29,7 @@ from fastapi import Request as HttpRequest
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 
 from ..broker import MAX_EVENT_ID, Broker
 from ..errors import InvalidAnswer, NotFound
@@ -62,7 +62,7 @@ HERE = Path(__file__).parent
 SIGNIN_COOKIE = "interlock_signin"
 FRAGMENT_HEADER = "x-interlock-fragment"
 HISTORY_LIMIT = 30
-PENDING_LIMIT = 200
+PENDING_LIMIT = 50  # pending requests a page; the rest behind an "older" link
 UPDATES_LIMIT = 20
 UPDATES_LOOKBACK = 500  # events scanned for recent progress updates when the page loads
 _SETTLED = tuple(s for s in Status if s.settled)
@@ -516,7 +516,8 @@ def _router(state: _State, templates: Jinja2Templates) -> APIRouter:
         name = who.principal.name
         after = await broker.last_event_id()  # before reading, so the stream misses nothing
         recipient: dict[str, Any] = {} if who.principal.kind == "admin" else {"recipient": name}
-        pending = sorted((await broker.pending(**recipient)).values(), key=lambda r: r.id, reverse=True)
+        older = _cursor(http.query_params.get("older"))
+        pending = await broker.list(status=Status.PENDING, after=older, limit=PENDING_LIMIT, **recipient)
         history: list[HumanRequest] = []
         for settled in _SETTLED:
             history.extend((await broker.list(status=settled, limit=HISTORY_LIMIT, **recipient)).items)
@@ -526,8 +527,9 @@ def _router(state: _State, templates: Jinja2Templates) -> APIRouter:
             _update_view(e) for e in recent if e.id <= after and e.type == "informed" and _for_inbox(who.principal, e)
         ]
         context = {
-            "pending": pending[:PENDING_LIMIT],
-            "more_pending": max(len(pending) - PENDING_LIMIT, 0),
+            "pending": pending.items,
+            "older": pending.next_cursor,
+            "paged": older is not None,
             "history": history[:HISTORY_LIMIT],
             "updates": updates[::-1][:UPDATES_LIMIT],
             "after": after,
@@ -627,7 +629,7 @@ def _router(state: _State, templates: Jinja2Templates) -> APIRouter:
             except Dropped as exc:
                 yield ServerSentEvent(data=json.dumps({"reason": str(exc)}), event="dropped")
 
-        return EventSourceResponse(generate(), ping=state.keepalive, send_timeout=30)
+        return state.quotas.streams.response(principal.name, generate(), ping=state.keepalive, send_timeout=30)
 
     @router.get("/inbox/requests/{request_id}", name="inbox_request", response_class=HTMLResponse)
     async def request_card(http: HttpRequest, request_id: str) -> Response:
@@ -716,6 +718,13 @@ def _for_inbox(principal: Principal, event: Event) -> bool:
     if event.request is not None:
         return event.request.to == principal.name
     return event.data.get("to") == principal.name
+
+
+def _cursor(value: str | None) -> str | None:
+    """A page cursor from the query string: a request id, or None for the first page."""
+    if not value or len(value) > 64 or not value.isascii() or not value.isalnum():
+        return None
+    return value
 
 
 def _update_view(event: Event) -> UpdateView:

@@ -1,9 +1,9 @@
 """Where requests and events are kept, behind one small Protocol.
 
-A store does the atomic parts: insert a request, settle it only while it is pending
-(the first settlement wins), and append an event in the same transaction as every change.
-The Broker holds the semantics (waiting, hooks, expiry timing, closed channels) and is the
-only caller. Core code never imports a driver: each backend module imports its own.
+A store does the atomic parts: insert a request (unless its channel is closed), settle it
+only while it is pending (the first settlement wins), and append an event in the same
+transaction as every change. The Broker holds the semantics (waiting, hooks, expiry
+timing) and is the only caller. Core code never imports a driver: each backend module imports its own.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 from ..model import Event, Request, Response, Status
 from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
 
-__all__ = ["Query", "Store"]
+__all__ = ["EventQuery", "Query", "Store"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,26 @@ class Query:
     after: str | None = None
     limit: int = 50
     order: Literal["asc", "desc"] = "desc"
+
+
+@dataclass(frozen=True, slots=True)
+class EventQuery:
+    """Filters and a page for `Store.find_events`: events with `after < id <= until`,
+    oldest first, at most `limit`.
+
+    `involving` keeps the events about requests to or from that name and the updates to or
+    by them (what a principal may see); `request`, `session` and `run` keep the events of
+    that request, session or run. A store answers from indexes, so a page costs about its
+    own size, not the size of the log.
+    """
+
+    after: int = 0
+    until: int | None = None
+    limit: int = 500
+    involving: str | None = None
+    request: str | None = None
+    session: str | None = None
+    run: str | None = None
 
 
 class Store(Protocol):
@@ -54,8 +74,20 @@ class Store(Protocol):
         """Store a new pending request and its `created` event.
 
         With an idempotency key already used by the same requester, store nothing and
-        return the first request with False.
+        return the first request with False. In a channel closed (for everyone or for the
+        request's requester) raise `Closed`, checked in the insert's own transaction.
         """
+        ...
+
+    async def close_channel(self, channel: str, response: Response, *, requester: str | None = None) -> list[Request]:
+        """Record `channel` as closed (for every requester, or for `requester` only) and
+        cancel its pending requests (theirs only) with `response`, in one transaction;
+        return the requests it settled. Inserts there raise `Closed` until reopened."""
+        ...
+
+    async def reopen_channel(self, channel: str, *, requester: str | None = None) -> bool:
+        """Take back the closure of `channel` for `requester` (every closure of it when
+        None). True if there was one."""
         ...
 
     async def settle(self, request: Request) -> Request | None:
@@ -100,6 +132,10 @@ class Store(Protocol):
 
     async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
         """Events with id greater than `after`, oldest first."""
+        ...
+
+    async def find_events(self, query: EventQuery) -> Sequence[Event]:
+        """A page of the events that match `query`, oldest first."""
         ...
 
     async def changes(self, after: int = 0, limit: int = 500) -> Sequence[tuple[int, str, str | None]]:

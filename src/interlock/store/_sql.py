@@ -10,6 +10,7 @@ from importlib import resources
 from typing import Any
 
 from ..model import Request, Status, request_from_dict, response_from_dict
+from . import EventQuery
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -18,8 +19,10 @@ __all__ = [
     "RequestCache",
     "decode_json",
     "encode_json",
+    "find_events_sql",
     "load_migrations",
     "load_queries",
+    "positional",
     "request_from_row",
     "row_size",
 ]
@@ -135,3 +138,66 @@ class RequestCache:
         old = self._items.pop(request_id, None)
         if old is not None:
             self.bytes -= old[1]
+
+
+_EVENT_COLUMNS = "e.id, e.type, e.request_id, e.at, e.data, r.status, r.doc, r.response"
+
+
+def find_events_sql(query: EventQuery, *, indexed_by: bool = False) -> tuple[str, dict[str, Any]]:
+    """The statement for `Store.find_events` (named `:parameters`), shaped so that the
+    database reads about one page of rows.
+
+    Without a filter, a principal's page is the union of two index ranges (events to
+    them, events from them), each cut at the page's size. With a filter, the filter's own
+    index drives the read (a request has a handful of events; a session or run, its own),
+    and who may see what is checked on those rows. `indexed_by` names that index for
+    SQLite, whose planner has no statistics to choose it by.
+    """
+    params: dict[str, Any] = {"after": query.after, "limit": query.limit}
+    bounds = ["{e}id > :after"]
+    if query.until is not None:
+        bounds.append("{e}id <= :until")
+        params["until"] = query.until
+    if query.involving is not None:
+        params["who"] = query.involving
+    given = [(name, value) for name in ("request", "run", "session") if (value := getattr(query, name)) is not None]
+    if not given and query.involving is not None:
+        within = " AND ".join(bounds).format(e="")
+        ranges = " UNION ".join(
+            f"SELECT id FROM (SELECT id FROM events WHERE {column} = :who AND {within} "
+            f"ORDER BY id LIMIT :limit) AS {alias}"
+            for column, alias in (("recipient", "to_them"), ("requester", "from_them"))
+        )
+        return (
+            f"SELECT {_EVENT_COLUMNS} FROM ({ranges}) AS page JOIN events e ON e.id = page.id "
+            "LEFT JOIN requests r ON r.id = e.request_id ORDER BY e.id LIMIT :limit",
+            params,
+        )
+    where = [b.format(e="e.") for b in bounds]
+    for name, value in given:
+        where.append(f"e.{'request_id' if name == 'request' else name} = :{name}")
+        params[name] = value
+    if query.involving is not None:
+        where.append("(e.recipient = :who OR e.requester = :who)")
+    indexed = f" INDEXED BY events_by_{given[0][0]}" if given and indexed_by else ""
+    return (
+        f"SELECT {_EVENT_COLUMNS} FROM events e{indexed} LEFT JOIN requests r ON r.id = e.request_id "
+        f"WHERE {' AND '.join(where)} ORDER BY e.id LIMIT :limit",
+        params,
+    )
+
+
+_PARAMETER = re.compile(r"(?<!:):([a-z_]+)")
+
+
+def positional(sql: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
+    """Turn `:name` parameters into PostgreSQL's `$n`, with the values in that order."""
+    order: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match[1]
+        if name not in order:
+            order.append(name)
+        return f"${order.index(name) + 1}"
+
+    return _PARAMETER.sub(number, sql), [params[name] for name in order]

@@ -35,7 +35,7 @@ from ..model import (
 )
 from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
 from ..redact import redact_url
-from . import Query
+from . import EventQuery, Query
 
 __all__ = ["HttpStore"]
 
@@ -197,6 +197,17 @@ class HttpStore:
         _raise_for(result)
         return [request_from_dict(r) for r in result.json()]
 
+    async def close_channel(self, channel: str, response: Response, *, requester: str | None = None) -> list[Request]:
+        # The server decides whose closure it is: everyone's for an admin, else the caller's.
+        result = await self._call("POST", "/close", json={"channel": channel})
+        _raise_for(result)
+        return [request_from_dict(r) for r in result.json()]
+
+    async def reopen_channel(self, channel: str, *, requester: str | None = None) -> bool:
+        result = await self._call("POST", "/reopen", json={"channel": channel})
+        _raise_for(result)
+        return bool(result.json()["reopened"])
+
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         fields = {k: data.get(k) for k in ("message", "to", "session", "agent", "run", "data")}
         result = await self._call("POST", "/inform", json=fields)
@@ -251,6 +262,15 @@ class HttpStore:
             if event.request is not None and event.request.status is not Status.PENDING:
                 self._remember(event.request)
         return events
+
+    async def find_events(self, query: EventQuery) -> Sequence[Event]:
+        # The server applies who may see what from the token; `involving` is its business.
+        params: dict[str, Any] = {"after": query.after, "limit": query.limit}
+        params |= {k: v for k in ("request", "session", "run") if (v := getattr(query, k)) is not None}
+        result = await self._call("GET", "/events", params=params)
+        _raise_for(result)
+        until = query.until
+        return [e for e in map(_event, result.json()["events"]) if until is None or e.id <= until]
 
     async def changes(self, after: int = 0, limit: int = 500) -> Sequence[tuple[int, str, str | None]]:
         if self._streaming and after >= self._floor:

@@ -10,15 +10,17 @@ retention is small. No method awaits anything, so each one is atomic on the even
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from ..errors import Closed
 from ..model import Event, Request, Response, Status
 from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
-from . import Query
+from . import EventQuery, Query
 
 __all__ = ["MemoryStore"]
 
@@ -44,6 +46,7 @@ class MemoryStore:
         self._revoked: set[str] = set()  # token ids
         self._unconsumed: OrderedDict[str, Request] = OrderedDict()  # answered, not consumed yet
         self._sessions: dict[str, tuple[IssuedSession, str]] = {}  # by hash: the session and its token's id
+        self._closed: set[tuple[str, str | None]] = set()  # (channel, requester or None for everyone)
 
     async def open(self) -> None:
         pass
@@ -66,6 +69,9 @@ class MemoryStore:
         return event
 
     async def insert(self, request: Request) -> tuple[Request, bool]:
+        channel = request.origin.channel
+        if channel is not None and self._closed and self._is_closed(channel, request.requester):
+            raise Closed(None, f"channel {channel!r} is closed")
         if request.idempotency_key is not None:
             key = (request.requester, request.idempotency_key)
             first = self._idempotency.get(key)
@@ -77,6 +83,24 @@ class MemoryStore:
             heapq.heappush(self._expiry, (request.expires_at, request.id))
         self._append("created", request)
         return request, True
+
+    def _is_closed(self, channel: str, requester: str | None) -> bool:
+        return (channel, None) in self._closed or (requester is not None and (channel, requester) in self._closed)
+
+    async def close_channel(self, channel: str, response: Response, *, requester: str | None = None) -> list[Request]:
+        self._closed.add((channel, requester))
+        targets = [
+            r
+            for r in self._pending.values()
+            if r.origin.channel == channel and (requester is None or r.requester == requester)
+        ]
+        settled = [r.settle(Status.CANCELLED, response) for r in targets]
+        return [r for r in settled if await self.settle(r) is not None]
+
+    async def reopen_channel(self, channel: str, *, requester: str | None = None) -> bool:
+        gone = {c for c in self._closed if c[0] == channel and (requester is None or c[1] == requester)}
+        self._closed -= gone
+        return bool(gone)
 
     def _lookup(self, request_id: str) -> Request | None:
         return self._pending.get(request_id) or self._settled.get(request_id)
@@ -152,6 +176,21 @@ class MemoryStore:
             return []
         start = max(0, after - self._events[0].id + 1)
         return [self._events[i] for i in range(start, min(len(self._events), start + limit))]
+
+    async def find_events(self, query: EventQuery) -> Sequence[Event]:
+        # In process, the filters run over the events after the cursor: nothing to index.
+        out: list[Event] = []
+        if not self._events or query.limit <= 0:
+            return out
+        start = max(0, query.after - self._events[0].id + 1)
+        for event in itertools.islice(self._events, start, None):
+            if query.until is not None and event.id > query.until:
+                break
+            if _event_matches(event, query):
+                out.append(event)
+                if len(out) == query.limit:
+                    break
+        return out
 
     async def changes(self, after: int = 0, limit: int = 500) -> Sequence[tuple[int, str, str | None]]:
         return [(e.id, e.type, e.request_id) for e in await self.events(after, limit)]
@@ -241,4 +280,19 @@ def _matches(r: Request, q: Query) -> bool:
         and (q.channel is None or o.channel == q.channel)
         and (q.agent is None or o.agent == q.agent)
         and (q.run is None or o.run == q.run)
+    )
+
+
+def _event_matches(event: Event, q: EventQuery) -> bool:
+    request, data = event.request, event.data
+    if q.request is not None and event.request_id != q.request:
+        return False
+    if request is not None:
+        to, by, session, run = request.to, request.requester, request.origin.session, request.origin.run
+    else:
+        to, by, session, run = data.get("to"), data.get("by"), data.get("session"), data.get("run")
+    return (
+        (q.involving is None or q.involving in (to, by))
+        and (q.session is None or session == q.session)
+        and (q.run is None or run == q.run)
     )

@@ -41,6 +41,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no type information; its results are converted here
 
+from ..errors import Closed
 from ..model import (
     Event,
     Request,
@@ -53,15 +54,17 @@ from ..model import (
 )
 from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
 from ..redact import redact, redact_url
-from . import Query
+from . import EventQuery, Query
 from ._sql import (
     DEFAULT_CACHE_BYTES,
     FILTERS,
     RequestCache,
     decode_json,
     encode_json,
+    find_events_sql,
     load_migrations,
     load_queries,
+    positional,
     request_from_row,
     row_size,
 )
@@ -309,6 +312,8 @@ class PostgresStore:
         if row[0]:
             self._cache.put(request, row_size(doc))
             return request, True
+        if row[1] == "closed" and row[2] is None:
+            raise Closed(None, f"channel {o.channel!r} is closed")
         first = request_from_row(row[1], row[2], row[3])
         self._cache.put(first, row_size(row[2], row[3]))
         return first, False
@@ -378,9 +383,30 @@ class PostgresStore:
     def requester_of(self, requester: str | None) -> str | None:
         return requester
 
+    async def close_channel(self, channel: str, response: Response, *, requester: str | None = None) -> list[Request]:
+        answer = encode_json(response_to_dict(response))
+        rows = await self._query(  # safe to repeat: closing twice changes nothing more
+            "fetch", Q["close_channel"], channel, requester, response.at, answer
+        )
+        settled = []
+        for request_id, doc in rows:
+            known = self._cache.get(request_id)
+            request = (known or request_from_dict(decode_json(doc))).settle(Status.CANCELLED, response)
+            self._cache.put(request, row_size(doc, answer))
+            settled.append(request)
+        return settled
+
+    async def reopen_channel(self, channel: str, *, requester: str | None = None) -> bool:
+        if requester is None:
+            status: str = await self._query("execute", Q["reopen_channel"], channel)
+        else:
+            status = await self._query("execute", Q["reopen_channel_for"], channel, requester)
+        return int(status.rsplit(" ", 1)[-1]) > 0  # "DELETE n"
+
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         at = datetime.now(UTC)
-        event_id = await self.pool.fetchval(Q["insert_event"], type, at, encode_json(dict(data)))
+        who = [value if isinstance(value, str) else None for value in map(data.get, ("to", "by", "session", "run"))]
+        event_id = await self.pool.fetchval(Q["insert_event"], type, at, encode_json(dict(data)), *who)
         return Event(int(event_id), type, at, data=dict(data))
 
     async def next_expiry(self) -> datetime | None:
@@ -475,10 +501,15 @@ class PostgresStore:
     # -- events --------------------------------------------------------------------------
 
     async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
+        return self._events_of(await self._query("fetch", Q["events_after"], after, limit))
+
+    async def find_events(self, query: EventQuery) -> Sequence[Event]:
+        sql, params = positional(*find_events_sql(query))
+        return self._events_of(await self._query("fetch", sql, *params))
+
+    def _events_of(self, rows: Sequence[Any]) -> Sequence[Event]:
         out = []
-        for event_id, type_, request_id, at, data, status, doc, answer in await self._query(
-            "fetch", Q["events_after"], after, limit
-        ):
+        for event_id, type_, request_id, at, data, status, doc, answer in rows:
             if request_id is None:
                 out.append(Event(event_id, type_, at, data=decode_json(data) if data else {}))
                 continue

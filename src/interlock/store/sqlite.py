@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from ..errors import Closed
 from ..model import (
     Event,
     Request,
@@ -29,13 +30,14 @@ from ..model import (
     response_to_dict,
 )
 from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
-from . import Query
+from . import EventQuery, Query
 from ._sql import (
     DEFAULT_CACHE_BYTES,
     FILTERS,
     RequestCache,
     decode_json,
     encode_json,
+    find_events_sql,
     load_migrations,
     load_queries,
     request_from_row,
@@ -60,6 +62,40 @@ def _now() -> datetime:
 
 def _from_us(value: int) -> datetime:
     return datetime.fromtimestamp(value / 1_000_000, UTC)
+
+
+def _access_event(type_: str, at: int | None, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters of `insert_event` for a sign-in event: it concerns no request and
+    is shown to nobody (the hubs of every node end the streams it names)."""
+    return {
+        "type": type_,
+        "request_id": None,
+        "at": at,
+        "data": encode_json(dict(data)),
+        "recipient": None,
+        "requester": None,
+        "session": None,
+        "run": None,
+    }
+
+
+def _event_row(type_: str, request: Request, at: int | None) -> dict[str, Any]:
+    """The parameters of `insert_event` for an event about `request`."""
+    o = request.origin
+    return {
+        "type": type_,
+        "request_id": request.id,
+        "at": at,
+        "data": None,
+        "recipient": request.to,
+        "requester": request.requester,
+        "session": o.session,
+        "run": o.run,
+    }
+
+
+def _closed(channel: str | None) -> Closed:
+    return Closed(None, f"channel {channel!r} is closed")
 
 
 class SqliteStore:
@@ -191,6 +227,10 @@ class SqliteStore:
         }
 
         def insert(db: sqlite3.Connection) -> tuple[Request, bool, int]:
+            if o.channel is not None:
+                closed = db.execute(Q["is_closed"], {"channel": o.channel, "requester": request.requester}).fetchone()
+                if closed is not None:
+                    raise _closed(o.channel)
             if request.idempotency_key is not None:
                 found = db.execute(
                     Q["find_idempotent"], {"requester": request.requester or "", "key": request.idempotency_key}
@@ -198,9 +238,7 @@ class SqliteStore:
                 if found is not None:
                     return request_from_row(*found), False, row_size(found[1], found[2])
             db.execute(Q["insert_request"], row)
-            db.execute(
-                Q["insert_event"], {"type": "created", "request_id": request.id, "at": row["created_at"], "data": None}
-            )
+            db.execute(Q["insert_event"], _event_row("created", request, _us(request.created_at)))
             return request, True, row_size(doc)
 
         stored, created, size = await self._write(insert)
@@ -222,7 +260,7 @@ class SqliteStore:
         params = {"id": request.id, "status": request.status.value, "settled_at": at, "response": answer}
         if db.execute(Q["settle_request"], params).rowcount != 1:
             return None
-        db.execute(Q["insert_event"], {"type": request.status.value, "request_id": request.id, "at": at, "data": None})
+        db.execute(Q["insert_event"], _event_row(request.status.value, request, at))
         return answer or ""
 
     async def settle(self, request: Request) -> Request | None:
@@ -259,9 +297,47 @@ class SqliteStore:
             self._cache.put(request, size)
         return [request for request, _ in settled]
 
+    async def close_channel(self, channel: str, response: Response, *, requester: str | None = None) -> list[Request]:
+        closure = {"channel": channel, "requester": requester or "", "closed_at": _us(response.at)}
+        if requester is None:
+            sql, params = Q["pending_in_channel"], {"channel": channel}
+        else:
+            sql, params = Q["pending_in_channel_for"], {"channel": channel, "requester": requester}
+
+        def close(db: sqlite3.Connection) -> list[tuple[Request, str]]:
+            db.execute(Q["close_channel"], closure)
+            settled = []
+            for row in db.execute(sql, params).fetchall():
+                request = request_from_row(*row).settle(Status.CANCELLED, response)
+                answer = self._settle_one(db, request)
+                if answer is not None:
+                    settled.append((request, answer))
+            return settled
+
+        settled = await self._write(close)
+        for request, answer in settled:
+            self._remember(request, answer)
+        return [request for request, _ in settled]
+
+    async def reopen_channel(self, channel: str, *, requester: str | None = None) -> bool:
+        if requester is None:
+            sql, params = Q["reopen_channel"], {"channel": channel}
+        else:
+            sql, params = Q["reopen_channel_for"], {"channel": channel, "requester": requester}
+        return bool(await self._write(lambda db: db.execute(sql, params).rowcount))
+
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         at = datetime.now(UTC)
-        params = {"type": type, "request_id": None, "at": _us(at), "data": encode_json(dict(data))}
+        params = {
+            "type": type,
+            "request_id": None,
+            "at": _us(at),
+            "data": encode_json(dict(data)),
+            "recipient": _text(data.get("to")),
+            "requester": _text(data.get("by")),
+            "session": _text(data.get("session")),
+            "run": _text(data.get("run")),
+        }
 
         def append(db: sqlite3.Connection) -> int:
             cursor = db.execute(Q["insert_event"], params)
@@ -273,12 +349,12 @@ class SqliteStore:
 
     async def consume(self, request_id: str, by: str | None, at: datetime) -> bool:
         params = {"id": request_id, "by": by, "at": _us(at)}
-        event = {"type": "consumed", "request_id": request_id, "at": params["at"], "data": None}
+        event = {"type": "consumed", "id": request_id, "at": params["at"]}
 
         def consume(db: sqlite3.Connection) -> bool:
             if db.execute(Q["consume_request"], params).rowcount != 1:
                 return False
-            db.execute(Q["insert_event"], event)
+            db.execute(Q["insert_request_event"], event)
             return True
 
         return await self._write(consume)
@@ -365,9 +441,7 @@ class SqliteStore:
             for token, _ in live:
                 db.execute(Q["end_token_sessions"], {"token": token})
             data = {"principal": live[0][1], "tokens": [t for t, _ in live], "all": token_id is None}
-            db.execute(
-                Q["insert_event"], {"type": "token_revoked", "request_id": None, "at": now, "data": encode_json(data)}
-            )
+            db.execute(Q["insert_event"], _access_event("token_revoked", now, data))
             return len(live)
 
         return await self._write(revoke)
@@ -408,8 +482,8 @@ class SqliteStore:
             ended = self._session(db, session_hash, datetime.fromtimestamp(0, UTC))
             if db.execute(Q["delete_session"], {"hash": session_hash}).rowcount != 1 or ended is None:
                 return None
-            data = encode_json({"principal": ended.principal.name, "session": ended.id})
-            db.execute(Q["insert_event"], {"type": "signed_out", "request_id": None, "at": _us(_now()), "data": data})
+            data = {"principal": ended.principal.name, "session": ended.id}
+            db.execute(Q["insert_event"], _access_event("signed_out", _us(_now()), data))
             return ended
 
         return await self._write(end)
@@ -417,7 +491,13 @@ class SqliteStore:
     # -- events --------------------------------------------------------------------------
 
     async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
-        rows = await self._read(Q["events_after"], {"after": after, "limit": limit})
+        return self._events_of(await self._read(Q["events_after"], {"after": after, "limit": limit}))
+
+    async def find_events(self, query: EventQuery) -> Sequence[Event]:
+        sql, params = find_events_sql(query, indexed_by=True)
+        return self._events_of(await self._read(sql, params))
+
+    def _events_of(self, rows: Sequence[Any]) -> Sequence[Event]:
         out = []
         for event_id, type_, request_id, at, data, status, doc, answer in rows:
             if request_id is None:
@@ -441,6 +521,10 @@ class SqliteStore:
 
     async def last_event_id(self) -> int:
         return int((await self._read(Q["last_event_id"]))[0][0])
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _statements(script: str) -> list[str]:

@@ -32,7 +32,17 @@ SELECT consumed_by, consumed_at FROM requests WHERE id = $1;
 SELECT id, doc FROM interlock_settle_pending($1, $2, $3, $4, $5, $6);
 
 -- name: insert_event
-INSERT INTO events (type, at, data) VALUES ($1, $2, $3) RETURNING id;
+INSERT INTO events (type, at, data, recipient, requester, session, run) VALUES ($1, $2, $3, $4, $5, $6, $7)
+RETURNING id;
+
+-- name: close_channel
+SELECT id, doc FROM interlock_close_channel($1, $2, $3, $4);
+
+-- name: reopen_channel
+DELETE FROM closed_channels WHERE channel = $1;
+
+-- name: reopen_channel_for
+DELETE FROM closed_channels WHERE channel = $1 AND requester = $2;
 
 -- name: get_request
 SELECT status, doc, response FROM requests WHERE id = $1;

@@ -5,7 +5,28 @@ VALUES (:id, :kind, :status, :recipient, :requester, :session, :channel, :agent,
         :idempotency_key, :created_at, :expires_at, NULL, :doc);
 
 -- name: insert_event
-INSERT INTO events (type, request_id, at, data) VALUES (:type, :request_id, :at, :data);
+INSERT INTO events (type, request_id, at, data, recipient, requester, session, run)
+VALUES (:type, :request_id, :at, :data, :recipient, :requester, :session, :run);
+
+-- name: insert_request_event
+INSERT INTO events (type, request_id, at, data, recipient, requester, session, run)
+SELECT :type, id, :at, NULL, recipient, requester, session, run FROM requests WHERE id = :id;
+
+-- name: is_closed
+SELECT 1 FROM closed_channels WHERE channel = :channel AND requester IN ('', :requester);
+
+-- name: close_channel
+INSERT INTO closed_channels (channel, requester, closed_at) VALUES (:channel, :requester, :closed_at)
+ON CONFLICT (channel, requester) DO NOTHING;
+
+-- name: reopen_channel
+DELETE FROM closed_channels WHERE channel = :channel;
+
+-- name: reopen_channel_for
+DELETE FROM closed_channels WHERE channel = :channel AND requester = :requester;
+
+-- name: pending_in_channel_for
+SELECT status, doc, response FROM requests WHERE status = 'pending' AND channel = :channel AND requester = :requester;
 
 -- name: settle_request
 UPDATE requests SET status = :status, settled_at = :settled_at, response = :response

@@ -1,0 +1,300 @@
+"""Quotas and the cost of cheap requests: per-principal rate limits on creates and updates,
+a cap on open event streams, a page of events that reads an index range rather than the
+whole log, and a web inbox that pages its pending requests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from httpx_sse import aconnect_sse
+from limits_support import BOUND, TEXT, api, issue_tokens
+
+import interlock
+from interlock import Broker, Text
+
+# The quota and event-query names are imported inside the tests that use them, so that
+# each test fails on its own on a server without them.
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'quotas.db'}"
+
+
+# -- rates -------------------------------------------------------------------------------
+
+
+async def test_creating_past_the_rate_limit_answers_429_with_retry_after_and_spares_others(
+    db: str, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    from interlock.server.quotas import Quota
+
+    tokens = await issue_tokens(db)
+    with serve(db, auth=True, rate_limit=Quota(rate=0.5, burst=3)) as base:
+        async with api(base, tokens["alice-bot"]) as bot, api(base, tokens["bob-bot"]) as other:
+            for _ in range(3):
+                assert (await bot.post("/requests", json=TEXT)).status_code == 201
+            refused = await bot.post("/requests", json=TEXT)
+            assert refused.status_code == 429
+            assert refused.headers["content-type"] == "application/problem+json"
+            assert refused.json()["code"] == "rate_limited"
+            assert 1 <= int(refused.headers["Retry-After"]) <= 2
+            assert (await other.post("/requests", json=TEXT)).status_code == 201  # a quota of its own
+            listed = await bot.get("/requests", params={"requester": "alice-bot"})
+            assert len(listed.json()["items"]) == 3  # the refused create stored nothing
+
+            update = {"message": "Halfway there"}
+            for _ in range(3):
+                assert (await bot.post("/inform", json=update)).status_code == 201  # updates count apart
+            refused = await bot.post("/inform", json=update)
+            assert refused.status_code == 429 and refused.json()["code"] == "rate_limited"
+            assert int(refused.headers["Retry-After"]) >= 1
+
+
+async def test_the_rate_limit_is_on_by_default_with_auth_and_can_be_turned_off(
+    db: str, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    tokens = await issue_tokens(db)
+    with serve(db, auth=True) as base:
+        async with api(base, tokens["alice-bot"]) as bot:
+            codes = [(await bot.post("/inform", json={"message": "tick"})).status_code for _ in range(220)]
+        assert codes.count(429) > 0 and set(codes) == {201, 429}
+    with serve(db, auth=True, rate_limit=None) as base:
+        async with api(base, tokens["alice-bot"]) as bot:
+            codes = [(await bot.post("/inform", json={"message": "tick"})).status_code for _ in range(220)]
+        assert set(codes) == {201}
+
+
+# -- open streams --------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def api_stream(client: httpx.AsyncClient) -> AsyncIterator[int]:
+    """Open the API's event stream; yield its status (reading the first frame when 200)."""
+    async with aconnect_sse(client, "GET", "/events/stream") as source:
+        events = source.aiter_sse()  # kept until the end: dropping it closes the stream
+        if source.response.status_code == 200:
+            with anyio.fail_after(BOUND):
+                await anext(events)  # the server has taken the slot by now
+        yield source.response.status_code
+        await events.aclose()
+
+
+async def test_a_principal_cannot_hold_more_event_streams_open_than_the_cap(
+    db: str, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    tokens = await issue_tokens(db)
+    with serve(db, auth=True, max_streams=2) as base:
+        async with api(base, tokens["alice"]) as alice, api(base, tokens["bob"]) as bob:
+            async with api_stream(alice) as one, api_stream(alice) as two:
+                assert (one, two) == (200, 200)
+                refused = await alice.get("/events/stream")
+                assert refused.status_code == 429 and refused.json()["code"] == "rate_limited"
+                assert int(refused.headers["Retry-After"]) >= 1
+                async with api_stream(bob) as theirs:
+                    assert theirs == 200  # a cap of their own
+                async with signed_in(base, tokens["alice"]) as web:
+                    assert (await web.get("/inbox/stream")).status_code == 429  # the web inbox counts too
+            with anyio.fail_after(BOUND):  # closed streams give their slots back
+                while True:
+                    async with api_stream(alice) as again:
+                        if again == 200:
+                            break
+                    await anyio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def signed_in(base: str, token: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A browser signed in to the web inbox with `token`."""
+    async with httpx.AsyncClient(base_url=base, timeout=BOUND) as client:
+        page = await client.get("/signin")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert csrf is not None
+        signed = await client.post("/signin", data={"token": token, "csrf": csrf[1]})
+        assert signed.status_code == 303
+        yield client
+
+
+# -- a page of events ---------------------------------------------------------------------
+
+
+def plan(db_path: Path, query: Any) -> str:
+    from interlock.store._sql import find_events_sql
+
+    sql, params = find_events_sql(query, indexed_by=True)
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        return "\n".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+
+
+async def fill(broker: Broker, count: int, **origin: Any) -> None:
+    for i in range(count):
+        await broker.create(Text(f"Q{i}?"), to="carol", requester="carol-bot", **origin)
+
+
+async def test_a_page_of_a_principals_events_reads_index_ranges_not_the_log(tmp_path: Path) -> None:
+    from interlock.store import EventQuery
+
+    path = tmp_path / "plan.db"
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+        mine = await broker.create(Text("Mine?"), to="alice", requester="alice-bot", session="s1")
+        await fill(broker, 300)
+        page = await broker.find_events(limit=1, involving="alice")
+        assert [e.request_id for e in page] == [mine.id]
+        assert [e.request_id for e in await broker.find_events(after=page[0].id, involving="alice")] == []
+        assert len(await broker.find_events(limit=5, session="s1", involving="carol")) == 0
+
+    for query in (
+        EventQuery(limit=1, involving="alice"),
+        EventQuery(limit=1, until=10, involving="alice"),
+        EventQuery(limit=1, involving="alice", session="s1"),
+        EventQuery(limit=1, involving="alice", run="r1"),
+        EventQuery(limit=1, involving="alice", request=mine.id),
+        EventQuery(limit=1),
+    ):
+        shown = plan(path, query)
+        assert "SCAN e\n" not in shown + "\n" and "SCAN events" not in shown, shown
+        assert re.search(r"SEARCH (e|events) USING", shown), shown
+
+
+async def test_a_page_of_a_principals_events_reads_index_ranges_on_postgresql(
+    pg_databases: Callable[[], AbstractContextManager[str]],
+) -> None:
+    from interlock.store import EventQuery
+    from interlock.store._sql import find_events_sql, positional
+
+    with pg_databases() as url:
+        async with interlock.connect(url) as broker:
+            mine = await broker.create(Text("Mine?"), to="alice", requester="alice-bot")
+            pool = broker.store.pool  # type: ignore[attr-defined]
+            # Many events for someone else, written straight into the log.
+            await pool.execute(
+                "INSERT INTO events (type, at, data, recipient, requester, session) "
+                "SELECT 'informed', now(), '{}'::json, 'carol', 'carol-bot', 's' || (n % 50) "
+                "FROM generate_series(1, 20000) AS n"
+            )
+            await pool.execute("ANALYZE events")
+            page = await broker.find_events(limit=1, involving="alice")
+            assert [e.request_id for e in page] == [mine.id]
+            for query in (EventQuery(limit=1, involving="alice"), EventQuery(limit=1, involving="carol", session="s7")):
+                sql, params = positional(*find_events_sql(query))
+                explained = json.loads(await pool.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *params))
+                nodes = list(_plan_nodes(explained[0]["Plan"]))
+                assert not [n for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "events"]
+                read = sum(n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0) for n in nodes)
+                assert read < 50, nodes  # about a page, not 20,000 rows
+
+
+class CountingReads:
+    """Counts the work SQLite does on this broker's connection, in thousands of virtual
+    machine steps: a measure of rows read that does not depend on time."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.thousands = 0
+        broker.store.db.set_progress_handler(self._step, 1000)  # type: ignore[attr-defined]
+
+    def _step(self) -> int:
+        self.thousands += 1
+        return 0  # go on
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", ()):
+        yield from _plan_nodes(child)
+
+
+async def test_the_events_route_pages_what_the_caller_may_see_from_index_ranges(
+    db: str, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    tokens = await issue_tokens(db)
+    async with interlock.connect(db) as broker:
+        await fill(broker, 300)  # other people's events, before and between
+        await broker.create(Text("For bob?"), to="bob", requester="bob-bot")
+        first = await broker.create(Text("For alice?"), to="alice", requester="alice-bot", session="s1")
+        await broker.create(Text("For bob again?"), to="bob", requester="bob-bot", session="s1")
+        await broker.inform("for alice", to="alice", session="s1")
+        await broker.inform("for bob", to="bob")
+        second = await broker.create(Text("For alice too?"), to="alice", requester="alice-bot", run="r1")
+        await fill(broker, 300)
+        work = CountingReads(broker)
+        page = await broker.find_events(limit=1, involving="alice")
+        assert [e.request_id for e in page] == [first.id]
+        assert work.thousands <= 2  # a scan of the 600 other events takes tens of thousands of steps
+    with serve(db, auth=True) as base:
+        async with api(base, tokens["alice"]) as alice:
+            one = (await alice.get("/events", params={"limit": 1})).json()
+            assert [e["request_id"] for e in one["events"]] == [first.id]
+            assert one["last_event_id"] == one["events"][0]["id"]
+            rest = (await alice.get("/events", params={"after": one["last_event_id"]})).json()
+            assert [(e["type"], e["request_id"]) for e in rest["events"]] == [
+                ("informed", None),
+                ("created", second.id),
+            ]
+            in_session = (await alice.get("/events", params={"session": "s1"})).json()["events"]
+            assert [e["type"] for e in in_session] == ["created", "informed"]
+            in_run = (await alice.get("/events", params={"run": "r1"})).json()["events"]
+            assert [e["request_id"] for e in in_run] == [second.id]
+            of_request = (await alice.get("/events", params={"request": first.id})).json()["events"]
+            assert [e["request_id"] for e in of_request] == [first.id]
+
+
+async def test_a_stream_replayed_from_the_start_reads_only_what_the_caller_may_see(
+    db: str, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    tokens = await issue_tokens(db)
+    async with interlock.connect(db) as broker:
+        await fill(broker, 2000)
+        mine = await broker.create(Text("For alice?"), to="alice", requester="alice-bot")
+    server_broker = interlock.connect(db)
+    with serve(None, broker=server_broker, auth=True) as base:
+        async with api(base, tokens["alice"]) as alice:
+            work = CountingReads(server_broker)
+            headers = {"Last-Event-ID": "0"}
+            async with aconnect_sse(alice, "GET", "/events/stream", headers=headers) as source:
+                events = source.aiter_sse()
+                with anyio.fail_after(BOUND):
+                    first = await anext(e async for e in events if e.id)
+                assert json.loads(first.data)["request_id"] == mine.id
+                await events.aclose()
+            assert work.thousands <= 5, work.thousands  # reading the 2,000 other events takes tens of thousands
+    await server_broker.aclose()
+
+
+# -- the web inbox ------------------------------------------------------------------------
+
+
+async def test_the_web_inbox_pages_its_pending_requests_with_links_that_need_no_javascript(
+    db: str, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    async with interlock.connect(db) as broker:
+        made = [(await broker.create(Text(f"Question {i}?"), to="alice")).id for i in range(120)]
+    newest_first = made[::-1]
+    with serve(db, auth=False) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=BOUND) as browser:
+            shown: list[str] = []
+            url = "/"
+            for _ in range(10):
+                page = await browser.get(url)
+                assert page.status_code == 200
+                cards = re.findall(r'<li[^>]*data-id="([0-9a-f]+)"[^>]*data-status="pending"', page.text)
+                if not cards:
+                    cards = re.findall(r'<li[^>]*data-status="pending"[^>]*data-id="([0-9a-f]+)"', page.text)
+                assert 0 < len(cards) <= 50
+                shown += cards
+                older = re.search(r'href="([^"]*\?older=[0-9a-f]+)"', page.text)
+                if older is None:
+                    break
+                url = older[1].replace("&amp;", "&")
+            assert shown == newest_first
