@@ -170,21 +170,3 @@ BEGIN
     RETURN QUERY SELECT t.id, t.doc FROM unnest(ids, docs) AS t (id, doc);
 END
 $$;
-
--- A `consumed` event concerns the same people and places as its request.
-CREATE OR REPLACE FUNCTION interlock_consume(p_id text, p_by text, p_at timestamptz)
-RETURNS bigint LANGUAGE plpgsql AS $$
-DECLARE
-    event_id bigint;
-BEGIN
-    UPDATE requests SET consumed_at = p_at, consumed_by = p_by
-    WHERE id = p_id AND status = 'answered' AND consumed_at IS NULL;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    INSERT INTO events (type, request_id, at, recipient, requester, session, run)
-    SELECT 'consumed', r.id, p_at, r.recipient, r.requester, r.session, r.run FROM requests r WHERE r.id = p_id
-    RETURNING id INTO event_id;
-    RETURN event_id;
-END
-$$;
