@@ -51,7 +51,9 @@ __all__ = [
     "Request",
     "Response",
     "Status",
+    "NO_WORDS",
     "Text",
+    "YES_WORDS",
     "ask_from_dict",
     "ask_to_dict",
     "build_request",
@@ -59,6 +61,7 @@ __all__ = [
     "check_ask",
     "check_json",
     "check_text",
+    "match_option",
     "new_id",
     "options_of",
     "origin_from_dict",
@@ -66,6 +69,7 @@ __all__ = [
     "request_from_dict",
     "request_to_dict",
     "time_budget",
+    "yes_no",
 ]
 
 DEFAULT_MAX_PROMPT_LENGTH = 20_000
@@ -437,6 +441,35 @@ class Status(enum.StrEnum):
         return self is not Status.PENDING
 
 
+# -- yes and no -------------------------------------------------------------------------
+
+YES_WORDS: frozenset[str] = frozenset({"yes", "y", "true", "1", "approve", "approved", "allow", "ok", "accept"})
+NO_WORDS: frozenset[str] = frozenset({"no", "n", "false", "0", "deny", "denied", "reject", "refuse"})
+"""The words every surface takes as yes or no (a confirm's answer, an approval's verdict, an
+auto-resolve decision), compared ignoring case and surrounding spaces."""
+
+
+def yes_no(word: str | bool) -> bool | None:
+    """True for a yes word (`YES_WORDS`), False for a no word (`NO_WORDS`), None otherwise."""
+    if isinstance(word, bool):
+        return word
+    said = word.strip().lower()
+    if said in YES_WORDS:
+        return True
+    if said in NO_WORDS:
+        return False
+    return None
+
+
+def _yes_or_no(ask_id: str, word: str) -> bool:
+    verdict = yes_no(word)
+    if verdict is None:
+        raise InvalidAnswer(
+            f"ask {ask_id!r}: answer yes or no (or approve or deny), not {word.strip()!r}", ask_id=ask_id
+        )
+    return verdict
+
+
 # -- ids ---------------------------------------------------------------------------------
 
 _id_lock = threading.Lock()
@@ -538,6 +571,15 @@ class Text:
             )
         return value
 
+    def to_dict(self) -> dict[str, Any]:
+        return {**_ask_head(self), "multiline": self.multiline, "max_length": self.max_length}
+
+    def from_words(self, words: Sequence[str]) -> Any:
+        return " ".join(words)
+
+    def from_input(self, option_id: str | None, option_ids: Sequence[str] | None, text: str | None) -> Any:
+        return _text_input(self, text)
+
 
 @dataclass(frozen=True, slots=True)
 class Confirm:
@@ -556,6 +598,17 @@ class Confirm:
         if not isinstance(value, bool):
             raise InvalidAnswer(f"ask {self.id!r}: expected true or false, got {_kind_of(value)}", ask_id=self.id)
         return value
+
+    def to_dict(self) -> dict[str, Any]:
+        return _ask_head(self)
+
+    def from_words(self, words: Sequence[str]) -> Any:
+        return _yes_or_no(self.id, " ".join(words))
+
+    def from_input(self, option_id: str | None, option_ids: Sequence[str] | None, text: str | None) -> Any:
+        if option_ids is not None:
+            raise InvalidAnswer(f"ask {self.id!r}: answer yes or no with optionId, not optionIds", ask_id=self.id)
+        return _yes_or_no(self.id, option_id if option_id is not None else text or "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -583,6 +636,20 @@ class Choice:
             return value
         ids = ", ".join(opt.id for opt in options_of(self))
         raise InvalidAnswer(f"ask {self.id!r}: {value!r} is not one of the options ({ids})", ask_id=self.id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**_ask_head(self), "options": _options_to_list(self), "allow_other": self.allow_other}
+
+    def from_words(self, words: Sequence[str]) -> Any:
+        text = " ".join(words)
+        return match_option(options_of(self), text.strip()) or text
+
+    def from_input(self, option_id: str | None, option_ids: Sequence[str] | None, text: str | None) -> Any:
+        if option_ids is not None:
+            if len(option_ids) != 1:
+                raise InvalidAnswer(f"question {self.id!r} is single-select: choose one option", ask_id=self.id)
+            return option_ids[0]
+        return option_id if option_id is not None else text
 
 
 @dataclass(frozen=True, slots=True)
@@ -627,6 +694,18 @@ class MultiChoice:
         if self.max is not None and len(value) > self.max:
             raise InvalidAnswer(f"ask {self.id!r}: select at most {self.max}, got {len(value)}", ask_id=self.id)
         return list(value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**_ask_head(self), "options": _options_to_list(self), "min": self.min, "max": self.max}
+
+    def from_words(self, words: Sequence[str]) -> Any:
+        picks = [w.strip() for word in words for w in word.split(",") if w.strip()]
+        return [match_option(options_of(self), p) or p for p in picks]
+
+    def from_input(self, option_id: str | None, option_ids: Sequence[str] | None, text: str | None) -> Any:
+        if text is not None:
+            raise InvalidAnswer(f"question {self.id!r}: choose options with optionIds", ask_id=self.id)
+        return list(option_ids) if option_ids is not None else [option_id]
 
 
 @dataclass(frozen=True, slots=True)
@@ -694,6 +773,23 @@ class Form:
             raise InvalidAnswer(f"ask {self.id!r}: {error.message}{at}", ask_id=self.id)
         return dict(value)
 
+    def to_dict(self) -> dict[str, Any]:
+        return {**_ask_head(self), "schema": dict(self.schema)}
+
+    def from_words(self, words: Sequence[str]) -> Any:
+        try:
+            return json.loads(" ".join(words))
+        except json.JSONDecodeError as exc:
+            raise InvalidAnswer(f"ask {self.id!r}: give the form as JSON ({exc})", ask_id=self.id) from None
+
+    def from_input(self, option_id: str | None, option_ids: Sequence[str] | None, text: str | None) -> Any:
+        try:
+            return json.loads(_text_input(self, text))
+        except json.JSONDecodeError:
+            raise InvalidAnswer(
+                f"question {self.id!r}: give the form as a JSON object in text", ask_id=self.id
+            ) from None
+
 
 def _form_validator(schema: Mapping[str, Any]) -> Any:
     # An empty registry: nothing outside the schema is ever looked up (or fetched).
@@ -703,6 +799,32 @@ def _form_validator(schema: Mapping[str, Any]) -> Any:
 def options_of(ask: Choice | MultiChoice) -> tuple[Option, ...]:
     """The options of a choice ask, as the `Option`s they were normalised to."""
     return cast(tuple[Option, ...], ask.options)
+
+
+def match_option(options: Sequence[Option], word: str) -> str | None:
+    """The id of the option whose id is `word`, else whose id or label is `word` ignoring case."""
+    for option in options:
+        if option.id == word:
+            return option.id
+    low = word.casefold()
+    for option in options:
+        if option.id.casefold() == low or option.label.casefold() == low:
+            return option.id
+    return None
+
+
+def _ask_head(ask: Ask) -> dict[str, Any]:
+    return {"type": ask.type, "id": ask.id, "prompt": ask.prompt, "required": ask.required}
+
+
+def _options_to_list(ask: Choice | MultiChoice) -> list[dict[str, str]]:
+    return [{"id": o.id, "label": o.label, "description": o.description} for o in options_of(ask)]
+
+
+def _text_input(ask: Ask, text: str | None) -> str:
+    if text is None:
+        raise InvalidAnswer(f"question {ask.id!r} takes text, not options", ask_id=ask.id)
+    return text
 
 
 Ask: TypeAlias = Text | Confirm | Choice | MultiChoice | Form
@@ -990,18 +1112,8 @@ def _is_keyed(ask: Ask, answer: Any) -> bool:
 
 
 def ask_to_dict(ask: Ask) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": ask.type, "id": ask.id, "prompt": ask.prompt, "required": ask.required}
-    if isinstance(ask, Text):
-        out.update(multiline=ask.multiline, max_length=ask.max_length)
-    elif isinstance(ask, Choice | MultiChoice):
-        out["options"] = [{"id": o.id, "label": o.label, "description": o.description} for o in options_of(ask)]
-        if isinstance(ask, Choice):
-            out["allow_other"] = ask.allow_other
-        else:
-            out.update(min=ask.min, max=ask.max)
-    elif isinstance(ask, Form):
-        out["schema"] = dict(ask.schema)
-    return out
+    """The ask's JSON shape (each ask type gives its own, `to_dict`)."""
+    return ask.to_dict()
 
 
 def ask_from_dict(data: Mapping[str, Any], *, limits: Limits | None = None, stored: bool = False) -> Ask:

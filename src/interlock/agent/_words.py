@@ -1,23 +1,14 @@
-"""The yes/no words contracts understand, and matching a typed word to an ask's options."""
+"""The yes/no words contracts understand (the core's one vocabulary), and matching a typed
+word to an ask's options."""
 
 from __future__ import annotations
 
-from ..model import Option
+from ..model import NO_WORDS, YES_WORDS, Option, yes_no
 
-APPROVE_WORDS = frozenset({"approve", "approved", "yes", "y", "true", "allow", "ok", "accept", "1"})
-DENY_WORDS = frozenset({"deny", "denied", "no", "n", "false", "reject", "refuse", "0"})
-
-
-def decision_bool(decision: str | bool) -> bool | None:
-    """True for an approving word, False for a denying one, None for anything else."""
-    if isinstance(decision, bool):
-        return decision
-    word = decision.strip().lower()
-    if word in APPROVE_WORDS:
-        return True
-    if word in DENY_WORDS:
-        return False
-    return None
+APPROVE_WORDS = YES_WORDS
+DENY_WORDS = NO_WORDS
+decision_bool = yes_no
+"""True for an approving word, False for a denying one, None for anything else."""
 
 
 def matching(options: tuple[Option, ...], text: str) -> list[str]:

@@ -46,6 +46,7 @@ from ..model import (
     Text,
     options_of,
     time_budget,
+    yes_no,
 )
 from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer
@@ -275,9 +276,9 @@ def read_answers(request: HumanRequest, values: Values) -> Answers:
             if text or ask.required:
                 out[ask.id] = text
         elif isinstance(ask, Confirm):
-            said = values.get(name)
-            if said in ("yes", "no"):
-                out[ask.id] = said == "yes"
+            verdict = yes_no(values.get(name))
+            if verdict is not None:
+                out[ask.id] = verdict
         elif isinstance(ask, Choice):
             picked, other = values.get(name), values.get(f"{name}.other").strip()
             if picked:
