@@ -6,9 +6,12 @@ handlers send, so the published schema is the one on the wire.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from ..model import Origin
 
 __all__ = [
     "AnswerBody",
@@ -94,17 +97,24 @@ class FormAsk(_Strict):
 AskModel = Annotated[TextAsk | ConfirmAsk | ChoiceAsk | MultiChoiceAsk | FormAsk, Field(discriminator="type")]
 
 
-class OriginModel(_Strict):
-    session: str | None = None
-    channel: str | None = None
-    agent: str | None = None
-    actor: str | None = None
-    tool_call_id: str | None = None
-    tool_name: str | None = None
-    arguments: dict[str, Any] | None = None
-    run: str | None = None
-    correlation_id: str | None = None
-    delegation: list[str] | None = None
+_WIRE_TYPES: dict[Any, Any] = {
+    Mapping[str, Any] | None: dict[str, Any] | None,
+    tuple[str, ...] | None: list[str] | None,
+}
+"""The JSON types of `Origin`'s fields whose Python types are not JSON's."""
+
+if TYPE_CHECKING:
+
+    class OriginModel(_Strict):
+        """`Origin`'s fields, each optional."""
+
+else:
+    # Derived from the `Origin` dataclass, so the API takes exactly its fields.
+    OriginModel = create_model(
+        "OriginModel",
+        __base__=_Strict,
+        **{name: (_WIRE_TYPES.get(hint, hint), None) for name, hint in get_type_hints(Origin).items()},
+    )
 
 
 class CreateBody(_Strict):
