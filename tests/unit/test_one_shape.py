@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 import interlock
-from interlock import Confirm, Origin
+from interlock import Choice, Confirm, Option, Origin
 from interlock.model import ask_from_dict
 from interlock.server.schemas import OriginModel
 
@@ -57,3 +57,37 @@ async def test_create_takes_every_origin_field_one_by_one() -> None:
 )
 def test_each_ask_kind_reads_back_its_own_json_shape(data: dict[str, object]) -> None:
     assert ask_from_dict(data).to_dict() == data
+
+
+class _Posted:
+    def __init__(self, **fields: list[str]) -> None:
+        self._fields = fields
+
+    def get(self, name: str, default: str = "") -> str:
+        return self._fields.get(name, [default])[-1]
+
+    def all(self, name: str) -> list[str]:
+        return list(self._fields.get(name, []))
+
+    def has(self, name: str) -> bool:
+        return name in self._fields
+
+
+@pytest.mark.parametrize(("word", "verdict"), [("Allow", True), ("ok", True), ("reject", False), ("N", False)])
+def test_a_confirm_reads_a_yes_no_word_alike_from_every_surface(word: str, verdict: bool) -> None:
+    ask = Confirm("Deploy?")
+    assert ask.from_words([word]) is verdict  # the CLI
+    assert ask.from_input(word, None, None) is verdict  # the API's inputResponses
+    assert ask.from_fields(_Posted(a0=[word]), "a0") is verdict  # the web inbox
+    assert ask.from_line(word) is verdict  # the terminal
+    assert ask.from_decision(word) is verdict  # an auto-resolve decision
+
+
+def test_a_choice_takes_a_number_an_id_or_a_label_from_the_terminal() -> None:
+    ask = Choice("Region?", [Option("eu", "Europe"), Option("us", "United States")])
+    assert [ask.from_line(t) for t in ("2", "eu", "europe", "mars")] == ["us", "eu", "eu", "mars"]
+    lines, prompt = ask.terminal_prompt("")
+    assert prompt.endswith("> ")
+    assert lines == ["Region?", "  1) Europe", "  2) United States"]
+    assert ask.answer_text("us") == "United States"
+    assert ask.answer_text("mars") == "Other: mars"
