@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 import interlock
-from interlock import Choice, Confirm, Option, Origin
+from interlock import Ask, Choice, Confirm, Form, MultiChoice, Option, Origin, Text
 from interlock.model import ask_from_dict
-from interlock.server.schemas import OriginModel
+from interlock.server.schemas import ChoiceAsk, ConfirmAsk, FormAsk, MultiChoiceAsk, OriginModel, TextAsk
 
 pytestmark = pytest.mark.anyio
 
@@ -91,3 +91,16 @@ def test_a_choice_takes_a_number_an_id_or_a_label_from_the_terminal() -> None:
     assert lines == ["Region?", "  1) Europe", "  2) United States"]
     assert ask.answer_text("us") == "United States"
     assert ask.answer_text("mars") == "Other: mars"
+
+
+@pytest.mark.parametrize("cls", [Text, Confirm, Choice, MultiChoice, Form])
+def test_the_api_ask_models_take_exactly_the_fields_of_each_ask_type(cls: type[Ask]) -> None:
+    model = {
+        "text": TextAsk,
+        "confirm": ConfirmAsk,
+        "choice": ChoiceAsk,
+        "multi_choice": MultiChoiceAsk,
+        "form": FormAsk,
+    }[cls.type]
+    taken = {info.alias or name for name, info in model.model_fields.items()}
+    assert taken == {"type"} | {f.name for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")}
