@@ -217,6 +217,13 @@ def show(request_id: str, db: DbOption = None) -> None:
     """Print one request as JSON."""
     request = _run(db, lambda b: b.get(request_id))
     typer.echo(json.dumps(request_to_dict(request), indent=2))
+    if request.status is Status.PENDING:
+        if len(request.asks) == 1:
+            err.print(f"answer with: {request.asks[0].how_to_answer()}", markup=False)
+        else:
+            err.print("answer each ask as ASK=VALUE:", markup=False)
+            for ask in request.asks:
+                err.print(f"  {ask.id}: {ask.how_to_answer()}", markup=False)
 
 
 @app.command()

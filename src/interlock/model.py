@@ -608,6 +608,10 @@ class Text:
     def from_decision(self, word: str) -> Any:
         return word
 
+    def how_to_answer(self) -> str:
+        limit = f", at most {self.max_length} characters" if self.max_length is not None else ""
+        return f"text{limit}"
+
 
 @dataclass(frozen=True, slots=True)
 class Confirm:
@@ -658,6 +662,9 @@ class Confirm:
 
     def from_decision(self, word: str) -> Any:
         return yes_no(word) is True
+
+    def how_to_answer(self) -> str:
+        return "yes or no (or approve, deny, ...)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -729,6 +736,10 @@ class Choice:
         if picked:
             return picked[0]
         return word if self.allow_other else options[0].id
+
+    def how_to_answer(self) -> str:
+        other = ", or your own text" if self.allow_other else ""
+        return f"one of {', '.join(o.id for o in options_of(self))}{other}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -806,6 +817,13 @@ class MultiChoice:
         options = options_of(self)
         picked = _decided(options, word) or [opt.id for opt in options[: max(self.min, 1)]]
         return picked[: self.max] if self.max is not None else picked
+
+    def how_to_answer(self) -> str:
+        bounds = f"at least {self.min}" if self.min else ""
+        if self.max is not None:
+            bounds += f"{', ' if bounds else ''}at most {self.max}"
+        ids = ", ".join(o.id for o in options_of(self))
+        return f"some of {ids}, separated by commas" + (f" ({bounds})" if bounds else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -922,6 +940,9 @@ class Form:
             if isinstance(prop, Mapping) and "default" in prop
         }
         return self.check(value) if value or self.required else None
+
+    def how_to_answer(self) -> str:
+        return "a JSON object that fits its schema"
 
 
 def _form_validator(schema: Mapping[str, Any]) -> Any:

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import interlock
-from interlock import Confirm
+from interlock import Choice, Confirm
 from interlock.agent import AutoResolveContract
 from interlock.cli import app
 from interlock.model import NO_WORDS, YES_WORDS, yes_no
@@ -89,3 +89,18 @@ def _one_confirm() -> interlock.Request:
     from interlock.model import build_request
 
     return build_request(Confirm("Deploy?"))
+
+
+def test_show_says_how_to_answer_each_ask_of_a_pending_request(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'show.db'}"
+
+    async def create() -> str:
+        async with interlock.connect(url) as broker:
+            asks = [Confirm("Deploy?", id="go"), Choice("Where?", ["eu", "us"], id="region", allow_other=True)]
+            return (await broker.create_detached(asks)).id
+
+    request_id = asyncio.run(create())
+    result = CliRunner().invoke(app, ["show", request_id, "--db", url])
+    assert result.exit_code == 0, result.output
+    assert "go: yes or no" in result.stderr
+    assert "region: one of eu, us, or your own text" in result.stderr
