@@ -37,6 +37,8 @@ from .model import Ask, Choice, Confirm, Form, MultiChoice, Request, Status, Tex
 from .principals import TOKEN_PREFIX, Principal, issue_token
 from .redact import RedactingFilter, redact, redact_url
 
+__all__ = ["app", "main", "parse_answer"]
+
 ANSWERED, DECLINED, EXPIRED, CANCELLED, USAGE = 0, 1, 2, 3, 4
 T = TypeVar("T")
 
