@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 import interlock
-from interlock import Ask, Choice, Confirm, Form, MultiChoice, Option, Origin, Text
+from interlock import Ask, Choice, Confirm, Form, MultiChoice, Option, Origin, Text, ToolCall
 from interlock.model import ask_from_dict
 from interlock.server.schemas import ChoiceAsk, ConfirmAsk, FormAsk, MultiChoiceAsk, OriginModel, TextAsk
 
@@ -104,3 +104,16 @@ def test_the_api_ask_models_take_exactly_the_fields_of_each_ask_type(cls: type[A
     }[cls.type]
     taken = {info.alias or name for name, info in model.model_fields.items()}
     assert taken == {"type"} | {f.name for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")}
+
+
+def test_a_tool_call_passes_every_field_it_shares_with_origin_to_its_request() -> None:
+    shared = [
+        f.name
+        for f in dataclasses.fields(ToolCall)
+        if f.name in Origin.__dataclass_fields__ and f.name not in ("arguments", "delegation")
+    ]
+    assert {"session", "channel", "agent", "actor", "run"} <= set(shared)
+    call = ToolCall("deploy", {"env": "prod"}, **{name: name for name in shared})
+    origin = call.origin()
+    assert [getattr(origin, name) for name in shared] == shared
+    assert (origin.tool_name, origin.tool_call_id, origin.arguments) == ("deploy", call.id, {"env": "prod"})
