@@ -33,9 +33,11 @@ from . import __version__
 from .agent.terminal import TerminalContract
 from .broker import Broker, connect
 from .errors import Cancelled, Expired, Forbidden, InterlockError, InvalidAnswer, InvalidRequest, NotFound, Rejected
-from .model import Ask, Choice, Confirm, Form, MultiChoice, Request, Status, Text, options_of, request_to_dict
+from .model import Ask, Choice, Confirm, Form, MultiChoice, Request, Status, Text, request_to_dict
 from .principals import TOKEN_PREFIX, Principal, issue_token
 from .redact import RedactingFilter, redact, redact_url
+
+__all__ = ["app", "main", "parse_answer"]
 
 ANSWERED, DECLINED, EXPIRED, CANCELLED, USAGE = 0, 1, 2, 3, 4
 T = TypeVar("T")
@@ -217,6 +219,13 @@ def show(request_id: str, db: DbOption = None) -> None:
     """Print one request as JSON."""
     request = _run(db, lambda b: b.get(request_id))
     typer.echo(json.dumps(request_to_dict(request), indent=2))
+    if request.status is Status.PENDING:
+        if len(request.asks) == 1:
+            err.print(f"answer with: {request.asks[0].how_to_answer()}", markup=False)
+        else:
+            err.print("answer each ask as ASK=VALUE:", markup=False)
+            for ask in request.asks:
+                err.print(f"  {ask.id}: {ask.how_to_answer()}", markup=False)
 
 
 @app.command()
@@ -325,54 +334,15 @@ def parse_answer(request: Request, values: list[str]) -> Any:
     """Turn command-line words into an answer: one ask takes the words as its value,
     several take ASK=VALUE pairs."""
     if len(request.asks) == 1:
-        return _parse_one(request.asks[0], values)
+        return request.asks[0].from_words(values)
     by_id = {a.id: a for a in request.asks}
     answers: dict[str, Any] = {}
     for pair in values:
         ask_id, sep, value = pair.partition("=")
         if not sep or ask_id not in by_id:
             raise InvalidAnswer(f"give each answer as ASK=VALUE with ASK one of: {', '.join(by_id)}")
-        answers[ask_id] = _parse_one(by_id[ask_id], [value])
+        answers[ask_id] = by_id[ask_id].from_words([value])
     return answers
-
-
-_YES = {"y", "yes", "true", "1", "approve", "ok"}
-_NO = {"n", "no", "false", "0", "deny", "reject"}
-
-
-def _parse_one(ask: Ask, words: list[str]) -> Any:
-    text = " ".join(words)
-    if isinstance(ask, Confirm):
-        low = text.strip().lower()
-        if low in _YES:
-            return True
-        if low in _NO:
-            return False
-        raise InvalidAnswer(f"ask {ask.id!r}: answer yes or no", ask_id=ask.id)
-    if isinstance(ask, Choice):
-        return _match_option(ask, text.strip()) or text
-    if isinstance(ask, MultiChoice):
-        picks = [w.strip() for word in words for w in word.split(",") if w.strip()]
-        return [_match_option(ask, p) or p for p in picks]
-    if isinstance(ask, Form):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InvalidAnswer(f"ask {ask.id!r}: give the form as JSON ({exc})", ask_id=ask.id) from None
-    return text
-
-
-def _match_option(ask: Choice | MultiChoice, word: str) -> str | None:
-    """An option by id, else by id or label ignoring case."""
-    options = options_of(ask)
-    for option in options:
-        if option.id == word:
-            return option.id
-    low = word.lower()
-    for option in options:
-        if option.id.lower() == low or option.label.lower() == low:
-            return option.id
-    return None
 
 
 def _summary(request: Request) -> str:

@@ -5,6 +5,14 @@ an answer; `check_answers` checks a whole answer against a request and returns t
 normalised answers by ask id, or raises `InvalidAnswer` naming the ask and the fault.
 The `*_to_dict` / `*_from_dict` functions give the JSON shape used by every store and
 surface, so that a request reads the same from SQLite, PostgreSQL and the HTTP API.
+
+Each ask type is the one place that knows its kind: its JSON shape (`to_dict`), and how
+each surface reads an answer to it or shows it: command-line words (`from_words`), a
+Novo-compatible input response (`from_input`), a web form's posted fields (`from_fields`,
+`inputs`), a line typed at a terminal (`terminal_prompt`, `from_line`), an auto-resolve
+decision (`from_decision`) and an answer shown back as text (`answer_text`). Surfaces call
+these instead of branching on the ask's class. Yes and no are the same words everywhere
+(`YES_WORDS`, `NO_WORDS`, `yes_no`).
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
+from ._form_inputs import Field as FormInput
+from ._form_inputs import FieldValues, form_fields, read_form
 from .errors import InvalidAnswer, InvalidRequest
 
 __all__ = [
@@ -51,7 +61,9 @@ __all__ = [
     "Request",
     "Response",
     "Status",
+    "NO_WORDS",
     "Text",
+    "YES_WORDS",
     "ask_from_dict",
     "ask_to_dict",
     "build_request",
@@ -66,6 +78,7 @@ __all__ = [
     "request_from_dict",
     "request_to_dict",
     "time_budget",
+    "yes_no",
 ]
 
 DEFAULT_MAX_PROMPT_LENGTH = 20_000
@@ -437,6 +450,35 @@ class Status(enum.StrEnum):
         return self is not Status.PENDING
 
 
+# -- yes and no -------------------------------------------------------------------------
+
+YES_WORDS: frozenset[str] = frozenset({"yes", "y", "true", "1", "approve", "approved", "allow", "ok", "accept"})
+NO_WORDS: frozenset[str] = frozenset({"no", "n", "false", "0", "deny", "denied", "reject", "refuse"})
+"""The words every surface takes as yes or no (a confirm's answer, an approval's verdict, an
+auto-resolve decision), compared ignoring case and surrounding spaces."""
+
+
+def yes_no(word: str | bool) -> bool | None:
+    """True for a yes word (`YES_WORDS`), False for a no word (`NO_WORDS`), None otherwise."""
+    if isinstance(word, bool):
+        return word
+    said = word.strip().lower()
+    if said in YES_WORDS:
+        return True
+    if said in NO_WORDS:
+        return False
+    return None
+
+
+def _yes_or_no(ask_id: str, word: str) -> bool:
+    verdict = yes_no(word)
+    if verdict is None:
+        raise InvalidAnswer(
+            f"ask {ask_id!r}: answer yes or no (or approve or deny), not {word.strip()!r}", ask_id=ask_id
+        )
+    return verdict
+
+
 # -- ids ---------------------------------------------------------------------------------
 
 _id_lock = threading.Lock()
@@ -538,6 +580,38 @@ class Text:
             )
         return value
 
+    def to_dict(self) -> dict[str, Any]:
+        return {**_ask_head(self), "multiline": self.multiline, "max_length": self.max_length}
+
+    def from_words(self, words: Sequence[str]) -> Any:
+        return " ".join(words)
+
+    def from_input(self, option_id: str | None, option_ids: Sequence[str] | None, text: str | None) -> Any:
+        return _text_input(self, text)
+
+    def from_fields(self, values: FieldValues, name: str) -> Any:
+        text = values.get(name)
+        return text if text or self.required else None
+
+    def inputs(self, name: str) -> tuple[FormInput, ...] | None:
+        return None
+
+    def answer_text(self, value: Any) -> str:
+        return str(value)
+
+    def terminal_prompt(self, optional: str) -> tuple[list[str], str]:
+        return [], f"{self.prompt}{optional} > "
+
+    def from_line(self, line: str) -> Any:
+        return line
+
+    def from_decision(self, word: str) -> Any:
+        return word
+
+    def how_to_answer(self) -> str:
+        limit = f", at most {self.max_length} characters" if self.max_length is not None else ""
+        return f"text{limit}"
+
 
 @dataclass(frozen=True, slots=True)
 class Confirm:
@@ -556,6 +630,41 @@ class Confirm:
         if not isinstance(value, bool):
             raise InvalidAnswer(f"ask {self.id!r}: expected true or false, got {_kind_of(value)}", ask_id=self.id)
         return value
+
+    def to_dict(self) -> dict[str, Any]:
+        return _ask_head(self)
+
+    def from_words(self, words: Sequence[str]) -> Any:
+        return _yes_or_no(self.id, " ".join(words))
+
+    def from_input(self, option_id: str | None, option_ids: Sequence[str] | None, text: str | None) -> Any:
+        if option_ids is not None:
+            raise InvalidAnswer(f"ask {self.id!r}: answer yes or no with optionId, not optionIds", ask_id=self.id)
+        return _yes_or_no(self.id, option_id if option_id is not None else text or "")
+
+    def from_fields(self, values: FieldValues, name: str) -> Any:
+        return yes_no(values.get(name))
+
+    def inputs(self, name: str) -> tuple[FormInput, ...] | None:
+        return None
+
+    def answer_text(self, value: Any) -> str:
+        return "Yes" if value else "No"
+
+    def terminal_prompt(self, optional: str) -> tuple[list[str], str]:
+        return [], f"{self.prompt} [y/n]{optional} > "
+
+    def from_line(self, line: str) -> Any:
+        verdict = yes_no(line)
+        if verdict is None:
+            raise InvalidAnswer("please answer yes or no", ask_id=self.id)
+        return verdict
+
+    def from_decision(self, word: str) -> Any:
+        return yes_no(word) is True
+
+    def how_to_answer(self) -> str:
+        return "yes or no (or approve, deny, ...)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -583,6 +692,54 @@ class Choice:
             return value
         ids = ", ".join(opt.id for opt in options_of(self))
         raise InvalidAnswer(f"ask {self.id!r}: {value!r} is not one of the options ({ids})", ask_id=self.id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**_ask_head(self), "options": _options_to_list(self), "allow_other": self.allow_other}
+
+    def from_words(self, words: Sequence[str]) -> Any:
+        text = " ".join(words)
+        return _match_option(options_of(self), text.strip()) or text
+
+    def from_input(self, option_id: str | None, option_ids: Sequence[str] | None, text: str | None) -> Any:
+        if option_ids is not None:
+            if len(option_ids) != 1:
+                raise InvalidAnswer(f"question {self.id!r} is single-select: choose one option", ask_id=self.id)
+            return option_ids[0]
+        return option_id if option_id is not None else text
+
+    def from_fields(self, values: FieldValues, name: str) -> Any:
+        picked, other = values.get(name), values.get(f"{name}.other").strip()
+        if picked:
+            return picked
+        if self.allow_other and other:
+            return other
+        if values.has(name):
+            raise InvalidAnswer(f"ask {self.id!r}: type your answer next to Other", ask_id=self.id)
+        return None
+
+    def inputs(self, name: str) -> tuple[FormInput, ...] | None:
+        return None
+
+    def answer_text(self, value: Any) -> str:
+        label = next((o.label for o in options_of(self) if o.id == value), None)
+        return label if label is not None else f"Other: {value}"
+
+    def terminal_prompt(self, optional: str) -> tuple[list[str], str]:
+        return _numbered(self, optional), "(a number or a name, or your own answer) > "
+
+    def from_line(self, line: str) -> Any:
+        return _pick(options_of(self), line.strip())
+
+    def from_decision(self, word: str) -> Any:
+        options = options_of(self)
+        picked = _decided(options, word)
+        if picked:
+            return picked[0]
+        return word if self.allow_other else options[0].id
+
+    def how_to_answer(self) -> str:
+        other = ", or your own text" if self.allow_other else ""
+        return f"one of {', '.join(o.id for o in options_of(self))}{other}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -627,6 +784,46 @@ class MultiChoice:
         if self.max is not None and len(value) > self.max:
             raise InvalidAnswer(f"ask {self.id!r}: select at most {self.max}, got {len(value)}", ask_id=self.id)
         return list(value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**_ask_head(self), "options": _options_to_list(self), "min": self.min, "max": self.max}
+
+    def from_words(self, words: Sequence[str]) -> Any:
+        picks = [w.strip() for word in words for w in word.split(",") if w.strip()]
+        return [_match_option(options_of(self), p) or p for p in picks]
+
+    def from_input(self, option_id: str | None, option_ids: Sequence[str] | None, text: str | None) -> Any:
+        if text is not None:
+            raise InvalidAnswer(f"question {self.id!r}: choose options with optionIds", ask_id=self.id)
+        return list(option_ids) if option_ids is not None else [option_id]
+
+    def from_fields(self, values: FieldValues, name: str) -> Any:
+        return values.all(name)
+
+    def inputs(self, name: str) -> tuple[FormInput, ...] | None:
+        return None
+
+    def answer_text(self, value: Any) -> str:
+        labels = {o.id: o.label for o in options_of(self)}
+        return ", ".join(labels.get(v, v) for v in value) or "none"
+
+    def terminal_prompt(self, optional: str) -> tuple[list[str], str]:
+        return _numbered(self, optional), "(numbers or names, separated by commas) > "
+
+    def from_line(self, line: str) -> Any:
+        return [_pick(options_of(self), part.strip()) for part in line.split(",") if part.strip()]
+
+    def from_decision(self, word: str) -> Any:
+        options = options_of(self)
+        picked = _decided(options, word) or [opt.id for opt in options[: max(self.min, 1)]]
+        return picked[: self.max] if self.max is not None else picked
+
+    def how_to_answer(self) -> str:
+        bounds = f"at least {self.min}" if self.min else ""
+        if self.max is not None:
+            bounds += f"{', ' if bounds else ''}at most {self.max}"
+        ids = ", ".join(o.id for o in options_of(self))
+        return f"some of {ids}, separated by commas" + (f" ({bounds})" if bounds else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -694,6 +891,59 @@ class Form:
             raise InvalidAnswer(f"ask {self.id!r}: {error.message}{at}", ask_id=self.id)
         return dict(value)
 
+    def to_dict(self) -> dict[str, Any]:
+        return {**_ask_head(self), "schema": dict(self.schema)}
+
+    def from_words(self, words: Sequence[str]) -> Any:
+        try:
+            return json.loads(" ".join(words))
+        except json.JSONDecodeError as exc:
+            raise InvalidAnswer(f"ask {self.id!r}: give the form as JSON ({exc})", ask_id=self.id) from None
+
+    def from_input(self, option_id: str | None, option_ids: Sequence[str] | None, text: str | None) -> Any:
+        try:
+            return json.loads(_text_input(self, text))
+        except json.JSONDecodeError:
+            fault = f"question {self.id!r}: give the form as a JSON object in text"
+            raise InvalidAnswer(fault, ask_id=self.id) from None
+
+    def from_fields(self, values: FieldValues, name: str) -> Any:
+        return read_form(self, name, values)
+
+    def inputs(self, name: str) -> tuple[FormInput, ...] | None:
+        """An input per property of the schema, or None to take the whole answer as JSON."""
+        return form_fields(self, name)
+
+    def answer_text(self, value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False)
+
+    def terminal_prompt(self, optional: str) -> tuple[list[str], str]:
+        required = set(self.schema.get("required", ()))
+        lines = [self.prompt + optional]
+        for name, prop in self.schema.get("properties", {}).items():
+            about = (prop.get("description") or prop.get("type") or "") if isinstance(prop, Mapping) else ""
+            lines.append(f"  {name}{' (required)' if name in required else ''}{f': {about}' if about else ''}")
+        return lines, "(a JSON object with those fields) > "
+
+    def from_line(self, line: str) -> Any:
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidAnswer(f"not JSON: {exc.msg}", ask_id=self.id) from None
+
+    def from_decision(self, word: str) -> Any:
+        """The schema's defaults (None when it has none), checked."""
+        properties = self.schema.get("properties", {})
+        value = {
+            name: prop["default"]
+            for name, prop in properties.items()
+            if isinstance(prop, Mapping) and "default" in prop
+        }
+        return self.check(value) if value or self.required else None
+
+    def how_to_answer(self) -> str:
+        return "a JSON object that fits its schema"
+
 
 def _form_validator(schema: Mapping[str, Any]) -> Any:
     # An empty registry: nothing outside the schema is ever looked up (or fetched).
@@ -703,6 +953,61 @@ def _form_validator(schema: Mapping[str, Any]) -> Any:
 def options_of(ask: Choice | MultiChoice) -> tuple[Option, ...]:
     """The options of a choice ask, as the `Option`s they were normalised to."""
     return cast(tuple[Option, ...], ask.options)
+
+
+def _match_option(options: Sequence[Option], word: str) -> str | None:
+    """The id of the option whose id is `word`, else whose id or label is `word` ignoring case."""
+    for option in options:
+        if option.id == word:
+            return option.id
+    low = word.casefold()
+    for option in options:
+        if option.id.casefold() == low or option.label.casefold() == low:
+            return option.id
+    return None
+
+
+def _numbered(ask: Choice | MultiChoice, optional: str) -> list[str]:
+    lines = [ask.prompt + optional]
+    for number, opt in enumerate(options_of(ask), 1):
+        about = f" - {opt.description}" if opt.description else ""
+        lines.append(f"  {number}) {opt.label}{about}")
+    return lines
+
+
+def _pick(options: tuple[Option, ...], text: str) -> str:
+    """An option by its number (from 1), id or label, else the text as typed."""
+    if text.isdigit() and 1 <= int(text) <= len(options):
+        return options[int(text) - 1].id
+    wanted = text.casefold()
+    matched = [opt.id for opt in options if wanted in (opt.id.casefold(), opt.label.casefold())]
+    return matched[0] if matched else text
+
+
+def _decided(options: tuple[Option, ...], word: str) -> list[str]:
+    """The options whose id or label is `word`, else those whose id or label is a yes/no
+    word agreeing with it."""
+    wanted = word.strip().casefold()
+    picked = [opt.id for opt in options if wanted in (opt.id.casefold(), opt.label.casefold())]
+    verdict = yes_no(word)
+    if picked or verdict is None:
+        return picked
+    words = YES_WORDS if verdict else NO_WORDS
+    return [opt.id for opt in options if opt.id.casefold() in words or opt.label.casefold() in words]
+
+
+def _ask_head(ask: Ask) -> dict[str, Any]:
+    return {"type": ask.type, "id": ask.id, "prompt": ask.prompt, "required": ask.required}
+
+
+def _options_to_list(ask: Choice | MultiChoice) -> list[dict[str, str]]:
+    return [{"id": o.id, "label": o.label, "description": o.description} for o in options_of(ask)]
+
+
+def _text_input(ask: Ask, text: str | None) -> str:
+    if text is None:
+        raise InvalidAnswer(f"question {ask.id!r} takes text, not options", ask_id=ask.id)
+    return text
 
 
 Ask: TypeAlias = Text | Confirm | Choice | MultiChoice | Form
@@ -990,18 +1295,8 @@ def _is_keyed(ask: Ask, answer: Any) -> bool:
 
 
 def ask_to_dict(ask: Ask) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": ask.type, "id": ask.id, "prompt": ask.prompt, "required": ask.required}
-    if isinstance(ask, Text):
-        out.update(multiline=ask.multiline, max_length=ask.max_length)
-    elif isinstance(ask, Choice | MultiChoice):
-        out["options"] = [{"id": o.id, "label": o.label, "description": o.description} for o in options_of(ask)]
-        if isinstance(ask, Choice):
-            out["allow_other"] = ask.allow_other
-        else:
-            out.update(min=ask.min, max=ask.max)
-    elif isinstance(ask, Form):
-        out["schema"] = dict(ask.schema)
-    return out
+    """The ask's JSON shape (each ask type gives its own, `to_dict`)."""
+    return ask.to_dict()
 
 
 def ask_from_dict(data: Mapping[str, Any], *, limits: Limits | None = None, stored: bool = False) -> Ask:

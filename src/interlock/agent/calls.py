@@ -55,17 +55,23 @@ class ToolCall:
 
     def origin(self) -> Origin:
         """Where a request made for this call comes from, so a notification knows whom to ask."""
+        shared = {name: getattr(self, name) for name in _SHARED_WITH_ORIGIN}
         return Origin(
-            session=self.session,
-            channel=self.channel,
-            agent=self.agent,
-            actor=self.actor,
+            **shared,
             tool_call_id=self.id,
             tool_name=self.name,
             arguments=dict(self.arguments),
-            run=self.run,
             delegation=self.delegation or None,
         )
+
+
+_SHARED_WITH_ORIGIN = tuple(
+    name
+    for name in Origin.__dataclass_fields__
+    if name in ToolCall.__dataclass_fields__ and name not in ("arguments", "delegation")
+)
+"""The fields a call passes to its request's origin as they are (session, channel, agent,
+actor, run): those `ToolCall` and `Origin` both have, named alike."""
 
 
 @dataclass(frozen=True, slots=True)

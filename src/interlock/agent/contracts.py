@@ -28,8 +28,7 @@ from typing import Any, ClassVar, Protocol, TypeAlias, runtime_checkable
 
 from ..broker import Broker
 from ..errors import InvalidAnswer
-from ..model import Answers, Ask, Choice, Confirm, Form, MultiChoice, Option, Request, Response, Text, options_of
-from ._words import APPROVE_WORDS, DENY_WORDS, decision_bool, matching
+from ..model import Answers, Ask, Request, Response, yes_no
 from .terminal import TerminalContract
 
 __all__ = [
@@ -122,44 +121,15 @@ class AutoResolveContract:
         return Answers(answers)
 
     def _answer(self, ask: Ask) -> Any:
-        decision, verdict = self.decision, decision_bool(self.decision)
+        decision = self.decision
         text = decision if isinstance(decision, str) else ("approve" if decision else "deny")
-        if isinstance(ask, Confirm):
-            return verdict is True
-        if isinstance(ask, Text):
-            return text
-        if isinstance(ask, Choice | MultiChoice):
-            options = options_of(ask)
-            picked = matching(options, text) or _matching_verdict(options, verdict)
-            if isinstance(ask, Choice):
-                if picked:
-                    return picked[0]
-                return text if ask.allow_other else options[0].id
-            if not picked:
-                picked = [opt.id for opt in options[: max(ask.min, 1)]]
-            return picked[: ask.max] if ask.max is not None else picked
-        return self._form_defaults(ask)
-
-    def _form_defaults(self, ask: Form) -> dict[str, Any]:
-        properties = ask.schema.get("properties", {})
-        value = {
-            name: prop["default"]
-            for name, prop in properties.items()
-            if isinstance(prop, Mapping) and "default" in prop
-        }
-        if not value and not ask.required:
-            raise _NoAnswer(f"auto_resolve leaves the optional form {ask.id!r} out")
         try:
-            return ask.check(value)
+            value = ask.from_decision(text)
         except InvalidAnswer as exc:
-            raise _NoAnswer(f"auto_resolve cannot fill form {ask.id!r}: {exc}") from None
-
-
-def _matching_verdict(options: tuple[Option, ...], verdict: bool | None) -> list[str]:
-    if verdict is None:
-        return []
-    words = APPROVE_WORDS if verdict else DENY_WORDS
-    return [opt.id for opt in options if opt.id.casefold() in words or opt.label.casefold() in words]
+            raise _NoAnswer(f"auto_resolve cannot fill {ask.type} {ask.id!r}: {exc}") from None
+        if value is None:
+            raise _NoAnswer(f"auto_resolve leaves the optional {ask.type} {ask.id!r} out")
+        return value
 
 
 # -- choosing a contract -------------------------------------------------------------------
@@ -212,7 +182,7 @@ def auto_resolve_from_env(environ: Mapping[str, str] | None = None) -> AutoResol
         return None
     if word in ("1", "true", "yes", "on"):
         return AutoResolveContract()
-    if word in APPROVE_WORDS or word in DENY_WORDS:
+    if yes_no(word) is not None:
         return AutoResolveContract(decision=word)
     raise ValueError(f"{AUTO_RESOLVE_ENV}={raw!r}: expected 1, approve or deny (or 0 to switch it off)")
 

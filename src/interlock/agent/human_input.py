@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from ..approvals import check_context
 from ..broker import Broker
@@ -108,7 +108,21 @@ class _AskUser:
         return as_content(response.answers.get(prompt.asks[0].id))
 
 
-QUESTION_TYPES = ("CONFIRM", "FREE_FORM", "MULTIPLE_CHOICE", "MULTI_SELECT", "FORM")
+def _string_form(question: str, names: list[str]) -> Form:
+    schema = {"type": "object", "properties": {name: {"type": "string"} for name in names}, "required": names}
+    return Form(question, schema=schema, id="answer")
+
+
+_QUESTION_ASKS: dict[str, Callable[[str, list[str]], Ask]] = {
+    "CONFIRM": lambda question, _: Confirm(question, id="answer"),
+    "FREE_FORM": lambda question, _: Text(question, id="answer", multiline=True),
+    "MULTIPLE_CHOICE": lambda question, choices: Choice(question, choices, id="answer", allow_other=True),
+    "MULTI_SELECT": lambda question, choices: MultiChoice(question, choices, id="answer"),
+    "FORM": _string_form,
+}
+"""The ask each `question_type` becomes, given the question and its `choices`."""
+
+QUESTION_TYPES = tuple(_QUESTION_ASKS)
 
 
 class _RequestHumanInput:
@@ -126,23 +140,7 @@ class _RequestHumanInput:
         if kind in ("MULTIPLE_CHOICE", "MULTI_SELECT", "FORM") and not choices:
             what = "field names" if kind == "FORM" else "options"
             raise ValueError(f"a {kind} question needs 'choices' (its {what})")
-        ask: Ask
-        if kind == "CONFIRM":
-            ask = Confirm(question, id="answer")
-        elif kind == "MULTIPLE_CHOICE":
-            ask = Choice(question, cast(list[str], choices), id="answer", allow_other=True)
-        elif kind == "MULTI_SELECT":
-            ask = MultiChoice(question, cast(list[str], choices), id="answer")
-        elif kind == "FORM":
-            names = cast(list[str], choices)
-            schema = {
-                "type": "object",
-                "properties": {name: {"type": "string"} for name in names},
-                "required": names,
-            }
-            ask = Form(question, schema=schema, id="answer")
-        else:
-            ask = Text(question, id="answer", multiline=True)
+        ask = _QUESTION_ASKS[kind](question, list(choices or ()))
         context = arguments.get("context_data")
         if context is not None and not isinstance(context, Mapping):
             raise ValueError("'context_data' must be an object")

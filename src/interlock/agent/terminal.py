@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import sys
 import threading
-from collections.abc import Mapping
 from typing import Any, ClassVar, TextIO
 
 from ..broker import Broker
 from ..errors import InvalidAnswer
-from ..model import Answers, Ask, Choice, Confirm, Form, MultiChoice, Option, Request, Response, options_of
-from ._words import decision_bool, matching
+from ..model import Answers, Ask, Request, Response
 
 __all__ = ["TerminalContract"]
 
@@ -116,7 +113,7 @@ class TerminalContract:
             if value is _SKIP:
                 continue
             answers[ask.id] = value
-            if isinstance(ask, Confirm) and value is False and request.kind == "approval":
+            if ask.type == "confirm" and value is False and request.kind == "approval":
                 denied = True
                 comment = await self._line("Reason (optional, shown to the agent as written): ")
         answer: Any = Answers(answers)  # by ask id, even when the one optional ask was skipped
@@ -127,48 +124,20 @@ class TerminalContract:
             return None
 
     async def _ask(self, ask: Ask) -> Any:
+        """Show the ask as it renders for a terminal and read a line until it parses
+        (`terminal_prompt`, `from_line`); the broker checks the answer itself."""
         optional = "" if ask.required else " (optional: press enter to skip)"
-        if isinstance(ask, Confirm):
-            while True:
-                line = (await self._line(f"{ask.prompt} [y/n]{optional} > ")).strip()
-                if not line and not ask.required:
-                    return _SKIP
-                verdict = decision_bool(line) if line else None
-                if verdict is not None:
-                    return verdict
-                self._say("  ! please answer yes or no")
-        if isinstance(ask, Choice | MultiChoice):
-            options = options_of(ask)
-            self._say(ask.prompt + optional)
-            for number, opt in enumerate(options, 1):
-                about = f" - {opt.description}" if opt.description else ""
-                self._say(f"  {number}) {opt.label}{about}")
-            several = isinstance(ask, MultiChoice)
-            hint = "numbers or names, separated by commas" if several else "a number or a name, or your own answer"
-            line = (await self._line(f"({hint}) > ")).strip()
-            if not line and not ask.required:
+        lines, prompt = ask.terminal_prompt(optional)
+        for line in lines:
+            self._say(line)
+        while True:
+            typed = await self._line(prompt)
+            if not typed.strip() and not ask.required:
                 return _SKIP
-            if several:
-                return [_pick(options, part.strip()) for part in line.split(",") if part.strip()]
-            return _pick(options, line)
-        if isinstance(ask, Form):
-            self._say(ask.prompt + optional)
-            required = set(ask.schema.get("required", ()))
-            for name, prop in ask.schema.get("properties", {}).items():
-                about = (prop.get("description") or prop.get("type") or "") if isinstance(prop, Mapping) else ""
-                self._say(f"  {name}{' (required)' if name in required else ''}{f': {about}' if about else ''}")
-            while True:
-                line = (await self._line("(a JSON object with those fields) > ")).strip()
-                if not line and not ask.required:
-                    return _SKIP
-                try:
-                    return json.loads(line)
-                except json.JSONDecodeError as exc:
-                    self._say(f"  ! not JSON: {exc.msg}")
-        line = await self._line(f"{ask.prompt}{optional} > ")
-        if not line.strip() and not ask.required:
-            return _SKIP
-        return line
+            try:
+                return ask.from_line(typed)
+            except InvalidAnswer as exc:
+                self._say(f"  ! {exc}")
 
     # -- terminal I/O ----------------------------------------------------------------------
 
@@ -249,10 +218,3 @@ def _set_result(future: asyncio.Future[str], line: str) -> None:
 def _set_exception(future: asyncio.Future[str], error: BaseException) -> None:
     if not future.done():
         future.set_exception(error)
-
-
-def _pick(options: tuple[Option, ...], text: str) -> str:
-    if text.isdigit() and 1 <= int(text) <= len(options):
-        return options[int(text) - 1].id
-    matched = matching(options, text)
-    return matched[0] if matched else text

@@ -10,18 +10,14 @@ request's own id used for a question.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidAnswer
-from ..model import Answers, Ask, Choice, Confirm, MultiChoice, Request, Text
+from ..model import Answers, Ask, Confirm, Request, yes_no
 from .schemas import AnswerBody, InputResponse
 
 __all__ = ["Decision", "decide"]
-
-_YES = {"approve", "yes", "true", "allow"}
-_NO = {"deny", "no", "false", "reject"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,36 +78,16 @@ def _approval(request: Request, responses: list[InputResponse]) -> bool:
     (item,) = responses
     if item.request_id != request.id:
         raise InvalidAnswer(f"Unknown requestId {item.request_id!r}: answer an approval with its own id {request.id!r}")
-    choice = (item.option_id or "").lower()
-    if item.option_ids is not None or item.text is not None or choice not in _YES | _NO:
+    if item.option_ids is not None or item.text is not None or item.option_id is None:
         raise InvalidAnswer("answer an approval with optionId 'approve' or 'deny'", ask_id=request.asks[0].id)
-    return choice in _YES
+    verdict = yes_no(item.option_id)
+    if verdict is None:
+        raise InvalidAnswer("answer an approval with optionId 'approve' or 'deny'", ask_id=request.asks[0].id)
+    return verdict
 
 
 def _value(ask: Ask, item: InputResponse) -> Any:
     given = sum(x is not None for x in (item.option_id, item.option_ids, item.text))
     if given != 1:
         raise InvalidAnswer(f"question {ask.id!r}: give one of optionId, optionIds or text", ask_id=ask.id)
-    if isinstance(ask, Choice):
-        if item.option_ids is not None:
-            if len(item.option_ids) != 1:
-                raise InvalidAnswer(f"question {ask.id!r} is single-select: choose one option", ask_id=ask.id)
-            return item.option_ids[0]
-        return item.option_id if item.option_id is not None else item.text
-    if isinstance(ask, MultiChoice):
-        if item.text is not None:
-            raise InvalidAnswer(f"question {ask.id!r}: choose options with optionIds", ask_id=ask.id)
-        return item.option_ids if item.option_ids is not None else [item.option_id]
-    if isinstance(ask, Confirm):
-        word = (item.option_id or item.text or "").lower()
-        if word not in _YES | _NO:
-            raise InvalidAnswer(f"question {ask.id!r}: answer with optionId 'yes' or 'no'", ask_id=ask.id)
-        return word in _YES
-    if item.text is None:
-        raise InvalidAnswer(f"question {ask.id!r} takes text, not options", ask_id=ask.id)
-    if isinstance(ask, Text):
-        return item.text
-    try:
-        return json.loads(item.text)
-    except json.JSONDecodeError:
-        raise InvalidAnswer(f"question {ask.id!r}: give the form as a JSON object in text", ask_id=ask.id) from None
+    return ask.from_input(item.option_id, item.option_ids, item.text)

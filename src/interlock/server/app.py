@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
@@ -31,7 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..approvals import mark, unmarked
 from ..broker import MAX_EVENT_ID, Broker, connect
 from ..errors import AlreadySettled, Closed, InvalidAnswer, InvalidRequest, NotFound
-from ..model import Event, Limits, Origin, Status, origin_from_dict, request_to_dict
+from ..model import Event, Limits, Status, origin_from_dict, request_to_dict
 from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer, can_cancel, can_read
 from .answers import decide
@@ -498,7 +499,7 @@ def _api_router(state: _State) -> APIRouter:
         asks = await broker.build_asks([a.model_dump(by_alias=True) for a in body.asks])
         origin = origin_from_dict(body.origin.model_dump(exclude_none=True))
         if caller.kind == "agent" and origin.agent is None:
-            origin = Origin(**{**_origin_fields(origin), "agent": caller.name})
+            origin = replace(origin, agent=caller.name)
         prepared = broker.prepare(
             asks,
             kind=body.kind,
@@ -852,10 +853,6 @@ def _api_router(state: _State) -> APIRouter:
         return {"name": caller.name, "kind": caller.kind, "owner": caller.owner}
 
     return router
-
-
-def _origin_fields(origin: Origin) -> dict[str, Any]:
-    return {name: getattr(origin, name) for name in Origin.__dataclass_fields__}
 
 
 def _error_of(exc: Exception) -> dict[str, Any]:

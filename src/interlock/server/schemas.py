@@ -1,14 +1,20 @@
 """The shapes of the HTTP API, for validation and for the OpenAPI document.
 
 They mirror the JSON shape of `interlock.model` (`request_to_dict`), which is what the
-handlers send, so the published schema is the one on the wire.
+handlers send, so the published schema is the one on the wire. The asks, their options
+and the origin are generated from the model's dataclasses (`_wire_model`): a field is
+defined once, in the model.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from ..model import Choice, Confirm, Form, MultiChoice, Option, Origin, Text
 
 __all__ = [
     "AnswerBody",
@@ -41,70 +47,75 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class OptionModel(_Strict):
-    id: str
-    label: str = ""
-    description: str = ""
-
-
-class TextAsk(_Strict):
-    type: Literal["text"]
-    id: str = "text"
-    prompt: str
-    required: bool = True
-    multiline: bool = False
-    max_length: int | None = None
-
-
-class ConfirmAsk(_Strict):
-    type: Literal["confirm"]
-    id: str = "confirm"
-    prompt: str
-    required: bool = True
-
-
-class ChoiceAsk(_Strict):
-    type: Literal["choice"]
-    id: str = "choice"
-    prompt: str
-    required: bool = True
-    options: list[OptionModel | str]
-    allow_other: bool = False
-
-
-class MultiChoiceAsk(_Strict):
-    type: Literal["multi_choice"]
-    id: str = "multi_choice"
-    prompt: str
-    required: bool = True
-    options: list[OptionModel | str]
-    min: int = 0
-    max: int | None = None
-
-
-class FormAsk(_Strict):
-    type: Literal["form"]
-    id: str = "form"
-    prompt: str
-    required: bool = True
-    schema_: dict[str, Any] = Field(alias="schema", description="A JSON Schema of type object (draft 2020-12).")
+class _Wire(_Strict):
     model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
 
 
+_REQUIRED_ON_WIRE = frozenset({"options", "schema"})
+"""Fields an ask cannot do without, though its dataclass gives them an empty default (so
+that the prompt stays its first, positional field)."""
+
+_DESCRIPTIONS = {"schema": "A JSON Schema of type object (draft 2020-12)."}
+
+_ALIASES = {"schema": "schema_"}
+"""Fields whose names pydantic's BaseModel keeps for itself: renamed, with the wire name as alias."""
+
+
+def _wire_model(cls: type[Any], name: str, wire_types: Mapping[Any, Any]) -> type[_Wire]:
+    """A pydantic model of a model dataclass's JSON shape: its init fields, with their
+    defaults, in its order; an ask's `type` first."""
+    hints = get_type_hints(cls)
+    fields: dict[str, Any] = {}
+    if isinstance(getattr(cls, "type", None), str):
+        fields["type"] = (Literal[cls.type], ...)
+    for f in dataclasses.fields(cls):
+        if not f.init or f.name.startswith("_"):
+            continue
+        hint = wire_types.get(hints[f.name], hints[f.name])
+        required = f.name in _REQUIRED_ON_WIRE or (
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        )
+        default = ... if required else f.default
+        info = Field(default, alias=f.name if f.name in _ALIASES else None, description=_DESCRIPTIONS.get(f.name))
+        fields[_ALIASES.get(f.name, f.name)] = (hint, info)
+    model: type[_Wire] = create_model(name, __base__=_Wire, **fields)
+    return model
+
+
+if TYPE_CHECKING:
+
+    class OptionModel(_Wire): ...
+
+    class TextAsk(_Wire): ...
+
+    class ConfirmAsk(_Wire): ...
+
+    class ChoiceAsk(_Wire): ...
+
+    class MultiChoiceAsk(_Wire): ...
+
+    class FormAsk(_Wire): ...
+
+    class OriginModel(_Wire):
+        """`Origin`'s fields, each optional."""
+
+else:
+    # Derived from the model's dataclasses, so the API takes exactly their fields.
+    OptionModel = _wire_model(Option, "OptionModel", {})
+    _WIRE_TYPES = {
+        Mapping[str, Any]: dict[str, Any],
+        Mapping[str, Any] | None: dict[str, Any] | None,
+        tuple[str, ...] | None: list[str] | None,
+        Sequence[Option | str | Mapping[str, Any]]: list[OptionModel | str],
+    }
+    TextAsk = _wire_model(Text, "TextAsk", _WIRE_TYPES)
+    ConfirmAsk = _wire_model(Confirm, "ConfirmAsk", _WIRE_TYPES)
+    ChoiceAsk = _wire_model(Choice, "ChoiceAsk", _WIRE_TYPES)
+    MultiChoiceAsk = _wire_model(MultiChoice, "MultiChoiceAsk", _WIRE_TYPES)
+    FormAsk = _wire_model(Form, "FormAsk", _WIRE_TYPES)
+    OriginModel = _wire_model(Origin, "OriginModel", _WIRE_TYPES)
+
 AskModel = Annotated[TextAsk | ConfirmAsk | ChoiceAsk | MultiChoiceAsk | FormAsk, Field(discriminator="type")]
-
-
-class OriginModel(_Strict):
-    session: str | None = None
-    channel: str | None = None
-    agent: str | None = None
-    actor: str | None = None
-    tool_call_id: str | None = None
-    tool_name: str | None = None
-    arguments: dict[str, Any] | None = None
-    run: str | None = None
-    correlation_id: str | None = None
-    delegation: list[str] | None = None
 
 
 class CreateBody(_Strict):

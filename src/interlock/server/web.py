@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import secrets
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -31,20 +30,16 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from sse_starlette import ServerSentEvent
 
+from .._form_inputs import Field, FieldFault
 from ..broker import MAX_EVENT_ID, Broker
 from ..errors import InvalidAnswer, NotFound
 from ..model import (
     Answers,
     Ask,
-    Choice,
     Confirm,
     Event,
     Form,
-    MultiChoice,
-    Option,
     Status,
-    Text,
-    options_of,
     time_budget,
 )
 from ..model import Request as HumanRequest
@@ -103,152 +98,6 @@ class Values:
         return bool(self._by_name)
 
 
-# -- forms generated from a JSON Schema ----------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Field:
-    """One input of a form ask, generated from a property of its JSON Schema."""
-
-    name: str
-    key: str
-    label: str
-    hint: str
-    kind: Literal["string", "number", "integer", "boolean", "enum", "json"]
-    required: bool
-    input_type: str = "text"
-    attrs: Mapping[str, str] = field(default_factory=dict)
-    enum: tuple[Any, ...] = ()
-    default: str = ""
-
-    @property
-    def choices(self) -> list[tuple[str, str]]:
-        return [(str(i), v if isinstance(v, str) else json.dumps(v)) for i, v in enumerate(self.enum)]
-
-
-_FORMATS = {"email": "email", "uri": "url", "date": "date"}
-
-
-def form_fields(ask: Form, name: str) -> tuple[Field, ...] | None:
-    """The inputs for a form ask, or None to take the whole answer as JSON instead."""
-    properties = ask.schema.get("properties")
-    if not isinstance(properties, Mapping) or not properties:
-        return None
-    required = set(ask.schema.get("required") or ())
-    return tuple(
-        _field(f"{name}.p{j}", str(key), prop if isinstance(prop, Mapping) else {}, key in required)
-        for j, (key, prop) in enumerate(properties.items())
-    )
-
-
-def _field(name: str, key: str, prop: Mapping[str, Any], required: bool) -> Field:
-    label = str(prop.get("title") or key)
-    hint = str(prop.get("description") or "")
-    default = prop.get("default")
-    enum = prop.get("enum")
-    kind = prop.get("type")
-    if isinstance(enum, list) and enum:
-        chosen = next((str(i) for i, v in enumerate(enum) if v == default and type(v) is type(default)), "")
-        return Field(name, key, label, hint, "enum", required, enum=tuple(enum), default=chosen)
-    if kind == "boolean":
-        return Field(name, key, label, hint, "boolean", False, input_type="checkbox", default="on" * (default is True))
-    if kind in ("number", "integer"):
-        bounds = (("minimum", "min"), ("maximum", "max"))
-        attrs = {dst: _number(prop[src]) for src, dst in bounds if _is_number(prop.get(src))}
-        step = prop.get("multipleOf")
-        attrs["step"] = _number(step) if _is_number(step) else ("1" if kind == "integer" else "any")
-        shown = _number(default) if _is_number(default) else ""
-        return Field(name, key, label, hint, kind, required, input_type="number", attrs=attrs, default=shown)
-    if kind == "string":
-        lengths = (("minLength", "minlength"), ("maxLength", "maxlength"))
-        attrs = {dst: str(prop[src]) for src, dst in lengths if isinstance(prop.get(src), int)}
-        input_type = _FORMATS.get(str(prop.get("format")), "text")
-        shown = default if isinstance(default, str) else ""
-        return Field(name, key, label, hint, "string", required, input_type=input_type, attrs=attrs, default=shown)
-    shown = json.dumps(default, indent=2) if "default" in prop else ""
-    return Field(name, key, label, hint or "As JSON.", "json", required, default=shown)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _number(value: Any) -> str:
-    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
-
-
-class FieldFault(InvalidAnswer):
-    """A form answer refused because of one of its inputs: `field` is the input's name."""
-
-    def __init__(self, ask: Form, f: Field, fault: str) -> None:
-        super().__init__(f"ask {ask.id!r}: {f.label}: {fault}", ask_id=ask.id)
-        self.field = f.name
-        self.fault = fault
-
-
-def _form_answer(ask: Form, name: str, values: Values) -> dict[str, Any] | None:
-    fields = form_fields(ask, name)
-    if fields is None:
-        text = values.get(f"{name}.json").strip()
-        return None if not text else _json(ask, None, text)
-    out: dict[str, Any] = {}
-    for f in fields:
-        raw = values.get(f.name)
-        if f.kind == "boolean":
-            out[f.key] = values.has(f.name)
-        elif (raw if f.kind == "string" else raw.strip()) == "":
-            if f.required:
-                raise FieldFault(ask, f, "an answer is required")
-        else:
-            out[f.key] = _coerce(ask, f, raw)
-    # The broker checks the whole answer again; this finds the input a fault belongs to.
-    by_key = {f.key: f for f in fields}
-    for error in ask.errors(out):
-        key = error.path[0] if error.path else None
-        if error.validator == "required" and not error.path:
-            required = error.validator_value if isinstance(error.validator_value, list) else []
-            key = next((k for k in required if k not in out), None)
-        if key in by_key:
-            raise FieldFault(ask, by_key[str(key)], error.message)
-        break
-    return out
-
-
-def _coerce(ask: Form, f: Field, raw: str) -> Any:
-    text = raw.strip()
-    fault = FieldFault(ask, f, f"{raw!r} is not a valid {f.kind}")
-    if f.kind == "string":
-        return raw
-    if f.kind == "json":
-        return _json(ask, f, text)
-    if f.kind == "enum":
-        if not text.isdigit() or int(text) >= len(f.enum):
-            raise fault
-        return f.enum[int(text)]
-    try:
-        return int(text)
-    except ValueError:
-        if f.kind == "integer":
-            raise FieldFault(ask, f, f"{raw!r} is not a whole number") from None
-    try:
-        number = float(text)
-    except ValueError:
-        raise fault from None
-    if not math.isfinite(number):
-        raise fault
-    return number
-
-
-def _json(ask: Form, f: Field | None, text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        fault = f"not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno})"
-        if f is not None:
-            raise FieldFault(ask, f, fault) from None
-        raise InvalidAnswer(f"ask {ask.id!r}: the answer is {fault}", ask_id=ask.id) from None
-
-
 async def read_answers_off_loop(broker: Broker, request: HumanRequest, values: Values) -> Answers:
     """`read_answers`, in a worker thread within the broker's time budget when a form's
     schema must be checked: that can cost more than the event loop may spend."""
@@ -263,35 +112,16 @@ async def read_answers_off_loop(broker: Broker, request: HumanRequest, values: V
 
 
 def read_answers(request: HumanRequest, values: Values) -> Answers:
-    """The answers by ask id from the posted fields `a{i}` (one per ask, in order).
+    """The answers by ask id from the posted fields `a{i}` (one per ask, in order), each
+    read by its ask's own `from_fields`.
 
     An ask left blank is left out, so the broker reports the missing required ones.
     """
     out = Answers()
     for i, ask in enumerate(request.asks):
-        name = f"a{i}"
-        if isinstance(ask, Text):
-            text = values.get(name)
-            if text or ask.required:
-                out[ask.id] = text
-        elif isinstance(ask, Confirm):
-            said = values.get(name)
-            if said in ("yes", "no"):
-                out[ask.id] = said == "yes"
-        elif isinstance(ask, Choice):
-            picked, other = values.get(name), values.get(f"{name}.other").strip()
-            if picked:
-                out[ask.id] = picked
-            elif ask.allow_other and other:
-                out[ask.id] = other
-            elif values.has(name):
-                raise InvalidAnswer(f"ask {ask.id!r}: type your answer next to Other", ask_id=ask.id)
-        elif isinstance(ask, MultiChoice):
-            out[ask.id] = values.all(name)
-        else:
-            value = _form_answer(ask, name, values)
-            if value is not None:
-                out[ask.id] = value
+        value = ask.from_fields(values, f"a{i}")
+        if value is not None:
+            out[ask.id] = value
     return out
 
 
@@ -307,7 +137,6 @@ class AskView:
     error: str
     error_field: str | None = None
     """The input of a form the error is about, when it is about one."""
-    options: tuple[Option, ...] = ()
     fields: tuple[Field, ...] | None = None
 
     @property
@@ -366,25 +195,14 @@ def ask_views(request: HumanRequest, failure: Failure | None) -> list[AskView]:
                 label_hidden=untitled and i == 0 and len(request.asks) == 1,
                 error=error,
                 error_field=error_field,
-                options=options_of(ask) if isinstance(ask, Choice | MultiChoice) else (),
-                fields=form_fields(ask, name) if isinstance(ask, Form) else None,
+                fields=ask.inputs(name),
             )
         )
     return out
 
 
 def answer_text(ask: Ask, value: Any) -> str:
-    if isinstance(ask, Confirm):
-        return "Yes" if value else "No"
-    if isinstance(ask, Choice):
-        label = next((o.label for o in options_of(ask) if o.id == value), None)
-        return label if label is not None else f"Other: {value}"
-    if isinstance(ask, MultiChoice):
-        labels = {o.id: o.label for o in options_of(ask)}
-        return ", ".join(labels.get(v, v) for v in value) or "none"
-    if isinstance(ask, Form):
-        return json.dumps(value, ensure_ascii=False)
-    return str(value)
+    return ask.answer_text(value)
 
 
 def answers_shown(request: HumanRequest) -> list[tuple[str, str]]:

@@ -1,0 +1,183 @@
+"""A form ask's inputs, generated from its JSON Schema, and reading an answer back from them.
+
+Pure: it describes the inputs (a label, a hint, a kind, bounds) for any surface that shows
+a form field by field (the web inbox's templates render them), and turns the posted
+strings back into the JSON value the form's schema checks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from .errors import InvalidAnswer
+
+__all__ = ["Field", "FieldFault", "FieldValues", "FormLike", "form_fields", "read_form"]
+
+
+class FieldValues(Protocol):
+    """The posted fields of a form: the last value of a name, all of them, and whether it was sent."""
+
+    def get(self, name: str, default: str = "") -> str: ...
+
+    def all(self, name: str) -> list[str]: ...
+
+    def has(self, name: str) -> bool: ...
+
+
+class FormLike(Protocol):
+    """What reading a form needs of a form ask."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def schema(self) -> Mapping[str, Any]: ...
+
+    def errors(self, value: object) -> Iterable[Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One input of a form ask, generated from a property of its JSON Schema."""
+
+    name: str
+    key: str
+    label: str
+    hint: str
+    kind: Literal["string", "number", "integer", "boolean", "enum", "json"]
+    required: bool
+    input_type: str = "text"
+    attrs: Mapping[str, str] = field(default_factory=dict)
+    enum: tuple[Any, ...] = ()
+    default: str = ""
+
+    @property
+    def choices(self) -> list[tuple[str, str]]:
+        return [(str(i), v if isinstance(v, str) else json.dumps(v)) for i, v in enumerate(self.enum)]
+
+
+_FORMATS = {"email": "email", "uri": "url", "date": "date"}
+
+
+def form_fields(ask: FormLike, name: str) -> tuple[Field, ...] | None:
+    """The inputs for a form ask, or None to take the whole answer as JSON instead."""
+    properties = ask.schema.get("properties")
+    if not isinstance(properties, Mapping) or not properties:
+        return None
+    required = set(ask.schema.get("required") or ())
+    return tuple(
+        _field(f"{name}.p{j}", str(key), prop if isinstance(prop, Mapping) else {}, key in required)
+        for j, (key, prop) in enumerate(properties.items())
+    )
+
+
+def _field(name: str, key: str, prop: Mapping[str, Any], required: bool) -> Field:
+    label = str(prop.get("title") or key)
+    hint = str(prop.get("description") or "")
+    default = prop.get("default")
+    enum = prop.get("enum")
+    kind = prop.get("type")
+    if isinstance(enum, list) and enum:
+        chosen = next((str(i) for i, v in enumerate(enum) if v == default and type(v) is type(default)), "")
+        return Field(name, key, label, hint, "enum", required, enum=tuple(enum), default=chosen)
+    if kind == "boolean":
+        return Field(name, key, label, hint, "boolean", False, input_type="checkbox", default="on" * (default is True))
+    if kind in ("number", "integer"):
+        bounds = (("minimum", "min"), ("maximum", "max"))
+        attrs = {dst: _number(prop[src]) for src, dst in bounds if _is_number(prop.get(src))}
+        step = prop.get("multipleOf")
+        attrs["step"] = _number(step) if _is_number(step) else ("1" if kind == "integer" else "any")
+        shown = _number(default) if _is_number(default) else ""
+        return Field(name, key, label, hint, kind, required, input_type="number", attrs=attrs, default=shown)
+    if kind == "string":
+        lengths = (("minLength", "minlength"), ("maxLength", "maxlength"))
+        attrs = {dst: str(prop[src]) for src, dst in lengths if isinstance(prop.get(src), int)}
+        input_type = _FORMATS.get(str(prop.get("format")), "text")
+        shown = default if isinstance(default, str) else ""
+        return Field(name, key, label, hint, "string", required, input_type=input_type, attrs=attrs, default=shown)
+    shown = json.dumps(default, indent=2) if "default" in prop else ""
+    return Field(name, key, label, hint or "As JSON.", "json", required, default=shown)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+class FieldFault(InvalidAnswer):
+    """A form answer refused because of one of its inputs: `field` is the input's name."""
+
+    def __init__(self, ask: FormLike, f: Field, fault: str) -> None:
+        super().__init__(f"ask {ask.id!r}: {f.label}: {fault}", ask_id=ask.id)
+        self.field = f.name
+        self.fault = fault
+
+
+def read_form(ask: FormLike, name: str, values: FieldValues) -> dict[str, Any] | None:
+    fields = form_fields(ask, name)
+    if fields is None:
+        text = values.get(f"{name}.json").strip()
+        return None if not text else _json(ask, None, text)
+    out: dict[str, Any] = {}
+    for f in fields:
+        raw = values.get(f.name)
+        if f.kind == "boolean":
+            out[f.key] = values.has(f.name)
+        elif (raw if f.kind == "string" else raw.strip()) == "":
+            if f.required:
+                raise FieldFault(ask, f, "an answer is required")
+        else:
+            out[f.key] = _coerce(ask, f, raw)
+    # The broker checks the whole answer again; this finds the input a fault belongs to.
+    by_key = {f.key: f for f in fields}
+    for error in ask.errors(out):
+        key = error.path[0] if error.path else None
+        if error.validator == "required" and not error.path:
+            required = error.validator_value if isinstance(error.validator_value, list) else []
+            key = next((k for k in required if k not in out), None)
+        if key in by_key:
+            raise FieldFault(ask, by_key[str(key)], error.message)
+        break
+    return out
+
+
+def _coerce(ask: FormLike, f: Field, raw: str) -> Any:
+    text = raw.strip()
+    fault = FieldFault(ask, f, f"{raw!r} is not a valid {f.kind}")
+    if f.kind == "string":
+        return raw
+    if f.kind == "json":
+        return _json(ask, f, text)
+    if f.kind == "enum":
+        if not text.isdigit() or int(text) >= len(f.enum):
+            raise fault
+        return f.enum[int(text)]
+    try:
+        return int(text)
+    except ValueError:
+        if f.kind == "integer":
+            raise FieldFault(ask, f, f"{raw!r} is not a whole number") from None
+    try:
+        number = float(text)
+    except ValueError:
+        raise fault from None
+    if not math.isfinite(number):
+        raise fault
+    return number
+
+
+def _json(ask: FormLike, f: Field | None, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        fault = f"not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno})"
+        if f is not None:
+            raise FieldFault(ask, f, fault) from None
+        raise InvalidAnswer(f"ask {ask.id!r}: the answer is {fault}", ask_id=ask.id) from None

@@ -1,0 +1,106 @@
+"""One vocabulary of yes and no words, the same on every surface that takes a word for a confirm."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Literal
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+import interlock
+from interlock import Choice, Confirm
+from interlock.agent import AutoResolveContract
+from interlock.cli import app
+from interlock.model import NO_WORDS, YES_WORDS, yes_no
+
+YES = ["allow", "ok", "approve", "yes", "y", "true", "1", "Approved", " ACCEPT "]
+NO = ["deny", "no", "n", "false", "reject", "0", "Denied", " Refuse "]
+NEITHER = ["maybe", "", "yess", "on"]
+
+
+def test_the_words_are_one_set_compared_ignoring_case_and_spaces() -> None:
+    assert {w.strip().lower() for w in YES} <= YES_WORDS
+    assert {w.strip().lower() for w in NO} <= NO_WORDS
+    assert not YES_WORDS & NO_WORDS
+    assert [yes_no(w) for w in YES] == [True] * len(YES)
+    assert [yes_no(w) for w in NO] == [False] * len(NO)
+    assert [yes_no(w) for w in NEITHER] == [None] * len(NEITHER)
+
+
+async def _confirms(url: str, n: int, *, kind: Literal["question", "approval"] = "question") -> list[str]:
+    async with interlock.connect(url) as broker:
+        return [(await broker.create_detached(Confirm("Deploy?"), kind=kind)).id for _ in range(n)]
+
+
+async def _answers(url: str, ids: list[str]) -> list[object]:
+    async with interlock.connect(url) as broker:
+        return [(await broker.get(i)).answer for i in ids]
+
+
+def test_every_yes_and_no_word_answers_a_confirm_through_the_cli(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    words = YES + NO
+    ids = asyncio.run(_confirms(url, len(words) + 1))
+    runner = CliRunner()
+    for request_id, word in zip(ids, words, strict=False):
+        result = runner.invoke(app, ["answer", request_id, word, "--db", url])
+        assert result.exit_code == 0, (word, result.output)
+    assert asyncio.run(_answers(url, ids[: len(words)])) == [True] * len(YES) + [False] * len(NO)
+    refused = runner.invoke(app, ["answer", ids[-1], "maybe", "--db", url])
+    assert refused.exit_code != 0
+    assert asyncio.run(_answers(url, ids[-1:])) == [None]
+
+
+def test_every_yes_and_no_word_answers_a_confirm_and_an_approval_over_http(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'api.db'}"
+    words = YES + NO
+    expected = [True] * len(YES) + [False] * len(NO)
+    questions = asyncio.run(_confirms(url, len(words) + 1))
+    approvals = asyncio.run(_confirms(url, len(words) + 1, kind="approval"))
+    with serve(url, auth=False) as base, httpx.Client(base_url=f"{base}/api/v1", timeout=10) as api:
+        for request_id, word in zip(questions, words, strict=False):
+            body = {"inputResponses": [{"requestId": "confirm", "optionId": word}]}
+            response = api.post(f"/requests/{request_id}/answer", json=body)
+            assert response.status_code == 200, (word, response.text)
+        for request_id, word in zip(approvals, words, strict=False):
+            body = {"inputResponses": [{"requestId": request_id, "optionId": word}]}
+            response = api.post(f"/requests/{request_id}/answer", json=body)
+            assert response.status_code == 200, (word, response.text)
+        for request_id, target in ((questions[-1], "confirm"), (approvals[-1], approvals[-1])):
+            body = {"inputResponses": [{"requestId": target, "optionId": "maybe"}]}
+            assert api.post(f"/requests/{request_id}/answer", json=body).status_code == 400
+    assert asyncio.run(_answers(url, questions[: len(words)])) == expected
+    assert asyncio.run(_answers(url, approvals[: len(words)])) == expected
+
+
+@pytest.mark.parametrize(("word", "verdict"), [("ok", True), ("allow", True), ("reject", False), ("0", False)])
+def test_an_auto_resolve_decision_takes_the_same_words(word: str, verdict: bool) -> None:
+    assert AutoResolveContract(decision=word).answer_for(_one_confirm()) == {"confirm": verdict}
+
+
+def _one_confirm() -> interlock.Request:
+    from interlock.model import build_request
+
+    return build_request(Confirm("Deploy?"))
+
+
+def test_show_says_how_to_answer_each_ask_of_a_pending_request(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'show.db'}"
+
+    async def create() -> str:
+        async with interlock.connect(url) as broker:
+            asks = [Confirm("Deploy?", id="go"), Choice("Where?", ["eu", "us"], id="region", allow_other=True)]
+            return (await broker.create_detached(asks)).id
+
+    request_id = asyncio.run(create())
+    result = CliRunner().invoke(app, ["show", request_id, "--db", url])
+    assert result.exit_code == 0, result.output
+    assert "go: yes or no" in result.stderr
+    assert "region: one of eu, us, or your own text" in result.stderr
