@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import math
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal, TypedDict, Unpack
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 from .approvals import check_context
 from .errors import Cancelled, Closed, Expired, InvalidAnswer, InvalidRequest, NotFound, Rejected
@@ -51,7 +52,7 @@ from .model import (
 from .redact import redact_url
 from .store import EventQuery, Query, Store
 
-__all__ = ["Broker", "CreateFields", "Page", "connect"]
+__all__ = ["Broker", "CreateFields", "Page", "connect", "register_scheme"]
 
 log = logging.getLogger("interlock")
 
@@ -830,6 +831,40 @@ def _outcome(request: Request) -> Response:
     raise Cancelled(request.id, reason)
 
 
+StoreFactory = Callable[..., "Store | Broker"]
+"""Makes a store (or a broker of its own) from a URL and keyword options: the store module
+parses its URL and knows its options and their types."""
+
+_SCHEMES: dict[str, str | StoreFactory] = {
+    "memory": "interlock.store.memory:from_url",
+    "sqlite": "interlock.store.sqlite:from_url",
+    "postgresql": "interlock.store.postgres:from_url",
+    "postgres": "interlock.store.postgres:from_url",
+    "http": "interlock.store.http:from_url",
+    "https": "interlock.store.http:from_url",
+}
+"""URL scheme -> its factory, or "module:name" of one, imported only when used (so a
+driver is imported only by a URL that needs it)."""
+
+
+def register_scheme(scheme: str, factory: str | StoreFactory) -> None:
+    """Have `connect` open URLs of `scheme` with `factory(url, **options)`, which returns a
+    store (then wrapped in a `Broker`) or a broker."""
+    _SCHEMES[scheme.lower()] = factory
+
+
+def _factory(scheme: str, url: str) -> StoreFactory:
+    found = _SCHEMES.get(scheme.lower())
+    if found is None:
+        known = ", ".join(f"{name}://" for name in sorted(_SCHEMES))
+        raise ValueError(f"unsupported store URL {redact_url(url)!r}: the schemes are {known}")
+    if isinstance(found, str):
+        module, _, name = found.partition(":")
+        found = getattr(importlib.import_module(module), name)
+        _SCHEMES[scheme.lower()] = found
+    return found
+
+
 def connect(url: str | None = None, **options: Any) -> Broker:
     """A broker on the store the URL names; open it with `async with`.
 
@@ -842,51 +877,13 @@ def connect(url: str | None = None, **options: Any) -> Broker:
 
     With no URL, `INTERLOCK_URL` from the environment, else `sqlite:///interlock.db`.
     Options are the broker's (`limits`, `max_prompt_length`, `hook_timeout`) and the store's; a
-    store's options may also be given as query parameters of the URL.
+    store's options may also be given as query parameters of the URL. Each scheme's store
+    reads its own options (see `register_scheme`).
     """
     url = url or os.environ.get("INTERLOCK_URL") or DEFAULT_URL
-    parts = urlsplit(url)
-    store_options: dict[str, Any] = dict(parse_qsl(parts.query))
+    factory = _factory(urlsplit(url).scheme, url)
     broker_options = {k: options.pop(k) for k in ("max_prompt_length", "hook_timeout", "limits") if k in options}
-    store_options.update(options)
-    store: Store
-    if parts.scheme == "memory":
-        from .store.memory import MemoryStore
-
-        store = MemoryStore(**_ints(store_options, "retention", "event_retention"))
-    elif parts.scheme == "sqlite":
-        from .store.sqlite import SqliteStore
-
-        path = url[len("sqlite:///") :].split("?", 1)[0] if url.startswith("sqlite:///") else ""
-        if not path:
-            raise ValueError("a SQLite URL needs a path: sqlite:///relative.db or sqlite:////absolute.db")
-        store = SqliteStore(path, **_ints(_floats(store_options, "poll_interval"), "cache_bytes"))
-    elif parts.scheme in ("postgresql", "postgres"):
-        from .store.postgres import PostgresStore
-
-        store = PostgresStore(url, **options)
-    elif parts.scheme in ("http", "https"):
-        from .store.http import HttpStore
-
-        token = store_options.pop("token", None) or os.environ.get("INTERLOCK_TOKEN")
-        base = url.split("?", 1)[0]
-        store = HttpStore(base, token=token, **_floats(store_options, "poll_interval"))
-    else:
-        raise ValueError(
-            f"unsupported store URL {redact_url(url)!r}: use memory://, sqlite:///path.db, postgresql://host/db or http(s)://host"
-        )
-    return Broker(store, **broker_options)
-
-
-def _ints(options: dict[str, Any], *names: str) -> dict[str, Any]:
-    for name in names:
-        if name in options:
-            options[name] = int(options[name])
-    return options
-
-
-def _floats(options: dict[str, Any], *names: str) -> dict[str, Any]:
-    for name in names:
-        if name in options:
-            options[name] = float(options[name])
-    return options
+    made = factory(url, **options)
+    if isinstance(made, Broker):
+        return made
+    return Broker(made, **broker_options)

@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import json
 import logging
+import os
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -36,13 +37,24 @@ from ..model import (
 from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
 from ..redact import redact_url
 from . import EventQuery, Query
+from ._url import url_options
 
-__all__ = ["HttpStore"]
+__all__ = ["HttpStore", "from_url"]
 
 _CACHE = 10_000  # requests kept by id
 _BUFFER = 10_000  # stream events kept for changes()
 
 log = logging.getLogger("interlock")
+
+
+_OPTIONS = {"token": str, "poll_interval": float}
+
+
+def from_url(url: str, **options: Any) -> HttpStore:
+    """`http(s)://host:port`; `token=` or `INTERLOCK_TOKEN` authenticates."""
+    ours, _ = url_options(url, _OPTIONS, options)
+    token = ours.pop("token", None) or os.environ.get("INTERLOCK_TOKEN")
+    return HttpStore(url.split("?", 1)[0], token=token, **ours)
 
 
 class HttpStore:

@@ -68,8 +68,9 @@ from ._sql import (
     request_from_row,
     row_size,
 )
+from ._url import url_options
 
-__all__ = ["PostgresStore"]
+__all__ = ["PostgresStore", "from_url"]
 
 log = logging.getLogger("interlock")
 
@@ -97,19 +98,15 @@ _DROPPED = (
 
 def split_url(url: str) -> tuple[str, dict[str, Any]]:
     """The URL for asyncpg, and interlock's own options taken out of its query."""
+    ours, rest = url_options(url, _OPTIONS, {}, rest=True)
     parts = urlsplit(url)
-    ours: dict[str, Any] = {}
-    rest = []
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name in _OPTIONS:
-            try:
-                ours[name] = _OPTIONS[name](value)
-            except ValueError:
-                raise ValueError(f"the store option {name}={value!r} is not a number") from None
-        else:
-            rest.append((name, value))
     scheme = "postgresql" if parts.scheme == "postgres" else parts.scheme
     return urlunsplit((scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment)), ours
+
+
+def from_url(url: str, **options: Any) -> PostgresStore:
+    """`postgresql://user:password@host:port/database?option=value` (see the module)."""
+    return PostgresStore(url, **options)
 
 
 def _named(dsn: str, name: str) -> dict[str, str]:

@@ -43,9 +43,10 @@ from ._sql import (
     request_from_row,
     row_size,
 )
+from ._url import url_options
 from ._wakeup import Wakeup
 
-__all__ = ["SqliteStore"]
+__all__ = ["SqliteStore", "from_url"]
 
 T = TypeVar("T")
 Q = load_queries("sqlite")
@@ -92,6 +93,18 @@ def _event_row(type_: str, request: Request, at: int | None) -> dict[str, Any]:
         "session": o.session,
         "run": o.run,
     }
+
+
+_OPTIONS = {"poll_interval": float, "synchronous": str, "lock_timeout": float, "cache_bytes": int}
+
+
+def from_url(url: str, **options: Any) -> SqliteStore:
+    """`sqlite:///relative.db` or `sqlite:////absolute.db`, options as query parameters."""
+    path = url[len("sqlite:///") :].split("?", 1)[0] if url.startswith("sqlite:///") else ""
+    if not path:
+        raise ValueError("a SQLite URL needs a path: sqlite:///relative.db or sqlite:////absolute.db")
+    ours, _ = url_options(url, _OPTIONS, options)
+    return SqliteStore(path, **ours)
 
 
 def _closed(channel: str | None) -> Closed:
