@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 from httpx_sse import aconnect_sse
 
+from .._backoff import Backoff
 from ..approvals import is_marked
 from ..errors import Closed, Forbidden, InvalidAnswer, InvalidRequest, NotFound
 from ..model import (
@@ -117,7 +118,7 @@ class HttpStore:
 
     async def _follow(self, callback: Callable[[], None]) -> None:
         last = str(self._floor)
-        delay = 0.1
+        backoff = Backoff(0.1, 5.0)
         async with httpx.AsyncClient(
             base_url=f"{self.base_url}/api/v1", headers=self._headers, timeout=httpx.Timeout(30.0, read=None)
         ) as client:
@@ -126,7 +127,7 @@ class HttpStore:
                     async with aconnect_sse(client, "GET", "/events/stream", headers={"Last-Event-ID": last}) as source:
                         source.response.raise_for_status()
                         self._streaming = True
-                        delay = 0.1
+                        backoff.reset()
                         async for sse in source.aiter_sse():
                             if not sse.id or sse.event == "dropped":
                                 continue
@@ -138,8 +139,7 @@ class HttpStore:
                 finally:
                     self._streaming = False
                 callback()  # while disconnected, changes() reads the log over HTTP
-                await asyncio.sleep(delay)  # back off before reconnecting, at most 5 s
-                delay = min(delay * 2, 5.0)
+                await asyncio.sleep(backoff.next())  # back off before reconnecting, at most 5 s
 
     def _received(self, event: Event) -> None:
         if event.request is not None:
