@@ -14,6 +14,9 @@ concurrent, contenders rotated between repetitions:
 * **interlock, Python client** -- ``interlock.connect(url, token=...)``: one task
   ``create(Text("q"))`` + ``wait(id)`` on the agent's Broker, another
   ``resolve(id, "x")`` on the human's.
+* **interlock, Python client, ask (one call)** -- ``ask(Text("q"))`` on the agent's
+  remote broker: one ``POST /api/v1/requests?wait=30`` that returns once answered; the
+  human's broker answers each request from its event stream (informational).
 * **interlock, raw httpx, --no-auth** -- the raw cycle against a second server started
   with ``--no-auth`` (informational: what bearer-token checks cost).
 * **interlock, raw httpx, sequenced** -- create, answer, then wait (which finds it
@@ -304,6 +307,45 @@ def interlock_client(server: Server) -> Callable[[], Awaitable[Any]]:
                 raise RuntimeError(f"unexpected answer {response!r}")
 
         async def teardown() -> None:
+            await agent.aclose()
+            await human.aclose()
+
+        return cycle, teardown
+
+    return setup
+
+
+def interlock_ask(server: Server) -> Callable[[], Awaitable[Any]]:
+    """`ask()` on the remote broker: one call, `POST /requests?wait=30`, that answers once
+    the request settles. The human answers each request as its `created` event arrives on
+    one event stream (as an inbox would)."""
+
+    async def setup() -> tuple[Cycle, Callable[[], Awaitable[None]]]:
+        import interlock
+        from interlock import Text
+
+        agent = await interlock.connect(server.url, token=server.tokens["agent"]).open()
+        human = await interlock.connect(server.url, token=server.tokens["alice"]).open()
+
+        answering: set[asyncio.Task[bool]] = set()
+
+        async def inbox() -> None:
+            async for event in human.events(after=await human.last_event_id(), follow=True):
+                if event.type == "created" and event.request_id is not None:
+                    task = asyncio.create_task(human.resolve(event.request_id, "x"))
+                    answering.add(task)
+                    task.add_done_callback(answering.discard)
+
+        following = asyncio.create_task(inbox())
+
+        async def cycle() -> None:
+            if await agent.ask(Text("q")) != "x":
+                raise RuntimeError("unexpected answer")
+
+        async def teardown() -> None:
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
             await agent.aclose()
             await human.aclose()
 
@@ -943,6 +985,7 @@ async def main_async(args: argparse.Namespace, work: Path, spy: PySpy) -> dict[s
             contenders = [
                 Contender("interlock, raw httpx", il, interlock_raw(il)),
                 Contender("interlock, Python client", il, interlock_client(il)),
+                Contender("interlock, Python client, ask (one call)", il, interlock_ask(il), True),
                 Contender("interlock, raw httpx, --no-auth", il_open, interlock_raw(il_open), True),
                 Contender("interlock, raw httpx, sequenced", il, interlock_raw(il, sequenced=True), True),
             ]

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import math
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal, TypedDict, Unpack
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 from .approvals import check_context
 from .errors import Cancelled, Closed, Expired, InvalidAnswer, InvalidRequest, NotFound, Rejected
@@ -49,9 +51,9 @@ from .model import (
     time_budget,
 )
 from .redact import redact_url
-from .store import EventQuery, Query, Store
+from .store import EventQuery, PrincipalStore, Query, Store
 
-__all__ = ["Broker", "CreateFields", "Page", "connect"]
+__all__ = ["Broker", "CreateFields", "LocalBroker", "Page", "connect", "register_scheme"]
 
 log = logging.getLogger("interlock")
 
@@ -112,18 +114,21 @@ def _denies(verdict: Deny | None) -> bool:
     return isinstance(verdict, Deny)
 
 
-class Broker:
-    """Create, wait for, answer and withdraw human-input requests. Use with `async with`."""
+class Broker(ABC):
+    """Create, wait for, answer and withdraw human-input requests. Use with `async with`.
+
+    The seam between the agent side (and every surface) and where requests live: a
+    `LocalBroker` over a store in this process, or a `RemoteBroker` whose methods are the
+    calls of a running server's HTTP API. `connect(url)` gives the one the URL names.
+    """
 
     def __init__(
         self,
-        store: Store,
         *,
         max_prompt_length: int | None = None,
         hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
         limits: Limits | None = None,
     ) -> None:
-        self.store = store
         limits = limits or DEFAULT_LIMITS
         if max_prompt_length is not None:
             limits = replace(limits, max_prompt_length=max_prompt_length)
@@ -132,52 +137,18 @@ class Broker:
         self.max_prompt_length = limits.max_prompt_length
         self.hook_timeout = hook_timeout
         self._hooks: Hooks[Request, Deny | None] | None = None  # made by the first add_input_hook
-        self._waiters: dict[str, list[asyncio.Future[Request]]] = {}
         self._detached: set[str] = set()
-        self._closed = False  # `close()` without a channel: this broker refuses creates
         self._tasks: set[asyncio.Task[None]] = set()
-        self._state: Literal["new", "open", "closed"] = "new"
-        self._open_lock = asyncio.Lock()
-        self._changed = asyncio.Event()
-        self._followers = 0
-        self._expiry_kick = asyncio.Event()
-        self._next_due: datetime | None = None
-        self._hint = asyncio.Event()
 
     # -- life cycle ----------------------------------------------------------------------
 
+    @abstractmethod
     async def open(self) -> Broker:
-        """Open the store, expire what fell due while nobody watched, start background work."""
-        async with self._open_lock:
-            if self._state == "open":
-                return self
-            if self._state == "closed":
-                raise Closed(None, "this broker was closed; connect again")
-            await self.store.open()
-            self._state = "open"
-            await self._expire_due()  # what fell due while no process watched
-            self._spawn(self._expiry_loop())
-            if self.store.shared:
-                self.store.on_foreign_change(self._hint.set)
-                self._spawn(self._follow_loop(await self.store.last_event_id()))
-        return self
+        """Connect (open the store, or reach the server) and start any background work."""
 
+    @abstractmethod
     async def aclose(self) -> None:
         """Disconnect this process. Pending requests stay pending for others to answer."""
-        if self._state != "open":
-            self._state = "closed"
-            return
-        self._state = "closed"
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        for request_id, futures in self._waiters.items():
-            for fut in futures:
-                if not fut.done():
-                    fut.set_exception(Closed(request_id, "the broker was disconnected"))
-        self._waiters.clear()
-        self._changed.set()
-        await self.store.aclose()
 
     async def __aenter__(self) -> Broker:
         return await self.open()
@@ -210,8 +181,6 @@ class Broker:
         outcomes = await self._hooks.run(request, until=_denies)
         if outcomes and isinstance(denied := outcomes[-1].verdict, Deny):
             await self.reject(request.id, denied.reason, by="hook", via="hook")
-
-    # -- creating ------------------------------------------------------------------------
 
     def prepare(
         self,
@@ -310,6 +279,220 @@ class Broker:
         request = await self.create(asks, **fields)
         self._detached.add(request.id)
         return request
+
+    async def ask(self, asks: Ask | Sequence[Ask], **fields: Any) -> Any:
+        """Create a request (taking `create`'s fields), wait for it and return the answer:
+        the bare value for one ask, else a dict by ask id. Other outcomes raise, as `wait`
+        does; `timeout=` bounds the wait through the request's expiry."""
+        request = await self.create(asks, **fields)
+        response = await self.wait(request.id)
+        if len(request.asks) == 1:
+            return response.answers.get(request.asks[0].id)
+        return dict(response.answers)
+
+    async def pending(self, **filters: Any) -> dict[str, Request]:
+        """A snapshot of the pending requests (matching `list`'s filters), by id, oldest first."""
+        out: dict[str, Request] = {}
+        after: str | None = None
+        while True:
+            page = await self.list(status=Status.PENDING, after=after, limit=1000, order="asc", **filters)
+            out.update((r.id, r) for r in page.items)
+            if page.next_cursor is None:
+                return out
+            after = page.next_cursor
+
+    @abstractmethod
+    async def submit(self, request: Request) -> tuple[Request, bool]:
+        """Store a prepared request. With an idempotency key already used by the same
+        requester, return the first request and False instead."""
+
+    # -- waiting -------------------------------------------------------------------------
+
+    @abstractmethod
+    async def wait(self, request_id: str, timeout: float | None = None) -> Response:
+        """Wait for the request to settle and return its response.
+
+        Raises `Rejected`, `Expired`, `Cancelled` or `Closed` for the other outcomes, the
+        same on every later call. When `timeout` passes first, the request expires. When
+        the waiting call itself is cancelled, the request is withdrawn (unless detached).
+        """
+
+    @abstractmethod
+    async def watch(self, request_id: str, timeout: float | None = None) -> Request:
+        """Wait until the request settles or `timeout` passes, and return it as it is then;
+        changes nothing."""
+
+    # -- settling ------------------------------------------------------------------------
+
+    @abstractmethod
+    async def resolve(
+        self, request_id: str, answer: Any, *, by: str | None = None, via: str = "python", comment: str = ""
+    ) -> bool:
+        """Answer a pending request. False if it is unknown or no longer pending; an answer
+        that does not fit raises `InvalidAnswer` and changes nothing."""
+
+    @abstractmethod
+    async def reject(self, request_id: str, reason: str = "", *, by: str | None = None, via: str = "python") -> bool:
+        """Refuse a pending request; its waiters get `Rejected(reason)`."""
+
+    @abstractmethod
+    async def cancel(
+        self,
+        request_id: str,
+        reason: str = "",
+        *,
+        by: str | None = None,
+        cause: Literal["cancelled", "withdrawn", "closed"] = "cancelled",
+        via: str = "python",
+    ) -> bool:
+        """Withdraw a pending request; waiters get `Cancelled`, or `Closed` for "closed"."""
+
+    @abstractmethod
+    async def expire(self, request_id: str) -> bool:
+        """Expire a pending request now, as if its deadline had passed."""
+
+    @abstractmethod
+    async def release(self, request_id: str) -> bool:
+        """Free a detached request; still pending, it is withdrawn."""
+
+    @abstractmethod
+    async def consume(self, request_id: str, *, by: str | None = None) -> bool:
+        """Spend an answered request once: True for the one call, in any process, that does."""
+
+    @abstractmethod
+    async def requester_of(self, requester: str | None) -> str | None:
+        """Who a request created with `requester` is recorded as made by."""
+
+    @abstractmethod
+    async def close(self, channel: str | None = None, *, requester: str | None = None) -> None:
+        """Close `channel` (withdraw its pending requests, refuse creates there until
+        `reopen`), or without one this broker."""
+
+    @abstractmethod
+    async def reopen(self, channel: str, *, requester: str | None = None) -> bool:
+        """Let requests be created in a closed channel again. True if it was closed."""
+
+    @abstractmethod
+    async def inform(
+        self,
+        message: str,
+        *,
+        to: str | None = None,
+        session: str | None = None,
+        agent: str | None = None,
+        run: str | None = None,
+        data: Mapping[str, Any] | None = None,
+        by: str | None = None,
+    ) -> Event:
+        """Record a progress update for a person, without waiting for anything."""
+
+    # -- reading -------------------------------------------------------------------------
+
+    @abstractmethod
+    async def get(self, request_id: str) -> Request:
+        """The request as stored now. Raises `NotFound` for an unknown id."""
+
+    @abstractmethod
+    async def list(
+        self,
+        *,
+        recipient: str | None = None,
+        requester: str | None = None,
+        status: Status | str | None = None,
+        kind: str | None = None,
+        session: str | None = None,
+        channel: str | None = None,
+        agent: str | None = None,
+        run: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+        order: Literal["asc", "desc"] = "desc",
+    ) -> Page:
+        """Requests matching every filter given, newest first by default, a page at a time."""
+
+    @abstractmethod
+    def events(self, after: int | None = None, *, follow: bool = False) -> AsyncIterator[Event]:
+        """The event log after event id `after`, oldest first; with `follow`, keep going."""
+
+    @abstractmethod
+    async def find_events(
+        self,
+        *,
+        after: int = 0,
+        until: int | None = None,
+        limit: int = 500,
+        involving: str | None = None,
+        request: str | None = None,
+        session: str | None = None,
+        run: str | None = None,
+    ) -> Sequence[Event]:
+        """One page of the event log after `after` (and up to `until`) matching the filters."""
+
+    @abstractmethod
+    async def last_event_id(self) -> int:
+        """The id of the newest event: pass it as `events(after=...)` to follow from now on."""
+
+
+class LocalBroker(Broker):
+    """The broker over a store: this process keeps the waiters, runs expiry and follows
+    the store's event log for what other processes change."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_prompt_length: int | None = None,
+        hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
+        limits: Limits | None = None,
+    ) -> None:
+        super().__init__(max_prompt_length=max_prompt_length, hook_timeout=hook_timeout, limits=limits)
+        self.store = store
+        self.principals: PrincipalStore = store
+        """Principals, tokens and web sessions: what a server and `interlock token` manage."""
+        self._waiters: dict[str, list[asyncio.Future[Request]]] = {}
+        self._closed = False  # `close()` without a channel: this broker refuses creates
+        self._state: Literal["new", "open", "closed"] = "new"
+        self._open_lock = asyncio.Lock()
+        self._changed = asyncio.Event()
+        self._followers = 0
+        self._expiry_kick = asyncio.Event()
+        self._next_due: datetime | None = None
+        self._hint = asyncio.Event()
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    async def open(self) -> LocalBroker:
+        """Open the store, expire what fell due while nobody watched, start background work."""
+        async with self._open_lock:
+            if self._state == "open":
+                return self
+            if self._state == "closed":
+                raise Closed(None, "this broker was closed; connect again")
+            await self.store.open()
+            self._state = "open"
+            await self._expire_due()  # what fell due while no process watched
+            self._spawn(self._expiry_loop())
+            if self.store.shared:
+                self.store.on_foreign_change(self._hint.set)
+                self._spawn(self._follow_loop(await self.store.last_event_id()))
+        return self
+
+    async def aclose(self) -> None:
+        """Disconnect this process. Pending requests stay pending for others to answer."""
+        if self._state != "open":
+            self._state = "closed"
+            return
+        self._state = "closed"
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for request_id, futures in self._waiters.items():
+            for fut in futures:
+                if not fut.done():
+                    fut.set_exception(Closed(request_id, "the broker was disconnected"))
+        self._waiters.clear()
+        self._changed.set()
+        await self.store.aclose()
 
     async def submit(self, request: Request) -> tuple[Request, bool]:
         """Store a prepared request. With an idempotency key already used by the same
@@ -420,16 +603,6 @@ class Broker:
         if request is None:
             raise NotFound(request_id)
         return request
-
-    async def ask(self, asks: Ask | Sequence[Ask], **fields: Any) -> Any:
-        """Create a request (taking `create`'s fields), wait for it and return the answer:
-        the bare value for one ask, else a dict by ask id. Other outcomes raise, as `wait`
-        does; `timeout=` bounds the wait through the request's expiry."""
-        request = await self.create(asks, **fields)
-        response = await self.wait(request.id)
-        if len(request.asks) == 1:
-            return response.answers.get(request.asks[0].id)
-        return dict(response.answers)
 
     # -- settling ------------------------------------------------------------------------
 
@@ -683,17 +856,6 @@ class Broker:
         items = rows[:limit]
         return Page(items, items[-1].id if more else None)
 
-    async def pending(self, **filters: Any) -> dict[str, Request]:
-        """A snapshot of the pending requests (matching `list`'s filters), by id, oldest first."""
-        out: dict[str, Request] = {}
-        after: str | None = None
-        while True:
-            page = await self.list(status=Status.PENDING, after=after, limit=1000, order="asc", **filters)
-            out.update((r.id, r) for r in page.items)
-            if page.next_cursor is None:
-                return out
-            after = page.next_cursor
-
     async def events(self, after: int | None = None, *, follow: bool = False) -> AsyncIterator[Event]:
         """The event log after event id `after`, oldest first. With `follow`, keep going
         with new events as they are appended, until the broker is closed."""
@@ -830,6 +992,44 @@ def _outcome(request: Request) -> Response:
     raise Cancelled(request.id, reason)
 
 
+StoreFactory = Callable[..., "Store | Broker"]
+"""Makes a store (or a broker of its own) from a URL and keyword options: the store module
+parses its URL and knows its options and their types."""
+
+_SCHEMES: dict[str, tuple[str | StoreFactory, bool]] = {
+    "memory": ("interlock.store.memory:from_url", False),
+    "sqlite": ("interlock.store.sqlite:from_url", False),
+    "postgresql": ("interlock.store.postgres:from_url", False),
+    "postgres": ("interlock.store.postgres:from_url", False),
+    "http": ("interlock.remote:from_url", True),
+    "https": ("interlock.remote:from_url", True),
+}
+"""URL scheme -> its factory (or "module:name" of one, imported only when used, so a
+driver is imported only by a URL that needs it), and whether it makes a broker."""
+
+_BROKER_OPTIONS = ("max_prompt_length", "hook_timeout", "limits")
+
+
+def register_scheme(scheme: str, factory: str | StoreFactory, *, makes_broker: bool = False) -> None:
+    """Have `connect` open URLs of `scheme` with `factory(url, **options)`. It returns a
+    store, which `connect` puts a `LocalBroker` on; or, with `makes_broker`, a broker of
+    its own, and then it takes the broker's options (`limits`, ...) too."""
+    _SCHEMES[scheme.lower()] = (factory, makes_broker)
+
+
+def _factory(scheme: str, url: str) -> tuple[StoreFactory, bool]:
+    found = _SCHEMES.get(scheme.lower())
+    if found is None:
+        known = ", ".join(f"{name}://" for name in sorted(_SCHEMES))
+        raise ValueError(f"unsupported store URL {redact_url(url)!r}: the schemes are {known}")
+    factory, makes_broker = found
+    if isinstance(factory, str):
+        module, _, name = factory.partition(":")
+        factory = getattr(importlib.import_module(module), name)
+        _SCHEMES[scheme.lower()] = (factory, makes_broker)
+    return factory, makes_broker
+
+
 def connect(url: str | None = None, **options: Any) -> Broker:
     """A broker on the store the URL names; open it with `async with`.
 
@@ -842,51 +1042,18 @@ def connect(url: str | None = None, **options: Any) -> Broker:
 
     With no URL, `INTERLOCK_URL` from the environment, else `sqlite:///interlock.db`.
     Options are the broker's (`limits`, `max_prompt_length`, `hook_timeout`) and the store's; a
-    store's options may also be given as query parameters of the URL.
+    store's options may also be given as query parameters of the URL. Each scheme's store
+    reads its own options (see `register_scheme`).
     """
     url = url or os.environ.get("INTERLOCK_URL") or DEFAULT_URL
-    parts = urlsplit(url)
-    store_options: dict[str, Any] = dict(parse_qsl(parts.query))
-    broker_options = {k: options.pop(k) for k in ("max_prompt_length", "hook_timeout", "limits") if k in options}
-    store_options.update(options)
-    store: Store
-    if parts.scheme == "memory":
-        from .store.memory import MemoryStore
-
-        store = MemoryStore(**_ints(store_options, "retention", "event_retention"))
-    elif parts.scheme == "sqlite":
-        from .store.sqlite import SqliteStore
-
-        path = url[len("sqlite:///") :].split("?", 1)[0] if url.startswith("sqlite:///") else ""
-        if not path:
-            raise ValueError("a SQLite URL needs a path: sqlite:///relative.db or sqlite:////absolute.db")
-        store = SqliteStore(path, **_ints(_floats(store_options, "poll_interval"), "cache_bytes"))
-    elif parts.scheme in ("postgresql", "postgres"):
-        from .store.postgres import PostgresStore
-
-        store = PostgresStore(url, **options)
-    elif parts.scheme in ("http", "https"):
-        from .store.http import HttpStore
-
-        token = store_options.pop("token", None) or os.environ.get("INTERLOCK_TOKEN")
-        base = url.split("?", 1)[0]
-        store = HttpStore(base, token=token, **_floats(store_options, "poll_interval"))
-    else:
-        raise ValueError(
-            f"unsupported store URL {redact_url(url)!r}: use memory://, sqlite:///path.db, postgresql://host/db or http(s)://host"
-        )
-    return Broker(store, **broker_options)
-
-
-def _ints(options: dict[str, Any], *names: str) -> dict[str, Any]:
-    for name in names:
-        if name in options:
-            options[name] = int(options[name])
-    return options
-
-
-def _floats(options: dict[str, Any], *names: str) -> dict[str, Any]:
-    for name in names:
-        if name in options:
-            options[name] = float(options[name])
-    return options
+    factory, makes_broker = _factory(urlsplit(url).scheme, url)
+    if makes_broker:
+        made = factory(url, **options)
+        if not isinstance(made, Broker):
+            raise TypeError(f"the factory of {urlsplit(url).scheme}:// made no broker")
+        return made
+    broker_options = {k: options.pop(k) for k in _BROKER_OPTIONS if k in options}
+    store = factory(url, **options)
+    if isinstance(store, Broker):
+        raise TypeError(f"the factory of {urlsplit(url).scheme}:// made a broker: register it with makes_broker=True")
+    return LocalBroker(store, **broker_options)

@@ -31,11 +31,12 @@ from rich.table import Table
 
 from . import __version__
 from .agent.terminal import TerminalContract
-from .broker import Broker, connect
+from .broker import Broker, LocalBroker, connect
 from .errors import Cancelled, Expired, Forbidden, InterlockError, InvalidAnswer, InvalidRequest, NotFound, Rejected
 from .model import Ask, Choice, Confirm, Form, MultiChoice, Request, Status, Text, request_to_dict
 from .principals import TOKEN_PREFIX, Principal, issue_token
 from .redact import RedactingFilter, redact, redact_url
+from .store import PrincipalStore
 
 __all__ = ["app", "main", "parse_answer"]
 
@@ -87,6 +88,14 @@ def root(
 def _fail(message: str, code: int = USAGE) -> typer.Exit:
     err.print(f"[red]error:[/red] {escape(redact(message))}", highlight=False)
     return typer.Exit(code)
+
+
+def _principals(broker: Broker) -> PrincipalStore:
+    """The principals of the store the broker is on: managed where the store is, never
+    through a server's API."""
+    if not isinstance(broker, LocalBroker):
+        raise Forbidden("principals and tokens are managed on the server: run `interlock token` there")
+    return broker.principals
 
 
 def _run(db: str | None, work: Callable[[Broker], Awaitable[T]]) -> T:
@@ -505,7 +514,7 @@ def token_create(
         raise _fail("an agent needs --owner HUMAN: whose inbox its requests go to")
 
     async def work(broker: Broker) -> str:
-        store = broker.store
+        store = _principals(broker)
         if owner is not None:
             found = await store.get_principal(owner)
             if found is None or found.kind != "human":
@@ -532,7 +541,7 @@ def token_revoke(
     """Revoke a token, or every token of a human or agent; it stops working at once."""
 
     async def work(broker: Broker) -> int:
-        store = broker.store
+        store = _principals(broker)
         if what.startswith(TOKEN_PREFIX) and what.count("_") >= 2:
             return await store.revoke_tokens(token_id=what.split("_")[1])
         if await store.get_principal(what) is not None:
@@ -548,7 +557,7 @@ def token_revoke(
 @token_app.command("list")
 def token_list(db: LocalDb = None) -> None:
     """List the humans and agents."""
-    for p in _run(db, lambda b: b.store.list_principals()):
+    for p in _run(db, lambda b: _principals(b).list_principals()):
         typer.echo(f"{p.name}\t{p.kind}" + (f"\towner={p.owner}" if p.owner else ""))
 
 

@@ -11,7 +11,10 @@ import pytest
 
 import interlock
 from interlock import Expired, NotFound, Rejected, Status, Text
+from interlock.broker import _SCHEMES, register_scheme
 from interlock.store._sql import load_migrations
+from interlock.store.memory import MemoryStore
+from interlock.store.sqlite import SqliteStore
 
 pytestmark = pytest.mark.anyio
 
@@ -99,10 +102,37 @@ async def test_the_default_store_is_a_sqlite_file_in_the_working_directory(
 
 
 def test_an_unknown_store_url_is_refused() -> None:
-    with pytest.raises(ValueError, match="unsupported store URL"):
+    with pytest.raises(ValueError, match="unsupported store URL") as refused:
         interlock.connect("redis://localhost")
+    assert "memory://" in str(refused.value) and "sqlite://" in str(refused.value)
     with pytest.raises(ValueError, match="needs a path"):
         interlock.connect("sqlite://")
+
+
+def test_each_store_reads_its_own_options_from_its_url() -> None:
+    with pytest.raises(ValueError, match="retention"):
+        interlock.connect("memory://?retention=many")
+    with pytest.raises(ValueError, match="unknown store option 'colour'"):
+        interlock.connect("sqlite:///x.db?colour=red")
+    store = interlock.connect("sqlite:///x.db?poll_interval=0.25&synchronous=full", cache_bytes=1024).store
+    assert isinstance(store, SqliteStore)
+    assert (store.poll_interval, store.synchronous, store._cache.max_bytes) == (0.25, "FULL", 1024)
+
+
+async def test_a_registered_scheme_opens_with_its_own_factory() -> None:
+    seen: list[tuple[str, dict[str, object]]] = []
+
+    def factory(url: str, **options: object) -> MemoryStore:
+        seen.append((url, options))
+        return MemoryStore()
+
+    register_scheme("scratch", factory)
+    try:
+        async with interlock.connect("scratch://here", hook_timeout=1.0, colour="red") as broker:
+            assert isinstance(broker.store, MemoryStore)
+    finally:
+        del _SCHEMES["scratch"]
+    assert seen == [("scratch://here", {"colour": "red"})]
 
 
 async def test_a_second_connection_sees_the_first_ones_requests(tmp_path: Path) -> None:

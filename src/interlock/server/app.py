@@ -12,6 +12,7 @@ held to the broker's `Limits`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -22,7 +23,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.datastructures import Headers
@@ -30,14 +31,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..approvals import mark, unmarked
-from ..broker import MAX_EVENT_ID, Broker, connect
-from ..errors import AlreadySettled, Closed, InvalidAnswer, InvalidRequest, NotFound
+from ..broker import MAX_EVENT_ID, LocalBroker, connect
+from ..errors import AlreadySettled, InvalidAnswer, InvalidRequest, NotFound
 from ..model import Event, Limits, Status, origin_from_dict, request_to_dict
 from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer, can_cancel, can_read
+from ..wire import WIRE_ERRORS, problem_of
 from .answers import decide
 from .auth import Auth, loopback_host, same_origin
-from .quotas import DEFAULT_QUOTA, DEFAULT_STREAMS, Quota, RateLimiter, StreamSlots, TooMany
+from .common import ApiError, AppState, Quotas, can_see, event_to_dict, parse_event_id, problem
+from .quotas import DEFAULT_QUOTA, DEFAULT_STREAMS, Quota, TooMany
 from .schemas import (
     AnswerBody,
     BatchAnswerBody,
@@ -57,7 +60,8 @@ from .schemas import (
     RequestModel,
     RequestPage,
 )
-from .stream import ACCESS_EVENTS, Dropped, Hub
+from .stream import Dropped
+from .web import install_web
 
 __all__ = ["DEFAULT_MAX_BODY_SIZE", "BodyLimit", "create_app", "event_to_dict", "parse_event_id"]
 
@@ -66,16 +70,6 @@ log = logging.getLogger("interlock.server")
 DEFAULT_MAX_BODY_SIZE = 1024 * 1024
 _CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 409: "already_settled"}
 _CODES |= {405: "method_not_allowed", 413: "too_large", 429: "rate_limited"}
-
-
-def problem(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:
-    titles = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 408: "Request Timeout"}
-    titles |= {405: "Method Not Allowed", 409: "Conflict", 413: "Content Too Large", 422: "Unprocessable Content"}
-    titles |= {429: "Too Many Requests"}
-    body = {"type": "about:blank", "title": titles.get(status, "Error"), "status": status, "code": code}
-    body |= {"detail": detail, **{k: v for k, v in extra.items() if v is not None}}
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(body, status_code=status, media_type="application/problem+json", headers=headers)
 
 
 class BodyLimit:
@@ -126,74 +120,10 @@ def _bytes(size: int) -> str:
     return f"{size} bytes"
 
 
-def parse_event_id(value: str | None) -> int | None:
-    """An event id given by a client (`Last-Event-ID`): None when absent; a ValueError
-    unless it is plain ASCII digits within a store's 64-bit range."""
-    if not value:
-        return None
-    if not (value.isascii() and value.isdigit()) or int(value) > MAX_EVENT_ID:
-        raise ValueError(f"Last-Event-ID must be an event id: ASCII digits, at most {MAX_EVENT_ID}")
-    return int(value)
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
-        super().__init__(detail)
-        self.status, self.code, self.detail, self.extra = status, code, detail, extra
-
-
-def event_to_dict(event: Event) -> dict[str, Any]:
-    return {
-        "id": event.id,
-        "type": event.type,
-        "at": event.at.isoformat(),
-        "request_id": event.request_id,
-        "request": request_to_dict(event.request) if event.request is not None else None,
-        "data": dict(event.data),
-    }
-
-
-def can_see(principal: Principal, event: Event) -> bool:
-    if event.request is not None:
-        return can_read(principal, event.request)
-    if event.type in ACCESS_EVENTS:  # revocations and sign-outs: nobody's business but the operator's
-        return principal.kind == "admin"
-    return principal.kind == "admin" or principal.name in (event.data.get("to"), event.data.get("by"))
-
-
-class Metrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.pending = Gauge("interlock_pending_requests", "Requests waiting for a person", registry=self.registry)
-        self.created = Counter("interlock_requests_created", "Requests created", registry=self.registry)
-        self.settled = Counter(
-            "interlock_requests_settled", "Requests settled, by outcome", ["outcome"], registry=self.registry
-        )
-        self.time_to_answer = Histogram(
-            "interlock_time_to_answer_seconds",
-            "From creation to answer",
-            buckets=(0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600, float("inf")),
-            registry=self.registry,
-        )
-
-    def observe(self, event: Event) -> None:
-        request = event.request
-        if request is None:
-            return
-        if event.type == "created":
-            self.created.inc()
-            self.pending.inc()
-        elif event.type in {s.value for s in Status if s is not Status.PENDING}:
-            self.settled.labels(event.type).inc()
-            self.pending.dec()
-            if event.type == "answered" and request.response is not None:
-                self.time_to_answer.observe((request.response.at - request.created_at).total_seconds())
-
-
 def create_app(
     url: str | None = None,
     *,
-    broker: Broker | None = None,
+    broker: LocalBroker | None = None,
     auth: bool = True,
     secret_key: str | None = None,
     queue_size: int = 1000,
@@ -221,9 +151,11 @@ def create_app(
     user.
     """
     the_broker = broker or connect(url, **({"limits": limits} if limits is not None else {}))
-    the_auth = Auth(the_broker.store, enabled=auth, secret_key=secret_key, trusted_proxies=trusted_proxies)
-    state = _State(the_broker, the_auth, queue_size, keepalive, open_recipients=open_recipients or not auth)
-    state.quotas = _Quotas(
+    if not isinstance(the_broker, LocalBroker):
+        raise ValueError("a server keeps its own store (memory://, sqlite:// or postgresql://), not another server's")
+    the_auth = Auth(the_broker.principals, enabled=auth, secret_key=secret_key, trusted_proxies=trusted_proxies)
+    state = AppState(the_broker, the_auth, queue_size, keepalive, open_recipients=open_recipients or not auth)
+    state.quotas = Quotas(
         (DEFAULT_QUOTA if auth else None) if rate_limit == "default" else rate_limit,
         (DEFAULT_STREAMS if auth else None) if max_streams == "default" else max_streams,
     )
@@ -265,33 +197,8 @@ def create_app(
     async def metrics() -> Response:
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    from .web import install_web  # here: the web module imports from this one
-
     install_web(app, state)
     return app
-
-
-class _Quotas:
-    def __init__(self, rate: Quota | None, streams: int | None) -> None:
-        self.creates = RateLimiter(rate) if rate is not None else None
-        self.updates = RateLimiter(rate) if rate is not None else None
-        self.streams = StreamSlots(streams)
-
-
-class _State:
-    quotas: _Quotas
-
-    def __init__(
-        self, broker: Broker, auth: Auth, queue_size: int, keepalive: float, *, open_recipients: bool = False
-    ) -> None:
-        self.broker = broker
-        self.auth = auth
-        self.open_recipients = open_recipients
-        self.known_recipients: set[str] = set()  # principals are never deleted, so a name found stays valid
-        self.hub = Hub(broker, queue_size=queue_size, encode=lambda event: json.dumps(event_to_dict(event)))
-        self.metrics = Metrics()
-        self.hub.on_event.append(self.metrics.observe)
-        self.keepalive = keepalive
 
 
 _UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -350,25 +257,14 @@ def _install_errors(app: FastAPI) -> None:
         status = 400 if first.get("type") == "json_invalid" else 422
         return problem(status, "invalid_request", f"{where}: {first.get('msg', 'invalid')}" if where else "invalid")
 
-    @app.exception_handler(InvalidAnswer)
-    async def invalid_answer(request: Request, exc: InvalidAnswer) -> JSONResponse:
-        return problem(422, "invalid_answer", str(exc), ask_id=exc.ask_id)
+    async def wire_error(request: Request, exc: Exception) -> JSONResponse:
+        found = problem_of(exc)
+        assert found is not None  # registered for the table's exceptions only
+        status, code, extra = found
+        return problem(status, code, str(exc), **extra)
 
-    @app.exception_handler(InvalidRequest)
-    async def invalid_request(request: Request, exc: InvalidRequest) -> JSONResponse:
-        return problem(422, "invalid_request", str(exc))
-
-    @app.exception_handler(NotFound)
-    async def not_found(request: Request, exc: NotFound) -> JSONResponse:
-        return problem(404, "not_found", str(exc))
-
-    @app.exception_handler(AlreadySettled)
-    async def settled(request: Request, exc: AlreadySettled) -> JSONResponse:
-        return problem(409, "already_settled", str(exc), current_status=exc.status)
-
-    @app.exception_handler(Closed)
-    async def closed(request: Request, exc: Closed) -> JSONResponse:
-        return problem(409, "closed", str(exc))
+    for error in dict.fromkeys(row.error for row in WIRE_ERRORS):
+        app.add_exception_handler(error, wire_error)
 
 
 _PROBLEMS = {
@@ -424,7 +320,7 @@ def _rate_limited(which: Literal["creates", "updates"], what: str) -> Callable[.
     """A route dependency that takes one of the caller's `which` tokens, or answers 429."""
 
     async def check(request: Request, caller: Caller) -> None:
-        state: _State = request.app.state.interlock
+        state: AppState = request.app.state.interlock
         limiter = getattr(state.quotas, which)
         if limiter is not None:
             limiter.take(caller.name, what)
@@ -441,14 +337,14 @@ def _install_quota_errors(app: FastAPI) -> None:
 
 
 async def _caller(request: Request) -> Principal:
-    state: _State = request.app.state.interlock
+    state: AppState = request.app.state.interlock
     return await state.auth.api_principal(request)
 
 
 Caller = Annotated[Principal, Depends(_caller)]
 
 
-def _api_router(state: _State) -> APIRouter:
+def _api_router(state: AppState) -> APIRouter:
     router = APIRouter()
     broker = state.broker
 
@@ -478,10 +374,27 @@ def _api_router(state: _State) -> APIRouter:
         dependencies=[Depends(_rate_limited("creates", "requests created"))],
         tags=["requests"],
     )
-    async def create_request(body: CreateBody, caller: Caller) -> JSONResponse:
+    async def create_request(
+        body: CreateBody,
+        caller: Caller,
+        http: Request,
+        wait: Annotated[
+            float | None,
+            Query(ge=0, le=300, description="hold the call up to this many seconds for the request to settle"),
+        ] = None,
+    ) -> JSONResponse:
         """Ask a person. Without `to` the request goes to the caller's own inbox: an agent's
-        owner's, or the person's own."""
-        return await create(body, caller)
+        owner's, or the person's own. With `wait`, a long poll: the answer is the request
+        once it settles, or as it is (pending) when `wait` runs out; a client that hangs up
+        meanwhile withdraws it, as a waiting call that is cut does."""
+        response = await create(body, caller)
+        if wait is None or wait <= 0:
+            return response
+        created = json.loads(bytes(response.body))
+        if created["status"] != Status.PENDING:
+            return response
+        settled = await _watch_unless_gone(broker, http, created["id"], wait)
+        return JSONResponse(request_to_dict(settled), status_code=response.status_code)
 
     async def create(body: CreateBody, caller: Principal, *, gate: bool = False) -> JSONResponse:
         """Store a request from `caller`; with `gate`, one marked as an approval gate's own."""
@@ -493,7 +406,7 @@ def _api_router(state: _State) -> APIRouter:
         if caller.kind != "admin" and not to:
             raise ApiError(422, "invalid_request", "name the recipient in `to`")
         if to is not None and not state.open_recipients and to not in state.known_recipients:
-            if await broker.store.get_principal(to) is None:
+            if await broker.principals.get_principal(to) is None:
                 raise ApiError(422, "invalid_request", f"to: there is no human or agent named {to!r} here")
             state.known_recipients.add(to)
         asks = await broker.build_asks([a.model_dump(by_alias=True) for a in body.asks])
@@ -855,14 +768,32 @@ def _api_router(state: _State) -> APIRouter:
     return router
 
 
+async def _watch_unless_gone(broker: LocalBroker, http: Request, request_id: str, timeout: float) -> HumanRequest:
+    """Watch a request for up to `timeout` seconds; if the client hangs up first, withdraw it."""
+    watching = asyncio.ensure_future(broker.watch(request_id, timeout=timeout))
+    gone = asyncio.ensure_future(_disconnected(http))
+    try:
+        await asyncio.wait((watching, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not watching.done():
+            watching.cancel()
+    if watching.done() and not watching.cancelled():
+        return watching.result()
+    await broker.cancel(request_id, "the waiting call was cancelled", cause="withdrawn", via="api")
+    return await broker.get(request_id)
+
+
+async def _disconnected(http: Request) -> None:
+    """Return when the client hangs up (the body was read already: only a disconnect comes)."""
+    while (await http.receive())["type"] != "http.disconnect":
+        pass
+
+
 def _error_of(exc: Exception) -> dict[str, Any]:
     if isinstance(exc, ApiError):
         return {"code": exc.code, "status": exc.status, "detail": exc.detail, **exc.extra}
-    if isinstance(exc, InvalidAnswer):
-        return {"code": "invalid_answer", "status": 422, "detail": str(exc), "ask_id": exc.ask_id}
-    if isinstance(exc, InvalidRequest):  # an id no store could hold
-        return {"code": "invalid_request", "status": 422, "detail": str(exc)}
-    if isinstance(exc, NotFound):
-        return {"code": "not_found", "status": 404, "detail": str(exc)}
-    assert isinstance(exc, AlreadySettled)
-    return {"code": "already_settled", "status": 409, "detail": str(exc), "current_status": exc.status}
+    found = problem_of(exc)
+    assert found is not None  # the batch catches the table's exceptions only
+    status, code, extra = found
+    return {"code": code, "status": status, "detail": str(exc), **extra}

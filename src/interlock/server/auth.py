@@ -25,7 +25,7 @@ from fastapi import HTTPException, Request
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from ..principals import ANONYMOUS, SESSION_LIFETIME, SESSION_PREFIX, Principal, WebSession, hash_token, issue_session
-from ..store import Store
+from ..store import PrincipalStore
 
 __all__ = ["Auth", "Holder", "Visitor", "loopback_host", "same_origin"]
 
@@ -62,7 +62,7 @@ class Visitor:
 class Auth:
     def __init__(
         self,
-        store: Store,
+        store: PrincipalStore,
         *,
         enabled: bool,
         secret_key: str | None = None,

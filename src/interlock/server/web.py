@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from fastapi import APIRouter, FastAPI, HTTPException
 from fastapi import Request as HttpRequest
@@ -44,12 +44,9 @@ from ..model import (
 )
 from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer
-from .app import can_see, parse_event_id
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE, Holder, check_csrf
+from .common import AppState, can_see, parse_event_id
 from .stream import Dropped
-
-if TYPE_CHECKING:
-    from .app import _State
 
 __all__ = ["install_web"]
 
@@ -280,13 +277,13 @@ class Session:
     """The token and session it runs on (None without auth): their end ends its streams."""
 
 
-def install_web(app: FastAPI, state: _State) -> None:
+def install_web(app: FastAPI, state: AppState) -> None:
     """Add the web inbox to the app: `/`, sign-in, the live stream, request cards, assets."""
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.include_router(_router(state, _templates()))
 
 
-def _router(state: _State, templates: Jinja2Templates) -> APIRouter:
+def _router(state: AppState, templates: Jinja2Templates) -> APIRouter:
     router = APIRouter(include_in_schema=False)
     broker, auth = state.broker, state.auth
 
@@ -340,7 +337,7 @@ def _router(state: _State, templates: Jinja2Templates) -> APIRouter:
         for settled in _SETTLED:
             history.extend((await broker.list(status=settled, limit=HISTORY_LIMIT, **recipient)).items)
         history.sort(key=lambda r: r.response.at if r.response else r.created_at, reverse=True)
-        recent = await broker.store.events(max(after - UPDATES_LOOKBACK, 0), UPDATES_LOOKBACK)
+        recent = await broker.find_events(after=max(after - UPDATES_LOOKBACK, 0), limit=UPDATES_LOOKBACK)
         updates = [
             _update_view(e) for e in recent if e.id <= after and e.type == "informed" and _for_inbox(who.principal, e)
         ]
@@ -519,7 +516,7 @@ def _router(state: _State, templates: Jinja2Templates) -> APIRouter:
         who = await session(http)
         if who is None:
             return refusal(http, 401, "Your session has ended: sign in again.")
-        found = await broker.store.events(max(event_id - 1, 0), 1) if 0 < event_id <= MAX_EVENT_ID else []
+        found = await broker.find_events(after=max(event_id - 1, 0), limit=1) if 0 < event_id <= MAX_EVENT_ID else []
         if found and found[0].id == event_id and found[0].type == "informed" and _for_inbox(who.principal, found[0]):
             return page(http, "_update.html", {"u": _update_view(found[0])}, 200, who)
         return refusal(http, 404, "There is no such update.", who)

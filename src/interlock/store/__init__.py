@@ -1,9 +1,16 @@
-"""Where requests and events are kept, behind one small Protocol.
+"""Where requests and events are kept, behind small ports, one per concern.
 
-A store does the atomic parts: insert a request (unless its channel is closed), settle it
-only while it is pending (the first settlement wins), and append an event in the same
-transaction as every change. The Broker holds the semantics (waiting, hooks, expiry
-timing) and is the only caller. Core code never imports a driver: each backend module imports its own.
+- `RequestStore`: requests and their events. It does the atomic parts: insert a request
+  (unless its channel is closed), settle it only while it is pending (the first
+  settlement wins), and append an event in the same transaction as every change.
+- `PrincipalStore`: principals, their tokens and the web sessions opened with them.
+- `Store`: both, as every backend implements them over one database (a runs port joins
+  them the same way when runs are stored).
+
+The Broker holds the semantics (waiting, hooks, expiry timing) and is the only caller.
+Core code never imports a driver: each backend module imports its own. The SQL backends
+share their logic (`_sql.py`); each dialect module keeps its connection handling, its
+parameters and its `.sql` files.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from typing import Any, Literal, Protocol
 from ..model import Event, Request, Response, Status
 from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
 
-__all__ = ["EventQuery", "Query", "Store"]
+__all__ = ["EventQuery", "PrincipalStore", "Query", "RequestStore", "Store"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +63,8 @@ class EventQuery:
     run: str | None = None
 
 
-class Store(Protocol):
-    """The storage port. Every method that changes state appends its event(s) atomically."""
+class RequestStore(Protocol):
+    """Requests and events. Every method that changes state appends its event(s) atomically."""
 
     shared: bool
     """True when other processes may change the data: the broker then follows the event
@@ -148,7 +155,9 @@ class Store(Protocol):
         """Have `callback` called (on the event loop) when another process may have written."""
         ...
 
-    # -- principals and tokens (used by the server and `interlock token`) ---------------
+
+class PrincipalStore(Protocol):
+    """Principals, tokens and web sessions (used by the server and `interlock token`)."""
 
     async def save_principal(self, principal: Principal) -> None:
         """Add a principal, or change the kind and owner of one with the same name."""
@@ -177,7 +186,7 @@ class Store(Protocol):
         """
         ...
 
-    # -- web sessions (the web inbox's sign-in) -------------------------------------------
+    # the web inbox's sign-in
 
     async def start_session(self, token_hash: str, session: IssuedSession) -> WebSession | None:
         """Store a session opened with the live token of this hash; None if there is none.
@@ -192,3 +201,9 @@ class Store(Protocol):
         """Delete the session and append a `signed_out` event (`principal`, `session`: its
         id) in the same transaction; return it, or None if there was none."""
         ...
+
+
+class Store(RequestStore, PrincipalStore, Protocol):
+    """Every port over one database, as the broker takes it: a backend keeps requests,
+    principals (and later runs) side by side, so a revocation ends the sessions and
+    writes its event in one transaction."""

@@ -1,22 +1,36 @@
-"""Load the SQL of a dialect: named queries and versioned migrations, kept in .sql files."""
+"""What the SQL dialects share: the logic of a SQL store over its two dialects' connectors.
+
+`SqlStore` (procrastinate's manager) holds everything that does not depend on the
+database: the cache of parsed requests, `get(fresh)`, the list and event-page builders,
+rows to requests, events, principals and sessions. A dialect module (the connector)
+subclasses it with only its connection handling, its placeholders and its `.sql` files:
+`_rows(name, *args)` runs one of its named queries with positional arguments (in the
+order the query first names them), `_rows_of(sql, params)` a statement built here with
+`:named` parameters, and `_time` reads a time column. Both dialects load their named
+queries and versioned migrations from .sql files here.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from importlib import resources
 from typing import Any
 
-from ..model import Request, Status, request_from_dict, response_from_dict
-from . import EventQuery
+from ..model import Event, Request, Status, request_from_dict, request_to_dict, response_from_dict
+from ..principals import LiveToken, Principal, WebSession
+from . import EventQuery, Query
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
     "FILTERS",
     "Migration",
     "RequestCache",
+    "SqlStore",
     "decode_json",
     "encode_json",
     "find_events_sql",
@@ -201,3 +215,159 @@ def positional(sql: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
         return f"${order.index(name) + 1}"
 
     return _PARAMETER.sub(number, sql), [params[name] for name in order]
+
+
+def list_sql(query: Query) -> tuple[str, dict[str, Any]]:
+    """The statement for `Store.list` (named `:parameters`): the filters, then a keyset page."""
+    where, params = [], {}
+    for name in FILTERS:
+        value = getattr(query, name)
+        if value is not None:
+            where.append(f"{name} = :{name}")
+            params[name] = value.value if isinstance(value, Status) else value
+    if query.after is not None:
+        where.append("id < :after" if query.order == "desc" else "id > :after")
+        params["after"] = query.after
+    sql = "SELECT status, doc, response FROM requests"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += f" ORDER BY id {'DESC' if query.order == 'desc' else 'ASC'} LIMIT :limit"
+    params["limit"] = query.limit
+    return sql, params
+
+
+def web_session(row: Sequence[Any] | None, expires_at: datetime | None = None) -> WebSession | None:
+    """A session from its row (id, principal name, kind, owner, token, csrf, expires_at)."""
+    if row is None:
+        return None
+    session_id, name, kind, owner, token, csrf, expiry = row
+    return WebSession(session_id, Principal(name, kind, owner), token, csrf, expires_at or expiry)
+
+
+class SqlStore:
+    """The logic both SQL dialects share; a dialect subclass is its connector."""
+
+    shared = True
+    _cache: RequestCache
+
+    # -- what a dialect supplies -----------------------------------------------------------
+
+    async def _rows(self, name: str, *args: Any) -> Sequence[Sequence[Any]]:
+        """Run the dialect's named query `name` with positional `args`; its rows."""
+        raise NotImplementedError
+
+    async def _rows_of(self, sql: str, params: dict[str, Any]) -> Sequence[Sequence[Any]]:
+        """Run a statement built here, with `:named` parameters; its rows."""
+        raise NotImplementedError
+
+    def _time(self, value: Any) -> datetime:
+        """A time column as stored by the dialect, as a datetime."""
+        raise NotImplementedError
+
+    def _stamp(self, value: datetime) -> Any:
+        """A datetime as the dialect stores it in a time column."""
+        raise NotImplementedError
+
+    # -- requests --------------------------------------------------------------------------
+
+    def _remember(self, request: Request, response: str | None) -> None:
+        """Cache a request just settled: its document's size as known, and its response."""
+        size = self._cache.size_of(request.id)
+        if size is None:
+            size = row_size(encode_json(request_to_dict(request.as_created())))
+        self._cache.put(request, size + row_size("", response))
+
+    async def get(self, request_id: str, *, fresh: bool = True) -> Request | None:
+        cached = self._cache.get(request_id)
+        if cached is not None:
+            if cached.status is not Status.PENDING or not fresh:
+                return cached
+            rows = await self._rows("get_status", request_id)
+            if rows and rows[0][0] == Status.PENDING:
+                return cached
+        rows = await self._rows("get_request", request_id)
+        if not rows:
+            return None
+        status, doc, answer = rows[0]
+        request = request_from_row(status, doc, answer)
+        self._cache.put(request, row_size(doc, answer))
+        return request
+
+    async def list(self, query: Query) -> Sequence[Request]:
+        return [request_from_row(*row) for row in await self._rows_of(*list_sql(query))]
+
+    async def next_expiry(self) -> datetime | None:
+        value = (await self._rows("next_expiry"))[0][0]
+        return None if value is None else self._time(value)
+
+    def requester_of(self, requester: str | None) -> str | None:
+        return requester
+
+    # -- events ----------------------------------------------------------------------------
+
+    async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
+        return self._events_of(await self._rows("events_after", after, limit))
+
+    async def find_events(self, query: EventQuery) -> Sequence[Event]:
+        return self._events_of(await self._rows_of(*self._find_events_sql(query)))
+
+    def _find_events_sql(self, query: EventQuery) -> tuple[str, dict[str, Any]]:
+        return find_events_sql(query)
+
+    def _events_of(self, rows: Sequence[Sequence[Any]]) -> Sequence[Event]:
+        out = []
+        for event_id, type_, request_id, at, data, status, doc, answer in rows:
+            if request_id is None:
+                out.append(Event(event_id, type_, self._time(at), data=decode_json(data) if data else {}))
+                continue
+            request = self._cache.get(request_id)
+            if request is None or request.status is Status.PENDING:
+                request = request_from_row(status, doc, answer)
+                self._cache.put(request, row_size(doc, answer))
+            if type_ == "created" and request.status is not Status.PENDING:
+                request = request.as_created()
+            out.append(Event(event_id, type_, self._time(at), request_id, request))
+        return out
+
+    async def last_event_id(self) -> int:
+        return int((await self._rows("last_event_id"))[0][0])
+
+    # -- principals, tokens and sessions ---------------------------------------------------
+
+    async def get_principal(self, name: str) -> Principal | None:
+        rows = await self._rows("get_principal", name)
+        return Principal(*rows[0]) if rows else None
+
+    async def list_principals(self) -> Sequence[Principal]:
+        return [Principal(*row) for row in await self._rows("list_principals")]
+
+    async def principal_for_token(self, token_hash: str) -> Principal | None:
+        rows = await self._rows("principal_for_token", token_hash)
+        return Principal(*rows[0]) if rows else None
+
+    async def live_token(self, token_hash: str) -> LiveToken | None:
+        rows = await self._rows("live_token", token_hash)
+        return LiveToken(rows[0][0], Principal(*rows[0][1:])) if rows else None
+
+    def _web_session(self, row: Sequence[Any] | None) -> WebSession | None:
+        return None if row is None else web_session(row, self._time(row[6]))
+
+    async def get_session(self, session_hash: str, now: datetime) -> WebSession | None:
+        rows = await self._rows("get_session", session_hash, self._stamp(now))
+        return self._web_session(rows[0] if rows else None)
+
+
+_NAMED = re.compile(r"(?<!:):([a-z_]+)")
+
+
+def numbered(sql: str) -> str:
+    """Turn `:name` parameters into SQLite's `?N`, numbered in order of first appearance
+    (the order PostgreSQL's `$n` of the same query take)."""
+    order: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] not in order:
+            order.append(match[1])
+        return f"?{order.index(match[1]) + 1}"
+
+    return _NAMED.sub(number, sql)

@@ -21,10 +21,20 @@ from ..errors import Closed
 from ..model import Event, Request, Response, Status
 from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
 from . import EventQuery, Query
+from ._url import url_options
 
-__all__ = ["MemoryStore"]
+__all__ = ["MemoryStore", "from_url"]
 
 _UNCONSUMED = 10_000  # answered requests kept consumable; an older one is refused (fails closed)
+
+
+_OPTIONS = {"retention": int, "event_retention": int}
+
+
+def from_url(url: str, **options: Any) -> MemoryStore:
+    """`memory://?retention=128&event_retention=100000`."""
+    ours, _ = url_options(url, _OPTIONS, options)
+    return MemoryStore(**ours)
 
 
 class MemoryStore:

@@ -41,6 +41,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no type information; its results are converted here
 
+from .._backoff import Backoff
 from ..errors import Closed
 from ..model import (
     Event,
@@ -52,24 +53,23 @@ from ..model import (
     response_from_dict,
     response_to_dict,
 )
-from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
+from ..principals import IssuedSession, IssuedToken, Principal, WebSession
 from ..redact import redact, redact_url
-from . import EventQuery, Query
 from ._sql import (
     DEFAULT_CACHE_BYTES,
-    FILTERS,
     RequestCache,
+    SqlStore,
     decode_json,
     encode_json,
-    find_events_sql,
     load_migrations,
     load_queries,
     positional,
     request_from_row,
     row_size,
 )
+from ._url import url_options
 
-__all__ = ["PostgresStore"]
+__all__ = ["PostgresStore", "from_url"]
 
 log = logging.getLogger("interlock")
 
@@ -97,19 +97,15 @@ _DROPPED = (
 
 def split_url(url: str) -> tuple[str, dict[str, Any]]:
     """The URL for asyncpg, and interlock's own options taken out of its query."""
+    ours, rest = url_options(url, _OPTIONS, {}, rest=True)
     parts = urlsplit(url)
-    ours: dict[str, Any] = {}
-    rest = []
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name in _OPTIONS:
-            try:
-                ours[name] = _OPTIONS[name](value)
-            except ValueError:
-                raise ValueError(f"the store option {name}={value!r} is not a number") from None
-        else:
-            rest.append((name, value))
     scheme = "postgresql" if parts.scheme == "postgres" else parts.scheme
     return urlunsplit((scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment)), ours
+
+
+def from_url(url: str, **options: Any) -> PostgresStore:
+    """`postgresql://user:password@host:port/database?option=value` (see the module)."""
+    return PostgresStore(url, **options)
 
 
 def _named(dsn: str, name: str) -> dict[str, str]:
@@ -117,9 +113,7 @@ def _named(dsn: str, name: str) -> dict[str, str]:
     return {} if "application_name" in dict(parse_qsl(urlsplit(dsn).query)) else {"application_name": name}
 
 
-class PostgresStore:
-    shared = True
-
+class PostgresStore(SqlStore):
     def __init__(
         self,
         url: str,
@@ -226,6 +220,21 @@ class PostgresStore:
             await self._dropped(exc)
             return await getattr(self.pool, method)(sql, *args)
 
+    async def _rows(self, name: str, *args: Any) -> Sequence[Any]:
+        rows: Sequence[Any] = await self._query("fetch", Q[name], *args)
+        return rows
+
+    async def _rows_of(self, sql: str, params: dict[str, Any]) -> Sequence[Any]:
+        text, args = positional(sql, params)
+        rows: Sequence[Any] = await self._query("fetch", text, *args)
+        return rows
+
+    def _time(self, value: Any) -> datetime:
+        return value  # type: ignore[no-any-return]  # asyncpg reads timestamptz as an aware datetime
+
+    def _stamp(self, value: datetime) -> Any:
+        return value
+
     async def _dropped(self, exc: BaseException) -> None:
         log.warning("a PostgreSQL connection was lost (%s); trying once more on a new one", exc)
         self.pool.expire_idle()  # its siblings are likely dead too
@@ -244,18 +253,21 @@ class PostgresStore:
     async def _listen(self, callback: Callable[[], None]) -> None:
         """Keep one connection LISTENing; reconnect when it drops, backing off while
         attempts keep failing (the broker's poll goes on meanwhile)."""
-        failures = 0
+        backoff = Backoff(0.2, 5.0, immediate=True)
+        again = False
         while True:
             self._listener_healthy = False
             try:
-                await self._listen_once(callback, again=failures > 0)
+                await self._listen_once(callback, again=again)
                 reason = "the connection was closed"
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 reason = str(exc) or type(exc).__name__
-            failures = 1 if self._listener_healthy else failures + 1
-            delay = 0.0 if failures == 1 else min(0.05 * 2**failures, 5.0)
+            again = True
+            if self._listener_healthy:
+                backoff.reset()
+            delay = backoff.next()
             log.warning("the PostgreSQL listener lost its connection (%s); reconnecting in %.2fs", reason, delay)
             await asyncio.sleep(delay)
 
@@ -318,13 +330,6 @@ class PostgresStore:
         self._cache.put(first, row_size(row[2], row[3]))
         return first, False
 
-    def _remember(self, request: Request, response: str | None) -> None:
-        """Cache a request just settled: its document's size as known, and its response."""
-        size = self._cache.size_of(request.id)
-        if size is None:
-            size = row_size(encode_json(request_to_dict(request.as_created())))
-        self._cache.put(request, size + row_size("", response))
-
     async def settle(self, request: Request) -> Request | None:
         response = request.response
         at = response.at if response is not None else datetime.now(UTC)
@@ -380,9 +385,6 @@ class PostgresStore:
             row = await self.pool.fetchrow(Q["get_consumption"], request_id)
             return row is not None and (row[0], row[1]) == (by, at)
 
-    def requester_of(self, requester: str | None) -> str | None:
-        return requester
-
     async def close_channel(self, channel: str, response: Response, *, requester: str | None = None) -> list[Request]:
         answer = encode_json(response_to_dict(response))
         rows = await self._query(  # safe to repeat: closing twice changes nothing more
@@ -409,42 +411,6 @@ class PostgresStore:
         event_id = await self.pool.fetchval(Q["insert_event"], type, at, encode_json(dict(data)), *who)
         return Event(int(event_id), type, at, data=dict(data))
 
-    async def next_expiry(self) -> datetime | None:
-        value: datetime | None = await self._query("fetchval", Q["next_expiry"])
-        return value
-
-    async def get(self, request_id: str, *, fresh: bool = True) -> Request | None:
-        cached = self._cache.get(request_id)
-        if cached is not None:
-            if cached.status is not Status.PENDING or not fresh:
-                return cached
-            if await self._query("fetchval", Q["get_status"], request_id) == Status.PENDING:
-                return cached
-        row = await self._query("fetchrow", Q["get_request"], request_id)
-        if row is None:
-            return None
-        request = request_from_row(row[0], row[1], row[2])
-        self._cache.put(request, row_size(row[1], row[2]))
-        return request
-
-    async def list(self, query: Query) -> Sequence[Request]:
-        where: list[str] = []
-        params: list[Any] = []
-        for name in FILTERS:
-            value = getattr(query, name)
-            if value is not None:
-                params.append(value.value if isinstance(value, Status) else value)
-                where.append(f"{name} = ${len(params)}")
-        if query.after is not None:
-            params.append(query.after)
-            where.append(f"id {'<' if query.order == 'desc' else '>'} ${len(params)}")
-        sql = "SELECT status, doc, response FROM requests"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        params.append(query.limit)
-        sql += f" ORDER BY id {'DESC' if query.order == 'desc' else 'ASC'} LIMIT ${len(params)}"
-        return [request_from_row(row[0], row[1], row[2]) for row in await self._query("fetch", sql, *params)]
-
     # -- principals and tokens ------------------------------------------------------------
 
     async def save_principal(self, principal: Principal) -> None:
@@ -452,26 +418,11 @@ class PostgresStore:
             "execute", Q["upsert_principal"], principal.name, principal.kind, principal.owner, datetime.now(UTC)
         )
 
-    async def get_principal(self, name: str) -> Principal | None:
-        row = await self._query("fetchrow", Q["get_principal"], name)
-        return Principal(row[0], row[1], row[2]) if row is not None else None
-
-    async def list_principals(self) -> Sequence[Principal]:
-        return [Principal(row[0], row[1], row[2]) for row in await self._query("fetch", Q["list_principals"])]
-
     async def save_token(self, token: IssuedToken) -> None:
         try:
             await self.pool.execute(Q["insert_token"], token.id, token.hash, token.principal, token.created_at)
         except asyncpg.ForeignKeyViolationError:
             raise ValueError(f"no principal named {token.principal!r}") from None
-
-    async def principal_for_token(self, token_hash: str) -> Principal | None:
-        row = await self._query("fetchrow", Q["principal_for_token"], token_hash)
-        return Principal(row[0], row[1], row[2]) if row is not None else None
-
-    async def live_token(self, token_hash: str) -> LiveToken | None:
-        row = await self._query("fetchrow", Q["live_token"], token_hash)
-        return LiveToken(row[0], Principal(row[1], row[2], row[3])) if row is not None else None
 
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
         by_principal = principal if token_id is None else None
@@ -490,37 +441,12 @@ class PostgresStore:
             session.expires_at,
             token_hash,
         )
-        return _web_session(row)
-
-    async def get_session(self, session_hash: str, now: datetime) -> WebSession | None:
-        return _web_session(await self._query("fetchrow", Q["get_session"], session_hash, now))
+        return self._web_session(row)
 
     async def end_session(self, session_hash: str) -> WebSession | None:
-        return _web_session(await self.pool.fetchrow(Q["end_session"], session_hash, datetime.now(UTC)))
+        return self._web_session(await self.pool.fetchrow(Q["end_session"], session_hash, datetime.now(UTC)))
 
     # -- events --------------------------------------------------------------------------
-
-    async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
-        return self._events_of(await self._query("fetch", Q["events_after"], after, limit))
-
-    async def find_events(self, query: EventQuery) -> Sequence[Event]:
-        sql, params = positional(*find_events_sql(query))
-        return self._events_of(await self._query("fetch", sql, *params))
-
-    def _events_of(self, rows: Sequence[Any]) -> Sequence[Event]:
-        out = []
-        for event_id, type_, request_id, at, data, status, doc, answer in rows:
-            if request_id is None:
-                out.append(Event(event_id, type_, at, data=decode_json(data) if data else {}))
-                continue
-            request = self._cache.get(request_id)
-            if request is None or request.status is Status.PENDING:
-                request = request_from_row(status, doc, answer)
-                self._cache.put(request, row_size(doc, answer))
-            if type_ == "created" and request.status is not Status.PENDING:
-                request = request.as_created()
-            out.append(Event(event_id, type_, at, request_id, request))
-        return out
 
     async def changes(self, after: int = 0, limit: int = 500) -> Sequence[tuple[int, str, str | None]]:
         rows = await self._query("fetch", Q["changes_after"], after, limit)
@@ -537,9 +463,6 @@ class PostgresStore:
                     cache.put(known.settle(Status(status), response), size + row_size("", answer))
             out.append((event_id, type_, request_id))
         return out
-
-    async def last_event_id(self) -> int:
-        return int(await self._query("fetchval", Q["last_event_id"]))
 
 
 class Connections:
@@ -682,9 +605,3 @@ async def _connect(*args: Any, **kwargs: Any) -> Any:
 def _discard(task: asyncio.Future[Any]) -> None:
     if not task.cancelled() and task.exception() is None:
         task.result().terminate()
-
-
-def _web_session(row: Any) -> WebSession | None:
-    if row is None:
-        return None
-    return WebSession(row[0], Principal(row[1], row[2], row[3]), row[4], row[5], row[6])

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from .._backoff import Backoff
 from ..errors import Closed
 from ..model import (
     Event,
@@ -29,26 +30,28 @@ from ..model import (
     request_to_dict,
     response_to_dict,
 )
-from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
-from . import EventQuery, Query
+from ..principals import IssuedSession, IssuedToken, Principal, WebSession
+from . import EventQuery
 from ._sql import (
     DEFAULT_CACHE_BYTES,
-    FILTERS,
     RequestCache,
-    decode_json,
+    SqlStore,
     encode_json,
     find_events_sql,
     load_migrations,
     load_queries,
+    numbered,
     request_from_row,
     row_size,
 )
+from ._url import url_options
 from ._wakeup import Wakeup
 
-__all__ = ["SqliteStore"]
+__all__ = ["SqliteStore", "from_url"]
 
 T = TypeVar("T")
 Q = load_queries("sqlite")
+_NUMBERED = {name: numbered(sql) for name, sql in Q.items()}  # the queries `SqlStore` runs with positional arguments
 _SYNCHRONOUS = {"OFF", "NORMAL", "FULL", "EXTRA"}
 
 
@@ -94,13 +97,23 @@ def _event_row(type_: str, request: Request, at: int | None) -> dict[str, Any]:
     }
 
 
+_OPTIONS = {"poll_interval": float, "synchronous": str, "lock_timeout": float, "cache_bytes": int}
+
+
+def from_url(url: str, **options: Any) -> SqliteStore:
+    """`sqlite:///relative.db` or `sqlite:////absolute.db`, options as query parameters."""
+    path = url[len("sqlite:///") :].split("?", 1)[0] if url.startswith("sqlite:///") else ""
+    if not path:
+        raise ValueError("a SQLite URL needs a path: sqlite:///relative.db or sqlite:////absolute.db")
+    ours, _ = url_options(url, _OPTIONS, options)
+    return SqliteStore(path, **ours)
+
+
 def _closed(channel: str | None) -> Closed:
     return Closed(None, f"channel {channel!r} is closed")
 
 
-class SqliteStore:
-    shared = True
-
+class SqliteStore(SqlStore):
     def __init__(
         self,
         path: str,
@@ -169,7 +182,7 @@ class SqliteStore:
 
     async def _retry(self, fn: Callable[[], T]) -> T:
         """Run `fn`; while another process holds the lock, back off without blocking the loop."""
-        delay = 0.0005
+        backoff = Backoff(0.0005, 0.05)  # a lock is held for a short transaction: look again soon
         deadline = time.monotonic() + self.lock_timeout
         while True:
             try:
@@ -179,8 +192,7 @@ class SqliteStore:
                     raise
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the SQLite database stayed locked for {self.lock_timeout}s") from exc
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.05)
+            await asyncio.sleep(backoff.next())
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T], *, notify: bool = True) -> T:
         db = self.db
@@ -204,6 +216,21 @@ class SqliteStore:
     async def _read(self, sql: str, params: dict[str, Any] | Sequence[Any] = ()) -> list[Any]:
         db = self.db
         return await self._retry(lambda: db.execute(sql, params).fetchall())
+
+    async def _rows(self, name: str, *args: Any) -> list[Any]:
+        return await self._read(_NUMBERED[name], args)
+
+    async def _rows_of(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        return await self._read(sql, params)
+
+    def _time(self, value: Any) -> datetime:
+        return _from_us(value)
+
+    def _stamp(self, value: datetime) -> Any:
+        return _us(value)
+
+    def _find_events_sql(self, query: EventQuery) -> tuple[str, dict[str, Any]]:
+        return find_events_sql(query, indexed_by=True)
 
     # -- requests ------------------------------------------------------------------------
 
@@ -244,13 +271,6 @@ class SqliteStore:
         stored, created, size = await self._write(insert)
         self._cache.put(stored, size)
         return stored, created
-
-    def _remember(self, request: Request, response: str | None) -> None:
-        """Cache a request just settled: its document's size as known, and its response."""
-        size = self._cache.size_of(request.id)
-        if size is None:
-            size = row_size(encode_json(request_to_dict(request.as_created())))
-        self._cache.put(request, size + row_size("", response))
 
     def _settle_one(self, db: sqlite3.Connection, request: Request) -> str | None:
         """Settle the row if still pending: its stored response ("" for none), else None."""
@@ -359,57 +379,11 @@ class SqliteStore:
 
         return await self._write(consume)
 
-    def requester_of(self, requester: str | None) -> str | None:
-        return requester
-
-    async def next_expiry(self) -> datetime | None:
-        (value,) = (await self._read(Q["next_expiry"]))[0]
-        return None if value is None else _from_us(value)
-
-    async def get(self, request_id: str, *, fresh: bool = True) -> Request | None:
-        cached = self._cache.get(request_id)
-        if cached is not None:
-            if cached.status is not Status.PENDING or not fresh:
-                return cached
-            rows = await self._read(Q["get_status"], {"id": request_id})
-            if rows and rows[0][0] == Status.PENDING:
-                return cached
-        rows = await self._read(Q["get_request"], {"id": request_id})
-        if not rows:
-            return None
-        request = request_from_row(*rows[0])
-        self._cache.put(request, row_size(rows[0][1], rows[0][2]))
-        return request
-
-    async def list(self, query: Query) -> Sequence[Request]:
-        where, params = [], {}
-        for name in FILTERS:
-            value = getattr(query, name)
-            if value is not None:
-                where.append(f"{name} = :{name}")
-                params[name] = value.value if isinstance(value, Status) else value
-        if query.after is not None:
-            where.append("id < :after" if query.order == "desc" else "id > :after")
-            params["after"] = query.after
-        sql = "SELECT status, doc, response FROM requests"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY id {'DESC' if query.order == 'desc' else 'ASC'} LIMIT :limit"
-        params["limit"] = query.limit
-        return [request_from_row(*row) for row in await self._read(sql, params)]
-
     # -- principals and tokens ------------------------------------------------------------
 
     async def save_principal(self, principal: Principal) -> None:
         row = {"name": principal.name, "kind": principal.kind, "owner": principal.owner, "created_at": _us(_now())}
         await self._write(lambda db: db.execute(Q["upsert_principal"], row), notify=False)
-
-    async def get_principal(self, name: str) -> Principal | None:
-        rows = await self._read(Q["get_principal"], {"name": name})
-        return Principal(*rows[0]) if rows else None
-
-    async def list_principals(self) -> Sequence[Principal]:
-        return [Principal(*row) for row in await self._read(Q["list_principals"])]
 
     async def save_token(self, token: IssuedToken) -> None:
         row = {"id": token.id, "hash": token.hash, "principal": token.principal, "created_at": _us(token.created_at)}
@@ -417,14 +391,6 @@ class SqliteStore:
             await self._write(lambda db: db.execute(Q["insert_token"], row), notify=False)
         except sqlite3.IntegrityError:
             raise ValueError(f"no principal named {token.principal!r}") from None
-
-    async def principal_for_token(self, token_hash: str) -> Principal | None:
-        rows = await self._read(Q["principal_for_token"], {"hash": token_hash})
-        return Principal(*rows[0]) if rows else None
-
-    async def live_token(self, token_hash: str) -> LiveToken | None:
-        rows = await self._read(Q["live_token"], {"hash": token_hash})
-        return LiveToken(rows[0][0], Principal(*rows[0][1:])) if rows else None
 
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
         now = _us(_now())
@@ -449,11 +415,7 @@ class SqliteStore:
     # -- web sessions ---------------------------------------------------------------------
 
     def _session(self, db: sqlite3.Connection, session_hash: str, now: datetime) -> WebSession | None:
-        row = db.execute(Q["get_session"], {"hash": session_hash, "now": _us(now)}).fetchone()
-        if row is None:
-            return None
-        session_id, name, kind, owner, token, csrf, expires_at = row
-        return WebSession(session_id, Principal(name, kind, owner), token, csrf, _from_us(expires_at))
+        return self._web_session(db.execute(Q["get_session"], {"hash": session_hash, "now": _us(now)}).fetchone())
 
     async def start_session(self, token_hash: str, session: IssuedSession) -> WebSession | None:
         row = {
@@ -473,10 +435,6 @@ class SqliteStore:
 
         return await self._write(start, notify=False)
 
-    async def get_session(self, session_hash: str, now: datetime) -> WebSession | None:
-        db = self.db
-        return await self._retry(lambda: self._session(db, session_hash, now))
-
     async def end_session(self, session_hash: str) -> WebSession | None:
         def end(db: sqlite3.Connection) -> WebSession | None:
             ended = self._session(db, session_hash, datetime.fromtimestamp(0, UTC))
@@ -490,37 +448,12 @@ class SqliteStore:
 
     # -- events --------------------------------------------------------------------------
 
-    async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
-        return self._events_of(await self._read(Q["events_after"], {"after": after, "limit": limit}))
-
-    async def find_events(self, query: EventQuery) -> Sequence[Event]:
-        sql, params = find_events_sql(query, indexed_by=True)
-        return self._events_of(await self._read(sql, params))
-
-    def _events_of(self, rows: Sequence[Any]) -> Sequence[Event]:
-        out = []
-        for event_id, type_, request_id, at, data, status, doc, answer in rows:
-            if request_id is None:
-                out.append(Event(event_id, type_, _from_us(at), data=decode_json(data)))
-                continue
-            request = self._cache.get(request_id)
-            if request is None or request.status is Status.PENDING:
-                request = request_from_row(status, doc, answer)
-                self._cache.put(request, row_size(doc, answer))
-            if type_ == "created" and request.status is not Status.PENDING:
-                request = request.as_created()
-            out.append(Event(event_id, type_, _from_us(at), request_id, request))
-        return out
-
     async def changes(self, after: int = 0, limit: int = 500) -> Sequence[tuple[int, str, str | None]]:
         rows = await self._read(Q["changes_after"], {"after": after, "limit": limit})
         for _, type_, request_id in rows:
             if type_ != "created" and request_id in self._cache:
                 self._cache.discard(request_id)  # settled, maybe by another process: read it afresh
         return [tuple(row) for row in rows]
-
-    async def last_event_id(self) -> int:
-        return int((await self._read(Q["last_event_id"]))[0][0])
 
 
 def _text(value: Any) -> str | None:

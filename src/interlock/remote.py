@@ -1,0 +1,494 @@
+"""The remote broker: a running interlock server, reached over its HTTP API.
+
+`interlock.connect("http://host:8765", token=...)` gives this broker, so agent code does
+not change when it moves from a laptop to a cluster. Each method is one call of the API
+(create -> `POST /requests`, wait -> the long poll `/requests/{id}/wait`, resolve ->
+`/answer`, ...). The server is the authority: it checks requests and answers, applies who
+may do what, and expires requests on time, so this side keeps no expiry loop and checks no
+answer; a problem response comes back as the exception the server raised (`interlock.wire`).
+
+`ask()` is one call when no input hook is added: `POST /requests?wait=...` creates the
+request and answers once it settles (or with it still pending when the time runs out; the
+wait then goes on with the long poll).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+import httpx
+from httpx_sse import aconnect_sse
+
+from ._backoff import Backoff
+from .approvals import is_marked
+from .broker import MAX_EVENT_ID, Broker, Page, _outcome
+from .errors import Closed, InvalidRequest, NotFound
+from .hooks import DEFAULT_HOOK_TIMEOUT
+from .model import (
+    Answers,
+    Ask,
+    Event,
+    Limits,
+    Request,
+    Response,
+    Status,
+    ask_to_dict,
+    origin_to_dict,
+    request_from_dict,
+)
+from .redact import redact_url
+from .store._url import url_options
+from .wire import error_from_problem
+
+__all__ = ["RemoteBroker", "from_url"]
+
+log = logging.getLogger("interlock")
+
+LONG_POLL = 30.0
+"""Seconds one long poll may hold a call open; a longer wait makes several."""
+
+_OPTIONS = {"token": str}
+_BROKER_OPTIONS = ("limits", "max_prompt_length", "hook_timeout", "transport")
+
+
+def from_url(url: str, **options: Any) -> RemoteBroker:
+    """`http(s)://host:port`; `token=` (or `INTERLOCK_TOKEN`) authenticates. The broker's
+    own options (`limits`, `max_prompt_length`, `hook_timeout`, `transport`) pass through."""
+    broker_options = {
+        k: options.pop(k) for k in ("limits", "max_prompt_length", "hook_timeout", "transport") if k in options
+    }
+    ours, _ = url_options(url, _OPTIONS, options)
+    token = ours.pop("token", None) or os.environ.get("INTERLOCK_TOKEN")
+    return RemoteBroker(url.split("?", 1)[0], token=token, **broker_options)
+
+
+class RemoteBroker(Broker):
+    """A broker whose methods are the calls of a server's HTTP API."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        max_prompt_length: int | None = None,
+        hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
+        limits: Limits | None = None,
+    ) -> None:
+        super().__init__(max_prompt_length=max_prompt_length, hook_timeout=hook_timeout, limits=limits)
+        self.base_url = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self._caller: Mapping[str, Any] = {}  # the token's principal, from /whoami
+        self._state: Literal["new", "open", "closed"] = "new"
+        self._open_lock = asyncio.Lock()
+        self._closed = False  # `close()` without a channel: this broker refuses creates
+        self._waiting: set[asyncio.Task[Any]] = set()  # tasks in `wait`: `aclose` cuts them with `Closed`
+        self._cut: set[asyncio.Task[Any]] = set()
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    async def open(self) -> RemoteBroker:
+        """Reach the server and learn who the token is (a wrong address or token fails here)."""
+        async with self._open_lock:
+            if self._state == "open":
+                return self
+            if self._state == "closed":
+                raise Closed(None, "this broker was closed; connect again")
+            client = self._new_client(timeout=httpx.Timeout(30.0))
+            self._client = client
+            try:
+                try:
+                    whoami = await client.get("/whoami")
+                except httpx.TransportError as exc:
+                    where = redact_url(self.base_url)
+                    raise ConnectionError(f"cannot reach the interlock server at {where}: {exc}") from exc
+                if not whoami.is_success:
+                    raise _error(whoami, "")
+                self._caller = whoami.json()
+            except BaseException:
+                self._client = None
+                await client.aclose()
+                raise
+            self._state = "open"
+        return self
+
+    def _new_client(self, *, timeout: httpx.Timeout) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=f"{self.base_url}/api/v1", headers=self._headers, timeout=timeout, transport=self._transport
+        )
+
+    async def aclose(self) -> None:
+        """Disconnect. Pending requests stay pending on the server for others to answer."""
+        if self._state != "open":
+            self._state = "closed"
+            return
+        self._state = "closed"
+        for task in list(self._waiting):
+            self._cut.add(task)
+            task.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def _ready(self) -> httpx.AsyncClient:
+        if self._state != "open":
+            await self.open()
+        assert self._client is not None
+        return self._client
+
+    async def _send(
+        self, method: str, path: str, *, json: Any = None, params: Any = None, timeout: float | None = None
+    ) -> httpx.Response:
+        client = await self._ready()
+        extra: dict[str, Any] = {}
+        if timeout is not None:
+            extra["timeout"] = httpx.Timeout(30.0, read=timeout + 30.0)
+        try:
+            return await client.request(method, path, json=json, params=params, **extra)
+        except httpx.TransportError as exc:
+            raise ConnectionError(f"cannot reach the interlock server at {redact_url(self.base_url)}: {exc}") from exc
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Any = None,
+        request_id: str = "",
+        timeout: float | None = None,
+    ) -> Any:
+        """One API call: its JSON, or the exception its problem stands for."""
+        response = await self._send(method, path, json=json, params=params, timeout=timeout)
+        if response.is_success:
+            return response.json()
+        raise _error(response, request_id)
+
+    # -- creating ------------------------------------------------------------------------
+
+    def _body(self, request: Request) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "asks": [ask_to_dict(a) for a in request.asks],
+            "kind": request.kind,
+            "to": request.to,
+            "title": request.title,
+            "details": request.details,
+            "context": request.context,
+            "idempotency_key": request.idempotency_key,
+            "origin": origin_to_dict(request.origin),
+            "requester": request.requester,
+        }
+        if request.expires_at is not None:
+            body["timeout"] = max((request.expires_at - request.created_at).total_seconds(), 0.001)
+        return body
+
+    async def submit(self, request: Request) -> tuple[Request, bool]:
+        return await self._submit(request)
+
+    async def _submit(self, request: Request, *, wait: float | None = None) -> tuple[Request, bool]:
+        await self._ready()
+        if self._closed:
+            raise Closed(None, "the broker is closed")
+        # The approval gate's requests go through the one route that may mark them.
+        path = "/approvals" if is_marked(request) else "/requests"
+        params = {"wait": wait} if wait is not None else None
+        response = await self._send("POST", path, json=self._body(request), params=params, timeout=wait)
+        if not response.is_success:
+            raise _error(response, "")
+        stored = request_from_dict(response.json())
+        created = response.status_code == 201
+        if created and self._hooks:
+            self._spawn(self._run_hooks(stored))
+        return stored, created
+
+    async def ask(self, asks: Ask | Sequence[Ask], **fields: Any) -> Any:
+        """Create a request and wait for its answer, in one call while it settles within
+        a long poll (input hooks, which run beside the wait, make it two)."""
+        if self._hooks:
+            return await super().ask(asks, **fields)
+        prepared = self.prepare(asks, **fields)
+        request, _ = await self._submit(prepared, wait=LONG_POLL)
+        response = await self.wait(request.id) if request.status is Status.PENDING else _outcome(request)
+        if len(request.asks) == 1:
+            return response.answers.get(request.asks[0].id)
+        return dict(response.answers)
+
+    # -- waiting -------------------------------------------------------------------------
+
+    async def _poll(self, request_id: str, seconds: float) -> Request | None:
+        """One long poll: the request once settled, or None while still pending."""
+        response = await self._send("GET", f"/requests/{request_id}/wait", params={"timeout": seconds}, timeout=seconds)
+        if response.status_code == 408:
+            return None
+        if not response.is_success:
+            raise _error(response, request_id)
+        return request_from_dict(response.json())
+
+    async def wait(self, request_id: str, timeout: float | None = None) -> Response:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + max(float(timeout), 0.0)
+        me = asyncio.current_task()
+        assert me is not None
+        self._waiting.add(me)
+        try:
+            while True:
+                left = LONG_POLL if deadline is None else min(LONG_POLL, max(deadline - loop.time(), 0.0))
+                request = await self._poll(request_id, left)
+                if request is not None:
+                    return _outcome(request)
+                if deadline is not None and loop.time() >= deadline:
+                    await self.expire(request_id)  # the waiter's time ran out: so does the request's
+                    return _outcome(await self.get(request_id))
+        except asyncio.CancelledError:
+            if me in self._cut:  # this broker was disconnected: the request stays pending
+                self._cut.discard(me)
+                me.uncancel()
+                raise Closed(request_id, "the broker was disconnected") from None
+            if self._state == "open" and request_id not in self._detached:
+                # Shielded: a cancel scope that cancels again must not cut the withdrawal short.
+                withdrawal = self._spawn(self._withdraw(request_id))
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(withdrawal)
+            raise
+        finally:
+            self._waiting.discard(me)
+
+    async def _withdraw(self, request_id: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.cancel(request_id, "the waiting call was cancelled", cause="withdrawn")
+
+    async def watch(self, request_id: str, timeout: float | None = None) -> Request:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + max(float(timeout), 0.0)
+        while True:
+            left = LONG_POLL if deadline is None else min(LONG_POLL, max(deadline - loop.time(), 0.0))
+            request = await self._poll(request_id, left)
+            if request is not None:
+                return request
+            if deadline is not None and loop.time() >= deadline:
+                return await self.get(request_id)
+
+    # -- settling ------------------------------------------------------------------------
+
+    async def _settle(self, request_id: str, action: str, body: Mapping[str, Any] | None = None) -> bool:
+        """POST a settlement; False when the request is unknown or no longer pending."""
+        response = await self._send("POST", f"/requests/{request_id}/{action}", json=body)
+        if response.is_success:
+            self._detached.discard(request_id)
+            return True
+        if response.status_code in (404, 409) and _code(response) in ("not_found", "already_settled"):
+            return False
+        raise _error(response, request_id)
+
+    async def resolve(
+        self, request_id: str, answer: Any, *, by: str | None = None, via: str = "python", comment: str = ""
+    ) -> bool:
+        # No `via`: the server records the surface itself ("api"). It checks the answer.
+        body: dict[str, Any] = {"reason": comment, "by": by}
+        if isinstance(answer, Answers):
+            body["answers"] = dict(answer)
+        else:
+            body["answer"] = answer
+        return await self._settle(request_id, "answer", body)
+
+    async def reject(self, request_id: str, reason: str = "", *, by: str | None = None, via: str = "python") -> bool:
+        return await self._settle(request_id, "reject", {"reason": reason})
+
+    async def cancel(
+        self,
+        request_id: str,
+        reason: str = "",
+        *,
+        by: str | None = None,
+        cause: Literal["cancelled", "withdrawn", "closed"] = "cancelled",
+        via: str = "python",
+    ) -> bool:
+        return await self._settle(request_id, "cancel", {"reason": reason, "cause": cause})
+
+    async def expire(self, request_id: str) -> bool:
+        return await self._settle(request_id, "expire")
+
+    async def release(self, request_id: str) -> bool:
+        self._detached.discard(request_id)
+        return await self._settle(request_id, "cancel", {"cause": "released"})
+
+    async def consume(self, request_id: str, *, by: str | None = None) -> bool:
+        response = await self._send("POST", f"/requests/{request_id}/consume", json={"by": by})
+        if response.status_code == 404:
+            return False
+        if not response.is_success:
+            raise _error(response, request_id)
+        return bool(response.json()["consumed"])
+
+    async def requester_of(self, requester: str | None) -> str | None:
+        await self._ready()
+        if self._caller.get("kind") in (None, "admin"):
+            return requester  # a server without auth records the requester it is given
+        return str(self._caller["name"])
+
+    async def close(self, channel: str | None = None, *, requester: str | None = None) -> None:
+        """Close `channel` on the server (for everyone when the caller is an admin, else for
+        the caller's requests); without one, withdraw the caller's pending requests and
+        refuse later creates through this broker."""
+        await self._ready()
+        if channel is None:
+            self._closed = True
+        await self._call("POST", "/close", json={"channel": channel})
+
+    async def reopen(self, channel: str, *, requester: str | None = None) -> bool:
+        return bool((await self._call("POST", "/reopen", json={"channel": channel}))["reopened"])
+
+    async def inform(
+        self,
+        message: str,
+        *,
+        to: str | None = None,
+        session: str | None = None,
+        agent: str | None = None,
+        run: str | None = None,
+        data: Mapping[str, Any] | None = None,
+        by: str | None = None,
+    ) -> Event:
+        body = {"message": message, "to": to, "session": session, "agent": agent, "run": run, "data": data}
+        return _event(await self._call("POST", "/inform", json=body))
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def get(self, request_id: str) -> Request:
+        return request_from_dict(await self._call("GET", f"/requests/{request_id}", request_id=request_id))
+
+    async def list(
+        self,
+        *,
+        recipient: str | None = None,
+        requester: str | None = None,
+        status: Status | str | None = None,
+        kind: str | None = None,
+        session: str | None = None,
+        channel: str | None = None,
+        agent: str | None = None,
+        run: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+        order: Literal["asc", "desc"] = "desc",
+    ) -> Page:
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        params: dict[str, Any] = {"limit": limit, "order": order}
+        given = {"recipient": recipient, "requester": requester, "kind": kind, "session": session}
+        given |= {"channel": channel, "agent": agent, "run": run, "cursor": after}
+        params |= {name: value for name, value in given.items() if value is not None}
+        if status is not None:
+            params["status"] = Status(status).value
+        page = await self._call("GET", "/requests", params=params)
+        return Page([request_from_dict(r) for r in page["items"]], page["next_cursor"])
+
+    async def events(self, after: int | None = None, *, follow: bool = False) -> AsyncIterator[Event]:
+        cursor = after or 0
+        if not 0 <= cursor <= MAX_EVENT_ID:
+            raise InvalidRequest(f"after must be an event id between 0 and {MAX_EVENT_ID}")
+        while True:
+            page = await self._call("GET", "/events", params={"after": cursor, "limit": 500})
+            for item in page["events"]:
+                event = _event(item)
+                cursor = event.id
+                yield event
+            if len(page["events"]) < 500:
+                break
+        if not follow:
+            return
+        async for event in self._follow(cursor):
+            yield event
+
+    async def _follow(self, cursor: int) -> AsyncIterator[Event]:
+        """The server's event stream after `cursor`, reconnecting (with Last-Event-ID, so
+        nothing is missed or repeated) until this broker is closed."""
+        backoff = Backoff(0.1, 5.0)
+        async with self._new_client(timeout=httpx.Timeout(30.0, read=None)) as client:
+            while self._state == "open":
+                try:
+                    headers = {"Last-Event-ID": str(cursor)}
+                    async with aconnect_sse(client, "GET", "/events/stream", headers=headers) as source:
+                        if not source.response.is_success:
+                            await source.response.aread()
+                            raise _error(source.response, "")
+                        backoff.reset()
+                        async for sse in source.aiter_sse():
+                            if not sse.id or sse.event == "dropped":
+                                continue
+                            event = _event(json.loads(sse.data))
+                            cursor = event.id
+                            yield event
+                except (httpx.HTTPError, ValueError) as exc:
+                    log.debug("event stream from %s dropped (%s); reconnecting", redact_url(self.base_url), exc)
+                await asyncio.sleep(backoff.next())  # back off before reconnecting, at most 5 s
+
+    async def find_events(
+        self,
+        *,
+        after: int = 0,
+        until: int | None = None,
+        limit: int = 500,
+        involving: str | None = None,
+        request: str | None = None,
+        session: str | None = None,
+        run: str | None = None,
+    ) -> Sequence[Event]:
+        # The server applies who may see what from the token; `involving` is its business.
+        if not 0 <= limit <= 1000:
+            raise ValueError("limit must be between 0 and 1000")
+        params: dict[str, Any] = {"after": after, "limit": limit}
+        params |= {k: v for k, v in (("request", request), ("session", session), ("run", run)) if v is not None}
+        page = await self._call("GET", "/events", params=params)
+        return [e for e in map(_event, page["events"]) if until is None or e.id <= until]
+
+    async def last_event_id(self) -> int:
+        return int((await self._call("GET", "/events", params={"limit": 0}))["last_event_id"])
+
+
+def _event(data: Mapping[str, Any]) -> Event:
+    request = data.get("request")
+    return Event(
+        id=int(data["id"]),
+        type=data["type"],
+        at=datetime.fromisoformat(data["at"]),
+        request_id=data.get("request_id"),
+        request=request_from_dict(request) if request else None,
+        data=data.get("data") or {},
+    )
+
+
+def _code(response: httpx.Response) -> str:
+    with contextlib.suppress(ValueError, AttributeError):
+        return str(response.json().get("code", ""))
+    return ""
+
+
+def _error(response: httpx.Response, request_id: str) -> Exception:
+    """The exception a problem response stands for (`interlock.wire`); for anything else,
+    httpx's own status error."""
+    body: Any = None
+    with contextlib.suppress(ValueError):
+        body = response.json()
+    if isinstance(body, Mapping):
+        found = error_from_problem(body, request_id=request_id)
+        if found is not None:
+            return found
+    if response.status_code == 404:
+        return NotFound(request_id)
+    detail = body.get("detail") if isinstance(body, Mapping) else response.text
+    return httpx.HTTPStatusError(
+        f"{response.status_code} {response.reason_phrase}: {detail}", request=response.request, response=response
+    )

@@ -1,0 +1,117 @@
+"""What the server's API and web inbox share: the app's state (its broker, auth, hub,
+quotas, metrics), problem responses, event ids from clients, who may see an event, and
+an event's JSON. Both route modules import this one, and neither imports the other."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from ..broker import MAX_EVENT_ID, LocalBroker
+from ..model import Event, Status, request_to_dict
+from ..principals import Principal, can_read
+from .auth import Auth
+from .quotas import Quota, RateLimiter, StreamSlots
+from .stream import ACCESS_EVENTS, Hub
+
+__all__ = ["ApiError", "AppState", "Metrics", "Quotas", "can_see", "event_to_dict", "parse_event_id", "problem"]
+
+
+def problem(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:
+    titles = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 408: "Request Timeout"}
+    titles |= {405: "Method Not Allowed", 409: "Conflict", 413: "Content Too Large", 422: "Unprocessable Content"}
+    titles |= {429: "Too Many Requests"}
+    body = {"type": "about:blank", "title": titles.get(status, "Error"), "status": status, "code": code}
+    body |= {"detail": detail, **{k: v for k, v in extra.items() if v is not None}}
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, media_type="application/problem+json", headers=headers)
+
+
+def parse_event_id(value: str | None) -> int | None:
+    """An event id given by a client (`Last-Event-ID`): None when absent; a ValueError
+    unless it is plain ASCII digits within a store's 64-bit range."""
+    if not value:
+        return None
+    if not (value.isascii() and value.isdigit()) or int(value) > MAX_EVENT_ID:
+        raise ValueError(f"Last-Event-ID must be an event id: ASCII digits, at most {MAX_EVENT_ID}")
+    return int(value)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail, self.extra = status, code, detail, extra
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    return {
+        "id": event.id,
+        "type": event.type,
+        "at": event.at.isoformat(),
+        "request_id": event.request_id,
+        "request": request_to_dict(event.request) if event.request is not None else None,
+        "data": dict(event.data),
+    }
+
+
+def can_see(principal: Principal, event: Event) -> bool:
+    if event.request is not None:
+        return can_read(principal, event.request)
+    if event.type in ACCESS_EVENTS:  # revocations and sign-outs: nobody's business but the operator's
+        return principal.kind == "admin"
+    return principal.kind == "admin" or principal.name in (event.data.get("to"), event.data.get("by"))
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.pending = Gauge("interlock_pending_requests", "Requests waiting for a person", registry=self.registry)
+        self.created = Counter("interlock_requests_created", "Requests created", registry=self.registry)
+        self.settled = Counter(
+            "interlock_requests_settled", "Requests settled, by outcome", ["outcome"], registry=self.registry
+        )
+        self.time_to_answer = Histogram(
+            "interlock_time_to_answer_seconds",
+            "From creation to answer",
+            buckets=(0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600, float("inf")),
+            registry=self.registry,
+        )
+
+    def observe(self, event: Event) -> None:
+        request = event.request
+        if request is None:
+            return
+        if event.type == "created":
+            self.created.inc()
+            self.pending.inc()
+        elif event.type in {s.value for s in Status if s is not Status.PENDING}:
+            self.settled.labels(event.type).inc()
+            self.pending.dec()
+            if event.type == "answered" and request.response is not None:
+                self.time_to_answer.observe((request.response.at - request.created_at).total_seconds())
+
+
+class Quotas:
+    def __init__(self, rate: Quota | None, streams: int | None) -> None:
+        self.creates = RateLimiter(rate) if rate is not None else None
+        self.updates = RateLimiter(rate) if rate is not None else None
+        self.streams = StreamSlots(streams)
+
+
+class AppState:
+    quotas: Quotas
+
+    def __init__(
+        self, broker: LocalBroker, auth: Auth, queue_size: int, keepalive: float, *, open_recipients: bool = False
+    ) -> None:
+        self.broker = broker
+        self.auth = auth
+        self.open_recipients = open_recipients
+        self.known_recipients: set[str] = set()  # principals are never deleted, so a name found stays valid
+        self.hub = Hub(broker, queue_size=queue_size, encode=lambda event: json.dumps(event_to_dict(event)))
+        self.metrics = Metrics()
+        self.hub.on_event.append(self.metrics.observe)
+        self.keepalive = keepalive

@@ -1,0 +1,88 @@
+"""The remote broker over a real server: its calls are the API's, one call to ask and wait."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+import interlock
+from interlock import Cancelled, InvalidAnswer, Status, Text
+from interlock.remote import RemoteBroker
+
+pytestmark = pytest.mark.anyio
+BOUND = 10
+
+
+class Counting(httpx.AsyncBaseTransport):
+    """A transport that records each call it makes."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.calls: list[str] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.calls.append(f"{request.method} {request.url.path}")
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.fixture
+def base(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[str]:
+    with serve(f"sqlite:///{tmp_path / 'remote.db'}", auth=False) as url:
+        yield url
+
+
+async def test_connect_over_http_gives_a_remote_broker(base: str) -> None:
+    async with interlock.connect(base) as broker:
+        assert isinstance(broker, RemoteBroker)
+        assert not hasattr(broker, "store")
+
+
+async def test_ask_is_one_call_when_the_answer_comes_within_the_long_poll(base: str) -> None:
+    counting = Counting()
+    async with interlock.connect(base, transport=counting) as asker, interlock.connect(base) as person:
+        opened = len(counting.calls)
+
+        after = await person.last_event_id()
+
+        async def answer_when_asked() -> None:
+            async for event in person.events(after=after, follow=True):
+                if event.type == "created" and event.request_id is not None:
+                    await person.resolve(event.request_id, "Ada")
+                    return
+
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(answer_when_asked)
+                assert await asker.ask(Text("Name?"), to="alice") == "Ada"
+        assert counting.calls[opened:] == ["POST /api/v1/requests"]
+
+
+async def test_a_client_that_hangs_up_on_create_and_wait_withdraws_its_request(base: str) -> None:
+    body = {"to": "alice", "asks": [{"type": "text", "id": "name", "prompt": "Name?"}]}
+    async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=httpx.Timeout(5, read=0.3)) as api:
+        with pytest.raises(httpx.ReadTimeout):
+            await api.post("/requests", params={"wait": 30}, json=body)
+    async with interlock.connect(base) as broker:
+        (created,) = (await broker.list()).items
+        request = await broker.watch(created.id, timeout=BOUND)
+        assert request.status is Status.CANCELLED
+        assert request.response is not None and request.response.cause == "withdrawn"
+        with pytest.raises(Cancelled):
+            await broker.wait(request.id)
+
+
+async def test_an_answer_is_checked_by_the_server_and_its_refusal_names_the_ask(base: str) -> None:
+    async with interlock.connect(base) as broker:
+        request = await broker.create(interlock.Choice("Colour?", ["red", "green"], id="colour"), to="alice")
+        with pytest.raises(InvalidAnswer) as refused:
+            await broker.resolve(request.id, "blue")
+        assert refused.value.ask_id == "colour"
+        assert (await broker.get(request.id)).status is Status.PENDING
