@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 import pytest
+from doc_blocks import blocks
 from typer.testing import CliRunner
 
 import interlock
@@ -33,8 +34,6 @@ from interlock.cli import app
 ROOT = Path(__file__).parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNER = Path(__file__).with_name("doc_blocks.py")
-sys.path.insert(0, str(RUNNER.parent))
-from doc_blocks import blocks  # noqa: E402
 
 #: the SQLite file each page's Python blocks use, so the answerer can play the person there
 DATABASES = {"README.md": "interlock.db", "agents.md": "agents.db"}
