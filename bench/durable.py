@@ -30,8 +30,7 @@ answering task, all looping create -> answer-from-the-other-task -> wait on one
 interlock sqlite broker; total cycles/s vs the 1-agent (serial) rate measured
 in the same run.
 
-Targets (from the issue): interlock >= 50% of the raw sqlite3 cycle rate; the
-100-agent throughput not below the serial rate.
+The targets, the recorded figures and their history are in docs/benchmarks.md.
 
 Run:
 

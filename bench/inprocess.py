@@ -13,8 +13,7 @@ Two measurements, all three contenders in the same run, same interpreter:
    with the phase split, plus memory per waiter measured in a fresh
    subprocess per contender (tracemalloc, and RSS delta as a cross-check).
 
-Targets (from the issue): interlock >= 1.5x RoomKit's ping-pong cycles/s,
-<= 0.5x RoomKit's 10k-waiter time, and no more memory per waiter than RoomKit.
+The targets, the recorded figures and their history are in docs/benchmarks.md.
 
 Run (needs Python >= 3.12 for RoomKit 0.109):
 

@@ -1,0 +1,188 @@
+"""Every code block in README.md and docs/*.md runs, as a reader would paste it.
+
+- Python blocks run in a subprocess per page, in a throwaway working directory, in order
+  and in one namespace (doc_blocks.py): a block may use what the blocks before it on the
+  same page defined, and top-level `await` works as in `python -m asyncio`. While a page
+  runs, an answerer here plays the person: it answers every pending request in the page's
+  SQLite file, through its own broker, so asks that wait for a person finish for real.
+- Shell blocks: every `interlock ...` command names a real subcommand and only options
+  that subcommand's `--help` lists.
+- JSON blocks are parsed. Blocks without a language are diagrams or output and are not run.
+- A block preceded by `<!-- not run: reason -->` is skipped by all of the above; keep
+  those few, each with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from doc_blocks import blocks
+from typer.testing import CliRunner
+
+import interlock
+from interlock import Choice, Confirm, Request, Text
+from interlock.cli import app
+
+ROOT = Path(__file__).parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+RUNNER = Path(__file__).with_name("doc_blocks.py")
+
+#: the SQLite file each page's Python blocks use, so the answerer can play the person there
+DATABASES = {"README.md": "interlock.db", "agents.md": "agents.db"}
+
+
+def page_id(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+def runnable(page: Path, *languages: str) -> list[tuple[str, int]]:
+    return [(code, line) for lang, code, line, reason in blocks(page.read_text()) if lang in languages and not reason]
+
+
+def answer_for(request: Request) -> Any:
+    """What a person says yes to: approve, confirm, the first option, some text."""
+    if request.kind == "approval":
+        return {"approve": True}
+    values: dict[str, Any] = {}
+    for ask in request.asks:
+        if isinstance(ask, Confirm):
+            values[ask.id] = True
+        elif isinstance(ask, Choice):
+            first = ask.options[0]
+            values[ask.id] = getattr(first, "id", first)
+        elif isinstance(ask, Text):
+            values[ask.id] = "the nearest one"
+        else:  # pragma: no cover - a page that asks something new needs an answer here
+            raise AssertionError(f"no answer for {ask!r}")
+    return values if len(values) > 1 else next(iter(values.values()))
+
+
+class Person:
+    """Answers every request created in a SQLite file while a page runs, from its own broker.
+
+    It follows the store's event stream (a request made by another process wakes it), so
+    it needs no polling; it opens the file before the page does, and stops when told.
+    """
+
+    def __init__(self, database: Path) -> None:
+        self.url = f"sqlite:///{database}"
+        self.answered: list[str] = []
+        self.ready = threading.Event()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=anyio.run, args=(self.follow,), daemon=True)
+
+    async def follow(self) -> None:
+        async with interlock.connect(self.url) as broker, anyio.create_task_group() as group:
+            after = await broker.last_event_id()
+
+            async def answer_each() -> None:
+                async for event in broker.events(after=after, follow=True):
+                    request = event.request
+                    if event.type != "created" or request is None:
+                        continue
+                    if await broker.resolve(request.id, answer_for(request), by=request.to):
+                        self.answered.append(request.asks[0].prompt if request.asks else request.title)
+
+            group.start_soon(answer_each)
+            self.ready.set()
+            await anyio.to_thread.run_sync(self.stop.wait)
+            group.cancel_scope.cancel()
+
+    def __enter__(self) -> Person:
+        self.thread.start()
+        assert self.ready.wait(timeout=30), "the answerer did not start"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive()
+
+
+def run_page(page: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run the page's Python blocks with a person answering; the result and what was answered."""
+    with Person(tmp_path / DATABASES.get(page.name, "interlock.db")) as person:
+        result = subprocess.run(
+            [sys.executable, str(RUNNER), str(page)], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
+    return result, person.answered
+
+
+PYTHON_PAGES = [page for page in PAGES if runnable(page, "python")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PYTHON_PAGES, ids=page_id)
+def test_the_python_blocks_of_the_page_run_as_pasted(page: Path, tmp_path: Path) -> None:
+    result, answered = run_page(page, tmp_path)
+    assert result.returncode == 0, result.stderr
+    ran = [line for line in result.stdout.splitlines() if line.startswith("-- ran ")]
+    assert len(ran) == len(runnable(page, "python")), result.stdout
+    if page.name in DATABASES:  # the page asks a person, and was answered
+        assert answered, result.stdout
+
+
+@pytest.mark.slow
+def test_the_readme_example_gets_the_person_s_answers(tmp_path: Path) -> None:
+    """The README's example prints what the person answered (the answerer picks "eu")."""
+    result, answered = run_page(ROOT / "README.md", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "deploying" in result.stdout
+    assert "eu the nearest one" in result.stdout
+    assert answered == ["Deploy v2.3 to prod?", "Which region first?"]
+
+
+def interlock_commands(page: Path) -> list[list[str]]:
+    """Each `interlock ...` command line in the page's shell blocks, split into words."""
+    commands = []
+    for code, _ in runnable(page, "sh", "bash", "shell", "console"):
+        for raw in code.replace("\\\n", " ").splitlines():
+            words = shlex.split(raw, comments=True)
+            for i, word in enumerate(words):
+                if word in {"interlock", ".venv/bin/interlock"} or word.endswith("/bin/interlock"):
+                    end = next((j for j in range(i + 1, len(words)) if words[j] in {"&&", "||", ";", "|"}), len(words))
+                    commands.append(words[i + 1 : end])
+                    break
+    return commands
+
+
+SHELL_COMMANDS = [(page, words) for page in PAGES for words in interlock_commands(page)]
+
+
+@pytest.mark.parametrize(
+    ("page", "words"), SHELL_COMMANDS, ids=[f"{page_id(p)}: interlock {' '.join(w)}" for p, w in SHELL_COMMANDS]
+)
+def test_each_interlock_command_in_the_docs_is_one_the_cli_has(page: Path, words: list[str]) -> None:
+    path = [w for w in words if not w.startswith("-")][:2]
+    help_text = ""
+    for depth in (2, 1):
+        result = CliRunner().invoke(app, [*path[:depth], "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+        if result.exit_code == 0 and "No such command" not in result.output:
+            help_text = result.output
+            break
+    assert help_text, f"interlock {' '.join(path)} --help failed"
+    for option in (w.split("=", 1)[0] for w in words if w.startswith("--")):
+        assert option in help_text, f"{option} is not an option of interlock {' '.join(path)}"
+
+
+def test_each_json_block_parses() -> None:
+    for page in PAGES:
+        for code, line in runnable(page, "json"):
+            try:
+                json.loads(code)
+            except ValueError as error:
+                raise AssertionError(f"{page_id(page)}:{line}: {error}") from error
+
+
+def test_every_block_has_a_language_the_docs_test_knows() -> None:
+    known = {"", "python", "sh", "bash", "shell", "console", "json", "toml", "yaml", "text"}
+    found = [(page_id(p), line, lang) for p in PAGES for lang, _, line, _ in blocks(p.read_text())]
+    assert not [block for block in found if block[2] not in known]
