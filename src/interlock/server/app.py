@@ -528,7 +528,7 @@ def _api_router(state: AppState) -> APIRouter:
 
     async def answer_one(request_id: str, body: AnswerBody, caller: Principal) -> HumanRequest:
         request = await visible(request_id, caller)
-        if body.cancel:  # seed 001's withdrawal: the requester's to make, like /cancel
+        if body.cancel:  # a Novo-style withdrawal: the requester's to make, like /cancel
             if not can_cancel(caller, request):
                 raise ApiError(403, "forbidden", "only whoever made the request may cancel it")
         elif not can_answer(caller, request):
@@ -553,7 +553,7 @@ def _api_router(state: AppState) -> APIRouter:
         tags=["answers"],
     )
     async def answer_request(request_id: str, body: AnswerBody, caller: Caller) -> JSONResponse:
-        """Answer with `answers` by ask id, a bare `answer`, or seed 001's `inputResponses`;
+        """Answer with `answers` by ask id, a bare `answer`, or Novo-compatible `inputResponses`;
         `cancel: true` withdraws it instead."""
         return out(await answer_one(request_id, body, caller))
 

@@ -167,7 +167,7 @@ class RequestPage(BaseModel):
 
 
 class InputResponse(_Strict):
-    """Seed 001's answer to one prompt: an option, several options, or text."""
+    """A Novo-compatible answer to one prompt: an option, several options, or text."""
 
     model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
     request_id: str = Field(alias="requestId")
@@ -178,7 +178,7 @@ class InputResponse(_Strict):
 
 class AnswerBody(_Strict):
     """Answer natively (`answers` by ask id, or `answer` for a request with one ask), or
-    with seed 001's body (`inputResponses`, `reason`, `cancel`). The server records the
+    with the Novo-compatible body (`inputResponses`, `reason`, `cancel`). The server records the
     surface (`via`: "api") itself; `cancel` is the requester's, as on `/cancel`."""
 
     model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
