@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.responses import JSONResponse
+from fastapi.templating import Jinja2Templates
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..broker import MAX_EVENT_ID, LocalBroker
@@ -116,6 +117,7 @@ class Quotas:
 
 class AppState:
     quotas: Quotas
+    templates: Jinja2Templates  # the web inbox's, set when it is installed
 
     def __init__(
         self, broker: LocalBroker, auth: Auth, queue_size: int, keepalive: float, *, open_recipients: bool = False
