@@ -1,7 +1,8 @@
-"""The HTTP API: requests, answers, the event log and its live stream, health and metrics.
+"""The server's ASGI app: `create_app` composes the HTTP API (`api`, under /api/v1) and the
+web inbox (`web`) over one state, with health, metrics, middleware and error handlers.
 
-Every route goes through the Broker, so the rules are the same as in-process; this layer
-adds who may do what (`interlock.principals`) and the wire formats. Errors are RFC 9457
+Every route goes through the Broker, so the rules are the same as in-process; the routes
+add who may do what (`interlock.principals`) and the wire formats. Errors are RFC 9457
 problem details with a stable `code`: invalid_request, invalid_answer, not_found,
 already_settled, closed, unauthorized, forbidden, pending, too_large.
 
