@@ -5,9 +5,11 @@ an event's JSON. Both route modules import this one, and neither imports the oth
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
+from fastapi import Depends, Request
 from fastapi.responses import JSONResponse
+from fastapi.templating import Jinja2Templates
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..broker import MAX_EVENT_ID, LocalBroker
@@ -17,7 +19,19 @@ from .auth import Auth
 from .quotas import Quota, RateLimiter, StreamSlots
 from .stream import ACCESS_EVENTS, Hub
 
-__all__ = ["ApiError", "AppState", "Metrics", "Quotas", "can_see", "event_to_dict", "parse_event_id", "problem"]
+__all__ = [
+    "ApiError",
+    "AppState",
+    "Metrics",
+    "Quotas",
+    "State",
+    "TheBroker",
+    "app_state",
+    "can_see",
+    "event_to_dict",
+    "parse_event_id",
+    "problem",
+]
 
 
 def problem(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:
@@ -103,6 +117,7 @@ class Quotas:
 
 class AppState:
     quotas: Quotas
+    templates: Jinja2Templates  # the web inbox's, set when it is installed
 
     def __init__(
         self, broker: LocalBroker, auth: Auth, queue_size: int, keepalive: float, *, open_recipients: bool = False
@@ -115,3 +130,18 @@ class AppState:
         self.metrics = Metrics()
         self.hub.on_event.append(self.metrics.observe)
         self.keepalive = keepalive
+
+
+def app_state(request: Request) -> AppState:
+    """The app's state, for routes that take it as a dependency (`State`)."""
+    state: AppState = request.app.state.interlock
+    return state
+
+
+def app_broker(request: Request) -> LocalBroker:
+    """The app's broker, for routes that take it as a dependency (`TheBroker`)."""
+    return app_state(request).broker
+
+
+State = Annotated[AppState, Depends(app_state)]
+TheBroker = Annotated[LocalBroker, Depends(app_broker)]

@@ -45,7 +45,7 @@ from ..model import (
 from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE, Holder, check_csrf
-from .common import AppState, can_see, parse_event_id
+from .common import AppState, State, can_see, parse_event_id
 from .stream import Dropped
 
 __all__ = ["install_web"]
@@ -280,248 +280,274 @@ class Session:
 def install_web(app: FastAPI, state: AppState) -> None:
     """Add the web inbox to the app: `/`, sign-in, the live stream, request cards, assets."""
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
-    app.include_router(_router(state, _templates()))
+    state.templates = _templates()
+    app.include_router(router)
 
 
-def _router(state: AppState, templates: Jinja2Templates) -> APIRouter:
-    router = APIRouter(include_in_schema=False)
-    broker, auth = state.broker, state.auth
+router = APIRouter(include_in_schema=False)
 
-    async def session(http: HttpRequest) -> Session | None:
-        found = await auth.web_session(http)
-        if found is None or found.principal.kind == "agent":
-            return None
-        if not found.csrf:
-            cookie, csrf = auth.anonymous_cookie()
-            return Session(found.principal, csrf, cookie)
-        return Session(found.principal, found.csrf, holder=found.holder)
 
-    def page(
-        http: HttpRequest, name: str, context: dict[str, Any], status: int = 200, who: Session | None = None
-    ) -> HTMLResponse:
-        response = templates.TemplateResponse(
-            http,
-            name,
-            {"principal": who.principal if who else None, "csrf": who.csrf if who else "", "auth": auth.enabled}
-            | context,
-            status_code=status,
-            headers=_SECURITY_HEADERS,
+async def session(state: AppState, http: HttpRequest) -> Session | None:
+    found = await state.auth.web_session(http)
+    if found is None or found.principal.kind == "agent":
+        return None
+    if not found.csrf:
+        cookie, csrf = state.auth.anonymous_cookie()
+        return Session(found.principal, csrf, cookie)
+    return Session(found.principal, found.csrf, holder=found.holder)
+
+
+def page(
+    state: AppState,
+    http: HttpRequest,
+    name: str,
+    context: dict[str, Any],
+    status: int = 200,
+    who: Session | None = None,
+) -> HTMLResponse:
+    response = state.templates.TemplateResponse(
+        http,
+        name,
+        {"principal": who.principal if who else None, "csrf": who.csrf if who else "", "auth": state.auth.enabled}
+        | context,
+        status_code=status,
+        headers=_SECURITY_HEADERS,
+    )
+    if who is not None and who.new_cookie is not None:
+        _set_cookie(
+            http, response, SESSION_COOKIE, who.new_cookie, SESSION_MAX_AGE, "lax", "/", state.auth.secure(http)
         )
-        if who is not None and who.new_cookie is not None:
-            _set_cookie(http, response, SESSION_COOKIE, who.new_cookie, SESSION_MAX_AGE, "lax", "/", auth.secure(http))
-        return response
+    return response
 
-    def fragment_wanted(http: HttpRequest) -> bool:
-        return http.headers.get(FRAGMENT_HEADER) == "1"
 
-    def refusal(http: HttpRequest, status: int, message: str, who: Session | None = None) -> HTMLResponse:
-        name = "_notice.html" if fragment_wanted(http) else "error.html"
-        return page(http, name, {"message": message, "status": status}, status, who)
+def fragment_wanted(http: HttpRequest) -> bool:
+    return http.headers.get(FRAGMENT_HEADER) == "1"
 
-    def mine(who: Session, request: HumanRequest) -> bool:
-        return who.principal.kind == "admin" or request.to == who.principal.name
 
-    def card(http: HttpRequest, who: Session, request: HumanRequest, **extra: Any) -> HTMLResponse:
-        status = extra.pop("status", 200)
-        return page(http, "_request.html", {"r": request, "failure": None, "card_notice": None} | extra, status, who)
+def refusal(state: AppState, http: HttpRequest, status: int, message: str, who: Session | None = None) -> HTMLResponse:
+    name = "_notice.html" if fragment_wanted(http) else "error.html"
+    return page(state, http, name, {"message": message, "status": status}, status, who)
 
-    async def inbox_page(
-        http: HttpRequest, who: Session, *, failure: Failure | None = None, notice: str | None = None, status: int = 200
-    ) -> HTMLResponse:
-        name = who.principal.name
-        after = await broker.last_event_id()  # before reading, so the stream misses nothing
-        recipient: dict[str, Any] = {} if who.principal.kind == "admin" else {"recipient": name}
-        older = _cursor(http.query_params.get("older"))
-        pending = await broker.list(status=Status.PENDING, after=older, limit=PENDING_LIMIT, **recipient)
-        history: list[HumanRequest] = []
-        for settled in _SETTLED:
-            history.extend((await broker.list(status=settled, limit=HISTORY_LIMIT, **recipient)).items)
-        history.sort(key=lambda r: r.response.at if r.response else r.created_at, reverse=True)
-        recent = await broker.find_events(after=max(after - UPDATES_LOOKBACK, 0), limit=UPDATES_LOOKBACK)
-        updates = [
-            _update_view(e) for e in recent if e.id <= after and e.type == "informed" and _for_inbox(who.principal, e)
-        ]
-        context = {
-            "pending": pending.items,
-            "older": pending.next_cursor,
-            "paged": older is not None,
-            "history": history[:HISTORY_LIMIT],
-            "updates": updates[::-1][:UPDATES_LIMIT],
-            "after": after,
-            "failure": failure,
-            "notice": notice,
-        }
-        return page(http, "inbox.html", context, status, who)
 
-    @router.get("/", name="inbox", response_class=HTMLResponse)
-    async def inbox(http: HttpRequest) -> Response:
-        who = await session(http)
-        if who is None:
-            return RedirectResponse(http.url_for("signin"), status_code=303)
-        return await inbox_page(http, who)
+def mine(who: Session, request: HumanRequest) -> bool:
+    return who.principal.kind == "admin" or request.to == who.principal.name
 
-    @router.get("/signin", name="signin", response_class=HTMLResponse)
-    async def signin_form(http: HttpRequest) -> Response:
-        if not auth.enabled or await session(http) is not None:
-            return RedirectResponse(http.url_for("inbox"), status_code=303)
-        return signin_page(http)
 
-    def signin_page(http: HttpRequest, error: str = "", status: int = 200) -> HTMLResponse:
-        csrf = secrets.token_urlsafe(24)
-        response = page(http, "signin.html", {"error": error, "signin_csrf": csrf}, status)
-        _set_cookie(http, response, SIGNIN_COOKIE, csrf, 3600, "strict", "/signin", auth.secure(http))
-        return response
+def card(state: AppState, http: HttpRequest, who: Session, request: HumanRequest, **extra: Any) -> HTMLResponse:
+    status = extra.pop("status", 200)
+    return page(state, http, "_request.html", {"r": request, "failure": None, "card_notice": None} | extra, status, who)
 
-    @router.post("/signin", response_class=HTMLResponse)
-    async def signin(http: HttpRequest) -> Response:
-        if not auth.enabled:
-            return RedirectResponse(http.url_for("inbox"), status_code=303)
-        values = await _values(http)
-        try:  # the sign-in form's token is the one in the short-lived sign-in cookie (double submit)
-            check_csrf(http.cookies.get(SIGNIN_COOKIE, ""), values.get("csrf"))
-        except HTTPException as exc:
-            return signin_page(http, str(exc.detail), 403)
-        token = values.get("token").strip()
-        principal = await auth.from_token(token) if token else None
-        if principal is None:
-            return signin_page(http, "That token is unknown or has been revoked.", 401)
-        if principal.kind == "agent":
-            return signin_page(http, "That is an agent's token. Only people answer requests: use your own.", 403)
-        started = await auth.sign_in(token)
-        if started is None:  # revoked in the meantime
-            return signin_page(http, "That token is unknown or has been revoked.", 401)
-        response = RedirectResponse(http.url_for("inbox"), status_code=303)
-        _set_cookie(http, response, SESSION_COOKIE, started[0], SESSION_MAX_AGE, "lax", "/", auth.secure(http))
-        response.delete_cookie(SIGNIN_COOKIE, path="/signin")
-        return response
 
-    @router.post("/signout", name="signout")
-    async def signout(http: HttpRequest) -> Response:
-        who = await session(http)
-        if who is not None:
-            try:
-                check_csrf(who.csrf, (await _values(http)).get("csrf"))
-            except HTTPException as exc:
-                return refusal(http, 403, str(exc.detail), who)
-        response = RedirectResponse(http.url_for("signin" if auth.enabled else "inbox"), status_code=303)
-        if auth.enabled:
-            ended = await auth.sign_out(http)  # on the server: the old cookie opens nothing any more
-            if ended is not None:  # this node's streams end now; other nodes' when they read the event
-                state.hub.end_streams("signed_out", {"principal": ended.principal.name, "session": ended.id})
-            response.delete_cookie(SESSION_COOKIE, path="/", secure=auth.secure(http), httponly=True, samesite="lax")
-        return response
+async def inbox_page(
+    state: AppState,
+    http: HttpRequest,
+    who: Session,
+    *,
+    failure: Failure | None = None,
+    notice: str | None = None,
+    status: int = 200,
+) -> HTMLResponse:
+    name = who.principal.name
+    after = await state.broker.last_event_id()  # before reading, so the stream misses nothing
+    recipient: dict[str, Any] = {} if who.principal.kind == "admin" else {"recipient": name}
+    older = _cursor(http.query_params.get("older"))
+    pending = await state.broker.list(status=Status.PENDING, after=older, limit=PENDING_LIMIT, **recipient)
+    history: list[HumanRequest] = []
+    for settled in _SETTLED:
+        history.extend((await state.broker.list(status=settled, limit=HISTORY_LIMIT, **recipient)).items)
+    history.sort(key=lambda r: r.response.at if r.response else r.created_at, reverse=True)
+    recent = await state.broker.find_events(after=max(after - UPDATES_LOOKBACK, 0), limit=UPDATES_LOOKBACK)
+    updates = [
+        _update_view(e) for e in recent if e.id <= after and e.type == "informed" and _for_inbox(who.principal, e)
+    ]
+    context = {
+        "pending": pending.items,
+        "older": pending.next_cursor,
+        "paged": older is not None,
+        "history": history[:HISTORY_LIMIT],
+        "updates": updates[::-1][:UPDATES_LIMIT],
+        "after": after,
+        "failure": failure,
+        "notice": notice,
+    }
+    return page(state, http, "inbox.html", context, status, who)
 
-    @router.get("/inbox/stream", name="inbox_stream")
-    async def stream(http: HttpRequest, after: int | None = None) -> Response:
-        who = await session(http)
-        if who is None:
-            return Response("sign in first", status_code=401, media_type="text/plain")
-        try:  # here, before the stream's 200 goes out
-            start = parse_event_id(http.headers.get("last-event-id"))
-        except ValueError as exc:
-            return Response(str(exc), status_code=400, media_type="text/plain")
-        if after is not None and not 0 <= after <= MAX_EVENT_ID:
-            return Response(f"after must be between 0 and {MAX_EVENT_ID}", status_code=400, media_type="text/plain")
-        start = after if start is None else start
-        principal = who.principal
 
-        def accept(event: Event) -> bool:
-            return event.type in _INBOX_EVENTS and _for_inbox(principal, event)
+@router.get("/", name="inbox", response_class=HTMLResponse)
+async def inbox(http: HttpRequest, state: State) -> Response:
+    who = await session(state, http)
+    if who is None:
+        return RedirectResponse(http.url_for("signin"), status_code=303)
+    return await inbox_page(state, http, who)
 
-        async def still_valid() -> bool:
-            return await session(http) is not None
 
-        async def generate() -> AsyncIterator[ServerSentEvent]:
-            yield ServerSentEvent(comment="connected", retry=2000)
-            try:
-                holder = who.holder
-                follow = state.hub.replay_then_follow(
-                    accept, start, holder=holder, still_valid=still_valid if holder is not None else None
-                )
-                async for event in follow:
-                    data = {"id": event.id, "type": event.type, "request_id": event.request_id}
-                    yield ServerSentEvent(data=json.dumps(data), event=event.type, id=str(event.id))
-            except Dropped as exc:
-                yield ServerSentEvent(data=json.dumps({"reason": str(exc)}), event="dropped")
-
-        return state.quotas.streams.response(principal.name, generate(), ping=state.keepalive, send_timeout=30)
-
-    @router.get("/inbox/requests/{request_id}", name="inbox_request", response_class=HTMLResponse)
-    async def request_card(http: HttpRequest, request_id: str) -> Response:
-        who = await session(http)
-        if who is None:
-            return refusal(http, 401, "Your session has ended: sign in again.")
-        try:
-            request = await broker.get(request_id)
-        except NotFound:
-            return refusal(http, 404, "There is no such request.", who)
-        if not mine(who, request):
-            return refusal(http, 403, "This request is not in your inbox.", who)
-        return card(http, who, request)
-
-    @router.post("/inbox/requests/{request_id}", name="inbox_answer", response_class=HTMLResponse)
-    async def answer(http: HttpRequest, request_id: str) -> Response:
-        who = await session(http)
-        if who is None:
-            if fragment_wanted(http):
-                return refusal(http, 401, "Your session has ended: sign in again.")
-            return RedirectResponse(http.url_for("signin"), status_code=303)
-        values = await _values(http)
-        try:
-            check_csrf(who.csrf, values.get("csrf"))
-        except HTTPException as exc:
-            return refusal(http, 403, str(exc.detail), who)
-        try:
-            request = await broker.get(request_id)
-        except NotFound:
-            return refusal(http, 404, "There is no such request.", who)
-        if not mine(who, request):  # the same answer as the API's: it exists, and it is not yours
-            return refusal(http, 403, "This request is not in your inbox.", who)
-        if not can_answer(who.principal, request):
-            return refusal(http, 403, "You may not answer this request.", who)
-        action = values.get("action", "answer")
-        comment = values.get("comment").strip()
-        by = who.principal.name
-        try:
-            if request.status is not Status.PENDING:
-                done = False
-            elif action == "reject":
-                done = await broker.reject(request_id, comment, by=by, via="web")
-            elif action in ("approve", "deny") and is_approval(request):
-                verdict = Answers({request.asks[0].id: action == "approve"})
-                done = await broker.resolve(request_id, verdict, by=by, via="web", comment=comment)
-            else:
-                answers = await read_answers_off_loop(broker, request, values)
-                done = await broker.resolve(request_id, answers, by=by, via="web", comment=comment)
-        except InvalidAnswer as exc:
-            if isinstance(exc, FieldFault):
-                failure = Failure(request_id, exc.fault, exc.ask_id, values, exc.field)
-            else:
-                failure = Failure(request_id, str(exc), exc.ask_id, values)
-            if fragment_wanted(http):
-                return card(http, who, request, failure=failure, status=422)
-            return await inbox_page(http, who, failure=failure, status=422)
-        current = await broker.get(request_id)
-        if not done:
-            notice = f"This request is no longer pending: {outcome(current).lower()}."
-            if fragment_wanted(http):
-                return card(http, who, current, card_notice=notice, status=409)
-            return await inbox_page(http, who, notice=notice, status=409)
-        if fragment_wanted(http):
-            return card(http, who, current)
+@router.get("/signin", name="signin", response_class=HTMLResponse)
+async def signin_form(http: HttpRequest, state: State) -> Response:
+    if not state.auth.enabled or await session(state, http) is not None:
         return RedirectResponse(http.url_for("inbox"), status_code=303)
+    return signin_page(state, http)
 
-    @router.get("/inbox/updates/{event_id}", name="inbox_update", response_class=HTMLResponse)
-    async def update_card(http: HttpRequest, event_id: int) -> Response:
-        who = await session(http)
-        if who is None:
-            return refusal(http, 401, "Your session has ended: sign in again.")
-        found = await broker.find_events(after=max(event_id - 1, 0), limit=1) if 0 < event_id <= MAX_EVENT_ID else []
-        if found and found[0].id == event_id and found[0].type == "informed" and _for_inbox(who.principal, found[0]):
-            return page(http, "_update.html", {"u": _update_view(found[0])}, 200, who)
-        return refusal(http, 404, "There is no such update.", who)
 
-    return router
+def signin_page(state: AppState, http: HttpRequest, error: str = "", status: int = 200) -> HTMLResponse:
+    csrf = secrets.token_urlsafe(24)
+    response = page(state, http, "signin.html", {"error": error, "signin_csrf": csrf}, status)
+    _set_cookie(http, response, SIGNIN_COOKIE, csrf, 3600, "strict", "/signin", state.auth.secure(http))
+    return response
+
+
+@router.post("/signin", response_class=HTMLResponse)
+async def signin(http: HttpRequest, state: State) -> Response:
+    if not state.auth.enabled:
+        return RedirectResponse(http.url_for("inbox"), status_code=303)
+    values = await _values(http)
+    try:  # the sign-in form's token is the one in the short-lived sign-in cookie (double submit)
+        check_csrf(http.cookies.get(SIGNIN_COOKIE, ""), values.get("csrf"))
+    except HTTPException as exc:
+        return signin_page(state, http, str(exc.detail), 403)
+    token = values.get("token").strip()
+    principal = await state.auth.from_token(token) if token else None
+    if principal is None:
+        return signin_page(state, http, "That token is unknown or has been revoked.", 401)
+    if principal.kind == "agent":
+        return signin_page(state, http, "That is an agent's token. Only people answer requests: use your own.", 403)
+    started = await state.auth.sign_in(token)
+    if started is None:  # revoked in the meantime
+        return signin_page(state, http, "That token is unknown or has been revoked.", 401)
+    response = RedirectResponse(http.url_for("inbox"), status_code=303)
+    _set_cookie(http, response, SESSION_COOKIE, started[0], SESSION_MAX_AGE, "lax", "/", state.auth.secure(http))
+    response.delete_cookie(SIGNIN_COOKIE, path="/signin")
+    return response
+
+
+@router.post("/signout", name="signout")
+async def signout(http: HttpRequest, state: State) -> Response:
+    who = await session(state, http)
+    if who is not None:
+        try:
+            check_csrf(who.csrf, (await _values(http)).get("csrf"))
+        except HTTPException as exc:
+            return refusal(state, http, 403, str(exc.detail), who)
+    response = RedirectResponse(http.url_for("signin" if state.auth.enabled else "inbox"), status_code=303)
+    if state.auth.enabled:
+        ended = await state.auth.sign_out(http)  # on the server: the old cookie opens nothing any more
+        if ended is not None:  # this node's streams end now; other nodes' when they read the event
+            state.hub.end_streams("signed_out", {"principal": ended.principal.name, "session": ended.id})
+        response.delete_cookie(SESSION_COOKIE, path="/", secure=state.auth.secure(http), httponly=True, samesite="lax")
+    return response
+
+
+@router.get("/inbox/stream", name="inbox_stream")
+async def stream(http: HttpRequest, state: State, after: int | None = None) -> Response:
+    who = await session(state, http)
+    if who is None:
+        return Response("sign in first", status_code=401, media_type="text/plain")
+    try:  # here, before the stream's 200 goes out
+        start = parse_event_id(http.headers.get("last-event-id"))
+    except ValueError as exc:
+        return Response(str(exc), status_code=400, media_type="text/plain")
+    if after is not None and not 0 <= after <= MAX_EVENT_ID:
+        return Response(f"after must be between 0 and {MAX_EVENT_ID}", status_code=400, media_type="text/plain")
+    start = after if start is None else start
+    principal = who.principal
+
+    def accept(event: Event) -> bool:
+        return event.type in _INBOX_EVENTS and _for_inbox(principal, event)
+
+    async def still_valid() -> bool:
+        return await session(state, http) is not None
+
+    async def generate() -> AsyncIterator[ServerSentEvent]:
+        yield ServerSentEvent(comment="connected", retry=2000)
+        try:
+            holder = who.holder
+            follow = state.hub.replay_then_follow(
+                accept, start, holder=holder, still_valid=still_valid if holder is not None else None
+            )
+            async for event in follow:
+                data = {"id": event.id, "type": event.type, "request_id": event.request_id}
+                yield ServerSentEvent(data=json.dumps(data), event=event.type, id=str(event.id))
+        except Dropped as exc:
+            yield ServerSentEvent(data=json.dumps({"reason": str(exc)}), event="dropped")
+
+    return state.quotas.streams.response(principal.name, generate(), ping=state.keepalive, send_timeout=30)
+
+
+@router.get("/inbox/requests/{request_id}", name="inbox_request", response_class=HTMLResponse)
+async def request_card(http: HttpRequest, state: State, request_id: str) -> Response:
+    who = await session(state, http)
+    if who is None:
+        return refusal(state, http, 401, "Your session has ended: sign in again.")
+    try:
+        request = await state.broker.get(request_id)
+    except NotFound:
+        return refusal(state, http, 404, "There is no such request.", who)
+    if not mine(who, request):
+        return refusal(state, http, 403, "This request is not in your inbox.", who)
+    return card(state, http, who, request)
+
+
+@router.post("/inbox/requests/{request_id}", name="inbox_answer", response_class=HTMLResponse)
+async def answer(http: HttpRequest, state: State, request_id: str) -> Response:
+    who = await session(state, http)
+    if who is None:
+        if fragment_wanted(http):
+            return refusal(state, http, 401, "Your session has ended: sign in again.")
+        return RedirectResponse(http.url_for("signin"), status_code=303)
+    values = await _values(http)
+    try:
+        check_csrf(who.csrf, values.get("csrf"))
+    except HTTPException as exc:
+        return refusal(state, http, 403, str(exc.detail), who)
+    try:
+        request = await state.broker.get(request_id)
+    except NotFound:
+        return refusal(state, http, 404, "There is no such request.", who)
+    if not mine(who, request):  # the same answer as the API's: it exists, and it is not yours
+        return refusal(state, http, 403, "This request is not in your inbox.", who)
+    if not can_answer(who.principal, request):
+        return refusal(state, http, 403, "You may not answer this request.", who)
+    action = values.get("action", "answer")
+    comment = values.get("comment").strip()
+    by = who.principal.name
+    try:
+        if request.status is not Status.PENDING:
+            done = False
+        elif action == "reject":
+            done = await state.broker.reject(request_id, comment, by=by, via="web")
+        elif action in ("approve", "deny") and is_approval(request):
+            verdict = Answers({request.asks[0].id: action == "approve"})
+            done = await state.broker.resolve(request_id, verdict, by=by, via="web", comment=comment)
+        else:
+            answers = await read_answers_off_loop(state.broker, request, values)
+            done = await state.broker.resolve(request_id, answers, by=by, via="web", comment=comment)
+    except InvalidAnswer as exc:
+        if isinstance(exc, FieldFault):
+            failure = Failure(request_id, exc.fault, exc.ask_id, values, exc.field)
+        else:
+            failure = Failure(request_id, str(exc), exc.ask_id, values)
+        if fragment_wanted(http):
+            return card(state, http, who, request, failure=failure, status=422)
+        return await inbox_page(state, http, who, failure=failure, status=422)
+    current = await state.broker.get(request_id)
+    if not done:
+        notice = f"This request is no longer pending: {outcome(current).lower()}."
+        if fragment_wanted(http):
+            return card(state, http, who, current, card_notice=notice, status=409)
+        return await inbox_page(state, http, who, notice=notice, status=409)
+    if fragment_wanted(http):
+        return card(state, http, who, current)
+    return RedirectResponse(http.url_for("inbox"), status_code=303)
+
+
+@router.get("/inbox/updates/{event_id}", name="inbox_update", response_class=HTMLResponse)
+async def update_card(http: HttpRequest, state: State, event_id: int) -> Response:
+    who = await session(state, http)
+    if who is None:
+        return refusal(state, http, 401, "Your session has ended: sign in again.")
+    found = await state.broker.find_events(after=max(event_id - 1, 0), limit=1) if 0 < event_id <= MAX_EVENT_ID else []
+    if found and found[0].id == event_id and found[0].type == "informed" and _for_inbox(who.principal, found[0]):
+        return page(state, http, "_update.html", {"u": _update_view(found[0])}, 200, who)
+    return refusal(state, http, 404, "There is no such update.", who)
 
 
 def _for_inbox(principal: Principal, event: Event) -> bool:

@@ -1,0 +1,571 @@
+"""The HTTP API under /api/v1: requests, answers, the event log and its live stream.
+
+Each route takes what it needs (the broker, the app's state, the caller) as FastAPI
+dependencies that read the app's state, so the router is a module-level one that
+`create_app` includes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from ..approvals import mark, unmarked
+from ..broker import MAX_EVENT_ID, LocalBroker
+from ..errors import AlreadySettled, InvalidAnswer, InvalidRequest, NotFound
+from ..model import Event, Status, origin_from_dict, request_to_dict
+from ..model import Request as HumanRequest
+from ..principals import Principal, can_answer, can_cancel, can_read
+from ..wire import problem_of
+from .answers import decide
+from .common import ApiError, AppState, State, TheBroker, app_state, can_see, event_to_dict, parse_event_id
+from .schemas import (
+    AnswerBody,
+    BatchAnswerBody,
+    BatchResult,
+    CancelBody,
+    CloseBody,
+    ConsumeBody,
+    ConsumeResult,
+    CreateBody,
+    EventModel,
+    EventPage,
+    InformBody,
+    Problem,
+    RejectBody,
+    ReopenBody,
+    Reopened,
+    RequestModel,
+    RequestPage,
+)
+from .stream import Dropped
+
+__all__ = ["PROBLEMS", "Caller", "router"]
+
+PROBLEMS = {
+    400: "the body is not valid JSON, or (an answer) does not fit its asks",
+    404: "no such request",
+    408: "still pending when the time ran out",
+    409: "the request is no longer pending (`already_settled`), or its channel is closed (`closed`)",
+    413: "the body is too large",
+    422: "the body or a parameter does not fit the schema, or is refused (`invalid_request`)",
+    429: "a quota of yours is used up (`rate_limited`); `Retry-After` says when to try again",
+}
+
+
+def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` of a route for the problems it can answer with."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        out[status] = {"model": Problem, "description": PROBLEMS[status]}
+        if status == 429:
+            out[status]["headers"] = {
+                "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 1}}
+            }
+    return out
+
+
+def _rate_limited(which: Literal["creates", "updates"], what: str) -> Callable[..., Any]:
+    """A route dependency that takes one of the caller's `which` tokens, or answers 429."""
+
+    async def check(request: Request, caller: Caller) -> None:
+        limiter = getattr(app_state(request).quotas, which)
+        if limiter is not None:
+            limiter.take(caller.name, what)
+
+    return check
+
+
+async def _caller(request: Request) -> Principal:
+    return await app_state(request).auth.api_principal(request)
+
+
+Caller = Annotated[Principal, Depends(_caller)]
+
+
+router = APIRouter()
+
+
+def out(request: HumanRequest) -> JSONResponse:
+    return JSONResponse(request_to_dict(request))
+
+
+async def visible(broker: LocalBroker, request_id: str, principal: Principal) -> HumanRequest:
+    request = await broker.get(request_id)
+    if not can_read(principal, request):
+        raise ApiError(403, "forbidden", "this request is neither to you nor from you")
+    return request
+
+
+async def settled_or_conflict(broker: LocalBroker, request_id: str, done: bool) -> HumanRequest:
+    current = await broker.get(request_id)
+    if not done:
+        raise AlreadySettled(request_id, current.status.value)
+    return current
+
+
+@router.post(
+    "/requests",
+    status_code=201,
+    response_model=RequestModel,
+    responses={
+        200: {"model": RequestModel, "description": "the first request with this idempotency key"},
+        **_problems(400, 409, 413, 422, 429),
+    },
+    dependencies=[Depends(_rate_limited("creates", "requests created"))],
+    tags=["requests"],
+)
+async def create_request(
+    body: CreateBody,
+    caller: Caller,
+    broker: TheBroker,
+    state: State,
+    http: Request,
+    wait: Annotated[
+        float | None,
+        Query(ge=0, le=300, description="hold the call up to this many seconds for the request to settle"),
+    ] = None,
+) -> JSONResponse:
+    """Ask a person. Without `to` the request goes to the caller's own inbox: an agent's
+    owner's, or the person's own. With `wait`, a long poll: the answer is the request
+    once it settles, or as it is (pending) when `wait` runs out; a client that hangs up
+    meanwhile withdraws it, as a waiting call that is cut does."""
+    response = await create(state, body, caller)
+    if wait is None or wait <= 0:
+        return response
+    created = json.loads(bytes(response.body))
+    if created["status"] != Status.PENDING:
+        return response
+    settled = await _watch_unless_gone(broker, http, created["id"], wait)
+    return JSONResponse(request_to_dict(settled), status_code=response.status_code)
+
+
+async def create(state: AppState, body: CreateBody, caller: Principal, *, gate: bool = False) -> JSONResponse:
+    """Store a request from `caller`; with `gate`, one marked as an approval gate's own."""
+    broker = state.broker
+    to = body.to
+    if to is None and caller.kind == "agent":
+        to = caller.owner
+    elif to is None and caller.kind == "human":
+        to = caller.name
+    if caller.kind != "admin" and not to:
+        raise ApiError(422, "invalid_request", "name the recipient in `to`")
+    if to is not None and not state.open_recipients and to not in state.known_recipients:
+        if await broker.principals.get_principal(to) is None:
+            raise ApiError(422, "invalid_request", f"to: there is no human or agent named {to!r} here")
+        state.known_recipients.add(to)
+    asks = await broker.build_asks([a.model_dump(by_alias=True) for a in body.asks])
+    origin = origin_from_dict(body.origin.model_dump(exclude_none=True))
+    if caller.kind == "agent" and origin.agent is None:
+        origin = replace(origin, agent=caller.name)
+    prepared = broker.prepare(
+        asks,
+        kind=body.kind,
+        to=to,
+        title=body.title,
+        details=body.details,
+        context=body.context,
+        timeout=body.timeout,
+        requester=body.requester if caller.kind == "admin" else caller.name,
+        idempotency_key=body.idempotency_key,
+        origin=origin,
+    )
+    request, created = await broker.submit(mark(prepared) if gate else prepared)
+    return JSONResponse(request_to_dict(request), status_code=201 if created else 200)
+
+
+@router.post(
+    "/approvals",
+    status_code=201,
+    response_model=RequestModel,
+    responses={
+        200: {"model": RequestModel, "description": "the first request with this idempotency key"},
+        **_problems(400, 409, 413, 422, 429),
+    },
+    dependencies=[Depends(_rate_limited("creates", "requests created"))],
+    tags=["requests"],
+)
+async def create_approval(body: CreateBody, caller: Caller, state: State) -> JSONResponse:
+    """Ask approval for a tool call as an approval gate does (`interlock.connect(url)` in
+    an agent's process sends its gate's requests here). The server marks the request as a
+    gate approval (`context.kind` = `interlock.approval`, which `POST /requests` refuses)
+    and records you as its requester; a gate trusts only the approvals its own principal
+    made. `kind` must be `approval` and `context` an object."""
+    if body.kind != "approval":
+        raise ApiError(422, "invalid_request", "kind: a gate approval has kind 'approval'")
+    return await create(state, body.model_copy(update={"context": unmarked(body.context)}), caller, gate=True)
+
+
+@router.post(
+    "/requests/{request_id}/consume",
+    response_model=ConsumeResult,
+    responses=_problems(400, 404, 422),
+    tags=["requests"],
+)
+async def consume_request(
+    request_id: str, caller: Caller, broker: TheBroker, body: ConsumeBody | None = None
+) -> dict[str, Any]:
+    """Spend an answered request you made, once: `consumed` is true for the one call, on
+    any node, that does, and false when it is not answered or was consumed already. An
+    approval gate runs a tool call only on an approval it consumed."""
+    request = await visible(broker, request_id, caller)
+    if caller.kind != "admin" and caller.name != request.requester:
+        raise ApiError(403, "forbidden", "only whoever made the request may consume it")
+    by = (body.by if body is not None else None) if caller.kind == "admin" else caller.name
+    return {"id": request_id, "consumed": await broker.consume(request_id, by=by)}
+
+
+@router.get("/requests", response_model=RequestPage, responses=_problems(422), tags=["requests"])
+async def list_requests(
+    caller: Caller,
+    broker: TheBroker,
+    status: Annotated[Literal["pending", "answered", "rejected", "expired", "cancelled"] | None, Query()] = None,
+    kind: Annotated[Literal["question", "approval"] | None, Query()] = None,
+    recipient: str | None = None,
+    requester: str | None = None,
+    session: str | None = None,
+    channel: str | None = None,
+    agent: str | None = None,
+    run: str | None = None,
+    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    order: Literal["desc", "asc"] = "desc",
+) -> JSONResponse:
+    """Your inbox (requests to you) or, with `requester` set to you, what you asked."""
+    if caller.kind != "admin":
+        if requester is None and recipient is None:
+            if caller.kind == "agent":
+                requester = caller.name
+            else:
+                recipient = caller.name
+        if (recipient is not None and recipient != caller.name) or (requester is not None and requester != caller.name):
+            raise ApiError(403, "forbidden", "you may list only requests to you or from you")
+    page = await broker.list(
+        recipient=recipient,
+        requester=requester,
+        status=status,
+        kind=kind,
+        session=session,
+        channel=channel,
+        agent=agent,
+        run=run,
+        after=cursor,
+        limit=limit,
+        order=order,
+    )
+    return JSONResponse({"items": [request_to_dict(r) for r in page.items], "next_cursor": page.next_cursor})
+
+
+@router.get("/requests/{request_id}", response_model=RequestModel, responses=_problems(404), tags=["requests"])
+async def get_request(request_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
+    return out(await visible(broker, request_id, caller))
+
+
+@router.get(
+    "/requests/{request_id}/wait",
+    response_model=RequestModel,
+    responses=_problems(404, 408, 422),
+    tags=["requests"],
+)
+async def wait_request(
+    request_id: str, caller: Caller, broker: TheBroker, timeout: Annotated[float, Query(ge=0, le=300)] = 30
+) -> JSONResponse:
+    """Long poll: the request once it settles, or 408 `pending` when `timeout` passes."""
+    await visible(broker, request_id, caller)
+    request = await broker.watch(request_id, timeout=timeout)
+    if request.status is Status.PENDING:
+        raise ApiError(408, "pending", f"request {request_id} is still pending", current_status="pending")
+    return out(request)
+
+
+async def answer_one(broker: LocalBroker, request_id: str, body: AnswerBody, caller: Principal) -> HumanRequest:
+    request = await visible(broker, request_id, caller)
+    if body.cancel:  # a Novo-style withdrawal: the requester's to make, like /cancel
+        if not can_cancel(caller, request):
+            raise ApiError(403, "forbidden", "only whoever made the request may cancel it")
+    elif not can_answer(caller, request):
+        raise ApiError(403, "forbidden", "only the human the request is to may answer it")
+    if request.status is not Status.PENDING:
+        raise AlreadySettled(request_id, request.status.value)
+    try:
+        decision = decide(request, body)
+    except InvalidAnswer as exc:
+        raise ApiError(400, "invalid_answer", str(exc), ask_id=exc.ask_id) from None
+    by = body.by if caller.kind == "admin" else caller.name
+    if decision.cancel:
+        done = await broker.cancel(request_id, body.reason, by=by, via="api")
+    else:
+        done = await broker.resolve(request_id, decision.value, by=by, via="api", comment=body.reason)
+    return await settled_or_conflict(broker, request_id, done)
+
+
+@router.post(
+    "/requests/{request_id}/answer",
+    response_model=RequestModel,
+    responses=_problems(400, 404, 409, 413, 422),
+    tags=["answers"],
+)
+async def answer_request(request_id: str, body: AnswerBody, caller: Caller, broker: TheBroker) -> JSONResponse:
+    """Answer with `answers` by ask id, a bare `answer`, or Novo-compatible `inputResponses`;
+    `cancel: true` withdraws it instead."""
+    return out(await answer_one(broker, request_id, body, caller))
+
+
+@router.post("/answers", response_model=list[BatchResult], responses=_problems(400, 413, 422), tags=["answers"])
+async def answer_batch(body: BatchAnswerBody, caller: Caller, broker: TheBroker) -> list[dict[str, Any]]:
+    """Answer several requests; each result stands on its own."""
+    results = []
+    for item in body.items:
+        fields = item.model_dump(exclude={"id"}, exclude_unset=True, by_alias=True)
+        try:
+            settled = await answer_one(broker, item.id, AnswerBody.model_validate(fields), caller)
+            results.append({"id": item.id, "ok": True, "status": settled.status.value})
+        except (ApiError, InvalidAnswer, InvalidRequest, NotFound, AlreadySettled) as exc:
+            results.append({"id": item.id, "ok": False, "error": _error_of(exc)})
+    return results
+
+
+@router.post(
+    "/requests/{request_id}/reject",
+    response_model=RequestModel,
+    responses=_problems(400, 404, 409, 413, 422),
+    tags=["answers"],
+)
+async def reject_request(request_id: str, body: RejectBody, caller: Caller, broker: TheBroker) -> JSONResponse:
+    request = await visible(broker, request_id, caller)
+    if not can_answer(caller, request):
+        raise ApiError(403, "forbidden", "only the human the request is to may reject it")
+    by = None if caller.kind == "admin" else caller.name
+    done = await broker.reject(request_id, body.reason, by=by, via="api")
+    return out(await settled_or_conflict(broker, request_id, done))
+
+
+@router.post(
+    "/requests/{request_id}/cancel",
+    response_model=RequestModel,
+    responses=_problems(400, 404, 409, 413, 422),
+    tags=["requests"],
+)
+async def cancel_request(request_id: str, body: CancelBody, caller: Caller, broker: TheBroker) -> JSONResponse:
+    """Withdraw a request you made."""
+    request = await visible(broker, request_id, caller)
+    if not can_cancel(caller, request):
+        raise ApiError(403, "forbidden", "only whoever made the request may cancel it")
+    by = None if caller.kind == "admin" else caller.name
+    if body.cause == "released":
+        done = await broker.release(request_id)
+    else:
+        done = await broker.cancel(request_id, body.reason, by=by, cause=body.cause, via="api")
+    return out(await settled_or_conflict(broker, request_id, done))
+
+
+@router.post(
+    "/requests/{request_id}/expire", response_model=RequestModel, responses=_problems(404, 409), tags=["requests"]
+)
+async def expire_request(request_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
+    """Expire a request you made now (a waiting client whose own time ran out)."""
+    request = await visible(broker, request_id, caller)
+    if not can_cancel(caller, request):
+        raise ApiError(403, "forbidden", "only whoever made the request may expire it")
+    return out(await settled_or_conflict(broker, request_id, await broker.expire(request_id)))
+
+
+@router.post("/close", response_model=list[RequestModel], responses=_problems(400, 413, 422), tags=["requests"])
+async def close_channel(body: CloseBody, caller: Caller, broker: TheBroker) -> list[dict[str, Any]]:
+    """Close a channel: withdraw its pending requests and refuse later creates there,
+    on every node, until `/reopen`. An admin (a server without auth) closes it for
+    everyone; anyone else closes it for their own requests. Without a channel, withdraw
+    the pending requests (all of them for an admin, else yours) and refuse nothing."""
+    requester = None if caller.kind == "admin" else caller.name
+    if body.channel is not None:
+        before = await broker.pending(channel=body.channel, **({"requester": requester} if requester else {}))
+        await broker.close(body.channel, requester=requester)
+        return [request_to_dict(r) for i in before if (r := await broker.get(i)).status is not Status.PENDING]
+    withdrawn = []
+    for request_id in await broker.pending(**({"requester": requester} if requester else {})):
+        if await broker.cancel(request_id, "the channel was closed", by=requester, cause="closed", via="api"):
+            withdrawn.append(request_to_dict(await broker.get(request_id)))
+    return withdrawn
+
+
+@router.post("/reopen", response_model=Reopened, responses=_problems(400, 413, 422), tags=["requests"])
+async def reopen_channel(body: ReopenBody, caller: Caller, broker: TheBroker) -> dict[str, Any]:
+    """Take back a `/close` of the channel (yours; every closure of it for an admin), so
+    requests can be created there again."""
+    requester = None if caller.kind == "admin" else caller.name
+    return {"channel": body.channel, "reopened": await broker.reopen(body.channel, requester=requester)}
+
+
+@router.post(
+    "/inform",
+    status_code=201,
+    response_model=EventModel,
+    responses=_problems(400, 413, 422, 429),
+    dependencies=[Depends(_rate_limited("updates", "updates sent"))],
+    tags=["events"],
+)
+async def inform(body: InformBody, caller: Caller, broker: TheBroker) -> dict[str, Any]:
+    """Record a progress update for a person; nothing waits for it. The update's
+    `agent` is the calling agent (the body's is honoured only without auth)."""
+    to = body.to or (caller.owner if caller.kind == "agent" else None)
+    agent = body.agent if caller.kind == "admin" else (caller.name if caller.kind == "agent" else None)
+    event = await broker.inform(
+        body.message,
+        to=to,
+        session=body.session,
+        agent=agent,
+        run=body.run,
+        data=body.data,
+        by=None if caller.kind == "admin" else caller.name,
+    )
+    return event_to_dict(event)
+
+
+def event_filter(
+    caller: Principal, request: str | None, session: str | None, run: str | None
+) -> Callable[[Event], bool]:
+    def accept(event: Event) -> bool:
+        if not can_see(caller, event):
+            return False
+        origin = event.request.origin if event.request is not None else None
+        if request is not None and event.request_id != request:
+            return False
+        if session is not None and (origin.session if origin else event.data.get("session")) != session:
+            return False
+        return run is None or (origin.run if origin else event.data.get("run")) == run
+
+    return accept
+
+
+@router.get("/events", response_model=EventPage, responses=_problems(422), tags=["events"])
+async def events(
+    caller: Caller,
+    broker: TheBroker,
+    after: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,
+    limit: Annotated[int, Query(ge=0, le=1000)] = 500,
+    request: str | None = None,
+    session: str | None = None,
+    run: str | None = None,
+) -> dict[str, Any]:
+    """The event log after `after`, oldest first, as far as you may see it."""
+    last = await broker.last_event_id()
+    page = await broker.find_events(
+        after=after,
+        until=last,
+        limit=limit,
+        involving=None if caller.kind == "admin" else caller.name,
+        request=request,
+        session=session,
+        run=run,
+    )
+    if limit > 0 and len(page) == limit:
+        last = page[-1].id  # a full page: continue from here
+    return {"events": [event_to_dict(e) for e in page], "last_event_id": last}
+
+
+@router.get(
+    "/events/stream",
+    response_class=EventSourceResponse,
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "server-sent events"},
+        **_problems(422, 429),
+    },
+    tags=["events"],
+)
+async def stream(
+    caller: Caller,
+    broker: TheBroker,
+    state: State,
+    http: Request,
+    request: str | None = None,
+    session: str | None = None,
+    run: str | None = None,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_EVENT_ID, description="replay from here; Last-Event-ID wins")
+    ] = None,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> EventSourceResponse:
+    """Live events as server-sent events. Each `id` is the event's id: reconnect with
+    `Last-Event-ID` and exactly the missed events are replayed, in order, once."""
+    try:  # here, before the stream's 200 goes out
+        start = parse_event_id(last_event_id)
+    except ValueError as exc:
+        raise ApiError(400, "invalid_request", str(exc)) from None
+    start = after if start is None else start
+    accept = event_filter(caller, request, session, run)
+    holder = state.auth.holder(http)
+    token = http.headers.get("authorization", "").partition(" ")[2].strip()
+
+    async def still_valid() -> bool:
+        return await state.auth.from_token(token) is not None
+
+    async def replay(cursor: int) -> AsyncIterator[Event]:
+        """The stored events this stream shows, a page at a time from indexes."""
+        involving = None if caller.kind == "admin" else caller.name
+        while True:
+            page = await broker.find_events(
+                after=cursor, limit=500, involving=involving, request=request, session=session, run=run
+            )
+            for event in page:
+                yield event
+            if len(page) < 500:
+                return
+            cursor = page[-1].id
+
+    async def generate() -> AsyncIterator[ServerSentEvent]:
+        yield ServerSentEvent(comment="connected", retry=2000)
+        try:
+            follow = state.hub.replay_then_follow(
+                accept, start, replay, holder=holder, still_valid=still_valid if holder is not None else None
+            )
+            async for event in follow:
+                yield ServerSentEvent(data=state.hub.encoded(event), event=event.type, id=str(event.id))
+        except Dropped as exc:
+            yield ServerSentEvent(data=json.dumps({"reason": str(exc)}), event="dropped")
+
+    # No per-send timeout: it costs a cancel scope per event per subscriber, and a
+    # subscriber that stops reading is dropped by its bounded queue instead.
+    return state.quotas.streams.response(caller.name, generate(), ping=state.keepalive)
+
+
+@router.get("/whoami", tags=["principals"])
+async def whoami(caller: Caller) -> dict[str, Any]:
+    return {"name": caller.name, "kind": caller.kind, "owner": caller.owner}
+
+
+async def _watch_unless_gone(broker: LocalBroker, http: Request, request_id: str, timeout: float) -> HumanRequest:
+    """Watch a request for up to `timeout` seconds; if the client hangs up first, withdraw it."""
+    watching = asyncio.ensure_future(broker.watch(request_id, timeout=timeout))
+    gone = asyncio.ensure_future(_disconnected(http))
+    try:
+        await asyncio.wait((watching, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not watching.done():
+            watching.cancel()
+    if watching.done() and not watching.cancelled():
+        return watching.result()
+    await broker.cancel(request_id, "the waiting call was cancelled", cause="withdrawn", via="api")
+    return await broker.get(request_id)
+
+
+async def _disconnected(http: Request) -> None:
+    """Return when the client hangs up (the body was read already: only a disconnect comes)."""
+    while (await http.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _error_of(exc: Exception) -> dict[str, Any]:
+    if isinstance(exc, ApiError):
+        return {"code": exc.code, "status": exc.status, "detail": exc.detail, **exc.extra}
+    found = problem_of(exc)
+    assert found is not None  # the batch catches the table's exceptions only
+    status, code, extra = found
+    return {"code": code, "status": status, "detail": str(exc), **extra}
