@@ -76,6 +76,7 @@ class OriginFields(TypedDict, total=False):
     run: str | None
     correlation_id: str | None
     delegation: Sequence[str] | None
+    channel_type: str | None
 
 
 class CreateFields(OriginFields, total=False):
@@ -275,8 +276,12 @@ class Broker(ABC):
         return request
 
     async def create_detached(self, asks: Ask | Sequence[Ask], **fields: Unpack[CreateFields]) -> Request:
-        """Like `create`, for a request nobody will `wait` on; free it with `release`."""
-        request = await self.create(asks, **fields)
+        """Like `create`, for a request nobody will `wait` on; free it with `release`.
+
+        The request is marked `detached`: a waiting call on it that is cancelled leaves it
+        pending (its creator owns it), in this process or any other.
+        """
+        request, _ = await self.submit(replace(self.prepare(asks, **fields), detached=True))
         self._detached.add(request.id)
         return request
 
@@ -545,6 +550,7 @@ class LocalBroker(Broker):
                 request = await self._await_settled(request, fut, delay)
         finally:
             self._drop_waiter(request_id, fut)
+        self.store.note_read(request.id)
         return _outcome(request)
 
     async def _await_settled(self, request: Request, fut: asyncio.Future[Request], delay: float | None) -> Request:
@@ -561,7 +567,7 @@ class LocalBroker(Broker):
                 return expired
             return await self._current(request.id)
         except asyncio.CancelledError:
-            if self._state == "open" and request.id not in self._detached:
+            if self._state == "open" and not request.detached and request.id not in self._detached:
                 # Shielded: a cancel scope that cancels again must not cut the withdrawal short.
                 withdrawal = self._spawn(self._withdraw(request, "withdrawn", "the waiting call was cancelled"))
                 with contextlib.suppress(asyncio.CancelledError):
@@ -663,7 +669,9 @@ class LocalBroker(Broker):
         check_text(reason, "reason", self.limits.max_reason_length)
         check_text(by, "by", self.limits.max_name_length)
         response = Response(datetime.now(UTC), by=by, via=via, reason=reason, cause=cause)
-        return await self._give_up(request_id, Status.CANCELLED, response)
+        # A waiting call that was cut withdraws its request, unless the request is detached:
+        # its creator owns it, whichever process waited.
+        return await self._give_up(request_id, Status.CANCELLED, response, spare_detached=cause == "withdrawn")
 
     async def expire(self, request_id: str) -> bool:
         """Expire a pending request now, as if its deadline had passed."""
@@ -672,12 +680,17 @@ class LocalBroker(Broker):
     async def release(self, request_id: str) -> bool:
         """Free a detached request. Still pending, it is withdrawn so a stray waiter unblocks.
 
-        True if this call withdrew it. Settled records are kept (durably, or in the
-        memory retention), so a late `wait` still replays them.
+        True if this call dropped one: it withdrew the request, or the request was one this
+        broker created detached and had not released yet (answered meanwhile, say). A
+        second release returns False. Settled records are kept (durably, or in the memory
+        retention as read outcomes), so a late `wait` still replays them.
         """
+        owned = request_id in self._detached
         self._detached.discard(request_id)
         response = Response(datetime.now(UTC), via="python", reason="released by its creator", cause="released")
-        return await self._give_up(request_id, Status.CANCELLED, response)
+        withdrew = await self._give_up(request_id, Status.CANCELLED, response)
+        self.store.note_read(request_id)
+        return withdrew or owned
 
     async def consume(self, request_id: str, *, by: str | None = None) -> bool:
         """Spend an answered request once: True for the one call, in any process, that does.
@@ -700,12 +713,14 @@ class LocalBroker(Broker):
             await self.open()
         return self.store.requester_of(requester)
 
-    async def _give_up(self, request_id: str, status: Status, response: Response) -> bool:
+    async def _give_up(
+        self, request_id: str, status: Status, response: Response, *, spare_detached: bool = False
+    ) -> bool:
         if self._state != "open":
             await self.open()
         _check_id(request_id)
         request = await self.store.get(request_id, fresh=False)
-        if request is None or request.status is not Status.PENDING:
+        if request is None or request.status is not Status.PENDING or (spare_detached and request.detached):
             return False
         return await self._settle(request.settle(status, response))
 
@@ -750,7 +765,6 @@ class LocalBroker(Broker):
         stored = await self.store.settle(settled)
         if stored is None:
             return False
-        self._detached.discard(stored.id)
         self._wake(stored)
         self._changed_now()
         return True
@@ -924,7 +938,6 @@ class LocalBroker(Broker):
         now = datetime.now(UTC)
         expired = await self.store.settle_pending(Status.EXPIRED, Response(now, via="expiry"), due=now)
         for request in expired:
-            self._detached.discard(request.id)
             self._wake(request)
         if expired:
             self._changed_now()

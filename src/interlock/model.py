@@ -1041,6 +1041,9 @@ class Origin:
     correlation_id: str | None = None
     delegation: tuple[str, ...] | None = None
     """The agents that delegated down to `agent`, the root conversation's agent first."""
+    channel_type: str | None = None
+    """The kind of door the request came through, as the host names it (`text`,
+    `realtime_voice`, `conference`, ...): hooks and notifications can adapt to it."""
 
 
 NO_ORIGIN = Origin()
@@ -1081,6 +1084,8 @@ class Request:
     expires_at: datetime | None = None
     idempotency_key: str | None = None
     response: Response | None = None
+    detached: bool = False
+    """Created with `create_detached`: nobody waits on it, its creator frees it with `release`."""
 
     @property
     def answer(self) -> Any:
@@ -1112,6 +1117,7 @@ class Request:
             self.expires_at,
             self.idempotency_key,
             response,
+            self.detached,
         )
 
 
@@ -1391,6 +1397,7 @@ def request_to_dict(request: Request) -> dict[str, Any]:
         "expires_at": _ts(request.expires_at),
         "idempotency_key": request.idempotency_key,
         "response": response_to_dict(request.response) if request.response else None,
+        "detached": request.detached,
     }
 
 
@@ -1411,4 +1418,5 @@ def request_from_dict(data: Mapping[str, Any]) -> Request:
         expires_at=_dt(data.get("expires_at")),
         idempotency_key=data.get("idempotency_key"),
         response=response_from_dict(data["response"]) if data.get("response") else None,
+        detached=bool(data.get("detached", False)),
     )
