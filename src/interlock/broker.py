@@ -20,7 +20,7 @@ import logging
 import math
 import os
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -48,6 +48,7 @@ from .model import (
     check_answers,
     check_json,
     check_text,
+    plain_id,
     time_budget,
 )
 from .redact import redact_url
@@ -140,6 +141,7 @@ class Broker(ABC):
         self._hooks: Hooks[Request, Deny | None] | None = None  # made by the first add_input_hook
         self._detached: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._hook_runs: dict[asyncio.Task[None], Request] = {}  # input hooks still running
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -167,15 +169,48 @@ class Broker(ABC):
 
     # -- hooks ---------------------------------------------------------------------------
 
-    def add_input_hook(self, hook: InputHook, *, priority: int = 0, timeout: float | None = None) -> None:
+    def add_input_hook(
+        self,
+        hook: InputHook,
+        *,
+        priority: int = 0,
+        timeout: float | None = None,
+        channels: Iterable[str] | None = None,
+    ) -> None:
         """Run `hook(request)` after each create, beside the wait. Lower priority runs first.
 
         A hook returning `Deny(reason)` rejects the request; one that raises or overruns
-        its timeout (30 s by default) is logged and the request stays answerable.
+        its timeout (30 s by default) is logged and the request stays answerable. With
+        `channels`, the hook sees only requests created in one of those channels (an agent
+        serving its own channels on a shared broker hears only of its own requests).
+        Closing a channel cancels the hooks still running for its requests.
         """
         if self._hooks is None:
             self._hooks = Hooks("input hook", _about_request)
-        self._hooks.add(hook, priority=priority, timeout=self.hook_timeout if timeout is None else timeout)
+        if isinstance(channels, str):
+            raise TypeError("channels is a collection of channel names, not one string")
+        when = None
+        if channels is not None:
+            scope = frozenset(channels)
+
+            def when(request: Request) -> bool:
+                return request.origin.channel in scope
+
+        self._hooks.add(hook, priority=priority, timeout=self.hook_timeout if timeout is None else timeout, when=when)
+
+    def _start_hooks(self, request: Request) -> None:
+        """Run the input hooks for a new request in the background, tracked by request so
+        that closing its channel (or this broker) cancels them."""
+        task = self._spawn(self._run_hooks(request))
+        self._hook_runs[task] = request
+        task.add_done_callback(self._hook_runs.pop)
+
+    def _cancel_hooks(self, channel: str | None, requester: str | None) -> None:
+        for task, request in list(self._hook_runs.items()):
+            if channel is None or (
+                request.origin.channel == channel and (requester is None or request.requester == requester)
+            ):
+                task.cancel()
 
     async def _run_hooks(self, request: Request) -> None:
         assert self._hooks is not None
@@ -517,7 +552,7 @@ class LocalBroker(Broker):
         if request.expires_at is not None and (self._next_due is None or request.expires_at < self._next_due):
             self._expiry_kick.set()
         if self._hooks:
-            self._spawn(self._run_hooks(request))
+            self._start_hooks(request)
         return request, True
 
     # -- waiting -------------------------------------------------------------------------
@@ -533,7 +568,7 @@ class LocalBroker(Broker):
             await self.open()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Request] = loop.create_future()
-        _check_id(request_id)
+        request_id = _check_id(request_id)
         futures = self._waiters.setdefault(request_id, [])
         futures.append(fut)  # before reading, so a settlement seen meanwhile is not missed
         try:
@@ -582,6 +617,7 @@ class LocalBroker(Broker):
         """
         if self._state != "open":
             await self.open()
+        request_id = _check_id(request_id)
         fut: asyncio.Future[Request] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(request_id, []).append(fut)
         try:
@@ -604,7 +640,7 @@ class LocalBroker(Broker):
                 del self._waiters[request_id]
 
     async def _current(self, request_id: str) -> Request:
-        _check_id(request_id)
+        request_id = _check_id(request_id)
         request = await self.store.get(request_id)
         if request is None:
             raise NotFound(request_id)
@@ -621,7 +657,7 @@ class LocalBroker(Broker):
         """
         if self._state != "open":
             await self.open()
-        _check_id(request_id)
+        request_id = _check_id(request_id)
         check_text(by, "by", self.limits.max_name_length)
         check_text(via, "via", self.limits.max_name_length)
         check_text(comment, "the comment", self.limits.max_reason_length, error=InvalidAnswer)
@@ -685,6 +721,7 @@ class LocalBroker(Broker):
         second release returns False. Settled records are kept (durably, or in the memory
         retention as read outcomes), so a late `wait` still replays them.
         """
+        request_id = _check_id(request_id)
         owned = request_id in self._detached
         self._detached.discard(request_id)
         response = Response(datetime.now(UTC), via="python", reason="released by its creator", cause="released")
@@ -701,7 +738,7 @@ class LocalBroker(Broker):
         """
         if self._state != "open":
             await self.open()
-        done = await self.store.consume(request_id, by, datetime.now(UTC))
+        done = await self.store.consume(_check_id(request_id), by, datetime.now(UTC))
         if done:
             self._changed_now()
         return done
@@ -718,7 +755,7 @@ class LocalBroker(Broker):
     ) -> bool:
         if self._state != "open":
             await self.open()
-        _check_id(request_id)
+        request_id = _check_id(request_id)
         request = await self.store.get(request_id, fresh=False)
         if request is None or request.status is not Status.PENDING or (spare_detached and request.detached):
             return False
@@ -742,6 +779,7 @@ class LocalBroker(Broker):
         """
         if self._state != "open":
             await self.open()
+        self._cancel_hooks(channel, requester)
         if channel is None:
             self._closed = True
             response = Response(datetime.now(UTC), reason="the broker was closed", cause="closed")
@@ -986,9 +1024,11 @@ class LocalBroker(Broker):
                 log.exception("reading the event log failed; retrying")
 
 
-def _check_id(request_id: str) -> None:
-    """An id that no store could hold is refused the same way on every store."""
+def _check_id(request_id: str) -> str:
+    """The id as stored: an id that no store could hold is refused the same way on every
+    store, and one written as a hex number (`0x...`, as some clients send ids) loses its prefix."""
     check_text(request_id, "the request id", DEFAULT_LIMITS.max_name_length)
+    return plain_id(request_id)
 
 
 def _outcome(request: Request) -> Response:

@@ -75,6 +75,7 @@ __all__ = [
     "options_of",
     "origin_from_dict",
     "origin_to_dict",
+    "plain_id",
     "request_from_dict",
     "request_to_dict",
     "time_budget",
@@ -484,6 +485,17 @@ def _yes_or_no(ask_id: str, word: str) -> bool:
 _id_lock = threading.Lock()
 _id_last_ms = 0
 _id_last_rand = 0
+
+
+_HEX_ID = re.compile(r"0[xX][0-9a-fA-F]{32}")
+
+
+def plain_id(request_id: str) -> str:
+    """A request id as stored. Ids are 32 hex digits; a client that sends them as hex
+    numbers (`0x` and the digits) names the same request."""
+    if _HEX_ID.fullmatch(request_id):
+        return request_id[2:].lower()
+    return request_id
 
 
 def new_id() -> str:

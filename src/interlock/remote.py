@@ -212,7 +212,7 @@ class RemoteBroker(Broker):
         stored = request_from_dict(response.json())
         created = response.status_code == 201
         if created and self._hooks:
-            self._spawn(self._run_hooks(stored))
+            self._start_hooks(stored)
         return stored, created
 
     async def ask(self, asks: Ask | Sequence[Ask], **fields: Any) -> Any:
@@ -345,6 +345,7 @@ class RemoteBroker(Broker):
         the caller's requests); without one, withdraw the caller's pending requests and
         refuse later creates through this broker."""
         await self._ready()
+        self._cancel_hooks(channel, None)  # this broker's hooks run for its caller's requests only
         if channel is None:
             self._closed = True
         await self._call("POST", "/close", json={"channel": channel})

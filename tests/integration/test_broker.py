@@ -651,3 +651,13 @@ async def test_a_misspelt_field_is_refused_rather_than_ignored(broker: Broker) -
     with pytest.raises(TypeError, match="unknown field"):
         await broker.create(Text("Name?"), too="alice")  # type: ignore[call-arg]
     assert (await broker.list()).items == []
+
+
+async def test_an_id_written_as_a_hex_number_names_the_same_request(broker: Broker) -> None:
+    request = await broker.create(Text("Name?"))
+    as_hex = "0x" + request.id.upper()
+    assert (await broker.get(as_hex)).id == request.id
+    assert await broker.resolve(as_hex, "Ada")
+    assert (await broker.wait(as_hex)).answers == {"text": "Ada"}
+    with pytest.raises(NotFound):
+        await broker.get("0x" + "f" * 32)
