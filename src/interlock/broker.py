@@ -20,7 +20,7 @@ import logging
 import math
 import os
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -48,6 +48,7 @@ from .model import (
     check_answers,
     check_json,
     check_text,
+    plain_id,
     time_budget,
 )
 from .redact import redact_url
@@ -76,6 +77,7 @@ class OriginFields(TypedDict, total=False):
     run: str | None
     correlation_id: str | None
     delegation: Sequence[str] | None
+    channel_type: str | None
 
 
 class CreateFields(OriginFields, total=False):
@@ -139,6 +141,7 @@ class Broker(ABC):
         self._hooks: Hooks[Request, Deny | None] | None = None  # made by the first add_input_hook
         self._detached: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._hook_runs: dict[asyncio.Task[None], Request] = {}  # input hooks still running
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -166,15 +169,48 @@ class Broker(ABC):
 
     # -- hooks ---------------------------------------------------------------------------
 
-    def add_input_hook(self, hook: InputHook, *, priority: int = 0, timeout: float | None = None) -> None:
+    def add_input_hook(
+        self,
+        hook: InputHook,
+        *,
+        priority: int = 0,
+        timeout: float | None = None,
+        channels: Iterable[str] | None = None,
+    ) -> None:
         """Run `hook(request)` after each create, beside the wait. Lower priority runs first.
 
         A hook returning `Deny(reason)` rejects the request; one that raises or overruns
-        its timeout (30 s by default) is logged and the request stays answerable.
+        its timeout (30 s by default) is logged and the request stays answerable. With
+        `channels`, the hook sees only requests created in one of those channels (an agent
+        serving its own channels on a shared broker hears only of its own requests).
+        Closing a channel cancels the hooks still running for its requests.
         """
         if self._hooks is None:
             self._hooks = Hooks("input hook", _about_request)
-        self._hooks.add(hook, priority=priority, timeout=self.hook_timeout if timeout is None else timeout)
+        if isinstance(channels, str):
+            raise TypeError("channels is a collection of channel names, not one string")
+        when = None
+        if channels is not None:
+            scope = frozenset(channels)
+
+            def when(request: Request) -> bool:
+                return request.origin.channel in scope
+
+        self._hooks.add(hook, priority=priority, timeout=self.hook_timeout if timeout is None else timeout, when=when)
+
+    def _start_hooks(self, request: Request) -> None:
+        """Run the input hooks for a new request in the background, tracked by request so
+        that closing its channel (or this broker) cancels them."""
+        task = self._spawn(self._run_hooks(request))
+        self._hook_runs[task] = request
+        task.add_done_callback(self._hook_runs.pop)
+
+    def _cancel_hooks(self, channel: str | None, requester: str | None) -> None:
+        for task, request in list(self._hook_runs.items()):
+            if channel is None or (
+                request.origin.channel == channel and (requester is None or request.requester == requester)
+            ):
+                task.cancel()
 
     async def _run_hooks(self, request: Request) -> None:
         assert self._hooks is not None
@@ -275,8 +311,12 @@ class Broker(ABC):
         return request
 
     async def create_detached(self, asks: Ask | Sequence[Ask], **fields: Unpack[CreateFields]) -> Request:
-        """Like `create`, for a request nobody will `wait` on; free it with `release`."""
-        request = await self.create(asks, **fields)
+        """Like `create`, for a request nobody will `wait` on; free it with `release`.
+
+        The request is marked `detached`: a waiting call on it that is cancelled leaves it
+        pending (its creator owns it), in this process or any other.
+        """
+        request, _ = await self.submit(replace(self.prepare(asks, **fields), detached=True))
         self._detached.add(request.id)
         return request
 
@@ -512,7 +552,7 @@ class LocalBroker(Broker):
         if request.expires_at is not None and (self._next_due is None or request.expires_at < self._next_due):
             self._expiry_kick.set()
         if self._hooks:
-            self._spawn(self._run_hooks(request))
+            self._start_hooks(request)
         return request, True
 
     # -- waiting -------------------------------------------------------------------------
@@ -528,7 +568,7 @@ class LocalBroker(Broker):
             await self.open()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Request] = loop.create_future()
-        _check_id(request_id)
+        request_id = _check_id(request_id)
         futures = self._waiters.setdefault(request_id, [])
         futures.append(fut)  # before reading, so a settlement seen meanwhile is not missed
         try:
@@ -545,6 +585,7 @@ class LocalBroker(Broker):
                 request = await self._await_settled(request, fut, delay)
         finally:
             self._drop_waiter(request_id, fut)
+        self.store.note_read(request.id)
         return _outcome(request)
 
     async def _await_settled(self, request: Request, fut: asyncio.Future[Request], delay: float | None) -> Request:
@@ -561,7 +602,7 @@ class LocalBroker(Broker):
                 return expired
             return await self._current(request.id)
         except asyncio.CancelledError:
-            if self._state == "open" and request.id not in self._detached:
+            if self._state == "open" and not request.detached and request.id not in self._detached:
                 # Shielded: a cancel scope that cancels again must not cut the withdrawal short.
                 withdrawal = self._spawn(self._withdraw(request, "withdrawn", "the waiting call was cancelled"))
                 with contextlib.suppress(asyncio.CancelledError):
@@ -576,6 +617,7 @@ class LocalBroker(Broker):
         """
         if self._state != "open":
             await self.open()
+        request_id = _check_id(request_id)
         fut: asyncio.Future[Request] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(request_id, []).append(fut)
         try:
@@ -598,7 +640,7 @@ class LocalBroker(Broker):
                 del self._waiters[request_id]
 
     async def _current(self, request_id: str) -> Request:
-        _check_id(request_id)
+        request_id = _check_id(request_id)
         request = await self.store.get(request_id)
         if request is None:
             raise NotFound(request_id)
@@ -615,7 +657,7 @@ class LocalBroker(Broker):
         """
         if self._state != "open":
             await self.open()
-        _check_id(request_id)
+        request_id = _check_id(request_id)
         check_text(by, "by", self.limits.max_name_length)
         check_text(via, "via", self.limits.max_name_length)
         check_text(comment, "the comment", self.limits.max_reason_length, error=InvalidAnswer)
@@ -663,7 +705,9 @@ class LocalBroker(Broker):
         check_text(reason, "reason", self.limits.max_reason_length)
         check_text(by, "by", self.limits.max_name_length)
         response = Response(datetime.now(UTC), by=by, via=via, reason=reason, cause=cause)
-        return await self._give_up(request_id, Status.CANCELLED, response)
+        # A waiting call that was cut withdraws its request, unless the request is detached:
+        # its creator owns it, whichever process waited.
+        return await self._give_up(request_id, Status.CANCELLED, response, spare_detached=cause == "withdrawn")
 
     async def expire(self, request_id: str) -> bool:
         """Expire a pending request now, as if its deadline had passed."""
@@ -672,12 +716,18 @@ class LocalBroker(Broker):
     async def release(self, request_id: str) -> bool:
         """Free a detached request. Still pending, it is withdrawn so a stray waiter unblocks.
 
-        True if this call withdrew it. Settled records are kept (durably, or in the
-        memory retention), so a late `wait` still replays them.
+        True if this call dropped one: it withdrew the request, or the request was one this
+        broker created detached and had not released yet (answered meanwhile, say). A
+        second release returns False. Settled records are kept (durably, or in the memory
+        retention as read outcomes), so a late `wait` still replays them.
         """
+        request_id = _check_id(request_id)
+        owned = request_id in self._detached
         self._detached.discard(request_id)
         response = Response(datetime.now(UTC), via="python", reason="released by its creator", cause="released")
-        return await self._give_up(request_id, Status.CANCELLED, response)
+        withdrew = await self._give_up(request_id, Status.CANCELLED, response)
+        self.store.note_read(request_id)
+        return withdrew or owned
 
     async def consume(self, request_id: str, *, by: str | None = None) -> bool:
         """Spend an answered request once: True for the one call, in any process, that does.
@@ -688,7 +738,7 @@ class LocalBroker(Broker):
         """
         if self._state != "open":
             await self.open()
-        done = await self.store.consume(request_id, by, datetime.now(UTC))
+        done = await self.store.consume(_check_id(request_id), by, datetime.now(UTC))
         if done:
             self._changed_now()
         return done
@@ -700,12 +750,14 @@ class LocalBroker(Broker):
             await self.open()
         return self.store.requester_of(requester)
 
-    async def _give_up(self, request_id: str, status: Status, response: Response) -> bool:
+    async def _give_up(
+        self, request_id: str, status: Status, response: Response, *, spare_detached: bool = False
+    ) -> bool:
         if self._state != "open":
             await self.open()
-        _check_id(request_id)
+        request_id = _check_id(request_id)
         request = await self.store.get(request_id, fresh=False)
-        if request is None or request.status is not Status.PENDING:
+        if request is None or request.status is not Status.PENDING or (spare_detached and request.detached):
             return False
         return await self._settle(request.settle(status, response))
 
@@ -727,6 +779,7 @@ class LocalBroker(Broker):
         """
         if self._state != "open":
             await self.open()
+        self._cancel_hooks(channel, requester)
         if channel is None:
             self._closed = True
             response = Response(datetime.now(UTC), reason="the broker was closed", cause="closed")
@@ -750,7 +803,6 @@ class LocalBroker(Broker):
         stored = await self.store.settle(settled)
         if stored is None:
             return False
-        self._detached.discard(stored.id)
         self._wake(stored)
         self._changed_now()
         return True
@@ -924,7 +976,6 @@ class LocalBroker(Broker):
         now = datetime.now(UTC)
         expired = await self.store.settle_pending(Status.EXPIRED, Response(now, via="expiry"), due=now)
         for request in expired:
-            self._detached.discard(request.id)
             self._wake(request)
         if expired:
             self._changed_now()
@@ -973,9 +1024,11 @@ class LocalBroker(Broker):
                 log.exception("reading the event log failed; retrying")
 
 
-def _check_id(request_id: str) -> None:
-    """An id that no store could hold is refused the same way on every store."""
+def _check_id(request_id: str) -> str:
+    """The id as stored: an id that no store could hold is refused the same way on every
+    store, and one written as a hex number (`0x...`, as some clients send ids) loses its prefix."""
     check_text(request_id, "the request id", DEFAULT_LIMITS.max_name_length)
+    return plain_id(request_id)
 
 
 def _outcome(request: Request) -> Response:

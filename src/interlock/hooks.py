@@ -32,12 +32,14 @@ V = TypeVar("V")
 
 @dataclass(frozen=True, slots=True)
 class Hook(Generic[S, V]):
-    """One registered hook: the function, its priority, its bound in seconds and its name."""
+    """One registered hook: the function, its priority, its bound in seconds, its name, and
+    `when`, which subjects it runs on (all of them when None)."""
 
     fn: Callable[[S], Awaitable[V] | V]
     priority: int
     timeout: float
     name: str
+    when: Callable[[S], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +81,19 @@ class Hooks(Generic[S, V]):
         self._describe = describe
         self._hooks: list[Hook[S, V]] = []
 
-    def add(self, fn: Callable[[S], Awaitable[V] | V], *, priority: int = 0, timeout: float) -> Hook[S, V]:
-        """Register `fn` (sync or async) to run within `timeout` seconds; lower priority runs first."""
+    def add(
+        self,
+        fn: Callable[[S], Awaitable[V] | V],
+        *,
+        priority: int = 0,
+        timeout: float,
+        when: Callable[[S], bool] | None = None,
+    ) -> Hook[S, V]:
+        """Register `fn` (sync or async) to run within `timeout` seconds; lower priority runs
+        first. With `when`, `run` calls it only on the subjects for which `when` is true."""
         if not timeout > 0:
             raise ValueError("a hook's timeout must be a positive number of seconds")
-        hook = Hook(fn, priority, timeout, _name_of(fn))
+        hook = Hook(fn, priority, timeout, _name_of(fn), when)
         self._hooks.append(hook)
         self._hooks.sort(key=lambda h: h.priority)  # stable: equal priorities keep their order
         return hook
@@ -125,10 +135,13 @@ class Hooks(Generic[S, V]):
         """Run every hook on `subject` in order and return their outcomes.
 
         With `until`, stop after the first verdict for which `until(verdict)` is true (it is
-        then the last outcome). A failed hook never stops the run.
+        then the last outcome). A failed hook never stops the run. A hook whose `when`
+        refuses the subject is skipped and has no outcome.
         """
         outcomes: list[Outcome[V]] = []
         for hook in self:
+            if hook.when is not None and not hook.when(subject):
+                continue
             outcome = await self.call(hook, subject)
             outcomes.append(outcome)
             if until is not None and not outcome.failed and until(cast(V, outcome.verdict)):

@@ -75,6 +75,7 @@ __all__ = [
     "options_of",
     "origin_from_dict",
     "origin_to_dict",
+    "plain_id",
     "request_from_dict",
     "request_to_dict",
     "time_budget",
@@ -484,6 +485,17 @@ def _yes_or_no(ask_id: str, word: str) -> bool:
 _id_lock = threading.Lock()
 _id_last_ms = 0
 _id_last_rand = 0
+
+
+_HEX_ID = re.compile(r"0[xX][0-9a-fA-F]{32}")
+
+
+def plain_id(request_id: str) -> str:
+    """A request id as stored. Ids are 32 hex digits; a client that sends them as hex
+    numbers (`0x` and the digits) names the same request."""
+    if _HEX_ID.fullmatch(request_id):
+        return request_id[2:].lower()
+    return request_id
 
 
 def new_id() -> str:
@@ -1041,6 +1053,9 @@ class Origin:
     correlation_id: str | None = None
     delegation: tuple[str, ...] | None = None
     """The agents that delegated down to `agent`, the root conversation's agent first."""
+    channel_type: str | None = None
+    """The kind of door the request came through, as the host names it (`text`,
+    `realtime_voice`, `conference`, ...): hooks and notifications can adapt to it."""
 
 
 NO_ORIGIN = Origin()
@@ -1081,6 +1096,8 @@ class Request:
     expires_at: datetime | None = None
     idempotency_key: str | None = None
     response: Response | None = None
+    detached: bool = False
+    """Created with `create_detached`: nobody waits on it, its creator frees it with `release`."""
 
     @property
     def answer(self) -> Any:
@@ -1112,6 +1129,7 @@ class Request:
             self.expires_at,
             self.idempotency_key,
             response,
+            self.detached,
         )
 
 
@@ -1391,6 +1409,7 @@ def request_to_dict(request: Request) -> dict[str, Any]:
         "expires_at": _ts(request.expires_at),
         "idempotency_key": request.idempotency_key,
         "response": response_to_dict(request.response) if request.response else None,
+        "detached": request.detached,
     }
 
 
@@ -1411,4 +1430,5 @@ def request_from_dict(data: Mapping[str, Any]) -> Request:
         expires_at=_dt(data.get("expires_at")),
         idempotency_key=data.get("idempotency_key"),
         response=response_from_dict(data["response"]) if data.get("response") else None,
+        detached=bool(data.get("detached", False)),
     )

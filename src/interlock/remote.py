@@ -190,6 +190,8 @@ class RemoteBroker(Broker):
             "origin": origin_to_dict(request.origin),
             "requester": request.requester,
         }
+        if request.detached:
+            body["detached"] = True
         if request.expires_at is not None:
             body["timeout"] = max((request.expires_at - request.created_at).total_seconds(), 0.001)
         return body
@@ -210,7 +212,7 @@ class RemoteBroker(Broker):
         stored = request_from_dict(response.json())
         created = response.status_code == 201
         if created and self._hooks:
-            self._spawn(self._run_hooks(stored))
+            self._start_hooks(stored)
         return stored, created
 
     async def ask(self, asks: Ask | Sequence[Ask], **fields: Any) -> Any:
@@ -286,7 +288,6 @@ class RemoteBroker(Broker):
         """POST a settlement; False when the request is unknown or no longer pending."""
         response = await self._send("POST", f"/requests/{request_id}/{action}", json=body)
         if response.is_success:
-            self._detached.discard(request_id)
             return True
         if response.status_code in (404, 409) and _code(response) in ("not_found", "already_settled"):
             return False
@@ -321,8 +322,9 @@ class RemoteBroker(Broker):
         return await self._settle(request_id, "expire")
 
     async def release(self, request_id: str) -> bool:
+        owned = request_id in self._detached
         self._detached.discard(request_id)
-        return await self._settle(request_id, "cancel", {"cause": "released"})
+        return await self._settle(request_id, "cancel", {"cause": "released"}) or owned
 
     async def consume(self, request_id: str, *, by: str | None = None) -> bool:
         response = await self._send("POST", f"/requests/{request_id}/consume", json={"by": by})
@@ -343,6 +345,7 @@ class RemoteBroker(Broker):
         the caller's requests); without one, withdraw the caller's pending requests and
         refuse later creates through this broker."""
         await self._ready()
+        self._cancel_hooks(channel, None)  # this broker's hooks run for its caller's requests only
         if channel is None:
             self._closed = True
         await self._call("POST", "/close", json={"channel": channel})

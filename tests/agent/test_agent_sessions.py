@@ -9,11 +9,12 @@ import logging
 import anyio
 import pytest
 
-from interlock import Broker, InvalidRequest, Request, Status, Text
+from interlock import Broker, InvalidAnswer, InvalidRequest, Request, Status, Text
 from interlock.agent import (
     Conversation,
     HumanInputTools,
     InformUserTool,
+    Receipt,
     Sessions,
     ToolCall,
     ToolRunner,
@@ -259,3 +260,46 @@ def test_only_a_conversation_with_an_agent_delegates() -> None:
         Conversation("s1", agent="planner").delegate("")
     plain = Conversation("s1", person="alice", agent="planner").call("ask_user", {"question": "?"})
     assert plain.delegation == () and plain.to == "alice" and plain.id
+
+
+async def test_a_request_is_answered_by_session_agent_and_correlation_id(broker: Broker, inbox: Inbox) -> None:
+    sessions = Sessions(broker)
+    mine = await broker.create(Text("Colour?"), session="s1", agent="painter", correlation_id="corr-1")
+    other_agent = await broker.create(Text("Colour?"), session="s1", agent="framer", correlation_id="corr-1")
+    by_call = await broker.create(Text("Size?"), session="s1", agent="painter", tool_call_id="call-9")
+
+    assert await sessions.resolve("s1", "painter", "corr-1", "blue", by="alice")
+    assert await sessions.resolve("s1", "painter", "call-9", "large")
+    assert (await broker.wait(mine.id)).answers == {"text": "blue"}
+    assert (await broker.wait(by_call.id)).answers == {"text": "large"}
+    assert (await broker.get(other_agent.id)).status is Status.PENDING
+    # Nothing pending under that key any more, or under keys that name nothing.
+    assert await sessions.resolve("s1", "painter", "corr-1", "red") is False
+    assert await sessions.resolve("s2", "framer", "corr-1", "red") is False
+    with pytest.raises(InvalidAnswer):  # checked like any answer, and nothing changes
+        await sessions.resolve("s1", "framer", "corr-1", 42)
+    assert (await broker.get(other_agent.id)).status is Status.PENDING
+
+
+async def test_progress_updates_are_read_per_session_and_followed_live(broker: Broker) -> None:
+    async with Sessions(broker) as sessions:
+        heard: list[str] = []
+        both = asyncio.Event()
+
+        def hear(receipt: Receipt) -> None:
+            heard.append(receipt.message)
+            if len(heard) == 2:
+                both.set()
+
+        await sessions.subscribe_user_updates(hear, session="s1")
+        first = await inform_user(broker, "Started", session="s1", agent="painter")
+        await inform_user(broker, "Elsewhere", session="s2")
+        await broker.create(Text("Colour?"), session="s1")  # not an update
+        await inform_user(broker, "Half done", session="s1", agent="painter")
+
+        updates = await sessions.user_updates("s1")
+        assert [u.message for u in updates] == ["Started", "Half done"]
+        assert [u.message for u in await sessions.user_updates("s1", after=first.id)] == ["Half done"]
+        with anyio.fail_after(30):
+            await both.wait()
+        assert heard == ["Started", "Half done"]

@@ -308,11 +308,36 @@ async def test_release_withdraws_a_detached_request_so_a_stray_waiter_unblocks(b
     assert (await broker.get(request.id)).response.cause == "released"  # type: ignore[union-attr]
 
 
-async def test_a_detached_request_answered_elsewhere_is_released_without_change(broker: Broker) -> None:
+async def test_releasing_an_answered_detached_request_drops_it_once_and_keeps_the_answer(broker: Broker) -> None:
     request = await broker.create_detached(Text("Name?"))
+    assert request.detached and (await broker.get(request.id)).detached
     assert await broker.resolve(request.id, "Ada")
-    assert await broker.release(request.id) is False
+    assert await broker.release(request.id)  # one was dropped
+    assert await broker.release(request.id) is False  # and only once
+    assert (await broker.get(request.id)).status is Status.ANSWERED
     assert (await broker.wait(request.id)).answers == {"text": "Ada"}
+
+
+async def test_only_requests_created_detached_are_marked_so(broker: Broker) -> None:
+    plain = await broker.create(Text("Name?"))
+    assert not plain.detached and not (await broker.get(plain.id)).detached
+    assert await broker.release(plain.id)  # still pending: withdrawn
+    assert await broker.release(plain.id) is False
+
+
+async def test_a_cut_waiter_in_another_broker_leaves_a_detached_request_pending(
+    broker: Broker, connect: Callable[..., Broker], backend: str
+) -> None:
+    if backend == "memory":
+        pytest.skip("a memory store is one process's own")
+    request = await broker.create_detached(Text("Name?"))
+    async with connect() as other:
+        stray = asyncio.create_task(other.wait(request.id))
+        await anyio.wait_all_tasks_blocked()
+        stray.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stray
+    assert (await broker.get(request.id)).status is Status.PENDING
 
 
 async def test_cutting_a_stray_waiter_leaves_a_detached_request_pending(broker: Broker) -> None:
@@ -626,3 +651,13 @@ async def test_a_misspelt_field_is_refused_rather_than_ignored(broker: Broker) -
     with pytest.raises(TypeError, match="unknown field"):
         await broker.create(Text("Name?"), too="alice")  # type: ignore[call-arg]
     assert (await broker.list()).items == []
+
+
+async def test_an_id_written_as_a_hex_number_names_the_same_request(broker: Broker) -> None:
+    request = await broker.create(Text("Name?"))
+    as_hex = "0x" + request.id.upper()
+    assert (await broker.get(as_hex)).id == request.id
+    assert await broker.resolve(as_hex, "Ada")
+    assert (await broker.wait(as_hex)).answers == {"text": "Ada"}
+    with pytest.raises(NotFound):
+        await broker.get("0x" + "f" * 32)

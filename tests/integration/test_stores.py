@@ -19,17 +19,42 @@ from interlock.store.sqlite import SqliteStore
 pytestmark = pytest.mark.anyio
 
 
-async def test_memory_keeps_only_the_last_n_settled_outcomes() -> None:
+async def test_memory_keeps_only_the_last_n_read_outcomes() -> None:
     async with interlock.connect("memory://", retention=2) as broker:
         ids = []
         for name in ("a", "b", "c"):
             request = await broker.create(Text("Name?"))
             await broker.resolve(request.id, name)
             ids.append(request.id)
+        for request_id, name in zip(ids, "abc", strict=True):  # reading each counts it against the retention
+            assert (await broker.wait(request_id)).answers == {"text": name}
         with pytest.raises(NotFound):
             await broker.wait(ids[0])
         assert (await broker.wait(ids[1])).answers == {"text": "b"}
         assert (await broker.wait(ids[2])).answers == {"text": "c"}
+
+
+async def test_a_later_answer_never_evicts_an_unread_one() -> None:
+    async with interlock.connect("memory://", retention=1) as broker:
+        first = await broker.create(Text("Name?"))
+        second = await broker.create(Text("Name?"))
+        await broker.resolve(first.id, "Ada")
+        await broker.resolve(second.id, "Grace")
+        assert (await broker.wait(first.id)).answers == {"text": "Ada"}
+        assert (await broker.wait(second.id)).answers == {"text": "Grace"}
+        # Both read now: the retention of one keeps the later.
+        with pytest.raises(NotFound):
+            await broker.wait(first.id)
+        assert (await broker.wait(second.id)).answers == {"text": "Grace"}
+
+
+async def test_with_no_retention_an_answer_given_before_the_wait_is_read_once() -> None:
+    async with interlock.connect("memory://?retention=0") as broker:
+        request = await broker.create(Text("Name?"))
+        await broker.resolve(request.id, "Ada")
+        assert (await broker.wait(request.id)).answers == {"text": "Ada"}
+        with pytest.raises(NotFound):
+            await broker.wait(request.id)
 
 
 async def test_memory_retention_zero_replays_nothing_but_still_wakes_waiters() -> None:

@@ -48,6 +48,8 @@ class ToolCall:
     to: str | None = None
     run: str | None = None
     delegation: tuple[str, ...] = ()
+    channel_type: str | None = None
+    """The kind of door the call came through (`text`, `realtime_voice`, ...), as the host names it."""
 
     def with_arguments(self, arguments: Mapping[str, Any]) -> ToolCall:
         """The same call with other arguments (a rewrite or an approver's edit)."""
@@ -71,7 +73,7 @@ _SHARED_WITH_ORIGIN = tuple(
     if name in ToolCall.__dataclass_fields__ and name not in ("arguments", "delegation")
 )
 """The fields a call passes to its request's origin as they are (session, channel, agent,
-actor, run): those `ToolCall` and `Origin` both have, named alike."""
+actor, run, channel_type): those `ToolCall` and `Origin` both have, named alike."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..approvals import check_context
-from ..broker import Broker
+from ..broker import Broker, connect
 from ..errors import Cancelled, Expired, InvalidRequest, Rejected
 from ..model import Ask, Choice, Confirm, Form, MultiChoice, Response, Text
 from ._results import as_content, error_content, failure, refusal, seconds
@@ -235,13 +235,15 @@ class HumanInputTools:
     `tool_names` decides what is served, not what is offered: offer the tools to the model
     through `definitions` (a `ToolRunner` adds them) or your own. `check_offered` logs a
     warning, once per name, for a served tool the agent does not offer, which would
-    otherwise show up only as an agent that never asks.
+    otherwise show up only as an agent that never asks (a `ToolRunner` does not serve such a
+    call as a human-input tool at all: it goes to the host's handlers, with a warning).
+    Without a `broker`, the tools make their own in this process (`memory://`).
     """
 
     def __init__(
         self,
-        broker: Broker,
-        tool_names: Iterable[str],
+        broker: Broker | None = None,
+        tool_names: Iterable[str] = (),
         *,
         definitions: Iterable[ToolDefinition] = (),
         timeout: float = DEFAULT_INPUT_TIMEOUT,
@@ -261,7 +263,9 @@ class HumanInputTools:
                 )
         if not timeout > 0:
             raise ValueError("timeout must be a positive number of seconds")
-        self.broker = broker
+        self.broker = broker if broker is not None else connect("memory://")
+        """The broker the requests go to: the one given, else one of its own in this process
+        (answer through `tools.broker.resolve(...)`)."""
         self.timeout = float(timeout)
         self.to = to
         self.contracts = Contracts.of(contracts)

@@ -56,9 +56,13 @@ class ToolRunner:
         definitions: Iterable[ToolDefinition] = (),
         gate: ApprovalGate | None = None,
         hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
+        channels: Iterable[str] | None = None,
     ) -> None:
+        if isinstance(channels, str):
+            raise TypeError("channels is a collection of channel names, not one string")
         self.broker = broker
         self.handlers = tuple(handlers)
+        self.channels = frozenset(channels) if channels is not None else None
         self.gate = gate
         self.hook_timeout = hook_timeout
         human = [h for h in self.handlers if isinstance(h, HumanInputTools)]
@@ -72,8 +76,18 @@ class ToolRunner:
         self._schemas = {d.name: d.parameters for d in self.definitions}
         self._validators = {d.name: make_validator(d.name, d.parameters) for d in self.definitions}
         self._human_names = frozenset(n for h in human for n in h.tool_names)
-        for handler in human:
-            handler.check_offered(self.definitions)
+        for handler in self.handlers:
+            if isinstance(handler, HumanInputTools):
+                continue
+            claimed = self._human_names & _names_served_by(handler)
+            if claimed:
+                raise ValueError(
+                    f"tool {sorted(claimed)[0]!r} is a human-input tool: a host handler cannot serve it too"
+                )
+        # A human-input tool the agent never offers is not one the model may call: a call to
+        # it is the host's (the handlers after the human-input tools), and is warned of.
+        self._unoffered = self._human_names - {d.name for d in self.definitions}
+        self._warned: set[tuple[str | None, str]] = set()
         self._before: Hooks[ToolCall, BeforeVerdict] = Hooks("before_tool_use hook", about_call)
         self._observers: Hooks[ToolCallReport, None] = Hooks("on_tool_call observer", _about_report)
 
@@ -93,10 +107,12 @@ class ToolRunner:
     def on_input_required(self, hook: InputHook, *, priority: int = 0, timeout: float | None = None) -> InputHook:
         """Run `hook(request)` beside each wait for a person; `Deny(reason)` rejects the request.
 
-        It is the broker's input hook: it sees every request this broker creates (the
-        request's origin names the session, agent, actor and tool call). Returns the hook.
+        It is the broker's input hook. A runner made with `channels` hears only of requests
+        created in those channels, so two agents sharing a broker each see their own; without
+        `channels` it sees every request the broker creates (the request's origin names the
+        session, channel, agent, actor and tool call). Returns the hook.
         """
-        self.broker.add_input_hook(hook, priority=priority, timeout=timeout)
+        self.broker.add_input_hook(hook, priority=priority, timeout=timeout, channels=self.channels)
         return hook
 
     def on_tool_call(
@@ -171,12 +187,29 @@ class ToolRunner:
         if isinstance(checked, ToolResult):
             return checked, call
         call = checked
-        if self.gate is not None and call.name not in self._human_names:
+        human = call.name in self._human_names
+        if human and call.name in self._unoffered:
+            self._warn_unoffered(call)
+            human = False
+        if self.gate is not None and not human:
             gated = await self._authorize(call)
             if isinstance(gated, ToolResult):
                 return gated, call
             call = gated
-        return await self._dispatch(call), call
+        return await self._dispatch(call, human=human), call
+
+    def _warn_unoffered(self, call: ToolCall) -> None:
+        key = (call.channel, call.name)
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        where = f"on channel {call.channel!r}" if call.channel is not None else "with no channel"
+        log.warning(
+            "tool %r was called %s: it is served as a human-input tool but the agent never offers it, "
+            "so nobody is asked and the call goes to the host's handlers; add its definition",
+            call.name,
+            where,
+        )
 
     async def _before_tool_use(self, call: ToolCall) -> ToolCall | ToolResult:
         for hook in self._before:
@@ -240,8 +273,10 @@ class ToolRunner:
             return failure(call.name, f"approval gate: {type(exc).__name__}: {exc}")
         return call.with_arguments(arguments)
 
-    async def _dispatch(self, call: ToolCall) -> ToolResult:
+    async def _dispatch(self, call: ToolCall, *, human: bool = False) -> ToolResult:
         for handler in self.handlers:
+            if not human and isinstance(handler, HumanInputTools):
+                continue
             try:
                 result = await handler(call)
             except ToolFailed as exc:
@@ -296,6 +331,14 @@ class ToolFunctions:
         if fn is None:
             return None
         return ToolResult(as_content(await fn(**call.arguments)))
+
+
+def _names_served_by(handler: ToolHandler) -> set[str]:
+    """The tool names a host handler says it serves: its functions' or its definitions'."""
+    names = {d.name for d in _definitions_of(handler)}
+    if isinstance(handler, ToolFunctions):
+        names |= set(handler.functions)
+    return names
 
 
 def _definitions_of(handler: ToolHandler) -> tuple[ToolDefinition, ...]:

@@ -250,6 +250,73 @@ class Sessions:
                 agents.append(agent)
         return agents
 
+    async def find(self, session: str, agent: str | None, correlation_id: str) -> Request | None:
+        """The pending request of `session` made by `agent` for `correlation_id`: its origin's
+        `correlation_id`, or for a request a tool call made, that call's id. None if none waits."""
+        page = await self.broker.list(session=session, agent=agent, status="pending", limit=500)
+        for request in page.items:
+            origin = request.origin
+            if origin.agent == agent and correlation_id in (origin.correlation_id, origin.tool_call_id):
+                return request
+        return None
+
+    async def resolve(
+        self,
+        session: str,
+        agent: str | None,
+        correlation_id: str,
+        answer: Any,
+        *,
+        by: str | None = None,
+        comment: str = "",
+    ) -> bool:
+        """Answer the request that `(session, agent, correlation_id)` names, as a host that
+        keys its questions that way does; False if none is pending. The answer is checked
+        as `Broker.resolve` checks it (`InvalidAnswer` changes nothing)."""
+        request = await self.find(session, agent, correlation_id)
+        if request is None:
+            return False
+        return await self.broker.resolve(request.id, answer, by=by, via="python", comment=comment)
+
+    async def user_updates(self, session: str, *, after: int = 0, limit: int = 100) -> list[Receipt]:
+        """The progress updates (`inform_user`) of `session` after event id `after`, oldest
+        first: pass the last receipt's id as `after` to read only what is new."""
+        updates: list[Receipt] = []
+        while len(updates) < limit:
+            events = await self.broker.find_events(after=after, session=session, limit=500)
+            updates += [_receipt(e) for e in events if e.type == "informed"]
+            if len(events) < 500:
+                break
+            after = events[-1].id
+        return updates[:limit]
+
+    async def subscribe_user_updates(
+        self, callback: Callable[[Receipt], Awaitable[None] | None], *, session: str | None = None
+    ) -> Subscription:
+        """Call `callback(receipt)` for each progress update recorded from now on (in
+        `session`), from this process or any other sharing the store."""
+        after = await self.broker.last_event_id()
+
+        async def each(event: Any) -> None:
+            if event.type != "informed" or (session is not None and event.data.get("session") != session):
+                return
+            outcome = callback(_receipt(event))
+            if inspect.isawaitable(outcome):
+                await outcome
+
+        subscription = Subscription(lambda _: None, session)
+        subscription.task = asyncio.ensure_future(self._follow_events(each, after))
+        self._subscriptions.add(subscription)
+        subscription.task.add_done_callback(lambda _: self._subscriptions.discard(subscription))
+        return subscription
+
+    async def _follow_events(self, each: Callable[[Any], Awaitable[None]], after: int) -> None:
+        async for event in self.broker.events(after=after, follow=True):
+            try:
+                await each(event)
+            except Exception:
+                log.exception("user update subscriber failed on event %s", event.id)
+
     async def clear_session(self, session: str, reason: str = "the session was cleared") -> list[str]:
         """Cancel every pending request of `session` and return their ids.
 
@@ -289,3 +356,8 @@ class Sessions:
                     await outcome
             except Exception:
                 log.exception("subscriber %r failed on request %s", subscription.callback, request.id)
+
+
+def _receipt(event: Any) -> Receipt:
+    data = event.data
+    return Receipt(event.id, event.at, data.get("message", ""), data.get("to"), data.get("session"), data.get("agent"))

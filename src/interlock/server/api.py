@@ -177,6 +177,8 @@ async def create(state: AppState, body: CreateBody, caller: Principal, *, gate: 
         idempotency_key=body.idempotency_key,
         origin=origin,
     )
+    if body.detached:
+        prepared = replace(prepared, detached=True)
     request, created = await broker.submit(mark(prepared) if gate else prepared)
     return JSONResponse(request_to_dict(request), status_code=201 if created else 200)
 

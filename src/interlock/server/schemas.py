@@ -133,6 +133,11 @@ class CreateBody(_Strict):
     idempotency_key: str | None = None
     origin: OriginModel = Field(default_factory=OriginModel)
     requester: str | None = Field(None, description="Only honoured by a server without auth.")
+    detached: bool = Field(
+        False,
+        description="Nobody will wait on it: its creator frees it with a release (a cancel with cause "
+        "`released`), and a waiting call that is cut does not withdraw it.",
+    )
 
 
 class ResponseModel(BaseModel):
@@ -159,6 +164,7 @@ class RequestModel(BaseModel):
     expires_at: str | None
     idempotency_key: str | None
     response: ResponseModel | None
+    detached: bool
 
 
 class RequestPage(BaseModel):

@@ -126,6 +126,11 @@ class RequestStore(Protocol):
         authority may record someone else: a server records the token's principal)."""
         ...
 
+    def note_read(self, request_id: str) -> None:
+        """A waiter has read the outcome of `request_id`. A store that keeps only a bounded
+        retention of outcomes counts read ones against it and keeps unread ones; a durable
+        store keeps every outcome and has nothing to do."""
+
     async def next_expiry(self) -> datetime | None:
         """The earliest `expires_at` among pending requests."""
         ...

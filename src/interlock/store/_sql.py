@@ -300,6 +300,9 @@ class SqlStore:
         value = (await self._rows("next_expiry"))[0][0]
         return None if value is None else self._time(value)
 
+    def note_read(self, request_id: str) -> None:
+        pass  # every outcome is kept
+
     def requester_of(self, requester: str | None) -> str | None:
         return requester
 

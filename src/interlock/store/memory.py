@@ -1,10 +1,12 @@
 """An in-process store for tests, quickstarts and single-process agents.
 
-Nothing survives the process. Pending requests are kept until they settle; settled ones go
-into a bounded retention (the last `retention` outcomes, 128 by default, 0 for none) so a
-late `wait` can still replay them. Answered requests not yet consumed are remembered apart
-from that retention (the last 10,000), so an approval can be consumed even when the
-retention is small. No method awaits anything, so each one is atomic on the event loop.
+Nothing survives the process. Pending requests are kept until they settle. A settled one
+stays readable until a `wait` has read its outcome (up to the last 10,000 unread ones), so
+a later answer never evicts an earlier one nobody has read yet; read outcomes then go into
+a bounded retention (the last `retention`, 128 by default, 0 for none) so a late `wait`
+can still replay them. Answered requests not yet consumed are remembered apart from that
+retention (the last 10,000), so an approval can be consumed even when the retention is
+small. No method awaits anything, so each one is atomic on the event loop.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ._url import url_options
 __all__ = ["MemoryStore", "from_url"]
 
 _UNCONSUMED = 10_000  # answered requests kept consumable; an older one is refused (fails closed)
+_UNREAD = 10_000  # settled requests kept until a waiter reads them; an older one is forgotten
 
 
 _OPTIONS = {"retention": int, "event_retention": int}
@@ -46,7 +49,8 @@ class MemoryStore:
             raise ValueError("retention must be >= 0")
         self.retention = retention
         self._pending: dict[str, Request] = {}
-        self._settled: OrderedDict[str, Request] = OrderedDict()
+        self._settled: OrderedDict[str, Request] = OrderedDict()  # read outcomes: the retention
+        self._unread: OrderedDict[str, Request] = OrderedDict()  # settled, not read by a waiter yet
         self._idempotency: dict[tuple[str | None, str], str] = {}
         self._events: deque[Event] = deque(maxlen=event_retention)
         self._last_event = 0
@@ -113,7 +117,7 @@ class MemoryStore:
         return bool(gone)
 
     def _lookup(self, request_id: str) -> Request | None:
-        return self._pending.get(request_id) or self._settled.get(request_id)
+        return self._pending.get(request_id) or self._unread.get(request_id) or self._settled.get(request_id)
 
     async def settle(self, request: Request) -> Request | None:
         if self._pending.pop(request.id, None) is None:
@@ -122,9 +126,16 @@ class MemoryStore:
             self._unconsumed[request.id] = request
             if len(self._unconsumed) > _UNCONSUMED:
                 self._unconsumed.popitem(last=False)
-        self._retain(request)
+        self._unread[request.id] = request
+        if len(self._unread) > _UNREAD:
+            self._forget(self._unread.popitem(last=False)[1])
         self._append(request.status.value, request)
         return request
+
+    def note_read(self, request_id: str) -> None:
+        request = self._unread.pop(request_id, None)
+        if request is not None:
+            self._retain(request)
 
     def _retain(self, request: Request) -> None:
         if self.retention == 0:
@@ -174,7 +185,9 @@ class MemoryStore:
         return self._lookup(request_id)
 
     async def list(self, query: Query) -> Sequence[Request]:
-        rows = [r for r in (*self._pending.values(), *self._settled.values()) if _matches(r, query)]
+        rows = [
+            r for r in (*self._pending.values(), *self._unread.values(), *self._settled.values()) if _matches(r, query)
+        ]
         rows.sort(key=lambda r: r.id, reverse=query.order == "desc")
         if query.after is not None:
             after = query.after
