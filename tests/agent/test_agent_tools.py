@@ -73,7 +73,7 @@ async def test_each_request_carries_the_origin_of_its_call(tools: HumanInputTool
     await bounded(task)
 
 
-async def test_a_timeout_fails_the_call_with_seed_000s_message_and_is_not_a_refusal(broker: Broker) -> None:
+async def test_a_timeout_fails_the_call_with_the_tool_name_and_bound_and_is_not_a_refusal(broker: Broker) -> None:
     tools = HumanInputTools(broker, ["AskUserQuestion"], timeout=0.05)
     result = await bounded(tools(ToolCall("AskUserQuestion", {"question": "Still there?"})))
     assert result.content == '{"error": "Human input timed out after 0.05s for tool \'AskUserQuestion\'"}'

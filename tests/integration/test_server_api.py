@@ -49,7 +49,7 @@ QUESTION = {
 APPROVAL = {"kind": "approval", "asks": [{"type": "confirm", "id": "ok", "prompt": "Run deploy?"}]}
 
 
-async def test_a_question_is_answered_with_seed_001_input_responses(api: httpx.AsyncClient) -> None:
+async def test_a_question_is_answered_with_novo_input_responses(api: httpx.AsyncClient) -> None:
     request = await create(api, **QUESTION)
     body = {
         "inputResponses": [
@@ -80,7 +80,7 @@ async def test_a_question_is_answered_with_seed_001_input_responses(api: httpx.A
         ([{"requestId": "SELF", "optionId": "red"}], "request's own id"),
     ],
 )
-async def test_seed_001_rules_give_400_and_change_nothing(
+async def test_novo_input_response_rules_give_400_and_change_nothing(
     api: httpx.AsyncClient, responses: list[dict[str, Any]], fragment: str
 ) -> None:
     request = await create(api, **QUESTION)

@@ -304,7 +304,13 @@ async def answer_one(broker: LocalBroker, request_id: str, body: AnswerBody, cal
     if decision.cancel:
         done = await broker.cancel(request_id, body.reason, by=by, via="api")
     else:
-        done = await broker.resolve(request_id, decision.value, by=by, via="api", comment=body.reason)
+        try:
+            done = await broker.resolve(request_id, decision.value, by=by, via="api", comment=body.reason)
+        except InvalidAnswer as exc:
+            if body.input_responses is None:
+                raise  # the native body: 422, as every other answer that does not fit
+            # Novo's rules: an inputResponses body that does not fit its request is a 400.
+            raise ApiError(400, "invalid_answer", str(exc), ask_id=exc.ask_id) from None
     return await settled_or_conflict(broker, request_id, done)
 
 

@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..broker import LocalBroker, connect
 from ..model import Limits
 from ..wire import WIRE_ERRORS, problem_of
-from . import api
+from . import api, interactions
 from .api import PROBLEMS
 from .auth import Auth, loopback_host, same_origin
 from .common import ApiError, AppState, Quotas, event_to_dict, parse_event_id, problem
@@ -163,6 +163,7 @@ def create_app(
         app.add_middleware(LoopbackOnly)
     _install_quota_errors(app)
     app.include_router(api.router, prefix="/api/v1")
+    app.include_router(interactions.router, prefix="/api/v1")
     _document_problems(app)
 
     @app.get("/healthz", include_in_schema=False)

@@ -1,0 +1,311 @@
+"""Novo-compatible interactions: the same requests, in the shape Novo clients read.
+
+A Novo client knows a pause for a person as an *interaction*: an `approval_request` whose
+options are exactly approve and deny, with the tool call's input and a rendered preview,
+or a `question` whose prompts sit in `details.questions[]`, each with its own options. This
+module serves interlock's requests in that shape, beside the native API, over the same
+broker and the same rules of who may read and answer what:
+
+- `GET /interactions` (filter by status and kind) and `GET /interactions/{id}`;
+- `POST /interactions/{id}/resolve` with `inputResponses`, `reason` and `cancel`, and
+  `POST /interactions/resolve` for several at once, with Novo's rules: a body that does
+  not fit its request is a 400 and changes nothing;
+- `GET /interactions/stream`: a `data-novo-input-requested` event per pause and a
+  `data-novo-input-resolved` event when it settles. Every pause still pending is sent
+  again when a client connects or reconnects (with `Last-Event-ID`, the events it missed
+  follow), so a handler keyed by the interaction id is idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal, TypedDict
+
+from fastapi import APIRouter, Header, Query
+from fastapi import Request as HttpRequest
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from ..broker import LocalBroker
+from ..errors import InterlockError
+from ..model import Event, Request, Status, ask_to_dict
+from ..principals import Principal, can_read
+from ..wire import problem_of
+from .api import Caller, answer_one, event_filter
+from .common import ApiError, State, TheBroker, parse_event_id
+from .schemas import AnswerBody, InputResponse
+from .stream import Dropped
+
+__all__ = ["interaction", "router"]
+
+router = APIRouter()
+
+APPROVAL_OPTIONS = ({"id": "approve", "label": "Approve"}, {"id": "deny", "label": "Deny"})
+_YES_NO = ({"id": "yes", "label": "Yes"}, {"id": "no", "label": "No"})
+
+
+def interaction(request: Request) -> dict[str, Any]:
+    """`request` as a Novo interaction: its id, kind, status and the `request` payload."""
+    origin = request.origin
+    context = request.context if isinstance(request.context, dict) else {}
+    out: dict[str, Any] = {
+        "id": request.id,
+        "kind": "approval_request" if request.kind == "approval" else "question",
+        "status": request.status.value,
+        "toolName": context.get("tool", origin.tool_name),
+        "toolCallId": origin.tool_call_id,
+        "runId": origin.run,
+        "threadId": origin.session,
+        "createdAt": request.created_at.isoformat(),
+        # Present only while pending: the moment this pause gives up.
+        "expiresAt": request.expires_at.isoformat()
+        if request.status is Status.PENDING and request.expires_at
+        else None,
+        "request": _approval(request, context) if request.kind == "approval" else _question(request),
+    }
+    if request.status is not Status.PENDING and request.response is not None:
+        out["resolution"] = _resolution(request)
+    return out
+
+
+def _approval(request: Request, context: dict[str, Any]) -> dict[str, Any]:
+    arguments = context.get("arguments", request.origin.arguments)
+    payload: dict[str, Any] = {
+        "requestId": request.id,
+        "kind": "approval_request",
+        "display": "confirmation",
+        "title": request.title,
+        "options": list(APPROVAL_OPTIONS),
+        "allowFreeform": False,
+        "input": dict(arguments) if arguments is not None else {},
+    }
+    preview = context.get("preview")
+    if isinstance(preview, str) and preview:
+        payload["preview"] = preview
+    return payload
+
+
+def _question(request: Request) -> dict[str, Any]:
+    questions = [_prompt(ask_to_dict(ask)) for ask in request.asks]
+    single_select = len(questions) == 1 and "options" in questions[0] and not questions[0]["allowOther"]
+    details: dict[str, Any] = {"title": request.title or request.asks[0].prompt, "questions": questions}
+    if request.details:
+        details["details"] = request.details
+    return {
+        "requestId": request.id,
+        "kind": "question",
+        "display": "select" if single_select else "text",
+        "details": details,
+    }
+
+
+def _prompt(ask: dict[str, Any]) -> dict[str, Any]:
+    """One prompt of a question, from an ask's JSON shape (every kind has one)."""
+    entry: dict[str, Any] = {
+        "id": ask["id"],
+        "question": ask["prompt"],
+        "type": ask["type"],
+        "required": ask["required"],
+        "multiline": bool(ask.get("multiline", False)),
+        "allowOther": bool(ask.get("allow_other", False)),
+        "multiple": ask["type"] == "multi_choice",
+    }
+    if "options" in ask:
+        entry["options"] = [{"id": o["id"], "label": o["label"] or o["id"]} for o in ask["options"]]
+    elif ask["type"] == "confirm":
+        entry["options"] = list(_YES_NO)
+    if "schema" in ask:  # a form: answered with its JSON object as text
+        entry["schema"] = ask["schema"]
+        entry["multiline"] = True
+    return entry
+
+
+def _resolution(request: Request) -> dict[str, Any]:
+    response = request.response
+    assert response is not None
+    if request.status is Status.ANSWERED:
+        if request.kind == "approval":
+            approved = next(iter(response.answers.values()), None) is True
+            outcome = "approve" if approved else "deny"
+        else:
+            outcome = "answered"
+    else:
+        outcome = {Status.REJECTED: "deny" if request.kind == "approval" else "rejected"}.get(
+            request.status, request.status.value
+        )
+    return {
+        "outcome": outcome,
+        "answers": dict(response.answers),
+        "reason": response.reason,
+        "by": response.by,
+        "via": response.via,
+        "at": response.at.isoformat(),
+    }
+
+
+class ResolveBody(BaseModel):
+    """Novo's resolve body: the responses by prompt (an approval: its own id with
+    `approve` or `deny`), a reason echoed back verbatim, or `cancel: true`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+    input_responses: list[InputResponse] | None = Field(None, alias="inputResponses")
+    reason: str = ""
+    cancel: bool = False
+
+
+class BatchResolveItem(ResolveBody):
+    id: str
+
+
+class BatchResolveBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    items: list[BatchResolveItem] = Field(min_length=1, max_length=500)
+
+
+def _answer_body(body: ResolveBody) -> AnswerBody:
+    if body.cancel:
+        return AnswerBody.model_validate({"cancel": True, "reason": body.reason})
+    if body.input_responses is None:
+        raise ApiError(400, "invalid_answer", "give inputResponses, or cancel: true")
+    return AnswerBody.model_construct(input_responses=body.input_responses, reason=body.reason)
+
+
+async def _resolve(broker: LocalBroker, request_id: str, body: ResolveBody, caller: Principal) -> dict[str, Any]:
+    return interaction(await answer_one(broker, request_id, _answer_body(body), caller))
+
+
+@router.get("/interactions", tags=["interactions"])
+async def list_interactions(
+    caller: Caller,
+    broker: TheBroker,
+    status: Literal["pending", "answered", "rejected", "expired", "cancelled"] | None = None,
+    kind: Literal["approval_request", "question"] | None = None,
+    cursor: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> JSONResponse:
+    """Your interactions (requests to you; an agent's: the ones it made), newest first."""
+    mine = _mine(caller)
+    page = await broker.list(
+        status=status,
+        kind=None if kind is None else ("approval" if kind == "approval_request" else "question"),
+        after=cursor,
+        limit=limit,
+        **mine,
+    )
+    return JSONResponse({"items": [interaction(r) for r in page.items], "next_cursor": page.next_cursor})
+
+
+@router.get("/interactions/stream", response_class=EventSourceResponse, tags=["interactions"])
+async def stream_interactions(
+    caller: Caller,
+    broker: TheBroker,
+    state: State,
+    http: HttpRequest,
+    session: str | None = None,
+    run: str | None = None,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> EventSourceResponse:
+    """Pauses as server-sent events: `data-novo-input-requested` (the interaction) and
+    `data-novo-input-resolved`. On connect, and on every reconnect, each pause still
+    pending is sent first (without an id); then, with `Last-Event-ID`, the events missed
+    since, then live ones."""
+    try:
+        start = parse_event_id(last_event_id)
+    except ValueError as exc:
+        raise ApiError(400, "invalid_request", str(exc)) from None
+    if start is None:
+        start = await broker.last_event_id()
+    seen = event_filter(caller, None, session, run)
+    mine = _mine(caller)
+
+    def accept(event: Event) -> bool:
+        return event.request is not None and event.type in _SENT and seen(event)
+
+    async def replay(cursor: int) -> AsyncIterator[Event]:
+        involving = None if caller.kind == "admin" else caller.name
+        while True:
+            page = await broker.find_events(after=cursor, limit=500, involving=involving, session=session, run=run)
+            for event in page:
+                yield event
+            if len(page) < 500:
+                return
+            cursor = page[-1].id
+
+    async def generate() -> AsyncIterator[ServerSentEvent]:
+        yield ServerSentEvent(comment="connected", retry=2000)
+        after: str | None = None
+        while True:  # every pause still pending, oldest first, again on each (re)connect
+            page = await broker.list(
+                status="pending", session=session, run=run, after=after, limit=500, order="asc", **mine
+            )
+            for request in page.items:
+                yield ServerSentEvent(data=json.dumps(_requested(request)), event="data-novo-input-requested")
+            if page.next_cursor is None:
+                break
+            after = page.next_cursor
+        try:
+            async for event in state.hub.replay_then_follow(accept, start, replay, holder=state.auth.holder(http)):
+                assert event.request is not None
+                name = "data-novo-input-requested" if event.type == "created" else "data-novo-input-resolved"
+                yield ServerSentEvent(data=json.dumps(_requested(event.request)), event=name, id=str(event.id))
+        except Dropped as exc:
+            yield ServerSentEvent(data=json.dumps({"reason": str(exc)}), event="dropped")
+
+    return state.quotas.streams.response(caller.name, generate(), ping=state.keepalive)
+
+
+_SENT = frozenset({"created", "answered", "rejected", "expired", "cancelled"})
+
+
+def _requested(request: Request) -> dict[str, Any]:
+    """A stream event's data: the interaction, with its payload as `request` (Novo reads
+    `event.data.id`, `event.data.toolName` and `event.data.request`)."""
+    return interaction(request)
+
+
+@router.get("/interactions/{interaction_id}", tags=["interactions"])
+async def get_interaction(interaction_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
+    request = await broker.get(interaction_id)
+    if not can_read(caller, request):
+        raise ApiError(403, "forbidden", "this interaction is neither to you nor from you")
+    return JSONResponse(interaction(request))
+
+
+@router.post("/interactions/resolve", tags=["interactions"])
+async def resolve_batch(body: BatchResolveBody, caller: Caller, broker: TheBroker) -> JSONResponse:
+    """Resolve several interactions, each on its own: one that fails does not stop the
+    others; each item says how it went."""
+    results: list[dict[str, Any]] = []
+    for item in body.items:
+        try:
+            results.append({"id": item.id, "ok": True, "interaction": await _resolve(broker, item.id, item, caller)})
+        except ApiError as exc:
+            results.append({"id": item.id, "ok": False, "error": {"status": exc.status, "code": exc.code}})
+        except InterlockError as exc:
+            found = problem_of(exc)
+            if found is None:
+                raise
+            results.append({"id": item.id, "ok": False, "error": {"status": found[0], "code": found[1]}})
+    return JSONResponse(results)
+
+
+@router.post("/interactions/{interaction_id}/resolve", tags=["interactions"])
+async def resolve(interaction_id: str, body: ResolveBody, caller: Caller, broker: TheBroker) -> JSONResponse:
+    """Resolve one pause: `inputResponses` (an approval: `[{requestId: <its id>, optionId:
+    "approve" | "deny"}]`; a question: one entry per prompt, by the prompt's id), or
+    `cancel: true` (its requester only). `reason` is kept and echoed back verbatim."""
+    return JSONResponse(await _resolve(broker, interaction_id, body, caller))
+
+
+class _Mine(TypedDict, total=False):
+    recipient: str
+    requester: str
+
+
+def _mine(caller: Principal) -> _Mine:
+    """Whose requests a caller's interactions are: a person's inbox, an agent's own asks."""
+    if caller.kind == "admin":
+        return {}
+    return {"requester": caller.name} if caller.kind == "agent" else {"recipient": caller.name}

@@ -1,0 +1,290 @@
+"""Novo-compatible interactions against a real server: the shape, resolving with Novo's
+rules (400s that change nothing), the stream that re-sends a pending pause on reconnect,
+and who may see and resolve what."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from httpx_sse import aconnect_sse
+
+import interlock
+from interlock.principals import Principal, issue_token
+
+pytestmark = pytest.mark.anyio
+BOUND = 10
+
+QUESTION = {
+    "title": "Refund #ABC?",
+    "details": "The customer called twice.",
+    "asks": [
+        {"type": "choice", "id": "colour", "prompt": "Colour?", "options": ["red", "green"]},
+        {"type": "multi_choice", "id": "sizes", "prompt": "Sizes?", "options": ["s", "m", "l"]},
+        {"type": "text", "id": "note", "prompt": "Anything else?", "required": False, "multiline": True},
+    ],
+}
+APPROVAL = {
+    "kind": "approval",
+    "title": "Approve deploy?",
+    "asks": [{"type": "confirm", "id": "ok", "prompt": "Run deploy?"}],
+    "origin": {"tool_name": "deploy", "tool_call_id": "call-1", "arguments": {"env": "prod"}, "session": "t1"},
+}
+
+
+@pytest.fixture
+def base(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[str]:
+    with serve(f"sqlite:///{tmp_path / 'novo.db'}", auth=False, keepalive=0.2) as url:
+        yield url
+
+
+@pytest.fixture
+async def api(base: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=BOUND) as client:
+        yield client
+
+
+async def create(api: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
+    response = await api.post("/requests", json={"to": "alice", **body})
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+async def resolve(api: httpx.AsyncClient, interaction_id: str, **body: Any) -> httpx.Response:
+    return await api.post(f"/interactions/{interaction_id}/resolve", json=body)
+
+
+# -- the shape ---------------------------------------------------------------------------------
+
+
+async def test_an_approval_has_exactly_approve_and_deny_and_the_call_under_review(api: httpx.AsyncClient) -> None:
+    made = await create(api, **APPROVAL, timeout=3600)
+    got = (await api.get(f"/interactions/{made['id']}")).json()
+    assert (got["id"], got["kind"], got["status"]) == (made["id"], "approval_request", "pending")
+    assert (got["toolName"], got["toolCallId"], got["threadId"]) == ("deploy", "call-1", "t1")
+    assert got["expiresAt"] is not None
+    request = got["request"]
+    assert request["requestId"] == made["id"]
+    assert (request["kind"], request["display"], request["allowFreeform"]) == (
+        "approval_request",
+        "confirmation",
+        False,
+    )
+    assert request["options"] == [{"id": "approve", "label": "Approve"}, {"id": "deny", "label": "Deny"}]
+    assert request["input"] == {"env": "prod"}
+
+
+async def test_a_question_carries_its_prompts_in_details_and_no_top_level_options(api: httpx.AsyncClient) -> None:
+    made = await create(api, **QUESTION)
+    request = (await api.get(f"/interactions/{made['id']}")).json()["request"]
+    assert (request["kind"], request["display"]) == ("question", "text")
+    assert "options" not in request and "allowFreeform" not in request
+    details = request["details"]
+    assert (details["title"], details["details"]) == ("Refund #ABC?", "The customer called twice.")
+    colour, sizes, note = details["questions"]
+    assert colour["id"] == "colour" and colour["options"] == [
+        {"id": "red", "label": "red"},
+        {"id": "green", "label": "green"},
+    ]
+    assert (colour["multiple"], colour["allowOther"]) == (False, False)
+    assert sizes["multiple"] is True and [o["id"] for o in sizes["options"]] == ["s", "m", "l"]
+    assert (note["multiline"], note["required"], "options" in note) == (True, False, False)
+
+
+async def test_interactions_are_listed_by_kind_and_status(api: httpx.AsyncClient) -> None:
+    approval = await create(api, **APPROVAL)
+    question = await create(api, **QUESTION)
+    listed = (await api.get("/interactions", params={"status": "pending"})).json()["items"]
+    assert {i["id"] for i in listed} == {approval["id"], question["id"]}
+    approvals = (await api.get("/interactions", params={"kind": "approval_request"})).json()["items"]
+    assert [i["id"] for i in approvals] == [approval["id"]]
+
+
+# -- resolving ---------------------------------------------------------------------------------
+
+
+async def test_an_approval_is_approved_or_denied_by_its_own_id_with_the_reason_echoed(api: httpx.AsyncClient) -> None:
+    approved, denied = await create(api, **APPROVAL), await create(api, **APPROVAL)
+    ok = await resolve(
+        api,
+        approved["id"],
+        inputResponses=[{"requestId": approved["id"], "optionId": "approve"}],
+        reason="approved by on-call",
+    )
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["resolution"]["outcome"] == "approve"
+    assert ok.json()["resolution"]["reason"] == "approved by on-call"
+    assert ok.json()["expiresAt"] is None  # only a pending pause has one
+
+    no = await resolve(
+        api, denied["id"], inputResponses=[{"requestId": denied["id"], "optionId": "deny"}], reason="blocked"
+    )
+    assert no.status_code == 200, no.text
+    assert (no.json()["resolution"]["outcome"], no.json()["resolution"]["reason"]) == ("deny", "blocked")
+
+
+async def test_a_question_is_resolved_per_prompt(api: httpx.AsyncClient) -> None:
+    made = await create(api, **QUESTION)
+    response = await resolve(
+        api,
+        made["id"],
+        inputResponses=[
+            {"requestId": "colour", "optionId": "green"},
+            {"requestId": "sizes", "optionIds": ["s", "l"]},
+        ],
+    )
+    assert response.status_code == 200, response.text
+    resolution = response.json()["resolution"]
+    assert resolution["outcome"] == "answered"
+    assert resolution["answers"] == {"colour": "green", "sizes": ["s", "l"]}  # the optional prompt left out
+
+
+@pytest.mark.parametrize(
+    ("responses", "fragment"),
+    [
+        ([{"requestId": "colour", "optionId": "blue"}, {"requestId": "sizes", "optionIds": ["s"]}], "not one of"),
+        ([{"requestId": "colour", "optionIds": ["red", "green"]}, {"requestId": "sizes", "optionIds": []}], "single"),
+        ([{"requestId": "SELF", "optionId": "red"}], "Unknown questionId"),
+        ([{"requestId": "colour", "optionId": "red"}, {"requestId": "colour", "optionId": "green"}], "more than once"),
+        ([{"requestId": "colour", "optionId": "red"}], "sizes"),  # a required prompt left unanswered
+    ],
+)
+async def test_a_body_that_does_not_fit_is_a_400_and_changes_nothing(
+    api: httpx.AsyncClient, responses: list[dict[str, Any]], fragment: str
+) -> None:
+    made = await create(api, **QUESTION)
+    body = json.loads(json.dumps(responses).replace("SELF", made["id"]))
+    for path in (f"/interactions/{made['id']}/resolve", f"/requests/{made['id']}/answer"):
+        response = await api.post(path, json={"inputResponses": body})
+        assert response.status_code == 400, response.text
+        assert response.json()["code"] == "invalid_answer"
+        assert fragment in response.json()["detail"]
+    assert (await api.get(f"/interactions/{made['id']}")).json()["status"] == "pending"
+
+
+async def test_the_native_answer_body_keeps_its_422(api: httpx.AsyncClient) -> None:
+    made = await create(api, **QUESTION)
+    response = await api.post(f"/requests/{made['id']}/answer", json={"answers": {"colour": "blue", "sizes": []}})
+    assert response.status_code == 422
+
+
+async def test_cancel_withdraws_the_pause_with_the_reason_echoed(api: httpx.AsyncClient) -> None:
+    made = await create(api, **QUESTION)
+    response = await resolve(api, made["id"], cancel=True, reason="not needed any more")
+    assert response.status_code == 200, response.text
+    got = response.json()
+    assert got["status"] == "cancelled"
+    assert (got["resolution"]["outcome"], got["resolution"]["reason"]) == ("cancelled", "not needed any more")
+
+
+async def test_several_are_resolved_at_once_each_on_its_own(api: httpx.AsyncClient) -> None:
+    a, b = await create(api, **APPROVAL), await create(api, **APPROVAL)
+    items = [
+        {"id": a["id"], "inputResponses": [{"requestId": a["id"], "optionId": "approve"}]},
+        {"id": b["id"], "inputResponses": [{"requestId": b["id"], "optionId": "maybe"}]},
+        {"id": "f" * 32, "inputResponses": [{"requestId": "f" * 32, "optionId": "approve"}]},
+    ]
+    response = await api.post("/interactions/resolve", json={"items": items})
+    assert response.status_code == 200, response.text
+    ok, bad, missing = response.json()
+    assert ok["ok"] and ok["interaction"]["resolution"]["outcome"] == "approve"
+    assert (bad["ok"], bad["error"]["status"]) == (False, 400)
+    assert (missing["ok"], missing["error"]["status"]) == (False, 404)
+    assert (await api.get(f"/interactions/{b['id']}")).json()["status"] == "pending"
+
+
+# -- the stream --------------------------------------------------------------------------------
+
+
+async def next_event(events: AsyncIterator[Any], *names: str) -> Any:
+    with anyio.fail_after(BOUND):
+        async for sse in events:
+            if sse.event in names:
+                return sse
+    raise AssertionError("the stream ended")
+
+
+async def test_a_pending_pause_is_sent_again_on_reconnect_then_what_was_missed(
+    base: str, api: httpx.AsyncClient
+) -> None:
+    url = f"{base}/api/v1/interactions/stream"
+    first = await create(api, **APPROVAL)
+    async with httpx.AsyncClient(timeout=BOUND) as client:
+        async with aconnect_sse(client, "GET", url) as source:
+            events = source.aiter_sse()
+            sent = await next_event(events, "data-novo-input-requested")  # pending before we came
+            assert json.loads(sent.data)["id"] == first["id"] and not sent.id
+            second = await create(api, **QUESTION)
+            live = await next_event(events, "data-novo-input-requested")
+            assert json.loads(live.data)["id"] == second["id"]
+            last_seen = live.id
+        # Offline: one pause settles, another is made.
+        await resolve(
+            api,
+            second["id"],
+            inputResponses=[{"requestId": "colour", "optionId": "red"}, {"requestId": "sizes", "optionIds": []}],
+        )
+        third = await create(api, **APPROVAL)
+        async with aconnect_sse(client, "GET", url, headers={"Last-Event-ID": last_seen}) as source:
+            events = source.aiter_sse()
+            again = [json.loads((await next_event(events, "data-novo-input-requested")).data)["id"] for _ in range(2)]
+            assert again == [first["id"], third["id"]]  # every pending pause, oldest first
+            resolved = await next_event(events, "data-novo-input-resolved")
+            assert json.loads(resolved.data)["id"] == second["id"]
+            made = await next_event(events, "data-novo-input-requested")
+            assert json.loads(made.data)["id"] == third["id"] and made.id  # the missed event itself
+
+
+# -- who may see and resolve what ------------------------------------------------------------------
+
+
+@pytest.fixture
+def authed(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[tuple[str, dict[str, str]]]:
+    db = f"sqlite:///{tmp_path / 'auth.db'}"
+    tokens: dict[str, str] = {}
+
+    async def setup() -> None:
+        async with interlock.connect(db) as broker:
+            for principal in (
+                Principal("alice", "human"),
+                Principal("bob", "human"),
+                Principal("alice-bot", "agent", owner="alice"),
+            ):
+                await broker.store.save_principal(principal)
+                token = issue_token(principal.name, datetime.now(UTC))
+                await broker.store.save_token(token)
+                tokens[principal.name] = token.secret
+
+    anyio.run(setup)
+    with serve(db, auth=True) as url:
+        yield f"{url}/api/v1", tokens
+
+
+async def test_only_the_recipient_resolves_and_only_the_parties_see_an_interaction(
+    authed: tuple[str, dict[str, str]],
+) -> None:
+    base, tokens = authed
+
+    def client(who: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {tokens[who]}"}, timeout=BOUND)
+
+    async with client("alice") as alice, client("bob") as bob, client("alice-bot") as bot:
+        made = (await bot.post("/requests", json=APPROVAL)).json()
+        approve = {"inputResponses": [{"requestId": made["id"], "optionId": "approve"}]}
+        assert (await bob.get(f"/interactions/{made['id']}")).status_code == 403
+        assert (await bob.get("/interactions")).json()["items"] == []
+        assert (await bob.post(f"/interactions/{made['id']}/resolve", json=approve)).status_code == 403
+        assert (
+            await bot.post(f"/interactions/{made['id']}/resolve", json=approve)
+        ).status_code == 403  # agents never answer
+        assert [i["id"] for i in (await bot.get("/interactions")).json()["items"]] == [made["id"]]
+        assert [i["id"] for i in (await alice.get("/interactions")).json()["items"]] == [made["id"]]
+        done = await alice.post(f"/interactions/{made['id']}/resolve", json=approve)
+        assert done.status_code == 200 and done.json()["resolution"]["by"] == "alice"
