@@ -44,8 +44,14 @@ process); latency is measured from the create call returning in the driver.  A s
 pass with a minimal asyncio-socket subscriber (``--sub-client raw``) shows how much of
 that is the client library.
 
-Targets (issue 3): interlock >= 3x awaithumans' round-trip throughput; one event to
-1,000 SSE subscribers within 100 ms.
+* **bare Starlette floor, raw httpx** -- ``bench/starlette_floor.py`` under the same uvicorn:
+  the raw-httpx cycle against three bare endpoints doing the same two SQLite commits
+  (token check, insert + commit, long poll on an ``asyncio.Event``, update + commit). The
+  floor for what a server with interlock's shape can do on this machine.
+
+Targets: interlock >= 3x awaithumans' round-trip throughput; interlock's raw-httpx cycle
+>= 0.6x the bare Starlette floor; one event to 1,000 SSE subscribers within 100 ms, and to
+10,000 within 1 s.
 
 Run:
 
@@ -196,6 +202,24 @@ def start_interlock(work: Path, *, auth: bool = True) -> Server:
     url = f"http://127.0.0.1:{port}"
     _wait_healthy(f"{url}/healthz", proc, log)
     return Server(name, url, proc, log, tokens)
+
+
+def start_floor(work: Path) -> Server:
+    """The bare Starlette floor (bench/starlette_floor.py) on a fresh SQLite file; the same
+    token for the agent and the person."""
+    port = free_port()
+    log = work / "floor.log"
+    token = uuid.uuid4().hex
+    script = Path(__file__).with_name("starlette_floor.py")
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, str(script), str(work / "floor.db"), str(port), token],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    _wait_healthy(f"{url}/healthz", proc, log)
+    return Server("floor", url, proc, log, {"agent": token, "alice": token})
 
 
 def start_awaithumans(work: Path) -> Server:
@@ -912,6 +936,21 @@ def report_roundtrips(
         print("### Target: interlock >= 3x awaithumans' round-trip throughput\n")
         print(table(["interlock", "awaithumans", "agents", "ratio (median of per-round)", "verdict"], rows))
         print()
+    floor = "bare Starlette floor, raw httpx"
+    rows = []
+    for a in ("interlock, raw httpx", "interlock, raw httpx, --no-auth", "interlock, Python client, ask (one call)"):
+        if a not in results or floor not in results:
+            continue
+        for m in modes:
+            ratio = paired([w.rate for w in results[a][m]], [w.rate for w in results[floor][m]])
+            met, held = ratio >= 0.6, a == "interlock, raw httpx"
+            if held:
+                ok &= met
+            rows.append([a, m, f"{ratio:.2f}x", verdict(met) + ("" if held else " (informational)")])
+    if rows:
+        print("### Target: interlock's cycle >= 0.6x a bare Starlette endpoint doing the same two SQLite commits\n")
+        print(table(["interlock", "agents", "x floor (median of per-round)", "verdict"], rows))
+        print()
     return ok
 
 
@@ -989,6 +1028,9 @@ async def main_async(args: argparse.Namespace, work: Path, spy: PySpy) -> dict[s
                 Contender("interlock, raw httpx, --no-auth", il_open, interlock_raw(il_open), True),
                 Contender("interlock, raw httpx, sequenced", il, interlock_raw(il, sequenced=True), True),
             ]
+            floor = start_floor(work)
+            servers.append(floor)
+            contenders.append(Contender("bare Starlette floor, raw httpx", floor, interlock_raw(floor), True))
             if not args.no_awaithumans:
                 ah = start_awaithumans(work)
                 servers.append(ah)
