@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 
@@ -11,15 +12,19 @@ import pytest
 
 from interlock import Broker, InvalidAnswer, InvalidRequest, Request, Status, Text
 from interlock.agent import (
+    BrokerUserIO,
     Conversation,
     HumanInputTools,
     InformUserTool,
     Receipt,
     Sessions,
+    TerminalUserIO,
     ToolCall,
     ToolRunner,
+    UserIOContracts,
     ask_user_tool,
     inform_user,
+    user_io_from,
 )
 
 from .support import BOUND, Inbox, bounded
@@ -303,3 +308,60 @@ async def test_progress_updates_are_read_per_session_and_followed_live(broker: B
         with anyio.fail_after(30):
             await both.wait()
         assert heard == ["Started", "Half done"]
+
+
+# -- user-IO contracts ----------------------------------------------------------------------------
+
+
+async def test_each_agents_updates_are_delivered_by_its_own_user_io_contract(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    console = io.StringIO()
+    contracts = UserIOContracts(
+        "broker",
+        agents={
+            "painter": TerminalUserIO(console),
+            "framer": {"type": "log", "params": {"level": "WARNING"}},
+        },
+    )
+    tool = InformUserTool(broker, contracts=contracts)
+    with caplog.at_level(logging.INFO, logger="interlock.updates"):
+        for agent, message in (("painter", "Primer on"), ("framer", "Frame cut"), ("sweeper", "Floor swept")):
+            result = await tool(ToolCall("inform_user", {"message": message}, agent=agent, session="s1"))
+            assert result is not None and json.loads(result.content)["delivered"] is True
+    assert console.getvalue() == "[painter] Primer on\n"
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "interlock.updates"]
+    assert logged == [("WARNING", "update for (nobody named) from framer: Frame cut")]
+    # Whatever delivered them, every update is in the log for the inbox and the streams.
+    updates = await Sessions(broker).user_updates("s1")
+    assert [(u.agent, u.message) for u in updates] == [
+        ("painter", "Primer on"),
+        ("framer", "Frame cut"),
+        ("sweeper", "Floor swept"),
+    ]
+
+
+async def test_an_update_whose_delivery_fails_is_still_recorded(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken:
+        async def deliver(self, receipt: Receipt) -> None:
+            raise OSError("the terminal is gone")
+
+    with caplog.at_level(logging.ERROR, logger="interlock"):
+        receipt = await inform_user(broker, "Half done", session="s1", agent="painter", contracts=Broken())
+    assert [u.id for u in await Sessions(broker).user_updates("s1")] == [receipt.id]
+    assert any("failed to deliver" in r.getMessage() for r in caplog.records)
+
+
+def test_a_user_io_contract_is_named_or_given() -> None:
+    assert isinstance(user_io_from("terminal"), TerminalUserIO)
+    assert isinstance(UserIOContracts().for_agent("anyone"), BrokerUserIO)
+    with pytest.raises(ValueError, match="unknown user-IO contract 'email'"):
+        user_io_from("email")
+    with pytest.raises(ValueError, match="bad params"):
+        user_io_from({"type": "terminal", "params": {"colour": True}})
+    with pytest.raises(ValueError, match="unknown log level"):
+        user_io_from({"type": "log", "params": {"level": "LOUD"}})
+    with pytest.raises(TypeError):
+        user_io_from(42)  # type: ignore[arg-type]

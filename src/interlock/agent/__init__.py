@@ -16,7 +16,7 @@ maps its own two types onto these and gets everything below. One module per conc
 - `contracts`: who settles a request made for an agent (the inbox, an automatic
   decision, a terminal) and the choice of one per agent; `terminal`: the terminal one.
 - `sessions`: the conversation an agent works in, the host's views of what waits in it,
-  and `inform_user`.
+  and `inform_user`; `user_io`: where each agent's progress updates are delivered.
 
 The agent side builds on the core (`interlock.broker`, `interlock.model`,
 `interlock.hooks`) and never on a surface (the server, the CLI).
@@ -58,8 +58,16 @@ from .sessions import (
     inform_user_tool,
 )
 from .terminal import TerminalContract
+from .user_io import BrokerUserIO, LogUserIO, TerminalUserIO, UserIOContract, UserIOContracts, UserIOSpec, user_io_from
 
 __all__ = [
+    "BrokerUserIO",
+    "LogUserIO",
+    "TerminalUserIO",
+    "UserIOContract",
+    "UserIOContracts",
+    "UserIOSpec",
+    "user_io_from",
     "AUTO_RESOLVE_ENV",
     "Allow",
     "ApprovalGate",

@@ -22,7 +22,6 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeAlias
 
@@ -30,6 +29,7 @@ from ..broker import Broker
 from ..errors import InvalidRequest
 from ..model import Request
 from .calls import ToolCall, ToolDefinition, ToolResult
+from .user_io import Receipt, UserIOContracts, UserIOSpec
 
 __all__ = [
     "Conversation",
@@ -96,18 +96,6 @@ class Conversation:
 # -- inform_user ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Receipt:
-    """Proof a progress update was recorded: the id of its `informed` event, and when."""
-
-    id: int
-    at: datetime
-    message: str
-    to: str | None = None
-    session: str | None = None
-    agent: str | None = None
-
-
 async def inform_user(
     broker: Broker,
     message: str,
@@ -118,11 +106,15 @@ async def inform_user(
     agent: str | None = None,
     run: str | None = None,
     data: Mapping[str, Any] | None = None,
+    contracts: UserIOContracts | UserIOSpec | None = None,
 ) -> Receipt:
     """Tell the person something without waiting for anything, and return the receipt.
 
-    The update becomes an `informed` event, so the inbox and event streams show it. The
-    person, session, agent and run come from `conversation` unless given here.
+    The update becomes an `informed` event, so the inbox and event streams show it; then
+    the agent's user-IO contract (`contracts`, by default none beyond the log: see
+    `interlock.agent.user_io`) delivers it too. A delivery that fails is logged: the update
+    is recorded all the same. The person, session, agent and run come from `conversation`
+    unless given here.
     """
     if conversation is not None:
         to = to if to is not None else conversation.person
@@ -130,7 +122,14 @@ async def inform_user(
         agent = agent if agent is not None else conversation.agent
         run = run if run is not None else conversation.run
     event = await broker.inform(message, to=to, session=session, agent=agent, run=run, data=data)
-    return Receipt(event.id, event.at, message, to=to, session=session, agent=agent)
+    receipt = Receipt(event.id, event.at, message, to=to, session=session, agent=agent)
+    if contracts is not None:
+        contract = UserIOContracts.of(contracts).for_agent(agent)
+        try:
+            await contract.deliver(receipt)
+        except Exception:
+            log.exception("user-IO contract %r failed to deliver update %s", contract, receipt.id)
+    return receipt
 
 
 def inform_user_tool(name: str = "inform_user") -> ToolDefinition:
@@ -151,13 +150,22 @@ class InformUserTool:
     """Serves the `inform_user` tool (or `name`): records the update and returns at once.
 
     The model reads `{"delivered": true, "receipt": <event id>}`. It falls through for any
-    other tool name.
+    other tool name. `contracts` chooses, per agent, where else updates are delivered
+    (`interlock.agent.user_io`: `broker`, `terminal`, `log` or your own).
     """
 
-    def __init__(self, broker: Broker, *, name: str = "inform_user", to: str | None = None) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        name: str = "inform_user",
+        to: str | None = None,
+        contracts: UserIOContracts | UserIOSpec | None = None,
+    ) -> None:
         self.broker = broker
         self.name = name
         self.to = to
+        self.contracts = UserIOContracts.of(contracts)
         self.definitions = (inform_user_tool(name),)
 
     async def __call__(self, call: ToolCall) -> ToolResult | None:
@@ -168,7 +176,13 @@ class InformUserTool:
             return ToolResult(json.dumps({"error": "'message' must be a string"}), is_error=True)
         try:
             receipt = await inform_user(
-                self.broker, message, to=call.to or self.to, session=call.session, agent=call.agent, run=call.run
+                self.broker,
+                message,
+                to=call.to or self.to,
+                session=call.session,
+                agent=call.agent,
+                run=call.run,
+                contracts=self.contracts,
             )
         except InvalidRequest as exc:
             return ToolResult(json.dumps({"error": str(exc)}), is_error=True)
