@@ -9,11 +9,12 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 import interlock
+from asgi_support import InProcessServer, serving
 from interlock import Broker
 
 BACKENDS = ["memory", "sqlite", "postgresql", "http"]
@@ -32,8 +33,9 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh store of the backend under test; for http, a real server on its own file;
-    for postgresql, a database of its own, cloned from the session's template."""
+    """A fresh store of the backend under test; for postgresql, a database of its own,
+    cloned from the session's template; for http, a server on its own SQLite file, served
+    in-process (`http_server`: open brokers on it with the `connect` fixture)."""
     if backend == "memory":
         yield "memory://"
     elif backend == "sqlite":
@@ -42,8 +44,17 @@ def url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterato
         with request.getfixturevalue("pg_databases")() as pg_url:
             yield pg_url
     else:
-        with running_server(f"sqlite:///{tmp_path / 'server.db'}", auth=False) as base:
-            yield base
+        yield request.getfixturevalue("http_server").url
+
+
+@pytest.fixture
+async def http_server(tmp_path: Path) -> AsyncIterator[InProcessServer]:
+    """`interlock serve`'s app without auth on its own SQLite file, reached in-process over
+    a transport that streams (no socket: see asgi_support)."""
+    from interlock.server.app import create_app
+
+    async with serving(create_app(f"sqlite:///{tmp_path / 'server.db'}", auth=False)) as server:
+        yield server
 
 
 def psql(sql: str, database: str = "postgres") -> str:
@@ -119,8 +130,11 @@ def running_server(store_url: str, **options: Any) -> Iterator[str]:
 
 
 @pytest.fixture
-def connect(url: str) -> Callable[..., Broker]:
-    """Open more brokers on the same store (for SQLite: another connection to the file)."""
+def connect(url: str, backend: str, request: pytest.FixtureRequest) -> Callable[..., Broker]:
+    """Open more brokers on the same store (for SQLite: another connection to the file;
+    for http: another client of the same server)."""
+    if backend == "http":
+        return cast("Callable[..., Broker]", request.getfixturevalue("http_server").connect)
 
     def make(**options: object) -> Broker:
         return interlock.connect(url, **options)
