@@ -160,8 +160,9 @@ class InProcessServer:
         """`interlock.connect(url)` to this server, over the in-process transport."""
         return interlock.connect(self.url, transport=self.transport, **options)
 
-    def client(self, **options: Any) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.url, transport=self.transport, **options)
+    def client(self, path: str = "", **options: Any) -> httpx.AsyncClient:
+        """An httpx client of this server (`path`: a prefix of every call, as /api/v1)."""
+        return httpx.AsyncClient(base_url=f"{self.url}{path}", transport=self.transport, **options)
 
 
 @contextlib.asynccontextmanager
