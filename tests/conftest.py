@@ -16,6 +16,7 @@ import pytest
 import interlock
 from asgi_support import InProcessServer, serving
 from interlock import Broker
+from pg_pool import DatabasePool
 
 BACKENDS = ["memory", "sqlite", "postgresql", "http"]
 PG_SERVER = "postgresql://postgres@127.0.0.1:5432"  # here and in CI: trust auth, always up
@@ -71,10 +72,12 @@ def psql(sql: str, database: str = "postgres") -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_template() -> Iterator[str]:
-    """A database with interlock's migrations applied, built once per session."""
+def pg_template() -> Iterator[DatabasePool]:
+    """A database with interlock's migrations applied, built once per session, and the
+    pool of its clones the tests draw from (pg_pool: brought back to it, not dropped)."""
     name = f"interlock_template_{os.getpid()}_{secrets.token_hex(3)}"
     psql(f"CREATE DATABASE {name}")
+    pool = DatabasePool(PG_SERVER, name)
     try:
 
         async def migrate() -> None:
@@ -82,27 +85,22 @@ def pg_template() -> Iterator[str]:
                 pass
 
         asyncio.run(migrate())
+        pool.remember_template()
         psql(f"ALTER DATABASE {name} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false")
-        yield name
+        yield pool
     finally:
-        psql(f"ALTER DATABASE {name} WITH IS_TEMPLATE false")
-        psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        try:
+            pool.close()
+        finally:
+            psql(f"ALTER DATABASE {name} WITH IS_TEMPLATE false")
+            psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @pytest.fixture(scope="session")
-def pg_databases(pg_template: str) -> Callable[[], contextlib.AbstractContextManager[str]]:
-    """`with pg_databases() as url:` a fresh database cloned from the template, dropped after."""
-
-    @contextlib.contextmanager
-    def database() -> Iterator[str]:
-        name = f"interlock_test_{os.getpid()}_{secrets.token_hex(4)}"
-        psql(f"CREATE DATABASE {name} TEMPLATE {pg_template}")
-        try:
-            yield f"{PG_SERVER}/{name}"
-        finally:
-            psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-
-    return database
+def pg_databases(pg_template: DatabasePool) -> Callable[[], contextlib.AbstractContextManager[str]]:
+    """`with pg_databases() as url:` a database of its own in the template's state: a clone,
+    or one an earlier test used, brought back to that state (see pg_pool)."""
+    return pg_template.database
 
 
 @contextlib.contextmanager
