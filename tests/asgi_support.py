@@ -174,3 +174,11 @@ async def serving(app: Any) -> AsyncIterator[InProcessServer]:
             yield InProcessServer(app, transport)
         finally:
             await transport.stop()
+
+
+def serve_in_process(store_url: str | None, **options: Any) -> contextlib.AbstractAsyncContextManager[InProcessServer]:
+    """`async with serve_in_process(store_url, auth=False) as server:` `interlock serve`'s
+    app on that store, in-process (the in-process twin of conftest's `serve`)."""
+    from interlock.server.app import create_app
+
+    return serving(create_app(store_url, **options))
