@@ -39,7 +39,7 @@ class StreamingASGITransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         assert isinstance(request.stream, httpx.AsyncByteStream)
-        body = b"".join([chunk async for chunk in request.stream])
+        body = [chunk async for chunk in request.stream if chunk]  # handed to the app as sent
         scope = {
             "type": "http",
             "asgi": {"version": "3.0"},
@@ -89,14 +89,15 @@ class _Call:
     def hang_up(self) -> None:
         self.gone.set()
 
-    async def run(self, app: ASGIApp, scope: dict[str, Any], body: bytes) -> None:
-        sent_body = False
+    async def run(self, app: ASGIApp, scope: dict[str, Any], body: list[bytes]) -> None:
+        chunks = iter(body or [b""])
+        left = len(body or [b""])
 
         async def receive() -> Message:
-            nonlocal sent_body
-            if not sent_body:
-                sent_body = True
-                return {"type": "http.request", "body": body, "more_body": False}
+            nonlocal left
+            if left:
+                left -= 1
+                return {"type": "http.request", "body": next(chunks), "more_body": left > 0}
             await self.gone.wait()
             return {"type": "http.disconnect"}
 
