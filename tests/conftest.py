@@ -4,6 +4,8 @@ import asyncio
 import contextlib
 import os
 import secrets
+import shutil
+import sqlite3
 import subprocess
 import threading
 import time
@@ -40,7 +42,7 @@ def url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterato
     if backend == "memory":
         yield "memory://"
     elif backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'interlock.db'}"
+        yield f"sqlite:///{sqlite_copy(request, tmp_path / 'interlock.db')}"
     elif backend == "postgresql":
         with request.getfixturevalue("pg_databases")() as pg_url:
             yield pg_url
@@ -49,13 +51,36 @@ def url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterato
 
 
 @pytest.fixture
-async def http_server(tmp_path: Path) -> AsyncIterator[InProcessServer]:
+async def http_server(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[InProcessServer]:
     """`interlock serve`'s app without auth on its own SQLite file, reached in-process over
     a transport that streams (no socket: see asgi_support)."""
     from interlock.server.app import create_app
 
-    async with serving(create_app(f"sqlite:///{tmp_path / 'server.db'}", auth=False)) as server:
+    store = f"sqlite:///{sqlite_copy(request, tmp_path / 'server.db')}"
+    async with serving(create_app(store, auth=False)) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file with interlock's migrations applied, made once per session."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
+
+    async def migrate() -> None:
+        async with interlock.connect(f"sqlite:///{path}"):
+            pass
+
+    asyncio.run(migrate())
+    with contextlib.closing(sqlite3.connect(path)) as db:  # all of it in the main file
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return path
+
+
+def sqlite_copy(request: pytest.FixtureRequest, path: Path) -> Path:
+    """A fresh store at `path`: a copy of the migrated template (the migrations themselves
+    are tested on fresh files in test_stores)."""
+    shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+    return path
 
 
 def psql(sql: str, database: str = "postgres") -> str:
