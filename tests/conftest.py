@@ -4,17 +4,21 @@ import asyncio
 import contextlib
 import os
 import secrets
+import shutil
+import sqlite3
 import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 import interlock
+from asgi_support import InProcessServer, serving
 from interlock import Broker
+from pg_pool import DatabasePool
 
 BACKENDS = ["memory", "sqlite", "postgresql", "http"]
 PG_SERVER = "postgresql://postgres@127.0.0.1:5432"  # here and in CI: trust auth, always up
@@ -32,18 +36,51 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh store of the backend under test; for http, a real server on its own file;
-    for postgresql, a database of its own, cloned from the session's template."""
+    """A fresh store of the backend under test; for postgresql, a database of its own,
+    cloned from the session's template; for http, a server on its own SQLite file, served
+    in-process (`http_server`: open brokers on it with the `connect` fixture)."""
     if backend == "memory":
         yield "memory://"
     elif backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'interlock.db'}"
+        yield f"sqlite:///{sqlite_copy(request, tmp_path / 'interlock.db')}"
     elif backend == "postgresql":
         with request.getfixturevalue("pg_databases")() as pg_url:
             yield pg_url
     else:
-        with running_server(f"sqlite:///{tmp_path / 'server.db'}", auth=False) as base:
-            yield base
+        yield request.getfixturevalue("http_server").url
+
+
+@pytest.fixture
+async def http_server(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[InProcessServer]:
+    """`interlock serve`'s app without auth on its own SQLite file, reached in-process over
+    a transport that streams (no socket: see asgi_support)."""
+    from interlock.server.app import create_app
+
+    store = f"sqlite:///{sqlite_copy(request, tmp_path / 'server.db')}"
+    async with serving(create_app(store, auth=False)) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file with interlock's migrations applied, made once per session."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
+
+    async def migrate() -> None:
+        async with interlock.connect(f"sqlite:///{path}"):
+            pass
+
+    asyncio.run(migrate())
+    with contextlib.closing(sqlite3.connect(path)) as db:  # all of it in the main file
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return path
+
+
+def sqlite_copy(request: pytest.FixtureRequest, path: Path) -> Path:
+    """A fresh store at `path`: a copy of the migrated template (the migrations themselves
+    are tested on fresh files in test_stores)."""
+    shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+    return path
 
 
 def psql(sql: str, database: str = "postgres") -> str:
@@ -60,10 +97,12 @@ def psql(sql: str, database: str = "postgres") -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_template() -> Iterator[str]:
-    """A database with interlock's migrations applied, built once per session."""
+def pg_template() -> Iterator[DatabasePool]:
+    """A database with interlock's migrations applied, built once per session, and the
+    pool of its clones the tests draw from (pg_pool: brought back to it, not dropped)."""
     name = f"interlock_template_{os.getpid()}_{secrets.token_hex(3)}"
     psql(f"CREATE DATABASE {name}")
+    pool = DatabasePool(PG_SERVER, name)
     try:
 
         async def migrate() -> None:
@@ -71,27 +110,22 @@ def pg_template() -> Iterator[str]:
                 pass
 
         asyncio.run(migrate())
+        pool.remember_template()
         psql(f"ALTER DATABASE {name} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false")
-        yield name
+        yield pool
     finally:
-        psql(f"ALTER DATABASE {name} WITH IS_TEMPLATE false")
-        psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        try:
+            pool.close()
+        finally:
+            psql(f"ALTER DATABASE {name} WITH IS_TEMPLATE false")
+            psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @pytest.fixture(scope="session")
-def pg_databases(pg_template: str) -> Callable[[], contextlib.AbstractContextManager[str]]:
-    """`with pg_databases() as url:` a fresh database cloned from the template, dropped after."""
-
-    @contextlib.contextmanager
-    def database() -> Iterator[str]:
-        name = f"interlock_test_{os.getpid()}_{secrets.token_hex(4)}"
-        psql(f"CREATE DATABASE {name} TEMPLATE {pg_template}")
-        try:
-            yield f"{PG_SERVER}/{name}"
-        finally:
-            psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-
-    return database
+def pg_databases(pg_template: DatabasePool) -> Callable[[], contextlib.AbstractContextManager[str]]:
+    """`with pg_databases() as url:` a database of its own in the template's state: a clone,
+    or one an earlier test used, brought back to that state (see pg_pool)."""
+    return pg_template.database
 
 
 @contextlib.contextmanager
@@ -119,8 +153,11 @@ def running_server(store_url: str, **options: Any) -> Iterator[str]:
 
 
 @pytest.fixture
-def connect(url: str) -> Callable[..., Broker]:
-    """Open more brokers on the same store (for SQLite: another connection to the file)."""
+def connect(url: str, backend: str, request: pytest.FixtureRequest) -> Callable[..., Broker]:
+    """Open more brokers on the same store (for SQLite: another connection to the file;
+    for http: another client of the same server)."""
+    if backend == "http":
+        return cast("Callable[..., Broker]", request.getfixturevalue("http_server").connect)
 
     def make(**options: object) -> Broker:
         return interlock.connect(url, **options)

@@ -1,10 +1,9 @@
-"""The HTTP API against a real server: answers in both formats, errors, long polls, SSE."""
+"""The HTTP API, served in-process (asgi_support): answers in both formats, errors, long polls, SSE."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,9 @@ import pytest
 from httpx_sse import aconnect_sse
 
 import interlock
+from asgi_support import InProcessServer, serving
 from interlock import Status, Text
+from interlock.server.app import create_app
 from interlock.server.stream import Hub
 
 pytestmark = pytest.mark.anyio
@@ -22,14 +23,19 @@ BOUND = 10
 
 
 @pytest.fixture
-def base(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[str]:
-    with serve(f"sqlite:///{tmp_path / 'api.db'}", auth=False, keepalive=0.2) as url:
-        yield url
+async def server(tmp_path: Path) -> AsyncIterator[InProcessServer]:
+    async with serving(create_app(f"sqlite:///{tmp_path / 'api.db'}", auth=False, keepalive=0.2)) as server:
+        yield server
 
 
 @pytest.fixture
-async def api(base: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=BOUND) as client:
+def base(server: InProcessServer) -> str:
+    return server.url
+
+
+@pytest.fixture
+async def api(server: InProcessServer) -> AsyncIterator[httpx.AsyncClient]:
+    async with server.client("/api/v1", timeout=BOUND) as client:
         yield client
 
 

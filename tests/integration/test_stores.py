@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import pytest
 
 import interlock
-from interlock import Expired, NotFound, Rejected, Status, Text
+from interlock import Broker, Expired, NotFound, Rejected, Status, Text
 from interlock.broker import _SCHEMES, register_scheme
 from interlock.store._sql import load_migrations
 from interlock.store.memory import MemoryStore
@@ -69,10 +70,12 @@ async def test_memory_retention_zero_replays_nothing_but_still_wakes_waiters() -
             await broker.wait(request.id)
 
 
-async def test_settled_outcomes_replay_after_the_process_reconnects(url: str, backend: str) -> None:
+async def test_settled_outcomes_replay_after_the_process_reconnects(
+    connect: Callable[..., Broker], backend: str
+) -> None:
     if backend == "memory":
         pytest.skip("a memory store does not outlive its process")
-    async with interlock.connect(url) as broker:
+    async with connect() as broker:
         answered = await broker.create(Text("Name?"))
         await broker.resolve(answered.id, "Ada", by="alice")
         rejected = await broker.create(Text("Name?"))
@@ -80,7 +83,7 @@ async def test_settled_outcomes_replay_after_the_process_reconnects(url: str, ba
         expired = await broker.create(Text("Name?"))
         with pytest.raises(Expired):
             await broker.wait(expired.id, timeout=0)
-    async with interlock.connect(url) as broker:
+    async with connect() as broker:
         response = await broker.wait(answered.id)
         assert (response.answers, response.by) == ({"text": "Ada"}, "alice")
         with pytest.raises(Rejected, match="no"):

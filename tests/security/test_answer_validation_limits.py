@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import httpx
 import pytest
 
 import interlock
+from asgi_support import serve_in_process
 from interlock import Form, InvalidAnswer
 
 pytestmark = pytest.mark.anyio
@@ -27,14 +27,11 @@ EVIL = "^(a+)+$"
 
 
 @pytest.fixture
-def base(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[str]:
-    with serve(f"sqlite:///{tmp_path / 'forms.db'}", auth=False) as url:
-        yield url
-
-
-@pytest.fixture
-async def api(base: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=BOUND) as client:
+async def api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    async with (
+        serve_in_process(f"sqlite:///{tmp_path / 'forms.db'}", auth=False) as server,
+        server.client("/api/v1", timeout=BOUND) as client,
+    ):
         yield client
 
 

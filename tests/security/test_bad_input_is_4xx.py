@@ -1,20 +1,20 @@
 """Finding 10: bad input gets a clear 4xx, never a 500, and changes nothing.
 
-Each case runs over a real HTTP server on SQLite and on PostgreSQL (whose text cannot
+Each case runs over the HTTP API (served in-process) on SQLite and on PostgreSQL (whose text cannot
 hold a NUL), and checks afterwards that no request was created and no event appended.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
 import interlock
+from asgi_support import InProcessServer, serve_in_process
 from interlock import InvalidRequest, Text
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("backend", ["sqlite", "postgresql"])]
@@ -24,14 +24,14 @@ INT64 = 2**63
 
 
 @pytest.fixture
-def base(url: str, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[str]:
-    with serve(url, auth=False) as server:
+async def server(url: str) -> AsyncIterator[InProcessServer]:
+    async with serve_in_process(url, auth=False) as server:
         yield server
 
 
 @pytest.fixture
-async def api(base: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=BOUND) as client:
+async def api(server: InProcessServer) -> AsyncIterator[httpx.AsyncClient]:
+    async with server.client("/api/v1", timeout=BOUND) as client:
         yield client
 
 
@@ -151,7 +151,7 @@ async def test_an_event_cursor_past_int64_is_refused(api: httpx.AsyncClient) -> 
     "last_event_id", [str(INT64).encode(), b"9" * 40, "²".encode("latin-1"), b"-1", b"1e3"], ids=str
 )
 async def test_a_bad_last_event_id_is_refused_before_the_stream_starts(
-    base: str, api: httpx.AsyncClient, last_event_id: bytes
+    server: InProcessServer, api: httpx.AsyncClient, last_event_id: bytes
 ) -> None:
     before = await snapshot(api)
     async with api.stream("GET", "/events/stream", headers={"Last-Event-ID": last_event_id}) as response:
@@ -159,7 +159,7 @@ async def test_a_bad_last_event_id_is_refused_before_the_stream_starts(
         await response.aread()
         refused(response, 400)
         assert "Last-Event-ID" in response.json()["detail"]
-    async with httpx.AsyncClient(base_url=base, timeout=BOUND) as web:
+    async with server.client(timeout=BOUND) as web:
         await web.get("/")  # the inbox's (no-auth) session cookie
         async with web.stream("GET", "/inbox/stream", headers={"Last-Event-ID": last_event_id}) as response:
             assert response.status_code == 400

@@ -138,10 +138,12 @@ async def test_a_stored_row_holding_nan_still_lists_through_the_api_and_the_cli(
     # A row written before non-finite numbers were refused (SQLite keeps what JSON text it is given).
     with contextlib.closing(sqlite3.connect(db)) as conn, conn:
         conn.execute(
-            "UPDATE requests SET doc = replace(doc, '1.5', 'NaN'), response = replace(response, '2.5', 'Infinity')"
+            # Each number with the JSON around it: a bare '0.5' can be in a timestamp too.
+            "UPDATE requests SET doc = replace(doc, '\"x\":1.5', '\"x\":NaN'),"
+            " response = replace(response, '\"n\":2.5', '\"n\":Infinity')"
         )
-        conn.execute("UPDATE requests SET doc = replace(doc, '0.5', '-Infinity')")
-        conn.execute("UPDATE events SET data = replace(data, '3.5', 'NaN') WHERE data IS NOT NULL")
+        conn.execute("UPDATE requests SET doc = replace(doc, '[0.5]', '[-Infinity]')")
+        conn.execute("UPDATE events SET data = replace(data, '\"x\":3.5', '\"x\":NaN') WHERE data IS NOT NULL")
     listed = await api.get("/requests", params={"recipient": "alice"})
     assert listed.status_code == 200, listed.text
     by_id = {r["id"]: r for r in listed.json()["items"]}

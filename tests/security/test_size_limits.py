@@ -8,8 +8,7 @@ bounded by the size of what they hold, not by a count.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import httpx
 import pytest
 
 import interlock
+from asgi_support import serve_in_process
 from interlock import Text
 
 pytestmark = pytest.mark.anyio
@@ -26,14 +26,11 @@ TEXT = {"type": "text", "prompt": "Hi"}
 
 
 @pytest.fixture
-def base(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[str]:
-    with serve(f"sqlite:///{tmp_path / 'sizes.db'}", auth=False) as url:
-        yield url
-
-
-@pytest.fixture
-async def api(base: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=BOUND) as client:
+async def api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    async with (
+        serve_in_process(f"sqlite:///{tmp_path / 'sizes.db'}", auth=False) as server,
+        server.client("/api/v1", timeout=BOUND) as client,
+    ):
         yield client
 
 
@@ -65,14 +62,14 @@ async def test_a_body_over_the_limit_is_refused_with_413_however_it_is_sent(api:
     assert await snapshot(api) == before
 
 
-async def test_the_body_limit_is_configurable(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
-) -> None:
-    with serve(f"sqlite:///{tmp_path / 'small.db'}", auth=False, max_body_size=2 * KiB) as base:
-        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=BOUND) as api:
-            small = await api.post("/requests", json={"to": "alice", "asks": [TEXT], "details": "x" * KiB})
-            assert small.status_code == 201, small.text
-            too_large(await api.post("/requests", json={"to": "alice", "asks": [TEXT], "details": "x" * 3 * KiB}))
+async def test_the_body_limit_is_configurable(tmp_path: Path) -> None:
+    async with (
+        serve_in_process(f"sqlite:///{tmp_path / 'small.db'}", auth=False, max_body_size=2 * KiB) as server,
+        server.client("/api/v1", timeout=BOUND) as api,
+    ):
+        small = await api.post("/requests", json={"to": "alice", "asks": [TEXT], "details": "x" * KiB})
+        assert small.status_code == 201, small.text
+        too_large(await api.post("/requests", json={"to": "alice", "asks": [TEXT], "details": "x" * 3 * KiB}))
 
 
 async def test_each_field_over_its_limit_is_refused_with_422_naming_it(api: httpx.AsyncClient) -> None:
@@ -114,14 +111,14 @@ async def test_an_answer_over_its_limit_is_refused_with_422(api: httpx.AsyncClie
     assert await snapshot(api) == before
 
 
-async def test_limits_are_configured_in_one_place_for_every_surface(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
-) -> None:
+async def test_limits_are_configured_in_one_place_for_every_surface(tmp_path: Path) -> None:
     limits = interlock.Limits(max_title_length=10, max_context_bytes=100)
-    with serve(f"sqlite:///{tmp_path / 'conf.db'}", auth=False, limits=limits) as base:
-        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=BOUND) as api:
-            response = await api.post("/requests", json={"to": "alice", "asks": [TEXT], "title": "t" * 11})
-            assert response.status_code == 422 and "title" in response.json()["detail"]
+    async with (
+        serve_in_process(f"sqlite:///{tmp_path / 'conf.db'}", auth=False, limits=limits) as server,
+        server.client("/api/v1", timeout=BOUND) as api,
+    ):
+        response = await api.post("/requests", json={"to": "alice", "asks": [TEXT], "title": "t" * 11})
+        assert response.status_code == 422 and "title" in response.json()["detail"]
     async with interlock.connect(f"sqlite:///{tmp_path / 'py.db'}", limits=limits) as broker:
         with pytest.raises(interlock.InvalidRequest, match="context"):
             await broker.create(Text("Hi"), to="alice", context={"x": "y" * 200})
