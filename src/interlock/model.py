@@ -1494,7 +1494,7 @@ class Run:
 
 
 RUN_EVENTS: frozenset[str] = frozenset(
-    {"run_started", "input_requested", "run_ready", "run_claimed", "run_completed", "run_failed", "run_cancelled"}
+    {"run_started", "input_requested", "run_claimed", "run_completed", "run_failed", "run_cancelled"}
 )
 """The event types about a run (its `data` carries the run's public fields, never its state)."""
 

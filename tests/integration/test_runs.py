@@ -16,7 +16,7 @@ from interlock.model import RunStatus
 pytestmark = pytest.mark.anyio
 
 BOUND = 10  # seconds: the most any single wait in these tests may take
-READY_BACKENDS = ["memory"]
+READY_BACKENDS = ["memory", "sqlite", "postgresql"]
 
 
 @pytest.fixture(params=READY_BACKENDS)
@@ -75,7 +75,6 @@ async def test_a_parked_run_resumes_once_its_request_is_answered_with_its_state(
         "created",
         "input_requested",
         "answered",
-        "run_ready",
         "run_claimed",
         "run_completed",
     ]
@@ -255,3 +254,11 @@ async def test_runs_list_by_filter_a_page_at_a_time(broker: Broker) -> None:
     assert [r.id for r in (await broker.list_runs(status="cancelled")).items] == [made[0].id]
     with pytest.raises(InvalidRequest):
         await broker.list_runs(status="sleeping")
+
+
+async def test_an_answered_pause_waits_for_a_worker_past_its_deadline(quick: Broker) -> None:
+    run_id, request_id = await parked_on_approval(quick)
+    await quick.resolve(request_id, True, by="alice")
+    await asyncio.sleep(0.6)  # past the 0.3 s pause window: nothing to wait for but time
+    claimed = await quick.claim_run(["deployer"], worker="w1")
+    assert claimed is not None and claimed.id == run_id

@@ -222,8 +222,9 @@ class RunStore(Protocol):
     """Runs. Each change appends its run event (`model.RUN_EVENTS`) in the same transaction.
 
     A parked run is *ready* once none of the requests it waits on is pending: the store
-    marks it in the transaction that settles the last of them (or in the park itself, if
-    they had all settled by then), so no settlement is missed between processes.
+    marks it in the transaction that settles the last of them (a trigger on the SQL
+    stores), or in the park itself if they had all settled by then, so no settlement is
+    missed between processes.
     """
 
     async def insert_run(self, run: Run) -> tuple[Run, bool]:
@@ -248,8 +249,8 @@ class RunStore(Protocol):
     ) -> Run | None:
         """Park a running run (held by `worker`, when given): keep `state` and the
         requests it waits on, release its lease, mark it ready if none of them is pending;
-        append `input_requested` (and `run_ready`). None if the run is not running (or is
-        held by another worker)."""
+        append `input_requested`. None if the run is not running (or is held by another
+        worker)."""
         ...
 
     async def claim_run(
