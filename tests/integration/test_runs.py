@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import anyio
 import pytest
 
+import interlock
 from interlock import Broker, Cancelled, Confirm, InvalidRequest, NotFound, Status, Text
 from interlock.errors import RunConflict
-from interlock.model import RunStatus
+from interlock.model import RunStatus, request_to_dict
 
 pytestmark = pytest.mark.anyio
 
 BOUND = 10  # seconds: the most any single wait in these tests may take
-READY_BACKENDS = ["memory", "sqlite", "postgresql"]
+READY_BACKENDS = ["memory", "sqlite", "postgresql", "http"]
 
 
 @pytest.fixture(params=READY_BACKENDS)
@@ -25,10 +28,18 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def quick(connect: Callable[..., Broker]) -> AsyncIterator[Broker]:
-    """A broker whose parked runs are given up after a fraction of a second."""
-    async with connect(pause_timeout=0.3) as made:
-        yield made
+async def quick(
+    backend: str, connect: Callable[..., Broker], serve: Callable[..., AbstractContextManager[str]], tmp_path: Path
+) -> AsyncIterator[Broker]:
+    """A broker whose parked runs are given up after a fraction of a second (for http, a
+    server of its own configured so)."""
+    if backend != "http":
+        async with connect(pause_timeout=0.3) as made:
+            yield made
+        return
+    with serve(f"sqlite:///{tmp_path / 'quick.db'}", auth=False, pause_timeout=0.3) as base:
+        async with interlock.connect(base) as made:
+            yield made
 
 
 async def parked_on_approval(broker: Broker, agent: str = "deployer") -> tuple[str, str]:
@@ -262,3 +273,17 @@ async def test_an_answered_pause_waits_for_a_worker_past_its_deadline(quick: Bro
     await asyncio.sleep(0.6)  # past the 0.3 s pause window: nothing to wait for but time
     claimed = await quick.claim_run(["deployer"], worker="w1")
     assert claimed is not None and claimed.id == run_id
+
+
+async def test_a_pending_request_of_a_parked_run_shows_when_the_pause_expires(broker: Broker) -> None:
+    run_id, request_id = await parked_on_approval(broker)
+    run = await broker.get_run(run_id)
+    request = await broker.get(request_id)
+    assert request.expires_at == run.expires_at
+    (listed,) = (await broker.list(run=run_id)).items
+    assert listed.expires_at == run.expires_at
+    await broker.resolve(request_id, True, by="alice")
+    settled = await broker.get(request_id)
+    assert settled.response is not None
+    shown = request_to_dict(settled)
+    assert shown["expires_at"] is None and shown["settled_at"] == settled.response.at.isoformat()

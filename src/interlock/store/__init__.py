@@ -254,11 +254,18 @@ class RunStore(Protocol):
         ...
 
     async def claim_run(
-        self, agents: Sequence[str] | None, *, worker: str, lease_expires_at: datetime, at: datetime
+        self,
+        agents: Sequence[str] | None,
+        *,
+        worker: str,
+        lease_expires_at: datetime,
+        at: datetime,
+        requester: str | None = None,
     ) -> Run | None:
-        """Claim one run of `agents` (any agent when None) for `worker`: a ready parked run,
-        or a running one whose lease ran out (its worker died). Exactly one caller, across
-        processes, gets each; it is running again and held until `lease_expires_at`."""
+        """Claim one run of `agents` (any agent when None; only `requester`'s runs when
+        given) for `worker`: a ready parked run, or a running one whose lease ran out (its
+        worker died). Exactly one caller, across processes, gets each; it is running again
+        and held until `lease_expires_at`."""
         ...
 
     async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:

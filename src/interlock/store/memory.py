@@ -371,12 +371,20 @@ class MemoryStore:
         return run
 
     async def claim_run(
-        self, agents: Sequence[str] | None, *, worker: str, lease_expires_at: datetime, at: datetime
+        self,
+        agents: Sequence[str] | None,
+        *,
+        worker: str,
+        lease_expires_at: datetime,
+        at: datetime,
+        requester: str | None = None,
     ) -> Run | None:
         wanted = None if agents is None else set(agents)
         best: Run | None = None
         for run in self._runs.values():
-            if wanted is not None and run.agent not in wanted:
+            if (wanted is not None and run.agent not in wanted) or (
+                requester is not None and run.requester != requester
+            ):
                 continue
             claimable = (run.status.waiting and run.ready) or (
                 run.status is RunStatus.RUNNING and run.lease_expires_at is not None and run.lease_expires_at <= at

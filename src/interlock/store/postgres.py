@@ -477,13 +477,19 @@ class PostgresStore(SqlStore):
         return parked
 
     async def claim_run(
-        self, agents: Sequence[str] | None, *, worker: str, lease_expires_at: datetime, at: datetime
+        self,
+        agents: Sequence[str] | None,
+        *,
+        worker: str,
+        lease_expires_at: datetime,
+        at: datetime,
+        requester: str | None = None,
     ) -> Run | None:
         names = None if agents is None else list(agents)
         async with self._transaction() as conn:
-            row = await conn.fetchrow(Q["claim_ready"], names, worker, lease_expires_at, at)
+            row = await conn.fetchrow(Q["claim_ready"], names, worker, lease_expires_at, at, requester)
             if row is None:
-                row = await conn.fetchrow(Q["claim_lapsed"], names, worker, lease_expires_at, at)
+                row = await conn.fetchrow(Q["claim_lapsed"], names, worker, lease_expires_at, at, requester)
             if row is None:
                 return None
             claimed = self._run(row)

@@ -530,9 +530,15 @@ class SqliteStore(SqlStore):
         return await self._write(park)
 
     async def claim_run(
-        self, agents: Sequence[str] | None, *, worker: str, lease_expires_at: datetime, at: datetime
+        self,
+        agents: Sequence[str] | None,
+        *,
+        worker: str,
+        lease_expires_at: datetime,
+        at: datetime,
+        requester: str | None = None,
     ) -> Run | None:
-        params: dict[str, Any] = {"at": _us(at)}
+        params: dict[str, Any] = {"at": _us(at), "requester": requester}
         if agents is not None:
             params["agents"] = encode_json(list(agents))
         of = "" if agents is None else "_of"

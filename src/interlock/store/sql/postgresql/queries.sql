@@ -158,6 +158,7 @@ UPDATE runs SET status = 'running', ready = false, expires_at = NULL, worker = $
     attempts = attempts + 1, updated_at = $4
 FROM (SELECT id FROM runs
       WHERE ready AND status IN ('waiting_for_input', 'waiting_for_approval') AND ($1::text[] IS NULL OR agent = ANY($1))
+        AND ($5::text IS NULL OR requester = $5)
       ORDER BY updated_at LIMIT 1 FOR UPDATE SKIP LOCKED) AS found
 WHERE runs.id = found.id
 RETURNING runs.id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
@@ -169,7 +170,7 @@ UPDATE runs SET status = 'running', ready = false, expires_at = NULL, worker = $
     attempts = attempts + 1, updated_at = $4
 FROM (SELECT id FROM runs
       WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at <= $4
-        AND ($1::text[] IS NULL OR agent = ANY($1))
+        AND ($1::text[] IS NULL OR agent = ANY($1)) AND ($5::text IS NULL OR requester = $5)
       ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED) AS found
 WHERE runs.id = found.id
 RETURNING runs.id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,

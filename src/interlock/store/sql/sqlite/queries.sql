@@ -150,23 +150,27 @@ INSERT OR IGNORE INTO run_waits (run_id, request_id) SELECT :id, value FROM json
 -- name: ready_run
 SELECT id FROM runs INDEXED BY runs_ready
 WHERE ready = 1 AND status IN ('waiting_for_input', 'waiting_for_approval')
+  AND (:requester IS NULL OR requester = :requester)
 ORDER BY updated_at LIMIT 1;
 
 -- name: ready_run_of
 SELECT id FROM runs INDEXED BY runs_ready
 WHERE ready = 1 AND status IN ('waiting_for_input', 'waiting_for_approval')
   AND agent IN (SELECT value FROM json_each(:agents))
+  AND (:requester IS NULL OR requester = :requester)
 ORDER BY updated_at LIMIT 1;
 
 -- name: lapsed_run
 SELECT id FROM runs INDEXED BY runs_leased
 WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at <= :at
+  AND (:requester IS NULL OR requester = :requester)
 ORDER BY lease_expires_at LIMIT 1;
 
 -- name: lapsed_run_of
 SELECT id FROM runs INDEXED BY runs_leased
 WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at <= :at
   AND agent IN (SELECT value FROM json_each(:agents))
+  AND (:requester IS NULL OR requester = :requester)
 ORDER BY lease_expires_at LIMIT 1;
 
 -- name: claim_run
