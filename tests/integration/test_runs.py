@@ -131,8 +131,9 @@ async def test_only_a_running_run_parks_completes_or_fails(broker: Broker) -> No
     run_id, request_id = await parked_on_approval(broker)
     with pytest.raises(RunConflict):
         await broker.complete_run(run_id)
+    another = await broker.create(Text("Why?"), to="alice", run=run_id)
     with pytest.raises(RunConflict):
-        await broker.park(run_id, state=None, waiting_on=[request_id])
+        await broker.park(run_id, state=None, waiting_on=[request_id, another.id])
     with pytest.raises(NotFound):
         await broker.fail_run("no-such-run", "boom")
 
