@@ -21,9 +21,18 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..broker import DEFAULT_LEASE, MAX_EVENT_ID, LocalBroker
 from ..errors import NotFound, RunConflict
-from ..model import RUN_EVENTS, Event, Run, RunStatus, run_to_dict
-from ..principals import Principal, can_read
-from .common import ApiError, State, TheBroker, app_state, event_to_dict, parse_event_id
+from ..model import Event, Run, RunStatus, run_to_dict
+from ..principals import Principal
+from .common import (
+    ApiError,
+    State,
+    TheBroker,
+    app_state,
+    event_to_dict,
+    may_see_run,
+    parse_event_id,
+    run_event_filter,
+)
 from .schemas import EventPage, Problem
 from .stream import Dropped
 
@@ -145,19 +154,9 @@ def _agent_only(caller: Principal, what: str) -> None:
         raise ApiError(403, "forbidden", f"only an agent {what}; a person's client does not")
 
 
-async def _may_see(broker: LocalBroker, caller: Principal, run: Run) -> bool:
-    if caller.kind == "admin" or caller.name == run.requester:
-        return True
-    if run.requester is not None:
-        starter = await broker.principals.get_principal(run.requester)
-        if starter is not None and starter.owner == caller.name:
-            return True
-    return bool((await broker.list(run=run.id, recipient=caller.name, limit=1)).items)
-
-
 async def visible_run(broker: LocalBroker, caller: Principal, run_id: str) -> Run:
     run = await broker.get_run(run_id)
-    if not await _may_see(broker, caller, run):
+    if not await may_see_run(broker, caller, run):
         raise ApiError(403, "forbidden", "this run is neither started by you nor waiting on you")
     return run
 
@@ -304,20 +303,6 @@ async def cancel_run(run_id: str, caller: Caller, broker: TheBroker, body: Cance
     return out(caller, await broker.get_run(run_id))
 
 
-def _run_filter(caller: Principal, run_id: str) -> Any:
-    """A run's events: the run's own, and those of its requests the caller may read."""
-
-    def accept(event: Event) -> bool:
-        if event.request is not None:
-            return event.request.origin.run == run_id and can_read(caller, event.request)
-        if event.data.get("run") != run_id:
-            return False
-        data = event.data
-        return event.type in RUN_EVENTS or caller.kind == "admin" or caller.name in (data.get("to"), data.get("by"))
-
-    return accept
-
-
 @router.get("/runs/{run_id}/events", response_model=EventPage, responses=_problems(403, 404, 422))
 async def run_events(
     run_id: str,
@@ -328,7 +313,7 @@ async def run_events(
 ) -> dict[str, Any]:
     """A page of the run's events after `after`, oldest first."""
     await visible_run(broker, caller, run_id)
-    accept = _run_filter(caller, run_id)
+    accept = run_event_filter(caller, run_id)
     page = await broker.find_events(after=after, limit=limit, run=run_id)
     last = page[-1].id if page else after
     return {"events": [event_to_dict(e) for e in page if accept(e)], "last_event_id": last}
@@ -360,7 +345,7 @@ async def run_stream(
         raise ApiError(400, "invalid_request", str(exc)) from None
     start = after if start is None else start
     await visible_run(broker, caller, run_id)
-    accept = _run_filter(caller, run_id)
+    accept = run_event_filter(caller, run_id)
     holder = state.auth.holder(http)
     token = http.headers.get("authorization", "").partition(" ")[2].strip()
 
