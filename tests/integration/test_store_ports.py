@@ -68,7 +68,8 @@ def answered(request: Request, text: str, *, by: str = "alice") -> Request:
 async def test_a_store_is_each_port(store: Store) -> None:
     requests: RequestStore = store
     principals: PrincipalStore = store
-    assert requests is principals
+    runs: RunStore = store
+    assert requests is principals is runs
 
 
 async def test_an_inserted_request_reads_back_and_makes_a_created_event(store: RequestStore) -> None:

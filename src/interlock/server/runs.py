@@ -10,6 +10,7 @@ taken only from it: a person's client never sees or sends it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
@@ -235,22 +236,39 @@ async def claim_run(
     body: ClaimBody,
     caller: Caller,
     broker: TheBroker,
+    http: Request,
     wait: Annotated[float, Query(ge=0, le=300, description="seconds to wait for a ready run")] = 0.0,
 ) -> Response:
     """Claim one ready run for a worker, exactly once across workers: a parked run whose
     requests have all settled, or one whose worker's lease ran out. An agent's token
     claims only the runs it started."""
     _agent_only(caller, "claims runs")
-    run = await broker.claim_run(
-        body.agents,
-        worker=body.worker,
-        lease=body.lease,
-        wait=wait,
-        requester=None if caller.kind == "admin" else caller.name,
+    claiming = asyncio.ensure_future(
+        broker.claim_run(
+            body.agents,
+            worker=body.worker,
+            lease=body.lease,
+            wait=wait,
+            requester=None if caller.kind == "admin" else caller.name,
+        )
     )
+    gone = asyncio.ensure_future(_disconnected(http))
+    try:
+        await asyncio.wait((claiming, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not claiming.done():
+            claiming.cancel()  # the worker hung up: claim nothing for it
+    run = None if claiming.cancelled() else claiming.result()
     if run is None:
         return Response(status_code=204)
     return out(caller, run)
+
+
+async def _disconnected(http: Request) -> None:
+    """Return when the client hangs up (the body was read already: only a disconnect comes)."""
+    while (await http.receive())["type"] != "http.disconnect":
+        pass
 
 
 @router.get("/runs/{run_id}", response_model=RunModel, responses=_problems(403, 404))
