@@ -7,7 +7,8 @@ processes (a wake-up hint, backed by a bounded poll).
 
 The lifecycle it keeps: a request is answerable as soon as `create` returns, and the
 on-input-required hooks run beside the wait, never in front of it; the first settlement
-wins; `wait` replays a settled outcome; a wait that is cut withdraws its request; leaving
+wins; `wait` replays a settled outcome; a wait that is cut withdraws its request (unless the
+request outlives its waiter: made with an idempotency key, or for a run); leaving
 `async with` only disconnects this process, while `close`, `release` and `cancel` withdraw.
 """
 
@@ -314,7 +315,8 @@ class Broker(ABC):
 
         Raises `Rejected`, `Expired`, `Cancelled` or `Closed` for the other outcomes, the
         same on every later call. When `timeout` passes first, the request expires. When
-        the waiting call itself is cancelled, the request is withdrawn (unless detached).
+        the waiting call itself is cancelled, the request is withdrawn, unless it is detached
+        or outlives its waiter (`Request.outlives_its_waiter`: an idempotency key, a run).
         """
 
     @abstractmethod
@@ -522,7 +524,8 @@ class LocalBroker(Broker):
 
         Raises `Rejected`, `Expired`, `Cancelled` or `Closed` for the other outcomes, the
         same on every later call. When `timeout` passes first, the request expires. When
-        the waiting call itself is cancelled, the request is withdrawn (unless detached).
+        the waiting call itself is cancelled, the request is withdrawn, unless it is detached
+        or outlives its waiter (`Request.outlives_its_waiter`: an idempotency key, a run).
         """
         if self._state != "open":
             await self.open()
@@ -561,7 +564,7 @@ class LocalBroker(Broker):
                 return expired
             return await self._current(request.id)
         except asyncio.CancelledError:
-            if self._state == "open" and request.id not in self._detached:
+            if self._state == "open" and request.id not in self._detached and not request.outlives_its_waiter:
                 # Shielded: a cancel scope that cancels again must not cut the withdrawal short.
                 withdrawal = self._spawn(self._withdraw(request, "withdrawn", "the waiting call was cancelled"))
                 with contextlib.suppress(asyncio.CancelledError):

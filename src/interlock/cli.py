@@ -31,9 +31,10 @@ from rich.table import Table
 
 from . import __version__
 from .agent.terminal import TerminalContract
+from .approvals import decision_ask
 from .broker import Broker, LocalBroker, connect
 from .errors import Cancelled, Expired, Forbidden, InterlockError, InvalidAnswer, InvalidRequest, NotFound, Rejected
-from .model import Ask, Choice, Confirm, Form, MultiChoice, Request, Status, Text, request_to_dict
+from .model import Answers, Ask, Choice, Confirm, Form, MultiChoice, Request, Status, Text, request_to_dict
 from .principals import TOKEN_PREFIX, Principal, issue_token
 from .redact import RedactingFilter, redact, redact_url
 from .store import PrincipalStore
@@ -229,12 +230,29 @@ def show(request_id: str, db: DbOption = None) -> None:
     request = _run(db, lambda b: b.get(request_id))
     typer.echo(json.dumps(request_to_dict(request), indent=2))
     if request.status is Status.PENDING:
-        if len(request.asks) == 1:
-            err.print(f"answer with: {request.asks[0].how_to_answer()}", markup=False)
-        else:
-            err.print("answer each ask as ASK=VALUE:", markup=False)
-            for ask in request.asks:
-                err.print(f"  {ask.id}: {ask.how_to_answer()}", markup=False)
+        for line in how_to_answer(request):
+            err.print(line, markup=False)
+
+
+def how_to_answer(request: Request) -> list[str]:
+    """The commands that answer a pending request, one line each, as `show` prints them."""
+    command = f"interlock answer {request.id}"
+    decision = decision_ask(request)
+    if decision is not None:
+        lines = [
+            f"approve with: {command} yes",
+            f"deny with:    {command} no --reason TEXT   (the reason is passed on verbatim)",
+        ]
+        for ask in request.asks[1:]:
+            example = json.dumps({decision.id: True, ask.id: {}})
+            lines.append(f"or, {ask.prompt[:1].lower()}{ask.prompt[1:]}: {command} --json '{example}'")
+            lines.append(f"  ({ask.id}: {ask.how_to_answer()})")
+        return lines
+    if len(request.asks) == 1:
+        return [f"answer with: {command} VALUE   (VALUE: {request.asks[0].how_to_answer()})"]
+    lines = [f"answer each ask as ASK=VALUE: {command} " + " ".join(f"{a.id}=VALUE" for a in request.asks)]
+    lines.extend(f"  {ask.id}: {ask.how_to_answer()}" for ask in request.asks)
+    return lines
 
 
 @app.command()
@@ -249,9 +267,17 @@ def answer(
     ] = None,
     by: Annotated[str | None, typer.Option("--by", help="Who is answering.")] = None,
     comment: Annotated[str, typer.Option("--comment", help="A comment kept with the answer.")] = "",
+    reason: Annotated[
+        str | None,
+        typer.Option("--reason", help="Why (kept with the answer like --comment; a denial's reason, verbatim)."),
+    ] = None,
     db: DbOption = None,
 ) -> None:
-    """Answer a pending request."""
+    """Answer a pending request: `yes` / `no` for an approval (`--reason` says why)."""
+    if reason is not None:
+        if comment:
+            raise _fail("give --reason or --comment, not both")
+        comment = reason
 
     async def work(broker: Broker) -> bool:
         request = await broker.get(request_id)
@@ -344,6 +370,9 @@ def parse_answer(request: Request, values: list[str]) -> Any:
     several take ASK=VALUE pairs."""
     if len(request.asks) == 1:
         return request.asks[0].from_words(values)
+    decision = decision_ask(request)
+    if decision is not None and not any("=" in word for word in values):
+        return Answers({decision.id: decision.from_words(values)})  # the optional asks left out
     by_id = {a.id: a for a in request.asks}
     answers: dict[str, Any] = {}
     for pair in values:

@@ -16,6 +16,7 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, Literal, ParamSpec, TypeAlias, TypeVar, cast
 
 from ..approvals import is_marked, mark
@@ -36,6 +37,7 @@ __all__ = [
     "ApprovalGate",
     "HookErrorMode",
     "Policy",
+    "approval_key",
     "requires_approval",
 ]
 
@@ -125,6 +127,26 @@ class ApprovalGate:
         self.previews = dict(previews or {})
         self._once: set[tuple[str, str]] = set()
         self._consumed: OrderedDict[str, None] = OrderedDict()
+        self._occurrences: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+
+    def stable_call_id(self, call: ToolCall, outer: ToolCall | None) -> str:
+        """The id `requires_approval` gives `call`, the same when a restarted agent makes
+        it again: see `requires_approval`. `call.id` when there is nothing to anchor it."""
+        if outer is not None:
+            return f"{outer.id}/{call.name}"
+        scope = call.run or call.session
+        if scope is None:
+            return call.id
+        try:
+            digest = arguments_digest(call.name, call.arguments)
+        except (TypeError, ValueError):
+            return call.id  # not JSON: `authorize` refuses it anyway
+        key = (scope, call.name, digest)
+        nth = self._occurrences.pop(key, 0) + 1
+        self._occurrences[key] = nth
+        while len(self._occurrences) > 65536:
+            self._occurrences.popitem(last=False)
+        return f"{call.name}:{digest[:16]}:{nth}"
 
     # -- deciding ---------------------------------------------------------------------------
 
@@ -300,7 +322,7 @@ class ApprovalGate:
             },
             timeout=self.timeout,
             requester=call.agent,
-            idempotency_key=f"approval:{call.session or '-'}:{call.id}:{digest}",
+            idempotency_key=approval_key(call, digest),
             origin=call.origin(),
         )
         request, _ = await self.broker.submit(mark(prepared))
@@ -313,13 +335,15 @@ class ApprovalGate:
                 raise ApprovalDenied(request.id, exc.reason) from None
             request = request.settle(Status.ANSWERED, response)
         elif request.status is Status.ANSWERED and request.response is not None:
-            # Approved while no process waited (say the agent restarted): the first call to
-            # find it may consume it; any later one finds it consumed.
+            # Decided while no process waited (say the agent restarted): the first call to
+            # find an approval may consume it, any later one finds it consumed; a denial
+            # is a denial, with the person's reason.
             response = request.response
-            if response.answers.get("approve") is not True:
-                raise _replayed(call, request)
         else:
-            raise _replayed(call, request)
+            try:  # decided otherwise while no process waited: the same outcome, replayed
+                response = await self.broker.wait(request.id)
+            except Rejected as exc:
+                raise ApprovalDenied(request.id, exc.reason) from None
         return await self._consume(call, request, response, digest, schema, policy)
 
     async def _consume(
@@ -368,6 +392,14 @@ class ApprovalGate:
         return arguments
 
 
+def approval_key(call: ToolCall, digest: str) -> str:
+    """The identity of the approval for `call`: its run (else its session), the call's id
+    and the digest of its arguments. The same call asked again, by a restarted agent or
+    a resumed run, finds the approval made the first time instead of making another."""
+    scope = f"run={call.run}" if call.run is not None else (call.session or "-")
+    return f"approval:{scope}:{call.id}:{digest}"
+
+
 def _literal_chars(pattern: str) -> int:
     return sum(ch not in "*?[]" for ch in pattern)
 
@@ -401,15 +433,23 @@ def requires_approval(
     session: str | None = None,
     agent: str | None = None,
     to: str | None = None,
+    run: str | None = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
     """Put `gate` in front of a plain async function: each call is approved before it runs.
 
     The function's bound arguments (defaults applied) are what the approver reviews, and
     the function runs with the approved (possibly edited, then checked against `schema`)
     arguments. The policy is `policy`, else the gate's for `name`, else `always`. The
-    session, agent and person come from the `ToolRunner` call running it (`current_call`),
-    else from `session`, `agent` and `to`. A denial raises `ApprovalDenied`; an expiry
-    `Expired`; a request given up `Cancelled`; a gate failing closed `ApprovalRefused`.
+    session, run, agent and person come from the `ToolRunner` call running it
+    (`current_call`), else from `session`, `run`, `agent` and `to`. A denial raises
+    `ApprovalDenied`; an expiry `Expired`; a request given up `Cancelled`; a gate failing
+    closed `ApprovalRefused`.
+
+    Each call has a stable id, so an agent that restarts and calls again finds the approval
+    asked the first time (approved meanwhile, it runs once): inside a tool call, the tool
+    call's id and this function's name; else, with a run or session, the function's name,
+    the digest of its arguments and how many times it was called so with them in this run
+    or session by this process. Without a run, session or tool call, every call is new.
     """
     if schema is not None:
         make_validator(name or "requires_approval", schema)
@@ -440,9 +480,10 @@ def requires_approval(
                 agent=outer.agent if outer else agent,
                 actor=outer.actor if outer else None,
                 to=outer.to if outer else to,
-                run=outer.run if outer else None,
+                run=outer.run if outer else run,
                 delegation=outer.delegation if outer else (),
             )
+            call = replace(call, id=gate.stable_call_id(call, outer))
             effective = policy or gate.policy_for(tool) or "always"
             approved = await gate.authorize(call, schema=schema, policy=effective)
             return await cast(Callable[..., Awaitable[R]], fn)(**approved)
