@@ -449,6 +449,15 @@ def serve(
             min=0,
         ),
     ] = None,
+    pause_timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--pause-timeout",
+            help="How long a parked run waits on a person before it is given up, like 14d or 36h "
+            "(a run's longer max_duration wins). [default: 14d]",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the HTTP API, the live event stream and the web inbox."""
     try:
@@ -482,6 +491,7 @@ def serve(
             max_body_size=max_body_size,
             rate_limit=quota,
             max_streams=streams,
+            pause_timeout=parse_duration(pause_timeout) if pause_timeout is not None else None,
         )
     except ValueError as exc:
         raise _fail(str(exc)) from None

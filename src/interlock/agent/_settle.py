@@ -29,7 +29,8 @@ async def settle(contracts: Contracts, broker: Broker, request: Request, agent: 
     except asyncio.CancelledError:
         if request.outlives_its_waiter:
             raise  # kept pending for the call to find again when it comes back
-        withdraw = keep(asyncio.ensure_future(broker.cancel(request.id, "the waiting call was cancelled")))
+        cut = broker.cancel(request.id, "the waiting call was cancelled", cause="withdrawn")
+        withdraw = keep(asyncio.ensure_future(cut))
         withdraw.add_done_callback(_log_failed_withdraw)
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.shield(withdraw)
