@@ -1123,8 +1123,10 @@ class LocalBroker(Broker):
         if any of them is an approval, else `waiting_for_input`. The pause is given up
         after `pause_timeout` (or the run's longer `max_duration`): the run is then
         cancelled with `terminal_reason` "interaction_timeout" and its requests withdrawn.
-        Raises `RunConflict` if the run is not running (or, with `worker`, is held by
-        another worker), `InvalidRequest` for requests that are not the run's.
+        A run parked already on the same requests is returned as it is, so an agent that
+        restarts and parks again (finding its requests by idempotency key) changes
+        nothing. Raises `RunConflict` if the run is not running (or, with `worker`, is
+        held by another worker), `InvalidRequest` for requests that are not the run's.
         """
         if self._state != "open":
             await self.open()
@@ -1145,6 +1147,8 @@ class LocalBroker(Broker):
             if request.origin.run != run.id:
                 raise InvalidRequest(f"waiting_on: request {request_id!r} is not a request of run {run.id!r}")
             kinds.add(request.kind)
+        if run.status.waiting and worker is None and set(run.waiting_on) == set(waiting_on):
+            return run  # parked on these already: a restarted agent parking again changes nothing
         if status is None:
             status = RunStatus.WAITING_FOR_APPROVAL if "approval" in kinds else RunStatus.WAITING_FOR_INPUT
         status = RunStatus(status)

@@ -176,12 +176,15 @@ class Worker:
                 await renewing
         try:
             if failure is not None:
-                return await self.broker.fail_run(run.id, failure, worker=self.name)
-            if isinstance(outcome, Park):
-                return await self.broker.park(
+                ended = await self.broker.fail_run(run.id, failure, worker=self.name)
+            elif isinstance(outcome, Park):
+                ended = await self.broker.park(
                     run.id, state=outcome.state, waiting_on=outcome.waiting_on, status=outcome.status, worker=self.name
                 )
-            return await self.broker.complete_run(run.id, outcome, worker=self.name)
+            else:
+                ended = await self.broker.complete_run(run.id, outcome, worker=self.name)
+            log.info("worker %s resumed run %s of agent %s: %s", self.name, run.id, run.agent, ended.status.value)
+            return ended
         except RunConflict:
             log.warning("run %s was taken over or ended while worker %s resumed it", run.id, self.name)
             return await self.broker.get_run(run.id)

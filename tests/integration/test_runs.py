@@ -131,8 +131,9 @@ async def test_only_a_running_run_parks_completes_or_fails(broker: Broker) -> No
     run_id, request_id = await parked_on_approval(broker)
     with pytest.raises(RunConflict):
         await broker.complete_run(run_id)
+    another = await broker.create(Text("Why?"), to="alice", run=run_id)
     with pytest.raises(RunConflict):
-        await broker.park(run_id, state=None, waiting_on=[request_id])
+        await broker.park(run_id, state=None, waiting_on=[request_id, another.id])
     with pytest.raises(NotFound):
         await broker.fail_run("no-such-run", "boom")
 
@@ -287,3 +288,12 @@ async def test_a_pending_request_of_a_parked_run_shows_when_the_pause_expires(br
     assert settled.response is not None
     shown = request_to_dict(settled)
     assert shown["expires_at"] is None and shown["settled_at"] == settled.response.at.isoformat()
+
+
+async def test_a_restarted_agent_parking_again_on_its_requests_changes_nothing(broker: Broker) -> None:
+    run_id, request_id = await parked_on_approval(broker)
+    before = await broker.get_run(run_id)
+    again = await broker.start_run("deployer", run_id=run_id)
+    assert again == before
+    assert await broker.park(run_id, state={"step": 3, "messages": ["hi"]}, waiting_on=[request_id]) == before
+    assert [e.type for e in await broker.find_events(run=run_id)].count("input_requested") == 1
