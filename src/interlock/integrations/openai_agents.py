@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 from agents import Agent, RunConfig, Runner, RunResult, RunState
-from pydantic_core import to_jsonable_python
+from pydantic import TypeAdapter
 
 from ..agent.gate import ApprovalGate
 from ..broker import Broker
@@ -34,6 +34,9 @@ from ..runs import Park, ResumeHandler
 from ._pauses import Approved, Asker, Denied, Held, Outcome
 
 __all__ = ["OpenAIAgentsRuns"]
+
+_JSON: TypeAdapter[Any] = TypeAdapter(Any)
+"""Turns a final output (text, a model, a dataclass) into the run's JSON result."""
 
 
 class OpenAIAgentsRuns:
@@ -113,7 +116,7 @@ class OpenAIAgentsRuns:
         """The run's result when the agent finished, else `Park` on its interruptions
         (going on at once when the gate decided every one of them without a person)."""
         if not result.interruptions:
-            return to_jsonable_python(result.final_output)
+            return _JSON.dump_python(result.final_output, mode="json")
         held = [
             Held(item.call_id or "", item.name or "", _arguments(item.arguments), "approval")
             for item in result.interruptions

@@ -24,11 +24,11 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
+from pydantic import TypeAdapter
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_ai.toolsets import FunctionToolset
-from pydantic_core import to_jsonable_python
 
 from ..agent.gate import ApprovalGate
 from ..broker import Broker
@@ -37,6 +37,9 @@ from ..runs import Park, ResumeHandler
 from ._pauses import Answered, Approved, Asker, Declined, Denied, Held, Outcome
 
 __all__ = ["PydanticAIRuns"]
+
+_JSON: TypeAdapter[Any] = TypeAdapter(Any)
+"""Turns an output (text, a model, a dataclass) into the run's JSON result."""
 
 
 class PydanticAIRuns:
@@ -126,7 +129,7 @@ class PydanticAIRuns:
     async def _settle(self, run: Run, output: Any, messages: list[ModelMessage]) -> Any:
         """The run's result when the agent finished, else `Park` on the calls it holds
         (going on at once when the gate decided every one of them without a person)."""
-        while isinstance(output, DeferredToolRequests):
+        if isinstance(output, DeferredToolRequests):
             held = [Held(c.tool_call_id, c.tool_name, c.args_as_dict(), "approval") for c in output.approvals]
             held += [Held(c.tool_call_id, c.tool_name, c.args_as_dict(), "question") for c in output.calls]
             entries, decided = await self.asker.ask(run, held, self._schemas())
@@ -138,7 +141,7 @@ class PydanticAIRuns:
                 }
                 return Park(state, [e["request"] for e in entries])
             return await self._continue(run, messages, decided)
-        return to_jsonable_python(output)
+        return _JSON.dump_python(output, mode="json")
 
     def _output_type(self) -> Any:
         declared = self.agent.output_type
