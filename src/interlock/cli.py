@@ -250,7 +250,7 @@ def show(request_id: str, db: DbOption = None) -> None:
     typer.echo(json.dumps(request_to_dict(request), indent=2))
     if request.status is Status.PENDING:
         for line in how_to_answer(request):
-            err.print(line, markup=False)
+            err.print(line, markup=False, soft_wrap=True)
 
 
 def how_to_answer(request: Request) -> list[str]:
@@ -259,13 +259,13 @@ def how_to_answer(request: Request) -> list[str]:
     decision = decision_ask(request)
     if decision is not None:
         lines = [
-            f"approve with: {command} yes",
-            f"deny with:    {command} no --reason TEXT   (the reason is passed on verbatim)",
+            f"approve: {command} yes",
+            f"deny:    {command} no --reason TEXT   (the reason reaches the agent verbatim)",
         ]
+        current = request.origin.arguments if isinstance(request.origin.arguments, Mapping) else {}
         for ask in request.asks[1:]:
-            example = json.dumps({decision.id: True, ask.id: {}})
-            lines.append(f"or, {ask.prompt[:1].lower()}{ask.prompt[1:]}: {command} --json '{example}'")
-            lines.append(f"  ({ask.id}: {ask.how_to_answer()})")
+            example = json.dumps({decision.id: True, ask.id: dict(current)}, ensure_ascii=False)
+            lines.append(f"edit {ask.id} and approve: {command} --json '{example}'")
         return lines
     if len(request.asks) == 1:
         return [f"answer with: {command} VALUE   (VALUE: {request.asks[0].how_to_answer()})"]
