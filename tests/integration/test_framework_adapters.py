@@ -202,3 +202,35 @@ async def test_an_openai_agents_turn_with_a_call_the_gate_allows_and_one_it_asks
         assert ran == ["read_logs api"]
     assert (await broker.get(approval.id)).status in (Status.ANSWERED, Status.REJECTED)
     assert json.loads(json.dumps(resumed.result)) == resumed.result
+
+
+async def test_a_resumed_run_that_holds_another_call_parks_again(broker: Broker) -> None:
+    ran: list[str] = []
+
+    def decide(messages: list[ModelMessage], info: AgentInfo) -> PaiResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if len(returns) < 2:
+            env = "staging" if not returns else "prod"
+            return PaiResponse(parts=[ToolCallPart("deploy", {"env": env}, tool_call_id=f"call_{env}")])
+        return PaiResponse(parts=[TextPart(" then ".join(str(r.content) for r in returns))])
+
+    agent = Agent(FunctionModel(decide))
+
+    @agent.tool_plain(requires_approval=True)
+    def deploy(env: str) -> str:
+        ran.append(env)
+        return f"deployed to {env}"
+
+    runs = PydanticAIRuns(broker, agent, name="ops", gate=ApprovalGate(broker, to="alice"))
+    run = await runs.start("staging first, then prod")
+    first = await broker.get(run.waiting_on[0])
+    assert first.origin.arguments == {"env": "staging"}
+    await broker.resolve(first.id, {"approve": True}, by="alice")
+    parked = await resume_ready(broker, runs.handlers())
+    assert parked.status is RunStatus.WAITING_FOR_APPROVAL and ran == ["staging"]
+    (second,) = [await broker.get(i) for i in parked.waiting_on]
+    assert second.origin.arguments == {"env": "prod"} and second.origin.run == run.id
+    await broker.resolve(second.id, {"approve": True}, by="alice")
+    done = await resume_ready(broker, runs.handlers())
+    assert (done.status, done.result) == (RunStatus.COMPLETED, "deployed to staging then deployed to prod")
+    assert ran == ["staging", "prod"]
