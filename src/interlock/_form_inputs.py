@@ -15,7 +15,16 @@ from typing import Any, Literal, Protocol
 
 from .errors import InvalidAnswer
 
-__all__ = ["Field", "FieldFault", "FieldValues", "FormLike", "form_fields", "read_form"]
+__all__ = [
+    "Field",
+    "FieldFault",
+    "FieldValues",
+    "FormLike",
+    "form_fields",
+    "form_unchanged",
+    "form_values",
+    "read_form",
+]
 
 
 class FieldValues(Protocol):
@@ -101,6 +110,49 @@ def _field(name: str, key: str, prop: Mapping[str, Any], required: bool) -> Fiel
         return Field(name, key, label, hint, "string", required, input_type=input_type, attrs=attrs, default=shown)
     shown = json.dumps(default, indent=2) if "default" in prop else ""
     return Field(name, key, label, hint or "As JSON.", "json", required, default=shown)
+
+
+def form_values(ask: FormLike, name: str, value: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The fields a browser posts for `value` in the inputs of a form ask: what prefills them."""
+    fields = form_fields(ask, name)
+    if fields is None:
+        return [(f"{name}.json", json.dumps(dict(value), indent=2, ensure_ascii=False))]
+    out: list[tuple[str, str]] = []
+    for f in fields:
+        if f.key not in value:
+            continue
+        given = value[f.key]
+        if f.kind == "boolean":
+            if given is True:
+                out.append((f.name, "on"))
+        elif f.kind == "enum":
+            index = next((i for i, v in enumerate(f.enum) if v == given and type(v) is type(given)), None)
+            if index is not None:
+                out.append((f.name, str(index)))
+        elif f.kind == "string" and isinstance(given, str):
+            out.append((f.name, given))
+        elif f.kind in ("number", "integer") and _is_number(given):
+            out.append((f.name, _number(given)))
+        else:
+            out.append((f.name, json.dumps(given, indent=2, ensure_ascii=False)))
+    return out
+
+
+def form_unchanged(ask: FormLike, name: str, values: FieldValues, original: FieldValues) -> bool:
+    """Whether the posted inputs of a form ask still hold what `original` prefilled them with."""
+    fields = form_fields(ask, name)
+    if fields is None:
+        return values.get(f"{name}.json").strip() == original.get(f"{name}.json").strip()
+    for f in fields:
+        if f.kind == "boolean":
+            if values.has(f.name) != original.has(f.name):
+                return False
+        elif f.kind == "string":
+            if values.get(f.name) != original.get(f.name):
+                return False
+        elif values.get(f.name).strip() != original.get(f.name).strip():
+            return False
+    return True
 
 
 def _is_number(value: object) -> bool:

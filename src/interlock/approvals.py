@@ -17,9 +17,18 @@ from dataclasses import replace
 from typing import Any
 
 from .errors import InvalidRequest
-from .model import Request
+from .model import Confirm, Request
 
-__all__ = ["GATE_MARK", "RESERVED_PREFIX", "check_context", "is_marked", "mark", "reserved_field", "unmarked"]
+__all__ = [
+    "GATE_MARK",
+    "RESERVED_PREFIX",
+    "check_context",
+    "decision_ask",
+    "is_marked",
+    "mark",
+    "reserved_field",
+    "unmarked",
+]
 
 GATE_MARK = "interlock.approval"
 """`context["kind"]` of the approval requests the gate makes."""
@@ -70,3 +79,17 @@ def unmarked(context: Any) -> dict[str, Any]:
     if rest.pop("kind", GATE_MARK) != GATE_MARK:
         raise InvalidRequest(f"context.kind: a gate approval's kind is {GATE_MARK!r}, set by the server")
     return rest
+
+
+def decision_ask(request: Request) -> Confirm | None:
+    """The yes/no ask an approval is decided by, or None when `request` is not one.
+
+    An approval is decided by its first ask when that is a confirm and every other ask is
+    optional (the gate's "edit the arguments" form): approve / deny answers that ask alone,
+    from any surface, and the optional ones may be left out.
+    """
+    if request.kind != "approval" or not request.asks or not isinstance(request.asks[0], Confirm):
+        return None
+    if any(ask.required for ask in request.asks[1:]):
+        return None
+    return request.asks[0]

@@ -7,7 +7,8 @@ processes (a wake-up hint, backed by a bounded poll).
 
 The lifecycle it keeps: a request is answerable as soon as `create` returns, and the
 on-input-required hooks run beside the wait, never in front of it; the first settlement
-wins; `wait` replays a settled outcome; a wait that is cut withdraws its request; leaving
+wins; `wait` replays a settled outcome; a wait that is cut withdraws its request (unless the
+request outlives its waiter: made with an idempotency key, or for a run); leaving
 `async with` only disconnects this process, while `close`, `release` and `cancel` withdraw.
 """
 
@@ -384,7 +385,8 @@ class Broker(ABC):
 
         Raises `Rejected`, `Expired`, `Cancelled` or `Closed` for the other outcomes, the
         same on every later call. When `timeout` passes first, the request expires. When
-        the waiting call itself is cancelled, the request is withdrawn (unless detached).
+        the waiting call itself is cancelled, the request is withdrawn, unless it is detached
+        or outlives its waiter (`Request.outlives_its_waiter`: an idempotency key, a run).
         """
 
     @abstractmethod
@@ -678,7 +680,8 @@ class LocalBroker(Broker):
 
         Raises `Rejected`, `Expired`, `Cancelled` or `Closed` for the other outcomes, the
         same on every later call. When `timeout` passes first, the request expires. When
-        the waiting call itself is cancelled, the request is withdrawn (unless detached).
+        the waiting call itself is cancelled, the request is withdrawn, unless it is detached
+        or outlives its waiter (`Request.outlives_its_waiter`: an idempotency key, a run).
         """
         if self._state != "open":
             await self.open()
@@ -718,9 +721,9 @@ class LocalBroker(Broker):
                 return expired
             return await self._current(request.id)
         except asyncio.CancelledError:
-            if self._state == "open" and not request.detached and request.id not in self._detached:
+            if self._state == "open" and request.id not in self._detached and not request.outlives_its_waiter:
                 # Shielded: a cancel scope that cancels again must not cut the withdrawal short.
-                withdrawal = self._spawn(self._withdraw_unless_run(request))
+                withdrawal = self._spawn(self._withdraw(request, "withdrawn", "the waiting call was cancelled"))
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.shield(withdrawal)
             raise
@@ -819,22 +822,16 @@ class LocalBroker(Broker):
         `Cancelled`, or `Closed` when `cause` is "closed". `via` records the surface it
         was withdrawn on, as for an answer.
 
-        A request of a stored run is the run's: "withdrawn" (a waiting call was cut: Ctrl-C,
-        a client hanging up) leaves it pending and returns False; cancelling it, or the
-        run, withdraws it."""
+        A request that outlives its waiter (`Request.outlives_its_waiter`: detached, made
+        with an idempotency key, or a run's) is not "withdrawn" by a waiting call that was
+        cut (Ctrl-C, a client hanging up): that returns False and leaves it pending;
+        cancelling it, or its run, withdraws it."""
         check_text(reason, "reason", self.limits.max_reason_length)
         check_text(by, "by", self.limits.max_name_length)
-        if cause == "withdrawn":
-            if self._state != "open":
-                await self.open()
-            request_id = _check_id(request_id)
-            request = await self.store.get(request_id, fresh=False)
-            if request is not None and await self._belongs_to_run(request):
-                return False
         response = Response(datetime.now(UTC), by=by, via=via, reason=reason, cause=cause)
-        # A waiting call that was cut withdraws its request, unless the request is detached:
-        # its creator owns it, whichever process waited.
-        return await self._give_up(request_id, Status.CANCELLED, response, spare_detached=cause == "withdrawn")
+        # A waiting call that was cut withdraws its request, unless the request outlives its
+        # waiter (detached, idempotent, a run's), whichever process waited.
+        return await self._give_up(request_id, Status.CANCELLED, response, spare=cause == "withdrawn")
 
     async def expire(self, request_id: str) -> bool:
         """Expire a pending request now, as if its deadline had passed."""
@@ -877,26 +874,15 @@ class LocalBroker(Broker):
             await self.open()
         return self.store.requester_of(requester)
 
-    async def _give_up(
-        self, request_id: str, status: Status, response: Response, *, spare_detached: bool = False
-    ) -> bool:
+    async def _give_up(self, request_id: str, status: Status, response: Response, *, spare: bool = False) -> bool:
+        """Settle a pending request as given up; with `spare`, not one that outlives its waiter."""
         if self._state != "open":
             await self.open()
         request_id = _check_id(request_id)
         request = await self.store.get(request_id, fresh=False)
-        if request is None or request.status is not Status.PENDING or (spare_detached and request.detached):
+        if request is None or request.status is not Status.PENDING or (spare and request.outlives_its_waiter):
             return False
         return await self._settle(request.settle(status, response))
-
-    async def _withdraw_unless_run(self, request: Request) -> None:
-        """A cut wait withdraws its request, unless the request belongs to a stored run:
-        then it is the run's, and stays pending until it is answered or the run ends."""
-        if await self._belongs_to_run(request):
-            return
-        await self._withdraw(request, "withdrawn", "the waiting call was cancelled")
-
-    async def _belongs_to_run(self, request: Request) -> bool:
-        return request.origin.run is not None and await self.store.get_run(request.origin.run) is not None
 
     async def _withdraw(self, request: Request, cause: str, reason: str) -> None:
         await self._settle(request.settle(Status.CANCELLED, Response(datetime.now(UTC), reason=reason, cause=cause)))

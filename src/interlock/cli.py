@@ -35,9 +35,11 @@ from rich.table import Table
 
 from . import __version__
 from .agent.terminal import TerminalContract
+from .approvals import decision_ask
 from .broker import Broker, LocalBroker, connect
 from .errors import Cancelled, Expired, Forbidden, InterlockError, InvalidAnswer, InvalidRequest, NotFound, Rejected
 from .model import (
+    Answers,
     Ask,
     Choice,
     Confirm,
@@ -247,12 +249,29 @@ def show(request_id: str, db: DbOption = None) -> None:
     request = _run(db, lambda b: b.get(request_id))
     typer.echo(json.dumps(request_to_dict(request), indent=2))
     if request.status is Status.PENDING:
-        if len(request.asks) == 1:
-            err.print(f"answer with: {request.asks[0].how_to_answer()}", markup=False)
-        else:
-            err.print("answer each ask as ASK=VALUE:", markup=False)
-            for ask in request.asks:
-                err.print(f"  {ask.id}: {ask.how_to_answer()}", markup=False)
+        for line in how_to_answer(request):
+            err.print(line, markup=False, soft_wrap=True)
+
+
+def how_to_answer(request: Request) -> list[str]:
+    """The commands that answer a pending request, one line each, as `show` prints them."""
+    command = f"interlock answer {request.id}"
+    decision = decision_ask(request)
+    if decision is not None:
+        lines = [
+            f"approve: {command} yes",
+            f"deny:    {command} no --reason TEXT   (the reason reaches the agent verbatim)",
+        ]
+        current = request.origin.arguments if isinstance(request.origin.arguments, Mapping) else {}
+        for ask in request.asks[1:]:
+            example = json.dumps({decision.id: True, ask.id: dict(current)}, ensure_ascii=False)
+            lines.append(f"edit {ask.id} and approve: {command} --json '{example}'")
+        return lines
+    if len(request.asks) == 1:
+        return [f"answer with: {command} VALUE   (VALUE: {request.asks[0].how_to_answer()})"]
+    lines = [f"answer each ask as ASK=VALUE: {command} " + " ".join(f"{a.id}=VALUE" for a in request.asks)]
+    lines.extend(f"  {ask.id}: {ask.how_to_answer()}" for ask in request.asks)
+    return lines
 
 
 @app.command()
@@ -267,9 +286,17 @@ def answer(
     ] = None,
     by: Annotated[str | None, typer.Option("--by", help="Who is answering.")] = None,
     comment: Annotated[str, typer.Option("--comment", help="A comment kept with the answer.")] = "",
+    reason: Annotated[
+        str | None,
+        typer.Option("--reason", help="Why (kept with the answer like --comment; a denial's reason, verbatim)."),
+    ] = None,
     db: DbOption = None,
 ) -> None:
-    """Answer a pending request."""
+    """Answer a pending request: `yes` / `no` for an approval (`--reason` says why)."""
+    if reason is not None:
+        if comment:
+            raise _fail("give --reason or --comment, not both")
+        comment = reason
 
     async def work(broker: Broker) -> bool:
         request = await broker.get(request_id)
@@ -362,6 +389,9 @@ def parse_answer(request: Request, values: list[str]) -> Any:
     several take ASK=VALUE pairs."""
     if len(request.asks) == 1:
         return request.asks[0].from_words(values)
+    decision = decision_ask(request)
+    if decision is not None and not any("=" in word for word in values):
+        return Answers({decision.id: decision.from_words(values)})  # the optional asks left out
     by_id = {a.id: a for a in request.asks}
     answers: dict[str, Any] = {}
     for pair in values:

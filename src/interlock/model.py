@@ -1116,6 +1116,15 @@ class Request:
             return self.response.answers.get(self.asks[0].id)
         return dict(self.response.answers)
 
+    @property
+    def outlives_its_waiter(self) -> bool:
+        """Whether the request stays pending when the call waiting on it is cut (Ctrl-C,
+        SIGTERM, a crash): one created detached (its creator owns it), one made with an
+        idempotency key (its maker comes back for it with the same key) or one belonging to
+        a run (the run's, not the waiting process's). Any other request is withdrawn with
+        its waiting call."""
+        return self.detached or self.idempotency_key is not None or self.origin.run is not None
+
     def as_created(self) -> Request:
         """This request as it was when created: pending, without a response."""
         return self.settle(Status.PENDING, None)

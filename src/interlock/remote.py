@@ -274,6 +274,8 @@ class RemoteBroker(Broker):
 
     async def _withdraw(self, request_id: str) -> None:
         with contextlib.suppress(Exception):
+            if (await self.get(request_id)).outlives_its_waiter:
+                return  # its maker comes back for it (an idempotency key), or its run does
             await self.cancel(request_id, "the waiting call was cancelled", cause="withdrawn")
 
     async def watch(self, request_id: str, timeout: float | None = None) -> Request:

@@ -36,7 +36,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNER = Path(__file__).with_name("doc_blocks.py")
 
 #: the SQLite file each page's Python blocks use, so the answerer can play the person there
-DATABASES = {"README.md": "interlock.db", "agents.md": "agents.db"}
+DATABASES = {"README.md": "interlock.db", "agents.md": "agents.db", "frameworks.md": "frameworks.db"}
 
 
 def page_id(page: Path) -> str:

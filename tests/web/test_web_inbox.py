@@ -531,6 +531,115 @@ def test_without_auth_the_inbox_needs_no_sign_in_but_still_checks_csrf(open_serv
     assert stored(open_server, request_id).answer == "main"
 
 
+# -- gate approvals: one click, with an optional edit of the arguments ------------------------
+
+SCALE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "service": {"type": "string"},
+        "env": {"enum": ["staging", "prod"]},
+        "replicas": {"type": "integer", "maximum": 10},
+    },
+    "required": ["service", "env", "replicas"],
+    "additionalProperties": False,
+}
+
+
+class GatedScale:
+    """An agent on the server's loop whose `scale` tool needs alice's approval."""
+
+    def __init__(self, server: Server, arguments: dict[str, Any]) -> None:
+        from interlock.agent import ApprovalGate, ToolCall, ToolDefinition, ToolFunctions, ToolRunner
+
+        self.ran: list[dict[str, Any]] = []
+
+        async def scale(**given: Any) -> str:
+            self.ran.append(given)
+            return "scaled"
+
+        async def call() -> Any:
+            runner = ToolRunner(
+                server.broker,
+                [ToolFunctions({"scale": scale})],
+                definitions=[ToolDefinition("scale", "Scale a service", SCALE_SCHEMA)],
+                gate=ApprovalGate(server.broker, policies={"scale": "always"}, to="alice"),
+            )
+            return await runner.run(ToolCall("scale", arguments, "c1", agent="bot"))
+
+        self.outcome = asyncio.run_coroutine_threadsafe(call(), server.loop)
+        self.request_id = server.run(_first_pending(server.broker))
+
+
+async def _first_pending(broker: Broker) -> str:
+    async with asyncio.timeout(10):
+        async for event in broker.events(after=0, follow=True):
+            if event.type == "created" and event.request is not None and event.request.kind == "approval":
+                return event.request.id
+    raise AssertionError("the event stream ended")
+
+
+def test_a_gate_approval_with_an_argument_schema_is_approved_in_one_click(server: Server, page: Page) -> None:
+    agent = GatedScale(server, {"service": "api", "env": "prod", "replicas": 3})
+    sign_in(page, server)
+    card = pending_card(page, agent.request_id)
+    edit = card.locator("details.edit")
+    expect(edit).to_be_visible()
+    expect(edit).not_to_have_attribute("open", "")
+    assert card.locator("[required]").count() == 0  # nothing to fill in before approving
+    card.get_by_role("button", name="Approve").click()
+    expect(history_item(page, agent.request_id)).to_contain_text("Approved by alice via web")
+    assert agent.outcome.result(timeout=10).content == "scaled"
+    assert agent.ran == [{"service": "api", "env": "prod", "replicas": 3}]
+
+
+def test_the_arguments_are_prefilled_and_checked_only_when_changed(server: Server, page: Page) -> None:
+    agent = GatedScale(server, {"service": "api", "env": "prod", "replicas": 3})
+    sign_in(page, server)
+    card = pending_card(page, agent.request_id)
+    card.locator("details.edit > summary").click()
+    replicas = card.get_by_label("replicas")
+    expect(card.get_by_label("service")).to_have_value("api")
+    expect(replicas).to_have_value("3")
+    expect(card.get_by_label("env")).to_have_value("1")  # the option index of "prod"
+
+    replicas.fill("50")  # changed, and over the schema's maximum: the browser holds it back
+    card.get_by_role("button", name="Approve").click()
+    assert replicas.evaluate("input => input.checkValidity()") is False
+    assert stored(server, agent.request_id).status is Status.PENDING
+
+    card.get_by_label("replicas").fill("4")
+    card.get_by_role("button", name="Approve").click()
+    expect(history_item(page, agent.request_id)).to_contain_text("Approved by alice via web")
+    assert agent.outcome.result(timeout=10).content == "scaled"
+    assert agent.ran == [{"service": "api", "env": "prod", "replicas": 4}]
+
+
+def test_an_edit_opened_and_left_unchanged_approves_the_arguments_reviewed(server: Server, page: Page) -> None:
+    agent = GatedScale(server, {"service": "api", "env": "prod", "replicas": 3})
+    sign_in(page, server)
+    card = pending_card(page, agent.request_id)
+    card.locator("details.edit > summary").click()
+    card.get_by_label("service").fill("api")  # typed over, the same text
+    card.get_by_role("button", name="Approve").click()
+    expect(history_item(page, agent.request_id)).to_contain_text("Approved by alice via web")
+    assert agent.outcome.result(timeout=10).content == "scaled"
+    assert agent.ran == [{"service": "api", "env": "prod", "replicas": 3}]
+    done = stored(server, agent.request_id)
+    assert done.response is not None and "arguments" not in done.response.answers
+
+
+def test_a_gate_approval_is_denied_with_a_reason_the_agent_reads_verbatim(server: Server, page: Page) -> None:
+    agent = GatedScale(server, {"service": "api", "env": "prod", "replicas": 3})
+    sign_in(page, server)
+    card = pending_card(page, agent.request_id)
+    card.get_by_label("Reason").fill("Not during the sale.")
+    card.get_by_role("button", name="Deny").click()
+    expect(history_item(page, agent.request_id)).to_contain_text("Denied by alice via web")
+    result = agent.outcome.result(timeout=10)
+    assert (result.denied, result.content) == (True, "Not during the sale.")
+    assert agent.ran == []
+
+
 # -- runs ---------------------------------------------------------------------------------
 
 

@@ -21,11 +21,14 @@ async def settle(contracts: Contracts, broker: Broker, request: Request, agent: 
     The broker withdraws a request whose `wait` is cancelled, but a cancel scope that
     cancels again and again (anyio, a task group) can cut that short, and a custom
     contract may not wait through the broker at all: so withdraw here too, shielded. A
-    request already settled is left as it is.
+    request already settled is left as it is, and so is one that outlives its waiter (the
+    gate's approvals, made with an idempotency key, and a run's requests).
     """
     try:
         return await contracts.for_agent(agent).settle(broker, request)
     except asyncio.CancelledError:
+        if request.outlives_its_waiter:
+            raise  # kept pending for the call to find again when it comes back
         cut = broker.cancel(request.id, "the waiting call was cancelled", cause="withdrawn")
         withdraw = keep(asyncio.ensure_future(cut))
         withdraw.add_done_callback(_log_failed_withdraw)

@@ -16,6 +16,7 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, Literal, ParamSpec, TypeAlias, TypeVar, cast
 
 from ..approvals import is_marked, mark
@@ -36,6 +37,7 @@ __all__ = [
     "ApprovalGate",
     "HookErrorMode",
     "Policy",
+    "approval_key",
     "requires_approval",
 ]
 
@@ -125,6 +127,26 @@ class ApprovalGate:
         self.previews = dict(previews or {})
         self._once: set[tuple[str, str]] = set()
         self._consumed: OrderedDict[str, None] = OrderedDict()
+        self._occurrences: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+
+    def stable_call_id(self, call: ToolCall, outer: ToolCall | None) -> str:
+        """The id `requires_approval` gives `call`, the same when a restarted agent makes
+        it again: see `requires_approval`. `call.id` when there is nothing to anchor it."""
+        if outer is not None:
+            return f"{outer.id}/{call.name}"
+        scope = call.run or call.session
+        if scope is None:
+            return call.id
+        try:
+            digest = arguments_digest(call.name, call.arguments)
+        except (TypeError, ValueError):
+            return call.id  # not JSON: `authorize` refuses it anyway
+        key = (scope, call.name, digest)
+        nth = self._occurrences.pop(key, 0) + 1
+        self._occurrences[key] = nth
+        while len(self._occurrences) > 65536:
+            self._occurrences.popitem(last=False)
+        return f"{call.name}:{digest[:16]}:{nth}"
 
     # -- deciding ---------------------------------------------------------------------------
 
@@ -156,24 +178,35 @@ class ApprovalGate:
             arguments = json.loads(canonical_json(dict(call.arguments)))
         except (TypeError, ValueError) as exc:
             raise ApprovalRefused(f"The arguments of '{call.name}' are not plain JSON", detail=str(exc)) from None
-        if self.auto_allowed(call.name):
-            return cast(dict[str, Any], arguments)
+        decided, pause_reason = await self._pre_decide(call, policy, arguments)
+        if decided is not None:
+            return decided
         policy = policy or self.policy_for(call.name)
-        pause_reason = ""
+        return await self._ask(call, arguments, schema, policy, pause_reason)
+
+    async def _pre_decide(
+        self, call: ToolCall, policy: Policy | None, arguments: Any
+    ) -> tuple[dict[str, Any] | None, str]:
+        """What is decided without a person: the arguments when the call runs at once (auto
+        allow, `never`, `once` approved before, no policy and no hook, the hook allows),
+        else None and the hook's reason to pause. A hook's denial raises `ApprovalDenied`."""
+        if self.auto_allowed(call.name):
+            return cast(dict[str, Any], arguments), ""
+        policy = policy or self.policy_for(call.name)
         if policy == "never":
-            return cast(dict[str, Any], arguments)
+            return cast(dict[str, Any], arguments), ""
         if policy == "once" and await self._approved_in_session(call):
-            return cast(dict[str, Any], arguments)
+            return cast(dict[str, Any], arguments), ""
         if policy is None:
             if not self._hooks:
-                return cast(dict[str, Any], arguments)
+                return cast(dict[str, Any], arguments), ""
             verdict = await self._consult_hook(call)
             if isinstance(verdict, Allow):
-                return cast(dict[str, Any], arguments)
+                return cast(dict[str, Any], arguments), ""
             if isinstance(verdict, Deny):
                 raise ApprovalDenied("", verdict.reason)
-            pause_reason = verdict.reason
-        return await self._ask(call, arguments, schema, policy, pause_reason)
+            return None, verdict.reason
+        return None, ""
 
     async def _consult_hook(self, call: ToolCall) -> Allow | Deny | Pause:
         (outcome,) = await self._hooks.run(call)
@@ -279,6 +312,27 @@ class ApprovalGate:
         reason: str,
     ) -> dict[str, Any]:
         call = call.with_arguments(arguments)
+        request, digest = await self._submit(call, schema, policy, reason, self.timeout)
+        if request.status is not Status.PENDING:
+            return await self._decided(call, request, digest, schema, policy)
+        try:
+            response = await settle(self.contracts, self.broker, request, call.agent)
+        except Rejected as exc:
+            raise ApprovalDenied(request.id, exc.reason) from None
+        request = request.settle(Status.ANSWERED, response)
+        return await self._consume(call, request, response, digest, schema, policy)
+
+    async def _submit(
+        self,
+        call: ToolCall,
+        schema: Mapping[str, Any] | None,
+        policy: Policy | None,
+        reason: str,
+        timeout: float | None,
+    ) -> tuple[Request, str]:
+        """Make the approval request for `call` (its arguments canonical), or find the one
+        made for the same call before (`approval_key`); with the digest it is bound to."""
+        arguments = dict(call.arguments)
         digest = arguments_digest(call.name, arguments)
         preview = self.render_preview(call)
         asks: list[Ask] = [Confirm(f"Allow {call.name} to run with these arguments?", id="approve")]
@@ -298,29 +352,88 @@ class ApprovalGate:
                 "digest": digest,
                 "policy": policy,
             },
-            timeout=self.timeout,
+            timeout=timeout,
             requester=call.agent,
-            idempotency_key=f"approval:{call.session or '-'}:{call.id}:{digest}",
+            idempotency_key=approval_key(call, digest),
             origin=call.origin(),
         )
         request, _ = await self.broker.submit(mark(prepared))
         if request.id in self._consumed:
             raise _replayed(call, request)
-        if request.status is Status.PENDING:
-            try:
-                response = await settle(self.contracts, self.broker, request, call.agent)
+        return request, digest
+
+    async def _decided(
+        self,
+        call: ToolCall,
+        request: Request,
+        digest: str,
+        schema: Mapping[str, Any] | None,
+        policy: Policy | None,
+    ) -> dict[str, Any]:
+        """The outcome of an approval settled while no process waited on it (the agent
+        restarted, or its run was parked): the first call to find an approval may consume
+        it, any later one finds it consumed; a denial is a denial, with the reason."""
+        if request.status is Status.ANSWERED and request.response is not None:
+            response = request.response
+        else:
+            try:  # refused, expired or withdrawn: the same outcome, replayed
+                response = await self.broker.wait(request.id)
             except Rejected as exc:
                 raise ApprovalDenied(request.id, exc.reason) from None
-            request = request.settle(Status.ANSWERED, response)
-        elif request.status is Status.ANSWERED and request.response is not None:
-            # Approved while no process waited (say the agent restarted): the first call to
-            # find it may consume it; any later one finds it consumed.
-            response = request.response
-            if response.answers.get("approve") is not True:
-                raise _replayed(call, request)
-        else:
-            raise _replayed(call, request)
         return await self._consume(call, request, response, digest, schema, policy)
+
+    # -- without waiting: for runs that park ------------------------------------------------
+
+    async def begin(
+        self, call: ToolCall, *, schema: Mapping[str, Any] | None = None, policy: Policy | None = None
+    ) -> dict[str, Any] | Request:
+        """Decide on `call` as `authorize` does, without waiting for a person: the arguments
+        to run it with, or the approval request a person must answer first.
+
+        For an agent that parks its run instead of waiting (`interlock.runs`): once the
+        request has settled, `finish` gives the arguments or raises as `authorize` would.
+        A call of a run asks with no timeout of its own: the run's pause deadline applies.
+        The same call begun again (a restarted agent) finds the same request.
+        """
+        try:
+            arguments = json.loads(canonical_json(dict(call.arguments)))
+        except (TypeError, ValueError) as exc:
+            raise ApprovalRefused(f"The arguments of '{call.name}' are not plain JSON", detail=str(exc)) from None
+        decided, reason = await self._pre_decide(call, policy, arguments)
+        if decided is not None:
+            return decided
+        call = call.with_arguments(arguments)
+        timeout = None if call.run is not None else self.timeout
+        request, _ = await self._submit(call, schema, policy or self.policy_for(call.name), reason, timeout)
+        return request
+
+    async def finish(
+        self,
+        call: ToolCall,
+        request: Request | str,
+        *,
+        schema: Mapping[str, Any] | None = None,
+        policy: Policy | None = None,
+    ) -> dict[str, Any]:
+        """The arguments to run `call` with, once the approval `begin` asked for has settled.
+
+        Raises as `authorize` does: `ApprovalDenied` with the person's reason, `Expired`,
+        `Cancelled`, `ApprovalRefused` (not the gate's own, another digest, or used once
+        already), and `InvalidRequest` if nobody has decided yet.
+        """
+        request_id = request if isinstance(request, str) else request.id
+        current = await self.broker.get(request_id)
+        if current.status is Status.PENDING:
+            raise InvalidRequest(f"approval {request_id} has not been decided yet")
+        try:
+            arguments = json.loads(canonical_json(dict(call.arguments)))
+        except (TypeError, ValueError) as exc:
+            raise ApprovalRefused(f"The arguments of '{call.name}' are not plain JSON", detail=str(exc)) from None
+        call = call.with_arguments(arguments)
+        digest = arguments_digest(call.name, arguments)
+        if current.id in self._consumed:
+            raise _replayed(call, current)
+        return await self._decided(call, current, digest, schema, policy or self.policy_for(call.name))
 
     async def _consume(
         self,
@@ -368,6 +481,14 @@ class ApprovalGate:
         return arguments
 
 
+def approval_key(call: ToolCall, digest: str) -> str:
+    """The identity of the approval for `call`: its run (else its session), the call's id
+    and the digest of its arguments. The same call asked again, by a restarted agent or
+    a resumed run, finds the approval made the first time instead of making another."""
+    scope = f"run={call.run}" if call.run is not None else (call.session or "-")
+    return f"approval:{scope}:{call.id}:{digest}"
+
+
 def _literal_chars(pattern: str) -> int:
     return sum(ch not in "*?[]" for ch in pattern)
 
@@ -401,15 +522,23 @@ def requires_approval(
     session: str | None = None,
     agent: str | None = None,
     to: str | None = None,
+    run: str | None = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
     """Put `gate` in front of a plain async function: each call is approved before it runs.
 
     The function's bound arguments (defaults applied) are what the approver reviews, and
     the function runs with the approved (possibly edited, then checked against `schema`)
     arguments. The policy is `policy`, else the gate's for `name`, else `always`. The
-    session, agent and person come from the `ToolRunner` call running it (`current_call`),
-    else from `session`, `agent` and `to`. A denial raises `ApprovalDenied`; an expiry
-    `Expired`; a request given up `Cancelled`; a gate failing closed `ApprovalRefused`.
+    session, run, agent and person come from the `ToolRunner` call running it
+    (`current_call`), else from `session`, `run`, `agent` and `to`. A denial raises
+    `ApprovalDenied`; an expiry `Expired`; a request given up `Cancelled`; a gate failing
+    closed `ApprovalRefused`.
+
+    Each call has a stable id, so an agent that restarts and calls again finds the approval
+    asked the first time (approved meanwhile, it runs once): inside a tool call, the tool
+    call's id and this function's name; else, with a run or session, the function's name,
+    the digest of its arguments and how many times it was called so with them in this run
+    or session by this process. Without a run, session or tool call, every call is new.
     """
     if schema is not None:
         make_validator(name or "requires_approval", schema)
@@ -440,9 +569,10 @@ def requires_approval(
                 agent=outer.agent if outer else agent,
                 actor=outer.actor if outer else None,
                 to=outer.to if outer else to,
-                run=outer.run if outer else None,
+                run=outer.run if outer else run,
                 delegation=outer.delegation if outer else (),
             )
+            call = replace(call, id=gate.stable_call_id(call, outer))
             effective = policy or gate.policy_for(tool) or "always"
             approved = await gate.authorize(call, schema=schema, policy=effective)
             return await cast(Callable[..., Awaitable[R]], fn)(**approved)

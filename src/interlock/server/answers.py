@@ -2,7 +2,8 @@
 
 Besides the native forms (`answers` by ask id, or a bare `answer` for a request with one
 ask), the API takes the Novo-compatible body: `inputResponses: [{requestId, optionId | optionIds |
-text}]`. An approval is answered with the request's own id and `approve` or `deny`; a
+text}]`. An approval is answered with the request's own id and `approve` or `deny` (a gate's
+optional "edit the arguments" form left out: the call runs with the arguments reviewed); a
 question with one entry per ask, addressed by the ask's id. Its rules give 400s: an unknown
 question id, an id given twice, several options for a single-select question, and the
 request's own id used for a question.
@@ -13,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..approvals import decision_ask
 from ..errors import InvalidAnswer
-from ..model import Answers, Ask, Confirm, Request, yes_no
+from ..model import Answers, Ask, Request, yes_no
 from .schemas import AnswerBody, InputResponse
 
 __all__ = ["Decision", "decide"]
@@ -70,8 +72,9 @@ def _from_input_responses(request: Request, responses: list[InputResponse]) -> A
     return answers
 
 
-def _approval(request: Request, responses: list[InputResponse]) -> bool:
-    if len(request.asks) != 1 or not isinstance(request.asks[0], Confirm):
+def _approval(request: Request, responses: list[InputResponse]) -> Answers:
+    decision = decision_ask(request)
+    if decision is None:
         raise InvalidAnswer("this approval has several asks: answer them with `answers`")
     if len(responses) != 1:
         raise InvalidAnswer("an approval takes exactly one input response")
@@ -79,11 +82,11 @@ def _approval(request: Request, responses: list[InputResponse]) -> bool:
     if item.request_id != request.id:
         raise InvalidAnswer(f"Unknown requestId {item.request_id!r}: answer an approval with its own id {request.id!r}")
     if item.option_ids is not None or item.text is not None or item.option_id is None:
-        raise InvalidAnswer("answer an approval with optionId 'approve' or 'deny'", ask_id=request.asks[0].id)
+        raise InvalidAnswer("answer an approval with optionId 'approve' or 'deny'", ask_id=decision.id)
     verdict = yes_no(item.option_id)
     if verdict is None:
-        raise InvalidAnswer("answer an approval with optionId 'approve' or 'deny'", ask_id=request.asks[0].id)
-    return verdict
+        raise InvalidAnswer("answer an approval with optionId 'approve' or 'deny'", ask_id=decision.id)
+    return Answers({decision.id: verdict})
 
 
 def _value(ask: Ask, item: InputResponse) -> Any:

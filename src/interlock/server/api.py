@@ -136,7 +136,8 @@ async def create_request(
     """Ask a person. Without `to` the request goes to the caller's own inbox: an agent's
     owner's, or the person's own. With `wait`, a long poll: the answer is the request
     once it settles, or as it is (pending) when `wait` runs out; a client that hangs up
-    meanwhile withdraws it, as a waiting call that is cut does."""
+    meanwhile withdraws it, as a waiting call that is cut does (unless it outlives its
+    waiter: made with an idempotency key, or for a run)."""
     response = await create(state, body, caller)
     if wait is None or wait <= 0:
         return response
@@ -560,6 +561,9 @@ async def _watch_unless_gone(broker: LocalBroker, http: Request, request_id: str
             watching.cancel()
     if watching.done() and not watching.cancelled():
         return watching.result()
+    current = await broker.get(request_id)
+    if current.outlives_its_waiter:  # an idempotency key, a run: its maker comes back for it
+        return current
     await broker.cancel(request_id, "the waiting call was cancelled", cause="withdrawn", via="api")
     return await broker.get(request_id)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -30,13 +30,13 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from sse_starlette import ServerSentEvent
 
-from .._form_inputs import Field, FieldFault
+from .._form_inputs import Field, FieldFault, form_unchanged, form_values
+from ..approvals import decision_ask
 from ..broker import MAX_EVENT_ID, Broker
 from ..errors import InvalidAnswer, NotFound
 from ..model import (
     Answers,
     Ask,
-    Confirm,
     Event,
     Form,
     Status,
@@ -100,12 +100,15 @@ async def read_answers_off_loop(broker: Broker, request: HumanRequest, values: V
     schema must be checked: that can cost more than the event loop may spend."""
     if not any(isinstance(ask, Form) for ask in request.asks):
         return read_answers(request, values)
+    return await _off_loop(broker, lambda: read_answers(request, values))
 
-    def read() -> Answers:
+
+async def _off_loop(broker: Broker, read: Callable[[], Answers]) -> Answers:
+    def budgeted() -> Answers:
         with time_budget(broker.limits.check_seconds):
-            return read_answers(request, values)
+            return read()
 
-    return await asyncio.to_thread(read)
+    return await asyncio.to_thread(budgeted)
 
 
 def read_answers(request: HumanRequest, values: Values) -> Answers:
@@ -162,8 +165,38 @@ class UpdateView:
 
 
 def is_approval(request: HumanRequest) -> bool:
-    """An approval answered with Approve / Deny buttons: one yes/no ask."""
-    return request.kind == "approval" and len(request.asks) == 1 and isinstance(request.asks[0], Confirm)
+    """An approval answered with Approve / Deny buttons: one yes/no ask, and maybe an
+    optional edit of the arguments (`approvals.decision_ask`)."""
+    return decision_ask(request) is not None
+
+
+def prefill(request: HumanRequest) -> Values:
+    """The inputs of an approval's optional forms, filled with the arguments under review."""
+    arguments = request.origin.arguments
+    items: list[tuple[str, str]] = []
+    if isinstance(arguments, Mapping):
+        for i, ask in enumerate(request.asks):
+            if i and isinstance(ask, Form):
+                items.extend(form_values(ask, f"a{i}", arguments))
+    return Values(items)
+
+
+def approval_answers(request: HumanRequest, approve: bool, values: Values) -> Answers:
+    """An approval's answers from its Approve / Deny buttons: the verdict, and on approval
+    each optional form whose inputs the person changed from the prefilled arguments (an
+    unchanged one is left out, so it is neither read nor checked)."""
+    answers = Answers({request.asks[0].id: approve})
+    if not approve:
+        return answers
+    original = prefill(request)
+    for i, ask in enumerate(request.asks):
+        name = f"a{i}"
+        if i == 0 or (isinstance(ask, Form) and form_unchanged(ask, name, values, original)):
+            continue
+        value = ask.from_fields(values, name)
+        if value is not None:
+            answers[ask.id] = value
+    return answers
 
 
 def heading(request: HumanRequest) -> str:
@@ -203,9 +236,11 @@ def answer_text(ask: Ask, value: Any) -> str:
 
 
 def answers_shown(request: HumanRequest) -> list[tuple[str, str]]:
-    if request.status is not Status.ANSWERED or request.response is None or is_approval(request):
+    if request.status is not Status.ANSWERED or request.response is None:
         return []
     given = request.response.answers
+    if is_approval(request):  # the verdict is the badge; show an edit of the arguments
+        return [(ask.prompt, answer_text(ask, given[ask.id])) for ask in request.asks[1:] if ask.id in given]
     if len(request.asks) == 1 and request.asks[0].id in given:
         return [("Answer", answer_text(request.asks[0], given[request.asks[0].id]))]
     return [(ask.prompt, answer_text(ask, given[ask.id])) for ask in request.asks if ask.id in given]
@@ -256,6 +291,7 @@ def _templates() -> Jinja2Templates:
     env.globals.update(
         heading=heading,
         is_approval=is_approval,
+        prefill=prefill,
         ask_views=ask_views,
         outcome=outcome,
         badge=badge,
@@ -515,7 +551,10 @@ async def answer(http: HttpRequest, state: State, request_id: str) -> Response:
         elif action == "reject":
             done = await state.broker.reject(request_id, comment, by=by, via="web")
         elif action in ("approve", "deny") and is_approval(request):
-            verdict = Answers({request.asks[0].id: action == "approve"})
+            if len(request.asks) == 1:
+                verdict = Answers({request.asks[0].id: action == "approve"})
+            else:
+                verdict = await _off_loop(state.broker, lambda: approval_answers(request, action == "approve", values))
             done = await state.broker.resolve(request_id, verdict, by=by, via="web", comment=comment)
         else:
             answers = await read_answers_off_loop(state.broker, request, values)
