@@ -20,7 +20,7 @@ from typing import Any, Literal, ParamSpec, TypeAlias, TypeVar, cast
 
 from ..approvals import is_marked, mark
 from ..broker import Broker
-from ..errors import ApprovalDenied, ApprovalRefused, InvalidRequest, Rejected, RunFailed
+from ..errors import ApprovalDenied, ApprovalRefused, Cancelled, Expired, InvalidRequest, Rejected, RunFailed
 from ..hooks import Hooks
 from ..model import Ask, Confirm, Deny, Form, Request, Response, Status
 from ._results import about_call, seconds
@@ -152,28 +152,93 @@ class ApprovalGate:
         closed), `Expired` (nobody decided in time), `Cancelled` (the request was given
         up) or `RunFailed`. `policy` overrides the declared one for this call.
         """
+        arguments, asking = await self._decide(call, policy)
+        if asking is None:
+            return arguments
+        return await self._ask(call, arguments, schema, *asking)
+
+    async def begin(
+        self, call: ToolCall, *, schema: Mapping[str, Any] | None = None, policy: Policy | None = None
+    ) -> dict[str, Any] | Request:
+        """Decide on `call` without waiting for a person, for a run that parks instead.
+
+        Returns the arguments to run the call with when nobody need approve it, else its
+        approval request: pending, or already settled when the same call (same call id and
+        argument digest) was decided while no process waited. Hand the settled request to
+        `finish` when the run resumes. Raises as `authorize` does for a hook's denial or a
+        gate failing closed.
+        """
+        arguments, asking = await self._decide(call, policy)
+        if asking is None:
+            return arguments
+        prepared = self._prepare(call.with_arguments(arguments), schema, *asking, parked=call.run is not None)
+        request, _ = await self.broker.submit(mark(prepared))
+        return request
+
+    async def finish(
+        self, call: ToolCall, request: Request, *, schema: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The arguments to run `call` with, from its settled approval `request` (see `begin`).
+
+        The approval is checked and consumed once, as `authorize` does: a second `finish` for
+        the same approval raises `ApprovalRefused`. A denial or rejection raises
+        `ApprovalDenied` with the person's reason verbatim; an expiry `Expired`; a request
+        given up `Cancelled`.
+        """
         try:
             arguments = json.loads(canonical_json(dict(call.arguments)))
         except (TypeError, ValueError) as exc:
             raise ApprovalRefused(f"The arguments of '{call.name}' are not plain JSON", detail=str(exc)) from None
+        call = call.with_arguments(arguments)
+        response = request.response
+        if request.status is Status.ANSWERED and response is not None:
+            policy = _context(request).get("policy")
+            return await self._consume(
+                call,
+                request,
+                response,
+                arguments_digest(call.name, arguments),
+                schema,
+                policy if policy in POLICIES else None,
+            )
+        reason = response.reason if response is not None else ""
+        if request.status is Status.REJECTED:
+            raise ApprovalDenied(request.id, reason)
+        if request.status is Status.EXPIRED:
+            raise Expired(request.id)
+        if request.status is Status.PENDING:
+            raise ApprovalRefused(
+                f"The approval for '{call.name}' is still pending; the call does not run",
+                detail=f"approval {request.id} is pending",
+            )
+        raise Cancelled(request.id, reason)
+
+    async def _decide(
+        self, call: ToolCall, policy: Policy | None
+    ) -> tuple[dict[str, Any], tuple[Policy | None, str] | None]:
+        """The call's plain-JSON arguments, and (policy, reason) when a person must approve it."""
+        try:
+            arguments = cast(dict[str, Any], json.loads(canonical_json(dict(call.arguments))))
+        except (TypeError, ValueError) as exc:
+            raise ApprovalRefused(f"The arguments of '{call.name}' are not plain JSON", detail=str(exc)) from None
         if self.auto_allowed(call.name):
-            return cast(dict[str, Any], arguments)
+            return arguments, None
         policy = policy or self.policy_for(call.name)
         pause_reason = ""
         if policy == "never":
-            return cast(dict[str, Any], arguments)
+            return arguments, None
         if policy == "once" and await self._approved_in_session(call):
-            return cast(dict[str, Any], arguments)
+            return arguments, None
         if policy is None:
             if not self._hooks:
-                return cast(dict[str, Any], arguments)
+                return arguments, None
             verdict = await self._consult_hook(call)
             if isinstance(verdict, Allow):
-                return cast(dict[str, Any], arguments)
+                return arguments, None
             if isinstance(verdict, Deny):
                 raise ApprovalDenied("", verdict.reason)
             pause_reason = verdict.reason
-        return await self._ask(call, arguments, schema, policy, pause_reason)
+        return arguments, (policy, pause_reason)
 
     async def _consult_hook(self, call: ToolCall) -> Allow | Deny | Pause:
         (outcome,) = await self._hooks.run(call)
@@ -280,30 +345,7 @@ class ApprovalGate:
     ) -> dict[str, Any]:
         call = call.with_arguments(arguments)
         digest = arguments_digest(call.name, arguments)
-        preview = self.render_preview(call)
-        asks: list[Ask] = [Confirm(f"Allow {call.name} to run with these arguments?", id="approve")]
-        edit = _edit_form(schema)
-        if edit is not None:
-            asks.append(edit)
-        prepared = self.broker.prepare(
-            asks,
-            kind="approval",
-            to=call.to or self.to,
-            title=f"Approve {call.name}?",
-            details=f"{reason}\n\n{preview}" if reason else preview,
-            context={
-                "tool": call.name,
-                "arguments": arguments,
-                "preview": preview,
-                "digest": digest,
-                "policy": policy,
-            },
-            timeout=self.timeout,
-            requester=call.agent,
-            idempotency_key=f"approval:{call.session or '-'}:{call.id}:{digest}",
-            origin=call.origin(),
-        )
-        request, _ = await self.broker.submit(mark(prepared))
+        request, _ = await self.broker.submit(mark(self._prepare(call, schema, policy, reason)))
         if request.id in self._consumed:
             raise _replayed(call, request)
         if request.status is Status.PENDING:
@@ -321,6 +363,44 @@ class ApprovalGate:
         else:
             raise _replayed(call, request)
         return await self._consume(call, request, response, digest, schema, policy)
+
+    def _prepare(
+        self,
+        call: ToolCall,
+        schema: Mapping[str, Any] | None,
+        policy: Policy | None,
+        reason: str,
+        *,
+        parked: bool = False,
+    ) -> Request:
+        """The approval request for `call` (its arguments plain JSON already), not yet stored.
+
+        A request a parked run waits on takes the run's expiry, not the gate's `timeout`."""
+        arguments = dict(call.arguments)
+        digest = arguments_digest(call.name, arguments)
+        preview = self.render_preview(call)
+        asks: list[Ask] = [Confirm(f"Allow {call.name} to run with these arguments?", id="approve")]
+        edit = _edit_form(schema)
+        if edit is not None:
+            asks.append(edit)
+        return self.broker.prepare(
+            asks,
+            kind="approval",
+            to=call.to or self.to,
+            title=f"Approve {call.name}?",
+            details=f"{reason}\n\n{preview}" if reason else preview,
+            context={
+                "tool": call.name,
+                "arguments": arguments,
+                "preview": preview,
+                "digest": digest,
+                "policy": policy,
+            },
+            timeout=None if parked else self.timeout,
+            requester=call.agent,
+            idempotency_key=f"approval:{call.session or '-'}:{call.id}:{digest}",
+            origin=call.origin(),
+        )
 
     async def _consume(
         self,
