@@ -28,10 +28,12 @@ from typing import Any, Literal, TypedDict, Unpack
 from urllib.parse import urlsplit
 
 from .approvals import check_context
-from .errors import Cancelled, Closed, Expired, InvalidAnswer, InvalidRequest, NotFound, Rejected
+from .errors import Cancelled, Closed, Expired, InvalidAnswer, InvalidRequest, NotFound, Rejected, RunConflict
 from .hooks import DEFAULT_HOOK_TIMEOUT, Hooks
 from .model import (
     DEFAULT_LIMITS,
+    DEFAULT_PAUSE_TIMEOUT,
+    MAX_STATE_BYTES,
     NO_ORIGIN,
     Ask,
     Deny,
@@ -42,18 +44,21 @@ from .model import (
     Origin,
     Request,
     Response,
+    Run,
+    RunStatus,
     Status,
     ask_from_dict,
     build_request,
     check_answers,
     check_json,
     check_text,
+    new_id,
     time_budget,
 )
 from .redact import redact_url
-from .store import EventQuery, PrincipalStore, Query, Store
+from .store import EventQuery, PrincipalStore, Query, RunQuery, Store
 
-__all__ = ["Broker", "CreateFields", "LocalBroker", "Page", "connect", "register_scheme"]
+__all__ = ["Broker", "CreateFields", "LocalBroker", "Page", "RunPage", "connect", "register_scheme"]
 
 log = logging.getLogger("interlock")
 
@@ -104,6 +109,25 @@ class Page:
 
     items: Sequence[Request]
     next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of `Broker.list_runs`. Pass `next_cursor` as `after` for the next page."""
+
+    items: Sequence[Run]
+    next_cursor: str | None
+
+
+DEFAULT_LEASE = 30.0
+"""Seconds a worker holds a claimed run before another may take it (renew to keep it)."""
+
+
+def _seconds(value: float | timedelta, name: str) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0 or math.isinf(seconds):
+        raise InvalidRequest(f"{name} must be a positive, finite number of seconds")
+    return float(seconds)
 
 
 def _about_request(request: Request) -> str:
@@ -432,6 +456,88 @@ class Broker(ABC):
     async def last_event_id(self) -> int:
         """The id of the newest event: pass it as `events(after=...)` to follow from now on."""
 
+    # -- runs ----------------------------------------------------------------------------
+
+    @abstractmethod
+    async def start_run(
+        self,
+        agent: str,
+        *,
+        session: str | None = None,
+        run_id: str | None = None,
+        max_duration: float | timedelta | None = None,
+        requester: str | None = None,
+    ) -> Run:
+        """Record a new run of `agent`, `running`. With `run_id` given, a run with that id
+        already stored is returned as it is (a restarted agent finds its own run)."""
+
+    @abstractmethod
+    async def park(
+        self,
+        run_id: str,
+        *,
+        state: Any,
+        waiting_on: Sequence[str],
+        status: RunStatus | str | None = None,
+        worker: str | None = None,
+    ) -> Run:
+        """Park a running run on the requests it waits on (created with `run=run_id`),
+        keeping its framework `state`; the calling process may exit then. Once every one
+        of them has settled, a worker claims the run (`claim_run`) and goes on from
+        `state`. `status` defaults to `waiting_for_approval` if any of them is an
+        approval, else `waiting_for_input`. Raises `RunConflict` if the run is not running
+        (or, with `worker`, is held by another worker)."""
+
+    @abstractmethod
+    async def claim_run(
+        self,
+        agents: Sequence[str] | None = None,
+        *,
+        worker: str,
+        lease: float = DEFAULT_LEASE,
+        wait: float = 0.0,
+    ) -> Run | None:
+        """Claim one run of `agents` (any when None) that is ready to go on, for `worker`,
+        waiting up to `wait` seconds for one. Exactly one worker gets each run; it holds
+        it for `lease` seconds (`renew_lease` to keep it), after which another may claim
+        it again, as when the worker died. None if there was none."""
+
+    @abstractmethod
+    async def renew_lease(self, run_id: str, *, worker: str, lease: float = DEFAULT_LEASE) -> bool:
+        """Hold a claimed run `lease` seconds more. False if `worker` holds it no longer."""
+
+    @abstractmethod
+    async def complete_run(self, run_id: str, result: Any = None, *, worker: str | None = None) -> Run:
+        """End a running run as `completed` with its `result` (JSON)."""
+
+    @abstractmethod
+    async def fail_run(self, run_id: str, error: str, *, worker: str | None = None) -> Run:
+        """End a running run as `failed` (`terminal_reason` "error") with `error`."""
+
+    @abstractmethod
+    async def cancel_run(self, run_id: str, reason: str = "cancelled_by_user", *, by: str | None = None) -> bool:
+        """End a run that has not ended as `cancelled` (`terminal_reason` is `reason`) and
+        withdraw its pending requests. False if it had ended already."""
+
+    @abstractmethod
+    async def get_run(self, run_id: str) -> Run:
+        """The run as stored now, with its state. Raises `NotFound` for an unknown id."""
+
+    @abstractmethod
+    async def list_runs(
+        self,
+        *,
+        agent: str | None = None,
+        session: str | None = None,
+        status: RunStatus | str | None = None,
+        requester: str | None = None,
+        involving: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+        order: Literal["asc", "desc"] = "desc",
+    ) -> RunPage:
+        """Runs matching every filter given, newest first by default, a page at a time."""
+
 
 class LocalBroker(Broker):
     """The broker over a store: this process keeps the waiters, runs expiry and follows
@@ -444,8 +550,12 @@ class LocalBroker(Broker):
         max_prompt_length: int | None = None,
         hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
         limits: Limits | None = None,
+        pause_timeout: float | timedelta = DEFAULT_PAUSE_TIMEOUT,
     ) -> None:
         super().__init__(max_prompt_length=max_prompt_length, hook_timeout=hook_timeout, limits=limits)
+        self.pause_timeout = timedelta(seconds=_seconds(pause_timeout, "pause_timeout"))
+        """How long a parked run waits on a person before it is given up (its
+        `max_duration` when longer): about two weeks by default."""
         self.store = store
         self.principals: PrincipalStore = store
         """Principals, tokens and web sessions: what a server and `interlock token` manage."""
@@ -563,7 +673,7 @@ class LocalBroker(Broker):
         except asyncio.CancelledError:
             if self._state == "open" and request.id not in self._detached:
                 # Shielded: a cancel scope that cancels again must not cut the withdrawal short.
-                withdrawal = self._spawn(self._withdraw(request, "withdrawn", "the waiting call was cancelled"))
+                withdrawal = self._spawn(self._withdraw_unless_run(request))
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.shield(withdrawal)
             raise
@@ -659,9 +769,20 @@ class LocalBroker(Broker):
     ) -> bool:
         """Withdraw a pending request (the requester changed its mind); waiters get
         `Cancelled`, or `Closed` when `cause` is "closed". `via` records the surface it
-        was withdrawn on, as for an answer."""
+        was withdrawn on, as for an answer.
+
+        A request of a stored run is the run's: "withdrawn" (a waiting call was cut: Ctrl-C,
+        a client hanging up) leaves it pending and returns False; cancelling it, or the
+        run, withdraws it."""
         check_text(reason, "reason", self.limits.max_reason_length)
         check_text(by, "by", self.limits.max_name_length)
+        if cause == "withdrawn":
+            if self._state != "open":
+                await self.open()
+            _check_id(request_id)
+            request = await self.store.get(request_id, fresh=False)
+            if request is not None and await self._belongs_to_run(request):
+                return False
         response = Response(datetime.now(UTC), by=by, via=via, reason=reason, cause=cause)
         return await self._give_up(request_id, Status.CANCELLED, response)
 
@@ -708,6 +829,16 @@ class LocalBroker(Broker):
         if request is None or request.status is not Status.PENDING:
             return False
         return await self._settle(request.settle(status, response))
+
+    async def _withdraw_unless_run(self, request: Request) -> None:
+        """A cut wait withdraws its request, unless the request belongs to a stored run:
+        then it is the run's, and stays pending until it is answered or the run ends."""
+        if await self._belongs_to_run(request):
+            return
+        await self._withdraw(request, "withdrawn", "the waiting call was cancelled")
+
+    async def _belongs_to_run(self, request: Request) -> bool:
+        return request.origin.run is not None and await self.store.get_run(request.origin.run) is not None
 
     async def _withdraw(self, request: Request, cause: str, reason: str) -> None:
         await self._settle(request.settle(Status.CANCELLED, Response(datetime.now(UTC), reason=reason, cause=cause)))
@@ -913,6 +1044,263 @@ class LocalBroker(Broker):
             await self.open()
         return await self.store.last_event_id()
 
+    # -- runs ----------------------------------------------------------------------------
+
+    async def start_run(
+        self,
+        agent: str,
+        *,
+        session: str | None = None,
+        run_id: str | None = None,
+        max_duration: float | timedelta | None = None,
+        requester: str | None = None,
+    ) -> Run:
+        """Record a new run of `agent`, `running`. With `run_id` given, a run with that id
+        already stored is returned as it is (a restarted agent finds its own run)."""
+        if self._state != "open":
+            await self.open()
+        if not isinstance(agent, str) or not agent:
+            raise InvalidRequest("a run needs an agent name")
+        for name, value in (("agent", agent), ("session", session), ("run_id", run_id), ("requester", requester)):
+            check_text(value, name, self.limits.max_name_length)
+        if run_id is not None and not run_id:
+            raise InvalidRequest("run_id must be a non-empty string")
+        duration = None if max_duration is None else timedelta(seconds=_seconds(max_duration, "max_duration"))
+        now = datetime.now(UTC)
+        run = Run(
+            id=run_id or new_id(),
+            agent=agent,
+            created_at=now,
+            updated_at=now,
+            session=session,
+            requester=self.store.requester_of(requester),
+            max_duration=duration,
+        )
+        stored, created = await self.store.insert_run(run)
+        if created:
+            self._changed_now()
+        return stored
+
+    async def park(
+        self,
+        run_id: str,
+        *,
+        state: Any,
+        waiting_on: Sequence[str],
+        status: RunStatus | str | None = None,
+        worker: str | None = None,
+    ) -> Run:
+        """Park a running run on the requests it waits on (created with `run=run_id`),
+        keeping its framework `state`; the calling process may exit then.
+
+        Once every one of them has settled, the run is ready and a worker claims it
+        (`claim_run`) to go on from `state`. `status` defaults to `waiting_for_approval`
+        if any of them is an approval, else `waiting_for_input`. The pause is given up
+        after `pause_timeout` (or the run's longer `max_duration`): the run is then
+        cancelled with `terminal_reason` "interaction_timeout" and its requests withdrawn.
+        Raises `RunConflict` if the run is not running (or, with `worker`, is held by
+        another worker), `InvalidRequest` for requests that are not the run's.
+        """
+        if self._state != "open":
+            await self.open()
+        run = await self._current_run(run_id)
+        if isinstance(waiting_on, str) or not isinstance(waiting_on, Sequence) or not waiting_on:
+            raise InvalidRequest("waiting_on must list the ids of the requests the run waits on")
+        if len(waiting_on) > 1000:
+            raise InvalidRequest(f"waiting_on: {len(waiting_on)} requests, at most 1000 allowed")
+        check_json(state, "state", MAX_STATE_BYTES)
+        kinds = set()
+        for request_id in dict.fromkeys(waiting_on):
+            if not isinstance(request_id, str):
+                raise InvalidRequest("waiting_on must list request ids (strings)")
+            _check_id(request_id)
+            request = await self.store.get(request_id, fresh=False)
+            if request is None:
+                raise InvalidRequest(f"waiting_on: no request with id {request_id!r}")
+            if request.origin.run != run.id:
+                raise InvalidRequest(f"waiting_on: request {request_id!r} is not a request of run {run.id!r}")
+            kinds.add(request.kind)
+        if status is None:
+            status = RunStatus.WAITING_FOR_APPROVAL if "approval" in kinds else RunStatus.WAITING_FOR_INPUT
+        status = RunStatus(status)
+        if not status.waiting:
+            raise InvalidRequest("a parked run's status is waiting_for_input or waiting_for_approval")
+        now = datetime.now(UTC)
+        deadline = run.park_deadline(now, self.pause_timeout)
+        parked = await self.store.park_run(
+            run.id,
+            state=state,
+            waiting_on=list(dict.fromkeys(waiting_on)),
+            status=status,
+            expires_at=deadline,
+            at=now,
+            worker=worker,
+        )
+        if parked is None:
+            raise await self._run_conflict(run.id, worker)
+        self._changed_now()
+        if self._next_due is None or deadline < self._next_due:
+            self._expiry_kick.set()
+        return parked
+
+    async def claim_run(
+        self,
+        agents: Sequence[str] | None = None,
+        *,
+        worker: str,
+        lease: float = DEFAULT_LEASE,
+        wait: float = 0.0,
+    ) -> Run | None:
+        """Claim one run of `agents` (any when None) that is ready to go on, for `worker`,
+        waiting up to `wait` seconds for one.
+
+        Exactly one worker, in any process, gets each run: a parked run whose requests
+        have all settled, or a running one whose worker's lease ran out (it died). The
+        run is `running` again, held by `worker` for `lease` seconds.
+        """
+        if self._state != "open":
+            await self.open()
+        if isinstance(agents, str):
+            agents = [agents]
+        for name in [*(agents or ()), worker]:
+            check_text(name, "an agent or worker name", self.limits.max_name_length)
+        if not worker:
+            raise InvalidRequest("a worker needs a name")
+        seconds = _seconds(lease, "lease")
+        deadline = asyncio.get_running_loop().time() + max(float(wait), 0.0)
+        self._followers += 1  # so every change wakes `_changed`
+        try:
+            while True:
+                changed = self._changed
+                now = datetime.now(UTC)
+                run = await self.store.claim_run(
+                    None if agents is None else list(agents),
+                    worker=worker,
+                    lease_expires_at=now + timedelta(seconds=seconds),
+                    at=now,
+                )
+                if run is not None:
+                    self._changed_now()
+                    return run
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0 or self._state != "open":
+                    return None
+                # A lease running out writes nothing: look again at least every second.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(remaining, self.store.poll_interval, 1.0)):
+                        await changed.wait()
+        finally:
+            self._followers -= 1
+
+    async def renew_lease(self, run_id: str, *, worker: str, lease: float = DEFAULT_LEASE) -> bool:
+        """Hold a claimed run `lease` seconds more. False if `worker` holds it no longer."""
+        if self._state != "open":
+            await self.open()
+        _check_id(run_id)
+        until = datetime.now(UTC) + timedelta(seconds=_seconds(lease, "lease"))
+        return await self.store.renew_lease(run_id, worker=worker, lease_expires_at=until)
+
+    async def complete_run(self, run_id: str, result: Any = None, *, worker: str | None = None) -> Run:
+        """End a running run as `completed` with its `result` (JSON). Raises `RunConflict`
+        if it is not running (or, with `worker`, another worker holds it)."""
+        check_json(result, "result", MAX_STATE_BYTES)
+        return await self._end(run_id, RunStatus.COMPLETED, worker, result=result)
+
+    async def fail_run(self, run_id: str, error: str, *, worker: str | None = None) -> Run:
+        """End a running run as `failed` (`terminal_reason` "error") with `error`."""
+        if not isinstance(error, str):
+            raise InvalidRequest("error must be a string")
+        check_text(error, "error", self.limits.max_reason_length)
+        return await self._end(run_id, RunStatus.FAILED, worker, error=error, terminal_reason="error")
+
+    async def _end(self, run_id: str, status: RunStatus, worker: str | None, **fields: Any) -> Run:
+        if self._state != "open":
+            await self.open()
+        run = await self._current_run(run_id)
+        if run.status is not RunStatus.RUNNING:
+            raise RunConflict(run.id, run.status.value, f"run {run.id!r} is {run.status.value}, not running")
+        ended, _ = await self.store.end_run(run.id, status, at=datetime.now(UTC), worker=worker, **fields)
+        if ended is None:
+            raise await self._run_conflict(run.id, worker)
+        self._changed_now()
+        return ended
+
+    async def cancel_run(self, run_id: str, reason: str = "cancelled_by_user", *, by: str | None = None) -> bool:
+        """End a run that has not ended as `cancelled` (`terminal_reason` is `reason`) and
+        withdraw its pending requests, in one transaction. False if it had ended already;
+        raises `NotFound` for an unknown run."""
+        if self._state != "open":
+            await self.open()
+        check_text(reason, "reason", self.limits.max_name_length)
+        check_text(by, "by", self.limits.max_name_length)
+        if not reason:
+            raise InvalidRequest("a cancelled run needs a reason")
+        run = await self._current_run(run_id)
+        now = datetime.now(UTC)
+        withdraw = Response(now, by=by, via="python", reason=f"the run was cancelled ({reason})", cause="cancelled")
+        ended, cancelled = await self.store.end_run(
+            run.id, RunStatus.CANCELLED, at=now, terminal_reason=reason, withdraw=withdraw
+        )
+        for request in cancelled:
+            self._detached.discard(request.id)
+            self._wake(request)
+        if ended is None:
+            return False
+        self._changed_now()
+        return True
+
+    async def get_run(self, run_id: str) -> Run:
+        """The run as stored now, with its state. Raises `NotFound` for an unknown id."""
+        if self._state != "open":
+            await self.open()
+        return await self._current_run(run_id)
+
+    async def list_runs(
+        self,
+        *,
+        agent: str | None = None,
+        session: str | None = None,
+        status: RunStatus | str | None = None,
+        requester: str | None = None,
+        involving: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+        order: Literal["asc", "desc"] = "desc",
+    ) -> RunPage:
+        """Runs matching every filter given, newest first by default, a page at a time.
+        `involving` keeps the runs a name started or has requests of."""
+        if self._state != "open":
+            await self.open()
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        if order not in ("asc", "desc"):
+            raise ValueError("order must be 'asc' or 'desc'")
+        filters = {"agent": agent, "session": session, "requester": requester, "involving": involving}
+        for name, value in (*filters.items(), ("cursor", after)):
+            check_text(value, name, self.limits.max_name_length)
+        try:
+            wanted = RunStatus(status) if status is not None else None
+        except ValueError:
+            raise InvalidRequest(f"unknown run status {status!r}") from None
+        query = RunQuery(**filters, status=wanted, after=after, limit=limit + 1, order=order)
+        rows = list(await self.store.list_runs(query))
+        more = len(rows) > limit
+        items = rows[:limit]
+        return RunPage(items, items[-1].id if more else None)
+
+    async def _current_run(self, run_id: str) -> Run:
+        check_text(run_id, "the run id", DEFAULT_LIMITS.max_name_length)
+        run = await self.store.get_run(run_id)
+        if run is None:
+            raise NotFound(run_id, message=f"no run with id {run_id!r}")
+        return run
+
+    async def _run_conflict(self, run_id: str, worker: str | None) -> RunConflict:
+        run = await self._current_run(run_id)
+        if run.status is RunStatus.RUNNING and worker is not None and run.worker != worker:
+            return RunConflict(run.id, run.status.value, f"run {run.id!r} is held by another worker now")
+        return RunConflict(run.id, run.status.value, f"run {run.id!r} is {run.status.value}, not running")
+
     def _changed_now(self) -> None:
         if self._followers:
             self._changed.set()
@@ -922,13 +1310,21 @@ class LocalBroker(Broker):
 
     async def _expire_due(self) -> None:
         now = datetime.now(UTC)
+        # Abandoned pauses first: a run given up cancels its requests, which may fall due now too.
+        gone = Response(now, via="expiry", reason="interaction_timeout", cause="cancelled")
+        for _, cancelled in await self.store.expire_runs(now, gone):
+            for request in cancelled:
+                self._detached.discard(request.id)
+                self._wake(request)
+            self._changed_now()
         expired = await self.store.settle_pending(Status.EXPIRED, Response(now, via="expiry"), due=now)
         for request in expired:
             self._detached.discard(request.id)
             self._wake(request)
         if expired:
             self._changed_now()
-        self._next_due = await self.store.next_expiry()
+        dues = [due for due in (await self.store.next_expiry(), await self.store.next_run_expiry()) if due is not None]
+        self._next_due = min(dues) if dues else None
 
     async def _expiry_loop(self) -> None:
         """Expire overdue requests, whether or not anyone waits on them."""
@@ -1007,7 +1403,7 @@ _SCHEMES: dict[str, tuple[str | StoreFactory, bool]] = {
 """URL scheme -> its factory (or "module:name" of one, imported only when used, so a
 driver is imported only by a URL that needs it), and whether it makes a broker."""
 
-_BROKER_OPTIONS = ("max_prompt_length", "hook_timeout", "limits")
+_BROKER_OPTIONS = ("max_prompt_length", "hook_timeout", "limits", "pause_timeout")
 
 
 def register_scheme(scheme: str, factory: str | StoreFactory, *, makes_broker: bool = False) -> None:

@@ -16,6 +16,8 @@ the caller (and the model reading a tool result) must treat them differently:
     │   │                                       release, or a waiting call that was cut)
     │   └── Closed                              ... because its channel or broker was closed
     ├── AlreadySettled      (also RuntimeError) an operation needed a pending request
+    ├── RunConflict         (also RuntimeError) an operation needed a run in another state
+    │                                           (running and held by this worker, or not ended)
     ├── Forbidden           (also PermissionError) the server refused who you are (401/403)
     ├── ApprovalRefused     (also RuntimeError) the approval gate failed closed: do not run
     ├── RunFailed           (also RuntimeError) an approval hook failed and the run must stop
@@ -42,6 +44,7 @@ __all__ = [
     "InvalidRequest",
     "NotFound",
     "Rejected",
+    "RunConflict",
     "RunFailed",
     "ToolFailed",
     "ToolRefused",
@@ -108,6 +111,16 @@ class AlreadySettled(InterlockError, RuntimeError):
     def __init__(self, request_id: str, status: str) -> None:
         super().__init__(f"request {request_id!r} is already {status}")
         self.request_id = request_id
+        self.status = status
+
+
+class RunConflict(InterlockError, RuntimeError):
+    """The run is not in a state that allows this: it has ended, it is parked, or another
+    worker holds it (its lease ran out and it was claimed again). `status` is its state."""
+
+    def __init__(self, run_id: str, status: str, message: str | None = None) -> None:
+        super().__init__(message or f"run {run_id!r} is {status}")
+        self.run_id = run_id
         self.status = status
 
 

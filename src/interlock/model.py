@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeAlias, cast
 
 import re2  # type: ignore[import-untyped]  # google-re2 ships no type information; used through _regex below
@@ -44,7 +44,10 @@ from .errors import InvalidAnswer, InvalidRequest
 __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_MAX_PROMPT_LENGTH",
+    "DEFAULT_PAUSE_TIMEOUT",
     "MAX_DEPTH",
+    "MAX_STATE_BYTES",
+    "RUN_EVENTS",
     "Answers",
     "Ask",
     "Choice",
@@ -60,6 +63,8 @@ __all__ = [
     "Origin",
     "Request",
     "Response",
+    "Run",
+    "RunStatus",
     "Status",
     "NO_WORDS",
     "Text",
@@ -77,6 +82,9 @@ __all__ = [
     "origin_to_dict",
     "request_from_dict",
     "request_to_dict",
+    "run_event_data",
+    "run_from_dict",
+    "run_to_dict",
     "time_budget",
     "yes_no",
 ]
@@ -1412,3 +1420,142 @@ def request_from_dict(data: Mapping[str, Any]) -> Request:
         idempotency_key=data.get("idempotency_key"),
         response=response_from_dict(data["response"]) if data.get("response") else None,
     )
+
+
+# -- runs --------------------------------------------------------------------------------
+
+
+class RunStatus(enum.StrEnum):
+    """Where a run is: working, parked on a person, or ended (the last three)."""
+
+    RUNNING = "running"
+    WAITING_FOR_INPUT = "waiting_for_input"
+    WAITING_FOR_APPROVAL = "waiting_for_approval"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def waiting(self) -> bool:
+        return self in (RunStatus.WAITING_FOR_INPUT, RunStatus.WAITING_FOR_APPROVAL)
+
+    @property
+    def ended(self) -> bool:
+        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+DEFAULT_PAUSE_TIMEOUT = timedelta(days=14)
+"""How long a parked run waits on a person before it is given up as abandoned (unless its
+`max_duration` is longer): generous, so "approve it tomorrow" is never affected."""
+
+MAX_STATE_BYTES = 16 * 1024 * 1024
+"""How large a run's framework state may be, as compact JSON."""
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """A durable record of one agent's piece of work, which may pause on people.
+
+    `state` is the framework's own state (a message history, a serialized `RunState`, a
+    checkpoint reference): JSON, opaque to interlock, kept server-side and never taken
+    from a person's client. `waiting_on` are the requests a parked run waits on; once
+    every one has settled the run is `ready` and one worker claims it (`worker`, until
+    `lease_expires_at`). `expires_at` is when a parked run is given up as abandoned.
+    """
+
+    id: str
+    agent: str
+    created_at: datetime
+    updated_at: datetime
+    status: RunStatus = RunStatus.RUNNING
+    session: str | None = None
+    requester: str | None = None
+    terminal_reason: str | None = None
+    expires_at: datetime | None = None
+    max_duration: timedelta | None = None
+    waiting_on: tuple[str, ...] = ()
+    state: Any = None
+    result: Any = None
+    error: str | None = None
+    ready: bool = False
+    worker: str | None = None
+    lease_expires_at: datetime | None = None
+    attempts: int = 0
+    """How many times a worker has claimed the run."""
+
+    def park_deadline(self, now: datetime, pause_timeout: timedelta) -> datetime:
+        """When a pause begun `now` is given up: `pause_timeout` later, or `max_duration`
+        later when that is longer."""
+        window = pause_timeout if self.max_duration is None else max(pause_timeout, self.max_duration)
+        try:
+            return now + window
+        except OverflowError:
+            return datetime.max.replace(tzinfo=UTC)
+
+
+RUN_EVENTS: frozenset[str] = frozenset(
+    {"run_started", "input_requested", "run_ready", "run_claimed", "run_completed", "run_failed", "run_cancelled"}
+)
+"""The event types about a run (its `data` carries the run's public fields, never its state)."""
+
+
+def run_to_dict(run: Run, *, state: bool = True) -> dict[str, Any]:
+    """The run's JSON shape. `state=False` leaves the framework state out: what a person's
+    client is shown."""
+    out: dict[str, Any] = {
+        "id": run.id,
+        "agent": run.agent,
+        "session": run.session,
+        "requester": run.requester,
+        "status": run.status.value,
+        "terminal_reason": run.terminal_reason,
+        "created_at": run.created_at.isoformat(),
+        "updated_at": run.updated_at.isoformat(),
+        "expires_at": _ts(run.expires_at),
+        "max_duration": run.max_duration.total_seconds() if run.max_duration is not None else None,
+        "waiting_on": list(run.waiting_on),
+        "ready": run.ready,
+        "result": run.result,
+        "error": run.error,
+        "worker": run.worker,
+        "lease_expires_at": _ts(run.lease_expires_at),
+        "attempts": run.attempts,
+    }
+    if state:
+        out["state"] = run.state
+    return out
+
+
+def run_from_dict(data: Mapping[str, Any]) -> Run:
+    """Rebuild a stored run."""
+    max_duration = data.get("max_duration")
+    return Run(
+        id=data["id"],
+        agent=data["agent"],
+        created_at=datetime.fromisoformat(data["created_at"]),
+        updated_at=datetime.fromisoformat(data["updated_at"]),
+        status=RunStatus(data["status"]),
+        session=data.get("session"),
+        requester=data.get("requester"),
+        terminal_reason=data.get("terminal_reason"),
+        expires_at=_dt(data.get("expires_at")),
+        max_duration=timedelta(seconds=max_duration) if max_duration is not None else None,
+        waiting_on=tuple(data.get("waiting_on") or ()),
+        state=data.get("state"),
+        result=data.get("result"),
+        error=data.get("error"),
+        ready=bool(data.get("ready")),
+        worker=data.get("worker"),
+        lease_expires_at=_dt(data.get("lease_expires_at")),
+        attempts=int(data.get("attempts") or 0),
+    )
+
+
+def run_event_data(run: Run, **extra: Any) -> dict[str, Any]:
+    """An event's data about `run`: its public fields (no state) and `by` (its requester),
+    so the event log files it under the run and its requester."""
+    data = run_to_dict(run, state=False)
+    data["run"] = data.pop("id")
+    data["by"] = run.requester
+    data.update(extra)
+    return data

@@ -20,7 +20,7 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import httpx
@@ -28,8 +28,8 @@ from httpx_sse import aconnect_sse
 
 from ._backoff import Backoff
 from .approvals import is_marked
-from .broker import MAX_EVENT_ID, Broker, Page, _outcome
-from .errors import Closed, InvalidRequest, NotFound
+from .broker import DEFAULT_LEASE, MAX_EVENT_ID, Broker, Page, RunPage, _outcome
+from .errors import Closed, InvalidRequest, NotFound, RunConflict
 from .hooks import DEFAULT_HOOK_TIMEOUT
 from .model import (
     Answers,
@@ -38,10 +38,13 @@ from .model import (
     Limits,
     Request,
     Response,
+    Run,
+    RunStatus,
     Status,
     ask_to_dict,
     origin_to_dict,
     request_from_dict,
+    run_from_dict,
 )
 from .redact import redact_url
 from .store._url import url_options
@@ -456,6 +459,105 @@ class RemoteBroker(Broker):
 
     async def last_event_id(self) -> int:
         return int((await self._call("GET", "/events", params={"limit": 0}))["last_event_id"])
+
+    # -- runs ----------------------------------------------------------------------------
+
+    async def start_run(
+        self,
+        agent: str,
+        *,
+        session: str | None = None,
+        run_id: str | None = None,
+        max_duration: float | timedelta | None = None,
+        requester: str | None = None,
+    ) -> Run:
+        seconds = max_duration.total_seconds() if isinstance(max_duration, timedelta) else max_duration
+        body = {"agent": agent, "session": session, "run_id": run_id, "max_duration": seconds, "requester": requester}
+        return run_from_dict(await self._call("POST", "/runs", json=body))
+
+    async def park(
+        self,
+        run_id: str,
+        *,
+        state: Any,
+        waiting_on: Sequence[str],
+        status: RunStatus | str | None = None,
+        worker: str | None = None,
+    ) -> Run:
+        body = {
+            "state": state,
+            "waiting_on": list(waiting_on) if not isinstance(waiting_on, str) else waiting_on,
+            "status": RunStatus(status).value if status is not None else None,
+            "worker": worker,
+        }
+        return run_from_dict(await self._call("POST", f"/runs/{run_id}/park", json=body, request_id=run_id))
+
+    async def claim_run(
+        self,
+        agents: Sequence[str] | None = None,
+        *,
+        worker: str,
+        lease: float = DEFAULT_LEASE,
+        wait: float = 0.0,
+    ) -> Run | None:
+        if isinstance(agents, str):
+            agents = [agents]
+        body = {"agents": None if agents is None else list(agents), "worker": worker, "lease": lease}
+        wait = min(max(float(wait), 0.0), LONG_POLL)
+        response = await self._send("POST", "/runs/claim", json=body, params={"wait": wait}, timeout=wait)
+        if response.status_code == 204:
+            return None
+        if not response.is_success:
+            raise _error(response, "")
+        return run_from_dict(response.json())
+
+    async def renew_lease(self, run_id: str, *, worker: str, lease: float = DEFAULT_LEASE) -> bool:
+        body = {"worker": worker, "lease": lease}
+        return bool((await self._call("POST", f"/runs/{run_id}/lease", json=body, request_id=run_id))["renewed"])
+
+    async def complete_run(self, run_id: str, result: Any = None, *, worker: str | None = None) -> Run:
+        body = {"result": result, "worker": worker}
+        return run_from_dict(await self._call("POST", f"/runs/{run_id}/complete", json=body, request_id=run_id))
+
+    async def fail_run(self, run_id: str, error: str, *, worker: str | None = None) -> Run:
+        body = {"error": error, "worker": worker}
+        return run_from_dict(await self._call("POST", f"/runs/{run_id}/fail", json=body, request_id=run_id))
+
+    async def cancel_run(self, run_id: str, reason: str = "cancelled_by_user", *, by: str | None = None) -> bool:
+        # No `by`: the server records the token's principal.
+        response = await self._send("POST", f"/runs/{run_id}/cancel", json={"reason": reason})
+        if response.is_success:
+            return True
+        error = _error(response, run_id)
+        if isinstance(error, RunConflict):
+            return False
+        raise error
+
+    async def get_run(self, run_id: str) -> Run:
+        return run_from_dict(await self._call("GET", f"/runs/{run_id}", request_id=run_id))
+
+    async def list_runs(
+        self,
+        *,
+        agent: str | None = None,
+        session: str | None = None,
+        status: RunStatus | str | None = None,
+        requester: str | None = None,
+        involving: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+        order: Literal["asc", "desc"] = "desc",
+    ) -> RunPage:
+        # The server keeps to the runs the token may see; `involving` is its business.
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        params: dict[str, Any] = {"limit": limit, "order": order}
+        given = {"agent": agent, "session": session, "requester": requester, "cursor": after}
+        params |= {name: value for name, value in given.items() if value is not None}
+        if status is not None:
+            params["status"] = RunStatus(status).value
+        page = await self._call("GET", "/runs", params=params)
+        return RunPage([run_from_dict(r) for r in page["items"]], page["next_cursor"])
 
 
 def _event(data: Mapping[str, Any]) -> Event:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import AlreadySettled, Closed, Forbidden, InvalidAnswer, InvalidRequest, NotFound
+from .errors import AlreadySettled, Closed, Forbidden, InvalidAnswer, InvalidRequest, NotFound, RunConflict
 
 __all__ = ["WIRE_ERRORS", "WireError", "error_from_problem", "problem_of"]
 
@@ -51,6 +51,13 @@ WIRE_ERRORS: tuple[WireError, ...] = (
         lambda detail, body, rid: AlreadySettled(rid, str(body.get("current_status") or "settled")),
     ),
     WireError("closed", 409, Closed, _none, lambda detail, body, rid: Closed(rid or None, detail)),
+    WireError(
+        "run_conflict",
+        409,
+        RunConflict,
+        lambda exc: {"current_status": exc.status},
+        lambda detail, body, rid: RunConflict(rid, str(body.get("current_status") or ""), detail),
+    ),
     WireError("unauthorized", 401, Forbidden, _none, lambda detail, body, _: Forbidden(detail, status=401)),
     WireError("forbidden", 403, Forbidden, _none, lambda detail, body, _: Forbidden(detail, status=403)),
 )

@@ -26,7 +26,8 @@ async def settle(contracts: Contracts, broker: Broker, request: Request, agent: 
     try:
         return await contracts.for_agent(agent).settle(broker, request)
     except asyncio.CancelledError:
-        withdraw = keep(asyncio.ensure_future(broker.cancel(request.id, "the waiting call was cancelled")))
+        cut = broker.cancel(request.id, "the waiting call was cancelled", cause="withdrawn")
+        withdraw = keep(asyncio.ensure_future(cut))
         withdraw.add_done_callback(_log_failed_withdraw)
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.shield(withdraw)

@@ -4,8 +4,8 @@
   (unless its channel is closed), settle it only while it is pending (the first
   settlement wins), and append an event in the same transaction as every change.
 - `PrincipalStore`: principals, their tokens and the web sessions opened with them.
-- `Store`: both, as every backend implements them over one database (a runs port joins
-  them the same way when runs are stored).
+- `RunStore`: runs, the requests each parked run waits on, and who holds a claimed run.
+- `Store`: all three, as every backend implements them over one database.
 
 The Broker holds the semantics (waiting, hooks, expiry timing) and is the only caller.
 Core code never imports a driver: each backend module imports its own. The SQL backends
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
-from ..model import Event, Request, Response, Status
+from ..model import Event, Request, Response, Run, RunStatus, Status
 from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
 
-__all__ = ["EventQuery", "PrincipalStore", "Query", "RequestStore", "Store"]
+__all__ = ["EventQuery", "PrincipalStore", "Query", "RequestStore", "RunQuery", "RunStore", "Store"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +203,97 @@ class PrincipalStore(Protocol):
         ...
 
 
-class Store(RequestStore, PrincipalStore, Protocol):
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    """Filters and a keyset page for `RunStore.list_runs`. `after` is the id of the last
+    run seen; `involving` keeps the runs a name started or has requests of."""
+
+    agent: str | None = None
+    session: str | None = None
+    status: RunStatus | None = None
+    requester: str | None = None
+    involving: str | None = None
+    after: str | None = None
+    limit: int = 50
+    order: Literal["asc", "desc"] = "desc"
+
+
+class RunStore(Protocol):
+    """Runs. Each change appends its run event (`model.RUN_EVENTS`) in the same transaction.
+
+    A parked run is *ready* once none of the requests it waits on is pending: the store
+    marks it in the transaction that settles the last of them (or in the park itself, if
+    they had all settled by then), so no settlement is missed between processes.
+    """
+
+    async def insert_run(self, run: Run) -> tuple[Run, bool]:
+        """Store a new run and its `run_started` event; if one with this id exists, store
+        nothing and return it with False."""
+        ...
+
+    async def get_run(self, run_id: str) -> Run | None: ...
+
+    async def list_runs(self, query: RunQuery) -> Sequence[Run]: ...
+
+    async def park_run(
+        self,
+        run_id: str,
+        *,
+        state: Any,
+        waiting_on: Sequence[str],
+        status: RunStatus,
+        expires_at: datetime,
+        at: datetime,
+        worker: str | None = None,
+    ) -> Run | None:
+        """Park a running run (held by `worker`, when given): keep `state` and the
+        requests it waits on, release its lease, mark it ready if none of them is pending;
+        append `input_requested` (and `run_ready`). None if the run is not running (or is
+        held by another worker)."""
+        ...
+
+    async def claim_run(
+        self, agents: Sequence[str] | None, *, worker: str, lease_expires_at: datetime, at: datetime
+    ) -> Run | None:
+        """Claim one run of `agents` (any agent when None) for `worker`: a ready parked run,
+        or a running one whose lease ran out (its worker died). Exactly one caller, across
+        processes, gets each; it is running again and held until `lease_expires_at`."""
+        ...
+
+    async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:
+        """Extend `worker`'s hold on a running run. False if it holds it no longer."""
+        ...
+
+    async def end_run(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        at: datetime,
+        result: Any = None,
+        error: str | None = None,
+        terminal_reason: str | None = None,
+        worker: str | None = None,
+        withdraw: Response | None = None,
+    ) -> tuple[Run | None, list[Request]]:
+        """End a run that has not ended (a running one held by `worker`, when given) with
+        `status`; with `withdraw`, cancel its pending requests with that response, in the
+        same transaction. Returns the run as ended (None if it had ended, or another
+        worker holds it) and the requests it cancelled."""
+        ...
+
+    async def expire_runs(self, due: datetime, response: Response) -> list[tuple[Run, list[Request]]]:
+        """End every parked run whose `expires_at` is at or before `due` as cancelled with
+        `terminal_reason` "interaction_timeout", cancelling its pending requests with
+        `response`."""
+        ...
+
+    async def next_run_expiry(self) -> datetime | None:
+        """The earliest `expires_at` among parked runs."""
+        ...
+
+
+class Store(RequestStore, PrincipalStore, RunStore, Protocol):
     """Every port over one database, as the broker takes it: a backend keeps requests,
-    principals (and later runs) side by side, so a revocation ends the sessions and
-    writes its event in one transaction."""
+    principals and runs side by side, so a revocation ends the sessions and writes its
+    event in one transaction, and a settlement marks its run ready in its own."""

@@ -9,18 +9,20 @@ retention is small. No method awaits anything, so each one is atomic on the even
 
 from __future__ import annotations
 
+import builtins
 import heapq
 import itertools
 import math
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import Closed
-from ..model import Event, Request, Response, Status
+from ..model import Event, Request, Response, Run, RunStatus, Status, run_event_data
 from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
-from . import EventQuery, Query
+from . import EventQuery, Query, RunQuery
 from ._url import url_options
 
 __all__ = ["MemoryStore", "from_url"]
@@ -57,6 +59,8 @@ class MemoryStore:
         self._unconsumed: OrderedDict[str, Request] = OrderedDict()  # answered, not consumed yet
         self._sessions: dict[str, tuple[IssuedSession, str]] = {}  # by hash: the session and its token's id
         self._closed: set[tuple[str, str | None]] = set()  # (channel, requester or None for everyone)
+        self._runs: dict[str, Run] = {}
+        self._run_expiry: list[tuple[datetime, str]] = []  # parked runs' deadlines (stale entries skipped)
 
     async def open(self) -> None:
         pass
@@ -124,6 +128,8 @@ class MemoryStore:
                 self._unconsumed.popitem(last=False)
         self._retain(request)
         self._append(request.status.value, request)
+        if request.origin.run is not None:
+            self._mark_ready(request.origin.run, request.id, request.response.at if request.response else None)
         return request
 
     def _retain(self, request: Request) -> None:
@@ -277,6 +283,191 @@ class MemoryStore:
             return None
         await self.append_event("signed_out", {"principal": ended.principal.name, "session": ended.id})
         return ended
+
+    # -- runs ------------------------------------------------------------------------------
+
+    def _append_run(self, type_: str, run: Run, at: datetime | None = None) -> None:
+        self._last_event += 1
+        self._events.append(Event(self._last_event, type_, at or run.updated_at, data=run_event_data(run)))
+
+    def _mark_ready(self, run_id: str, request_id: str, at: datetime | None) -> None:
+        run = self._runs.get(run_id)
+        if run is None or not run.status.waiting or run.ready or request_id not in run.waiting_on:
+            return
+        if any(w in self._pending for w in run.waiting_on):
+            return
+        run = replace(run, ready=True, updated_at=at or datetime.now(UTC))
+        self._runs[run_id] = run
+        self._append_run("run_ready", run)
+
+    async def insert_run(self, run: Run) -> tuple[Run, bool]:
+        existing = self._runs.get(run.id)
+        if existing is not None:
+            return existing, False
+        self._runs[run.id] = run
+        self._append_run("run_started", run)
+        return run, True
+
+    async def get_run(self, run_id: str) -> Run | None:
+        return self._runs.get(run_id)
+
+    async def list_runs(self, query: RunQuery) -> Sequence[Run]:
+        rows = [r for r in self._runs.values() if self._run_matches(r, query)]
+        rows.sort(key=lambda r: r.id, reverse=query.order == "desc")
+        if query.after is not None:
+            after = query.after
+            rows = [r for r in rows if (r.id < after if query.order == "desc" else r.id > after)]
+        return rows[: query.limit]
+
+    def _run_matches(self, run: Run, q: RunQuery) -> bool:
+        if (
+            q.involving is not None
+            and run.requester != q.involving
+            and not any(r.to == q.involving for r in self._requests_of_run(run.id))
+        ):
+            return False
+        return (
+            (q.agent is None or run.agent == q.agent)
+            and (q.session is None or run.session == q.session)
+            and (q.status is None or run.status == q.status)
+            and (q.requester is None or run.requester == q.requester)
+        )
+
+    def _requests_of_run(self, run_id: str) -> builtins.list[Request]:
+        return [r for r in (*self._pending.values(), *self._settled.values()) if r.origin.run == run_id]
+
+    def _held(self, run: Run | None, worker: str | None) -> bool:
+        if run is None:
+            return False
+        return worker is None or (run.status is RunStatus.RUNNING and run.worker == worker)
+
+    async def park_run(
+        self,
+        run_id: str,
+        *,
+        state: Any,
+        waiting_on: Sequence[str],
+        status: RunStatus,
+        expires_at: datetime,
+        at: datetime,
+        worker: str | None = None,
+    ) -> Run | None:
+        run = self._runs.get(run_id)
+        if run is None or run.status is not RunStatus.RUNNING or not self._held(run, worker):
+            return None
+        ready = not any(w in self._pending for w in waiting_on)
+        run = replace(
+            run,
+            status=status,
+            state=state,
+            waiting_on=tuple(waiting_on),
+            expires_at=expires_at,
+            updated_at=at,
+            ready=ready,
+            worker=None,
+            lease_expires_at=None,
+        )
+        self._runs[run_id] = run
+        heapq.heappush(self._run_expiry, (expires_at, run_id))
+        self._append_run("input_requested", run)
+        if ready:
+            self._append_run("run_ready", run)
+        return run
+
+    async def claim_run(
+        self, agents: Sequence[str] | None, *, worker: str, lease_expires_at: datetime, at: datetime
+    ) -> Run | None:
+        wanted = None if agents is None else set(agents)
+        best: Run | None = None
+        for run in self._runs.values():
+            if wanted is not None and run.agent not in wanted:
+                continue
+            claimable = (run.status.waiting and run.ready) or (
+                run.status is RunStatus.RUNNING and run.lease_expires_at is not None and run.lease_expires_at <= at
+            )
+            if claimable and (best is None or run.updated_at < best.updated_at):
+                best = run
+        if best is None:
+            return None
+        run = replace(
+            best,
+            status=RunStatus.RUNNING,
+            ready=False,
+            expires_at=None,
+            worker=worker,
+            lease_expires_at=lease_expires_at,
+            attempts=best.attempts + 1,
+            updated_at=at,
+        )
+        self._runs[run.id] = run
+        self._append_run("run_claimed", run)
+        return run
+
+    async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:
+        run = self._runs.get(run_id)
+        if run is None or run.status is not RunStatus.RUNNING or run.worker != worker:
+            return False
+        self._runs[run_id] = replace(run, lease_expires_at=lease_expires_at)
+        return True
+
+    async def end_run(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        at: datetime,
+        result: Any = None,
+        error: str | None = None,
+        terminal_reason: str | None = None,
+        worker: str | None = None,
+        withdraw: Response | None = None,
+    ) -> tuple[Run | None, builtins.list[Request]]:
+        run = self._runs.get(run_id)
+        if run is None or run.status.ended or not self._held(run, worker):
+            return None, []
+        run = replace(
+            run,
+            status=status,
+            result=result,
+            error=error,
+            terminal_reason=terminal_reason,
+            updated_at=at,
+            expires_at=None,
+            ready=False,
+            worker=None,
+            lease_expires_at=None,
+        )
+        self._runs[run_id] = run  # ended before its requests are withdrawn, so none makes it ready
+        cancelled: builtins.list[Request] = []
+        if withdraw is not None:
+            for request in [r for r in self._pending.values() if r.origin.run == run_id]:
+                if (stored := await self.settle(request.settle(Status.CANCELLED, withdraw))) is not None:
+                    cancelled.append(stored)
+        self._append_run(f"run_{status.value}", run)
+        return run, cancelled
+
+    async def expire_runs(self, due: datetime, response: Response) -> builtins.list[tuple[Run, builtins.list[Request]]]:
+        out = []
+        while self._run_expiry and self._run_expiry[0][0] <= due:
+            deadline, run_id = heapq.heappop(self._run_expiry)
+            run = self._runs.get(run_id)
+            if run is None or not run.status.waiting or run.expires_at != deadline:
+                continue
+            ended, cancelled = await self.end_run(
+                run_id, RunStatus.CANCELLED, at=due, terminal_reason="interaction_timeout", withdraw=response
+            )
+            if ended is not None:
+                out.append((ended, cancelled))
+        return out
+
+    async def next_run_expiry(self) -> datetime | None:
+        while self._run_expiry:
+            deadline, run_id = self._run_expiry[0]
+            run = self._runs.get(run_id)
+            if run is not None and run.status.waiting and run.expires_at == deadline:
+                return deadline
+            heapq.heappop(self._run_expiry)
+        return None
 
 
 def _matches(r: Request, q: Query) -> bool:

@@ -1,0 +1,257 @@
+"""Runs on every backend: start, park on people, resume once in any process, expire."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import pytest
+
+from interlock import Broker, Cancelled, Confirm, InvalidRequest, NotFound, Status, Text
+from interlock.errors import RunConflict
+from interlock.model import RunStatus
+
+pytestmark = pytest.mark.anyio
+
+BOUND = 10  # seconds: the most any single wait in these tests may take
+READY_BACKENDS = ["memory"]
+
+
+@pytest.fixture(params=READY_BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def quick(connect: Callable[..., Broker]) -> AsyncIterator[Broker]:
+    """A broker whose parked runs are given up after a fraction of a second."""
+    async with connect(pause_timeout=0.3) as made:
+        yield made
+
+
+async def parked_on_approval(broker: Broker, agent: str = "deployer") -> tuple[str, str]:
+    run = await broker.start_run(agent, session="thread-1")
+    request = await broker.create(Confirm("Deploy to prod?"), kind="approval", to="alice", run=run.id, agent=agent)
+    await broker.park(run.id, state={"step": 3, "messages": ["hi"]}, waiting_on=[request.id])
+    return run.id, request.id
+
+
+async def test_a_started_run_is_running_and_a_restart_with_its_id_finds_it(broker: Broker) -> None:
+    run = await broker.start_run("deployer", session="thread-1", run_id="run-42", max_duration=60)
+    assert (run.id, run.agent, run.session, run.status) == ("run-42", "deployer", "thread-1", RunStatus.RUNNING)
+    assert run.max_duration == timedelta(seconds=60)
+
+    again = await broker.start_run("deployer", run_id="run-42")
+    assert again == run
+    assert await broker.get_run("run-42") == run
+    with pytest.raises(NotFound):
+        await broker.get_run("no-such-run")
+
+
+async def test_a_parked_run_resumes_once_its_request_is_answered_with_its_state(broker: Broker) -> None:
+    run_id, request_id = await parked_on_approval(broker)
+    parked = await broker.get_run(run_id)
+    assert parked.status is RunStatus.WAITING_FOR_APPROVAL
+    assert parked.waiting_on == (request_id,)
+    assert not parked.ready
+    assert await broker.claim_run(["deployer"], worker="w1") is None  # nobody answered yet
+
+    assert await broker.resolve(request_id, True, by="alice")
+    claimed = await broker.claim_run(["deployer"], worker="w1")
+    assert claimed is not None and claimed.id == run_id
+    assert claimed.status is RunStatus.RUNNING
+    assert claimed.state == {"step": 3, "messages": ["hi"]}
+    assert (claimed.worker, claimed.attempts) == ("w1", 1)
+    assert (await broker.get(request_id)).answer is True
+    assert await broker.claim_run(["deployer"], worker="w2") is None  # claimed once only
+
+    done = await broker.complete_run(run_id, {"deployed": True}, worker="w1")
+    assert (done.status, done.result, done.terminal_reason) == (RunStatus.COMPLETED, {"deployed": True}, None)
+    types = [e.type for e in await broker.find_events(run=run_id)]
+    assert types == [
+        "run_started",
+        "created",
+        "input_requested",
+        "answered",
+        "run_ready",
+        "run_claimed",
+        "run_completed",
+    ]
+
+
+async def test_a_run_parked_after_its_requests_settled_is_ready_at_once(broker: Broker) -> None:
+    run = await broker.start_run("helper")
+    question = await broker.create(Text("Name?"), to="alice", run=run.id)
+    await broker.resolve(question.id, "Ada", by="alice")
+
+    parked = await broker.park(run.id, state=["history"], waiting_on=[question.id])
+    assert parked.status is RunStatus.WAITING_FOR_INPUT and parked.ready
+    claimed = await broker.claim_run(worker="w1")
+    assert claimed is not None and claimed.id == run.id
+
+
+async def test_a_run_waits_for_every_request_it_parked_on(broker: Broker) -> None:
+    run = await broker.start_run("helper")
+    first = await broker.create(Text("Name?"), to="alice", run=run.id)
+    second = await broker.create(Text("Age?"), to="alice", run=run.id)
+    await broker.park(run.id, state=None, waiting_on=[first.id, second.id])
+
+    await broker.resolve(first.id, "Ada", by="alice")
+    assert await broker.claim_run(worker="w1") is None
+    await broker.reject(second.id, "rather not", by="alice")  # settled, even though refused
+    claimed = await broker.claim_run(worker="w1")
+    assert claimed is not None and claimed.id == run.id
+
+
+async def test_park_refuses_requests_that_are_not_the_runs_and_changes_nothing(broker: Broker) -> None:
+    run = await broker.start_run("helper")
+    other = await broker.create(Text("Name?"), to="alice", run="another-run")
+    plain = await broker.create(Text("Name?"), to="alice")
+    for waiting_on in ([other.id], [plain.id], [], ["no-such-request"]):
+        with pytest.raises(InvalidRequest):
+            await broker.park(run.id, state=None, waiting_on=waiting_on)
+    with pytest.raises(InvalidRequest):
+        await broker.park(run.id, state={"not json": object()}, waiting_on=[other.id])
+    assert (await broker.get_run(run.id)).status is RunStatus.RUNNING
+
+
+async def test_only_a_running_run_parks_completes_or_fails(broker: Broker) -> None:
+    run_id, request_id = await parked_on_approval(broker)
+    with pytest.raises(RunConflict):
+        await broker.complete_run(run_id)
+    with pytest.raises(RunConflict):
+        await broker.park(run_id, state=None, waiting_on=[request_id])
+    with pytest.raises(NotFound):
+        await broker.fail_run("no-such-run", "boom")
+
+
+async def test_many_workers_racing_claim_each_ready_run_exactly_once(broker: Broker) -> None:
+    ids = []
+    for _ in range(5):
+        run_id, request_id = await parked_on_approval(broker)
+        await broker.resolve(request_id, True, by="alice")
+        ids.append(run_id)
+
+    async def worker(name: str) -> list[str]:
+        got = []
+        while (run := await broker.claim_run(["deployer"], worker=name)) is not None:
+            got.append(run.id)
+        return got
+
+    with anyio.fail_after(BOUND):
+        claims = await asyncio.gather(*(worker(f"w{i}") for i in range(8)))
+    flat = [run_id for got in claims for run_id in got]
+    assert sorted(flat) == sorted(ids)
+
+
+async def test_a_run_whose_worker_died_is_claimed_again_after_its_lease(broker: Broker) -> None:
+    run_id, request_id = await parked_on_approval(broker)
+    await broker.resolve(request_id, True, by="alice")
+    first = await broker.claim_run(["deployer"], worker="dead", lease=0.2)
+    assert first is not None
+    assert await broker.claim_run(["deployer"], worker="w2") is None  # still held
+
+    with anyio.fail_after(BOUND):
+        second = await broker.claim_run(["deployer"], worker="w2", wait=BOUND)
+    assert second is not None and (second.id, second.worker, second.attempts) == (run_id, "w2", 2)
+    assert second.state == first.state
+    with pytest.raises(RunConflict):
+        await broker.complete_run(run_id, worker="dead")  # the dead worker's late word is refused
+    assert not await broker.renew_lease(run_id, worker="dead")
+    assert await broker.renew_lease(run_id, worker="w2", lease=60)
+    assert (await broker.complete_run(run_id, worker="w2")).status is RunStatus.COMPLETED
+
+
+async def test_a_waiting_worker_wakes_when_the_person_answers(broker: Broker) -> None:
+    run_id, request_id = await parked_on_approval(broker)
+
+    async def answer_soon() -> None:
+        await asyncio.sleep(0.05)
+        await broker.resolve(request_id, True, by="alice")
+
+    with anyio.fail_after(BOUND):
+        answering = asyncio.ensure_future(answer_soon())
+        claimed = await broker.claim_run(["deployer"], worker="w1", wait=BOUND)
+        await answering
+    assert claimed is not None and claimed.id == run_id
+
+
+async def test_a_worker_claims_only_the_agents_it_knows(broker: Broker) -> None:
+    run_id, request_id = await parked_on_approval(broker, agent="deployer")
+    await broker.resolve(request_id, True, by="alice")
+    assert await broker.claim_run(["writer"], worker="w1") is None
+    claimed = await broker.claim_run(["writer", "deployer"], worker="w1")
+    assert claimed is not None and claimed.id == run_id
+
+
+async def test_cancelling_a_run_withdraws_its_pending_requests(broker: Broker) -> None:
+    run_id, request_id = await parked_on_approval(broker)
+    assert await broker.cancel_run(run_id, by="alice")
+    run = await broker.get_run(run_id)
+    assert (run.status, run.terminal_reason) == (RunStatus.CANCELLED, "cancelled_by_user")
+    request = await broker.get(request_id)
+    assert request.status is Status.CANCELLED
+    with pytest.raises(Cancelled):
+        await broker.wait(request_id)
+    assert not await broker.cancel_run(run_id)  # ended already
+    assert await broker.claim_run(worker="w1") is None
+
+
+async def test_a_cut_wait_leaves_a_runs_request_pending_but_withdraws_a_plain_one(broker: Broker) -> None:
+    run = await broker.start_run("helper")
+    owned = await broker.create(Text("Name?"), to="alice", run=run.id)
+    plain = await broker.create(Text("Name?"), to="alice")
+    for request in (owned, plain):
+        waiting = asyncio.ensure_future(broker.wait(request.id))
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+    assert (await broker.get(owned.id)).status is Status.PENDING
+    with anyio.fail_after(BOUND):
+        assert (await broker.watch(plain.id, timeout=BOUND)).status is Status.CANCELLED
+    assert not await broker.cancel(owned.id, "cut", cause="withdrawn")
+    assert await broker.cancel(owned.id, "no longer needed")  # cancelling the request itself does
+
+
+async def test_an_abandoned_pause_ends_the_run_cancelled_by_interaction_timeout(quick: Broker) -> None:
+    run_id, request_id = await parked_on_approval(quick)
+    parked = await quick.get_run(run_id)
+    assert parked.expires_at is not None
+    assert parked.expires_at - parked.updated_at == timedelta(seconds=0.3)
+
+    with anyio.fail_after(BOUND):
+        request = await quick.watch(request_id, timeout=BOUND)
+    assert request.status is Status.CANCELLED
+    run = await quick.get_run(run_id)
+    assert (run.status, run.terminal_reason) == (RunStatus.CANCELLED, "interaction_timeout")
+    assert request.response is not None and request.response.reason == "interaction_timeout"
+    assert [e.type for e in await quick.find_events(run=run_id)][-2:] == ["cancelled", "run_cancelled"]
+
+
+async def test_a_longer_max_duration_keeps_the_pause_open_that_long(quick: Broker) -> None:
+    run = await quick.start_run("helper", max_duration=timedelta(hours=1))
+    request = await quick.create(Text("Name?"), to="alice", run=run.id)
+    parked = await quick.park(run.id, state=None, waiting_on=[request.id])
+    assert parked.expires_at is not None
+    assert parked.expires_at - datetime.now(UTC) > timedelta(minutes=59)
+    await asyncio.sleep(0.5)
+    assert (await quick.get_run(run.id)).status is RunStatus.WAITING_FOR_INPUT
+
+
+async def test_runs_list_by_filter_a_page_at_a_time(broker: Broker) -> None:
+    made = [await broker.start_run("deployer", session=f"t{i % 2}") for i in range(5)]
+    await broker.start_run("writer")
+    first = await broker.list_runs(agent="deployer", limit=2)
+    assert [r.id for r in first.items] == [made[4].id, made[3].id]
+    second = await broker.list_runs(agent="deployer", limit=2, after=first.next_cursor)
+    third = await broker.list_runs(agent="deployer", limit=2, after=second.next_cursor)
+    assert [r.id for r in [*first.items, *second.items, *third.items]] == [r.id for r in reversed(made)]
+    assert third.next_cursor is None
+    assert {r.id for r in (await broker.list_runs(session="t1")).items} == {made[1].id, made[3].id}
+    await broker.cancel_run(made[0].id)
+    assert [r.id for r in (await broker.list_runs(status="cancelled")).items] == [made[0].id]
+    with pytest.raises(InvalidRequest):
+        await broker.list_runs(status="sleeping")
