@@ -5,9 +5,9 @@ completes it. Each contender does the same cycles in a child process of its own 
 process-wide singleton), on SQLite and on PostgreSQL, contenders rotated between rounds:
 
 * **interlock** -- `broker.start_run`, an approval request created for the run,
-  `broker.park(...)`; the person answers with `broker.resolve(...)`; an in-process
-  `interlock.runs.Worker` (running beside them in the same process, as a worker process
-  would) claims the ready run, and its handler completes it.
+  `broker.park(...)`; the person answers with `broker.resolve(...)`; a worker loop beside
+  them in the same process (`broker.claim_run(..., wait=...)`, woken by the answer, as a
+  worker process is) claims the ready run, reads its request and completes it.
 * **LangGraph** -- a one-node graph whose node calls `interrupt({...})` before its side
   effect, compiled with LangGraph's own checkpointer (`SqliteSaver`, `PostgresSaver`: its fastest here);
   `invoke(input)` parks it, `invoke(Command(resume={interrupt_id: answer}))` resumes it. LangGraph
@@ -100,12 +100,10 @@ class Place:
 
 
 def interlock_cycles(backend: str, where: str, n: int, warm: int) -> Result:
-    from interlock.runs import Worker
-
     import interlock
     from interlock import Confirm
 
-    url = f"sqlite:///{where}" if backend == "sqlite" else where
+    url = {"sqlite": f"sqlite:///{where}", "memory": "memory://"}.get(backend, where)
     latencies: list[float] = []
 
     async def main() -> float:
@@ -113,15 +111,26 @@ def interlock_cycles(backend: str, where: str, n: int, warm: int) -> Result:
             answered_at: dict[str, float] = {}
             done: dict[str, asyncio.Future[None]] = {}
 
-            async def resume(run: Any, requests: Any) -> None:
-                (request,) = requests.values()
-                assert request.answer is True, request
+            async def resume(run: Any) -> None:
+                (request_id,) = run.waiting_on
+                request = await broker.get(request_id)
+                assert request.response is not None and request.response.answers["approve"] is True, request
                 latencies.append(perf() - answered_at[run.id])
-                await broker.complete_run(run.id, result={"sent": dict(ARGUMENTS)})
-                done[run.id].set_result(None)
+                await broker.complete_run(run.id, result={"sent": dict(ARGUMENTS)}, worker="bench-worker")
+                done.pop(run.id).set_result(None)
 
-            worker = Worker(broker, {"mailer": resume})
-            task = asyncio.create_task(worker.run())
+            async def worker() -> None:
+                # What a worker process does: claim a ready run (woken by the answer), resume it.
+                while True:
+                    run = await broker.claim_run(["mailer"], worker="bench-worker", wait=5.0)
+                    if run is None:
+                        continue
+                    try:
+                        await resume(run)
+                    except Exception as exc:  # the cycle waiting on it fails, not the loop
+                        done.pop(run.id).set_exception(exc)
+
+            task = asyncio.create_task(worker())
             loop = asyncio.get_running_loop()
 
             async def cycle() -> None:
@@ -135,10 +144,10 @@ def interlock_cycles(backend: str, where: str, n: int, warm: int) -> Result:
                     arguments=ARGUMENTS,
                 )
                 await broker.park(run.id, state={"step": 1}, waiting_on=[request.id])
-                done[run.id] = loop.create_future()
+                finished = done[run.id] = loop.create_future()
                 answered_at[run.id] = perf()
-                await broker.resolve(request.id, True, by="alice")
-                await done.pop(run.id)
+                await broker.resolve(request.id, {"approve": True}, by="alice")
+                await asyncio.wait_for(finished, 60)
 
             for _ in range(warm):
                 await cycle()
@@ -332,7 +341,7 @@ def main() -> None:
     parser.add_argument("--dbos-poll", type=float, default=0.001)
     parser.add_argument("--json", help="write the results here too")
     parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
-    parser.add_argument("--backend", choices=["sqlite", "postgres"], help=argparse.SUPPRESS)
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "memory"], help=argparse.SUPPRESS)
     parser.add_argument("--where", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
