@@ -938,10 +938,32 @@ class LocalBroker(Broker):
     # -- reading -------------------------------------------------------------------------
 
     async def get(self, request_id: str) -> Request:
-        """The request as stored now. Raises `NotFound` for an unknown id."""
+        """The request as stored now. Raises `NotFound` for an unknown id.
+
+        A pending request of a parked run shows, as `expires_at`, when the run's pause
+        is given up (if that comes before its own expiry): the time it will be withdrawn.
+        """
         if self._state != "open":
             await self.open()
-        return await self._current(request_id)
+        (request,) = await self._with_run_deadlines([await self._current(request_id)])
+        return request
+
+    async def _with_run_deadlines(self, requests: list[Request]) -> list[Request]:
+        runs = {r.origin.run for r in requests if r.status is Status.PENDING and r.origin.run is not None}
+        if not runs:
+            return requests
+        deadlines: dict[str, datetime] = {}
+        for run_id in runs:
+            run = await self.store.get_run(run_id)
+            if run is not None and run.status.waiting and not run.ready and run.expires_at is not None:
+                deadlines[run_id] = run.expires_at
+        out = []
+        for request in requests:
+            due = deadlines.get(request.origin.run or "") if request.status is Status.PENDING else None
+            if due is not None and (request.expires_at is None or due < request.expires_at):
+                request = replace(request, expires_at=due)
+            out.append(request)
+        return out
 
     async def list(
         self,
@@ -984,7 +1006,7 @@ class LocalBroker(Broker):
         )
         rows = list(await self.store.list(query))
         more = len(rows) > limit
-        items = rows[:limit]
+        items = await self._with_run_deadlines(rows[:limit])
         return Page(items, items[-1].id if more else None)
 
     async def events(self, after: int | None = None, *, follow: bool = False) -> AsyncIterator[Event]:
@@ -1098,8 +1120,10 @@ class LocalBroker(Broker):
         if any of them is an approval, else `waiting_for_input`. The pause is given up
         after `pause_timeout` (or the run's longer `max_duration`): the run is then
         cancelled with `terminal_reason` "interaction_timeout" and its requests withdrawn.
-        Raises `RunConflict` if the run is not running (or, with `worker`, is held by
-        another worker), `InvalidRequest` for requests that are not the run's.
+        A run parked already on the same requests is returned as it is, so an agent that
+        restarts and parks again (finding its requests by idempotency key) changes
+        nothing. Raises `RunConflict` if the run is not running (or, with `worker`, is
+        held by another worker), `InvalidRequest` for requests that are not the run's.
         """
         if self._state != "open":
             await self.open()
@@ -1120,6 +1144,8 @@ class LocalBroker(Broker):
             if request.origin.run != run.id:
                 raise InvalidRequest(f"waiting_on: request {request_id!r} is not a request of run {run.id!r}")
             kinds.add(request.kind)
+        if run.status.waiting and worker is None and set(run.waiting_on) == set(waiting_on):
+            return run  # parked on these already: a restarted agent parking again changes nothing
         if status is None:
             status = RunStatus.WAITING_FOR_APPROVAL if "approval" in kinds else RunStatus.WAITING_FOR_INPUT
         status = RunStatus(status)
@@ -1150,9 +1176,11 @@ class LocalBroker(Broker):
         worker: str,
         lease: float = DEFAULT_LEASE,
         wait: float = 0.0,
+        requester: str | None = None,
     ) -> Run | None:
         """Claim one run of `agents` (any when None) that is ready to go on, for `worker`,
-        waiting up to `wait` seconds for one.
+        waiting up to `wait` seconds for one (with `requester`, only runs it started: what
+        a server gives an agent's token).
 
         Exactly one worker, in any process, gets each run: a parked run whose requests
         have all settled, or a running one whose worker's lease ran out (it died). The
@@ -1178,6 +1206,7 @@ class LocalBroker(Broker):
                     worker=worker,
                     lease_expires_at=now + timedelta(seconds=seconds),
                     at=now,
+                    requester=requester,
                 )
                 if run is not None:
                     self._changed_now()

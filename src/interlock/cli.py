@@ -14,12 +14,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import importlib
+import inspect
 import ipaddress
 import json
+import logging
 import os
 import re
+import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -33,9 +37,23 @@ from . import __version__
 from .agent.terminal import TerminalContract
 from .broker import Broker, LocalBroker, connect
 from .errors import Cancelled, Expired, Forbidden, InterlockError, InvalidAnswer, InvalidRequest, NotFound, Rejected
-from .model import Ask, Choice, Confirm, Form, MultiChoice, Request, Status, Text, request_to_dict
+from .model import (
+    Ask,
+    Choice,
+    Confirm,
+    Form,
+    MultiChoice,
+    Request,
+    Run,
+    RunStatus,
+    Status,
+    Text,
+    request_to_dict,
+    run_to_dict,
+)
 from .principals import TOKEN_PREFIX, Principal, issue_token
 from .redact import RedactingFilter, redact, redact_url
+from .runs import Worker
 from .store import PrincipalStore
 
 __all__ = ["app", "main", "parse_answer"]
@@ -420,6 +438,15 @@ def serve(
             min=0,
         ),
     ] = None,
+    pause_timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--pause-timeout",
+            help="How long a parked run waits on a person before it is given up, like 14d or 36h "
+            "(a run's longer max_duration wins). [default: 14d]",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the HTTP API, the live event stream and the web inbox."""
     try:
@@ -453,6 +480,7 @@ def serve(
             max_body_size=max_body_size,
             rate_limit=quota,
             max_streams=streams,
+            pause_timeout=parse_duration(pause_timeout) if pause_timeout is not None else None,
         )
     except ValueError as exc:
         raise _fail(str(exc)) from None
@@ -559,6 +587,160 @@ def token_list(db: LocalDb = None) -> None:
     """List the humans and agents."""
     for p in _run(db, lambda b: _principals(b).list_principals()):
         typer.echo(f"{p.name}\t{p.kind}" + (f"\towner={p.owner}" if p.owner else ""))
+
+
+# -- runs ------------------------------------------------------------------------------------
+
+
+@app.command()
+def runs(
+    agent: Annotated[str | None, typer.Option("--agent", help="Only this agent's runs.")] = None,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            "--status",
+            help="running, waiting_for_input, waiting_for_approval, completed, failed or cancelled. [default: all]",
+            show_default=False,
+        ),
+    ] = None,
+    session: Annotated[str | None, typer.Option("--session", help="Only the runs of this session or thread.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+    db: DbOption = None,
+) -> None:
+    """List runs, newest first: agents' pieces of work, and what each waits on."""
+    if status is not None and status not in {s.value for s in RunStatus}:
+        raise _fail(f"unknown run status {status!r}: use {', '.join(s.value for s in RunStatus)}")
+    page = _run(db, lambda b: b.list_runs(agent=agent, status=status, session=session, limit=limit))
+    if as_json:
+        for run in page.items:
+            typer.echo(json.dumps(run_to_dict(run, state=False)))
+        return
+    table = Table(box=None, header_style="bold")
+    table.add_column("id", no_wrap=True, min_width=32)
+    for column in ("agent", "status", "waiting on", "updated", "expires"):
+        table.add_column(column)
+    now = datetime.now(UTC)
+    for run in page.items:
+        status_text = run.status.value + (f" ({run.terminal_reason})" if run.terminal_reason else "")
+        waiting = f"{len(run.waiting_on)} request(s)" + (", ready" if run.ready else "") if run.status.waiting else ""
+        expires = "" if run.expires_at is None else _ago(run.expires_at, now)
+        table.add_row(run.id, run.agent, status_text, waiting, _ago(run.updated_at, now), expires)
+    Console(width=None if sys.stdout.isatty() else 1000).print(table)
+    if not page.items:
+        err.print("no runs")
+
+
+run_app = typer.Typer(no_args_is_help=True, help="Look at one run, or stop it.")
+app.add_typer(run_app, name="run")
+
+
+@run_app.command("show")
+def run_show(
+    run_id: Annotated[str, typer.Argument(help="The run's id.")],
+    with_state: Annotated[
+        bool, typer.Option("--state", help="Include the agent's framework state (as stored; large).")
+    ] = False,
+    db: DbOption = None,
+) -> None:
+    """Print one run as JSON, and list its requests (with how to answer those pending)."""
+
+    async def work(broker: Broker) -> tuple[Run, list[Request]]:
+        run = await broker.get_run(run_id)
+        return run, list((await broker.list(run=run_id, order="asc", limit=1000)).items)
+
+    run, requests = _run(db, work)
+    typer.echo(json.dumps(run_to_dict(run, state=with_state), indent=2))
+    if requests:
+        err.print("requests:", markup=False)
+    for request in requests:
+        err.print(f"  {request.id}  {request.status.value:<9}  {_summary(request)}", markup=False)
+        if request.status is Status.PENDING and len(request.asks) == 1:
+            err.print(f"    answer with: interlock answer {request.id} {request.asks[0].how_to_answer()}", markup=False)
+
+
+@run_app.command("cancel")
+def run_cancel(
+    run_id: Annotated[str, typer.Argument(help="The run's id.")],
+    reason: Annotated[str, typer.Option("--reason", help="Recorded as the run's terminal_reason.")] = (
+        "cancelled_by_user"
+    ),
+    db: DbOption = None,
+) -> None:
+    """Stop a run: it ends cancelled and its pending requests are withdrawn. Exit 3 if it
+    had ended already."""
+    cancelled = _run(db, lambda b: b.cancel_run(run_id, reason, by=os.environ.get("USER")))
+    if not cancelled:
+        raise _fail(f"run {run_id} had ended already", CANCELLED)
+    err.print(f"cancelled run {run_id}", markup=False)
+
+
+@app.command()
+def worker(
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="module:factory — factory(broker) returns the resume handlers by agent name (or a Worker)."
+        ),
+    ],
+    name: Annotated[str | None, typer.Option("--name", help="This worker's name. [default: host:pid]")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Runs resumed at a time.")] = 1,
+    lease: Annotated[
+        float, typer.Option("--lease", min=1, help="Seconds a claimed run is held before another worker may take it.")
+    ] = 30.0,
+    once: Annotated[bool, typer.Option("--once", help="Resume the runs ready now, then exit.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Resume parked runs as their requests settle, by the handlers of the agents you serve.
+
+    Each ready run is resumed once across every worker; a worker that dies leaves its run
+    to another once its lease runs out. Stop with Ctrl-C or SIGTERM: the runs being resumed
+    finish first.
+    """
+    factory = _load_factory(target)
+
+    async def work(broker: Broker) -> int:
+        made = factory(broker)
+        if inspect.isawaitable(made):
+            made = await made
+        if isinstance(made, Worker):
+            serving = made
+        elif isinstance(made, Mapping):
+            serving = Worker(broker, made, name=name, lease=lease, concurrency=concurrency)
+        else:
+            raise InvalidRequest(f"{target} returned {type(made).__name__}, not the handlers by agent name or a Worker")
+        if once:
+            return await serving.drain()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):  # not on Windows' loop
+                loop.add_signal_handler(signum, stop.set)
+        err.print(f"worker {serving.name} resuming runs of {', '.join(sorted(serving.handlers))}", markup=False)
+        await serving.run(stop=stop)
+        return serving.resumed
+
+    logger = logging.getLogger("interlock")  # what was resumed, and why a run failed; not other libraries' chatter
+    logger.setLevel(logging.INFO)
+    logger.addHandler(logging.StreamHandler())
+    resumed = _run(db, work)
+    err.print(f"resumed {resumed} run(s)", markup=False)
+
+
+def _load_factory(target: str) -> Callable[[Broker], Any]:
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise _fail(f"expected module:factory, not {target!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` does: the working directory's modules
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise _fail(f"cannot import {module_name}: {exc}") from None
+    found = getattr(module, attribute, None)
+    if not callable(found):
+        raise _fail(f"{module_name} has no callable {attribute!r}")
+    return found  # type: ignore[no-any-return]  # checked callable just above
 
 
 def main() -> None:

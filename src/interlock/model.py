@@ -1384,6 +1384,9 @@ def response_from_dict(data: Mapping[str, Any]) -> Response:
 
 
 def request_to_dict(request: Request) -> dict[str, Any]:
+    """The request's JSON shape. `expires_at` is shown only while the request is pending
+    (the time it will be given up); once settled it is null and `settled_at` says when."""
+    settled = request.status is not Status.PENDING
     return {
         "id": request.id,
         "kind": request.kind,
@@ -1396,7 +1399,8 @@ def request_to_dict(request: Request) -> dict[str, Any]:
         "requester": request.requester,
         "origin": origin_to_dict(request.origin),
         "created_at": request.created_at.isoformat(),
-        "expires_at": _ts(request.expires_at),
+        "expires_at": None if settled else _ts(request.expires_at),
+        "settled_at": request.response.at.isoformat() if settled and request.response else None,
         "idempotency_key": request.idempotency_key,
         "response": response_to_dict(request.response) if request.response else None,
     }
@@ -1494,7 +1498,7 @@ class Run:
 
 
 RUN_EVENTS: frozenset[str] = frozenset(
-    {"run_started", "input_requested", "run_ready", "run_claimed", "run_completed", "run_failed", "run_cancelled"}
+    {"run_started", "input_requested", "run_claimed", "run_completed", "run_failed", "run_cancelled"}
 )
 """The event types about a run (its `data` carries the run's public fields, never its state)."""
 

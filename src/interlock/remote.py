@@ -32,6 +32,7 @@ from .broker import DEFAULT_LEASE, MAX_EVENT_ID, Broker, Page, RunPage, _outcome
 from .errors import Closed, InvalidRequest, NotFound, RunConflict
 from .hooks import DEFAULT_HOOK_TIMEOUT
 from .model import (
+    MAX_STATE_BYTES,
     Answers,
     Ask,
     Event,
@@ -42,6 +43,7 @@ from .model import (
     RunStatus,
     Status,
     ask_to_dict,
+    check_json,
     origin_to_dict,
     request_from_dict,
     run_from_dict,
@@ -484,6 +486,7 @@ class RemoteBroker(Broker):
         status: RunStatus | str | None = None,
         worker: str | None = None,
     ) -> Run:
+        check_json(state, "state", MAX_STATE_BYTES)  # what cannot be sent is refused here, as a local broker does
         body = {
             "state": state,
             "waiting_on": list(waiting_on) if not isinstance(waiting_on, str) else waiting_on,
@@ -516,6 +519,7 @@ class RemoteBroker(Broker):
         return bool((await self._call("POST", f"/runs/{run_id}/lease", json=body, request_id=run_id))["renewed"])
 
     async def complete_run(self, run_id: str, result: Any = None, *, worker: str | None = None) -> Run:
+        check_json(result, "result", MAX_STATE_BYTES)
         body = {"result": result, "worker": worker}
         return run_from_dict(await self._call("POST", f"/runs/{run_id}/complete", json=body, request_id=run_id))
 
@@ -555,7 +559,10 @@ class RemoteBroker(Broker):
         given = {"agent": agent, "session": session, "requester": requester, "cursor": after}
         params |= {name: value for name, value in given.items() if value is not None}
         if status is not None:
-            params["status"] = RunStatus(status).value
+            try:
+                params["status"] = RunStatus(status).value
+            except ValueError:
+                raise InvalidRequest(f"unknown run status {status!r}") from None
         page = await self._call("GET", "/runs", params=params)
         return RunPage([run_from_dict(r) for r in page["items"]], page["next_cursor"])
 

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import anyio
 import pytest
 
+import interlock
 from interlock import Broker, Cancelled, Confirm, InvalidRequest, NotFound, Status, Text
 from interlock.errors import RunConflict
-from interlock.model import RunStatus
+from interlock.model import RunStatus, request_to_dict
 
 pytestmark = pytest.mark.anyio
 
 BOUND = 10  # seconds: the most any single wait in these tests may take
-READY_BACKENDS = ["memory"]
+READY_BACKENDS = ["memory", "sqlite", "postgresql", "http"]
 
 
 @pytest.fixture(params=READY_BACKENDS)
@@ -25,10 +28,18 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def quick(connect: Callable[..., Broker]) -> AsyncIterator[Broker]:
-    """A broker whose parked runs are given up after a fraction of a second."""
-    async with connect(pause_timeout=0.3) as made:
-        yield made
+async def quick(
+    backend: str, connect: Callable[..., Broker], serve: Callable[..., AbstractContextManager[str]], tmp_path: Path
+) -> AsyncIterator[Broker]:
+    """A broker whose parked runs are given up after a fraction of a second (for http, a
+    server of its own configured so)."""
+    if backend != "http":
+        async with connect(pause_timeout=0.3) as made:
+            yield made
+        return
+    with serve(f"sqlite:///{tmp_path / 'quick.db'}", auth=False, pause_timeout=0.3) as base:
+        async with interlock.connect(base) as made:
+            yield made
 
 
 async def parked_on_approval(broker: Broker, agent: str = "deployer") -> tuple[str, str]:
@@ -75,7 +86,6 @@ async def test_a_parked_run_resumes_once_its_request_is_answered_with_its_state(
         "created",
         "input_requested",
         "answered",
-        "run_ready",
         "run_claimed",
         "run_completed",
     ]
@@ -121,8 +131,9 @@ async def test_only_a_running_run_parks_completes_or_fails(broker: Broker) -> No
     run_id, request_id = await parked_on_approval(broker)
     with pytest.raises(RunConflict):
         await broker.complete_run(run_id)
+    another = await broker.create(Text("Why?"), to="alice", run=run_id)
     with pytest.raises(RunConflict):
-        await broker.park(run_id, state=None, waiting_on=[request_id])
+        await broker.park(run_id, state=None, waiting_on=[request_id, another.id])
     with pytest.raises(NotFound):
         await broker.fail_run("no-such-run", "boom")
 
@@ -255,3 +266,34 @@ async def test_runs_list_by_filter_a_page_at_a_time(broker: Broker) -> None:
     assert [r.id for r in (await broker.list_runs(status="cancelled")).items] == [made[0].id]
     with pytest.raises(InvalidRequest):
         await broker.list_runs(status="sleeping")
+
+
+async def test_an_answered_pause_waits_for_a_worker_past_its_deadline(quick: Broker) -> None:
+    run_id, request_id = await parked_on_approval(quick)
+    await quick.resolve(request_id, True, by="alice")
+    await asyncio.sleep(0.6)  # past the 0.3 s pause window: nothing to wait for but time
+    claimed = await quick.claim_run(["deployer"], worker="w1")
+    assert claimed is not None and claimed.id == run_id
+
+
+async def test_a_pending_request_of_a_parked_run_shows_when_the_pause_expires(broker: Broker) -> None:
+    run_id, request_id = await parked_on_approval(broker)
+    run = await broker.get_run(run_id)
+    request = await broker.get(request_id)
+    assert request.expires_at == run.expires_at
+    (listed,) = (await broker.list(run=run_id)).items
+    assert listed.expires_at == run.expires_at
+    await broker.resolve(request_id, True, by="alice")
+    settled = await broker.get(request_id)
+    assert settled.response is not None
+    shown = request_to_dict(settled)
+    assert shown["expires_at"] is None and shown["settled_at"] == settled.response.at.isoformat()
+
+
+async def test_a_restarted_agent_parking_again_on_its_requests_changes_nothing(broker: Broker) -> None:
+    run_id, request_id = await parked_on_approval(broker)
+    before = await broker.get_run(run_id)
+    again = await broker.start_run("deployer", run_id=run_id)
+    assert again == before
+    assert await broker.park(run_id, state={"step": 3, "messages": ["hi"]}, waiting_on=[request_id]) == before
+    assert [e.type for e in await broker.find_events(run=run_id)].count("input_requested") == 1

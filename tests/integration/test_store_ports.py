@@ -1,5 +1,5 @@
 """The store ports, checked the same way on every implementation: requests and events
-(`RequestStore`), principals, tokens and web sessions (`PrincipalStore`)."""
+(`RequestStore`), principals, tokens and web sessions (`PrincipalStore`), runs (`RunStore`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from interlock import Closed, Text
-from interlock.model import Origin, Request, Response, Status, build_request
+from interlock.model import Origin, Request, Response, Run, RunStatus, Status, build_request
 from interlock.principals import Principal, hash_token, issue_session, issue_token
-from interlock.store import EventQuery, PrincipalStore, Query, RequestStore, Store
+from interlock.store import EventQuery, PrincipalStore, Query, RequestStore, RunQuery, RunStore, Store
 from interlock.store.memory import MemoryStore
 from interlock.store.sqlite import SqliteStore
 
@@ -204,3 +204,145 @@ async def test_a_web_session_lasts_until_it_ends_expires_or_its_token_is_revoked
     assert await store.start_session(token.hash, again) is not None
     await store.revoke_tokens(token_id=token.id)
     assert await store.get_session(again.hash, now) is None
+
+
+# -- runs ------------------------------------------------------------------------------------
+
+
+def new_run(run_id: str = "r1", *, agent: str = "deployer", requester: str = "bot") -> Run:
+    now = datetime.now(UTC)
+    return Run(run_id, agent, now, now, session="s1", requester=requester, max_duration=timedelta(hours=2))
+
+
+async def park(store: RunStore, run_id: str, waiting_on: list[str], *, hours: float = 1) -> Run | None:
+    now = datetime.now(UTC)
+    deadline = now + timedelta(hours=hours)
+    return await store.park_run(
+        run_id,
+        state={"history": ["a", "b"], "n": 1.5},
+        waiting_on=waiting_on,
+        status=RunStatus.WAITING_FOR_INPUT,
+        expires_at=deadline,
+        at=now,
+    )
+
+
+async def test_an_inserted_run_reads_back_once_and_makes_a_started_event(store: Store) -> None:
+    run = new_run()
+    stored, created = await store.insert_run(run)
+    assert created and stored == run
+    again, created_again = await store.insert_run(new_run(agent="other"))
+    assert not created_again and again == run
+    assert await store.get_run("r1") == run
+    assert await store.get_run("r-unknown") is None
+    (event,) = await store.find_events(EventQuery(run="r1"))
+    assert event.type == "run_started" and event.data["run"] == "r1" and "state" not in event.data
+
+
+async def test_a_parked_run_is_ready_in_the_transaction_that_settles_its_last_request(store: Store) -> None:
+    await store.insert_run(new_run())
+    first, _ = await store.insert(ask())  # its origin names run r1
+    second, _ = await store.insert(ask())
+    parked = await park(store, "r1", [first.id, second.id])
+    assert parked is not None and parked.status is RunStatus.WAITING_FOR_INPUT and not parked.ready
+    assert parked.state == {"history": ["a", "b"], "n": 1.5} and parked.waiting_on == (first.id, second.id)
+    assert (await store.get_run("r1")) == parked
+
+    await store.settle(answered(first, "Ada"))
+    run = await store.get_run("r1")
+    assert run is not None and not run.ready
+    await store.settle(second.settle(Status.REJECTED, Response(datetime.now(UTC), reason="no")))
+    run = await store.get_run("r1")
+    assert run is not None and run.ready
+
+
+async def test_a_run_claimed_once_then_by_another_worker_only_after_its_lease(store: Store) -> None:
+    await store.insert_run(new_run())
+    request, _ = await store.insert(ask())
+    await park(store, "r1", [request.id])
+    now = datetime.now(UTC)
+    lease = now + timedelta(seconds=30)
+    assert await store.claim_run(["deployer"], worker="w1", lease_expires_at=lease, at=now) is None
+    await store.settle(answered(request, "Ada"))
+    assert await store.claim_run(["writer"], worker="w1", lease_expires_at=lease, at=now) is None
+
+    claimed = await store.claim_run(["deployer"], worker="w1", lease_expires_at=lease, at=now)
+    assert claimed is not None and (claimed.status, claimed.worker, claimed.attempts) == (RunStatus.RUNNING, "w1", 1)
+    assert claimed.lease_expires_at == lease and claimed.expires_at is None and not claimed.ready
+    assert await store.claim_run(None, worker="w2", lease_expires_at=lease, at=now) is None
+    later = lease + timedelta(seconds=1)
+    again = await store.claim_run(None, worker="w2", lease_expires_at=later + timedelta(seconds=30), at=later)
+    assert again is not None and (again.worker, again.attempts) == ("w2", 2)
+    assert not await store.renew_lease("r1", worker="w1", lease_expires_at=later)
+    assert await store.renew_lease("r1", worker="w2", lease_expires_at=later + timedelta(minutes=5))
+    ended, _ = await store.end_run("r1", RunStatus.COMPLETED, at=later, result={"ok": True}, worker="w1")
+    assert ended is None  # w1's lease is gone
+    ended, _ = await store.end_run("r1", RunStatus.COMPLETED, at=later, result={"ok": True}, worker="w2")
+    assert ended is not None and (ended.status, ended.result, ended.worker) == (RunStatus.COMPLETED, {"ok": True}, None)
+    types = [e.type for e in await store.find_events(EventQuery(run="r1"))]
+    assert types == [
+        "run_started",
+        "created",
+        "input_requested",
+        "answered",
+        "run_claimed",
+        "run_claimed",
+        "run_completed",
+    ]
+
+
+async def test_ending_a_run_withdraws_its_pending_requests_in_the_same_change(store: Store) -> None:
+    await store.insert_run(new_run())
+    waited, _ = await store.insert(ask())
+    other, _ = await store.insert(ask())
+    await park(store, "r1", [waited.id])
+    withdraw = Response(datetime.now(UTC), reason="stop", cause="cancelled")
+    ended, cancelled = await store.end_run(
+        "r1", RunStatus.CANCELLED, at=datetime.now(UTC), terminal_reason="cancelled_by_user", withdraw=withdraw
+    )
+    assert ended is not None and (ended.status, ended.terminal_reason) == (RunStatus.CANCELLED, "cancelled_by_user")
+    assert not ended.ready and ended.expires_at is None
+    assert sorted(r.id for r in cancelled) == sorted([waited.id, other.id])
+    for request_id in (waited.id, other.id):
+        request = await store.get(request_id)
+        assert request is not None and request.status is Status.CANCELLED
+    assert (await store.end_run("r1", RunStatus.FAILED, at=datetime.now(UTC))) == (None, [])
+
+
+async def test_an_abandoned_pause_expires_but_a_ready_run_does_not(store: Store) -> None:
+    await store.insert_run(new_run("abandoned"))
+    await store.insert_run(new_run("answered"))
+    left = build_request(Text("Name?"), to="alice", origin=Origin(run="abandoned"))
+    done = build_request(Text("Name?"), to="alice", origin=Origin(run="answered"))
+    await store.insert(left)
+    await store.insert(done)
+    await park(store, "abandoned", [left.id], hours=1)
+    await park(store, "answered", [done.id], hours=2)
+    await store.settle(answered(done, "Ada"))
+    abandoned = await store.get_run("abandoned")
+    assert abandoned is not None and await store.next_run_expiry() == abandoned.expires_at
+
+    gone = Response(datetime.now(UTC), via="expiry", reason="interaction_timeout", cause="cancelled")
+    expired = await store.expire_runs(datetime.now(UTC) + timedelta(hours=3), gone)
+    assert [(run.id, run.terminal_reason, [r.id for r in cancelled]) for run, cancelled in expired] == [
+        ("abandoned", "interaction_timeout", [left.id])
+    ]
+    assert await store.next_run_expiry() is None
+    still = await store.get_run("answered")
+    assert still is not None and still.status is RunStatus.WAITING_FOR_INPUT and still.ready
+
+
+async def test_runs_list_by_filter_without_their_state(store: Store) -> None:
+    for i in range(4):
+        await store.insert_run(new_run(f"r{i}", agent="deployer" if i % 2 else "writer", requester=f"bot{i % 2}"))
+    request = build_request(Text("Name?"), to="carol", origin=Origin(run="r2"))
+    await store.insert(request)
+    await park(store, "r2", [request.id])
+    assert [r.id for r in await store.list_runs(RunQuery(agent="deployer"))] == ["r3", "r1"]
+    assert [r.id for r in await store.list_runs(RunQuery(order="asc", limit=2))] == ["r0", "r1"]
+    assert [r.id for r in await store.list_runs(RunQuery(after="r2"))] == ["r1", "r0"]
+    assert [r.id for r in await store.list_runs(RunQuery(status=RunStatus.WAITING_FOR_INPUT))] == ["r2"]
+    assert [r.id for r in await store.list_runs(RunQuery(involving="carol"))] == ["r2"]
+    assert [r.id for r in await store.list_runs(RunQuery(involving="bot1"))] == ["r3", "r1"]
+    (listed,) = await store.list_runs(RunQuery(status=RunStatus.WAITING_FOR_INPUT))
+    assert listed.state is None and listed.waiting_on == (request.id,)

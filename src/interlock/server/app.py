@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..broker import LocalBroker, connect
 from ..model import Limits
 from ..wire import WIRE_ERRORS, problem_of
-from . import api
+from . import api, runs
 from .api import PROBLEMS
 from .auth import Auth, loopback_host, same_origin
 from .common import ApiError, AppState, Quotas, event_to_dict, parse_event_id, problem
@@ -111,6 +111,7 @@ def create_app(
     limits: Limits | None = None,
     rate_limit: Quota | Literal["default"] | None = "default",
     max_streams: int | Literal["default"] | None = "default",
+    pause_timeout: float | None = None,
 ) -> FastAPI:
     """The ASGI app on the store at `url` (or on a broker you opened yourself).
 
@@ -126,8 +127,13 @@ def create_app(
     turns either off; by default both are on with auth (`quotas.DEFAULT_QUOTA`,
     `quotas.DEFAULT_STREAMS`) and off without it, where the only caller is this machine's
     user.
+    `pause_timeout` (seconds) is how long a parked run waits on a person before it is
+    given up (about two weeks by default), for a broker made here.
     """
-    the_broker = broker or connect(url, **({"limits": limits} if limits is not None else {}))
+    options: dict[str, Any] = {"limits": limits} if limits is not None else {}
+    if pause_timeout is not None:
+        options["pause_timeout"] = pause_timeout
+    the_broker = broker or connect(url, **options)
     if not isinstance(the_broker, LocalBroker):
         raise ValueError("a server keeps its own store (memory://, sqlite:// or postgresql://), not another server's")
     the_auth = Auth(the_broker.principals, enabled=auth, secret_key=secret_key, trusted_proxies=trusted_proxies)
@@ -163,6 +169,7 @@ def create_app(
         app.add_middleware(LoopbackOnly)
     _install_quota_errors(app)
     app.include_router(api.router, prefix="/api/v1")
+    app.include_router(runs.router, prefix="/api/v1")
     _document_problems(app)
 
     @app.get("/healthz", include_in_schema=False)

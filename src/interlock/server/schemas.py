@@ -156,7 +156,11 @@ class RequestModel(BaseModel):
     requester: str | None
     origin: OriginModel
     created_at: str
-    expires_at: str | None
+    expires_at: str | None = Field(
+        description="when the request will be given up, while pending (for a request of a parked run, "
+        "when the run's pause expires); null once settled"
+    )
+    settled_at: str | None = Field(None, description="when the request settled; null while pending")
     idempotency_key: str | None
     response: ResponseModel | None
 

@@ -222,8 +222,9 @@ class RunStore(Protocol):
     """Runs. Each change appends its run event (`model.RUN_EVENTS`) in the same transaction.
 
     A parked run is *ready* once none of the requests it waits on is pending: the store
-    marks it in the transaction that settles the last of them (or in the park itself, if
-    they had all settled by then), so no settlement is missed between processes.
+    marks it in the transaction that settles the last of them (a trigger on the SQL
+    stores), or in the park itself if they had all settled by then, so no settlement is
+    missed between processes.
     """
 
     async def insert_run(self, run: Run) -> tuple[Run, bool]:
@@ -248,16 +249,23 @@ class RunStore(Protocol):
     ) -> Run | None:
         """Park a running run (held by `worker`, when given): keep `state` and the
         requests it waits on, release its lease, mark it ready if none of them is pending;
-        append `input_requested` (and `run_ready`). None if the run is not running (or is
-        held by another worker)."""
+        append `input_requested`. None if the run is not running (or is held by another
+        worker)."""
         ...
 
     async def claim_run(
-        self, agents: Sequence[str] | None, *, worker: str, lease_expires_at: datetime, at: datetime
+        self,
+        agents: Sequence[str] | None,
+        *,
+        worker: str,
+        lease_expires_at: datetime,
+        at: datetime,
+        requester: str | None = None,
     ) -> Run | None:
-        """Claim one run of `agents` (any agent when None) for `worker`: a ready parked run,
-        or a running one whose lease ran out (its worker died). Exactly one caller, across
-        processes, gets each; it is running again and held until `lease_expires_at`."""
+        """Claim one run of `agents` (any agent when None; only `requester`'s runs when
+        given) for `worker`: a ready parked run, or a running one whose lease ran out (its
+        worker died). Exactly one caller, across processes, gets each; it is running again
+        and held until `lease_expires_at`."""
         ...
 
     async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:

@@ -17,18 +17,19 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any
 
-from ..model import Event, Request, Status, request_from_dict, request_to_dict, response_from_dict
+from ..model import Event, Request, Run, RunStatus, Status, request_from_dict, request_to_dict, response_from_dict
 from ..principals import LiveToken, Principal, WebSession
-from . import EventQuery, Query
+from . import EventQuery, Query, RunQuery
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
     "FILTERS",
     "Migration",
+    "RUN_COLUMNS",
     "RequestCache",
     "SqlStore",
     "decode_json",
@@ -36,9 +37,12 @@ __all__ = [
     "find_events_sql",
     "load_migrations",
     "load_queries",
+    "may_end",
     "positional",
     "request_from_row",
     "row_size",
+    "run_from_row",
+    "runs_sql",
 ]
 
 DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
@@ -236,6 +240,79 @@ def list_sql(query: Query) -> tuple[str, dict[str, Any]]:
     return sql, params
 
 
+RUN_COLUMNS = (
+    "id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at, "
+    "attempts, max_duration, created_at, updated_at, waiting_on, state, result, error"
+)
+"""The columns of a run, in the order `run_from_row` reads them (the same in each dialect)."""
+
+_RUN_FILTERS = ("agent", "session", "status", "requester")
+
+
+def run_from_row(row: Sequence[Any], time: Any) -> Run:
+    """A run from its row (`RUN_COLUMNS`); `time` reads the dialect's time columns."""
+    (run_id, agent, session, requester, status, reason, ready, worker, lease, expires, attempts, duration) = row[:12]
+    created, updated, waiting_on, state, result, error = row[12:]
+    return Run(
+        id=run_id,
+        agent=agent,
+        created_at=time(created),
+        updated_at=time(updated),
+        status=RunStatus(status),
+        session=session,
+        requester=requester,
+        terminal_reason=reason,
+        expires_at=None if expires is None else time(expires),
+        max_duration=None if duration is None else timedelta(seconds=duration),
+        waiting_on=tuple(decode_json(waiting_on)) if waiting_on else (),
+        state=None if state is None else decode_json(state),
+        result=None if result is None else decode_json(result),
+        error=error,
+        ready=bool(ready),
+        worker=worker,
+        lease_expires_at=None if lease is None else time(lease),
+        attempts=int(attempts),
+    )
+
+
+def may_end(run: Run, worker: str | None, due: datetime | None) -> bool:
+    """Whether a run may end now: not ended; held by `worker` when given; and when it is
+    being expired (`due`), still parked on a person (not ready) past its deadline."""
+    if run.status.ended:
+        return False
+    if worker is not None and not (run.status is RunStatus.RUNNING and run.worker == worker):
+        return False
+    if due is not None:
+        return run.status.waiting and not run.ready and run.expires_at is not None and run.expires_at <= due
+    return True
+
+
+def runs_sql(query: RunQuery) -> tuple[str, dict[str, Any]]:
+    """The statement for `RunStore.list_runs` (named `:parameters`): the filters, then a
+    keyset page. A list leaves each run's state out (None); `get_run` reads it."""
+    where, params = [], {}
+    for name in _RUN_FILTERS:
+        value = getattr(query, name)
+        if value is not None:
+            where.append(f"{name} = :{name}")
+            params[name] = value.value if isinstance(value, RunStatus) else value
+    if query.involving is not None:
+        where.append(
+            "(requester = :who OR id IN (SELECT run FROM requests WHERE recipient = :who AND run IS NOT NULL))"
+        )
+        params["who"] = query.involving
+    if query.after is not None:
+        where.append("id < :after" if query.order == "desc" else "id > :after")
+        params["after"] = query.after
+    columns = RUN_COLUMNS.replace(", state,", ", NULL AS state,")
+    sql = f"SELECT {columns} FROM runs"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += f" ORDER BY id {'DESC' if query.order == 'desc' else 'ASC'} LIMIT :limit"
+    params["limit"] = query.limit
+    return sql, params
+
+
 def web_session(row: Sequence[Any] | None, expires_at: datetime | None = None) -> WebSession | None:
     """A session from its row (id, principal name, kind, owner, token, csrf, expires_at)."""
     if row is None:
@@ -331,6 +408,19 @@ class SqlStore:
 
     async def last_event_id(self) -> int:
         return int((await self._rows("last_event_id"))[0][0])
+
+    # -- runs ------------------------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> Run | None:
+        rows = await self._rows("get_run", run_id)
+        return run_from_row(rows[0], self._time) if rows else None
+
+    async def list_runs(self, query: RunQuery) -> Sequence[Run]:
+        return [run_from_row(row, self._time) for row in await self._rows_of(*runs_sql(query))]
+
+    async def next_run_expiry(self) -> datetime | None:
+        value = (await self._rows("next_run_expiry"))[0][0]
+        return None if value is None else self._time(value)
 
     # -- principals, tokens and sessions ---------------------------------------------------
 

@@ -129,7 +129,7 @@ class MemoryStore:
         self._retain(request)
         self._append(request.status.value, request)
         if request.origin.run is not None:
-            self._mark_ready(request.origin.run, request.id, request.response.at if request.response else None)
+            self._mark_ready(request.origin.run, request.id)
         return request
 
     def _retain(self, request: Request) -> None:
@@ -290,15 +290,13 @@ class MemoryStore:
         self._last_event += 1
         self._events.append(Event(self._last_event, type_, at or run.updated_at, data=run_event_data(run)))
 
-    def _mark_ready(self, run_id: str, request_id: str, at: datetime | None) -> None:
+    def _mark_ready(self, run_id: str, request_id: str) -> None:
         run = self._runs.get(run_id)
         if run is None or not run.status.waiting or run.ready or request_id not in run.waiting_on:
             return
         if any(w in self._pending for w in run.waiting_on):
             return
-        run = replace(run, ready=True, updated_at=at or datetime.now(UTC))
-        self._runs[run_id] = run
-        self._append_run("run_ready", run)
+        self._runs[run_id] = replace(run, ready=True)
 
     async def insert_run(self, run: Run) -> tuple[Run, bool]:
         existing = self._runs.get(run.id)
@@ -317,7 +315,7 @@ class MemoryStore:
         if query.after is not None:
             after = query.after
             rows = [r for r in rows if (r.id < after if query.order == "desc" else r.id > after)]
-        return rows[: query.limit]
+        return [replace(r, state=None) for r in rows[: query.limit]]
 
     def _run_matches(self, run: Run, q: RunQuery) -> bool:
         if (
@@ -370,17 +368,23 @@ class MemoryStore:
         self._runs[run_id] = run
         heapq.heappush(self._run_expiry, (expires_at, run_id))
         self._append_run("input_requested", run)
-        if ready:
-            self._append_run("run_ready", run)
         return run
 
     async def claim_run(
-        self, agents: Sequence[str] | None, *, worker: str, lease_expires_at: datetime, at: datetime
+        self,
+        agents: Sequence[str] | None,
+        *,
+        worker: str,
+        lease_expires_at: datetime,
+        at: datetime,
+        requester: str | None = None,
     ) -> Run | None:
         wanted = None if agents is None else set(agents)
         best: Run | None = None
         for run in self._runs.values():
-            if wanted is not None and run.agent not in wanted:
+            if (wanted is not None and run.agent not in wanted) or (
+                requester is not None and run.requester != requester
+            ):
                 continue
             claimable = (run.status.waiting and run.ready) or (
                 run.status is RunStatus.RUNNING and run.lease_expires_at is not None and run.lease_expires_at <= at
@@ -451,7 +455,7 @@ class MemoryStore:
         while self._run_expiry and self._run_expiry[0][0] <= due:
             deadline, run_id = heapq.heappop(self._run_expiry)
             run = self._runs.get(run_id)
-            if run is None or not run.status.waiting or run.expires_at != deadline:
+            if run is None or not run.status.waiting or run.ready or run.expires_at != deadline:
                 continue
             ended, cancelled = await self.end_run(
                 run_id, RunStatus.CANCELLED, at=due, terminal_reason="interaction_timeout", withdraw=response
@@ -464,7 +468,7 @@ class MemoryStore:
         while self._run_expiry:
             deadline, run_id = self._run_expiry[0]
             run = self._runs.get(run_id)
-            if run is not None and run.status.waiting and run.expires_at == deadline:
+            if run is not None and run.status.waiting and not run.ready and run.expires_at == deadline:
                 return deadline
             heapq.heappop(self._run_expiry)
         return None

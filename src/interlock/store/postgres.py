@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -47,11 +47,14 @@ from ..model import (
     Event,
     Request,
     Response,
+    Run,
+    RunStatus,
     Status,
     request_from_dict,
     request_to_dict,
     response_from_dict,
     response_to_dict,
+    run_event_data,
 )
 from ..principals import IssuedSession, IssuedToken, Principal, WebSession
 from ..redact import redact, redact_url
@@ -63,9 +66,11 @@ from ._sql import (
     encode_json,
     load_migrations,
     load_queries,
+    may_end,
     positional,
     request_from_row,
     row_size,
+    run_from_row,
 )
 from ._url import url_options
 
@@ -410,6 +415,152 @@ class PostgresStore(SqlStore):
         who = [value if isinstance(value, str) else None for value in map(data.get, ("to", "by", "session", "run"))]
         event_id = await self.pool.fetchval(Q["insert_event"], type, at, encode_json(dict(data)), *who)
         return Event(int(event_id), type, at, data=dict(data))
+
+    # -- runs ----------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Any]:
+        """A connection in a transaction: for the run writes, which read before they write."""
+        conn = await self.pool.acquire()
+        reusable = False
+        try:
+            async with conn.transaction():
+                yield conn
+            reusable = True
+        except asyncpg.PostgresError:
+            reusable = True  # the server refused a statement; the connection is fine
+            raise
+        finally:
+            self.pool.release(conn, reusable=reusable)
+
+    def _run(self, row: Any) -> Run:
+        return run_from_row(tuple(row), self._time)
+
+    async def _run_event(self, conn: Any, type_: str, run: Run) -> None:
+        """Append an event about `run`: the last statement of its transaction (see `events`)."""
+        data = encode_json(run_event_data(run))
+        await conn.execute(Q["insert_event"], type_, run.updated_at, data, None, run.requester, run.session, run.id)
+
+    async def insert_run(self, run: Run) -> tuple[Run, bool]:
+        duration = run.max_duration.total_seconds() if run.max_duration is not None else None
+        data = encode_json(run_event_data(run))
+        args = (run.id, run.agent, run.session, run.requester, run.status.value, duration, run.created_at, data)
+        created = await self._query("fetchval", Q["insert_run"], *args)  # safe to repeat: the id decides
+        if created is not None:
+            return run, True
+        existing = await self.get_run(run.id)
+        assert existing is not None
+        return existing, False
+
+    async def park_run(
+        self,
+        run_id: str,
+        *,
+        state: Any,
+        waiting_on: Sequence[str],
+        status: RunStatus,
+        expires_at: datetime,
+        at: datetime,
+        worker: str | None = None,
+    ) -> Run | None:
+        async with self._transaction() as conn:
+            row = await conn.fetchrow(Q["lock_run"], run_id)  # a settlement now waits for this park
+            if row is None:
+                return None
+            run = self._run(row)
+            if run.status is not RunStatus.RUNNING or (worker is not None and run.worker != worker):
+                return None
+            encoded = None if state is None else encode_json(state)
+            row = await conn.fetchrow(Q["park_run"], run_id, list(waiting_on), status.value, encoded, expires_at, at)
+            parked = self._run(row)
+            await self._run_event(conn, "input_requested", parked)
+        return parked
+
+    async def claim_run(
+        self,
+        agents: Sequence[str] | None,
+        *,
+        worker: str,
+        lease_expires_at: datetime,
+        at: datetime,
+        requester: str | None = None,
+    ) -> Run | None:
+        names = None if agents is None else list(agents)
+        async with self._transaction() as conn:
+            row = await conn.fetchrow(Q["claim_ready"], names, worker, lease_expires_at, at, requester)
+            if row is None:
+                row = await conn.fetchrow(Q["claim_lapsed"], names, worker, lease_expires_at, at, requester)
+            if row is None:
+                return None
+            claimed = self._run(row)
+            await self._run_event(conn, "run_claimed", claimed)
+        return claimed
+
+    async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:
+        status: str = await self._query("execute", Q["renew_lease"], run_id, worker, lease_expires_at)
+        return status.rsplit(" ", 1)[-1] == "1"  # "UPDATE n"
+
+    async def _end_in(
+        self,
+        conn: Any,
+        run_id: str,
+        status: RunStatus,
+        fields: tuple[Any, ...],
+        worker: str | None,
+        withdraw: Response | None,
+        due: datetime | None = None,
+    ) -> tuple[Run | None, list[tuple[Request, str]]]:
+        if withdraw is not None:
+            await conn.fetch(Q["lock_pending_of_run"], run_id)  # requests before the run: the lock order
+        row = await conn.fetchrow(Q["lock_run"], run_id)
+        if row is None:
+            return None, []
+        if not may_end(self._run(row), worker, due):
+            return None, []
+        ended = self._run(await conn.fetchrow(Q["end_run"], run_id, status.value, *fields))
+        cancelled = []
+        if withdraw is not None:
+            answer = encode_json(response_to_dict(withdraw))
+            for request_status, doc, response in await conn.fetch(Q["pending_of_run"], run_id):
+                request = request_from_row(request_status, doc, response).settle(Status.CANCELLED, withdraw)
+                args = (request.id, Status.CANCELLED.value, withdraw.at, answer)
+                if await conn.fetchval(Q["settle_request"], *args) is not None:
+                    cancelled.append((request, answer))
+        await self._run_event(conn, f"run_{status.value}", ended)
+        return ended, cancelled
+
+    async def end_run(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        at: datetime,
+        result: Any = None,
+        error: str | None = None,
+        terminal_reason: str | None = None,
+        worker: str | None = None,
+        withdraw: Response | None = None,
+    ) -> tuple[Run | None, list[Request]]:
+        fields = (None if result is None else encode_json(result), error, terminal_reason, at)
+        async with self._transaction() as conn:
+            ended, cancelled = await self._end_in(conn, run_id, status, fields, worker, withdraw)
+        for request, answer in cancelled:
+            self._remember(request, answer)
+        return ended, [request for request, _ in cancelled]
+
+    async def expire_runs(self, due: datetime, response: Response) -> list[tuple[Run, list[Request]]]:
+        out = []
+        fields = (None, None, "interaction_timeout", due)
+        for (run_id,) in await self._rows("runs_due", due):
+            # One transaction a run; another node expiring the same run finds it ended.
+            async with self._transaction() as conn:
+                ended, cancelled = await self._end_in(conn, run_id, RunStatus.CANCELLED, fields, None, response, due)
+            if ended is None:
+                continue
+            for request, answer in cancelled:
+                self._remember(request, answer)
+            out.append((ended, [request for request, _ in cancelled]))
+        return out
 
     # -- principals and tokens ------------------------------------------------------------
 

@@ -26,9 +26,12 @@ from ..model import (
     Event,
     Request,
     Response,
+    Run,
+    RunStatus,
     Status,
     request_to_dict,
     response_to_dict,
+    run_event_data,
 )
 from ..principals import IssuedSession, IssuedToken, Principal, WebSession
 from . import EventQuery
@@ -40,9 +43,11 @@ from ._sql import (
     find_events_sql,
     load_migrations,
     load_queries,
+    may_end,
     numbered,
     request_from_row,
     row_size,
+    run_from_row,
 )
 from ._url import url_options
 from ._wakeup import Wakeup
@@ -80,6 +85,24 @@ def _access_event(type_: str, at: int | None, data: Mapping[str, Any]) -> dict[s
         "session": None,
         "run": None,
     }
+
+
+def _run_event(type_: str, run: Run) -> dict[str, Any]:
+    """The parameters of `insert_event` for an event about `run` (never its state)."""
+    return {
+        "type": type_,
+        "request_id": None,
+        "at": _us(run.updated_at),
+        "data": encode_json(run_event_data(run)),
+        "recipient": None,
+        "requester": run.requester,
+        "session": run.session,
+        "run": run.id,
+    }
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else encode_json(value)
 
 
 def _event_row(type_: str, request: Request, at: int | None) -> dict[str, Any]:
@@ -445,6 +468,167 @@ class SqliteStore(SqlStore):
             return ended
 
         return await self._write(end)
+
+    # -- runs ----------------------------------------------------------------------------
+
+    def _run_in(self, db: sqlite3.Connection, run_id: str) -> Run | None:
+        row = db.execute(Q["get_run"], {"id": run_id}).fetchone()
+        return None if row is None else run_from_row(row, _from_us)
+
+    async def insert_run(self, run: Run) -> tuple[Run, bool]:
+        row = {
+            "id": run.id,
+            "agent": run.agent,
+            "session": run.session,
+            "requester": run.requester,
+            "status": run.status.value,
+            "max_duration": run.max_duration.total_seconds() if run.max_duration is not None else None,
+            "created_at": _us(run.created_at),
+            "updated_at": _us(run.updated_at),
+        }
+
+        def insert(db: sqlite3.Connection) -> tuple[Run, bool]:
+            if db.execute(Q["insert_run"], row).rowcount != 1:
+                existing = self._run_in(db, run.id)
+                assert existing is not None
+                return existing, False
+            stored = self._run_in(db, run.id)
+            assert stored is not None
+            db.execute(Q["insert_event"], _run_event("run_started", stored))
+            return stored, True
+
+        return await self._write(insert)
+
+    async def park_run(
+        self,
+        run_id: str,
+        *,
+        state: Any,
+        waiting_on: Sequence[str],
+        status: RunStatus,
+        expires_at: datetime,
+        at: datetime,
+        worker: str | None = None,
+    ) -> Run | None:
+        ids = encode_json(list(waiting_on))
+        encoded_state = _json_or_none(state)
+
+        def park(db: sqlite3.Connection) -> Run | None:
+            run = self._run_in(db, run_id)
+            if run is None or run.status is not RunStatus.RUNNING or (worker is not None and run.worker != worker):
+                return None
+            ready = db.execute(Q["any_pending_of"], {"ids": ids}).fetchone() is None
+            params = {"id": run_id, "status": status.value, "state": encoded_state, "ids": ids}
+            db.execute(Q["park_run"], params | {"expires_at": _us(expires_at), "at": _us(at), "ready": int(ready)})
+            db.execute(Q["forget_waits"], {"id": run_id})
+            db.execute(Q["add_waits"], {"id": run_id, "ids": ids})
+            parked = self._run_in(db, run_id)
+            assert parked is not None
+            db.execute(Q["insert_event"], _run_event("input_requested", parked))
+            return parked
+
+        return await self._write(park)
+
+    async def claim_run(
+        self,
+        agents: Sequence[str] | None,
+        *,
+        worker: str,
+        lease_expires_at: datetime,
+        at: datetime,
+        requester: str | None = None,
+    ) -> Run | None:
+        params: dict[str, Any] = {"at": _us(at), "requester": requester}
+        if agents is not None:
+            params["agents"] = encode_json(list(agents))
+        of = "" if agents is None else "_of"
+
+        def find(db: sqlite3.Connection) -> Any:
+            found = db.execute(Q["ready_run" + of], params).fetchone()
+            return found or db.execute(Q["lapsed_run" + of], params).fetchone()
+
+        if await self._retry(lambda: find(self.db)) is None:
+            return None  # the common case for an idle worker: take no write lock
+
+        def claim(db: sqlite3.Connection) -> Run | None:
+            found = find(db)
+            if found is None:
+                return None
+            lease = {"id": found[0], "worker": worker, "lease_expires_at": _us(lease_expires_at), "at": _us(at)}
+            db.execute(Q["claim_run"], lease)
+            claimed = self._run_in(db, found[0])
+            assert claimed is not None
+            db.execute(Q["insert_event"], _run_event("run_claimed", claimed))
+            return claimed
+
+        return await self._write(claim)
+
+    async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:
+        params = {"id": run_id, "worker": worker, "lease_expires_at": _us(lease_expires_at)}
+        return bool(await self._write(lambda db: db.execute(Q["renew_lease"], params).rowcount, notify=False))
+
+    def _end_in(
+        self,
+        db: sqlite3.Connection,
+        run_id: str,
+        status: RunStatus,
+        fields: dict[str, Any],
+        worker: str | None,
+        withdraw: Response | None,
+        due: datetime | None = None,
+    ) -> tuple[Run | None, list[tuple[Request, str]]]:
+        run = self._run_in(db, run_id)
+        if run is None or not may_end(run, worker, due):
+            return None, []
+        db.execute(Q["end_run"], {"id": run_id, "status": status.value, **fields})
+        cancelled = []
+        if withdraw is not None:
+            for row in db.execute(Q["pending_of_run"], {"id": run_id}).fetchall():
+                request = request_from_row(*row).settle(Status.CANCELLED, withdraw)
+                answer = self._settle_one(db, request)
+                if answer is not None:
+                    cancelled.append((request, answer))
+        ended = self._run_in(db, run_id)
+        assert ended is not None
+        db.execute(Q["insert_event"], _run_event(f"run_{status.value}", ended))
+        return ended, cancelled
+
+    async def end_run(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        at: datetime,
+        result: Any = None,
+        error: str | None = None,
+        terminal_reason: str | None = None,
+        worker: str | None = None,
+        withdraw: Response | None = None,
+    ) -> tuple[Run | None, list[Request]]:
+        fields = {"result": _json_or_none(result), "error": error, "terminal_reason": terminal_reason, "at": _us(at)}
+        ended, cancelled = await self._write(lambda db: self._end_in(db, run_id, status, fields, worker, withdraw))
+        for request, answer in cancelled:
+            self._remember(request, answer)
+        return ended, [request for request, _ in cancelled]
+
+    async def expire_runs(self, due: datetime, response: Response) -> list[tuple[Run, list[Request]]]:
+        if not await self._read(Q["runs_due"], {"due": _us(due)}):
+            return []  # the common case for the expiry loop: take no write lock
+        fields = {"result": None, "error": None, "terminal_reason": "interaction_timeout", "at": _us(due)}
+
+        def expire(db: sqlite3.Connection) -> list[tuple[Run, list[tuple[Request, str]]]]:
+            out = []
+            for (run_id,) in db.execute(Q["runs_due"], {"due": _us(due)}).fetchall():
+                ended, cancelled = self._end_in(db, run_id, RunStatus.CANCELLED, fields, None, response, due)
+                if ended is not None:
+                    out.append((ended, cancelled))
+            return out
+
+        expired = await self._write(expire)
+        for _, cancelled in expired:
+            for request, answer in cancelled:
+                self._remember(request, answer)
+        return [(run, [request for request, _ in cancelled]) for run, cancelled in expired]
 
     # -- events --------------------------------------------------------------------------
 

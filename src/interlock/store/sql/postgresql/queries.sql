@@ -118,3 +118,85 @@ WHERE s.hash = $1 AND s.expires_at > $2 AND t.revoked_at IS NULL;
 
 -- name: end_session
 SELECT id, principal, kind, owner, token, csrf, expires_at FROM interlock_end_session($1, $2);
+
+-- name: insert_run
+WITH inserted AS (
+    INSERT INTO runs (id, agent, session, requester, status, max_duration, created_at, updated_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id
+)
+INSERT INTO events (type, at, data, requester, session, run)
+SELECT 'run_started', $7, $8, $4, $3, $1 FROM inserted
+RETURNING id;
+
+-- name: get_run
+SELECT id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+       attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
+FROM runs WHERE id = $1;
+
+-- name: lock_run
+SELECT id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+       attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
+FROM runs WHERE id = $1 FOR UPDATE;
+
+-- name: park_run
+WITH forgotten AS (DELETE FROM run_waits WHERE run_id = $1),
+added AS (
+    INSERT INTO run_waits (run_id, request_id) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING
+)
+UPDATE runs SET status = $3, state = $4, waiting_on = to_json($2::text[]), expires_at = $5, updated_at = $6,
+    ready = NOT EXISTS (SELECT 1 FROM requests WHERE id = ANY($2::text[]) AND status = 'pending'),
+    worker = NULL, lease_expires_at = NULL
+WHERE id = $1
+RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
+
+-- name: claim_ready
+-- SKIP LOCKED: racing workers each take a different run (or none), never the same one.
+UPDATE runs SET status = 'running', ready = false, expires_at = NULL, worker = $2, lease_expires_at = $3,
+    attempts = attempts + 1, updated_at = $4
+FROM (SELECT id FROM runs
+      WHERE ready AND status IN ('waiting_for_input', 'waiting_for_approval') AND ($1::text[] IS NULL OR agent = ANY($1))
+        AND ($5::text IS NULL OR requester = $5)
+      ORDER BY updated_at LIMIT 1 FOR UPDATE SKIP LOCKED) AS found
+WHERE runs.id = found.id
+RETURNING runs.id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
+
+-- name: claim_lapsed
+-- A running run whose worker's lease ran out (the worker died): taken as a ready one is.
+UPDATE runs SET status = 'running', ready = false, expires_at = NULL, worker = $2, lease_expires_at = $3,
+    attempts = attempts + 1, updated_at = $4
+FROM (SELECT id FROM runs
+      WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at <= $4
+        AND ($1::text[] IS NULL OR agent = ANY($1)) AND ($5::text IS NULL OR requester = $5)
+      ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED) AS found
+WHERE runs.id = found.id
+RETURNING runs.id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
+
+-- name: renew_lease
+UPDATE runs SET lease_expires_at = $3 WHERE id = $1 AND status = 'running' AND worker = $2;
+
+-- name: lock_pending_of_run
+SELECT id FROM requests WHERE run = $1 AND status = 'pending' ORDER BY id FOR UPDATE;
+
+-- name: end_run
+UPDATE runs SET status = $2, result = $3, error = $4, terminal_reason = $5, updated_at = $6, expires_at = NULL,
+    ready = false, worker = NULL, lease_expires_at = NULL
+WHERE id = $1
+RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
+
+-- name: pending_of_run
+SELECT status, doc, response FROM requests WHERE run = $1 AND status = 'pending' ORDER BY id;
+
+-- name: runs_due
+SELECT id FROM runs WHERE expires_at IS NOT NULL AND expires_at <= $1
+  AND status IN ('waiting_for_input', 'waiting_for_approval') AND NOT ready
+ORDER BY expires_at LIMIT 100;
+
+-- name: next_run_expiry
+-- A ready run (every request settled) is not abandoned: it waits for a worker, not a person.
+SELECT min(expires_at) FROM runs WHERE expires_at IS NOT NULL AND NOT ready;

@@ -122,3 +122,79 @@ WHERE s.hash = :hash AND s.expires_at > :now AND t.revoked_at IS NULL;
 
 -- name: delete_session
 DELETE FROM sessions WHERE hash = :hash;
+
+-- name: insert_run
+INSERT INTO runs (id, agent, session, requester, status, max_duration, created_at, updated_at)
+VALUES (:id, :agent, :session, :requester, :status, :max_duration, :created_at, :updated_at)
+ON CONFLICT (id) DO NOTHING;
+
+-- name: get_run
+SELECT id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+       attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
+FROM runs WHERE id = :id;
+
+-- name: any_pending_of
+SELECT 1 FROM requests WHERE status = 'pending' AND id IN (SELECT value FROM json_each(:ids)) LIMIT 1;
+
+-- name: park_run
+UPDATE runs SET status = :status, state = :state, waiting_on = :ids, expires_at = :expires_at,
+    updated_at = :at, ready = :ready, worker = NULL, lease_expires_at = NULL
+WHERE id = :id;
+
+-- name: forget_waits
+DELETE FROM run_waits WHERE run_id = :id;
+
+-- name: add_waits
+INSERT OR IGNORE INTO run_waits (run_id, request_id) SELECT :id, value FROM json_each(:ids);
+
+-- name: ready_run
+SELECT id FROM runs INDEXED BY runs_ready
+WHERE ready = 1 AND status IN ('waiting_for_input', 'waiting_for_approval')
+  AND (:requester IS NULL OR requester = :requester)
+ORDER BY updated_at LIMIT 1;
+
+-- name: ready_run_of
+SELECT id FROM runs INDEXED BY runs_ready
+WHERE ready = 1 AND status IN ('waiting_for_input', 'waiting_for_approval')
+  AND agent IN (SELECT value FROM json_each(:agents))
+  AND (:requester IS NULL OR requester = :requester)
+ORDER BY updated_at LIMIT 1;
+
+-- name: lapsed_run
+SELECT id FROM runs INDEXED BY runs_leased
+WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at <= :at
+  AND (:requester IS NULL OR requester = :requester)
+ORDER BY lease_expires_at LIMIT 1;
+
+-- name: lapsed_run_of
+SELECT id FROM runs INDEXED BY runs_leased
+WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at <= :at
+  AND agent IN (SELECT value FROM json_each(:agents))
+  AND (:requester IS NULL OR requester = :requester)
+ORDER BY lease_expires_at LIMIT 1;
+
+-- name: claim_run
+UPDATE runs SET status = 'running', ready = 0, expires_at = NULL, worker = :worker,
+    lease_expires_at = :lease_expires_at, attempts = attempts + 1, updated_at = :at
+WHERE id = :id;
+
+-- name: renew_lease
+UPDATE runs SET lease_expires_at = :lease_expires_at
+WHERE id = :id AND status = 'running' AND worker = :worker;
+
+-- name: end_run
+UPDATE runs SET status = :status, result = :result, error = :error, terminal_reason = :terminal_reason,
+    updated_at = :at, expires_at = NULL, ready = 0, worker = NULL, lease_expires_at = NULL
+WHERE id = :id;
+
+-- name: pending_of_run
+SELECT status, doc, response FROM requests WHERE run = :id AND status = 'pending' ORDER BY id;
+
+-- name: runs_due
+SELECT id FROM runs WHERE expires_at IS NOT NULL AND expires_at <= :due
+  AND status IN ('waiting_for_input', 'waiting_for_approval') AND ready = 0
+ORDER BY expires_at LIMIT 100;
+
+-- name: next_run_expiry
+-- A ready run (every request settled) is not abandoned: it waits for a worker, not a person.
+SELECT min(expires_at) FROM runs WHERE expires_at IS NOT NULL AND ready = 0;

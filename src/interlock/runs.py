@@ -1,0 +1,203 @@
+"""Resuming parked runs: a worker claims each run once its requests have settled and hands
+it to the resume handler of its agent.
+
+An agent that needs a person creates its requests with `run=run.id`, stores its
+framework's state with `broker.park(...)`, and may exit. Once every request the run waits
+on has settled (answered, refused, expired or withdrawn), the run is *ready*; a `Worker`
+in any process claims it exactly once, under a lease it renews while the handler works,
+and calls the handler of the run's agent:
+
+    async def resume(run: Run, requests: Mapping[str, Request]) -> Any | Park
+
+with the run (its `state` as parked) and the settled requests it waited on, by id. What
+the handler does decides how the run goes on:
+
+- it returns a value: the run is `completed` with it as `result` (JSON);
+- it returns `Park(state, waiting_on)`: the run parks again on new requests (created with
+  `run=run.id`), to be resumed once they settle;
+- it raises: the run is `failed` with the error's text (`terminal_reason` "error").
+
+If the worker dies meanwhile, its lease runs out and another worker claims the run again,
+so a handler may run more than once for one pause (`run.attempts` counts the claims): it
+should be safe to repeat, as a tool call behind the approval gate is (an approval is
+consumed once).
+
+`Worker(broker, handlers).run()` serves in a program that stays up; `interlock worker
+module:factory` is the same as a process of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .broker import DEFAULT_LEASE, Broker
+from .errors import InvalidRequest, RunConflict
+from .model import Request, Run, RunStatus
+
+__all__ = ["Park", "ResumeHandler", "Worker"]
+
+log = logging.getLogger("interlock")
+
+
+@dataclass(frozen=True, slots=True)
+class Park:
+    """Returned by a resume handler to park the run again on `waiting_on` (requests created
+    with `run=run.id`), keeping `state`."""
+
+    state: Any
+    waiting_on: Sequence[str]
+    status: RunStatus | str | None = None
+
+
+ResumeHandler = Callable[[Run, Mapping[str, Request]], Awaitable[Any]]
+"""Goes on with a claimed run: returns its result, or `Park(...)`; raises to fail it."""
+
+CLAIM_WAIT = 30.0
+"""Seconds one claim waits for a ready run before asking again (a long poll)."""
+
+
+def default_worker_name() -> str:
+    """host:pid, so a worker's claims say which process holds them."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Worker:
+    """Claims the ready runs of the agents it has a handler for, and resumes each once.
+
+    `concurrency` runs are resumed at a time. Each claim holds its run for `lease`
+    seconds, renewed every third of that while the handler works; a worker that dies
+    stops renewing, and another worker takes the run over once the lease has run out.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        handlers: Mapping[str, ResumeHandler],
+        *,
+        name: str | None = None,
+        lease: float = DEFAULT_LEASE,
+        concurrency: int = 1,
+    ) -> None:
+        if not handlers:
+            raise ValueError("a worker needs a resume handler for at least one agent")
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if not lease > 0:
+            raise ValueError("lease must be a positive number of seconds")
+        self.broker = broker
+        self.handlers = dict(handlers)
+        self.name = name or default_worker_name()
+        self.lease = lease
+        self.concurrency = concurrency
+        self.resumed = 0
+        """How many runs this worker has resumed (whatever their outcome)."""
+
+    async def run_once(self, *, wait: float = 0.0) -> Run | None:
+        """Claim one ready run (waiting up to `wait` seconds for one) and resume it; return
+        the run as the handler left it, or None if there was none."""
+        run = await self.broker.claim_run(list(self.handlers), worker=self.name, lease=self.lease, wait=wait)
+        if run is None:
+            return None
+        return await self.resume(run)
+
+    async def drain(self) -> int:
+        """Resume ready runs until there is none left; how many it resumed."""
+        count = 0
+        while await self.run_once() is not None:
+            count += 1
+        return count
+
+    async def run(self, *, stop: asyncio.Event | None = None) -> None:
+        """Resume runs as they become ready, until `stop` is set (or the task is cancelled).
+        A run being resumed when it stops is left to its lease, and so to another worker."""
+        stop = stop or asyncio.Event()
+        async with asyncio.TaskGroup() as group:
+            for _ in range(self.concurrency):
+                group.create_task(self._loop(stop))
+
+    async def _loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            claiming = asyncio.ensure_future(
+                self.broker.claim_run(list(self.handlers), worker=self.name, lease=self.lease, wait=CLAIM_WAIT)
+            )
+            stopping = asyncio.ensure_future(stop.wait())
+            try:
+                await asyncio.wait((claiming, stopping), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopping.cancel()
+            if not claiming.done():
+                claiming.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    run = await claiming
+                    if run is not None:  # claimed just as we stopped: resume it rather than wait out its lease
+                        await self.resume(run)
+                return
+            try:
+                run = claiming.result()
+            except (ConnectionError, OSError) as exc:
+                log.warning("worker %s could not claim a run (%s); trying again", self.name, exc)
+                await asyncio.sleep(1.0)
+                continue
+            if run is not None:
+                try:
+                    await self.resume(run)
+                except Exception:  # e.g. the store unreachable: the lease hands the run on
+                    log.exception("worker %s could not finish run %s", self.name, run.id)
+
+    async def resume(self, run: Run) -> Run:
+        """Resume a run this worker has claimed: call its agent's handler with the settled
+        requests it waited on, then complete, park or fail it by what the handler did."""
+        self.resumed += 1
+        handler = self.handlers.get(run.agent)
+        if handler is None:  # claimed for an agent we have no handler for: not ours to guess
+            return await self.broker.fail_run(run.id, f"no resume handler for agent {run.agent!r}", worker=self.name)
+        renewing = asyncio.ensure_future(self._renew(run.id))
+        failure: str | None = None
+        outcome: Any = None
+        try:
+            requests = {request_id: await self.broker.get(request_id) for request_id in run.waiting_on}
+            try:
+                outcome = await handler(run, requests)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("resuming run %s of agent %s failed", run.id, run.agent)
+                failure = f"{type(exc).__name__}: {exc}"
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+        try:
+            if failure is not None:
+                ended = await self.broker.fail_run(run.id, failure, worker=self.name)
+            elif isinstance(outcome, Park):
+                ended = await self.broker.park(
+                    run.id, state=outcome.state, waiting_on=outcome.waiting_on, status=outcome.status, worker=self.name
+                )
+            else:
+                ended = await self.broker.complete_run(run.id, outcome, worker=self.name)
+            log.info("worker %s resumed run %s of agent %s: %s", self.name, run.id, run.agent, ended.status.value)
+            return ended
+        except RunConflict:
+            log.warning("run %s was taken over or ended while worker %s resumed it", run.id, self.name)
+            return await self.broker.get_run(run.id)
+        except InvalidRequest as exc:  # a result or state that cannot be stored, requests not the run's
+            log.error("run %s of agent %s could not be stored as its handler left it: %s", run.id, run.agent, exc)
+            return await self.broker.fail_run(run.id, f"InvalidRequest: {exc}", worker=self.name)
+
+    async def _renew(self, run_id: str) -> None:
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            try:
+                if not await self.broker.renew_lease(run_id, worker=self.name, lease=self.lease):
+                    log.warning("worker %s lost its hold on run %s", self.name, run_id)
+                    return
+            except (ConnectionError, OSError) as exc:
+                log.warning("renewing the lease on run %s failed (%s)", run_id, exc)

@@ -1,0 +1,410 @@
+"""The runs API under /api/v1/runs: start, park, claim, finish and cancel runs, list and
+read them, and follow a run's events with replay on reconnect.
+
+Who may do what: an agent (or the operator of a server without auth) starts runs, parks
+them, claims them and finishes them; only the principal that started a run, or its
+owner, or a person one of its requests goes to may read it, follow it and cancel it. A
+run's framework state is shown only to the agent that started it (and the operator), and
+taken only from it: a person's client never sees or sends it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from ..broker import DEFAULT_LEASE, MAX_EVENT_ID, LocalBroker
+from ..errors import NotFound, RunConflict
+from ..model import RUN_EVENTS, Event, Run, RunStatus, run_to_dict
+from ..principals import Principal, can_read
+from .common import ApiError, State, TheBroker, app_state, event_to_dict, parse_event_id
+from .schemas import EventPage, Problem
+from .stream import Dropped
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["runs"])
+
+PROBLEMS = {
+    403: "not yours: the run is neither started by you nor waiting on you (or you are a person, not an agent)",
+    404: "no such run",
+    409: "the run is not in a state that allows this (`run_conflict`): ended, parked, or held by another worker",
+    422: "the body or a parameter does not fit the schema, or is refused (`invalid_request`)",
+}
+
+
+def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {status: {"model": Problem, "description": PROBLEMS[status]} for status in statuses}
+
+
+async def _caller(request: Request) -> Principal:
+    return await app_state(request).auth.api_principal(request)
+
+
+Caller = Annotated[Principal, Depends(_caller)]
+
+
+# -- shapes ----------------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = {"extra": "forbid", "strict": True}
+
+
+class StartBody(_Strict):
+    agent: str = Field(description="the agent whose run this is: a worker with its handler resumes it")
+    session: str | None = Field(None, description="the session or thread the run belongs to")
+    run_id: str | None = Field(None, description="the run's id; a run with this id already stored is returned as is")
+    max_duration: float | None = Field(
+        None, gt=0, description="seconds: a pause stays open at least this long before it is given up"
+    )
+    requester: str | None = Field(None, description="who starts it (the operator only; else the token's principal)")
+
+
+class ParkBody(_Strict):
+    state: Any = Field(None, description="the framework's state to go on from (JSON, opaque to interlock)")
+    waiting_on: list[str] = Field(description="the requests (created with this run's id) the run waits on")
+    status: Literal["waiting_for_input", "waiting_for_approval"] | None = None
+    worker: str | None = Field(None, description="the worker holding the run, when a worker parks it again")
+
+
+class ClaimBody(_Strict):
+    agents: list[str] | None = Field(None, description="the agents this worker resumes; any when null")
+    worker: str = Field(description="the worker's name, which holds the run until its lease runs out")
+    lease: float = Field(DEFAULT_LEASE, gt=0, le=3600)
+
+
+class LeaseBody(_Strict):
+    worker: str
+    lease: float = Field(DEFAULT_LEASE, gt=0, le=3600)
+
+
+class CompleteBody(_Strict):
+    result: Any = None
+    worker: str | None = None
+
+
+class FailBody(_Strict):
+    error: str
+    worker: str | None = None
+
+
+class CancelRunBody(_Strict):
+    reason: str = Field("cancelled_by_user", description="the run's `terminal_reason`")
+
+
+class RunModel(BaseModel):
+    id: str
+    agent: str
+    session: str | None
+    requester: str | None
+    status: Literal["running", "waiting_for_input", "waiting_for_approval", "completed", "failed", "cancelled"]
+    terminal_reason: str | None
+    created_at: str
+    updated_at: str
+    expires_at: str | None = Field(description="while parked on a person: when the pause is given up")
+    max_duration: float | None
+    waiting_on: list[str]
+    ready: bool = Field(description="every request the run waits on has settled: a worker may claim it")
+    result: Any
+    error: str | None
+    worker: str | None
+    lease_expires_at: str | None
+    attempts: int
+    state: Any = Field(None, description="shown only to the agent that started the run")
+
+
+class RunPageModel(BaseModel):
+    items: list[RunModel]
+    next_cursor: str | None
+
+
+class Renewed(BaseModel):
+    renewed: bool
+
+
+# -- who may do what ---------------------------------------------------------------------------
+
+
+def _keeps_state(caller: Principal, run: Run) -> bool:
+    return caller.kind == "admin" or (caller.kind == "agent" and caller.name == run.requester)
+
+
+def out(caller: Principal, run: Run, status_code: int = 200) -> JSONResponse:
+    return JSONResponse(run_to_dict(run, state=_keeps_state(caller, run)), status_code=status_code)
+
+
+def _agent_only(caller: Principal, what: str) -> None:
+    if caller.kind == "human":
+        raise ApiError(403, "forbidden", f"only an agent {what}; a person's client does not")
+
+
+async def _may_see(broker: LocalBroker, caller: Principal, run: Run) -> bool:
+    if caller.kind == "admin" or caller.name == run.requester:
+        return True
+    if run.requester is not None:
+        starter = await broker.principals.get_principal(run.requester)
+        if starter is not None and starter.owner == caller.name:
+            return True
+    return bool((await broker.list(run=run.id, recipient=caller.name, limit=1)).items)
+
+
+async def visible_run(broker: LocalBroker, caller: Principal, run_id: str) -> Run:
+    run = await broker.get_run(run_id)
+    if not await _may_see(broker, caller, run):
+        raise ApiError(403, "forbidden", "this run is neither started by you nor waiting on you")
+    return run
+
+
+async def own_run(broker: LocalBroker, caller: Principal, run_id: str, what: str) -> Run:
+    _agent_only(caller, what)
+    run = await broker.get_run(run_id)
+    if caller.kind != "admin" and caller.name != run.requester:
+        raise ApiError(403, "forbidden", "this run was started by someone else")
+    return run
+
+
+# -- routes ------------------------------------------------------------------------------------
+
+
+@router.post(
+    "/runs",
+    status_code=201,
+    response_model=RunModel,
+    responses={200: {"model": RunModel, "description": "the run with this id, already stored"}, **_problems(403, 422)},
+)
+async def start_run(body: StartBody, caller: Caller, broker: TheBroker) -> JSONResponse:
+    """Start a run of an agent (status `running`). Create its requests with
+    `origin.run` set to its id, then park it on them."""
+    _agent_only(caller, "starts runs")
+    if body.run_id is not None:
+        existing = await _existing(broker, body.run_id)
+        if existing is not None:
+            if caller.kind != "admin" and existing.requester != caller.name:
+                raise ApiError(403, "forbidden", "a run with this id was started by someone else")
+            return out(caller, existing)
+    requester = body.requester if caller.kind == "admin" else caller.name
+    run = await broker.start_run(
+        body.agent, session=body.session, run_id=body.run_id, max_duration=body.max_duration, requester=requester
+    )
+    return out(caller, run, 201)
+
+
+async def _existing(broker: LocalBroker, run_id: str) -> Run | None:
+    try:
+        return await broker.get_run(run_id)
+    except NotFound:
+        return None
+
+
+@router.get("/runs", response_model=RunPageModel, responses=_problems(422))
+async def list_runs(
+    caller: Caller,
+    broker: TheBroker,
+    agent: str | None = None,
+    session: str | None = None,
+    status: RunStatus | None = None,
+    requester: str | None = None,
+    cursor: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    order: Literal["asc", "desc"] = "desc",
+) -> dict[str, Any]:
+    """The runs you started or that wait on you, newest first, a page at a time (pass
+    `next_cursor` as `cursor`). A list shows no state."""
+    page = await broker.list_runs(
+        agent=agent,
+        session=session,
+        status=status,
+        requester=requester,
+        involving=None if caller.kind == "admin" else caller.name,
+        after=cursor,
+        limit=limit,
+        order=order,
+    )
+    items = [run_to_dict(run, state=False) for run in page.items]
+    return {"items": items, "next_cursor": page.next_cursor}
+
+
+@router.post("/runs/claim", response_model=RunModel, responses={204: {"description": "no run was ready in time"}})
+async def claim_run(
+    body: ClaimBody,
+    caller: Caller,
+    broker: TheBroker,
+    wait: Annotated[float, Query(ge=0, le=300, description="seconds to wait for a ready run")] = 0.0,
+) -> Response:
+    """Claim one ready run for a worker, exactly once across workers: a parked run whose
+    requests have all settled, or one whose worker's lease ran out. An agent's token
+    claims only the runs it started."""
+    _agent_only(caller, "claims runs")
+    run = await broker.claim_run(
+        body.agents,
+        worker=body.worker,
+        lease=body.lease,
+        wait=wait,
+        requester=None if caller.kind == "admin" else caller.name,
+    )
+    if run is None:
+        return Response(status_code=204)
+    return out(caller, run)
+
+
+@router.get("/runs/{run_id}", response_model=RunModel, responses=_problems(403, 404))
+async def get_run(run_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
+    """The run as it is now (its state only to the agent that started it)."""
+    return out(caller, await visible_run(broker, caller, run_id))
+
+
+@router.post("/runs/{run_id}/park", response_model=RunModel, responses=_problems(403, 404, 409, 422))
+async def park_run(run_id: str, body: ParkBody, caller: Caller, broker: TheBroker) -> JSONResponse:
+    """Park a running run on requests of its own with the framework's state; the agent's
+    process may exit then. A worker claims it once they have all settled."""
+    await own_run(broker, caller, run_id, "parks runs")
+    run = await broker.park(
+        run_id, state=body.state, waiting_on=body.waiting_on, status=body.status, worker=body.worker
+    )
+    return out(caller, run)
+
+
+@router.post("/runs/{run_id}/lease", response_model=Renewed, responses=_problems(403, 404, 422))
+async def renew_lease(run_id: str, body: LeaseBody, caller: Caller, broker: TheBroker) -> dict[str, bool]:
+    """Hold a claimed run longer; `renewed` is false once the worker holds it no more."""
+    await own_run(broker, caller, run_id, "holds runs")
+    return {"renewed": await broker.renew_lease(run_id, worker=body.worker, lease=body.lease)}
+
+
+@router.post("/runs/{run_id}/complete", response_model=RunModel, responses=_problems(403, 404, 409, 422))
+async def complete_run(run_id: str, body: CompleteBody, caller: Caller, broker: TheBroker) -> JSONResponse:
+    """End a running run as `completed` with its result."""
+    await own_run(broker, caller, run_id, "finishes runs")
+    return out(caller, await broker.complete_run(run_id, body.result, worker=body.worker))
+
+
+@router.post("/runs/{run_id}/fail", response_model=RunModel, responses=_problems(403, 404, 409, 422))
+async def fail_run(run_id: str, body: FailBody, caller: Caller, broker: TheBroker) -> JSONResponse:
+    """End a running run as `failed` (`terminal_reason` "error") with the error."""
+    await own_run(broker, caller, run_id, "finishes runs")
+    return out(caller, await broker.fail_run(run_id, body.error, worker=body.worker))
+
+
+@router.post("/runs/{run_id}/cancel", response_model=RunModel, responses=_problems(403, 404, 409, 422))
+async def cancel_run(run_id: str, caller: Caller, broker: TheBroker, body: CancelRunBody | None = None) -> JSONResponse:
+    """Stop a run: it ends `cancelled` (`terminal_reason`, `cancelled_by_user` by default)
+    and its pending requests are withdrawn. 409 `run_conflict` if it had ended."""
+    await visible_run(broker, caller, run_id)
+    reason = body.reason if body is not None else "cancelled_by_user"
+    if not await broker.cancel_run(run_id, reason, by=caller.name):
+        current = await broker.get_run(run_id)
+        raise RunConflict(run_id, current.status.value, f"run {run_id!r} has ended ({current.status.value})")
+    return out(caller, await broker.get_run(run_id))
+
+
+def _run_filter(caller: Principal, run_id: str) -> Any:
+    """A run's events: the run's own, and those of its requests the caller may read."""
+
+    def accept(event: Event) -> bool:
+        if event.request is not None:
+            return event.request.origin.run == run_id and can_read(caller, event.request)
+        if event.data.get("run") != run_id:
+            return False
+        data = event.data
+        return event.type in RUN_EVENTS or caller.kind == "admin" or caller.name in (data.get("to"), data.get("by"))
+
+    return accept
+
+
+@router.get("/runs/{run_id}/events", response_model=EventPage, responses=_problems(403, 404, 422))
+async def run_events(
+    run_id: str,
+    caller: Caller,
+    broker: TheBroker,
+    after: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,
+    limit: Annotated[int, Query(ge=0, le=1000)] = 500,
+) -> dict[str, Any]:
+    """A page of the run's events after `after`, oldest first."""
+    await visible_run(broker, caller, run_id)
+    accept = _run_filter(caller, run_id)
+    page = await broker.find_events(after=after, limit=limit, run=run_id)
+    last = page[-1].id if page else after
+    return {"events": [event_to_dict(e) for e in page if accept(e)], "last_event_id": last}
+
+
+@router.get(
+    "/runs/{run_id}/events/stream",
+    response_class=EventSourceResponse,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}, **_problems(403, 404)},
+)
+async def run_stream(
+    run_id: str,
+    caller: Caller,
+    broker: TheBroker,
+    state: State,
+    http: Request,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_EVENT_ID, description="replay from here; Last-Event-ID wins")
+    ] = None,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> EventSourceResponse:
+    """The run's events as server-sent events, each `id` the event's id. Reconnect with
+    `Last-Event-ID` to get exactly what was missed; and while the run is still parked on
+    a person, its `input_requested` event is sent again first, so a handler that acts on
+    it may simply act again (it is idempotent)."""
+    try:
+        start = parse_event_id(last_event_id)
+    except ValueError as exc:
+        raise ApiError(400, "invalid_request", str(exc)) from None
+    start = after if start is None else start
+    await visible_run(broker, caller, run_id)
+    accept = _run_filter(caller, run_id)
+    holder = state.auth.holder(http)
+    token = http.headers.get("authorization", "").partition(" ")[2].strip()
+
+    async def still_valid() -> bool:
+        return await state.auth.from_token(token) is not None
+
+    async def replay(cursor: int) -> AsyncIterator[Event]:
+        while True:
+            page = await broker.find_events(after=cursor, limit=500, run=run_id)
+            for event in page:
+                yield event
+            if len(page) < 500:
+                return
+            cursor = page[-1].id
+
+    async def generate() -> AsyncIterator[ServerSentEvent]:
+        yield ServerSentEvent(comment="connected", retry=2000)
+        if start is not None:
+            pause = await _pending_pause(broker, run_id, start)
+            if pause is not None:
+                yield ServerSentEvent(data=state.hub.encoded(pause), event=pause.type, id=str(pause.id))
+        try:
+            follow = state.hub.replay_then_follow(
+                accept, start, replay, holder=holder, still_valid=still_valid if holder is not None else None
+            )
+            async for event in follow:
+                yield ServerSentEvent(data=state.hub.encoded(event), event=event.type, id=str(event.id))
+        except Dropped as exc:
+            yield ServerSentEvent(data=json.dumps({"reason": str(exc)}), event="dropped")
+
+    return state.quotas.streams.response(caller.name, generate(), ping=state.keepalive)
+
+
+async def _pending_pause(broker: LocalBroker, run_id: str, seen: int) -> Event | None:
+    """The `input_requested` event of the run's current pause, if the run is still parked
+    on a person and the client has seen that event already (else the replay sends it)."""
+    run = await broker.get_run(run_id)
+    if not run.status.waiting or run.ready:
+        return None
+    last: Event | None = None
+    cursor = 0
+    while True:
+        page = await broker.find_events(after=cursor, until=seen, limit=500, run=run_id)
+        last = next((e for e in reversed(page) if e.type == "input_requested"), last)
+        if len(page) < 500:
+            return last
+        cursor = page[-1].id

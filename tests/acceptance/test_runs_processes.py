@@ -1,0 +1,214 @@
+"""Runs across real processes: an agent parks and exits, a person answers from the CLI,
+`interlock worker` resumes the run in a new process, exactly once; in both orders, on
+SQLite and PostgreSQL. And Ctrl-C on a waiting agent leaves its run's request pending."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import anyio
+import pytest
+
+import interlock
+from interlock import Status
+from interlock.model import RunStatus
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+INTERLOCK = [sys.executable, "-m", "interlock"]
+BOUND = 60
+
+AGENT = '''
+"""An agent that asks approval to deploy, parks its run and exits; `handlers` resumes it."""
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import interlock
+from interlock import Confirm
+
+HERE = Path(__file__).parent
+
+
+async def park(run_id: str) -> None:
+    async with interlock.connect() as broker:
+        run = await broker.start_run("deployer", run_id=run_id, session="thread-1")
+        request = await broker.create(
+            Confirm("Deploy web to prod?"), kind="approval", to="alice", run=run.id, agent="deployer",
+            idempotency_key=f"{run.id}:deploy",
+        )
+        await broker.park(run.id, state={"target": "prod", "call": "deploy"}, waiting_on=[request.id])
+        print(request.id)
+
+
+async def wait_on_request(run_id: str | None) -> None:
+    async with interlock.connect() as broker:
+        fields = {}
+        if run_id:
+            run = await broker.start_run("deployer", run_id=run_id)
+            fields["run"] = run.id
+        request = await broker.create(Confirm("Deploy?"), kind="approval", to="alice", **fields)
+        print(request.id, flush=True)
+        await broker.wait(request.id)
+
+
+def handlers(broker):
+    async def resume(run, requests):
+        (request,) = requests.values()
+        if request.answer is True:
+            with open(HERE / "deployed.txt", "a") as ran:  # the tool: it must run once
+                ran.write(json.dumps(run.state) + "\\n")
+            return {"deployed": run.state["target"]}
+        return {"deployed": None, "reason": request.response.reason if request.response else ""}
+
+    return {"deployer": resume}
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "park":
+        asyncio.run(park(sys.argv[2]))
+    else:
+        try:
+            asyncio.run(wait_on_request(sys.argv[2] if len(sys.argv) > 2 else None))
+        except KeyboardInterrupt:
+            sys.exit(130)
+'''
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'runs.db'}"
+        return
+    databases: Callable[[], AbstractContextManager[str]] = request.getfixturevalue("pg_databases")
+    with databases() as url:
+        yield url
+
+
+@pytest.fixture
+def agent_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "agent"
+    folder.mkdir()
+    (folder / "deploy_agent.py").write_text(textwrap.dedent(AGENT))
+    return folder
+
+
+def run(args: list[str], db: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "INTERLOCK_URL": db}
+    return subprocess.run(args, capture_output=True, text=True, env=env, cwd=cwd, timeout=BOUND)
+
+
+def park_in_a_process(db: str, agent_dir: Path, run_id: str) -> str:
+    done = run([sys.executable, "deploy_agent.py", "park", run_id], db, agent_dir)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def deployed(agent_dir: Path) -> list[dict[str, str]]:
+    path = agent_dir / "deployed.txt"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+async def test_answered_before_the_worker_starts_the_run_resumes_once(db: str, agent_dir: Path) -> None:
+    request_id = park_in_a_process(db, agent_dir, "run-1")
+    assert park_in_a_process(db, agent_dir, "run-1") == request_id  # a restarted agent finds its own request
+
+    answered = run([*INTERLOCK, "answer", request_id, "yes"], db, agent_dir)
+    assert answered.returncode == 0, answered.stderr
+
+    worked = run([*INTERLOCK, "worker", "deploy_agent:handlers", "--once"], db, agent_dir)
+    assert worked.returncode == 0, worked.stderr
+    assert "resumed 1 run(s)" in worked.stderr
+    again = run([*INTERLOCK, "worker", "deploy_agent:handlers", "--once"], db, agent_dir)
+    assert "resumed 0 run(s)" in again.stderr
+    assert deployed(agent_dir) == [{"target": "prod", "call": "deploy"}]
+
+    async with interlock.connect(db) as broker:
+        finished = await broker.get_run("run-1")
+    assert (finished.status, finished.result) == (RunStatus.COMPLETED, {"deployed": "prod"})
+
+
+async def test_a_worker_serving_before_the_answer_resumes_the_run_once_it_comes(db: str, agent_dir: Path) -> None:
+    env = {**os.environ, "INTERLOCK_URL": db}
+    worker = await asyncio.create_subprocess_exec(
+        *INTERLOCK,
+        "worker",
+        "deploy_agent:handlers",
+        cwd=agent_dir,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        request_id = park_in_a_process(db, agent_dir, "run-2")
+        async with interlock.connect(db) as broker:
+            after = await broker.last_event_id()
+            denied = run([*INTERLOCK, "reject", request_id, "--reason", "not on a Friday"], db, agent_dir)
+            assert denied.returncode == 0, denied.stderr
+            with anyio.fail_after(BOUND):
+                async for event in broker.events(after=after, follow=True):
+                    if event.type == "run_completed" and event.data.get("run") == "run-2":
+                        break
+            finished = await broker.get_run("run-2")
+        assert finished.result == {"deployed": None, "reason": "not on a Friday"}
+        assert deployed(agent_dir) == []  # denied: the tool never ran
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        with anyio.fail_after(BOUND):
+            _, err = await worker.communicate()
+    stderr = err.decode()
+    assert worker.returncode == 0, stderr
+    assert "resumed 1 run(s)" in stderr
+
+
+async def test_ctrl_c_leaves_a_runs_request_pending_but_withdraws_a_plain_one(db: str, agent_dir: Path) -> None:
+    env = {**os.environ, "INTERLOCK_URL": db}
+    outcomes = {}
+    for run_id in ("run-3", None):
+        args = [sys.executable, "deploy_agent.py", "wait", *([run_id] if run_id else [])]
+        proc = await asyncio.create_subprocess_exec(
+            *args, cwd=agent_dir, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        assert proc.stdout is not None
+        with anyio.fail_after(BOUND):
+            request_id = (await proc.stdout.readline()).decode().strip()
+            await asyncio.sleep(0.2)  # into the wait
+            proc.send_signal(signal.SIGINT)
+            await proc.communicate()
+        async with interlock.connect(db) as broker:
+            outcomes[run_id] = (await broker.get(request_id)).status
+    assert outcomes == {"run-3": Status.PENDING, None: Status.CANCELLED}
+
+
+async def test_runs_are_listed_shown_and_cancelled_from_the_cli(db: str, agent_dir: Path) -> None:
+    request_id = park_in_a_process(db, agent_dir, "run-4")
+    listed = run([*INTERLOCK, "runs", "--json"], db, agent_dir)
+    assert listed.returncode == 0, listed.stderr
+    (row,) = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert (row["id"], row["status"], row["waiting_on"]) == ("run-4", "waiting_for_approval", [request_id])
+    assert "state" not in row
+
+    shown = run([*INTERLOCK, "run", "show", "run-4"], db, agent_dir)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["agent"] == "deployer"
+    assert f"interlock answer {request_id}" in shown.stderr
+
+    cancelled = run([*INTERLOCK, "run", "cancel", "run-4"], db, agent_dir)
+    assert cancelled.returncode == 0, cancelled.stderr
+    again = run([*INTERLOCK, "run", "cancel", "run-4"], db, agent_dir)
+    assert again.returncode == 3
+    async with interlock.connect(db) as broker:
+        assert (await broker.get(request_id)).status is Status.CANCELLED
+        assert (await broker.get_run("run-4")).terminal_reason == "cancelled_by_user"
+    missing = run([*INTERLOCK, "run", "show", "no-such-run"], db, agent_dir)
+    assert missing.returncode != 0 and "no run with id" in missing.stderr

@@ -1,0 +1,186 @@
+"""The runs API against a real server with auth on: who may do what with a run, a run's
+state kept from people, and the run's event stream replaying a pending pause."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from httpx_sse import aconnect_sse
+
+import interlock
+from interlock.principals import Principal, issue_token
+
+pytestmark = pytest.mark.anyio
+BOUND = 10
+APPROVAL = {"kind": "approval", "asks": [{"type": "confirm", "id": "ok", "prompt": "Deploy?"}]}
+STATE = {"messages": [{"role": "user", "content": "deploy web"}], "pending_call": "call-7"}
+
+
+@dataclass
+class World:
+    base: str
+    tokens: dict[str, str]
+
+    def client(self, who: str) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {self.tokens[who]}"}
+        return httpx.AsyncClient(base_url=f"{self.base}/api/v1", headers=headers, timeout=BOUND)
+
+
+@pytest.fixture
+def world(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[World]:
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    tokens: dict[str, str] = {}
+
+    async def setup() -> None:
+        async with interlock.connect(db) as broker:
+            for principal in (
+                Principal("alice", "human"),
+                Principal("bob", "human"),
+                Principal("alice-bot", "agent", owner="alice"),
+                Principal("bob-bot", "agent", owner="bob"),
+            ):
+                await broker.store.save_principal(principal)
+                token = issue_token(principal.name, datetime.now(UTC))
+                await broker.store.save_token(token)
+                tokens[principal.name] = token.secret
+
+    anyio.run(setup)
+    with serve(db, auth=True, keepalive=0.2) as base:
+        yield World(base, tokens)
+
+
+@pytest.fixture
+async def clients(world: World) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
+    made = {who: world.client(who) for who in ("alice", "bob", "alice-bot", "bob-bot")}
+    yield made
+    for client in made.values():
+        await client.aclose()
+
+
+async def parked(bot: httpx.AsyncClient, run_id: str = "run-1") -> tuple[dict[str, Any], str]:
+    started = await bot.post("/runs", json={"agent": "deployer", "run_id": run_id, "session": "t1"})
+    assert started.status_code == 201, started.text
+    created = await bot.post("/requests", json={**APPROVAL, "origin": {"run": run_id}})
+    assert created.status_code == 201, created.text
+    request_id = created.json()["id"]
+    park = await bot.post(f"/runs/{run_id}/park", json={"state": STATE, "waiting_on": [request_id]})
+    assert park.status_code == 200, park.text
+    return park.json(), request_id
+
+
+async def test_the_agent_sees_its_runs_state_and_the_person_it_waits_on_does_not(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
+    run, request_id = await parked(clients["alice-bot"])
+    assert run["state"] == STATE and run["status"] == "waiting_for_approval" and run["requester"] == "alice-bot"
+
+    seen = (await clients["alice"].get("/runs/run-1")).json()
+    assert "state" not in seen or seen["state"] is None
+    assert seen["waiting_on"] == [request_id] and seen["expires_at"] is not None
+    listed = (await clients["alice"].get("/runs")).json()
+    assert [r["id"] for r in listed["items"]] == ["run-1"] and listed["items"][0].get("state") is None
+    request = (await clients["alice"].get(f"/requests/{request_id}")).json()
+    assert request["expires_at"] == seen["expires_at"]  # the pause's deadline, shown on its request
+
+    assert (await clients["bob"].get("/runs/run-1")).status_code == 403
+    assert (await clients["bob-bot"].get("/runs/run-1")).status_code == 403
+    assert (await clients["bob"].get("/runs")).json()["items"] == []
+    assert (await clients["alice"].get("/runs/no-such-run")).status_code == 404
+
+
+async def test_a_persons_client_never_sends_a_runs_state_nor_drives_it(clients: dict[str, httpx.AsyncClient]) -> None:
+    _, request_id = await parked(clients["alice-bot"])
+    alice = clients["alice"]
+    for path, body in (
+        ("/runs", {"agent": "deployer"}),
+        ("/runs/run-1/park", {"state": {"forged": True}, "waiting_on": [request_id]}),
+        ("/runs/claim", {"worker": "w"}),
+        ("/runs/run-1/complete", {"result": "done"}),
+        ("/runs/run-1/fail", {"error": "no"}),
+        ("/runs/run-1/lease", {"worker": "w"}),
+    ):
+        response = await alice.post(path, json=body)
+        assert response.status_code == 403, (path, response.text)
+    run = (await clients["alice-bot"].get("/runs/run-1")).json()
+    assert run["state"] == STATE and run["status"] == "waiting_for_approval"
+    # another agent cannot park, finish or claim it either
+    other = clients["bob-bot"]
+    assert (await other.post("/runs/run-1/complete", json={})).status_code == 403
+    assert (await other.post("/runs/claim", json={"worker": "w"})).status_code == 204
+
+
+async def test_an_answer_makes_the_run_claimable_once_by_its_agent(clients: dict[str, httpx.AsyncClient]) -> None:
+    bot = clients["alice-bot"]
+    _, request_id = await parked(bot)
+    assert (await bot.post("/runs/claim", json={"worker": "w1"})).status_code == 204
+    answered = await clients["alice"].post(f"/requests/{request_id}/answer", json={"answer": True})
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["expires_at"] is None and answered.json()["settled_at"] is not None
+
+    claimed = await bot.post("/runs/claim", json={"agents": ["deployer"], "worker": "w1"})
+    assert claimed.status_code == 200 and claimed.json()["state"] == STATE and claimed.json()["worker"] == "w1"
+    assert (await bot.post("/runs/claim", json={"worker": "w2"})).status_code == 204
+    late = await bot.post("/runs/run-1/complete", json={"result": 1, "worker": "w2"})
+    assert late.status_code == 409 and late.json()["code"] == "run_conflict"
+    done = await bot.post("/runs/run-1/complete", json={"result": {"ok": True}, "worker": "w1"})
+    assert done.status_code == 200 and done.json()["status"] == "completed"
+
+
+async def test_the_person_waited_on_may_cancel_the_run_which_withdraws_its_requests(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
+    _, request_id = await parked(clients["alice-bot"])
+    assert (await clients["bob"].post("/runs/run-1/cancel", json={})).status_code == 403
+    cancelled = await clients["alice"].post("/runs/run-1/cancel", json={})
+    assert cancelled.status_code == 200, cancelled.text
+    assert (cancelled.json()["status"], cancelled.json()["terminal_reason"]) == ("cancelled", "cancelled_by_user")
+    request = (await clients["alice"].get(f"/requests/{request_id}")).json()
+    assert request["status"] == "cancelled"
+    again = await clients["alice"].post("/runs/run-1/cancel", json={})
+    assert again.status_code == 409 and again.json()["code"] == "run_conflict"
+
+
+async def first_events(client: httpx.AsyncClient, run_id: str, count: int, headers: dict[str, str]) -> list[Any]:
+    seen: list[Any] = []
+    with anyio.fail_after(BOUND):
+        async with aconnect_sse(client, "GET", f"/runs/{run_id}/events/stream", headers=headers) as source:
+            async for sse in source.aiter_sse():
+                if sse.id:
+                    seen.append((int(sse.id), sse.event, json.loads(sse.data)))
+                if len(seen) == count:
+                    return seen
+    raise AssertionError("the stream ended early")
+
+
+async def test_a_reconnecting_client_gets_the_pending_pause_again_then_what_it_missed(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
+    bot, alice = clients["alice-bot"], clients["alice"]
+    _, request_id = await parked(bot)
+    events = (await alice.get("/runs/run-1/events")).json()["events"]
+    assert [e["type"] for e in events] == ["run_started", "created", "input_requested"]
+    assert all("state" not in e["data"] for e in events)
+    pause = events[-1]
+
+    # Reconnecting after the pause: the pause comes again first (a handler may act twice).
+    (again,) = await first_events(alice, "run-1", 1, {"Last-Event-ID": str(pause["id"])})
+    assert again[0] == pause["id"] and again[1] == "input_requested"
+    assert again[2]["data"]["waiting_on"] == [request_id]
+
+    # Reconnecting from before the pause: each missed event once, in order.
+    replayed = await first_events(alice, "run-1", 2, {"Last-Event-ID": str(events[0]["id"])})
+    assert [(i, t) for i, t, _ in replayed] == [(e["id"], e["type"]) for e in events[1:]]
+
+    # Once answered, the pause is over: nothing is sent again, the answer follows.
+    await alice.post(f"/requests/{request_id}/answer", json={"answer": True})
+    (answered,) = await first_events(alice, "run-1", 1, {"Last-Event-ID": str(pause["id"])})
+    assert answered[1] == "answered"
