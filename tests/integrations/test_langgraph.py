@@ -14,6 +14,7 @@ from interlock import Broker, Choice, Confirm, Status
 from interlock.agent import ApprovalGate
 from interlock.integrations.langgraph import LangGraphAgent, approval, approve, ask
 from interlock.model import RunStatus
+from interlock.runs import Worker
 
 pytestmark = pytest.mark.anyio
 
@@ -23,11 +24,6 @@ SCHEMA = {
     "required": ["to", "subject"],
     "additionalProperties": False,
 }
-
-
-@pytest.fixture(params=["memory"])
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 class State(TypedDict, total=False):
@@ -56,9 +52,9 @@ class Mailer:
 
 
 async def claim_and_resume(broker: Broker, agent: LangGraphAgent) -> Any:
-    run = await broker.claim_run([agent.name], worker="w1")
+    run = await Worker(broker, agent.handlers(), name="w1").run_once()
     assert run is not None
-    return await agent.resume(run)
+    return run
 
 
 async def test_an_approved_call_runs_once_with_the_approvers_edited_arguments(broker: Broker) -> None:

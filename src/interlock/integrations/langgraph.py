@@ -43,6 +43,7 @@ from ..model import (
     ask_from_dict,
     ask_to_dict,
 )
+from ..runs import Park, ResumeHandler
 
 __all__ = [
     "APPROVAL",
@@ -244,14 +245,23 @@ class LangGraphAgent:
         thread = thread_id or run.id
         snapshot = await self._snapshot(thread)
         if snapshot.interrupts:
-            return await self._advance(run, thread, None, invoke=False)
-        if snapshot.next:
-            return await self._advance(run, thread, None)  # stopped mid-step: go on from the checkpoint
-        return await self._advance(run, thread, input)
+            outcome = await self._advance(run.id, thread, None, invoke=False)
+        elif snapshot.next:
+            outcome = await self._advance(run.id, thread, None)  # stopped mid-step: go on from the checkpoint
+        else:
+            outcome = await self._advance(run.id, thread, input)
+        if isinstance(outcome, Park):
+            return await self.broker.park(run.id, state=outcome.state, waiting_on=outcome.waiting_on)
+        return await self.broker.complete_run(run.id, outcome)
 
-    async def resume(self, run: Run, requests: Mapping[str, Request] | None = None) -> Run:
-        """Continue a claimed run whose requests have settled: answer the step's interrupts
-        together with `Command(resume={interrupt_id: value})` and run on (a worker's handler)."""
+    def handlers(self) -> dict[str, ResumeHandler]:
+        """This agent's resume handler by its name, for a `Worker` or `interlock worker`."""
+        return {self.name: self.resume}
+
+    async def resume(self, run: Run, requests: Mapping[str, Request]) -> Any:
+        """A worker's resume handler: answer the step's interrupts together with
+        `Command(resume={interrupt_id: value})` and run the graph on. Returns the graph's
+        final values (the run's result), or `Park(...)` when it interrupts again."""
         state = run.state
         if not isinstance(state, Mapping) or not isinstance(state.get("thread_id"), str):
             raise InvalidRequest(f"run {run.id} has no LangGraph thread in its state")
@@ -263,18 +273,19 @@ class LangGraphAgent:
             it = pending.get(interrupt_id)
             if it is None:
                 continue  # answered by an earlier resume that stopped before it parked again
-            request = (requests or {}).get(request_id) or await self.broker.get(request_id)
+            request = requests.get(request_id) or await self.broker.get(request_id)
             if _is_approval(it.value):
                 values[interrupt_id] = await self._finish_approval(run.id, thread, it, request)
             else:
                 values[interrupt_id] = resume_value(request)
-        return await self._advance(run, thread, Command(resume=values))
+        return await self._advance(run.id, thread, Command(resume=values))
 
     # -- driving the graph ---------------------------------------------------------------
 
-    async def _advance(self, run: Run, thread: str, payload: Any, *, invoke: bool = True) -> Run:
-        """Run the graph on `payload` until it ends (the run completes) or interrupts for a
-        person (the run parks); interrupts the gate decides at once are answered at once."""
+    async def _advance(self, run_id: str, thread: str, payload: Any, *, invoke: bool = True) -> Any:
+        """Run the graph on `payload` until it ends (its final values, the run's result) or
+        interrupts for a person (`Park` on the requests made for them); interrupts the gate
+        decides at once are answered at once."""
         while True:
             if invoke:
                 await self._invoke(payload, thread)
@@ -282,27 +293,22 @@ class LangGraphAgent:
             snapshot = await self._snapshot(thread)
             interrupts: tuple[Interrupt, ...] = tuple(snapshot.interrupts)
             if not interrupts:
-                return await self.broker.complete_run(run.id, result=_jsonable(snapshot.values), worker=run.worker)
+                return _jsonable(snapshot.values)
             answered: dict[str, Any] = {}
             waiting: dict[str, str] = {}
             for it in interrupts:
                 if _is_approval(it.value):
-                    outcome = await self._begin_approval(run.id, thread, it)
+                    outcome = await self._begin_approval(run_id, thread, it)
                     if isinstance(outcome, Request):
                         waiting[it.id] = outcome.id
                     else:
                         answered[it.id] = outcome
                 else:
-                    waiting[it.id] = (await self._question(run.id, thread, it)).id
+                    waiting[it.id] = (await self._question(run_id, thread, it)).id
             if not waiting:
                 payload = Command(resume=answered)
                 continue
-            return await self.broker.park(
-                run.id,
-                state={"thread_id": thread, "interrupts": waiting, "answered": answered},
-                waiting_on=list(waiting.values()),
-                worker=run.worker,
-            )
+            return Park({"thread_id": thread, "interrupts": waiting, "answered": answered}, list(waiting.values()))
 
     async def _invoke(self, payload: Any, thread: str) -> None:
         config = _config(thread)
