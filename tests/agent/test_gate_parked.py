@@ -8,7 +8,7 @@ import pytest
 
 from interlock import Broker, Cancelled, Request, Status
 from interlock.agent import Allow, ApprovalGate, ToolCall
-from interlock.errors import ApprovalDenied, ApprovalRefused
+from interlock.errors import ApprovalDenied, ApprovalRefused, InvalidRequest
 
 pytestmark = pytest.mark.anyio
 
@@ -39,7 +39,7 @@ async def test_begin_leaves_a_pending_approval_without_waiting_and_finish_consum
     assert isinstance(request, Request) and request.status is Status.PENDING
     assert request.kind == "approval" and request.origin.run == "run-1"
     assert request.expires_at is None  # a parked run's request takes the run's expiry
-    with pytest.raises(ApprovalRefused, match="still pending"):
+    with pytest.raises(InvalidRequest, match="not been decided yet"):
         await gate.finish(deploy(), request, schema=SCHEMA)
     assert await broker.resolve(request.id, {"approve": True, "arguments": {"env": "prod"}}, by="alice")
     settled = await broker.get(request.id)

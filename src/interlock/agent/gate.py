@@ -207,10 +207,7 @@ class ApprovalGate:
         if request.status is Status.EXPIRED:
             raise Expired(request.id)
         if request.status is Status.PENDING:
-            raise ApprovalRefused(
-                f"The approval for '{call.name}' is still pending; the call does not run",
-                detail=f"approval {request.id} is pending",
-            )
+            raise InvalidRequest(f"approval {request.id} has not been decided yet")
         raise Cancelled(request.id, reason)
 
     async def _decide(
