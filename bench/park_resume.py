@@ -5,9 +5,10 @@ completes it. Each contender does the same cycles in a child process of its own 
 process-wide singleton), on SQLite and on PostgreSQL, contenders rotated between rounds:
 
 * **interlock** -- `broker.start_run`, an approval request created for the run,
-  `broker.park(...)`; the person answers with `broker.resolve(...)`; a worker loop beside
-  them in the same process (`broker.claim_run(..., wait=...)`, woken by the answer, as a
-  worker process is) claims the ready run, reads its request and completes it.
+  `broker.park(...)`; an `interlock.runs.Worker` starts waiting for a ready run
+  (`run_once(wait=30)`, a long-polling claim woken by the answer); the person answers with
+  `broker.resolve(...)`; the worker claims the run, reads its request, calls the handler and
+  completes the run. All in one process (one event loop), as a worker beside the agent.
 * **LangGraph** -- a one-node graph whose node calls `interrupt({...})` before its side
   effect, compiled with LangGraph's own checkpointer (`SqliteSaver`, `PostgresSaver`: its fastest here);
   `invoke(input)` parks it, `invoke(Command(resume={interrupt_id: answer}))` resumes it. LangGraph
@@ -78,12 +79,14 @@ def psql(sql: str, database: str = "postgres") -> None:
 class Place:
     """A fresh database for one contender's round: a SQLite file or a PostgreSQL database."""
 
-    def __init__(self, backend: str) -> None:
+    def __init__(self, backend: str, synchronous_commit: str = "on") -> None:
         self.backend = backend
         self.dir = tempfile.mkdtemp(prefix="interlock-park-")
         self.name = f"interlock_park_{os.getpid()}_{secrets.token_hex(3)}"
         if backend == "postgres":
             psql(f"CREATE DATABASE {self.name}")
+            if synchronous_commit != "on":  # every contender's connections to it alike
+                psql(f"ALTER DATABASE {self.name} SET synchronous_commit = {synchronous_commit}")
 
     def url(self) -> str:
         if self.backend == "sqlite":
@@ -102,36 +105,22 @@ class Place:
 def interlock_cycles(backend: str, where: str, n: int, warm: int) -> Result:
     import interlock
     from interlock import Confirm
+    from interlock.model import RunStatus
+    from interlock.runs import Worker
 
     url = {"sqlite": f"sqlite:///{where}", "memory": "memory://"}.get(backend, where)
     latencies: list[float] = []
+    answered_at = [0.0]
+
+    async def resume(run: Any, requests: Any) -> dict[str, Any]:
+        latencies.append(perf() - answered_at[0])
+        (request,) = requests.values()
+        assert request.response.answers["approve"] is True, request
+        return {"sent": dict(ARGUMENTS)}
 
     async def main() -> float:
         async with interlock.connect(url) as broker:
-            answered_at: dict[str, float] = {}
-            done: dict[str, asyncio.Future[None]] = {}
-
-            async def resume(run: Any) -> None:
-                (request_id,) = run.waiting_on
-                request = await broker.get(request_id)
-                assert request.response is not None and request.response.answers["approve"] is True, request
-                latencies.append(perf() - answered_at[run.id])
-                await broker.complete_run(run.id, result={"sent": dict(ARGUMENTS)}, worker="bench-worker")
-                done.pop(run.id).set_result(None)
-
-            async def worker() -> None:
-                # What a worker process does: claim a ready run (woken by the answer), resume it.
-                while True:
-                    run = await broker.claim_run(["mailer"], worker="bench-worker", wait=5.0)
-                    if run is None:
-                        continue
-                    try:
-                        await resume(run)
-                    except Exception as exc:  # the cycle waiting on it fails, not the loop
-                        done.pop(run.id).set_exception(exc)
-
-            task = asyncio.create_task(worker())
-            loop = asyncio.get_running_loop()
+            worker = Worker(broker, {"mailer": resume}, name="bench-worker")
 
             async def cycle() -> None:
                 run = await broker.start_run("mailer")
@@ -144,10 +133,13 @@ def interlock_cycles(backend: str, where: str, n: int, warm: int) -> Result:
                     arguments=ARGUMENTS,
                 )
                 await broker.park(run.id, state={"step": 1}, waiting_on=[request.id])
-                finished = done[run.id] = loop.create_future()
-                answered_at[run.id] = perf()
+                # The worker is already waiting for a ready run when the person answers.
+                resuming = asyncio.create_task(worker.run_once(wait=30.0))
+                await asyncio.sleep(0)  # let it start its claim
+                answered_at[0] = perf()
                 await broker.resolve(request.id, {"approve": True}, by="alice")
-                await asyncio.wait_for(finished, 60)
+                done = await asyncio.wait_for(resuming, 60)
+                assert done is not None and done.status is RunStatus.COMPLETED, done
 
             for _ in range(warm):
                 await cycle()
@@ -155,10 +147,7 @@ def interlock_cycles(backend: str, where: str, n: int, warm: int) -> Result:
             t0 = perf()
             for _ in range(n):
                 await cycle()
-            elapsed = perf() - t0
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            return elapsed
+            return perf() - t0
 
     return asyncio.run(main()), latencies
 
@@ -298,7 +287,7 @@ def child(args: argparse.Namespace) -> None:
 
 
 def one_round(name: str, backend: str, args: argparse.Namespace) -> Result:
-    place = Place(backend)
+    place = Place(backend, args.pg_synchronous_commit)
     try:
         where = place.url()
         cmd = [
@@ -339,6 +328,12 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"])
     parser.add_argument("--only", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
     parser.add_argument("--dbos-poll", type=float, default=0.001)
+    parser.add_argument(
+        "--pg-synchronous-commit",
+        default="on",
+        choices=["on", "off"],
+        help="off: PostgreSQL commits without waiting for the WAL flush, for every contender (fsync-bound disks)",
+    )
     parser.add_argument("--json", help="write the results here too")
     parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
     parser.add_argument("--backend", choices=["sqlite", "postgres", "memory"], help=argparse.SUPPRESS)
@@ -350,7 +345,8 @@ def main() -> None:
 
     dists = ["interlock", "langgraph", "langgraph-checkpoint-sqlite", "langgraph-checkpoint-postgres", "dbos"]
     print(environment(dists))
-    print(f"cycles per round {args.cycles} (after {args.warm} warm-up cycles), rounds {args.reps}\n")
+    print(f"cycles per round {args.cycles} (after {args.warm} warm-up cycles), rounds {args.reps}", end="")
+    print(f", PostgreSQL synchronous_commit={args.pg_synchronous_commit}\n")
     report: dict[str, Any] = {}
     for backend in args.backends:
         rates: dict[str, list[float]] = {name: [] for name in args.only}
