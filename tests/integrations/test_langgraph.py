@@ -157,3 +157,19 @@ async def test_starting_the_same_run_again_makes_no_second_request(broker: Broke
     assert len((await broker.list(kind="approval")).items) == 1
     assert (await broker.get(run.waiting_on[0])).status is Status.PENDING
     assert mailer.sent == []
+
+
+async def test_a_run_whose_process_stopped_before_parking_parks_on_the_same_interrupt(broker: Broker) -> None:
+    mailer = Mailer()
+    graph = mailer.graph()
+    # The agent's process got as far as the graph's interrupt, then died before asking anyone.
+    await broker.start_run("mailer", run_id="r-2", session="r-2")
+    await graph.ainvoke({"to": "a@example.com"}, {"configurable": {"thread_id": "r-2"}})
+    agent = LangGraphAgent(broker, graph, name="mailer", to="alice")
+    run = await agent.start({"to": "someone-else@example.com"}, thread_id="r-2", run_id="r-2")
+    assert run.status is RunStatus.WAITING_FOR_APPROVAL
+    request = await broker.get(run.waiting_on[0])
+    assert request.context["arguments"]["to"] == "a@example.com"  # the interrupted call, not a new input
+    await broker.resolve(request.id, {"approve": True}, by="alice")
+    done = await claim_and_resume(broker, agent)
+    assert done.status is RunStatus.COMPLETED and mailer.sent == [{"to": "a@example.com", "subject": "release 1.4"}]
