@@ -31,7 +31,7 @@ from .agent import (
     request_human_input_tool,
     requires_approval,
 )
-from .broker import Broker, Page, connect
+from .broker import Broker, Page, RunPage, connect
 from .errors import (
     AlreadySettled,
     ApprovalDenied,
@@ -45,6 +45,7 @@ from .errors import (
     InvalidRequest,
     NotFound,
     Rejected,
+    RunConflict,
     RunFailed,
     ToolFailed,
     ToolRefused,
@@ -63,9 +64,12 @@ from .model import (
     Origin,
     Request,
     Response,
+    Run,
+    RunStatus,
     Status,
     Text,
 )
+from .runs import Park, Worker
 
 try:
     __version__ = version("interlock")
@@ -105,13 +109,18 @@ __all__ = [
     "Option",
     "Origin",
     "Page",
+    "Park",
     "Pause",
     "Receipt",
     "Rejected",
     "Request",
     "Response",
     "Rewrite",
+    "Run",
+    "RunConflict",
     "RunFailed",
+    "RunPage",
+    "RunStatus",
     "Sessions",
     "Status",
     "TerminalContract",
@@ -122,6 +131,7 @@ __all__ = [
     "ToolRefused",
     "ToolResult",
     "ToolRunner",
+    "Worker",
     "__version__",
     "ask_user_tool",
     "connect",

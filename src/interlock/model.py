@@ -1555,11 +1555,21 @@ def run_from_dict(data: Mapping[str, Any]) -> Run:
     )
 
 
-def run_event_data(run: Run, **extra: Any) -> dict[str, Any]:
-    """An event's data about `run`: its public fields (no state) and `by` (its requester),
-    so the event log files it under the run and its requester."""
-    data = run_to_dict(run, state=False)
-    data["run"] = data.pop("id")
-    data["by"] = run.requester
-    data.update(extra)
-    return data
+def run_event_data(run: Run) -> dict[str, Any]:
+    """The data of an event about `run`: its public fields, never its state, nor its result
+    (read the run for that). `by` is its requester, so the event log files the event
+    under the run and its requester. (The PostgreSQL store builds the same shape in SQL,
+    `interlock_run_data`; the store suite checks they agree.)"""
+    return {
+        "run": run.id,
+        "agent": run.agent,
+        "session": run.session,
+        "by": run.requester,
+        "status": run.status.value,
+        "terminal_reason": run.terminal_reason,
+        "waiting_on": list(run.waiting_on),
+        "ready": run.ready,
+        "worker": run.worker,
+        "attempts": run.attempts,
+        "error": run.error,
+    }

@@ -172,10 +172,18 @@ async def test_a_worker_serving_before_the_answer_resumes_the_run_once_it_comes(
     assert "resumed 1 run(s)" in stderr
 
 
-async def test_ctrl_c_leaves_a_runs_request_pending_but_withdraws_a_plain_one(db: str, agent_dir: Path) -> None:
+async def test_ctrl_c_sigterm_or_a_crash_leave_a_runs_request_pending_ctrl_c_withdraws_a_plain_one(
+    db: str, agent_dir: Path
+) -> None:
     env = {**os.environ, "INTERLOCK_URL": db}
     outcomes = {}
-    for run_id in ("run-3", None):
+    cases = [
+        ("run-ctrl-c", signal.SIGINT),
+        ("run-sigterm", signal.SIGTERM),
+        ("run-crash", signal.SIGKILL),
+        (None, signal.SIGINT),
+    ]
+    for run_id, signum in cases:
         args = [sys.executable, "deploy_agent.py", "wait", *([run_id] if run_id else [])]
         proc = await asyncio.create_subprocess_exec(
             *args, cwd=agent_dir, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
@@ -184,11 +192,16 @@ async def test_ctrl_c_leaves_a_runs_request_pending_but_withdraws_a_plain_one(db
         with anyio.fail_after(BOUND):
             request_id = (await proc.stdout.readline()).decode().strip()
             await asyncio.sleep(0.2)  # into the wait
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signum)
             await proc.communicate()
         async with interlock.connect(db) as broker:
             outcomes[run_id] = (await broker.get(request_id)).status
-    assert outcomes == {"run-3": Status.PENDING, None: Status.CANCELLED}
+    assert outcomes == {
+        "run-ctrl-c": Status.PENDING,
+        "run-sigterm": Status.PENDING,
+        "run-crash": Status.PENDING,
+        None: Status.CANCELLED,  # a plain wait cut by Ctrl-C withdraws its request, as before
+    }
 
 
 async def test_runs_are_listed_shown_and_cancelled_from_the_cli(db: str, agent_dir: Path) -> None:

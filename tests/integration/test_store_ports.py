@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from interlock import Closed, Text
-from interlock.model import Origin, Request, Response, Run, RunStatus, Status, build_request
+from interlock.model import Origin, Request, Response, Run, RunStatus, Status, build_request, run_event_data
 from interlock.principals import Principal, hash_token, issue_session, issue_token
 from interlock.store import EventQuery, PrincipalStore, Query, RequestStore, RunQuery, RunStore, Store
 from interlock.store.memory import MemoryStore
@@ -68,7 +68,8 @@ def answered(request: Request, text: str, *, by: str = "alice") -> Request:
 async def test_a_store_is_each_port(store: Store) -> None:
     requests: RequestStore = store
     principals: PrincipalStore = store
-    assert requests is principals
+    runs: RunStore = store
+    assert requests is principals is runs
 
 
 async def test_an_inserted_request_reads_back_and_makes_a_created_event(store: RequestStore) -> None:
@@ -346,3 +347,21 @@ async def test_runs_list_by_filter_without_their_state(store: Store) -> None:
     assert [r.id for r in await store.list_runs(RunQuery(involving="bot1"))] == ["r3", "r1"]
     (listed,) = await store.list_runs(RunQuery(status=RunStatus.WAITING_FOR_INPUT))
     assert listed.state is None and listed.waiting_on == (request.id,)
+
+
+async def test_each_run_event_carries_the_run_as_it_was_then_without_its_state(store: Store) -> None:
+    run, _ = await store.insert_run(new_run())
+    request, _ = await store.insert(ask())
+    parked = await park(store, "r1", [request.id])
+    await store.settle(answered(request, "Ada"))
+    now = datetime.now(UTC)
+    claimed = await store.claim_run(None, worker="w1", lease_expires_at=now + timedelta(seconds=30), at=now)
+    ended, _ = await store.end_run("r1", RunStatus.FAILED, at=now, error="boom", terminal_reason="error", worker="w1")
+    assert parked is not None and claimed is not None and ended is not None
+    events = [e for e in await store.find_events(EventQuery(run="r1")) if e.request is None]
+    assert [(e.type, dict(e.data)) for e in events] == [
+        ("run_started", run_event_data(run)),
+        ("input_requested", run_event_data(parked)),
+        ("run_claimed", run_event_data(claimed)),
+        ("run_failed", run_event_data(ended)),
+    ]

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.anyio
 BOUND = 10
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql", "http"])
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

@@ -529,3 +529,56 @@ def test_without_auth_the_inbox_needs_no_sign_in_but_still_checks_csrf(open_serv
     card.get_by_role("textbox", name="Which branch?").press("Enter")
     expect(history_item(page, request_id)).to_contain_text("Answered by local via web")
     assert stored(open_server, request_id).answer == "main"
+
+
+# -- runs ---------------------------------------------------------------------------------
+
+
+def parked_run(server: Server, run_id: str = "run-7") -> str:
+    async def park() -> str:
+        run = await server.broker.start_run("deployer", run_id=run_id, requester="bot")
+        request = await server.broker.create(
+            Confirm("Deploy web to prod?"), kind="approval", to="alice", requester="bot", run=run.id, agent="deployer"
+        )
+        await server.broker.park(run.id, state={"secret": "framework state"}, waiting_on=[request.id])
+        return request.id
+
+    return server.run(park())
+
+
+def test_a_runs_request_says_which_run_and_agent_and_links_the_runs_page(server: Server, page: Page) -> None:
+    request_id = parked_run(server)
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    expect(card.locator(".run")).to_contain_text("run run-7 of agent deployer")
+    card.get_by_role("link", name="run-7").click()
+
+    expect(page.get_by_role("heading", name="Run run-7")).to_be_visible()
+    expect(page.locator(".run-status")).to_have_text("waiting for approval")
+    expect(page.locator(".run-requests > li")).to_have_count(1)
+    expect(page.locator(".run-requests > li")).to_contain_text("waited on")
+    events = page.locator(".run-events > li")
+    expect(events).to_have_count(3)
+    expect(events.nth(2)).to_have_attribute("data-type", "input_requested")
+    expect(page.locator("main")).not_to_contain_text("framework state")  # a person never sees the state
+
+
+def test_a_person_cancels_a_run_from_its_page_and_its_request_is_withdrawn(server: Server, page: Page) -> None:
+    request_id = parked_run(server)
+    sign_in(page, server)
+    page.goto(f"{server.url}/inbox/runs/run-7")
+    page.get_by_role("button", name="Cancel this run").click()
+    expect(page.get_by_role("alert")).to_have_text("Cancelled: its pending requests were withdrawn.")
+    expect(page.locator(".run-status")).to_have_text("cancelled (cancelled by user)")
+    assert stored(server, request_id).status is Status.CANCELLED
+    expect(page.get_by_role("button", name="Cancel this run")).to_have_count(0)
+
+
+def test_a_run_not_waiting_on_you_is_not_shown(server: Server, page: Page) -> None:
+    parked_run(server)
+    sign_in(page, server, "bob")
+    response = page.goto(f"{server.url}/inbox/runs/run-7")
+    assert response is not None and response.status == 403
+    expect(page.get_by_role("alert")).to_have_text("This run is not waiting on you.")
+    response = page.goto(f"{server.url}/inbox/runs/no-such-run")
+    assert response is not None and response.status == 404

@@ -5,6 +5,7 @@ an event's JSON. Both route modules import this one, and neither imports the oth
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -13,7 +14,7 @@ from fastapi.templating import Jinja2Templates
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..broker import MAX_EVENT_ID, LocalBroker
-from ..model import Event, Status, request_to_dict
+from ..model import RUN_EVENTS, Event, Run, Status, request_to_dict
 from ..principals import Principal, can_read
 from .auth import Auth
 from .quotas import Quota, RateLimiter, StreamSlots
@@ -29,7 +30,9 @@ __all__ = [
     "app_state",
     "can_see",
     "event_to_dict",
+    "may_see_run",
     "parse_event_id",
+    "run_event_filter",
     "problem",
 ]
 
@@ -77,6 +80,35 @@ def can_see(principal: Principal, event: Event) -> bool:
     if event.type in ACCESS_EVENTS:  # revocations and sign-outs: nobody's business but the operator's
         return principal.kind == "admin"
     return principal.kind == "admin" or principal.name in (event.data.get("to"), event.data.get("by"))
+
+
+async def may_see_run(broker: LocalBroker, principal: Principal, run: Run) -> bool:
+    """Who may see a run (and so follow and cancel it): who started it, that agent's owner,
+    and the people its requests go to (the operator of a server without auth too)."""
+    if principal.kind == "admin" or principal.name == run.requester:
+        return True
+    if run.requester is not None:
+        starter = await broker.principals.get_principal(run.requester)
+        if starter is not None and starter.owner == principal.name:
+            return True
+    return bool((await broker.list(run=run.id, recipient=principal.name, limit=1)).items)
+
+
+def run_event_filter(principal: Principal, run_id: str) -> Callable[[Event], bool]:
+    """A run's events as one who may see the run sees them: the run's own, and those of
+    its requests (and updates) that are theirs to read."""
+
+    def accept(event: Event) -> bool:
+        if event.request is not None:
+            return event.request.origin.run == run_id and can_read(principal, event.request)
+        data = event.data
+        if data.get("run") != run_id:
+            return False
+        return (
+            event.type in RUN_EVENTS or principal.kind == "admin" or principal.name in (data.get("to"), data.get("by"))
+        )
+
+    return accept
 
 
 class Metrics:

@@ -10,6 +10,7 @@ taken only from it: a person's client never sees or sends it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
@@ -21,9 +22,18 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..broker import DEFAULT_LEASE, MAX_EVENT_ID, LocalBroker
 from ..errors import NotFound, RunConflict
-from ..model import RUN_EVENTS, Event, Run, RunStatus, run_to_dict
-from ..principals import Principal, can_read
-from .common import ApiError, State, TheBroker, app_state, event_to_dict, parse_event_id
+from ..model import Event, Run, RunStatus, run_to_dict
+from ..principals import Principal
+from .common import (
+    ApiError,
+    State,
+    TheBroker,
+    app_state,
+    event_to_dict,
+    may_see_run,
+    parse_event_id,
+    run_event_filter,
+)
 from .schemas import EventPage, Problem
 from .stream import Dropped
 
@@ -145,19 +155,9 @@ def _agent_only(caller: Principal, what: str) -> None:
         raise ApiError(403, "forbidden", f"only an agent {what}; a person's client does not")
 
 
-async def _may_see(broker: LocalBroker, caller: Principal, run: Run) -> bool:
-    if caller.kind == "admin" or caller.name == run.requester:
-        return True
-    if run.requester is not None:
-        starter = await broker.principals.get_principal(run.requester)
-        if starter is not None and starter.owner == caller.name:
-            return True
-    return bool((await broker.list(run=run.id, recipient=caller.name, limit=1)).items)
-
-
 async def visible_run(broker: LocalBroker, caller: Principal, run_id: str) -> Run:
     run = await broker.get_run(run_id)
-    if not await _may_see(broker, caller, run):
+    if not await may_see_run(broker, caller, run):
         raise ApiError(403, "forbidden", "this run is neither started by you nor waiting on you")
     return run
 
@@ -236,22 +236,39 @@ async def claim_run(
     body: ClaimBody,
     caller: Caller,
     broker: TheBroker,
+    http: Request,
     wait: Annotated[float, Query(ge=0, le=300, description="seconds to wait for a ready run")] = 0.0,
 ) -> Response:
     """Claim one ready run for a worker, exactly once across workers: a parked run whose
     requests have all settled, or one whose worker's lease ran out. An agent's token
     claims only the runs it started."""
     _agent_only(caller, "claims runs")
-    run = await broker.claim_run(
-        body.agents,
-        worker=body.worker,
-        lease=body.lease,
-        wait=wait,
-        requester=None if caller.kind == "admin" else caller.name,
+    claiming = asyncio.ensure_future(
+        broker.claim_run(
+            body.agents,
+            worker=body.worker,
+            lease=body.lease,
+            wait=wait,
+            requester=None if caller.kind == "admin" else caller.name,
+        )
     )
+    gone = asyncio.ensure_future(_disconnected(http))
+    try:
+        await asyncio.wait((claiming, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not claiming.done():
+            claiming.cancel()  # the worker hung up: claim nothing for it
+    run = None if claiming.cancelled() else claiming.result()
     if run is None:
         return Response(status_code=204)
     return out(caller, run)
+
+
+async def _disconnected(http: Request) -> None:
+    """Return when the client hangs up (the body was read already: only a disconnect comes)."""
+    while (await http.receive())["type"] != "http.disconnect":
+        pass
 
 
 @router.get("/runs/{run_id}", response_model=RunModel, responses=_problems(403, 404))
@@ -304,20 +321,6 @@ async def cancel_run(run_id: str, caller: Caller, broker: TheBroker, body: Cance
     return out(caller, await broker.get_run(run_id))
 
 
-def _run_filter(caller: Principal, run_id: str) -> Any:
-    """A run's events: the run's own, and those of its requests the caller may read."""
-
-    def accept(event: Event) -> bool:
-        if event.request is not None:
-            return event.request.origin.run == run_id and can_read(caller, event.request)
-        if event.data.get("run") != run_id:
-            return False
-        data = event.data
-        return event.type in RUN_EVENTS or caller.kind == "admin" or caller.name in (data.get("to"), data.get("by"))
-
-    return accept
-
-
 @router.get("/runs/{run_id}/events", response_model=EventPage, responses=_problems(403, 404, 422))
 async def run_events(
     run_id: str,
@@ -328,7 +331,7 @@ async def run_events(
 ) -> dict[str, Any]:
     """A page of the run's events after `after`, oldest first."""
     await visible_run(broker, caller, run_id)
-    accept = _run_filter(caller, run_id)
+    accept = run_event_filter(caller, run_id)
     page = await broker.find_events(after=after, limit=limit, run=run_id)
     last = page[-1].id if page else after
     return {"events": [event_to_dict(e) for e in page if accept(e)], "last_event_id": last}
@@ -360,7 +363,7 @@ async def run_stream(
         raise ApiError(400, "invalid_request", str(exc)) from None
     start = after if start is None else start
     await visible_run(broker, caller, run_id)
-    accept = _run_filter(caller, run_id)
+    accept = run_event_filter(caller, run_id)
     holder = state.auth.holder(http)
     token = http.headers.get("authorization", "").partition(" ")[2].strip()
 

@@ -45,7 +45,7 @@ from ..model import (
 from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE, Holder, check_csrf
-from .common import AppState, State, can_see, parse_event_id
+from .common import AppState, State, can_see, may_see_run, parse_event_id, run_event_filter
 from .stream import Dropped
 
 __all__ = ["install_web"]
@@ -537,6 +537,51 @@ async def answer(http: HttpRequest, state: State, request_id: str) -> Response:
     if fragment_wanted(http):
         return card(state, http, who, current)
     return RedirectResponse(http.url_for("inbox"), status_code=303)
+
+
+@router.get("/inbox/runs/{run_id}", name="inbox_run", response_class=HTMLResponse)
+async def run_page(http: HttpRequest, state: State, run_id: str, cancel: str = "") -> Response:
+    """A run: its agent and status, the requests of it that are yours, and its events."""
+    who = await session(state, http)
+    if who is None:
+        return RedirectResponse(http.url_for("signin"), status_code=303)
+    try:
+        run = await state.broker.get_run(run_id)
+    except NotFound:
+        return refusal(state, http, 404, "There is no such run.", who)
+    if not await may_see_run(state.broker, who.principal, run):
+        return refusal(state, http, 403, "This run is not waiting on you.", who)
+    recipient = None if who.principal.kind == "admin" else who.principal.name
+    requests = (await state.broker.list(run=run.id, recipient=recipient, order="asc", limit=200)).items
+    accept = run_event_filter(who.principal, run.id)
+    events = [e for e in await state.broker.find_events(run=run.id, limit=500) if accept(e)]
+    notice = _RUN_NOTICES.get(cancel, "")  # fixed texts: the page repeats nothing from its URL
+    context = {"run": run, "requests": requests, "events": events, "notice": notice}
+    return page(state, http, "run.html", context, who=who)
+
+
+@router.post("/inbox/runs/{run_id}/cancel", name="inbox_run_cancel", response_class=HTMLResponse)
+async def cancel_run(http: HttpRequest, state: State, run_id: str) -> Response:
+    who = await session(state, http)
+    if who is None:
+        return RedirectResponse(http.url_for("signin"), status_code=303)
+    values = await _values(http)
+    try:
+        check_csrf(who.csrf, values.get("csrf"))
+    except HTTPException as exc:
+        return refusal(state, http, 403, str(exc.detail), who)
+    try:
+        run = await state.broker.get_run(run_id)
+    except NotFound:
+        return refusal(state, http, 404, "There is no such run.", who)
+    if not await may_see_run(state.broker, who.principal, run):
+        return refusal(state, http, 403, "This run is not waiting on you.", who)
+    done = await state.broker.cancel_run(run_id, by=who.principal.name)
+    where = http.url_for("inbox_run", run_id=run_id).include_query_params(cancel="done" if done else "ended")
+    return RedirectResponse(where, status_code=303)
+
+
+_RUN_NOTICES = {"done": "Cancelled: its pending requests were withdrawn.", "ended": "This run had ended already."}
 
 
 @router.get("/inbox/updates/{event_id}", name="inbox_update", response_class=HTMLResponse)

@@ -438,8 +438,7 @@ class PostgresStore(SqlStore):
 
     async def _run_event(self, conn: Any, type_: str, run: Run) -> None:
         """Append an event about `run`: the last statement of its transaction (see `events`)."""
-        data = encode_json(run_event_data(run))
-        await conn.execute(Q["insert_event"], type_, run.updated_at, data, None, run.requester, run.session, run.id)
+        await conn.execute(Q["run_event"], type_, run.updated_at, run.id)
 
     async def insert_run(self, run: Run) -> tuple[Run, bool]:
         duration = run.max_duration.total_seconds() if run.max_duration is not None else None
@@ -463,18 +462,10 @@ class PostgresStore(SqlStore):
         at: datetime,
         worker: str | None = None,
     ) -> Run | None:
-        async with self._transaction() as conn:
-            row = await conn.fetchrow(Q["lock_run"], run_id)  # a settlement now waits for this park
-            if row is None:
-                return None
-            run = self._run(row)
-            if run.status is not RunStatus.RUNNING or (worker is not None and run.worker != worker):
-                return None
-            encoded = None if state is None else encode_json(state)
-            row = await conn.fetchrow(Q["park_run"], run_id, list(waiting_on), status.value, encoded, expires_at, at)
-            parked = self._run(row)
-            await self._run_event(conn, "input_requested", parked)
-        return parked
+        encoded = None if state is None else encode_json(state)
+        args = (run_id, list(waiting_on), status.value, encoded, expires_at, at, worker)
+        row = await self.pool.fetchrow(Q["park_run"], *args)  # not repeated: a second park would conflict
+        return None if row is None else self._run(row)
 
     async def claim_run(
         self,
@@ -486,15 +477,10 @@ class PostgresStore(SqlStore):
         requester: str | None = None,
     ) -> Run | None:
         names = None if agents is None else list(agents)
-        async with self._transaction() as conn:
-            row = await conn.fetchrow(Q["claim_ready"], names, worker, lease_expires_at, at, requester)
-            if row is None:
-                row = await conn.fetchrow(Q["claim_lapsed"], names, worker, lease_expires_at, at, requester)
-            if row is None:
-                return None
-            claimed = self._run(row)
-            await self._run_event(conn, "run_claimed", claimed)
-        return claimed
+        # Not repeated on a lost connection: the first may have claimed a run, which its
+        # lease then hands on; a second would claim another.
+        row = await self.pool.fetchrow(Q["claim_run"], names, worker, lease_expires_at, at, requester)
+        return None if row is None else self._run(row)
 
     async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:
         status: str = await self._query("execute", Q["renew_lease"], run_id, worker, lease_expires_at)
@@ -542,6 +528,9 @@ class PostgresStore(SqlStore):
         withdraw: Response | None = None,
     ) -> tuple[Run | None, list[Request]]:
         fields = (None if result is None else encode_json(result), error, terminal_reason, at)
+        if withdraw is None:  # completing or failing: nothing to withdraw, one round trip
+            row = await self.pool.fetchrow(Q["finish_run"], run_id, status.value, *fields, worker)
+            return (None if row is None else self._run(row)), []
         async with self._transaction() as conn:
             ended, cancelled = await self._end_in(conn, run_id, status, fields, worker, withdraw)
         for request, answer in cancelled:

@@ -141,40 +141,19 @@ SELECT id, agent, session, requester, status, terminal_reason, ready, worker, le
 FROM runs WHERE id = $1 FOR UPDATE;
 
 -- name: park_run
-WITH forgotten AS (DELETE FROM run_waits WHERE run_id = $1),
-added AS (
-    INSERT INTO run_waits (run_id, request_id) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING
-)
-UPDATE runs SET status = $3, state = $4, waiting_on = to_json($2::text[]), expires_at = $5, updated_at = $6,
-    ready = NOT EXISTS (SELECT 1 FROM requests WHERE id = ANY($2::text[]) AND status = 'pending'),
-    worker = NULL, lease_expires_at = NULL
-WHERE id = $1
-RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
-          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
+SELECT id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+       attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
+FROM interlock_park_run($1, $2, $3, $4, $5, $6, $7);
 
--- name: claim_ready
--- SKIP LOCKED: racing workers each take a different run (or none), never the same one.
-UPDATE runs SET status = 'running', ready = false, expires_at = NULL, worker = $2, lease_expires_at = $3,
-    attempts = attempts + 1, updated_at = $4
-FROM (SELECT id FROM runs
-      WHERE ready AND status IN ('waiting_for_input', 'waiting_for_approval') AND ($1::text[] IS NULL OR agent = ANY($1))
-        AND ($5::text IS NULL OR requester = $5)
-      ORDER BY updated_at LIMIT 1 FOR UPDATE SKIP LOCKED) AS found
-WHERE runs.id = found.id
-RETURNING runs.id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
-          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
+-- name: claim_run
+SELECT id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+       attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
+FROM interlock_claim_run($1, $2, $3, $4, $5);
 
--- name: claim_lapsed
--- A running run whose worker's lease ran out (the worker died): taken as a ready one is.
-UPDATE runs SET status = 'running', ready = false, expires_at = NULL, worker = $2, lease_expires_at = $3,
-    attempts = attempts + 1, updated_at = $4
-FROM (SELECT id FROM runs
-      WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at <= $4
-        AND ($1::text[] IS NULL OR agent = ANY($1)) AND ($5::text IS NULL OR requester = $5)
-      ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED) AS found
-WHERE runs.id = found.id
-RETURNING runs.id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
-          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
+-- name: finish_run
+SELECT id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+       attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
+FROM interlock_finish_run($1, $2, $3, $4, $5, $6, $7);
 
 -- name: renew_lease
 UPDATE runs SET lease_expires_at = $3 WHERE id = $1 AND status = 'running' AND worker = $2;
@@ -200,3 +179,7 @@ ORDER BY expires_at LIMIT 100;
 -- name: next_run_expiry
 -- A ready run (every request settled) is not abandoned: it waits for a worker, not a person.
 SELECT min(expires_at) FROM runs WHERE expires_at IS NOT NULL AND NOT ready;
+
+-- name: run_event
+INSERT INTO events (type, at, data, requester, session, run)
+SELECT $1, $2, interlock_run_data(r), r.requester, r.session, r.id FROM runs r WHERE r.id = $3;
