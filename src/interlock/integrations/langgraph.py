@@ -266,18 +266,29 @@ class LangGraphAgent:
         if not isinstance(state, Mapping) or not isinstance(state.get("thread_id"), str):
             raise InvalidRequest(f"run {run.id} has no LangGraph thread in its state")
         thread = cast(str, state["thread_id"])
-        waiting = cast(Mapping[str, str], state.get("interrupts", {}))
-        values: dict[str, Any] = dict(cast(Mapping[str, Any], state.get("answered", {})))
-        pending = {it.id: it for it in await self._interrupts(thread)}
-        for interrupt_id, request_id in waiting.items():
-            it = pending.get(interrupt_id)
-            if it is None:
-                continue  # answered by an earlier resume that stopped before it parked again
-            request = requests.get(request_id) or await self.broker.get(request_id)
-            if _is_approval(it.value):
-                values[interrupt_id] = await self._finish_approval(run.id, thread, it, request)
+        questions = cast(Mapping[str, str], state.get("questions", {}))
+        approvals = cast(Mapping[str, str], state.get("approvals", {}))
+        decided = cast(Mapping[str, Decision], state.get("decided", {}))
+        values: dict[str, Any] = {}
+        for it in await self._interrupts(thread):
+            gated = self._gated(run.id, thread, it)
+            if gated is None:
+                request_id = questions.get(it.id)
+                if request_id is not None:
+                    values[it.id] = resume_value(requests.get(request_id) or await self.broker.get(request_id))
+                continue
+            outcomes: list[Decision] = []
+            for call, schema in gated.calls:
+                if call.id in decided:
+                    outcomes.append(decided[call.id])
+                    continue
+                request_id = approvals.get(call.id)
+                if request_id is None:  # not asked when the run parked: ask now, answered next time
+                    break
+                request = requests.get(request_id) or await self.broker.get(request_id)
+                outcomes.append(await self._finish(call, request, schema))
             else:
-                values[interrupt_id] = resume_value(request)
+                values[it.id] = gated.render(outcomes)
         return await self._advance(run.id, thread, Command(resume=values))
 
     # -- driving the graph ---------------------------------------------------------------
@@ -295,20 +306,29 @@ class LangGraphAgent:
             if not interrupts:
                 return _jsonable(snapshot.values)
             answered: dict[str, Any] = {}
-            waiting: dict[str, str] = {}
+            questions: dict[str, str] = {}
+            approvals: dict[str, str] = {}
+            decided: dict[str, Decision] = {}
             for it in interrupts:
-                if _is_approval(it.value):
-                    outcome = await self._begin_approval(run_id, thread, it)
+                gated = self._gated(run_id, thread, it)
+                if gated is None:
+                    questions[it.id] = (await self._question(run_id, thread, it)).id
+                    continue
+                outcomes: list[Decision] = []
+                for call, schema in gated.calls:
+                    outcome = await self._begin(call, schema)
                     if isinstance(outcome, Request):
-                        waiting[it.id] = outcome.id
+                        approvals[call.id] = outcome.id
                     else:
-                        answered[it.id] = outcome
-                else:
-                    waiting[it.id] = (await self._question(run_id, thread, it)).id
-            if not waiting:
+                        decided[call.id] = outcome
+                        outcomes.append(outcome)
+                if len(outcomes) == len(gated.calls):
+                    answered[it.id] = gated.render(outcomes)
+            if not questions and not approvals:
                 payload = Command(resume=answered)
                 continue
-            return Park({"thread_id": thread, "interrupts": waiting, "answered": answered}, list(waiting.values()))
+            state = {"thread_id": thread, "questions": questions, "approvals": approvals, "decided": decided}
+            return Park(state, [*questions.values(), *approvals.values()])
 
     async def _invoke(self, payload: Any, thread: str) -> None:
         config = _config(thread)
@@ -356,25 +376,43 @@ class LangGraphAgent:
             run=run_id,
         )
 
-    def _call(self, run_id: str, thread: str, it: Interrupt) -> tuple[ToolCall, Mapping[str, Any] | None]:
-        value = cast(Mapping[str, Any], it.value)
-        arguments = value.get("arguments")
-        if not isinstance(arguments, Mapping):
-            raise InvalidRequest(f"the approval interrupt {it.id} has no arguments object")
-        schema = value.get("schema")
-        call = ToolCall(
-            str(value.get("tool")),
-            dict(arguments),
-            id=it.id,
-            session=thread,
-            agent=self.name,
-            to=self.to,
-            run=run_id,
-        )
-        return call, schema if isinstance(schema, Mapping) else None
+    def _gated(self, run_id: str, thread: str, it: Interrupt) -> _Gated | None:
+        """The tool calls an interrupt asks to approve, or None for a question: `approval()`'s
+        payload, and LangChain's `HumanInTheLoopMiddleware` requests (one per call, or one
+        per model turn listing every gated call)."""
+        value = it.value
+        if not isinstance(value, Mapping):
+            return None
 
-    async def _begin_approval(self, run_id: str, thread: str, it: Interrupt) -> Request | Decision:
-        call, schema = self._call(run_id, thread, it)
+        def call(name: Any, arguments: Any, call_id: str) -> ToolCall:
+            if not isinstance(name, str) or not isinstance(arguments, Mapping):
+                raise InvalidRequest(f"the approval interrupt {it.id} needs a tool name and an arguments object")
+            return ToolCall(name, dict(arguments), id=call_id, session=thread, agent=self.name, to=self.to, run=run_id)
+
+        if value.get("kind") == APPROVAL:
+            schema = value.get("schema")
+            one = call(value.get("tool"), value.get("arguments"), it.id)
+            return _Gated("interlock", [(one, schema if isinstance(schema, Mapping) else None)])
+        if value.get("type") == "tool_approval":
+            call_id = value.get("tool_call_id")
+            one = call(value.get("name"), value.get("args"), call_id if isinstance(call_id, str) and call_id else it.id)
+            return _Gated("tool_approval", [(one, _edit_schema(getattr(it, "response_schema", None)))])
+        actions = value.get("action_requests")
+        if isinstance(actions, list) and actions:
+            configs = {c.get("action_name"): c for c in value.get("review_configs") or () if isinstance(c, Mapping)}
+            calls: list[tuple[ToolCall, Mapping[str, Any] | None]] = []
+            for index, action in enumerate(actions):
+                if not isinstance(action, Mapping):
+                    raise InvalidRequest(f"the approval interrupt {it.id} has an action that is not an object")
+                config = configs.get(action.get("name"), {})
+                editable = "edit" in (config.get("allowed_decisions") or ())
+                schema = config.get("args_schema") if editable else None
+                item = call(action.get("name"), action.get("args"), f"{it.id}:{index}")
+                calls.append((item, schema if isinstance(schema, Mapping) else _ANY_OBJECT if editable else None))
+            return _Gated("batched", calls)
+        return None
+
+    async def _begin(self, call: ToolCall, schema: Mapping[str, Any] | None) -> Request | Decision:
         try:
             outcome = await self.gate.begin(call, schema=schema)
         except ApprovalDenied as exc:
@@ -383,8 +421,7 @@ class LangGraphAgent:
             return outcome
         return {"approved": True, "arguments": outcome}
 
-    async def _finish_approval(self, run_id: str, thread: str, it: Interrupt, request: Request) -> Decision:
-        call, schema = self._call(run_id, thread, it)
+    async def _finish(self, call: ToolCall, request: Request, schema: Mapping[str, Any] | None) -> Decision:
         try:
             arguments = await self.gate.finish(call, request, schema=schema)
         except ApprovalDenied as exc:
@@ -392,8 +429,71 @@ class LangGraphAgent:
         return {"approved": True, "arguments": arguments}
 
 
-def _is_approval(value: Any) -> bool:
-    return isinstance(value, Mapping) and value.get("kind") == APPROVAL
+_ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
+"""The edit schema of a LangChain action that may be edited but names no schema of its own."""
+
+
+class _Gated:
+    """The tool calls one interrupt asks to approve, and how its resume value is shaped."""
+
+    def __init__(self, shape: str, calls: list[tuple[ToolCall, Mapping[str, Any] | None]]) -> None:
+        self.shape = shape
+        self.calls = calls
+
+    def render(self, outcomes: list[Decision]) -> Any:
+        """The resume value: `approval()`'s decision, or LangChain's decision(s)."""
+        if self.shape == "interlock":
+            return outcomes[0]
+        decisions = [
+            _langchain_decision(call, outcome) for (call, _), outcome in zip(self.calls, outcomes, strict=True)
+        ]
+        return decisions[0] if self.shape == "tool_approval" else {"decisions": decisions}
+
+
+def _langchain_decision(call: ToolCall, outcome: Decision) -> dict[str, Any]:
+    """A `HumanInTheLoopMiddleware` decision: approve, edit (the person changed the
+    arguments), or reject with the person's reason as its message."""
+    if not outcome.get("approved"):
+        reason = outcome.get("reason", "")
+        return {"type": "reject", "message": reason} if reason else {"type": "reject"}
+    arguments = outcome.get("arguments", dict(call.arguments))
+    if arguments == dict(call.arguments):
+        return {"type": "approve"}
+    return {"type": "edit", "edited_action": {"name": call.name, "args": arguments}}
+
+
+def _edit_schema(response_schema: Any) -> Mapping[str, Any] | None:
+    """The arguments' schema inside a per-call approval's `response_schema`, when it allows
+    an edit: the `args` of its `edited_action` (else no edit is offered)."""
+    found: list[Mapping[str, Any]] = []
+
+    def walk(node: Any, defs: Mapping[str, Any]) -> None:
+        if isinstance(node, Mapping):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                node = defs.get(ref.removeprefix("#/$defs/"), {})
+            props = node.get("properties") if isinstance(node, Mapping) else None
+            if isinstance(props, Mapping) and "edited_action" in props:
+                action = props["edited_action"]
+                if isinstance(action, Mapping) and isinstance(action.get("$ref"), str):
+                    action = defs.get(action["$ref"].removeprefix("#/$defs/"), {})
+                args = action.get("properties", {}).get("args") if isinstance(action, Mapping) else None
+                if isinstance(args, Mapping):
+                    found.append(args)
+                return
+            for child in node.values() if isinstance(node, Mapping) else ():
+                walk(child, defs)
+        elif isinstance(node, list):
+            for child in node:
+                walk(child, defs)
+
+    if isinstance(response_schema, Mapping):
+        defs = response_schema.get("$defs", {})
+        walk({k: v for k, v in response_schema.items() if k != "$defs"}, defs if isinstance(defs, Mapping) else {})
+    if not found:
+        return None
+    args = found[0]
+    return args if args.get("type") == "object" and "$ref" not in json.dumps(args) else _ANY_OBJECT
 
 
 def _config(thread: str) -> dict[str, Any]:
@@ -401,5 +501,16 @@ def _config(thread: str) -> dict[str, Any]:
 
 
 def _jsonable(value: Any) -> Any:
-    """The graph's final values as plain JSON for the run's result (others as their repr)."""
-    return json.loads(json.dumps(value, default=repr))
+    """The graph's final values as plain JSON for the run's result: pydantic models (a
+    LangChain message, say) as their JSON dump, anything else unknown as its repr."""
+    return json.loads(json.dumps(value, default=_plain))
+
+
+def _plain(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        try:
+            return dump(mode="json")
+        except Exception:  # a model that cannot dump itself: its repr, as for the rest
+            return repr(value)
+    return repr(value)
