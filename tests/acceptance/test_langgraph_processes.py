@@ -7,6 +7,8 @@ arguments the person approved."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import os
 import signal
@@ -33,6 +35,8 @@ BOUND = 90
 AGENT = '''
 """An existing LangGraph graph that mails the release notes, put behind interlock."""
 import asyncio
+import contextlib
+import functools
 import json
 import os
 import sqlite3
@@ -110,11 +114,17 @@ if __name__ == "__main__":
 EDITED = {"to": "ops@example.com", "subject": "release 1.4.1"}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "http"])
 def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """interlock's store URL and LangGraph's checkpoints, on the same kind of database."""
+    """interlock's store URL and LangGraph's checkpoints, on the same kind of database; or
+    interlock reached over http:// (a server on its own SQLite file)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'interlock.db'}", str(tmp_path / "checkpoints.db")
+        return
+    if request.param == "http":
+        serve: Callable[..., AbstractContextManager[str]] = request.getfixturevalue("serve")
+        with serve(f"sqlite:///{tmp_path / 'server.db'}", auth=False) as base:
+            yield base, str(tmp_path / "checkpoints.db")
         return
     databases: Callable[[], AbstractContextManager[str]] = request.getfixturevalue("pg_databases")
     with databases() as url, databases() as checkpoints:
@@ -179,6 +189,7 @@ async def test_answered_from_the_cli_while_no_process_runs_then_resumed_once(
 async def test_a_worker_serving_before_the_answer_resumes_when_the_api_approves(
     stores: tuple[str, str], agent_dir: Path, serve: Callable[..., AbstractContextManager[str]]
 ) -> None:
+    serve = functools.partial(serve, auth=False)
     worker = await asyncio.create_subprocess_exec(
         *INTERLOCK,
         "worker",
@@ -193,7 +204,7 @@ async def test_a_worker_serving_before_the_answer_resumes_when_the_api_approves(
         (request_id,) = parked["waiting_on"]  # type: ignore[misc]
         async with interlock.connect(stores[0]) as broker:
             after = await broker.last_event_id()
-            with serve(stores[0], auth=False) as base:
+            with contextlib.nullcontext(stores[0]) if stores[0].startswith("http") else serve(stores[0]) as base:
                 async with httpx.AsyncClient(base_url=base) as client:
                     response = await client.post(
                         f"/api/v1/requests/{request_id}/answer", json={"answers": {"approve": True}, "by": "alice"}
