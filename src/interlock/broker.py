@@ -123,10 +123,16 @@ DEFAULT_LEASE = 30.0
 """Seconds a worker holds a claimed run before another may take it (renew to keep it)."""
 
 
+_LONGEST = timedelta(days=365 * 1000).total_seconds()
+"""The longest duration taken (a thousand years): past it, dates stop being storable."""
+
+
 def _seconds(value: float | timedelta, name: str) -> float:
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0 or math.isinf(seconds):
         raise InvalidRequest(f"{name} must be a positive, finite number of seconds")
+    if seconds > _LONGEST:
+        raise InvalidRequest(f"{name} is {seconds:g} seconds, more than a thousand years")
     return float(seconds)
 
 

@@ -28,7 +28,7 @@ from httpx_sse import aconnect_sse
 
 from ._backoff import Backoff
 from .approvals import is_marked
-from .broker import DEFAULT_LEASE, MAX_EVENT_ID, Broker, Page, RunPage, _outcome
+from .broker import DEFAULT_LEASE, MAX_EVENT_ID, Broker, Page, RunPage, _outcome, _seconds
 from .errors import Closed, InvalidRequest, NotFound, RunConflict
 from .hooks import DEFAULT_HOOK_TIMEOUT
 from .model import (
@@ -473,7 +473,7 @@ class RemoteBroker(Broker):
         max_duration: float | timedelta | None = None,
         requester: str | None = None,
     ) -> Run:
-        seconds = max_duration.total_seconds() if isinstance(max_duration, timedelta) else max_duration
+        seconds = None if max_duration is None else _seconds(max_duration, "max_duration")  # JSON takes no NaN
         body = {"agent": agent, "session": session, "run_id": run_id, "max_duration": seconds, "requester": requester}
         return run_from_dict(await self._call("POST", "/runs", json=body))
 
@@ -505,6 +505,7 @@ class RemoteBroker(Broker):
     ) -> Run | None:
         if isinstance(agents, str):
             agents = [agents]
+        lease = _seconds(lease, "lease")
         body = {"agents": None if agents is None else list(agents), "worker": worker, "lease": lease}
         wait = min(max(float(wait), 0.0), LONG_POLL)
         response = await self._send("POST", "/runs/claim", json=body, params={"wait": wait}, timeout=wait)
@@ -515,7 +516,7 @@ class RemoteBroker(Broker):
         return run_from_dict(response.json())
 
     async def renew_lease(self, run_id: str, *, worker: str, lease: float = DEFAULT_LEASE) -> bool:
-        body = {"worker": worker, "lease": lease}
+        body = {"worker": worker, "lease": _seconds(lease, "lease")}
         return bool((await self._call("POST", f"/runs/{run_id}/lease", json=body, request_id=run_id))["renewed"])
 
     async def complete_run(self, run_id: str, result: Any = None, *, worker: str | None = None) -> Run:

@@ -297,3 +297,21 @@ async def test_a_restarted_agent_parking_again_on_its_requests_changes_nothing(b
     assert again == before
     assert await broker.park(run_id, state={"step": 3, "messages": ["hi"]}, waiting_on=[request_id]) == before
     assert [e.type for e in await broker.find_events(run=run_id)].count("input_requested") == 1
+
+
+async def test_bad_run_input_is_refused_and_changes_nothing(broker: Broker) -> None:
+    for bad in ({"max_duration": 1e308}, {"max_duration": -1}, {"max_duration": float("nan")}, {"session": "a\x00b"}):
+        with pytest.raises(InvalidRequest):
+            await broker.start_run("helper", **bad)  # type: ignore[arg-type]
+    for agent in ("", "x" * 10_000):
+        with pytest.raises(InvalidRequest):
+            await broker.start_run(agent)
+    assert (await broker.list_runs()).items == []
+    run = await broker.start_run("helper")
+    with pytest.raises(InvalidRequest):
+        await broker.claim_run(["helper"], worker="w", lease=1e308)
+    with pytest.raises(InvalidRequest):
+        await broker.cancel_run(run.id, "")
+    with pytest.raises(InvalidRequest):
+        await broker.fail_run(run.id, "e" * 100_000)
+    assert (await broker.get_run(run.id)).status is RunStatus.RUNNING
