@@ -10,7 +10,9 @@ settled, a worker calls `resume`, which answers all the step's interrupts togeth
 
 Inside a node, `approve(tool, arguments)` asks for approval of a tool call through the
 agent's `ApprovalGate` (its policies, auto-allow, hook and argument digest apply as they
-do anywhere), and `ask(*asks)` asks interlock's own ask types. A plain `interrupt(value)`
+do anywhere), and `ask(*asks)` asks interlock's own ask types. An agent made with
+LangChain's `create_agent` and `HumanInTheLoopMiddleware` needs no change: each call the
+middleware holds goes through the gate, and the person's answer returns as its decision. A plain `interrupt(value)`
 works too; see `asks_for` for how a payload is rendered and `resume_value` for what the
 node gets back.
 """
@@ -203,7 +205,12 @@ class LangGraphAgent:
     `graph` must be compiled with a checkpointer (the thread's state lives there; the
     run keeps only the thread id and which request answers which interrupt). `name` is the
     agent's name (a worker resumes the runs of the names it knows); `to` the person asked;
-    `gate` decides on `approval(...)` calls (default: a gate that asks for every call).
+    `gate` decides on the tool calls to approve (`approval(...)` in a node, and LangChain's
+    `HumanInTheLoopMiddleware` requests); by default every one of them asks.
+
+    A worker that dies while it resumes a run leaves the run to another once its lease
+    runs out; an approval the first worker consumed already is not consumed again, so that
+    run fails ("already decided once") rather than run the tool twice.
     """
 
     def __init__(
