@@ -8,6 +8,7 @@
 #   bash bench/run.sh schema          # what each part of interlock's SQLite schema costs
 #   bash bench/run.sh inprocess --reps 3   # extra args go to the script
 #   bash bench/run.sh http            # HTTP round trips + SSE fan-out vs awaithumans 0.1.12 (own venv, ~3 min)
+#   bash bench/run.sh park            # park/resume cycles vs LangGraph and DBOS, SQLite and PostgreSQL (~10 min)
 #
 # Environment:
 #   BENCH_VENV   venv to use/create (default: /work/bench-venv312, outside the repo)
@@ -83,9 +84,13 @@ case "$what" in
     # needs PostgreSQL at 127.0.0.1:5432 and, for the LangGraph row, its Postgres saver
     "$py" -m pip install --quiet 'psycopg[binary]>=3.2,<4' 'psycopg-pool>=3.2,<4' langgraph-checkpoint-postgres
     "$py" "$here/postgres.py" "$@" | tee "$out/postgres.txt" ;;
+  park)
+    # needs PostgreSQL at 127.0.0.1:5432; LangGraph's savers and DBOS come with the bench extra
+    "$py" -m pip install --quiet -e "$repo[bench]"
+    "$py" "$here/park_resume.py" --json "$out/park_resume.json" "$@" | tee "$out/park_resume.txt" ;;
   all)
     "$py" "$here/inprocess.py" --json "$out/inprocess.json" | tee "$out/inprocess.txt"
     echo
     "$py" "$here/durable.py" --json "$out/durable.json" | tee "$out/durable.txt" ;;
-  *) echo "unknown benchmark: $what (inprocess | durable | profile | schema | http | postgres | all)" >&2; exit 2 ;;
+  *) echo "unknown benchmark: $what (inprocess | durable | profile | schema | http | postgres | park | all)" >&2; exit 2 ;;
 esac

@@ -1,0 +1,242 @@
+"""A LangGraph agent behind interlock across real processes: the graph parks on an approval
+and its process exits; a person answers from the CLI or the HTTP API; a new process
+(`interlock worker`) resumes it exactly once, in both orders, with interlock and LangGraph's
+own checkpointer both on SQLite or both on PostgreSQL. The tool runs once, with the
+arguments the person approved."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+import interlock
+from interlock import Status
+from interlock.model import RunStatus
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+INTERLOCK = [sys.executable, "-m", "interlock"]
+BOUND = 90
+
+AGENT = '''
+"""An existing LangGraph graph that mails the release notes, put behind interlock."""
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+
+import interlock
+from interlock.integrations.langgraph import LangGraphAgent, approve
+
+HERE = Path(__file__).parent
+CHECKPOINTS = os.environ["CHECKPOINTS"]  # a SQLite file, or a PostgreSQL URL
+SCHEMA = {
+    "type": "object",
+    "properties": {"to": {"type": "string"}, "subject": {"type": "string"}},
+    "required": ["to", "subject"],
+    "additionalProperties": False,
+}
+
+
+class State(TypedDict, total=False):
+    to: str
+    sent: dict[str, Any]
+
+
+def send_mail(state: State) -> State:
+    arguments = approve("send_mail", {"to": state["to"], "subject": "release 1.4"}, schema=SCHEMA)
+    with open(HERE / "sent.txt", "a") as sent:  # the side effect: it must happen once
+        sent.write(json.dumps(arguments) + "\\n")
+    return {"sent": arguments}
+
+
+async def checkpointer() -> Any:
+    if CHECKPOINTS.startswith("postgresql://"):
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+        from psycopg import AsyncConnection
+        from psycopg.rows import dict_row
+
+        conn = await AsyncConnection.connect(CHECKPOINTS, autocommit=True, prepare_threshold=0, row_factory=dict_row)
+        saver = AsyncPostgresSaver(conn)
+        await saver.setup()
+        return saver
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    saver = SqliteSaver(sqlite3.connect(CHECKPOINTS, check_same_thread=False))
+    saver.setup()
+    return saver
+
+
+async def agent(broker: interlock.Broker) -> LangGraphAgent:
+    builder = StateGraph(State)
+    builder.add_node("send_mail", send_mail)
+    builder.add_edge(START, "send_mail")
+    builder.add_edge("send_mail", END)
+    graph = builder.compile(checkpointer=await checkpointer())
+    return LangGraphAgent(broker, graph, name="mailer", to="alice")
+
+
+async def handlers(broker: interlock.Broker) -> Any:
+    return (await agent(broker)).handlers()
+
+
+async def start(run_id: str) -> None:
+    async with interlock.connect() as broker:
+        run = await (await agent(broker)).start({"to": "ops@example.com"}, run_id=run_id)
+        print(json.dumps({"status": run.status.value, "waiting_on": list(run.waiting_on)}))
+
+
+if __name__ == "__main__":
+    asyncio.run(start(sys.argv[1]))
+'''
+
+EDITED = {"to": "ops@example.com", "subject": "release 1.4.1"}
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "http"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """interlock's store URL and LangGraph's checkpoints, on the same kind of database; or
+    interlock reached over http:// (a server on its own SQLite file)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'interlock.db'}", str(tmp_path / "checkpoints.db")
+        return
+    if request.param == "http":
+        serve: Callable[..., AbstractContextManager[str]] = request.getfixturevalue("serve")
+        with serve(f"sqlite:///{tmp_path / 'server.db'}", auth=False) as base:
+            yield base, str(tmp_path / "checkpoints.db")
+        return
+    databases: Callable[[], AbstractContextManager[str]] = request.getfixturevalue("pg_databases")
+    with databases() as url, databases() as checkpoints:
+        yield url, checkpoints
+
+
+@pytest.fixture
+def agent_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "agent"
+    folder.mkdir()
+    (folder / "mail_agent.py").write_text(textwrap.dedent(AGENT))
+    return folder
+
+
+def environment(stores: tuple[str, str]) -> dict[str, str]:
+    return {**os.environ, "INTERLOCK_URL": stores[0], "CHECKPOINTS": stores[1]}
+
+
+def run(args: list[str], stores: tuple[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, env=environment(stores), cwd=cwd, timeout=BOUND)
+
+
+def start_in_a_process(stores: tuple[str, str], agent_dir: Path, run_id: str) -> dict[str, object]:
+    done = run([sys.executable, "mail_agent.py", run_id], stores, agent_dir)
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def sent(agent_dir: Path) -> list[dict[str, str]]:
+    path = agent_dir / "sent.txt"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+async def test_answered_from_the_cli_while_no_process_runs_then_resumed_once(
+    stores: tuple[str, str], agent_dir: Path
+) -> None:
+    parked = start_in_a_process(stores, agent_dir, "run-1")
+    assert parked["status"] == "waiting_for_approval"
+    (request_id,) = parked["waiting_on"]  # type: ignore[misc]
+    assert start_in_a_process(stores, agent_dir, "run-1") == parked  # restarted: no second approval
+    assert sent(agent_dir) == []
+
+    answer = json.dumps({"approve": True, "arguments": EDITED})
+    answered = run([*INTERLOCK, "answer", request_id, "--json", answer, "--by", "alice"], stores, agent_dir)
+    assert answered.returncode == 0, answered.stderr
+
+    worked = run([*INTERLOCK, "worker", "mail_agent:handlers", "--once"], stores, agent_dir)
+    assert worked.returncode == 0, worked.stderr
+    assert "resumed 1 run(s)" in worked.stderr
+    again = run([*INTERLOCK, "worker", "mail_agent:handlers", "--once"], stores, agent_dir)
+    assert "resumed 0 run(s)" in again.stderr
+    assert sent(agent_dir) == [EDITED]
+
+    async with interlock.connect(stores[0]) as broker:
+        finished = await broker.get_run("run-1")
+        approvals = (await broker.list(kind="approval")).items
+    assert finished.status is RunStatus.COMPLETED
+    assert finished.result["sent"] == EDITED
+    assert [a.id for a in approvals] == [request_id]
+
+
+async def test_a_worker_serving_before_the_answer_resumes_when_the_api_approves(
+    stores: tuple[str, str], agent_dir: Path, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    serve = functools.partial(serve, auth=False)
+    worker = await asyncio.create_subprocess_exec(
+        *INTERLOCK,
+        "worker",
+        "mail_agent:handlers",
+        cwd=agent_dir,
+        env=environment(stores),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        parked = start_in_a_process(stores, agent_dir, "run-2")
+        (request_id,) = parked["waiting_on"]  # type: ignore[misc]
+        async with interlock.connect(stores[0]) as broker:
+            after = await broker.last_event_id()
+            with contextlib.nullcontext(stores[0]) if stores[0].startswith("http") else serve(stores[0]) as base:
+                async with httpx.AsyncClient(base_url=base) as client:
+                    response = await client.post(
+                        f"/api/v1/requests/{request_id}/answer", json={"answers": {"approve": True}, "by": "alice"}
+                    )
+                assert response.status_code == 200, response.text
+                with anyio.fail_after(BOUND):
+                    async for event in broker.events(after=after, follow=True):
+                        if event.type in ("run_completed", "run_failed") and event.data.get("run") == "run-2":
+                            break
+            finished = await broker.get_run("run-2")
+        assert finished.status is RunStatus.COMPLETED, finished.error
+        assert sent(agent_dir) == [{"to": "ops@example.com", "subject": "release 1.4"}]
+        assert finished.result["sent"] == sent(agent_dir)[0]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        with anyio.fail_after(BOUND):
+            _, err = await worker.communicate()
+    assert worker.returncode == 0, err.decode()
+    assert "resumed 1 run(s)" in err.decode()
+
+
+async def test_a_denial_reaches_the_graph_and_the_tool_never_runs(stores: tuple[str, str], agent_dir: Path) -> None:
+    parked = start_in_a_process(stores, agent_dir, "run-3")
+    (request_id,) = parked["waiting_on"]  # type: ignore[misc]
+    denied = run([*INTERLOCK, "reject", request_id, "--reason", "not on a Friday"], stores, agent_dir)
+    assert denied.returncode == 0, denied.stderr
+    worked = run([*INTERLOCK, "worker", "mail_agent:handlers", "--once"], stores, agent_dir)
+    assert worked.returncode == 0, worked.stderr
+    async with interlock.connect(stores[0]) as broker:
+        finished = await broker.get_run("run-3")
+        request = await broker.get(request_id)
+    assert request.status is Status.REJECTED
+    assert finished.status is RunStatus.FAILED  # approve() raised ApprovalDenied in the node
+    assert "not on a Friday" in (finished.error or "")
+    assert sent(agent_dir) == []

@@ -1,0 +1,175 @@
+"""LangGraph: interrupts park a run as interlock requests; a claim resumes it with the answers."""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+from interlock import Broker, Choice, Confirm, Status
+from interlock.agent import ApprovalGate
+from interlock.integrations.langgraph import LangGraphAgent, approval, approve, ask
+from interlock.model import RunStatus
+from interlock.runs import Worker
+
+pytestmark = pytest.mark.anyio
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"to": {"type": "string"}, "subject": {"type": "string"}},
+    "required": ["to", "subject"],
+    "additionalProperties": False,
+}
+
+
+class State(TypedDict, total=False):
+    to: str
+    sent: Annotated[list[dict[str, Any]], operator.add]
+    notes: Annotated[list[str], operator.add]
+
+
+class Mailer:
+    """A graph whose one node sends a mail once approved; `sent` records every real send."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def graph(self, saver: Any = None) -> Any:
+        def send(state: State) -> dict[str, Any]:
+            arguments = approve("send_mail", {"to": state["to"], "subject": "release 1.4"}, schema=SCHEMA)
+            self.sent.append(arguments)
+            return {"sent": [arguments]}
+
+        builder = StateGraph(State)
+        builder.add_node("send", send)
+        builder.add_edge(START, "send")
+        builder.add_edge("send", END)
+        return builder.compile(checkpointer=saver or InMemorySaver())
+
+
+async def claim_and_resume(broker: Broker, agent: LangGraphAgent) -> Any:
+    run = await Worker(broker, agent.handlers(), name="w1").run_once()
+    assert run is not None
+    return run
+
+
+async def test_an_approved_call_runs_once_with_the_approvers_edited_arguments(broker: Broker) -> None:
+    mailer = Mailer()
+    agent = LangGraphAgent(broker, mailer.graph(), name="mailer", to="alice")
+    run = await agent.start({"to": "ops@example.com"})
+    assert run.status is RunStatus.WAITING_FOR_APPROVAL and mailer.sent == []
+    (request_id,) = run.waiting_on
+    request = await broker.get(request_id)
+    assert request.kind == "approval" and request.to == "alice" and request.origin.run == run.id
+    assert request.context["arguments"] == {"to": "ops@example.com", "subject": "release 1.4"}
+    assert await broker.claim_run(["mailer"], worker="w1") is None  # not ready before the answer
+    edited = {"to": "ops@example.com", "subject": "release 1.4.1"}
+    assert await broker.resolve(request_id, {"approve": True, "arguments": edited}, by="alice")
+    done = await claim_and_resume(broker, agent)
+    assert done.status is RunStatus.COMPLETED
+    assert mailer.sent == [edited]
+    assert done.result["sent"] == [edited]
+    assert await broker.claim_run(["mailer"], worker="w2") is None  # resumed exactly once
+
+
+async def test_a_denial_reaches_the_node_with_the_persons_reason(broker: Broker) -> None:
+    def send(state: State) -> dict[str, Any]:
+        decision = approval("send_mail", {"to": state["to"]})
+        return {"notes": [f"denied: {decision['reason']}"] if not decision["approved"] else ["sent"]}
+
+    builder = StateGraph(State)
+    builder.add_node("send", send)
+    builder.add_edge(START, "send")
+    builder.add_edge("send", END)
+    agent = LangGraphAgent(broker, builder.compile(checkpointer=InMemorySaver()), name="mailer", to="alice")
+    run = await agent.start({"to": "all@example.com"})
+    await broker.resolve(run.waiting_on[0], {"approve": False}, by="alice", comment="not to everyone")
+    done = await claim_and_resume(broker, agent)
+    assert done.status is RunStatus.COMPLETED
+    assert done.result["notes"] == ["denied: not to everyone"]
+
+
+async def test_the_gates_policies_apply_a_call_it_lets_through_needs_nobody(broker: Broker) -> None:
+    mailer = Mailer()
+    gate = ApprovalGate(broker, policies={"send_*": "never"})
+    agent = LangGraphAgent(broker, mailer.graph(), name="mailer", to="alice", gate=gate)
+    run = await agent.start({"to": "ops@example.com"})
+    assert run.status is RunStatus.COMPLETED
+    assert mailer.sent == [{"to": "ops@example.com", "subject": "release 1.4"}]
+    assert (await broker.list()).items == []
+
+
+async def test_interrupts_of_one_step_are_asked_together_and_answered_together(broker: Broker) -> None:
+    def region(state: State) -> dict[str, Any]:
+        return {"notes": [ask(Choice("Which region?", ["eu", "us"], id="region"))]}
+
+    def comment(state: State) -> dict[str, Any]:
+        return {"notes": [interrupt("Anything to add to the release notes?")]}
+
+    def ready(state: State) -> dict[str, Any]:
+        return {"notes": ["yes" if interrupt({"question": "Ship it?", "confirm": True}) else "no"]}
+
+    builder = StateGraph(State)
+    for name, node in (("region", region), ("comment", comment), ("ready", ready)):
+        builder.add_node(name, node)
+        builder.add_edge(START, name)
+        builder.add_edge(name, END)
+    agent = LangGraphAgent(broker, builder.compile(checkpointer=InMemorySaver()), name="release", to="bob")
+    run = await agent.start({"notes": []})
+    assert run.status is RunStatus.WAITING_FOR_INPUT and len(run.waiting_on) == 3
+    requests = {(await broker.get(i)).asks[0].type: i for i in run.waiting_on}
+    assert set(requests) == {"choice", "text", "confirm"}
+    await broker.resolve(requests["choice"], "eu", by="bob")
+    await broker.resolve(requests["text"], "no breaking changes", by="bob")
+    assert await broker.claim_run(["release"], worker="w1") is None  # one still waits
+    await broker.resolve(requests["confirm"], True, by="bob")
+    done = await claim_and_resume(broker, agent)
+    assert done.status is RunStatus.COMPLETED
+    assert sorted(done.result["notes"]) == ["eu", "no breaking changes", "yes"]
+
+
+async def test_a_rejected_question_resumes_the_node_with_the_reason(broker: Broker) -> None:
+    def confirm(state: State) -> dict[str, Any]:
+        answer = ask(Confirm("Rotate the keys?"))
+        return {"notes": [f"rejected: {answer['reason']}" if isinstance(answer, dict) else str(answer)]}
+
+    builder = StateGraph(State)
+    builder.add_node("confirm", confirm)
+    builder.add_edge(START, "confirm")
+    builder.add_edge("confirm", END)
+    agent = LangGraphAgent(broker, builder.compile(checkpointer=InMemorySaver()), name="keys", to="bob")
+    run = await agent.start({})
+    await broker.reject(run.waiting_on[0], "ask security first", by="bob")
+    done = await claim_and_resume(broker, agent)
+    assert done.result["notes"] == ["rejected: ask security first"]
+
+
+async def test_starting_the_same_run_again_makes_no_second_request(broker: Broker) -> None:
+    mailer = Mailer()
+    graph = mailer.graph()
+    run = await LangGraphAgent(broker, graph, name="mailer", to="alice").start({"to": "a@example.com"}, run_id="r-1")
+    again = await LangGraphAgent(broker, graph, name="mailer", to="alice").start({"to": "a@example.com"}, run_id="r-1")
+    assert again.id == run.id and again.waiting_on == run.waiting_on
+    assert len((await broker.list(kind="approval")).items) == 1
+    assert (await broker.get(run.waiting_on[0])).status is Status.PENDING
+    assert mailer.sent == []
+
+
+async def test_a_run_whose_process_stopped_before_parking_parks_on_the_same_interrupt(broker: Broker) -> None:
+    mailer = Mailer()
+    graph = mailer.graph()
+    # The agent's process got as far as the graph's interrupt, then died before asking anyone.
+    await broker.start_run("mailer", run_id="r-2", session="r-2")
+    await graph.ainvoke({"to": "a@example.com"}, {"configurable": {"thread_id": "r-2"}})
+    agent = LangGraphAgent(broker, graph, name="mailer", to="alice")
+    run = await agent.start({"to": "someone-else@example.com"}, thread_id="r-2", run_id="r-2")
+    assert run.status is RunStatus.WAITING_FOR_APPROVAL
+    request = await broker.get(run.waiting_on[0])
+    assert request.context["arguments"]["to"] == "a@example.com"  # the interrupted call, not a new input
+    await broker.resolve(request.id, {"approve": True}, by="alice")
+    done = await claim_and_resume(broker, agent)
+    assert done.status is RunStatus.COMPLETED and mailer.sent == [{"to": "a@example.com", "subject": "release 1.4"}]

@@ -1,0 +1,105 @@
+"""LangChain's create_agent with HumanInTheLoopMiddleware behind interlock: each gated tool
+call becomes a gate approval; the person's approve / edit / deny comes back as the
+middleware's own decisions, in both of its interrupt modes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langgraph.checkpoint.memory import InMemorySaver
+
+from interlock import Broker
+from interlock.agent import ApprovalGate
+from interlock.integrations.langgraph import LangGraphAgent
+from interlock.model import RunStatus
+from interlock.runs import Worker
+
+pytestmark = pytest.mark.anyio
+
+sent_mails: list[dict[str, Any]] = []
+
+
+def send_email(to: str, subject: str) -> str:
+    """Send an email."""
+    sent_mails.append({"to": to, "subject": subject})
+    return f"sent to {to}"
+
+
+def read_inbox() -> str:
+    """Read the inbox."""
+    return "2 new mails"
+
+
+class Scripted(BaseChatModel):
+    """A chat model that decides from the history: call the tools, then report what they said."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Scripted:
+        return self
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
+        results = [m for m in messages if isinstance(m, ToolMessage)]
+        if results:
+            reply = AIMessage(content=" | ".join(str(m.content) for m in results))
+        else:
+            reply = AIMessage(
+                content="",
+                tool_calls=[
+                    {"name": "read_inbox", "args": {}, "id": "call-read"},
+                    {"name": "send_email", "args": {"to": "ops@example.com", "subject": "1.4"}, "id": "call-send"},
+                ],
+            )
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+def agent_graph(mode: str) -> Any:
+    middleware = HumanInTheLoopMiddleware(
+        interrupt_on={"send_email": True, "read_inbox": True},
+        interrupt_mode=mode,  # type: ignore[arg-type]
+    )
+    return create_agent(Scripted(), [send_email, read_inbox], middleware=[middleware], checkpointer=InMemorySaver())
+
+
+@pytest.fixture(autouse=True)
+def clear_sent() -> None:
+    sent_mails.clear()
+
+
+@pytest.mark.parametrize("mode", ["batched", "per_call"])
+async def test_the_gate_decides_each_gated_call_and_the_person_edits_one(broker: Broker, mode: str) -> None:
+    gate = ApprovalGate(broker, policies={"send_*": "always"}, auto_allow=["read_*"], to="alice")
+    agent = LangGraphAgent(broker, agent_graph(mode), name="assistant", to="alice", gate=gate)
+    run = await agent.start({"messages": [{"role": "user", "content": "mail ops"}]})
+    assert run.status is RunStatus.WAITING_FOR_APPROVAL
+    (request_id,) = run.waiting_on  # read_inbox is auto-allowed: only send_email asks
+    request = await broker.get(request_id)
+    assert request.kind == "approval" and request.context["tool"] == "send_email"
+    edited = {"to": "ops@example.com", "subject": "release 1.4.1"}
+    await broker.resolve(request_id, {"approve": True, "arguments": edited}, by="alice")
+    done = await Worker(broker, agent.handlers(), name="w").run_once()
+    assert done is not None and done.status is RunStatus.COMPLETED, done and done.error
+    assert sent_mails == [edited]
+    said = done.result["messages"][-1]["content"]  # what the tools told the model, edit notice included
+    assert said.startswith("2 new mails | ") and said.endswith("sent to ops@example.com")
+    assert "release 1.4.1" in said
+
+
+@pytest.mark.parametrize("mode", ["batched", "per_call"])
+async def test_a_denial_reaches_the_model_as_the_persons_reason(broker: Broker, mode: str) -> None:
+    gate = ApprovalGate(broker, policies={"*": "always"}, auto_allow=["read_*"], to="alice")
+    agent = LangGraphAgent(broker, agent_graph(mode), name="assistant", to="alice", gate=gate)
+    run = await agent.start({"messages": [{"role": "user", "content": "mail ops"}]})
+    await broker.resolve(run.waiting_on[0], {"approve": False}, by="alice", comment="not before the release")
+    done = await Worker(broker, agent.handlers(), name="w").run_once()
+    assert done is not None and done.status is RunStatus.COMPLETED, done and done.error
+    assert sent_mails == []
+    assert "not before the release" in done.result["messages"][-1]["content"]
