@@ -1582,12 +1582,13 @@ def check_ask(ask: Ask, limits: Limits = DEFAULT_LIMITS) -> None:
             check_text(opt.description, f"{where}: option {opt.id!r}'s description", limits.max_prompt_length)
     elif isinstance(ask, Form):
         check_json(ask.schema, f"{where}: the form schema", limits.max_schema_bytes)
-    for option, grant in ask.offered():
+    offered = ask.offered()
+    if len(offered) > limits.max_options:
+        raise InvalidRequest(f"{where}: {len(offered)} grants offered, at most {limits.max_options} allowed")
+    for option, grant in offered:
         at = f"{where}: option {option!r}'s grant" if option is not None else f"{where}: a grant"
         check_text(grant.with_, f"{at} `with`", limits.max_prompt_length)
         check_text(grant.can, f"{at} `can`", limits.max_prompt_length)
-    if len(ask.offered()) > limits.max_options:
-        raise InvalidRequest(f"{where}: {len(ask.offered())} grants offered, at most {limits.max_options} allowed")
 
 
 def _too_long(ask: Ask, limit: int) -> str:
