@@ -183,3 +183,18 @@ SELECT min(expires_at) FROM runs WHERE expires_at IS NOT NULL AND NOT ready;
 -- name: run_event
 INSERT INTO events (type, at, data, requester, session, run)
 SELECT $1, $2, interlock_run_data(r), r.requester, r.session, r.id FROM runs r WHERE r.id = $3;
+-- name: settle_granting
+SELECT interlock_settle_granting($1, $2, $3, $4, $5);
+
+-- name: insert_grant
+SELECT interlock_insert_grant($1);
+
+-- name: get_grant
+SELECT id, resource, ability, issuer, audience, issued_at, expires_at, request_id, ask_id, option_id,
+       revoked_at, revoked_by
+FROM grants WHERE id = $1;
+
+-- name: revoke_grant
+UPDATE grants SET revoked_at = $3, revoked_by = $2 WHERE id = $1 AND revoked_at IS NULL
+RETURNING id, resource, ability, issuer, audience, issued_at, expires_at, request_id, ask_id, option_id,
+          revoked_at, revoked_by;

@@ -198,3 +198,14 @@ ORDER BY expires_at LIMIT 100;
 -- name: next_run_expiry
 -- A ready run (every request settled) is not abandoned: it waits for a worker, not a person.
 SELECT min(expires_at) FROM runs WHERE expires_at IS NOT NULL AND ready = 0;
+-- name: insert_grant
+INSERT INTO grants (id, resource, ability, issuer, audience, issued_at, expires_at, request_id, ask_id, option_id)
+VALUES (:id, :resource, :ability, :issuer, :audience, :issued_at, :expires_at, :request_id, :ask_id, :option_id);
+
+-- name: get_grant
+SELECT id, resource, ability, issuer, audience, issued_at, expires_at, request_id, ask_id, option_id,
+       revoked_at, revoked_by
+FROM grants WHERE id = :id;
+
+-- name: revoke_grant
+UPDATE grants SET revoked_at = :at, revoked_by = :by WHERE id = :id AND revoked_at IS NULL;
