@@ -25,9 +25,11 @@ from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..broker import LocalBroker, connect
+from ..mcp import HttpEndpoint
 from ..model import Limits
 from ..wire import WIRE_ERRORS, problem_of
 from . import api
@@ -143,7 +145,8 @@ def create_app(
         state.metrics.pending.set(len(await the_broker.pending()))
         await state.hub.start()
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             await state.hub.stop()
             if broker is None:
@@ -175,6 +178,8 @@ def create_app(
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     install_web(app, state)
+    mcp = HttpEndpoint(app, the_auth.from_token, auth=auth)  # MCP over streamable HTTP, same tokens
+    app.router.routes.append(Route("/mcp", mcp, include_in_schema=False))
     return app
 
 
