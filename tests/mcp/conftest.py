@@ -47,25 +47,22 @@ class World:
         return httpx.AsyncClient(base_url=f"{self.base}/api/v1", headers=headers, timeout=BOUND)
 
 
-def make_people(db: str) -> dict[str, str]:
+async def add_people(db: str) -> dict[str, str]:
+    """The humans and agents of the tests, each with a token, in the store at `db`."""
     tokens: dict[str, str] = {}
-
-    async def setup() -> None:
-        async with interlock.connect(db) as broker:
-            for principal in PEOPLE:
-                await broker.store.save_principal(principal)
-                token = issue_token(principal.name, datetime.now(UTC))
-                await broker.store.save_token(token)
-                tokens[principal.name] = token.secret
-
-    anyio.run(setup)
+    async with interlock.connect(db) as broker:
+        for principal in PEOPLE:
+            await broker.store.save_principal(principal)
+            token = issue_token(principal.name, datetime.now(UTC))
+            await broker.store.save_token(token)
+            tokens[principal.name] = token.secret
     return tokens
 
 
 @pytest.fixture
 def world(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[World]:
     db = f"sqlite:///{tmp_path / 'mcp.db'}"
-    tokens = make_people(db)
+    tokens = anyio.run(add_people, db)
     with serve(db, auth=True) as base:
         yield World(base, db, tokens)
 
