@@ -31,13 +31,18 @@ from .approvals import check_context
 from .errors import Cancelled, Closed, Expired, InvalidAnswer, InvalidRequest, NotFound, Rejected
 from .hooks import DEFAULT_HOOK_TIMEOUT, Hooks
 from .model import (
+    DEFAULT_EXP,
+    DEFAULT_GRANT_POLICY,
     DEFAULT_LIMITS,
     NO_ORIGIN,
     Ask,
     Deny,
     Event,
     Form,
+    Grant,
+    GrantPolicy,
     InputHook,
+    IssuedGrant,
     Limits,
     Origin,
     Request,
@@ -48,12 +53,15 @@ from .model import (
     check_answers,
     check_json,
     check_text,
+    issue_grants,
+    new_id,
+    offered_grants,
     time_budget,
 )
 from .redact import redact_url
-from .store import EventQuery, PrincipalStore, Query, Store
+from .store import EventQuery, GrantQuery, PrincipalStore, Query, Store
 
-__all__ = ["Broker", "CreateFields", "LocalBroker", "Page", "connect", "register_scheme"]
+__all__ = ["Broker", "CreateFields", "GrantPage", "LocalBroker", "Page", "connect", "register_scheme"]
 
 log = logging.getLogger("interlock")
 
@@ -106,6 +114,14 @@ class Page:
     next_cursor: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class GrantPage:
+    """One page of `Broker.list_grants`, newest first. Pass `next_cursor` as `after` for the next."""
+
+    items: Sequence[IssuedGrant]
+    next_cursor: str | None
+
+
 def _about_request(request: Request) -> str:
     return f"request {request.id}"
 
@@ -128,7 +144,11 @@ class Broker(ABC):
         max_prompt_length: int | None = None,
         hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
         limits: Limits | None = None,
+        grant_policy: GrantPolicy | None = None,
     ) -> None:
+        self.grant_policy = grant_policy or DEFAULT_GRANT_POLICY
+        """How long issued grants last here: the default for offers without `exp`, and the
+        ceiling past which offers are refused at create."""
         limits = limits or DEFAULT_LIMITS
         if max_prompt_length is not None:
             limits = replace(limits, max_prompt_length=max_prompt_length)
@@ -224,7 +244,7 @@ class Broker(ABC):
             if "delegation" in given:
                 given["delegation"] = tuple(given["delegation"])
             origin = replace(origin or NO_ORIGIN, **given) if given else origin
-        return build_request(
+        request = build_request(
             asks,
             kind=kind,
             to=to,
@@ -238,6 +258,10 @@ class Broker(ABC):
             limits=self.limits,
             now=now,
         )
+        for ask_id, option, grant in offered_grants(request):
+            place = f"ask {ask_id!r}" + (f", option {option!r}" if option is not None else "")
+            self.grant_policy.check_offer(grant, place, now)
+        return request
 
     async def build_asks(self, data: Sequence[Mapping[str, Any]]) -> list[Ask]:
         """Asks from their JSON shape (`model.ask_from_dict`), for surfaces that receive
@@ -326,10 +350,67 @@ class Broker(ABC):
 
     @abstractmethod
     async def resolve(
-        self, request_id: str, answer: Any, *, by: str | None = None, via: str = "python", comment: str = ""
+        self,
+        request_id: str,
+        answer: Any,
+        *,
+        by: str | None = None,
+        via: str = "python",
+        comment: str = "",
+        grants: Sequence[Mapping[str, Any]] | None = None,
     ) -> bool:
         """Answer a pending request. False if it is unknown or no longer pending; an answer
-        that does not fit raises `InvalidAnswer` and changes nothing."""
+        that does not fit raises `InvalidAnswer` and changes nothing.
+
+        `grants` echoes the offered grants the person approves (`{with, can}` each): the
+        grants issued are exactly those the answer's choices trigger and the echo names
+        (`model.issue_grants`); echoing one the choices did not trigger refuses the whole
+        answer with `InvalidAnswer`, issues nothing and leaves the request pending."""
+
+    # -- grants --------------------------------------------------------------------------
+
+    @abstractmethod
+    async def list_grants(
+        self,
+        *,
+        audience: str | None = None,
+        issuer: str | None = None,
+        request: str | None = None,
+        live: bool = False,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> GrantPage:
+        """Issued grants matching every filter given, newest first; `live` keeps only those
+        neither revoked nor expired."""
+
+    @abstractmethod
+    async def get_grant(self, grant_id: str) -> IssuedGrant:
+        """The grant by id. Raises `NotFound` for an unknown id."""
+
+    @abstractmethod
+    async def check_grant(
+        self, audience: str | None, with_: str, can: str, *, issuer: str | None = None
+    ) -> IssuedGrant | None:
+        """A live grant letting `audience` do `can` on `with_` (issued by `issuer`, when
+        given), or None."""
+
+    @abstractmethod
+    async def revoke_grant(self, grant_id: str, *, by: str | None = None) -> bool:
+        """Revoke a grant; False when it is unknown or revoked already."""
+
+    @abstractmethod
+    async def give_grant(
+        self,
+        to: str,
+        with_: str,
+        can: str,
+        *,
+        exp: int | Literal["default"] | None = DEFAULT_EXP,
+        by: str | None = None,
+    ) -> IssuedGrant:
+        """Give a grant directly, without a request (a delegation): `by` lets `to` do
+        `can` on `with_` until `exp` (unix seconds; None for no expiry; by default the
+        venue's default time). The venue's ceiling applies, as to offers."""
 
     @abstractmethod
     async def reject(self, request_id: str, reason: str = "", *, by: str | None = None, via: str = "python") -> bool:
@@ -444,8 +525,11 @@ class LocalBroker(Broker):
         max_prompt_length: int | None = None,
         hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
         limits: Limits | None = None,
+        grant_policy: GrantPolicy | None = None,
     ) -> None:
-        super().__init__(max_prompt_length=max_prompt_length, hook_timeout=hook_timeout, limits=limits)
+        super().__init__(
+            max_prompt_length=max_prompt_length, hook_timeout=hook_timeout, limits=limits, grant_policy=grant_policy
+        )
         self.store = store
         self.principals: PrincipalStore = store
         """Principals, tokens and web sessions: what a server and `interlock token` manage."""
@@ -607,11 +691,20 @@ class LocalBroker(Broker):
     # -- settling ------------------------------------------------------------------------
 
     async def resolve(
-        self, request_id: str, answer: Any, *, by: str | None = None, via: str = "python", comment: str = ""
+        self,
+        request_id: str,
+        answer: Any,
+        *,
+        by: str | None = None,
+        via: str = "python",
+        comment: str = "",
+        grants: Sequence[Mapping[str, Any]] | None = None,
     ) -> bool:
         """Answer a pending request. False if it is unknown or no longer pending.
 
-        An answer that does not fit raises `InvalidAnswer` and changes nothing.
+        An answer that does not fit raises `InvalidAnswer` and changes nothing. `grants`
+        echoes the offered grants the person approves: exactly those the choices trigger
+        and the echo names are issued, with the answer, in one transaction.
         """
         if self._state != "open":
             await self.open()
@@ -623,7 +716,11 @@ class LocalBroker(Broker):
         if request is None or request.status is not Status.PENDING:
             return False
         answers = await self.check_answers(request, answer)
-        response = Response(at=datetime.now(UTC), answers=answers, by=by, via=via, reason=comment)
+        now = datetime.now(UTC)
+        if grants is not None:
+            check_json(grants, "grants", self.limits.max_answer_bytes, error=InvalidAnswer)
+        issued = issue_grants(request, answers, grants, issuer=by or request.to, now=now, policy=self.grant_policy)
+        response = Response(at=now, answers=answers, by=by, via=via, reason=comment, grants=issued)
         return await self._settle(request.settle(Status.ANSWERED, response))
 
     async def check_answers(self, request: Request, answer: Any) -> dict[str, Any]:
@@ -747,13 +844,110 @@ class LocalBroker(Broker):
         return await self.store.reopen_channel(channel, requester=requester)
 
     async def _settle(self, settled: Request) -> bool:
-        stored = await self.store.settle(settled)
+        granting = settled.response is not None and settled.response.grants
+        stored = await (self.store.settle_granting(settled) if granting else self.store.settle(settled))
         if stored is None:
             return False
         self._detached.discard(stored.id)
         self._wake(stored)
         self._changed_now()
         return True
+
+    # -- grants --------------------------------------------------------------------------
+
+    async def list_grants(
+        self,
+        *,
+        audience: str | None = None,
+        issuer: str | None = None,
+        request: str | None = None,
+        live: bool = False,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> GrantPage:
+        """Issued grants matching every filter given, newest first, a page at a time."""
+        if self._state != "open":
+            await self.open()
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        for name, value in (("audience", audience), ("issuer", issuer), ("request", request), ("cursor", after)):
+            check_text(value, name, self.limits.max_name_length)
+        query = GrantQuery(
+            audience=audience,
+            issuer=issuer,
+            request=request,
+            live_at=datetime.now(UTC) if live else None,
+            after=after,
+            limit=limit + 1,
+        )
+        rows = list(await self.store.list_grants(query))
+        items = rows[:limit]
+        return GrantPage(items, items[-1].id if len(rows) > limit else None)
+
+    async def get_grant(self, grant_id: str) -> IssuedGrant:
+        if self._state != "open":
+            await self.open()
+        check_text(grant_id, "the grant id", self.limits.max_name_length)
+        grant = await self.store.get_grant(grant_id)
+        if grant is None:
+            raise NotFound(grant_id, message=f"no grant {grant_id}")
+        return grant
+
+    async def check_grant(
+        self, audience: str | None, with_: str, can: str, *, issuer: str | None = None
+    ) -> IssuedGrant | None:
+        """A live grant letting `audience` do `can` on `with_` (the newest), or None."""
+        if self._state != "open":
+            await self.open()
+        for name, value in (("audience", audience), ("with", with_), ("can", can)):
+            check_text(value, name, self.limits.max_prompt_length)
+        now = datetime.now(UTC)
+        query = GrantQuery(audience=audience, issuer=issuer, with_=with_, can=can, live_at=now, limit=1)
+        found = await self.store.list_grants(query)
+        return found[0] if found else None
+
+    async def revoke_grant(self, grant_id: str, *, by: str | None = None) -> bool:
+        if self._state != "open":
+            await self.open()
+        check_text(grant_id, "the grant id", self.limits.max_name_length)
+        check_text(by, "by", self.limits.max_name_length)
+        done = await self.store.revoke_grant(grant_id, by, datetime.now(UTC)) is not None
+        if done:
+            self._changed_now()
+        return done
+
+    async def give_grant(
+        self,
+        to: str,
+        with_: str,
+        can: str,
+        *,
+        exp: int | Literal["default"] | None = DEFAULT_EXP,
+        by: str | None = None,
+    ) -> IssuedGrant:
+        if self._state != "open":
+            await self.open()
+        check_text(to, "to", self.limits.max_name_length)
+        check_text(by, "by", self.limits.max_name_length)
+        if not isinstance(to, str) or not to:
+            raise InvalidRequest("to: name who the grant is for")
+        offer = Grant(with_, can, exp)
+        check_text(offer.with_, "with", self.limits.max_prompt_length)
+        check_text(offer.can, "can", self.limits.max_prompt_length)
+        now = datetime.now(UTC)
+        self.grant_policy.check_offer(offer, "the grant", now)
+        grant = IssuedGrant(
+            id=new_id(),
+            with_=offer.with_,
+            can=offer.can,
+            issuer=by,
+            audience=to,
+            issued_at=now,
+            expires_at=self.grant_policy.expiry(offer, now),
+        )
+        await self.store.give_grant(grant)
+        self._changed_now()
+        return grant
 
     def _wake(self, request: Request) -> None:
         for fut in self._waiters.pop(request.id, ()):
@@ -1007,7 +1201,7 @@ _SCHEMES: dict[str, tuple[str | StoreFactory, bool]] = {
 """URL scheme -> its factory (or "module:name" of one, imported only when used, so a
 driver is imported only by a URL that needs it), and whether it makes a broker."""
 
-_BROKER_OPTIONS = ("max_prompt_length", "hook_timeout", "limits")
+_BROKER_OPTIONS = ("max_prompt_length", "hook_timeout", "limits", "grant_policy")
 
 
 def register_scheme(scheme: str, factory: str | StoreFactory, *, makes_broker: bool = False) -> None:

@@ -17,6 +17,8 @@ the caller (and the model reading a tool result) must treat them differently:
     │   └── Closed                              ... because its channel or broker was closed
     ├── AlreadySettled      (also RuntimeError) an operation needed a pending request
     ├── Forbidden           (also PermissionError) the server refused who you are (401/403)
+    ├── InvalidGrantToken   (also ValueError)   a grant's token does not verify: forged,
+    │                                           expired, or for someone or something else
     ├── ApprovalRefused     (also RuntimeError) the approval gate failed closed: do not run
     ├── RunFailed           (also RuntimeError) an approval hook failed and the run must stop
     ├── ToolFailed          (also RuntimeError) a tool handler failed the call (model reads it)
@@ -38,6 +40,7 @@ __all__ = [
     "Expired",
     "Forbidden",
     "InterlockError",
+    "InvalidGrantToken",
     "InvalidAnswer",
     "InvalidRequest",
     "NotFound",
@@ -117,6 +120,10 @@ class Forbidden(InterlockError, PermissionError):
     def __init__(self, message: str, *, status: int = 403) -> None:
         super().__init__(message)
         self.status = status
+
+
+class InvalidGrantToken(InterlockError, ValueError):
+    """A grant's signed token did not verify (see `interlock.grant_tokens`)."""
 
 
 class ToolFailed(InterlockError, RuntimeError):

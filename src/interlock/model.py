@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeAlias, cast
 
 import re2  # type: ignore[import-untyped]  # google-re2 ships no type information; used through _regex below
@@ -52,7 +52,10 @@ __all__ = [
     "Deny",
     "Event",
     "Form",
+    "Grant",
+    "GrantPolicy",
     "InputHook",
+    "IssuedGrant",
     "Kind",
     "Limits",
     "MultiChoice",
@@ -71,7 +74,14 @@ __all__ = [
     "check_ask",
     "check_json",
     "check_text",
+    "grant_event_data",
+    "grant_from_dict",
+    "grant_to_dict",
+    "issue_grants",
+    "issued_grant_from_dict",
+    "issued_grant_to_dict",
     "new_id",
+    "offered_grants",
     "options_of",
     "origin_from_dict",
     "origin_to_dict",
@@ -505,19 +515,288 @@ def new_id() -> str:
 # -- asks --------------------------------------------------------------------------------
 
 
+# -- capability grants -------------------------------------------------------------------
+
+DEFAULT_EXP: Literal["default"] = "default"
+"""A grant offered without `exp`: it ends the venue's default time after it is issued."""
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A capability offered on a confirm ask or on an option: `can` on `with_` (`with` in
+    JSON), until `exp` (unix seconds; None for no expiry; omitted for the venue's default).
+
+    It is issued only if the person makes the choice that carries it (approves the confirm
+    ask, selects the option) and echoes it in the response (see `issue_grants`).
+    """
+
+    with_: str
+    can: str
+    exp: int | Literal["default"] | None = DEFAULT_EXP
+
+    def __post_init__(self) -> None:
+        for name, value in (("with", self.with_), ("can", self.can)):
+            if not isinstance(value, str) or not value.strip():
+                raise InvalidRequest(f"a grant needs a non-empty string `{name}`")
+        exp = self.exp
+        if exp != DEFAULT_EXP and exp is not None and (isinstance(exp, bool) or not isinstance(exp, int) or exp < 0):
+            raise InvalidRequest("a grant's exp must be unix seconds (a non-negative integer), or null for no expiry")
+
+    def describe(self) -> str:
+        """The grant in words, as the inbox and the terminal show it beside its choice."""
+        if self.exp == DEFAULT_EXP:
+            until = "for the venue's default time"
+        elif self.exp is None:
+            until = "with no expiry"
+        else:
+            until = f"until {datetime.fromtimestamp(self.exp, UTC).strftime('%Y-%m-%d %H:%M UTC')}"
+        return f"grant {self.can} on {self.with_} {until}"
+
+
+def grant_to_dict(grant: Grant) -> dict[str, Any]:
+    """The grant's JSON shape: `exp` is left out when the offer takes the venue's default."""
+    out: dict[str, Any] = {"with": grant.with_, "can": grant.can}
+    if grant.exp != DEFAULT_EXP:
+        out["exp"] = grant.exp
+    return out
+
+
+def grant_from_dict(data: object, where: str = "a grant") -> Grant:
+    """A grant from its JSON shape `{with, can, exp?}`; anything else raises `InvalidRequest`."""
+    if isinstance(data, Grant):
+        return data
+    if not isinstance(data, Mapping):
+        raise InvalidRequest(f"{where} must be an object {{with, can, exp?}}")
+    unknown = set(data) - {"with", "can", "exp"}
+    if unknown:
+        raise InvalidRequest(f"{where}: unknown field(s) {sorted(unknown)}; a grant is {{with, can, exp?}}")
+    if "with" not in data or "can" not in data:
+        raise InvalidRequest(f"{where} needs both `with` and `can`")
+    try:
+        return Grant(data["with"], data["can"], data.get("exp", DEFAULT_EXP))
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"{where}: {exc}") from None
+
+
+def _grants(where: str, raw: Iterable[Grant | Mapping[str, Any]]) -> tuple[Grant, ...]:
+    if isinstance(raw, str | bytes | Mapping) or not isinstance(raw, Iterable):
+        raise InvalidRequest(f"{where}: grants must be a list of {{with, can, exp?}}")
+    grants = tuple(grant_from_dict(item, f"{where}: a grant") for item in raw)
+    seen: set[tuple[str, str]] = set()
+    for grant in grants:
+        if (grant.with_, grant.can) in seen:
+            raise InvalidRequest(f"{where}: the grant {grant.can!r} on {grant.with_!r} is offered twice")
+        seen.add((grant.with_, grant.can))
+    return grants
+
+
+@dataclass(frozen=True, slots=True)
+class GrantPolicy:
+    """How long issued grants last at this venue: `default_seconds` for an offer without
+    `exp` (7 days), and, when set, `ceiling_seconds`: an offer that would last longer
+    (an `exp` further away, or no expiry) is refused when the request is created."""
+
+    default_seconds: float = 7 * 24 * 3600
+    ceiling_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("default_seconds", "ceiling_seconds"):
+            value = getattr(self, name)
+            if value is None and name == "ceiling_seconds":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or math.isinf(value):
+                raise ValueError(f"{name} must be a positive, finite number of seconds, not {value!r}")
+
+    def check_offer(self, grant: Grant, where: str, now: datetime) -> None:
+        """Refuse an offer that ended already, or would last past the ceiling."""
+        if isinstance(grant.exp, int) and grant.exp <= now.timestamp():
+            raise InvalidRequest(f"{where}: the grant {grant.can!r} on {grant.with_!r} has an exp in the past")
+        ceiling = self.ceiling_seconds
+        if ceiling is None:
+            return
+        last = now.timestamp() + ceiling
+        if grant.exp is None:
+            raise InvalidRequest(
+                f"{where}: the grant {grant.can!r} on {grant.with_!r} asks for no expiry, but grants here last "
+                f"at most {_seconds_text(ceiling)}; give an exp up to {int(last)}"
+            )
+        if isinstance(grant.exp, int) and grant.exp > last:
+            raise InvalidRequest(
+                f"{where}: the grant {grant.can!r} on {grant.with_!r} would last until {grant.exp}, past this "
+                f"venue's ceiling of {_seconds_text(ceiling)} (exp at most {int(last)})"
+            )
+
+    def expiry(self, grant: Grant, issued_at: datetime) -> datetime | None:
+        """When a grant issued at `issued_at` from this offer ends (None: never)."""
+        if grant.exp is None:
+            return None
+        if isinstance(grant.exp, int):
+            return datetime.fromtimestamp(grant.exp, UTC)
+        seconds = self.default_seconds
+        if self.ceiling_seconds is not None:
+            seconds = min(seconds, self.ceiling_seconds)
+        return issued_at + timedelta(seconds=seconds)
+
+
+DEFAULT_GRANT_POLICY = GrantPolicy()
+
+
+def _seconds_text(seconds: float) -> str:
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)} {unit}"
+    return f"{seconds:g} seconds"
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedGrant:
+    """A grant as issued: `issuer` (the person who consented) lets `audience` (who asked)
+    do `can` on `with_` until `expires_at` (None: no expiry), unless revoked.
+
+    `request_id`, `ask_id` and `option_id` say which choice issued it; a grant given
+    directly (a delegation) has none."""
+
+    id: str
+    with_: str
+    can: str
+    issuer: str | None
+    audience: str | None
+    issued_at: datetime
+    expires_at: datetime | None = None
+    request_id: str | None = None
+    ask_id: str | None = None
+    option_id: str | None = None
+    revoked_at: datetime | None = None
+    revoked_by: str | None = None
+
+    def live(self, at: datetime) -> bool:
+        """Not revoked and not expired at `at`."""
+        return self.revoked_at is None and (self.expires_at is None or at < self.expires_at)
+
+
+def issued_grant_to_dict(grant: IssuedGrant) -> dict[str, Any]:
+    return {
+        "id": grant.id,
+        "with": grant.with_,
+        "can": grant.can,
+        "issuer": grant.issuer,
+        "audience": grant.audience,
+        "issued_at": grant.issued_at.isoformat(),
+        "expires_at": _ts(grant.expires_at),
+        "exp": int(grant.expires_at.timestamp()) if grant.expires_at is not None else None,
+        "request_id": grant.request_id,
+        "ask_id": grant.ask_id,
+        "option_id": grant.option_id,
+        "revoked_at": _ts(grant.revoked_at),
+        "revoked_by": grant.revoked_by,
+    }
+
+
+def issued_grant_from_dict(data: Mapping[str, Any]) -> IssuedGrant:
+    return IssuedGrant(
+        id=data["id"],
+        with_=data["with"],
+        can=data["can"],
+        issuer=data.get("issuer"),
+        audience=data.get("audience"),
+        issued_at=datetime.fromisoformat(data["issued_at"]),
+        expires_at=_dt(data.get("expires_at")),
+        request_id=data.get("request_id"),
+        ask_id=data.get("ask_id"),
+        option_id=data.get("option_id"),
+        revoked_at=_dt(data.get("revoked_at")),
+        revoked_by=data.get("revoked_by"),
+    )
+
+
+def grant_event_data(grant: IssuedGrant) -> dict[str, Any]:
+    """The data of a `granted` or `grant_revoked` event: the grant, and whom it concerns
+    (`to`: the audience, `by`: the issuer), so each of them sees it in their event log."""
+    return {"grant": issued_grant_to_dict(grant), "to": grant.audience, "by": grant.issuer, "request": grant.request_id}
+
+
+def offered_grants(request: Request) -> list[tuple[str, str | None, Grant]]:
+    """Every grant the request offers: (ask id, option id or None, grant)."""
+    return [(ask.id, option, grant) for ask in request.asks for option, grant in ask.offered()]
+
+
+def issue_grants(
+    request: Request,
+    answers: Mapping[str, Any],
+    echo: Sequence[Mapping[str, Any]] | None,
+    *,
+    issuer: str | None,
+    now: datetime,
+    policy: GrantPolicy = DEFAULT_GRANT_POLICY,
+) -> tuple[IssuedGrant, ...]:
+    """The grants an answer issues: exactly those its choices trigger (an approved confirm
+    ask, a selected option) AND its `echo` names, built from the offers, never from the
+    echo. An echo names a grant by `with` and `can` (and `exp`, when it gives one, must be
+    the offer's). An echo of anything the choices did not trigger raises `InvalidAnswer`:
+    the whole answer is refused and nothing is issued."""
+    if echo is None:
+        return ()
+    if isinstance(echo, str | bytes | Mapping) or not isinstance(echo, Sequence):
+        raise InvalidAnswer("grants: echo the grants you approve as a list of {with, can}")
+    triggered = [
+        (ask.id, option, grant)
+        for ask in request.asks
+        if ask.id in answers
+        for option, grant in ask.triggered(answers[ask.id])
+    ]
+    chosen: dict[tuple[str, str, object], tuple[str, str | None, Grant]] = {}
+    for item in echo:
+        try:
+            named = grant_from_dict(item, "grants: an echoed grant")
+        except InvalidRequest as exc:
+            raise InvalidAnswer(str(exc)) from None
+        has_exp = isinstance(item, Mapping) and "exp" in item
+        matches = [
+            t
+            for t in triggered
+            if t[2].with_ == named.with_ and t[2].can == named.can and (not has_exp or t[2].exp == named.exp)
+        ]
+        if not matches:
+            offered = any(g.with_ == named.with_ and g.can == named.can for _, _, g in offered_grants(request))
+            why = "your answer did not choose what offers it" if offered else "the request does not offer it"
+            raise InvalidAnswer(
+                f"grants: {named.can!r} on {named.with_!r} was echoed but not triggered ({why}); "
+                "nothing was answered or issued"
+            )
+        for ask_id, option, grant in matches:
+            chosen.setdefault((grant.with_, grant.can, grant.exp), (ask_id, option, grant))
+    return tuple(
+        IssuedGrant(
+            id=new_id(),
+            with_=grant.with_,
+            can=grant.can,
+            issuer=issuer,
+            audience=request.requester,
+            issued_at=now,
+            expires_at=policy.expiry(grant, now),
+            request_id=request.id,
+            ask_id=ask_id,
+            option_id=option,
+        )
+        for ask_id, option, grant in chosen.values()
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
-    """One option of a `Choice` or `MultiChoice`."""
+    """One option of a `Choice` or `MultiChoice`; `grants` are offered to whoever selects it."""
 
     id: str
     label: str = ""
     description: str = ""
+    grants: Sequence[Grant | Mapping[str, Any]] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
             raise InvalidRequest("an option needs a non-empty string id")
         if not self.label:
             object.__setattr__(self, "label", self.id)
+        object.__setattr__(self, "grants", _grants(f"option {self.id!r}", self.grants))
 
 
 def _check_prompt(type_name: str, ask_id: str, prompt: object) -> None:
@@ -535,7 +814,7 @@ def _options(ask_id: str, raw: Iterable[Option | str | Mapping[str, Any]]) -> tu
         elif isinstance(item, str):
             opts.append(Option(id=item))
         elif isinstance(item, Mapping):
-            unknown = set(item) - {"id", "label", "description"}
+            unknown = set(item) - {"id", "label", "description", "grants"}
             if unknown:
                 raise InvalidRequest(f"ask {ask_id!r}: unknown option field(s) {sorted(unknown)}")
             opts.append(Option(**item))
@@ -583,6 +862,12 @@ class Text:
     def to_dict(self) -> dict[str, Any]:
         return {**_ask_head(self), "multiline": self.multiline, "max_length": self.max_length}
 
+    def offered(self) -> tuple[tuple[str | None, Grant], ...]:
+        return ()
+
+    def triggered(self, value: Any) -> tuple[tuple[str | None, Grant], ...]:
+        return ()
+
     def from_words(self, words: Sequence[str]) -> Any:
         return " ".join(words)
 
@@ -620,11 +905,14 @@ class Confirm:
     prompt: str
     id: str = "confirm"
     required: bool = True
+    grants: Sequence[Grant | Mapping[str, Any]] = ()
+    """Offered to the requester if the person approves (answers yes) and echoes them."""
 
     type = "confirm"
 
     def __post_init__(self) -> None:
         _check_prompt(self.type, self.id, self.prompt)
+        object.__setattr__(self, "grants", _grants(f"ask {self.id!r}", self.grants))
 
     def check(self, value: object) -> bool:
         if not isinstance(value, bool):
@@ -632,7 +920,16 @@ class Confirm:
         return value
 
     def to_dict(self) -> dict[str, Any]:
-        return _ask_head(self)
+        head = _ask_head(self)
+        if self.grants:
+            head["grants"] = [grant_to_dict(g) for g in _grants_of(self.grants)]
+        return head
+
+    def offered(self) -> tuple[tuple[str | None, Grant], ...]:
+        return tuple((None, g) for g in _grants_of(self.grants))
+
+    def triggered(self, value: Any) -> tuple[tuple[str | None, Grant], ...]:
+        return self.offered() if value is True else ()
 
     def from_words(self, words: Sequence[str]) -> Any:
         return _yes_or_no(self.id, " ".join(words))
@@ -695,6 +992,12 @@ class Choice:
 
     def to_dict(self) -> dict[str, Any]:
         return {**_ask_head(self), "options": _options_to_list(self), "allow_other": self.allow_other}
+
+    def offered(self) -> tuple[tuple[str | None, Grant], ...]:
+        return _option_grants(self, None)
+
+    def triggered(self, value: Any) -> tuple[tuple[str | None, Grant], ...]:
+        return _option_grants(self, {value} if isinstance(value, str) else set())
 
     def from_words(self, words: Sequence[str]) -> Any:
         text = " ".join(words)
@@ -787,6 +1090,12 @@ class MultiChoice:
 
     def to_dict(self) -> dict[str, Any]:
         return {**_ask_head(self), "options": _options_to_list(self), "min": self.min, "max": self.max}
+
+    def offered(self) -> tuple[tuple[str | None, Grant], ...]:
+        return _option_grants(self, None)
+
+    def triggered(self, value: Any) -> tuple[tuple[str | None, Grant], ...]:
+        return _option_grants(self, set(value) if isinstance(value, list | tuple) else set())
 
     def from_words(self, words: Sequence[str]) -> Any:
         picks = [w.strip() for word in words for w in word.split(",") if w.strip()]
@@ -894,6 +1203,12 @@ class Form:
     def to_dict(self) -> dict[str, Any]:
         return {**_ask_head(self), "schema": dict(self.schema)}
 
+    def offered(self) -> tuple[tuple[str | None, Grant], ...]:
+        return ()
+
+    def triggered(self, value: Any) -> tuple[tuple[str | None, Grant], ...]:
+        return ()
+
     def from_words(self, words: Sequence[str]) -> Any:
         try:
             return json.loads(" ".join(words))
@@ -1000,8 +1315,24 @@ def _ask_head(ask: Ask) -> dict[str, Any]:
     return {"type": ask.type, "id": ask.id, "prompt": ask.prompt, "required": ask.required}
 
 
-def _options_to_list(ask: Choice | MultiChoice) -> list[dict[str, str]]:
-    return [{"id": o.id, "label": o.label, "description": o.description} for o in options_of(ask)]
+def _options_to_list(ask: Choice | MultiChoice) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for o in options_of(ask):
+        item: dict[str, Any] = {"id": o.id, "label": o.label, "description": o.description}
+        if o.grants:
+            item["grants"] = [grant_to_dict(g) for g in _grants_of(o.grants)]
+        out.append(item)
+    return out
+
+
+def _grants_of(grants: Sequence[Grant | Mapping[str, Any]]) -> tuple[Grant, ...]:
+    """Grants as the `Grant`s they were normalised to."""
+    return cast(tuple[Grant, ...], grants)
+
+
+def _option_grants(ask: Choice | MultiChoice, picked: set[str] | None) -> tuple[tuple[str | None, Grant], ...]:
+    """The grants of the options picked (of every option, for None), with the option's id."""
+    return tuple((o.id, g) for o in options_of(ask) if picked is None or o.id in picked for g in _grants_of(o.grants))
 
 
 def _text_input(ask: Ask, text: str | None) -> str:
@@ -1061,6 +1392,8 @@ class Response:
     via: str | None = None
     reason: str = ""
     cause: str | None = None
+    grants: tuple[IssuedGrant, ...] = ()
+    """The grants this answer issued (see `issue_grants`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1248,6 +1581,12 @@ def check_ask(ask: Ask, limits: Limits = DEFAULT_LIMITS) -> None:
             check_text(opt.description, f"{where}: option {opt.id!r}'s description", limits.max_prompt_length)
     elif isinstance(ask, Form):
         check_json(ask.schema, f"{where}: the form schema", limits.max_schema_bytes)
+    for option, grant in ask.offered():
+        at = f"{where}: option {option!r}'s grant" if option is not None else f"{where}: a grant"
+        check_text(grant.with_, f"{at} `with`", limits.max_prompt_length)
+        check_text(grant.can, f"{at} `can`", limits.max_prompt_length)
+    if len(ask.offered()) > limits.max_options:
+        raise InvalidRequest(f"{where}: {len(ask.offered())} grants offered, at most {limits.max_options} allowed")
 
 
 def _too_long(ask: Ask, limit: int) -> str:
@@ -1317,6 +1656,11 @@ def ask_from_dict(data: Mapping[str, Any], *, limits: Limits | None = None, stor
     unknown = set(fields) - allowed
     if "options" in unknown:
         raise InvalidRequest(f"ask {fields.get('id', type_name)!r}: options are only allowed on choice asks")
+    if "grants" in unknown:
+        raise InvalidRequest(
+            f"ask {fields.get('id', type_name)!r}: grants may be offered only on confirm (approval) asks and on the "
+            f"options of choice and multi-choice asks, not on a {type_name} ask"
+        )
     if unknown:
         raise InvalidRequest(f"ask {fields.get('id', type_name)!r}: unknown field(s) {sorted(unknown)}")
     if cls is Form:
@@ -1361,6 +1705,7 @@ def response_to_dict(response: Response) -> dict[str, Any]:
         "reason": response.reason,
         "cause": response.cause,
         "at": response.at.isoformat(),
+        **({"grants": [issued_grant_to_dict(g) for g in response.grants]} if response.grants else {}),
     }
 
 
@@ -1372,6 +1717,7 @@ def response_from_dict(data: Mapping[str, Any]) -> Response:
         via=data.get("via"),
         reason=data.get("reason") or "",
         cause=data.get("cause"),
+        grants=tuple(issued_grant_from_dict(g) for g in data.get("grants") or ()),
     )
 
 

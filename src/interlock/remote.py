@@ -28,18 +28,22 @@ from httpx_sse import aconnect_sse
 
 from ._backoff import Backoff
 from .approvals import is_marked
-from .broker import MAX_EVENT_ID, Broker, Page, _outcome
+from .broker import MAX_EVENT_ID, Broker, GrantPage, Page, _outcome
 from .errors import Closed, InvalidRequest, NotFound
 from .hooks import DEFAULT_HOOK_TIMEOUT
 from .model import (
+    DEFAULT_EXP,
     Answers,
     Ask,
     Event,
+    GrantPolicy,
+    IssuedGrant,
     Limits,
     Request,
     Response,
     Status,
     ask_to_dict,
+    issued_grant_from_dict,
     origin_to_dict,
     request_from_dict,
 )
@@ -55,15 +59,13 @@ LONG_POLL = 30.0
 """Seconds one long poll may hold a call open; a longer wait makes several."""
 
 _OPTIONS = {"token": str}
-_BROKER_OPTIONS = ("limits", "max_prompt_length", "hook_timeout", "transport")
+_BROKER_OPTIONS = ("limits", "max_prompt_length", "hook_timeout", "transport", "grant_policy")
 
 
 def from_url(url: str, **options: Any) -> RemoteBroker:
     """`http(s)://host:port`; `token=` (or `INTERLOCK_TOKEN`) authenticates. The broker's
     own options (`limits`, `max_prompt_length`, `hook_timeout`, `transport`) pass through."""
-    broker_options = {
-        k: options.pop(k) for k in ("limits", "max_prompt_length", "hook_timeout", "transport") if k in options
-    }
+    broker_options = {k: options.pop(k) for k in _BROKER_OPTIONS if k in options}
     ours, _ = url_options(url, _OPTIONS, options)
     token = ours.pop("token", None) or os.environ.get("INTERLOCK_TOKEN")
     return RemoteBroker(url.split("?", 1)[0], token=token, **broker_options)
@@ -81,8 +83,11 @@ class RemoteBroker(Broker):
         max_prompt_length: int | None = None,
         hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
         limits: Limits | None = None,
+        grant_policy: GrantPolicy | None = None,
     ) -> None:
-        super().__init__(max_prompt_length=max_prompt_length, hook_timeout=hook_timeout, limits=limits)
+        super().__init__(
+            max_prompt_length=max_prompt_length, hook_timeout=hook_timeout, limits=limits, grant_policy=grant_policy
+        )
         self.base_url = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._transport = transport
@@ -293,15 +298,81 @@ class RemoteBroker(Broker):
         raise _error(response, request_id)
 
     async def resolve(
-        self, request_id: str, answer: Any, *, by: str | None = None, via: str = "python", comment: str = ""
+        self,
+        request_id: str,
+        answer: Any,
+        *,
+        by: str | None = None,
+        via: str = "python",
+        comment: str = "",
+        grants: Sequence[Mapping[str, Any]] | None = None,
     ) -> bool:
-        # No `via`: the server records the surface itself ("api"). It checks the answer.
+        # No `via`: the server records the surface itself ("api"). It checks the answer
+        # and the echoed grants, and issues them.
         body: dict[str, Any] = {"reason": comment, "by": by}
         if isinstance(answer, Answers):
             body["answers"] = dict(answer)
         else:
             body["answer"] = answer
+        if grants is not None:
+            body["grants"] = [dict(g) for g in grants]
         return await self._settle(request_id, "answer", body)
+
+    # -- grants --------------------------------------------------------------------------
+
+    async def list_grants(
+        self,
+        *,
+        audience: str | None = None,
+        issuer: str | None = None,
+        request: str | None = None,
+        live: bool = False,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> GrantPage:
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        params: dict[str, Any] = {"limit": limit, "live": live}
+        given = {"audience": audience, "issuer": issuer, "request": request, "cursor": after}
+        params |= {name: value for name, value in given.items() if value is not None}
+        page = await self._call("GET", "/grants", params=params)
+        return GrantPage([issued_grant_from_dict(g) for g in page["items"]], page["next_cursor"])
+
+    async def get_grant(self, grant_id: str) -> IssuedGrant:
+        return issued_grant_from_dict(await self._call("GET", f"/grants/{grant_id}", request_id=grant_id))
+
+    async def grant_token(self, grant_id: str) -> str:
+        """The signed token of a grant you hold or issued (see `interlock.grant_tokens`)."""
+        return str((await self._call("GET", f"/grants/{grant_id}", request_id=grant_id))["token"])
+
+    async def check_grant(
+        self, audience: str | None, with_: str, can: str, *, issuer: str | None = None
+    ) -> IssuedGrant | None:
+        body = {"audience": audience, "with": with_, "can": can, "issuer": issuer}
+        found = await self._call("POST", "/grants/check", json=body)
+        return issued_grant_from_dict(found["grant"]) if found["granted"] else None
+
+    async def revoke_grant(self, grant_id: str, *, by: str | None = None) -> bool:
+        response = await self._send("POST", f"/grants/{grant_id}/revoke", json={})
+        if response.is_success:
+            return bool(response.json()["revoked"])
+        if response.status_code == 404:
+            return False
+        raise _error(response, grant_id)
+
+    async def give_grant(
+        self,
+        to: str,
+        with_: str,
+        can: str,
+        *,
+        exp: int | Literal["default"] | None = DEFAULT_EXP,
+        by: str | None = None,
+    ) -> IssuedGrant:
+        body: dict[str, Any] = {"to": to, "with": with_, "can": can}
+        if exp != DEFAULT_EXP:
+            body["exp"] = exp
+        return issued_grant_from_dict(await self._call("POST", "/grants", json=body))
 
     async def reject(self, request_id: str, reason: str = "", *, by: str | None = None, via: str = "python") -> bool:
         return await self._settle(request_id, "reject", {"reason": reason})

@@ -20,6 +20,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from ..approvals import mark, unmarked
 from ..broker import MAX_EVENT_ID, LocalBroker
 from ..errors import AlreadySettled, InvalidAnswer, InvalidRequest, NotFound
+from ..grants import asks_own_inbox, may_ask
 from ..model import Event, Status, origin_from_dict, request_to_dict
 from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer, can_cancel, can_read
@@ -51,6 +52,7 @@ __all__ = ["PROBLEMS", "Caller", "router"]
 
 PROBLEMS = {
     400: "the body is not valid JSON, or (an answer) does not fit its asks",
+    403: "not yours to see or do (`forbidden`): another's request, or an inbox you have no permission to ask",
     404: "no such request",
     408: "still pending when the time ran out",
     409: "the request is no longer pending (`already_settled`), or its channel is closed (`closed`)",
@@ -161,6 +163,15 @@ async def create(state: AppState, body: CreateBody, caller: Principal, *, gate: 
         if await broker.principals.get_principal(to) is None:
             raise ApiError(422, "invalid_request", f"to: there is no human or agent named {to!r} here")
         state.known_recipients.add(to)
+    # Who may ask whom: anyone else's inbox needs their grant. A name that is no principal
+    # here (accepted with open recipients) has no inbox here to protect.
+    if (
+        to is not None
+        and not state.open_inboxes
+        and not asks_own_inbox(caller, to)
+        and (to in state.known_recipients or await broker.principals.get_principal(to) is not None)
+    ):
+        await may_ask(broker, caller, to)
     asks = await broker.build_asks([a.model_dump(by_alias=True) for a in body.asks])
     origin = origin_from_dict(body.origin.model_dump(exclude_none=True))
     if caller.kind == "agent" and origin.agent is None:
@@ -302,7 +313,8 @@ async def answer_one(broker: LocalBroker, request_id: str, body: AnswerBody, cal
     if decision.cancel:
         done = await broker.cancel(request_id, body.reason, by=by, via="api")
     else:
-        done = await broker.resolve(request_id, decision.value, by=by, via="api", comment=body.reason)
+        echo = None if body.grants is None else [g.model_dump(by_alias=True) for g in body.grants]
+        done = await broker.resolve(request_id, decision.value, by=by, via="api", comment=body.reason, grants=echo)
     return await settled_or_conflict(broker, request_id, done)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request, Response
@@ -29,10 +30,11 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..broker import LocalBroker, connect
+from ..grant_tokens import GrantSigner
 from ..mcp import HttpEndpoint
-from ..model import Limits
+from ..model import GrantPolicy, Limits
 from ..wire import WIRE_ERRORS, problem_of
-from . import api
+from . import api, grants
 from .api import PROBLEMS
 from .auth import Auth, loopback_host, same_origin
 from .common import ApiError, AppState, Quotas, event_to_dict, parse_event_id, problem
@@ -113,6 +115,9 @@ def create_app(
     limits: Limits | None = None,
     rate_limit: Quota | Literal["default"] | None = "default",
     max_streams: int | Literal["default"] | None = "default",
+    open_inboxes: bool = False,
+    grant_policy: GrantPolicy | None = None,
+    grant_key: GrantSigner | str | Path | None = None,
 ) -> FastAPI:
     """The ASGI app on the store at `url` (or on a broker you opened yourself).
 
@@ -128,12 +133,29 @@ def create_app(
     turns either off; by default both are on with auth (`quotas.DEFAULT_QUOTA`,
     `quotas.DEFAULT_STREAMS`) and off without it, where the only caller is this machine's
     user.
+    `open_inboxes`: let anyone signed in ask anyone (an open organisation); by default a
+    principal asks its own inbox (an agent: its owner's) and anyone else only with their
+    grant to request (`interlock.grants`).
+    `grant_policy`: how long grants last (the default for offers without `exp`, and a
+    ceiling past which offers are refused), for a broker made here or the one you pass.
+    `grant_key`: what signs the grants' tokens: a `GrantSigner`, or the path of an Ed25519
+    private key in PEM; by default a key derived from `secret_key`, else one made at start
+    (see `interlock.grant_tokens`).
     """
     the_broker = broker or connect(url, **({"limits": limits} if limits is not None else {}))
+    if grant_policy is not None:
+        the_broker.grant_policy = grant_policy
     if not isinstance(the_broker, LocalBroker):
         raise ValueError("a server keeps its own store (memory://, sqlite:// or postgresql://), not another server's")
     the_auth = Auth(the_broker.principals, enabled=auth, secret_key=secret_key, trusted_proxies=trusted_proxies)
     state = AppState(the_broker, the_auth, queue_size, keepalive, open_recipients=open_recipients or not auth)
+    state.open_inboxes = open_inboxes
+    if isinstance(grant_key, GrantSigner):
+        state.grant_signer = grant_key
+    elif grant_key is not None:
+        state.grant_signer = GrantSigner.from_pem(Path(grant_key))
+    else:
+        state.grant_signer = GrantSigner.from_secret(secret_key) if secret_key else GrantSigner.generate()
     state.quotas = Quotas(
         (DEFAULT_QUOTA if auth else None) if rate_limit == "default" else rate_limit,
         (DEFAULT_STREAMS if auth else None) if max_streams == "default" else max_streams,
@@ -166,6 +188,7 @@ def create_app(
         app.add_middleware(LoopbackOnly)
     _install_quota_errors(app)
     app.include_router(api.router, prefix="/api/v1")
+    app.include_router(grants.router, prefix="/api/v1")
     _document_problems(app)
 
     @app.get("/healthz", include_in_schema=False)
@@ -237,6 +260,12 @@ def _install_errors(app: FastAPI) -> None:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         status = 400 if first.get("type") == "json_invalid" else 422
+        if first.get("type") == "extra_forbidden" and first.get("loc", ())[-1:] == ("grants",):
+            detail = (
+                "grants may be offered only on confirm (approval) asks and on the options of choice and "
+                "multi-choice asks"
+            )
+            return problem(status, "invalid_request", f"{where}: {detail}")
         return problem(status, "invalid_request", f"{where}: {first.get('msg', 'invalid')}" if where else "invalid")
 
     async def wire_error(request: Request, exc: Exception) -> JSONResponse:

@@ -13,6 +13,7 @@ from fastapi.templating import Jinja2Templates
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..broker import MAX_EVENT_ID, LocalBroker
+from ..grant_tokens import GrantSigner
 from ..model import Event, Status, request_to_dict
 from ..principals import Principal, can_read
 from .auth import Auth
@@ -118,6 +119,8 @@ class Quotas:
 class AppState:
     quotas: Quotas
     templates: Jinja2Templates  # the web inbox's, set when it is installed
+    grant_signer: GrantSigner  # signs the issued grants' tokens, set by the app
+    open_inboxes: bool = False  # anyone signed in may ask anyone (an open organisation)
 
     def __init__(
         self, broker: LocalBroker, auth: Auth, queue_size: int, keepalive: float, *, open_recipients: bool = False

@@ -12,12 +12,15 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, create_model, model_serializer
 
-from ..model import Choice, Confirm, Form, MultiChoice, Option, Origin, Text
+from ..model import Choice, Confirm, Form, Grant, MultiChoice, Option, Origin, Text
 
 __all__ = [
     "AnswerBody",
+    "GrantEcho",
+    "GrantModel",
+    "IssuedGrantModel",
     "AskModel",
     "BatchAnswerBody",
     "BatchResult",
@@ -77,9 +80,64 @@ def _wire_model(cls: type[Any], name: str, wire_types: Mapping[Any, Any]) -> typ
         )
         default = ... if required else f.default
         info = Field(default, alias=f.name if f.name in _ALIASES else None, description=_DESCRIPTIONS.get(f.name))
+        if default == ():  # an empty tuple in the dataclass (grants) is an empty list on the wire
+            info = Field(default_factory=list, description=_DESCRIPTIONS.get(f.name))
         fields[_ALIASES.get(f.name, f.name)] = (hint, info)
     model: type[_Wire] = create_model(name, __base__=_Wire, **fields)
     return model
+
+
+class GrantModel(_Wire):
+    """A capability offered on a confirm ask or an option: `can` on `with`, until `exp`.
+    It is issued only if the person makes that choice and echoes the grant."""
+
+    with_: str = Field(alias="with", min_length=1, description="The resource, e.g. interlock:inbox/alice.")
+    can: str = Field(min_length=1, description="The ability, e.g. hitl/request.")
+    exp: int | None = Field(
+        None,
+        ge=0,
+        description="Unix seconds. Omitted: the venue's default (7 days after issuance); null: no expiry.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _leave_out_default_exp(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # An omitted `exp` (the venue's default) and an explicit null (no expiry) differ.
+        data: dict[str, Any] = handler(self)
+        if "exp" not in self.model_fields_set:
+            data.pop("exp", None)
+        return data
+
+
+class GrantEcho(_Wire):
+    """An offered grant the person approves, named by `with` and `can` (an `exp`, when
+    given, must be the offer's)."""
+
+    with_: str = Field(alias="with")
+    can: str
+    exp: int | None = None
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unset_exp(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if "exp" not in self.model_fields_set:
+            data.pop("exp", None)
+        return data
+
+
+class IssuedGrantModel(BaseModel):
+    id: str
+    with_: str = Field(alias="with")
+    can: str
+    issuer: str | None
+    audience: str | None
+    issued_at: str
+    expires_at: str | None
+    exp: int | None = Field(description="expires_at in unix seconds; null: no expiry")
+    request_id: str | None
+    ask_id: str | None
+    option_id: str | None
+    revoked_at: str | None
+    revoked_by: str | None
 
 
 if TYPE_CHECKING:
@@ -101,8 +159,10 @@ if TYPE_CHECKING:
 
 else:
     # Derived from the model's dataclasses, so the API takes exactly their fields.
-    OptionModel = _wire_model(Option, "OptionModel", {})
+    _GRANT_TYPES = {Sequence[Grant | Mapping[str, Any]]: list[GrantModel]}
+    OptionModel = _wire_model(Option, "OptionModel", _GRANT_TYPES)
     _WIRE_TYPES = {
+        **_GRANT_TYPES,
         Mapping[str, Any]: dict[str, Any],
         Mapping[str, Any] | None: dict[str, Any] | None,
         tuple[str, ...] | None: list[str] | None,
@@ -142,6 +202,7 @@ class ResponseModel(BaseModel):
     reason: str
     cause: str | None
     at: str
+    grants: list[IssuedGrantModel] = Field(default_factory=list, description="The grants this answer issued.")
 
 
 class RequestModel(BaseModel):
@@ -188,6 +249,11 @@ class AnswerBody(_Strict):
     cancel: bool = False
     reason: str = Field("", description="Kept with the answer and echoed back verbatim.")
     by: str | None = Field(None, description="Who answers; only honoured by a server without auth.")
+    grants: list[GrantEcho] | None = Field(
+        None,
+        description="Echo the offered grants you approve. Exactly those your choices trigger and you echo are "
+        "issued; echoing one your choices did not trigger refuses the whole answer and leaves the request open.",
+    )
 
 
 class BatchItem(AnswerBody):

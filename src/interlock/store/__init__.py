@@ -4,6 +4,8 @@
   (unless its channel is closed), settle it only while it is pending (the first
   settlement wins), and append an event in the same transaction as every change.
 - `PrincipalStore`: principals, their tokens and the web sessions opened with them.
+- `GrantStore`: capability grants as issued (by an answer, or given directly), listed,
+  looked up and revoked, each issuance and revocation with its event.
 - `Store`: both, as every backend implements them over one database (a runs port joins
   them the same way when runs are stored).
 
@@ -20,10 +22,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
-from ..model import Event, Request, Response, Status
+from ..model import Event, IssuedGrant, Request, Response, Status
 from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
 
-__all__ = ["EventQuery", "PrincipalStore", "Query", "RequestStore", "Store"]
+__all__ = ["EventQuery", "GrantQuery", "GrantStore", "PrincipalStore", "Query", "RequestStore", "Store"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +205,48 @@ class PrincipalStore(Protocol):
         ...
 
 
-class Store(RequestStore, PrincipalStore, Protocol):
+@dataclass(frozen=True, slots=True)
+class GrantQuery:
+    """Filters and a keyset page for `GrantStore.list_grants`, newest first. `live_at`
+    keeps only grants neither revoked nor expired at that time; `after` is the id of the
+    last grant seen."""
+
+    audience: str | None = None
+    issuer: str | None = None
+    request: str | None = None
+    with_: str | None = None
+    can: str | None = None
+    live_at: datetime | None = None
+    after: str | None = None
+    limit: int = 50
+
+
+class GrantStore(Protocol):
+    """Capability grants as issued. An issuance appends a `granted` event and a revocation
+    a `grant_revoked` event (data: `grant`, `to`: the audience, `by`: the issuer or the
+    revoker, `request`), in the same transaction."""
+
+    async def settle_granting(self, request: Request) -> Request | None:
+        """Like `settle`, and store the grants of its response (`request.response.grants`)
+        with a `granted` event each, in the same transaction: the answer and its grants
+        land together or not at all. None if the request was not pending."""
+        ...
+
+    async def give_grant(self, grant: IssuedGrant) -> None:
+        """Store a grant given directly (a delegation), with its `granted` event."""
+        ...
+
+    async def get_grant(self, grant_id: str) -> IssuedGrant | None: ...
+
+    async def list_grants(self, query: GrantQuery) -> Sequence[IssuedGrant]: ...
+
+    async def revoke_grant(self, grant_id: str, by: str | None, at: datetime) -> IssuedGrant | None:
+        """Revoke a grant not revoked yet, with its `grant_revoked` event; the grant as
+        revoked, or None when it is unknown or revoked already."""
+        ...
+
+
+class Store(RequestStore, PrincipalStore, GrantStore, Protocol):
     """Every port over one database, as the broker takes it: a backend keeps requests,
     principals (and later runs) side by side, so a revocation ends the sessions and
     writes its event in one transaction."""

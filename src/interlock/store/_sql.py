@@ -21,9 +21,9 @@ from datetime import datetime
 from importlib import resources
 from typing import Any
 
-from ..model import Event, Request, Status, request_from_dict, request_to_dict, response_from_dict
+from ..model import Event, IssuedGrant, Request, Status, request_from_dict, request_to_dict, response_from_dict
 from ..principals import LiveToken, Principal, WebSession
-from . import EventQuery, Query
+from . import EventQuery, GrantQuery, Query
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -34,6 +34,7 @@ __all__ = [
     "decode_json",
     "encode_json",
     "find_events_sql",
+    "grants_sql",
     "load_migrations",
     "load_queries",
     "positional",
@@ -236,6 +237,40 @@ def list_sql(query: Query) -> tuple[str, dict[str, Any]]:
     return sql, params
 
 
+GRANT_COLUMNS = (
+    "id, resource, ability, issuer, audience, issued_at, expires_at, request_id, ask_id, option_id, "
+    "revoked_at, revoked_by"
+)
+"""The columns of the grants table a grant is read from, in `SqlStore._grant` order."""
+
+
+def grants_sql(query: GrantQuery, stamp: Any) -> tuple[str, dict[str, Any]]:
+    """The statement for `GrantStore.list_grants` (named `:parameters`), newest first."""
+    where: list[str] = []
+    params: dict[str, Any] = {}
+    for column, value in (
+        ("audience", query.audience),
+        ("issuer", query.issuer),
+        ("request_id", query.request),
+        ("resource", query.with_),
+        ("ability", query.can),
+    ):
+        if value is not None:
+            where.append(f"{column} = :{column}")
+            params[column] = value
+    if query.live_at is not None:
+        where.append("revoked_at IS NULL AND (expires_at IS NULL OR expires_at > :now)")
+        params["now"] = stamp(query.live_at)
+    if query.after is not None:
+        where.append("id < :after")
+        params["after"] = query.after
+    sql = f"SELECT {GRANT_COLUMNS} FROM grants"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    params["limit"] = query.limit
+    return sql + " ORDER BY id DESC LIMIT :limit", params
+
+
 def web_session(row: Sequence[Any] | None, expires_at: datetime | None = None) -> WebSession | None:
     """A session from its row (id, principal name, kind, owner, token, csrf, expires_at)."""
     if row is None:
@@ -348,6 +383,33 @@ class SqlStore:
     async def live_token(self, token_hash: str) -> LiveToken | None:
         rows = await self._rows("live_token", token_hash)
         return LiveToken(rows[0][0], Principal(*rows[0][1:])) if rows else None
+
+    # -- grants ----------------------------------------------------------------------------
+
+    def _grant(self, row: Sequence[Any]) -> IssuedGrant:
+        """A grant from its row (`GRANT_COLUMNS`)."""
+        gid, resource, ability, issuer, audience, issued, expires, request_id, ask_id, option_id, revoked, by = row
+        return IssuedGrant(
+            id=gid,
+            with_=resource,
+            can=ability,
+            issuer=issuer,
+            audience=audience,
+            issued_at=self._time(issued),
+            expires_at=None if expires is None else self._time(expires),
+            request_id=request_id,
+            ask_id=ask_id,
+            option_id=option_id,
+            revoked_at=None if revoked is None else self._time(revoked),
+            revoked_by=by,
+        )
+
+    async def get_grant(self, grant_id: str) -> IssuedGrant | None:
+        rows = await self._rows("get_grant", grant_id)
+        return self._grant(rows[0]) if rows else None
+
+    async def list_grants(self, query: GrantQuery) -> Sequence[IssuedGrant]:
+        return [self._grant(row) for row in await self._rows_of(*grants_sql(query, self._stamp))]
 
     def _web_session(self, row: Sequence[Any] | None) -> WebSession | None:
         return None if row is None else web_session(row, self._time(row[6]))

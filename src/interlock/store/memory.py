@@ -14,13 +14,14 @@ import itertools
 import math
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import Closed
-from ..model import Event, Request, Response, Status
+from ..model import Event, IssuedGrant, Request, Response, Status, grant_event_data
 from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
-from . import EventQuery, Query
+from . import EventQuery, GrantQuery, Query
 from ._url import url_options
 
 __all__ = ["MemoryStore", "from_url"]
@@ -57,6 +58,7 @@ class MemoryStore:
         self._unconsumed: OrderedDict[str, Request] = OrderedDict()  # answered, not consumed yet
         self._sessions: dict[str, tuple[IssuedSession, str]] = {}  # by hash: the session and its token's id
         self._closed: set[tuple[str, str | None]] = set()  # (channel, requester or None for everyone)
+        self._grants: dict[str, IssuedGrant] = {}  # by id; kept for the life of the process
 
     async def open(self) -> None:
         pass
@@ -277,6 +279,48 @@ class MemoryStore:
             return None
         await self.append_event("signed_out", {"principal": ended.principal.name, "session": ended.id})
         return ended
+
+    # -- grants -----------------------------------------------------------------------------
+
+    async def settle_granting(self, request: Request) -> Request | None:
+        if request.id not in self._pending:
+            return None
+        settled = await self.settle(request)
+        for grant in request.response.grants if request.response is not None else ():
+            await self.give_grant(grant)
+        return settled
+
+    async def give_grant(self, grant: IssuedGrant) -> None:
+        self._grants[grant.id] = grant
+        await self.append_event("granted", grant_event_data(grant))
+
+    async def get_grant(self, grant_id: str) -> IssuedGrant | None:
+        return self._grants.get(grant_id)
+
+    async def list_grants(self, query: GrantQuery) -> Sequence[IssuedGrant]:
+        rows = sorted((g for g in self._grants.values() if _grant_matches(g, query)), key=lambda g: g.id, reverse=True)
+        return rows[: query.limit]
+
+    async def revoke_grant(self, grant_id: str, by: str | None, at: datetime) -> IssuedGrant | None:
+        grant = self._grants.get(grant_id)
+        if grant is None or grant.revoked_at is not None:
+            return None
+        revoked = replace(grant, revoked_at=at, revoked_by=by)
+        self._grants[grant_id] = revoked
+        await self.append_event("grant_revoked", grant_event_data(revoked))
+        return revoked
+
+
+def _grant_matches(g: IssuedGrant, q: GrantQuery) -> bool:
+    return (
+        (q.audience is None or g.audience == q.audience)
+        and (q.issuer is None or g.issuer == q.issuer)
+        and (q.request is None or g.request_id == q.request)
+        and (q.with_ is None or g.with_ == q.with_)
+        and (q.can is None or g.can == q.can)
+        and (q.live_at is None or g.live(q.live_at))
+        and (q.after is None or g.id < q.after)
+    )
 
 
 def _matches(r: Request, q: Query) -> bool:

@@ -45,9 +45,11 @@ from .._backoff import Backoff
 from ..errors import Closed
 from ..model import (
     Event,
+    IssuedGrant,
     Request,
     Response,
     Status,
+    grant_event_data,
     request_from_dict,
     request_to_dict,
     response_from_dict,
@@ -410,6 +412,44 @@ class PostgresStore(SqlStore):
         who = [value if isinstance(value, str) else None for value in map(data.get, ("to", "by", "session", "run"))]
         event_id = await self.pool.fetchval(Q["insert_event"], type, at, encode_json(dict(data)), *who)
         return Event(int(event_id), type, at, data=dict(data))
+
+    # -- grants ---------------------------------------------------------------------------
+
+    async def settle_granting(self, request: Request) -> Request | None:
+        response = request.response
+        if response is None:
+            return await self.settle(request)
+        answer = encode_json(response_to_dict(response))
+        events = encode_json([grant_event_data(g) for g in response.grants])
+        # One server function, one transaction: not repeated on a dropped connection (its
+        # reply may be lost after the commit; the answerer then sees the error and finds
+        # the request answered).
+        done = await self.pool.fetchval(
+            Q["settle_granting"], request.id, request.status.value, response.at, answer, events
+        )
+        if done is None:
+            return None
+        self._remember(request, answer)
+        return request
+
+    async def give_grant(self, grant: IssuedGrant) -> None:
+        await self.pool.fetchval(Q["insert_grant"], encode_json(grant_event_data(grant)))
+
+    async def revoke_grant(self, grant_id: str, by: str | None, at: datetime) -> IssuedGrant | None:
+        conn = await self.pool.acquire()
+        reusable = False
+        try:
+            async with conn.transaction():
+                row = await conn.fetchrow(Q["revoke_grant"], grant_id, by, at)
+                revoked = None if row is None else self._grant(row)
+                if revoked is not None:
+                    data = grant_event_data(revoked)
+                    who = (revoked.audience, revoked.issuer, None, None)
+                    await conn.fetchval(Q["insert_event"], "grant_revoked", at, encode_json(data), *who)
+            reusable = True
+            return revoked
+        finally:
+            self.pool.release(conn, reusable=reusable)
 
     # -- principals and tokens ------------------------------------------------------------
 

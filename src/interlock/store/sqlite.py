@@ -24,9 +24,11 @@ from .._backoff import Backoff
 from ..errors import Closed
 from ..model import (
     Event,
+    IssuedGrant,
     Request,
     Response,
     Status,
+    grant_event_data,
     request_to_dict,
     response_to_dict,
 )
@@ -77,6 +79,21 @@ def _access_event(type_: str, at: int | None, data: Mapping[str, Any]) -> dict[s
         "data": encode_json(dict(data)),
         "recipient": None,
         "requester": None,
+        "session": None,
+        "run": None,
+    }
+
+
+def _grant_event(type_: str, grant: IssuedGrant, at: int | None) -> dict[str, Any]:
+    """The parameters of `insert_event` for a grant's issuance or revocation: shown to its
+    audience (as the recipient) and its issuer (as the requester)."""
+    return {
+        "type": type_,
+        "request_id": None,
+        "at": at,
+        "data": encode_json(grant_event_data(grant)),
+        "recipient": grant.audience,
+        "requester": grant.issuer,
         "session": None,
         "run": None,
     }
@@ -378,6 +395,53 @@ class SqliteStore(SqlStore):
             return True
 
         return await self._write(consume)
+
+    # -- grants ---------------------------------------------------------------------------
+
+    def _insert_grant(self, db: sqlite3.Connection, grant: IssuedGrant, type_: str = "granted") -> None:
+        row: dict[str, Any] = {
+            "id": grant.id,
+            "resource": grant.with_,
+            "ability": grant.can,
+            "issuer": grant.issuer,
+            "audience": grant.audience,
+            "issued_at": _us(grant.issued_at),
+            "expires_at": _us(grant.expires_at),
+            "request_id": grant.request_id,
+            "ask_id": grant.ask_id,
+            "option_id": grant.option_id,
+        }
+        db.execute(Q["insert_grant"], row)
+        db.execute(Q["insert_event"], _grant_event(type_, grant, row["issued_at"]))
+
+    async def settle_granting(self, request: Request) -> Request | None:
+        grants = request.response.grants if request.response is not None else ()
+
+        def settle(db: sqlite3.Connection) -> str | None:
+            answer = self._settle_one(db, request)
+            if answer is not None:
+                for grant in grants:
+                    self._insert_grant(db, grant)
+            return answer
+
+        answer = await self._write(settle)
+        if answer is None:
+            return None
+        self._remember(request, answer)
+        return request
+
+    async def give_grant(self, grant: IssuedGrant) -> None:
+        await self._write(lambda db: self._insert_grant(db, grant))
+
+    async def revoke_grant(self, grant_id: str, by: str | None, at: datetime) -> IssuedGrant | None:
+        def revoke(db: sqlite3.Connection) -> IssuedGrant | None:
+            if db.execute(Q["revoke_grant"], {"id": grant_id, "by": by, "at": _us(at)}).rowcount != 1:
+                return None
+            revoked = self._grant(db.execute(Q["get_grant"], {"id": grant_id}).fetchone())
+            db.execute(Q["insert_event"], _grant_event("grant_revoked", revoked, _us(at)))
+            return revoked
+
+        return await self._write(revoke)
 
     # -- principals and tokens ------------------------------------------------------------
 

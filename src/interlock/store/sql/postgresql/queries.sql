@@ -118,3 +118,19 @@ WHERE s.hash = $1 AND s.expires_at > $2 AND t.revoked_at IS NULL;
 
 -- name: end_session
 SELECT id, principal, kind, owner, token, csrf, expires_at FROM interlock_end_session($1, $2);
+
+-- name: settle_granting
+SELECT interlock_settle_granting($1, $2, $3, $4, $5);
+
+-- name: insert_grant
+SELECT interlock_insert_grant($1);
+
+-- name: get_grant
+SELECT id, resource, ability, issuer, audience, issued_at, expires_at, request_id, ask_id, option_id,
+       revoked_at, revoked_by
+FROM grants WHERE id = $1;
+
+-- name: revoke_grant
+UPDATE grants SET revoked_at = $3, revoked_by = $2 WHERE id = $1 AND revoked_at IS NULL
+RETURNING id, resource, ability, issuer, audience, issued_at, expires_at, request_id, ask_id, option_id,
+          revoked_at, revoked_by;

@@ -122,3 +122,15 @@ WHERE s.hash = :hash AND s.expires_at > :now AND t.revoked_at IS NULL;
 
 -- name: delete_session
 DELETE FROM sessions WHERE hash = :hash;
+
+-- name: insert_grant
+INSERT INTO grants (id, resource, ability, issuer, audience, issued_at, expires_at, request_id, ask_id, option_id)
+VALUES (:id, :resource, :ability, :issuer, :audience, :issued_at, :expires_at, :request_id, :ask_id, :option_id);
+
+-- name: get_grant
+SELECT id, resource, ability, issuer, audience, issued_at, expires_at, request_id, ask_id, option_id,
+       revoked_at, revoked_by
+FROM grants WHERE id = :id;
+
+-- name: revoke_grant
+UPDATE grants SET revoked_at = :at, revoked_by = :by WHERE id = :id AND revoked_at IS NULL;
