@@ -194,6 +194,9 @@ async def test_every_tool_is_listed_with_a_description(mcp_as: MCP) -> None:
         "hitl_read",
         "hitl_respond",
         "hitl_cancel",
+        "hitl_grants",
+        "hitl_grant_check",
+        "hitl_grant_revoke",
         "request_human_input",
         "inform_user",
     }

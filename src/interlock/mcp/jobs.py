@@ -25,7 +25,22 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ..errors import InvalidRequest
-from ..model import Ask, Choice, Confirm, Form, MultiChoice, Request, Status, Text, options_of
+from ..model import (
+    Ask,
+    Choice,
+    Confirm,
+    Form,
+    Grant,
+    IssuedGrant,
+    MultiChoice,
+    Request,
+    Status,
+    Text,
+    grant_from_dict,
+    grant_to_dict,
+    issued_grant_to_dict,
+    options_of,
+)
 
 __all__ = ["ASK_TYPES", "JOB_STATUSES", "JobStatus", "asks_from_arguments", "job_of", "request_view", "status_filter"]
 
@@ -118,9 +133,8 @@ def ask_view(ask: Ask) -> dict[str, Any]:
     """One ask as a client reads it: the type it would send, and how to answer it."""
     kind = _TYPE_OF.get(type(ask), ask.type)
     view: dict[str, Any] = {"id": ask.id, "type": kind, "prompt": ask.prompt, "required": ask.required}
-    grants = getattr(ask, "grants", None)
-    if grants:
-        view["grants"] = _plain(grants)
+    if isinstance(ask, Confirm) and ask.grants:
+        view["grants"] = _offers(ask.grants)
     if isinstance(ask, Choice | MultiChoice):
         view["options"] = [_option_view(option) for option in options_of(ask)]
     if isinstance(ask, MultiChoice):
@@ -146,22 +160,19 @@ def _option_view(option: Any) -> dict[str, Any]:
     view = {"id": option.id, "label": option.label or option.id}
     if option.description:
         view["description"] = option.description
-    grants = getattr(option, "grants", None)
-    if grants:
-        view["grants"] = _plain(grants)
+    if option.grants:
+        view["grants"] = _offers(option.grants)
     return view
 
 
-def _plain(value: Any) -> Any:
-    """A grant offer as JSON, whatever the model keeps it as."""
-    to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict):
-        return to_dict()
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        return [_plain(v) for v in value]
-    return value
+def _offers(grants: Sequence[Grant | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Offered grants as a client echoes them: `{with, can}`, and `exp` when the offer set one."""
+    return [grant_to_dict(grant_from_dict(grant)) for grant in grants]
+
+
+def grant_view(grant: IssuedGrant) -> dict[str, Any]:
+    """An issued grant: who (`issuer`) lets whom (`audience`) do `can` on `with` until when."""
+    return issued_grant_to_dict(grant)
 
 
 def job_of(request: Request) -> dict[str, Any]:
@@ -179,9 +190,7 @@ def job_of(request: Request) -> dict[str, Any]:
             "by": response.by,
             "at": response.at.isoformat(),
         }
-        grants = getattr(response, "grants", None)
-        if grants is not None:
-            job["response"]["grants"] = _plain(grants)
+        job["response"]["grants"] = [grant_view(grant) for grant in response.grants]
     elif status in ("FAILED", "CANCELLED"):
         job["reason"] = _reason(request)
     return job

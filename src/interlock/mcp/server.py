@@ -29,7 +29,8 @@ from ..broker import Broker
 from ..errors import AlreadySettled, InterlockError, InvalidAnswer
 from ..model import Answers, Request, Status
 from ..principals import Principal
-from .jobs import asks_from_arguments, job_of, request_view, status_filter, summary_view
+from ..remote import RemoteBroker
+from .jobs import asks_from_arguments, grant_view, job_of, request_view, status_filter, summary_view
 
 __all__ = ["MAX_STATUS_WAIT", "Access", "Seat", "build_server"]
 
@@ -61,6 +62,14 @@ class OptionIn(BaseModel):
     grants: list[dict[str, Any]] | None = Field(
         None, description="Capability grants {with, can, exp?} issued if the person picks this option and echoes them."
     )
+
+
+class GrantRef(BaseModel):
+    """A capability: `can` (an ability) on `with` (a resource)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    with_: str = Field(alias="with", min_length=1, description="The resource, as the grant names it.")
+    can: str = Field(min_length=1, description="The ability, as the grant names it.")
 
 
 class AskIn(BaseModel):
@@ -122,6 +131,18 @@ anything else fails the response."""
 _CANCEL = """Withdraw a request you made that nobody has answered yet; its job becomes \
 CANCELLED with your reason."""
 
+_GRANTS = """List capability grants: the ones you hold (role held, the default), issued to \
+you when a person approved an offer and echoed it, or the ones you gave (role given). Each \
+says who (issuer) lets whom (audience) do what (can) on what (with) until when (expires_at, \
+null for never); on a server each carries a signed token to show an application that \
+checks grants."""
+
+_GRANT_CHECK = """Check whether you hold a live (unrevoked, unexpired) grant {with, can}, \
+optionally from one issuer; returns the grant when you do."""
+
+_GRANT_REVOKE = """Revoke a grant you gave (or, as its holder, one you no longer want); it \
+stops working at once."""
+
 _HUMAN_INPUT = """Ask the human for input and wait for the answer (blocking). question_type: \
 CONFIRM (yes/no), FREE_FORM (text), MULTIPLE_CHOICE (one of choices), MULTI_SELECT (several \
 of choices) or FORM (choices are the field names). Returns {"choice": <answer>, "steering": \
@@ -141,7 +162,8 @@ def _failed(exc: InterlockError) -> ToolError:
 
 def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
     """The MCP server over `access`: the tools `hitl_request`, `hitl_status`, `hitl_list`,
-    `hitl_read`, `hitl_respond`, `hitl_cancel`, `request_human_input`, `inform_user`, and
+    `hitl_read`, `hitl_respond`, `hitl_cancel`, `hitl_grants`, `hitl_grant_check`,
+    `hitl_grant_revoke`, `request_human_input`, `inform_user`, and
     the resource `interlock://requests/{request_id}`."""
     server: MCPServer = MCPServer(
         name,
@@ -257,15 +279,17 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
             request = await read(seat, id)
             if me.kind != "admin" and (me.kind != "human" or request.to != me.name):
                 raise ToolError("you may answer only requests in your own inbox, and only as a person")
-            if grants:
-                raise ToolError("this venue offers no grants yet: leave 'grants' out")
+            if action == "reject" and grants:
+                raise ToolError("grants are echoed only when answering: a rejection issues none")
+            if action == "answer" and answers is None:
+                raise ToolError("give 'answers' (by ask id) to answer, or action 'reject'")
             try:
                 if action == "reject":
                     done = await seat.broker.reject(id, comment, by=_by(me), via="mcp")
                 else:
-                    if answers is None:
-                        raise ToolError("give 'answers' (by ask id) to answer, or action 'reject'")
-                    done = await seat.broker.resolve(id, Answers(answers), by=_by(me), via="mcp", comment=comment)
+                    done = await seat.broker.resolve(
+                        id, Answers(answers or {}), by=_by(me), via="mcp", comment=comment, grants=grants
+                    )
                 settled = await seat.broker.get(id)
             except InterlockError as exc:
                 raise _failed(exc) from None
@@ -288,6 +312,62 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
             if not done:
                 raise _failed(AlreadySettled(job, request.status.value))
             return job_of(request)
+
+    @server.tool(description=_GRANTS, annotations=ToolAnnotations(read_only_hint=True))
+    async def hitl_grants(
+        ctx: Context,
+        role: Annotated[
+            Literal["held", "given"], Field(description="held: grants to you; given: grants you issued.")
+        ] = "held",
+        live: Annotated[bool, Field(description="Only grants neither revoked nor expired.")] = True,
+        limit: Annotated[int, Field(ge=1, le=100, description="At most this many.")] = 20,
+        cursor: Annotated[str | None, Field(description="next_cursor of the previous page.")] = None,
+    ) -> dict[str, Any]:
+        async with access(ctx) as seat:
+            me = seat.caller
+            mine = None if me.kind == "admin" else me.name
+            try:
+                page = await seat.broker.list_grants(
+                    audience=mine if role == "held" else None,
+                    issuer=mine if role == "given" else None,
+                    live=live,
+                    after=cursor,
+                    limit=limit,
+                )
+                items = [grant_view(grant) for grant in page.items]
+                if isinstance(seat.broker, RemoteBroker):  # the venue signs them: a token to show others
+                    for item in items:
+                        item["token"] = await seat.broker.grant_token(item["id"])
+            except InterlockError as exc:
+                raise _failed(exc) from None
+            return {"grants": items, "next_cursor": page.next_cursor}
+
+    @server.tool(description=_GRANT_CHECK, annotations=ToolAnnotations(read_only_hint=True))
+    async def hitl_grant_check(
+        ctx: Context,
+        grant: Annotated[GrantRef, Field(description="The grant to look for: {with, can}.")],
+        issuer: Annotated[str | None, Field(description="Only a grant from this person.")] = None,
+    ) -> dict[str, Any]:
+        async with access(ctx) as seat:
+            me = seat.caller
+            try:
+                found = await seat.broker.check_grant(
+                    None if me.kind == "admin" else me.name, grant.with_, grant.can, issuer=issuer
+                )
+            except InterlockError as exc:
+                raise _failed(exc) from None
+            return {"granted": found is not None, "grant": grant_view(found) if found is not None else None}
+
+    @server.tool(description=_GRANT_REVOKE, annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True))
+    async def hitl_grant_revoke(
+        ctx: Context, id: Annotated[str, Field(description="The grant id, as hitl_grants shows it.")]
+    ) -> dict[str, Any]:
+        async with access(ctx) as seat:
+            try:
+                revoked = await seat.broker.revoke_grant(id, by=_by(seat.caller))
+            except InterlockError as exc:
+                raise _failed(exc) from None
+            return {"id": id, "revoked": revoked}
 
     definition = request_human_input_tool()
 
