@@ -15,7 +15,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import BOUND, World, result
+from conftest import BOUND, World, over_http, result
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "acceptance"))
 from doc_blocks import blocks
@@ -28,8 +28,8 @@ EXAMPLE_URL = "https://interlock.example.com"
 def configs() -> list[dict[str, Any]]:
     found = []
     for lang, code, _, reason in blocks(PAGE.read_text()):
-        if lang == "json" and not reason:
-            found.extend(json.loads(code)["mcpServers"].values())
+        if lang == "json" and not reason and "mcpServers" in (parsed := json.loads(code)):
+            found.extend(parsed["mcpServers"].values())
     return found
 
 
@@ -60,3 +60,20 @@ async def test_each_host_configuration_reaches_the_tools_as_the_tokens_principal
         ):
             made = result(await client.call_tool("hitl_request", {"asks": [{"type": "text", "prompt": "Hi?"}]}))
     assert made["user"] == "alice"  # a person asking without `user` asks herself
+
+
+def tool_arguments(key: str) -> dict[str, Any]:
+    """The page's example arguments of a tool: the JSON block that has `key`."""
+    for lang, code, _, reason in blocks(PAGE.read_text()):
+        if lang == "json" and not reason and key in (parsed := json.loads(code)):
+            return dict(parsed)
+    raise AssertionError(f"no example with {key!r} in {PAGE.name}")
+
+
+async def test_the_pages_grant_example_issues_exactly_the_echoed_grant(world: World) -> None:
+    async with over_http(world, "alice-bot") as bot, over_http(world, "alice") as alice:
+        job = result(await bot.call_tool("hitl_request", tool_arguments("asks")))
+        reply = {**tool_arguments("answers"), "id": job["job"]}
+        result(await alice.call_tool("hitl_respond", reply))
+        done = result(await bot.call_tool("hitl_status", {"job": job["job"]}))
+    assert [(g["with"], g["can"]) for g in done["response"]["grants"]] == [("repo:acme/web", "push")]
