@@ -150,3 +150,22 @@ async def test_a_withdrawn_request_cancels(world: World, bot: Broker) -> None:
 def test_a_bridge_needs_a_positive_timeout() -> None:
     with pytest.raises(ValueError, match="positive"):
         InboxElicitation(interlock.connect("memory://"), timeout=0)
+
+
+async def test_a_server_that_gives_up_withdraws_the_request_from_the_inbox(world: World, bot: Broker) -> None:
+    server = MCPServer("impatient")
+
+    @server.tool()
+    async def deploy(ctx: Context) -> str:
+        with anyio.move_on_after(1):
+            return (await ctx.elicit("Deploy build 42?", Deploy)).action
+        return "gave up"
+
+    async def alice_sees_it_withdrawn() -> None:
+        request = await next_created(world, "alice")
+        async with world.api("alice") as api:
+            settled = await api.get(f"/requests/{request['id']}/wait", params={"timeout": BOUND - 5})
+        assert (settled.json()["status"], settled.json()["response"]["cause"]) == ("cancelled", "withdrawn")
+
+    async with Client(server, elicitation_callback=InboxElicitation(bot), mode="legacy") as client:
+        assert await call_while(client, alice_sees_it_withdrawn) == "gave up"

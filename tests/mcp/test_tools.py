@@ -202,3 +202,10 @@ async def test_every_tool_is_listed_with_a_description(mcp_as: MCP) -> None:
     }
     assert all(len(t.description or "") > 80 for t in tools.values())
     assert tools["hitl_request"].input_schema["required"] == ["asks"]
+
+
+async def test_request_human_input_times_out_as_a_tool_error(mcp_as: MCP) -> None:
+    async with mcp_as("alice-bot") as bot:
+        with anyio.fail_after(BOUND):
+            said = error(await bot.call_tool("request_human_input", {"question": "Quick?", "timeout": 0.5}))
+    assert "timed out" in said
