@@ -27,6 +27,8 @@ INITIALIZE = {
     "method": "initialize",
     "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
 }
+LIST_INBOX = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "hitl_list", "arguments": {}}}
+VERSION = {"MCP-Protocol-Version": "2025-06-18"}
 ASK = {"asks": [{"type": "approval", "id": "ok", "prompt": "Ship it?"}]}
 
 
@@ -51,10 +53,17 @@ async def test_mcp_over_http_refuses_no_token_a_wrong_one_and_a_revoked_one(worl
         good = {**headers, "Authorization": f"Bearer {world.tokens['bob']}"}
         assert (await http.post(f"{world.base}/mcp", json=INITIALIZE, headers=good)).status_code == 200
 
+        listed = await http.post(f"{world.base}/mcp", json=LIST_INBOX, headers={**good, **VERSION})
+        assert listed.status_code == 200 and listed.json()["result"]["structuredContent"] == {
+            "requests": [],
+            "next_cursor": None,
+        }
+
     async with interlock.connect(world.db) as broker:
         assert await broker.store.revoke_tokens(principal="bob") == 1
-    async with httpx.AsyncClient(timeout=BOUND) as http:
+    async with httpx.AsyncClient(timeout=BOUND) as http:  # bob's calls stop at once, his earlier ones too
         assert (await http.post(f"{world.base}/mcp", json=INITIALIZE, headers=good)).status_code == 401
+        assert (await http.post(f"{world.base}/mcp", json=LIST_INBOX, headers={**good, **VERSION})).status_code == 401
 
 
 async def test_mcp_over_http_without_auth_answers_this_machine_only(

@@ -15,7 +15,9 @@ stateless: any node of a cluster answers any call.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
@@ -26,7 +28,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..broker import Broker, connect
-from ..principals import ANONYMOUS, Principal
+from ..principals import ANONYMOUS, Principal, hash_token
 from ..remote import RemoteBroker
 from .server import Access, Seat, build_server
 
@@ -63,6 +65,9 @@ async def serve_stdio(url: str | None = None, *, token: str | None = None) -> No
         await server.run_stdio_async()
 
 
+MAX_SEATS = 256
+"""How many callers' brokers `/mcp` keeps open; the least recently used is closed past it."""
+
 PrincipalOf = Callable[[str], Awaitable[Principal | None]]
 
 
@@ -78,6 +83,8 @@ class HttpEndpoint:
         self.api = api
         self.principal_of = principal_of
         self.auth = auth
+        self._seats: OrderedDict[str, Seat] = OrderedDict()
+        self._seating = asyncio.Lock()
         self.server: MCPServer = build_server(self._access)
         # Only to build the SDK's session manager; the route is this object.
         self.server.streamable_http_app(
@@ -87,9 +94,16 @@ class HttpEndpoint:
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
 
-    def running(self) -> contextlib.AbstractAsyncContextManager[None]:
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
         """Run the endpoint's session manager; enter it in the app's lifespan."""
-        return self.server.session_manager.run()
+        try:
+            async with self.server.session_manager.run():
+                yield
+        finally:
+            seats, self._seats = list(self._seats.values()), OrderedDict()
+            for seat in seats:
+                await seat.broker.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self.auth:
@@ -110,11 +124,23 @@ class HttpEndpoint:
     async def _access(self, ctx: Context) -> AsyncIterator[Seat]:
         headers = ctx.headers or {}
         scheme, _, token = str(headers.get("authorization", "")).partition(" ")
-        token = token.strip() if scheme.lower() == "bearer" else ""
-        transport = httpx.ASGITransport(app=self.api)
-        broker = RemoteBroker("http://localhost", token=token or None, transport=transport)
-        async with broker:
-            yield Seat(broker, await caller_of(broker))
+        yield await self._seat(token.strip() if scheme.lower() == "bearer" else "")
+
+    async def _seat(self, token: str) -> Seat:
+        """The seat of a token: a remote broker on the API in process, kept for the token's
+        next calls (the API checks the token on every call, so a revoked one stops at once)."""
+        key = hash_token(token)
+        async with self._seating:
+            seat = self._seats.get(key)
+            if seat is None:
+                transport = httpx.ASGITransport(app=self.api)
+                broker = await RemoteBroker("http://localhost", token=token or None, transport=transport).open()
+                seat = self._seats[key] = Seat(broker, await caller_of(broker))
+                if len(self._seats) > MAX_SEATS:
+                    _, oldest = self._seats.popitem(last=False)
+                    await oldest.broker.aclose()
+            self._seats.move_to_end(key)
+            return seat
 
 
 def _bearer(scope: Scope) -> str:
