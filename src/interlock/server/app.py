@@ -1,5 +1,6 @@
 """The server's ASGI app: `create_app` composes the HTTP API (`api`, under /api/v1) and the
-web inbox (`web`) over one state, with health, metrics, middleware and error handlers.
+web inbox (`web`) over one state, with health, metrics, middleware and error handlers, and
+the MCP tools at /mcp (`interlock.mcp`, calling the API in process with the caller's token).
 
 Every route goes through the Broker, so the rules are the same as in-process; the routes
 add who may do what (`interlock.principals`) and the wire formats. Errors are RFC 9457
