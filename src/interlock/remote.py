@@ -353,7 +353,7 @@ class RemoteBroker(Broker):
         return issued_grant_from_dict(found["grant"]) if found["granted"] else None
 
     async def revoke_grant(self, grant_id: str, *, by: str | None = None) -> bool:
-        response = await self._send("POST", f"/grants/{grant_id}/revoke", json={})
+        response = await self._send("POST", f"/grants/{grant_id}/revoke", json={"by": by})
         if response.is_success:
             return bool(response.json()["revoked"])
         if response.status_code == 404:
@@ -369,7 +369,7 @@ class RemoteBroker(Broker):
         exp: int | Literal["default"] | None = DEFAULT_EXP,
         by: str | None = None,
     ) -> IssuedGrant:
-        body: dict[str, Any] = {"to": to, "with": with_, "can": can}
+        body: dict[str, Any] = {"to": to, "with": with_, "can": can, "by": by}
         if exp != DEFAULT_EXP:
             body["exp"] = exp
         return issued_grant_from_dict(await self._call("POST", "/grants", json=body))

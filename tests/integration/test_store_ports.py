@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from interlock import Closed, Text
-from interlock.model import Origin, Request, Response, Status, build_request
+from interlock.model import IssuedGrant, Origin, Request, Response, Status, build_request, new_id
 from interlock.principals import Principal, hash_token, issue_session, issue_token
-from interlock.store import EventQuery, PrincipalStore, Query, RequestStore, Store
+from interlock.store import EventQuery, GrantQuery, PrincipalStore, Query, RequestStore, Store
 from interlock.store.memory import MemoryStore
 from interlock.store.sqlite import SqliteStore
 
@@ -204,3 +204,85 @@ async def test_a_web_session_lasts_until_it_ends_expires_or_its_token_is_revoked
     assert await store.start_session(token.hash, again) is not None
     await store.revoke_tokens(token_id=token.id)
     assert await store.get_session(again.hash, now) is None
+
+
+# -- grants ----------------------------------------------------------------------------------
+
+
+def _grant(**fields: object) -> IssuedGrant:
+    base: dict[str, object] = {
+        "id": new_id(),
+        "with_": "repo:web",
+        "can": "deploy",
+        "issuer": "alice",
+        "audience": "bot",
+        "issued_at": datetime.now(UTC).replace(microsecond=0),
+        "expires_at": datetime.now(UTC).replace(microsecond=0) + timedelta(days=7),
+    }
+    return IssuedGrant(**(base | fields))  # type: ignore[arg-type]
+
+
+async def test_an_answer_and_its_grants_land_together_with_an_event_each(store: Store) -> None:
+    request, _ = await store.insert(ask())
+    grants = (_grant(request_id=request.id, ask_id="text"), _grant(can="read", expires_at=None, request_id=request.id))
+    response = Response(datetime.now(UTC), {"text": "ok"}, by="alice", via="api", grants=grants)
+    settled = request.settle(Status.ANSWERED, response)
+    assert await store.settle_granting(settled) == settled
+    again = await store.get(request.id)
+    assert again is not None and again.response is not None and again.response.grants == grants
+    assert [await store.get_grant(g.id) for g in grants] == list(grants)
+    events = await store.events()
+    assert [e.type for e in events] == ["created", "answered", "granted", "granted"]
+    assert events[2].data["grant"]["id"] == grants[0].id
+    assert (events[2].data["to"], events[2].data["by"], events[2].data["request"]) == ("bot", "alice", request.id)
+    # The audience and the issuer each find the issuance in their own events.
+    for who in ("bot", "alice"):
+        found = await store.find_events(EventQuery(involving=who))
+        assert "granted" in [e.type for e in found]
+    assert [e.type for e in await store.find_events(EventQuery(involving="carol"))] == []
+
+
+async def test_a_request_no_longer_pending_issues_no_grants(store: Store) -> None:
+    request, _ = await store.insert(ask())
+    await store.settle(answered(request, "first"))
+    late = request.settle(
+        Status.ANSWERED, Response(datetime.now(UTC), {"text": "late"}, grants=(_grant(request_id=request.id),))
+    )
+    assert await store.settle_granting(late) is None
+    assert await store.list_grants(GrantQuery()) == []
+    assert [e.type for e in await store.events()] == ["created", "answered"]
+
+
+async def test_grants_list_by_audience_issuer_and_request_newest_first_a_page_at_a_time(store: Store) -> None:
+    given = [_grant() for _ in range(3)] + [_grant(audience="other-bot"), _grant(issuer="bob")]
+    for grant in given:
+        await store.give_grant(grant)
+    mine = await store.list_grants(GrantQuery(audience="bot", issuer="alice"))
+    assert [g.id for g in mine] == [g.id for g in reversed(given[:3])]
+    page = await store.list_grants(GrantQuery(audience="bot", issuer="alice", limit=2))
+    rest = await store.list_grants(GrantQuery(audience="bot", issuer="alice", after=page[-1].id))
+    assert [g.id for g in [*page, *rest]] == [g.id for g in mine]
+    assert [g.id for g in await store.list_grants(GrantQuery(issuer="bob"))] == [given[4].id]
+    assert await store.list_grants(GrantQuery(with_="repo:web", can="read")) == []
+    assert await store.get_grant("unknown") is None
+
+
+async def test_a_revoked_or_expired_grant_is_not_live(store: Store) -> None:
+    now = datetime.now(UTC)
+    live, old = _grant(), _grant(expires_at=now - timedelta(seconds=1), issued_at=now - timedelta(days=1))
+    forever = _grant(expires_at=None)
+    for grant in (live, old, forever):
+        await store.give_grant(grant)
+    assert {g.id for g in await store.list_grants(GrantQuery(live_at=now))} == {live.id, forever.id}
+    revoked = await store.revoke_grant(live.id, "alice", now)
+    assert revoked is not None and revoked.revoked_at is not None and revoked.revoked_by == "alice"
+    assert await store.revoke_grant(live.id, "alice", now) is None  # once
+    assert await store.revoke_grant("unknown", "alice", now) is None
+    assert {g.id for g in await store.list_grants(GrantQuery(live_at=now))} == {forever.id}
+    assert (await store.get_grant(live.id)) == revoked
+    last = (await store.events())[-1]
+    assert (last.type, last.data["grant"]["id"], last.data["grant"]["revoked_by"]) == (
+        "grant_revoked",
+        live.id,
+        "alice",
+    )

@@ -133,7 +133,9 @@ async def test_a_request_to_nobody_known_is_refused_unless_recipients_are_open(
     assert (refused.status_code, refused.json()["code"]) == (422, "invalid_request")
     assert "mallory" in refused.json()["detail"]
     assert (await clients["alice-bot"].get("/requests")).json()["items"] == []  # nothing was stored
-    assert (await clients["alice-bot"].post("/requests", json={**APPROVAL, "to": "bob"})).status_code == 201
+    # bob is known, but asking him needs his permission (a grant to request in his inbox)
+    assert (await clients["alice-bot"].post("/requests", json={**APPROVAL, "to": "bob"})).status_code == 403
+    assert (await clients["alice-bot"].post("/requests", json={**APPROVAL, "to": "alice"})).status_code == 201
 
     headers = {"Authorization": f"Bearer {world.tokens['alice-bot']}"}
     with world.serve(world.db, auth=True, open_recipients=True) as url:

@@ -143,7 +143,8 @@ def world(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> 
                 tokens[principal.name] = token.secret
 
     anyio.run(setup)
-    with serve(db, auth=True) as base:
+    # An open organisation (anyone may ask anyone): the forgeries get as far as they can.
+    with serve(db, auth=True, open_inboxes=True) as base:
         yield World(base, db, tokens)
 
 

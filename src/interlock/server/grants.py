@@ -70,6 +70,10 @@ class GiveBody(_Strict):
     by: str | None = Field(None, description="The issuer; only honoured by a server without auth (else you).")
 
 
+class RevokeBody(_Strict):
+    by: str | None = Field(None, description="Who revokes; only honoured by a server without auth (else you).")
+
+
 class Revoked(BaseModel):
     id: str
     revoked: bool = Field(description="False when it was revoked already.")
@@ -116,7 +120,7 @@ async def list_grants(
     return {"items": [issued_grant_to_dict(g) for g in page.items], "next_cursor": page.next_cursor}
 
 
-@router.post("/grants", status_code=201, response_model=GrantWithToken, responses=_problems(403, 422))
+@router.post("/grants", status_code=201, response_model=GrantWithToken, responses=_problems(400, 403, 413, 422))
 async def give_grant(body: GiveBody, caller: Caller, broker: TheBroker, state: State) -> dict[str, Any]:
     """Give a grant directly, without a request: a delegation from you (a person) to `to`.
     A grant of `hitl/request` on `interlock:inbox/<you>` lets `to` ask you."""
@@ -130,7 +134,7 @@ async def give_grant(body: GiveBody, caller: Caller, broker: TheBroker, state: S
     return _with_token(state, grant)
 
 
-@router.post("/grants/check", response_model=CheckResult, responses=_problems(403, 422))
+@router.post("/grants/check", response_model=CheckResult, responses=_problems(400, 403, 413, 422))
 async def check_grant(body: CheckBody, caller: Caller, broker: TheBroker) -> dict[str, Any]:
     """Whether a live grant lets `audience` (you by default) do `can` on `with`."""
     audience = body.audience
@@ -142,7 +146,7 @@ async def check_grant(body: CheckBody, caller: Caller, broker: TheBroker) -> dic
     return {"granted": grant is not None, "grant": issued_grant_to_dict(grant) if grant is not None else None}
 
 
-@router.post("/grants/verify", response_model=VerifyResult, responses=_problems(422))
+@router.post("/grants/verify", response_model=VerifyResult, responses=_problems(400, 413, 422))
 async def verify_grant(body: VerifyBody, caller: Caller, broker: TheBroker, state: State) -> dict[str, Any]:
     """Verify a grant token as the venue: its signature and expiry, and that the grant is
     not revoked. Whoever holds a token may ask."""
@@ -156,7 +160,7 @@ async def verify_grant(body: VerifyBody, caller: Caller, broker: TheBroker, stat
     return {"valid": True, "reason": None, "grant": issued_grant_to_dict(grant)}
 
 
-@router.get("/grants/{grant_id}", response_model=GrantWithToken, responses=_problems(403, 404))
+@router.get("/grants/{grant_id}", response_model=GrantWithToken, responses=_problems(403, 404, 422))
 async def get_grant(grant_id: str, caller: Caller, broker: TheBroker, state: State) -> dict[str, Any]:
     """One grant you hold or gave, with its signed token."""
     grant = await broker.get_grant(grant_id)
@@ -165,11 +169,13 @@ async def get_grant(grant_id: str, caller: Caller, broker: TheBroker, state: Sta
     return _with_token(state, grant)
 
 
-@router.post("/grants/{grant_id}/revoke", response_model=Revoked, responses=_problems(403, 404))
-async def revoke_grant(grant_id: str, caller: Caller, broker: TheBroker) -> dict[str, Any]:
+@router.post("/grants/{grant_id}/revoke", response_model=Revoked, responses=_problems(400, 403, 404, 413, 422))
+async def revoke_grant(
+    grant_id: str, caller: Caller, broker: TheBroker, body: RevokeBody | None = None
+) -> dict[str, Any]:
     """Revoke a grant you gave (or give up one you hold); it stops checking at once."""
     grant = await broker.get_grant(grant_id)
     if not _concerns(caller, grant):
         raise ApiError(403, "forbidden", "this grant is neither yours nor from you")
-    by = None if caller.kind == "admin" else caller.name
+    by = (body.by if body is not None else None) if caller.kind == "admin" else caller.name
     return {"id": grant_id, "revoked": await broker.revoke_grant(grant_id, by=by)}

@@ -1,0 +1,301 @@
+"""Capability grants and who may ask whom, against a real server with auth on: the ask
+matrix, echo consent over the API and the remote broker, expiry rules, the ceiling, the
+grants API and the tokens an application verifies."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import interlock
+from interlock import Confirm
+from interlock.broker import LocalBroker
+from interlock.errors import Forbidden, InvalidAnswer, InvalidGrantToken
+from interlock.grant_tokens import verify_grant_token
+from interlock.model import Choice, GrantPolicy, Option
+from interlock.principals import Principal, issue_token
+
+pytestmark = pytest.mark.anyio
+BOUND = 10
+ASK_BOB = {"with": "interlock:inbox/bob", "can": "hitl/request"}
+
+
+@dataclass
+class World:
+    base: str
+    db: str
+    tokens: dict[str, str]
+
+    def client(self, who: str) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {self.tokens[who]}"}
+        return httpx.AsyncClient(base_url=f"{self.base}/api/v1", headers=headers, timeout=BOUND)
+
+    def broker(self, who: str) -> interlock.Broker:
+        return interlock.connect(self.base, token=self.tokens[who])
+
+
+@pytest.fixture
+def world(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
+) -> Callable[..., AbstractAsyncContextManager[World]]:
+    """`with world(**server_options) as w:` a server with auth on, and alice, bob and carol
+    (people) and bot (alice's agent), each with a token."""
+
+    @asynccontextmanager
+    async def make(**options: Any) -> AsyncIterator[World]:
+        db = f"sqlite:///{tmp_path / f'grants-{time.monotonic_ns()}.db'}"
+        tokens: dict[str, str] = {}
+
+        async with interlock.connect(db) as broker:
+            assert isinstance(broker, LocalBroker)
+            for principal in (
+                Principal("alice", "human"),
+                Principal("bob", "human"),
+                Principal("carol", "human"),
+                Principal("bot", "agent", owner="alice"),
+            ):
+                await broker.store.save_principal(principal)
+                token = issue_token(principal.name, datetime.now(UTC))
+                await broker.store.save_token(token)
+                tokens[principal.name] = token.secret
+        with serve(db, auth=True, **options) as base:
+            yield World(base, db, tokens)
+
+    return make
+
+
+def question(**fields: Any) -> dict[str, Any]:
+    return {"asks": [{"type": "text", "id": "t", "prompt": "Name?"}], **fields}
+
+
+async def inbox(w: World, who: str) -> list[dict[str, Any]]:
+    async with w.client(who) as c:
+        return list((await c.get("/requests", params={"status": "pending"})).json()["items"])
+
+
+# -- who may ask whom ----------------------------------------------------------------------
+
+
+async def test_the_ask_matrix_by_default(world: Callable[..., AbstractAsyncContextManager[World]]) -> None:
+    async with world() as w:
+        async with w.client("alice") as alice, w.client("bot") as bot:
+            assert (await alice.post("/requests", json=question())).status_code == 201  # a person asks themself
+            assert (await alice.post("/requests", json=question(to="alice"))).status_code == 201
+            assert (await bot.post("/requests", json=question())).status_code == 201  # an agent asks its owner
+            assert (await bot.post("/requests", json=question(to="alice"))).status_code == 201
+            refused = await bot.post("/requests", json=question(to="bob"))  # an agent asks another person
+            assert refused.status_code == 403
+            assert refused.json()["code"] == "forbidden"
+            assert "interlock:inbox/bob" in refused.json()["detail"]
+            by_person = await alice.post("/requests", json=question(to="bob"))  # a person asks another
+            assert by_person.status_code == 403
+            gate = await bot.post("/approvals", json={**question(to="bob"), "kind": "approval", "context": {}})
+            assert gate.status_code == 403
+        assert await inbox(w, "bob") == []  # nothing landed in the other inbox
+
+
+async def test_a_grant_to_request_from_the_person_lets_its_holder_ask_them(
+    world: Callable[..., AbstractAsyncContextManager[World]],
+) -> None:
+    async with world() as w, w.client("bob") as bob, w.client("bot") as bot, w.client("carol") as carol:
+        # carol cannot open bob's inbox: a grant on it counts only from bob
+        given = await carol.post("/grants", json={"to": "bot", **ASK_BOB})
+        assert given.status_code == 201
+        assert (await bot.post("/requests", json=question(to="bob"))).status_code == 403
+        given = await bob.post("/grants", json={"to": "bot", **ASK_BOB})
+        assert given.status_code == 201, given.text
+        grant = given.json()
+        assert (grant["issuer"], grant["audience"], grant["request_id"]) == ("bob", "bot", None)
+        assert (await bot.post("/requests", json=question(to="bob"))).status_code == 201
+        assert len(await inbox(w, "bob")) == 1
+        # the grant is bot's own: alice (bot's owner) still may not ask bob
+        async with w.client("alice") as alice:
+            assert (await alice.post("/requests", json=question(to="bob"))).status_code == 403
+        revoked = await bob.post(f"/grants/{grant['id']}/revoke")
+        assert revoked.json() == {"id": grant["id"], "revoked": True}
+        assert (await bot.post("/requests", json=question(to="bob"))).status_code == 403
+
+
+async def test_a_grant_to_request_can_be_consented_to_through_an_approval(
+    world: Callable[..., AbstractAsyncContextManager[World]],
+) -> None:
+    async with world() as w, w.client("bob") as bob, w.client("bot") as bot:
+        # bob asks himself to let bot ask him (an operator's flow): the offer rides on the confirm ask
+        ask = {"type": "confirm", "id": "ok", "prompt": "Let bot ask you?", "grants": [ASK_BOB]}
+        created = (await bob.post("/requests", json={"asks": [ask], "to": "bob"})).json()
+        answered = await bob.post(f"/requests/{created['id']}/answer", json={"answer": True, "grants": [ASK_BOB]})
+        assert answered.status_code == 200, answered.text
+        (issued,) = answered.json()["response"]["grants"]
+        assert (issued["issuer"], issued["audience"]) == ("bob", "bob")  # the audience is the requester
+        assert (await bot.post("/requests", json=question(to="bob"))).status_code == 403  # not bot's grant
+
+
+async def test_an_open_organisation_lets_anyone_ask_anyone(
+    world: Callable[..., AbstractAsyncContextManager[World]],
+) -> None:
+    async with world(open_inboxes=True) as w:
+        async with w.client("bot") as bot, w.client("alice") as alice:
+            assert (await bot.post("/requests", json=question(to="bob"))).status_code == 201
+            assert (await alice.post("/requests", json=question(to="bob"))).status_code == 201
+        assert len(await inbox(w, "bob")) == 2
+
+
+# -- echo consent over the API --------------------------------------------------------------
+
+
+async def test_an_echo_of_an_untriggered_grant_fails_the_whole_answer_and_issues_nothing(
+    world: Callable[..., AbstractAsyncContextManager[World]],
+) -> None:
+    deploy = {"with": "repo:web", "can": "deploy"}
+    async with world() as w, w.client("alice") as alice, w.client("bot") as bot:
+        asks = [
+            {"type": "confirm", "id": "ok", "prompt": "Deploy?", "grants": [deploy]},
+            {
+                "type": "choice",
+                "id": "env",
+                "prompt": "Where?",
+                "options": [
+                    {"id": "prod", "grants": [{"with": "env:prod", "can": "write", "exp": None}]},
+                    "staging",
+                ],
+            },
+        ]
+        created = (await bot.post("/requests", json={"asks": asks})).json()
+        path = f"/requests/{created['id']}/answer"
+        refused = await alice.post(
+            path,
+            json={
+                "answers": {"ok": True, "env": "staging"},
+                "grants": [deploy, {"with": "env:prod", "can": "write"}],
+            },
+        )
+        assert refused.status_code == 422
+        assert refused.json()["code"] == "invalid_answer"
+        assert "env:prod" in refused.json()["detail"]
+        assert (await bot.get(f"/requests/{created['id']}")).json()["status"] == "pending"
+        assert (await bot.get("/grants")).json()["items"] == []
+        done = await alice.post(
+            path, json={"answers": {"ok": True, "env": "prod"}, "grants": [{"with": "env:prod", "can": "write"}]}
+        )
+        assert done.status_code == 200, done.text
+        (issued,) = done.json()["response"]["grants"]
+        assert (issued["with"], issued["can"], issued["exp"], issued["option_id"]) == (
+            "env:prod",
+            "write",
+            None,
+            "prod",
+        )
+        held = (await bot.get("/grants")).json()["items"]  # an agent lists what it holds
+        assert [g["id"] for g in held] == [issued["id"]]
+        given = (await alice.get("/grants")).json()["items"]  # a person lists what they gave
+        assert [g["id"] for g in given] == [issued["id"]]
+        events = (await bot.get("/events")).json()["events"]
+        assert [e["type"] for e in events][-2:] == ["answered", "granted"]
+
+
+async def test_the_default_expiry_is_seven_days_and_null_means_none(
+    world: Callable[..., AbstractAsyncContextManager[World]],
+) -> None:
+    async with world() as w, w.client("alice") as alice, w.client("bot") as bot:
+        offers = [{"with": "a", "can": "x"}, {"with": "b", "can": "y", "exp": None}]
+        ask = {"type": "confirm", "id": "ok", "prompt": "Ok?", "grants": offers}
+        created = (await bot.post("/requests", json={"asks": [ask]})).json()
+        assert created["asks"][0]["grants"] == offers  # omitted stays omitted, null stays null
+        answered = (
+            await alice.post(f"/requests/{created['id']}/answer", json={"answer": True, "grants": offers})
+        ).json()
+        default, forever = answered["response"]["grants"]
+        issued_at = datetime.fromisoformat(default["issued_at"]).timestamp()
+        assert abs(default["exp"] - (issued_at + 7 * 86400)) <= 1
+        assert forever["exp"] is None and forever["expires_at"] is None
+
+
+async def test_a_ceiling_refuses_excessive_offers_before_delivery(
+    world: Callable[..., AbstractAsyncContextManager[World]],
+) -> None:
+    async with world(grant_policy=GrantPolicy(ceiling_seconds=3600)) as w:
+        async with w.client("bot") as bot:
+            for grant in (
+                {"with": "a", "can": "x", "exp": None},
+                {"with": "a", "can": "x", "exp": int(time.time()) + 7200},
+            ):
+                ask = {"type": "choice", "id": "c", "prompt": "Pick", "options": [{"id": "a", "grants": [grant]}]}
+                refused = await bot.post("/requests", json={"asks": [ask]})
+                assert refused.status_code == 422
+                assert "ceiling" in refused.json()["detail"] or "no expiry" in refused.json()["detail"]
+            ok = {"type": "confirm", "id": "ok", "prompt": "Ok?", "grants": [{"with": "a", "can": "x"}]}
+            assert (await bot.post("/requests", json={"asks": [ok]})).status_code == 201
+        assert len(await inbox(w, "alice")) == 1  # only the acceptable one landed
+
+
+async def test_grants_on_a_text_ask_are_refused_at_create(
+    world: Callable[..., AbstractAsyncContextManager[World]],
+) -> None:
+    async with world() as w:
+        async with w.client("bot") as bot:
+            ask = {"type": "text", "id": "t", "prompt": "Name?", "grants": [{"with": "a", "can": "x"}]}
+            refused = await bot.post("/requests", json={"asks": [ask]})
+            assert refused.status_code == 422
+            assert "grants may be offered only on confirm" in refused.json()["detail"]
+        assert await inbox(w, "alice") == []
+
+
+# -- the grants API, the remote broker and tokens ----------------------------------------------
+
+
+async def test_the_remote_broker_echoes_lists_checks_and_revokes_and_the_token_verifies(
+    world: Callable[..., AbstractAsyncContextManager[World]],
+) -> None:
+    async with world() as w, w.broker("bot") as bot, w.broker("alice") as alice:
+        request = await bot.create(
+            Choice("Access?", [Option("read", grants=[{"with": "repo:web", "can": "read"}]), "none"], id="c")
+        )
+        with pytest.raises(InvalidAnswer, match="not triggered"):
+            await alice.resolve(request.id, "none", grants=[{"with": "repo:web", "can": "read"}])
+        assert await alice.resolve(request.id, "read", grants=[{"with": "repo:web", "can": "read"}])
+        (issued,) = (await bot.get(request.id)).response.grants  # type: ignore[union-attr]
+        assert (await bot.list_grants()).items == [issued]
+        assert await bot.check_grant("bot", "repo:web", "read") == issued
+        assert await bot.check_grant("bot", "repo:web", "write") is None
+        token = await bot.grant_token(issued.id)  # type: ignore[attr-defined]
+        async with httpx.AsyncClient() as http:
+            keys = (await http.get(f"{w.base}/api/v1/grants/keys")).json()
+        claims = verify_grant_token(token, keys, audience="bot", with_="repo:web", can="read")
+        assert (claims.grant_id, claims.issuer, claims.request_id) == (issued.id, "alice", request.id)
+        with pytest.raises(InvalidGrantToken):
+            verify_grant_token(token, keys, audience="someone-else")
+        with pytest.raises(InvalidGrantToken):
+            verify_grant_token(token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB"), keys)
+        async with w.client("carol") as carol:  # anyone holding the token may ask the venue
+            assert (await carol.post("/grants/verify", json={"token": token})).json()["valid"] is True
+            assert (await carol.get(f"/grants/{issued.id}")).status_code == 403  # but not read it
+            assert (await carol.post(f"/grants/{issued.id}/revoke")).status_code == 403
+        assert await alice.revoke_grant(issued.id)
+        assert not await alice.revoke_grant(issued.id)
+        assert await bot.check_grant("bot", "repo:web", "read") is None
+        async with w.client("carol") as carol:
+            verdict = (await carol.post("/grants/verify", json={"token": token})).json()
+            assert verdict["valid"] is False and verdict["reason"] == "the grant was revoked"
+        with pytest.raises(Forbidden):
+            await bot.give_grant("bob", "interlock:inbox/alice", "hitl/request")  # an agent gives nothing
+        given = await alice.give_grant("bot", "x", "y", exp=None)
+        assert given.expires_at is None and given.issuer == "alice"
+        assert (await bot.get_grant(given.id)).id == given.id
+
+
+async def test_a_confirm_approval_through_the_remote_broker_issues_its_grant(
+    world: Callable[..., AbstractAsyncContextManager[World]],
+) -> None:
+    async with world() as w, w.broker("bot") as bot, w.broker("alice") as alice:
+        request = await bot.create(Confirm("Deploy?", grants=[{"with": "repo:web", "can": "deploy"}]), kind="approval")
+        assert await alice.resolve(request.id, True, grants=[{"with": "repo:web", "can": "deploy"}])
+        response = await bot.wait(request.id, timeout=BOUND)
+        assert [g.can for g in response.grants] == ["deploy"]

@@ -1,0 +1,114 @@
+"""Grants through the Broker, the same on every backend: memory, SQLite, PostgreSQL and
+a server reached over HTTP (the remote broker)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from interlock import Broker, Confirm
+from interlock.errors import InvalidAnswer, InvalidRequest, NotFound
+from interlock.model import Choice, GrantPolicy, MultiChoice, Option, Status, Text
+
+pytestmark = pytest.mark.anyio
+BOUND = 10
+DEPLOY = {"with": "repo:web", "can": "deploy"}
+
+
+async def test_an_approved_and_echoed_grant_is_issued_to_the_requester(broker: Broker) -> None:
+    request = await broker.create(Confirm("Deploy?", grants=[DEPLOY]), to="alice", requester="bot")
+    assert await broker.resolve(request.id, True, by="alice", grants=[DEPLOY])
+    response = await broker.wait(request.id, timeout=BOUND)
+    (grant,) = response.grants
+    assert (grant.with_, grant.can, grant.issuer, grant.audience) == ("repo:web", "deploy", "alice", "bot")
+    assert grant.expires_at is not None
+    assert abs((grant.expires_at - grant.issued_at) - timedelta(days=7)) < timedelta(seconds=1)
+    assert await broker.get_grant(grant.id) == grant
+    assert (await broker.list_grants(audience="bot")).items == [grant]
+    assert await broker.check_grant("bot", "repo:web", "deploy") == grant
+    types = [e.type async for e in broker.events()]
+    assert types[-2:] == ["answered", "granted"]
+
+
+async def test_an_untriggered_echo_refuses_the_answer_and_leaves_the_request_pending(broker: Broker) -> None:
+    ask = MultiChoice(
+        "Which?", [Option("logs", grants=[{"with": "logs", "can": "tail", "exp": None}]), "metrics"], id="m"
+    )
+    request = await broker.create([ask, Confirm("Deploy?", id="ok", grants=[DEPLOY])], to="alice", requester="bot")
+    with pytest.raises(InvalidAnswer, match="not triggered"):
+        await broker.resolve(
+            request.id, {"m": ["metrics"], "ok": True}, by="alice", grants=[DEPLOY, {"with": "logs", "can": "tail"}]
+        )
+    with pytest.raises(InvalidAnswer, match="not triggered"):
+        await broker.resolve(request.id, {"m": ["logs"], "ok": False}, by="alice", grants=[DEPLOY])
+    assert (await broker.get(request.id)).status is Status.PENDING
+    assert (await broker.list_grants(audience="bot")).items == []
+    assert await broker.resolve(
+        request.id, {"m": ["logs", "metrics"], "ok": False}, by="alice", grants=[{"with": "logs", "can": "tail"}]
+    )
+    (grant,) = (await broker.get(request.id)).response.grants  # type: ignore[union-attr]
+    assert (grant.can, grant.option_id, grant.expires_at) == ("tail", "logs", None)
+
+
+async def test_without_an_echo_nothing_is_issued(broker: Broker) -> None:
+    request = await broker.create(Choice("Access?", [Option("read", grants=[DEPLOY])]), to="alice", requester="bot")
+    assert await broker.resolve(request.id, "read", by="alice")
+    assert (await broker.get(request.id)).response.grants == ()  # type: ignore[union-attr]
+    assert (await broker.list_grants(audience="bot")).items == []
+
+
+async def test_grants_on_a_text_ask_are_refused_and_nothing_is_stored(broker: Broker) -> None:
+    with pytest.raises(InvalidRequest, match="grants may be offered only on confirm"):
+        await broker.create(
+            await broker.build_asks([{"type": "text", "prompt": "Name?", "grants": [DEPLOY]}]), to="alice"
+        )
+    assert (await broker.list(recipient="alice")).items == []
+
+
+async def test_a_ceiling_refuses_offers_beyond_it_before_anything_is_stored(
+    connect: Callable[..., Broker], backend: str
+) -> None:
+    if backend == "http":
+        pytest.skip("a server applies its own ceiling: see test_grants_api")
+    async with connect(grant_policy=GrantPolicy(ceiling_seconds=86400)) as broker:
+        beyond = int((datetime.now(UTC) + timedelta(days=2)).timestamp())
+        for grant in ({"with": "a", "can": "x", "exp": None}, {"with": "a", "can": "x", "exp": beyond}):
+            with pytest.raises(InvalidRequest, match=r"ceiling|no expiry"):
+                await broker.create(Confirm("Ok?", grants=[grant]), to="alice")
+        assert (await broker.list(recipient="alice")).items == []
+        request = await broker.create(Confirm("Ok?", grants=[DEPLOY]), to="alice", requester="bot")
+        await broker.resolve(request.id, True, by="alice", grants=[DEPLOY])
+        (grant,) = (await broker.get(request.id)).response.grants  # type: ignore[union-attr]
+        assert grant.expires_at is not None and grant.expires_at - grant.issued_at <= timedelta(days=1)
+
+
+async def test_a_grant_is_given_directly_revoked_once_and_then_no_longer_checks(broker: Broker) -> None:
+    given = await broker.give_grant("bot", "interlock:inbox/alice", "hitl/request", by="alice")
+    assert await broker.check_grant("bot", "interlock:inbox/alice", "hitl/request", issuer="alice") == given
+    assert await broker.check_grant("bot", "interlock:inbox/alice", "hitl/request", issuer="bob") is None
+    assert await broker.revoke_grant(given.id, by="alice")
+    assert not await broker.revoke_grant(given.id, by="alice")
+    assert await broker.check_grant("bot", "interlock:inbox/alice", "hitl/request") is None
+    revoked = await broker.get_grant(given.id)
+    assert revoked.revoked_at is not None
+    assert (await broker.list_grants(audience="bot", live=True)).items == []
+    assert [g.id for g in (await broker.list_grants(audience="bot")).items] == [given.id]
+    with pytest.raises(NotFound):
+        await broker.get_grant("no-such-grant")
+
+
+async def test_grants_page_newest_first(broker: Broker) -> None:
+    given = [await broker.give_grant("bot", f"thing:{i}", "use", by="alice") for i in range(5)]
+    first = await broker.list_grants(audience="bot", limit=2)
+    assert [g.id for g in first.items] == [given[4].id, given[3].id] and first.next_cursor is not None
+    rest = await broker.list_grants(audience="bot", after=first.next_cursor, limit=10)
+    assert [g.id for g in rest.items] == [g.id for g in reversed(given[:3])] and rest.next_cursor is None
+
+
+async def test_text_answers_issue_nothing(broker: Broker) -> None:
+    request = await broker.create(Text("Name?"), to="alice")
+    with pytest.raises(InvalidAnswer, match="does not offer"):
+        await broker.resolve(request.id, "Ada", by="alice", grants=[DEPLOY])
+    assert (await broker.get(request.id)).status is Status.PENDING
