@@ -13,7 +13,7 @@ import pytest
 from mcp import Client
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp_types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult
+from mcp.types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult
 from pydantic import BaseModel
 
 import interlock

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcp.client import ClientRequestContext
-from mcp_types import INVALID_REQUEST, ElicitRequestFormParams, ElicitRequestParams, ElicitResult, ErrorData
+from mcp.types import INVALID_REQUEST, ElicitRequestFormParams, ElicitRequestParams, ElicitResult, ErrorData
 
 from ..broker import Broker
 from ..errors import Cancelled, Expired, InvalidRequest, Rejected
