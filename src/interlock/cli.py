@@ -16,6 +16,7 @@ import contextlib
 import copy
 import ipaddress
 import json
+import logging
 import os
 import re
 import sys
@@ -520,6 +521,10 @@ def mcp_stdio(
 
     async def work() -> None:
         await serve_stdio(db, token=token)
+
+    logs = logging.StreamHandler(sys.stderr)  # stdout carries the protocol
+    logs.addFilter(RedactingFilter())
+    logging.basicConfig(level=logging.WARNING, handlers=[logs], format="%(levelname)s %(name)s: %(message)s")
 
     try:
         asyncio.run(work())

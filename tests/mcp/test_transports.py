@@ -4,6 +4,7 @@ store or a server, and a job outlives the processes that made and watched it."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -127,3 +128,20 @@ async def test_interlock_mcp_with_a_bad_token_says_so_and_exits(world: World) ->
         done = await anyio.run_process([params.command, *params.args], env=params.env, check=False, stdin=None)
     assert done.returncode == 4
     assert b"unknown or revoked" in done.stderr
+
+
+def test_making_the_mcp_server_leaves_logging_to_the_host() -> None:
+    """The SDK would add a root handler of its own, past the redaction `interlock serve` sets up."""
+    from interlock.server.app import create_app
+
+    root = logging.getLogger()
+    kept = list(root.handlers)  # pytest's capture handlers: without any, as at start-up
+    for handler in kept:
+        root.removeHandler(handler)
+    try:
+        level = root.level
+        create_app("memory://", auth=True)
+        assert (root.handlers, root.level) == ([], level)
+    finally:
+        for handler in kept:
+            root.addHandler(handler)

@@ -12,6 +12,7 @@ job at once and `hitl_status` reports it, waiting (bounded) for it to settle if 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -165,6 +166,8 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
     `hitl_read`, `hitl_respond`, `hitl_cancel`, `hitl_grants`, `hitl_grant_check`,
     `hitl_grant_revoke`, `request_human_input`, `inform_user`, and
     the resource `interlock://requests/{request_id}`."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     server: MCPServer = MCPServer(
         name,
         instructions=(
@@ -174,6 +177,13 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
         ),
         log_level="WARNING",
     )
+    # The SDK sets up the root logger when a server is made (a handler of its own, which
+    # would bypass the redaction `interlock serve` puts on every handler): logging is the
+    # host's to configure, so put it back as it was.
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
 
     @server.tool(description=_REQUEST, annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=False))
     async def hitl_request(
