@@ -34,7 +34,21 @@ from . import __version__
 from .agent.terminal import TerminalContract
 from .broker import Broker, LocalBroker, connect
 from .errors import Cancelled, Expired, Forbidden, InterlockError, InvalidAnswer, InvalidRequest, NotFound, Rejected
-from .model import Ask, Choice, Confirm, Form, MultiChoice, Request, Status, Text, request_to_dict
+from .model import (
+    DEFAULT_EXP,
+    Ask,
+    Choice,
+    Confirm,
+    Form,
+    GrantPolicy,
+    MultiChoice,
+    Request,
+    Status,
+    Text,
+    issued_grant_to_dict,
+    offered_grants,
+    request_to_dict,
+)
 from .principals import TOKEN_PREFIX, Principal, issue_token
 from .redact import RedactingFilter, redact, redact_url
 from .store import PrincipalStore
@@ -236,6 +250,27 @@ def show(request_id: str, db: DbOption = None) -> None:
             err.print("answer each ask as ASK=VALUE:", markup=False)
             for ask in request.asks:
                 err.print(f"  {ask.id}: {ask.how_to_answer()}", markup=False)
+        offers = offered_grants(request)
+        if offers:
+            err.print("grants offered (issued only if you make the choice AND echo it with --grant):", soft_wrap=True)
+            for ask_id, option, grant in offers:
+                choice = f"if you approve {ask_id!r}" if option is None else f"if you select {option!r} in {ask_id!r}"
+                err.print(
+                    f"  [ ] {grant.describe()}, {choice}: --grant '{grant.can}@{grant.with_}'",
+                    markup=False,
+                    soft_wrap=True,
+                )
+
+
+def parse_grant_echo(values: list[str]) -> list[dict[str, str]]:
+    """`--grant CAN@WITH` words as an echo of offered grants."""
+    echo = []
+    for value in values:
+        can, sep, with_ = value.partition("@")
+        if not sep or not can or not with_:
+            raise InvalidAnswer(f"--grant takes CAN@WITH (as `interlock show` prints it), not {value!r}")
+        echo.append({"with": with_, "can": can})
+    return echo
 
 
 @app.command()
@@ -250,9 +285,21 @@ def answer(
     ] = None,
     by: Annotated[str | None, typer.Option("--by", help="Who is answering.")] = None,
     comment: Annotated[str, typer.Option("--comment", help="A comment kept with the answer.")] = "",
+    grant: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--grant",
+            help="Echo an offered grant you approve, as CAN@WITH (repeat for each); it is issued only if your "
+            "answer also makes the choice that offers it. `interlock show` lists the offers.",
+        ),
+    ] = None,
     db: DbOption = None,
 ) -> None:
     """Answer a pending request."""
+    try:
+        echo = parse_grant_echo(grant) if grant else None
+    except InvalidAnswer as exc:
+        raise _fail(str(exc)) from None
 
     async def work(broker: Broker) -> bool:
         request = await broker.get(request_id)
@@ -263,7 +310,7 @@ def answer(
                 raise InvalidAnswer(f"--json is not valid JSON: {exc}") from None
         else:
             value = parse_answer(request, values or [])
-        return await broker.resolve(request_id, value, by=by, via="cli", comment=comment)
+        return await broker.resolve(request_id, value, by=by, via="cli", comment=comment, grants=echo)
 
     if not _run(db, work):
         raise _fail(f"request {request_id} is no longer pending", DECLINED)
@@ -408,6 +455,36 @@ def serve(
             min=0,
         ),
     ] = None,
+    open_inboxes: Annotated[
+        bool,
+        typer.Option(
+            "--open-inboxes",
+            help="Let anyone signed in ask anyone (an open organisation). By default a person asks their own "
+            "inbox, an agent its owner's, and anyone else only with their grant to request.",
+        ),
+    ] = False,
+    grant_ceiling: Annotated[
+        str | None,
+        typer.Option(
+            "--grant-ceiling",
+            help="The longest a grant may last (30d, 12h, ...): offers beyond it, or without expiry, are refused "
+            "when the request is created. None by default.",
+            show_default=False,
+        ),
+    ] = None,
+    grant_default: Annotated[
+        str, typer.Option("--grant-default", help="How long a grant offered without exp lasts once issued.")
+    ] = "7d",
+    grant_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--grant-key",
+            envvar="INTERLOCK_GRANT_KEY",
+            help="An Ed25519 private key (PEM) that signs grant tokens. Default: derived from "
+            "INTERLOCK_SECRET_KEY, else made at start (tokens then stop verifying on restart).",
+            show_default=False,
+        ),
+    ] = None,
     rate_burst: Annotated[
         int, typer.Option("--rate-burst", help="How many of those at once, above the rate.", min=1)
     ] = 200,
@@ -444,6 +521,9 @@ def serve(
         except ValueError as exc:
             raise _fail(str(exc)) from None
     streams: int | Literal["default"] | None = "default" if max_streams is None else max_streams or None
+    policy = GrantPolicy(
+        parse_duration(grant_default), parse_duration(grant_ceiling) if grant_ceiling is not None else None
+    )
     try:
         app = create_app(
             db,
@@ -454,8 +534,11 @@ def serve(
             max_body_size=max_body_size,
             rate_limit=quota,
             max_streams=streams,
+            open_inboxes=open_inboxes,
+            grant_policy=policy,
+            grant_key=grant_key,
         )
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         raise _fail(str(exc)) from None
     where = f"http://{host}:{port}"
     err.print(f"interlock {__version__} serving {where} on {redact_url(db or 'sqlite:///interlock.db')}", markup=False)
@@ -598,6 +681,106 @@ def token_list(db: LocalDb = None) -> None:
     """List the humans and agents."""
     for p in _run(db, lambda b: _principals(b).list_principals()):
         typer.echo(f"{p.name}\t{p.kind}" + (f"\towner={p.owner}" if p.owner else ""))
+
+
+grants_app = typer.Typer(
+    no_args_is_help=True,
+    help="Capability grants issued by answers (and given directly): list, show, check, give and revoke them.",
+)
+app.add_typer(grants_app, name="grants")
+
+
+def _print_grants(grants: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        for grant in grants:
+            typer.echo(json.dumps(grant))
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("id", "can", "with", "issuer", "audience", "expires", "state"):
+        table.add_column(column, no_wrap=column == "id")
+    now = datetime.now(UTC)
+    for g in grants:
+        expires = "never" if g["expires_at"] is None else _ago(datetime.fromisoformat(g["expires_at"]), now)
+        state = "revoked" if g["revoked_at"] else "expired" if expires.endswith("ago") else "live"
+        table.add_row(g["id"], g["can"], g["with"], g["issuer"] or "", g["audience"] or "", expires, state)
+    Console(width=None if sys.stdout.isatty() else 1000).print(table)
+    if not grants:
+        err.print("no grants")
+
+
+@grants_app.command("list")
+def grants_list(
+    audience: Annotated[str | None, typer.Option("--audience", help="Only grants this principal holds.")] = None,
+    issuer: Annotated[str | None, typer.Option("--issuer", help="Only grants this person gave.")] = None,
+    request: Annotated[str | None, typer.Option("--request", help="Only grants this request issued.")] = None,
+    live: Annotated[bool, typer.Option("--live", help="Only grants neither revoked nor expired.")] = False,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+    db: DbOption = None,
+) -> None:
+    """List issued grants, newest first (on a server: those you hold or gave)."""
+    page = _run(db, lambda b: b.list_grants(audience=audience, issuer=issuer, request=request, live=live, limit=limit))
+    _print_grants([issued_grant_to_dict(g) for g in page.items], as_json)
+
+
+@grants_app.command("show")
+def grants_show(grant_id: str, db: DbOption = None) -> None:
+    """Print one grant as JSON (from a server, with its signed token)."""
+
+    async def work(broker: Broker) -> dict[str, Any]:
+        shown = issued_grant_to_dict(await broker.get_grant(grant_id))
+        token = getattr(broker, "grant_token", None)
+        if token is not None:
+            shown["token"] = await token(grant_id)
+        return shown
+
+    typer.echo(json.dumps(_run(db, work), indent=2))
+
+
+@grants_app.command("check")
+def grants_check(
+    audience: Annotated[str, typer.Option("--audience", help="Who would use the grant.")],
+    with_: Annotated[str, typer.Option("--with", help="The resource.")],
+    can: Annotated[str, typer.Option("--can", help="The ability.")],
+    issuer: Annotated[str | None, typer.Option("--issuer", help="Only a grant from this person.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Whether a live grant lets AUDIENCE do CAN on WITH: exit 0 and print it, else exit 1."""
+    found = _run(db, lambda b: b.check_grant(audience, with_, can, issuer=issuer))
+    if found is None:
+        raise _fail(f"no live grant lets {audience} do {can} on {with_}", DECLINED)
+    typer.echo(json.dumps(issued_grant_to_dict(found)))
+
+
+@grants_app.command("give")
+def grants_give(
+    to: Annotated[str, typer.Argument(help="Who may use the grant.")],
+    with_: Annotated[str, typer.Option("--with", help="The resource, e.g. interlock:inbox/alice.")],
+    can: Annotated[str, typer.Option("--can", help="The ability, e.g. hitl/request.")],
+    exp: Annotated[int | None, typer.Option("--exp", help="Unix seconds it ends at.", min=0)] = None,
+    no_expiry: Annotated[bool, typer.Option("--no-expiry", help="It never expires.")] = False,
+    by: Annotated[str | None, typer.Option("--by", help="Who gives it (a server knows from the token).")] = None,
+    db: DbOption = None,
+) -> None:
+    """Give a grant directly, without a request (a delegation). Without --exp or
+    --no-expiry it lasts the venue's default time."""
+    if exp is not None and no_expiry:
+        raise _fail("say --exp or --no-expiry, not both")
+    until: int | Literal["default"] | None = None if no_expiry else DEFAULT_EXP if exp is None else exp
+    grant = _run(db, lambda b: b.give_grant(to, with_, can, exp=until, by=by))
+    typer.echo(json.dumps(issued_grant_to_dict(grant)))
+
+
+@grants_app.command("revoke")
+def grants_revoke(
+    grant_id: str,
+    by: Annotated[str | None, typer.Option("--by", help="Who revokes (a server knows from the token).")] = None,
+    db: DbOption = None,
+) -> None:
+    """Revoke a grant; it stops checking at once."""
+    if not _run(db, lambda b: b.revoke_grant(grant_id, by=by)):
+        raise _fail(f"grant {grant_id} was revoked already", DECLINED)
+    err.print(f"revoked {grant_id}")
 
 
 def main() -> None:

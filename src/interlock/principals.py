@@ -3,7 +3,9 @@
 Principals are humans and agents. An agent has an owner, a human: a request an agent
 makes without naming a recipient goes to its owner's inbox. The rules, everywhere:
 
-- anyone signed in may create a request; the server records them as its requester;
+- anyone signed in may create a request in their own inbox (an agent: its owner's), and in
+  anyone else's with their grant to request there (`interlock.grants`); the server
+  records them as its requester;
 - a request is visible to its requester and its recipient, and to nobody else;
 - only the recipient answers or rejects it, and only if the recipient is a human: an agent
   never answers, not even in its owner's inbox;

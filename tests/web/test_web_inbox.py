@@ -529,3 +529,76 @@ def test_without_auth_the_inbox_needs_no_sign_in_but_still_checks_csrf(open_serv
     card.get_by_role("textbox", name="Which branch?").press("Enter")
     expect(history_item(page, request_id)).to_contain_text("Answered by local via web")
     assert stored(open_server, request_id).answer == "main"
+
+
+# -- grants offered beside their choices -------------------------------------------------------
+
+
+def test_offered_grants_show_unticked_beside_their_choice_and_only_ticked_ones_are_issued(
+    server: Server, page: Page
+) -> None:
+    from interlock.model import Option
+
+    request_id = ask(
+        server,
+        [
+            Choice(
+                "Which access?",
+                [Option("read", grants=[{"with": "repo:web", "can": "read", "exp": None}]), "none"],
+                id="access",
+            ),
+            MultiChoice(
+                "Extras?", [Option("logs", grants=[{"with": "logs:web", "can": "tail"}]), "metrics"], id="extras"
+            ),
+        ],
+    )
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    read = card.get_by_label("grant read on repo:web with no expiry")
+    tail = card.get_by_label("grant tail on logs:web for the venue's default time")
+    expect(read).not_to_be_checked()  # consent is a deliberate act
+    expect(tail).not_to_be_checked()
+    expect(card.locator("[data-ask='access'] .grants")).to_contain_text("if you pick read")
+    card.get_by_label("read", exact=True).check()
+    card.get_by_label("logs", exact=True).check()
+    read.check()  # the tail grant stays unticked: it is not issued, though logs is picked
+    card.get_by_role("button", name="Send answer").click()
+    expect(history_item(page, request_id)).to_be_visible()
+    done = stored(server, request_id)
+    assert done.response is not None
+    assert [(g.can, g.with_, g.audience, g.expires_at) for g in done.response.grants] == [
+        ("read", "repo:web", "bot", None)
+    ]
+
+
+def test_a_ticked_grant_whose_choice_was_not_made_refuses_the_answer(server: Server, page: Page) -> None:
+    from interlock.model import Option
+
+    request_id = ask(
+        server, Choice("Which access?", [Option("write", grants=[{"with": "repo:web", "can": "write"}]), "read"])
+    )
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    card.get_by_label("read", exact=True).check()
+    card.get_by_label("grant write on repo:web for the venue's default time").check()
+    card.get_by_role("button", name="Send answer").click()
+    expect(pending_card(page, request_id).locator(".form-error")).to_contain_text("not triggered")
+    assert stored(server, request_id).status is Status.PENDING
+
+
+def test_an_approval_offers_its_grant_beside_approve(server: Server, page: Page) -> None:
+    request_id = ask(
+        server,
+        Confirm("Deploy web?", id="ok", grants=[{"with": "repo:web", "can": "deploy"}]),
+        kind="approval",
+        tool_name="deploy",
+    )
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    offer = card.get_by_label("grant deploy on repo:web for the venue's default time")
+    expect(offer).not_to_be_checked()
+    offer.check()
+    card.get_by_role("button", name="Approve").click()
+    expect(history_item(page, request_id)).to_contain_text("Approved by alice via web")
+    done = stored(server, request_id)
+    assert done.response is not None and [g.can for g in done.response.grants] == ["deploy"]

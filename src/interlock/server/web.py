@@ -39,7 +39,9 @@ from ..model import (
     Confirm,
     Event,
     Form,
+    Grant,
     Status,
+    offered_grants,
     time_budget,
 )
 from ..model import Request as HumanRequest
@@ -247,6 +249,39 @@ def utc(value: datetime) -> str:
     return value.strftime("%Y-%m-%d %H:%M UTC")
 
 
+@dataclass(frozen=True, slots=True)
+class OfferView:
+    """An offered grant as the inbox shows it beside its choice: an unticked checkbox
+    whose value is the offer's place among the request's offers."""
+
+    index: int
+    grant: Grant
+
+
+def grant_offers(request: HumanRequest, ask_id: str, option_id: str | None = None) -> list[OfferView]:
+    """The grants offered on this ask (with `option_id`, on that option of it)."""
+    return [
+        OfferView(i, grant)
+        for i, (ask, option, grant) in enumerate(offered_grants(request))
+        if ask == ask_id and option == option_id
+    ]
+
+
+def grant_echo(request: HumanRequest, values: Values) -> list[dict[str, str]] | None:
+    """The offers ticked in the form (`grant` checkboxes), echoed as the offers' own
+    `with` and `can`; None when the request offers none."""
+    offers = offered_grants(request)
+    if not offers:
+        return None
+    echo = []
+    for picked in values.all("grant"):
+        if not picked.isdigit() or int(picked) >= len(offers):
+            raise InvalidAnswer("a ticked grant is not one this request offers")
+        grant = offers[int(picked)][2]
+        echo.append({"with": grant.with_, "can": grant.can})
+    return echo
+
+
 def _templates() -> Jinja2Templates:
     templates = Jinja2Templates(directory=HERE / "templates")
     env = templates.env
@@ -260,6 +295,7 @@ def _templates() -> Jinja2Templates:
         outcome=outcome,
         badge=badge,
         answers_shown=answers_shown,
+        grant_offers=grant_offers,
     )
     return templates
 
@@ -516,10 +552,12 @@ async def answer(http: HttpRequest, state: State, request_id: str) -> Response:
             done = await state.broker.reject(request_id, comment, by=by, via="web")
         elif action in ("approve", "deny") and is_approval(request):
             verdict = Answers({request.asks[0].id: action == "approve"})
-            done = await state.broker.resolve(request_id, verdict, by=by, via="web", comment=comment)
+            echo = grant_echo(request, values) if action == "approve" else None
+            done = await state.broker.resolve(request_id, verdict, by=by, via="web", comment=comment, grants=echo)
         else:
             answers = await read_answers_off_loop(state.broker, request, values)
-            done = await state.broker.resolve(request_id, answers, by=by, via="web", comment=comment)
+            echo = grant_echo(request, values)
+            done = await state.broker.resolve(request_id, answers, by=by, via="web", comment=comment, grants=echo)
     except InvalidAnswer as exc:
         if isinstance(exc, FieldFault):
             failure = Failure(request_id, exc.fault, exc.ask_id, values, exc.field)

@@ -1,0 +1,111 @@
+"""`interlock show` lists offered grants unticked beside their choices; `interlock answer
+--grant` echoes the ones approved; `interlock grants` lists, checks, gives and revokes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import interlock
+from interlock.model import Choice, Confirm, Option, Status
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+INTERLOCK = [sys.executable, "-m", "interlock"]
+
+
+def run(*args: str, db: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "INTERLOCK_URL": db, "COLUMNS": "200"}
+    return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'cli.db'}"
+
+
+async def offering(db: str) -> str:
+    async with interlock.connect(db) as broker:
+        request = await broker.create(
+            [
+                Confirm("Deploy?", id="ok", grants=[{"with": "repo:web", "can": "deploy"}]),
+                Choice(
+                    "Where?",
+                    [Option("prod", grants=[{"with": "env:prod", "can": "write", "exp": None}]), "staging"],
+                    id="env",
+                ),
+            ],
+            to="alice",
+            requester="bot",
+        )
+        return request.id
+
+
+async def test_show_lists_each_offer_unticked_beside_the_choice_that_triggers_it(db: str) -> None:
+    request_id = await offering(db)
+    shown = run("show", request_id, db=db)
+    assert shown.returncode == 0
+    assert json.loads(shown.stdout)["asks"][0]["grants"] == [{"with": "repo:web", "can": "deploy"}]
+    lines = shown.stderr.splitlines()
+    assert (
+        "  [ ] grant deploy on repo:web for the venue's default time, if you approve 'ok': --grant 'deploy@repo:web'"
+        in lines
+    )
+    assert (
+        "  [ ] grant write on env:prod with no expiry, if you select 'prod' in 'env': --grant 'write@env:prod'" in lines
+    )
+
+
+async def test_answer_issues_only_the_echoed_grants_the_choices_trigger(db: str) -> None:
+    request_id = await offering(db)
+    untriggered = run(
+        "answer", request_id, "ok=yes", "env=staging", "--grant", "write@env:prod", "--by", "alice", db=db
+    )
+    assert untriggered.returncode == 4
+    assert "not triggered" in untriggered.stderr
+    malformed = run("answer", request_id, "ok=yes", "env=prod", "--grant", "write", db=db)
+    assert malformed.returncode == 4 and "CAN@WITH" in malformed.stderr
+    async with interlock.connect(db) as broker:
+        assert (await broker.get(request_id)).status is Status.PENDING
+    done = run("answer", request_id, "ok=yes", "env=prod", "--grant", "write@env:prod", "--by", "alice", db=db)
+    assert done.returncode == 0, done.stderr
+    listed = [json.loads(line) for line in run("grants", "list", "--json", db=db).stdout.splitlines()]
+    assert [(g["can"], g["with"], g["issuer"], g["audience"], g["exp"]) for g in listed] == [
+        ("write", "env:prod", "alice", "bot", None)
+    ]
+    grant_id = listed[0]["id"]
+    table = run("grants", "list", db=db).stdout
+    assert grant_id in table and "live" in table
+    assert run("grants", "check", "--audience", "bot", "--with", "env:prod", "--can", "write", db=db).returncode == 0
+    assert json.loads(run("grants", "show", grant_id, db=db).stdout)["request_id"] == request_id
+    assert run("grants", "revoke", grant_id, "--by", "alice", db=db).returncode == 0
+    assert run("grants", "revoke", grant_id, db=db).returncode == 1
+    assert run("grants", "check", "--audience", "bot", "--with", "env:prod", "--can", "write", db=db).returncode == 1
+
+
+def test_grants_give_makes_a_delegation_with_the_expiry_asked_for(db: str) -> None:
+    given = run(
+        "grants",
+        "give",
+        "bot",
+        "--with",
+        "interlock:inbox/alice",
+        "--can",
+        "hitl/request",
+        "--by",
+        "alice",
+        "--no-expiry",
+        db=db,
+    )
+    assert given.returncode == 0, given.stderr
+    grant = json.loads(given.stdout)
+    assert (grant["issuer"], grant["audience"], grant["exp"], grant["request_id"]) == ("alice", "bot", None, None)
+    default = json.loads(run("grants", "give", "bot", "--with", "x", "--can", "y", db=db).stdout)
+    assert default["exp"] is not None
+    both = run("grants", "give", "bot", "--with", "x", "--can", "y", "--exp", "5", "--no-expiry", db=db)
+    assert both.returncode == 4
