@@ -12,8 +12,9 @@ job at once and `hitl_status` reports it, waiting (bounded) for it to settle if 
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -28,7 +29,7 @@ from ..agent.calls import ToolCall
 from ..agent.human_input import DEFAULT_INPUT_TIMEOUT, HumanInputTools, request_human_input_tool
 from ..broker import Broker
 from ..errors import AlreadySettled, InterlockError, InvalidAnswer
-from ..model import Answers, Request, Status
+from ..model import Answers, Status
 from ..principals import Principal
 from ..remote import RemoteBroker
 from .jobs import asks_from_arguments, grant_view, job_of, request_view, status_filter, summary_view
@@ -185,6 +186,17 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
             root.removeHandler(handler)
     root.setLevel(level)
 
+    @contextlib.asynccontextmanager
+    async def seated(ctx: Context) -> AsyncIterator[Seat]:
+        """The call's seat; what interlock raises inside becomes an error the model reads."""
+        try:
+            async with access(ctx) as seat:
+                yield seat
+        except InterlockError as exc:
+            raise _failed(exc) from None
+        except ConnectionError as exc:
+            raise ToolError(f"interlock is not reachable: {exc}") from None
+
     @server.tool(description=_REQUEST, annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=False))
     async def hitl_request(
         ctx: Context,
@@ -196,15 +208,12 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
             float | None, Field(gt=0, description="Seconds until the request expires; none when omitted.")
         ] = None,
     ) -> dict[str, Any]:
-        async with access(ctx) as seat:
-            try:
-                shaped = asks_from_arguments([a.model_dump(exclude_unset=True) for a in asks])
-                built = await seat.broker.build_asks(shaped)
-                request = await seat.broker.create(
-                    built, to=user, title=title, details=description, timeout=timeout, tool_name="hitl_request"
-                )
-            except InterlockError as exc:
-                raise _failed(exc) from None
+        async with seated(ctx) as seat:
+            shaped = asks_from_arguments([a.model_dump(exclude_unset=True) for a in asks])
+            built = await seat.broker.build_asks(shaped)
+            request = await seat.broker.create(
+                built, to=user, title=title, details=description, timeout=timeout, tool_name="hitl_request"
+            )
             return job_of(request)
 
     @server.tool(description=_STATUS, annotations=ToolAnnotations(read_only_hint=True))
@@ -215,13 +224,10 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
             float, Field(ge=0, le=MAX_STATUS_WAIT, description="Seconds to wait for the job to settle.")
         ] = 0,
     ) -> dict[str, Any]:
-        async with access(ctx) as seat:
-            try:
-                request = await seat.broker.get(job)
-                if request.status is Status.PENDING and wait > 0:
-                    request = await seat.broker.watch(job, timeout=wait)
-            except InterlockError as exc:
-                raise _failed(exc) from None
+        async with seated(ctx) as seat:
+            request = await seat.broker.get(job)
+            if request.status is Status.PENDING and wait > 0:
+                request = await seat.broker.watch(job, timeout=wait)
             return job_of(request)
 
     @server.tool(description=_LIST, annotations=ToolAnnotations(read_only_hint=True))
@@ -234,31 +240,22 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
         limit: Annotated[int, Field(ge=1, le=200, description="At most this many.")] = 50,
         cursor: Annotated[str | None, Field(description="next_cursor of the previous page.")] = None,
     ) -> dict[str, Any]:
-        async with access(ctx) as seat:
+        async with seated(ctx) as seat:
             me = seat.caller
-            try:
-                page = await seat.broker.list(
-                    recipient=None if me.kind == "admin" else me.name,
-                    status=status_filter(status),
-                    after=cursor,
-                    limit=limit,
-                )
-            except InterlockError as exc:
-                raise _failed(exc) from None
+            page = await seat.broker.list(
+                recipient=None if me.kind == "admin" else me.name,
+                status=status_filter(status),
+                after=cursor,
+                limit=limit,
+            )
             return {"requests": [summary_view(r) for r in page.items], "next_cursor": page.next_cursor}
-
-    async def read(seat: Seat, request_id: str) -> Request:
-        try:
-            return await seat.broker.get(request_id)
-        except InterlockError as exc:
-            raise _failed(exc) from None
 
     @server.tool(description=_READ, annotations=ToolAnnotations(read_only_hint=True))
     async def hitl_read(
         ctx: Context, id: Annotated[str, Field(description="The request id, as hitl_list shows it.")]
     ) -> dict[str, Any]:
-        async with access(ctx) as seat:
-            return request_view(await read(seat, id))
+        async with seated(ctx) as seat:
+            return request_view(await seat.broker.get(id))
 
     @server.resource(
         RESOURCE,
@@ -267,8 +264,8 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
         mime_type="application/json",
     )
     async def request_resource(request_id: str, ctx: Context) -> dict[str, Any]:
-        async with access(ctx) as seat:
-            return request_view(await read(seat, request_id))
+        async with seated(ctx) as seat:
+            return request_view(await seat.broker.get(request_id))
 
     @server.tool(description=_RESPOND, annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=False))
     async def hitl_respond(
@@ -284,25 +281,22 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
             Field(description="The offered grants you consent to, echoed as offered ({with, can, exp})."),
         ] = None,
     ) -> dict[str, Any]:
-        async with access(ctx) as seat:
+        async with seated(ctx) as seat:
             me = seat.caller
-            request = await read(seat, id)
+            request = await seat.broker.get(id)
             if me.kind != "admin" and (me.kind != "human" or request.to != me.name):
                 raise ToolError("you may answer only requests in your own inbox, and only as a person")
             if action == "reject" and grants:
                 raise ToolError("grants are echoed only when answering: a rejection issues none")
             if action == "answer" and answers is None:
                 raise ToolError("give 'answers' (by ask id) to answer, or action 'reject'")
-            try:
-                if action == "reject":
-                    done = await seat.broker.reject(id, comment, by=_by(me), via="mcp")
-                else:
-                    done = await seat.broker.resolve(
-                        id, Answers(answers or {}), by=_by(me), via="mcp", comment=comment, grants=grants
-                    )
-                settled = await seat.broker.get(id)
-            except InterlockError as exc:
-                raise _failed(exc) from None
+            if action == "reject":
+                done = await seat.broker.reject(id, comment, by=_by(me), via="mcp")
+            else:
+                done = await seat.broker.resolve(
+                    id, Answers(answers or {}), by=_by(me), via="mcp", comment=comment, grants=grants
+                )
+            settled = await seat.broker.get(id)
             if not done:
                 raise _failed(AlreadySettled(id, settled.status.value))
             return request_view(settled)
@@ -313,12 +307,9 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
         job: Annotated[str, Field(description="The job id hitl_request returned.")],
         reason: Annotated[str, Field(description="Why it is no longer needed.")] = "",
     ) -> dict[str, Any]:
-        async with access(ctx) as seat:
-            try:
-                done = await seat.broker.cancel(job, reason, by=_by(seat.caller), via="mcp")
-                request = await seat.broker.get(job)
-            except InterlockError as exc:
-                raise _failed(exc) from None
+        async with seated(ctx) as seat:
+            done = await seat.broker.cancel(job, reason, by=_by(seat.caller), via="mcp")
+            request = await seat.broker.get(job)
             if not done:
                 raise _failed(AlreadySettled(job, request.status.value))
             return job_of(request)
@@ -333,23 +324,20 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
         limit: Annotated[int, Field(ge=1, le=100, description="At most this many.")] = 20,
         cursor: Annotated[str | None, Field(description="next_cursor of the previous page.")] = None,
     ) -> dict[str, Any]:
-        async with access(ctx) as seat:
+        async with seated(ctx) as seat:
             me = seat.caller
             mine = None if me.kind == "admin" else me.name
-            try:
-                page = await seat.broker.list_grants(
-                    audience=mine if role == "held" else None,
-                    issuer=mine if role == "given" else None,
-                    live=live,
-                    after=cursor,
-                    limit=limit,
-                )
-                items = [grant_view(grant) for grant in page.items]
-                if isinstance(seat.broker, RemoteBroker):  # the venue signs them: a token to show others
-                    for item in items:
-                        item["token"] = await seat.broker.grant_token(item["id"])
-            except InterlockError as exc:
-                raise _failed(exc) from None
+            page = await seat.broker.list_grants(
+                audience=mine if role == "held" else None,
+                issuer=mine if role == "given" else None,
+                live=live,
+                after=cursor,
+                limit=limit,
+            )
+            items = [grant_view(grant) for grant in page.items]
+            if isinstance(seat.broker, RemoteBroker):  # the venue signs them: a token to show others
+                for item in items:
+                    item["token"] = await seat.broker.grant_token(item["id"])
             return {"grants": items, "next_cursor": page.next_cursor}
 
     @server.tool(description=_GRANT_CHECK, annotations=ToolAnnotations(read_only_hint=True))
@@ -358,25 +346,19 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
         grant: Annotated[GrantRef, Field(description="The grant to look for: {with, can}.")],
         issuer: Annotated[str | None, Field(description="Only a grant from this person.")] = None,
     ) -> dict[str, Any]:
-        async with access(ctx) as seat:
+        async with seated(ctx) as seat:
             me = seat.caller
-            try:
-                found = await seat.broker.check_grant(
-                    None if me.kind == "admin" else me.name, grant.with_, grant.can, issuer=issuer
-                )
-            except InterlockError as exc:
-                raise _failed(exc) from None
+            found = await seat.broker.check_grant(
+                None if me.kind == "admin" else me.name, grant.with_, grant.can, issuer=issuer
+            )
             return {"granted": found is not None, "grant": grant_view(found) if found is not None else None}
 
     @server.tool(description=_GRANT_REVOKE, annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True))
     async def hitl_grant_revoke(
         ctx: Context, id: Annotated[str, Field(description="The grant id, as hitl_grants shows it.")]
     ) -> dict[str, Any]:
-        async with access(ctx) as seat:
-            try:
-                revoked = await seat.broker.revoke_grant(id, by=_by(seat.caller))
-            except InterlockError as exc:
-                raise _failed(exc) from None
+        async with seated(ctx) as seat:
+            revoked = await seat.broker.revoke_grant(id, by=_by(seat.caller))
             return {"id": id, "revoked": revoked}
 
     definition = request_human_input_tool()
@@ -398,7 +380,7 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
         arguments: dict[str, Any] = {"question": question, "question_type": question_type}
         optional = {"choices": choices, "context_data": context_data, "timeout": timeout}
         arguments |= {k: v for k, v in optional.items() if v is not None}
-        async with access(ctx) as seat:
+        async with seated(ctx) as seat:
             tools = HumanInputTools(
                 seat.broker, [definition.name], definitions=[definition], timeout=DEFAULT_INPUT_TIMEOUT
             )
@@ -413,11 +395,8 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
         message: Annotated[str, Field(min_length=1, description="The update, as the user will read it.")],
         data: Annotated[dict[str, Any] | None, Field(description="Structured details for the inbox.")] = None,
     ) -> dict[str, Any]:
-        async with access(ctx) as seat:
-            try:
-                event = await seat.broker.inform(message, data=data, by=_by(seat.caller))
-            except InterlockError as exc:
-                raise _failed(exc) from None
+        async with seated(ctx) as seat:
+            event = await seat.broker.inform(message, data=data, by=_by(seat.caller))
         return {"delivered": True, "receipt": event.id, "at": event.at.isoformat()}
 
     return server
