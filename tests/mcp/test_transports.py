@@ -17,7 +17,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 import interlock
-from conftest import BOUND, World, add_people, result, stdio_params
+from conftest import BOUND, World, add_people, error, in_process, result, stdio_params
 from interlock import Confirm
 
 pytestmark = pytest.mark.anyio
@@ -145,3 +145,16 @@ def test_making_the_mcp_server_leaves_logging_to_the_host() -> None:
     finally:
         for handler in kept:
             root.addHandler(handler)
+
+
+async def test_a_server_gone_away_is_a_tool_error_the_model_reads(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    db = f"sqlite:///{tmp_path / 'gone.db'}"
+    tokens = await add_people(db)
+    with contextlib.ExitStack() as running:
+        world = World(running.enter_context(serve(db, auth=True)), db, tokens)
+        async with in_process(world, "alice") as alice:
+            assert result(await alice.call_tool("hitl_list", {}))["requests"] == []
+            running.close()  # the server stops; the MCP server and its client stay
+            assert "not reachable" in error(await alice.call_tool("hitl_list", {}))
