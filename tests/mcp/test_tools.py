@@ -209,3 +209,12 @@ async def test_request_human_input_times_out_as_a_tool_error(mcp_as: MCP) -> Non
         with anyio.fail_after(BOUND):
             said = error(await bot.call_tool("request_human_input", {"question": "Quick?", "timeout": 0.5}))
     assert "timed out" in said
+
+
+async def test_a_retried_request_with_its_key_returns_the_first_job(mcp_as: MCP) -> None:
+    async with mcp_as("alice-bot") as bot, mcp_as("alice") as alice:
+        ask = {"asks": [FOUR_ASKS[1]], "idempotency_key": "release-1.2"}
+        first = result(await bot.call_tool("hitl_request", ask))
+        again = result(await bot.call_tool("hitl_request", ask))
+        assert again["job"] == first["job"]
+        assert len(result(await alice.call_tool("hitl_list", {}))["requests"]) == 1

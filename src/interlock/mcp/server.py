@@ -207,12 +207,22 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
         timeout: Annotated[
             float | None, Field(gt=0, description="Seconds until the request expires; none when omitted.")
         ] = None,
+        idempotency_key: Annotated[
+            str | None,
+            Field(description="Send the same key when retrying: the first request's job comes back, not a new ask."),
+        ] = None,
     ) -> dict[str, Any]:
         async with seated(ctx) as seat:
             shaped = asks_from_arguments([a.model_dump(exclude_unset=True) for a in asks])
             built = await seat.broker.build_asks(shaped)
             request = await seat.broker.create(
-                built, to=user, title=title, details=description, timeout=timeout, tool_name="hitl_request"
+                built,
+                to=user,
+                title=title,
+                details=description,
+                timeout=timeout,
+                idempotency_key=idempotency_key,
+                tool_name="hitl_request",
             )
             return job_of(request)
 
