@@ -717,8 +717,10 @@ class LocalBroker(Broker):
             return False
         answers = await self.check_answers(request, answer)
         now = datetime.now(UTC)
-        if grants is not None:
-            check_json(grants, "grants", self.limits.max_answer_bytes, error=InvalidAnswer)
+        if grants is not None and len(grants) > self.limits.max_options:
+            # The echo is only compared with the offers (what is issued is built from them),
+            # so it is bounded by count, not checked for storage.
+            raise InvalidAnswer(f"grants: {len(grants)} echoed, at most {self.limits.max_options} allowed")
         issued = issue_grants(request, answers, grants, issuer=by or request.to, now=now, policy=self.grant_policy)
         response = Response(at=now, answers=answers, by=by, via=via, reason=comment, grants=issued)
         return await self._settle(request.settle(Status.ANSWERED, response))

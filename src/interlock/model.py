@@ -738,12 +738,11 @@ def issue_grants(
         return ()
     if isinstance(echo, str | bytes | Mapping) or not isinstance(echo, Sequence):
         raise InvalidAnswer("grants: echo the grants you approve as a list of {with, can}")
-    triggered = [
-        (ask.id, option, grant)
-        for ask in request.asks
-        if ask.id in answers
-        for option, grant in ask.triggered(answers[ask.id])
-    ]
+    triggered: dict[tuple[str, str], list[tuple[str, str | None, Grant]]] = {}
+    for ask in request.asks:
+        if ask.id in answers:
+            for option, grant in ask.triggered(answers[ask.id]):
+                triggered.setdefault((grant.with_, grant.can), []).append((ask.id, option, grant))
     chosen: dict[tuple[str, str, object], tuple[str, str | None, Grant]] = {}
     for item in echo:
         try:
@@ -751,11 +750,7 @@ def issue_grants(
         except InvalidRequest as exc:
             raise InvalidAnswer(str(exc)) from None
         has_exp = isinstance(item, Mapping) and "exp" in item
-        matches = [
-            t
-            for t in triggered
-            if t[2].with_ == named.with_ and t[2].can == named.can and (not has_exp or t[2].exp == named.exp)
-        ]
+        matches = [t for t in triggered.get((named.with_, named.can), ()) if not has_exp or t[2].exp == named.exp]
         if not matches:
             offered = any(g.with_ == named.with_ and g.can == named.can for _, _, g in offered_grants(request))
             why = "your answer did not choose what offers it" if offered else "the request does not offer it"
@@ -796,7 +791,10 @@ class Option:
             raise InvalidRequest("an option needs a non-empty string id")
         if not self.label:
             object.__setattr__(self, "label", self.id)
-        object.__setattr__(self, "grants", _grants(f"option {self.id!r}", self.grants))
+        if self.grants:
+            object.__setattr__(self, "grants", _grants(f"option {self.id!r}", self.grants))
+        elif not isinstance(self.grants, tuple):
+            object.__setattr__(self, "grants", ())
 
 
 def _check_prompt(type_name: str, ask_id: str, prompt: object) -> None:
@@ -912,7 +910,10 @@ class Confirm:
 
     def __post_init__(self) -> None:
         _check_prompt(self.type, self.id, self.prompt)
-        object.__setattr__(self, "grants", _grants(f"ask {self.id!r}", self.grants))
+        if self.grants:
+            object.__setattr__(self, "grants", _grants(f"ask {self.id!r}", self.grants))
+        elif not isinstance(self.grants, tuple):
+            object.__setattr__(self, "grants", ())
 
     def check(self, value: object) -> bool:
         if not isinstance(value, bool):
@@ -1581,12 +1582,13 @@ def check_ask(ask: Ask, limits: Limits = DEFAULT_LIMITS) -> None:
             check_text(opt.description, f"{where}: option {opt.id!r}'s description", limits.max_prompt_length)
     elif isinstance(ask, Form):
         check_json(ask.schema, f"{where}: the form schema", limits.max_schema_bytes)
-    for option, grant in ask.offered():
+    offered = ask.offered()
+    if len(offered) > limits.max_options:
+        raise InvalidRequest(f"{where}: {len(offered)} grants offered, at most {limits.max_options} allowed")
+    for option, grant in offered:
         at = f"{where}: option {option!r}'s grant" if option is not None else f"{where}: a grant"
         check_text(grant.with_, f"{at} `with`", limits.max_prompt_length)
         check_text(grant.can, f"{at} `can`", limits.max_prompt_length)
-    if len(ask.offered()) > limits.max_options:
-        raise InvalidRequest(f"{where}: {len(ask.offered())} grants offered, at most {limits.max_options} allowed")
 
 
 def _too_long(ask: Ask, limit: int) -> str:

@@ -3,15 +3,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import anyio
+import httpx
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import interlock
+from interlock.grant_tokens import GrantSigner, verify_grant_token
 from interlock.model import Choice, Confirm, Option, Status
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -109,3 +116,60 @@ def test_grants_give_makes_a_delegation_with_the_expiry_asked_for(db: str) -> No
     assert default["exp"] is not None
     both = run("grants", "give", "bot", "--with", "x", "--can", "y", "--exp", "5", "--no-expiry", db=db)
     assert both.returncode == 4
+
+
+async def test_serve_takes_the_grant_settings_and_the_cli_answers_with_grants_through_it(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'served.db'}"
+    pem = tmp_path / "grant-key.pem"
+    pem.write_bytes(
+        Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    tokens = {}
+    for args in (["alice", "--human"], ["bob", "--human"], ["deployer", "--agent", "--owner", "alice"]):
+        made = await anyio.run_process([*INTERLOCK, "token", "create", *args, "--db", db])
+        tokens[args[0]] = made.stdout.decode().strip()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    flags = ["--grant-ceiling", "1h", "--grant-key", str(pem), "--open-inboxes"]
+    proc = await asyncio.create_subprocess_exec(
+        *INTERLOCK, "serve", "--port", str(port), "--db", db, *flags, stderr=asyncio.subprocess.PIPE
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(base_url=f"{url}/api/v1", timeout=10) as http:
+            with anyio.fail_after(30):
+                while True:
+                    try:
+                        if (await http.get(f"{url}/healthz")).status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        await anyio.sleep(0.02)  # still starting
+            keys = (await http.get("/grants/keys")).json()
+            assert keys["keys"][0]["kid"] == GrantSigner.from_pem(pem).kid  # signed with the key given
+            agent = {"Authorization": f"Bearer {tokens['deployer']}"}
+            forever = {"type": "confirm", "prompt": "Ok?", "grants": [{"with": "a", "can": "x", "exp": None}]}
+            refused = await http.post("/requests", json={"asks": [forever], "to": "bob"}, headers=agent)
+            assert refused.status_code == 422 and "no expiry" in refused.json()["detail"]  # the ceiling
+            offer = {"type": "confirm", "id": "ok", "prompt": "Ok?", "grants": [{"with": "repo:web", "can": "deploy"}]}
+            created = await http.post("/requests", json={"asks": [offer], "to": "bob"}, headers=agent)
+            assert created.status_code == 201, created.text  # open inboxes: the agent asks bob
+        request_id = created.json()["id"]
+
+        def cli(who: str, *args: str) -> subprocess.CompletedProcess[str]:
+            env = {**os.environ, "INTERLOCK_URL": url, "INTERLOCK_TOKEN": tokens[who], "COLUMNS": "200"}
+            return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=env, timeout=60)
+
+        assert "--grant 'deploy@repo:web'" in cli("bob", "show", request_id).stderr
+        assert cli("bob", "answer", request_id, "yes", "--grant", "deploy@repo:web").returncode == 0
+        (line,) = cli("deployer", "grants", "list", "--json").stdout.splitlines()
+        shown = json.loads(cli("deployer", "grants", "show", json.loads(line)["id"]).stdout)
+        claims = verify_grant_token(shown["token"], keys, audience="deployer", with_="repo:web", can="deploy")
+        assert claims.issuer == "bob"
+        assert claims.expires_at is not None and claims.expires_at.timestamp() - claims.issued_at.timestamp() <= 3600
+    finally:
+        proc.terminate()
+        with anyio.fail_after(20):
+            await proc.wait()

@@ -299,3 +299,26 @@ async def test_a_confirm_approval_through_the_remote_broker_issues_its_grant(
         assert await alice.resolve(request.id, True, grants=[{"with": "repo:web", "can": "deploy"}])
         response = await bot.wait(request.id, timeout=BOUND)
         assert [g.can for g in response.grants] == ["deploy"]
+
+
+async def test_a_batch_answer_echoes_grants_item_by_item(
+    world: Callable[..., AbstractAsyncContextManager[World]],
+) -> None:
+    deploy = {"with": "repo:web", "can": "deploy"}
+    async with world() as w, w.client("alice") as alice, w.client("bot") as bot:
+        ask = {"type": "confirm", "id": "ok", "prompt": "Deploy?", "grants": [deploy]}
+        first, second = [(await bot.post("/requests", json={"asks": [ask]})).json()["id"] for _ in range(2)]
+        results = await alice.post(
+            "/answers",
+            json={
+                "items": [
+                    {"id": first, "answer": True, "grants": [deploy]},
+                    {"id": second, "answer": False, "grants": [deploy]},  # declined: not triggered
+                ]
+            },
+        )
+        ok, refused = results.json()
+        assert ok["ok"] is True and refused["ok"] is False
+        assert refused["error"]["code"] == "invalid_answer"
+        assert (await bot.get(f"/requests/{second}")).json()["status"] == "pending"
+        assert [g["request_id"] for g in (await bot.get("/grants")).json()["items"]] == [first]

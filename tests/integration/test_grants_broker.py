@@ -112,3 +112,10 @@ async def test_text_answers_issue_nothing(broker: Broker) -> None:
     with pytest.raises(InvalidAnswer, match="does not offer"):
         await broker.resolve(request.id, "Ada", by="alice", grants=[DEPLOY])
     assert (await broker.get(request.id)).status is Status.PENDING
+
+
+async def test_an_echo_is_bounded_by_count(broker: Broker) -> None:
+    request = await broker.create(Confirm("Deploy?", grants=[DEPLOY]), to="alice", requester="bot")
+    with pytest.raises(InvalidAnswer, match="at most"):
+        await broker.resolve(request.id, True, by="alice", grants=[DEPLOY] * (broker.limits.max_options + 1))
+    assert (await broker.get(request.id)).status is Status.PENDING
