@@ -626,6 +626,44 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+@app.command("mcp")
+def mcp_stdio(
+    db: DbOption = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="INTERLOCK_TOKEN",
+            help="The token for a server's URL (else INTERLOCK_TOKEN).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Serve interlock's MCP tools over stdio, for desktop hosts (Claude Desktop, Claude Code, Cursor).
+
+    On a store URL the tools act as this machine's user; on a server's URL, as the token's
+    human or agent, under the server's rules. Logs go to stderr; stdout is the protocol's.
+    """
+    try:
+        from .mcp import serve_stdio
+    except ImportError as exc:  # the SDK is an extra
+        raise _fail(f"the MCP server needs the mcp extra: pip install 'interlock[mcp]' ({exc})") from None
+
+    async def work() -> None:
+        await serve_stdio(db, token=token)
+
+    logs = logging.StreamHandler(sys.stderr)  # stdout carries the protocol
+    logs.addFilter(RedactingFilter())
+    logging.basicConfig(level=logging.WARNING, handlers=[logs], format="%(levelname)s %(name)s: %(message)s")
+
+    try:
+        asyncio.run(work())
+    except Forbidden as exc:
+        raise _fail(f"refused: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise _fail(f"{type(exc).__name__}: {exc}") from None
+
+
 token_app = typer.Typer(no_args_is_help=True, help="Manage who may use a server: humans and agents, and their tokens.")
 app.add_typer(token_app, name="token")
 

@@ -412,6 +412,11 @@ class RemoteBroker(Broker):
             raise _error(response, request_id)
         return bool(response.json()["consumed"])
 
+    async def whoami(self) -> Mapping[str, Any]:
+        """The token's principal as the server knows it: `name`, `kind` and `owner`."""
+        await self._ready()
+        return dict(self._caller)
+
     async def requester_of(self, requester: str | None) -> str | None:
         await self._ready()
         if self._caller.get("kind") in (None, "admin"):

@@ -28,7 +28,7 @@ from doc_blocks import blocks
 from typer.testing import CliRunner
 
 import interlock
-from interlock import Choice, Confirm, Request, Text
+from interlock import Choice, Confirm, Form, Request, Text
 from interlock.cli import app
 
 ROOT = Path(__file__).parents[2]
@@ -36,7 +36,12 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNER = Path(__file__).with_name("doc_blocks.py")
 
 #: the SQLite file each page's Python blocks use, so the answerer can play the person there
-DATABASES = {"README.md": "interlock.db", "agents.md": "agents.db", "frameworks.md": "frameworks.db"}
+DATABASES = {
+    "README.md": "interlock.db",
+    "agents.md": "agents.db",
+    "frameworks.md": "frameworks.db",
+    "mcp.md": "mcp.db",
+}
 
 
 def page_id(page: Path) -> str:
@@ -60,6 +65,9 @@ def answer_for(request: Request) -> Any:
             values[ask.id] = getattr(first, "id", first)
         elif isinstance(ask, Text):
             values[ask.id] = "the nearest one"
+        elif isinstance(ask, Form):  # yes to each boolean, "yes" in each text field
+            fields = ask.schema.get("properties", {})
+            values[ask.id] = {k: True if v.get("type") == "boolean" else "yes" for k, v in fields.items()}
         else:  # pragma: no cover - a page that asks something new needs an answer here
             raise AssertionError(f"no answer for {ask!r}")
     return values if len(values) > 1 else next(iter(values.values()))

@@ -1,5 +1,6 @@
 """The server's ASGI app: `create_app` composes the HTTP API (`api`, under /api/v1) and the
-web inbox (`web`) over one state, with health, metrics, middleware and error handlers.
+web inbox (`web`) over one state, with health, metrics, middleware and error handlers, and
+the MCP tools at /mcp (`interlock.mcp`, calling the API in process with the caller's token).
 
 Every route goes through the Broker, so the rules are the same as in-process; the routes
 add who may do what (`interlock.principals`) and the wire formats. Errors are RFC 9457
@@ -26,10 +27,12 @@ from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..broker import LocalBroker, connect
 from ..grant_tokens import GrantSigner
+from ..mcp import HttpEndpoint
 from ..model import GrantPolicy, Limits
 from ..wire import WIRE_ERRORS, problem_of
 from . import api, grants, interactions, runs
@@ -171,7 +174,8 @@ def create_app(
         state.metrics.pending.set(len(await the_broker.pending()))
         await state.hub.start()
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             await state.hub.stop()
             if broker is None:
@@ -206,6 +210,8 @@ def create_app(
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     install_web(app, state)
+    mcp = HttpEndpoint(app, the_auth.from_token, auth=auth)  # MCP over streamable HTTP, same tokens
+    app.router.routes.append(Route("/mcp", mcp, include_in_schema=False))
     return app
 
 

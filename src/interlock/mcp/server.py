@@ -1,0 +1,418 @@
+"""interlock's inbox as MCP tools: ask a person, read and answer your inbox, follow a job.
+
+`build_server(access)` makes the MCP server; `access` says, for each call, which broker the
+tools use and who is calling. Every tool goes through that `Broker`, so who may read,
+answer or ask whom is the server's rule, not this module's: over the HTTP API (`interlock
+mcp --server`, and `/mcp` on `interlock serve`) the caller is a token's principal and the
+API decides; over a store URL the caller is this machine's user, as with the CLI.
+
+MCP's tasks are not in the SDK's server or client (mcp 2.x), so `hitl_request` returns its
+job at once and `hitl_status` reports it, waiting (bounded) for it to settle if asked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..agent.calls import ToolCall
+from ..agent.human_input import DEFAULT_INPUT_TIMEOUT, HumanInputTools, request_human_input_tool
+from ..broker import Broker
+from ..errors import AlreadySettled, InterlockError, InvalidAnswer
+from ..model import Answers, Status
+from ..principals import Principal
+from ..remote import RemoteBroker
+from .jobs import asks_from_arguments, grant_view, job_of, request_view, status_filter, summary_view
+
+__all__ = ["MAX_STATUS_WAIT", "Access", "Seat", "build_server"]
+
+MAX_STATUS_WAIT = 300.0
+"""The longest one `hitl_status` call waits for a job to settle, in seconds."""
+
+RESOURCE = "interlock://requests/{request_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Seat:
+    """What one tool call runs with: the broker, and who is calling through it."""
+
+    broker: Broker
+    caller: Principal
+
+
+Access = Callable[[Context], AbstractAsyncContextManager[Seat]]
+"""Gives the seat of a tool call (the call's context tells an HTTP caller's token)."""
+
+
+class OptionIn(BaseModel):
+    """One option of a choice or checkboxes ask."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(description="What the answer names when this option is picked.")
+    label: str | None = Field(None, description="What the person reads; the id when omitted.")
+    description: str | None = None
+    grants: list[dict[str, Any]] | None = Field(
+        None, description="Capability grants {with, can, exp?} issued if the person picks this option and echoes them."
+    )
+
+
+class GrantRef(BaseModel):
+    """A capability: `can` (an ability) on `with` (a resource)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    with_: str = Field(alias="with", min_length=1, description="The resource, as the grant names it.")
+    can: str = Field(min_length=1, description="The ability, as the grant names it.")
+
+
+class AskIn(BaseModel):
+    """One typed ask."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text", "approval", "choice", "checkboxes"] = Field(
+        description="text: free text; approval: yes/no; choice: pick one option; checkboxes: pick any number."
+    )
+    prompt: str = Field(description="The question, as the person will read it.")
+    id: str | None = Field(None, description="The key of this ask's answer; q1, q2, ... by position when omitted.")
+    required: bool | None = Field(None, description="Whether an answer is needed (default true).")
+    options: list[OptionIn | str] | None = Field(None, description="choice and checkboxes only: the options.")
+    multiline: bool | None = Field(None, description="text only: a multi-line box (default true).")
+    max_length: int | None = Field(None, description="text only: the most characters allowed.")
+    min: int | None = Field(None, description="checkboxes only: the fewest options to pick.")
+    max: int | None = Field(None, description="checkboxes only: the most options to pick.")
+    grants: list[dict[str, Any]] | None = Field(
+        None, description="approval only: capability grants {with, can, exp?} issued if approved and echoed."
+    )
+
+
+_REQUEST = """Ask a human for decisions, approvals or information. Delivers a durable request \
+into the target user's inbox and returns a job at once: status INPUT_REQUIRED until the human \
+answers (COMPLETE, with the response: answers by ask id), rejects or the request expires \
+(FAILED, with the reason), or it is cancelled (CANCELLED). Follow the job with hitl_status \
+(pass wait to block until it settles); the job survives restarts, so keep its id. Asks are \
+typed: text (free text), approval (yes/no), choice (pick one option), checkboxes (pick many). \
+Approval asks and options may offer capability grants ({with, can, exp?}) that are issued ONLY \
+if the human makes that choice and explicitly echoes the grant; exp is unix seconds, omit it \
+for the venue's 7-day default or set it to null to request no expiry. Omit user to ask your \
+own owner (or yourself, if you are a person); asking another person needs their permission. \
+There is no framework timeout: set timeout (seconds) for time-sensitive asks and handle the \
+FAILED outcome."""
+
+_STATUS = """Report a job made by hitl_request (its id is the request id): INPUT_REQUIRED while \
+the person has not answered, COMPLETE with the response (answers by ask id, the person's \
+comment, any issued grants), FAILED with the reason (rejected or expired), or CANCELLED. \
+With wait (seconds, at most 300), block until the job settles or the wait runs out, then \
+report; call again to keep waiting."""
+
+_LIST = """List the HITL requests in your own inbox: pending asks awaiting your decision and \
+resolved ones, newest first. Filter by status: open, answered, rejected, expired, cancelled. \
+Read a full request (asks, options, offered grants) with hitl_read or the resource \
+interlock://requests/<id>."""
+
+_READ = """Read one whole request you made or that is in your inbox: its title and description, \
+every ask with its type, options and offered grants, how to answer each, and its job status."""
+
+_RESPOND = """Resolve a HITL request in YOUR OWN inbox: answer it or reject it (only a person \
+may). Answering completes the requester's job with your answers; rejecting fails it with your \
+comment as the reason. Answer forms, by ask id: text -> string, approval -> boolean, choice -> \
+option id, checkboxes -> array of option ids. A bad answer changes nothing: the request stays \
+open and the error says which ask and why. If the request offered capability grants, echo the \
+ones you approve in 'grants': the venue issues exactly the intersection of what you echo and \
+what your choices actually triggered (approved approval asks, selected options); echoing \
+anything else fails the response."""
+
+_CANCEL = """Withdraw a request you made that nobody has answered yet; its job becomes \
+CANCELLED with your reason."""
+
+_GRANTS = """List capability grants: the ones you hold (role held, the default), issued to \
+you when a person approved an offer and echoed it, or the ones you gave (role given). Each \
+says who (issuer) lets whom (audience) do what (can) on what (with) until when (expires_at, \
+null for never); on a server each carries a signed token to show an application that \
+checks grants."""
+
+_GRANT_CHECK = """Check whether you hold a live (unrevoked, unexpired) grant {with, can}, \
+optionally from one issuer; returns the grant when you do."""
+
+_GRANT_REVOKE = """Revoke a grant you gave (or, as its holder, one you no longer want); it \
+stops working at once."""
+
+_HUMAN_INPUT = """Ask the human for input and wait for the answer (blocking). question_type: \
+CONFIRM (yes/no), FREE_FORM (text), MULTIPLE_CHOICE (one of choices), MULTI_SELECT (several \
+of choices) or FORM (choices are the field names). Returns {"choice": <answer>, "steering": \
+<an optional note from the human>}. Gives up after timeout seconds (300 by default); for \
+asks that may take longer, use hitl_request and hitl_status."""
+
+_INFORM = """Tell the user how the work is going, without waiting for an answer. The update \
+shows in their inbox and event stream; returns a receipt."""
+
+
+def _failed(exc: InterlockError) -> ToolError:
+    if isinstance(exc, InvalidAnswer):
+        where = f" (ask {exc.ask_id!r})" if exc.ask_id else ""
+        return ToolError(f"the answer does not fit{where}: {exc}; nothing changed, the request is still open")
+    return ToolError(str(exc))
+
+
+def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
+    """The MCP server over `access`: the tools `hitl_request`, `hitl_status`, `hitl_list`,
+    `hitl_read`, `hitl_respond`, `hitl_cancel`, `hitl_grants`, `hitl_grant_check`,
+    `hitl_grant_revoke`, `request_human_input`, `inform_user`, and
+    the resource `interlock://requests/{request_id}`."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    server: MCPServer = MCPServer(
+        name,
+        instructions=(
+            "interlock routes questions to people. Ask with hitl_request (returns a job) or "
+            "request_human_input (waits); follow jobs with hitl_status; people answer their "
+            "own inbox with hitl_list, hitl_read and hitl_respond."
+        ),
+        log_level="WARNING",
+    )
+    # The SDK sets up the root logger when a server is made (a handler of its own, which
+    # would bypass the redaction `interlock serve` puts on every handler): logging is the
+    # host's to configure, so put it back as it was.
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
+
+    @contextlib.asynccontextmanager
+    async def seated(ctx: Context) -> AsyncIterator[Seat]:
+        """The call's seat; what interlock raises inside becomes an error the model reads."""
+        try:
+            async with access(ctx) as seat:
+                yield seat
+        except InterlockError as exc:
+            raise _failed(exc) from None
+        except ConnectionError as exc:
+            raise ToolError(f"interlock is not reachable: {exc}") from None
+
+    @server.tool(description=_REQUEST, annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=False))
+    async def hitl_request(
+        ctx: Context,
+        asks: Annotated[list[AskIn], Field(min_length=1, description="What to ask, in order.")],
+        user: Annotated[str | None, Field(description="Whom to ask; omit to ask your own owner.")] = None,
+        title: Annotated[str, Field(description="A one-line summary shown in the inbox.")] = "",
+        description: Annotated[str, Field(description="Background the person needs (markdown).")] = "",
+        timeout: Annotated[
+            float | None, Field(gt=0, description="Seconds until the request expires; none when omitted.")
+        ] = None,
+        idempotency_key: Annotated[
+            str | None,
+            Field(description="Send the same key when retrying: the first request's job comes back, not a new ask."),
+        ] = None,
+    ) -> dict[str, Any]:
+        async with seated(ctx) as seat:
+            shaped = asks_from_arguments([a.model_dump(exclude_unset=True) for a in asks])
+            built = await seat.broker.build_asks(shaped)
+            request = await seat.broker.create(
+                built,
+                to=user,
+                title=title,
+                details=description,
+                timeout=timeout,
+                idempotency_key=idempotency_key,
+                tool_name="hitl_request",
+            )
+            return job_of(request)
+
+    @server.tool(description=_STATUS, annotations=ToolAnnotations(read_only_hint=True))
+    async def hitl_status(
+        ctx: Context,
+        job: Annotated[str, Field(description="The job id hitl_request returned.")],
+        wait: Annotated[
+            float, Field(ge=0, le=MAX_STATUS_WAIT, description="Seconds to wait for the job to settle.")
+        ] = 0,
+    ) -> dict[str, Any]:
+        async with seated(ctx) as seat:
+            request = await seat.broker.get(job)
+            if request.status is Status.PENDING and wait > 0:
+                request = await seat.broker.watch(job, timeout=wait)
+            return job_of(request)
+
+    @server.tool(description=_LIST, annotations=ToolAnnotations(read_only_hint=True))
+    async def hitl_list(
+        ctx: Context,
+        status: Annotated[
+            Literal["open", "answered", "rejected", "expired", "cancelled"] | None,
+            Field(description="Only requests in this state."),
+        ] = None,
+        limit: Annotated[int, Field(ge=1, le=200, description="At most this many.")] = 50,
+        cursor: Annotated[str | None, Field(description="next_cursor of the previous page.")] = None,
+    ) -> dict[str, Any]:
+        async with seated(ctx) as seat:
+            me = seat.caller
+            page = await seat.broker.list(
+                recipient=None if me.kind == "admin" else me.name,
+                status=status_filter(status),
+                after=cursor,
+                limit=limit,
+            )
+            return {"requests": [summary_view(r) for r in page.items], "next_cursor": page.next_cursor}
+
+    @server.tool(description=_READ, annotations=ToolAnnotations(read_only_hint=True))
+    async def hitl_read(
+        ctx: Context, id: Annotated[str, Field(description="The request id, as hitl_list shows it.")]
+    ) -> dict[str, Any]:
+        async with seated(ctx) as seat:
+            return request_view(await seat.broker.get(id))
+
+    @server.resource(
+        RESOURCE,
+        name="request",
+        description="One whole request: its asks, options, offered grants and job status (JSON).",
+        mime_type="application/json",
+    )
+    async def request_resource(request_id: str, ctx: Context) -> dict[str, Any]:
+        async with seated(ctx) as seat:
+            return request_view(await seat.broker.get(request_id))
+
+    @server.tool(description=_RESPOND, annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=False))
+    async def hitl_respond(
+        ctx: Context,
+        id: Annotated[str, Field(description="The request id, in your own inbox.")],
+        action: Annotated[Literal["answer", "reject"], Field(description="Answer it, or reject it.")] = "answer",
+        answers: Annotated[
+            dict[str, Any] | None, Field(description="To answer: the answer of each ask, by ask id.")
+        ] = None,
+        comment: Annotated[str, Field(description="A note to the requester; the reason, when rejecting.")] = "",
+        grants: Annotated[
+            list[dict[str, Any]] | None,
+            Field(description="The offered grants you consent to, echoed as offered ({with, can, exp})."),
+        ] = None,
+    ) -> dict[str, Any]:
+        async with seated(ctx) as seat:
+            me = seat.caller
+            request = await seat.broker.get(id)
+            if me.kind != "admin" and (me.kind != "human" or request.to != me.name):
+                raise ToolError("you may answer only requests in your own inbox, and only as a person")
+            if action == "reject" and grants:
+                raise ToolError("grants are echoed only when answering: a rejection issues none")
+            if action == "answer" and answers is None:
+                raise ToolError("give 'answers' (by ask id) to answer, or action 'reject'")
+            if action == "reject":
+                done = await seat.broker.reject(id, comment, by=_by(me), via="mcp")
+            else:
+                done = await seat.broker.resolve(
+                    id, Answers(answers or {}), by=_by(me), via="mcp", comment=comment, grants=grants
+                )
+            settled = await seat.broker.get(id)
+            if not done:
+                raise _failed(AlreadySettled(id, settled.status.value))
+            return request_view(settled)
+
+    @server.tool(description=_CANCEL, annotations=ToolAnnotations(destructive_hint=True))
+    async def hitl_cancel(
+        ctx: Context,
+        job: Annotated[str, Field(description="The job id hitl_request returned.")],
+        reason: Annotated[str, Field(description="Why it is no longer needed.")] = "",
+    ) -> dict[str, Any]:
+        async with seated(ctx) as seat:
+            done = await seat.broker.cancel(job, reason, by=_by(seat.caller), via="mcp")
+            request = await seat.broker.get(job)
+            if not done:
+                raise _failed(AlreadySettled(job, request.status.value))
+            return job_of(request)
+
+    @server.tool(description=_GRANTS, annotations=ToolAnnotations(read_only_hint=True))
+    async def hitl_grants(
+        ctx: Context,
+        role: Annotated[
+            Literal["held", "given"], Field(description="held: grants to you; given: grants you issued.")
+        ] = "held",
+        live: Annotated[bool, Field(description="Only grants neither revoked nor expired.")] = True,
+        limit: Annotated[int, Field(ge=1, le=100, description="At most this many.")] = 20,
+        cursor: Annotated[str | None, Field(description="next_cursor of the previous page.")] = None,
+    ) -> dict[str, Any]:
+        async with seated(ctx) as seat:
+            me = seat.caller
+            mine = None if me.kind == "admin" else me.name
+            page = await seat.broker.list_grants(
+                audience=mine if role == "held" else None,
+                issuer=mine if role == "given" else None,
+                live=live,
+                after=cursor,
+                limit=limit,
+            )
+            items = [grant_view(grant) for grant in page.items]
+            if isinstance(seat.broker, RemoteBroker):  # the venue signs them: a token to show others
+                for item in items:
+                    item["token"] = await seat.broker.grant_token(item["id"])
+            return {"grants": items, "next_cursor": page.next_cursor}
+
+    @server.tool(description=_GRANT_CHECK, annotations=ToolAnnotations(read_only_hint=True))
+    async def hitl_grant_check(
+        ctx: Context,
+        grant: Annotated[GrantRef, Field(description="The grant to look for: {with, can}.")],
+        issuer: Annotated[str | None, Field(description="Only a grant from this person.")] = None,
+    ) -> dict[str, Any]:
+        async with seated(ctx) as seat:
+            me = seat.caller
+            found = await seat.broker.check_grant(
+                None if me.kind == "admin" else me.name, grant.with_, grant.can, issuer=issuer
+            )
+            return {"granted": found is not None, "grant": grant_view(found) if found is not None else None}
+
+    @server.tool(description=_GRANT_REVOKE, annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True))
+    async def hitl_grant_revoke(
+        ctx: Context, id: Annotated[str, Field(description="The grant id, as hitl_grants shows it.")]
+    ) -> dict[str, Any]:
+        async with seated(ctx) as seat:
+            revoked = await seat.broker.revoke_grant(id, by=_by(seat.caller))
+            return {"id": id, "revoked": revoked}
+
+    definition = request_human_input_tool()
+
+    @server.tool(description=_HUMAN_INPUT)
+    async def request_human_input(
+        ctx: Context,
+        question: Annotated[str, Field(min_length=1, max_length=8000, description="The question, as asked.")],
+        question_type: Annotated[
+            Literal["CONFIRM", "FREE_FORM", "MULTIPLE_CHOICE", "MULTI_SELECT", "FORM"],
+            Field(description="How the human answers."),
+        ] = "FREE_FORM",
+        choices: Annotated[
+            list[str] | None, Field(description="The options (MULTIPLE_CHOICE, MULTI_SELECT) or field names (FORM).")
+        ] = None,
+        context_data: Annotated[dict[str, Any] | None, Field(description="Facts the human needs to answer.")] = None,
+        timeout: Annotated[float | None, Field(gt=0, description="Seconds to wait (300 by default).")] = None,
+    ) -> str:
+        arguments: dict[str, Any] = {"question": question, "question_type": question_type}
+        optional = {"choices": choices, "context_data": context_data, "timeout": timeout}
+        arguments |= {k: v for k, v in optional.items() if v is not None}
+        async with seated(ctx) as seat:
+            tools = HumanInputTools(
+                seat.broker, [definition.name], definitions=[definition], timeout=DEFAULT_INPUT_TIMEOUT
+            )
+            result = await tools.ask(ToolCall(definition.name, arguments))
+        if result.is_error or result.refused:
+            raise ToolError(result.content)
+        return result.content
+
+    @server.tool(description=_INFORM, annotations=ToolAnnotations(destructive_hint=False))
+    async def inform_user(
+        ctx: Context,
+        message: Annotated[str, Field(min_length=1, description="The update, as the user will read it.")],
+        data: Annotated[dict[str, Any] | None, Field(description="Structured details for the inbox.")] = None,
+    ) -> dict[str, Any]:
+        async with seated(ctx) as seat:
+            event = await seat.broker.inform(message, data=data, by=_by(seat.caller))
+        return {"delivered": True, "receipt": event.id, "at": event.at.isoformat()}
+
+    return server
+
+
+def _by(caller: Principal) -> str | None:
+    """Who a settlement is recorded as made by: the caller, unless anonymous (the server
+    records a token's principal itself)."""
+    return None if caller.kind == "admin" else caller.name

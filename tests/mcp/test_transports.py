@@ -1,0 +1,160 @@
+"""How MCP clients reach the tools: /mcp takes the API's tokens, `interlock mcp` runs on a
+store or a server, and a job outlives the processes that made and watched it."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+import interlock
+from conftest import BOUND, World, add_people, error, in_process, result, stdio_params
+from interlock import Confirm
+
+pytestmark = pytest.mark.anyio
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+LIST_INBOX = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "hitl_list", "arguments": {}}}
+VERSION = {"MCP-Protocol-Version": "2025-06-18"}
+ASK = {"asks": [{"type": "approval", "id": "ok", "prompt": "Ship it?"}]}
+
+
+@contextlib.asynccontextmanager
+async def http_client(url: str, token: str | None = None) -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=BOUND) as http,
+        Client(streamable_http_client(url, http_client=http), read_timeout_seconds=BOUND) as client,
+    ):
+        yield client
+
+
+async def test_mcp_over_http_refuses_no_token_a_wrong_one_and_a_revoked_one(world: World) -> None:
+    headers = {"Accept": "application/json, text/event-stream"}
+    async with httpx.AsyncClient(timeout=BOUND) as http:
+        bare = await http.post(f"{world.base}/mcp", json=INITIALIZE, headers=headers)
+        assert (bare.status_code, bare.json()["code"]) == (401, "unauthorized")
+        assert bare.headers["www-authenticate"] == "Bearer"
+        wrong = {**headers, "Authorization": "Bearer il_00000000_guess"}
+        assert (await http.post(f"{world.base}/mcp", json=INITIALIZE, headers=wrong)).status_code == 401
+        good = {**headers, "Authorization": f"Bearer {world.tokens['bob']}"}
+        assert (await http.post(f"{world.base}/mcp", json=INITIALIZE, headers=good)).status_code == 200
+
+        listed = await http.post(f"{world.base}/mcp", json=LIST_INBOX, headers={**good, **VERSION})
+        assert listed.status_code == 200 and listed.json()["result"]["structuredContent"] == {
+            "requests": [],
+            "next_cursor": None,
+        }
+
+    async with interlock.connect(world.db) as broker:
+        assert await broker.store.revoke_tokens(principal="bob") == 1
+    async with httpx.AsyncClient(timeout=BOUND) as http:  # bob's calls stop at once, his earlier ones too
+        assert (await http.post(f"{world.base}/mcp", json=INITIALIZE, headers=good)).status_code == 401
+        assert (await http.post(f"{world.base}/mcp", json=LIST_INBOX, headers={**good, **VERSION})).status_code == 401
+
+
+async def test_mcp_over_http_without_auth_answers_this_machine_only(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    with serve(f"sqlite:///{tmp_path / 'open.db'}", auth=False) as base:
+        async with http_client(f"{base}/mcp") as local:
+            job = result(await local.call_tool("hitl_request", {**ASK, "user": "carol"}))
+            assert [r["id"] for r in result(await local.call_tool("hitl_list", {}))["requests"]] == [job["job"]]
+            answered = {"id": job["job"], "answers": {"ok": True}}
+            assert result(await local.call_tool("hitl_respond", answered))["job"]["status"] == "COMPLETE"
+        async with httpx.AsyncClient(timeout=BOUND) as http:
+            rebound = {"Host": "evil.example", "Accept": "application/json, text/event-stream"}
+            assert (await http.post(f"{base}/mcp", json=INITIALIZE, headers=rebound)).status_code == 403
+
+
+async def test_interlock_mcp_on_a_store_url_acts_as_this_machines_user(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'local.db'}"
+    async with Client(stdio_params("--db", db), read_timeout_seconds=BOUND) as local:
+        job = result(await local.call_tool("hitl_request", {**ASK, "user": "alice"}))
+        assert job["user"] == "alice"
+    async with interlock.connect(db) as broker:
+        assert (await broker.get(job["job"])).asks == (Confirm("Ship it?", id="ok"),)
+
+
+@pytest.mark.slow
+async def test_a_job_outlives_the_stdio_server_that_made_it(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'jobs.db'}"
+    async with Client(stdio_params("--db", db), read_timeout_seconds=BOUND) as first:
+        job = result(await first.call_tool("hitl_request", {**ASK, "user": "alice"}))
+    async with interlock.connect(db) as broker:  # answered while no MCP server runs
+        assert await broker.resolve(job["job"], True, by="alice")
+    async with Client(stdio_params("--db", db), read_timeout_seconds=BOUND) as second:
+        settled = result(await second.call_tool("hitl_status", {"job": job["job"]}))
+    assert settled["status"] == "COMPLETE" and settled["response"]["answers"] == {"ok": True}
+
+
+@pytest.mark.slow
+async def test_a_job_outlives_a_restart_of_the_server_and_of_the_client(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    db = f"sqlite:///{tmp_path / 'restart.db'}"
+    tokens = await add_people(db)
+    with serve(db, auth=True) as base:
+        async with http_client(f"{base}/mcp", tokens["alice-bot"]) as bot:
+            job = result(await bot.call_tool("hitl_request", ASK))
+    with serve(db, auth=True) as base:  # a new server process on the same store
+        async with http_client(f"{base}/mcp", tokens["alice-bot"]) as bot:
+            assert result(await bot.call_tool("hitl_status", {"job": job["job"]}))["status"] == "INPUT_REQUIRED"
+        async with http_client(f"{base}/mcp", tokens["alice"]) as alice:
+            reply = {"id": job["job"], "action": "reject", "comment": "later"}
+            result(await alice.call_tool("hitl_respond", reply))
+        async with http_client(f"{base}/mcp", tokens["alice-bot"]) as bot:
+            failed = result(await bot.call_tool("hitl_status", {"job": job["job"]}))
+    assert failed["status"] == "FAILED" and "later" in failed["reason"]
+
+
+async def test_interlock_mcp_with_a_bad_token_says_so_and_exits(world: World) -> None:
+    params = stdio_params("--server", world.base, token="il_0_wrong")
+    with anyio.fail_after(BOUND):
+        done = await anyio.run_process([params.command, *params.args], env=params.env, check=False, stdin=None)
+    assert done.returncode == 4
+    assert b"unknown or revoked" in done.stderr
+
+
+def test_making_the_mcp_server_leaves_logging_to_the_host() -> None:
+    """The SDK would add a root handler of its own, past the redaction `interlock serve` sets up."""
+    from interlock.server.app import create_app
+
+    root = logging.getLogger()
+    kept = list(root.handlers)  # pytest's capture handlers: without any, as at start-up
+    for handler in kept:
+        root.removeHandler(handler)
+    try:
+        level = root.level
+        create_app("memory://", auth=True)
+        assert (root.handlers, root.level) == ([], level)
+    finally:
+        for handler in kept:
+            root.addHandler(handler)
+
+
+async def test_a_server_gone_away_is_a_tool_error_the_model_reads(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    db = f"sqlite:///{tmp_path / 'gone.db'}"
+    tokens = await add_people(db)
+    with contextlib.ExitStack() as running:
+        world = World(running.enter_context(serve(db, auth=True)), db, tokens)
+        async with in_process(world, "alice") as alice:
+            assert result(await alice.call_tool("hitl_list", {}))["requests"] == []
+            running.close()  # the server stops; the MCP server and its client stay
+            assert "not reachable" in error(await alice.call_tool("hitl_list", {}))
