@@ -204,3 +204,24 @@ async def test_a_web_session_lasts_until_it_ends_expires_or_its_token_is_revoked
     assert await store.start_session(token.hash, again) is not None
     await store.revoke_tokens(token_id=token.id)
     assert await store.get_session(again.hash, now) is None
+
+
+# -- one-time sign-in links ----------------------------------------------------------------
+
+
+async def test_a_signin_link_signs_its_person_in_once_and_only_until_it_expires(store: PrincipalStore) -> None:
+    from interlock.principals import issue_signin_link
+
+    await store.save_principal(Principal("alice", "human"))
+    now = datetime.now(UTC)
+    link = issue_signin_link("alice", now)
+    await store.save_signin_link(link)
+    assert await store.use_signin_link(hash_token("ilk_unknown"), now) is None
+    assert await store.use_signin_link(link.hash, now) == Principal("alice", "human")
+    assert await store.use_signin_link(link.hash, now) is None  # spent
+
+    short = issue_signin_link("alice", now, timedelta(minutes=5))
+    await store.save_signin_link(short)
+    assert await store.use_signin_link(short.hash, now + timedelta(minutes=5)) is None  # expired
+    with pytest.raises(ValueError, match="nobody"):
+        await store.save_signin_link(issue_signin_link("nobody", now))

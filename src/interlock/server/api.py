@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
+from pydantic import AwareDatetime
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..approvals import mark, unmarked
@@ -237,6 +238,13 @@ async def list_requests(
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     order: Literal["desc", "asc"] = "desc",
+    settled: Annotated[bool, Query(description="only settled requests (any status but pending)")] = False,
+    text: Annotated[
+        str | None,
+        Query(max_length=500, description="only requests with a word starting with each word of this in their texts"),
+    ] = None,
+    since: Annotated[AwareDatetime | None, Query(description="only requests created at or after this time")] = None,
+    until: Annotated[AwareDatetime | None, Query(description="only requests created before this time")] = None,
 ) -> JSONResponse:
     """Your inbox (requests to you) or, with `requester` set to you, what you asked."""
     if caller.kind != "admin":
@@ -259,6 +267,10 @@ async def list_requests(
         after=cursor,
         limit=limit,
         order=order,
+        settled=settled,
+        text=text,
+        since=since,
+        until=until,
     )
     return JSONResponse({"items": [request_to_dict(r) for r in page.items], "next_cursor": page.next_cursor})
 

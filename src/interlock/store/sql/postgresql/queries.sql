@@ -118,3 +118,17 @@ WHERE s.hash = $1 AND s.expires_at > $2 AND t.revoked_at IS NULL;
 
 -- name: end_session
 SELECT id, principal, kind, owner, token, csrf, expires_at FROM interlock_end_session($1, $2);
+
+-- name: delete_expired_signin_links
+DELETE FROM signin_links WHERE expires_at <= $1;
+
+-- name: insert_signin_link
+INSERT INTO signin_links (hash, principal, created_at, expires_at) VALUES ($1, $2, $3, $4);
+
+-- name: use_signin_link
+WITH used AS (
+    UPDATE signin_links SET used_at = $2
+    WHERE hash = $1 AND used_at IS NULL AND expires_at > $2
+    RETURNING principal
+)
+SELECT p.name, p.kind, p.owner FROM used u JOIN principals p ON p.name = u.principal;

@@ -122,3 +122,15 @@ WHERE s.hash = :hash AND s.expires_at > :now AND t.revoked_at IS NULL;
 
 -- name: delete_session
 DELETE FROM sessions WHERE hash = :hash;
+
+-- name: delete_expired_signin_links
+DELETE FROM signin_links WHERE expires_at <= :now;
+
+-- name: insert_signin_link
+INSERT INTO signin_links (hash, principal, created_at, expires_at)
+VALUES (:hash, :principal, :created_at, :expires_at);
+
+-- name: use_signin_link
+UPDATE signin_links SET used_at = :now
+WHERE hash = :hash AND used_at IS NULL AND expires_at > :now
+RETURNING principal;
