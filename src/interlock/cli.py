@@ -14,10 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import errno
+import getpass
 import ipaddress
 import json
 import os
 import re
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -36,6 +39,7 @@ from .errors import Cancelled, Expired, Forbidden, InterlockError, InvalidAnswer
 from .model import Ask, Choice, Confirm, Form, MultiChoice, Request, Status, Text, request_to_dict
 from .principals import TOKEN_PREFIX, Principal, issue_token
 from .redact import RedactingFilter, redact, redact_url
+from .signin import mint_signin_link
 from .store import PrincipalStore
 
 __all__ = ["app", "main", "parse_answer"]
@@ -139,7 +143,14 @@ def ask(
     text: Annotated[bool, typer.Option("--text", help="Free text (the default).")] = False,
     multiline: Annotated[bool, typer.Option("--multiline", help="Free text over several lines.")] = False,
     form: Annotated[Path | None, typer.Option("--form", help="A JSON Schema (type object) file.")] = None,
-    to: Annotated[str | None, typer.Option("--to", help="Whose inbox it goes to.")] = None,
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to",
+            help="Whose inbox it goes to. On a local store the default is you ($INTERLOCK_USER, else your login "
+            "name): the person `interlock serve` signs in.",
+        ),
+    ] = None,
     title: Annotated[str, typer.Option("--title", help="A short title.")] = "",
     details: Annotated[str, typer.Option("--details", help="More context, in markdown.")] = "",
     timeout: Annotated[str | None, typer.Option("--timeout", help="Expire after this long: 30s, 10m, 2h, 1d.")] = None,
@@ -171,7 +182,8 @@ def ask(
         raise _fail(str(exc)) from None
 
     async def work(broker: Broker) -> tuple[int, Any]:
-        request = await broker.create(the_ask, to=to, title=title, details=details, timeout=seconds)
+        recipient = to if to is not None or not isinstance(broker, LocalBroker) else local_person()
+        request = await broker.create(the_ask, to=recipient, title=title, details=details, timeout=seconds)
         waiting = f"Waiting for an answer to {request.id} (answer it with: interlock answer {request.id} ...)"
         if not err.is_terminal:
             err.print(waiting, highlight=False)  # a spinner only shows on a terminal
@@ -429,7 +441,10 @@ def serve(
         from .server.app import create_app
         from .server.quotas import Quota
     except ImportError as exc:  # pragma: no cover - depends on how interlock was installed
-        raise _fail(f"the server needs its extra: pip install 'interlock[server]' ({exc})") from None
+        raise _fail(
+            f"the server needs its extra ({exc.name or exc} is missing): in your clone of interlock, run "
+            "`.venv/bin/pip install -e '.[server]'`"
+        ) from None
     if db is not None and db.startswith(("http://", "https://")):
         raise _fail("serve needs a store URL (sqlite:///... or memory://), not another server")
     if no_auth and not _is_loopback(host):
@@ -443,6 +458,27 @@ def serve(
         except ValueError as exc:
             raise _fail(str(exc)) from None
     streams: int | Literal["default"] | None = "default" if max_streams is None else max_streams or None
+    where = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+    sock = _listen(host, port)
+
+    async def announce(broker: LocalBroker) -> None:
+        """Once the store is open: with auth, a one-time sign-in link for the person at
+        this machine (made a human here if new), as notebook servers print theirs."""
+        if no_auth:
+            err.print(f"open {where}/ in your browser", markup=False)
+            return
+        person = local_person()
+        store = broker.principals
+        found = await store.get_principal(person)
+        if found is None:
+            await store.save_principal(Principal(person, "human"))
+        elif found.kind != "human":
+            err.print(f"no sign-in link: {person!r} is an agent here; sign in with a human's token", markup=False)
+            return
+        link = await mint_signin_link(store, person, where)
+        err.print(f"sign in as {person} (the link works once, for a day):", markup=False)
+        err.print(f"    {link}", markup=False, soft_wrap=True)
+
     try:
         app = create_app(
             db,
@@ -453,10 +489,11 @@ def serve(
             max_body_size=max_body_size,
             rate_limit=quota,
             max_streams=streams,
+            on_ready=announce,
         )
     except ValueError as exc:
+        sock.close()
         raise _fail(str(exc)) from None
-    where = f"http://{host}:{port}"
     err.print(f"interlock {__version__} serving {where} on {redact_url(db or 'sqlite:///interlock.db')}", markup=False)
     if no_auth:
         err.print("[yellow]auth is OFF[/yellow]: anyone who can reach this loopback address can read and answer")
@@ -464,15 +501,60 @@ def serve(
         err.print("auth is on: create tokens with `interlock token create NAME --human|--agent`")
     if proxies:
         err.print(f"trusting X-Forwarded-Proto and X-Forwarded-For from {', '.join(proxies)}", markup=False)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
         log_level="warning",
         log_config=_redacted_logging(LOGGING_CONFIG),
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or None,
     )
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on host:port, or a message saying what to do instead."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise _fail(f"cannot listen on {host}: {exc.strerror}; pass --host with an address of this machine") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise _fail(
+                f"port {port} on {host} is already in use (another `interlock serve`?): stop it, or pass --port "
+                "with a free port"
+            ) from None
+        raise _fail(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def local_person() -> str:
+    """The person at this machine, as `interlock serve` signs them in and `interlock ask`
+    on a local store addresses them: $INTERLOCK_USER, else the login name, else "me"."""
+    for name in (os.environ.get("INTERLOCK_USER"), _login()):
+        if name and _PERSON.match(name):
+            return name
+    return "me"
+
+
+_PERSON = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+
+
+def _login() -> str | None:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container, say)
+        return None
 
 
 def _redacted_logging(base: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request, Response
@@ -34,6 +34,7 @@ from . import api
 from .api import PROBLEMS
 from .auth import Auth, loopback_host, same_origin
 from .common import ApiError, AppState, Quotas, event_to_dict, parse_event_id, problem
+from .pages import install_pages
 from .quotas import DEFAULT_QUOTA, DEFAULT_STREAMS, Quota, TooMany
 from .schemas import (
     Problem,
@@ -111,6 +112,7 @@ def create_app(
     limits: Limits | None = None,
     rate_limit: Quota | Literal["default"] | None = "default",
     max_streams: int | Literal["default"] | None = "default",
+    on_ready: Callable[[LocalBroker], Awaitable[None]] | None = None,
 ) -> FastAPI:
     """The ASGI app on the store at `url` (or on a broker you opened yourself).
 
@@ -126,6 +128,8 @@ def create_app(
     turns either off; by default both are on with auth (`quotas.DEFAULT_QUOTA`,
     `quotas.DEFAULT_STREAMS`) and off without it, where the only caller is this machine's
     user.
+    `on_ready` is awaited with the open broker once the app has started (`interlock serve`
+    prints a sign-in link from there).
     """
     the_broker = broker or connect(url, **({"limits": limits} if limits is not None else {}))
     if not isinstance(the_broker, LocalBroker):
@@ -143,6 +147,8 @@ def create_app(
         state.metrics.pending.set(len(await the_broker.pending()))
         await state.hub.start()
         try:
+            if on_ready is not None:
+                await on_ready(the_broker)
             yield
         finally:
             await state.hub.stop()
@@ -175,6 +181,7 @@ def create_app(
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     install_web(app, state)
+    install_pages(app, state)
     return app
 
 
