@@ -159,7 +159,7 @@ async def request_page(http: HttpRequest, state: State, request_id: str) -> Resp
     if not can_read(who.principal, request):
         return refusal(state, http, 403, "This request is neither to you nor from you.", who)
     events = list(await state.broker.find_events(request=request.id, limit=TIMELINE_LIMIT))
-    here = str(http.url_for("request_page", request_id=request.id))
+    here = http.url_for("request_page", request_id=request.id).path
     context = {
         "r": request,
         "failure": None,
