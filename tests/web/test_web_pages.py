@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (the fixtures imported from test_web_inbox are parameters here)
 """The web inbox's other screens in a real headless Chromium against a real server: the
 one-time sign-in link, deep links through sign-in, a request's own page and its timeline,
 the history's filters and search, the dashboard, Markdown details, and the dark theme."""
