@@ -33,10 +33,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
+from ._backoff import Backoff
 from .agent.terminal import TerminalContract
 from .broker import Broker, LocalBroker, connect
 from .errors import Cancelled, Expired, Forbidden, InterlockError, InvalidAnswer, InvalidRequest, NotFound, Rejected
-from .model import Ask, Choice, Confirm, Form, MultiChoice, Request, Status, Text, request_to_dict
+from .model import Ask, Choice, Confirm, Form, MultiChoice, Request, Response, Status, Text, request_to_dict
 from .principals import TOKEN_PREFIX, Principal, issue_token
 from .redact import RedactingFilter, redact, redact_url
 from .signin import mint_signin_link
@@ -62,6 +63,16 @@ DbOption = Annotated[
         envvar="INTERLOCK_URL",
         help="Where requests live: sqlite:///path.db (the default is sqlite:///interlock.db), or a server's "
         "http(s):// URL (its token from INTERLOCK_TOKEN).",
+        show_default=False,
+    ),
+]
+
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="INTERLOCK_TOKEN",
+        help="With a server's URL: your token (or set INTERLOCK_TOKEN).",
         show_default=False,
     ),
 ]
@@ -102,9 +113,13 @@ def _principals(broker: Broker) -> PrincipalStore:
     return broker.principals
 
 
-def _run(db: str | None, work: Callable[[Broker], Awaitable[T]]) -> T:
+def _remote(db: str | None) -> bool:
+    return db is not None and db.lower().startswith(("http://", "https://"))
+
+
+def _run(db: str | None, work: Callable[[Broker], Awaitable[T]], token: str | None = None) -> T:
     async def main() -> T:
-        async with connect(db) as broker:
+        async with connect(db, **({"token": token} if token and _remote(db) else {})) as broker:
             return await work(broker)
 
     try:
@@ -114,11 +129,25 @@ def _run(db: str | None, work: Callable[[Broker], Awaitable[T]]) -> T:
     except NotFound as exc:
         raise _fail(str(exc), DECLINED) from None
     except Forbidden as exc:
+        if exc.status == 401 and not token and not os.environ.get("INTERLOCK_TOKEN"):
+            raise _fail(
+                f"no token for the server at {redact_url(db or '')}: set INTERLOCK_TOKEN or pass --token "
+                "(an admin makes one with `interlock token create NAME --human`)"
+            ) from None
         raise _fail(f"refused: {exc}") from None
-    except (OSError, TimeoutError, ValueError) as exc:
+    except ConnectionError as exc:
+        raise _fail(
+            f"{exc}. Is `interlock serve` running at {redact_url(db or '')}? Start it there, or point "
+            "--server (INTERLOCK_URL) at where it runs"
+        ) from None
+    except TimeoutError:
+        raise _fail(f"the store at {redact_url(db or 'sqlite:///interlock.db')} did not answer in time") from None
+    except (OSError, ValueError) as exc:
         if isinstance(exc, InterlockError):
             raise
-        raise _fail(f"{type(exc).__name__}: {exc}") from None
+        if isinstance(exc, OSError) and exc.strerror:
+            raise _fail(f"{exc.strerror}{f': {exc.filename}' if exc.filename else ''}") from None
+        raise _fail(str(exc)) from None
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -155,6 +184,7 @@ def ask(
     details: Annotated[str, typer.Option("--details", help="More context, in markdown.")] = "",
     timeout: Annotated[str | None, typer.Option("--timeout", help="Expire after this long: 30s, 10m, 2h, 1d.")] = None,
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Ask a person and wait for the answer; print it as JSON. Exit codes: 0 answered
     (approved), 1 declined or rejected, 2 expired, 3 cancelled, 4 usage or connection error."""
@@ -189,7 +219,7 @@ def ask(
             err.print(waiting, highlight=False)  # a spinner only shows on a terminal
         with err.status(escape(waiting)):
             try:
-                response = await broker.wait(request.id)
+                response = await _wait_through_restarts(broker, request.id, db)
             except Rejected as exc:
                 return DECLINED, {"status": "rejected", "reason": exc.reason}
             except Expired:
@@ -199,9 +229,43 @@ def ask(
         value = response.answers.get("answer")
         return (DECLINED if confirm and value is False else ANSWERED), value
 
-    code, value = _run(db, work)
+    code, value = _run(db, work, token)
     typer.echo(json.dumps(value))
     raise typer.Exit(code)
+
+
+RECONNECT_FOR = 600.0
+"""How long `interlock ask` keeps trying to reach a server that went away, in seconds."""
+
+
+async def _wait_through_restarts(broker: Broker, request_id: str, db: str | None) -> Response:
+    """`broker.wait`, riding out a server that restarts: one line per attempt to reach it
+    again, and a failure only when it stays away for `RECONNECT_FOR` seconds."""
+    backoff = Backoff(0.5, 5.0)
+    loop = asyncio.get_running_loop()
+    gone_since: float | None = None
+    attempt = 0
+    while True:
+        began = loop.time()
+        try:
+            return await broker.wait(request_id)
+        except ConnectionError:
+            now = loop.time()
+            if now - began > 10.0:  # it was reachable for a while: a new outage
+                gone_since, attempt = None, 0
+                backoff.reset()
+            gone_since = now if gone_since is None else gone_since
+            if now - gone_since >= RECONNECT_FOR:
+                raise
+            attempt += 1
+            delay = backoff.next()
+            err.print(
+                f"the server at {redact_url(db or '')} is unreachable; trying again in {delay:.1f}s "
+                f"(attempt {attempt}; the request stays pending)",
+                markup=False,
+                highlight=False,
+            )
+            await asyncio.sleep(delay)
 
 
 @app.command()
@@ -213,11 +277,12 @@ def inbox(
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """List requests, newest first."""
     if status != "all" and status not in {s.value for s in Status}:
         raise _fail(f"unknown status {status!r}")
-    page = _run(db, lambda b: b.list(recipient=to, status=None if status == "all" else status, limit=limit))
+    page = _run(db, lambda b: b.list(recipient=to, status=None if status == "all" else status, limit=limit), token)
     if as_json:
         for request in page.items:
             typer.echo(json.dumps(request_to_dict(request)))
@@ -228,7 +293,7 @@ def inbox(
         table.add_column(column)
     now = datetime.now(UTC)
     for r in page.items:
-        expires = "" if r.expires_at is None else _ago(r.expires_at, now)
+        expires = "" if r.expires_at is None or r.status is not Status.PENDING else _ago(r.expires_at, now)
         table.add_row(r.id, r.status.value, r.to or "", _summary(r), _ago(r.created_at, now), expires)
     Console(width=None if sys.stdout.isatty() else 1000).print(table)
     if not page.items:
@@ -236,9 +301,9 @@ def inbox(
 
 
 @app.command()
-def show(request_id: str, db: DbOption = None) -> None:
+def show(request_id: str, db: DbOption = None, token: TokenOption = None) -> None:
     """Print one request as JSON."""
-    request = _run(db, lambda b: b.get(request_id))
+    request = _run(db, lambda b: b.get(request_id), token)
     typer.echo(json.dumps(request_to_dict(request), indent=2))
     if request.status is Status.PENDING:
         if len(request.asks) == 1:
@@ -262,11 +327,14 @@ def answer(
     by: Annotated[str | None, typer.Option("--by", help="Who is answering.")] = None,
     comment: Annotated[str, typer.Option("--comment", help="A comment kept with the answer.")] = "",
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Answer a pending request."""
 
-    async def work(broker: Broker) -> bool:
+    async def work(broker: Broker) -> Request | None:
         request = await broker.get(request_id)
+        if request.status is not Status.PENDING:
+            return request
         if raw is not None:
             try:
                 value = json.loads(raw)
@@ -274,10 +342,13 @@ def answer(
                 raise InvalidAnswer(f"--json is not valid JSON: {exc}") from None
         else:
             value = parse_answer(request, values or [])
-        return await broker.resolve(request_id, value, by=by, via="cli", comment=comment)
+        if await broker.resolve(request_id, value, by=by, via="cli", comment=comment):
+            return None
+        return await broker.get(request_id)
 
-    if not _run(db, work):
-        raise _fail(f"request {request_id} is no longer pending", DECLINED)
+    settled = _run(db, work, token)
+    if settled is not None:
+        raise _fail(f"request {request_id} {settled_already(settled)}", DECLINED)
     err.print(f"answered {request_id}")
 
 
@@ -287,11 +358,29 @@ def reject(
     reason: Annotated[str, typer.Option("--reason", help="Why; the asker reads it.")] = "",
     by: Annotated[str | None, typer.Option("--by", help="Who is rejecting.")] = None,
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Refuse a pending request."""
-    if not _run(db, lambda b: b.reject(request_id, reason, by=by, via="cli")):
-        raise _fail(f"request {request_id} is not pending", DECLINED)
+
+    async def work(broker: Broker) -> Request | None:
+        if await broker.reject(request_id, reason, by=by, via="cli"):
+            return None
+        return await broker.get(request_id)
+
+    settled = _run(db, work, token)
+    if settled is not None:
+        raise _fail(f"request {request_id} {settled_already(settled)}", DECLINED)
     err.print(f"rejected {request_id}")
+
+
+def settled_already(request: Request) -> str:
+    """How a request that is no longer pending settled, for a person: "was already
+    answered by alice at 2026-12-01 09:30 UTC"."""
+    response = request.response
+    verb = {"rejected": "declined"}.get(request.status.value, request.status.value)
+    by = f" by {response.by}" if response is not None and response.by else ""
+    at = f" at {response.at.strftime('%Y-%m-%d %H:%M:%S UTC')}" if response is not None else ""
+    return f"was already {verb}{by}{at}"
 
 
 @app.command()
@@ -299,6 +388,7 @@ def watch(
     to: Annotated[str | None, typer.Option("--to", help="On a local store: only requests to this person.")] = None,
     by: Annotated[str | None, typer.Option("--by", help="Who is answering (a server knows from the token).")] = None,
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Answer requests in this terminal as they arrive: what is pending first, then new ones.
 
@@ -348,22 +438,34 @@ def watch(
                 await answer(broker, new)
 
     with contextlib.suppress(EOFError):
-        _run(db, work)
+        _run(db, work, token)
 
 
 def parse_answer(request: Request, values: list[str]) -> Any:
     """Turn command-line words into an answer: one ask takes the words as its value,
     several take ASK=VALUE pairs."""
     if len(request.asks) == 1:
-        return request.asks[0].from_words(values)
+        only = request.asks[0]
+        if isinstance(only, Form) and values and not values[0].lstrip().startswith("{"):
+            raise InvalidAnswer(_form_as_json(only), ask_id=only.id)
+        return only.from_words(values)
     by_id = {a.id: a for a in request.asks}
     answers: dict[str, Any] = {}
     for pair in values:
         ask_id, sep, value = pair.partition("=")
         if not sep or ask_id not in by_id:
             raise InvalidAnswer(f"give each answer as ASK=VALUE with ASK one of: {', '.join(by_id)}")
+        named = by_id[ask_id]
+        if isinstance(named, Form) and not value.lstrip().startswith("{"):
+            raise InvalidAnswer(_form_as_json(named), ask_id=ask_id)
         answers[ask_id] = by_id[ask_id].from_words([value])
     return answers
+
+
+def _form_as_json(ask: Form) -> str:
+    fields = list(ask.schema.get("properties", {}))
+    example = "{" + ", ".join(f'"{name}": ...' for name in fields[:4]) + (", ..." if len(fields) > 4 else "") + "}"
+    return f"ask {ask.id!r} is a form: give its answer as one JSON object, with --json '{example}'"
 
 
 def _summary(request: Request) -> str:
@@ -446,7 +548,10 @@ def serve(
             "`.venv/bin/pip install -e '.[server]'`"
         ) from None
     if db is not None and db.startswith(("http://", "https://")):
-        raise _fail("serve needs a store URL (sqlite:///... or memory://), not another server")
+        raise _fail(
+            f"serve keeps its own store, and {redact_url(db)} is a server (from --db or INTERLOCK_URL): pass "
+            "--db sqlite:///interlock.db (or postgresql://..., memory://)"
+        )
     if no_auth and not _is_loopback(host):
         raise _fail(f"--no-auth is allowed only on a loopback address, not {host}")
     proxies = list(trusted_proxy or ())
