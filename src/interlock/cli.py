@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
+import httpx
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -135,6 +136,11 @@ def _run(db: str | None, work: Callable[[Broker], Awaitable[T]], token: str | No
                 "(an admin makes one with `interlock token create NAME --human`)"
             ) from None
         raise _fail(f"refused: {exc}") from None
+    except httpx.HTTPStatusError as exc:
+        raise _fail(
+            f"the server at {redact_url(db or '')} failed ({exc.response.status_code} "
+            f"{exc.response.reason_phrase}); its log says why"
+        ) from None
     except ConnectionError as exc:
         raise _fail(
             f"{exc}. Is `interlock serve` running at {redact_url(db or '')}? Start it there, or point "
@@ -249,7 +255,9 @@ async def _wait_through_restarts(broker: Broker, request_id: str, db: str | None
         began = loop.time()
         try:
             return await broker.wait(request_id)
-        except ConnectionError:
+        except (ConnectionError, httpx.HTTPStatusError) as exc:
+            if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code < 500:
+                raise
             now = loop.time()
             if now - began > 10.0:  # it was reachable for a while: a new outage
                 gone_since, attempt = None, 0
@@ -260,10 +268,11 @@ async def _wait_through_restarts(broker: Broker, request_id: str, db: str | None
             attempt += 1
             delay = backoff.next()
             err.print(
-                f"the server at {redact_url(db or '')} is unreachable; trying again in {delay:.1f}s "
+                f"the server at {redact_url(db or '')} is unreachable or restarting; trying again in {delay:.1f}s "
                 f"(attempt {attempt}; the request stays pending)",
                 markup=False,
                 highlight=False,
+                soft_wrap=True,  # one line per attempt, however narrow the terminal
             )
             await asyncio.sleep(delay)
 
@@ -612,6 +621,7 @@ def serve(
         log_config=_redacted_logging(LOGGING_CONFIG),
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or None,
+        timeout_graceful_shutdown=5,  # long polls and streams end; their clients come back
     )
     try:
         uvicorn.Server(config).run(sockets=[sock])
