@@ -173,10 +173,16 @@ class TerminalContract:
         return line.rstrip("\r\n")
 
     async def _lines(self, prompt: str) -> str:
-        """Several lines, up to an empty one (which ends the answer, and is not part of it)."""
+        """Several lines, up to an empty one (which ends the answer, and is not part of it) or
+        the end of input."""
         lines: list[str] = []
         while True:
-            line = await self._line(prompt if not lines else "  ")
+            try:
+                line = await self._line(prompt if not lines else "  ")
+            except EOFError:
+                if not lines:
+                    raise
+                return "\n".join(lines)  # the end of input ends the answer too
             if not line.strip():
                 return "\n".join(lines)
             lines.append(line)
