@@ -1,9 +1,11 @@
 """The web inbox: a person's pending requests, answered from the browser.
 
 Server-rendered HTML (Jinja2, autoescaped) with a little JavaScript and no build step.
-A person signs in by pasting a token; the session lives in the store and the cookie holds
-only its random secret (`auth.Auth`); every form carries the session's CSRF token. Signing
-out ends the session on the server. Agents cannot sign in: only people answer.
+A person signs in by pasting a token or with a one-time link (`pages`, `interlock.signin`),
+and comes back to the page that sent them (`?next=`); the session lives in the store and
+the cookie holds only its random secret (`auth.Auth`); every form carries the session's
+CSRF token. Signing out ends the session on the server. Agents cannot sign in: only people
+answer. The request pages, history and dashboard are in `pages`.
 
 The page follows `/inbox/stream`, server-sent events of the requests to the person, and
 on each one fetches the request's card from `/inbox/requests/{id}`, so a card is rendered
