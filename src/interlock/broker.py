@@ -65,7 +65,7 @@ from .model import (
     time_budget,
 )
 from .redact import redact_url
-from .store import EventQuery, GrantQuery, PrincipalStore, Query, RunQuery, Store
+from .store import EventQuery, GrantQuery, PrincipalStore, Query, RunQuery, Store, search_words
 
 __all__ = ["Broker", "CreateFields", "GrantPage", "LocalBroker", "Page", "RunPage", "connect", "register_scheme"]
 
@@ -111,6 +111,10 @@ class CreateFields(OriginFields, total=False):
 _ORIGIN_FIELDS = frozenset(Origin.__dataclass_fields__)
 """The keywords `create` takes one by one: the fields of `Origin` itself, so the two cannot
 drift apart (a test pins `OriginFields` to the same names for type checkers)."""
+
+
+MAX_SEARCH_LENGTH = 500
+"""The longest text `Broker.list` searches for, in characters."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -559,8 +563,16 @@ class Broker(ABC):
         after: str | None = None,
         limit: int = 50,
         order: Literal["asc", "desc"] = "desc",
+        settled: bool = False,
+        text: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> Page:
-        """Requests matching every filter given, newest first by default, a page at a time."""
+        """Requests matching every filter given, newest first by default, a page at a time.
+
+        `settled` keeps only settled requests (any status but pending); `text` those with
+        a word starting with each word of it among their texts (title, details, prompts,
+        options, answers, reason); `since` and `until` bound when they were created."""
 
     @abstractmethod
     def events(self, after: int | None = None, *, follow: bool = False) -> AsyncIterator[Event]:
@@ -1218,8 +1230,16 @@ class LocalBroker(Broker):
         after: str | None = None,
         limit: int = 50,
         order: Literal["asc", "desc"] = "desc",
+        settled: bool = False,
+        text: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> Page:
-        """Requests matching every filter given, newest first by default, a page at a time."""
+        """Requests matching every filter given, newest first by default, a page at a time.
+
+        `settled` keeps only settled requests (any status but pending); `text` those with
+        a word starting with each word of it among their texts (title, details, prompts,
+        options, answers, reason); `since` and `until` bound when they were created."""
         if self._state != "open":
             await self.open()
         if not 1 <= limit <= 1000:
@@ -1230,6 +1250,10 @@ class LocalBroker(Broker):
         filters |= {"channel": channel, "agent": agent, "run": run, "cursor": after}
         for name, value in filters.items():
             check_text(value, name, self.limits.max_name_length)
+        check_text(text, "text", MAX_SEARCH_LENGTH)
+        for name, when in (("since", since), ("until", until)):
+            if when is not None and when.tzinfo is None:
+                raise InvalidRequest(f"{name} needs a time zone (UTC, say)")
         query = Query(
             recipient=recipient,
             requester=requester,
@@ -1242,6 +1266,10 @@ class LocalBroker(Broker):
             after=after,
             limit=limit + 1,
             order=order,
+            settled=settled,
+            words=search_words(text) if text else (),
+            since=since,
+            until=until,
         )
         rows = list(await self.store.list(query))
         more = len(rows) > limit

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import errno
+import getpass
 import importlib
 import inspect
 import ipaddress
@@ -22,18 +24,21 @@ import logging
 import os
 import re
 import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
+import httpx
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
+from ._backoff import Backoff
 from .agent.terminal import TerminalContract
 from .approvals import decision_ask
 from .broker import Broker, LocalBroker, connect
@@ -48,6 +53,7 @@ from .model import (
     GrantPolicy,
     MultiChoice,
     Request,
+    Response,
     Run,
     RunStatus,
     Status,
@@ -60,6 +66,7 @@ from .model import (
 from .principals import TOKEN_PREFIX, Principal, issue_token
 from .redact import RedactingFilter, redact, redact_url
 from .runs import Worker
+from .signin import mint_signin_link
 from .store import PrincipalStore
 
 __all__ = ["app", "main", "parse_answer"]
@@ -82,6 +89,16 @@ DbOption = Annotated[
         envvar="INTERLOCK_URL",
         help="Where requests live: sqlite:///path.db (the default is sqlite:///interlock.db), or a server's "
         "http(s):// URL (its token from INTERLOCK_TOKEN).",
+        show_default=False,
+    ),
+]
+
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="INTERLOCK_TOKEN",
+        help="With a server's URL: your token (or set INTERLOCK_TOKEN).",
         show_default=False,
     ),
 ]
@@ -122,9 +139,13 @@ def _principals(broker: Broker) -> PrincipalStore:
     return broker.principals
 
 
-def _run(db: str | None, work: Callable[[Broker], Awaitable[T]]) -> T:
+def _remote(db: str | None) -> bool:
+    return db is not None and db.lower().startswith(("http://", "https://"))
+
+
+def _run(db: str | None, work: Callable[[Broker], Awaitable[T]], token: str | None = None) -> T:
     async def main() -> T:
-        async with connect(db) as broker:
+        async with connect(db, **({"token": token} if token and _remote(db) else {})) as broker:
             return await work(broker)
 
     try:
@@ -134,11 +155,30 @@ def _run(db: str | None, work: Callable[[Broker], Awaitable[T]]) -> T:
     except NotFound as exc:
         raise _fail(str(exc), DECLINED) from None
     except Forbidden as exc:
+        if exc.status == 401 and not token and not os.environ.get("INTERLOCK_TOKEN"):
+            raise _fail(
+                f"no token for the server at {redact_url(db or '')}: set INTERLOCK_TOKEN or pass --token "
+                "(an admin makes one with `interlock token create NAME --human`)"
+            ) from None
         raise _fail(f"refused: {exc}") from None
-    except (OSError, TimeoutError, ValueError) as exc:
+    except httpx.HTTPStatusError as exc:
+        raise _fail(
+            f"the server at {redact_url(db or '')} failed ({exc.response.status_code} "
+            f"{exc.response.reason_phrase}); its log says why"
+        ) from None
+    except ConnectionError as exc:
+        raise _fail(
+            f"{exc}. Is `interlock serve` running at {redact_url(db or '')}? Start it there, or point "
+            "--server (INTERLOCK_URL) at where it runs"
+        ) from None
+    except TimeoutError:
+        raise _fail(f"the store at {redact_url(db or 'sqlite:///interlock.db')} did not answer in time") from None
+    except (OSError, ValueError) as exc:
         if isinstance(exc, InterlockError):
             raise
-        raise _fail(f"{type(exc).__name__}: {exc}") from None
+        if isinstance(exc, OSError) and exc.strerror:
+            raise _fail(f"{exc.strerror}{f': {exc.filename}' if exc.filename else ''}") from None
+        raise _fail(str(exc)) from None
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -163,11 +203,19 @@ def ask(
     text: Annotated[bool, typer.Option("--text", help="Free text (the default).")] = False,
     multiline: Annotated[bool, typer.Option("--multiline", help="Free text over several lines.")] = False,
     form: Annotated[Path | None, typer.Option("--form", help="A JSON Schema (type object) file.")] = None,
-    to: Annotated[str | None, typer.Option("--to", help="Whose inbox it goes to.")] = None,
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to",
+            help="Whose inbox it goes to. On a local store the default is you ($INTERLOCK_USER, else your login "
+            "name): the person `interlock serve` signs in.",
+        ),
+    ] = None,
     title: Annotated[str, typer.Option("--title", help="A short title.")] = "",
     details: Annotated[str, typer.Option("--details", help="More context, in markdown.")] = "",
     timeout: Annotated[str | None, typer.Option("--timeout", help="Expire after this long: 30s, 10m, 2h, 1d.")] = None,
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Ask a person and wait for the answer; print it as JSON. Exit codes: 0 answered
     (approved), 1 declined or rejected, 2 expired, 3 cancelled, 4 usage or connection error."""
@@ -195,13 +243,14 @@ def ask(
         raise _fail(str(exc)) from None
 
     async def work(broker: Broker) -> tuple[int, Any]:
-        request = await broker.create(the_ask, to=to, title=title, details=details, timeout=seconds)
+        recipient = to if to is not None or not isinstance(broker, LocalBroker) else local_person()
+        request = await broker.create(the_ask, to=recipient, title=title, details=details, timeout=seconds)
         waiting = f"Waiting for an answer to {request.id} (answer it with: interlock answer {request.id} ...)"
         if not err.is_terminal:
             err.print(waiting, highlight=False)  # a spinner only shows on a terminal
         with err.status(escape(waiting)):
             try:
-                response = await broker.wait(request.id)
+                response = await _wait_through_restarts(broker, request.id, db)
             except Rejected as exc:
                 return DECLINED, {"status": "rejected", "reason": exc.reason}
             except Expired:
@@ -211,9 +260,46 @@ def ask(
         value = response.answers.get("answer")
         return (DECLINED if confirm and value is False else ANSWERED), value
 
-    code, value = _run(db, work)
+    code, value = _run(db, work, token)
     typer.echo(json.dumps(value))
     raise typer.Exit(code)
+
+
+RECONNECT_FOR = 600.0
+"""How long `interlock ask` keeps trying to reach a server that went away, in seconds."""
+
+
+async def _wait_through_restarts(broker: Broker, request_id: str, db: str | None) -> Response:
+    """`broker.wait`, riding out a server that restarts: one line per attempt to reach it
+    again, and a failure only when it stays away for `RECONNECT_FOR` seconds."""
+    backoff = Backoff(0.5, 5.0)
+    loop = asyncio.get_running_loop()
+    gone_since: float | None = None
+    attempt = 0
+    while True:
+        began = loop.time()
+        try:
+            return await broker.wait(request_id)
+        except (ConnectionError, httpx.HTTPStatusError) as exc:
+            if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code < 500:
+                raise
+            now = loop.time()
+            if now - began > 10.0:  # it was reachable for a while: a new outage
+                gone_since, attempt = None, 0
+                backoff.reset()
+            gone_since = now if gone_since is None else gone_since
+            if now - gone_since >= RECONNECT_FOR:
+                raise
+            attempt += 1
+            delay = backoff.next()
+            err.print(
+                f"the server at {redact_url(db or '')} is unreachable or restarting; trying again in {delay:.1f}s "
+                f"(attempt {attempt}; the request stays pending)",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,  # one line per attempt, however narrow the terminal
+            )
+            await asyncio.sleep(delay)
 
 
 @app.command()
@@ -225,11 +311,12 @@ def inbox(
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """List requests, newest first."""
     if status != "all" and status not in {s.value for s in Status}:
         raise _fail(f"unknown status {status!r}")
-    page = _run(db, lambda b: b.list(recipient=to, status=None if status == "all" else status, limit=limit))
+    page = _run(db, lambda b: b.list(recipient=to, status=None if status == "all" else status, limit=limit), token)
     if as_json:
         for request in page.items:
             typer.echo(json.dumps(request_to_dict(request)))
@@ -240,7 +327,7 @@ def inbox(
         table.add_column(column)
     now = datetime.now(UTC)
     for r in page.items:
-        expires = "" if r.expires_at is None else _ago(r.expires_at, now)
+        expires = "" if r.expires_at is None or r.status is not Status.PENDING else _ago(r.expires_at, now)
         table.add_row(r.id, r.status.value, r.to or "", _summary(r), _ago(r.created_at, now), expires)
     Console(width=None if sys.stdout.isatty() else 1000).print(table)
     if not page.items:
@@ -248,9 +335,9 @@ def inbox(
 
 
 @app.command()
-def show(request_id: str, db: DbOption = None) -> None:
+def show(request_id: str, db: DbOption = None, token: TokenOption = None) -> None:
     """Print one request as JSON."""
-    request = _run(db, lambda b: b.get(request_id))
+    request = _run(db, lambda b: b.get(request_id), token)
     typer.echo(json.dumps(request_to_dict(request), indent=2))
     if request.status is Status.PENDING:
         for line in how_to_answer(request):
@@ -324,6 +411,7 @@ def answer(
         ),
     ] = None,
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Answer a pending request: `yes` / `no` for an approval (`--reason` says why)."""
     if reason is not None:
@@ -335,8 +423,10 @@ def answer(
     except InvalidAnswer as exc:
         raise _fail(str(exc)) from None
 
-    async def work(broker: Broker) -> bool:
+    async def work(broker: Broker) -> Request | None:
         request = await broker.get(request_id)
+        if request.status is not Status.PENDING:
+            return request
         if raw is not None:
             try:
                 value = json.loads(raw)
@@ -344,10 +434,13 @@ def answer(
                 raise InvalidAnswer(f"--json is not valid JSON: {exc}") from None
         else:
             value = parse_answer(request, values or [])
-        return await broker.resolve(request_id, value, by=by, via="cli", comment=comment, grants=echo)
+        if await broker.resolve(request_id, value, by=by, via="cli", comment=comment, grants=echo):
+            return None
+        return await broker.get(request_id)
 
-    if not _run(db, work):
-        raise _fail(f"request {request_id} is no longer pending", DECLINED)
+    settled = _run(db, work, token)
+    if settled is not None:
+        raise _fail(f"request {request_id} {settled_already(settled)}", DECLINED)
     err.print(f"answered {request_id}")
 
 
@@ -357,11 +450,29 @@ def reject(
     reason: Annotated[str, typer.Option("--reason", help="Why; the asker reads it.")] = "",
     by: Annotated[str | None, typer.Option("--by", help="Who is rejecting.")] = None,
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Refuse a pending request."""
-    if not _run(db, lambda b: b.reject(request_id, reason, by=by, via="cli")):
-        raise _fail(f"request {request_id} is not pending", DECLINED)
+
+    async def work(broker: Broker) -> Request | None:
+        if await broker.reject(request_id, reason, by=by, via="cli"):
+            return None
+        return await broker.get(request_id)
+
+    settled = _run(db, work, token)
+    if settled is not None:
+        raise _fail(f"request {request_id} {settled_already(settled)}", DECLINED)
     err.print(f"rejected {request_id}")
+
+
+def settled_already(request: Request) -> str:
+    """How a request that is no longer pending settled, for a person: "was already
+    answered by alice at 2026-12-01 09:30 UTC"."""
+    response = request.response
+    verb = {"rejected": "declined"}.get(request.status.value, request.status.value)
+    by = f" by {response.by}" if response is not None and response.by else ""
+    at = f" at {response.at.strftime('%Y-%m-%d %H:%M:%S UTC')}" if response is not None else ""
+    return f"was already {verb}{by}{at}"
 
 
 @app.command()
@@ -369,6 +480,7 @@ def watch(
     to: Annotated[str | None, typer.Option("--to", help="On a local store: only requests to this person.")] = None,
     by: Annotated[str | None, typer.Option("--by", help="Who is answering (a server knows from the token).")] = None,
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Answer requests in this terminal as they arrive: what is pending first, then new ones.
 
@@ -418,14 +530,17 @@ def watch(
                 await answer(broker, new)
 
     with contextlib.suppress(EOFError):
-        _run(db, work)
+        _run(db, work, token)
 
 
 def parse_answer(request: Request, values: list[str]) -> Any:
     """Turn command-line words into an answer: one ask takes the words as its value,
     several take ASK=VALUE pairs."""
     if len(request.asks) == 1:
-        return request.asks[0].from_words(values)
+        only = request.asks[0]
+        if isinstance(only, Form) and values and not values[0].lstrip().startswith("{"):
+            raise InvalidAnswer(_form_as_json(only), ask_id=only.id)
+        return only.from_words(values)
     decision = decision_ask(request)
     if decision is not None and not any("=" in word for word in values):
         return Answers({decision.id: decision.from_words(values)})  # the optional asks left out
@@ -435,8 +550,17 @@ def parse_answer(request: Request, values: list[str]) -> Any:
         ask_id, sep, value = pair.partition("=")
         if not sep or ask_id not in by_id:
             raise InvalidAnswer(f"give each answer as ASK=VALUE with ASK one of: {', '.join(by_id)}")
+        named = by_id[ask_id]
+        if isinstance(named, Form) and not value.lstrip().startswith("{"):
+            raise InvalidAnswer(_form_as_json(named), ask_id=ask_id)
         answers[ask_id] = by_id[ask_id].from_words([value])
     return answers
+
+
+def _form_as_json(ask: Form) -> str:
+    fields = list(ask.schema.get("properties", {}))
+    example = "{" + ", ".join(f'"{name}": ...' for name in fields[:4]) + (", ..." if len(fields) > 4 else "") + "}"
+    return f"ask {ask.id!r} is a form: give its answer as one JSON object, with --json '{example}'"
 
 
 def _summary(request: Request) -> str:
@@ -553,9 +677,15 @@ def serve(
         from .server.app import create_app
         from .server.quotas import Quota
     except ImportError as exc:  # pragma: no cover - depends on how interlock was installed
-        raise _fail(f"the server needs its extra: pip install 'interlock[server]' ({exc})") from None
+        raise _fail(
+            f"the server needs its extra ({exc.name or exc} is missing): in your clone of interlock, run "
+            "`.venv/bin/pip install -e '.[server]'`"
+        ) from None
     if db is not None and db.startswith(("http://", "https://")):
-        raise _fail("serve needs a store URL (sqlite:///... or memory://), not another server")
+        raise _fail(
+            f"serve keeps its own store, and {redact_url(db)} is a server (from --db or INTERLOCK_URL): pass "
+            "--db sqlite:///interlock.db (or postgresql://..., memory://)"
+        )
     if no_auth and not _is_loopback(host):
         raise _fail(f"--no-auth is allowed only on a loopback address, not {host}")
     proxies = list(trusted_proxy or ())
@@ -570,6 +700,27 @@ def serve(
     policy = GrantPolicy(
         parse_duration(grant_default), parse_duration(grant_ceiling) if grant_ceiling is not None else None
     )
+    where = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+    sock = _listen(host, port)
+
+    async def announce(broker: LocalBroker) -> None:
+        """Once the store is open: with auth, a one-time sign-in link for the person at
+        this machine (made a human here if new), as notebook servers print theirs."""
+        if no_auth:
+            err.print(f"open {where}/ in your browser", markup=False)
+            return
+        person = local_person()
+        store = broker.principals
+        found = await store.get_principal(person)
+        if found is None:
+            await store.save_principal(Principal(person, "human"))
+        elif found.kind != "human":
+            err.print(f"no sign-in link: {person!r} is an agent here; sign in with a human's token", markup=False)
+            return
+        link = await mint_signin_link(store, person, where)
+        err.print(f"sign in as {person} (the link works once, for a day):", markup=False)
+        err.print(f"    {link}", markup=False, soft_wrap=True)
+
     try:
         app = create_app(
             db,
@@ -584,10 +735,11 @@ def serve(
             open_inboxes=open_inboxes,
             grant_policy=policy,
             grant_key=grant_key,
+            on_ready=announce,
         )
     except (ValueError, OSError) as exc:
+        sock.close()
         raise _fail(str(exc)) from None
-    where = f"http://{host}:{port}"
     err.print(f"interlock {__version__} serving {where} on {redact_url(db or 'sqlite:///interlock.db')}", markup=False)
     if no_auth:
         err.print("[yellow]auth is OFF[/yellow]: anyone who can reach this loopback address can read and answer")
@@ -595,15 +747,61 @@ def serve(
         err.print("auth is on: create tokens with `interlock token create NAME --human|--agent`")
     if proxies:
         err.print(f"trusting X-Forwarded-Proto and X-Forwarded-For from {', '.join(proxies)}", markup=False)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
         log_level="warning",
         log_config=_redacted_logging(LOGGING_CONFIG),
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or None,
+        timeout_graceful_shutdown=5,  # long polls and streams end; their clients come back
     )
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on host:port, or a message saying what to do instead."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise _fail(f"cannot listen on {host}: {exc.strerror}; pass --host with an address of this machine") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise _fail(
+                f"port {port} on {host} is already in use (another `interlock serve`?): stop it, or pass --port "
+                "with a free port"
+            ) from None
+        raise _fail(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def local_person() -> str:
+    """The person at this machine, as `interlock serve` signs them in and `interlock ask`
+    on a local store addresses them: $INTERLOCK_USER, else the login name, else "me"."""
+    for name in (os.environ.get("INTERLOCK_USER"), _login()):
+        if name and _PERSON.match(name):
+            return name
+    return "me"
+
+
+_PERSON = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+
+
+def _login() -> str | None:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container, say)
+        return None
 
 
 def _redacted_logging(base: dict[str, Any]) -> dict[str, Any]:

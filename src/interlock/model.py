@@ -903,6 +903,8 @@ class Text:
         return str(value)
 
     def terminal_prompt(self, optional: str) -> tuple[list[str], str]:
+        if self.multiline:  # read line by line (`TerminalContract`) until an empty one
+            return [f"{self.prompt}{optional}", "  (several lines; an empty line ends the answer)"], "> "
         return [], f"{self.prompt}{optional} > "
 
     def from_line(self, line: str) -> Any:
@@ -914,6 +916,34 @@ class Text:
     def how_to_answer(self) -> str:
         limit = f", at most {self.max_length} characters" if self.max_length is not None else ""
         return f"text{limit}"
+
+
+def _allowed_values(prop: Mapping[str, Any]) -> str:
+    """What a form field takes beyond its type, for a person at a terminal: its allowed
+    values (`enum`, `const`, or those of its items), its bounds, its default."""
+    items = prop.get("items")
+    choices = prop.get("enum")
+    if choices is None and "const" in prop:
+        choices = [prop["const"]]
+    if choices is None and isinstance(items, Mapping):
+        choices = items.get("enum")
+    parts = []
+    if isinstance(choices, list) and choices:
+        parts.append("one of " + ", ".join(json.dumps(c, ensure_ascii=False) for c in choices[:20]))
+        if len(choices) > 20:
+            parts[-1] += f", ... ({len(choices)} in all)"
+    for key, word in (
+        ("minimum", "at least"),
+        ("maximum", "at most"),
+        ("minLength", "at least"),
+        ("maxLength", "at most"),
+    ):
+        if isinstance(prop.get(key), int | float) and not isinstance(prop.get(key), bool):
+            unit = " characters" if key.endswith("Length") else ""
+            parts.append(f"{word} {prop[key]}{unit}")
+    if "default" in prop:
+        parts.append(f"default {json.dumps(prop['default'], ensure_ascii=False)}")
+    return ", ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1258,6 +1288,8 @@ class Form:
         lines = [self.prompt + optional]
         for name, prop in self.schema.get("properties", {}).items():
             about = (prop.get("description") or prop.get("type") or "") if isinstance(prop, Mapping) else ""
+            allowed = _allowed_values(prop) if isinstance(prop, Mapping) else ""
+            about = "; ".join(part for part in (str(about), allowed) if part)
             lines.append(f"  {name}{' (required)' if name in required else ''}{f': {about}' if about else ''}")
         return lines, "(a JSON object with those fields) > "
 

@@ -32,6 +32,7 @@ from .model import Request
 __all__ = [
     "ANONYMOUS",
     "IssuedSession",
+    "IssuedSignInLink",
     "IssuedToken",
     "LiveToken",
     "Principal",
@@ -41,6 +42,7 @@ __all__ = [
     "can_read",
     "hash_token",
     "issue_session",
+    "issue_signin_link",
     "issue_token",
 ]
 
@@ -49,6 +51,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 TOKEN_PREFIX = "il_"
 SESSION_PREFIX = "ils_"
 SESSION_LIFETIME = timedelta(days=7)
+SIGNIN_LINK_PREFIX = "ilk_"
+SIGNIN_LINK_LIFETIME = timedelta(hours=24)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +118,19 @@ class WebSession:
     expires_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class IssuedSignInLink:
+    """A one-time sign-in link's secret as issued: `secret` goes in the link and is never
+    stored; the store keeps its hash, whom it signs in and until when. Used once, it opens
+    a web session for `principal` with a token of its own."""
+
+    secret: str
+    hash: str
+    principal: str
+    created_at: datetime
+    expires_at: datetime
+
+
 def hash_token(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
@@ -128,6 +145,11 @@ def issue_session(now: datetime, lifetime: timedelta = SESSION_LIFETIME) -> Issu
     session_id = secrets.token_hex(8)
     secret = f"{SESSION_PREFIX}{session_id}_{secrets.token_urlsafe(32)}"
     return IssuedSession(session_id, secret, hash_token(secret), secrets.token_urlsafe(24), now, now + lifetime)
+
+
+def issue_signin_link(principal: str, now: datetime, lifetime: timedelta = SIGNIN_LINK_LIFETIME) -> IssuedSignInLink:
+    secret = f"{SIGNIN_LINK_PREFIX}{secrets.token_urlsafe(32)}"
+    return IssuedSignInLink(secret, hash_token(secret), principal, now, now + lifetime)
 
 
 def can_read(principal: Principal, request: Request) -> bool:

@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 __all__ = ["MASK", "RedactingFilter", "redact", "redact_url"]
 
 MASK = "***"
-SECRET_PARAMETERS = frozenset({"password", "sslpassword", "token", "access_token", "secret", "secret_key"})
+SECRET_PARAMETERS = frozenset({"password", "sslpassword", "token", "access_token", "secret", "secret_key", "code"})
 """Query parameters whose values are credentials, in any store or server URL."""
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")

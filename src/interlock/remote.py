@@ -469,13 +469,23 @@ class RemoteBroker(Broker):
         after: str | None = None,
         limit: int = 50,
         order: Literal["asc", "desc"] = "desc",
+        settled: bool = False,
+        text: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> Page:
         if not 1 <= limit <= 1000:
             raise ValueError("limit must be between 1 and 1000")
+        for name, when in (("since", since), ("until", until)):
+            if when is not None and when.tzinfo is None:
+                raise InvalidRequest(f"{name} needs a time zone (UTC, say)")
         params: dict[str, Any] = {"limit": limit, "order": order}
         given = {"recipient": recipient, "requester": requester, "kind": kind, "session": session}
-        given |= {"channel": channel, "agent": agent, "run": run, "cursor": after}
+        given |= {"channel": channel, "agent": agent, "run": run, "cursor": after, "text": text}
+        given |= {"since": since.isoformat() if since else None, "until": until.isoformat() if until else None}
         params |= {name: value for name, value in given.items() if value is not None}
+        if settled:
+            params["settled"] = "true"
         if status is not None:
             params["status"] = Status(status).value
         page = await self._call("GET", "/requests", params=params)

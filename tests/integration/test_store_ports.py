@@ -458,3 +458,24 @@ async def test_a_revoked_or_expired_grant_is_not_live(store: Store) -> None:
         live.id,
         "alice",
     )
+
+
+# -- one-time sign-in links ----------------------------------------------------------------
+
+
+async def test_a_signin_link_signs_its_person_in_once_and_only_until_it_expires(store: PrincipalStore) -> None:
+    from interlock.principals import issue_signin_link
+
+    await store.save_principal(Principal("alice", "human"))
+    now = datetime.now(UTC)
+    link = issue_signin_link("alice", now)
+    await store.save_signin_link(link)
+    assert await store.use_signin_link(hash_token("ilk_unknown"), now) is None
+    assert await store.use_signin_link(link.hash, now) == Principal("alice", "human")
+    assert await store.use_signin_link(link.hash, now) is None  # spent
+
+    short = issue_signin_link("alice", now, timedelta(minutes=5))
+    await store.save_signin_link(short)
+    assert await store.use_signin_link(short.hash, now + timedelta(minutes=5)) is None  # expired
+    with pytest.raises(ValueError, match="nobody"):
+        await store.save_signin_link(issue_signin_link("nobody", now))

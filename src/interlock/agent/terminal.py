@@ -131,7 +131,7 @@ class TerminalContract:
         for line in lines:
             self._say(line)
         while True:
-            typed = await self._line(prompt)
+            typed = await self._lines(prompt) if getattr(ask, "multiline", False) else await self._line(prompt)
             if not typed.strip() and not ask.required:
                 return _SKIP
             try:
@@ -171,6 +171,21 @@ class TerminalContract:
         if line == "":
             raise EOFError
         return line.rstrip("\r\n")
+
+    async def _lines(self, prompt: str) -> str:
+        """Several lines, up to an empty one (which ends the answer, and is not part of it) or
+        the end of input."""
+        lines: list[str] = []
+        while True:
+            try:
+                line = await self._line(prompt if not lines else "  ")
+            except EOFError:
+                if not lines:
+                    raise
+                return "\n".join(lines)  # the end of input ends the answer too
+            if not line.strip():
+                return "\n".join(lines)
+            lines.append(line)
 
     def _reader(self) -> asyncio.Future[str]:
         """The read in flight on the input, started if there is none."""

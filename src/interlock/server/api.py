@@ -11,10 +11,12 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
+from pydantic import AwareDatetime, TypeAdapter, ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..approvals import mark, unmarked
@@ -236,6 +238,23 @@ async def consume_request(
     return {"id": request_id, "consumed": await broker.consume(request_id, by=by)}
 
 
+_DATE_TIME = {"format": "date-time"}
+_AWARE = TypeAdapter(AwareDatetime)
+
+
+def _instant(name: str, value: str | None) -> datetime | None:
+    """A query parameter's RFC 3339 time with its offset; 422 for anything else (a bare
+    number included, which pydantic would read as a Unix time)."""
+    if value is None:
+        return None
+    try:
+        if value.strip().lstrip("+-").replace(".", "", 1).isdigit():
+            raise ValueError
+        return _AWARE.validate_python(value)
+    except (ValueError, ValidationError):
+        raise ApiError(422, "invalid_request", f"{name}: a time such as 2026-12-01T09:30:00Z") from None
+
+
 @router.get("/requests", response_model=RequestPage, responses=_problems(422), tags=["requests"])
 async def list_requests(
     caller: Caller,
@@ -251,6 +270,19 @@ async def list_requests(
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     order: Literal["desc", "asc"] = "desc",
+    settled: Annotated[bool, Query(description="only settled requests (any status but pending)")] = False,
+    text: Annotated[
+        str | None,
+        Query(max_length=500, description="only requests with a word starting with each word of this in their texts"),
+    ] = None,
+    since: Annotated[
+        str | None,
+        Query(description="only requests created at or after this time (RFC 3339)", json_schema_extra=_DATE_TIME),
+    ] = None,
+    until: Annotated[
+        str | None,
+        Query(description="only requests created before this time (RFC 3339)", json_schema_extra=_DATE_TIME),
+    ] = None,
 ) -> JSONResponse:
     """Your inbox (requests to you) or, with `requester` set to you, what you asked."""
     if caller.kind != "admin":
@@ -273,6 +305,10 @@ async def list_requests(
         after=cursor,
         limit=limit,
         order=order,
+        settled=settled,
+        text=text,
+        since=_instant("since", since),
+        until=_instant("until", until),
     )
     return JSONResponse({"items": [request_to_dict(r) for r in page.items], "next_cursor": page.next_cursor})
 

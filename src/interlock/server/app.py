@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,6 +39,7 @@ from . import api, grants, interactions, runs
 from .api import PROBLEMS
 from .auth import Auth, loopback_host, same_origin
 from .common import ApiError, AppState, Quotas, event_to_dict, parse_event_id, problem
+from .pages import install_pages
 from .quotas import DEFAULT_QUOTA, DEFAULT_STREAMS, Quota, TooMany
 from .schemas import (
     Problem,
@@ -120,6 +121,7 @@ def create_app(
     open_inboxes: bool = False,
     grant_policy: GrantPolicy | None = None,
     grant_key: GrantSigner | str | Path | None = None,
+    on_ready: Callable[[LocalBroker], Awaitable[None]] | None = None,
 ) -> FastAPI:
     """The ASGI app on the store at `url` (or on a broker you opened yourself).
 
@@ -145,6 +147,8 @@ def create_app(
     `grant_key`: what signs the grants' tokens: a `GrantSigner`, or the path of an Ed25519
     private key in PEM; by default a key derived from `secret_key`, else one made at start
     (see `interlock.grant_tokens`).
+    `on_ready` is awaited with the open broker once the app has started (`interlock serve`
+    prints a sign-in link from there).
     """
     options: dict[str, Any] = {"limits": limits} if limits is not None else {}
     if pause_timeout is not None:
@@ -175,6 +179,8 @@ def create_app(
         await state.hub.start()
         try:
             async with mcp.running():
+                if on_ready is not None:
+                    await on_ready(the_broker)
                 yield
         finally:
             await state.hub.stop()
@@ -212,6 +218,7 @@ def create_app(
     install_web(app, state)
     mcp = HttpEndpoint(app, the_auth.from_token, auth=auth)  # MCP over streamable HTTP, same tokens
     app.router.routes.append(Route("/mcp", mcp, include_in_schema=False))
+    install_pages(app, state)
     return app
 
 

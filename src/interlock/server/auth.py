@@ -24,7 +24,16 @@ from urllib.parse import urlsplit
 from fastapi import HTTPException, Request
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
-from ..principals import ANONYMOUS, SESSION_LIFETIME, SESSION_PREFIX, Principal, WebSession, hash_token, issue_session
+from ..principals import (
+    ANONYMOUS,
+    SESSION_LIFETIME,
+    SESSION_PREFIX,
+    Principal,
+    WebSession,
+    hash_token,
+    issue_session,
+    issue_token,
+)
 from ..store import PrincipalStore
 
 __all__ = ["Auth", "Holder", "Visitor", "loopback_host", "same_origin"]
@@ -104,6 +113,17 @@ class Auth:
         issued = issue_session(datetime.now(UTC))
         session = await self.store.start_session(hash_token(token), issued)
         return (issued.secret, session) if session is not None else None
+
+    async def sign_in_with_link(self, secret: str) -> tuple[str, WebSession] | None:
+        """Spend a one-time sign-in link and open a session for its person, with a token
+        of its own; None when the link is unknown, used or expired."""
+        now = datetime.now(UTC)
+        principal = await self.store.use_signin_link(hash_token(secret), now)
+        if principal is None or principal.kind != "human":
+            return None
+        token = issue_token(principal.name, now)
+        await self.store.save_token(token)
+        return await self.sign_in(token.secret)
 
     async def web_session(self, request: Request) -> Visitor | None:
         """Who is at the web inbox, from the session cookie; None when signed out."""

@@ -1,9 +1,11 @@
 """The web inbox: a person's pending requests, answered from the browser.
 
 Server-rendered HTML (Jinja2, autoescaped) with a little JavaScript and no build step.
-A person signs in by pasting a token; the session lives in the store and the cookie holds
-only its random secret (`auth.Auth`); every form carries the session's CSRF token. Signing
-out ends the session on the server. Agents cannot sign in: only people answer.
+A person signs in by pasting a token or with a one-time link (`pages`, `interlock.signin`),
+and comes back to the page that sent them (`?next=`); the session lives in the store and
+the cookie holds only its random secret (`auth.Auth`); every form carries the session's
+CSRF token. Signing out ends the session on the server. Agents cannot sign in: only people
+answer. The request pages, history and dashboard are in `pages`.
 
 The page follows `/inbox/stream`, server-sent events of the requests to the person, and
 on each one fetches the request's card from `/inbox/requests/{id}`, so a card is rendered
@@ -46,8 +48,10 @@ from ..model import (
 )
 from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer
+from ..signin import safe_next
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE, Holder, check_csrf
 from .common import AppState, State, can_see, may_see_run, parse_event_id, run_event_filter
+from .markdown import render_markdown
 from .stream import Dropped
 
 __all__ = ["install_web"]
@@ -322,7 +326,7 @@ def _templates() -> Jinja2Templates:
     env = templates.env
     env.autoescape = True  # every template, whatever its name
     env.trim_blocks = env.lstrip_blocks = True
-    env.filters.update(utc=utc, pretty_json=pretty_json)
+    env.filters.update(utc=utc, pretty_json=pretty_json, markdown=render_markdown)
     env.globals.update(
         heading=heading,
         is_approval=is_approval,
@@ -392,6 +396,19 @@ def page(
     return response
 
 
+def after_signin(http: HttpRequest, next_path: str | None) -> str:
+    """Where a sign-in goes on to: the page the person was sent to sign in from (a path
+    on this server only), else the inbox."""
+    return next_path if next_path is not None and safe_next(next_path) else str(http.url_for("inbox"))
+
+
+def signin_redirect(http: HttpRequest) -> RedirectResponse:
+    """Off to sign in, coming back to this very page (its path and query) afterwards."""
+    here = http.url.path + (f"?{http.url.query}" if http.url.query else "")
+    target = http.url_for("signin").include_query_params(next=here) if here != "/" else http.url_for("signin")
+    return RedirectResponse(target, status_code=303)
+
+
 def fragment_wanted(http: HttpRequest) -> bool:
     return http.headers.get(FRAGMENT_HEADER) == "1"
 
@@ -456,13 +473,18 @@ async def inbox(http: HttpRequest, state: State) -> Response:
 @router.get("/signin", name="signin", response_class=HTMLResponse)
 async def signin_form(http: HttpRequest, state: State) -> Response:
     if not state.auth.enabled or await session(state, http) is not None:
-        return RedirectResponse(http.url_for("inbox"), status_code=303)
+        return RedirectResponse(after_signin(http, http.query_params.get("next")), status_code=303)
     return signin_page(state, http)
 
 
-def signin_page(state: AppState, http: HttpRequest, error: str = "", status: int = 200) -> HTMLResponse:
+def signin_page(
+    state: AppState, http: HttpRequest, error: str = "", status: int = 200, next_path: str | None = None
+) -> HTMLResponse:
     csrf = secrets.token_urlsafe(24)
-    response = page(state, http, "signin.html", {"error": error, "signin_csrf": csrf}, status)
+    if next_path is None:
+        next_path = http.query_params.get("next")
+    context = {"error": error, "signin_csrf": csrf, "next": next_path if safe_next(next_path) else ""}
+    response = page(state, http, "signin.html", context, status)
     _set_cookie(http, response, SIGNIN_COOKIE, csrf, 3600, "strict", "/signin", state.auth.secure(http))
     return response
 
@@ -472,20 +494,22 @@ async def signin(http: HttpRequest, state: State) -> Response:
     if not state.auth.enabled:
         return RedirectResponse(http.url_for("inbox"), status_code=303)
     values = await _values(http)
+    next_path = values.get("next")
     try:  # the sign-in form's token is the one in the short-lived sign-in cookie (double submit)
         check_csrf(http.cookies.get(SIGNIN_COOKIE, ""), values.get("csrf"))
     except HTTPException as exc:
-        return signin_page(state, http, str(exc.detail), 403)
+        return signin_page(state, http, str(exc.detail), 403, next_path)
     token = values.get("token").strip()
     principal = await state.auth.from_token(token) if token else None
     if principal is None:
-        return signin_page(state, http, "That token is unknown or has been revoked.", 401)
+        return signin_page(state, http, "That token is unknown or has been revoked.", 401, next_path)
     if principal.kind == "agent":
-        return signin_page(state, http, "That is an agent's token. Only people answer requests: use your own.", 403)
+        message = "That is an agent's token. Only people answer requests: use your own."
+        return signin_page(state, http, message, 403, next_path)
     started = await state.auth.sign_in(token)
     if started is None:  # revoked in the meantime
-        return signin_page(state, http, "That token is unknown or has been revoked.", 401)
-    response = RedirectResponse(http.url_for("inbox"), status_code=303)
+        return signin_page(state, http, "That token is unknown or has been revoked.", 401, next_path)
+    response = RedirectResponse(after_signin(http, next_path), status_code=303)
     _set_cookie(http, response, SESSION_COOKIE, started[0], SESSION_MAX_AGE, "lax", "/", state.auth.secure(http))
     response.delete_cookie(SIGNIN_COOKIE, path="/signin")
     return response
@@ -613,7 +637,7 @@ async def answer(http: HttpRequest, state: State, request_id: str) -> Response:
         return await inbox_page(state, http, who, notice=notice, status=409)
     if fragment_wanted(http):
         return card(state, http, who, current)
-    return RedirectResponse(http.url_for("inbox"), status_code=303)
+    return RedirectResponse(after_signin(http, values.get("next") or None), status_code=303)
 
 
 @router.get("/inbox/runs/{run_id}", name="inbox_run", response_class=HTMLResponse)

@@ -17,13 +17,14 @@ parameters and its `.sql` files.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from ..model import Event, IssuedGrant, Request, Response, Run, RunStatus, Status
-from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
+from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
 
 __all__ = [
     "EventQuery",
@@ -35,6 +36,8 @@ __all__ = [
     "RunQuery",
     "RunStore",
     "Store",
+    "search_words",
+    "text_words",
 ]
 
 
@@ -53,6 +56,15 @@ class Query:
     after: str | None = None
     limit: int = 50
     order: Literal["asc", "desc"] = "desc"
+    settled: bool = False
+    """Only settled requests (any status but pending)."""
+    words: tuple[str, ...] = ()
+    """Only requests with a word starting with each of these (lower case, letters and
+    digits) among their texts: title, details, prompts, options, answers, reason."""
+    since: datetime | None = None
+    """Only requests created at or after this time."""
+    until: datetime | None = None
+    """Only requests created before this time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +85,20 @@ class EventQuery:
     request: str | None = None
     session: str | None = None
     run: str | None = None
+
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+def search_words(text: str) -> tuple[str, ...]:
+    """The words of a search, as `Query.words` takes them: lower case, letters and digits
+    (at most 16, each at most 64 characters)."""
+    return tuple(dict.fromkeys(w[:64] for w in _WORD.findall(text.lower())))[:16]
+
+
+def text_words(texts: Sequence[str]) -> set[str]:
+    """The words of a request's texts, as a store that keeps no index matches them."""
+    return {w for text in texts for w in _WORD.findall(text.lower())}
 
 
 class RequestStore(Protocol):
@@ -217,6 +243,19 @@ class PrincipalStore(Protocol):
     async def end_session(self, session_hash: str) -> WebSession | None:
         """Delete the session and append a `signed_out` event (`principal`, `session`: its
         id) in the same transaction; return it, or None if there was none."""
+        ...
+
+    # one-time sign-in links (printed by `interlock serve`, sent by email)
+
+    async def save_signin_link(self, link: IssuedSignInLink) -> None:
+        """Store a sign-in link's hash for its principal (which must exist). Links past
+        their expiry may be deleted meanwhile."""
+        ...
+
+    async def use_signin_link(self, link_hash: str, now: datetime) -> Principal | None:
+        """Mark the link of this hash used, if it is unused and unexpired at `now`, and
+        return whom it signs in; None otherwise. A conditional write: of any number of
+        callers on any node, one gets the principal."""
         ...
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from importlib import resources
@@ -232,7 +232,9 @@ def positional(sql: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
     return _PARAMETER.sub(number, sql), [params[name] for name in order]
 
 
-def list_sql(query: Query) -> tuple[str, dict[str, Any]]:
+def list_sql(
+    query: Query, dialect: str = "sqlite", stamp: Callable[[datetime], Any] | None = None
+) -> tuple[str, dict[str, Any]]:
     """The statement for `Store.list` (named `:parameters`): the filters, then a keyset page."""
     where, params = [], {}
     for name in FILTERS:
@@ -240,6 +242,20 @@ def list_sql(query: Query) -> tuple[str, dict[str, Any]]:
         if value is not None:
             where.append(f"{name} = :{name}")
             params[name] = value.value if isinstance(value, Status) else value
+    if query.settled:
+        where.append("status <> 'pending'")
+    for name, op in (("since", ">="), ("until", "<")):
+        when = getattr(query, name)
+        if when is not None:
+            where.append(f"created_at {op} :{name}")
+            params[name] = stamp(when) if stamp is not None else when
+    if query.words:
+        if dialect == "postgresql":  # the expression of the GIN index requests_text
+            where.append("interlock_request_text(doc, response) @@ to_tsquery('simple', :words)")
+            params["words"] = " & ".join(f"{w}:*" for w in query.words)
+        else:  # FTS5: each word a quoted prefix, all of them required
+            where.append("rowid IN (SELECT rowid FROM requests_text WHERE requests_text MATCH :words)")
+            params["words"] = " ".join(f'"{w}"*' for w in query.words)
     if query.after is not None:
         where.append("id < :after" if query.order == "desc" else "id > :after")
         params["after"] = query.after
@@ -415,8 +431,10 @@ class SqlStore:
         self._cache.put(request, row_size(doc, answer))
         return request
 
+    dialect = "sqlite"
+
     async def list(self, query: Query) -> Sequence[Request]:
-        return [request_from_row(*row) for row in await self._rows_of(*list_sql(query))]
+        return [request_from_row(*row) for row in await self._rows_of(*list_sql(query, self.dialect, self._stamp))]
 
     async def next_expiry(self) -> datetime | None:
         value = (await self._rows("next_expiry"))[0][0]

@@ -22,9 +22,21 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import Closed
-from ..model import Event, IssuedGrant, Request, Response, Run, RunStatus, Status, grant_event_data, run_event_data
-from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
-from . import EventQuery, GrantQuery, Query, RunQuery
+from ..model import (
+    Event,
+    IssuedGrant,
+    Request,
+    Response,
+    Run,
+    RunStatus,
+    Status,
+    grant_event_data,
+    request_to_dict,
+    response_to_dict,
+    run_event_data,
+)
+from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
+from . import EventQuery, GrantQuery, Query, RunQuery, text_words
 from ._url import url_options
 
 __all__ = ["MemoryStore", "from_url"]
@@ -62,6 +74,7 @@ class MemoryStore:
         self._revoked: set[str] = set()  # token ids
         self._unconsumed: OrderedDict[str, Request] = OrderedDict()  # answered, not consumed yet
         self._sessions: dict[str, tuple[IssuedSession, str]] = {}  # by hash: the session and its token's id
+        self._signin_links: dict[str, tuple[IssuedSignInLink, bool]] = {}  # by hash: the link and whether used
         self._closed: set[tuple[str, str | None]] = set()  # (channel, requester or None for everyone)
         self._runs: dict[str, Run] = {}
         self._run_expiry: list[tuple[datetime, str]] = []  # parked runs' deadlines (stale entries skipped)
@@ -297,6 +310,21 @@ class MemoryStore:
             return None
         await self.append_event("signed_out", {"principal": ended.principal.name, "session": ended.id})
         return ended
+
+    async def save_signin_link(self, link: IssuedSignInLink) -> None:
+        if link.principal not in self._principals:
+            raise ValueError(f"no principal named {link.principal!r}")
+        for key, (old, _) in list(self._signin_links.items()):
+            if old.expires_at <= link.created_at:
+                del self._signin_links[key]
+        self._signin_links[link.hash] = (link, False)
+
+    async def use_signin_link(self, link_hash: str, now: datetime) -> Principal | None:
+        found = self._signin_links.get(link_hash)
+        if found is None or found[1] or found[0].expires_at <= now:
+            return None
+        self._signin_links[link_hash] = (found[0], True)
+        return self._principals.get(found[0].principal)
 
     # -- runs ------------------------------------------------------------------------------
 
@@ -545,7 +573,30 @@ def _matches(r: Request, q: Query) -> bool:
         and (q.channel is None or o.channel == q.channel)
         and (q.agent is None or o.agent == q.agent)
         and (q.run is None or o.run == q.run)
+        and (not q.settled or r.status is not Status.PENDING)
+        and (q.since is None or r.created_at >= q.since)
+        and (q.until is None or r.created_at < q.until)
+        and (not q.words or _has_words(r, q.words))
     )
+
+
+def _has_words(r: Request, words: Sequence[str]) -> bool:
+    texts = _texts(request_to_dict(r))
+    if r.response is not None:
+        texts += _texts(response_to_dict(r.response))
+    found = text_words(texts)
+    return all(any(w.startswith(word) for w in found) for word in words)
+
+
+def _texts(value: Any) -> list[str]:
+    """Every string in a JSON-like value (not its keys)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _texts(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _texts(v)]
+    return []
 
 
 def _event_matches(event: Event, q: EventQuery) -> bool:

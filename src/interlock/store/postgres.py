@@ -58,7 +58,7 @@ from ..model import (
     response_to_dict,
     run_event_data,
 )
-from ..principals import IssuedSession, IssuedToken, Principal, WebSession
+from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
 from ..redact import redact, redact_url
 from ._sql import (
     DEFAULT_CACHE_BYTES,
@@ -121,6 +121,8 @@ def _named(dsn: str, name: str) -> dict[str, str]:
 
 
 class PostgresStore(SqlStore):
+    dialect = "postgresql"
+
     def __init__(
         self,
         url: str,
@@ -625,6 +627,21 @@ class PostgresStore(SqlStore):
 
     async def end_session(self, session_hash: str) -> WebSession | None:
         return self._web_session(await self.pool.fetchrow(Q["end_session"], session_hash, datetime.now(UTC)))
+
+    # -- one-time sign-in links -----------------------------------------------------------
+
+    async def save_signin_link(self, link: IssuedSignInLink) -> None:
+        await self._query("execute", Q["delete_expired_signin_links"], link.created_at)
+        try:
+            await self.pool.execute(
+                Q["insert_signin_link"], link.hash, link.principal, link.created_at, link.expires_at
+            )
+        except asyncpg.ForeignKeyViolationError:
+            raise ValueError(f"no principal named {link.principal!r}") from None
+
+    async def use_signin_link(self, link_hash: str, now: datetime) -> Principal | None:
+        row = await self.pool.fetchrow(Q["use_signin_link"], link_hash, now)
+        return None if row is None else Principal(*row)
 
     # -- events --------------------------------------------------------------------------
 

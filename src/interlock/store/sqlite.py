@@ -35,7 +35,7 @@ from ..model import (
     response_to_dict,
     run_event_data,
 )
-from ..principals import IssuedSession, IssuedToken, Principal, WebSession
+from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
 from . import EventQuery
 from ._sql import (
     DEFAULT_CACHE_BYTES,
@@ -693,6 +693,33 @@ class SqliteStore(SqlStore):
             for request, answer in cancelled:
                 self._remember(request, answer)
         return [(run, [request for request, _ in cancelled]) for run, cancelled in expired]
+
+    # -- one-time sign-in links -----------------------------------------------------------
+
+    async def save_signin_link(self, link: IssuedSignInLink) -> None:
+        row = {
+            "hash": link.hash,
+            "principal": link.principal,
+            "created_at": _us(link.created_at),
+            "expires_at": _us(link.expires_at),
+        }
+
+        def save(db: sqlite3.Connection) -> None:
+            db.execute(Q["delete_expired_signin_links"], {"now": row["created_at"]})
+            db.execute(Q["insert_signin_link"], row)
+
+        try:
+            await self._write(save, notify=False)
+        except sqlite3.IntegrityError:
+            raise ValueError(f"no principal named {link.principal!r}") from None
+
+    async def use_signin_link(self, link_hash: str, now: datetime) -> Principal | None:
+        def use(db: sqlite3.Connection) -> str | None:
+            row = db.execute(Q["use_signin_link"], {"hash": link_hash, "now": _us(now)}).fetchone()
+            return None if row is None else str(row[0])
+
+        name = await self._write(use, notify=False)
+        return None if name is None else await self.get_principal(name)
 
     # -- events --------------------------------------------------------------------------
 

@@ -198,3 +198,16 @@ FROM grants WHERE id = $1;
 UPDATE grants SET revoked_at = $3, revoked_by = $2 WHERE id = $1 AND revoked_at IS NULL
 RETURNING id, resource, ability, issuer, audience, issued_at, expires_at, request_id, ask_id, option_id,
           revoked_at, revoked_by;
+-- name: delete_expired_signin_links
+DELETE FROM signin_links WHERE expires_at <= $1;
+
+-- name: insert_signin_link
+INSERT INTO signin_links (hash, principal, created_at, expires_at) VALUES ($1, $2, $3, $4);
+
+-- name: use_signin_link
+WITH used AS (
+    UPDATE signin_links SET used_at = $2
+    WHERE hash = $1 AND used_at IS NULL AND expires_at > $2
+    RETURNING principal
+)
+SELECT p.name, p.kind, p.owner FROM used u JOIN principals p ON p.name = u.principal;

@@ -209,3 +209,14 @@ FROM grants WHERE id = :id;
 
 -- name: revoke_grant
 UPDATE grants SET revoked_at = :at, revoked_by = :by WHERE id = :id AND revoked_at IS NULL;
+-- name: delete_expired_signin_links
+DELETE FROM signin_links WHERE expires_at <= :now;
+
+-- name: insert_signin_link
+INSERT INTO signin_links (hash, principal, created_at, expires_at)
+VALUES (:hash, :principal, :created_at, :expires_at);
+
+-- name: use_signin_link
+UPDATE signin_links SET used_at = :now
+WHERE hash = :hash AND used_at IS NULL AND expires_at > :now
+RETURNING principal;

@@ -1,0 +1,42 @@
+"""A request's `details` as HTML: Markdown rendered by markdown-it-py, then sanitized by nh3.
+
+Two layers, so neither alone decides what reaches the page: the renderer is told to pass no
+raw HTML (it escapes it as text) and to keep to CommonMark plus tables and strikethrough;
+the sanitizer then keeps only the tags Markdown itself makes, links only to http(s) and
+mailto addresses (opened with rel="noopener noreferrer nofollow"), and no images (the
+page's Content-Security-Policy would block a remote one anyway; an alt text is no loss).
+"""
+
+from __future__ import annotations
+
+import nh3
+from markdown_it import MarkdownIt
+from markupsafe import Markup
+
+__all__ = ["render_markdown"]
+
+_TAGS = {
+    "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "del", "s", "code", "pre",
+    "blockquote", "ul", "ol", "li", "a", "table", "thead", "tbody", "tr", "th", "td",
+}  # fmt: skip
+_ATTRIBUTES = {"a": {"href", "title"}, "ol": {"start"}}  # no style: the CSP forbids inline styles
+_SCHEMES = {"http", "https", "mailto"}
+_MAX_SOURCE = 100_000  # characters rendered; the rest is cut (details are limited far below this)
+
+_renderer = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable(
+    ["table", "strikethrough"]
+)
+
+
+def render_markdown(text: str) -> Markup:
+    """Safe HTML for `text` written in Markdown."""
+    html = _renderer.render(text[:_MAX_SOURCE])
+    clean = nh3.clean(
+        html,
+        tags=_TAGS,
+        attributes=_ATTRIBUTES,
+        url_schemes=_SCHEMES,
+        link_rel="noopener noreferrer nofollow",
+        strip_comments=True,
+    )
+    return Markup(clean)

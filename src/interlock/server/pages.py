@@ -1,0 +1,374 @@
+"""The web inbox's other pages: a request's own page, the history, the dashboard, and the
+one-time sign-in links.
+
+- `/requests/{id}`: the request (its asks, answerable there while it is pending and yours),
+  its details as Markdown, its answer, and its timeline from the event log. A link to it
+  survives the sign-in: signing in comes back to it.
+- `/history`: settled requests to you, filtered by status, kind, agent, run and dates, and
+  searched by the words of their prompts and answers, a page at a time (`Broker.list`).
+- `/dashboard`: what is waiting by agent and age, how fast answers come, what expired, per
+  person.
+- `/signin/link`: a one-time link (`interlock.signin`) opens a session. Following it shows
+  a button that spends it, so a mail scanner that fetches links spends nothing.
+
+All are plain server-rendered pages: forms and links, no script needed.
+"""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, FastAPI, HTTPException
+from fastapi import Request as HttpRequest
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from ..broker import Page
+from ..errors import InvalidRequest, NotFound
+from ..model import Event, Status
+from ..model import Request as HumanRequest
+from ..principals import can_answer, can_read
+from .auth import SESSION_COOKIE, SESSION_MAX_AGE, check_csrf
+from .common import AppState, State
+from .web import (
+    SIGNIN_COOKIE,
+    Session,
+    _set_cookie,
+    _values,
+    after_signin,
+    outcome,
+    page,
+    refusal,
+    session,
+    signin_page,
+    signin_redirect,
+)
+
+__all__ = ["install_pages", "router"]
+
+HISTORY_PAGE = 25
+TIMELINE_LIMIT = 500
+DASHBOARD_WINDOW = timedelta(days=7)
+DASHBOARD_ROWS = 1000  # requests read for the dashboard's figures, newest first
+_SETTLED = [s.value for s in Status if s.settled]
+_AGES = (("under an hour", timedelta(hours=1)), ("under a day", timedelta(days=1)), ("older", timedelta.max))
+
+router = APIRouter(include_in_schema=False)
+
+
+def install_pages(app: FastAPI, state: AppState) -> None:
+    """Add the request pages, the history, the dashboard and the sign-in links (after
+    `install_web`, whose templates they use)."""
+    state.templates.env.filters["span"] = span
+    app.include_router(router)
+
+
+# -- one-time sign-in links -----------------------------------------------------------------
+
+
+@router.get("/signin/link", name="signin_link", response_class=HTMLResponse)
+async def signin_link_page(http: HttpRequest, state: State, code: str = "", next: str = "") -> Response:
+    if not state.auth.enabled or await session(state, http) is not None:
+        return RedirectResponse(after_signin(http, next), status_code=303)
+    return _link_page(state, http, code, next)
+
+
+def _link_page(state: AppState, http: HttpRequest, code: str, next_path: str, error: str = "") -> HTMLResponse:
+    csrf = secrets.token_urlsafe(24)
+    context = {"code": code, "next": next_path, "signin_csrf": csrf, "error": error}
+    response = page(state, http, "signin_link.html", context, 400 if error else 200)
+    _set_cookie(http, response, SIGNIN_COOKIE, csrf, 3600, "strict", "/signin", state.auth.secure(http))
+    return response
+
+
+@router.post("/signin/link", response_class=HTMLResponse)
+async def signin_with_link(http: HttpRequest, state: State) -> Response:
+    values = await _values(http)
+    next_path = values.get("next")
+    if not state.auth.enabled:
+        return RedirectResponse(after_signin(http, next_path), status_code=303)
+    try:  # the form's token is the one in the short-lived sign-in cookie (double submit)
+        check_csrf(http.cookies.get(SIGNIN_COOKIE, ""), values.get("csrf"))
+    except HTTPException as exc:
+        return _link_page(state, http, values.get("code"), next_path, str(exc.detail))
+    code = values.get("code").strip()
+    started = await state.auth.sign_in_with_link(code) if code and len(code) <= 200 else None
+    if started is None:
+        message = (
+            "This sign-in link has been used already or has expired. Restarting `interlock serve` prints a new "
+            "one; or sign in with a token."
+        )
+        return signin_page(state, http, message, 400, next_path)
+    response = RedirectResponse(after_signin(http, next_path), status_code=303)
+    _set_cookie(http, response, SESSION_COOKIE, started[0], SESSION_MAX_AGE, "lax", "/", state.auth.secure(http))
+    response.delete_cookie(SIGNIN_COOKIE, path="/signin")
+    return response
+
+
+# -- a request's own page -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Moment:
+    """One line of a request's timeline."""
+
+    at: datetime
+    what: str
+    detail: str = ""
+    kind: str = ""
+
+
+def timeline(request: HumanRequest, events: list[Event]) -> list[Moment]:
+    """What happened to the request, oldest first, from its events."""
+    out = []
+    for event in events:
+        data = event.data
+        if event.type == "created":
+            who = request.requester or request.origin.agent
+            to = f" to {request.to}" if request.to else ""
+            out.append(Moment(event.at, f"Asked{f' by {who}' if who else ''}{to}", kind="created"))
+        elif event.type in _SETTLED:
+            out.append(
+                Moment(event.at, outcome(request), request.response.reason if request.response else "", "settled")
+            )
+        elif event.type == "consumed":
+            out.append(Moment(event.at, "The approval was used by whoever asked", kind="consumed"))
+        elif event.type == "informed":
+            out.append(Moment(event.at, "Update", str(data.get("message", "")), "informed"))
+        else:  # what other parts record about a request (a notification sent, say)
+            words = event.type.replace("_", " ").capitalize()
+            via = data.get("channel") or data.get("via")
+            out.append(Moment(event.at, f"{words}{f' via {via}' if via else ''}", kind=event.type))
+    return out
+
+
+@router.get("/requests/{request_id}", name="request_page", response_class=HTMLResponse)
+async def request_page(http: HttpRequest, state: State, request_id: str) -> Response:
+    who = await session(state, http)
+    if who is None:
+        return signin_redirect(http)
+    try:
+        request = await state.broker.get(request_id)
+    except (NotFound, InvalidRequest):
+        return refusal(state, http, 404, "There is no such request.", who)
+    if not can_read(who.principal, request):
+        return refusal(state, http, 403, "This request is neither to you nor from you.", who)
+    events = list(await state.broker.find_events(request=request.id, limit=TIMELINE_LIMIT))
+    here = http.url_for("request_page", request_id=request.id).path
+    context = {
+        "r": request,
+        "failure": None,
+        "card_notice": None,
+        "return_to": here,
+        "answerable": request.status is Status.PENDING and can_answer(who.principal, request),
+        "moments": timeline(request, events),
+        "view": "request",
+    }
+    return page(state, http, "request.html", context, 200, who)
+
+
+# -- history --------------------------------------------------------------------------------
+
+
+@dataclass
+class HistoryFilters:
+    """The history's form, as given and as understood."""
+
+    text: str = ""
+    status: str = ""
+    kind: str = ""
+    agent: str = ""
+    run: str = ""
+    since: str = ""
+    until: str = ""
+    errors: list[str] = field(default_factory=list)
+
+    def query(self) -> dict[str, Any]:
+        """The keywords of `Broker.list` for these filters (the recipient aside)."""
+        out: dict[str, Any] = {"settled": True}
+        if self.text.strip():
+            out["text"] = self.text.strip()
+        if self.status in _SETTLED:
+            out["status"] = self.status
+        if self.kind in ("question", "approval"):
+            out["kind"] = self.kind
+        for name in ("agent", "run"):
+            if getattr(self, name).strip():
+                out[name] = getattr(self, name).strip()
+        if self.since:
+            out["since"] = _day(self.since)
+        if self.until:
+            out["until"] = _day(self.until) + timedelta(days=1)  # through the end of that day
+        return out
+
+    def link(self, **changes: str) -> str:
+        """The query string of these filters with some changed (for paging)."""
+        given = {"q": self.text, "status": self.status, "kind": self.kind, "agent": self.agent, "run": self.run}
+        given |= {"from": self.since, "to": self.until} | changes
+        return urlencode({k: v for k, v in given.items() if v})
+
+
+def _day(text: str) -> datetime:
+    return datetime.combine(date.fromisoformat(text), datetime.min.time(), UTC)
+
+
+def _filters(http: HttpRequest) -> HistoryFilters:
+    q = http.query_params
+    filters = HistoryFilters(
+        text=q.get("q", "")[:500],
+        status=q.get("status", ""),
+        kind=q.get("kind", ""),
+        agent=q.get("agent", "")[:128],
+        run=q.get("run", "")[:128],
+        since=q.get("from", ""),
+        until=q.get("to", ""),
+    )
+    for name, label in (("since", "From"), ("until", "To")):
+        value = getattr(filters, name)
+        try:
+            if value:
+                _day(value)
+        except ValueError:
+            filters.errors.append(f"{label} is not a date like 2026-12-01.")
+            setattr(filters, name, "")
+    if filters.status and filters.status not in _SETTLED:
+        filters.errors.append(f"Status is one of: {', '.join(_SETTLED)}.")
+        filters.status = ""
+    return filters
+
+
+@router.get("/history", name="history", response_class=HTMLResponse)
+async def history(http: HttpRequest, state: State) -> Response:
+    who = await session(state, http)
+    if who is None:
+        return signin_redirect(http)
+    filters = _filters(http)
+    after = http.query_params.get("after") or None
+    if after is not None and (len(after) > 64 or not after.isascii() or not after.isalnum()):
+        after = None
+    try:
+        found = await state.broker.list(**_mine(who), **filters.query(), after=after, limit=HISTORY_PAGE)
+    except InvalidRequest as exc:
+        filters.errors.append(str(exc))
+        found = Page([], None)
+    context = {
+        "found": found.items,
+        "next_link": filters.link(after=found.next_cursor) if found.next_cursor else None,
+        "first_link": filters.link() if after else None,
+        "filters": filters,
+        "statuses": _SETTLED,
+        "view": "history",
+    }
+    return page(state, http, "history.html", context, 422 if filters.errors else 200, who)
+
+
+def _mine(who: Session) -> dict[str, Any]:
+    """The `Broker.list` keyword that keeps a person's own requests (none for an admin)."""
+    return {} if who.principal.kind == "admin" else {"recipient": who.principal.name}
+
+
+# -- dashboard ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRow:
+    agent: str
+    by_age: tuple[int, ...]
+    oldest: timedelta
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_age)
+
+
+@dataclass(frozen=True, slots=True)
+class PersonRow:
+    person: str
+    answered: int
+    median: timedelta | None
+    expired: int
+    pending: int
+
+
+def span(value: timedelta | None) -> str:
+    """A duration for people: 45s, 12m, 3h 5m, 2d 4h."""
+    if value is None:
+        return "none yet"
+    seconds = max(int(value.total_seconds()), 0)
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if hours == 0:
+        return f"{minutes}m"
+    if days == 0:
+        return f"{hours}h {minutes % 60}m" if minutes % 60 else f"{hours}h"
+    return f"{days}d {hours % 24}h" if hours % 24 else f"{days}d"
+
+
+def _median(values: list[timedelta]) -> timedelta | None:
+    return timedelta(seconds=statistics.median(v.total_seconds() for v in values)) if values else None
+
+
+@router.get("/dashboard", name="dashboard", response_class=HTMLResponse)
+async def dashboard(http: HttpRequest, state: State) -> Response:
+    who = await session(state, http)
+    if who is None:
+        return signin_redirect(http)
+    now = datetime.now(UTC)
+    mine = _mine(who)
+    pending = (await state.broker.list(**mine, status=Status.PENDING, limit=DASHBOARD_ROWS)).items
+    settled = (await state.broker.list(**mine, settled=True, since=now - DASHBOARD_WINDOW, limit=DASHBOARD_ROWS)).items
+
+    ages: dict[str, list[timedelta]] = defaultdict(list)
+    for r in pending:
+        ages[r.origin.agent or r.requester or "(nobody named)"].append(now - r.created_at)
+    agents = [
+        AgentRow(
+            agent,
+            tuple(sum(1 for a in waited if lower <= a < upper) for lower, upper in _buckets()),
+            max(waited),
+        )
+        for agent, waited in ages.items()
+    ]
+    agents.sort(key=lambda row: (-row.total, row.agent))
+
+    answer_times: dict[str, list[timedelta]] = defaultdict(list)
+    expired: Counter[str] = Counter()
+    for r in settled:
+        if r.status in (Status.ANSWERED, Status.REJECTED) and r.response is not None:
+            answer_times[r.response.by or r.to or "(unknown)"].append(r.response.at - r.created_at)
+        elif r.status is Status.EXPIRED:
+            expired[r.to or "(nobody named)"] += 1
+    waiting = Counter(r.to or "(nobody named)" for r in pending)
+    people = sorted(set(answer_times) | set(expired) | set(waiting))
+    rows = [
+        PersonRow(p, len(answer_times.get(p, [])), _median(answer_times.get(p, [])), expired[p], waiting[p])
+        for p in people
+    ]
+    context = {
+        "pending_count": len(pending),
+        "answered_count": sum(len(v) for v in answer_times.values()),
+        "median": _median([t for v in answer_times.values() for t in v]),
+        "expired_count": sum(expired.values()),
+        "agents": agents,
+        "ages": [label for label, _ in _AGES],
+        "people": rows,
+        "window_days": DASHBOARD_WINDOW.days,
+        "capped": len(pending) == DASHBOARD_ROWS or len(settled) == DASHBOARD_ROWS,
+        "view": "dashboard",
+    }
+    return page(state, http, "dashboard.html", context, 200, who)
+
+
+def _buckets() -> list[tuple[timedelta, timedelta]]:
+    lower = timedelta(0)
+    out = []
+    for _, upper in _AGES:
+        out.append((lower, upper))
+        lower = upper
+    return out

@@ -1,0 +1,214 @@
+"""What the `interlock` command tells a person when something is off: each message says
+what to do, names no Python class, and the command exits 4 (or 1 for a settled request).
+Real subprocesses, a real SQLite file, and a real `interlock serve` where a server is meant."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.slow
+
+INTERLOCK = [sys.executable, "-m", "interlock"]
+CLASS_NAME = re.compile(r"\b[A-Z][a-z]+(Error|Exception)\b|Traceback")
+
+
+def run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_URL", "INTERLOCK_TOKEN")}
+    done = subprocess.run(
+        [*INTERLOCK, *args], capture_output=True, text=True, env=base | (env or {}), timeout=60, cwd=cwd
+    )
+    assert not CLASS_NAME.search(done.stderr), done.stderr
+    return done
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def until_healthy(url: str) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)  # still starting
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`interlock serve` on a free port in tmp_path, with auth, as a newcomer runs it."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_URL", "INTERLOCK_TOKEN")}
+    proc = subprocess.Popen(
+        [*INTERLOCK, "serve", "--port", str(port)], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        until_healthy(url)
+        yield url, proc
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def test_no_token_for_a_server_says_how_to_give_one(served: tuple[str, subprocess.Popen[str]], tmp_path: Path) -> None:
+    url, _ = served
+    done = run("inbox", "--server", url, cwd=tmp_path)
+    assert done.returncode == 4
+    assert "set INTERLOCK_TOKEN or pass --token" in one_line(done.stderr)
+
+
+def test_an_unreachable_server_asks_whether_serve_runs_there(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    done = run("inbox", "--token", "il_x", cwd=tmp_path, env={"INTERLOCK_URL": url})
+    assert done.returncode == 4
+    assert f"Is `interlock serve` running at {url}?" in one_line(done.stderr)
+
+
+def test_an_unsupported_url_lists_the_schemes(tmp_path: Path) -> None:
+    done = run("inbox", "--db", "ftp://example.com/x", cwd=tmp_path)
+    assert done.returncode == 4
+    message = one_line(done.stderr)
+    assert "unsupported store URL" in message and "sqlite://" in message and "http://" in message
+    assert "ValueError" not in message
+
+
+def test_a_busy_port_says_to_pick_another(served: tuple[str, subprocess.Popen[str]], tmp_path: Path) -> None:
+    url, _ = served
+    port = url.rsplit(":", 1)[1]
+    done = run("serve", "--port", port, "--db", f"sqlite:///{tmp_path / 'other.db'}", cwd=tmp_path)
+    assert done.returncode == 4
+    assert f"port {port} on 127.0.0.1 is already in use" in one_line(done.stderr)
+    assert "--port" in done.stderr
+
+
+def test_a_form_given_as_fields_names_json_and_a_settled_request_says_by_whom(tmp_path: Path) -> None:
+    schema = tmp_path / "form.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}}))
+    asked = subprocess.Popen(
+        [*INTERLOCK, "ask", "How many?", "--form", str(schema), "--timeout", "60s"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            listed = run("inbox", "--json", cwd=tmp_path).stdout.strip()
+            if listed:
+                break
+            assert time.monotonic() < deadline, "the request never appeared"
+            time.sleep(0.1)  # the child is still starting
+        request_id = json.loads(listed.splitlines()[0])["id"]
+
+        wrong = run("answer", request_id, "n=3", cwd=tmp_path)
+        assert wrong.returncode == 4
+        assert "give its answer as one JSON object, with --json '{\"n\": ...}'" in one_line(wrong.stderr)
+
+        assert run("answer", request_id, "--json", '{"n": 3}', "--by", "alice", cwd=tmp_path).returncode == 0
+        again = run("answer", request_id, "--json", '{"n": 4}', cwd=tmp_path)
+        assert again.returncode == 1
+        assert re.search(r"was already answered by alice at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", one_line(again.stderr))
+        assert asked.wait(30) == 0 and json.loads(asked.communicate()[0]) == {"n": 3}
+
+        listing = run("inbox", "--status", "all", cwd=tmp_path).stdout
+        assert "answered" in listing and " in " not in listing  # no "expires in ..." once settled
+    finally:
+        asked.kill()
+        asked.communicate(timeout=10)
+
+
+def test_serve_prints_a_signin_link_that_opens_a_session(served: tuple[str, subprocess.Popen[str]]) -> None:
+    url, proc = served
+    assert proc.stderr is not None
+    link = ""
+    while not link:  # the banner comes before the server answers /healthz
+        line = proc.stderr.readline()
+        assert line, "serve printed no sign-in link"
+        found = re.search(r"(http://\S+/signin/link\?code=\S+)", line)
+        link = found.group(1) if found else ""
+    with httpx.Client(base_url=url) as client:
+        shown = client.get(link)
+        assert shown.status_code == 200 and "one-time link" in shown.text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', shown.text)
+        code = re.search(r'name="code" value="([^"]+)"', shown.text)
+        assert csrf and code
+        signed = client.post("/signin/link", data={"csrf": csrf.group(1), "code": code.group(1)})
+        assert signed.status_code == 303 and "interlock_session" in signed.cookies
+        assert "Waiting for you" in client.get("/").text
+    with httpx.Client(base_url=url) as other:  # another browser, the same link: spent
+        shown = other.get(link)
+        csrf = re.search(r'name="csrf" value="([^"]+)"', shown.text)
+        assert csrf
+        again = other.post("/signin/link", data={"csrf": csrf.group(1), "code": code.group(1)})
+        assert again.status_code == 400 and "used already" in again.text
+        assert "interlock_session" not in again.cookies
+
+
+def test_ask_rides_out_a_server_restart_with_one_line_per_attempt(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'served.db'}"
+    token = run("token", "create", "alice", "--human", "--db", db, cwd=tmp_path).stdout.strip()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_URL", "INTERLOCK_TOKEN")}
+
+    def start() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [*INTERLOCK, "serve", "--port", str(port), "--db", db], cwd=tmp_path, env=env, stderr=subprocess.DEVNULL
+        )
+        until_healthy(url)
+        return proc
+
+    server = start()
+    asked = subprocess.Popen(
+        [*INTERLOCK, "ask", "Ship it?", "--confirm", "--to", "alice", "--server", url, "--token", token],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not run("inbox", "--json", "--db", db, cwd=tmp_path).stdout.strip():
+            assert time.monotonic() < deadline, "the request never appeared"
+            time.sleep(0.1)  # the child is still starting
+        server.terminate()
+        server.wait(20)
+        time.sleep(2)  # down for a while: the waiting ask tries again meanwhile
+        server = start()
+        request_id = json.loads(run("inbox", "--json", "--db", db, cwd=tmp_path).stdout.splitlines()[0])["id"]
+        answered = run("answer", request_id, "yes", "--server", url, "--token", token, cwd=tmp_path)
+        assert answered.returncode == 0, answered.stderr
+        out, err = asked.communicate(timeout=60)
+        assert asked.returncode == 0 and out.strip() == "true", (out, err)
+        retries = [line for line in err.splitlines() if "unreachable or restarting; trying again" in line]
+        assert retries, err
+        assert "Traceback" not in err and len(err.splitlines()) <= len(retries) + 4
+    finally:
+        for proc in (asked, server):
+            proc.kill()
+            proc.wait(10)

@@ -1,0 +1,58 @@
+"""The history's filters through the Broker on every backend (memory, SQLite, PostgreSQL,
+a server over HTTP): settled requests only, words of their texts, creation dates."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+import interlock
+from interlock import Choice, Confirm, InvalidRequest, Text
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_history_finds_settled_requests_by_the_words_of_their_prompts_and_answers(url: str) -> None:
+    async with interlock.connect(url) as broker:
+        ship = await broker.create(Confirm("Ship the release to production?"), to="alice", details="Canary is green")
+        region = await broker.create(Choice("Which région first?", ["europe", "america"]), to="alice")
+        note = await broker.create(Text("Anything to watch?"), to="bob", title="Night shift")
+        pending = await broker.create(Text("Ship the docs too?"), to="alice")
+        await broker.resolve(ship.id, True, by="alice")
+        await broker.resolve(region.id, "europe", by="alice")
+        await broker.reject(note.id, "too busy for the postmortem", by="bob")
+
+        async def found(**filters: object) -> list[str]:
+            page = await broker.list(settled=True, **filters)  # type: ignore[arg-type]
+            return [r.id for r in page.items]
+
+        assert await found() == [note.id, region.id, ship.id]  # settled only, newest first
+        assert await found(text="ship") == [ship.id]  # the pending "Ship the docs" is not history
+        assert await found(text="SHIP prod") == [ship.id]  # every word, as a prefix, any case
+        assert await found(text="canary") == [ship.id]  # the details
+        assert await found(text="europe") == [region.id]  # the answer (and an option)
+        assert await found(text="région") == [region.id]
+        assert await found(text="postmortem") == [note.id]  # the reason of a rejection
+        assert await found(text="night") == [note.id]  # the title
+        assert await found(text="ship europe") == []
+        assert await found(text="ship", recipient="bob") == []
+        assert await found(text="'\"*) OR 1=1 --") == []  # no query syntax gets through
+        assert await found(status="rejected") == [note.id]
+
+        page = await broker.list(settled=True, limit=2)
+        assert [r.id for r in page.items] == [note.id, region.id] and page.next_cursor == region.id
+        rest = await broker.list(settled=True, limit=2, after=page.next_cursor)
+        assert [r.id for r in rest.items] == [ship.id] and rest.next_cursor is None
+
+        now = datetime.now(UTC)
+        assert await found(since=now - timedelta(hours=1)) == [note.id, region.id, ship.id]
+        assert await found(since=now + timedelta(minutes=1)) == []
+        assert await found(until=ship.created_at) == []
+        assert await found(until=now + timedelta(minutes=1), text="watch") == [note.id]
+        assert pending.id in [r.id for r in (await broker.list(text="docs")).items]
+
+        with pytest.raises(InvalidRequest, match="time zone"):
+            await broker.list(since=datetime(2026, 1, 1))
+        with pytest.raises(InvalidRequest):
+            await broker.list(text="x" * 501)

@@ -1,0 +1,252 @@
+# ruff: noqa: F811  (the fixtures imported from test_web_inbox are parameters here)
+"""The web inbox's other screens in a real headless Chromium against a real server: the
+one-time sign-in link, deep links through sign-in, a request's own page and its timeline,
+the history's filters and search, the dashboard, Markdown details, and the dark theme."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import BrowserContext, Page, expect
+
+from interlock import Choice, Confirm, Text
+from interlock.signin import mint_signin_link
+
+from .test_web_inbox import (  # noqa: F401 - the fixtures
+    Server,
+    ask,
+    browser,
+    context,
+    history_item,
+    page,
+    playwright,
+    server,
+    sign_in,
+    stored,
+)
+
+pytestmark = pytest.mark.skipif(
+    not Path("/usr/bin/chromium").exists(), reason="needs Debian's chromium at /usr/bin/chromium"
+)
+
+
+def link_for(server: Server, who: str = "alice", next: str = "/") -> str:
+    return server.run(mint_signin_link(server.broker.principals, who, server.url, next=next))
+
+
+@pytest.fixture
+def other_page(context: BrowserContext, browser: object) -> Iterator[Page]:
+    """A page in a browser context of its own: another person's browser."""
+    ctx = browser.new_context()  # type: ignore[attr-defined]
+    p = ctx.new_page()
+    yield p
+    ctx.close()
+
+
+# -- one-time sign-in links and deep links -------------------------------------------------
+
+
+def test_a_signin_link_signs_in_once_without_a_token(server: Server, page: Page, other_page: Page) -> None:
+    link = link_for(server)
+    page.goto(link)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Waiting for you")).to_be_visible()
+    expect(page.locator(".who")).to_contain_text("alice")
+
+    other_page.goto(link)  # spent: a second browser gets nowhere with it
+    other_page.get_by_role("button", name="Sign in").click()
+    expect(other_page.get_by_role("alert")).to_contain_text("used already or has expired")
+    expect(other_page.get_by_label("Token")).to_be_visible()
+
+
+def test_following_a_link_spends_nothing_until_the_button_is_pressed(server: Server, page: Page) -> None:
+    link = link_for(server)
+    page.goto(link)  # what a mail scanner fetching links would do
+    page.goto(link)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Waiting for you")).to_be_visible()
+
+
+def test_a_deep_link_to_a_request_survives_the_token_sign_in(server: Server, page: Page) -> None:
+    request_id = ask(server, Text("Which branch?"))
+    page.goto(f"{server.url}/requests/{request_id}")
+    expect(page).to_have_url(re.compile(r"/signin\?next="))
+    page.get_by_label("Token").fill(server.tokens["alice"])
+    page.get_by_role("button", name="Sign in").click()
+    expect(page).to_have_url(f"{server.url}/requests/{request_id}")
+    expect(page.get_by_role("heading", name="Which branch?")).to_be_visible()
+
+
+def test_a_signin_link_to_a_request_opens_it_and_an_offsite_next_is_ignored(server: Server, page: Page) -> None:
+    request_id = ask(server, Confirm("Ship it?"))
+    page.goto(link_for(server, next=f"/requests/{request_id}"))
+    page.get_by_role("button", name="Sign in").click()
+    expect(page).to_have_url(f"{server.url}/requests/{request_id}")
+
+    page.context.clear_cookies()
+    page.goto(f"{server.url}/signin?next=//evil.example/x")
+    page.get_by_label("Token").fill(server.tokens["alice"])
+    page.get_by_role("button", name="Sign in").click()
+    expect(page).to_have_url(f"{server.url}/")
+
+
+# -- a request's own page ------------------------------------------------------------------
+
+
+def test_a_request_page_is_answered_there_and_shows_its_timeline(server: Server, page: Page) -> None:
+    request_id = ask(server, Choice("Which region first?", ["eu", "us"]), details="Traffic is **low** in eu now.")
+    sign_in(page, server)
+    page.goto(f"{server.url}/requests/{request_id}")
+    expect(page.locator(".details strong")).to_have_text("low")  # Markdown, rendered
+    page.get_by_label("us").check()
+    page.get_by_role("button", name="Send answer").click()
+    expect(page.locator("#request-state")).to_have_text("answered")
+    expect(page.locator(".answers")).to_contain_text("us")
+    timeline = page.locator(".timeline li")
+    expect(timeline).to_have_count(2)
+    expect(timeline.nth(0)).to_contain_text("Asked by bot to alice")
+    expect(timeline.nth(1)).to_contain_text("Answered by alice via web")
+    assert list(stored(server, request_id).response.answers.values()) == ["us"]  # type: ignore[union-attr]
+
+
+def test_a_request_page_works_without_javascript(server: Server, browser: object) -> None:
+    request_id = ask(server, Confirm("Restart the queue?"))
+    ctx = browser.new_context(java_script_enabled=False)  # type: ignore[attr-defined]
+    try:
+        p = ctx.new_page()
+        p.goto(f"{server.url}/requests/{request_id}")
+        p.get_by_label("Token").fill(server.tokens["alice"])
+        p.get_by_role("button", name="Sign in").click()
+        p.get_by_label("Yes").check()
+        p.get_by_role("button", name="Send answer").click()
+        expect(p).to_have_url(f"{server.url}/requests/{request_id}")  # back on the request's page
+        expect(p.locator("#request-state")).to_have_text("answered")
+    finally:
+        ctx.close()
+
+
+def test_details_are_markdown_with_no_raw_html_and_only_safe_links(server: Server, page: Page) -> None:
+    details = (
+        "See [the runbook](https://example.com/runbook) and [this](javascript:alert(1)).\n\n"
+        "<script>window.owned = 1</script><img src=x onerror='window.owned = 1'>\n\n- one\n- two"
+    )
+    request_id = ask(server, Text("Proceed?"), details=details)
+    sign_in(page, server)
+    body = page.locator(f"#req-{request_id} .details")
+    expect(body.get_by_role("link", name="the runbook")).to_have_attribute("href", "https://example.com/runbook")
+    expect(body.get_by_role("link", name="the runbook")).to_have_attribute("rel", "noopener noreferrer nofollow")
+    expect(body.locator("li")).to_have_count(2)
+    expect(body.get_by_role("link")).to_have_count(1)  # the javascript: one stays text
+    expect(body).to_contain_text("<script>")  # shown as text, never run
+    assert body.locator("script, img").count() == 0
+    assert page.evaluate("window.owned") is None
+
+
+def test_another_person_cannot_open_a_request_page(server: Server, page: Page) -> None:
+    request_id = ask(server, Text("Secret plan?"))
+    sign_in(page, server, "bob")
+    response = page.goto(f"{server.url}/requests/{request_id}")
+    assert response is not None and response.status == 403
+    expect(page.get_by_role("alert")).to_contain_text("neither to you nor from you")
+    assert page.get_by_text("Secret plan?").count() == 0
+
+
+# -- history -------------------------------------------------------------------------------
+
+
+def test_history_filters_and_searches_settled_requests_a_page_at_a_time(server: Server, page: Page) -> None:
+    ids = {}
+    for name in ("alpha", "beta", "gamma"):
+        ids[name] = ask(server, Text(f"Codename {name}?"), agent=f"agent-{name}")
+        server.run(server.broker.resolve(ids[name], f"reply {name}", by="alice"))
+    declined = ask(server, Confirm("Drop the table?"), kind="approval")
+    server.run(server.broker.reject(declined, "never on a Friday", by="alice"))
+    ask(server, Text("Codename pending?"))  # pending: not history
+    ask(server, Text("Codename for bob?"), to="bob")
+    server.run(server.broker.resolve(ids["alpha"], "again", by="alice"))  # no effect: settled already
+
+    sign_in(page, server)
+    page.get_by_role("link", name="History").click()
+    expect(page.locator("#history > li")).to_have_count(4)
+
+    page.get_by_label("Search prompts and answers").fill("reply beta")
+    page.get_by_role("button", name="Search").click()
+    expect(page.locator("#history > li")).to_have_count(1)
+    expect(history_item(page, ids["beta"])).to_be_visible()
+
+    page.goto(f"{server.url}/history?q=friday")  # the reason of a rejection
+    expect(page.locator("#history > li")).to_have_count(1)
+    expect(history_item(page, declined)).to_contain_text("declined")
+
+    page.goto(f"{server.url}/history?status=rejected&kind=approval")
+    expect(page.locator("#history > li")).to_have_count(1)
+    page.goto(f"{server.url}/history?agent=agent-gamma")
+    expect(page.locator("#history > li")).to_have_count(1)
+    expect(history_item(page, ids["gamma"])).to_be_visible()
+    today = datetime.now(UTC).date().isoformat()
+    page.goto(f"{server.url}/history?from={today}&to={today}&q=codename")
+    expect(page.locator("#history > li")).to_have_count(3)
+    page.goto(f"{server.url}/history?from=2001-01-01&to=2001-01-02")
+    expect(page.locator("#history-empty")).to_be_visible()
+
+    response = page.goto(f"{server.url}/history?from=yesterday")
+    assert response is not None and response.status == 422
+    expect(page.get_by_role("alert")).to_contain_text("not a date")
+
+
+def test_history_pages_through_older_requests(server: Server, page: Page, monkeypatch: pytest.MonkeyPatch) -> None:
+    from interlock.server import pages
+
+    monkeypatch.setattr(pages, "HISTORY_PAGE", 2)
+    made = []
+    for i in range(3):
+        made.append(ask(server, Text(f"Question {i}?")))
+        server.run(server.broker.resolve(made[-1], "ok", by="alice"))
+    sign_in(page, server)
+    page.goto(f"{server.url}/history")
+    expect(page.locator("#history > li")).to_have_count(2)
+    page.get_by_role("link", name="Older").click()
+    expect(page.locator("#history > li")).to_have_count(1)
+    expect(history_item(page, made[0])).to_be_visible()
+    page.get_by_role("link", name="Newest").click()
+    expect(history_item(page, made[2])).to_be_visible()
+
+
+# -- dashboard and theme -------------------------------------------------------------------
+
+
+def test_the_dashboard_counts_pending_by_agent_and_answers_by_person(server: Server, page: Page) -> None:
+    for _ in range(2):
+        ask(server, Text("Deploy?"), agent="deployer")
+    ask(server, Text("Review?"), agent="reviewer")
+    answered = ask(server, Text("Done?"), agent="reviewer")
+    server.run(server.broker.resolve(answered, "yes", by="alice"))
+    ask(server, Text("Not alice's"), to="bob", agent="deployer")
+
+    sign_in(page, server)
+    page.get_by_role("link", name="Dashboard").click()
+    expect(page.locator("#stat-pending")).to_have_text("3")
+    expect(page.locator("#stat-answered")).to_have_text("1")
+    expect(page.locator("#stat-median")).to_have_text(re.compile(r"^\d+s$"))
+    rows = page.locator("#by-agent tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.nth(0)).to_contain_text("deployer")
+    expect(rows.nth(0).locator("td").nth(1)).to_have_text("2")  # both under an hour old
+    expect(page.locator("#by-person")).to_contain_text("alice")
+    expect(page.locator("#by-person")).not_to_contain_text("bob")
+
+
+def test_the_pages_follow_a_dark_system_setting(server: Server, browser: object) -> None:
+    ctx = browser.new_context(color_scheme="dark")  # type: ignore[attr-defined]
+    try:
+        p = ctx.new_page()
+        sign_in(p, server)
+        p.goto(f"{server.url}/dashboard")
+        background = p.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert background == "rgb(20, 23, 28)"
+    finally:
+        ctx.close()
