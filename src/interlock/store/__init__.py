@@ -4,7 +4,9 @@
   (unless its channel is closed), settle it only while it is pending (the first
   settlement wins), and append an event in the same transaction as every change.
 - `PrincipalStore`: principals, their tokens and the web sessions opened with them.
-- `Store`: both, as every backend implements them over one database (a runs port joins
+- `OutboxStore`: the notices the request store writes with each event that concerns a
+  person, and their deliveries to channels, claimed under a lease.
+- `Store`: all three, as every backend implements them over one database (a runs port joins
   them the same way when runs are stored).
 
 The Broker holds the semantics (waiting, hooks, expiry timing) and is the only caller.
@@ -21,9 +23,10 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from ..model import Event, Request, Response, Status
+from ..outbox import Delivery, DeliveryState, Notice
 from ..principals import IssuedSession, IssuedToken, LiveToken, Principal, WebSession
 
-__all__ = ["EventQuery", "PrincipalStore", "Query", "RequestStore", "Store"]
+__all__ = ["EventQuery", "OutboxStore", "PrincipalStore", "Query", "RequestStore", "Store"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +206,58 @@ class PrincipalStore(Protocol):
         ...
 
 
-class Store(RequestStore, PrincipalStore, Protocol):
+class OutboxStore(Protocol):
+    """Notices and deliveries (used by the delivery loop, the API and `interlock deliveries`).
+
+    The notices are written by the `RequestStore` itself, in the transaction of their
+    event. A claim holds rows for `lease` seconds for `owner`: another loop (another
+    process, another node) takes them only once the lease has run out, so in the normal
+    case nothing is sent twice, and a loop that died lets its rows go after the lease.
+    """
+
+    async def claim_notices(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Notice]:
+        """Unrouted notices, oldest first, not leased by another loop; lease them."""
+        ...
+
+    async def route_notice(self, notice: Notice, deliveries: Sequence[Delivery], owner: str, now: datetime) -> int:
+        """Add `deliveries` (ids already present are kept as they are) and mark the notice
+        routed, in one transaction, if `owner` still holds its lease; how many were added."""
+        ...
+
+    async def claim_deliveries(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Delivery]:
+        """Pending deliveries due by `now`, not leased by another loop; lease them."""
+        ...
+
+    async def finish_delivery(self, delivery: Delivery, owner: str) -> bool:
+        """Store how an attempt went (its status, attempts, due_at, delivered_at and
+        last_error) and release the lease; False (and no change) if `owner` lost it."""
+        ...
+
+    async def get_delivery(self, delivery_id: str) -> Delivery | None: ...
+
+    async def list_deliveries(
+        self,
+        *,
+        request_id: str | None = None,
+        status: DeliveryState | None = None,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> Sequence[Delivery]:
+        """Deliveries by id (a keyset page after `after`), of one request or in one state."""
+        ...
+
+    async def retry_delivery(self, delivery_id: str, now: datetime) -> Delivery | None:
+        """Make a dead letter pending again, due now, its attempts counted afresh; None
+        when there is no dead delivery of that id."""
+        ...
+
+    async def next_outbox_due(self) -> datetime | None:
+        """When the delivery loop has work next: the time of the oldest unrouted notice,
+        else the earliest due pending delivery."""
+        ...
+
+
+class Store(RequestStore, PrincipalStore, OutboxStore, Protocol):
     """Every port over one database, as the broker takes it: a backend keeps requests,
     principals (and later runs) side by side, so a revocation ends the sessions and
     writes its event in one transaction."""

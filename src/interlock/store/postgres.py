@@ -35,7 +35,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -53,6 +53,7 @@ from ..model import (
     response_from_dict,
     response_to_dict,
 )
+from ..outbox import Delivery, Notice
 from ..principals import IssuedSession, IssuedToken, Principal, WebSession
 from ..redact import redact, redact_url
 from ._sql import (
@@ -445,6 +446,59 @@ class PostgresStore(SqlStore):
 
     async def end_session(self, session_hash: str) -> WebSession | None:
         return self._web_session(await self.pool.fetchrow(Q["end_session"], session_hash, datetime.now(UTC)))
+
+    # -- the outbox ----------------------------------------------------------------------
+    # Claims are one statement each: FOR UPDATE SKIP LOCKED passes over rows another node
+    # is claiming right now, and the lease keeps them from being claimed again until it
+    # runs out, so two nodes do not send one delivery in the normal case.
+
+    async def claim_notices(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Notice]:
+        until = now + timedelta(seconds=lease)
+        return [self._notice(row) for row in await self._query("fetch", Q["claim_notices"], owner, now, until, limit)]
+
+    async def route_notice(self, notice: Notice, deliveries: Sequence[Delivery], owner: str, now: datetime) -> int:
+        conn = await self.pool.acquire()
+        reusable = False
+        try:
+            added = 0
+            async with conn.transaction():
+                if await conn.fetchval(Q["lock_routed_notice"], notice.id, owner) is not None:
+                    for delivery in deliveries:
+                        status = await conn.execute(Q["insert_delivery"], *self._delivery_row(delivery))
+                        added += int(status.rsplit(" ", 1)[-1])  # "INSERT 0 n"
+                    await conn.execute(Q["mark_routed"], notice.id, now)
+            reusable = True
+            return added
+        finally:
+            self.pool.release(conn, reusable=reusable)
+
+    async def claim_deliveries(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Delivery]:
+        until = now + timedelta(seconds=lease)
+        rows = await self._query("fetch", Q["claim_deliveries"], owner, now, until, limit)
+        return [self._delivery(row) for row in rows]
+
+    async def finish_delivery(self, delivery: Delivery, owner: str) -> bool:
+        status: str = await self._query(
+            "execute",
+            Q["finish_delivery"],
+            delivery.id,
+            owner,
+            delivery.status,
+            delivery.attempts,
+            delivery.due_at,
+            delivery.delivered_at,
+            delivery.last_error,
+            delivery.reference,
+        )
+        return status.endswith(" 1")
+
+    async def retry_delivery(self, delivery_id: str, now: datetime) -> Delivery | None:
+        row = await self._query("fetchrow", Q["retry_delivery"], delivery_id, now)
+        return None if row is None else self._delivery(row)
+
+    async def next_outbox_due(self) -> datetime | None:
+        due: datetime | None = await self._query("fetchval", Q["next_outbox_due"])  # an aware datetime
+        return due
 
     # -- events --------------------------------------------------------------------------
 

@@ -118,3 +118,54 @@ WHERE s.hash = $1 AND s.expires_at > $2 AND t.revoked_at IS NULL;
 
 -- name: end_session
 SELECT id, principal, kind, owner, token, csrf, expires_at FROM interlock_end_session($1, $2);
+
+-- name: claim_notices
+UPDATE outbox o SET lease_owner = $1, lease_until = $3
+WHERE o.id IN (
+    SELECT id FROM outbox
+    WHERE routed_at IS NULL AND (lease_owner IS NULL OR lease_owner = $1 OR lease_until <= $2)
+    ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED
+)
+RETURNING o.id, o.event_id, o.type, o.request_id, o.recipient, o.at;
+
+-- name: lock_routed_notice
+SELECT 1 FROM outbox WHERE id = $1 AND routed_at IS NULL AND lease_owner = $2 FOR UPDATE;
+
+-- name: insert_delivery
+INSERT INTO deliveries (id, notice, request_id, kind, event, recipient, channel, address, status, attempts,
+                        due_at, created_at, delivered_at, last_error, reference)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+ON CONFLICT (id) DO NOTHING;
+
+-- name: mark_routed
+UPDATE outbox SET routed_at = $2, lease_owner = NULL, lease_until = NULL WHERE id = $1;
+
+-- name: claim_deliveries
+UPDATE deliveries d SET lease_owner = $1, lease_until = $3
+WHERE d.id IN (
+    SELECT id FROM deliveries
+    WHERE status = 'pending' AND due_at <= $2 AND (lease_owner IS NULL OR lease_until <= $2)
+    ORDER BY due_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
+)
+RETURNING d.id, d.notice, d.request_id, d.kind, d.event, d.recipient, d.channel, d.address, d.status,
+          d.attempts, d.due_at, d.created_at, d.delivered_at, d.last_error, d.reference;
+
+-- name: finish_delivery
+UPDATE deliveries SET status = $3, attempts = $4, due_at = $5, delivered_at = $6, last_error = $7, reference = $8,
+                      lease_owner = NULL, lease_until = NULL
+WHERE id = $1 AND lease_owner = $2;
+
+-- name: get_delivery
+SELECT id, notice, request_id, kind, event, recipient, channel, address, status, attempts,
+       due_at, created_at, delivered_at, last_error, reference FROM deliveries WHERE id = $1;
+
+
+-- name: retry_delivery
+UPDATE deliveries SET status = 'pending', attempts = 0, due_at = $2, lease_owner = NULL, lease_until = NULL
+WHERE id = $1 AND status = 'dead'
+RETURNING id, notice, request_id, kind, event, recipient, channel, address, status, attempts,
+          due_at, created_at, delivered_at, last_error, reference;
+
+-- name: next_outbox_due
+SELECT coalesce((SELECT min(at) FROM outbox WHERE routed_at IS NULL),
+                (SELECT min(due_at) FROM deliveries WHERE status = 'pending'));
