@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,3 +78,11 @@ async def receiver(path: str = "/hook") -> AsyncIterator[Receiver]:
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 20)
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20.0, interval: float = 0.05) -> None:
+    """Wait (bounded) until `check` holds, for state another process or thread writes,
+    which sends this one no signal."""
+    async with asyncio.timeout(timeout):
+        while not await check():  # noqa: ASYNC110  # nothing to wait on across processes
+            await asyncio.sleep(interval)

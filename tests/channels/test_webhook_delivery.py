@@ -168,10 +168,10 @@ async def test_out_of_attempts_a_delivery_becomes_a_dead_letter(store_url: str, 
 
 async def test_a_reminder_comes_before_expiry_unless_the_request_was_answered(store_url: str, hook: Receiver) -> None:
     doc = routing(hook.url)
-    doc["recipients"]["alice"]["remind_before"] = "3s"
+    doc["recipients"]["alice"]["remind_before"] = "5s"
     async with delivering(store_url, doc) as (broker, loop):
-        reminded = await broker.create(Confirm("Ship it?"), to="alice", requester="bot", timeout=4.0)
-        answered = await broker.create(Confirm("Roll back?"), to="alice", requester="bot", timeout=4.0)
+        reminded = await broker.create(Confirm("Ship it?"), to="alice", requester="bot", timeout=10.0)
+        answered = await broker.create(Confirm("Roll back?"), to="alice", requester="bot", timeout=10.0)
         await hook.until(2)
         await broker.resolve(answered.id, False, by="alice")
         got = await hook.until(4)

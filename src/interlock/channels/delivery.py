@@ -101,6 +101,17 @@ class DeliveryLoop:
             except Exception:
                 log.exception("closing a channel failed")
 
+    async def replace(self, routing: Routing, channels: Mapping[str, Channel], context: ChannelContext) -> None:
+        """Use another routing from now on (what is routed already keeps its deliveries)."""
+        old = self.channels
+        self.routing, self.channels, self.context = routing, dict(channels), context
+        for channel in old.values():
+            try:
+                await channel.aclose()
+            except Exception:
+                log.exception("closing a channel failed")
+        self.wake()
+
     async def run(self) -> None:
         """Deliver until cancelled; a failing store is logged and tried again."""
         failures = 0

@@ -28,9 +28,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..broker import LocalBroker, connect
+from ..channels import ChannelContext
+from ..channels.delivery import DeliveryLoop
 from ..model import Limits
+from ..routing import Routing, load_routing
 from ..wire import WIRE_ERRORS, problem_of
-from . import api
+from . import api, deliveries, inbound
 from .api import PROBLEMS
 from .auth import Auth, loopback_host, same_origin
 from .common import ApiError, AppState, Quotas, event_to_dict, parse_event_id, problem
@@ -111,6 +114,7 @@ def create_app(
     limits: Limits | None = None,
     rate_limit: Quota | Literal["default"] | None = "default",
     max_streams: int | Literal["default"] | None = "default",
+    routing: Routing | str | None = None,
 ) -> FastAPI:
     """The ASGI app on the store at `url` (or on a broker you opened yourself).
 
@@ -126,12 +130,18 @@ def create_app(
     turns either off; by default both are on with auth (`quotas.DEFAULT_QUOTA`,
     `quotas.DEFAULT_STREAMS`) and off without it, where the only caller is this machine's
     user.
+    `routing` (a `Routing`, or the path of a routing file) runs the outbox's delivery loop
+    in the server: notices go out through the channels it names (see `interlock.routing`).
     """
     the_broker = broker or connect(url, **({"limits": limits} if limits is not None else {}))
     if not isinstance(the_broker, LocalBroker):
         raise ValueError("a server keeps its own store (memory://, sqlite:// or postgresql://), not another server's")
+    the_routing = load_routing(routing) if isinstance(routing, str) else routing
     the_auth = Auth(the_broker.principals, enabled=auth, secret_key=secret_key, trusted_proxies=trusted_proxies)
     state = AppState(the_broker, the_auth, queue_size, keepalive, open_recipients=open_recipients or not auth)
+    if the_routing is not None:  # channels are made now: a bad option fails at start, not at the first send
+        context = ChannelContext(the_routing.inbox_url)
+        state.delivery = DeliveryLoop(the_broker.store, the_broker.store, the_routing, context=context)
     state.quotas = Quotas(
         (DEFAULT_QUOTA if auth else None) if rate_limit == "default" else rate_limit,
         (DEFAULT_STREAMS if auth else None) if max_streams == "default" else max_streams,
@@ -142,9 +152,14 @@ def create_app(
         await the_broker.open()
         state.metrics.pending.set(len(await the_broker.pending()))
         await state.hub.start()
+        if state.delivery is not None:
+            state.hub.on_event.append(lambda _: state.delivery.wake() if state.delivery is not None else None)
+            state.delivery.start()
         try:
             yield
         finally:
+            if state.delivery is not None:
+                await state.delivery.stop()
             await state.hub.stop()
             if broker is None:
                 await the_broker.aclose()
@@ -163,6 +178,8 @@ def create_app(
         app.add_middleware(LoopbackOnly)
     _install_quota_errors(app)
     app.include_router(api.router, prefix="/api/v1")
+    app.include_router(deliveries.router, prefix="/api/v1")
+    app.include_router(inbound.router, prefix="/api/v1")
     _document_problems(app)
 
     @app.get("/healthz", include_in_schema=False)

@@ -13,6 +13,7 @@ from fastapi.templating import Jinja2Templates
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..broker import MAX_EVENT_ID, LocalBroker
+from ..channels.delivery import DeliveryLoop
 from ..model import Event, Status, request_to_dict
 from ..principals import Principal, can_read
 from .auth import Auth
@@ -118,6 +119,7 @@ class Quotas:
 class AppState:
     quotas: Quotas
     templates: Jinja2Templates  # the web inbox's, set when it is installed
+    delivery: DeliveryLoop | None = None  # the outbox's delivery loop, when a routing is configured
 
     def __init__(
         self, broker: LocalBroker, auth: Auth, queue_size: int, keepalive: float, *, open_recipients: bool = False

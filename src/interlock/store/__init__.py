@@ -240,10 +240,11 @@ class OutboxStore(Protocol):
         *,
         request_id: str | None = None,
         status: DeliveryState | None = None,
+        recipient: str | None = None,
         after: str | None = None,
         limit: int = 100,
     ) -> Sequence[Delivery]:
-        """Deliveries by id (a keyset page after `after`), of one request or in one state."""
+        """Deliveries by id (a keyset page after `after`), of one request, in one state, to one recipient."""
         ...
 
     async def retry_delivery(self, delivery_id: str, now: datetime) -> Delivery | None:

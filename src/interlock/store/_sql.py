@@ -415,12 +415,13 @@ class SqlStore:
         *,
         request_id: str | None = None,
         status: DeliveryState | None = None,
+        recipient: str | None = None,
         after: str | None = None,
         limit: int = 100,
     ) -> Sequence[Delivery]:
         where: list[str] = []
         params: dict[str, Any] = {"limit": limit}
-        for column, value in (("request_id", request_id), ("status", status)):
+        for column, value in (("request_id", request_id), ("status", status), ("recipient", recipient)):
             if value is not None:
                 where.append(f"{column} = :{column}")
                 params[column] = value

@@ -341,6 +341,7 @@ class MemoryStore:
         *,
         request_id: str | None = None,
         status: DeliveryState | None = None,
+        recipient: str | None = None,
         after: str | None = None,
         limit: int = 100,
     ) -> Sequence[Delivery]:

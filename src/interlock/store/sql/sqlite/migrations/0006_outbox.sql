@@ -53,3 +53,4 @@ CREATE TABLE deliveries (
 CREATE INDEX deliveries_due ON deliveries (due_at) WHERE status = 'pending';
 CREATE INDEX deliveries_by_request ON deliveries (request_id, id);
 CREATE INDEX deliveries_by_status ON deliveries (status, id);
+CREATE INDEX deliveries_by_recipient ON deliveries (recipient, id);
