@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
@@ -30,6 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..broker import LocalBroker, connect
 from ..channels import ChannelContext
 from ..channels.delivery import DeliveryLoop
+from ..channels.links import AnswerLinks
 from ..model import Limits
 from ..routing import Routing, load_routing
 from ..wire import WIRE_ERRORS, problem_of
@@ -140,7 +142,10 @@ def create_app(
     the_auth = Auth(the_broker.principals, enabled=auth, secret_key=secret_key, trusted_proxies=trusted_proxies)
     state = AppState(the_broker, the_auth, queue_size, keepalive, open_recipients=open_recipients or not auth)
     if the_routing is not None:  # channels are made now: a bad option fails at start, not at the first send
-        context = ChannelContext(the_routing.inbox_url)
+        links = None
+        if the_routing.inbox_url is not None:  # one-click answers need to know where this server is
+            links = AnswerLinks(secret_key or secrets.token_urlsafe(32), the_routing.inbox_url)
+        context = ChannelContext(the_routing.inbox_url, links)
         state.delivery = DeliveryLoop(the_broker.store, the_broker.store, the_routing, context=context)
     state.quotas = Quotas(
         (DEFAULT_QUOTA if auth else None) if rate_limit == "default" else rate_limit,
@@ -180,6 +185,7 @@ def create_app(
     app.include_router(api.router, prefix="/api/v1")
     app.include_router(deliveries.router, prefix="/api/v1")
     app.include_router(inbound.router, prefix="/api/v1")
+    app.include_router(inbound.pages)
     _document_problems(app)
 
     @app.get("/healthz", include_in_schema=False)

@@ -1,4 +1,5 @@
-"""Answers that come back through a signed webhook: POST /api/v1/inbound/{channel}.
+"""Answers that come back from channels: through a signed webhook (POST
+/api/v1/inbound/{channel}), and through email's one-click answer links (/answer/{token}).
 
 The body is signed like the webhooks interlock sends (see `interlock.webhooks`), with the
 secret of the webhook channel `channel` of the routing, and names the request and the
@@ -17,17 +18,21 @@ named in `by`).
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 
+from ..broker import LocalBroker
+from ..channels.links import AnswerLinks, InvalidLink, LinkClaim, quick_answers
 from ..errors import AlreadySettled, InvalidAnswer, NotFound
-from ..model import Answers, request_to_dict
+from ..model import Answers, Status, request_to_dict
+from ..model import Request as HumanRequest
 from ..webhooks import InvalidSignature, verify
-from .common import ApiError, State, TheBroker
+from .common import ApiError, AppState, State, TheBroker
 
-__all__ = ["router"]
+__all__ = ["pages", "router"]
 
 router = APIRouter()
 
@@ -100,3 +105,86 @@ def _object(body: bytes) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise ApiError(422, "invalid_request", "the body must be a JSON object")
     return doc
+
+
+# -- one-click answer links (email) ---------------------------------------------------------
+
+pages = APIRouter(include_in_schema=False)
+
+
+def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
+    text = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)} · interlock</title></head>"
+        f'<body style="font-family:system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem">'
+        f"<h1>{html.escape(title)}</h1>{body}</body></html>"
+    )
+    return HTMLResponse(
+        text, status_code=status, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+    )
+
+
+async def _claim(state: AppState, broker: LocalBroker, token: str) -> tuple[LinkClaim, HumanRequest] | HTMLResponse:
+    links = None if state.delivery is None else state.delivery.context.answer_links
+    if not isinstance(links, AnswerLinks):
+        return _page("No answer links here", "<p>This server sends no answer links.</p>", 404)
+    try:
+        claim = links.read(token)
+    except InvalidLink as exc:
+        return _page("This link does not work", f"<p>{html.escape(str(exc))}.</p>", 400)
+    try:
+        request = await broker.get(claim.request_id)
+    except NotFound:
+        return _page("No such request", "<p>The request of this link is gone.</p>", 404)
+    if request.status is not Status.PENDING:
+        return _page("Already settled", f"<p>{html.escape(_settled_text(request))}</p>", 409)
+    return claim, request
+
+
+def _settled_text(request: HumanRequest) -> str:
+    response = request.response
+    text = f"This request was already {request.status.value}"
+    if response is not None and response.by:
+        text += f" by {response.by}"
+    if response is not None:
+        text += f" at {response.at.strftime('%Y-%m-%d %H:%M UTC')}"
+    return text + "."
+
+
+def _label(request: HumanRequest, answer: Any) -> str:
+    for label, value in quick_answers(request) or ():
+        if value == answer:
+            return label
+    return str(answer)
+
+
+@pages.get("/answer/{token}", response_class=HTMLResponse)
+async def answer_page(token: str, state: State, broker: TheBroker) -> HTMLResponse:
+    """What the link will answer, and a button to answer it: fetching the link changes
+    nothing (mail scanners fetch links too)."""
+    found = await _claim(state, broker, token)
+    if isinstance(found, HTMLResponse):
+        return found
+    claim, request = found
+    prompt = html.escape(request.asks[0].prompt)
+    label = html.escape(_label(request, claim.answer))
+    body = (
+        f"<p>{prompt}</p><form method=post><p>Answer as <strong>{html.escape(claim.recipient)}</strong>: "
+        f'<button type=submit style="font-size:1.1rem;padding:.4rem 1.2rem">{label}</button></p></form>'
+    )
+    return _page(request.title or "Your answer", body)
+
+
+@pages.post("/answer/{token}", response_class=HTMLResponse)
+async def answer_by_link(token: str, state: State, broker: TheBroker) -> HTMLResponse:
+    """Record the link's answer, by its recipient, `via: email`."""
+    found = await _claim(state, broker, token)
+    if isinstance(found, HTMLResponse):
+        return found
+    claim, request = found
+    done = await broker.resolve(request.id, claim.answer, by=claim.recipient, via="email")
+    if not done:
+        return _page("Already settled", f"<p>{html.escape(_settled_text(await broker.get(request.id)))}</p>", 409)
+    label = html.escape(_label(request, claim.answer))
+    return _page("Answer recorded", f"<p>You answered <strong>{label}</strong>. You can close this page.</p>")
