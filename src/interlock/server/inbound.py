@@ -1,5 +1,6 @@
 """Answers that come back from channels: through a signed webhook (POST
-/api/v1/inbound/{channel}), and through email's one-click answer links (/answer/{token}).
+/api/v1/inbound/{channel}), through email's one-click answer links (/answer/{token}), and
+through Slack's interactive endpoint (POST /slack/interactive/{channel}).
 
 The body is signed like the webhooks interlock sends (see `interlock.webhooks`), with the
 secret of the webhook channel `channel` of the routing, and names the request and the
@@ -19,10 +20,12 @@ named in `by`).
 from __future__ import annotations
 
 import html
+import json
 from typing import Any
+from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from ..broker import LocalBroker
 from ..channels.links import AnswerLinks, InvalidLink, LinkClaim, quick_answers
@@ -96,8 +99,6 @@ async def inbound(channel: str, request: Request, state: State, broker: TheBroke
 
 
 def _object(body: bytes) -> dict[str, Any]:
-    import json
-
     try:
         doc = json.loads(body)
     except ValueError:
@@ -188,3 +189,113 @@ async def answer_by_link(token: str, state: State, broker: TheBroker) -> HTMLRes
         return _page("Already settled", f"<p>{html.escape(_settled_text(await broker.get(request.id)))}</p>", 409)
     label = html.escape(_label(request, claim.answer))
     return _page("Answer recorded", f"<p>You answered <strong>{label}</strong>. You can close this page.</p>")
+
+
+# -- Slack's interactive endpoint ------------------------------------------------------------
+
+
+def _slack_answerer(state: AppState, channel: str, user_id: str, request: HumanRequest) -> str | None:
+    """The interlock name a Slack user answers as: the recipient (or a member of the team
+    the request is to) whose route gives that user id as their address on `channel`."""
+    assert state.delivery is not None
+    routing = state.delivery.routing
+    members = routing.teams.get(request.to or "", ())
+    for name, route in routing.recipients.items():
+        if route.addresses.get(channel) == user_id and (name == request.to or name in members):
+            return name
+    return None
+
+
+@pages.post("/slack/interactive/{channel}")
+async def slack_interactive(channel: str, request: Request, state: State, broker: TheBroker) -> Response:
+    """Button clicks and modal submissions from Slack, signed with the app's signing secret."""
+    from ..channels.slack import (
+        ANSWER_ACTION,
+        MODAL_CALLBACK,
+        OPEN_ACTION,
+        SlackChannel,
+        SlackSignatureError,
+        answers_from_view,
+        modal_view,
+        verify_slack,
+    )
+
+    slack = None if state.delivery is None else state.delivery.channels.get(channel)
+    if not isinstance(slack, SlackChannel) or not slack.signing_secret:
+        raise ApiError(404, "not_found", f"no Slack channel {channel!r} with a signing secret is configured")
+    body = await request.body()
+    if len(body) > _MAX_BODY:
+        raise ApiError(413, "too_large", "the body is larger than 256 KiB")
+    try:
+        verify_slack(slack.signing_secret, request.headers, body)
+    except SlackSignatureError as exc:
+        raise ApiError(401, "unauthorized", str(exc)) from None
+    try:
+        payload = json.loads(parse_qs(body.decode())["payload"][0])
+        kind, user_id = payload["type"], payload["user"]["id"]
+    except (KeyError, IndexError, ValueError, TypeError, UnicodeDecodeError):
+        raise ApiError(400, "invalid_request", "not a Slack interaction payload") from None
+
+    async def tell(text: str) -> None:
+        url = payload.get("response_url")
+        if isinstance(url, str) and url.startswith(("http://", "https://")):
+            await slack.post(url, json={"response_type": "ephemeral", "replace_original": False, "text": text})
+
+    if kind == "view_submission" and payload.get("view", {}).get("callback_id") == MODAL_CALLBACK:
+        view = payload["view"]
+        try:
+            target = await broker.get(str(view.get("private_metadata", "")))
+        except NotFound:
+            return JSONResponse({"response_action": "errors", "errors": {}}, status_code=200)
+        by = _slack_answerer(state, channel, user_id, target)
+        first = target.asks[0].id
+        if by is None:
+            return JSONResponse(
+                {"response_action": "errors", "errors": {first: "This request is not yours to answer."}}
+            )
+        try:
+            done = await broker.resolve(target.id, Answers(answers_from_view(target, view)), by=by, via="slack")
+        except InvalidAnswer as exc:
+            return JSONResponse({"response_action": "errors", "errors": {first: str(exc)[:150]}})
+        if not done:
+            text = _settled_text(await broker.get(target.id))
+            return JSONResponse({"response_action": "errors", "errors": {first: text[:150]}})
+        return Response(status_code=200)
+    if kind != "block_actions" or not payload.get("actions"):
+        return Response(status_code=200)  # nothing interlock asked for
+    action = payload["actions"][0]
+    action_id = str(action.get("action_id", ""))
+    if action_id == OPEN_ACTION:
+        try:
+            target = await broker.get(str(action.get("value", "")))
+        except NotFound:
+            await tell("This request is gone.")
+            return Response(status_code=200)
+        if target.status is not Status.PENDING:
+            await tell(_settled_text(target))
+        elif _slack_answerer(state, channel, user_id, target) is None:
+            await tell("This request is not yours to answer.")
+        else:
+            await slack.call("views.open", {"trigger_id": payload.get("trigger_id"), "view": modal_view(target)})
+        return Response(status_code=200)
+    if not action_id.startswith(ANSWER_ACTION):
+        return Response(status_code=200)  # the inbox link button: Slack opens the URL itself
+    raw = action.get("value") or (action.get("selected_option") or {}).get("value") or ""
+    try:
+        chosen = json.loads(str(raw))
+        target = await broker.get(chosen["r"])
+    except (ValueError, TypeError, KeyError, NotFound):
+        await tell("This button no longer works.")
+        return Response(status_code=200)
+    by = _slack_answerer(state, channel, user_id, target)
+    if by is None:
+        await tell("This request is not yours to answer.")
+        return Response(status_code=200)
+    try:
+        done = await broker.resolve(target.id, chosen["a"], by=by, via="slack")
+    except InvalidAnswer as exc:
+        await tell(f"That answer does not fit: {exc}")
+        return Response(status_code=200)
+    if not done:
+        await tell(_settled_text(await broker.get(target.id)))
+    return Response(status_code=200)
