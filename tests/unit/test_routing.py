@@ -155,3 +155,51 @@ def test_a_webhook_signature_is_checked_against_body_secret_and_replay_window() 
         verify("s3cret-s3cret-s3cret", {}, body)
     rotated = {**headers, "Interlock-Signature": "v1=00," + headers["Interlock-Signature"]}
     assert verify("s3cret-s3cret-s3cret", rotated, body, now=1_000_000) == 1_000_000
+
+
+def test_the_routing_file_in_the_docs_loads_and_its_channels_open() -> None:
+    import asyncio
+    import re
+    import tomllib
+
+    from interlock.channels import ChannelContext, open_channels
+
+    page = (Path(__file__).parents[2] / "docs" / "notifications.md").read_text()
+    documents = [
+        m[1] for m in re.finditer(r"^```toml\n(.*?)^```", page, re.MULTILINE | re.DOTALL) if "[channels." in m[1]
+    ]
+    assert documents
+    for text in documents:
+        routing = routing_from_dict(tomllib.loads(text))
+        channels = open_channels(routing.channels, ChannelContext(routing.inbox_url))
+        assert set(channels) == {"ops-hook", "mail", "slack"}
+        assert routing.reach("ops") == [("alice", routing.recipients["alice"]), ("bob", routing.recipients["bob"])]
+
+        async def close(opened: dict[str, Any]) -> None:
+            for channel in opened.values():
+                await channel.aclose()
+
+        asyncio.run(close(channels))
+
+
+class FakeChannel:
+    def __init__(self, config: Any, context: Any) -> None:
+        self.config = config
+
+    async def send(self, message: Any) -> str | None:
+        return None
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_a_channel_type_is_found_built_in_by_module_path_or_not_at_all() -> None:
+    from interlock.channels import ChannelError, find_factory
+    from interlock.channels.webhook import WebhookChannel
+
+    assert find_factory("webhook") is WebhookChannel
+    assert find_factory(f"{__name__}:FakeChannel") is FakeChannel
+    with pytest.raises(ChannelError, match=r"unknown channel type 'teams' \(known: webhook, email, slack"):
+        find_factory("teams")
+    with pytest.raises(ChannelError, match="cannot load"):
+        find_factory("no.such.module:Thing")
