@@ -181,3 +181,15 @@ async def test_deliveries_list_in_pages(store: Store) -> None:
     rest = await store.list_deliveries(after=first[-1].id, limit=2)
     assert len(first) == 2 and len(rest) == 1
     assert {d.channel for d in [*first, *rest]} == {"a", "b", "c"}
+
+
+async def test_notices_routed_meanwhile_do_not_hide_later_ones(store: Store) -> None:
+    t = now()
+    first, _ = await store.insert(build_request(Text("One?"), to="alice", requester="bot"))
+    second, _ = await store.insert(build_request(Text("Two?"), to="alice", requester="bot"))
+    [a, b] = await store.claim_notices("loop-1", t, 30)
+    await store.route_notice(a, [], "loop-1", t)
+    third, _ = await store.insert(build_request(Text("Three?"), to="alice", requester="bot"))
+    left = await store.claim_notices("loop-1", t, 30)
+    assert [n.request_id for n in left] == [second.id, third.id]
+    assert len({n.id for n in [a, *left]}) == 3

@@ -61,6 +61,7 @@ class MemoryStore:
         # the outbox: notices by id with their lease (owner, until) and routed flag; deliveries by id
         self._notices: dict[int, tuple[Notice, str | None, datetime | None]] = {}
         self._deliveries: dict[str, tuple[Delivery, str | None, datetime | None]] = {}
+        self._last_notice = 0
 
     async def open(self) -> None:
         pass
@@ -76,7 +77,8 @@ class MemoryStore:
         at = request.response.at if request.response is not None else request.created_at
         self._events.append(Event(self._last_event, type_, at, request.id, request))
         if type_ in NOTICE_TYPES:
-            notice = Notice(len(self._notices) + 1, self._last_event, type_, request.id, request.to, at)
+            self._last_notice += 1
+            notice = Notice(self._last_notice, self._last_event, type_, request.id, request.to, at)
             self._notices[notice.id] = (notice, None, None)
 
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
