@@ -33,6 +33,7 @@ __all__ = [
     "Notice",
     "delivery_id",
     "delivery_to_dict",
+    "delivery_to_row",
     "retry_delay",
 ]
 
@@ -97,6 +98,27 @@ def retry_delay(attempts: int, *, first: float = 5.0, cap: float = 3600.0, rng: 
     for _ in range(max(1, attempts)):
         delay = backoff.next()
     return delay / 2 + (rng or random).uniform(0, delay / 2)
+
+
+def delivery_to_row(d: Delivery) -> dict[str, Any]:
+    """A delivery's columns as JSON values (times in ISO 8601), as a store writes them in bulk."""
+    return {
+        "id": d.id,
+        "notice": d.notice,
+        "request_id": d.request_id,
+        "kind": d.kind,
+        "event": d.event,
+        "recipient": d.recipient,
+        "channel": d.channel,
+        "address": d.address,
+        "status": d.status,
+        "attempts": d.attempts,
+        "due_at": d.due_at.isoformat(),
+        "created_at": d.created_at.isoformat(),
+        "delivered_at": d.delivered_at.isoformat() if d.delivered_at else None,
+        "last_error": d.last_error,
+        "reference": d.reference,
+    }
 
 
 def delivery_to_dict(delivery: Delivery) -> dict[str, Any]:

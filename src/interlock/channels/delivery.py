@@ -154,7 +154,9 @@ class DeliveryLoop:
         due = await self.store.claim_deliveries(self.owner, now, self.lease, self.batch)
         if due:
             await asyncio.gather(*(self._deliver(d) for d in due))
-        return bool(notices) or len(due) == self.batch
+        # deliveries routed above and due now were claimed just after: a full batch of
+        # either is the only sign of more work waiting
+        return len(notices) == self.batch or len(due) == self.batch
 
     async def _deliver(self, delivery: Delivery) -> None:
         async with self._slots:
@@ -170,7 +172,9 @@ class DeliveryLoop:
     async def _attempt(self, delivery: Delivery) -> Delivery:
         now = datetime.now(UTC)
         attempts = delivery.attempts + 1
-        request = await self.requests.get(delivery.request_id)
+        # a new request's message may show it from the cache; the others must see whether
+        # (and how) it settled, which may have happened in another process
+        request = await self.requests.get(delivery.request_id, fresh=delivery.kind != "request")
         if request is None:
             return delivery.with_state(status="dead", attempts=attempts, last_error="the request is gone")
         if delivery.kind in ("reminder", "escalation") and request.status is not Status.PENDING:

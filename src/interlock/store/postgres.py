@@ -53,7 +53,7 @@ from ..model import (
     response_from_dict,
     response_to_dict,
 )
-from ..outbox import Delivery, Notice
+from ..outbox import Delivery, Notice, delivery_to_row
 from ..principals import IssuedSession, IssuedToken, Principal, WebSession
 from ..redact import redact, redact_url
 from ._sql import (
@@ -457,20 +457,9 @@ class PostgresStore(SqlStore):
         return [self._notice(row) for row in await self._query("fetch", Q["claim_notices"], owner, now, until, limit)]
 
     async def route_notice(self, notice: Notice, deliveries: Sequence[Delivery], owner: str, now: datetime) -> int:
-        conn = await self.pool.acquire()
-        reusable = False
-        try:
-            added = 0
-            async with conn.transaction():
-                if await conn.fetchval(Q["lock_routed_notice"], notice.id, owner) is not None:
-                    for delivery in deliveries:
-                        status = await conn.execute(Q["insert_delivery"], *self._delivery_row(delivery))
-                        added += int(status.rsplit(" ", 1)[-1])  # "INSERT 0 n"
-                    await conn.execute(Q["mark_routed"], notice.id, now)
-            reusable = True
-            return added
-        finally:
-            self.pool.release(conn, reusable=reusable)
+        rows = [delivery_to_row(d) for d in deliveries]
+        added = await self.pool.fetchval(Q["route_notice"], notice.id, now, owner, encode_json(rows))
+        return int(added)
 
     async def claim_deliveries(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Delivery]:
         until = now + timedelta(seconds=lease)

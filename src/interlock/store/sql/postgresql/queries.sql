@@ -128,17 +128,27 @@ WHERE o.id IN (
 )
 RETURNING o.id, o.event_id, o.type, o.request_id, o.recipient, o.at;
 
--- name: lock_routed_notice
-SELECT 1 FROM outbox WHERE id = $1 AND routed_at IS NULL AND lease_owner = $2 FOR UPDATE;
-
--- name: insert_delivery
-INSERT INTO deliveries (id, notice, request_id, kind, event, recipient, channel, address, status, attempts,
-                        due_at, created_at, delivered_at, last_error, reference)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
-ON CONFLICT (id) DO NOTHING;
-
--- name: mark_routed
-UPDATE outbox SET routed_at = $2, lease_owner = NULL, lease_until = NULL WHERE id = $1;
+-- name: route_notice
+-- Mark the notice routed (if this loop still holds its lease) and add its deliveries,
+-- given as a JSON array, in one statement: one round trip.
+WITH routed AS (
+    UPDATE outbox SET routed_at = $2, lease_owner = NULL, lease_until = NULL
+    WHERE id = $1 AND routed_at IS NULL AND lease_owner = $3
+    RETURNING id
+), added AS (
+    INSERT INTO deliveries (id, notice, request_id, kind, event, recipient, channel, address, status, attempts,
+                            due_at, created_at, delivered_at, last_error, reference)
+    SELECT d.id, d.notice, d.request_id, d.kind, d.event, d.recipient, d.channel, d.address, d.status, d.attempts,
+           d.due_at, d.created_at, d.delivered_at, d.last_error, d.reference
+    FROM jsonb_to_recordset($4::jsonb) AS d(
+        id text, notice bigint, request_id text, kind text, event text, recipient text, channel text, address text,
+        status text, attempts integer, due_at timestamptz, created_at timestamptz, delivered_at timestamptz,
+        last_error text, reference text)
+    WHERE EXISTS (SELECT 1 FROM routed)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING 1
+)
+SELECT count(*) FROM added;
 
 -- name: claim_deliveries
 UPDATE deliveries d SET lease_owner = $1, lease_until = $3
