@@ -73,6 +73,12 @@ class DeliveryLoop:
         self.poll_interval = poll_interval
         self.batch = batch
         self.send_timeout = send_timeout
+        # Deliveries are claimed a few rounds of sends at a time, under a lease that outlasts
+        # the slowest such rounds (every send timing out), so that no other loop takes one
+        # while this one may still be sending it.
+        self.delivery_batch = min(batch, concurrency * 2)
+        rounds = -(-self.delivery_batch // concurrency)
+        self.delivery_lease = max(lease, (rounds + 1) * send_timeout)
         self._slots = asyncio.Semaphore(concurrency)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -151,12 +157,12 @@ class DeliveryLoop:
             planned = [] if request is None else self.routing.plan(notice, request, now)
             await self.store.route_notice(notice, planned, self.owner, now)
             self._changed()
-        due = await self.store.claim_deliveries(self.owner, now, self.lease, self.batch)
+        due = await self.store.claim_deliveries(self.owner, now, self.delivery_lease, self.delivery_batch)
         if due:
             await asyncio.gather(*(self._deliver(d) for d in due))
         # deliveries routed above and due now were claimed just after: a full batch of
         # either is the only sign of more work waiting
-        return len(notices) == self.batch or len(due) == self.batch
+        return len(notices) == self.batch or len(due) == self.delivery_batch
 
     async def _deliver(self, delivery: Delivery) -> None:
         async with self._slots:

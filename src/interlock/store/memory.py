@@ -26,6 +26,7 @@ from ._url import url_options
 
 __all__ = ["MemoryStore", "from_url"]
 
+_FINISHED = 10_000  # delivered or skipped deliveries kept listed; older ones are forgotten
 _UNCONSUMED = 10_000  # answered requests kept consumable; an older one is refused (fails closed)
 
 
@@ -62,6 +63,7 @@ class MemoryStore:
         self._notices: dict[int, tuple[Notice, str | None, datetime | None]] = {}
         self._deliveries: dict[str, tuple[Delivery, str | None, datetime | None]] = {}
         self._last_notice = 0
+        self._finished: deque[str] = deque()  # delivered or skipped, oldest first
 
     async def open(self) -> None:
         pass
@@ -332,6 +334,10 @@ class MemoryStore:
         if found is None or found[1] != owner:
             return False
         self._deliveries[delivery.id] = (delivery, None, None)
+        if delivery.status in ("delivered", "skipped"):
+            self._finished.append(delivery.id)
+            if len(self._finished) > _FINISHED:  # what stays in process is bounded, as events are
+                self._deliveries.pop(self._finished.popleft(), None)
         return True
 
     async def get_delivery(self, delivery_id: str) -> Delivery | None:
