@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from ..channels import ChannelContext, ChannelError, open_channels
 from ..errors import NotFound
@@ -16,10 +17,47 @@ from ..outbox import delivery_to_dict
 from ..principals import Principal, can_read
 from ..routing import RoutingError, masked, routing_from_dict
 from .common import ApiError, AppState, State, TheBroker, app_state
+from .schemas import Problem
 
-__all__ = ["router"]
+__all__ = ["DeliveryModel", "DeliveryPage", "router", "PROBLEMS"]
 
 router = APIRouter()
+
+PROBLEMS = {
+    400: "the body is not valid JSON",
+    404: "no such request or delivery, or no routing on this server",
+    409: "the delivery is not a dead letter",
+    413: "the body is too large",
+    422: "a parameter or the body does not fit, or the routing does not check out (`invalid_request`)",
+}
+
+
+def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {status: {"model": Problem, "description": PROBLEMS[status]} for status in statuses}
+
+
+class DeliveryModel(BaseModel):
+    """One notice to one channel and address; `id` is its idempotency key."""
+
+    id: str
+    request_id: str
+    kind: Literal["request", "settled", "reminder", "escalation"]
+    event: str
+    recipient: str
+    channel: str
+    address: str | None
+    status: Literal["pending", "delivered", "dead", "skipped"]
+    attempts: int
+    due_at: str
+    created_at: str
+    delivered_at: str | None
+    last_error: str | None
+    reference: str | None
+
+
+class DeliveryPage(BaseModel):
+    items: list[DeliveryModel]
+    next: str | None = None
 
 
 async def _caller(request: Request) -> Principal:
@@ -40,7 +78,9 @@ def _loop(state: AppState) -> Any:
     return state.delivery
 
 
-@router.get("/requests/{request_id}/deliveries", tags=["deliveries"])
+@router.get(
+    "/requests/{request_id}/deliveries", response_model=DeliveryPage, responses=problems(404), tags=["deliveries"]
+)
 async def request_deliveries(request_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
     """How the people concerned were told about a request: each delivery, its channel and
     state (pending, delivered, dead, skipped), its attempts and last error."""
@@ -54,7 +94,7 @@ async def request_deliveries(request_id: str, caller: Caller, broker: TheBroker)
     return JSONResponse({"items": [delivery_to_dict(d) for d in found]})
 
 
-@router.get("/deliveries", tags=["deliveries"])
+@router.get("/deliveries", response_model=DeliveryPage, responses=problems(422), tags=["deliveries"])
 async def list_deliveries(
     caller: Caller,
     broker: TheBroker,
@@ -70,7 +110,9 @@ async def list_deliveries(
     return JSONResponse({"items": [delivery_to_dict(d) for d in found], "next": next_cursor})
 
 
-@router.post("/deliveries/{delivery_id}/retry", tags=["deliveries"])
+@router.post(
+    "/deliveries/{delivery_id}/retry", response_model=DeliveryModel, responses=problems(404, 409), tags=["deliveries"]
+)
 async def retry_delivery(delivery_id: str, caller: Caller, broker: TheBroker, state: State) -> JSONResponse:
     """Send a dead letter again: pending, due now, its attempts counted afresh. For its
     recipient, whoever made its request, or an admin."""
@@ -89,14 +131,14 @@ async def retry_delivery(delivery_id: str, caller: Caller, broker: TheBroker, st
     return JSONResponse(delivery_to_dict(again))
 
 
-@router.get("/routing", tags=["deliveries"])
+@router.get("/routing", response_model=dict[str, Any], responses=problems(404), tags=["deliveries"])
 async def get_routing(caller: Caller, state: State) -> JSONResponse:
     """The routing in use, with the channels' secrets masked."""
     _admin(caller, "read the routing")
     return JSONResponse(masked(_loop(state).routing.source))
 
 
-@router.put("/routing", tags=["deliveries"])
+@router.put("/routing", response_model=dict[str, Any], responses=problems(400, 404, 413, 422), tags=["deliveries"])
 async def put_routing(caller: Caller, state: State, document: Annotated[dict[str, Any], Body()]) -> JSONResponse:
     """Replace the routing of this server's delivery loop (the routing file's document as
     JSON). A document that does not check out is refused with 422 and changes nothing.

@@ -34,6 +34,7 @@ from ..model import Answers, Status, request_to_dict
 from ..model import Request as HumanRequest
 from ..webhooks import InvalidSignature, verify
 from .common import ApiError, AppState, State, TheBroker
+from .schemas import Problem, RequestModel
 
 __all__ = ["pages", "router"]
 
@@ -42,7 +43,21 @@ router = APIRouter()
 _MAX_BODY = 256 * 1024
 
 
-@router.post("/inbound/{channel}", tags=["deliveries"])
+@router.post(
+    "/inbound/{channel}",
+    response_model=RequestModel,
+    responses={
+        s: {"model": Problem, "description": d}
+        for s, d in {
+            400: "the body is not valid JSON",
+            404: "no such webhook channel (with a secret), or no such request",
+            409: "the request is no longer pending",
+            413: "the body is too large",
+            422: "the body does not fit (`invalid_request`), or the answer does not (`invalid_answer`)",
+        }.items()
+    },
+    tags=["deliveries"],
+)
 async def inbound(channel: str, request: Request, state: State, broker: TheBroker) -> JSONResponse:
     """Answer or reject a request through a signed webhook (see the module)."""
     loop = state.delivery
