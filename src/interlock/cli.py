@@ -474,6 +474,9 @@ def serve(
         err.print("auth is on: create tokens with `interlock token create NAME --human|--agent`")
     if proxies:
         err.print(f"trusting X-Forwarded-Proto and X-Forwarded-For from {', '.join(proxies)}", markup=False)
+    if routing is not None:
+        names = ", ".join(app.state.interlock.delivery.channels) or "none"
+        err.print(f"delivering notifications as {routing} says (channels: {names})", markup=False)
     uvicorn.run(
         app,
         host=host,

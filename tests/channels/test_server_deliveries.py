@@ -162,6 +162,11 @@ async def test_a_dead_letter_is_seen_and_retried_by_its_recipient_only(world: Wo
         assert (await alice.post("/deliveries/dlv_nope/retry")).status_code == 404
         await world.hook.until(3)
         await deliveries_until(alice, f"/requests/{request['id']}/deliveries", "delivered")
+    async with httpx.AsyncClient(base_url=world.base, timeout=20) as client:
+        metrics = (await client.get("/metrics")).text
+    assert 'interlock_deliveries_total{channel="hook",outcome="retry"} 1.0' in metrics
+    assert 'interlock_deliveries_total{channel="hook",outcome="dead"} 1.0' in metrics
+    assert 'interlock_deliveries_total{channel="hook",outcome="delivered"} 1.0' in metrics
 
 
 async def test_only_an_admin_reads_or_replaces_the_routing(world: World) -> None:

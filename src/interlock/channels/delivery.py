@@ -84,6 +84,8 @@ class DeliveryLoop:
         self._task: asyncio.Task[None] | None = None
         self.on_change: list[Callable[[], None]] = []
         """Called after each notice is routed and each attempt's outcome is stored."""
+        self.on_outcome: list[Callable[[Delivery], None]] = []
+        """Called with each attempt's outcome once stored (metrics)."""
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -169,6 +171,9 @@ class DeliveryLoop:
             outcome = await self._attempt(delivery)
         if not await self.store.finish_delivery(outcome, self.owner):
             log.warning("delivery %s: the lease ran out before its outcome was stored", delivery.id)
+        else:
+            for callback in self.on_outcome:
+                callback(outcome)
         self._changed()
 
     def _changed(self) -> None:

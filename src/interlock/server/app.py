@@ -147,6 +147,7 @@ def create_app(
             links = AnswerLinks(secret_key or secrets.token_urlsafe(32), the_routing.inbox_url)
         context = ChannelContext(the_routing.inbox_url, links)
         state.delivery = DeliveryLoop(the_broker.store, the_broker.store, the_routing, context=context)
+        deliveries.install_metrics(state)
     state.quotas = Quotas(
         (DEFAULT_QUOTA if auth else None) if rate_limit == "default" else rate_limit,
         (DEFAULT_STREAMS if auth else None) if max_streams == "default" else max_streams,

@@ -9,17 +9,18 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse
+from prometheus_client import Counter
 from pydantic import BaseModel
 
 from ..channels import ChannelContext, ChannelError, open_channels
 from ..errors import NotFound
-from ..outbox import delivery_to_dict
+from ..outbox import Delivery, delivery_to_dict
 from ..principals import Principal, can_read
 from ..routing import RoutingError, masked, routing_from_dict
 from .common import ApiError, AppState, State, TheBroker, app_state
 from .schemas import Problem
 
-__all__ = ["DeliveryModel", "DeliveryPage", "router", "PROBLEMS"]
+__all__ = ["PROBLEMS", "DeliveryModel", "DeliveryPage", "install_metrics", "router"]
 
 router = APIRouter()
 
@@ -65,6 +66,26 @@ async def _caller(request: Request) -> Principal:
 
 
 Caller = Annotated[Principal, Depends(_caller)]
+
+
+def install_metrics(state: AppState) -> None:
+    """Count the delivery loop's outcomes in the server's /metrics, by channel: delivered,
+    retry (failed, to be tried again), dead, skipped."""
+    loop = state.delivery
+    if loop is None:
+        return
+    outcomes = Counter(
+        "interlock_deliveries",
+        "Delivery attempts by channel and outcome",
+        ["channel", "outcome"],
+        registry=state.metrics.registry,
+    )
+
+    def observe(delivery: Delivery) -> None:
+        outcome = "retry" if delivery.status == "pending" else delivery.status
+        outcomes.labels(delivery.channel, outcome).inc()
+
+    loop.on_outcome.append(observe)
 
 
 def _admin(caller: Principal, what: str) -> None:
