@@ -35,7 +35,7 @@ from ..channels.links import AnswerLinks
 from ..model import Limits
 from ..routing import Routing, load_routing
 from ..wire import WIRE_ERRORS, problem_of
-from . import api, deliveries, inbound
+from . import api, deliveries, inbound, web_deliveries
 from .api import PROBLEMS
 from .auth import Auth, loopback_host, same_origin
 from .common import ApiError, AppState, Quotas, event_to_dict, parse_event_id, problem
@@ -199,6 +199,7 @@ def create_app(
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     install_web(app, state)
+    app.include_router(web_deliveries.router)
     return app
 
 
