@@ -683,9 +683,11 @@ def deliver(
         float, typer.Option("--poll-interval", min=0.05, help="Seconds between looks at the outbox.")
     ] = 1.0,
 ) -> None:
-    """Run the outbox's delivery loop alone (beside servers that run without --routing)."""
-    from .channels import ChannelError
+    """Run the outbox's delivery loop alone (beside servers that run without --routing).
+    Email answer links are signed with INTERLOCK_SECRET_KEY, which the servers must share."""
+    from .channels import ChannelContext, ChannelError
     from .channels.delivery import DeliveryLoop
+    from .channels.links import AnswerLinks
     from .routing import RoutingError, load_routing
 
     if db is not None and db.startswith(("http://", "https://")):
@@ -697,8 +699,13 @@ def deliver(
 
     async def work(broker: Broker) -> None:
         assert isinstance(broker, LocalBroker)
+        links = None
+        secret = os.environ.get("INTERLOCK_SECRET_KEY")
+        if secret and the_routing.inbox_url:  # the servers check the links with the same key
+            links = AnswerLinks(secret, the_routing.inbox_url)
+        context = ChannelContext(the_routing.inbox_url, links)
         try:
-            loop = DeliveryLoop(broker.store, broker.store, the_routing, poll_interval=poll_interval)
+            loop = DeliveryLoop(broker.store, broker.store, the_routing, context=context, poll_interval=poll_interval)
         except ChannelError as exc:
             raise InvalidRequest(str(exc)) from None
         err.print(f"delivering from {redact_url(db or 'sqlite:///interlock.db')}", markup=False)
