@@ -193,3 +193,27 @@ async def test_notices_routed_meanwhile_do_not_hide_later_ones(store: Store) -> 
     left = await store.claim_notices("loop-1", t, 30)
     assert [n.request_id for n in left] == [second.id, third.id]
     assert len({n.id for n in [a, *left]}) == 3
+
+
+async def test_deliveries_list_by_recipient(store: Store) -> None:
+    request, _ = await store.insert(build_request(Text("Ship?"), to="alice", requester="bot"))
+    t = now()
+    [notice] = await store.claim_notices("loop-1", t, 30)
+    to_bob = Delivery(
+        delivery_id(notice.event_id, "escalation", "bob", "hook", None),
+        notice.id,
+        request.id,
+        "escalation",
+        "created",
+        "bob",
+        "hook",
+        None,
+        t,
+        t,
+    )
+    await store.route_notice(
+        notice, [*deliveries_for(notice.id, notice.event_id, request.id, t, "hook"), to_bob], "loop-1", t
+    )
+    assert [d.recipient for d in await store.list_deliveries(recipient="bob")] == ["bob"]
+    assert [d.recipient for d in await store.list_deliveries(recipient="alice")] == ["alice"]
+    assert await store.list_deliveries(recipient="carol") == []

@@ -359,6 +359,7 @@ class MemoryStore:
                 for d, _, _ in self._deliveries.values()
                 if (request_id is None or d.request_id == request_id)
                 and (status is None or d.status == status)
+                and (recipient is None or d.recipient == recipient)
                 and (after is None or d.id > after)
             ),
             key=lambda d: d.id,
