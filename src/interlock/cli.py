@@ -668,6 +668,15 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    routing: Annotated[
+        Path | None,
+        typer.Option(
+            "--routing",
+            envvar="INTERLOCK_ROUTING",
+            help="A routing file (TOML): who is told about requests, through which channels (webhook, email, "
+            "Slack, plugins). The delivery loop then runs in the server.",
+        ),
+    ] = None,
 ) -> None:
     """Run the HTTP API, the live event stream and the web inbox."""
     try:
@@ -736,6 +745,7 @@ def serve(
             grant_policy=policy,
             grant_key=grant_key,
             on_ready=announce,
+            routing=str(routing) if routing is not None else None,
         )
     except (ValueError, OSError) as exc:
         sock.close()
@@ -747,6 +757,9 @@ def serve(
         err.print("auth is on: create tokens with `interlock token create NAME --human|--agent`")
     if proxies:
         err.print(f"trusting X-Forwarded-Proto and X-Forwarded-For from {', '.join(proxies)}", markup=False)
+    if routing is not None:
+        names = ", ".join(app.state.interlock.delivery.channels) or "none"
+        err.print(f"delivering notifications as {routing} says (channels: {names})", markup=False)
     config = uvicorn.Config(
         app,
         log_level="warning",
@@ -1183,6 +1196,149 @@ def grants_revoke(
     if not _run(db, lambda b: b.revoke_grant(grant_id, by=by)):
         raise _fail(f"grant {grant_id} was revoked already", DECLINED)
     err.print(f"revoked {grant_id}")
+
+
+# -- the outbox: deliveries, dead letters and a standalone delivery loop ----------------------
+
+deliveries_app = typer.Typer(
+    no_args_is_help=True, help="The outbox: how people were told about requests, and the dead letters."
+)
+app.add_typer(deliveries_app, name="deliveries")
+
+
+def _deliveries_api(db: str, method: str, path: str, **params: Any) -> Any:
+    """Call a server's deliveries API with the token from INTERLOCK_TOKEN."""
+    import httpx
+
+    token = os.environ.get("INTERLOCK_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = httpx.request(method, db.rstrip("/") + "/api/v1" + path, params=params, headers=headers, timeout=30)
+    except httpx.HTTPError as exc:
+        raise _fail(f"cannot reach the server at {db}: {exc}") from None
+    if response.status_code >= 400:
+        try:
+            detail = response.json().get("detail", response.text)
+        except ValueError:
+            detail = response.text
+        raise _fail(f"{detail}", DECLINED if response.status_code in (404, 409) else USAGE)
+    return response.json()
+
+
+def _print_deliveries(items: list[dict[str, Any]]) -> None:
+    if not items:
+        err.print("no deliveries")
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("id", "request", "kind", "to", "channel", "status", "tries", "last error"):
+        table.add_column(column)
+    for d in items:
+        table.add_row(
+            d["id"],
+            d["request_id"],
+            d["kind"],
+            d["recipient"],
+            d["channel"],
+            d["status"],
+            str(d["attempts"]),
+            escape(d["last_error"] or ""),
+        )
+    Console(width=200).print(table)
+
+
+@deliveries_app.command("list")
+def deliveries_list(
+    request: Annotated[str | None, typer.Option("--request", help="Only the deliveries of this request.")] = None,
+    status: Annotated[
+        str | None, typer.Option("--status", help="pending, delivered, dead (the dead letters) or skipped.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    db: DbOption = None,
+) -> None:
+    """List deliveries: of one request, or in one state (`--status dead` for the dead letters)."""
+    from .outbox import DELIVERY_STATES, delivery_to_dict
+
+    if status is not None and status not in DELIVERY_STATES:
+        raise _fail(f"--status is one of {', '.join(DELIVERY_STATES)}, not {status!r}")
+    if db is not None and db.startswith(("http://", "https://")):
+        if request is not None:
+            items = _deliveries_api(db, "GET", f"/requests/{request}/deliveries")["items"]
+            items = [d for d in items if status is None or d["status"] == status]
+        else:
+            items = _deliveries_api(db, "GET", "/deliveries", **({"status": status} if status else {}))["items"]
+    else:
+
+        async def work(broker: Broker) -> list[dict[str, Any]]:
+            assert isinstance(broker, LocalBroker)
+            found = await broker.store.list_deliveries(request_id=request, status=status, limit=1000)
+            return [delivery_to_dict(d) for d in found]
+
+        items = _run(db, work)
+    if as_json:
+        typer.echo(json.dumps(items, indent=2))
+    else:
+        _print_deliveries(items)
+
+
+@deliveries_app.command("retry")
+def deliveries_retry(
+    delivery_id: Annotated[str, typer.Argument(help="The id of a dead letter (dlv_...).")],
+    db: DbOption = None,
+) -> None:
+    """Send a dead letter again (due now, its attempts counted afresh)."""
+    if db is not None and db.startswith(("http://", "https://")):
+        _deliveries_api(db, "POST", f"/deliveries/{delivery_id}/retry")
+    else:
+
+        async def work(broker: Broker) -> bool:
+            assert isinstance(broker, LocalBroker)
+            return await broker.store.retry_delivery(delivery_id, datetime.now(UTC)) is not None
+
+        if not _run(db, work):
+            raise _fail(f"no dead letter {delivery_id!r}", DECLINED)
+    err.print(f"{delivery_id} will be sent again")
+
+
+@app.command()
+def deliver(
+    routing: Annotated[Path, typer.Option("--routing", envvar="INTERLOCK_ROUTING", help="The routing file (TOML).")],
+    db: LocalDb = None,
+    poll_interval: Annotated[
+        float, typer.Option("--poll-interval", min=0.05, help="Seconds between looks at the outbox.")
+    ] = 1.0,
+) -> None:
+    """Run the outbox's delivery loop alone (beside servers that run without --routing).
+    Email answer links are signed with INTERLOCK_SECRET_KEY, which the servers must share."""
+    from .channels import ChannelContext, ChannelError
+    from .channels.delivery import DeliveryLoop
+    from .channels.links import AnswerLinks
+    from .routing import RoutingError, load_routing
+
+    if db is not None and db.startswith(("http://", "https://")):
+        raise _fail("deliver needs a store URL (sqlite:///... or postgresql://...), not a server")
+    try:
+        the_routing = load_routing(routing)
+    except RoutingError as exc:
+        raise _fail(str(exc)) from None
+
+    async def work(broker: Broker) -> None:
+        assert isinstance(broker, LocalBroker)
+        links = None
+        secret = os.environ.get("INTERLOCK_SECRET_KEY")
+        if secret and the_routing.inbox_url:  # the servers check the links with the same key
+            links = AnswerLinks(secret, the_routing.inbox_url)
+        context = ChannelContext(the_routing.inbox_url, links)
+        try:
+            loop = DeliveryLoop(broker.store, broker.store, the_routing, context=context, poll_interval=poll_interval)
+        except ChannelError as exc:
+            raise InvalidRequest(str(exc)) from None
+        err.print(f"delivering from {redact_url(db or 'sqlite:///interlock.db')}", markup=False)
+        try:
+            await loop.run()
+        finally:
+            await loop.stop()
+
+    _run(db, work)
 
 
 def main() -> None:

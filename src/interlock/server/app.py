@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -31,11 +32,15 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..broker import LocalBroker, connect
+from ..channels import ChannelContext
+from ..channels.delivery import DeliveryLoop
+from ..channels.links import AnswerLinks
 from ..grant_tokens import GrantSigner
 from ..mcp import HttpEndpoint
 from ..model import GrantPolicy, Limits
+from ..routing import Routing, load_routing
 from ..wire import WIRE_ERRORS, problem_of
-from . import api, grants, interactions, runs
+from . import api, deliveries, grants, inbound, interactions, runs, web_deliveries
 from .api import PROBLEMS
 from .auth import Auth, loopback_host, same_origin
 from .common import ApiError, AppState, Quotas, event_to_dict, parse_event_id, problem
@@ -122,6 +127,7 @@ def create_app(
     grant_policy: GrantPolicy | None = None,
     grant_key: GrantSigner | str | Path | None = None,
     on_ready: Callable[[LocalBroker], Awaitable[None]] | None = None,
+    routing: Routing | str | None = None,
 ) -> FastAPI:
     """The ASGI app on the store at `url` (or on a broker you opened yourself).
 
@@ -149,6 +155,8 @@ def create_app(
     (see `interlock.grant_tokens`).
     `on_ready` is awaited with the open broker once the app has started (`interlock serve`
     prints a sign-in link from there).
+    `routing` (a `Routing`, or the path of a routing file) runs the outbox's delivery loop
+    in the server: notices go out through the channels it names (see `interlock.routing`).
     """
     options: dict[str, Any] = {"limits": limits} if limits is not None else {}
     if pause_timeout is not None:
@@ -158,6 +166,7 @@ def create_app(
         the_broker.grant_policy = grant_policy
     if not isinstance(the_broker, LocalBroker):
         raise ValueError("a server keeps its own store (memory://, sqlite:// or postgresql://), not another server's")
+    the_routing = load_routing(routing) if isinstance(routing, str) else routing
     the_auth = Auth(the_broker.principals, enabled=auth, secret_key=secret_key, trusted_proxies=trusted_proxies)
     state = AppState(the_broker, the_auth, queue_size, keepalive, open_recipients=open_recipients or not auth)
     state.open_inboxes = open_inboxes
@@ -167,6 +176,13 @@ def create_app(
         state.grant_signer = GrantSigner.from_pem(Path(grant_key))
     else:
         state.grant_signer = GrantSigner.from_secret(secret_key) if secret_key else GrantSigner.generate()
+    if the_routing is not None:  # channels are made now: a bad option fails at start, not at the first send
+        links = None
+        if the_routing.inbox_url is not None:  # one-click answers need to know where this server is
+            links = AnswerLinks(secret_key or secrets.token_urlsafe(32), the_routing.inbox_url)
+        context = ChannelContext(the_routing.inbox_url, links)
+        state.delivery = DeliveryLoop(the_broker.store, the_broker.store, the_routing, context=context)
+        deliveries.install_metrics(state)
     state.quotas = Quotas(
         (DEFAULT_QUOTA if auth else None) if rate_limit == "default" else rate_limit,
         (DEFAULT_STREAMS if auth else None) if max_streams == "default" else max_streams,
@@ -177,12 +193,17 @@ def create_app(
         await the_broker.open()
         state.metrics.pending.set(len(await the_broker.pending()))
         await state.hub.start()
+        if state.delivery is not None:
+            state.hub.on_event.append(lambda _: state.delivery.wake() if state.delivery is not None else None)
+            state.delivery.start()
         try:
             async with mcp.running():
                 if on_ready is not None:
                     await on_ready(the_broker)
                 yield
         finally:
+            if state.delivery is not None:
+                await state.delivery.stop()
             await state.hub.stop()
             if broker is None:
                 await the_broker.aclose()
@@ -204,6 +225,9 @@ def create_app(
     app.include_router(interactions.router, prefix="/api/v1")
     app.include_router(runs.router, prefix="/api/v1")
     app.include_router(grants.router, prefix="/api/v1")
+    app.include_router(deliveries.router, prefix="/api/v1")
+    app.include_router(inbound.router, prefix="/api/v1")
+    app.include_router(inbound.pages)
     _document_problems(app)
 
     @app.get("/healthz", include_in_schema=False)
@@ -216,6 +240,7 @@ def create_app(
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     install_web(app, state)
+    app.include_router(web_deliveries.router)
     mcp = HttpEndpoint(app, the_auth.from_token, auth=auth)  # MCP over streamable HTTP, same tokens
     app.router.routes.append(Route("/mcp", mcp, include_in_schema=False))
     install_pages(app, state)

@@ -14,6 +14,7 @@ from fastapi.templating import Jinja2Templates
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..broker import MAX_EVENT_ID, LocalBroker
+from ..channels.delivery import DeliveryLoop
 from ..grant_tokens import GrantSigner
 from ..model import RUN_EVENTS, Event, Run, Status, request_to_dict
 from ..principals import Principal, can_read
@@ -153,6 +154,7 @@ class AppState:
     templates: Jinja2Templates  # the web inbox's, set when it is installed
     grant_signer: GrantSigner  # signs the issued grants' tokens, set by the app
     open_inboxes: bool = False  # anyone signed in may ask anyone (an open organisation)
+    delivery: DeliveryLoop | None = None  # the outbox's delivery loop, when a routing is configured
 
     def __init__(
         self, broker: LocalBroker, auth: Auth, queue_size: int, keepalive: float, *, open_recipients: bool = False

@@ -7,7 +7,9 @@
 - `RunStore`: runs, the requests each parked run waits on, and who holds a claimed run.
 - `GrantStore`: capability grants as issued (by an answer, or given directly), listed,
   looked up and revoked, each issuance and revocation with its event.
-- `Store`: all four, as every backend implements them over one database.
+- `OutboxStore`: the notices the request store writes with each event that concerns a
+  person, and their deliveries to channels, claimed under a lease.
+- `Store`: all five, as every backend implements them over one database.
 
 The Broker holds the semantics (waiting, hooks, expiry timing) and is the only caller.
 Core code never imports a driver: each backend module imports its own. The SQL backends
@@ -24,12 +26,14 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from ..model import Event, IssuedGrant, Request, Response, Run, RunStatus, Status
+from ..outbox import Delivery, DeliveryState, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
 
 __all__ = [
     "EventQuery",
     "GrantQuery",
     "GrantStore",
+    "OutboxStore",
     "PrincipalStore",
     "Query",
     "RequestStore",
@@ -398,7 +402,59 @@ class GrantStore(Protocol):
         ...
 
 
-class Store(RequestStore, PrincipalStore, RunStore, GrantStore, Protocol):
+class OutboxStore(Protocol):
+    """Notices and deliveries (used by the delivery loop, the API and `interlock deliveries`).
+
+    The notices are written by the `RequestStore` itself, in the transaction of their
+    event. A claim holds rows for `lease` seconds for `owner`: another loop (another
+    process, another node) takes them only once the lease has run out, so in the normal
+    case nothing is sent twice, and a loop that died lets its rows go after the lease.
+    """
+
+    async def claim_notices(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Notice]:
+        """Unrouted notices, oldest first, not leased by another loop; lease them."""
+        ...
+
+    async def route_notice(self, notice: Notice, deliveries: Sequence[Delivery], owner: str, now: datetime) -> int:
+        """Add `deliveries` (ids already present are kept as they are) and mark the notice
+        routed, in one transaction, if `owner` still holds its lease; how many were added."""
+        ...
+
+    async def claim_deliveries(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Delivery]:
+        """Pending deliveries due by `now`, not leased by another loop; lease them."""
+        ...
+
+    async def finish_delivery(self, delivery: Delivery, owner: str) -> bool:
+        """Store how an attempt went (its status, attempts, due_at, delivered_at and
+        last_error) and release the lease; False (and no change) if `owner` lost it."""
+        ...
+
+    async def get_delivery(self, delivery_id: str) -> Delivery | None: ...
+
+    async def list_deliveries(
+        self,
+        *,
+        request_id: str | None = None,
+        status: DeliveryState | None = None,
+        recipient: str | None = None,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> Sequence[Delivery]:
+        """Deliveries by id (a keyset page after `after`), of one request, in one state, to one recipient."""
+        ...
+
+    async def retry_delivery(self, delivery_id: str, now: datetime) -> Delivery | None:
+        """Make a dead letter pending again, due now, its attempts counted afresh; None
+        when there is no dead delivery of that id."""
+        ...
+
+    async def next_outbox_due(self) -> datetime | None:
+        """When the delivery loop has work next: the time of the oldest unrouted notice,
+        else the earliest due pending delivery."""
+        ...
+
+
+class Store(RequestStore, PrincipalStore, RunStore, GrantStore, OutboxStore, Protocol):
     """Every port over one database, as the broker takes it: a backend keeps requests,
     principals and runs side by side, so a revocation ends the sessions and writes its
     event in one transaction, and a settlement marks its run ready in its own."""

@@ -32,11 +32,13 @@ from ..model import (
     request_to_dict,
     response_from_dict,
 )
+from ..outbox import Delivery, DeliveryState, Notice
 from ..principals import LiveToken, Principal, WebSession
 from . import EventQuery, GrantQuery, Query, RunQuery
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
+    "DELIVERY_COLUMNS",
     "FILTERS",
     "Migration",
     "RUN_COLUMNS",
@@ -538,6 +540,87 @@ class SqlStore:
     async def get_session(self, session_hash: str, now: datetime) -> WebSession | None:
         rows = await self._rows("get_session", session_hash, self._stamp(now))
         return self._web_session(rows[0] if rows else None)
+
+    # -- the outbox ------------------------------------------------------------------------
+
+    def _notice(self, row: Sequence[Any]) -> Notice:
+        notice_id, event_id, type_, request_id, recipient, at = row
+        return Notice(int(notice_id), int(event_id), type_, request_id, recipient, self._time(at))
+
+    def _delivery(self, row: Sequence[Any]) -> Delivery:
+        """A delivery from its row, in the column order of `DELIVERY_COLUMNS`."""
+        id_, notice, request_id, kind, event, recipient, channel, address, status, attempts = row[:10]
+        due_at, created_at, delivered_at, last_error, reference = row[10:]
+        return Delivery(
+            id_,
+            int(notice),
+            request_id,
+            kind,
+            event,
+            recipient,
+            channel,
+            address,
+            self._time(due_at),
+            self._time(created_at),
+            status,
+            int(attempts),
+            None if delivered_at is None else self._time(delivered_at),
+            last_error,
+            reference,
+        )
+
+    def _delivery_row(self, d: Delivery) -> tuple[Any, ...]:
+        """A delivery's values in the column order of `DELIVERY_COLUMNS`."""
+        return (
+            d.id,
+            d.notice,
+            d.request_id,
+            d.kind,
+            d.event,
+            d.recipient,
+            d.channel,
+            d.address,
+            d.status,
+            d.attempts,
+            self._stamp(d.due_at),
+            self._stamp(d.created_at),
+            None if d.delivered_at is None else self._stamp(d.delivered_at),
+            d.last_error,
+            d.reference,
+        )
+
+    async def get_delivery(self, delivery_id: str) -> Delivery | None:
+        rows = await self._rows("get_delivery", delivery_id)
+        return self._delivery(rows[0]) if rows else None
+
+    async def list_deliveries(
+        self,
+        *,
+        request_id: str | None = None,
+        status: DeliveryState | None = None,
+        recipient: str | None = None,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> Sequence[Delivery]:
+        where: list[str] = []
+        params: dict[str, Any] = {"limit": limit}
+        for column, value in (("request_id", request_id), ("status", status), ("recipient", recipient)):
+            if value is not None:
+                where.append(f"{column} = :{column}")
+                params[column] = value
+        if after is not None:
+            where.append("id > :after")
+            params["after"] = after
+        sql = f"SELECT {DELIVERY_COLUMNS} FROM deliveries"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return [self._delivery(row) for row in await self._rows_of(sql + " ORDER BY id LIMIT :limit", params)]
+
+
+DELIVERY_COLUMNS = (
+    "id, notice, request_id, kind, event, recipient, channel, address, status, attempts, "
+    "due_at, created_at, delivered_at, last_error, reference"
+)
 
 
 _NAMED = re.compile(r"(?<!:):([a-z_]+)")

@@ -18,7 +18,7 @@ import math
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..errors import Closed
@@ -35,12 +35,14 @@ from ..model import (
     response_to_dict,
     run_event_data,
 )
+from ..outbox import NOTICE_TYPES, Delivery, DeliveryState, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
 from . import EventQuery, GrantQuery, Query, RunQuery, text_words
 from ._url import url_options
 
 __all__ = ["MemoryStore", "from_url"]
 
+_FINISHED = 10_000  # delivered or skipped deliveries kept listed; older ones are forgotten
 _UNCONSUMED = 10_000  # answered requests kept consumable; an older one is refused (fails closed)
 _UNREAD = 10_000  # settled requests kept until a waiter reads them; an older one is forgotten
 
@@ -79,6 +81,11 @@ class MemoryStore:
         self._runs: dict[str, Run] = {}
         self._run_expiry: list[tuple[datetime, str]] = []  # parked runs' deadlines (stale entries skipped)
         self._grants: dict[str, IssuedGrant] = {}  # by id; kept for the life of the process
+        # the outbox: notices by id with their lease (owner, until) and routed flag; deliveries by id
+        self._notices: dict[int, tuple[Notice, str | None, datetime | None]] = {}
+        self._deliveries: dict[str, tuple[Delivery, str | None, datetime | None]] = {}
+        self._last_notice = 0
+        self._finished: deque[str] = deque()  # delivered or skipped, oldest first
 
     async def open(self) -> None:
         pass
@@ -93,6 +100,10 @@ class MemoryStore:
         self._last_event += 1
         at = request.response.at if request.response is not None else request.created_at
         self._events.append(Event(self._last_event, type_, at, request.id, request))
+        if type_ in NOTICE_TYPES:
+            self._last_notice += 1
+            notice = Notice(self._last_notice, self._last_event, type_, request.id, request.to, at)
+            self._notices[notice.id] = (notice, None, None)
 
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         self._last_event += 1
@@ -548,6 +559,97 @@ class MemoryStore:
         self._grants[grant_id] = revoked
         await self.append_event("grant_revoked", grant_event_data(revoked))
         return revoked
+
+    # -- the outbox ------------------------------------------------------------------------
+
+    async def claim_notices(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Notice]:
+        until = now + timedelta(seconds=lease)
+        out: list[Notice] = []
+        for notice, holder, held_until in list(self._notices.values()):
+            if len(out) == limit:
+                break
+            if holder is not None and holder != owner and held_until is not None and held_until > now:
+                continue
+            self._notices[notice.id] = (notice, owner, until)
+            out.append(notice)
+        return out
+
+    async def route_notice(self, notice: Notice, deliveries: Sequence[Delivery], owner: str, now: datetime) -> int:
+        found = self._notices.get(notice.id)
+        if found is None or found[1] != owner:
+            return 0
+        added = 0
+        for delivery in deliveries:
+            if delivery.id not in self._deliveries:
+                self._deliveries[delivery.id] = (delivery, None, None)
+                added += 1
+        del self._notices[notice.id]  # routed: only unrouted notices are kept here
+        return added
+
+    async def claim_deliveries(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Delivery]:
+        until = now + timedelta(seconds=lease)
+        due = sorted(
+            (
+                d
+                for d, holder, held in self._deliveries.values()
+                if d.status == "pending" and d.due_at <= now and (holder is None or held is None or held <= now)
+            ),
+            key=lambda d: (d.due_at, d.id),
+        )[:limit]
+        for delivery in due:
+            self._deliveries[delivery.id] = (delivery, owner, until)
+        return due
+
+    async def finish_delivery(self, delivery: Delivery, owner: str) -> bool:
+        found = self._deliveries.get(delivery.id)
+        if found is None or found[1] != owner:
+            return False
+        self._deliveries[delivery.id] = (delivery, None, None)
+        if delivery.status in ("delivered", "skipped"):
+            self._finished.append(delivery.id)
+            if len(self._finished) > _FINISHED:  # what stays in process is bounded, as events are
+                self._deliveries.pop(self._finished.popleft(), None)
+        return True
+
+    async def get_delivery(self, delivery_id: str) -> Delivery | None:
+        found = self._deliveries.get(delivery_id)
+        return found[0] if found is not None else None
+
+    async def list_deliveries(
+        self,
+        *,
+        request_id: str | None = None,
+        status: DeliveryState | None = None,
+        recipient: str | None = None,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> Sequence[Delivery]:
+        rows = sorted(
+            (
+                d
+                for d, _, _ in self._deliveries.values()
+                if (request_id is None or d.request_id == request_id)
+                and (status is None or d.status == status)
+                and (recipient is None or d.recipient == recipient)
+                and (after is None or d.id > after)
+            ),
+            key=lambda d: d.id,
+        )
+        return rows[:limit]
+
+    async def retry_delivery(self, delivery_id: str, now: datetime) -> Delivery | None:
+        found = self._deliveries.get(delivery_id)
+        if found is None or found[0].status != "dead":
+            return None
+        again = found[0].with_state(status="pending", attempts=0, due_at=now)
+        self._deliveries[delivery_id] = (again, None, None)
+        return again
+
+    async def next_outbox_due(self) -> datetime | None:
+        if self._notices:
+            return min(n.at for n, _, _ in self._notices.values())
+        due = [d.due_at for d, _, _ in self._deliveries.values() if d.status == "pending"]
+        return min(due) if due else None
 
 
 def _grant_matches(g: IssuedGrant, q: GrantQuery) -> bool:

@@ -35,7 +35,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -58,6 +58,7 @@ from ..model import (
     response_to_dict,
     run_event_data,
 )
+from ..outbox import Delivery, Notice, delivery_to_row
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
 from ..redact import redact, redact_url
 from ._sql import (
@@ -642,6 +643,48 @@ class PostgresStore(SqlStore):
     async def use_signin_link(self, link_hash: str, now: datetime) -> Principal | None:
         row = await self.pool.fetchrow(Q["use_signin_link"], link_hash, now)
         return None if row is None else Principal(*row)
+
+    # -- the outbox ----------------------------------------------------------------------
+    # Claims are one statement each: FOR UPDATE SKIP LOCKED passes over rows another node
+    # is claiming right now, and the lease keeps them from being claimed again until it
+    # runs out, so two nodes do not send one delivery in the normal case.
+
+    async def claim_notices(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Notice]:
+        until = now + timedelta(seconds=lease)
+        return [self._notice(row) for row in await self._query("fetch", Q["claim_notices"], owner, now, until, limit)]
+
+    async def route_notice(self, notice: Notice, deliveries: Sequence[Delivery], owner: str, now: datetime) -> int:
+        rows = [delivery_to_row(d) for d in deliveries]
+        added = await self.pool.fetchval(Q["route_notice"], notice.id, now, owner, encode_json(rows))
+        return int(added)
+
+    async def claim_deliveries(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Delivery]:
+        until = now + timedelta(seconds=lease)
+        rows = await self._query("fetch", Q["claim_deliveries"], owner, now, until, limit)
+        return [self._delivery(row) for row in rows]
+
+    async def finish_delivery(self, delivery: Delivery, owner: str) -> bool:
+        status: str = await self._query(
+            "execute",
+            Q["finish_delivery"],
+            delivery.id,
+            owner,
+            delivery.status,
+            delivery.attempts,
+            delivery.due_at,
+            delivery.delivered_at,
+            delivery.last_error,
+            delivery.reference,
+        )
+        return status.endswith(" 1")
+
+    async def retry_delivery(self, delivery_id: str, now: datetime) -> Delivery | None:
+        row = await self._query("fetchrow", Q["retry_delivery"], delivery_id, now)
+        return None if row is None else self._delivery(row)
+
+    async def next_outbox_due(self) -> datetime | None:
+        due: datetime | None = await self._query("fetchval", Q["next_outbox_due"])  # an aware datetime
+        return due
 
     # -- events --------------------------------------------------------------------------
 

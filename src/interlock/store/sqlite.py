@@ -17,7 +17,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from .._backoff import Backoff
@@ -35,10 +35,12 @@ from ..model import (
     response_to_dict,
     run_event_data,
 )
+from ..outbox import Delivery, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
 from . import EventQuery
 from ._sql import (
     DEFAULT_CACHE_BYTES,
+    DELIVERY_COLUMNS,
     RequestCache,
     SqlStore,
     encode_json,
@@ -721,6 +723,68 @@ class SqliteStore(SqlStore):
         name = await self._write(use, notify=False)
         return None if name is None else await self.get_principal(name)
 
+    # -- the outbox ----------------------------------------------------------------------
+
+    async def claim_notices(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Notice]:
+        params = {"owner": owner, "now": _us(now), "limit": limit}
+        until = _us(now + timedelta(seconds=lease))
+
+        def claim(db: sqlite3.Connection) -> list[Any]:
+            rows = db.execute(Q["unrouted_notices"], params).fetchall()
+            for row in rows:
+                db.execute(Q["lease_notice"], {"owner": owner, "until": until, "id": row[0]})
+            return rows
+
+        if not await self._read(Q["unrouted_notices"], params):
+            return []  # the common case: take no write lock
+        return [self._notice(row) for row in await self._write(claim, notify=False)]
+
+    async def route_notice(self, notice: Notice, deliveries: Sequence[Delivery], owner: str, now: datetime) -> int:
+        rows: list[dict[str, Any]] = [
+            dict(zip(_DELIVERY_NAMES, self._delivery_row(d), strict=True)) for d in deliveries
+        ]
+
+        def route(db: sqlite3.Connection) -> int:
+            if db.execute(Q["mark_routed"], {"now": _us(now), "id": notice.id, "owner": owner}).rowcount != 1:
+                return 0
+            return sum(db.execute(Q["insert_delivery"], row).rowcount for row in rows)
+
+        return await self._write(route, notify=False)
+
+    async def claim_deliveries(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Delivery]:
+        params = {"now": _us(now), "limit": limit}
+        until = _us(now + timedelta(seconds=lease))
+        if not await self._read(Q["due_deliveries"], params):
+            return []
+
+        def claim(db: sqlite3.Connection) -> list[Any]:
+            rows = db.execute(Q["due_deliveries"], params).fetchall()
+            for row in rows:
+                db.execute(Q["lease_delivery"], {"owner": owner, "until": until, "id": row[0]})
+            return rows
+
+        return [self._delivery(row) for row in await self._write(claim, notify=False)]
+
+    async def finish_delivery(self, delivery: Delivery, owner: str) -> bool:
+        row = self._delivery_row(delivery)
+        params: dict[str, Any] = {"id": delivery.id, "owner": owner, "status": delivery.status}
+        params["attempts"] = delivery.attempts
+        params |= {"due_at": row[10], "delivered_at": row[12], "last_error": delivery.last_error}
+        params["reference"] = delivery.reference
+        return bool(await self._write(lambda db: db.execute(Q["finish_delivery"], params).rowcount, notify=False))
+
+    async def retry_delivery(self, delivery_id: str, now: datetime) -> Delivery | None:
+        params = {"id": delivery_id, "now": _us(now)}
+        if not await self._write(lambda db: db.execute(Q["retry_delivery"], params).rowcount, notify=False):
+            return None
+        return await self.get_delivery(delivery_id)
+
+    async def next_outbox_due(self) -> datetime | None:
+        rows = await self._read(Q["oldest_unrouted"])
+        if rows[0][0] is None:
+            rows = await self._read(Q["next_delivery_due"])
+        return None if rows[0][0] is None else _from_us(rows[0][0])
+
     # -- events --------------------------------------------------------------------------
 
     async def changes(self, after: int = 0, limit: int = 500) -> Sequence[tuple[int, str, str | None]]:
@@ -729,6 +793,9 @@ class SqliteStore(SqlStore):
             if type_ != "created" and request_id in self._cache:
                 self._cache.discard(request_id)  # settled, maybe by another process: read it afresh
         return [tuple(row) for row in rows]
+
+
+_DELIVERY_NAMES = tuple(DELIVERY_COLUMNS.split(", "))
 
 
 def _text(value: Any) -> str | None:

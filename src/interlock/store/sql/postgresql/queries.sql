@@ -211,3 +211,63 @@ WITH used AS (
     RETURNING principal
 )
 SELECT p.name, p.kind, p.owner FROM used u JOIN principals p ON p.name = u.principal;
+-- name: claim_notices
+UPDATE outbox o SET lease_owner = $1, lease_until = $3
+WHERE o.id IN (
+    SELECT id FROM outbox
+    WHERE routed_at IS NULL AND (lease_owner IS NULL OR lease_owner = $1 OR lease_until <= $2)
+    ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED
+)
+RETURNING o.id, o.event_id, o.type, o.request_id, o.recipient, o.at;
+
+-- name: route_notice
+-- Mark the notice routed (if this loop still holds its lease) and add its deliveries,
+-- given as a JSON array, in one statement: one round trip.
+WITH routed AS (
+    UPDATE outbox SET routed_at = $2, lease_owner = NULL, lease_until = NULL
+    WHERE id = $1 AND routed_at IS NULL AND lease_owner = $3
+    RETURNING id
+), added AS (
+    INSERT INTO deliveries (id, notice, request_id, kind, event, recipient, channel, address, status, attempts,
+                            due_at, created_at, delivered_at, last_error, reference)
+    SELECT d.id, d.notice, d.request_id, d.kind, d.event, d.recipient, d.channel, d.address, d.status, d.attempts,
+           d.due_at, d.created_at, d.delivered_at, d.last_error, d.reference
+    FROM jsonb_to_recordset($4::jsonb) AS d(
+        id text, notice bigint, request_id text, kind text, event text, recipient text, channel text, address text,
+        status text, attempts integer, due_at timestamptz, created_at timestamptz, delivered_at timestamptz,
+        last_error text, reference text)
+    WHERE EXISTS (SELECT 1 FROM routed)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING 1
+)
+SELECT count(*) FROM added;
+
+-- name: claim_deliveries
+UPDATE deliveries d SET lease_owner = $1, lease_until = $3
+WHERE d.id IN (
+    SELECT id FROM deliveries
+    WHERE status = 'pending' AND due_at <= $2 AND (lease_owner IS NULL OR lease_until <= $2)
+    ORDER BY due_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
+)
+RETURNING d.id, d.notice, d.request_id, d.kind, d.event, d.recipient, d.channel, d.address, d.status,
+          d.attempts, d.due_at, d.created_at, d.delivered_at, d.last_error, d.reference;
+
+-- name: finish_delivery
+UPDATE deliveries SET status = $3, attempts = $4, due_at = $5, delivered_at = $6, last_error = $7, reference = $8,
+                      lease_owner = NULL, lease_until = NULL
+WHERE id = $1 AND lease_owner = $2;
+
+-- name: get_delivery
+SELECT id, notice, request_id, kind, event, recipient, channel, address, status, attempts,
+       due_at, created_at, delivered_at, last_error, reference FROM deliveries WHERE id = $1;
+
+
+-- name: retry_delivery
+UPDATE deliveries SET status = 'pending', attempts = 0, due_at = $2, lease_owner = NULL, lease_until = NULL
+WHERE id = $1 AND status = 'dead'
+RETURNING id, notice, request_id, kind, event, recipient, channel, address, status, attempts,
+          due_at, created_at, delivered_at, last_error, reference;
+
+-- name: next_outbox_due
+SELECT coalesce((SELECT min(at) FROM outbox WHERE routed_at IS NULL),
+                (SELECT min(due_at) FROM deliveries WHERE status = 'pending'));

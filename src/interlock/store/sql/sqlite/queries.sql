@@ -220,3 +220,49 @@ VALUES (:hash, :principal, :created_at, :expires_at);
 UPDATE signin_links SET used_at = :now
 WHERE hash = :hash AND used_at IS NULL AND expires_at > :now
 RETURNING principal;
+-- name: unrouted_notices
+SELECT id, event_id, type, request_id, recipient, at FROM outbox
+WHERE routed_at IS NULL AND (lease_owner IS NULL OR lease_owner = :owner OR lease_until <= :now)
+ORDER BY id LIMIT :limit;
+
+-- name: lease_notice
+UPDATE outbox SET lease_owner = :owner, lease_until = :until WHERE id = :id;
+
+-- name: mark_routed
+UPDATE outbox SET routed_at = :now, lease_owner = NULL, lease_until = NULL
+WHERE id = :id AND routed_at IS NULL AND lease_owner = :owner;
+
+-- name: insert_delivery
+INSERT INTO deliveries (id, notice, request_id, kind, event, recipient, channel, address, status, attempts,
+                        due_at, created_at, delivered_at, last_error, reference)
+VALUES (:id, :notice, :request_id, :kind, :event, :recipient, :channel, :address, :status, :attempts,
+        :due_at, :created_at, :delivered_at, :last_error, :reference)
+ON CONFLICT (id) DO NOTHING;
+
+-- name: due_deliveries
+SELECT id, notice, request_id, kind, event, recipient, channel, address, status, attempts,
+       due_at, created_at, delivered_at, last_error, reference FROM deliveries
+WHERE status = 'pending' AND due_at <= :now AND (lease_owner IS NULL OR lease_until <= :now)
+ORDER BY due_at, id LIMIT :limit;
+
+-- name: lease_delivery
+UPDATE deliveries SET lease_owner = :owner, lease_until = :until WHERE id = :id;
+
+-- name: finish_delivery
+UPDATE deliveries SET status = :status, attempts = :attempts, due_at = :due_at, delivered_at = :delivered_at,
+                      last_error = :last_error, reference = :reference, lease_owner = NULL, lease_until = NULL
+WHERE id = :id AND lease_owner = :owner;
+
+-- name: get_delivery
+SELECT id, notice, request_id, kind, event, recipient, channel, address, status, attempts,
+       due_at, created_at, delivered_at, last_error, reference FROM deliveries WHERE id = :id;
+
+-- name: retry_delivery
+UPDATE deliveries SET status = 'pending', attempts = 0, due_at = :now, lease_owner = NULL, lease_until = NULL
+WHERE id = :id AND status = 'dead';
+
+-- name: oldest_unrouted
+SELECT min(at) FROM outbox WHERE routed_at IS NULL;
+
+-- name: next_delivery_due
+SELECT min(due_at) FROM deliveries WHERE status = 'pending';

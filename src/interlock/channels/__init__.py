@@ -1,0 +1,124 @@
+"""Channels: the ways a notice reaches a person (webhook, email, Slack, or a plugin).
+
+A channel is one small interface, `Channel`: `send` one `Message` (a delivery and its
+request) and return an optional reference (a message id the channel may need later, to
+update what it sent), or raise. Any exception is retried later with back-off; raise
+`PermanentFailure` for a delivery that can never succeed (it becomes a dead letter at
+once). `aclose` releases what the channel holds.
+
+A channel is made by a factory, `factory(config, context) -> Channel`, found by the type
+named in the routing file: a built-in (`webhook`, `email`, `slack`), the name of an entry
+point in the group `interlock.channels` (what a package of your own declares, so a team
+adds Teams, Discord or SMS without touching interlock), or `module:attribute`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, Protocol
+
+from ..model import Request
+from ..outbox import Delivery
+from ..routing import ChannelConfig
+
+__all__ = [
+    "BUILT_IN",
+    "Channel",
+    "ChannelContext",
+    "ChannelError",
+    "ChannelFactory",
+    "Message",
+    "PermanentFailure",
+    "find_factory",
+    "open_channels",
+]
+
+
+class PermanentFailure(Exception):
+    """A delivery that no retry will make succeed (refused by the receiver, no address)."""
+
+
+class ChannelError(ValueError):
+    """A channel that cannot be made from its configuration; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelContext:
+    """What channels share: where the inbox is, and the signed answer links the server
+    accepts (given when the server runs the delivery loop; None standalone)."""
+
+    inbox_url: str | None = None
+    answer_links: Any = None
+    """An object with `link(request, recipient, answers) -> str | None` (email's one-click answers)."""
+
+    def request_url(self, request_id: str) -> str | None:
+        return f"{self.inbox_url}/inbox/requests/{request_id}" if self.inbox_url else None
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """What one delivery sends: the delivery (its kind, recipient, address, idempotency
+    key), the request as it is now, and the earlier deliveries of the same request on the
+    same channel (with their references, to update a message sent before)."""
+
+    delivery: Delivery
+    request: Request
+    context: ChannelContext
+    earlier: tuple[Delivery, ...] = field(default=())
+
+    @property
+    def idempotency_key(self) -> str:
+        return self.delivery.id
+
+
+class Channel(Protocol):
+    async def send(self, message: Message) -> str | None:
+        """Deliver `message`; return a reference to what was sent, if the channel has one."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+ChannelFactory = Callable[[ChannelConfig, ChannelContext], Channel]
+
+BUILT_IN = {
+    "webhook": "interlock.channels.webhook:WebhookChannel",
+    "email": "interlock.channels.email:EmailChannel",
+    "slack": "interlock.channels.slack:SlackChannel",
+}
+
+
+def _load(target: str, where: str) -> ChannelFactory:
+    module_name, _, attribute = target.partition(":")
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise ChannelError(f"{where}: cannot load {target!r}: {exc}") from None
+    if not callable(found):
+        raise ChannelError(f"{where}: {target!r} is not a channel factory")
+    factory: ChannelFactory = found
+    return factory
+
+
+def find_factory(kind: str) -> ChannelFactory:
+    """The factory of a channel type: built-in, entry point, or `module:attribute`."""
+    if kind in BUILT_IN:
+        return _load(BUILT_IN[kind], f"channel type {kind!r}")
+    for point in entry_points(group="interlock.channels"):
+        if point.name == kind:
+            return _load(point.value, f"entry point {kind!r}")
+    if ":" in kind:
+        return _load(kind, f"channel type {kind!r}")
+    plugins = sorted(p.name for p in entry_points(group="interlock.channels"))
+    known = ", ".join([*BUILT_IN, *plugins])
+    raise ChannelError(f"unknown channel type {kind!r} (known: {known}; or give 'module:factory')")
+
+
+def open_channels(configs: Mapping[str, ChannelConfig], context: ChannelContext) -> dict[str, Channel]:
+    """A channel for each configuration, by name."""
+    return {name: find_factory(config.type)(config, context) for name, config in configs.items()}

@@ -1,0 +1,225 @@
+"""The delivery loop: route the outbox's notices and send their deliveries, at least once.
+
+Each cycle claims unrouted notices (under a lease), routes each into its deliveries (see
+`Routing.plan`), then claims the deliveries that are due and sends them through their
+channels, a few at a time. A delivery that fails is tried again after a delay that
+doubles with each attempt, with jitter (`outbox.retry_delay`); after `max_attempts` it
+becomes a dead letter. A reminder or escalation whose request settled meanwhile is
+skipped. Everything it does is in the store, so a loop that stops (or a node that dies)
+leaves nothing behind: its leases run out and another loop, or the same one restarted,
+carries on. On PostgreSQL every node may run one; claims skip each other's rows.
+
+It runs inside `interlock serve` (woken by every new event) or standalone
+(`interlock deliver`), polling the store every `poll_interval` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from ..model import Request, Status
+from ..outbox import Delivery, retry_delay
+from ..routing import Routing
+from ..store import OutboxStore
+from . import Channel, ChannelContext, Message, PermanentFailure, open_channels
+
+__all__ = ["DeliveryLoop"]
+
+log = logging.getLogger("interlock.delivery")
+
+_MAX_ERROR = 1000  # characters of an error kept with a delivery
+
+
+class _Requests(Protocol):
+    async def get(self, request_id: str, *, fresh: bool = True) -> Request | None: ...
+
+
+class DeliveryLoop:
+    """Routes notices and sends deliveries for one store, with one routing."""
+
+    def __init__(
+        self,
+        store: OutboxStore,
+        requests: _Requests,
+        routing: Routing,
+        *,
+        channels: Mapping[str, Channel] | None = None,
+        context: ChannelContext | None = None,
+        owner: str | None = None,
+        lease: float = 60.0,
+        poll_interval: float = 1.0,
+        batch: int = 100,
+        concurrency: int = 16,
+        send_timeout: float = 30.0,
+    ) -> None:
+        self.store = store
+        self.requests = requests
+        self.routing = routing
+        self.context = context or ChannelContext(inbox_url=routing.inbox_url)
+        self.channels: dict[str, Channel] = (
+            dict(channels) if channels is not None else open_channels(routing.channels, self.context)
+        )
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self.lease = lease
+        self.poll_interval = poll_interval
+        self.batch = batch
+        self.send_timeout = send_timeout
+        # Deliveries are claimed a few rounds of sends at a time, under a lease that outlasts
+        # the slowest such rounds (every send timing out), so that no other loop takes one
+        # while this one may still be sending it.
+        self.delivery_batch = min(batch, concurrency * 2)
+        rounds = -(-self.delivery_batch // concurrency)
+        self.delivery_lease = max(lease, (rounds + 1) * send_timeout)
+        self._slots = asyncio.Semaphore(concurrency)
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.on_change: list[Callable[[], None]] = []
+        """Called after each notice is routed and each attempt's outcome is stored."""
+        self.on_outcome: list[Callable[[Delivery], None]] = []
+        """Called with each attempt's outcome once stored (metrics)."""
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Look for work now (a new event was appended)."""
+        self._wake.set()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self.run(), name="interlock-delivery")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for channel in self.channels.values():
+            try:
+                await channel.aclose()
+            except Exception:
+                log.exception("closing a channel failed")
+
+    async def replace(self, routing: Routing, channels: Mapping[str, Channel], context: ChannelContext) -> None:
+        """Use another routing from now on (what is routed already keeps its deliveries)."""
+        old = self.channels
+        self.routing, self.channels, self.context = routing, dict(channels), context
+        for channel in old.values():
+            try:
+                await channel.aclose()
+            except Exception:
+                log.exception("closing a channel failed")
+        self.wake()
+
+    async def run(self) -> None:
+        """Deliver until cancelled; a failing store is logged and tried again."""
+        failures = 0
+        while True:
+            self._wake.clear()
+            try:
+                busy = await self.run_once()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                failures += 1
+                log.exception("the delivery loop failed; trying again")
+                busy = False
+                await asyncio.sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
+                continue
+            if busy:
+                continue
+            delay = self.poll_interval
+            due = await self.store.next_outbox_due()
+            ahead = None if due is None else (due - datetime.now(UTC)).total_seconds()
+            if ahead is not None and ahead > 0:  # past due and not claimed: another loop holds it
+                delay = min(delay, ahead)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay if math.isfinite(delay) else None):
+                    await self._wake.wait()
+
+    # -- one cycle -------------------------------------------------------------------------
+
+    async def run_once(self, now: datetime | None = None) -> bool:
+        """Route what is unrouted and send what is due; True if there was work (there may
+        be more)."""
+        now = now or datetime.now(UTC)
+        notices = await self.store.claim_notices(self.owner, now, self.lease, self.batch)
+        for notice in notices:
+            request = await self.requests.get(notice.request_id)
+            planned = [] if request is None else self.routing.plan(notice, request, now)
+            await self.store.route_notice(notice, planned, self.owner, now)
+            self._changed()
+        due = await self.store.claim_deliveries(self.owner, now, self.delivery_lease, self.delivery_batch)
+        if due:
+            await asyncio.gather(*(self._deliver(d) for d in due))
+        # deliveries routed above and due now were claimed just after: a full batch of
+        # either is the only sign of more work waiting
+        return len(notices) == self.batch or len(due) == self.delivery_batch
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        async with self._slots:
+            outcome = await self._attempt(delivery)
+        if not await self.store.finish_delivery(outcome, self.owner):
+            log.warning("delivery %s: the lease ran out before its outcome was stored", delivery.id)
+        else:
+            for callback in self.on_outcome:
+                callback(outcome)
+        self._changed()
+
+    def _changed(self) -> None:
+        for callback in self.on_change:
+            callback()
+
+    async def _attempt(self, delivery: Delivery) -> Delivery:
+        now = datetime.now(UTC)
+        attempts = delivery.attempts + 1
+        # a new request's message may show it from the cache; the others must see whether
+        # (and how) it settled, which may have happened in another process
+        request = await self.requests.get(delivery.request_id, fresh=delivery.kind != "request")
+        if request is None:
+            return delivery.with_state(status="dead", attempts=attempts, last_error="the request is gone")
+        if delivery.kind in ("reminder", "escalation") and request.status is not Status.PENDING:
+            return delivery.with_state(status="skipped", last_error=f"the request was {request.status.value} first")
+        channel = self.channels.get(delivery.channel)
+        if channel is None:
+            error = f"no channel named {delivery.channel!r} is configured"
+            return delivery.with_state(status="dead", attempts=attempts, last_error=error)
+        earlier: tuple[Delivery, ...] = ()
+        if delivery.kind != "request":
+            found = await self.store.list_deliveries(request_id=delivery.request_id, limit=1000)
+            earlier = tuple(d for d in found if d.channel == delivery.channel and d.id != delivery.id)
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(self.send_timeout):
+                reference = await channel.send(Message(delivery, request, self.context, earlier))
+        except PermanentFailure as exc:
+            log.warning("delivery %s to %s failed for good: %s", delivery.id, delivery.channel, exc)
+            return delivery.with_state(status="dead", attempts=attempts, last_error=_error(exc))
+        except Exception as exc:
+            if isinstance(exc, TimeoutError) and time.monotonic() - started >= self.send_timeout:
+                exc = TimeoutError(f"no answer within {self.send_timeout:g}s")
+            if attempts >= self.routing.max_attempts:
+                log.warning(
+                    "delivery %s to %s failed %d times; now a dead letter", delivery.id, delivery.channel, attempts
+                )
+                return delivery.with_state(status="dead", attempts=attempts, last_error=_error(exc))
+            wait = retry_delay(attempts, first=self.routing.retry_first, cap=self.routing.retry_cap)
+            return delivery.with_state(attempts=attempts, last_error=_error(exc), due_at=now + timedelta(seconds=wait))
+        return delivery.with_state(
+            status="delivered", attempts=attempts, delivered_at=datetime.now(UTC), last_error=None, reference=reference
+        )
+
+
+def _error(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text[:_MAX_ERROR]

@@ -1,0 +1,156 @@
+"""Email over SMTP: the question in the message, one-click answers, HTML and plain text.
+
+Options (in the routing file's `[channels.NAME]`): `from` (required), `host` (default
+localhost), `port` (25; 465 with `tls`, 587 is usual with `starttls`), `username` and
+`password`, `starttls` / `tls` (booleans), `timeout` (seconds, 30). Each recipient's
+address is given in their route (`addresses = { NAME = "alice@example.com" }`); a
+recipient without one is a dead letter at once.
+
+A request of one confirm or one choice ask gets a link per answer (see `links`): one
+click opens a page on the server that records the answer with `via: email`. Any other
+request gets a link to it in the inbox. The message's `Message-ID` is made from the
+delivery's idempotency key, so a repeat is recognisably the same message.
+
+Needs the `email` extra (aiosmtplib).
+"""
+
+from __future__ import annotations
+
+import html
+from email.message import EmailMessage
+from email.utils import formatdate
+from typing import Any
+
+from ..model import Request
+from ..routing import ChannelConfig
+from . import ChannelContext, ChannelError, Message, PermanentFailure
+from .links import quick_answers
+
+__all__ = ["EmailChannel", "compose"]
+
+_SUBJECTS = {
+    "request": "{who} asks: {what}",
+    "reminder": "Reminder, still waiting for you: {what}",
+    "escalation": "Nobody has answered yet: {what}",
+}
+_ENDED = {
+    "answered": "answered",
+    "rejected": "rejected",
+    "expired": "expired",
+    "cancelled": "cancelled",
+}
+
+
+def _headline(request: Request) -> str:
+    text = request.title or request.asks[0].prompt
+    line = " ".join(text.split())
+    return line if len(line) <= 120 else line[:117] + "..."
+
+
+def compose(message: Message, sender: str, to: str) -> EmailMessage:
+    """The email of a delivery: subject, plain-text and HTML parts, answer links."""
+    d, request = message.delivery, message.request
+    what = _headline(request)
+    if d.kind == "settled":
+        subject = f"No longer waiting for you ({_ENDED.get(d.event, d.event)}): {what}"
+    else:
+        subject = _SUBJECTS[d.kind].format(who=request.requester or "An agent", what=what)
+    inbox = message.context.request_url(request.id)
+    links = message.context.answer_links
+    choices: list[tuple[str, str]] = []
+    if d.kind != "settled" and links is not None:
+        for label, value in quick_answers(request) or ():
+            choices.append((label, links.link(request, d.recipient, value)))
+    text_lines: list[str] = []
+    html_parts: list[str] = []
+    if d.kind == "settled":
+        by = request.response.by if request.response is not None else None
+        ended = f"This request was {_ENDED.get(d.event, d.event)}" + (f" by {by}" if by else "") + "."
+        text_lines += [ended, ""]
+        html_parts.append(f"<p><strong>{html.escape(ended)}</strong></p>")
+    if request.title:
+        text_lines += [request.title, ""]
+        html_parts.append(f"<h2>{html.escape(request.title)}</h2>")
+    if request.details:
+        text_lines += [request.details, ""]
+        html_parts.append(f'<pre style="white-space:pre-wrap">{html.escape(request.details)}</pre>')
+    for ask in request.asks:
+        text_lines += [ask.prompt, ""]
+        html_parts.append(f"<p>{html.escape(ask.prompt)}</p>")
+    if choices:
+        text_lines.append("Answer with one click:")
+        text_lines += [f"  {label}: {url}" for label, url in choices]
+        text_lines.append("")
+        buttons = " ".join(
+            f'<a href="{html.escape(url)}" style="display:inline-block;padding:8px 16px;margin:4px;'
+            f'border:1px solid #555;border-radius:4px;text-decoration:none">{html.escape(label)}</a>'
+            for label, url in choices
+        )
+        html_parts.append(f"<p>{buttons}</p>")
+    if inbox:
+        verb = "See it" if d.kind == "settled" else ("Or answer" if choices else "Answer") + " in the inbox"
+        text_lines.append(f"{verb}: {inbox}")
+        html_parts.append(f'<p><a href="{html.escape(inbox)}">{html.escape(verb)}</a></p>')
+    email = EmailMessage()
+    email["Subject"] = subject
+    email["From"] = sender
+    email["To"] = to
+    email["Date"] = formatdate(localtime=False)
+    email["Message-ID"] = f"<{d.id}@interlock>"
+    email["X-Interlock-Request"] = request.id
+    email["X-Interlock-Delivery"] = d.id
+    email.set_content("\n".join(text_lines).rstrip() + "\n")
+    email.add_alternative("<!doctype html><html><body>" + "\n".join(html_parts) + "</body></html>", subtype="html")
+    return email
+
+
+class EmailChannel:
+    def __init__(self, config: ChannelConfig, context: ChannelContext) -> None:
+        options: dict[str, Any] = dict(config.options)
+        where = f"channels.{config.name}"
+        sender = options.pop("from", None)
+        if not isinstance(sender, str) or "@" not in sender:
+            raise ChannelError(f"{where}.from: the sender's address, like interlock@example.com")
+        self.sender = sender
+        self.host = str(options.pop("host", "localhost"))
+        self.tls = bool(options.pop("tls", False))
+        self.starttls = bool(options.pop("starttls", False))
+        port = options.pop("port", 465 if self.tls else 25)
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise ChannelError(f"{where}.port: a port number")
+        self.port = port
+        self.username = options.pop("username", None)
+        self.password = options.pop("password", None)
+        self.timeout = float(options.pop("timeout", 30))
+        if options:
+            raise ChannelError(f"{where}: unknown option {sorted(options)[0]!r} for email")
+        try:
+            import aiosmtplib  # noqa: F401  # checked here: a missing extra fails at start, not at the first send
+        except ImportError:
+            raise ChannelError(f"{where}: email needs its extra: pip install 'interlock[email]'") from None
+        self.name = config.name
+
+    async def send(self, message: Message) -> str | None:
+        import aiosmtplib
+
+        to = message.delivery.address
+        if not to:
+            raise PermanentFailure(f"no email address for {message.delivery.recipient!r} (addresses.{self.name})")
+        email = compose(message, self.sender, to)
+        try:
+            await aiosmtplib.send(
+                email,
+                hostname=self.host,
+                port=self.port,
+                username=self.username,
+                password=self.password,
+                use_tls=self.tls,
+                start_tls=self.starttls,
+                timeout=self.timeout,
+            )
+        except aiosmtplib.SMTPRecipientsRefused as exc:
+            raise PermanentFailure(f"the mail server refused {to}: {exc}") from None
+        return None
+
+    async def aclose(self) -> None:
+        pass

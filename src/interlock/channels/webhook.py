@@ -1,0 +1,92 @@
+"""Webhooks out: one signed JSON POST per delivery.
+
+Options (in the routing file's `[channels.NAME]`): `url` (required; a recipient's address
+for this channel, when given, is used instead), `secret` (signs every body, see
+`interlock.webhooks`), `timeout` (seconds, 10 by default), `headers` (a table of extra
+headers). A 2xx answer is a delivery; 408, 429 and 5xx (and no answer) are tried again;
+any other 4xx is a dead letter at once (the receiver refused it).
+
+The body:
+
+    {"id": "<delivery id>", "type": "request.created", "kind": "request", "event": "created",
+     "recipient": "alice", "sent_at": "...", "links": {"request": "https://.../inbox/requests/<id>"},
+     "request": { ...the request as the API shows it... }}
+
+`type` is `request.created` (a request for the recipient), `request.reminder`,
+`request.escalated`, or `request.answered` / `.rejected` / `.expired` / `.cancelled`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from ..model import request_to_dict
+from ..routing import ChannelConfig
+from ..webhooks import IDEMPOTENCY_HEADER, signed_headers
+from . import ChannelContext, ChannelError, Message, PermanentFailure
+
+__all__ = ["WebhookChannel", "payload_of"]
+
+_TYPES = {"request": "request.created", "reminder": "request.reminder", "escalation": "request.escalated"}
+
+
+def payload_of(message: Message) -> dict[str, Any]:
+    """The JSON body of a delivery."""
+    d = message.delivery
+    return {
+        "id": d.id,
+        "type": _TYPES.get(d.kind, f"request.{d.event}"),
+        "kind": d.kind,
+        "event": d.event,
+        "recipient": d.recipient,
+        "sent_at": datetime.now(UTC).isoformat(),
+        "links": {"request": message.context.request_url(message.request.id)},
+        "request": request_to_dict(message.request),
+    }
+
+
+class WebhookChannel:
+    def __init__(self, config: ChannelConfig, context: ChannelContext) -> None:
+        options = dict(config.options)
+        url = options.pop("url", None)
+        secret = options.pop("secret", None)
+        timeout = options.pop("timeout", 10)
+        headers = options.pop("headers", {})
+        if options:
+            raise ChannelError(f"channels.{config.name}: unknown option {sorted(options)[0]!r} for a webhook")
+        if url is not None and (not isinstance(url, str) or not url.startswith(("http://", "https://"))):
+            raise ChannelError(f"channels.{config.name}.url: an http:// or https:// URL")
+        if secret is not None and (not isinstance(secret, str) or len(secret) < 16):
+            raise ChannelError(f"channels.{config.name}.secret: at least 16 characters")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 300:
+            raise ChannelError(f"channels.{config.name}.timeout: seconds, from 0 to 300")
+        if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+            raise ChannelError(f"channels.{config.name}.headers: a table of text values")
+        self.name = config.name
+        self.url: str | None = url
+        self.secret: str | None = secret
+        self.headers = dict(headers)
+        self._client = httpx.AsyncClient(timeout=timeout, follow_redirects=False)
+
+    async def send(self, message: Message) -> str | None:
+        url = message.delivery.address or self.url
+        if not url:
+            raise PermanentFailure(f"no URL for {message.delivery.recipient!r}: set channels.{self.name}.url")
+        body = json.dumps(payload_of(message), separators=(",", ":"), ensure_ascii=False).encode()
+        headers = {**self.headers, "Content-Type": "application/json", IDEMPOTENCY_HEADER: message.idempotency_key}
+        if self.secret is not None:
+            headers |= signed_headers(self.secret, body)
+        response = await self._client.post(url, content=body, headers=headers)
+        status = response.status_code
+        if 200 <= status < 300:
+            return None
+        if 400 <= status < 500 and status not in (408, 429):
+            raise PermanentFailure(f"the receiver refused it: HTTP {status}")
+        raise RuntimeError(f"HTTP {status} from the receiver")
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

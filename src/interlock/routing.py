@@ -1,0 +1,348 @@
+"""Who hears about a request, through which channels, and when: the routing configuration.
+
+One TOML file (or the same document as JSON through the API) names the channels, the
+teams (a name and its members) and a route per recipient, per team, and a default:
+
+    inbox_url = "https://interlock.example.com"   # links in messages point here
+    max_attempts = 8                              # then a delivery becomes a dead letter
+
+    [channels.ops-hook]
+    type = "webhook"                # a built-in type, an entry point's name, or "module:factory"
+    url = "https://hooks.example.com/interlock"
+    secret = "..."
+
+    [teams.ops]
+    members = ["alice", "bob"]
+    channels = ["ops-hook"]         # optional: without it, each member's own route is used
+
+    [recipients.alice]
+    channels = ["mail"]
+    addresses = { mail = "alice@example.com" }
+    quiet_hours = { start = "22:00", end = "07:00", timezone = "Europe/Paris" }
+    remind_before = "10m"           # a reminder this long before the request expires
+    escalate_after = "30m"          # if still pending after this long...
+    escalate_to = "ops"             # ...tell this person or team too
+
+    [default]
+    channels = ["ops-hook"]
+
+`Routing.plan` turns a notice into its deliveries. Pure: no I/O; `load_routing` reads a file.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, time, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from .model import Request
+from .outbox import Delivery, DeliveryKind, Notice, delivery_id
+
+__all__ = [
+    "ChannelConfig",
+    "QuietHours",
+    "Route",
+    "Routing",
+    "RoutingError",
+    "load_routing",
+    "parse_duration",
+    "routing_from_dict",
+]
+
+
+class RoutingError(ValueError):
+    """A routing document that cannot be used: the message names the field and the fault."""
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+def parse_duration(value: object, where: str) -> timedelta:
+    """A duration: seconds as a number, or text such as `90s`, `10m`, `2h`, `1d`."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise RoutingError(f"{where}: a duration is a number of seconds or text like '10m', not {value!r}")
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match is None:
+            raise RoutingError(f"{where}: {value!r} is not a duration (use e.g. '90s', '10m', '2h', '1d')")
+        seconds = float(match[1]) * _UNITS[match[2]]
+    else:
+        seconds = float(value)
+    if not 0 < seconds < 366 * 86400:
+        raise RoutingError(f"{where}: a duration must be positive and under a year")
+    return timedelta(seconds=seconds)
+
+
+def _clock(value: object, where: str) -> time:
+    if not isinstance(value, str):
+        raise RoutingError(f"{where}: a time of day is text like '22:00'")
+    try:
+        return time.fromisoformat(value)
+    except ValueError:
+        raise RoutingError(f"{where}: {value!r} is not a time of day like '22:00'") from None
+
+
+@dataclass(frozen=True, slots=True)
+class QuietHours:
+    """A daily window (in a time zone) when nothing is sent; what falls due then waits for
+    its end. `start` after `end` spans midnight (22:00-07:00)."""
+
+    start: time
+    end: time
+    timezone: str = "UTC"
+
+    def defer(self, when: datetime) -> datetime:
+        """`when`, or the end of the quiet window it falls in."""
+        zone = ZoneInfo(self.timezone)
+        local = when.astimezone(zone)
+        now = local.time()
+        if self.start <= self.end:
+            inside = self.start <= now < self.end
+            end_day = local.date()
+        else:
+            inside = now >= self.start or now < self.end
+            end_day = local.date() + timedelta(days=1) if now >= self.start else local.date()
+        if not inside:
+            return when
+        return datetime.combine(end_day, self.end, zone).astimezone(when.tzinfo)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """How one recipient (a person or a team) is reached."""
+
+    channels: tuple[str, ...] = ()
+    addresses: Mapping[str, str] = field(default_factory=dict)
+    quiet_hours: QuietHours | None = None
+    remind_before: timedelta | None = None
+    escalate_after: timedelta | None = None
+    escalate_to: str | None = None
+
+    def due(self, when: datetime) -> datetime:
+        return when if self.quiet_hours is None else self.quiet_hours.defer(when)
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelConfig:
+    """A configured channel: its name in routes, its type (which plugin), its options."""
+
+    name: str
+    type: str
+    options: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Routing:
+    channels: Mapping[str, ChannelConfig] = field(default_factory=dict)
+    recipients: Mapping[str, Route] = field(default_factory=dict)
+    teams: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    team_routes: Mapping[str, Route] = field(default_factory=dict)
+    default: Route | None = None
+    inbox_url: str | None = None
+    max_attempts: int = 8
+    retry_first: float = 5.0
+    retry_cap: float = 3600.0
+    source: Mapping[str, Any] = field(default_factory=dict)
+    """The document it was read from (the API shows it with secrets masked)."""
+
+    def route_of(self, name: str) -> Route | None:
+        """The route of a person, or of a team that has its own."""
+        return self.team_routes.get(name) or self.recipients.get(name) or (None if name in self.teams else self.default)
+
+    def reach(self, name: str) -> list[tuple[str, Route]]:
+        """Who to deliver to for `name`: a person, a team with its own route, or else each
+        member of the team by their own route."""
+        route = self.route_of(name)
+        if route is not None:
+            return [(name, route)]
+        out = []
+        for member in self.teams.get(name, ()):
+            member_route = self.recipients.get(member) or self.default
+            if member_route is not None:
+                out.append((member, member_route))
+        return out
+
+    def plan(self, notice: Notice, request: Request, now: datetime) -> list[Delivery]:
+        """The deliveries of a notice: to the request's recipient for its creation and its
+        end, plus a reminder before it expires and an escalation if it is still pending
+        after a while, each as that recipient's route says."""
+        target = request.to
+        if target is None:
+            return []
+        kind: DeliveryKind = "request" if notice.type == "created" else "settled"
+        out: list[Delivery] = []
+
+        def add(kind: DeliveryKind, name: str, route: Route, when: datetime) -> None:
+            due = route.due(when)
+            if kind in ("reminder", "escalation") and request.expires_at is not None and due >= request.expires_at:
+                return  # it would arrive when nothing can be answered any more
+            for channel in route.channels:
+                address = route.addresses.get(channel)
+                out.append(
+                    Delivery(
+                        delivery_id(notice.event_id, kind, name, channel, address),
+                        notice.id,
+                        request.id,
+                        kind,
+                        notice.type,
+                        name,
+                        channel,
+                        address,
+                        due,
+                        now,
+                    )
+                )
+
+        reached = self.reach(target)
+        for name, route in reached:
+            add(kind, name, route, now)
+        if kind != "request":
+            return out
+        for name, route in reached:
+            if route.remind_before is not None and request.expires_at is not None:
+                add("reminder", name, route, max(now, request.expires_at - route.remind_before))
+        own = self.route_of(target)
+        if own is not None and own.escalate_after is not None and own.escalate_to is not None:
+            when = max(now, request.created_at + own.escalate_after)
+            for name, route in self.reach(own.escalate_to):
+                add("escalation", name, route, when)
+        return out
+
+
+# -- reading a routing document ---------------------------------------------------------------
+
+_ROUTE_KEYS = {"channels", "addresses", "quiet_hours", "remind_before", "escalate_after", "escalate_to"}
+_TOP_KEYS = {"inbox_url", "max_attempts", "retry_first", "retry_cap", "channels", "teams", "recipients", "default"}
+
+
+def _table(value: object, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise RoutingError(f"{where}: expected a table")
+    return value
+
+
+def _names(value: object, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise RoutingError(f"{where}: expected a list of names")
+    return tuple(value)
+
+
+def _route(doc: Mapping[str, Any], where: str, channels: Mapping[str, ChannelConfig]) -> Route:
+    unknown = set(doc) - _ROUTE_KEYS - {"members"}
+    if unknown:
+        raise RoutingError(f"{where}: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(_ROUTE_KEYS))})")
+    names = _names(doc.get("channels", []), f"{where}.channels")
+    for name in names:
+        if name not in channels:
+            raise RoutingError(f"{where}.channels: no channel named {name!r} (configured: {sorted(channels)})")
+    addresses = dict(_table(doc.get("addresses", {}), f"{where}.addresses"))
+    for key, value in addresses.items():
+        if not isinstance(value, str):
+            raise RoutingError(f"{where}.addresses.{key}: an address is text")
+    quiet = None
+    if "quiet_hours" in doc:
+        q = _table(doc["quiet_hours"], f"{where}.quiet_hours")
+        zone = q.get("timezone", "UTC")
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError, TypeError):
+            raise RoutingError(f"{where}.quiet_hours.timezone: unknown time zone {zone!r}") from None
+        quiet = QuietHours(
+            _clock(q.get("start"), f"{where}.quiet_hours.start"), _clock(q.get("end"), f"{where}.quiet_hours.end"), zone
+        )
+    remind = parse_duration(doc["remind_before"], f"{where}.remind_before") if "remind_before" in doc else None
+    after = parse_duration(doc["escalate_after"], f"{where}.escalate_after") if "escalate_after" in doc else None
+    escalate_to = doc.get("escalate_to")
+    if escalate_to is not None and not isinstance(escalate_to, str):
+        raise RoutingError(f"{where}.escalate_to: a person's or a team's name")
+    if (after is None) != (escalate_to is None):
+        raise RoutingError(f"{where}: escalate_after and escalate_to go together")
+    return Route(names, addresses, quiet, remind, after, escalate_to)
+
+
+def routing_from_dict(doc: Mapping[str, Any]) -> Routing:
+    """A routing from its document (a parsed TOML file, or JSON from the API); raises
+    `RoutingError` naming the first fault."""
+    doc = _table(doc, "routing")
+    unknown = set(doc) - _TOP_KEYS
+    if unknown:
+        raise RoutingError(f"unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(_TOP_KEYS))})")
+    channels: dict[str, ChannelConfig] = {}
+    for name, options in _table(doc.get("channels", {}), "channels").items():
+        options = _table(options, f"channels.{name}")
+        kind = options.get("type")
+        if not isinstance(kind, str) or not kind:
+            raise RoutingError(f"channels.{name}.type: name the channel's type (webhook, email, slack or a plugin)")
+        channels[name] = ChannelConfig(name, kind, {k: v for k, v in options.items() if k != "type"})
+    teams: dict[str, tuple[str, ...]] = {}
+    team_routes: dict[str, Route] = {}
+    for name, team in _table(doc.get("teams", {}), "teams").items():
+        team = _table(team, f"teams.{name}")
+        teams[name] = _names(team.get("members", []), f"teams.{name}.members")
+        if "channels" in team:
+            team_routes[name] = _route(team, f"teams.{name}", channels)
+    recipients = {
+        name: _route(_table(route, f"recipients.{name}"), f"recipients.{name}", channels)
+        for name, route in _table(doc.get("recipients", {}), "recipients").items()
+    }
+    default = _route(_table(doc["default"], "default"), "default", channels) if "default" in doc else None
+    for where, route in [
+        *(("recipients." + n, r) for n, r in recipients.items()),
+        *(("teams." + n, r) for n, r in team_routes.items()),
+    ]:
+        target = route.escalate_to
+        if target is not None and target not in recipients and target not in teams and default is None:
+            raise RoutingError(f"{where}.escalate_to: {target!r} is no recipient or team here, and there is no default")
+    inbox_url = doc.get("inbox_url")
+    if inbox_url is not None and (not isinstance(inbox_url, str) or not inbox_url.startswith(("http://", "https://"))):
+        raise RoutingError("inbox_url: an http:// or https:// URL")
+    max_attempts = doc.get("max_attempts", 8)
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or not 1 <= max_attempts <= 100:
+        raise RoutingError("max_attempts: a whole number from 1 to 100")
+    first = parse_duration(doc.get("retry_first", 5), "retry_first").total_seconds()
+    cap = parse_duration(doc.get("retry_cap", 3600), "retry_cap").total_seconds()
+    if cap < first:
+        raise RoutingError("retry_cap: must not be shorter than retry_first")
+    return Routing(
+        channels,
+        recipients,
+        teams,
+        team_routes,
+        default,
+        inbox_url.rstrip("/") if inbox_url else None,
+        max_attempts,
+        first,
+        cap,
+        dict(doc),
+    )
+
+
+def load_routing(path: str | Path) -> Routing:
+    """The routing in a TOML file."""
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except OSError as exc:
+        raise RoutingError(f"cannot read the routing file {str(path)!r}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise RoutingError(f"the routing file {str(path)!r} is not valid TOML: {exc}") from None
+    return routing_from_dict(doc)
+
+
+def masked(
+    doc: Mapping[str, Any], secrets: Sequence[str] = ("secret", "password", "token", "signing_secret")
+) -> dict[str, Any]:
+    """A routing document with the channels' secrets replaced by `***`."""
+    out = dict(doc)
+    channels = {}
+    for name, options in dict(doc.get("channels", {})).items():
+        channels[name] = {k: ("***" if k in secrets and v else v) for k, v in dict(options).items()}
+    if channels:
+        out["channels"] = channels
+    return out

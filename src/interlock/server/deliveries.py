@@ -1,0 +1,176 @@
+"""The outbox over HTTP, under /api/v1: a request's deliveries (for whoever may read the
+request, its requester included), the dead letters and their retry (for an admin), and
+the routing (read by an admin with its secrets masked, replaced by an admin)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi.responses import JSONResponse
+from prometheus_client import Counter
+from pydantic import BaseModel
+
+from ..channels import ChannelContext, ChannelError, open_channels
+from ..errors import NotFound
+from ..outbox import Delivery, delivery_to_dict
+from ..principals import Principal, can_read
+from ..routing import RoutingError, masked, routing_from_dict
+from .common import ApiError, AppState, State, TheBroker, app_state
+from .schemas import Problem
+
+__all__ = ["PROBLEMS", "DeliveryModel", "DeliveryPage", "install_metrics", "router"]
+
+router = APIRouter()
+
+PROBLEMS = {
+    400: "the body is not valid JSON",
+    404: "no such request or delivery, or no routing on this server",
+    409: "the delivery is not a dead letter",
+    413: "the body is too large",
+    422: "a parameter or the body does not fit, or the routing does not check out (`invalid_request`)",
+}
+
+
+def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {status: {"model": Problem, "description": PROBLEMS[status]} for status in statuses}
+
+
+class DeliveryModel(BaseModel):
+    """One notice to one channel and address; `id` is its idempotency key."""
+
+    id: str
+    request_id: str
+    kind: Literal["request", "settled", "reminder", "escalation"]
+    event: str
+    recipient: str
+    channel: str
+    address: str | None
+    status: Literal["pending", "delivered", "dead", "skipped"]
+    attempts: int
+    due_at: str
+    created_at: str
+    delivered_at: str | None
+    last_error: str | None
+    reference: str | None
+
+
+class DeliveryPage(BaseModel):
+    items: list[DeliveryModel]
+    next: str | None = None
+
+
+async def _caller(request: Request) -> Principal:
+    return await app_state(request).auth.api_principal(request)
+
+
+Caller = Annotated[Principal, Depends(_caller)]
+
+
+def install_metrics(state: AppState) -> None:
+    """Count the delivery loop's outcomes in the server's /metrics, by channel: delivered,
+    retry (failed, to be tried again), dead, skipped."""
+    loop = state.delivery
+    if loop is None:
+        return
+    outcomes = Counter(
+        "interlock_deliveries",
+        "Delivery attempts by channel and outcome",
+        ["channel", "outcome"],
+        registry=state.metrics.registry,
+    )
+
+    def observe(delivery: Delivery) -> None:
+        outcome = "retry" if delivery.status == "pending" else delivery.status
+        outcomes.labels(delivery.channel, outcome).inc()
+
+    loop.on_outcome.append(observe)
+
+
+def _admin(caller: Principal, what: str) -> None:
+    if caller.kind != "admin":
+        raise ApiError(403, "forbidden", f"only an admin may {what}")
+
+
+def _loop(state: AppState) -> Any:
+    if state.delivery is None:
+        raise ApiError(404, "not_found", "no routing is configured on this server (start it with --routing FILE)")
+    return state.delivery
+
+
+@router.get(
+    "/requests/{request_id}/deliveries", response_model=DeliveryPage, responses=problems(404), tags=["deliveries"]
+)
+async def request_deliveries(request_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
+    """How the people concerned were told about a request: each delivery, its channel and
+    state (pending, delivered, dead, skipped), its attempts and last error."""
+    try:
+        request = await broker.get(request_id)
+    except NotFound:
+        raise ApiError(404, "not_found", f"no request {request_id}") from None
+    if not can_read(caller, request):
+        raise ApiError(403, "forbidden", "this request is neither to you nor from you")
+    found = await broker.store.list_deliveries(request_id=request_id, limit=1000)
+    return JSONResponse({"items": [delivery_to_dict(d) for d in found]})
+
+
+@router.get("/deliveries", response_model=DeliveryPage, responses=problems(422), tags=["deliveries"])
+async def list_deliveries(
+    caller: Caller,
+    broker: TheBroker,
+    status: Literal["pending", "delivered", "dead", "skipped"] | None = None,
+    after: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> JSONResponse:
+    """The deliveries to the caller (every one, for an admin), `status=dead` for the dead
+    letters; a page after the id `after`, with `next` the cursor of the following page."""
+    mine = None if caller.kind == "admin" else caller.name
+    found = await broker.store.list_deliveries(status=status, recipient=mine, after=after, limit=limit)
+    next_cursor = found[-1].id if len(found) == limit else None
+    return JSONResponse({"items": [delivery_to_dict(d) for d in found], "next": next_cursor})
+
+
+@router.post(
+    "/deliveries/{delivery_id}/retry", response_model=DeliveryModel, responses=problems(404, 409), tags=["deliveries"]
+)
+async def retry_delivery(delivery_id: str, caller: Caller, broker: TheBroker, state: State) -> JSONResponse:
+    """Send a dead letter again: pending, due now, its attempts counted afresh. For its
+    recipient, whoever made its request, or an admin."""
+    known = await broker.store.get_delivery(delivery_id)
+    if known is None:
+        raise ApiError(404, "not_found", f"no delivery {delivery_id}")
+    if caller.kind != "admin" and caller.name != known.recipient:
+        request = await broker.store.get(known.request_id)
+        if request is None or request.requester != caller.name:
+            raise ApiError(403, "forbidden", "this delivery is neither to you nor about a request of yours")
+    again = await broker.store.retry_delivery(delivery_id, datetime.now(UTC))
+    if again is None:
+        raise ApiError(409, "already_settled", f"delivery {delivery_id} is {known.status}, not a dead letter")
+    if state.delivery is not None:
+        state.delivery.wake()
+    return JSONResponse(delivery_to_dict(again))
+
+
+@router.get("/routing", response_model=dict[str, Any], responses=problems(404), tags=["deliveries"])
+async def get_routing(caller: Caller, state: State) -> JSONResponse:
+    """The routing in use, with the channels' secrets masked."""
+    _admin(caller, "read the routing")
+    return JSONResponse(masked(_loop(state).routing.source))
+
+
+@router.put("/routing", response_model=dict[str, Any], responses=problems(400, 404, 413, 422), tags=["deliveries"])
+async def put_routing(caller: Caller, state: State, document: Annotated[dict[str, Any], Body()]) -> JSONResponse:
+    """Replace the routing of this server's delivery loop (the routing file's document as
+    JSON). A document that does not check out is refused with 422 and changes nothing.
+    It holds until the server restarts: keep the file as the lasting copy."""
+    _admin(caller, "change the routing")
+    loop = _loop(state)
+    try:
+        routing = routing_from_dict(document)
+        context = ChannelContext(routing.inbox_url, loop.context.answer_links)
+        channels = open_channels(routing.channels, context)
+    except (RoutingError, ChannelError) as exc:
+        raise ApiError(422, "invalid_request", str(exc)) from None
+    await loop.replace(routing, channels, context)
+    return JSONResponse(masked(routing.source))

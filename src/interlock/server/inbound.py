@@ -1,0 +1,316 @@
+"""Answers that come back from channels: through a signed webhook (POST
+/api/v1/inbound/{channel}), through email's one-click answer links (/answer/{token}), and
+through Slack's interactive endpoint (POST /slack/interactive/{channel}).
+
+The body is signed like the webhooks interlock sends (see `interlock.webhooks`), with the
+secret of the webhook channel `channel` of the routing, and names the request and the
+recipient it was delivered to:
+
+    {"request_id": "...", "recipient": "alice", "answer": true}
+    {"request_id": "...", "recipient": "alice", "answers": {"<ask id>": "..."}, "comment": "..."}
+    {"request_id": "...", "recipient": "alice", "reject": "not now"}
+
+It is accepted only when that request was delivered to that recipient through that
+channel: the signature proves the sender holds the channel's secret, and the delivery
+binds the answer to the person it was sent to. The answer is checked like any other and
+recorded with `via: webhook`, by the recipient (or, for a team's delivery, by the member
+named in `by`).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+
+from ..broker import LocalBroker
+from ..channels.links import AnswerLinks, InvalidLink, LinkClaim, quick_answers
+from ..errors import AlreadySettled, InvalidAnswer, NotFound
+from ..model import Answers, Status, request_to_dict
+from ..model import Request as HumanRequest
+from ..webhooks import InvalidSignature, verify
+from .common import ApiError, AppState, State, TheBroker
+from .schemas import Problem, RequestModel
+
+__all__ = ["pages", "router"]
+
+router = APIRouter()
+
+_MAX_BODY = 256 * 1024
+
+
+@router.post(
+    "/inbound/{channel}",
+    response_model=RequestModel,
+    responses={
+        s: {"model": Problem, "description": d}
+        for s, d in {
+            400: "the body is not valid JSON",
+            404: "no such webhook channel (with a secret), or no such request",
+            409: "the request is no longer pending",
+            413: "the body is too large",
+            422: "the body does not fit (`invalid_request`), or the answer does not (`invalid_answer`)",
+        }.items()
+    },
+    tags=["deliveries"],
+)
+async def inbound(channel: str, request: Request, state: State, broker: TheBroker) -> JSONResponse:
+    """Answer or reject a request through a signed webhook (see the module)."""
+    loop = state.delivery
+    config = None if loop is None else loop.routing.channels.get(channel)
+    secret = None if config is None else config.options.get("secret")
+    if config is None or config.type != "webhook" or not isinstance(secret, str):
+        raise ApiError(404, "not_found", f"no webhook channel {channel!r} with a secret is configured")
+    assert loop is not None
+    body = await request.body()
+    if len(body) > _MAX_BODY:
+        raise ApiError(413, "too_large", "the body is larger than 256 KiB")
+    try:
+        verify(secret, request.headers, body)
+    except InvalidSignature as exc:
+        raise ApiError(401, "unauthorized", f"the webhook signature does not check out: {exc}") from None
+    doc = _object(body)
+    request_id, recipient = doc.get("request_id"), doc.get("recipient")
+    if not isinstance(request_id, str) or not isinstance(recipient, str):
+        raise ApiError(422, "invalid_request", "request_id and recipient are required, as text")
+    delivered = await broker.store.list_deliveries(request_id=request_id, limit=1000)
+    if not any(d.channel == channel and d.recipient == recipient for d in delivered):
+        raise ApiError(403, "forbidden", f"request {request_id} was not delivered to {recipient!r} through {channel!r}")
+    by = recipient
+    member = doc.get("by")
+    if member is not None:
+        if not isinstance(member, str) or member not in loop.routing.teams.get(recipient, ()):
+            raise ApiError(403, "forbidden", f"{member!r} is not a member of the team {recipient!r}")
+        by = member
+    given = [key for key in ("answer", "answers", "reject") if key in doc]
+    if len(given) != 1:
+        raise ApiError(422, "invalid_request", "give exactly one of answer, answers or reject")
+    comment = doc.get("comment", "")
+    if not isinstance(comment, str):
+        raise ApiError(422, "invalid_request", "comment: text")
+    try:
+        if given[0] == "reject":
+            reason = doc["reject"]
+            if not isinstance(reason, str):
+                raise ApiError(422, "invalid_request", "reject: the reason, as text")
+            done = await broker.reject(request_id, reason, by=by, via="webhook")
+        else:
+            value: Any = doc["answer"] if given[0] == "answer" else doc["answers"]
+            if given[0] == "answers":
+                if not isinstance(value, dict):
+                    raise InvalidAnswer("answers: an object by ask id")
+                value = Answers(value)
+            done = await broker.resolve(request_id, value, by=by, via="webhook", comment=comment)
+    except NotFound:
+        raise ApiError(404, "not_found", f"no request {request_id}") from None
+    current = await broker.get(request_id)
+    if not done:
+        raise AlreadySettled(request_id, current.status.value)
+    return JSONResponse(request_to_dict(current))
+
+
+def _object(body: bytes) -> dict[str, Any]:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        raise ApiError(400, "invalid_request", "the body is not valid JSON") from None
+    if not isinstance(doc, dict):
+        raise ApiError(422, "invalid_request", "the body must be a JSON object")
+    return doc
+
+
+# -- one-click answer links (email) ---------------------------------------------------------
+
+pages = APIRouter(include_in_schema=False)
+
+
+def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
+    text = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)} · interlock</title></head>"
+        f'<body style="font-family:system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem">'
+        f"<h1>{html.escape(title)}</h1>{body}</body></html>"
+    )
+    return HTMLResponse(
+        text, status_code=status, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+    )
+
+
+async def _claim(state: AppState, broker: LocalBroker, token: str) -> tuple[LinkClaim, HumanRequest] | HTMLResponse:
+    links = None if state.delivery is None else state.delivery.context.answer_links
+    if not isinstance(links, AnswerLinks):
+        return _page("No answer links here", "<p>This server sends no answer links.</p>", 404)
+    try:
+        claim = links.read(token)
+    except InvalidLink as exc:
+        return _page("This link does not work", f"<p>{html.escape(str(exc))}.</p>", 400)
+    try:
+        request = await broker.get(claim.request_id)
+    except NotFound:
+        return _page("No such request", "<p>The request of this link is gone.</p>", 404)
+    if request.status is not Status.PENDING:
+        return _page("Already settled", f"<p>{html.escape(_settled_text(request))}</p>", 409)
+    return claim, request
+
+
+def _settled_text(request: HumanRequest) -> str:
+    response = request.response
+    text = f"This request was already {request.status.value}"
+    if response is not None and response.by:
+        text += f" by {response.by}"
+    if response is not None:
+        text += f" at {response.at.strftime('%Y-%m-%d %H:%M UTC')}"
+    return text + "."
+
+
+def _label(request: HumanRequest, answer: Any) -> str:
+    for label, value in quick_answers(request) or ():
+        if value == answer:
+            return label
+    return str(answer)
+
+
+@pages.get("/answer/{token}", response_class=HTMLResponse)
+async def answer_page(token: str, state: State, broker: TheBroker) -> HTMLResponse:
+    """What the link will answer, and a button to answer it: fetching the link changes
+    nothing (mail scanners fetch links too)."""
+    found = await _claim(state, broker, token)
+    if isinstance(found, HTMLResponse):
+        return found
+    claim, request = found
+    prompt = html.escape(request.asks[0].prompt)
+    label = html.escape(_label(request, claim.answer))
+    body = (
+        f"<p>{prompt}</p><form method=post><p>Answer as <strong>{html.escape(claim.recipient)}</strong>: "
+        f'<button type=submit style="font-size:1.1rem;padding:.4rem 1.2rem">{label}</button></p></form>'
+    )
+    return _page(request.title or "Your answer", body)
+
+
+@pages.post("/answer/{token}", response_class=HTMLResponse)
+async def answer_by_link(token: str, state: State, broker: TheBroker) -> HTMLResponse:
+    """Record the link's answer, by its recipient, `via: email`."""
+    found = await _claim(state, broker, token)
+    if isinstance(found, HTMLResponse):
+        return found
+    claim, request = found
+    done = await broker.resolve(request.id, claim.answer, by=claim.recipient, via="email")
+    if not done:
+        return _page("Already settled", f"<p>{html.escape(_settled_text(await broker.get(request.id)))}</p>", 409)
+    label = html.escape(_label(request, claim.answer))
+    return _page("Answer recorded", f"<p>You answered <strong>{label}</strong>. You can close this page.</p>")
+
+
+# -- Slack's interactive endpoint ------------------------------------------------------------
+
+
+def _slack_answerer(state: AppState, channel: str, user_id: str, request: HumanRequest) -> str | None:
+    """The interlock name a Slack user answers as: the recipient (or a member of the team
+    the request is to) whose route gives that user id as their address on `channel`."""
+    assert state.delivery is not None
+    routing = state.delivery.routing
+    members = routing.teams.get(request.to or "", ())
+    for name, route in routing.recipients.items():
+        if route.addresses.get(channel) == user_id and (name == request.to or name in members):
+            return name
+    return None
+
+
+@pages.post("/slack/interactive/{channel}")
+async def slack_interactive(channel: str, request: Request, state: State, broker: TheBroker) -> Response:
+    """Button clicks and modal submissions from Slack, signed with the app's signing secret."""
+    from ..channels.slack import (
+        ANSWER_ACTION,
+        MODAL_CALLBACK,
+        OPEN_ACTION,
+        SlackChannel,
+        SlackSignatureError,
+        answers_from_view,
+        modal_view,
+        verify_slack,
+    )
+
+    slack = None if state.delivery is None else state.delivery.channels.get(channel)
+    if not isinstance(slack, SlackChannel) or not slack.signing_secret:
+        raise ApiError(404, "not_found", f"no Slack channel {channel!r} with a signing secret is configured")
+    body = await request.body()
+    if len(body) > _MAX_BODY:
+        raise ApiError(413, "too_large", "the body is larger than 256 KiB")
+    try:
+        verify_slack(slack.signing_secret, request.headers, body)
+    except SlackSignatureError as exc:
+        raise ApiError(401, "unauthorized", str(exc)) from None
+    try:
+        payload = json.loads(parse_qs(body.decode())["payload"][0])
+        kind, user_id = payload["type"], payload["user"]["id"]
+    except (KeyError, IndexError, ValueError, TypeError, UnicodeDecodeError):
+        raise ApiError(400, "invalid_request", "not a Slack interaction payload") from None
+
+    async def tell(text: str) -> None:
+        url = payload.get("response_url")
+        if isinstance(url, str) and url.startswith(("http://", "https://")):
+            await slack.post(url, json={"response_type": "ephemeral", "replace_original": False, "text": text})
+
+    if kind == "view_submission" and payload.get("view", {}).get("callback_id") == MODAL_CALLBACK:
+        view = payload["view"]
+        try:
+            target = await broker.get(str(view.get("private_metadata", "")))
+        except NotFound:
+            return JSONResponse({"response_action": "errors", "errors": {}}, status_code=200)
+        by = _slack_answerer(state, channel, user_id, target)
+        first = target.asks[0].id
+        if by is None:
+            return JSONResponse(
+                {"response_action": "errors", "errors": {first: "This request is not yours to answer."}}
+            )
+        try:
+            done = await broker.resolve(target.id, Answers(answers_from_view(target, view)), by=by, via="slack")
+        except InvalidAnswer as exc:
+            return JSONResponse({"response_action": "errors", "errors": {first: str(exc)[:150]}})
+        if not done:
+            text = _settled_text(await broker.get(target.id))
+            return JSONResponse({"response_action": "errors", "errors": {first: text[:150]}})
+        return Response(status_code=200)
+    if kind != "block_actions" or not payload.get("actions"):
+        return Response(status_code=200)  # nothing interlock asked for
+    action = payload["actions"][0]
+    action_id = str(action.get("action_id", ""))
+    if action_id == OPEN_ACTION:
+        try:
+            target = await broker.get(str(action.get("value", "")))
+        except NotFound:
+            await tell("This request is gone.")
+            return Response(status_code=200)
+        if target.status is not Status.PENDING:
+            await tell(_settled_text(target))
+        elif _slack_answerer(state, channel, user_id, target) is None:
+            await tell("This request is not yours to answer.")
+        else:
+            await slack.call("views.open", {"trigger_id": payload.get("trigger_id"), "view": modal_view(target)})
+        return Response(status_code=200)
+    if not action_id.startswith(ANSWER_ACTION):
+        return Response(status_code=200)  # the inbox link button: Slack opens the URL itself
+    raw = action.get("value") or (action.get("selected_option") or {}).get("value") or ""
+    try:
+        chosen = json.loads(str(raw))
+        target = await broker.get(chosen["r"])
+    except (ValueError, TypeError, KeyError, NotFound):
+        await tell("This button no longer works.")
+        return Response(status_code=200)
+    by = _slack_answerer(state, channel, user_id, target)
+    if by is None:
+        await tell("This request is not yours to answer.")
+        return Response(status_code=200)
+    try:
+        done = await broker.resolve(target.id, chosen["a"], by=by, via="slack")
+    except InvalidAnswer as exc:
+        await tell(f"That answer does not fit: {exc}")
+        return Response(status_code=200)
+    if not done:
+        await tell(_settled_text(await broker.get(target.id)))
+    return Response(status_code=200)

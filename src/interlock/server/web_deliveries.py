@@ -1,0 +1,75 @@
+"""The outbox in the web inbox: how people were told about a request (for whoever may read
+it), and the signed-in person's dead letters, each with a button to send it again.
+
+Pages of their own (`/inbox/deliveries`, `?request=ID` for one request), over the web
+inbox's sessions, pages and CSRF checks; they work without JavaScript."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from fastapi import APIRouter, HTTPException
+from fastapi.requests import Request as HttpRequest
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from ..errors import NotFound
+from ..principals import can_read
+from .auth import check_csrf
+from .common import State
+from .web import _values, page, refusal, session
+
+__all__ = ["router"]
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/inbox/deliveries", name="inbox_deliveries", response_class=HTMLResponse)
+async def deliveries_page(http: HttpRequest, state: State) -> Response:
+    who = await session(state, http)
+    if who is None:
+        return refusal(state, http, 401, "Your session has ended: sign in again.")
+    store = state.broker.store
+    request_id = http.query_params.get("request")
+    request = None
+    if request_id:
+        try:
+            request = await state.broker.get(request_id[:64])
+        except NotFound:
+            return refusal(state, http, 404, "There is no such request.", who)
+        if not can_read(who.principal, request):
+            return refusal(state, http, 403, "This request is neither to you nor from you.", who)
+        items = list(await store.list_deliveries(request_id=request.id, limit=1000))
+    else:
+        mine = None if who.principal.kind == "admin" else who.principal.name
+        items = list(await store.list_deliveries(status="dead", recipient=mine, limit=500))
+    notice = {"retried": "It will be sent again."}.get(http.query_params.get("done", ""))
+    return page(state, http, "deliveries.html", {"items": items, "about": request, "notice": notice}, who=who)
+
+
+@router.post("/inbox/deliveries/{delivery_id}/retry", name="inbox_delivery_retry", response_class=HTMLResponse)
+async def retry(http: HttpRequest, state: State, delivery_id: str) -> Response:
+    who = await session(state, http)
+    if who is None:
+        return refusal(state, http, 401, "Your session has ended: sign in again.")
+    values = await _values(http)
+    try:
+        check_csrf(who.csrf, values.get("csrf"))
+    except HTTPException as exc:
+        return refusal(state, http, 403, str(exc.detail), who)
+    store = state.broker.store
+    known = await store.get_delivery(delivery_id)
+    if known is None:
+        return refusal(state, http, 404, "There is no such delivery.", who)
+    if who.principal.kind != "admin" and who.principal.name != known.recipient:
+        request = await store.get(known.request_id)
+        if request is None or request.requester != who.principal.name:
+            return refusal(state, http, 403, "This delivery is neither to you nor about a request of yours.", who)
+    if await store.retry_delivery(delivery_id, datetime.now(UTC)) is None:
+        return refusal(state, http, 409, f"This delivery is {known.status}, not a dead letter.", who)
+    if state.delivery is not None:
+        state.delivery.wake()
+    back = http.url_for("inbox_deliveries").include_query_params(done="retried")
+    about = values.get("request")
+    if about:
+        back = back.include_query_params(request=about)
+    return RedirectResponse(str(back), status_code=303)

@@ -1,0 +1,224 @@
+"""Email through a real SMTP server (aiosmtpd): the question in an HTML and plain-text
+message, one-click answers that are signed, bound, expiring and spent once a request is
+answered, recorded `via: email`; a link to the inbox for what one click cannot answer."""
+
+from __future__ import annotations
+
+import asyncio
+import email
+import email.policy
+import re
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from aiosmtpd.controller import Controller
+
+import interlock
+from interlock import Choice, Confirm, Form
+from interlock.broker import LocalBroker
+from interlock.channels.links import AnswerLinks, InvalidLink
+from interlock.model import build_request
+from interlock.routing import routing_from_dict
+
+from .receiver import eventually
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass
+class Mailbox:
+    port: int = 0
+    messages: list[EmailMessage] = field(default_factory=list)
+    envelopes: list[tuple[str, list[str]]] = field(default_factory=list)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def until(self, count: int, timeout: float = 20.0) -> list[EmailMessage]:
+        async with asyncio.timeout(timeout):
+            while len(self.messages) < count:
+                self.arrived.clear()
+                if len(self.messages) >= count:
+                    break
+                await self.arrived.wait()
+        return self.messages[:count]
+
+
+class _Handler:
+    def __init__(self, box: Mailbox, loop: asyncio.AbstractEventLoop) -> None:
+        self.box, self.loop = box, loop
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # aiosmtpd calls it by this name
+        parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
+        assert isinstance(parsed, EmailMessage)
+
+        def record() -> None:
+            self.box.messages.append(parsed)
+            self.box.envelopes.append((envelope.mail_from, list(envelope.rcpt_tos)))
+            self.box.arrived.set()
+
+        self.loop.call_soon_threadsafe(record)
+        return "250 OK"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+async def mailbox() -> AsyncIterator[Mailbox]:
+    box = Mailbox(port=free_port())
+    controller = Controller(_Handler(box, asyncio.get_running_loop()), hostname="127.0.0.1", port=box.port)
+    await asyncio.to_thread(controller.start)
+    try:
+        yield box
+    finally:
+        await asyncio.to_thread(controller.stop)
+
+
+def routing_doc(port: int) -> dict[str, Any]:
+    return {
+        "inbox_url": "http://inbox.example",
+        "retry_first": 0.05,
+        "retry_cap": 0.1,
+        "channels": {"mail": {"type": "email", "host": "127.0.0.1", "port": port, "from": "interlock@example.com"}},
+        "recipients": {
+            "alice": {"channels": ["mail"], "addresses": {"mail": "alice@example.com"}},
+            "bob": {"channels": ["mail"]},
+        },
+    }
+
+
+@dataclass
+class Server:
+    base: str
+    db: str
+
+
+@pytest.fixture
+def server(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], mailbox: Mailbox) -> Iterator[Server]:
+    db = f"sqlite:///{tmp_path / 'mail.db'}"
+    with serve(db, auth=False, routing=routing_from_dict(routing_doc(mailbox.port))) as base:
+        yield Server(base, db)
+
+
+def parts(message: EmailMessage) -> tuple[str, str]:
+    plain = message.get_body(("plain",))
+    rich = message.get_body(("html",))
+    assert plain is not None and rich is not None
+    return plain.get_content().replace("\r\n", "\n"), rich.get_content().replace("\r\n", "\n")
+
+
+def answer_links(text: str) -> dict[str, str]:
+    """The one-click links in the plain-text part, by label, as paths on the server."""
+    return {m[1]: m[2] for m in re.finditer(r"^  (\w+): http://inbox\.example(/answer/\S+)$", text, re.MULTILINE)}
+
+
+async def create(server: Server, body: dict[str, Any]) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=server.base, timeout=20) as client:
+        response = await client.post("/api/v1/requests", json=body)
+        assert response.status_code == 201, response.text
+        return dict(response.json())
+
+
+async def test_a_confirm_request_is_answered_with_one_click_from_the_email(server: Server, mailbox: Mailbox) -> None:
+    request = await create(
+        server, {"to": "alice", "title": "Deploy", "asks": [{"type": "confirm", "prompt": "Ship <it>?"}]}
+    )
+    [message] = await mailbox.until(1)
+    assert mailbox.envelopes[0] == ("interlock@example.com", ["alice@example.com"])
+    assert message["To"] == "alice@example.com" and "Deploy" in message["Subject"]
+    text, rich = parts(message)
+    assert "Ship <it>?" in text and "Ship &lt;it&gt;?" in rich
+    links = answer_links(text)
+    assert set(links) == {"Yes", "No"}
+    assert f"http://inbox.example/inbox/requests/{request['id']}" in text
+    async with httpx.AsyncClient(base_url=server.base, timeout=20) as client:
+        page = await client.get(links["Yes"])  # a mail scanner fetching the link answers nothing
+        assert page.status_code == 200 and "<button" in page.text and "alice" in page.text
+        assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "pending"
+        done = await client.post(links["Yes"])
+        assert done.status_code == 200 and "Answer recorded" in done.text
+        settled = (await client.get(f"/api/v1/requests/{request['id']}")).json()
+        assert settled["status"] == "answered"
+        assert (settled["response"]["by"], settled["response"]["via"]) == ("alice", "email")
+        assert list(settled["response"]["answers"].values()) == [True]
+        spent = await client.post(links["No"])
+        assert spent.status_code == 409 and "already answered by alice at" in spent.text
+        forged = links["No"][:-3] + ("AAA" if not links["No"].endswith("AAA") else "BBB")
+        assert (await client.post(forged)).status_code == 400
+    [_, ended] = await mailbox.until(2)
+    assert ended["Subject"].startswith("No longer waiting for you (answered)")
+    assert answer_links(parts(ended)[0]) == {}
+
+
+async def test_a_choice_request_gets_a_link_per_option(server: Server, mailbox: Mailbox) -> None:
+    ask = {"type": "choice", "prompt": "Which region?", "options": [{"id": "eu", "label": "Europe"}, "us"]}
+    request = await create(server, {"to": "alice", "asks": [ask]})
+    [message] = await mailbox.until(1)
+    links = answer_links(parts(message)[0])
+    assert set(links) == {"Europe", "us"}
+    async with httpx.AsyncClient(base_url=server.base, timeout=20) as client:
+        assert (await client.post(links["Europe"])).status_code == 200
+        settled = (await client.get(f"/api/v1/requests/{request['id']}")).json()
+        assert list(settled["response"]["answers"].values()) == ["eu"]
+
+
+async def test_a_form_is_answered_in_the_inbox_through_its_link(server: Server, mailbox: Mailbox) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    request = await create(server, {"to": "alice", "asks": [{"type": "form", "prompt": "How many?", "schema": schema}]})
+    [message] = await mailbox.until(1)
+    text, rich = parts(message)
+    assert answer_links(text) == {}
+    assert f"Answer in the inbox: http://inbox.example/inbox/requests/{request['id']}" in text
+    assert f'href="http://inbox.example/inbox/requests/{request["id"]}"' in rich
+
+
+async def test_a_recipient_without_an_address_is_a_dead_letter_at_once(server: Server, mailbox: Mailbox) -> None:
+    await create(server, {"to": "bob", "asks": [{"type": "confirm", "prompt": "Ship?"}]})
+    async with interlock.connect(server.db) as broker:
+        assert isinstance(broker, LocalBroker)
+
+        async def dead() -> bool:
+            return bool(await broker.store.list_deliveries(status="dead"))
+
+        await eventually(dead)
+        [letter] = await broker.store.list_deliveries(status="dead")
+        assert letter.attempts == 1 and "no email address for 'bob'" in (letter.last_error or "")
+    assert mailbox.messages == []
+
+
+def test_an_answer_link_is_bound_to_its_request_recipient_and_answer_and_expires() -> None:
+    links = AnswerLinks("a-secret-of-some-length", "http://x.example")
+    now = datetime.now(UTC)
+    request = build_request(Confirm("Ship?"), to="alice", expires_at=now + timedelta(hours=1))
+    token = links.token(request, "alice", True, now)
+    claim = links.read(token, now)
+    assert (claim.request_id, claim.recipient, claim.answer) == (request.id, "alice", True)
+    assert claim.expires_at <= request.expires_at  # type: ignore[operator]
+    with pytest.raises(InvalidLink, match="expired"):
+        links.read(token, now + timedelta(hours=2))
+    body, _, signature = token.partition(".")
+    other = links.token(build_request(Confirm("Other?"), to="alice"), "mallory", False, now)
+    with pytest.raises(InvalidLink, match="not valid"):
+        links.read(other.partition(".")[0] + "." + signature, now)
+    with pytest.raises(InvalidLink, match="not valid"):
+        AnswerLinks("another-secret-entirely", "http://x.example").read(token, now)
+    assert body
+
+
+def test_only_one_confirm_or_one_choice_ask_has_one_click_answers() -> None:
+    from interlock.channels.links import quick_answers
+
+    assert quick_answers(build_request(Confirm("Ship?"))) == [("Yes", True), ("No", False)]
+    assert quick_answers(build_request(Choice("Pick", options=["a", "b"]))) == [("a", "a"), ("b", "b")]
+    assert quick_answers(build_request([Confirm("A?", id="a"), Confirm("B?", id="b")])) is None
+    assert quick_answers(build_request(Form("F", schema={"type": "object"}))) is None

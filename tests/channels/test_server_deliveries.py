@@ -1,0 +1,194 @@
+"""The outbox in a real server with auth: delivery state shown to whoever asked, dead
+letters seen and retried by the people concerned only, answers through a signed inbound
+webhook bound to the delivery, and the routing read and replaced by an admin only."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import interlock
+from interlock.broker import LocalBroker
+from interlock.principals import Principal, issue_token
+from interlock.routing import routing_from_dict
+from interlock.webhooks import signed_headers
+
+from .receiver import Receiver, eventually, receiver
+
+pytestmark = pytest.mark.anyio
+SECRET = "inbound-and-outbound-secret-0123"
+APPROVAL = {"kind": "approval", "asks": [{"type": "confirm", "id": "ok", "prompt": "Deploy?"}], "to": "alice"}
+
+
+@dataclass
+class World:
+    base: str
+    tokens: dict[str, str]
+    hook: Receiver
+
+    def client(self, who: str | None) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {self.tokens[who]}"} if who else {}
+        return httpx.AsyncClient(base_url=f"{self.base}/api/v1", headers=headers, timeout=20)
+
+
+def routing_doc(url: str) -> dict[str, Any]:
+    return {
+        "retry_first": 0.05,
+        "retry_cap": 0.1,
+        "max_attempts": 2,
+        "channels": {"hook": {"type": "webhook", "url": url, "secret": SECRET}},
+        "recipients": {"alice": {"channels": ["hook"]}},
+    }
+
+
+@pytest.fixture
+async def hook() -> AsyncIterator[Receiver]:
+    async with receiver() as r:
+        yield r
+
+
+@pytest.fixture
+async def world(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], hook: Receiver
+) -> AsyncIterator[World]:
+    db = f"sqlite:///{tmp_path / 'server.db'}"
+    tokens: dict[str, str] = {}
+
+    async def setup() -> None:
+        async with interlock.connect(db) as broker:
+            assert isinstance(broker, LocalBroker)
+            for principal in (Principal("alice", "human"), Principal("bob", "human"), Principal("bot", "agent", "bob")):
+                await broker.store.save_principal(principal)
+                token = issue_token(principal.name, datetime.now(UTC))
+                await broker.store.save_token(token)
+                tokens[principal.name] = token.secret
+
+    await setup()
+    with serve(db, auth=True, routing=routing_from_dict(routing_doc(hook.url))) as base:
+        yield World(base, tokens, hook)
+
+
+async def create(world: World) -> dict[str, Any]:
+    async with world.client("bot") as bot:
+        response = await bot.post("/requests", json=APPROVAL)
+        assert response.status_code == 201, response.text
+        return dict(response.json())
+
+
+async def deliveries_until(
+    client: httpx.AsyncClient, path: str, status: str, params: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The deliveries at `path` once one is in `status` (the server's loop is in another
+    thread: look again on each arrival at the receiver, bounded)."""
+    items: list[dict[str, Any]] = []
+
+    async def reached() -> bool:
+        nonlocal items
+        items = (await client.get(path, params=params)).json()["items"]
+        return any(d["status"] == status for d in items)
+
+    await eventually(reached)
+    return items
+
+
+async def test_whoever_asked_sees_how_the_recipient_was_told_and_others_do_not(world: World) -> None:
+    request = await create(world)
+    [got] = await world.hook.until(1)
+    assert got.json["request"]["id"] == request["id"]
+    async with world.client("bot") as bot, world.client("alice") as alice, world.client(None) as nobody:
+        items = await deliveries_until(bot, f"/requests/{request['id']}/deliveries", "delivered")
+        assert [(d["recipient"], d["channel"], d["status"]) for d in items] == [("alice", "hook", "delivered")]
+        assert (await alice.get(f"/requests/{request['id']}/deliveries")).status_code == 200
+        assert (await nobody.get(f"/requests/{request['id']}/deliveries")).status_code == 401
+    async with world.client("bob") as bob:
+        response = await bob.get(f"/requests/{request['id']}/deliveries")
+        assert response.status_code == 403  # neither to bob nor from bob
+
+
+def signed(body: dict[str, Any], secret: str = SECRET, at: int | None = None) -> tuple[bytes, dict[str, str]]:
+    raw = json.dumps(body).encode()
+    return raw, {**signed_headers(secret, raw, timestamp=at), "Content-Type": "application/json"}
+
+
+async def test_an_answer_through_the_signed_inbound_webhook_is_recorded_via_webhook(world: World) -> None:
+    request = await create(world)
+    await world.hook.until(1)
+    async with world.client(None) as anyone, world.client("alice") as alice:
+        await deliveries_until(alice, f"/requests/{request['id']}/deliveries", "delivered")
+        body = {"request_id": request["id"], "recipient": "alice", "answer": True}
+        raw, headers = signed(body, secret="not-the-secret-not-the-secret-00")
+        assert (await anyone.post("/inbound/hook", content=raw, headers=headers)).status_code == 401
+        raw, headers = signed(body, at=int(time.time()) - 3600)
+        response = await anyone.post("/inbound/hook", content=raw, headers=headers)
+        assert response.status_code == 401 and "replay window" in response.json()["detail"]
+        raw, headers = signed({**body, "recipient": "bob"})
+        assert (await anyone.post("/inbound/hook", content=raw, headers=headers)).status_code == 403
+        raw, headers = signed({**body, "answer": "perhaps"})
+        refused = await anyone.post("/inbound/hook", content=raw, headers=headers)
+        assert refused.status_code == 422 and refused.json()["code"] == "invalid_answer"
+        raw, headers = signed(body)
+        assert (await anyone.post("/inbound/nope", content=raw, headers=headers)).status_code == 404
+        assert (await alice.get(f"/requests/{request['id']}")).json()["status"] == "pending"
+        response = await anyone.post("/inbound/hook", content=raw, headers=headers)
+        assert response.status_code == 200, response.text
+        settled = (await alice.get(f"/requests/{request['id']}")).json()
+        assert settled["status"] == "answered"
+        assert (settled["response"]["by"], settled["response"]["via"]) == ("alice", "webhook")
+        again = await anyone.post("/inbound/hook", content=raw, headers=headers)
+        assert again.status_code == 409
+
+
+async def test_a_dead_letter_is_seen_and_retried_by_its_recipient_only(world: World) -> None:
+    world.hook.statuses = [500, 500]
+    request = await create(world)
+    await world.hook.until(2)
+    async with world.client("alice") as alice, world.client("bob") as bob, world.client("bot") as bot:
+        dead = await deliveries_until(alice, "/deliveries", "dead", {"status": "dead"})
+        assert [d["request_id"] for d in dead] == [request["id"]]
+        assert dead[0]["last_error"] == "HTTP 500 from the receiver"
+        assert (await bob.get("/deliveries", params={"status": "dead"})).json()["items"] == []
+        assert (await bob.post(f"/deliveries/{dead[0]['id']}/retry")).status_code == 403
+        assert (await bot.post(f"/deliveries/{dead[0]['id']}/retry")).status_code == 200  # it asked
+        assert (await alice.post(f"/deliveries/{dead[0]['id']}/retry")).status_code == 409  # pending again
+        assert (await alice.post("/deliveries/dlv_nope/retry")).status_code == 404
+        await world.hook.until(3)
+        await deliveries_until(alice, f"/requests/{request['id']}/deliveries", "delivered")
+    async with httpx.AsyncClient(base_url=world.base, timeout=20) as client:
+        metrics = (await client.get("/metrics")).text
+    assert 'interlock_deliveries_total{channel="hook",outcome="retry"} 1.0' in metrics
+    assert 'interlock_deliveries_total{channel="hook",outcome="dead"} 1.0' in metrics
+    assert 'interlock_deliveries_total{channel="hook",outcome="delivered"} 1.0' in metrics
+
+
+async def test_only_an_admin_reads_or_replaces_the_routing(world: World) -> None:
+    async with world.client("alice") as alice:
+        assert (await alice.get("/routing")).status_code == 403
+        assert (await alice.put("/routing", json={})).status_code == 403
+
+
+async def test_without_auth_the_routing_is_shown_masked_and_checked_before_it_is_replaced(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], hook: Receiver
+) -> None:
+    doc = routing_doc(hook.url)
+    with serve(f"sqlite:///{tmp_path / 'open.db'}", auth=False, routing=routing_from_dict(doc)) as base:
+        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
+            shown = (await local.get("/routing")).json()
+            assert shown["channels"]["hook"]["secret"] == "***" and shown["channels"]["hook"]["url"] == hook.url
+            bad = await local.put("/routing", json={**doc, "recipients": {"alice": {"channels": ["sms"]}}})
+            assert bad.status_code == 422 and "no channel named 'sms'" in bad.json()["detail"]
+            assert (await local.get("/routing")).json()["recipients"] == {"alice": {"channels": ["hook"]}}
+            changed = await local.put("/routing", json={**doc, "recipients": {"bob": {"channels": ["hook"]}}})
+            assert changed.status_code == 200
+            response = await local.post("/requests", json={**APPROVAL, "to": "bob"})
+            assert response.status_code == 201
+            [got] = await hook.until(1)
+            assert got.json["recipient"] == "bob"

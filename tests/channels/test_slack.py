@@ -1,0 +1,243 @@
+"""Slack against a local fake of its Web API over real HTTP (no network): a Block Kit
+message per request, answers through the signed interactive endpoint (buttons and a
+modal, in the payload shapes Slack sends), the message updated once the request settles."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from interlock.routing import routing_from_dict
+
+pytestmark = pytest.mark.anyio
+SIGNING_SECRET = "slack-signing-secret-for-tests"
+PAYLOADS = Path(__file__).parent / "slack_payloads"
+
+
+@dataclass
+class FakeSlack:
+    url: str = ""
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+    """Slack errors to answer with, by method."""
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def until(self, method: str, count: int = 1, timeout: float = 20.0) -> list[dict[str, Any]]:
+        async with asyncio.timeout(timeout):
+            while len(found := [body for m, body in self.calls if m == method]) < count:
+                self.changed.clear()
+                await self.changed.wait()
+        return found
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    state = FakeSlack()
+
+    async def method(request: Request) -> JSONResponse:
+        name = request.path_params["method"]
+        body = await request.json()
+        assert request.headers.get("authorization") == "Bearer xoxb-test-token" or name == "response"
+        state.calls.append((name, body))
+        state.changed.set()
+        if name in state.errors:
+            return JSONResponse({"ok": False, "error": state.errors[name]})
+        count = len(state.calls)
+        return JSONResponse({"ok": True, "channel": body.get("channel", "D0"), "ts": f"1700000000.{count:06d}"})
+
+    app = Starlette(routes=[Route("/api/{method}", method, methods=["POST"])])
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    async with asyncio.timeout(20):
+        while not server.started:  # noqa: ASYNC110  # uvicorn offers no event for it
+            await asyncio.sleep(0.005)
+    state.url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    try:
+        yield state
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 20)
+
+
+@pytest.fixture
+def base(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], slack: FakeSlack) -> Iterator[str]:
+    doc = {
+        "inbox_url": "http://inbox.example",
+        "retry_first": 0.05,
+        "retry_cap": 0.1,
+        "channels": {
+            "slack": {
+                "type": "slack",
+                "token": "xoxb-test-token",
+                "signing_secret": SIGNING_SECRET,
+                "api_url": f"{slack.url}/api",
+            }
+        },
+        "teams": {"ops": {"members": ["alice", "bob"]}},
+        "recipients": {
+            "alice": {"channels": ["slack"], "addresses": {"slack": "U0ALICE"}},
+            "bob": {"channels": ["slack"], "addresses": {"slack": "U0BOB"}},
+            "carol": {"channels": ["slack"]},
+        },
+    }
+    with serve(f"sqlite:///{tmp_path / 'slack.db'}", auth=False, routing=routing_from_dict(doc)) as url:
+        yield url
+
+
+def signed(
+    payload: dict[str, Any], secret: str = SIGNING_SECRET, at: int | None = None
+) -> tuple[bytes, dict[str, str]]:
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    stamp = str(int(time.time()) if at is None else at)
+    signature = "v0=" + hmac.new(secret.encode(), b"v0:" + stamp.encode() + b":" + body, hashlib.sha256).hexdigest()
+    headers = {
+        "Content-Type": "application/x-www-form-urlencoded",
+        "X-Slack-Request-Timestamp": stamp,
+        "X-Slack-Signature": signature,
+    }
+    return body, headers
+
+
+def click(button: dict[str, Any], block_id: str, user: str, slack: FakeSlack) -> dict[str, Any]:
+    payload = json.loads((PAYLOADS / "block_actions.json").read_text())
+    payload["user"]["id"] = user
+    payload["response_url"] = f"{slack.url}/api/response"
+    action = payload["actions"][0]
+    action.update(action_id=button["action_id"], block_id=block_id, value=button.get("value", ""))
+    return dict(payload)
+
+
+def actions_of(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    [block] = [b for b in message["blocks"] if b["type"] == "actions"]
+    return block["block_id"], block["elements"]
+
+
+async def create(base: str, body: dict[str, Any]) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+        response = await client.post("/api/v1/requests", json=body)
+        assert response.status_code == 201, response.text
+        return dict(response.json())
+
+
+async def test_a_confirm_request_is_answered_with_a_button_and_its_message_updated(base: str, slack: FakeSlack) -> None:
+    request = await create(
+        base, {"to": "alice", "title": "Deploy", "asks": [{"type": "confirm", "prompt": "Ship it?"}]}
+    )
+    [message] = await slack.until("chat.postMessage")
+    assert message["channel"] == "U0ALICE" and message["text"] == "Deploy"
+    assert {"type": "header", "text": {"type": "plain_text", "text": "Deploy"}} in message["blocks"]
+    block_id, elements = actions_of(message)
+    labels = [e["text"]["text"] for e in elements]
+    assert labels == ["Yes", "No", "Open in the inbox"]
+    assert elements[2]["url"] == f"http://inbox.example/inbox/requests/{request['id']}"
+    async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+        body, headers = signed(click(elements[0], block_id, "U0BOB", slack))
+        assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+        [ephemeral] = await slack.until("response")
+        assert ephemeral["text"] == "This request is not yours to answer."
+        assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "pending"
+        body, headers = signed(click(elements[0], block_id, "U0ALICE", slack))
+        assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+        settled = (await client.get(f"/api/v1/requests/{request['id']}")).json()
+        assert settled["status"] == "answered"
+        assert (settled["response"]["by"], settled["response"]["via"]) == ("alice", "slack")
+        assert list(settled["response"]["answers"].values()) == [True]
+    [update] = await slack.until("chat.update")
+    assert (update["channel"], update["ts"]) == (message["channel"], "1700000000.000001")
+    assert not [b for b in update["blocks"] if b["type"] == "actions"]
+    assert "*Answered* by alice via slack" in json.dumps(update["blocks"])
+
+
+async def test_a_forged_or_stale_slack_request_is_refused(base: str, slack: FakeSlack) -> None:
+    request = await create(base, {"to": "alice", "asks": [{"type": "confirm", "prompt": "Ship it?"}]})
+    [message] = await slack.until("chat.postMessage")
+    block_id, elements = actions_of(message)
+    payload = click(elements[0], block_id, "U0ALICE", slack)
+    async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+        body, headers = signed(payload, secret="not-the-signing-secret")
+        assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 401
+        body, headers = signed(payload, at=int(time.time()) - 600)
+        assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 401
+        body, headers = signed(payload)
+        assert (await client.post("/slack/interactive/other", content=body, headers=headers)).status_code == 404
+        assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "pending"
+
+
+async def test_a_text_question_is_answered_in_a_modal(base: str, slack: FakeSlack) -> None:
+    asks = [{"type": "text", "id": "why", "prompt": "Why?"}, {"type": "confirm", "id": "ok", "prompt": "Sure?"}]
+    request = await create(base, {"to": "ops", "asks": asks})
+    messages = await slack.until("chat.postMessage", 2)  # the team's members, each directly
+    assert sorted(m["channel"] for m in messages) == ["U0ALICE", "U0BOB"]
+    block_id, elements = actions_of(messages[0])
+    assert elements[0]["action_id"] == "interlock_open"
+    async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+        body, headers = signed(click(elements[0], block_id, "U0BOB", slack))
+        assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+        [opened] = await slack.until("views.open")
+        view = opened["view"]
+        assert view["private_metadata"] == request["id"]
+        assert [(b["block_id"], b["element"]["type"]) for b in view["blocks"]] == [
+            ("why", "plain_text_input"),
+            ("ok", "radio_buttons"),
+        ]
+        submission = json.loads((PAYLOADS / "view_submission.json").read_text())
+        submission["user"]["id"] = "U0BOB"
+        submission["view"]["private_metadata"] = request["id"]
+        values = {"ok": {"value": {"type": "radio_buttons", "selected_option": {"value": "yes"}}}}
+        submission["view"]["state"]["values"] = copy.deepcopy(values)
+        body, headers = signed(submission)
+        refused = await client.post("/slack/interactive/slack", content=body, headers=headers)
+        assert refused.json()["response_action"] == "errors"  # the required text is missing
+        values["why"] = {"value": {"type": "plain_text_input", "value": "tests pass"}}
+        submission["view"]["state"]["values"] = values
+        body, headers = signed(submission)
+        done = await client.post("/slack/interactive/slack", content=body, headers=headers)
+        assert done.status_code == 200 and done.content == b""
+        settled = (await client.get(f"/api/v1/requests/{request['id']}")).json()
+        assert settled["response"]["answers"] == {"why": "tests pass", "ok": True}
+        assert (settled["response"]["by"], settled["response"]["via"]) == ("bob", "slack")
+    updates = await slack.until("chat.update", 2)
+    assert {u["channel"] for u in updates} == {"U0ALICE", "U0BOB"}
+
+
+async def test_a_request_answered_elsewhere_updates_the_message(base: str, slack: FakeSlack) -> None:
+    request = await create(base, {"to": "alice", "asks": [{"type": "confirm", "prompt": "Ship it?"}]})
+    await slack.until("chat.postMessage")
+    async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+        response = await client.post(f"/api/v1/requests/{request['id']}/reject", json={"reason": "not today"})
+        assert response.status_code == 200, response.text
+    [update] = await slack.until("chat.update")
+    text = json.dumps(update["blocks"])
+    assert "*Rejected*" in text and "not today" in text
+
+
+async def test_slack_refusing_a_message_makes_a_dead_letter(base: str, slack: FakeSlack) -> None:
+    slack.errors["chat.postMessage"] = "channel_not_found"
+    request = await create(base, {"to": "alice", "asks": [{"type": "confirm", "prompt": "Ship it?"}]})
+    await slack.until("chat.postMessage")
+    async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+        async with asyncio.timeout(20):
+            while True:
+                items = (await client.get(f"/api/v1/requests/{request['id']}/deliveries")).json()["items"]
+                if items and items[0]["status"] == "dead":
+                    break
+                await asyncio.sleep(0.05)  # written by the server's thread
+    assert items[0]["last_error"] == "Slack refused chat.postMessage: channel_not_found"

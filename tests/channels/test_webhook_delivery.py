@@ -1,0 +1,262 @@
+"""The outbox delivered through signed webhooks to a real HTTP receiver, on every store:
+at least once, retried with back-off, dead letters kept and retried, reminders,
+escalations, and no delivery lost across a restart."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import interlock
+from interlock import Confirm
+from interlock.broker import LocalBroker
+from interlock.channels.delivery import DeliveryLoop
+from interlock.routing import routing_from_dict
+from interlock.webhooks import InvalidSignature, verify
+
+from .receiver import Receiver, receiver
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "a-shared-secret-of-32-characters"
+STORES = ["memory", "sqlite", "postgresql"]
+
+
+@pytest.fixture(params=STORES, ids=[f"{s}-store" for s in STORES])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "memory":
+        yield "memory://"
+    elif request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'outbox.db'}"
+    else:
+        databases: Callable[[], AbstractContextManager[str]] = request.getfixturevalue("pg_databases")
+        with databases() as url:
+            yield url
+
+
+@pytest.fixture
+async def hook() -> AsyncIterator[Receiver]:
+    async with receiver() as r:
+        yield r
+
+
+def routing(hook_url: str, **extra: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "inbox_url": "http://inbox.example",
+        "retry_first": 0.05,
+        "retry_cap": 0.2,
+        "channels": {"hook": {"type": "webhook", "url": hook_url, "secret": SECRET}},
+        "recipients": {"alice": {"channels": ["hook"]}},
+    }
+    doc.update(extra)
+    return doc
+
+
+async def until(loop: DeliveryLoop, check: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
+    """Wait (bounded) until `check` holds, looking again each time the loop stores something."""
+    changed = asyncio.Event()
+    loop.on_change.append(changed.set)
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                changed.clear()
+                if await check():
+                    return
+                await changed.wait()
+    finally:
+        loop.on_change.remove(changed.set)
+
+
+def status_of(broker: LocalBroker, request_id: str, status: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        found = await broker.store.list_deliveries(request_id=request_id)
+        return bool(found) and all(d.status == status for d in found)
+
+    return check
+
+
+def any_in(broker: LocalBroker, status: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return bool(await broker.store.list_deliveries(status=status))  # type: ignore[arg-type]
+
+    return check
+
+
+@asynccontextmanager
+async def delivering(url: str, doc: dict[str, Any], **options: Any) -> AsyncIterator[tuple[LocalBroker, DeliveryLoop]]:
+    async with interlock.connect(url) as broker:
+        assert isinstance(broker, LocalBroker)
+        loop = DeliveryLoop(broker.store, broker.store, routing_from_dict(doc), poll_interval=0.05, **options)
+        loop.start()
+        try:
+            yield broker, loop
+        finally:
+            await loop.stop()
+
+
+async def test_a_request_reaches_its_recipient_as_one_signed_webhook(store_url: str, hook: Receiver) -> None:
+    async with delivering(store_url, routing(hook.url)) as (broker, loop):
+        request = await broker.create(Confirm("Ship it?"), to="alice", requester="bot")
+        [got] = await hook.until(1)
+        verify(SECRET, got.headers, got.body)
+        body = got.json
+        assert body["type"] == "request.created" and body["recipient"] == "alice"
+        assert body["request"]["id"] == request.id and body["request"]["asks"][0]["prompt"] == "Ship it?"
+        assert body["links"]["request"] == f"http://inbox.example/inbox/requests/{request.id}"
+        assert got.headers["idempotency-key"] == body["id"]
+        with pytest.raises(InvalidSignature):
+            verify("another-secret-of-32-characters!", got.headers, got.body)
+        with pytest.raises(InvalidSignature):
+            verify(SECRET, got.headers, got.body + b" ")
+        await until(loop, status_of(broker, request.id, "delivered"))
+        listed = await broker.store.list_deliveries(request_id=request.id)
+        assert [(d.channel, d.status, d.attempts) for d in listed] == [("hook", "delivered", 1)]
+
+
+async def test_the_end_of_a_request_is_delivered_too(store_url: str, hook: Receiver) -> None:
+    async with delivering(store_url, routing(hook.url)) as (broker, _):
+        request = await broker.create(Confirm("Ship it?"), to="alice", requester="bot")
+        await hook.until(1)
+        await broker.resolve(request.id, True, by="alice", via="web")
+        second = (await hook.until(2))[1].json
+        assert second["type"] == "request.answered"
+        assert second["request"]["status"] == "answered"
+
+
+async def test_a_failing_receiver_is_retried_with_the_same_idempotency_key(store_url: str, hook: Receiver) -> None:
+    hook.statuses = [503, 500]
+    async with delivering(store_url, routing(hook.url)) as (broker, loop):
+        request = await broker.create(Confirm("Ship it?"), to="alice", requester="bot")
+        got = await hook.until(3)
+        assert len({r.headers["idempotency-key"] for r in got}) == 1
+        await until(loop, status_of(broker, request.id, "delivered"))
+        [delivery] = await broker.store.list_deliveries(request_id=request.id)
+        assert delivery.attempts == 3 and delivery.last_error is None
+
+
+async def test_a_refusal_is_a_dead_letter_that_can_be_retried(store_url: str, hook: Receiver) -> None:
+    hook.statuses = [410]
+    async with delivering(store_url, routing(hook.url)) as (broker, loop):
+        request = await broker.create(Confirm("Ship it?"), to="alice", requester="bot")
+        await hook.until(1)
+        await until(loop, any_in(broker, "dead"))
+        dead = await broker.store.list_deliveries(status="dead")
+        assert dead[0].request_id == request.id and "HTTP 410" in (dead[0].last_error or "")
+        again = await broker.store.retry_delivery(dead[0].id, dead[0].due_at)
+        assert again is not None
+        loop.wake()
+        await hook.until(2)
+        await until(loop, status_of(broker, request.id, "delivered"))
+
+
+async def test_out_of_attempts_a_delivery_becomes_a_dead_letter(store_url: str, hook: Receiver) -> None:
+    hook.statuses = [503] * 10
+    async with delivering(store_url, routing(hook.url, max_attempts=3)) as (broker, loop):
+        await broker.create(Confirm("Ship it?"), to="alice", requester="bot")
+        await hook.until(3)
+        await until(loop, any_in(broker, "dead"))
+        dead = await broker.store.list_deliveries(status="dead")
+        assert dead[0].attempts == 3 and dead[0].last_error == "HTTP 503 from the receiver"
+    assert len(hook.received) == 3
+
+
+async def test_a_reminder_comes_before_expiry_unless_the_request_was_answered(store_url: str, hook: Receiver) -> None:
+    doc = routing(hook.url)
+    doc["recipients"]["alice"]["remind_before"] = "5s"
+    async with delivering(store_url, doc) as (broker, loop):
+        reminded = await broker.create(Confirm("Ship it?"), to="alice", requester="bot", timeout=10.0)
+        answered = await broker.create(Confirm("Roll back?"), to="alice", requester="bot", timeout=10.0)
+        await hook.until(2)
+        await broker.resolve(answered.id, False, by="alice")
+        got = await hook.until(4)
+        kinds = sorted((r.json["type"], r.json["request"]["id"]) for r in got[2:])
+        assert kinds == sorted([("request.answered", answered.id), ("request.reminder", reminded.id)])
+        await until(loop, any_in(broker, "skipped"))
+        [skipped] = await broker.store.list_deliveries(status="skipped")
+        assert skipped.request_id == answered.id and skipped.kind == "reminder"
+
+
+async def test_a_request_nobody_answers_is_escalated_to_each_member_of_a_team(store_url: str, hook: Receiver) -> None:
+    doc = routing(hook.url)
+    doc["recipients"] = {
+        "alice": {"channels": ["hook"], "escalate_after": "1s", "escalate_to": "ops"},
+        "bob": {"channels": ["hook"]},
+        "carol": {"channels": ["hook"]},
+    }
+    doc["teams"] = {"ops": {"members": ["bob", "carol"]}}
+    async with delivering(store_url, doc) as (broker, _):
+        await broker.create(Confirm("Ship it?"), to="alice", requester="bot")
+        got = await hook.until(3)
+        assert got[0].json["recipient"] == "alice"
+        assert sorted((r.json["type"], r.json["recipient"]) for r in got[1:]) == [
+            ("request.escalated", "bob"),
+            ("request.escalated", "carol"),
+        ]
+
+
+async def test_a_recipient_with_no_route_gets_nothing_and_a_default_route_covers_the_rest(
+    store_url: str, hook: Receiver
+) -> None:
+    async with delivering(store_url, routing(hook.url)) as (broker, _):
+        nobody = await broker.create(Confirm("Ship it?"), to="dave", requester="bot")
+        await broker.create(Confirm("Ship it?"), to="alice", requester="bot")
+        await hook.until(1)
+        assert await broker.store.list_deliveries(request_id=nobody.id) == []
+    async with delivering(store_url, routing(hook.url, default={"channels": ["hook"]})) as (broker, _):
+        await broker.create(Confirm("Ship it?"), to="dave", requester="bot")
+        got = await hook.until(2)
+        assert got[1].json["recipient"] == "dave"
+
+
+async def test_deliveries_survive_a_restart(tmp_path: Path, hook: Receiver) -> None:
+    url = f"sqlite:///{tmp_path / 'restart.db'}"
+    async with interlock.connect(url) as broker:  # no delivery loop runs: the notice waits in the outbox
+        request = await broker.create(Confirm("Ship it?"), to="alice", requester="bot")
+    assert hook.received == []
+    async with delivering(url, routing(hook.url)):
+        [got] = await hook.until(1)
+        assert got.json["request"]["id"] == request.id
+
+
+async def test_two_loops_on_one_postgresql_database_send_each_delivery_once(
+    pg_databases: Callable[[], AbstractContextManager[str]], hook: Receiver
+) -> None:
+    with pg_databases() as url:
+        async with (
+            delivering(url, routing(hook.url)) as (broker, first),
+            delivering(url, routing(hook.url)) as (_, second),
+        ):
+            ids = [(await broker.create(Confirm(f"Ship {i}?"), to="alice", requester="bot")).id for i in range(40)]
+            got = await hook.until(40)
+
+            async def all_delivered() -> bool:
+                return len(await broker.store.list_deliveries(status="delivered", limit=1000)) == 40
+
+            await until(first, all_delivered)
+            await until(second, all_delivered)
+        assert sorted(r.json["request"]["id"] for r in got) == sorted(ids)
+        assert len(hook.received) == 40
+        assert len({r.headers["idempotency-key"] for r in hook.received}) == 40
+
+
+async def test_quiet_hours_hold_a_delivery_until_they_end(store_url: str, hook: Receiver) -> None:
+    now = datetime.now(UTC)
+    window = {
+        "start": (now - timedelta(hours=1)).strftime("%H:%M"),
+        "end": (now + timedelta(hours=1)).strftime("%H:%M"),
+    }
+    doc = routing(hook.url)
+    doc["recipients"]["alice"]["quiet_hours"] = {**window, "timezone": "UTC"}
+    async with delivering(store_url, doc) as (broker, loop):
+        request = await broker.create(Confirm("Ship it?"), to="alice", requester="bot")
+        await until(loop, status_of(broker, request.id, "pending"))
+        planned = await broker.store.list_deliveries(request_id=request.id)
+        assert planned[0].status == "pending"
+        assert timedelta(minutes=58) < planned[0].due_at - now <= timedelta(hours=1)
+    assert hook.received == []

@@ -1,0 +1,219 @@
+"""The outbox port (`OutboxStore`), checked the same way on every store: notices written
+with their events, routing into deliveries, leases, retries and dead letters."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from interlock import Text
+from interlock.model import Response, Status, build_request
+from interlock.outbox import Delivery, delivery_id
+from interlock.store import Store
+from interlock.store.memory import MemoryStore
+from interlock.store.sqlite import SqliteStore
+
+pytestmark = pytest.mark.anyio
+
+IMPLEMENTATIONS = ["memory", "sqlite", "postgresql"]
+
+
+@pytest.fixture(params=IMPLEMENTATIONS, ids=[f"{name}-store" for name in IMPLEMENTATIONS])
+def implementation(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    if request.param != "postgresql":
+        yield request.param, str(tmp_path / "outbox.db")
+        return
+    databases: Callable[[], AbstractContextManager[str]] = request.getfixturevalue("pg_databases")
+    with databases() as pg_url:
+        yield request.param, pg_url
+
+
+@pytest.fixture
+async def store(implementation: tuple[str, str]) -> AsyncIterator[Store]:
+    name, where = implementation
+    made: Store
+    if name == "memory":
+        made = MemoryStore()
+    elif name == "sqlite":
+        made = SqliteStore(where)
+    else:
+        from interlock.store.postgres import PostgresStore
+
+        made = PostgresStore(where)
+    await made.open()
+    try:
+        yield made
+    finally:
+        await made.aclose()
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def deliveries_for(notice_id: int, event_id: int, request_id: str, at: datetime, *channels: str) -> list[Delivery]:
+    return [
+        Delivery(
+            delivery_id(event_id, "request", "alice", c, None),
+            notice_id,
+            request_id,
+            "request",
+            "created",
+            "alice",
+            c,
+            None,
+            at,
+            at,
+        )
+        for c in channels
+    ]
+
+
+async def test_a_created_request_and_its_settlement_leave_one_notice_each(store: Store) -> None:
+    request, _ = await store.insert(build_request(Text("Ship?"), to="alice", requester="bot"))
+    notices = await store.claim_notices("loop-1", now(), 30)
+    assert [(n.type, n.request_id, n.recipient) for n in notices] == [("created", request.id, "alice")]
+    await store.settle(
+        request.settle(Status.ANSWERED, Response(now(), answers={request.asks[0].id: "yes"}, by="alice"))
+    )
+    await store.consume(request.id, "bot", now())  # not a notice: it concerns the agent, not a person
+    notices = await store.claim_notices("loop-1", now(), 30)
+    assert [n.type for n in notices] == ["created", "answered"]
+
+
+async def test_an_update_that_concerns_no_request_makes_no_notice(store: Store) -> None:
+    await store.append_event("informed", {"to": "alice", "message": "hi"})
+    assert await store.claim_notices("loop-1", now(), 30) == []
+
+
+async def test_a_leased_notice_is_not_claimed_by_another_loop_until_the_lease_runs_out(store: Store) -> None:
+    await store.insert(build_request(Text("Ship?"), to="alice", requester="bot"))
+    t = now()
+    assert len(await store.claim_notices("loop-1", t, 30)) == 1
+    assert await store.claim_notices("loop-2", t + timedelta(seconds=5), 30) == []
+    assert len(await store.claim_notices("loop-2", t + timedelta(seconds=31), 30)) == 1
+
+
+async def test_routing_a_notice_adds_its_deliveries_once_even_when_routed_twice(store: Store) -> None:
+    request, _ = await store.insert(build_request(Text("Ship?"), to="alice", requester="bot"))
+    t = now()
+    [notice] = await store.claim_notices("loop-1", t, 30)
+    planned = deliveries_for(notice.id, notice.event_id, request.id, t, "hook", "mail")
+    assert await store.route_notice(notice, planned, "loop-1", t) == 2
+    assert await store.claim_notices("loop-1", t, 30) == []  # routed
+    assert await store.route_notice(notice, planned, "loop-1", t) == 0
+    listed = await store.list_deliveries(request_id=request.id)
+    assert sorted(d.channel for d in listed) == ["hook", "mail"]
+    assert all(d.status == "pending" and d.attempts == 0 for d in listed)
+
+
+async def test_a_loop_that_lost_its_lease_cannot_route_the_notice(store: Store) -> None:
+    request, _ = await store.insert(build_request(Text("Ship?"), to="alice", requester="bot"))
+    t = now()
+    [notice] = await store.claim_notices("loop-1", t, 1)
+    [again] = await store.claim_notices("loop-2", t + timedelta(seconds=2), 30)
+    planned = deliveries_for(notice.id, notice.event_id, request.id, t, "hook")
+    assert await store.route_notice(notice, planned, "loop-1", t) == 0
+    assert await store.route_notice(again, planned, "loop-2", t) == 1
+
+
+async def test_deliveries_are_claimed_when_due_and_held_by_their_lease(store: Store) -> None:
+    request, _ = await store.insert(build_request(Text("Ship?"), to="alice", requester="bot"))
+    t = now()
+    [notice] = await store.claim_notices("loop-1", t, 30)
+    later = deliveries_for(notice.id, notice.event_id, request.id, t + timedelta(minutes=5), "hook")
+    await store.route_notice(notice, later, "loop-1", t)
+    assert await store.claim_deliveries("loop-1", t, 30) == []
+    assert await store.next_outbox_due() == later[0].due_at
+    [claimed] = await store.claim_deliveries("loop-1", t + timedelta(minutes=5), 30)
+    assert claimed.id == later[0].id
+    assert await store.claim_deliveries("loop-2", t + timedelta(minutes=5, seconds=10), 30) == []
+
+
+async def test_a_finished_attempt_is_stored_only_by_the_lease_holder(store: Store) -> None:
+    request, _ = await store.insert(build_request(Text("Ship?"), to="alice", requester="bot"))
+    t = now()
+    [notice] = await store.claim_notices("loop-1", t, 30)
+    await store.route_notice(notice, deliveries_for(notice.id, notice.event_id, request.id, t, "hook"), "loop-1", t)
+    [claimed] = await store.claim_deliveries("loop-1", t, 30)
+    failed = claimed.with_state(attempts=1, last_error="HTTP 503", due_at=t + timedelta(seconds=10))
+    assert not await store.finish_delivery(failed, "loop-2")
+    assert await store.finish_delivery(failed, "loop-1")
+    stored = await store.get_delivery(claimed.id)
+    assert stored is not None and (stored.status, stored.attempts, stored.last_error) == ("pending", 1, "HTTP 503")
+    [claimed] = await store.claim_deliveries("loop-2", t + timedelta(seconds=10), 30)
+    done = claimed.with_state(status="delivered", attempts=2, delivered_at=t, last_error=None, reference="ts-1")
+    assert await store.finish_delivery(done, "loop-2")
+    stored = await store.get_delivery(claimed.id)
+    assert stored is not None and (stored.status, stored.reference) == ("delivered", "ts-1")
+    assert await store.claim_deliveries("loop-1", t + timedelta(hours=1), 30) == []
+
+
+async def test_a_dead_letter_is_listed_and_can_be_retried(store: Store) -> None:
+    request, _ = await store.insert(build_request(Text("Ship?"), to="alice", requester="bot"))
+    t = now()
+    [notice] = await store.claim_notices("loop-1", t, 30)
+    await store.route_notice(
+        notice, deliveries_for(notice.id, notice.event_id, request.id, t, "hook", "mail"), "loop-1", t
+    )
+    claimed = await store.claim_deliveries("loop-1", t, 30)
+    await store.finish_delivery(claimed[0].with_state(status="dead", attempts=8, last_error="refused"), "loop-1")
+    dead = await store.list_deliveries(status="dead")
+    assert [d.id for d in dead] == [claimed[0].id]
+    assert await store.retry_delivery(claimed[1].id, t) is None  # not dead: nothing to retry
+    again = await store.retry_delivery(claimed[0].id, t + timedelta(seconds=1))
+    assert again is not None and (again.status, again.attempts) == ("pending", 0)
+    assert await store.list_deliveries(status="dead") == []
+
+
+async def test_deliveries_list_in_pages(store: Store) -> None:
+    request, _ = await store.insert(build_request(Text("Ship?"), to="alice", requester="bot"))
+    t = now()
+    [notice] = await store.claim_notices("loop-1", t, 30)
+    await store.route_notice(
+        notice, deliveries_for(notice.id, notice.event_id, request.id, t, "a", "b", "c"), "loop-1", t
+    )
+    first = await store.list_deliveries(limit=2)
+    rest = await store.list_deliveries(after=first[-1].id, limit=2)
+    assert len(first) == 2 and len(rest) == 1
+    assert {d.channel for d in [*first, *rest]} == {"a", "b", "c"}
+
+
+async def test_notices_routed_meanwhile_do_not_hide_later_ones(store: Store) -> None:
+    t = now()
+    await store.insert(build_request(Text("One?"), to="alice", requester="bot"))
+    second, _ = await store.insert(build_request(Text("Two?"), to="alice", requester="bot"))
+    a, _ = await store.claim_notices("loop-1", t, 30)
+    await store.route_notice(a, [], "loop-1", t)
+    third, _ = await store.insert(build_request(Text("Three?"), to="alice", requester="bot"))
+    left = await store.claim_notices("loop-1", t, 30)
+    assert [n.request_id for n in left] == [second.id, third.id]
+    assert len({n.id for n in [a, *left]}) == 3
+
+
+async def test_deliveries_list_by_recipient(store: Store) -> None:
+    request, _ = await store.insert(build_request(Text("Ship?"), to="alice", requester="bot"))
+    t = now()
+    [notice] = await store.claim_notices("loop-1", t, 30)
+    to_bob = Delivery(
+        delivery_id(notice.event_id, "escalation", "bob", "hook", None),
+        notice.id,
+        request.id,
+        "escalation",
+        "created",
+        "bob",
+        "hook",
+        None,
+        t,
+        t,
+    )
+    await store.route_notice(
+        notice, [*deliveries_for(notice.id, notice.event_id, request.id, t, "hook"), to_bob], "loop-1", t
+    )
+    assert [d.recipient for d in await store.list_deliveries(recipient="bob")] == ["bob"]
+    assert [d.recipient for d in await store.list_deliveries(recipient="alice")] == ["alice"]
+    assert await store.list_deliveries(recipient="carol") == []

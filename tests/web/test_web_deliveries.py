@@ -1,0 +1,121 @@
+"""The outbox's pages in the web inbox, in headless Chromium: a person's dead letters with a
+button to send each again, and how people were told about one request, for those who may
+read it only."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+import interlock
+from interlock.broker import LocalBroker
+from interlock.principals import Principal, issue_token
+from interlock.routing import routing_from_dict
+
+CHROMIUM = Path("/usr/bin/chromium")
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+
+ROUTING = {
+    "max_attempts": 1,
+    # nothing listens on the discard port: every attempt fails, and the first is the last
+    "channels": {"hook": {"type": "webhook", "url": "http://127.0.0.1:9/hook"}},
+    "recipients": {"alice": {"channels": ["hook"]}},
+}
+
+
+@pytest.fixture
+def world(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[tuple[str, dict[str, str]]]:
+    db = f"sqlite:///{tmp_path / 'web.db'}"
+    tokens: dict[str, str] = {}
+
+    async def setup() -> None:
+        async with interlock.connect(db) as broker:
+            assert isinstance(broker, LocalBroker)
+            for p in (Principal("alice", "human"), Principal("bob", "human"), Principal("bot", "agent", "alice")):
+                await broker.store.save_principal(p)
+                token = issue_token(p.name, datetime.now(UTC))
+                await broker.store.save_token(token)
+                tokens[p.name] = token.secret
+
+    with ThreadPoolExecutor(1) as pool:  # this thread runs the browser driver's event loop
+        pool.submit(asyncio.run, setup()).result(30)
+    with serve(db, auth=True, secret_key="web-tests", routing=routing_from_dict(ROUTING)) as base:
+        yield base, tokens
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=["--headless", "--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+def dead_letter(base: str, tokens: dict[str, str]) -> str:
+    """Ask alice something; return the request id once its webhook is a dead letter."""
+    auth = {"Authorization": f"Bearer {tokens['bot']}"}
+    with httpx.Client(base_url=f"{base}/api/v1", timeout=20) as client:
+        created = client.post("/requests", json={"asks": [{"type": "confirm", "prompt": "Ship?"}]}, headers=auth)
+        request_id = str(created.json()["id"])
+        deadline = time.monotonic() + 20
+        while True:  # the server's loop runs in another thread, which sends this one no signal
+            items = client.get(f"/requests/{request_id}/deliveries", headers=auth).json()["items"]
+            if items and items[0]["status"] == "dead":
+                return request_id
+            assert time.monotonic() < deadline, items
+            time.sleep(0.05)
+
+
+def sign_in(page: Page, base: str, token: str) -> None:
+    page.goto(base + "/")
+    page.get_by_label("Token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("heading", name="Waiting for you").wait_for()
+
+
+def test_a_person_sees_their_dead_letters_and_sends_one_again(
+    world: tuple[str, dict[str, str]], browser: Browser
+) -> None:
+    base, tokens = world
+    request_id = dead_letter(base, tokens)
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        sign_in(page, base, tokens["alice"])
+        page.goto(base + "/inbox/deliveries")
+        row = page.locator("table.deliveries tbody tr")
+        assert row.count() == 1 and row.first.get_attribute("data-status") == "dead"
+        assert "hook" in row.first.inner_text()
+        page.get_by_role("button", name="Send again").click()
+        page.get_by_role("status").filter(has_text="It will be sent again.").wait_for()
+        page.goto(f"{base}/inbox/deliveries?request={request_id}")
+        page.get_by_role("heading", name="How people were told").wait_for()
+        assert page.locator("table.deliveries tbody tr").count() == 1
+    finally:
+        context.close()
+
+
+def test_someone_else_sees_neither_the_dead_letters_nor_the_request_s_deliveries(
+    world: tuple[str, dict[str, str]], browser: Browser
+) -> None:
+    base, tokens = world
+    request_id = dead_letter(base, tokens)
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        sign_in(page, base, tokens["bob"])
+        page.goto(base + "/inbox/deliveries")
+        page.get_by_text("None: every notification went out.").wait_for()
+        response = page.goto(f"{base}/inbox/deliveries?request={request_id}")
+        assert response is not None and response.status == 403
+    finally:
+        context.close()
