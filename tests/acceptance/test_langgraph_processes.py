@@ -35,8 +35,7 @@ BOUND = 90
 AGENT = '''
 """An existing LangGraph graph that mails the release notes, put behind interlock."""
 import asyncio
-import contextlib
-import functools
+import inspect
 import json
 import os
 import sqlite3
@@ -78,9 +77,7 @@ async def checkpointer() -> Any:
         from psycopg.rows import dict_row
 
         conn = await AsyncConnection.connect(CHECKPOINTS, autocommit=True, prepare_threshold=0, row_factory=dict_row)
-        saver = AsyncPostgresSaver(conn)
-        await saver.setup()
-        return saver
+        return AsyncPostgresSaver(conn)  # its tables are made once, by `python mail_agent.py setup`
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     saver = SqliteSaver(sqlite3.connect(CHECKPOINTS, check_same_thread=False))
@@ -107,8 +104,14 @@ async def start(run_id: str) -> None:
         print(json.dumps({"status": run.status.value, "waiting_on": list(run.waiting_on)}))
 
 
+async def setup() -> None:
+    made = (await checkpointer()).setup()
+    if inspect.isawaitable(made):  # AsyncPostgresSaver's
+        await made
+
+
 if __name__ == "__main__":
-    asyncio.run(start(sys.argv[1]))
+    asyncio.run(setup() if sys.argv[1] == "setup" else start(sys.argv[1]))
 '''
 
 EDITED = {"to": "ops@example.com", "subject": "release 1.4.1"}
@@ -132,10 +135,14 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
 
 
 @pytest.fixture
-def agent_dir(tmp_path: Path) -> Path:
+def agent_dir(tmp_path: Path, stores: tuple[str, str]) -> Path:
+    """The agent's folder, its checkpointer's tables made once (as a deployment would:
+    two processes making them at once on PostgreSQL would race)."""
     folder = tmp_path / "agent"
     folder.mkdir()
     (folder / "mail_agent.py").write_text(textwrap.dedent(AGENT))
+    made = run([sys.executable, "mail_agent.py", "setup"], stores, folder)
+    assert made.returncode == 0, made.stderr
     return folder
 
 
