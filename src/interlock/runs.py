@@ -134,10 +134,12 @@ class Worker:
                 stopping.cancel()
             if not claiming.done():
                 claiming.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
+                try:
                     run = await claiming
-                    if run is not None:  # claimed just as we stopped: resume it rather than wait out its lease
-                        await self.resume(run)
+                except (asyncio.CancelledError, Exception):
+                    return
+                if run is not None:  # claimed just as we stopped: resume it rather than wait out its lease
+                    await self.resume(run)
                 return
             try:
                 run = claiming.result()

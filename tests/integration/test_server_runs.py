@@ -184,3 +184,24 @@ async def test_a_reconnecting_client_gets_the_pending_pause_again_then_what_it_m
     await alice.post(f"/requests/{request_id}/answer", json={"answer": True})
     (answered,) = await first_events(alice, "run-1", 1, {"Last-Event-ID": str(pause["id"])})
     assert answered[1] == "answered"
+
+
+async def test_bad_claims_and_stream_cursors_are_refused(clients: dict[str, httpx.AsyncClient]) -> None:
+    bot = clients["alice-bot"]
+    await parked(bot)
+    for params, body in (
+        ({}, {}),  # no worker
+        ({}, {"worker": "w", "lease": 0}),
+        ({}, {"worker": "w", "agents": "deployer"}),
+        ({"wait": -1}, {"worker": "w"}),
+        ({"wait": 301}, {"worker": "w"}),
+    ):
+        response = await bot.post("/runs/claim", params=params, json=body)
+        assert response.status_code == 422, (params, body, response.text)
+    garbled = await bot.post("/runs/claim", content=b"\x00", headers={"Content-Type": "application/json"})
+    assert garbled.status_code == 400
+    stream = await bot.get("/runs/run-1/events/stream", headers={"Last-Event-ID": "-1"})
+    assert stream.status_code == 400 and stream.json()["code"] == "invalid_request"
+    assert (await bot.get("/runs/no-such-run/events/stream")).status_code == 404
+    assert (await clients["bob"].get("/runs/run-1/events/stream")).status_code == 403
+    assert (await bot.get("/runs/run-1")).json()["status"] == "waiting_for_approval"  # nothing changed

@@ -46,8 +46,11 @@ CHECKS = [
 # operation); the test checks that the running server publishes the same one.
 DOCUMENT = create_app("memory://", auth=True).openapi()
 # The live stream never ends, so it cannot be fuzzed call by call; its refusals are
-# covered by the quota and contract tests.
-schema = schemathesis.openapi.from_dict(DOCUMENT).exclude(path="/api/v1/events/stream")
+# covered by the quota and contract tests. The same goes for a run's stream, and for the
+# workers' claim, a long poll that holds the call for its `wait` (tests/integration/test_runs.py
+# and test_server_runs.py cover their refusals).
+LONG_CALLS = ["/api/v1/events/stream", "/api/v1/runs/{run_id}/events/stream", "/api/v1/runs/claim"]
+schema = schemathesis.openapi.from_dict(DOCUMENT).exclude(path=LONG_CALLS)
 
 
 @pytest.fixture(params=["person", "agent"])

@@ -11,6 +11,7 @@ taken only from it: a person's client never sees or sends it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
@@ -42,10 +43,13 @@ __all__ = ["router"]
 router = APIRouter(tags=["runs"])
 
 PROBLEMS = {
+    400: "the body is not valid JSON, or a Last-Event-ID is not an event id",
     403: "not yours: the run is neither started by you nor waiting on you (or you are a person, not an agent)",
     404: "no such run",
     409: "the run is not in a state that allows this (`run_conflict`): ended, parked, or held by another worker",
+    413: "the body is too large",
     422: "the body or a parameter does not fit the schema, or is refused (`invalid_request`)",
+    429: "you hold as many event streams as you may",
 }
 
 
@@ -177,7 +181,10 @@ async def own_run(broker: LocalBroker, caller: Principal, run_id: str, what: str
     "/runs",
     status_code=201,
     response_model=RunModel,
-    responses={200: {"model": RunModel, "description": "the run with this id, already stored"}, **_problems(403, 422)},
+    responses={
+        200: {"model": RunModel, "description": "the run with this id, already stored"},
+        **_problems(400, 403, 413, 422),
+    },
 )
 async def start_run(body: StartBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Start a run of an agent (status `running`). Create its requests with
@@ -231,7 +238,11 @@ async def list_runs(
     return {"items": items, "next_cursor": page.next_cursor}
 
 
-@router.post("/runs/claim", response_model=RunModel, responses={204: {"description": "no run was ready in time"}})
+@router.post(
+    "/runs/claim",
+    response_model=RunModel,
+    responses={204: {"description": "no run was ready in time"}, **_problems(400, 403, 413, 422)},
+)
 async def claim_run(
     body: ClaimBody,
     caller: Caller,
@@ -259,6 +270,8 @@ async def claim_run(
         gone.cancel()
         if not claiming.done():
             claiming.cancel()  # the worker hung up: claim nothing for it
+            with contextlib.suppress(asyncio.CancelledError):
+                await claiming
     run = None if claiming.cancelled() else claiming.result()
     if run is None:
         return Response(status_code=204)
@@ -271,13 +284,13 @@ async def _disconnected(http: Request) -> None:
         pass
 
 
-@router.get("/runs/{run_id}", response_model=RunModel, responses=_problems(403, 404))
+@router.get("/runs/{run_id}", response_model=RunModel, responses=_problems(403, 404, 422))
 async def get_run(run_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
     """The run as it is now (its state only to the agent that started it)."""
     return out(caller, await visible_run(broker, caller, run_id))
 
 
-@router.post("/runs/{run_id}/park", response_model=RunModel, responses=_problems(403, 404, 409, 422))
+@router.post("/runs/{run_id}/park", response_model=RunModel, responses=_problems(400, 403, 404, 409, 413, 422))
 async def park_run(run_id: str, body: ParkBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Park a running run on requests of its own with the framework's state; the agent's
     process may exit then. A worker claims it once they have all settled."""
@@ -288,28 +301,28 @@ async def park_run(run_id: str, body: ParkBody, caller: Caller, broker: TheBroke
     return out(caller, run)
 
 
-@router.post("/runs/{run_id}/lease", response_model=Renewed, responses=_problems(403, 404, 422))
+@router.post("/runs/{run_id}/lease", response_model=Renewed, responses=_problems(400, 403, 404, 413, 422))
 async def renew_lease(run_id: str, body: LeaseBody, caller: Caller, broker: TheBroker) -> dict[str, bool]:
     """Hold a claimed run longer; `renewed` is false once the worker holds it no more."""
     await own_run(broker, caller, run_id, "holds runs")
     return {"renewed": await broker.renew_lease(run_id, worker=body.worker, lease=body.lease)}
 
 
-@router.post("/runs/{run_id}/complete", response_model=RunModel, responses=_problems(403, 404, 409, 422))
+@router.post("/runs/{run_id}/complete", response_model=RunModel, responses=_problems(400, 403, 404, 409, 413, 422))
 async def complete_run(run_id: str, body: CompleteBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """End a running run as `completed` with its result."""
     await own_run(broker, caller, run_id, "finishes runs")
     return out(caller, await broker.complete_run(run_id, body.result, worker=body.worker))
 
 
-@router.post("/runs/{run_id}/fail", response_model=RunModel, responses=_problems(403, 404, 409, 422))
+@router.post("/runs/{run_id}/fail", response_model=RunModel, responses=_problems(400, 403, 404, 409, 413, 422))
 async def fail_run(run_id: str, body: FailBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """End a running run as `failed` (`terminal_reason` "error") with the error."""
     await own_run(broker, caller, run_id, "finishes runs")
     return out(caller, await broker.fail_run(run_id, body.error, worker=body.worker))
 
 
-@router.post("/runs/{run_id}/cancel", response_model=RunModel, responses=_problems(403, 404, 409, 422))
+@router.post("/runs/{run_id}/cancel", response_model=RunModel, responses=_problems(400, 403, 404, 409, 413, 422))
 async def cancel_run(run_id: str, caller: Caller, broker: TheBroker, body: CancelRunBody | None = None) -> JSONResponse:
     """Stop a run: it ends `cancelled` (`terminal_reason`, `cancelled_by_user` by default)
     and its pending requests are withdrawn. 409 `run_conflict` if it had ended."""
@@ -340,7 +353,10 @@ async def run_events(
 @router.get(
     "/runs/{run_id}/events/stream",
     response_class=EventSourceResponse,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}, **_problems(403, 404)},
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "server-sent events"},
+        **_problems(400, 403, 404, 422, 429),
+    },
 )
 async def run_stream(
     run_id: str,
