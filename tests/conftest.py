@@ -135,7 +135,9 @@ def running_server(store_url: str, **options: Any) -> Iterator[str]:
 
     from interlock.server.app import create_app
 
-    config = uvicorn.Config(create_app(store_url, **options), host="127.0.0.1", port=0, log_level="warning")
+    # A connection left open (a stream a test did not close) holds the shutdown for 2 s at most.
+    app = create_app(store_url, **options)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

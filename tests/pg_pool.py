@@ -84,6 +84,12 @@ class DatabasePool:
         self._thread.start()
         self._fingerprint = ""
 
+    def sibling(self) -> DatabasePool:
+        """Another pool over the same template, with databases of its own (close it after)."""
+        pool = DatabasePool(self.server, self.template)
+        pool._fingerprint = self._fingerprint
+        return pool
+
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(BOUND * 2)
 

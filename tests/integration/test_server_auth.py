@@ -1,10 +1,9 @@
-"""Who may read and answer what: every denial, against a real server with auth on."""
+"""Who may read and answer what: every denial, against the server with auth on (in-process)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from httpx_sse import aconnect_sse
 
 import interlock
+from asgi_support import InProcessServer, serve_in_process
 from interlock import Confirm, Forbidden
 from interlock.principals import Principal, issue_token
 
@@ -25,36 +25,33 @@ BOUND = 10
 
 @dataclass
 class World:
-    base: str
+    server: InProcessServer
     db: str
     tokens: dict[str, str]
 
     def client(self, who: str | None) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {self.tokens[who]}"} if who else {}
-        return httpx.AsyncClient(base_url=f"{self.base}/api/v1", headers=headers, timeout=BOUND)
+        return self.server.client("/api/v1", headers=headers, timeout=BOUND)
 
 
 @pytest.fixture
-def world(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[World]:
+async def world(tmp_path: Path) -> AsyncIterator[World]:
     db = f"sqlite:///{tmp_path / 'auth.db'}"
     tokens: dict[str, str] = {}
 
-    async def setup() -> None:
-        async with interlock.connect(db) as broker:
-            for principal in (
-                Principal("alice", "human"),
-                Principal("bob", "human"),
-                Principal("alice-bot", "agent", owner="alice"),
-                Principal("bob-bot", "agent", owner="bob"),
-            ):
-                await broker.store.save_principal(principal)
-                token = issue_token(principal.name, datetime.now(UTC))
-                await broker.store.save_token(token)
-                tokens[principal.name] = token.secret
-
-    anyio.run(setup)
-    with serve(db, auth=True) as base:
-        yield World(base, db, tokens)
+    async with interlock.connect(db) as broker:
+        for principal in (
+            Principal("alice", "human"),
+            Principal("bob", "human"),
+            Principal("alice-bot", "agent", owner="alice"),
+            Principal("bob-bot", "agent", owner="bob"),
+        ):
+            await broker.store.save_principal(principal)
+            token = issue_token(principal.name, datetime.now(UTC))
+            await broker.store.save_token(token)
+            tokens[principal.name] = token.secret
+    async with serve_in_process(db, auth=True) as server:
+        yield World(server, db, tokens)
 
 
 @pytest.fixture
@@ -181,9 +178,9 @@ async def test_the_event_log_and_stream_show_only_what_the_caller_may_see(
 
 async def test_the_python_client_gets_the_same_rules(world: World) -> None:
     async with (
-        interlock.connect(world.base, token=world.tokens["alice-bot"]) as agent,
-        interlock.connect(world.base, token=world.tokens["alice"]) as alice,
-        interlock.connect(world.base, token=world.tokens["bob"]) as bob,
+        world.server.connect(token=world.tokens["alice-bot"]) as agent,
+        world.server.connect(token=world.tokens["alice"]) as alice,
+        world.server.connect(token=world.tokens["bob"]) as bob,
     ):
         request = await agent.create(Confirm("Deploy?"))
         assert request.to == "alice"
@@ -197,5 +194,5 @@ async def test_the_python_client_gets_the_same_rules(world: World) -> None:
                 response = await agent.wait(request.id)
         assert (response.answers, response.by) == ({"confirm": True}, "alice")
     with pytest.raises(Forbidden):
-        async with interlock.connect(world.base, token="il_00000000_wrong"):
+        async with world.server.connect(token="il_00000000_wrong"):
             pass

@@ -2,17 +2,16 @@
 
 A forger is another principal creating an approval-looking request in the agent's session,
 a request addressed to someone other than the approver, an answer by someone other than
-the approver, or a request made by another requester. Each is tried over HTTP against a
-real server (the gate in the agent's process, as `interlock.connect(url)` runs it) and on
-a store in-process; the gated tool never runs on one, and an honest approval still works.
+the approver, or a request made by another requester. Each is tried over the HTTP API of
+a server with auth (the gate in the agent's process, as `interlock.connect(url)` runs it)
+and on a store in-process; the gated tool never runs on one, and an honest approval still works.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +22,7 @@ import httpx
 import pytest
 
 import interlock
+from asgi_support import InProcessServer, serve_in_process
 from interlock import Broker, Confirm, InvalidRequest, Request, Status
 from interlock.agent import (
     ApprovalGate,
@@ -103,21 +103,21 @@ def asks_alice_afresh(forged: set[str]) -> Callable[[Request], bool]:
     return match
 
 
-# -- over HTTP, against a real server with auth ----------------------------------------------
+# -- over HTTP, against the server with auth (served in-process) ------------------------------
 
 
 @dataclass
 class World:
-    base: str
+    server: InProcessServer
     db: str
     tokens: dict[str, str]
 
     def client(self, who: str) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {self.tokens[who]}"}
-        return httpx.AsyncClient(base_url=f"{self.base}/api/v1", headers=headers, timeout=BOUND)
+        return self.server.client("/api/v1", headers=headers, timeout=BOUND)
 
     def connect(self, who: str) -> Broker:
-        return interlock.connect(self.base, token=self.tokens[who])
+        return self.server.connect(token=self.tokens[who])
 
 
 PRINCIPALS = (
@@ -130,22 +130,18 @@ PRINCIPALS = (
 
 
 @pytest.fixture
-def world(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[World]:
+async def world(tmp_path: Path) -> AsyncIterator[World]:
     db = f"sqlite:///{tmp_path / 'forged.db'}"
     tokens: dict[str, str] = {}
-
-    async def setup() -> None:
-        async with interlock.connect(db) as broker:
-            for principal in PRINCIPALS:
-                await broker.store.save_principal(principal)
-                token = issue_token(principal.name, datetime.now(UTC))
-                await broker.store.save_token(token)
-                tokens[principal.name] = token.secret
-
-    anyio.run(setup)
+    async with interlock.connect(db) as broker:
+        for principal in PRINCIPALS:
+            await broker.store.save_principal(principal)
+            token = issue_token(principal.name, datetime.now(UTC))
+            await broker.store.save_token(token)
+            tokens[principal.name] = token.secret
     # An open organisation (anyone may ask anyone): the forgeries get as far as they can.
-    with serve(db, auth=True, open_inboxes=True) as base:
-        yield World(base, db, tokens)
+    async with serve_in_process(db, auth=True, open_inboxes=True) as server:
+        yield World(server, db, tokens)
 
 
 @pytest.fixture
