@@ -178,7 +178,7 @@ class DatabasePool:
                 await conn.execute("SET LOCAL lock_timeout = '20s'")
                 await conn.execute("SET LOCAL synchronous_commit = off")  # nothing here must survive a crash
                 if used:
-                    await conn.execute(f"TRUNCATE {', '.join(used)}")
+                    await conn.execute(f"TRUNCATE {', '.join(used)} CASCADE")  # tables that refer to them too
                 for (sequence,) in await conn.fetch(
                     "SELECT format('%I.%I', schemaname, sequencename) FROM pg_sequences"
                 ):

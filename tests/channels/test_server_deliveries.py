@@ -73,7 +73,8 @@ async def world(
                 tokens[principal.name] = token.secret
 
     await setup()
-    with serve(db, auth=True, routing=routing_from_dict(routing_doc(hook.url))) as base:
+    # bob's bot asks alice: an open organisation, so who may ask whom is not what is tested here.
+    with serve(db, auth=True, open_inboxes=True, routing=routing_from_dict(routing_doc(hook.url))) as base:
         yield World(base, tokens, hook)
 
 

@@ -3,18 +3,20 @@ a server over HTTP): settled requests only, words of their texts, creation dates
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-import interlock
-from interlock import Choice, Confirm, InvalidRequest, Text
+from interlock import Broker, Choice, Confirm, InvalidRequest, Text
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_history_finds_settled_requests_by_the_words_of_their_prompts_and_answers(url: str) -> None:
-    async with interlock.connect(url) as broker:
+async def test_history_finds_settled_requests_by_the_words_of_their_prompts_and_answers(
+    connect: Callable[..., Broker],
+) -> None:
+    async with connect() as broker:
         ship = await broker.create(Confirm("Ship the release to production?"), to="alice", details="Canary is green")
         region = await broker.create(Choice("Which région first?", ["europe", "america"]), to="alice")
         note = await broker.create(Text("Anything to watch?"), to="bob", title="Night shift")

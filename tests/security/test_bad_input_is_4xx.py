@@ -96,10 +96,12 @@ async def test_a_string_no_store_can_keep_is_refused_everywhere(api: httpx.Async
         {"answer": bad},
         {"answers": {"t": f"fine {bad}"}},
         {"answer": "fine", "reason": bad},
-        {"inputResponses": [{"requestId": "t", "text": bad}]},
     ]
     for answer in answers:
         refused(await post(api, f"/requests/{pending}/answer", json.dumps(answer)), 422)
+    # Novo-compatible inputResponses that do not fit are 400s.
+    novo = {"inputResponses": [{"requestId": "t", "text": bad}]}
+    refused(await post(api, f"/requests/{pending}/answer", json.dumps(novo)), 400)
     refused(await post(api, f"/requests/{pending}/reject", json.dumps({"reason": bad})), 422)
     refused(await post(api, "/inform", json.dumps({"message": f"m{bad}", "to": "alice"})), 422)
     refused(await post(api, "/inform", json.dumps({"message": "m", "to": "alice", "data": {"x": bad}})), 422)

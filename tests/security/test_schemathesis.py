@@ -49,7 +49,12 @@ DOCUMENT = create_app("memory://", auth=True).openapi()
 # covered by the quota and contract tests. The same goes for a run's stream, and for the
 # workers' claim, a long poll that holds the call for its `wait` (tests/integration/test_runs.py
 # and test_server_runs.py cover their refusals).
-LONG_CALLS = ["/api/v1/events/stream", "/api/v1/runs/{run_id}/events/stream", "/api/v1/runs/claim"]
+LONG_CALLS = [
+    "/api/v1/events/stream",
+    "/api/v1/runs/{run_id}/events/stream",
+    "/api/v1/runs/claim",
+    "/api/v1/interactions/stream",
+]
 schema = schemathesis.openapi.from_dict(DOCUMENT).exclude(path=LONG_CALLS)
 
 

@@ -9,3 +9,5 @@ run and waits on no process; a `interlock.runs.Worker` in any process resumes it
 person has answered. This package imports none of them, so a framework is needed only by
 the code that uses it; the core never imports this package.
 """
+
+__all__: list[str] = []  # each framework's module is imported by name

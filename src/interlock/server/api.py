@@ -8,6 +8,7 @@ dependencies that read the app's state, so the router is a module-level one that
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -28,7 +29,17 @@ from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer, can_cancel, can_read
 from ..wire import problem_of
 from .answers import decide
-from .common import ApiError, AppState, State, TheBroker, app_state, can_see, event_to_dict, parse_event_id
+from .common import (
+    ApiError,
+    AppState,
+    State,
+    TheBroker,
+    app_state,
+    can_see,
+    event_to_dict,
+    parse_event_id,
+    problem_responses,
+)
 from .schemas import (
     AnswerBody,
     BatchAnswerBody,
@@ -41,7 +52,6 @@ from .schemas import (
     EventModel,
     EventPage,
     InformBody,
-    Problem,
     RejectBody,
     ReopenBody,
     Reopened,
@@ -64,16 +74,7 @@ PROBLEMS = {
 }
 
 
-def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The `responses=` of a route for the problems it can answer with."""
-    out: dict[int | str, dict[str, Any]] = {}
-    for status in statuses:
-        out[status] = {"model": Problem, "description": PROBLEMS[status]}
-        if status == 429:
-            out[status]["headers"] = {
-                "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 1}}
-            }
-    return out
+_problems = functools.partial(problem_responses, PROBLEMS)
 
 
 def _rate_limited(which: Literal["creates", "updates"], what: str) -> Callable[..., Any]:

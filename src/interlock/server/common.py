@@ -5,7 +5,7 @@ an event's JSON. Both route modules import this one, and neither imports the oth
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -20,6 +20,7 @@ from ..model import RUN_EVENTS, Event, Run, Status, request_to_dict
 from ..principals import Principal, can_read
 from .auth import Auth
 from .quotas import Quota, RateLimiter, StreamSlots
+from .schemas import Problem
 from .stream import ACCESS_EVENTS, Hub
 
 __all__ = [
@@ -57,6 +58,19 @@ def parse_event_id(value: str | None) -> int | None:
     if not (value.isascii() and value.isdigit()) or int(value) > MAX_EVENT_ID:
         raise ValueError(f"Last-Event-ID must be an event id: ASCII digits, at most {MAX_EVENT_ID}")
     return int(value)
+
+
+def problem_responses(descriptions: Mapping[int, str], *statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` of a route for the problems it can answer with, described by its
+    router's `descriptions`; a 429 says `Retry-After` when to try again."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        out[status] = {"model": Problem, "description": descriptions.get(status, "")}
+        if status == 429:
+            out[status]["headers"] = {
+                "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 1}}
+            }
+    return out
 
 
 class ApiError(Exception):

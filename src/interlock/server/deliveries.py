@@ -4,6 +4,7 @@ the routing (read by an admin with its secrets masked, replaced by an admin)."""
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -17,8 +18,7 @@ from ..errors import NotFound
 from ..outbox import Delivery, delivery_to_dict
 from ..principals import Principal, can_read
 from ..routing import RoutingError, masked, routing_from_dict
-from .common import ApiError, AppState, State, TheBroker, app_state
-from .schemas import Problem
+from .common import ApiError, AppState, State, TheBroker, app_state, problem_responses
 
 __all__ = ["PROBLEMS", "DeliveryModel", "DeliveryPage", "install_metrics", "router"]
 
@@ -33,8 +33,7 @@ PROBLEMS = {
 }
 
 
-def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {status: {"model": Problem, "description": PROBLEMS[status]} for status in statuses}
+problems = functools.partial(problem_responses, PROBLEMS)
 
 
 class DeliveryModel(BaseModel):

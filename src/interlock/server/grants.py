@@ -9,6 +9,7 @@ this machine). The public key that verifies the tokens is served to anyone, at
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -19,16 +20,15 @@ from ..grant_tokens import verify_grant_token
 from ..model import DEFAULT_EXP, IssuedGrant, issued_grant_to_dict
 from ..principals import Principal
 from .api import PROBLEMS, Caller
-from .common import ApiError, AppState, State, TheBroker
-from .schemas import IssuedGrantModel, Problem, _Strict
+from .common import ApiError, AppState, State, TheBroker, problem_responses
+from .schemas import IssuedGrantModel, _Strict
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["grants"])
 
 
-def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {status: {"model": Problem, "description": PROBLEMS.get(status, "")} for status in statuses}
+_problems = functools.partial(problem_responses, PROBLEMS)
 
 
 class GrantWithToken(IssuedGrantModel):

@@ -18,6 +18,7 @@ broker and the same rules of who may read and answer what:
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal, TypedDict
@@ -34,13 +35,24 @@ from ..model import Event, Request, Status, ask_to_dict
 from ..principals import Principal, can_read
 from ..wire import problem_of
 from .api import Caller, answer_one, event_filter
-from .common import ApiError, State, TheBroker, parse_event_id
+from .common import ApiError, State, TheBroker, parse_event_id, problem_responses
 from .schemas import AnswerBody, InputResponse
 from .stream import Dropped
 
 __all__ = ["interaction", "router"]
 
-router = APIRouter()
+router = APIRouter(tags=["interactions"])
+
+PROBLEMS = {
+    400: "the body does not fit its interaction (Novo's rules), or a Last-Event-ID is not an event id",
+    403: "not yours to see, or not yours to resolve",
+    404: "no such interaction",
+    409: "the interaction is no longer pending (`already_settled`)",
+    413: "the body is too large",
+    422: "the body or a parameter does not fit the schema",
+    429: "you hold as many event streams as you may",
+}
+_problems = functools.partial(problem_responses, PROBLEMS)
 
 APPROVAL_OPTIONS = ({"id": "approve", "label": "Approve"}, {"id": "deny", "label": "Deny"})
 _YES_NO = ({"id": "yes", "label": "Yes"}, {"id": "no", "label": "No"})
@@ -176,7 +188,7 @@ async def _resolve(broker: LocalBroker, request_id: str, body: ResolveBody, call
     return interaction(await answer_one(broker, request_id, _answer_body(body), caller))
 
 
-@router.get("/interactions", tags=["interactions"])
+@router.get("/interactions", responses=_problems(422))
 async def list_interactions(
     caller: Caller,
     broker: TheBroker,
@@ -197,7 +209,14 @@ async def list_interactions(
     return JSONResponse({"items": [interaction(r) for r in page.items], "next_cursor": page.next_cursor})
 
 
-@router.get("/interactions/stream", response_class=EventSourceResponse, tags=["interactions"])
+@router.get(
+    "/interactions/stream",
+    response_class=EventSourceResponse,
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "server-sent events"},
+        **_problems(400, 422, 429),
+    },
+)
 async def stream_interactions(
     caller: Caller,
     broker: TheBroker,
@@ -265,7 +284,7 @@ def _requested(request: Request) -> dict[str, Any]:
     return interaction(request)
 
 
-@router.get("/interactions/{interaction_id}", tags=["interactions"])
+@router.get("/interactions/{interaction_id}", responses=_problems(403, 404, 422))
 async def get_interaction(interaction_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
     request = await broker.get(interaction_id)
     if not can_read(caller, request):
@@ -273,7 +292,7 @@ async def get_interaction(interaction_id: str, caller: Caller, broker: TheBroker
     return JSONResponse(interaction(request))
 
 
-@router.post("/interactions/resolve", tags=["interactions"])
+@router.post("/interactions/resolve", responses=_problems(400, 413, 422))
 async def resolve_batch(body: BatchResolveBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Resolve several interactions, each on its own: one that fails does not stop the
     others; each item says how it went."""
@@ -291,7 +310,7 @@ async def resolve_batch(body: BatchResolveBody, caller: Caller, broker: TheBroke
     return JSONResponse(results)
 
 
-@router.post("/interactions/{interaction_id}/resolve", tags=["interactions"])
+@router.post("/interactions/{interaction_id}/resolve", responses=_problems(400, 403, 404, 409, 413, 422))
 async def resolve(interaction_id: str, body: ResolveBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Resolve one pause: `inputResponses` (an approval: `[{requestId: <its id>, optionId:
     "approve" | "deny"}]`; a question: one entry per prompt, by the prompt's id), or

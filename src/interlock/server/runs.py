@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
@@ -33,9 +34,10 @@ from .common import (
     event_to_dict,
     may_see_run,
     parse_event_id,
+    problem_responses,
     run_event_filter,
 )
-from .schemas import EventPage, Problem
+from .schemas import EventPage
 from .stream import Dropped
 
 __all__ = ["router"]
@@ -53,8 +55,7 @@ PROBLEMS = {
 }
 
 
-def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {status: {"model": Problem, "description": PROBLEMS[status]} for status in statuses}
+_problems = functools.partial(problem_responses, PROBLEMS)
 
 
 async def _caller(request: Request) -> Principal:
