@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import Any, Literal, TypedDict, Unpack
 from urllib.parse import urlsplit
 
-from .approvals import check_context
+from .approvals import check_context, decision_ask
 from .errors import Cancelled, Closed, Expired, InvalidAnswer, InvalidRequest, NotFound, Rejected, RunConflict
 from .hooks import DEFAULT_HOOK_TIMEOUT, Hooks
 from .model import (
@@ -889,6 +889,13 @@ class LocalBroker(Broker):
             return False
         answers = await self.check_answers(request, answer)
         now = datetime.now(UTC)
+        decision = decision_ask(request)
+        if decision is not None and answers.get(decision.id) is False:
+            # Denying an approval is a denial, recorded as one: the request is rejected with
+            # the reason (a person's no to a tool call, whichever surface said it), so the
+            # gate, a parked run's resume and a Novo client all read the same outcome.
+            denial = Response(at=now, answers=answers, by=by, via=via, reason=comment)
+            return await self._settle(request.settle(Status.REJECTED, denial))
         if grants is not None and len(grants) > self.limits.max_options:
             # The echo is only compared with the offers (what is issued is built from them),
             # so it is bounded by count, not checked for storage.

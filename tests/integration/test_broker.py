@@ -661,3 +661,19 @@ async def test_an_id_written_as_a_hex_number_names_the_same_request(broker: Brok
     assert (await broker.wait(as_hex)).answers == {"text": "Ada"}
     with pytest.raises(NotFound):
         await broker.get("0x" + "f" * 32)
+
+
+async def test_denying_an_approval_is_recorded_as_a_denial_with_the_reason(broker: Broker) -> None:
+    approval = await broker.create(Confirm("Deploy to prod?", id="approve"), kind="approval")
+    assert await broker.resolve(approval.id, False, by="alice", comment="Not on a Friday.")
+    denied = await broker.get(approval.id)
+    assert denied.status is Status.REJECTED
+    assert denied.response is not None and (denied.response.reason, denied.response.by) == ("Not on a Friday.", "alice")
+    assert denied.response.answers == {"approve": False}  # what was said, kept
+    with pytest.raises(Rejected) as caught:
+        await broker.wait(approval.id)
+    assert caught.value.reason == "Not on a Friday."
+    # A no to a question is an answer like any other.
+    question = await broker.create(Confirm("Is it raining?"))
+    assert await broker.resolve(question.id, False)
+    assert (await broker.get(question.id)).status is Status.ANSWERED

@@ -128,6 +128,7 @@ async def test_an_approval_is_approved_or_denied_by_its_own_id_with_the_reason_e
     )
     assert no.status_code == 200, no.text
     assert (no.json()["resolution"]["outcome"], no.json()["resolution"]["reason"]) == ("deny", "blocked")
+    assert no.json()["status"] == "rejected"  # a denial, not an answer of "no"
 
 
 async def test_a_question_is_resolved_per_prompt(api: httpx.AsyncClient) -> None:
