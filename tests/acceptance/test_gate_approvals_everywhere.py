@@ -151,7 +151,7 @@ async def test_interlock_answer_no_with_a_reason_denies_it_verbatim(db: str) -> 
         result = await agent.call(broker, answer)
         (request,) = (await broker.list(kind="approval")).items
     assert (result.denied, result.content) == (True, "Not during the sale.")
-    assert request.status is Status.ANSWERED and request.response is not None
+    assert request.status is Status.REJECTED and request.response is not None  # a denial
     assert request.response.via == "cli"
     assert agent.ran == []
 

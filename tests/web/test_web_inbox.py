@@ -396,8 +396,9 @@ def test_an_approval_is_denied_with_a_reason(server: Server, page: Page) -> None
     expect(history_item(page, request_id)).to_contain_text("Denied by alice via web")
     expect(history_item(page, request_id).locator(".reason")).to_have_text("not on a Friday")
     done = stored(server, request_id)
-    assert done.status is Status.ANSWERED and done.answer is False
+    assert done.status is Status.REJECTED  # an approval's no is a denial
     assert done.response is not None and done.response.reason == "not on a Friday"
+    assert done.response.answers == {"ok": False}
 
 
 def test_a_question_is_declined_with_a_reason(server: Server, page: Page) -> None:

@@ -180,7 +180,7 @@ def test_history_filters_and_searches_settled_requests_a_page_at_a_time(server: 
 
     page.goto(f"{server.url}/history?q=friday")  # the reason of a rejection
     expect(page.locator("#history > li")).to_have_count(1)
-    expect(history_item(page, declined)).to_contain_text("declined")
+    expect(history_item(page, declined)).to_contain_text("denied")  # an approval refused is a denial
 
     page.goto(f"{server.url}/history?status=rejected&kind=approval")
     expect(page.locator("#history > li")).to_have_count(1)

@@ -256,6 +256,8 @@ def badge(request: HumanRequest) -> str:
     """The one-word state shown on a settled request."""
     if request.status is Status.ANSWERED and is_approval(request) and request.response is not None:
         return "approved" if request.response.answers.get(request.asks[0].id) else "denied"
+    if request.status is Status.REJECTED and is_approval(request):
+        return "denied"  # an approval's no is recorded as a denial
     return {"rejected": "declined"}.get(request.status.value, request.status.value)
 
 
@@ -269,7 +271,7 @@ def outcome(request: HumanRequest) -> str:
             verb = "Approved" if response.answers.get(request.asks[0].id) else "Denied"
         return f"{verb}{by}{via}"
     if request.status is Status.REJECTED:
-        return f"Declined{by}{via}"
+        return f"{'Denied' if is_approval(request) else 'Declined'}{by}{via}"
     if request.status is Status.EXPIRED:
         return "Expired unanswered"
     cause = response.cause if response is not None else None
