@@ -5,7 +5,7 @@ escalations, and no delivery lost across a restart."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -58,10 +58,15 @@ def routing(hook_url: str, **extra: Any) -> dict[str, Any]:
     return doc
 
 
-async def until(loop: DeliveryLoop, check: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
-    """Wait (bounded) until `check` holds, looking again each time the loop stores something."""
+async def until(
+    loop: DeliveryLoop | Sequence[DeliveryLoop], check: Callable[[], Awaitable[bool]], timeout: float = 20.0
+) -> None:
+    """Wait (bounded) until `check` holds, looking again each time a loop stores something
+    (give every loop that may do the work: a change made by another wakes nobody)."""
+    loops = [loop] if isinstance(loop, DeliveryLoop) else list(loop)
     changed = asyncio.Event()
-    loop.on_change.append(changed.set)
+    for each in loops:
+        each.on_change.append(changed.set)
     try:
         async with asyncio.timeout(timeout):
             while True:
@@ -70,7 +75,8 @@ async def until(loop: DeliveryLoop, check: Callable[[], Awaitable[bool]], timeou
                     return
                 await changed.wait()
     finally:
-        loop.on_change.remove(changed.set)
+        for each in loops:
+            each.on_change.remove(changed.set)
 
 
 def status_of(broker: LocalBroker, request_id: str, status: str) -> Callable[[], Awaitable[bool]]:
@@ -238,8 +244,7 @@ async def test_two_loops_on_one_postgresql_database_send_each_delivery_once(
             async def all_delivered() -> bool:
                 return len(await broker.store.list_deliveries(status="delivered", limit=1000)) == 40
 
-            await until(first, all_delivered)
-            await until(second, all_delivered)
+            await until((first, second), all_delivered)
         assert sorted(r.json["request"]["id"] for r in got) == sorted(ids)
         assert len(hook.received) == 40
         assert len({r.headers["idempotency-key"] for r in hook.received}) == 40

@@ -168,7 +168,7 @@ async def test_the_event_log_and_stream_show_only_what_the_caller_may_see(
             async with aconnect_sse(clients["alice"], "GET", "/events/stream") as alice_stream:
                 alice_events = alice_stream.aiter_sse()
                 await anext(alice_events)
-                await clients["alice"].post(f"/requests/{request['id']}/answer", json={"answer": False})
+                await clients["alice"].post(f"/requests/{request['id']}/answer", json={"answer": True})
                 bob_request = await clients["bob-bot"].post("/requests", json=APPROVAL)
                 seen = await anext(alice_events)
                 assert (seen.event, json.loads(seen.data)["request_id"]) == ("answered", request["id"])

@@ -38,8 +38,11 @@ async def _confirms(url: str, n: int, *, kind: Literal["question", "approval"] =
 
 
 async def _answers(url: str, ids: list[str]) -> list[object]:
+    """What each request's yes/no ask was answered: an approval's no is recorded as a
+    denial (rejected), with the answer kept on its response."""
     async with interlock.connect(url) as broker:
-        return [(await broker.get(i)).answer for i in ids]
+        settled = [await broker.get(i) for i in ids]
+        return [r.response.answers.get(r.asks[0].id) if r.response else None for r in settled]
 
 
 def test_every_yes_and_no_word_answers_a_confirm_through_the_cli(tmp_path: Path) -> None:
