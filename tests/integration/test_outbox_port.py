@@ -3,10 +3,7 @@ with their events, routing into deliveries, leases, retries and dead letters."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -14,41 +11,8 @@ from interlock import Text
 from interlock.model import Response, Status, build_request
 from interlock.outbox import Delivery, delivery_id
 from interlock.store import Store
-from interlock.store.memory import MemoryStore
-from interlock.store.sqlite import SqliteStore
 
 pytestmark = pytest.mark.anyio
-
-IMPLEMENTATIONS = ["memory", "sqlite", "postgresql"]
-
-
-@pytest.fixture(params=IMPLEMENTATIONS, ids=[f"{name}-store" for name in IMPLEMENTATIONS])
-def implementation(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    if request.param != "postgresql":
-        yield request.param, str(tmp_path / "outbox.db")
-        return
-    databases: Callable[[], AbstractContextManager[str]] = request.getfixturevalue("pg_databases")
-    with databases() as pg_url:
-        yield request.param, pg_url
-
-
-@pytest.fixture
-async def store(implementation: tuple[str, str]) -> AsyncIterator[Store]:
-    name, where = implementation
-    made: Store
-    if name == "memory":
-        made = MemoryStore()
-    elif name == "sqlite":
-        made = SqliteStore(where)
-    else:
-        from interlock.store.postgres import PostgresStore
-
-        made = PostgresStore(where)
-    await made.open()
-    try:
-        yield made
-    finally:
-        await made.aclose()
 
 
 def now() -> datetime:

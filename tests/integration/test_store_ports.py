@@ -3,10 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -25,42 +22,8 @@ from interlock.model import (
 )
 from interlock.principals import Principal, hash_token, issue_session, issue_token
 from interlock.store import EventQuery, GrantQuery, PrincipalStore, Query, RequestStore, RunQuery, RunStore, Store
-from interlock.store.memory import MemoryStore
-from interlock.store.sqlite import SqliteStore
 
 pytestmark = pytest.mark.anyio
-
-IMPLEMENTATIONS = ["memory", "sqlite", "postgresql"]
-
-
-@pytest.fixture(params=IMPLEMENTATIONS, ids=[f"{name}-store" for name in IMPLEMENTATIONS])
-def implementation(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """Which store, and where: a file of its own, or a database cloned from the template."""
-    if request.param != "postgresql":
-        yield request.param, str(tmp_path / "ports.db")
-        return
-    databases: Callable[[], AbstractContextManager[str]] = request.getfixturevalue("pg_databases")
-    with databases() as pg_url:
-        yield request.param, pg_url
-
-
-@pytest.fixture
-async def store(implementation: tuple[str, str]) -> AsyncIterator[Store]:
-    name, where = implementation
-    made: Store
-    if name == "memory":
-        made = MemoryStore()
-    elif name == "sqlite":
-        made = SqliteStore(where)
-    else:
-        from interlock.store.postgres import PostgresStore
-
-        made = PostgresStore(where)
-    await made.open()
-    try:
-        yield made
-    finally:
-        await made.aclose()
 
 
 def ask(*, to: str = "alice", requester: str = "bot", channel: str | None = None, **fields: object) -> Request:
