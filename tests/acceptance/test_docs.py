@@ -11,7 +11,8 @@
 - A block preceded by `<!-- not run: reason -->` is skipped by all of the above; keep
   those few, each with its reason.
 - Every relative link of the docs, the README, the changelog and bench/README.md names a
-  file that exists and, for a `#fragment` into a page, a heading of that page.
+  file that exists and, for a `#fragment` into a page, a heading of that page; docs/index.md
+  links every page of docs/.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ DATABASES = {
     "agents.md": "agents.db",
     "frameworks.md": "frameworks.db",
     "mcp.md": "mcp.db",
+    "tutorial.md": "tutorial.db",
 }
 
 
@@ -57,7 +59,7 @@ def runnable(page: Path, *languages: str) -> list[tuple[str, int]]:
 
 def answer_for(request: Request) -> Any:
     """What a person says yes to: approve, confirm, the first option, some text."""
-    if request.kind == "approval":
+    if any(ask.id == "approve" for ask in request.asks):  # a gate's approval (its arguments left as they are)
         return {"approve": True}
     values: dict[str, Any] = {}
     for ask in request.asks:
@@ -234,3 +236,10 @@ def test_every_relative_link_names_a_file_and_heading_that_exist() -> None:
             elif fragment and linked.suffix == ".md" and fragment not in anchors(linked):
                 broken.append(f"{page_id(page)}: {target} (no such heading)")
     assert not broken, "\n".join(broken)
+
+
+def test_the_docs_index_links_every_page() -> None:
+    index = ROOT / "docs" / "index.md"
+    linked = {(index.parent / target.partition("#")[0]).resolve() for target in LINK.findall(index.read_text())}
+    unlisted = [page_id(page) for page in PAGES if page.is_relative_to(index.parent) and page != index]
+    assert not [page for page in unlisted if (ROOT / page).resolve() not in linked], "add them to docs/index.md"
