@@ -96,7 +96,7 @@ def cli_page() -> str:
         lines += [f"## `{' '.join(path)}`", ""]
         if command.help:
             lines += [paragraphs(command.help), ""]
-        usage = command.get_usage(ctx).removeprefix("Usage: ")
+        usage = " ".join([*path, *command.collect_usage_pieces(ctx)])  # unwrapped, whatever the terminal
         lines += ["```text", usage, "```", ""]
         rows = []
         for param in command.params:
