@@ -4,7 +4,7 @@ PostgreSQL database (there the nodes are killed too); then every acknowledged wr
 looked for, and every request checked to have settled at most once.
 
 The harness is the one the CI test uses (`tests/security/chaos_harness.py`); this script
-runs it longer and prints the figures recorded in docs/security.md:
+runs it longer and prints the figures recorded in docs/explanation/security.md:
 
     python bench/chaos.py [--store sqlite postgresql] [--seconds 300] [--workers 6] [--seed 8]
                           [--kill-every 0.5 2.0] [--pg postgresql://postgres@127.0.0.1:5432] [--json FILE]

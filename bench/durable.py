@@ -30,7 +30,7 @@ answering task, all looping create -> answer-from-the-other-task -> wait on one
 interlock sqlite broker; total cycles/s vs the 1-agent (serial) rate measured
 in the same run.
 
-The targets, the recorded figures and their history are in docs/benchmarks.md.
+The targets, the recorded figures and their history are in docs/explanation/benchmarks.md.
 
 Run:
 

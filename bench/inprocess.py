@@ -13,7 +13,7 @@ Two measurements, all three contenders in the same run, same interpreter:
    with the phase split, plus memory per waiter measured in a fresh
    subprocess per contender (tracemalloc, and RSS delta as a cross-check).
 
-The targets, the recorded figures and their history are in docs/benchmarks.md.
+The targets, the recorded figures and their history are in docs/explanation/benchmarks.md.
 
 Run (needs Python >= 3.12 for RoomKit 0.109):
 

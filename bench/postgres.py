@@ -26,7 +26,7 @@ given here), p50/p99, against raw LISTEN/NOTIFY between two processes; and throu
 with ``--agents`` concurrent agents (an asking and an answering task each) on one
 broker, and split over two processes, against the serial rate.
 
-The targets, the recorded figures and their history are in docs/benchmarks.md.
+The targets, the recorded figures and their history are in docs/explanation/benchmarks.md.
 
 Run (a venv with interlock, asyncpg, psycopg[binary], psycopg-pool, langgraph and
 langgraph-checkpoint-postgres; PostgreSQL on 127.0.0.1:5432 with trust auth):

@@ -7,7 +7,7 @@ on them (`POST /api/v1/requests`, a human-input tool passing a model's `context_
 A marked request is made only by the gate itself (`mark` on a prepared request) or through
 `POST /api/v1/approvals`, where the server sets the mark and records the caller as the
 requester. The mark alone is never trusted: the gate also checks who made the request, to
-whom it went and who answered it (docs/security.md, "Approvals").
+whom it went and who answered it (docs/explanation/security.md, "Approvals").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every code block in README.md and docs/*.md runs, as a reader would paste it.
+"""Every code block in README.md and docs/**/*.md runs, as a reader would paste it; every link lands.
 
 - Python blocks run in a subprocess per page, in a throwaway working directory, in order
   and in one namespace (doc_blocks.py): a block may use what the blocks before it on the
@@ -10,11 +10,15 @@
 - JSON blocks are parsed. Blocks without a language are diagrams or output and are not run.
 - A block preceded by `<!-- not run: reason -->` is skipped by all of the above; keep
   those few, each with its reason.
+- Every relative link of the docs, the README, the changelog and bench/README.md names a
+  file that exists and, for a `#fragment` into a page, a heading of that page; docs/index.md
+  links every page of docs/.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -32,7 +36,7 @@ from interlock import Choice, Confirm, Form, Request, Text
 from interlock.cli import app
 
 ROOT = Path(__file__).parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 RUNNER = Path(__file__).with_name("doc_blocks.py")
 
 #: the SQLite file each page's Python blocks use, so the answerer can play the person there
@@ -41,6 +45,7 @@ DATABASES = {
     "agents.md": "agents.db",
     "frameworks.md": "frameworks.db",
     "mcp.md": "mcp.db",
+    "tutorial.md": "tutorial.db",
 }
 
 
@@ -54,7 +59,7 @@ def runnable(page: Path, *languages: str) -> list[tuple[str, int]]:
 
 def answer_for(request: Request) -> Any:
     """What a person says yes to: approve, confirm, the first option, some text."""
-    if request.kind == "approval":
+    if any(ask.id == "approve" for ask in request.asks):  # a gate's approval (its arguments left as they are)
         return {"approve": True}
     values: dict[str, Any] = {}
     for ask in request.asks:
@@ -194,3 +199,47 @@ def test_every_block_has_a_language_the_docs_test_knows() -> None:
     known = {"", "python", "sh", "bash", "shell", "console", "json", "toml", "yaml", "text"}
     found = [(page_id(p), line, lang) for p in PAGES for lang, _, line, _ in blocks(p.read_text())]
     assert not [block for block in found if block[2] not in known]
+
+
+LINKED_PAGES = [*PAGES, ROOT / "CHANGELOG.md", ROOT / "bench" / "README.md"]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def prose(text: str) -> str:
+    """A page without its fenced code blocks (a `#` line in a code block is no heading)."""
+    return re.sub(r"^```.*?^```[ \t]*$", "", text, flags=re.MULTILINE | re.DOTALL)
+
+
+def anchors(page: Path) -> set[str]:
+    """The fragments a page's headings answer to, slugged as GitHub does (duplicates get -1, -2...)."""
+    found: set[str] = set()
+    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*#*$", prose(page.read_text()), flags=re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        candidate, n = slug, 0
+        while candidate in found:
+            n += 1
+            candidate = f"{slug}-{n}"
+        found.add(candidate)
+    return found
+
+
+def test_every_relative_link_names_a_file_and_heading_that_exist() -> None:
+    broken = []
+    for page in LINKED_PAGES:
+        for target in LINK.findall(prose(page.read_text())):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, fragment = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists():
+                broken.append(f"{page_id(page)}: {target} (no such file)")
+            elif fragment and linked.suffix == ".md" and fragment not in anchors(linked):
+                broken.append(f"{page_id(page)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+
+
+def test_the_docs_index_links_every_page() -> None:
+    index = ROOT / "docs" / "index.md"
+    linked = {(index.parent / target.partition("#")[0]).resolve() for target in LINK.findall(index.read_text())}
+    unlisted = [page_id(page) for page in PAGES if page.is_relative_to(index.parent) and page != index]
+    assert not [page for page in unlisted if (ROOT / page).resolve() not in linked], "add them to docs/index.md"

@@ -1,4 +1,4 @@
-"""The host configurations in docs/mcp.md work as written, with this server's URL and a
+"""The host configurations in docs/how-to/mcp.md work as written, with this server's URL and a
 real token put in: the stdio ones start `interlock mcp`, the HTTP one reaches /mcp."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "acceptance"))
 from doc_blocks import blocks
 
 pytestmark = pytest.mark.anyio
-PAGE = Path(__file__).parents[2] / "docs" / "mcp.md"
+PAGE = Path(__file__).parents[2] / "docs" / "how-to" / "mcp.md"
 EXAMPLE_URL = "https://interlock.example.com"
 
 

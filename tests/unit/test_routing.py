@@ -164,7 +164,7 @@ def test_the_routing_file_in_the_docs_loads_and_its_channels_open() -> None:
 
     from interlock.channels import ChannelContext, open_channels
 
-    page = (Path(__file__).parents[2] / "docs" / "notifications.md").read_text()
+    page = (Path(__file__).parents[2] / "docs" / "how-to" / "notifications.md").read_text()
     documents = [
         m[1] for m in re.finditer(r"^```toml\n(.*?)^```", page, re.MULTILINE | re.DOTALL) if "[channels." in m[1]
     ]

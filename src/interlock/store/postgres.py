@@ -14,7 +14,7 @@ pings the server every `keepalive` seconds, and reconnects when the connection d
 (then hints once, for what it may have missed); the broker's bounded poll
 (`poll_interval`) is the guarantee behind it.
 
-The driver is asyncpg, chosen on measurement (`bench/postgres.py`, docs/benchmarks.md):
+The driver is asyncpg, chosen on measurement (`bench/postgres.py`, docs/explanation/benchmarks.md):
 it ran the same create+answer commits 1.06x-1.24x as fast as psycopg 3 through these
 server functions, 1.16x-1.37x as fast as explicit transactions, and a read in about 30%
 less time. Its pool is not used: by default it adds a reset query to every statement,
