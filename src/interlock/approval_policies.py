@@ -51,6 +51,7 @@ __all__ = [
     "policy_event_data",
     "policy_from_body",
     "policy_from_dict",
+    "policy_from_wire",
     "policy_to_dict",
     "with_version",
 ]
@@ -371,6 +372,22 @@ def policy_from_body(
         version=version,
         updated_at=at,
         updated_by=by,
+    )
+
+
+def policy_from_wire(data: Mapping[str, Any]) -> ApprovalPolicy:
+    """A policy as a server sent it (`policy_to_dict`), its secret "" when not shown."""
+    hook = data.get("hook")
+    if isinstance(hook, Mapping):
+        hook = {**hook, "secret": hook.get("secret") or ""}
+    at = data.get("updatedAt")
+    return policy_from_body(
+        str(data["agent"]),
+        str(data.get("server") or ""),
+        {**data, "hook": hook},
+        int(data.get("version") or 0),
+        None if at is None else datetime.fromisoformat(at),
+        data.get("updatedBy"),
     )
 
 
