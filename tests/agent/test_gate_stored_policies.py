@@ -19,7 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from interlock import Broker, Request
-from interlock.agent import ApprovalGate, ToolCall, arguments_digest
+from interlock.agent import ApprovalGate, ToolCall, ToolFunctions, ToolRunner, arguments_digest
 from interlock.errors import ApprovalDenied, ApprovalRefused, RunFailed
 from interlock.webhooks import signed_headers, verify
 
@@ -302,3 +302,28 @@ async def test_the_caller_of_the_hook_can_be_injected(broker: Broker) -> None:
     with pytest.raises(ApprovalDenied, match="injected"):
         await bounded(ApprovalGate(broker, to="alice", url_hook=fake).authorize(call()))
     assert seen == ["deploy"]
+
+
+async def test_a_denial_by_the_stored_hook_refuses_a_call_the_gate_would_ask_about(broker: Broker, hook: Hook) -> None:
+    hook.answer = lambda body: (200, {"decision": "deny", "reason": "frozen"}, True)
+    await broker.set_approval_policy({"agent": "ops", "hook": hook.registration()})
+    gate = ApprovalGate(broker, to="alice", policies={"deploy": "always"})
+    with pytest.raises(ApprovalDenied, match="frozen"):
+        await bounded(gate.authorize(call()))
+    assert (await broker.list(kind="approval")).items == []
+
+
+async def test_the_model_reads_the_hooks_denial_as_a_denied_result(broker: Broker, hook: Hook) -> None:
+    hook.answer = lambda body: (200, {"decision": "deny", "reason": "not in prod"}, True)
+    await broker.set_approval_policy({"agent": "ops", "hook": hook.registration()})
+    ran: list[str] = []
+
+    async def deploy(env: str, n: int) -> str:
+        ran.append(env)
+        return "deployed"
+
+    gate = ApprovalGate(broker, to="alice")
+    runner = ToolRunner(broker, [ToolFunctions({"deploy": deploy})], gate=gate)
+    result = await bounded(runner.run(call()))
+    assert (result.denied, result.content) == (True, "not in prod")
+    assert ran == []
