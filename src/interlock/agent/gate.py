@@ -1,7 +1,8 @@
 """The approval gate: whether a person must approve a tool call before it runs, and asking them.
 
 `ApprovalGate` decides per call: policies per tool name or glob (`always`, `once` per
-session, `never`), an auto-allow list, a per-call hook (allow / deny / pause). An approval
+session, `never`), an auto-allow list, a per-call hook (allow / deny / pause), and the
+agent's approval policy stored server-side, with its hook by URL (the stricter wins). An approval
 is bound to the digest of the exact arguments reviewed and is consumed once; anything
 ambiguous fails closed. `requires_approval` puts the gate in front of a plain async
 function. What marks a request as the gate's own lives in the core (`interlock.approvals`).
@@ -71,6 +72,17 @@ class ApprovalGate:
     disagree take the strictest policy. A hook that raises, overruns `hook_timeout` or
     returns anything else is handled by `on_hook_error`: `deny` (the default: fail closed),
     `pause` (ask a person), or `fail-run` (raise `RunFailed`).
+
+    The agent's stored approval policy (`interlock.approval_policies`, set by its owner
+    through the broker, the API or `interlock policy`) applies too, read for each
+    decision (`stored_policies=False` reads none): the one for the call's tool server
+    (`call.server`, else `server`), else the agent's own. The stricter of the two wins: a
+    call runs without a person only if both let it, a denial by either hook refuses it,
+    and the person decides under the strictest policy asked for. The stored policy's hook
+    by URL is called through `url_hook` (`interlock.agent.url_hooks.call_url_hook` by
+    default) and its failures handled by its own `onHookError`; what it or the stored
+    policy decides without a person is recorded as an update to the person the gate
+    would have asked.
 
     An approval request (kind `approval`) carries the tool name and arguments in its
     origin, a rendered preview in its details, and in its context the digest of the
