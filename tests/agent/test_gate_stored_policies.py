@@ -327,3 +327,13 @@ async def test_the_model_reads_the_hooks_denial_as_a_denied_result(broker: Broke
     result = await bounded(runner.run(call()))
     assert (result.denied, result.content) == (True, "not in prod")
     assert ran == []
+
+
+async def test_a_call_begun_without_waiting_asks_under_the_stored_mode_and_finishes(broker: Broker) -> None:
+    await broker.set_approval_policy({"agent": "ops", "approval": "once"})
+    gate = ApprovalGate(broker, to="alice")
+    begun = await bounded(gate.begin(call(n=0)))
+    assert isinstance(begun, Request) and begun.context["policy"] == "once"
+    assert await broker.resolve(begun.id, {"approve": True}, by="alice")
+    assert await bounded(gate.finish(call(n=0), begun)) == {"env": "prod", "n": 0}
+    assert await bounded(gate.begin(call(n=1))) == {"env": "prod", "n": 1}  # approved once in this session
