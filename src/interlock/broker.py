@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any, Literal, TypedDict, Unpack
 from urllib.parse import urlsplit
 
+from .approval_policies import ApprovalPolicy, policy_from_dict, policy_to_dict
 from .approvals import check_context, decision_ask
 from .errors import Cancelled, Closed, Expired, InvalidAnswer, InvalidRequest, NotFound, Rejected, RunConflict
 from .hooks import DEFAULT_HOOK_TIMEOUT, Hooks
@@ -487,6 +488,38 @@ class Broker(ABC):
         `can` on `with_` until `exp` (unix seconds; None for no expiry; by default the
         venue's default time). The venue's ceiling applies, as to offers."""
 
+    # -- approval policies -----------------------------------------------------------------
+
+    @abstractmethod
+    async def set_approval_policy(
+        self, policy: ApprovalPolicy | Mapping[str, Any], *, by: str | None = None
+    ) -> ApprovalPolicy:
+        """Create or replace an agent's approval policy (for one tool server when it names
+        one), as an `ApprovalPolicy` or its JSON (Novo's field names: `approval`,
+        `gatedTools`, `autoAllow`, `hook`). A bad policy raises `InvalidRequest` naming the
+        field and changes nothing. Returns it as stored, with its version."""
+
+    @abstractmethod
+    async def get_approval_policy(self, agent: str, server: str = "") -> ApprovalPolicy:
+        """The stored policy of `agent` (for `server`; "" for its whole toolset). Raises
+        `NotFound` when there is none. Through a server, the hook's secret is not shown."""
+
+    @abstractmethod
+    async def list_approval_policies(self, agent: str | None = None) -> list[ApprovalPolicy]:
+        """The stored policies (of `agent`, when given) the caller may read, by agent then server."""
+
+    @abstractmethod
+    async def delete_approval_policy(self, agent: str, server: str = "", *, by: str | None = None) -> bool:
+        """Delete a stored policy; False when there was none."""
+
+    @abstractmethod
+    async def approval_policy_for(self, agent: str, server: str = "") -> ApprovalPolicy | None:
+        """The policy that applies to a call of `agent`'s tool from `server`: the one stored
+        for that server, else the agent's own, else None. The approval gate reads it for
+        each decision, so a change applies at once; it carries the hook's secret (the gate
+        signs the hook's calls), so through a server only the agent itself or an admin
+        may read it."""
+
     @abstractmethod
     async def reject(self, request_id: str, reason: str = "", *, by: str | None = None, via: str = "python") -> bool:
         """Refuse a pending request; its waiters get `Rejected(reason)`."""
@@ -692,10 +725,14 @@ class LocalBroker(Broker):
         limits: Limits | None = None,
         pause_timeout: float | timedelta = DEFAULT_PAUSE_TIMEOUT,
         grant_policy: GrantPolicy | None = None,
+        allow_http_hooks: bool = False,
     ) -> None:
         super().__init__(
             max_prompt_length=max_prompt_length, hook_timeout=hook_timeout, limits=limits, grant_policy=grant_policy
         )
+        self.allow_http_hooks = allow_http_hooks
+        """Whether a stored policy's hook may be a plain http:// URL to any host (by default
+        only https://, or http:// to a loopback address)."""
         self.pause_timeout = timedelta(seconds=_seconds(pause_timeout, "pause_timeout"))
         """How long a parked run waits on a person before it is given up (its
         `max_duration` when longer): about two weeks by default."""
@@ -1143,6 +1180,62 @@ class LocalBroker(Broker):
         await self.store.give_grant(grant)
         self._changed_now()
         return grant
+
+    # -- approval policies -----------------------------------------------------------------
+
+    async def set_approval_policy(
+        self, policy: ApprovalPolicy | Mapping[str, Any], *, by: str | None = None
+    ) -> ApprovalPolicy:
+        if self._state != "open":
+            await self.open()
+        check_text(by, "by", self.limits.max_name_length)
+        data = policy_to_dict(policy, secrets=True) if isinstance(policy, ApprovalPolicy) else policy
+        checked = policy_from_dict(data, allow_http=self.allow_http_hooks, max_name_length=self.limits.max_name_length)
+        stored = await self.store.put_policy(checked, datetime.now(UTC), by)
+        self._changed_now()
+        return stored
+
+    async def get_approval_policy(self, agent: str, server: str = "") -> ApprovalPolicy:
+        if self._state != "open":
+            await self.open()
+        self._check_policy_key(agent, server)
+        found = await self.store.get_policy(agent, server)
+        if found is None:
+            where = f" for server {server!r}" if server else ""
+            raise NotFound(agent, message=f"no approval policy for agent {agent!r}{where}")
+        return found
+
+    async def list_approval_policies(self, agent: str | None = None) -> list[ApprovalPolicy]:
+        if self._state != "open":
+            await self.open()
+        check_text(agent, "agent", self.limits.max_name_length)
+        return list(await self.store.list_policies(agent))
+
+    async def delete_approval_policy(self, agent: str, server: str = "", *, by: str | None = None) -> bool:
+        if self._state != "open":
+            await self.open()
+        self._check_policy_key(agent, server)
+        check_text(by, "by", self.limits.max_name_length)
+        gone = await self.store.delete_policy(agent, server, by, datetime.now(UTC))
+        if gone is not None:
+            self._changed_now()
+        return gone is not None
+
+    async def approval_policy_for(self, agent: str, server: str = "") -> ApprovalPolicy | None:
+        if self._state != "open":
+            await self.open()
+        self._check_policy_key(agent, server)
+        if server:
+            found = await self.store.get_policy(agent, server)
+            if found is not None:
+                return found
+        return await self.store.get_policy(agent, "")
+
+    def _check_policy_key(self, agent: str, server: str) -> None:
+        if not isinstance(agent, str) or not agent:
+            raise InvalidRequest("agent: name the agent the policy is for")
+        check_text(agent, "agent", self.limits.max_name_length)
+        check_text(server, "server", self.limits.max_name_length)
 
     def _wake(self, request: Request) -> None:
         for fut in self._waiters.pop(request.id, ()):
@@ -1705,7 +1798,7 @@ _SCHEMES: dict[str, tuple[str | StoreFactory, bool]] = {
 """URL scheme -> its factory (or "module:name" of one, imported only when used, so a
 driver is imported only by a URL that needs it), and whether it makes a broker."""
 
-_BROKER_OPTIONS = ("max_prompt_length", "hook_timeout", "limits", "pause_timeout", "grant_policy")
+_BROKER_OPTIONS = ("max_prompt_length", "hook_timeout", "limits", "pause_timeout", "grant_policy", "allow_http_hooks")
 
 
 def register_scheme(scheme: str, factory: str | StoreFactory, *, makes_broker: bool = False) -> None:

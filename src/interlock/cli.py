@@ -40,6 +40,7 @@ from rich.table import Table
 from . import __version__
 from ._backoff import Backoff
 from .agent.terminal import TerminalContract
+from .approval_policies import policy_to_dict
 from .approvals import decision_ask
 from .broker import Broker, LocalBroker, connect
 from .errors import Cancelled, Expired, Forbidden, InterlockError, InvalidAnswer, InvalidRequest, NotFound, Rejected
@@ -1196,6 +1197,138 @@ def grants_revoke(
     if not _run(db, lambda b: b.revoke_grant(grant_id, by=by)):
         raise _fail(f"grant {grant_id} was revoked already", DECLINED)
     err.print(f"revoked {grant_id}")
+
+
+# -- approval policies ----------------------------------------------------------------------
+
+policy_app = typer.Typer(
+    no_args_is_help=True,
+    help="An agent's declarative approval policy, stored where its requests live: set, show, list, rm.",
+)
+app.add_typer(policy_app, name="policy")
+
+ToolServerOption = Annotated[
+    str,
+    typer.Option("--tool-server", help="The tool server (connection) the policy is for; none: all the agent's tools."),
+]
+
+
+def _read_policy_json(text: str) -> dict[str, Any]:
+    source = Path(text[1:]).read_text("utf-8") if text.startswith("@") else text
+    try:
+        data = json.loads(source)
+    except ValueError as exc:
+        raise _fail(f"--json: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise _fail("--json: an approval policy is a JSON object")
+    return data
+
+
+@policy_app.command("set")
+def policy_set(
+    agent: Annotated[str, typer.Argument(help="The agent the policy is for.")],
+    tool_server: ToolServerOption = "",
+    approval: Annotated[
+        str | None, typer.Option("--approval", help="once | always | never: how gated calls are decided.")
+    ] = None,
+    gated: Annotated[
+        list[str] | None, typer.Option("--gated", help="A tool (or glob) the policy gates; repeat. Others run at once.")
+    ] = None,
+    auto_allow: Annotated[
+        list[str] | None, typer.Option("--auto-allow", help="A tool (or glob) that never needs approval; repeat.")
+    ] = None,
+    hook_url: Annotated[str | None, typer.Option("--hook-url", help="A tool-approval hook's URL.")] = None,
+    hook_secret: Annotated[
+        str | None,
+        typer.Option(
+            "--hook-secret", envvar="INTERLOCK_HOOK_SECRET", help="The hook's shared secret.", show_default=False
+        ),
+    ] = None,
+    on_hook_error: Annotated[
+        str | None, typer.Option("--on-hook-error", help="deny | pause | fail-run, when the hook cannot decide.")
+    ] = None,
+    hook_timeout: Annotated[float | None, typer.Option("--hook-timeout", help="Seconds the hook may take.")] = None,
+    as_json: Annotated[
+        str | None, typer.Option("--json", help="The whole policy as JSON (Novo's field names), or @file.")
+    ] = None,
+    db: DbOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Create or replace AGENT's approval policy (from flags, or --json); print it as stored.
+    Every approval gate of the agent applies it from its next decision."""
+    data: dict[str, Any] = _read_policy_json(as_json) if as_json is not None else {}
+    flags = {"approval": approval, "gatedTools": gated, "autoAllow": auto_allow}
+    data.update({k: v for k, v in flags.items() if v is not None})
+    if hook_url is not None:
+        hook: dict[str, Any] = {"url": hook_url, "secret": hook_secret}
+        hook |= {k: v for k, v in (("onHookError", on_hook_error), ("timeout", hook_timeout)) if v is not None}
+        data["hook"] = hook
+    elif on_hook_error is not None or hook_timeout is not None:
+        raise _fail("--on-hook-error and --hook-timeout go with --hook-url and --hook-secret")
+    data.setdefault("agent", agent)
+    if tool_server:
+        data.setdefault("server", tool_server)
+    stored = _run(db, lambda b: b.set_approval_policy(data), token)
+    typer.echo(json.dumps(policy_to_dict(stored), indent=2))
+
+
+@policy_app.command("show")
+def policy_show(
+    agent: Annotated[str, typer.Argument(help="The agent.")],
+    tool_server: ToolServerOption = "",
+    db: DbOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Print AGENT's policy (for --tool-server) as JSON, without the hook's secret; exit 1 if none."""
+    typer.echo(
+        json.dumps(policy_to_dict(_run(db, lambda b: b.get_approval_policy(agent, tool_server), token)), indent=2)
+    )
+
+
+@policy_app.command("list")
+def policy_list(
+    agent: Annotated[str | None, typer.Option("--agent", help="Only this agent's policies.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+    db: DbOption = None,
+    token: TokenOption = None,
+) -> None:
+    """List the stored approval policies (on a server: those you may read)."""
+    policies = [policy_to_dict(p) for p in _run(db, lambda b: b.list_approval_policies(agent), token)]
+    if as_json:
+        for policy in policies:
+            typer.echo(json.dumps(policy))
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("agent", "tool server", "approval", "gated", "auto-allow", "hook", "version"):
+        table.add_column(column)
+    for p in policies:
+        gated_tools = "all" if p["gatedTools"] is None else ", ".join(p["gatedTools"]) or "none"
+        hook = "" if p["hook"] is None else f"{p['hook']['url']} ({p['hook']['onHookError']})"
+        table.add_row(
+            p["agent"],
+            p["server"] or "",
+            p["approval"] or "",
+            gated_tools,
+            ", ".join(p["autoAllow"]),
+            hook,
+            str(p["version"]),
+        )
+    Console(width=None if sys.stdout.isatty() else 1000).print(table)
+    if not policies:
+        err.print("no approval policies")
+
+
+@policy_app.command("rm")
+def policy_rm(
+    agent: Annotated[str, typer.Argument(help="The agent.")],
+    tool_server: ToolServerOption = "",
+    db: DbOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Delete AGENT's policy (for --tool-server); exit 1 if there was none."""
+    if not _run(db, lambda b: b.delete_approval_policy(agent, tool_server), token):
+        raise _fail(f"agent {agent} has no such approval policy", DECLINED)
+    err.print(f"deleted the approval policy of {agent}{f' for {tool_server}' if tool_server else ''}")
 
 
 # -- the outbox: deliveries, dead letters and a standalone delivery loop ----------------------

@@ -22,11 +22,13 @@ import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
+from urllib.parse import quote
 
 import httpx
 from httpx_sse import aconnect_sse
 
 from ._backoff import Backoff
+from .approval_policies import ApprovalPolicy, policy_from_wire, policy_to_dict
 from .approvals import is_marked
 from .broker import DEFAULT_LEASE, MAX_EVENT_ID, Broker, GrantPage, Page, RunPage, _outcome, _seconds
 from .errors import Closed, InvalidRequest, NotFound, RunConflict
@@ -382,6 +384,33 @@ class RemoteBroker(Broker):
             body["exp"] = exp
         return issued_grant_from_dict(await self._call("POST", "/grants", json=body))
 
+    # -- approval policies -----------------------------------------------------------------
+
+    async def set_approval_policy(
+        self, policy: ApprovalPolicy | Mapping[str, Any], *, by: str | None = None
+    ) -> ApprovalPolicy:
+        """Create or replace a policy on the server (as its agent's owner or an admin); the
+        server records the caller as who changed it."""
+        data = policy_to_dict(policy, secrets=True) if isinstance(policy, ApprovalPolicy) else dict(policy)
+        return policy_from_wire(await self._call("POST", "/approval-policies", json=data))
+
+    async def get_approval_policy(self, agent: str, server: str = "") -> ApprovalPolicy:
+        return policy_from_wire(await self._call("GET", _policy_path(agent, server), request_id=agent))
+
+    async def list_approval_policies(self, agent: str | None = None) -> list[ApprovalPolicy]:
+        params = {"agent": agent} if agent is not None else None
+        found = await self._call("GET", "/approval-policies", params=params)
+        return [policy_from_wire(p) for p in found["items"]]
+
+    async def delete_approval_policy(self, agent: str, server: str = "", *, by: str | None = None) -> bool:
+        found = await self._call("DELETE", _policy_path(agent, server), request_id=agent)
+        return bool(found["deleted"])
+
+    async def approval_policy_for(self, agent: str, server: str = "") -> ApprovalPolicy | None:
+        params = {"server": server} if server else None
+        found = await self._call("GET", f"{_policy_path(agent, '')}/effective", params=params, request_id=agent)
+        return None if found["policy"] is None else policy_from_wire(found["policy"])
+
     async def reject(self, request_id: str, reason: str = "", *, by: str | None = None, via: str = "python") -> bool:
         return await self._settle(request_id, "reject", {"reason": reason})
 
@@ -675,6 +704,11 @@ def _code(response: httpx.Response) -> str:
     with contextlib.suppress(ValueError, AttributeError):
         return str(response.json().get("code", ""))
     return ""
+
+
+def _policy_path(agent: str, server: str) -> str:
+    path = f"/approval-policies/{quote(agent, safe='')}"
+    return f"{path}/servers/{quote(server, safe='')}" if server else path
 
 
 def _error(response: httpx.Response, request_id: str) -> Exception:

@@ -50,6 +50,9 @@ class ToolCall:
     delegation: tuple[str, ...] = ()
     channel_type: str | None = None
     """The kind of door the call came through (`text`, `realtime_voice`, ...), as the host names it."""
+    server: str | None = None
+    """The tool server (a connection) the tool comes from, when the host knows it: the
+    approval gate applies the agent's stored policy for that server."""
 
     def with_arguments(self, arguments: Mapping[str, Any]) -> ToolCall:
         """The same call with other arguments (a rewrite or an approver's edit)."""

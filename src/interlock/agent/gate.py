@@ -1,7 +1,8 @@
 """The approval gate: whether a person must approve a tool call before it runs, and asking them.
 
 `ApprovalGate` decides per call: policies per tool name or glob (`always`, `once` per
-session, `never`), an auto-allow list, a per-call hook (allow / deny / pause). An approval
+session, `never`), an auto-allow list, a per-call hook (allow / deny / pause), and the
+agent's approval policy stored server-side, with its hook by URL (the stricter wins). An approval
 is bound to the digest of the exact arguments reviewed and is consumed once; anything
 ambiguous fails closed. `requires_approval` puts the gate in front of a plain async
 function. What marks a request as the gate's own lives in the core (`interlock.approvals`).
@@ -9,6 +10,7 @@ function. What marks a request as the gate's own lives in the core (`interlock.a
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import functools
 import inspect
@@ -19,6 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Literal, ParamSpec, TypeAlias, TypeVar, cast
 
+from ..approval_policies import ApprovalPolicy, HookVerdict, hook_call_body
 from ..approvals import is_marked, mark
 from ..broker import Broker
 from ..errors import ApprovalDenied, ApprovalRefused, InvalidRequest, Rejected, RunFailed
@@ -30,6 +33,7 @@ from ._settle import settle
 from .calls import ToolCall, arguments_digest, canonical_json, current_call
 from .contracts import BrokerContract, Contracts, ContractSpec
 from .hooks import Allow, ApprovalHook, Pause
+from .url_hooks import UrlHook, call_url_hook
 
 __all__ = [
     "DEFAULT_APPROVAL_TIMEOUT",
@@ -69,6 +73,17 @@ class ApprovalGate:
     returns anything else is handled by `on_hook_error`: `deny` (the default: fail closed),
     `pause` (ask a person), or `fail-run` (raise `RunFailed`).
 
+    The agent's stored approval policy (`interlock.approval_policies`, set by its owner
+    through the broker, the API or `interlock policy`) applies too, read for each
+    decision (`stored_policies=False` reads none): the one for the call's tool server
+    (`call.server`, else `server`), else the agent's own. The stricter of the two wins: a
+    call runs without a person only if both let it, a denial by either hook refuses it,
+    and the person decides under the strictest policy asked for. The stored policy's hook
+    by URL is called through `url_hook` (`interlock.agent.url_hooks.call_url_hook` by
+    default) and its failures handled by its own `onHookError`; what it or the stored
+    policy decides without a person is recorded as an update to the person the gate
+    would have asked.
+
     An approval request (kind `approval`) carries the tool name and arguments in its
     origin, a rendered preview in its details, and in its context the digest of the
     canonical arguments. Its asks are a confirm (`approve`) and, when the tool's schema
@@ -102,6 +117,9 @@ class ApprovalGate:
         to: str | None = None,
         contracts: Contracts | ContractSpec | None = None,
         previews: Mapping[str, Callable[[ToolCall], str]] | None = None,
+        server: str | None = None,
+        stored_policies: bool = True,
+        url_hook: UrlHook | None = None,
     ) -> None:
         self.policies = dict(policies or {})
         for pattern, policy in self.policies.items():
@@ -125,6 +143,9 @@ class ApprovalGate:
         self.to = to
         self.contracts = Contracts.of(contracts)
         self.previews = dict(previews or {})
+        self.server = server
+        self.stored_policies = stored_policies
+        self.url_hook: UrlHook = url_hook or call_url_hook
         self._once: set[tuple[str, str]] = set()
         self._consumed: OrderedDict[str, None] = OrderedDict()
         self._occurrences: OrderedDict[tuple[str, str, str], int] = OrderedDict()
@@ -178,35 +199,129 @@ class ApprovalGate:
             arguments = json.loads(canonical_json(dict(call.arguments)))
         except (TypeError, ValueError) as exc:
             raise ApprovalRefused(f"The arguments of '{call.name}' are not plain JSON", detail=str(exc)) from None
-        decided, pause_reason = await self._pre_decide(call, policy, arguments)
+        decided, pause_reason, mode = await self._pre_decide(call, policy, arguments)
         if decided is not None:
             return decided
-        policy = policy or self.policy_for(call.name)
-        return await self._ask(call, arguments, schema, policy, pause_reason)
+        return await self._ask(call, arguments, schema, mode, pause_reason)
 
     async def _pre_decide(
         self, call: ToolCall, policy: Policy | None, arguments: Any
-    ) -> tuple[dict[str, Any] | None, str]:
-        """What is decided without a person: the arguments when the call runs at once (auto
-        allow, `never`, `once` approved before, no policy and no hook, the hook allows),
-        else None and the hook's reason to pause. A hook's denial raises `ApprovalDenied`."""
-        if self.auto_allowed(call.name):
-            return cast(dict[str, Any], arguments), ""
-        policy = policy or self.policy_for(call.name)
-        if policy == "never":
-            return cast(dict[str, Any], arguments), ""
-        if policy == "once" and await self._approved_in_session(call):
-            return cast(dict[str, Any], arguments), ""
-        if policy is None:
-            if not self._hooks:
-                return cast(dict[str, Any], arguments), ""
+    ) -> tuple[dict[str, Any] | None, str, Policy | None]:
+        """What is decided without a person: the arguments when the call runs at once, else
+        None, the reason to show the person and the policy they decide under. A hook's
+        denial raises `ApprovalDenied`.
+
+        Two layers decide, the stricter winning: the gate's own (auto allow, the policy
+        for the tool, the Python hook) and the agent's stored policy (`_stored_policy`),
+        with its hook by URL. A call runs at once only if both let it; a denial by either
+        hook refuses it; otherwise a person decides under the strictest policy asked for
+        (`always` over `once`; `once` runs at once if approved earlier in the session)."""
+        own = policy or self.policy_for(call.name)
+        asks: list[tuple[Policy | None, str]] = []
+        if self.auto_allowed(call.name) or own == "never":
+            pass
+        elif own is not None:
+            asks.append((own, ""))
+        elif self._hooks:
             verdict = await self._consult_hook(call)
-            if isinstance(verdict, Allow):
-                return cast(dict[str, Any], arguments), ""
             if isinstance(verdict, Deny):
                 raise ApprovalDenied("", verdict.reason)
-            return None, verdict.reason
-        return None, ""
+            if isinstance(verdict, Pause):
+                asks.append((None, verdict.reason))
+        stored = await self._stored_policy(call)
+        decision = stored.decide(call.name) if stored is not None else None
+        if stored is not None and decision is not None:
+            if decision.outcome == "ask":
+                asks.append((decision.mode, ""))
+            elif decision.outcome == "hook":
+                verdict_ = await self._consult_url_hook(call, stored, arguments)
+                if verdict_.decision == "deny":
+                    await self._record(call, stored, "deny", f"the approval hook denied it: {verdict_.reason}")
+                    raise ApprovalDenied("", verdict_.reason)
+                if verdict_.decision == "pause":
+                    asks.append((decision.mode, verdict_.reason))
+                elif not asks:
+                    await self._record(call, stored, "allow", "the approval hook allowed it")
+            elif decision.outcome == "allow" and not asks:
+                await self._record(call, stored, "allow", decision.reason)
+        if not asks:
+            return cast(dict[str, Any], arguments), "", None
+        modes = {mode for mode, _ in asks}
+        mode: Policy | None = (
+            "once" if modes == {"once"} else ("always" if "always" in modes or "once" in modes else None)
+        )
+        if mode == "once" and await self._approved_in_session(call):
+            return cast(dict[str, Any], arguments), "", None
+        return None, "\n".join(reason for _, reason in asks if reason), mode
+
+    async def _stored_policy(self, call: ToolCall) -> ApprovalPolicy | None:
+        """The agent's stored approval policy for the call's tool server (else for its whole
+        toolset), read for each decision so a change applies at once; None when the gate
+        reads none (`stored_policies=False`) or the call has no agent."""
+        if not self.stored_policies:
+            return None
+        agent = await self.broker.requester_of(call.agent)
+        if agent is None:
+            return None
+        return await self.broker.approval_policy_for(agent, call.server or self.server or "")
+
+    async def _consult_url_hook(self, call: ToolCall, stored: ApprovalPolicy, arguments: Any) -> HookVerdict:
+        """The stored policy's hook's verdict on `call`; a hook that cannot decide is handled
+        by its `onHookError` (deny: refused, pause: a person decides, fail-run: `RunFailed`)."""
+        hook = stored.hook
+        assert hook is not None  # a decision of "hook" comes only from a policy with one
+        body = hook_call_body(
+            tool=call.name,
+            arguments=arguments,
+            digest=arguments_digest(call.name, arguments),
+            call_id=call.id,
+            agent=stored.agent,
+            server=stored.server,
+            session=call.session,
+            run=call.run,
+            to=call.to or self.to,
+            policy_version=stored.version,
+        )
+        try:
+            async with asyncio.timeout(hook.timeout + 1.0):  # an injected caller is bounded too
+                verdict = await self.url_hook(hook, body)
+            if not isinstance(verdict, HookVerdict):
+                raise TypeError(f"the hook caller returned {verdict!r}, not a HookVerdict")
+            return verdict
+        except Exception as exc:
+            problem = str(exc) or type(exc).__name__
+            if isinstance(exc, TimeoutError):
+                problem = f"the approval hook did not answer within {hook.timeout:g}s"
+        log.warning("the approval hook of %s failed on tool %r: %s", stored.describe(), call.name, problem)
+        if hook.on_hook_error == "pause":
+            return HookVerdict("pause", f"The approval hook could not decide ({problem}).")
+        await self._record(call, stored, hook.on_hook_error, f"the approval hook failed: {problem}")
+        if hook.on_hook_error == "fail-run":
+            raise RunFailed(f"tool '{call.name}': the approval hook failed: {problem}")
+        raise ApprovalRefused(f"The call to '{call.name}' was refused: its approval hook failed", detail=problem)
+
+    async def _record(self, call: ToolCall, stored: ApprovalPolicy, decision: str, reason: str) -> None:
+        """Put a decision made without a person in the audit: an update (an `informed`
+        event) to the person the gate would have asked, saying what decided and why."""
+        verb = {"allow": "ran without asking", "deny": "was refused"}.get(decision, "was stopped")
+        data = {
+            "decision": decision,
+            "tool": call.name,
+            "tool_call_id": call.id,
+            "reason": reason,
+            "policy": {"agent": stored.agent, "server": stored.server or None, "version": stored.version},
+        }
+        try:
+            await self.broker.inform(
+                f"{call.name} {verb}: {reason} ({stored.describe()})",
+                to=call.to or self.to,
+                session=call.session,
+                agent=call.agent,
+                run=call.run,
+                data=data,
+            )
+        except Exception:  # the audit must not decide the call; the log keeps it
+            log.warning("could not record the approval decision on tool %r", call.name, exc_info=True)
 
     async def _consult_hook(self, call: ToolCall) -> Allow | Deny | Pause:
         (outcome,) = await self._hooks.run(call)
@@ -399,12 +514,12 @@ class ApprovalGate:
             arguments = json.loads(canonical_json(dict(call.arguments)))
         except (TypeError, ValueError) as exc:
             raise ApprovalRefused(f"The arguments of '{call.name}' are not plain JSON", detail=str(exc)) from None
-        decided, reason = await self._pre_decide(call, policy, arguments)
+        decided, reason, mode = await self._pre_decide(call, policy, arguments)
         if decided is not None:
             return decided
         call = call.with_arguments(arguments)
         timeout = None if call.run is not None else self.timeout
-        request, _ = await self._submit(call, schema, policy or self.policy_for(call.name), reason, timeout)
+        request, _ = await self._submit(call, schema, mode, reason, timeout)
         return request
 
     async def finish(
@@ -433,7 +548,8 @@ class ApprovalGate:
         digest = arguments_digest(call.name, arguments)
         if current.id in self._consumed:
             raise _replayed(call, current)
-        return await self._decided(call, current, digest, schema, policy or self.policy_for(call.name))
+        asked = _context(current).get("policy")  # the policy the person decided under
+        return await self._decided(call, current, digest, schema, policy or (asked if asked in POLICIES else None))
 
     async def _consume(
         self,

@@ -9,7 +9,9 @@
   looked up and revoked, each issuance and revocation with its event.
 - `OutboxStore`: the notices the request store writes with each event that concerns a
   person, and their deliveries to channels, claimed under a lease.
-- `Store`: all five, as every backend implements them over one database.
+- `PolicyStore`: the declarative approval policies of agents (per tool server), each
+  change versioned and recorded with its event.
+- `Store`: all six, as every backend implements them over one database.
 
 The Broker holds the semantics (waiting, hooks, expiry timing) and is the only caller.
 Core code never imports a driver: each backend module imports its own. The SQL backends
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
+from ..approval_policies import ApprovalPolicy
 from ..model import Event, IssuedGrant, Request, Response, Run, RunStatus, Status
 from ..outbox import Delivery, DeliveryState, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
@@ -34,6 +37,7 @@ __all__ = [
     "GrantQuery",
     "GrantStore",
     "OutboxStore",
+    "PolicyStore",
     "PrincipalStore",
     "Query",
     "RequestStore",
@@ -454,7 +458,29 @@ class OutboxStore(Protocol):
         ...
 
 
-class Store(RequestStore, PrincipalStore, RunStore, GrantStore, OutboxStore, Protocol):
+class PolicyStore(Protocol):
+    """Approval policies, one per agent and tool server ("" for the agent's whole toolset).
+    A change appends an `approval_policy_set` or `approval_policy_deleted` event (data:
+    `agent`, `server`, `version`, `by`, `to`: the agent) in the same transaction; the
+    hook's secret is kept with the policy and never put in an event."""
+
+    async def put_policy(self, policy: ApprovalPolicy, at: datetime, by: str | None) -> ApprovalPolicy:
+        """Create or replace the policy of `policy.agent` and `policy.server`; return it as
+        stored: version 1 when new, one more than the replaced one's otherwise."""
+        ...
+
+    async def get_policy(self, agent: str, server: str) -> ApprovalPolicy | None: ...
+
+    async def list_policies(self, agent: str | None = None) -> Sequence[ApprovalPolicy]:
+        """Every policy (of `agent`, when given), by agent then server."""
+        ...
+
+    async def delete_policy(self, agent: str, server: str, by: str | None, at: datetime) -> ApprovalPolicy | None:
+        """Delete a policy; return it as it was, or None when there was none."""
+        ...
+
+
+class Store(RequestStore, PrincipalStore, RunStore, GrantStore, OutboxStore, PolicyStore, Protocol):
     """Every port over one database, as the broker takes it: a backend keeps requests,
     principals and runs side by side, so a revocation ends the sessions and writes its
     event in one transaction, and a settlement marks its run ready in its own."""

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any
 
+from ..approval_policies import ApprovalPolicy, policy_from_body
 from ..model import (
     Event,
     IssuedGrant,
@@ -506,6 +507,21 @@ class SqlStore:
     async def live_token(self, token_hash: str) -> LiveToken | None:
         rows = await self._rows("live_token", token_hash)
         return LiveToken(rows[0][0], Principal(*rows[0][1:])) if rows else None
+
+    # -- approval policies -------------------------------------------------------------------
+
+    def _policy(self, row: Sequence[Any]) -> ApprovalPolicy:
+        """A policy from its row (agent, server, body, version, updated_at, updated_by)."""
+        agent, server, body, version, at, by = row
+        return policy_from_body(agent, server, json.loads(body), int(version), self._time(at), by)
+
+    async def get_policy(self, agent: str, server: str) -> ApprovalPolicy | None:
+        rows = await self._rows("get_policy", agent, server)
+        return self._policy(rows[0]) if rows else None
+
+    async def list_policies(self, agent: str | None = None) -> Sequence[ApprovalPolicy]:
+        rows = await (self._rows("list_policies") if agent is None else self._rows("list_policies_of", agent))
+        return [self._policy(row) for row in rows]
 
     # -- grants ----------------------------------------------------------------------------
 

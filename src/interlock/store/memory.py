@@ -21,6 +21,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ..approval_policies import ApprovalPolicy, policy_event_data, with_version
 from ..errors import Closed
 from ..model import (
     Event,
@@ -81,6 +82,7 @@ class MemoryStore:
         self._runs: dict[str, Run] = {}
         self._run_expiry: list[tuple[datetime, str]] = []  # parked runs' deadlines (stale entries skipped)
         self._grants: dict[str, IssuedGrant] = {}  # by id; kept for the life of the process
+        self._policies: dict[tuple[str, str], ApprovalPolicy] = {}  # by (agent, server)
         # the outbox: notices by id with their lease (owner, until) and routed flag; deliveries by id
         self._notices: dict[int, tuple[Notice, str | None, datetime | None]] = {}
         self._deliveries: dict[str, tuple[Delivery, str | None, datetime | None]] = {}
@@ -539,6 +541,28 @@ class MemoryStore:
         for grant in request.response.grants if request.response is not None else ():
             await self.give_grant(grant)
         return settled
+
+    # -- approval policies ---------------------------------------------------------------
+
+    async def put_policy(self, policy: ApprovalPolicy, at: datetime, by: str | None) -> ApprovalPolicy:
+        key = (policy.agent, policy.server)
+        before = self._policies.get(key)
+        stored = with_version(policy, 1 if before is None else before.version + 1, at, by)
+        self._policies[key] = stored
+        await self.append_event("approval_policy_set", policy_event_data(stored, by))
+        return stored
+
+    async def get_policy(self, agent: str, server: str) -> ApprovalPolicy | None:
+        return self._policies.get((agent, server))
+
+    async def list_policies(self, agent: str | None = None) -> Sequence[ApprovalPolicy]:
+        return [p for key, p in sorted(self._policies.items()) if agent is None or key[0] == agent]
+
+    async def delete_policy(self, agent: str, server: str, by: str | None, at: datetime) -> ApprovalPolicy | None:
+        gone = self._policies.pop((agent, server), None)
+        if gone is not None:
+            await self.append_event("approval_policy_deleted", policy_event_data(gone, by))
+        return gone
 
     async def give_grant(self, grant: IssuedGrant) -> None:
         self._grants[grant.id] = grant

@@ -42,6 +42,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no type information; its results are converted here
 
 from .._backoff import Backoff
+from ..approval_policies import ApprovalPolicy, policy_body, policy_event_data, with_version
 from ..errors import Closed
 from ..model import (
     Event,
@@ -593,6 +594,27 @@ class PostgresStore(SqlStore):
             return revoked
         finally:
             self.pool.release(conn, reusable=reusable)
+
+    # -- approval policies -----------------------------------------------------------------
+
+    async def put_policy(self, policy: ApprovalPolicy, at: datetime, by: str | None) -> ApprovalPolicy:
+        async with self._transaction() as conn:
+            body = encode_json(policy_body(policy))
+            version = await conn.fetchval(Q["put_policy"], policy.agent, policy.server, body, at, by)
+            stored = with_version(policy, int(version), at, by)
+            data = encode_json(policy_event_data(stored, by))
+            await conn.fetchval(Q["insert_event"], "approval_policy_set", at, data, policy.agent, by, None, None)
+        return stored
+
+    async def delete_policy(self, agent: str, server: str, by: str | None, at: datetime) -> ApprovalPolicy | None:
+        async with self._transaction() as conn:
+            row = await conn.fetchrow(Q["delete_policy"], agent, server)
+            if row is None:
+                return None
+            gone = self._policy(tuple(row))
+            data = encode_json(policy_event_data(gone, by))
+            await conn.fetchval(Q["insert_event"], "approval_policy_deleted", at, data, agent, by, None, None)
+        return gone
 
     # -- principals and tokens ------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from .._backoff import Backoff
+from ..approval_policies import ApprovalPolicy, policy_body, policy_event_data, with_version
 from ..errors import Closed
 from ..model import (
     Event,
@@ -102,6 +103,21 @@ def _run_event(type_: str, run: Run) -> dict[str, Any]:
         "requester": run.requester,
         "session": run.session,
         "run": run.id,
+    }
+
+
+def _policy_event(type_: str, policy: ApprovalPolicy, by: str | None, at: int | None) -> dict[str, Any]:
+    """The parameters of `insert_event` for a policy's change: shown to its agent and to
+    who changed it."""
+    return {
+        "type": type_,
+        "request_id": None,
+        "at": at,
+        "data": encode_json(policy_event_data(policy, by)),
+        "recipient": policy.agent,
+        "requester": by,
+        "session": None,
+        "run": None,
     }
 
 
@@ -420,6 +436,30 @@ class SqliteStore(SqlStore):
             return True
 
         return await self._write(consume)
+
+    # -- approval policies -----------------------------------------------------------------
+
+    async def put_policy(self, policy: ApprovalPolicy, at: datetime, by: str | None) -> ApprovalPolicy:
+        def put(db: sqlite3.Connection) -> ApprovalPolicy:
+            stamp = _us(at)
+            row = {"agent": policy.agent, "server": policy.server, "body": encode_json(policy_body(policy))}
+            (version,) = db.execute(Q["put_policy"], {**row, "at": stamp, "by": by}).fetchone()
+            stored = with_version(policy, int(version), at, by)
+            db.execute(Q["insert_event"], _policy_event("approval_policy_set", stored, by, stamp))
+            return stored
+
+        return await self._write(put)
+
+    async def delete_policy(self, agent: str, server: str, by: str | None, at: datetime) -> ApprovalPolicy | None:
+        def delete(db: sqlite3.Connection) -> ApprovalPolicy | None:
+            row = db.execute(Q["delete_policy"], {"agent": agent, "server": server}).fetchone()
+            if row is None:
+                return None
+            gone = self._policy(row)
+            db.execute(Q["insert_event"], _policy_event("approval_policy_deleted", gone, by, _us(at)))
+            return gone
+
+        return await self._write(delete)
 
     # -- grants ---------------------------------------------------------------------------
 

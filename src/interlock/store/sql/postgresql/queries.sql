@@ -271,3 +271,26 @@ RETURNING id, notice, request_id, kind, event, recipient, channel, address, stat
 -- name: next_outbox_due
 SELECT coalesce((SELECT min(at) FROM outbox WHERE routed_at IS NULL),
                 (SELECT min(due_at) FROM deliveries WHERE status = 'pending'));
+
+-- name: put_policy
+INSERT INTO approval_policies (agent, server, body, version, updated_at, updated_by)
+VALUES ($1, $2, $3::jsonb, 1, $4, $5)
+ON CONFLICT (agent, server) DO UPDATE
+SET body = excluded.body, version = approval_policies.version + 1,
+    updated_at = excluded.updated_at, updated_by = excluded.updated_by
+RETURNING version;
+
+-- name: get_policy
+SELECT agent, server, body::text, version, updated_at, updated_by FROM approval_policies
+WHERE agent = $1 AND server = $2;
+
+-- name: list_policies
+SELECT agent, server, body::text, version, updated_at, updated_by FROM approval_policies ORDER BY agent COLLATE "C", server COLLATE "C";
+
+-- name: list_policies_of
+SELECT agent, server, body::text, version, updated_at, updated_by FROM approval_policies
+WHERE agent = $1 ORDER BY server COLLATE "C";
+
+-- name: delete_policy
+DELETE FROM approval_policies WHERE agent = $1 AND server = $2
+RETURNING agent, server, body::text, version, updated_at, updated_by;

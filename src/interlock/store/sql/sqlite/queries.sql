@@ -266,3 +266,26 @@ SELECT min(at) FROM outbox WHERE routed_at IS NULL;
 
 -- name: next_delivery_due
 SELECT min(due_at) FROM deliveries WHERE status = 'pending';
+
+-- name: put_policy
+INSERT INTO approval_policies (agent, server, body, version, updated_at, updated_by)
+VALUES (:agent, :server, :body, 1, :at, :by)
+ON CONFLICT (agent, server) DO UPDATE
+SET body = excluded.body, version = approval_policies.version + 1,
+    updated_at = excluded.updated_at, updated_by = excluded.updated_by
+RETURNING version;
+
+-- name: get_policy
+SELECT agent, server, body, version, updated_at, updated_by FROM approval_policies
+WHERE agent = :agent AND server = :server;
+
+-- name: list_policies
+SELECT agent, server, body, version, updated_at, updated_by FROM approval_policies ORDER BY agent, server;
+
+-- name: list_policies_of
+SELECT agent, server, body, version, updated_at, updated_by FROM approval_policies
+WHERE agent = :agent ORDER BY server;
+
+-- name: delete_policy
+DELETE FROM approval_policies WHERE agent = :agent AND server = :server
+RETURNING agent, server, body, version, updated_at, updated_by;

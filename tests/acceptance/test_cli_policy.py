@@ -1,0 +1,83 @@
+"""`interlock policy set/show/list/rm`: an agent's approval policy from flags or JSON, as
+the real CLI in a subprocess stores it; bad policies are refused and change nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import interlock
+from interlock.cli import USAGE
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+INTERLOCK = [sys.executable, "-m", "interlock"]
+SECRET = "hook-secret-0123456789"
+
+
+def run(*args: str, db: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "INTERLOCK_URL": db, "COLUMNS": "200", **env}
+    return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=environment, timeout=60)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'cli.db'}"
+
+
+async def test_set_from_flags_then_show_list_and_rm(db: str) -> None:
+    made = run(
+        "policy", "set", "bot", "--approval", "always", "--gated", "deploy", "--gated", "db_*",
+        "--auto-allow", "read_file", "--hook-url", "https://hooks.example.com/approve",
+        "--on-hook-error", "pause", db=db, INTERLOCK_HOOK_SECRET=SECRET,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    stored = json.loads(made.stdout)
+    assert (stored["approval"], stored["gatedTools"], stored["autoAllow"], stored["version"]) == (
+        "always",
+        ["deploy", "db_*"],
+        ["read_file"],
+        1,
+    )
+    assert stored["hook"]["onHookError"] == "pause" and SECRET not in made.stdout
+    async with interlock.connect(db) as broker:
+        policy = await broker.get_approval_policy("bot")
+        assert policy.hook is not None and policy.hook.secret == SECRET
+
+    shown = run("policy", "show", "bot", db=db)
+    assert json.loads(shown.stdout)["hook"]["hasSecret"] is True
+    listed = run("policy", "list", db=db)
+    assert "bot" in listed.stdout and "deploy, db_*" in listed.stdout and "pause" in listed.stdout
+    assert run("policy", "rm", "bot", db=db).returncode == 0
+    gone = run("policy", "show", "bot", db=db)
+    assert gone.returncode == 1 and "no approval policy for agent 'bot'" in gone.stderr
+    assert run("policy", "rm", "bot", db=db).returncode == 1
+
+
+async def test_set_from_json_for_one_tool_server(db: str, tmp_path: Path) -> None:
+    body = tmp_path / "policy.json"
+    body.write_text(json.dumps({"approval": "never", "autoAllow": ["ls"]}))
+    made = run("policy", "set", "bot", "--tool-server", "github", "--json", f"@{body}", db=db)
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["server"] == "github"
+    lines = run("policy", "list", "--agent", "bot", "--json", db=db).stdout.splitlines()
+    assert [(json.loads(line)["server"], json.loads(line)["approval"]) for line in lines] == [("github", "never")]
+
+
+async def test_a_bad_policy_is_refused_and_the_stored_one_stays(db: str) -> None:
+    assert run("policy", "set", "bot", "--approval", "once", db=db).returncode == 0
+    for args in (
+        ("--approval", "sometimes"),
+        ("--json", '{"gatedTools": "deploy"}'),
+        ("--hook-url", "http://hooks.example.com/x", "--hook-secret", SECRET),
+        ("--json", "[1]"),
+    ):
+        refused = run("policy", "set", "bot", *args, db=db)
+        assert refused.returncode == USAGE, (args, refused.stderr)
+        assert "error" in refused.stderr
+    assert json.loads(run("policy", "show", "bot", db=db).stdout)["approval"] == "once"
