@@ -669,8 +669,10 @@ class RemoteBroker(Broker):
         by: str | None = None,
         may_answer: Callable[[Request], bool] | None = None,
     ) -> Sent:
-        # The server answers as its token's principal, and decides who may answer what.
-        response = await self._send("POST", f"/runs/{run_id}/messages", json={"text": text})
+        # The server records its token's principal as the sender (`by` is the operator's to
+        # give), and decides who may answer what.
+        body = {"text": text} if by is None else {"text": text, "by": by}
+        response = await self._send("POST", f"/runs/{run_id}/messages", json=body)
         if response.status_code == 409 and _code(response) == "thread_busy":
             details = response.json().get("details") or {}
             followup = None

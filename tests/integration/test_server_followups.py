@@ -128,7 +128,8 @@ async def test_other_text_at_an_approval_pause_is_held_and_listed_on_the_run(
     request_id = await parked(clients["alice-bot"])
     first = busy(await send(clients["alice"], "approve it, but deploy to eu first"))
     assert first["queued"] is True and first["followup_id"]
-    second = busy(await send(clients["alice"], "and tell me when it is done"))
+    forged = {"text": "and tell me when it is done", "by": "bob"}  # a person cannot send as someone else
+    second = busy(await clients["alice"].post("/runs/run-1/messages", json=forged))
     run = (await clients["alice"].get("/runs/run-1")).json()
     assert [(f["id"], f["text"]) for f in run["queuedFollowups"]] == [
         (first["followup_id"], "approve it, but deploy to eu first"),
@@ -136,7 +137,7 @@ async def test_other_text_at_an_approval_pause_is_held_and_listed_on_the_run(
     ]
     assert run["queuedFollowups"][0]["queuedAt"] <= run["queuedFollowups"][1]["queuedAt"]
     listed = (await clients["alice-bot"].get("/runs/run-1/followups")).json()["items"]
-    assert [f["id"] for f in listed] == [first["followup_id"], second["followup_id"]]
+    assert [(f["id"], f["by"]) for f in listed] == [(first["followup_id"], "alice"), (second["followup_id"], "alice")]
     assert (await clients["alice"].get(f"/requests/{request_id}")).json()["status"] == "pending"
 
 

@@ -10,6 +10,11 @@ person has answered, a worker resumes the run with `DeferredToolResults`: an app
 `ToolApproved` (with the person's edited arguments as `override_args`), a denial as
 `ToolDenied` with the person's reason verbatim, a question's answer as the call's result.
 
+Messages a person sends to the run while it is busy (`broker.send_message`) are delivered
+at its turn boundaries: with the tool results when a parked run resumes, and after a turn
+that ends with an output, each held message verbatim in the next user prompt (so the run
+completes only once nothing is held for it).
+
     runs = PydanticAIRuns(broker, agent, name="deployer", gate=gate)
     run = await runs.start("Deploy 2.3 to prod")          # completed, or parked
     worker = Worker(broker, runs.handlers())              # in any process, later
@@ -34,7 +39,7 @@ from ..agent.gate import ApprovalGate
 from ..broker import Broker
 from ..model import Request, Run
 from ..runs import Park, ResumeHandler
-from ._pauses import Answered, Approved, Asker, Declined, Denied, Held, Outcome
+from ._pauses import Answered, Approved, Asker, Declined, Denied, Held, Outcome, take_followups
 
 __all__ = ["PydanticAIRuns"]
 
@@ -118,7 +123,9 @@ class PydanticAIRuns:
                 results.calls[call_id] = outcome.value
             else:
                 results.calls[call_id] = ToolFailed(outcome.reason)
+        followups = await take_followups(self.broker, run)  # a resumed pause: a turn boundary
         result = await self.agent.run(
+            followups or None,
             message_history=messages,
             deferred_tool_results=results,
             output_type=self._output_type(),
@@ -141,6 +148,12 @@ class PydanticAIRuns:
                 }
                 return Park(state, [e["request"] for e in entries])
             return await self._continue(run, messages, decided)
+        followups = await take_followups(self.broker, run)  # the turn ended: messages held meanwhile go in now
+        if followups:
+            result = await self.agent.run(
+                followups, message_history=messages, output_type=self._output_type(), deps=self.deps
+            )
+            return await self._settle(run, result.output, result.all_messages())
         return _JSON.dump_python(output, mode="json")
 
     def _output_type(self) -> Any:

@@ -57,6 +57,7 @@ class MessageBody(BaseModel):
     model_config = {"extra": "forbid", "strict": True}
 
     text: str = Field(min_length=1, max_length=MAX_FOLLOWUP_LENGTH, description="the message, verbatim")
+    by: str | None = Field(None, description="who sends it (the operator only; else the token's principal)")
 
 
 class TakeBody(BaseModel):
@@ -104,7 +105,8 @@ async def send_message(run_id: str, body: MessageBody, caller: Caller, broker: T
     (or `1` / `2`) decides it; anything else, and everything sent while the run works or
     waits on a question, is held and delivered to the agent as its next user turn."""
     await visible_run(broker, caller, run_id)
-    sent = await broker.send_message(run_id, body.text, by=caller.name, may_answer=lambda r: can_answer(caller, r))
+    by = body.by if caller.kind == "admin" and body.by is not None else caller.name
+    sent = await broker.send_message(run_id, body.text, by=by, may_answer=lambda r: can_answer(caller, r))
     details: dict[str, Any]
     if sent.resolved is not None:
         details = {"resolved_interaction_id": sent.resolved}
