@@ -192,6 +192,22 @@ async def test_taken_messages_are_delivered_once_with_a_replayed_event_each(
     assert replayed == [(ids[0], "one"), (ids[1], "two")]
 
 
+async def test_everyone_who_may_see_the_run_sees_its_messages_delivered(clients: dict[str, httpx.AsyncClient]) -> None:
+    bot = clients["alice-bot"]
+    request_id = await parked(bot)
+    held = busy(await send(bot, "status: the build is green"))["followup_id"]
+    assert busy(await send(clients["alice"], "approve")) == {"resolved_interaction_id": request_id}
+    claimed = await bot.post("/runs/claim", json={"agents": ["deployer"], "worker": "w1"})
+    assert claimed.status_code == 200 and claimed.json()["id"] == "run-1"
+    assert (await bot.post("/runs/run-1/followups/take", json={"worker": "w2"})).json()["items"] == []  # not its holder
+    taken = await bot.post("/runs/run-1/followups/take", json={"worker": "w1"})
+    assert [f["id"] for f in taken.json()["items"]] == [held]
+    events = (await clients["alice"].get("/runs/run-1/events")).json()["events"]
+    kinds = [(e["type"], e["data"].get("followup_id")) for e in events if e["type"].startswith("followup_")]
+    assert kinds == [("followup_queued", held), ("followup_replayed", held)]
+    assert [e["data"]["text"] for e in events if e["type"] == "followup_replayed"] == ["status: the build is green"]
+
+
 async def test_on_an_ended_run_held_messages_stay_read_only_and_nothing_more_is_held(
     clients: dict[str, httpx.AsyncClient],
 ) -> None:
