@@ -709,6 +709,29 @@ class Broker(ABC):
         boundary. Neither when the run holds as many messages as it may. Raises
         `RunConflict` for a run that has ended (nothing is held: start a new run)."""
 
+    async def send_to_thread(
+        self,
+        session: str,
+        text: str,
+        *,
+        by: str | None = None,
+        involving: str | None = None,
+        may_answer: Callable[[Request], bool] | None = None,
+    ) -> Sent:
+        """Send a message to the busy run of a session (thread): its newest run that has not
+        ended (of those `involving` a name, when given), as `send_message` does. Raises
+        `NotFound` when no run of the session is busy: nothing is held, no run is started."""
+        check_text(session, "session", DEFAULT_LIMITS.max_name_length)
+        cursor: str | None = None
+        while True:
+            page = await self.list_runs(session=session, involving=involving, after=cursor, limit=100)
+            busy = next((run for run in page.items if not run.status.ended), None)
+            if busy is not None:
+                return await self.send_message(busy.id, text, by=by, may_answer=may_answer)
+            if page.next_cursor is None:
+                raise NotFound(session, message=f"no run of thread {session!r} is busy: nothing was held")
+            cursor = page.next_cursor
+
     @abstractmethod
     async def list_followups(self, run_id: str) -> Sequence[Followup]:
         """The messages held for a run, oldest first; on an ended run, those it never

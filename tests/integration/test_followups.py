@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from interlock import Broker, Confirm, Text
-from interlock.errors import FollowupNotFound, RunConflict
+from interlock.errors import FollowupNotFound, NotFound, RunConflict
 from interlock.model import Request, Run, Status
 from interlock.runs import Worker
 
@@ -98,3 +98,15 @@ async def test_a_resume_handler_takes_the_messages_held_while_the_run_was_parked
     done = await Worker(broker, {"deployer": resume}).run_once()
     assert done is not None and done.result == {"region": "eu-west", "notes": ["and keep the old one warm"]}
     assert await broker.list_followups("run-1") == []
+
+
+async def test_a_message_to_a_thread_goes_to_its_newest_busy_run(broker: Broker) -> None:
+    older = await broker.start_run("deployer", run_id="run-1", session="thread-9")
+    await broker.complete_run(older.id, "done")
+    newer = await broker.start_run("deployer", run_id="run-2", session="thread-9")
+    sent = await broker.send_to_thread("thread-9", "and the docs too", by="alice")
+    assert sent.run == newer.id and sent.outcome == "queued"
+    await broker.complete_run(newer.id, "done")
+    with pytest.raises(NotFound):
+        await broker.send_to_thread("thread-9", "anyone?", by="alice")
+    assert len((await broker.list_runs(session="thread-9")).items) == 2

@@ -239,6 +239,29 @@ async def test_only_those_who_may_see_the_run_send_and_withdraw_and_only_its_age
     assert run["status"] == "waiting_for_approval" and [f["id"] for f in run["queuedFollowups"]] == [held]
 
 
+async def test_a_message_to_a_thread_goes_to_its_busy_run_and_an_idle_thread_starts_nothing(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
+    bot = clients["alice-bot"]
+    await start(bot, "run-old")
+    assert (await bot.post("/runs/run-old/complete", json={"result": "done"})).status_code == 200
+    request_id = await parked(bot, run_id="run-new")  # the same thread, t1
+    to_thread = await clients["alice"].post("/threads/t1/messages", json={"text": "deny"})
+    assert busy(to_thread) == {"resolved_interaction_id": request_id}
+    held = busy(await clients["alice"].post("/threads/t1/messages", json={"text": "and why?"}))
+    assert held["queued"] is True
+    assert [f["id"] for f in (await bot.get("/runs/run-new/followups")).json()["items"]] == [held["followup_id"]]
+    assert (await bot.get("/runs/run-old/followups")).json()["items"] == []
+    for who, thread in (("bob", "t1"), ("alice", "no-such-thread")):  # bob sees no run of t1
+        idle = await clients[who].post(f"/threads/{thread}/messages", json={"text": "hello"})
+        assert idle.status_code == 404 and "no run of thread" in idle.json()["detail"]
+    assert (await bot.post("/runs/run-new/cancel", json={})).status_code == 200
+    ended = await clients["alice"].post("/threads/t1/messages", json={"text": "hello?"})
+    assert ended.status_code == 404
+    runs = (await bot.get("/runs", params={"session": "t1"})).json()["items"]
+    assert sorted(r["id"] for r in runs) == ["run-new", "run-old"]  # nothing was started
+
+
 async def test_bad_sends_are_refused_and_hold_nothing(clients: dict[str, httpx.AsyncClient]) -> None:
     await parked(clients["alice-bot"])
     alice = clients["alice"]

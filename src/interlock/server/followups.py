@@ -1,5 +1,6 @@
-"""Follow-up messages over HTTP, under /api/v1/runs/{run_id}: send a message to a busy run,
-list what it holds, withdraw a held message, and (the run's agent) take them for delivery.
+"""Follow-up messages over HTTP, under /api/v1/runs/{run_id}: send a message to a busy run
+(or to a thread's busy run, /api/v1/threads/{thread_id}/messages), list what it holds,
+withdraw a held message, and (the run's agent) take them for delivery.
 
 The send answers as Novo's does, so a Novo client reads it unchanged: a message to a run
 that has not ended is never dropped, and the answer is always 409 `thread_busy`, saying
@@ -16,13 +17,13 @@ one who may answer it. Taking the held messages is the run's own agent's.
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from ..followups import MAX_FOLLOWUP_LENGTH, followup_to_dict
+from ..followups import MAX_FOLLOWUP_LENGTH, Sent, followup_to_dict
 from ..principals import Principal, can_answer
 from .common import ApiError, TheBroker, app_state, problem_responses
 from .runs import own_run, visible_run
@@ -106,7 +107,31 @@ async def send_message(run_id: str, body: MessageBody, caller: Caller, broker: T
     waits on a question, is held and delivered to the agent as its next user turn."""
     await visible_run(broker, caller, run_id)
     by = body.by if caller.kind == "admin" and body.by is not None else caller.name
-    sent = await broker.send_message(run_id, body.text, by=by, may_answer=lambda r: can_answer(caller, r))
+    _busy(await broker.send_message(run_id, body.text, by=by, may_answer=lambda r: can_answer(caller, r)))
+
+
+@router.post(
+    "/threads/{thread_id}/messages",
+    status_code=409,
+    responses={
+        409: {"model": ThreadBusy, "description": PROBLEMS[409]},
+        **_problems(400, 404, 413, 422),
+    },
+)
+async def send_to_thread(thread_id: str, body: MessageBody, caller: Caller, broker: TheBroker) -> JSONResponse:
+    """Send a message to the busy run of a thread (a session): its newest run you may see
+    that has not ended, as `POST /runs/{id}/messages` does. 404 when no run of the thread
+    is busy: nothing is held and no run is started."""
+    by = body.by if caller.kind == "admin" and body.by is not None else caller.name
+    involving = None if caller.kind == "admin" else caller.name
+    sent = await broker.send_to_thread(
+        thread_id, body.text, by=by, involving=involving, may_answer=lambda r: can_answer(caller, r)
+    )
+    _busy(sent)
+
+
+def _busy(sent: Sent) -> NoReturn:
+    """The answer to a send: always 409 `thread_busy`, saying what became of the message."""
     details: dict[str, Any]
     if sent.resolved is not None:
         details = {"resolved_interaction_id": sent.resolved}
