@@ -77,8 +77,13 @@ async def test_pydantic_ai_a_message_held_while_parked_reaches_the_model_on_resu
     assert await broker.list_followups(run.id) == []
 
 
-async def test_pydantic_ai_a_message_sent_while_the_run_works_is_its_next_user_turn(broker: Broker) -> None:
+async def test_pydantic_ai_a_message_sent_while_the_run_works_reaches_the_model_after_the_step(
+    broker: Broker,
+) -> None:
+    requests: list[list[str]] = []
+
     def decide(messages: list[ModelMessage], info: AgentInfo) -> PaiResponse:
+        requests.append(said(messages))
         returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
         if not returns:
             return PaiResponse(parts=[ToolCallPart("plan_menu", {}, tool_call_id="m1")])
@@ -96,6 +101,8 @@ async def test_pydantic_ai_a_message_sent_while_the_run_works_is_its_next_user_t
 
     run = await PydanticAIRuns(broker, agent, name="chef").start("plan dinner", run_id="dinner")
     assert (run.status, run.result) == (RunStatus.COMPLETED, "menu: vegetarian")
+    # delivered with the tool's result, in the step's next request: no extra turn
+    assert requests == [["plan dinner"], ["plan dinner", "actually, make it vegetarian"]]
     assert await replayed(broker, "dinner") == ["actually, make it vegetarian"]
 
 
