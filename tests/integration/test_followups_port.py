@@ -142,3 +142,10 @@ async def test_concurrent_takers_deliver_each_message_once(store: Store) -> None
     results = await asyncio.gather(*(store.claim_followups("r1", at=now) for _ in range(4)))
     delivered = [f.text for taken in results for f in taken]
     assert sorted(delivered) == [f"m{n}" for n in range(5)]
+
+
+async def test_concurrent_senders_never_hold_more_than_the_bound(store: Store) -> None:
+    await store.insert_run(new_run())
+    results = await asyncio.gather(*(store.enqueue_followup(message(f"m{n}"), limit=3) for n in range(8)))
+    assert sum(r is not None for r in results) == 3
+    assert len(await store.list_followups("r1")) == 3
