@@ -1877,7 +1877,7 @@ _SCHEMES: dict[str, tuple[str | StoreFactory, bool]] = {
 """URL scheme -> its factory (or "module:name" of one, imported only when used, so a
 driver is imported only by a URL that needs it), and whether it makes a broker."""
 
-_BROKER_OPTIONS = ("max_prompt_length", "hook_timeout", "limits", "pause_timeout", "grant_policy")
+_BROKER_OPTIONS = ("max_prompt_length", "hook_timeout", "limits", "pause_timeout", "grant_policy", "max_followups")
 
 
 def register_scheme(scheme: str, factory: str | StoreFactory, *, makes_broker: bool = False) -> None:

@@ -679,6 +679,15 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    max_followups: Annotated[
+        int | None,
+        typer.Option(
+            "--max-followups",
+            min=1,
+            help="How many messages a busy run holds for its agent; past that a send holds nothing. [default: 20]",
+            show_default=False,
+        ),
+    ] = None,
     routing: Annotated[
         Path | None,
         typer.Option(
@@ -752,6 +761,7 @@ def serve(
             rate_limit=quota,
             max_streams=streams,
             pause_timeout=parse_duration(pause_timeout) if pause_timeout is not None else None,
+            max_followups=max_followups,
             open_inboxes=open_inboxes,
             grant_policy=policy,
             grant_key=grant_key,

@@ -17,9 +17,7 @@ import httpx
 import pytest
 
 import interlock
-from interlock.broker import LocalBroker
 from interlock.principals import Principal, issue_token
-from interlock.store.sqlite import SqliteStore
 
 pytestmark = pytest.mark.anyio
 BOUND = 10
@@ -281,9 +279,9 @@ async def test_bad_sends_are_refused_and_hold_nothing(clients: dict[str, httpx.A
 @pytest.fixture
 def small_world(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[World]:
     """A server whose runs hold two messages at most."""
-    path = tmp_path / "full.db"
-    tokens = _principals(f"sqlite:///{path}")
-    with serve(None, broker=LocalBroker(SqliteStore(str(path)), max_followups=2), auth=True) as base:
+    db = f"sqlite:///{tmp_path / 'full.db'}"
+    tokens = _principals(db)
+    with serve(db, max_followups=2, auth=True) as base:
         yield World(base, tokens)
 
 
