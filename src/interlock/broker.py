@@ -768,12 +768,12 @@ class LocalBroker(Broker):
             max_prompt_length=max_prompt_length, hook_timeout=hook_timeout, limits=limits, grant_policy=grant_policy
         )
         self.pause_timeout = timedelta(seconds=_seconds(pause_timeout, "pause_timeout"))
-        if max_followups < 1:
-            raise ValueError("max_followups must be at least 1")
-        self.max_followups = max_followups
-        """How many messages a run holds for its agent at a time."""
         """How long a parked run waits on a person before it is given up (its
         `max_duration` when longer): about two weeks by default."""
+        if isinstance(max_followups, bool) or not isinstance(max_followups, int) or max_followups < 1:
+            raise ValueError("max_followups must be a whole number, at least 1")
+        self.max_followups = max_followups
+        """How many messages a run holds for its agent at a time."""
         self.store = store
         self.principals: PrincipalStore = store
         """Principals, tokens and web sessions: what a server and `interlock token` manage."""
@@ -1709,6 +1709,8 @@ class LocalBroker(Broker):
                 raise RunConflict(
                     run.id, current.status.value, f"run {run.id!r} has ended ({current.status.value}): nothing was held"
                 )
+        else:
+            self._changed_now()  # its `followup_queued` event: wake the streams that follow
         return Sent(run.id, followup=held)
 
     async def _decide_by_message(

@@ -3,12 +3,14 @@ with the remote broker): a message to a busy run is never dropped."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
 import pytest
 
-from interlock import Broker, Confirm, Text
+from interlock import Broker, Confirm, Event, Text
 from interlock.errors import FollowupNotFound, NotFound, RunConflict
 from interlock.model import Request, Run, Status
 from interlock.runs import Worker
@@ -110,3 +112,26 @@ async def test_a_message_to_a_thread_goes_to_its_newest_busy_run(broker: Broker)
     with pytest.raises(NotFound):
         await broker.send_to_thread("thread-9", "anyone?", by="alice")
     assert len((await broker.list_runs(session="thread-9")).items) == 2
+
+
+async def test_a_held_message_wakes_whoever_follows_the_event_log(broker: Broker) -> None:
+    run = await broker.start_run("deployer", run_id="run-1")
+    start = await broker.last_event_id()
+
+    async def first_held() -> Event:
+        async for event in broker.events(after=start, follow=True):
+            if event.type == "followup_queued":
+                return event
+        raise AssertionError("the log ended")
+
+    following = asyncio.ensure_future(first_held())
+    await asyncio.sleep(0)  # yield once: the follower reads the log and waits, so a wake-up must end it
+    sent = await broker.send_message(run.id, "are we there yet?", by="alice")
+    with anyio.fail_after(10):
+        event = await following
+    assert sent.followup is not None
+    assert (event.data["followup_id"], event.data["text"], event.data["run"]) == (
+        sent.followup.id,
+        "are we there yet?",
+        run.id,
+    )
