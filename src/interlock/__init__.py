@@ -39,6 +39,7 @@ from .errors import (
     Cancelled,
     Closed,
     Expired,
+    FollowupNotFound,
     Forbidden,
     InterlockError,
     InvalidAnswer,
@@ -50,6 +51,7 @@ from .errors import (
     ToolFailed,
     ToolRefused,
 )
+from .followups import Followup, Sent
 from .model import (
     Ask,
     Choice,
@@ -96,7 +98,10 @@ __all__ = [
     "Deny",
     "Event",
     "Expired",
+    "FollowupNotFound",
+    "Followup",
     "Forbidden",
+    "Sent",
     "Form",
     "HumanInputTools",
     "InputHook",

@@ -30,7 +30,18 @@ from urllib.parse import urlsplit
 
 from .approval_policies import ApprovalPolicy, policy_from_dict, policy_to_dict
 from .approvals import check_context, decision_ask
-from .errors import Cancelled, Closed, Expired, InvalidAnswer, InvalidRequest, NotFound, Rejected, RunConflict
+from .errors import (
+    Cancelled,
+    Closed,
+    Expired,
+    FollowupNotFound,
+    InvalidAnswer,
+    InvalidRequest,
+    NotFound,
+    Rejected,
+    RunConflict,
+)
+from .followups import MAX_FOLLOWUP_LENGTH, MAX_QUEUED_FOLLOWUPS, Followup, Sent, approval_word
 from .hooks import DEFAULT_HOOK_TIMEOUT, Hooks
 from .model import (
     DEFAULT_EXP,
@@ -711,6 +722,65 @@ class Broker(ABC):
     ) -> RunPage:
         """Runs matching every filter given, newest first by default, a page at a time."""
 
+    # -- follow-up messages ------------------------------------------------------------------
+
+    @abstractmethod
+    async def send_message(
+        self,
+        run_id: str,
+        text: str,
+        *,
+        by: str | None = None,
+        may_answer: Callable[[Request], bool] | None = None,
+    ) -> Sent:
+        """Send a person's message to a run that has not ended; it is never dropped.
+
+        Parked on an approval, `approve` / `deny` (or `1` / `2`) decides the run's oldest
+        pending approval (`Sent.resolved`; only one `may_answer` accepts, when given);
+        any other message, and every message to a run parked on a question or working,
+        is held (`Sent.followup`) until the run's agent takes it at its next turn
+        boundary. Neither when the run holds as many messages as it may. Raises
+        `RunConflict` for a run that has ended (nothing is held: start a new run)."""
+
+    async def send_to_thread(
+        self,
+        session: str,
+        text: str,
+        *,
+        by: str | None = None,
+        involving: str | None = None,
+        may_answer: Callable[[Request], bool] | None = None,
+    ) -> Sent:
+        """Send a message to the busy run of a session (thread): its newest run that has not
+        ended (of those `involving` a name, when given), as `send_message` does. Raises
+        `NotFound` when no run of the session is busy: nothing is held, no run is started."""
+        check_text(session, "session", DEFAULT_LIMITS.max_name_length)
+        cursor: str | None = None
+        while True:
+            page = await self.list_runs(session=session, involving=involving, after=cursor, limit=100)
+            busy = next((run for run in page.items if not run.status.ended), None)
+            if busy is not None:
+                return await self.send_message(busy.id, text, by=by, may_answer=may_answer)
+            if page.next_cursor is None:
+                raise NotFound(session, message=f"no run of thread {session!r} is busy: nothing was held")
+            cursor = page.next_cursor
+
+    @abstractmethod
+    async def list_followups(self, run_id: str) -> Sequence[Followup]:
+        """The messages held for a run, oldest first; on an ended run, those it never
+        delivered (read-only)."""
+
+    @abstractmethod
+    async def withdraw_followup(self, run_id: str, followup_id: str, *, by: str | None = None) -> Followup:
+        """Withdraw a held message before it is delivered. Raises `FollowupNotFound` once
+        it is gone: withdrawn, taken for delivery, or read-only on an ended run."""
+
+    @abstractmethod
+    async def take_followups(self, run_id: str, *, worker: str | None = None) -> Sequence[Followup]:
+        """At a turn boundary of a running run (held by `worker`, when given): take every
+        held message for delivery, oldest first, each with its `followup_replayed` event.
+        The caller hands each to its agent as the next user turn."""
+
 
 class LocalBroker(Broker):
     """The broker over a store: this process keeps the waiters, runs expiry and follows
@@ -726,6 +796,7 @@ class LocalBroker(Broker):
         pause_timeout: float | timedelta = DEFAULT_PAUSE_TIMEOUT,
         grant_policy: GrantPolicy | None = None,
         allow_http_hooks: bool = False,
+        max_followups: int = MAX_QUEUED_FOLLOWUPS,
     ) -> None:
         super().__init__(
             max_prompt_length=max_prompt_length, hook_timeout=hook_timeout, limits=limits, grant_policy=grant_policy
@@ -736,6 +807,10 @@ class LocalBroker(Broker):
         self.pause_timeout = timedelta(seconds=_seconds(pause_timeout, "pause_timeout"))
         """How long a parked run waits on a person before it is given up (its
         `max_duration` when longer): about two weeks by default."""
+        if isinstance(max_followups, bool) or not isinstance(max_followups, int) or max_followups < 1:
+            raise ValueError("max_followups must be a whole number, at least 1")
+        self.max_followups = max_followups
+        """How many messages a run holds for its agent at a time."""
         self.store = store
         self.principals: PrincipalStore = store
         """Principals, tokens and web sessions: what a server and `interlock token` manage."""
@@ -1683,6 +1758,105 @@ class LocalBroker(Broker):
         items = rows[:limit]
         return RunPage(items, items[-1].id if more else None)
 
+    # -- follow-up messages ------------------------------------------------------------------
+
+    async def send_message(
+        self,
+        run_id: str,
+        text: str,
+        *,
+        by: str | None = None,
+        may_answer: Callable[[Request], bool] | None = None,
+    ) -> Sent:
+        """Send a person's message to a run that has not ended; it is never dropped.
+
+        Parked on an approval, `approve` / `deny` (or `1` / `2`) decides the run's oldest
+        pending approval (`Sent.resolved`; only one `may_answer` accepts, when given);
+        any other message, and every message to a run parked on a question or working,
+        is held (`Sent.followup`) until the run's agent takes it at its next turn
+        boundary. Neither when the run holds `max_followups` messages already. Raises
+        `RunConflict` for a run that has ended (nothing is held: start a new run),
+        `InvalidRequest` for an empty or too long message.
+        """
+        if self._state != "open":
+            await self.open()
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidRequest("a message needs some text")
+        check_text(text, "the message", MAX_FOLLOWUP_LENGTH)
+        check_text(by, "by", self.limits.max_name_length)
+        run = await self._current_run(run_id)
+        if run.status.ended:
+            raise RunConflict(
+                run.id, run.status.value, f"run {run.id!r} has ended ({run.status.value}): nothing was held"
+            )
+        decision = approval_word(text) if run.status is RunStatus.WAITING_FOR_APPROVAL else None
+        if decision is not None:
+            resolved = await self._decide_by_message(run, decision, by, may_answer)
+            if resolved is not None:
+                return Sent(run.id, resolved=resolved)
+        followup = Followup(new_id(), run.id, text, datetime.now(UTC), by)
+        held = await self.store.enqueue_followup(followup, limit=self.max_followups)
+        if held is None:
+            current = await self._current_run(run.id)
+            if current.status.ended:  # it ended meanwhile
+                raise RunConflict(
+                    run.id, current.status.value, f"run {run.id!r} has ended ({current.status.value}): nothing was held"
+                )
+        else:
+            self._changed_now()  # its `followup_queued` event: wake the streams that follow
+        return Sent(run.id, followup=held)
+
+    async def _decide_by_message(
+        self, run: Run, approve: bool, by: str | None, may_answer: Callable[[Request], bool] | None
+    ) -> str | None:
+        """Decide the run's oldest pending approval that `by` may answer; its id, or None."""
+        for request_id in run.waiting_on:
+            request = await self.store.get(request_id)
+            if request is None or request.kind != "approval" or request.status is not Status.PENDING:
+                continue
+            if may_answer is not None and not may_answer(request):
+                continue
+            try:
+                if await self.resolve(request.id, approve, by=by, via="message"):
+                    return request.id
+            except InvalidAnswer:  # an approval that a bare yes or no does not answer: hold the message
+                continue
+        return None
+
+    async def list_followups(self, run_id: str) -> Sequence[Followup]:
+        """The messages held for a run, oldest first; on an ended run, those it never
+        delivered (read-only). Raises `NotFound` for an unknown run."""
+        if self._state != "open":
+            await self.open()
+        run = await self._current_run(run_id)
+        return list(await self.store.list_followups(run.id))
+
+    async def withdraw_followup(self, run_id: str, followup_id: str, *, by: str | None = None) -> Followup:
+        """Withdraw a held message before it is delivered. Raises `FollowupNotFound` once
+        it is gone: withdrawn, taken for delivery, or read-only on an ended run."""
+        if self._state != "open":
+            await self.open()
+        check_text(followup_id, "the follow-up id", self.limits.max_name_length)
+        run = await self._current_run(run_id)
+        withdrawn = await self.store.withdraw_followup(run.id, followup_id, at=datetime.now(UTC))
+        if withdrawn is None:
+            raise FollowupNotFound(followup_id)
+        self._changed_now()
+        return withdrawn
+
+    async def take_followups(self, run_id: str, *, worker: str | None = None) -> Sequence[Followup]:
+        """At a turn boundary of a running run (held by `worker`, when given): take every
+        held message for delivery, oldest first, each with its `followup_replayed` event.
+        Nothing when the run is not running (or another worker holds it)."""
+        if self._state != "open":
+            await self.open()
+        check_text(worker, "worker", self.limits.max_name_length)
+        run = await self._current_run(run_id)
+        taken = list(await self.store.claim_followups(run.id, at=datetime.now(UTC), worker=worker))
+        if taken:
+            self._changed_now()
+        return taken
+
     async def _current_run(self, run_id: str) -> Run:
         check_text(run_id, "the run id", DEFAULT_LIMITS.max_name_length)
         run = await self.store.get_run(run_id)
@@ -1798,7 +1972,15 @@ _SCHEMES: dict[str, tuple[str | StoreFactory, bool]] = {
 """URL scheme -> its factory (or "module:name" of one, imported only when used, so a
 driver is imported only by a URL that needs it), and whether it makes a broker."""
 
-_BROKER_OPTIONS = ("max_prompt_length", "hook_timeout", "limits", "pause_timeout", "grant_policy", "allow_http_hooks")
+_BROKER_OPTIONS = (
+    "max_prompt_length",
+    "hook_timeout",
+    "limits",
+    "pause_timeout",
+    "grant_policy",
+    "allow_http_hooks",
+    "max_followups",
+)
 
 
 def register_scheme(scheme: str, factory: str | StoreFactory, *, makes_broker: bool = False) -> None:

@@ -43,7 +43,18 @@ from .agent.terminal import TerminalContract
 from .approval_policies import policy_to_dict
 from .approvals import decision_ask
 from .broker import Broker, LocalBroker, connect
-from .errors import Cancelled, Expired, Forbidden, InterlockError, InvalidAnswer, InvalidRequest, NotFound, Rejected
+from .errors import (
+    Cancelled,
+    Expired,
+    Forbidden,
+    InterlockError,
+    InvalidAnswer,
+    InvalidRequest,
+    NotFound,
+    Rejected,
+    RunConflict,
+)
+from .followups import followup_to_dict
 from .model import (
     DEFAULT_EXP,
     Answers,
@@ -669,6 +680,15 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    max_followups: Annotated[
+        int | None,
+        typer.Option(
+            "--max-followups",
+            min=1,
+            help="How many messages a busy run holds for its agent; past that a send holds nothing. [default: 20]",
+            show_default=False,
+        ),
+    ] = None,
     routing: Annotated[
         Path | None,
         typer.Option(
@@ -742,6 +762,7 @@ def serve(
             rate_limit=quota,
             max_streams=streams,
             pause_timeout=parse_duration(pause_timeout) if pause_timeout is not None else None,
+            max_followups=max_followups,
             open_inboxes=open_inboxes,
             grant_policy=policy,
             grant_key=grant_key,
@@ -984,7 +1005,7 @@ def runs(
         err.print("no runs")
 
 
-run_app = typer.Typer(no_args_is_help=True, help="Look at one run, or stop it.")
+run_app = typer.Typer(no_args_is_help=True, help="Look at one run, send it a message, or stop it.")
 app.add_typer(run_app, name="run")
 
 
@@ -1026,6 +1047,66 @@ def run_cancel(
     if not cancelled:
         raise _fail(f"run {run_id} had ended already", CANCELLED)
     err.print(f"cancelled run {run_id}", markup=False)
+
+
+@run_app.command("send")
+def run_send(
+    run_id: Annotated[str, typer.Argument(help="The run's id.")],
+    text: Annotated[str, typer.Argument(help="The message, verbatim.")],
+    db: DbOption = None,
+) -> None:
+    """Send a message to a busy run; it is never dropped. Parked on an approval, `approve`
+    / `deny` (or `1` / `2`) decides it; anything else is held and goes to the agent as its
+    next user turn. Prints what became of it as JSON. Exit 1 if nothing was held (the run
+    holds as many messages as it may), 3 if the run has ended."""
+
+    async def work(broker: Broker) -> Any:
+        try:
+            return await broker.send_message(run_id, text, by=os.environ.get("USER"))
+        except RunConflict as exc:
+            return exc
+
+    sent = _run(db, work)
+    if isinstance(sent, RunConflict):
+        raise _fail(f"{sent}; start a new run", CANCELLED)
+    out: dict[str, Any] = {"run": sent.run, "outcome": sent.outcome}
+    if sent.resolved is not None:
+        out["resolved_interaction_id"] = sent.resolved
+    if sent.followup is not None:
+        out["followup_id"] = sent.followup.id
+    typer.echo(json.dumps(out))
+    if sent.outcome == "full":
+        raise _fail(f"run {run_id} holds as many messages as it may: nothing was held; send it again later", DECLINED)
+
+
+@run_app.command("followups")
+def run_followups(
+    run_id: Annotated[str, typer.Argument(help="The run's id.")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+    db: DbOption = None,
+) -> None:
+    """List the messages held for a run, oldest first (on an ended run: those it never
+    delivered, read-only)."""
+    held = _run(db, lambda b: b.list_followups(run_id))
+    for followup in held:
+        if as_json:
+            typer.echo(json.dumps(followup_to_dict(followup)))
+        else:
+            typer.echo(f"{followup.id}\t{followup.queued_at.isoformat()}\t{followup.by or ''}\t{followup.text}")
+    if not held:
+        err.print("no messages held")
+
+
+@run_app.command("withdraw")
+def run_withdraw(
+    run_id: Annotated[str, typer.Argument(help="The run's id.")],
+    followup_id: Annotated[str, typer.Argument(help="The held message's id.")],
+    db: DbOption = None,
+) -> None:
+    """Withdraw a held message before it is delivered. Exit 1 if it is gone: withdrawn,
+    delivered, or read-only on an ended run."""
+    _run(db, lambda b: b.withdraw_followup(run_id, followup_id, by=os.environ.get("USER")))
+    err.print(f"withdrew {followup_id} from run {run_id}", markup=False)
 
 
 @app.command()

@@ -8,7 +8,9 @@ the caller (and the model reading a tool result) must treat them differently:
     ├── InvalidAnswer       (also ValueError)   the answer does not fit the asks; the request
     │                                           stays pending and unchanged, so try again
     ├── NotFound            (also ValueError)   no request with that id (never seen, or
-    │                                           evicted from a memory:// retention)
+    │   │                                       evicted from a memory:// retention)
+    │   └── FollowupNotFound                    ... no message held with that id: withdrawn,
+    │                                           delivered, or read-only on an ended run
     ├── Rejected            (also RuntimeError) a person, or a hook, refused; carries `reason`
     │   └── ApprovalDenied                      ... an approval of a tool call, in particular
     ├── Expired             (also TimeoutError) nobody answered in time
@@ -40,6 +42,7 @@ __all__ = [
     "Cancelled",
     "Closed",
     "Expired",
+    "FollowupNotFound",
     "Forbidden",
     "InterlockError",
     "InvalidGrantToken",
@@ -76,6 +79,15 @@ class NotFound(InterlockError, ValueError):
     def __init__(self, request_id: str, *, message: str | None = None) -> None:
         super().__init__(message or f"no request with id {request_id!r}")
         self.request_id = request_id
+
+
+class FollowupNotFound(NotFound):
+    """No message is held for the run with this id: never sent, withdrawn, taken for
+    delivery, or left read-only on a run that has ended."""
+
+    def __init__(self, followup_id: str, *, message: str | None = None) -> None:
+        super().__init__(followup_id, message=message or f"no follow-up {followup_id!r} is held for this run")
+        self.followup_id = followup_id
 
 
 class Rejected(InterlockError, RuntimeError):

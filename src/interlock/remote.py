@@ -19,8 +19,8 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -32,6 +32,7 @@ from .approval_policies import ApprovalPolicy, policy_from_wire, policy_to_dict
 from .approvals import is_marked
 from .broker import DEFAULT_LEASE, MAX_EVENT_ID, Broker, GrantPage, Page, RunPage, _outcome, _seconds
 from .errors import Closed, InvalidRequest, NotFound, RunConflict
+from .followups import Followup, Sent, followup_from_dict
 from .hooks import DEFAULT_HOOK_TIMEOUT
 from .model import (
     DEFAULT_EXP,
@@ -686,6 +687,43 @@ class RemoteBroker(Broker):
                 raise InvalidRequest(f"unknown run status {status!r}") from None
         page = await self._call("GET", "/runs", params=params)
         return RunPage([run_from_dict(r) for r in page["items"]], page["next_cursor"])
+
+    # -- follow-up messages ------------------------------------------------------------------
+
+    async def send_message(
+        self,
+        run_id: str,
+        text: str,
+        *,
+        by: str | None = None,
+        may_answer: Callable[[Request], bool] | None = None,
+    ) -> Sent:
+        # The server records its token's principal as the sender (`by` is the operator's to
+        # give), and decides who may answer what.
+        body = {"text": text} if by is None else {"text": text, "by": by}
+        response = await self._send("POST", f"/runs/{run_id}/messages", json=body)
+        if response.status_code == 409 and _code(response) == "thread_busy":
+            details = response.json().get("details") or {}
+            followup = None
+            if details.get("queued"):
+                held = next((f for f in await self.list_followups(run_id) if f.id == details["followup_id"]), None)
+                followup = held or Followup(str(details["followup_id"]), run_id, text, datetime.now(UTC), by)
+            return Sent(run_id, resolved=details.get("resolved_interaction_id"), followup=followup)
+        raise _error(response, run_id)
+
+    async def list_followups(self, run_id: str) -> Sequence[Followup]:
+        page = await self._call("GET", f"/runs/{run_id}/followups", request_id=run_id)
+        return [followup_from_dict(item, run_id) for item in page["items"]]
+
+    async def withdraw_followup(self, run_id: str, followup_id: str, *, by: str | None = None) -> Followup:
+        response = await self._send("DELETE", f"/runs/{run_id}/followups/{followup_id}")
+        if response.is_success:
+            return followup_from_dict(response.json(), run_id)
+        raise _error(response, followup_id)
+
+    async def take_followups(self, run_id: str, *, worker: str | None = None) -> Sequence[Followup]:
+        page = await self._call("POST", f"/runs/{run_id}/followups/take", json={"worker": worker}, request_id=run_id)
+        return [followup_from_dict(item, run_id) for item in page["items"]]
 
 
 def _event(data: Mapping[str, Any]) -> Event:

@@ -12,7 +12,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import AlreadySettled, Closed, Forbidden, InvalidAnswer, InvalidRequest, NotFound, RunConflict
+from .errors import (
+    AlreadySettled,
+    Closed,
+    FollowupNotFound,
+    Forbidden,
+    InvalidAnswer,
+    InvalidRequest,
+    NotFound,
+    RunConflict,
+)
 
 __all__ = ["WIRE_ERRORS", "WireError", "error_from_problem", "problem_of"]
 
@@ -42,6 +51,13 @@ WIRE_ERRORS: tuple[WireError, ...] = (
         lambda detail, body, _: InvalidAnswer(detail, ask_id=body.get("ask_id")),
     ),
     WireError("invalid_request", 422, InvalidRequest, _none, lambda detail, body, _: InvalidRequest(detail)),
+    WireError(
+        "followup_not_found",
+        404,
+        FollowupNotFound,
+        _none,
+        lambda detail, body, rid: FollowupNotFound(rid, message=detail),
+    ),
     WireError("not_found", 404, NotFound, _none, lambda detail, body, rid: NotFound(rid, message=detail)),
     WireError(
         "already_settled",

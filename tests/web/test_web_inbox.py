@@ -694,6 +694,32 @@ def test_a_run_not_waiting_on_you_is_not_shown(server: Server, page: Page) -> No
     assert response is not None and response.status == 404
 
 
+def test_a_person_messages_a_parked_run_sees_it_held_and_withdraws_it(server: Server, page: Page) -> None:
+    request_id = parked_run(server)
+    sign_in(page, server)
+    page.goto(f"{server.url}/inbox/runs/run-7")
+    page.get_by_label("Message the agent").fill("deploy to eu first")
+    page.get_by_role("button", name="Send").click()
+    expect(page.get_by_role("alert")).to_have_text("Your message is held: the agent gets it at its next turn.")
+    expect(page.locator(".run-followups li q")).to_have_text(["deploy to eu first"])
+    assert [f.text for f in server.run(server.broker.list_followups("run-7"))] == ["deploy to eu first"]
+    page.get_by_role("button", name="Withdraw").click()
+    expect(page.get_by_role("alert")).to_have_text("Your message was withdrawn.")
+    expect(page.locator(".run-followups li")).to_have_count(0)
+    assert stored(server, request_id).status is Status.PENDING
+
+
+def test_approve_typed_to_a_run_decides_its_approval(server: Server, page: Page) -> None:
+    request_id = parked_run(server)
+    sign_in(page, server)
+    page.goto(f"{server.url}/inbox/runs/run-7")
+    page.get_by_label("Message the agent").fill("approve")
+    page.get_by_role("button", name="Send").click()
+    expect(page.get_by_role("alert")).to_have_text("Your message decided the approval the run waited on.")
+    assert stored(server, request_id).status is Status.ANSWERED
+    assert server.run(server.broker.list_followups("run-7")) == []
+
+
 # -- grants offered beside their choices -------------------------------------------------------
 
 

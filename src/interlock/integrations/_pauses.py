@@ -21,7 +21,7 @@ from ..broker import Broker
 from ..errors import ApprovalDenied, ApprovalRefused, Cancelled, Expired
 from ..model import Request, Run, Status, Text
 
-__all__ = ["Answered", "Approved", "Asker", "Declined", "Denied", "Held", "Outcome"]
+__all__ = ["Answered", "Approved", "Asker", "Declined", "Denied", "Held", "Outcome", "take_followups"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +64,13 @@ class Declined:
 
 
 Outcome = Approved | Denied | Answered | Declined
+
+
+async def take_followups(broker: Broker, run: Run) -> list[str]:
+    """At a turn boundary: the messages a person sent while the run was busy, oldest first,
+    verbatim, taken for delivery (each gets its `followup_replayed` event), for the adapter
+    to hand its agent as the next user turn."""
+    return [f.text for f in await broker.take_followups(run.id, worker=run.worker)]
 
 
 class Asker:

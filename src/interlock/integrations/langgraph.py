@@ -15,13 +15,20 @@ LangChain's `create_agent` and `HumanInTheLoopMiddleware` needs no change: each 
 middleware holds goes through the gate, and the person's answer returns as its decision. A plain `interrupt(value)`
 works too; see `asks_for` for how a payload is rendered and `resume_value` for what the
 node gets back.
+
+Messages a person sends to the run while it is busy (`broker.send_message`) are delivered
+at its turn boundaries, as the graph's input through `followup_input` (by default, user
+messages appended to the state's `messages`, as `MessagesState` and `add_messages` read
+them): with the answers when a parked run resumes (`Command(resume=..., update=...)`),
+and, once the graph has ended, as the input of its next turn on the same thread, so the
+run completes only once nothing is held for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict, cast
 
 from langgraph.types import Command, Interrupt, interrupt
@@ -46,6 +53,7 @@ from ..model import (
     ask_to_dict,
 )
 from ..runs import Park, ResumeHandler
+from ._pauses import take_followups
 
 __all__ = [
     "APPROVAL",
@@ -56,6 +64,7 @@ __all__ = [
     "approve",
     "ask",
     "asks_for",
+    "messages_input",
     "resume_value",
 ]
 
@@ -73,6 +82,12 @@ class Decision(TypedDict, total=False):
     approved: bool
     arguments: dict[str, Any]
     reason: str
+
+
+def messages_input(texts: Sequence[str]) -> dict[str, Any]:
+    """The graph input that delivers held messages: each a user message appended to the
+    state's `messages` (LangGraph's `MessagesState`, `add_messages`)."""
+    return {"messages": [{"role": "user", "content": text} for text in texts]}
 
 
 # -- inside a node -----------------------------------------------------------------------
@@ -207,6 +222,8 @@ class LangGraphAgent:
     agent's name (a worker resumes the runs of the names it knows); `to` the person asked;
     `gate` decides on the tool calls to approve (`approval(...)` in a node, and LangChain's
     `HumanInTheLoopMiddleware` requests); by default every one of them asks.
+    `followup_input` turns the messages a person sent while the run was busy into the
+    graph's input (`messages_input` by default).
 
     A worker that dies while it resumes a run leaves the run to another once its lease
     runs out; an approval the first worker consumed already is not consumed again, so that
@@ -221,6 +238,7 @@ class LangGraphAgent:
         name: str,
         to: str | None = None,
         gate: ApprovalGate | None = None,
+        followup_input: Callable[[Sequence[str]], Any] = messages_input,
     ) -> None:
         if getattr(graph, "checkpointer", None) is None:
             raise ValueError("the graph needs a checkpointer: compile it with checkpointer=... to park and resume it")
@@ -229,6 +247,7 @@ class LangGraphAgent:
         self.name = name
         self.to = to
         self.gate = gate or ApprovalGate(broker, policies={"*": "always"}, to=to)
+        self.followup_input = followup_input
         self._sync: bool | None = None  # whether the checkpointer only has the sync API
 
     async def start(
@@ -252,11 +271,11 @@ class LangGraphAgent:
         thread = thread_id or run.id
         snapshot = await self._snapshot(thread)
         if snapshot.interrupts:
-            outcome = await self._advance(run.id, thread, None, invoke=False)
+            outcome = await self._advance(run, thread, None, invoke=False)
         elif snapshot.next:
-            outcome = await self._advance(run.id, thread, None)  # stopped mid-step: go on from the checkpoint
+            outcome = await self._advance(run, thread, None)  # stopped mid-step: go on from the checkpoint
         else:
-            outcome = await self._advance(run.id, thread, input)
+            outcome = await self._advance(run, thread, input)
         if isinstance(outcome, Park):
             return await self.broker.park(run.id, state=outcome.state, waiting_on=outcome.waiting_on)
         return await self.broker.complete_run(run.id, outcome)
@@ -296,14 +315,18 @@ class LangGraphAgent:
                 outcomes.append(await self._finish(call, request, schema))
             else:
                 values[it.id] = gated.render(outcomes)
-        return await self._advance(run.id, thread, Command(resume=values))
+        followups = await take_followups(self.broker, run)  # a resumed pause: a turn boundary
+        if followups:
+            return await self._advance(run, thread, Command(resume=values, update=self.followup_input(followups)))
+        return await self._advance(run, thread, Command(resume=values))
 
     # -- driving the graph ---------------------------------------------------------------
 
-    async def _advance(self, run_id: str, thread: str, payload: Any, *, invoke: bool = True) -> Any:
+    async def _advance(self, run: Run, thread: str, payload: Any, *, invoke: bool = True) -> Any:
         """Run the graph on `payload` until it ends (its final values, the run's result) or
         interrupts for a person (`Park` on the requests made for them); interrupts the gate
-        decides at once are answered at once."""
+        decides at once are answered at once, and messages held meanwhile start another turn."""
+        run_id = run.id
         while True:
             if invoke:
                 await self._invoke(payload, thread)
@@ -311,6 +334,10 @@ class LangGraphAgent:
             snapshot = await self._snapshot(thread)
             interrupts: tuple[Interrupt, ...] = tuple(snapshot.interrupts)
             if not interrupts:
+                followups = await take_followups(self.broker, run)  # the graph ended: held messages go in now
+                if followups:
+                    payload = self.followup_input(followups)
+                    continue
                 return _jsonable(snapshot.values)
             answered: dict[str, Any] = {}
             questions: dict[str, str] = {}

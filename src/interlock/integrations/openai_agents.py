@@ -13,7 +13,10 @@ each call (the rejection message is the person's reason, verbatim) and runs on.
     worker = Worker(broker, runs.handlers())              # in any process, later
 
 The SDK approves a call with the arguments the model gave, so the approval offers no
-edit of the arguments. Tested with openai-agents 0.x (`pip install
+edit of the arguments. Messages a person sends to the run while it is busy
+(`broker.send_message`) are delivered at its turn boundaries: after a turn that ends with
+a final output (a resumed pause's included), each held message verbatim as the next user
+turn, so the run completes only once nothing is held for it. Tested with openai-agents 0.x (`pip install
 interlock[openai-agents]`).
 """
 
@@ -24,14 +27,14 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from agents import Agent, RunConfig, Runner, RunResult, RunState
+from agents import Agent, RunConfig, Runner, RunResult, RunState, TResponseInputItem
 from pydantic import TypeAdapter
 
 from ..agent.gate import ApprovalGate
 from ..broker import Broker
 from ..model import Request, Run
 from ..runs import Park, ResumeHandler
-from ._pauses import Approved, Asker, Denied, Held, Outcome
+from ._pauses import Approved, Asker, Denied, Held, Outcome, take_followups
 
 __all__ = ["OpenAIAgentsRuns"]
 
@@ -116,6 +119,12 @@ class OpenAIAgentsRuns:
         """The run's result when the agent finished, else `Park` on its interruptions
         (going on at once when the gate decided every one of them without a person)."""
         if not result.interruptions:
+            followups = await take_followups(self.broker, run)  # the turn ended: messages held meanwhile go in now
+            if followups:
+                said: list[TResponseInputItem] = [{"role": "user", "content": text} for text in followups]
+                turns = [*result.to_input_list(), *said]
+                again = await Runner.run(self.agent, turns, context=self.context, run_config=self.run_config)
+                return await self._settle(run, again)
             return _JSON.dump_python(result.final_output, mode="json")
         held = [
             Held(item.call_id or "", item.name or "", _arguments(item.arguments), "approval")

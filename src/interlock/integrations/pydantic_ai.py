@@ -10,6 +10,12 @@ person has answered, a worker resumes the run with `DeferredToolResults`: an app
 `ToolApproved` (with the person's edited arguments as `override_args`), a denial as
 `ToolDenied` with the person's reason verbatim, a question's answer as the call's result.
 
+Messages a person sends to the run while it is busy (`broker.send_message`) are delivered
+at its step boundaries, each verbatim as a user prompt of its own: in the next request to
+the model (after a step's tool calls, and with the tool results when a parked run
+resumes), and, for one sent while the last model call ran, as the next user turn; so the
+run completes only once nothing is held for it.
+
     runs = PydanticAIRuns(broker, agent, name="deployer", gate=gate)
     run = await runs.start("Deploy 2.3 to prod")          # completed, or parked
     worker = Worker(broker, runs.handlers())              # in any process, later
@@ -27,14 +33,15 @@ from typing import Any
 from pydantic import TypeAdapter
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_ai.exceptions import ToolFailed
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, UserPromptPart
+from pydantic_ai.run import AgentRunResult
 from pydantic_ai.toolsets import FunctionToolset
 
 from ..agent.gate import ApprovalGate
 from ..broker import Broker
 from ..model import Request, Run
 from ..runs import Park, ResumeHandler
-from ._pauses import Answered, Approved, Asker, Declined, Denied, Held, Outcome
+from ._pauses import Answered, Approved, Asker, Declined, Denied, Held, Outcome, take_followups
 
 __all__ = ["PydanticAIRuns"]
 
@@ -88,7 +95,7 @@ class PydanticAIRuns:
         if run.attempts or run.status.value != "running" or run.state is not None:
             return run
         try:
-            result = await self.agent.run(prompt, output_type=self._output_type(), deps=self.deps)
+            result = await self._run(run, prompt)
             outcome = await self._settle(run, result.output, result.all_messages())
         except Exception as exc:
             return await self.broker.fail_run(run.id, f"{type(exc).__name__}: {exc}")
@@ -118,13 +125,22 @@ class PydanticAIRuns:
                 results.calls[call_id] = outcome.value
             else:
                 results.calls[call_id] = ToolFailed(outcome.reason)
-        result = await self.agent.run(
-            message_history=messages,
-            deferred_tool_results=results,
-            output_type=self._output_type(),
-            deps=self.deps,
-        )
+        result = await self._run(run, None, message_history=messages, deferred_tool_results=results)
         return await self._settle(run, result.output, result.all_messages())
+
+    async def _run(self, run: Run, prompt: str | Sequence[str] | None, **options: Any) -> AgentRunResult[Any]:
+        """Run the agent, delivering the messages held for the run at each step boundary:
+        every request to the model (the first, and each after a step's tool calls, a
+        resumed pause's included) carries them, each a user prompt of its own."""
+        async with self.agent.iter(prompt, output_type=self._output_type(), deps=self.deps, **options) as agent_run:
+            async for node in agent_run:
+                if Agent.is_model_request_node(node):
+                    followups = await take_followups(self.broker, run)
+                    if followups:
+                        node.request.parts = [*node.request.parts, *(UserPromptPart(text) for text in followups)]
+        if agent_run.result is None:  # pragma: no cover - iter ends only with a result
+            raise RuntimeError("the agent run ended without a result")
+        return agent_run.result
 
     async def _settle(self, run: Run, output: Any, messages: list[ModelMessage]) -> Any:
         """The run's result when the agent finished, else `Park` on the calls it holds
@@ -141,6 +157,10 @@ class PydanticAIRuns:
                 }
                 return Park(state, [e["request"] for e in entries])
             return await self._continue(run, messages, decided)
+        followups = await take_followups(self.broker, run)  # sent during the last model call: another turn
+        if followups:
+            result = await self._run(run, followups, message_history=messages)
+            return await self._settle(run, result.output, result.all_messages())
         return _JSON.dump_python(output, mode="json")
 
     def _output_type(self) -> Any:

@@ -40,7 +40,7 @@ from ..mcp import HttpEndpoint
 from ..model import GrantPolicy, Limits
 from ..routing import Routing, load_routing
 from ..wire import WIRE_ERRORS, problem_of
-from . import api, deliveries, grants, inbound, interactions, policies, runs, web_deliveries
+from . import api, deliveries, followups, grants, inbound, interactions, policies, runs, web_deliveries
 from .api import PROBLEMS
 from .auth import Auth, loopback_host, same_origin
 from .common import ApiError, AppState, Quotas, event_to_dict, parse_event_id, problem
@@ -123,6 +123,7 @@ def create_app(
     rate_limit: Quota | Literal["default"] | None = "default",
     max_streams: int | Literal["default"] | None = "default",
     pause_timeout: float | None = None,
+    max_followups: int | None = None,
     open_inboxes: bool = False,
     grant_policy: GrantPolicy | None = None,
     grant_key: GrantSigner | str | Path | None = None,
@@ -144,7 +145,8 @@ def create_app(
     `quotas.DEFAULT_STREAMS`) and off without it, where the only caller is this machine's
     user.
     `pause_timeout` (seconds) is how long a parked run waits on a person before it is
-    given up (about two weeks by default), for a broker made here.
+    given up (about two weeks by default), for a broker made here; `max_followups` how
+    many messages a busy run holds for its agent (20 by default), likewise.
     `open_inboxes`: let anyone signed in ask anyone (an open organisation); by default a
     principal asks its own inbox (an agent: its owner's) and anyone else only with their
     grant to request (`interlock.grants`).
@@ -161,6 +163,8 @@ def create_app(
     options: dict[str, Any] = {"limits": limits} if limits is not None else {}
     if pause_timeout is not None:
         options["pause_timeout"] = pause_timeout
+    if max_followups is not None:
+        options["max_followups"] = max_followups
     the_broker = broker or connect(url, **options)
     if grant_policy is not None:
         the_broker.grant_policy = grant_policy
@@ -224,6 +228,7 @@ def create_app(
     app.include_router(api.router, prefix="/api/v1")
     app.include_router(interactions.router, prefix="/api/v1")
     app.include_router(runs.router, prefix="/api/v1")
+    app.include_router(followups.router, prefix="/api/v1")
     app.include_router(grants.router, prefix="/api/v1")
     app.include_router(policies.router, prefix="/api/v1")
     app.include_router(deliveries.router, prefix="/api/v1")

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..broker import MAX_EVENT_ID, LocalBroker
 from ..channels.delivery import DeliveryLoop
+from ..followups import FOLLOWUP_EVENTS
 from ..grant_tokens import GrantSigner
 from ..model import RUN_EVENTS, Event, Run, Status, request_to_dict
 from ..principals import Principal, can_read
@@ -111,8 +112,8 @@ async def may_see_run(broker: LocalBroker, principal: Principal, run: Run) -> bo
 
 
 def run_event_filter(principal: Principal, run_id: str) -> Callable[[Event], bool]:
-    """A run's events as one who may see the run sees them: the run's own, and those of
-    its requests (and updates) that are theirs to read."""
+    """A run's events as one who may see the run sees them: the run's own (its held
+    messages' too), and those of its requests (and updates) that are theirs to read."""
 
     def accept(event: Event) -> bool:
         if event.request is not None:
@@ -121,7 +122,10 @@ def run_event_filter(principal: Principal, run_id: str) -> Callable[[Event], boo
         if data.get("run") != run_id:
             return False
         return (
-            event.type in RUN_EVENTS or principal.kind == "admin" or principal.name in (data.get("to"), data.get("by"))
+            event.type in RUN_EVENTS
+            or event.type in FOLLOWUP_EVENTS  # a run's held messages are for all who may see the run
+            or principal.kind == "admin"
+            or principal.name in (data.get("to"), data.get("by"))
         )
 
     return accept

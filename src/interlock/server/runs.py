@@ -24,6 +24,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..broker import DEFAULT_LEASE, MAX_EVENT_ID, LocalBroker
 from ..errors import NotFound, RunConflict
+from ..followups import followup_to_dict
 from ..model import Event, Run, RunStatus, run_to_dict
 from ..principals import Principal
 from .common import (
@@ -133,6 +134,11 @@ class RunModel(BaseModel):
     lease_expires_at: str | None
     attempts: int
     state: Any = Field(None, description="shown only to the agent that started the run")
+    queuedFollowups: list[dict[str, Any]] | None = Field(  # Novo's name on the wire
+        None,
+        description="reading one run: the messages held for it, oldest first (`{id, text, queuedAt, by}`); "
+        "on an ended run, those never delivered, read-only",
+    )
 
 
 class RunPageModel(BaseModel):
@@ -287,8 +293,12 @@ async def _disconnected(http: Request) -> None:
 
 @router.get("/runs/{run_id}", response_model=RunModel, responses=_problems(403, 404, 422))
 async def get_run(run_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
-    """The run as it is now (its state only to the agent that started it)."""
-    return out(caller, await visible_run(broker, caller, run_id))
+    """The run as it is now (its state only to the agent that started it), with the
+    messages held for it (`queuedFollowups`, oldest first)."""
+    run = await visible_run(broker, caller, run_id)
+    shape = run_to_dict(run, state=_keeps_state(caller, run))
+    shape["queuedFollowups"] = [followup_to_dict(f) for f in await broker.list_followups(run.id)]
+    return JSONResponse(shape)
 
 
 @router.post("/runs/{run_id}/park", response_model=RunModel, responses=_problems(400, 403, 404, 409, 413, 422))

@@ -35,13 +35,15 @@ from sse_starlette import ServerSentEvent
 from .._form_inputs import Field, FieldFault, form_unchanged, form_values
 from ..approvals import decision_ask
 from ..broker import MAX_EVENT_ID, Broker
-from ..errors import InvalidAnswer, NotFound
+from ..errors import FollowupNotFound, InvalidAnswer, NotFound, RunConflict
+from ..followups import MAX_FOLLOWUP_LENGTH
 from ..model import (
     Answers,
     Ask,
     Event,
     Form,
     Grant,
+    Run,
     Status,
     offered_grants,
     time_budget,
@@ -643,8 +645,9 @@ async def answer(http: HttpRequest, state: State, request_id: str) -> Response:
 
 
 @router.get("/inbox/runs/{run_id}", name="inbox_run", response_class=HTMLResponse)
-async def run_page(http: HttpRequest, state: State, run_id: str, cancel: str = "") -> Response:
-    """A run: its agent and status, the requests of it that are yours, and its events."""
+async def run_page(http: HttpRequest, state: State, run_id: str, cancel: str = "", sent: str = "") -> Response:
+    """A run: its agent and status, the requests of it that are yours, the messages held
+    for its agent (and a box to send one), and its events."""
     who = await session(state, http)
     if who is None:
         return RedirectResponse(http.url_for("signin"), status_code=303)
@@ -658,8 +661,9 @@ async def run_page(http: HttpRequest, state: State, run_id: str, cancel: str = "
     requests = (await state.broker.list(run=run.id, recipient=recipient, order="asc", limit=200)).items
     accept = run_event_filter(who.principal, run.id)
     events = [e for e in await state.broker.find_events(run=run.id, limit=500) if accept(e)]
-    notice = _RUN_NOTICES.get(cancel, "")  # fixed texts: the page repeats nothing from its URL
-    context = {"run": run, "requests": requests, "events": events, "notice": notice}
+    notice = _RUN_NOTICES.get(cancel, "") or _SENT_NOTICES.get(sent, "")  # fixed texts, nothing from the URL
+    followups = await state.broker.list_followups(run.id)
+    context = {"run": run, "requests": requests, "events": events, "notice": notice, "followups": followups}
     return page(state, http, "run.html", context, who=who)
 
 
@@ -685,6 +689,76 @@ async def cancel_run(http: HttpRequest, state: State, run_id: str) -> Response:
 
 
 _RUN_NOTICES = {"done": "Cancelled: its pending requests were withdrawn.", "ended": "This run had ended already."}
+_SENT_NOTICES = {
+    "resolved": "Your message decided the approval the run waited on.",
+    "queued": "Your message is held: the agent gets it at its next turn.",
+    "full": "The run holds as many messages as it may: nothing was held. Send it again later.",
+    "ended": "This run has ended: nothing was held.",
+    "withdrawn": "Your message was withdrawn.",
+    "gone": "That message is gone already: delivered, withdrawn, or the run has ended.",
+}
+
+
+async def _run_form(http: HttpRequest, state: State, run_id: str) -> tuple[Session, Run, Values] | Response:
+    """The signed-in person, the run and the form's values of a post about a run they may
+    see; else the refusal to answer with."""
+    who = await session(state, http)
+    if who is None:
+        return RedirectResponse(http.url_for("signin"), status_code=303)
+    values = await _values(http)
+    try:
+        check_csrf(who.csrf, values.get("csrf"))
+    except HTTPException as exc:
+        return refusal(state, http, 403, str(exc.detail), who)
+    try:
+        run = await state.broker.get_run(run_id)
+    except NotFound:
+        return refusal(state, http, 404, "There is no such run.", who)
+    if not await may_see_run(state.broker, who.principal, run):
+        return refusal(state, http, 403, "This run is not waiting on you.", who)
+    return who, run, values
+
+
+@router.post("/inbox/runs/{run_id}/messages", name="inbox_run_message", response_class=HTMLResponse)
+async def send_run_message(http: HttpRequest, state: State, run_id: str) -> Response:
+    """Send the run's agent a message: `approve` / `deny` decides a pending approval of
+    yours; anything else is held for the agent's next turn."""
+    found = await _run_form(http, state, run_id)
+    if isinstance(found, Response):
+        return found
+    who, run, values = found
+    text = values.get("text", "")
+    outcome: str
+    if not text.strip() or len(text) > MAX_FOLLOWUP_LENGTH:
+        return refusal(state, http, 422, f"A message needs some text, at most {MAX_FOLLOWUP_LENGTH} characters.", who)
+    try:
+        outcome = (
+            await state.broker.send_message(
+                run.id, text, by=who.principal.name, may_answer=lambda r: can_answer(who.principal, r)
+            )
+        ).outcome
+    except RunConflict:
+        outcome = "ended"
+    where = http.url_for("inbox_run", run_id=run.id).include_query_params(sent=outcome)
+    return RedirectResponse(where, status_code=303)
+
+
+@router.post(
+    "/inbox/runs/{run_id}/followups/{followup_id}/withdraw", name="inbox_run_withdraw", response_class=HTMLResponse
+)
+async def withdraw_run_message(http: HttpRequest, state: State, run_id: str, followup_id: str) -> Response:
+    """Withdraw a message held for the run before its agent gets it."""
+    found = await _run_form(http, state, run_id)
+    if isinstance(found, Response):
+        return found
+    _, run, _ = found
+    try:
+        await state.broker.withdraw_followup(run.id, followup_id)
+        outcome = "withdrawn"
+    except FollowupNotFound:
+        outcome = "gone"
+    where = http.url_for("inbox_run", run_id=run.id).include_query_params(sent=outcome)
+    return RedirectResponse(where, status_code=303)
 
 
 @router.get("/inbox/updates/{event_id}", name="inbox_update", response_class=HTMLResponse)

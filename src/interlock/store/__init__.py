@@ -5,13 +5,14 @@
   settlement wins), and append an event in the same transaction as every change.
 - `PrincipalStore`: principals, their tokens and the web sessions opened with them.
 - `RunStore`: runs, the requests each parked run waits on, and who holds a claimed run.
+- `FollowupStore`: the messages held for busy runs until their agent takes them.
 - `GrantStore`: capability grants as issued (by an answer, or given directly), listed,
   looked up and revoked, each issuance and revocation with its event.
 - `OutboxStore`: the notices the request store writes with each event that concerns a
   person, and their deliveries to channels, claimed under a lease.
 - `PolicyStore`: the declarative approval policies of agents (per tool server), each
   change versioned and recorded with its event.
-- `Store`: all six, as every backend implements them over one database.
+- `Store`: all seven, as every backend implements them over one database.
 
 The Broker holds the semantics (waiting, hooks, expiry timing) and is the only caller.
 Core code never imports a driver: each backend module imports its own. The SQL backends
@@ -28,12 +29,14 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from ..approval_policies import ApprovalPolicy
+from ..followups import Followup
 from ..model import Event, IssuedGrant, Request, Response, Run, RunStatus, Status
 from ..outbox import Delivery, DeliveryState, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
 
 __all__ = [
     "EventQuery",
+    "FollowupStore",
     "GrantQuery",
     "GrantStore",
     "OutboxStore",
@@ -365,6 +368,38 @@ class RunStore(Protocol):
         ...
 
 
+class FollowupStore(Protocol):
+    """Messages held for runs that are busy (`interlock.followups`). Each change appends
+    its `followup_*` event (data: `followups.followup_event_data`) in the same transaction.
+
+    A held message is delivered or withdrawn at most once: of any number of callers on any
+    node, one takes it. Once its run has ended, a message still held is read-only: listed,
+    never withdrawn nor delivered.
+    """
+
+    async def enqueue_followup(self, followup: Followup, *, limit: int) -> Followup | None:
+        """Hold `followup` for its run, with its `followup_queued` event, if the run exists,
+        has not ended and holds fewer than `limit` messages (checked in the insert's own
+        transaction); None otherwise."""
+        ...
+
+    async def list_followups(self, run_id: str) -> Sequence[Followup]:
+        """The messages held for the run (neither delivered nor withdrawn), oldest first."""
+        ...
+
+    async def withdraw_followup(self, run_id: str, followup_id: str, *, at: datetime) -> Followup | None:
+        """Withdraw a message held for a run that has not ended, with its
+        `followup_withdrawn` event; None when it is not held (unknown, of another run,
+        withdrawn or delivered already) or its run has ended."""
+        ...
+
+    async def claim_followups(self, run_id: str, *, at: datetime, worker: str | None = None) -> Sequence[Followup]:
+        """Take every message held for a running run (held by `worker`, when given) for
+        delivery, oldest first, each with its `followup_replayed` event, in one
+        transaction; none when the run is not running."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class GrantQuery:
     """Filters and a keyset page for `GrantStore.list_grants`, newest first. `live_at`
@@ -480,7 +515,7 @@ class PolicyStore(Protocol):
         ...
 
 
-class Store(RequestStore, PrincipalStore, RunStore, GrantStore, OutboxStore, PolicyStore, Protocol):
+class Store(RequestStore, PrincipalStore, RunStore, FollowupStore, GrantStore, OutboxStore, PolicyStore, Protocol):
     """Every port over one database, as the broker takes it: a backend keeps requests,
     principals and runs side by side, so a revocation ends the sessions and writes its
     event in one transaction, and a settlement marks its run ready in its own."""

@@ -22,6 +22,7 @@ from importlib import resources
 from typing import Any
 
 from ..approval_policies import ApprovalPolicy, policy_from_body
+from ..followups import Followup
 from ..model import (
     Event,
     IssuedGrant,
@@ -47,6 +48,7 @@ __all__ = [
     "SqlStore",
     "decode_json",
     "encode_json",
+    "followup_from_row",
     "find_events_sql",
     "grants_sql",
     "load_migrations",
@@ -90,9 +92,9 @@ class Migration:
     sql: str
 
 
-def load_queries(dialect: str) -> dict[str, str]:
-    """The `-- name: x` sections of `sql/<dialect>/queries.sql`, by name."""
-    text = resources.files(__package__).joinpath("sql", dialect, "queries.sql").read_text("utf-8")
+def load_queries(dialect: str, file: str = "queries") -> dict[str, str]:
+    """The `-- name: x` sections of `sql/<dialect>/<file>.sql`, by name."""
+    text = resources.files(__package__).joinpath("sql", dialect, f"{file}.sql").read_text("utf-8")
     parts = _NAME.split(text)
     return {name: body.strip().rstrip(";") for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 
@@ -109,6 +111,12 @@ def load_migrations(dialect: str) -> list[Migration]:
     if [m.version for m in found] != list(range(1, len(found) + 1)):
         raise RuntimeError(f"{dialect} migrations are not numbered 1..n: {[m.version for m in found]}")
     return found
+
+
+def followup_from_row(row: Sequence[Any], time: Callable[[Any], datetime]) -> Followup:
+    """A held message from its row (id, run_id, text, sender, queued_at)."""
+    followup_id, run_id, text, sender, queued_at = row[:5]
+    return Followup(followup_id, run_id, text, time(queued_at), sender)
 
 
 def request_from_row(status: str, doc: str, response: str | None) -> Request:

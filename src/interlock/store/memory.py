@@ -23,6 +23,7 @@ from typing import Any
 
 from ..approval_policies import ApprovalPolicy, policy_event_data, with_version
 from ..errors import Closed
+from ..followups import Followup, followup_event_data
 from ..model import (
     Event,
     IssuedGrant,
@@ -80,6 +81,7 @@ class MemoryStore:
         self._signin_links: dict[str, tuple[IssuedSignInLink, bool]] = {}  # by hash: the link and whether used
         self._closed: set[tuple[str, str | None]] = set()  # (channel, requester or None for everyone)
         self._runs: dict[str, Run] = {}
+        self._followups: dict[str, dict[str, Followup]] = {}  # by run, then id: the messages held, oldest first
         self._run_expiry: list[tuple[datetime, str]] = []  # parked runs' deadlines (stale entries skipped)
         self._grants: dict[str, IssuedGrant] = {}  # by id; kept for the life of the process
         self._policies: dict[tuple[str, str], ApprovalPolicy] = {}  # by (agent, server)
@@ -531,6 +533,43 @@ class MemoryStore:
                 return deadline
             heapq.heappop(self._run_expiry)
         return None
+
+    # -- follow-up messages ------------------------------------------------------------------
+
+    def _append_followup(self, type_: str, followup: Followup, run: Run, at: datetime) -> None:
+        self._last_event += 1
+        data = followup_event_data(followup, agent=run.agent, session=run.session, to=run.requester)
+        self._events.append(Event(self._last_event, type_, at, data=data))
+
+    async def enqueue_followup(self, followup: Followup, *, limit: int) -> Followup | None:
+        run = self._runs.get(followup.run)
+        held = self._followups.setdefault(followup.run, {})
+        if run is None or run.status.ended or len(held) >= limit or followup.id in held:
+            return None
+        held[followup.id] = followup
+        self._append_followup("followup_queued", followup, run, followup.queued_at)
+        return followup
+
+    async def list_followups(self, run_id: str) -> Sequence[Followup]:
+        return builtins.list(self._followups.get(run_id, {}).values())
+
+    async def withdraw_followup(self, run_id: str, followup_id: str, *, at: datetime) -> Followup | None:
+        run = self._runs.get(run_id)
+        held = self._followups.get(run_id, {})
+        if run is None or run.status.ended or followup_id not in held:
+            return None
+        followup = held.pop(followup_id)
+        self._append_followup("followup_withdrawn", followup, run, at)
+        return followup
+
+    async def claim_followups(self, run_id: str, *, at: datetime, worker: str | None = None) -> Sequence[Followup]:
+        run = self._runs.get(run_id)
+        if run is None or run.status is not RunStatus.RUNNING or not self._held(run, worker):
+            return []
+        taken = builtins.list(self._followups.pop(run_id, {}).values())
+        for followup in taken:
+            self._append_followup("followup_replayed", followup, run, at)
+        return taken
 
     # -- grants -----------------------------------------------------------------------------
 

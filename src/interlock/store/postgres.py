@@ -44,6 +44,7 @@ import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no type informat
 from .._backoff import Backoff
 from ..approval_policies import ApprovalPolicy, policy_body, policy_event_data, with_version
 from ..errors import Closed
+from ..followups import Followup, followup_event_data
 from ..model import (
     Event,
     IssuedGrant,
@@ -68,6 +69,7 @@ from ._sql import (
     SqlStore,
     decode_json,
     encode_json,
+    followup_from_row,
     load_migrations,
     load_queries,
     may_end,
@@ -83,6 +85,7 @@ __all__ = ["PostgresStore", "from_url"]
 log = logging.getLogger("interlock")
 
 Q = load_queries("postgresql")
+F = load_queries("postgresql", "followups")
 CHANNEL = "interlock"
 _DUE_BATCH = 1000  # overdue requests expired per transaction; the expiry loop comes back for more
 _OPTIONS = {
@@ -556,6 +559,63 @@ class PostgresStore(SqlStore):
                 self._remember(request, answer)
             out.append((ended, [request for request, _ in cancelled]))
         return out
+
+    # -- follow-up messages --------------------------------------------------------------
+
+    async def _followup_events(
+        self, conn: Any, type_: str, followups: Sequence[Followup], run: Run, at: datetime
+    ) -> None:
+        """Append one event per message: the last statement of its transaction (see `events`)."""
+        data = [followup_event_data(f, agent=run.agent, session=run.session, to=run.requester) for f in followups]
+        await conn.execute(F["followup_events"], type_, at, run.id, [encode_json(d) for d in data])
+
+    async def _locked_run(self, conn: Any, run_id: str) -> Any:
+        return await conn.fetchrow(Q["lock_run"], run_id)
+
+    async def enqueue_followup(self, followup: Followup, *, limit: int) -> Followup | None:
+        async with self._transaction() as conn:
+            row = await self._locked_run(conn, followup.run)
+            if row is None:
+                return None
+            run = self._run(row)
+            if run.status.ended or await conn.fetchval(F["count_held_followups"], run.id) >= limit:
+                return None
+            args = (followup.id, followup.run, followup.text, followup.by, followup.queued_at)
+            await conn.execute(F["insert_followup"], *args)
+            await self._followup_events(conn, "followup_queued", [followup], run, followup.queued_at)
+        return followup
+
+    async def list_followups(self, run_id: str) -> Sequence[Followup]:
+        rows = await self._query("fetch", F["held_followups"], run_id)
+        return [followup_from_row(tuple(row), self._time) for row in rows]
+
+    async def withdraw_followup(self, run_id: str, followup_id: str, *, at: datetime) -> Followup | None:
+        async with self._transaction() as conn:
+            row = await self._locked_run(conn, run_id)
+            if row is None or self._run(row).status.ended:
+                return None
+            found = await conn.fetchrow(F["finish_followup"], followup_id, "withdrawn", at, run_id)
+            if found is None:
+                return None
+            followup = followup_from_row(tuple(found), self._time)
+            await self._followup_events(conn, "followup_withdrawn", [followup], self._run(row), at)
+        return followup
+
+    async def claim_followups(self, run_id: str, *, at: datetime, worker: str | None = None) -> Sequence[Followup]:
+        if not await self._query("fetch", F["held_followups"], run_id):
+            return []  # the common case at a turn boundary: lock nothing
+        async with self._transaction() as conn:
+            row = await self._locked_run(conn, run_id)
+            if row is None:
+                return []
+            run = self._run(row)
+            if run.status is not RunStatus.RUNNING or (worker is not None and run.worker != worker):
+                return []
+            rows = await conn.fetch(F["deliver_followups"], run_id, at)
+            taken = sorted((followup_from_row(tuple(r), self._time) for r in rows), key=lambda f: (f.queued_at, f.id))
+            if taken:
+                await self._followup_events(conn, "followup_replayed", taken, run, at)
+        return taken
 
     # -- grants ---------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from .._backoff import Backoff
 from ..approval_policies import ApprovalPolicy, policy_body, policy_event_data, with_version
 from ..errors import Closed
+from ..followups import Followup, followup_event_data
 from ..model import (
     Event,
     IssuedGrant,
@@ -46,6 +47,7 @@ from ._sql import (
     SqlStore,
     encode_json,
     find_events_sql,
+    followup_from_row,
     load_migrations,
     load_queries,
     may_end,
@@ -61,6 +63,7 @@ __all__ = ["SqliteStore", "from_url"]
 
 T = TypeVar("T")
 Q = load_queries("sqlite")
+F = load_queries("sqlite", "followups")
 _NUMBERED = {name: numbered(sql) for name, sql in Q.items()}  # the queries `SqlStore` runs with positional arguments
 _SYNCHRONOUS = {"OFF", "NORMAL", "FULL", "EXTRA"}
 
@@ -735,6 +738,77 @@ class SqliteStore(SqlStore):
             for request, answer in cancelled:
                 self._remember(request, answer)
         return [(run, [request for request, _ in cancelled]) for run, cancelled in expired]
+
+    # -- follow-up messages --------------------------------------------------------------
+
+    @staticmethod
+    def _followup_event(db: sqlite3.Connection, type_: str, followup: Followup, run: Run, at: datetime) -> None:
+        data = followup_event_data(followup, agent=run.agent, session=run.session, to=run.requester)
+        db.execute(
+            Q["insert_event"],
+            {
+                "type": type_,
+                "request_id": None,
+                "at": _us(at),
+                "data": encode_json(data),
+                "recipient": followup.by,
+                "requester": run.requester,
+                "session": run.session,
+                "run": run.id,
+            },
+        )
+
+    async def enqueue_followup(self, followup: Followup, *, limit: int) -> Followup | None:
+        row = {
+            "id": followup.id,
+            "run": followup.run,
+            "text": followup.text,
+            "sender": followup.by,
+            "queued_at": _us(followup.queued_at),
+        }
+
+        def enqueue(db: sqlite3.Connection) -> Followup | None:
+            run = self._run_in(db, followup.run)
+            if run is None or run.status.ended:
+                return None
+            if db.execute(F["count_held_followups"], {"run": run.id}).fetchone()[0] >= limit:
+                return None
+            db.execute(F["insert_followup"], row)
+            self._followup_event(db, "followup_queued", followup, run, followup.queued_at)
+            return followup
+
+        return await self._write(enqueue)
+
+    async def list_followups(self, run_id: str) -> Sequence[Followup]:
+        return [followup_from_row(row, _from_us) for row in await self._read(F["held_followups"], {"run": run_id})]
+
+    async def withdraw_followup(self, run_id: str, followup_id: str, *, at: datetime) -> Followup | None:
+        def withdraw(db: sqlite3.Connection) -> Followup | None:
+            run = self._run_in(db, run_id)
+            row = db.execute(F["held_followup"], {"id": followup_id, "run": run_id}).fetchone()
+            if run is None or run.status.ended or row is None:
+                return None
+            followup = followup_from_row(row, _from_us)
+            db.execute(F["finish_followup"], {"id": followup_id, "state": "withdrawn", "at": _us(at)})
+            self._followup_event(db, "followup_withdrawn", followup, run, at)
+            return followup
+
+        return await self._write(withdraw)
+
+    async def claim_followups(self, run_id: str, *, at: datetime, worker: str | None = None) -> Sequence[Followup]:
+        def claim(db: sqlite3.Connection) -> list[Followup]:
+            run = self._run_in(db, run_id)
+            if run is None or run.status is not RunStatus.RUNNING or (worker is not None and run.worker != worker):
+                return []
+            taken = [followup_from_row(row, _from_us) for row in db.execute(F["held_followups"], {"run": run_id})]
+            for followup in taken:
+                db.execute(F["finish_followup"], {"id": followup.id, "state": "delivered", "at": _us(at)})
+                self._followup_event(db, "followup_replayed", followup, run, at)
+            return taken
+
+        if not await self._read(F["held_followups"], {"run": run_id}):
+            return []  # the common case at a turn boundary: take no write lock
+        return await self._write(claim)
 
     # -- one-time sign-in links -----------------------------------------------------------
 

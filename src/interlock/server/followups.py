@@ -1,0 +1,174 @@
+"""Follow-up messages over HTTP, under /api/v1/runs/{run_id}: send a message to a busy run
+(or to a thread's busy run, /api/v1/threads/{thread_id}/messages), list what it holds,
+withdraw a held message, and (the run's agent) take them for delivery.
+
+The send answers as Novo's does, so a Novo client reads it unchanged: a message to a run
+that has not ended is never dropped, and the answer is always 409 `thread_busy`, saying
+what became of it in `details`: `resolved_interaction_id` (the message decided the run's
+pending approval), `queued: true` with `followup_id` (it is held), or neither (nothing
+was held: the run holds as many messages as it may). A message to a run that has ended
+is 409 `run_conflict`: nothing is held and no run is started.
+
+Who may send and withdraw: whoever may see the run (the agent that started it, that
+agent's owner, the people its requests go to); a message decides an approval only for
+one who may answer it. Taking the held messages is the run's own agent's.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Annotated, Any, NoReturn
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from ..followups import MAX_FOLLOWUP_LENGTH, Sent, followup_to_dict
+from ..principals import Principal, can_answer
+from .common import ApiError, TheBroker, app_state, problem_responses
+from .runs import own_run, visible_run
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["runs"])
+
+PROBLEMS = {
+    400: "the body is not valid JSON",
+    403: "not yours: the run is neither started by you nor waiting on you (taking messages: not your run)",
+    404: "no such run (`not_found`), or no such message held (`followup_not_found`): withdrawn, delivered, "
+    "or read-only on an ended run",
+    409: "`thread_busy`: the message was held (`details.queued`, `details.followup_id`), decided the run's "
+    "approval (`details.resolved_interaction_id`), or was not held (neither: the queue is full); "
+    "`run_conflict`: the run has ended, nothing was held",
+    413: "the body is too large",
+    422: "the body does not fit the schema: an empty or too long message (`invalid_request`)",
+}
+
+_problems = functools.partial(problem_responses, PROBLEMS)
+
+
+async def _caller(request: Request) -> Principal:
+    return await app_state(request).auth.api_principal(request)
+
+
+Caller = Annotated[Principal, Depends(_caller)]
+
+
+class MessageBody(BaseModel):
+    model_config = {"extra": "forbid", "strict": True}
+
+    text: str = Field(min_length=1, max_length=MAX_FOLLOWUP_LENGTH, description="the message, verbatim")
+    by: str | None = Field(None, description="who sends it (the operator only; else the token's principal)")
+
+
+class TakeBody(BaseModel):
+    model_config = {"extra": "forbid", "strict": True}
+
+    worker: str | None = Field(None, description="the worker holding the run, when a worker takes them")
+
+
+class FollowupModel(BaseModel):
+    id: str
+    text: str = Field(description="the message, verbatim")
+    queuedAt: str = Field(description="when it was held")  # Novo's name on the wire
+    by: str | None = Field(description="who sent it")
+
+
+class FollowupList(BaseModel):
+    items: list[FollowupModel] = Field(description="oldest first")
+
+
+class BusyDetails(BaseModel):
+    queued: bool | None = None
+    followup_id: str | None = None
+    resolved_interaction_id: str | None = None
+
+
+class ThreadBusy(BaseModel):
+    type: str = "about:blank"
+    title: str
+    status: int
+    code: str = Field(description="`thread_busy`")
+    detail: str
+    details: BusyDetails
+
+
+@router.post(
+    "/runs/{run_id}/messages",
+    status_code=409,
+    responses={
+        409: {"model": ThreadBusy, "description": PROBLEMS[409]},
+        **_problems(400, 403, 404, 413, 422),
+    },
+)
+async def send_message(run_id: str, body: MessageBody, caller: Caller, broker: TheBroker) -> JSONResponse:
+    """Send a message to a run that is busy. Parked on an approval, `approve` / `deny`
+    (or `1` / `2`) decides it; anything else, and everything sent while the run works or
+    waits on a question, is held and delivered to the agent as its next user turn."""
+    await visible_run(broker, caller, run_id)
+    by = body.by if caller.kind == "admin" and body.by is not None else caller.name
+    _busy(await broker.send_message(run_id, body.text, by=by, may_answer=lambda r: can_answer(caller, r)))
+
+
+@router.post(
+    "/threads/{thread_id}/messages",
+    status_code=409,
+    responses={
+        409: {"model": ThreadBusy, "description": PROBLEMS[409]},
+        **_problems(400, 404, 413, 422),
+    },
+)
+async def send_to_thread(thread_id: str, body: MessageBody, caller: Caller, broker: TheBroker) -> JSONResponse:
+    """Send a message to the busy run of a thread (a session): its newest run you may see
+    that has not ended, as `POST /runs/{id}/messages` does. 404 when no run of the thread
+    is busy: nothing is held and no run is started."""
+    by = body.by if caller.kind == "admin" and body.by is not None else caller.name
+    involving = None if caller.kind == "admin" else caller.name
+    sent = await broker.send_to_thread(
+        thread_id, body.text, by=by, involving=involving, may_answer=lambda r: can_answer(caller, r)
+    )
+    _busy(sent)
+
+
+def _busy(sent: Sent) -> NoReturn:
+    """The answer to a send: always 409 `thread_busy`, saying what became of the message."""
+    details: dict[str, Any]
+    if sent.resolved is not None:
+        details = {"resolved_interaction_id": sent.resolved}
+        detail = "the run is busy: your message decided its pending approval"
+    elif sent.followup is not None:
+        details = {"queued": True, "followup_id": sent.followup.id}
+        detail = "the run is busy: your message is held and goes to the agent at its next turn"
+    else:
+        details = {}
+        detail = "the run is busy and holds as many messages as it may: nothing was held; send it again later"
+    raise ApiError(409, "thread_busy", detail, details=details)
+
+
+@router.get("/runs/{run_id}/followups", response_model=FollowupList, responses=_problems(403, 404, 422))
+async def list_followups(run_id: str, caller: Caller, broker: TheBroker) -> dict[str, Any]:
+    """The messages held for the run, oldest first (the run's `queuedFollowups`); on a
+    run that has ended, the ones it never delivered, read-only."""
+    await visible_run(broker, caller, run_id)
+    return {"items": [followup_to_dict(f) for f in await broker.list_followups(run_id)]}
+
+
+@router.delete(
+    "/runs/{run_id}/followups/{followup_id}", response_model=FollowupModel, responses=_problems(403, 404, 422)
+)
+async def withdraw_followup(run_id: str, followup_id: str, caller: Caller, broker: TheBroker) -> dict[str, Any]:
+    """Withdraw a held message before it is delivered; 404 `followup_not_found` once it is
+    gone (withdrawn, taken for delivery, or read-only on a run that has ended)."""
+    await visible_run(broker, caller, run_id)
+    return followup_to_dict(await broker.withdraw_followup(run_id, followup_id, by=caller.name))
+
+
+@router.post("/runs/{run_id}/followups/take", response_model=FollowupList, responses=_problems(400, 403, 404, 413, 422))
+async def take_followups(
+    run_id: str, caller: Caller, broker: TheBroker, body: TakeBody | None = None
+) -> dict[str, Any]:
+    """At a turn boundary of a running run, its agent takes every held message for
+    delivery, oldest first; each gets its `followup_replayed` event."""
+    await own_run(broker, caller, run_id, "takes a run's messages")
+    worker = body.worker if body is not None else None
+    return {"items": [followup_to_dict(f) for f in await broker.take_followups(run_id, worker=worker)]}

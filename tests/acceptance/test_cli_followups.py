@@ -1,0 +1,72 @@
+"""Follow-up messages from the real CLI: `interlock run send`, `run followups` and
+`run withdraw` against a run parked by another process's broker, on SQLite."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import interlock
+from interlock import Confirm, Status, Text
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+INTERLOCK = [sys.executable, "-m", "interlock"]
+BOUND = 60
+
+
+def cli(*args: str, db: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "INTERLOCK_URL": db, "USER": "alice"}
+    return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=env, timeout=BOUND)
+
+
+async def park(db: str, run_id: str, *, approval: bool) -> str:
+    async with interlock.connect(db) as broker:
+        run = await broker.start_run("deployer", run_id=run_id)
+        if approval:
+            request = await broker.create(Confirm("Deploy?"), kind="approval", to="alice", run=run.id)
+        else:
+            request = await broker.create(Text("Which region?"), to="alice", run=run.id)
+        await broker.park(run.id, state=None, waiting_on=[request.id])
+        return request.id
+
+
+async def test_a_message_is_held_listed_and_withdrawn_from_the_cli(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    await park(db, "run-q", approval=False)
+    sent = cli("run", "send", "run-q", "approve, and use eu-west", db=db)
+    assert sent.returncode == 0, sent.stderr
+    out = json.loads(sent.stdout)
+    assert out["outcome"] == "queued" and out["run"] == "run-q"
+
+    listed = cli("run", "followups", "run-q", "--json", db=db)
+    assert listed.returncode == 0, listed.stderr
+    (held,) = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert held["id"] == out["followup_id"] and held["text"] == "approve, and use eu-west" and held["by"] == "alice"
+
+    withdrawn = cli("run", "withdraw", "run-q", held["id"], db=db)
+    assert withdrawn.returncode == 0, withdrawn.stderr
+    again = cli("run", "withdraw", "run-q", held["id"], db=db)
+    assert again.returncode == 1 and "no follow-up" in again.stderr
+    empty = cli("run", "followups", "run-q", db=db)
+    assert empty.returncode == 0 and empty.stdout == "" and "no messages held" in empty.stderr
+
+
+async def test_approve_from_the_cli_decides_the_approval_and_an_ended_run_refuses(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    request_id = await park(db, "run-a", approval=True)
+    sent = cli("run", "send", "run-a", "approve", db=db)
+    assert sent.returncode == 0, sent.stderr
+    assert json.loads(sent.stdout) == {"run": "run-a", "outcome": "resolved", "resolved_interaction_id": request_id}
+    async with interlock.connect(db) as broker:
+        assert (await broker.get(request_id)).status is Status.ANSWERED
+        assert await broker.cancel_run("run-a")
+    late = cli("run", "send", "run-a", "hello?", db=db)
+    assert late.returncode == 3 and "has ended" in late.stderr
+    missing = cli("run", "send", "no-such-run", "hello", db=db)
+    assert missing.returncode == 1 and "no run with id" in missing.stderr

@@ -1,0 +1,137 @@
+"""Follow-up messages on every backend, through the Broker API (in process, and over HTTP
+with the remote broker): a message to a busy run is never dropped."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import pytest
+
+from interlock import Broker, Confirm, Event, Text
+from interlock.errors import FollowupNotFound, NotFound, RunConflict
+from interlock.model import Request, Run, Status
+from interlock.runs import Worker
+
+pytestmark = pytest.mark.anyio
+
+
+async def parked_on(broker: Broker, ask: Confirm | Text, kind: str, run_id: str = "run-1") -> str:
+    run = await broker.start_run("deployer", run_id=run_id, session="thread-1")
+    request = await broker.create(ask, kind=kind, to="alice", run=run.id)  # type: ignore[call-overload]
+    await broker.park(run.id, state={"step": 1}, waiting_on=[request.id])
+    return request.id
+
+
+async def test_messages_to_a_working_run_are_held_then_taken_once_oldest_first(broker: Broker) -> None:
+    run = await broker.start_run("deployer", run_id="run-1")
+    first = await broker.send_message(run.id, "actually, make it vegetarian", by="alice")
+    second = await broker.send_message(run.id, "approve", by="alice")  # just a message while it works
+    assert first.outcome == second.outcome == "queued"
+    assert first.followup is not None and second.followup is not None
+    held = await broker.list_followups(run.id)
+    assert [(f.id, f.text) for f in held] == [(first.followup.id, first.followup.text), (second.followup.id, "approve")]
+    taken = await broker.take_followups(run.id)
+    assert [f.text for f in taken] == ["actually, make it vegetarian", "approve"]
+    assert await broker.take_followups(run.id) == []
+    assert await broker.list_followups(run.id) == []
+    events = await broker.find_events(run=run.id)
+    assert [(e.data["followup_id"], e.data["text"]) for e in events if e.type == "followup_replayed"] == [
+        (f.id, f.text) for f in taken
+    ]
+
+
+async def test_approve_and_deny_decide_an_approval_pause(broker: Broker) -> None:
+    approved = await parked_on(broker, Confirm("Deploy?"), "approval", "run-a")
+    sent = await broker.send_message("run-a", "Approve", by="alice")
+    assert sent.outcome == "resolved" and sent.resolved == approved
+    assert (await broker.get(approved)).status is Status.ANSWERED
+    assert (await broker.get_run("run-a")).ready
+
+    denied = await parked_on(broker, Confirm("Drop the table?"), "approval", "run-d")
+    assert (await broker.send_message("run-d", "2", by="alice")).resolved == denied
+    assert (await broker.get(denied)).status is Status.REJECTED
+    assert await broker.list_followups("run-d") == []
+
+
+async def test_a_question_pause_holds_every_message(broker: Broker) -> None:
+    question = await parked_on(broker, Text("Which region?"), "question")
+    sent = await broker.send_message("run-1", "1", by="alice")
+    assert sent.outcome == "queued"
+    assert (await broker.get(question)).status is Status.PENDING
+
+
+async def test_a_withdrawn_message_is_gone(broker: Broker) -> None:
+    await parked_on(broker, Confirm("Deploy?"), "approval")
+    sent = await broker.send_message("run-1", "hold on, not friday", by="alice")
+    assert sent.followup is not None
+    withdrawn = await broker.withdraw_followup("run-1", sent.followup.id)
+    assert withdrawn.text == "hold on, not friday"
+    with pytest.raises(FollowupNotFound):
+        await broker.withdraw_followup("run-1", sent.followup.id)
+    assert await broker.list_followups("run-1") == []
+
+
+async def test_an_ended_run_holds_nothing_new_and_keeps_what_it_never_delivered(broker: Broker) -> None:
+    await parked_on(broker, Confirm("Deploy?"), "approval")
+    sent = await broker.send_message("run-1", "use canary", by="alice")
+    assert sent.followup is not None
+    assert await broker.cancel_run("run-1")
+    with pytest.raises(RunConflict):
+        await broker.send_message("run-1", "still there?", by="alice")
+    assert [f.id for f in await broker.list_followups("run-1")] == [sent.followup.id]
+    with pytest.raises(FollowupNotFound):
+        await broker.withdraw_followup("run-1", sent.followup.id)
+
+
+async def test_a_resume_handler_takes_the_messages_held_while_the_run_was_parked(broker: Broker) -> None:
+    question = await parked_on(broker, Text("Which region?"), "question")
+    await broker.send_message("run-1", "and keep the old one warm", by="alice")
+    await broker.resolve(question, "eu-west", by="alice")
+    seen: list[list[str]] = []
+
+    async def resume(run: Run, requests: Mapping[str, Request]) -> Any:
+        taken = await broker.take_followups(run.id, worker=run.worker)
+        seen.append([f.text for f in taken])
+        return {"region": requests[question].answer, "notes": seen[-1]}
+
+    done = await Worker(broker, {"deployer": resume}).run_once()
+    assert done is not None and done.result == {"region": "eu-west", "notes": ["and keep the old one warm"]}
+    assert await broker.list_followups("run-1") == []
+
+
+async def test_a_message_to_a_thread_goes_to_its_newest_busy_run(broker: Broker) -> None:
+    older = await broker.start_run("deployer", run_id="run-1", session="thread-9")
+    await broker.complete_run(older.id, "done")
+    newer = await broker.start_run("deployer", run_id="run-2", session="thread-9")
+    sent = await broker.send_to_thread("thread-9", "and the docs too", by="alice")
+    assert sent.run == newer.id and sent.outcome == "queued"
+    await broker.complete_run(newer.id, "done")
+    with pytest.raises(NotFound):
+        await broker.send_to_thread("thread-9", "anyone?", by="alice")
+    assert len((await broker.list_runs(session="thread-9")).items) == 2
+
+
+async def test_a_held_message_wakes_whoever_follows_the_event_log(broker: Broker) -> None:
+    run = await broker.start_run("deployer", run_id="run-1")
+    start = await broker.last_event_id()
+
+    async def first_held() -> Event:
+        async for event in broker.events(after=start, follow=True):
+            if event.type == "followup_queued":
+                return event
+        raise AssertionError("the log ended")
+
+    following = asyncio.ensure_future(first_held())
+    await asyncio.sleep(0)  # yield once: the follower reads the log and waits, so a wake-up must end it
+    sent = await broker.send_message(run.id, "are we there yet?", by="alice")
+    with anyio.fail_after(10):
+        event = await following
+    assert sent.followup is not None
+    assert (event.data["followup_id"], event.data["text"], event.data["run"]) == (
+        sent.followup.id,
+        "are we there yet?",
+        run.id,
+    )
