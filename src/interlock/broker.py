@@ -1672,6 +1672,8 @@ class LocalBroker(Broker):
 def _check_id(request_id: str) -> str:
     """The id as stored: an id that no store could hold is refused the same way on every
     store, and one written as a hex number (`0x...`, as some clients send ids) loses its prefix."""
+    if type(request_id) is str and len(request_id) == 32 and request_id.isalnum() and request_id.isascii():
+        return request_id  # an id as this package makes them (or one as harmless): nothing to change
     check_text(request_id, "the request id", DEFAULT_LIMITS.max_name_length)
     return plain_id(request_id)
 

@@ -68,7 +68,9 @@ class MemoryStore:
         self._settled: OrderedDict[str, Request] = OrderedDict()  # read outcomes: the retention
         self._unread: OrderedDict[str, Request] = OrderedDict()  # settled, not read by a waiter yet
         self._idempotency: dict[tuple[str | None, str], str] = {}
-        self._events: deque[Event] = deque(maxlen=event_retention)
+        # Events are kept as plain tuples and made `Event`s when read: a request's two
+        # events are written on every cycle and read far less often.
+        self._events: deque[_Entry] = deque(maxlen=event_retention)
         self._last_event = 0
         self._expiry: list[tuple[datetime, str]] = []
         self._principals: dict[str, Principal] = {}
@@ -82,7 +84,10 @@ class MemoryStore:
         self._run_expiry: list[tuple[datetime, str]] = []  # parked runs' deadlines (stale entries skipped)
         self._grants: dict[str, IssuedGrant] = {}  # by id; kept for the life of the process
         # the outbox: notices by id with their lease (owner, until) and routed flag; deliveries by id
-        self._notices: dict[int, tuple[Notice, str | None, datetime | None]] = {}
+        # unrouted notices by id, as (event id, type, request id, recipient, at): tuples of
+        # plain values, which the garbage collector stops tracking; claimed ones' leases apart
+        self._notices: dict[int, tuple[int, str, str, str | None, datetime]] = {}
+        self._notice_leases: dict[int, tuple[str, datetime]] = {}
         self._deliveries: dict[str, tuple[Delivery, str | None, datetime | None]] = {}
         self._last_notice = 0
         self._finished: deque[str] = deque()  # delivered or skipped, oldest first
@@ -99,17 +104,16 @@ class MemoryStore:
     def _append(self, type_: str, request: Request) -> None:
         self._last_event += 1
         at = request.response.at if request.response is not None else request.created_at
-        self._events.append(Event(self._last_event, type_, at, request.id, request))
+        self._events.append((self._last_event, type_, at, request.id, request, None))
         if type_ in NOTICE_TYPES:
             self._last_notice += 1
-            notice = Notice(self._last_notice, self._last_event, type_, request.id, request.to, at)
-            self._notices[notice.id] = (notice, None, None)
+            self._notices[self._last_notice] = (self._last_event, type_, request.id, request.to, at)
 
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         self._last_event += 1
-        event = Event(self._last_event, type, datetime.now(UTC), data=dict(data))
-        self._events.append(event)
-        return event
+        entry = (self._last_event, type, datetime.now(UTC), None, None, dict(data))
+        self._events.append(entry)
+        return _event(entry)
 
     async def insert(self, request: Request) -> tuple[Request, bool]:
         channel = request.origin.channel
@@ -201,7 +205,7 @@ class MemoryStore:
         if request is None:
             return False
         self._last_event += 1
-        self._events.append(Event(self._last_event, "consumed", at, request.id, request))
+        self._events.append((self._last_event, "consumed", at, request.id, request, None))
         return True
 
     def requester_of(self, requester: str | None) -> str | None:
@@ -228,26 +232,29 @@ class MemoryStore:
     async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
         if not self._events or after >= self._last_event:
             return []
-        start = max(0, after - self._events[0].id + 1)
-        return [self._events[i] for i in range(start, min(len(self._events), start + limit))]
+        start = max(0, after - self._events[0][0] + 1)
+        return [_event(e) for e in itertools.islice(self._events, start, start + limit)]
 
     async def find_events(self, query: EventQuery) -> Sequence[Event]:
         # In process, the filters run over the events after the cursor: nothing to index.
         out: list[Event] = []
         if not self._events or query.limit <= 0:
             return out
-        start = max(0, query.after - self._events[0].id + 1)
-        for event in itertools.islice(self._events, start, None):
-            if query.until is not None and event.id > query.until:
+        start = max(0, query.after - self._events[0][0] + 1)
+        for entry in itertools.islice(self._events, start, None):
+            if query.until is not None and entry[0] > query.until:
                 break
-            if _event_matches(event, query):
-                out.append(event)
+            if _event_matches(entry, query):
+                out.append(_event(entry))
                 if len(out) == query.limit:
                     break
         return out
 
     async def changes(self, after: int = 0, limit: int = 500) -> Sequence[tuple[int, str, str | None]]:
-        return [(e.id, e.type, e.request_id) for e in await self.events(after, limit)]
+        if not self._events or after >= self._last_event:
+            return []
+        start = max(0, after - self._events[0][0] + 1)
+        return [(e[0], e[1], e[3]) for e in itertools.islice(self._events, start, start + limit)]
 
     async def last_event_id(self) -> int:
         return self._last_event
@@ -341,7 +348,7 @@ class MemoryStore:
 
     def _append_run(self, type_: str, run: Run, at: datetime | None = None) -> None:
         self._last_event += 1
-        self._events.append(Event(self._last_event, type_, at or run.updated_at, data=run_event_data(run)))
+        self._events.append((self._last_event, type_, at or run.updated_at, None, None, run_event_data(run)))
 
     def _mark_ready(self, run_id: str, request_id: str) -> None:
         run = self._runs.get(run_id)
@@ -565,18 +572,19 @@ class MemoryStore:
     async def claim_notices(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Notice]:
         until = now + timedelta(seconds=lease)
         out: list[Notice] = []
-        for notice, holder, held_until in list(self._notices.values()):
+        for notice_id, entry in self._notices.items():
             if len(out) == limit:
                 break
-            if holder is not None and holder != owner and held_until is not None and held_until > now:
+            held = self._notice_leases.get(notice_id)
+            if held is not None and held[0] != owner and held[1] > now:
                 continue
-            self._notices[notice.id] = (notice, owner, until)
-            out.append(notice)
+            self._notice_leases[notice_id] = (owner, until)
+            out.append(Notice(notice_id, *entry))
         return out
 
     async def route_notice(self, notice: Notice, deliveries: Sequence[Delivery], owner: str, now: datetime) -> int:
-        found = self._notices.get(notice.id)
-        if found is None or found[1] != owner:
+        held = self._notice_leases.get(notice.id)
+        if notice.id not in self._notices or held is None or held[0] != owner:
             return 0
         added = 0
         for delivery in deliveries:
@@ -584,6 +592,7 @@ class MemoryStore:
                 self._deliveries[delivery.id] = (delivery, None, None)
                 added += 1
         del self._notices[notice.id]  # routed: only unrouted notices are kept here
+        del self._notice_leases[notice.id]
         return added
 
     async def claim_deliveries(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Delivery]:
@@ -647,9 +656,18 @@ class MemoryStore:
 
     async def next_outbox_due(self) -> datetime | None:
         if self._notices:
-            return min(n.at for n, _, _ in self._notices.values())
+            return min(entry[4] for entry in self._notices.values())
         due = [d.due_at for d, _, _ in self._deliveries.values() if d.status == "pending"]
         return min(due) if due else None
+
+
+_Entry = tuple[int, str, datetime, str | None, Request | None, Mapping[str, Any] | None]
+"""An event as the log keeps it: id, type, time, request id, request, data."""
+
+
+def _event(entry: _Entry) -> Event:
+    event_id, type_, at, request_id, request, data = entry
+    return Event(event_id, type_, at, request_id, request, {} if data is None else data)
 
 
 def _grant_matches(g: IssuedGrant, q: GrantQuery) -> bool:
@@ -701,12 +719,14 @@ def _texts(value: Any) -> list[str]:
     return []
 
 
-def _event_matches(event: Event, q: EventQuery) -> bool:
-    request, data = event.request, event.data
-    if q.request is not None and event.request_id != q.request:
+def _event_matches(entry: _Entry, q: EventQuery) -> bool:
+    _, _, _, request_id, request, data = entry
+    if q.request is not None and request_id != q.request:
         return False
     if request is not None:
         to, by, session, run = request.to, request.requester, request.origin.session, request.origin.run
+    elif data is None:
+        to = by = session = run = None
     else:
         to, by, session, run = data.get("to"), data.get("by"), data.get("session"), data.get("run")
     return (
