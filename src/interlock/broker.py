@@ -881,9 +881,12 @@ class LocalBroker(Broker):
         if self._state != "open":
             await self.open()
         request_id = _check_id(request_id)
-        check_text(by, "by", self.limits.max_name_length)
-        check_text(via, "via", self.limits.max_name_length)
-        check_text(comment, "the comment", self.limits.max_reason_length, error=InvalidAnswer)
+        if by is not None:
+            check_text(by, "by", self.limits.max_name_length)
+        if via != "python":
+            check_text(via, "via", self.limits.max_name_length)
+        if comment:
+            check_text(comment, "the comment", self.limits.max_reason_length, error=InvalidAnswer)
         request = await self.store.get(request_id, fresh=False)
         if request is None or request.status is not Status.PENDING:
             return False

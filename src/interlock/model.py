@@ -1685,11 +1685,15 @@ def _check_request_limits(
 ) -> None:
     if len(asks) > limits.max_asks:
         raise InvalidRequest(f"asks: {len(asks)} asks, at most {limits.max_asks} allowed")
-    check_text(title, "title", limits.max_title_length)
-    check_text(details, "details", limits.max_details_length)
-    for name, value in (("to", to), ("requester", requester), ("idempotency_key", idempotency_key)):
-        check_text(value, name, limits.max_name_length)
-    check_json(context, "context", limits.max_context_bytes)
+    if title:
+        check_text(title, "title", limits.max_title_length)
+    if details:
+        check_text(details, "details", limits.max_details_length)
+    if to is not None or requester is not None or idempotency_key is not None:
+        for name, value in (("to", to), ("requester", requester), ("idempotency_key", idempotency_key)):
+            check_text(value, name, limits.max_name_length)
+    if context is not None:
+        check_json(context, "context", limits.max_context_bytes)
     if origin is not None:
         for name in Origin.__dataclass_fields__:
             value = getattr(origin, name)
@@ -1702,9 +1706,15 @@ def _check_request_limits(
 
 def check_ask(ask: Ask, limits: Limits = DEFAULT_LIMITS) -> None:
     """Check one ask against `limits`, and that each of its strings can be stored."""
-    where = f"ask {ask.id!r}"
     check_text(ask.id, "an ask id", limits.max_name_length)
-    check_text(ask.prompt, f"{where}: the prompt", limits.max_prompt_length)
+    prompt = ask.prompt
+    if not (
+        type(prompt) is str and len(prompt) <= limits.max_prompt_length and prompt.isascii() and "\x00" not in prompt
+    ):
+        check_text(prompt, f"ask {ask.id!r}: the prompt", limits.max_prompt_length)
+    if type(ask) is Text:
+        return  # nothing more to check: no options, no schema, no grants offered
+    where = f"ask {ask.id!r}"
     if isinstance(ask, Choice | MultiChoice):
         options = options_of(ask)
         if len(options) > limits.max_options:
@@ -1760,7 +1770,7 @@ def check_answers(request: Request, answer: Any, *, limits: Limits = DEFAULT_LIM
 
 
 def _is_keyed(ask: Ask, answer: Any) -> bool:
-    if not isinstance(answer, Mapping) or set(answer) != {ask.id}:
+    if type(answer) is str or not isinstance(answer, Mapping) or set(answer) != {ask.id}:
         return False
     return not (isinstance(ask, Form) and ask.id in ask.schema.get("properties", {}))
 

@@ -70,6 +70,37 @@ async def test_memory_retention_zero_replays_nothing_but_still_wakes_waiters() -
             await broker.wait(request.id)
 
 
+async def test_the_memory_event_log_keeps_its_last_events_with_each_request_as_it_was_then() -> None:
+    async with interlock.connect("memory://", event_retention=4) as broker:
+        first = await broker.create(Text("Name?"))
+        await broker.resolve(first.id, "Ada")
+        second = await broker.create(Text("Age?"))
+        await broker.reject(second.id, "not asked")
+        third = await broker.create(Text("City?"))
+        events = [e async for e in broker.events(after=0)]
+        # The first request's created event fell out of the window of four.
+        assert [(e.type, e.request_id) for e in events] == [
+            ("answered", first.id),
+            ("created", second.id),
+            ("rejected", second.id),
+            ("created", third.id),
+        ]
+        answered, created, rejected, _ = events
+        assert answered.request is not None and answered.request.response is not None
+        assert answered.request.response.answers == {"text": "Ada"}
+        # A created event reads its request as created, even once it has settled since.
+        assert created.request == second
+        assert created.request is not None and created.request.status is Status.PENDING
+        assert created.request.response is None
+        assert rejected.request is not None and rejected.request.status is Status.REJECTED
+        assert events[3].request == third
+        for _ in range(4):  # every event of the first three requests falls out
+            await broker.create(Text("More?"))
+        events = [e async for e in broker.events(after=0)]
+        assert [e.type for e in events] == ["created"] * 4
+        assert third.id not in {e.request_id for e in events}
+
+
 async def test_settled_outcomes_replay_after_the_process_reconnects(
     connect: Callable[..., Broker], backend: str
 ) -> None:

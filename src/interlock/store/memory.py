@@ -68,9 +68,14 @@ class MemoryStore:
         self._settled: OrderedDict[str, Request] = OrderedDict()  # read outcomes: the retention
         self._unread: OrderedDict[str, Request] = OrderedDict()  # settled, not read by a waiter yet
         self._idempotency: dict[tuple[str | None, str], str] = {}
-        # Events are kept as plain tuples and made `Event`s when read: a request's two
-        # events are written on every cycle and read far less often.
+        # Events are kept as tuples of plain values and made `Event`s when read: a request's
+        # events are written on every cycle and read far less often. A request event names
+        # its request; the log keeps one version of each request it names, the latest (its
+        # `created` event reads it back as created), with how many events name it. So the
+        # log holds no object per event that the garbage collector would have to walk.
         self._events: deque[_Entry] = deque(maxlen=event_retention)
+        self._logged: dict[str, Request] = {}
+        self._log_refs: dict[str, int] = {}
         self._last_event = 0
         self._expiry: list[tuple[datetime, str]] = []
         self._principals: dict[str, Principal] = {}
@@ -104,16 +109,51 @@ class MemoryStore:
     def _append(self, type_: str, request: Request) -> None:
         self._last_event += 1
         at = request.response.at if request.response is not None else request.created_at
-        self._events.append((self._last_event, type_, at, request.id, request, None))
+        self._log((self._last_event, type_, at, request.id, None), request)
         if type_ in NOTICE_TYPES:
             self._last_notice += 1
             self._notices[self._last_notice] = (self._last_event, type_, request.id, request.to, at)
 
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         self._last_event += 1
-        entry = (self._last_event, type, datetime.now(UTC), None, None, dict(data))
-        self._events.append(entry)
-        return _event(entry)
+        entry = (self._last_event, type, datetime.now(UTC), None, dict(data))
+        self._log(entry)
+        return self._event(entry)
+
+    def _log(self, entry: _Entry, request: Request | None = None) -> None:
+        events = self._events
+        if events.maxlen is not None and len(events) >= events.maxlen:
+            if not events.maxlen:
+                return  # no event log kept
+            self._unlog(events[0][3])  # the oldest event is about to go
+        if request is not None:
+            self._logged[request.id] = request
+            self._log_refs[request.id] = self._log_refs.get(request.id, 0) + 1
+        events.append(entry)
+
+    def _unlog(self, request_id: str | None) -> None:
+        if request_id is None:
+            return
+        left = self._log_refs[request_id] - 1
+        if left:
+            self._log_refs[request_id] = left
+        else:
+            del self._log_refs[request_id]
+            del self._logged[request_id]
+
+    def _logged_request(self, entry: _Entry) -> Request | None:
+        """The request as it was right after a logged event."""
+        request_id = entry[3]
+        if request_id is None:
+            return None
+        request = self._logged[request_id]
+        if entry[1] == "created" and request.status is not Status.PENDING:
+            return request.as_created()
+        return request
+
+    def _event(self, entry: _Entry) -> Event:
+        event_id, type_, at, request_id, data = entry
+        return Event(event_id, type_, at, request_id, self._logged_request(entry), {} if data is None else data)
 
     async def insert(self, request: Request) -> tuple[Request, bool]:
         channel = request.origin.channel
@@ -162,7 +202,7 @@ class MemoryStore:
         self._unread[request.id] = request
         if len(self._unread) > _UNREAD:
             self._forget(self._unread.popitem(last=False)[1])
-        self._append(request.status.value, request)
+        self._append(_EVENT_TYPE[request.status], request)
         if request.origin.run is not None:
             self._mark_ready(request.origin.run, request.id)
         return request
@@ -205,7 +245,7 @@ class MemoryStore:
         if request is None:
             return False
         self._last_event += 1
-        self._events.append((self._last_event, "consumed", at, request.id, request, None))
+        self._log((self._last_event, "consumed", at, request.id, None), request)
         return True
 
     def requester_of(self, requester: str | None) -> str | None:
@@ -233,7 +273,7 @@ class MemoryStore:
         if not self._events or after >= self._last_event:
             return []
         start = max(0, after - self._events[0][0] + 1)
-        return [_event(e) for e in itertools.islice(self._events, start, start + limit)]
+        return [self._event(e) for e in itertools.islice(self._events, start, start + limit)]
 
     async def find_events(self, query: EventQuery) -> Sequence[Event]:
         # In process, the filters run over the events after the cursor: nothing to index.
@@ -244,8 +284,8 @@ class MemoryStore:
         for entry in itertools.islice(self._events, start, None):
             if query.until is not None and entry[0] > query.until:
                 break
-            if _event_matches(entry, query):
-                out.append(_event(entry))
+            if _event_matches(entry, self._logged.get(entry[3]) if entry[3] is not None else None, query):
+                out.append(self._event(entry))
                 if len(out) == query.limit:
                     break
         return out
@@ -348,7 +388,7 @@ class MemoryStore:
 
     def _append_run(self, type_: str, run: Run, at: datetime | None = None) -> None:
         self._last_event += 1
-        self._events.append((self._last_event, type_, at or run.updated_at, None, None, run_event_data(run)))
+        self._log((self._last_event, type_, at or run.updated_at, None, run_event_data(run)))
 
     def _mark_ready(self, run_id: str, request_id: str) -> None:
         run = self._runs.get(run_id)
@@ -661,13 +701,10 @@ class MemoryStore:
         return min(due) if due else None
 
 
-_Entry = tuple[int, str, datetime, str | None, Request | None, Mapping[str, Any] | None]
-"""An event as the log keeps it: id, type, time, request id, request, data."""
+_EVENT_TYPE = {status: status.value for status in Status}  # a settlement's event type, as a plain str
 
-
-def _event(entry: _Entry) -> Event:
-    event_id, type_, at, request_id, request, data = entry
-    return Event(event_id, type_, at, request_id, request, {} if data is None else data)
+_Entry = tuple[int, str, datetime, str | None, Mapping[str, Any] | None]
+"""An event as the log keeps it: id, type, time, request id (its request is kept apart), data."""
 
 
 def _grant_matches(g: IssuedGrant, q: GrantQuery) -> bool:
@@ -719,8 +756,8 @@ def _texts(value: Any) -> list[str]:
     return []
 
 
-def _event_matches(entry: _Entry, q: EventQuery) -> bool:
-    _, _, _, request_id, request, data = entry
+def _event_matches(entry: _Entry, request: Request | None, q: EventQuery) -> bool:
+    _, _, _, request_id, data = entry
     if q.request is not None and request_id != q.request:
         return False
     if request is not None:
