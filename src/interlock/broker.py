@@ -796,16 +796,21 @@ class LocalBroker(Broker):
                 if request.expires_at is not None:
                     until_due = (request.expires_at - datetime.now(UTC)).total_seconds()
                     delay = until_due if delay is None else min(delay, until_due)
-                request = await self._await_settled(request, fut, delay)
+                if delay is None:  # the common case, without a coroutine more
+                    try:
+                        request = await fut
+                    except asyncio.CancelledError:
+                        await self._waiter_cancelled(request)
+                        raise
+                else:
+                    request = await self._await_settled(request, fut, delay)
         finally:
             self._drop_waiter(request_id, fut)
         self.store.note_read(request.id)
         return _outcome(request)
 
-    async def _await_settled(self, request: Request, fut: asyncio.Future[Request], delay: float | None) -> Request:
+    async def _await_settled(self, request: Request, fut: asyncio.Future[Request], delay: float) -> Request:
         try:
-            if delay is None:
-                return await fut
             async with asyncio.timeout(max(delay, 0.0)):
                 return await fut
         except TimeoutError:
@@ -816,12 +821,16 @@ class LocalBroker(Broker):
                 return expired
             return await self._current(request.id)
         except asyncio.CancelledError:
-            if self._state == "open" and request.id not in self._detached and not request.outlives_its_waiter:
-                # Shielded: a cancel scope that cancels again must not cut the withdrawal short.
-                withdrawal = self._spawn(self._withdraw(request, "withdrawn", "the waiting call was cancelled"))
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(withdrawal)
+            await self._waiter_cancelled(request)
             raise
+
+    async def _waiter_cancelled(self, request: Request) -> None:
+        """A waiting call was cancelled: withdraw its request, unless someone else owns it."""
+        if self._state == "open" and request.id not in self._detached and not request.outlives_its_waiter:
+            # Shielded: a cancel scope that cancels again must not cut the withdrawal short.
+            withdrawal = self._spawn(self._withdraw(request, "withdrawn", "the waiting call was cancelled"))
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(withdrawal)
 
     async def watch(self, request_id: str, timeout: float | None = None) -> Request:
         """Wait until the request settles or `timeout` passes, and return it as it is then.
@@ -912,9 +921,10 @@ class LocalBroker(Broker):
         answers by ask id. A request with a form is checked in a worker thread, within
         `limits.check_seconds`, so a costly schema never holds up the event loop; the
         other asks are cheap and checked right here."""
-        if not any(isinstance(ask, Form) for ask in request.asks):
-            return check_answers(request, answer, limits=self.limits)
-        return await asyncio.to_thread(self._check_in_thread, request, answer)
+        for ask in request.asks:
+            if isinstance(ask, Form):
+                return await asyncio.to_thread(self._check_in_thread, request, answer)
+        return check_answers(request, answer, limits=self.limits)
 
     def _check_in_thread(self, request: Request, answer: Any) -> dict[str, Any]:
         with time_budget(self.limits.check_seconds):

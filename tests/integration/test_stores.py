@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import interlock
-from interlock import Broker, Expired, NotFound, Rejected, Status, Text
+from interlock import Broker, Closed, Expired, NotFound, Rejected, Status, Text
 from interlock.broker import _SCHEMES, register_scheme
 from interlock.store._sql import load_migrations
 from interlock.store.memory import MemoryStore
@@ -99,6 +99,26 @@ async def test_the_memory_event_log_keeps_its_last_events_with_each_request_as_i
         events = [e async for e in broker.events(after=0)]
         assert [e.type for e in events] == ["created"] * 4
         assert third.id not in {e.request_id for e in events}
+
+
+async def test_concurrent_sqlite_writes_commit_together_and_a_refused_one_changes_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'group.db'}"
+    async with interlock.connect(url) as broker:
+        await broker.close("shut")
+        results = await asyncio.gather(
+            *(broker.create(Text(f"Question {i}?"), channel="shut" if i == 5 else "open") for i in range(20)),
+            return_exceptions=True,
+        )
+        assert isinstance(results[5], Closed)
+        made = [r for r in results if not isinstance(r, BaseException)]
+        assert len(made) == 19
+        answered = await asyncio.gather(*(broker.resolve(r.id, "yes") for r in made))
+        assert answered == [True] * 19
+    async with interlock.connect(url) as again:  # what was acknowledged is in the file
+        page = await again.list(channel="open", limit=100)
+        assert sorted(r.id for r in page.items) == sorted(r.id for r in made)
+        assert {r.status for r in page.items} == {Status.ANSWERED}
+        assert (await again.list(channel="shut", limit=100)).items == []
 
 
 async def test_settled_outcomes_replay_after_the_process_reconnects(
