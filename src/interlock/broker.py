@@ -702,7 +702,9 @@ class LocalBroker(Broker):
         self.store = store
         self.principals: PrincipalStore = store
         """Principals, tokens and web sessions: what a server and `interlock token` manage."""
-        self._waiters: dict[str, list[asyncio.Future[Request]]] = {}
+        # the futures waiting on each request: one future (the common case, with no list
+        # to make and collect per wait), or a list of them
+        self._waiters: dict[str, asyncio.Future[Request] | list[asyncio.Future[Request]]] = {}
         self._closed = False  # `close()` without a channel: this broker refuses creates
         self._state: Literal["new", "open", "closed"] = "new"
         self._open_lock = asyncio.Lock()
@@ -739,11 +741,10 @@ class LocalBroker(Broker):
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for request_id, futures in self._waiters.items():
-            for fut in futures:
+        for request_id in list(self._waiters):
+            for fut in self._pop_waiters(request_id):
                 if not fut.done():
                     fut.set_exception(Closed(request_id, "the broker was disconnected"))
-        self._waiters.clear()
         self._changed.set()
         await self.store.aclose()
 
@@ -783,8 +784,7 @@ class LocalBroker(Broker):
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Request] = loop.create_future()
         request_id = _check_id(request_id)
-        futures = self._waiters.setdefault(request_id, [])
-        futures.append(fut)  # before reading, so a settlement seen meanwhile is not missed
+        self._add_waiter(request_id, fut)  # before reading, so a settlement seen meanwhile is not missed
         try:
             # A cached pending copy is enough: a settlement this process has not seen yet
             # reaches the follow loop later, and the future registered above wakes then.
@@ -842,7 +842,7 @@ class LocalBroker(Broker):
             await self.open()
         request_id = _check_id(request_id)
         fut: asyncio.Future[Request] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(request_id, []).append(fut)
+        self._add_waiter(request_id, fut)
         try:
             request = await self._current(request_id)
             if request.status is Status.PENDING:
@@ -854,12 +854,29 @@ class LocalBroker(Broker):
         finally:
             self._drop_waiter(request_id, fut)
 
+    def _add_waiter(self, request_id: str, fut: asyncio.Future[Request]) -> None:
+        present = self._waiters.get(request_id)
+        if present is None:
+            self._waiters[request_id] = fut
+        elif isinstance(present, list):
+            present.append(fut)
+        else:
+            self._waiters[request_id] = [present, fut]
+
+    def _pop_waiters(self, request_id: str) -> Sequence[asyncio.Future[Request]]:
+        present = self._waiters.pop(request_id, None)
+        if present is None:
+            return ()
+        return present if isinstance(present, list) else (present,)
+
     def _drop_waiter(self, request_id: str, fut: asyncio.Future[Request]) -> None:
-        remaining = self._waiters.get(request_id)
-        if remaining is not None:
+        present = self._waiters.get(request_id)
+        if present is fut:
+            del self._waiters[request_id]
+        elif isinstance(present, list):
             with contextlib.suppress(ValueError):
-                remaining.remove(fut)
-            if not remaining:
+                present.remove(fut)
+            if not present:
                 del self._waiters[request_id]
 
     async def _current(self, request_id: str) -> Request:
@@ -1158,7 +1175,7 @@ class LocalBroker(Broker):
         return grant
 
     def _wake(self, request: Request) -> None:
-        for fut in self._waiters.pop(request.id, ()):
+        for fut in self._pop_waiters(request.id):
             if not fut.done():
                 fut.set_result(request)
 
