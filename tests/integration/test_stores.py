@@ -255,3 +255,32 @@ async def test_principals_and_tokens_are_kept_and_revoked(url: str, tmp_path: Pa
         assert await store.principal_for_token(hash_token(second.secret)) is not None
         assert await store.revoke_tokens(principal="bot") == 1
         assert await store.principal_for_token(hash_token(second.secret)) is None
+
+
+async def test_the_sqlite_history_index_kept_by_triggers_matches_one_rebuilt_from_the_rows(tmp_path: Path) -> None:
+    path = tmp_path / "history.db"
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+        made = [await broker.create(Text(f"Ship release {i}?"), title="Nightly") for i in range(6)]
+        for i, request in enumerate(made[:4]):
+            await broker.resolve(request.id, "canary green" if i % 2 else "blocked")
+
+    def matches(db: sqlite3.Connection) -> dict[str, list[int]]:
+        words = ("ship", "nightly", "canary", "blocked", "release")
+        return {
+            w: sorted(r[0] for r in db.execute("SELECT rowid FROM requests_text WHERE requests_text MATCH ?", (w,)))
+            for w in words
+        }
+
+    db = sqlite3.connect(path)
+    try:
+        kept = matches(db)
+        assert len(kept["ship"]) == 6 and len(kept["canary"]) == 2 and len(kept["blocked"]) == 2
+        # the migration that made the index contentless rebuilds it from the rows: the same
+        # words find the same rows
+        rebuild = next(m for m in load_migrations("sqlite") if m.name == "contentless_history_index")
+        with db:
+            db.executescript(rebuild.sql)
+        assert matches(db) == kept
+        db.execute("INSERT INTO requests_text (requests_text, rank) VALUES ('integrity-check', 0)")
+    finally:
+        db.close()
