@@ -296,7 +296,8 @@ class Broker(ABC):
         approval gate marks its requests (`interlock.approvals`).
         """
         now = datetime.now(UTC)
-        check_context(context)
+        if context is not None:
+            check_context(context)
         if timeout is not None:
             seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
             if not seconds > 0 or math.isinf(seconds):
@@ -929,8 +930,12 @@ class LocalBroker(Broker):
             # The echo is only compared with the offers (what is issued is built from them),
             # so it is bounded by count, not checked for storage.
             raise InvalidAnswer(f"grants: {len(grants)} echoed, at most {self.limits.max_options} allowed")
-        issued = issue_grants(request, answers, grants, issuer=by or request.to, now=now, policy=self.grant_policy)
-        response = Response(at=now, answers=answers, by=by, via=via, reason=comment, grants=issued)
+        issued = (
+            ()
+            if grants is None
+            else issue_grants(request, answers, grants, issuer=by or request.to, now=now, policy=self.grant_policy)
+        )
+        response = Response(now, answers, by, via, comment, None, issued)
         return await self._settle(request.settle(Status.ANSWERED, response))
 
     async def check_answers(self, request: Request, answer: Any) -> dict[str, Any]:
