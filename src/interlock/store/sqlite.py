@@ -183,7 +183,8 @@ class SqliteStore(SqlStore):
         # check that it is still pending.
         self._cache = RequestCache(cache_bytes)
         self._batch: list[_Write] | None = None  # writes waiting for the next turn's group commit
-        self._turn_taken = False  # a write committed at once in this turn of the event loop
+        self._batch_loop: asyncio.AbstractEventLoop | None = None
+        self._turn_taken: asyncio.AbstractEventLoop | None = None  # the loop whose current turn committed a write
         self._committing: set[asyncio.Task[None]] = set()  # batches backing off from a lock
 
     # -- life cycle ----------------------------------------------------------------------
@@ -255,8 +256,8 @@ class SqliteStore(SqlStore):
         """
         self.db  # noqa: B018  # refuse a closed store here, in the caller
         loop = asyncio.get_running_loop()
-        if not self._turn_taken:
-            self._turn_taken = True
+        if self._turn_taken is not loop:  # (a flag left by a loop that stopped is not this loop's)
+            self._turn_taken = loop
             loop.call_soon(self._end_turn)
             ((ok, value),) = await self._retry(lambda: self._transaction([fn]))
             if not ok:
@@ -265,14 +266,14 @@ class SqliteStore(SqlStore):
                 self._wakeup.notify()
             return cast(T, value)
         fut: asyncio.Future[Any] = loop.create_future()
-        if self._batch is None:
-            self._batch = []
+        if self._batch is None or self._batch_loop is not loop:
+            self._batch, self._batch_loop = [], loop
             loop.call_soon(self._commit_batch)
         self._batch.append((fn, fut, notify))
         return cast(T, await fut)
 
     def _end_turn(self) -> None:
-        self._turn_taken = False
+        self._turn_taken = None
 
     def _commit_batch(self) -> None:
         batch, self._batch = self._batch or [], None
