@@ -499,10 +499,10 @@ def run(args: argparse.Namespace) -> int:
         if "interlock" in names and "raw" in names:
             # Targets use the median of per-round ratios (see _common.paired).
             r = paired(samples["interlock"], samples["raw"])
-            rows = [["interlock >= 50% of raw sqlite3 (answer from another task)", f"{r:.0%}", verdict(r >= 0.5)]]
+            rows = [["interlock >= 60% of raw sqlite3 (answer from another task)", f"{r:.0%}", verdict(r >= 0.6)]]
             if "interlock-same-task" in med:
                 r2 = paired(samples["interlock-same-task"], samples["raw"])
-                rows.append(["interlock >= 50% of raw sqlite3 (same task)", f"{r2:.0%}", verdict(r2 >= 0.5)])
+                rows.append(["interlock >= 60% of raw sqlite3 (same task)", f"{r2:.0%}", verdict(r2 >= 0.6)])
             if conc:
                 c, s = paired(conc, serial), 1.0
                 # Rep-to-rep spread on this machine is several percent; say so

@@ -39,7 +39,7 @@ RESERVED_PREFIX = "interlock."
 
 def reserved_field(context: Any) -> str | None:
     """The field of `context` that uses the reserved namespace (`context.kind`), or None."""
-    if isinstance(context, Mapping):
+    if context is not None and isinstance(context, Mapping):
         kind = context.get("kind")
         if isinstance(kind, str) and kind.startswith(RESERVED_PREFIX):
             return "context.kind"

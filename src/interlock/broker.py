@@ -308,7 +308,8 @@ class Broker(ABC):
         approval gate marks its requests (`interlock.approvals`).
         """
         now = datetime.now(UTC)
-        check_context(context)
+        if context is not None:
+            check_context(context)
         if timeout is not None:
             seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
             if not seconds > 0 or math.isinf(seconds):
@@ -814,7 +815,9 @@ class LocalBroker(Broker):
         self.store = store
         self.principals: PrincipalStore = store
         """Principals, tokens and web sessions: what a server and `interlock token` manage."""
-        self._waiters: dict[str, list[asyncio.Future[Request]]] = {}
+        # the futures waiting on each request: one future (the common case, with no list
+        # to make and collect per wait), or a list of them
+        self._waiters: dict[str, asyncio.Future[Request] | list[asyncio.Future[Request]]] = {}
         self._closed = False  # `close()` without a channel: this broker refuses creates
         self._state: Literal["new", "open", "closed"] = "new"
         self._open_lock = asyncio.Lock()
@@ -851,11 +854,10 @@ class LocalBroker(Broker):
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for request_id, futures in self._waiters.items():
-            for fut in futures:
+        for request_id in list(self._waiters):
+            for fut in self._pop_waiters(request_id):
                 if not fut.done():
                     fut.set_exception(Closed(request_id, "the broker was disconnected"))
-        self._waiters.clear()
         self._changed.set()
         await self.store.aclose()
 
@@ -895,8 +897,7 @@ class LocalBroker(Broker):
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Request] = loop.create_future()
         request_id = _check_id(request_id)
-        futures = self._waiters.setdefault(request_id, [])
-        futures.append(fut)  # before reading, so a settlement seen meanwhile is not missed
+        self._add_waiter(request_id, fut)  # before reading, so a settlement seen meanwhile is not missed
         try:
             # A cached pending copy is enough: a settlement this process has not seen yet
             # reaches the follow loop later, and the future registered above wakes then.
@@ -908,16 +909,21 @@ class LocalBroker(Broker):
                 if request.expires_at is not None:
                     until_due = (request.expires_at - datetime.now(UTC)).total_seconds()
                     delay = until_due if delay is None else min(delay, until_due)
-                request = await self._await_settled(request, fut, delay)
+                if delay is None:  # the common case, without a coroutine more
+                    try:
+                        request = await fut
+                    except asyncio.CancelledError:
+                        await self._waiter_cancelled(request)
+                        raise
+                else:
+                    request = await self._await_settled(request, fut, delay)
         finally:
             self._drop_waiter(request_id, fut)
         self.store.note_read(request.id)
         return _outcome(request)
 
-    async def _await_settled(self, request: Request, fut: asyncio.Future[Request], delay: float | None) -> Request:
+    async def _await_settled(self, request: Request, fut: asyncio.Future[Request], delay: float) -> Request:
         try:
-            if delay is None:
-                return await fut
             async with asyncio.timeout(max(delay, 0.0)):
                 return await fut
         except TimeoutError:
@@ -928,12 +934,16 @@ class LocalBroker(Broker):
                 return expired
             return await self._current(request.id)
         except asyncio.CancelledError:
-            if self._state == "open" and request.id not in self._detached and not request.outlives_its_waiter:
-                # Shielded: a cancel scope that cancels again must not cut the withdrawal short.
-                withdrawal = self._spawn(self._withdraw(request, "withdrawn", "the waiting call was cancelled"))
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(withdrawal)
+            await self._waiter_cancelled(request)
             raise
+
+    async def _waiter_cancelled(self, request: Request) -> None:
+        """A waiting call was cancelled: withdraw its request, unless someone else owns it."""
+        if self._state == "open" and request.id not in self._detached and not request.outlives_its_waiter:
+            # Shielded: a cancel scope that cancels again must not cut the withdrawal short.
+            withdrawal = self._spawn(self._withdraw(request, "withdrawn", "the waiting call was cancelled"))
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(withdrawal)
 
     async def watch(self, request_id: str, timeout: float | None = None) -> Request:
         """Wait until the request settles or `timeout` passes, and return it as it is then.
@@ -945,7 +955,7 @@ class LocalBroker(Broker):
             await self.open()
         request_id = _check_id(request_id)
         fut: asyncio.Future[Request] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(request_id, []).append(fut)
+        self._add_waiter(request_id, fut)
         try:
             request = await self._current(request_id)
             if request.status is Status.PENDING:
@@ -957,12 +967,29 @@ class LocalBroker(Broker):
         finally:
             self._drop_waiter(request_id, fut)
 
+    def _add_waiter(self, request_id: str, fut: asyncio.Future[Request]) -> None:
+        present = self._waiters.get(request_id)
+        if present is None:
+            self._waiters[request_id] = fut
+        elif isinstance(present, list):
+            present.append(fut)
+        else:
+            self._waiters[request_id] = [present, fut]
+
+    def _pop_waiters(self, request_id: str) -> Sequence[asyncio.Future[Request]]:
+        present = self._waiters.pop(request_id, None)
+        if present is None:
+            return ()
+        return present if isinstance(present, list) else (present,)
+
     def _drop_waiter(self, request_id: str, fut: asyncio.Future[Request]) -> None:
-        remaining = self._waiters.get(request_id)
-        if remaining is not None:
+        present = self._waiters.get(request_id)
+        if present is fut:
+            del self._waiters[request_id]
+        elif isinstance(present, list):
             with contextlib.suppress(ValueError):
-                remaining.remove(fut)
-            if not remaining:
+                present.remove(fut)
+            if not present:
                 del self._waiters[request_id]
 
     async def _current(self, request_id: str) -> Request:
@@ -993,9 +1020,12 @@ class LocalBroker(Broker):
         if self._state != "open":
             await self.open()
         request_id = _check_id(request_id)
-        check_text(by, "by", self.limits.max_name_length)
-        check_text(via, "via", self.limits.max_name_length)
-        check_text(comment, "the comment", self.limits.max_reason_length, error=InvalidAnswer)
+        if by is not None:
+            check_text(by, "by", self.limits.max_name_length)
+        if via != "python":
+            check_text(via, "via", self.limits.max_name_length)
+        if comment:
+            check_text(comment, "the comment", self.limits.max_reason_length, error=InvalidAnswer)
         request = await self.store.get(request_id, fresh=False)
         if request is None or request.status is not Status.PENDING:
             return False
@@ -1012,8 +1042,12 @@ class LocalBroker(Broker):
             # The echo is only compared with the offers (what is issued is built from them),
             # so it is bounded by count, not checked for storage.
             raise InvalidAnswer(f"grants: {len(grants)} echoed, at most {self.limits.max_options} allowed")
-        issued = issue_grants(request, answers, grants, issuer=by or request.to, now=now, policy=self.grant_policy)
-        response = Response(at=now, answers=answers, by=by, via=via, reason=comment, grants=issued)
+        issued = (
+            ()
+            if grants is None
+            else issue_grants(request, answers, grants, issuer=by or request.to, now=now, policy=self.grant_policy)
+        )
+        response = Response(now, answers, by, via, comment, None, issued)
         return await self._settle(request.settle(Status.ANSWERED, response))
 
     async def check_answers(self, request: Request, answer: Any) -> dict[str, Any]:
@@ -1021,9 +1055,10 @@ class LocalBroker(Broker):
         answers by ask id. A request with a form is checked in a worker thread, within
         `limits.check_seconds`, so a costly schema never holds up the event loop; the
         other asks are cheap and checked right here."""
-        if not any(isinstance(ask, Form) for ask in request.asks):
-            return check_answers(request, answer, limits=self.limits)
-        return await asyncio.to_thread(self._check_in_thread, request, answer)
+        for ask in request.asks:
+            if isinstance(ask, Form):
+                return await asyncio.to_thread(self._check_in_thread, request, answer)
+        return check_answers(request, answer, limits=self.limits)
 
     def _check_in_thread(self, request: Request, answer: Any) -> dict[str, Any]:
         with time_budget(self.limits.check_seconds):
@@ -1313,7 +1348,7 @@ class LocalBroker(Broker):
         check_text(server, "server", self.limits.max_name_length)
 
     def _wake(self, request: Request) -> None:
-        for fut in self._waiters.pop(request.id, ()):
+        for fut in self._pop_waiters(request.id):
             if not fut.done():
                 fut.set_result(request)
 
@@ -1939,6 +1974,8 @@ class LocalBroker(Broker):
 def _check_id(request_id: str) -> str:
     """The id as stored: an id that no store could hold is refused the same way on every
     store, and one written as a hex number (`0x...`, as some clients send ids) loses its prefix."""
+    if type(request_id) is str and len(request_id) == 32 and request_id.isalnum() and request_id.isascii():
+        return request_id  # an id as this package makes them (or one as harmless): nothing to change
     check_text(request_id, "the request id", DEFAULT_LIMITS.max_name_length)
     return plain_id(request_id)
 

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import interlock
-from interlock import Broker, Expired, NotFound, Rejected, Status, Text
+from interlock import Broker, Closed, Expired, NotFound, Rejected, Status, Text
 from interlock.broker import _SCHEMES, register_scheme
 from interlock.store._sql import load_migrations
 from interlock.store.memory import MemoryStore
@@ -68,6 +68,57 @@ async def test_memory_retention_zero_replays_nothing_but_still_wakes_waiters() -
             assert (await waiter).answers == {"text": "Ada"}
         with pytest.raises(NotFound):
             await broker.wait(request.id)
+
+
+async def test_the_memory_event_log_keeps_its_last_events_with_each_request_as_it_was_then() -> None:
+    async with interlock.connect("memory://", event_retention=4) as broker:
+        first = await broker.create(Text("Name?"))
+        await broker.resolve(first.id, "Ada")
+        second = await broker.create(Text("Age?"))
+        await broker.reject(second.id, "not asked")
+        third = await broker.create(Text("City?"))
+        events = [e async for e in broker.events(after=0)]
+        # The first request's created event fell out of the window of four.
+        assert [(e.type, e.request_id) for e in events] == [
+            ("answered", first.id),
+            ("created", second.id),
+            ("rejected", second.id),
+            ("created", third.id),
+        ]
+        answered, created, rejected, _ = events
+        assert answered.request is not None and answered.request.response is not None
+        assert answered.request.response.answers == {"text": "Ada"}
+        # A created event reads its request as created, even once it has settled since.
+        assert created.request == second
+        assert created.request is not None and created.request.status is Status.PENDING
+        assert created.request.response is None
+        assert rejected.request is not None and rejected.request.status is Status.REJECTED
+        assert events[3].request == third
+        for _ in range(4):  # every event of the first three requests falls out
+            await broker.create(Text("More?"))
+        events = [e async for e in broker.events(after=0)]
+        assert [e.type for e in events] == ["created"] * 4
+        assert third.id not in {e.request_id for e in events}
+
+
+async def test_concurrent_sqlite_writes_commit_together_and_a_refused_one_changes_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'group.db'}"
+    async with interlock.connect(url) as broker:
+        await broker.close("shut")
+        results = await asyncio.gather(
+            *(broker.create(Text(f"Question {i}?"), channel="shut" if i == 5 else "open") for i in range(20)),
+            return_exceptions=True,
+        )
+        assert isinstance(results[5], Closed)
+        made = [r for r in results if not isinstance(r, BaseException)]
+        assert len(made) == 19
+        answered = await asyncio.gather(*(broker.resolve(r.id, "yes") for r in made))
+        assert answered == [True] * 19
+    async with interlock.connect(url) as again:  # what was acknowledged is in the file
+        page = await again.list(channel="open", limit=100)
+        assert sorted(r.id for r in page.items) == sorted(r.id for r in made)
+        assert {r.status for r in page.items} == {Status.ANSWERED}
+        assert (await again.list(channel="shut", limit=100)).items == []
 
 
 async def test_settled_outcomes_replay_after_the_process_reconnects(
@@ -204,3 +255,32 @@ async def test_principals_and_tokens_are_kept_and_revoked(url: str, tmp_path: Pa
         assert await store.principal_for_token(hash_token(second.secret)) is not None
         assert await store.revoke_tokens(principal="bot") == 1
         assert await store.principal_for_token(hash_token(second.secret)) is None
+
+
+async def test_the_sqlite_history_index_kept_by_triggers_matches_one_rebuilt_from_the_rows(tmp_path: Path) -> None:
+    path = tmp_path / "history.db"
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+        made = [await broker.create(Text(f"Ship release {i}?"), title="Nightly") for i in range(6)]
+        for i, request in enumerate(made[:4]):
+            await broker.resolve(request.id, "canary green" if i % 2 else "blocked")
+
+    def matches(db: sqlite3.Connection) -> dict[str, list[int]]:
+        words = ("ship", "nightly", "canary", "blocked", "release")
+        return {
+            w: sorted(r[0] for r in db.execute("SELECT rowid FROM requests_text WHERE requests_text MATCH ?", (w,)))
+            for w in words
+        }
+
+    db = sqlite3.connect(path)
+    try:
+        kept = matches(db)
+        assert len(kept["ship"]) == 6 and len(kept["canary"]) == 2 and len(kept["blocked"]) == 2
+        # the migration that made the index contentless rebuilds it from the rows: the same
+        # words find the same rows
+        rebuild = next(m for m in load_migrations("sqlite") if m.name == "contentless_history_index")
+        with db:
+            db.executescript(rebuild.sql)
+        assert matches(db) == kept
+        db.execute("INSERT INTO requests_text (requests_text, rank) VALUES ('integrity-check', 0)")
+    finally:
+        db.close()

@@ -4,6 +4,10 @@ Each process binds a Unix datagram socket in a private folder named after the da
 after each commit it sends one byte to every other socket there. A hint only says "look at
 the event log": a lost one costs latency, never correctness, since the broker also polls.
 Sockets of processes that died are found by the refused send and removed.
+
+The folder is listed again only when the set of peers may have changed: a process that
+opens says so with a hint to every peer, and any hint received, or a send refused, makes
+the next notify look at the folder. A commit with nobody else around costs no system call.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ class Wakeup:
         self._sock: socket.socket | None = None
         self._path: str | None = None
         self._peers: list[str] = []
-        self._seen_mtime = -1
+        self._stale = True  # list the folder before the next send
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -57,9 +61,11 @@ class Wakeup:
                     pass
             except (BlockingIOError, InterruptedError):
                 pass
+            self._stale = True  # the sender may be a process that just opened
             callback()
 
         self._loop.add_reader(sock.fileno(), drain)
+        self.notify()  # tell the others this process is here, so they list the folder again
 
     def _private_folder(self) -> bool:
         """Make the folder, refusing one that another user owns or can write to: hints
@@ -90,19 +96,19 @@ class Wakeup:
             except (ConnectionRefusedError, FileNotFoundError):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(peer)  # its process is gone
-                self._seen_mtime = -1
+                self._stale = True
             except OSError:
                 pass
 
     def _current_peers(self) -> list[str]:
-        try:
-            mtime = os.stat(self._folder_path).st_mtime_ns
-        except FileNotFoundError:
-            return []
-        if mtime != self._seen_mtime:
-            self._seen_mtime = mtime
+        if self._stale:
+            self._stale = False
             mine = self._path
-            self._peers = [e.path for e in os.scandir(self._folder_path) if e.name.endswith(".sock") and e.path != mine]
+            try:
+                with os.scandir(self._folder_path) as entries:
+                    self._peers = [e.path for e in entries if e.name.endswith(".sock") and e.path != mine]
+            except FileNotFoundError:
+                self._peers = []
         return self._peers
 
     def close(self) -> None:

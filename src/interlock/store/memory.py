@@ -70,7 +70,14 @@ class MemoryStore:
         self._settled: OrderedDict[str, Request] = OrderedDict()  # read outcomes: the retention
         self._unread: OrderedDict[str, Request] = OrderedDict()  # settled, not read by a waiter yet
         self._idempotency: dict[tuple[str | None, str], str] = {}
-        self._events: deque[Event] = deque(maxlen=event_retention)
+        # Events are kept as tuples of plain values and made `Event`s when read: a request's
+        # events are written on every cycle and read far less often. A request event names
+        # its request; the log keeps one version of each request it names, the latest (its
+        # `created` event reads it back as created), with how many events name it. So the
+        # log holds no object per event that the garbage collector would have to walk.
+        self._events: deque[_Entry] = deque(maxlen=event_retention)
+        self._logged: dict[str, Request] = {}
+        self._log_refs: dict[str, int] = {}
         self._last_event = 0
         self._expiry: list[tuple[datetime, str]] = []
         self._principals: dict[str, Principal] = {}
@@ -86,7 +93,10 @@ class MemoryStore:
         self._grants: dict[str, IssuedGrant] = {}  # by id; kept for the life of the process
         self._policies: dict[tuple[str, str], ApprovalPolicy] = {}  # by (agent, server)
         # the outbox: notices by id with their lease (owner, until) and routed flag; deliveries by id
-        self._notices: dict[int, tuple[Notice, str | None, datetime | None]] = {}
+        # unrouted notices by id, as (event id, type, request id, recipient, at): tuples of
+        # plain values, which the garbage collector stops tracking; claimed ones' leases apart
+        self._notices: dict[int, tuple[int, str, str, str | None, datetime]] = {}
+        self._notice_leases: dict[int, tuple[str, datetime]] = {}
         self._deliveries: dict[str, tuple[Delivery, str | None, datetime | None]] = {}
         self._last_notice = 0
         self._finished: deque[str] = deque()  # delivered or skipped, oldest first
@@ -103,17 +113,51 @@ class MemoryStore:
     def _append(self, type_: str, request: Request) -> None:
         self._last_event += 1
         at = request.response.at if request.response is not None else request.created_at
-        self._events.append(Event(self._last_event, type_, at, request.id, request))
+        self._log((self._last_event, type_, at, request.id, None), request)
         if type_ in NOTICE_TYPES:
             self._last_notice += 1
-            notice = Notice(self._last_notice, self._last_event, type_, request.id, request.to, at)
-            self._notices[notice.id] = (notice, None, None)
+            self._notices[self._last_notice] = (self._last_event, type_, request.id, request.to, at)
 
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         self._last_event += 1
-        event = Event(self._last_event, type, datetime.now(UTC), data=dict(data))
-        self._events.append(event)
-        return event
+        entry = (self._last_event, type, datetime.now(UTC), None, dict(data))
+        self._log(entry)
+        return self._event(entry)
+
+    def _log(self, entry: _Entry, request: Request | None = None) -> None:
+        events = self._events
+        if events.maxlen is not None and len(events) >= events.maxlen:
+            if not events.maxlen:
+                return  # no event log kept
+            self._unlog(events[0][3])  # the oldest event is about to go
+        if request is not None:
+            self._logged[request.id] = request
+            self._log_refs[request.id] = self._log_refs.get(request.id, 0) + 1
+        events.append(entry)
+
+    def _unlog(self, request_id: str | None) -> None:
+        if request_id is None:
+            return
+        left = self._log_refs[request_id] - 1
+        if left:
+            self._log_refs[request_id] = left
+        else:
+            del self._log_refs[request_id]
+            del self._logged[request_id]
+
+    def _logged_request(self, entry: _Entry) -> Request | None:
+        """The request as it was right after a logged event."""
+        request_id = entry[3]
+        if request_id is None:
+            return None
+        request = self._logged[request_id]
+        if entry[1] == "created" and request.status is not Status.PENDING:
+            return request.as_created()
+        return request
+
+    def _event(self, entry: _Entry) -> Event:
+        event_id, type_, at, request_id, data = entry
+        return Event(event_id, type_, at, request_id, self._logged_request(entry), {} if data is None else data)
 
     async def insert(self, request: Request) -> tuple[Request, bool]:
         channel = request.origin.channel
@@ -162,7 +206,7 @@ class MemoryStore:
         self._unread[request.id] = request
         if len(self._unread) > _UNREAD:
             self._forget(self._unread.popitem(last=False)[1])
-        self._append(request.status.value, request)
+        self._append(_EVENT_TYPE[request.status], request)
         if request.origin.run is not None:
             self._mark_ready(request.origin.run, request.id)
         return request
@@ -205,7 +249,7 @@ class MemoryStore:
         if request is None:
             return False
         self._last_event += 1
-        self._events.append(Event(self._last_event, "consumed", at, request.id, request))
+        self._log((self._last_event, "consumed", at, request.id, None), request)
         return True
 
     def requester_of(self, requester: str | None) -> str | None:
@@ -232,26 +276,29 @@ class MemoryStore:
     async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
         if not self._events or after >= self._last_event:
             return []
-        start = max(0, after - self._events[0].id + 1)
-        return [self._events[i] for i in range(start, min(len(self._events), start + limit))]
+        start = max(0, after - self._events[0][0] + 1)
+        return [self._event(e) for e in itertools.islice(self._events, start, start + limit)]
 
     async def find_events(self, query: EventQuery) -> Sequence[Event]:
         # In process, the filters run over the events after the cursor: nothing to index.
         out: list[Event] = []
         if not self._events or query.limit <= 0:
             return out
-        start = max(0, query.after - self._events[0].id + 1)
-        for event in itertools.islice(self._events, start, None):
-            if query.until is not None and event.id > query.until:
+        start = max(0, query.after - self._events[0][0] + 1)
+        for entry in itertools.islice(self._events, start, None):
+            if query.until is not None and entry[0] > query.until:
                 break
-            if _event_matches(event, query):
-                out.append(event)
+            if _event_matches(entry, self._logged.get(entry[3]) if entry[3] is not None else None, query):
+                out.append(self._event(entry))
                 if len(out) == query.limit:
                     break
         return out
 
     async def changes(self, after: int = 0, limit: int = 500) -> Sequence[tuple[int, str, str | None]]:
-        return [(e.id, e.type, e.request_id) for e in await self.events(after, limit)]
+        if not self._events or after >= self._last_event:
+            return []
+        start = max(0, after - self._events[0][0] + 1)
+        return [(e[0], e[1], e[3]) for e in itertools.islice(self._events, start, start + limit)]
 
     async def last_event_id(self) -> int:
         return self._last_event
@@ -345,7 +392,7 @@ class MemoryStore:
 
     def _append_run(self, type_: str, run: Run, at: datetime | None = None) -> None:
         self._last_event += 1
-        self._events.append(Event(self._last_event, type_, at or run.updated_at, data=run_event_data(run)))
+        self._log((self._last_event, type_, at or run.updated_at, None, run_event_data(run)))
 
     def _mark_ready(self, run_id: str, request_id: str) -> None:
         run = self._runs.get(run_id)
@@ -628,18 +675,19 @@ class MemoryStore:
     async def claim_notices(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Notice]:
         until = now + timedelta(seconds=lease)
         out: list[Notice] = []
-        for notice, holder, held_until in list(self._notices.values()):
+        for notice_id, entry in self._notices.items():
             if len(out) == limit:
                 break
-            if holder is not None and holder != owner and held_until is not None and held_until > now:
+            held = self._notice_leases.get(notice_id)
+            if held is not None and held[0] != owner and held[1] > now:
                 continue
-            self._notices[notice.id] = (notice, owner, until)
-            out.append(notice)
+            self._notice_leases[notice_id] = (owner, until)
+            out.append(Notice(notice_id, *entry))
         return out
 
     async def route_notice(self, notice: Notice, deliveries: Sequence[Delivery], owner: str, now: datetime) -> int:
-        found = self._notices.get(notice.id)
-        if found is None or found[1] != owner:
+        held = self._notice_leases.get(notice.id)
+        if notice.id not in self._notices or held is None or held[0] != owner:
             return 0
         added = 0
         for delivery in deliveries:
@@ -647,6 +695,7 @@ class MemoryStore:
                 self._deliveries[delivery.id] = (delivery, None, None)
                 added += 1
         del self._notices[notice.id]  # routed: only unrouted notices are kept here
+        del self._notice_leases[notice.id]
         return added
 
     async def claim_deliveries(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Delivery]:
@@ -710,9 +759,15 @@ class MemoryStore:
 
     async def next_outbox_due(self) -> datetime | None:
         if self._notices:
-            return min(n.at for n, _, _ in self._notices.values())
+            return min(entry[4] for entry in self._notices.values())
         due = [d.due_at for d, _, _ in self._deliveries.values() if d.status == "pending"]
         return min(due) if due else None
+
+
+_EVENT_TYPE = {status: status.value for status in Status}  # a settlement's event type, as a plain str
+
+_Entry = tuple[int, str, datetime, str | None, Mapping[str, Any] | None]
+"""An event as the log keeps it: id, type, time, request id (its request is kept apart), data."""
 
 
 def _grant_matches(g: IssuedGrant, q: GrantQuery) -> bool:
@@ -764,12 +819,14 @@ def _texts(value: Any) -> list[str]:
     return []
 
 
-def _event_matches(event: Event, q: EventQuery) -> bool:
-    request, data = event.request, event.data
-    if q.request is not None and event.request_id != q.request:
+def _event_matches(entry: _Entry, request: Request | None, q: EventQuery) -> bool:
+    _, _, _, request_id, data = entry
+    if q.request is not None and request_id != q.request:
         return False
     if request is not None:
         to, by, session, run = request.to, request.requester, request.origin.session, request.origin.run
+    elif data is None:
+        to = by = session = run = None
     else:
         to, by, session, run = data.get("to"), data.get("by"), data.get("session"), data.get("run")
     return (
