@@ -40,7 +40,7 @@ from ..mcp import HttpEndpoint
 from ..model import GrantPolicy, Limits
 from ..routing import Routing, load_routing
 from ..wire import WIRE_ERRORS, problem_of
-from . import api, deliveries, grants, inbound, interactions, runs, web_deliveries
+from . import api, deliveries, grants, inbound, interactions, runs, teams, web_deliveries
 from .api import PROBLEMS
 from .auth import Auth, loopback_host, same_origin
 from .common import ApiError, AppState, Quotas, event_to_dict, parse_event_id, problem
@@ -226,6 +226,7 @@ def create_app(
     app.include_router(runs.router, prefix="/api/v1")
     app.include_router(grants.router, prefix="/api/v1")
     app.include_router(deliveries.router, prefix="/api/v1")
+    app.include_router(teams.router, prefix="/api/v1")
     app.include_router(inbound.router, prefix="/api/v1")
     app.include_router(inbound.pages)
     _document_problems(app)
