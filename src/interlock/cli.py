@@ -26,7 +26,7 @@ import re
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -41,13 +41,14 @@ from . import __version__
 from ._backoff import Backoff
 from .agent.terminal import TerminalContract
 from .approvals import decision_ask
-from .broker import Broker, LocalBroker, connect
+from .broker import Broker, LocalBroker, Page, connect
 from .errors import Cancelled, Expired, Forbidden, InterlockError, InvalidAnswer, InvalidRequest, NotFound, Rejected
 from .model import (
     DEFAULT_EXP,
     Answers,
     Ask,
     Choice,
+    Claim,
     Confirm,
     Form,
     GrantPolicy,
@@ -65,6 +66,7 @@ from .model import (
 )
 from .principals import TOKEN_PREFIX, Principal, issue_token
 from .redact import RedactingFilter, redact, redact_url
+from .remote import RemoteBroker
 from .runs import Worker
 from .signin import mint_signin_link
 from .store import PrincipalStore
@@ -316,19 +318,30 @@ def inbox(
     """List requests, newest first."""
     if status != "all" and status not in {s.value for s in Status}:
         raise _fail(f"unknown status {status!r}")
-    page = _run(db, lambda b: b.list(recipient=to, status=None if status == "all" else status, limit=limit), token)
+
+    async def work(broker: Broker) -> tuple[Page, Mapping[str, Claim]]:
+        # Through a server, a person's inbox holds their teams' requests too (the server
+        # knows the token's teams); on a local store, `--to` names the person.
+        teams = sorted(await broker.principals.teams_of(to)) if to and isinstance(broker, LocalBroker) else []
+        found = await broker.list(recipient=to, teams=teams, status=None if status == "all" else status, limit=limit)
+        pending = [r.id for r in found.items if r.status is Status.PENDING]
+        return found, await broker.claims(pending) if pending else {}
+
+    page, claims = _run(db, work, token)
     if as_json:
         for request in page.items:
             typer.echo(json.dumps(request_to_dict(request)))
         return
     table = Table(box=None, header_style="bold")
     table.add_column("id", no_wrap=True, min_width=32)
-    for column in ("status", "to", "asks", "created", "expires"):
+    for column in ("status", "to", "asks", "created", "expires", *(("claimed by",) if claims else ())):
         table.add_column(column)
     now = datetime.now(UTC)
     for r in page.items:
         expires = "" if r.expires_at is None or r.status is not Status.PENDING else _ago(r.expires_at, now)
-        table.add_row(r.id, r.status.value, r.to or "", _summary(r), _ago(r.created_at, now), expires)
+        held = claims.get(r.id)
+        claimed = (f"{held.by} ({_ago(held.at, now)})" if held else "",) if claims else ()
+        table.add_row(r.id, r.status.value, r.to or "", _summary(r), _ago(r.created_at, now), expires, *claimed)
     Console(width=None if sys.stdout.isatty() else 1000).print(table)
     if not page.items:
         err.print("no requests")
@@ -352,6 +365,39 @@ def show(request_id: str, db: DbOption = None, token: TokenOption = None) -> Non
                     markup=False,
                     soft_wrap=True,
                 )
+
+
+@app.command()
+def claim(
+    request_id: str,
+    release: Annotated[bool, typer.Option("--release", help="Give up your claim instead.")] = False,
+    by: Annotated[
+        str | None, typer.Option("--by", help="On a local store: who claims (default: you, the local user).")
+    ] = None,
+    db: DbOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Claim a pending request to one of your teams, so the other members see it is
+    yours (or give the claim up with --release). Anyone in the team may still answer."""
+
+    async def work(broker: Broker) -> tuple[Claim | None, str]:
+        # Through a server, the claim is the token's principal's.
+        me = str((await broker.whoami())["name"]) if isinstance(broker, RemoteBroker) else by or local_person()
+        if release:
+            return await broker.unclaim(request_id, by=me), me
+        return await broker.claim(request_id, by=me), me
+
+    held, me = _run(db, work, token)
+    if release:
+        if held is None:
+            raise _fail(f"you hold no claim on {request_id}", DECLINED)
+        err.print(f"gave up the claim on {request_id}")
+        return
+    assert held is not None
+    when = held.at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    if held.by != me:
+        raise _fail(f"already claimed by {held.by} at {when}", DECLINED)
+    err.print(f"claimed {request_id} ({when})")
 
 
 def how_to_answer(request: Request) -> list[str]:
@@ -939,6 +985,70 @@ def token_list(db: LocalDb = None) -> None:
     """List the humans and agents."""
     for p in _run(db, lambda b: _principals(b).list_principals()):
         typer.echo(f"{p.name}\t{p.kind}" + (f"\towner={p.owner}" if p.owner else ""))
+
+
+team_app = typer.Typer(
+    no_args_is_help=True,
+    help="Manage teams: a request to a team is seen, claimed and answered by its members.",
+)
+app.add_typer(team_app, name="team")
+
+
+@team_app.command("add")
+def team_add(
+    team: Annotated[str, typer.Argument(help="The team's name (made if new).")],
+    members: Annotated[list[str] | None, typer.Argument(help="People to add to it.")] = None,
+    db: LocalDb = None,
+) -> None:
+    """Make a team if it is new, and add people (humans with a token here) to it."""
+
+    async def work(broker: Broker) -> Sequence[str]:
+        store = _principals(broker)
+        try:
+            await store.save_team(team, members or [])
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+        return await store.team_members(team) or []
+
+    found = _run(db, work)
+    err.print(f"team {team}: {', '.join(found) or 'no members yet'}")
+
+
+@team_app.command("rm")
+def team_rm(
+    team: Annotated[str, typer.Argument(help="The team's name.")],
+    members: Annotated[list[str] | None, typer.Argument(help="People to take out; none deletes the team.")] = None,
+    db: LocalDb = None,
+) -> None:
+    """Take people out of a team, or delete the team when no one is named."""
+
+    async def work(broker: Broker) -> int | None:
+        store = _principals(broker)
+        if await store.team_members(team) is None:
+            return None
+        if not members:
+            return int(await store.delete_team(team))
+        return await store.remove_team_members(team, members)
+
+    removed = _run(db, work)
+    if removed is None:
+        raise _fail(f"there is no team named {team!r}", DECLINED)
+    if not members:
+        err.print(f"deleted the team {team}")
+    elif not removed:
+        raise _fail(f"none of them is in the team {team!r}", DECLINED)
+    else:
+        err.print(f"took {removed} member(s) out of {team}")
+
+
+@team_app.command("members")
+def team_members(team: Annotated[str, typer.Argument(help="The team's name.")], db: LocalDb = None) -> None:
+    """List a team's members, one a line."""
+    found = _run(db, lambda b: _principals(b).team_members(team))
+    if found is None:
+        raise _fail(f"there is no team named {team!r}", DECLINED)
+    for name in found:
+        typer.echo(name)
 
 
 # -- runs ------------------------------------------------------------------------------------
