@@ -1316,14 +1316,15 @@ deliveries_app = typer.Typer(
 app.add_typer(deliveries_app, name="deliveries")
 
 
-def _deliveries_api(db: str, method: str, path: str, **params: Any) -> Any:
+def _deliveries_api(db: str, method: str, path: str, *, body: Any = None, **params: Any) -> Any:
     """Call a server's deliveries API with the token from INTERLOCK_TOKEN."""
     import httpx
 
     token = os.environ.get("INTERLOCK_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    url = db.rstrip("/") + "/api/v1" + path
     try:
-        response = httpx.request(method, db.rstrip("/") + "/api/v1" + path, params=params, headers=headers, timeout=30)
+        response = httpx.request(method, url, params=params, json=body, headers=headers, timeout=30)
     except httpx.HTTPError as exc:
         raise _fail(f"cannot reach the server at {db}: {exc}") from None
     if response.status_code >= 400:
@@ -1409,9 +1410,75 @@ def deliveries_retry(
     err.print(f"{delivery_id} will be sent again")
 
 
+routing_app = typer.Typer(
+    no_args_is_help=True,
+    help="The routing in use (who is told about requests, through which channels), kept in the store.",
+)
+app.add_typer(routing_app, name="routing")
+
+
+@routing_app.command("show")
+def routing_show(db: DbOption = None) -> None:
+    """Print the routing in use as JSON, the channels' secrets masked."""
+    from .channels.delivery import stored_routing
+    from .routing import masked
+
+    if _remote(db):
+        assert db is not None
+        document = _deliveries_api(db, "GET", "/routing")
+    else:
+
+        async def work(broker: Broker) -> Any:
+            assert isinstance(broker, LocalBroker)
+            return await stored_routing(broker.store)
+
+        found = _run(db, work)
+        if found is None:
+            raise _fail("no routing is kept here yet: set one with `interlock routing set FILE`", DECLINED)
+        document = masked(found)
+    typer.echo(json.dumps(document, indent=2))
+
+
+@routing_app.command("set")
+def routing_set(
+    file: Annotated[Path, typer.Argument(help="A routing file (TOML), checked as `serve --routing` checks it.")],
+    db: DbOption = None,
+) -> None:
+    """Replace the routing in use with a file's: every server on the store (or the server
+    named) takes it up within seconds, and it survives restarts."""
+    from .channels import ChannelContext, ChannelError, open_channels
+    from .channels.delivery import save_routing
+    from .routing import RoutingError, load_routing
+
+    try:
+        routing = load_routing(file)
+        if not _remote(db):  # a server checks its channels itself
+            open_channels(routing.channels, ChannelContext(routing.inbox_url))
+    except (RoutingError, ChannelError) as exc:
+        raise _fail(str(exc)) from None
+    if _remote(db):
+        assert db is not None
+        _deliveries_api(db, "PUT", "/routing", body=routing.source)
+    else:
+
+        async def work(broker: Broker) -> None:
+            assert isinstance(broker, LocalBroker)
+            await save_routing(broker.store, routing)
+
+        _run(db, work)
+    err.print(f"routing from {file} in use (channels: {', '.join(routing.channels) or 'none'})")
+
+
 @app.command()
 def deliver(
-    routing: Annotated[Path, typer.Option("--routing", envvar="INTERLOCK_ROUTING", help="The routing file (TOML).")],
+    routing: Annotated[
+        Path | None,
+        typer.Option(
+            "--routing",
+            envvar="INTERLOCK_ROUTING",
+            help="A routing file (TOML); without it, the routing kept in the store (`interlock routing set`).",
+        ),
+    ] = None,
     db: LocalDb = None,
     poll_interval: Annotated[
         float, typer.Option("--poll-interval", min=0.05, help="Seconds between looks at the outbox.")
@@ -1420,26 +1487,31 @@ def deliver(
     """Run the outbox's delivery loop alone (beside servers that run without --routing).
     Email answer links are signed with INTERLOCK_SECRET_KEY, which the servers must share."""
     from .channels import ChannelContext, ChannelError
-    from .channels.delivery import DeliveryLoop
+    from .channels.delivery import DeliveryLoop, settle_routing
     from .channels.links import AnswerLinks
     from .routing import RoutingError, load_routing
 
     if db is not None and db.startswith(("http://", "https://")):
         raise _fail("deliver needs a store URL (sqlite:///... or postgresql://...), not a server")
     try:
-        the_routing = load_routing(routing)
+        from_file = load_routing(routing) if routing is not None else None
     except RoutingError as exc:
         raise _fail(str(exc)) from None
 
     async def work(broker: Broker) -> None:
         assert isinstance(broker, LocalBroker)
+        the_routing = await settle_routing(broker.store, from_file)
+        if the_routing is None:
+            raise InvalidRequest("no routing here yet: pass --routing FILE, or set one with `interlock routing set`")
         links = None
         secret = os.environ.get("INTERLOCK_SECRET_KEY")
         if secret and the_routing.inbox_url:  # the servers check the links with the same key
             links = AnswerLinks(secret, the_routing.inbox_url)
         context = ChannelContext(the_routing.inbox_url, links)
         try:
-            loop = DeliveryLoop(broker.store, broker.store, the_routing, context=context, poll_interval=poll_interval)
+            loop = DeliveryLoop(
+                broker.store, broker.store, the_routing, context=context, poll_interval=poll_interval, routing_check=5.0
+            )
         except ChannelError as exc:
             raise InvalidRequest(str(exc)) from None
         err.print(f"delivering from {redact_url(db or 'sqlite:///interlock.db')}", markup=False)

@@ -33,8 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..broker import LocalBroker, connect
 from ..channels import ChannelContext
-from ..channels.delivery import DeliveryLoop
-from ..channels.links import AnswerLinks
+from ..channels.delivery import DeliveryLoop, settle_routing
 from ..grant_tokens import GrantSigner
 from ..mcp import HttpEndpoint
 from ..model import GrantPolicy, Limits
@@ -176,12 +175,13 @@ def create_app(
         state.grant_signer = GrantSigner.from_pem(Path(grant_key))
     else:
         state.grant_signer = GrantSigner.from_secret(secret_key) if secret_key else GrantSigner.generate()
+    # one-click answers in messages are signed with this (a routing's inbox_url says where this server is)
+    state.links_secret = secret_key or secrets.token_urlsafe(32)
     if the_routing is not None:  # channels are made now: a bad option fails at start, not at the first send
-        links = None
-        if the_routing.inbox_url is not None:  # one-click answers need to know where this server is
-            links = AnswerLinks(secret_key or secrets.token_urlsafe(32), the_routing.inbox_url)
-        context = ChannelContext(the_routing.inbox_url, links)
-        state.delivery = DeliveryLoop(the_broker.store, the_broker.store, the_routing, context=context)
+        context = ChannelContext(the_routing.inbox_url, deliveries.answer_links(state, the_routing))
+        state.delivery = DeliveryLoop(
+            the_broker.store, the_broker.store, the_routing, context=context, routing_check=deliveries.ROUTING_CHECK
+        )
         deliveries.install_metrics(state)
     state.quotas = Quotas(
         (DEFAULT_QUOTA if auth else None) if rate_limit == "default" else rate_limit,
@@ -193,8 +193,14 @@ def create_app(
         await the_broker.open()
         state.metrics.pending.set(len(await the_broker.pending()))
         await state.hub.start()
+        # The routing kept in the store (set through the API), or the file's when it is new or changed.
+        in_use = await settle_routing(the_broker.store, the_routing)
+        if in_use is not None and in_use is not the_routing:
+            await deliveries.use_routing(state, in_use)
+        elif in_use is not None:
+            await deliveries.keep_teams(state, in_use)
+        state.hub.on_event.append(lambda _: state.delivery.wake() if state.delivery is not None else None)
         if state.delivery is not None:
-            state.hub.on_event.append(lambda _: state.delivery.wake() if state.delivery is not None else None)
             state.delivery.start()
         try:
             async with mcp.running():
