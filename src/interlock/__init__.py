@@ -53,6 +53,7 @@ from .errors import (
 from .model import (
     Ask,
     Choice,
+    Claim,
     Confirm,
     Deny,
     Event,
@@ -88,6 +89,7 @@ __all__ = [
     "BrokerContract",
     "Cancelled",
     "Choice",
+    "Claim",
     "Closed",
     "Confirm",
     "Contract",
