@@ -349,8 +349,15 @@ def inbox(
 
 @app.command()
 def show(request_id: str, db: DbOption = None, token: TokenOption = None) -> None:
-    """Print one request as JSON."""
-    request = _run(db, lambda b: b.get(request_id), token)
+    """Print one request as JSON. Your first look at it is on its timeline (`viewed`)."""
+
+    async def work(broker: Broker) -> Request:
+        request = await broker.get(request_id)  # through a server, it records the view
+        if isinstance(broker, LocalBroker):
+            await broker.note_viewed(request.id, by=local_person())
+        return request
+
+    request = _run(db, work, token)
     typer.echo(json.dumps(request_to_dict(request), indent=2))
     if request.status is Status.PENDING:
         for line in how_to_answer(request):

@@ -19,8 +19,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 INTERLOCK = [sys.executable, "-m", "interlock"]
 
 
-def run(*args: str, db: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "INTERLOCK_URL": db}
+def run(*args: str, db: str, user: str = "alice") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "INTERLOCK_URL": db, "INTERLOCK_USER": user}
     return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=env, timeout=60)
 
 
@@ -62,6 +62,16 @@ async def test_a_member_claims_from_the_command_line_and_the_others_see_it_in_th
     assert run("claim", request.id, "--release", "--by", "bob", db=db).returncode == 1  # not bob's
     assert run("claim", request.id, "--release", "--by", "alice", db=db).returncode == 0
     assert run("claim", request.id, "--by", "bob", db=db).returncode == 0
+
+
+async def test_show_puts_the_person_s_first_look_on_the_timeline(db: str) -> None:
+    async with interlock.connect(db) as broker:
+        request = await broker.create(Confirm("Purge the queue?"), to="alice", requester="bot")
+    for _ in range(2):
+        assert run("show", request.id, db=db, user="alice").returncode == 0
+    async with interlock.connect(db) as broker:
+        events = await broker.find_events(request=request.id)
+    assert [(e.type, e.data.get("by")) for e in events] == [("created", None), ("viewed", "alice")]
 
 
 def test_the_routing_is_set_from_a_file_checked_as_serve_checks_it_and_shown_masked(db: str, tmp_path: Path) -> None:
