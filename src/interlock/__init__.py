@@ -55,6 +55,7 @@ from .followups import Followup, Sent
 from .model import (
     Ask,
     Choice,
+    Claim,
     Confirm,
     Deny,
     Event,
@@ -90,6 +91,7 @@ __all__ = [
     "BrokerContract",
     "Cancelled",
     "Choice",
+    "Claim",
     "Closed",
     "Confirm",
     "Contract",

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 from .approval_policies import ApprovalPolicy, policy_from_dict, policy_to_dict
 from .approvals import check_context, decision_ask
 from .errors import (
+    AlreadySettled,
     Cancelled,
     Closed,
     Expired,
@@ -51,6 +52,7 @@ from .model import (
     MAX_STATE_BYTES,
     NO_ORIGIN,
     Ask,
+    Claim,
     Deny,
     Event,
     Form,
@@ -561,6 +563,21 @@ class Broker(ABC):
         """Spend an answered request once: True for the one call, in any process, that does."""
 
     @abstractmethod
+    async def claim(self, request_id: str, *, by: str) -> Claim:
+        """Take a pending request to a team for `by`, one of its members, unless another
+        member holds it. Returns the claim that stands: `by`'s, or the other member's.
+        Raises `NotFound`, or `AlreadySettled` for a settled request nobody claimed."""
+
+    @abstractmethod
+    async def unclaim(self, request_id: str, *, by: str | None) -> Claim | None:
+        """Give up `by`'s claim on a pending request (anyone's when None); the claim
+        removed, or None when there was none of theirs."""
+
+    @abstractmethod
+    async def claims(self, request_ids: Sequence[str]) -> Mapping[str, Claim]:
+        """Who has claimed which of these requests, by request id."""
+
+    @abstractmethod
     async def requester_of(self, requester: str | None) -> str | None:
         """Who a request created with `requester` is recorded as made by."""
 
@@ -612,6 +629,7 @@ class Broker(ABC):
         text: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        teams: Sequence[str] = (),
     ) -> Page:
         """Requests matching every filter given, newest first by default, a page at a time.
 
@@ -634,6 +652,7 @@ class Broker(ABC):
         request: str | None = None,
         session: str | None = None,
         run: str | None = None,
+        teams: Sequence[str] = (),
     ) -> Sequence[Event]:
         """One page of the event log after `after` (and up to `until`) matching the filters."""
 
@@ -818,6 +837,7 @@ class LocalBroker(Broker):
         # the futures waiting on each request: one future (the common case, with no list
         # to make and collect per wait), or a list of them
         self._waiters: dict[str, asyncio.Future[Request] | list[asyncio.Future[Request]]] = {}
+        self._viewed: dict[tuple[str, str], None] = {}  # (request, person) noted as viewed here, oldest first
         self._closed = False  # `close()` without a channel: this broker refuses creates
         self._state: Literal["new", "open", "closed"] = "new"
         self._open_lock = asyncio.Lock()
@@ -1130,6 +1150,56 @@ class LocalBroker(Broker):
         if done:
             self._changed_now()
         return done
+
+    async def claim(self, request_id: str, *, by: str) -> Claim:
+        """Take a pending request to a team for `by`, one of its members, unless another
+        member holds it: a conditional write with a `claimed` event, so one member wins
+        across every node. Returns the claim that stands (`by`'s, or the other member's).
+        Who may claim is the caller's to check (`interlock.principals.can_claim`)."""
+        if self._state != "open":
+            await self.open()
+        request = await self.get(request_id)
+        claim = await self.store.claim(request.id, by, datetime.now(UTC))
+        if claim is None:
+            raise AlreadySettled(request.id, (await self.get(request.id)).status.value)
+        if claim.by == by:
+            self._changed_now()
+        return claim
+
+    async def unclaim(self, request_id: str, *, by: str | None) -> Claim | None:
+        """Give up `by`'s claim (anyone's when None) on a pending request, with an
+        `unclaimed` event; the claim removed, or None when there was none of theirs."""
+        if self._state != "open":
+            await self.open()
+        request = await self.get(request_id)
+        claim = await self.store.unclaim(request.id, by, datetime.now(UTC))
+        if claim is not None:
+            self._changed_now()
+        return claim
+
+    async def claims(self, request_ids: Sequence[str]) -> Mapping[str, Claim]:
+        """Who has claimed which of these requests (at most 1000), by request id."""
+        if self._state != "open":
+            await self.open()
+        if len(request_ids) > 1000:
+            raise InvalidRequest("ask for the claims of at most 1000 requests at a time")
+        return await self.store.claims([_check_id(i) for i in request_ids])
+
+    async def note_viewed(self, request_id: str, *, by: str) -> bool:
+        """Record that the person `by` has opened the request: a `viewed` event the first
+        time only (once per person, across every node). True when this was the first."""
+        if self._state != "open":
+            await self.open()
+        key = (request_id, by)
+        if key in self._viewed:
+            return False
+        first = await self.store.note_viewed(_check_id(request_id), by, datetime.now(UTC))
+        self._viewed[key] = None
+        if len(self._viewed) > 10_000:
+            self._viewed.pop(next(iter(self._viewed)))
+        if first:
+            self._changed_now()
+        return first
 
     async def requester_of(self, requester: str | None) -> str | None:
         """Who a request created with `requester` is recorded as made by: `requester` itself,
@@ -1444,12 +1514,14 @@ class LocalBroker(Broker):
         text: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        teams: Sequence[str] = (),
     ) -> Page:
         """Requests matching every filter given, newest first by default, a page at a time.
 
         `settled` keeps only settled requests (any status but pending); `text` those with
         a word starting with each word of it among their texts (title, details, prompts,
-        options, answers, reason); `since` and `until` bound when they were created."""
+        options, answers, reason); `since` and `until` bound when they were created.
+        `teams`, with `recipient`: also the requests to these teams (a member's inbox)."""
         if self._state != "open":
             await self.open()
         if not 1 <= limit <= 1000:
@@ -1466,6 +1538,7 @@ class LocalBroker(Broker):
                 raise InvalidRequest(f"{name} needs a time zone (UTC, say)")
         query = Query(
             recipient=recipient,
+            teams=tuple(teams),
             requester=requester,
             status=Status(status) if status is not None else None,
             kind=kind,
@@ -1523,6 +1596,7 @@ class LocalBroker(Broker):
         request: str | None = None,
         session: str | None = None,
         run: str | None = None,
+        teams: Sequence[str] = (),
     ) -> Sequence[Event]:
         """One page of the event log after `after` (and up to `until`), oldest first, with
         only the events that match every filter given: `involving` a name (requests to or
@@ -1534,7 +1608,7 @@ class LocalBroker(Broker):
             raise ValueError("limit must be between 0 and 1000")
         if limit == 0:
             return []
-        query = EventQuery(after, until, limit, involving, request, session, run)
+        query = EventQuery(after, until, limit, involving, request, session, run, tuple(teams))
         return await self.store.find_events(query)
 
     async def last_event_id(self) -> int:

@@ -26,7 +26,7 @@ import re
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -42,7 +42,7 @@ from ._backoff import Backoff
 from .agent.terminal import TerminalContract
 from .approval_policies import policy_to_dict
 from .approvals import decision_ask
-from .broker import Broker, LocalBroker, connect
+from .broker import Broker, LocalBroker, Page, connect
 from .errors import (
     Cancelled,
     Expired,
@@ -60,6 +60,7 @@ from .model import (
     Answers,
     Ask,
     Choice,
+    Claim,
     Confirm,
     Form,
     GrantPolicy,
@@ -77,6 +78,7 @@ from .model import (
 )
 from .principals import TOKEN_PREFIX, Principal, issue_token
 from .redact import RedactingFilter, redact, redact_url
+from .remote import RemoteBroker
 from .runs import Worker
 from .signin import mint_signin_link
 from .store import PrincipalStore
@@ -328,19 +330,30 @@ def inbox(
     """List requests, newest first."""
     if status != "all" and status not in {s.value for s in Status}:
         raise _fail(f"unknown status {status!r}")
-    page = _run(db, lambda b: b.list(recipient=to, status=None if status == "all" else status, limit=limit), token)
+
+    async def work(broker: Broker) -> tuple[Page, Mapping[str, Claim]]:
+        # Through a server, a person's inbox holds their teams' requests too (the server
+        # knows the token's teams); on a local store, `--to` names the person.
+        teams = sorted(await broker.principals.teams_of(to)) if to and isinstance(broker, LocalBroker) else []
+        found = await broker.list(recipient=to, teams=teams, status=None if status == "all" else status, limit=limit)
+        pending = [r.id for r in found.items if r.status is Status.PENDING]
+        return found, await broker.claims(pending) if pending else {}
+
+    page, claims = _run(db, work, token)
     if as_json:
         for request in page.items:
             typer.echo(json.dumps(request_to_dict(request)))
         return
     table = Table(box=None, header_style="bold")
     table.add_column("id", no_wrap=True, min_width=32)
-    for column in ("status", "to", "asks", "created", "expires"):
+    for column in ("status", "to", "asks", "created", "expires", *(("claimed by",) if claims else ())):
         table.add_column(column)
     now = datetime.now(UTC)
     for r in page.items:
         expires = "" if r.expires_at is None or r.status is not Status.PENDING else _ago(r.expires_at, now)
-        table.add_row(r.id, r.status.value, r.to or "", _summary(r), _ago(r.created_at, now), expires)
+        held = claims.get(r.id)
+        claimed = (f"{held.by} ({_ago(held.at, now)})" if held else "",) if claims else ()
+        table.add_row(r.id, r.status.value, r.to or "", _summary(r), _ago(r.created_at, now), expires, *claimed)
     Console(width=None if sys.stdout.isatty() else 1000).print(table)
     if not page.items:
         err.print("no requests")
@@ -348,8 +361,15 @@ def inbox(
 
 @app.command()
 def show(request_id: str, db: DbOption = None, token: TokenOption = None) -> None:
-    """Print one request as JSON."""
-    request = _run(db, lambda b: b.get(request_id), token)
+    """Print one request as JSON. Your first look at it is on its timeline (`viewed`)."""
+
+    async def work(broker: Broker) -> Request:
+        request = await broker.get(request_id)  # through a server, it records the view
+        if isinstance(broker, LocalBroker):
+            await broker.note_viewed(request.id, by=local_person())
+        return request
+
+    request = _run(db, work, token)
     typer.echo(json.dumps(request_to_dict(request), indent=2))
     if request.status is Status.PENDING:
         for line in how_to_answer(request):
@@ -364,6 +384,39 @@ def show(request_id: str, db: DbOption = None, token: TokenOption = None) -> Non
                     markup=False,
                     soft_wrap=True,
                 )
+
+
+@app.command()
+def claim(
+    request_id: str,
+    release: Annotated[bool, typer.Option("--release", help="Give up your claim instead.")] = False,
+    by: Annotated[
+        str | None, typer.Option("--by", help="On a local store: who claims (default: you, the local user).")
+    ] = None,
+    db: DbOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Claim a pending request to one of your teams, so the other members see it is
+    yours (or give the claim up with --release). Anyone in the team may still answer."""
+
+    async def work(broker: Broker) -> tuple[Claim | None, str]:
+        # Through a server, the claim is the token's principal's.
+        me = str((await broker.whoami())["name"]) if isinstance(broker, RemoteBroker) else by or local_person()
+        if release:
+            return await broker.unclaim(request_id, by=me), me
+        return await broker.claim(request_id, by=me), me
+
+    held, me = _run(db, work, token)
+    if release:
+        if held is None:
+            raise _fail(f"you hold no claim on {request_id}", DECLINED)
+        err.print(f"gave up the claim on {request_id}")
+        return
+    assert held is not None
+    when = held.at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    if held.by != me:
+        raise _fail(f"already claimed by {held.by} at {when}", DECLINED)
+    err.print(f"claimed {request_id} ({when})")
 
 
 def how_to_answer(request: Request) -> list[str]:
@@ -963,6 +1016,70 @@ def token_list(db: LocalDb = None) -> None:
         typer.echo(f"{p.name}\t{p.kind}" + (f"\towner={p.owner}" if p.owner else ""))
 
 
+team_app = typer.Typer(
+    no_args_is_help=True,
+    help="Manage teams: a request to a team is seen, claimed and answered by its members.",
+)
+app.add_typer(team_app, name="team")
+
+
+@team_app.command("add")
+def team_add(
+    team: Annotated[str, typer.Argument(help="The team's name (made if new).")],
+    members: Annotated[list[str] | None, typer.Argument(help="People to add to it.")] = None,
+    db: LocalDb = None,
+) -> None:
+    """Make a team if it is new, and add people (humans with a token here) to it."""
+
+    async def work(broker: Broker) -> Sequence[str]:
+        store = _principals(broker)
+        try:
+            await store.save_team(team, members or [])
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+        return await store.team_members(team) or []
+
+    found = _run(db, work)
+    err.print(f"team {team}: {', '.join(found) or 'no members yet'}")
+
+
+@team_app.command("rm")
+def team_rm(
+    team: Annotated[str, typer.Argument(help="The team's name.")],
+    members: Annotated[list[str] | None, typer.Argument(help="People to take out; none deletes the team.")] = None,
+    db: LocalDb = None,
+) -> None:
+    """Take people out of a team, or delete the team when no one is named."""
+
+    async def work(broker: Broker) -> int | None:
+        store = _principals(broker)
+        if await store.team_members(team) is None:
+            return None
+        if not members:
+            return int(await store.delete_team(team))
+        return await store.remove_team_members(team, members)
+
+    removed = _run(db, work)
+    if removed is None:
+        raise _fail(f"there is no team named {team!r}", DECLINED)
+    if not members:
+        err.print(f"deleted the team {team}")
+    elif not removed:
+        raise _fail(f"none of them is in the team {team!r}", DECLINED)
+    else:
+        err.print(f"took {removed} member(s) out of {team}")
+
+
+@team_app.command("members")
+def team_members(team: Annotated[str, typer.Argument(help="The team's name.")], db: LocalDb = None) -> None:
+    """List a team's members, one a line."""
+    found = _run(db, lambda b: _principals(b).team_members(team))
+    if found is None:
+        raise _fail(f"there is no team named {team!r}", DECLINED)
+    for name in found:
+        typer.echo(name)
+
+
 # -- runs ------------------------------------------------------------------------------------
 
 
@@ -1420,14 +1537,15 @@ deliveries_app = typer.Typer(
 app.add_typer(deliveries_app, name="deliveries")
 
 
-def _deliveries_api(db: str, method: str, path: str, **params: Any) -> Any:
+def _deliveries_api(db: str, method: str, path: str, *, body: Any = None, **params: Any) -> Any:
     """Call a server's deliveries API with the token from INTERLOCK_TOKEN."""
     import httpx
 
     token = os.environ.get("INTERLOCK_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    url = db.rstrip("/") + "/api/v1" + path
     try:
-        response = httpx.request(method, db.rstrip("/") + "/api/v1" + path, params=params, headers=headers, timeout=30)
+        response = httpx.request(method, url, params=params, json=body, headers=headers, timeout=30)
     except httpx.HTTPError as exc:
         raise _fail(f"cannot reach the server at {db}: {exc}") from None
     if response.status_code >= 400:
@@ -1513,9 +1631,75 @@ def deliveries_retry(
     err.print(f"{delivery_id} will be sent again")
 
 
+routing_app = typer.Typer(
+    no_args_is_help=True,
+    help="The routing in use (who is told about requests, through which channels), kept in the store.",
+)
+app.add_typer(routing_app, name="routing")
+
+
+@routing_app.command("show")
+def routing_show(db: DbOption = None) -> None:
+    """Print the routing in use as JSON, the channels' secrets masked."""
+    from .channels.delivery import stored_routing
+    from .routing import masked
+
+    if _remote(db):
+        assert db is not None
+        document = _deliveries_api(db, "GET", "/routing")
+    else:
+
+        async def work(broker: Broker) -> Any:
+            assert isinstance(broker, LocalBroker)
+            return await stored_routing(broker.store)
+
+        found = _run(db, work)
+        if found is None:
+            raise _fail("no routing is kept here yet: set one with `interlock routing set FILE`", DECLINED)
+        document = masked(found)
+    typer.echo(json.dumps(document, indent=2))
+
+
+@routing_app.command("set")
+def routing_set(
+    file: Annotated[Path, typer.Argument(help="A routing file (TOML), checked as `serve --routing` checks it.")],
+    db: DbOption = None,
+) -> None:
+    """Replace the routing in use with a file's: every server on the store (or the server
+    named) takes it up within seconds, and it survives restarts."""
+    from .channels import ChannelContext, ChannelError, open_channels
+    from .channels.delivery import save_routing
+    from .routing import RoutingError, load_routing
+
+    try:
+        routing = load_routing(file)
+        if not _remote(db):  # a server checks its channels itself
+            open_channels(routing.channels, ChannelContext(routing.inbox_url))
+    except (RoutingError, ChannelError) as exc:
+        raise _fail(str(exc)) from None
+    if _remote(db):
+        assert db is not None
+        _deliveries_api(db, "PUT", "/routing", body=routing.source)
+    else:
+
+        async def work(broker: Broker) -> None:
+            assert isinstance(broker, LocalBroker)
+            await save_routing(broker.store, routing)
+
+        _run(db, work)
+    err.print(f"routing from {file} in use (channels: {', '.join(routing.channels) or 'none'})")
+
+
 @app.command()
 def deliver(
-    routing: Annotated[Path, typer.Option("--routing", envvar="INTERLOCK_ROUTING", help="The routing file (TOML).")],
+    routing: Annotated[
+        Path | None,
+        typer.Option(
+            "--routing",
+            envvar="INTERLOCK_ROUTING",
+            help="A routing file (TOML); without it, the routing kept in the store (`interlock routing set`).",
+        ),
+    ] = None,
     db: LocalDb = None,
     poll_interval: Annotated[
         float, typer.Option("--poll-interval", min=0.05, help="Seconds between looks at the outbox.")
@@ -1524,26 +1708,31 @@ def deliver(
     """Run the outbox's delivery loop alone (beside servers that run without --routing).
     Email answer links are signed with INTERLOCK_SECRET_KEY, which the servers must share."""
     from .channels import ChannelContext, ChannelError
-    from .channels.delivery import DeliveryLoop
+    from .channels.delivery import DeliveryLoop, settle_routing
     from .channels.links import AnswerLinks
     from .routing import RoutingError, load_routing
 
     if db is not None and db.startswith(("http://", "https://")):
         raise _fail("deliver needs a store URL (sqlite:///... or postgresql://...), not a server")
     try:
-        the_routing = load_routing(routing)
+        from_file = load_routing(routing) if routing is not None else None
     except RoutingError as exc:
         raise _fail(str(exc)) from None
 
     async def work(broker: Broker) -> None:
         assert isinstance(broker, LocalBroker)
+        the_routing = await settle_routing(broker.store, from_file)
+        if the_routing is None:
+            raise InvalidRequest("no routing here yet: pass --routing FILE, or set one with `interlock routing set`")
         links = None
         secret = os.environ.get("INTERLOCK_SECRET_KEY")
         if secret and the_routing.inbox_url:  # the servers check the links with the same key
             links = AnswerLinks(secret, the_routing.inbox_url)
         context = ChannelContext(the_routing.inbox_url, links)
         try:
-            loop = DeliveryLoop(broker.store, broker.store, the_routing, context=context, poll_interval=poll_interval)
+            loop = DeliveryLoop(
+                broker.store, broker.store, the_routing, context=context, poll_interval=poll_interval, routing_check=5.0
+            )
         except ChannelError as exc:
             raise InvalidRequest(str(exc)) from None
         err.print(f"delivering from {redact_url(db or 'sqlite:///interlock.db')}", markup=False)

@@ -36,10 +36,11 @@ def inbox_resource(name: str) -> str:
 
 def asks_own_inbox(caller: Principal, to: str | None) -> bool:
     """True when `caller` may ask `to` with no permission: its own inbox (a person's), its
-    owner's (an agent's), anything for an admin (a server without auth)."""
+    owner's (an agent's), a team it (its owner) belongs to, anything for an admin (a
+    server without auth)."""
     if caller.kind == "admin" or to is None:
         return True
-    return to == caller.name or (caller.kind == "agent" and to == caller.owner)
+    return to == caller.name or (caller.kind == "agent" and to == caller.owner) or to in caller.teams
 
 
 async def may_ask(

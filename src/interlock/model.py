@@ -54,6 +54,9 @@ __all__ = [
     "Choice",
     "Confirm",
     "Deny",
+    "Claim",
+    "claim_from_dict",
+    "claim_to_dict",
     "Event",
     "Form",
     "Grant",
@@ -1593,6 +1596,24 @@ class Event:
     request: Request | None = None
     """The request as it was right after this event."""
     data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A member of a team has taken a request to that team: who, and since when. Others
+    see it; it does not stop them from answering (the first answer wins as always)."""
+
+    request_id: str
+    by: str
+    at: datetime
+
+
+def claim_to_dict(claim: Claim) -> dict[str, Any]:
+    return {"request_id": claim.request_id, "by": claim.by, "at": claim.at.isoformat()}
+
+
+def claim_from_dict(data: Mapping[str, Any]) -> Claim:
+    return Claim(str(data["request_id"]), str(data["by"]), datetime.fromisoformat(str(data["at"])))
 
 
 @dataclass(frozen=True, slots=True)

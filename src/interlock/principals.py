@@ -6,10 +6,21 @@ makes without naming a recipient goes to its owner's inbox. The rules, everywher
 - anyone signed in may create a request in their own inbox (an agent: its owner's), and in
   anyone else's with their grant to request there (`interlock.grants`); the server
   records them as its requester;
-- a request is visible to its requester and its recipient, and to nobody else;
+- a request is visible to its requester and its recipient, and to nobody else; a request
+  to a team is visible to the team's members (people);
 - only the recipient answers or rejects it, and only if the recipient is a human: an agent
-  never answers, not even in its owner's inbox;
+  never answers, not even in its owner's inbox; a request to a team is answered by any
+  of its members, the first answer winning as everywhere;
+- a member of the team a request is addressed to may claim it while it is pending (the
+  others see who took it and when); a claim is advisory: it does not stop another
+  member from answering;
 - only the requester cancels it.
+
+A team is a principal too (kind `team`), with people as members: it has no token and
+never signs in. Its members are kept in the store; a principal as the server
+authenticates it carries the teams it belongs to (an agent: its owner's), which is all the
+rules above need. A person and an agent ask their (owner's) teams as they ask their own
+inbox.
 
 Tokens are random secrets shown once; only their SHA-256 is stored (they carry 256 bits
 of entropy, so a slow password hash would add nothing). A web session is the same kind of
@@ -22,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -39,6 +50,7 @@ __all__ = [
     "WebSession",
     "can_answer",
     "can_cancel",
+    "can_claim",
     "can_read",
     "hash_token",
     "issue_session",
@@ -46,7 +58,7 @@ __all__ = [
     "issue_token",
 ]
 
-PrincipalKind = Literal["human", "agent", "admin"]
+PrincipalKind = Literal["human", "agent", "admin", "team"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 TOKEN_PREFIX = "il_"
 SESSION_PREFIX = "ils_"
@@ -57,11 +69,15 @@ SIGNIN_LINK_LIFETIME = timedelta(hours=24)
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """A human or an agent. `admin` is the caller of a server run without auth."""
+    """A human, an agent or a team. `admin` is the caller of a server run without auth.
+
+    `teams` are the teams a person belongs to (an agent: its owner's), as resolved when
+    the server authenticates them; a principal read from the store alone has none."""
 
     name: str
     kind: PrincipalKind
     owner: str | None = None
+    teams: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -152,12 +168,25 @@ def issue_signin_link(principal: str, now: datetime, lifetime: timedelta = SIGNI
     return IssuedSignInLink(secret, hash_token(secret), principal, now, now + lifetime)
 
 
+def _member(principal: Principal, request: Request) -> bool:
+    """True when `principal` is a person in the team `request` is addressed to."""
+    return principal.kind == "human" and request.to is not None and request.to in principal.teams
+
+
 def can_read(principal: Principal, request: Request) -> bool:
-    return principal.kind == "admin" or principal.name in (request.to, request.requester)
+    return principal.kind == "admin" or principal.name in (request.to, request.requester) or _member(principal, request)
 
 
 def can_answer(principal: Principal, request: Request) -> bool:
-    return principal.kind == "admin" or (principal.kind == "human" and principal.name == request.to)
+    return principal.kind == "admin" or (
+        principal.kind == "human" and (principal.name == request.to or _member(principal, request))
+    )
+
+
+def can_claim(principal: Principal, request: Request) -> bool:
+    """Whether `principal` may claim (or give up a claim on) a request to a team: its
+    members, and an admin."""
+    return principal.kind == "admin" or _member(principal, request)
 
 
 def can_cancel(principal: Principal, request: Request) -> bool:

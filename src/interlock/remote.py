@@ -39,6 +39,7 @@ from .model import (
     MAX_STATE_BYTES,
     Answers,
     Ask,
+    Claim,
     Event,
     GrantPolicy,
     IssuedGrant,
@@ -50,6 +51,7 @@ from .model import (
     Status,
     ask_to_dict,
     check_json,
+    claim_from_dict,
     issued_grant_from_dict,
     origin_to_dict,
     request_from_dict,
@@ -442,6 +444,29 @@ class RemoteBroker(Broker):
             raise _error(response, request_id)
         return bool(response.json()["consumed"])
 
+    async def claim(self, request_id: str, *, by: str) -> Claim:
+        # The server claims for the token's principal; `by` is its business.
+        response = await self._send("POST", f"/requests/{request_id}/claim")
+        body = response.json() if response.headers.get("content-type", "").endswith("json") else None
+        if response.status_code == 409 and isinstance(body, Mapping) and isinstance(body.get("claim"), Mapping):
+            return claim_from_dict(body["claim"])
+        if not response.is_success:
+            raise _error(response, request_id)
+        return claim_from_dict(response.json())
+
+    async def unclaim(self, request_id: str, *, by: str | None) -> Claim | None:
+        response = await self._send("DELETE", f"/requests/{request_id}/claim")
+        if not response.is_success:
+            raise _error(response, request_id)
+        found = response.json().get("removed")
+        return claim_from_dict(found) if found else None
+
+    async def claims(self, request_ids: Sequence[str]) -> Mapping[str, Claim]:
+        if not request_ids:
+            return {}
+        found = await self._call("GET", "/claims", params={"request": list(request_ids)})
+        return {c["request_id"]: claim_from_dict(c) for c in found["items"]}
+
     async def whoami(self) -> Mapping[str, Any]:
         """The token's principal as the server knows it: `name`, `kind` and `owner`."""
         await self._ready()
@@ -503,7 +528,9 @@ class RemoteBroker(Broker):
         text: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        teams: Sequence[str] = (),
     ) -> Page:
+        # The server lists a member's teams' requests with their own; `teams` is its business.
         if not 1 <= limit <= 1000:
             raise ValueError("limit must be between 1 and 1000")
         for name, when in (("since", since), ("until", until)):
@@ -571,6 +598,7 @@ class RemoteBroker(Broker):
         request: str | None = None,
         session: str | None = None,
         run: str | None = None,
+        teams: Sequence[str] = (),
     ) -> Sequence[Event]:
         # The server applies who may see what from the token; `involving` is its business.
         if not 0 <= limit <= 1000:

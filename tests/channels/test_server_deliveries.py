@@ -193,3 +193,60 @@ async def test_without_auth_the_routing_is_shown_masked_and_checked_before_it_is
             assert response.status_code == 201
             [got] = await hook.until(1)
             assert got.json["recipient"] == "bob"
+
+
+async def test_a_routing_set_through_the_api_survives_a_restart_and_an_unchanged_file(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], hook: Receiver
+) -> None:
+    db = f"sqlite:///{tmp_path / 'kept.db'}"
+    doc = routing_doc(hook.url)
+    for_bob = {**doc, "recipients": {"bob": {"channels": ["hook"]}}}
+    with serve(db, auth=False) as base:  # no routing yet: nothing to show, until one is put
+        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
+            assert (await local.get("/routing")).status_code == 404
+            assert (await local.put("/routing", json=doc)).status_code == 200
+            assert (await local.post("/requests", json=APPROVAL)).status_code == 201
+            [got] = await hook.until(1)  # the server that ran without a routing now delivers
+            assert got.json["recipient"] == "alice"
+            assert (await local.put("/routing", json=for_bob)).status_code == 200
+    with serve(db, auth=False) as base:  # restarted without a file: the stored routing is used
+        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
+            assert (await local.get("/routing")).json()["recipients"] == {"bob": {"channels": ["hook"]}}
+            assert (await local.post("/requests", json={**APPROVAL, "to": "bob"})).status_code == 201
+            [_, got] = await hook.until(2)
+            assert got.json["recipient"] == "bob"
+
+
+async def test_a_routing_file_seeds_the_store_and_wins_only_when_it_changed(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], hook: Receiver
+) -> None:
+    db = f"sqlite:///{tmp_path / 'seeded.db'}"
+    doc = routing_doc(hook.url)
+    for_bob = {**doc, "recipients": {"bob": {"channels": ["hook"]}}}
+    with serve(db, auth=False, routing=routing_from_dict(doc)) as base:
+        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
+            assert (await local.put("/routing", json=for_bob)).status_code == 200
+    with serve(db, auth=False, routing=routing_from_dict(doc)) as base:  # the same file: the API's change stays
+        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
+            assert (await local.get("/routing")).json()["recipients"] == {"bob": {"channels": ["hook"]}}
+    changed = {**doc, "max_attempts": 3}
+    with serve(db, auth=False, routing=routing_from_dict(changed)) as base:  # an edited file wins
+        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
+            shown = (await local.get("/routing")).json()
+            assert (shown["recipients"], shown["max_attempts"]) == ({"alice": {"channels": ["hook"]}}, 3)
+
+
+async def test_the_routing_s_teams_of_people_here_are_kept_as_teams(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], hook: Receiver
+) -> None:
+    db = f"sqlite:///{tmp_path / 'teams.db'}"
+    async with interlock.connect(db) as broker:
+        assert isinstance(broker, LocalBroker)
+        for name in ("alice", "bob"):
+            await broker.store.save_principal(Principal(name, "human"))
+    teams = {"ops": {"members": ["alice", "bob"]}, "ghosts": {"members": ["nobody-here"]}}
+    with serve(db, auth=False) as base:
+        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
+            assert (await local.put("/routing", json={**routing_doc(hook.url), "teams": teams})).status_code == 200
+            assert (await local.get("/teams/ops")).json() == {"name": "ops", "members": ["alice", "bob"]}
+            assert (await local.get("/teams/ghosts")).status_code == 404  # no person by that name: left out

@@ -18,6 +18,7 @@ def test_the_public_names_are_pinned() -> None:
             "BrokerContract",
             "Cancelled",
             "Choice",
+            "Claim",
             "Closed",
             "Confirm",
             "Contract",

@@ -107,9 +107,10 @@ def test_a_request_page_is_answered_there_and_shows_its_timeline(server: Server,
     expect(page.locator("#request-state")).to_have_text("answered")
     expect(page.locator(".answers")).to_contain_text("us")
     timeline = page.locator(".timeline li")
-    expect(timeline).to_have_count(2)
+    expect(timeline).to_have_count(3)
     expect(timeline.nth(0)).to_contain_text("Asked by bot to alice")
-    expect(timeline.nth(1)).to_contain_text("Answered by alice via web")
+    expect(timeline.nth(1)).to_contain_text("Viewed by alice")  # the first opening only
+    expect(timeline.nth(2)).to_contain_text("Answered by alice via web")
     assert list(stored(server, request_id).response.answers.values()) == ["us"]  # type: ignore[union-attr]
 
 

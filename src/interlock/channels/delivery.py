@@ -11,12 +11,20 @@ carries on. On PostgreSQL every node may run one; claims skip each other's rows.
 
 It runs inside `interlock serve` (woken by every new event) or standalone
 (`interlock deliver`), polling the store every `poll_interval` seconds.
+
+The routing in use is kept in the store (the `routing` setting), so that it survives
+restarts and every node's loop uses the same: a routing file seeds it (`settle_routing`:
+the file wins when it changed since it last did, else what was set through the API
+stays), the API replaces it (`save_routing`), and each loop picks up a change within
+`routing_check` seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import logging
 import math
 import os
@@ -24,15 +32,56 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..model import Request, Status
 from ..outbox import Delivery, retry_delay
-from ..routing import Routing
+from ..routing import Routing, RoutingError, routing_from_dict
 from ..store import OutboxStore
-from . import Channel, ChannelContext, Message, PermanentFailure, open_channels
+from . import Channel, ChannelContext, ChannelError, Message, PermanentFailure, open_channels
 
-__all__ = ["DeliveryLoop"]
+__all__ = ["ROUTING_SETTING", "DeliveryLoop", "save_routing", "settle_routing", "stored_routing"]
+
+ROUTING_SETTING = "routing"
+"""The store's setting that holds the routing in use: `{"document": ..., "file_digest": ...}`."""
+
+
+def _digest(document: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
+
+
+async def stored_routing(store: OutboxStore) -> Mapping[str, Any] | None:
+    """The routing document kept in the store, if any."""
+    stored = await store.load_setting(ROUTING_SETTING)
+    document = stored.get("document") if isinstance(stored, Mapping) else None
+    return document if isinstance(document, Mapping) else None
+
+
+async def settle_routing(store: OutboxStore, file: Routing | None) -> Routing | None:
+    """The routing to start with. A routing file (`file`) replaces the stored routing when
+    there is none or when the file changed since it last did; otherwise the stored one
+    (as the API last set it) is used. None when there is neither."""
+    stored = await store.load_setting(ROUTING_SETTING)
+    if file is not None:
+        digest = _digest(file.source)
+        if not isinstance(stored, Mapping) or stored.get("file_digest") != digest:
+            await store.save_setting(ROUTING_SETTING, {"document": dict(file.source), "file_digest": digest})
+            return file
+    document = await stored_routing(store)
+    if document is None:
+        return None
+    if file is not None and dict(document) == dict(file.source):
+        return file
+    return routing_from_dict(document)
+
+
+async def save_routing(store: OutboxStore, routing: Routing) -> None:
+    """Keep `routing` as the one in use on every node (it survives restarts: an unchanged
+    routing file does not undo it)."""
+    stored = await store.load_setting(ROUTING_SETTING)
+    digest = stored.get("file_digest") if isinstance(stored, Mapping) else None
+    await store.save_setting(ROUTING_SETTING, {"document": dict(routing.source), "file_digest": digest})
+
 
 log = logging.getLogger("interlock.delivery")
 
@@ -60,6 +109,7 @@ class DeliveryLoop:
         batch: int = 100,
         concurrency: int = 16,
         send_timeout: float = 30.0,
+        routing_check: float | None = None,
     ) -> None:
         self.store = store
         self.requests = requests
@@ -73,6 +123,9 @@ class DeliveryLoop:
         self.poll_interval = poll_interval
         self.batch = batch
         self.send_timeout = send_timeout
+        self.routing_check = routing_check
+        """Every this many seconds, use the routing kept in the store if it changed (None: never)."""
+        self._routing_checked = time.monotonic()
         # Deliveries are claimed a few rounds of sends at a time, under a lease that outlasts
         # the slowest such rounds (every send timing out), so that no other loop takes one
         # while this one may still be sending it.
@@ -120,12 +173,33 @@ class DeliveryLoop:
                 log.exception("closing a channel failed")
         self.wake()
 
+    async def refresh_routing(self) -> bool:
+        """Use the routing kept in the store if it differs from this loop's; True if it
+        did. A stored routing that does not check out here is logged and left unused."""
+        self._routing_checked = time.monotonic()
+        document = await stored_routing(self.store)
+        if document is None or dict(document) == dict(self.routing.source):
+            return False
+        try:
+            routing = routing_from_dict(document)
+            context = ChannelContext(routing.inbox_url, self.context.answer_links)
+            channels = open_channels(routing.channels, context)
+        except (RoutingError, ChannelError):
+            log.exception("the routing in the store cannot be used here; keeping the one in use")
+            return False
+        await self.replace(routing, channels, context)
+        log.info("using the routing changed in the store")
+        return True
+
     async def run(self) -> None:
         """Deliver until cancelled; a failing store is logged and tried again."""
         failures = 0
         while True:
             self._wake.clear()
             try:
+                check = self.routing_check
+                if check is not None and time.monotonic() - self._routing_checked >= check:
+                    await self.refresh_routing()
                 busy = await self.run_once()
                 failures = 0
             except asyncio.CancelledError:

@@ -254,6 +254,7 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
             me = seat.caller
             page = await seat.broker.list(
                 recipient=None if me.kind == "admin" else me.name,
+                teams=sorted(me.teams) if me.kind == "human" else (),  # a member's teams' requests too
                 status=status_filter(status),
                 after=cursor,
                 limit=limit,

@@ -17,16 +17,16 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import AwareDatetime, TypeAdapter, ValidationError
+from pydantic import AwareDatetime, BaseModel, TypeAdapter, ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..approvals import mark, unmarked
 from ..broker import MAX_EVENT_ID, LocalBroker
 from ..errors import AlreadySettled, InvalidAnswer, InvalidRequest, NotFound
 from ..grants import asks_own_inbox, may_ask
-from ..model import Event, Status, origin_from_dict, request_to_dict
+from ..model import Event, Status, claim_to_dict, origin_from_dict, request_to_dict
 from ..model import Request as HumanRequest
-from ..principals import Principal, can_answer, can_cancel, can_read
+from ..principals import Principal, can_answer, can_cancel, can_claim, can_read
 from ..wire import problem_of
 from .answers import decide
 from .common import (
@@ -96,6 +96,11 @@ Caller = Annotated[Principal, Depends(_caller)]
 
 
 router = APIRouter()
+
+
+def _member_teams(caller: Principal) -> tuple[str, ...]:
+    """The teams whose requests `caller` sees: a person's own teams (an agent sees none)."""
+    return tuple(sorted(caller.teams)) if caller.kind == "human" else ()
 
 
 def out(request: HumanRequest) -> JSONResponse:
@@ -285,16 +290,24 @@ async def list_requests(
         Query(description="only requests created before this time (RFC 3339)", json_schema_extra=_DATE_TIME),
     ] = None,
 ) -> JSONResponse:
-    """Your inbox (requests to you) or, with `requester` set to you, what you asked."""
+    """Your inbox (requests to you and to the teams you belong to) or, with `requester`
+    set to you, what you asked; `recipient` one of your teams for that team's alone."""
+    teams: tuple[str, ...] = ()
     if caller.kind != "admin":
         if requester is None and recipient is None:
             if caller.kind == "agent":
                 requester = caller.name
             else:
                 recipient = caller.name
-        if (recipient is not None and recipient != caller.name) or (requester is not None and requester != caller.name):
-            raise ApiError(403, "forbidden", "you may list only requests to you or from you")
+        team = recipient is not None and recipient in _member_teams(caller)
+        if (recipient is not None and recipient != caller.name and not team) or (
+            requester is not None and requester != caller.name
+        ):
+            raise ApiError(403, "forbidden", "you may list only requests to you (or your teams) or from you")
+        if recipient == caller.name:  # a member's inbox holds their teams' requests too
+            teams = _member_teams(caller)
     page = await broker.list(
+        teams=teams,
         recipient=recipient,
         requester=requester,
         status=status,
@@ -316,7 +329,75 @@ async def list_requests(
 
 @router.get("/requests/{request_id}", response_model=RequestModel, responses=_problems(404), tags=["requests"])
 async def get_request(request_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
-    return out(await visible(broker, request_id, caller))
+    """The request. A person reading it (not the agent that asked) is recorded on its
+    timeline as having viewed it, the first time only."""
+    request = await visible(broker, request_id, caller)
+    if caller.kind == "human":
+        await broker.note_viewed(request.id, by=caller.name)
+    return out(request)
+
+
+class ClaimModel(BaseModel):
+    """Who has taken a request to a team, and since when."""
+
+    request_id: str
+    by: str
+    at: datetime
+
+
+class ClaimPage(BaseModel):
+    items: list[ClaimModel]
+
+
+class Unclaimed(BaseModel):
+    removed: ClaimModel | None
+
+
+@router.post("/requests/{request_id}/claim", response_model=ClaimModel, responses=_problems(404, 409), tags=["answers"])
+async def claim_request(request_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
+    """Take a pending request to one of your teams, so the other members see it is yours.
+    409 `already_claimed` (with the standing `claim`) when another member holds it;
+    claiming one you hold already changes nothing. A claim does not stop the others from
+    answering: the first answer wins."""
+    request = await visible(broker, request_id, caller)
+    if not can_claim(caller, request):
+        raise ApiError(403, "forbidden", "only a member of the team a request is addressed to may claim it")
+    by = caller.name
+    claim = await broker.claim(request.id, by=by)
+    if claim.by != by:
+        raise ApiError(
+            409,
+            "already_claimed",
+            f"already claimed by {claim.by} at {claim.at.isoformat(timespec='seconds')}",
+            claim=claim_to_dict(claim),
+        )
+    return JSONResponse(claim_to_dict(claim))
+
+
+@router.delete("/requests/{request_id}/claim", response_model=Unclaimed, responses=_problems(404), tags=["answers"])
+async def unclaim_request(request_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
+    """Give up your claim on a pending request (an admin: anyone's); `removed` is the
+    claim given up, null when you held none."""
+    request = await visible(broker, request_id, caller)
+    if not can_claim(caller, request):
+        raise ApiError(403, "forbidden", "only a member of the team a request is addressed to may give up a claim")
+    removed = await broker.unclaim(request.id, by=None if caller.kind == "admin" else caller.name)
+    return JSONResponse({"removed": claim_to_dict(removed) if removed else None})
+
+
+@router.get("/claims", response_model=ClaimPage, responses=_problems(422), tags=["answers"])
+async def list_claims(
+    caller: Caller,
+    broker: TheBroker,
+    request: Annotated[list[str], Query(max_length=200, description="request ids (at most 200)")],
+) -> JSONResponse:
+    """Who has claimed which of these requests (those you may read; the others left out)."""
+    found = await broker.claims(request)
+    items = []
+    for claim in found.values():
+        if caller.kind == "admin" or can_read(caller, await broker.get(claim.request_id)):
+            items.append(claim_to_dict(claim))
+    return JSONResponse({"items": items})
 
 
 @router.get(
@@ -519,6 +600,7 @@ async def events(
         until=last,
         limit=limit,
         involving=None if caller.kind == "admin" else caller.name,
+        teams=_member_teams(caller),
         request=request,
         session=session,
         run=run,
@@ -569,7 +651,13 @@ async def stream(
         involving = None if caller.kind == "admin" else caller.name
         while True:
             page = await broker.find_events(
-                after=cursor, limit=500, involving=involving, request=request, session=session, run=run
+                after=cursor,
+                limit=500,
+                involving=involving,
+                request=request,
+                session=session,
+                run=run,
+                teams=_member_teams(caller),
             )
             for event in page:
                 yield event

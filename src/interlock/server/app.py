@@ -1,6 +1,7 @@
 """The server's ASGI app: `create_app` composes the HTTP API (`api`, under /api/v1) and the
 web inbox (`web`) over one state, with health, metrics, middleware and error handlers, and
-the MCP tools at /mcp (`interlock.mcp`, calling the API in process with the caller's token).
+the MCP tools at /mcp (`interlock.mcp`, calling the API in process with the caller's token;
+when the `mcp` extra is installed, else /mcp says how to get it).
 
 Every route goes through the Broker, so the rules are the same as in-process; the routes
 add who may do what (`interlock.principals`) and the wire formats. Errors are RFC 9457
@@ -15,11 +16,12 @@ held to the broker's `Limits`.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -33,19 +35,20 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..broker import LocalBroker, connect
 from ..channels import ChannelContext
-from ..channels.delivery import DeliveryLoop
-from ..channels.links import AnswerLinks
+from ..channels.delivery import DeliveryLoop, settle_routing
 from ..grant_tokens import GrantSigner
-from ..mcp import HttpEndpoint
 from ..model import GrantPolicy, Limits
 from ..routing import Routing, load_routing
 from ..wire import WIRE_ERRORS, problem_of
-from . import api, deliveries, followups, grants, inbound, interactions, policies, runs, web_deliveries
+from . import api, deliveries, followups, grants, inbound, interactions, policies, runs, teams, web_deliveries
 from .api import PROBLEMS
 from .auth import Auth, loopback_host, same_origin
 from .common import ApiError, AppState, Quotas, event_to_dict, parse_event_id, problem
 from .pages import install_pages
 from .quotas import DEFAULT_QUOTA, DEFAULT_STREAMS, Quota, TooMany
+
+if TYPE_CHECKING:
+    from ..mcp import HttpEndpoint
 from .schemas import (
     Problem,
 )
@@ -180,12 +183,13 @@ def create_app(
         state.grant_signer = GrantSigner.from_pem(Path(grant_key))
     else:
         state.grant_signer = GrantSigner.from_secret(secret_key) if secret_key else GrantSigner.generate()
+    # one-click answers in messages are signed with this (a routing's inbox_url says where this server is)
+    state.links_secret = secret_key or secrets.token_urlsafe(32)
     if the_routing is not None:  # channels are made now: a bad option fails at start, not at the first send
-        links = None
-        if the_routing.inbox_url is not None:  # one-click answers need to know where this server is
-            links = AnswerLinks(secret_key or secrets.token_urlsafe(32), the_routing.inbox_url)
-        context = ChannelContext(the_routing.inbox_url, links)
-        state.delivery = DeliveryLoop(the_broker.store, the_broker.store, the_routing, context=context)
+        context = ChannelContext(the_routing.inbox_url, deliveries.answer_links(state, the_routing))
+        state.delivery = DeliveryLoop(
+            the_broker.store, the_broker.store, the_routing, context=context, routing_check=deliveries.ROUTING_CHECK
+        )
         deliveries.install_metrics(state)
     state.quotas = Quotas(
         (DEFAULT_QUOTA if auth else None) if rate_limit == "default" else rate_limit,
@@ -197,11 +201,17 @@ def create_app(
         await the_broker.open()
         state.metrics.pending.set(len(await the_broker.pending()))
         await state.hub.start()
+        # The routing kept in the store (set through the API), or the file's when it is new or changed.
+        in_use = await settle_routing(the_broker.store, the_routing)
+        if in_use is not None and in_use is not the_routing:
+            await deliveries.use_routing(state, in_use)
+        elif in_use is not None:
+            await deliveries.keep_teams(state, in_use)
+        state.hub.on_event.append(lambda _: state.delivery.wake() if state.delivery is not None else None)
         if state.delivery is not None:
-            state.hub.on_event.append(lambda _: state.delivery.wake() if state.delivery is not None else None)
             state.delivery.start()
         try:
-            async with mcp.running():
+            async with mcp.running() if mcp is not None else contextlib.nullcontext():
                 if on_ready is not None:
                     await on_ready(the_broker)
                 yield
@@ -232,6 +242,7 @@ def create_app(
     app.include_router(grants.router, prefix="/api/v1")
     app.include_router(policies.router, prefix="/api/v1")
     app.include_router(deliveries.router, prefix="/api/v1")
+    app.include_router(teams.router, prefix="/api/v1")
     app.include_router(inbound.router, prefix="/api/v1")
     app.include_router(inbound.pages)
     _document_problems(app)
@@ -247,8 +258,11 @@ def create_app(
 
     install_web(app, state)
     app.include_router(web_deliveries.router)
-    mcp = HttpEndpoint(app, the_auth.from_token, auth=auth)  # MCP over streamable HTTP, same tokens
-    app.router.routes.append(Route("/mcp", mcp, include_in_schema=False))
+    mcp = _mcp_endpoint(app, the_auth, auth)  # MCP over streamable HTTP, same tokens
+    if mcp is not None:
+        app.router.routes.append(Route("/mcp", mcp, include_in_schema=False))
+    else:
+        app.router.routes.append(Route("/mcp", _no_mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     install_pages(app, state)
     return app
 
@@ -289,6 +303,28 @@ class LoopbackOnly:
                 await problem(403, "forbidden", refusal)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+def mcp_installed() -> bool:
+    """Whether the MCP SDK (the `mcp` extra) is installed: `/mcp` is served only then."""
+    return importlib.util.find_spec("mcp") is not None
+
+
+def _mcp_endpoint(app: FastAPI, auth: Auth, enabled: bool) -> HttpEndpoint | None:
+    """The MCP tools over streamable HTTP, when the MCP SDK (the `mcp` extra) is installed."""
+    if not mcp_installed():
+        return None
+    from ..mcp import HttpEndpoint
+
+    return HttpEndpoint(app, auth.from_token, auth=enabled)
+
+
+async def _no_mcp(request: Request) -> Response:
+    return problem(
+        404,
+        "not_found",
+        "this server has no MCP endpoint: install interlock with the mcp extra (pip install -e '.[server,mcp]')",
+    )
 
 
 def _install_errors(app: FastAPI) -> None:

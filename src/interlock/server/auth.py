@@ -17,7 +17,7 @@ import hmac
 import ipaddress
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
@@ -82,9 +82,18 @@ class Auth:
         self._signer = URLSafeTimedSerializer(secret_key or secrets.token_urlsafe(32), salt="interlock-session")
         self.trusted_proxies = _networks(trusted_proxies)
 
+    async def with_teams(self, principal: Principal) -> Principal:
+        """The principal with the teams it belongs to (an agent: its owner's), which the
+        rules of `interlock.principals` read."""
+        member = principal.owner if principal.kind == "agent" else principal.name
+        if principal.kind == "admin" or member is None:
+            return principal
+        teams = await self.store.teams_of(member)
+        return replace(principal, teams=teams) if teams else principal
+
     async def from_token(self, token: str) -> Principal | None:
         live = await self.store.live_token(hash_token(token))
-        return live.principal if live is not None else None
+        return await self.with_teams(live.principal) if live is not None else None
 
     async def api_principal(self, request: Request) -> Principal:
         """The caller of an API route, from its bearer token."""
@@ -98,7 +107,7 @@ class Auth:
         if live is None:
             raise _unauthorized("the token is unknown or revoked")
         setattr(request.state, _HOLDER, Holder(live.principal.name, live.id))
-        return live.principal
+        return await self.with_teams(live.principal)
 
     @staticmethod
     def holder(request: Request) -> Holder | None:
@@ -133,7 +142,9 @@ class Auth:
         if not raw.startswith(SESSION_PREFIX):
             return None
         session = await self.store.get_session(hash_token(raw), datetime.now(UTC))
-        return Visitor(session.principal, session.csrf, session) if session is not None else None
+        if session is None:
+            return None
+        return Visitor(await self.with_teams(session.principal), session.csrf, session)
 
     async def sign_out(self, request: Request) -> WebSession | None:
         """End the session of the request's cookie, everywhere; the session it ended."""

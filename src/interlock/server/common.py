@@ -173,6 +173,7 @@ class AppState:
     grant_signer: GrantSigner  # signs the issued grants' tokens, set by the app
     open_inboxes: bool = False  # anyone signed in may ask anyone (an open organisation)
     delivery: DeliveryLoop | None = None  # the outbox's delivery loop, when a routing is configured
+    links_secret: str  # signs the one-click answer links in messages, set by the app
 
     def __init__(
         self, broker: LocalBroker, auth: Auth, queue_size: int, keepalive: float, *, open_recipients: bool = False

@@ -1,10 +1,13 @@
 """The outbox over HTTP, under /api/v1: a request's deliveries (for whoever may read the
 request, its requester included), the dead letters and their retry (for an admin), and
-the routing (read by an admin with its secrets masked, replaced by an admin)."""
+the routing (read by an admin with its secrets masked, replaced by an admin: kept in the
+store, so it survives restarts and every node's delivery loop takes it up)."""
 
 from __future__ import annotations
 
 import functools
+import logging
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -13,14 +16,30 @@ from fastapi.responses import JSONResponse
 from prometheus_client import Counter
 from pydantic import BaseModel
 
-from ..channels import ChannelContext, ChannelError, open_channels
-from ..errors import NotFound
+from ..channels import Channel, ChannelContext, ChannelError, open_channels
+from ..channels.delivery import DeliveryLoop, save_routing, stored_routing
+from ..channels.links import AnswerLinks
+from ..errors import InvalidRequest, NotFound
 from ..outbox import Delivery, delivery_to_dict
 from ..principals import Principal, can_read
-from ..routing import RoutingError, masked, routing_from_dict
+from ..routing import Routing, RoutingError, masked, routing_from_dict
 from .common import ApiError, AppState, State, TheBroker, app_state, problem_responses
 
-__all__ = ["PROBLEMS", "DeliveryModel", "DeliveryPage", "install_metrics", "router"]
+__all__ = [
+    "PROBLEMS",
+    "ROUTING_CHECK",
+    "DeliveryModel",
+    "DeliveryPage",
+    "install_metrics",
+    "keep_teams",
+    "router",
+    "use_routing",
+]
+
+log = logging.getLogger("interlock.server")
+
+ROUTING_CHECK = 5.0
+"""How often (seconds) a server's delivery loop looks for a routing changed in the store."""
 
 router = APIRouter()
 
@@ -85,6 +104,48 @@ def install_metrics(state: AppState) -> None:
         outcomes.labels(delivery.channel, outcome).inc()
 
     loop.on_outcome.append(observe)
+
+
+def answer_links(state: AppState, routing: Routing) -> AnswerLinks | None:
+    """What signs the one-click answer links of a routing's messages (None without an inbox_url)."""
+    return AnswerLinks(state.links_secret, routing.inbox_url) if routing.inbox_url is not None else None
+
+
+def _context(state: AppState, routing: Routing) -> ChannelContext:
+    return ChannelContext(routing.inbox_url, answer_links(state, routing))
+
+
+async def use_routing(
+    state: AppState, routing: Routing, *, channels: Mapping[str, Channel] | None = None, start: bool = False
+) -> None:
+    """Deliver as `routing` says from now on: the server's delivery loop takes it, or one
+    is made (and started with `start`). The teams it names with their members are kept in
+    the store too, where their members can see their requests; a team naming someone who
+    is no person here is left out of the store (and logged). Raises `ChannelError` when a
+    channel cannot be made."""
+    context = _context(state, routing)
+    if channels is None:
+        channels = open_channels(routing.channels, context)
+    if state.delivery is None:
+        store = state.broker.store
+        state.delivery = DeliveryLoop(
+            store, store, routing, channels=channels, context=context, routing_check=ROUTING_CHECK
+        )
+        install_metrics(state)
+        if start:
+            state.delivery.start()
+    else:
+        await state.delivery.replace(routing, channels, context)
+    await keep_teams(state, routing)
+
+
+async def keep_teams(state: AppState, routing: Routing) -> None:
+    """Keep the routing's teams and their members in the store (see `use_routing`)."""
+    for team, members in routing.teams.items():
+        try:
+            await state.broker.principals.save_team(team, members)
+        except (ValueError, InvalidRequest) as exc:
+            log.warning("the routing's team %r is not kept as a team here: %s", team, exc)
 
 
 def _admin(caller: Principal, what: str) -> None:
@@ -153,23 +214,27 @@ async def retry_delivery(delivery_id: str, caller: Caller, broker: TheBroker, st
 
 @router.get("/routing", response_model=dict[str, Any], responses=problems(404), tags=["deliveries"])
 async def get_routing(caller: Caller, state: State) -> JSONResponse:
-    """The routing in use, with the channels' secrets masked."""
+    """The routing in use (as kept in the store), with the channels' secrets masked."""
     _admin(caller, "read the routing")
-    return JSONResponse(masked(_loop(state).routing.source))
+    document = await stored_routing(state.broker.store)
+    if document is None:
+        document = _loop(state).routing.source
+    return JSONResponse(masked(document))
 
 
-@router.put("/routing", response_model=dict[str, Any], responses=problems(400, 404, 413, 422), tags=["deliveries"])
+@router.put("/routing", response_model=dict[str, Any], responses=problems(400, 413, 422), tags=["deliveries"])
 async def put_routing(caller: Caller, state: State, document: Annotated[dict[str, Any], Body()]) -> JSONResponse:
-    """Replace the routing of this server's delivery loop (the routing file's document as
-    JSON). A document that does not check out is refused with 422 and changes nothing.
-    It holds until the server restarts: keep the file as the lasting copy."""
+    """Replace the routing (the routing file's document, as JSON), checked as the file
+    is: a document that does not check out is refused with 422 and changes nothing. It is
+    kept in the store, so it survives restarts (an unchanged routing file does not undo
+    it) and the other nodes' delivery loops take it up within seconds; a server that ran
+    without one starts delivering."""
     _admin(caller, "change the routing")
-    loop = _loop(state)
     try:
         routing = routing_from_dict(document)
-        context = ChannelContext(routing.inbox_url, loop.context.answer_links)
-        channels = open_channels(routing.channels, context)
+        channels = open_channels(routing.channels, _context(state, routing))  # every channel can be made
     except (RoutingError, ChannelError) as exc:
         raise ApiError(422, "invalid_request", str(exc)) from None
-    await loop.replace(routing, channels, context)
+    await save_routing(state.broker.store, routing)
+    await use_routing(state, routing, channels=channels, start=True)
     return JSONResponse(masked(routing.source))

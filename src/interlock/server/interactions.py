@@ -245,7 +245,10 @@ async def stream_interactions(
     async def replay(cursor: int) -> AsyncIterator[Event]:
         involving = None if caller.kind == "admin" else caller.name
         while True:
-            page = await broker.find_events(after=cursor, limit=500, involving=involving, session=session, run=run)
+            teams = tuple(sorted(caller.teams)) if caller.kind == "human" else ()
+            page = await broker.find_events(
+                after=cursor, limit=500, involving=involving, session=session, run=run, teams=teams
+            )
             for event in page:
                 yield event
             if len(page) < 500:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import secrets
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -41,6 +42,7 @@ from .web import (
     _set_cookie,
     _values,
     after_signin,
+    inbox_filter,
     outcome,
     page,
     refusal,
@@ -140,6 +142,12 @@ def timeline(request: HumanRequest, events: list[Event]) -> list[Moment]:
             out.append(Moment(event.at, "The approval was used by whoever asked", kind="consumed"))
         elif event.type == "informed":
             out.append(Moment(event.at, "Update", str(data.get("message", "")), "informed"))
+        elif event.type == "claimed":
+            out.append(Moment(event.at, f"Claimed by {data.get('by')}", kind="claimed"))
+        elif event.type == "unclaimed":
+            out.append(Moment(event.at, f"{data.get('by')} gave up the claim", kind="unclaimed"))
+        elif event.type == "viewed":
+            out.append(Moment(event.at, f"Viewed by {data.get('by')}", kind="viewed"))
         else:  # what other parts record about a request (a notification sent, say)
             words = event.type.replace("_", " ").capitalize()
             via = data.get("channel") or data.get("via")
@@ -158,6 +166,8 @@ async def request_page(http: HttpRequest, state: State, request_id: str) -> Resp
         return refusal(state, http, 404, "There is no such request.", who)
     if not can_read(who.principal, request):
         return refusal(state, http, 403, "This request is neither to you nor from you.", who)
+    if who.principal.kind != "agent":  # a browser is a person's, the local one's without auth too
+        await state.broker.note_viewed(request.id, by=who.principal.name)
     events = list(await state.broker.find_events(request=request.id, limit=TIMELINE_LIMIT))
     here = http.url_for("request_page", request_id=request.id).path
     context = {
@@ -167,6 +177,7 @@ async def request_page(http: HttpRequest, state: State, request_id: str) -> Resp
         "return_to": here,
         "answerable": request.status is Status.PENDING and can_answer(who.principal, request),
         "moments": timeline(request, events),
+        "claims": await state.broker.claims([request.id]),
         "view": "request",
     }
     return page(state, http, "request.html", context, 200, who)
@@ -268,8 +279,9 @@ async def history(http: HttpRequest, state: State) -> Response:
 
 
 def _mine(who: Session) -> dict[str, Any]:
-    """The `Broker.list` keyword that keeps a person's own requests (none for an admin)."""
-    return {} if who.principal.kind == "admin" else {"recipient": who.principal.name}
+    """The `Broker.list` keywords that keep a person's own requests and their teams' (none
+    for an admin)."""
+    return inbox_filter(who.principal)
 
 
 # -- dashboard ------------------------------------------------------------------------------
@@ -345,7 +357,12 @@ async def dashboard(http: HttpRequest, state: State) -> Response:
         elif r.status is Status.EXPIRED:
             expired[r.to or "(nobody named)"] += 1
     waiting = Counter(r.to or "(nobody named)" for r in pending)
-    people = sorted(set(answer_times) | set(expired) | set(waiting))
+    if who.principal.kind == "admin":
+        team_names = {p.name for p in await state.broker.principals.list_principals() if p.kind == "team"}
+    else:
+        team_names = set(who.principal.teams)
+    team_rows = _team_rows(team_names, pending, settled)
+    people = sorted((set(answer_times) | set(expired) | set(waiting)) - team_names)
     rows = [
         PersonRow(p, len(answer_times.get(p, [])), _median(answer_times.get(p, [])), expired[p], waiting[p])
         for p in people
@@ -358,11 +375,29 @@ async def dashboard(http: HttpRequest, state: State) -> Response:
         "agents": agents,
         "ages": [label for label, _ in _AGES],
         "people": rows,
+        "teams": team_rows,
         "window_days": DASHBOARD_WINDOW.days,
         "capped": len(pending) == DASHBOARD_ROWS or len(settled) == DASHBOARD_ROWS,
         "view": "dashboard",
     }
     return page(state, http, "dashboard.html", context, 200, who)
+
+
+def _team_rows(teams: set[str], pending: Sequence[HumanRequest], settled: Sequence[HumanRequest]) -> list[PersonRow]:
+    """Per team, the requests addressed to it: answered and their median time, expired,
+    waiting now (whoever of its members answered)."""
+    times: dict[str, list[timedelta]] = defaultdict(list)
+    expired: Counter[str] = Counter()
+    for r in settled:
+        if r.to not in teams:
+            continue
+        if r.status in (Status.ANSWERED, Status.REJECTED) and r.response is not None:
+            times[r.to].append(r.response.at - r.created_at)
+        elif r.status is Status.EXPIRED:
+            expired[r.to] += 1
+    waiting = Counter(r.to for r in pending if r.to in teams)
+    named = sorted(t for t in teams if t in times or t in expired or t in waiting)
+    return [PersonRow(t, len(times[t]), _median(times[t]), expired[t], waiting[t]) for t in named]
 
 
 def _buckets() -> list[tuple[timedelta, timedelta]]:

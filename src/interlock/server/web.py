@@ -49,7 +49,7 @@ from ..model import (
     time_budget,
 )
 from ..model import Request as HumanRequest
-from ..principals import Principal, can_answer
+from ..principals import Principal, can_answer, can_claim
 from ..signin import safe_next
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE, Holder, check_csrf
 from .common import AppState, State, can_see, may_see_run, parse_event_id, run_event_filter
@@ -66,7 +66,7 @@ PENDING_LIMIT = 50  # pending requests a page; the rest behind an "older" link
 UPDATES_LIMIT = 20
 UPDATES_LOOKBACK = 500  # events scanned for recent progress updates when the page loads
 _SETTLED = tuple(s for s in Status if s.settled)
-_INBOX_EVENTS = frozenset({"created", "informed", *(s.value for s in _SETTLED)})
+_INBOX_EVENTS = frozenset({"created", "informed", "claimed", "unclaimed", *(s.value for s in _SETTLED)})
 _SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -423,12 +423,24 @@ def refusal(state: AppState, http: HttpRequest, status: int, message: str, who: 
 
 
 def mine(who: Session, request: HumanRequest) -> bool:
-    return who.principal.kind == "admin" or request.to == who.principal.name
+    """Whether the request is in this person's inbox: to them, or to one of their teams."""
+    p = who.principal
+    return p.kind == "admin" or request.to == p.name or (p.kind == "human" and request.to in p.teams)
 
 
-def card(state: AppState, http: HttpRequest, who: Session, request: HumanRequest, **extra: Any) -> HTMLResponse:
+def inbox_filter(principal: Principal) -> dict[str, Any]:
+    """The keywords of `Broker.list` for a person's inbox: their requests and their teams'."""
+    if principal.kind == "admin":
+        return {}
+    teams = sorted(principal.teams) if principal.kind == "human" else []
+    return {"recipient": principal.name, "teams": teams}
+
+
+async def card(state: AppState, http: HttpRequest, who: Session, request: HumanRequest, **extra: Any) -> HTMLResponse:
     status = extra.pop("status", 200)
-    return page(state, http, "_request.html", {"r": request, "failure": None, "card_notice": None} | extra, status, who)
+    claims = await state.broker.claims([request.id])
+    context = {"r": request, "failure": None, "card_notice": None, "claims": claims} | extra
+    return page(state, http, "_request.html", context, status, who)
 
 
 async def inbox_page(
@@ -440,9 +452,8 @@ async def inbox_page(
     notice: str | None = None,
     status: int = 200,
 ) -> HTMLResponse:
-    name = who.principal.name
     after = await state.broker.last_event_id()  # before reading, so the stream misses nothing
-    recipient: dict[str, Any] = {} if who.principal.kind == "admin" else {"recipient": name}
+    recipient = inbox_filter(who.principal)
     older = _cursor(http.query_params.get("older"))
     pending = await state.broker.list(status=Status.PENDING, after=older, limit=PENDING_LIMIT, **recipient)
     history: list[HumanRequest] = []
@@ -455,6 +466,7 @@ async def inbox_page(
     ]
     context = {
         "pending": pending.items,
+        "claims": await state.broker.claims([r.id for r in pending.items]),
         "older": pending.next_cursor,
         "paged": older is not None,
         "history": history[:HISTORY_LIMIT],
@@ -583,7 +595,7 @@ async def request_card(http: HttpRequest, state: State, request_id: str) -> Resp
         return refusal(state, http, 404, "There is no such request.", who)
     if not mine(who, request):
         return refusal(state, http, 403, "This request is not in your inbox.", who)
-    return card(state, http, who, request)
+    return await card(state, http, who, request)
 
 
 @router.post("/inbox/requests/{request_id}", name="inbox_answer", response_class=HTMLResponse)
@@ -631,16 +643,55 @@ async def answer(http: HttpRequest, state: State, request_id: str) -> Response:
         else:
             failure = Failure(request_id, str(exc), exc.ask_id, values)
         if fragment_wanted(http):
-            return card(state, http, who, request, failure=failure, status=422)
+            return await card(state, http, who, request, failure=failure, status=422)
         return await inbox_page(state, http, who, failure=failure, status=422)
     current = await state.broker.get(request_id)
     if not done:
         notice = f"This request is no longer pending: {outcome(current).lower()}."
         if fragment_wanted(http):
-            return card(state, http, who, current, card_notice=notice, status=409)
+            return await card(state, http, who, current, card_notice=notice, status=409)
         return await inbox_page(state, http, who, notice=notice, status=409)
     if fragment_wanted(http):
-        return card(state, http, who, current)
+        return await card(state, http, who, current)
+    return RedirectResponse(after_signin(http, values.get("next") or None), status_code=303)
+
+
+@router.post("/inbox/requests/{request_id}/claim", name="inbox_claim", response_class=HTMLResponse)
+async def claim(http: HttpRequest, state: State, request_id: str) -> Response:
+    """Claim a request to one of your teams (`action=claim`), or give your claim up
+    (`action=unclaim`). Without JavaScript, back to the page it came from."""
+    who = await session(state, http)
+    if who is None:
+        if fragment_wanted(http):
+            return refusal(state, http, 401, "Your session has ended: sign in again.")
+        return RedirectResponse(http.url_for("signin"), status_code=303)
+    values = await _values(http)
+    try:
+        check_csrf(who.csrf, values.get("csrf"))
+    except HTTPException as exc:
+        return refusal(state, http, 403, str(exc.detail), who)
+    try:
+        request = await state.broker.get(request_id)
+    except NotFound:
+        return refusal(state, http, 404, "There is no such request.", who)
+    if not mine(who, request):
+        return refusal(state, http, 403, "This request is not in your inbox.", who)
+    if not can_claim(who.principal, request):
+        return refusal(state, http, 403, "Only a member of the team this request is to may claim it.", who)
+    by = who.principal.name
+    notice = None
+    if request.status is not Status.PENDING:
+        notice = f"This request is no longer pending: {outcome(request).lower()}."
+    elif values.get("action") == "unclaim":
+        await state.broker.unclaim(request.id, by=by)
+    else:
+        held = await state.broker.claim(request.id, by=by)
+        if held.by != by:
+            notice = f"Already claimed by {held.by} at {utc(held.at)}."
+    if fragment_wanted(http):
+        return await card(state, http, who, await state.broker.get(request.id), card_notice=notice)
+    if notice is not None:
+        return await inbox_page(state, http, who, notice=notice, status=409)
     return RedirectResponse(after_signin(http, values.get("next") or None), status_code=303)
 
 
@@ -779,7 +830,8 @@ def _for_inbox(principal: Principal, event: Event) -> bool:
     if principal.kind == "admin":
         return True
     if event.request is not None:
-        return event.request.to == principal.name
+        to = event.request.to
+        return to == principal.name or (principal.kind == "human" and to in principal.teams)
     return event.data.get("to") == principal.name
 
 

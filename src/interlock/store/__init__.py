@@ -30,7 +30,7 @@ from typing import Any, Literal, Protocol
 
 from ..approval_policies import ApprovalPolicy
 from ..followups import Followup
-from ..model import Event, IssuedGrant, Request, Response, Run, RunStatus, Status
+from ..model import Claim, Event, IssuedGrant, Request, Response, Run, RunStatus, Status
 from ..outbox import Delivery, DeliveryState, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
 
@@ -57,6 +57,8 @@ class Query:
     """Filters and a keyset page for `Store.list`. `after` is the id of the last row seen."""
 
     recipient: str | None = None
+    teams: tuple[str, ...] = ()
+    """With `recipient`: requests to `recipient` or to any of these teams (a member's inbox)."""
     requester: str | None = None
     status: Status | None = None
     kind: str | None = None
@@ -96,6 +98,8 @@ class EventQuery:
     request: str | None = None
     session: str | None = None
     run: str | None = None
+    teams: tuple[str, ...] = ()
+    """With `involving`: also the events about requests to these teams (a member's)."""
 
 
 _WORD = re.compile(r"[^\W_]+")
@@ -209,6 +213,27 @@ class RequestStore(Protocol):
         """Have `callback` called (on the event loop) when another process may have written."""
         ...
 
+    async def claim(self, request_id: str, by: str, at: datetime) -> Claim | None:
+        """Claim a pending request for `by`, with its `claimed` event, unless someone holds
+        it already: a conditional write, so one member wins across every node. Returns the
+        claim that stands afterwards (`by`'s, or the earlier one); None when the request is
+        unknown, or settled with no claim."""
+        ...
+
+    async def unclaim(self, request_id: str, by: str | None, at: datetime) -> Claim | None:
+        """Give up the claim on a pending request, with its `unclaimed` event: `by`'s
+        claim only, or anyone's when None (an admin). Returns the claim removed, if any."""
+        ...
+
+    async def claims(self, request_ids: Sequence[str]) -> Mapping[str, Claim]:
+        """The claims on these requests, by request id (those without one left out)."""
+        ...
+
+    async def note_viewed(self, request_id: str, by: str, at: datetime) -> bool:
+        """Record that `by` has opened the request, with a `viewed` event the first time
+        only (once per person, across every node). True when this was the first time."""
+        ...
+
 
 class PrincipalStore(Protocol):
     """Principals, tokens and web sessions (used by the server and `interlock token`)."""
@@ -217,9 +242,34 @@ class PrincipalStore(Protocol):
         """Add a principal, or change the kind and owner of one with the same name."""
         ...
 
-    async def get_principal(self, name: str) -> Principal | None: ...
+    async def get_principal(self, name: str) -> Principal | None:
+        """The human, agent or team (kind `team`) of that name."""
+        ...
 
-    async def list_principals(self) -> Sequence[Principal]: ...
+    async def list_principals(self) -> Sequence[Principal]:
+        """Every human, agent and team, by name."""
+        ...
+
+    async def save_team(self, team: str, members: Sequence[str] = ()) -> None:
+        """Create the team if it is new and add these members (people) to it. Raises
+        `ValueError` when the name is a human's or an agent's, or a member is no human."""
+        ...
+
+    async def remove_team_members(self, team: str, members: Sequence[str]) -> int:
+        """Take these members out of the team; how many were in it."""
+        ...
+
+    async def delete_team(self, team: str) -> bool:
+        """Delete the team and its memberships; False if there was none."""
+        ...
+
+    async def team_members(self, team: str) -> Sequence[str] | None:
+        """The members of the team, by name; None when there is no such team."""
+        ...
+
+    async def teams_of(self, name: str) -> frozenset[str]:
+        """The teams `name` is a member of."""
+        ...
 
     async def save_token(self, token: IssuedToken) -> None: ...
 
@@ -452,6 +502,15 @@ class OutboxStore(Protocol):
 
     async def claim_notices(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Notice]:
         """Unrouted notices, oldest first, not leased by another loop; lease them."""
+        ...
+
+    async def load_setting(self, name: str) -> Any | None:
+        """A configuration document every node shares (`routing`: the routing in use), as
+        saved (JSON values); None when it was never saved."""
+        ...
+
+    async def save_setting(self, name: str, value: Any) -> None:
+        """Replace a shared configuration document (a JSON value)."""
         ...
 
     async def route_notice(self, notice: Notice, deliveries: Sequence[Delivery], owner: str, now: datetime) -> int:

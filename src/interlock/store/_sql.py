@@ -24,6 +24,7 @@ from typing import Any
 from ..approval_policies import ApprovalPolicy, policy_from_body
 from ..followups import Followup
 from ..model import (
+    Claim,
     Event,
     IssuedGrant,
     Request,
@@ -198,15 +199,19 @@ def find_events_sql(query: EventQuery, *, indexed_by: bool = False) -> tuple[str
     if query.until is not None:
         bounds.append("{e}id <= :until")
         params["until"] = query.until
+    teams = query.teams if query.involving is not None else ()
     if query.involving is not None:
         params["who"] = query.involving
+    params |= {f"team_{i}": team for i, team in enumerate(teams)}
     given = [(name, value) for name in ("request", "run", "session") if (value := getattr(query, name)) is not None]
     if not given and query.involving is not None:
         within = " AND ".join(bounds).format(e="")
+        sources = [("recipient", "who", "to_them"), ("requester", "who", "from_them")]
+        sources += [("recipient", f"team_{i}", f"to_team_{i}") for i in range(len(teams))]
         ranges = " UNION ".join(
-            f"SELECT id FROM (SELECT id FROM events WHERE {column} = :who AND {within} "
+            f"SELECT id FROM (SELECT id FROM events WHERE {column} = :{param} AND {within} "
             f"ORDER BY id LIMIT :limit) AS {alias}"
-            for column, alias in (("recipient", "to_them"), ("requester", "from_them"))
+            for column, param, alias in sources
         )
         return (
             f"SELECT {_EVENT_COLUMNS} FROM ({ranges}) AS page JOIN events e ON e.id = page.id "
@@ -218,7 +223,8 @@ def find_events_sql(query: EventQuery, *, indexed_by: bool = False) -> tuple[str
         where.append(f"e.{'request_id' if name == 'request' else name} = :{name}")
         params[name] = value
     if query.involving is not None:
-        where.append("(e.recipient = :who OR e.requester = :who)")
+        to_teams = "".join(f" OR e.recipient = :team_{i}" for i in range(len(teams)))
+        where.append(f"(e.recipient = :who OR e.requester = :who{to_teams})")
     indexed = f" INDEXED BY events_by_{given[0][0]}" if given and indexed_by else ""
     return (
         f"SELECT {_EVENT_COLUMNS} FROM events e{indexed} LEFT JOIN requests r ON r.id = e.request_id "
@@ -227,7 +233,7 @@ def find_events_sql(query: EventQuery, *, indexed_by: bool = False) -> tuple[str
     )
 
 
-_PARAMETER = re.compile(r"(?<!:):([a-z_]+)")
+_PARAMETER = re.compile(r"(?<!:):([a-z_][a-z0-9_]*)")
 
 
 def positional(sql: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
@@ -253,6 +259,10 @@ def list_sql(
         if value is not None:
             where.append(f"{name} = :{name}")
             params[name] = value.value if isinstance(value, Status) else value
+    if query.teams and query.recipient is not None:  # a member's inbox: theirs and their teams'
+        names = [f":team_{i}" for i in range(len(query.teams))]
+        where[where.index("recipient = :recipient")] = f"recipient IN (:recipient, {', '.join(names)})"
+        params |= {f"team_{i}": team for i, team in enumerate(query.teams)}
     if query.settled:
         where.append("status <> 'pending'")
     for name, op in (("since", ">="), ("until", "<")):
@@ -471,8 +481,9 @@ class SqlStore:
     def _events_of(self, rows: Sequence[Sequence[Any]]) -> Sequence[Event]:
         out = []
         for event_id, type_, request_id, at, data, status, doc, answer in rows:
+            details = decode_json(data) if data else {}
             if request_id is None:
-                out.append(Event(event_id, type_, self._time(at), data=decode_json(data) if data else {}))
+                out.append(Event(event_id, type_, self._time(at), data=details))
                 continue
             request = self._cache.get(request_id)
             if request is None or request.status is Status.PENDING:
@@ -480,7 +491,7 @@ class SqlStore:
                 self._cache.put(request, row_size(doc, answer))
             if type_ == "created" and request.status is not Status.PENDING:
                 request = request.as_created()
-            out.append(Event(event_id, type_, self._time(at), request_id, request))
+            out.append(Event(event_id, type_, self._time(at), request_id, request, details))
         return out
 
     async def last_event_id(self) -> int:
@@ -507,6 +518,17 @@ class SqlStore:
 
     async def list_principals(self) -> Sequence[Principal]:
         return [Principal(*row) for row in await self._rows("list_principals")]
+
+    async def team_members(self, team: str) -> Sequence[str] | None:
+        if not await self._rows("get_team", team):
+            return None
+        return [str(row[0]) for row in await self._rows("team_members", team)]
+
+    async def teams_of(self, name: str) -> frozenset[str]:
+        return frozenset(str(row[0]) for row in await self._rows("teams_of", name))
+
+    def _claim(self, request_id: str, rows: Sequence[Sequence[Any]]) -> Claim | None:
+        return Claim(request_id, str(rows[0][0]), self._time(rows[0][1])) if rows else None
 
     async def principal_for_token(self, token_hash: str) -> Principal | None:
         rows = await self._rows("principal_for_token", token_hash)

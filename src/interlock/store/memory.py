@@ -25,6 +25,7 @@ from ..approval_policies import ApprovalPolicy, policy_event_data, with_version
 from ..errors import Closed
 from ..followups import Followup, followup_event_data
 from ..model import (
+    Claim,
     Event,
     IssuedGrant,
     Request,
@@ -100,6 +101,10 @@ class MemoryStore:
         self._deliveries: dict[str, tuple[Delivery, str | None, datetime | None]] = {}
         self._last_notice = 0
         self._finished: deque[str] = deque()  # delivered or skipped, oldest first
+        self._teams: dict[str, set[str]] = {}  # team name: its members
+        self._claims: dict[str, Claim] = {}  # by request id
+        self._views: dict[str, set[str]] = {}  # request id: who has opened it
+        self._settings: dict[str, Any] = {}
 
     async def open(self) -> None:
         pass
@@ -226,6 +231,8 @@ class MemoryStore:
             self._forget(evicted)
 
     def _forget(self, request: Request) -> None:
+        self._claims.pop(request.id, None)
+        self._views.pop(request.id, None)
         if request.idempotency_key is not None:
             key = (request.requester, request.idempotency_key)
             if self._idempotency.get(key) == request.id:
@@ -254,6 +261,40 @@ class MemoryStore:
 
     def requester_of(self, requester: str | None) -> str | None:
         return requester
+
+    def _append_about(self, type_: str, request: Request, at: datetime, data: Mapping[str, Any]) -> None:
+        self._last_event += 1
+        self._log((self._last_event, type_, at, request.id, dict(data)), request)
+
+    async def claim(self, request_id: str, by: str, at: datetime) -> Claim | None:
+        held = self._claims.get(request_id)
+        request = self._pending.get(request_id)
+        if held is not None or request is None:
+            return held
+        self._claims[request_id] = claim = Claim(request_id, by, at)
+        self._append_about("claimed", request, at, {"by": by})
+        return claim
+
+    async def unclaim(self, request_id: str, by: str | None, at: datetime) -> Claim | None:
+        held = self._claims.get(request_id)
+        request = self._pending.get(request_id)
+        if held is None or request is None or (by is not None and held.by != by):
+            return None
+        del self._claims[request_id]
+        self._append_about("unclaimed", request, at, {"by": held.by})
+        return held
+
+    async def claims(self, request_ids: Sequence[str]) -> Mapping[str, Claim]:
+        return {i: claim for i in request_ids if (claim := self._claims.get(i)) is not None}
+
+    async def note_viewed(self, request_id: str, by: str, at: datetime) -> bool:
+        request = self._lookup(request_id)
+        seen = self._views.setdefault(request_id, set()) if request is not None else None
+        if seen is None or request is None or by in seen:
+            return False
+        seen.add(by)
+        self._append_about("viewed", request, at, {"by": by})
+        return True
 
     async def next_expiry(self) -> datetime | None:
         while self._expiry and self._expiry[0][1] not in self._pending:
@@ -304,13 +345,45 @@ class MemoryStore:
         return self._last_event
 
     async def save_principal(self, principal: Principal) -> None:
+        if principal.kind == "team":
+            await self.save_team(principal.name)
+            return
+        if principal.name in self._teams:
+            raise ValueError(f"{principal.name!r} is a team")
         self._principals[principal.name] = principal
 
     async def get_principal(self, name: str) -> Principal | None:
-        return self._principals.get(name)
+        return self._principals.get(name) or (Principal(name, "team") if name in self._teams else None)
 
     async def list_principals(self) -> Sequence[Principal]:
-        return sorted(self._principals.values(), key=lambda p: p.name)
+        teams = [Principal(name, "team") for name in self._teams]
+        return sorted([*self._principals.values(), *teams], key=lambda p: p.name)
+
+    async def save_team(self, team: str, members: Sequence[str] = ()) -> None:
+        Principal(team, "team")  # the name's rules
+        if team in self._principals:
+            raise ValueError(f"{team!r} is a person or an agent, not a team")
+        for member in members:
+            known = self._principals.get(member)
+            if known is None or known.kind != "human":
+                raise ValueError(f"{member!r} is no person here: a team's members are people")
+        self._teams.setdefault(team, set()).update(members)
+
+    async def remove_team_members(self, team: str, members: Sequence[str]) -> int:
+        current = self._teams.get(team, set())
+        gone = current & set(members)
+        current -= gone
+        return len(gone)
+
+    async def delete_team(self, team: str) -> bool:
+        return self._teams.pop(team, None) is not None
+
+    async def team_members(self, team: str) -> Sequence[str] | None:
+        members = self._teams.get(team)
+        return None if members is None else sorted(members)
+
+    async def teams_of(self, name: str) -> frozenset[str]:
+        return frozenset(team for team, members in self._teams.items() if name in members)
 
     async def save_token(self, token: IssuedToken) -> None:
         if token.principal not in self._principals:
@@ -586,7 +659,7 @@ class MemoryStore:
     def _append_followup(self, type_: str, followup: Followup, run: Run, at: datetime) -> None:
         self._last_event += 1
         data = followup_event_data(followup, agent=run.agent, session=run.session, to=run.requester)
-        self._events.append(Event(self._last_event, type_, at, data=data))
+        self._log((self._last_event, type_, at, None, data))
 
     async def enqueue_followup(self, followup: Followup, *, limit: int) -> Followup | None:
         run = self._runs.get(followup.run)
@@ -671,6 +744,12 @@ class MemoryStore:
         return revoked
 
     # -- the outbox ------------------------------------------------------------------------
+
+    async def load_setting(self, name: str) -> Any | None:
+        return self._settings.get(name)
+
+    async def save_setting(self, name: str, value: Any) -> None:
+        self._settings[name] = value
 
     async def claim_notices(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Notice]:
         until = now + timedelta(seconds=lease)
@@ -786,7 +865,7 @@ def _matches(r: Request, q: Query) -> bool:
     o = r.origin
     return (
         (q.status is None or r.status == q.status)
-        and (q.recipient is None or r.to == q.recipient)
+        and (q.recipient is None or r.to == q.recipient or (r.to is not None and r.to in q.teams))
         and (q.requester is None or r.requester == q.requester)
         and (q.kind is None or r.kind == q.kind)
         and (q.session is None or o.session == q.session)
@@ -830,7 +909,7 @@ def _event_matches(entry: _Entry, request: Request | None, q: EventQuery) -> boo
     else:
         to, by, session, run = data.get("to"), data.get("by"), data.get("session"), data.get("run")
     return (
-        (q.involving is None or q.involving in (to, by))
+        (q.involving is None or q.involving in (to, by) or (to is not None and to in q.teams))
         and (q.session is None or session == q.session)
         and (q.run is None or run == q.run)
     )

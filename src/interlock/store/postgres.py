@@ -46,6 +46,7 @@ from ..approval_policies import ApprovalPolicy, policy_body, policy_event_data, 
 from ..errors import Closed
 from ..followups import Followup, followup_event_data
 from ..model import (
+    Claim,
     Event,
     IssuedGrant,
     Request,
@@ -617,6 +618,22 @@ class PostgresStore(SqlStore):
                 await self._followup_events(conn, "followup_replayed", taken, run, at)
         return taken
 
+    async def claim(self, request_id: str, by: str, at: datetime) -> Claim | None:
+        await self._query("fetchval", Q["claim_request"], request_id, by, at, encode_json({"by": by}))
+        return self._claim(request_id, await self._rows("get_claim", request_id))
+
+    async def unclaim(self, request_id: str, by: str | None, at: datetime) -> Claim | None:
+        return self._claim(request_id, await self.pool.fetch(Q["unclaim_request"], request_id, by, at))
+
+    async def claims(self, request_ids: Sequence[str]) -> Mapping[str, Claim]:
+        if not request_ids:
+            return {}
+        rows = await self._rows("claims_of", list(request_ids))
+        return {row[0]: Claim(row[0], row[1], row[2]) for row in rows}
+
+    async def note_viewed(self, request_id: str, by: str, at: datetime) -> bool:
+        return await self._query("fetchval", Q["view_request"], request_id, by, at) is not None
+
     # -- grants ---------------------------------------------------------------------------
 
     async def settle_granting(self, request: Request) -> Request | None:
@@ -679,9 +696,37 @@ class PostgresStore(SqlStore):
     # -- principals and tokens ------------------------------------------------------------
 
     async def save_principal(self, principal: Principal) -> None:
-        await self._query(
-            "execute", Q["upsert_principal"], principal.name, principal.kind, principal.owner, datetime.now(UTC)
-        )
+        if principal.kind == "team":
+            await self.save_team(principal.name)
+            return
+        async with self._transaction() as conn:
+            if await conn.fetchval(Q["get_team"], principal.name) is not None:
+                raise ValueError(f"{principal.name!r} is a team")
+            await conn.execute(
+                Q["upsert_principal"], principal.name, principal.kind, principal.owner, datetime.now(UTC)
+            )
+
+    async def save_team(self, team: str, members: Sequence[str] = ()) -> None:
+        Principal(team, "team")  # the name's rules
+        async with self._transaction() as conn:
+            if await conn.fetchval(Q["principal_kind"], team) is not None:
+                raise ValueError(f"{team!r} is a person or an agent, not a team")
+            for member in members:
+                if await conn.fetchval(Q["principal_kind"], member) != "human":
+                    raise ValueError(f"{member!r} is no person here: a team's members are people")
+            await conn.execute(Q["insert_team"], team, datetime.now(UTC))
+            for member in members:
+                await conn.execute(Q["insert_team_member"], team, member)
+
+    async def remove_team_members(self, team: str, members: Sequence[str]) -> int:
+        removed = 0
+        async with self._transaction() as conn:
+            for member in members:
+                removed += int((await conn.execute(Q["delete_team_member"], team, member)).split()[-1])
+        return removed
+
+    async def delete_team(self, team: str) -> bool:
+        return str(await self._query("execute", Q["delete_team"], team)).split()[-1] != "0"
 
     async def save_token(self, token: IssuedToken) -> None:
         try:
@@ -730,6 +775,13 @@ class PostgresStore(SqlStore):
     # Claims are one statement each: FOR UPDATE SKIP LOCKED passes over rows another node
     # is claiming right now, and the lease keeps them from being claimed again until it
     # runs out, so two nodes do not send one delivery in the normal case.
+
+    async def load_setting(self, name: str) -> Any | None:
+        rows = await self._rows("get_setting", name)
+        return decode_json(rows[0][0]) if rows else None
+
+    async def save_setting(self, name: str, value: Any) -> None:
+        await self._query("execute", Q["put_setting"], name, encode_json(value), datetime.now(UTC))
 
     async def claim_notices(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Notice]:
         until = now + timedelta(seconds=lease)

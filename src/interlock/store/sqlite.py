@@ -25,6 +25,7 @@ from ..approval_policies import ApprovalPolicy, policy_body, policy_event_data, 
 from ..errors import Closed
 from ..followups import Followup, followup_event_data
 from ..model import (
+    Claim,
     Event,
     IssuedGrant,
     Request,
@@ -45,6 +46,7 @@ from ._sql import (
     DELIVERY_COLUMNS,
     RequestCache,
     SqlStore,
+    decode_json,
     encode_json,
     find_events_sql,
     followup_from_row,
@@ -549,6 +551,49 @@ class SqliteStore(SqlStore):
 
         return await self._write(delete)
 
+    async def claim(self, request_id: str, by: str, at: datetime) -> Claim | None:
+        params = {"id": request_id, "by": by, "at": _us(at)}
+        event = {"type": "claimed", "id": request_id, "at": params["at"], "data": encode_json({"by": by})}
+
+        def claim(db: sqlite3.Connection) -> list[Any]:
+            if db.execute(Q["insert_claim"], params).rowcount == 1:
+                db.execute(Q["insert_request_event_data"], event)
+            return db.execute(Q["get_claim"], params).fetchall()
+
+        return self._claim(request_id, await self._write(claim))
+
+    async def unclaim(self, request_id: str, by: str | None, at: datetime) -> Claim | None:
+        params = {"id": request_id, "by": by}
+
+        def unclaim(db: sqlite3.Connection) -> list[Any]:
+            removed = db.execute(Q["delete_claim"], params).fetchall()
+            if removed:
+                data = encode_json({"by": removed[0][0]})
+                db.execute(
+                    Q["insert_request_event_data"], {"type": "unclaimed", "id": request_id, "at": _us(at), "data": data}
+                )
+            return removed
+
+        return self._claim(request_id, await self._write(unclaim))
+
+    async def claims(self, request_ids: Sequence[str]) -> Mapping[str, Claim]:
+        if not request_ids:
+            return {}
+        rows = await self._read(Q["claims_of"], {"ids": encode_json(list(request_ids))})
+        return {row[0]: Claim(row[0], row[1], _from_us(row[2])) for row in rows}
+
+    async def note_viewed(self, request_id: str, by: str, at: datetime) -> bool:
+        params = {"id": request_id, "by": by, "at": _us(at)}
+        event = {"type": "viewed", "id": request_id, "at": params["at"], "data": encode_json({"by": by})}
+
+        def view(db: sqlite3.Connection) -> bool:
+            if db.execute(Q["insert_view"], params).rowcount != 1:
+                return False
+            db.execute(Q["insert_request_event_data"], event)
+            return True
+
+        return await self._write(view)
+
     # -- grants ---------------------------------------------------------------------------
 
     def _insert_grant(self, db: sqlite3.Connection, grant: IssuedGrant, type_: str = "granted") -> None:
@@ -599,8 +644,42 @@ class SqliteStore(SqlStore):
     # -- principals and tokens ------------------------------------------------------------
 
     async def save_principal(self, principal: Principal) -> None:
+        if principal.kind == "team":
+            await self.save_team(principal.name)
+            return
         row = {"name": principal.name, "kind": principal.kind, "owner": principal.owner, "created_at": _us(_now())}
-        await self._write(lambda db: db.execute(Q["upsert_principal"], row), notify=False)
+
+        def save(db: sqlite3.Connection) -> None:
+            if db.execute(Q["get_team"], {"name": principal.name}).fetchone() is not None:
+                raise ValueError(f"{principal.name!r} is a team")
+            db.execute(Q["upsert_principal"], row)
+
+        await self._write(save, notify=False)
+
+    async def save_team(self, team: str, members: Sequence[str] = ()) -> None:
+        Principal(team, "team")  # the name's rules
+
+        def save(db: sqlite3.Connection) -> None:
+            if db.execute(Q["principal_kind"], {"name": team}).fetchone() is not None:
+                raise ValueError(f"{team!r} is a person or an agent, not a team")
+            for member in members:
+                kind = db.execute(Q["principal_kind"], {"name": member}).fetchone()
+                if kind is None or kind[0] != "human":
+                    raise ValueError(f"{member!r} is no person here: a team's members are people")
+            db.execute(Q["insert_team"], {"name": team, "created_at": _us(_now())})
+            for member in members:
+                db.execute(Q["insert_team_member"], {"team": team, "member": member})
+
+        await self._write(save, notify=False)
+
+    async def remove_team_members(self, team: str, members: Sequence[str]) -> int:
+        def remove(db: sqlite3.Connection) -> int:
+            return sum(db.execute(Q["delete_team_member"], {"team": team, "member": m}).rowcount for m in members)
+
+        return await self._write(remove, notify=False)
+
+    async def delete_team(self, team: str) -> bool:
+        return bool(await self._write(lambda db: db.execute(Q["delete_team"], {"name": team}).rowcount, notify=False))
 
     async def save_token(self, token: IssuedToken) -> None:
         row = {"id": token.id, "hash": token.hash, "principal": token.principal, "created_at": _us(token.created_at)}
@@ -923,6 +1002,14 @@ class SqliteStore(SqlStore):
         return None if name is None else await self.get_principal(name)
 
     # -- the outbox ----------------------------------------------------------------------
+
+    async def load_setting(self, name: str) -> Any | None:
+        rows = await self._read(Q["get_setting"], {"name": name})
+        return decode_json(rows[0][0]) if rows else None
+
+    async def save_setting(self, name: str, value: Any) -> None:
+        row = {"name": name, "value": encode_json(value), "at": _us(_now())}
+        await self._write(lambda db: db.execute(Q["put_setting"], row), notify=False)
 
     async def claim_notices(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Notice]:
         params = {"owner": owner, "now": _us(now), "limit": limit}

@@ -26,6 +26,7 @@
 
   function wire(root) {
     localTimes(root);
+    for (const form of root.querySelectorAll("form.claim-form")) form.addEventListener("submit", claim);
     for (const form of root.querySelectorAll("form.answer")) {
       form.addEventListener("submit", submit);
       // Typing an "other" answer picks the Other option.
@@ -86,6 +87,35 @@
     place(el);
     const notice = el.querySelector(".notice");
     say(notice ? notice.textContent : `${el.querySelector(".outcome").textContent}.`);
+  }
+
+  // Claim or give up a claim: the server answers with the card; only its claim part is
+  // taken, so an answer being typed in the same card is kept.
+  async function claim(event) {
+    event.preventDefault();
+    const form = event.currentTarget;
+    const body = new URLSearchParams(new FormData(form, event.submitter));
+    for (const b of form.querySelectorAll("button")) b.disabled = true;
+    let el = null;
+    try {
+      const response = await fetch(form.getAttribute("action"), { method: "POST", body, headers: FRAGMENT, credentials: "same-origin" });
+      el = fromHTML(await response.text());
+    } catch {
+      el = null;
+    }
+    const part = el && el.querySelector(".claim");
+    if (!part) {
+      for (const b of form.querySelectorAll("button")) b.disabled = false;
+      return say("Could not claim the request. Try again.");
+    }
+    swapClaim(form.closest(".claim"), part);
+    const notice = part.querySelector(".notice");
+    say(notice ? notice.textContent : part.querySelector(".claim-state").textContent.replace(/\s+/g, " ").trim());
+  }
+
+  function swapClaim(old, part) {
+    old.replaceWith(part);
+    wire(part);
   }
 
   function formError(form, buttons, message) {
@@ -163,6 +193,18 @@
       if (el.dataset.status === "pending") say(`New request: ${title}`);
       else if (wasPending) say(`${title}: ${el.querySelector(".outcome").textContent.toLowerCase()}.`);
     });
+    // A claim changes only the claim part of a pending card (what is typed stays).
+    const onClaim = (event) => later(async () => {
+      const { request_id: id } = JSON.parse(event.data);
+      const card = document.getElementById(`req-${id}`);
+      const old = card && card.dataset.status === "pending" ? card.querySelector(".claim") : null;
+      if (!old) return;
+      const el = await fetchCard(new URL(`inbox/requests/${encodeURIComponent(id)}`, base));
+      const part = el && el.querySelector(".claim");
+      if (part && part.dataset.claimedBy !== old.dataset.claimedBy) swapClaim(old, part);
+    });
+    source.addEventListener("claimed", onClaim);
+    source.addEventListener("unclaimed", onClaim);
     source.addEventListener("created", onRequest);
     for (const type of SETTLED) source.addEventListener(type, onRequest);
 

@@ -74,10 +74,11 @@ INSERT INTO principals (name, kind, owner, created_at) VALUES ($1, $2, $3, $4)
 ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, owner = excluded.owner;
 
 -- name: get_principal
-SELECT name, kind, owner FROM principals WHERE name = $1;
+SELECT name, kind, owner FROM principals WHERE name = $1
+UNION ALL SELECT name, 'team', NULL FROM teams WHERE name = $1;
 
 -- name: list_principals
-SELECT name, kind, owner FROM principals ORDER BY name;
+SELECT name, kind, owner FROM principals UNION ALL SELECT name, 'team', NULL FROM teams ORDER BY name;
 
 -- name: insert_token
 INSERT INTO tokens (id, hash, principal, created_at) VALUES ($1, $2, $3, $4);
@@ -294,3 +295,78 @@ WHERE agent = $1 ORDER BY server COLLATE "C";
 -- name: delete_policy
 DELETE FROM approval_policies WHERE agent = $1 AND server = $2
 RETURNING agent, server, body::text, version, updated_at, updated_by;
+-- name: get_team
+SELECT name FROM teams WHERE name = $1;
+
+-- name: list_teams
+SELECT name FROM teams ORDER BY name;
+
+-- name: insert_team
+INSERT INTO teams (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING;
+
+-- name: insert_team_member
+INSERT INTO team_members (team, member) VALUES ($1, $2) ON CONFLICT DO NOTHING;
+
+-- name: delete_team_member
+DELETE FROM team_members WHERE team = $1 AND member = $2;
+
+-- name: delete_team
+DELETE FROM teams WHERE name = $1;
+
+-- name: team_members
+SELECT member FROM team_members WHERE team = $1 ORDER BY member;
+
+-- name: teams_of
+SELECT team FROM team_members WHERE member = $1 ORDER BY team;
+
+-- name: claim_request
+WITH claimed AS (
+    INSERT INTO claims (request_id, claimed_by, claimed_at)
+    SELECT id, $2, $3 FROM requests WHERE id = $1 AND status = 'pending'
+    ON CONFLICT (request_id) DO NOTHING
+    RETURNING request_id
+)
+INSERT INTO events (type, request_id, at, data, recipient, requester, session, run)
+SELECT 'claimed', r.id, $3, $4::json, r.recipient, r.requester, r.session, r.run
+FROM requests r JOIN claimed c ON c.request_id = r.id
+RETURNING id;
+
+-- name: get_claim
+SELECT claimed_by, claimed_at FROM claims WHERE request_id = $1;
+
+-- name: unclaim_request
+WITH released AS (
+    DELETE FROM claims WHERE request_id = $1 AND (claimed_by = $2 OR $2::text IS NULL)
+        AND EXISTS (SELECT 1 FROM requests WHERE id = $1 AND status = 'pending')
+    RETURNING request_id, claimed_by, claimed_at
+), logged AS (
+    INSERT INTO events (type, request_id, at, data, recipient, requester, session, run)
+    SELECT 'unclaimed', r.id, $3, json_build_object('by', x.claimed_by), r.recipient, r.requester, r.session, r.run
+    FROM requests r JOIN released x ON x.request_id = r.id
+    RETURNING id
+)
+SELECT claimed_by, claimed_at FROM released;
+
+-- name: claims_of
+SELECT request_id, claimed_by, claimed_at FROM claims WHERE request_id = ANY($1::text[]);
+
+-- name: view_request
+WITH viewed AS (
+    INSERT INTO views (request_id, viewer, viewed_at) SELECT id, $2, $3 FROM requests WHERE id = $1
+    ON CONFLICT DO NOTHING
+    RETURNING request_id
+)
+INSERT INTO events (type, request_id, at, data, recipient, requester, session, run)
+SELECT 'viewed', r.id, $3, json_build_object('by', $2::text), r.recipient, r.requester, r.session, r.run
+FROM requests r JOIN viewed v ON v.request_id = r.id
+RETURNING id;
+
+-- name: get_setting
+SELECT value::text FROM settings WHERE name = $1;
+
+-- name: put_setting
+INSERT INTO settings (name, value, updated_at) VALUES ($1, $2::jsonb, $3)
+ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at;
+
+-- name: principal_kind
+SELECT kind FROM principals WHERE name = $1;

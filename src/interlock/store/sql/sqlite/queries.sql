@@ -69,10 +69,11 @@ INSERT INTO principals (name, kind, owner, created_at) VALUES (:name, :kind, :ow
 ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, owner = excluded.owner;
 
 -- name: get_principal
-SELECT name, kind, owner FROM principals WHERE name = :name;
+SELECT name, kind, owner FROM principals WHERE name = :name
+UNION ALL SELECT name, 'team', NULL FROM teams WHERE name = :name;
 
 -- name: list_principals
-SELECT name, kind, owner FROM principals ORDER BY name;
+SELECT name, kind, owner FROM principals UNION ALL SELECT name, 'team', NULL FROM teams ORDER BY name;
 
 -- name: insert_token
 INSERT INTO tokens (id, hash, principal, created_at) VALUES (:id, :hash, :principal, :created_at);
@@ -289,3 +290,60 @@ WHERE agent = :agent ORDER BY server;
 -- name: delete_policy
 DELETE FROM approval_policies WHERE agent = :agent AND server = :server
 RETURNING agent, server, body, version, updated_at, updated_by;
+-- name: get_team
+SELECT name FROM teams WHERE name = :name;
+
+-- name: list_teams
+SELECT name FROM teams ORDER BY name;
+
+-- name: insert_team
+INSERT INTO teams (name, created_at) VALUES (:name, :created_at) ON CONFLICT (name) DO NOTHING;
+
+-- name: insert_team_member
+INSERT INTO team_members (team, member) VALUES (:team, :member) ON CONFLICT DO NOTHING;
+
+-- name: delete_team_member
+DELETE FROM team_members WHERE team = :team AND member = :member;
+
+-- name: delete_team
+DELETE FROM teams WHERE name = :name;
+
+-- name: team_members
+SELECT member FROM team_members WHERE team = :team ORDER BY member;
+
+-- name: teams_of
+SELECT team FROM team_members WHERE member = :member ORDER BY team;
+
+-- name: insert_claim
+INSERT INTO claims (request_id, claimed_by, claimed_at)
+SELECT id, :by, :at FROM requests WHERE id = :id AND status = 'pending'
+ON CONFLICT (request_id) DO NOTHING;
+
+-- name: get_claim
+SELECT claimed_by, claimed_at FROM claims WHERE request_id = :id;
+
+-- name: delete_claim
+DELETE FROM claims WHERE request_id = :id AND (claimed_by = :by OR :by IS NULL)
+    AND EXISTS (SELECT 1 FROM requests WHERE id = :id AND status = 'pending')
+RETURNING claimed_by, claimed_at;
+
+-- name: insert_request_event_data
+INSERT INTO events (type, request_id, at, data, recipient, requester, session, run)
+SELECT :type, id, :at, :data, recipient, requester, session, run FROM requests WHERE id = :id;
+
+-- name: insert_view
+INSERT INTO views (request_id, viewer, viewed_at) SELECT id, :by, :at FROM requests WHERE id = :id
+ON CONFLICT DO NOTHING;
+
+-- name: get_setting
+SELECT value FROM settings WHERE name = :name;
+
+-- name: put_setting
+INSERT INTO settings (name, value, updated_at) VALUES (:name, :value, :at)
+ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at;
+
+-- name: claims_of
+SELECT request_id, claimed_by, claimed_at FROM claims WHERE request_id IN (SELECT value FROM json_each(:ids));
+
+-- name: principal_kind
+SELECT kind FROM principals WHERE name = :name;

@@ -1,0 +1,92 @@
+"""`interlock team`, `interlock claim`, `interlock inbox` for a team's member and
+`interlock routing`, run for real in subprocesses against a SQLite file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import interlock
+from interlock import Confirm
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+INTERLOCK = [sys.executable, "-m", "interlock"]
+
+
+def run(*args: str, db: str, user: str = "alice") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "INTERLOCK_URL": db, "INTERLOCK_USER": user}
+    return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'teams.db'}"
+    for name in ("alice", "bob"):
+        assert run("token", "create", name, "--human", db=url).returncode == 0
+    return url
+
+
+def test_teams_are_made_listed_and_changed_and_bad_members_refused(db: str) -> None:
+    made = run("team", "add", "ops", "alice", "bob", db=db)
+    assert made.returncode == 0 and "team ops: alice, bob" in made.stderr
+    assert run("team", "members", "ops", db=db).stdout.split() == ["alice", "bob"]
+    refused = run("team", "add", "ops", "zed", db=db)
+    assert refused.returncode == 4 and "'zed' is no person here" in refused.stderr
+    clash = run("team", "add", "alice", db=db)
+    assert clash.returncode == 4 and "'alice' is a person or an agent, not a team" in clash.stderr
+    assert run("team", "rm", "ops", "bob", db=db).returncode == 0
+    assert run("team", "members", "ops", db=db).stdout.split() == ["alice"]
+    unknown = run("team", "rm", "nope", "alice", db=db)
+    assert unknown.returncode == 1 and "there is no team named 'nope'" in unknown.stderr
+    assert run("team", "rm", "ops", db=db).returncode == 0  # no one named: the team goes
+    assert run("team", "members", "ops", db=db).returncode == 1
+    assert "ops\tteam" not in run("token", "list", db=db).stdout
+
+
+async def test_a_member_claims_from_the_command_line_and_the_others_see_it_in_their_inbox(db: str) -> None:
+    assert run("team", "add", "ops", "alice", "bob", db=db).returncode == 0
+    async with interlock.connect(db) as broker:
+        request = await broker.create(Confirm("Fail over?"), to="ops", requester="bot")
+    claimed = run("claim", request.id, "--by", "alice", db=db)
+    assert claimed.returncode == 0 and f"claimed {request.id}" in claimed.stderr
+    taken = run("claim", request.id, "--by", "bob", db=db)
+    assert taken.returncode == 1 and "already claimed by alice at " in taken.stderr
+    inbox = run("inbox", "--to", "bob", db=db)
+    assert request.id in inbox.stdout and "claimed by" in inbox.stdout and "alice" in inbox.stdout
+    assert run("claim", request.id, "--release", "--by", "bob", db=db).returncode == 1  # not bob's
+    assert run("claim", request.id, "--release", "--by", "alice", db=db).returncode == 0
+    assert run("claim", request.id, "--by", "bob", db=db).returncode == 0
+
+
+async def test_show_puts_the_person_s_first_look_on_the_timeline(db: str) -> None:
+    async with interlock.connect(db) as broker:
+        request = await broker.create(Confirm("Purge the queue?"), to="alice", requester="bot")
+    for _ in range(2):
+        assert run("show", request.id, db=db, user="alice").returncode == 0
+    async with interlock.connect(db) as broker:
+        events = await broker.find_events(request=request.id)
+    assert [(e.type, e.data.get("by")) for e in events] == [("created", None), ("viewed", "alice")]
+
+
+def test_the_routing_is_set_from_a_file_checked_as_serve_checks_it_and_shown_masked(db: str, tmp_path: Path) -> None:
+    missing = run("routing", "show", db=db)
+    assert missing.returncode == 1 and "no routing is kept here yet" in missing.stderr
+    good = tmp_path / "routing.toml"
+    good.write_text(
+        '[channels.hook]\ntype = "webhook"\nurl = "http://127.0.0.1:9/hook"\nsecret = "s3cret-s3cret-s3cret"\n'
+        '[recipients.alice]\nchannels = ["hook"]\n'
+    )
+    assert run("routing", "set", str(good), db=db).returncode == 0
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[recipients.alice]\nchannels = ["sms"]\n')
+    refused = run("routing", "set", str(bad), db=db)
+    assert refused.returncode == 4 and "no channel named 'sms'" in refused.stderr
+    shown = json.loads(run("routing", "show", db=db).stdout)  # unchanged by the refused file
+    assert shown["recipients"] == {"alice": {"channels": ["hook"]}}
+    assert shown["channels"]["hook"]["secret"] == "***"

@@ -1,0 +1,199 @@
+"""Teams over HTTP, with auth on (in-process server on a SQLite file): who sees a request
+to a team, who may claim and answer it, the first answer winning, the claim and the first
+view on its timeline, and who manages teams."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from httpx_sse import aconnect_sse
+
+import interlock
+from asgi_support import InProcessServer, serve_in_process
+from interlock.principals import Principal, issue_token
+
+pytestmark = pytest.mark.anyio
+BOUND = 10
+PEOPLE = ("alice", "bob", "carol", "alice-bot", "carol-bot")
+QUESTION = {"to": "ops", "asks": [{"type": "confirm", "id": "ok", "prompt": "Restart the database?"}]}
+
+
+@dataclass
+class World:
+    server: InProcessServer
+    clients: dict[str, httpx.AsyncClient]
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    db = f"sqlite:///{tmp_path / 'teams.db'}"
+    tokens: dict[str, str] = {}
+    async with interlock.connect(db) as broker:
+        for principal in (
+            Principal("alice", "human"),
+            Principal("bob", "human"),
+            Principal("carol", "human"),
+            Principal("alice-bot", "agent", owner="alice"),
+            Principal("carol-bot", "agent", owner="carol"),
+        ):
+            await broker.store.save_principal(principal)
+            token = issue_token(principal.name, datetime.now(UTC))
+            await broker.store.save_token(token)
+            tokens[principal.name] = token.secret
+        await broker.store.save_team("ops", ["alice", "bob"])
+    async with serve_in_process(db, auth=True) as server:
+        clients = {
+            who: server.client("/api/v1", headers={"Authorization": f"Bearer {tokens[who]}"}, timeout=BOUND)
+            for who in PEOPLE
+        }
+        try:
+            yield World(server, clients)
+        finally:
+            for client in clients.values():
+                await client.aclose()
+
+
+async def ask_ops(world: World) -> dict[str, Any]:
+    response = await world.clients["alice-bot"].post("/requests", json=QUESTION)
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+async def test_a_request_to_a_team_is_in_each_member_s_inbox_and_nobody_else_s(world: World) -> None:
+    request = await ask_ops(world)
+    c = world.clients
+    for member in ("alice", "bob"):
+        listed = (await c[member].get("/requests")).json()["items"]
+        assert [r["id"] for r in listed] == [request["id"]]
+        assert (await c[member].get(f"/requests/{request['id']}")).status_code == 200
+        team_only = (await c[member].get("/requests", params={"recipient": "ops"})).json()["items"]
+        assert [r["id"] for r in team_only] == [request["id"]]
+    assert (await c["carol"].get("/requests")).json()["items"] == []
+    assert (await c["carol"].get(f"/requests/{request['id']}")).status_code == 403
+    assert (await c["carol"].get("/requests", params={"recipient": "ops"})).status_code == 403
+    assert (await c["alice-bot"].get(f"/requests/{request['id']}")).status_code == 200  # whoever asked
+
+
+async def test_only_members_and_their_agents_may_ask_a_team(world: World) -> None:
+    refused = await world.clients["carol-bot"].post("/requests", json=QUESTION)
+    assert refused.status_code == 403
+    refused = await world.clients["carol"].post("/requests", json=QUESTION)
+    assert refused.status_code == 403
+    assert (await world.clients["bob"].post("/requests", json=QUESTION)).status_code == 201
+
+
+async def test_one_member_claims_the_others_see_who_and_the_first_answer_wins(world: World) -> None:
+    request = await ask_ops(world)
+    c, rid = world.clients, request["id"]
+    claimed = await c["bob"].post(f"/requests/{rid}/claim")
+    assert claimed.status_code == 200 and claimed.json()["by"] == "bob"
+    assert (await c["bob"].post(f"/requests/{rid}/claim")).json()["by"] == "bob"  # again: unchanged
+    taken = await c["alice"].post(f"/requests/{rid}/claim")
+    assert (taken.status_code, taken.json()["code"]) == (409, "already_claimed")
+    assert taken.json()["detail"].startswith("already claimed by bob at ")
+    assert taken.json()["claim"]["by"] == "bob"
+    for outsider in ("carol", "alice-bot"):
+        assert (await c[outsider].post(f"/requests/{rid}/claim")).status_code == 403
+    seen = (await c["alice"].get("/claims", params={"request": rid})).json()["items"]
+    assert [(x["request_id"], x["by"]) for x in seen] == [(rid, "bob")]
+    assert (await c["carol"].get("/claims", params={"request": rid})).json()["items"] == []
+    # a claim does not stop another member: alice answers first, and wins
+    answered = await c["alice"].post(f"/requests/{rid}/answer", json={"answer": True})
+    assert answered.status_code == 200 and answered.json()["response"]["by"] == "alice"
+    late = await c["bob"].post(f"/requests/{rid}/answer", json={"answer": False})
+    assert late.status_code == 409
+    assert (await c["carol"].post(f"/requests/{rid}/answer", json={"answer": False})).status_code == 403
+
+
+async def test_a_claim_is_given_up_by_its_holder_only(world: World) -> None:
+    request = await ask_ops(world)
+    c, rid = world.clients, request["id"]
+    await c["bob"].post(f"/requests/{rid}/claim")
+    kept = await c["alice"].delete(f"/requests/{rid}/claim")
+    assert kept.status_code == 200 and kept.json() == {"removed": None}
+    given = await c["bob"].delete(f"/requests/{rid}/claim")
+    assert given.json()["removed"]["by"] == "bob"
+    assert (await c["alice"].post(f"/requests/{rid}/claim")).json()["by"] == "alice"
+
+
+async def test_claims_and_first_views_by_people_are_on_the_timeline(world: World) -> None:
+    request = await ask_ops(world)
+    c, rid = world.clients, request["id"]
+    await c["alice-bot"].get(f"/requests/{rid}")  # the asking agent: not a view
+    for _ in range(2):
+        await c["bob"].get(f"/requests/{rid}")  # recorded once
+    await c["bob"].post(f"/requests/{rid}/claim")
+    events = (await c["bob"].get("/events", params={"request": rid})).json()["events"]
+    assert [(e["type"], e["data"].get("by")) for e in events] == [
+        ("created", None),
+        ("viewed", "bob"),
+        ("claimed", "bob"),
+    ]
+
+
+async def test_a_member_s_event_stream_carries_the_team_s_requests_and_claims(world: World) -> None:
+    c = world.clients
+    with anyio.fail_after(BOUND):
+        async with aconnect_sse(c["bob"], "GET", "/events/stream") as stream:
+            events = stream.aiter_sse()
+            await anext(events)  # connected
+            request = await ask_ops(world)
+            await c["alice"].post(f"/requests/{request['id']}/claim")
+            seen = [await anext(events), await anext(events)]
+    assert [(s.event, json.loads(s.data)["request_id"]) for s in seen] == [
+        ("created", request["id"]),
+        ("claimed", request["id"]),
+    ]
+
+
+async def test_the_python_client_claims_and_sees_claims(world: World) -> None:
+    request = await ask_ops(world)
+    async with (
+        world.server.connect(token=_token(world, "bob")) as bob,
+        world.server.connect(token=_token(world, "alice")) as alice,
+    ):
+        mine = await bob.claim(request["id"], by="bob")
+        assert mine.by == "bob"
+        theirs = await alice.claim(request["id"], by="alice")
+        assert theirs == mine  # the standing claim is bob's
+        assert (await alice.claims([request["id"]]))[request["id"]].by == "bob"
+        assert await alice.unclaim(request["id"], by="alice") is None
+        assert (await bob.unclaim(request["id"], by="bob")) == mine
+
+
+async def test_only_an_admin_manages_teams(world: World, tmp_path: Path) -> None:
+    c = world.clients
+    assert (await c["alice"].post("/teams/sre/members", json={"members": ["alice"]})).status_code == 403
+    assert (await c["alice"].delete("/teams/ops")).status_code == 403
+    mine = (await c["alice"].get("/teams")).json()["items"]
+    assert mine == [{"name": "ops", "members": ["alice", "bob"]}]
+    assert (await c["carol"].get("/teams")).json()["items"] == []
+
+    async with serve_in_process(f"sqlite:///{tmp_path / 'open.db'}", auth=False) as server:
+        async with interlock.connect(f"sqlite:///{tmp_path / 'open.db'}") as broker:
+            for name in ("dan", "erin"):
+                await broker.store.save_principal(Principal(name, "human"))
+        async with server.client("/api/v1", timeout=BOUND) as admin:
+            made = await admin.post("/teams/sre/members", json={"members": ["dan", "erin"]})
+            assert made.json() == {"name": "sre", "members": ["dan", "erin"]}
+            bad = await admin.post("/teams/sre/members", json={"members": ["nobody"]})
+            assert bad.status_code == 422
+            assert bad.json()["detail"] == "'nobody' is no person here: a team's members are people"
+            clash = await admin.post("/teams/dan/members", json={"members": []})
+            assert clash.status_code == 422
+            assert (await admin.delete("/teams/sre/members/dan")).json()["members"] == ["erin"]
+            assert (await admin.delete("/teams/sre/members/dan")).status_code == 404
+            assert (await admin.delete("/teams/sre")).status_code == 204
+            assert (await admin.get("/teams/sre")).status_code == 404
+
+
+def _token(world: World, who: str) -> str:
+    return world.clients[who].headers["Authorization"].removeprefix("Bearer ")

@@ -1,0 +1,134 @@
+# ruff: noqa: F811  (the fixtures imported from test_web_inbox are parameters here)
+"""Teams in the web inbox, in a real headless Chromium against a real server: a request to
+a team in each member's inbox and in no one else's, a claim seen live by the other member,
+given up again, the first answer winning, the claim and views on the request's page, the
+claim without JavaScript, and the dashboard per team."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from playwright.sync_api import BrowserContext, Page, expect
+
+from interlock import Confirm, Status
+from interlock.principals import Principal, issue_token
+
+from .test_web_inbox import (  # noqa: F401 - the fixtures
+    CHROMIUM,
+    Server,
+    ask,
+    browser,
+    context,
+    history_item,
+    page,
+    pending_card,
+    playwright,
+    server,
+    sign_in,
+    stored,
+)
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+
+
+@pytest.fixture
+def team(server: Server) -> Server:
+    """alice and bob in the team `ops`; carol outside it."""
+
+    async def add() -> str:
+        await server.broker.store.save_principal(Principal("carol", "human"))
+        token = issue_token("carol", datetime.now(UTC))
+        await server.broker.store.save_token(token)
+        await server.broker.store.save_team("ops", ["alice", "bob"])
+        return token.secret
+
+    server.tokens["carol"] = server.run(add())
+    return server
+
+
+@pytest.fixture
+def bob_page(browser: object) -> Iterator[Page]:
+    """Another person's browser."""
+    ctx: BrowserContext = browser.new_context(viewport={"width": 1000, "height": 900})  # type: ignore[attr-defined]
+    p = ctx.new_page()
+    yield p
+    ctx.close()
+
+
+def test_a_claim_shows_live_to_the_other_member_and_can_be_given_up(team: Server, page: Page, bob_page: Page) -> None:
+    sign_in(page, team, "alice")
+    sign_in(bob_page, team, "bob")
+    request_id = ask(team, Confirm("Rotate the keys?"), to="ops")
+    alice_card, bob_card = pending_card(page, request_id), pending_card(bob_page, request_id)
+    expect(alice_card).to_contain_text("nobody has claimed it yet")
+    expect(bob_card).to_contain_text("To the team ops")
+
+    alice_card.get_by_role("button", name="Claim").click()
+    expect(alice_card.locator(".claim-state")).to_contain_text("claimed by alice")
+    expect(alice_card.get_by_role("button", name="Give up my claim")).to_be_visible()
+    expect(bob_card.locator(".claim-state")).to_contain_text("claimed by alice")  # live, through the stream
+    expect(bob_card.get_by_role("button", name="Claim")).to_have_count(0)
+
+    alice_card.get_by_role("button", name="Give up my claim").click()
+    expect(bob_card.get_by_role("button", name="Claim")).to_be_visible()
+    bob_card.get_by_role("button", name="Claim").click()
+    expect(alice_card.locator(".claim-state")).to_contain_text("claimed by bob")
+
+
+def test_the_first_member_to_answer_wins_whoever_claimed(team: Server, page: Page, bob_page: Page) -> None:
+    sign_in(page, team, "alice")
+    sign_in(bob_page, team, "bob")
+    request_id = ask(team, Confirm("Roll back?"), to="ops")
+    pending_card(bob_page, request_id).get_by_role("button", name="Claim").click()
+    expect(pending_card(page, request_id).locator(".claim-state")).to_contain_text("claimed by bob")
+    pending_card(page, request_id).get_by_role("radio", name="Yes").check()
+    pending_card(page, request_id).get_by_role("button", name="Send answer").click()
+    expect(history_item(page, request_id)).to_contain_text("alice")
+    expect(history_item(bob_page, request_id)).to_be_visible()  # gone from bob's pending, live
+    expect(pending_card(bob_page, request_id)).to_have_count(0)
+    settled = stored(team, request_id)
+    assert settled.status is Status.ANSWERED and settled.response is not None and settled.response.by == "alice"
+
+
+def test_someone_outside_the_team_neither_sees_nor_opens_it(team: Server, page: Page) -> None:
+    request_id = ask(team, Confirm("Drop the cache?"), to="ops")
+    sign_in(page, team, "carol")
+    expect(page.locator("#pending-empty")).to_be_visible()
+    page.goto(f"{team.url}/requests/{request_id}")
+    expect(page.locator("main")).to_contain_text("neither to you nor from you")
+
+
+def test_the_request_page_shows_views_and_the_claim_and_claims_without_javascript(
+    team: Server, browser: object
+) -> None:
+    request_id = ask(team, Confirm("Resize the pool?"), to="ops")
+    ctx = browser.new_context(java_script_enabled=False)  # type: ignore[attr-defined]
+    try:
+        p = ctx.new_page()
+        p.goto(team.url + "/signin")
+        p.get_by_label("Token").fill(team.tokens["bob"])
+        p.get_by_role("button", name="Sign in").click()
+        p.goto(f"{team.url}/requests/{request_id}")
+        p.get_by_role("button", name="Claim").click()
+        p.goto(f"{team.url}/requests/{request_id}")
+        expect(p.locator(".claim-state")).to_contain_text("claimed by bob")
+        timeline = p.locator(".timeline li")
+        expect(timeline).to_have_count(3)
+        expect(timeline.nth(0)).to_contain_text("Asked by bot to ops")
+        expect(timeline.nth(1)).to_contain_text("Viewed by bob")
+        expect(timeline.nth(2)).to_contain_text("Claimed by bob")
+    finally:
+        ctx.close()
+
+
+def test_the_dashboard_has_a_row_per_team(team: Server, page: Page) -> None:
+    ask(team, Confirm("One?"), to="ops")
+    answered = ask(team, Confirm("Two?"), to="ops")
+    team.run(team.broker.resolve(answered, True, by="bob"))
+    sign_in(page, team, "alice")
+    page.goto(team.url + "/dashboard")
+    row = page.locator("#by-team tbody tr")
+    expect(row).to_have_count(1)
+    expect(row.locator("td")).to_have_text(["ops", "1", "0s", "0", "1"])
