@@ -692,6 +692,7 @@ class LocalBroker(Broker):
         limits: Limits | None = None,
         pause_timeout: float | timedelta = DEFAULT_PAUSE_TIMEOUT,
         grant_policy: GrantPolicy | None = None,
+        default_expiry: float | timedelta | None = None,
     ) -> None:
         super().__init__(
             max_prompt_length=max_prompt_length, hook_timeout=hook_timeout, limits=limits, grant_policy=grant_policy
@@ -699,6 +700,11 @@ class LocalBroker(Broker):
         self.pause_timeout = timedelta(seconds=_seconds(pause_timeout, "pause_timeout"))
         """How long a parked run waits on a person before it is given up (its
         `max_duration` when longer): about two weeks by default."""
+        self.default_expiry = (
+            None if default_expiry is None else timedelta(seconds=_seconds(default_expiry, "default_expiry"))
+        )
+        """How long a request that sets no timeout and belongs to no run stays pending
+        before it expires; None (the default): such a request never expires by itself."""
         self.store = store
         self.principals: PrincipalStore = store
         """Principals, tokens and web sessions: what a server and `interlock token` manage."""
@@ -754,6 +760,7 @@ class LocalBroker(Broker):
             await self.open()
         if self._closed:
             raise Closed(None, "the broker is closed")
+        request = self._with_default_expiry(request)
         # A closed channel is refused by the store, inside the insert's transaction.
         request, created = await self.store.insert(request)
         if not created:
@@ -767,6 +774,16 @@ class LocalBroker(Broker):
         if self._hooks:
             self._start_hooks(request)
         return request, True
+
+    def _with_default_expiry(self, request: Request) -> Request:
+        """The operator's `default_expiry` applied to a request that set no timeout and
+        belongs to no run (a run's requests are bounded by its pause instead)."""
+        if self.default_expiry is None or request.expires_at is not None or request.origin.run is not None:
+            return request
+        try:
+            return replace(request, expires_at=request.created_at + self.default_expiry)
+        except OverflowError:
+            return request  # past the last date that can be stored: as good as never
 
     # -- waiting -------------------------------------------------------------------------
 
@@ -1705,7 +1722,7 @@ _SCHEMES: dict[str, tuple[str | StoreFactory, bool]] = {
 """URL scheme -> its factory (or "module:name" of one, imported only when used, so a
 driver is imported only by a URL that needs it), and whether it makes a broker."""
 
-_BROKER_OPTIONS = ("max_prompt_length", "hook_timeout", "limits", "pause_timeout", "grant_policy")
+_BROKER_OPTIONS = ("max_prompt_length", "hook_timeout", "limits", "pause_timeout", "grant_policy", "default_expiry")
 
 
 def register_scheme(scheme: str, factory: str | StoreFactory, *, makes_broker: bool = False) -> None:

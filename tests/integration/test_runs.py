@@ -42,6 +42,21 @@ async def quick(
             yield made
 
 
+@pytest.fixture
+async def lapsing(
+    backend: str, connect: Callable[..., Broker], serve: Callable[..., AbstractContextManager[str]], tmp_path: Path
+) -> AsyncIterator[Broker]:
+    """A broker whose operator set a default expiry of a fraction of a second (for http, a
+    server of its own configured so)."""
+    if backend != "http":
+        async with connect(default_expiry=0.3) as made:
+            yield made
+        return
+    with serve(f"sqlite:///{tmp_path / 'lapsing.db'}", auth=False, default_expiry=0.3) as base:
+        async with interlock.connect(base) as made:
+            yield made
+
+
 async def parked_on_approval(broker: Broker, agent: str = "deployer") -> tuple[str, str]:
     run = await broker.start_run(agent, session="thread-1")
     request = await broker.create(Confirm("Deploy to prod?"), kind="approval", to="alice", run=run.id, agent=agent)
@@ -250,6 +265,32 @@ async def test_a_longer_max_duration_keeps_the_pause_open_that_long(quick: Broke
     assert parked.expires_at - datetime.now(UTC) > timedelta(minutes=59)
     await asyncio.sleep(0.5)
     assert (await quick.get_run(run.id)).status is RunStatus.WAITING_FOR_INPUT
+
+
+async def test_a_plain_request_with_no_timeout_never_expires_unless_the_operator_sets_a_default(
+    broker: Broker, lapsing: Broker
+) -> None:
+    assert (await broker.create(Text("Name?"), to="alice")).expires_at is None
+
+    plain = await lapsing.create(Text("Name?"), to="alice")
+    assert plain.expires_at is not None and plain.expires_at - plain.created_at == timedelta(seconds=0.3)
+    own = await lapsing.create(Text("Age?"), to="alice", timeout=60)
+    assert own.expires_at is not None and own.expires_at - own.created_at == timedelta(seconds=60)
+    run = await lapsing.start_run("helper")
+    of_run = await lapsing.create(Text("Colour?"), to="alice", run=run.id)
+    assert of_run.expires_at is None  # a run's request lasts as long as the run's pause
+    with anyio.fail_after(BOUND):
+        assert (await lapsing.watch(plain.id, timeout=BOUND)).status is Status.EXPIRED
+    assert (await lapsing.get(own.id)).status is Status.PENDING
+    assert (await lapsing.get(of_run.id)).status is Status.PENDING
+
+
+async def test_a_default_expiry_must_be_a_positive_duration(backend: str, connect: Callable[..., Broker]) -> None:
+    if backend == "http":
+        pytest.skip("a server's operator sets it: `interlock serve --default-expiry`")
+    for bad in (0, -1, float("inf"), "7d"):
+        with pytest.raises(InvalidRequest, match="default_expiry"):
+            connect(default_expiry=bad)
 
 
 async def test_runs_list_by_filter_a_page_at_a_time(broker: Broker) -> None:

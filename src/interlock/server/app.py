@@ -123,6 +123,7 @@ def create_app(
     rate_limit: Quota | Literal["default"] | None = "default",
     max_streams: int | Literal["default"] | None = "default",
     pause_timeout: float | None = None,
+    default_expiry: float | None = None,
     open_inboxes: bool = False,
     grant_policy: GrantPolicy | None = None,
     grant_key: GrantSigner | str | Path | None = None,
@@ -145,6 +146,8 @@ def create_app(
     user.
     `pause_timeout` (seconds) is how long a parked run waits on a person before it is
     given up (about two weeks by default), for a broker made here.
+    `default_expiry` (seconds): a request that sets no timeout and belongs to no run
+    expires this long after it is created (by default it never does), for a broker made here.
     `open_inboxes`: let anyone signed in ask anyone (an open organisation); by default a
     principal asks its own inbox (an agent: its owner's) and anyone else only with their
     grant to request (`interlock.grants`).
@@ -161,6 +164,8 @@ def create_app(
     options: dict[str, Any] = {"limits": limits} if limits is not None else {}
     if pause_timeout is not None:
         options["pause_timeout"] = pause_timeout
+    if default_expiry is not None:
+        options["default_expiry"] = default_expiry
     the_broker = broker or connect(url, **options)
     if grant_policy is not None:
         the_broker.grant_policy = grant_policy
