@@ -4,9 +4,10 @@ One cycle: a run pauses on an approval, a person answers, a worker resumes the r
 completes it. Each contender does the same cycles in a child process of its own (DBOS is a
 process-wide singleton), on SQLite and on PostgreSQL, contenders rotated between rounds:
 
-* **interlock** -- `broker.start_run`, an approval request created for the run,
-  `broker.park(...)`; an `interlock.runs.Worker` starts waiting for a ready run
-  (`run_once(wait=30)`, a long-polling claim woken by the answer); the person answers with
+* **interlock** -- `broker.start_parked("mailer", [approval], state=...)`: the run, its
+  approval request (built with `broker.prepare(...)`) and the park in one transaction; an
+  `interlock.runs.Worker` starts waiting for a ready run (`run_once(wait=30)`, a
+  long-polling claim woken when a run may be ready); the person answers with
   `broker.resolve(...)`; the worker claims the run, reads its request, calls the handler and
   completes the run. All in one process (one event loop), as a worker beside the agent.
 * **LangGraph** -- a one-node graph whose node calls `interrupt({...})` before its side
@@ -123,16 +124,15 @@ def interlock_cycles(backend: str, where: str, n: int, warm: int) -> Result:
             worker = Worker(broker, {"mailer": resume}, name="bench-worker")
 
             async def cycle() -> None:
-                run = await broker.start_run("mailer")
-                request = await broker.create(
+                request = broker.prepare(
                     Confirm("Send the release mail?", id="approve"),
                     kind="approval",
                     to="alice",
-                    run=run.id,
                     tool_name="send_mail",
                     arguments=ARGUMENTS,
                 )
-                await broker.park(run.id, state={"step": 1}, waiting_on=[request.id])
+                # The run, its approval and the park: one call, one transaction.
+                await broker.start_parked("mailer", [request], state={"step": 1})
                 # The worker is already waiting for a ready run when the person answers.
                 resuming = asyncio.create_task(worker.run_once(wait=30.0))
                 await asyncio.sleep(0)  # let it start its claim

@@ -214,6 +214,48 @@ async def test_an_inserted_run_reads_back_once_and_makes_a_started_event(store: 
     assert event.type == "run_started" and event.data["run"] == "r1" and "state" not in event.data
 
 
+async def test_a_run_started_parked_stores_the_run_its_requests_and_the_park_in_one_go(store: Store) -> None:
+    run = new_run()
+    first, second = ask(), ask(channel="ops")
+    deadline = run.created_at + timedelta(hours=1)
+    parked, created = await store.start_parked(
+        run, [first, second], state={"n": 1}, status=RunStatus.WAITING_FOR_INPUT, expires_at=deadline
+    )
+    assert created and parked.status is RunStatus.WAITING_FOR_INPUT and not parked.ready
+    assert (parked.waiting_on, parked.state, parked.expires_at) == ((first.id, second.id), {"n": 1}, deadline)
+    assert await store.get_run("r1") == parked
+    assert await store.get(first.id) == first and await store.get(second.id) == second
+    types = [e.type for e in await store.find_events(EventQuery(run="r1"))]
+    assert types == ["run_started", "created", "created", "input_requested"]
+
+    again, created_again = await store.start_parked(
+        new_run(agent="other"), [ask()], state=None, status=RunStatus.WAITING_FOR_INPUT, expires_at=deadline
+    )
+    assert not created_again and again == parked  # the run as stored; nothing else stored
+    assert len(await store.list(Query(run="r1"))) == 2
+
+    await store.settle(answered(first, "Ada"))
+    await store.settle(answered(second, "Bob"))
+    claimed = await store.claim_run(None, worker="w1", lease_expires_at=deadline, at=datetime.now(UTC))
+    assert claimed is not None and claimed.id == "r1"
+
+
+async def test_a_run_started_parked_in_a_closed_channel_stores_nothing(store: Store) -> None:
+    now = datetime.now(UTC)
+    await store.close_channel("ops", Response(now, reason="closed", cause="closed"))
+    with pytest.raises(Closed):
+        await store.start_parked(
+            new_run(),
+            [ask(), ask(channel="ops")],
+            state=None,
+            status=RunStatus.WAITING_FOR_INPUT,
+            expires_at=now + timedelta(hours=1),
+        )
+    assert await store.get_run("r1") is None
+    assert list(await store.list(Query(run="r1"))) == []
+    assert [e.type for e in await store.find_events(EventQuery(run="r1"))] == []
+
+
 async def test_a_parked_run_is_ready_in_the_transaction_that_settles_its_last_request(store: Store) -> None:
     await store.insert_run(new_run())
     first, _ = await store.insert(ask())  # its origin names run r1

@@ -292,6 +292,16 @@ class RunStore(Protocol):
         nothing and return it with False."""
         ...
 
+    async def start_parked(
+        self, run: Run, requests: Sequence[Request], *, state: Any, status: RunStatus, expires_at: datetime
+    ) -> tuple[Run, bool]:
+        """Store a new run, its new pending `requests` (each `run=run.id`, no idempotency
+        key) and its park on them, in one transaction, with the events `insert_run`,
+        `insert` and `park_run` append; return the run as parked and True. If a run with
+        this id exists, store nothing and return it with False. A request in a closed
+        channel raises `Closed`, and nothing is stored."""
+        ...
+
     async def get_run(self, run_id: str) -> Run | None: ...
 
     async def list_runs(self, query: RunQuery) -> Sequence[Run]: ...

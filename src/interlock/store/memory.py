@@ -359,6 +359,26 @@ class MemoryStore:
         self._append_run("run_started", run)
         return run, True
 
+    async def start_parked(
+        self, run: Run, requests: Sequence[Request], *, state: Any, status: RunStatus, expires_at: datetime
+    ) -> tuple[Run, bool]:
+        existing = self._runs.get(run.id)
+        if existing is not None:
+            return existing, False
+        for request in requests:  # refused before anything is stored
+            channel = request.origin.channel
+            if channel is not None and self._closed and self._is_closed(channel, request.requester):
+                raise Closed(None, f"channel {channel!r} is closed")
+        await self.insert_run(run)
+        for request in requests:
+            await self.insert(request)
+        ids = [request.id for request in requests]
+        parked = await self.park_run(
+            run.id, state=state, waiting_on=ids, status=status, expires_at=expires_at, at=run.created_at
+        )
+        assert parked is not None
+        return parked, True
+
     async def get_run(self, run_id: str) -> Run | None:
         return self._runs.get(run_id)
 

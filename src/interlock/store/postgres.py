@@ -456,6 +456,40 @@ class PostgresStore(SqlStore):
         assert existing is not None
         return existing, False
 
+    async def start_parked(
+        self, run: Run, requests: Sequence[Request], *, state: Any, status: RunStatus, expires_at: datetime
+    ) -> tuple[Run, bool]:
+        duration = run.max_duration.total_seconds() if run.max_duration is not None else None
+        docs = [encode_json(request_to_dict(request)) for request in requests]
+        columns: list[list[Any]] = [[] for _ in range(9)]
+        for request in requests:
+            o = request.origin
+            values = (request.id, request.kind, request.to, request.requester, o.session, o.channel, o.agent)
+            for column, value in zip(columns, (*values, request.created_at, request.expires_at), strict=True):
+                column.append(value)
+        args = (
+            *(run.id, run.agent, run.session, run.requester, duration, run.created_at),
+            encode_json(run_event_data(run)),
+            *columns,
+            docs,
+            status.value,
+            None if state is None else encode_json(state),
+            expires_at,
+        )
+        try:  # not repeated on a lost connection: a second call would find the run and store nothing
+            row = await self.pool.fetchrow(Q["start_parked"], *args)
+        except asyncpg.RaiseError as exc:
+            if exc.message == "interlock_channel_closed":
+                raise Closed(None, f"channel {exc.detail!r} is closed") from None
+            raise
+        if row is None:
+            existing = await self.get_run(run.id)
+            assert existing is not None
+            return existing, False
+        for request, doc in zip(requests, docs, strict=True):
+            self._cache.put(request, row_size(doc))
+        return self._run(row), True
+
     async def park_run(
         self,
         run_id: str,
