@@ -21,6 +21,7 @@ import logging
 import math
 import os
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -66,7 +67,7 @@ from .model import (
     time_budget,
 )
 from .redact import redact_url
-from .store import EventQuery, GrantQuery, PrincipalStore, Query, RunQuery, Store, search_words
+from .store import EventQuery, GrantQuery, PrincipalStore, Query, RunClaim, RunQuery, Store, search_words
 
 __all__ = ["Broker", "CreateFields", "GrantPage", "LocalBroker", "Page", "RunPage", "connect", "register_scheme"]
 
@@ -716,6 +717,17 @@ class Broker(ABC):
         """Runs matching every filter given, newest first by default, a page at a time."""
 
 
+@dataclass(slots=True, eq=False)
+class _Waiting:
+    """A claim waiting in this broker for a ready run (see `LocalBroker._settle_handing`)."""
+
+    agents: tuple[str, ...] | None
+    requester: str | None
+    worker: str
+    lease: float
+    handed: asyncio.Future[Run | None] | None = None
+
+
 class LocalBroker(Broker):
     """The broker over a store: this process keeps the waiters, runs expiry and follows
     the store's event log for what other processes change."""
@@ -753,6 +765,7 @@ class LocalBroker(Broker):
         self._followers = 0
         self._ready = asyncio.Event()  # set when a run may have become ready to claim
         self._claimers = 0
+        self._waiting: deque[_Waiting] = deque()  # claims waiting here, which an answer may hand a run
         self._durations: dict[str, timedelta | None] = {}  # max_duration of runs started or claimed here
         self._expiry_kick = asyncio.Event()
         self._next_due: datetime | None = None
@@ -1101,7 +1114,11 @@ class LocalBroker(Broker):
 
     async def _settle(self, settled: Request) -> bool:
         granting = settled.response is not None and settled.response.grants
-        stored = await (self.store.settle_granting(settled) if granting else self.store.settle(settled))
+        waiting = self._waiting.popleft() if self._waiting and settled.origin.run and not granting else None
+        if waiting is not None:
+            stored = await self._settle_handing(settled, waiting)
+        else:
+            stored = await (self.store.settle_granting(settled) if granting else self.store.settle(settled))
         if stored is None:
             return False
         self._wake(stored)
@@ -1109,6 +1126,25 @@ class LocalBroker(Broker):
         if stored.origin.run is not None:
             self._runs_ready_now()  # its run may be ready now (the store marked it so)
         return True
+
+    async def _settle_handing(self, settled: Request, waiting: _Waiting) -> Request | None:
+        """Settle a request of a run while a claim waits here: if that makes the run ready
+        (and it is one the claim takes), the same transaction claims it for the waiting
+        worker, which resumes it without a claim of its own."""
+        handed: asyncio.Future[Run | None] = asyncio.get_running_loop().create_future()
+        waiting.handed = handed
+        run: Run | None = None
+        try:
+            now = datetime.now(UTC)
+            claim = RunClaim(
+                waiting.worker, now + timedelta(seconds=waiting.lease), now, waiting.agents, waiting.requester
+            )
+            stored, run = await self.store.settle_claiming(settled, claim)
+        finally:
+            handed.set_result(run)  # the claim takes it, or looks again (None)
+        if run is not None:
+            self._know(run)
+        return stored
 
     # -- grants --------------------------------------------------------------------------
 
@@ -1651,10 +1687,22 @@ class LocalBroker(Broker):
                     return None
                 # Woken when a run may have become ready (a request of a run settled, a run
                 # parked ready, another process's settlements); a lease running out writes
-                # nothing, so look again at least every second.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(min(remaining, self.store.poll_interval, 1.0)):
-                        await ready.wait()
+                # nothing, so look again at least every second. Meanwhile an answer given
+                # through this broker may hand this claim its run in its own transaction.
+                waiting = _Waiting(tuple(agents) if agents is not None else None, requester, worker, seconds)
+                self._waiting.append(waiting)
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(min(remaining, self.store.poll_interval, 1.0)):
+                            await ready.wait()
+                finally:
+                    with contextlib.suppress(ValueError):
+                        self._waiting.remove(waiting)
+                if waiting.handed is not None:  # an answer is handing this claim a run: take it
+                    handed = await asyncio.shield(waiting.handed)
+                    if handed is not None:
+                        self._changed_now()
+                        return handed
         finally:
             self._claimers -= 1
 

@@ -102,6 +102,26 @@ async def test_a_run_started_parked_in_one_call_resumes_once_its_requests_are_an
     assert (done.status, done.result) == (RunStatus.COMPLETED, {"deployed": True})
 
 
+async def test_a_worker_waiting_when_the_answer_comes_resumes_the_run_once(broker: Broker) -> None:
+    run = await broker.start_parked(
+        "deployer", [broker.prepare(Confirm("Deploy?"), kind="approval", to="alice")], state={"step": 1}
+    )
+    with anyio.fail_after(BOUND):
+        writer = asyncio.create_task(broker.claim_run(["writer"], worker="w0", wait=BOUND))
+        first = asyncio.create_task(broker.claim_run(["deployer"], worker="w1", wait=BOUND))
+        await asyncio.sleep(0)  # both start their claims (found nothing) before the answer
+        assert await broker.resolve(run.waiting_on[0], True, by="alice")
+        claimed = await first
+        assert claimed is not None and (claimed.id, claimed.worker, claimed.attempts) == (run.id, "w1", 1)
+        assert claimed.state == {"step": 1}
+        assert await broker.claim_run(["deployer"], worker="w2") is None  # once only
+        writer.cancel()
+    types = [e.type for e in await broker.find_events(run=run.id)]
+    assert types.count("run_claimed") == 1 and types[-2:] == ["answered", "run_claimed"]
+    done = await broker.complete_run(run.id, "ok", worker="w1")
+    assert done.status is RunStatus.COMPLETED
+
+
 async def test_a_restarted_agent_starting_parked_with_its_run_id_finds_its_run(broker: Broker) -> None:
     first = await broker.start_parked("deployer", [broker.prepare(Text("Name?"), to="alice")], state=1, run_id="run-7")
     again = await broker.start_parked("deployer", [broker.prepare(Text("Name?"), to="alice")], state=2, run_id="run-7")

@@ -37,7 +37,7 @@ from ..model import (
 )
 from ..outbox import NOTICE_TYPES, Delivery, DeliveryState, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
-from . import EventQuery, GrantQuery, Query, RunQuery, text_words
+from . import EventQuery, GrantQuery, Query, RunClaim, RunQuery, text_words
 from ._url import url_options
 
 __all__ = ["MemoryStore", "from_url"]
@@ -470,6 +470,9 @@ class MemoryStore:
                 best = run
         if best is None:
             return None
+        return self._claim(best, worker, lease_expires_at, at)
+
+    def _claim(self, best: Run, worker: str, lease_expires_at: datetime, at: datetime) -> Run:
         run = replace(
             best,
             status=RunStatus.RUNNING,
@@ -483,6 +486,13 @@ class MemoryStore:
         self._runs[run.id] = run
         self._append_run("run_claimed", run)
         return run
+
+    async def settle_claiming(self, request: Request, claim: RunClaim) -> tuple[Request | None, Run | None]:
+        stored = await self.settle(request)
+        run = self._runs.get(request.origin.run or "") if stored is not None else None
+        if run is None or not (run.status.waiting and run.ready) or not claim.takes(run):
+            return stored, None
+        return stored, self._claim(run, claim.worker, claim.lease_expires_at, claim.at)
 
     async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:
         run = self._runs.get(run_id)

@@ -61,6 +61,7 @@ from ..model import (
 from ..outbox import Delivery, Notice, delivery_to_row
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
 from ..redact import redact, redact_url
+from . import RunClaim
 from ._sql import (
     DEFAULT_CACHE_BYTES,
     RequestCache,
@@ -520,6 +521,25 @@ class PostgresStore(SqlStore):
         # lease then hands on; a second would claim another.
         row = await self.pool.fetchrow(Q["claim_run"], names, worker, lease_expires_at, at, requester)
         return None if row is None else self._run(row)
+
+    async def settle_claiming(self, request: Request, claim: RunClaim) -> tuple[Request | None, Run | None]:
+        response = request.response
+        at = response.at if response is not None else datetime.now(UTC)
+        answer = encode_json(response_to_dict(response)) if response is not None else None
+        agents = None if claim.agents is None else list(claim.agents)
+        args = (request.id, request.status.value, at, answer, agents, claim.worker, claim.lease_expires_at)
+        try:
+            row = await self.pool.fetchrow(Q["settle_claiming"], *args, claim.at, claim.requester)
+        except _DROPPED as exc:
+            # Maybe settled (and a run claimed) by this very call, its reply lost with the
+            # connection: `settle` finds out which. A run claimed so is taken over by
+            # another worker once its lease runs out.
+            await self._dropped(exc)
+            return await self.settle(request), None
+        if not row[0]:
+            return None, None
+        self._remember(request, answer)
+        return request, (None if row[1] is None else await self.get_run(row[1]))
 
     async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:
         status: str = await self._query("execute", Q["renew_lease"], run_id, worker, lease_expires_at)

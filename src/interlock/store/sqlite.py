@@ -37,7 +37,7 @@ from ..model import (
 )
 from ..outbox import Delivery, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
-from . import EventQuery
+from . import EventQuery, RunClaim
 from ._sql import (
     DEFAULT_CACHE_BYTES,
     DELIVERY_COLUMNS,
@@ -681,6 +681,33 @@ class SqliteStore(SqlStore):
                 run_id = again[0]
 
         return await self._write(claim)
+
+    async def settle_claiming(self, request: Request, claim: RunClaim) -> tuple[Request | None, Run | None]:
+        params = {
+            "id": request.origin.run,
+            "worker": claim.worker,
+            "lease_expires_at": _us(claim.lease_expires_at),
+            "at": _us(claim.at),
+            "agents": None if claim.agents is None else encode_json(list(claim.agents)),
+            "requester": claim.requester,
+        }
+
+        def settle(db: sqlite3.Connection) -> tuple[str | None, Run | None]:
+            answer = self._settle_one(db, request)
+            if answer is None or request.origin.run is None:
+                return answer, None
+            row = _one(db.execute(Q["claim_settled_run"], params))
+            if row is None:
+                return answer, None
+            claimed = run_from_row(row, _from_us)
+            db.execute(Q["insert_event"], _run_event("run_claimed", claimed))
+            return answer, claimed
+
+        answer, claimed = await self._write(settle)
+        if answer is None:
+            return None, None
+        self._remember(request, answer)
+        return request, claimed
 
     async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:
         params = {"id": run_id, "worker": worker, "lease_expires_at": _us(lease_expires_at)}

@@ -161,6 +161,16 @@ WHERE id = :id
 RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
           attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
 
+-- name: claim_settled_run
+-- Hand the run of a request just settled, if that made it ready, to a waiting worker.
+UPDATE runs SET status = 'running', ready = 0, expires_at = NULL, worker = :worker,
+    lease_expires_at = :lease_expires_at, attempts = attempts + 1, updated_at = :at
+WHERE id = :id AND ready = 1 AND status IN ('waiting_for_input', 'waiting_for_approval')
+  AND (:agents IS NULL OR agent IN (SELECT value FROM json_each(:agents)))
+  AND (:requester IS NULL OR requester = :requester)
+RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
+
 -- name: find_run
 -- A ready run, else one whose worker's lease ran out: one statement for an idle worker's look.
 SELECT id FROM (SELECT id FROM runs INDEXED BY runs_ready
