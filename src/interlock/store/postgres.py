@@ -539,7 +539,7 @@ class PostgresStore(SqlStore):
         if not row[0]:
             return None, None
         self._remember(request, answer)
-        return request, (None if row[1] is None else await self.get_run(row[1]))
+        return request, (None if row[1] is None else self._run(row[1]))
 
     async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:
         status: str = await self._query("execute", Q["renew_lease"], run_id, worker, lease_expires_at)

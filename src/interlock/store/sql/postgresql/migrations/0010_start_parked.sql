@@ -41,16 +41,16 @@ $$;
 -- waiting beside the person's answer resumes it without a claim of its own. The run row
 -- is locked already (by `interlock_run_request_settled`), so nothing after the
 -- settlement's event waits on another lock. `settled` false when the request was not
--- pending; `claimed` the id of the run handed over, if any.
+-- pending; `claimed` the run handed over, if any.
 CREATE FUNCTION interlock_settle_claiming(
     p_id text, p_status text, p_settled_at timestamptz, p_response json,
     p_agents text[], p_worker text, p_lease_expires_at timestamptz, p_at timestamptz, p_requester text
-) RETURNS TABLE (settled boolean, claimed text) LANGUAGE plpgsql AS $$
+) RETURNS TABLE (settled boolean, claimed runs) LANGUAGE plpgsql AS $$
 DECLARE
     got runs;
 BEGIN
     IF interlock_settle(p_id, p_status, p_settled_at, p_response) IS NULL THEN
-        RETURN QUERY SELECT false, NULL::text;
+        RETURN QUERY SELECT false, NULL::runs;
         RETURN;
     END IF;
     UPDATE runs r SET status = 'running', ready = false, expires_at = NULL, worker = p_worker,
@@ -60,11 +60,11 @@ BEGIN
       AND (p_agents IS NULL OR r.agent = ANY(p_agents)) AND (p_requester IS NULL OR r.requester = p_requester)
     RETURNING r.* INTO got;
     IF NOT FOUND THEN
-        RETURN QUERY SELECT true, NULL::text;
+        RETURN QUERY SELECT true, NULL::runs;
         RETURN;
     END IF;
     INSERT INTO events (type, at, data, requester, session, run)
     VALUES ('run_claimed', p_at, interlock_run_data(got), got.requester, got.session, got.id);
-    RETURN QUERY SELECT true, got.id;
+    RETURN QUERY SELECT true, got;
 END
 $$;
