@@ -4,11 +4,13 @@ One cycle: a run pauses on an approval, a person answers, a worker resumes the r
 completes it. Each contender does the same cycles in a child process of its own (DBOS is a
 process-wide singleton), on SQLite and on PostgreSQL, contenders rotated between rounds:
 
-* **interlock** -- `broker.start_run`, an approval request created for the run,
-  `broker.park(...)`; an `interlock.runs.Worker` starts waiting for a ready run
-  (`run_once(wait=30)`, a long-polling claim woken by the answer); the person answers with
-  `broker.resolve(...)`; the worker claims the run, reads its request, calls the handler and
-  completes the run. All in one process (one event loop), as a worker beside the agent.
+* **interlock** -- `broker.start_parked("mailer", [approval], state=...)`: the run, its
+  approval request (built with `broker.prepare(...)`) and the park in one transaction; an
+  `interlock.runs.Worker` starts waiting for a ready run as the agent parks
+  (`run_once(wait=30)`, a long-polling claim); the person answers with
+  `broker.resolve(...)`, whose transaction hands the run to the waiting worker; the worker
+  reads its request, calls the handler and completes the run. All in one process (one
+  event loop), as a worker beside the agent.
 * **LangGraph** -- a one-node graph whose node calls `interrupt({...})` before its side
   effect, compiled with LangGraph's own checkpointer (`SqliteSaver`, `PostgresSaver`: its fastest here);
   `invoke(input)` parks it, `invoke(Command(resume={interrupt_id: answer}))` resumes it. LangGraph
@@ -123,19 +125,18 @@ def interlock_cycles(backend: str, where: str, n: int, warm: int) -> Result:
             worker = Worker(broker, {"mailer": resume}, name="bench-worker")
 
             async def cycle() -> None:
-                run = await broker.start_run("mailer")
-                request = await broker.create(
+                request = broker.prepare(
                     Confirm("Send the release mail?", id="approve"),
                     kind="approval",
                     to="alice",
-                    run=run.id,
                     tool_name="send_mail",
                     arguments=ARGUMENTS,
                 )
-                await broker.park(run.id, state={"step": 1}, waiting_on=[request.id])
-                # The worker is already waiting for a ready run when the person answers.
+                # The worker waits for a ready run from the moment the agent parks, so it is
+                # waiting when the person answers (as a worker serving beside agents is).
                 resuming = asyncio.create_task(worker.run_once(wait=30.0))
-                await asyncio.sleep(0)  # let it start its claim
+                # The run, its approval and the park: one call, one transaction.
+                await broker.start_parked("mailer", [request], state={"step": 1})
                 answered_at[0] = perf()
                 await broker.resolve(request.id, {"approve": True}, by="alice")
                 done = await asyncio.wait_for(resuming, 60)

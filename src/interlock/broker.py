@@ -21,11 +21,12 @@ import logging
 import math
 import os
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Any, Literal, TypedDict, Unpack
+from typing import Any, Literal, TypedDict, Unpack, cast
 from urllib.parse import urlsplit
 
 from .approval_policies import ApprovalPolicy, policy_from_dict, policy_to_dict
@@ -75,11 +76,12 @@ from .model import (
     issue_grants,
     new_id,
     offered_grants,
+    park_deadline,
     plain_id,
     time_budget,
 )
 from .redact import redact_url
-from .store import EventQuery, GrantQuery, PrincipalStore, Query, RunQuery, Store, search_words
+from .store import EventQuery, GrantQuery, PrincipalStore, Query, RunClaim, RunQuery, Store, search_words
 
 __all__ = ["Broker", "CreateFields", "GrantPage", "LocalBroker", "Page", "RunPage", "connect", "register_scheme"]
 
@@ -89,6 +91,8 @@ DEFAULT_URL = "sqlite:///interlock.db"
 MAX_EVENT_ID = 2**63 - 1
 """The largest event id a store can hold (a signed 64-bit integer)."""
 _SETTLED_EVENTS = frozenset(s.value for s in Status if s is not Status.PENDING)
+_MAY_MAKE_READY = _SETTLED_EVENTS | {"input_requested"}
+"""Event types after which a run may be ready to claim (a request of it settled, it parked)."""
 
 
 class OriginFields(TypedDict, total=False):
@@ -150,6 +154,10 @@ class RunPage:
 DEFAULT_LEASE = 30.0
 """Seconds a worker holds a claimed run before another may take it (renew to keep it)."""
 
+
+_UNKNOWN: Any = object()
+_KNOWN_RUNS = 10_000
+"""How many runs' `max_duration` a broker keeps, so that parking them reads nothing first."""
 
 _LONGEST = timedelta(days=365 * 1000).total_seconds()
 """The longest duration taken (a thousand years): past it, dates stop being storable."""
@@ -675,6 +683,36 @@ class Broker(ABC):
         """Record a new run of `agent`, `running`. With `run_id` given, a run with that id
         already stored is returned as it is (a restarted agent finds its own run)."""
 
+    async def start_parked(
+        self,
+        agent: str,
+        requests: Sequence[Request],
+        *,
+        state: Any,
+        status: RunStatus | str | None = None,
+        session: str | None = None,
+        run_id: str | None = None,
+        max_duration: float | timedelta | None = None,
+        requester: str | None = None,
+    ) -> Run:
+        """Start a run of `agent` parked at once on new `requests`, keeping `state`: what
+        `start_run`, a `create` for each request and `park` do, in one call (and, on a
+        store, in one transaction: the run and its requests are stored together or not at
+        all). Build the requests with `prepare(...)`; each becomes a request of the run
+        (its session and agent, when it names none). The run's `waiting_on` lists their
+        ids in order. With `run_id` of a run already stored, that run is returned as it is
+        and nothing is created (a restarted agent finds its own run). Raises `Closed` if a
+        request's channel is closed, `InvalidRequest` for requests that are not new."""
+        checked = _new_requests(requests, run_id, self.limits.max_name_length)
+        run = await self.start_run(
+            agent, session=session, run_id=run_id, max_duration=max_duration, requester=requester
+        )
+        if run.status is not RunStatus.RUNNING or run.waiting_on or run.attempts:
+            return run  # found as stored: a restarted agent's run goes on as it is
+        made = _of_run(run, checked)
+        ids = [(await self.submit(request))[0].id for request in made]
+        return await self.park(run.id, state=state, waiting_on=ids, status=status)
+
     @abstractmethod
     async def park(
         self,
@@ -802,6 +840,17 @@ class Broker(ABC):
         The caller hands each to its agent as the next user turn."""
 
 
+@dataclass(slots=True, eq=False)
+class _Waiting:
+    """A claim waiting in this broker for a ready run (see `LocalBroker._settle_handing`)."""
+
+    agents: tuple[str, ...] | None
+    requester: str | None
+    worker: str
+    lease: float
+    handed: asyncio.Future[Run | None] | None = None
+
+
 class LocalBroker(Broker):
     """The broker over a store: this process keeps the waiters, runs expiry and follows
     the store's event log for what other processes change."""
@@ -817,6 +866,7 @@ class LocalBroker(Broker):
         grant_policy: GrantPolicy | None = None,
         allow_http_hooks: bool = False,
         max_followups: int = MAX_QUEUED_FOLLOWUPS,
+        default_expiry: float | timedelta | None = None,
     ) -> None:
         super().__init__(
             max_prompt_length=max_prompt_length, hook_timeout=hook_timeout, limits=limits, grant_policy=grant_policy
@@ -831,6 +881,11 @@ class LocalBroker(Broker):
             raise ValueError("max_followups must be a whole number, at least 1")
         self.max_followups = max_followups
         """How many messages a run holds for its agent at a time."""
+        self.default_expiry = (
+            None if default_expiry is None else timedelta(seconds=_seconds(default_expiry, "default_expiry"))
+        )
+        """How long a request that sets no timeout and belongs to no run stays pending
+        before it expires; None (the default): such a request never expires by itself."""
         self.store = store
         self.principals: PrincipalStore = store
         """Principals, tokens and web sessions: what a server and `interlock token` manage."""
@@ -843,6 +898,10 @@ class LocalBroker(Broker):
         self._open_lock = asyncio.Lock()
         self._changed = asyncio.Event()
         self._followers = 0
+        self._ready = asyncio.Event()  # set when a run may have become ready to claim
+        self._claimers = 0
+        self._waiting: deque[_Waiting] = deque()  # claims waiting here, which an answer may hand a run
+        self._durations: dict[str, timedelta | None] = {}  # max_duration of runs started or claimed here
         self._expiry_kick = asyncio.Event()
         self._next_due: datetime | None = None
         self._hint = asyncio.Event()
@@ -879,6 +938,7 @@ class LocalBroker(Broker):
                 if not fut.done():
                     fut.set_exception(Closed(request_id, "the broker was disconnected"))
         self._changed.set()
+        self._ready.set()
         await self.store.aclose()
 
     async def submit(self, request: Request) -> tuple[Request, bool]:
@@ -888,6 +948,7 @@ class LocalBroker(Broker):
             await self.open()
         if self._closed:
             raise Closed(None, "the broker is closed")
+        request = self._with_default_expiry(request)
         # A closed channel is refused by the store, inside the insert's transaction.
         request, created = await self.store.insert(request)
         if not created:
@@ -901,6 +962,16 @@ class LocalBroker(Broker):
         if self._hooks:
             self._start_hooks(request)
         return request, True
+
+    def _with_default_expiry(self, request: Request) -> Request:
+        """The operator's `default_expiry` applied to a request that set no timeout and
+        belongs to no run (a run's requests are bounded by its pause instead)."""
+        if self.default_expiry is None or request.expires_at is not None or request.origin.run is not None:
+            return request
+        try:
+            return replace(request, expires_at=request.created_at + self.default_expiry)
+        except OverflowError:
+            return request  # past the last date that can be stored: as good as never
 
     # -- waiting -------------------------------------------------------------------------
 
@@ -1247,6 +1318,8 @@ class LocalBroker(Broker):
         for request in settled:
             self._wake(request)
         self._changed_now()
+        if any(request.origin.run is not None for request in settled):
+            self._runs_ready_now()
 
     async def reopen(self, channel: str, *, requester: str | None = None) -> bool:
         """Let requests be created in a channel closed by `close(channel)` again (hosts
@@ -1258,12 +1331,37 @@ class LocalBroker(Broker):
 
     async def _settle(self, settled: Request) -> bool:
         granting = settled.response is not None and settled.response.grants
-        stored = await (self.store.settle_granting(settled) if granting else self.store.settle(settled))
+        waiting = self._waiting.popleft() if self._waiting and settled.origin.run and not granting else None
+        if waiting is not None:
+            stored = await self._settle_handing(settled, waiting)
+        else:
+            stored = await (self.store.settle_granting(settled) if granting else self.store.settle(settled))
         if stored is None:
             return False
         self._wake(stored)
         self._changed_now()
+        if stored.origin.run is not None:
+            self._runs_ready_now()  # its run may be ready now (the store marked it so)
         return True
+
+    async def _settle_handing(self, settled: Request, waiting: _Waiting) -> Request | None:
+        """Settle a request of a run while a claim waits here: if that makes the run ready
+        (and it is one the claim takes), the same transaction claims it for the waiting
+        worker, which resumes it without a claim of its own."""
+        handed: asyncio.Future[Run | None] = asyncio.get_running_loop().create_future()
+        waiting.handed = handed
+        run: Run | None = None
+        try:
+            now = datetime.now(UTC)
+            claim = RunClaim(
+                waiting.worker, now + timedelta(seconds=waiting.lease), now, waiting.agents, waiting.requester
+            )
+            stored, run = await self.store.settle_claiming(settled, claim)
+        finally:
+            handed.set_result(run)  # the claim takes it, or looks again (None)
+        if run is not None:
+            self._know(run)
+        return stored
 
     # -- grants --------------------------------------------------------------------------
 
@@ -1632,6 +1730,65 @@ class LocalBroker(Broker):
         already stored is returned as it is (a restarted agent finds its own run)."""
         if self._state != "open":
             await self.open()
+        run = self._new_run(agent, session=session, run_id=run_id, max_duration=max_duration, requester=requester)
+        stored, created = await self.store.insert_run(run)
+        self._know(stored)
+        if created:
+            self._changed_now()
+        return stored
+
+    async def start_parked(
+        self,
+        agent: str,
+        requests: Sequence[Request],
+        *,
+        state: Any,
+        status: RunStatus | str | None = None,
+        session: str | None = None,
+        run_id: str | None = None,
+        max_duration: float | timedelta | None = None,
+        requester: str | None = None,
+    ) -> Run:
+        """Start a run of `agent` parked at once on new `requests` (built with `prepare`),
+        in one transaction: the run, its requests and the park are stored together or not
+        at all. See `Broker.start_parked`."""
+        run = self._new_run(agent, session=session, run_id=run_id, max_duration=max_duration, requester=requester)
+        if self._state != "open":
+            await self.open()
+        if self._closed:
+            raise Closed(None, "the broker is closed")
+        made = _of_run(run, _new_requests(requests, run.id, self.limits.max_name_length))
+        check_json(state, "state", MAX_STATE_BYTES)
+        if status is None:
+            approval = any(request.kind == "approval" for request in made)
+            status = RunStatus.WAITING_FOR_APPROVAL if approval else RunStatus.WAITING_FOR_INPUT
+        status = RunStatus(status)
+        if not status.waiting:
+            raise InvalidRequest("a parked run's status is waiting_for_input or waiting_for_approval")
+        deadline = run.park_deadline(run.created_at, self.pause_timeout)
+        stored, created = await self.store.start_parked(run, made, state=state, status=status, expires_at=deadline)
+        self._know(stored)
+        if not created:
+            return stored
+        self._changed_now()
+        for request in made:
+            if request.expires_at is not None:
+                self._due(request.expires_at)
+            if self._hooks:
+                self._start_hooks(request)
+        self._parked(stored)
+        return stored
+
+    def _new_run(
+        self,
+        agent: str,
+        *,
+        session: str | None,
+        run_id: str | None,
+        max_duration: float | timedelta | None,
+        requester: str | None,
+    ) -> Run:
+        """A new run of `agent`, running, checked but not stored."""
         if not isinstance(agent, str) or not agent:
             raise InvalidRequest("a run needs an agent name")
         for name, value in (("agent", agent), ("session", session), ("run_id", run_id), ("requester", requester)):
@@ -1640,7 +1797,7 @@ class LocalBroker(Broker):
             raise InvalidRequest("run_id must be a non-empty string")
         duration = None if max_duration is None else timedelta(seconds=_seconds(max_duration, "max_duration"))
         now = datetime.now(UTC)
-        run = Run(
+        return Run(
             id=run_id or new_id(),
             agent=agent,
             created_at=now,
@@ -1649,10 +1806,6 @@ class LocalBroker(Broker):
             requester=self.store.requester_of(requester),
             max_duration=duration,
         )
-        stored, created = await self.store.insert_run(run)
-        if created:
-            self._changed_now()
-        return stored
 
     async def park(
         self,
@@ -1678,7 +1831,12 @@ class LocalBroker(Broker):
         """
         if self._state != "open":
             await self.open()
-        run = await self._current_run(run_id)
+        check_text(run_id, "the run id", DEFAULT_LIMITS.max_name_length)
+        # What the deadline needs of the run (its max_duration) is known for a run this
+        # broker started or claimed: then the park is one conditional write, and the run
+        # is read only when that write finds it not running (parked already, or ended).
+        known = self._durations.get(run_id, _UNKNOWN)
+        run = await self._current_run(run_id) if known is _UNKNOWN else None
         if isinstance(waiting_on, str) or not isinstance(waiting_on, Sequence) or not waiting_on:
             raise InvalidRequest("waiting_on must list the ids of the requests the run waits on")
         if len(waiting_on) > 1000:
@@ -1692,20 +1850,23 @@ class LocalBroker(Broker):
             request = await self.store.get(request_id, fresh=False)
             if request is None:
                 raise InvalidRequest(f"waiting_on: no request with id {request_id!r}")
-            if request.origin.run != run.id:
-                raise InvalidRequest(f"waiting_on: request {request_id!r} is not a request of run {run.id!r}")
+            if request.origin.run != run_id:
+                raise InvalidRequest(f"waiting_on: request {request_id!r} is not a request of run {run_id!r}")
             kinds.add(request.kind)
-        if run.status.waiting and worker is None and set(run.waiting_on) == set(waiting_on):
-            return run  # parked on these already: a restarted agent parking again changes nothing
+        if run is not None and (parked_already := self._parked_already(run, waiting_on, worker)) is not None:
+            return parked_already
         if status is None:
             status = RunStatus.WAITING_FOR_APPROVAL if "approval" in kinds else RunStatus.WAITING_FOR_INPUT
         status = RunStatus(status)
         if not status.waiting:
             raise InvalidRequest("a parked run's status is waiting_for_input or waiting_for_approval")
         now = datetime.now(UTC)
-        deadline = run.park_deadline(now, self.pause_timeout)
+        if run is not None:
+            deadline = run.park_deadline(now, self.pause_timeout)
+        else:
+            deadline = park_deadline(now, self.pause_timeout, cast("timedelta | None", known))
         parked = await self.store.park_run(
-            run.id,
+            run_id,
             state=state,
             waiting_on=list(dict.fromkeys(waiting_on)),
             status=status,
@@ -1714,11 +1875,46 @@ class LocalBroker(Broker):
             worker=worker,
         )
         if parked is None:
-            raise await self._run_conflict(run.id, worker)
-        self._changed_now()
-        if self._next_due is None or deadline < self._next_due:
-            self._expiry_kick.set()
+            current = await self._current_run(run_id)
+            if (parked_already := self._parked_already(current, waiting_on, worker)) is not None:
+                return parked_already
+            raise await self._run_conflict(run_id, worker)
+        self._parked(parked)
         return parked
+
+    @staticmethod
+    def _parked_already(run: Run, waiting_on: Sequence[str], worker: str | None) -> Run | None:
+        """The run, if it is parked already on these requests: a restarted agent parking
+        again changes nothing."""
+        if run.status.waiting and worker is None and set(run.waiting_on) == set(waiting_on):
+            return run
+        return None
+
+    def _parked(self, parked: Run) -> None:
+        """After a park: wake the waiting claims if it is ready already, and the expiry loop
+        if its deadline comes first."""
+        self._changed_now()
+        if parked.ready:
+            self._runs_ready_now()
+        if parked.expires_at is not None:
+            self._due(parked.expires_at)
+
+    def _due(self, deadline: datetime) -> None:
+        """Wake the expiry loop for a new deadline only if it would sleep past it: not for
+        one after the loop's next look (its next due, or its next bounded poll)."""
+        if self._next_due is not None and deadline >= self._next_due:
+            return
+        poll = self.store.poll_interval
+        if not math.isinf(poll) and deadline > datetime.now(UTC) + timedelta(seconds=poll):
+            return  # the loop looks again within `poll` seconds and finds it then
+        self._expiry_kick.set()
+
+    def _know(self, run: Run) -> None:
+        """Keep what a later park of this run needs (bounded: the oldest are forgotten)."""
+        durations = self._durations
+        durations[run.id] = run.max_duration
+        if len(durations) > _KNOWN_RUNS:
+            del durations[next(iter(durations))]
 
     async def claim_run(
         self,
@@ -1747,10 +1943,10 @@ class LocalBroker(Broker):
             raise InvalidRequest("a worker needs a name")
         seconds = _seconds(lease, "lease")
         deadline = asyncio.get_running_loop().time() + max(float(wait), 0.0)
-        self._followers += 1  # so every change wakes `_changed`
+        self._claimers += 1  # so a run that may be ready wakes `_ready`
         try:
             while True:
-                changed = self._changed
+                ready = self._ready
                 now = datetime.now(UTC)
                 run = await self.store.claim_run(
                     None if agents is None else list(agents),
@@ -1760,17 +1956,32 @@ class LocalBroker(Broker):
                     requester=requester,
                 )
                 if run is not None:
+                    self._know(run)
                     self._changed_now()
                     return run
                 remaining = deadline - asyncio.get_running_loop().time()
                 if remaining <= 0 or self._state != "open":
                     return None
-                # A lease running out writes nothing: look again at least every second.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(min(remaining, self.store.poll_interval, 1.0)):
-                        await changed.wait()
+                # Woken when a run may have become ready (a request of a run settled, a run
+                # parked ready, another process's settlements); a lease running out writes
+                # nothing, so look again at least every second. Meanwhile an answer given
+                # through this broker may hand this claim its run in its own transaction.
+                waiting = _Waiting(tuple(agents) if agents is not None else None, requester, worker, seconds)
+                self._waiting.append(waiting)
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(min(remaining, self.store.poll_interval, 1.0)):
+                            await ready.wait()
+                finally:
+                    with contextlib.suppress(ValueError):
+                        self._waiting.remove(waiting)
+                if waiting.handed is not None:  # an answer is handing this claim a run: take it
+                    handed = await asyncio.shield(waiting.handed)
+                    if handed is not None:
+                        self._changed_now()
+                        return handed
         finally:
-            self._followers -= 1
+            self._claimers -= 1
 
     async def renew_lease(self, run_id: str, *, worker: str, lease: float = DEFAULT_LEASE) -> bool:
         """Hold a claimed run `lease` seconds more. False if `worker` holds it no longer."""
@@ -1796,12 +2007,16 @@ class LocalBroker(Broker):
     async def _end(self, run_id: str, status: RunStatus, worker: str | None, **fields: Any) -> Run:
         if self._state != "open":
             await self.open()
-        run = await self._current_run(run_id)
-        if run.status is not RunStatus.RUNNING:
-            raise RunConflict(run.id, run.status.value, f"run {run.id!r} is {run.status.value}, not running")
-        ended, _ = await self.store.end_run(run.id, status, at=datetime.now(UTC), worker=worker, **fields)
+        check_text(run_id, "the run id", DEFAULT_LIMITS.max_name_length)
+        if worker is None:  # the store ends any run not ended: only a running one may complete
+            run = await self._current_run(run_id)
+            if run.status is not RunStatus.RUNNING:
+                raise RunConflict(run.id, run.status.value, f"run {run.id!r} is {run.status.value}, not running")
+        # With `worker`, the store's conditional write checks that it holds the run running.
+        ended, _ = await self.store.end_run(run_id, status, at=datetime.now(UTC), worker=worker, **fields)
         if ended is None:
-            raise await self._run_conflict(run.id, worker)
+            raise await self._run_conflict(run_id, worker)
+        self._durations.pop(run_id, None)
         self._changed_now()
         return ended
 
@@ -1984,6 +2199,12 @@ class LocalBroker(Broker):
             self._changed.set()
             self._changed = asyncio.Event()
 
+    def _runs_ready_now(self) -> None:
+        """A run may have become ready to claim: wake the claims waiting for one."""
+        if self._claimers:
+            self._ready.set()
+            self._ready = asyncio.Event()
+
     # -- background work -----------------------------------------------------------------
 
     async def _expire_due(self) -> None:
@@ -1999,6 +2220,8 @@ class LocalBroker(Broker):
             self._wake(request)
         if expired:
             self._changed_now()
+            if any(request.origin.run is not None for request in expired):
+                self._runs_ready_now()
         dues = [due for due in (await self.store.next_expiry(), await self.store.next_run_expiry()) if due is not None]
         self._next_due = min(dues) if dues else None
 
@@ -2039,10 +2262,51 @@ class LocalBroker(Broker):
                                 self._wake(request)
                     if batch:
                         self._changed_now()
+                        if any(type_ in _MAY_MAKE_READY for _, type_, _ in batch):
+                            self._runs_ready_now()  # another process settled or parked
                     if len(batch) < 500:
                         break
             except Exception:
                 log.exception("reading the event log failed; retrying")
+
+
+def _new_requests(requests: Sequence[Request], run_id: str | None, max_name: int) -> list[Request]:
+    """Check the requests a run starts parked on: each one pending, prepared, of no other
+    run, and without an idempotency key (a restarted agent finds them through its run's id)."""
+    if isinstance(requests, Request) or not isinstance(requests, Sequence) or not requests:
+        raise InvalidRequest("requests must list the new requests the run waits on (made with prepare)")
+    if len(requests) > 1000:
+        raise InvalidRequest(f"requests: {len(requests)} of them, at most 1000 allowed")
+    seen: set[str] = set()
+    for request in requests:
+        if not isinstance(request, Request):
+            raise InvalidRequest("requests must be requests made with prepare(...)")
+        if request.status is not Status.PENDING or request.id in seen:
+            raise InvalidRequest(f"requests: {request.id!r} is not a new pending request")
+        if request.origin.run is not None and request.origin.run != run_id:
+            raise InvalidRequest(f"requests: {request.id!r} belongs to run {request.origin.run!r}")
+        if request.idempotency_key is not None or request.detached:
+            raise InvalidRequest(
+                f"requests: {request.id!r} has an idempotency key or is detached; a run's requests are found by its id"
+            )
+        check_text(request.id, "a request id", max_name)
+        seen.add(request.id)
+    return list(requests)
+
+
+def _of_run(run: Run, requests: Sequence[Request]) -> list[Request]:
+    """The requests made the run's, with its session and agent where they name none."""
+    made = []
+    for request in requests:
+        o = request.origin
+        origin = replace(
+            o,
+            run=run.id,
+            session=o.session if o.session is not None else run.session,
+            agent=o.agent if o.agent is not None else run.agent,
+        )
+        made.append(replace(request, origin=origin))
+    return made
 
 
 def _check_id(request_id: str) -> str:
@@ -2091,6 +2355,7 @@ _BROKER_OPTIONS = (
     "grant_policy",
     "allow_http_hooks",
     "max_followups",
+    "default_expiry",
 )
 
 

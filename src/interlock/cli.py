@@ -742,6 +742,15 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    default_expiry: Annotated[
+        str | None,
+        typer.Option(
+            "--default-expiry",
+            help="How long a request that sets no timeout and belongs to no run stays pending before it "
+            "expires, like 7d or 12h. [default: never]",
+            show_default=False,
+        ),
+    ] = None,
     routing: Annotated[
         Path | None,
         typer.Option(
@@ -816,6 +825,7 @@ def serve(
             max_streams=streams,
             pause_timeout=parse_duration(pause_timeout) if pause_timeout is not None else None,
             max_followups=max_followups,
+            default_expiry=parse_duration(default_expiry) if default_expiry is not None else None,
             open_inboxes=open_inboxes,
             grant_policy=policy,
             grant_key=grant_key,

@@ -1996,11 +1996,17 @@ class Run:
     def park_deadline(self, now: datetime, pause_timeout: timedelta) -> datetime:
         """When a pause begun `now` is given up: `pause_timeout` later, or `max_duration`
         later when that is longer."""
-        window = pause_timeout if self.max_duration is None else max(pause_timeout, self.max_duration)
-        try:
-            return now + window
-        except OverflowError:
-            return datetime.max.replace(tzinfo=UTC)
+        return park_deadline(now, pause_timeout, self.max_duration)
+
+
+def park_deadline(now: datetime, pause_timeout: timedelta, max_duration: timedelta | None) -> datetime:
+    """When a pause begun `now` is given up: `pause_timeout` later, or the run's
+    `max_duration` later when that is longer."""
+    window = pause_timeout if max_duration is None else max(pause_timeout, max_duration)
+    try:
+        return now + window
+    except OverflowError:
+        return datetime.max.replace(tzinfo=UTC)
 
 
 RUN_EVENTS: frozenset[str] = frozenset(

@@ -21,7 +21,17 @@ from interlock.model import (
     run_event_data,
 )
 from interlock.principals import Principal, hash_token, issue_session, issue_token
-from interlock.store import EventQuery, GrantQuery, PrincipalStore, Query, RequestStore, RunQuery, RunStore, Store
+from interlock.store import (
+    EventQuery,
+    GrantQuery,
+    PrincipalStore,
+    Query,
+    RequestStore,
+    RunClaim,
+    RunQuery,
+    RunStore,
+    Store,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -212,6 +222,78 @@ async def test_an_inserted_run_reads_back_once_and_makes_a_started_event(store: 
     assert await store.get_run("r-unknown") is None
     (event,) = await store.find_events(EventQuery(run="r1"))
     assert event.type == "run_started" and event.data["run"] == "r1" and "state" not in event.data
+
+
+async def test_a_run_started_parked_stores_the_run_its_requests_and_the_park_in_one_go(store: Store) -> None:
+    run = new_run()
+    first, second = ask(), ask(channel="ops")
+    deadline = run.created_at + timedelta(hours=1)
+    parked, created = await store.start_parked(
+        run, [first, second], state={"n": 1}, status=RunStatus.WAITING_FOR_INPUT, expires_at=deadline
+    )
+    assert created and parked.status is RunStatus.WAITING_FOR_INPUT and not parked.ready
+    assert (parked.waiting_on, parked.state, parked.expires_at) == ((first.id, second.id), {"n": 1}, deadline)
+    assert await store.get_run("r1") == parked
+    assert await store.get(first.id) == first and await store.get(second.id) == second
+    types = [e.type for e in await store.find_events(EventQuery(run="r1"))]
+    assert types == ["run_started", "created", "created", "input_requested"]
+
+    again, created_again = await store.start_parked(
+        new_run(agent="other"), [ask()], state=None, status=RunStatus.WAITING_FOR_INPUT, expires_at=deadline
+    )
+    assert not created_again and again == parked  # the run as stored; nothing else stored
+    assert len(await store.list(Query(run="r1"))) == 2
+
+    await store.settle(answered(first, "Ada"))
+    await store.settle(answered(second, "Bob"))
+    claimed = await store.claim_run(None, worker="w1", lease_expires_at=deadline, at=datetime.now(UTC))
+    assert claimed is not None and claimed.id == "r1"
+
+
+async def test_settling_the_last_request_of_a_run_can_hand_the_run_to_a_waiting_worker(store: Store) -> None:
+    now = datetime.now(UTC)
+    lease = now + timedelta(seconds=30)
+    run = new_run()
+    first, second = ask(), ask()
+    await store.start_parked(run, [first, second], state={"n": 1}, status=RunStatus.WAITING_FOR_INPUT, expires_at=lease)
+    writer = RunClaim("w1", lease, now, agents=("writer",))
+    deployer = RunClaim("w1", lease, now, agents=("deployer",), requester="bot")
+
+    stored, claimed = await store.settle_claiming(answered(first, "Ada"), deployer)
+    assert stored is not None and claimed is None  # one request still pending: not ready
+    stored, claimed = await store.settle_claiming(answered(second, "Bob"), writer)
+    assert stored is not None and claimed is None  # ready, but not a run this claim takes
+    assert (await store.get_run("r1")).ready  # type: ignore[union-attr]
+
+    await store.end_run("r1", RunStatus.CANCELLED, at=now)
+    await store.insert_run(new_run("r2"))
+    third = build_request(Text("Name?"), to="alice", requester="bot", origin=Origin(run="r2"))
+    await store.insert(third)
+    await park(store, "r2", [third.id])
+    stored, claimed = await store.settle_claiming(answered(third, "Cy"), deployer)
+    assert stored is not None and stored.status is Status.ANSWERED
+    assert claimed is not None and (claimed.id, claimed.worker, claimed.attempts) == ("r2", "w1", 1)
+    assert claimed.status is RunStatus.RUNNING and claimed.state == {"history": ["a", "b"], "n": 1.5}
+    assert await store.claim_run(None, worker="w2", lease_expires_at=lease, at=now) is None  # taken once
+    types = [e.type for e in await store.find_events(EventQuery(run="r2"))]
+    assert types[-2:] == ["answered", "run_claimed"]
+    assert await store.settle_claiming(answered(third, "again"), deployer) == (None, None)
+
+
+async def test_a_run_started_parked_in_a_closed_channel_stores_nothing(store: Store) -> None:
+    now = datetime.now(UTC)
+    await store.close_channel("ops", Response(now, reason="closed", cause="closed"))
+    with pytest.raises(Closed):
+        await store.start_parked(
+            new_run(),
+            [ask(), ask(channel="ops")],
+            state=None,
+            status=RunStatus.WAITING_FOR_INPUT,
+            expires_at=now + timedelta(hours=1),
+        )
+    assert await store.get_run("r1") is None
+    assert list(await store.list(Query(run="r1"))) == []
+    assert [e.type for e in await store.find_events(EventQuery(run="r1"))] == []
 
 
 async def test_a_parked_run_is_ready_in_the_transaction_that_settles_its_last_request(store: Store) -> None:

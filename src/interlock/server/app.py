@@ -127,6 +127,7 @@ def create_app(
     max_streams: int | Literal["default"] | None = "default",
     pause_timeout: float | None = None,
     max_followups: int | None = None,
+    default_expiry: float | None = None,
     open_inboxes: bool = False,
     grant_policy: GrantPolicy | None = None,
     grant_key: GrantSigner | str | Path | None = None,
@@ -150,6 +151,8 @@ def create_app(
     `pause_timeout` (seconds) is how long a parked run waits on a person before it is
     given up (about two weeks by default), for a broker made here; `max_followups` how
     many messages a busy run holds for its agent (20 by default), likewise.
+    `default_expiry` (seconds): a request that sets no timeout and belongs to no run
+    expires this long after it is created (by default it never does), for a broker made here.
     `open_inboxes`: let anyone signed in ask anyone (an open organisation); by default a
     principal asks its own inbox (an agent: its owner's) and anyone else only with their
     grant to request (`interlock.grants`).
@@ -168,6 +171,8 @@ def create_app(
         options["pause_timeout"] = pause_timeout
     if max_followups is not None:
         options["max_followups"] = max_followups
+    if default_expiry is not None:
+        options["default_expiry"] = default_expiry
     the_broker = broker or connect(url, **options)
     if grant_policy is not None:
         the_broker.grant_policy = grant_policy

@@ -44,6 +44,7 @@ __all__ = [
     "PrincipalStore",
     "Query",
     "RequestStore",
+    "RunClaim",
     "RunQuery",
     "RunStore",
     "Store",
@@ -335,6 +336,25 @@ class RunQuery:
     order: Literal["asc", "desc"] = "desc"
 
 
+@dataclass(frozen=True, slots=True)
+class RunClaim:
+    """A worker waiting for a ready run, as `RunStore.settle_claiming` may hand it one: of
+    `agents` (any when None), only `requester`'s runs when given, held until
+    `lease_expires_at`."""
+
+    worker: str
+    lease_expires_at: datetime
+    at: datetime
+    agents: tuple[str, ...] | None = None
+    requester: str | None = None
+
+    def takes(self, run: Run) -> bool:
+        """Whether this claim may take `run` (its agent and requester; not its state)."""
+        return (self.agents is None or run.agent in self.agents) and (
+            self.requester is None or run.requester == self.requester
+        )
+
+
 class RunStore(Protocol):
     """Runs. Each change appends its run event (`model.RUN_EVENTS`) in the same transaction.
 
@@ -347,6 +367,16 @@ class RunStore(Protocol):
     async def insert_run(self, run: Run) -> tuple[Run, bool]:
         """Store a new run and its `run_started` event; if one with this id exists, store
         nothing and return it with False."""
+        ...
+
+    async def start_parked(
+        self, run: Run, requests: Sequence[Request], *, state: Any, status: RunStatus, expires_at: datetime
+    ) -> tuple[Run, bool]:
+        """Store a new run, its new pending `requests` (each `run=run.id`, no idempotency
+        key) and its park on them, in one transaction, with the events `insert_run`,
+        `insert` and `park_run` append; return the run as parked and True. If a run with
+        this id exists, store nothing and return it with False. A request in a closed
+        channel raises `Closed`, and nothing is stored."""
         ...
 
     async def get_run(self, run_id: str) -> Run | None: ...
@@ -383,6 +413,13 @@ class RunStore(Protocol):
         given) for `worker`: a ready parked run, or a running one whose lease ran out (its
         worker died). Exactly one caller, across processes, gets each; it is running again
         and held until `lease_expires_at`."""
+        ...
+
+    async def settle_claiming(self, request: Request, claim: RunClaim) -> tuple[Request | None, Run | None]:
+        """Like `RequestStore.settle`; and if that made the request's run ready, and the
+        run is one `claim` takes, claim it for `claim.worker` in the same transaction (its
+        `run_claimed` event after the settlement's). Returns the request as stored (None
+        if it was not pending) and the run claimed (None when none was)."""
         ...
 
     async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:

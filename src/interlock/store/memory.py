@@ -40,7 +40,7 @@ from ..model import (
 )
 from ..outbox import NOTICE_TYPES, Delivery, DeliveryState, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
-from . import EventQuery, GrantQuery, Query, RunQuery, text_words
+from . import EventQuery, GrantQuery, Query, RunClaim, RunQuery, text_words
 from ._url import url_options
 
 __all__ = ["MemoryStore", "from_url"]
@@ -483,6 +483,26 @@ class MemoryStore:
         self._append_run("run_started", run)
         return run, True
 
+    async def start_parked(
+        self, run: Run, requests: Sequence[Request], *, state: Any, status: RunStatus, expires_at: datetime
+    ) -> tuple[Run, bool]:
+        existing = self._runs.get(run.id)
+        if existing is not None:
+            return existing, False
+        for request in requests:  # refused before anything is stored
+            channel = request.origin.channel
+            if channel is not None and self._closed and self._is_closed(channel, request.requester):
+                raise Closed(None, f"channel {channel!r} is closed")
+        await self.insert_run(run)
+        for request in requests:
+            await self.insert(request)
+        ids = [request.id for request in requests]
+        parked = await self.park_run(
+            run.id, state=state, waiting_on=ids, status=status, expires_at=expires_at, at=run.created_at
+        )
+        assert parked is not None
+        return parked, True
+
     async def get_run(self, run_id: str) -> Run | None:
         return self._runs.get(run_id)
 
@@ -574,6 +594,9 @@ class MemoryStore:
                 best = run
         if best is None:
             return None
+        return self._claim(best, worker, lease_expires_at, at)
+
+    def _claim(self, best: Run, worker: str, lease_expires_at: datetime, at: datetime) -> Run:
         run = replace(
             best,
             status=RunStatus.RUNNING,
@@ -587,6 +610,13 @@ class MemoryStore:
         self._runs[run.id] = run
         self._append_run("run_claimed", run)
         return run
+
+    async def settle_claiming(self, request: Request, claim: RunClaim) -> tuple[Request | None, Run | None]:
+        stored = await self.settle(request)
+        run = self._runs.get(request.origin.run or "") if stored is not None else None
+        if run is None or not (run.status.waiting and run.ready) or not claim.takes(run):
+            return stored, None
+        return stored, self._claim(run, claim.worker, claim.lease_expires_at, claim.at)
 
     async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:
         run = self._runs.get(run_id)

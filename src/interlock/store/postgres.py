@@ -64,6 +64,7 @@ from ..model import (
 from ..outbox import Delivery, Notice, delivery_to_row
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
 from ..redact import redact, redact_url
+from . import RunClaim
 from ._sql import (
     DEFAULT_CACHE_BYTES,
     RequestCache,
@@ -461,6 +462,40 @@ class PostgresStore(SqlStore):
         assert existing is not None
         return existing, False
 
+    async def start_parked(
+        self, run: Run, requests: Sequence[Request], *, state: Any, status: RunStatus, expires_at: datetime
+    ) -> tuple[Run, bool]:
+        duration = run.max_duration.total_seconds() if run.max_duration is not None else None
+        docs = [encode_json(request_to_dict(request)) for request in requests]
+        columns: list[list[Any]] = [[] for _ in range(9)]
+        for request in requests:
+            o = request.origin
+            values = (request.id, request.kind, request.to, request.requester, o.session, o.channel, o.agent)
+            for column, value in zip(columns, (*values, request.created_at, request.expires_at), strict=True):
+                column.append(value)
+        args = (
+            *(run.id, run.agent, run.session, run.requester, duration, run.created_at),
+            encode_json(run_event_data(run)),
+            *columns,
+            docs,
+            status.value,
+            None if state is None else encode_json(state),
+            expires_at,
+        )
+        try:  # not repeated on a lost connection: a second call would find the run and store nothing
+            row = await self.pool.fetchrow(Q["start_parked"], *args)
+        except asyncpg.RaiseError as exc:
+            if exc.message == "interlock_channel_closed":
+                raise Closed(None, f"channel {exc.detail!r} is closed") from None
+            raise
+        if row is None:
+            existing = await self.get_run(run.id)
+            assert existing is not None
+            return existing, False
+        for request, doc in zip(requests, docs, strict=True):
+            self._cache.put(request, row_size(doc))
+        return self._run(row), True
+
     async def park_run(
         self,
         run_id: str,
@@ -491,6 +526,25 @@ class PostgresStore(SqlStore):
         # lease then hands on; a second would claim another.
         row = await self.pool.fetchrow(Q["claim_run"], names, worker, lease_expires_at, at, requester)
         return None if row is None else self._run(row)
+
+    async def settle_claiming(self, request: Request, claim: RunClaim) -> tuple[Request | None, Run | None]:
+        response = request.response
+        at = response.at if response is not None else datetime.now(UTC)
+        answer = encode_json(response_to_dict(response)) if response is not None else None
+        agents = None if claim.agents is None else list(claim.agents)
+        args = (request.id, request.status.value, at, answer, agents, claim.worker, claim.lease_expires_at)
+        try:
+            row = await self.pool.fetchrow(Q["settle_claiming"], *args, claim.at, claim.requester)
+        except _DROPPED as exc:
+            # Maybe settled (and a run claimed) by this very call, its reply lost with the
+            # connection: `settle` finds out which. A run claimed so is taken over by
+            # another worker once its lease runs out.
+            await self._dropped(exc)
+            return await self.settle(request), None
+        if not row[0]:
+            return None, None
+        self._remember(request, answer)
+        return request, (None if row[1] is None else self._run(row[1]))
 
     async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:
         status: str = await self._query("execute", Q["renew_lease"], run_id, worker, lease_expires_at)

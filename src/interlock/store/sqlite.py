@@ -40,7 +40,7 @@ from ..model import (
 )
 from ..outbox import Delivery, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
-from . import EventQuery
+from . import EventQuery, RunClaim
 from ._sql import (
     DEFAULT_CACHE_BYTES,
     DELIVERY_COLUMNS,
@@ -123,6 +123,40 @@ def _policy_event(type_: str, policy: ApprovalPolicy, by: str | None, at: int | 
         "requester": by,
         "session": None,
         "run": None,
+    }
+
+
+def _request_row(request: Request) -> dict[str, Any]:
+    """The parameters of `insert_request` for a new request (its document as `doc`)."""
+    o = request.origin
+    return {
+        "id": request.id,
+        "kind": request.kind,
+        "status": request.status.value,
+        "recipient": request.to,
+        "requester": request.requester,
+        "session": o.session,
+        "channel": o.channel,
+        "agent": o.agent,
+        "run": o.run,
+        "idempotency_key": request.idempotency_key,
+        "created_at": _us(request.created_at),
+        "expires_at": _us(request.expires_at),
+        "doc": encode_json(request_to_dict(request)),
+    }
+
+
+def _run_row(run: Run) -> dict[str, Any]:
+    """The parameters of `insert_run` for a new run."""
+    return {
+        "id": run.id,
+        "agent": run.agent,
+        "session": run.session,
+        "requester": run.requester,
+        "status": run.status.value,
+        "max_duration": run.max_duration.total_seconds() if run.max_duration is not None else None,
+        "created_at": _us(run.created_at),
+        "updated_at": _us(run.updated_at),
     }
 
 
@@ -383,23 +417,9 @@ class SqliteStore(SqlStore):
     # -- requests ------------------------------------------------------------------------
 
     async def insert(self, request: Request) -> tuple[Request, bool]:
-        doc = encode_json(request_to_dict(request))
+        row = _request_row(request)
+        doc = row["doc"]
         o = request.origin
-        row = {
-            "id": request.id,
-            "kind": request.kind,
-            "status": request.status.value,
-            "recipient": request.to,
-            "requester": request.requester,
-            "session": o.session,
-            "channel": o.channel,
-            "agent": o.agent,
-            "run": o.run,
-            "idempotency_key": request.idempotency_key,
-            "created_at": _us(request.created_at),
-            "expires_at": _us(request.expires_at),
-            "doc": doc,
-        }
 
         def insert(db: sqlite3.Connection) -> tuple[Request, bool, int]:
             if o.channel is not None:
@@ -749,28 +769,59 @@ class SqliteStore(SqlStore):
         return None if row is None else run_from_row(row, _from_us)
 
     async def insert_run(self, run: Run) -> tuple[Run, bool]:
-        row = {
-            "id": run.id,
-            "agent": run.agent,
-            "session": run.session,
-            "requester": run.requester,
-            "status": run.status.value,
-            "max_duration": run.max_duration.total_seconds() if run.max_duration is not None else None,
-            "created_at": _us(run.created_at),
-            "updated_at": _us(run.updated_at),
-        }
+        row = _run_row(run)
 
         def insert(db: sqlite3.Connection) -> tuple[Run, bool]:
-            if db.execute(Q["insert_run"], row).rowcount != 1:
+            inserted = _one(db.execute(Q["insert_run"], row))
+            if inserted is None:
                 existing = self._run_in(db, run.id)
                 assert existing is not None
                 return existing, False
-            stored = self._run_in(db, run.id)
-            assert stored is not None
+            stored = run_from_row(inserted, _from_us)
             db.execute(Q["insert_event"], _run_event("run_started", stored))
             return stored, True
 
         return await self._write(insert)
+
+    async def start_parked(
+        self, run: Run, requests: Sequence[Request], *, state: Any, status: RunStatus, expires_at: datetime
+    ) -> tuple[Run, bool]:
+        row = _run_row(run)
+        made = [(request, _request_row(request)) for request in requests]
+        park = {
+            "id": run.id,
+            "status": status.value,
+            "state": _json_or_none(state),
+            "ids": encode_json([request.id for request in requests]),
+            "expires_at": _us(expires_at),
+            "at": _us(run.created_at),
+            "worker": None,
+        }
+
+        def start(db: sqlite3.Connection) -> tuple[Run, bool]:
+            inserted = _one(db.execute(Q["insert_run"], row))
+            if inserted is None:
+                existing = self._run_in(db, run.id)
+                assert existing is not None
+                return existing, False
+            db.execute(Q["insert_event"], _run_event("run_started", run_from_row(inserted, _from_us)))
+            for request, params in made:
+                channel = request.origin.channel
+                if channel is not None:
+                    closed = db.execute(Q["is_closed"], {"channel": channel, "requester": request.requester})
+                    if closed.fetchone() is not None:
+                        raise _closed(channel)  # the transaction rolls back: nothing is stored
+                db.execute(Q["insert_request"], params)
+                db.execute(Q["insert_event"], _event_row("created", request, params["created_at"]))
+            parked = self._park_in(db, park)
+            assert parked is not None
+            return parked, True
+
+        parked, created = await self._write(start)
+        if created:
+            for request, params in made:
+                self._cache.put(request, row_size(params["doc"]))
+        return parked, created
 
     async def park_run(
         self,
@@ -783,24 +834,26 @@ class SqliteStore(SqlStore):
         at: datetime,
         worker: str | None = None,
     ) -> Run | None:
-        ids = encode_json(list(waiting_on))
-        encoded_state = _json_or_none(state)
+        params = {
+            "id": run_id,
+            "status": status.value,
+            "state": _json_or_none(state),
+            "ids": encode_json(list(waiting_on)),
+            "expires_at": _us(expires_at),
+            "at": _us(at),
+            "worker": worker,
+        }
+        return await self._write(lambda db: self._park_in(db, params))
 
-        def park(db: sqlite3.Connection) -> Run | None:
-            run = self._run_in(db, run_id)
-            if run is None or run.status is not RunStatus.RUNNING or (worker is not None and run.worker != worker):
-                return None
-            ready = db.execute(Q["any_pending_of"], {"ids": ids}).fetchone() is None
-            params = {"id": run_id, "status": status.value, "state": encoded_state, "ids": ids}
-            db.execute(Q["park_run"], params | {"expires_at": _us(expires_at), "at": _us(at), "ready": int(ready)})
-            db.execute(Q["forget_waits"], {"id": run_id})
-            db.execute(Q["add_waits"], {"id": run_id, "ids": ids})
-            parked = self._run_in(db, run_id)
-            assert parked is not None
-            db.execute(Q["insert_event"], _run_event("input_requested", parked))
-            return parked
-
-        return await self._write(park)
+    def _park_in(self, db: sqlite3.Connection, params: dict[str, Any]) -> Run | None:
+        row = _one(db.execute(Q["park_run"], params))
+        if row is None:
+            return None
+        db.execute(Q["forget_waits"], params)
+        db.execute(Q["add_waits"], params)
+        parked = run_from_row(row, _from_us)
+        db.execute(Q["insert_event"], _run_event("input_requested", parked))
+        return parked
 
     async def claim_run(
         self,
@@ -814,27 +867,54 @@ class SqliteStore(SqlStore):
         params: dict[str, Any] = {"at": _us(at), "requester": requester}
         if agents is not None:
             params["agents"] = encode_json(list(agents))
-        of = "" if agents is None else "_of"
-
-        def find(db: sqlite3.Connection) -> Any:
-            found = db.execute(Q["ready_run" + of], params).fetchone()
-            return found or db.execute(Q["lapsed_run" + of], params).fetchone()
-
-        if await self._retry(lambda: find(self.db)) is None:
+        find = Q["find_run" if agents is None else "find_run_of"]
+        found = await self._retry(lambda: self.db.execute(find, params).fetchone())
+        if found is None:
             return None  # the common case for an idle worker: take no write lock
+        lease = {"worker": worker, "lease_expires_at": _us(lease_expires_at), "at": _us(at)}
 
         def claim(db: sqlite3.Connection) -> Run | None:
-            found = find(db)
-            if found is None:
-                return None
-            lease = {"id": found[0], "worker": worker, "lease_expires_at": _us(lease_expires_at), "at": _us(at)}
-            db.execute(Q["claim_run"], lease)
-            claimed = self._run_in(db, found[0])
-            assert claimed is not None
-            db.execute(Q["insert_event"], _run_event("run_claimed", claimed))
-            return claimed
+            run_id = found[0]
+            while True:
+                row = _one(db.execute(Q["claim_run"], lease | {"id": run_id}))
+                if row is not None:
+                    claimed = run_from_row(row, _from_us)
+                    db.execute(Q["insert_event"], _run_event("run_claimed", claimed))
+                    return claimed
+                # Another process claimed it between the look and the lock: look again, locked.
+                again = db.execute(find, params).fetchone()
+                if again is None:
+                    return None
+                run_id = again[0]
 
         return await self._write(claim)
+
+    async def settle_claiming(self, request: Request, claim: RunClaim) -> tuple[Request | None, Run | None]:
+        params = {
+            "id": request.origin.run,
+            "worker": claim.worker,
+            "lease_expires_at": _us(claim.lease_expires_at),
+            "at": _us(claim.at),
+            "agents": None if claim.agents is None else encode_json(list(claim.agents)),
+            "requester": claim.requester,
+        }
+
+        def settle(db: sqlite3.Connection) -> tuple[str | None, Run | None]:
+            answer = self._settle_one(db, request)
+            if answer is None or request.origin.run is None:
+                return answer, None
+            row = _one(db.execute(Q["claim_settled_run"], params))
+            if row is None:
+                return answer, None
+            claimed = run_from_row(row, _from_us)
+            db.execute(Q["insert_event"], _run_event("run_claimed", claimed))
+            return answer, claimed
+
+        answer, claimed = await self._write(settle)
+        if answer is None:
+            return None, None
+        self._remember(request, answer)
+        return request, claimed
 
     async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:
         params = {"id": run_id, "worker": worker, "lease_expires_at": _us(lease_expires_at)}
@@ -866,6 +946,14 @@ class SqliteStore(SqlStore):
         db.execute(Q["insert_event"], _run_event(f"run_{status.value}", ended))
         return ended, cancelled
 
+    def _finish_in(self, db: sqlite3.Connection, params: dict[str, Any]) -> Run | None:
+        row = _one(db.execute(Q["finish_run"], params))
+        if row is None:
+            return None
+        ended = run_from_row(row, _from_us)
+        db.execute(Q["insert_event"], _run_event(f"run_{ended.status.value}", ended))
+        return ended
+
     async def end_run(
         self,
         run_id: str,
@@ -879,6 +967,9 @@ class SqliteStore(SqlStore):
         withdraw: Response | None = None,
     ) -> tuple[Run | None, list[Request]]:
         fields = {"result": _json_or_none(result), "error": error, "terminal_reason": terminal_reason, "at": _us(at)}
+        if withdraw is None:  # completing or failing: one conditional update and its event
+            params = fields | {"id": run_id, "status": status.value, "worker": worker}
+            return await self._write(lambda db: self._finish_in(db, params)), []
         ended, cancelled = await self._write(lambda db: self._end_in(db, run_id, status, fields, worker, withdraw))
         for request, answer in cancelled:
             self._remember(request, answer)
@@ -1082,6 +1173,13 @@ class SqliteStore(SqlStore):
 
 
 _DELIVERY_NAMES = tuple(DELIVERY_COLUMNS.split(", "))
+
+
+def _one(cursor: sqlite3.Cursor) -> Any:
+    """The one row of an `UPDATE ... RETURNING` (None for none), read to its end so the
+    statement is done before the transaction commits."""
+    rows = cursor.fetchall()
+    return rows[0] if rows else None
 
 
 def _text(value: Any) -> str | None:

@@ -141,6 +141,14 @@ SELECT id, agent, session, requester, status, terminal_reason, ready, worker, le
        attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
 FROM runs WHERE id = $1 FOR UPDATE;
 
+-- name: start_parked
+SELECT id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+       attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
+FROM interlock_start_parked($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20);
+
+-- name: settle_claiming
+SELECT settled, claimed FROM interlock_settle_claiming($1, $2, $3, $4, $5, $6, $7, $8, $9);
+
 -- name: park_run
 SELECT id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
        attempts, max_duration, created_at, updated_at, waiting_on, state, result, error

@@ -127,20 +127,24 @@ DELETE FROM sessions WHERE hash = :hash;
 -- name: insert_run
 INSERT INTO runs (id, agent, session, requester, status, max_duration, created_at, updated_at)
 VALUES (:id, :agent, :session, :requester, :status, :max_duration, :created_at, :updated_at)
-ON CONFLICT (id) DO NOTHING;
+ON CONFLICT (id) DO NOTHING
+RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
 
 -- name: get_run
 SELECT id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
        attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
 FROM runs WHERE id = :id;
 
--- name: any_pending_of
-SELECT 1 FROM requests WHERE status = 'pending' AND id IN (SELECT value FROM json_each(:ids)) LIMIT 1;
-
 -- name: park_run
+-- Park a running run (held by :worker, when given) and say whether it is ready already
+-- (none of its requests pending); no row when it is not running or another worker holds it.
 UPDATE runs SET status = :status, state = :state, waiting_on = :ids, expires_at = :expires_at,
-    updated_at = :at, ready = :ready, worker = NULL, lease_expires_at = NULL
-WHERE id = :id;
+    updated_at = :at, worker = NULL, lease_expires_at = NULL,
+    ready = NOT EXISTS (SELECT 1 FROM requests WHERE status = 'pending' AND id IN (SELECT value FROM json_each(:ids)))
+WHERE id = :id AND status = 'running' AND (:worker IS NULL OR worker = :worker)
+RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
 
 -- name: forget_waits
 DELETE FROM run_waits WHERE run_id = :id;
@@ -148,36 +152,62 @@ DELETE FROM run_waits WHERE run_id = :id;
 -- name: add_waits
 INSERT OR IGNORE INTO run_waits (run_id, request_id) SELECT :id, value FROM json_each(:ids);
 
--- name: ready_run
-SELECT id FROM runs INDEXED BY runs_ready
-WHERE ready = 1 AND status IN ('waiting_for_input', 'waiting_for_approval')
-  AND (:requester IS NULL OR requester = :requester)
-ORDER BY updated_at LIMIT 1;
-
--- name: ready_run_of
-SELECT id FROM runs INDEXED BY runs_ready
-WHERE ready = 1 AND status IN ('waiting_for_input', 'waiting_for_approval')
-  AND agent IN (SELECT value FROM json_each(:agents))
-  AND (:requester IS NULL OR requester = :requester)
-ORDER BY updated_at LIMIT 1;
-
--- name: lapsed_run
-SELECT id FROM runs INDEXED BY runs_leased
-WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at <= :at
-  AND (:requester IS NULL OR requester = :requester)
-ORDER BY lease_expires_at LIMIT 1;
-
--- name: lapsed_run_of
-SELECT id FROM runs INDEXED BY runs_leased
-WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at <= :at
-  AND agent IN (SELECT value FROM json_each(:agents))
-  AND (:requester IS NULL OR requester = :requester)
-ORDER BY lease_expires_at LIMIT 1;
-
 -- name: claim_run
+-- Claim the run found ready (or lapsed) if it still is: no row when another worker took it first.
 UPDATE runs SET status = 'running', ready = 0, expires_at = NULL, worker = :worker,
     lease_expires_at = :lease_expires_at, attempts = attempts + 1, updated_at = :at
-WHERE id = :id;
+WHERE id = :id
+  AND ((ready = 1 AND status IN ('waiting_for_input', 'waiting_for_approval'))
+       OR (status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at <= :at))
+RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
+
+-- name: claim_settled_run
+-- Hand the run of a request just settled, if that made it ready, to a waiting worker.
+UPDATE runs SET status = 'running', ready = 0, expires_at = NULL, worker = :worker,
+    lease_expires_at = :lease_expires_at, attempts = attempts + 1, updated_at = :at
+WHERE id = :id AND ready = 1 AND status IN ('waiting_for_input', 'waiting_for_approval')
+  AND (:agents IS NULL OR agent IN (SELECT value FROM json_each(:agents)))
+  AND (:requester IS NULL OR requester = :requester)
+RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
+
+-- name: find_run
+-- A ready run, else one whose worker's lease ran out: one statement for an idle worker's look.
+SELECT id FROM (SELECT id FROM runs INDEXED BY runs_ready
+                WHERE ready = 1 AND status IN ('waiting_for_input', 'waiting_for_approval')
+                  AND (:requester IS NULL OR requester = :requester)
+                ORDER BY updated_at LIMIT 1)
+UNION ALL
+SELECT id FROM (SELECT id FROM runs INDEXED BY runs_leased
+                WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at <= :at
+                  AND (:requester IS NULL OR requester = :requester)
+                ORDER BY lease_expires_at LIMIT 1)
+LIMIT 1;
+
+-- name: find_run_of
+SELECT id FROM (SELECT id FROM runs INDEXED BY runs_ready
+                WHERE ready = 1 AND status IN ('waiting_for_input', 'waiting_for_approval')
+                  AND agent IN (SELECT value FROM json_each(:agents))
+                  AND (:requester IS NULL OR requester = :requester)
+                ORDER BY updated_at LIMIT 1)
+UNION ALL
+SELECT id FROM (SELECT id FROM runs INDEXED BY runs_leased
+                WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at <= :at
+                  AND agent IN (SELECT value FROM json_each(:agents))
+                  AND (:requester IS NULL OR requester = :requester)
+                ORDER BY lease_expires_at LIMIT 1)
+LIMIT 1;
+
+-- name: finish_run
+-- End a run with nothing to withdraw (completing or failing it): a running one held by
+-- :worker when given, else any run not ended. No row when it may not end.
+UPDATE runs SET status = :status, result = :result, error = :error, terminal_reason = :terminal_reason,
+    updated_at = :at, expires_at = NULL, ready = 0, worker = NULL, lease_expires_at = NULL
+WHERE id = :id AND status NOT IN ('completed', 'failed', 'cancelled')
+  AND (:worker IS NULL OR (status = 'running' AND worker = :worker))
+RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
 
 -- name: renew_lease
 UPDATE runs SET lease_expires_at = :lease_expires_at
