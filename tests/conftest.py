@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import secrets
@@ -9,7 +10,7 @@ import sqlite3
 import subprocess
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -61,6 +62,13 @@ async def http_server(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIt
         yield server
 
 
+def run_apart(make: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run a coroutine to its end on an event loop of its own, in a thread of its own: a
+    session fixture may first be asked for by an async test, inside a running loop."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, make()).result(timeout=120)
+
+
 @pytest.fixture(scope="session")
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SQLite file with interlock's migrations applied, made once per session."""
@@ -70,7 +78,7 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
         async with interlock.connect(f"sqlite:///{path}"):
             pass
 
-    asyncio.run(migrate())
+    run_apart(migrate)
     with contextlib.closing(sqlite3.connect(path)) as db:  # all of it in the main file
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return path
@@ -109,7 +117,7 @@ def pg_template() -> Iterator[DatabasePool]:
             async with interlock.connect(f"{PG_SERVER}/{name}"):
                 pass
 
-        asyncio.run(migrate())
+        run_apart(migrate)
         pool.remember_template()
         psql(f"ALTER DATABASE {name} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false")
         yield pool
