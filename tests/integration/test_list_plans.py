@@ -47,6 +47,7 @@ REQUEST_LISTS: list[tuple[str, Query, str]] = [
     ),
     ("an agent's answered requests", Query(requester="bot", status=Status.ANSWERED), "requests_by_requester"),
     ("a session's requests", Query(session="s1"), "requests_by_session"),
+    ("a session's pending requests", Query(session="s1", status=Status.PENDING), "requests_by_session"),
     ("a channel's requests", Query(channel="c1"), "requests_by_channel"),
     ("a run's requests, oldest first", Query(run="r1", order="asc"), "requests_by_run"),
     ("history: a person's settled", Query(recipient="ann", settled=True, limit=25), "requests_by_recipient"),

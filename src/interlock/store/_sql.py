@@ -242,12 +242,13 @@ def list_sql(
     Each filter's index ends in `id`, so the page is read in order and cut at its size. On
     PostgreSQL no index of `requests` reads its status (a settlement is then a HOT
     update), so the pending requests are read through `pending_requests`, whose indexes
-    give a person's, an agent's or a channel's in id order, and a search checks the
-    `request_texts` row of each request (or reads the matches from its GIN index first,
-    as the planner finds cheaper).
+    give all of them, or a person's, an agent's or a channel's, in id order (a session's
+    or a run's come from its own index). A search checks the `request_texts` row of each
+    request, or reads the matches from its GIN index first, as the planner finds cheaper.
     """
     postgres = dialect == "postgresql"
-    pending = postgres and query.status == Status.PENDING
+    # A session's or a run's few requests are read from their own index, pending or not.
+    pending = postgres and query.status == Status.PENDING and query.session is None and query.run is None
     row = "r." if pending else ""
     where, params = [], {}
     for name in FILTERS:
