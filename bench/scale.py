@@ -19,7 +19,10 @@ conditional UPDATE the stores use, so PostgreSQL's statistics count them.
 Each query runs `--reps` times through the store's own methods (`Store.list`,
 `list_runs`, `list_deliveries`, `find_events`), rotating over ten people or agents (the
 busiest among them), after a warm-up; the time includes decoding the rows into requests.
-It prints p50 and p99 (ms), the rows each call returned, database bytes per request,
+It prints p50 and p99 (ms) of the wall time, the p99 of this process's CPU time per call
+(on SQLite, which runs in the process, that is the work itself, whatever else the machine
+runs; on PostgreSQL only the client's share), the p99 of the statement alone (its rows
+not made into requests), the rows each call returned, database bytes per request,
 and on PostgreSQL the share of settlements that were HOT updates, both over the fill and
 over `--settle` requests created and answered through the store afterwards.
 
@@ -366,11 +369,12 @@ async def measure(store: Any, now: datetime, reps: int, only: Sequence[str] | No
             continue
         for i in range(5):
             await call(i)
-        times, rows = [], 0
+        times, cpu, rows = [], [], 0
         for i in range(reps):
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             found = await call(i)
             times.append((time.perf_counter() - t0) * 1000)
+            cpu.append((time.process_time() - c0) * 1000)
             rows += len(found)
         db_times = []
         statement = getattr(call, "statement", None)
@@ -386,12 +390,17 @@ async def measure(store: Any, now: datetime, reps: int, only: Sequence[str] | No
                 "p50_ms": percentile(times, 0.5),
                 "p99_ms": percentile(times, 0.99),
                 "max_ms": max(times),
+                "cpu_p99_ms": percentile(cpu, 0.99),
                 "db_p99_ms": percentile(db_times, 0.99) if db_times else None,
                 "rows": rows / reps,
             }
         )
-        db = f"  (statement alone p99 {results[-1]['db_p99_ms']:7.2f})" if db_times else ""
-        print(f"  {name:50} p50 {results[-1]['p50_ms']:7.2f}  p99 {results[-1]['p99_ms']:7.2f} ms{db}", flush=True)
+        row = results[-1]
+        db = f"  statement alone p99 {row['db_p99_ms']:7.2f}" if db_times else ""
+        print(
+            f"  {name:50} p50 {row['p50_ms']:7.2f}  p99 {row['p99_ms']:7.2f}  cpu p99 {row['cpu_p99_ms']:7.2f} ms{db}",
+            flush=True,
+        )
     return results
 
 
@@ -530,12 +539,12 @@ async def main() -> None:
     for result in out:
         for row in result["queries"]:
             by_query.setdefault(row["query"], {})[result["store"]] = row
-    headers = ["query", *[f"{r['store']} p50 / p99 (statement p99) ms" for r in out], "rows"]
+    headers = ["query", *[f"{r['store']} p50 / p99 / cpu p99 (statement p99) ms" for r in out], "rows"]
     rows = []
 
     def cell(row: dict[str, Any]) -> str:
         alone = f" ({row['db_p99_ms']:.2f})" if row.get("db_p99_ms") is not None else ""
-        return f"{row['p50_ms']:.2f} / {row['p99_ms']:.2f}{alone}"
+        return f"{row['p50_ms']:.2f} / {row['p99_ms']:.2f} / {row['cpu_p99_ms']:.2f}{alone}"
 
     for name, per in by_query.items():
         cells = [cell(per[r["store"]]) for r in out if r["store"] in per]

@@ -3,13 +3,15 @@
 -- matches (with `(requester, status, id)`, an agent's list without a status sorted all
 -- of that agent's requests). The pending requests to a person or from an agent have
 -- partial indexes of their own, so an inbox reads only the few pending among many
--- settled; the other statuses are filtered along the (recipient, id) range. A
--- settlement then writes no index entry: it only takes the row out of the pending ones.
+-- settled. The other statuses, and the history's dates, are filtered along the
+-- (recipient, id) range from the index itself (its `status` and `created_at`), so the
+-- rows passed over are never read; a settlement rewrites the entry, as it did the
+-- entries of the indexes these replace.
 DROP INDEX requests_by_recipient;
 DROP INDEX requests_by_requester;
 DROP INDEX requests_by_channel;
-CREATE INDEX requests_by_recipient ON requests (recipient, id) WHERE recipient IS NOT NULL;
-CREATE INDEX requests_by_requester ON requests (requester, id) WHERE requester IS NOT NULL;
+CREATE INDEX requests_by_recipient ON requests (recipient, id, status, created_at) WHERE recipient IS NOT NULL;
+CREATE INDEX requests_by_requester ON requests (requester, id, status) WHERE requester IS NOT NULL;
 CREATE INDEX requests_by_channel ON requests (channel, id) WHERE channel IS NOT NULL;
 CREATE INDEX requests_pending_to ON requests (recipient, id) WHERE status = 'pending' AND recipient IS NOT NULL;
 CREATE INDEX requests_pending_from ON requests (requester, id) WHERE status = 'pending' AND requester IS NOT NULL;
