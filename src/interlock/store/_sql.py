@@ -272,9 +272,8 @@ def list_sql(
             params[name] = stamp(when) if stamp is not None else when
     if query.words:
         if postgres:
-            mine = " AND t.recipient = :recipient" if query.recipient is not None else ""
             where.append(
-                f"EXISTS (SELECT 1 FROM request_texts t WHERE t.id = {row or 'requests.'}id{mine} "
+                f"EXISTS (SELECT 1 FROM request_texts t WHERE t.id = {row or 'requests.'}id "
                 "AND t.body @@ to_tsquery('simple', :words))"
             )
             params["words"] = " & ".join(f"{w}:*" for w in query.words)

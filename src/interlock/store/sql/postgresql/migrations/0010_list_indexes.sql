@@ -57,8 +57,7 @@ BEGIN
         INSERT INTO pending_requests (id, recipient, requester, channel, expires_at)
         VALUES (NEW.id, NEW.recipient, NEW.requester, NEW.channel, NEW.expires_at);
     END IF;
-    INSERT INTO request_texts (id, recipient, body)
-    VALUES (NEW.id, NEW.recipient, interlock_request_text(NEW.doc, NEW.response));
+    INSERT INTO request_texts (id, body) VALUES (NEW.id, interlock_request_text(NEW.doc, NEW.response));
     RETURN NULL;
 END
 $$;
@@ -78,7 +77,6 @@ BEGIN
     UPDATE pending_requests
     SET recipient = NEW.recipient, requester = NEW.requester, channel = NEW.channel, expires_at = NEW.expires_at
     WHERE id = NEW.id;
-    UPDATE request_texts SET recipient = NEW.recipient WHERE id = NEW.id AND recipient IS DISTINCT FROM NEW.recipient;
     RETURN NULL;
 END
 $$;
@@ -91,19 +89,14 @@ BEGIN
 END
 $$;
 
--- `recipient` is the request's, so that a person's search takes from the GIN index only
--- the matches of their own requests (a bitmap of each, intersected) before reading any.
 CREATE TABLE request_texts (
-    id        text PRIMARY KEY,
-    recipient text,
-    body      tsvector NOT NULL
+    id   text PRIMARY KEY,
+    body tsvector NOT NULL
 );
 
-INSERT INTO request_texts (id, recipient, body)
-SELECT id, recipient, interlock_request_text(doc, response) FROM requests;
+INSERT INTO request_texts (id, body) SELECT id, interlock_request_text(doc, response) FROM requests;
 
 CREATE INDEX request_texts_body ON request_texts USING gin (body);
-CREATE INDEX request_texts_to ON request_texts (recipient) WHERE recipient IS NOT NULL;
 
 CREATE TRIGGER requests_created AFTER INSERT ON requests FOR EACH ROW
     EXECUTE FUNCTION interlock_pending_created();
