@@ -252,38 +252,65 @@ def positional(sql: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
 def list_sql(
     query: Query, dialect: str = "sqlite", stamp: Callable[[datetime], Any] | None = None
 ) -> tuple[str, dict[str, Any]]:
-    """The statement for `Store.list` (named `:parameters`): the filters, then a keyset page."""
+    """The statement for `Store.list` (named `:parameters`): the filters, then a keyset page.
+
+    Each filter's index ends in `id`, so the page is read in order and cut at its size. On
+    PostgreSQL no index of `requests` reads its status (a settlement is then a HOT
+    update), so the pending requests are read through `pending_requests`, whose indexes
+    give all of them, or a person's, an agent's or a channel's, in id order (a session's
+    or a run's come from its own index). A search checks the `request_texts` row of each
+    request, or reads the matches from its GIN index first, as the planner finds cheaper.
+    """
+    postgres = dialect == "postgresql"
+    # A session's or a run's few requests are read from their own index, pending or not.
+    pending = postgres and query.status == Status.PENDING and query.session is None and query.run is None
+    row = "r." if pending else ""
     where, params = [], {}
     for name in FILTERS:
         value = getattr(query, name)
-        if value is not None:
-            where.append(f"{name} = :{name}")
-            params[name] = value.value if isinstance(value, Status) else value
+        if value is None:
+            continue
+        if pending and name == "status":
+            # A row of pending_requests is pending: it goes in the settling transaction. A
+            # status condition on requests besides would only mislead the planner's
+            # estimate (to a parallel plan for the 50 rows of an inbox page).
+            continue
+        column = f"p.{name}" if pending and name in ("recipient", "requester", "channel") else f"{row}{name}"
+        where.append(f"{column} = :{name}")
+        params[name] = value.value if isinstance(value, Status) else value
     if query.teams and query.recipient is not None:  # a member's inbox: theirs and their teams'
+        column = "p.recipient" if pending else f"{row}recipient"
         names = [f":team_{i}" for i in range(len(query.teams))]
-        where[where.index("recipient = :recipient")] = f"recipient IN (:recipient, {', '.join(names)})"
+        where[where.index(f"{column} = :recipient")] = f"{column} IN (:recipient, {', '.join(names)})"
         params |= {f"team_{i}": team for i, team in enumerate(query.teams)}
     if query.settled:
-        where.append("status <> 'pending'")
+        where.append(f"{row}status <> 'pending'")
     for name, op in (("since", ">="), ("until", "<")):
         when = getattr(query, name)
         if when is not None:
-            where.append(f"created_at {op} :{name}")
+            where.append(f"{row}created_at {op} :{name}")
             params[name] = stamp(when) if stamp is not None else when
     if query.words:
-        if dialect == "postgresql":  # the expression of the GIN index requests_text
-            where.append("interlock_request_text(doc, response) @@ to_tsquery('simple', :words)")
+        if postgres:
+            where.append(
+                f"EXISTS (SELECT 1 FROM request_texts t WHERE t.id = {row or 'requests.'}id "
+                "AND t.body @@ to_tsquery('simple', :words))"
+            )
             params["words"] = " & ".join(f"{w}:*" for w in query.words)
         else:  # FTS5: each word a quoted prefix, all of them required
             where.append("rowid IN (SELECT rowid FROM requests_text WHERE requests_text MATCH :words)")
             params["words"] = " ".join(f'"{w}"*' for w in query.words)
+    key = "p.id" if pending else "id"
     if query.after is not None:
-        where.append("id < :after" if query.order == "desc" else "id > :after")
+        where.append(f"{key} < :after" if query.order == "desc" else f"{key} > :after")
         params["after"] = query.after
-    sql = "SELECT status, doc, response FROM requests"
+    if pending:
+        sql = "SELECT r.status, r.doc, r.response FROM pending_requests p JOIN requests r ON r.id = p.id"
+    else:
+        sql = "SELECT status, doc, response FROM requests"
     if where:
         sql += " WHERE " + " AND ".join(where)
-    sql += f" ORDER BY id {'DESC' if query.order == 'desc' else 'ASC'} LIMIT :limit"
+    sql += f" ORDER BY {key} {'DESC' if query.order == 'desc' else 'ASC'} LIMIT :limit"
     params["limit"] = query.limit
     return sql, params
 

@@ -54,7 +54,7 @@ SELECT status, response FROM requests WHERE id = $1;
 SELECT status FROM requests WHERE id = $1;
 
 -- name: next_expiry
-SELECT min(expires_at) FROM requests WHERE status = 'pending' AND expires_at IS NOT NULL;
+SELECT min(expires_at) FROM pending_requests WHERE expires_at IS NOT NULL;
 
 -- name: events_after
 SELECT e.id, e.type, e.request_id, e.at, e.data, r.status, r.doc, r.response

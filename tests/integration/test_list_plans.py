@@ -1,0 +1,187 @@
+"""The query plans of every list the API and the web inbox issue, on SQLite and PostgreSQL:
+each reads one index range in the order of the page (so it stops at the page's size) and
+neither sorts nor scans the whole table, whatever the number of rows.
+
+The statements are the ones the stores issue (recorded from `Store.list`, `list_runs`,
+`list_deliveries`), explained on a small store. SQLite plans the same with or without
+rows (it keeps no statistics unless told to); PostgreSQL's planner would rightly scan a
+table of a few rows, so there sequential scans and sorts are priced out of reach: a plan
+that still sorts or scans is one with no index to read instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interlock.model import RunStatus, Status
+from interlock.store import EventQuery, Query, RunQuery, Store
+from interlock.store._sql import positional
+from interlock.store.sqlite import SqliteStore
+
+pytestmark = pytest.mark.anyio
+
+WEEK_AGO = datetime.now(UTC) - timedelta(days=7)
+
+# (what the list is, the call, the index its plan must read: "sqlite's|postgresql's" where
+# they differ; PostgreSQL reads pending requests from a table of their own)
+REQUEST_LISTS: list[tuple[str, Query, str]] = [
+    (
+        "inbox: pending to a person",
+        Query(recipient="ann", status=Status.PENDING, limit=50),
+        "requests_pending_to|pending_requests_to",
+    ),
+    ("inbox: answered to a person", Query(recipient="ann", status=Status.ANSWERED, limit=30), "requests_by_recipient"),
+    ("inbox: all pending (admin)", Query(status=Status.PENDING, limit=50), "requests_pending|pending_requests_pkey"),
+    ("a person's requests", Query(recipient="ann"), "requests_by_recipient"),
+    ("an agent's requests", Query(requester="bot"), "requests_by_requester"),
+    (
+        "an agent's pending requests",
+        Query(requester="bot", status=Status.PENDING),
+        "requests_pending_from|pending_requests_from",
+    ),
+    ("an agent's answered requests", Query(requester="bot", status=Status.ANSWERED), "requests_by_requester"),
+    ("a session's requests", Query(session="s1"), "requests_by_session"),
+    ("a session's pending requests", Query(session="s1", status=Status.PENDING), "requests_by_session"),
+    ("a channel's requests", Query(channel="c1"), "requests_by_channel"),
+    ("a run's requests, oldest first", Query(run="r1", order="asc"), "requests_by_run"),
+    ("history: a person's settled", Query(recipient="ann", settled=True, limit=25), "requests_by_recipient"),
+    (
+        "history: a person's expired in the last week",
+        Query(recipient="ann", settled=True, status=Status.EXPIRED, since=WEEK_AGO, limit=25),
+        "requests_by_recipient",
+    ),
+    ("history: a later page", Query(recipient="ann", settled=True, after="0" * 32, limit=25), "requests_by_recipient"),
+    ("every request (admin)", Query(), "PRIMARY KEY"),
+    ("every settled request in a week (admin)", Query(settled=True, since=WEEK_AGO, limit=1000), "PRIMARY KEY"),
+]
+
+RUN_LISTS: list[tuple[str, RunQuery, str]] = [
+    ("an agent's runs", RunQuery(agent="bot"), "runs_by_agent"),
+    ("runs waiting for input", RunQuery(status=RunStatus.WAITING_FOR_INPUT), "runs_by_status"),
+    ("a session's runs", RunQuery(session="s1"), "runs_by_session"),
+    ("every run (admin)", RunQuery(), "PRIMARY KEY"),
+]
+
+DELIVERY_LISTS: list[tuple[str, dict[str, Any], str]] = [
+    ("a person's deliveries", {"recipient": "ann"}, "deliveries_by_recipient"),
+    ("a person's dead letters", {"recipient": "ann", "status": "dead"}, "deliveries_by_recipient_status"),
+    ("every dead letter (admin)", {"status": "dead"}, "deliveries_by_status"),
+    ("a request's deliveries", {"request_id": "r1"}, "deliveries_by_request"),
+]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"], ids=["sqlite-store", "postgresql-store"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """Which store, and where: a file of its own, or a database cloned from the template."""
+    if request.param == "sqlite":
+        yield "sqlite", str(tmp_path / "plans.db")
+        return
+    databases: Callable[[], AbstractContextManager[str]] = request.getfixturevalue("pg_databases")
+    with databases() as url:
+        yield "postgresql", url
+
+
+@pytest.fixture
+async def store(where: tuple[str, str]) -> AsyncIterator[Store]:
+    made: Store
+    if where[0] == "sqlite":
+        made = SqliteStore(where[1])
+    else:
+        from interlock.store.postgres import PostgresStore
+
+        made = PostgresStore(where[1])
+    await made.open()
+    try:
+        yield made
+    finally:
+        await made.aclose()
+
+
+class Recorder:
+    """Records the statements a store builds (`_rows_of`) instead of running them."""
+
+    def __init__(self, store: Any) -> None:
+        self.statements: list[tuple[str, dict[str, Any]]] = []
+        self.store = store
+        store._rows_of = self._record
+
+    async def _record(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        self.statements.append((sql, params))
+        return []
+
+    def last(self) -> tuple[str, dict[str, Any]]:
+        assert len(self.statements) == 1, self.statements
+        return self.statements.pop()
+
+
+async def plan_of(store: Any, sql: str, params: dict[str, Any]) -> str:
+    """The plan of one statement as text, one line a step."""
+    if isinstance(store, SqliteStore):
+        rows = store.db.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
+        return "\n".join(row[3] for row in rows)
+    import asyncpg  # type: ignore[import-untyped]
+
+    text, args = positional(sql, params)
+    conn = await asyncpg.connect(store.dsn)
+    try:
+        await conn.execute("SET enable_seqscan = off; SET enable_sort = off")
+        rows = await conn.fetch("EXPLAIN " + text, *args)
+    finally:
+        await conn.close()
+    return "\n".join(row[0] for row in rows)
+
+
+def reads_index_in_order(plan: str, index: str) -> None:
+    """The plan reads `index` (or the primary key) and neither sorts nor scans a table."""
+    assert "TEMP B-TREE" not in plan, plan  # SQLite: a sort
+    assert "Sort" not in plan, plan  # PostgreSQL: a sort (disabled: chosen only with no index to read)
+    assert "Seq Scan" not in plan, plan
+    for line in plan.splitlines():
+        if line.startswith("SCAN ") and " USING " not in line:  # SQLite: a full scan of a table
+            pytest.fail(plan)
+    if index == "PRIMARY KEY":
+        assert any(name in plan for name in ("sqlite_autoindex", "_pkey", "INTEGER PRIMARY KEY")), plan
+        return
+    words = set(plan.replace("\n", " ").split())
+    assert words & set(index.split("|")), plan
+
+
+@pytest.mark.parametrize(("what", "query", "index"), REQUEST_LISTS, ids=[w for w, _, _ in REQUEST_LISTS])
+async def test_a_request_list_reads_its_page_from_one_index_in_order(
+    store: Store, what: str, query: Query, index: str
+) -> None:
+    recorder = Recorder(store)
+    await store.list(query)
+    reads_index_in_order(await plan_of(store, *recorder.last()), index)
+
+
+@pytest.mark.parametrize(("what", "query", "index"), RUN_LISTS, ids=[w for w, _, _ in RUN_LISTS])
+async def test_a_run_list_reads_its_page_from_one_index_in_order(
+    store: Store, what: str, query: RunQuery, index: str
+) -> None:
+    recorder = Recorder(store)
+    await store.list_runs(query)
+    reads_index_in_order(await plan_of(store, *recorder.last()), index)
+
+
+@pytest.mark.parametrize(("what", "filters", "index"), DELIVERY_LISTS, ids=[w for w, _, _ in DELIVERY_LISTS])
+async def test_a_delivery_list_reads_its_page_from_one_index_in_order(
+    store: Store, what: str, filters: dict[str, Any], index: str
+) -> None:
+    recorder = Recorder(store)
+    await store.list_deliveries(**filters)
+    reads_index_in_order(await plan_of(store, *recorder.last()), index)
+
+
+async def test_a_person_s_events_are_two_index_ranges_cut_at_the_page(store: Store) -> None:
+    recorder = Recorder(store)
+    await store.find_events(EventQuery(involving="ann", limit=500))
+    plan = await plan_of(store, *recorder.last())
+    assert "events_by_recipient" in plan and "events_by_requester" in plan, plan
+    assert "Seq Scan" not in plan, plan
