@@ -130,8 +130,6 @@ async def settled_or_conflict(broker: LocalBroker, request_id: str, done: bool) 
 async def create_request(
     body: CreateBody,
     caller: Caller,
-    broker: TheBroker,
-    state: State,
     http: Request,
     wait: Annotated[
         float | None,
@@ -143,13 +141,16 @@ async def create_request(
     once it settles, or as it is (pending) when `wait` runs out; a client that hangs up
     meanwhile withdraws it, as a waiting call that is cut does (unless it outlives its
     waiter: made with an idempotency key, or for a run)."""
+    # The hot routes read the app's state from the request rather than through further
+    # dependencies: each one costs FastAPI's dependency solving on every call.
+    state = app_state(http)
     response = await create(state, body, caller)
     if wait is None or wait <= 0:
         return response
     created = json.loads(bytes(response.body))
     if created["status"] != Status.PENDING:
         return response
-    settled = await _watch_unless_gone(broker, http, created["id"], wait)
+    settled = await _watch_unless_gone(state.broker, http, created["id"], wait)
     return JSONResponse(request_to_dict(settled), status_code=response.status_code)
 
 
@@ -326,9 +327,10 @@ async def get_request(request_id: str, caller: Caller, broker: TheBroker) -> JSO
     tags=["requests"],
 )
 async def wait_request(
-    request_id: str, caller: Caller, broker: TheBroker, timeout: Annotated[float, Query(ge=0, le=300)] = 30
+    request_id: str, caller: Caller, http: Request, timeout: Annotated[float, Query(ge=0, le=300)] = 30
 ) -> JSONResponse:
     """Long poll: the request once it settles, or 408 `pending` when `timeout` passes."""
+    broker = app_state(http).broker
     await visible(broker, request_id, caller)
     request = await broker.watch(request_id, timeout=timeout)
     if request.status is Status.PENDING:
@@ -370,10 +372,10 @@ async def answer_one(broker: LocalBroker, request_id: str, body: AnswerBody, cal
     responses=_problems(400, 404, 409, 413, 422),
     tags=["answers"],
 )
-async def answer_request(request_id: str, body: AnswerBody, caller: Caller, broker: TheBroker) -> JSONResponse:
+async def answer_request(request_id: str, body: AnswerBody, caller: Caller, http: Request) -> JSONResponse:
     """Answer with `answers` by ask id, a bare `answer`, or Novo-compatible `inputResponses`;
     `cancel: true` withdraws it instead."""
-    return out(await answer_one(broker, request_id, body, caller))
+    return out(await answer_one(app_state(http).broker, request_id, body, caller))
 
 
 @router.post("/answers", response_model=list[BatchResult], responses=_problems(400, 413, 422), tags=["answers"])
@@ -577,14 +579,20 @@ async def stream(
                 return
             cursor = page[-1].id
 
-    async def generate() -> AsyncIterator[ServerSentEvent]:
+    async def generate() -> AsyncIterator[ServerSentEvent | bytes]:
         yield ServerSentEvent(comment="connected", retry=2000)
         try:
             follow = state.hub.replay_then_follow(
-                accept, start, replay, holder=holder, still_valid=still_valid if holder is not None else None
+                accept,
+                start,
+                replay,
+                holder=holder,
+                still_valid=still_valid if holder is not None else None,
+                audience=("api", caller.name, caller.kind, request, session, run),
             )
+            frame = state.hub.frame
             async for event in follow:
-                yield ServerSentEvent(data=state.hub.encoded(event), event=event.type, id=str(event.id))
+                yield frame(event)  # the same bytes for every subscriber
         except Dropped as exc:
             yield ServerSentEvent(data=json.dumps({"reason": str(exc)}), event="dropped")
 
