@@ -720,6 +720,7 @@ async def fanout(
             client,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            limit=64 * 1024 * 1024,  # a report holds every stream's arrival time
         )
         for n in shares
         if n

@@ -144,18 +144,17 @@ async def create_request(
     # The hot routes read the app's state from the request rather than through further
     # dependencies: each one costs FastAPI's dependency solving on every call.
     state = app_state(http)
-    response = await create(state, body, caller)
-    if wait is None or wait <= 0:
-        return response
-    created = json.loads(bytes(response.body))
-    if created["status"] != Status.PENDING:
-        return response
-    settled = await _watch_unless_gone(state.broker, http, created["id"], wait)
-    return JSONResponse(request_to_dict(settled), status_code=response.status_code)
+    request, created = await create(state, body, caller)
+    if wait is not None and wait > 0 and request.status is Status.PENDING:
+        request = await _watch_unless_gone(state.broker, http, request.id, wait)
+    return JSONResponse(request_to_dict(request), status_code=201 if created else 200)
 
 
-async def create(state: AppState, body: CreateBody, caller: Principal, *, gate: bool = False) -> JSONResponse:
-    """Store a request from `caller`; with `gate`, one marked as an approval gate's own."""
+async def create(
+    state: AppState, body: CreateBody, caller: Principal, *, gate: bool = False
+) -> tuple[HumanRequest, bool]:
+    """Store a request from `caller`; with `gate`, one marked as an approval gate's own.
+    The request stored, and whether it is new (not an idempotent repeat)."""
     broker = state.broker
     to = body.to
     if to is None and caller.kind == "agent":
@@ -195,8 +194,7 @@ async def create(state: AppState, body: CreateBody, caller: Principal, *, gate: 
     )
     if body.detached:
         prepared = replace(prepared, detached=True)
-    request, created = await broker.submit(mark(prepared) if gate else prepared)
-    return JSONResponse(request_to_dict(request), status_code=201 if created else 200)
+    return await broker.submit(mark(prepared) if gate else prepared)
 
 
 @router.post(
@@ -218,7 +216,10 @@ async def create_approval(body: CreateBody, caller: Caller, state: State) -> JSO
     made. `kind` must be `approval` and `context` an object."""
     if body.kind != "approval":
         raise ApiError(422, "invalid_request", "kind: a gate approval has kind 'approval'")
-    return await create(state, body.model_copy(update={"context": unmarked(body.context)}), caller, gate=True)
+    request, created = await create(
+        state, body.model_copy(update={"context": unmarked(body.context)}), caller, gate=True
+    )
+    return JSONResponse(request_to_dict(request), status_code=201 if created else 200)
 
 
 @router.post(
