@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sse_starlette import EventSourceResponse
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 __all__ = ["DEFAULT_QUOTA", "DEFAULT_STREAMS", "Quota", "RateLimiter", "StreamSlots", "TooMany"]
 
@@ -149,13 +149,3 @@ class _HeldStream(EventSourceResponse):
             await super().__call__(scope, receive, send)
         finally:
             self._release()
-
-    async def _send_with_timeout(self, send: Send, message: Message) -> None:
-        # interlock's streams have no per-send timeout (a subscriber that stops reading
-        # is dropped by its bounded queue), so the cancel scope sse-starlette opens around
-        # every send would bound nothing; it was a sixth of the server's CPU per event
-        # fanned out to 1,000 streams.
-        if self.send_timeout is not None:
-            await super()._send_with_timeout(send, message)
-        else:
-            await send(message)
