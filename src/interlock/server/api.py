@@ -135,8 +135,6 @@ async def settled_or_conflict(broker: LocalBroker, request_id: str, done: bool) 
 async def create_request(
     body: CreateBody,
     caller: Caller,
-    broker: TheBroker,
-    state: State,
     http: Request,
     wait: Annotated[
         float | None,
@@ -148,18 +146,20 @@ async def create_request(
     once it settles, or as it is (pending) when `wait` runs out; a client that hangs up
     meanwhile withdraws it, as a waiting call that is cut does (unless it outlives its
     waiter: made with an idempotency key, or for a run)."""
-    response = await create(state, body, caller)
-    if wait is None or wait <= 0:
-        return response
-    created = json.loads(bytes(response.body))
-    if created["status"] != Status.PENDING:
-        return response
-    settled = await _watch_unless_gone(broker, http, created["id"], wait)
-    return JSONResponse(request_to_dict(settled), status_code=response.status_code)
+    # The hot routes read the app's state from the request rather than through further
+    # dependencies: each one costs FastAPI's dependency solving on every call.
+    state = app_state(http)
+    request, created = await create(state, body, caller)
+    if wait is not None and wait > 0 and request.status is Status.PENDING:
+        request = await _watch_unless_gone(state.broker, http, request.id, wait)
+    return JSONResponse(request_to_dict(request), status_code=201 if created else 200)
 
 
-async def create(state: AppState, body: CreateBody, caller: Principal, *, gate: bool = False) -> JSONResponse:
-    """Store a request from `caller`; with `gate`, one marked as an approval gate's own."""
+async def create(
+    state: AppState, body: CreateBody, caller: Principal, *, gate: bool = False
+) -> tuple[HumanRequest, bool]:
+    """Store a request from `caller`; with `gate`, one marked as an approval gate's own.
+    The request stored, and whether it is new (not an idempotent repeat)."""
     broker = state.broker
     to = body.to
     if to is None and caller.kind == "agent":
@@ -199,8 +199,7 @@ async def create(state: AppState, body: CreateBody, caller: Principal, *, gate: 
     )
     if body.detached:
         prepared = replace(prepared, detached=True)
-    request, created = await broker.submit(mark(prepared) if gate else prepared)
-    return JSONResponse(request_to_dict(request), status_code=201 if created else 200)
+    return await broker.submit(mark(prepared) if gate else prepared)
 
 
 @router.post(
@@ -222,7 +221,10 @@ async def create_approval(body: CreateBody, caller: Caller, state: State) -> JSO
     made. `kind` must be `approval` and `context` an object."""
     if body.kind != "approval":
         raise ApiError(422, "invalid_request", "kind: a gate approval has kind 'approval'")
-    return await create(state, body.model_copy(update={"context": unmarked(body.context)}), caller, gate=True)
+    request, created = await create(
+        state, body.model_copy(update={"context": unmarked(body.context)}), caller, gate=True
+    )
+    return JSONResponse(request_to_dict(request), status_code=201 if created else 200)
 
 
 @router.post(
@@ -407,9 +409,10 @@ async def list_claims(
     tags=["requests"],
 )
 async def wait_request(
-    request_id: str, caller: Caller, broker: TheBroker, timeout: Annotated[float, Query(ge=0, le=300)] = 30
+    request_id: str, caller: Caller, http: Request, timeout: Annotated[float, Query(ge=0, le=300)] = 30
 ) -> JSONResponse:
     """Long poll: the request once it settles, or 408 `pending` when `timeout` passes."""
+    broker = app_state(http).broker
     await visible(broker, request_id, caller)
     request = await broker.watch(request_id, timeout=timeout)
     if request.status is Status.PENDING:
@@ -451,10 +454,10 @@ async def answer_one(broker: LocalBroker, request_id: str, body: AnswerBody, cal
     responses=_problems(400, 404, 409, 413, 422),
     tags=["answers"],
 )
-async def answer_request(request_id: str, body: AnswerBody, caller: Caller, broker: TheBroker) -> JSONResponse:
+async def answer_request(request_id: str, body: AnswerBody, caller: Caller, http: Request) -> JSONResponse:
     """Answer with `answers` by ask id, a bare `answer`, or Novo-compatible `inputResponses`;
     `cancel: true` withdraws it instead."""
-    return out(await answer_one(broker, request_id, body, caller))
+    return out(await answer_one(app_state(http).broker, request_id, body, caller))
 
 
 @router.post("/answers", response_model=list[BatchResult], responses=_problems(400, 413, 422), tags=["answers"])
@@ -665,14 +668,20 @@ async def stream(
                 return
             cursor = page[-1].id
 
-    async def generate() -> AsyncIterator[ServerSentEvent]:
+    async def generate() -> AsyncIterator[ServerSentEvent | bytes]:
         yield ServerSentEvent(comment="connected", retry=2000)
         try:
             follow = state.hub.replay_then_follow(
-                accept, start, replay, holder=holder, still_valid=still_valid if holder is not None else None
+                accept,
+                start,
+                replay,
+                holder=holder,
+                still_valid=still_valid if holder is not None else None,
+                audience=("api", caller.name, caller.kind, request, session, run),
             )
+            frame = state.hub.frame
             async for event in follow:
-                yield ServerSentEvent(data=state.hub.encoded(event), event=event.type, id=str(event.id))
+                yield frame(event)  # the same bytes for every subscriber
         except Dropped as exc:
             yield ServerSentEvent(data=json.dumps({"reason": str(exc)}), event="dropped")
 

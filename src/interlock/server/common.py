@@ -189,15 +189,20 @@ class AppState:
 
 
 def app_state(request: Request) -> AppState:
-    """The app's state, for routes that take it as a dependency (`State`)."""
+    """The app's state (routes take it as the dependency `State`)."""
     state: AppState = request.app.state.interlock
     return state
 
 
-def app_broker(request: Request) -> LocalBroker:
-    """The app's broker, for routes that take it as a dependency (`TheBroker`)."""
+# The dependencies are coroutines: FastAPI runs a plain function dependency in a worker
+# thread, a thread hop per dependency per call (most of a cycle's latency on loopback).
+async def _state_dependency(request: Request) -> AppState:
+    return app_state(request)
+
+
+async def _broker_dependency(request: Request) -> LocalBroker:
     return app_state(request).broker
 
 
-State = Annotated[AppState, Depends(app_state)]
-TheBroker = Annotated[LocalBroker, Depends(app_broker)]
+State = Annotated[AppState, Depends(_state_dependency)]
+TheBroker = Annotated[LocalBroker, Depends(_broker_dependency)]

@@ -406,18 +406,23 @@ async def run_stream(
                 return
             cursor = page[-1].id
 
-    async def generate() -> AsyncIterator[ServerSentEvent]:
+    async def generate() -> AsyncIterator[ServerSentEvent | bytes]:
         yield ServerSentEvent(comment="connected", retry=2000)
         if start is not None:
             pause = await _pending_pause(broker, run_id, start)
             if pause is not None:
-                yield ServerSentEvent(data=state.hub.encoded(pause), event=pause.type, id=str(pause.id))
+                yield state.hub.frame(pause)
         try:
             follow = state.hub.replay_then_follow(
-                accept, start, replay, holder=holder, still_valid=still_valid if holder is not None else None
+                accept,
+                start,
+                replay,
+                holder=holder,
+                still_valid=still_valid if holder is not None else None,
+                audience=("run", caller.name, caller.kind, run_id),
             )
             async for event in follow:
-                yield ServerSentEvent(data=state.hub.encoded(event), event=event.type, id=str(event.id))
+                yield state.hub.frame(event)
         except Dropped as exc:
             yield ServerSentEvent(data=json.dumps({"reason": str(exc)}), event="dropped")
 

@@ -5,6 +5,11 @@ subscriber's bounded queue. A subscriber that falls `queue_size` events behind i
 with a reason instead of slowing the others; it reconnects with `Last-Event-ID` and the
 missed events are replayed from the store.
 
+Fan-out costs the server as little per subscriber as it can: each event is encoded once,
+as the complete SSE frame every subscriber is sent (`Hub.frame`), and whether a
+subscriber may see it is decided once per event for all subscribers with the same
+`audience` (the same principal and the same filters), not once per subscriber.
+
 A subscriber opened with a credential (`Holder`) ends when the event log says the
 credential is gone: a `token_revoked` event ends the streams of those tokens, a
 `signed_out` event those of that web session. Every node follows the same log, so a
@@ -16,9 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
 from typing import Any
+
+from sse_starlette import ServerSentEvent
 
 from ..broker import Broker
 from ..model import Event
@@ -33,41 +40,74 @@ ACCESS_EVENTS = frozenset({"token_revoked", "signed_out"})
 
 
 class Subscriber:
-    def __init__(self, hub: Hub, accept: Callable[[Event], bool], queue_size: int, holder: Holder | None) -> None:
+    """One stream's place in the fan-out: a bounded queue of the events it accepted, and
+    the one task that sends them, woken by a bare future (no per-event timer or lock)."""
+
+    def __init__(
+        self,
+        hub: Hub,
+        accept: Callable[[Event], bool],
+        queue_size: int,
+        holder: Holder | None,
+        audience: Hashable | None = None,
+    ) -> None:
         self.hub = hub
         self.accept = accept
         self.holder = holder
-        self.queue: asyncio.Queue[Event] = asyncio.Queue(queue_size)
+        self.audience = audience  # subscribers with the same audience accept the same events
+        self.queue: deque[Event] = deque()
+        self.queue_size = queue_size
         self.dropped: str | None = None
-        self.wakeup = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None
 
-    def offer(self, event: Event) -> None:
-        if self.dropped is not None or not self.accept(event):
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def offer(self, event: Event, decided: dict[Hashable, bool] | None = None) -> None:
+        """Queue `event` if this subscriber accepts it; `decided` holds the decisions
+        already made about this event, by audience."""
+        if self.dropped is not None:
             return
-        try:
-            self.queue.put_nowait(event)
-        except asyncio.QueueFull:
-            self.dropped = f"fell more than {self.queue.maxsize} events behind; reconnect with Last-Event-ID"
+        if decided is None or self.audience is None:
+            accepted: bool | None = self.accept(event)
+        else:
+            accepted = decided.get(self.audience)
+            if accepted is None:
+                accepted = decided[self.audience] = self.accept(event)
+        if not accepted:
+            return
+        if len(self.queue) >= self.queue_size:
+            self.dropped = f"fell more than {self.queue_size} events behind; reconnect with Last-Event-ID"
             self.hub.unsubscribe(self)
-        self.wakeup.set()
+        else:
+            self.queue.append(event)
+        self._wake()
 
     def end(self, reason: str) -> None:
         """Stop now: what is queued is not sent (the credential is gone)."""
-        while not self.queue.empty():
-            self.queue.get_nowait()
+        self.queue.clear()
+        self.stop(reason)
+
+    def stop(self, reason: str) -> None:
+        """Stop after what is queued."""
         self.dropped = reason
         self.hub.unsubscribe(self)
-        self.wakeup.set()
+        self._wake()
 
     async def next(self) -> Event | None:
         """The next live event, or None once dropped (after what was queued)."""
         while True:
-            if not self.queue.empty():
-                return self.queue.get_nowait()
+            if self.queue:
+                return self.queue.popleft()
             if self.dropped is not None:
                 return None
-            self.wakeup.clear()
-            await self.wakeup.wait()
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
 
 
 FRAME_CACHE_CHARS = 16 * 1024 * 1024
@@ -82,15 +122,17 @@ class Hub:
         self._task: asyncio.Task[None] | None = None
         self.on_event: list[Callable[[Event], None]] = []
         self._encode = encode or (lambda event: str(event.id))
-        self._frames: OrderedDict[int, str] = OrderedDict()
+        self._frames: OrderedDict[int, bytes] = OrderedDict()
         self._frame_chars = 0
 
-    def encoded(self, event: Event) -> str:
-        """The event's wire form, encoded once however many subscribers send it; the
-        frames kept are bounded in number and in size (`FRAME_CACHE_CHARS`)."""
+    def frame(self, event: Event) -> bytes:
+        """The event as the SSE frame every subscriber is sent (`id`, `event` and its
+        `data`), encoded once however many subscribers send it; the frames kept are
+        bounded in number and in size (`FRAME_CACHE_CHARS`)."""
         frame = self._frames.get(event.id)
         if frame is None:
-            frame = self._frames[event.id] = self._encode(event)
+            sse = ServerSentEvent(data=self._encode(event), event=event.type, id=str(event.id))
+            frame = self._frames[event.id] = sse.encode()
             self._frame_chars += len(frame)
             while self._frames and (len(self._frames) > 2 * self.queue_size or self._frame_chars > FRAME_CACHE_CHARS):
                 self._frame_chars -= len(self._frames.popitem(last=False)[1])
@@ -106,8 +148,7 @@ class Hub:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         for sub in list(self.subscribers):
-            sub.dropped = "the server is shutting down"
-            sub.wakeup.set()
+            sub.stop("the server is shutting down")
         self.subscribers.clear()
 
     async def _run(self, after: int) -> None:
@@ -119,16 +160,21 @@ class Hub:
                         self.end_streams(event.type, event.data)
                     for hook in self.on_event:
                         hook(event)
+                    decided: dict[Hashable, bool] = {}
                     for sub in list(self.subscribers):
-                        sub.offer(event)
+                        sub.offer(event, decided)
                 return  # the broker was closed
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("following the event log failed; resuming after event %s", after)
 
-    def subscribe(self, accept: Callable[[Event], bool], holder: Holder | None = None) -> Subscriber:
-        sub = Subscriber(self, accept, self.queue_size, holder)
+    def subscribe(
+        self, accept: Callable[[Event], bool], holder: Holder | None = None, audience: Hashable | None = None
+    ) -> Subscriber:
+        """A new subscriber; `audience`, when given, names everything `accept` depends on
+        (who, and which filters), so that one decision per event serves all alike."""
+        sub = Subscriber(self, accept, self.queue_size, holder, audience)
         self.subscribers.add(sub)
         return sub
 
@@ -159,6 +205,7 @@ class Hub:
         *,
         holder: Holder | None = None,
         still_valid: Callable[[], Awaitable[bool]] | None = None,
+        audience: Hashable | None = None,
     ) -> AsyncIterator[Event]:
         """Events after `after` from the store, then live ones: each once, in order.
 
@@ -167,8 +214,9 @@ class Hub:
         instead of the whole log after `after`. With a `holder`, the stream ends when
         its credential is revoked; `still_valid` is asked once after subscribing, so a
         revocation committed between the caller's check and the subscription counts too.
+        `audience`: see `subscribe`.
         """
-        sub = self.subscribe(accept, holder)  # first, so nothing committed from here on is missed
+        sub = self.subscribe(accept, holder, audience)  # first, so nothing committed from here on is missed
         try:
             if still_valid is not None and not await still_valid():
                 sub.end("the token was revoked")
