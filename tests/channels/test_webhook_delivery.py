@@ -16,6 +16,7 @@ import pytest
 import interlock
 from interlock import Confirm
 from interlock.broker import LocalBroker
+from interlock.channels import Message
 from interlock.channels.delivery import DeliveryLoop
 from interlock.routing import routing_from_dict
 from interlock.webhooks import InvalidSignature, verify
@@ -265,3 +266,65 @@ async def test_quiet_hours_hold_a_delivery_until_they_end(store_url: str, hook: 
         assert planned[0].status == "pending"
         assert timedelta(minutes=58) < planned[0].due_at - now <= timedelta(hours=1)
     assert hook.received == []
+
+
+class HeldChannel:
+    """A channel whose sends wait until `release` is set; it records when it is closed."""
+
+    def __init__(self) -> None:
+        self.sending = asyncio.Event()
+        self.release = asyncio.Event()
+        self.sent: list[str] = []
+        self.closed = False
+
+    async def send(self, message: Message) -> str | None:
+        assert not self.closed, "sent through a closed channel"
+        self.sending.set()
+        await self.release.wait()
+        assert not self.closed, "closed while a send was under way"
+        self.sent.append(message.delivery.id)
+        return None
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_a_routing_replaced_during_a_send_lets_that_send_finish_as_delivered(store_url: str) -> None:
+    held = HeldChannel()
+    async with delivering(store_url, routing("http://unused.example/hook"), channels={"hook": held}) as (broker, loop):
+        request = await broker.create(Confirm("Ship it?"), to="alice", requester="bot")
+        async with asyncio.timeout(20):
+            await held.sending.wait()
+        replacement = HeldChannel()
+        await loop.replace(loop.routing, {"hook": replacement}, loop.context)
+        assert not held.closed  # its send is still under way
+        held.release.set()
+        await until(loop, status_of(broker, request.id, "delivered"))
+        assert held.closed and len(held.sent) == 1
+        [delivery] = await broker.store.list_deliveries(request_id=request.id)
+        assert delivery.attempts == 1
+
+
+async def test_stopping_the_loop_lets_a_send_under_way_store_its_outcome(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'stop.db'}"
+    held = HeldChannel()
+    async with interlock.connect(url) as broker:
+        assert isinstance(broker, LocalBroker)
+        loop = DeliveryLoop(
+            broker.store,
+            broker.store,
+            routing_from_dict(routing("http://unused.example/hook")),
+            channels={"hook": held},
+            poll_interval=0.05,
+        )
+        loop.start()
+        request = await broker.create(Confirm("Ship it?"), to="alice", requester="bot")
+        async with asyncio.timeout(20):
+            await held.sending.wait()
+        stopping = asyncio.create_task(loop.stop())
+        await asyncio.sleep(0)  # the stop has begun: the loop takes no new work
+        held.release.set()
+        async with asyncio.timeout(20):
+            await stopping
+        [delivery] = await broker.store.list_deliveries(request_id=request.id)
+        assert (delivery.status, delivery.attempts, held.sent) == ("delivered", 1, [delivery.id])

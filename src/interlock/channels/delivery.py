@@ -134,7 +134,10 @@ class DeliveryLoop:
         self.delivery_lease = max(lease, (rounds + 1) * send_timeout)
         self._slots = asyncio.Semaphore(concurrency)
         self._wake = asyncio.Event()
+        self._stopping = False
         self._task: asyncio.Task[None] | None = None
+        self._sending: dict[Channel, int] = {}  # attempts under way, by channel
+        self._retired: list[Channel] = []  # channels replaced while an attempt still used them
         self.on_change: list[Callable[[], None]] = []
         """Called after each notice is routed and each attempt's outcome is stored."""
         self.on_outcome: list[Callable[[Delivery], None]] = []
@@ -148,29 +151,38 @@ class DeliveryLoop:
 
     def start(self) -> None:
         if self._task is None:
+            self._stopping = False
             self._task = asyncio.get_running_loop().create_task(self.run(), name="interlock-delivery")
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop delivering. The attempts under way are given `grace` seconds to finish and
+        store their outcome (a delivery sent but not recorded would be sent again after a
+        restart); whatever is still running then is cancelled and left to its lease."""
         task, self._task = self._task, None
         if task is not None:
+            self._stopping = True
+            self._wake.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), grace)
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for channel in self.channels.values():
-            try:
-                await channel.aclose()
-            except Exception:
-                log.exception("closing a channel failed")
+        for channel in [*self.channels.values(), *self._retired]:
+            await _close(channel)
+        self._retired.clear()
 
     async def replace(self, routing: Routing, channels: Mapping[str, Channel], context: ChannelContext) -> None:
-        """Use another routing from now on (what is routed already keeps its deliveries)."""
+        """Use another routing from now on (what is routed already keeps its deliveries).
+        An old channel is closed once the attempts it is sending have ended: closing it
+        under a send would make a delivery the receiver got count as failed, and be sent
+        again."""
         old = self.channels
         self.routing, self.channels, self.context = routing, dict(channels), context
         for channel in old.values():
-            try:
-                await channel.aclose()
-            except Exception:
-                log.exception("closing a channel failed")
+            if self._sending.get(channel):
+                self._retired.append(channel)
+            else:
+                await _close(channel)
         self.wake()
 
     async def refresh_routing(self) -> bool:
@@ -194,7 +206,7 @@ class DeliveryLoop:
     async def run(self) -> None:
         """Deliver until cancelled; a failing store is logged and tried again."""
         failures = 0
-        while True:
+        while not self._stopping:
             self._wake.clear()
             try:
                 check = self.routing_check
@@ -210,7 +222,7 @@ class DeliveryLoop:
                 busy = False
                 await asyncio.sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
                 continue
-            if busy:
+            if busy or self._stopping:
                 continue
             delay = self.poll_interval
             due = await self.store.next_outbox_due()
@@ -250,6 +262,17 @@ class DeliveryLoop:
                 callback(outcome)
         self._changed()
 
+    async def _sent(self, channel: Channel) -> None:
+        """An attempt through `channel` ended: close it if it was replaced meanwhile."""
+        left = self._sending[channel] - 1
+        if left:
+            self._sending[channel] = left
+            return
+        del self._sending[channel]
+        if channel in self._retired:
+            self._retired.remove(channel)
+            await _close(channel)
+
     def _changed(self) -> None:
         for callback in self.on_change:
             callback()
@@ -273,6 +296,7 @@ class DeliveryLoop:
             found = await self.store.list_deliveries(request_id=delivery.request_id, limit=1000)
             earlier = tuple(d for d in found if d.channel == delivery.channel and d.id != delivery.id)
         started = time.monotonic()
+        self._sending[channel] = self._sending.get(channel, 0) + 1
         try:
             async with asyncio.timeout(self.send_timeout):
                 reference = await channel.send(Message(delivery, request, self.context, earlier))
@@ -289,9 +313,18 @@ class DeliveryLoop:
                 return delivery.with_state(status="dead", attempts=attempts, last_error=_error(exc))
             wait = retry_delay(attempts, first=self.routing.retry_first, cap=self.routing.retry_cap)
             return delivery.with_state(attempts=attempts, last_error=_error(exc), due_at=now + timedelta(seconds=wait))
+        finally:
+            await self._sent(channel)
         return delivery.with_state(
             status="delivered", attempts=attempts, delivered_at=datetime.now(UTC), last_error=None, reference=reference
         )
+
+
+async def _close(channel: Channel) -> None:
+    try:
+        await channel.aclose()
+    except Exception:
+        log.exception("closing a channel failed")
 
 
 def _error(exc: BaseException) -> str:
