@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
@@ -12,7 +13,7 @@ import pytest
 
 import interlock
 from interlock import Broker, Closed, Expired, NotFound, Rejected, Status, Text
-from interlock.broker import _SCHEMES, register_scheme
+from interlock.broker import _SCHEMES, LocalBroker, register_scheme
 from interlock.store._sql import load_migrations
 from interlock.store.memory import MemoryStore
 from interlock.store.sqlite import SqliteStore
@@ -257,15 +258,52 @@ async def test_principals_and_tokens_are_kept_and_revoked(url: str, tmp_path: Pa
         assert await store.principal_for_token(hash_token(second.secret)) is None
 
 
-async def test_the_sqlite_history_index_kept_by_triggers_matches_one_rebuilt_from_the_rows(tmp_path: Path) -> None:
+async def test_an_upgrade_from_the_trigger_kept_outbox_and_index_loses_and_repeats_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import interlock.store.sqlite as sqlite_store
+
+    path = tmp_path / "upgraded.db"
+    derived = next(m for m in load_migrations("sqlite") if m.name == "derived_from_events")
+    before = [m for m in load_migrations("sqlite") if m.version < derived.version]
+    with monkeypatch.context() as patch:  # a file made before the outbox and index were derived
+        patch.setattr(sqlite_store, "load_migrations", lambda dialect: before)
+        async with interlock.connect(f"sqlite:///{path}") as broker:
+            old = [await broker.create(Text(f"Ship release {i}?"), to="alice") for i in range(3)]
+            await broker.resolve(old[0].id, "canary green")
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+        assert isinstance(broker, LocalBroker)
+        await broker.resolve(old[1].id, "canary too")  # indexed by a trigger while pending
+        new = await broker.create(Text("Ship the hotfix?"), to="alice")
+        assert {r.id for r in (await broker.list(text="ship")).items} == {*(r.id for r in old), new.id}
+        assert {r.id for r in (await broker.list(text="canary")).items} == {old[0].id, old[1].id}
+        notices = await broker.store.claim_notices("loop", datetime.now(UTC), 60.0, limit=100)
+        assert [(n.type, n.request_id) for n in notices] == [
+            ("created", old[0].id),
+            ("created", old[1].id),
+            ("created", old[2].id),
+            ("answered", old[0].id),
+            ("answered", old[1].id),
+            ("created", new.id),
+        ]
+        assert len({n.event_id for n in notices}) == len(notices)
+
+
+async def test_the_sqlite_history_index_kept_up_with_the_event_log_matches_one_rebuilt_from_it(tmp_path: Path) -> None:
     path = tmp_path / "history.db"
     async with interlock.connect(f"sqlite:///{path}") as broker:
         made = [await broker.create(Text(f"Ship release {i}?"), title="Nightly") for i in range(6)]
+        # a search takes the pending requests into the index; their answers come after it
+        assert len((await broker.list(text="ship")).items) == 6
         for i, request in enumerate(made[:4]):
             await broker.resolve(request.id, "canary green" if i % 2 else "blocked")
+        await broker.cancel(made[4].id)
+        assert {r.id for r in (await broker.list(text="canary")).items} == {made[1].id, made[3].id}
+        await broker.resolve((await broker.create(Text("Ship the hotfix?"))).id, "canary first")
+    # closing took the last answer in too
 
     def matches(db: sqlite3.Connection) -> dict[str, list[int]]:
-        words = ("ship", "nightly", "canary", "blocked", "release")
+        words = ("ship", "nightly", "canary", "blocked", "release", "hotfix", "first")
         return {
             w: sorted(r[0] for r in db.execute("SELECT rowid FROM requests_text WHERE requests_text MATCH ?", (w,)))
             for w in words
@@ -274,12 +312,18 @@ async def test_the_sqlite_history_index_kept_by_triggers_matches_one_rebuilt_fro
     db = sqlite3.connect(path)
     try:
         kept = matches(db)
-        assert len(kept["ship"]) == 6 and len(kept["canary"]) == 2 and len(kept["blocked"]) == 2
-        # the migration that made the index contentless rebuilds it from the rows: the same
-        # words find the same rows
-        rebuild = next(m for m in load_migrations("sqlite") if m.name == "contentless_history_index")
+        assert [len(kept[w]) for w in ("ship", "canary", "blocked", "hotfix", "first")] == [7, 3, 2, 1, 1]
+        db.execute("INSERT INTO requests_text (requests_text, rank) VALUES ('integrity-check', 0)")
+        # an index derived from the whole event log at once finds the same rows
         with db:
-            db.executescript(rebuild.sql)
+            db.execute("INSERT INTO requests_text (requests_text) VALUES ('delete-all')")
+            db.execute("UPDATE derived SET event_id = 0 WHERE name = 'search'")
+    finally:
+        db.close()
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+        assert len((await broker.list(text="hotfix")).items) == 1
+    db = sqlite3.connect(path)
+    try:
         assert matches(db) == kept
         db.execute("INSERT INTO requests_text (requests_text, rank) VALUES ('integrity-check', 0)")
     finally:

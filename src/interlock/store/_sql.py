@@ -482,7 +482,12 @@ class SqlStore:
     dialect = "sqlite"
 
     async def list(self, query: Query) -> Sequence[Request]:
+        if query.words:
+            await self._before_search()
         return [request_from_row(*row) for row in await self._rows_of(*list_sql(query, self.dialect, self._stamp))]
+
+    async def _before_search(self) -> None:
+        """Bring what a text search reads up to date (a dialect that derives it later)."""
 
     async def next_expiry(self) -> datetime | None:
         value = (await self._rows("next_expiry"))[0][0]

@@ -13,6 +13,8 @@ Transactions never await inside, so the writes of one process are serialized by 
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import os
 import sqlite3
 import time
@@ -63,11 +65,19 @@ from ._wakeup import Wakeup
 
 __all__ = ["SqliteStore", "from_url"]
 
+log = logging.getLogger("interlock")
+
 T = TypeVar("T")
 Q = load_queries("sqlite")
 F = load_queries("sqlite", "followups")
 _NUMBERED = {name: numbered(sql) for name, sql in Q.items()}  # the queries `SqlStore` runs with positional arguments
 _SYNCHRONOUS = {"OFF", "NORMAL", "FULL", "EXTRA"}
+DERIVE_DELAY = 0.2
+"""Seconds after a write of this process before the search index is brought up to date
+with it (a search brings it up to date first anyway)."""
+DERIVE_CHUNK = 1000
+"""Events taken into the search index or the outbox a transaction: a short hold of the
+write lock and of the event loop, for many events' worth of work."""
 
 
 def _us(value: datetime | None) -> int | None:
@@ -241,6 +251,7 @@ class SqliteStore(SqlStore):
         self._batch_loop: asyncio.AbstractEventLoop | None = None
         self._turn_taken: asyncio.AbstractEventLoop | None = None  # the loop whose current turn committed a write
         self._committing: set[asyncio.Task[None]] = set()  # batches backing off from a lock
+        self._deriving: asyncio.TimerHandle | asyncio.Task[None] | None = None  # the search index's next catch-up
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -255,7 +266,15 @@ class SqliteStore(SqlStore):
 
     async def aclose(self) -> None:
         self._wakeup.close()
+        if self._deriving is not None:
+            self._deriving.cancel()
+            self._deriving = None
         if self._db is not None:
+            # Leave the search index up to date for whoever opens the file next.
+            try:
+                await self._derive("search")
+            except (sqlite3.Error, TimeoutError) as exc:
+                log.warning("the search index was left behind the event log on close: %s", exc)
             self._db.close()
             self._db = None
 
@@ -319,6 +338,7 @@ class SqliteStore(SqlStore):
                 raise value
             if notify:
                 self._wakeup.notify()
+                self._derive_soon()
             return cast(T, value)
         fut: asyncio.Future[Any] = loop.create_future()
         if self._batch is None or self._batch_loop is not loop:
@@ -387,6 +407,7 @@ class SqliteStore(SqlStore):
     def _settle_batch(self, batch: list[_Write], outcomes: list[tuple[bool, Any]]) -> None:
         if any(ok and notify for (ok, _), (_, _, notify) in zip(outcomes, batch, strict=True)):
             self._wakeup.notify()
+            self._derive_soon()
         for (_, fut, _), (ok, value) in zip(batch, outcomes, strict=True):
             if fut.done():
                 continue
@@ -394,6 +415,52 @@ class SqliteStore(SqlStore):
                 fut.set_result(value)
             else:
                 fut.set_exception(value)
+
+    # -- what is derived from the event log -------------------------------------------------
+
+    def _derive_soon(self) -> None:
+        """Bring the search index up to date shortly (a write of ours appended events)."""
+        if self._deriving is None and self._db is not None:
+            self._deriving = asyncio.get_running_loop().call_later(DERIVE_DELAY, self._derive_now)
+
+    def _derive_now(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._derive("search"))
+        self._deriving = task
+
+        def done(task: asyncio.Task[None]) -> None:
+            if self._deriving is task:
+                self._deriving = None
+            if not task.cancelled() and (exc := task.exception()) is not None:
+                log.warning("bringing the search index up to date failed (a search will try again): %s", exc)
+
+        task.add_done_callback(done)
+
+    async def _derive(self, name: str) -> None:
+        """Bring `name` (the `search` index or the `outbox`'s notices) up to date with every
+        event committed so far, `DERIVE_CHUNK` events a transaction (and no further: the
+        events appended meanwhile are the next catch-up's)."""
+        ((after, last),) = await self._read(Q["derived_behind"], {"name": name})
+        while after < last:
+            upto = min(last, after + DERIVE_CHUNK)
+            await self._write(functools.partial(self._derive_chunk, name=name, upto=upto), notify=False)
+            after = upto
+
+    async def _before_search(self) -> None:
+        await self._derive("search")  # a search sees every change committed before it
+
+    @staticmethod
+    def _derive_chunk(db: sqlite3.Connection, *, name: str, upto: int) -> None:
+        # Read again in the transaction: another process may have gone on meanwhile.
+        ((after, _),) = db.execute(Q["derived_behind"], {"name": name}).fetchall()
+        if after >= upto:
+            return
+        window = {"after": after, "upto": upto}
+        if name == "search":
+            db.execute(Q["unindex_settled"], window)
+            db.execute(Q["index_requests"], window)
+        else:
+            db.execute(Q["derive_notices"], window)
+        db.execute(Q["set_derived"], {"name": name, "upto": upto})
 
     async def _read(self, sql: str, params: dict[str, Any] | Sequence[Any] = ()) -> list[Any]:
         db = self.db
@@ -1112,6 +1179,7 @@ class SqliteStore(SqlStore):
                 db.execute(Q["lease_notice"], {"owner": owner, "until": until, "id": row[0]})
             return rows
 
+        await self._derive("outbox")
         if not await self._read(Q["unrouted_notices"], params):
             return []  # the common case: take no write lock
         return [self._notice(row) for row in await self._write(claim, notify=False)]
@@ -1157,6 +1225,9 @@ class SqliteStore(SqlStore):
         return await self.get_delivery(delivery_id)
 
     async def next_outbox_due(self) -> datetime | None:
+        rows = await self._read(Q["first_underived_notice"])
+        if rows:
+            return _from_us(rows[0][0])
         rows = await self._read(Q["oldest_unrouted"])
         if rows[0][0] is None:
             rows = await self._read(Q["next_delivery_due"])

@@ -377,3 +377,59 @@ SELECT request_id, claimed_by, claimed_at FROM claims WHERE request_id IN (SELEC
 
 -- name: principal_kind
 SELECT kind FROM principals WHERE name = :name;
+
+-- Derived from the event log (see migration 0016): how far each is up to date.
+
+-- name: derived_behind
+SELECT d.event_id, (SELECT ifnull(max(id), 0) FROM events) FROM derived d WHERE d.name = :name;
+
+-- name: set_derived
+UPDATE derived SET event_id = :upto WHERE name = :name;
+
+-- name: derive_notices
+INSERT INTO outbox (event_id, type, request_id, recipient, at)
+SELECT id, type, request_id, recipient, at FROM events
+WHERE id > :after AND id <= :upto AND request_id IS NOT NULL
+  AND type IN ('created', 'answered', 'rejected', 'expired', 'cancelled')
+ORDER BY id;
+
+-- name: first_underived_notice
+SELECT at FROM events
+WHERE id > (SELECT event_id FROM derived WHERE name = 'outbox') AND request_id IS NOT NULL
+  AND type IN ('created', 'answered', 'rejected', 'expired', 'cancelled')
+ORDER BY id LIMIT 1;
+
+-- The search index: one row per request (its rowid), the texts of the request, then of its
+-- response once it has one, as the index was first built (migration 0013). A request whose
+-- pending text was indexed before the events in (:after, :upto] and that settled in them
+-- with a response has that text taken out (a contentless index forgets a row's words when
+-- told the text they came from), then its whole text put in; one created in them is put
+-- in as it is now.
+
+-- name: unindex_settled
+INSERT INTO requests_text (requests_text, rowid, body)
+SELECT 'delete', r.rowid,
+    CASE WHEN json_valid(r.doc)
+        THEN (SELECT group_concat(value, ' ') FROM json_tree(r.doc) WHERE type = 'text')
+        ELSE r.doc END
+FROM requests r
+WHERE r.id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto AND request_id IS NOT NULL
+                 AND type IN ('answered', 'rejected', 'expired', 'cancelled'))
+  AND r.response IS NOT NULL
+  AND EXISTS (SELECT 1 FROM events c WHERE c.request_id = r.id AND c.id <= :after AND c.type = 'created');
+
+-- name: index_requests
+INSERT INTO requests_text (rowid, body)
+SELECT r.rowid,
+    CASE WHEN json_valid(r.doc)
+        THEN (SELECT group_concat(value, ' ') FROM json_tree(r.doc) WHERE type = 'text')
+        ELSE r.doc END ||
+    CASE WHEN r.response IS NULL THEN ''
+        WHEN json_valid(r.response)
+        THEN ' ' || coalesce((SELECT group_concat(value, ' ') FROM json_tree(r.response) WHERE type = 'text'), '')
+        ELSE ' ' || r.response END
+FROM requests r
+WHERE r.id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto AND request_id IS NOT NULL
+                 AND type IN ('created', 'answered', 'rejected', 'expired', 'cancelled'))
+  AND (r.response IS NOT NULL
+       OR NOT EXISTS (SELECT 1 FROM events c WHERE c.request_id = r.id AND c.id <= :after AND c.type = 'created'));
