@@ -18,7 +18,8 @@ import pytest
 from agents import Agent as OpenAIAgent
 from agents import Model, ModelResponse, RunConfig, Usage, function_tool
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
-from pydantic_ai import Agent, CallDeferred
+from pydantic_ai import Agent, CallDeferred, RunContext
+from pydantic_ai.exceptions import ApprovalRequired
 from pydantic_ai.messages import ModelMessage, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.messages import ModelResponse as PaiResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -448,3 +449,31 @@ async def test_a_worker_that_died_while_the_approved_tool_ran_leaves_the_call_in
     # a third attempt finds the same, and does not record it twice
     assert await runs_of(framework, broker, ApprovalGate(broker, to="alice"), DEPLOY, tools).resume(claimed, {}) == said
     assert len(await call_records(broker, run.id)) == 1
+
+
+async def test_a_pydantic_ai_tool_that_asks_for_approval_itself_is_held_for_a_person(broker: Broker) -> None:
+    ran: list[str] = []
+
+    def decide(messages: list[ModelMessage], info: AgentInfo) -> PaiResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not returns:
+            return PaiResponse(parts=[ToolCallPart("transfer", {"amount": 900}, tool_call_id="t1")])
+        return PaiResponse(parts=[TextPart(str(returns[-1].content))])
+
+    agent = Agent(FunctionModel(decide))
+
+    @agent.tool
+    def transfer(ctx: RunContext[None], amount: int) -> str:
+        if amount > 500 and not ctx.tool_call_approved:
+            raise ApprovalRequired
+        ran.append(f"transfer {amount}")
+        return f"sent {amount}"
+
+    runs = PydanticAIRuns(broker, agent, name="ops", gate=ApprovalGate(broker, to="alice"))
+    run = await runs.start("pay")
+    assert run.status is RunStatus.WAITING_FOR_APPROVAL and ran == []
+    (approval,) = [await broker.get(i) for i in run.waiting_on]
+    assert (approval.origin.tool_name, approval.context["arguments"]) == ("transfer", {"amount": 900})
+    await broker.resolve(approval.id, {"approve": True}, by="alice")
+    done = await resume_ready(broker, runs.handlers())
+    assert (done.status, done.result, ran) == (RunStatus.COMPLETED, "sent 900", ["transfer 900"])
