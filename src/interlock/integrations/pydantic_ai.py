@@ -102,7 +102,7 @@ class _Gatekeeper(AbstractCapability[Any]):
         if ctx.tool_call_approved:  # decided already: by a person through the gate, or below
             return args
         held = Held(call.tool_call_id, call.tool_name, call.args_as_dict(), "approval", marked=False)
-        outcome = await self.asker.decide(self.run, held, tool_def.parameters_json_schema)
+        outcome = await self.asker.decide(self.run, held, self.schemas.get(call.tool_name))
         if isinstance(outcome, Approved):
             return args
         self.held[call.tool_call_id] = outcome
