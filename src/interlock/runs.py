@@ -19,8 +19,10 @@ the handler does decides how the run goes on:
 
 If the worker dies meanwhile, its lease runs out and another worker claims the run again,
 so a handler may run more than once for one pause (`run.attempts` counts the claims): it
-should be safe to repeat, as a tool call behind the approval gate is (an approval is
-consumed once).
+should be safe to repeat. A tool call behind the approval gate runs at most once per
+approval (an approval is spent once, durably); the framework adapters also record an
+approved call's output on the run, so a repeated resume gives it back instead of
+running the call again (`interlock.integrations._pauses`).
 
 `Worker(broker, handlers).run()` serves in a program that stays up; `interlock worker
 module:factory` is the same as a process of its own.

@@ -1,7 +1,8 @@
 """An agent program for the framework acceptance tests: one deploy agent per framework.
 
 Run as `python frameworks_app.py FRAMEWORK STORE_URL RUN_ID` it starts a run, which parks
-on the deploy approval, prints the run as JSON and exits. `interlock worker
+on the deploy approval, prints the run as JSON and exits (with $DIE_BEFORE_PARKING set, it
+is killed once the approval is stored, before the run is parked). `interlock worker
 frameworks_app:FRAMEWORK_factory` resumes it in another process. The deploy tool appends
 each call it actually ran to the file named by $DEPLOY_LOG, so a test can count them.
 
@@ -112,6 +113,9 @@ def openai_agents_factory(broker: Broker) -> dict[str, ResumeHandler]:
 async def start(framework: str, url: str, run_id: str) -> None:
     async with interlock.connect(url) as broker:
         runs = pydantic_ai_runs(broker) if framework == "pydantic-ai" else openai_agents_runs(broker)
+        if os.environ.get("DIE_BEFORE_PARKING"):
+            # The process is killed once its approval is stored and before its run is parked.
+            broker.park = lambda *args, **kwargs: os._exit(3)  # type: ignore[method-assign]
         run = await runs.start("Deploy 2.3 to prod", run_id=run_id, session="ops-chat")
         print(json.dumps(run_to_dict(run, state=False)))
 

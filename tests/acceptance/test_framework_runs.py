@@ -4,8 +4,10 @@ Each test runs the agent program (frameworks_app.py) in a subprocess: it starts 
 which parks on the deploy approval, and exits. A person answers with the CLI (or the
 HTTP API), and `interlock worker` resumes the run in another subprocess, in both orders:
 the answer before the worker starts, and the worker waiting before the answer. On
-SQLite and PostgreSQL, and for an agent that reaches interlock over http://. Each checks
-that the tool ran exactly once, with the arguments the person approved.
+SQLite and PostgreSQL, and for an agent that reaches interlock over http:// (both orders
+too). An agent killed after asking and restarted finds its approval instead of making a
+second. Each checks that the tool ran exactly once, with the arguments the person
+approved.
 """
 
 from __future__ import annotations
@@ -55,15 +57,20 @@ def env(log: Path) -> dict[str, str]:
     return {**os.environ, "DEPLOY_LOG": str(log), "PYTHONPATH": path}
 
 
-def start_agent(framework: str, url: str, log: Path) -> dict[str, Any]:
-    """Run the agent program: it starts a run, parks it and exits."""
-    done = subprocess.run(
-        [sys.executable, str(HERE / "frameworks_app.py"), framework, url, new_id()],
+def agent_process(framework: str, url: str, log: Path, run_id: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    """Run the agent program on run `run_id` to its end (or its death)."""
+    return subprocess.run(
+        [sys.executable, str(HERE / "frameworks_app.py"), framework, url, run_id],
         capture_output=True,
         text=True,
-        env=env(log),
+        env={**env(log), **extra},
         timeout=BOUND,
     )
+
+
+def start_agent(framework: str, url: str, log: Path, run_id: str | None = None) -> dict[str, Any]:
+    """Run the agent program: it starts a run, parks it and exits."""
+    done = agent_process(framework, url, log, run_id or new_id())
     assert done.returncode == 0, done.stderr
     run: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     assert run["status"] == "waiting_for_approval", run
@@ -178,25 +185,66 @@ def server(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) ->
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-async def test_an_agent_reaching_interlock_over_http_parks_and_resumes_the_same(
-    framework: str, server: str, log: Path
+async def test_a_restarted_agent_finds_its_approval_instead_of_making_a_second(
+    framework: str, store: str, log: Path
 ) -> None:
-    run = start_agent(framework, server, log)
-    (request_id,) = run["waiting_on"]
+    run_id = new_id()
+    killed = agent_process(framework, store, log, run_id, DIE_BEFORE_PARKING="1")
+    assert killed.returncode == 3, killed.stderr  # died with its approval made, its run not parked
+    async with interlock.connect(store) as broker:
+        (made,) = (await broker.list(kind="approval")).items
+        assert (await broker.get_run(run_id)).status is RunStatus.RUNNING
+    parked = start_agent(framework, store, log, run_id)  # the program starts again, from the top
+    assert parked["waiting_on"] == [made.id]
+    assert start_agent(framework, store, log, run_id) == parked  # and again, once parked
+    async with interlock.connect(store) as broker:
+        assert [a.id for a in (await broker.list(kind="approval")).items] == [made.id]
+    words, expected = approve_with(framework)
+    assert cli(store, log, "answer", made.id, *words, "--by", "alice").returncode == 0
+    assert cli(store, log, "worker", factory(framework), "--once").returncode == 0
+    final = await ended(store, run_id)
+    assert final.status is RunStatus.COMPLETED, final.error
+    assert deploys(log) == [expected]
+
+
+async def answer_over_http(server: str, request_id: str, run_id: str) -> None:
+    """Alice approves with the Novo-compatible inputResponses, after checking what she approves."""
     async with httpx.AsyncClient(base_url=f"{server}/api/v1", timeout=BOUND) as api:
         shown = (await api.get(f"/requests/{request_id}")).json()
         assert (shown["kind"], shown["origin"]["run"], shown["origin"]["tool_call_id"]) == (
             "approval",
-            run["id"],
+            run_id,
             "call_deploy_1",
         )
         body = {"inputResponses": [{"requestId": request_id, "optionId": "approve"}], "by": "alice"}
         answered = await api.post(f"/requests/{request_id}/answer", json=body)
         assert answered.status_code == 200, answered.text
-    resumed = cli(server, log, "worker", factory(framework), "--once")
-    assert resumed.returncode == 0, resumed.stderr
-    final = await ended(server, run["id"])
+
+
+@pytest.mark.parametrize("order", ["answered-first", "worker-first"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_an_agent_reaching_interlock_over_http_parks_and_resumes_the_same(
+    framework: str, order: str, server: str, log: Path
+) -> None:
+    worker = spawn_worker(framework, server, log) if order == "worker-first" else None
+    try:
+        run = start_agent(framework, server, log)
+        (request_id,) = run["waiting_on"]
+        assert deploys(log) == []
+        await answer_over_http(server, request_id, run["id"])
+        if worker is None:
+            resumed = cli(server, log, "worker", factory(framework), "--once")
+            assert resumed.returncode == 0, resumed.stderr
+        final = await ended(server, run["id"])
+    finally:
+        if worker is not None:
+            worker.send_signal(signal.SIGTERM)
+            _, err = worker.communicate(timeout=BOUND)
+    if worker is not None:
+        assert worker.returncode == 0, err
+        assert "resumed 1 run(s)" in err
     assert final.status is RunStatus.COMPLETED, final.error
+    assert final.result == "deploy said: deployed 2.3 to prod"
     assert deploys(log) == [{"env": "prod", "version": "2.3"}]
     async with interlock.connect(server) as broker:
         approval = await broker.get(request_id)

@@ -18,8 +18,8 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
 from starlette.routing import Route
 
-from interlock import Broker, Request
-from interlock.agent import ApprovalGate, ToolCall, ToolFunctions, ToolRunner, arguments_digest
+from interlock import Broker, Deny, Request
+from interlock.agent import Allow, ApprovalGate, ToolCall, ToolFunctions, ToolRunner, arguments_digest
 from interlock.errors import ApprovalDenied, ApprovalRefused, RunFailed
 from interlock.webhooks import signed_headers, verify
 
@@ -168,6 +168,82 @@ async def test_the_stricter_of_the_stored_and_the_python_policy_wins(broker: Bro
     request = await approve_next(inbox)
     assert request.context["policy"] == "always"
     await bounded(task)
+
+
+class Consulted:
+    """The gate's own Python hook: keeps the tools it was asked about, answers `verdict`."""
+
+    def __init__(self, verdict: Allow | Deny) -> None:
+        self.verdict = verdict
+        self.tools: list[str] = []
+
+    def __call__(self, call: ToolCall) -> Allow | Deny:
+        self.tools.append(call.name)
+        return self.verdict
+
+
+async def test_a_stored_never_answers_before_the_gate_s_own_hook(broker: Broker) -> None:
+    await broker.set_approval_policy({"agent": "ops", "approval": "never"})
+    hook = Consulted(Deny("frozen"))
+    gate = ApprovalGate(broker, to="alice", hook=hook)
+    assert await bounded(gate.authorize(call())) == {"env": "prod", "n": 0}
+    assert hook.tools == []
+    assert (await broker.list(kind="approval")).items == []
+    assert [(d["decision"], d["reason"]) for d in await decisions(broker)] == [("allow", "approval is 'never'")]
+
+
+async def test_a_tool_gatedtools_omits_runs_without_consulting_the_gate_s_own_hook(broker: Broker) -> None:
+    await broker.set_approval_policy({"agent": "ops", "approval": "always", "gatedTools": ["deploy"]})
+    hook = Consulted(Deny("nothing runs today"))
+    gate = ApprovalGate(broker, to="alice", hook=hook)
+    assert await bounded(gate.authorize(call("read_logs"))) == {"env": "prod", "n": 0}
+    assert hook.tools == []
+    audit = [(d["decision"], d["tool"], d["reason"]) for d in await decisions(broker)]
+    assert audit == [("allow", "read_logs", "gatedTools omits 'read_logs'")]
+
+
+async def test_a_stored_autoallow_runs_without_consulting_the_gate_s_own_hook(broker: Broker) -> None:
+    await broker.set_approval_policy({"agent": "ops", "approval": "always", "autoAllow": ["read_*"]})
+    hook = Consulted(Deny("nothing runs today"))
+    gate = ApprovalGate(broker, to="alice", hook=hook)
+    assert await bounded(gate.authorize(call("read_logs"))) == {"env": "prod", "n": 0}
+    assert hook.tools == []
+
+
+async def test_a_tool_gatedtools_lists_is_put_to_the_gate_s_own_hook_whose_denial_refuses_it(broker: Broker) -> None:
+    await broker.set_approval_policy({"agent": "ops", "approval": "always", "gatedTools": ["deploy"]})
+    hook = Consulted(Deny("prod is frozen"))
+    gate = ApprovalGate(broker, to="alice", hook=hook)
+    with pytest.raises(ApprovalDenied, match="prod is frozen"):
+        await bounded(gate.authorize(call("deploy")))
+    assert hook.tools == ["deploy"]
+    assert (await broker.list(kind="approval")).items == []
+
+
+async def test_the_gate_s_own_hook_allowing_a_gated_tool_still_leaves_it_to_a_person(
+    broker: Broker, inbox: Inbox
+) -> None:
+    await broker.set_approval_policy({"agent": "ops", "approval": "always", "gatedTools": ["deploy"]})
+    hook = Consulted(Allow())
+    gate = ApprovalGate(broker, to="alice", hook=hook)
+    task = asyncio.create_task(gate.authorize(call("deploy")))
+    request = await approve_next(inbox)
+    assert request.context["policy"] == "always"
+    assert await bounded(task) == {"env": "prod", "n": 0}
+    assert hook.tools == ["deploy"]
+
+
+async def test_a_stored_never_does_not_loosen_a_tool_the_gate_holds_at_always_nor_call_its_hook(
+    broker: Broker, inbox: Inbox
+) -> None:
+    await broker.set_approval_policy({"agent": "ops", "approval": "never"})
+    hook = Consulted(Deny("frozen"))
+    gate = ApprovalGate(broker, to="alice", policies={"deploy": "always"}, hook=hook)
+    task = asyncio.create_task(gate.authorize(call("deploy")))
+    await approve_next(inbox)
+    assert await bounded(task) == {"env": "prod", "n": 0}
+    assert await bounded(gate.authorize(call("search"))) == {"env": "prod", "n": 0}
+    assert hook.tools == []
 
 
 async def test_a_changed_policy_applies_to_the_next_decision_without_a_restart(broker: Broker, inbox: Inbox) -> None:

@@ -1,9 +1,11 @@
 """The pydantic-ai and OpenAI Agents SDK adapters in one process, on every backend.
 
-What the gate decides without a person, questions deferred to a person, a run started
-twice, a resume repeated after a worker died, and several held calls in one turn. The
-subprocess tests (tests/acceptance/test_framework_runs.py) cover parking and resuming
-across processes.
+The gate deciding every tool call the agent makes (marked by the framework or not): its
+policies, auto-allow, hooks and the agent's stored policy; questions deferred to a person;
+a run started twice; a resume repeated after a worker died (the recorded output given
+back, or the call reported interrupted, never as a denial); and several held calls in one
+turn. The subprocess tests (tests/acceptance/test_framework_runs.py) cover parking and
+resuming across processes.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import pytest
 from agents import Agent as OpenAIAgent
 from agents import Model, ModelResponse, RunConfig, Usage, function_tool
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
-from pydantic_ai import Agent, CallDeferred
+from pydantic_ai import Agent, CallDeferred, RunContext
+from pydantic_ai.exceptions import ApprovalRequired
 from pydantic_ai.messages import ModelMessage, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.messages import ModelResponse as PaiResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from interlock import Broker, Deny, Status
-from interlock.agent import ApprovalGate, ToolCall
+from interlock.agent import Allow, ApprovalGate, Pause, ToolCall
 from interlock.integrations.openai_agents import OpenAIAgentsRuns
 from interlock.integrations.pydantic_ai import PydanticAIRuns
 from interlock.model import RunStatus, new_id
@@ -108,22 +111,6 @@ async def test_starting_the_same_run_twice_asks_once(broker: Broker) -> None:
     again = await runs.start("ship", run_id=run_id)
     assert again.id == first.id and again.waiting_on == first.waiting_on
     assert len((await broker.list(kind="approval")).items) == 1
-
-
-async def test_a_resume_repeated_after_a_worker_died_never_runs_the_tool_twice(broker: Broker) -> None:
-    ran: list[tuple[str, dict[str, Any]]] = []
-    agent = pydantic_agent([ToolCallPart("deploy", {"env": "prod"}, tool_call_id="c1")], ran)
-    runs = PydanticAIRuns(broker, agent, name="ops", gate=ApprovalGate(broker, to="alice"))
-    run = await runs.start("ship")
-    await broker.resolve(run.waiting_on[0], {"approve": True}, by="alice")
-    claimed = await broker.claim_run(["ops"], worker="w1", lease=BOUND)
-    assert claimed is not None
-    assert await runs.resume(claimed, {}) == "deploy: deployed to prod"
-    # The worker died before completing the run; another one resumes it from the same state.
-    other = PydanticAIRuns(broker, agent, name="ops", gate=ApprovalGate(broker, to="alice"))
-    replayed = await other.resume(claimed, {})
-    assert "already decided once" in replayed
-    assert ran == [("deploy", {"env": "prod"})]
 
 
 async def test_the_gate_s_identity_for_a_framework_call_is_the_run_and_the_call_id(broker: Broker) -> None:
@@ -234,3 +221,259 @@ async def test_a_resumed_run_that_holds_another_call_parks_again(broker: Broker)
     done = await resume_ready(broker, runs.handlers())
     assert (done.status, done.result) == (RunStatus.COMPLETED, "deployed to staging then deployed to prod")
     assert ran == ["staging", "prod"]
+
+
+# -- the gate decides every tool call, marked by the framework or not ---------------------------
+
+FRAMEWORKS = ["pydantic-ai", "openai-agents"]
+Calls = list[tuple[str, dict[str, Any], str]]
+
+
+class WorkerDied(BaseException):
+    """Stands for the process dying while a tool runs: nothing in the adapter catches it."""
+
+
+class Scripted(Model):
+    """A fake model: makes `calls` in its first turn, then says what each call returned."""
+
+    def __init__(self, calls: Calls) -> None:
+        self.calls = calls
+
+    async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any) -> Any:
+        items = input if isinstance(input, list) else []
+        outputs = [i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
+        if not outputs:
+            made = [
+                ResponseFunctionToolCall(arguments=json.dumps(args), call_id=call_id, name=name, type="function_call")
+                for name, args, call_id in self.calls
+            ]
+            return ModelResponse(output=list(made), usage=Usage(), response_id=None)
+        text = " | ".join(str(o["output"]) for o in outputs)
+        content = [ResponseOutputText(text=text, type="output_text", annotations=[])]
+        message = ResponseOutputMessage(id="m1", content=content, role="assistant", status="completed", type="message")
+        return ModelResponse(output=[message], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+class Tools:
+    """`deploy` and `read_logs` of one agent, each marked as needing approval or not; keeps
+    every call that started (`started`) and finished (`ran`); `die` makes the next
+    `deploy` stop its worker before it finishes."""
+
+    def __init__(self, marked: set[str]) -> None:
+        self.marked = marked
+        self.started: list[str] = []
+        self.ran: list[str] = []
+        self.die = False
+
+    def deploy(self, env: str) -> str:
+        self.started.append(f"deploy {env}")
+        if self.die:
+            self.die = False
+            raise WorkerDied
+        self.ran.append(f"deploy {env}")
+        return f"deployed to {env}"
+
+    def read_logs(self, service: str) -> str:
+        self.started.append(f"read_logs {service}")
+        self.ran.append(f"read_logs {service}")
+        return f"logs of {service}"
+
+
+def runs_of(
+    framework: str, broker: Broker, gate: ApprovalGate | None, calls: Calls, tools: Tools
+) -> PydanticAIRuns | OpenAIAgentsRuns:
+    """An agent of `framework` named "ops" whose model makes `calls`, then reports what each
+    returned (" | " between them), with interlock in front of it."""
+    if framework == "pydantic-ai":
+
+        def decide(messages: list[ModelMessage], info: AgentInfo) -> PaiResponse:
+            returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+            if not returns:
+                return PaiResponse(parts=[ToolCallPart(name, args, tool_call_id=i) for name, args, i in calls])
+            return PaiResponse(parts=[TextPart(" | ".join(str(r.content) for r in returns))])
+
+        agent = Agent(FunctionModel(decide))
+        agent.tool_plain(name="deploy", requires_approval="deploy" in tools.marked)(tools.deploy)
+        agent.tool_plain(name="read_logs", requires_approval="read_logs" in tools.marked)(tools.read_logs)
+        return PydanticAIRuns(broker, agent, name="ops", gate=gate)
+    made = [
+        function_tool(tools.deploy, name_override="deploy", needs_approval="deploy" in tools.marked),
+        function_tool(tools.read_logs, name_override="read_logs", needs_approval="read_logs" in tools.marked),
+    ]
+    oai = OpenAIAgent(name="ops", model=Scripted(calls), tools=list(made))
+    return OpenAIAgentsRuns(broker, oai, name="ops", gate=gate, run_config=RunConfig(tracing_disabled=True))
+
+
+DEPLOY: Calls = [("deploy", {"env": "prod"}, "d1")]
+BOTH: Calls = [("read_logs", {"service": "api"}, "r1"), ("deploy", {"env": "prod"}, "d1")]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_a_policy_of_always_pauses_a_tool_the_framework_does_not_mark(broker: Broker, framework: str) -> None:
+    tools = Tools(marked=set())
+    gate = ApprovalGate(broker, policies={"deploy": "always"}, to="alice")
+    runs = runs_of(framework, broker, gate, DEPLOY, tools)
+    run = await runs.start("ship")
+    assert run.status is RunStatus.WAITING_FOR_APPROVAL and tools.started == []
+    (approval,) = [await broker.get(i) for i in run.waiting_on]
+    assert (approval.origin.tool_name, approval.origin.tool_call_id, approval.context["policy"]) == (
+        "deploy",
+        "d1",
+        "always",
+    )
+    await broker.resolve(approval.id, {"approve": True}, by="alice")
+    done = await resume_ready(broker, runs.handlers())
+    assert (done.status, done.result, tools.ran) == (RunStatus.COMPLETED, "deployed to prod", ["deploy prod"])
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_a_tool_the_gate_lets_through_runs_without_a_pause(broker: Broker, framework: str) -> None:
+    tools = Tools(marked=set())
+    runs = runs_of(framework, broker, ApprovalGate(broker, to="alice"), BOTH, tools)
+    run = await runs.start("look and ship")
+    assert (run.status, run.result) == (RunStatus.COMPLETED, "logs of api | deployed to prod")
+    assert sorted(tools.ran) == ["deploy prod", "read_logs api"]
+    assert (await broker.list(kind="approval")).items == []
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_a_hook_s_denial_of_an_unmarked_tool_reaches_the_model_and_the_tool_never_runs(
+    broker: Broker, framework: str
+) -> None:
+    tools = Tools(marked=set())
+    asked: list[str] = []
+
+    def hook(call: ToolCall) -> Allow | Deny:
+        asked.append(call.name)
+        return Deny("prod is frozen") if call.name == "deploy" else Allow()
+
+    runs = runs_of(framework, broker, ApprovalGate(broker, hook=hook, to="alice"), BOTH, tools)
+    run = await runs.start("look and ship")
+    assert (run.status, run.result) == (RunStatus.COMPLETED, "logs of api | prod is frozen")
+    assert tools.started == ["read_logs api"] and sorted(asked) == ["deploy", "read_logs"]
+    assert (await broker.list(kind="approval")).items == []
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_a_hook_that_pauses_an_unmarked_tool_asks_a_person_with_its_reason(
+    broker: Broker, framework: str
+) -> None:
+    tools = Tools(marked=set())
+    gate = ApprovalGate(broker, hook=lambda call: Pause("a production change"), to="alice")
+    runs = runs_of(framework, broker, gate, DEPLOY, tools)
+    run = await runs.start("ship")
+    (approval,) = [await broker.get(i) for i in run.waiting_on]
+    assert "a production change" in approval.details
+    await broker.reject(approval.id, "Not today.", by="alice")
+    done = await resume_ready(broker, runs.handlers())
+    assert (done.status, done.result, tools.started) == (RunStatus.COMPLETED, "Not today.", [])
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_auto_allow_lets_a_tool_the_framework_marks_run_without_a_pause(broker: Broker, framework: str) -> None:
+    tools = Tools(marked={"deploy", "read_logs"})
+    gate = ApprovalGate(broker, auto_allow=["read_*"], to="alice")
+    runs = runs_of(framework, broker, gate, BOTH, tools)
+    run = await runs.start("look and ship")
+    assert run.status is RunStatus.WAITING_FOR_APPROVAL and tools.ran == ["read_logs api"]
+    (approval,) = [await broker.get(i) for i in run.waiting_on]
+    assert approval.origin.tool_name == "deploy"  # marked, and the gate has no say: asks
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_the_agent_s_stored_policy_pauses_the_unmarked_tools_it_gates(broker: Broker, framework: str) -> None:
+    await broker.set_approval_policy({"agent": "ops", "approval": "always", "gatedTools": ["deploy"]})
+    tools = Tools(marked=set())
+    runs = runs_of(framework, broker, ApprovalGate(broker, to="alice"), BOTH, tools)
+    run = await runs.start("look and ship")
+    assert run.status is RunStatus.WAITING_FOR_APPROVAL and tools.ran == ["read_logs api"]
+    (approval,) = [await broker.get(i) for i in run.waiting_on]
+    await broker.resolve(approval.id, {"approve": True}, by="alice")
+    done = await resume_ready(broker, runs.handlers())
+    assert (done.status, done.result) == (RunStatus.COMPLETED, "logs of api | deployed to prod")
+    assert sorted(tools.ran) == ["deploy prod", "read_logs api"]
+
+
+# -- exactly what a worker that dies leaves behind ----------------------------------------------
+
+
+async def call_records(broker: Broker, run_id: str) -> list[dict[str, Any]]:
+    """What the run's events say of its approved calls: ran, or interrupted."""
+    events = await broker.find_events(run=run_id)
+    return [dict(e.data["data"]) for e in events if e.type == "informed" and "outcome" in e.data.get("data", {})]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_a_resume_repeated_after_a_worker_died_gives_back_the_recorded_output_without_running_it_again(
+    broker: Broker, framework: str
+) -> None:
+    tools = Tools(marked={"deploy"})
+    runs = runs_of(framework, broker, ApprovalGate(broker, to="alice"), DEPLOY, tools)
+    run = await runs.start("ship")
+    await broker.resolve(run.waiting_on[0], {"approve": True}, by="alice")
+    claimed = await broker.claim_run(["ops"], worker="w1", lease=BOUND)
+    assert claimed is not None
+    assert await runs.resume(claimed, {}) == "deployed to prod"
+    # The worker died before completing the run; another one resumes it from the same state.
+    other = runs_of(framework, broker, ApprovalGate(broker, to="alice"), DEPLOY, tools)
+    assert await other.resume(claimed, {}) == "deployed to prod"
+    assert tools.started == ["deploy prod"]
+    (record,) = await call_records(broker, run.id)
+    assert (record["outcome"], record["tool_call_id"], record["output"]) == ("ran", "d1", "deployed to prod")
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_a_worker_that_died_while_the_approved_tool_ran_leaves_the_call_interrupted_not_denied(
+    broker: Broker, framework: str
+) -> None:
+    tools = Tools(marked={"deploy"})
+    runs = runs_of(framework, broker, ApprovalGate(broker, to="alice"), DEPLOY, tools)
+    run = await runs.start("ship")
+    await broker.resolve(run.waiting_on[0], {"approve": True}, by="alice")
+    claimed = await broker.claim_run(["ops"], worker="w1", lease=BOUND)
+    assert claimed is not None
+    tools.die = True
+    with pytest.raises(WorkerDied):
+        await runs.resume(claimed, {})
+    other = runs_of(framework, broker, ApprovalGate(broker, to="alice"), DEPLOY, tools)
+    said = await other.resume(claimed, {})
+    assert "was interrupted" in said and "may or may not have run" in said and "d1" in said
+    assert "already decided" not in said
+    assert tools.started == ["deploy prod"]  # at most once per approval: not run again
+    (record,) = await call_records(broker, run.id)
+    assert (record["outcome"], record["tool"], record["tool_call_id"]) == ("interrupted", "deploy", "d1")
+    assert record["approval"] == run.waiting_on[0]
+    # a third attempt finds the same, and does not record it twice
+    assert await runs_of(framework, broker, ApprovalGate(broker, to="alice"), DEPLOY, tools).resume(claimed, {}) == said
+    assert len(await call_records(broker, run.id)) == 1
+
+
+async def test_a_pydantic_ai_tool_that_asks_for_approval_itself_is_held_for_a_person(broker: Broker) -> None:
+    ran: list[str] = []
+
+    def decide(messages: list[ModelMessage], info: AgentInfo) -> PaiResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not returns:
+            return PaiResponse(parts=[ToolCallPart("transfer", {"amount": 900}, tool_call_id="t1")])
+        return PaiResponse(parts=[TextPart(str(returns[-1].content))])
+
+    agent = Agent(FunctionModel(decide))
+
+    @agent.tool
+    def transfer(ctx: RunContext[None], amount: int) -> str:
+        if amount > 500 and not ctx.tool_call_approved:
+            raise ApprovalRequired
+        ran.append(f"transfer {amount}")
+        return f"sent {amount}"
+
+    runs = PydanticAIRuns(broker, agent, name="ops", gate=ApprovalGate(broker, to="alice"))
+    run = await runs.start("pay")
+    assert run.status is RunStatus.WAITING_FOR_APPROVAL and ran == []
+    (approval,) = [await broker.get(i) for i in run.waiting_on]
+    assert (approval.origin.tool_name, approval.context["arguments"]) == ("transfer", {"amount": 900})
+    await broker.resolve(approval.id, {"approve": True}, by="alice")
+    done = await resume_ready(broker, runs.handlers())
+    assert (done.status, done.result, ran) == (RunStatus.COMPLETED, "sent 900", ["transfer 900"])

@@ -1,7 +1,8 @@
 """Follow-up messages delivered by the pydantic-ai and OpenAI Agents SDK adapters at their
 turn boundaries, on every backend, with each framework's offline test model: a message
 held while a run was parked reaches the model when it resumes, and one sent while the run
-worked is the next user turn before the run completes."""
+worked reaches it after the step (pydantic-ai) or as the next user turn once the turn ends
+(OpenAI Agents), before the run completes."""
 
 from __future__ import annotations
 
@@ -147,3 +148,41 @@ async def test_openai_agents_a_message_held_while_parked_is_the_next_user_turn_a
     done = await resume_ready(broker, runs.handlers())
     assert (done.status, done.result) == (RunStatus.COMPLETED, "deployed to prod; heard: tell the on-call")
     assert await replayed(broker, run.id) == ["tell the on-call"]
+
+
+class Heard(DeployThenListen):
+    """`DeployThenListen` that keeps the input of each call to it."""
+
+    def __init__(self) -> None:
+        self.inputs: list[list[Any]] = []
+
+    async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any) -> Any:
+        self.inputs.append(list(input) if isinstance(input, list) else [input])
+        return await super().get_response(system_instructions, input, *args, **kwargs)
+
+
+async def test_openai_agents_a_message_sent_while_the_run_works_is_the_next_user_turn_when_its_turn_ends(
+    broker: Broker,
+) -> None:
+    model = Heard()
+
+    @function_tool
+    async def deploy(env: str) -> str:
+        """Deploy."""
+        # the person writes while the agent is at work
+        sent = await broker.send_message("release", "then tell the on-call", by="alice")
+        assert sent.outcome == "queued"
+        return f"deployed to {env}"
+
+    agent = OpenAIAgent(name="ops", model=model, tools=[deploy])
+    runs = OpenAIAgentsRuns(broker, agent, name="ops", run_config=RunConfig(tracing_disabled=True))
+    run = await runs.start("ship", run_id="release")
+    assert (run.status, run.result) == (RunStatus.COMPLETED, "deployed to prod; heard: then tell the on-call")
+    assert await replayed(broker, "release") == ["then tell the on-call"]
+    # delivered when the turn ended, not between the SDK's steps: a third call to the model
+    assert len(model.inputs) == 3
+    users = [
+        [i["content"] for i in turn if isinstance(i, dict) and i.get("role") == "user"] for turn in model.inputs[1:]
+    ]
+    assert users == [["ship"], ["ship", "then tell the on-call"]]
+    assert await broker.list_followups("release") == []

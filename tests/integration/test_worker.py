@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -132,3 +133,91 @@ async def test_workers_serving_together_resume_each_run_exactly_once(
     for run, _ in parked:
         assert (await broker.get_run(run.id)).status is RunStatus.COMPLETED
     assert (await broker.get(parked[0][1].id)).status is Status.ANSWERED
+
+
+# -- the lease, renewed while the handler works -------------------------------------------------
+
+LEASE = 0.4  # seconds: short, so that a handler outlives several leases within the tests' bound
+
+
+class Held:
+    """A resume handler that holds its run until `release` is set, saying when it started."""
+
+    def __init__(self, result: str) -> None:
+        self.result = result
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.calls = 0
+        self.started_at: datetime | None = None
+
+    async def __call__(self, run: Run, requests: Mapping[str, Request]) -> Any:
+        self.calls += 1
+        self.started_at = datetime.now(UTC)
+        self.started.set()
+        await self.release.wait()
+        return self.result
+
+
+async def ready_run(broker: Broker) -> Run:
+    run, request = await park_on(broker, "deployer")
+    await broker.resolve(request.id, True, by="alice")
+    return run
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_a_handler_that_outlives_its_lease_keeps_the_run_and_other_workers_off_it(
+    broker: Broker, connect: Callable[..., Broker]
+) -> None:
+    run = await ready_run(broker)
+    slow = Held("done by w1")
+    first = Worker(broker, {"deployer": slow}, name="w1", lease=LEASE)
+    working = asyncio.create_task(first.run_once())
+    async with connect() as elsewhere:  # another process's connection to the same store
+        other = Held("done by w2")
+        second = Worker(elsewhere, {"deployer": other}, name="w2", lease=LEASE)
+        with anyio.fail_after(BOUND):
+            await slow.started.wait()
+            claimed = (await elsewhere.get_run(run.id)).lease_expires_at
+            assert claimed is not None
+            # Until the handler has outlived its first lease by two more, the other worker keeps
+            # asking (each a bounded long poll) and never gets the run: it is renewed.
+            while datetime.now(UTC) < claimed + timedelta(seconds=2 * LEASE):
+                assert await second.run_once(wait=LEASE / 4) is None
+            held = await elsewhere.get_run(run.id)
+            assert held.status is RunStatus.RUNNING and held.worker == "w1" and held.attempts == 1
+            assert held.lease_expires_at is not None and held.lease_expires_at > claimed + timedelta(seconds=LEASE)
+            slow.release.set()
+            done = await working
+    assert done is not None and (done.status, done.result, done.attempts) == (RunStatus.COMPLETED, "done by w1", 1)
+    assert (slow.calls, other.calls) == (1, 0)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_a_worker_that_stops_renewing_loses_the_run_to_another_once_its_lease_runs_out(
+    broker: Broker, connect: Callable[..., Broker]
+) -> None:
+    run = await ready_run(broker)
+    slow = Held("done by w1")
+    first = Worker(broker, {"deployer": slow}, name="w1", lease=LEASE)
+    working = asyncio.create_task(first.run_once())
+    async with connect() as elsewhere:
+        other = Held("done by w2")
+        other.release.set()
+        second = Worker(elsewhere, {"deployer": other}, name="w2", lease=LEASE)
+        with anyio.fail_after(BOUND):
+            await slow.started.wait()
+            # The first worker dies: its handler and its renewals stop with it.
+            working.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await working
+            last = (await elsewhere.get_run(run.id)).lease_expires_at
+            assert last is not None
+            taken = await second.run_once(wait=BOUND)
+    assert taken is not None and (taken.status, taken.result, taken.attempts) == (
+        RunStatus.COMPLETED,
+        "done by w2",
+        2,
+    )
+    assert other.started_at is not None and other.started_at >= last  # not before the dead worker's lease ran out
+    assert (slow.calls, other.calls) == (1, 1)
+    assert not await broker.renew_lease(run.id, worker="w1", lease=LEASE)  # the run is no longer w1's

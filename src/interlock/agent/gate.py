@@ -75,14 +75,17 @@ class ApprovalGate:
 
     The agent's stored approval policy (`interlock.approval_policies`, set by its owner
     through the broker, the API or `interlock policy`) applies too, read for each
-    decision (`stored_policies=False` reads none): the one for the call's tool server
-    (`call.server`, else `server`), else the agent's own. The stricter of the two wins: a
-    call runs without a person only if both let it, a denial by either hook refuses it,
-    and the person decides under the strictest policy asked for. The stored policy's hook
-    by URL is called through `url_hook` (`interlock.agent.url_hooks.call_url_hook` by
-    default) and its failures handled by its own `onHookError`; what it or the stored
-    policy decides without a person is recorded as an update to the person the gate
-    would have asked.
+    decision, before any hook (`stored_policies=False` reads none): the one for the
+    call's tool server (`call.server`, else `server`), else the agent's own. Rules answer
+    before hooks: where a rule of the gate and a stored rule both decide, the stricter
+    wins (a call runs without a person only if both let it; the person decides under the
+    strictest mode asked for); a stored rule that lets the call run (`never`,
+    `autoAllow`, a `gatedTools` that omits the tool) answers before the gate's own hook,
+    which is then not consulted; a denial by either hook refuses the call. The stored
+    policy's hook by URL is called through `url_hook`
+    (`interlock.agent.url_hooks.call_url_hook` by default) and its failures handled by
+    its own `onHookError`; what it or the stored policy decides without a person is
+    recorded as an update to the person the gate would have asked.
 
     An approval request (kind `approval`) carries the tool name and arguments in its
     origin, a rendered preview in its details, and in its context the digest of the
@@ -211,39 +214,47 @@ class ApprovalGate:
         None, the reason to show the person and the policy they decide under. A hook's
         denial raises `ApprovalDenied`.
 
-        Two layers decide, the stricter winning: the gate's own (auto allow, the policy
-        for the tool, the Python hook) and the agent's stored policy (`_stored_policy`),
-        with its hook by URL. A call runs at once only if both let it; a denial by either
-        hook refuses it; otherwise a person decides under the strictest policy asked for
-        (`always` over `once`; `once` runs at once if approved earlier in the session)."""
+        The rules first, then the hooks, and only for what the rules leave open:
+
+        1. The rules of both layers: the gate's own (`auto_allow`, the policy for the tool,
+           or `policy`) and the agent's stored policy (`autoAllow`, `approval`,
+           `gatedTools`). Where both decide, the stricter wins: a person is asked if
+           either asks, under the strictest mode asked for (`always` over `once`).
+        2. The gate's own hook, for a tool its own rules do not name, unless a stored rule
+           lets the call run (a stored `never`, `autoAllow`, or a `gatedTools` that omits
+           the tool): those answer before any hook.
+        3. The stored policy's hook by URL, for a call its policy gates.
+
+        A denial by either hook refuses the call; a pause by either asks a person. The
+        call runs at once only if nothing asked (`once` runs at once if approved earlier
+        in the session)."""
         own = policy or self.policy_for(call.name)
+        own_allows = self.auto_allowed(call.name) or own == "never"
+        stored = await self._stored_policy(call)
+        decision = stored.decide(call.name) if stored is not None else None
+        outcome = decision.outcome if decision is not None else "none"
         asks: list[tuple[Policy | None, str]] = []
-        if self.auto_allowed(call.name) or own == "never":
-            pass
-        elif own is not None:
+        if own is not None and not own_allows:
             asks.append((own, ""))
-        elif self._hooks:
+        if decision is not None and outcome == "ask":
+            asks.append((decision.mode, ""))
+        if own is None and not own_allows and outcome != "allow" and self._hooks:
             verdict = await self._consult_hook(call)
             if isinstance(verdict, Deny):
                 raise ApprovalDenied("", verdict.reason)
             if isinstance(verdict, Pause):
                 asks.append((None, verdict.reason))
-        stored = await self._stored_policy(call)
-        decision = stored.decide(call.name) if stored is not None else None
-        if stored is not None and decision is not None:
-            if decision.outcome == "ask":
-                asks.append((decision.mode, ""))
-            elif decision.outcome == "hook":
-                verdict_ = await self._consult_url_hook(call, stored, arguments)
-                if verdict_.decision == "deny":
-                    await self._record(call, stored, "deny", f"the approval hook denied it: {verdict_.reason}")
-                    raise ApprovalDenied("", verdict_.reason)
-                if verdict_.decision == "pause":
-                    asks.append((decision.mode, verdict_.reason))
-                elif not asks:
-                    await self._record(call, stored, "allow", "the approval hook allowed it")
-            elif decision.outcome == "allow" and not asks:
-                await self._record(call, stored, "allow", decision.reason)
+        if stored is not None and decision is not None and outcome == "hook":
+            verdict_ = await self._consult_url_hook(call, stored, arguments)
+            if verdict_.decision == "deny":
+                await self._record(call, stored, "deny", f"the approval hook denied it: {verdict_.reason}")
+                raise ApprovalDenied("", verdict_.reason)
+            if verdict_.decision == "pause":
+                asks.append((decision.mode, verdict_.reason))
+            elif not asks:
+                await self._record(call, stored, "allow", "the approval hook allowed it")
+        elif stored is not None and decision is not None and outcome == "allow" and not asks:
+            await self._record(call, stored, "allow", decision.reason)
         if not asks:
             return cast(dict[str, Any], arguments), "", None
         modes = {mode for mode, _ in asks}

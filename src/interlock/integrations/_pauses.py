@@ -1,37 +1,74 @@
-"""What every framework adapter does with the calls its framework holds for a person.
+"""What every framework adapter does with the tool calls of its agent, and with the calls its
+framework holds for a person.
 
-A framework stops on calls that need approval (its own marks) and on calls deferred to a
-person (a question). Here each becomes an interlock request of the run, through the
-approval gate for approvals (its policies, hooks, digests and consumed-once rule apply as
-they are), and back again, once settled, as an outcome the adapter turns into the
-framework's own resume values. What is kept between the two is plain JSON, stored in the
-run's state beside the framework's own.
+The gate decides every tool call the agent makes (`Asker.decide`): the adapter asks it
+before each call runs, through the framework's own mechanism, so its policies, auto-allow
+lists, hooks and the agent's stored policy apply as they are. A call the gate lets
+through runs at once; one it refuses reaches the model as a denial; one a person must
+decide stops the framework on the call, as the framework's own approvals do. Calls the
+framework holds itself (its own marks) and calls deferred to a person (a question) become
+requests of the run the same way. Once settled, each request comes back as an outcome the
+adapter turns into the framework's own resume values. What is kept between the two is
+plain JSON, stored in the run's state beside the framework's own.
+
+An approval is spent once (`Broker.consume`), and the adapter records on the run when a
+call it approved has run, with what it returned. A resume repeated after a worker died
+finds the approval spent: the call ran (its recorded output is given back, the tool does
+not run again) or the worker stopped before reporting it (`Interrupted`: it may or may not
+have run, it does not run again, and the run's events say so). So an approved call runs
+at most once per approval, and the model never reads an interrupted call as a denial.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import TypeAdapter
+
 from ..agent.calls import ToolCall, canonical_json
 from ..agent.gate import ApprovalGate, Policy
 from ..broker import Broker
-from ..errors import ApprovalDenied, ApprovalRefused, Cancelled, Expired
-from ..model import Request, Run, Status, Text
+from ..errors import ApprovalDenied, ApprovalRefused, Cancelled, Expired, InvalidRequest
+from ..model import Event, Request, Run, Status, Text
 
-__all__ = ["Answered", "Approved", "Asker", "Declined", "Denied", "Held", "Outcome", "take_followups"]
+__all__ = [
+    "Answered",
+    "Approved",
+    "Asker",
+    "Declined",
+    "Denied",
+    "Held",
+    "Interrupted",
+    "Outcome",
+    "Ran",
+    "json_output",
+    "take_followups",
+]
+
+log = logging.getLogger("interlock")
+
+_JSON: TypeAdapter[Any] = TypeAdapter(Any)
+
+CALL_RAN = "ran"
+CALL_INTERRUPTED = "interrupted"
 
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """One call the framework holds for a person."""
+    """One call the framework holds for a person, or one the gate is asked about.
+
+    `marked` says the framework itself holds it for approval (its own mark on the tool):
+    with no policy, auto-allow entry or hook of the gate for the tool, it asks."""
 
     call_id: str
     tool: str
     arguments: Mapping[str, Any]
     kind: Literal["approval", "question"]
+    marked: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +100,67 @@ class Declined:
     reason: str
 
 
-Outcome = Approved | Denied | Answered | Declined
+@dataclass(frozen=True, slots=True)
+class Ran:
+    """The approved call ran already, under an earlier attempt at this resume whose worker
+    stopped: `output` is what it returned, as recorded (None when it was too large to
+    keep: `kept` is False). It does not run again; the model reads the output."""
+
+    output: Any
+    kept: bool = True
+
+    def text(self, tool: str) -> Any:
+        return self.output if self.kept else f"The call to '{tool}' ran; its output was too large to keep."
+
+
+@dataclass(frozen=True, slots=True)
+class Interrupted:
+    """The approval was spent by an earlier attempt whose worker stopped before it reported
+    the call's outcome: the call may or may not have run. It does not run again; the model
+    reads `reason`, which says so (not a denial: the person approved it)."""
+
+    reason: str
+
+
+Outcome = Approved | Denied | Answered | Declined | Ran | Interrupted
+
+
+def json_output(value: Any) -> Any:
+    """A tool's output as JSON, to record it (its text when it is not JSON)."""
+    try:
+        return _JSON.dump_python(value, mode="json")
+    except Exception:
+        return str(value)
+
+
+def outcome_to_json(outcome: Outcome) -> dict[str, Any]:
+    """An outcome as kept in a run's state."""
+    if isinstance(outcome, Approved):
+        return {"approved": outcome.arguments, "edited": outcome.edited}
+    if isinstance(outcome, Denied):
+        return {"denied": outcome.reason}
+    if isinstance(outcome, Answered):
+        return {"answered": outcome.value}
+    if isinstance(outcome, Ran):
+        return {"ran": outcome.output, "kept": outcome.kept}
+    if isinstance(outcome, Interrupted):
+        return {"interrupted": outcome.reason}
+    return {"declined": outcome.reason}
+
+
+def outcome_from_json(data: Mapping[str, Any]) -> Outcome:
+    """An outcome kept in a run's state by `outcome_to_json`."""
+    if "approved" in data:
+        return Approved(dict(data["approved"]), bool(data.get("edited")))
+    if "denied" in data:
+        return Denied(str(data["denied"]))
+    if "answered" in data:
+        return Answered(data["answered"])
+    if "ran" in data:
+        return Ran(data["ran"], bool(data.get("kept", True)))
+    if "interrupted" in data:
+        return Interrupted(str(data["interrupted"]))
+    return Declined(str(data["declined"]))
 
 
 async def take_followups(broker: Broker, run: Run) -> list[str]:
@@ -74,11 +171,14 @@ async def take_followups(broker: Broker, run: Run) -> list[str]:
 
 
 class Asker:
-    """Turns held calls into requests of a run, and settled requests into outcomes.
+    """Puts the gate in front of an agent's tool calls, turns held calls into requests of a
+    run, and settled requests into outcomes.
 
-    `gate` decides the approvals: a call the framework marked as needing approval and
-    that the gate has no policy for asks (`always`), unless the gate has a hook to
-    decide it. `to` is the person asked (else the gate's `to`).
+    `gate` decides every call (`decide`) as it would any other: a tool it has no policy,
+    auto-allow entry or hook for runs at once, unless the framework itself marks the tool
+    as needing approval (`Held.marked`): then it asks (`always`). The agent's stored
+    policy combines with either, the stricter winning. `to` is the person asked (else the
+    gate's `to`).
     """
 
     def __init__(self, broker: Broker, gate: ApprovalGate | None, *, agent: str, to: str | None = None) -> None:
@@ -87,9 +187,12 @@ class Asker:
         self.agent = agent
         self.to = to
 
-    def policy(self, tool: str) -> Policy | None:
+    def policy(self, tool: str, *, marked: bool = True) -> Policy | None:
+        """The policy the gate decides a call of `tool` under: its own for the tool; for a
+        tool the framework marks as needing approval that the gate has no say about,
+        `always`; else none (the gate's hook, else the call runs)."""
         declared = self.gate.policy_for(tool)
-        if declared is None and self.gate.hook is None:
+        if marked and declared is None and self.gate.hook is None:
             return "always"  # the framework says it needs approval; the gate has no say
         return declared
 
@@ -104,6 +207,22 @@ class Asker:
             run=run.id,
         )
 
+    async def decide(self, run: Run, held: Held, schema: Mapping[str, Any] | None) -> Outcome | Request:
+        """The gate's decision on one call before it runs: `Approved` (it runs now, without a
+        person), `Denied` (a hook refused it, or the gate failed closed: the model reads
+        why), or the approval request a person must answer first (made once per call: the
+        same call decided again finds it). `RunFailed` from the gate stops the run."""
+        call = self.tool_call(run, held)
+        try:
+            begun = await self.gate.begin(call, schema=schema, policy=self.policy(held.tool, marked=held.marked))
+        except ApprovalDenied as exc:
+            return Denied(exc.reason)
+        except ApprovalRefused as exc:
+            return Denied(str(exc))
+        if isinstance(begun, Request):
+            return begun
+        return Approved(begun, edited=False)
+
     async def ask(
         self, run: Run, calls: Sequence[Held], schemas: Mapping[str, Mapping[str, Any]]
     ) -> tuple[list[dict[str, Any]], dict[str, Outcome]]:
@@ -112,32 +231,28 @@ class Asker:
         entries: list[dict[str, Any]] = []
         decided: dict[str, Outcome] = {}
         for held in calls:
-            entry = {"call_id": held.call_id, "tool": held.tool, "arguments": dict(held.arguments), "kind": held.kind}
             if held.kind == "approval":
-                request_id = await self._ask_approval(run, held, schemas.get(held.tool), decided)
+                outcome = await self.decide(run, held, schemas.get(held.tool))
+                if not isinstance(outcome, Request):
+                    decided[held.call_id] = outcome
+                    continue
+                request_id = outcome.id
             else:
                 request_id = await self._ask_question(run, held)
-            if request_id is not None:
-                entry["request"] = request_id
-                entries.append(entry)
+            entries.append(self.entry(held, request_id))
         return entries, decided
 
-    async def _ask_approval(
-        self, run: Run, held: Held, schema: Mapping[str, Any] | None, decided: dict[str, Outcome]
-    ) -> str | None:
-        call = self.tool_call(run, held)
-        try:
-            begun = await self.gate.begin(call, schema=schema, policy=self.policy(held.tool))
-        except ApprovalDenied as exc:
-            decided[held.call_id] = Denied(exc.reason)
-            return None
-        except ApprovalRefused as exc:
-            decided[held.call_id] = Denied(str(exc))
-            return None
-        if isinstance(begun, Request):
-            return begun.id
-        decided[held.call_id] = Approved(begun, edited=False)
-        return None
+    @staticmethod
+    def entry(held: Held, request_id: str) -> dict[str, Any]:
+        """What the run's state keeps of a call waiting on `request_id`."""
+        return {
+            "call_id": held.call_id,
+            "tool": held.tool,
+            "arguments": dict(held.arguments),
+            "kind": held.kind,
+            "marked": held.marked,
+            "request": request_id,
+        }
 
     async def _ask_question(self, run: Run, held: Held) -> str:
         arguments = dict(held.arguments)
@@ -167,7 +282,7 @@ class Asker:
         """The outcome of each entry `ask` kept, its request having settled."""
         out: dict[str, Outcome] = {}
         for entry in entries:
-            held = Held(str(entry["call_id"]), str(entry["tool"]), dict(entry["arguments"]), entry["kind"])
+            held = held_of(entry)
             request_id = str(entry["request"])
             if held.kind == "approval":
                 out[held.call_id] = await self._approval_outcome(run, held, request_id, schemas.get(held.tool))
@@ -180,10 +295,13 @@ class Asker:
     ) -> Outcome:
         call = self.tool_call(run, held)
         try:
-            arguments = await self.gate.finish(call, request_id, schema=schema, policy=self.policy(held.tool))
+            arguments = await self.gate.finish(call, request_id, schema=schema)
         except ApprovalDenied as exc:
             return Denied(exc.reason)
-        except (ApprovalRefused, Expired, Cancelled) as exc:
+        except ApprovalRefused as exc:
+            spent = await self._spent(run, held, request_id)
+            return spent if spent is not None else Denied(str(exc))
+        except (Expired, Cancelled) as exc:
             return Denied(str(exc))
         edited = canonical_json(arguments) != canonical_json(dict(held.arguments))
         return Approved(arguments, edited)
@@ -196,3 +314,93 @@ class Asker:
         if request.status is Status.REJECTED:
             return Declined(reason or "The person declined to answer.")
         return Declined(f"Nobody answered: the question {request.status.value}.")
+
+    # -- an approval spent by an earlier attempt -------------------------------------------------
+
+    async def ran(self, run: Run, call_id: str, tool: str, request_id: str, output: Any) -> None:
+        """Record on the run that the call `request_id` approved has run, with its output, so
+        that a resume repeated after this worker stops gives the output back instead of
+        running the call again. A failure to record is logged: a repeat then finds the call
+        interrupted, which is still true."""
+        data = {"tool": tool, "tool_call_id": call_id, "approval": request_id, "output": json_output(output)}
+        message = f"{tool} ran, as approved (call {call_id})."
+        try:
+            try:
+                await self._note(run, CALL_RAN, message, data)
+            except InvalidRequest:  # an output too large to keep with the record
+                await self._note(run, CALL_RAN, message, {**data, "output": None, "kept": False})
+        except Exception:
+            log.warning("could not record that call %s of run %s ran", call_id, run.id, exc_info=True)
+
+    async def _spent(self, run: Run, held: Held, request_id: str) -> Outcome | None:
+        """For an approval the gate refused as used already: whether an earlier attempt at
+        this run spent it (None if not: the refusal stands), and then what became of the
+        call: `Ran` with its recorded output, or `Interrupted` (recorded on the run, once)."""
+        events = await self.broker.find_events(request=request_id, limit=1000)
+        consumed = next((e for e in events if e.type == "consumed"), None)
+        if consumed is None:
+            return None
+        record = await self._record_of(run, held.call_id, request_id, after=consumed.id)
+        if record is not None and record.get("outcome") == CALL_RAN:
+            return Ran(record.get("output"), bool(record.get("kept", True)))
+        reason = (
+            f"The approved call to '{held.tool}' (call {held.call_id}) was interrupted: the worker "
+            "resuming the run stopped after it used the approval and before it reported the call's "
+            "outcome, so the call may or may not have run. It was not run again."
+        )
+        if record is None:
+            data = {"tool": held.tool, "tool_call_id": held.call_id, "approval": request_id, "reason": reason}
+            await self._note(run, CALL_INTERRUPTED, reason, data)
+        return Interrupted(reason)
+
+    async def _note(self, run: Run, outcome: str, message: str, data: Mapping[str, Any]) -> Event:
+        """An update on the run (an `informed` event, to the person asked) about an approved call."""
+        return await self.broker.inform(
+            message,
+            to=self.to or self.gate.to,
+            session=run.session,
+            agent=self.agent,
+            run=run.id,
+            data={"outcome": outcome, **data},
+            by=await self.broker.requester_of(self.agent),
+        )
+
+    async def _record_of(self, run: Run, call_id: str, request_id: str, *, after: int) -> Mapping[str, Any] | None:
+        """The first record (`ran` or `interrupted`) of the approved call on the run after
+        event `after`, made by this agent; None if there is none."""
+        requester = await self.broker.requester_of(self.agent)
+        cursor = after
+        while True:
+            page = await self.broker.find_events(after=cursor, limit=500, run=run.id)
+            for event in page:
+                data = event.data.get("data")
+                if (
+                    event.type == "informed"
+                    and isinstance(data, Mapping)
+                    and data.get("outcome") in (CALL_RAN, CALL_INTERRUPTED)
+                    and data.get("tool_call_id") == call_id
+                    and data.get("approval") == request_id
+                    and _made_by(event, requester, self.agent)
+                ):
+                    return data
+            if len(page) < 500:
+                return None
+            cursor = page[-1].id
+
+
+def _made_by(event: Event, requester: str | None, agent: str) -> bool:
+    """Whether an update was made by this agent's principal; one recorded without a maker
+    was made by an admin (a server's operator, or one without auth), who may do anything."""
+    by = event.data.get("by")
+    return by == requester if by is not None else event.data.get("agent") == agent
+
+
+def held_of(entry: Mapping[str, Any]) -> Held:
+    """The held call an entry of the run's state (`Asker.entry`) keeps."""
+    return Held(
+        str(entry["call_id"]),
+        str(entry["tool"]),
+        dict(entry["arguments"]),
+        entry["kind"],
+        bool(entry.get("marked", True)),
+    )

@@ -1,12 +1,23 @@
-"""OpenAI Agents SDK agents whose tool approvals wait in interlock, in runs that park.
+"""OpenAI Agents SDK agents whose tool calls go through the approval gate, in runs that park.
 
-A run of the OpenAI Agents SDK stops with `result.interruptions` when the model calls a
-tool made with `needs_approval`. `OpenAIAgentsRuns` turns each interruption into an
-approval of an interlock run through the `ApprovalGate` (its policies, hooks and digests
-apply as they are: a call the gate allows at once is approved without asking), stores
-the SDK's serialized `RunState` as the run's state, and parks the run: the process may
+`OpenAIAgentsRuns` puts the `ApprovalGate` in front of every function tool of the agent,
+with the SDK's own mechanism: each tool's `needs_approval` becomes a callable that asks the
+gate (the tool's own `needs_approval`, a bool or a callable, says whether the SDK would
+hold it: a marked tool the gate has nothing to say about asks). A call the gate lets
+through runs at once; one it refuses (a hook's `Deny`) is rejected with the reason as the
+message the model reads; one a person must decide interrupts the run (`result.interruptions`),
+as the SDK's own approvals do. So the gate's policies, auto-allow lists, hooks and the
+agent's stored policy apply to every function tool, marked or not. An interruption the gate
+did not see (a tool of an agent handed off to, a hosted tool) is put to it as marked.
+
+Each interruption left for a person becomes an approval of an interlock run, the SDK's
+serialized `RunState` is stored as the run's state, and the run parks: the process may
 exit. Once the person has decided, a worker restores the `RunState`, approves or rejects
-each call (the rejection message is the person's reason, verbatim) and runs on.
+each call (the rejection message is the person's reason, verbatim) and runs on. Each
+approved call that runs is recorded on the run with its output; a resume repeated after a
+worker died gives that output back instead of running the call again, or, if the worker
+died before reporting, an output saying it was interrupted and may or may not have run
+(`interlock.integrations._pauses`).
 
     runs = OpenAIAgentsRuns(broker, agent, name="deployer", gate=gate)
     run = await runs.start("Deploy 2.3 to prod")          # completed, or parked
@@ -16,30 +27,120 @@ The SDK approves a call with the arguments the model gave, so the approval offer
 edit of the arguments. Messages a person sends to the run while it is busy
 (`broker.send_message`) are delivered at its turn boundaries: after a turn that ends with
 a final output (a resumed pause's included), each held message verbatim as the next user
-turn, so the run completes only once nothing is held for it. Tested with openai-agents 0.x (`pip install
-interlock[openai-agents]`).
+turn, so the run completes only once nothing is held for it. Tested with openai-agents
+0.24 (`pip install interlock[openai-agents]`).
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
 import json
 from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from agents import Agent, RunConfig, Runner, RunResult, RunState, TResponseInputItem
+from agents import (
+    Agent,
+    FunctionTool,
+    RunConfig,
+    RunContextWrapper,
+    Runner,
+    RunResult,
+    RunState,
+    TResponseInputItem,
+)
+from agents.tool import Tool
+from agents.tool_context import ToolContext
 from pydantic import TypeAdapter
 
 from ..agent.gate import ApprovalGate
 from ..broker import Broker
 from ..model import Request, Run
 from ..runs import Park, ResumeHandler
-from ._pauses import Approved, Asker, Denied, Held, Outcome, take_followups
+from ._pauses import (
+    Approved,
+    Asker,
+    Denied,
+    Held,
+    Interrupted,
+    Outcome,
+    Ran,
+    outcome_from_json,
+    outcome_to_json,
+    take_followups,
+)
 
 __all__ = ["OpenAIAgentsRuns"]
 
 _JSON: TypeAdapter[Any] = TypeAdapter(Any)
 """Turns a final output (text, a model, a dataclass) into the run's JSON result."""
+
+
+@dataclass(eq=False)
+class _Pass:
+    """One pass of the SDK's runner over run `run`: what the gate held of its calls (by call
+    id: the call and its denial or the approval request), the calls a person approved that
+    it runs (by call id: the approval), and what the model reads instead of running a call
+    that ran, or was interrupted, under an earlier attempt."""
+
+    asker: Asker
+    run: Run
+    approved: Mapping[str, str] = field(default_factory=dict)
+    replay: Mapping[str, Any] = field(default_factory=dict)
+    held: dict[str, tuple[Held, Outcome | Request]] = field(default_factory=dict)
+
+
+_PASS: ContextVar[_Pass | None] = ContextVar("interlock_openai_agents_pass", default=None)
+"""The pass the SDK's runner is making (the tools' callables run inside it)."""
+
+
+async def _marked(mark: Any, ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:
+    """Whether the tool's own `needs_approval` (a bool, or a callable) holds this call."""
+    if isinstance(mark, bool):
+        return mark
+    verdict = mark(ctx, params, call_id)
+    if inspect.isawaitable(verdict):
+        verdict = await verdict
+    return bool(verdict)
+
+
+def _gated(tool: Tool) -> Tool:
+    """`tool` with the gate in front of it: a copy whose `needs_approval` asks the gate and
+    whose invocation records an approved call's output (or gives back the recorded one)."""
+    if not isinstance(tool, FunctionTool):
+        return tool
+    gated = copy.copy(tool)
+    mark = tool.needs_approval
+    invoke = gated.on_invoke_tool
+
+    async def needs_approval(ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:
+        marked = await _marked(mark, ctx, params, call_id)
+        current = _PASS.get()
+        if current is None:  # run outside interlock: as the tool says
+            return marked
+        held = Held(call_id, tool.name, params, "approval", marked=marked)
+        outcome = await current.asker.decide(current.run, held, None)
+        if isinstance(outcome, Approved):
+            return False
+        current.held[call_id] = (held, outcome)
+        return True
+
+    async def on_invoke_tool(ctx: ToolContext[Any], input: str) -> Any:
+        current = _PASS.get()
+        if current is not None and ctx.tool_call_id in current.replay:
+            return current.replay[ctx.tool_call_id]
+        output = await invoke(ctx, input)
+        approval = current.approved.get(ctx.tool_call_id) if current is not None else None
+        if current is not None and approval is not None:
+            await current.asker.ran(current.run, ctx.tool_call_id, tool.name, approval, output)
+        return output
+
+    gated.needs_approval = needs_approval
+    gated.on_invoke_tool = on_invoke_tool
+    return gated
 
 
 class OpenAIAgentsRuns:
@@ -68,6 +169,7 @@ class OpenAIAgentsRuns:
         self.context = context
         self.run_config = run_config
         self.asker = Asker(broker, gate, agent=name, to=to)
+        self._gated: Agent[Any] = agent.clone(tools=[_gated(tool) for tool in agent.tools])
 
     def handlers(self) -> dict[str, ResumeHandler]:
         """The worker's handlers: this agent's runs, resumed by `resume`."""
@@ -88,8 +190,8 @@ class OpenAIAgentsRuns:
         if run.attempts or run.status.value != "running" or run.state is not None:
             return run
         try:
-            result = await Runner.run(self.agent, input, context=self.context, run_config=self.run_config)
-            outcome = await self._settle(run, result)
+            result, made = await self._pass(run, input)
+            outcome = await self._settle(run, result, made)
         except Exception as exc:
             return await self.broker.fail_run(run.id, f"{type(exc).__name__}: {exc}")
         if isinstance(outcome, Park):
@@ -99,45 +201,87 @@ class OpenAIAgentsRuns:
     async def resume(self, run: Run, requests: Mapping[str, Request]) -> Any:
         """Go on with a run whose approvals have been decided: its result, or `Park` again."""
         stored = run.state
-        state: RunState[Any, Agent[Any]] = await RunState.from_json(self.agent, stored["run_state"])
-        outcomes: dict[str, Outcome] = {k: _outcome_from_json(v) for k, v in stored.get("decided", {}).items()}
+        state: RunState[Any, Agent[Any]] = await RunState.from_json(self._gated, stored["run_state"])
+        outcomes: dict[str, Outcome] = {k: outcome_from_json(v) for k, v in stored.get("decided", {}).items()}
         outcomes.update(await self.asker.outcomes(run, stored["held"], {}))
-        return await self._continue(run, state, outcomes)
+        approved = {
+            str(e["call_id"]): str(e["request"])
+            for e in stored["held"]
+            if isinstance(outcomes.get(str(e["call_id"])), Approved)
+        }
+        return await self._continue(run, state, outcomes, approved)
 
-    async def _continue(self, run: Run, state: RunState[Any, Agent[Any]], outcomes: Mapping[str, Outcome]) -> Any:
+    async def _pass(
+        self,
+        run: Run,
+        input: str | list[TResponseInputItem] | RunState[Any, Agent[Any]],
+        *,
+        approved: Mapping[str, str] | None = None,
+        replay: Mapping[str, Any] | None = None,
+    ) -> tuple[RunResult, _Pass]:
+        """Run the agent (with the gate in front of its tools) until it ends or is interrupted."""
+        made = _Pass(self.asker, run, approved or {}, replay or {})
+        token = _PASS.set(made)
+        try:
+            result = await Runner.run(self._gated, input, context=self.context, run_config=self.run_config)
+        finally:
+            _PASS.reset(token)
+        return result, made
+
+    async def _continue(
+        self,
+        run: Run,
+        state: RunState[Any, Agent[Any]],
+        outcomes: Mapping[str, Outcome],
+        approved: Mapping[str, str],
+    ) -> Any:
+        replay: dict[str, Any] = {}
         for item in state.get_interruptions():
-            outcome = outcomes.get(item.call_id or "")
+            call_id = item.call_id or ""
+            outcome = outcomes.get(call_id)
             if isinstance(outcome, Approved):
                 state.approve(item)
+            elif isinstance(outcome, Ran | Interrupted):  # under an earlier attempt: not run again
+                state.approve(item)
+                replay[call_id] = outcome.text(item.name or "the tool") if isinstance(outcome, Ran) else outcome.reason
             else:
                 reason = outcome.reason if isinstance(outcome, Denied) else "The call was not approved."
                 state.reject(item, rejection_message=reason)
-        result = await Runner.run(self.agent, state, context=self.context, run_config=self.run_config)
-        return await self._settle(run, result)
+        result, made = await self._pass(run, state, approved=approved, replay=replay)
+        return await self._settle(run, result, made)
 
-    async def _settle(self, run: Run, result: RunResult) -> Any:
-        """The run's result when the agent finished, else `Park` on its interruptions
-        (going on at once when the gate decided every one of them without a person)."""
+    async def _settle(self, run: Run, result: RunResult, made: _Pass) -> Any:
+        """The run's result when the agent finished, else `Park` on the calls left for a
+        person (going on at once when the gate decided every one of them)."""
         if not result.interruptions:
             followups = await take_followups(self.broker, run)  # the turn ended: messages held meanwhile go in now
             if followups:
                 said: list[TResponseInputItem] = [{"role": "user", "content": text} for text in followups]
-                turns = [*result.to_input_list(), *said]
-                again = await Runner.run(self.agent, turns, context=self.context, run_config=self.run_config)
-                return await self._settle(run, again)
+                again, made = await self._pass(run, [*result.to_input_list(), *said])
+                return await self._settle(run, again, made)
             return _JSON.dump_python(result.final_output, mode="json")
-        held = [
-            Held(item.call_id or "", item.name or "", _arguments(item.arguments), "approval")
-            for item in result.interruptions
-        ]
-        entries, decided = await self.asker.ask(run, held, {})
+        entries: list[dict[str, Any]] = []
+        decided: dict[str, Outcome] = {}
+        missed: list[Held] = []
+        for item in result.interruptions:
+            call_id = item.call_id or ""
+            known = made.held.get(call_id)
+            if known is None:  # an interruption the gate did not see: asked here, as marked
+                missed.append(Held(call_id, item.name or "", _arguments(item.arguments), "approval"))
+            elif isinstance(known[1], Request):
+                entries.append(self.asker.entry(known[0], known[1].id))
+            else:
+                decided[call_id] = known[1]
+        asked, more = await self.asker.ask(run, missed, {})
+        entries += asked
+        decided.update(more)
         state = result.to_state()
         if not entries:
-            return await self._continue(run, state, decided)
+            return await self._continue(run, state, decided, {})
         stored = {
             "run_state": state.to_json(),
             "held": entries,
-            "decided": {k: _outcome_to_json(v) for k, v in decided.items()},
+            "decided": {k: outcome_to_json(v) for k, v in decided.items()},
         }
         return Park(stored, [e["request"] for e in entries])
 
@@ -147,16 +291,3 @@ def _arguments(text: str | None) -> dict[str, Any]:
         return {}
     value = json.loads(text)
     return value if isinstance(value, dict) else {"input": value}
-
-
-def _outcome_to_json(outcome: Outcome) -> dict[str, Any]:
-    if isinstance(outcome, Approved):
-        return {"approved": outcome.arguments}
-    assert isinstance(outcome, Denied)  # only approvals are held in this SDK
-    return {"denied": outcome.reason}
-
-
-def _outcome_from_json(data: Mapping[str, Any]) -> Outcome:
-    if "approved" in data:
-        return Approved(dict(data["approved"]), edited=False)
-    return Denied(str(data["denied"]))

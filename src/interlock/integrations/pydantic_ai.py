@@ -1,14 +1,26 @@
-"""pydantic-ai agents whose held tool calls wait in interlock, in runs that park.
+"""pydantic-ai agents whose tool calls go through the approval gate, in runs that park.
 
-A pydantic-ai agent stops with `DeferredToolRequests` when the model calls a tool that
-needs approval (`requires_approval=True`, `ApprovalRequired`) or one deferred to someone
-outside the agent (`CallDeferred`). `PydanticAIRuns` turns each such call into a request
-of an interlock run (approvals through the `ApprovalGate`, whose policies, hooks and
-digests apply as they are; deferred calls as a question to the person), stores the
-message history as the run's state, and parks the run: the process may exit. Once the
+`PydanticAIRuns` puts the `ApprovalGate` in front of every tool call the agent makes, with
+pydantic-ai's own mechanism: a capability given to each run whose `before_tool_execute`
+asks the gate before the tool runs. A call the gate lets through runs at once; one it
+refuses (a hook's `Deny`) reaches the model as a denied call (`ToolDenied`, its reason
+verbatim); one a person must decide raises `ApprovalRequired`. Calls pydantic-ai holds
+itself (tools marked `requires_approval=True`, or that raise `ApprovalRequired`) are put to
+the gate the same way when pydantic-ai hands them over (`handle_deferred_tool_calls`),
+and ask when the gate has nothing to say about the tool. So the gate's policies, auto-allow
+lists, hooks and the agent's stored policy apply to every tool, marked or not.
+
+What a person must decide stops the agent with `DeferredToolRequests`; each such call
+becomes a request of an interlock run (approvals through the gate, bound to the exact
+arguments; calls deferred with `CallDeferred` as a question to the person), the message
+history is stored as the run's state, and the run parks: the process may exit. Once the
 person has answered, a worker resumes the run with `DeferredToolResults`: an approval as
 `ToolApproved` (with the person's edited arguments as `override_args`), a denial as
 `ToolDenied` with the person's reason verbatim, a question's answer as the call's result.
+Each approved call that runs is recorded on the run with its output; a resume repeated
+after a worker died gives that output back instead of running the call again, or, if the
+worker died before reporting, a failed call (`ToolFailed`) saying it was interrupted and
+may or may not have run (`interlock.integrations._pauses`).
 
 Messages a person sends to the run while it is busy (`broker.send_message`) are delivered
 at its step boundaries, each verbatim as a user prompt of its own: in the next request to
@@ -27,26 +39,108 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from pydantic import TypeAdapter
-from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
-from pydantic_ai.exceptions import ToolFailed
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, UserPromptPart
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, ToolApproved, ToolDenied
+from pydantic_ai.capabilities import AbstractCapability, ValidatedToolArgs, WrapToolExecuteHandler
+from pydantic_ai.exceptions import ApprovalRequired, ToolFailed
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ToolCallPart, UserPromptPart
 from pydantic_ai.run import AgentRunResult
+from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import FunctionToolset
 
 from ..agent.gate import ApprovalGate
 from ..broker import Broker
 from ..model import Request, Run
 from ..runs import Park, ResumeHandler
-from ._pauses import Answered, Approved, Asker, Declined, Denied, Held, Outcome, take_followups
+from ._pauses import (
+    Answered,
+    Approved,
+    Asker,
+    Denied,
+    Held,
+    Interrupted,
+    Outcome,
+    Ran,
+    outcome_from_json,
+    outcome_to_json,
+    take_followups,
+)
 
 __all__ = ["PydanticAIRuns"]
 
 _JSON: TypeAdapter[Any] = TypeAdapter(Any)
 """Turns an output (text, a model, a dataclass) into the run's JSON result."""
+
+
+@dataclass(eq=False)
+class _Gatekeeper(AbstractCapability[Any]):
+    """The gate in front of every tool call of one pass of the agent over run `run`.
+
+    Calls the gate lets through run at once; the others are held (`ApprovalRequired`) and
+    handed back by pydantic-ai, to be denied at once or left for a person (`waiting`, by
+    call id: the request each waits on). `approved` are the calls a person approved that
+    this pass runs (by call id: the approval), recorded on the run once they have run."""
+
+    asker: Asker
+    run: Run
+    schemas: Mapping[str, Mapping[str, Any]]
+    approved: Mapping[str, str] = field(default_factory=dict)
+    held: dict[str, Outcome | Request] = field(default_factory=dict)
+    waiting: dict[str, tuple[Held, str]] = field(default_factory=dict)
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None
+
+    async def before_tool_execute(
+        self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: ValidatedToolArgs
+    ) -> ValidatedToolArgs:
+        if ctx.tool_call_approved:  # decided already: by a person through the gate, or below
+            return args
+        held = Held(call.tool_call_id, call.tool_name, call.args_as_dict(), "approval", marked=False)
+        outcome = await self.asker.decide(self.run, held, self.schemas.get(call.tool_name))
+        if isinstance(outcome, Approved):
+            return args
+        self.held[call.tool_call_id] = outcome
+        raise ApprovalRequired
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        result = await handler(args)
+        approval = self.approved.get(call.tool_call_id)
+        if approval is not None and ctx.tool_call_approved:
+            await self.asker.ran(self.run, call.tool_call_id, call.tool_name, approval, result)
+        return result
+
+    async def handle_deferred_tool_calls(
+        self, ctx: RunContext[Any], *, requests: DeferredToolRequests
+    ) -> DeferredToolResults | None:
+        results = DeferredToolResults()
+        for part in requests.approvals:
+            held = Held(part.tool_call_id, part.tool_name, part.args_as_dict(), "approval")
+            outcome = self.held.pop(part.tool_call_id, None)
+            if outcome is None:  # held by pydantic-ai itself: the tool is marked as needing approval
+                outcome = await self.asker.decide(self.run, held, self.schemas.get(part.tool_name))
+            else:
+                held = Held(held.call_id, held.tool, held.arguments, "approval", marked=False)
+            if isinstance(outcome, Approved):
+                results.approvals[part.tool_call_id] = ToolApproved()
+            elif isinstance(outcome, Denied):
+                results.approvals[part.tool_call_id] = ToolDenied(outcome.reason)
+            elif isinstance(outcome, Request):
+                self.waiting[part.tool_call_id] = (held, outcome.id)
+        return results if results.approvals else None
 
 
 class PydanticAIRuns:
@@ -95,8 +189,8 @@ class PydanticAIRuns:
         if run.attempts or run.status.value != "running" or run.state is not None:
             return run
         try:
-            result = await self._run(run, prompt)
-            outcome = await self._settle(run, result.output, result.all_messages())
+            result, keeper = await self._run(run, prompt)
+            outcome = await self._settle(run, result.output, result.all_messages(), keeper)
         except Exception as exc:
             return await self.broker.fail_run(run.id, f"{type(exc).__name__}: {exc}")
         if isinstance(outcome, Park):
@@ -108,14 +202,28 @@ class PydanticAIRuns:
         state = run.state
         messages = ModelMessagesTypeAdapter.validate_python(state["messages"])
         entries = state["held"]
-        outcomes = {k: _outcome_from_json(v) for k, v in state.get("decided", {}).items()}
+        outcomes = {k: outcome_from_json(v) for k, v in state.get("decided", {}).items()}
         outcomes.update(await self.asker.outcomes(run, entries, self._schemas()))
-        return await self._continue(run, messages, outcomes)
+        approved = {
+            str(e["call_id"]): str(e["request"])
+            for e in entries
+            if isinstance(outcomes.get(str(e["call_id"])), Approved)
+        }
+        return await self._continue(run, messages, outcomes, approved)
 
     # -- the loop -----------------------------------------------------------------------------
 
-    async def _continue(self, run: Run, messages: list[ModelMessage], outcomes: Mapping[str, Outcome]) -> Any:
+    async def _continue(
+        self,
+        run: Run,
+        messages: list[ModelMessage],
+        outcomes: Mapping[str, Outcome],
+        approved: Mapping[str, str],
+    ) -> Any:
         results = DeferredToolResults()
+        tools = {
+            part.tool_call_id: part.tool_name for m in messages for part in m.parts if isinstance(part, ToolCallPart)
+        }
         for call_id, outcome in outcomes.items():
             if isinstance(outcome, Approved):
                 results.approvals[call_id] = ToolApproved(override_args=outcome.arguments if outcome.edited else None)
@@ -123,16 +231,33 @@ class PydanticAIRuns:
                 results.approvals[call_id] = ToolDenied(outcome.reason)
             elif isinstance(outcome, Answered):
                 results.calls[call_id] = outcome.value
+            elif isinstance(outcome, Ran):  # ran under an earlier attempt: its output, not a second run
+                results.calls[call_id] = outcome.text(tools.get(call_id, "the tool"))
+            elif isinstance(outcome, Interrupted):
+                results.calls[call_id] = ToolFailed(outcome.reason)
             else:
                 results.calls[call_id] = ToolFailed(outcome.reason)
-        result = await self._run(run, None, message_history=messages, deferred_tool_results=results)
-        return await self._settle(run, result.output, result.all_messages())
+        result, keeper = await self._run(
+            run, None, approved=approved, message_history=messages, deferred_tool_results=results
+        )
+        return await self._settle(run, result.output, result.all_messages(), keeper)
 
-    async def _run(self, run: Run, prompt: str | Sequence[str] | None, **options: Any) -> AgentRunResult[Any]:
-        """Run the agent, delivering the messages held for the run at each step boundary:
-        every request to the model (the first, and each after a step's tool calls, a
-        resumed pause's included) carries them, each a user prompt of its own."""
-        async with self.agent.iter(prompt, output_type=self._output_type(), deps=self.deps, **options) as agent_run:
+    async def _run(
+        self,
+        run: Run,
+        prompt: str | Sequence[str] | None,
+        *,
+        approved: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> tuple[AgentRunResult[Any], _Gatekeeper]:
+        """Run the agent with the gate in front of its tool calls, delivering the messages
+        held for the run at each step boundary: every request to the model (the first, and
+        each after a step's tool calls, a resumed pause's included) carries them, each a user
+        prompt of its own."""
+        keeper = _Gatekeeper(self.asker, run, self._schemas(), approved or {})
+        async with self.agent.iter(
+            prompt, output_type=self._output_type(), deps=self.deps, capabilities=[keeper], **options
+        ) as agent_run:
             async for node in agent_run:
                 if Agent.is_model_request_node(node):
                     followups = await take_followups(self.broker, run)
@@ -140,27 +265,35 @@ class PydanticAIRuns:
                         node.request.parts = [*node.request.parts, *(UserPromptPart(text) for text in followups)]
         if agent_run.result is None:  # pragma: no cover - iter ends only with a result
             raise RuntimeError("the agent run ended without a result")
-        return agent_run.result
+        return agent_run.result, keeper
 
-    async def _settle(self, run: Run, output: Any, messages: list[ModelMessage]) -> Any:
-        """The run's result when the agent finished, else `Park` on the calls it holds
-        (going on at once when the gate decided every one of them without a person)."""
+    async def _settle(self, run: Run, output: Any, messages: list[ModelMessage], keeper: _Gatekeeper) -> Any:
+        """The run's result when the agent finished, else `Park` on the calls held for a
+        person (going on at once when none waits on one)."""
         if isinstance(output, DeferredToolRequests):
-            held = [Held(c.tool_call_id, c.tool_name, c.args_as_dict(), "approval") for c in output.approvals]
-            held += [Held(c.tool_call_id, c.tool_name, c.args_as_dict(), "question") for c in output.calls]
-            entries, decided = await self.asker.ask(run, held, self._schemas())
+            entries: list[dict[str, Any]] = []
+            missed: list[Held] = []
+            for part in output.approvals:
+                waiting = keeper.waiting.get(part.tool_call_id)
+                if waiting is not None:
+                    entries.append(self.asker.entry(*waiting))
+                else:  # not handed to the gate by pydantic-ai: asked here, as marked
+                    missed.append(Held(part.tool_call_id, part.tool_name, part.args_as_dict(), "approval"))
+            missed += [Held(c.tool_call_id, c.tool_name, c.args_as_dict(), "question") for c in output.calls]
+            asked, decided = await self.asker.ask(run, missed, self._schemas())
+            entries += asked
             if entries:
                 state = {
                     "messages": json.loads(ModelMessagesTypeAdapter.dump_json(messages)),
                     "held": entries,
-                    "decided": {k: _outcome_to_json(v) for k, v in decided.items()},
+                    "decided": {k: outcome_to_json(v) for k, v in decided.items()},
                 }
                 return Park(state, [e["request"] for e in entries])
-            return await self._continue(run, messages, decided)
+            return await self._continue(run, messages, decided, {})
         followups = await take_followups(self.broker, run)  # sent during the last model call: another turn
         if followups:
-            result = await self._run(run, followups, message_history=messages)
-            return await self._settle(run, result.output, result.all_messages())
+            result, keeper = await self._run(run, followups, message_history=messages)
+            return await self._settle(run, result.output, result.all_messages(), keeper)
         return _JSON.dump_python(output, mode="json")
 
     def _output_type(self) -> Any:
@@ -176,23 +309,3 @@ class PydanticAIRuns:
                 for name, tool in toolset.tools.items():
                     out[name] = tool.tool_def.parameters_json_schema
         return out
-
-
-def _outcome_to_json(outcome: Outcome) -> dict[str, Any]:
-    if isinstance(outcome, Approved):
-        return {"approved": outcome.arguments, "edited": outcome.edited}
-    if isinstance(outcome, Denied):
-        return {"denied": outcome.reason}
-    if isinstance(outcome, Answered):
-        return {"answered": outcome.value}
-    return {"declined": outcome.reason}
-
-
-def _outcome_from_json(data: Mapping[str, Any]) -> Outcome:
-    if "approved" in data:
-        return Approved(dict(data["approved"]), bool(data.get("edited")))
-    if "denied" in data:
-        return Denied(str(data["denied"]))
-    if "answered" in data:
-        return Answered(data["answered"])
-    return Declined(str(data["declined"]))
