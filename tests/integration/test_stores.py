@@ -328,3 +328,23 @@ async def test_the_sqlite_history_index_kept_up_with_the_event_log_matches_one_r
         db.execute("INSERT INTO requests_text (requests_text, rank) VALUES ('integrity-check', 0)")
     finally:
         db.close()
+
+
+async def test_the_sqlite_log_is_checkpointed_in_a_worker_thread_not_in_the_commits(tmp_path: Path) -> None:
+    from interlock.store.sqlite import AUTOCHECKPOINT_PAGES, CHECKPOINT_COMMITS
+
+    path = tmp_path / "log.db"
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+        assert isinstance(broker, LocalBroker) and isinstance(broker.store, SqliteStore)
+        store = broker.store
+        # SQLite's own checkpoint (in the commit that crosses its threshold) is only a backstop
+        assert store.db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == AUTOCHECKPOINT_PAGES
+        before = path.stat().st_size
+        for _ in range(CHECKPOINT_COMMITS * 2):
+            request = await broker.create(Text("Name?"))
+            await broker.resolve(request.id, "blue")
+        if store._checkpointing is not None:
+            await store._checkpointing
+        # the pages reached the database file, long before the backstop's threshold
+        assert path.stat().st_size > before
+        assert len((await broker.list(limit=1000)).items) == CHECKPOINT_COMMITS * 2
