@@ -704,14 +704,18 @@ DELIVERY_COLUMNS = (
 _NAMED = re.compile(r"(?<!:):([a-z_]+)")
 
 
-def numbered(sql: str) -> str:
-    """Turn `:name` parameters into SQLite's `?N`, numbered in order of first appearance
-    (the order PostgreSQL's `$n` of the same query take)."""
+def numbered(sql: str) -> tuple[str, tuple[int, ...]]:
+    """Turn `:name` parameters into SQLite's plain `?`, and say which positional argument
+    each takes: the arguments are numbered in order of first appearance (the order
+    PostgreSQL's `$n` of the same query take), so a name used twice takes its argument
+    twice. (Numbered `?N` bound from a sequence are deprecated from Python 3.12.)"""
     order: list[str] = []
+    taken: list[int] = []
 
-    def number(match: re.Match[str]) -> str:
+    def place(match: re.Match[str]) -> str:
         if match[1] not in order:
             order.append(match[1])
-        return f"?{order.index(match[1]) + 1}"
+        taken.append(order.index(match[1]))
+        return "?"
 
-    return _NAMED.sub(number, sql)
+    return _NAMED.sub(place, sql), tuple(taken)

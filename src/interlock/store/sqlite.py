@@ -70,7 +70,16 @@ log = logging.getLogger("interlock")
 T = TypeVar("T")
 Q = load_queries("sqlite")
 F = load_queries("sqlite", "followups")
-_NUMBERED = {name: numbered(sql) for name, sql in Q.items()}  # the queries `SqlStore` runs with positional arguments
+
+
+def _positional(sql: str) -> tuple[str, tuple[int, ...] | None]:
+    """A query `SqlStore` runs with positional arguments: its statement, and which
+    argument each `?` takes (None when they are taken in order, once each)."""
+    statement, taken = numbered(sql)
+    return statement, None if taken == tuple(range(len(taken))) else taken
+
+
+_NUMBERED = {name: _positional(sql) for name, sql in Q.items()}
 _SYNCHRONOUS = {"OFF", "NORMAL", "FULL", "EXTRA"}
 DERIVE_DELAY = 0.2
 """Seconds after a write of this process before the search index is brought up to date
@@ -505,7 +514,8 @@ class SqliteStore(SqlStore):
         return await self._retry(lambda: db.execute(sql, params).fetchall())
 
     async def _rows(self, name: str, *args: Any) -> list[Any]:
-        return await self._read(_NUMBERED[name], args)
+        sql, taken = _NUMBERED[name]
+        return await self._read(sql, args if taken is None else [args[i] for i in taken])
 
     async def _rows_of(self, sql: str, params: dict[str, Any]) -> list[Any]:
         return await self._read(sql, params)
