@@ -378,7 +378,7 @@ SELECT request_id, claimed_by, claimed_at FROM claims WHERE request_id IN (SELEC
 -- name: principal_kind
 SELECT kind FROM principals WHERE name = :name;
 
--- Derived from the event log (see migration 0016): how far each is up to date.
+-- Derived from the event log (see migration 0017): how far each is up to date.
 
 -- name: derived_behind
 SELECT d.event_id, (SELECT ifnull(max(id), 0) FROM events) FROM derived d WHERE d.name = :name;
