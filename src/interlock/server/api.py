@@ -496,7 +496,9 @@ async def reject_request(request_id: str, body: RejectBody, caller: Caller, brok
     tags=["requests"],
 )
 async def cancel_request(request_id: str, body: CancelBody, caller: Caller, broker: TheBroker) -> JSONResponse:
-    """Withdraw a request you made."""
+    """Withdraw a request you made. With `cause: "released"`, free it as `release` does:
+    a request created detached is dropped once, whichever client asks first (its answer
+    kept, if it has one); a later release is a 409 `already_settled`."""
     request = await visible(broker, request_id, caller)
     if not can_cancel(caller, request):
         raise ApiError(403, "forbidden", "only whoever made the request may cancel it")
