@@ -376,3 +376,25 @@ async def test_only_the_recipient_resolves_and_only_the_parties_see_an_interacti
         assert [i["id"] for i in (await alice.get("/interactions")).json()["items"]] == [made["id"]]
         done = await alice.post(f"/interactions/{made['id']}/resolve", json=approve)
         assert done.status_code == 200 and done.json()["resolution"]["by"] == "alice"
+
+
+async def test_the_person_a_pause_is_to_may_cancel_it_unanswered_recorded_as_theirs(
+    authed: tuple[str, dict[str, str]],
+) -> None:
+    base, tokens = authed
+
+    def client(who: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {tokens[who]}"}, timeout=BOUND)
+
+    async with client("alice") as alice, client("bob") as bob, client("alice-bot") as bot:
+        made = (await bot.post("/requests", json=APPROVAL)).json()
+        cancel = {"cancel": True, "reason": "wrong environment, ask again"}
+        assert (await bob.post(f"/interactions/{made['id']}/resolve", json=cancel)).status_code == 403
+        done = await alice.post(f"/interactions/{made['id']}/resolve", json=cancel)
+        assert done.status_code == 200, done.text
+        resolution = done.json()["resolution"]
+        assert done.json()["status"] == "cancelled"  # ended unanswered: neither approved nor denied
+        assert (resolution["outcome"], resolution["by"], resolution["via"]) == ("cancelled", "alice", "api")
+        assert resolution["reason"] == "wrong environment, ask again"
+        seen_by_agent = (await bot.get(f"/interactions/{made['id']}")).json()
+        assert seen_by_agent["resolution"] == resolution

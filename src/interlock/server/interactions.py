@@ -7,7 +7,8 @@ module serves interlock's requests in that shape, beside the native API, over th
 broker and the same rules of who may read and answer what:
 
 - `GET /interactions` (filter by status and kind) and `GET /interactions/{id}`;
-- `POST /interactions/{id}/resolve` with `inputResponses`, `reason` and `cancel`, and
+- `POST /interactions/{id}/resolve` with `inputResponses`, `reason` and `cancel` (the
+  person it is to, or its requester, ends it unanswered), and
   `POST /interactions/resolve` for several at once, with Novo's rules: a body that does
   not fit its request is a 400 and changes nothing;
 - `GET /interactions/stream`: a `data-novo-input-requested` event per pause and a
@@ -333,7 +334,9 @@ async def resolve_batch(body: BatchResolveBody, caller: Caller, broker: TheBroke
 async def resolve(interaction_id: str, body: ResolveBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Resolve one pause: `inputResponses` (an approval: `[{requestId: <its id>, optionId:
     "approve" | "deny"}]`; a question: one entry per prompt, by the prompt's id), or
-    `cancel: true` (its requester only). `reason` is kept and echoed back verbatim."""
+    `cancel: true` to end it unanswered (by the person it is to, or its requester:
+    recorded as cancelled by them; neither a denial nor an answer). `reason` is kept and
+    echoed back verbatim."""
     return JSONResponse(await _resolve(broker, interaction_id, body, caller))
 
 
