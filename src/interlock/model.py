@@ -1566,11 +1566,12 @@ class Request:
 
     @property
     def outlives_its_waiter(self) -> bool:
-        """Whether the request stays pending when the call waiting on it is cut (Ctrl-C,
-        SIGTERM, a crash): one created detached (its creator owns it), one made with an
-        idempotency key (its maker comes back for it with the same key) or one belonging to
-        a run (the run's, not the waiting process's). Any other request is withdrawn with
-        its waiting call."""
+        """Whether the request stays pending when the call waiting on it is cancelled
+        (Ctrl-C, a cancelled task, a client hanging up): one created detached (its creator
+        owns it), one made with an idempotency key (its maker comes back for it with the
+        same key) or one belonging to a run (the run's, not the waiting process's). Any
+        other request is withdrawn with its cancelled waiting call. A process that ends
+        without unwinding (SIGTERM by default, a crash) withdraws nothing either way."""
         return self.detached or self.idempotency_key is not None or self.origin.run is not None
 
     def as_created(self) -> Request:
