@@ -1030,7 +1030,7 @@ class LocalBroker(Broker):
 
     async def _waiter_cancelled(self, request: Request) -> None:
         """A waiting call was cancelled: withdraw its request, unless someone else owns it."""
-        if self._state == "open" and request.id not in self._detached and not request.outlives_its_waiter:
+        if self._state == "open" and not request.outlives_its_waiter:
             # Shielded: a cancel scope that cancels again must not cut the withdrawal short.
             withdrawal = self._spawn(self._withdraw(request, "withdrawn", "the waiting call was cancelled"))
             with contextlib.suppress(asyncio.CancelledError):
@@ -1195,18 +1195,23 @@ class LocalBroker(Broker):
     async def release(self, request_id: str) -> bool:
         """Free a detached request. Still pending, it is withdrawn so a stray waiter unblocks.
 
-        True if this call dropped one: it withdrew the request, or the request was one this
-        broker created detached and had not released yet (answered meanwhile, say). A
-        second release returns False. Settled records are kept (durably, or in the memory
-        retention as read outcomes), so a late `wait` still replays them.
+        True if this call dropped one: the request was created detached (or was still
+        pending) and nobody had released it yet, from any process or node sharing the
+        store (the store marks it released, one caller winning); an answered detached
+        request is dropped too, its answer kept. A second release, anywhere, returns
+        False. Settled records are kept (durably, or in the memory retention as read
+        outcomes), so a late `wait` still replays them.
         """
+        if self._state != "open":
+            await self.open()
         request_id = _check_id(request_id)
-        owned = request_id in self._detached
         self._detached.discard(request_id)
-        response = Response(datetime.now(UTC), via="python", reason="released by its creator", cause="released")
-        withdrew = await self._give_up(request_id, Status.CANCELLED, response)
+        now = datetime.now(UTC)
+        dropped = await self.store.release(request_id, now)
+        response = Response(now, via="python", reason="released by its creator", cause="released")
+        await self._give_up(request_id, Status.CANCELLED, response)  # still pending: withdrawn
         self.store.note_read(request_id)
-        return withdrew or owned
+        return dropped
 
     async def consume(self, request_id: str, *, by: str | None = None) -> bool:
         """Spend an answered request once: True for the one call, in any process, that does.

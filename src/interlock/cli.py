@@ -1105,30 +1105,60 @@ def runs(
         ),
     ] = None,
     session: Annotated[str | None, typer.Option("--session", help="Only the runs of this session or thread.")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Runs per page.")] = 50,
+    after: Annotated[
+        str | None,
+        typer.Option("--after", help="The next page: the cursor the previous page printed.", show_default=False),
+    ] = None,
+    every: Annotated[bool, typer.Option("--all", help="Every page, not only the first.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
-    """List runs, newest first: agents' pieces of work, and what each waits on."""
+    """List runs, newest first: agents' pieces of work, and what each waits on.
+
+    A page holds `--limit` runs; when there are more, the command prints (on stderr) the
+    `--after CURSOR` that lists the next page. `--all` lists every page."""
     if status is not None and status not in {s.value for s in RunStatus}:
         raise _fail(f"unknown run status {status!r}: use {', '.join(s.value for s in RunStatus)}")
-    page = _run(db, lambda b: b.list_runs(agent=agent, status=status, session=session, limit=limit))
+
+    async def work(broker: Broker) -> tuple[list[Run], str | None]:
+        found: list[Run] = []
+        cursor = after
+        while True:
+            page = await broker.list_runs(agent=agent, status=status, session=session, after=cursor, limit=limit)
+            found.extend(page.items)
+            cursor = page.next_cursor
+            if not every or cursor is None:
+                return found, cursor
+
+    found, next_cursor = _run(db, work, token)
     if as_json:
-        for run in page.items:
+        for run in found:
             typer.echo(json.dumps(run_to_dict(run, state=False)))
-        return
+    else:
+        _print_runs(found)
+    if next_cursor is not None:
+        err.print(
+            f"more runs: the next page is --after {next_cursor} (with the same options), or list them all with --all",
+            markup=False,
+            soft_wrap=True,
+        )
+
+
+def _print_runs(found: Sequence[Run]) -> None:
     table = Table(box=None, header_style="bold")
     table.add_column("id", no_wrap=True, min_width=32)
     for column in ("agent", "status", "waiting on", "updated", "expires"):
         table.add_column(column)
     now = datetime.now(UTC)
-    for run in page.items:
+    for run in found:
         status_text = run.status.value + (f" ({run.terminal_reason})" if run.terminal_reason else "")
         waiting = f"{len(run.waiting_on)} request(s)" + (", ready" if run.ready else "") if run.status.waiting else ""
         expires = "" if run.expires_at is None else _ago(run.expires_at, now)
         table.add_row(run.id, run.agent, status_text, waiting, _ago(run.updated_at, now), expires)
     Console(width=None if sys.stdout.isatty() else 1000).print(table)
-    if not page.items:
+    if not found:
         err.print("no runs")
 
 
@@ -1143,21 +1173,31 @@ def run_show(
         bool, typer.Option("--state", help="Include the agent's framework state (as stored; large).")
     ] = False,
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
-    """Print one run as JSON, and list its requests (with how to answer those pending)."""
+    """Print one run as JSON, and list its requests (with how to answer those pending,
+    as `interlock show` says it)."""
 
     async def work(broker: Broker) -> tuple[Run, list[Request]]:
         run = await broker.get_run(run_id)
-        return run, list((await broker.list(run=run_id, order="asc", limit=1000)).items)
+        requests: list[Request] = []
+        cursor: str | None = None
+        while True:
+            page = await broker.list(run=run_id, order="asc", after=cursor, limit=1000)
+            requests.extend(page.items)
+            if page.next_cursor is None:
+                return run, requests
+            cursor = page.next_cursor
 
-    run, requests = _run(db, work)
+    run, requests = _run(db, work, token)
     typer.echo(json.dumps(run_to_dict(run, state=with_state), indent=2))
     if requests:
         err.print("requests:", markup=False)
     for request in requests:
         err.print(f"  {request.id}  {request.status.value:<9}  {_summary(request)}", markup=False)
-        if request.status is Status.PENDING and len(request.asks) == 1:
-            err.print(f"    answer with: interlock answer {request.id} {request.asks[0].how_to_answer()}", markup=False)
+        if request.status is Status.PENDING:
+            for line in how_to_answer(request):
+                err.print(f"    {line}", markup=False, soft_wrap=True)
 
 
 @run_app.command("cancel")
@@ -1167,10 +1207,11 @@ def run_cancel(
         "cancelled_by_user"
     ),
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Stop a run: it ends cancelled and its pending requests are withdrawn. Exit 3 if it
     had ended already."""
-    cancelled = _run(db, lambda b: b.cancel_run(run_id, reason, by=os.environ.get("USER")))
+    cancelled = _run(db, lambda b: b.cancel_run(run_id, reason, by=os.environ.get("USER")), token)
     if not cancelled:
         raise _fail(f"run {run_id} had ended already", CANCELLED)
     err.print(f"cancelled run {run_id}", markup=False)
@@ -1181,6 +1222,7 @@ def run_send(
     run_id: Annotated[str, typer.Argument(help="The run's id.")],
     text: Annotated[str, typer.Argument(help="The message, verbatim.")],
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Send a message to a busy run; it is never dropped. Parked on an approval, `approve`
     / `deny` (or `1` / `2`) decides it; anything else is held and goes to the agent as its
@@ -1193,7 +1235,7 @@ def run_send(
         except RunConflict as exc:
             return exc
 
-    sent = _run(db, work)
+    sent = _run(db, work, token)
     if isinstance(sent, RunConflict):
         raise _fail(f"{sent}; start a new run", CANCELLED)
     out: dict[str, Any] = {"run": sent.run, "outcome": sent.outcome}
@@ -1211,10 +1253,11 @@ def run_followups(
     run_id: Annotated[str, typer.Argument(help="The run's id.")],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """List the messages held for a run, oldest first (on an ended run: those it never
     delivered, read-only)."""
-    held = _run(db, lambda b: b.list_followups(run_id))
+    held = _run(db, lambda b: b.list_followups(run_id), token)
     for followup in held:
         if as_json:
             typer.echo(json.dumps(followup_to_dict(followup)))
@@ -1229,10 +1272,11 @@ def run_withdraw(
     run_id: Annotated[str, typer.Argument(help="The run's id.")],
     followup_id: Annotated[str, typer.Argument(help="The held message's id.")],
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Withdraw a held message before it is delivered. Exit 1 if it is gone: withdrawn,
     delivered, or read-only on an ended run."""
-    _run(db, lambda b: b.withdraw_followup(run_id, followup_id, by=os.environ.get("USER")))
+    _run(db, lambda b: b.withdraw_followup(run_id, followup_id, by=os.environ.get("USER")), token)
     err.print(f"withdrew {followup_id} from run {run_id}", markup=False)
 
 
@@ -1251,6 +1295,7 @@ def worker(
     ] = 30.0,
     once: Annotated[bool, typer.Option("--once", help="Resume the runs ready now, then exit.")] = False,
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Resume parked runs as their requests settle, by the handlers of the agents you serve.
 
@@ -1284,7 +1329,7 @@ def worker(
     logger = logging.getLogger("interlock")  # what was resumed, and why a run failed; not other libraries' chatter
     logger.setLevel(logging.INFO)
     logger.addHandler(logging.StreamHandler())
-    resumed = _run(db, work)
+    resumed = _run(db, work, token)
     err.print(f"resumed {resumed} run(s)", markup=False)
 
 

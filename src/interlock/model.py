@@ -1013,7 +1013,10 @@ class Confirm:
     def from_input(self, option_id: str | None, option_ids: Sequence[str] | None, text: str | None) -> Any:
         if option_ids is not None:
             raise InvalidAnswer(f"ask {self.id!r}: answer yes or no with optionId, not optionIds", ask_id=self.id)
-        return _yes_or_no(self.id, option_id if option_id is not None else text or "")
+        if option_id is None:  # its options are yes and no: no free-form text (`allowOther` false)
+            fault = f"question {self.id!r} takes optionId 'yes' or 'no', not free-form text"
+            raise InvalidAnswer(fault, ask_id=self.id)
+        return _yes_or_no(self.id, option_id)
 
     def from_fields(self, values: FieldValues, name: str) -> Any:
         return yes_no(values.get(name))
@@ -1080,11 +1083,22 @@ class Choice:
         return _match_option(options_of(self), text.strip()) or text
 
     def from_input(self, option_id: str | None, option_ids: Sequence[str] | None, text: str | None) -> Any:
+        if text is not None:  # free form, where the question allows it (`allowOther`)
+            if not self.allow_other:
+                ids = ", ".join(opt.id for opt in options_of(self))
+                raise InvalidAnswer(
+                    f"question {self.id!r} takes one of its options by optionId ({ids}), not free-form text",
+                    ask_id=self.id,
+                )
+            return text
         if option_ids is not None:
             if len(option_ids) != 1:
                 raise InvalidAnswer(f"question {self.id!r} is single-select: choose one option", ask_id=self.id)
-            return option_ids[0]
-        return option_id if option_id is not None else text
+            option_id = option_ids[0]
+        if not any(opt.id == option_id for opt in options_of(self)):  # an option must be one offered
+            ids = ", ".join(opt.id for opt in options_of(self))
+            raise InvalidAnswer(f"ask {self.id!r}: {option_id!r} is not one of the options ({ids})", ask_id=self.id)
+        return option_id
 
     def from_fields(self, values: FieldValues, name: str) -> Any:
         picked, other = values.get(name), values.get(f"{name}.other").strip()
@@ -1552,11 +1566,12 @@ class Request:
 
     @property
     def outlives_its_waiter(self) -> bool:
-        """Whether the request stays pending when the call waiting on it is cut (Ctrl-C,
-        SIGTERM, a crash): one created detached (its creator owns it), one made with an
-        idempotency key (its maker comes back for it with the same key) or one belonging to
-        a run (the run's, not the waiting process's). Any other request is withdrawn with
-        its waiting call."""
+        """Whether the request stays pending when the call waiting on it is cancelled
+        (Ctrl-C, a cancelled task, a client hanging up): one created detached (its creator
+        owns it), one made with an idempotency key (its maker comes back for it with the
+        same key) or one belonging to a run (the run's, not the waiting process's). Any
+        other request is withdrawn with its cancelled waiting call. A process that ends
+        without unwinding (SIGTERM by default, a crash) withdraws nothing either way."""
         return self.detached or self.idempotency_key is not None or self.origin.run is not None
 
     def as_created(self) -> Request:

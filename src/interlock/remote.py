@@ -432,9 +432,9 @@ class RemoteBroker(Broker):
         return await self._settle(request_id, "expire")
 
     async def release(self, request_id: str) -> bool:
-        owned = request_id in self._detached
+        # The server's store says whether this is the first release, from any client.
         self._detached.discard(request_id)
-        return await self._settle(request_id, "cancel", {"cause": "released"}) or owned
+        return await self._settle(request_id, "cancel", {"cause": "released"})
 
     async def consume(self, request_id: str, *, by: str | None = None) -> bool:
         response = await self._send("POST", f"/requests/{request_id}/consume", json={"by": by})

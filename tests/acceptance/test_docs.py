@@ -5,6 +5,8 @@
   same page defined, and top-level `await` works as in `python -m asyncio`. While a page
   runs, an answerer here plays the person: it answers every pending request in the page's
   SQLite file, through its own broker, so asks that wait for a person finish for real.
+  A page about the server (`SERVED`) runs against a real server with auth on that file,
+  its agent's URL and token in INTERLOCK_URL and INTERLOCK_TOKEN, as a reader sets them.
 - Shell blocks: every `interlock ...` command names a real subcommand and only options
   that subcommand's `--help` lists.
 - JSON blocks are parsed. Blocks without a language are diagrams or output and are not run.
@@ -18,11 +20,15 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +39,9 @@ from typer.testing import CliRunner
 
 import interlock
 from interlock import Choice, Confirm, Form, Request, Text
+from interlock.broker import LocalBroker
 from interlock.cli import app
+from interlock.principals import Principal, issue_token
 
 ROOT = Path(__file__).parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -47,6 +55,11 @@ DATABASES = {
     "mcp.md": "mcp.db",
     "tutorial.md": "tutorial.db",
 }
+
+
+#: the pages whose blocks talk to a running server (on the page's SQLite file), as an
+#: agent that belongs to alice: `interlock token create deployer --agent --owner alice`
+SERVED = {"server.md"}
 
 
 def page_id(page: Path) -> str:
@@ -120,13 +133,35 @@ class Person:
         assert not self.thread.is_alive()
 
 
-def run_page(page: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+def run_page(
+    page: Path, tmp_path: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """Run the page's Python blocks with a person answering; the result and what was answered."""
     with Person(tmp_path / DATABASES.get(page.name, "interlock.db")) as person:
         result = subprocess.run(
-            [sys.executable, str(RUNNER), str(page)], cwd=tmp_path, capture_output=True, text=True, timeout=60
+            [sys.executable, str(RUNNER), str(page)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **(env or {})},
         )
     return result, person.answered
+
+
+def agent_token(database: Path) -> str:
+    """Make alice (a person) and deployer (her agent) in the store; the agent's token."""
+
+    async def make() -> str:
+        async with interlock.connect(f"sqlite:///{database}") as broker:
+            assert isinstance(broker, LocalBroker)
+            await broker.principals.save_principal(Principal("alice", "human"))
+            await broker.principals.save_principal(Principal("deployer", "agent", owner="alice"))
+            token = issue_token("deployer", datetime.now(UTC))
+            await broker.principals.save_token(token)
+            return token.secret
+
+    return anyio.run(make)
 
 
 PYTHON_PAGES = [page for page in PAGES if runnable(page, "python")]
@@ -134,12 +169,20 @@ PYTHON_PAGES = [page for page in PAGES if runnable(page, "python")]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PYTHON_PAGES, ids=page_id)
-def test_the_python_blocks_of_the_page_run_as_pasted(page: Path, tmp_path: Path) -> None:
-    result, answered = run_page(page, tmp_path)
+def test_the_python_blocks_of_the_page_run_as_pasted(
+    page: Path, tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    if page.name in SERVED:
+        database = tmp_path / DATABASES.get(page.name, "interlock.db")
+        token = agent_token(database)
+        with serve(f"sqlite:///{database}") as url:
+            result, answered = run_page(page, tmp_path, {"INTERLOCK_URL": url, "INTERLOCK_TOKEN": token})
+    else:
+        result, answered = run_page(page, tmp_path)
     assert result.returncode == 0, result.stderr
     ran = [line for line in result.stdout.splitlines() if line.startswith("-- ran ")]
     assert len(ran) == len(runnable(page, "python")), result.stdout
-    if page.name in DATABASES:  # the page asks a person, and was answered
+    if page.name in DATABASES or page.name in SERVED:  # the page asks a person, and was answered
         assert answered, result.stdout
 
 

@@ -172,7 +172,7 @@ async def test_a_worker_serving_before_the_answer_resumes_the_run_once_it_comes(
     assert "resumed 1 run(s)" in stderr
 
 
-async def test_ctrl_c_sigterm_or_a_crash_leave_a_runs_request_pending_ctrl_c_withdraws_a_plain_one(
+async def test_ctrl_c_sigterm_or_a_crash_leave_a_runs_request_pending_only_ctrl_c_withdraws_a_plain_one(
     db: str, agent_dir: Path
 ) -> None:
     env = {**os.environ, "INTERLOCK_URL": db}
@@ -182,6 +182,8 @@ async def test_ctrl_c_sigterm_or_a_crash_leave_a_runs_request_pending_ctrl_c_wit
         ("run-sigterm", signal.SIGTERM),
         ("run-crash", signal.SIGKILL),
         (None, signal.SIGINT),
+        (None, signal.SIGTERM),
+        (None, signal.SIGKILL),
     ]
     for run_id, signum in cases:
         args = [sys.executable, "deploy_agent.py", "wait", *([run_id] if run_id else [])]
@@ -195,12 +197,14 @@ async def test_ctrl_c_sigterm_or_a_crash_leave_a_runs_request_pending_ctrl_c_wit
             proc.send_signal(signum)
             await proc.communicate()
         async with interlock.connect(db) as broker:
-            outcomes[run_id] = (await broker.get(request_id)).status
+            outcomes[run_id or "plain", signum.name] = (await broker.get(request_id)).status
     assert outcomes == {
-        "run-ctrl-c": Status.PENDING,
-        "run-sigterm": Status.PENDING,
-        "run-crash": Status.PENDING,
-        None: Status.CANCELLED,  # a plain wait cut by Ctrl-C withdraws its request, as before
+        ("run-ctrl-c", "SIGINT"): Status.PENDING,
+        ("run-sigterm", "SIGTERM"): Status.PENDING,
+        ("run-crash", "SIGKILL"): Status.PENDING,
+        ("plain", "SIGINT"): Status.CANCELLED,  # a plain wait cut by Ctrl-C withdraws its request
+        ("plain", "SIGTERM"): Status.PENDING,  # the process ends without unwinding: nothing withdraws it
+        ("plain", "SIGKILL"): Status.PENDING,
     }
 
 

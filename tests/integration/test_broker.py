@@ -325,6 +325,27 @@ async def test_only_requests_created_detached_are_marked_so(broker: Broker) -> N
     assert await broker.release(plain.id) is False
 
 
+@pytest.mark.parametrize("answered", [False, True], ids=["pending", "answered"])
+async def test_a_detached_request_is_released_once_from_any_broker_on_the_store(
+    broker: Broker, connect: Callable[..., Broker], backend: str, answered: bool
+) -> None:
+    if backend == "memory":
+        pytest.skip("a memory store is one process's own")
+    request = await broker.create_detached(Text("Name?"))
+    if answered:
+        assert await broker.resolve(request.id, "Ada")
+    async with connect() as other, connect() as third:
+        assert await other.release(request.id)  # not the broker that created it: dropped all the same
+        assert await other.release(request.id) is False
+        assert await third.release(request.id) is False  # and once across every broker
+    assert await broker.release(request.id) is False  # the creator's own, later: nothing more to drop
+    settled = await broker.get(request.id)
+    if answered:
+        assert settled.status is Status.ANSWERED and settled.answer == "Ada"
+    else:
+        assert (settled.status, settled.response.cause) == (Status.CANCELLED, "released")  # type: ignore[union-attr]
+
+
 async def test_a_cut_waiter_in_another_broker_leaves_a_detached_request_pending(
     broker: Broker, connect: Callable[..., Broker], backend: str
 ) -> None:

@@ -17,6 +17,8 @@ import pytest
 from httpx_sse import aconnect_sse
 
 import interlock
+from interlock import Request
+from interlock.agent import ApprovalGate, ToolCall
 from interlock.principals import Principal, issue_token
 
 pytestmark = pytest.mark.anyio
@@ -79,6 +81,51 @@ async def test_an_approval_has_exactly_approve_and_deny_and_the_call_under_revie
     )
     assert request["options"] == [{"id": "approve", "label": "Approve"}, {"id": "deny", "label": "Deny"}]
     assert request["input"] == {"env": "prod"}
+
+
+async def test_an_approval_carries_its_rendered_preview_beside_the_input_everywhere_it_is_shown(
+    base: str, api: httpx.AsyncClient
+) -> None:
+    plain = await create(api, **APPROVAL)
+    assert "preview" not in (await api.get(f"/interactions/{plain['id']}")).json()["request"]
+    rendered = "deploy web to prod\n3 replicas, rolling"
+    made = await create(api, **APPROVAL, context={"preview": rendered})
+    async with interlock.connect(base) as broker:  # the approval gate renders one for each call it asks about
+        gate = ApprovalGate(
+            broker,
+            policies={"deploy": "always"},
+            to="alice",
+            previews={"deploy": lambda c: f"deploy {c.arguments['env']}"},
+        )
+        gated = await gate.begin(ToolCall("deploy", {"env": "staging"}, id="call-9", session="t1"))
+        assert isinstance(gated, Request)
+    expected = {made["id"]: (rendered, {"env": "prod"}), gated.id: ("deploy staging", {"env": "staging"})}
+
+    def shown(interaction: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        request = interaction["request"]
+        assert (request["kind"], request["display"], request["allowFreeform"]) == (
+            "approval_request",
+            "confirmation",
+            False,
+        )
+        assert [o["id"] for o in request["options"]] == ["approve", "deny"]
+        return request["preview"], request["input"]
+
+    for interaction_id, want in expected.items():
+        assert shown((await api.get(f"/interactions/{interaction_id}")).json()) == want
+    listed = (await api.get("/interactions", params={"kind": "approval_request"})).json()["items"]
+    assert {i["id"]: shown(i) for i in listed if i["id"] in expected} == expected
+    streamed: dict[str, Any] = {}
+    async with (
+        httpx.AsyncClient(timeout=BOUND) as client,
+        aconnect_sse(client, "GET", f"{base}/api/v1/interactions/stream") as source,
+    ):
+        events = source.aiter_sse()
+        while len(streamed) < 3:
+            data = json.loads((await next_event(events, "data-novo-input-requested")).data)
+            streamed[data["id"]] = data
+    assert {i: shown(streamed[i]) for i in expected} == expected
+    assert "preview" not in streamed[plain["id"]]["request"]
 
 
 async def test_a_question_carries_its_prompts_in_details_and_no_top_level_options(api: httpx.AsyncClient) -> None:
@@ -155,6 +202,9 @@ async def test_a_question_is_resolved_per_prompt(api: httpx.AsyncClient) -> None
         ([{"requestId": "SELF", "optionId": "red"}], "Unknown questionId"),
         ([{"requestId": "colour", "optionId": "red"}, {"requestId": "colour", "optionId": "green"}], "more than once"),
         ([{"requestId": "colour", "optionId": "red"}], "sizes"),  # a required prompt left unanswered
+        # text only where free form is allowed: not on a select-only prompt, even naming an option
+        ([{"requestId": "colour", "text": "red"}, {"requestId": "sizes", "optionIds": ["s"]}], "not free-form"),
+        ([{"requestId": "colour", "optionId": "red"}, {"requestId": "sizes", "text": "s"}], "optionIds"),
     ],
 )
 async def test_a_body_that_does_not_fit_is_a_400_and_changes_nothing(
@@ -168,6 +218,43 @@ async def test_a_body_that_does_not_fit_is_a_400_and_changes_nothing(
         assert response.json()["code"] == "invalid_answer"
         assert fragment in response.json()["detail"]
     assert (await api.get(f"/interactions/{made['id']}")).json()["status"] == "pending"
+
+
+async def test_free_form_text_is_taken_exactly_where_the_prompt_allows_it(api: httpx.AsyncClient) -> None:
+    asks = [
+        {"type": "choice", "id": "region", "prompt": "Region?", "options": ["eu", "us"], "allow_other": True},
+        {"type": "confirm", "id": "now", "prompt": "Right away?"},
+        {"type": "text", "id": "note", "prompt": "Why?"},
+    ]
+    made = await create(api, title="Where to?", asks=asks)
+    prompts = (await api.get(f"/interactions/{made['id']}")).json()["request"]["details"]["questions"]
+    assert [(q["id"], q["allowOther"], "options" in q) for q in prompts] == [
+        ("region", True, True),
+        ("now", False, True),
+        ("note", False, False),
+    ]
+    for wrong, fragment in (
+        ({"requestId": "now", "text": "yes"}, "not free-form"),  # yes / no are options, not text
+        ({"requestId": "region", "optionId": "mars"}, "not one of the options"),  # text it may be, an option not
+        ({"requestId": "note", "optionId": "eu"}, "takes text"),
+    ):
+        right = {"region": {"requestId": "region", "optionId": "eu"}, "now": {"requestId": "now", "optionId": "yes"}}
+        right |= {"note": {"requestId": "note", "text": "cheaper"}}
+        right[wrong["requestId"]] = wrong
+        response = await resolve(api, made["id"], inputResponses=list(right.values()))
+        assert response.status_code == 400 and fragment in response.json()["detail"], (wrong, response.text)
+    assert (await api.get(f"/interactions/{made['id']}")).json()["status"] == "pending"
+    done = await resolve(
+        api,
+        made["id"],
+        inputResponses=[
+            {"requestId": "region", "text": "mars"},
+            {"requestId": "now", "optionId": "no"},
+            {"requestId": "note", "text": "cheaper"},
+        ],
+    )
+    assert done.status_code == 200, done.text
+    assert done.json()["resolution"]["answers"] == {"region": "mars", "now": False, "note": "cheaper"}
 
 
 async def test_the_native_answer_body_keeps_its_422(api: httpx.AsyncClient) -> None:
@@ -289,3 +376,25 @@ async def test_only_the_recipient_resolves_and_only_the_parties_see_an_interacti
         assert [i["id"] for i in (await alice.get("/interactions")).json()["items"]] == [made["id"]]
         done = await alice.post(f"/interactions/{made['id']}/resolve", json=approve)
         assert done.status_code == 200 and done.json()["resolution"]["by"] == "alice"
+
+
+async def test_the_person_a_pause_is_to_may_cancel_it_unanswered_recorded_as_theirs(
+    authed: tuple[str, dict[str, str]],
+) -> None:
+    base, tokens = authed
+
+    def client(who: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {tokens[who]}"}, timeout=BOUND)
+
+    async with client("alice") as alice, client("bob") as bob, client("alice-bot") as bot:
+        made = (await bot.post("/requests", json=APPROVAL)).json()
+        cancel = {"cancel": True, "reason": "wrong environment, ask again"}
+        assert (await bob.post(f"/interactions/{made['id']}/resolve", json=cancel)).status_code == 403
+        done = await alice.post(f"/interactions/{made['id']}/resolve", json=cancel)
+        assert done.status_code == 200, done.text
+        resolution = done.json()["resolution"]
+        assert done.json()["status"] == "cancelled"  # ended unanswered: neither approved nor denied
+        assert (resolution["outcome"], resolution["by"], resolution["via"]) == ("cancelled", "alice", "api")
+        assert resolution["reason"] == "wrong environment, ask again"
+        seen_by_agent = (await bot.get(f"/interactions/{made['id']}")).json()
+        assert seen_by_agent["resolution"] == resolution

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -95,6 +96,22 @@ async def test_an_answer_is_consumed_once(store: RequestStore) -> None:
     assert not await store.consume(request.id, "bot", now)
     assert not await store.consume("req_unknown", "bot", now)
     assert (await store.events())[-1].type == "consumed"
+
+
+async def test_a_detached_or_pending_request_is_released_once(store: RequestStore) -> None:
+    now = datetime.now(UTC)
+    detached, _ = await store.insert(replace(ask(), detached=True))
+    await store.settle(answered(detached, "Ada"))
+    assert await store.release(detached.id, now)  # answered, but created detached: dropped
+    assert not await store.release(detached.id, now)  # once
+    plain, _ = await store.insert(ask())
+    assert await store.release(plain.id, now)  # pending: dropped
+    assert not await store.release(plain.id, now)
+    settled, _ = await store.insert(ask())
+    await store.settle(answered(settled, "Bo"))
+    assert not await store.release(settled.id, now)  # settled and not detached: not the releaser's
+    assert not await store.release("req_unknown", now)
+    assert (await store.get(detached.id)).status is Status.ANSWERED  # type: ignore[union-attr]  # kept
 
 
 async def test_overdue_requests_settle_and_the_next_expiry_is_known(store: RequestStore) -> None:

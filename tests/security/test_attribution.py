@@ -76,17 +76,28 @@ async def ask_alice(clients: dict[str, httpx.AsyncClient]) -> dict[str, Any]:
     return dict(made.json())
 
 
-async def test_the_recipient_cannot_cancel_through_the_answer_route(clients: dict[str, httpx.AsyncClient]) -> None:
+async def test_a_cancel_through_the_answer_route_is_the_requesters_or_the_recipients_and_says_whose(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
     request = await ask_alice(clients)
     path = f"/requests/{request['id']}"
-    for who in ("alice", "bob"):
-        refused = await clients[who].post(f"{path}/answer", json={"cancel": True})
-        assert (refused.status_code, refused.json()["code"]) == (403, "forbidden"), who
-        batch = await clients[who].post("/answers", json={"items": [{"id": request["id"], "cancel": True}]})
-        assert batch.json()[0]["error"]["code"] == "forbidden"
+    forged = {"cancel": True, "by": "alice-bot"}  # `by` is the operator's to give, nobody else's
+    refused = await clients["bob"].post(f"{path}/answer", json=forged)
+    assert (refused.status_code, refused.json()["code"]) == (403, "forbidden")
+    batch = await clients["bob"].post("/answers", json={"items": [{"id": request["id"], **forged}]})
+    assert batch.json()[0]["error"]["code"] == "forbidden"
     assert (await clients["alice"].get(path)).json()["status"] == "pending"
 
-    withdrawn = await clients["alice-bot"].post(f"{path}/answer", json={"cancel": True, "reason": "not needed"})
+    declined = await clients["alice"].post(f"{path}/answer", json={**forged, "reason": "not mine to decide"})
+    assert declined.status_code == 200, declined.text
+    response = declined.json()["response"]
+    assert (declined.json()["status"], response["by"], response["via"]) == ("cancelled", "alice", "api")
+    assert response["reason"] == "not mine to decide"
+
+    other = await ask_alice(clients)
+    withdrawn = await clients["alice-bot"].post(
+        f"/requests/{other['id']}/answer", json={"cancel": True, "reason": "not needed"}
+    )
     assert withdrawn.status_code == 200, withdrawn.text
     response = withdrawn.json()["response"]
     assert (withdrawn.json()["status"], response["by"], response["via"]) == ("cancelled", "alice-bot", "api")

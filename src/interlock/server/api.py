@@ -422,9 +422,11 @@ async def wait_request(
 
 async def answer_one(broker: LocalBroker, request_id: str, body: AnswerBody, caller: Principal) -> HumanRequest:
     request = await visible(broker, request_id, caller)
-    if body.cancel:  # a Novo-style withdrawal: the requester's to make, like /cancel
-        if not can_cancel(caller, request):
-            raise ApiError(403, "forbidden", "only whoever made the request may cancel it")
+    if body.cancel:
+        # Novo's `cancel: true`, from either side: the requester withdraws the request, or
+        # the person it is to declines it without answering (recorded as cancelled by them).
+        if not (can_cancel(caller, request) or can_answer(caller, request)):
+            raise ApiError(403, "forbidden", "only whoever made the request, or the person it is to, may cancel it")
     elif not can_answer(caller, request):
         raise ApiError(403, "forbidden", "only the human the request is to may answer it")
     if request.status is not Status.PENDING:
@@ -456,7 +458,8 @@ async def answer_one(broker: LocalBroker, request_id: str, body: AnswerBody, cal
 )
 async def answer_request(request_id: str, body: AnswerBody, caller: Caller, http: Request) -> JSONResponse:
     """Answer with `answers` by ask id, a bare `answer`, or Novo-compatible `inputResponses`;
-    `cancel: true` withdraws it instead."""
+    `cancel: true` ends it unanswered instead (its requester withdrawing it, or the person
+    it is to declining it), recorded as cancelled with who did it and `via: "api"`."""
     return out(await answer_one(app_state(http).broker, request_id, body, caller))
 
 
@@ -496,7 +499,9 @@ async def reject_request(request_id: str, body: RejectBody, caller: Caller, brok
     tags=["requests"],
 )
 async def cancel_request(request_id: str, body: CancelBody, caller: Caller, broker: TheBroker) -> JSONResponse:
-    """Withdraw a request you made."""
+    """Withdraw a request you made. With `cause: "released"`, free it as `release` does:
+    a request created detached is dropped once, whichever client asks first (its answer
+    kept, if it has one); a later release is a 409 `already_settled`."""
     request = await visible(broker, request_id, caller)
     if not can_cancel(caller, request):
         raise ApiError(403, "forbidden", "only whoever made the request may cancel it")

@@ -7,13 +7,17 @@ module serves interlock's requests in that shape, beside the native API, over th
 broker and the same rules of who may read and answer what:
 
 - `GET /interactions` (filter by status and kind) and `GET /interactions/{id}`;
-- `POST /interactions/{id}/resolve` with `inputResponses`, `reason` and `cancel`, and
+- `POST /interactions/{id}/resolve` with `inputResponses`, `reason` and `cancel` (the
+  person it is to, or its requester, ends it unanswered), and
   `POST /interactions/resolve` for several at once, with Novo's rules: a body that does
   not fit its request is a 400 and changes nothing;
 - `GET /interactions/stream`: a `data-novo-input-requested` event per pause and a
   `data-novo-input-resolved` event when it settles. Every pause still pending is sent
   again when a client connects or reconnects (with `Last-Event-ID`, the events it missed
-  follow), so a handler keyed by the interaction id is idempotent.
+  follow), so a handler keyed by the interaction id is idempotent. A message held for a
+  busy run and then delivered to its agent as the next user turn comes as a
+  `data-novo-followup-replayed` event (its id and verbatim text), to whoever sent it and
+  to the run's agent: the cue to show the message in the transcript.
 """
 
 from __future__ import annotations
@@ -227,9 +231,10 @@ async def stream_interactions(
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventSourceResponse:
     """Pauses as server-sent events: `data-novo-input-requested` (the interaction) and
-    `data-novo-input-resolved`. On connect, and on every reconnect, each pause still
-    pending is sent first (without an id); then, with `Last-Event-ID`, the events missed
-    since, then live ones."""
+    `data-novo-input-resolved`; and `data-novo-followup-replayed` (`{id, text, runId,
+    threadId}`) when a message held for a busy run is delivered to its agent. On connect,
+    and on every reconnect, each pause still pending is sent first (without an id); then,
+    with `Last-Event-ID`, the events missed since, then live ones."""
     try:
         start = parse_event_id(last_event_id)
     except ValueError as exc:
@@ -240,7 +245,9 @@ async def stream_interactions(
     mine = _mine(caller)
 
     def accept(event: Event) -> bool:
-        return event.request is not None and event.type in _SENT and seen(event)
+        if event.request is None:
+            return event.type == "followup_replayed" and seen(event)
+        return event.type in _SENT and seen(event)
 
     async def replay(cursor: int) -> AsyncIterator[Event]:
         involving = None if caller.kind == "admin" else caller.name
@@ -269,7 +276,10 @@ async def stream_interactions(
             after = page.next_cursor
         try:
             async for event in state.hub.replay_then_follow(accept, start, replay, holder=state.auth.holder(http)):
-                assert event.request is not None
+                if event.request is None:  # a held message, delivered
+                    data = _replayed(event)
+                    yield ServerSentEvent(data=json.dumps(data), event="data-novo-followup-replayed", id=str(event.id))
+                    continue
                 name = "data-novo-input-requested" if event.type == "created" else "data-novo-input-resolved"
                 yield ServerSentEvent(data=json.dumps(_requested(event.request)), event=name, id=str(event.id))
         except Dropped as exc:
@@ -285,6 +295,13 @@ def _requested(request: Request) -> dict[str, Any]:
     """A stream event's data: the interaction, with its payload as `request` (Novo reads
     `event.data.id`, `event.data.toolName` and `event.data.request`)."""
     return interaction(request)
+
+
+def _replayed(event: Event) -> dict[str, Any]:
+    """A `followup_replayed` event as Novo's `data-novo-followup-replayed` chunk: the held
+    message's id and verbatim text, and the run and thread it went to."""
+    data = event.data
+    return {"id": data["followup_id"], "text": data["text"], "runId": data["run"], "threadId": data.get("session")}
 
 
 @router.get("/interactions/{interaction_id}", responses=_problems(403, 404, 422))
@@ -317,7 +334,9 @@ async def resolve_batch(body: BatchResolveBody, caller: Caller, broker: TheBroke
 async def resolve(interaction_id: str, body: ResolveBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Resolve one pause: `inputResponses` (an approval: `[{requestId: <its id>, optionId:
     "approve" | "deny"}]`; a question: one entry per prompt, by the prompt's id), or
-    `cancel: true` (its requester only). `reason` is kept and echoed back verbatim."""
+    `cancel: true` to end it unanswered (by the person it is to, or its requester:
+    recorded as cancelled by them; neither a denial nor an answer). `reason` is kept and
+    echoed back verbatim."""
     return JSONResponse(await _resolve(broker, interaction_id, body, caller))
 
 

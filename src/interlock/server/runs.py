@@ -380,16 +380,19 @@ async def run_stream(
     ] = None,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventSourceResponse:
-    """The run's events as server-sent events, each `id` the event's id. Reconnect with
-    `Last-Event-ID` to get exactly what was missed; and while the run is still parked on
-    a person, its `input_requested` event is sent again first, so a handler that acts on
-    it may simply act again (it is idempotent)."""
+    """The run's events as server-sent events, each `id` the event's id. While the run is
+    parked on a person, its `input_requested` event is sent first on every connection: a
+    new one (then the events from now on) and a reconnect with `Last-Event-ID` (then
+    exactly the events missed), so a handler that acts on it may simply act again (it is
+    idempotent) and a client that connects late still learns of the pause."""
     try:
         start = parse_event_id(last_event_id)
     except ValueError as exc:
         raise ApiError(400, "invalid_request", str(exc)) from None
     start = after if start is None else start
     await visible_run(broker, caller, run_id)
+    # A new client: the events from now on (after the pause the run waits on, if any).
+    begin = start if start is not None else await broker.last_event_id()
     accept = run_event_filter(caller, run_id)
     holder = state.auth.holder(http)
     token = http.headers.get("authorization", "").partition(" ")[2].strip()
@@ -408,14 +411,13 @@ async def run_stream(
 
     async def generate() -> AsyncIterator[ServerSentEvent | bytes]:
         yield ServerSentEvent(comment="connected", retry=2000)
-        if start is not None:
-            pause = await _pending_pause(broker, run_id, start)
-            if pause is not None:
-                yield state.hub.frame(pause)
+        pause = await _pending_pause(broker, run_id, begin)
+        if pause is not None:
+            yield state.hub.frame(pause)
         try:
             follow = state.hub.replay_then_follow(
                 accept,
-                start,
+                begin,
                 replay,
                 holder=holder,
                 still_valid=still_valid if holder is not None else None,

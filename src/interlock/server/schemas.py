@@ -250,7 +250,9 @@ class InputResponse(_Strict):
 class AnswerBody(_Strict):
     """Answer natively (`answers` by ask id, or `answer` for a request with one ask), or
     with the Novo-compatible body (`inputResponses`, `reason`, `cancel`). The server records the
-    surface (`via`: "api") itself; `cancel` is the requester's, as on `/cancel`."""
+    surface (`via`: "api") itself. `cancel: true` ends the request unanswered: the requester
+    withdraws it (as on `/cancel`), or the person it is to declines it; either way it is
+    recorded as cancelled, by whoever did it."""
 
     model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
     answers: dict[str, Any] | None = None

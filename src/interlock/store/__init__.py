@@ -175,6 +175,16 @@ class RequestStore(Protocol):
         """
         ...
 
+    async def release(self, request_id: str, at: datetime) -> bool:
+        """Mark a request released, if it was created detached or is still pending and no
+        one has released it yet.
+
+        A conditional write: one caller wins across every process and node, whichever
+        created the request. False when the request is unknown, neither detached nor
+        pending, or released already.
+        """
+        ...
+
     def requester_of(self, requester: str | None) -> str | None:
         """Who a request inserted with `requester` is recorded as made by (the store's
         authority may record someone else: a server records the token's principal)."""

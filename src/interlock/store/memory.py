@@ -104,6 +104,7 @@ class MemoryStore:
         self._teams: dict[str, set[str]] = {}  # team name: its members
         self._claims: dict[str, Claim] = {}  # by request id
         self._views: dict[str, set[str]] = {}  # request id: who has opened it
+        self._released: set[str] = set()  # request ids released, while their request is kept
         self._settings: dict[str, Any] = {}
 
     async def open(self) -> None:
@@ -232,6 +233,7 @@ class MemoryStore:
 
     def _forget(self, request: Request) -> None:
         self._claims.pop(request.id, None)
+        self._released.discard(request.id)
         self._views.pop(request.id, None)
         if request.idempotency_key is not None:
             key = (request.requester, request.idempotency_key)
@@ -257,6 +259,15 @@ class MemoryStore:
             return False
         self._last_event += 1
         self._log((self._last_event, "consumed", at, request.id, None), request)
+        return True
+
+    async def release(self, request_id: str, at: datetime) -> bool:
+        request = self._lookup(request_id)
+        if request is None or request_id in self._released:
+            return False
+        if not (request.detached or request.status is Status.PENDING):
+            return False
+        self._released.add(request_id)
         return True
 
     def requester_of(self, requester: str | None) -> str | None:

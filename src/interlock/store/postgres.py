@@ -401,6 +401,18 @@ class PostgresStore(SqlStore):
             row = await self.pool.fetchrow(Q["get_consumption"], request_id)
             return row is not None and (row[0], row[1]) == (by, at)
 
+    async def release(self, request_id: str, at: datetime) -> bool:
+        try:
+            return await self.pool.fetchval(Q["release_request"], request_id, at) is not None
+        except _DROPPED as exc:
+            await self._dropped(exc)
+            if await self.pool.fetchval(Q["release_request"], request_id, at) is not None:
+                return True
+            # Released already: maybe by the first attempt, whose reply was lost with its
+            # connection. Then the row holds this very time.
+            released: datetime | None = await self.pool.fetchval(Q["get_release"], request_id)
+            return released == at
+
     async def close_channel(self, channel: str, response: Response, *, requester: str | None = None) -> list[Request]:
         answer = encode_json(response_to_dict(response))
         rows = await self._query(  # safe to repeat: closing twice changes nothing more

@@ -662,6 +662,10 @@ class SqliteStore(SqlStore):
 
         return await self._write(consume)
 
+    async def release(self, request_id: str, at: datetime) -> bool:
+        params = {"id": request_id, "at": _us(at)}
+        return await self._write(lambda db: db.execute(Q["release_request"], params).rowcount == 1)
+
     # -- approval policies -----------------------------------------------------------------
 
     async def put_policy(self, policy: ApprovalPolicy, at: datetime, by: str | None) -> ApprovalPolicy:

@@ -28,6 +28,14 @@ SELECT interlock_consume($1, $2, $3);
 -- name: get_consumption
 SELECT consumed_by, consumed_at FROM requests WHERE id = $1;
 
+-- name: release_request
+UPDATE requests SET released_at = $2
+WHERE id = $1 AND released_at IS NULL AND (status = 'pending' OR (doc->>'detached')::boolean IS TRUE)
+RETURNING id;
+
+-- name: get_release
+SELECT released_at FROM requests WHERE id = $1;
+
 -- name: settle_pending
 SELECT id, doc FROM interlock_settle_pending($1, $2, $3, $4, $5, $6);
 

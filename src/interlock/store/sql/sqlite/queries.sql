@@ -95,6 +95,10 @@ SELECT EXISTS (SELECT 1 FROM principals);
 UPDATE requests SET consumed_at = :at, consumed_by = :by
 WHERE id = :id AND status = 'answered' AND consumed_at IS NULL;
 
+-- name: release_request
+UPDATE requests SET released_at = :at
+WHERE id = :id AND released_at IS NULL AND (status = 'pending' OR json_extract(doc, '$.detached') = 1);
+
 -- name: live_token
 SELECT t.id, p.name, p.kind, p.owner FROM tokens t JOIN principals p ON p.name = t.principal
 WHERE t.hash = :hash AND t.revoked_at IS NULL;

@@ -1,0 +1,151 @@
+"""`interlock runs`, `interlock run ...` and `interlock worker` as a person and an agent use
+them against a real server with auth: a page at a time or all of them, with `--token` as
+every other command takes it, and `run show` saying how to answer each pending request
+exactly as `interlock show` does."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import pytest
+
+import interlock
+from interlock import Request, Status
+from interlock.agent import ApprovalGate, ToolCall
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+INTERLOCK = [sys.executable, "-m", "interlock"]
+SCHEMA = {
+    "type": "object",
+    "properties": {"env": {"enum": ["staging", "prod"]}, "replicas": {"type": "integer", "maximum": 10}},
+    "required": ["env", "replicas"],
+    "additionalProperties": False,
+}
+HANDLERS = """
+def handlers(broker):
+    async def resume(run, requests):
+        return {"approved": [r.response.answers["approve"] for r in requests.values()]}
+
+    return {"scaler": resume}
+"""
+
+
+def cli(*args: str, cwd: Path, url: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The real command, with neither INTERLOCK_URL nor INTERLOCK_TOKEN set: only what the
+    options say."""
+    env = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_URL", "INTERLOCK_TOKEN")}
+    if url is not None:
+        env["INTERLOCK_URL"] = url
+    return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+
+
+def how_to_lines(stderr: str) -> list[str]:
+    """The lines of `interlock show` that say how to answer."""
+    return [line.strip() for line in stderr.splitlines() if "interlock answer" in line]
+
+
+@pytest.fixture
+def server(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[tuple[str, str, str]]:
+    """A server with auth on a SQLite file: its URL, a person's token and an agent's."""
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    alice = cli("token", "create", "alice", "--human", "--db", db, cwd=tmp_path)
+    agent = cli("token", "create", "scaler", "--agent", "--owner", "alice", "--db", db, cwd=tmp_path)
+    assert alice.returncode == 0 and agent.returncode == 0, alice.stderr + agent.stderr
+    with serve(db) as url:
+        yield url, alice.stdout.strip(), agent.stdout.strip()
+
+
+async def park_gated_call(url: str, token: str, run_id: str) -> Request:
+    """A run of the agent parked on its gate's approval of a call whose tool has an
+    argument schema (so the approval has two asks: approve, and an optional edit)."""
+    async with interlock.connect(url, token=token) as broker:
+        await broker.start_run("scaler", run_id=run_id)
+        gate = ApprovalGate(broker, policies={"scale": "always"}, to="alice")
+        call = ToolCall("scale", {"env": "prod", "replicas": 3}, id=f"{run_id}-call", agent="scaler", run=run_id)
+        request = await gate.begin(call, schema=SCHEMA)
+        assert isinstance(request, Request) and [a.id for a in request.asks] == ["approve", "arguments"]
+        await broker.park(run_id, state={"call": call.id}, waiting_on=[request.id])
+        return request
+
+
+async def test_run_show_says_how_to_answer_a_gate_approval_exactly_as_show_does(
+    server: tuple[str, str, str], tmp_path: Path
+) -> None:
+    url, alice, agent = server
+    request = await park_gated_call(url, agent, "run-gated")
+    shown = cli("show", request.id, "--server", url, "--token", alice, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    expected = how_to_lines(shown.stderr)
+    assert f"approve: interlock answer {request.id} yes" in expected
+    assert any(line.startswith("edit arguments and approve:") for line in expected)
+
+    run = cli("run", "show", "run-gated", "--server", url, "--token", alice, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["status"] == "waiting_for_approval"
+    assert how_to_lines(run.stderr) == expected
+
+    answered = cli("answer", request.id, "yes", "--server", url, "--token", alice, cwd=tmp_path)
+    assert answered.returncode == 0, answered.stderr
+    settled = cli("run", "show", "run-gated", "--server", url, "--token", alice, cwd=tmp_path)
+    assert settled.returncode == 0 and how_to_lines(settled.stderr) == []  # nothing left to answer
+
+
+async def test_runs_lists_a_page_at_a_time_with_the_next_cursor_or_every_page(
+    server: tuple[str, str, str], tmp_path: Path
+) -> None:
+    url, alice, agent = server
+    for n in range(5):
+        await park_gated_call(url, agent, f"run-{n}")
+
+    def listed(*options: str) -> tuple[list[str], str]:
+        done = cli("runs", "--json", "--server", url, "--token", alice, *options, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return [json.loads(line)["id"] for line in done.stdout.splitlines()], done.stderr
+
+    first, said = listed("--limit", "2")
+    assert first == ["run-4", "run-3"]  # newest first
+    assert "--after run-3" in said
+    second, said = listed("--limit", "2", "--after", "run-3")
+    assert second == ["run-2", "run-1"] and "--after run-1" in said
+    last, said = listed("--limit", "2", "--after", "run-1")
+    assert last == ["run-0"] and "--after" not in said
+    every, said = listed("--limit", "2", "--all")
+    assert every == [f"run-{n}" for n in reversed(range(5))] and "--after" not in said
+    rest, _ = listed("--limit", "2", "--all", "--after", "run-3")
+    assert rest == ["run-2", "run-1", "run-0"]
+
+
+async def test_run_commands_and_the_worker_take_a_token_as_every_other_command_does(
+    server: tuple[str, str, str], tmp_path: Path
+) -> None:
+    url, alice, agent = server
+    cancel_me = await park_gated_call(url, agent, "run-cancel")
+    resume_me = await park_gated_call(url, agent, "run-resume")
+
+    for command in (["runs"], ["run", "show", "run-cancel"], ["run", "cancel", "run-cancel"]):
+        refused = cli(*command, "--server", url, cwd=tmp_path)
+        assert refused.returncode == 4 and "no token for the server" in refused.stderr, refused.stderr
+    cancelled = cli("run", "cancel", "run-cancel", "--server", url, "--token", alice, cwd=tmp_path)
+    assert cancelled.returncode == 0, cancelled.stderr
+    again = cli("run", "cancel", "run-cancel", "--token", alice, cwd=tmp_path, url=url)  # the URL from the env
+    assert again.returncode == 3
+
+    (tmp_path / "scaler_worker.py").write_text(textwrap.dedent(HANDLERS))
+    answered = cli("answer", resume_me.id, "yes", "--server", url, "--token", alice, cwd=tmp_path)
+    assert answered.returncode == 0, answered.stderr
+    worked = cli("worker", "scaler_worker:handlers", "--once", "--server", url, "--token", agent, cwd=tmp_path)
+    assert worked.returncode == 0 and "resumed 1 run(s)" in worked.stderr, worked.stderr
+
+    async with interlock.connect(url, token=alice) as broker:
+        assert (await broker.get(cancel_me.id)).status is Status.CANCELLED
+        assert (await broker.get_run("run-cancel")).terminal_reason == "cancelled_by_user"
+        resumed = await broker.get_run("run-resume")
+        assert (resumed.status.value, resumed.result) == ("completed", {"approved": [True]})
