@@ -147,7 +147,7 @@ async def test_a_confirm_request_is_answered_with_a_button_and_its_message_updat
     block_id, elements = actions_of(message)
     labels = [e["text"]["text"] for e in elements]
     assert labels == ["Yes", "No", "Open in the inbox"]
-    assert elements[2]["url"] == f"http://inbox.example/inbox/requests/{request['id']}"
+    assert elements[2]["url"] == f"http://inbox.example/requests/{request['id']}"
     async with httpx.AsyncClient(base_url=base, timeout=20) as client:
         body, headers = signed(click(elements[0], block_id, "U0BOB", slack))
         assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200

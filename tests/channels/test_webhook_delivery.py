@@ -114,7 +114,7 @@ async def test_a_request_reaches_its_recipient_as_one_signed_webhook(store_url: 
         body = got.json
         assert body["type"] == "request.created" and body["recipient"] == "alice"
         assert body["request"]["id"] == request.id and body["request"]["asks"][0]["prompt"] == "Ship it?"
-        assert body["links"]["request"] == f"http://inbox.example/inbox/requests/{request.id}"
+        assert body["links"]["request"] == f"http://inbox.example/requests/{request.id}"
         assert got.headers["idempotency-key"] == body["id"]
         with pytest.raises(InvalidSignature):
             verify("another-secret-of-32-characters!", got.headers, got.body)
