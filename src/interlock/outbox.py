@@ -71,6 +71,7 @@ class Delivery:
     channel: str
     address: str | None
     due_at: datetime
+    """When it is due (again); for a dead letter, when it became one."""
     created_at: datetime
     status: DeliveryState = "pending"
     attempts: int = 0
