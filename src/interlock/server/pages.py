@@ -45,6 +45,7 @@ from .web import (
     _set_cookie,
     _values,
     after_signin,
+    email_signin_offered,
     inbox_filter,
     outcome,
     page,
@@ -104,9 +105,10 @@ async def signin_with_link(http: HttpRequest, state: State) -> Response:
     code = values.get("code").strip()
     started = await state.auth.sign_in_with_link(code) if code and len(code) <= 200 else None
     if started is None:
-        message = (
-            "This sign-in link has been used already or has expired. Restarting `interlock serve` prints a new "
-            "one; or sign in with a token."
+        message = "This sign-in link has been used already or has expired. " + (
+            "Ask for a new one by email below, or sign in with a token."
+            if email_signin_offered(state)
+            else "Restarting `interlock serve` prints a new one; or sign in with a token."
         )
         return signin_page(state, http, message, 400, next_path)
     response = RedirectResponse(after_signin(http, next_path), status_code=303)

@@ -2,9 +2,10 @@
 
 Server-rendered HTML (Jinja2, autoescaped) with a little JavaScript and no build step.
 A person signs in by pasting a token or with a one-time link (`pages`, `interlock.signin`),
-and comes back to the page that sent them (`?next=`); the session lives in the store and
-the cookie holds only its random secret (`auth.Auth`); every form carries the session's
-CSRF token. Signing out ends the session on the server. Agents cannot sign in: only people
+which they may also ask for by email (`email_signin`), and comes back to the page that
+sent them (`?next=`, kept by `signin_redirect` on every page); the session lives in the
+store and the cookie holds only its random secret (`auth.Auth`); every form carries the
+session's CSRF token. Signing out ends the session on the server. Agents cannot sign in: only people
 answer. The request pages, history and dashboard are in `pages`.
 
 The page follows `/inbox/stream`, server-sent events of the requests to the person, and
@@ -506,13 +507,36 @@ async def signin_form(http: HttpRequest, state: State) -> Response:
     return signin_page(state, http)
 
 
+def email_signin_offered(state: AppState) -> bool:
+    """Whether the sign-in page offers a link by email (`email_signin`): with auth, where
+    the routing has an email channel and says where the inbox is."""
+    loop = state.delivery
+    return (
+        state.auth.enabled
+        and loop is not None
+        and loop.context.inbox_url is not None
+        and any(config.type == "email" for config in loop.routing.channels.values())
+    )
+
+
 def signin_page(
-    state: AppState, http: HttpRequest, error: str = "", status: int = 200, next_path: str | None = None
+    state: AppState,
+    http: HttpRequest,
+    error: str = "",
+    status: int = 200,
+    next_path: str | None = None,
+    notice: str = "",
 ) -> HTMLResponse:
     csrf = secrets.token_urlsafe(24)
     if next_path is None:
         next_path = http.query_params.get("next")
-    context = {"error": error, "signin_csrf": csrf, "next": next_path if safe_next(next_path) else ""}
+    context = {
+        "error": error,
+        "notice": notice,
+        "signin_csrf": csrf,
+        "next": next_path if safe_next(next_path) else "",
+        "by_email": email_signin_offered(state),
+    }
     response = page(state, http, "signin.html", context, status)
     _set_cookie(http, response, SIGNIN_COOKIE, csrf, 3600, "strict", "/signin", state.auth.secure(http))
     return response
