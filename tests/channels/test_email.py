@@ -1,6 +1,6 @@
 """Email through a real SMTP server (aiosmtpd): the question in an HTML and plain-text
-message, one-click answers that are signed, bound, expiring and spent once a request is
-answered, recorded `via: email`; a link to the inbox for what one click cannot answer."""
+message, one-click answers that are signed, bound, expiring, single-use and spent once a
+request is answered, recorded `via: email`; a link to the inbox for what one click cannot answer."""
 
 from __future__ import annotations
 
@@ -145,8 +145,11 @@ async def test_a_confirm_request_is_answered_with_one_click_from_the_email(serve
         page = await client.get(links["Yes"])  # a mail scanner fetching the link answers nothing
         assert page.status_code == 200 and "<button" in page.text and "alice" in page.text
         assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "pending"
+        assert "/static/inbox.css" in page.text and page.headers["referrer-policy"] == "no-referrer"  # the inbox's look
         done = await client.post(links["Yes"])
         assert done.status_code == 200 and "Answer recorded" in done.text
+        for twice in (await client.post(links["Yes"]), await client.get(links["Yes"])):  # single-use
+            assert twice.status_code == 409 and "This link was already used, by alice at" in twice.text
         settled = (await client.get(f"/api/v1/requests/{request['id']}")).json()
         assert settled["status"] == "answered"
         assert (settled["response"]["by"], settled["response"]["via"]) == ("alice", "email")

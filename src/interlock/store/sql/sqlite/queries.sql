@@ -377,3 +377,14 @@ SELECT request_id, claimed_by, claimed_at FROM claims WHERE request_id IN (SELEC
 
 -- name: principal_kind
 SELECT kind FROM principals WHERE name = :name;
+
+-- name: delete_expired_link_uses
+DELETE FROM answer_link_uses WHERE expires_at <= :now;
+
+-- name: insert_link_use
+INSERT INTO answer_link_uses (link, request_id, used_by, used_at, expires_at)
+VALUES (:link, :request_id, :by, :at, :expires_at)
+ON CONFLICT (link) DO NOTHING;
+
+-- name: get_link_use
+SELECT link, request_id, used_by, used_at FROM answer_link_uses WHERE link = :link;
