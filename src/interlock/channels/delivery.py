@@ -34,6 +34,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+import httpx
+
 from ..model import Request, Status
 from ..outbox import Delivery, retry_delay
 from ..routing import Routing, RoutingError, routing_from_dict
@@ -300,5 +302,14 @@ def _dead(delivery: Delivery, attempts: int, exc: BaseException) -> Delivery:
 
 
 def _error(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
+    """What went wrong, for people (the deliveries pages show it): the exception's own
+    words, or for one that has none, what kind of failure it was."""
+    text = str(exc)
+    if not text:
+        if isinstance(exc, TimeoutError | httpx.TimeoutException):
+            text = "no answer in time"
+        elif isinstance(exc, ConnectionError | httpx.TransportError):
+            text = "the connection failed"
+        else:
+            text = "the send failed without saying why"
     return text[:_MAX_ERROR]
