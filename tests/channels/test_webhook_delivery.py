@@ -11,11 +11,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import interlock
 from interlock import Confirm
 from interlock.broker import LocalBroker
+from interlock.channels import Message
 from interlock.channels.delivery import DeliveryLoop
 from interlock.routing import routing_from_dict
 from interlock.webhooks import InvalidSignature, verify
@@ -265,3 +267,32 @@ async def test_quiet_hours_hold_a_delivery_until_they_end(store_url: str, hook: 
         assert planned[0].status == "pending"
         assert timedelta(minutes=58) < planned[0].due_at - now <= timedelta(hours=1)
     assert hook.received == []
+
+
+class _Wordless:
+    """A channel whose sends fail with exceptions that say nothing (as some clients' do)."""
+
+    def __init__(self) -> None:
+        self.failures: list[BaseException] = [httpx.ReadTimeout(""), httpx.ConnectError(""), RuntimeError()]
+
+    async def send(self, message: Message) -> str | None:
+        raise self.failures.pop(0)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_an_error_that_says_nothing_is_described_for_people_not_by_its_class(tmp_path: Path) -> None:
+    doc = routing("http://127.0.0.1:9/", max_attempts=1)
+    doc["recipients"] = {name: {"channels": ["hook"]} for name in ("alice", "bob", "carol")}
+    channel = _Wordless()
+    async with delivering(f"sqlite:///{tmp_path / 'quiet.db'}", doc, channels={"hook": channel}) as (broker, loop):
+        for name in ("alice", "bob", "carol"):  # one at a time: each meets the next failure
+            request = await broker.create(Confirm("Ship it?"), to=name, requester="bot")
+            await until(loop, status_of(broker, request.id, "dead"))
+        errors = {d.recipient: d.last_error for d in await broker.store.list_deliveries(status="dead")}
+    assert errors == {
+        "alice": "no answer in time",
+        "bob": "the connection failed",
+        "carol": "the send failed without saying why",
+    }
