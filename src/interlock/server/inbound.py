@@ -256,6 +256,7 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
         SlackChannel,
         SlackSignatureError,
         answers_from_view,
+        error_block,
         modal_view,
         verify_slack,
     )
@@ -288,7 +289,7 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
         except NotFound:
             return JSONResponse({"response_action": "errors", "errors": {}}, status_code=200)
         by = _slack_answerer(state, channel, user_id, target)
-        first = target.asks[0].id
+        first = error_block(target)
         if by is None:
             return JSONResponse(
                 {"response_action": "errors", "errors": {first: "This request is not yours to answer."}}
@@ -296,7 +297,9 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
         try:
             done = await broker.resolve(target.id, Answers(answers_from_view(target, view)), by=by, via="slack")
         except InvalidAnswer as exc:
-            return JSONResponse({"response_action": "errors", "errors": {first: str(exc)[:150]}})
+            fault = str(exc).removeprefix(f"ask {exc.ask_id!r}: ") if exc.ask_id else str(exc)
+            fault = fault[:1].upper() + fault[1:]
+            return JSONResponse({"response_action": "errors", "errors": {error_block(target, exc): fault[:150]}})
         if not done:
             text = _settled_text(await broker.get(target.id))
             return JSONResponse({"response_action": "errors", "errors": {first: text[:150]}})
@@ -315,8 +318,11 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
             await tell(_settled_text(target))
         elif _slack_answerer(state, channel, user_id, target) is None:
             await tell("This request is not yours to answer.")
+        elif (view := modal_view(target)) is None:  # its form is answered in the inbox
+            where = state.delivery.context.request_url(target.id) if state.delivery is not None else None
+            await tell(f"Answer this one in the inbox: {where}" if where else "Answer this one in the inbox.")
         else:
-            await slack.call("views.open", {"trigger_id": payload.get("trigger_id"), "view": modal_view(target)})
+            await slack.call("views.open", {"trigger_id": payload.get("trigger_id"), "view": view})
         return Response(status_code=200)
     if not action_id.startswith(ANSWER_ACTION):
         return Response(status_code=200)  # the inbox link button: Slack opens the URL itself
