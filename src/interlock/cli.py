@@ -44,6 +44,7 @@ from .approval_policies import policy_to_dict
 from .approvals import decision_ask
 from .broker import Broker, LocalBroker, Page, connect
 from .errors import (
+    AlreadySettled,
     Cancelled,
     Expired,
     Forbidden,
@@ -768,9 +769,9 @@ def serve(
 
         from .server.app import create_app
         from .server.quotas import Quota
-    except ImportError as exc:  # pragma: no cover - depends on how interlock was installed
+    except ImportError as exc:  # how interlock was installed: tested with uvicorn made unimportable
         raise _fail(
-            f"the server needs its extra ({exc.name or exc} is missing): in your clone of interlock, run "
+            f"the server needs its extra ({_missing(exc)} is missing): in your clone of interlock, run "
             "`.venv/bin/pip install -e '.[server]'`"
         ) from None
     if db is not None and db.startswith(("http://", "https://")):
@@ -859,6 +860,11 @@ def serve(
         sock.close()
 
 
+def _missing(exc: ImportError) -> str:
+    """The package an extra would have installed, from the import that failed."""
+    return (exc.name or "").partition(".")[0] or str(exc)
+
+
 def _listen(host: str, port: int) -> socket.socket:
     """A socket listening on host:port, or a message saying what to do instead."""
     try:
@@ -941,23 +947,17 @@ def mcp_stdio(
     human or agent, under the server's rules. Logs go to stderr; stdout is the protocol's.
     """
     try:
-        from .mcp import serve_stdio
+        from .mcp.transports import run_stdio
     except ImportError as exc:  # the SDK is an extra
-        raise _fail(f"the MCP server needs the mcp extra: pip install 'interlock[mcp]' ({exc})") from None
-
-    async def work() -> None:
-        await serve_stdio(db, token=token)
+        raise _fail(
+            f"the MCP server needs the mcp extra ({_missing(exc)} is missing): in your clone of interlock, run "
+            "`.venv/bin/pip install -e '.[mcp]'`"
+        ) from None
 
     logs = logging.StreamHandler(sys.stderr)  # stdout carries the protocol
     logs.addFilter(RedactingFilter())
     logging.basicConfig(level=logging.WARNING, handlers=[logs], format="%(levelname)s %(name)s: %(message)s")
-
-    try:
-        asyncio.run(work())
-    except Forbidden as exc:
-        raise _fail(f"refused: {exc}") from None
-    except (OSError, ValueError) as exc:
-        raise _fail(f"{type(exc).__name__}: {exc}") from None
+    _run(db, run_stdio, token)  # what went wrong said as every command says it (no token, no server, bad URL)
 
 
 token_app = typer.Typer(no_args_is_help=True, help="Manage who may use a server: humans and agents, and their tokens.")
@@ -1592,24 +1592,10 @@ deliveries_app = typer.Typer(
 app.add_typer(deliveries_app, name="deliveries")
 
 
-def _deliveries_api(db: str, method: str, path: str, *, body: Any = None, **params: Any) -> Any:
-    """Call a server's deliveries API with the token from INTERLOCK_TOKEN."""
-    import httpx
-
-    token = os.environ.get("INTERLOCK_TOKEN")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    url = db.rstrip("/") + "/api/v1" + path
-    try:
-        response = httpx.request(method, url, params=params, json=body, headers=headers, timeout=30)
-    except httpx.HTTPError as exc:
-        raise _fail(f"cannot reach the server at {db}: {exc}") from None
-    if response.status_code >= 400:
-        try:
-            detail = response.json().get("detail", response.text)
-        except ValueError:
-            detail = response.text
-        raise _fail(f"{detail}", DECLINED if response.status_code in (404, 409) else USAGE)
-    return response.json()
+def _outbox_of(broker: Broker) -> RemoteBroker | LocalBroker:
+    """The broker the outbox commands work with: a server's (through its API) or a store's."""
+    assert isinstance(broker, RemoteBroker | LocalBroker)
+    return broker
 
 
 def _print_deliveries(items: list[dict[str, Any]]) -> None:
@@ -1641,26 +1627,22 @@ def deliveries_list(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """List deliveries: of one request, or in one state (`--status dead` for the dead letters)."""
     from .outbox import DELIVERY_STATES, delivery_to_dict
 
     if status is not None and status not in DELIVERY_STATES:
         raise _fail(f"--status is one of {', '.join(DELIVERY_STATES)}, not {status!r}")
-    if db is not None and db.startswith(("http://", "https://")):
-        if request is not None:
-            items = _deliveries_api(db, "GET", f"/requests/{request}/deliveries")["items"]
-            items = [d for d in items if status is None or d["status"] == status]
-        else:
-            items = _deliveries_api(db, "GET", "/deliveries", **({"status": status} if status else {}))["items"]
-    else:
 
-        async def work(broker: Broker) -> list[dict[str, Any]]:
-            assert isinstance(broker, LocalBroker)
-            found = await broker.store.list_deliveries(request_id=request, status=status, limit=1000)
-            return [delivery_to_dict(d) for d in found]
+    async def work(broker: Broker) -> list[dict[str, Any]]:
+        outbox = _outbox_of(broker)
+        if isinstance(outbox, RemoteBroker):
+            return list(await outbox.deliveries(request_id=request, status=status))
+        found = await outbox.store.list_deliveries(request_id=request, status=status, limit=1000)
+        return [delivery_to_dict(d) for d in found]
 
-        items = _run(db, work)
+    items = _run(db, work, token)
     if as_json:
         typer.echo(json.dumps(items, indent=2))
     else:
@@ -1671,18 +1653,22 @@ def deliveries_list(
 def deliveries_retry(
     delivery_id: Annotated[str, typer.Argument(help="The id of a dead letter (dlv_...).")],
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Send a dead letter again (due now, its attempts counted afresh)."""
-    if db is not None and db.startswith(("http://", "https://")):
-        _deliveries_api(db, "POST", f"/deliveries/{delivery_id}/retry")
-    else:
 
-        async def work(broker: Broker) -> bool:
-            assert isinstance(broker, LocalBroker)
-            return await broker.store.retry_delivery(delivery_id, datetime.now(UTC)) is not None
+    async def work(broker: Broker) -> bool:
+        outbox = _outbox_of(broker)
+        if isinstance(outbox, LocalBroker):
+            return await outbox.store.retry_delivery(delivery_id, datetime.now(UTC)) is not None
+        try:
+            await outbox.retry_delivery(delivery_id)
+        except (NotFound, AlreadySettled):
+            return False
+        return True
 
-        if not _run(db, work):
-            raise _fail(f"no dead letter {delivery_id!r}", DECLINED)
+    if not _run(db, work, token):
+        raise _fail(f"no dead letter {delivery_id!r}", DECLINED)
     err.print(f"{delivery_id} will be sent again")
 
 
@@ -1694,24 +1680,21 @@ app.add_typer(routing_app, name="routing")
 
 
 @routing_app.command("show")
-def routing_show(db: DbOption = None) -> None:
+def routing_show(db: DbOption = None, token: TokenOption = None) -> None:
     """Print the routing in use as JSON, the channels' secrets masked."""
     from .channels.delivery import stored_routing
     from .routing import masked
 
-    if _remote(db):
-        assert db is not None
-        document = _deliveries_api(db, "GET", "/routing")
-    else:
+    async def work(broker: Broker) -> Any:
+        outbox = _outbox_of(broker)
+        if isinstance(outbox, RemoteBroker):
+            return await outbox.routing()
+        found = await stored_routing(outbox.store)
+        return None if found is None else masked(found)
 
-        async def work(broker: Broker) -> Any:
-            assert isinstance(broker, LocalBroker)
-            return await stored_routing(broker.store)
-
-        found = _run(db, work)
-        if found is None:
-            raise _fail("no routing is kept here yet: set one with `interlock routing set FILE`", DECLINED)
-        document = masked(found)
+    document = _run(db, work, token)
+    if document is None:
+        raise _fail("no routing is kept here yet: set one with `interlock routing set FILE`", DECLINED)
     typer.echo(json.dumps(document, indent=2))
 
 
@@ -1719,6 +1702,7 @@ def routing_show(db: DbOption = None) -> None:
 def routing_set(
     file: Annotated[Path, typer.Argument(help="A routing file (TOML), checked as `serve --routing` checks it.")],
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Replace the routing in use with a file's: every server on the store (or the server
     named) takes it up within seconds, and it survives restarts."""
@@ -1732,16 +1716,15 @@ def routing_set(
             open_channels(routing.channels, ChannelContext(routing.inbox_url))
     except (RoutingError, ChannelError) as exc:
         raise _fail(str(exc)) from None
-    if _remote(db):
-        assert db is not None
-        _deliveries_api(db, "PUT", "/routing", body=routing.source)
-    else:
 
-        async def work(broker: Broker) -> None:
-            assert isinstance(broker, LocalBroker)
-            await save_routing(broker.store, routing)
+    async def work(broker: Broker) -> None:
+        outbox = _outbox_of(broker)
+        if isinstance(outbox, RemoteBroker):
+            await outbox.set_routing(routing.source)
+        else:
+            await save_routing(outbox.store, routing)
 
-        _run(db, work)
+    _run(db, work, token)
     err.print(f"routing from {file} in use (channels: {', '.join(routing.channels) or 'none'})")
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "Delivery",
     "DeliveryKind",
     "DeliveryState",
+    "LinkUse",
     "Notice",
     "delivery_id",
     "delivery_to_dict",
@@ -71,6 +72,7 @@ class Delivery:
     channel: str
     address: str | None
     due_at: datetime
+    """When it is due (again); for a dead letter, when it became one."""
     created_at: datetime
     status: DeliveryState = "pending"
     attempts: int = 0
@@ -80,6 +82,17 @@ class Delivery:
 
     def with_state(self, **changes: Any) -> Delivery:
         return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkUse:
+    """The use of a one-click answer link (email): the link's id, its request, who used it
+    and when. A link is used once; the store keeps the first use."""
+
+    link: str
+    request_id: str
+    by: str
+    at: datetime
 
 
 def delivery_id(event_id: int, kind: str, recipient: str, channel: str, address: str | None) -> str:

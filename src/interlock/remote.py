@@ -753,6 +753,44 @@ class RemoteBroker(Broker):
         page = await self._call("POST", f"/runs/{run_id}/followups/take", json={"worker": worker}, request_id=run_id)
         return [followup_from_dict(item, run_id) for item in page["items"]]
 
+    # -- the outbox (a local broker's store has these itself: `LocalBroker.store`) ----------
+
+    async def deliveries(
+        self, *, request_id: str | None = None, status: str | None = None, limit: int = 1000
+    ) -> Sequence[dict[str, Any]]:
+        """Deliveries as the API shows them: of one request (for whoever may read it), or
+        to the caller (every one, for an admin) in one state (`dead`: the dead letters)."""
+        if request_id is not None:
+            page = await self._call("GET", f"/requests/{quote(request_id, safe='')}/deliveries", request_id=request_id)
+            return [d for d in page["items"] if status is None or d["status"] == status][:limit]
+        found: list[dict[str, Any]] = []
+        after: str | None = None
+        while len(found) < limit:
+            params = {"limit": min(500, limit - len(found))} | ({"status": status} if status else {})
+            page = await self._call("GET", "/deliveries", params=params | ({"after": after} if after else {}))
+            found.extend(page["items"])
+            after = page.get("next")
+            if not after:
+                break
+        return found
+
+    async def retry_delivery(self, delivery_id: str) -> dict[str, Any]:
+        """Send a dead letter again; `AlreadySettled` when it is no dead letter."""
+        done: dict[str, Any] = await self._call(
+            "POST", f"/deliveries/{quote(delivery_id, safe='')}/retry", request_id=delivery_id
+        )
+        return done
+
+    async def routing(self) -> dict[str, Any]:
+        """The routing in use on the server, its secrets masked (an admin's)."""
+        document: dict[str, Any] = await self._call("GET", "/routing")
+        return document
+
+    async def set_routing(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace the server's routing (an admin's); the routing kept, its secrets masked."""
+        kept: dict[str, Any] = await self._call("PUT", "/routing", json=dict(document))
+        return kept
+
 
 def _event(data: Mapping[str, Any]) -> Event:
     request = data.get("request")

@@ -1,8 +1,9 @@
 """One-time sign-in links to the web inbox, for people who should not have to paste a token.
 
 `interlock serve` prints one for the person at the machine when it starts (as notebook
-servers do); a channel that writes to people (email) sends one with each message, and a
-link to one request signs in and opens that request. The link carries a random secret;
+servers do); where the routing has an email channel, the sign-in page mails one to a
+person who asks for it (`server.email_signin`), and a link made with `next` signs in and
+opens that page (a request's, say). The link carries a random secret;
 the store keeps its hash, whom it signs in and until when. Used once, it is spent: the web
 inbox opens a session for that person with a token of its own, so revoking the person's
 tokens ends it like any other session.

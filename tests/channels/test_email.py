@@ -1,6 +1,6 @@
 """Email through a real SMTP server (aiosmtpd): the question in an HTML and plain-text
-message, one-click answers that are signed, bound, expiring and spent once a request is
-answered, recorded `via: email`; a link to the inbox for what one click cannot answer."""
+message, one-click answers that are signed, bound, expiring, single-use and spent once a
+request is answered, recorded `via: email`; a link to the inbox for what one click cannot answer."""
 
 from __future__ import annotations
 
@@ -140,13 +140,16 @@ async def test_a_confirm_request_is_answered_with_one_click_from_the_email(serve
     assert "Ship <it>?" in text and "Ship &lt;it&gt;?" in rich
     links = answer_links(text)
     assert set(links) == {"Yes", "No"}
-    assert f"http://inbox.example/inbox/requests/{request['id']}" in text
+    assert f"http://inbox.example/requests/{request['id']}" in text
     async with httpx.AsyncClient(base_url=server.base, timeout=20) as client:
         page = await client.get(links["Yes"])  # a mail scanner fetching the link answers nothing
         assert page.status_code == 200 and "<button" in page.text and "alice" in page.text
         assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "pending"
+        assert "/static/inbox.css" in page.text and page.headers["referrer-policy"] == "no-referrer"  # the inbox's look
         done = await client.post(links["Yes"])
         assert done.status_code == 200 and "Answer recorded" in done.text
+        for twice in (await client.post(links["Yes"]), await client.get(links["Yes"])):  # single-use
+            assert twice.status_code == 409 and "This link was already used, by alice at" in twice.text
         settled = (await client.get(f"/api/v1/requests/{request['id']}")).json()
         assert settled["status"] == "answered"
         assert (settled["response"]["by"], settled["response"]["via"]) == ("alice", "email")
@@ -178,8 +181,8 @@ async def test_a_form_is_answered_in_the_inbox_through_its_link(server: Server, 
     [message] = await mailbox.until(1)
     text, rich = parts(message)
     assert answer_links(text) == {}
-    assert f"Answer in the inbox: http://inbox.example/inbox/requests/{request['id']}" in text
-    assert f'href="http://inbox.example/inbox/requests/{request["id"]}"' in rich
+    assert f"Answer in the inbox: http://inbox.example/requests/{request['id']}" in text
+    assert f'href="http://inbox.example/requests/{request["id"]}"' in rich
 
 
 async def test_a_recipient_without_an_address_is_a_dead_letter_at_once(server: Server, mailbox: Mailbox) -> None:

@@ -147,7 +147,7 @@ async def test_a_confirm_request_is_answered_with_a_button_and_its_message_updat
     block_id, elements = actions_of(message)
     labels = [e["text"]["text"] for e in elements]
     assert labels == ["Yes", "No", "Open in the inbox"]
-    assert elements[2]["url"] == f"http://inbox.example/inbox/requests/{request['id']}"
+    assert elements[2]["url"] == f"http://inbox.example/requests/{request['id']}"
     async with httpx.AsyncClient(base_url=base, timeout=20) as client:
         body, headers = signed(click(elements[0], block_id, "U0BOB", slack))
         assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
@@ -241,3 +241,166 @@ async def test_slack_refusing_a_message_makes_a_dead_letter(base: str, slack: Fa
                     break
                 await asyncio.sleep(0.05)  # written by the server's thread
     assert items[0]["last_error"] == "Slack refused chat.postMessage: channel_not_found"
+
+
+def submission(request_id: str, user: str, values: dict[str, Any]) -> dict[str, Any]:
+    """A modal's submission, in the recorded shape, with these `state.values`."""
+    payload = json.loads((PAYLOADS / "view_submission.json").read_text())
+    payload["user"]["id"] = user
+    payload["view"]["private_metadata"] = request_id
+    payload["view"]["state"]["values"] = values
+    return dict(payload)
+
+
+def picked(value: str) -> dict[str, Any]:
+    return {"text": {"type": "plain_text", "text": value, "emoji": True}, "value": value}
+
+
+async def open_modal(client: httpx.AsyncClient, slack: FakeSlack, message: dict[str, Any], user: str) -> dict[str, Any]:
+    """Press the message's modal button as `user`; the modal Slack was asked to open."""
+    block_id, elements = actions_of(message)
+    [button] = [e for e in elements if e["action_id"] == "interlock_open"]
+    before = len(await slack.until("views.open", 0))
+    body, headers = signed(click(button, block_id, user, slack))
+    assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+    opened = await slack.until("views.open", before + 1)
+    return dict(opened[-1]["view"])
+
+
+async def submit(client: httpx.AsyncClient, payload: dict[str, Any]) -> httpx.Response:
+    body, headers = signed(payload)
+    return await client.post("/slack/interactive/slack", content=body, headers=headers)
+
+
+INCIDENT = {
+    "type": "object",
+    "properties": {
+        "summary": {"type": "string", "title": "Summary", "maxLength": 80},
+        "users": {"type": "integer", "minimum": 0, "title": "Users affected"},
+        "public": {"type": "boolean", "title": "Post on the status page"},
+        "severity": {"enum": ["low", "high"], "title": "Severity", "default": "low"},
+    },
+    "required": ["summary", "users"],
+}
+
+
+async def test_a_form_is_answered_in_a_modal_with_an_input_per_field(base: str, slack: FakeSlack) -> None:
+    request = await create(
+        base, {"to": "alice", "asks": [{"type": "form", "id": "incident", "prompt": "Report it", "schema": INCIDENT}]}
+    )
+    [message] = await slack.until("chat.postMessage")
+    assert [e["text"]["text"] for e in actions_of(message)[1]] == ["Answer", "Open in the inbox"]
+    async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+        view = await open_modal(client, slack, message, "U0ALICE")
+        inputs = [
+            (b["block_id"], b["label"]["text"], b["element"]["type"], b["optional"])
+            for b in view["blocks"]
+            if b["type"] == "input"
+        ]
+        assert inputs == [
+            ("incident#p0", "Summary", "plain_text_input", False),
+            ("incident#p1", "Users affected", "number_input", False),
+            ("incident#p2", "Post on the status page", "checkboxes", True),
+            ("incident#p3", "Severity", "static_select", True),
+        ]
+        number = view["blocks"][2]["element"]
+        assert (number["is_decimal_allowed"], number["min_value"]) == (False, "0")
+        assert view["blocks"][4]["element"]["initial_option"]["text"]["text"] == "low"  # the schema's default
+        values = {
+            "incident#p0": {"value": {"type": "plain_text_input", "value": "Checkout is down"}},
+            "incident#p1": {"value": {"type": "number_input", "value": "many"}},
+            "incident#p2": {"value": {"type": "checkboxes", "selected_options": [picked("on")]}},
+            "incident#p3": {"value": {"type": "static_select", "selected_option": picked("1")}},
+        }
+        refused = (await submit(client, submission(request["id"], "U0ALICE", values))).json()
+        assert refused == {
+            "response_action": "errors",
+            "errors": {"incident#p1": "Users affected: 'many' is not a whole number"},
+        }
+        values["incident#p1"]["value"]["value"] = "1200"
+        done = await submit(client, submission(request["id"], "U0ALICE", values))
+        assert done.status_code == 200 and done.content == b""
+        settled = (await client.get(f"/api/v1/requests/{request['id']}")).json()
+    assert settled["response"]["answers"] == {
+        "incident": {"summary": "Checkout is down", "users": 1200, "public": True, "severity": "high"}
+    }
+    assert (settled["response"]["by"], settled["response"]["via"]) == ("alice", "slack")
+
+
+async def test_a_form_a_modal_cannot_express_is_answered_in_the_inbox(base: str, slack: FakeSlack) -> None:
+    schema = {"type": "object", "properties": {"hosts": {"type": "array", "items": {"type": "string"}}}}
+    request = await create(
+        base, {"to": "alice", "asks": [{"type": "form", "prompt": "Which hosts?", "schema": schema}]}
+    )
+    [message] = await slack.until("chat.postMessage")
+    [inbox] = actions_of(message)[1]
+    assert (inbox["text"]["text"], inbox["url"]) == (
+        "Open in the inbox",
+        f"http://inbox.example/requests/{request['id']}",
+    )
+
+
+async def test_a_choice_with_an_other_answer_and_a_multi_choice_are_answered_in_a_modal(
+    base: str, slack: FakeSlack
+) -> None:
+    asks = [
+        {"type": "choice", "id": "region", "prompt": "Which region?", "options": ["eu", "us"], "allow_other": True},
+        {"type": "multi_choice", "id": "notify", "prompt": "Notify whom?", "options": ["email", "slack", "pager"]},
+    ]
+    request = await create(base, {"to": "alice", "asks": asks})
+    [message] = await slack.until("chat.postMessage")
+    async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+        view = await open_modal(client, slack, message, "U0ALICE")
+        assert [(b["block_id"], b["element"]["type"]) for b in view["blocks"]] == [
+            ("region", "static_select"),
+            ("region#other", "plain_text_input"),
+            ("notify", "checkboxes"),
+        ]
+        assert [o["value"] for o in view["blocks"][2]["element"]["options"]] == ["email", "slack", "pager"]
+        values = {
+            "region": {"value": {"type": "static_select", "selected_option": None}},
+            "region#other": {"value": {"type": "plain_text_input", "value": "ap-south-1"}},
+            "notify": {"value": {"type": "checkboxes", "selected_options": [picked("email"), picked("pager")]}},
+        }
+        done = await submit(client, submission(request["id"], "U0ALICE", values))
+        assert done.status_code == 200 and done.content == b""
+        settled = (await client.get(f"/api/v1/requests/{request['id']}")).json()
+    assert settled["response"]["answers"] == {"region": "ap-south-1", "notify": ["email", "pager"]}
+
+
+async def test_one_choice_with_an_other_answer_has_its_buttons_and_an_other_answer_button(
+    base: str, slack: FakeSlack
+) -> None:
+    ask = {"type": "choice", "id": "region", "prompt": "Which region?", "options": ["eu", "us"], "allow_other": True}
+    request = await create(base, {"to": "alice", "asks": [ask]})
+    [message] = await slack.until("chat.postMessage")
+    assert [e["text"]["text"] for e in actions_of(message)[1]] == ["eu", "us", "Other answer", "Open in the inbox"]
+    async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+        await open_modal(client, slack, message, "U0ALICE")
+        values = {"region#other": {"value": {"type": "plain_text_input", "value": "  "}}}
+        refused = (await submit(client, submission(request["id"], "U0ALICE", values))).json()
+        assert refused["response_action"] == "errors" and list(refused["errors"]) == ["region"]  # nothing chosen
+        values = {"region#other": {"value": {"type": "plain_text_input", "value": "sa-east-1"}}}
+        assert (await submit(client, submission(request["id"], "U0ALICE", values))).status_code == 200
+        assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["response"]["answers"] == {
+            "region": "sa-east-1"
+        }
+
+
+async def test_the_message_is_updated_when_the_request_expires_or_is_cancelled(base: str, slack: FakeSlack) -> None:
+    expiring = await create(base, {"to": "alice", "timeout": 0.2, "asks": [{"type": "confirm", "prompt": "Quick?"}]})
+    await slack.until("chat.postMessage")
+    [expired] = await slack.until("chat.update")
+    assert "*Expired*" in json.dumps(expired["blocks"]) and expired["text"].startswith("expired")
+    assert not [b for b in expired["blocks"] if b["type"] == "actions"]
+
+    cancelled = await create(base, {"to": "alice", "asks": [{"type": "confirm", "prompt": "Still needed?"}]})
+    await slack.until("chat.postMessage", 2)
+    async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+        response = await client.post(f"/api/v1/requests/{cancelled['id']}/cancel", json={"reason": "not needed"})
+        assert response.status_code == 200, response.text
+    updates = await slack.until("chat.update", 2)
+    assert updates[1]["channel"] == "U0ALICE" and updates[1]["ts"] != updates[0]["ts"]  # the second message
+    text = json.dumps(updates[1]["blocks"])
+    assert "*Cancelled*" in text and "not needed" in text
+    assert expiring["id"] != cancelled["id"]

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import interlock
@@ -115,7 +116,7 @@ async def test_a_request_reaches_its_recipient_as_one_signed_webhook(store_url: 
         body = got.json
         assert body["type"] == "request.created" and body["recipient"] == "alice"
         assert body["request"]["id"] == request.id and body["request"]["asks"][0]["prompt"] == "Ship it?"
-        assert body["links"]["request"] == f"http://inbox.example/inbox/requests/{request.id}"
+        assert body["links"]["request"] == f"http://inbox.example/requests/{request.id}"
         assert got.headers["idempotency-key"] == body["id"]
         with pytest.raises(InvalidSignature):
             verify("another-secret-of-32-characters!", got.headers, got.body)
@@ -328,3 +329,32 @@ async def test_stopping_the_loop_lets_a_send_under_way_store_its_outcome(tmp_pat
             await stopping
         [delivery] = await broker.store.list_deliveries(request_id=request.id)
         assert (delivery.status, delivery.attempts, held.sent) == ("delivered", 1, [delivery.id])
+
+
+class _Wordless:
+    """A channel whose sends fail with exceptions that say nothing (as some clients' do)."""
+
+    def __init__(self) -> None:
+        self.failures: list[BaseException] = [httpx.ReadTimeout(""), httpx.ConnectError(""), RuntimeError()]
+
+    async def send(self, message: Message) -> str | None:
+        raise self.failures.pop(0)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_an_error_that_says_nothing_is_described_for_people_not_by_its_class(tmp_path: Path) -> None:
+    doc = routing("http://127.0.0.1:9/", max_attempts=1)
+    doc["recipients"] = {name: {"channels": ["hook"]} for name in ("alice", "bob", "carol")}
+    channel = _Wordless()
+    async with delivering(f"sqlite:///{tmp_path / 'quiet.db'}", doc, channels={"hook": channel}) as (broker, loop):
+        for name in ("alice", "bob", "carol"):  # one at a time: each meets the next failure
+            request = await broker.create(Confirm("Ship it?"), to=name, requester="bot")
+            await until(loop, status_of(broker, request.id, "dead"))
+        errors = {d.recipient: d.last_error for d in await broker.store.list_deliveries(status="dead")}
+    assert errors == {
+        "alice": "no answer in time",
+        "bob": "the connection failed",
+        "carol": "the send failed without saying why",
+    }

@@ -9,7 +9,7 @@ import pytest
 
 from interlock import Text
 from interlock.model import Response, Status, build_request
-from interlock.outbox import Delivery, delivery_id
+from interlock.outbox import Delivery, LinkUse, delivery_id
 from interlock.store import Store
 
 pytestmark = pytest.mark.anyio
@@ -181,3 +181,25 @@ async def test_deliveries_list_by_recipient(store: Store) -> None:
     assert [d.recipient for d in await store.list_deliveries(recipient="bob")] == ["bob"]
     assert [d.recipient for d in await store.list_deliveries(recipient="alice")] == ["alice"]
     assert await store.list_deliveries(recipient="carol") == []
+
+
+async def test_an_answer_link_is_used_once_and_its_first_use_is_kept(store: Store) -> None:
+    t = now()
+    first = LinkUse("link-1", "req-1", "alice", t)
+    assert await store.answer_link_use("link-1") is None
+    assert await store.use_answer_link(first, t + timedelta(days=1)) == (first, True)
+    again = LinkUse("link-1", "req-1", "bob", t + timedelta(seconds=5))
+    kept, recorded = await store.use_answer_link(again, t + timedelta(days=1))
+    assert not recorded and (kept.by, kept.request_id) == ("alice", "req-1")
+    assert abs((kept.at - t).total_seconds()) < 0.001
+    assert await store.answer_link_use("link-1") == kept
+    other = LinkUse("link-2", "req-1", "alice", t)
+    assert (await store.use_answer_link(other, t + timedelta(days=1)))[1]
+
+
+async def test_uses_of_expired_answer_links_are_let_go(store: Store) -> None:
+    t = now()
+    await store.use_answer_link(LinkUse("old", "req-1", "alice", t - timedelta(days=8)), t - timedelta(days=1))
+    await store.use_answer_link(LinkUse("new", "req-2", "alice", t), t + timedelta(days=7))
+    assert await store.answer_link_use("old") is None  # past its link's expiry: the link is refused anyway
+    assert await store.answer_link_use("new") is not None

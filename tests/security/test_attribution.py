@@ -21,6 +21,7 @@ from interlock.principals import Principal, issue_token
 
 pytestmark = pytest.mark.anyio
 BOUND = 10
+FRAGMENT = {"x-interlock-fragment": "1"}  # as the live inbox asks for a card
 APPROVAL = {"kind": "approval", "asks": [{"type": "confirm", "id": "ok", "prompt": "Deploy?"}]}
 
 
@@ -128,13 +129,14 @@ async def test_the_web_refusal_does_not_name_the_recipient(world: World, base: s
         session_csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
         assert session_csrf is not None
         for refused in (
-            await browser.get(f"/inbox/requests/{request.id}"),
+            await browser.get(f"/inbox/requests/{request.id}", headers=FRAGMENT),
             await browser.post(f"/inbox/requests/{request.id}", data={"a0": "main", "csrf": session_csrf[1]}),
         ):
             assert refused.status_code == 403
             assert "alice" not in refused.text
         # Beyond what the API says: a request that does not exist is 404 there too.
-        assert (await browser.get("/inbox/requests/01a00000000000000000000000000000")).status_code == 404
+        missing = "/inbox/requests/01a00000000000000000000000000000"
+        assert (await browser.get(missing, headers=FRAGMENT)).status_code == 404
 
 
 async def test_a_request_to_nobody_known_is_refused_unless_recipients_are_open(

@@ -162,7 +162,8 @@ async def test_revoking_a_token_in_another_process_ends_the_streams_it_opened_an
         # The revoked token and its web session are refused from now on.
         assert (await alice.get("/api/v1/requests")).status_code == 401
         assert (await browser.get("/inbox/stream")).status_code == 401
-        assert (await browser.get(f"/inbox/requests/{first['id']}")).status_code == 401
+        card = await browser.get(f"/inbox/requests/{first['id']}", headers={"x-interlock-fragment": "1"})
+        assert card.status_code == 401
 
         await revoke(db, "alice")  # every token of hers
         with anyio.fail_after(BOUND):

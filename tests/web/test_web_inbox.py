@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import socket
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +21,7 @@ from playwright.sync_api import Browser, BrowserContext, Locator, Page, Playwrig
 import interlock
 from interlock import Broker, Choice, Confirm, Form, MultiChoice, Status, Text
 from interlock.principals import Principal, issue_token
+from interlock.routing import Routing
 from interlock.server.app import create_app
 
 T = TypeVar("T")
@@ -71,9 +72,9 @@ async def _add_people(broker: Broker) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def serve(db: Path, *, auth: bool = True) -> Iterator[Server]:
+def serve(db: Path, *, auth: bool = True, routing: Callable[[str], Routing] | None = None) -> Iterator[Server]:
     """Serve a fresh store with uvicorn on a thread running its own event loop (this thread
-    runs the browser driver's)."""
+    runs the browser driver's). `routing` makes the routing from the server's URL."""
     db_url = f"sqlite:///{db}"
     broker = interlock.connect(db_url)
     loop = asyncio.new_event_loop()
@@ -87,11 +88,13 @@ def serve(db: Path, *, auth: bool = True) -> Iterator[Server]:
     sock.listen(64)
     try:
         tokens = on_loop.run(_add_people(broker))
-        app = create_app(broker=broker, auth=auth, secret_key="web-tests")
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        the_routing = routing(url) if routing is not None else None
+        app = create_app(broker=broker, auth=auth, secret_key="web-tests-secret-key", routing=the_routing)
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws="none", timeout_graceful_shutdown=2))
         serving = asyncio.run_coroutine_threadsafe(server.serve(sockets=[sock]), loop)
         try:
-            yield Server(f"http://127.0.0.1:{sock.getsockname()[1]}", db_url, broker, loop, tokens)
+            yield Server(url, db_url, broker, loop, tokens)
         finally:
             server.should_exit = True
             serving.result(timeout=15)

@@ -199,6 +199,32 @@ def test_history_filters_and_searches_settled_requests_a_page_at_a_time(server: 
     expect(page.get_by_role("alert")).to_contain_text("not a date")
 
 
+def test_history_filters_by_run_and_finds_the_expired_and_the_cancelled(server: Server, page: Page) -> None:
+    run = server.run(server.broker.start_run("deployer", requester="bot"))
+    in_run = ask(server, Text("Deploy the canary?"), run=run.id)
+    elsewhere = ask(server, Text("Deploy the docs?"))
+    for answered in (in_run, elsewhere):
+        server.run(server.broker.resolve(answered, "yes", by="alice"))
+    late = ask(server, Text("Still there?"))
+    server.run(server.broker.expire(late))
+    dropped = ask(server, Text("Rotate the keys?"))
+    server.run(server.broker.cancel(dropped, "done by hand"))
+
+    sign_in(page, server)
+    page.goto(f"{server.url}/history")
+    expect(page.locator("#history > li")).to_have_count(4)
+    page.goto(f"{server.url}/history?run={run.id}")
+    expect(page.locator("#history > li")).to_have_count(1)
+    expect(history_item(page, in_run)).to_be_visible()
+    page.goto(f"{server.url}/history?status=expired")
+    expect(page.locator("#history > li")).to_have_count(1)
+    expect(history_item(page, late)).to_contain_text("expired")
+    page.get_by_label("Status").select_option("cancelled")
+    page.get_by_role("button", name="Search").click()
+    expect(page.locator("#history > li")).to_have_count(1)
+    expect(history_item(page, dropped)).to_contain_text("cancelled")
+
+
 def test_history_pages_through_older_requests(server: Server, page: Page, monkeypatch: pytest.MonkeyPatch) -> None:
     from interlock.server import pages
 
@@ -239,6 +265,20 @@ def test_the_dashboard_counts_pending_by_agent_and_answers_by_person(server: Ser
     expect(rows.nth(0).locator("td").nth(1)).to_have_text("2")  # both under an hour old
     expect(page.locator("#by-person")).to_contain_text("alice")
     expect(page.locator("#by-person")).not_to_contain_text("bob")
+    expect(page.locator("#stat-expired")).to_have_text("0")
+
+
+def test_the_dashboard_counts_what_expired_in_all_and_per_person(server: Server, page: Page) -> None:
+    for prompt in ("Too late?", "Also too late?"):
+        server.run(server.broker.expire(ask(server, Text(prompt))))
+    server.run(server.broker.expire(ask(server, Text("Bob's, expired"), to="bob")))
+    ask(server, Text("Still waiting?"))
+    sign_in(page, server)
+    page.goto(f"{server.url}/dashboard")
+    expect(page.locator("#stat-expired")).to_have_text("2")  # alice's only
+    expect(page.locator("#stat-pending")).to_have_text("1")
+    row = page.locator("#by-person tbody tr", has_text="alice")
+    expect(row.locator("td").nth(3)).to_have_text("2")
 
 
 def test_the_pages_follow_a_dark_system_setting(server: Server, browser: object) -> None:

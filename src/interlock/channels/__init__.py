@@ -55,7 +55,9 @@ class ChannelContext:
     """An object with `link(request, recipient, answers) -> str | None` (email's one-click answers)."""
 
     def request_url(self, request_id: str) -> str | None:
-        return f"{self.inbox_url}/inbox/requests/{request_id}" if self.inbox_url else None
+        """The request's own page in the web inbox (it sends a person who is signed out
+        through the sign-in and back to it); None without an inbox_url."""
+        return f"{self.inbox_url.rstrip('/')}/requests/{request_id}" if self.inbox_url else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+import httpx
+
 from ..model import Request, Status
 from ..outbox import Delivery, retry_delay
 from ..routing import Routing, RoutingError, routing_from_dict
@@ -284,13 +286,13 @@ class DeliveryLoop:
         # (and how) it settled, which may have happened in another process
         request = await self.requests.get(delivery.request_id, fresh=delivery.kind != "request")
         if request is None:
-            return delivery.with_state(status="dead", attempts=attempts, last_error="the request is gone")
+            return delivery.with_state(status="dead", attempts=attempts, last_error="the request is gone", due_at=now)
         if delivery.kind in ("reminder", "escalation") and request.status is not Status.PENDING:
             return delivery.with_state(status="skipped", last_error=f"the request was {request.status.value} first")
         channel = self.channels.get(delivery.channel)
         if channel is None:
             error = f"no channel named {delivery.channel!r} is configured"
-            return delivery.with_state(status="dead", attempts=attempts, last_error=error)
+            return delivery.with_state(status="dead", attempts=attempts, last_error=error, due_at=now)
         earlier: tuple[Delivery, ...] = ()
         if delivery.kind != "request":
             found = await self.store.list_deliveries(request_id=delivery.request_id, limit=1000)
@@ -302,7 +304,7 @@ class DeliveryLoop:
                 reference = await channel.send(Message(delivery, request, self.context, earlier))
         except PermanentFailure as exc:
             log.warning("delivery %s to %s failed for good: %s", delivery.id, delivery.channel, exc)
-            return delivery.with_state(status="dead", attempts=attempts, last_error=_error(exc))
+            return _dead(delivery, attempts, exc)
         except Exception as exc:
             if isinstance(exc, TimeoutError) and time.monotonic() - started >= self.send_timeout:
                 exc = TimeoutError(f"no answer within {self.send_timeout:g}s")
@@ -310,7 +312,7 @@ class DeliveryLoop:
                 log.warning(
                     "delivery %s to %s failed %d times; now a dead letter", delivery.id, delivery.channel, attempts
                 )
-                return delivery.with_state(status="dead", attempts=attempts, last_error=_error(exc))
+                return _dead(delivery, attempts, exc)
             wait = retry_delay(attempts, first=self.routing.retry_first, cap=self.routing.retry_cap)
             return delivery.with_state(attempts=attempts, last_error=_error(exc), due_at=now + timedelta(seconds=wait))
         finally:
@@ -327,6 +329,20 @@ async def _close(channel: Channel) -> None:
         log.exception("closing a channel failed")
 
 
+def _dead(delivery: Delivery, attempts: int, exc: BaseException) -> Delivery:
+    """A dead letter, due when it died: the time its request's timeline shows."""
+    return delivery.with_state(status="dead", attempts=attempts, last_error=_error(exc), due_at=datetime.now(UTC))
+
+
 def _error(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
+    """What went wrong, for people (the deliveries pages show it): the exception's own
+    words, or for one that has none, what kind of failure it was."""
+    text = str(exc)
+    if not text:
+        if isinstance(exc, TimeoutError | httpx.TimeoutException):
+            text = "no answer in time"
+        elif isinstance(exc, ConnectionError | httpx.TransportError):
+            text = "the connection failed"
+        else:
+            text = "the send failed without saying why"
     return text[:_MAX_ERROR]

@@ -11,14 +11,18 @@ click opens a page on the server that records the answer with `via: email`. Any 
 request gets a link to it in the inbox. The message's `Message-ID` is made from the
 delivery's idempotency key, so a repeat is recognisably the same message.
 
-Needs the `email` extra (aiosmtplib).
+Where the server offers sign-in by email, the same channel mails the one-time sign-in
+links people ask for on the sign-in page (`compose_signin`, `EmailChannel.send_signin`).
+
+Needs the `email` extra (aiosmtplib): from a clone of interlock, `pip install -e '.[email]'`.
 """
 
 from __future__ import annotations
 
 import html
+from datetime import timedelta
 from email.message import EmailMessage
-from email.utils import formatdate
+from email.utils import formatdate, make_msgid
 from typing import Any
 
 from ..model import Request
@@ -26,7 +30,7 @@ from ..routing import ChannelConfig
 from . import ChannelContext, ChannelError, Message, PermanentFailure
 from .links import quick_answers
 
-__all__ = ["EmailChannel", "compose"]
+__all__ = ["EmailChannel", "compose", "compose_signin"]
 
 _SUBJECTS = {
     "request": "{who} asks: {what}",
@@ -104,6 +108,31 @@ def compose(message: Message, sender: str, to: str) -> EmailMessage:
     return email
 
 
+def compose_signin(sender: str, to: str, person: str, link: str, lifetime: timedelta) -> EmailMessage:
+    """The email of a sign-in link someone asked for on the sign-in page."""
+    minutes = max(1, round(lifetime.total_seconds() / 60))
+    text = (
+        f"Someone (you, we hope) asked to sign in to the interlock inbox as {person}.\n\n"
+        f"This link signs you in, once, within {minutes} minutes:\n\n  {link}\n\n"
+        "If it was not you, ignore this message: nothing happens unless the link is used.\n"
+    )
+    rich = (
+        f"<p>Someone (you, we hope) asked to sign in to the interlock inbox as <strong>{html.escape(person)}"
+        f"</strong>.</p><p>This link signs you in, once, within {minutes} minutes:</p>"
+        f'<p><a href="{html.escape(link)}">Sign in to interlock</a></p>'
+        "<p>If it was not you, ignore this message: nothing happens unless the link is used.</p>"
+    )
+    email = EmailMessage()
+    email["Subject"] = "Your sign-in link to interlock"
+    email["From"] = sender
+    email["To"] = to
+    email["Date"] = formatdate(localtime=False)
+    email["Message-ID"] = make_msgid(domain="interlock")
+    email.set_content(text)
+    email.add_alternative(f"<!doctype html><html><body>{rich}</body></html>", subtype="html")
+    return email
+
+
 class EmailChannel:
     def __init__(self, config: ChannelConfig, context: ChannelContext) -> None:
         options: dict[str, Any] = dict(config.options)
@@ -127,7 +156,9 @@ class EmailChannel:
         try:
             import aiosmtplib  # noqa: F401  # checked here: a missing extra fails at start, not at the first send
         except ImportError:
-            raise ChannelError(f"{where}: email needs its extra: pip install 'interlock[email]'") from None
+            raise ChannelError(
+                f"{where}: email needs the email extra: in your clone of interlock, run `pip install -e '.[email]'`"
+            ) from None
         self.name = config.name
 
     async def send(self, message: Message) -> str | None:
@@ -136,21 +167,29 @@ class EmailChannel:
         to = message.delivery.address
         if not to:
             raise PermanentFailure(f"no email address for {message.delivery.recipient!r} (addresses.{self.name})")
-        email = compose(message, self.sender, to)
         try:
-            await aiosmtplib.send(
-                email,
-                hostname=self.host,
-                port=self.port,
-                username=self.username,
-                password=self.password,
-                use_tls=self.tls,
-                start_tls=self.starttls,
-                timeout=self.timeout,
-            )
+            await self._submit(compose(message, self.sender, to))
         except aiosmtplib.SMTPRecipientsRefused as exc:
             raise PermanentFailure(f"the mail server refused {to}: {exc}") from None
         return None
+
+    async def send_signin(self, to: str, person: str, link: str, lifetime: timedelta) -> None:
+        """Mail `person` (at `to`) a one-time sign-in link to the web inbox."""
+        await self._submit(compose_signin(self.sender, to, person, link, lifetime))
+
+    async def _submit(self, email: EmailMessage) -> None:
+        import aiosmtplib
+
+        await aiosmtplib.send(
+            email,
+            hostname=self.host,
+            port=self.port,
+            username=self.username,
+            password=self.password,
+            use_tls=self.tls,
+            start_tls=self.starttls,
+            timeout=self.timeout,
+        )
 
     async def aclose(self) -> None:
         pass

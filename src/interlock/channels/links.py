@@ -5,8 +5,13 @@ A link's token is the claim (request id, recipient, answer, expiry) as compact J
 URL-safe base64, a full stop, and an HMAC-SHA256 of it keyed with the server's secret. The
 server's `/answer/{token}` page shows what the link will answer and a button; the answer
 is recorded (by the recipient, `via: email`) only when the button is pressed, so a mail
-scanner that fetches every link answers nothing. A link answers only while its request is
-pending: the first answer wins, so every link of a request is spent once one is used.
+scanner that fetches every link answers nothing.
+
+A link is single-use: its id (`LinkClaim.link`, a hash of its claim, which holds a random
+nonce) is recorded with who used it and when (`OutboxStore.use_answer_link`) before its
+answer is, and a second use is refused saying so. A link answers only while its request
+is pending, too: the first answer wins, so every link of a request is spent once one is
+used.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import base64
 import hashlib
 import hmac
 import json
+import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -36,6 +42,8 @@ class LinkClaim:
     recipient: str
     answer: Any
     expires_at: datetime
+    link: str = ""
+    """The link's id: what its single use is recorded under."""
 
 
 def quick_answers(request: Request) -> list[tuple[str, Any]] | None:
@@ -74,6 +82,7 @@ class AnswerLinks:
         if request.expires_at is not None:
             expires = min(expires, request.expires_at)
         claim = {"r": request.id, "to": recipient, "a": answer, "exp": int(expires.timestamp())}
+        claim["n"] = _b64(secrets.token_bytes(9))  # every link its own id, even for the same answer
         body = _b64(json.dumps(claim, separators=(",", ":")).encode())
         return f"{body}.{_b64(hmac.new(self._key, body.encode(), hashlib.sha256).digest())}"
 
@@ -87,7 +96,9 @@ class AnswerLinks:
             raise InvalidLink("this answer link is not valid (damaged, or not from this server)")
         try:
             claim = json.loads(_unb64(body))
-            result = LinkClaim(claim["r"], claim["to"], claim["a"], datetime.fromtimestamp(claim["exp"], UTC))
+            expires = datetime.fromtimestamp(claim["exp"], UTC)
+            link = hashlib.sha256(body.encode()).hexdigest()[:32]
+            result = LinkClaim(claim["r"], claim["to"], claim["a"], expires, link)
         except (ValueError, KeyError, TypeError):
             raise InvalidLink("this answer link is not valid") from None
         if (now or datetime.now(UTC)) >= result.expires_at:

@@ -9,9 +9,14 @@ is their Slack user id (the message goes to them directly, and a click by that u
 an answer by them) or a channel id.
 
 A request of one confirm ask gets Yes / No buttons; of one choice ask, a button per
-option (a menu past five); anything else an "Answer" button that opens a modal with an
-input per ask (text, yes/no, a menu, checkboxes; a form is answered in the inbox). When
-the request settles, the message is replaced by what happened. Slack posts clicks and
+option (a menu past five), and an "Other answer" button when it takes free text;
+anything else an "Answer" button that opens a modal with an input per ask: text, yes/no,
+a menu (with a text input for an "other" answer), checkboxes, and for a form an input per
+field of its schema (text, a number, a checkbox, a menu of its allowed values). A form
+whose schema a modal cannot express (a field that is an object or a list, or no fields)
+is answered in the inbox, through the message's link. The modal's inputs are read back
+by each ask's own `from_fields`, as the web inbox's are. When the request settles, the
+message is replaced by what happened. Slack posts clicks and
 modal submissions to the server's `/slack/interactive/{channel}` (see
 `server/inbound.py`), which checks Slack's request signature (`verify_slack`).
 """
@@ -27,7 +32,8 @@ from typing import Any
 
 import httpx
 
-from ..model import Choice, Confirm, Form, MultiChoice, Request, Text, options_of
+from ..errors import InvalidAnswer
+from ..model import Ask, Choice, Confirm, Form, MultiChoice, Request, Text, options_of
 from ..routing import ChannelConfig
 from . import ChannelContext, ChannelError, Message, PermanentFailure
 from .links import quick_answers
@@ -38,6 +44,7 @@ __all__ = [
     "OPEN_ACTION",
     "SlackChannel",
     "answers_from_view",
+    "error_block",
     "message_blocks",
     "modal_view",
     "settled_blocks",
@@ -98,6 +105,7 @@ def message_blocks(request: Request, kind: str, inbox_url: str | None) -> list[d
     blocks = _intro(request, prefix + (request.title or f"{request.requester or 'An agent'} asks"))
     elements: list[dict[str, Any]] = []
     answers = quick_answers(request)
+    modal = modal_view(request) is not None
     if answers is not None and len(answers) <= _MAX_BUTTONS:
         for label, value in answers:
             button: dict[str, Any] = {
@@ -124,16 +132,14 @@ def message_blocks(request: Request, kind: str, inbox_url: str | None) -> list[d
                 ],
             }
         )
-    elif not any(isinstance(ask, Form) for ask in request.asks):
-        elements.append(
-            {
-                "type": "button",
-                "action_id": OPEN_ACTION,
-                "text": {"type": "plain_text", "text": "Answer"},
-                "style": "primary",
-                "value": request.id,
-            }
-        )
+    if modal and (answers is None or _takes_other(request)):
+        button = {
+            "type": "button",
+            "action_id": OPEN_ACTION,
+            "text": {"type": "plain_text", "text": "Other answer" if answers else "Answer"},
+            "value": request.id,
+        }
+        elements.append(button if answers else button | {"style": "primary"})
     if inbox_url:
         elements.append(
             {
@@ -170,35 +176,115 @@ def settled_blocks(request: Request) -> list[dict[str, Any]]:
     return blocks
 
 
-def modal_view(request: Request) -> dict[str, Any]:
-    """A modal with one input per ask (forms are answered in the inbox)."""
-    blocks: list[dict[str, Any]] = []
-    for ask in request.asks:
-        label = {"type": "plain_text", "text": _text(ask.prompt, 2000)}
-        element: dict[str, Any]
-        if isinstance(ask, Text):
-            element = {"type": "plain_text_input", "action_id": "value", "multiline": ask.multiline}
-        elif isinstance(ask, Confirm):
+def _takes_other(request: Request) -> bool:
+    return any(isinstance(ask, Choice) and ask.allow_other for ask in request.asks)
+
+
+def _plain(text: str, limit: int = 2000) -> dict[str, Any]:
+    return {"type": "plain_text", "text": _text(text, limit)}
+
+
+def _input(block_id: str, label: str, element: dict[str, Any], optional: bool, hint: str = "") -> dict[str, Any]:
+    block = {"type": "input", "block_id": block_id, "label": _plain(label), "element": element, "optional": optional}
+    if hint:
+        block["hint"] = _plain(hint)
+    return block
+
+
+def _options(pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    return [{"text": _plain(label, 75), "value": value} for label, value in pairs[:100]]
+
+
+def _ask_blocks(ask: Ask, name: str) -> list[dict[str, Any]] | None:
+    """The inputs of one ask in a modal, or None when a modal cannot take its answer."""
+    optional = not ask.required
+    element: dict[str, Any]
+    if isinstance(ask, Text):
+        return [
+            _input(
+                ask.id,
+                ask.prompt,
+                {"type": "plain_text_input", "action_id": "value", "multiline": ask.multiline},
+                optional,
+            )
+        ]
+    if isinstance(ask, Confirm):
+        element = {"type": "radio_buttons", "action_id": "value", "options": _options([("Yes", "yes"), ("No", "no")])}
+        return [_input(ask.id, ask.prompt, element, optional)]
+    if isinstance(ask, MultiChoice):
+        element = {
+            "type": "checkboxes",
+            "action_id": "value",
+            "options": _options([(o.label or o.id, o.id) for o in options_of(ask)]),
+        }
+        return [_input(ask.id, ask.prompt, element, optional)]
+    if isinstance(ask, Choice):
+        menu = {
+            "type": "static_select",
+            "action_id": "value",
+            "options": _options([(o.label or o.id, o.id) for o in options_of(ask)]),
+        }
+        if not ask.allow_other:
+            return [_input(ask.id, ask.prompt, menu, optional)]
+        # either one may carry the answer, so neither is required by Slack: the answer is checked as always
+        other = {"type": "plain_text_input", "action_id": "value"}
+        return [
+            _input(ask.id, ask.prompt, menu, True),
+            _input(f"{ask.id}{_OTHER}", "Other answer", other, True, "Or type your own answer."),
+        ]
+    fields = ask.inputs(name) if isinstance(ask, Form) else None
+    if fields is None or any(f.kind == "json" for f in fields):
+        return None
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": _text(f"*{_escape(ask.prompt)}*")}}
+    ]
+    for j, f in enumerate(fields):
+        block_id = f"{ask.id}{_FIELD}{j}"
+        if f.kind == "boolean":
+            element = {"type": "checkboxes", "action_id": "value", "options": _options([(f.label, "on")])}
+            if f.default:
+                element["initial_options"] = element["options"]
+        elif f.kind == "enum":
             element = {
-                "type": "radio_buttons",
+                "type": "static_select",
                 "action_id": "value",
-                "options": [
-                    {"text": {"type": "plain_text", "text": "Yes"}, "value": "yes"},
-                    {"text": {"type": "plain_text", "text": "No"}, "value": "no"},
-                ],
+                "options": _options([(label, i) for i, label in f.choices]),
             }
-        elif isinstance(ask, Choice | MultiChoice):
-            options = [
-                {"text": {"type": "plain_text", "text": _text(o.label or o.id, 75)}, "value": o.id}
-                for o in options_of(ask)[:100]
-            ]
-            kind = "checkboxes" if isinstance(ask, MultiChoice) else "static_select"
-            element = {"type": kind, "action_id": "value", "options": options}
+            chosen = [o for o in element["options"] if o["value"] == f.default]
+            if chosen:
+                element["initial_option"] = chosen[0]
+        elif f.kind in ("number", "integer"):
+            element = {"type": "number_input", "action_id": "value", "is_decimal_allowed": f.kind == "number"}
+            element |= {
+                key: f.attrs[src] for key, src in (("min_value", "min"), ("max_value", "max")) if src in f.attrs
+            }
+            if f.default:
+                element["initial_value"] = f.default
         else:
-            continue
-        blocks.append(
-            {"type": "input", "block_id": ask.id, "label": label, "element": element, "optional": not ask.required}
-        )
+            element = {"type": "plain_text_input", "action_id": "value"}
+            if f.default:
+                element["initial_value"] = f.default
+        blocks.append(_input(block_id, f.label, element, f.kind == "boolean" or not f.required, f.hint))
+    return blocks
+
+
+_OTHER = "#other"  # the block of a choice's free-text answer: `{ask id}#other`
+_FIELD = "#p"  # the block of a form's field: `{ask id}#p{index}`
+_MAX_BLOCKS = 100  # Slack's limit for a modal
+
+
+def modal_view(request: Request) -> dict[str, Any] | None:
+    """A modal with the inputs of every ask; None when a modal cannot take the answer (a
+    form whose schema it cannot express, or more inputs than Slack allows): that request
+    is answered in the inbox."""
+    blocks: list[dict[str, Any]] = []
+    for i, ask in enumerate(request.asks):
+        found = _ask_blocks(ask, f"a{i}")
+        if found is None:
+            return None
+        blocks.extend(found)
+    if len(blocks) > _MAX_BLOCKS:
+        return None
     return {
         "type": "modal",
         "callback_id": MODAL_CALLBACK,
@@ -209,23 +295,72 @@ def modal_view(request: Request) -> dict[str, Any]:
     }
 
 
-def answers_from_view(request: Request, view: Mapping[str, Any]) -> dict[str, Any]:
-    """The answers by ask id in a submitted modal (`view.state.values`)."""
-    values = view.get("state", {}).get("values", {})
-    out: dict[str, Any] = {}
-    for ask in request.asks:
-        field = values.get(ask.id, {}).get("value")
+class _ViewValues:
+    """A submitted modal's inputs under the names the asks' `from_fields` read (the web
+    inbox's: `a{i}`, `a{i}.other`, `a{i}.p{j}`)."""
+
+    def __init__(self, request: Request, view: Mapping[str, Any]) -> None:
+        state = view.get("state", {}).get("values", {})
+        self._by_name: dict[str, list[str]] = {}
+        for i, ask in enumerate(request.asks):
+            name = f"a{i}"
+            self._take(name, state.get(ask.id))
+            self._take(f"{name}.other", state.get(f"{ask.id}{_OTHER}"))
+            for j in range(len(ask.inputs(name) or ())):
+                self._take(f"{name}.p{j}", state.get(f"{ask.id}{_FIELD}{j}"))
+
+    def _take(self, name: str, block: Any) -> None:
+        field = block.get("value") if isinstance(block, Mapping) else None
         if not isinstance(field, Mapping):
-            continue
-        if isinstance(ask, Text) and field.get("value") is not None:
-            out[ask.id] = field["value"]
-        elif isinstance(ask, Confirm) and field.get("selected_option"):
-            out[ask.id] = field["selected_option"]["value"] == "yes"
-        elif isinstance(ask, Choice) and field.get("selected_option"):
-            out[ask.id] = field["selected_option"]["value"]
-        elif isinstance(ask, MultiChoice) and field.get("selected_options") is not None:
-            out[ask.id] = [o["value"] for o in field["selected_options"]]
+            return
+        if field.get("selected_options") is not None:  # checkboxes: a name per ticked box
+            given = [str(o.get("value", "")) for o in field["selected_options"] if isinstance(o, Mapping)]
+        elif isinstance(field.get("selected_option"), Mapping):
+            given = [str(field["selected_option"].get("value", ""))]
+        elif field.get("value") is not None:
+            given = [str(field["value"])]
+        else:
+            return
+        if given:
+            self._by_name[name] = given
+
+    def get(self, name: str, default: str = "") -> str:
+        found = self._by_name.get(name)
+        return found[-1] if found else default
+
+    def all(self, name: str) -> list[str]:
+        return list(self._by_name.get(name, ()))
+
+    def has(self, name: str) -> bool:
+        return name in self._by_name
+
+
+def answers_from_view(request: Request, view: Mapping[str, Any]) -> dict[str, Any]:
+    """The answers by ask id in a submitted modal (`view.state.values`), each read by its
+    ask's own `from_fields`; an ask left blank is left out (the broker reports a missing
+    required one). Raises `InvalidAnswer` for an input that does not read (a form's field
+    that is not a number, say)."""
+    values = _ViewValues(request, view)
+    out: dict[str, Any] = {}
+    for i, ask in enumerate(request.asks):
+        value = ask.from_fields(values, f"a{i}")
+        if value is not None:
+            out[ask.id] = value
     return out
+
+
+def error_block(request: Request, exc: InvalidAnswer | None = None) -> str:
+    """The modal's block to show a refusal beside: the form field a refused answer is
+    about, else its ask's first input (the first ask's when it names none)."""
+    field = getattr(exc, "field", None)
+    for i, ask in enumerate(request.asks):
+        if isinstance(field, str) and field.startswith(f"a{i}.p"):
+            return f"{ask.id}{_FIELD}{field.removeprefix(f'a{i}.p')}"
+    wanted = exc.ask_id if exc is not None else None
+    ask = next((a for a in request.asks if a.id == wanted), request.asks[0])
+    if isinstance(ask, Form):
+        return f"{ask.id}{_FIELD}0"
+    return ask.id
 
 
 class SlackChannel:

@@ -9,7 +9,7 @@ any other 4xx is a dead letter at once (the receiver refused it).
 The body:
 
     {"id": "<delivery id>", "type": "request.created", "kind": "request", "event": "created",
-     "recipient": "alice", "sent_at": "...", "links": {"request": "https://.../inbox/requests/<id>"},
+     "recipient": "alice", "sent_at": "...", "links": {"request": "https://.../requests/<id>"},
      "request": { ...the request as the API shows it... }}
 
 `type` is `request.created` (a request for the recipient), `request.reminder`,

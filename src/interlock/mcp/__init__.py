@@ -8,7 +8,8 @@
 - `InboxElicitation`: an elicitation handler for the official MCP client that asks a
   person through their inbox instead of a user at the keyboard.
 
-Needs the `mcp` extra (`pip install "interlock[mcp]"`; the `server` extra includes it).
+Needs the `mcp` extra (the MCP SDK; the `server` extra does not include it): in a clone of
+interlock, `pip install -e '.[mcp]'` (with the server, `pip install -e '.[server,mcp]'`).
 """
 
 from __future__ import annotations

@@ -61,8 +61,14 @@ async def serve_stdio(url: str | None = None, *, token: str | None = None) -> No
     hangs up."""
     options = {"token": token} if token else {}
     async with connect(url, **options) as broker:
-        server = build_server(fixed_access(Seat(broker, await caller_of(broker))))
-        await server.run_stdio_async()
+        await run_stdio(broker)
+
+
+async def run_stdio(broker: Broker) -> None:
+    """Serve the tools over stdin/stdout as `broker`'s caller until the client hangs up
+    (`interlock mcp` opens the broker itself, to explain a failure to reach it)."""
+    server = build_server(fixed_access(Seat(broker, await caller_of(broker))))
+    await server.run_stdio_async()
 
 
 MAX_SEATS = 256

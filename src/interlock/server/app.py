@@ -15,6 +15,7 @@ held to the broker's `Limits`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib.util
 import logging
@@ -40,7 +41,19 @@ from ..grant_tokens import GrantSigner
 from ..model import GrantPolicy, Limits
 from ..routing import Routing, load_routing
 from ..wire import WIRE_ERRORS, problem_of
-from . import api, deliveries, followups, grants, inbound, interactions, policies, runs, teams, web_deliveries
+from . import (
+    api,
+    deliveries,
+    email_signin,
+    followups,
+    grants,
+    inbound,
+    interactions,
+    policies,
+    runs,
+    teams,
+    web_deliveries,
+)
 from .api import PROBLEMS
 from .auth import Auth, loopback_host, same_origin
 from .common import ApiError, AppState, Quotas, event_to_dict, parse_event_id, problem
@@ -221,6 +234,9 @@ def create_app(
                     await on_ready(the_broker)
                 yield
         finally:
+            for task in list(state.tasks):  # a sign-in link being mailed, say
+                task.cancel()
+            await asyncio.gather(*state.tasks, return_exceptions=True)
             if state.delivery is not None:
                 await state.delivery.stop()
             await state.hub.stop()
@@ -263,6 +279,7 @@ def create_app(
 
     install_web(app, state)
     app.include_router(web_deliveries.router)
+    app.include_router(email_signin.router)
     mcp = _mcp_endpoint(app, the_auth, auth)  # MCP over streamable HTTP, same tokens
     if mcp is not None:
         app.router.routes.append(Route("/mcp", mcp, include_in_schema=False))

@@ -4,6 +4,7 @@ an event's JSON. Both route modules import this one, and neither imports the oth
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
@@ -20,7 +21,7 @@ from ..grant_tokens import GrantSigner
 from ..model import RUN_EVENTS, Event, Run, Status, request_to_dict
 from ..principals import Principal, can_read
 from .auth import Auth
-from .quotas import Quota, RateLimiter, StreamSlots
+from .quotas import SIGNIN_MAIL_PER_ADDRESS, SIGNIN_MAIL_PER_CLIENT, Quota, RateLimiter, StreamSlots
 from .schemas import Problem
 from .stream import ACCESS_EVENTS, Hub
 
@@ -165,6 +166,8 @@ class Quotas:
         self.creates = RateLimiter(rate) if rate is not None else None
         self.updates = RateLimiter(rate) if rate is not None else None
         self.streams = StreamSlots(streams)
+        self.signin_mail = RateLimiter(SIGNIN_MAIL_PER_ADDRESS)  # by address, known or not
+        self.signin_mail_clients = RateLimiter(SIGNIN_MAIL_PER_CLIENT)  # by client address
 
 
 class AppState:
@@ -186,6 +189,7 @@ class AppState:
         self.metrics = Metrics()
         self.hub.on_event.append(self.metrics.observe)
         self.keepalive = keepalive
+        self.tasks: set[asyncio.Task[None]] = set()  # work no response waits for (mailing a sign-in link)
 
 
 def app_state(request: Request) -> AppState:

@@ -19,8 +19,8 @@ named in `by`).
 
 from __future__ import annotations
 
-import html
 import json
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -32,9 +32,11 @@ from ..channels.links import AnswerLinks, InvalidLink, LinkClaim, quick_answers
 from ..errors import AlreadySettled, InvalidAnswer, NotFound
 from ..model import Answers, Status, request_to_dict
 from ..model import Request as HumanRequest
+from ..outbox import LinkUse
 from ..webhooks import InvalidSignature, verify
 from .common import ApiError, AppState, State, TheBroker
 from .schemas import Problem, RequestModel
+from .web import page, utc
 
 __all__ = ["pages", "router"]
 
@@ -128,34 +130,48 @@ def _object(body: bytes) -> dict[str, Any]:
 pages = APIRouter(include_in_schema=False)
 
 
-def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
-    text = (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{html.escape(title)} · interlock</title></head>"
-        f'<body style="font-family:system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem">'
-        f"<h1>{html.escape(title)}</h1>{body}</body></html>"
+def _page(
+    state: AppState, http: Request, title: str, message: str = "", status: int = 200, **context: Any
+) -> HTMLResponse:
+    """An answer link's page, in the inbox's look (its templates and style, the dark theme
+    with the system's). The link is in the address: no referrer carries it anywhere."""
+    response = page(
+        state, http, "answer_link.html", {"title": title, "message": message, "status_code": status} | context, status
     )
-    return HTMLResponse(
-        text, status_code=status, headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
-    )
+    response.headers["Referrer-Policy"] = "no-referrer"
+    return response
 
 
-async def _claim(state: AppState, broker: LocalBroker, token: str) -> tuple[LinkClaim, HumanRequest] | HTMLResponse:
+async def _claim(
+    state: AppState, http: Request, broker: LocalBroker, token: str
+) -> tuple[LinkClaim, HumanRequest] | HTMLResponse:
     links = None if state.delivery is None else state.delivery.context.answer_links
     if not isinstance(links, AnswerLinks):
-        return _page("No answer links here", "<p>This server sends no answer links.</p>", 404)
+        return _page(state, http, "No answer links here", "This server sends no answer links.", 404)
     try:
         claim = links.read(token)
     except InvalidLink as exc:
-        return _page("This link does not work", f"<p>{html.escape(str(exc))}.</p>", 400)
+        text = str(exc)
+        return _page(state, http, "This link does not work", f"{text[:1].upper()}{text[1:]}.", 400)
+    used = await broker.store.answer_link_use(claim.link)
+    if used is not None:
+        return _used(state, http, used)
     try:
         request = await broker.get(claim.request_id)
     except NotFound:
-        return _page("No such request", "<p>The request of this link is gone.</p>", 404)
+        return _page(state, http, "No such request", "The request of this link is gone.", 404)
     if request.status is not Status.PENDING:
-        return _page("Already settled", f"<p>{html.escape(_settled_text(request))}</p>", 409)
+        return _settled(state, http, request)
     return claim, request
+
+
+def _used(state: AppState, http: Request, used: LinkUse) -> HTMLResponse:
+    message = f"This link was already used, by {used.by} at {utc(used.at)}: each answer link works once."
+    return _page(state, http, "Already used", message, 409, request_id=used.request_id)
+
+
+def _settled(state: AppState, http: Request, request: HumanRequest) -> HTMLResponse:
+    return _page(state, http, "Already settled", _settled_text(request), 409, request_id=request.id)
 
 
 def _settled_text(request: HumanRequest) -> str:
@@ -164,7 +180,7 @@ def _settled_text(request: HumanRequest) -> str:
     if response is not None and response.by:
         text += f" by {response.by}"
     if response is not None:
-        text += f" at {response.at.strftime('%Y-%m-%d %H:%M UTC')}"
+        text += f" at {utc(response.at)}"
     return text + "."
 
 
@@ -176,34 +192,43 @@ def _label(request: HumanRequest, answer: Any) -> str:
 
 
 @pages.get("/answer/{token}", response_class=HTMLResponse)
-async def answer_page(token: str, state: State, broker: TheBroker) -> HTMLResponse:
+async def answer_page(token: str, http: Request, state: State, broker: TheBroker) -> HTMLResponse:
     """What the link will answer, and a button to answer it: fetching the link changes
     nothing (mail scanners fetch links too)."""
-    found = await _claim(state, broker, token)
+    found = await _claim(state, http, broker, token)
     if isinstance(found, HTMLResponse):
         return found
     claim, request = found
-    prompt = html.escape(request.asks[0].prompt)
-    label = html.escape(_label(request, claim.answer))
-    body = (
-        f"<p>{prompt}</p><form method=post><p>Answer as <strong>{html.escape(claim.recipient)}</strong>: "
-        f'<button type=submit style="font-size:1.1rem;padding:.4rem 1.2rem">{label}</button></p></form>'
+    return _page(
+        state,
+        http,
+        request.title or "Your answer",
+        prompt=request.asks[0].prompt,
+        details=request.details,
+        recipient=claim.recipient,
+        label=_label(request, claim.answer),
+        request_id=request.id,
     )
-    return _page(request.title or "Your answer", body)
 
 
 @pages.post("/answer/{token}", response_class=HTMLResponse)
-async def answer_by_link(token: str, state: State, broker: TheBroker) -> HTMLResponse:
-    """Record the link's answer, by its recipient, `via: email`."""
-    found = await _claim(state, broker, token)
+async def answer_by_link(token: str, http: Request, state: State, broker: TheBroker) -> HTMLResponse:
+    """Spend the link (its use recorded first: a second click is refused, saying by whom
+    and when) and record its answer, by its recipient, `via: email`."""
+    found = await _claim(state, http, broker, token)
     if isinstance(found, HTMLResponse):
         return found
     claim, request = found
+    use, first = await broker.store.use_answer_link(
+        LinkUse(claim.link, request.id, claim.recipient, datetime.now(UTC)), claim.expires_at
+    )
+    if not first:
+        return _used(state, http, use)
     done = await broker.resolve(request.id, claim.answer, by=claim.recipient, via="email")
     if not done:
-        return _page("Already settled", f"<p>{html.escape(_settled_text(await broker.get(request.id)))}</p>", 409)
-    label = html.escape(_label(request, claim.answer))
-    return _page("Answer recorded", f"<p>You answered <strong>{label}</strong>. You can close this page.</p>")
+        return _settled(state, http, await broker.get(request.id))
+    label = _label(request, claim.answer)
+    return _page(state, http, "Answer recorded", f"You answered {label}. You can close this page.", answered=label)
 
 
 # -- Slack's interactive endpoint ------------------------------------------------------------
@@ -231,6 +256,7 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
         SlackChannel,
         SlackSignatureError,
         answers_from_view,
+        error_block,
         modal_view,
         verify_slack,
     )
@@ -263,7 +289,7 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
         except NotFound:
             return JSONResponse({"response_action": "errors", "errors": {}}, status_code=200)
         by = _slack_answerer(state, channel, user_id, target)
-        first = target.asks[0].id
+        first = error_block(target)
         if by is None:
             return JSONResponse(
                 {"response_action": "errors", "errors": {first: "This request is not yours to answer."}}
@@ -271,7 +297,9 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
         try:
             done = await broker.resolve(target.id, Answers(answers_from_view(target, view)), by=by, via="slack")
         except InvalidAnswer as exc:
-            return JSONResponse({"response_action": "errors", "errors": {first: str(exc)[:150]}})
+            fault = str(exc).removeprefix(f"ask {exc.ask_id!r}: ") if exc.ask_id else str(exc)
+            fault = fault[:1].upper() + fault[1:]
+            return JSONResponse({"response_action": "errors", "errors": {error_block(target, exc): fault[:150]}})
         if not done:
             text = _settled_text(await broker.get(target.id))
             return JSONResponse({"response_action": "errors", "errors": {first: text[:150]}})
@@ -290,8 +318,11 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
             await tell(_settled_text(target))
         elif _slack_answerer(state, channel, user_id, target) is None:
             await tell("This request is not yours to answer.")
+        elif (view := modal_view(target)) is None:  # its form is answered in the inbox
+            where = state.delivery.context.request_url(target.id) if state.delivery is not None else None
+            await tell(f"Answer this one in the inbox: {where}" if where else "Answer this one in the inbox.")
         else:
-            await slack.call("views.open", {"trigger_id": payload.get("trigger_id"), "view": modal_view(target)})
+            await slack.call("views.open", {"trigger_id": payload.get("trigger_id"), "view": view})
         return Response(status_code=200)
     if not action_id.startswith(ANSWER_ACTION):
         return Response(status_code=200)  # the inbox link button: Slack opens the URL itself

@@ -2,7 +2,9 @@
 one-time sign-in links.
 
 - `/requests/{id}`: the request (its asks, answerable there while it is pending and yours),
-  its details as Markdown, its answer, and its timeline from the event log. A link to it
+  its details as Markdown, its answer, how people were told about it (its deliveries from
+  the outbox), and its timeline: the event log, with each notice that went out and each
+  dead letter merged in. It is the page every message links to, and a link to it
   survives the sign-in: signing in comes back to it.
 - `/history`: settled requests to you, filtered by status, kind, agent, run and dates, and
   searched by the words of their prompts and answers, a page at a time (`Broker.list`).
@@ -19,7 +21,7 @@ from __future__ import annotations
 import secrets
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -33,7 +35,8 @@ from ..broker import Page
 from ..errors import InvalidRequest, NotFound
 from ..model import Event, Status
 from ..model import Request as HumanRequest
-from ..principals import can_answer, can_read
+from ..outbox import Delivery
+from ..principals import Principal, can_answer, can_read
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE, check_csrf
 from .common import AppState, State
 from .web import (
@@ -42,6 +45,7 @@ from .web import (
     _set_cookie,
     _values,
     after_signin,
+    email_signin_offered,
     inbox_filter,
     outcome,
     page,
@@ -101,9 +105,10 @@ async def signin_with_link(http: HttpRequest, state: State) -> Response:
     code = values.get("code").strip()
     started = await state.auth.sign_in_with_link(code) if code and len(code) <= 200 else None
     if started is None:
-        message = (
-            "This sign-in link has been used already or has expired. Restarting `interlock serve` prints a new "
-            "one; or sign in with a token."
+        message = "This sign-in link has been used already or has expired. " + (
+            "Ask for a new one by email below, or sign in with a token."
+            if email_signin_offered(state)
+            else "Restarting `interlock serve` prints a new one; or sign in with a token."
         )
         return signin_page(state, http, message, 400, next_path)
     response = RedirectResponse(after_signin(http, next_path), status_code=303)
@@ -125,8 +130,39 @@ class Moment:
     kind: str = ""
 
 
-def timeline(request: HumanRequest, events: list[Event]) -> list[Moment]:
-    """What happened to the request, oldest first, from its events."""
+_TOLD = {
+    "request": "Notified {to} via {channel}",
+    "reminder": "Reminded {to} via {channel}",
+    "escalation": "Escalated to {to} via {channel}",
+    "settled": "Told {to} via {channel} that it was {event}",
+}
+
+
+def timeline(
+    request: HumanRequest,
+    events: Sequence[Event],
+    deliveries: Sequence[Delivery] = (),
+    channel_types: Mapping[str, str] | None = None,
+) -> list[Moment]:
+    """What happened to the request, oldest first: its events, and how people were told
+    about it (each delivery that went out, and each dead letter, from the outbox)."""
+    out = _event_moments(request, events)
+    types = channel_types or {}
+    for d in deliveries:
+        kind = types.get(d.channel)
+        channel = d.channel if kind in (None, d.channel) else f"{d.channel} ({kind})"
+        told = _TOLD.get(d.kind, _TOLD["request"]).format(to=d.recipient, channel=channel, event=d.event)
+        if d.status == "delivered" and d.delivered_at is not None:
+            out.append(Moment(d.delivered_at, told, kind="notified"))
+        elif d.status == "dead":
+            tries = f" ({d.attempts} tries)" if d.attempts > 1 else ""
+            what = f"Could not notify {d.recipient} via {channel}{tries}"
+            out.append(Moment(d.due_at, what, d.last_error or "", "undelivered"))
+    out.sort(key=lambda m: m.at)  # stable: events in their own order
+    return out
+
+
+def _event_moments(request: HumanRequest, events: Sequence[Event]) -> list[Moment]:
     out = []
     for event in events:
         data = event.data
@@ -169,6 +205,9 @@ async def request_page(http: HttpRequest, state: State, request_id: str) -> Resp
     if who.principal.kind != "agent":  # a browser is a person's, the local one's without auth too
         await state.broker.note_viewed(request.id, by=who.principal.name)
     events = list(await state.broker.find_events(request=request.id, limit=TIMELINE_LIMIT))
+    deliveries = list(await state.broker.store.list_deliveries(request_id=request.id, limit=TIMELINE_LIMIT))
+    loop = state.delivery
+    types = {name: c.type for name, c in loop.routing.channels.items()} if loop is not None else {}
     here = http.url_for("request_page", request_id=request.id).path
     context = {
         "r": request,
@@ -176,11 +215,19 @@ async def request_page(http: HttpRequest, state: State, request_id: str) -> Resp
         "card_notice": None,
         "return_to": here,
         "answerable": request.status is Status.PENDING and can_answer(who.principal, request),
-        "moments": timeline(request, events),
+        "moments": timeline(request, events, deliveries, types),
         "claims": await state.broker.claims([request.id]),
+        "deliveries": deliveries,
+        "may_retry": may_retry(who.principal, request),
         "view": "request",
     }
     return page(state, http, "request.html", context, 200, who)
+
+
+def may_retry(principal: Principal, request: HumanRequest) -> bool:
+    """Whether `principal` may send a request's dead letters again (as the API allows: an
+    admin, whoever made the request; a recipient may retry their own, see the template)."""
+    return principal.kind == "admin" or principal.name == request.requester
 
 
 # -- history --------------------------------------------------------------------------------

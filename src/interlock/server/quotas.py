@@ -1,5 +1,6 @@
-"""Quotas: how fast one principal may create requests and send updates, and how many event
-streams it may hold open at once.
+"""Quotas: how fast one principal may create requests and send updates, how many event
+streams it may hold open at once, and how often sign-in links are mailed to one address
+or asked for from one client.
 
 Both are per server process and per principal (every token and web session of a human
 or agent counts together). With several nodes behind a load balancer a principal gets a
@@ -25,7 +26,16 @@ from typing import Any
 from sse_starlette import EventSourceResponse
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["DEFAULT_QUOTA", "DEFAULT_STREAMS", "Quota", "RateLimiter", "StreamSlots", "TooMany"]
+__all__ = [
+    "DEFAULT_QUOTA",
+    "DEFAULT_STREAMS",
+    "SIGNIN_MAIL_PER_ADDRESS",
+    "SIGNIN_MAIL_PER_CLIENT",
+    "Quota",
+    "RateLimiter",
+    "StreamSlots",
+    "TooMany",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +57,13 @@ person cannot read that many; an agent that goes past it is looping."""
 DEFAULT_STREAMS = 32
 """Open event streams per principal (API and web inbox together): a browser tab or a
 client each hold one."""
+
+SIGNIN_MAIL_PER_ADDRESS = Quota(rate=1 / 300, burst=3)
+"""Sign-in links mailed to one address (asked for on the sign-in page): 3 at once, then
+one every 5 minutes, whether the address is known or not."""
+
+SIGNIN_MAIL_PER_CLIENT = Quota(rate=1 / 60, burst=10)
+"""Sign-in links asked for from one client address: 10 at once, then one a minute."""
 
 _PRUNE_AT = 10_000  # buckets kept before the full ones are forgotten
 

@@ -2,9 +2,10 @@
 
 Server-rendered HTML (Jinja2, autoescaped) with a little JavaScript and no build step.
 A person signs in by pasting a token or with a one-time link (`pages`, `interlock.signin`),
-and comes back to the page that sent them (`?next=`); the session lives in the store and
-the cookie holds only its random secret (`auth.Auth`); every form carries the session's
-CSRF token. Signing out ends the session on the server. Agents cannot sign in: only people
+which they may also ask for by email (`email_signin`), and comes back to the page that
+sent them (`?next=`, kept by `signin_redirect` on every page); the session lives in the
+store and the cookie holds only its random secret (`auth.Auth`); every form carries the
+session's CSRF token. Signing out ends the session on the server. Agents cannot sign in: only people
 answer. The request pages, history and dashboard are in `pages`.
 
 The page follows `/inbox/stream`, server-sent events of the requests to the person, and
@@ -388,7 +389,12 @@ def page(
     response = state.templates.TemplateResponse(
         http,
         name,
-        {"principal": who.principal if who else None, "csrf": who.csrf if who else "", "auth": state.auth.enabled}
+        {
+            "principal": who.principal if who else None,
+            "csrf": who.csrf if who else "",
+            "auth": state.auth.enabled,
+            "delivers": state.delivery is not None,  # the nav links to the dead letters
+        }
         | context,
         status_code=status,
         headers=_SECURITY_HEADERS,
@@ -406,11 +412,19 @@ def after_signin(http: HttpRequest, next_path: str | None) -> str:
     return next_path if next_path is not None and safe_next(next_path) else str(http.url_for("inbox"))
 
 
-def signin_redirect(http: HttpRequest) -> RedirectResponse:
-    """Off to sign in, coming back to this very page (its path and query) afterwards."""
-    here = http.url.path + (f"?{http.url.query}" if http.url.query else "")
-    target = http.url_for("signin").include_query_params(next=here) if here != "/" else http.url_for("signin")
+def signin_redirect(http: HttpRequest, next_path: str | None = None) -> RedirectResponse:
+    """Off to sign in, coming back afterwards to this very page (its path and query), or
+    to `next_path` (the page a form was posted from). Every page a person may be sent a
+    link to answers a visitor who is signed out with this, so the link survives the
+    sign-in."""
+    here = next_path or http.url.path + (f"?{http.url.query}" if http.url.query else "")
+    signin = http.url_for("signin")
+    target = signin.include_query_params(next=here) if here != "/" and safe_next(here) else signin
     return RedirectResponse(target, status_code=303)
+
+
+def _request_page_path(http: HttpRequest, request_id: str) -> str:
+    return http.url_for("request_page", request_id=request_id).path
 
 
 def fragment_wanted(http: HttpRequest) -> bool:
@@ -482,7 +496,7 @@ async def inbox_page(
 async def inbox(http: HttpRequest, state: State) -> Response:
     who = await session(state, http)
     if who is None:
-        return RedirectResponse(http.url_for("signin"), status_code=303)
+        return signin_redirect(http)
     return await inbox_page(state, http, who)
 
 
@@ -493,13 +507,36 @@ async def signin_form(http: HttpRequest, state: State) -> Response:
     return signin_page(state, http)
 
 
+def email_signin_offered(state: AppState) -> bool:
+    """Whether the sign-in page offers a link by email (`email_signin`): with auth, where
+    the routing has an email channel and says where the inbox is."""
+    loop = state.delivery
+    return (
+        state.auth.enabled
+        and loop is not None
+        and loop.context.inbox_url is not None
+        and any(config.type == "email" for config in loop.routing.channels.values())
+    )
+
+
 def signin_page(
-    state: AppState, http: HttpRequest, error: str = "", status: int = 200, next_path: str | None = None
+    state: AppState,
+    http: HttpRequest,
+    error: str = "",
+    status: int = 200,
+    next_path: str | None = None,
+    notice: str = "",
 ) -> HTMLResponse:
     csrf = secrets.token_urlsafe(24)
     if next_path is None:
         next_path = http.query_params.get("next")
-    context = {"error": error, "signin_csrf": csrf, "next": next_path if safe_next(next_path) else ""}
+    context = {
+        "error": error,
+        "notice": notice,
+        "signin_csrf": csrf,
+        "next": next_path if safe_next(next_path) else "",
+        "by_email": email_signin_offered(state),
+    }
     response = page(state, http, "signin.html", context, status)
     _set_cookie(http, response, SIGNIN_COOKIE, csrf, 3600, "strict", "/signin", state.auth.secure(http))
     return response
@@ -586,6 +623,14 @@ async def stream(http: HttpRequest, state: State, after: int | None = None) -> R
 
 @router.get("/inbox/requests/{request_id}", name="inbox_request", response_class=HTMLResponse)
 async def request_card(http: HttpRequest, state: State, request_id: str) -> Response:
+    """A request's card, for the live inbox's script. A browser that opens this URL
+    itself (a link in a message sent before links pointed at the request's page) is sent
+    to the request's own page, through the sign-in if need be."""
+    if not fragment_wanted(http):
+        own = _request_page_path(http, request_id)
+        if await session(state, http) is None:
+            return signin_redirect(http, own)
+        return RedirectResponse(own, status_code=303)
     who = await session(state, http)
     if who is None:
         return refusal(state, http, 401, "Your session has ended: sign in again.")
@@ -604,7 +649,7 @@ async def answer(http: HttpRequest, state: State, request_id: str) -> Response:
     if who is None:
         if fragment_wanted(http):
             return refusal(state, http, 401, "Your session has ended: sign in again.")
-        return RedirectResponse(http.url_for("signin"), status_code=303)
+        return signin_redirect(http, _request_page_path(http, request_id))
     values = await _values(http)
     try:
         check_csrf(who.csrf, values.get("csrf"))
@@ -664,7 +709,7 @@ async def claim(http: HttpRequest, state: State, request_id: str) -> Response:
     if who is None:
         if fragment_wanted(http):
             return refusal(state, http, 401, "Your session has ended: sign in again.")
-        return RedirectResponse(http.url_for("signin"), status_code=303)
+        return signin_redirect(http, _request_page_path(http, request_id))
     values = await _values(http)
     try:
         check_csrf(who.csrf, values.get("csrf"))
@@ -701,7 +746,7 @@ async def run_page(http: HttpRequest, state: State, run_id: str, cancel: str = "
     for its agent (and a box to send one), and its events."""
     who = await session(state, http)
     if who is None:
-        return RedirectResponse(http.url_for("signin"), status_code=303)
+        return signin_redirect(http)
     try:
         run = await state.broker.get_run(run_id)
     except NotFound:
@@ -722,7 +767,7 @@ async def run_page(http: HttpRequest, state: State, run_id: str, cancel: str = "
 async def cancel_run(http: HttpRequest, state: State, run_id: str) -> Response:
     who = await session(state, http)
     if who is None:
-        return RedirectResponse(http.url_for("signin"), status_code=303)
+        return signin_redirect(http, http.url_for("inbox_run", run_id=run_id).path)
     values = await _values(http)
     try:
         check_csrf(who.csrf, values.get("csrf"))
@@ -755,7 +800,7 @@ async def _run_form(http: HttpRequest, state: State, run_id: str) -> tuple[Sessi
     see; else the refusal to answer with."""
     who = await session(state, http)
     if who is None:
-        return RedirectResponse(http.url_for("signin"), status_code=303)
+        return signin_redirect(http, http.url_for("inbox_run", run_id=run_id).path)
     values = await _values(http)
     try:
         check_csrf(who.csrf, values.get("csrf"))

@@ -14,9 +14,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ..errors import NotFound
 from ..principals import can_read
+from ..signin import safe_next
 from .auth import check_csrf
 from .common import State
-from .web import _values, page, refusal, session
+from .pages import may_retry
+from .web import _values, page, refusal, session, signin_redirect
 
 __all__ = ["router"]
 
@@ -27,7 +29,7 @@ router = APIRouter(include_in_schema=False)
 async def deliveries_page(http: HttpRequest, state: State) -> Response:
     who = await session(state, http)
     if who is None:
-        return refusal(state, http, 401, "Your session has ended: sign in again.")
+        return signin_redirect(http)
     store = state.broker.store
     request_id = http.query_params.get("request")
     request = None
@@ -43,14 +45,22 @@ async def deliveries_page(http: HttpRequest, state: State) -> Response:
         mine = None if who.principal.kind == "admin" else who.principal.name
         items = list(await store.list_deliveries(status="dead", recipient=mine, limit=500))
     notice = {"retried": "It will be sent again."}.get(http.query_params.get("done", ""))
-    return page(state, http, "deliveries.html", {"items": items, "about": request, "notice": notice}, who=who)
+    context = {
+        "items": items,
+        "about": request,
+        "notice": notice,
+        "retry_all": request is None or may_retry(who.principal, request),
+        "back": None,
+        "view": None if request is not None else "dead",
+    }
+    return page(state, http, "deliveries.html", context, who=who)
 
 
 @router.post("/inbox/deliveries/{delivery_id}/retry", name="inbox_delivery_retry", response_class=HTMLResponse)
 async def retry(http: HttpRequest, state: State, delivery_id: str) -> Response:
     who = await session(state, http)
     if who is None:
-        return refusal(state, http, 401, "Your session has ended: sign in again.")
+        return signin_redirect(http, http.url_for("inbox_deliveries").path)
     values = await _values(http)
     try:
         check_csrf(who.csrf, values.get("csrf"))
@@ -68,6 +78,8 @@ async def retry(http: HttpRequest, state: State, delivery_id: str) -> Response:
         return refusal(state, http, 409, f"This delivery is {known.status}, not a dead letter.", who)
     if state.delivery is not None:
         state.delivery.wake()
+    if safe_next(values.get("next")):  # back to the page it was sent again from (a request's own)
+        return RedirectResponse(values.get("next"), status_code=303)
     back = http.url_for("inbox_deliveries").include_query_params(done="retried")
     about = values.get("request")
     if about:

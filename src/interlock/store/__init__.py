@@ -31,7 +31,7 @@ from typing import Any, Literal, Protocol
 from ..approval_policies import ApprovalPolicy
 from ..followups import Followup
 from ..model import Claim, Event, IssuedGrant, Request, Response, Run, RunStatus, Status
-from ..outbox import Delivery, DeliveryState, Notice
+from ..outbox import Delivery, DeliveryState, LinkUse, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
 
 __all__ = [
@@ -596,6 +596,17 @@ class OutboxStore(Protocol):
     async def next_outbox_due(self) -> datetime | None:
         """When the delivery loop has work next: the time of the oldest unrouted notice,
         else the earliest due pending delivery."""
+        ...
+
+    async def use_answer_link(self, use: LinkUse, expires_at: datetime) -> tuple[LinkUse, bool]:
+        """Record the use of a one-click answer link unless it was used already: the use
+        that stands (this one, or the earlier one) and whether it is this one. A
+        conditional write: of any number of callers on any node, one records its use.
+        Uses of links past `expires_at` (their link's expiry) may be deleted meanwhile."""
+        ...
+
+    async def answer_link_use(self, link: str) -> LinkUse | None:
+        """The recorded use of the answer link of this id, if it was used."""
         ...
 
 

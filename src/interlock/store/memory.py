@@ -38,7 +38,7 @@ from ..model import (
     response_to_dict,
     run_event_data,
 )
-from ..outbox import NOTICE_TYPES, Delivery, DeliveryState, Notice
+from ..outbox import NOTICE_TYPES, Delivery, DeliveryState, LinkUse, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
 from . import EventQuery, GrantQuery, Query, RunClaim, RunQuery, text_words
 from ._url import url_options
@@ -100,6 +100,7 @@ class MemoryStore:
         self._notice_leases: dict[int, tuple[str, datetime]] = {}
         self._deliveries: dict[str, tuple[Delivery, str | None, datetime | None]] = {}
         self._last_notice = 0
+        self._link_uses: dict[str, tuple[LinkUse, datetime]] = {}  # answer links used: the use, the link's expiry
         self._finished: deque[str] = deque()  # delivered or skipped, oldest first
         self._teams: dict[str, set[str]] = {}  # team name: its members
         self._claims: dict[str, Claim] = {}  # by request id
@@ -882,6 +883,20 @@ class MemoryStore:
             return min(entry[4] for entry in self._notices.values())
         due = [d.due_at for d, _, _ in self._deliveries.values() if d.status == "pending"]
         return min(due) if due else None
+
+    async def use_answer_link(self, use: LinkUse, expires_at: datetime) -> tuple[LinkUse, bool]:
+        for link, (_, until) in list(self._link_uses.items()):
+            if until <= use.at:
+                del self._link_uses[link]
+        earlier = self._link_uses.get(use.link)
+        if earlier is not None:
+            return earlier[0], False
+        self._link_uses[use.link] = (use, expires_at)
+        return use, True
+
+    async def answer_link_use(self, link: str) -> LinkUse | None:
+        found = self._link_uses.get(link)
+        return found[0] if found is not None else None
 
 
 _EVENT_TYPE = {status: status.value for status in Status}  # a settlement's event type, as a plain str

@@ -61,7 +61,7 @@ from ..model import (
     response_to_dict,
     run_event_data,
 )
-from ..outbox import Delivery, Notice, delivery_to_row
+from ..outbox import Delivery, LinkUse, Notice, delivery_to_row
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
 from ..redact import redact, redact_url
 from . import RunClaim
@@ -885,6 +885,18 @@ class PostgresStore(SqlStore):
     async def next_outbox_due(self) -> datetime | None:
         due: datetime | None = await self._query("fetchval", Q["next_outbox_due"])  # an aware datetime
         return due
+
+    async def use_answer_link(self, use: LinkUse, expires_at: datetime) -> tuple[LinkUse, bool]:
+        await self._query("execute", Q["delete_expired_link_uses"], use.at)
+        added = await self.pool.fetchval(Q["insert_link_use"], use.link, use.request_id, use.by, use.at, expires_at)
+        if added is not None:
+            return use, True
+        earlier = await self.answer_link_use(use.link)
+        return (earlier or use), False
+
+    async def answer_link_use(self, link: str) -> LinkUse | None:
+        rows = await self._rows("get_link_use", link)
+        return LinkUse(rows[0][0], rows[0][1], rows[0][2], rows[0][3]) if rows else None
 
     # -- events --------------------------------------------------------------------------
 

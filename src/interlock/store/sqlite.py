@@ -40,7 +40,7 @@ from ..model import (
     response_to_dict,
     run_event_data,
 )
-from ..outbox import Delivery, Notice
+from ..outbox import Delivery, LinkUse, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
 from . import EventQuery, RunClaim
 from ._sql import (
@@ -1284,6 +1284,23 @@ class SqliteStore(SqlStore):
         if rows[0][0] is None:
             rows = await self._read(Q["next_delivery_due"])
         return None if rows[0][0] is None else _from_us(rows[0][0])
+
+    async def use_answer_link(self, use: LinkUse, expires_at: datetime) -> tuple[LinkUse, bool]:
+        row = {"link": use.link, "request_id": use.request_id, "by": use.by, "at": _us(use.at)}
+        row["expires_at"] = _us(expires_at)
+
+        def record(db: sqlite3.Connection) -> bool:
+            db.execute(Q["delete_expired_link_uses"], {"now": row["at"]})
+            return bool(db.execute(Q["insert_link_use"], row).rowcount)
+
+        if await self._write(record, notify=False):
+            return use, True
+        earlier = await self.answer_link_use(use.link)
+        return (earlier or use), False
+
+    async def answer_link_use(self, link: str) -> LinkUse | None:
+        rows = await self._read(Q["get_link_use"], {"link": link})
+        return LinkUse(rows[0][0], rows[0][1], rows[0][2], _from_us(rows[0][3])) if rows else None
 
     # -- events --------------------------------------------------------------------------
 

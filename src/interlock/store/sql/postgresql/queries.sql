@@ -386,3 +386,14 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.u
 
 -- name: principal_kind
 SELECT kind FROM principals WHERE name = $1;
+
+-- name: delete_expired_link_uses
+DELETE FROM answer_link_uses WHERE expires_at <= $1;
+
+-- name: insert_link_use
+INSERT INTO answer_link_uses (link, request_id, used_by, used_at, expires_at) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (link) DO NOTHING
+RETURNING link;
+
+-- name: get_link_use
+SELECT link, request_id, used_by, used_at FROM answer_link_uses WHERE link = $1;

@@ -437,3 +437,14 @@ WHERE r.id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto A
                  AND type IN ('created', 'answered', 'rejected', 'expired', 'cancelled'))
   AND (r.response IS NOT NULL
        OR NOT EXISTS (SELECT 1 FROM events c WHERE c.request_id = r.id AND c.id <= :after AND c.type = 'created'));
+
+-- name: delete_expired_link_uses
+DELETE FROM answer_link_uses WHERE expires_at <= :now;
+
+-- name: insert_link_use
+INSERT INTO answer_link_uses (link, request_id, used_by, used_at, expires_at)
+VALUES (:link, :request_id, :by, :at, :expires_at)
+ON CONFLICT (link) DO NOTHING;
+
+-- name: get_link_use
+SELECT link, request_id, used_by, used_at FROM answer_link_uses WHERE link = :link;

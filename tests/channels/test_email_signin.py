@@ -1,0 +1,177 @@
+"""Sign-in links by email, through a real SMTP server (aiosmtpd): asked for on the sign-in
+page, mailed to a person known here at their routing address, working once and opening the
+page they were going to; the same answer for an address nobody has (no mail then); capped
+per address and per client; not offered without an email channel."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import interlock
+from asgi_support import InProcessServer, serving
+from interlock.broker import LocalBroker
+from interlock.principals import Principal
+from interlock.routing import routing_from_dict
+from interlock.server.app import create_app
+
+from .test_email import Mailbox, mailbox  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.anyio
+
+
+def routing_doc(port: int) -> dict[str, Any]:
+    return {
+        "inbox_url": "http://inbox.example",
+        "channels": {"mail": {"type": "email", "host": "127.0.0.1", "port": port, "from": "interlock@example.com"}},
+        "recipients": {
+            "alice": {"channels": ["mail"], "addresses": {"mail": "alice@example.com"}},
+            "carol": {"channels": ["mail"], "addresses": {"mail": "carol@example.com"}},  # no person here
+        },
+    }
+
+
+@dataclass
+class World:
+    server: InProcessServer
+    broker: LocalBroker
+
+    async def settled(self) -> None:
+        """Wait (bounded) for the mails the server is sending in the background."""
+        async with asyncio.timeout(20):
+            await asyncio.gather(*self.server.app.state.interlock.tasks)
+
+
+@pytest.fixture
+async def world(tmp_path: Path, mailbox: Mailbox) -> AsyncIterator[World]:  # noqa: F811
+    async with interlock.connect(f"sqlite:///{tmp_path / 'mail.db'}") as broker:
+        assert isinstance(broker, LocalBroker)
+        await broker.principals.save_principal(Principal("alice", "human"))
+        app = create_app(
+            broker=broker, secret_key="email-sign-in-secret-key", routing=routing_from_dict(routing_doc(mailbox.port))
+        )
+        async with serving(app) as server:
+            yield World(server, broker)
+
+
+def hidden(page: str) -> dict[str, str]:
+    found = re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', page)
+    return {name: html.unescape(value) for name, value in found}
+
+
+async def ask_for_link(client: httpx.AsyncClient, address: str, next_path: str = "") -> httpx.Response:
+    """Open the sign-in page (from `next_path`) and ask for a link by email, as a browser would."""
+    form = await client.get("/signin", params={"next": next_path} if next_path else None)
+    assert "Email me a sign-in link" in form.text
+    email_form = form.text[form.text.index('action="http://127.0.0.1/signin/email"') :]
+    return await client.post("/signin/email", data={**hidden(email_form), "email": address})
+
+
+def link_in(message: Any) -> str:
+    """The sign-in link of a mail, as a path on the server."""
+    text = message.get_body(("plain",)).get_content()
+    found = re.search(r"http://inbox\.example(/signin/link\?\S+)", text)
+    assert found is not None, text
+    return found[1]
+
+
+async def follow(client: httpx.AsyncClient, path: str) -> httpx.Response:
+    shown = await client.get(path)
+    assert shown.status_code == 200, shown.text
+    return await client.post("/signin/link", data=hidden(shown.text))
+
+
+async def test_a_person_gets_a_link_by_email_that_signs_them_in_once_and_opens_their_page(
+    world: World,
+    mailbox: Mailbox,  # noqa: F811
+) -> None:
+    # alice asked it (so she may see it) of someone with no route (so nothing is mailed about it)
+    request = await world.broker.create(interlock.Confirm("Ship it?"), to="bob", requester="alice")
+    async with world.server.client() as browser:
+        asked = await ask_for_link(browser, "Alice@Example.com", f"/requests/{request.id}")
+        assert asked.status_code == 200
+        assert "If Alice@Example.com is the address of someone here, a sign-in link is on its way" in asked.text
+        [message] = await mailbox.until(1)
+        assert mailbox.envelopes[0] == ("interlock@example.com", ["alice@example.com"])  # as the routing has it
+        assert message["Subject"] == "Your sign-in link to interlock"
+        assert "as alice" in message.get_body(("plain",)).get_content() and "15 minutes" in str(message)
+        link = link_in(message)
+        done = await follow(browser, link)
+        assert done.status_code == 303 and done.headers["location"] == f"/requests/{request.id}"
+        page = await browser.get(f"/requests/{request.id}")
+        assert page.status_code == 200 and "Signed in as <strong>alice</strong>" in page.text
+    async with world.server.client() as other:
+        again = await follow(other, link)
+        assert again.status_code == 400 and "used already or has expired" in again.text
+        assert "Ask for a new one by email" in again.text
+
+
+async def test_an_address_nobody_here_has_gets_the_same_answer_and_no_mail(
+    world: World,
+    mailbox: Mailbox,  # noqa: F811
+) -> None:
+    async with world.server.client() as browser:
+        answers = {}
+        for address in ("nobody@example.com", "carol@example.com", "alice@example.com"):
+            response = await ask_for_link(browser, address)
+            answers[address] = (response.status_code, response.text.count("is on its way"))
+        await world.settled()
+    assert set(answers.values()) == {(200, 1)}
+    [message] = await mailbox.until(1)
+    assert message["To"] == "alice@example.com" and len(mailbox.messages) == 1  # carol is no person here
+
+
+async def test_links_are_capped_per_address_whether_known_or_not_and_per_client(
+    world: World,
+    mailbox: Mailbox,  # noqa: F811
+) -> None:
+    async with world.server.client() as browser:
+        for address in ("alice@example.com", "nobody@example.com"):
+            statuses = [(await ask_for_link(browser, address)).status_code for _ in range(4)]
+            assert statuses == [200, 200, 200, 429], address
+        capped = await ask_for_link(browser, "nobody@example.com")
+        assert "Too many sign-in links were asked for. Try again in 5 minutes." in capped.text
+        # nine asks from this client so far: one more (for another address) is its tenth and last
+        assert (await ask_for_link(browser, "someone@example.com")).status_code == 200
+        assert (await ask_for_link(browser, "someone-else@example.com")).status_code == 429
+        await world.settled()
+    assert len(mailbox.messages) == 3
+
+
+async def test_a_bad_address_or_a_forged_form_is_refused(world: World) -> None:
+    async with world.server.client() as browser:
+        assert (await ask_for_link(browser, "not an address")).status_code == 422
+        forged = await browser.post("/signin/email", data={"email": "alice@example.com", "csrf": "made-up"})
+        assert forged.status_code == 403
+    assert not world.server.app.state.interlock.tasks
+
+
+async def test_there_is_no_link_by_email_without_an_email_channel(tmp_path: Path) -> None:
+    routing = routing_from_dict({"channels": {"hook": {"type": "webhook", "url": "http://127.0.0.1:9/"}}})
+    app = create_app(f"sqlite:///{tmp_path / 'x.db'}", secret_key="no-mail", routing=routing)
+    async with serving(app) as server, server.client() as browser:
+        page = await browser.get("/signin")
+        assert "Email me" not in page.text
+        refused = await browser.post("/signin/email", data={**hidden(page.text), "email": "alice@example.com"})
+        assert refused.status_code == 404 and "no sign-in links by email" in refused.text
+
+
+async def test_the_mailed_link_is_to_the_routing_s_inbox_url_whatever_host_the_browser_named(
+    world: World,
+    mailbox: Mailbox,  # noqa: F811
+) -> None:
+    async with world.server.client() as browser:
+        form = await browser.get("/signin")
+        data = {**hidden(form.text), "email": "alice@example.com"}
+        assert (await browser.post("/signin/email", data=data, headers={"Host": "evil.example"})).status_code == 200
+    [message] = await mailbox.until(1)
+    assert "evil.example" not in str(message)
+    assert link_in(message).startswith("/signin/link?code=")
