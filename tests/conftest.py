@@ -181,7 +181,7 @@ async def broker(connect: Callable[..., Broker]) -> AsyncIterator[Broker]:
         yield b
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def serve() -> Callable[..., contextlib.AbstractContextManager[str]]:
     """Start a real server: `with serve(store_url, auth=False) as base_url: ...`."""
     return running_server
