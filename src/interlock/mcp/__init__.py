@@ -8,7 +8,8 @@
 - `InboxElicitation`: an elicitation handler for the official MCP client that asks a
   person through their inbox instead of a user at the keyboard.
 
-Needs the `mcp` extra (`pip install "interlock[mcp]"`; the `server` extra includes it).
+Needs the `mcp` extra (`pip install "interlock[mcp]"`; `/mcp` on a server needs both,
+`pip install "interlock[server,mcp]"`).
 """
 
 from __future__ import annotations
