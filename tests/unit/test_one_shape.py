@@ -8,7 +8,9 @@ import pytest
 
 import interlock
 from interlock import Ask, Choice, Confirm, Form, MultiChoice, Option, Origin, Text, ToolCall
-from interlock.model import ask_from_dict
+from interlock.mcp.jobs import ASK_TYPES, ask_view
+from interlock.mcp.server import AskIn, GrantRef, OptionIn
+from interlock.model import Grant, ask_from_dict
 from interlock.server.schemas import ChoiceAsk, ConfirmAsk, FormAsk, MultiChoiceAsk, OriginModel, TextAsk
 
 pytestmark = pytest.mark.anyio
@@ -117,3 +119,33 @@ def test_a_tool_call_passes_every_field_it_shares_with_origin_to_its_request() -
     origin = call.origin()
     assert [getattr(origin, name) for name in shared] == shared
     assert (origin.tool_name, origin.tool_call_id, origin.arguments) == ("deploy", call.id, {"env": "prod"})
+
+
+def test_the_mcp_ask_arguments_take_the_fields_of_the_ask_types_a_client_sends() -> None:
+    kinds = {cls.type: cls for cls in (Text, Confirm, Choice, MultiChoice)}
+    sent = {f.name for kind in ASK_TYPES.values() for f in dataclasses.fields(kinds[kind]) if f.init}
+    assert set(AskIn.model_fields) == {"type"} | sent - {"allow_other"}  # one's own text: not over MCP
+    assert set(OptionIn.model_fields) == {f.name for f in dataclasses.fields(Option)}
+    assert {info.alias or name for name, info in GrantRef.model_fields.items()} == {"with", "can"}
+    assert [f.name for f in dataclasses.fields(Grant)] == ["with_", "can", "exp"]  # a check names no expiry
+
+
+@pytest.mark.parametrize(
+    "ask",
+    [
+        Text("Why?", id="t", multiline=True, max_length=9),
+        Confirm("Go?", id="c", grants=[{"with": "repo", "can": "push"}]),
+        Choice("Which?", [Option("a", "A", "first"), "b"], id="ch", allow_other=True),
+        MultiChoice("Which?", ["a", "b"], id="m", min=1),
+        Form("Fill", {"type": "object"}, id="f"),
+    ],
+    ids=lambda ask: ask.type,
+)
+def test_an_mcp_client_reads_each_ask_in_its_kinds_own_shape_under_the_type_name_it_sends(ask: Ask) -> None:
+    view = ask_view(ask)
+    names = {kind: name for name, kind in ASK_TYPES.items()} | {"form": "form"}
+    shape = ask.to_dict() | {"type": names[ask.type]}
+    if "options" in shape:  # an option without a description reads without one
+        shape["options"] = [{k: v for k, v in o.items() if k != "description" or v} for o in shape["options"]]
+    assert {k: v for k, v in view.items() if k != "answer_with"} == shape
+    assert view["answer_with"]
