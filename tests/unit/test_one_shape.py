@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime
+from typing import get_type_hints
 
 import pytest
 
@@ -11,7 +13,18 @@ from interlock import Ask, Choice, Confirm, Form, MultiChoice, Option, Origin, T
 from interlock.mcp.jobs import ASK_TYPES, ask_view
 from interlock.mcp.server import AskIn, GrantRef, OptionIn
 from interlock.model import Grant, ask_from_dict
-from interlock.server.schemas import ChoiceAsk, ConfirmAsk, FormAsk, MultiChoiceAsk, OriginModel, TextAsk
+from interlock.remote import _query_params
+from interlock.server.schemas import (
+    ChoiceAsk,
+    ConfirmAsk,
+    FormAsk,
+    ListParams,
+    MultiChoiceAsk,
+    OriginModel,
+    TextAsk,
+    list_filters,
+)
+from interlock.store import ListFilters, Query
 
 pytestmark = pytest.mark.anyio
 
@@ -149,3 +162,45 @@ def test_an_mcp_client_reads_each_ask_in_its_kinds_own_shape_under_the_type_name
         shape["options"] = [{k: v for k, v in o.items() if k != "description" or v} for o in shape["options"]]
     assert {k: v for k, v in view.items() if k != "answer_with"} == shape
     assert view["answer_with"]
+
+
+def test_the_list_filters_a_type_checker_reads_are_exactly_the_fields_of_query() -> None:
+    assert list(get_type_hints(ListFilters)) == [f.name for f in dataclasses.fields(Query) if f.init]
+    for f in dataclasses.fields(Query):
+        assert not f.init or f.name in (ListFilters.__doc__ or ""), f"{f.name} is not described"
+
+
+def test_the_apis_list_parameters_are_the_filters_of_query_by_their_wire_names() -> None:
+    wire = [
+        f.metadata["wire"] or f.name for f in dataclasses.fields(Query) if f.init and f.metadata["wire"] is not None
+    ]
+    assert list(ListParams.model_fields) == wire
+    assert "cursor" in wire and "after" not in wire and "teams" not in wire  # a member's teams are the server's
+    params = ListParams.model_validate({"status": "pending", "cursor": "r1", "limit": 10, "settled": True})
+    assert list_filters(params) | {"teams": ()} == {f.name: f.default for f in dataclasses.fields(Query) if f.init} | {
+        "status": "pending",
+        "after": "r1",
+        "limit": 10,
+        "settled": True,
+    }
+
+
+def test_a_remote_list_sends_each_filter_given_as_the_api_reads_it() -> None:
+    query = Query(status="answered", after="r1", settled=True, since=datetime(2026, 1, 2, tzinfo=UTC), teams=("ops",))
+    sent = _query_params(query)
+    assert sent == {
+        "status": "answered",
+        "cursor": "r1",
+        "limit": 50,
+        "order": "desc",
+        "settled": "true",
+        "since": "2026-01-02T00:00:00+00:00",
+    }
+    read = list_filters(ListParams.model_validate(sent))
+    assert (read["status"], read["after"], read["settled"], read["since"]) == ("answered", "r1", True, sent["since"])
+
+
+async def test_a_list_refuses_a_filter_it_does_not_have() -> None:
+    async with interlock.connect("memory://") as broker:
+        with pytest.raises(TypeError, match="reciptient"):
+            await broker.list(reciptient="alice")
