@@ -338,11 +338,11 @@ def queries(store: Any, now: datetime) -> list[tuple[str, Callable[[int], Awaita
         *(
             (
                 f"history: search, {what} ({share(rank)} of titles)",
-                q(recipient=people, settled=True, words=(topic(rank),), limit=25),
+                q(recipient=people, settled=True, text=topic(rank), limit=25),
             )
             for what, rank in (("a common word", 1), ("a word", 40), ("a rare word", 900))
         ),
-        (f"history: search, admin ({share(1)} of titles)", q(settled=True, words=(topic(1),), limit=25)),
+        (f"history: search, admin ({share(1)} of titles)", q(settled=True, text=topic(1), limit=25)),
         ("dashboard: pending, a person (1000)", q(recipient=people, status=pending, limit=DASHBOARD_ROWS)),
         (
             "dashboard: settled in 7 days, a person (1000)",

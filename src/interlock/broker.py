@@ -81,7 +81,7 @@ from .model import (
     time_budget,
 )
 from .redact import redact_url
-from .store import EventQuery, GrantQuery, PrincipalStore, Query, RunClaim, RunQuery, Store, search_words
+from .store import EventQuery, GrantQuery, ListFilters, PrincipalStore, Query, RunClaim, RunQuery, Store
 
 __all__ = ["Broker", "CreateFields", "GrantPage", "LocalBroker", "Page", "RunPage", "connect", "register_scheme"]
 
@@ -129,10 +129,6 @@ class CreateFields(OriginFields, total=False):
 _ORIGIN_FIELDS = frozenset(Origin.__dataclass_fields__)
 """The keywords `create` takes one by one: the fields of `Origin` itself, so the two cannot
 drift apart (a test pins `OriginFields` to the same names for type checkers)."""
-
-
-MAX_SEARCH_LENGTH = 500
-"""The longest text `Broker.list` searches for, in characters."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -619,31 +615,10 @@ class Broker(ABC):
         """The request as stored now. Raises `NotFound` for an unknown id."""
 
     @abstractmethod
-    async def list(
-        self,
-        *,
-        recipient: str | None = None,
-        requester: str | None = None,
-        status: Status | str | None = None,
-        kind: str | None = None,
-        session: str | None = None,
-        channel: str | None = None,
-        agent: str | None = None,
-        run: str | None = None,
-        after: str | None = None,
-        limit: int = 50,
-        order: Literal["asc", "desc"] = "desc",
-        settled: bool = False,
-        text: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        teams: Sequence[str] = (),
-    ) -> Page:
-        """Requests matching every filter given, newest first by default, a page at a time.
-
-        `settled` keeps only settled requests (any status but pending); `text` those with
-        a word starting with each word of it among their texts (title, details, prompts,
-        options, answers, reason); `since` and `until` bound when they were created."""
+    async def list(self, **filters: Unpack[ListFilters]) -> Page:
+        """Requests matching every filter given, newest first by default, a page at a time:
+        the filters and the page (`after`, `limit`, `order`) are the keyword arguments
+        `interlock.store.ListFilters` describes."""
 
     @abstractmethod
     def events(self, after: int | None = None, *, follow: bool = False) -> AsyncIterator[Event]:
@@ -1599,67 +1574,16 @@ class LocalBroker(Broker):
             out.append(request)
         return out
 
-    async def list(
-        self,
-        *,
-        recipient: str | None = None,
-        requester: str | None = None,
-        status: Status | str | None = None,
-        kind: str | None = None,
-        session: str | None = None,
-        channel: str | None = None,
-        agent: str | None = None,
-        run: str | None = None,
-        after: str | None = None,
-        limit: int = 50,
-        order: Literal["asc", "desc"] = "desc",
-        settled: bool = False,
-        text: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        teams: Sequence[str] = (),
-    ) -> Page:
-        """Requests matching every filter given, newest first by default, a page at a time.
-
-        `settled` keeps only settled requests (any status but pending); `text` those with
-        a word starting with each word of it among their texts (title, details, prompts,
-        options, answers, reason); `since` and `until` bound when they were created.
-        `teams`, with `recipient`: also the requests to these teams (a member's inbox)."""
+    async def list(self, **filters: Unpack[ListFilters]) -> Page:
         if self._state != "open":
             await self.open()
-        if not 1 <= limit <= 1000:
-            raise ValueError("limit must be between 1 and 1000")
-        if order not in ("asc", "desc"):
-            raise ValueError("order must be 'asc' or 'desc'")
-        filters = {"recipient": recipient, "requester": requester, "kind": kind, "session": session}
-        filters |= {"channel": channel, "agent": agent, "run": run, "cursor": after}
-        for name, value in filters.items():
-            check_text(value, name, self.limits.max_name_length)
-        check_text(text, "text", MAX_SEARCH_LENGTH)
-        for name, when in (("since", since), ("until", until)):
-            if when is not None and when.tzinfo is None:
-                raise InvalidRequest(f"{name} needs a time zone (UTC, say)")
-        query = Query(
-            recipient=recipient,
-            teams=tuple(teams),
-            requester=requester,
-            status=Status(status) if status is not None else None,
-            kind=kind,
-            session=session,
-            channel=channel,
-            agent=agent,
-            run=run,
-            after=after,
-            limit=limit + 1,
-            order=order,
-            settled=settled,
-            words=search_words(text) if text else (),
-            since=since,
-            until=until,
-        )
-        rows = list(await self.store.list(query))
-        more = len(rows) > limit
-        items = await self._with_run_deadlines(rows[:limit])
+        query = Query(**filters)
+        query.check()
+        for name, value, longest in query.texts():
+            check_text(value, name, longest if longest is not None else self.limits.max_name_length)
+        rows = list(await self.store.list(replace(query, limit=query.limit + 1)))  # one more: is there a next page?
+        more = len(rows) > query.limit
+        items = await self._with_run_deadlines(rows[: query.limit])
         return Page(items, items[-1].id if more else None)
 
     async def events(self, after: int | None = None, *, follow: bool = False) -> AsyncIterator[Event]:

@@ -320,9 +320,7 @@ async def _wait_through_restarts(broker: Broker, request_id: str, db: str | None
 @app.command()
 def inbox(
     to: Annotated[str | None, typer.Option("--to", help="Only this recipient's requests.")] = None,
-    status: Annotated[str, typer.Option("--status", help="pending, answered, rejected, expired, cancelled or all.")] = (
-        "pending"
-    ),
+    status: Annotated[str, typer.Option("--status", help=f"{', '.join(Status)} or all.")] = "pending",
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     db: DbOption = None,

@@ -1,13 +1,13 @@
 """The one hook runner: prioritised, time-bounded, logged.
 
 Every hook mechanism of interlock runs on it: the broker's on-input-required hooks, and
-on the agent side `before_tool_use`, the approval gate's hook and the `on_tool_call`
-observers. A `Hooks` holds the hooks registered for one purpose and runs them in
-priority order (lower first, then in the order they were added), each call bounded by
-its own timeout. A hook that raises or overruns is logged with its name and the subject
-it ran on, and the run goes on; what a verdict, a failure or an overrun means is for the
-caller to decide (the broker rejects on `Deny` and ignores a failure; `before_tool_use`
-refuses the call on a failure).
+on the agent side `before_tool_use`, the approval gate's hook, a stored approval
+policy's hook by URL and the `on_tool_call` observers. A `Hooks` holds the hooks
+registered for one purpose and runs them in priority order (lower first, then in the
+order they were added), each call bounded by its own timeout. A hook that raises or
+overruns is logged with its name and the subject it ran on, and the run goes on; what a
+verdict, a failure or an overrun means is for the caller to decide (the broker rejects
+on `Deny` and ignores a failure; `before_tool_use` refuses the call on a failure).
 """
 
 from __future__ import annotations
@@ -111,7 +111,9 @@ class Hooks(Generic[S, V]):
     async def call(self, hook: Hook[S, V], subject: S) -> Outcome[V]:
         """Run one hook on `subject` within its bound; log a raise or an overrun.
 
-        A cancellation of the caller goes on as usual; the hook is cancelled with it.
+        The hook need not be registered: a stored approval policy's hook, read afresh for
+        each decision, is made into a `Hook` and run here. A cancellation of the caller goes
+        on as usual; the hook is cancelled with it.
         """
         try:
             async with asyncio.timeout(hook.timeout) as bound:

@@ -20,8 +20,9 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import fields
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 from urllib.parse import quote
 
 import httpx
@@ -58,6 +59,7 @@ from .model import (
     run_from_dict,
 )
 from .redact import redact_url
+from .store import ListFilters, Query
 from .store._url import url_options
 from .wire import error_from_problem
 
@@ -510,42 +512,11 @@ class RemoteBroker(Broker):
     async def get(self, request_id: str) -> Request:
         return request_from_dict(await self._call("GET", f"/requests/{request_id}", request_id=request_id))
 
-    async def list(
-        self,
-        *,
-        recipient: str | None = None,
-        requester: str | None = None,
-        status: Status | str | None = None,
-        kind: str | None = None,
-        session: str | None = None,
-        channel: str | None = None,
-        agent: str | None = None,
-        run: str | None = None,
-        after: str | None = None,
-        limit: int = 50,
-        order: Literal["asc", "desc"] = "desc",
-        settled: bool = False,
-        text: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        teams: Sequence[str] = (),
-    ) -> Page:
+    async def list(self, **filters: Unpack[ListFilters]) -> Page:
         # The server lists a member's teams' requests with their own; `teams` is its business.
-        if not 1 <= limit <= 1000:
-            raise ValueError("limit must be between 1 and 1000")
-        for name, when in (("since", since), ("until", until)):
-            if when is not None and when.tzinfo is None:
-                raise InvalidRequest(f"{name} needs a time zone (UTC, say)")
-        params: dict[str, Any] = {"limit": limit, "order": order}
-        given = {"recipient": recipient, "requester": requester, "kind": kind, "session": session}
-        given |= {"channel": channel, "agent": agent, "run": run, "cursor": after, "text": text}
-        given |= {"since": since.isoformat() if since else None, "until": until.isoformat() if until else None}
-        params |= {name: value for name, value in given.items() if value is not None}
-        if settled:
-            params["settled"] = "true"
-        if status is not None:
-            params["status"] = Status(status).value
-        page = await self._call("GET", "/requests", params=params)
+        query = Query(**filters)
+        query.check()
+        page = await self._call("GET", "/requests", params=_query_params(query))
         return Page([request_from_dict(r) for r in page["items"]], page["next_cursor"])
 
     async def events(self, after: int | None = None, *, follow: bool = False) -> AsyncIterator[Event]:
@@ -790,6 +761,22 @@ class RemoteBroker(Broker):
         """Replace the server's routing (an admin's); the routing kept, its secrets masked."""
         kept: dict[str, Any] = await self._call("PUT", "/routing", json=dict(document))
         return kept
+
+
+def _query_params(query: Query) -> dict[str, Any]:
+    """A list's query string: each filter given, under its parameter's name, as the API reads it."""
+    params: dict[str, Any] = {}
+    for spec in fields(query):
+        wire = spec.metadata.get("wire", None)
+        value = getattr(query, spec.name)
+        if wire is None or value is None or value is False:  # not a parameter, or not given
+            continue
+        if isinstance(value, datetime):
+            value = value.isoformat()
+        elif value is True:
+            value = "true"
+        params[wire or spec.name] = value.value if isinstance(value, Status) else value
+    return params
 
 
 def _event(data: Mapping[str, Any]) -> Event:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -378,6 +379,26 @@ async def test_the_caller_of_the_hook_can_be_injected(broker: Broker) -> None:
     with pytest.raises(ApprovalDenied, match="injected"):
         await bounded(ApprovalGate(broker, to="alice", url_hook=fake).authorize(call()))
     assert seen == ["deploy"]
+
+
+async def test_a_stored_hook_runs_on_the_hook_runner_bounded_and_logged_with_its_policy_and_call(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def never_answers(hook: Any, body: Any) -> Any:
+        await asyncio.Event().wait()
+
+    registration = {"url": "https://h.example/x", "secret": SECRET, "timeout": 0.1}
+    await broker.set_approval_policy({"agent": "ops", "hook": registration})
+    with caplog.at_level(logging.WARNING, logger="interlock"), pytest.raises(ApprovalRefused, match="hook failed"):
+        await bounded(ApprovalGate(broker, to="alice", url_hook=never_answers).authorize(call()))
+    # bounded by the hook's timeout and a second more, for the HTTP call's own bound inside
+    assert (
+        "approval hook of the stored approval policy of 'ops', version 1 timed out after 1.1s "
+        "on tool call c-deploy-0 (deploy)"
+    ) in caplog.text
+    assert [(d["decision"], d["reason"]) for d in await decisions(broker)] == [
+        ("deny", "the approval hook failed: the approval hook did not answer within 0.1s")
+    ]
 
 
 async def test_a_denial_by_the_stored_hook_refuses_a_call_the_gate_would_ask_about(broker: Broker, hook: Hook) -> None:

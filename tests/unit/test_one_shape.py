@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime
+from typing import get_type_hints
 
 import pytest
 
 import interlock
 from interlock import Ask, Choice, Confirm, Form, MultiChoice, Option, Origin, Text, ToolCall
-from interlock.model import ask_from_dict
-from interlock.server.schemas import ChoiceAsk, ConfirmAsk, FormAsk, MultiChoiceAsk, OriginModel, TextAsk
+from interlock.mcp.jobs import ASK_TYPES, ask_view
+from interlock.mcp.server import AskIn, GrantRef, OptionIn
+from interlock.model import Grant, ask_from_dict
+from interlock.remote import _query_params
+from interlock.server.schemas import (
+    ChoiceAsk,
+    ConfirmAsk,
+    FormAsk,
+    ListParams,
+    MultiChoiceAsk,
+    OriginModel,
+    TextAsk,
+    list_filters,
+)
+from interlock.store import ListFilters, Query
 
 pytestmark = pytest.mark.anyio
 
@@ -117,3 +132,75 @@ def test_a_tool_call_passes_every_field_it_shares_with_origin_to_its_request() -
     origin = call.origin()
     assert [getattr(origin, name) for name in shared] == shared
     assert (origin.tool_name, origin.tool_call_id, origin.arguments) == ("deploy", call.id, {"env": "prod"})
+
+
+def test_the_mcp_ask_arguments_take_the_fields_of_the_ask_types_a_client_sends() -> None:
+    kinds = {cls.type: cls for cls in (Text, Confirm, Choice, MultiChoice)}
+    sent = {f.name for kind in ASK_TYPES.values() for f in dataclasses.fields(kinds[kind]) if f.init}
+    assert set(AskIn.model_fields) == {"type"} | sent - {"allow_other"}  # one's own text: not over MCP
+    assert set(OptionIn.model_fields) == {f.name for f in dataclasses.fields(Option)}
+    assert {info.alias or name for name, info in GrantRef.model_fields.items()} == {"with", "can"}
+    assert [f.name for f in dataclasses.fields(Grant)] == ["with_", "can", "exp"]  # a check names no expiry
+
+
+@pytest.mark.parametrize(
+    "ask",
+    [
+        Text("Why?", id="t", multiline=True, max_length=9),
+        Confirm("Go?", id="c", grants=[{"with": "repo", "can": "push"}]),
+        Choice("Which?", [Option("a", "A", "first"), "b"], id="ch", allow_other=True),
+        MultiChoice("Which?", ["a", "b"], id="m", min=1),
+        Form("Fill", {"type": "object"}, id="f"),
+    ],
+    ids=lambda ask: ask.type,
+)
+def test_an_mcp_client_reads_each_ask_in_its_kinds_own_shape_under_the_type_name_it_sends(ask: Ask) -> None:
+    view = ask_view(ask)
+    names = {kind: name for name, kind in ASK_TYPES.items()} | {"form": "form"}
+    shape = ask.to_dict() | {"type": names[ask.type]}
+    if "options" in shape:  # an option without a description reads without one
+        shape["options"] = [{k: v for k, v in o.items() if k != "description" or v} for o in shape["options"]]
+    assert {k: v for k, v in view.items() if k != "answer_with"} == shape
+    assert view["answer_with"]
+
+
+def test_the_list_filters_a_type_checker_reads_are_exactly_the_fields_of_query() -> None:
+    assert list(get_type_hints(ListFilters)) == [f.name for f in dataclasses.fields(Query) if f.init]
+    for f in dataclasses.fields(Query):
+        assert not f.init or f.name in (ListFilters.__doc__ or ""), f"{f.name} is not described"
+
+
+def test_the_apis_list_parameters_are_the_filters_of_query_by_their_wire_names() -> None:
+    wire = [
+        f.metadata["wire"] or f.name for f in dataclasses.fields(Query) if f.init and f.metadata["wire"] is not None
+    ]
+    assert list(ListParams.model_fields) == wire
+    assert "cursor" in wire and "after" not in wire and "teams" not in wire  # a member's teams are the server's
+    params = ListParams.model_validate({"status": "pending", "cursor": "r1", "limit": 10, "settled": True})
+    assert list_filters(params) | {"teams": ()} == {f.name: f.default for f in dataclasses.fields(Query) if f.init} | {
+        "status": "pending",
+        "after": "r1",
+        "limit": 10,
+        "settled": True,
+    }
+
+
+def test_a_remote_list_sends_each_filter_given_as_the_api_reads_it() -> None:
+    query = Query(status="answered", after="r1", settled=True, since=datetime(2026, 1, 2, tzinfo=UTC), teams=("ops",))
+    sent = _query_params(query)
+    assert sent == {
+        "status": "answered",
+        "cursor": "r1",
+        "limit": 50,
+        "order": "desc",
+        "settled": "true",
+        "since": "2026-01-02T00:00:00+00:00",
+    }
+    read = list_filters(ListParams.model_validate(sent))
+    assert (read["status"], read["after"], read["settled"], read["since"]) == ("answered", "r1", True, sent["since"])
+
+
+async def test_a_list_refuses_a_filter_it_does_not_have() -> None:
+    async with interlock.connect("memory://") as broker:
+        with pytest.raises(TypeError, match="reciptient"):
+            await broker.list(reciptient="alice")

@@ -10,7 +10,6 @@ function. What marks a request as the gate's own lives in the core (`interlock.a
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import functools
 import inspect
@@ -25,7 +24,7 @@ from ..approval_policies import ApprovalPolicy, HookVerdict, hook_call_body
 from ..approvals import is_marked, mark
 from ..broker import Broker
 from ..errors import ApprovalDenied, ApprovalRefused, InvalidRequest, Rejected, RunFailed
-from ..hooks import Hooks
+from ..hooks import Hook, Hooks
 from ..model import Ask, Confirm, Deny, Form, Request, Response, Status
 from ._results import about_call, seconds
 from ._schemas import make_validator, schema_problem
@@ -139,6 +138,7 @@ class ApprovalGate:
         self.hook = hook
         self.hook_timeout = hook_timeout
         self._hooks: Hooks[ToolCall, Allow | Deny | Pause] = Hooks("approval hook", about_call)
+        self._url_hooks: Hooks[ToolCall, HookVerdict] = Hooks("approval hook", about_call)  # runs a stored one
         if hook is not None:
             self._hooks.add(hook, timeout=hook_timeout)
         self.on_hook_error: HookErrorMode = on_hook_error
@@ -293,17 +293,22 @@ class ApprovalGate:
             to=call.to or self.to,
             policy_version=stored.version,
         )
-        try:
-            async with asyncio.timeout(hook.timeout + 1.0):  # an injected caller is bounded too
-                verdict = await self.url_hook(hook, body)
-            if not isinstance(verdict, HookVerdict):
-                raise TypeError(f"the hook caller returned {verdict!r}, not a HookVerdict")
+        # The policy's hook runs on the one hook runner, bounded by its own timeout (and a
+        # second more, so that the HTTP call's own bound, inside, is the one that trips).
+        runnable: Hook[ToolCall, HookVerdict] = Hook(
+            lambda _: self.url_hook(hook, body), 0, hook.timeout + 1.0, f"of {stored.describe()}"
+        )
+        outcome = await self._url_hooks.call(runnable, call)
+        verdict = outcome.verdict
+        if outcome.timed_out or isinstance(outcome.error, TimeoutError):
+            problem = f"the approval hook did not answer within {hook.timeout:g}s"
+        elif outcome.error is not None:
+            problem = str(outcome.error) or type(outcome.error).__name__
+        elif isinstance(verdict, HookVerdict):
             return verdict
-        except Exception as exc:
-            problem = str(exc) or type(exc).__name__
-            if isinstance(exc, TimeoutError):
-                problem = f"the approval hook did not answer within {hook.timeout:g}s"
-        log.warning("the approval hook of %s failed on tool %r: %s", stored.describe(), call.name, problem)
+        else:
+            problem = f"the hook caller returned {verdict!r}, not a HookVerdict"
+            log.warning("approval hook %s failed on %s: %s", runnable.name, about_call(call), problem)
         if hook.on_hook_error == "pause":
             return HookVerdict("pause", f"The approval hook could not decide ({problem}).")
         await self._record(call, stored, hook.on_hook_error, f"the approval hook failed: {problem}")

@@ -9,7 +9,7 @@
   person through their inbox instead of a user at the keyboard.
 
 Needs the `mcp` extra (the MCP SDK; the `server` extra does not include it): in a clone of
-interlock, `pip install -e '.[mcp]'` (with the server, `pip install -e '.[server,mcp]'`).
+interlock, `pip install -e '.[mcp]'` (`/mcp` on a server needs both, `pip install -e '.[server,mcp]'`).
 """
 
 from __future__ import annotations

@@ -21,7 +21,9 @@ status follows the request's, so a job outlives every process that made or watch
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import InvalidRequest
@@ -30,32 +32,75 @@ from ..model import (
     Choice,
     Confirm,
     Form,
-    Grant,
     IssuedGrant,
     MultiChoice,
+    Option,
     Request,
     Status,
     Text,
-    grant_from_dict,
-    grant_to_dict,
     issued_grant_to_dict,
-    options_of,
 )
 
-__all__ = ["ASK_TYPES", "JOB_STATUSES", "JobStatus", "asks_from_arguments", "job_of", "request_view", "status_filter"]
+__all__ = [
+    "ASK_TYPES",
+    "INBOX_STATUSES",
+    "JOB_STATUSES",
+    "JobStatus",
+    "asks_from_arguments",
+    "job_of",
+    "request_view",
+    "status_filter",
+]
 
 JobStatus = Literal["INPUT_REQUIRED", "COMPLETE", "FAILED", "CANCELLED"]
 
-ASK_TYPES: dict[str, str] = {"text": "text", "approval": "confirm", "choice": "choice", "checkboxes": "multi_choice"}
+
+@dataclass(frozen=True, slots=True)
+class _AskType:
+    """An ask type as MCP clients name it: the ask kind it is, what it asks in a few words,
+    how it is answered, and whether a client may send it (a form is only read)."""
+
+    kind: type[Ask]
+    about: str
+    answer_with: str
+    sent: bool = True
+
+
+_TYPES: dict[str, _AskType] = {
+    "text": _AskType(Text, "free text", "a string"),
+    "approval": _AskType(Confirm, "yes/no", "true or false"),
+    "choice": _AskType(Choice, "pick one option", "one option id"),
+    "checkboxes": _AskType(MultiChoice, "pick any number", "an array of option ids"),
+    "form": _AskType(Form, "an object fitting its schema", "an object fitting the schema", sent=False),
+}
+
+_NOT_SENT = frozenset({"allow_other"})
+"""Fields of an ask kind an MCP client does not send: a choice answered with one's own text
+is for the other surfaces."""
+
+ASK_TYPES: dict[str, str] = {name: t.kind.type for name, t in _TYPES.items() if t.sent}
 """Each ask type an MCP client may send, and the interlock ask kind it becomes."""
 
-_TYPE_OF: dict[type[Any], str] = {
-    Text: "text",
-    Confirm: "approval",
-    Choice: "choice",
-    MultiChoice: "checkboxes",
-    Form: "form",
-}
+_NAME_OF: dict[str, str] = {t.kind.type: name for name, t in _TYPES.items()}
+
+
+def sent_fields(kind: type[Any]) -> tuple[dataclasses.Field[Any], ...]:
+    """The fields of an ask kind (or of `Option`) an MCP client sends: the dataclass's own,
+    in its order, but those it does not send."""
+    return tuple(
+        f for f in dataclasses.fields(kind) if f.init and not f.name.startswith("_") and f.name not in _NOT_SENT
+    )
+
+
+def sent_types() -> dict[str, type[Ask]]:
+    """Each ask type a client may send, by its MCP name, and the ask kind it is."""
+    return {name: t.kind for name, t in _TYPES.items() if t.sent}
+
+
+def type_descriptions() -> str:
+    """The ask types a client may send, each in a few words."""
+    return "; ".join(f"{name}: {t.about}" for name, t in _TYPES.items() if t.sent) + "."
+
 
 JOB_STATUSES: dict[Status, JobStatus] = {
     Status.PENDING: "INPUT_REQUIRED",
@@ -65,26 +110,25 @@ JOB_STATUSES: dict[Status, JobStatus] = {
     Status.CANCELLED: "CANCELLED",
 }
 
-_INBOX_STATUS = {"open": Status.PENDING, "answered": Status.ANSWERED, "rejected": Status.REJECTED}
-_INBOX_STATUS |= {"expired": Status.EXPIRED, "cancelled": Status.CANCELLED}
 
-_COMMON = {"id", "type", "prompt", "required"}
-_FIELDS = {
-    "text": _COMMON | {"multiline", "max_length"},
-    "approval": _COMMON | {"grants"},
-    "choice": _COMMON | {"options"},
-    "checkboxes": _COMMON | {"options", "min", "max"},
-}
-_OPTION_FIELDS = {"id", "label", "description", "grants"}
+def _inbox_status(status: Status) -> str:
+    return "open" if status is Status.PENDING else status.value
+
+
+INBOX_STATUSES: dict[str, Status] = {_inbox_status(status): status for status in Status}
+"""A request's status as an inbox filter names it: `open` for pending, the others as they are."""
+
+_FIELDS = {name: {"type", *(f.name for f in sent_fields(kind))} for name, kind in sent_types().items()}
+_OPTION_FIELDS = {f.name for f in sent_fields(Option)}
 
 
 def status_filter(status: str | None) -> Status | None:
     """The request status an inbox filter names (open, answered, rejected, expired, cancelled)."""
     if status is None:
         return None
-    if status not in _INBOX_STATUS:
-        raise InvalidRequest(f"status must be one of {', '.join(_INBOX_STATUS)}, not {status!r}")
-    return _INBOX_STATUS[status]
+    if status not in INBOX_STATUSES:
+        raise InvalidRequest(f"status must be one of {', '.join(INBOX_STATUSES)}, not {status!r}")
+    return INBOX_STATUSES[status]
 
 
 def asks_from_arguments(asks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -130,44 +174,20 @@ def _options(where: str, options: Any) -> list[Any]:
 
 
 def ask_view(ask: Ask) -> dict[str, Any]:
-    """One ask as a client reads it: the type it would send, and how to answer it."""
-    kind = _TYPE_OF.get(type(ask), ask.type)
-    view: dict[str, Any] = {"id": ask.id, "type": kind, "prompt": ask.prompt, "required": ask.required}
-    if isinstance(ask, Confirm) and ask.grants:
-        view["grants"] = _offers(ask.grants)
-    if isinstance(ask, Choice | MultiChoice):
-        view["options"] = [_option_view(option) for option in options_of(ask)]
-    if isinstance(ask, MultiChoice):
-        view["min"], view["max"] = ask.min, ask.max
-    if isinstance(ask, Choice) and ask.allow_other:
-        view["allow_other"] = True
-    if isinstance(ask, Form):
-        view["schema"] = dict(ask.schema)
-    view["answer_with"] = _ANSWER_WITH.get(kind, "a value")
+    """One ask as a client reads it: its JSON shape (the ask kind's own `to_dict`) under the
+    type name a client sends, and how to answer it."""
+    view = ask.to_dict()
+    name = view["type"] = _NAME_OF.get(ask.type, ask.type)
+    if "options" in view:
+        view["options"] = [_option_view(option) for option in view["options"]]
+    known = _TYPES.get(name)
+    view["answer_with"] = known.answer_with if known is not None else ask.how_to_answer()
     return view
 
 
-_ANSWER_WITH = {
-    "text": "a string",
-    "approval": "true or false",
-    "choice": "one option id",
-    "checkboxes": "an array of option ids",
-    "form": "an object fitting the schema",
-}
-
-
-def _option_view(option: Any) -> dict[str, Any]:
-    view = {"id": option.id, "label": option.label or option.id}
-    if option.description:
-        view["description"] = option.description
-    if option.grants:
-        view["grants"] = _offers(option.grants)
-    return view
-
-
-def _offers(grants: Sequence[Grant | Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Offered grants as a client echoes them: `{with, can}`, and `exp` when the offer set one."""
-    return [grant_to_dict(grant_from_dict(grant)) for grant in grants]
+def _option_view(option: Mapping[str, Any]) -> dict[str, Any]:
+    """An option as a client reads it: without a description when it has none."""
+    return {key: value for key, value in option.items() if key != "description" or value}
 
 
 def grant_view(grant: IssuedGrant) -> dict[str, Any]:
@@ -237,7 +257,3 @@ def summary_view(request: Request) -> dict[str, Any]:
         "expires_at": request.expires_at.isoformat() if request.expires_at is not None else None,
         "asks": len(request.asks),
     }
-
-
-def _inbox_status(status: Status) -> str:
-    return "open" if status is Status.PENDING else status.value

@@ -1,10 +1,18 @@
 """interlock's inbox as MCP tools: ask a person, read and answer your inbox, follow a job.
 
 `build_server(access)` makes the MCP server; `access` says, for each call, which broker the
-tools use and who is calling. Every tool goes through that `Broker`, so who may read,
-answer or ask whom is the server's rule, not this module's: over the HTTP API (`interlock
-mcp --server`, and `/mcp` on `interlock serve`) the caller is a token's principal and the
-API decides; over a store URL the caller is this machine's user, as with the CLI.
+tools use and who is calling. It is the server's lifespan state, so each tool, a function
+of this module, takes it from the call's context (`ctx.request_context.lifespan_context`),
+as the MCP SDK has tools reach what the server holds. Every tool goes through that
+`Broker`, so who may read, answer or ask whom is the server's rule, not this module's: over
+the HTTP API (`interlock mcp --server`, and `/mcp` on `interlock serve`) the caller is a
+token's principal and the API decides; over a store URL the caller is this machine's user,
+as with the CLI.
+
+The asks a client sends (`AskIn`, its `OptionIn`s) and the grant it checks (`GrantRef`) are
+derived from the model's dataclasses (`Text`, `Confirm`, `Choice`, `MultiChoice`, `Option`,
+`Grant`), under the ask type names of `interlock.mcp.jobs`; only the words that describe
+each field to a model are this module's.
 
 MCP's tasks are not in the SDK's server or client (mcp 2.x), so `hitl_request` returns its
 job at once and `hitl_status` reports it, waiting (bounded) for it to settle if asked.
@@ -13,26 +21,38 @@ job at once and `hitl_status` reports it, waiting (bounded) for it to settle if 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast, get_type_hints
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from ..agent.calls import ToolCall
-from ..agent.human_input import DEFAULT_INPUT_TIMEOUT, HumanInputTools, request_human_input_tool
+from ..agent.human_input import DEFAULT_INPUT_TIMEOUT, QUESTION_TYPES, HumanInputTools, request_human_input_tool
 from ..broker import Broker
 from ..errors import AlreadySettled, InterlockError, InvalidAnswer
-from ..model import Answers, Status
+from ..model import Answers, Grant, Option, Status
 from ..principals import Principal
 from ..remote import RemoteBroker
-from .jobs import asks_from_arguments, grant_view, job_of, request_view, status_filter, summary_view
+from .jobs import (
+    INBOX_STATUSES,
+    asks_from_arguments,
+    grant_view,
+    job_of,
+    request_view,
+    sent_fields,
+    sent_types,
+    status_filter,
+    summary_view,
+    type_descriptions,
+)
 
 __all__ = ["MAX_STATUS_WAIT", "Access", "Seat", "build_server"]
 
@@ -54,44 +74,109 @@ Access = Callable[[Context], AbstractAsyncContextManager[Seat]]
 """Gives the seat of a tool call (the call's context tells an HTTP caller's token)."""
 
 
-class OptionIn(BaseModel):
-    """One option of a choice or checkboxes ask."""
+# -- the argument models, from the model's dataclasses ------------------------------------
 
-    model_config = ConfigDict(extra="forbid")
-    id: str = Field(description="What the answer names when this option is picked.")
-    label: str | None = Field(None, description="What the person reads; the id when omitted.")
-    description: str | None = None
-    grants: list[dict[str, Any]] | None = Field(
-        None, description="Capability grants {with, can, exp?} issued if the person picks this option and echoes them."
+_ASK_FIELDS = {
+    "prompt": "The question, as the person will read it.",
+    "id": "The key of this ask's answer; q1, q2, ... by position when omitted.",
+    "required": "Whether an answer is needed (default true).",
+    "options": "the options.",
+    "multiline": "a multi-line box (default true).",
+    "max_length": "the most characters allowed.",
+    "min": "the fewest options to pick.",
+    "max": "the most options to pick.",
+    "grants": "capability grants {with, can, exp?} issued if approved and echoed.",
+}
+"""How each field an ask type sends is described to a model; a field that only some types
+have is prefixed with their names ("text only: ...")."""
+
+_OPTION_FIELDS = {
+    "id": "What the answer names when this option is picked.",
+    "label": "What the person reads; the id when omitted.",
+    "grants": "Capability grants {with, can, exp?} issued if the person picks this option and echoes them.",
+}
+
+_GRANT_FIELDS = {"with_": "The resource, as the grant names it.", "can": "The ability, as the grant names it."}
+"""A grant checked for is named by what it allows on what; its expiry is no part of that."""
+
+_ARGUMENTS = ConfigDict(extra="forbid")
+
+
+def _argument(hint: Any, spec: dataclasses.Field[Any], description: str | None, **rules: Any) -> tuple[Any, Any]:
+    """A field of an argument model: required when the dataclass gives it no default, else
+    optional (null or left out: the dataclass's default applies)."""
+    alias = spec.name.rstrip("_") if spec.name.endswith("_") else None
+    if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+        return hint, Field(alias=alias, description=description, **rules)
+    return hint | None, Field(None, alias=alias, description=description, **rules)
+
+
+def _option_model() -> type[BaseModel]:
+    hints = get_type_hints(Option)
+    grants = {Sequence[Grant | Mapping[str, Any]]: list[dict[str, Any]]}
+    fields: dict[str, Any] = {
+        f.name: _argument(grants.get(hints[f.name], hints[f.name]), f, _OPTION_FIELDS.get(f.name))
+        for f in sent_fields(Option)
+    }
+    return create_model(
+        "OptionIn", __config__=_ARGUMENTS, __doc__="One option of a choice or checkboxes ask.", **fields
     )
 
 
-class GrantRef(BaseModel):
-    """A capability: `can` (an ability) on `with` (a resource)."""
+def _ask_model(option: type[BaseModel]) -> type[BaseModel]:
+    """One flat model over every ask type a client sends (`asks_from_arguments` refuses a
+    field its type does not have)."""
+    wire = {
+        Sequence[Grant | Mapping[str, Any]]: list[dict[str, Any]],
+        # a model made at run time is a valid type there, not one mypy can check
+        Sequence[Option | str | Mapping[str, Any]]: list[option | str],  # type: ignore[valid-type]
+    }
+    types = sent_types()
+    having: dict[str, list[str]] = {}
+    specs: dict[str, tuple[Any, dataclasses.Field[Any]]] = {}
+    for name, kind in types.items():
+        hints = get_type_hints(kind)
+        for spec in sent_fields(kind):
+            having.setdefault(spec.name, []).append(name)
+            specs.setdefault(spec.name, (wire.get(hints[spec.name], hints[spec.name]), spec))
+    fields: dict[str, Any] = {"type": (Literal[tuple(types)], Field(description=type_descriptions()))}
+    for field_name, (hint, spec) in specs.items():
+        about = _ASK_FIELDS[field_name]
+        if len(having[field_name]) < len(types):
+            about = f"{' and '.join(having[field_name])} only: {about}"
+        fields[field_name] = _argument(hint, spec, about)
+    return create_model("AskIn", __config__=_ARGUMENTS, __doc__="One typed ask.", **fields)
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    with_: str = Field(alias="with", min_length=1, description="The resource, as the grant names it.")
-    can: str = Field(min_length=1, description="The ability, as the grant names it.")
+
+def _grant_model() -> type[BaseModel]:
+    hints = get_type_hints(Grant)
+    fields: dict[str, Any] = {
+        f.name: _argument(hints[f.name], f, about, min_length=1)
+        for f in dataclasses.fields(Grant)
+        if (about := _GRANT_FIELDS.get(f.name)) is not None
+    }
+    config = ConfigDict(extra="forbid", populate_by_name=True)
+    doc = "A capability: `can` (an ability) on `with` (a resource)."
+    return create_model("GrantRef", __config__=config, __doc__=doc, **fields)
 
 
-class AskIn(BaseModel):
-    """One typed ask."""
+if TYPE_CHECKING:
 
-    model_config = ConfigDict(extra="forbid")
-    type: Literal["text", "approval", "choice", "checkboxes"] = Field(
-        description="text: free text; approval: yes/no; choice: pick one option; checkboxes: pick any number."
-    )
-    prompt: str = Field(description="The question, as the person will read it.")
-    id: str | None = Field(None, description="The key of this ask's answer; q1, q2, ... by position when omitted.")
-    required: bool | None = Field(None, description="Whether an answer is needed (default true).")
-    options: list[OptionIn | str] | None = Field(None, description="choice and checkboxes only: the options.")
-    multiline: bool | None = Field(None, description="text only: a multi-line box (default true).")
-    max_length: int | None = Field(None, description="text only: the most characters allowed.")
-    min: int | None = Field(None, description="checkboxes only: the fewest options to pick.")
-    max: int | None = Field(None, description="checkboxes only: the most options to pick.")
-    grants: list[dict[str, Any]] | None = Field(
-        None, description="approval only: capability grants {with, can, exp?} issued if approved and echoed."
-    )
+    class OptionIn(BaseModel): ...
+
+    class AskIn(BaseModel): ...
+
+    class GrantRef(BaseModel): ...
+
+    QuestionType = str
+    InboxStatus = str
+
+else:
+    OptionIn = _option_model()
+    AskIn = _ask_model(OptionIn)
+    GrantRef = _grant_model()
+    QuestionType = Literal[QUESTION_TYPES]
+    InboxStatus = Literal[tuple(INBOX_STATUSES)]
 
 
 _REQUEST = """Ask a human for decisions, approvals or information. Delivers a durable request \
@@ -162,14 +247,253 @@ def _failed(exc: InterlockError) -> ToolError:
     return ToolError(str(exc))
 
 
-def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
+@contextlib.asynccontextmanager
+async def _seated(ctx: Context) -> AsyncIterator[Seat]:
+    """The call's seat, from the server's access (its lifespan state); what interlock raises
+    inside becomes an error the model reads."""
+    access = cast(Access, ctx.request_context.lifespan_context)
+    try:
+        async with access(ctx) as seat:
+            yield seat
+    except InterlockError as exc:
+        raise _failed(exc) from None
+    except ConnectionError as exc:
+        raise ToolError(f"interlock is not reachable: {exc}") from None
+
+
+# -- the tools ------------------------------------------------------------------------------
+
+
+async def hitl_request(
+    ctx: Context,
+    asks: Annotated[list[AskIn], Field(min_length=1, description="What to ask, in order.")],
+    user: Annotated[str | None, Field(description="Whom to ask; omit to ask your own owner.")] = None,
+    title: Annotated[str, Field(description="A one-line summary shown in the inbox.")] = "",
+    description: Annotated[str, Field(description="Background the person needs (markdown).")] = "",
+    timeout: Annotated[
+        float | None, Field(gt=0, description="Seconds until the request expires; none when omitted.")
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        Field(description="Send the same key when retrying: the first request's job comes back, not a new ask."),
+    ] = None,
+) -> dict[str, Any]:
+    async with _seated(ctx) as seat:
+        shaped = asks_from_arguments([a.model_dump(exclude_unset=True) for a in asks])
+        built = await seat.broker.build_asks(shaped)
+        request = await seat.broker.create(
+            built,
+            to=user,
+            title=title,
+            details=description,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+            tool_name="hitl_request",
+        )
+        return job_of(request)
+
+
+async def hitl_status(
+    ctx: Context,
+    job: Annotated[str, Field(description="The job id hitl_request returned.")],
+    wait: Annotated[float, Field(ge=0, le=MAX_STATUS_WAIT, description="Seconds to wait for the job to settle.")] = 0,
+) -> dict[str, Any]:
+    async with _seated(ctx) as seat:
+        request = await seat.broker.get(job)
+        if request.status is Status.PENDING and wait > 0:
+            request = await seat.broker.watch(job, timeout=wait)
+        return job_of(request)
+
+
+async def hitl_list(
+    ctx: Context,
+    status: Annotated[InboxStatus | None, Field(description="Only requests in this state.")] = None,
+    limit: Annotated[int, Field(ge=1, le=200, description="At most this many.")] = 50,
+    cursor: Annotated[str | None, Field(description="next_cursor of the previous page.")] = None,
+) -> dict[str, Any]:
+    async with _seated(ctx) as seat:
+        me = seat.caller
+        page = await seat.broker.list(
+            recipient=None if me.kind == "admin" else me.name,
+            teams=sorted(me.teams) if me.kind == "human" else (),  # a member's teams' requests too
+            status=status_filter(status),
+            after=cursor,
+            limit=limit,
+        )
+        return {"requests": [summary_view(r) for r in page.items], "next_cursor": page.next_cursor}
+
+
+async def hitl_read(
+    ctx: Context, id: Annotated[str, Field(description="The request id, as hitl_list shows it.")]
+) -> dict[str, Any]:
+    async with _seated(ctx) as seat:
+        return request_view(await seat.broker.get(id))
+
+
+async def request_resource(request_id: str, ctx: Context) -> dict[str, Any]:
+    async with _seated(ctx) as seat:
+        return request_view(await seat.broker.get(request_id))
+
+
+async def hitl_respond(
+    ctx: Context,
+    id: Annotated[str, Field(description="The request id, in your own inbox.")],
+    action: Annotated[Literal["answer", "reject"], Field(description="Answer it, or reject it.")] = "answer",
+    answers: Annotated[
+        dict[str, Any] | None, Field(description="To answer: the answer of each ask, by ask id.")
+    ] = None,
+    comment: Annotated[str, Field(description="A note to the requester; the reason, when rejecting.")] = "",
+    grants: Annotated[
+        list[dict[str, Any]] | None,
+        Field(description="The offered grants you consent to, echoed as offered ({with, can, exp})."),
+    ] = None,
+) -> dict[str, Any]:
+    async with _seated(ctx) as seat:
+        me = seat.caller
+        request = await seat.broker.get(id)
+        if me.kind != "admin" and (me.kind != "human" or request.to != me.name):
+            raise ToolError("you may answer only requests in your own inbox, and only as a person")
+        if action == "reject" and grants:
+            raise ToolError("grants are echoed only when answering: a rejection issues none")
+        if action == "answer" and answers is None:
+            raise ToolError("give 'answers' (by ask id) to answer, or action 'reject'")
+        if action == "reject":
+            done = await seat.broker.reject(id, comment, by=_by(me), via="mcp")
+        else:
+            done = await seat.broker.resolve(
+                id, Answers(answers or {}), by=_by(me), via="mcp", comment=comment, grants=grants
+            )
+        settled = await seat.broker.get(id)
+        if not done:
+            raise _failed(AlreadySettled(id, settled.status.value))
+        return request_view(settled)
+
+
+async def hitl_cancel(
+    ctx: Context,
+    job: Annotated[str, Field(description="The job id hitl_request returned.")],
+    reason: Annotated[str, Field(description="Why it is no longer needed.")] = "",
+) -> dict[str, Any]:
+    async with _seated(ctx) as seat:
+        done = await seat.broker.cancel(job, reason, by=_by(seat.caller), via="mcp")
+        request = await seat.broker.get(job)
+        if not done:
+            raise _failed(AlreadySettled(job, request.status.value))
+        return job_of(request)
+
+
+async def hitl_grants(
+    ctx: Context,
+    role: Annotated[
+        Literal["held", "given"], Field(description="held: grants to you; given: grants you issued.")
+    ] = "held",
+    live: Annotated[bool, Field(description="Only grants neither revoked nor expired.")] = True,
+    limit: Annotated[int, Field(ge=1, le=100, description="At most this many.")] = 20,
+    cursor: Annotated[str | None, Field(description="next_cursor of the previous page.")] = None,
+) -> dict[str, Any]:
+    async with _seated(ctx) as seat:
+        me = seat.caller
+        mine = None if me.kind == "admin" else me.name
+        page = await seat.broker.list_grants(
+            audience=mine if role == "held" else None,
+            issuer=mine if role == "given" else None,
+            live=live,
+            after=cursor,
+            limit=limit,
+        )
+        items = [grant_view(grant) for grant in page.items]
+        if isinstance(seat.broker, RemoteBroker):  # the venue signs them: a token to show others
+            for item in items:
+                item["token"] = await seat.broker.grant_token(item["id"])
+        return {"grants": items, "next_cursor": page.next_cursor}
+
+
+async def hitl_grant_check(
+    ctx: Context,
+    grant: Annotated[GrantRef, Field(description="The grant to look for: {with, can}.")],
+    issuer: Annotated[str | None, Field(description="Only a grant from this person.")] = None,
+) -> dict[str, Any]:
+    wanted = grant.model_dump(by_alias=True)
+    async with _seated(ctx) as seat:
+        me = seat.caller
+        found = await seat.broker.check_grant(
+            None if me.kind == "admin" else me.name, wanted["with"], wanted["can"], issuer=issuer
+        )
+        return {"granted": found is not None, "grant": grant_view(found) if found is not None else None}
+
+
+async def hitl_grant_revoke(
+    ctx: Context, id: Annotated[str, Field(description="The grant id, as hitl_grants shows it.")]
+) -> dict[str, Any]:
+    async with _seated(ctx) as seat:
+        revoked = await seat.broker.revoke_grant(id, by=_by(seat.caller))
+        return {"id": id, "revoked": revoked}
+
+
+_HUMAN_INPUT_TOOL = request_human_input_tool()
+
+
+async def request_human_input(
+    ctx: Context,
+    question: Annotated[str, Field(min_length=1, max_length=8000, description="The question, as asked.")],
+    question_type: Annotated[QuestionType, Field(description="How the human answers.")] = "FREE_FORM",
+    choices: Annotated[
+        list[str] | None, Field(description="The options (MULTIPLE_CHOICE, MULTI_SELECT) or field names (FORM).")
+    ] = None,
+    context_data: Annotated[dict[str, Any] | None, Field(description="Facts the human needs to answer.")] = None,
+    timeout: Annotated[float | None, Field(gt=0, description="Seconds to wait (300 by default).")] = None,
+) -> str:
+    arguments: dict[str, Any] = {"question": question, "question_type": question_type}
+    optional = {"choices": choices, "context_data": context_data, "timeout": timeout}
+    arguments |= {k: v for k, v in optional.items() if v is not None}
+    definition = _HUMAN_INPUT_TOOL
+    async with _seated(ctx) as seat:
+        tools = HumanInputTools(seat.broker, [definition.name], definitions=[definition], timeout=DEFAULT_INPUT_TIMEOUT)
+        result = await tools.ask(ToolCall(definition.name, arguments))
+    if result.is_error or result.refused:
+        raise ToolError(result.content)
+    return result.content
+
+
+async def inform_user(
+    ctx: Context,
+    message: Annotated[str, Field(min_length=1, description="The update, as the user will read it.")],
+    data: Annotated[dict[str, Any] | None, Field(description="Structured details for the inbox.")] = None,
+) -> dict[str, Any]:
+    async with _seated(ctx) as seat:
+        event = await seat.broker.inform(message, data=data, by=_by(seat.caller))
+    return {"delivered": True, "receipt": event.id, "at": event.at.isoformat()}
+
+
+_TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations | None], ...] = (
+    (hitl_request, _REQUEST, ToolAnnotations(destructive_hint=False, idempotent_hint=False)),
+    (hitl_status, _STATUS, ToolAnnotations(read_only_hint=True)),
+    (hitl_list, _LIST, ToolAnnotations(read_only_hint=True)),
+    (hitl_read, _READ, ToolAnnotations(read_only_hint=True)),
+    (hitl_respond, _RESPOND, ToolAnnotations(destructive_hint=True, idempotent_hint=False)),
+    (hitl_cancel, _CANCEL, ToolAnnotations(destructive_hint=True)),
+    (hitl_grants, _GRANTS, ToolAnnotations(read_only_hint=True)),
+    (hitl_grant_check, _GRANT_CHECK, ToolAnnotations(read_only_hint=True)),
+    (hitl_grant_revoke, _GRANT_REVOKE, ToolAnnotations(destructive_hint=True, idempotent_hint=True)),
+    (request_human_input, _HUMAN_INPUT, None),
+    (inform_user, _INFORM, ToolAnnotations(destructive_hint=False)),
+)
+"""Each tool, what a model reads about it, and its hints."""
+
+
+def build_server(access: Access, *, name: str = "interlock") -> MCPServer[Access]:
     """The MCP server over `access`: the tools `hitl_request`, `hitl_status`, `hitl_list`,
     `hitl_read`, `hitl_respond`, `hitl_cancel`, `hitl_grants`, `hitl_grant_check`,
     `hitl_grant_revoke`, `request_human_input`, `inform_user`, and
     the resource `interlock://requests/{request_id}`."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: MCPServer[Access]) -> AsyncIterator[Access]:
+        yield access
+
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    server: MCPServer = MCPServer(
+    server: MCPServer[Access] = MCPServer(
         name,
         instructions=(
             "interlock routes questions to people. Ask with hitl_request (returns a job) or "
@@ -177,6 +501,7 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
             "own inbox with hitl_list, hitl_read and hitl_respond."
         ),
         log_level="WARNING",
+        lifespan=lifespan,
     )
     # The SDK sets up the root logger when a server is made (a handler of its own, which
     # would bypass the redaction `interlock serve` puts on every handler): logging is the
@@ -185,231 +510,14 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer:
         if handler not in handlers:
             root.removeHandler(handler)
     root.setLevel(level)
-
-    @contextlib.asynccontextmanager
-    async def seated(ctx: Context) -> AsyncIterator[Seat]:
-        """The call's seat; what interlock raises inside becomes an error the model reads."""
-        try:
-            async with access(ctx) as seat:
-                yield seat
-        except InterlockError as exc:
-            raise _failed(exc) from None
-        except ConnectionError as exc:
-            raise ToolError(f"interlock is not reachable: {exc}") from None
-
-    @server.tool(description=_REQUEST, annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=False))
-    async def hitl_request(
-        ctx: Context,
-        asks: Annotated[list[AskIn], Field(min_length=1, description="What to ask, in order.")],
-        user: Annotated[str | None, Field(description="Whom to ask; omit to ask your own owner.")] = None,
-        title: Annotated[str, Field(description="A one-line summary shown in the inbox.")] = "",
-        description: Annotated[str, Field(description="Background the person needs (markdown).")] = "",
-        timeout: Annotated[
-            float | None, Field(gt=0, description="Seconds until the request expires; none when omitted.")
-        ] = None,
-        idempotency_key: Annotated[
-            str | None,
-            Field(description="Send the same key when retrying: the first request's job comes back, not a new ask."),
-        ] = None,
-    ) -> dict[str, Any]:
-        async with seated(ctx) as seat:
-            shaped = asks_from_arguments([a.model_dump(exclude_unset=True) for a in asks])
-            built = await seat.broker.build_asks(shaped)
-            request = await seat.broker.create(
-                built,
-                to=user,
-                title=title,
-                details=description,
-                timeout=timeout,
-                idempotency_key=idempotency_key,
-                tool_name="hitl_request",
-            )
-            return job_of(request)
-
-    @server.tool(description=_STATUS, annotations=ToolAnnotations(read_only_hint=True))
-    async def hitl_status(
-        ctx: Context,
-        job: Annotated[str, Field(description="The job id hitl_request returned.")],
-        wait: Annotated[
-            float, Field(ge=0, le=MAX_STATUS_WAIT, description="Seconds to wait for the job to settle.")
-        ] = 0,
-    ) -> dict[str, Any]:
-        async with seated(ctx) as seat:
-            request = await seat.broker.get(job)
-            if request.status is Status.PENDING and wait > 0:
-                request = await seat.broker.watch(job, timeout=wait)
-            return job_of(request)
-
-    @server.tool(description=_LIST, annotations=ToolAnnotations(read_only_hint=True))
-    async def hitl_list(
-        ctx: Context,
-        status: Annotated[
-            Literal["open", "answered", "rejected", "expired", "cancelled"] | None,
-            Field(description="Only requests in this state."),
-        ] = None,
-        limit: Annotated[int, Field(ge=1, le=200, description="At most this many.")] = 50,
-        cursor: Annotated[str | None, Field(description="next_cursor of the previous page.")] = None,
-    ) -> dict[str, Any]:
-        async with seated(ctx) as seat:
-            me = seat.caller
-            page = await seat.broker.list(
-                recipient=None if me.kind == "admin" else me.name,
-                teams=sorted(me.teams) if me.kind == "human" else (),  # a member's teams' requests too
-                status=status_filter(status),
-                after=cursor,
-                limit=limit,
-            )
-            return {"requests": [summary_view(r) for r in page.items], "next_cursor": page.next_cursor}
-
-    @server.tool(description=_READ, annotations=ToolAnnotations(read_only_hint=True))
-    async def hitl_read(
-        ctx: Context, id: Annotated[str, Field(description="The request id, as hitl_list shows it.")]
-    ) -> dict[str, Any]:
-        async with seated(ctx) as seat:
-            return request_view(await seat.broker.get(id))
-
-    @server.resource(
+    for tool, description, hints in _TOOLS:
+        server.add_tool(tool, description=description, annotations=hints)
+    server.resource(
         RESOURCE,
         name="request",
         description="One whole request: its asks, options, offered grants and job status (JSON).",
         mime_type="application/json",
-    )
-    async def request_resource(request_id: str, ctx: Context) -> dict[str, Any]:
-        async with seated(ctx) as seat:
-            return request_view(await seat.broker.get(request_id))
-
-    @server.tool(description=_RESPOND, annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=False))
-    async def hitl_respond(
-        ctx: Context,
-        id: Annotated[str, Field(description="The request id, in your own inbox.")],
-        action: Annotated[Literal["answer", "reject"], Field(description="Answer it, or reject it.")] = "answer",
-        answers: Annotated[
-            dict[str, Any] | None, Field(description="To answer: the answer of each ask, by ask id.")
-        ] = None,
-        comment: Annotated[str, Field(description="A note to the requester; the reason, when rejecting.")] = "",
-        grants: Annotated[
-            list[dict[str, Any]] | None,
-            Field(description="The offered grants you consent to, echoed as offered ({with, can, exp})."),
-        ] = None,
-    ) -> dict[str, Any]:
-        async with seated(ctx) as seat:
-            me = seat.caller
-            request = await seat.broker.get(id)
-            if me.kind != "admin" and (me.kind != "human" or request.to != me.name):
-                raise ToolError("you may answer only requests in your own inbox, and only as a person")
-            if action == "reject" and grants:
-                raise ToolError("grants are echoed only when answering: a rejection issues none")
-            if action == "answer" and answers is None:
-                raise ToolError("give 'answers' (by ask id) to answer, or action 'reject'")
-            if action == "reject":
-                done = await seat.broker.reject(id, comment, by=_by(me), via="mcp")
-            else:
-                done = await seat.broker.resolve(
-                    id, Answers(answers or {}), by=_by(me), via="mcp", comment=comment, grants=grants
-                )
-            settled = await seat.broker.get(id)
-            if not done:
-                raise _failed(AlreadySettled(id, settled.status.value))
-            return request_view(settled)
-
-    @server.tool(description=_CANCEL, annotations=ToolAnnotations(destructive_hint=True))
-    async def hitl_cancel(
-        ctx: Context,
-        job: Annotated[str, Field(description="The job id hitl_request returned.")],
-        reason: Annotated[str, Field(description="Why it is no longer needed.")] = "",
-    ) -> dict[str, Any]:
-        async with seated(ctx) as seat:
-            done = await seat.broker.cancel(job, reason, by=_by(seat.caller), via="mcp")
-            request = await seat.broker.get(job)
-            if not done:
-                raise _failed(AlreadySettled(job, request.status.value))
-            return job_of(request)
-
-    @server.tool(description=_GRANTS, annotations=ToolAnnotations(read_only_hint=True))
-    async def hitl_grants(
-        ctx: Context,
-        role: Annotated[
-            Literal["held", "given"], Field(description="held: grants to you; given: grants you issued.")
-        ] = "held",
-        live: Annotated[bool, Field(description="Only grants neither revoked nor expired.")] = True,
-        limit: Annotated[int, Field(ge=1, le=100, description="At most this many.")] = 20,
-        cursor: Annotated[str | None, Field(description="next_cursor of the previous page.")] = None,
-    ) -> dict[str, Any]:
-        async with seated(ctx) as seat:
-            me = seat.caller
-            mine = None if me.kind == "admin" else me.name
-            page = await seat.broker.list_grants(
-                audience=mine if role == "held" else None,
-                issuer=mine if role == "given" else None,
-                live=live,
-                after=cursor,
-                limit=limit,
-            )
-            items = [grant_view(grant) for grant in page.items]
-            if isinstance(seat.broker, RemoteBroker):  # the venue signs them: a token to show others
-                for item in items:
-                    item["token"] = await seat.broker.grant_token(item["id"])
-            return {"grants": items, "next_cursor": page.next_cursor}
-
-    @server.tool(description=_GRANT_CHECK, annotations=ToolAnnotations(read_only_hint=True))
-    async def hitl_grant_check(
-        ctx: Context,
-        grant: Annotated[GrantRef, Field(description="The grant to look for: {with, can}.")],
-        issuer: Annotated[str | None, Field(description="Only a grant from this person.")] = None,
-    ) -> dict[str, Any]:
-        async with seated(ctx) as seat:
-            me = seat.caller
-            found = await seat.broker.check_grant(
-                None if me.kind == "admin" else me.name, grant.with_, grant.can, issuer=issuer
-            )
-            return {"granted": found is not None, "grant": grant_view(found) if found is not None else None}
-
-    @server.tool(description=_GRANT_REVOKE, annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True))
-    async def hitl_grant_revoke(
-        ctx: Context, id: Annotated[str, Field(description="The grant id, as hitl_grants shows it.")]
-    ) -> dict[str, Any]:
-        async with seated(ctx) as seat:
-            revoked = await seat.broker.revoke_grant(id, by=_by(seat.caller))
-            return {"id": id, "revoked": revoked}
-
-    definition = request_human_input_tool()
-
-    @server.tool(description=_HUMAN_INPUT)
-    async def request_human_input(
-        ctx: Context,
-        question: Annotated[str, Field(min_length=1, max_length=8000, description="The question, as asked.")],
-        question_type: Annotated[
-            Literal["CONFIRM", "FREE_FORM", "MULTIPLE_CHOICE", "MULTI_SELECT", "FORM"],
-            Field(description="How the human answers."),
-        ] = "FREE_FORM",
-        choices: Annotated[
-            list[str] | None, Field(description="The options (MULTIPLE_CHOICE, MULTI_SELECT) or field names (FORM).")
-        ] = None,
-        context_data: Annotated[dict[str, Any] | None, Field(description="Facts the human needs to answer.")] = None,
-        timeout: Annotated[float | None, Field(gt=0, description="Seconds to wait (300 by default).")] = None,
-    ) -> str:
-        arguments: dict[str, Any] = {"question": question, "question_type": question_type}
-        optional = {"choices": choices, "context_data": context_data, "timeout": timeout}
-        arguments |= {k: v for k, v in optional.items() if v is not None}
-        async with seated(ctx) as seat:
-            tools = HumanInputTools(
-                seat.broker, [definition.name], definitions=[definition], timeout=DEFAULT_INPUT_TIMEOUT
-            )
-            result = await tools.ask(ToolCall(definition.name, arguments))
-        if result.is_error or result.refused:
-            raise ToolError(result.content)
-        return result.content
-
-    @server.tool(description=_INFORM, annotations=ToolAnnotations(destructive_hint=False))
-    async def inform_user(
-        ctx: Context,
-        message: Annotated[str, Field(min_length=1, description="The update, as the user will read it.")],
-        data: Annotated[dict[str, Any] | None, Field(description="Structured details for the inbox.")] = None,
-    ) -> dict[str, Any]:
-        async with seated(ctx) as seat:
-            event = await seat.broker.inform(message, data=data, by=_by(seat.caller))
-        return {"delivered": True, "receipt": event.id, "at": event.at.isoformat()}
-
+    )(request_resource)
     return server
 
 

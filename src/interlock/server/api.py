@@ -52,11 +52,13 @@ from .schemas import (
     EventModel,
     EventPage,
     InformBody,
+    ListParams,
     RejectBody,
     ReopenBody,
     Reopened,
     RequestModel,
     RequestPage,
+    list_filters,
 )
 from .stream import Dropped
 
@@ -264,36 +266,11 @@ def _instant(name: str, value: str | None) -> datetime | None:
 
 
 @router.get("/requests", response_model=RequestPage, responses=_problems(422), tags=["requests"])
-async def list_requests(
-    caller: Caller,
-    broker: TheBroker,
-    status: Annotated[Literal["pending", "answered", "rejected", "expired", "cancelled"] | None, Query()] = None,
-    kind: Annotated[Literal["question", "approval"] | None, Query()] = None,
-    recipient: str | None = None,
-    requester: str | None = None,
-    session: str | None = None,
-    channel: str | None = None,
-    agent: str | None = None,
-    run: str | None = None,
-    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    order: Literal["desc", "asc"] = "desc",
-    settled: Annotated[bool, Query(description="only settled requests (any status but pending)")] = False,
-    text: Annotated[
-        str | None,
-        Query(max_length=500, description="only requests with a word starting with each word of this in their texts"),
-    ] = None,
-    since: Annotated[
-        str | None,
-        Query(description="only requests created at or after this time (RFC 3339)", json_schema_extra=_DATE_TIME),
-    ] = None,
-    until: Annotated[
-        str | None,
-        Query(description="only requests created before this time (RFC 3339)", json_schema_extra=_DATE_TIME),
-    ] = None,
-) -> JSONResponse:
+async def list_requests(caller: Caller, broker: TheBroker, params: Annotated[ListParams, Query()]) -> JSONResponse:
     """Your inbox (requests to you and to the teams you belong to) or, with `requester`
     set to you, what you asked; `recipient` one of your teams for that team's alone."""
+    filters = list_filters(params)
+    recipient, requester = filters["recipient"], filters["requester"]
     teams: tuple[str, ...] = ()
     if caller.kind != "admin":
         if requester is None and recipient is None:
@@ -308,24 +285,9 @@ async def list_requests(
             raise ApiError(403, "forbidden", "you may list only requests to you (or your teams) or from you")
         if recipient == caller.name:  # a member's inbox holds their teams' requests too
             teams = _member_teams(caller)
-    page = await broker.list(
-        teams=teams,
-        recipient=recipient,
-        requester=requester,
-        status=status,
-        kind=kind,
-        session=session,
-        channel=channel,
-        agent=agent,
-        run=run,
-        after=cursor,
-        limit=limit,
-        order=order,
-        settled=settled,
-        text=text,
-        since=_instant("since", since),
-        until=_instant("until", until),
-    )
+    filters |= {"recipient": recipient, "requester": requester, "teams": teams}
+    filters |= {"since": _instant("since", filters["since"]), "until": _instant("until", filters["until"])}
+    page = await broker.list(**filters)
     return JSONResponse({"items": [request_to_dict(r) for r in page.items], "next_cursor": page.next_cursor})
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal, get_type_hints
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, create_model, model_serializer
 
 from ..model import Choice, Confirm, Form, Grant, MultiChoice, Option, Origin, Text
+from ..store import Query
 
 __all__ = [
     "AnswerBody",
@@ -33,6 +35,7 @@ __all__ = [
     "EventPage",
     "InformBody",
     "InputResponse",
+    "ListParams",
     "OriginModel",
     "Problem",
     "RejectBody",
@@ -40,6 +43,7 @@ __all__ = [
     "Reopened",
     "RequestModel",
     "RequestPage",
+    "list_filters",
 ]
 
 
@@ -174,6 +178,48 @@ else:
     MultiChoiceAsk = _wire_model(MultiChoice, "MultiChoiceAsk", _WIRE_TYPES)
     FormAsk = _wire_model(Form, "FormAsk", _WIRE_TYPES)
     OriginModel = _wire_model(Origin, "OriginModel", _WIRE_TYPES)
+
+
+def _list_params() -> type[BaseModel]:
+    """The query parameters of `GET /requests`: the filters of `Query` that are parameters,
+    each under its parameter's name, with the values it takes, its bounds and what it keeps.
+    A time is RFC 3339 text (the route reads it, with its offset)."""
+    hints = get_type_hints(Query)
+    fields: dict[str, Any] = {}
+    for spec in dataclasses.fields(Query):
+        meta = spec.metadata
+        if not spec.init or meta["wire"] is None:
+            continue
+        rules = dict(meta["rules"])
+        hint, default, about = hints[spec.name], cast(Any, spec.default), meta["about"]
+        values = rules.pop("values", None)
+        if values is not None:
+            hint = Literal[values] if default is not None else Literal[values] | None
+        elif hint == datetime | None:
+            hint, about = str | None, f"{about} (RFC 3339)"
+            rules["json_schema_extra"] = {"format": "date-time"}
+        fields[meta["wire"] or spec.name] = (hint, Field(default, description=about, **rules))
+    return create_model("ListParams", **fields)
+
+
+def list_filters(params: BaseModel) -> dict[str, Any]:
+    """`Broker.list`'s keyword arguments from `GET /requests`' parameters (times still as text)."""
+    given = params.model_dump()
+    return {
+        spec.name: given[spec.metadata["wire"] or spec.name]
+        for spec in dataclasses.fields(Query)
+        if spec.init and spec.metadata["wire"] is not None
+    }
+
+
+if TYPE_CHECKING:
+
+    class ListParams(BaseModel):
+        """The query parameters of `GET /requests`."""
+
+else:
+    ListParams = _list_params()
+
 
 AskModel = Annotated[TextAsk | ConfirmAsk | ChoiceAsk | MultiChoiceAsk | FormAsk, Field(discriminator="type")]
 

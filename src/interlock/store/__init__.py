@@ -23,14 +23,15 @@ parameters and its `.sql` files.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypedDict, get_args
 
 from ..approval_policies import ApprovalPolicy
+from ..errors import InvalidRequest
 from ..followups import Followup
-from ..model import Claim, Event, IssuedGrant, Request, Response, Run, RunStatus, Status
+from ..model import Claim, Event, IssuedGrant, Kind, Request, Response, Run, RunStatus, Status
 from ..outbox import Delivery, DeliveryState, LinkUse, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
 
@@ -39,6 +40,9 @@ __all__ = [
     "FollowupStore",
     "GrantQuery",
     "GrantStore",
+    "ListFilters",
+    "MAX_LIST_LIMIT",
+    "MAX_SEARCH_LENGTH",
     "OutboxStore",
     "PolicyStore",
     "PrincipalStore",
@@ -53,32 +57,130 @@ __all__ = [
 ]
 
 
+MAX_LIST_LIMIT = 1000
+"""The most requests one page of a list holds."""
+
+MAX_SEARCH_LENGTH = 500
+"""The longest text a list searches for, in characters."""
+
+
+def _filter(about: str, *, wire: str | None = "", name: bool = False, **rules: Any) -> dict[str, Any]:
+    """What a filter of `Query` is, as its field's metadata: what it keeps (said here once:
+    `ListFilters`' documentation and the HTTP API's parameters are made from it), the query
+    parameter it is on the HTTP API (its own name for "", none for None), whether it names
+    someone or something (so is bounded like a name), and the parameter's rules: the
+    `values` it takes, its bounds."""
+    return {"about": about, "wire": wire, "name": name, "rules": rules}
+
+
 @dataclass(frozen=True, slots=True)
 class Query:
-    """Filters and a keyset page for `Store.list`. `after` is the id of the last row seen."""
+    """Which requests a list returns: those matching every filter given, newest first by
+    default, a page at a time (a keyset page: `after` is the id of the last row seen).
 
-    recipient: str | None = None
-    teams: tuple[str, ...] = ()
-    """With `recipient`: requests to `recipient` or to any of these teams (a member's inbox)."""
-    requester: str | None = None
-    status: Status | None = None
-    kind: str | None = None
-    session: str | None = None
-    channel: str | None = None
-    agent: str | None = None
-    run: str | None = None
-    after: str | None = None
-    limit: int = 50
-    order: Literal["asc", "desc"] = "desc"
-    settled: bool = False
-    """Only settled requests (any status but pending)."""
-    words: tuple[str, ...] = ()
-    """Only requests with a word starting with each of these (lower case, letters and
-    digits) among their texts: title, details, prompts, options, answers, reason."""
-    since: datetime | None = None
-    """Only requests created at or after this time."""
-    until: datetime | None = None
-    """Only requests created before this time."""
+    `Broker.list` takes these filters as keyword arguments (`ListFilters`), checks them
+    (`check`) and hands the store the `Query`; the remote broker sends them as the query
+    string of `GET /requests`, and the server reads them back with the same names.
+    """
+
+    status: Status | str | None = field(
+        default=None, metadata=_filter("only requests in this state", values=tuple(Status))
+    )
+    kind: str | None = field(
+        default=None, metadata=_filter("only questions, or only approvals", name=True, values=get_args(Kind))
+    )
+    recipient: str | None = field(
+        default=None, metadata=_filter("only requests to this name (a person, an agent or a team)", name=True)
+    )
+    teams: Sequence[str] = field(
+        default=(), metadata=_filter("also the requests to these teams, with `recipient` (a member's inbox)", wire=None)
+    )
+    requester: str | None = field(default=None, metadata=_filter("only requests made by this name", name=True))
+    session: str | None = field(default=None, metadata=_filter("only requests of this session", name=True))
+    channel: str | None = field(default=None, metadata=_filter("only requests from this channel", name=True))
+    agent: str | None = field(default=None, metadata=_filter("only requests of this agent", name=True))
+    run: str | None = field(default=None, metadata=_filter("only requests of this run", name=True))
+    after: str | None = field(
+        default=None,
+        metadata=_filter("next_cursor of the previous page: the id of the last request seen", wire="cursor", name=True),
+    )
+    limit: int = field(default=50, metadata=_filter("at most this many", ge=1, le=MAX_LIST_LIMIT))
+    order: Literal["asc", "desc"] = field(
+        default="desc", metadata=_filter("newest first (desc) or oldest first (asc)", values=("desc", "asc"))
+    )
+    settled: bool = field(default=False, metadata=_filter("only settled requests (any status but pending)"))
+    text: str | None = field(
+        default=None,
+        metadata=_filter(
+            "only requests with a word starting with each word of this in their texts "
+            "(title, details, prompts, options, answers, reason)",
+            max_length=MAX_SEARCH_LENGTH,
+        ),
+    )
+    since: datetime | None = field(default=None, metadata=_filter("only requests created at or after this time"))
+    until: datetime | None = field(default=None, metadata=_filter("only requests created before this time"))
+    words: tuple[str, ...] = field(default=(), init=False, repr=False)
+    """The words of `text` a store matches (`search_words`): lower case, letters and digits."""
+
+    def __post_init__(self) -> None:
+        if self.status is not None and not isinstance(self.status, Status):
+            object.__setattr__(self, "status", Status(self.status))
+        if not isinstance(self.teams, tuple):
+            object.__setattr__(self, "teams", tuple(self.teams))
+        object.__setattr__(self, "words", search_words(self.text) if self.text else ())
+
+    def check(self) -> None:
+        """Refuse what no list takes: a limit out of 1 to 1000 (`ValueError`), an order but
+        asc or desc (`ValueError`), a time without its time zone (`InvalidRequest`)."""
+        if not 1 <= self.limit <= MAX_LIST_LIMIT:
+            raise ValueError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
+        if self.order not in ("asc", "desc"):
+            raise ValueError("order must be 'asc' or 'desc'")
+        for name, when in (("since", self.since), ("until", self.until)):
+            if when is not None and when.tzinfo is None:
+                raise InvalidRequest(f"{name} needs a time zone (UTC, say)")
+
+    def texts(self) -> Iterator[tuple[str, str | None, int | None]]:
+        """Each filter given as text, by the name a caller knows it by, with its longest
+        length: its own, or None for a name (the broker's limits say how long one may be)."""
+        for spec in fields(self):
+            rules = spec.metadata.get("rules", {})
+            if spec.metadata.get("name") or "max_length" in rules:
+                yield spec.metadata["wire"] or spec.name, getattr(self, spec.name), rules.get("max_length")
+
+
+class ListFilters(TypedDict, total=False):
+    # The fields of `Query`, as the keyword arguments of `Broker.list`: type checkers read
+    # them here, mypy checks each against `Query` where a list makes one, and a test that
+    # there are no others. What each keeps is said once, on `Query`'s field.
+    status: Status | str | None
+    kind: str | None
+    recipient: str | None
+    teams: Sequence[str]
+    requester: str | None
+    session: str | None
+    channel: str | None
+    agent: str | None
+    run: str | None
+    after: str | None
+    limit: int
+    order: Literal["asc", "desc"]
+    settled: bool
+    text: str | None
+    since: datetime | None
+    until: datetime | None
+
+
+ListFilters.__doc__ = (
+    "The keyword arguments of `Broker.list` (the fields of `Query`), each a filter: "
+    + "; ".join(
+        f"`{spec.name}`: {spec.metadata['about']}"
+        + ("" if spec.default in (None, False, ()) else f" ({spec.default!r} by default)")
+        for spec in fields(Query)
+        if spec.init
+    )
+    + "."
+)
 
 
 @dataclass(frozen=True, slots=True)
