@@ -6,8 +6,6 @@ async with interlock.connect() as broker:          # SQLite file by default
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 from .agent import (
     Allow,
     ApprovalGate,
@@ -74,10 +72,8 @@ from .model import (
 )
 from .runs import Park, Worker
 
-try:
-    __version__ = version("interlock")
-except PackageNotFoundError:  # running from a source tree that was not installed
-    __version__ = "0.0.0"
+__version__ = "0.1.0"
+"""The release, read by the build from here (one source; no package metadata read at import)."""
 
 __all__ = [
     "Allow",

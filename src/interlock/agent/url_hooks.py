@@ -21,12 +21,13 @@ import functools
 import json
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeAlias
-
-import httpx
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..approval_policies import HookVerdict, PolicyHook, hook_verdict_from_dict
 from ..webhooks import IDEMPOTENCY_HEADER, InvalidSignature, signed_headers, verify
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["MAX_ANSWER_BYTES", "UrlHook", "UrlHookError", "call_url_hook"]
 
@@ -42,6 +43,8 @@ hook could not decide."""
 def _tls() -> ssl.SSLContext:
     """The TLS context of every hook call, made once: making one loads the CA bundle,
     which costs about 100 ms, far more than a call to a hook."""
+    import httpx
+
     return httpx.create_ssl_context()
 
 
@@ -53,6 +56,8 @@ async def call_url_hook(
     hook: PolicyHook, body: Mapping[str, Any], *, transport: httpx.AsyncBaseTransport | None = None
 ) -> HookVerdict:
     """POST `body` to `hook.url`, signed, and return its verified verdict, within `hook.timeout`."""
+    import httpx  # here, not at import: an agent without stored hooks never loads it
+
     raw = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
     headers = {"Content-Type": "application/json", **signed_headers(hook.secret, raw)}
     call_id = body.get("toolCallId")
