@@ -88,8 +88,7 @@ def decision_ask(request: Request) -> Confirm | None:
     optional (the gate's "edit the arguments" form): approve / deny answers that ask alone,
     from any surface, and the optional ones may be left out.
     """
-    if request.kind != "approval" or not request.asks or not isinstance(request.asks[0], Confirm):
+    verdict = request.asks[0].as_verdict() if request.kind == "approval" and request.asks else None
+    if verdict is None or any(ask.required for ask in request.asks[1:]):
         return None
-    if any(ask.required for ask in request.asks[1:]):
-        return None
-    return request.asks[0]
+    return verdict

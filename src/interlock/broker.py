@@ -46,6 +46,7 @@ from .errors import (
 from .followups import MAX_FOLLOWUP_LENGTH, MAX_QUEUED_FOLLOWUPS, Followup, Sent, approval_word
 from .hooks import DEFAULT_HOOK_TIMEOUT, Hooks
 from .model import (
+    ASK_TYPES,
     DEFAULT_EXP,
     DEFAULT_GRANT_POLICY,
     DEFAULT_LIMITS,
@@ -56,7 +57,6 @@ from .model import (
     Claim,
     Deny,
     Event,
-    Form,
     Grant,
     GrantPolicy,
     InputHook,
@@ -182,6 +182,13 @@ def _about_request(request: Request) -> str:
 
 def _denies(verdict: Deny | None) -> bool:
     return isinstance(verdict, Deny)
+
+
+def _costly_to_check(data: object) -> bool:
+    """Whether an ask's JSON shape is of a kind whose check is costly (`costly_to_check`)."""
+    kind = data.get("type") if isinstance(data, Mapping) else None
+    cls = ASK_TYPES.get(kind) if isinstance(kind, str) else None
+    return cls is not None and cls.costly_to_check
 
 
 class Broker(ABC):
@@ -363,7 +370,7 @@ class Broker(ABC):
         def build() -> list[Ask]:
             return [ask_from_dict(item, limits=limits) for item in data]
 
-        if not any(isinstance(item, Mapping) and item.get("type") == "form" for item in data):
+        if not any(_costly_to_check(item) for item in data):
             return build()
 
         def build_in_thread() -> list[Ask]:
@@ -1121,9 +1128,8 @@ class LocalBroker(Broker):
         answers by ask id. A request with a form is checked in a worker thread, within
         `limits.check_seconds`, so a costly schema never holds up the event loop; the
         other asks are cheap and checked right here."""
-        for ask in request.asks:
-            if isinstance(ask, Form):
-                return await asyncio.to_thread(self._check_in_thread, request, answer)
+        if any(ask.costly_to_check for ask in request.asks):
+            return await asyncio.to_thread(self._check_in_thread, request, answer)
         return check_answers(request, answer, limits=self.limits)
 
     def _check_in_thread(self, request: Request, answer: Any) -> dict[str, Any]:

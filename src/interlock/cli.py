@@ -601,10 +601,7 @@ def parse_answer(request: Request, values: list[str]) -> Any:
     """Turn command-line words into an answer: one ask takes the words as its value,
     several take ASK=VALUE pairs."""
     if len(request.asks) == 1:
-        only = request.asks[0]
-        if isinstance(only, Form) and values and not values[0].lstrip().startswith("{"):
-            raise InvalidAnswer(_form_as_json(only), ask_id=only.id)
-        return only.from_words(values)
+        return request.asks[0].from_words(values)
     decision = decision_ask(request)
     if decision is not None and not any("=" in word for word in values):
         return Answers({decision.id: decision.from_words(values)})  # the optional asks left out
@@ -614,17 +611,8 @@ def parse_answer(request: Request, values: list[str]) -> Any:
         ask_id, sep, value = pair.partition("=")
         if not sep or ask_id not in by_id:
             raise InvalidAnswer(f"give each answer as ASK=VALUE with ASK one of: {', '.join(by_id)}")
-        named = by_id[ask_id]
-        if isinstance(named, Form) and not value.lstrip().startswith("{"):
-            raise InvalidAnswer(_form_as_json(named), ask_id=ask_id)
         answers[ask_id] = by_id[ask_id].from_words([value])
     return answers
-
-
-def _form_as_json(ask: Form) -> str:
-    fields = list(ask.schema.get("properties", {}))
-    example = "{" + ", ".join(f'"{name}": ...' for name in fields[:4]) + (", ..." if len(fields) > 4 else "") + "}"
-    return f"ask {ask.id!r} is a form: give its answer as one JSON object, with --json '{example}'"
 
 
 def _summary(request: Request) -> str:

@@ -8,11 +8,18 @@ surface, so that a request reads the same from SQLite, PostgreSQL and the HTTP A
 
 Each ask type is the one place that knows its kind: its JSON shape (`to_dict`), and how
 each surface reads an answer to it or shows it: command-line words (`from_words`), a
-Novo-compatible input response (`from_input`), a web form's posted fields (`from_fields`,
-`inputs`), a line typed at a terminal (`terminal_prompt`, `from_line`), an auto-resolve
-decision (`from_decision`) and an answer shown back as text (`answer_text`). Surfaces call
-these instead of branching on the ask's class. Yes and no are the same words everywhere
-(`YES_WORDS`, `NO_WORDS`, `yes_no`).
+Novo-compatible input response (`from_input`; the options it picks from, `input_options`,
+and whether it picks several, `picks_several`), a web form's posted fields (`from_fields`,
+`inputs`; an approval's edit of the tool arguments, `edit_fields` and `edited`), a line
+typed at a terminal (`terminal_prompt`, `from_line`), an auto-resolve decision
+(`from_decision`), an answer shown back as text (`answer_text`) and the answers one click
+can give (`one_click_answers`; a choice may take its own text besides, `allow_other`). It
+also says whether it can decide an approval (`as_verdict`, a confirm's yes or no) and
+whether checking an answer to it costs enough to be done off the event loop
+(`costly_to_check`, a form's schema). Surfaces call these instead of branching on the
+ask's class. A surface that shows asks in its own vocabulary (Slack's Block Kit) keeps one
+table from ask kind to its renderer, made by `by_ask_kind`, which refuses a table that
+lacks a kind. Yes and no are the same words everywhere (`YES_WORDS`, `NO_WORDS`, `yes_no`).
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 from ._form_inputs import Field as FormInput
-from ._form_inputs import FieldValues, form_fields, read_form
+from ._form_inputs import FieldValues, form_fields, form_unchanged, form_values, read_form
 from .errors import InvalidAnswer, InvalidRequest
 
 __all__ = [
@@ -79,6 +86,7 @@ __all__ = [
     "ask_from_dict",
     "ask_to_dict",
     "build_request",
+    "by_ask_kind",
     "check_answers",
     "check_ask",
     "check_json",
@@ -884,6 +892,9 @@ class Text:
     required: bool = True
 
     type = "text"
+    costly_to_check = False
+    allow_other = False
+    picks_several = False
 
     def __post_init__(self) -> None:
         _check_prompt(self.type, self.id, self.prompt)
@@ -938,6 +949,21 @@ class Text:
     def from_decision(self, word: str) -> Any:
         return word
 
+    def one_click_answers(self) -> tuple[tuple[str, Any], ...] | None:
+        return None
+
+    def input_options(self) -> tuple[tuple[str, str], ...] | None:
+        return None
+
+    def as_verdict(self) -> Confirm | None:
+        return None
+
+    def edit_fields(self, name: str, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+        return []
+
+    def edited(self, name: str, values: FieldValues, original: FieldValues) -> bool:
+        return True
+
     def how_to_answer(self) -> str:
         limit = f", at most {self.max_length} characters" if self.max_length is not None else ""
         return f"text{limit}"
@@ -982,6 +1008,9 @@ class Confirm:
     """Offered to the requester if the person approves (answers yes) and echoes them."""
 
     type = "confirm"
+    costly_to_check = False
+    allow_other = False
+    picks_several = False
 
     def __post_init__(self) -> None:
         _check_prompt(self.type, self.id, self.prompt)
@@ -1039,6 +1068,21 @@ class Confirm:
     def from_decision(self, word: str) -> Any:
         return yes_no(word) is True
 
+    def one_click_answers(self) -> tuple[tuple[str, Any], ...] | None:
+        return (("Yes", True), ("No", False))
+
+    def input_options(self) -> tuple[tuple[str, str], ...] | None:
+        return (("yes", "Yes"), ("no", "No"))
+
+    def as_verdict(self) -> Confirm | None:
+        return self
+
+    def edit_fields(self, name: str, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+        return []
+
+    def edited(self, name: str, values: FieldValues, original: FieldValues) -> bool:
+        return True
+
     def how_to_answer(self) -> str:
         return "yes or no (or approve, deny, ...)"
 
@@ -1054,6 +1098,8 @@ class Choice:
     required: bool = True
 
     type = "choice"
+    costly_to_check = False
+    picks_several = False
 
     def __post_init__(self) -> None:
         _check_prompt(self.type, self.id, self.prompt)
@@ -1130,6 +1176,21 @@ class Choice:
             return picked[0]
         return word if self.allow_other else options[0].id
 
+    def one_click_answers(self) -> tuple[tuple[str, Any], ...] | None:
+        return tuple((option.label or option.id, option.id) for option in options_of(self))
+
+    def input_options(self) -> tuple[tuple[str, str], ...] | None:
+        return _labelled(self)
+
+    def as_verdict(self) -> Confirm | None:
+        return None
+
+    def edit_fields(self, name: str, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+        return []
+
+    def edited(self, name: str, values: FieldValues, original: FieldValues) -> bool:
+        return True
+
     def how_to_answer(self) -> str:
         other = ", or your own text" if self.allow_other else ""
         return f"one of {', '.join(o.id for o in options_of(self))}{other}"
@@ -1147,6 +1208,9 @@ class MultiChoice:
     required: bool = True
 
     type = "multi_choice"
+    costly_to_check = False
+    allow_other = False
+    picks_several = True
 
     def __post_init__(self) -> None:
         _check_prompt(self.type, self.id, self.prompt)
@@ -1217,6 +1281,21 @@ class MultiChoice:
         picked = _decided(options, word) or [opt.id for opt in options[: max(self.min, 1)]]
         return picked[: self.max] if self.max is not None else picked
 
+    def one_click_answers(self) -> tuple[tuple[str, Any], ...] | None:
+        return None  # one click picks one option, and this ask takes a set of them
+
+    def input_options(self) -> tuple[tuple[str, str], ...] | None:
+        return _labelled(self)
+
+    def as_verdict(self) -> Confirm | None:
+        return None
+
+    def edit_fields(self, name: str, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+        return []
+
+    def edited(self, name: str, values: FieldValues, original: FieldValues) -> bool:
+        return True
+
     def how_to_answer(self) -> str:
         bounds = f"at least {self.min}" if self.min else ""
         if self.max is not None:
@@ -1236,6 +1315,9 @@ class Form:
     _validator: Any = field(init=False, repr=False, compare=False)
 
     type = "form"
+    costly_to_check = True  # a schema's check can cost milliseconds a KiB: run off the event loop
+    allow_other = False
+    picks_several = False
 
     def __post_init__(self) -> None:
         _check_prompt(self.type, self.id, self.prompt)
@@ -1300,6 +1382,11 @@ class Form:
         return ()
 
     def from_words(self, words: Sequence[str]) -> Any:
+        if words and not words[0].lstrip().startswith("{"):
+            names = list(self.schema.get("properties", {}))
+            example = "{" + ", ".join(f'"{n}": ...' for n in names[:4]) + (", ..." if len(names) > 4 else "") + "}"
+            fault = f"ask {self.id!r} is a form: give its answer as one JSON object, with --json '{example}'"
+            raise InvalidAnswer(fault, ask_id=self.id)
         try:
             return json.loads(" ".join(words))
         except json.JSONDecodeError as exc:
@@ -1347,6 +1434,23 @@ class Form:
             if isinstance(prop, Mapping) and "default" in prop
         }
         return self.check(value) if value or self.required else None
+
+    def one_click_answers(self) -> tuple[tuple[str, Any], ...] | None:
+        return None
+
+    def input_options(self) -> tuple[tuple[str, str], ...] | None:
+        return None  # answered with its JSON object as text
+
+    def as_verdict(self) -> Confirm | None:
+        return None
+
+    def edit_fields(self, name: str, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """The posted fields that show `arguments` in this form's inputs: its properties are
+        the arguments of the tool call under review, to be edited."""
+        return form_values(self, name, arguments)
+
+    def edited(self, name: str, values: FieldValues, original: FieldValues) -> bool:
+        return not form_unchanged(self, name, values, original)
 
     def how_to_answer(self) -> str:
         return "a JSON object that fits its schema"
@@ -1417,6 +1521,10 @@ def _options_to_list(ask: Choice | MultiChoice) -> list[dict[str, Any]]:
     return out
 
 
+def _labelled(ask: Choice | MultiChoice) -> tuple[tuple[str, str], ...]:
+    return tuple((o.id, o.label or o.id) for o in options_of(ask))
+
+
 def _grants_of(grants: Sequence[Grant | Mapping[str, Any]]) -> tuple[Grant, ...]:
     """Grants as the `Grant`s they were normalised to."""
     return cast(tuple[Grant, ...], grants)
@@ -1436,6 +1544,23 @@ def _text_input(ask: Ask, text: str | None) -> str:
 Ask: TypeAlias = Text | Confirm | Choice | MultiChoice | Form
 _ASK_CLASSES = (Text, Confirm, Choice, MultiChoice, Form)
 ASK_TYPES: dict[str, type[Ask]] = {cls.type: cls for cls in _ASK_CLASSES}
+
+_Entry = TypeVar("_Entry")
+
+
+def by_ask_kind(entries: Mapping[type[Ask], _Entry], what: str) -> dict[type[Ask], _Entry]:
+    """A surface's table from each ask kind to how it shows or reads that kind, checked to
+    hold every kind and nothing else: a kind added without its entry fails where the table
+    is made (when its module is imported), never silently skipped. `what` names the table
+    in the error."""
+    missing = [cls.__name__ for cls in _ASK_CLASSES if cls not in entries]
+    strangers = [repr(key) for key in entries if key not in _ASK_CLASSES]
+    if missing or strangers:
+        faults = ([f"no entry for {', '.join(missing)}"] if missing else []) + (
+            [f"{', '.join(strangers)} is not an ask kind"] if strangers else []
+        )
+        raise TypeError(f"{what}: {'; '.join(faults)}")
+    return dict(entries)
 
 
 def _kind_of(value: object) -> str:

@@ -113,7 +113,7 @@ class TerminalContract:
             if value is _SKIP:
                 continue
             answers[ask.id] = value
-            if ask.type == "confirm" and value is False and request.kind == "approval":
+            if request.kind == "approval" and ask.as_verdict() is not None and value is False:
                 denied = True
                 comment = await self._line("Reason (optional, shown to the agent as written): ")
         answer: Any = Answers(answers)  # by ask id, even when the one optional ask was skipped

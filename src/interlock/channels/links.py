@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..model import Choice, Confirm, Request, options_of
+from ..model import Request
 
 __all__ = ["AnswerLinks", "InvalidLink", "LinkClaim", "quick_answers"]
 
@@ -47,16 +47,13 @@ class LinkClaim:
 
 
 def quick_answers(request: Request) -> list[tuple[str, Any]] | None:
-    """The answers one click can give (label, value): for a request of one confirm or one
-    choice ask (without free text); None for anything else, which is answered in the inbox."""
+    """The answers one click can give (label, value): for a request of one ask that one
+    click answers (a confirm, a choice: `one_click_answers`); None for anything else, which
+    is answered in the inbox."""
     if len(request.asks) != 1:
         return None
-    ask = request.asks[0]
-    if isinstance(ask, Confirm):
-        return [("Yes", True), ("No", False)]
-    if isinstance(ask, Choice):
-        return [(option.label or option.id, option.id) for option in options_of(ask)]
-    return None
+    answers = request.asks[0].one_click_answers()
+    return list(answers) if answers is not None else None
 
 
 def _b64(data: bytes) -> str:

@@ -15,8 +15,9 @@ a menu (with a text input for an "other" answer), checkboxes, and for a form an 
 field of its schema (text, a number, a checkbox, a menu of its allowed values). A form
 whose schema a modal cannot express (a field that is an object or a list, or no fields)
 is answered in the inbox, through the message's link. The modal's inputs are read back
-by each ask's own `from_fields`, as the web inbox's are. When the request settles, the
-message is replaced by what happened. Slack posts clicks and
+by each ask's own `from_fields`, as the web inbox's are; each kind's inputs are made by
+its entry in `MODAL_INPUTS`. When the request settles, the message is replaced by what
+happened. Slack posts clicks and
 modal submissions to the server's `/slack/interactive/{channel}` (see
 `server/inbound.py`), which checks Slack's request signature (`verify_slack`).
 """
@@ -27,13 +28,13 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
 
 from ..errors import InvalidAnswer
-from ..model import Ask, Choice, Confirm, Form, MultiChoice, Request, Text, options_of
+from ..model import ASK_TYPES, Ask, Choice, Confirm, Form, MultiChoice, Request, Text, by_ask_kind, options_of
 from ..routing import ChannelConfig
 from . import ChannelContext, ChannelError, Message, PermanentFailure
 from .links import quick_answers
@@ -41,6 +42,7 @@ from .links import quick_answers
 __all__ = [
     "ANSWER_ACTION",
     "MODAL_CALLBACK",
+    "MODAL_INPUTS",
     "OPEN_ACTION",
     "SlackChannel",
     "answers_from_view",
@@ -177,7 +179,7 @@ def settled_blocks(request: Request) -> list[dict[str, Any]]:
 
 
 def _takes_other(request: Request) -> bool:
-    return any(isinstance(ask, Choice) and ask.allow_other for ask in request.asks)
+    return any(ask.allow_other for ask in request.asks)
 
 
 def _plain(text: str, limit: int = 2000) -> dict[str, Any]:
@@ -195,44 +197,43 @@ def _options(pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
     return [{"text": _plain(label, 75), "value": value} for label, value in pairs[:100]]
 
 
-def _ask_blocks(ask: Ask, name: str) -> list[dict[str, Any]] | None:
-    """The inputs of one ask in a modal, or None when a modal cannot take its answer."""
-    optional = not ask.required
-    element: dict[str, Any]
-    if isinstance(ask, Text):
-        return [
-            _input(
-                ask.id,
-                ask.prompt,
-                {"type": "plain_text_input", "action_id": "value", "multiline": ask.multiline},
-                optional,
-            )
-        ]
-    if isinstance(ask, Confirm):
-        element = {"type": "radio_buttons", "action_id": "value", "options": _options([("Yes", "yes"), ("No", "no")])}
-        return [_input(ask.id, ask.prompt, element, optional)]
-    if isinstance(ask, MultiChoice):
-        element = {
-            "type": "checkboxes",
-            "action_id": "value",
-            "options": _options([(o.label or o.id, o.id) for o in options_of(ask)]),
-        }
-        return [_input(ask.id, ask.prompt, element, optional)]
-    if isinstance(ask, Choice):
-        menu = {
-            "type": "static_select",
-            "action_id": "value",
-            "options": _options([(o.label or o.id, o.id) for o in options_of(ask)]),
-        }
-        if not ask.allow_other:
-            return [_input(ask.id, ask.prompt, menu, optional)]
-        # either one may carry the answer, so neither is required by Slack: the answer is checked as always
-        other = {"type": "plain_text_input", "action_id": "value"}
-        return [
-            _input(ask.id, ask.prompt, menu, True),
-            _input(f"{ask.id}{_OTHER}", "Other answer", other, True, "Or type your own answer."),
-        ]
-    fields = ask.inputs(name) if isinstance(ask, Form) else None
+def _text_inputs(ask: Text, name: str) -> list[dict[str, Any]]:
+    element = {"type": "plain_text_input", "action_id": "value", "multiline": ask.multiline}
+    return [_input(ask.id, ask.prompt, element, not ask.required)]
+
+
+def _confirm_inputs(ask: Confirm, name: str) -> list[dict[str, Any]]:
+    element = {"type": "radio_buttons", "action_id": "value", "options": _options([("Yes", "yes"), ("No", "no")])}
+    return [_input(ask.id, ask.prompt, element, not ask.required)]
+
+
+def _multi_choice_inputs(ask: MultiChoice, name: str) -> list[dict[str, Any]]:
+    element = {
+        "type": "checkboxes",
+        "action_id": "value",
+        "options": _options([(o.label or o.id, o.id) for o in options_of(ask)]),
+    }
+    return [_input(ask.id, ask.prompt, element, not ask.required)]
+
+
+def _choice_inputs(ask: Choice, name: str) -> list[dict[str, Any]]:
+    menu = {
+        "type": "static_select",
+        "action_id": "value",
+        "options": _options([(o.label or o.id, o.id) for o in options_of(ask)]),
+    }
+    if not ask.allow_other:
+        return [_input(ask.id, ask.prompt, menu, not ask.required)]
+    # either one may carry the answer, so neither is required by Slack: the answer is checked as always
+    other = {"type": "plain_text_input", "action_id": "value"}
+    return [
+        _input(ask.id, ask.prompt, menu, True),
+        _input(f"{ask.id}{_OTHER}", "Other answer", other, True, "Or type your own answer."),
+    ]
+
+
+def _form_inputs(ask: Form, name: str) -> list[dict[str, Any]] | None:
+    fields = ask.inputs(name)
     if fields is None or any(f.kind == "json" for f in fields):
         return None
     blocks: list[dict[str, Any]] = [
@@ -240,6 +241,7 @@ def _ask_blocks(ask: Ask, name: str) -> list[dict[str, Any]] | None:
     ]
     for j, f in enumerate(fields):
         block_id = f"{ask.id}{_FIELD}{j}"
+        element: dict[str, Any]
         if f.kind == "boolean":
             element = {"type": "checkboxes", "action_id": "value", "options": _options([(f.label, "on")])}
             if f.default:
@@ -266,6 +268,26 @@ def _ask_blocks(ask: Ask, name: str) -> list[dict[str, Any]] | None:
                 element["initial_value"] = f.default
         blocks.append(_input(block_id, f.label, element, f.kind == "boolean" or not f.required, f.hint))
     return blocks
+
+
+_ModalInputs = Callable[[Any, str], list[dict[str, Any]] | None]
+
+MODAL_INPUTS: dict[type[Ask], _ModalInputs] = by_ask_kind(
+    {
+        Text: _text_inputs,
+        Confirm: _confirm_inputs,
+        Choice: _choice_inputs,
+        MultiChoice: _multi_choice_inputs,
+        Form: _form_inputs,
+    },
+    "Slack's modal inputs",
+)
+"""The inputs of one ask in a modal by its kind (given the ask and its field name, `a{i}`),
+or None when a modal cannot take its answer (a form whose schema it cannot express)."""
+
+
+def _ask_blocks(ask: Ask, name: str) -> list[dict[str, Any]] | None:
+    return MODAL_INPUTS[ASK_TYPES[ask.type]](ask, name)
 
 
 _OTHER = "#other"  # the block of a choice's free-text answer: `{ask id}#other`
@@ -357,10 +379,9 @@ def error_block(request: Request, exc: InvalidAnswer | None = None) -> str:
         if isinstance(field, str) and field.startswith(f"a{i}.p"):
             return f"{ask.id}{_FIELD}{field.removeprefix(f'a{i}.p')}"
     wanted = exc.ask_id if exc is not None else None
-    ask = next((a for a in request.asks if a.id == wanted), request.asks[0])
-    if isinstance(ask, Form):
-        return f"{ask.id}{_FIELD}0"
-    return ask.id
+    i, ask = next(((i, a) for i, a in enumerate(request.asks) if a.id == wanted), (0, request.asks[0]))
+    inputs = (block for block in _ask_blocks(ask, f"a{i}") or () if block["type"] == "input")
+    return next((str(block["block_id"]) for block in inputs), ask.id)
 
 
 class SlackChannel:

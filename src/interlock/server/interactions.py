@@ -35,7 +35,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..broker import LocalBroker
 from ..errors import InterlockError
-from ..model import Event, Request, Status, ask_to_dict
+from ..model import Ask, Event, Request, Status, ask_to_dict
 from ..principals import Principal, can_read
 from ..wire import problem_of
 from .api import Caller, answer_one, event_filter
@@ -59,7 +59,6 @@ PROBLEMS = {
 _problems = functools.partial(problem_responses, PROBLEMS)
 
 APPROVAL_OPTIONS = ({"id": "approve", "label": "Approve"}, {"id": "deny", "label": "Deny"})
-_YES_NO = ({"id": "yes", "label": "Yes"}, {"id": "no", "label": "No"})
 
 
 def interaction(request: Request) -> dict[str, Any]:
@@ -104,7 +103,7 @@ def _approval(request: Request, context: dict[str, Any]) -> dict[str, Any]:
 
 
 def _question(request: Request) -> dict[str, Any]:
-    questions = [_prompt(ask_to_dict(ask)) for ask in request.asks]
+    questions = [_prompt(ask) for ask in request.asks]
     single_select = len(questions) == 1 and "options" in questions[0] and not questions[0]["allowOther"]
     details: dict[str, Any] = {"title": request.title or request.asks[0].prompt, "questions": questions}
     if request.details:
@@ -117,23 +116,24 @@ def _question(request: Request) -> dict[str, Any]:
     }
 
 
-def _prompt(ask: dict[str, Any]) -> dict[str, Any]:
-    """One prompt of a question, from an ask's JSON shape (every kind has one)."""
+def _prompt(ask: Ask) -> dict[str, Any]:
+    """One prompt of a question, from an ask's JSON shape (every kind has one) and the
+    options an input response picks from by id (`input_options`)."""
+    shape = ask_to_dict(ask)
     entry: dict[str, Any] = {
-        "id": ask["id"],
-        "question": ask["prompt"],
-        "type": ask["type"],
-        "required": ask["required"],
-        "multiline": bool(ask.get("multiline", False)),
-        "allowOther": bool(ask.get("allow_other", False)),
-        "multiple": ask["type"] == "multi_choice",
+        "id": ask.id,
+        "question": ask.prompt,
+        "type": ask.type,
+        "required": ask.required,
+        "multiline": bool(shape.get("multiline", False)),
+        "allowOther": bool(ask.allow_other),
+        "multiple": ask.picks_several,
     }
-    if "options" in ask:
-        entry["options"] = [{"id": o["id"], "label": o["label"] or o["id"]} for o in ask["options"]]
-    elif ask["type"] == "confirm":
-        entry["options"] = list(_YES_NO)
-    if "schema" in ask:  # a form: answered with its JSON object as text
-        entry["schema"] = ask["schema"]
+    options = ask.input_options()
+    if options is not None:
+        entry["options"] = [{"id": option_id, "label": label} for option_id, label in options]
+    if "schema" in shape:  # a form: answered with its JSON object as text
+        entry["schema"] = shape["schema"]
         entry["multiline"] = True
     return entry
 

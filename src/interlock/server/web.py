@@ -33,7 +33,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from sse_starlette import ServerSentEvent
 
-from .._form_inputs import Field, FieldFault, form_unchanged, form_values
+from .._form_inputs import Field, FieldFault
 from ..approvals import decision_ask
 from ..broker import MAX_EVENT_ID, Broker
 from ..errors import FollowupNotFound, InvalidAnswer, NotFound, RunConflict
@@ -42,7 +42,6 @@ from ..model import (
     Answers,
     Ask,
     Event,
-    Form,
     Grant,
     Run,
     Status,
@@ -107,7 +106,7 @@ class Values:
 async def read_answers_off_loop(broker: Broker, request: HumanRequest, values: Values) -> Answers:
     """`read_answers`, in a worker thread within the broker's time budget when a form's
     schema must be checked: that can cost more than the event loop may spend."""
-    if not any(isinstance(ask, Form) for ask in request.asks):
+    if not any(ask.costly_to_check for ask in request.asks):
         return read_answers(request, values)
     return await _off_loop(broker, lambda: read_answers(request, values))
 
@@ -185,8 +184,8 @@ def prefill(request: HumanRequest) -> Values:
     items: list[tuple[str, str]] = []
     if isinstance(arguments, Mapping):
         for i, ask in enumerate(request.asks):
-            if i and isinstance(ask, Form):
-                items.extend(form_values(ask, f"a{i}", arguments))
+            if i:
+                items.extend(ask.edit_fields(f"a{i}", arguments))
     return Values(items)
 
 
@@ -200,7 +199,7 @@ def approval_answers(request: HumanRequest, approve: bool, values: Values) -> An
     original = prefill(request)
     for i, ask in enumerate(request.asks):
         name = f"a{i}"
-        if i == 0 or (isinstance(ask, Form) and form_unchanged(ask, name, values, original)):
+        if i == 0 or not ask.edited(name, values, original):
             continue
         value = ask.from_fields(values, name)
         if value is not None:
