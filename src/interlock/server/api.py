@@ -171,7 +171,7 @@ async def create(
     if caller.kind != "admin" and not to:
         raise ApiError(422, "invalid_request", "name the recipient in `to`")
     if to is not None and not state.open_recipients and to not in state.known_recipients:
-        if await broker.principals.get_principal(to) is None:
+        if await broker.get_principal(to) is None:
             raise ApiError(422, "invalid_request", f"to: there is no human or agent named {to!r} here")
         state.known_recipients.add(to)
     # Who may ask whom: anyone else's inbox needs their grant. A name that is no principal
@@ -180,7 +180,7 @@ async def create(
         to is not None
         and not state.open_inboxes
         and not asks_own_inbox(caller, to)
-        and (to in state.known_recipients or await broker.principals.get_principal(to) is not None)
+        and (to in state.known_recipients or await broker.get_principal(to) is not None)
     ):
         await may_ask(broker, caller, to)
     asks = await broker.build_asks([a.model_dump(by_alias=True) for a in body.asks])

@@ -36,7 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..broker import LocalBroker, connect
 from ..channels import ChannelContext
-from ..channels.delivery import DeliveryLoop, settle_routing
+from ..channels.delivery import DeliveryLoop
 from ..grant_tokens import GrantSigner
 from ..model import GrantPolicy, Limits
 from ..routing import Routing, load_routing
@@ -192,7 +192,7 @@ def create_app(
     if not isinstance(the_broker, LocalBroker):
         raise ValueError("a server keeps its own store (memory://, sqlite:// or postgresql://), not another server's")
     the_routing = load_routing(routing) if isinstance(routing, str) else routing
-    the_auth = Auth(the_broker.principals, enabled=auth, secret_key=secret_key, trusted_proxies=trusted_proxies)
+    the_auth = Auth(the_broker, enabled=auth, secret_key=secret_key, trusted_proxies=trusted_proxies)
     state = AppState(the_broker, the_auth, queue_size, keepalive, open_recipients=open_recipients or not auth)
     state.open_inboxes = open_inboxes
     if isinstance(grant_key, GrantSigner):
@@ -206,7 +206,7 @@ def create_app(
     if the_routing is not None:  # channels are made now: a bad option fails at start, not at the first send
         context = ChannelContext(the_routing.inbox_url, deliveries.answer_links(state, the_routing))
         state.delivery = DeliveryLoop(
-            the_broker.store, the_broker.store, the_routing, context=context, routing_check=deliveries.ROUTING_CHECK
+            the_broker.outbox, the_routing, context=context, routing_check=deliveries.ROUTING_CHECK
         )
         deliveries.install_metrics(state)
     state.quotas = Quotas(
@@ -220,7 +220,7 @@ def create_app(
         state.metrics.pending.set(len(await the_broker.pending()))
         await state.hub.start()
         # The routing kept in the store (set through the API), or the file's when it is new or changed.
-        in_use = await settle_routing(the_broker.store, the_routing)
+        in_use = await the_broker.settle_routing(the_routing)
         if in_use is not None and in_use is not the_routing:
             await deliveries.use_routing(state, in_use)
         elif in_use is not None:

@@ -16,9 +16,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..broker import MAX_EVENT_ID, LocalBroker
 from ..channels.delivery import DeliveryLoop
+from ..errors import NotFound
 from ..followups import FOLLOWUP_EVENTS
 from ..grant_tokens import GrantSigner
 from ..model import RUN_EVENTS, Event, Run, Status, request_to_dict
+from ..outbox import Delivery
 from ..principals import Principal, can_read
 from .auth import Auth
 from .quotas import SIGNIN_MAIL_PER_ADDRESS, SIGNIN_MAIL_PER_CLIENT, Quota, RateLimiter, StreamSlots
@@ -35,6 +37,7 @@ __all__ = [
     "app_state",
     "can_see",
     "event_to_dict",
+    "may_see_delivery",
     "may_see_run",
     "parse_event_id",
     "run_event_filter",
@@ -106,10 +109,22 @@ async def may_see_run(broker: LocalBroker, principal: Principal, run: Run) -> bo
     if principal.kind == "admin" or principal.name == run.requester:
         return True
     if run.requester is not None:
-        starter = await broker.principals.get_principal(run.requester)
+        starter = await broker.get_principal(run.requester)
         if starter is not None and starter.owner == principal.name:
             return True
     return bool((await broker.list(run=run.id, recipient=principal.name, limit=1)).items)
+
+
+async def may_see_delivery(broker: LocalBroker, principal: Principal, delivery: Delivery) -> bool:
+    """Who may see a delivery and send it again: its recipient, whoever made its request,
+    and an admin."""
+    if principal.kind == "admin" or principal.name == delivery.recipient:
+        return True
+    try:
+        request = await broker.get(delivery.request_id)
+    except NotFound:
+        return False
+    return request.requester == principal.name
 
 
 def run_event_filter(principal: Principal, run_id: str) -> Callable[[Event], bool]:

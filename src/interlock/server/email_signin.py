@@ -70,11 +70,11 @@ async def _mail_link(state: AppState, address: str, next_path: str) -> None:
         if found is None or loop is None or loop.context.inbox_url is None:
             return
         name, on_file, channel = found
-        principal = await state.broker.principals.get_principal(name)
+        principal = await state.broker.get_principal(name)
         if principal is None or principal.kind != "human":
             return
         base = loop.context.inbox_url
-        link = await mint_signin_link(state.broker.principals, name, base, next=next_path, lifetime=MAIL_LIFETIME)
+        link = await mint_signin_link(state.broker, name, base, next=next_path, lifetime=MAIL_LIFETIME)
         await channel.send_signin(on_file, name, link, MAIL_LIFETIME)
     except Exception:
         log.exception("mailing a sign-in link failed")

@@ -127,7 +127,7 @@ async def give_grant(body: GiveBody, caller: Caller, broker: TheBroker, state: S
     if caller.kind == "agent":
         raise ApiError(403, "forbidden", "only a person gives grants")
     by = body.by if caller.kind == "admin" else caller.name
-    if caller.kind != "admin" and await broker.principals.get_principal(body.to) is None:
+    if caller.kind != "admin" and await broker.get_principal(body.to) is None:
         raise ApiError(422, "invalid_request", f"to: there is no human or agent named {body.to!r} here")
     exp = body.exp if "exp" in body.model_fields_set else DEFAULT_EXP
     grant = await broker.give_grant(body.to, body.with_, body.can, exp=exp, by=by)

@@ -79,7 +79,7 @@ async def inbound(channel: str, request: Request, state: State, broker: TheBroke
     request_id, recipient = doc.get("request_id"), doc.get("recipient")
     if not isinstance(request_id, str) or not isinstance(recipient, str):
         raise ApiError(422, "invalid_request", "request_id and recipient are required, as text")
-    delivered = await broker.store.list_deliveries(request_id=request_id, limit=1000)
+    delivered = await broker.list_deliveries(request_id=request_id, limit=1000)
     if not any(d.channel == channel and d.recipient == recipient for d in delivered):
         raise ApiError(403, "forbidden", f"request {request_id} was not delivered to {recipient!r} through {channel!r}")
     by = recipient
@@ -153,7 +153,7 @@ async def _claim(
     except InvalidLink as exc:
         text = str(exc)
         return _page(state, http, "This link does not work", f"{text[:1].upper()}{text[1:]}.", 400)
-    used = await broker.store.answer_link_use(claim.link)
+    used = await broker.answer_link_use(claim.link)
     if used is not None:
         return _used(state, http, used)
     try:
@@ -219,7 +219,7 @@ async def answer_by_link(token: str, http: Request, state: State, broker: TheBro
     if isinstance(found, HTMLResponse):
         return found
     claim, request = found
-    use, first = await broker.store.use_answer_link(
+    use, first = await broker.use_answer_link(
         LinkUse(claim.link, request.id, claim.recipient, datetime.now(UTC)), claim.expires_at
     )
     if not first:

@@ -205,7 +205,7 @@ async def request_page(http: HttpRequest, state: State, request_id: str) -> Resp
     if who.principal.kind != "agent":  # a browser is a person's, the local one's without auth too
         await state.broker.note_viewed(request.id, by=who.principal.name)
     events = list(await state.broker.find_events(request=request.id, limit=TIMELINE_LIMIT))
-    deliveries = list(await state.broker.store.list_deliveries(request_id=request.id, limit=TIMELINE_LIMIT))
+    deliveries = list(await state.broker.list_deliveries(request_id=request.id, limit=TIMELINE_LIMIT))
     loop = state.delivery
     types = {name: c.type for name, c in loop.routing.channels.items()} if loop is not None else {}
     here = http.url_for("request_page", request_id=request.id).path
@@ -405,7 +405,7 @@ async def dashboard(http: HttpRequest, state: State) -> Response:
             expired[r.to or "(nobody named)"] += 1
     waiting = Counter(r.to or "(nobody named)" for r in pending)
     if who.principal.kind == "admin":
-        team_names = {p.name for p in await state.broker.principals.list_principals() if p.kind == "team"}
+        team_names = {p.name for p in await state.broker.list_principals() if p.kind == "team"}
     else:
         team_names = set(who.principal.teams)
     team_rows = _team_rows(team_names, pending, settled)

@@ -87,7 +87,7 @@ class Deleted(BaseModel):
 async def _owns(broker: LocalBroker, caller: Principal, agent: str) -> bool:
     if caller.kind == "admin":
         return True
-    principal = await broker.principals.get_principal(agent)
+    principal = await broker.get_principal(agent)
     return principal is not None and principal.kind == "agent" and principal.owner == caller.name
 
 
