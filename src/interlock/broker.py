@@ -2280,6 +2280,9 @@ class LocalBroker(Broker):
         return None if document is None else masked(document)
 
     async def set_routing(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace the routing in use, checked as a routing file is (its channels are made,
+        and so checked further, by the loops that use it, and by a server's API before it
+        keeps one)."""
         try:
             routing = routing_from_dict(document)
         except RoutingError as exc:

@@ -64,7 +64,7 @@ WIRE_ERRORS: tuple[WireError, ...] = (
         409,
         AlreadySettled,
         lambda exc: {"current_status": exc.status},
-        lambda detail, body, rid: AlreadySettled(rid, str(body.get("current_status") or "settled")),
+        lambda detail, body, rid: AlreadySettled(rid, str(body.get("current_status") or "settled"), detail or None),
     ),
     WireError("closed", 409, Closed, _none, lambda detail, body, rid: Closed(rid or None, detail)),
     WireError(
