@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from fastapi.templating import Jinja2Templates
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from .. import wire
 from ..broker import MAX_EVENT_ID, LocalBroker
 from ..channels.delivery import DeliveryLoop
 from ..errors import NotFound
@@ -28,31 +29,60 @@ from .schemas import Problem
 from .stream import ACCESS_EVENTS, Hub
 
 __all__ = [
+    "NOVO_REFUSAL",
+    "PROBLEM_CODES",
+    "UNREADABLE",
     "ApiError",
     "AppState",
+    "Caller",
     "Metrics",
     "Quotas",
     "State",
     "TheBroker",
     "app_state",
     "can_see",
+    "describe",
     "event_to_dict",
     "may_see_delivery",
     "may_see_run",
     "parse_event_id",
     "run_event_filter",
     "problem",
+    "problems_for",
 ]
 
 
-def problem(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:
-    titles = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 408: "Request Timeout"}
-    titles |= {405: "Method Not Allowed", 409: "Conflict", 413: "Content Too Large", 422: "Unprocessable Content"}
-    titles |= {429: "Too Many Requests"}
-    body = {"type": "about:blank", "title": titles.get(status, "Error"), "status": status, "code": code}
+UNREADABLE = 400
+"""The status of `invalid_request` for what the server cannot read at all: a body that is
+not JSON, a Last-Event-ID that is no event id, a payload that does not parse (the table's
+422 is for what reads but does not fit)."""
+
+NOVO_REFUSAL = 400
+"""The status of `invalid_answer` on Novo's routes (`inputResponses`, /interactions), as
+Novo's clients expect it (the table's is 422)."""
+
+_TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 408: "Request Timeout"}
+_TITLES |= {405: "Method Not Allowed", 409: "Conflict", 413: "Content Too Large", 422: "Unprocessable Content"}
+_TITLES |= {429: "Too Many Requests"}
+
+
+def problem(code: str, detail: str, *, status: int | None = None, **extra: Any) -> JSONResponse:
+    """Problem details (RFC 9457) with a code of the wire table, at its status there
+    unless `status` says otherwise (what an exception or the framework says: `ApiError`
+    holds the routes to the statuses the table allows)."""
+    default = wire.status_of(code)  # a code of the table, or ValueError
+    status = default if status is None else status
+    body = {"type": "about:blank", "title": _TITLES.get(status, "Error"), "status": status, "code": code}
     body |= {"detail": detail, **{k: v for k, v in extra.items() if v is not None}}
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return JSONResponse(body, status_code=status, media_type="application/problem+json", headers=headers)
+
+
+def _status(code: str, status: int | None) -> int:
+    if status is None:
+        return wire.status_of(code)
+    wire.meaning(code, status)  # a status the table allows this code, or ValueError
+    return status
 
 
 def parse_event_id(value: str | None) -> int | None:
@@ -65,23 +95,56 @@ def parse_event_id(value: str | None) -> int | None:
     return int(value)
 
 
-def problem_responses(descriptions: Mapping[int, str], *statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The `responses=` of a route for the problems it can answer with, described by its
-    router's `descriptions`; a 429 says `Retry-After` when to try again."""
-    out: dict[int | str, dict[str, Any]] = {}
-    for status in statuses:
-        out[status] = {"model": Problem, "description": descriptions.get(status, "")}
-        if status == 429:
-            out[status]["headers"] = {
-                "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 1}}
-            }
-    return out
+PROBLEM_CODES: Mapping[int, tuple[str, ...]] = {
+    400: ("invalid_request",),
+    401: ("unauthorized",),
+    403: ("forbidden",),
+    404: ("not_found",),
+    408: ("pending",),
+    409: ("already_settled",),
+    413: ("too_large",),
+    422: ("invalid_request",),
+    429: ("rate_limited",),
+}
+"""The codes each status carries on most routes; a router names those that differ."""
+
+Responses = dict[int | str, dict[str, Any]]
+
+
+def problems_for(codes: Mapping[int, Sequence[str]] | None = None) -> Callable[..., Responses]:
+    """A router's `problems(*statuses)`: the `responses=` of a route for the problems it can
+    answer with, each status described by the codes the router sends with it
+    (`PROBLEM_CODES`, with `codes` instead where given) from the wire table."""
+    table = {**PROBLEM_CODES, **(codes or {})}
+    for status, named in table.items():
+        describe(status, named)  # every code in the wire table, at a status it allows: or ValueError now
+
+    def problems(*statuses: int) -> Responses:
+        out: Responses = {}
+        for status in statuses:
+            out[status] = {"model": Problem, "description": describe(status, table[status])}
+            if status == 429:
+                out[status]["headers"] = {
+                    "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 1}}
+                }
+        return out
+
+    return problems
+
+
+def describe(status: int, codes: Sequence[str]) -> str:
+    """What a status means on a route that sends these codes with it, from the wire table."""
+    return "; ".join(f"`{code}`: {wire.meaning(code, status)}" for code in codes)
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
+    """A problem to answer with: a code of the wire table (`interlock.wire`), at its status
+    there unless `status` names another the table allows it (a route's own, named where it
+    is raised: `UNREADABLE`, `NOVO_REFUSAL`)."""
+
+    def __init__(self, code: str, detail: str, *, status: int | None = None, **extra: Any) -> None:
         super().__init__(detail)
-        self.status, self.code, self.detail, self.extra = status, code, detail, extra
+        self.status, self.code, self.detail, self.extra = _status(code, status), code, detail, extra
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
@@ -223,5 +286,11 @@ async def _broker_dependency(request: Request) -> LocalBroker:
     return app_state(request).broker
 
 
+async def _caller_dependency(request: Request) -> Principal:
+    return await app_state(request).auth.api_principal(request)
+
+
 State = Annotated[AppState, Depends(_state_dependency)]
 TheBroker = Annotated[LocalBroker, Depends(_broker_dependency)]
+Caller = Annotated[Principal, Depends(_caller_dependency)]
+"""The caller of an API route, from its bearer token (401 without a valid one)."""

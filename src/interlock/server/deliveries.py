@@ -5,12 +5,11 @@ store, so it survives restarts and every node's delivery loop takes it up)."""
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi import APIRouter, Body, Query
 from fastapi.responses import JSONResponse
 from prometheus_client import Counter
 from pydantic import BaseModel
@@ -22,10 +21,9 @@ from ..errors import InvalidRequest, NotFound
 from ..outbox import Delivery, delivery_to_dict
 from ..principals import Principal, can_read
 from ..routing import Routing, RoutingError, masked, routing_from_dict
-from .common import ApiError, AppState, State, TheBroker, app_state, may_see_delivery, problem_responses
+from .common import ApiError, AppState, Caller, State, TheBroker, may_see_delivery, problems_for
 
 __all__ = [
-    "PROBLEMS",
     "ROUTING_CHECK",
     "DeliveryModel",
     "DeliveryPage",
@@ -42,16 +40,7 @@ ROUTING_CHECK = 5.0
 
 router = APIRouter()
 
-PROBLEMS = {
-    400: "the body is not valid JSON",
-    404: "no such request or delivery, or no routing on this server",
-    409: "the delivery is not a dead letter",
-    413: "the body is too large",
-    422: "a parameter or the body does not fit, or the routing does not check out (`invalid_request`)",
-}
-
-
-problems = functools.partial(problem_responses, PROBLEMS)
+problems = problems_for()
 
 
 class DeliveryModel(BaseModel):
@@ -76,13 +65,6 @@ class DeliveryModel(BaseModel):
 class DeliveryPage(BaseModel):
     items: list[DeliveryModel]
     next: str | None = None
-
-
-async def _caller(request: Request) -> Principal:
-    return await app_state(request).auth.api_principal(request)
-
-
-Caller = Annotated[Principal, Depends(_caller)]
 
 
 def install_metrics(state: AppState) -> None:
@@ -148,12 +130,12 @@ async def keep_teams(state: AppState, routing: Routing) -> None:
 
 def _admin(caller: Principal, what: str) -> None:
     if caller.kind != "admin":
-        raise ApiError(403, "forbidden", f"only an admin may {what}")
+        raise ApiError("forbidden", f"only an admin may {what}")
 
 
 def _loop(state: AppState) -> Any:
     if state.delivery is None:
-        raise ApiError(404, "not_found", "no routing is configured on this server (start it with --routing FILE)")
+        raise ApiError("not_found", "no routing is configured on this server (start it with --routing FILE)")
     return state.delivery
 
 
@@ -166,9 +148,9 @@ async def request_deliveries(request_id: str, caller: Caller, broker: TheBroker)
     try:
         request = await broker.get(request_id)
     except NotFound:
-        raise ApiError(404, "not_found", f"no request {request_id}") from None
+        raise ApiError("not_found", f"no request {request_id}") from None
     if not can_read(caller, request):
-        raise ApiError(403, "forbidden", "this request is neither to you nor from you")
+        raise ApiError("forbidden", "this request is neither to you nor from you")
     found = await broker.list_deliveries(request_id=request_id, limit=1000)
     return JSONResponse({"items": [delivery_to_dict(d) for d in found]})
 
@@ -194,7 +176,7 @@ async def get_delivery(delivery_id: str, caller: Caller, broker: TheBroker) -> J
     """One delivery: for its recipient, whoever made its request, or an admin."""
     known = await broker.get_delivery(delivery_id)
     if not await may_see_delivery(broker, caller, known):
-        raise ApiError(403, "forbidden", "this delivery is neither to you nor about a request of yours")
+        raise ApiError("forbidden", "this delivery is neither to you nor about a request of yours")
     return JSONResponse(delivery_to_dict(known))
 
 
@@ -206,7 +188,7 @@ async def retry_delivery(delivery_id: str, caller: Caller, broker: TheBroker, st
     recipient, whoever made its request, or an admin."""
     known = await broker.get_delivery(delivery_id)
     if not await may_see_delivery(broker, caller, known):
-        raise ApiError(403, "forbidden", "this delivery is neither to you nor about a request of yours")
+        raise ApiError("forbidden", "this delivery is neither to you nor about a request of yours")
     again = await broker.retry_delivery(delivery_id)  # AlreadySettled (409) for one that is no dead letter
     if state.delivery is not None:
         state.delivery.wake()
@@ -233,7 +215,7 @@ async def put_routing(caller: Caller, state: State, document: Annotated[dict[str
         routing = routing_from_dict(document)
         channels = open_channels(routing.channels, _context(state, routing))  # every channel can be made
     except (RoutingError, ChannelError) as exc:
-        raise ApiError(422, "invalid_request", str(exc)) from None
+        raise ApiError("invalid_request", str(exc)) from None
     await state.broker.set_routing(routing.source)
     await use_routing(state, routing, channels=channels, start=True)
     return JSONResponse(masked(routing.source))

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from ..model import Choice, Confirm, Form, Grant, MultiChoice, Option, Origin, Text
 from ..store import Query
+from ..wire import WIRE_ERRORS
 
 __all__ = [
     "AnswerBody",
@@ -383,13 +384,18 @@ class EventPage(BaseModel):
     last_event_id: int
 
 
+def _codes_text() -> str:
+    rows = [f"`{row.code}` ({row.status}): {row.meaning}" for row in WIRE_ERRORS]
+    return "A stable machine code, one of the wire table's:\n\n" + "\n".join(f"- {row}" for row in rows)
+
+
 class Problem(BaseModel):
     """An error, as RFC 9457 problem details with a stable machine `code`."""
 
     type: str = "about:blank"
     title: str
     status: int
-    code: str
+    code: str = Field(description=_codes_text(), json_schema_extra={"enum": [row.code for row in WIRE_ERRORS]})
     detail: str
     ask_id: str | None = None
     current_status: str | None = None

@@ -6,7 +6,6 @@ only an admin creates a team, adds or removes members, or deletes it."""
 
 from __future__ import annotations
 
-import functools
 from typing import Annotated
 
 from fastapi import APIRouter, Body
@@ -14,13 +13,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from ..principals import Principal
-from .api import PROBLEMS, Caller
-from .common import ApiError, State, TheBroker, problem_responses
+from .api import PROBLEMS
+from .common import ApiError, Caller, State, TheBroker, problems_for
 
 __all__ = ["TeamModel", "router"]
 
 router = APIRouter()
-problems = functools.partial(problem_responses, PROBLEMS)
+problems = problems_for(PROBLEMS)
 
 
 class TeamModel(BaseModel):
@@ -40,13 +39,13 @@ class Members(BaseModel):
 
 def _admin(caller: Principal, what: str) -> None:
     if caller.kind != "admin":
-        raise ApiError(403, "forbidden", f"only an admin may {what}")
+        raise ApiError("forbidden", f"only an admin may {what}")
 
 
 async def _team(broker: TheBroker, name: str) -> JSONResponse:
     members = await broker.team_members(name)
     if members is None:
-        raise ApiError(404, "not_found", f"there is no team named {name!r}")
+        raise ApiError("not_found", f"there is no team named {name!r}")
     return JSONResponse({"name": name, "members": list(members)})
 
 
@@ -86,9 +85,9 @@ async def remove_member(name: str, member: str, caller: Caller, broker: TheBroke
     """Take a person out of a team (an admin only)."""
     _admin(caller, "change a team")
     if await broker.team_members(name) is None:
-        raise ApiError(404, "not_found", f"there is no team named {name!r}")
+        raise ApiError("not_found", f"there is no team named {name!r}")
     if not await broker.remove_team_member(name, member):
-        raise ApiError(404, "not_found", f"{member!r} is not in the team {name!r}")
+        raise ApiError("not_found", f"{member!r} is not in the team {name!r}")
     return await _team(broker, name)
 
 
@@ -97,5 +96,5 @@ async def delete_team(name: str, caller: Caller, broker: TheBroker, state: State
     """Delete a team (an admin only); its requests stay, readable by their requesters."""
     _admin(caller, "delete a team")
     if not await broker.delete_team(name):
-        raise ApiError(404, "not_found", f"there is no team named {name!r}")
+        raise ApiError("not_found", f"there is no team named {name!r}")
     state.known_recipients.discard(name)
