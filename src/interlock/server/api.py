@@ -106,6 +106,19 @@ async def visible(broker: LocalBroker, request_id: str, principal: Principal) ->
     return request
 
 
+Rule = Callable[[Principal, HumanRequest], bool]
+
+
+async def _acting(broker: LocalBroker, request_id: str, caller: Principal, may: Rule, refused: str) -> str | None:
+    """Who to record as settling a request `caller` `may` settle: the caller (None for an
+    admin, the operator). `NotFound` for an unknown request, a 403 for one they may not
+    read, or (`refused`) may not settle."""
+    request = await visible(broker, request_id, caller)
+    if not may(caller, request):
+        raise ApiError("forbidden", refused)
+    return None if caller.kind == "admin" else caller.name
+
+
 async def settled_or_conflict(broker: LocalBroker, request_id: str, done: bool) -> HumanRequest:
     current = await broker.get(request_id)
     if not done:
@@ -435,10 +448,7 @@ async def answer_batch(body: BatchAnswerBody, caller: Caller, broker: TheBroker)
     tags=["answers"],
 )
 async def reject_request(request_id: str, body: RejectBody, caller: Caller, broker: TheBroker) -> JSONResponse:
-    request = await visible(broker, request_id, caller)
-    if not can_answer(caller, request):
-        raise ApiError("forbidden", "only the human the request is to may reject it")
-    by = None if caller.kind == "admin" else caller.name
+    by = await _acting(broker, request_id, caller, can_answer, "only the human the request is to may reject it")
     done = await broker.reject(request_id, body.reason, by=by, via="api")
     return out(await settled_or_conflict(broker, request_id, done))
 
@@ -453,10 +463,7 @@ async def cancel_request(request_id: str, body: CancelBody, caller: Caller, brok
     """Withdraw a request you made. With `cause: "released"`, free it as `release` does:
     a request created detached is dropped once, whichever client asks first (its answer
     kept, if it has one); a later release is a 409 `already_settled`."""
-    request = await visible(broker, request_id, caller)
-    if not can_cancel(caller, request):
-        raise ApiError("forbidden", "only whoever made the request may cancel it")
-    by = None if caller.kind == "admin" else caller.name
+    by = await _acting(broker, request_id, caller, can_cancel, "only whoever made the request may cancel it")
     if body.cause == "released":
         done = await broker.release(request_id)
     else:
@@ -469,9 +476,7 @@ async def cancel_request(request_id: str, body: CancelBody, caller: Caller, brok
 )
 async def expire_request(request_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Expire a request you made now (a waiting client whose own time ran out)."""
-    request = await visible(broker, request_id, caller)
-    if not can_cancel(caller, request):
-        raise ApiError("forbidden", "only whoever made the request may expire it")
+    await _acting(broker, request_id, caller, can_cancel, "only whoever made the request may expire it")
     return out(await settled_or_conflict(broker, request_id, await broker.expire(request_id)))
 
 

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from fastapi import FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import generate_latest
@@ -55,7 +55,18 @@ from . import (
     web_deliveries,
 )
 from .auth import Auth, loopback_host, same_origin
-from .common import UNREADABLE, ApiError, AppState, Quotas, describe, event_to_dict, parse_event_id, problem
+from .common import (
+    UNREADABLE,
+    ApiError,
+    AppState,
+    Quotas,
+    State,
+    TheBroker,
+    describe,
+    event_to_dict,
+    parse_event_id,
+    problem,
+)
 from .pages import install_pages
 from .quotas import DEFAULT_QUOTA, DEFAULT_STREAMS, Quota, TooMany
 
@@ -265,15 +276,7 @@ def create_app(
     app.include_router(inbound.pages)
     _document_problems(app)
 
-    @app.get("/healthz", include_in_schema=False)
-    async def healthz() -> dict[str, str]:
-        await the_broker.last_event_id()  # the store answers
-        return {"status": "ok"}
-
-    @app.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
-        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
+    app.include_router(operations)
     install_web(app, state)
     app.include_router(web_deliveries.router)
     app.include_router(email_signin.router)
@@ -284,6 +287,21 @@ def create_app(
         app.router.routes.append(Route("/mcp", _no_mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     install_pages(app, state)
     return app
+
+
+operations = APIRouter(include_in_schema=False)
+"""What an operator's tools read: whether the server is up, and its metrics."""
+
+
+@operations.get("/healthz")
+async def healthz(broker: TheBroker) -> dict[str, str]:
+    await broker.last_event_id()  # the store answers
+    return {"status": "ok"}
+
+
+@operations.get("/metrics")
+async def metrics(state: State) -> Response:
+    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 _UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.templating import Jinja2Templates
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -39,6 +39,7 @@ __all__ = [
     "Quotas",
     "State",
     "TheBroker",
+    "Values",
     "app_state",
     "can_see",
     "describe",
@@ -49,6 +50,8 @@ __all__ = [
     "run_event_filter",
     "problem",
     "problems_for",
+    "read_form",
+    "set_cookie",
 ]
 
 
@@ -294,3 +297,41 @@ State = Annotated[AppState, Depends(_state_dependency)]
 TheBroker = Annotated[LocalBroker, Depends(_broker_dependency)]
 Caller = Annotated[Principal, Depends(_caller_dependency)]
 """The caller of an API route, from its bearer token (401 without a valid one)."""
+
+
+# -- the web pages' forms and cookies ---------------------------------------------------------
+
+
+class Values:
+    """The fields of a posted form, to read an answer from and to fill the form again."""
+
+    def __init__(self, items: Sequence[tuple[str, str]] = ()) -> None:
+        self._by_name: dict[str, list[str]] = {}
+        for name, value in items:
+            self._by_name.setdefault(name, []).append(value)
+
+    def get(self, name: str, default: str = "") -> str:
+        found = self._by_name.get(name)
+        return found[-1] if found else default
+
+    def all(self, name: str) -> list[str]:
+        return list(self._by_name.get(name, ()))
+
+    def has(self, name: str) -> bool:
+        return name in self._by_name
+
+    def __bool__(self) -> bool:
+        return bool(self._by_name)
+
+
+async def read_form(http: Request) -> Values:
+    """The text fields of a posted form (files left out)."""
+    form = await http.form()
+    return Values([(k, v) for k, v in form.multi_items() if isinstance(v, str)])
+
+
+def set_cookie(
+    response: Response, name: str, value: str, max_age: int, samesite: Literal["lax", "strict"], path: str, secure: bool
+) -> None:
+    """Set a cookie the page's scripts cannot read (`HttpOnly`), `Secure` over HTTPS."""
+    response.set_cookie(name, value, max_age=max_age, path=path, httponly=True, samesite=samesite, secure=secure)

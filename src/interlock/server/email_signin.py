@@ -28,8 +28,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from ..channels.email import EmailChannel
 from ..signin import mint_signin_link, safe_next
 from .auth import check_csrf
-from .common import AppState, State
-from .web import SIGNIN_COOKIE, _values, email_signin_offered, signin_page
+from .common import AppState, State, read_form
+from .web import SIGNIN_COOKIE, email_signin_offered, signin_page
 
 __all__ = ["MAIL_LIFETIME", "router", "person_at"]
 
@@ -89,7 +89,7 @@ def _valid_address(address: str) -> bool:
 async def ask_for_a_link(http: HttpRequest, state: State) -> Response:
     if not state.auth.enabled:
         return RedirectResponse(http.url_for("inbox"), status_code=303)
-    values = await _values(http)
+    values = await read_form(http)
     next_path = values.get("next")
     next_path = next_path if safe_next(next_path) else "/"
     try:  # the form's token is the one in the short-lived sign-in cookie (double submit)

@@ -26,6 +26,7 @@ from ..followups import MAX_FOLLOWUP_LENGTH, Sent, followup_to_dict
 from ..principals import can_answer
 from .common import ApiError, Caller, TheBroker, describe, problems_for
 from .runs import own_run, visible_run
+from .schemas import Strict
 
 __all__ = ["router"]
 
@@ -37,16 +38,12 @@ PROBLEMS = {404: ("not_found", "followup_not_found"), 409: ("thread_busy", "run_
 _problems = problems_for(PROBLEMS)
 
 
-class MessageBody(BaseModel):
-    model_config = {"extra": "forbid", "strict": True}
-
+class MessageBody(Strict):
     text: str = Field(min_length=1, max_length=MAX_FOLLOWUP_LENGTH, description="the message, verbatim")
     by: str | None = Field(None, description="who sends it (the operator only; else the token's principal)")
 
 
-class TakeBody(BaseModel):
-    model_config = {"extra": "forbid", "strict": True}
-
+class TakeBody(Strict):
     worker: str | None = Field(None, description="the worker holding the run, when a worker takes them")
 
 

@@ -20,7 +20,7 @@ from ..model import DEFAULT_EXP, IssuedGrant, issued_grant_to_dict
 from ..principals import Principal
 from .api import PROBLEMS
 from .common import ApiError, AppState, Caller, State, TheBroker, problems_for
-from .schemas import IssuedGrantModel, _Strict
+from .schemas import IssuedGrantModel, Strict
 
 __all__ = ["router"]
 
@@ -39,7 +39,7 @@ class GrantList(BaseModel):
     next_cursor: str | None
 
 
-class CheckBody(_Strict):
+class CheckBody(Strict):
     with_: str = Field(alias="with")
     can: str
     audience: str | None = Field(None, description="Who would use it; you, unless you are its issuer.")
@@ -51,7 +51,7 @@ class CheckResult(BaseModel):
     grant: IssuedGrantModel | None
 
 
-class VerifyBody(_Strict):
+class VerifyBody(Strict):
     token: str
 
 
@@ -61,7 +61,7 @@ class VerifyResult(BaseModel):
     grant: IssuedGrantModel | None
 
 
-class GiveBody(_Strict):
+class GiveBody(Strict):
     to: str = Field(description="Who may use the grant.")
     with_: str = Field(alias="with", min_length=1)
     can: str = Field(min_length=1)
@@ -69,7 +69,7 @@ class GiveBody(_Strict):
     by: str | None = Field(None, description="The issuer; only honoured by a server without auth (else you).")
 
 
-class RevokeBody(_Strict):
+class RevokeBody(Strict):
     by: str | None = Field(None, description="Who revokes; only honoured by a server without auth (else you).")
 
 

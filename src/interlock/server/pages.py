@@ -38,12 +38,10 @@ from ..model import Request as HumanRequest
 from ..outbox import Delivery
 from ..principals import Principal, can_answer, can_read
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE, check_csrf
-from .common import AppState, State
+from .common import AppState, State, read_form, set_cookie
 from .web import (
     SIGNIN_COOKIE,
     Session,
-    _set_cookie,
-    _values,
     after_signin,
     email_signin_offered,
     inbox_filter,
@@ -88,13 +86,13 @@ def _link_page(state: AppState, http: HttpRequest, code: str, next_path: str, er
     csrf = secrets.token_urlsafe(24)
     context = {"code": code, "next": next_path, "signin_csrf": csrf, "error": error}
     response = page(state, http, "signin_link.html", context, 400 if error else 200)
-    _set_cookie(http, response, SIGNIN_COOKIE, csrf, 3600, "strict", "/signin", state.auth.secure(http))
+    set_cookie(response, SIGNIN_COOKIE, csrf, 3600, "strict", "/signin", state.auth.secure(http))
     return response
 
 
 @router.post("/signin/link", response_class=HTMLResponse)
 async def signin_with_link(http: HttpRequest, state: State) -> Response:
-    values = await _values(http)
+    values = await read_form(http)
     next_path = values.get("next")
     if not state.auth.enabled:
         return RedirectResponse(after_signin(http, next_path), status_code=303)
@@ -112,7 +110,7 @@ async def signin_with_link(http: HttpRequest, state: State) -> Response:
         )
         return signin_page(state, http, message, 400, next_path)
     response = RedirectResponse(after_signin(http, next_path), status_code=303)
-    _set_cookie(http, response, SESSION_COOKIE, started[0], SESSION_MAX_AGE, "lax", "/", state.auth.secure(http))
+    set_cookie(response, SESSION_COOKIE, started[0], SESSION_MAX_AGE, "lax", "/", state.auth.secure(http))
     response.delete_cookie(SIGNIN_COOKIE, path="/signin")
     return response
 

@@ -38,7 +38,7 @@ from .common import (
     problems_for,
     run_event_filter,
 )
-from .schemas import EventPage
+from .schemas import EventPage, Strict
 from .stream import Dropped
 
 __all__ = ["router"]
@@ -51,11 +51,7 @@ _problems = problems_for({409: ("run_conflict",)})
 # -- shapes ----------------------------------------------------------------------------------
 
 
-class _Strict(BaseModel):
-    model_config = {"extra": "forbid", "strict": True}
-
-
-class StartBody(_Strict):
+class StartBody(Strict):
     agent: str = Field(description="the agent whose run this is: a worker with its handler resumes it")
     session: str | None = Field(None, description="the session or thread the run belongs to")
     run_id: str | None = Field(None, description="the run's id; a run with this id already stored is returned as is")
@@ -65,35 +61,35 @@ class StartBody(_Strict):
     requester: str | None = Field(None, description="who starts it (the operator only; else the token's principal)")
 
 
-class ParkBody(_Strict):
+class ParkBody(Strict):
     state: Any = Field(None, description="the framework's state to go on from (JSON, opaque to interlock)")
     waiting_on: list[str] = Field(description="the requests (created with this run's id) the run waits on")
     status: Literal["waiting_for_input", "waiting_for_approval"] | None = None
     worker: str | None = Field(None, description="the worker holding the run, when a worker parks it again")
 
 
-class ClaimBody(_Strict):
+class ClaimBody(Strict):
     agents: list[str] | None = Field(None, description="the agents this worker resumes; any when null")
     worker: str = Field(description="the worker's name, which holds the run until its lease runs out")
     lease: float = Field(DEFAULT_LEASE, gt=0, le=3600)
 
 
-class LeaseBody(_Strict):
+class LeaseBody(Strict):
     worker: str
     lease: float = Field(DEFAULT_LEASE, gt=0, le=3600)
 
 
-class CompleteBody(_Strict):
+class CompleteBody(Strict):
     result: Any = None
     worker: str | None = None
 
 
-class FailBody(_Strict):
+class FailBody(Strict):
     error: str
     worker: str | None = None
 
 
-class CancelRunBody(_Strict):
+class CancelRunBody(Strict):
     reason: str = Field("cancelled_by_user", description="the run's `terminal_reason`")
 
 

@@ -6,17 +6,16 @@ inbox's sessions, pages and CSRF checks; they work without JavaScript."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter
 from fastapi.requests import Request as HttpRequest
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ..errors import AlreadySettled, NotFound
 from ..principals import can_read
 from ..signin import safe_next
-from .auth import check_csrf
 from .common import State, may_see_delivery
 from .pages import may_retry
-from .web import _values, page, refusal, session, signin_redirect
+from .web import page, posted, refusal, session, signin_redirect
 
 __all__ = ["router"]
 
@@ -55,14 +54,10 @@ async def deliveries_page(http: HttpRequest, state: State) -> Response:
 
 @router.post("/inbox/deliveries/{delivery_id}/retry", name="inbox_delivery_retry", response_class=HTMLResponse)
 async def retry(http: HttpRequest, state: State, delivery_id: str) -> Response:
-    who = await session(state, http)
-    if who is None:
-        return signin_redirect(http, http.url_for("inbox_deliveries").path)
-    values = await _values(http)
-    try:
-        check_csrf(who.csrf, values.get("csrf"))
-    except HTTPException as exc:
-        return refusal(state, http, 403, str(exc.detail), who)
+    found = await posted(http, state, http.url_for("inbox_deliveries").path)
+    if isinstance(found, Response):
+        return found
+    who, values = found
     try:
         known = await state.broker.get_delivery(delivery_id)
     except NotFound:
