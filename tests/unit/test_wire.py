@@ -105,6 +105,17 @@ def test_every_code_of_the_table_is_sent_by_the_server() -> None:
     assert CODES - literal - framework - by_error == set()
 
 
+def test_every_problem_body_written_by_hand_has_a_code_of_the_table() -> None:
+    written = []  # `{"code": "..."}` in a problem built without `problem` (the /mcp endpoint's 401)
+    for path in [*SERVER, *sorted((SRC / "mcp").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.Dict) and "status" in [getattr(k, "value", None) for k in node.keys]:
+                for key, value in zip(node.keys, node.values, strict=True):
+                    if getattr(key, "value", None) == "code" and isinstance(value, ast.Constant):
+                        written.append(value.value)
+    assert written and set(written) <= CODES, set(written) - CODES
+
+
 def test_the_remote_broker_reads_only_codes_of_the_table() -> None:
     read = set()
     for node in ast.walk(ast.parse((SRC / "remote.py").read_text("utf-8"))):

@@ -27,7 +27,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, FastAPI, HTTPException
+from fastapi import APIRouter, FastAPI
 from fastapi import Request as HttpRequest
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
@@ -37,8 +37,8 @@ from ..model import Event, Status
 from ..model import Request as HumanRequest
 from ..outbox import Delivery
 from ..principals import Principal, can_answer, can_read
-from .auth import SESSION_COOKIE, SESSION_MAX_AGE, check_csrf
-from .common import AppState, State, read_form, set_cookie
+from .auth import SESSION_COOKIE, SESSION_MAX_AGE
+from .common import AppState, State, set_cookie
 from .web import (
     SIGNIN_COOKIE,
     Session,
@@ -47,6 +47,7 @@ from .web import (
     inbox_filter,
     outcome,
     page,
+    read_signin_form,
     refusal,
     session,
     signin_page,
@@ -92,14 +93,12 @@ def _link_page(state: AppState, http: HttpRequest, code: str, next_path: str, er
 
 @router.post("/signin/link", response_class=HTMLResponse)
 async def signin_with_link(http: HttpRequest, state: State) -> Response:
-    values = await read_form(http)
+    values, stale = await read_signin_form(http)
     next_path = values.get("next")
     if not state.auth.enabled:
         return RedirectResponse(after_signin(http, next_path), status_code=303)
-    try:  # the form's token is the one in the short-lived sign-in cookie (double submit)
-        check_csrf(http.cookies.get(SIGNIN_COOKIE, ""), values.get("csrf"))
-    except HTTPException as exc:
-        return _link_page(state, http, values.get("code"), next_path, str(exc.detail))
+    if stale is not None:
+        return _link_page(state, http, values.get("code"), next_path, stale)
     code = values.get("code").strip()
     started = await state.auth.sign_in_with_link(code) if code and len(code) <= 200 else None
     if started is None:

@@ -581,16 +581,26 @@ def signin_page(
     return response
 
 
+async def read_signin_form(http: HttpRequest) -> tuple[Values, str | None]:
+    """The fields of a posted sign-in form, and what is wrong with its CSRF token (None
+    when it is the one in the short-lived sign-in cookie: a double submit, as there is no
+    session yet)."""
+    values = await read_form(http)
+    try:
+        check_csrf(http.cookies.get(SIGNIN_COOKIE, ""), values.get("csrf"))
+    except HTTPException as exc:
+        return values, str(exc.detail)
+    return values, None
+
+
 @router.post("/signin", response_class=HTMLResponse)
 async def signin(http: HttpRequest, state: State) -> Response:
     if not state.auth.enabled:
         return RedirectResponse(http.url_for("inbox"), status_code=303)
-    values = await read_form(http)
+    values, stale = await read_signin_form(http)
     next_path = values.get("next")
-    try:  # the sign-in form's token is the one in the short-lived sign-in cookie (double submit)
-        check_csrf(http.cookies.get(SIGNIN_COOKIE, ""), values.get("csrf"))
-    except HTTPException as exc:
-        return signin_page(state, http, str(exc.detail), 403, next_path)
+    if stale is not None:
+        return signin_page(state, http, stale, 403, next_path)
     token = values.get("token").strip()
     principal = await state.auth.from_token(token) if token else None
     if principal is None:
