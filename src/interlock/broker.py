@@ -2251,8 +2251,7 @@ class LocalBroker(Broker):
             raise ValueError("limit must be between 1 and 1000")
         if self._state != "open":
             await self.open()
-        store = self.store
-        return await store.list_deliveries(
+        return await self.store.list_deliveries(
             request_id=request_id, status=status, recipient=recipient, after=after, limit=limit
         )
 
