@@ -107,7 +107,7 @@ async def run(db: str, burst: int, rate: float, seconds: float) -> dict[str, obj
         url = db if db != "sqlite" else f"sqlite:///{workdir / 'bench.db'}"
         async with interlock.connect(url) as broker:
             assert isinstance(broker, LocalBroker)
-            loop = DeliveryLoop(broker.store, broker.store, routing)
+            loop = DeliveryLoop(broker.outbox, routing)
             # -- burst -----------------------------------------------------------------
             started = time.time()
             ids = set()

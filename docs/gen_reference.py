@@ -390,7 +390,30 @@ def http_page() -> str:
             by_tag.setdefault(tag, []).append(f"| `{method.upper()}` | `{path}` | {cell(text)} |")
     for tag, rows in by_tag.items():
         lines += [f"## {tag}", "", "| method | path | what it does |", "| --- | --- | --- |", *rows, ""]
-    return "\n".join(lines)
+    return "\n".join(lines + problems_section())
+
+
+def problems_section() -> list[str]:
+    """The wire table (`interlock.wire`): every code the server sends, as it says itself."""
+    from interlock.wire import WIRE_ERRORS
+
+    lines = [
+        "## problems",
+        "",
+        "Every error is problem details (`application/problem+json`) with a stable `code`, one of",
+        "these (`interlock.wire`); a refused call changes nothing. Through `interlock.connect(url)`",
+        "a code with an exception raises it again in the client; the others are the server's own",
+        "answers, left to httpx's status error.",
+        "",
+        "| code | status | exception | what it means |",
+        "| --- | --- | --- | --- |",
+    ]
+    for row in WIRE_ERRORS:
+        statuses = ", ".join(str(s) for s in (row.status, *row.also))
+        meanings = [row.meaning, *(f"{status}: {text}" for status, text in row.also.items())]
+        error = f"`{row.error.__name__}`" if row.error is not None else ""
+        lines.append(f"| `{row.code}` | {statuses} | {error} | {cell('; '.join(meanings))} |")
+    return [*lines, ""]
 
 
 # -- writing --------------------------------------------------------------------------

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import importlib
+import json
 import logging
 import math
 import os
@@ -80,10 +82,34 @@ from .model import (
     plain_id,
     time_budget,
 )
+from .outbox import Delivery, DeliveryState, LinkUse
+from .principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
 from .redact import redact_url
-from .store import EventQuery, GrantQuery, ListFilters, PrincipalStore, Query, RunClaim, RunQuery, Store
+from .routing import Routing, RoutingError, masked, routing_from_dict
+from .store import (
+    DeliveryPort,
+    EventQuery,
+    GrantQuery,
+    ListFilters,
+    OutboxStore,
+    Query,
+    RunClaim,
+    RunQuery,
+    Store,
+)
 
-__all__ = ["Broker", "CreateFields", "GrantPage", "LocalBroker", "Page", "RunPage", "connect", "register_scheme"]
+__all__ = [
+    "ROUTING_SETTING",
+    "Broker",
+    "CreateFields",
+    "GrantPage",
+    "LocalBroker",
+    "Page",
+    "RunPage",
+    "connect",
+    "register_scheme",
+    "stored_routing",
+]
 
 log = logging.getLogger("interlock")
 
@@ -821,6 +847,70 @@ class Broker(ABC):
         held message for delivery, oldest first, each with its `followup_replayed` event.
         The caller hands each to its agent as the next user turn."""
 
+    # -- teams ---------------------------------------------------------------------------
+
+    @abstractmethod
+    async def list_teams(self) -> Mapping[str, Sequence[str]]:
+        """Every team and its members, by name. Through a server, an admin's view: anyone
+        else sees the teams they are in."""
+
+    @abstractmethod
+    async def team_members(self, team: str) -> Sequence[str] | None:
+        """A team's members, by name; None when there is no such team."""
+
+    @abstractmethod
+    async def add_team_members(self, team: str, members: Sequence[str] = ()) -> Sequence[str]:
+        """Make the team if it is new and add these people to it; its members now. A name
+        that is a person's or an agent's, or a member who is no person here, raises
+        `InvalidRequest` and changes nothing."""
+
+    @abstractmethod
+    async def remove_team_member(self, team: str, member: str) -> bool:
+        """Take a person out of a team; False when they were not in it (or there is no
+        such team)."""
+
+    @abstractmethod
+    async def delete_team(self, team: str) -> bool:
+        """Delete a team and its memberships (its requests stay); False if there was none."""
+
+    # -- the outbox ----------------------------------------------------------------------
+
+    @abstractmethod
+    async def list_deliveries(
+        self,
+        *,
+        request_id: str | None = None,
+        status: DeliveryState | None = None,
+        recipient: str | None = None,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> Sequence[Delivery]:
+        """Deliveries by id, a page after the id `after`: of one request, in one state
+        (`dead`: the dead letters), to one recipient. Through a server, those the token
+        may see (a request's, for whoever may read it; else the caller's own, every one
+        for an admin), so `recipient` is the server's business."""
+
+    @abstractmethod
+    async def get_delivery(self, delivery_id: str) -> Delivery:
+        """The delivery by id. Raises `NotFound` for an unknown id."""
+
+    @abstractmethod
+    async def retry_delivery(self, delivery_id: str) -> Delivery:
+        """Send a dead letter again: pending, due now, its attempts counted afresh. Raises
+        `NotFound` for an unknown id, `AlreadySettled` for a delivery that is no dead letter."""
+
+    @abstractmethod
+    async def routing(self) -> dict[str, Any] | None:
+        """The routing document in use (as kept in the store, where every node's delivery
+        loop reads it), the channels' secrets masked; None when there is none."""
+
+    @abstractmethod
+    async def set_routing(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace the routing in use with `document` (a routing file's, as JSON): it
+        survives restarts, and every delivery loop on the store takes it up within seconds.
+        A document that does not check out raises `InvalidRequest` and changes nothing.
+        Returns it as kept, the channels' secrets masked."""
+
 
 @dataclass(slots=True, eq=False)
 class _Waiting:
@@ -869,8 +959,8 @@ class LocalBroker(Broker):
         """How long a request that sets no timeout and belongs to no run stays pending
         before it expires; None (the default): such a request never expires by itself."""
         self.store = store
-        self.principals: PrincipalStore = store
-        """Principals, tokens and web sessions: what a server and `interlock token` manage."""
+        """Where this broker keeps everything (the surfaces reach it only through the
+        broker's methods: its principals, tokens and sessions through the local ones)."""
         # the futures waiting on each request: one future (the common case, with no list
         # to make and collect per wait), or a list of them
         self._waiters: dict[str, asyncio.Future[Request] | list[asyncio.Future[Request]]] = {}
@@ -2116,6 +2206,223 @@ class LocalBroker(Broker):
             self._changed_now()
         return taken
 
+    # -- teams ---------------------------------------------------------------------------
+
+    async def list_teams(self) -> Mapping[str, Sequence[str]]:
+        if self._state != "open":
+            await self.open()
+        store = self.store
+        names = [p.name for p in await store.list_principals() if p.kind == "team"]
+        return {name: tuple(await store.team_members(name) or ()) for name in names}
+
+    async def team_members(self, team: str) -> Sequence[str] | None:
+        if self._state != "open":
+            await self.open()
+        return await self.store.team_members(team)
+
+    async def add_team_members(self, team: str, members: Sequence[str] = ()) -> Sequence[str]:
+        if self._state != "open":
+            await self.open()
+        store = self.store
+        try:
+            await store.save_team(team, members)
+        except ValueError as exc:  # the store's words for a name taken, or a member who is no person
+            if isinstance(exc, InvalidRequest):
+                raise
+            raise InvalidRequest(str(exc)) from None
+        return await store.team_members(team) or ()
+
+    async def remove_team_member(self, team: str, member: str) -> bool:
+        if self._state != "open":
+            await self.open()
+        return bool(await self.store.remove_team_members(team, [member]))
+
+    async def delete_team(self, team: str) -> bool:
+        if self._state != "open":
+            await self.open()
+        return await self.store.delete_team(team)
+
+    # -- the outbox ----------------------------------------------------------------------
+
+    async def list_deliveries(
+        self,
+        *,
+        request_id: str | None = None,
+        status: DeliveryState | None = None,
+        recipient: str | None = None,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> Sequence[Delivery]:
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        if self._state != "open":
+            await self.open()
+        return await self.store.list_deliveries(
+            request_id=request_id, status=status, recipient=recipient, after=after, limit=limit
+        )
+
+    async def get_delivery(self, delivery_id: str) -> Delivery:
+        if self._state != "open":
+            await self.open()
+        found = await self.store.get_delivery(delivery_id)
+        if found is None:
+            raise NotFound(delivery_id, message=f"no delivery {delivery_id}")
+        return found
+
+    async def retry_delivery(self, delivery_id: str) -> Delivery:
+        known = await self.get_delivery(delivery_id)
+        again = await self.store.retry_delivery(delivery_id, datetime.now(UTC))
+        if again is None:
+            raise AlreadySettled(
+                delivery_id, known.status, f"delivery {delivery_id} is {known.status}, not a dead letter"
+            )
+        return again
+
+    async def routing(self) -> dict[str, Any] | None:
+        if self._state != "open":
+            await self.open()
+        document = await stored_routing(self.store)
+        return None if document is None else masked(document)
+
+    async def set_routing(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace the routing in use, checked as a routing file is (its channels are made,
+        and so checked further, by the loops that use it, and by a server's API before it
+        keeps one)."""
+        try:
+            routing = routing_from_dict(document)
+        except RoutingError as exc:
+            raise InvalidRequest(str(exc)) from None
+        if self._state != "open":
+            await self.open()
+        store = self.store
+        stored = await store.load_setting(ROUTING_SETTING)
+        digest = stored.get("file_digest") if isinstance(stored, Mapping) else None  # a file unchanged does not undo it
+        await store.save_setting(ROUTING_SETTING, {"document": dict(routing.source), "file_digest": digest})
+        return masked(routing.source)
+
+    # -- what only a local broker does: its store's outbox, principals, tokens and sessions --
+
+    @property
+    def outbox(self) -> DeliveryPort:
+        """The outbox of this broker's store, for a delivery loop run in this process
+        (`interlock serve --routing`, `interlock deliver`): the loop leases its notices and
+        deliveries there. A remote broker has none: its server runs its own loop."""
+        return self.store
+
+    async def settle_routing(self, file: Routing | None) -> Routing | None:
+        """The routing a delivery loop starting here uses. A routing file (`file`) replaces
+        the stored routing when there is none or when the file changed since it last did;
+        otherwise the stored one (as `set_routing` last made it) is used. None when there is
+        neither."""
+        if self._state != "open":
+            await self.open()
+        store = self.store
+        stored = await store.load_setting(ROUTING_SETTING)
+        if file is not None:
+            digest = _digest(file.source)
+            if not isinstance(stored, Mapping) or stored.get("file_digest") != digest:
+                await store.save_setting(ROUTING_SETTING, {"document": dict(file.source), "file_digest": digest})
+                return file
+        document = await stored_routing(store)
+        if document is None:
+            return None
+        if file is not None and dict(document) == dict(file.source):
+            return file
+        return routing_from_dict(document)
+
+    async def get_principal(self, name: str) -> Principal | None:
+        """The human, agent or team of that name in this store."""
+        if self._state != "open":
+            await self.open()
+        return await self.store.get_principal(name)
+
+    async def list_principals(self) -> Sequence[Principal]:
+        """Every human, agent and team in this store, by name."""
+        if self._state != "open":
+            await self.open()
+        return await self.store.list_principals()
+
+    async def save_principal(self, principal: Principal) -> None:
+        """Add a human or an agent, or change the kind and owner of one of that name."""
+        if self._state != "open":
+            await self.open()
+        await self.store.save_principal(principal)
+
+    async def teams_of(self, name: str) -> frozenset[str]:
+        """The teams `name` is a member of."""
+        if self._state != "open":
+            await self.open()
+        return await self.store.teams_of(name)
+
+    async def save_token(self, token: IssuedToken) -> None:
+        """Keep a token issued for a principal of this store (by its hash)."""
+        if self._state != "open":
+            await self.open()
+        await self.store.save_token(token)
+
+    async def live_token(self, token_hash: str) -> LiveToken | None:
+        """The id and principal of the live (unrevoked) token of this hash."""
+        if self._state != "open":
+            await self.open()
+        return await self.store.live_token(token_hash)
+
+    async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
+        """Revoke one token by id, or every token of a principal, with the web sessions
+        opened with them (a `token_revoked` event ends their streams on every node); how
+        many were revoked."""
+        if self._state != "open":
+            await self.open()
+        revoked = await self.store.revoke_tokens(token_id=token_id, principal=principal)
+        self._changed_now()
+        return revoked
+
+    async def start_session(self, token_hash: str, session: IssuedSession) -> WebSession | None:
+        """Keep a web inbox session opened with the live token of this hash; None if there
+        is none."""
+        if self._state != "open":
+            await self.open()
+        return await self.store.start_session(token_hash, session)
+
+    async def get_session(self, session_hash: str, now: datetime) -> WebSession | None:
+        """The web inbox session of this hash, while unexpired and its token is live."""
+        if self._state != "open":
+            await self.open()
+        return await self.store.get_session(session_hash, now)
+
+    async def end_session(self, session_hash: str) -> WebSession | None:
+        """End a web inbox session (a `signed_out` event ends its streams on every node)."""
+        if self._state != "open":
+            await self.open()
+        ended = await self.store.end_session(session_hash)
+        self._changed_now()
+        return ended
+
+    async def save_signin_link(self, link: IssuedSignInLink) -> None:
+        """Keep a one-time sign-in link (by its hash) for a person of this store."""
+        if self._state != "open":
+            await self.open()
+        await self.store.save_signin_link(link)
+
+    async def use_signin_link(self, link_hash: str, now: datetime) -> Principal | None:
+        """Spend the one-time sign-in link of this hash: whom it signs in, for the one
+        caller on any node that spends it; None for a link unknown, used or expired."""
+        if self._state != "open":
+            await self.open()
+        return await self.store.use_signin_link(link_hash, now)
+
+    async def use_answer_link(self, use: LinkUse, expires_at: datetime) -> tuple[LinkUse, bool]:
+        """Record the use of a one-click answer link unless it was used already: the use
+        that stands, and whether it is this one (one caller on any node records its use)."""
+        if self._state != "open":
+            await self.open()
+        return await self.store.use_answer_link(use, expires_at)
+
+    async def answer_link_use(self, link: str) -> LinkUse | None:
+        """The recorded use of the one-click answer link of this id, if it was used."""
+        if self._state != "open":
+            await self.open()
+        return await self.store.answer_link_use(link)
+
     async def _current_run(self, run_id: str) -> Run:
         check_text(run_id, "the run id", DEFAULT_LIMITS.max_name_length)
         run = await self.store.get_run(run_id)
@@ -2292,6 +2599,21 @@ _BROKER_OPTIONS = (
     "max_followups",
     "default_expiry",
 )
+
+
+ROUTING_SETTING = "routing"
+"""The store's setting that holds the routing in use: `{"document": ..., "file_digest": ...}`."""
+
+
+async def stored_routing(outbox: OutboxStore) -> Mapping[str, Any] | None:
+    """The routing document kept in the store, if any (its secrets as given)."""
+    stored = await outbox.load_setting(ROUTING_SETTING)
+    document = stored.get("document") if isinstance(stored, Mapping) else None
+    return document if isinstance(document, Mapping) else None
+
+
+def _digest(document: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def register_scheme(scheme: str, factory: str | StoreFactory, *, makes_broker: bool = False) -> None:

@@ -82,7 +82,6 @@ from .redact import RedactingFilter, redact, redact_url
 from .remote import RemoteBroker
 from .runs import Worker
 from .signin import mint_signin_link
-from .store import PrincipalStore
 
 __all__ = ["app", "main", "parse_answer"]
 
@@ -146,12 +145,12 @@ def _fail(message: str, code: int = USAGE) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _principals(broker: Broker) -> PrincipalStore:
-    """The principals of the store the broker is on: managed where the store is, never
-    through a server's API."""
+def _local(broker: Broker) -> LocalBroker:
+    """The broker over a store, for what is managed where the store is (principals and
+    tokens), never through a server's API."""
     if not isinstance(broker, LocalBroker):
         raise Forbidden("principals and tokens are managed on the server: run `interlock token` there")
-    return broker.principals
+    return broker
 
 
 def _remote(db: str | None) -> bool:
@@ -333,7 +332,7 @@ def inbox(
     async def work(broker: Broker) -> tuple[Page, Mapping[str, Claim]]:
         # Through a server, a person's inbox holds their teams' requests too (the server
         # knows the token's teams); on a local store, `--to` names the person.
-        teams = sorted(await broker.principals.teams_of(to)) if to and isinstance(broker, LocalBroker) else []
+        teams = sorted(await broker.teams_of(to)) if to and isinstance(broker, LocalBroker) else []
         found = await broker.list(recipient=to, teams=teams, status=None if status == "all" else status, limit=limit)
         pending = [r.id for r in found.items if r.status is Status.PENDING]
         return found, await broker.claims(pending) if pending else {}
@@ -789,14 +788,13 @@ def serve(
             err.print(f"open {where}/ in your browser", markup=False)
             return
         person = local_person()
-        store = broker.principals
-        found = await store.get_principal(person)
+        found = await broker.get_principal(person)
         if found is None:
-            await store.save_principal(Principal(person, "human"))
+            await broker.save_principal(Principal(person, "human"))
         elif found.kind != "human":
             err.print(f"no sign-in link: {person!r} is an agent here; sign in with a human's token", markup=False)
             return
-        link = await mint_signin_link(store, person, where)
+        link = await mint_signin_link(broker, person, where)
         err.print(f"sign in as {person} (the link works once, for a day):", markup=False)
         err.print(f"    {link}", markup=False, soft_wrap=True)
 
@@ -965,7 +963,7 @@ def token_create(
         raise _fail("an agent needs --owner HUMAN: whose inbox its requests go to")
 
     async def work(broker: Broker) -> str:
-        store = _principals(broker)
+        store = _local(broker)
         if owner is not None:
             found = await store.get_principal(owner)
             if found is None or found.kind != "human":
@@ -992,7 +990,7 @@ def token_revoke(
     """Revoke a token, or every token of a human or agent; it stops working at once."""
 
     async def work(broker: Broker) -> int:
-        store = _principals(broker)
+        store = _local(broker)
         if what.startswith(TOKEN_PREFIX) and what.count("_") >= 2:
             return await store.revoke_tokens(token_id=what.split("_")[1])
         if await store.get_principal(what) is not None:
@@ -1008,7 +1006,7 @@ def token_revoke(
 @token_app.command("list")
 def token_list(db: LocalDb = None) -> None:
     """List the humans and agents."""
-    for p in _run(db, lambda b: _principals(b).list_principals()):
+    for p in _run(db, lambda b: _local(b).list_principals()):
         typer.echo(f"{p.name}\t{p.kind}" + (f"\towner={p.owner}" if p.owner else ""))
 
 
@@ -1028,12 +1026,7 @@ def team_add(
     """Make a team if it is new, and add people (humans with a token here) to it."""
 
     async def work(broker: Broker) -> Sequence[str]:
-        store = _principals(broker)
-        try:
-            await store.save_team(team, members or [])
-        except ValueError as exc:
-            raise InvalidRequest(str(exc)) from None
-        return await store.team_members(team) or []
+        return await broker.add_team_members(team, members or [])
 
     found = _run(db, work)
     err.print(f"team {team}: {', '.join(found) or 'no members yet'}")
@@ -1048,12 +1041,11 @@ def team_rm(
     """Take people out of a team, or delete the team when no one is named."""
 
     async def work(broker: Broker) -> int | None:
-        store = _principals(broker)
-        if await store.team_members(team) is None:
+        if await broker.team_members(team) is None:
             return None
         if not members:
-            return int(await store.delete_team(team))
-        return await store.remove_team_members(team, members)
+            return int(await broker.delete_team(team))
+        return sum([await broker.remove_team_member(team, member) for member in dict.fromkeys(members)])
 
     removed = _run(db, work)
     if removed is None:
@@ -1069,7 +1061,7 @@ def team_rm(
 @team_app.command("members")
 def team_members(team: Annotated[str, typer.Argument(help="The team's name.")], db: LocalDb = None) -> None:
     """List a team's members, one a line."""
-    found = _run(db, lambda b: _principals(b).team_members(team))
+    found = _run(db, lambda b: b.team_members(team))
     if found is None:
         raise _fail(f"there is no team named {team!r}", DECLINED)
     for name in found:
@@ -1578,12 +1570,6 @@ deliveries_app = typer.Typer(
 app.add_typer(deliveries_app, name="deliveries")
 
 
-def _outbox_of(broker: Broker) -> RemoteBroker | LocalBroker:
-    """The broker the outbox commands work with: a server's (through its API) or a store's."""
-    assert isinstance(broker, RemoteBroker | LocalBroker)
-    return broker
-
-
 def _print_deliveries(items: list[dict[str, Any]]) -> None:
     if not items:
         err.print("no deliveries")
@@ -1622,10 +1608,7 @@ def deliveries_list(
         raise _fail(f"--status is one of {', '.join(DELIVERY_STATES)}, not {status!r}")
 
     async def work(broker: Broker) -> list[dict[str, Any]]:
-        outbox = _outbox_of(broker)
-        if isinstance(outbox, RemoteBroker):
-            return list(await outbox.deliveries(request_id=request, status=status))
-        found = await outbox.store.list_deliveries(request_id=request, status=status, limit=1000)
+        found = await broker.list_deliveries(request_id=request, status=status, limit=1000)
         return [delivery_to_dict(d) for d in found]
 
     items = _run(db, work, token)
@@ -1644,11 +1627,8 @@ def deliveries_retry(
     """Send a dead letter again (due now, its attempts counted afresh)."""
 
     async def work(broker: Broker) -> bool:
-        outbox = _outbox_of(broker)
-        if isinstance(outbox, LocalBroker):
-            return await outbox.store.retry_delivery(delivery_id, datetime.now(UTC)) is not None
         try:
-            await outbox.retry_delivery(delivery_id)
+            await broker.retry_delivery(delivery_id)
         except (NotFound, AlreadySettled):
             return False
         return True
@@ -1668,17 +1648,7 @@ app.add_typer(routing_app, name="routing")
 @routing_app.command("show")
 def routing_show(db: DbOption = None, token: TokenOption = None) -> None:
     """Print the routing in use as JSON, the channels' secrets masked."""
-    from .channels.delivery import stored_routing
-    from .routing import masked
-
-    async def work(broker: Broker) -> Any:
-        outbox = _outbox_of(broker)
-        if isinstance(outbox, RemoteBroker):
-            return await outbox.routing()
-        found = await stored_routing(outbox.store)
-        return None if found is None else masked(found)
-
-    document = _run(db, work, token)
+    document = _run(db, lambda b: b.routing(), token)
     if document is None:
         raise _fail("no routing is kept here yet: set one with `interlock routing set FILE`", DECLINED)
     typer.echo(json.dumps(document, indent=2))
@@ -1693,7 +1663,6 @@ def routing_set(
     """Replace the routing in use with a file's: every server on the store (or the server
     named) takes it up within seconds, and it survives restarts."""
     from .channels import ChannelContext, ChannelError, open_channels
-    from .channels.delivery import save_routing
     from .routing import RoutingError, load_routing
 
     try:
@@ -1703,14 +1672,7 @@ def routing_set(
     except (RoutingError, ChannelError) as exc:
         raise _fail(str(exc)) from None
 
-    async def work(broker: Broker) -> None:
-        outbox = _outbox_of(broker)
-        if isinstance(outbox, RemoteBroker):
-            await outbox.set_routing(routing.source)
-        else:
-            await save_routing(outbox.store, routing)
-
-    _run(db, work, token)
+    _run(db, lambda b: b.set_routing(routing.source), token)
     err.print(f"routing from {file} in use (channels: {', '.join(routing.channels) or 'none'})")
 
 
@@ -1732,7 +1694,7 @@ def deliver(
     """Run the outbox's delivery loop alone (beside servers that run without --routing).
     Email answer links are signed with INTERLOCK_SECRET_KEY, which the servers must share."""
     from .channels import ChannelContext, ChannelError
-    from .channels.delivery import DeliveryLoop, settle_routing
+    from .channels.delivery import DeliveryLoop
     from .channels.links import AnswerLinks
     from .routing import RoutingError, load_routing
 
@@ -1744,8 +1706,8 @@ def deliver(
         raise _fail(str(exc)) from None
 
     async def work(broker: Broker) -> None:
-        assert isinstance(broker, LocalBroker)
-        the_routing = await settle_routing(broker.store, from_file)
+        local = _local(broker)
+        the_routing = await local.settle_routing(from_file)
         if the_routing is None:
             raise InvalidRequest("no routing here yet: pass --routing FILE, or set one with `interlock routing set`")
         links = None
@@ -1755,7 +1717,7 @@ def deliver(
         context = ChannelContext(the_routing.inbox_url, links)
         try:
             loop = DeliveryLoop(
-                broker.store, broker.store, the_routing, context=context, poll_interval=poll_interval, routing_check=5.0
+                local.outbox, the_routing, context=context, poll_interval=poll_interval, routing_check=5.0
             )
         except ChannelError as exc:
             raise InvalidRequest(str(exc)) from None

@@ -121,10 +121,11 @@ class Closed(Cancelled):
 
 
 class AlreadySettled(InterlockError, RuntimeError):
-    """The request is no longer pending. `status` is the state it settled in."""
+    """The request is no longer pending (or a dead letter to retry is none). `status` is
+    the state it is in."""
 
-    def __init__(self, request_id: str, status: str) -> None:
-        super().__init__(f"request {request_id!r} is already {status}")
+    def __init__(self, request_id: str, status: str, message: str | None = None) -> None:
+        super().__init__(message or f"request {request_id!r} is already {status}")
         self.request_id = request_id
         self.status = status
 

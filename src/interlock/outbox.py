@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
@@ -32,6 +33,7 @@ __all__ = [
     "DeliveryState",
     "LinkUse",
     "Notice",
+    "delivery_from_dict",
     "delivery_id",
     "delivery_to_dict",
     "delivery_to_row",
@@ -138,6 +140,7 @@ def delivery_to_dict(delivery: Delivery) -> dict[str, Any]:
     """A delivery's JSON shape in the API and the CLI."""
     return {
         "id": delivery.id,
+        "notice": delivery.notice,
         "request_id": delivery.request_id,
         "kind": delivery.kind,
         "event": delivery.event,
@@ -152,3 +155,26 @@ def delivery_to_dict(delivery: Delivery) -> dict[str, Any]:
         "last_error": delivery.last_error,
         "reference": delivery.reference,
     }
+
+
+def delivery_from_dict(data: Mapping[str, Any]) -> Delivery:
+    """A delivery from its JSON shape (`delivery_to_dict`), as a remote broker reads the API's."""
+
+    delivered_at = data.get("delivered_at")
+    return Delivery(
+        id=str(data["id"]),
+        notice=int(data.get("notice") or 0),
+        request_id=str(data["request_id"]),
+        kind=data["kind"],
+        event=str(data["event"]),
+        recipient=str(data["recipient"]),
+        channel=str(data["channel"]),
+        address=data.get("address"),
+        due_at=datetime.fromisoformat(data["due_at"]),
+        created_at=datetime.fromisoformat(data["created_at"]),
+        status=data["status"],
+        attempts=int(data["attempts"]),
+        delivered_at=datetime.fromisoformat(delivered_at) if delivered_at else None,
+        last_error=data.get("last_error"),
+        reference=data.get("reference"),
+    )

@@ -58,6 +58,7 @@ from .model import (
     request_from_dict,
     run_from_dict,
 )
+from .outbox import Delivery, DeliveryState, delivery_from_dict
 from .redact import redact_url
 from .store import ListFilters, Query
 from .store._url import url_options
@@ -724,43 +725,103 @@ class RemoteBroker(Broker):
         page = await self._call("POST", f"/runs/{run_id}/followups/take", json={"worker": worker}, request_id=run_id)
         return [followup_from_dict(item, run_id) for item in page["items"]]
 
-    # -- the outbox (a local broker's store has these itself: `LocalBroker.store`) ----------
+    # -- teams ---------------------------------------------------------------------------
 
-    async def deliveries(
-        self, *, request_id: str | None = None, status: str | None = None, limit: int = 1000
-    ) -> Sequence[dict[str, Any]]:
-        """Deliveries as the API shows them: of one request (for whoever may read it), or
-        to the caller (every one, for an admin) in one state (`dead`: the dead letters)."""
-        if request_id is not None:
+    async def list_teams(self) -> Mapping[str, Sequence[str]]:
+        # The server shows an admin every team, anyone else the teams they are in.
+        found = await self._call("GET", "/teams")
+        return {t["name"]: tuple(t["members"]) for t in found["items"]}
+
+    async def team_members(self, team: str) -> Sequence[str] | None:
+        response = await self._send("GET", _team_path(team))
+        if response.status_code == 404 and _code(response) == "not_found":
+            return None
+        if not response.is_success:
+            raise _error(response, team)
+        return tuple(response.json()["members"])
+
+    async def add_team_members(self, team: str, members: Sequence[str] = ()) -> Sequence[str]:
+        found = await self._call("POST", f"{_team_path(team)}/members", json={"members": list(members)})
+        return tuple(found["members"])
+
+    async def remove_team_member(self, team: str, member: str) -> bool:
+        response = await self._send("DELETE", f"{_team_path(team)}/members/{quote(member, safe='')}")
+        if response.status_code == 404 and _code(response) == "not_found":
+            return False
+        if not response.is_success:
+            raise _error(response, team)
+        return True
+
+    async def delete_team(self, team: str) -> bool:
+        response = await self._send("DELETE", _team_path(team))
+        if response.status_code == 404 and _code(response) == "not_found":
+            return False
+        if not response.is_success:
+            raise _error(response, team)
+        return True
+
+    # -- the outbox ----------------------------------------------------------------------
+
+    async def list_deliveries(
+        self,
+        *,
+        request_id: str | None = None,
+        status: DeliveryState | None = None,
+        recipient: str | None = None,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> Sequence[Delivery]:
+        # The server keeps to the deliveries the token may see; `recipient` is its business.
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        if request_id is not None:  # a request's deliveries come whole, in one call
             page = await self._call("GET", f"/requests/{quote(request_id, safe='')}/deliveries", request_id=request_id)
-            return [d for d in page["items"] if status is None or d["status"] == status][:limit]
-        found: list[dict[str, Any]] = []
-        after: str | None = None
+            items = [delivery_from_dict(d) for d in page["items"]]
+            kept = [d for d in items if (status is None or d.status == status) and (after is None or d.id > after)]
+            return kept[:limit]
+        found: list[Delivery] = []
         while len(found) < limit:
-            params = {"limit": min(500, limit - len(found))} | ({"status": status} if status else {})
-            page = await self._call("GET", "/deliveries", params=params | ({"after": after} if after else {}))
-            found.extend(page["items"])
+            params: dict[str, Any] = {"limit": min(_DELIVERY_PAGE, limit - len(found))}
+            params |= {name: value for name, value in (("status", status), ("after", after)) if value is not None}
+            page = await self._call("GET", "/deliveries", params=params)
+            found.extend(delivery_from_dict(d) for d in page["items"])
             after = page.get("next")
             if not after:
                 break
         return found
 
-    async def retry_delivery(self, delivery_id: str) -> dict[str, Any]:
-        """Send a dead letter again; `AlreadySettled` when it is no dead letter."""
-        done: dict[str, Any] = await self._call(
-            "POST", f"/deliveries/{quote(delivery_id, safe='')}/retry", request_id=delivery_id
-        )
-        return done
+    async def get_delivery(self, delivery_id: str) -> Delivery:
+        path = f"/deliveries/{quote(delivery_id, safe='')}"
+        return delivery_from_dict(await self._call("GET", path, request_id=delivery_id))
 
-    async def routing(self) -> dict[str, Any]:
-        """The routing in use on the server, its secrets masked (an admin's)."""
-        document: dict[str, Any] = await self._call("GET", "/routing")
+    async def retry_delivery(self, delivery_id: str) -> Delivery:
+        path = f"/deliveries/{quote(delivery_id, safe='')}/retry"
+        return delivery_from_dict(await self._call("POST", path, request_id=delivery_id))
+
+    async def routing(self) -> dict[str, Any] | None:
+        """The routing in use on the server, its secrets masked (an admin's); None when the
+        server has none."""
+        response = await self._send("GET", "/routing")
+        if response.status_code == 404 and _code(response) == "not_found":
+            return None
+        if not response.is_success:
+            raise _error(response, "")
+        document: dict[str, Any] = response.json()
         return document
 
     async def set_routing(self, document: Mapping[str, Any]) -> dict[str, Any]:
-        """Replace the server's routing (an admin's); the routing kept, its secrets masked."""
+        """Replace the server's routing (an admin's): the server checks it, channels and
+        all, and every node's delivery loop takes it up."""
         kept: dict[str, Any] = await self._call("PUT", "/routing", json=dict(document))
         return kept
+
+
+_DELIVERY_PAGE = 500
+"""The most deliveries the API lists in one page."""
+
+
+def _team_path(team: str) -> str:
+    return f"/teams/{quote(team, safe='')}"
 
 
 def _query_params(query: Query) -> dict[str, Any]:

@@ -12,32 +12,41 @@ tokens ends it like any other session.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 from urllib.parse import urlencode
 
-from .principals import SIGNIN_LINK_LIFETIME, issue_signin_link
-from .store import PrincipalStore
+from .principals import SIGNIN_LINK_LIFETIME, IssuedSignInLink, Principal, issue_signin_link
 
-__all__ = ["SIGNIN_LINK_PATH", "mint_signin_link", "safe_next"]
+__all__ = ["SIGNIN_LINK_PATH", "SignInLinks", "mint_signin_link", "safe_next"]
 
 SIGNIN_LINK_PATH = "/signin/link"
 
 
+class SignInLinks(Protocol):
+    """Where the people and their sign-in links are kept: a `LocalBroker` (or its
+    store's principals port)."""
+
+    async def get_principal(self, name: str) -> Principal | None: ...
+
+    async def save_signin_link(self, link: IssuedSignInLink) -> None: ...
+
+
 async def mint_signin_link(
-    store: PrincipalStore,
+    broker: SignInLinks,
     principal: str,
     base_url: str,
     *,
     next: str = "/",
     lifetime: timedelta = SIGNIN_LINK_LIFETIME,
 ) -> str:
-    """A new one-time link that signs `principal` (a human known to `store`) in to the web
+    """A new one-time link that signs `principal` (a human known to `broker`, a local one) in to the web
     inbox at `base_url` and then opens `next` (a path on that server, such as
     `/requests/<id>`). It works once, within `lifetime`."""
-    found = await store.get_principal(principal)
+    found = await broker.get_principal(principal)
     if found is None or found.kind != "human":
         raise ValueError(f"no human named {principal!r}: only people sign in to the inbox")
     link = issue_signin_link(principal, datetime.now(UTC), lifetime)
-    await store.save_signin_link(link)
+    await broker.save_signin_link(link)
     query = {"code": link.secret} | ({"next": next} if safe_next(next) and next != "/" else {})
     return f"{base_url.rstrip('/')}{SIGNIN_LINK_PATH}?{urlencode(query)}"
 

@@ -155,10 +155,10 @@ def agent_token(database: Path) -> str:
     async def make() -> str:
         async with interlock.connect(f"sqlite:///{database}") as broker:
             assert isinstance(broker, LocalBroker)
-            await broker.principals.save_principal(Principal("alice", "human"))
-            await broker.principals.save_principal(Principal("deployer", "agent", owner="alice"))
+            await broker.save_principal(Principal("alice", "human"))
+            await broker.save_principal(Principal("deployer", "agent", owner="alice"))
             token = issue_token("deployer", datetime.now(UTC))
-            await broker.principals.save_token(token)
+            await broker.save_token(token)
             return token.secret
 
     return anyio.run(make)

@@ -54,7 +54,7 @@ class World:
 async def world(tmp_path: Path, mailbox: Mailbox) -> AsyncIterator[World]:  # noqa: F811
     async with interlock.connect(f"sqlite:///{tmp_path / 'mail.db'}") as broker:
         assert isinstance(broker, LocalBroker)
-        await broker.principals.save_principal(Principal("alice", "human"))
+        await broker.save_principal(Principal("alice", "human"))
         app = create_app(
             broker=broker, secret_key="email-sign-in-secret-key", routing=routing_from_dict(routing_doc(mailbox.port))
         )

@@ -65,9 +65,9 @@ async def world(url: str) -> AsyncIterator[World]:
         assert isinstance(broker, LocalBroker)
         tokens = {}
         for p in (Principal("alice", "human"), Principal("bob", "human"), Principal("bot", "agent", "alice")):
-            await broker.principals.save_principal(p)
+            await broker.save_principal(p)
             token = issue_token(p.name, datetime.now(UTC))
-            await broker.principals.save_token(token)
+            await broker.save_token(token)
             tokens[p.name] = token.secret
         app = create_app(broker=broker, secret_key="timeline", routing=routing_from_dict(routing(hook.url)))
         async with serving(app) as server:

@@ -100,7 +100,7 @@ def any_in(broker: LocalBroker, status: str) -> Callable[[], Awaitable[bool]]:
 async def delivering(url: str, doc: dict[str, Any], **options: Any) -> AsyncIterator[tuple[LocalBroker, DeliveryLoop]]:
     async with interlock.connect(url) as broker:
         assert isinstance(broker, LocalBroker)
-        loop = DeliveryLoop(broker.store, broker.store, routing_from_dict(doc), poll_interval=0.05, **options)
+        loop = DeliveryLoop(broker.outbox, routing_from_dict(doc), poll_interval=0.05, **options)
         loop.start()
         try:
             yield broker, loop
@@ -312,8 +312,7 @@ async def test_stopping_the_loop_lets_a_send_under_way_store_its_outcome(tmp_pat
     async with interlock.connect(url) as broker:
         assert isinstance(broker, LocalBroker)
         loop = DeliveryLoop(
-            broker.store,
-            broker.store,
+            broker.outbox,
             routing_from_dict(routing("http://unused.example/hook")),
             channels={"hook": held},
             poll_interval=0.05,

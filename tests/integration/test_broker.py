@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from interlock import (
+    AlreadySettled,
     Broker,
     Cancelled,
     Choice,
@@ -29,6 +30,12 @@ from interlock import (
     Status,
     Text,
 )
+from interlock.broker import LocalBroker
+from interlock.channels import Message, PermanentFailure
+from interlock.channels.delivery import DeliveryLoop
+from interlock.outbox import LinkUse
+from interlock.principals import Principal, hash_token, issue_session, issue_signin_link, issue_token
+from interlock.routing import routing_from_dict
 
 pytestmark = pytest.mark.anyio
 
@@ -698,3 +705,156 @@ async def test_denying_an_approval_is_recorded_as_a_denial_with_the_reason(broke
     question = await broker.create(Confirm("Is it raining?"))
     assert await broker.resolve(question.id, False)
     assert (await broker.get(question.id)).status is Status.ANSWERED
+
+
+# -- teams, the outbox and the routing -------------------------------------------------------
+
+
+@pytest.fixture
+def local(backend: str, broker: Broker, request: pytest.FixtureRequest) -> LocalBroker:
+    """The local broker on the store under test: the broker itself, or the server's own
+    (for what only a process on the store does: principals, tokens, its delivery loop)."""
+    if backend == "http":
+        server: LocalBroker = request.getfixturevalue("http_server").app.state.interlock.broker
+        return server
+    assert isinstance(broker, LocalBroker)
+    return broker
+
+
+async def test_a_team_is_made_with_its_members_changed_and_deleted(broker: Broker, local: LocalBroker) -> None:
+    for person in ("alice", "bob"):
+        await local.save_principal(Principal(person, "human"))
+    await local.save_principal(Principal("alice-bot", "agent", "alice"))
+
+    assert list(await broker.add_team_members("ops", ["alice"])) == ["alice"]
+    assert list(await broker.add_team_members("ops", ["bob", "alice"])) == ["alice", "bob"]
+    assert list(await broker.add_team_members("empty")) == []
+    assert {name: list(members) for name, members in (await broker.list_teams()).items()} == {
+        "empty": [],
+        "ops": ["alice", "bob"],
+    }
+    assert await broker.team_members("nope") is None
+    for team, members in (("ops", ["carol"]), ("ops", ["alice-bot"]), ("alice", []), ("alice-bot", [])):
+        with pytest.raises(InvalidRequest):  # no person, an agent, a person's or an agent's name
+            await broker.add_team_members(team, members)
+    assert list(await broker.team_members("ops") or ()) == ["alice", "bob"]  # nothing changed
+    assert await local.teams_of("alice") == frozenset({"ops"})
+
+    assert await broker.remove_team_member("ops", "alice")
+    assert await broker.remove_team_member("ops", "alice") is False
+    assert await broker.remove_team_member("nope", "bob") is False
+    assert list(await broker.team_members("ops") or ()) == ["bob"]
+    assert await broker.delete_team("ops")
+    assert await broker.delete_team("ops") is False
+    assert await broker.team_members("ops") is None
+    assert list(await broker.list_teams()) == ["empty"]
+
+
+class _Refusing:
+    """A channel that fails every send for good: each delivery becomes a dead letter."""
+
+    async def send(self, message: Message) -> str | None:
+        raise PermanentFailure("nobody is at this pager")
+
+    async def aclose(self) -> None:
+        pass
+
+
+_PAGER = {
+    "channels": {"pager": {"type": "webhook", "url": "http://127.0.0.1:9/pager", "secret": "s3cret-s3cret-s3cret"}},
+    "recipients": {"alice": {"channels": ["pager"], "addresses": {"pager": "+33 6 12 34 56 78"}}},
+}
+
+
+async def test_a_dead_letter_is_listed_read_and_sent_again_once(broker: Broker, local: LocalBroker) -> None:
+    request = await broker.create(Confirm("Restart the workers?"), to="alice", requester="ops-bot")
+    other = await broker.create(Text("Lunch?"), to="bob", requester="ops-bot")  # routed nowhere
+    loop = DeliveryLoop(local.outbox, routing_from_dict(_PAGER), channels={"pager": _Refusing()})
+    with anyio.fail_after(BOUND):
+        while not await broker.list_deliveries(status="dead"):
+            await loop.run_once()
+
+    [dead] = await broker.list_deliveries(request_id=request.id)
+    assert (dead.status, dead.recipient, dead.channel, dead.attempts) == ("dead", "alice", "pager", 1)
+    assert dead.last_error == "nobody is at this pager"
+    assert await broker.get_delivery(dead.id) == dead
+    assert [d.id for d in await broker.list_deliveries(status="dead")] == [dead.id]
+    assert await broker.list_deliveries(status="pending") == []
+    assert await broker.list_deliveries(request_id=other.id) == []
+    assert await broker.list_deliveries(status="dead", after=dead.id) == []
+
+    again = await broker.retry_delivery(dead.id)
+    assert (again.id, again.status, again.attempts) == (dead.id, "pending", 0)
+    assert (await broker.get_delivery(dead.id)).status == "pending"
+    with pytest.raises(AlreadySettled, match="not a dead letter"):
+        await broker.retry_delivery(dead.id)
+    for missing in (broker.get_delivery("dlv_nope"), broker.retry_delivery("dlv_nope")):
+        with pytest.raises(NotFound):
+            await missing
+    with pytest.raises(ValueError, match="limit"):
+        await broker.list_deliveries(limit=0)
+
+
+async def test_the_routing_is_kept_with_its_secrets_masked_and_a_bad_one_changes_nothing(broker: Broker) -> None:
+    assert await broker.routing() is None
+    kept = await broker.set_routing(_PAGER)
+    assert kept["channels"]["pager"] == {"type": "webhook", "url": "http://127.0.0.1:9/pager", "secret": "***"}
+    assert kept["recipients"] == _PAGER["recipients"]
+    assert await broker.routing() == kept
+    with pytest.raises(InvalidRequest, match="sms"):
+        await broker.set_routing({"recipients": {"alice": {"channels": ["sms"]}}})
+    assert await broker.routing() == kept
+
+
+async def test_a_routing_file_seeds_the_store_and_what_was_set_since_stays_until_the_file_changes(
+    local: LocalBroker,
+) -> None:
+    from_file = routing_from_dict(_PAGER)
+    assert await local.settle_routing(None) is None
+    assert await local.settle_routing(from_file) is from_file
+    changed = {**_PAGER, "max_attempts": 3}
+    await local.set_routing(changed)
+    kept = await local.settle_routing(from_file)  # the same file: what was set since stays
+    assert kept is not None and kept.max_attempts == 3
+    edited = routing_from_dict({**_PAGER, "max_attempts": 5})
+    assert await local.settle_routing(edited) is edited  # the file changed: it wins
+    assert (await local.routing() or {})["max_attempts"] == 5
+
+
+async def test_a_local_broker_keeps_tokens_sessions_and_links_and_ends_them_by_revocation(local: LocalBroker) -> None:
+    now = datetime.now(UTC)
+    await local.save_principal(Principal("alice", "human"))
+    assert [p.name for p in await local.list_principals()] == ["alice"]
+    assert await local.get_principal("alice") == Principal("alice", "human")
+    assert await local.get_principal("nobody") is None
+    token = issue_token("alice", now)
+    await local.save_token(token)
+    live = await local.live_token(hash_token(token.secret))
+    assert live is not None and live.principal.name == "alice"
+
+    session = issue_session(now)
+    started = await local.start_session(hash_token(token.secret), session)
+    assert started is not None and started.principal.name == "alice"
+    assert await local.get_session(hash_token(session.secret), now) == started
+    assert await local.start_session(hash_token("il_not_a_token"), issue_session(now)) is None
+
+    link = issue_signin_link("alice", now)
+    await local.save_signin_link(link)
+    assert await local.use_signin_link(hash_token(link.secret), now) == Principal("alice", "human")
+    assert await local.use_signin_link(hash_token(link.secret), now) is None  # once
+
+    assert await local.revoke_tokens(principal="alice") == 1
+    assert await local.live_token(hash_token(token.secret)) is None
+    assert await local.get_session(hash_token(session.secret), now) is None  # ended with its token
+    assert await local.end_session(hash_token(session.secret)) is None
+
+
+async def test_a_one_click_answer_link_is_used_once(local: LocalBroker) -> None:
+    request = await local.create(Confirm("Ship it?"), to="alice")
+    now = datetime.now(UTC)
+    first = LinkUse("lnk_1", request.id, "alice", now)
+    assert await local.answer_link_use("lnk_1") is None
+    assert await local.use_answer_link(first, now + timedelta(hours=1)) == (first, True)
+    later = LinkUse("lnk_1", request.id, "alice", now + timedelta(seconds=1))
+    assert await local.use_answer_link(later, now + timedelta(hours=1)) == (first, False)
+    assert await local.answer_link_use("lnk_1") == first

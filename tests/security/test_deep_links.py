@@ -34,9 +34,9 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     broker = interlock.connect(f"sqlite:///{tmp_path / 'links.db'}")
     assert isinstance(broker, LocalBroker)
     await broker.open()
-    await broker.principals.save_principal(Principal("alice", "human"))
+    await broker.save_principal(Principal("alice", "human"))
     token = issue_token("alice", datetime.now(UTC))
-    await broker.principals.save_token(token)
+    await broker.save_token(token)
     app = create_app(broker=broker, secret_key="deep-links")
     transport = httpx.ASGITransport(app=app)
     async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url=BASE) as client:

@@ -26,8 +26,8 @@ async def world(tmp_path: Path) -> AsyncIterator[tuple[LocalBroker, httpx.AsyncC
     broker = interlock.connect(f"sqlite:///{tmp_path / 'links.db'}")
     assert isinstance(broker, LocalBroker)
     await broker.open()
-    await broker.principals.save_principal(Principal("alice", "human"))
-    await broker.principals.save_principal(Principal("bot", "agent", "alice"))
+    await broker.save_principal(Principal("alice", "human"))
+    await broker.save_principal(Principal("bot", "agent", "alice"))
     app = create_app(broker=broker, secret_key="links")
     transport = httpx.ASGITransport(app=app)
     async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url=BASE) as client:
@@ -46,7 +46,7 @@ async def follow(client: httpx.AsyncClient, link: str) -> httpx.Response:
 
 async def test_a_link_opens_one_session_and_is_then_spent(world: tuple[LocalBroker, httpx.AsyncClient]) -> None:
     broker, client = world
-    link = await mint_signin_link(broker.principals, "alice", BASE)
+    link = await mint_signin_link(broker, "alice", BASE)
     done = await follow(client, link)
     assert done.status_code == 303 and done.headers["location"] == f"{BASE}/"
     assert "Signed in as" in (await client.get("/")).text
@@ -62,7 +62,7 @@ async def test_only_people_get_links_and_a_guessed_code_opens_nothing(
     broker, client = world
     for who in ("bot", "nobody"):
         with pytest.raises(ValueError, match="only people sign in"):
-            await mint_signin_link(broker.principals, who, BASE)
+            await mint_signin_link(broker, who, BASE)
     guessed = await follow(client, f"{BASE}/signin/link?code=ilk_{'A' * 43}")
     assert guessed.status_code == 400 and "interlock_session" not in guessed.cookies
 
@@ -71,7 +71,7 @@ async def test_a_post_from_another_site_cannot_sign_the_browser_in(
     world: tuple[LocalBroker, httpx.AsyncClient],
 ) -> None:
     broker, client = world
-    link = await mint_signin_link(broker.principals, "alice", BASE)
+    link = await mint_signin_link(broker, "alice", BASE)
     code = link.split("code=")[1]
     forged = await client.post("/signin/link", data={"code": code, "csrf": "made-up"})  # no sign-in cookie
     assert "interlock_session" not in forged.cookies and "stale or came from another site" in forged.text
@@ -80,23 +80,21 @@ async def test_a_post_from_another_site_cannot_sign_the_browser_in(
 
 async def test_the_next_page_stays_on_this_server(world: tuple[LocalBroker, httpx.AsyncClient]) -> None:
     broker, client = world
-    link = await mint_signin_link(broker.principals, "alice", BASE, next="/requests/abc?x=1")
+    link = await mint_signin_link(broker, "alice", BASE, next="/requests/abc?x=1")
     assert (await follow(client, link)).headers["location"] == "/requests/abc?x=1"
     for bad in ("//evil.example/x", "https://evil.example/", "/\\evil.example", "javascript:alert(1)", "/a b"):
         assert not safe_next(bad)
         client.cookies.clear()
-        sneaky = (
-            f"{BASE}/signin/link?code={(await mint_signin_link(broker.principals, 'alice', BASE)).split('code=')[1]}"
-        )
+        sneaky = f"{BASE}/signin/link?code={(await mint_signin_link(broker, 'alice', BASE)).split('code=')[1]}"
         done = await follow(client, f"{sneaky}&next={httpx.QueryParams({'n': bad})['n']}")
         assert done.headers["location"] == f"{BASE}/"
 
 
 async def test_revoking_the_persons_tokens_ends_a_link_session(world: tuple[LocalBroker, httpx.AsyncClient]) -> None:
     broker, client = world
-    await follow(client, await mint_signin_link(broker.principals, "alice", BASE))
+    await follow(client, await mint_signin_link(broker, "alice", BASE))
     assert "Signed in as" in (await client.get("/")).text
-    assert await broker.principals.revoke_tokens(principal="alice") == 1
+    assert await broker.revoke_tokens(principal="alice") == 1
     assert (await client.get("/")).status_code == 303
 
 

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def link_for(server: Server, who: str = "alice", next: str = "/") -> str:
-    return server.run(mint_signin_link(server.broker.principals, who, server.url, next=next))
+    return server.run(mint_signin_link(server.broker, who, server.url, next=next))
 
 
 @pytest.fixture

@@ -13,18 +13,16 @@ It runs inside `interlock serve` (woken by every new event) or standalone
 (`interlock deliver`), polling the store every `poll_interval` seconds.
 
 The routing in use is kept in the store (the `routing` setting), so that it survives
-restarts and every node's loop uses the same: a routing file seeds it (`settle_routing`:
-the file wins when it changed since it last did, else what was set through the API
-stays), the API replaces it (`save_routing`), and each loop picks up a change within
-`routing_check` seconds.
+restarts and every node's loop uses the same: a routing file seeds it
+(`LocalBroker.settle_routing`: the file wins when it changed since it last did, else what
+was set through the API stays), `Broker.set_routing` replaces it, and each loop picks up a
+change within `routing_check` seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import logging
 import math
 import os
@@ -32,75 +30,30 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
 
 import httpx
 
-from ..model import Request, Status
+from ..broker import stored_routing
+from ..model import Status
 from ..outbox import Delivery, retry_delay
 from ..routing import Routing, RoutingError, routing_from_dict
-from ..store import OutboxStore
+from ..store import DeliveryPort
 from . import Channel, ChannelContext, ChannelError, Message, PermanentFailure, open_channels
 
-__all__ = ["ROUTING_SETTING", "DeliveryLoop", "save_routing", "settle_routing", "stored_routing"]
-
-ROUTING_SETTING = "routing"
-"""The store's setting that holds the routing in use: `{"document": ..., "file_digest": ...}`."""
-
-
-def _digest(document: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
-
-
-async def stored_routing(store: OutboxStore) -> Mapping[str, Any] | None:
-    """The routing document kept in the store, if any."""
-    stored = await store.load_setting(ROUTING_SETTING)
-    document = stored.get("document") if isinstance(stored, Mapping) else None
-    return document if isinstance(document, Mapping) else None
-
-
-async def settle_routing(store: OutboxStore, file: Routing | None) -> Routing | None:
-    """The routing to start with. A routing file (`file`) replaces the stored routing when
-    there is none or when the file changed since it last did; otherwise the stored one
-    (as the API last set it) is used. None when there is neither."""
-    stored = await store.load_setting(ROUTING_SETTING)
-    if file is not None:
-        digest = _digest(file.source)
-        if not isinstance(stored, Mapping) or stored.get("file_digest") != digest:
-            await store.save_setting(ROUTING_SETTING, {"document": dict(file.source), "file_digest": digest})
-            return file
-    document = await stored_routing(store)
-    if document is None:
-        return None
-    if file is not None and dict(document) == dict(file.source):
-        return file
-    return routing_from_dict(document)
-
-
-async def save_routing(store: OutboxStore, routing: Routing) -> None:
-    """Keep `routing` as the one in use on every node (it survives restarts: an unchanged
-    routing file does not undo it)."""
-    stored = await store.load_setting(ROUTING_SETTING)
-    digest = stored.get("file_digest") if isinstance(stored, Mapping) else None
-    await store.save_setting(ROUTING_SETTING, {"document": dict(routing.source), "file_digest": digest})
-
+__all__ = ["DeliveryLoop"]
 
 log = logging.getLogger("interlock.delivery")
 
 _MAX_ERROR = 1000  # characters of an error kept with a delivery
 
 
-class _Requests(Protocol):
-    async def get(self, request_id: str, *, fresh: bool = True) -> Request | None: ...
-
-
 class DeliveryLoop:
-    """Routes notices and sends deliveries for one store, with one routing."""
+    """Routes notices and sends deliveries for one store (its outbox: `LocalBroker.outbox`),
+    with one routing."""
 
     def __init__(
         self,
-        store: OutboxStore,
-        requests: _Requests,
+        outbox: DeliveryPort,
         routing: Routing,
         *,
         channels: Mapping[str, Channel] | None = None,
@@ -113,8 +66,7 @@ class DeliveryLoop:
         send_timeout: float = 30.0,
         routing_check: float | None = None,
     ) -> None:
-        self.store = store
-        self.requests = requests
+        self.outbox = outbox
         self.routing = routing
         self.context = context or ChannelContext(inbox_url=routing.inbox_url)
         self.channels: dict[str, Channel] = (
@@ -191,7 +143,7 @@ class DeliveryLoop:
         """Use the routing kept in the store if it differs from this loop's; True if it
         did. A stored routing that does not check out here is logged and left unused."""
         self._routing_checked = time.monotonic()
-        document = await stored_routing(self.store)
+        document = await stored_routing(self.outbox)
         if document is None or dict(document) == dict(self.routing.source):
             return False
         try:
@@ -227,7 +179,7 @@ class DeliveryLoop:
             if busy or self._stopping:
                 continue
             delay = self.poll_interval
-            due = await self.store.next_outbox_due()
+            due = await self.outbox.next_outbox_due()
             ahead = None if due is None else (due - datetime.now(UTC)).total_seconds()
             if ahead is not None and ahead > 0:  # past due and not claimed: another loop holds it
                 delay = min(delay, ahead)
@@ -241,13 +193,13 @@ class DeliveryLoop:
         """Route what is unrouted and send what is due; True if there was work (there may
         be more)."""
         now = now or datetime.now(UTC)
-        notices = await self.store.claim_notices(self.owner, now, self.lease, self.batch)
+        notices = await self.outbox.claim_notices(self.owner, now, self.lease, self.batch)
         for notice in notices:
-            request = await self.requests.get(notice.request_id)
+            request = await self.outbox.get(notice.request_id)
             planned = [] if request is None else self.routing.plan(notice, request, now)
-            await self.store.route_notice(notice, planned, self.owner, now)
+            await self.outbox.route_notice(notice, planned, self.owner, now)
             self._changed()
-        due = await self.store.claim_deliveries(self.owner, now, self.delivery_lease, self.delivery_batch)
+        due = await self.outbox.claim_deliveries(self.owner, now, self.delivery_lease, self.delivery_batch)
         if due:
             await asyncio.gather(*(self._deliver(d) for d in due))
         # deliveries routed above and due now were claimed just after: a full batch of
@@ -257,7 +209,7 @@ class DeliveryLoop:
     async def _deliver(self, delivery: Delivery) -> None:
         async with self._slots:
             outcome = await self._attempt(delivery)
-        if not await self.store.finish_delivery(outcome, self.owner):
+        if not await self.outbox.finish_delivery(outcome, self.owner):
             log.warning("delivery %s: the lease ran out before its outcome was stored", delivery.id)
         else:
             for callback in self.on_outcome:
@@ -284,7 +236,7 @@ class DeliveryLoop:
         attempts = delivery.attempts + 1
         # a new request's message may show it from the cache; the others must see whether
         # (and how) it settled, which may have happened in another process
-        request = await self.requests.get(delivery.request_id, fresh=delivery.kind != "request")
+        request = await self.outbox.get(delivery.request_id, fresh=delivery.kind != "request")
         if request is None:
             return delivery.with_state(status="dead", attempts=attempts, last_error="the request is gone", due_at=now)
         if delivery.kind in ("reminder", "escalation") and request.status is not Status.PENDING:
@@ -295,7 +247,7 @@ class DeliveryLoop:
             return delivery.with_state(status="dead", attempts=attempts, last_error=error, due_at=now)
         earlier: tuple[Delivery, ...] = ()
         if delivery.kind != "request":
-            found = await self.store.list_deliveries(request_id=delivery.request_id, limit=1000)
+            found = await self.outbox.list_deliveries(request_id=delivery.request_id, limit=1000)
             earlier = tuple(d for d in found if d.channel == delivery.channel and d.id != delivery.id)
         started = time.monotonic()
         self._sending[channel] = self._sending.get(channel, 0) + 1

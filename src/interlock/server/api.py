@@ -8,7 +8,6 @@ dependencies that read the app's state, so the router is a module-level one that
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -30,15 +29,18 @@ from ..principals import Principal, can_answer, can_cancel, can_claim, can_read
 from ..wire import problem_of
 from .answers import decide
 from .common import (
+    NOVO_REFUSAL,
+    UNREADABLE,
     ApiError,
     AppState,
+    Caller,
     State,
     TheBroker,
     app_state,
     can_see,
     event_to_dict,
     parse_event_id,
-    problem_responses,
+    problems_for,
 )
 from .schemas import (
     AnswerBody,
@@ -62,21 +64,16 @@ from .schemas import (
 )
 from .stream import Dropped
 
-__all__ = ["PROBLEMS", "Caller", "router"]
+__all__ = ["PROBLEMS", "router"]
 
 PROBLEMS = {
-    400: "the body is not valid JSON, or (an answer) does not fit its asks",
-    403: "not yours to see or do (`forbidden`): another's request, or an inbox you have no permission to ask",
-    404: "no such request",
-    408: "still pending when the time ran out",
-    409: "the request is no longer pending (`already_settled`), or its channel is closed (`closed`)",
-    413: "the body is too large",
-    422: "the body or a parameter does not fit the schema, or is refused (`invalid_request`)",
-    429: "a quota of yours is used up (`rate_limited`); `Retry-After` says when to try again",
+    400: ("invalid_request", "invalid_answer"),
+    409: ("already_settled", "closed", "already_claimed"),
+    422: ("invalid_request", "invalid_answer"),
 }
+"""The codes the requests API sends where they differ from `PROBLEM_CODES`."""
 
-
-_problems = functools.partial(problem_responses, PROBLEMS)
+_problems = problems_for(PROBLEMS)
 
 
 def _rate_limited(which: Literal["creates", "updates"], what: str) -> Callable[..., Any]:
@@ -88,13 +85,6 @@ def _rate_limited(which: Literal["creates", "updates"], what: str) -> Callable[.
             limiter.take(caller.name, what)
 
     return check
-
-
-async def _caller(request: Request) -> Principal:
-    return await app_state(request).auth.api_principal(request)
-
-
-Caller = Annotated[Principal, Depends(_caller)]
 
 
 router = APIRouter()
@@ -112,8 +102,21 @@ def out(request: HumanRequest) -> JSONResponse:
 async def visible(broker: LocalBroker, request_id: str, principal: Principal) -> HumanRequest:
     request = await broker.get(request_id)
     if not can_read(principal, request):
-        raise ApiError(403, "forbidden", "this request is neither to you nor from you")
+        raise ApiError("forbidden", "this request is neither to you nor from you")
     return request
+
+
+Rule = Callable[[Principal, HumanRequest], bool]
+
+
+async def _acting(broker: LocalBroker, request_id: str, caller: Principal, may: Rule, refused: str) -> str | None:
+    """Who to record as settling a request `caller` `may` settle: the caller (None for an
+    admin, the operator). `NotFound` for an unknown request, a 403 for one they may not
+    read, or (`refused`) may not settle."""
+    request = await visible(broker, request_id, caller)
+    if not may(caller, request):
+        raise ApiError("forbidden", refused)
+    return None if caller.kind == "admin" else caller.name
 
 
 async def settled_or_conflict(broker: LocalBroker, request_id: str, done: bool) -> HumanRequest:
@@ -169,10 +172,10 @@ async def create(
     elif to is None and caller.kind == "human":
         to = caller.name
     if caller.kind != "admin" and not to:
-        raise ApiError(422, "invalid_request", "name the recipient in `to`")
+        raise ApiError("invalid_request", "name the recipient in `to`")
     if to is not None and not state.open_recipients and to not in state.known_recipients:
-        if await broker.principals.get_principal(to) is None:
-            raise ApiError(422, "invalid_request", f"to: there is no human or agent named {to!r} here")
+        if await broker.get_principal(to) is None:
+            raise ApiError("invalid_request", f"to: there is no human or agent named {to!r} here")
         state.known_recipients.add(to)
     # Who may ask whom: anyone else's inbox needs their grant. A name that is no principal
     # here (accepted with open recipients) has no inbox here to protect.
@@ -180,7 +183,7 @@ async def create(
         to is not None
         and not state.open_inboxes
         and not asks_own_inbox(caller, to)
-        and (to in state.known_recipients or await broker.principals.get_principal(to) is not None)
+        and (to in state.known_recipients or await broker.get_principal(to) is not None)
     ):
         await may_ask(broker, caller, to)
     asks = await broker.build_asks([a.model_dump(by_alias=True) for a in body.asks])
@@ -222,7 +225,7 @@ async def create_approval(body: CreateBody, caller: Caller, state: State) -> JSO
     and records you as its requester; a gate trusts only the approvals its own principal
     made. `kind` must be `approval` and `context` an object."""
     if body.kind != "approval":
-        raise ApiError(422, "invalid_request", "kind: a gate approval has kind 'approval'")
+        raise ApiError("invalid_request", "kind: a gate approval has kind 'approval'")
     request, created = await create(
         state, body.model_copy(update={"context": unmarked(body.context)}), caller, gate=True
     )
@@ -243,7 +246,7 @@ async def consume_request(
     approval gate runs a tool call only on an approval it consumed."""
     request = await visible(broker, request_id, caller)
     if caller.kind != "admin" and caller.name != request.requester:
-        raise ApiError(403, "forbidden", "only whoever made the request may consume it")
+        raise ApiError("forbidden", "only whoever made the request may consume it")
     by = (body.by if body is not None else None) if caller.kind == "admin" else caller.name
     return {"id": request_id, "consumed": await broker.consume(request_id, by=by)}
 
@@ -262,7 +265,7 @@ def _instant(name: str, value: str | None) -> datetime | None:
             raise ValueError
         return _AWARE.validate_python(value)
     except (ValueError, ValidationError):
-        raise ApiError(422, "invalid_request", f"{name}: a time such as 2026-12-01T09:30:00Z") from None
+        raise ApiError("invalid_request", f"{name}: a time such as 2026-12-01T09:30:00Z") from None
 
 
 @router.get("/requests", response_model=RequestPage, responses=_problems(422), tags=["requests"])
@@ -282,7 +285,7 @@ async def list_requests(caller: Caller, broker: TheBroker, params: Annotated[Lis
         if (recipient is not None and recipient != caller.name and not team) or (
             requester is not None and requester != caller.name
         ):
-            raise ApiError(403, "forbidden", "you may list only requests to you (or your teams) or from you")
+            raise ApiError("forbidden", "you may list only requests to you (or your teams) or from you")
         if recipient == caller.name:  # a member's inbox holds their teams' requests too
             teams = _member_teams(caller)
     filters |= {"recipient": recipient, "requester": requester, "teams": teams}
@@ -325,12 +328,11 @@ async def claim_request(request_id: str, caller: Caller, broker: TheBroker) -> J
     answering: the first answer wins."""
     request = await visible(broker, request_id, caller)
     if not can_claim(caller, request):
-        raise ApiError(403, "forbidden", "only a member of the team a request is addressed to may claim it")
+        raise ApiError("forbidden", "only a member of the team a request is addressed to may claim it")
     by = caller.name
     claim = await broker.claim(request.id, by=by)
     if claim.by != by:
         raise ApiError(
-            409,
             "already_claimed",
             f"already claimed by {claim.by} at {claim.at.isoformat(timespec='seconds')}",
             claim=claim_to_dict(claim),
@@ -344,7 +346,7 @@ async def unclaim_request(request_id: str, caller: Caller, broker: TheBroker) ->
     claim given up, null when you held none."""
     request = await visible(broker, request_id, caller)
     if not can_claim(caller, request):
-        raise ApiError(403, "forbidden", "only a member of the team a request is addressed to may give up a claim")
+        raise ApiError("forbidden", "only a member of the team a request is addressed to may give up a claim")
     removed = await broker.unclaim(request.id, by=None if caller.kind == "admin" else caller.name)
     return JSONResponse({"removed": claim_to_dict(removed) if removed else None})
 
@@ -378,7 +380,7 @@ async def wait_request(
     await visible(broker, request_id, caller)
     request = await broker.watch(request_id, timeout=timeout)
     if request.status is Status.PENDING:
-        raise ApiError(408, "pending", f"request {request_id} is still pending", current_status="pending")
+        raise ApiError("pending", f"request {request_id} is still pending", current_status="pending")
     return out(request)
 
 
@@ -388,15 +390,15 @@ async def answer_one(broker: LocalBroker, request_id: str, body: AnswerBody, cal
         # Novo's `cancel: true`, from either side: the requester withdraws the request, or
         # the person it is to declines it without answering (recorded as cancelled by them).
         if not (can_cancel(caller, request) or can_answer(caller, request)):
-            raise ApiError(403, "forbidden", "only whoever made the request, or the person it is to, may cancel it")
+            raise ApiError("forbidden", "only whoever made the request, or the person it is to, may cancel it")
     elif not can_answer(caller, request):
-        raise ApiError(403, "forbidden", "only the human the request is to may answer it")
+        raise ApiError("forbidden", "only the human the request is to may answer it")
     if request.status is not Status.PENDING:
         raise AlreadySettled(request_id, request.status.value)
     try:
         decision = decide(request, body)
     except InvalidAnswer as exc:
-        raise ApiError(400, "invalid_answer", str(exc), ask_id=exc.ask_id) from None
+        raise ApiError("invalid_answer", str(exc), status=NOVO_REFUSAL, ask_id=exc.ask_id) from None
     by = body.by if caller.kind == "admin" else caller.name
     if decision.cancel:
         done = await broker.cancel(request_id, body.reason, by=by, via="api")
@@ -408,7 +410,7 @@ async def answer_one(broker: LocalBroker, request_id: str, body: AnswerBody, cal
             if body.input_responses is None:
                 raise  # the native body: 422, as every other answer that does not fit
             # Novo's rules: an inputResponses body that does not fit its request is a 400.
-            raise ApiError(400, "invalid_answer", str(exc), ask_id=exc.ask_id) from None
+            raise ApiError("invalid_answer", str(exc), status=NOVO_REFUSAL, ask_id=exc.ask_id) from None
     return await settled_or_conflict(broker, request_id, done)
 
 
@@ -446,10 +448,7 @@ async def answer_batch(body: BatchAnswerBody, caller: Caller, broker: TheBroker)
     tags=["answers"],
 )
 async def reject_request(request_id: str, body: RejectBody, caller: Caller, broker: TheBroker) -> JSONResponse:
-    request = await visible(broker, request_id, caller)
-    if not can_answer(caller, request):
-        raise ApiError(403, "forbidden", "only the human the request is to may reject it")
-    by = None if caller.kind == "admin" else caller.name
+    by = await _acting(broker, request_id, caller, can_answer, "only the human the request is to may reject it")
     done = await broker.reject(request_id, body.reason, by=by, via="api")
     return out(await settled_or_conflict(broker, request_id, done))
 
@@ -464,10 +463,7 @@ async def cancel_request(request_id: str, body: CancelBody, caller: Caller, brok
     """Withdraw a request you made. With `cause: "released"`, free it as `release` does:
     a request created detached is dropped once, whichever client asks first (its answer
     kept, if it has one); a later release is a 409 `already_settled`."""
-    request = await visible(broker, request_id, caller)
-    if not can_cancel(caller, request):
-        raise ApiError(403, "forbidden", "only whoever made the request may cancel it")
-    by = None if caller.kind == "admin" else caller.name
+    by = await _acting(broker, request_id, caller, can_cancel, "only whoever made the request may cancel it")
     if body.cause == "released":
         done = await broker.release(request_id)
     else:
@@ -480,9 +476,7 @@ async def cancel_request(request_id: str, body: CancelBody, caller: Caller, brok
 )
 async def expire_request(request_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Expire a request you made now (a waiting client whose own time ran out)."""
-    request = await visible(broker, request_id, caller)
-    if not can_cancel(caller, request):
-        raise ApiError(403, "forbidden", "only whoever made the request may expire it")
+    await _acting(broker, request_id, caller, can_cancel, "only whoever made the request may expire it")
     return out(await settled_or_conflict(broker, request_id, await broker.expire(request_id)))
 
 
@@ -607,7 +601,7 @@ async def stream(
     try:  # here, before the stream's 200 goes out
         start = parse_event_id(last_event_id)
     except ValueError as exc:
-        raise ApiError(400, "invalid_request", str(exc)) from None
+        raise ApiError("invalid_request", str(exc), status=UNREADABLE) from None
     start = after if start is None else start
     accept = event_filter(caller, request, session, run)
     holder = state.auth.holder(http)

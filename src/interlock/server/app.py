@@ -5,8 +5,8 @@ when the `mcp` extra is installed, else /mcp says how to get it).
 
 Every route goes through the Broker, so the rules are the same as in-process; the routes
 add who may do what (`interlock.principals`) and the wire formats. Errors are RFC 9457
-problem details with a stable `code`: invalid_request, invalid_answer, not_found,
-already_settled, closed, unauthorized, forbidden, pending, too_large.
+problem details with a stable `code`, each in the wire table (`interlock.wire`) with its
+status, its exception and what it means.
 
 A request body is read up to `max_body_size` bytes (1 MiB by default) and refused with 413
 `too_large` past that, whatever its Content-Length says; the parts of a request are then
@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from fastapi import FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import generate_latest
@@ -36,11 +36,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..broker import LocalBroker, connect
 from ..channels import ChannelContext
-from ..channels.delivery import DeliveryLoop, settle_routing
+from ..channels.delivery import DeliveryLoop
 from ..grant_tokens import GrantSigner
 from ..model import GrantPolicy, Limits
 from ..routing import Routing, load_routing
-from ..wire import WIRE_ERRORS, problem_of
+from ..wire import WIRE_ERRORS, code_for_status, problem_of
 from . import (
     api,
     deliveries,
@@ -54,9 +54,19 @@ from . import (
     teams,
     web_deliveries,
 )
-from .api import PROBLEMS
 from .auth import Auth, loopback_host, same_origin
-from .common import ApiError, AppState, Quotas, event_to_dict, parse_event_id, problem
+from .common import (
+    UNREADABLE,
+    ApiError,
+    AppState,
+    Quotas,
+    State,
+    TheBroker,
+    describe,
+    event_to_dict,
+    parse_event_id,
+    problem,
+)
 from .pages import install_pages
 from .quotas import DEFAULT_QUOTA, DEFAULT_STREAMS, Quota, TooMany
 
@@ -72,8 +82,6 @@ __all__ = ["DEFAULT_MAX_BODY_SIZE", "BodyLimit", "create_app", "event_to_dict", 
 log = logging.getLogger("interlock.server")
 
 DEFAULT_MAX_BODY_SIZE = 1024 * 1024
-_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 409: "already_settled"}
-_CODES |= {405: "method_not_allowed", 413: "too_large", 429: "rate_limited"}
 
 
 class BodyLimit:
@@ -99,7 +107,7 @@ class BodyLimit:
             return
         declared = dict(scope.get("headers") or ()).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_size:
-            await problem(413, "too_large", self._too_large())(scope, receive, send)
+            await problem("too_large", self._too_large())(scope, receive, send)
             return
         received = 0
 
@@ -192,7 +200,7 @@ def create_app(
     if not isinstance(the_broker, LocalBroker):
         raise ValueError("a server keeps its own store (memory://, sqlite:// or postgresql://), not another server's")
     the_routing = load_routing(routing) if isinstance(routing, str) else routing
-    the_auth = Auth(the_broker.principals, enabled=auth, secret_key=secret_key, trusted_proxies=trusted_proxies)
+    the_auth = Auth(the_broker, enabled=auth, secret_key=secret_key, trusted_proxies=trusted_proxies)
     state = AppState(the_broker, the_auth, queue_size, keepalive, open_recipients=open_recipients or not auth)
     state.open_inboxes = open_inboxes
     if isinstance(grant_key, GrantSigner):
@@ -206,7 +214,7 @@ def create_app(
     if the_routing is not None:  # channels are made now: a bad option fails at start, not at the first send
         context = ChannelContext(the_routing.inbox_url, deliveries.answer_links(state, the_routing))
         state.delivery = DeliveryLoop(
-            the_broker.store, the_broker.store, the_routing, context=context, routing_check=deliveries.ROUTING_CHECK
+            the_broker.outbox, the_routing, context=context, routing_check=deliveries.ROUTING_CHECK
         )
         deliveries.install_metrics(state)
     state.quotas = Quotas(
@@ -220,7 +228,7 @@ def create_app(
         state.metrics.pending.set(len(await the_broker.pending()))
         await state.hub.start()
         # The routing kept in the store (set through the API), or the file's when it is new or changed.
-        in_use = await settle_routing(the_broker.store, the_routing)
+        in_use = await the_broker.settle_routing(the_routing)
         if in_use is not None and in_use is not the_routing:
             await deliveries.use_routing(state, in_use)
         elif in_use is not None:
@@ -268,15 +276,7 @@ def create_app(
     app.include_router(inbound.pages)
     _document_problems(app)
 
-    @app.get("/healthz", include_in_schema=False)
-    async def healthz() -> dict[str, str]:
-        await the_broker.last_event_id()  # the store answers
-        return {"status": "ok"}
-
-    @app.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
-        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
+    app.include_router(operations)
     install_web(app, state)
     app.include_router(web_deliveries.router)
     app.include_router(email_signin.router)
@@ -287,6 +287,21 @@ def create_app(
         app.router.routes.append(Route("/mcp", _no_mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     install_pages(app, state)
     return app
+
+
+operations = APIRouter(include_in_schema=False)
+"""What an operator's tools read: whether the server is up, and its metrics."""
+
+
+@operations.get("/healthz")
+async def healthz(broker: TheBroker) -> dict[str, str]:
+    await broker.last_event_id()  # the store answers
+    return {"status": "ok"}
+
+
+@operations.get("/metrics")
+async def metrics(state: State) -> Response:
+    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 _UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -322,7 +337,7 @@ class LoopbackOnly:
                 if scope["type"] == "websocket":
                     await send({"type": "websocket.close", "code": 1008})
                     return
-                await problem(403, "forbidden", refusal)(scope, receive, send)
+                await problem("forbidden", refusal)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -343,7 +358,6 @@ def _mcp_endpoint(app: FastAPI, auth: Auth, enabled: bool) -> HttpEndpoint | Non
 
 async def _no_mcp(request: Request) -> Response:
     return problem(
-        404,
         "not_found",
         "this server has no MCP endpoint: install interlock with the mcp extra (pip install -e '.[server,mcp]')",
     )
@@ -352,11 +366,11 @@ async def _no_mcp(request: Request) -> Response:
 def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return problem(exc.status, exc.code, exc.detail, **exc.extra)
+        return problem(exc.code, exc.detail, status=exc.status, **exc.extra)
 
     @app.exception_handler(StarletteHTTPException)  # the app's own, and unknown routes (404, 405)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        response = problem(exc.status_code, _CODES.get(exc.status_code, "error"), str(exc.detail))
+        response = problem(code_for_status(exc.status_code), str(exc.detail), status=exc.status_code)
         response.headers.update(exc.headers or {})
         return response
 
@@ -364,22 +378,23 @@ def _install_errors(app: FastAPI) -> None:
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        status = 400 if first.get("type") == "json_invalid" else 422
+        unreadable = first.get("type") == "json_invalid"
         if first.get("type") == "extra_forbidden" and first.get("loc", ())[-1:] == ("grants",):
             detail = (
                 "grants may be offered only on confirm (approval) asks and on the options of choice and "
                 "multi-choice asks"
             )
-            return problem(status, "invalid_request", f"{where}: {detail}")
-        return problem(status, "invalid_request", f"{where}: {first.get('msg', 'invalid')}" if where else "invalid")
+            return problem("invalid_request", f"{where}: {detail}", status=UNREADABLE if unreadable else None)
+        text = f"{where}: {first.get('msg', 'invalid')}" if where else "invalid"
+        return problem("invalid_request", text, status=UNREADABLE if unreadable else None)
 
     async def wire_error(request: Request, exc: Exception) -> JSONResponse:
         found = problem_of(exc)
         assert found is not None  # registered for the table's exceptions only
         status, code, extra = found
-        return problem(status, code, str(exc), **extra)
+        return problem(code, str(exc), status=status, **extra)
 
-    for error in dict.fromkeys(row.error for row in WIRE_ERRORS):
+    for error in dict.fromkeys(row.error for row in WIRE_ERRORS if row.error is not None):
         app.add_exception_handler(error, wire_error)
 
 
@@ -399,8 +414,8 @@ def _document_problems(app: FastAPI) -> None:
                 for status, response in operation.get("responses", {}).items():
                     if status.isdigit() and int(status) >= 400:
                         response["content"] = {"application/problem+json": {"schema": problem_ref}}
-                        if status == "422":
-                            response["description"] = PROBLEMS[422]
+                        if status == "422" and response.get("description") == "Validation Error":  # FastAPI's own
+                            response["description"] = describe(422, ("invalid_request",))
         components = schema.get("components", {}).get("schemas", {})
         for unused in ("HTTPValidationError", "ValidationError"):
             components.pop(unused, None)
@@ -412,6 +427,6 @@ def _document_problems(app: FastAPI) -> None:
 def _install_quota_errors(app: FastAPI) -> None:
     @app.exception_handler(TooMany)
     async def too_many(request: Request, exc: TooMany) -> JSONResponse:
-        response = problem(429, "rate_limited", exc.detail)
+        response = problem("rate_limited", exc.detail)
         response.headers["Retry-After"] = str(exc.retry_after)
         return response

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from fastapi import HTTPException, Request
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
+from ..broker import LocalBroker
 from ..principals import (
     ANONYMOUS,
     SESSION_LIFETIME,
@@ -34,7 +35,6 @@ from ..principals import (
     issue_session,
     issue_token,
 )
-from ..store import PrincipalStore
 
 __all__ = ["Auth", "Holder", "Visitor", "loopback_host", "same_origin"]
 
@@ -71,13 +71,13 @@ class Visitor:
 class Auth:
     def __init__(
         self,
-        store: PrincipalStore,
+        broker: LocalBroker,
         *,
         enabled: bool,
         secret_key: str | None = None,
         trusted_proxies: Iterable[str] = (),
     ) -> None:
-        self.store = store
+        self.broker = broker  # its principals, tokens and sessions: a server's own store's
         self.enabled = enabled
         self._signer = URLSafeTimedSerializer(secret_key or secrets.token_urlsafe(32), salt="interlock-session")
         self.trusted_proxies = _networks(trusted_proxies)
@@ -88,11 +88,11 @@ class Auth:
         member = principal.owner if principal.kind == "agent" else principal.name
         if principal.kind == "admin" or member is None:
             return principal
-        teams = await self.store.teams_of(member)
+        teams = await self.broker.teams_of(member)
         return replace(principal, teams=teams) if teams else principal
 
     async def from_token(self, token: str) -> Principal | None:
-        live = await self.store.live_token(hash_token(token))
+        live = await self.broker.live_token(hash_token(token))
         return await self.with_teams(live.principal) if live is not None else None
 
     async def api_principal(self, request: Request) -> Principal:
@@ -103,7 +103,7 @@ class Auth:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise _unauthorized("send Authorization: Bearer <token>")
-        live = await self.store.live_token(hash_token(token.strip()))
+        live = await self.broker.live_token(hash_token(token.strip()))
         if live is None:
             raise _unauthorized("the token is unknown or revoked")
         setattr(request.state, _HOLDER, Holder(live.principal.name, live.id))
@@ -120,18 +120,18 @@ class Auth:
     async def sign_in(self, token: str) -> tuple[str, WebSession] | None:
         """Open a session for a live token: the cookie value (shown once) and the session."""
         issued = issue_session(datetime.now(UTC))
-        session = await self.store.start_session(hash_token(token), issued)
+        session = await self.broker.start_session(hash_token(token), issued)
         return (issued.secret, session) if session is not None else None
 
     async def sign_in_with_link(self, secret: str) -> tuple[str, WebSession] | None:
         """Spend a one-time sign-in link and open a session for its person, with a token
         of its own; None when the link is unknown, used or expired."""
         now = datetime.now(UTC)
-        principal = await self.store.use_signin_link(hash_token(secret), now)
+        principal = await self.broker.use_signin_link(hash_token(secret), now)
         if principal is None or principal.kind != "human":
             return None
         token = issue_token(principal.name, now)
-        await self.store.save_token(token)
+        await self.broker.save_token(token)
         return await self.sign_in(token.secret)
 
     async def web_session(self, request: Request) -> Visitor | None:
@@ -141,7 +141,7 @@ class Auth:
             return Visitor(ANONYMOUS, self._anonymous_csrf(raw))
         if not raw.startswith(SESSION_PREFIX):
             return None
-        session = await self.store.get_session(hash_token(raw), datetime.now(UTC))
+        session = await self.broker.get_session(hash_token(raw), datetime.now(UTC))
         if session is None:
             return None
         return Visitor(await self.with_teams(session.principal), session.csrf, session)
@@ -151,7 +151,7 @@ class Auth:
         raw = request.cookies.get(SESSION_COOKIE) or ""
         if not self.enabled or not raw.startswith(SESSION_PREFIX):
             return None
-        return await self.store.end_session(hash_token(raw))
+        return await self.broker.end_session(hash_token(raw))
 
     def anonymous_cookie(self) -> tuple[str, str]:
         """Without auth: a signed cookie carrying a new CSRF token, and the token."""

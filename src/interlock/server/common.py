@@ -6,19 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.templating import Jinja2Templates
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from .. import wire
 from ..broker import MAX_EVENT_ID, LocalBroker
 from ..channels.delivery import DeliveryLoop
+from ..errors import NotFound
 from ..followups import FOLLOWUP_EVENTS
 from ..grant_tokens import GrantSigner
 from ..model import RUN_EVENTS, Event, Run, Status, request_to_dict
+from ..outbox import Delivery
 from ..principals import Principal, can_read
 from .auth import Auth
 from .quotas import SIGNIN_MAIL_PER_ADDRESS, SIGNIN_MAIL_PER_CLIENT, Quota, RateLimiter, StreamSlots
@@ -26,30 +29,63 @@ from .schemas import Problem
 from .stream import ACCESS_EVENTS, Hub
 
 __all__ = [
+    "NOVO_REFUSAL",
+    "PROBLEM_CODES",
+    "UNREADABLE",
     "ApiError",
     "AppState",
+    "Caller",
     "Metrics",
     "Quotas",
     "State",
     "TheBroker",
+    "Values",
     "app_state",
     "can_see",
+    "describe",
     "event_to_dict",
+    "may_see_delivery",
     "may_see_run",
     "parse_event_id",
     "run_event_filter",
     "problem",
+    "problems_for",
+    "read_form",
+    "set_cookie",
 ]
 
 
-def problem(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:
-    titles = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 408: "Request Timeout"}
-    titles |= {405: "Method Not Allowed", 409: "Conflict", 413: "Content Too Large", 422: "Unprocessable Content"}
-    titles |= {429: "Too Many Requests"}
-    body = {"type": "about:blank", "title": titles.get(status, "Error"), "status": status, "code": code}
+UNREADABLE = 400
+"""The status of `invalid_request` for what the server cannot read at all: a body that is
+not JSON, a Last-Event-ID that is no event id, a payload that does not parse (the table's
+422 is for what reads but does not fit)."""
+
+NOVO_REFUSAL = 400
+"""The status of `invalid_answer` on Novo's routes (`inputResponses`, /interactions), as
+Novo's clients expect it (the table's is 422)."""
+
+_TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 408: "Request Timeout"}
+_TITLES |= {405: "Method Not Allowed", 409: "Conflict", 413: "Content Too Large", 422: "Unprocessable Content"}
+_TITLES |= {429: "Too Many Requests"}
+
+
+def problem(code: str, detail: str, *, status: int | None = None, **extra: Any) -> JSONResponse:
+    """Problem details (RFC 9457) with a code of the wire table, at its status there
+    unless `status` says otherwise (what an exception or the framework says: `ApiError`
+    holds the routes to the statuses the table allows)."""
+    default = wire.status_of(code)  # a code of the table, or ValueError
+    status = default if status is None else status
+    body = {"type": "about:blank", "title": _TITLES.get(status, "Error"), "status": status, "code": code}
     body |= {"detail": detail, **{k: v for k, v in extra.items() if v is not None}}
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return JSONResponse(body, status_code=status, media_type="application/problem+json", headers=headers)
+
+
+def _status(code: str, status: int | None) -> int:
+    if status is None:
+        return wire.status_of(code)
+    wire.meaning(code, status)  # a status the table allows this code, or ValueError
+    return status
 
 
 def parse_event_id(value: str | None) -> int | None:
@@ -62,23 +98,56 @@ def parse_event_id(value: str | None) -> int | None:
     return int(value)
 
 
-def problem_responses(descriptions: Mapping[int, str], *statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The `responses=` of a route for the problems it can answer with, described by its
-    router's `descriptions`; a 429 says `Retry-After` when to try again."""
-    out: dict[int | str, dict[str, Any]] = {}
-    for status in statuses:
-        out[status] = {"model": Problem, "description": descriptions.get(status, "")}
-        if status == 429:
-            out[status]["headers"] = {
-                "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 1}}
-            }
-    return out
+PROBLEM_CODES: Mapping[int, tuple[str, ...]] = {
+    400: ("invalid_request",),
+    401: ("unauthorized",),
+    403: ("forbidden",),
+    404: ("not_found",),
+    408: ("pending",),
+    409: ("already_settled",),
+    413: ("too_large",),
+    422: ("invalid_request",),
+    429: ("rate_limited",),
+}
+"""The codes each status carries on most routes; a router names those that differ."""
+
+Responses = dict[int | str, dict[str, Any]]
+
+
+def problems_for(codes: Mapping[int, Sequence[str]] | None = None) -> Callable[..., Responses]:
+    """A router's `problems(*statuses)`: the `responses=` of a route for the problems it can
+    answer with, each status described by the codes the router sends with it
+    (`PROBLEM_CODES`, with `codes` instead where given) from the wire table."""
+    table = {**PROBLEM_CODES, **(codes or {})}
+    for status, named in table.items():
+        describe(status, named)  # every code in the wire table, at a status it allows: or ValueError now
+
+    def problems(*statuses: int) -> Responses:
+        out: Responses = {}
+        for status in statuses:
+            out[status] = {"model": Problem, "description": describe(status, table[status])}
+            if status == 429:
+                out[status]["headers"] = {
+                    "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 1}}
+                }
+        return out
+
+    return problems
+
+
+def describe(status: int, codes: Sequence[str]) -> str:
+    """What a status means on a route that sends these codes with it, from the wire table."""
+    return "; ".join(f"`{code}`: {wire.meaning(code, status)}" for code in codes)
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
+    """A problem to answer with: a code of the wire table (`interlock.wire`), at its status
+    there unless `status` names another the table allows it (a route's own, named where it
+    is raised: `UNREADABLE`, `NOVO_REFUSAL`)."""
+
+    def __init__(self, code: str, detail: str, *, status: int | None = None, **extra: Any) -> None:
         super().__init__(detail)
-        self.status, self.code, self.detail, self.extra = status, code, detail, extra
+        self.status, self.code, self.detail, self.extra = _status(code, status), code, detail, extra
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
@@ -106,10 +175,22 @@ async def may_see_run(broker: LocalBroker, principal: Principal, run: Run) -> bo
     if principal.kind == "admin" or principal.name == run.requester:
         return True
     if run.requester is not None:
-        starter = await broker.principals.get_principal(run.requester)
+        starter = await broker.get_principal(run.requester)
         if starter is not None and starter.owner == principal.name:
             return True
     return bool((await broker.list(run=run.id, recipient=principal.name, limit=1)).items)
+
+
+async def may_see_delivery(broker: LocalBroker, principal: Principal, delivery: Delivery) -> bool:
+    """Who may see a delivery and send it again: its recipient, whoever made its request,
+    and an admin."""
+    if principal.kind == "admin" or principal.name == delivery.recipient:
+        return True
+    try:
+        request = await broker.get(delivery.request_id)
+    except NotFound:
+        return False
+    return request.requester == principal.name
 
 
 def run_event_filter(principal: Principal, run_id: str) -> Callable[[Event], bool]:
@@ -208,5 +289,49 @@ async def _broker_dependency(request: Request) -> LocalBroker:
     return app_state(request).broker
 
 
+async def _caller_dependency(request: Request) -> Principal:
+    return await app_state(request).auth.api_principal(request)
+
+
 State = Annotated[AppState, Depends(_state_dependency)]
 TheBroker = Annotated[LocalBroker, Depends(_broker_dependency)]
+Caller = Annotated[Principal, Depends(_caller_dependency)]
+"""The caller of an API route, from its bearer token (401 without a valid one)."""
+
+
+# -- the web pages' forms and cookies ---------------------------------------------------------
+
+
+class Values:
+    """The fields of a posted form, to read an answer from and to fill the form again."""
+
+    def __init__(self, items: Sequence[tuple[str, str]] = ()) -> None:
+        self._by_name: dict[str, list[str]] = {}
+        for name, value in items:
+            self._by_name.setdefault(name, []).append(value)
+
+    def get(self, name: str, default: str = "") -> str:
+        found = self._by_name.get(name)
+        return found[-1] if found else default
+
+    def all(self, name: str) -> list[str]:
+        return list(self._by_name.get(name, ()))
+
+    def has(self, name: str) -> bool:
+        return name in self._by_name
+
+    def __bool__(self) -> bool:
+        return bool(self._by_name)
+
+
+async def read_form(http: Request) -> Values:
+    """The text fields of a posted form (files left out)."""
+    form = await http.form()
+    return Values([(k, v) for k, v in form.multi_items() if isinstance(v, str)])
+
+
+def set_cookie(
+    response: Response, name: str, value: str, max_age: int, samesite: Literal["lax", "strict"], path: str, secure: bool
+) -> None:
+    """Set a cookie the page's scripts cannot read (`HttpOnly`), `Secure` over HTTPS."""
+    response.set_cookie(name, value, max_age=max_age, path=path, httponly=True, samesite=samesite, secure=secure)

@@ -5,28 +5,25 @@ store, so it survives restarts and every node's delivery loop takes it up)."""
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi import APIRouter, Body, Query
 from fastapi.responses import JSONResponse
 from prometheus_client import Counter
 from pydantic import BaseModel
 
 from ..channels import Channel, ChannelContext, ChannelError, open_channels
-from ..channels.delivery import DeliveryLoop, save_routing, stored_routing
+from ..channels.delivery import DeliveryLoop
 from ..channels.links import AnswerLinks
 from ..errors import InvalidRequest, NotFound
 from ..outbox import Delivery, delivery_to_dict
 from ..principals import Principal, can_read
 from ..routing import Routing, RoutingError, masked, routing_from_dict
-from .common import ApiError, AppState, State, TheBroker, app_state, problem_responses
+from .common import ApiError, AppState, Caller, State, TheBroker, may_see_delivery, problems_for
 
 __all__ = [
-    "PROBLEMS",
     "ROUTING_CHECK",
     "DeliveryModel",
     "DeliveryPage",
@@ -43,16 +40,7 @@ ROUTING_CHECK = 5.0
 
 router = APIRouter()
 
-PROBLEMS = {
-    400: "the body is not valid JSON",
-    404: "no such request or delivery, or no routing on this server",
-    409: "the delivery is not a dead letter",
-    413: "the body is too large",
-    422: "a parameter or the body does not fit, or the routing does not check out (`invalid_request`)",
-}
-
-
-problems = functools.partial(problem_responses, PROBLEMS)
+problems = problems_for()
 
 
 class DeliveryModel(BaseModel):
@@ -77,13 +65,6 @@ class DeliveryModel(BaseModel):
 class DeliveryPage(BaseModel):
     items: list[DeliveryModel]
     next: str | None = None
-
-
-async def _caller(request: Request) -> Principal:
-    return await app_state(request).auth.api_principal(request)
-
-
-Caller = Annotated[Principal, Depends(_caller)]
 
 
 def install_metrics(state: AppState) -> None:
@@ -127,9 +108,8 @@ async def use_routing(
     if channels is None:
         channels = open_channels(routing.channels, context)
     if state.delivery is None:
-        store = state.broker.store
         state.delivery = DeliveryLoop(
-            store, store, routing, channels=channels, context=context, routing_check=ROUTING_CHECK
+            state.broker.outbox, routing, channels=channels, context=context, routing_check=ROUTING_CHECK
         )
         install_metrics(state)
         if start:
@@ -143,19 +123,19 @@ async def keep_teams(state: AppState, routing: Routing) -> None:
     """Keep the routing's teams and their members in the store (see `use_routing`)."""
     for team, members in routing.teams.items():
         try:
-            await state.broker.principals.save_team(team, members)
-        except (ValueError, InvalidRequest) as exc:
+            await state.broker.add_team_members(team, members)
+        except InvalidRequest as exc:
             log.warning("the routing's team %r is not kept as a team here: %s", team, exc)
 
 
 def _admin(caller: Principal, what: str) -> None:
     if caller.kind != "admin":
-        raise ApiError(403, "forbidden", f"only an admin may {what}")
+        raise ApiError("forbidden", f"only an admin may {what}")
 
 
 def _loop(state: AppState) -> Any:
     if state.delivery is None:
-        raise ApiError(404, "not_found", "no routing is configured on this server (start it with --routing FILE)")
+        raise ApiError("not_found", "no routing is configured on this server (start it with --routing FILE)")
     return state.delivery
 
 
@@ -168,10 +148,10 @@ async def request_deliveries(request_id: str, caller: Caller, broker: TheBroker)
     try:
         request = await broker.get(request_id)
     except NotFound:
-        raise ApiError(404, "not_found", f"no request {request_id}") from None
+        raise ApiError("not_found", f"no request {request_id}") from None
     if not can_read(caller, request):
-        raise ApiError(403, "forbidden", "this request is neither to you nor from you")
-    found = await broker.store.list_deliveries(request_id=request_id, limit=1000)
+        raise ApiError("forbidden", "this request is neither to you nor from you")
+    found = await broker.list_deliveries(request_id=request_id, limit=1000)
     return JSONResponse({"items": [delivery_to_dict(d) for d in found]})
 
 
@@ -186,9 +166,18 @@ async def list_deliveries(
     """The deliveries to the caller (every one, for an admin), `status=dead` for the dead
     letters; a page after the id `after`, with `next` the cursor of the following page."""
     mine = None if caller.kind == "admin" else caller.name
-    found = await broker.store.list_deliveries(status=status, recipient=mine, after=after, limit=limit)
+    found = await broker.list_deliveries(status=status, recipient=mine, after=after, limit=limit)
     next_cursor = found[-1].id if len(found) == limit else None
     return JSONResponse({"items": [delivery_to_dict(d) for d in found], "next": next_cursor})
+
+
+@router.get("/deliveries/{delivery_id}", response_model=DeliveryModel, responses=problems(404), tags=["deliveries"])
+async def get_delivery(delivery_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
+    """One delivery: for its recipient, whoever made its request, or an admin."""
+    known = await broker.get_delivery(delivery_id)
+    if not await may_see_delivery(broker, caller, known):
+        raise ApiError("forbidden", "this delivery is neither to you nor about a request of yours")
+    return JSONResponse(delivery_to_dict(known))
 
 
 @router.post(
@@ -197,16 +186,10 @@ async def list_deliveries(
 async def retry_delivery(delivery_id: str, caller: Caller, broker: TheBroker, state: State) -> JSONResponse:
     """Send a dead letter again: pending, due now, its attempts counted afresh. For its
     recipient, whoever made its request, or an admin."""
-    known = await broker.store.get_delivery(delivery_id)
-    if known is None:
-        raise ApiError(404, "not_found", f"no delivery {delivery_id}")
-    if caller.kind != "admin" and caller.name != known.recipient:
-        request = await broker.store.get(known.request_id)
-        if request is None or request.requester != caller.name:
-            raise ApiError(403, "forbidden", "this delivery is neither to you nor about a request of yours")
-    again = await broker.store.retry_delivery(delivery_id, datetime.now(UTC))
-    if again is None:
-        raise ApiError(409, "already_settled", f"delivery {delivery_id} is {known.status}, not a dead letter")
+    known = await broker.get_delivery(delivery_id)
+    if not await may_see_delivery(broker, caller, known):
+        raise ApiError("forbidden", "this delivery is neither to you nor about a request of yours")
+    again = await broker.retry_delivery(delivery_id)  # AlreadySettled (409) for one that is no dead letter
     if state.delivery is not None:
         state.delivery.wake()
     return JSONResponse(delivery_to_dict(again))
@@ -216,10 +199,8 @@ async def retry_delivery(delivery_id: str, caller: Caller, broker: TheBroker, st
 async def get_routing(caller: Caller, state: State) -> JSONResponse:
     """The routing in use (as kept in the store), with the channels' secrets masked."""
     _admin(caller, "read the routing")
-    document = await stored_routing(state.broker.store)
-    if document is None:
-        document = _loop(state).routing.source
-    return JSONResponse(masked(document))
+    document = await state.broker.routing()
+    return JSONResponse(document if document is not None else masked(_loop(state).routing.source))
 
 
 @router.put("/routing", response_model=dict[str, Any], responses=problems(400, 413, 422), tags=["deliveries"])
@@ -234,7 +215,7 @@ async def put_routing(caller: Caller, state: State, document: Annotated[dict[str
         routing = routing_from_dict(document)
         channels = open_channels(routing.channels, _context(state, routing))  # every channel can be made
     except (RoutingError, ChannelError) as exc:
-        raise ApiError(422, "invalid_request", str(exc)) from None
-    await save_routing(state.broker.store, routing)
+        raise ApiError("invalid_request", str(exc)) from None
+    await state.broker.set_routing(routing.source)
     await use_routing(state, routing, channels=channels, start=True)
     return JSONResponse(masked(routing.source))

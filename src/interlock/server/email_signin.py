@@ -21,15 +21,14 @@ import logging
 import math
 from datetime import timedelta
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter
 from fastapi import Request as HttpRequest
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ..channels.email import EmailChannel
 from ..signin import mint_signin_link, safe_next
-from .auth import check_csrf
 from .common import AppState, State
-from .web import SIGNIN_COOKIE, _values, email_signin_offered, signin_page
+from .web import email_signin_offered, read_signin_form, signin_page
 
 __all__ = ["MAIL_LIFETIME", "router", "person_at"]
 
@@ -70,11 +69,11 @@ async def _mail_link(state: AppState, address: str, next_path: str) -> None:
         if found is None or loop is None or loop.context.inbox_url is None:
             return
         name, on_file, channel = found
-        principal = await state.broker.principals.get_principal(name)
+        principal = await state.broker.get_principal(name)
         if principal is None or principal.kind != "human":
             return
         base = loop.context.inbox_url
-        link = await mint_signin_link(state.broker.principals, name, base, next=next_path, lifetime=MAIL_LIFETIME)
+        link = await mint_signin_link(state.broker, name, base, next=next_path, lifetime=MAIL_LIFETIME)
         await channel.send_signin(on_file, name, link, MAIL_LIFETIME)
     except Exception:
         log.exception("mailing a sign-in link failed")
@@ -89,13 +88,11 @@ def _valid_address(address: str) -> bool:
 async def ask_for_a_link(http: HttpRequest, state: State) -> Response:
     if not state.auth.enabled:
         return RedirectResponse(http.url_for("inbox"), status_code=303)
-    values = await _values(http)
+    values, stale = await read_signin_form(http)
     next_path = values.get("next")
     next_path = next_path if safe_next(next_path) else "/"
-    try:  # the form's token is the one in the short-lived sign-in cookie (double submit)
-        check_csrf(http.cookies.get(SIGNIN_COOKIE, ""), values.get("csrf"))
-    except HTTPException as exc:
-        return signin_page(state, http, str(exc.detail), 403, next_path)
+    if stale is not None:
+        return signin_page(state, http, stale, 403, next_path)
     if not email_signin_offered(state):
         return signin_page(state, http, "This server sends no sign-in links by email.", 404, next_path)
     address = values.get("email").strip()

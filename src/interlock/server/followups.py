@@ -16,54 +16,34 @@ one who may answer it. Taking the held messages is the run's own agent's.
 
 from __future__ import annotations
 
-import functools
-from typing import Annotated, Any, NoReturn
+from typing import Any, NoReturn
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from ..followups import MAX_FOLLOWUP_LENGTH, Sent, followup_to_dict
-from ..principals import Principal, can_answer
-from .common import ApiError, TheBroker, app_state, problem_responses
+from ..principals import can_answer
+from .common import ApiError, Caller, TheBroker, describe, problems_for
 from .runs import own_run, visible_run
+from .schemas import Strict
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["runs"])
 
-PROBLEMS = {
-    400: "the body is not valid JSON",
-    403: "not yours: the run is neither started by you nor waiting on you (taking messages: not your run)",
-    404: "no such run (`not_found`), or no such message held (`followup_not_found`): withdrawn, delivered, "
-    "or read-only on an ended run",
-    409: "`thread_busy`: the message was held (`details.queued`, `details.followup_id`), decided the run's "
-    "approval (`details.resolved_interaction_id`), or was not held (neither: the queue is full); "
-    "`run_conflict`: the run has ended, nothing was held",
-    413: "the body is too large",
-    422: "the body does not fit the schema: an empty or too long message (`invalid_request`)",
-}
+PROBLEMS = {404: ("not_found", "followup_not_found"), 409: ("thread_busy", "run_conflict")}
+"""The codes of the follow-up routes that differ from `PROBLEM_CODES`."""
 
-_problems = functools.partial(problem_responses, PROBLEMS)
+_problems = problems_for(PROBLEMS)
 
 
-async def _caller(request: Request) -> Principal:
-    return await app_state(request).auth.api_principal(request)
-
-
-Caller = Annotated[Principal, Depends(_caller)]
-
-
-class MessageBody(BaseModel):
-    model_config = {"extra": "forbid", "strict": True}
-
+class MessageBody(Strict):
     text: str = Field(min_length=1, max_length=MAX_FOLLOWUP_LENGTH, description="the message, verbatim")
     by: str | None = Field(None, description="who sends it (the operator only; else the token's principal)")
 
 
-class TakeBody(BaseModel):
-    model_config = {"extra": "forbid", "strict": True}
-
+class TakeBody(Strict):
     worker: str | None = Field(None, description="the worker holding the run, when a worker takes them")
 
 
@@ -97,7 +77,7 @@ class ThreadBusy(BaseModel):
     "/runs/{run_id}/messages",
     status_code=409,
     responses={
-        409: {"model": ThreadBusy, "description": PROBLEMS[409]},
+        409: {"model": ThreadBusy, "description": describe(409, PROBLEMS[409])},
         **_problems(400, 403, 404, 413, 422),
     },
 )
@@ -114,7 +94,7 @@ async def send_message(run_id: str, body: MessageBody, caller: Caller, broker: T
     "/threads/{thread_id}/messages",
     status_code=409,
     responses={
-        409: {"model": ThreadBusy, "description": PROBLEMS[409]},
+        409: {"model": ThreadBusy, "description": describe(409, PROBLEMS[409])},
         **_problems(400, 404, 413, 422),
     },
 )
@@ -142,7 +122,7 @@ def _busy(sent: Sent) -> NoReturn:
     else:
         details = {}
         detail = "the run is busy and holds as many messages as it may: nothing was held; send it again later"
-    raise ApiError(409, "thread_busy", detail, details=details)
+    raise ApiError("thread_busy", detail, details=details)
 
 
 @router.get("/runs/{run_id}/followups", response_model=FollowupList, responses=_problems(403, 404, 422))

@@ -9,7 +9,6 @@ this machine). The public key that verifies the tokens is served to anyone, at
 
 from __future__ import annotations
 
-import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -19,16 +18,16 @@ from ..errors import InvalidGrantToken, InvalidRequest, NotFound
 from ..grant_tokens import verify_grant_token
 from ..model import DEFAULT_EXP, IssuedGrant, issued_grant_to_dict
 from ..principals import Principal
-from .api import PROBLEMS, Caller
-from .common import ApiError, AppState, State, TheBroker, problem_responses
-from .schemas import IssuedGrantModel, _Strict
+from .api import PROBLEMS
+from .common import ApiError, AppState, Caller, State, TheBroker, problems_for
+from .schemas import IssuedGrantModel, Strict
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["grants"])
 
 
-_problems = functools.partial(problem_responses, PROBLEMS)
+_problems = problems_for(PROBLEMS)
 
 
 class GrantWithToken(IssuedGrantModel):
@@ -40,7 +39,7 @@ class GrantList(BaseModel):
     next_cursor: str | None
 
 
-class CheckBody(_Strict):
+class CheckBody(Strict):
     with_: str = Field(alias="with")
     can: str
     audience: str | None = Field(None, description="Who would use it; you, unless you are its issuer.")
@@ -52,7 +51,7 @@ class CheckResult(BaseModel):
     grant: IssuedGrantModel | None
 
 
-class VerifyBody(_Strict):
+class VerifyBody(Strict):
     token: str
 
 
@@ -62,7 +61,7 @@ class VerifyResult(BaseModel):
     grant: IssuedGrantModel | None
 
 
-class GiveBody(_Strict):
+class GiveBody(Strict):
     to: str = Field(description="Who may use the grant.")
     with_: str = Field(alias="with", min_length=1)
     can: str = Field(min_length=1)
@@ -70,7 +69,7 @@ class GiveBody(_Strict):
     by: str | None = Field(None, description="The issuer; only honoured by a server without auth (else you).")
 
 
-class RevokeBody(_Strict):
+class RevokeBody(Strict):
     by: str | None = Field(None, description="Who revokes; only honoured by a server without auth (else you).")
 
 
@@ -113,7 +112,7 @@ async def list_grants(
             else:
                 issuer = caller.name
         if caller.name not in (audience, issuer):
-            raise ApiError(403, "forbidden", "you may list only grants you hold or gave")
+            raise ApiError("forbidden", "you may list only grants you hold or gave")
     page = await broker.list_grants(
         audience=audience, issuer=issuer, request=request, live=live, after=cursor, limit=limit
     )
@@ -125,10 +124,10 @@ async def give_grant(body: GiveBody, caller: Caller, broker: TheBroker, state: S
     """Give a grant directly, without a request: a delegation from you (a person) to `to`.
     A grant of `hitl/request` on `interlock:inbox/<you>` lets `to` ask you."""
     if caller.kind == "agent":
-        raise ApiError(403, "forbidden", "only a person gives grants")
+        raise ApiError("forbidden", "only a person gives grants")
     by = body.by if caller.kind == "admin" else caller.name
-    if caller.kind != "admin" and await broker.principals.get_principal(body.to) is None:
-        raise ApiError(422, "invalid_request", f"to: there is no human or agent named {body.to!r} here")
+    if caller.kind != "admin" and await broker.get_principal(body.to) is None:
+        raise ApiError("invalid_request", f"to: there is no human or agent named {body.to!r} here")
     exp = body.exp if "exp" in body.model_fields_set else DEFAULT_EXP
     grant = await broker.give_grant(body.to, body.with_, body.can, exp=exp, by=by)
     return _with_token(state, grant)
@@ -141,7 +140,7 @@ async def check_grant(body: CheckBody, caller: Caller, broker: TheBroker) -> dic
     if caller.kind != "admin":
         audience = audience or caller.name
         if caller.name not in (audience, body.issuer):
-            raise ApiError(403, "forbidden", "you may check only grants you hold or gave")
+            raise ApiError("forbidden", "you may check only grants you hold or gave")
     grant = await broker.check_grant(audience, body.with_, body.can, issuer=body.issuer)
     return {"granted": grant is not None, "grant": issued_grant_to_dict(grant) if grant is not None else None}
 
@@ -165,7 +164,7 @@ async def get_grant(grant_id: str, caller: Caller, broker: TheBroker, state: Sta
     """One grant you hold or gave, with its signed token."""
     grant = await broker.get_grant(grant_id)
     if not _concerns(caller, grant):
-        raise ApiError(403, "forbidden", "this grant is neither yours nor from you")
+        raise ApiError("forbidden", "this grant is neither yours nor from you")
     return _with_token(state, grant)
 
 
@@ -176,6 +175,6 @@ async def revoke_grant(
     """Revoke a grant you gave (or give up one you hold); it stops checking at once."""
     grant = await broker.get_grant(grant_id)
     if not _concerns(caller, grant):
-        raise ApiError(403, "forbidden", "this grant is neither yours nor from you")
+        raise ApiError("forbidden", "this grant is neither yours nor from you")
     by = (body.by if body is not None else None) if caller.kind == "admin" else caller.name
     return {"id": grant_id, "revoked": await broker.revoke_grant(grant_id, by=by)}

@@ -34,7 +34,7 @@ from ..model import Answers, Status, request_to_dict
 from ..model import Request as HumanRequest
 from ..outbox import LinkUse
 from ..webhooks import InvalidSignature, verify
-from .common import ApiError, AppState, State, TheBroker
+from .common import UNREADABLE, ApiError, AppState, State, TheBroker
 from .schemas import Problem, RequestModel
 from .web import page, utc
 
@@ -66,39 +66,39 @@ async def inbound(channel: str, request: Request, state: State, broker: TheBroke
     config = None if loop is None else loop.routing.channels.get(channel)
     secret = None if config is None else config.options.get("secret")
     if config is None or config.type != "webhook" or not isinstance(secret, str):
-        raise ApiError(404, "not_found", f"no webhook channel {channel!r} with a secret is configured")
+        raise ApiError("not_found", f"no webhook channel {channel!r} with a secret is configured")
     assert loop is not None
     body = await request.body()
     if len(body) > _MAX_BODY:
-        raise ApiError(413, "too_large", "the body is larger than 256 KiB")
+        raise ApiError("too_large", "the body is larger than 256 KiB")
     try:
         verify(secret, request.headers, body)
     except InvalidSignature as exc:
-        raise ApiError(401, "unauthorized", f"the webhook signature does not check out: {exc}") from None
+        raise ApiError("unauthorized", f"the webhook signature does not check out: {exc}") from None
     doc = _object(body)
     request_id, recipient = doc.get("request_id"), doc.get("recipient")
     if not isinstance(request_id, str) or not isinstance(recipient, str):
-        raise ApiError(422, "invalid_request", "request_id and recipient are required, as text")
-    delivered = await broker.store.list_deliveries(request_id=request_id, limit=1000)
+        raise ApiError("invalid_request", "request_id and recipient are required, as text")
+    delivered = await broker.list_deliveries(request_id=request_id, limit=1000)
     if not any(d.channel == channel and d.recipient == recipient for d in delivered):
-        raise ApiError(403, "forbidden", f"request {request_id} was not delivered to {recipient!r} through {channel!r}")
+        raise ApiError("forbidden", f"request {request_id} was not delivered to {recipient!r} through {channel!r}")
     by = recipient
     member = doc.get("by")
     if member is not None:
         if not isinstance(member, str) or member not in loop.routing.teams.get(recipient, ()):
-            raise ApiError(403, "forbidden", f"{member!r} is not a member of the team {recipient!r}")
+            raise ApiError("forbidden", f"{member!r} is not a member of the team {recipient!r}")
         by = member
     given = [key for key in ("answer", "answers", "reject") if key in doc]
     if len(given) != 1:
-        raise ApiError(422, "invalid_request", "give exactly one of answer, answers or reject")
+        raise ApiError("invalid_request", "give exactly one of answer, answers or reject")
     comment = doc.get("comment", "")
     if not isinstance(comment, str):
-        raise ApiError(422, "invalid_request", "comment: text")
+        raise ApiError("invalid_request", "comment: text")
     try:
         if given[0] == "reject":
             reason = doc["reject"]
             if not isinstance(reason, str):
-                raise ApiError(422, "invalid_request", "reject: the reason, as text")
+                raise ApiError("invalid_request", "reject: the reason, as text")
             done = await broker.reject(request_id, reason, by=by, via="webhook")
         else:
             value: Any = doc["answer"] if given[0] == "answer" else doc["answers"]
@@ -108,7 +108,7 @@ async def inbound(channel: str, request: Request, state: State, broker: TheBroke
                 value = Answers(value)
             done = await broker.resolve(request_id, value, by=by, via="webhook", comment=comment)
     except NotFound:
-        raise ApiError(404, "not_found", f"no request {request_id}") from None
+        raise ApiError("not_found", f"no request {request_id}") from None
     current = await broker.get(request_id)
     if not done:
         raise AlreadySettled(request_id, current.status.value)
@@ -119,9 +119,9 @@ def _object(body: bytes) -> dict[str, Any]:
     try:
         doc = json.loads(body)
     except ValueError:
-        raise ApiError(400, "invalid_request", "the body is not valid JSON") from None
+        raise ApiError("invalid_request", "the body is not valid JSON", status=UNREADABLE) from None
     if not isinstance(doc, dict):
-        raise ApiError(422, "invalid_request", "the body must be a JSON object")
+        raise ApiError("invalid_request", "the body must be a JSON object")
     return doc
 
 
@@ -153,7 +153,7 @@ async def _claim(
     except InvalidLink as exc:
         text = str(exc)
         return _page(state, http, "This link does not work", f"{text[:1].upper()}{text[1:]}.", 400)
-    used = await broker.store.answer_link_use(claim.link)
+    used = await broker.answer_link_use(claim.link)
     if used is not None:
         return _used(state, http, used)
     try:
@@ -219,7 +219,7 @@ async def answer_by_link(token: str, http: Request, state: State, broker: TheBro
     if isinstance(found, HTMLResponse):
         return found
     claim, request = found
-    use, first = await broker.store.use_answer_link(
+    use, first = await broker.use_answer_link(
         LinkUse(claim.link, request.id, claim.recipient, datetime.now(UTC)), claim.expires_at
     )
     if not first:
@@ -263,19 +263,19 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
 
     slack = None if state.delivery is None else state.delivery.channels.get(channel)
     if not isinstance(slack, SlackChannel) or not slack.signing_secret:
-        raise ApiError(404, "not_found", f"no Slack channel {channel!r} with a signing secret is configured")
+        raise ApiError("not_found", f"no Slack channel {channel!r} with a signing secret is configured")
     body = await request.body()
     if len(body) > _MAX_BODY:
-        raise ApiError(413, "too_large", "the body is larger than 256 KiB")
+        raise ApiError("too_large", "the body is larger than 256 KiB")
     try:
         verify_slack(slack.signing_secret, request.headers, body)
     except SlackSignatureError as exc:
-        raise ApiError(401, "unauthorized", str(exc)) from None
+        raise ApiError("unauthorized", str(exc)) from None
     try:
         payload = json.loads(parse_qs(body.decode())["payload"][0])
         kind, user_id = payload["type"], payload["user"]["id"]
     except (KeyError, IndexError, ValueError, TypeError, UnicodeDecodeError):
-        raise ApiError(400, "invalid_request", "not a Slack interaction payload") from None
+        raise ApiError("invalid_request", "not a Slack interaction payload", status=UNREADABLE) from None
 
     async def tell(text: str) -> None:
         url = payload.get("response_url")

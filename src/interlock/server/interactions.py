@@ -22,7 +22,6 @@ broker and the same rules of who may read and answer what:
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal, TypedDict
@@ -38,8 +37,8 @@ from ..errors import InterlockError
 from ..model import Ask, Event, Request, Status, ask_to_dict
 from ..principals import Principal, can_read
 from ..wire import problem_of
-from .api import Caller, answer_one, event_filter
-from .common import ApiError, State, TheBroker, parse_event_id, problem_responses
+from .api import answer_one, event_filter
+from .common import NOVO_REFUSAL, UNREADABLE, ApiError, Caller, State, TheBroker, parse_event_id, problems_for
 from .schemas import AnswerBody, InputResponse
 from .stream import Dropped
 
@@ -47,16 +46,7 @@ __all__ = ["interaction", "router"]
 
 router = APIRouter(tags=["interactions"])
 
-PROBLEMS = {
-    400: "the body does not fit its interaction (Novo's rules), or a Last-Event-ID is not an event id",
-    403: "not yours to see, or not yours to resolve",
-    404: "no such interaction",
-    409: "the interaction is no longer pending (`already_settled`)",
-    413: "the body is too large",
-    422: "the body or a parameter does not fit the schema",
-    429: "you hold as many event streams as you may",
-}
-_problems = functools.partial(problem_responses, PROBLEMS)
+_problems = problems_for({400: ("invalid_answer", "invalid_request")})
 
 APPROVAL_OPTIONS = ({"id": "approve", "label": "Approve"}, {"id": "deny", "label": "Deny"})
 
@@ -184,7 +174,7 @@ def _answer_body(body: ResolveBody) -> AnswerBody:
     if body.cancel:
         return AnswerBody.model_validate({"cancel": True, "reason": body.reason})
     if body.input_responses is None:
-        raise ApiError(400, "invalid_answer", "give inputResponses, or cancel: true")
+        raise ApiError("invalid_answer", "give inputResponses, or cancel: true", status=NOVO_REFUSAL)
     return AnswerBody.model_construct(input_responses=body.input_responses, reason=body.reason)
 
 
@@ -238,7 +228,7 @@ async def stream_interactions(
     try:
         start = parse_event_id(last_event_id)
     except ValueError as exc:
-        raise ApiError(400, "invalid_request", str(exc)) from None
+        raise ApiError("invalid_request", str(exc), status=UNREADABLE) from None
     if start is None:
         start = await broker.last_event_id()
     seen = event_filter(caller, None, session, run)
@@ -308,7 +298,7 @@ def _replayed(event: Event) -> dict[str, Any]:
 async def get_interaction(interaction_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
     request = await broker.get(interaction_id)
     if not can_read(caller, request):
-        raise ApiError(403, "forbidden", "this interaction is neither to you nor from you")
+        raise ApiError("forbidden", "this interaction is neither to you nor from you")
     return JSONResponse(interaction(request))
 
 

@@ -27,7 +27,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, FastAPI, HTTPException
+from fastapi import APIRouter, FastAPI
 from fastapi import Request as HttpRequest
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
@@ -37,18 +37,17 @@ from ..model import Event, Status
 from ..model import Request as HumanRequest
 from ..outbox import Delivery
 from ..principals import Principal, can_answer, can_read
-from .auth import SESSION_COOKIE, SESSION_MAX_AGE, check_csrf
-from .common import AppState, State
+from .auth import SESSION_COOKIE, SESSION_MAX_AGE
+from .common import AppState, State, set_cookie
 from .web import (
     SIGNIN_COOKIE,
     Session,
-    _set_cookie,
-    _values,
     after_signin,
     email_signin_offered,
     inbox_filter,
     outcome,
     page,
+    read_signin_form,
     refusal,
     session,
     signin_page,
@@ -88,20 +87,18 @@ def _link_page(state: AppState, http: HttpRequest, code: str, next_path: str, er
     csrf = secrets.token_urlsafe(24)
     context = {"code": code, "next": next_path, "signin_csrf": csrf, "error": error}
     response = page(state, http, "signin_link.html", context, 400 if error else 200)
-    _set_cookie(http, response, SIGNIN_COOKIE, csrf, 3600, "strict", "/signin", state.auth.secure(http))
+    set_cookie(response, SIGNIN_COOKIE, csrf, 3600, "strict", "/signin", state.auth.secure(http))
     return response
 
 
 @router.post("/signin/link", response_class=HTMLResponse)
 async def signin_with_link(http: HttpRequest, state: State) -> Response:
-    values = await _values(http)
+    values, stale = await read_signin_form(http)
     next_path = values.get("next")
     if not state.auth.enabled:
         return RedirectResponse(after_signin(http, next_path), status_code=303)
-    try:  # the form's token is the one in the short-lived sign-in cookie (double submit)
-        check_csrf(http.cookies.get(SIGNIN_COOKIE, ""), values.get("csrf"))
-    except HTTPException as exc:
-        return _link_page(state, http, values.get("code"), next_path, str(exc.detail))
+    if stale is not None:
+        return _link_page(state, http, values.get("code"), next_path, stale)
     code = values.get("code").strip()
     started = await state.auth.sign_in_with_link(code) if code and len(code) <= 200 else None
     if started is None:
@@ -112,7 +109,7 @@ async def signin_with_link(http: HttpRequest, state: State) -> Response:
         )
         return signin_page(state, http, message, 400, next_path)
     response = RedirectResponse(after_signin(http, next_path), status_code=303)
-    _set_cookie(http, response, SESSION_COOKIE, started[0], SESSION_MAX_AGE, "lax", "/", state.auth.secure(http))
+    set_cookie(response, SESSION_COOKIE, started[0], SESSION_MAX_AGE, "lax", "/", state.auth.secure(http))
     response.delete_cookie(SIGNIN_COOKIE, path="/signin")
     return response
 
@@ -205,7 +202,7 @@ async def request_page(http: HttpRequest, state: State, request_id: str) -> Resp
     if who.principal.kind != "agent":  # a browser is a person's, the local one's without auth too
         await state.broker.note_viewed(request.id, by=who.principal.name)
     events = list(await state.broker.find_events(request=request.id, limit=TIMELINE_LIMIT))
-    deliveries = list(await state.broker.store.list_deliveries(request_id=request.id, limit=TIMELINE_LIMIT))
+    deliveries = list(await state.broker.list_deliveries(request_id=request.id, limit=TIMELINE_LIMIT))
     loop = state.delivery
     types = {name: c.type for name, c in loop.routing.channels.items()} if loop is not None else {}
     here = http.url_for("request_page", request_id=request.id).path
@@ -405,7 +402,7 @@ async def dashboard(http: HttpRequest, state: State) -> Response:
             expired[r.to or "(nobody named)"] += 1
     waiting = Counter(r.to or "(nobody named)" for r in pending)
     if who.principal.kind == "admin":
-        team_names = {p.name for p in await state.broker.principals.list_principals() if p.kind == "team"}
+        team_names = {p.name for p in await state.broker.list_principals() if p.kind == "team"}
     else:
         team_names = set(who.principal.teams)
     team_rows = _team_rows(team_names, pending, settled)

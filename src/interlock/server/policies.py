@@ -11,7 +11,6 @@ because it signs the hook's calls.
 
 from __future__ import annotations
 
-import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
@@ -20,14 +19,14 @@ from pydantic import BaseModel, Field
 from ..approval_policies import ApprovalPolicy, policy_from_dict, policy_to_dict
 from ..broker import LocalBroker
 from ..principals import Principal
-from .api import PROBLEMS, Caller
-from .common import ApiError, TheBroker, problem_responses
+from .api import PROBLEMS
+from .common import ApiError, Caller, TheBroker, problems_for
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["approval policies"])
 
-_problems = functools.partial(problem_responses, PROBLEMS)
+_problems = problems_for(PROBLEMS)
 
 _EXAMPLE = {
     "approval": "always",
@@ -87,20 +86,18 @@ class Deleted(BaseModel):
 async def _owns(broker: LocalBroker, caller: Principal, agent: str) -> bool:
     if caller.kind == "admin":
         return True
-    principal = await broker.principals.get_principal(agent)
+    principal = await broker.get_principal(agent)
     return principal is not None and principal.kind == "agent" and principal.owner == caller.name
 
 
 async def _may_change(broker: LocalBroker, caller: Principal, agent: str) -> None:
     if not await _owns(broker, caller, agent):
-        raise ApiError(
-            403, "forbidden", f"only the owner of agent {agent!r} or an admin may change its approval policy"
-        )
+        raise ApiError("forbidden", f"only the owner of agent {agent!r} or an admin may change its approval policy")
 
 
 async def _may_read(broker: LocalBroker, caller: Principal, agent: str) -> None:
     if caller.name != agent and not await _owns(broker, caller, agent):
-        raise ApiError(403, "forbidden", f"only agent {agent!r}, its owner or an admin may read its approval policy")
+        raise ApiError("forbidden", f"only agent {agent!r}, its owner or an admin may read its approval policy")
 
 
 async def _put(
@@ -175,7 +172,7 @@ async def effective_policy(
     """The policy that applies to a call of the agent's tool from `server`, with the hook's
     secret: for the agent's own approval gate (and an admin) only."""
     if caller.kind != "admin" and caller.name != agent:
-        raise ApiError(403, "forbidden", "only the agent itself or an admin reads the policy it applies")
+        raise ApiError("forbidden", "only the agent itself or an admin reads the policy it applies")
     found = await broker.approval_policy_for(agent, server)
     return {"policy": None if found is None else policy_to_dict(found, secrets=True)}
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -28,52 +27,31 @@ from ..followups import followup_to_dict
 from ..model import Event, Run, RunStatus, run_to_dict
 from ..principals import Principal
 from .common import (
+    UNREADABLE,
     ApiError,
+    Caller,
     State,
     TheBroker,
-    app_state,
     event_to_dict,
     may_see_run,
     parse_event_id,
-    problem_responses,
+    problems_for,
     run_event_filter,
 )
-from .schemas import EventPage
+from .schemas import EventPage, Strict
 from .stream import Dropped
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["runs"])
 
-PROBLEMS = {
-    400: "the body is not valid JSON, or a Last-Event-ID is not an event id",
-    403: "not yours: the run is neither started by you nor waiting on you (or you are a person, not an agent)",
-    404: "no such run",
-    409: "the run is not in a state that allows this (`run_conflict`): ended, parked, or held by another worker",
-    413: "the body is too large",
-    422: "the body or a parameter does not fit the schema, or is refused (`invalid_request`)",
-    429: "you hold as many event streams as you may",
-}
-
-
-_problems = functools.partial(problem_responses, PROBLEMS)
-
-
-async def _caller(request: Request) -> Principal:
-    return await app_state(request).auth.api_principal(request)
-
-
-Caller = Annotated[Principal, Depends(_caller)]
+_problems = problems_for({409: ("run_conflict",)})
 
 
 # -- shapes ----------------------------------------------------------------------------------
 
 
-class _Strict(BaseModel):
-    model_config = {"extra": "forbid", "strict": True}
-
-
-class StartBody(_Strict):
+class StartBody(Strict):
     agent: str = Field(description="the agent whose run this is: a worker with its handler resumes it")
     session: str | None = Field(None, description="the session or thread the run belongs to")
     run_id: str | None = Field(None, description="the run's id; a run with this id already stored is returned as is")
@@ -83,35 +61,35 @@ class StartBody(_Strict):
     requester: str | None = Field(None, description="who starts it (the operator only; else the token's principal)")
 
 
-class ParkBody(_Strict):
+class ParkBody(Strict):
     state: Any = Field(None, description="the framework's state to go on from (JSON, opaque to interlock)")
     waiting_on: list[str] = Field(description="the requests (created with this run's id) the run waits on")
     status: Literal["waiting_for_input", "waiting_for_approval"] | None = None
     worker: str | None = Field(None, description="the worker holding the run, when a worker parks it again")
 
 
-class ClaimBody(_Strict):
+class ClaimBody(Strict):
     agents: list[str] | None = Field(None, description="the agents this worker resumes; any when null")
     worker: str = Field(description="the worker's name, which holds the run until its lease runs out")
     lease: float = Field(DEFAULT_LEASE, gt=0, le=3600)
 
 
-class LeaseBody(_Strict):
+class LeaseBody(Strict):
     worker: str
     lease: float = Field(DEFAULT_LEASE, gt=0, le=3600)
 
 
-class CompleteBody(_Strict):
+class CompleteBody(Strict):
     result: Any = None
     worker: str | None = None
 
 
-class FailBody(_Strict):
+class FailBody(Strict):
     error: str
     worker: str | None = None
 
 
-class CancelRunBody(_Strict):
+class CancelRunBody(Strict):
     reason: str = Field("cancelled_by_user", description="the run's `terminal_reason`")
 
 
@@ -163,13 +141,13 @@ def out(caller: Principal, run: Run, status_code: int = 200) -> JSONResponse:
 
 def _agent_only(caller: Principal, what: str) -> None:
     if caller.kind == "human":
-        raise ApiError(403, "forbidden", f"only an agent {what}; a person's client does not")
+        raise ApiError("forbidden", f"only an agent {what}; a person's client does not")
 
 
 async def visible_run(broker: LocalBroker, caller: Principal, run_id: str) -> Run:
     run = await broker.get_run(run_id)
     if not await may_see_run(broker, caller, run):
-        raise ApiError(403, "forbidden", "this run is neither started by you nor waiting on you")
+        raise ApiError("forbidden", "this run is neither started by you nor waiting on you")
     return run
 
 
@@ -177,7 +155,7 @@ async def own_run(broker: LocalBroker, caller: Principal, run_id: str, what: str
     _agent_only(caller, what)
     run = await broker.get_run(run_id)
     if caller.kind != "admin" and caller.name != run.requester:
-        raise ApiError(403, "forbidden", "this run was started by someone else")
+        raise ApiError("forbidden", "this run was started by someone else")
     return run
 
 
@@ -201,7 +179,7 @@ async def start_run(body: StartBody, caller: Caller, broker: TheBroker) -> JSONR
         existing = await _existing(broker, body.run_id)
         if existing is not None:
             if caller.kind != "admin" and existing.requester != caller.name:
-                raise ApiError(403, "forbidden", "a run with this id was started by someone else")
+                raise ApiError("forbidden", "a run with this id was started by someone else")
             return out(caller, existing)
     requester = body.requester if caller.kind == "admin" else caller.name
     run = await broker.start_run(
@@ -388,7 +366,7 @@ async def run_stream(
     try:
         start = parse_event_id(last_event_id)
     except ValueError as exc:
-        raise ApiError(400, "invalid_request", str(exc)) from None
+        raise ApiError("invalid_request", str(exc), status=UNREADABLE) from None
     start = after if start is None else start
     await visible_run(broker, caller, run_id)
     # A new client: the events from now on (after the pause the run waits on, if any).

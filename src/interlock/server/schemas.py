@@ -17,8 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from ..model import Choice, Confirm, Form, Grant, MultiChoice, Option, Origin, Text
 from ..store import Query
+from ..wire import WIRE_ERRORS
 
 __all__ = [
+    "Strict",
     "AnswerBody",
     "GrantEcho",
     "GrantModel",
@@ -47,14 +49,15 @@ __all__ = [
 ]
 
 
-class _Strict(BaseModel):
-    # Strict types as well as no unknown fields: a body is taken as the schema says, with
-    # no coercion (`0` is not a boolean, `5` not a string), so what the document refuses
-    # the server refuses too.
+class Strict(BaseModel):
+    """A body of the API: strict types as well as no unknown fields, so a body is taken as
+    the schema says, with no coercion (`0` is not a boolean, `5` not a string), and what
+    the document refuses the server refuses too."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class _Wire(_Strict):
+class _Wire(Strict):
     model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
 
 
@@ -224,7 +227,7 @@ else:
 AskModel = Annotated[TextAsk | ConfirmAsk | ChoiceAsk | MultiChoiceAsk | FormAsk, Field(discriminator="type")]
 
 
-class CreateBody(_Strict):
+class CreateBody(Strict):
     asks: list[AskModel] = Field(min_length=1)
     kind: Literal["question", "approval"] = "question"
     to: str | None = Field(
@@ -283,7 +286,7 @@ class RequestPage(BaseModel):
     next_cursor: str | None
 
 
-class InputResponse(_Strict):
+class InputResponse(Strict):
     """A Novo-compatible answer to one prompt: an option, several options, or text."""
 
     model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
@@ -293,7 +296,7 @@ class InputResponse(_Strict):
     text: str | None = None
 
 
-class AnswerBody(_Strict):
+class AnswerBody(Strict):
     """Answer natively (`answers` by ask id, or `answer` for a request with one ask), or
     with the Novo-compatible body (`inputResponses`, `reason`, `cancel`). The server records the
     surface (`via`: "api") itself. `cancel: true` ends the request unanswered: the requester
@@ -318,7 +321,7 @@ class BatchItem(AnswerBody):
     id: str
 
 
-class BatchAnswerBody(_Strict):
+class BatchAnswerBody(Strict):
     items: list[BatchItem] = Field(min_length=1, max_length=500)
 
 
@@ -329,20 +332,20 @@ class BatchResult(BaseModel):
     error: dict[str, Any] | None = None
 
 
-class RejectBody(_Strict):
+class RejectBody(Strict):
     reason: str = ""
 
 
-class CancelBody(_Strict):
+class CancelBody(Strict):
     reason: str = ""
     cause: Literal["cancelled", "released", "withdrawn", "closed"] = "cancelled"
 
 
-class CloseBody(_Strict):
+class CloseBody(Strict):
     channel: str | None = Field(None, description="The channel to close; none to withdraw pending requests only.")
 
 
-class ReopenBody(_Strict):
+class ReopenBody(Strict):
     channel: str
 
 
@@ -351,7 +354,7 @@ class Reopened(BaseModel):
     reopened: bool = Field(description="Whether the channel was closed.")
 
 
-class ConsumeBody(_Strict):
+class ConsumeBody(Strict):
     by: str | None = Field(None, description="Only honoured by a server without auth; else you.")
 
 
@@ -360,7 +363,7 @@ class ConsumeResult(BaseModel):
     consumed: bool = Field(description="True for the one call that consumed the answered request.")
 
 
-class InformBody(_Strict):
+class InformBody(Strict):
     message: str = Field(pattern=r"\S", description="What to tell the person: not empty, not only spaces.")
     to: str | None = None
     session: str | None = None
@@ -383,13 +386,18 @@ class EventPage(BaseModel):
     last_event_id: int
 
 
+def _codes_text() -> str:
+    rows = [f"`{row.code}` ({row.status}): {row.meaning}" for row in WIRE_ERRORS]
+    return "A stable machine code, one of the wire table's:\n\n" + "\n".join(f"- {row}" for row in rows)
+
+
 class Problem(BaseModel):
     """An error, as RFC 9457 problem details with a stable machine `code`."""
 
     type: str = "about:blank"
     title: str
     status: int
-    code: str
+    code: str = Field(description=_codes_text(), json_schema_extra={"enum": [row.code for row in WIRE_ERRORS]})
     detail: str
     ask_id: str | None = None
     current_status: str | None = None

@@ -6,22 +6,20 @@ only an admin creates a team, adds or removes members, or deletes it."""
 
 from __future__ import annotations
 
-import functools
 from typing import Annotated
 
 from fastapi import APIRouter, Body
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from ..errors import InvalidRequest
 from ..principals import Principal
-from .api import PROBLEMS, Caller
-from .common import ApiError, State, TheBroker, problem_responses
+from .api import PROBLEMS
+from .common import ApiError, Caller, State, TheBroker, problems_for
 
 __all__ = ["TeamModel", "router"]
 
 router = APIRouter()
-problems = functools.partial(problem_responses, PROBLEMS)
+problems = problems_for(PROBLEMS)
 
 
 class TeamModel(BaseModel):
@@ -41,25 +39,25 @@ class Members(BaseModel):
 
 def _admin(caller: Principal, what: str) -> None:
     if caller.kind != "admin":
-        raise ApiError(403, "forbidden", f"only an admin may {what}")
+        raise ApiError("forbidden", f"only an admin may {what}")
 
 
 async def _team(broker: TheBroker, name: str) -> JSONResponse:
-    members = await broker.principals.team_members(name)
+    members = await broker.team_members(name)
     if members is None:
-        raise ApiError(404, "not_found", f"there is no team named {name!r}")
+        raise ApiError("not_found", f"there is no team named {name!r}")
     return JSONResponse({"name": name, "members": list(members)})
 
 
 @router.get("/teams", response_model=TeamList, tags=["teams"])
 async def list_teams(caller: Caller, broker: TheBroker) -> JSONResponse:
     """Every team with its members (for an admin); for anyone else, the teams they are in."""
-    found = [p.name for p in await broker.principals.list_principals() if p.kind == "team"]
-    if caller.kind != "admin":
-        found = [name for name in found if name in caller.teams]
-    items = []
-    for name in found:
-        items.append({"name": name, "members": list(await broker.principals.team_members(name) or ())})
+    found = await broker.list_teams()
+    items = [
+        {"name": name, "members": list(members)}
+        for name, members in found.items()
+        if caller.kind == "admin" or name in caller.teams
+    ]
     return JSONResponse({"items": items})
 
 
@@ -77,22 +75,19 @@ async def add_members(
     that is a person's or an agent's, or a member who is no person here, is refused with
     422 and changes nothing."""
     _admin(caller, "change a team")
-    try:
-        await broker.principals.save_team(name, body.members)
-    except (ValueError, InvalidRequest) as exc:
-        raise ApiError(422, "invalid_request", str(exc)) from None
+    members = await broker.add_team_members(name, body.members)  # InvalidRequest: 422
     state.known_recipients.add(name)
-    return await _team(broker, name)
+    return JSONResponse({"name": name, "members": list(members)})
 
 
 @router.delete("/teams/{name}/members/{member}", response_model=TeamModel, responses=problems(404), tags=["teams"])
 async def remove_member(name: str, member: str, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Take a person out of a team (an admin only)."""
     _admin(caller, "change a team")
-    if await broker.principals.team_members(name) is None:
-        raise ApiError(404, "not_found", f"there is no team named {name!r}")
-    if not await broker.principals.remove_team_members(name, [member]):
-        raise ApiError(404, "not_found", f"{member!r} is not in the team {name!r}")
+    if await broker.team_members(name) is None:
+        raise ApiError("not_found", f"there is no team named {name!r}")
+    if not await broker.remove_team_member(name, member):
+        raise ApiError("not_found", f"{member!r} is not in the team {name!r}")
     return await _team(broker, name)
 
 
@@ -100,6 +95,6 @@ async def remove_member(name: str, member: str, caller: Caller, broker: TheBroke
 async def delete_team(name: str, caller: Caller, broker: TheBroker, state: State) -> None:
     """Delete a team (an admin only); its requests stay, readable by their requesters."""
     _admin(caller, "delete a team")
-    if not await broker.principals.delete_team(name):
-        raise ApiError(404, "not_found", f"there is no team named {name!r}")
+    if not await broker.delete_team(name):
+        raise ApiError("not_found", f"there is no team named {name!r}")
     state.known_recipients.discard(name)

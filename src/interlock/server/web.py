@@ -20,11 +20,11 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, HTTPException
 from fastapi import Request as HttpRequest
@@ -52,7 +52,17 @@ from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer, can_claim
 from ..signin import safe_next
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE, Holder, check_csrf
-from .common import AppState, State, can_see, may_see_run, parse_event_id, run_event_filter
+from .common import (
+    AppState,
+    State,
+    Values,
+    can_see,
+    may_see_run,
+    parse_event_id,
+    read_form,
+    run_event_filter,
+    set_cookie,
+)
 from .markdown import render_markdown
 from .stream import Dropped
 
@@ -79,28 +89,6 @@ _SECURITY_HEADERS = {
 
 
 # -- what a person typed ------------------------------------------------------------------
-
-
-class Values:
-    """The fields of a posted form, to read an answer from and to fill the form again."""
-
-    def __init__(self, items: Sequence[tuple[str, str]] = ()) -> None:
-        self._by_name: dict[str, list[str]] = {}
-        for name, value in items:
-            self._by_name.setdefault(name, []).append(value)
-
-    def get(self, name: str, default: str = "") -> str:
-        found = self._by_name.get(name)
-        return found[-1] if found else default
-
-    def all(self, name: str) -> list[str]:
-        return list(self._by_name.get(name, ()))
-
-    def has(self, name: str) -> bool:
-        return name in self._by_name
-
-    def __bool__(self) -> bool:
-        return bool(self._by_name)
 
 
 async def read_answers_off_loop(broker: Broker, request: HumanRequest, values: Values) -> Answers:
@@ -399,9 +387,7 @@ def page(
         headers=_SECURITY_HEADERS,
     )
     if who is not None and who.new_cookie is not None:
-        _set_cookie(
-            http, response, SESSION_COOKIE, who.new_cookie, SESSION_MAX_AGE, "lax", "/", state.auth.secure(http)
-        )
+        set_cookie(response, SESSION_COOKIE, who.new_cookie, SESSION_MAX_AGE, "lax", "/", state.auth.secure(http))
     return response
 
 
@@ -439,6 +425,59 @@ def mine(who: Session, request: HumanRequest) -> bool:
     """Whether the request is in this person's inbox: to them, or to one of their teams."""
     p = who.principal
     return p.kind == "admin" or request.to == p.name or (p.kind == "human" and request.to in p.teams)
+
+
+async def posted(http: HttpRequest, state: AppState, back: str) -> tuple[Session, Values] | Response:
+    """The signed-in person and the fields of a form they posted, its CSRF token checked;
+    else what to answer instead: off to sign in (coming back to the page `back`), or, to
+    the inbox's script, a refusal (a session that ended, a stale form)."""
+    who = await session(state, http)
+    if who is None:
+        if fragment_wanted(http):
+            return refusal(state, http, 401, "Your session has ended: sign in again.")
+        return signin_redirect(http, back)
+    values = await read_form(http)
+    try:
+        check_csrf(who.csrf, values.get("csrf"))
+    except HTTPException as exc:
+        return refusal(state, http, 403, str(exc.detail), who)
+    return who, values
+
+
+async def posted_request(
+    http: HttpRequest, state: AppState, request_id: str, may: Callable[[Principal, HumanRequest], bool], refused: str
+) -> tuple[Session, Values, HumanRequest] | Response:
+    """A form posted about a request in the person's inbox that they `may` act on (as
+    `posted`), with the request; else the refusal (`refused` when they may not)."""
+    found = await posted(http, state, _request_page_path(http, request_id))
+    if isinstance(found, Response):
+        return found
+    who, values = found
+    try:
+        request = await state.broker.get(request_id)
+    except NotFound:
+        return refusal(state, http, 404, "There is no such request.", who)
+    if not mine(who, request):  # the same answer as the API's: it exists, and it is not yours
+        return refusal(state, http, 403, "This request is not in your inbox.", who)
+    if not may(who.principal, request):
+        return refusal(state, http, 403, refused, who)
+    return who, values, request
+
+
+async def posted_run(http: HttpRequest, state: AppState, run_id: str) -> tuple[Session, Run, Values] | Response:
+    """A form posted about a run the person may see (as `posted`), with the run; else the
+    refusal to answer with."""
+    found = await posted(http, state, http.url_for("inbox_run", run_id=run_id).path)
+    if isinstance(found, Response):
+        return found
+    who, values = found
+    try:
+        run = await state.broker.get_run(run_id)
+    except NotFound:
+        return refusal(state, http, 404, "There is no such run.", who)
+    if not await may_see_run(state.broker, who.principal, run):
+        return refusal(state, http, 403, "This run is not waiting on you.", who)
+    return who, run, values
 
 
 def inbox_filter(principal: Principal) -> dict[str, Any]:
@@ -537,20 +576,30 @@ def signin_page(
         "by_email": email_signin_offered(state),
     }
     response = page(state, http, "signin.html", context, status)
-    _set_cookie(http, response, SIGNIN_COOKIE, csrf, 3600, "strict", "/signin", state.auth.secure(http))
+    set_cookie(response, SIGNIN_COOKIE, csrf, 3600, "strict", "/signin", state.auth.secure(http))
     return response
+
+
+async def read_signin_form(http: HttpRequest) -> tuple[Values, str | None]:
+    """The fields of a posted sign-in form, and what is wrong with its CSRF token (None
+    when it is the one in the short-lived sign-in cookie: a double submit, as there is no
+    session yet)."""
+    values = await read_form(http)
+    try:
+        check_csrf(http.cookies.get(SIGNIN_COOKIE, ""), values.get("csrf"))
+    except HTTPException as exc:
+        return values, str(exc.detail)
+    return values, None
 
 
 @router.post("/signin", response_class=HTMLResponse)
 async def signin(http: HttpRequest, state: State) -> Response:
     if not state.auth.enabled:
         return RedirectResponse(http.url_for("inbox"), status_code=303)
-    values = await _values(http)
+    values, stale = await read_signin_form(http)
     next_path = values.get("next")
-    try:  # the sign-in form's token is the one in the short-lived sign-in cookie (double submit)
-        check_csrf(http.cookies.get(SIGNIN_COOKIE, ""), values.get("csrf"))
-    except HTTPException as exc:
-        return signin_page(state, http, str(exc.detail), 403, next_path)
+    if stale is not None:
+        return signin_page(state, http, stale, 403, next_path)
     token = values.get("token").strip()
     principal = await state.auth.from_token(token) if token else None
     if principal is None:
@@ -562,7 +611,7 @@ async def signin(http: HttpRequest, state: State) -> Response:
     if started is None:  # revoked in the meantime
         return signin_page(state, http, "That token is unknown or has been revoked.", 401, next_path)
     response = RedirectResponse(after_signin(http, next_path), status_code=303)
-    _set_cookie(http, response, SESSION_COOKIE, started[0], SESSION_MAX_AGE, "lax", "/", state.auth.secure(http))
+    set_cookie(response, SESSION_COOKIE, started[0], SESSION_MAX_AGE, "lax", "/", state.auth.secure(http))
     response.delete_cookie(SIGNIN_COOKIE, path="/signin")
     return response
 
@@ -572,7 +621,7 @@ async def signout(http: HttpRequest, state: State) -> Response:
     who = await session(state, http)
     if who is not None:
         try:
-            check_csrf(who.csrf, (await _values(http)).get("csrf"))
+            check_csrf(who.csrf, (await read_form(http)).get("csrf"))
         except HTTPException as exc:
             return refusal(state, http, 403, str(exc.detail), who)
     response = RedirectResponse(http.url_for("signin" if state.auth.enabled else "inbox"), status_code=303)
@@ -644,24 +693,10 @@ async def request_card(http: HttpRequest, state: State, request_id: str) -> Resp
 
 @router.post("/inbox/requests/{request_id}", name="inbox_answer", response_class=HTMLResponse)
 async def answer(http: HttpRequest, state: State, request_id: str) -> Response:
-    who = await session(state, http)
-    if who is None:
-        if fragment_wanted(http):
-            return refusal(state, http, 401, "Your session has ended: sign in again.")
-        return signin_redirect(http, _request_page_path(http, request_id))
-    values = await _values(http)
-    try:
-        check_csrf(who.csrf, values.get("csrf"))
-    except HTTPException as exc:
-        return refusal(state, http, 403, str(exc.detail), who)
-    try:
-        request = await state.broker.get(request_id)
-    except NotFound:
-        return refusal(state, http, 404, "There is no such request.", who)
-    if not mine(who, request):  # the same answer as the API's: it exists, and it is not yours
-        return refusal(state, http, 403, "This request is not in your inbox.", who)
-    if not can_answer(who.principal, request):
-        return refusal(state, http, 403, "You may not answer this request.", who)
+    found = await posted_request(http, state, request_id, can_answer, "You may not answer this request.")
+    if isinstance(found, Response):
+        return found
+    who, values, request = found
     action = values.get("action", "answer")
     comment = values.get("comment").strip()
     by = who.principal.name
@@ -704,24 +739,11 @@ async def answer(http: HttpRequest, state: State, request_id: str) -> Response:
 async def claim(http: HttpRequest, state: State, request_id: str) -> Response:
     """Claim a request to one of your teams (`action=claim`), or give your claim up
     (`action=unclaim`). Without JavaScript, back to the page it came from."""
-    who = await session(state, http)
-    if who is None:
-        if fragment_wanted(http):
-            return refusal(state, http, 401, "Your session has ended: sign in again.")
-        return signin_redirect(http, _request_page_path(http, request_id))
-    values = await _values(http)
-    try:
-        check_csrf(who.csrf, values.get("csrf"))
-    except HTTPException as exc:
-        return refusal(state, http, 403, str(exc.detail), who)
-    try:
-        request = await state.broker.get(request_id)
-    except NotFound:
-        return refusal(state, http, 404, "There is no such request.", who)
-    if not mine(who, request):
-        return refusal(state, http, 403, "This request is not in your inbox.", who)
-    if not can_claim(who.principal, request):
-        return refusal(state, http, 403, "Only a member of the team this request is to may claim it.", who)
+    refused = "Only a member of the team this request is to may claim it."
+    found = await posted_request(http, state, request_id, can_claim, refused)
+    if isinstance(found, Response):
+        return found
+    who, values, request = found
     by = who.principal.name
     notice = None
     if request.status is not Status.PENDING:
@@ -764,22 +786,12 @@ async def run_page(http: HttpRequest, state: State, run_id: str, cancel: str = "
 
 @router.post("/inbox/runs/{run_id}/cancel", name="inbox_run_cancel", response_class=HTMLResponse)
 async def cancel_run(http: HttpRequest, state: State, run_id: str) -> Response:
-    who = await session(state, http)
-    if who is None:
-        return signin_redirect(http, http.url_for("inbox_run", run_id=run_id).path)
-    values = await _values(http)
-    try:
-        check_csrf(who.csrf, values.get("csrf"))
-    except HTTPException as exc:
-        return refusal(state, http, 403, str(exc.detail), who)
-    try:
-        run = await state.broker.get_run(run_id)
-    except NotFound:
-        return refusal(state, http, 404, "There is no such run.", who)
-    if not await may_see_run(state.broker, who.principal, run):
-        return refusal(state, http, 403, "This run is not waiting on you.", who)
-    done = await state.broker.cancel_run(run_id, by=who.principal.name)
-    where = http.url_for("inbox_run", run_id=run_id).include_query_params(cancel="done" if done else "ended")
+    found = await posted_run(http, state, run_id)
+    if isinstance(found, Response):
+        return found
+    who, run, _ = found
+    done = await state.broker.cancel_run(run.id, by=who.principal.name)
+    where = http.url_for("inbox_run", run_id=run.id).include_query_params(cancel="done" if done else "ended")
     return RedirectResponse(where, status_code=303)
 
 
@@ -794,31 +806,11 @@ _SENT_NOTICES = {
 }
 
 
-async def _run_form(http: HttpRequest, state: State, run_id: str) -> tuple[Session, Run, Values] | Response:
-    """The signed-in person, the run and the form's values of a post about a run they may
-    see; else the refusal to answer with."""
-    who = await session(state, http)
-    if who is None:
-        return signin_redirect(http, http.url_for("inbox_run", run_id=run_id).path)
-    values = await _values(http)
-    try:
-        check_csrf(who.csrf, values.get("csrf"))
-    except HTTPException as exc:
-        return refusal(state, http, 403, str(exc.detail), who)
-    try:
-        run = await state.broker.get_run(run_id)
-    except NotFound:
-        return refusal(state, http, 404, "There is no such run.", who)
-    if not await may_see_run(state.broker, who.principal, run):
-        return refusal(state, http, 403, "This run is not waiting on you.", who)
-    return who, run, values
-
-
 @router.post("/inbox/runs/{run_id}/messages", name="inbox_run_message", response_class=HTMLResponse)
 async def send_run_message(http: HttpRequest, state: State, run_id: str) -> Response:
     """Send the run's agent a message: `approve` / `deny` decides a pending approval of
     yours; anything else is held for the agent's next turn."""
-    found = await _run_form(http, state, run_id)
+    found = await posted_run(http, state, run_id)
     if isinstance(found, Response):
         return found
     who, run, values = found
@@ -843,7 +835,7 @@ async def send_run_message(http: HttpRequest, state: State, run_id: str) -> Resp
 )
 async def withdraw_run_message(http: HttpRequest, state: State, run_id: str, followup_id: str) -> Response:
     """Withdraw a message held for the run before its agent gets it."""
-    found = await _run_form(http, state, run_id)
+    found = await posted_run(http, state, run_id)
     if isinstance(found, Response):
         return found
     _, run, _ = found
@@ -889,21 +881,3 @@ def _cursor(value: str | None) -> str | None:
 def _update_view(event: Event) -> UpdateView:
     data = event.data
     return UpdateView(event.id, str(data.get("message", "")), event.at, data.get("agent"), data.get("session"))
-
-
-async def _values(http: HttpRequest) -> Values:
-    form = await http.form()
-    return Values([(k, v) for k, v in form.multi_items() if isinstance(v, str)])
-
-
-def _set_cookie(
-    http: HttpRequest,
-    response: Response,
-    name: str,
-    value: str,
-    max_age: int,
-    samesite: Literal["lax", "strict"],
-    path: str,
-    secure: bool,
-) -> None:
-    response.set_cookie(name, value, max_age=max_age, path=path, httponly=True, samesite=samesite, secure=secure)

@@ -6,19 +6,16 @@ inbox's sessions, pages and CSRF checks; they work without JavaScript."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter
 from fastapi.requests import Request as HttpRequest
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from ..errors import NotFound
+from ..errors import AlreadySettled, NotFound
 from ..principals import can_read
 from ..signin import safe_next
-from .auth import check_csrf
-from .common import State
+from .common import State, may_see_delivery
 from .pages import may_retry
-from .web import _values, page, refusal, session, signin_redirect
+from .web import page, posted, refusal, session, signin_redirect
 
 __all__ = ["router"]
 
@@ -30,7 +27,6 @@ async def deliveries_page(http: HttpRequest, state: State) -> Response:
     who = await session(state, http)
     if who is None:
         return signin_redirect(http)
-    store = state.broker.store
     request_id = http.query_params.get("request")
     request = None
     if request_id:
@@ -40,10 +36,10 @@ async def deliveries_page(http: HttpRequest, state: State) -> Response:
             return refusal(state, http, 404, "There is no such request.", who)
         if not can_read(who.principal, request):
             return refusal(state, http, 403, "This request is neither to you nor from you.", who)
-        items = list(await store.list_deliveries(request_id=request.id, limit=1000))
+        items = list(await state.broker.list_deliveries(request_id=request.id, limit=1000))
     else:
         mine = None if who.principal.kind == "admin" else who.principal.name
-        items = list(await store.list_deliveries(status="dead", recipient=mine, limit=500))
+        items = list(await state.broker.list_deliveries(status="dead", recipient=mine, limit=500))
     notice = {"retried": "It will be sent again."}.get(http.query_params.get("done", ""))
     context = {
         "items": items,
@@ -58,24 +54,20 @@ async def deliveries_page(http: HttpRequest, state: State) -> Response:
 
 @router.post("/inbox/deliveries/{delivery_id}/retry", name="inbox_delivery_retry", response_class=HTMLResponse)
 async def retry(http: HttpRequest, state: State, delivery_id: str) -> Response:
-    who = await session(state, http)
-    if who is None:
-        return signin_redirect(http, http.url_for("inbox_deliveries").path)
-    values = await _values(http)
+    found = await posted(http, state, http.url_for("inbox_deliveries").path)
+    if isinstance(found, Response):
+        return found
+    who, values = found
     try:
-        check_csrf(who.csrf, values.get("csrf"))
-    except HTTPException as exc:
-        return refusal(state, http, 403, str(exc.detail), who)
-    store = state.broker.store
-    known = await store.get_delivery(delivery_id)
-    if known is None:
+        known = await state.broker.get_delivery(delivery_id)
+    except NotFound:
         return refusal(state, http, 404, "There is no such delivery.", who)
-    if who.principal.kind != "admin" and who.principal.name != known.recipient:
-        request = await store.get(known.request_id)
-        if request is None or request.requester != who.principal.name:
-            return refusal(state, http, 403, "This delivery is neither to you nor about a request of yours.", who)
-    if await store.retry_delivery(delivery_id, datetime.now(UTC)) is None:
-        return refusal(state, http, 409, f"This delivery is {known.status}, not a dead letter.", who)
+    if not await may_see_delivery(state.broker, who.principal, known):
+        return refusal(state, http, 403, "This delivery is neither to you nor about a request of yours.", who)
+    try:
+        await state.broker.retry_delivery(delivery_id)
+    except AlreadySettled as exc:
+        return refusal(state, http, 409, f"This delivery is {exc.status}, not a dead letter.", who)
     if state.delivery is not None:
         state.delivery.wake()
     if safe_next(values.get("next")):  # back to the page it was sent again from (a request's own)

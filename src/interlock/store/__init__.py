@@ -36,6 +36,7 @@ from ..outbox import Delivery, DeliveryState, LinkUse, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
 
 __all__ = [
+    "DeliveryPort",
     "EventQuery",
     "FollowupStore",
     "GrantQuery",
@@ -710,6 +711,14 @@ class OutboxStore(Protocol):
     async def answer_link_use(self, link: str) -> LinkUse | None:
         """The recorded use of the answer link of this id, if it was used."""
         ...
+
+
+class DeliveryPort(OutboxStore, Protocol):
+    """What a delivery loop works on: the outbox, and the requests its notices are about
+    (`fresh`: read past a store's cache, for a request that may have settled elsewhere).
+    A local broker hands its store's as `LocalBroker.outbox`."""
+
+    async def get(self, request_id: str, *, fresh: bool = True) -> Request | None: ...
 
 
 class PolicyStore(Protocol):
