@@ -354,9 +354,13 @@ def interlock_ask(server: Server) -> Callable[[], Awaitable[Any]]:
         human = await interlock.connect(server.url, token=server.tokens["alice"]).open()
 
         answering: set[asyncio.Task[bool]] = set()
+        # Where the inbox starts reading, taken before any cycle creates a request: taken
+        # in the inbox's own task, it could come after the first cycle's `created` event,
+        # which the inbox then never saw, and that cycle waited for an answer forever.
+        start = await human.last_event_id()
 
         async def inbox() -> None:
-            async for event in human.events(after=await human.last_event_id(), follow=True):
+            async for event in human.events(after=start, follow=True):
                 if event.type == "created" and event.request_id is not None:
                     task = asyncio.create_task(human.resolve(event.request_id, "x"))
                     answering.add(task)
