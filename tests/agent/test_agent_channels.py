@@ -158,3 +158,18 @@ async def test_human_input_tools_make_their_own_broker_when_given_none() -> None
     assert await tools.broker.resolve(request.id, "green")
     assert (await bounded(task)).content == "green"
     await tools.broker.aclose()
+
+
+@pytest.mark.parametrize("door", ["text", "realtime_voice", "conference", None])
+async def test_a_tools_own_timeout_bounds_its_request_whatever_door_the_call_came_through(
+    broker: Broker, inbox: Inbox, door: str | None
+) -> None:
+    # the handler's own bound, not a door's default call bound (a voice channel's is seconds)
+    tools = HumanInputTools(broker, {"ask_user"}, definitions=[ask_user_tool()], timeout=45)
+    call = ToolCall("ask_user", {"question": "Which room?"}, "c1", channel="lobby", channel_type=door)
+    task = asyncio.create_task(tools(call))
+    request = await inbox.next()
+    assert request.expires_at is not None
+    assert 40 <= (request.expires_at - request.created_at).total_seconds() <= 45
+    assert await broker.resolve(request.id, "blue")
+    assert (await bounded(task)).content == "blue"
