@@ -20,7 +20,7 @@ process: the server is whatever ``python -m interlock`` imports, so the same scr
 measures another checkout with ``PYTHONPATH=/path/to/other/src``.
 
     .venv/bin/python bench/adversary.py
-    PYTHONPATH=/tmp/before/src .venv/bin/python bench/adversary.py   # an older checkout
+    PYTHONPATH=../before/src .venv/bin/python bench/adversary.py   # an older checkout (git worktree add ../before REV)
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ The targets, the recorded figures and their history are in docs/explanation/benc
 
 Run (needs Python >= 3.12 for RoomKit 0.109):
 
-    bash bench/run.sh inprocess            # creates /work/bench-venv312 if missing
+    bash bench/run.sh inprocess            # creates the Python 3.12 bench venv if missing
     # or, inside a venv with roomkit==0.109.* and interlock installed:
     python bench/inprocess.py [--cycles 20000] [--waiters 10000] [--reps 7]
 """

@@ -11,11 +11,11 @@
 #   bash bench/run.sh park            # park/resume cycles vs LangGraph and DBOS, SQLite and PostgreSQL (~10 min)
 #
 # Environment:
-#   BENCH_VENV   venv to use/create (default: /work/bench-venv312, outside the repo)
+#   BENCH_VENV   venv to use/create (default: ~/.cache/interlock-bench/py312, outside the repo)
 #   BENCH_PYTHON interpreter to create it with (default: python3.12 on PATH, else pyenv's 3.12.1)
 #   BENCH_OUT    directory for the result files (default: a fresh temporary directory)
 #
-#   BENCH_HTTP_VENV venv for `http` (default: /work/bench-venv-http, made with python3.11 or python3)
+#   BENCH_HTTP_VENV venv for `http` (default: ~/.cache/interlock-bench/http, made with python3.11 or python3)
 #
 # The venv gets: roomkit==0.109.* (needs Python >= 3.12), langgraph,
 # langgraph-checkpoint-sqlite, and this checkout of interlock (editable).
@@ -28,7 +28,7 @@ repo="$(dirname "$here")"
 
 if [[ "${1:-}" == "http" ]]; then
   shift
-  hvenv="${BENCH_HTTP_VENV:-/work/bench-venv-http}"
+  hvenv="${BENCH_HTTP_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/interlock-bench/http}"
   if [[ ! -x "$hvenv/bin/python" ]]; then
     hpy="$(command -v python3.11 || command -v python3)"
     echo ">> creating $hvenv with $hpy"
@@ -44,11 +44,11 @@ if [[ "${1:-}" == "http" ]]; then
   exit 0
 fi
 
-venv="${BENCH_VENV:-/work/bench-venv312}"
+venv="${BENCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/interlock-bench/py312}"
 
 pick_python() {
   if [[ -n "${BENCH_PYTHON:-}" ]]; then echo "$BENCH_PYTHON"; return; fi
-  for c in python3.12 /root/.pyenv/versions/3.12.1/bin/python "$(command -v pyenv >/dev/null && pyenv root)/versions/3.12.1/bin/python"; do
+  for c in python3.12 "$(command -v pyenv >/dev/null && pyenv root)/versions/3.12.1/bin/python"; do
     if [[ -x "$(command -v "$c" 2>/dev/null || echo "$c")" ]] && "$c" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
       echo "$c"; return
     fi
