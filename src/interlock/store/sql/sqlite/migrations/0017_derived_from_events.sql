@@ -3,7 +3,7 @@
 -- durable record, appended in the transaction of the change; what is derived from it is
 -- brought up to date later, many events a transaction, where a trigger wrote it one
 -- event a transaction (the two triggers were more than half of a create and answer
--- cycle's time: 18 of its 28 WAL pages).
+-- cycle's time: 17 of its 28 WAL pages).
 --
 -- `derived` says how far each is up to date: every event up to `event_id` is reflected.
 -- The store brings the search index up to date before a search reads it (so a search
