@@ -193,9 +193,9 @@ def test_ask_rides_out_a_server_restart_with_one_line_per_attempt(tmp_path: Path
     )
     try:
         deadline = time.monotonic() + 30
-        while not run("inbox", "--json", "--db", db, cwd=tmp_path).stdout.strip():
+        while not httpx.get(f"{url}/api/v1/requests", headers={"Authorization": f"Bearer {token}"}).json()["items"]:
             assert time.monotonic() < deadline, "the request never appeared"
-            time.sleep(0.1)  # the child is still starting
+            time.sleep(0.05)  # the child is still starting
         server.terminate()
         server.wait(20)
         time.sleep(2)  # down for a while: the waiting ask tries again meanwhile
