@@ -14,8 +14,7 @@ import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-
-from conftest import BOUND, World, over_http, result
+from mcp_support import BOUND, World, over_http, result
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "acceptance"))
 from doc_blocks import blocks

@@ -14,10 +14,10 @@ from mcp import Client
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult
+from mcp_support import BOUND, World, next_created
 from pydantic import BaseModel
 
 import interlock
-from conftest import BOUND, World, next_created
 from interlock import Broker
 from interlock.mcp import InboxElicitation
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp_support import MCP, WAYS, World, add_people, error, result
 
-from conftest import MCP, WAYS, World, add_people, error, result
 from interlock.model import GrantPolicy
 
 pytestmark = pytest.mark.anyio

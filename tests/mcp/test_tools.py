@@ -7,8 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
-
-from conftest import BOUND, MCP, World, error, next_created, result
+from mcp_support import BOUND, MCP, World, error, next_created, result
 
 pytestmark = pytest.mark.anyio
 

@@ -15,9 +15,9 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp_support import BOUND, World, add_people, error, in_process, result, stdio_params
 
 import interlock
-from conftest import BOUND, World, add_people, error, in_process, result, stdio_params
 from interlock import Confirm
 
 pytestmark = pytest.mark.anyio
