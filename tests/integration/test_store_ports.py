@@ -365,6 +365,31 @@ async def test_a_run_claimed_once_then_by_another_worker_only_after_its_lease(st
     ]
 
 
+async def test_a_renewed_lease_keeps_the_run_past_its_old_deadline_and_a_claim_takes_the_oldest_ready(
+    store: Store,
+) -> None:
+    for run_id in ("r1", "r2", "r3"):
+        await store.insert_run(new_run(run_id))
+        request, _ = await store.insert(build_request(Text("Name?"), to="alice", origin=Origin(run=run_id)))
+        await park(store, run_id, [request.id])
+        await store.settle(answered(request, "Ada"))
+    now = datetime.now(UTC)
+    # r3 ends before anyone claims it: never claimable again.
+    ended, _ = await store.end_run("r3", RunStatus.CANCELLED, at=now)
+    assert ended is not None
+    lease = now + timedelta(seconds=30)
+    first = await store.claim_run(None, worker="w1", lease_expires_at=lease, at=now)
+    assert first is not None and first.id == "r1"  # the one ready first
+    assert await store.renew_lease("r1", worker="w1", lease_expires_at=lease + timedelta(minutes=5))
+    second = await store.claim_run(None, worker="w2", lease_expires_at=lease, at=now)
+    assert second is not None and second.id == "r2"
+    # Past r1's first deadline but within its renewal: nothing to take (r2's lease lapsed only).
+    between = lease + timedelta(seconds=1)
+    taken = await store.claim_run(None, worker="w3", lease_expires_at=between + timedelta(seconds=30), at=between)
+    assert taken is not None and (taken.id, taken.worker, taken.attempts) == ("r2", "w3", 2)
+    assert await store.claim_run(None, worker="w4", lease_expires_at=between, at=between) is None
+
+
 async def test_ending_a_run_withdraws_its_pending_requests_in_the_same_change(store: Store) -> None:
     await store.insert_run(new_run())
     waited, _ = await store.insert(ask())

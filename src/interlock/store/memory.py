@@ -91,6 +91,11 @@ class MemoryStore:
         self._runs: dict[str, Run] = {}
         self._followups: dict[str, dict[str, Followup]] = {}  # by run, then id: the messages held, oldest first
         self._run_expiry: list[tuple[datetime, str]] = []  # parked runs' deadlines (stale entries skipped)
+        # What a claim may take, so that it looks at those runs and not at every run kept:
+        # the waiting runs that are ready (in the order they became so), and the leases of
+        # running ones by deadline (stale entries skipped).
+        self._ready_runs: dict[str, None] = {}
+        self._leases: list[tuple[datetime, str]] = []
         self._grants: dict[str, IssuedGrant] = {}  # by id; kept for the life of the process
         self._policies: dict[tuple[str, str], ApprovalPolicy] = {}  # by (agent, server)
         # the outbox: notices by id with their lease (owner, until) and routed flag; deliveries by id
@@ -485,13 +490,13 @@ class MemoryStore:
             return
         if any(w in self._pending for w in run.waiting_on):
             return
-        self._runs[run_id] = replace(run, ready=True)
+        self._put_run(replace(run, ready=True))
 
     async def insert_run(self, run: Run) -> tuple[Run, bool]:
         existing = self._runs.get(run.id)
         if existing is not None:
             return existing, False
-        self._runs[run.id] = run
+        self._put_run(run)
         self._append_run("run_started", run)
         return run, True
 
@@ -578,7 +583,7 @@ class MemoryStore:
             worker=None,
             lease_expires_at=None,
         )
-        self._runs[run_id] = run
+        self._put_run(run)
         heapq.heappush(self._run_expiry, (expires_at, run_id))
         self._append_run("input_requested", run)
         return run
@@ -594,19 +599,41 @@ class MemoryStore:
     ) -> Run | None:
         wanted = None if agents is None else set(agents)
         best: Run | None = None
-        for run in self._runs.values():
+        for run in self._claimable(at):
             if (wanted is not None and run.agent not in wanted) or (
                 requester is not None and run.requester != requester
             ):
                 continue
-            claimable = (run.status.waiting and run.ready) or (
-                run.status is RunStatus.RUNNING and run.lease_expires_at is not None and run.lease_expires_at <= at
-            )
-            if claimable and (best is None or run.updated_at < best.updated_at):
+            if best is None or run.updated_at < best.updated_at:
                 best = run
         if best is None:
             return None
         return self._claim(best, worker, lease_expires_at, at)
+
+    def _put_run(self, run: Run) -> None:
+        self._runs[run.id] = run
+        if run.status.waiting and run.ready:
+            self._ready_runs[run.id] = None
+        else:
+            self._ready_runs.pop(run.id, None)
+        if run.status is RunStatus.RUNNING and run.lease_expires_at is not None:
+            heapq.heappush(self._leases, (run.lease_expires_at, run.id))
+
+    def _claimable(self, at: datetime) -> builtins.list[Run]:
+        """The runs a claim at `at` may take: the ready ones, and the running ones whose
+        lease has run out (their worker died)."""
+        found = [self._runs[run_id] for run_id in self._ready_runs]
+        leases = self._leases
+        lapsed = []
+        while leases and leases[0][0] <= at:
+            entry = heapq.heappop(leases)
+            run = self._runs.get(entry[1])
+            if run is not None and run.status is RunStatus.RUNNING and run.lease_expires_at == entry[0]:
+                lapsed.append(entry)  # still held by that lease: claimable, and kept until taken
+                found.append(run)
+        for entry in lapsed:
+            heapq.heappush(leases, entry)
+        return found
 
     def _claim(self, best: Run, worker: str, lease_expires_at: datetime, at: datetime) -> Run:
         run = replace(
@@ -619,7 +646,7 @@ class MemoryStore:
             attempts=best.attempts + 1,
             updated_at=at,
         )
-        self._runs[run.id] = run
+        self._put_run(run)
         self._append_run("run_claimed", run)
         return run
 
@@ -634,7 +661,7 @@ class MemoryStore:
         run = self._runs.get(run_id)
         if run is None or run.status is not RunStatus.RUNNING or run.worker != worker:
             return False
-        self._runs[run_id] = replace(run, lease_expires_at=lease_expires_at)
+        self._put_run(replace(run, lease_expires_at=lease_expires_at))
         return True
 
     async def end_run(
@@ -664,7 +691,7 @@ class MemoryStore:
             worker=None,
             lease_expires_at=None,
         )
-        self._runs[run_id] = run  # ended before its requests are withdrawn, so none makes it ready
+        self._put_run(run)  # ended before its requests are withdrawn, so none makes it ready
         cancelled: builtins.list[Request] = []
         if withdraw is not None:
             for request in [r for r in self._pending.values() if r.origin.run == run_id]:
