@@ -18,14 +18,12 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
 from .._backoff import Backoff
-from ..approval_policies import ApprovalPolicy, policy_body, policy_event_data, with_version
 from ..errors import Closed
-from ..followups import Followup, followup_event_data
 from ..model import (
     Claim,
     Event,
@@ -37,7 +35,6 @@ from ..model import (
     Status,
     grant_event_data,
     request_to_dict,
-    response_to_dict,
     run_event_data,
 )
 from ..outbox import Delivery, LinkUse, Notice
@@ -48,17 +45,16 @@ from ._sql import (
     DELIVERY_COLUMNS,
     RequestCache,
     SqlStore,
-    decode_json,
+    Transaction,
     encode_json,
     find_events_sql,
-    followup_from_row,
     load_migrations,
     load_queries,
-    may_end,
     numbered,
     request_from_row,
     row_size,
     run_from_row,
+    settlement,
 )
 from ._url import url_options
 from ._wakeup import Wakeup
@@ -68,8 +64,7 @@ __all__ = ["SqliteStore", "from_url"]
 log = logging.getLogger("interlock")
 
 T = TypeVar("T")
-Q = load_queries("sqlite")
-F = load_queries("sqlite", "followups")
+Q = load_queries("sqlite") | load_queries("sqlite", "followups")
 
 
 def _positional(sql: str) -> tuple[str, tuple[int, ...] | None]:
@@ -135,21 +130,6 @@ def _run_event(type_: str, run: Run) -> dict[str, Any]:
         "requester": run.requester,
         "session": run.session,
         "run": run.id,
-    }
-
-
-def _policy_event(type_: str, policy: ApprovalPolicy, by: str | None, at: int | None) -> dict[str, Any]:
-    """The parameters of `insert_event` for a policy's change: shown to its agent and to
-    who changed it."""
-    return {
-        "type": type_,
-        "request_id": None,
-        "at": at,
-        "data": encode_json(policy_event_data(policy, by)),
-        "recipient": policy.agent,
-        "requester": by,
-        "session": None,
-        "run": None,
     }
 
 
@@ -374,6 +354,9 @@ class SqliteStore(SqlStore):
         self._batch.append((fn, fut, notify))
         return cast(T, await fut)
 
+    async def _write_in(self, body: Callable[[Transaction], Coroutine[Any, Any, T]], *, notify: bool = True) -> T:
+        return await self._write(lambda db: _to_end(body(_Transaction(db))), notify=notify)
+
     def _end_turn(self) -> None:
         self._turn_taken = None
 
@@ -526,6 +509,9 @@ class SqliteStore(SqlStore):
     def _stamp(self, value: datetime) -> Any:
         return _us(value)
 
+    def _array(self, values: Sequence[str]) -> Any:
+        return encode_json(list(values))
+
     def _find_events_sql(self, query: EventQuery) -> tuple[str, dict[str, Any]]:
         return find_events_sql(query, indexed_by=True)
 
@@ -557,14 +543,11 @@ class SqliteStore(SqlStore):
 
     def _settle_one(self, db: sqlite3.Connection, request: Request) -> str | None:
         """Settle the row if still pending: its stored response ("" for none), else None."""
-        response = request.response
-        at = _us(response.at if response is not None else datetime.now(UTC))
-        answer = encode_json(response_to_dict(response)) if response is not None else None
-        params = {"id": request.id, "status": request.status.value, "settled_at": at, "response": answer}
-        if db.execute(Q["settle_request"], params).rowcount != 1:
-            return None
-        db.execute(Q["insert_event"], _event_row(request.status.value, request, at))
-        return answer or ""
+        at, answer = settlement(request)
+        return (answer or "") if _settle_row(db, request, _us(at), answer) else None
+
+    async def _settle_in(self, tx: Transaction, request: Request, at: datetime, answer: str | None) -> bool:
+        return _settle_row(cast(_Transaction, tx).db, request, _us(at), answer)
 
     async def settle(self, request: Request) -> Request | None:
         answer = await self._write(lambda db: self._settle_one(db, request))
@@ -668,28 +651,6 @@ class SqliteStore(SqlStore):
 
     # -- approval policies -----------------------------------------------------------------
 
-    async def put_policy(self, policy: ApprovalPolicy, at: datetime, by: str | None) -> ApprovalPolicy:
-        def put(db: sqlite3.Connection) -> ApprovalPolicy:
-            stamp = _us(at)
-            row = {"agent": policy.agent, "server": policy.server, "body": encode_json(policy_body(policy))}
-            (version,) = db.execute(Q["put_policy"], {**row, "at": stamp, "by": by}).fetchone()
-            stored = with_version(policy, int(version), at, by)
-            db.execute(Q["insert_event"], _policy_event("approval_policy_set", stored, by, stamp))
-            return stored
-
-        return await self._write(put)
-
-    async def delete_policy(self, agent: str, server: str, by: str | None, at: datetime) -> ApprovalPolicy | None:
-        def delete(db: sqlite3.Connection) -> ApprovalPolicy | None:
-            row = db.execute(Q["delete_policy"], {"agent": agent, "server": server}).fetchone()
-            if row is None:
-                return None
-            gone = self._policy(row)
-            db.execute(Q["insert_event"], _policy_event("approval_policy_deleted", gone, by, _us(at)))
-            return gone
-
-        return await self._write(delete)
-
     async def claim(self, request_id: str, by: str, at: datetime) -> Claim | None:
         params = {"id": request_id, "by": by, "at": _us(at)}
         event = {"type": "claimed", "id": request_id, "at": params["at"], "data": encode_json({"by": by})}
@@ -714,12 +675,6 @@ class SqliteStore(SqlStore):
             return removed
 
         return self._claim(request_id, await self._write(unclaim))
-
-    async def claims(self, request_ids: Sequence[str]) -> Mapping[str, Claim]:
-        if not request_ids:
-            return {}
-        rows = await self._read(Q["claims_of"], {"ids": encode_json(list(request_ids))})
-        return {row[0]: Claim(row[0], row[1], _from_us(row[2])) for row in rows}
 
     async def note_viewed(self, request_id: str, by: str, at: datetime) -> bool:
         params = {"id": request_id, "by": by, "at": _us(at)}
@@ -770,52 +725,7 @@ class SqliteStore(SqlStore):
     async def give_grant(self, grant: IssuedGrant) -> None:
         await self._write(lambda db: self._insert_grant(db, grant))
 
-    async def revoke_grant(self, grant_id: str, by: str | None, at: datetime) -> IssuedGrant | None:
-        def revoke(db: sqlite3.Connection) -> IssuedGrant | None:
-            if db.execute(Q["revoke_grant"], {"id": grant_id, "by": by, "at": _us(at)}).rowcount != 1:
-                return None
-            revoked = self._grant(db.execute(Q["get_grant"], {"id": grant_id}).fetchone())
-            db.execute(Q["insert_event"], _grant_event("grant_revoked", revoked, _us(at)))
-            return revoked
-
-        return await self._write(revoke)
-
     # -- principals and tokens ------------------------------------------------------------
-
-    async def save_principal(self, principal: Principal) -> None:
-        if principal.kind == "team":
-            await self.save_team(principal.name)
-            return
-        row = {"name": principal.name, "kind": principal.kind, "owner": principal.owner, "created_at": _us(_now())}
-
-        def save(db: sqlite3.Connection) -> None:
-            if db.execute(Q["get_team"], {"name": principal.name}).fetchone() is not None:
-                raise ValueError(f"{principal.name!r} is a team")
-            db.execute(Q["upsert_principal"], row)
-
-        await self._write(save, notify=False)
-
-    async def save_team(self, team: str, members: Sequence[str] = ()) -> None:
-        Principal(team, "team")  # the name's rules
-
-        def save(db: sqlite3.Connection) -> None:
-            if db.execute(Q["principal_kind"], {"name": team}).fetchone() is not None:
-                raise ValueError(f"{team!r} is a person or an agent, not a team")
-            for member in members:
-                kind = db.execute(Q["principal_kind"], {"name": member}).fetchone()
-                if kind is None or kind[0] != "human":
-                    raise ValueError(f"{member!r} is no person here: a team's members are people")
-            db.execute(Q["insert_team"], {"name": team, "created_at": _us(_now())})
-            for member in members:
-                db.execute(Q["insert_team_member"], {"team": team, "member": member})
-
-        await self._write(save, notify=False)
-
-    async def remove_team_members(self, team: str, members: Sequence[str]) -> int:
-        def remove(db: sqlite3.Connection) -> int:
-            return sum(db.execute(Q["delete_team_member"], {"team": team, "member": m}).rowcount for m in members)
-
-        return await self._write(remove, notify=False)
 
     async def delete_team(self, team: str) -> bool:
         return bool(await self._write(lambda db: db.execute(Q["delete_team"], {"name": team}).rowcount, notify=False))
@@ -882,6 +792,9 @@ class SqliteStore(SqlStore):
         return await self._write(end)
 
     # -- runs ----------------------------------------------------------------------------
+
+    async def _lock_requests_of_run(self, tx: Transaction, run_id: str) -> None:
+        pass  # the writer holds the whole database
 
     def _run_in(self, db: sqlite3.Connection, run_id: str) -> Run | None:
         row = db.execute(Q["get_run"], {"id": run_id}).fetchone()
@@ -1039,32 +952,6 @@ class SqliteStore(SqlStore):
         params = {"id": run_id, "worker": worker, "lease_expires_at": _us(lease_expires_at)}
         return bool(await self._write(lambda db: db.execute(Q["renew_lease"], params).rowcount, notify=False))
 
-    def _end_in(
-        self,
-        db: sqlite3.Connection,
-        run_id: str,
-        status: RunStatus,
-        fields: dict[str, Any],
-        worker: str | None,
-        withdraw: Response | None,
-        due: datetime | None = None,
-    ) -> tuple[Run | None, list[tuple[Request, str]]]:
-        run = self._run_in(db, run_id)
-        if run is None or not may_end(run, worker, due):
-            return None, []
-        db.execute(Q["end_run"], {"id": run_id, "status": status.value, **fields})
-        cancelled = []
-        if withdraw is not None:
-            for row in db.execute(Q["pending_of_run"], {"id": run_id}).fetchall():
-                request = request_from_row(*row).settle(Status.CANCELLED, withdraw)
-                answer = self._settle_one(db, request)
-                if answer is not None:
-                    cancelled.append((request, answer))
-        ended = self._run_in(db, run_id)
-        assert ended is not None
-        db.execute(Q["insert_event"], _run_event(f"run_{status.value}", ended))
-        return ended, cancelled
-
     def _finish_in(self, db: sqlite3.Connection, params: dict[str, Any]) -> Run | None:
         row = _one(db.execute(Q["finish_run"], params))
         if row is None:
@@ -1073,116 +960,27 @@ class SqliteStore(SqlStore):
         db.execute(Q["insert_event"], _run_event(f"run_{ended.status.value}", ended))
         return ended
 
-    async def end_run(
-        self,
-        run_id: str,
-        status: RunStatus,
-        *,
-        at: datetime,
-        result: Any = None,
-        error: str | None = None,
-        terminal_reason: str | None = None,
-        worker: str | None = None,
-        withdraw: Response | None = None,
-    ) -> tuple[Run | None, list[Request]]:
-        fields = {"result": _json_or_none(result), "error": error, "terminal_reason": terminal_reason, "at": _us(at)}
-        if withdraw is None:  # completing or failing: one conditional update and its event
-            params = fields | {"id": run_id, "status": status.value, "worker": worker}
-            return await self._write(lambda db: self._finish_in(db, params)), []
-        ended, cancelled = await self._write(lambda db: self._end_in(db, run_id, status, fields, worker, withdraw))
-        for request, answer in cancelled:
-            self._remember(request, answer)
-        return ended, [request for request, _ in cancelled]
+    async def _finish_run(
+        self, run_id: str, status: RunStatus, fields: tuple[Any, ...], worker: str | None
+    ) -> Run | None:
+        result, error, terminal_reason, at = fields
+        params = {"id": run_id, "status": status.value, "worker": worker, "result": result, "error": error}
+        params |= {"terminal_reason": terminal_reason, "at": at}
+        return await self._write(lambda db: self._finish_in(db, params))
 
     async def expire_runs(self, due: datetime, response: Response) -> list[tuple[Run, list[Request]]]:
-        if not await self._read(Q["runs_due"], {"due": _us(due)}):
+        if not await self._rows("runs_due", _us(due)):
             return []  # the common case for the expiry loop: take no write lock
-        fields = {"result": None, "error": None, "terminal_reason": "interaction_timeout", "at": _us(due)}
 
-        def expire(db: sqlite3.Connection) -> list[tuple[Run, list[tuple[Request, str]]]]:
+        async def expire(tx: Transaction) -> list[tuple[Run, list[tuple[Request, str]]]]:
             out = []
-            for (run_id,) in db.execute(Q["runs_due"], {"due": _us(due)}).fetchall():
-                ended, cancelled = self._end_in(db, run_id, RunStatus.CANCELLED, fields, None, response, due)
+            for (run_id,) in await tx.rows("runs_due", _us(due)):
+                ended, cancelled = await self._expire_in(tx, run_id, due, response)
                 if ended is not None:
                     out.append((ended, cancelled))
             return out
 
-        expired = await self._write(expire)
-        for _, cancelled in expired:
-            for request, answer in cancelled:
-                self._remember(request, answer)
-        return [(run, [request for request, _ in cancelled]) for run, cancelled in expired]
-
-    # -- follow-up messages --------------------------------------------------------------
-
-    @staticmethod
-    def _followup_event(db: sqlite3.Connection, type_: str, followup: Followup, run: Run, at: datetime) -> None:
-        data = followup_event_data(followup, agent=run.agent, session=run.session, to=run.requester)
-        db.execute(
-            Q["insert_event"],
-            {
-                "type": type_,
-                "request_id": None,
-                "at": _us(at),
-                "data": encode_json(data),
-                "recipient": followup.by,
-                "requester": run.requester,
-                "session": run.session,
-                "run": run.id,
-            },
-        )
-
-    async def enqueue_followup(self, followup: Followup, *, limit: int) -> Followup | None:
-        row = {
-            "id": followup.id,
-            "run": followup.run,
-            "text": followup.text,
-            "sender": followup.by,
-            "queued_at": _us(followup.queued_at),
-        }
-
-        def enqueue(db: sqlite3.Connection) -> Followup | None:
-            run = self._run_in(db, followup.run)
-            if run is None or run.status.ended:
-                return None
-            if db.execute(F["count_held_followups"], {"run": run.id}).fetchone()[0] >= limit:
-                return None
-            db.execute(F["insert_followup"], row)
-            self._followup_event(db, "followup_queued", followup, run, followup.queued_at)
-            return followup
-
-        return await self._write(enqueue)
-
-    async def list_followups(self, run_id: str) -> Sequence[Followup]:
-        return [followup_from_row(row, _from_us) for row in await self._read(F["held_followups"], {"run": run_id})]
-
-    async def withdraw_followup(self, run_id: str, followup_id: str, *, at: datetime) -> Followup | None:
-        def withdraw(db: sqlite3.Connection) -> Followup | None:
-            run = self._run_in(db, run_id)
-            row = db.execute(F["held_followup"], {"id": followup_id, "run": run_id}).fetchone()
-            if run is None or run.status.ended or row is None:
-                return None
-            followup = followup_from_row(row, _from_us)
-            db.execute(F["finish_followup"], {"id": followup_id, "state": "withdrawn", "at": _us(at)})
-            self._followup_event(db, "followup_withdrawn", followup, run, at)
-            return followup
-
-        return await self._write(withdraw)
-
-    async def claim_followups(self, run_id: str, *, at: datetime, worker: str | None = None) -> Sequence[Followup]:
-        def claim(db: sqlite3.Connection) -> list[Followup]:
-            run = self._run_in(db, run_id)
-            if run is None or run.status is not RunStatus.RUNNING or (worker is not None and run.worker != worker):
-                return []
-            taken = [followup_from_row(row, _from_us) for row in db.execute(F["held_followups"], {"run": run_id})]
-            for followup in taken:
-                db.execute(F["finish_followup"], {"id": followup.id, "state": "delivered", "at": _us(at)})
-                self._followup_event(db, "followup_replayed", followup, run, at)
-            return taken
-
-        if not await self._read(F["held_followups"], {"run": run_id}):
-            return []  # the common case at a turn boundary: take no write lock
-        return await self._write(claim)
+        return [(run, self._remember_all(cancelled)) for run, cancelled in await self._write_in(expire)]
 
     # -- one-time sign-in links -----------------------------------------------------------
 
@@ -1213,9 +1011,15 @@ class SqliteStore(SqlStore):
 
     # -- the outbox ----------------------------------------------------------------------
 
-    async def load_setting(self, name: str) -> Any | None:
-        rows = await self._read(Q["get_setting"], {"name": name})
-        return decode_json(rows[0][0]) if rows else None
+    async def _record_link_use(self, use: LinkUse, expires_at: datetime) -> bool:
+        row = {"link": use.link, "request_id": use.request_id, "by": use.by, "at": _us(use.at)}
+        row["expires_at"] = _us(expires_at)
+
+        def record(db: sqlite3.Connection) -> bool:
+            db.execute(Q["delete_expired_link_uses"], {"now": row["at"]})
+            return bool(db.execute(Q["insert_link_use"], row).rowcount)
+
+        return await self._write(record, notify=False)
 
     async def save_setting(self, name: str, value: Any) -> None:
         row = {"name": name, "value": encode_json(value), "at": _us(_now())}
@@ -1285,23 +1089,6 @@ class SqliteStore(SqlStore):
             rows = await self._read(Q["next_delivery_due"])
         return None if rows[0][0] is None else _from_us(rows[0][0])
 
-    async def use_answer_link(self, use: LinkUse, expires_at: datetime) -> tuple[LinkUse, bool]:
-        row = {"link": use.link, "request_id": use.request_id, "by": use.by, "at": _us(use.at)}
-        row["expires_at"] = _us(expires_at)
-
-        def record(db: sqlite3.Connection) -> bool:
-            db.execute(Q["delete_expired_link_uses"], {"now": row["at"]})
-            return bool(db.execute(Q["insert_link_use"], row).rowcount)
-
-        if await self._write(record, notify=False):
-            return use, True
-        earlier = await self.answer_link_use(use.link)
-        return (earlier or use), False
-
-    async def answer_link_use(self, link: str) -> LinkUse | None:
-        rows = await self._read(Q["get_link_use"], {"link": link})
-        return LinkUse(rows[0][0], rows[0][1], rows[0][2], _from_us(rows[0][3])) if rows else None
-
     # -- events --------------------------------------------------------------------------
 
     async def changes(self, after: int = 0, limit: int = 500) -> Sequence[tuple[int, str, str | None]]:
@@ -1320,6 +1107,50 @@ def _one(cursor: sqlite3.Cursor) -> Any:
     statement is done before the transaction commits."""
     rows = cursor.fetchall()
     return rows[0] if rows else None
+
+
+def _settle_row(db: sqlite3.Connection, request: Request, at: int | None, answer: str | None) -> bool:
+    """Settle the request's row if still pending, with its event; whether it was."""
+    params = {"id": request.id, "status": request.status.value, "settled_at": at, "response": answer}
+    if db.execute(Q["settle_request"], params).rowcount != 1:
+        return False
+    db.execute(Q["insert_event"], _event_row(request.status.value, request, at))
+    return True
+
+
+class _Transaction:
+    """The `Transaction` of a write running in the writer: each statement runs at once."""
+
+    __slots__ = ("db",)
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def _run(self, name: str, args: tuple[Any, ...]) -> sqlite3.Cursor:
+        sql, taken = _NUMBERED[name]
+        return self.db.execute(sql, args if taken is None else [args[i] for i in taken])
+
+    async def rows(self, name: str, *args: Any) -> list[Any]:
+        return self._run(name, args).fetchall()
+
+    async def row(self, name: str, *args: Any) -> Any:
+        rows = self._run(name, args).fetchall()  # to its end, so that a RETURNING is done
+        return rows[0] if rows else None
+
+    async def execute(self, name: str, *args: Any) -> int:
+        return self._run(name, args).rowcount
+
+
+def _to_end(body: Coroutine[Any, Any, T]) -> T:
+    """Run the body of a write to its end, here in the writer's transaction. Its statements
+    run synchronously (`_Transaction`), so it never suspends; one that did would wait on the
+    event loop with the database locked, and is refused."""
+    try:
+        body.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    body.close()
+    raise RuntimeError("the body of a SQLite write suspended inside its transaction")
 
 
 def _text(value: Any) -> str | None:

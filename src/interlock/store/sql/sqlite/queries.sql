@@ -140,6 +140,12 @@ SELECT id, agent, session, requester, status, terminal_reason, ready, worker, le
        attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
 FROM runs WHERE id = :id;
 
+-- name: lock_run
+-- The run a write goes on with: the writer holds the whole database, so it stays as read.
+SELECT id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+       attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
+FROM runs WHERE id = :id;
+
 -- name: park_run
 -- Park a running run (held by :worker, when given) and say whether it is ready already
 -- (none of its requests pending); no row when it is not running or another worker holds it.
@@ -220,7 +226,9 @@ WHERE id = :id AND status = 'running' AND worker = :worker;
 -- name: end_run
 UPDATE runs SET status = :status, result = :result, error = :error, terminal_reason = :terminal_reason,
     updated_at = :at, expires_at = NULL, ready = 0, worker = NULL, lease_expires_at = NULL
-WHERE id = :id;
+WHERE id = :id
+RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
 
 -- name: pending_of_run
 SELECT status, doc, response FROM requests WHERE run = :id AND status = 'pending' ORDER BY id;
@@ -243,7 +251,9 @@ SELECT id, resource, ability, issuer, audience, issued_at, expires_at, request_i
 FROM grants WHERE id = :id;
 
 -- name: revoke_grant
-UPDATE grants SET revoked_at = :at, revoked_by = :by WHERE id = :id AND revoked_at IS NULL;
+UPDATE grants SET revoked_at = :at, revoked_by = :by WHERE id = :id AND revoked_at IS NULL
+RETURNING id, resource, ability, issuer, audience, issued_at, expires_at, request_id, ask_id, option_id,
+          revoked_at, revoked_by;
 -- name: delete_expired_signin_links
 DELETE FROM signin_links WHERE expires_at <= :now;
 
