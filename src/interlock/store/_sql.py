@@ -23,6 +23,7 @@ from importlib import resources
 from typing import Any, Protocol, TypeVar
 
 from ..approval_policies import ApprovalPolicy, policy_body, policy_event_data, policy_from_body, with_version
+from ..errors import Closed
 from ..followups import Followup, followup_event_data
 from ..model import (
     Claim,
@@ -42,7 +43,7 @@ from ..model import (
 )
 from ..outbox import Delivery, DeliveryState, LinkUse, Notice
 from ..principals import LiveToken, Principal, WebSession
-from . import EventQuery, GrantQuery, Query, RunQuery
+from . import EventQuery, GrantQuery, Query, RunClaim, RunQuery
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -52,6 +53,7 @@ __all__ = [
     "RUN_COLUMNS",
     "RequestCache",
     "SqlStore",
+    "closed_channel",
     "Transaction",
     "decode_json",
     "encode_json",
@@ -140,6 +142,11 @@ def request_from_row(status: str, doc: str, response: str | None) -> Request:
 def row_size(doc: str, response: str | None = None) -> int:
     """What a request counts against the cache: the length of its stored JSON."""
     return len(doc) + (len(response) if response else 0)
+
+
+def closed_channel(channel: str | None) -> Closed:
+    """The refusal of a request made in a closed channel."""
+    return Closed(None, f"channel {channel!r} is closed")
 
 
 def settlement(request: Request) -> tuple[datetime, str | None]:
@@ -523,7 +530,66 @@ class SqlStore:
         before the run itself (the dialect's lock order)."""
         raise NotImplementedError
 
+    async def _change(self, name: str, *args: Any, notify: bool = True) -> int:
+        """Run one named statement that changes rows and is safe to repeat, in a transaction
+        of its own; how many rows it changed."""
+        raise NotImplementedError
+
+    async def _insert(self, request: Request, doc: str) -> tuple[Request, bool, int]:
+        """Store a new request (its document `doc`) with its event, unless its channel is
+        closed (`closed_channel`) or its idempotency key was used: the request stored,
+        whether it is this one, and its size (see `row_size`)."""
+        raise NotImplementedError
+
+    async def _settle(self, request: Request, at: datetime, answer: str | None) -> bool:
+        """Settle the request's row if still pending (see `settlement`), with its event;
+        whether it was."""
+        raise NotImplementedError
+
+    async def _settle_granting(self, request: Request, at: datetime, answer: str | None) -> bool:
+        """`_settle`, issuing the grants of its response (with their events) with it."""
+        raise NotImplementedError
+
+    async def _settle_claiming(
+        self, request: Request, at: datetime, answer: str | None, claim: RunClaim
+    ) -> tuple[bool, Run | None]:
+        """`_settle`, and hand the run of the request, if that made it ready, to the worker
+        of `claim` (with its event): whether it settled, and the run claimed."""
+        raise NotImplementedError
+
     # -- requests --------------------------------------------------------------------------
+
+    async def insert(self, request: Request) -> tuple[Request, bool]:
+        stored, created, size = await self._insert(request, encode_json(request_to_dict(request)))
+        self._cache.put(stored, size)
+        return stored, created
+
+    async def settle(self, request: Request) -> Request | None:
+        at, answer = settlement(request)
+        if not await self._settle(request, at, answer):
+            return None
+        self._remember(request, answer)
+        return request
+
+    async def settle_granting(self, request: Request) -> Request | None:
+        at, answer = settlement(request)
+        if not await self._settle_granting(request, at, answer):
+            return None
+        self._remember(request, answer)
+        return request
+
+    async def settle_claiming(self, request: Request, claim: RunClaim) -> tuple[Request | None, Run | None]:
+        at, answer = settlement(request)
+        settled, claimed = await self._settle_claiming(request, at, answer, claim)
+        if not settled:
+            return None, None
+        self._remember(request, answer)
+        return request, claimed
+
+    async def reopen_channel(self, channel: str, *, requester: str | None = None) -> bool:
+        if requester is None:
+            return await self._change("reopen_channel", channel) > 0
+        return await self._change("reopen_channel_for", channel, requester) > 0
 
     def _remember(self, request: Request, response: str | None) -> None:
         """Cache a request just settled: its document's size as known, and its response."""
@@ -638,6 +704,9 @@ class SqlStore:
         for request, answer in settled:
             self._remember(request, answer)
         return [request for request, _ in settled]
+
+    async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:
+        return await self._change("renew_lease", self._stamp(lease_expires_at), run_id, worker, notify=False) == 1
 
     async def _finish_run(
         self, run_id: str, status: RunStatus, fields: tuple[Any, ...], worker: str | None
@@ -815,6 +884,9 @@ class SqlStore:
 
         await self._write_in(save, notify=False)
 
+    async def delete_team(self, team: str) -> bool:
+        return await self._change("delete_team", team, notify=False) > 0
+
     async def remove_team_members(self, team: str, members: Sequence[str]) -> int:
         async def remove(tx: Transaction) -> int:
             return sum([await tx.execute("delete_team_member", team, member) for member in members])
@@ -985,6 +1057,15 @@ class SqlStore:
     async def load_setting(self, name: str) -> Any | None:
         rows = await self._rows("get_setting", name)
         return decode_json(rows[0][0]) if rows else None
+
+    async def save_setting(self, name: str, value: Any) -> None:
+        await self._change("put_setting", name, encode_json(value), self._stamp(datetime.now(UTC)), notify=False)
+
+    async def finish_delivery(self, delivery: Delivery, owner: str) -> bool:
+        due_at = self._stamp(delivery.due_at)
+        delivered_at = None if delivery.delivered_at is None else self._stamp(delivery.delivered_at)
+        outcome = (delivery.status, delivery.attempts, due_at, delivered_at, delivery.last_error, delivery.reference)
+        return await self._change("finish_delivery", *outcome, delivery.id, owner, notify=False) == 1
 
     async def _record_link_use(self, use: LinkUse, expires_at: datetime) -> bool:
         """Record the first use of an answer link (dropping the expired ones); whether this

@@ -43,7 +43,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no type information; its results are converted here
 
 from .._backoff import Backoff
-from ..errors import Closed
 from ..followups import Followup, followup_event_data
 from ..model import (
     Claim,
@@ -70,6 +69,7 @@ from ._sql import (
     RequestCache,
     SqlStore,
     Transaction,
+    closed_channel,
     decode_json,
     encode_json,
     load_migrations,
@@ -318,9 +318,8 @@ class PostgresStore(SqlStore):
 
     # -- requests ------------------------------------------------------------------------
 
-    async def insert(self, request: Request) -> tuple[Request, bool]:
+    async def _insert(self, request: Request, doc: str) -> tuple[Request, bool, int]:
         o = request.origin
-        doc = encode_json(request_to_dict(request))
         row = await self._query(  # safe to repeat: the request id makes it idempotent
             "fetchrow",
             Q["insert_request"],
@@ -340,18 +339,12 @@ class PostgresStore(SqlStore):
         if row is None:
             raise RuntimeError(f"request {request.id} was neither stored nor found by its idempotency key")
         if row[0]:
-            self._cache.put(request, row_size(doc))
-            return request, True
+            return request, True, row_size(doc)
         if row[1] == "closed" and row[2] is None:
-            raise Closed(None, f"channel {o.channel!r} is closed")
-        first = request_from_row(row[1], row[2], row[3])
-        self._cache.put(first, row_size(row[2], row[3]))
-        return first, False
+            raise closed_channel(o.channel)
+        return request_from_row(row[1], row[2], row[3]), False, row_size(row[2], row[3])
 
-    async def settle(self, request: Request) -> Request | None:
-        response = request.response
-        at = response.at if response is not None else datetime.now(UTC)
-        answer = encode_json(response_to_dict(response)) if response is not None else None
+    async def _settle(self, request: Request, at: datetime, answer: str | None) -> bool:
         args = (request.id, request.status.value, at, answer)
         try:
             settled = await self.pool.fetchval(Q["settle_request"], *args) is not None
@@ -364,10 +357,7 @@ class PostgresStore(SqlStore):
                 # JSON type keeps its text as given, time stamp and all).
                 row = await self.pool.fetchrow(Q["get_settlement"], request.id)
                 settled = row is not None and (row[0], row[1]) == (request.status.value, answer)
-        if not settled:
-            return None
-        self._remember(request, answer)
-        return request
+        return settled
 
     async def settle_pending(
         self, status: Status, response: Response, *, channel: str | None = None, due: datetime | None = None
@@ -427,13 +417,6 @@ class PostgresStore(SqlStore):
             self._cache.put(request, row_size(doc, answer))
             settled.append(request)
         return settled
-
-    async def reopen_channel(self, channel: str, *, requester: str | None = None) -> bool:
-        if requester is None:
-            status: str = await self._query("execute", Q["reopen_channel"], channel)
-        else:
-            status = await self._query("execute", Q["reopen_channel_for"], channel, requester)
-        return int(status.rsplit(" ", 1)[-1]) > 0  # "DELETE n"
 
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         at = datetime.now(UTC)
@@ -507,7 +490,7 @@ class PostgresStore(SqlStore):
             row = await self.pool.fetchrow(Q["start_parked"], *args)
         except asyncpg.RaiseError as exc:
             if exc.message == "interlock_channel_closed":
-                raise Closed(None, f"channel {exc.detail!r} is closed") from None
+                raise closed_channel(exc.detail) from None
             raise
         if row is None:
             existing = await self.get_run(run.id)
@@ -548,28 +531,22 @@ class PostgresStore(SqlStore):
         row = await self.pool.fetchrow(Q["claim_run"], names, worker, lease_expires_at, at, requester)
         return None if row is None else self._run(row)
 
-    async def settle_claiming(self, request: Request, claim: RunClaim) -> tuple[Request | None, Run | None]:
-        response = request.response
-        at = response.at if response is not None else datetime.now(UTC)
-        answer = encode_json(response_to_dict(response)) if response is not None else None
+    async def _settle_claiming(
+        self, request: Request, at: datetime, answer: str | None, claim: RunClaim
+    ) -> tuple[bool, Run | None]:
         agents = None if claim.agents is None else list(claim.agents)
         args = (request.id, request.status.value, at, answer, agents, claim.worker, claim.lease_expires_at)
         try:
             row = await self.pool.fetchrow(Q["settle_claiming"], *args, claim.at, claim.requester)
         except _DROPPED as exc:
             # Maybe settled (and a run claimed) by this very call, its reply lost with the
-            # connection: `settle` finds out which. A run claimed so is taken over by
+            # connection: `_settle` finds out which. A run claimed so is taken over by
             # another worker once its lease runs out.
             await self._dropped(exc)
-            return await self.settle(request), None
+            return await self._settle(request, at, answer), None
         if not row[0]:
-            return None, None
-        self._remember(request, answer)
-        return request, (None if row[1] is None else self._run(row[1]))
-
-    async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:
-        status: str = await self._query("execute", Q["renew_lease"], run_id, worker, lease_expires_at)
-        return status.rsplit(" ", 1)[-1] == "1"  # "UPDATE n"
+            return False, None
+        return True, (None if row[1] is None else self._run(row[1]))
 
     async def _finish_run(
         self, run_id: str, status: RunStatus, fields: tuple[Any, ...], worker: str | None
@@ -611,22 +588,16 @@ class PostgresStore(SqlStore):
 
     # -- grants ---------------------------------------------------------------------------
 
-    async def settle_granting(self, request: Request) -> Request | None:
+    async def _settle_granting(self, request: Request, at: datetime, answer: str | None) -> bool:
         response = request.response
         if response is None:
-            return await self.settle(request)
-        answer = encode_json(response_to_dict(response))
+            return await self._settle(request, at, answer)
         events = encode_json([grant_event_data(g) for g in response.grants])
         # One server function, one transaction: not repeated on a dropped connection (its
         # reply may be lost after the commit; the answerer then sees the error and finds
         # the request answered).
-        done = await self.pool.fetchval(
-            Q["settle_granting"], request.id, request.status.value, response.at, answer, events
-        )
-        if done is None:
-            return None
-        self._remember(request, answer)
-        return request
+        done = await self.pool.fetchval(Q["settle_granting"], request.id, request.status.value, at, answer, events)
+        return done is not None
 
     async def give_grant(self, grant: IssuedGrant) -> None:
         await self.pool.fetchval(Q["insert_grant"], encode_json(grant_event_data(grant)))
@@ -634,9 +605,6 @@ class PostgresStore(SqlStore):
     # -- approval policies -----------------------------------------------------------------
 
     # -- principals and tokens ------------------------------------------------------------
-
-    async def delete_team(self, team: str) -> bool:
-        return str(await self._query("execute", Q["delete_team"], team)).split()[-1] != "0"
 
     async def save_token(self, token: IssuedToken) -> None:
         try:
@@ -686,13 +654,14 @@ class PostgresStore(SqlStore):
     # is claiming right now, and the lease keeps them from being claimed again until it
     # runs out, so two nodes do not send one delivery in the normal case.
 
+    async def _change(self, name: str, *args: Any, notify: bool = True) -> int:
+        status: str = await self._query("execute", Q[name], *args)
+        return int(status.rsplit(" ", 1)[-1])  # "UPDATE n"
+
     async def _record_link_use(self, use: LinkUse, expires_at: datetime) -> bool:
         await self._query("execute", Q["delete_expired_link_uses"], use.at)
         added = await self.pool.fetchval(Q["insert_link_use"], use.link, use.request_id, use.by, use.at, expires_at)
         return added is not None
-
-    async def save_setting(self, name: str, value: Any) -> None:
-        await self._query("execute", Q["put_setting"], name, encode_json(value), datetime.now(UTC))
 
     async def claim_notices(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Notice]:
         until = now + timedelta(seconds=lease)
@@ -707,21 +676,6 @@ class PostgresStore(SqlStore):
         until = now + timedelta(seconds=lease)
         rows = await self._query("fetch", Q["claim_deliveries"], owner, now, until, limit)
         return [self._delivery(row) for row in rows]
-
-    async def finish_delivery(self, delivery: Delivery, owner: str) -> bool:
-        status: str = await self._query(
-            "execute",
-            Q["finish_delivery"],
-            delivery.id,
-            owner,
-            delivery.status,
-            delivery.attempts,
-            delivery.due_at,
-            delivery.delivered_at,
-            delivery.last_error,
-            delivery.reference,
-        )
-        return status.endswith(" 1")
 
     async def retry_delivery(self, delivery_id: str, now: datetime) -> Delivery | None:
         row = await self._query("fetchrow", Q["retry_delivery"], delivery_id, now)

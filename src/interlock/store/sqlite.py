@@ -23,7 +23,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
 from .._backoff import Backoff
-from ..errors import Closed
 from ..model import (
     Claim,
     Event,
@@ -35,6 +34,7 @@ from ..model import (
     Status,
     grant_event_data,
     request_to_dict,
+    response_to_dict,
     run_event_data,
 )
 from ..outbox import Delivery, LinkUse, Notice
@@ -46,6 +46,7 @@ from ._sql import (
     RequestCache,
     SqlStore,
     Transaction,
+    closed_channel,
     encode_json,
     find_events_sql,
     load_migrations,
@@ -54,7 +55,6 @@ from ._sql import (
     request_from_row,
     row_size,
     run_from_row,
-    settlement,
 )
 from ._url import url_options
 from ._wakeup import Wakeup
@@ -133,8 +133,8 @@ def _run_event(type_: str, run: Run) -> dict[str, Any]:
     }
 
 
-def _request_row(request: Request) -> dict[str, Any]:
-    """The parameters of `insert_request` for a new request (its document as `doc`)."""
+def _request_row(request: Request, doc: str) -> dict[str, Any]:
+    """The parameters of `insert_request` for a new request, its document `doc`."""
     o = request.origin
     return {
         "id": request.id,
@@ -149,7 +149,7 @@ def _request_row(request: Request) -> dict[str, Any]:
         "idempotency_key": request.idempotency_key,
         "created_at": _us(request.created_at),
         "expires_at": _us(request.expires_at),
-        "doc": encode_json(request_to_dict(request)),
+        "doc": doc,
     }
 
 
@@ -216,10 +216,6 @@ def from_url(url: str, **options: Any) -> SqliteStore:
 _Write = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]", bool]
 """A write waiting for the next group commit: its transaction body, its caller's future,
 and whether other processes are to be told of it."""
-
-
-def _closed(channel: str | None) -> Closed:
-    return Closed(None, f"channel {channel!r} is closed")
 
 
 class SqliteStore(SqlStore):
@@ -517,16 +513,15 @@ class SqliteStore(SqlStore):
 
     # -- requests ------------------------------------------------------------------------
 
-    async def insert(self, request: Request) -> tuple[Request, bool]:
-        row = _request_row(request)
-        doc = row["doc"]
+    async def _insert(self, request: Request, doc: str) -> tuple[Request, bool, int]:
+        row = _request_row(request, doc)
         o = request.origin
 
         def insert(db: sqlite3.Connection) -> tuple[Request, bool, int]:
             if o.channel is not None:
                 closed = db.execute(Q["is_closed"], {"channel": o.channel, "requester": request.requester}).fetchone()
                 if closed is not None:
-                    raise _closed(o.channel)
+                    raise closed_channel(o.channel)
             if request.idempotency_key is not None:
                 found = db.execute(
                     Q["find_idempotent"], {"requester": request.requester or "", "key": request.idempotency_key}
@@ -537,24 +532,14 @@ class SqliteStore(SqlStore):
             db.execute(Q["insert_event"], _event_row("created", request, _us(request.created_at)))
             return request, True, row_size(doc)
 
-        stored, created, size = await self._write(insert)
-        self._cache.put(stored, size)
-        return stored, created
+        return await self._write(insert)
 
-    def _settle_one(self, db: sqlite3.Connection, request: Request) -> str | None:
-        """Settle the row if still pending: its stored response ("" for none), else None."""
-        at, answer = settlement(request)
-        return (answer or "") if _settle_row(db, request, _us(at), answer) else None
+    async def _settle(self, request: Request, at: datetime, answer: str | None) -> bool:
+        stamp = _us(at)
+        return await self._write(lambda db: _settle_row(db, request, stamp, answer))
 
     async def _settle_in(self, tx: Transaction, request: Request, at: datetime, answer: str | None) -> bool:
         return _settle_row(cast(_Transaction, tx).db, request, _us(at), answer)
-
-    async def settle(self, request: Request) -> Request | None:
-        answer = await self._write(lambda db: self._settle_one(db, request))
-        if answer is None:
-            return None
-        self._remember(request, answer)
-        return request
 
     async def settle_pending(
         self, status: Status, response: Response, *, channel: str | None = None, due: datetime | None = None
@@ -569,12 +554,13 @@ class SqliteStore(SqlStore):
         if due is not None and not (await self._read(sql + " LIMIT 1", params)):
             return []  # the common case for the expiry loop: take no write lock
 
+        at, answer = _us(response.at), encode_json(response_to_dict(response))
+
         def settle_all(db: sqlite3.Connection) -> list[tuple[Request, int]]:
             settled = []
             for row in db.execute(sql, params).fetchall():
                 request = request_from_row(*row).settle(status, response)
-                answer = self._settle_one(db, request)
-                if answer is not None:
+                if _settle_row(db, request, at, answer):
                     settled.append((request, row_size(row[1], answer)))
             return settled
 
@@ -584,33 +570,25 @@ class SqliteStore(SqlStore):
         return [request for request, _ in settled]
 
     async def close_channel(self, channel: str, response: Response, *, requester: str | None = None) -> list[Request]:
-        closure = {"channel": channel, "requester": requester or "", "closed_at": _us(response.at)}
+        at = _us(response.at)
+        closure = {"channel": channel, "requester": requester or "", "closed_at": at}
         if requester is None:
             sql, params = Q["pending_in_channel"], {"channel": channel}
         else:
             sql, params = Q["pending_in_channel_for"], {"channel": channel, "requester": requester}
+
+        answer = encode_json(response_to_dict(response))
 
         def close(db: sqlite3.Connection) -> list[tuple[Request, str]]:
             db.execute(Q["close_channel"], closure)
             settled = []
             for row in db.execute(sql, params).fetchall():
                 request = request_from_row(*row).settle(Status.CANCELLED, response)
-                answer = self._settle_one(db, request)
-                if answer is not None:
+                if _settle_row(db, request, at, answer):
                     settled.append((request, answer))
             return settled
 
-        settled = await self._write(close)
-        for request, answer in settled:
-            self._remember(request, answer)
-        return [request for request, _ in settled]
-
-    async def reopen_channel(self, channel: str, *, requester: str | None = None) -> bool:
-        if requester is None:
-            sql, params = Q["reopen_channel"], {"channel": channel}
-        else:
-            sql, params = Q["reopen_channel_for"], {"channel": channel, "requester": requester}
-        return bool(await self._write(lambda db: db.execute(sql, params).rowcount))
+        return self._remember_all(await self._write(close))
 
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         at = datetime.now(UTC)
@@ -706,29 +684,23 @@ class SqliteStore(SqlStore):
         db.execute(Q["insert_grant"], row)
         db.execute(Q["insert_event"], _grant_event(type_, grant, row["issued_at"]))
 
-    async def settle_granting(self, request: Request) -> Request | None:
+    async def _settle_granting(self, request: Request, at: datetime, answer: str | None) -> bool:
         grants = request.response.grants if request.response is not None else ()
+        stamp = _us(at)
 
-        def settle(db: sqlite3.Connection) -> str | None:
-            answer = self._settle_one(db, request)
-            if answer is not None:
-                for grant in grants:
-                    self._insert_grant(db, grant)
-            return answer
+        def settle(db: sqlite3.Connection) -> bool:
+            if not _settle_row(db, request, stamp, answer):
+                return False
+            for grant in grants:
+                self._insert_grant(db, grant)
+            return True
 
-        answer = await self._write(settle)
-        if answer is None:
-            return None
-        self._remember(request, answer)
-        return request
+        return await self._write(settle)
 
     async def give_grant(self, grant: IssuedGrant) -> None:
         await self._write(lambda db: self._insert_grant(db, grant))
 
     # -- principals and tokens ------------------------------------------------------------
-
-    async def delete_team(self, team: str) -> bool:
-        return bool(await self._write(lambda db: db.execute(Q["delete_team"], {"name": team}).rowcount, notify=False))
 
     async def save_token(self, token: IssuedToken) -> None:
         row = {"id": token.id, "hash": token.hash, "principal": token.principal, "created_at": _us(token.created_at)}
@@ -819,7 +791,7 @@ class SqliteStore(SqlStore):
         self, run: Run, requests: Sequence[Request], *, state: Any, status: RunStatus, expires_at: datetime
     ) -> tuple[Run, bool]:
         row = _run_row(run)
-        made = [(request, _request_row(request)) for request in requests]
+        made = [(request, _request_row(request, encode_json(request_to_dict(request)))) for request in requests]
         park = {
             "id": run.id,
             "status": status.value,
@@ -842,7 +814,7 @@ class SqliteStore(SqlStore):
                 if channel is not None:
                     closed = db.execute(Q["is_closed"], {"channel": channel, "requester": request.requester})
                     if closed.fetchone() is not None:
-                        raise _closed(channel)  # the transaction rolls back: nothing is stored
+                        raise closed_channel(channel)  # the transaction rolls back: nothing is stored
                 db.execute(Q["insert_request"], params)
                 db.execute(Q["insert_event"], _event_row("created", request, params["created_at"]))
             parked = self._park_in(db, park)
@@ -921,7 +893,10 @@ class SqliteStore(SqlStore):
 
         return await self._write(claim)
 
-    async def settle_claiming(self, request: Request, claim: RunClaim) -> tuple[Request | None, Run | None]:
+    async def _settle_claiming(
+        self, request: Request, at: datetime, answer: str | None, claim: RunClaim
+    ) -> tuple[bool, Run | None]:
+        stamp = _us(at)
         params = {
             "id": request.origin.run,
             "worker": claim.worker,
@@ -931,26 +906,19 @@ class SqliteStore(SqlStore):
             "requester": claim.requester,
         }
 
-        def settle(db: sqlite3.Connection) -> tuple[str | None, Run | None]:
-            answer = self._settle_one(db, request)
-            if answer is None or request.origin.run is None:
-                return answer, None
+        def settle(db: sqlite3.Connection) -> tuple[bool, Run | None]:
+            if not _settle_row(db, request, stamp, answer):
+                return False, None
+            if request.origin.run is None:
+                return True, None
             row = _one(db.execute(Q["claim_settled_run"], params))
             if row is None:
-                return answer, None
+                return True, None
             claimed = run_from_row(row, _from_us)
             db.execute(Q["insert_event"], _run_event("run_claimed", claimed))
-            return answer, claimed
+            return True, claimed
 
-        answer, claimed = await self._write(settle)
-        if answer is None:
-            return None, None
-        self._remember(request, answer)
-        return request, claimed
-
-    async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:
-        params = {"id": run_id, "worker": worker, "lease_expires_at": _us(lease_expires_at)}
-        return bool(await self._write(lambda db: db.execute(Q["renew_lease"], params).rowcount, notify=False))
+        return await self._write(settle)
 
     def _finish_in(self, db: sqlite3.Connection, params: dict[str, Any]) -> Run | None:
         row = _one(db.execute(Q["finish_run"], params))
@@ -1011,6 +979,9 @@ class SqliteStore(SqlStore):
 
     # -- the outbox ----------------------------------------------------------------------
 
+    async def _change(self, name: str, *args: Any, notify: bool = True) -> int:
+        return await self._write(lambda db: _execute(db, name, args).rowcount, notify=notify)
+
     async def _record_link_use(self, use: LinkUse, expires_at: datetime) -> bool:
         row = {"link": use.link, "request_id": use.request_id, "by": use.by, "at": _us(use.at)}
         row["expires_at"] = _us(expires_at)
@@ -1020,10 +991,6 @@ class SqliteStore(SqlStore):
             return bool(db.execute(Q["insert_link_use"], row).rowcount)
 
         return await self._write(record, notify=False)
-
-    async def save_setting(self, name: str, value: Any) -> None:
-        row = {"name": name, "value": encode_json(value), "at": _us(_now())}
-        await self._write(lambda db: db.execute(Q["put_setting"], row), notify=False)
 
     async def claim_notices(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Notice]:
         params = {"owner": owner, "now": _us(now), "limit": limit}
@@ -1065,14 +1032,6 @@ class SqliteStore(SqlStore):
             return rows
 
         return [self._delivery(row) for row in await self._write(claim, notify=False)]
-
-    async def finish_delivery(self, delivery: Delivery, owner: str) -> bool:
-        row = self._delivery_row(delivery)
-        params: dict[str, Any] = {"id": delivery.id, "owner": owner, "status": delivery.status}
-        params["attempts"] = delivery.attempts
-        params |= {"due_at": row[10], "delivered_at": row[12], "last_error": delivery.last_error}
-        params["reference"] = delivery.reference
-        return bool(await self._write(lambda db: db.execute(Q["finish_delivery"], params).rowcount, notify=False))
 
     async def retry_delivery(self, delivery_id: str, now: datetime) -> Delivery | None:
         params = {"id": delivery_id, "now": _us(now)}
@@ -1118,6 +1077,12 @@ def _settle_row(db: sqlite3.Connection, request: Request, at: int | None, answer
     return True
 
 
+def _execute(db: sqlite3.Connection, name: str, args: tuple[Any, ...]) -> sqlite3.Cursor:
+    """Run the named statement with positional arguments (see `_positional`)."""
+    sql, taken = _NUMBERED[name]
+    return db.execute(sql, args if taken is None else [args[i] for i in taken])
+
+
 class _Transaction:
     """The `Transaction` of a write running in the writer: each statement runs at once."""
 
@@ -1126,19 +1091,15 @@ class _Transaction:
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
 
-    def _run(self, name: str, args: tuple[Any, ...]) -> sqlite3.Cursor:
-        sql, taken = _NUMBERED[name]
-        return self.db.execute(sql, args if taken is None else [args[i] for i in taken])
-
     async def rows(self, name: str, *args: Any) -> list[Any]:
-        return self._run(name, args).fetchall()
+        return _execute(self.db, name, args).fetchall()
 
     async def row(self, name: str, *args: Any) -> Any:
-        rows = self._run(name, args).fetchall()  # to its end, so that a RETURNING is done
+        rows = _execute(self.db, name, args).fetchall()  # to its end, so that a RETURNING is done
         return rows[0] if rows else None
 
     async def execute(self, name: str, *args: Any) -> int:
-        return self._run(name, args).rowcount
+        return _execute(self.db, name, args).rowcount
 
 
 def _to_end(body: Coroutine[Any, Any, T]) -> T:

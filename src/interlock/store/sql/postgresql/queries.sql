@@ -174,7 +174,7 @@ SELECT id, agent, session, requester, status, terminal_reason, ready, worker, le
 FROM interlock_finish_run($1, $2, $3, $4, $5, $6, $7);
 
 -- name: renew_lease
-UPDATE runs SET lease_expires_at = $3 WHERE id = $1 AND status = 'running' AND worker = $2;
+UPDATE runs SET lease_expires_at = $1 WHERE id = $2 AND status = 'running' AND worker = $3;
 
 -- name: lock_pending_of_run
 SELECT id FROM requests WHERE run = $1 AND status = 'pending' ORDER BY id FOR UPDATE;
@@ -268,9 +268,9 @@ RETURNING d.id, d.notice, d.request_id, d.kind, d.event, d.recipient, d.channel,
           d.attempts, d.due_at, d.created_at, d.delivered_at, d.last_error, d.reference;
 
 -- name: finish_delivery
-UPDATE deliveries SET status = $3, attempts = $4, due_at = $5, delivered_at = $6, last_error = $7, reference = $8,
+UPDATE deliveries SET status = $1, attempts = $2, due_at = $3, delivered_at = $4, last_error = $5, reference = $6,
                       lease_owner = NULL, lease_until = NULL
-WHERE id = $1 AND lease_owner = $2;
+WHERE id = $7 AND lease_owner = $8;
 
 -- name: get_delivery
 SELECT id, notice, request_id, kind, event, recipient, channel, address, status, attempts,
