@@ -2,12 +2,25 @@
 
 `SqlStore` (procrastinate's manager) holds everything that does not depend on the
 database: the cache of parsed requests, `get(fresh)`, the list and event-page builders,
-rows to requests, events, principals and sessions. A dialect module (the connector)
-subclasses it with only its connection handling, its placeholders and its `.sql` files:
-`_rows(name, *args)` runs one of its named queries with positional arguments (in the
-order the query first names them), `_rows_of(sql, params)` a statement built here with
-`:named` parameters, and `_time` reads a time column. Both dialects load their named
-queries and versioned migrations from .sql files here.
+rows to requests, events, principals and sessions, and what each write writes. A dialect
+module (the connector) subclasses it with only its connection handling, its placeholders
+and its `.sql` files: `_rows(name, *args)` runs one of its named queries with positional
+arguments (in the order the query first names them), `_rows_of(sql, params)` a statement
+built here with `:named` parameters, `_time` and `_stamp` read and write a time column.
+Both dialects load their named queries and versioned migrations from .sql files here.
+
+A write is shared in one of two ways:
+
+- When its steps are the same in both dialects (a follow-up held, a policy set, a run
+  ended with its requests withdrawn), it is written here once, as an async body over a
+  `Transaction`: the dialect's named statements, with the same positional arguments in
+  both. `_write_in(body)` runs it in one transaction: on SQLite inside the one writer,
+  where each statement runs at once and the body never suspends; on PostgreSQL on one
+  connection, a round trip a statement.
+- When PostgreSQL makes it in one round trip (a server function or one statement: a
+  request created or settled, a statement safe to repeat) and SQLite in a few statements
+  in its writer, what it writes and what it results in (the cache, the value returned)
+  are decided here, and the dialect's hook (`_insert`, `_settle`, `_change`, ...) runs it.
 """
 
 from __future__ import annotations
@@ -459,6 +472,10 @@ Settled = list[tuple[Request, str]]
 """Requests a write settled, each with its response as stored (as `_remember` takes them)."""
 
 
+_WHO = ("to", "by", "session", "run")
+"""The fields of an appended event's data it is filed under: recipient, requester, session, run."""
+
+
 class Transaction(Protocol):
     """One write transaction of a dialect, as the shared write logic sees it: the dialect's
     named statements (from its .sql files), with positional arguments in the order each
@@ -480,14 +497,8 @@ class Transaction(Protocol):
 
 
 class SqlStore:
-    """The logic both SQL dialects share; a dialect subclass is its connector.
-
-    A write whose steps are the same in both dialects is written here once, as a body over
-    a `Transaction` that `_write_in` runs. A write that PostgreSQL makes in one round trip
-    (a server function, or one statement) and SQLite in a few statements in its writer
-    stays in the dialect's module: its steps differ, and only its parts (`settlement`,
-    `_remember`, the row converters) are shared.
-    """
+    """The logic both SQL dialects share; a dialect subclass is its connector (see the
+    module for how a write is shared)."""
 
     shared = True
     _cache: RequestCache
@@ -535,6 +546,10 @@ class SqlStore:
         of its own; how many rows it changed."""
         raise NotImplementedError
 
+    async def _append_event(self, *values: Any) -> int:
+        """Run `insert_event` with `values` in a transaction of its own; the event's id."""
+        raise NotImplementedError
+
     async def _insert(self, request: Request, doc: str) -> tuple[Request, bool, int]:
         """Store a new request (its document `doc`) with its event, unless its channel is
         closed (`closed_channel`) or its idempotency key was used: the request stored,
@@ -558,45 +573,6 @@ class SqlStore:
         raise NotImplementedError
 
     # -- requests --------------------------------------------------------------------------
-
-    async def insert(self, request: Request) -> tuple[Request, bool]:
-        stored, created, size = await self._insert(request, encode_json(request_to_dict(request)))
-        self._cache.put(stored, size)
-        return stored, created
-
-    async def settle(self, request: Request) -> Request | None:
-        at, answer = settlement(request)
-        if not await self._settle(request, at, answer):
-            return None
-        self._remember(request, answer)
-        return request
-
-    async def settle_granting(self, request: Request) -> Request | None:
-        at, answer = settlement(request)
-        if not await self._settle_granting(request, at, answer):
-            return None
-        self._remember(request, answer)
-        return request
-
-    async def settle_claiming(self, request: Request, claim: RunClaim) -> tuple[Request | None, Run | None]:
-        at, answer = settlement(request)
-        settled, claimed = await self._settle_claiming(request, at, answer, claim)
-        if not settled:
-            return None, None
-        self._remember(request, answer)
-        return request, claimed
-
-    async def reopen_channel(self, channel: str, *, requester: str | None = None) -> bool:
-        if requester is None:
-            return await self._change("reopen_channel", channel) > 0
-        return await self._change("reopen_channel_for", channel, requester) > 0
-
-    def _remember(self, request: Request, response: str | None) -> None:
-        """Cache a request just settled: its document's size as known, and its response."""
-        size = self._cache.size_of(request.id)
-        if size is None:
-            size = row_size(encode_json(request_to_dict(request.as_created())))
-        self._cache.put(request, size + row_size("", response))
 
     async def get(self, request_id: str, *, fresh: bool = True) -> Request | None:
         cached = self._cache.get(request_id)
@@ -633,6 +609,52 @@ class SqlStore:
 
     def requester_of(self, requester: str | None) -> str | None:
         return requester
+
+    def _remember(self, request: Request, response: str | None) -> None:
+        """Cache a request just settled: its document's size as known, and its response."""
+        size = self._cache.size_of(request.id)
+        if size is None:
+            size = row_size(encode_json(request_to_dict(request.as_created())))
+        self._cache.put(request, size + row_size("", response))
+
+    async def insert(self, request: Request) -> tuple[Request, bool]:
+        stored, created, size = await self._insert(request, encode_json(request_to_dict(request)))
+        self._cache.put(stored, size)
+        return stored, created
+
+    async def settle(self, request: Request) -> Request | None:
+        at, answer = settlement(request)
+        if not await self._settle(request, at, answer):
+            return None
+        self._remember(request, answer)
+        return request
+
+    async def settle_granting(self, request: Request) -> Request | None:
+        at, answer = settlement(request)
+        if not await self._settle_granting(request, at, answer):
+            return None
+        self._remember(request, answer)
+        return request
+
+    async def settle_claiming(self, request: Request, claim: RunClaim) -> tuple[Request | None, Run | None]:
+        at, answer = settlement(request)
+        settled, claimed = await self._settle_claiming(request, at, answer, claim)
+        if not settled:
+            return None, None
+        self._remember(request, answer)
+        return request, claimed
+
+    async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
+        at = datetime.now(UTC)
+        # Filed under whom the data names, as the event of a request would be.
+        to, by, session, run = (value if isinstance(value, str) else None for value in map(data.get, _WHO))
+        event_id = await self._append_event(type, None, self._stamp(at), encode_json(dict(data)), to, by, session, run)
+        return Event(event_id, type, at, data=dict(data))
+
+    async def reopen_channel(self, channel: str, *, requester: str | None = None) -> bool:
+        if requester is None:
+            return await self._change("reopen_channel", channel) > 0
+        return await self._change("reopen_channel_for", channel, requester) > 0
 
     # -- events ----------------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ import contextlib
 import functools
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -46,7 +46,6 @@ from .._backoff import Backoff
 from ..followups import Followup, followup_event_data
 from ..model import (
     Claim,
-    Event,
     IssuedGrant,
     Request,
     Response,
@@ -257,6 +256,31 @@ class PostgresStore(SqlStore):
         log.warning("a PostgreSQL connection was lost (%s); trying once more on a new one", exc)
         self.pool.expire_idle()  # its siblings are likely dead too
 
+    # -- transactions --------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Any]:
+        """A connection in a transaction: for the writes that read before they write."""
+        conn = await self.pool.acquire()
+        reusable = False
+        try:
+            async with conn.transaction():
+                yield conn
+            reusable = True
+        except asyncpg.PostgresError:
+            reusable = True  # the server refused a statement; the connection is fine
+            raise
+        finally:
+            self.pool.release(conn, reusable=reusable)
+
+    async def _write_in(self, body: Callable[[Transaction], Coroutine[Any, Any, T]], *, notify: bool = True) -> T:
+        async with self._transaction() as conn:  # every event insert NOTIFYs
+            return await body(_Transaction(conn))
+
+    async def _change(self, name: str, *args: Any, notify: bool = True) -> int:
+        status: str = await self._query("execute", Q[name], *args)
+        return int(status.rsplit(" ", 1)[-1])  # "UPDATE n"
+
     # -- wake-ups ------------------------------------------------------------------------
 
     def on_foreign_change(self, callback: Callable[[], None]) -> None:
@@ -359,6 +383,9 @@ class PostgresStore(SqlStore):
                 settled = row is not None and (row[0], row[1]) == (request.status.value, answer)
         return settled
 
+    async def _append_event(self, *values: Any) -> int:
+        return int(await self.pool.fetchval(Q["insert_event"], *values))
+
     async def settle_pending(
         self, status: Status, response: Response, *, channel: str | None = None, due: datetime | None = None
     ) -> list[Request]:
@@ -418,32 +445,7 @@ class PostgresStore(SqlStore):
             settled.append(request)
         return settled
 
-    async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
-        at = datetime.now(UTC)
-        who = [value if isinstance(value, str) else None for value in map(data.get, ("to", "by", "session", "run"))]
-        event_id = await self.pool.fetchval(Q["insert_event"], type, None, at, encode_json(dict(data)), *who)
-        return Event(int(event_id), type, at, data=dict(data))
-
     # -- runs ----------------------------------------------------------------------------
-
-    @contextlib.asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[Any]:
-        """A connection in a transaction: for the run writes, which read before they write."""
-        conn = await self.pool.acquire()
-        reusable = False
-        try:
-            async with conn.transaction():
-                yield conn
-            reusable = True
-        except asyncpg.PostgresError:
-            reusable = True  # the server refused a statement; the connection is fine
-            raise
-        finally:
-            self.pool.release(conn, reusable=reusable)
-
-    async def _write_in(self, body: Callable[[Transaction], Coroutine[Any, Any, T]], *, notify: bool = True) -> T:
-        async with self._transaction() as conn:  # every event insert NOTIFYs
-            return await body(_Transaction(conn))
 
     async def _settle_in(self, tx: Transaction, request: Request, at: datetime, answer: str | None) -> bool:
         row = await tx.row("settle_request", request.id, request.status.value, at, answer)
@@ -602,8 +604,6 @@ class PostgresStore(SqlStore):
     async def give_grant(self, grant: IssuedGrant) -> None:
         await self.pool.fetchval(Q["insert_grant"], encode_json(grant_event_data(grant)))
 
-    # -- approval policies -----------------------------------------------------------------
-
     # -- principals and tokens ------------------------------------------------------------
 
     async def save_token(self, token: IssuedToken) -> None:
@@ -653,10 +653,6 @@ class PostgresStore(SqlStore):
     # Claims are one statement each: FOR UPDATE SKIP LOCKED passes over rows another node
     # is claiming right now, and the lease keeps them from being claimed again until it
     # runs out, so two nodes do not send one delivery in the normal case.
-
-    async def _change(self, name: str, *args: Any, notify: bool = True) -> int:
-        status: str = await self._query("execute", Q[name], *args)
-        return int(status.rsplit(" ", 1)[-1])  # "UPDATE n"
 
     async def _record_link_use(self, use: LinkUse, expires_at: datetime) -> bool:
         await self._query("execute", Q["delete_expired_link_uses"], use.at)

@@ -25,7 +25,6 @@ from typing import Any, TypeVar, cast
 from .._backoff import Backoff
 from ..model import (
     Claim,
-    Event,
     IssuedGrant,
     Request,
     Response,
@@ -351,7 +350,12 @@ class SqliteStore(SqlStore):
         return cast(T, await fut)
 
     async def _write_in(self, body: Callable[[Transaction], Coroutine[Any, Any, T]], *, notify: bool = True) -> T:
+        """Run a shared write's body as a write of this store: its statements run at once
+        (`_Transaction`), so it runs to its end inside the transaction (`_to_end`)."""
         return await self._write(lambda db: _to_end(body(_Transaction(db))), notify=notify)
+
+    async def _change(self, name: str, *args: Any, notify: bool = True) -> int:
+        return await self._write(lambda db: _execute(db, name, args).rowcount, notify=notify)
 
     def _end_turn(self) -> None:
         self._turn_taken = None
@@ -590,26 +594,13 @@ class SqliteStore(SqlStore):
 
         return self._remember_all(await self._write(close))
 
-    async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
-        at = datetime.now(UTC)
-        params = {
-            "type": type,
-            "request_id": None,
-            "at": _us(at),
-            "data": encode_json(dict(data)),
-            "recipient": _text(data.get("to")),
-            "requester": _text(data.get("by")),
-            "session": _text(data.get("session")),
-            "run": _text(data.get("run")),
-        }
-
+    async def _append_event(self, *values: Any) -> int:
         def append(db: sqlite3.Connection) -> int:
-            cursor = db.execute(Q["insert_event"], params)
+            cursor = _execute(db, "insert_event", values)
             assert cursor.lastrowid is not None
             return cursor.lastrowid
 
-        event_id = await self._write(append)
-        return Event(event_id, type, at, data=dict(data))
+        return await self._write(append)
 
     async def consume(self, request_id: str, by: str | None, at: datetime) -> bool:
         params = {"id": request_id, "by": by, "at": _us(at)}
@@ -979,9 +970,6 @@ class SqliteStore(SqlStore):
 
     # -- the outbox ----------------------------------------------------------------------
 
-    async def _change(self, name: str, *args: Any, notify: bool = True) -> int:
-        return await self._write(lambda db: _execute(db, name, args).rowcount, notify=notify)
-
     async def _record_link_use(self, use: LinkUse, expires_at: datetime) -> bool:
         row = {"link": use.link, "request_id": use.request_id, "by": use.by, "at": _us(use.at)}
         row["expires_at"] = _us(expires_at)
@@ -1112,10 +1100,6 @@ def _to_end(body: Coroutine[Any, Any, T]) -> T:
         return cast(T, done.value)
     body.close()
     raise RuntimeError("the body of a SQLite write suspended inside its transaction")
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _statements(script: str) -> list[str]:
