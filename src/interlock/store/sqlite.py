@@ -133,7 +133,7 @@ def _run_event(type_: str, run: Run) -> dict[str, Any]:
 
 
 def _request_row(request: Request, doc: str) -> dict[str, Any]:
-    """The parameters of `insert_request` for a new request, its document `doc`."""
+    """The parameters of `insert_request_row` for a new request, its document `doc`."""
     o = request.origin
     return {
         "id": request.id,
@@ -532,7 +532,7 @@ class SqliteStore(SqlStore):
                 ).fetchone()
                 if found is not None:
                     return request_from_row(*found), False, row_size(found[1], found[2])
-            db.execute(Q["insert_request"], row)
+            db.execute(Q["insert_request_row"], row)
             db.execute(Q["insert_event"], _event_row("created", request, _us(request.created_at)))
             return request, True, row_size(doc)
 
@@ -584,7 +584,7 @@ class SqliteStore(SqlStore):
         answer = encode_json(response_to_dict(response))
 
         def close(db: sqlite3.Connection) -> list[tuple[Request, str]]:
-            db.execute(Q["close_channel"], closure)
+            db.execute(Q["insert_closed_channel"], closure)
             settled = []
             for row in db.execute(sql, params).fetchall():
                 request = request_from_row(*row).settle(Status.CANCELLED, response)
@@ -672,7 +672,7 @@ class SqliteStore(SqlStore):
             "ask_id": grant.ask_id,
             "option_id": grant.option_id,
         }
-        db.execute(Q["insert_grant"], row)
+        db.execute(Q["insert_grant_row"], row)
         db.execute(Q["insert_event"], _grant_event(type_, grant, row["issued_at"]))
 
     async def _settle_granting(self, request: Request, at: datetime, answer: str | None) -> bool:
@@ -806,7 +806,7 @@ class SqliteStore(SqlStore):
                     closed = db.execute(Q["is_closed"], {"channel": channel, "requester": request.requester})
                     if closed.fetchone() is not None:
                         raise closed_channel(channel)  # the transaction rolls back: nothing is stored
-                db.execute(Q["insert_request"], params)
+                db.execute(Q["insert_request_row"], params)
                 db.execute(Q["insert_event"], _event_row("created", request, params["created_at"]))
             parked = self._park_in(db, park)
             assert parked is not None
@@ -871,7 +871,7 @@ class SqliteStore(SqlStore):
         def claim(db: sqlite3.Connection) -> Run | None:
             run_id = found[0]
             while True:
-                row = _one(db.execute(Q["claim_run"], lease | {"id": run_id}))
+                row = _one(db.execute(Q["claim_found_run"], lease | {"id": run_id}))
                 if row is not None:
                     claimed = run_from_row(row, _from_us)
                     db.execute(Q["insert_event"], _run_event("run_claimed", claimed))

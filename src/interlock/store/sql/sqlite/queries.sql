@@ -1,4 +1,4 @@
--- name: insert_request
+-- name: insert_request_row
 INSERT INTO requests (id, kind, status, recipient, requester, session, channel, agent, run,
                       idempotency_key, created_at, expires_at, settled_at, doc)
 VALUES (:id, :kind, :status, :recipient, :requester, :session, :channel, :agent, :run,
@@ -15,7 +15,7 @@ SELECT :type, id, :at, NULL, recipient, requester, session, run FROM requests WH
 -- name: is_closed
 SELECT 1 FROM closed_channels WHERE channel = :channel AND requester IN ('', :requester);
 
--- name: close_channel
+-- name: insert_closed_channel
 INSERT INTO closed_channels (channel, requester, closed_at) VALUES (:channel, :requester, :closed_at)
 ON CONFLICT (channel, requester) DO NOTHING;
 
@@ -162,7 +162,7 @@ DELETE FROM run_waits WHERE run_id = :id;
 -- name: add_waits
 INSERT OR IGNORE INTO run_waits (run_id, request_id) SELECT :id, value FROM json_each(:ids);
 
--- name: claim_run
+-- name: claim_found_run
 -- Claim the run found ready (or lapsed) if it still is: no row when another worker took it first.
 UPDATE runs SET status = 'running', ready = 0, expires_at = NULL, worker = :worker,
     lease_expires_at = :lease_expires_at, attempts = attempts + 1, updated_at = :at
@@ -241,7 +241,7 @@ ORDER BY expires_at LIMIT 100;
 -- name: next_run_expiry
 -- A ready run (every request settled) is not abandoned: it waits for a worker, not a person.
 SELECT min(expires_at) FROM runs WHERE expires_at IS NOT NULL AND ready = 0;
--- name: insert_grant
+-- name: insert_grant_row
 INSERT INTO grants (id, resource, ability, issuer, audience, issued_at, expires_at, request_id, ask_id, option_id)
 VALUES (:id, :resource, :ability, :issuer, :audience, :issued_at, :expires_at, :request_id, :ask_id, :option_id);
 
