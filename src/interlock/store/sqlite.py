@@ -43,6 +43,7 @@ from ._sql import (
     DEFAULT_CACHE_BYTES,
     DELIVERY_COLUMNS,
     RequestCache,
+    Settled,
     SqlStore,
     Transaction,
     closed_channel,
@@ -618,7 +619,7 @@ class SqliteStore(SqlStore):
         params = {"id": request_id, "at": _us(at)}
         return await self._write(lambda db: db.execute(Q["release_request"], params).rowcount == 1)
 
-    # -- approval policies -----------------------------------------------------------------
+    # -- claims and views ----------------------------------------------------------------
 
     async def claim(self, request_id: str, by: str, at: datetime) -> Claim | None:
         params = {"id": request_id, "by": by, "at": _us(at)}
@@ -931,7 +932,7 @@ class SqliteStore(SqlStore):
         if not await self._rows("runs_due", _us(due)):
             return []  # the common case for the expiry loop: take no write lock
 
-        async def expire(tx: Transaction) -> list[tuple[Run, list[tuple[Request, str]]]]:
+        async def expire(tx: Transaction) -> list[tuple[Run, Settled]]:
             out = []
             for (run_id,) in await tx.rows("runs_due", _us(due)):
                 ended, cancelled = await self._expire_in(tx, run_id, due, response)
