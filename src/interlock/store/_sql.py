@@ -2,42 +2,61 @@
 
 `SqlStore` (procrastinate's manager) holds everything that does not depend on the
 database: the cache of parsed requests, `get(fresh)`, the list and event-page builders,
-rows to requests, events, principals and sessions. A dialect module (the connector)
-subclasses it with only its connection handling, its placeholders and its `.sql` files:
-`_rows(name, *args)` runs one of its named queries with positional arguments (in the
-order the query first names them), `_rows_of(sql, params)` a statement built here with
-`:named` parameters, and `_time` reads a time column. Both dialects load their named
-queries and versioned migrations from .sql files here.
+rows to requests, events, principals and sessions, and what each write writes. A dialect
+module (the connector) subclasses it with only its connection handling, its placeholders
+and its `.sql` files: `_rows(name, *args)` runs one of its named queries with positional
+arguments (in the order the query first names them), `_rows_of(sql, params)` a statement
+built here with `:named` parameters, `_time` and `_stamp` read and write a time column.
+Both dialects load their named queries and versioned migrations from .sql files here.
+
+A write is shared in one of two ways:
+
+- When its steps are the same in both dialects (a follow-up held, a policy set, a run
+  ended with its requests withdrawn), it is written here once, as an async body over a
+  `Transaction`: the dialect's named statements, with the same positional arguments in
+  both. `_write_in(body)` runs it in one transaction: on SQLite inside the one writer,
+  where each statement runs at once and the body never suspends; on PostgreSQL on one
+  connection, a round trip a statement.
+- When PostgreSQL makes it in one round trip (a server function or one statement: a
+  request created or settled, a statement safe to repeat) and SQLite in a few statements
+  in its writer, what it writes and what it results in (the cache, the value returned)
+  are decided here, and the dialect's hook (`_insert`, `_settle`, `_change`, ...) runs it.
 """
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-from ..approval_policies import ApprovalPolicy, policy_from_body
-from ..followups import Followup
+from ..approval_policies import ApprovalPolicy, policy_body, policy_event_data, policy_from_body, with_version
+from ..errors import Closed
+from ..followups import Followup, followup_event_data
 from ..model import (
     Claim,
     Event,
     IssuedGrant,
     Request,
+    Response,
     Run,
     RunStatus,
     Status,
+    grant_event_data,
     request_from_dict,
     request_to_dict,
     response_from_dict,
+    response_to_dict,
+    run_event_data,
 )
-from ..outbox import Delivery, DeliveryState, Notice
+from ..outbox import Delivery, DeliveryState, LinkUse, Notice
 from ..principals import LiveToken, Principal, WebSession
-from . import EventQuery, GrantQuery, Query, RunQuery
+from . import EventQuery, GrantQuery, Query, RunClaim, RunQuery
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -46,7 +65,10 @@ __all__ = [
     "Migration",
     "RUN_COLUMNS",
     "RequestCache",
+    "Settled",
     "SqlStore",
+    "Transaction",
+    "closed_channel",
     "decode_json",
     "encode_json",
     "followup_from_row",
@@ -60,7 +82,10 @@ __all__ = [
     "row_size",
     "run_from_row",
     "runs_sql",
+    "settlement",
 ]
+
+T = TypeVar("T")
 
 DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
 """What the parsed requests a store keeps may add up to, counted as their stored JSON."""
@@ -131,6 +156,20 @@ def request_from_row(status: str, doc: str, response: str | None) -> Request:
 def row_size(doc: str, response: str | None = None) -> int:
     """What a request counts against the cache: the length of its stored JSON."""
     return len(doc) + (len(response) if response else 0)
+
+
+def closed_channel(channel: str | None) -> Closed:
+    """The refusal of a request made in a closed channel."""
+    return Closed(None, f"channel {channel!r} is closed")
+
+
+def settlement(request: Request) -> tuple[datetime, str | None]:
+    """When a request settled by `request` settles, and its response as stored (None for
+    none): what every dialect writes into the row."""
+    response = request.response
+    if response is None:
+        return datetime.now(UTC), None
+    return response.at, encode_json(response_to_dict(response))
 
 
 class RequestCache:
@@ -430,8 +469,37 @@ def web_session(row: Sequence[Any] | None, expires_at: datetime | None = None) -
     return WebSession(session_id, Principal(name, kind, owner), token, csrf, expires_at or expiry)
 
 
+Settled = list[tuple[Request, str]]
+"""Requests a write settled, each with its response as stored (as `_remember` takes them)."""
+
+
+_WHO = ("to", "by", "session", "run")
+"""The fields of an appended event's data it is filed under: recipient, requester, session, run."""
+
+
+class Transaction(Protocol):
+    """One write transaction of a dialect, as the shared write logic sees it: the dialect's
+    named statements (from its .sql files), with positional arguments in the order each
+    statement first names them, as for `SqlStore._rows`. On SQLite each runs at once in
+    the writer (a body over it never suspends); on PostgreSQL each is a round trip on the
+    transaction's connection."""
+
+    async def rows(self, name: str, *args: Any) -> Sequence[Sequence[Any]]:
+        """Run the statement `name`; all its rows."""
+        ...
+
+    async def row(self, name: str, *args: Any) -> Sequence[Any] | None:
+        """Run the statement `name`; its first row (None for none)."""
+        ...
+
+    async def execute(self, name: str, *args: Any) -> int:
+        """Run the statement `name`; how many rows it changed."""
+        ...
+
+
 class SqlStore:
-    """The logic both SQL dialects share; a dialect subclass is its connector."""
+    """The logic both SQL dialects share; a dialect subclass is its connector (see the
+    module for how a write is shared)."""
 
     shared = True
     _cache: RequestCache
@@ -454,14 +522,58 @@ class SqlStore:
         """A datetime as the dialect stores it in a time column."""
         raise NotImplementedError
 
-    # -- requests --------------------------------------------------------------------------
+    def _array(self, values: Sequence[str]) -> Any:
+        """A list of texts as the dialect's statements take one."""
+        raise NotImplementedError
 
-    def _remember(self, request: Request, response: str | None) -> None:
-        """Cache a request just settled: its document's size as known, and its response."""
-        size = self._cache.size_of(request.id)
-        if size is None:
-            size = row_size(encode_json(request_to_dict(request.as_created())))
-        self._cache.put(request, size + row_size("", response))
+    async def _write_in(self, body: Callable[[Transaction], Coroutine[Any, Any, T]], *, notify: bool = True) -> T:
+        """Run `body` in one write transaction and return what it returns, once committed
+        (`notify`: whether other processes are to be told of the change, where the dialect
+        tells them itself)."""
+        raise NotImplementedError
+
+    async def _settle_in(self, tx: Transaction, request: Request, at: datetime, answer: str | None) -> bool:
+        """Settle `request` (settled as it is to be stored) in `tx` if its row is still
+        pending, appending its event; whether it was."""
+        raise NotImplementedError
+
+    async def _lock_requests_of_run(self, tx: Transaction, run_id: str) -> None:
+        """Lock the pending requests of a run about to be ended and have them withdrawn,
+        before the run itself (the dialect's lock order)."""
+        raise NotImplementedError
+
+    async def _change(self, name: str, *args: Any, notify: bool = True) -> int:
+        """Run one named statement that changes rows and is safe to repeat, in a transaction
+        of its own; how many rows it changed."""
+        raise NotImplementedError
+
+    async def _append_event(self, *values: Any) -> int:
+        """Run `insert_event` with `values` in a transaction of its own; the event's id."""
+        raise NotImplementedError
+
+    async def _insert(self, request: Request, doc: str) -> tuple[Request, bool, int]:
+        """Store a new request (its document `doc`) with its event, unless its channel is
+        closed (`closed_channel`) or its idempotency key was used: the request stored,
+        whether it is this one, and its size (see `row_size`)."""
+        raise NotImplementedError
+
+    async def _settle(self, request: Request, at: datetime, answer: str | None) -> bool:
+        """Settle the request's row if still pending (see `settlement`), with its event;
+        whether it was."""
+        raise NotImplementedError
+
+    async def _settle_granting(self, request: Request, at: datetime, answer: str | None) -> bool:
+        """`_settle`, issuing the grants of its response (with their events) with it."""
+        raise NotImplementedError
+
+    async def _settle_claiming(
+        self, request: Request, at: datetime, answer: str | None, claim: RunClaim
+    ) -> tuple[bool, Run | None]:
+        """`_settle`, and hand the run of the request, if that made it ready, to the worker
+        of `claim` (with its event): whether it settled, and the run claimed."""
+        raise NotImplementedError
+
+    # -- requests --------------------------------------------------------------------------
 
     async def get(self, request_id: str, *, fresh: bool = True) -> Request | None:
         cached = self._cache.get(request_id)
@@ -498,6 +610,52 @@ class SqlStore:
 
     def requester_of(self, requester: str | None) -> str | None:
         return requester
+
+    def _remember(self, request: Request, response: str | None) -> None:
+        """Cache a request just settled: its document's size as known, and its response."""
+        size = self._cache.size_of(request.id)
+        if size is None:
+            size = row_size(encode_json(request_to_dict(request.as_created())))
+        self._cache.put(request, size + row_size("", response))
+
+    async def insert(self, request: Request) -> tuple[Request, bool]:
+        stored, created, size = await self._insert(request, encode_json(request_to_dict(request)))
+        self._cache.put(stored, size)
+        return stored, created
+
+    async def settle(self, request: Request) -> Request | None:
+        at, answer = settlement(request)
+        if not await self._settle(request, at, answer):
+            return None
+        self._remember(request, answer)
+        return request
+
+    async def settle_granting(self, request: Request) -> Request | None:
+        at, answer = settlement(request)
+        if not await self._settle_granting(request, at, answer):
+            return None
+        self._remember(request, answer)
+        return request
+
+    async def settle_claiming(self, request: Request, claim: RunClaim) -> tuple[Request | None, Run | None]:
+        at, answer = settlement(request)
+        settled, claimed = await self._settle_claiming(request, at, answer, claim)
+        if not settled:
+            return None, None
+        self._remember(request, answer)
+        return request, claimed
+
+    async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
+        at = datetime.now(UTC)
+        # Filed under whom the data names, as the event of a request would be.
+        to, by, session, run = (value if isinstance(value, str) else None for value in map(data.get, _WHO))
+        event_id = await self._append_event(type, None, self._stamp(at), encode_json(dict(data)), to, by, session, run)
+        return Event(event_id, type, at, data=dict(data))
+
+    async def reopen_channel(self, channel: str, *, requester: str | None = None) -> bool:
+        if requester is None:
+            return await self._change("reopen_channel", channel) > 0
+        return await self._change("reopen_channel_for", channel, requester) > 0
 
     # -- events ----------------------------------------------------------------------------
 
@@ -542,6 +700,166 @@ class SqlStore:
         value = (await self._rows("next_run_expiry"))[0][0]
         return None if value is None else self._time(value)
 
+    async def _locked_run(self, tx: Transaction, run_id: str) -> Run | None:
+        """The run, locked until `tx` ends (on SQLite the writer holds the whole database)."""
+        row = await tx.row("lock_run", run_id)
+        return None if row is None else run_from_row(tuple(row), self._time)
+
+    async def _insert_event(
+        self,
+        tx: Transaction,
+        type_: str,
+        at: datetime,
+        data: Mapping[str, Any],
+        *,
+        recipient: str | None = None,
+        requester: str | None = None,
+        session: str | None = None,
+        run: str | None = None,
+    ) -> None:
+        """Append an event about no request, filed under whom it concerns: the last
+        statement of its transaction (on PostgreSQL event ids follow commit order)."""
+        stamp = self._stamp(at)
+        await tx.execute("insert_event", type_, None, stamp, encode_json(data), recipient, requester, session, run)
+
+    def _remember_all(self, settled: Sequence[tuple[Request, str]]) -> builtins.list[Request]:
+        """Cache requests just settled (with their stored responses); the requests."""
+        for request, answer in settled:
+            self._remember(request, answer)
+        return [request for request, _ in settled]
+
+    async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:
+        return await self._change("renew_lease", self._stamp(lease_expires_at), run_id, worker, notify=False) == 1
+
+    async def _finish_run(
+        self, run_id: str, status: RunStatus, fields: tuple[Any, ...], worker: str | None
+    ) -> Run | None:
+        """End a run with nothing to withdraw (completing or failing it), with its event, if
+        it may end (see `may_end`): the ended run, else None. `fields`: the stored result,
+        error, terminal reason and time."""
+        raise NotImplementedError
+
+    async def end_run(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        at: datetime,
+        result: Any = None,
+        error: str | None = None,
+        terminal_reason: str | None = None,
+        worker: str | None = None,
+        withdraw: Response | None = None,
+    ) -> tuple[Run | None, builtins.list[Request]]:
+        fields = (None if result is None else encode_json(result), error, terminal_reason, self._stamp(at))
+        if withdraw is None:  # completing or failing: nothing to withdraw, one statement
+            return await self._finish_run(run_id, status, fields, worker), []
+        ended, cancelled = await self._write_in(lambda tx: self._end_in(tx, run_id, status, fields, worker, withdraw))
+        return ended, self._remember_all(cancelled)
+
+    async def _end_in(
+        self,
+        tx: Transaction,
+        run_id: str,
+        status: RunStatus,
+        fields: tuple[Any, ...],
+        worker: str | None,
+        withdraw: Response,
+        due: datetime | None = None,
+    ) -> tuple[Run | None, Settled]:
+        """End a run in `tx` if it may end (see `may_end`), cancelling its pending requests
+        with `withdraw`: the ended run and the requests cancelled, with their stored
+        responses."""
+        await self._lock_requests_of_run(tx, run_id)
+        run = await self._locked_run(tx, run_id)
+        if run is None or not may_end(run, worker, due):
+            return None, []
+        row = await tx.row("end_run", status.value, *fields, run_id)
+        assert row is not None  # the run is locked
+        ended = run_from_row(tuple(row), self._time)
+        answer = encode_json(response_to_dict(withdraw))
+        cancelled = []
+        for request_status, doc, response in await tx.rows("pending_of_run", run_id):
+            request = request_from_row(request_status, doc, response).settle(Status.CANCELLED, withdraw)
+            if await self._settle_in(tx, request, withdraw.at, answer):
+                cancelled.append((request, answer))
+        await self._insert_event(
+            tx,
+            f"run_{status.value}",
+            ended.updated_at,
+            run_event_data(ended),
+            requester=ended.requester,
+            session=ended.session,
+            run=ended.id,
+        )
+        return ended, cancelled
+
+    async def _expire_in(
+        self, tx: Transaction, run_id: str, due: datetime, response: Response
+    ) -> tuple[Run | None, Settled]:
+        """Cancel a run left waiting on a person past its deadline `due` (see `_end_in`)."""
+        fields = (None, None, "interaction_timeout", self._stamp(due))
+        return await self._end_in(tx, run_id, RunStatus.CANCELLED, fields, None, response, due)
+
+    # -- follow-up messages ------------------------------------------------------------------
+
+    async def _followup_events(
+        self, tx: Transaction, type_: str, followups: Sequence[Followup], run: Run, at: datetime
+    ) -> None:
+        """Append one event per message, filed under its sender and the run."""
+        for followup in followups:
+            data = followup_event_data(followup, agent=run.agent, session=run.session, to=run.requester)
+            await self._insert_event(
+                tx, type_, at, data, recipient=followup.by, requester=run.requester, session=run.session, run=run.id
+            )
+
+    async def enqueue_followup(self, followup: Followup, *, limit: int) -> Followup | None:
+        async def enqueue(tx: Transaction) -> Followup | None:
+            run = await self._locked_run(tx, followup.run)
+            if run is None or run.status.ended:
+                return None
+            held = await tx.row("count_held_followups", run.id)
+            if held is None or held[0] >= limit:
+                return None
+            queued_at = self._stamp(followup.queued_at)
+            await tx.execute("insert_followup", followup.id, run.id, followup.text, followup.by, queued_at)
+            await self._followup_events(tx, "followup_queued", [followup], run, followup.queued_at)
+            return followup
+
+        return await self._write_in(enqueue)
+
+    async def list_followups(self, run_id: str) -> Sequence[Followup]:
+        return [followup_from_row(tuple(row), self._time) for row in await self._rows("held_followups", run_id)]
+
+    async def withdraw_followup(self, run_id: str, followup_id: str, *, at: datetime) -> Followup | None:
+        async def withdraw(tx: Transaction) -> Followup | None:
+            run = await self._locked_run(tx, run_id)
+            if run is None or run.status.ended:
+                return None
+            row = await tx.row("finish_followup", "withdrawn", self._stamp(at), followup_id, run_id)
+            if row is None:
+                return None
+            followup = followup_from_row(tuple(row), self._time)
+            await self._followup_events(tx, "followup_withdrawn", [followup], run, at)
+            return followup
+
+        return await self._write_in(withdraw)
+
+    async def claim_followups(self, run_id: str, *, at: datetime, worker: str | None = None) -> Sequence[Followup]:
+        async def claim(tx: Transaction) -> list[Followup]:
+            run = await self._locked_run(tx, run_id)
+            if run is None or run.status is not RunStatus.RUNNING or (worker is not None and run.worker != worker):
+                return []
+            rows = await tx.rows("deliver_followups", self._stamp(at), run_id)
+            taken = sorted((followup_from_row(tuple(r), self._time) for r in rows), key=lambda f: (f.queued_at, f.id))
+            if taken:
+                await self._followup_events(tx, "followup_replayed", taken, run, at)
+            return taken
+
+        if not await self._rows("held_followups", run_id):
+            return []  # the common case at a turn boundary: lock nothing
+        return await self._write_in(claim)
+
     # -- principals, tokens and sessions ---------------------------------------------------
 
     async def get_principal(self, name: str) -> Principal | None:
@@ -559,8 +877,53 @@ class SqlStore:
     async def teams_of(self, name: str) -> frozenset[str]:
         return frozenset(str(row[0]) for row in await self._rows("teams_of", name))
 
+    async def save_principal(self, principal: Principal) -> None:
+        if principal.kind == "team":
+            await self.save_team(principal.name)
+            return
+        created_at = self._stamp(datetime.now(UTC))
+
+        async def save(tx: Transaction) -> None:
+            if await tx.row("get_team", principal.name) is not None:
+                raise ValueError(f"{principal.name!r} is a team")
+            await tx.execute("upsert_principal", principal.name, principal.kind, principal.owner, created_at)
+
+        await self._write_in(save, notify=False)
+
+    async def save_team(self, team: str, members: Sequence[str] = ()) -> None:
+        Principal(team, "team")  # the name's rules
+        created_at = self._stamp(datetime.now(UTC))
+
+        async def save(tx: Transaction) -> None:
+            if await tx.row("principal_kind", team) is not None:
+                raise ValueError(f"{team!r} is a person or an agent, not a team")
+            for member in members:
+                kind = await tx.row("principal_kind", member)
+                if kind is None or kind[0] != "human":
+                    raise ValueError(f"{member!r} is no person here: a team's members are people")
+            await tx.execute("insert_team", team, created_at)
+            for member in members:
+                await tx.execute("insert_team_member", team, member)
+
+        await self._write_in(save, notify=False)
+
+    async def delete_team(self, team: str) -> bool:
+        return await self._change("delete_team", team, notify=False) > 0
+
+    async def remove_team_members(self, team: str, members: Sequence[str]) -> int:
+        async def remove(tx: Transaction) -> int:
+            return sum([await tx.execute("delete_team_member", team, member) for member in members])
+
+        return await self._write_in(remove, notify=False)
+
     def _claim(self, request_id: str, rows: Sequence[Sequence[Any]]) -> Claim | None:
         return Claim(request_id, str(rows[0][0]), self._time(rows[0][1])) if rows else None
+
+    async def claims(self, request_ids: Sequence[str]) -> Mapping[str, Claim]:
+        if not request_ids:
+            return {}
+        rows = await self._rows("claims_of", self._array(request_ids))
+        return {row[0]: Claim(row[0], row[1], self._time(row[2])) for row in rows}
 
     async def principal_for_token(self, token_hash: str) -> Principal | None:
         rows = await self._rows("principal_for_token", token_hash)
@@ -584,6 +947,36 @@ class SqlStore:
     async def list_policies(self, agent: str | None = None) -> Sequence[ApprovalPolicy]:
         rows = await (self._rows("list_policies") if agent is None else self._rows("list_policies_of", agent))
         return [self._policy(row) for row in rows]
+
+    async def put_policy(self, policy: ApprovalPolicy, at: datetime, by: str | None) -> ApprovalPolicy:
+        body = encode_json(policy_body(policy))
+
+        async def put(tx: Transaction) -> ApprovalPolicy:
+            row = await tx.row("put_policy", policy.agent, policy.server, body, self._stamp(at), by)
+            assert row is not None  # an upsert returns its row
+            stored = with_version(policy, int(row[0]), at, by)
+            await self._policy_event(tx, "approval_policy_set", stored, by, at)
+            return stored
+
+        return await self._write_in(put)
+
+    async def delete_policy(self, agent: str, server: str, by: str | None, at: datetime) -> ApprovalPolicy | None:
+        async def delete(tx: Transaction) -> ApprovalPolicy | None:
+            row = await tx.row("delete_policy", agent, server)
+            if row is None:
+                return None
+            gone = self._policy(tuple(row))
+            await self._policy_event(tx, "approval_policy_deleted", gone, by, at)
+            return gone
+
+        return await self._write_in(delete)
+
+    async def _policy_event(
+        self, tx: Transaction, type_: str, policy: ApprovalPolicy, by: str | None, at: datetime
+    ) -> None:
+        """A policy's change: shown to its agent and to who changed it."""
+        data = policy_event_data(policy, by)
+        await self._insert_event(tx, type_, at, data, recipient=policy.agent, requester=by)
 
     # -- grants ----------------------------------------------------------------------------
 
@@ -611,6 +1004,19 @@ class SqlStore:
 
     async def list_grants(self, query: GrantQuery) -> Sequence[IssuedGrant]:
         return [self._grant(row) for row in await self._rows_of(*grants_sql(query, self._stamp))]
+
+    async def revoke_grant(self, grant_id: str, by: str | None, at: datetime) -> IssuedGrant | None:
+        async def revoke(tx: Transaction) -> IssuedGrant | None:
+            row = await tx.row("revoke_grant", self._stamp(at), by, grant_id)
+            if row is None:
+                return None
+            revoked = self._grant(tuple(row))
+            data = grant_event_data(revoked)
+            audience, issuer = revoked.audience, revoked.issuer  # the two it is shown to
+            await self._insert_event(tx, "grant_revoked", at, data, recipient=audience, requester=issuer)
+            return revoked
+
+        return await self._write_in(revoke)
 
     def _web_session(self, row: Sequence[Any] | None) -> WebSession | None:
         return None if row is None else web_session(row, self._time(row[6]))
@@ -670,6 +1076,34 @@ class SqlStore:
     async def get_delivery(self, delivery_id: str) -> Delivery | None:
         rows = await self._rows("get_delivery", delivery_id)
         return self._delivery(rows[0]) if rows else None
+
+    async def load_setting(self, name: str) -> Any | None:
+        rows = await self._rows("get_setting", name)
+        return decode_json(rows[0][0]) if rows else None
+
+    async def save_setting(self, name: str, value: Any) -> None:
+        await self._change("put_setting", name, encode_json(value), self._stamp(datetime.now(UTC)), notify=False)
+
+    async def finish_delivery(self, delivery: Delivery, owner: str) -> bool:
+        due_at = self._stamp(delivery.due_at)
+        delivered_at = None if delivery.delivered_at is None else self._stamp(delivery.delivered_at)
+        outcome = (delivery.status, delivery.attempts, due_at, delivered_at, delivery.last_error, delivery.reference)
+        return await self._change("finish_delivery", *outcome, delivery.id, owner, notify=False) == 1
+
+    async def _record_link_use(self, use: LinkUse, expires_at: datetime) -> bool:
+        """Record the first use of an answer link (dropping the expired ones); whether this
+        one was the first."""
+        raise NotImplementedError
+
+    async def use_answer_link(self, use: LinkUse, expires_at: datetime) -> tuple[LinkUse, bool]:
+        if await self._record_link_use(use, expires_at):
+            return use, True
+        earlier = await self.answer_link_use(use.link)
+        return (earlier or use), False
+
+    async def answer_link_use(self, link: str) -> LinkUse | None:
+        rows = await self._rows("get_link_use", link)
+        return LinkUse(rows[0][0], rows[0][1], rows[0][2], self._time(rows[0][3])) if rows else None
 
     async def list_deliveries(
         self,

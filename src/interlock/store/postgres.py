@@ -32,22 +32,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no type information; its results are converted here
 
 from .._backoff import Backoff
-from ..approval_policies import ApprovalPolicy, policy_body, policy_event_data, with_version
-from ..errors import Closed
 from ..followups import Followup, followup_event_data
 from ..model import (
     Claim,
-    Event,
     IssuedGrant,
     Request,
     Response,
@@ -69,12 +67,12 @@ from ._sql import (
     DEFAULT_CACHE_BYTES,
     RequestCache,
     SqlStore,
+    Transaction,
+    closed_channel,
     decode_json,
     encode_json,
-    followup_from_row,
     load_migrations,
     load_queries,
-    may_end,
     positional,
     request_from_row,
     row_size,
@@ -86,8 +84,8 @@ __all__ = ["PostgresStore", "from_url"]
 
 log = logging.getLogger("interlock")
 
-Q = load_queries("postgresql")
-F = load_queries("postgresql", "followups")
+Q = load_queries("postgresql") | load_queries("postgresql", "followups")
+T = TypeVar("T")
 CHANNEL = "interlock"
 _DUE_BATCH = 1000  # overdue requests expired per transaction; the expiry loop comes back for more
 _OPTIONS = {
@@ -251,9 +249,37 @@ class PostgresStore(SqlStore):
     def _stamp(self, value: datetime) -> Any:
         return value
 
+    def _array(self, values: Sequence[str]) -> Any:
+        return list(values)
+
     async def _dropped(self, exc: BaseException) -> None:
         log.warning("a PostgreSQL connection was lost (%s); trying once more on a new one", exc)
         self.pool.expire_idle()  # its siblings are likely dead too
+
+    # -- transactions --------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Any]:
+        """A connection in a transaction: for the writes that read before they write."""
+        conn = await self.pool.acquire()
+        reusable = False
+        try:
+            async with conn.transaction():
+                yield conn
+            reusable = True
+        except asyncpg.PostgresError:
+            reusable = True  # the server refused a statement; the connection is fine
+            raise
+        finally:
+            self.pool.release(conn, reusable=reusable)
+
+    async def _write_in(self, body: Callable[[Transaction], Coroutine[Any, Any, T]], *, notify: bool = True) -> T:
+        async with self._transaction() as conn:  # every event insert NOTIFYs
+            return await body(_Transaction(conn))
+
+    async def _change(self, name: str, *args: Any, notify: bool = True) -> int:
+        status: str = await self._query("execute", Q[name], *args)
+        return int(status.rsplit(" ", 1)[-1])  # "UPDATE n"
 
     # -- wake-ups ------------------------------------------------------------------------
 
@@ -316,9 +342,8 @@ class PostgresStore(SqlStore):
 
     # -- requests ------------------------------------------------------------------------
 
-    async def insert(self, request: Request) -> tuple[Request, bool]:
+    async def _insert(self, request: Request, doc: str) -> tuple[Request, bool, int]:
         o = request.origin
-        doc = encode_json(request_to_dict(request))
         row = await self._query(  # safe to repeat: the request id makes it idempotent
             "fetchrow",
             Q["insert_request"],
@@ -338,18 +363,12 @@ class PostgresStore(SqlStore):
         if row is None:
             raise RuntimeError(f"request {request.id} was neither stored nor found by its idempotency key")
         if row[0]:
-            self._cache.put(request, row_size(doc))
-            return request, True
+            return request, True, row_size(doc)
         if row[1] == "closed" and row[2] is None:
-            raise Closed(None, f"channel {o.channel!r} is closed")
-        first = request_from_row(row[1], row[2], row[3])
-        self._cache.put(first, row_size(row[2], row[3]))
-        return first, False
+            raise closed_channel(o.channel)
+        return request_from_row(row[1], row[2], row[3]), False, row_size(row[2], row[3])
 
-    async def settle(self, request: Request) -> Request | None:
-        response = request.response
-        at = response.at if response is not None else datetime.now(UTC)
-        answer = encode_json(response_to_dict(response)) if response is not None else None
+    async def _settle(self, request: Request, at: datetime, answer: str | None) -> bool:
         args = (request.id, request.status.value, at, answer)
         try:
             settled = await self.pool.fetchval(Q["settle_request"], *args) is not None
@@ -362,10 +381,10 @@ class PostgresStore(SqlStore):
                 # JSON type keeps its text as given, time stamp and all).
                 row = await self.pool.fetchrow(Q["get_settlement"], request.id)
                 settled = row is not None and (row[0], row[1]) == (request.status.value, answer)
-        if not settled:
-            return None
-        self._remember(request, answer)
-        return request
+        return settled
+
+    async def _append_event(self, *values: Any) -> int:
+        return int(await self.pool.fetchval(Q["insert_event"], *values))
 
     async def settle_pending(
         self, status: Status, response: Response, *, channel: str | None = None, due: datetime | None = None
@@ -426,42 +445,17 @@ class PostgresStore(SqlStore):
             settled.append(request)
         return settled
 
-    async def reopen_channel(self, channel: str, *, requester: str | None = None) -> bool:
-        if requester is None:
-            status: str = await self._query("execute", Q["reopen_channel"], channel)
-        else:
-            status = await self._query("execute", Q["reopen_channel_for"], channel, requester)
-        return int(status.rsplit(" ", 1)[-1]) > 0  # "DELETE n"
-
-    async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
-        at = datetime.now(UTC)
-        who = [value if isinstance(value, str) else None for value in map(data.get, ("to", "by", "session", "run"))]
-        event_id = await self.pool.fetchval(Q["insert_event"], type, at, encode_json(dict(data)), *who)
-        return Event(int(event_id), type, at, data=dict(data))
-
     # -- runs ----------------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[Any]:
-        """A connection in a transaction: for the run writes, which read before they write."""
-        conn = await self.pool.acquire()
-        reusable = False
-        try:
-            async with conn.transaction():
-                yield conn
-            reusable = True
-        except asyncpg.PostgresError:
-            reusable = True  # the server refused a statement; the connection is fine
-            raise
-        finally:
-            self.pool.release(conn, reusable=reusable)
+    async def _settle_in(self, tx: Transaction, request: Request, at: datetime, answer: str | None) -> bool:
+        row = await tx.row("settle_request", request.id, request.status.value, at, answer)
+        return row is not None and row[0] is not None  # the id of its event
+
+    async def _lock_requests_of_run(self, tx: Transaction, run_id: str) -> None:
+        await tx.rows("lock_pending_of_run", run_id)  # the requests before their run: the lock order
 
     def _run(self, row: Any) -> Run:
         return run_from_row(tuple(row), self._time)
-
-    async def _run_event(self, conn: Any, type_: str, run: Run) -> None:
-        """Append an event about `run`: the last statement of its transaction (see `events`)."""
-        await conn.execute(Q["run_event"], type_, run.updated_at, run.id)
 
     async def insert_run(self, run: Run) -> tuple[Run, bool]:
         duration = run.max_duration.total_seconds() if run.max_duration is not None else None
@@ -498,7 +492,7 @@ class PostgresStore(SqlStore):
             row = await self.pool.fetchrow(Q["start_parked"], *args)
         except asyncpg.RaiseError as exc:
             if exc.message == "interlock_channel_closed":
-                raise Closed(None, f"channel {exc.detail!r} is closed") from None
+                raise closed_channel(exc.detail) from None
             raise
         if row is None:
             existing = await self.get_run(run.id)
@@ -539,150 +533,50 @@ class PostgresStore(SqlStore):
         row = await self.pool.fetchrow(Q["claim_run"], names, worker, lease_expires_at, at, requester)
         return None if row is None else self._run(row)
 
-    async def settle_claiming(self, request: Request, claim: RunClaim) -> tuple[Request | None, Run | None]:
-        response = request.response
-        at = response.at if response is not None else datetime.now(UTC)
-        answer = encode_json(response_to_dict(response)) if response is not None else None
+    async def _settle_claiming(
+        self, request: Request, at: datetime, answer: str | None, claim: RunClaim
+    ) -> tuple[bool, Run | None]:
         agents = None if claim.agents is None else list(claim.agents)
         args = (request.id, request.status.value, at, answer, agents, claim.worker, claim.lease_expires_at)
         try:
             row = await self.pool.fetchrow(Q["settle_claiming"], *args, claim.at, claim.requester)
         except _DROPPED as exc:
             # Maybe settled (and a run claimed) by this very call, its reply lost with the
-            # connection: `settle` finds out which. A run claimed so is taken over by
+            # connection: `_settle` finds out which. A run claimed so is taken over by
             # another worker once its lease runs out.
             await self._dropped(exc)
-            return await self.settle(request), None
+            return await self._settle(request, at, answer), None
         if not row[0]:
-            return None, None
-        self._remember(request, answer)
-        return request, (None if row[1] is None else self._run(row[1]))
+            return False, None
+        return True, (None if row[1] is None else self._run(row[1]))
 
-    async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:
-        status: str = await self._query("execute", Q["renew_lease"], run_id, worker, lease_expires_at)
-        return status.rsplit(" ", 1)[-1] == "1"  # "UPDATE n"
-
-    async def _end_in(
-        self,
-        conn: Any,
-        run_id: str,
-        status: RunStatus,
-        fields: tuple[Any, ...],
-        worker: str | None,
-        withdraw: Response | None,
-        due: datetime | None = None,
-    ) -> tuple[Run | None, list[tuple[Request, str]]]:
-        if withdraw is not None:
-            await conn.fetch(Q["lock_pending_of_run"], run_id)  # requests before the run: the lock order
-        row = await conn.fetchrow(Q["lock_run"], run_id)
-        if row is None:
-            return None, []
-        if not may_end(self._run(row), worker, due):
-            return None, []
-        ended = self._run(await conn.fetchrow(Q["end_run"], run_id, status.value, *fields))
-        cancelled = []
-        if withdraw is not None:
-            answer = encode_json(response_to_dict(withdraw))
-            for request_status, doc, response in await conn.fetch(Q["pending_of_run"], run_id):
-                request = request_from_row(request_status, doc, response).settle(Status.CANCELLED, withdraw)
-                args = (request.id, Status.CANCELLED.value, withdraw.at, answer)
-                if await conn.fetchval(Q["settle_request"], *args) is not None:
-                    cancelled.append((request, answer))
-        await self._run_event(conn, f"run_{status.value}", ended)
-        return ended, cancelled
-
-    async def end_run(
-        self,
-        run_id: str,
-        status: RunStatus,
-        *,
-        at: datetime,
-        result: Any = None,
-        error: str | None = None,
-        terminal_reason: str | None = None,
-        worker: str | None = None,
-        withdraw: Response | None = None,
-    ) -> tuple[Run | None, list[Request]]:
-        fields = (None if result is None else encode_json(result), error, terminal_reason, at)
-        if withdraw is None:  # completing or failing: nothing to withdraw, one round trip
-            row = await self.pool.fetchrow(Q["finish_run"], run_id, status.value, *fields, worker)
-            return (None if row is None else self._run(row)), []
-        async with self._transaction() as conn:
-            ended, cancelled = await self._end_in(conn, run_id, status, fields, worker, withdraw)
-        for request, answer in cancelled:
-            self._remember(request, answer)
-        return ended, [request for request, _ in cancelled]
+    async def _finish_run(
+        self, run_id: str, status: RunStatus, fields: tuple[Any, ...], worker: str | None
+    ) -> Run | None:
+        row = await self.pool.fetchrow(Q["finish_run"], run_id, status.value, *fields, worker)  # one round trip
+        return None if row is None else self._run(row)
 
     async def expire_runs(self, due: datetime, response: Response) -> list[tuple[Run, list[Request]]]:
         out = []
-        fields = (None, None, "interaction_timeout", due)
         for (run_id,) in await self._rows("runs_due", due):
             # One transaction a run; another node expiring the same run finds it ended.
-            async with self._transaction() as conn:
-                ended, cancelled = await self._end_in(conn, run_id, RunStatus.CANCELLED, fields, None, response, due)
-            if ended is None:
-                continue
-            for request, answer in cancelled:
-                self._remember(request, answer)
-            out.append((ended, [request for request, _ in cancelled]))
+            ended, cancelled = await self._write_in(
+                functools.partial(self._expire_in, run_id=run_id, due=due, response=response)
+            )
+            if ended is not None:
+                out.append((ended, self._remember_all(cancelled)))
         return out
 
     # -- follow-up messages --------------------------------------------------------------
 
     async def _followup_events(
-        self, conn: Any, type_: str, followups: Sequence[Followup], run: Run, at: datetime
+        self, tx: Transaction, type_: str, followups: Sequence[Followup], run: Run, at: datetime
     ) -> None:
-        """Append one event per message: the last statement of its transaction (see `events`)."""
+        """One statement for every message's event, its transaction's last (see `events`)."""
         data = [followup_event_data(f, agent=run.agent, session=run.session, to=run.requester) for f in followups]
-        await conn.execute(F["followup_events"], type_, at, run.id, [encode_json(d) for d in data])
+        await tx.execute("followup_events", type_, at, run.id, [encode_json(d) for d in data])
 
-    async def _locked_run(self, conn: Any, run_id: str) -> Any:
-        return await conn.fetchrow(Q["lock_run"], run_id)
-
-    async def enqueue_followup(self, followup: Followup, *, limit: int) -> Followup | None:
-        async with self._transaction() as conn:
-            row = await self._locked_run(conn, followup.run)
-            if row is None:
-                return None
-            run = self._run(row)
-            if run.status.ended or await conn.fetchval(F["count_held_followups"], run.id) >= limit:
-                return None
-            args = (followup.id, followup.run, followup.text, followup.by, followup.queued_at)
-            await conn.execute(F["insert_followup"], *args)
-            await self._followup_events(conn, "followup_queued", [followup], run, followup.queued_at)
-        return followup
-
-    async def list_followups(self, run_id: str) -> Sequence[Followup]:
-        rows = await self._query("fetch", F["held_followups"], run_id)
-        return [followup_from_row(tuple(row), self._time) for row in rows]
-
-    async def withdraw_followup(self, run_id: str, followup_id: str, *, at: datetime) -> Followup | None:
-        async with self._transaction() as conn:
-            row = await self._locked_run(conn, run_id)
-            if row is None or self._run(row).status.ended:
-                return None
-            found = await conn.fetchrow(F["finish_followup"], followup_id, "withdrawn", at, run_id)
-            if found is None:
-                return None
-            followup = followup_from_row(tuple(found), self._time)
-            await self._followup_events(conn, "followup_withdrawn", [followup], self._run(row), at)
-        return followup
-
-    async def claim_followups(self, run_id: str, *, at: datetime, worker: str | None = None) -> Sequence[Followup]:
-        if not await self._query("fetch", F["held_followups"], run_id):
-            return []  # the common case at a turn boundary: lock nothing
-        async with self._transaction() as conn:
-            row = await self._locked_run(conn, run_id)
-            if row is None:
-                return []
-            run = self._run(row)
-            if run.status is not RunStatus.RUNNING or (worker is not None and run.worker != worker):
-                return []
-            rows = await conn.fetch(F["deliver_followups"], run_id, at)
-            taken = sorted((followup_from_row(tuple(r), self._time) for r in rows), key=lambda f: (f.queued_at, f.id))
-            if taken:
-                await self._followup_events(conn, "followup_replayed", taken, run, at)
-        return taken
+    # -- claims and views ----------------------------------------------------------------
 
     async def claim(self, request_id: str, by: str, at: datetime) -> Claim | None:
         await self._query("fetchval", Q["claim_request"], request_id, by, at, encode_json({"by": by}))
@@ -691,108 +585,26 @@ class PostgresStore(SqlStore):
     async def unclaim(self, request_id: str, by: str | None, at: datetime) -> Claim | None:
         return self._claim(request_id, await self.pool.fetch(Q["unclaim_request"], request_id, by, at))
 
-    async def claims(self, request_ids: Sequence[str]) -> Mapping[str, Claim]:
-        if not request_ids:
-            return {}
-        rows = await self._rows("claims_of", list(request_ids))
-        return {row[0]: Claim(row[0], row[1], row[2]) for row in rows}
-
     async def note_viewed(self, request_id: str, by: str, at: datetime) -> bool:
         return await self._query("fetchval", Q["view_request"], request_id, by, at) is not None
 
     # -- grants ---------------------------------------------------------------------------
 
-    async def settle_granting(self, request: Request) -> Request | None:
+    async def _settle_granting(self, request: Request, at: datetime, answer: str | None) -> bool:
         response = request.response
         if response is None:
-            return await self.settle(request)
-        answer = encode_json(response_to_dict(response))
+            return await self._settle(request, at, answer)
         events = encode_json([grant_event_data(g) for g in response.grants])
         # One server function, one transaction: not repeated on a dropped connection (its
         # reply may be lost after the commit; the answerer then sees the error and finds
         # the request answered).
-        done = await self.pool.fetchval(
-            Q["settle_granting"], request.id, request.status.value, response.at, answer, events
-        )
-        if done is None:
-            return None
-        self._remember(request, answer)
-        return request
+        done = await self.pool.fetchval(Q["settle_granting"], request.id, request.status.value, at, answer, events)
+        return done is not None
 
     async def give_grant(self, grant: IssuedGrant) -> None:
         await self.pool.fetchval(Q["insert_grant"], encode_json(grant_event_data(grant)))
 
-    async def revoke_grant(self, grant_id: str, by: str | None, at: datetime) -> IssuedGrant | None:
-        conn = await self.pool.acquire()
-        reusable = False
-        try:
-            async with conn.transaction():
-                row = await conn.fetchrow(Q["revoke_grant"], grant_id, by, at)
-                revoked = None if row is None else self._grant(row)
-                if revoked is not None:
-                    data = grant_event_data(revoked)
-                    who = (revoked.audience, revoked.issuer, None, None)
-                    await conn.fetchval(Q["insert_event"], "grant_revoked", at, encode_json(data), *who)
-            reusable = True
-            return revoked
-        finally:
-            self.pool.release(conn, reusable=reusable)
-
-    # -- approval policies -----------------------------------------------------------------
-
-    async def put_policy(self, policy: ApprovalPolicy, at: datetime, by: str | None) -> ApprovalPolicy:
-        async with self._transaction() as conn:
-            body = encode_json(policy_body(policy))
-            version = await conn.fetchval(Q["put_policy"], policy.agent, policy.server, body, at, by)
-            stored = with_version(policy, int(version), at, by)
-            data = encode_json(policy_event_data(stored, by))
-            await conn.fetchval(Q["insert_event"], "approval_policy_set", at, data, policy.agent, by, None, None)
-        return stored
-
-    async def delete_policy(self, agent: str, server: str, by: str | None, at: datetime) -> ApprovalPolicy | None:
-        async with self._transaction() as conn:
-            row = await conn.fetchrow(Q["delete_policy"], agent, server)
-            if row is None:
-                return None
-            gone = self._policy(tuple(row))
-            data = encode_json(policy_event_data(gone, by))
-            await conn.fetchval(Q["insert_event"], "approval_policy_deleted", at, data, agent, by, None, None)
-        return gone
-
     # -- principals and tokens ------------------------------------------------------------
-
-    async def save_principal(self, principal: Principal) -> None:
-        if principal.kind == "team":
-            await self.save_team(principal.name)
-            return
-        async with self._transaction() as conn:
-            if await conn.fetchval(Q["get_team"], principal.name) is not None:
-                raise ValueError(f"{principal.name!r} is a team")
-            await conn.execute(
-                Q["upsert_principal"], principal.name, principal.kind, principal.owner, datetime.now(UTC)
-            )
-
-    async def save_team(self, team: str, members: Sequence[str] = ()) -> None:
-        Principal(team, "team")  # the name's rules
-        async with self._transaction() as conn:
-            if await conn.fetchval(Q["principal_kind"], team) is not None:
-                raise ValueError(f"{team!r} is a person or an agent, not a team")
-            for member in members:
-                if await conn.fetchval(Q["principal_kind"], member) != "human":
-                    raise ValueError(f"{member!r} is no person here: a team's members are people")
-            await conn.execute(Q["insert_team"], team, datetime.now(UTC))
-            for member in members:
-                await conn.execute(Q["insert_team_member"], team, member)
-
-    async def remove_team_members(self, team: str, members: Sequence[str]) -> int:
-        removed = 0
-        async with self._transaction() as conn:
-            for member in members:
-                removed += int((await conn.execute(Q["delete_team_member"], team, member)).split()[-1])
-        return removed
-
-    async def delete_team(self, team: str) -> bool:
-        return str(await self._query("execute", Q["delete_team"], team)).split()[-1] != "0"
 
     async def save_token(self, token: IssuedToken) -> None:
         try:
@@ -842,12 +654,10 @@ class PostgresStore(SqlStore):
     # is claiming right now, and the lease keeps them from being claimed again until it
     # runs out, so two nodes do not send one delivery in the normal case.
 
-    async def load_setting(self, name: str) -> Any | None:
-        rows = await self._rows("get_setting", name)
-        return decode_json(rows[0][0]) if rows else None
-
-    async def save_setting(self, name: str, value: Any) -> None:
-        await self._query("execute", Q["put_setting"], name, encode_json(value), datetime.now(UTC))
+    async def _record_link_use(self, use: LinkUse, expires_at: datetime) -> bool:
+        await self._query("execute", Q["delete_expired_link_uses"], use.at)
+        added = await self.pool.fetchval(Q["insert_link_use"], use.link, use.request_id, use.by, use.at, expires_at)
+        return added is not None
 
     async def claim_notices(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Notice]:
         until = now + timedelta(seconds=lease)
@@ -863,21 +673,6 @@ class PostgresStore(SqlStore):
         rows = await self._query("fetch", Q["claim_deliveries"], owner, now, until, limit)
         return [self._delivery(row) for row in rows]
 
-    async def finish_delivery(self, delivery: Delivery, owner: str) -> bool:
-        status: str = await self._query(
-            "execute",
-            Q["finish_delivery"],
-            delivery.id,
-            owner,
-            delivery.status,
-            delivery.attempts,
-            delivery.due_at,
-            delivery.delivered_at,
-            delivery.last_error,
-            delivery.reference,
-        )
-        return status.endswith(" 1")
-
     async def retry_delivery(self, delivery_id: str, now: datetime) -> Delivery | None:
         row = await self._query("fetchrow", Q["retry_delivery"], delivery_id, now)
         return None if row is None else self._delivery(row)
@@ -885,18 +680,6 @@ class PostgresStore(SqlStore):
     async def next_outbox_due(self) -> datetime | None:
         due: datetime | None = await self._query("fetchval", Q["next_outbox_due"])  # an aware datetime
         return due
-
-    async def use_answer_link(self, use: LinkUse, expires_at: datetime) -> tuple[LinkUse, bool]:
-        await self._query("execute", Q["delete_expired_link_uses"], use.at)
-        added = await self.pool.fetchval(Q["insert_link_use"], use.link, use.request_id, use.by, use.at, expires_at)
-        if added is not None:
-            return use, True
-        earlier = await self.answer_link_use(use.link)
-        return (earlier or use), False
-
-    async def answer_link_use(self, link: str) -> LinkUse | None:
-        rows = await self._rows("get_link_use", link)
-        return LinkUse(rows[0][0], rows[0][1], rows[0][2], rows[0][3]) if rows else None
 
     # -- events --------------------------------------------------------------------------
 
@@ -1041,6 +824,26 @@ class Connections:
                 await conn.close(timeout=5)
             except Exception:
                 conn.terminate()
+
+
+class _Transaction:
+    """The `Transaction` of a write: its statements on the connection holding it."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def rows(self, name: str, *args: Any) -> Sequence[Any]:
+        rows: Sequence[Any] = await self.conn.fetch(Q[name], *args)
+        return rows
+
+    async def row(self, name: str, *args: Any) -> Any:
+        return await self.conn.fetchrow(Q[name], *args)
+
+    async def execute(self, name: str, *args: Any) -> int:
+        status: str = await self.conn.execute(Q[name], *args)
+        return int(status.rsplit(" ", 1)[-1])  # "UPDATE n"
 
 
 async def _connect(*args: Any, **kwargs: Any) -> Any:

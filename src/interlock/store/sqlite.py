@@ -18,17 +18,13 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
 from .._backoff import Backoff
-from ..approval_policies import ApprovalPolicy, policy_body, policy_event_data, with_version
-from ..errors import Closed
-from ..followups import Followup, followup_event_data
 from ..model import (
     Claim,
-    Event,
     IssuedGrant,
     Request,
     Response,
@@ -47,14 +43,14 @@ from ._sql import (
     DEFAULT_CACHE_BYTES,
     DELIVERY_COLUMNS,
     RequestCache,
+    Settled,
     SqlStore,
-    decode_json,
+    Transaction,
+    closed_channel,
     encode_json,
     find_events_sql,
-    followup_from_row,
     load_migrations,
     load_queries,
-    may_end,
     numbered,
     request_from_row,
     row_size,
@@ -68,8 +64,7 @@ __all__ = ["SqliteStore", "from_url"]
 log = logging.getLogger("interlock")
 
 T = TypeVar("T")
-Q = load_queries("sqlite")
-F = load_queries("sqlite", "followups")
+Q = load_queries("sqlite") | load_queries("sqlite", "followups")
 
 
 def _positional(sql: str) -> tuple[str, tuple[int, ...] | None]:
@@ -138,23 +133,8 @@ def _run_event(type_: str, run: Run) -> dict[str, Any]:
     }
 
 
-def _policy_event(type_: str, policy: ApprovalPolicy, by: str | None, at: int | None) -> dict[str, Any]:
-    """The parameters of `insert_event` for a policy's change: shown to its agent and to
-    who changed it."""
-    return {
-        "type": type_,
-        "request_id": None,
-        "at": at,
-        "data": encode_json(policy_event_data(policy, by)),
-        "recipient": policy.agent,
-        "requester": by,
-        "session": None,
-        "run": None,
-    }
-
-
-def _request_row(request: Request) -> dict[str, Any]:
-    """The parameters of `insert_request` for a new request (its document as `doc`)."""
+def _request_row(request: Request, doc: str) -> dict[str, Any]:
+    """The parameters of `insert_request_row` for a new request, its document `doc`."""
     o = request.origin
     return {
         "id": request.id,
@@ -169,7 +149,7 @@ def _request_row(request: Request) -> dict[str, Any]:
         "idempotency_key": request.idempotency_key,
         "created_at": _us(request.created_at),
         "expires_at": _us(request.expires_at),
-        "doc": encode_json(request_to_dict(request)),
+        "doc": doc,
     }
 
 
@@ -236,10 +216,6 @@ def from_url(url: str, **options: Any) -> SqliteStore:
 _Write = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]", bool]
 """A write waiting for the next group commit: its transaction body, its caller's future,
 and whether other processes are to be told of it."""
-
-
-def _closed(channel: str | None) -> Closed:
-    return Closed(None, f"channel {channel!r} is closed")
 
 
 class SqliteStore(SqlStore):
@@ -373,6 +349,14 @@ class SqliteStore(SqlStore):
             loop.call_soon(self._commit_batch)
         self._batch.append((fn, fut, notify))
         return cast(T, await fut)
+
+    async def _write_in(self, body: Callable[[Transaction], Coroutine[Any, Any, T]], *, notify: bool = True) -> T:
+        """Run a shared write's body as a write of this store: its statements run at once
+        (`_Transaction`), so it runs to its end inside the transaction (`_to_end`)."""
+        return await self._write(lambda db: _to_end(body(_Transaction(db))), notify=notify)
+
+    async def _change(self, name: str, *args: Any, notify: bool = True) -> int:
+        return await self._write(lambda db: _execute(db, name, args).rowcount, notify=notify)
 
     def _end_turn(self) -> None:
         self._turn_taken = None
@@ -526,52 +510,41 @@ class SqliteStore(SqlStore):
     def _stamp(self, value: datetime) -> Any:
         return _us(value)
 
+    def _array(self, values: Sequence[str]) -> Any:
+        return encode_json(list(values))
+
     def _find_events_sql(self, query: EventQuery) -> tuple[str, dict[str, Any]]:
         return find_events_sql(query, indexed_by=True)
 
     # -- requests ------------------------------------------------------------------------
 
-    async def insert(self, request: Request) -> tuple[Request, bool]:
-        row = _request_row(request)
-        doc = row["doc"]
+    async def _insert(self, request: Request, doc: str) -> tuple[Request, bool, int]:
+        row = _request_row(request, doc)
         o = request.origin
 
         def insert(db: sqlite3.Connection) -> tuple[Request, bool, int]:
             if o.channel is not None:
                 closed = db.execute(Q["is_closed"], {"channel": o.channel, "requester": request.requester}).fetchone()
                 if closed is not None:
-                    raise _closed(o.channel)
+                    raise closed_channel(o.channel)
             if request.idempotency_key is not None:
                 found = db.execute(
                     Q["find_idempotent"], {"requester": request.requester or "", "key": request.idempotency_key}
                 ).fetchone()
                 if found is not None:
                     return request_from_row(*found), False, row_size(found[1], found[2])
-            db.execute(Q["insert_request"], row)
+            db.execute(Q["insert_request_row"], row)
             db.execute(Q["insert_event"], _event_row("created", request, _us(request.created_at)))
             return request, True, row_size(doc)
 
-        stored, created, size = await self._write(insert)
-        self._cache.put(stored, size)
-        return stored, created
+        return await self._write(insert)
 
-    def _settle_one(self, db: sqlite3.Connection, request: Request) -> str | None:
-        """Settle the row if still pending: its stored response ("" for none), else None."""
-        response = request.response
-        at = _us(response.at if response is not None else datetime.now(UTC))
-        answer = encode_json(response_to_dict(response)) if response is not None else None
-        params = {"id": request.id, "status": request.status.value, "settled_at": at, "response": answer}
-        if db.execute(Q["settle_request"], params).rowcount != 1:
-            return None
-        db.execute(Q["insert_event"], _event_row(request.status.value, request, at))
-        return answer or ""
+    async def _settle(self, request: Request, at: datetime, answer: str | None) -> bool:
+        stamp = _us(at)
+        return await self._write(lambda db: _settle_row(db, request, stamp, answer))
 
-    async def settle(self, request: Request) -> Request | None:
-        answer = await self._write(lambda db: self._settle_one(db, request))
-        if answer is None:
-            return None
-        self._remember(request, answer)
-        return request
+    async def _settle_in(self, tx: Transaction, request: Request, at: datetime, answer: str | None) -> bool:
+        return _settle_row(cast(_Transaction, tx).db, request, _us(at), answer)
 
     async def settle_pending(
         self, status: Status, response: Response, *, channel: str | None = None, due: datetime | None = None
@@ -586,12 +559,13 @@ class SqliteStore(SqlStore):
         if due is not None and not (await self._read(sql + " LIMIT 1", params)):
             return []  # the common case for the expiry loop: take no write lock
 
+        at, answer = _us(response.at), encode_json(response_to_dict(response))
+
         def settle_all(db: sqlite3.Connection) -> list[tuple[Request, int]]:
             settled = []
             for row in db.execute(sql, params).fetchall():
                 request = request_from_row(*row).settle(status, response)
-                answer = self._settle_one(db, request)
-                if answer is not None:
+                if _settle_row(db, request, at, answer):
                     settled.append((request, row_size(row[1], answer)))
             return settled
 
@@ -601,54 +575,33 @@ class SqliteStore(SqlStore):
         return [request for request, _ in settled]
 
     async def close_channel(self, channel: str, response: Response, *, requester: str | None = None) -> list[Request]:
-        closure = {"channel": channel, "requester": requester or "", "closed_at": _us(response.at)}
+        at = _us(response.at)
+        closure = {"channel": channel, "requester": requester or "", "closed_at": at}
         if requester is None:
             sql, params = Q["pending_in_channel"], {"channel": channel}
         else:
             sql, params = Q["pending_in_channel_for"], {"channel": channel, "requester": requester}
 
+        answer = encode_json(response_to_dict(response))
+
         def close(db: sqlite3.Connection) -> list[tuple[Request, str]]:
-            db.execute(Q["close_channel"], closure)
+            db.execute(Q["insert_closed_channel"], closure)
             settled = []
             for row in db.execute(sql, params).fetchall():
                 request = request_from_row(*row).settle(Status.CANCELLED, response)
-                answer = self._settle_one(db, request)
-                if answer is not None:
+                if _settle_row(db, request, at, answer):
                     settled.append((request, answer))
             return settled
 
-        settled = await self._write(close)
-        for request, answer in settled:
-            self._remember(request, answer)
-        return [request for request, _ in settled]
+        return self._remember_all(await self._write(close))
 
-    async def reopen_channel(self, channel: str, *, requester: str | None = None) -> bool:
-        if requester is None:
-            sql, params = Q["reopen_channel"], {"channel": channel}
-        else:
-            sql, params = Q["reopen_channel_for"], {"channel": channel, "requester": requester}
-        return bool(await self._write(lambda db: db.execute(sql, params).rowcount))
-
-    async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
-        at = datetime.now(UTC)
-        params = {
-            "type": type,
-            "request_id": None,
-            "at": _us(at),
-            "data": encode_json(dict(data)),
-            "recipient": _text(data.get("to")),
-            "requester": _text(data.get("by")),
-            "session": _text(data.get("session")),
-            "run": _text(data.get("run")),
-        }
-
+    async def _append_event(self, *values: Any) -> int:
         def append(db: sqlite3.Connection) -> int:
-            cursor = db.execute(Q["insert_event"], params)
+            cursor = _execute(db, "insert_event", values)
             assert cursor.lastrowid is not None
             return cursor.lastrowid
 
-        event_id = await self._write(append)
-        return Event(event_id, type, at, data=dict(data))
+        return await self._write(append)
 
     async def consume(self, request_id: str, by: str | None, at: datetime) -> bool:
         params = {"id": request_id, "by": by, "at": _us(at)}
@@ -666,29 +619,7 @@ class SqliteStore(SqlStore):
         params = {"id": request_id, "at": _us(at)}
         return await self._write(lambda db: db.execute(Q["release_request"], params).rowcount == 1)
 
-    # -- approval policies -----------------------------------------------------------------
-
-    async def put_policy(self, policy: ApprovalPolicy, at: datetime, by: str | None) -> ApprovalPolicy:
-        def put(db: sqlite3.Connection) -> ApprovalPolicy:
-            stamp = _us(at)
-            row = {"agent": policy.agent, "server": policy.server, "body": encode_json(policy_body(policy))}
-            (version,) = db.execute(Q["put_policy"], {**row, "at": stamp, "by": by}).fetchone()
-            stored = with_version(policy, int(version), at, by)
-            db.execute(Q["insert_event"], _policy_event("approval_policy_set", stored, by, stamp))
-            return stored
-
-        return await self._write(put)
-
-    async def delete_policy(self, agent: str, server: str, by: str | None, at: datetime) -> ApprovalPolicy | None:
-        def delete(db: sqlite3.Connection) -> ApprovalPolicy | None:
-            row = db.execute(Q["delete_policy"], {"agent": agent, "server": server}).fetchone()
-            if row is None:
-                return None
-            gone = self._policy(row)
-            db.execute(Q["insert_event"], _policy_event("approval_policy_deleted", gone, by, _us(at)))
-            return gone
-
-        return await self._write(delete)
+    # -- claims and views ----------------------------------------------------------------
 
     async def claim(self, request_id: str, by: str, at: datetime) -> Claim | None:
         params = {"id": request_id, "by": by, "at": _us(at)}
@@ -714,12 +645,6 @@ class SqliteStore(SqlStore):
             return removed
 
         return self._claim(request_id, await self._write(unclaim))
-
-    async def claims(self, request_ids: Sequence[str]) -> Mapping[str, Claim]:
-        if not request_ids:
-            return {}
-        rows = await self._read(Q["claims_of"], {"ids": encode_json(list(request_ids))})
-        return {row[0]: Claim(row[0], row[1], _from_us(row[2])) for row in rows}
 
     async def note_viewed(self, request_id: str, by: str, at: datetime) -> bool:
         params = {"id": request_id, "by": by, "at": _us(at)}
@@ -748,77 +673,26 @@ class SqliteStore(SqlStore):
             "ask_id": grant.ask_id,
             "option_id": grant.option_id,
         }
-        db.execute(Q["insert_grant"], row)
+        db.execute(Q["insert_grant_row"], row)
         db.execute(Q["insert_event"], _grant_event(type_, grant, row["issued_at"]))
 
-    async def settle_granting(self, request: Request) -> Request | None:
+    async def _settle_granting(self, request: Request, at: datetime, answer: str | None) -> bool:
         grants = request.response.grants if request.response is not None else ()
+        stamp = _us(at)
 
-        def settle(db: sqlite3.Connection) -> str | None:
-            answer = self._settle_one(db, request)
-            if answer is not None:
-                for grant in grants:
-                    self._insert_grant(db, grant)
-            return answer
+        def settle(db: sqlite3.Connection) -> bool:
+            if not _settle_row(db, request, stamp, answer):
+                return False
+            for grant in grants:
+                self._insert_grant(db, grant)
+            return True
 
-        answer = await self._write(settle)
-        if answer is None:
-            return None
-        self._remember(request, answer)
-        return request
+        return await self._write(settle)
 
     async def give_grant(self, grant: IssuedGrant) -> None:
         await self._write(lambda db: self._insert_grant(db, grant))
 
-    async def revoke_grant(self, grant_id: str, by: str | None, at: datetime) -> IssuedGrant | None:
-        def revoke(db: sqlite3.Connection) -> IssuedGrant | None:
-            if db.execute(Q["revoke_grant"], {"id": grant_id, "by": by, "at": _us(at)}).rowcount != 1:
-                return None
-            revoked = self._grant(db.execute(Q["get_grant"], {"id": grant_id}).fetchone())
-            db.execute(Q["insert_event"], _grant_event("grant_revoked", revoked, _us(at)))
-            return revoked
-
-        return await self._write(revoke)
-
     # -- principals and tokens ------------------------------------------------------------
-
-    async def save_principal(self, principal: Principal) -> None:
-        if principal.kind == "team":
-            await self.save_team(principal.name)
-            return
-        row = {"name": principal.name, "kind": principal.kind, "owner": principal.owner, "created_at": _us(_now())}
-
-        def save(db: sqlite3.Connection) -> None:
-            if db.execute(Q["get_team"], {"name": principal.name}).fetchone() is not None:
-                raise ValueError(f"{principal.name!r} is a team")
-            db.execute(Q["upsert_principal"], row)
-
-        await self._write(save, notify=False)
-
-    async def save_team(self, team: str, members: Sequence[str] = ()) -> None:
-        Principal(team, "team")  # the name's rules
-
-        def save(db: sqlite3.Connection) -> None:
-            if db.execute(Q["principal_kind"], {"name": team}).fetchone() is not None:
-                raise ValueError(f"{team!r} is a person or an agent, not a team")
-            for member in members:
-                kind = db.execute(Q["principal_kind"], {"name": member}).fetchone()
-                if kind is None or kind[0] != "human":
-                    raise ValueError(f"{member!r} is no person here: a team's members are people")
-            db.execute(Q["insert_team"], {"name": team, "created_at": _us(_now())})
-            for member in members:
-                db.execute(Q["insert_team_member"], {"team": team, "member": member})
-
-        await self._write(save, notify=False)
-
-    async def remove_team_members(self, team: str, members: Sequence[str]) -> int:
-        def remove(db: sqlite3.Connection) -> int:
-            return sum(db.execute(Q["delete_team_member"], {"team": team, "member": m}).rowcount for m in members)
-
-        return await self._write(remove, notify=False)
-
-    async def delete_team(self, team: str) -> bool:
-        return bool(await self._write(lambda db: db.execute(Q["delete_team"], {"name": team}).rowcount, notify=False))
 
     async def save_token(self, token: IssuedToken) -> None:
         row = {"id": token.id, "hash": token.hash, "principal": token.principal, "created_at": _us(token.created_at)}
@@ -883,6 +757,9 @@ class SqliteStore(SqlStore):
 
     # -- runs ----------------------------------------------------------------------------
 
+    async def _lock_requests_of_run(self, tx: Transaction, run_id: str) -> None:
+        pass  # the writer holds the whole database
+
     def _run_in(self, db: sqlite3.Connection, run_id: str) -> Run | None:
         row = db.execute(Q["get_run"], {"id": run_id}).fetchone()
         return None if row is None else run_from_row(row, _from_us)
@@ -906,7 +783,7 @@ class SqliteStore(SqlStore):
         self, run: Run, requests: Sequence[Request], *, state: Any, status: RunStatus, expires_at: datetime
     ) -> tuple[Run, bool]:
         row = _run_row(run)
-        made = [(request, _request_row(request)) for request in requests]
+        made = [(request, _request_row(request, encode_json(request_to_dict(request)))) for request in requests]
         park = {
             "id": run.id,
             "status": status.value,
@@ -929,8 +806,8 @@ class SqliteStore(SqlStore):
                 if channel is not None:
                     closed = db.execute(Q["is_closed"], {"channel": channel, "requester": request.requester})
                     if closed.fetchone() is not None:
-                        raise _closed(channel)  # the transaction rolls back: nothing is stored
-                db.execute(Q["insert_request"], params)
+                        raise closed_channel(channel)  # the transaction rolls back: nothing is stored
+                db.execute(Q["insert_request_row"], params)
                 db.execute(Q["insert_event"], _event_row("created", request, params["created_at"]))
             parked = self._park_in(db, park)
             assert parked is not None
@@ -995,7 +872,7 @@ class SqliteStore(SqlStore):
         def claim(db: sqlite3.Connection) -> Run | None:
             run_id = found[0]
             while True:
-                row = _one(db.execute(Q["claim_run"], lease | {"id": run_id}))
+                row = _one(db.execute(Q["claim_found_run"], lease | {"id": run_id}))
                 if row is not None:
                     claimed = run_from_row(row, _from_us)
                     db.execute(Q["insert_event"], _run_event("run_claimed", claimed))
@@ -1008,7 +885,10 @@ class SqliteStore(SqlStore):
 
         return await self._write(claim)
 
-    async def settle_claiming(self, request: Request, claim: RunClaim) -> tuple[Request | None, Run | None]:
+    async def _settle_claiming(
+        self, request: Request, at: datetime, answer: str | None, claim: RunClaim
+    ) -> tuple[bool, Run | None]:
+        stamp = _us(at)
         params = {
             "id": request.origin.run,
             "worker": claim.worker,
@@ -1018,52 +898,19 @@ class SqliteStore(SqlStore):
             "requester": claim.requester,
         }
 
-        def settle(db: sqlite3.Connection) -> tuple[str | None, Run | None]:
-            answer = self._settle_one(db, request)
-            if answer is None or request.origin.run is None:
-                return answer, None
+        def settle(db: sqlite3.Connection) -> tuple[bool, Run | None]:
+            if not _settle_row(db, request, stamp, answer):
+                return False, None
+            if request.origin.run is None:
+                return True, None
             row = _one(db.execute(Q["claim_settled_run"], params))
             if row is None:
-                return answer, None
+                return True, None
             claimed = run_from_row(row, _from_us)
             db.execute(Q["insert_event"], _run_event("run_claimed", claimed))
-            return answer, claimed
+            return True, claimed
 
-        answer, claimed = await self._write(settle)
-        if answer is None:
-            return None, None
-        self._remember(request, answer)
-        return request, claimed
-
-    async def renew_lease(self, run_id: str, *, worker: str, lease_expires_at: datetime) -> bool:
-        params = {"id": run_id, "worker": worker, "lease_expires_at": _us(lease_expires_at)}
-        return bool(await self._write(lambda db: db.execute(Q["renew_lease"], params).rowcount, notify=False))
-
-    def _end_in(
-        self,
-        db: sqlite3.Connection,
-        run_id: str,
-        status: RunStatus,
-        fields: dict[str, Any],
-        worker: str | None,
-        withdraw: Response | None,
-        due: datetime | None = None,
-    ) -> tuple[Run | None, list[tuple[Request, str]]]:
-        run = self._run_in(db, run_id)
-        if run is None or not may_end(run, worker, due):
-            return None, []
-        db.execute(Q["end_run"], {"id": run_id, "status": status.value, **fields})
-        cancelled = []
-        if withdraw is not None:
-            for row in db.execute(Q["pending_of_run"], {"id": run_id}).fetchall():
-                request = request_from_row(*row).settle(Status.CANCELLED, withdraw)
-                answer = self._settle_one(db, request)
-                if answer is not None:
-                    cancelled.append((request, answer))
-        ended = self._run_in(db, run_id)
-        assert ended is not None
-        db.execute(Q["insert_event"], _run_event(f"run_{status.value}", ended))
-        return ended, cancelled
+        return await self._write(settle)
 
     def _finish_in(self, db: sqlite3.Connection, params: dict[str, Any]) -> Run | None:
         row = _one(db.execute(Q["finish_run"], params))
@@ -1073,116 +920,27 @@ class SqliteStore(SqlStore):
         db.execute(Q["insert_event"], _run_event(f"run_{ended.status.value}", ended))
         return ended
 
-    async def end_run(
-        self,
-        run_id: str,
-        status: RunStatus,
-        *,
-        at: datetime,
-        result: Any = None,
-        error: str | None = None,
-        terminal_reason: str | None = None,
-        worker: str | None = None,
-        withdraw: Response | None = None,
-    ) -> tuple[Run | None, list[Request]]:
-        fields = {"result": _json_or_none(result), "error": error, "terminal_reason": terminal_reason, "at": _us(at)}
-        if withdraw is None:  # completing or failing: one conditional update and its event
-            params = fields | {"id": run_id, "status": status.value, "worker": worker}
-            return await self._write(lambda db: self._finish_in(db, params)), []
-        ended, cancelled = await self._write(lambda db: self._end_in(db, run_id, status, fields, worker, withdraw))
-        for request, answer in cancelled:
-            self._remember(request, answer)
-        return ended, [request for request, _ in cancelled]
+    async def _finish_run(
+        self, run_id: str, status: RunStatus, fields: tuple[Any, ...], worker: str | None
+    ) -> Run | None:
+        result, error, terminal_reason, at = fields
+        params = {"id": run_id, "status": status.value, "worker": worker, "result": result, "error": error}
+        params |= {"terminal_reason": terminal_reason, "at": at}
+        return await self._write(lambda db: self._finish_in(db, params))
 
     async def expire_runs(self, due: datetime, response: Response) -> list[tuple[Run, list[Request]]]:
-        if not await self._read(Q["runs_due"], {"due": _us(due)}):
+        if not await self._rows("runs_due", _us(due)):
             return []  # the common case for the expiry loop: take no write lock
-        fields = {"result": None, "error": None, "terminal_reason": "interaction_timeout", "at": _us(due)}
 
-        def expire(db: sqlite3.Connection) -> list[tuple[Run, list[tuple[Request, str]]]]:
+        async def expire(tx: Transaction) -> list[tuple[Run, Settled]]:
             out = []
-            for (run_id,) in db.execute(Q["runs_due"], {"due": _us(due)}).fetchall():
-                ended, cancelled = self._end_in(db, run_id, RunStatus.CANCELLED, fields, None, response, due)
+            for (run_id,) in await tx.rows("runs_due", _us(due)):
+                ended, cancelled = await self._expire_in(tx, run_id, due, response)
                 if ended is not None:
                     out.append((ended, cancelled))
             return out
 
-        expired = await self._write(expire)
-        for _, cancelled in expired:
-            for request, answer in cancelled:
-                self._remember(request, answer)
-        return [(run, [request for request, _ in cancelled]) for run, cancelled in expired]
-
-    # -- follow-up messages --------------------------------------------------------------
-
-    @staticmethod
-    def _followup_event(db: sqlite3.Connection, type_: str, followup: Followup, run: Run, at: datetime) -> None:
-        data = followup_event_data(followup, agent=run.agent, session=run.session, to=run.requester)
-        db.execute(
-            Q["insert_event"],
-            {
-                "type": type_,
-                "request_id": None,
-                "at": _us(at),
-                "data": encode_json(data),
-                "recipient": followup.by,
-                "requester": run.requester,
-                "session": run.session,
-                "run": run.id,
-            },
-        )
-
-    async def enqueue_followup(self, followup: Followup, *, limit: int) -> Followup | None:
-        row = {
-            "id": followup.id,
-            "run": followup.run,
-            "text": followup.text,
-            "sender": followup.by,
-            "queued_at": _us(followup.queued_at),
-        }
-
-        def enqueue(db: sqlite3.Connection) -> Followup | None:
-            run = self._run_in(db, followup.run)
-            if run is None or run.status.ended:
-                return None
-            if db.execute(F["count_held_followups"], {"run": run.id}).fetchone()[0] >= limit:
-                return None
-            db.execute(F["insert_followup"], row)
-            self._followup_event(db, "followup_queued", followup, run, followup.queued_at)
-            return followup
-
-        return await self._write(enqueue)
-
-    async def list_followups(self, run_id: str) -> Sequence[Followup]:
-        return [followup_from_row(row, _from_us) for row in await self._read(F["held_followups"], {"run": run_id})]
-
-    async def withdraw_followup(self, run_id: str, followup_id: str, *, at: datetime) -> Followup | None:
-        def withdraw(db: sqlite3.Connection) -> Followup | None:
-            run = self._run_in(db, run_id)
-            row = db.execute(F["held_followup"], {"id": followup_id, "run": run_id}).fetchone()
-            if run is None or run.status.ended or row is None:
-                return None
-            followup = followup_from_row(row, _from_us)
-            db.execute(F["finish_followup"], {"id": followup_id, "state": "withdrawn", "at": _us(at)})
-            self._followup_event(db, "followup_withdrawn", followup, run, at)
-            return followup
-
-        return await self._write(withdraw)
-
-    async def claim_followups(self, run_id: str, *, at: datetime, worker: str | None = None) -> Sequence[Followup]:
-        def claim(db: sqlite3.Connection) -> list[Followup]:
-            run = self._run_in(db, run_id)
-            if run is None or run.status is not RunStatus.RUNNING or (worker is not None and run.worker != worker):
-                return []
-            taken = [followup_from_row(row, _from_us) for row in db.execute(F["held_followups"], {"run": run_id})]
-            for followup in taken:
-                db.execute(F["finish_followup"], {"id": followup.id, "state": "delivered", "at": _us(at)})
-                self._followup_event(db, "followup_replayed", followup, run, at)
-            return taken
-
-        if not await self._read(F["held_followups"], {"run": run_id}):
-            return []  # the common case at a turn boundary: take no write lock
-        return await self._write(claim)
+        return [(run, self._remember_all(cancelled)) for run, cancelled in await self._write_in(expire)]
 
     # -- one-time sign-in links -----------------------------------------------------------
 
@@ -1213,13 +971,15 @@ class SqliteStore(SqlStore):
 
     # -- the outbox ----------------------------------------------------------------------
 
-    async def load_setting(self, name: str) -> Any | None:
-        rows = await self._read(Q["get_setting"], {"name": name})
-        return decode_json(rows[0][0]) if rows else None
+    async def _record_link_use(self, use: LinkUse, expires_at: datetime) -> bool:
+        row = {"link": use.link, "request_id": use.request_id, "by": use.by, "at": _us(use.at)}
+        row["expires_at"] = _us(expires_at)
 
-    async def save_setting(self, name: str, value: Any) -> None:
-        row = {"name": name, "value": encode_json(value), "at": _us(_now())}
-        await self._write(lambda db: db.execute(Q["put_setting"], row), notify=False)
+        def record(db: sqlite3.Connection) -> bool:
+            db.execute(Q["delete_expired_link_uses"], {"now": row["at"]})
+            return bool(db.execute(Q["insert_link_use"], row).rowcount)
+
+        return await self._write(record, notify=False)
 
     async def claim_notices(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Notice]:
         params = {"owner": owner, "now": _us(now), "limit": limit}
@@ -1262,14 +1022,6 @@ class SqliteStore(SqlStore):
 
         return [self._delivery(row) for row in await self._write(claim, notify=False)]
 
-    async def finish_delivery(self, delivery: Delivery, owner: str) -> bool:
-        row = self._delivery_row(delivery)
-        params: dict[str, Any] = {"id": delivery.id, "owner": owner, "status": delivery.status}
-        params["attempts"] = delivery.attempts
-        params |= {"due_at": row[10], "delivered_at": row[12], "last_error": delivery.last_error}
-        params["reference"] = delivery.reference
-        return bool(await self._write(lambda db: db.execute(Q["finish_delivery"], params).rowcount, notify=False))
-
     async def retry_delivery(self, delivery_id: str, now: datetime) -> Delivery | None:
         params = {"id": delivery_id, "now": _us(now)}
         if not await self._write(lambda db: db.execute(Q["retry_delivery"], params).rowcount, notify=False):
@@ -1284,23 +1036,6 @@ class SqliteStore(SqlStore):
         if rows[0][0] is None:
             rows = await self._read(Q["next_delivery_due"])
         return None if rows[0][0] is None else _from_us(rows[0][0])
-
-    async def use_answer_link(self, use: LinkUse, expires_at: datetime) -> tuple[LinkUse, bool]:
-        row = {"link": use.link, "request_id": use.request_id, "by": use.by, "at": _us(use.at)}
-        row["expires_at"] = _us(expires_at)
-
-        def record(db: sqlite3.Connection) -> bool:
-            db.execute(Q["delete_expired_link_uses"], {"now": row["at"]})
-            return bool(db.execute(Q["insert_link_use"], row).rowcount)
-
-        if await self._write(record, notify=False):
-            return use, True
-        earlier = await self.answer_link_use(use.link)
-        return (earlier or use), False
-
-    async def answer_link_use(self, link: str) -> LinkUse | None:
-        rows = await self._read(Q["get_link_use"], {"link": link})
-        return LinkUse(rows[0][0], rows[0][1], rows[0][2], _from_us(rows[0][3])) if rows else None
 
     # -- events --------------------------------------------------------------------------
 
@@ -1322,8 +1057,50 @@ def _one(cursor: sqlite3.Cursor) -> Any:
     return rows[0] if rows else None
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+def _settle_row(db: sqlite3.Connection, request: Request, at: int | None, answer: str | None) -> bool:
+    """Settle the request's row if still pending, with its event; whether it was."""
+    params = {"id": request.id, "status": request.status.value, "settled_at": at, "response": answer}
+    if db.execute(Q["settle_request"], params).rowcount != 1:
+        return False
+    db.execute(Q["insert_event"], _event_row(request.status.value, request, at))
+    return True
+
+
+def _execute(db: sqlite3.Connection, name: str, args: tuple[Any, ...]) -> sqlite3.Cursor:
+    """Run the named statement with positional arguments (see `_positional`)."""
+    sql, taken = _NUMBERED[name]
+    return db.execute(sql, args if taken is None else [args[i] for i in taken])
+
+
+class _Transaction:
+    """The `Transaction` of a write running in the writer: each statement runs at once."""
+
+    __slots__ = ("db",)
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    async def rows(self, name: str, *args: Any) -> list[Any]:
+        return _execute(self.db, name, args).fetchall()
+
+    async def row(self, name: str, *args: Any) -> Any:
+        rows = _execute(self.db, name, args).fetchall()  # to its end, so that a RETURNING is done
+        return rows[0] if rows else None
+
+    async def execute(self, name: str, *args: Any) -> int:
+        return _execute(self.db, name, args).rowcount
+
+
+def _to_end(body: Coroutine[Any, Any, T]) -> T:
+    """Run the body of a write to its end, here in the writer's transaction. Its statements
+    run synchronously (`_Transaction`), so it never suspends; one that did would wait on the
+    event loop with the database locked, and is refused."""
+    try:
+        body.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    body.close()
+    raise RuntimeError("the body of a SQLite write suspended inside its transaction")
 
 
 def _statements(script: str) -> list[str]:

@@ -14,11 +14,11 @@ SELECT id, run_id, text, sender, queued_at FROM followups
 WHERE run_id = $1 AND state = 'queued' ORDER BY queued_at, id;
 
 -- name: finish_followup
-UPDATE followups SET state = $2, done_at = $3 WHERE id = $1 AND run_id = $4 AND state = 'queued'
+UPDATE followups SET state = $1, done_at = $2 WHERE id = $3 AND run_id = $4 AND state = 'queued'
 RETURNING id, run_id, text, sender, queued_at;
 
 -- name: deliver_followups
-UPDATE followups SET state = 'delivered', done_at = $2 WHERE run_id = $1 AND state = 'queued'
+UPDATE followups SET state = 'delivered', done_at = $1 WHERE run_id = $2 AND state = 'queued'
 RETURNING id, run_id, text, sender, queued_at;
 
 -- name: followup_events

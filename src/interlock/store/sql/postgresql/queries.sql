@@ -40,7 +40,8 @@ SELECT released_at FROM requests WHERE id = $1;
 SELECT id, doc FROM interlock_settle_pending($1, $2, $3, $4, $5, $6);
 
 -- name: insert_event
-INSERT INTO events (type, at, data, recipient, requester, session, run) VALUES ($1, $2, $3, $4, $5, $6, $7)
+INSERT INTO events (type, request_id, at, data, recipient, requester, session, run)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 RETURNING id;
 
 -- name: close_channel
@@ -173,15 +174,15 @@ SELECT id, agent, session, requester, status, terminal_reason, ready, worker, le
 FROM interlock_finish_run($1, $2, $3, $4, $5, $6, $7);
 
 -- name: renew_lease
-UPDATE runs SET lease_expires_at = $3 WHERE id = $1 AND status = 'running' AND worker = $2;
+UPDATE runs SET lease_expires_at = $1 WHERE id = $2 AND status = 'running' AND worker = $3;
 
 -- name: lock_pending_of_run
 SELECT id FROM requests WHERE run = $1 AND status = 'pending' ORDER BY id FOR UPDATE;
 
 -- name: end_run
-UPDATE runs SET status = $2, result = $3, error = $4, terminal_reason = $5, updated_at = $6, expires_at = NULL,
+UPDATE runs SET status = $1, result = $2, error = $3, terminal_reason = $4, updated_at = $5, expires_at = NULL,
     ready = false, worker = NULL, lease_expires_at = NULL
-WHERE id = $1
+WHERE id = $6
 RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
           attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
 
@@ -197,9 +198,6 @@ ORDER BY expires_at LIMIT 100;
 -- A ready run (every request settled) is not abandoned: it waits for a worker, not a person.
 SELECT min(expires_at) FROM runs WHERE expires_at IS NOT NULL AND NOT ready;
 
--- name: run_event
-INSERT INTO events (type, at, data, requester, session, run)
-SELECT $1, $2, interlock_run_data(r), r.requester, r.session, r.id FROM runs r WHERE r.id = $3;
 -- name: settle_granting
 SELECT interlock_settle_granting($1, $2, $3, $4, $5);
 
@@ -212,7 +210,7 @@ SELECT id, resource, ability, issuer, audience, issued_at, expires_at, request_i
 FROM grants WHERE id = $1;
 
 -- name: revoke_grant
-UPDATE grants SET revoked_at = $3, revoked_by = $2 WHERE id = $1 AND revoked_at IS NULL
+UPDATE grants SET revoked_at = $1, revoked_by = $2 WHERE id = $3 AND revoked_at IS NULL
 RETURNING id, resource, ability, issuer, audience, issued_at, expires_at, request_id, ask_id, option_id,
           revoked_at, revoked_by;
 -- name: delete_expired_signin_links
@@ -270,9 +268,9 @@ RETURNING d.id, d.notice, d.request_id, d.kind, d.event, d.recipient, d.channel,
           d.attempts, d.due_at, d.created_at, d.delivered_at, d.last_error, d.reference;
 
 -- name: finish_delivery
-UPDATE deliveries SET status = $3, attempts = $4, due_at = $5, delivered_at = $6, last_error = $7, reference = $8,
+UPDATE deliveries SET status = $1, attempts = $2, due_at = $3, delivered_at = $4, last_error = $5, reference = $6,
                       lease_owner = NULL, lease_until = NULL
-WHERE id = $1 AND lease_owner = $2;
+WHERE id = $7 AND lease_owner = $8;
 
 -- name: get_delivery
 SELECT id, notice, request_id, kind, event, recipient, channel, address, status, attempts,

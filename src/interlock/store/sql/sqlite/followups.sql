@@ -10,8 +10,10 @@ INSERT INTO followups (id, run_id, text, sender, queued_at) VALUES (:id, :run, :
 SELECT id, run_id, text, sender, queued_at FROM followups
 WHERE run_id = :run AND state = 'queued' ORDER BY queued_at, id;
 
--- name: held_followup
-SELECT id, run_id, text, sender, queued_at FROM followups WHERE id = :id AND run_id = :run AND state = 'queued';
-
 -- name: finish_followup
-UPDATE followups SET state = :state, done_at = :at WHERE id = :id AND state = 'queued';
+UPDATE followups SET state = :state, done_at = :at WHERE id = :id AND run_id = :run AND state = 'queued'
+RETURNING id, run_id, text, sender, queued_at;
+
+-- name: deliver_followups
+UPDATE followups SET state = 'delivered', done_at = :at WHERE run_id = :run AND state = 'queued'
+RETURNING id, run_id, text, sender, queued_at;

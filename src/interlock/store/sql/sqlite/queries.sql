@@ -1,4 +1,4 @@
--- name: insert_request
+-- name: insert_request_row
 INSERT INTO requests (id, kind, status, recipient, requester, session, channel, agent, run,
                       idempotency_key, created_at, expires_at, settled_at, doc)
 VALUES (:id, :kind, :status, :recipient, :requester, :session, :channel, :agent, :run,
@@ -15,7 +15,7 @@ SELECT :type, id, :at, NULL, recipient, requester, session, run FROM requests WH
 -- name: is_closed
 SELECT 1 FROM closed_channels WHERE channel = :channel AND requester IN ('', :requester);
 
--- name: close_channel
+-- name: insert_closed_channel
 INSERT INTO closed_channels (channel, requester, closed_at) VALUES (:channel, :requester, :closed_at)
 ON CONFLICT (channel, requester) DO NOTHING;
 
@@ -140,6 +140,12 @@ SELECT id, agent, session, requester, status, terminal_reason, ready, worker, le
        attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
 FROM runs WHERE id = :id;
 
+-- name: lock_run
+-- The run a write goes on with: the writer holds the whole database, so it stays as read.
+SELECT id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+       attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
+FROM runs WHERE id = :id;
+
 -- name: park_run
 -- Park a running run (held by :worker, when given) and say whether it is ready already
 -- (none of its requests pending); no row when it is not running or another worker holds it.
@@ -156,7 +162,7 @@ DELETE FROM run_waits WHERE run_id = :id;
 -- name: add_waits
 INSERT OR IGNORE INTO run_waits (run_id, request_id) SELECT :id, value FROM json_each(:ids);
 
--- name: claim_run
+-- name: claim_found_run
 -- Claim the run found ready (or lapsed) if it still is: no row when another worker took it first.
 UPDATE runs SET status = 'running', ready = 0, expires_at = NULL, worker = :worker,
     lease_expires_at = :lease_expires_at, attempts = attempts + 1, updated_at = :at
@@ -220,7 +226,9 @@ WHERE id = :id AND status = 'running' AND worker = :worker;
 -- name: end_run
 UPDATE runs SET status = :status, result = :result, error = :error, terminal_reason = :terminal_reason,
     updated_at = :at, expires_at = NULL, ready = 0, worker = NULL, lease_expires_at = NULL
-WHERE id = :id;
+WHERE id = :id
+RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
 
 -- name: pending_of_run
 SELECT status, doc, response FROM requests WHERE run = :id AND status = 'pending' ORDER BY id;
@@ -233,7 +241,7 @@ ORDER BY expires_at LIMIT 100;
 -- name: next_run_expiry
 -- A ready run (every request settled) is not abandoned: it waits for a worker, not a person.
 SELECT min(expires_at) FROM runs WHERE expires_at IS NOT NULL AND ready = 0;
--- name: insert_grant
+-- name: insert_grant_row
 INSERT INTO grants (id, resource, ability, issuer, audience, issued_at, expires_at, request_id, ask_id, option_id)
 VALUES (:id, :resource, :ability, :issuer, :audience, :issued_at, :expires_at, :request_id, :ask_id, :option_id);
 
@@ -243,7 +251,9 @@ SELECT id, resource, ability, issuer, audience, issued_at, expires_at, request_i
 FROM grants WHERE id = :id;
 
 -- name: revoke_grant
-UPDATE grants SET revoked_at = :at, revoked_by = :by WHERE id = :id AND revoked_at IS NULL;
+UPDATE grants SET revoked_at = :at, revoked_by = :by WHERE id = :id AND revoked_at IS NULL
+RETURNING id, resource, ability, issuer, audience, issued_at, expires_at, request_id, ask_id, option_id,
+          revoked_at, revoked_by;
 -- name: delete_expired_signin_links
 DELETE FROM signin_links WHERE expires_at <= :now;
 
