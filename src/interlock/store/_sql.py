@@ -101,10 +101,14 @@ def _finite_or_none(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+_DECODER = json.JSONDecoder(parse_constant=lambda _: None, parse_float=_finite_or_none)
+
+
 def decode_json(text: str) -> Any:
     """Stored JSON, with NaN and Infinity read as null: rows written before non-finite
-    numbers were refused still read (and list) instead of failing every later reader."""
-    return json.loads(text, parse_constant=lambda _: None, parse_float=_finite_or_none)
+    numbers were refused still read (and list) instead of failing every later reader.
+    (One decoder for every call: `json.loads` with hooks makes a new one each time.)"""
+    return _DECODER.decode(text)
 
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
