@@ -325,6 +325,8 @@ async def test_a_form_is_answered_in_a_modal_with_an_input_per_field(base: str, 
         "incident": {"summary": "Checkout is down", "users": 1200, "public": True, "severity": "high"}
     }
     assert (settled["response"]["by"], settled["response"]["via"]) == ("alice", "slack")
+    [update] = await slack.until("chat.update")  # the message says it is answered
+    assert update["channel"] == "U0ALICE" and "*Answered*" in json.dumps(update["blocks"])
 
 
 async def test_a_form_a_modal_cannot_express_is_answered_in_the_inbox(base: str, slack: FakeSlack) -> None:
@@ -366,6 +368,8 @@ async def test_a_choice_with_an_other_answer_and_a_multi_choice_are_answered_in_
         assert done.status_code == 200 and done.content == b""
         settled = (await client.get(f"/api/v1/requests/{request['id']}")).json()
     assert settled["response"]["answers"] == {"region": "ap-south-1", "notify": ["email", "pager"]}
+    [update] = await slack.until("chat.update")
+    assert update["channel"] == "U0ALICE" and "*Answered*" in json.dumps(update["blocks"])
 
 
 async def test_one_choice_with_an_other_answer_has_its_buttons_and_an_other_answer_button(
@@ -385,6 +389,8 @@ async def test_one_choice_with_an_other_answer_has_its_buttons_and_an_other_answ
         assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["response"]["answers"] == {
             "region": "sa-east-1"
         }
+    [update] = await slack.until("chat.update")  # once: the refused submission changed nothing
+    assert update["channel"] == "U0ALICE" and "*Answered*" in json.dumps(update["blocks"])
 
 
 async def test_the_message_is_updated_when_the_request_expires_or_is_cancelled(base: str, slack: FakeSlack) -> None:
