@@ -388,6 +388,15 @@ async def test_a_renewed_lease_keeps_the_run_past_its_old_deadline_and_a_claim_t
     taken = await store.claim_run(None, worker="w3", lease_expires_at=between + timedelta(seconds=30), at=between)
     assert taken is not None and (taken.id, taken.worker, taken.attempts) == ("r2", "w3", 2)
     assert await store.claim_run(None, worker="w4", lease_expires_at=between, at=between) is None
+    done, _ = await store.end_run("r2", RunStatus.COMPLETED, at=between, worker="w3")
+    assert done is not None
+    # Renewed again and again, then let lapse: taken once past the last lease only.
+    for minutes in (10, 20, 30):
+        assert await store.renew_lease("r1", worker="w1", lease_expires_at=now + timedelta(minutes=minutes))
+    assert await store.claim_run(None, worker="w5", lease_expires_at=between, at=now + timedelta(minutes=25)) is None
+    past = now + timedelta(minutes=31)
+    last = await store.claim_run(None, worker="w5", lease_expires_at=past + timedelta(seconds=30), at=past)
+    assert last is not None and (last.id, last.worker, last.attempts) == ("r1", "w5", 2)
 
 
 async def test_ending_a_run_withdraws_its_pending_requests_in_the_same_change(store: Store) -> None:

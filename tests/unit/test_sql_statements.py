@@ -29,6 +29,15 @@ def test_a_statement_named_in_both_dialects_takes_as_many_arguments_in_each() ->
         assert in_sqlite == in_postgres, f"{name}: {in_sqlite} arguments on SQLite, {in_postgres} on PostgreSQL"
 
 
+def test_a_name_a_comment_mentions_is_not_a_parameter() -> None:
+    sql = "-- park the run held by :worker, when given\nUPDATE runs SET state = :state WHERE id = :id -- :id again"
+    statement, taken = numbered(sql)
+    assert statement.count("?") == 2 and taken == (0, 1)
+    # SQLite statements whose comments name parameters take their arguments as SQLite sees them.
+    _, taken = numbered(statements("sqlite")["finish_run"])
+    assert len(taken) == 8
+
+
 async def test_the_body_of_a_sqlite_write_runs_to_its_end_in_the_transaction(tmp_path: Path) -> None:
     store = SqliteStore(str(tmp_path / "writes.db"))
     await store.open()

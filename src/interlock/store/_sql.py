@@ -1,11 +1,11 @@
 """What the SQL dialects share: the logic of a SQL store over its two dialects' connectors.
 
-`SqlStore` (procrastinate's manager) holds everything that does not depend on the
+`SqlStore` holds everything that does not depend on the
 database: the cache of parsed requests, `get(fresh)`, the list and event-page builders,
 rows to requests, events, principals and sessions, and what each write writes. A dialect
 module (the connector) subclasses it with only its connection handling, its placeholders
 and its `.sql` files: `_rows(name, *args)` runs one of its named queries with positional
-arguments (in the order the query first names them), `_rows_of(sql, params)` a statement
+arguments (in the order the query first names them, comments aside), `_rows_of(sql, params)` a statement
 built here with `:named` parameters, `_time` and `_stamp` read and write a time column.
 Both dialects load their named queries and versioned migrations from .sql files here.
 
@@ -1139,14 +1139,17 @@ DELIVERY_COLUMNS = (
 )
 
 
-_NAMED = re.compile(r"(?<!:):([a-z_]+)")
+_NAMED = re.compile(r"(?<!:):([a-z_][a-z0-9_]*)")
+_COMMENT = re.compile(r"--[^\n]*")
 
 
 def numbered(sql: str) -> tuple[str, tuple[int, ...]]:
     """Turn `:name` parameters into SQLite's plain `?`, and say which positional argument
     each takes: the arguments are numbered in order of first appearance (the order
     PostgreSQL's `$n` of the same query take), so a name used twice takes its argument
-    twice. (Numbered `?N` bound from a sequence are deprecated from Python 3.12.)"""
+    twice. Comments are dropped first: a name they mention is not a parameter. (Numbered
+    `?N` bound from a sequence are deprecated from Python 3.12.)"""
+    sql = _COMMENT.sub("", sql)
     order: list[str] = []
     taken: list[int] = []
 

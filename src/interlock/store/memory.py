@@ -604,35 +604,45 @@ class MemoryStore:
                 requester is not None and run.requester != requester
             ):
                 continue
-            if best is None or run.updated_at < best.updated_at:
+            if best is None or (run.updated_at, run.id) < (best.updated_at, best.id):
                 best = run
         if best is None:
             return None
         return self._claim(best, worker, lease_expires_at, at)
 
     def _put_run(self, run: Run) -> None:
+        before = self._runs.get(run.id)
         self._runs[run.id] = run
         if run.status.waiting and run.ready:
             self._ready_runs[run.id] = None
         else:
             self._ready_runs.pop(run.id, None)
-        if run.status is RunStatus.RUNNING and run.lease_expires_at is not None:
-            heapq.heappush(self._leases, (run.lease_expires_at, run.id))
+        lease = run.lease_expires_at
+        if run.status is RunStatus.RUNNING and lease is not None:
+            # A running run has an entry no later than its lease. A renewal (a later lease)
+            # adds none: the earlier entry, once due, moves on to the lease then current.
+            held = before.lease_expires_at if before is not None and before.status is RunStatus.RUNNING else None
+            if held is None or lease < held:
+                heapq.heappush(self._leases, (lease, run.id))
 
     def _claimable(self, at: datetime) -> builtins.list[Run]:
         """The runs a claim at `at` may take: the ready ones, and the running ones whose
         lease has run out (their worker died)."""
         found = [self._runs[run_id] for run_id in self._ready_runs]
         leases = self._leases
-        lapsed = []
+        lapsed: dict[str, datetime] = {}
         while leases and leases[0][0] <= at:
-            entry = heapq.heappop(leases)
-            run = self._runs.get(entry[1])
-            if run is not None and run.status is RunStatus.RUNNING and run.lease_expires_at == entry[0]:
-                lapsed.append(entry)  # still held by that lease: claimable, and kept until taken
-                found.append(run)
-        for entry in lapsed:
-            heapq.heappush(leases, entry)
+            due, run_id = heapq.heappop(leases)
+            run = self._runs.get(run_id)
+            if run is None or run.status is not RunStatus.RUNNING or run.lease_expires_at is None:
+                continue  # ended or parked since: nothing to look at
+            if run.lease_expires_at == due:
+                lapsed[run_id] = due  # still held by that lease: claimable, kept until taken
+            elif run.lease_expires_at > due and run_id not in lapsed:
+                heapq.heappush(leases, (run.lease_expires_at, run_id))  # renewed: its lease now
+        for run_id, due in lapsed.items():
+            heapq.heappush(leases, (due, run_id))
+            found.append(self._runs[run_id])
         return found
 
     def _claim(self, best: Run, worker: str, lease_expires_at: datetime, at: datetime) -> Run:

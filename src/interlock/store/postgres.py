@@ -267,8 +267,11 @@ class PostgresStore(SqlStore):
             async with conn.transaction():
                 yield conn
             reusable = True
-        except asyncpg.PostgresError:
-            reusable = True  # the server refused a statement; the connection is fine
+        except Exception as exc:
+            # The server refused a statement, or the write refused what it read: the
+            # transaction rolled back and the connection is fine (release drops a closed one
+            # or one still in a transaction). One that failed on the wire or timed out is not.
+            reusable = not isinstance(exc, OSError | TimeoutError | asyncpg.InterfaceError)
             raise
         finally:
             self.pool.release(conn, reusable=reusable)

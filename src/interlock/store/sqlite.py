@@ -80,6 +80,8 @@ DERIVE_DELAY = 0.2
 """Seconds after a write of this process before the search index is brought up to date
 with it (a search brings it up to date first anyway)."""
 DERIVE_CHUNK = 1000
+"""Events taken into the search index or the outbox a transaction: a short hold of the
+write lock and of the event loop, for many events' worth of work."""
 CHECKPOINT_COMMITS = 100
 """Commits of this process between checkpoints of the write-ahead log, each run in a
 worker thread. SQLite's own checkpoint runs inside the commit that takes the log past a
@@ -88,8 +90,6 @@ spent committing, in stalls of up to 15 ms."""
 AUTOCHECKPOINT_PAGES = 10_000
 """SQLite's own checkpoint, left on so that the log stays bounded even with no worker
 thread checkpointing it (a process that writes rarely, a thread that cannot keep up)."""
-"""Events taken into the search index or the outbox a transaction: a short hold of the
-write lock and of the event loop, for many events' worth of work."""
 
 
 def _us(value: datetime | None) -> int | None:
