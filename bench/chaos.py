@@ -1,4 +1,4 @@
-"""Chaos, the long run: worker processes create and answer requests while a seeded schedule
+"""Chaos, the long run: worker processes create and answer requests while a repeatable schedule
 SIGKILLs them, on one SQLite file and on three `interlock serve` nodes sharing one
 PostgreSQL database (there the nodes are killed too); then every acknowledged write is
 looked for, and every request checked to have settled at most once.
@@ -6,7 +6,7 @@ looked for, and every request checked to have settled at most once.
 The harness is the one the CI test uses (`tests/security/chaos_harness.py`); this script
 runs it longer and prints the figures recorded in docs/explanation/security.md:
 
-    python bench/chaos.py [--store sqlite postgresql] [--seconds 300] [--workers 6] [--seed 8]
+    python bench/chaos.py [--store sqlite postgresql] [--seconds 300] [--workers 6] [--schedule 8]
                           [--kill-every 0.5 2.0] [--pg postgresql://postgres@127.0.0.1:5432] [--json FILE]
 
 PostgreSQL gets a throwaway database on the server `--pg` names, dropped at the end.
@@ -34,7 +34,7 @@ def sqlite_run(args: argparse.Namespace, work: Path) -> Outcome:
         work / "sqlite-logs",
         seconds=args.seconds,
         workers=args.workers,
-        seed=args.seed,
+        seed=args.schedule,
         kill_every=tuple(args.kill_every),
     )
     check_sqlite(outcome, work / "sqlite-logs", path)
@@ -65,7 +65,7 @@ def postgres_run(args: argparse.Namespace, work: Path) -> Outcome:
             work / "pg-logs",
             seconds=args.seconds,
             workers=args.workers,
-            seed=args.seed,
+            seed=args.schedule,
             kill_every=tuple(args.kill_every),
             nodes=nodes,
             node_urls=urls,
@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--store", nargs="+", choices=["sqlite", "postgresql"], default=["sqlite", "postgresql"])
     parser.add_argument("--seconds", type=float, default=300)
     parser.add_argument("--workers", type=int, default=6)
-    parser.add_argument("--seed", type=int, default=8)
+    parser.add_argument("--schedule", type=int, default=8, help="which kill schedule (the same number, the same kills)")
     parser.add_argument("--kill-every", type=float, nargs=2, default=(0.5, 2.0), metavar=("MIN", "MAX"))
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432")
     parser.add_argument("--json", type=Path)

@@ -6,7 +6,7 @@ and reused by later runs; opening a kept one with a newer checkout applies its n
 migrations first, so the same data measures before and after a schema change. `--refill`
 starts again.
 
-What is filled, with a fixed seed: N requests over the last 60 days, to 100 people from
+What is filled, the same every time: N requests over the last 60 days, to 100 people from
 50 agents (each person about 10,000 requests, each agent about 20,000); 10% still
 pending, the rest answered (85%), rejected (7%), expired (5%) or cancelled (3%); half in
 sessions of 20, 30% in one of 20 channels, 5% in runs of two requests; 30% with an
@@ -96,7 +96,7 @@ def us(value: datetime) -> int:
 
 
 class Fill:
-    """The rows of N requests, made once from a seed (the same for both stores)."""
+    """The rows of N requests, made once from a fixed random state (the same for both stores)."""
 
     def __init__(self, rows: int, now: datetime) -> None:
         rng = random.Random(9)

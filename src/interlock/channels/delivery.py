@@ -13,7 +13,7 @@ It runs inside `interlock serve` (woken by every new event) or standalone
 (`interlock deliver`), polling the store every `poll_interval` seconds.
 
 The routing in use is kept in the store (the `routing` setting), so that it survives
-restarts and every node's loop uses the same: a routing file seeds it
+restarts and every node's loop uses the same: a routing file gives its first value
 (`LocalBroker.settle_routing`: the file wins when it changed since it last did, else what
 was set through the API stays), `Broker.set_routing` replaces it, and each loop picks up a
 change within `routing_check` seconds.
