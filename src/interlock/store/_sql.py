@@ -1,11 +1,11 @@
 """What the SQL dialects share: the logic of a SQL store over its two dialects' connectors.
 
-`SqlStore` holds everything that does not depend on the
-database: the cache of parsed requests, `get(fresh)`, the list and event-page builders,
-rows to requests, events, principals and sessions, and what each write writes. A dialect
-module (the connector) subclasses it with only its connection handling, its placeholders
-and its `.sql` files: `_rows(name, *args)` runs one of its named queries with positional
-arguments (in the order the query first names them, comments aside), `_rows_of(sql, params)` a statement
+`SqlStore` holds everything that does not depend on the database: the cache of parsed
+requests, `get(fresh)`, the list and event-page builders, rows to requests, events,
+principals and sessions, and what each write writes. A dialect module (the connector)
+subclasses it with only its connection handling, its placeholders and its `.sql` files:
+`_rows(name, *args)` runs one of its named queries with positional arguments (in the
+order the query first names them, comments aside), `_rows_of(sql, params)` a statement
 built here with `:named` parameters, `_time` and `_stamp` read and write a time column.
 Both dialects load their named queries and versioned migrations from .sql files here.
 
@@ -1139,7 +1139,6 @@ DELIVERY_COLUMNS = (
 )
 
 
-_NAMED = re.compile(r"(?<!:):([a-z_][a-z0-9_]*)")
 _COMMENT = re.compile(r"--[^\n]*")
 
 
@@ -1159,4 +1158,4 @@ def numbered(sql: str) -> tuple[str, tuple[int, ...]]:
         taken.append(order.index(match[1]))
         return "?"
 
-    return _NAMED.sub(place, sql), tuple(taken)
+    return _PARAMETER.sub(place, sql), tuple(taken)

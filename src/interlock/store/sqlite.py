@@ -923,9 +923,8 @@ class SqliteStore(SqlStore):
     async def _finish_run(
         self, run_id: str, status: RunStatus, fields: tuple[Any, ...], worker: str | None
     ) -> Run | None:
-        result, error, terminal_reason, at = fields
-        params = {"id": run_id, "status": status.value, "worker": worker, "result": result, "error": error}
-        params |= {"terminal_reason": terminal_reason, "at": at}
+        params = dict(zip(("result", "error", "terminal_reason", "at"), fields, strict=True))
+        params |= {"id": run_id, "status": status.value, "worker": worker}
         return await self._write(lambda db: self._finish_in(db, params))
 
     async def expire_runs(self, due: datetime, response: Response) -> list[tuple[Run, list[Request]]]:
