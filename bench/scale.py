@@ -53,6 +53,7 @@ from _common import environment, table
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
 
+from interlock.dashboard import DASHBOARD_ROWS, tally  # noqa: E402
 from interlock.model import RunStatus, Status, Text  # noqa: E402
 from interlock.store import EventQuery, Query, RunQuery  # noqa: E402
 from interlock.store._sql import encode_json, list_sql  # noqa: E402
@@ -64,7 +65,6 @@ TOPICS = 1000
 PENDING_LIMIT = 50  # the web inbox's page sizes (server/web.py, server/pages.py)
 HISTORY_LIMIT = 30
 HISTORY_PAGE = 25
-DASHBOARD_ROWS = 1000
 SETTLED = (("answered", 0.85), ("rejected", 0.07), ("expired", 0.05), ("cancelled", 0.03))
 WORDS = [
     f"{a}{b}"
@@ -291,6 +291,31 @@ def queries(store: Any, now: datetime) -> list[tuple[str, Callable[[int], Awaita
         )
         return call
 
+    def outlines(**kw: Any) -> Callable[[int], Awaitable[Sequence[Any]]]:
+        def call(i: int) -> Awaitable[Sequence[Any]]:
+            fields = {k: (v[i % len(v)] if isinstance(v, list) else v) for k, v in kw.items()}
+            return store.outlines(Query(**fields), now)
+
+        call.statement = lambda i: list_sql(  # type: ignore[attr-defined]
+            Query(**{k: (v[i % len(v)] if isinstance(v, list) else v) for k, v in kw.items()}),
+            store.dialect,
+            store._stamp,
+            outline=now,
+        )
+        return call
+
+    def dashboard(who: list[str] | None) -> Callable[[int], Awaitable[Sequence[Any]]]:
+        """The whole page's figures, as `Broker.dashboard` counts them: two reads and the count."""
+
+        async def call(i: int) -> Sequence[Any]:
+            mine = {} if who is None else {"recipient": who[i % len(who)]}
+            pending = await store.outlines(Query(**mine, status=Status.PENDING, limit=DASHBOARD_ROWS), now)
+            settled = await store.outlines(Query(**mine, settled=True, since=week, limit=DASHBOARD_ROWS), now)
+            tally(pending, settled, teams=set())
+            return [*pending, *settled]
+
+        return call
+
     def runs_of(**kw: Any) -> Callable[[int], Awaitable[Sequence[Any]]]:
         def call(i: int) -> Awaitable[Sequence[Any]]:
             fields = {k: (v[i % len(v)] if isinstance(v, list) else v) for k, v in kw.items()}
@@ -343,13 +368,15 @@ def queries(store: Any, now: datetime) -> list[tuple[str, Callable[[int], Awaita
             for what, rank in (("a common word", 1), ("a word", 40), ("a rare word", 900))
         ),
         (f"history: search, admin ({share(1)} of titles)", q(settled=True, text=topic(1), limit=25)),
-        ("dashboard: pending, a person (1000)", q(recipient=people, status=pending, limit=DASHBOARD_ROWS)),
+        ("dashboard: pending, a person (1000)", outlines(recipient=people, status=pending, limit=DASHBOARD_ROWS)),
         (
             "dashboard: settled in 7 days, a person (1000)",
-            q(recipient=people, settled=True, since=week, limit=DASHBOARD_ROWS),
+            outlines(recipient=people, settled=True, since=week, limit=DASHBOARD_ROWS),
         ),
-        ("dashboard: pending, admin (1000)", q(status=pending, limit=DASHBOARD_ROWS)),
-        ("dashboard: settled in 7 days, admin (1000)", q(settled=True, since=week, limit=DASHBOARD_ROWS)),
+        ("dashboard: pending, admin (1000)", outlines(status=pending, limit=DASHBOARD_ROWS)),
+        ("dashboard: settled in 7 days, admin (1000)", outlines(settled=True, since=week, limit=DASHBOARD_ROWS)),
+        ("dashboard: the page's figures, a person", dashboard(people)),
+        ("dashboard: the page's figures, admin", dashboard(None)),
         ("runs: involving a person", runs_of(involving=people)),
         ("runs: of an agent", runs_of(agent=agents)),
         ("runs: waiting for input", runs_of(status=RunStatus.WAITING_FOR_INPUT)),

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 from .approval_policies import ApprovalPolicy, policy_from_dict, policy_to_dict
 from .approvals import check_context, decision_ask
+from .dashboard import DASHBOARD_ROWS, DASHBOARD_WINDOW, Dashboard, tally
 from .errors import (
     AlreadySettled,
     Cancelled,
@@ -200,6 +201,10 @@ class GrantPage:
 
     items: Sequence[IssuedGrant]
     next_cursor: str | None
+
+
+MAX_DASHBOARD_WINDOW = timedelta(days=366)
+"""The furthest back `Broker.dashboard` looks."""
 
 
 def _about_request(request: Request) -> str:
@@ -652,6 +657,17 @@ class Broker(ABC):
         """Requests matching every filter given, newest first by default, a page at a time:
         the filters and the page (`after`, `limit`, `order`) are the keyword arguments
         `interlock.store.ListFilters` describes."""
+
+    @abstractmethod
+    async def dashboard(
+        self, *, recipient: str | None = None, teams: Sequence[str] = (), window: timedelta = DASHBOARD_WINDOW
+    ) -> Dashboard:
+        """The dashboard's figures over the requests to `recipient` and its `teams`
+        (everyone's when no recipient is named): what waits now, by agent and age, and for
+        each person and team how they answered over the `window` up to now. Counted over
+        the newest `DASHBOARD_ROWS` pending requests and as many settled ones (`capped`
+        says there were more). Through a server: the caller's own inbox and teams', or
+        everyone's for an admin."""
 
     @abstractmethod
     def events(self, after: int | None = None, *, follow: bool = False) -> AsyncIterator[Event]:
@@ -1681,6 +1697,27 @@ class LocalBroker(Broker):
         more = len(rows) > query.limit
         items = await self._with_run_deadlines(rows[: query.limit])
         return Page(items, items[-1].id if more else None)
+
+    async def dashboard(
+        self, *, recipient: str | None = None, teams: Sequence[str] = (), window: timedelta = DASHBOARD_WINDOW
+    ) -> Dashboard:
+        if self._state != "open":
+            await self.open()
+        if not timedelta(0) < window <= MAX_DASHBOARD_WINDOW:
+            raise InvalidRequest(f"window must be more than nothing and at most {MAX_DASHBOARD_WINDOW.days} days")
+        if teams and recipient is None:
+            raise InvalidRequest("teams: only with recipient (a member's inbox and their teams')")
+        query = Query(recipient=recipient, teams=tuple(teams), limit=DASHBOARD_ROWS)
+        query.check()
+        for name, value, longest in query.texts():
+            check_text(value, name, longest if longest is not None else self.limits.max_name_length)
+        now = datetime.now(UTC)
+        pending = await self.store.outlines(replace(query, status=Status.PENDING), now)
+        settled = await self.store.outlines(replace(query, settled=True, since=now - window), now)
+        if recipient is None:  # everyone's: every team has its row
+            teams = [p.name for p in await self.store.list_principals() if p.kind == "team"]
+        capped = DASHBOARD_ROWS in (len(pending), len(settled))
+        return tally(pending, settled, teams=set(teams), window=window, capped=capped)
 
     async def events(self, after: int | None = None, *, follow: bool = False) -> AsyncIterator[Event]:
         """The event log after event id `after`, oldest first. With `follow`, keep going

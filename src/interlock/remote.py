@@ -32,6 +32,7 @@ from ._backoff import Backoff
 from .approval_policies import ApprovalPolicy, policy_from_wire, policy_to_dict
 from .approvals import is_marked
 from .broker import DEFAULT_LEASE, MAX_EVENT_ID, Broker, GrantPage, Page, RunPage, _outcome, _seconds
+from .dashboard import DASHBOARD_WINDOW, Dashboard, dashboard_from_dict
 from .errors import Closed, InvalidRequest, NotFound, RunConflict
 from .followups import Followup, Sent, followup_from_dict
 from .hooks import DEFAULT_HOOK_TIMEOUT
@@ -519,6 +520,15 @@ class RemoteBroker(Broker):
         query.check()
         page = await self._call("GET", "/requests", params=_query_params(query))
         return Page([request_from_dict(r) for r in page["items"]], page["next_cursor"])
+
+    async def dashboard(
+        self, *, recipient: str | None = None, teams: Sequence[str] = (), window: timedelta = DASHBOARD_WINDOW
+    ) -> Dashboard:
+        # The server counts a member's teams' requests with their own; an admin names them.
+        params: dict[str, Any] = {"window": window.total_seconds(), "team": list(teams)}
+        if recipient is not None:
+            params["recipient"] = recipient
+        return dashboard_from_dict(await self._call("GET", "/dashboard", params=params))
 
     async def events(self, after: int | None = None, *, follow: bool = False) -> AsyncIterator[Event]:
         cursor = after or 0

@@ -587,6 +587,47 @@ async def test_list_filters_and_pages_by_keyset(broker: Broker) -> None:
     assert {r.id for r in (await broker.list(session="s0")).items} == {made[0].id, made[3].id, made[6].id}
 
 
+async def test_the_dashboard_counts_what_waits_by_agent_and_how_each_person_answers(
+    broker: Broker, local: LocalBroker
+) -> None:
+    for person in ("alice", "bob", "carol"):
+        await local.save_principal(Principal(person, "human"))
+    await broker.add_team_members("ops", ["alice", "carol"])
+    for prompt in ("Deploy?", "Deploy again?"):
+        await broker.create(Text(prompt), to="alice", agent="deployer")
+    await broker.create(Text("Review?"), to="alice", agent="reviewer")
+    done = await broker.create(Text("Done?"), to="alice", agent="reviewer")
+    await local.resolve(done.id, "yes", by="alice")  # `by` as given (a server names its caller)
+    await broker.expire((await broker.create(Text("Too late?"), to="alice", agent="reviewer")).id)
+    await broker.create(Text("Bob's?"), to="bob", agent="deployer")
+    await broker.create(Text("On call?"), to="ops", agent="pager")
+    paged = await broker.create(Text("Paged?"), to="ops", agent="pager")
+    await local.reject(paged.id, "not now", by="carol")
+
+    mine = await broker.dashboard(recipient="alice", teams=["ops"])
+    assert (mine.pending_count, mine.answered_count, mine.expired_count) == (4, 2, 1)
+    assert [(a.agent, a.by_age, a.total) for a in mine.agents] == [
+        ("deployer", (2, 0, 0), 2),
+        ("pager", (1, 0, 0), 1),
+        ("reviewer", (1, 0, 0), 1),
+    ]
+    assert all(timedelta(0) <= a.oldest < timedelta(minutes=5) for a in mine.agents)
+    people = {p.person: (p.answered, p.expired, p.pending) for p in mine.people}
+    assert people == {"alice": (1, 1, 3), "carol": (1, 0, 0)}  # carol answered for the team
+    assert [(t.person, t.answered, t.expired, t.pending) for t in mine.teams] == [("ops", 1, 0, 1)]
+    assert mine.median is not None and timedelta(0) <= mine.median < timedelta(minutes=5)
+    assert not mine.capped and mine.window == timedelta(days=7)
+
+    everyone = await broker.dashboard()  # every request, every team with its row
+    assert (everyone.pending_count, everyone.answered_count) == (5, 2)
+    assert {p.person for p in everyone.people} == {"alice", "bob", "carol"}
+    assert [t.person for t in everyone.teams] == ["ops"]
+    assert (await broker.dashboard(recipient="bob")).pending_count == 1
+    for wrong in ({"window": timedelta(0)}, {"window": timedelta(days=400)}, {"teams": ["ops"]}):
+        with pytest.raises(InvalidRequest):
+            await broker.dashboard(**wrong)  # type: ignore[arg-type]
+
+
 async def test_pending_is_a_snapshot_copy(broker: Broker) -> None:
     a = await broker.create(Text("A?"))
     snapshot = await broker.pending()

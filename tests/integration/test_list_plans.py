@@ -61,6 +61,22 @@ REQUEST_LISTS: list[tuple[str, Query, str]] = [
     ("every settled request in a week (admin)", Query(settled=True, since=WEEK_AGO, limit=1000), "PRIMARY KEY"),
 ]
 
+# The dashboard's reads (`Store.outlines`): the same ranges, a few columns of each row.
+DASHBOARD_READS: list[tuple[str, Query, str]] = [
+    (
+        "pending to a person",
+        Query(recipient="ann", status=Status.PENDING, limit=1000),
+        "requests_pending_to|pending_requests_to",
+    ),
+    (
+        "settled in a week, a person",
+        Query(recipient="ann", settled=True, since=WEEK_AGO, limit=1000),
+        "requests_by_recipient",
+    ),
+    ("pending (admin)", Query(status=Status.PENDING, limit=1000), "requests_pending|pending_requests_pkey"),
+    ("settled in a week (admin)", Query(settled=True, since=WEEK_AGO, limit=1000), "PRIMARY KEY"),
+]
+
 RUN_LISTS: list[tuple[str, RunQuery, str]] = [
     ("an agent's runs", RunQuery(agent="bot"), "runs_by_agent"),
     ("runs waiting for input", RunQuery(status=RunStatus.WAITING_FOR_INPUT), "runs_by_status"),
@@ -159,6 +175,22 @@ async def test_a_request_list_reads_its_page_from_one_index_in_order(
     recorder = Recorder(store)
     await store.list(query)
     reads_index_in_order(await plan_of(store, *recorder.last()), index)
+
+
+@pytest.mark.parametrize(("what", "query", "index"), DASHBOARD_READS, ids=[w for w, _, _ in DASHBOARD_READS])
+async def test_the_dashboard_reads_the_same_index_ranges_as_the_lists(
+    store: Store, what: str, query: Query, index: str
+) -> None:
+    recorder = Recorder(store)
+    await store.outlines(query, datetime.now(UTC))
+    sql, params = recorder.last()
+    assert " doc" not in sql, sql  # no request document is read
+    plan = await plan_of(store, sql, params)
+    reads_index_in_order(plan, index)
+    if isinstance(store, SqliteStore) and index != "PRIMARY KEY":  # a person's, or a pending one's
+        assert "COVERING INDEX" in plan, plan  # from the index entries alone, no row visited
+    elif "pending" in index:
+        assert "JOIN" not in sql and "Nested Loop" not in plan, plan  # the pending rows alone
 
 
 @pytest.mark.parametrize(("what", "query", "index"), RUN_LISTS, ids=[w for w, _, _ in RUN_LISTS])

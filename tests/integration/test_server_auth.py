@@ -50,6 +50,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
             token = issue_token(principal.name, datetime.now(UTC))
             await broker.store.save_token(token)
             tokens[principal.name] = token.secret
+        await broker.add_team_members("ops", ["bob"])
     async with serve_in_process(db, auth=True) as server:
         yield World(server, db, tokens)
 
@@ -144,6 +145,27 @@ async def test_nobody_lists_another_persons_inbox(clients: dict[str, httpx.Async
     asked = (await clients["alice-bot"].get("/requests")).json()["items"]
     assert [r["id"] for r in asked] == [request["id"]]
     assert (await clients["bob-bot"].get("/requests")).json()["items"] == []
+
+
+async def test_the_dashboard_counts_only_the_caller_s_inbox_and_teams(clients: dict[str, httpx.AsyncClient]) -> None:
+    await ask_alice(clients)
+    for to in ("bob", "ops"):
+        response = await clients["bob-bot"].post("/requests", json=APPROVAL | {"to": to})
+        assert response.status_code == 201, response.text
+
+    def waiting(board: httpx.Response) -> dict[str, int]:
+        assert board.status_code == 200, board.text
+        return {p["name"]: p["pending"] for p in board.json()["people"] + board.json()["teams"]}
+
+    assert waiting(await clients["alice"].get("/dashboard")) == {"alice": 1}
+    assert waiting(await clients["bob"].get("/dashboard")) == {"bob": 1, "ops": 1}  # and his team's
+    assert waiting(await clients["bob"].get("/dashboard", params={"recipient": "ops"})) == {"ops": 1}
+    for who, params in (("bob", {"recipient": "alice"}), ("alice", {"recipient": "ops"}), ("alice-bot", {})):
+        refused = await clients[who].get("/dashboard", params=params)
+        assert refused.status_code == 403 and refused.json()["code"] == "forbidden", (who, refused.text)
+    for params in ({"window": "0"}, {"window": "-5"}, {"window": "1e12"}, {"window": "soon"}):
+        assert (await clients["bob"].get("/dashboard", params=params)).status_code == 422, params
+    assert (await clients["nobody"].get("/dashboard")).status_code == 401
 
 
 async def test_the_event_log_and_stream_show_only_what_the_caller_may_see(

@@ -265,7 +265,8 @@ async def test_an_upgrade_from_the_trigger_kept_outbox_and_index_loses_and_repea
 
     path = tmp_path / "upgraded.db"
     derived = next(m for m in load_migrations("sqlite") if m.name == "derived_from_events")
-    before = [m for m in load_migrations("sqlite") if m.version < derived.version]
+    # ... and the column today's settlement statement writes (made later, and independent)
+    before = [m for m in load_migrations("sqlite") if m.version < derived.version or m.name == "dashboard_from_indexes"]
     with monkeypatch.context() as patch:  # a file made before the outbox and index were derived
         patch.setattr(sqlite_store, "load_migrations", lambda dialect: before)
         async with interlock.connect(f"sqlite:///{path}") as broker:

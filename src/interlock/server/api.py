@@ -11,7 +11,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request
@@ -20,7 +20,8 @@ from pydantic import AwareDatetime, BaseModel, TypeAdapter, ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..approvals import mark, unmarked
-from ..broker import MAX_EVENT_ID, LocalBroker
+from ..broker import MAX_DASHBOARD_WINDOW, MAX_EVENT_ID, LocalBroker
+from ..dashboard import DASHBOARD_WINDOW, dashboard_to_dict
 from ..errors import AlreadySettled, InvalidAnswer, InvalidRequest, NotFound
 from ..grants import asks_own_inbox, may_ask
 from ..model import Event, Status, claim_to_dict, origin_from_dict, request_to_dict
@@ -51,6 +52,7 @@ from .schemas import (
     ConsumeBody,
     ConsumeResult,
     CreateBody,
+    DashboardModel,
     EventModel,
     EventPage,
     InformBody,
@@ -292,6 +294,35 @@ async def list_requests(caller: Caller, broker: TheBroker, params: Annotated[Lis
     filters |= {"since": _instant("since", filters["since"]), "until": _instant("until", filters["until"])}
     page = await broker.list(**filters)
     return JSONResponse({"items": [request_to_dict(r) for r in page.items], "next_cursor": page.next_cursor})
+
+
+@router.get("/dashboard", response_model=DashboardModel, responses=_problems(403, 422), tags=["requests"])
+async def dashboard_figures(
+    caller: Caller,
+    broker: TheBroker,
+    recipient: Annotated[
+        str | None, Query(description="one person's or team's figures: yours, a team of yours, anyone's for an admin")
+    ] = None,
+    teams: Annotated[
+        list[str], Query(alias="team", description="with `recipient`, also these teams' requests (an admin's choice)")
+    ] = [],  # noqa: B006  (FastAPI copies a default)
+    window: Annotated[
+        float, Query(gt=0, le=MAX_DASHBOARD_WINDOW.total_seconds(), description="how far back, in seconds")
+    ] = DASHBOARD_WINDOW.total_seconds(),
+) -> JSONResponse:
+    """The dashboard's figures over your inbox (your requests and your teams'), or over
+    everyone's for an admin: what waits now, by agent and age, and for each person and
+    team how they answered over the window."""
+    if caller.kind != "admin":
+        teams = []
+        if caller.kind != "human":
+            raise ApiError("forbidden", "the dashboard is a person's view")
+        if recipient is None or recipient == caller.name:
+            recipient, teams = caller.name, list(_member_teams(caller))
+        elif recipient not in _member_teams(caller):
+            raise ApiError("forbidden", "you may see only your own figures and your teams'")
+    board = await broker.dashboard(recipient=recipient, teams=teams, window=timedelta(seconds=window))
+    return JSONResponse(dashboard_to_dict(board))
 
 
 @router.get("/requests/{request_id}", response_model=RequestModel, responses=_problems(404), tags=["requests"])

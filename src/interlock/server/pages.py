@@ -19,8 +19,6 @@ All are plain server-rendered pages: forms and links, no script needed.
 from __future__ import annotations
 
 import secrets
-import statistics
-from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -32,6 +30,7 @@ from fastapi import Request as HttpRequest
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ..broker import Page
+from ..dashboard import AGES
 from ..errors import InvalidRequest, NotFound
 from ..model import Event, Status
 from ..model import Request as HumanRequest
@@ -58,10 +57,7 @@ __all__ = ["install_pages", "router"]
 
 HISTORY_PAGE = 25
 TIMELINE_LIMIT = 500
-DASHBOARD_WINDOW = timedelta(days=7)
-DASHBOARD_ROWS = 1000  # requests read for the dashboard's figures, newest first
 _SETTLED = [s.value for s in Status if s.settled]
-_AGES = (("under an hour", timedelta(hours=1)), ("under a day", timedelta(days=1)), ("older", timedelta.max))
 
 router = APIRouter(include_in_schema=False)
 
@@ -331,26 +327,6 @@ def _mine(who: Session) -> dict[str, Any]:
 # -- dashboard ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class AgentRow:
-    agent: str
-    by_age: tuple[int, ...]
-    oldest: timedelta
-
-    @property
-    def total(self) -> int:
-        return sum(self.by_age)
-
-
-@dataclass(frozen=True, slots=True)
-class PersonRow:
-    person: str
-    answered: int
-    median: timedelta | None
-    expired: int
-    pending: int
-
-
 def span(value: timedelta | None) -> str:
     """A duration for people: 45s, 12m, 3h 5m, 2d 4h."""
     if value is None:
@@ -366,88 +342,16 @@ def span(value: timedelta | None) -> str:
     return f"{days}d {hours % 24}h" if hours % 24 else f"{days}d"
 
 
-def _median(values: list[timedelta]) -> timedelta | None:
-    return timedelta(seconds=statistics.median(v.total_seconds() for v in values)) if values else None
-
-
 @router.get("/dashboard", name="dashboard", response_class=HTMLResponse)
 async def dashboard(http: HttpRequest, state: State) -> Response:
     who = await session(state, http)
     if who is None:
         return signin_redirect(http)
-    now = datetime.now(UTC)
-    mine = _mine(who)
-    pending = (await state.broker.list(**mine, status=Status.PENDING, limit=DASHBOARD_ROWS)).items
-    settled = (await state.broker.list(**mine, settled=True, since=now - DASHBOARD_WINDOW, limit=DASHBOARD_ROWS)).items
-
-    ages: dict[str, list[timedelta]] = defaultdict(list)
-    for r in pending:
-        ages[r.origin.agent or r.requester or "(nobody named)"].append(now - r.created_at)
-    agents = [
-        AgentRow(
-            agent,
-            tuple(sum(1 for a in waited if lower <= a < upper) for lower, upper in _buckets()),
-            max(waited),
-        )
-        for agent, waited in ages.items()
-    ]
-    agents.sort(key=lambda row: (-row.total, row.agent))
-
-    answer_times: dict[str, list[timedelta]] = defaultdict(list)
-    expired: Counter[str] = Counter()
-    for r in settled:
-        if r.status in (Status.ANSWERED, Status.REJECTED) and r.response is not None:
-            answer_times[r.response.by or r.to or "(unknown)"].append(r.response.at - r.created_at)
-        elif r.status is Status.EXPIRED:
-            expired[r.to or "(nobody named)"] += 1
-    waiting = Counter(r.to or "(nobody named)" for r in pending)
-    if who.principal.kind == "admin":
-        team_names = {p.name for p in await state.broker.list_principals() if p.kind == "team"}
-    else:
-        team_names = set(who.principal.teams)
-    team_rows = _team_rows(team_names, pending, settled)
-    people = sorted((set(answer_times) | set(expired) | set(waiting)) - team_names)
-    rows = [
-        PersonRow(p, len(answer_times.get(p, [])), _median(answer_times.get(p, [])), expired[p], waiting[p])
-        for p in people
-    ]
+    board = await state.broker.dashboard(**_mine(who))
     context = {
-        "pending_count": len(pending),
-        "answered_count": sum(len(v) for v in answer_times.values()),
-        "median": _median([t for v in answer_times.values() for t in v]),
-        "expired_count": sum(expired.values()),
-        "agents": agents,
-        "ages": [label for label, _ in _AGES],
-        "people": rows,
-        "teams": team_rows,
-        "window_days": DASHBOARD_WINDOW.days,
-        "capped": len(pending) == DASHBOARD_ROWS or len(settled) == DASHBOARD_ROWS,
+        "board": board,
+        "ages": [label for label, _ in AGES],
+        "window_days": board.window.days,
         "view": "dashboard",
     }
     return page(state, http, "dashboard.html", context, 200, who)
-
-
-def _team_rows(teams: set[str], pending: Sequence[HumanRequest], settled: Sequence[HumanRequest]) -> list[PersonRow]:
-    """Per team, the requests addressed to it: answered and their median time, expired,
-    waiting now (whoever of its members answered)."""
-    times: dict[str, list[timedelta]] = defaultdict(list)
-    expired: Counter[str] = Counter()
-    for r in settled:
-        if r.to not in teams:
-            continue
-        if r.status in (Status.ANSWERED, Status.REJECTED) and r.response is not None:
-            times[r.to].append(r.response.at - r.created_at)
-        elif r.status is Status.EXPIRED:
-            expired[r.to] += 1
-    waiting = Counter(r.to for r in pending if r.to in teams)
-    named = sorted(t for t in teams if t in times or t in expired or t in waiting)
-    return [PersonRow(t, len(times[t]), _median(times[t]), expired[t], waiting[t]) for t in named]
-
-
-def _buckets() -> list[tuple[timedelta, timedelta]]:
-    lower = timedelta(0)
-    out = []
-    for _, upper in _AGES:
-        out.append((lower, upper))
-        lower = upper
-    return out

@@ -33,6 +33,7 @@ __all__ = [
     "ConsumeBody",
     "ConsumeResult",
     "CreateBody",
+    "DashboardModel",
     "EventModel",
     "EventPage",
     "InformBody",
@@ -370,6 +371,38 @@ class InformBody(Strict):
     agent: str | None = Field(None, description="Only honoured by a server without auth: else the calling agent.")
     run: str | None = None
     data: dict[str, Any] | None = None
+
+
+class PersonFigures(BaseModel):
+    name: str
+    answered: int = Field(description="requests answered or rejected in the window")
+    median_seconds: float | None = Field(description="their median time from asked to answered")
+    expired: int = Field(description="requests to them that expired in the window")
+    pending: int = Field(description="requests waiting for them now")
+
+
+class AgentFigures(BaseModel):
+    agent: str
+    by_age: list[int] = Field(description="its requests waiting now, one count for each of `ages`")
+    oldest_seconds: float = Field(description="how long its oldest waiting request has waited")
+
+
+class DashboardModel(BaseModel):
+    """The dashboard's figures (`Broker.dashboard`), over the newest 1,000 pending and
+    1,000 settled requests (`capped` when there were more)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pending: int
+    answered: int
+    median_seconds: float | None
+    expired: int
+    ages: list[str] = Field(description="the age columns of `agents[].by_age`")
+    agents: list[AgentFigures]
+    people: list[PersonFigures]
+    teams: list[PersonFigures]
+    window_seconds: float
+    capped: bool
 
 
 class EventModel(BaseModel):

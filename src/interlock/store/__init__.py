@@ -29,6 +29,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol, TypedDict, get_args
 
 from ..approval_policies import ApprovalPolicy
+from ..dashboard import Outline
 from ..errors import InvalidRequest
 from ..followups import Followup
 from ..model import Claim, Event, IssuedGrant, Kind, Request, Response, Run, RunStatus, Status
@@ -308,6 +309,11 @@ class RequestStore(Protocol):
         ...
 
     async def list(self, query: Query) -> Sequence[Request]: ...
+
+    async def outlines(self, query: Query, now: datetime) -> Sequence[Outline]:
+        """The requests `list` returns, as the few columns the dashboard counts (their
+        ages counted to `now`)."""
+        ...
 
     async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
         """Events with id greater than `after`, oldest first."""

@@ -36,6 +36,7 @@ from importlib import resources
 from typing import Any, Protocol, TypeVar
 
 from ..approval_policies import ApprovalPolicy, policy_body, policy_event_data, policy_from_body, with_version
+from ..dashboard import Outline
 from ..errors import Closed
 from ..followups import Followup, followup_event_data
 from ..model import (
@@ -292,10 +293,40 @@ def positional(sql: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
     return _PARAMETER.sub(number, sql), [params[name] for name in order]
 
 
+OUTLINE_COLUMNS = {
+    "sqlite": "{r}status, {r}recipient, coalesce({r}agent, {r}requester), (:now - {r}created_at) / 1e6, "
+    "({r}settled_at - {r}created_at) / 1e6, {r}settled_by",
+    "postgresql": "{r}status, {r}recipient, coalesce({r}agent, {r}requester), "
+    "extract(epoch FROM :now - {r}created_at)::float8, extract(epoch FROM {r}settled_at - {r}created_at)::float8, "
+    "{r}response->>'by'",
+}
+"""The columns of an `Outline`, in its fields' order, per dialect (`{r}`: the table's prefix;
+`:now`, the moment ages are counted to). Each is in the index that the dashboard's reads
+of a person's requests take (SQLite's `requests_by_recipient`), so those reads never
+visit the rows."""
+
+PENDING_OUTLINE = {
+    "sqlite": "'pending', {r}recipient, coalesce({r}agent, {r}requester), (:now - {r}created_at) / 1e6, NULL, NULL",
+    "postgresql": "'pending', {r}recipient, coalesce({r}agent, {r}requester), "
+    "extract(epoch FROM :now - {r}created_at)::float8, NULL, NULL",
+}
+"""The columns of a pending request's `Outline`: in SQLite's pending indexes, and in the
+rows of PostgreSQL's `pending_requests`."""
+
+_OF_PENDING_ROWS = frozenset({"recipient", "requester", "channel"})
+"""The filters a row of `pending_requests` answers by itself."""
+
+
 def list_sql(
-    query: Query, dialect: str = "sqlite", stamp: Callable[[datetime], Any] | None = None
+    query: Query,
+    dialect: str = "sqlite",
+    stamp: Callable[[datetime], Any] | None = None,
+    *,
+    outline: datetime | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The statement for `Store.list` (named `:parameters`): the filters, then a keyset page.
+    With `outline` (the moment ages are counted to), the statement of `Store.outlines`: the
+    same rows, as the columns of an `Outline` (`OUTLINE_COLUMNS`) instead of the documents.
 
     Each filter's index ends in `id`, so the page is read in order and cut at its size. On
     PostgreSQL no index of `requests` reads its status (a settlement is then a HOT
@@ -317,6 +348,9 @@ def list_sql(
             # A row of pending_requests is pending: it goes in the settling transaction. A
             # status condition on requests besides would only mislead the planner's
             # estimate (to a parallel plan for the 50 rows of an inbox page).
+            continue
+        if name == "status" and value == Status.PENDING:  # in words, as the partial indexes say it
+            where.append(f"{row}status = 'pending'")
             continue
         column = f"p.{name}" if pending and name in ("recipient", "requester", "channel") else f"{row}{name}"
         where.append(f"{column} = :{name}")
@@ -347,15 +381,36 @@ def list_sql(
     if query.after is not None:
         where.append(f"{key} < :after" if query.order == "desc" else f"{key} > :after")
         params["after"] = query.after
-    if pending:
-        sql = "SELECT r.status, r.doc, r.response FROM pending_requests p JOIN requests r ON r.id = p.id"
+    if outline is None:
+        columns = "{r}status, {r}doc, {r}response"
     else:
-        sql = "SELECT status, doc, response FROM requests"
+        columns = (PENDING_OUTLINE if query.status == Status.PENDING else OUTLINE_COLUMNS)[dialect]
+        params["now"] = stamp(outline) if stamp is not None else outline
+    if pending and outline is not None and _reads_pending_rows_only(query):
+        sql = f"SELECT {columns.format(r='p.')} FROM pending_requests p"
+    elif pending:
+        sql = f"SELECT {columns.format(r=row)} FROM pending_requests p JOIN requests r ON r.id = p.id"
+    elif query.status == Status.PENDING and query.recipient is not None and dialect == "sqlite":
+        # A person's pending requests: SQLite, which keeps no statistics, would read the
+        # wider index of all their requests (it has the status too) and pass over the settled.
+        sql = f"SELECT {columns.format(r=row)} FROM requests INDEXED BY requests_pending_to"
+    else:
+        sql = f"SELECT {columns.format(r=row)} FROM requests"
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += f" ORDER BY {key} {'DESC' if query.order == 'desc' else 'ASC'} LIMIT :limit"
     params["limit"] = query.limit
     return sql, params
+
+
+_STATUSES = {status.value: status for status in Status}
+
+
+def _reads_pending_rows_only(query: Query) -> bool:
+    """Whether a read of pending requests filters by nothing a `pending_requests` row lacks."""
+    others = (name for name in FILTERS if name != "status" and name not in _OF_PENDING_ROWS)
+    dated = query.since is not None or query.until is not None
+    return not any(getattr(query, name) is not None for name in others) and not dated and not query.words
 
 
 RUN_COLUMNS = (
@@ -601,6 +656,15 @@ class SqlStore:
         if query.words:
             await self._before_search()
         return [request_from_row(*row) for row in await self._rows_of(*list_sql(query, self.dialect, self._stamp))]
+
+    async def outlines(self, query: Query, now: datetime) -> Sequence[Outline]:
+        if query.words:
+            await self._before_search()
+        status = _STATUSES.__getitem__
+        return [
+            Outline(status(row[0]), *row[1:])
+            for row in await self._rows_of(*list_sql(query, self.dialect, self._stamp, outline=now))
+        ]
 
     async def _before_search(self) -> None:
         """Bring what a text search reads up to date (a dialect that derives it later)."""

@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..approval_policies import ApprovalPolicy, policy_event_data, with_version
+from ..dashboard import Outline
 from ..errors import Closed
 from ..followups import Followup, followup_event_data
 from ..model import (
@@ -330,6 +331,9 @@ class MemoryStore:
             after = query.after
             rows = [r for r in rows if (r.id < after if query.order == "desc" else r.id > after)]
         return rows[: query.limit]
+
+    async def outlines(self, query: Query, now: datetime) -> Sequence[Outline]:
+        return [_outline(r, now) for r in await self.list(query)]
 
     async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
         if not self._events or after >= self._last_event:
@@ -952,6 +956,12 @@ def _grant_matches(g: IssuedGrant, q: GrantQuery) -> bool:
         and (q.live_at is None or g.live(q.live_at))
         and (q.after is None or g.id < q.after)
     )
+
+
+def _outline(r: Request, now: datetime) -> Outline:
+    response = r.response
+    took, by = (None, None) if response is None else ((response.at - r.created_at).total_seconds(), response.by)
+    return Outline(r.status, r.to, r.origin.agent or r.requester, (now - r.created_at).total_seconds(), took, by)
 
 
 def _matches(r: Request, q: Query) -> bool:

@@ -29,7 +29,8 @@ DELETE FROM closed_channels WHERE channel = :channel AND requester = :requester;
 SELECT status, doc, response FROM requests WHERE status = 'pending' AND channel = :channel AND requester = :requester;
 
 -- name: settle_request
-UPDATE requests SET status = :status, settled_at = :settled_at, response = :response
+UPDATE requests SET status = :status, settled_at = :settled_at, response = :response,
+    settled_by = json_extract(:response, '$.by')
 WHERE id = :id AND status = 'pending';
 
 -- name: get_request

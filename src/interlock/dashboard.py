@@ -1,0 +1,239 @@
+"""The dashboard's figures: what waits, by agent and age, and how fast people answer.
+
+A store reads the few columns each figure needs (`Outline`: no request documents
+decoded, no requests built), over the same indexed ranges as a list of requests, and
+`tally` counts them. The figures cover the newest requests only when there are more
+than a dashboard reads (`Dashboard.capped`): a page, not a report.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, NamedTuple
+
+from .model import Status
+
+__all__ = [
+    "AGES",
+    "AgentRow",
+    "DASHBOARD_ROWS",
+    "DASHBOARD_WINDOW",
+    "Dashboard",
+    "Outline",
+    "PersonRow",
+    "dashboard_from_dict",
+    "dashboard_to_dict",
+    "tally",
+]
+
+DASHBOARD_WINDOW = timedelta(days=7)
+"""How far back the settled figures look."""
+
+DASHBOARD_ROWS = 1000
+"""The most pending requests, and the most settled ones, the figures are counted over."""
+
+AGES: tuple[tuple[str, timedelta], ...] = (
+    ("under an hour", timedelta(hours=1)),
+    ("under a day", timedelta(days=1)),
+    ("older", timedelta.max),
+)
+"""The age columns of the waiting table: a label and the age it stops below."""
+
+NOBODY = "(nobody named)"
+
+
+class Outline(NamedTuple):
+    """What the dashboard counts of one request: its state, whom it is to and which agent
+    asked, how long ago it was made, how long it took to settle, and who settled it.
+    (Seconds, as a store works them out: no timestamps are made for a count.)"""
+
+    status: Status
+    to: str | None
+    agent: str | None  # the agent named in its origin, else its requester
+    age: float  # seconds since it was made
+    took: float | None = None  # seconds from made to settled
+    by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRow:
+    """What waits on people for one agent: how many requests of each age (`AGES`), and
+    how long the oldest has waited."""
+
+    agent: str
+    by_age: tuple[int, ...]
+    oldest: timedelta
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_age)
+
+
+@dataclass(frozen=True, slots=True)
+class PersonRow:
+    """One person or team over the window: requests answered (or rejected) and the median
+    time to do so, requests that expired unanswered, and requests waiting now."""
+
+    person: str
+    answered: int
+    median: timedelta | None
+    expired: int
+    pending: int
+
+
+@dataclass(frozen=True, slots=True)
+class Dashboard:
+    """The figures of one dashboard: the totals, what waits per agent, and how each
+    person and team answered over the window."""
+
+    pending_count: int
+    answered_count: int
+    median: timedelta | None  # the median time to answer, over everyone
+    expired_count: int
+    agents: tuple[AgentRow, ...]
+    people: tuple[PersonRow, ...]
+    teams: tuple[PersonRow, ...]
+    window: timedelta
+    capped: bool  # more requests than were counted: the figures are of the newest
+
+
+def _median(seconds: Sequence[float]) -> timedelta | None:
+    return timedelta(seconds=statistics.median(seconds)) if seconds else None
+
+
+_AGE_LIMITS = tuple(upper.total_seconds() if upper != timedelta.max else math.inf for _, upper in AGES)
+
+
+def _age_column(age: float) -> int:
+    for column, upper in enumerate(_AGE_LIMITS):
+        if age < upper:
+            return column
+    return len(AGES) - 1
+
+
+def tally(
+    pending: Iterable[Outline],
+    settled: Iterable[Outline],
+    *,
+    teams: Collection[str],
+    window: timedelta = DASHBOARD_WINDOW,
+    capped: bool = False,
+) -> Dashboard:
+    """The figures of the pending requests and of those settled in the window: per agent
+    what waits, per person and per team (`teams`: the names that are teams) how they
+    answer. A team's row counts its requests whoever of its members answered; a person's
+    counts what they answered, what expired addressed to them, and what waits for them."""
+    ages: dict[str, list[int]] = {}
+    oldest: dict[str, float] = {}
+    waiting: Counter[str] = Counter()
+    for r in pending:
+        agent = r.agent or NOBODY
+        counts = ages.get(agent)
+        if counts is None:
+            counts = ages[agent] = [0] * len(AGES)
+            oldest[agent] = r.age
+        elif r.age > oldest[agent]:
+            oldest[agent] = r.age
+        counts[_age_column(r.age)] += 1
+        waiting[r.to or NOBODY] += 1
+    agents = sorted(
+        (AgentRow(agent, tuple(counts), timedelta(seconds=oldest[agent])) for agent, counts in ages.items()),
+        key=lambda row: (-row.total, row.agent),
+    )
+
+    times: dict[str, list[float]] = defaultdict(list)  # per answerer
+    team_times: dict[str, list[float]] = defaultdict(list)
+    expired: Counter[str] = Counter()
+    everyone: list[float] = []
+    answered = (Status.ANSWERED, Status.REJECTED)
+    for r in settled:
+        if r.status in answered and r.took is not None:
+            times[r.by or r.to or "(unknown)"].append(r.took)
+            everyone.append(r.took)
+            if r.to is not None and r.to in teams:
+                team_times[r.to].append(r.took)
+        elif r.status is Status.EXPIRED:
+            expired[r.to or NOBODY] += 1
+
+    def row(name: str, answer_times: Mapping[str, list[float]]) -> PersonRow:
+        took = answer_times.get(name, [])
+        return PersonRow(name, len(took), _median(took), expired[name], waiting[name])
+
+    people = sorted((set(times) | set(expired) | set(waiting)) - set(teams))
+    named_teams = sorted(t for t in teams if t in team_times or t in expired or t in waiting)
+    return Dashboard(
+        pending_count=sum(waiting.values()),
+        answered_count=len(everyone),
+        median=_median(everyone),
+        expired_count=sum(expired.values()),
+        agents=tuple(agents),
+        people=tuple(row(p, times) for p in people),
+        teams=tuple(row(t, team_times) for t in named_teams),
+        window=window,
+        capped=capped,
+    )
+
+
+# -- on the wire ----------------------------------------------------------------------------
+
+
+def _seconds(value: timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
+
+
+def _span(value: float | None) -> timedelta | None:
+    return None if value is None else timedelta(seconds=value)
+
+
+def _person_to_dict(row: PersonRow) -> dict[str, Any]:
+    return {
+        "name": row.person,
+        "answered": row.answered,
+        "median_seconds": _seconds(row.median),
+        "expired": row.expired,
+        "pending": row.pending,
+    }
+
+
+def _person_from_dict(data: Mapping[str, Any]) -> PersonRow:
+    return PersonRow(data["name"], data["answered"], _span(data["median_seconds"]), data["expired"], data["pending"])
+
+
+def dashboard_to_dict(board: Dashboard) -> dict[str, Any]:
+    """The dashboard as the API returns it: durations in seconds."""
+    return {
+        "pending": board.pending_count,
+        "answered": board.answered_count,
+        "median_seconds": _seconds(board.median),
+        "expired": board.expired_count,
+        "ages": [label for label, _ in AGES],
+        "agents": [
+            {"agent": a.agent, "by_age": list(a.by_age), "oldest_seconds": a.oldest.total_seconds()}
+            for a in board.agents
+        ],
+        "people": [_person_to_dict(p) for p in board.people],
+        "teams": [_person_to_dict(t) for t in board.teams],
+        "window_seconds": board.window.total_seconds(),
+        "capped": board.capped,
+    }
+
+
+def dashboard_from_dict(data: Mapping[str, Any]) -> Dashboard:
+    return Dashboard(
+        pending_count=data["pending"],
+        answered_count=data["answered"],
+        median=_span(data["median_seconds"]),
+        expired_count=data["expired"],
+        agents=tuple(
+            AgentRow(a["agent"], tuple(a["by_age"]), timedelta(seconds=a["oldest_seconds"])) for a in data["agents"]
+        ),
+        people=tuple(_person_from_dict(p) for p in data["people"]),
+        teams=tuple(_person_from_dict(t) for t in data["teams"]),
+        window=timedelta(seconds=data["window_seconds"]),
+        capped=data["capped"],
+    )
