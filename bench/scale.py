@@ -279,16 +279,22 @@ def queries(store: Any, now: datetime) -> list[tuple[str, Callable[[int], Awaita
     week = now - timedelta(days=7)
     month_back = (now - timedelta(days=35), now - timedelta(days=28))
 
+    def statement(kw: dict[str, Any], **options: Any) -> Callable[[int], Awaitable[tuple[str, dict[str, Any]]]]:
+        """The statement a call issues, as the store builds it (a search's plan included)."""
+
+        async def built(i: int) -> tuple[str, dict[str, Any]]:
+            query = Query(**{k: (v[i % len(v)] if isinstance(v, list) else v) for k, v in kw.items()})
+            common = bool(query.words) and await store._before_search(query)
+            return list_sql(query, store.dialect, store._stamp, common_words=common, **options)
+
+        return built
+
     def q(**kw: Any) -> Callable[[int], Awaitable[Sequence[Any]]]:
         def call(i: int) -> Awaitable[Sequence[Any]]:
             fields = {k: (v[i % len(v)] if isinstance(v, list) else v) for k, v in kw.items()}
             return store.list(Query(**fields))
 
-        call.statement = lambda i: list_sql(  # type: ignore[attr-defined]
-            Query(**{k: (v[i % len(v)] if isinstance(v, list) else v) for k, v in kw.items()}),
-            store.dialect,
-            store._stamp,
-        )
+        call.statement = statement(kw)  # type: ignore[attr-defined]
         return call
 
     def outlines(**kw: Any) -> Callable[[int], Awaitable[Sequence[Any]]]:
@@ -296,12 +302,7 @@ def queries(store: Any, now: datetime) -> list[tuple[str, Callable[[int], Awaita
             fields = {k: (v[i % len(v)] if isinstance(v, list) else v) for k, v in kw.items()}
             return store.outlines(Query(**fields), now)
 
-        call.statement = lambda i: list_sql(  # type: ignore[attr-defined]
-            Query(**{k: (v[i % len(v)] if isinstance(v, list) else v) for k, v in kw.items()}),
-            store.dialect,
-            store._stamp,
-            outline=now,
-        )
+        call.statement = statement(kw, outline=now)  # type: ignore[attr-defined]
         return call
 
     def dashboard(who: list[str] | None) -> Callable[[int], Awaitable[Sequence[Any]]]:
@@ -411,7 +412,7 @@ async def measure(store: Any, now: datetime, reps: int, only: Sequence[str] | No
         statement = getattr(call, "statement", None)
         if statement is not None:  # the statement alone, its rows not made into requests
             for i in range(count):
-                sql, params = statement(i)
+                sql, params = await statement(i)
                 t0 = time.perf_counter()
                 await store._rows_of(sql, params)
                 db_times.append((time.perf_counter() - t0) * 1000)

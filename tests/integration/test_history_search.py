@@ -58,3 +58,25 @@ async def test_history_finds_settled_requests_by_the_words_of_their_prompts_and_
             await broker.list(since=datetime(2026, 1, 1))
         with pytest.raises(InvalidRequest):
             await broker.list(text="x" * 501)
+
+
+async def test_a_member_s_search_finds_their_own_and_their_teams_requests_only(
+    connect: Callable[..., Broker], backend: str
+) -> None:
+    if backend == "http":
+        pytest.skip("through a server the caller's teams are the server's to name (see test_server_auth)")
+    async with connect() as broker:
+        made = {}
+        for to in ("alice", "ops", "bob", "night-ops", None):
+            request = await broker.create(Text(f"Rotate the keys for {to}?"), to=to)
+            await broker.resolve(request.id, "rotated", by="someone")
+            made[to] = request.id
+
+        async def found(**filters: object) -> set[str]:
+            return {r.id for r in (await broker.list(settled=True, text="rotate", **filters)).items}  # type: ignore[arg-type]
+
+        assert await found(recipient="alice") == {made["alice"]}
+        assert await found(recipient="alice", teams=["ops"]) == {made["alice"], made["ops"]}
+        assert await found(recipient="ops") == {made["ops"]}  # not night-ops: a name is a whole token
+        assert await found() == set(made.values())
+        assert await found(recipient="carol") == set()

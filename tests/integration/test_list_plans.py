@@ -217,3 +217,31 @@ async def test_a_person_s_events_are_two_index_ranges_cut_at_the_page(store: Sto
     plan = await plan_of(store, *recorder.last())
     assert "events_by_recipient" in plan and "events_by_requester" in plan, plan
     assert "Seq Scan" not in plan, plan
+
+
+async def test_a_search_of_everyone_s_requests_for_common_words_reads_newest_first_and_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import interlock
+    import interlock.store.sqlite as sqlite_store
+    from interlock import Text
+
+    async with interlock.connect(f"sqlite:///{tmp_path / 'search.db'}") as broker:
+        made = []
+        for i in range(6):
+            request = await broker.create(Text(f"Deploy build {i}?" if i % 2 else f"Rotate key {i}?"), to="ann")
+            await broker.resolve(request.id, "done")
+            made.append(request.id)
+        query = Query(settled=True, text="deploy", limit=2)
+        rare = [r.id for r in (await broker.list(settled=True, text="deploy", limit=2)).items]
+        monkeypatch.setattr(sqlite_store, "COMMON_MATCHES", 2)  # "deploy" is in 3 of them: common now
+        common = [r.id for r in (await broker.list(settled=True, text="deploy", limit=2)).items]
+        assert common == rare == [made[5], made[3]]  # the same page either way
+
+        store: Any = broker.store  # type: ignore[attr-defined]
+        recorder = Recorder(store)
+        await store.list(query)
+        plan = await plan_of(store, *recorder.last())
+        assert "TEMP B-TREE" not in plan and "sqlite_autoindex_requests_1" in plan, plan
+        await store.list(Query(settled=True, text="deploy", recipient="ann"))  # a person's: their index
+        assert "sqlite_autoindex" not in recorder.last()[0]

@@ -323,10 +323,14 @@ def list_sql(
     stamp: Callable[[datetime], Any] | None = None,
     *,
     outline: datetime | None = None,
+    common_words: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """The statement for `Store.list` (named `:parameters`): the filters, then a keyset page.
     With `outline` (the moment ages are counted to), the statement of `Store.outlines`: the
     same rows, as the columns of an `Outline` (`OUTLINE_COLUMNS`) instead of the documents.
+    With `common_words` (SQLite, a search of everyone's requests for words in many of
+    them), the requests are read newest first and each checked against the matches, which
+    stops at the page, instead of reading every match and sorting them.
 
     Each filter's index ends in `id`, so the page is read in order and cut at its size. On
     PostgreSQL no index of `requests` reads its status (a settlement is then a HOT
@@ -376,7 +380,7 @@ def list_sql(
             params["words"] = " & ".join(f"{w}:*" for w in query.words)
         else:  # FTS5: each word a quoted prefix, all of them required
             where.append("rowid IN (SELECT rowid FROM requests_text WHERE requests_text MATCH :words)")
-            params["words"] = " ".join(f'"{w}"*' for w in query.words)
+            params["words"] = fts_match(query)
     key = "p.id" if pending else "id"
     if query.after is not None:
         where.append(f"{key} < :after" if query.order == "desc" else f"{key} > :after")
@@ -394,6 +398,8 @@ def list_sql(
         # A person's pending requests: SQLite, which keeps no statistics, would read the
         # wider index of all their requests (it has the status too) and pass over the settled.
         sql = f"SELECT {columns.format(r=row)} FROM requests INDEXED BY requests_pending_to"
+    elif common_words and dialect == "sqlite":
+        sql = f"SELECT {columns.format(r=row)} FROM requests INDEXED BY sqlite_autoindex_requests_1"
     else:
         sql = f"SELECT {columns.format(r=row)} FROM requests"
     if where:
@@ -404,6 +410,22 @@ def list_sql(
 
 
 _STATUSES = {status.value: status for status in Status}
+
+
+def fts_match(query: Query) -> str:
+    """SQLite's full-text query of a search: every word as a prefix of a word of the texts
+    and, for someone's requests, the index's own intersection with whom they are to (a
+    person and their teams), so a common word costs its matches among theirs only."""
+    match = "body : (" + " ".join(f'"{w}"*' for w in query.words) + ")"
+    if query.recipient is not None:
+        names = (query.recipient, *query.teams)
+        match += " AND recipient : (" + " OR ".join(f'"{recipient_token(n)}"' for n in names) + ")"
+    return match
+
+
+def recipient_token(name: str) -> str:
+    """A name as one token of SQLite's search index (its `recipient` column)."""
+    return "x" + name.encode().hex().upper()
 
 
 def _reads_pending_rows_only(query: Query) -> bool:
@@ -653,21 +675,20 @@ class SqlStore:
     dialect = "sqlite"
 
     async def list(self, query: Query) -> Sequence[Request]:
-        if query.words:
-            await self._before_search()
-        return [request_from_row(*row) for row in await self._rows_of(*list_sql(query, self.dialect, self._stamp))]
+        common = query.words and await self._before_search(query)
+        sql = list_sql(query, self.dialect, self._stamp, common_words=bool(common))
+        return [request_from_row(*row) for row in await self._rows_of(*sql)]
 
     async def outlines(self, query: Query, now: datetime) -> Sequence[Outline]:
-        if query.words:
-            await self._before_search()
+        common = query.words and await self._before_search(query)
+        sql = list_sql(query, self.dialect, self._stamp, outline=now, common_words=bool(common))
         status = _STATUSES.__getitem__
-        return [
-            Outline(status(row[0]), *row[1:])
-            for row in await self._rows_of(*list_sql(query, self.dialect, self._stamp, outline=now))
-        ]
+        return [Outline(status(row[0]), *row[1:]) for row in await self._rows_of(*sql)]
 
-    async def _before_search(self) -> None:
-        """Bring what a text search reads up to date (a dialect that derives it later)."""
+    async def _before_search(self, query: Query) -> bool:
+        """Bring what a text search reads up to date (a dialect that derives it later);
+        whether the search's words are common enough for `list_sql(common_words=True)`."""
+        return False
 
     async def next_expiry(self) -> datetime | None:
         value = (await self._rows("next_expiry"))[0][0]

@@ -415,18 +415,23 @@ WHERE id > (SELECT event_id FROM derived WHERE name = 'outbox') AND request_id I
 ORDER BY id LIMIT 1;
 
 -- The search index: one row per request (its rowid), the texts of the request, then of its
--- response once it has one, as the index was first built (migration 0013). A request whose
+-- response once it has one, and whom it is to (`x` and the name in hex: one token), as
+-- migration 0020 built it. A request whose
 -- pending text was indexed before the events in (:after, :upto] and that settled in them
 -- with a response has that text taken out (a contentless index forgets a row's words when
 -- told the text they came from), then its whole text put in; one created in them is put
 -- in as it is now.
 
+-- name: common_words
+SELECT count(*) >= :enough FROM (SELECT 1 FROM requests_text WHERE requests_text MATCH :words LIMIT :enough);
+
 -- name: unindex_settled
-INSERT INTO requests_text (requests_text, rowid, body)
+INSERT INTO requests_text (requests_text, rowid, body, recipient)
 SELECT 'delete', r.rowid,
     CASE WHEN json_valid(r.doc)
         THEN (SELECT group_concat(value, ' ') FROM json_tree(r.doc) WHERE type = 'text')
-        ELSE r.doc END
+        ELSE r.doc END,
+    CASE WHEN r.recipient IS NULL THEN '' ELSE 'x' || hex(r.recipient) END
 FROM requests r
 WHERE r.id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto AND request_id IS NOT NULL
                  AND type IN ('answered', 'rejected', 'expired', 'cancelled'))
@@ -434,7 +439,7 @@ WHERE r.id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto A
   AND EXISTS (SELECT 1 FROM events c WHERE c.request_id = r.id AND c.id <= :after AND c.type = 'created');
 
 -- name: index_requests
-INSERT INTO requests_text (rowid, body)
+INSERT INTO requests_text (rowid, body, recipient)
 SELECT r.rowid,
     CASE WHEN json_valid(r.doc)
         THEN (SELECT group_concat(value, ' ') FROM json_tree(r.doc) WHERE type = 'text')
@@ -442,7 +447,8 @@ SELECT r.rowid,
     CASE WHEN r.response IS NULL THEN ''
         WHEN json_valid(r.response)
         THEN ' ' || coalesce((SELECT group_concat(value, ' ') FROM json_tree(r.response) WHERE type = 'text'), '')
-        ELSE ' ' || r.response END
+        ELSE ' ' || r.response END,
+    CASE WHEN r.recipient IS NULL THEN '' ELSE 'x' || hex(r.recipient) END
 FROM requests r
 WHERE r.id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto AND request_id IS NOT NULL
                  AND type IN ('created', 'answered', 'rejected', 'expired', 'cancelled'))
