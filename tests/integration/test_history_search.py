@@ -80,3 +80,30 @@ async def test_a_member_s_search_finds_their_own_and_their_teams_requests_only(
         assert await found(recipient="ops") == {made["ops"]}  # not night-ops: a name is a whole token
         assert await found() == set(made.values())
         assert await found(recipient="carol") == set()
+        token = "x" + b"alice".hex()  # how a store may index whom a request is to
+        assert {r.id for r in (await broker.list(text=token[:5])).items} == set()  # never a word of the texts
+
+
+@pytest.mark.parametrize("common", [False, True], ids=["rare-words", "common-words"])
+async def test_a_search_finds_the_same_page_whether_its_words_are_common_or_rare(
+    connect: Callable[..., Broker], backend: str, common: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if backend != "sqlite":
+        pytest.skip("only the SQLite store reads a search two ways")
+    if common:  # every word counts as common: each store's other plan
+        import interlock.store.sqlite as sqlite_store
+
+        monkeypatch.setattr(sqlite_store, "COMMON_MATCHES", 1)
+    async with connect() as broker:
+        made = []
+        for i in range(6):
+            to = ("alice", "ops", "bob")[i % 3]
+            request = await broker.create(Text(f"Restart worker {i}?" if i % 2 else f"Drain node {i}?"), to=to)
+            await broker.resolve(request.id, "ok", by="someone")
+            made.append(request.id)
+        # the restarts: 1 to ops, 3 to alice, 5 to bob
+        page = await broker.list(settled=True, text="restart", recipient="alice", teams=["ops"], limit=1)
+        assert [r.id for r in page.items] == [made[3]] and page.next_cursor == made[3]
+        rest = await broker.list(settled=True, text="restart", recipient="alice", teams=["ops"], after=made[3])
+        assert [r.id for r in rest.items] == [made[1]] and rest.next_cursor is None
+        assert [r.id for r in (await broker.list(settled=True, text="restart")).items] == [made[5], made[3], made[1]]
