@@ -25,6 +25,13 @@ BACKENDS = ["memory", "sqlite", "postgresql", "http"]
 PG_SERVER = "postgresql://postgres@127.0.0.1:5432"  # here and in CI: trust auth, always up
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that spawn processes (marked slow: most of the suite's longest) first, the
+    rest after them, each in its order: xdist hands tests out in this order, and a long test
+    handed out last keeps one worker busy after the others have finished."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

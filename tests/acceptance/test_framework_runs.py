@@ -5,9 +5,11 @@ which parks on the deploy approval, and exits. A person answers with the CLI (or
 HTTP API), and `interlock worker` resumes the run in another subprocess, in both orders:
 the answer before the worker starts, and the worker waiting before the answer. On
 SQLite and PostgreSQL, and for an agent that reaches interlock over http:// (both orders
-too). An agent killed after asking and restarted finds its approval instead of making a
-second. Each checks that the tool ran exactly once, with the arguments the person
-approved.
+too). A denial reaches the model, and an agent killed after asking and restarted finds
+its approval instead of making a second, on SQLite: what the store adds to those is
+checked in process on every backend (tests/integration/test_framework_adapters.py), and
+each process here imports its framework again (the Agents SDK takes two seconds). Each
+checks that the tool ran exactly once, with the arguments the person approved.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ HERE = Path(__file__).parent
 INTERLOCK = [sys.executable, "-m", "interlock"]
 BOUND = 60.0
 FRAMEWORKS = ["pydantic-ai", "openai-agents"]
+ON_SQLITE = pytest.mark.parametrize("store", ["sqlite"], indirect=True)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -163,6 +166,7 @@ async def test_the_worker_waits_and_resumes_once_the_person_answers(framework: s
     assert "resumed 1 run(s)" in err
 
 
+@ON_SQLITE
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 async def test_a_denial_reaches_the_model_with_the_reason_and_the_tool_never_runs(
     framework: str, store: str, log: Path
@@ -184,6 +188,7 @@ def server(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) ->
         yield base
 
 
+@ON_SQLITE
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 async def test_a_restarted_agent_finds_its_approval_instead_of_making_a_second(
     framework: str, store: str, log: Path

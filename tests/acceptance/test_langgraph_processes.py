@@ -2,7 +2,8 @@
 and its process exits; a person answers from the CLI or the HTTP API; a new process
 (`interlock worker`) resumes it exactly once, in both orders, with interlock and LangGraph's
 own checkpointer both on SQLite or both on PostgreSQL. The tool runs once, with the
-arguments the person approved."""
+arguments the person approved. A denial reaches the graph, on SQLite (its store side is
+checked in process on every backend: tests/integrations/test_langgraph.py)."""
 
 from __future__ import annotations
 
@@ -233,6 +234,7 @@ async def test_a_worker_serving_before_the_answer_resumes_when_the_api_approves(
     assert "resumed 1 run(s)" in err.decode()
 
 
+@pytest.mark.parametrize("stores", ["sqlite"], indirect=True)
 async def test_a_denial_reaches_the_graph_and_the_tool_never_runs(stores: tuple[str, str], agent_dir: Path) -> None:
     parked = start_in_a_process(stores, agent_dir, "run-3")
     (request_id,) = parked["waiting_on"]  # type: ignore[misc]

@@ -21,9 +21,10 @@ def world(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> 
         yield World(base, db, tokens)
 
 
-@pytest.fixture(params=list(WAYS))
+@pytest.fixture(params=["in_process", "http"])
 def mcp_as(request: pytest.FixtureRequest, world: World) -> MCP:
-    """`async with mcp_as("alice") as client:` the MCP client of that principal, one way."""
+    """`async with mcp_as("alice") as client:` the MCP client of that principal, one way
+    (over stdio too for a test marked EVERY_WAY: see mcp_support)."""
     way = WAYS[str(request.param)]
 
     def open_as(who: str) -> AbstractAsyncContextManager[Client]:

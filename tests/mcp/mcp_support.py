@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import httpx2
+import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
@@ -89,6 +90,12 @@ async def over_http(world: World, who: str) -> AsyncIterator[Client]:
 
 
 WAYS = {"in_process": in_process, "stdio": over_stdio, "http": over_http}
+# Each tool's behaviour is checked in process and over /mcp (`mcp_as`'s own params). Over
+# stdio each client is an `interlock mcp` subprocess (a second or two to start), and what it
+# adds is the same for every tool: the CLI's wiring of the server and the token. So the
+# tests marked EVERY_WAY run over stdio too: the tools listed, a whole job between two
+# principals, who may answer, a call held open until the answer, a grant issued.
+EVERY_WAY = pytest.mark.parametrize("mcp_as", list(WAYS), indirect=True)
 
 
 def result(called: Any) -> Any:

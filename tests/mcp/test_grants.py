@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp_support import MCP, WAYS, World, add_people, error, result
+from mcp_support import EVERY_WAY, MCP, WAYS, World, add_people, error, result
 
 from interlock.model import GrantPolicy
 
@@ -30,6 +30,7 @@ def offer(*approval_grants: dict[str, Any], option_grants: list[dict[str, Any]] 
     return {"asks": asks, "title": "Merge and deploy"}
 
 
+@EVERY_WAY
 async def test_a_grant_is_issued_only_for_what_was_approved_and_echoed(mcp_as: MCP) -> None:
     async with mcp_as("alice-bot") as bot, mcp_as("alice") as alice:
         job = result(await bot.call_tool("hitl_request", offer(PUSH, option_grants=[DEPLOY])))

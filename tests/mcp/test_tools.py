@@ -1,4 +1,5 @@
-"""Every MCP tool, driven by the official MCP client in process, over stdio and over /mcp."""
+"""Every MCP tool, driven by the official MCP client in process and over /mcp; the tests
+marked EVERY_WAY over stdio too (`interlock mcp` as a subprocess)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp_support import BOUND, MCP, World, error, next_created, result
+from mcp_support import BOUND, EVERY_WAY, MCP, World, error, next_created, result
 
 pytestmark = pytest.mark.anyio
 
@@ -19,6 +20,7 @@ FOUR_ASKS: list[dict[str, Any]] = [
 ]
 
 
+@EVERY_WAY
 async def test_an_agent_asks_its_owner_and_the_job_completes_with_her_answers(mcp_as: MCP) -> None:
     async with mcp_as("alice-bot") as bot, mcp_as("alice") as alice:
         job = result(await bot.call_tool("hitl_request", {"asks": FOUR_ASKS, "title": "Release 1.2"}))
@@ -80,6 +82,7 @@ async def test_a_request_with_a_timeout_expires_and_the_waiting_status_reports_i
         assert failed["status"] == "FAILED" and failed["reason"].startswith("expired")
 
 
+@EVERY_WAY
 async def test_status_with_a_wait_returns_as_soon_as_the_person_answers(mcp_as: MCP, world: World) -> None:
     async with mcp_as("alice-bot") as bot:
         job = result(await bot.call_tool("hitl_request", {"asks": [FOUR_ASKS[1]]}))
@@ -105,6 +108,7 @@ async def test_a_job_is_cancelled_by_its_requester_only(mcp_as: MCP) -> None:
         assert "cancelled" in error(await bot.call_tool("hitl_cancel", {"job": job["job"]}))
 
 
+@EVERY_WAY
 async def test_only_the_person_the_request_is_to_may_respond(mcp_as: MCP) -> None:
     async with mcp_as("alice-bot") as bot, mcp_as("bob") as bob:
         job = result(await bot.call_tool("hitl_request", {"asks": [FOUR_ASKS[1]]}))
@@ -183,6 +187,7 @@ async def test_inform_user_records_an_update_the_owner_sees(mcp_as: MCP, world: 
     assert informed[0]["data"]["message"] == "halfway there"
 
 
+@EVERY_WAY
 async def test_every_tool_is_listed_with_a_description(mcp_as: MCP) -> None:
     async with mcp_as("alice") as alice:
         tools = {t.name: t for t in (await alice.list_tools()).tools}

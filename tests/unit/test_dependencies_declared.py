@@ -168,8 +168,14 @@ def _extras_of(module: str) -> tuple[str, ...]:
     return ()
 
 
-def _package_imports() -> Iterator[tuple[str, str, str | None]]:
-    """(module, project it imports, the extra a function-level import of it needs or None)."""
+@functools.cache
+def _package_imports() -> tuple[tuple[str, str, str | None], ...]:
+    """(module, project it imports, the extra a function-level import of it needs or None);
+    the package is parsed once, and each test filters what it read."""
+    return tuple(_scan_package())
+
+
+def _scan_package() -> Iterator[tuple[str, str, str | None]]:
     for path in sorted(SRC.rglob("*.py")):
         name = _module_name(path)
         for imported in set(_imports(ast.parse(path.read_text("utf-8")), _package_of(path, name))):
@@ -178,8 +184,14 @@ def _package_imports() -> Iterator[tuple[str, str, str | None]]:
                 yield name, project, IN_A_COMMAND.get((name, imported.split(".")[0]))
 
 
-def _suite_imports() -> Iterator[tuple[str, str]]:
-    """(file, project it imports) for what the suite runs: the tests, the docs' Python blocks, the examples."""
+@functools.cache
+def _suite_imports() -> tuple[tuple[str, str], ...]:
+    """(file, project it imports) for what the suite runs: the tests, the docs' Python blocks,
+    the examples; parsed once, as the package is."""
+    return tuple(_scan_suite())
+
+
+def _scan_suite() -> Iterator[tuple[str, str]]:
     for path in sorted([*(ROOT / "tests").rglob("*.py"), *(ROOT / "examples").rglob("*.py")]):
         for imported in set(_imports(ast.parse(path.read_text("utf-8")), "")):
             if (project := _distribution_of(imported)) is not None:
