@@ -1020,7 +1020,8 @@ class LocalBroker(Broker):
             await self.open()
         if self._closed:
             raise Closed(None, "the broker is closed")
-        request = self._with_default_expiry(request)
+        if self.default_expiry is not None:
+            request = self._with_default_expiry(request)
         # A closed channel is refused by the store, inside the insert's transaction.
         request, created = await self.store.insert(request)
         if not created:
@@ -1057,8 +1058,7 @@ class LocalBroker(Broker):
         """
         if self._state != "open":
             await self.open()
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Request] = loop.create_future()
+        fut: asyncio.Future[Request] = asyncio.get_running_loop().create_future()
         request_id = _check_id(request_id)
         self._add_waiter(request_id, fut)  # before reading, so a settlement seen meanwhile is not missed
         try:
@@ -1081,7 +1081,8 @@ class LocalBroker(Broker):
                 else:
                     request = await self._await_settled(request, fut, delay)
         finally:
-            self._drop_waiter(request_id, fut)
+            if request_id in self._waiters:  # not woken (a settlement pops its waiters)
+                self._drop_waiter(request_id, fut)
         self.store.note_read(request.id)
         return _outcome(request)
 
@@ -1192,9 +1193,12 @@ class LocalBroker(Broker):
         request = await self.store.get(request_id, fresh=False)
         if request is None or request.status is not Status.PENDING:
             return False
-        answers = await self.check_answers(request, answer)
+        if _cheap_to_check(request.asks):  # checked here, without a coroutine more (see check_answers)
+            answers = check_answers(request, answer, limits=self.limits)
+        else:
+            answers = await self.check_answers(request, answer)
         now = datetime.now(UTC)
-        decision = decision_ask(request)
+        decision = decision_ask(request) if request.kind == "approval" else None
         if decision is not None and answers.get(decision.id) is False:
             # Denying an approval is a denial, recorded as one: the request is rejected with
             # the reason (a person's no to a tool call, whichever surface said it), so the
@@ -1210,7 +1214,7 @@ class LocalBroker(Broker):
             if grants is None
             else issue_grants(request, answers, grants, issuer=by or request.to, now=now, policy=self.grant_policy)
         )
-        response = Response(now, answers, by, via, comment, None, issued)
+        response = Response._make(now, answers, by, via, comment, None, issued)
         return await self._settle(request.settle(Status.ANSWERED, response))
 
     async def check_answers(self, request: Request, answer: Any) -> dict[str, Any]:
@@ -1218,7 +1222,7 @@ class LocalBroker(Broker):
         answers by ask id. A request with a form is checked in a worker thread, within
         `limits.check_seconds`, so a costly schema never holds up the event loop; the
         other asks are cheap and checked right here."""
-        if any(ask.costly_to_check for ask in request.asks):
+        if not _cheap_to_check(request.asks):
             return await asyncio.to_thread(self._check_in_thread, request, answer)
         return check_answers(request, answer, limits=self.limits)
 
@@ -1592,9 +1596,15 @@ class LocalBroker(Broker):
         check_text(server, "server", self.limits.max_name_length)
 
     def _wake(self, request: Request) -> None:
-        for fut in self._pop_waiters(request.id):
-            if not fut.done():
-                fut.set_result(request)
+        present = self._waiters.pop(request.id, None)
+        if present is None:
+            return
+        if isinstance(present, list):
+            for fut in present:
+                if not fut.done():
+                    fut.set_result(request)
+        elif not present.done():
+            present.set_result(request)
 
     async def inform(
         self,
@@ -2549,6 +2559,13 @@ def _of_run(run: Run, requests: Sequence[Request]) -> list[Request]:
         )
         made.append(replace(request, origin=origin))
     return made
+
+
+def _cheap_to_check(asks: Sequence[Ask]) -> bool:
+    """Whether an answer to these asks is checked on the event loop (no form schema)."""
+    if len(asks) == 1:
+        return not asks[0].costly_to_check
+    return not any(ask.costly_to_check for ask in asks)
 
 
 def _check_id(request_id: str) -> str:

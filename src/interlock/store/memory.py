@@ -77,6 +77,7 @@ class MemoryStore:
         # `created` event reads it back as created), with how many events name it. So the
         # log holds no object per event that the garbage collector would have to walk.
         self._events: deque[_Entry] = deque(maxlen=event_retention)
+        self._event_retention = event_retention
         self._logged: dict[str, Request] = {}
         self._log_refs: dict[str, int] = {}
         self._last_event = 0
@@ -123,12 +124,14 @@ class MemoryStore:
         pass  # no other process can write here
 
     def _append(self, type_: str, request: Request) -> None:
-        self._last_event += 1
-        at = request.response.at if request.response is not None else request.created_at
-        self._log((self._last_event, type_, at, request.id, None), request)
-        if type_ in NOTICE_TYPES:
+        """Log a request's change of status (its `created` or settled event), and its notice."""
+        self._last_event = event_id = self._last_event + 1
+        response = request.response
+        at = response.at if response is not None else request.created_at
+        self._log((event_id, type_, at, request.id, None), request)
+        if type_ in _NOTICE_TYPES:
             self._last_notice += 1
-            self._notices[self._last_notice] = (self._last_event, type_, request.id, request.to, at)
+            self._notices[self._last_notice] = (event_id, type_, request.id, request.to, at)
 
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         self._last_event += 1
@@ -138,13 +141,15 @@ class MemoryStore:
 
     def _log(self, entry: _Entry, request: Request | None = None) -> None:
         events = self._events
-        if events.maxlen is not None and len(events) >= events.maxlen:
-            if not events.maxlen:
+        if len(events) >= self._event_retention:
+            if not self._event_retention:
                 return  # no event log kept
             self._unlog(events[0][3])  # the oldest event is about to go
         if request is not None:
-            self._logged[request.id] = request
-            self._log_refs[request.id] = self._log_refs.get(request.id, 0) + 1
+            request_id = request.id
+            self._logged[request_id] = request
+            refs = self._log_refs
+            refs[request_id] = refs.get(request_id, 0) + 1
         events.append(entry)
 
     def _unlog(self, request_id: str | None) -> None:
@@ -209,18 +214,22 @@ class MemoryStore:
         return self._pending.get(request_id) or self._unread.get(request_id) or self._settled.get(request_id)
 
     async def settle(self, request: Request) -> Request | None:
-        if self._pending.pop(request.id, None) is None:
+        request_id = request.id
+        if self._pending.pop(request_id, None) is None:
             return None
-        if request.status is Status.ANSWERED:
-            self._unconsumed[request.id] = request
-            if len(self._unconsumed) > _UNCONSUMED:
-                self._unconsumed.popitem(last=False)
-        self._unread[request.id] = request
-        if len(self._unread) > _UNREAD:
-            self._forget(self._unread.popitem(last=False)[1])
-        self._append(_EVENT_TYPE[request.status], request)
+        status = request.status
+        if status is Status.ANSWERED:
+            unconsumed = self._unconsumed
+            unconsumed[request_id] = request
+            if len(unconsumed) > _UNCONSUMED:
+                unconsumed.popitem(last=False)
+        unread = self._unread
+        unread[request_id] = request
+        if len(unread) > _UNREAD:
+            self._forget(unread.popitem(last=False)[1])
+        self._append(_EVENT_TYPE[status], request)
         if request.origin.run is not None:
-            self._mark_ready(request.origin.run, request.id)
+            self._mark_ready(request.origin.run, request_id)
         return request
 
     def note_read(self, request_id: str) -> None:
@@ -232,15 +241,19 @@ class MemoryStore:
         if self.retention == 0:
             self._forget(request)
             return
-        self._settled[request.id] = request
-        while len(self._settled) > self.retention:
-            _, evicted = self._settled.popitem(last=False)
-            self._forget(evicted)
+        settled = self._settled
+        settled[request.id] = request
+        if len(settled) > self.retention:
+            self._forget(settled.popitem(last=False)[1])  # one in, one out: the oldest read outcome
 
     def _forget(self, request: Request) -> None:
-        self._claims.pop(request.id, None)
-        self._released.discard(request.id)
-        self._views.pop(request.id, None)
+        request_id = request.id
+        if self._claims:
+            self._claims.pop(request_id, None)
+        if self._released:
+            self._released.discard(request_id)
+        if self._views:
+            self._views.pop(request_id, None)
         if request.idempotency_key is not None:
             key = (request.requester, request.idempotency_key)
             if self._idempotency.get(key) == request.id:
@@ -319,7 +332,7 @@ class MemoryStore:
         return self._expiry[0][0] if self._expiry else None
 
     async def get(self, request_id: str, *, fresh: bool = True) -> Request | None:
-        return self._lookup(request_id)
+        return self._pending.get(request_id) or self._unread.get(request_id) or self._settled.get(request_id)
 
     async def list(self, query: Query) -> Sequence[Request]:
         rows = [
@@ -936,6 +949,7 @@ class MemoryStore:
         return found[0] if found is not None else None
 
 
+_NOTICE_TYPES = frozenset(NOTICE_TYPES)
 _EVENT_TYPE = {status: status.value for status in Status}  # a settlement's event type, as a plain str
 
 _Entry = tuple[int, str, datetime, str | None, Mapping[str, Any] | None]
