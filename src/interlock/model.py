@@ -562,7 +562,8 @@ def new_id() -> str:
             rand = int.from_bytes(os.urandom(10), "big") >> 1  # leaves room to increment
             _id_last_ms = ms
         _id_last_rand = rand
-    return f"{ms << 80 | rand:032x}"  # rand stays below 2**80: the 12 digits of ms, then 20 of rand
+    # rand stays below 2**80: 12 hex digits of ms, then 20 of rand (cheaper than formatting them)
+    return (ms << 80 | rand).to_bytes(16, "big").hex()
 
 
 # -- frozen records, built cheaply ---------------------------------------------------------
