@@ -90,6 +90,7 @@ from .store import (
     DeliveryPort,
     EventQuery,
     GrantQuery,
+    ImmediateRequests,
     ListFilters,
     OutboxStore,
     Query,
@@ -961,6 +962,7 @@ class LocalBroker(Broker):
         self.store = store
         """Where this broker keeps everything (the surfaces reach it only through the
         broker's methods: its principals, tokens and sessions through the local ones)."""
+        self._now: ImmediateRequests | None = store if isinstance(store, ImmediateRequests) else None  # never waits
         # the futures waiting on each request: one future (the common case, with no list
         # to make and collect per wait), or a list of them
         self._waiters: dict[str, asyncio.Future[Request] | list[asyncio.Future[Request]]] = {}
@@ -1023,13 +1025,15 @@ class LocalBroker(Broker):
         if self.default_expiry is not None:
             request = self._with_default_expiry(request)
         # A closed channel is refused by the store, inside the insert's transaction.
-        request, created = await self.store.insert(request)
+        now = self._now
+        request, created = now.insert_now(request) if now is not None else await self.store.insert(request)
         if not created:
             return request, False
         if self._closed:  # close() ran while the insert was in flight
             await self._withdraw(request, "closed", "the broker was closed")
             raise Closed(request.id, "the broker is closed")
-        self._changed_now()
+        if self._followers:
+            self._changed_now()
         if request.expires_at is not None and (self._next_due is None or request.expires_at < self._next_due):
             self._expiry_kick.set()
         if self._hooks:
@@ -1064,7 +1068,8 @@ class LocalBroker(Broker):
         try:
             # A cached pending copy is enough: a settlement this process has not seen yet
             # reaches the follow loop later, and the future registered above wakes then.
-            request = await self.store.get(request_id, fresh=False)
+            now = self._now
+            request = now.get_now(request_id) if now is not None else await self.store.get(request_id, fresh=False)
             if request is None:
                 raise NotFound(request_id)
             if request.status is Status.PENDING:
@@ -1190,7 +1195,8 @@ class LocalBroker(Broker):
             check_text(via, "via", self.limits.max_name_length)
         if comment:
             check_text(comment, "the comment", self.limits.max_reason_length, error=InvalidAnswer)
-        request = await self.store.get(request_id, fresh=False)
+        store = self._now
+        request = store.get_now(request_id) if store is not None else await self.store.get(request_id, fresh=False)
         if request is None or request.status is not Status.PENDING:
             return False
         if _cheap_to_check(request.asks):  # checked here, without a coroutine more (see check_answers)
@@ -1214,8 +1220,9 @@ class LocalBroker(Broker):
             if grants is None
             else issue_grants(request, answers, grants, issuer=by or request.to, now=now, policy=self.grant_policy)
         )
-        response = Response._make(now, answers, by, via, comment, None, issued)
-        return await self._settle(request.settle(Status.ANSWERED, response))
+        settled = request.settle(Status.ANSWERED, Response._make(now, answers, by, via, comment, None, issued))
+        done = self._settle_now(settled)
+        return done if done is not None else await self._settle(settled)
 
     async def check_answers(self, request: Request, answer: Any) -> dict[str, Any]:
         """Check an answer against the request (see `model.check_answers`) and return the
@@ -1410,16 +1417,37 @@ class LocalBroker(Broker):
         return await self.store.reopen_channel(channel, requester=requester)
 
     async def _settle(self, settled: Request) -> bool:
+        done = self._settle_now(settled)
+        if done is not None:
+            return done
         granting = settled.response is not None and settled.response.grants
         waiting = self._waiting.popleft() if self._waiting and settled.origin.run and not granting else None
         if waiting is not None:
             stored = await self._settle_handing(settled, waiting)
         else:
             stored = await (self.store.settle_granting(settled) if granting else self.store.settle(settled))
+        return self._settled(stored)
+
+    def _settle_now(self, settled: Request) -> bool | None:
+        """`_settle` on a store whose writes never wait, when nothing else must be done
+        with it (no grants to issue, no claim waiting here for a run): whether it settled.
+        None when it must be done the general way."""
+        now = self._now
+        if (
+            now is None
+            or (settled.response is not None and settled.response.grants)
+            or (self._waiting and settled.origin.run)
+        ):
+            return None
+        return self._settled(now.settle_now(settled))
+
+    def _settled(self, stored: Request | None) -> bool:
+        """Wake whoever a settlement concerns here; False if it did not settle."""
         if stored is None:
             return False
         self._wake(stored)
-        self._changed_now()
+        if self._followers:
+            self._changed_now()
         if stored.origin.run is not None:
             self._runs_ready_now()  # its run may be ready now (the store marked it so)
         return True

@@ -219,18 +219,17 @@ def check_json(
     nesting deeper than `MAX_DEPTH`, and (with `max_bytes`) more than that many bytes of
     compact JSON. Return its size in bytes."""
 
+    size = _plain_json_size(value)
+    if size is not None and (max_bytes is None or size <= max_bytes):
+        return 0 if max_bytes is None else size  # null, a boolean or a plain string: nothing to walk or encode
+
     def fail(message: str) -> InvalidRequest | InvalidAnswer:
         if error is InvalidAnswer:
             return InvalidAnswer(f"{field}: {message}", ask_id=ask_id)
         return error(f"{field}: {message}")
 
-    size = _plain_json_size(value)
-    if size is not None:  # null, a boolean or a plain string: nothing to walk or encode
-        if max_bytes is None:
-            return 0
-        if size > max_bytes:
-            raise fail(f"{size} bytes of JSON, at most {max_bytes} allowed")
-        return size
+    if size is not None:
+        raise fail(f"{size} bytes of JSON, at most {max_bytes} allowed")
     stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -1022,6 +1021,12 @@ class Text:
     def from_decision(self, word: str) -> Any:
         return word
 
+    def plain(self) -> tuple[Any, ...] | None:
+        """Its fields, in order, when each is a plain value (text, a number, a bool, None),
+        so `type(self)(*plain)` makes it again; None when one is not. A store keeping many
+        requests keeps such asks as plain values, which the garbage collector need not walk."""
+        return (self.prompt, self.id, self.multiline, self.max_length, self.required)
+
     def one_click_answers(self) -> tuple[tuple[str, Any], ...] | None:
         return None
 
@@ -1141,6 +1146,9 @@ class Confirm:
     def from_decision(self, word: str) -> Any:
         return yes_no(word) is True
 
+    def plain(self) -> tuple[Any, ...] | None:
+        return None if self.grants else (self.prompt, self.id, self.required, ())
+
     def one_click_answers(self) -> tuple[tuple[str, Any], ...] | None:
         return (("Yes", True), ("No", False))
 
@@ -1249,6 +1257,9 @@ class Choice:
             return picked[0]
         return word if self.allow_other else options[0].id
 
+    def plain(self) -> tuple[Any, ...] | None:
+        return None
+
     def one_click_answers(self) -> tuple[tuple[str, Any], ...] | None:
         return tuple((option.label or option.id, option.id) for option in options_of(self))
 
@@ -1353,6 +1364,9 @@ class MultiChoice:
         options = options_of(self)
         picked = _decided(options, word) or [opt.id for opt in options[: max(self.min, 1)]]
         return picked[: self.max] if self.max is not None else picked
+
+    def plain(self) -> tuple[Any, ...] | None:
+        return None
 
     def one_click_answers(self) -> tuple[tuple[str, Any], ...] | None:
         return None  # one click picks one option, and this ask takes a set of them
@@ -1507,6 +1521,9 @@ class Form:
             if isinstance(prop, Mapping) and "default" in prop
         }
         return self.check(value) if value or self.required else None
+
+    def plain(self) -> tuple[Any, ...] | None:
+        return None
 
     def one_click_answers(self) -> tuple[tuple[str, Any], ...] | None:
         return None

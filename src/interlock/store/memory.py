@@ -25,6 +25,7 @@ from ..approval_policies import ApprovalPolicy, policy_event_data, with_version
 from ..errors import Closed
 from ..followups import Followup, followup_event_data
 from ..model import (
+    ASK_TYPES,
     NO_ORIGIN,
     Ask,
     Claim,
@@ -35,7 +36,6 @@ from ..model import (
     Run,
     RunStatus,
     Status,
-    Text,
     grant_event_data,
     request_to_dict,
     response_to_dict,
@@ -184,6 +184,9 @@ class MemoryStore:
         return Event(event_id, type_, at, request_id, self._logged_request(entry), {} if data is None else data)
 
     async def insert(self, request: Request) -> tuple[Request, bool]:
+        return self.insert_now(request)
+
+    def insert_now(self, request: Request) -> tuple[Request, bool]:
         channel = request.origin.channel
         if channel is not None and self._closed and self._is_closed(channel, request.requester):
             raise Closed(None, f"channel {channel!r} is closed")
@@ -221,6 +224,9 @@ class MemoryStore:
         return self._pending.get(request_id) or self._unread.get(request_id) or self._settled.get(request_id)
 
     async def settle(self, request: Request) -> Request | None:
+        return self.settle_now(request)
+
+    def settle_now(self, request: Request) -> Request | None:
         request_id = request.id
         if self._pending.pop(request_id, None) is None:
             return None
@@ -349,6 +355,9 @@ class MemoryStore:
         return self._expiry[0][0] if self._expiry else None
 
     async def get(self, request_id: str, *, fresh: bool = True) -> Request | None:
+        return self._pending.get(request_id) or self._unread.get(request_id) or self._settled.get(request_id)
+
+    def get_now(self, request_id: str) -> Request | None:
         return self._pending.get(request_id) or self._unread.get(request_id) or self._settled.get(request_id)
 
     async def list(self, query: Query) -> Sequence[Request]:
@@ -984,14 +993,15 @@ def _archived(request: Request) -> _Archive:
     """`request` as one flat tuple of plain values, which the garbage collector stops
     tracking: a busy process's event log keeps tens of thousands of requests, and each
     object it tracks is walked at every full collection. Flat, because nested tuples are
-    let go a level per collection, and a dict never is. A part that is not a plain value (an origin,
-    a context, an ask other than a `Text`, answers holding lists, issued grants) is kept
-    as it is, and keeps the tuple tracked: still one object for the request and its
-    response.
+    let go a level per collection, and a dict never is. A part that is not a plain value
+    (an origin, a context, an ask that is not `plain`, answers holding lists, issued
+    grants) is kept as it is, and keeps the tuple tracked: still one object for the
+    request and its response.
 
     The layout: the request's own fields (its status as its value, its origin None when it
-    has none), the number of asks, each ask (a `Text` as None then its fields), then, when
-    settled, the response's fields, the number of answers and each answer's id and value."""
+    has none), the number of asks, each ask (a plain one as its type, how many fields and
+    the fields), then, when settled, the response's fields, the number of answers and each
+    answer's id and value."""
     origin = request.origin
     asks = request.asks
     flat: list[Any] = [
@@ -1011,10 +1021,12 @@ def _archived(request: Request) -> _Archive:
         len(asks),
     ]
     for ask in asks:
-        if type(ask) is Text:
-            flat += (None, ask.prompt, ask.id, ask.multiline, ask.max_length, ask.required)
-        else:
+        plain = ask.plain()
+        if plain is None:
             flat.append(ask)
+        else:
+            flat += (ask.type, len(plain))
+            flat += plain
     response = request.response
     if response is not None:
         answers = response.answers
@@ -1033,11 +1045,13 @@ def _restored(kept: Request | _Archive) -> Request:
     i = _ASKS_AT
     asks: list[Ask] = []
     for _ in range(n):
-        if kept[i] is None:
-            asks.append(Text(*kept[i + 1 : i + 6]))
-            i += 6
+        item = kept[i]
+        if isinstance(item, str):
+            width = kept[i + 1]
+            asks.append(ASK_TYPES[item](*kept[i + 2 : i + 2 + width]))
+            i += 2 + width
         else:
-            asks.append(kept[i])
+            asks.append(item)
             i += 1
     response = None
     if i < len(kept):
