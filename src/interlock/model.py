@@ -626,6 +626,7 @@ def _quick_init(cls: type[_T]) -> type[_T]:
     init = names["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__doc__ = cls.__init__.__doc__
+    init.__annotations__ = dict(cls.__init__.__annotations__)  # the signature reads as the generated one
     cls.__init__ = init  # type: ignore[method-assign]  # replacing the generated one is the point
     if not post_init:
         make = names["_make"]
