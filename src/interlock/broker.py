@@ -91,6 +91,7 @@ from .store import (
     DeliveryPort,
     EventQuery,
     GrantQuery,
+    ImmediateRequests,
     ListFilters,
     OutboxStore,
     Query,
@@ -977,6 +978,7 @@ class LocalBroker(Broker):
         self.store = store
         """Where this broker keeps everything (the surfaces reach it only through the
         broker's methods: its principals, tokens and sessions through the local ones)."""
+        self._now: ImmediateRequests | None = store if isinstance(store, ImmediateRequests) else None  # never waits
         # the futures waiting on each request: one future (the common case, with no list
         # to make and collect per wait), or a list of them
         self._waiters: dict[str, asyncio.Future[Request] | list[asyncio.Future[Request]]] = {}
@@ -1036,15 +1038,18 @@ class LocalBroker(Broker):
             await self.open()
         if self._closed:
             raise Closed(None, "the broker is closed")
-        request = self._with_default_expiry(request)
+        if self.default_expiry is not None:
+            request = self._with_default_expiry(request)
         # A closed channel is refused by the store, inside the insert's transaction.
-        request, created = await self.store.insert(request)
+        now = self._now
+        request, created = now.insert_now(request) if now is not None else await self.store.insert(request)
         if not created:
             return request, False
         if self._closed:  # close() ran while the insert was in flight
             await self._withdraw(request, "closed", "the broker was closed")
             raise Closed(request.id, "the broker is closed")
-        self._changed_now()
+        if self._followers:
+            self._changed_now()
         if request.expires_at is not None and (self._next_due is None or request.expires_at < self._next_due):
             self._expiry_kick.set()
         if self._hooks:
@@ -1073,14 +1078,14 @@ class LocalBroker(Broker):
         """
         if self._state != "open":
             await self.open()
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Request] = loop.create_future()
+        fut: asyncio.Future[Request] = asyncio.get_running_loop().create_future()
         request_id = _check_id(request_id)
         self._add_waiter(request_id, fut)  # before reading, so a settlement seen meanwhile is not missed
         try:
             # A cached pending copy is enough: a settlement this process has not seen yet
             # reaches the follow loop later, and the future registered above wakes then.
-            request = await self.store.get(request_id, fresh=False)
+            now = self._now
+            request = now.get_now(request_id) if now is not None else await self.store.get(request_id, fresh=False)
             if request is None:
                 raise NotFound(request_id)
             if request.status is Status.PENDING:
@@ -1097,7 +1102,8 @@ class LocalBroker(Broker):
                 else:
                     request = await self._await_settled(request, fut, delay)
         finally:
-            self._drop_waiter(request_id, fut)
+            if request_id in self._waiters:  # not woken (a settlement pops its waiters)
+                self._drop_waiter(request_id, fut)
         self.store.note_read(request.id)
         return _outcome(request)
 
@@ -1205,12 +1211,16 @@ class LocalBroker(Broker):
             check_text(via, "via", self.limits.max_name_length)
         if comment:
             check_text(comment, "the comment", self.limits.max_reason_length, error=InvalidAnswer)
-        request = await self.store.get(request_id, fresh=False)
+        store = self._now
+        request = store.get_now(request_id) if store is not None else await self.store.get(request_id, fresh=False)
         if request is None or request.status is not Status.PENDING:
             return False
-        answers = await self.check_answers(request, answer)
+        if _cheap_to_check(request.asks):  # checked here, without a coroutine more (see check_answers)
+            answers = check_answers(request, answer, limits=self.limits)
+        else:
+            answers = await self.check_answers(request, answer)
         now = datetime.now(UTC)
-        decision = decision_ask(request)
+        decision = decision_ask(request) if request.kind == "approval" else None
         if decision is not None and answers.get(decision.id) is False:
             # Denying an approval is a denial, recorded as one: the request is rejected with
             # the reason (a person's no to a tool call, whichever surface said it), so the
@@ -1226,15 +1236,16 @@ class LocalBroker(Broker):
             if grants is None
             else issue_grants(request, answers, grants, issuer=by or request.to, now=now, policy=self.grant_policy)
         )
-        response = Response(now, answers, by, via, comment, None, issued)
-        return await self._settle(request.settle(Status.ANSWERED, response))
+        settled = request.settle(Status.ANSWERED, Response._make(now, answers, by, via, comment, None, issued))
+        done = self._settle_now(settled)
+        return done if done is not None else await self._settle(settled)
 
     async def check_answers(self, request: Request, answer: Any) -> dict[str, Any]:
         """Check an answer against the request (see `model.check_answers`) and return the
         answers by ask id. A request with a form is checked in a worker thread, within
         `limits.check_seconds`, so a costly schema never holds up the event loop; the
         other asks are cheap and checked right here."""
-        if any(ask.costly_to_check for ask in request.asks):
+        if not _cheap_to_check(request.asks):
             return await asyncio.to_thread(self._check_in_thread, request, answer)
         return check_answers(request, answer, limits=self.limits)
 
@@ -1422,16 +1433,37 @@ class LocalBroker(Broker):
         return await self.store.reopen_channel(channel, requester=requester)
 
     async def _settle(self, settled: Request) -> bool:
+        done = self._settle_now(settled)
+        if done is not None:
+            return done
         granting = settled.response is not None and settled.response.grants
         waiting = self._waiting.popleft() if self._waiting and settled.origin.run and not granting else None
         if waiting is not None:
             stored = await self._settle_handing(settled, waiting)
         else:
             stored = await (self.store.settle_granting(settled) if granting else self.store.settle(settled))
+        return self._settled(stored)
+
+    def _settle_now(self, settled: Request) -> bool | None:
+        """`_settle` on a store whose writes never wait, when nothing else must be done
+        with it (no grants to issue, no claim waiting here for a run): whether it settled.
+        None when it must be done the general way."""
+        now = self._now
+        if (
+            now is None
+            or (settled.response is not None and settled.response.grants)
+            or (self._waiting and settled.origin.run)
+        ):
+            return None
+        return self._settled(now.settle_now(settled))
+
+    def _settled(self, stored: Request | None) -> bool:
+        """Wake whoever a settlement concerns here; False if it did not settle."""
         if stored is None:
             return False
         self._wake(stored)
-        self._changed_now()
+        if self._followers:
+            self._changed_now()
         if stored.origin.run is not None:
             self._runs_ready_now()  # its run may be ready now (the store marked it so)
         return True
@@ -1608,9 +1640,15 @@ class LocalBroker(Broker):
         check_text(server, "server", self.limits.max_name_length)
 
     def _wake(self, request: Request) -> None:
-        for fut in self._pop_waiters(request.id):
-            if not fut.done():
-                fut.set_result(request)
+        present = self._waiters.pop(request.id, None)
+        if present is None:
+            return
+        if isinstance(present, list):
+            for fut in present:
+                if not fut.done():
+                    fut.set_result(request)
+        elif not present.done():
+            present.set_result(request)
 
     async def inform(
         self,
@@ -2586,6 +2624,13 @@ def _of_run(run: Run, requests: Sequence[Request]) -> list[Request]:
         )
         made.append(replace(request, origin=origin))
     return made
+
+
+def _cheap_to_check(asks: Sequence[Ask]) -> bool:
+    """Whether an answer to these asks is checked on the event loop (no form schema)."""
+    if len(asks) == 1:
+        return not asks[0].costly_to_check
+    return not any(ask.costly_to_check for ask in asks)
 
 
 def _check_id(request_id: str) -> str:

@@ -37,7 +37,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, TypeAlias, TypeVar, cast
+from typing import Any, ClassVar, Literal, TypeAlias, TypeVar, cast
 
 import re2  # type: ignore[import-untyped]  # google-re2 ships no type information; used through _regex below
 from jsonschema import Draft202012Validator, FormatChecker, ValidationError, validators
@@ -219,18 +219,17 @@ def check_json(
     nesting deeper than `MAX_DEPTH`, and (with `max_bytes`) more than that many bytes of
     compact JSON. Return its size in bytes."""
 
+    size = _plain_json_size(value)
+    if size is not None and (max_bytes is None or size <= max_bytes):
+        return 0 if max_bytes is None else size  # null, a boolean or a plain string: nothing to walk or encode
+
     def fail(message: str) -> InvalidRequest | InvalidAnswer:
         if error is InvalidAnswer:
             return InvalidAnswer(f"{field}: {message}", ask_id=ask_id)
         return error(f"{field}: {message}")
 
-    size = _plain_json_size(value)
-    if size is not None:  # null, a boolean or a plain string: nothing to walk or encode
-        if max_bytes is None:
-            return 0
-        if size > max_bytes:
-            raise fail(f"{size} bytes of JSON, at most {max_bytes} allowed")
-        return size
+    if size is not None:
+        raise fail(f"{size} bytes of JSON, at most {max_bytes} allowed")
     stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -562,7 +561,80 @@ def new_id() -> str:
             rand = int.from_bytes(os.urandom(10), "big") >> 1  # leaves room to increment
             _id_last_ms = ms
         _id_last_rand = rand
-    return f"{ms:012x}{rand:020x}"
+    # rand stays below 2**80: 12 hex digits of ms, then 20 of rand (cheaper than formatting them)
+    return (ms << 80 | rand).to_bytes(16, "big").hex()
+
+
+# -- frozen records, built cheaply ---------------------------------------------------------
+
+_T = TypeVar("_T")
+
+
+class _Factory:
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_FACTORY = _Factory()  # the default shown for a field made by a factory, as dataclasses shows it
+
+
+def _quick_init(cls: type[_T]) -> type[_T]:
+    """Give a frozen, slotted dataclass an `__init__` that stores each field through its
+    slot: the same signature, defaults and factories (and `__post_init__`, when it has
+    one), at about half the cost of the generated one (which calls `object.__setattr__`
+    per field). Requests, responses and asks are built for every request, so this is on
+    the hot path.
+
+    A class without `__post_init__` also gets `_make`, the same constructor taking the
+    fields in order, cheaper again: it fills a plain twin of the class (the same slots,
+    no frozen `__setattr__`) with ordinary stores, then gives it the class. The package
+    builds its own records with it; `__init__` stays what callers and `replace` use."""
+    fields_ = dataclasses.fields(cls)  # type: ignore[arg-type]  # only applied to dataclasses
+    names: dict[str, Any] = {"_FACTORY": _FACTORY}
+    params, body, stores = [], [], []
+    for i, f in enumerate(fields_):
+        if not f.init or f.kw_only:
+            raise TypeError(f"{cls.__name__}.{f.name}: _quick_init takes plain fields only")
+        names[f"_set{i}"] = cls.__dict__[f.name].__set__
+        if f.default is not dataclasses.MISSING:
+            names[f"_default{i}"] = f.default
+            params.append(f"{f.name}=_default{i}")
+        elif f.default_factory is not dataclasses.MISSING:
+            names[f"_factory{i}"] = f.default_factory
+            params.append(f"{f.name}=_FACTORY")
+            body.append(f"    if {f.name} is _FACTORY: {f.name} = _factory{i}()")
+        else:
+            params.append(f.name)
+        body.append(f"    _set{i}(self, {f.name})")
+        stores.append(f"    self.{f.name} = {f.name}")
+    post_init = hasattr(cls, "__post_init__")
+    if post_init:
+        body.append("    self.__post_init__()")
+    source = f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body) + "\n"
+    if not post_init:
+        factories = [line for line in body if line.startswith("    if ")]
+        names["_twin"] = type(f"_{cls.__name__}Slots", (), {"__slots__": cls.__slots__})  # type: ignore[attr-defined]  # slotted
+        names["_cls"], names["_new"] = cls, object.__new__
+        source += (
+            f"def _make({', '.join(params)}):\n"
+            + "".join(line + "\n" for line in factories)
+            + "    self = _new(_twin)\n"
+            + "\n".join(stores)
+            + "\n    self.__class__ = _cls\n    return self\n"
+        )
+    exec(source, names)  # built only from the dataclass's own field names
+    init = names["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__doc__ = cls.__init__.__doc__
+    init.__annotations__ = dict(cls.__init__.__annotations__)  # the signature reads as the generated one
+    cls.__init__ = init  # type: ignore[method-assign]  # replacing the generated one is the point
+    if not post_init:
+        make = names["_make"]
+        make.__qualname__ = f"{cls.__qualname__}._make"
+        cls._make = staticmethod(make)  # type: ignore[attr-defined]  # declared as a ClassVar by the class
+        required = [f for f in fields_ if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        make(*(None for _ in required))  # the twin fits its class: fails on import, not on first use
+    return cls
 
 
 # -- asks --------------------------------------------------------------------------------
@@ -881,6 +953,7 @@ def _options(ask_id: str, raw: Iterable[Option | str | Mapping[str, Any]]) -> tu
     return tuple(opts)
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class Text:
     """Free-form text; `multiline` is a rendering hint, `max_length` a hard limit."""
@@ -948,6 +1021,12 @@ class Text:
 
     def from_decision(self, word: str) -> Any:
         return word
+
+    def plain(self) -> tuple[Any, ...] | None:
+        """Its fields, in order, when each is a plain value (text, a number, a bool, None),
+        so `type(self)(*plain)` makes it again; None when one is not. A store keeping many
+        requests keeps such asks as plain values, which the garbage collector need not walk."""
+        return (self.prompt, self.id, self.multiline, self.max_length, self.required)
 
     def one_click_answers(self) -> tuple[tuple[str, Any], ...] | None:
         return None
@@ -1068,6 +1147,9 @@ class Confirm:
     def from_decision(self, word: str) -> Any:
         return yes_no(word) is True
 
+    def plain(self) -> tuple[Any, ...] | None:
+        return None if self.grants else (self.prompt, self.id, self.required, ())
+
     def one_click_answers(self) -> tuple[tuple[str, Any], ...] | None:
         return (("Yes", True), ("No", False))
 
@@ -1176,6 +1258,9 @@ class Choice:
             return picked[0]
         return word if self.allow_other else options[0].id
 
+    def plain(self) -> tuple[Any, ...] | None:
+        return None
+
     def one_click_answers(self) -> tuple[tuple[str, Any], ...] | None:
         return tuple((option.label or option.id, option.id) for option in options_of(self))
 
@@ -1280,6 +1365,9 @@ class MultiChoice:
         options = options_of(self)
         picked = _decided(options, word) or [opt.id for opt in options[: max(self.min, 1)]]
         return picked[: self.max] if self.max is not None else picked
+
+    def plain(self) -> tuple[Any, ...] | None:
+        return None
 
     def one_click_answers(self) -> tuple[tuple[str, Any], ...] | None:
         return None  # one click picks one option, and this ask takes a set of them
@@ -1435,6 +1523,9 @@ class Form:
         }
         return self.check(value) if value or self.required else None
 
+    def plain(self) -> tuple[Any, ...] | None:
+        return None
+
     def one_click_answers(self) -> tuple[tuple[str, Any], ...] | None:
         return None
 
@@ -1573,47 +1664,6 @@ def _kind_of(value: object) -> str:
 
 # -- requests ----------------------------------------------------------------------------
 
-_T = TypeVar("_T")
-
-
-class _Factory:
-    def __repr__(self) -> str:
-        return "<factory>"
-
-
-_FACTORY = _Factory()  # the default shown for a field made by a factory, as dataclasses shows it
-
-
-def _quick_init(cls: type[_T]) -> type[_T]:
-    """Give a frozen, slotted dataclass an `__init__` that stores each field through its
-    slot: the same signature, defaults and factories, at about half the cost of the
-    generated one (which calls `object.__setattr__` per field). Requests, responses and
-    events are built several times for every request, so this is on the hot path."""
-    fields_ = dataclasses.fields(cls)  # type: ignore[arg-type]  # only applied to dataclasses
-    names: dict[str, Any] = {"_FACTORY": _FACTORY}
-    params, body = [], []
-    for i, f in enumerate(fields_):
-        if not f.init or f.kw_only or hasattr(cls, "__post_init__"):
-            raise TypeError(f"{cls.__name__}.{f.name}: _quick_init takes plain fields only")
-        names[f"_set{i}"] = cls.__dict__[f.name].__set__
-        if f.default is not dataclasses.MISSING:
-            names[f"_default{i}"] = f.default
-            params.append(f"{f.name}=_default{i}")
-        elif f.default_factory is not dataclasses.MISSING:
-            names[f"_factory{i}"] = f.default_factory
-            params.append(f"{f.name}=_FACTORY")
-            body.append(f"    if {f.name} is _FACTORY: {f.name} = _factory{i}()")
-        else:
-            params.append(f.name)
-        body.append(f"    _set{i}(self, {f.name})")
-    source = f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body) + "\n"
-    exec(source, names)  # built only from the dataclass's own field names
-    init = names["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__doc__ = cls.__init__.__doc__
-    cls.__init__ = init  # type: ignore[method-assign]  # replacing the generated one is the point
-    return cls
-
 
 @dataclass(frozen=True, slots=True)
 class Origin:
@@ -1657,6 +1707,8 @@ class Response:
     grants: tuple[IssuedGrant, ...] = ()
     """The grants this answer issued (see `issue_grants`)."""
 
+    _make: ClassVar[Callable[..., Response]]  # the fields in order, cheaper than __init__ (`_quick_init`)
+
 
 @_quick_init
 @dataclass(frozen=True, slots=True)
@@ -1679,6 +1731,8 @@ class Request:
     response: Response | None = None
     detached: bool = False
     """Created with `create_detached`: nobody waits on it, its creator frees it with `release`."""
+
+    _make: ClassVar[Callable[..., Request]]  # the fields in order, cheaper than __init__ (`_quick_init`)
 
     @property
     def answer(self) -> Any:
@@ -1705,7 +1759,7 @@ class Request:
 
     def settle(self, status: Status, response: Response | None) -> Request:
         """This request as settled; the caller stores it only if still pending."""
-        return Request(
+        return Request._make(
             self.id,
             self.kind,
             self.asks,
@@ -1736,6 +1790,8 @@ class Event:
     request: Request | None = None
     """The request as it was right after this event."""
     data: Mapping[str, Any] = field(default_factory=dict)
+
+    _make: ClassVar[Callable[..., Event]]  # the fields in order, cheaper than __init__ (`_quick_init`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1816,9 +1872,9 @@ def build_request(
     if expires_at is not None and expires_at.tzinfo is None:
         raise InvalidRequest("expires_at must be timezone-aware")
     _check_request_limits(ask_list, title, details, context, to, requester, origin, idempotency_key, limits)
-    return Request(
+    return Request._make(
         new_id(),
-        kind,  # type: ignore[arg-type]  # checked above
+        kind,
         ask_list,
         now or datetime.now(UTC),
         Status.PENDING,
@@ -1867,7 +1923,11 @@ def _check_request_limits(
 
 def check_ask(ask: Ask, limits: Limits = DEFAULT_LIMITS) -> None:
     """Check one ask against `limits`, and that each of its strings can be stored."""
-    check_text(ask.id, "an ask id", limits.max_name_length)
+    ask_id = ask.id
+    if not (
+        type(ask_id) is str and len(ask_id) <= limits.max_name_length and ask_id.isascii() and "\x00" not in ask_id
+    ):
+        check_text(ask_id, "an ask id", limits.max_name_length)
     prompt = ask.prompt
     if not (
         type(prompt) is str and len(prompt) <= limits.max_prompt_length and prompt.isascii() and "\x00" not in prompt

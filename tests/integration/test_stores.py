@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 import interlock
-from interlock import Broker, Closed, Expired, NotFound, Rejected, Status, Text
+from interlock import Broker, Choice, Closed, Confirm, Expired, Form, MultiChoice, NotFound, Rejected, Status, Text
 from interlock.broker import _SCHEMES, LocalBroker, register_scheme
 from interlock.store._sql import load_migrations
 from interlock.store.memory import MemoryStore
@@ -100,6 +100,39 @@ async def test_the_memory_event_log_keeps_its_last_events_with_each_request_as_i
         events = [e async for e in broker.events(after=0)]
         assert [e.type for e in events] == ["created"] * 4
         assert third.id not in {e.request_id for e in events}
+
+
+async def test_the_memory_event_log_reads_a_request_the_retention_let_go_as_it_was() -> None:
+    asks = [
+        Text("Name?", id="name", max_length=40),
+        Confirm("Ship?", id="ship", grants=[{"with": "repo", "can": "push"}]),
+        Choice("Pick", ["a", "b"], id="pick"),
+        MultiChoice("Which?", ["x", "y"], id="which", required=False),
+        Form("Form", {"type": "object", "properties": {"n": {"type": "integer"}}}, id="form", required=False),
+    ]
+    async with interlock.connect("memory://", retention=1) as broker:
+        plain = await broker.create(Text("Colour?"))
+        full = await broker.create(
+            asks, to="alice", title="t", context={"kind": "deploy", "tags": ["a"]}, session="s1", run="r1"
+        )
+        answer = {"name": "Ada", "ship": True, "pick": "a", "which": ["x", "y"], "form": {"n": 3}}
+        await broker.resolve(plain.id, "blue", comment="c")
+        await broker.resolve(full.id, answer, by="alice", grants=[{"with": "repo", "can": "push"}])
+        settled = [await broker.get(plain.id), await broker.get(full.id)]
+        for request in (plain, full):
+            await broker.wait(request.id)
+        for _ in range(3):  # the retention of one lets both go; their events stay
+            other = await broker.create(Text("More?"))
+            await broker.resolve(other.id, "x")
+            await broker.wait(other.id)
+        with pytest.raises(NotFound):
+            await broker.get(plain.id)
+        events = [e async for e in broker.events(after=0) if e.request_id in (plain.id, full.id)]
+        assert [e.request for e in events] == [plain, full, settled[0], settled[1]]
+        assert await broker.consume(full.id) and not await broker.consume(full.id)
+        found = await broker.find_events(involving="alice")  # read by whom each request concerns
+        assert [e.type for e in found if e.request_id is not None] == ["created", "answered", "consumed"]
+        assert {e.request_id for e in found} == {full.id, None}  # and the grant issued
 
 
 async def test_concurrent_sqlite_writes_commit_together_and_a_refused_one_changes_nothing(tmp_path: Path) -> None:

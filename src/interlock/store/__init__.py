@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Literal, Protocol, TypedDict, get_args
+from typing import Any, Literal, Protocol, TypedDict, get_args, runtime_checkable
 
 from ..approval_policies import ApprovalPolicy
 from ..dashboard import Outline
@@ -42,6 +42,7 @@ __all__ = [
     "FollowupStore",
     "GrantQuery",
     "GrantStore",
+    "ImmediateRequests",
     "ListFilters",
     "MAX_LIST_LIMIT",
     "MAX_SEARCH_LENGTH",
@@ -219,6 +220,19 @@ def search_words(text: str) -> tuple[str, ...]:
 def text_words(texts: Sequence[str]) -> set[str]:
     """The words of a request's texts, as a store that keeps no index matches them."""
     return {w for text in texts for w in _WORD.findall(text.lower())}
+
+
+@runtime_checkable
+class ImmediateRequests(Protocol):
+    """What a request store whose reads and writes never wait (the in-process memory store)
+    also offers: `get`, `insert` and `settle` as plain calls, each doing what its async
+    namesake does, so the broker's hot path spends no coroutine on them."""
+
+    def get_now(self, request_id: str) -> Request | None: ...
+
+    def insert_now(self, request: Request) -> tuple[Request, bool]: ...
+
+    def settle_now(self, request: Request) -> Request | None: ...
 
 
 class RequestStore(Protocol):

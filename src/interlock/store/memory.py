@@ -26,6 +26,9 @@ from ..dashboard import Outline
 from ..errors import Closed
 from ..followups import Followup, followup_event_data
 from ..model import (
+    ASK_TYPES,
+    NO_ORIGIN,
+    Ask,
     Claim,
     Event,
     IssuedGrant,
@@ -76,16 +79,19 @@ class MemoryStore:
         # events are written on every cycle and read far less often. A request event names
         # its request; the log keeps one version of each request it names, the latest (its
         # `created` event reads it back as created), with how many events name it. So the
-        # log holds no object per event that the garbage collector would have to walk.
+        # log holds no object per event that the garbage collector would have to walk; a
+        # request the log keeps once the retention has let it go is kept as plain values
+        # (`_archived`), which the collector stops tracking.
         self._events: deque[_Entry] = deque(maxlen=event_retention)
-        self._logged: dict[str, Request] = {}
+        self._event_retention = event_retention
+        self._logged: dict[str, Request | _Archive] = {}
         self._log_refs: dict[str, int] = {}
         self._last_event = 0
         self._expiry: list[tuple[datetime, str]] = []
         self._principals: dict[str, Principal] = {}
         self._tokens: dict[str, IssuedToken] = {}  # by hash
         self._revoked: set[str] = set()  # token ids
-        self._unconsumed: OrderedDict[str, Request] = OrderedDict()  # answered, not consumed yet
+        self._unconsumed: OrderedDict[str, Request | _Archive] = OrderedDict()  # answered, not consumed yet
         self._sessions: dict[str, tuple[IssuedSession, str]] = {}  # by hash: the session and its token's id
         self._signin_links: dict[str, tuple[IssuedSignInLink, bool]] = {}  # by hash: the link and whether used
         self._closed: set[tuple[str, str | None]] = set()  # (channel, requester or None for everyone)
@@ -124,12 +130,14 @@ class MemoryStore:
         pass  # no other process can write here
 
     def _append(self, type_: str, request: Request) -> None:
-        self._last_event += 1
-        at = request.response.at if request.response is not None else request.created_at
-        self._log((self._last_event, type_, at, request.id, None), request)
-        if type_ in NOTICE_TYPES:
+        """Log a request's change of status (its `created` or settled event), and its notice."""
+        self._last_event = event_id = self._last_event + 1
+        response = request.response
+        at = response.at if response is not None else request.created_at
+        self._log((event_id, type_, at, request.id, None), request)
+        if type_ in _NOTICE_TYPES:
             self._last_notice += 1
-            self._notices[self._last_notice] = (self._last_event, type_, request.id, request.to, at)
+            self._notices[self._last_notice] = (event_id, type_, request.id, request.to, at)
 
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         self._last_event += 1
@@ -137,15 +145,19 @@ class MemoryStore:
         self._log(entry)
         return self._event(entry)
 
-    def _log(self, entry: _Entry, request: Request | None = None) -> None:
+    def _log(self, entry: _Entry, request: Request | _Archive | None = None) -> None:
+        """Append an event; `request`, the request it names as it is after it (entry[3] its id)."""
         events = self._events
-        if events.maxlen is not None and len(events) >= events.maxlen:
-            if not events.maxlen:
+        if len(events) >= self._event_retention:
+            if not self._event_retention:
                 return  # no event log kept
             self._unlog(events[0][3])  # the oldest event is about to go
         if request is not None:
-            self._logged[request.id] = request
-            self._log_refs[request.id] = self._log_refs.get(request.id, 0) + 1
+            request_id = entry[3]
+            assert request_id is not None
+            self._logged[request_id] = request
+            refs = self._log_refs
+            refs[request_id] = refs.get(request_id, 0) + 1
         events.append(entry)
 
     def _unlog(self, request_id: str | None) -> None:
@@ -163,7 +175,7 @@ class MemoryStore:
         request_id = entry[3]
         if request_id is None:
             return None
-        request = self._logged[request_id]
+        request = _restored(self._logged[request_id])
         if entry[1] == "created" and request.status is not Status.PENDING:
             return request.as_created()
         return request
@@ -173,6 +185,9 @@ class MemoryStore:
         return Event(event_id, type_, at, request_id, self._logged_request(entry), {} if data is None else data)
 
     async def insert(self, request: Request) -> tuple[Request, bool]:
+        return self.insert_now(request)
+
+    def insert_now(self, request: Request) -> tuple[Request, bool]:
         channel = request.origin.channel
         if channel is not None and self._closed and self._is_closed(channel, request.requester):
             raise Closed(None, f"channel {channel!r} is closed")
@@ -210,18 +225,25 @@ class MemoryStore:
         return self._pending.get(request_id) or self._unread.get(request_id) or self._settled.get(request_id)
 
     async def settle(self, request: Request) -> Request | None:
-        if self._pending.pop(request.id, None) is None:
+        return self.settle_now(request)
+
+    def settle_now(self, request: Request) -> Request | None:
+        request_id = request.id
+        if self._pending.pop(request_id, None) is None:
             return None
-        if request.status is Status.ANSWERED:
-            self._unconsumed[request.id] = request
-            if len(self._unconsumed) > _UNCONSUMED:
-                self._unconsumed.popitem(last=False)
-        self._unread[request.id] = request
-        if len(self._unread) > _UNREAD:
-            self._forget(self._unread.popitem(last=False)[1])
-        self._append(_EVENT_TYPE[request.status], request)
+        status = request.status
+        if status is Status.ANSWERED:
+            unconsumed = self._unconsumed
+            unconsumed[request_id] = request
+            if len(unconsumed) > _UNCONSUMED:
+                unconsumed.popitem(last=False)
+        unread = self._unread
+        unread[request_id] = request
+        if len(unread) > _UNREAD:
+            self._forget(unread.popitem(last=False)[1])
+        self._append(_EVENT_TYPE[status], request)
         if request.origin.run is not None:
-            self._mark_ready(request.origin.run, request.id)
+            self._mark_ready(request.origin.run, request_id)
         return request
 
     def note_read(self, request_id: str) -> None:
@@ -233,15 +255,29 @@ class MemoryStore:
         if self.retention == 0:
             self._forget(request)
             return
-        self._settled[request.id] = request
-        while len(self._settled) > self.retention:
-            _, evicted = self._settled.popitem(last=False)
-            self._forget(evicted)
+        settled = self._settled
+        settled[request.id] = request
+        if len(settled) > self.retention:
+            self._forget(settled.popitem(last=False)[1])  # one in, one out: the oldest read outcome
 
     def _forget(self, request: Request) -> None:
-        self._claims.pop(request.id, None)
-        self._released.discard(request.id)
-        self._views.pop(request.id, None)
+        """The retention lets `request` go: what is kept of it apart goes too, and what the
+        event log and the consumable answers keep of it is kept as plain values."""
+        request_id = request.id
+        logged = self._logged.get(request_id) is request
+        unconsumed = self._unconsumed.get(request_id) is request
+        if logged or unconsumed:
+            archived = _archived(request)
+            if logged:
+                self._logged[request_id] = archived
+            if unconsumed:
+                self._unconsumed[request_id] = archived
+        if self._claims:
+            self._claims.pop(request_id, None)
+        if self._released:
+            self._released.discard(request_id)
+        if self._views:
+            self._views.pop(request_id, None)
         if request.idempotency_key is not None:
             key = (request.requester, request.idempotency_key)
             if self._idempotency.get(key) == request.id:
@@ -265,7 +301,7 @@ class MemoryStore:
         if request is None:
             return False
         self._last_event += 1
-        self._log((self._last_event, "consumed", at, request.id, None), request)
+        self._log((self._last_event, "consumed", at, request_id, None), request)
         return True
 
     async def release(self, request_id: str, at: datetime) -> bool:
@@ -320,7 +356,10 @@ class MemoryStore:
         return self._expiry[0][0] if self._expiry else None
 
     async def get(self, request_id: str, *, fresh: bool = True) -> Request | None:
-        return self._lookup(request_id)
+        return self._pending.get(request_id) or self._unread.get(request_id) or self._settled.get(request_id)
+
+    def get_now(self, request_id: str) -> Request | None:
+        return self._pending.get(request_id) or self._unread.get(request_id) or self._settled.get(request_id)
 
     async def list(self, query: Query) -> Sequence[Request]:
         rows = [
@@ -350,7 +389,7 @@ class MemoryStore:
         for entry in itertools.islice(self._events, start, None):
             if query.until is not None and entry[0] > query.until:
                 break
-            if _event_matches(entry, self._logged.get(entry[3]) if entry[3] is not None else None, query):
+            if _event_matches(entry, _parties(self._logged.get(entry[3])) if entry[3] is not None else None, query):
                 out.append(self._event(entry))
                 if len(out) == query.limit:
                     break
@@ -940,10 +979,117 @@ class MemoryStore:
         return found[0] if found is not None else None
 
 
+_NOTICE_TYPES = frozenset(NOTICE_TYPES)
 _EVENT_TYPE = {status: status.value for status in Status}  # a settlement's event type, as a plain str
 
 _Entry = tuple[int, str, datetime, str | None, Mapping[str, Any] | None]
 """An event as the log keeps it: id, type, time, request id (its request is kept apart), data."""
+
+_Archive = tuple[Any, ...]
+"""A request as plain values (`_archived`)."""
+_Parties = tuple[str | None, str | None, str | None, str | None]
+"""Whom a logged request concerns: its recipient, requester, session and run."""
+
+_ASKS_AT = 14  # where the asks begin in an archive (see `_archived`)
+
+
+def _archived(request: Request) -> _Archive:
+    """`request` as one flat tuple of plain values, which the garbage collector stops
+    tracking: a busy process's event log keeps tens of thousands of requests, and each
+    object it tracks is walked at every full collection. Flat, because nested tuples are
+    let go a level per collection, and a dict never is. A part that is not a plain value
+    (an origin, a context, an ask that is not `plain`, answers holding lists, issued
+    grants) is kept as it is, and keeps the tuple tracked: still one object for the
+    request and its response.
+
+    The layout: the request's own fields (its status as its value, its origin None when it
+    has none), the number of asks, each ask (a plain one as its type, how many fields and
+    the fields), then, when settled, the response's fields, the number of answers and each
+    answer's id and value."""
+    origin = request.origin
+    asks = request.asks
+    flat: list[Any] = [
+        request.id,
+        request.kind,
+        request.created_at,
+        _EVENT_TYPE[request.status],
+        request.title,
+        request.details,
+        request.context,
+        request.to,
+        request.requester,
+        None if origin is NO_ORIGIN else origin,
+        request.expires_at,
+        request.idempotency_key,
+        request.detached,
+        len(asks),
+    ]
+    for ask in asks:
+        plain = ask.plain()
+        if plain is None:
+            flat.append(ask)
+        else:
+            flat += (ask.type, len(plain))
+            flat += plain
+    response = request.response
+    if response is not None:
+        answers = response.answers
+        flat += (response.at, response.by, response.via, response.reason, response.cause, response.grants, len(answers))
+        for item in answers.items():
+            flat += item
+    return tuple(flat)
+
+
+def _restored(kept: Request | _Archive) -> Request:
+    """The request `_archived` kept (equal to the one it was given)."""
+    if not isinstance(kept, tuple):
+        return kept
+    request_id, kind, created_at, status, title, details, context, to, requester, origin, expires_at, key, *rest = kept
+    detached, n = rest[0], rest[1]
+    i = _ASKS_AT
+    asks: list[Ask] = []
+    for _ in range(n):
+        item = kept[i]
+        if isinstance(item, str):
+            width = kept[i + 1]
+            asks.append(ASK_TYPES[item](*kept[i + 2 : i + 2 + width]))
+            i += 2 + width
+        else:
+            asks.append(item)
+            i += 1
+    response = None
+    if i < len(kept):
+        at, by, via, reason, cause, grants, count = kept[i : i + 7]
+        i += 7
+        answers = {kept[j]: kept[j + 1] for j in range(i, i + 2 * count, 2)}
+        response = Response._make(at, answers, by, via, reason, cause, grants)
+    return Request._make(
+        request_id,
+        kind,
+        tuple(asks),
+        created_at,
+        Status(status),
+        title,
+        details,
+        context,
+        to,
+        requester,
+        NO_ORIGIN if origin is None else origin,
+        expires_at,
+        key,
+        response,
+        detached,
+    )
+
+
+def _parties(kept: Request | _Archive | None) -> _Parties | None:
+    if kept is None:
+        return None
+    if isinstance(kept, tuple):
+        to, requester, origin = kept[7], kept[8], kept[9] or NO_ORIGIN
+    else:
+        to, requester, origin = kept.to, kept.requester, kept.origin
+    return to, requester, origin.session, origin.run
 
 
 def _grant_matches(g: IssuedGrant, q: GrantQuery) -> bool:
@@ -1001,12 +1147,12 @@ def _texts(value: Any) -> list[str]:
     return []
 
 
-def _event_matches(entry: _Entry, request: Request | None, q: EventQuery) -> bool:
+def _event_matches(entry: _Entry, parties: _Parties | None, q: EventQuery) -> bool:
     _, _, _, request_id, data = entry
     if q.request is not None and request_id != q.request:
         return False
-    if request is not None:
-        to, by, session, run = request.to, request.requester, request.origin.session, request.origin.run
+    if parties is not None:
+        to, by, session, run = parties
     elif data is None:
         to = by = session = run = None
     else:
