@@ -1727,14 +1727,18 @@ class LocalBroker(Broker):
     async def list(self, **filters: Unpack[ListFilters]) -> Page:
         if self._state != "open":
             await self.open()
-        query = Query(**filters)
-        query.check()
-        for name, value, longest in query.texts():
-            check_text(value, name, longest if longest is not None else self.limits.max_name_length)
+        query = self._checked(Query(**filters))
         rows = list(await self.store.list(replace(query, limit=query.limit + 1)))  # one more: is there a next page?
         more = len(rows) > query.limit
         items = await self._with_run_deadlines(rows[: query.limit])
         return Page(items, items[-1].id if more else None)
+
+    def _checked(self, query: Query) -> Query:
+        """The query, once its filters are checked (names and text bounded as the limits say)."""
+        query.check()
+        for name, value, longest in query.texts():
+            check_text(value, name, longest if longest is not None else self.limits.max_name_length)
+        return query
 
     async def dashboard(
         self, *, recipient: str | None = None, teams: Sequence[str] = (), window: timedelta = DASHBOARD_WINDOW
@@ -1745,10 +1749,7 @@ class LocalBroker(Broker):
             raise InvalidRequest(f"window must be more than nothing and at most {MAX_DASHBOARD_WINDOW.days} days")
         if teams and recipient is None:
             raise InvalidRequest("teams: only with recipient (a member's inbox and their teams')")
-        query = Query(recipient=recipient, teams=tuple(teams), limit=DASHBOARD_ROWS)
-        query.check()
-        for name, value, longest in query.texts():
-            check_text(value, name, longest if longest is not None else self.limits.max_name_length)
+        query = self._checked(Query(recipient=recipient, teams=tuple(teams), limit=DASHBOARD_ROWS))
         now = datetime.now(UTC)
         pending = await self.store.outlines(replace(query, status=Status.PENDING), now)
         settled = await self.store.outlines(replace(query, settled=True, since=now - window), now)

@@ -675,13 +675,13 @@ class SqlStore:
     dialect = "sqlite"
 
     async def list(self, query: Query) -> Sequence[Request]:
-        common = query.words and await self._before_search(query)
-        sql = list_sql(query, self.dialect, self._stamp, common_words=bool(common))
+        common = bool(query.words) and await self._before_search(query)
+        sql = list_sql(query, self.dialect, self._stamp, common_words=common)
         return [request_from_row(*row) for row in await self._rows_of(*sql)]
 
     async def outlines(self, query: Query, now: datetime) -> Sequence[Outline]:
-        common = query.words and await self._before_search(query)
-        sql = list_sql(query, self.dialect, self._stamp, outline=now, common_words=bool(common))
+        common = bool(query.words) and await self._before_search(query)
+        sql = list_sql(query, self.dialect, self._stamp, outline=now, common_words=common)
         status = _STATUSES.__getitem__
         return [Outline(status(row[0]), *row[1:]) for row in await self._rows_of(*sql)]
 
