@@ -989,6 +989,10 @@ class LocalBroker(Broker):
         self._changed = asyncio.Event()
         self._followers = 0
         self._ready = asyncio.Event()  # set when a run may have become ready to claim
+        self._ready_count = 0  # how many times a run may have become ready: what a claim's look saw
+        # The last claim that found no run: its filter (agents, requester), `_ready_count`
+        # before it looked, and when (the loop's clock). See `claim_run`.
+        self._found_none: tuple[tuple[tuple[str, ...] | None, str | None], int, float] | None = None
         self._claimers = 0
         self._waiting: deque[_Waiting] = deque()  # claims waiting here, which an answer may hand a run
         self._durations: dict[str, timedelta | None] = {}  # max_duration of runs started or claimed here
@@ -1439,9 +1443,10 @@ class LocalBroker(Broker):
         granting = settled.response is not None and settled.response.grants
         waiting = self._waiting.popleft() if self._waiting and settled.origin.run and not granting else None
         if waiting is not None:
-            stored = await self._settle_handing(settled, waiting)
-        else:
-            stored = await (self.store.settle_granting(settled) if granting else self.store.settle(settled))
+            stored, handed = await self._settle_handing(settled, waiting)
+            # A run handed over is running again: nothing became ready for another claim.
+            return self._settled(stored, ready=not handed)
+        stored = await (self.store.settle_granting(settled) if granting else self.store.settle(settled))
         return self._settled(stored)
 
     def _settle_now(self, settled: Request) -> bool | None:
@@ -1457,21 +1462,22 @@ class LocalBroker(Broker):
             return None
         return self._settled(now.settle_now(settled))
 
-    def _settled(self, stored: Request | None) -> bool:
+    def _settled(self, stored: Request | None, *, ready: bool = True) -> bool:
         """Wake whoever a settlement concerns here; False if it did not settle."""
         if stored is None:
             return False
         self._wake(stored)
         if self._followers:
             self._changed_now()
-        if stored.origin.run is not None:
+        if ready and stored.origin.run is not None:
             self._runs_ready_now()  # its run may be ready now (the store marked it so)
         return True
 
-    async def _settle_handing(self, settled: Request, waiting: _Waiting) -> Request | None:
+    async def _settle_handing(self, settled: Request, waiting: _Waiting) -> tuple[Request | None, bool]:
         """Settle a request of a run while a claim waits here: if that makes the run ready
         (and it is one the claim takes), the same transaction claims it for the waiting
-        worker, which resumes it without a claim of its own."""
+        worker, which resumes it without a claim of its own. The settled request (None if
+        it was not pending), and whether its run was handed over."""
         handed: asyncio.Future[Run | None] = asyncio.get_running_loop().create_future()
         waiting.handed = handed
         run: Run | None = None
@@ -1485,7 +1491,8 @@ class LocalBroker(Broker):
             handed.set_result(run)  # the claim takes it, or looks again (None)
         if run is not None:
             self._know(run)
-        return stored
+            self._wake_claims()  # the one it was handed to takes it; the others wait on
+        return stored, run is not None
 
     # -- grants --------------------------------------------------------------------------
 
@@ -2043,39 +2050,58 @@ class LocalBroker(Broker):
         if not worker:
             raise InvalidRequest("a worker needs a name")
         seconds = _seconds(lease, "lease")
-        deadline = asyncio.get_running_loop().time() + max(float(wait), 0.0)
+        clock = asyncio.get_running_loop().time
+        deadline = clock() + max(float(wait), 0.0)
+        key = (None if agents is None else tuple(agents), requester)
+        # Woken when a run may have become ready (a request of a run settled, a run parked
+        # ready, another process's settlements); a lease running out writes nothing, so a
+        # waiting claim looks again `period` seconds after its last look. A claim that may
+        # wait need not look at all if a claim of the same runs found none less than
+        # `period` ago and nothing has happened since that may make one ready: it waits
+        # from where that look left off, as a claim that had kept waiting would. So a
+        # worker handed run after run by the answers looks once, not once a run.
+        period = min(self.store.poll_interval, 1.0)
+        found_none = self._found_none
+        count = self._ready_count  # as the last look saw it
+        looked: float | None = None
+        if wait > 0 and found_none is not None and found_none[:2] == (key, count) and clock() - found_none[2] < period:
+            looked = found_none[2]
         self._claimers += 1  # so a run that may be ready wakes `_ready`
         try:
             while True:
                 ready = self._ready
-                now = datetime.now(UTC)
-                run = await self.store.claim_run(
-                    None if agents is None else list(agents),
-                    worker=worker,
-                    lease_expires_at=now + timedelta(seconds=seconds),
-                    at=now,
-                    requester=requester,
-                )
-                if run is not None:
-                    self._know(run)
-                    self._changed_now()
-                    return run
-                remaining = deadline - asyncio.get_running_loop().time()
+                if looked is None:
+                    count = self._ready_count
+                    now = datetime.now(UTC)
+                    run = await self.store.claim_run(
+                        None if agents is None else list(agents),
+                        worker=worker,
+                        lease_expires_at=now + timedelta(seconds=seconds),
+                        at=now,
+                        requester=requester,
+                    )
+                    if run is not None:
+                        self._know(run)
+                        self._changed_now()
+                        return run
+                    looked = clock()
+                    self._found_none = (key, count, looked)
+                remaining = deadline - clock()
                 if remaining <= 0 or self._state != "open":
                     return None
-                # Woken when a run may have become ready (a request of a run settled, a run
-                # parked ready, another process's settlements); a lease running out writes
-                # nothing, so look again at least every second. Meanwhile an answer given
-                # through this broker may hand this claim its run in its own transaction.
-                waiting = _Waiting(tuple(agents) if agents is not None else None, requester, worker, seconds)
+                # Meanwhile an answer given through this broker may hand this claim its run
+                # in its own transaction.
+                waiting = _Waiting(key[0], requester, worker, seconds)
                 self._waiting.append(waiting)
                 try:
                     with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(min(remaining, self.store.poll_interval, 1.0)):
+                        async with asyncio.timeout(min(remaining, max(looked + period - clock(), 0.0))):
                             await ready.wait()
                 finally:
                     with contextlib.suppress(ValueError):
                         self._waiting.remove(waiting)
+                if self._ready_count != count or clock() - looked >= period:
+                    looked = None  # a run may be ready, or it is time to look again anyway
                 if waiting.handed is not None:  # an answer is handing this claim a run: take it
                     handed = await asyncio.shield(waiting.handed)
                     if handed is not None:
@@ -2519,6 +2545,10 @@ class LocalBroker(Broker):
 
     def _runs_ready_now(self) -> None:
         """A run may have become ready to claim: wake the claims waiting for one."""
+        self._ready_count += 1
+        self._wake_claims()
+
+    def _wake_claims(self) -> None:
         if self._claimers:
             self._ready.set()
             self._ready = asyncio.Event()

@@ -282,6 +282,36 @@ async def test_a_waiting_worker_wakes_when_the_person_answers(broker: Broker) ->
     assert claimed is not None and claimed.id == run_id
 
 
+async def test_a_worker_handed_runs_by_answers_resumes_each_and_still_sees_other_brokers_runs(
+    backend: str, broker: Broker, connect: Callable[..., Broker]
+) -> None:
+    # A worker handed one run after another by the answers given beside it, then a run
+    # made ready by another broker on the same store (another process), which it must
+    # still find: at once when it does not wait, within its wait when it does.
+    for step in range(3):
+        run = await broker.start_parked(
+            "deployer", [broker.prepare(Confirm("Deploy?"), kind="approval", to="alice")], state={"step": step}
+        )
+        with anyio.fail_after(BOUND):
+            claiming = asyncio.create_task(broker.claim_run(["deployer"], worker="w1", wait=BOUND))
+            await asyncio.sleep(0)  # waiting before the answer comes
+            assert await broker.resolve(run.waiting_on[0], True, by="alice")
+            claimed = await claiming
+        assert claimed is not None and (claimed.id, claimed.state) == (run.id, {"step": step})
+        await broker.complete_run(run.id, step, worker="w1")
+    if backend == "memory":
+        return  # no other broker shares a memory store
+    async with connect() as other:
+        for wait in (0.0, BOUND):
+            run_id, request_id = await parked_on_approval(other)
+            await other.resolve(request_id, True, by="alice")
+            with anyio.fail_after(BOUND):
+                claimed = await broker.claim_run(["deployer"], worker="w1", wait=wait)
+            assert claimed is not None and claimed.id == run_id
+            await broker.complete_run(run_id, "done", worker="w1")
+            assert await broker.claim_run(["deployer"], worker="w1") is None  # found none: looked just now
+
+
 async def test_a_worker_claims_only_the_agents_it_knows(broker: Broker) -> None:
     run_id, request_id = await parked_on_approval(broker, agent="deployer")
     await broker.resolve(request_id, True, by="alice")

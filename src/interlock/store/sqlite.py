@@ -796,24 +796,23 @@ class SqliteStore(SqlStore):
         self, run: Run, requests: Sequence[Request], *, state: Any, status: RunStatus, expires_at: datetime
     ) -> tuple[Run, bool]:
         row = _run_row(run)
+        row.update(
+            status=status.value,
+            state=_json_or_none(state),
+            ids=encode_json([request.id for request in requests]),
+            expires_at=_us(expires_at),
+        )
         made = [(request, _request_row(request, encode_json(request_to_dict(request)))) for request in requests]
-        park = {
-            "id": run.id,
-            "status": status.value,
-            "state": _json_or_none(state),
-            "ids": encode_json([request.id for request in requests]),
-            "expires_at": _us(expires_at),
-            "at": _us(run.created_at),
-            "worker": None,
-        }
 
         def start(db: sqlite3.Connection) -> tuple[Run, bool]:
-            inserted = _one(db.execute(Q["insert_run"], row))
+            # The run is stored parked at once (no running row to update); its events say
+            # what happened as they always do: started, its requests created, then parked.
+            inserted = _one(db.execute(Q["insert_parked_run"], row))
             if inserted is None:
                 existing = self._run_in(db, run.id)
                 assert existing is not None
                 return existing, False
-            db.execute(Q["insert_event"], _run_event("run_started", run_from_row(inserted, _from_us)))
+            db.execute(Q["insert_event"], _run_event("run_started", run))
             for request, params in made:
                 channel = request.origin.channel
                 if channel is not None:
@@ -822,8 +821,9 @@ class SqliteStore(SqlStore):
                         raise closed_channel(channel)  # the transaction rolls back: nothing is stored
                 db.execute(Q["insert_request_row"], params)
                 db.execute(Q["insert_event"], _event_row("created", request, params["created_at"]))
-            parked = self._park_in(db, park)
-            assert parked is not None
+            db.execute(Q["add_waits"], row)
+            parked = run_from_row(inserted, _from_us)
+            db.execute(Q["insert_event"], _run_event("input_requested", parked))
             return parked, True
 
         parked, created = await self._write(start)

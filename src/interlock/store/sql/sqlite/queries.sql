@@ -136,6 +136,17 @@ ON CONFLICT (id) DO NOTHING
 RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
           attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
 
+-- name: insert_parked_run
+-- A run started parked on new requests: stored in its parked state at once (none of its
+-- requests is settled yet, so it is not ready unless it waits on none).
+INSERT INTO runs (id, agent, session, requester, status, max_duration, created_at, updated_at,
+                  state, waiting_on, expires_at, ready)
+VALUES (:id, :agent, :session, :requester, :status, :max_duration, :created_at, :updated_at,
+        :state, :ids, :expires_at, :ids = '[]')
+ON CONFLICT (id) DO NOTHING
+RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
+
 -- name: get_run
 SELECT id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
        attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
