@@ -1441,6 +1441,7 @@ class LocalBroker(Broker):
         if done is not None:
             return done
         granting = settled.response is not None and settled.response.grants
+        # (`_settle_handing` marks the claim it takes off the queue handed, before it waits.)
         waiting = self._waiting.popleft() if self._waiting and settled.origin.run and not granting else None
         if waiting is not None:
             stored, handed = await self._settle_handing(settled, waiting)
@@ -2098,7 +2099,7 @@ class LocalBroker(Broker):
                         async with asyncio.timeout(min(remaining, max(looked + period - clock(), 0.0))):
                             await ready.wait()
                 finally:
-                    with contextlib.suppress(ValueError):
+                    if waiting.handed is None:  # else an answer took it off the queue already
                         self._waiting.remove(waiting)
                 if self._ready_count != count or clock() - looked >= period:
                     looked = None  # a run may be ready, or it is time to look again anyway

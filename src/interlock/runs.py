@@ -162,7 +162,7 @@ class Worker:
         handler = self.handlers.get(run.agent)
         if handler is None:  # claimed for an agent we have no handler for: not ours to guess
             return await self.broker.fail_run(run.id, f"no resume handler for agent {run.agent!r}", worker=self.name)
-        renewing = asyncio.ensure_future(self._renew(run.id))
+        renewing = _Renewal(self, run.id)
         failure: str | None = None
         outcome: Any = None
         try:
@@ -175,9 +175,7 @@ class Worker:
                 log.exception("resuming run %s of agent %s failed", run.id, run.agent)
                 failure = f"{type(exc).__name__}: {exc}"
         finally:
-            renewing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewing
+            await renewing.stop()
         try:
             if failure is not None:
                 ended = await self.broker.fail_run(run.id, failure, worker=self.name)
@@ -196,12 +194,42 @@ class Worker:
             log.error("run %s of agent %s could not be stored as its handler left it: %s", run.id, run.agent, exc)
             return await self.broker.fail_run(run.id, f"InvalidRequest: {exc}", worker=self.name)
 
-    async def _renew(self, run_id: str) -> None:
-        while True:
-            await asyncio.sleep(self.lease / 3)
-            try:
-                if not await self.broker.renew_lease(run_id, worker=self.name, lease=self.lease):
-                    log.warning("worker %s lost its hold on run %s", self.name, run_id)
-                    return
-            except (ConnectionError, OSError) as exc:
-                log.warning("renewing the lease on run %s failed (%s)", run_id, exc)
+
+class _Renewal:
+    """Renews a worker's lease on a run every third of the lease while its handler works:
+    a timer, and a task only while a renewal is under way (most handlers finish first)."""
+
+    def __init__(self, worker: Worker, run_id: str) -> None:
+        self.worker = worker
+        self.run_id = run_id
+        self.loop = asyncio.get_running_loop()
+        self.task: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = self.loop.call_later(worker.lease / 3, self._due)
+
+    def _due(self) -> None:
+        self.timer = None
+        self.task = self.loop.create_task(self._renew())
+
+    async def _renew(self) -> None:
+        worker = self.worker
+        try:
+            if not await worker.broker.renew_lease(self.run_id, worker=worker.name, lease=worker.lease):
+                log.warning("worker %s lost its hold on run %s", worker.name, self.run_id)
+                return
+        except (ConnectionError, OSError) as exc:
+            log.warning("renewing the lease on run %s failed (%s)", self.run_id, exc)
+        self.timer = self.loop.call_later(worker.lease / 3, self._due)
+
+    async def stop(self) -> None:
+        """No more renewals; waits for one under way to end."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        task, self.task = self.task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.timer is not None:  # set again by the renewal as it ended
+            self.timer.cancel()
+            self.timer = None
