@@ -188,6 +188,13 @@ def fill_sqlite(path: str, fill: Fill) -> None:
         "WHERE status <> 'pending' ORDER BY settled_at"
     )
     db.execute(_RUNS_SQL.format(now=us(fill.now), pending="'waiting_for_input'", done="'completed'"))
+    # The outbox is derived from the event log after the fact (by the delivery loop): derive
+    # it here with the store's own statement, so the deliveries below have notices to be of.
+    from interlock.store.sqlite import Q
+
+    (last,) = db.execute("SELECT ifnull(max(id), 0) FROM events").fetchone()
+    db.execute(Q["derive_notices"], {"after": 0, "upto": last})
+    db.execute(Q["set_derived"], {"name": "outbox", "upto": last})
     db.execute(_DELIVERIES_SQL)
     db.execute("UPDATE outbox SET routed_at = at")
     db.execute("COMMIT")
