@@ -164,6 +164,7 @@ DEFAULT_LIMITS = Limits()
 # -- text and JSON that can be stored -------------------------------------------------------
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _fault(char: str) -> str:
@@ -206,6 +207,35 @@ def _plain_json_size(value: object) -> int | None:
     return None
 
 
+def _plain_json(value: object, depth: int = 1) -> bool:
+    """Whether `value` is, at a glance, JSON every store keeps as given: made of dicts with
+    string keys, lists, tuples, strings, ints, bools, None and finite floats of exactly
+    those types, no string holding a NUL or a lone surrogate, nested at most `MAX_DEPTH`.
+    False only means "look closer" (`check_json` then walks it, to say what is wrong)."""
+    kind = type(value)
+    if kind is str:
+        return _UNSTORABLE.search(value) is None  # type: ignore[arg-type]
+    if value is None or kind is int or kind is bool:
+        return True
+    if kind is float:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    if depth > MAX_DEPTH:
+        return False
+    if kind is dict:
+        for key, item in value.items():  # type: ignore[attr-defined]
+            if type(key) is not str or _UNSTORABLE.search(key) is not None:
+                return False
+            if type(item) is str:
+                if _UNSTORABLE.search(item) is not None:
+                    return False
+            elif not _plain_json(item, depth + 1):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        return all(_plain_json(item, depth + 1) for item in value)  # type: ignore[attr-defined]
+    return False
+
+
 def check_json(
     value: object,
     field: str,
@@ -230,6 +260,13 @@ def check_json(
 
     if size is not None:
         raise fail(f"{size} bytes of JSON, at most {max_bytes} allowed")
+    if _plain_json(value):
+        if max_bytes is None:
+            return 0
+        size = len(_compact(value).encode())
+        if size > max_bytes:
+            raise fail(f"{size} bytes of JSON, at most {max_bytes} allowed")
+        return size
     stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()

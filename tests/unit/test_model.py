@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from interlock import Choice, Confirm, Form, InvalidAnswer, InvalidRequest, MultiChoice, Option, Origin, Text
 from interlock.model import (
+    MAX_DEPTH,
     ask_from_dict,
     ask_to_dict,
     build_request,
     check_answers,
+    check_json,
     new_id,
     request_from_dict,
     request_to_dict,
@@ -170,3 +176,60 @@ def test_answers_said_explicitly_are_never_read_as_a_bare_value() -> None:
     assert check_answers(form, Answers(a={"a": 1})) == {"a": {"a": 1}}
     with pytest.raises(InvalidAnswer, match="unknown ask id 'b'"):
         check_answers(build_request(Text("Name?")), Answers(b="x"))
+
+
+_JSONISH = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()  # NaN and the infinities included
+    | st.text(alphabet=st.characters() | st.sampled_from("\x00\ud800\udfff"), max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=3) | st.integers() | st.just("\x00") | st.just("\udfff"), inner, max_size=4)
+    ),
+    max_leaves=30,
+)
+
+
+def _storable(value: Any, depth: int = 1) -> bool:
+    """What a store keeps as given, said plainly (the rule `check_json` enforces)."""
+    if isinstance(value, str):
+        return "\x00" not in value and not any("\ud800" <= c <= "\udfff" for c in value)
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if value is None or isinstance(value, bool | int):
+        return True
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _storable(k) and _storable(v, depth + 1) for k, v in value.items())
+    return all(_storable(item, depth + 1) for item in value)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_JSONISH)
+def test_check_json_refuses_exactly_what_a_store_cannot_keep_and_counts_the_bytes(value: Any) -> None:
+    if _storable(value):
+        expected = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+        assert check_json(value, "state", 10**9) == expected
+        if expected > 1:
+            with pytest.raises(InvalidRequest, match="bytes of JSON"):
+                check_json(value, "state", expected - 1)
+    else:
+        with pytest.raises(InvalidRequest, match=r"^state: "):
+            check_json(value, "state", 10**9)
+
+
+def test_check_json_refuses_nesting_deeper_than_the_limit() -> None:
+    deep: Any = "leaf"
+    for _ in range(MAX_DEPTH):
+        deep = [deep]
+    assert check_json(deep, "state", 10**6) == len(json.dumps(deep))
+    with pytest.raises(InvalidRequest, match="nested more than"):
+        check_json([deep], "state", 10**6)
+    looped: list[Any] = []
+    looped.append(looped)
+    with pytest.raises(InvalidRequest, match="nested more than"):
+        check_json(looped, "state", 10**6)
