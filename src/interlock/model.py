@@ -214,7 +214,7 @@ def _plain_json(value: object, depth: int = 1) -> bool:
     False only means "look closer" (`check_json` then walks it, to say what is wrong)."""
     kind = type(value)
     if kind is str:
-        return _UNSTORABLE.search(value) is None  # type: ignore[arg-type]
+        return _UNSTORABLE.search(value) is None  # type: ignore[call-overload]
     if value is None or kind is int or kind is bool:
         return True
     if kind is float:
