@@ -1,0 +1,124 @@
+"""Where a park-and-resume cycle's time goes: each phase's wall time, the client's CPU
+time a cycle and, on PostgreSQL, the server's time in each of interlock's functions.
+
+The cycle is bench/park_resume.py's interlock one: a worker waits for a ready run
+(`run_once(wait=30)`), the agent parks (`start_parked`), the person answers (`resolve`,
+whose transaction hands the run to the waiting worker), the worker resumes and
+completes it. Phases: park (the `start_parked` call), answer (the `resolve` call) and
+resume (from the answer's return to the completed run).
+
+    python bench/park_phases.py sqlite     [--cycles 2000]
+    python bench/park_phases.py postgres   [--cycles 1000]
+
+PostgreSQL at 127.0.0.1:5432 (`BENCH_PG`), trust auth; a fresh database each run, with
+`track_functions = 'all'` so `pg_stat_user_functions` says what each function cost
+(self time excludes the functions and triggers it called).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import environment, median
+
+SERVER = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
+ARGUMENTS = {"to": "ops@example.com", "subject": "deploy 1.4.2"}
+WARM = 50
+
+
+def psql(url: str, sql: str) -> str:
+    done = subprocess.run(["psql", url, "-X", "-v", "ON_ERROR_STOP=1", "-c", sql], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip())
+    return done.stdout
+
+
+async def cycles(url: str, n: int) -> dict[str, Any]:
+    import interlock
+    from interlock import Confirm
+    from interlock.runs import Worker
+
+    phases: dict[str, list[float]] = {"park": [], "answer": [], "resume": []}
+
+    async def resume(run: Any, requests: Any) -> dict[str, Any]:
+        return {"sent": dict(ARGUMENTS)}
+
+    async with interlock.connect(url) as broker:
+        worker = Worker(broker, {"mailer": resume}, name="bench-worker")
+
+        async def cycle() -> None:
+            request = broker.prepare(
+                Confirm("Send the release mail?", id="approve"),
+                kind="approval",
+                to="alice",
+                tool_name="send_mail",
+                arguments=ARGUMENTS,
+            )
+            resuming = asyncio.create_task(worker.run_once(wait=30.0))
+            await asyncio.sleep(0)
+            t0 = time.perf_counter()
+            await broker.start_parked("mailer", [request], state={"step": 1})
+            t1 = time.perf_counter()
+            await broker.resolve(request.id, {"approve": True}, by="alice")
+            t2 = time.perf_counter()
+            done = await asyncio.wait_for(resuming, 60)
+            t3 = time.perf_counter()
+            assert done is not None and done.status.value == "completed", done
+            phases["park"].append(t1 - t0)
+            phases["answer"].append(t2 - t1)
+            phases["resume"].append(t3 - t2)
+
+        for _ in range(WARM):
+            await cycle()
+        for values in phases.values():
+            values.clear()
+        cpu, wall = time.process_time(), time.perf_counter()
+        for _ in range(n):
+            await cycle()
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return {"cycles/s": n / wall, "cpu_us": cpu / n * 1e6, "phases": phases}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("store", choices=("sqlite", "postgres"))
+    parser.add_argument("--cycles", type=int, default=None)
+    args = parser.parse_args()
+    print(environment(["asyncpg"]))
+    n = args.cycles or (2000 if args.store == "sqlite" else 1000)
+    name = f"interlock_phases_{os.getpid()}_{secrets.token_hex(3)}"
+    if args.store == "postgres":
+        psql(f"{SERVER}/postgres", f"CREATE DATABASE {name}")
+        psql(f"{SERVER}/postgres", f"ALTER DATABASE {name} SET track_functions = 'all'")
+        url = f"{SERVER}/{name}"
+    else:
+        url = f"sqlite:///{tempfile.mkdtemp(prefix='interlock-phases-')}/bench.db"
+    try:
+        out = asyncio.run(cycles(url, n))
+        print(f"\n{args.store}: {out['cycles/s']:.1f} cycles/s, client CPU {out['cpu_us']:.0f} us a cycle")
+        for phase, values in out["phases"].items():
+            print(f"  {phase:7} p50 {median(values) * 1e6:7.0f} us")
+        if args.store == "postgres":
+            counts = (
+                f"SELECT funcname, calls, round((total_time / {n + WARM})::numeric * 1000) AS total_us_a_cycle, "
+                f"round((self_time / {n + WARM})::numeric * 1000) AS self_us_a_cycle "
+                "FROM pg_stat_user_functions ORDER BY total_time DESC"
+            )
+            print()
+            print(psql(url, counts))
+    finally:
+        if args.store == "postgres":
+            psql(f"{SERVER}/postgres", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+if __name__ == "__main__":
+    main()
