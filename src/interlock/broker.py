@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 from .approval_policies import ApprovalPolicy, policy_from_dict, policy_to_dict
 from .approvals import check_context, decision_ask
-from .dashboard import DASHBOARD_ROWS, DASHBOARD_WINDOW, Dashboard, tally
+from .dashboard import DASHBOARD_ROWS, DASHBOARD_WINDOW, Dashboard, layout
 from .errors import (
     AlreadySettled,
     Cancelled,
@@ -1758,13 +1758,12 @@ class LocalBroker(Broker):
         if teams and recipient is None:
             raise InvalidRequest("teams: only with recipient (a member's inbox and their teams')")
         query = self._checked(Query(recipient=recipient, teams=tuple(teams), limit=DASHBOARD_ROWS))
-        now = datetime.now(UTC)
-        pending = await self.store.outlines(replace(query, status=Status.PENDING), now)
-        settled = await self.store.outlines(replace(query, settled=True, since=now - window), now)
         if recipient is None:  # everyone's: every team has its row
             teams = [p.name for p in await self.store.list_principals() if p.kind == "team"]
-        capped = DASHBOARD_ROWS in (len(pending), len(settled))
-        return tally(pending, settled, teams=set(teams), window=window, capped=capped)
+        now = datetime.now(UTC)
+        pending, settled = replace(query, status=Status.PENDING), replace(query, settled=True, since=now - window)
+        named = set(teams)
+        return layout(await self.store.figures(pending, settled, now, named), teams=named, window=window)
 
     async def events(self, after: int | None = None, *, follow: bool = False) -> AsyncIterator[Event]:
         """The event log after event id `after`, oldest first. With `follow`, keep going

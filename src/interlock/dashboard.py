@@ -1,9 +1,11 @@
 """The dashboard's figures: what waits, by agent and age, and how fast people answer.
 
-A store reads the few columns each figure needs (`Outline`: no request documents
-decoded, no requests built), over the same indexed ranges as a list of requests, and
-`tally` counts them. The figures cover the newest requests only when there are more
-than a dashboard reads (`Dashboard.capped`): a page, not a report.
+A store counts the figures (`Figures`) over the same indexed ranges as a list of
+requests: an SQL store in its own engine, in one statement, so no row of the thousands a
+dashboard covers is made in Python; the memory store from the few columns each figure
+needs (`Outline`) with `count`. `layout` makes the dashboard of them. The figures cover
+the newest requests only when there are more than a dashboard reads
+(`Dashboard.capped`): a page, not a report.
 """
 
 from __future__ import annotations
@@ -21,14 +23,21 @@ from .model import Status
 
 __all__ = [
     "AGES",
+    "AGE_LIMITS",
     "AgentRow",
+    "Answered",
     "DASHBOARD_ROWS",
     "DASHBOARD_WINDOW",
     "Dashboard",
+    "Figures",
+    "NOBODY",
     "Outline",
     "PersonRow",
+    "UNKNOWN",
+    "count",
     "dashboard_from_dict",
     "dashboard_to_dict",
+    "layout",
     "tally",
 ]
 
@@ -44,8 +53,6 @@ AGES: tuple[tuple[str, timedelta], ...] = (
     ("older", timedelta.max),
 )
 """The age columns of the waiting table: a label and the age it stops below."""
-
-NOBODY = "(nobody named)"
 
 
 class Outline(NamedTuple):
@@ -103,30 +110,54 @@ class Dashboard:
     capped: bool  # more requests than were counted: the figures are of the newest
 
 
-def _median(seconds: Sequence[float]) -> timedelta | None:
-    return timedelta(seconds=statistics.median(seconds)) if seconds else None
+class Answered(NamedTuple):
+    """How one person, one team or everyone answered: how many, and the median seconds."""
+
+    number: int
+    median: float | None
 
 
-_AGE_LIMITS = tuple(upper.total_seconds() if upper != timedelta.max else math.inf for _, upper in AGES)
+class Figures(NamedTuple):
+    """What a store counts for a dashboard, before it is laid out (`layout`): the
+    pending requests per agent by age column (`AGES`) with the oldest age, and per
+    recipient; the answered (or rejected) ones per answerer, per team and over everyone;
+    the expired ones per recipient; and how many rows of each kind were counted."""
+
+    ages: Mapping[str, Sequence[int]]  # agent: requests per age column
+    oldest: Mapping[str, float]  # agent: the oldest age, seconds
+    waiting: Mapping[str, int]  # recipient: pending requests
+    answered: Mapping[str, Answered]  # answerer (else the recipient)
+    team_answered: Mapping[str, Answered]  # team (the request's recipient), whoever answered
+    everyone: Answered
+    expired: Mapping[str, int]  # recipient: requests that expired unanswered
+    pending_rows: int
+    settled_rows: int
 
 
-def tally(
-    pending: Iterable[Outline],
-    settled: Iterable[Outline],
-    *,
-    teams: Collection[str],
-    window: timedelta = DASHBOARD_WINDOW,
-    capped: bool = False,
-) -> Dashboard:
-    """The figures of the pending requests and of those settled in the window: per agent
-    what waits, per person and per team (`teams`: the names that are teams) how they
-    answer. A team's row counts its requests whoever of its members answered; a person's
-    counts what they answered, what expired addressed to them, and what waits for them."""
+AGE_LIMITS = tuple(upper.total_seconds() if upper != timedelta.max else math.inf for _, upper in AGES)
+"""Where each age column stops, in seconds: an age falls in the first column it is below."""
+
+NOBODY = "(nobody named)"
+"""The row of requests that name no agent, or no recipient."""
+
+UNKNOWN = "(unknown)"
+"""The answerer of a settled request that names neither who settled it nor whom it was to."""
+
+
+def _answered(seconds: Sequence[float]) -> Answered:
+    return Answered(len(seconds), statistics.median(seconds) if seconds else None)
+
+
+def count(pending: Iterable[Outline], settled: Iterable[Outline], *, teams: Collection[str]) -> Figures:
+    """The figures of the pending requests and of those settled in the window, counted
+    here (a store that can count in its own engine does the same there: `Store.figures`)."""
     ages: dict[str, list[int]] = {}
     oldest: dict[str, float] = {}
     waiting: Counter[str] = Counter()
-    column_of, limits, last = bisect.bisect_right, _AGE_LIMITS, len(AGES) - 1
+    column_of, limits, last = bisect.bisect_right, AGE_LIMITS, len(AGES) - 1
+    pending_rows = 0
     for _, to, agent, age, _, _ in pending:  # (a thousand rows a page: the loop is kept lean)
+        pending_rows += 1
         agent = agent or NOBODY
         counts = ages.get(agent)
         if counts is None:
@@ -137,42 +168,78 @@ def tally(
         counts[min(column_of(limits, age), last)] += 1
         to = to or NOBODY
         waiting[to] = waiting.get(to, 0) + 1
-    agents = sorted(
-        (AgentRow(agent, tuple(counts), timedelta(seconds=oldest[agent])) for agent, counts in ages.items()),
-        key=lambda row: (-row.total, row.agent),
-    )
 
     times: dict[str, list[float]] = defaultdict(list)  # per answerer
     team_times: dict[str, list[float]] = defaultdict(list)
     expired: Counter[str] = Counter()
     everyone: list[float] = []
     answered, rejected, lapsed = Status.ANSWERED, Status.REJECTED, Status.EXPIRED
+    settled_rows = 0
     for status, to, _, _, took, by in settled:
+        settled_rows += 1
         if (status is answered or status is rejected) and took is not None:
-            times[by or to or "(unknown)"].append(took)
+            times[by or to or UNKNOWN].append(took)
             everyone.append(took)
             if to is not None and to in teams:
                 team_times[to].append(took)
         elif status is lapsed:
             expired[to or NOBODY] += 1
+    return Figures(
+        ages=ages,
+        oldest=oldest,
+        waiting=waiting,
+        answered={name: _answered(took) for name, took in times.items()},
+        team_answered={name: _answered(took) for name, took in team_times.items()},
+        everyone=_answered(everyone),
+        expired=expired,
+        pending_rows=pending_rows,
+        settled_rows=settled_rows,
+    )
 
-    def row(name: str, answer_times: Mapping[str, list[float]]) -> PersonRow:
-        took = answer_times.get(name, [])
-        return PersonRow(name, len(took), _median(took), expired[name], waiting[name])
 
-    people = sorted((set(times) | set(expired) | set(waiting)) - set(teams))
-    named_teams = sorted(t for t in teams if t in team_times or t in expired or t in waiting)
+def layout(figures: Figures, *, teams: Collection[str], window: timedelta = DASHBOARD_WINDOW) -> Dashboard:
+    """The dashboard of `figures`: per agent what waits, busiest first; per person and
+    per team (`teams`: the names that are teams) how they answer, by name. A team's row
+    counts its requests whoever of its members answered; a person's counts what they
+    answered, what expired addressed to them, and what waits for them. `capped` when
+    either count reached `DASHBOARD_ROWS`."""
+    oldest = figures.oldest
+    agents = sorted(
+        (AgentRow(agent, tuple(counts), timedelta(seconds=oldest[agent])) for agent, counts in figures.ages.items()),
+        key=lambda row: (-row.total, row.agent),
+    )
+    expired, waiting = figures.expired, figures.waiting
+    nobody = Answered(0, None)
+
+    def row(name: str, answered: Mapping[str, Answered]) -> PersonRow:
+        took = answered.get(name, nobody)
+        return PersonRow(name, took.number, _span(took.median), expired.get(name, 0), waiting.get(name, 0))
+
+    people = sorted((set(figures.answered) | set(expired) | set(waiting)) - set(teams))
+    named_teams = sorted(t for t in teams if t in figures.team_answered or t in expired or t in waiting)
     return Dashboard(
         pending_count=sum(waiting.values()),
-        answered_count=len(everyone),
-        median=_median(everyone),
+        answered_count=figures.everyone.number,
+        median=_span(figures.everyone.median),
         expired_count=sum(expired.values()),
         agents=tuple(agents),
-        people=tuple(row(p, times) for p in people),
-        teams=tuple(row(t, team_times) for t in named_teams),
+        people=tuple(row(p, figures.answered) for p in people),
+        teams=tuple(row(t, figures.team_answered) for t in named_teams),
         window=window,
-        capped=capped,
+        capped=DASHBOARD_ROWS in (figures.pending_rows, figures.settled_rows),
     )
+
+
+def tally(
+    pending: Iterable[Outline],
+    settled: Iterable[Outline],
+    *,
+    teams: Collection[str],
+    window: timedelta = DASHBOARD_WINDOW,
+) -> Dashboard:
+    """The dashboard of the pending requests and of those settled in the window
+    (`count`, then `layout`)."""
+    return layout(count(pending, settled, teams=teams), teams=teams, window=window)
 
 
 # -- on the wire ----------------------------------------------------------------------------

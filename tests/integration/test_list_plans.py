@@ -193,6 +193,30 @@ async def test_the_dashboard_reads_the_same_index_ranges_as_the_lists(
         assert "JOIN" not in sql and "Nested Loop" not in plan, plan  # the pending rows alone
 
 
+@pytest.mark.parametrize("person", [True, False], ids=["a person's", "admin"])
+async def test_the_dashboard_counts_in_one_statement_over_those_ranges(store: Store, person: bool) -> None:
+    (pending, pending_index), (settled, settled_index) = (
+        (query, index) for what, query, index in DASHBOARD_READS if ("a person" in what) == person
+    )
+    recorder = Recorder(store)
+    await store.figures(pending, settled, datetime.now(UTC), {"ops"})
+    sql, params = recorder.last()
+    assert " doc" not in sql, sql
+    plan = await plan_of(store, sql, params)
+    # The groups are sorted (a few hundred rows at most); the tables are only read by index.
+    assert "Seq Scan" not in plan, plan
+    for line in plan.splitlines():
+        words = line.replace("SCAN ", "SCAN  ").split()
+        if line.startswith("SCAN ") and words[1] in ("requests", "pending_requests") and " USING " not in line:
+            pytest.fail(plan)
+    names = set(plan.replace("\n", " ").split())
+    for index in (pending_index, settled_index):
+        if index == "PRIMARY KEY":
+            assert any(name in plan for name in ("sqlite_autoindex", "_pkey", "INTEGER PRIMARY KEY")), plan
+        else:
+            assert names & set(index.split("|")), plan
+
+
 @pytest.mark.parametrize(("what", "query", "index"), RUN_LISTS, ids=[w for w, _, _ in RUN_LISTS])
 async def test_a_run_list_reads_its_page_from_one_index_in_order(
     store: Store, what: str, query: RunQuery, index: str

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from interlock import Closed, Text
+from interlock.dashboard import DASHBOARD_ROWS, count
 from interlock.model import (
     IssuedGrant,
     Origin,
@@ -158,6 +160,43 @@ async def test_events_are_found_by_who_and_by_request(store: RequestStore) -> No
     assert [e.request_id for e in about] == [theirs.id]
     changes = await store.changes()
     assert [(c[1], c[2]) for c in changes] == [("created", theirs.id), ("created", mine.id), ("answered", mine.id)]
+
+
+async def test_the_dashboard_figures_a_store_counts_are_those_counted_from_its_outlines(store: RequestStore) -> None:
+    # A mix drawn at random: ages on and around each age column's edge, answerers and
+    # recipients missing, teams, odd and even numbers of answers per person.
+    rng = random.Random(20261202)
+    now = datetime.now(UTC).replace(microsecond=0)  # whole seconds: an age on an edge is exactly on it
+    edges = (30.0, 3599.5, 3600.0, 7200.0, 86_399.0, 86_400.0, 90_000.0, 500_000.0)
+    for i in range(150):
+        # on an edge or past it; the first few pending, each on an edge
+        age = timedelta(seconds=edges[i] if i < len(edges) else rng.choice(edges) + rng.choice([0.0, rng.random()]))
+        agent = rng.choice(["deployer", "reviewer", None])
+        request = build_request(
+            Text("Go?"),
+            to=rng.choice(["alice", "bob", "ops", None]),
+            requester=rng.choice(["bot", "cron"]),
+            origin=Origin(agent=agent) if agent else None,
+            now=now - age,
+        )
+        await store.insert(request)
+        outcomes = [Status.PENDING, Status.ANSWERED, Status.ANSWERED, Status.REJECTED, Status.EXPIRED]
+        status = Status.PENDING if i < len(edges) else rng.choice(outcomes)
+        if status is not Status.PENDING:
+            answers = {"text": "ok"} if status is Status.ANSWERED else {}
+            by = rng.choice(["alice", "carol", None])
+            at = request.created_at + age * rng.random()
+            await store.settle(request.settle(status, Response(at, answers, by=by, via="api")))
+    week = now - timedelta(days=7)
+    for recipient, teams in ((None, ("ops",)), ("alice", ("ops",)), ("bob", ()), ("nobody", ())):
+        mine = Query(recipient=recipient, teams=teams if recipient else (), limit=DASHBOARD_ROWS)
+        pending, settled = replace(mine, status=Status.PENDING), replace(mine, settled=True, since=week)
+        figures = await store.figures(pending, settled, now, set(teams))
+        expected = count(await store.outlines(pending, now), await store.outlines(settled, now), teams=set(teams))
+        assert figures == expected, recipient
+    assert figures.pending_rows == figures.settled_rows == 0  # nobody's: nothing counted
+    capped = Query(status=Status.PENDING, limit=3)
+    assert (await store.figures(capped, replace(capped, status=None, settled=True), now, ())).pending_rows == 3
 
 
 # -- principals, tokens and web sessions ---------------------------------------------------

@@ -23,13 +23,13 @@ parameters and its `.sql` files.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypedDict, get_args, runtime_checkable
 
 from ..approval_policies import ApprovalPolicy
-from ..dashboard import Outline
+from ..dashboard import Figures, Outline
 from ..errors import InvalidRequest
 from ..followups import Followup
 from ..model import Claim, Event, IssuedGrant, Kind, Request, Response, Run, RunStatus, Status
@@ -327,6 +327,12 @@ class RequestStore(Protocol):
     async def outlines(self, query: Query, now: datetime) -> Sequence[Outline]:
         """The requests `list` returns, as the few columns the dashboard counts (their
         ages counted to `now`)."""
+        ...
+
+    async def figures(self, pending: Query, settled: Query, now: datetime, teams: Collection[str]) -> Figures:
+        """The dashboard's figures (`dashboard.count`) over the requests `outlines(pending)`
+        and `outlines(settled)` return, `teams` the names that are teams: counted where the
+        store can count cheapest."""
         ...
 
     async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:

@@ -16,13 +16,13 @@ import heapq
 import itertools
 import math
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..approval_policies import ApprovalPolicy, policy_event_data, with_version
-from ..dashboard import Outline
+from ..dashboard import Figures, Outline, count
 from ..errors import Closed
 from ..followups import Followup, followup_event_data
 from ..model import (
@@ -373,6 +373,9 @@ class MemoryStore:
 
     async def outlines(self, query: Query, now: datetime) -> Sequence[Outline]:
         return [_outline(r, now) for r in await self.list(query)]
+
+    async def figures(self, pending: Query, settled: Query, now: datetime, teams: Collection[str]) -> Figures:
+        return count(await self.outlines(pending, now), await self.outlines(settled, now), teams=teams)
 
     async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
         if not self._events or after >= self._last_event:
