@@ -12,10 +12,17 @@ import pytest
 import interlock
 from interlock import Confirm, RunStatus, Text
 from interlock.model import Response, response_to_dict
+from interlock.store.postgres import Connections, PostgresStore
 
 pytestmark = pytest.mark.anyio
 
 BOUND = 30
+
+
+def pool(broker: interlock.Broker) -> Connections:
+    store = broker.store
+    assert isinstance(store, PostgresStore)
+    return store.pool
 
 
 async def test_two_requests_of_a_run_answered_at_once_on_two_nodes_make_it_ready(pg_url: str) -> None:
@@ -80,7 +87,7 @@ async def test_an_answer_that_hands_its_run_to_a_waiting_worker_writes_the_runs_
         request = broker.prepare(Confirm("Deploy?"), kind="approval", to="alice")
         run = await broker.start_parked("deployer", [request], state={"step": 1})
         answer = Response(datetime.now(UTC), answers={request.asks[0].id: True}, by="alice")
-        conn = await broker.store.pool.acquire()  # type: ignore[attr-defined]
+        conn = await pool(broker).acquire()
         try:
             async with conn.transaction():
                 settled, claimed = await conn.fetchrow(
@@ -91,7 +98,7 @@ async def test_an_answer_that_hands_its_run_to_a_waiting_worker_writes_the_runs_
                 )
                 written = await conn.fetchval("SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relname = 'runs'")
         finally:
-            broker.store.pool.release(conn)  # type: ignore[attr-defined]
+            pool(broker).release(conn)
         assert settled and claimed["id"] == run.id and claimed["status"] == "running" and claimed["worker"] == "w1"
         assert not claimed["ready"] and claimed["attempts"] == 1
         assert written == 1
@@ -107,7 +114,7 @@ async def test_an_answer_adds_its_words_to_the_search_text_its_request_had(pg_ur
         await broker.resolve(first.id, "Ada Lovelace, after lunch", by="alice")
         await broker.reject(second.id, by="alice", reason="the changelog is missing")
         await broker.cancel(third.id)
-        same = await broker.store.pool.fetch(  # type: ignore[attr-defined]
+        same = await pool(broker).fetch(
             "SELECT t.body = interlock_request_text(r.doc, r.response) FROM request_texts t JOIN requests r USING (id)"
         )
         assert [row[0] for row in same] == [True, True, True]
