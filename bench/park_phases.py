@@ -12,7 +12,10 @@ resume (from the answer's return to the completed run).
 
 PostgreSQL at 127.0.0.1:5432 (`BENCH_PG`), trust auth; a fresh database each run, with
 `track_functions = 'all'` so `pg_stat_user_functions` says what each function cost
-(self time excludes the functions and triggers it called).
+(self time excludes the functions and triggers it called). Times move with the machine's
+load; what does not: the rows written a cycle in each table (inserted, updated, of those
+HOT, deleted) and the WAL records and bytes of the cycle's database (`pg_walinspect`, a
+superuser's extension: what the cycles' writes cost in pages and index entries).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ def psql(url: str, sql: str) -> str:
     return done.stdout
 
 
-async def cycles(url: str, n: int) -> dict[str, Any]:
+async def cycles(url: str, n: int, measured: Any = None) -> dict[str, Any]:
     import interlock
     from interlock import Confirm
     from interlock.runs import Worker
@@ -81,11 +84,51 @@ async def cycles(url: str, n: int) -> dict[str, Any]:
             await cycle()
         for values in phases.values():
             values.clear()
+        start = await asyncio.to_thread(measured.start) if measured is not None else None
         cpu, wall = time.process_time(), time.perf_counter()
         for _ in range(n):
             await cycle()
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    return {"cycles/s": n / wall, "cpu_us": cpu / n * 1e6, "phases": phases}
+        writes = await asyncio.to_thread(measured.stop, start) if measured is not None else ""
+    return {"cycles/s": n / wall, "cpu_us": cpu / n * 1e6, "phases": phases, "writes": writes}
+
+
+class Writes:
+    """What the measured cycles wrote: rows by table and WAL, from the statistics and the
+    WAL of the database (the statistics reach the views about a second after a write)."""
+
+    def __init__(self, url: str, n: int) -> None:
+        self.url, self.n = url, n
+
+    def start(self) -> tuple[str, str]:
+        psql(self.url, "CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        time.sleep(1.5)
+        rows = psql(self.url, f"COPY ({ROWS}) TO STDOUT")
+        return rows, psql(self.url, "COPY (SELECT pg_current_wal_lsn()) TO STDOUT").strip()
+
+    def stop(self, start: tuple[str, str]) -> str:
+        lsn = psql(self.url, "COPY (SELECT pg_current_wal_lsn()) TO STDOUT").strip()
+        time.sleep(1.5)
+        before = {line.split("\t")[0]: line.split("\t")[1:] for line in start[0].splitlines()}
+        out = [f"  {'table':18} {'inserted':>9} {'updated':>9} {'HOT':>9} {'deleted':>9}  a cycle"]
+        for line in psql(self.url, f"COPY ({ROWS}) TO STDOUT").splitlines():
+            name, *now = line.split("\t")
+            was = before.get(name, ["0"] * len(now))
+            counts = [(int(a) - int(b)) / self.n for a, b in zip(now, was, strict=True)]
+            if any(counts):
+                out.append(f"  {name:18} " + " ".join(f"{c:9.2f}" for c in counts))
+        wal = (
+            "COPY (SELECT count(*), coalesce(sum(record_length), 0) "
+            f"FROM pg_get_wal_records_info('{start[1]}', '{lsn}') "
+            "WHERE block_ref LIKE '%/' || (SELECT oid FROM pg_database WHERE datname = current_database()) || '/%') "
+            "TO STDOUT"
+        )
+        records, size = (int(v) / self.n for v in psql(self.url, wal).split())
+        out.append(f"  WAL of this database: {records:.1f} records, {size:.0f} bytes a cycle")
+        return "\n".join(out)
+
+
+ROWS = "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables ORDER BY relname"
 
 
 def main() -> None:
@@ -103,7 +146,7 @@ def main() -> None:
     else:
         url = f"sqlite:///{tempfile.mkdtemp(prefix='interlock-phases-')}/bench.db"
     try:
-        out = asyncio.run(cycles(url, n))
+        out = asyncio.run(cycles(url, n, Writes(url, n) if args.store == "postgres" else None))
         print(f"\n{args.store}: {out['cycles/s']:.1f} cycles/s, client CPU {out['cpu_us']:.0f} us a cycle")
         for phase, values in out["phases"].items():
             print(f"  {phase:7} p50 {median(values) * 1e6:7.0f} us")
@@ -111,10 +154,11 @@ def main() -> None:
             counts = (
                 f"SELECT funcname, calls, round((total_time / {n + WARM})::numeric * 1000) AS total_us_a_cycle, "
                 f"round((self_time / {n + WARM})::numeric * 1000) AS self_us_a_cycle "
-                "FROM pg_stat_user_functions ORDER BY total_time DESC"
+                "FROM pg_stat_user_functions WHERE funcname LIKE 'interlock%' ORDER BY total_time DESC"
             )
             print()
             print(psql(url, counts))
+            print(out["writes"])
     finally:
         if args.store == "postgres":
             psql(f"{SERVER}/postgres", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

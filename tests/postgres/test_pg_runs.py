@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from datetime import UTC, datetime
 
 import anyio
 import pytest
 
 import interlock
 from interlock import Confirm, RunStatus, Text
+from interlock.model import Response, response_to_dict
+from interlock.store.postgres import Connections, PostgresStore
 
 pytestmark = pytest.mark.anyio
 
 BOUND = 30
+
+
+def pool(broker: interlock.Broker) -> Connections:
+    store = broker.store
+    assert isinstance(store, PostgresStore)
+    return store.pool
 
 
 async def test_two_requests_of_a_run_answered_at_once_on_two_nodes_make_it_ready(pg_url: str) -> None:
@@ -68,3 +78,45 @@ async def test_workers_on_many_nodes_claim_each_run_once(pg_url: str) -> None:
     finally:
         for broker in brokers:
             await broker.aclose()
+
+
+async def test_an_answer_that_hands_its_run_to_a_waiting_worker_writes_the_runs_row_once(pg_url: str) -> None:
+    # Straight from parked to running: not marked ready first and claimed after, which
+    # would be two new versions of the row in each of its indexes.
+    async with interlock.connect(pg_url) as broker:
+        request = broker.prepare(Confirm("Deploy?"), kind="approval", to="alice")
+        run = await broker.start_parked("deployer", [request], state={"step": 1})
+        answer = Response(datetime.now(UTC), answers={request.asks[0].id: True}, by="alice")
+        conn = await pool(broker).acquire()
+        try:
+            async with conn.transaction():
+                settled, claimed = await conn.fetchrow(
+                    "SELECT settled, claimed FROM interlock_settle_claiming("
+                    "$1, 'answered', now(), $2, NULL, 'w1', now() + interval '1 minute', now(), NULL)",
+                    request.id,
+                    json.dumps(response_to_dict(answer)),
+                )
+                written = await conn.fetchval("SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relname = 'runs'")
+        finally:
+            pool(broker).release(conn)
+        assert settled and claimed["id"] == run.id and claimed["status"] == "running" and claimed["worker"] == "w1"
+        assert not claimed["ready"] and claimed["attempts"] == 1
+        assert written == 1
+        events = [event.type for event in await broker.find_events(run=run.id)]
+        assert events == ["run_started", "created", "input_requested", "answered", "run_claimed"]
+
+
+async def test_an_answer_adds_its_words_to_the_search_text_its_request_had(pg_url: str) -> None:
+    async with interlock.connect(pg_url) as broker:
+        first = await broker.create(Text("Who reviews the release notes?"), to="alice")
+        second = await broker.create(Confirm("Ship 1.4.2?"), kind="approval", to="alice")
+        third = await broker.create(Text("Anything else?"), to="alice")
+        await broker.resolve(first.id, "Ada Lovelace, after lunch", by="alice")
+        await broker.reject(second.id, by="alice", reason="the changelog is missing")
+        await broker.cancel(third.id)
+        same = await pool(broker).fetch(
+            "SELECT t.body = interlock_request_text(r.doc, r.response) FROM request_texts t JOIN requests r USING (id)"
+        )
+        assert [row[0] for row in same] == [True, True, True]
+        found = await broker.list(text="lovelace lunch")
+        assert [request.id for request in found.items] == [first.id]
