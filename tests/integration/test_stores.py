@@ -16,7 +16,7 @@ from interlock import Broker, Choice, Closed, Confirm, Expired, Form, MultiChoic
 from interlock.broker import _SCHEMES, LocalBroker, register_scheme
 from interlock.store._sql import load_migrations
 from interlock.store.memory import MemoryStore
-from interlock.store.sqlite import SqliteStore
+from interlock.store.sqlite import NewerDatabase, SqliteStore
 
 pytestmark = pytest.mark.anyio
 
@@ -289,6 +289,26 @@ async def test_principals_and_tokens_are_kept_and_revoked(url: str, tmp_path: Pa
         assert await store.principal_for_token(hash_token(second.secret)) is not None
         assert await store.revoke_tokens(principal="bot") == 1
         assert await store.principal_for_token(hash_token(second.secret)) is None
+
+
+async def test_a_sqlite_file_migrated_by_a_later_version_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "newer.db"
+    first = SqliteStore(str(path))
+    await first.open()
+    await first.aclose()
+    known = len(load_migrations("sqlite"))
+    with sqlite3.connect(path) as db:  # what a later version's migration leaves behind
+        db.execute("INSERT INTO interlock_migrations VALUES (?, 'from_the_future', 0)", (known + 1,))
+    store = SqliteStore(str(path))
+    with pytest.raises(NewerDatabase, match=rf"migrations \[{known + 1}\] are unknown to this one"):
+        await store.open()
+    with pytest.raises(RuntimeError, match="not open"):
+        store.db  # noqa: B018  # the refused file is not held open
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT max(version) FROM interlock_migrations").fetchone() == (known + 1,)
+    with pytest.raises(NewerDatabase):  # through connect() too, before anything is written
+        async with interlock.connect(f"sqlite:///{path}"):
+            pass
 
 
 async def test_a_sqlite_create_and_settlement_each_one_statement_still_write_their_events(tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ from ._sql import (
 from ._url import url_options
 from ._wakeup import Wakeup
 
-__all__ = ["SqliteStore", "from_url"]
+__all__ = ["NewerDatabase", "SqliteStore", "from_url"]
 
 log = logging.getLogger("interlock")
 
@@ -221,6 +221,11 @@ def from_url(url: str, **options: Any) -> SqliteStore:
     return SqliteStore(path, **ours)
 
 
+class NewerDatabase(RuntimeError):
+    """The database file has migrations applied that this version of interlock does not
+    know: a later version made it, and this one would not write what that one expects."""
+
+
 _Write = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]", bool, bool]
 """A write waiting for the next group commit: its transaction body, its caller's future,
 whether other processes are to be told of it, and whether it is one statement (`lone`)."""
@@ -267,7 +272,12 @@ class SqliteStore(SqlStore):
         db.execute(f"PRAGMA synchronous = {self.synchronous}")
         db.execute("PRAGMA foreign_keys = ON")
         db.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
-        await self._write(self._migrate, notify=False)
+        try:
+            await self._write(self._migrate, notify=False)
+        except NewerDatabase:
+            self._db = None
+            db.close()
+            raise
 
     async def aclose(self) -> None:
         self._wakeup.close()
@@ -298,7 +308,18 @@ class SqliteStore(SqlStore):
             "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)"
         )
         applied = {row[0] for row in db.execute("SELECT version FROM interlock_migrations")}
-        for migration in load_migrations("sqlite"):
+        migrations = load_migrations("sqlite")
+        unknown = sorted(applied - {migration.version for migration in migrations})
+        if unknown:
+            # A later version's schema may do itself what this version does by hand (since
+            # 0021, triggers write the events of a create and a settlement): refuse to write
+            # twice, or half, rather than open it.
+            raise NewerDatabase(
+                f"{self.path} was migrated by a later version of interlock (migrations {unknown} "
+                f"are unknown to this one, which knows 1 to {len(migrations)}): upgrade interlock "
+                "in every process that opens this file"
+            )
+        for migration in migrations:
             if migration.version in applied:
                 continue
             for statement in _statements(migration.sql):
