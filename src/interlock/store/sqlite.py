@@ -369,7 +369,13 @@ class SqliteStore(SqlStore):
         if self._turn_taken is not loop:  # (a flag left by a loop that stopped is not this loop's)
             self._turn_taken = loop
             loop.call_soon(self._end_turn)
-            ((ok, value),) = await self._retry(lambda: self._transaction([fn], lone=lone))
+            try:
+                ((ok, value),) = self._transaction([fn], lone=lone)
+            except sqlite3.OperationalError as exc:
+                if not _locked(exc):
+                    raise
+                # another process writes: back off and try again
+                ((ok, value),) = await self._retry(lambda: self._transaction([fn], lone=lone))
             if not ok:
                 raise value
             if notify:
