@@ -2087,6 +2087,8 @@ def _dt(value: str | None) -> datetime | None:
 
 
 def origin_to_dict(origin: Origin) -> dict[str, Any]:
+    if origin is NO_ORIGIN:
+        return {}  # most requests: nothing to look at
     out = {name: value for name in Origin.__dataclass_fields__ if (value := getattr(origin, name)) is not None}
     if origin.delegation is not None:
         out["delegation"] = list(origin.delegation)
@@ -2094,6 +2096,8 @@ def origin_to_dict(origin: Origin) -> dict[str, Any]:
 
 
 def origin_from_dict(data: Mapping[str, Any]) -> Origin:
+    if not data:
+        return NO_ORIGIN
     fields = dict(data)
     if fields.get("delegation") is not None:
         fields["delegation"] = tuple(fields["delegation"])

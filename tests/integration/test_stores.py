@@ -16,7 +16,7 @@ from interlock import Broker, Choice, Closed, Confirm, Expired, Form, MultiChoic
 from interlock.broker import _SCHEMES, LocalBroker, register_scheme
 from interlock.store._sql import load_migrations
 from interlock.store.memory import MemoryStore
-from interlock.store.sqlite import SqliteStore
+from interlock.store.sqlite import NewerDatabase, SqliteStore
 
 pytestmark = pytest.mark.anyio
 
@@ -291,6 +291,57 @@ async def test_principals_and_tokens_are_kept_and_revoked(url: str, tmp_path: Pa
         assert await store.principal_for_token(hash_token(second.secret)) is None
 
 
+async def test_a_sqlite_file_migrated_by_a_later_version_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "newer.db"
+    first = SqliteStore(str(path))
+    await first.open()
+    await first.aclose()
+    known = len(load_migrations("sqlite"))
+    with sqlite3.connect(path) as db:  # what a later version's migration leaves behind
+        db.execute("INSERT INTO interlock_migrations VALUES (?, 'from_the_future', 0)", (known + 1,))
+    store = SqliteStore(str(path))
+    with pytest.raises(NewerDatabase, match=rf"migrations \[{known + 1}\] are unknown to this one"):
+        await store.open()
+    with pytest.raises(RuntimeError, match="not open"):
+        store.db  # noqa: B018  # the refused file is not held open
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT max(version) FROM interlock_migrations").fetchone() == (known + 1,)
+    with pytest.raises(NewerDatabase):  # through connect() too, before anything is written
+        async with interlock.connect(f"sqlite:///{path}"):
+            pass
+
+
+async def test_a_sqlite_create_and_settlement_each_one_statement_still_write_their_events(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+        assert isinstance(broker, LocalBroker)
+        plain = await broker.create(Text("Colour?"), to="alice")  # a lone write: no BEGIN of its own
+        keyed = await broker.create(Text("Size?"), idempotency_key="k", channel="c")
+        # several writes in one turn of the loop: one group commit, each in its savepoint
+        together = await asyncio.gather(*(broker.create(Text(f"Shape {i}?"), to="bob") for i in range(3)))
+        assert await broker.resolve(plain.id, "blue", by="alice")
+        assert await broker.reject(keyed.id, "no")
+        assert not await broker.resolve(plain.id, "red")  # settled already: no second event
+        settled = await asyncio.gather(*(broker.cancel(r.id) for r in together))
+        assert all(settled)
+        events = [(e.type, e.request_id) for e in await broker.store.events()]
+    ids = [plain.id, keyed.id, *(r.id for r in together)]
+    assert events == [
+        *(("created", i) for i in ids),
+        ("answered", plain.id),
+        ("rejected", keyed.id),
+        *(("cancelled", r.id) for r in together),
+    ]
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT type, request_id, recipient, at FROM events ORDER BY id").fetchall()
+        times = dict(db.execute("SELECT id, created_at FROM requests").fetchall())
+        settled_at = dict(db.execute("SELECT id, settled_at FROM requests").fetchall())
+        assert db.execute("SELECT settled_by FROM requests WHERE id = ?", (plain.id,)).fetchone() == ("alice",)
+    assert [(t, i, to) for t, i, to, _ in rows[:2]] == [("created", plain.id, "alice"), ("created", keyed.id, None)]
+    assert [at for t, i, _, at in rows if t == "created"] == [times[i] for i in ids]
+    assert [at for t, i, _, at in rows if t != "created"] == [settled_at[i] for i in ids]
+
+
 async def test_an_upgrade_from_the_trigger_kept_outbox_and_index_loses_and_repeats_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -298,8 +349,10 @@ async def test_an_upgrade_from_the_trigger_kept_outbox_and_index_loses_and_repea
 
     path = tmp_path / "upgraded.db"
     derived = next(m for m in load_migrations("sqlite") if m.name == "derived_from_events")
-    # ... and the column today's settlement statement writes (made later, and independent)
-    before = [m for m in load_migrations("sqlite") if m.version < derived.version or m.name == "dashboard_from_indexes"]
+    # ... and the column and triggers today's create and settlement statements use (made
+    # later, and independent)
+    today = ("dashboard_from_indexes", "one_statement_writes")
+    before = [m for m in load_migrations("sqlite") if m.version < derived.version or m.name in today]
     with monkeypatch.context() as patch:  # a file made before the outbox and index were derived
         patch.setattr(sqlite_store, "load_migrations", lambda dialect: before)
         async with interlock.connect(f"sqlite:///{path}") as broker:

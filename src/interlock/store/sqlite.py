@@ -47,6 +47,7 @@ from ._sql import (
     SqlStore,
     Transaction,
     closed_channel,
+    encode_document,
     encode_json,
     find_events_sql,
     fts_match,
@@ -60,7 +61,7 @@ from ._sql import (
 from ._url import url_options
 from ._wakeup import Wakeup
 
-__all__ = ["SqliteStore", "from_url"]
+__all__ = ["NewerDatabase", "SqliteStore", "from_url"]
 
 log = logging.getLogger("interlock")
 
@@ -76,6 +77,18 @@ def _positional(sql: str) -> tuple[str, tuple[int, ...] | None]:
 
 
 _NUMBERED = {name: _positional(sql) for name, sql in Q.items()}
+
+
+def _in_order(name: str) -> str:
+    """The statement of a query bound from a tuple: each parameter used once, in order."""
+    sql, taken = _NUMBERED[name]
+    if taken is not None:
+        raise RuntimeError(f"the parameters of {name!r} are not each used once, in order")
+    return sql
+
+
+_INSERT_REQUEST = _in_order("insert_new_request")
+_SETTLE_REQUEST = _in_order("settle_row")
 _SYNCHRONOUS = {"OFF", "NORMAL", "FULL", "EXTRA"}
 DERIVE_DELAY = 0.2
 """Seconds after a write of this process before the search index is brought up to date
@@ -142,24 +155,25 @@ def _run_event(type_: str, run: Run) -> dict[str, Any]:
     }
 
 
-def _request_row(request: Request, doc: str) -> dict[str, Any]:
-    """The parameters of `insert_request_row` for a new request, its document `doc`."""
+def _request_row(request: Request, doc: str) -> tuple[Any, ...]:
+    """The arguments of `insert_new_request` for a new request, its document `doc`."""
     o = request.origin
-    return {
-        "id": request.id,
-        "kind": request.kind,
-        "status": request.status.value,
-        "recipient": request.to,
-        "requester": request.requester,
-        "session": o.session,
-        "channel": o.channel,
-        "agent": o.agent,
-        "run": o.run,
-        "idempotency_key": request.idempotency_key,
-        "created_at": _us(request.created_at),
-        "expires_at": _us(request.expires_at),
-        "doc": doc,
-    }
+    expires_at = request.expires_at
+    return (
+        request.id,
+        request.kind,
+        request.status.value,
+        request.to,
+        request.requester,
+        o.session,
+        o.channel,
+        o.agent,
+        o.run,
+        request.idempotency_key,
+        int(request.created_at.timestamp() * 1_000_000),
+        None if expires_at is None else int(expires_at.timestamp() * 1_000_000),
+        doc,
+    )
 
 
 def _run_row(run: Run) -> dict[str, Any]:
@@ -195,21 +209,6 @@ def _grant_event(type_: str, grant: IssuedGrant, at: int | None) -> dict[str, An
     }
 
 
-def _event_row(type_: str, request: Request, at: int | None) -> dict[str, Any]:
-    """The parameters of `insert_event` for an event about `request`."""
-    o = request.origin
-    return {
-        "type": type_,
-        "request_id": request.id,
-        "at": at,
-        "data": None,
-        "recipient": request.to,
-        "requester": request.requester,
-        "session": o.session,
-        "run": o.run,
-    }
-
-
 _OPTIONS = {"poll_interval": float, "synchronous": str, "lock_timeout": float, "cache_bytes": int}
 
 
@@ -222,9 +221,14 @@ def from_url(url: str, **options: Any) -> SqliteStore:
     return SqliteStore(path, **ours)
 
 
-_Write = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]", bool]
+class NewerDatabase(RuntimeError):
+    """The database file has migrations applied that this version of interlock does not
+    know: a later version made it, and this one would not write what that one expects."""
+
+
+_Write = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]", bool, bool]
 """A write waiting for the next group commit: its transaction body, its caller's future,
-and whether other processes are to be told of it."""
+whether other processes are to be told of it, and whether it is one statement (`lone`)."""
 
 
 class SqliteStore(SqlStore):
@@ -268,7 +272,12 @@ class SqliteStore(SqlStore):
         db.execute(f"PRAGMA synchronous = {self.synchronous}")
         db.execute("PRAGMA foreign_keys = ON")
         db.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
-        await self._write(self._migrate, notify=False)
+        try:
+            await self._write(self._migrate, notify=False)
+        except NewerDatabase:
+            self._db = None
+            db.close()
+            raise
 
     async def aclose(self) -> None:
         self._wakeup.close()
@@ -299,7 +308,18 @@ class SqliteStore(SqlStore):
             "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)"
         )
         applied = {row[0] for row in db.execute("SELECT version FROM interlock_migrations")}
-        for migration in load_migrations("sqlite"):
+        migrations = load_migrations("sqlite")
+        unknown = sorted(applied - {migration.version for migration in migrations})
+        if unknown:
+            # A later version's schema may do itself what this version does by hand (since
+            # 0021, triggers write the events of a create and a settlement): refuse to write
+            # twice, or half, rather than open it.
+            raise NewerDatabase(
+                f"{self.path} was migrated by a later version of interlock (migrations {unknown} "
+                f"are unknown to this one, which knows 1 to {len(migrations)}): upgrade interlock "
+                "in every process that opens this file"
+            )
+        for migration in migrations:
             if migration.version in applied:
                 continue
             for statement in _statements(migration.sql):
@@ -325,13 +345,13 @@ class SqliteStore(SqlStore):
             try:
                 return fn()
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
+                if not _locked(exc):
                     raise
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the SQLite database stayed locked for {self.lock_timeout}s") from exc
             await asyncio.sleep(backoff.next())
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], T], *, notify: bool = True) -> T:
+    async def _write(self, fn: Callable[[sqlite3.Connection], T], *, notify: bool = True, lone: bool = False) -> T:
         """Run `fn` in a write transaction and return what it returns, once committed.
 
         The first write in a turn of the event loop commits at once. The writes asked for
@@ -339,13 +359,23 @@ class SqliteStore(SqlStore):
         commit), each in a savepoint of its own, so that one that raises changes nothing and
         the others still commit: a lone writer waits for nobody, and a hundred concurrent
         agents pay a few commits, not a hundred.
+
+        `lone` says that `fn` runs one statement and nothing else (no read before it that
+        the statement depends on): committed alone, that statement is its own transaction,
+        without a BEGIN and COMMIT around it.
         """
         self.db  # noqa: B018  # refuse a closed store here, in the caller
         loop = asyncio.get_running_loop()
         if self._turn_taken is not loop:  # (a flag left by a loop that stopped is not this loop's)
             self._turn_taken = loop
             loop.call_soon(self._end_turn)
-            ((ok, value),) = await self._retry(lambda: self._transaction([fn]))
+            try:
+                ((ok, value),) = self._transaction([fn], lone=lone)
+            except sqlite3.OperationalError as exc:
+                if not _locked(exc):
+                    raise
+                # another process writes: back off and try again
+                ((ok, value),) = await self._retry(lambda: self._transaction([fn], lone=lone))
             if not ok:
                 raise value
             if notify:
@@ -356,7 +386,7 @@ class SqliteStore(SqlStore):
         if self._batch is None or self._batch_loop is not loop:
             self._batch, self._batch_loop = [], loop
             loop.call_soon(self._commit_batch)
-        self._batch.append((fn, fut, notify))
+        self._batch.append((fn, fut, notify, lone))
         return cast(T, await fut)
 
     async def _write_in(self, body: Callable[[Transaction], Coroutine[Any, Any, T]], *, notify: bool = True) -> T:
@@ -376,9 +406,9 @@ class SqliteStore(SqlStore):
         if not batch:
             return
         try:
-            outcomes = self._transaction([fn for fn, _, _ in batch])
+            outcomes = self._transaction([entry[0] for entry in batch], lone=len(batch) == 1 and batch[0][3])
         except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):  # another process writes: back off, off this turn
+            if _locked(exc):  # another process writes: back off, off this turn
                 task = asyncio.get_running_loop().create_task(self._commit_later(batch))
                 self._committing.add(task)
                 task.add_done_callback(self._committing.discard)
@@ -390,15 +420,30 @@ class SqliteStore(SqlStore):
 
     async def _commit_later(self, batch: list[_Write]) -> None:
         try:
-            outcomes = await self._retry(lambda: self._transaction([fn for fn, _, _ in batch]))
+            lone = len(batch) == 1 and batch[0][3]
+            outcomes = await self._retry(lambda: self._transaction([entry[0] for entry in batch], lone=lone))
         except Exception as exc:
             outcomes = [(False, exc)] * len(batch)
         self._settle_batch(batch, outcomes)
 
-    def _transaction(self, writes: list[Callable[[sqlite3.Connection], Any]]) -> list[tuple[bool, Any]]:
+    def _transaction(
+        self, writes: list[Callable[[sqlite3.Connection], Any]], *, lone: bool = False
+    ) -> list[tuple[bool, Any]]:
         """Run writes in one transaction: (True, result) or (False, exception) for each.
-        One that raises is rolled back alone (to its savepoint)."""
+        One that raises is rolled back alone (to its savepoint). A `lone` write (one write of
+        one statement) runs as SQLite's own transaction of that statement."""
         db = self.db
+        if lone:
+            try:
+                outcome = (True, writes[0](db))
+            except sqlite3.OperationalError as exc:
+                if _locked(exc):
+                    raise  # nothing was written: try again (`_retry`)
+                outcome = (False, exc)
+            except Exception as exc:
+                outcome = (False, exc)
+            self._committed()
+            return [outcome]
         db.execute("BEGIN IMMEDIATE")
         try:
             outcomes: list[tuple[bool, Any]] = []
@@ -422,12 +467,16 @@ class SqliteStore(SqlStore):
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+        self._committed()
+        return outcomes
+
+    def _committed(self) -> None:
+        """Count a commit; every `CHECKPOINT_COMMITS`, checkpoint the log in a worker thread."""
         self._commits += 1
         if self._commits >= CHECKPOINT_COMMITS and self._checkpointing is None:
             self._commits = 0
             self._checkpointing = asyncio.get_running_loop().run_in_executor(None, self._checkpoint)
             self._checkpointing.add_done_callback(self._checkpointed)
-        return outcomes
 
     def _checkpoint(self) -> None:
         """Copy the write-ahead log's committed pages into the database file (in a worker
@@ -445,10 +494,10 @@ class SqliteStore(SqlStore):
         self._checkpointing = None
 
     def _settle_batch(self, batch: list[_Write], outcomes: list[tuple[bool, Any]]) -> None:
-        if any(ok and notify for (ok, _), (_, _, notify) in zip(outcomes, batch, strict=True)):
+        if any(ok and notify for (ok, _), (_, _, notify, _) in zip(outcomes, batch, strict=True)):
             self._wakeup.notify()
             self._derive_soon()
-        for (_, fut, _), (ok, value) in zip(batch, outcomes, strict=True):
+        for (_, fut, _, _), (ok, value) in zip(batch, outcomes, strict=True):
             if fut.done():
                 continue
             if ok:
@@ -533,28 +582,33 @@ class SqliteStore(SqlStore):
 
     async def _insert(self, request: Request, doc: str) -> tuple[Request, bool, int]:
         row = _request_row(request, doc)
-        o = request.origin
+        created = request, True, row_size(doc)
+        channel, key = request.origin.channel, request.idempotency_key
+        if channel is None and key is None:
+            # Nothing to look up first: the insert (and its event) is the whole write.
+            def insert_only(db: sqlite3.Connection) -> tuple[Request, bool, int]:
+                db.execute(_INSERT_REQUEST, row)
+                return created
+
+            return await self._write(insert_only, lone=True)
 
         def insert(db: sqlite3.Connection) -> tuple[Request, bool, int]:
-            if o.channel is not None:
-                closed = db.execute(Q["is_closed"], {"channel": o.channel, "requester": request.requester}).fetchone()
+            if channel is not None:
+                closed = db.execute(Q["is_closed"], {"channel": channel, "requester": request.requester}).fetchone()
                 if closed is not None:
-                    raise closed_channel(o.channel)
-            if request.idempotency_key is not None:
-                found = db.execute(
-                    Q["find_idempotent"], {"requester": request.requester or "", "key": request.idempotency_key}
-                ).fetchone()
+                    raise closed_channel(channel)
+            if key is not None:
+                found = db.execute(Q["find_idempotent"], {"requester": request.requester or "", "key": key}).fetchone()
                 if found is not None:
                     return request_from_row(*found), False, row_size(found[1], found[2])
-            db.execute(Q["insert_request_row"], row)
-            db.execute(Q["insert_event"], _event_row("created", request, _us(request.created_at)))
-            return request, True, row_size(doc)
+            db.execute(_INSERT_REQUEST, row)
+            return created
 
         return await self._write(insert)
 
     async def _settle(self, request: Request, at: datetime, answer: str | None) -> bool:
         stamp = _us(at)
-        return await self._write(lambda db: _settle_row(db, request, stamp, answer))
+        return await self._write(lambda db: _settle_row(db, request, stamp, answer), lone=True)
 
     async def _settle_in(self, tx: Transaction, request: Request, at: datetime, answer: str | None) -> bool:
         return _settle_row(cast(_Transaction, tx).db, request, _us(at), answer)
@@ -572,7 +626,7 @@ class SqliteStore(SqlStore):
         if due is not None and not (await self._read(sql + " LIMIT 1", params)):
             return []  # the common case for the expiry loop: take no write lock
 
-        at, answer = _us(response.at), encode_json(response_to_dict(response))
+        at, answer = _us(response.at), encode_document(response_to_dict(response))
 
         def settle_all(db: sqlite3.Connection) -> list[tuple[Request, int]]:
             settled = []
@@ -595,7 +649,7 @@ class SqliteStore(SqlStore):
         else:
             sql, params = Q["pending_in_channel_for"], {"channel": channel, "requester": requester}
 
-        answer = encode_json(response_to_dict(response))
+        answer = encode_document(response_to_dict(response))
 
         def close(db: sqlite3.Connection) -> list[tuple[Request, str]]:
             db.execute(Q["insert_closed_channel"], closure)
@@ -802,7 +856,8 @@ class SqliteStore(SqlStore):
             ids=encode_json([request.id for request in requests]),
             expires_at=_us(expires_at),
         )
-        made = [(request, _request_row(request, encode_json(request_to_dict(request)))) for request in requests]
+        made = [(request, _request_row(request, encode_document(request_to_dict(request)))) for request in requests]
+        # (each row's document is its last argument)
 
         def start(db: sqlite3.Connection) -> tuple[Run, bool]:
             # The run is stored parked at once (no running row to update); its events say
@@ -819,8 +874,7 @@ class SqliteStore(SqlStore):
                     closed = db.execute(Q["is_closed"], {"channel": channel, "requester": request.requester})
                     if closed.fetchone() is not None:
                         raise closed_channel(channel)  # the transaction rolls back: nothing is stored
-                db.execute(Q["insert_request_row"], params)
-                db.execute(Q["insert_event"], _event_row("created", request, params["created_at"]))
+                db.execute(_INSERT_REQUEST, params)
             db.execute(Q["add_waits"], row)
             parked = run_from_row(inserted, _from_us)
             db.execute(Q["insert_event"], _run_event("input_requested", parked))
@@ -829,7 +883,7 @@ class SqliteStore(SqlStore):
         parked, created = await self._write(start)
         if created:
             for request, params in made:
-                self._cache.put(request, row_size(params["doc"]))
+                self._cache.put(request, row_size(params[-1]))
         return parked, created
 
     async def park_run(
@@ -1070,12 +1124,17 @@ def _one(cursor: sqlite3.Cursor) -> Any:
 
 
 def _settle_row(db: sqlite3.Connection, request: Request, at: int | None, answer: str | None) -> bool:
-    """Settle the request's row if still pending, with its event; whether it was."""
-    params = {"id": request.id, "status": request.status.value, "settled_at": at, "response": answer}
-    if db.execute(Q["settle_request"], params).rowcount != 1:
-        return False
-    db.execute(Q["insert_event"], _event_row(request.status.value, request, at))
-    return True
+    """Settle the request's row if still pending (its event appended by a trigger, see
+    migration 0021); whether it was."""
+    response = request.response
+    by = None if response is None else response.by
+    return db.execute(_SETTLE_REQUEST, (request.status.value, at, answer, by, request.id)).rowcount == 1
+
+
+def _locked(exc: sqlite3.OperationalError) -> bool:
+    """Whether an error says another connection holds the lock (nothing was done: try again)."""
+    message = str(exc)
+    return "locked" in message or "busy" in message
 
 
 def _execute(db: sqlite3.Connection, name: str, args: tuple[Any, ...]) -> sqlite3.Cursor:

@@ -1,8 +1,9 @@
--- name: insert_request_row
-INSERT INTO requests (id, kind, status, recipient, requester, session, channel, agent, run,
-                      idempotency_key, created_at, expires_at, settled_at, doc)
+-- name: insert_new_request
+-- A new request's row and its `created` event, in one statement (see migration 0021).
+INSERT INTO new_requests (id, kind, status, recipient, requester, session, channel, agent, run,
+                          idempotency_key, created_at, expires_at, doc)
 VALUES (:id, :kind, :status, :recipient, :requester, :session, :channel, :agent, :run,
-        :idempotency_key, :created_at, :expires_at, NULL, :doc);
+        :idempotency_key, :created_at, :expires_at, :doc);
 
 -- name: insert_event
 INSERT INTO events (type, request_id, at, data, recipient, requester, session, run)
@@ -28,9 +29,9 @@ DELETE FROM closed_channels WHERE channel = :channel AND requester = :requester;
 -- name: pending_in_channel_for
 SELECT status, doc, response FROM requests WHERE status = 'pending' AND channel = :channel AND requester = :requester;
 
--- name: settle_request
-UPDATE requests SET status = :status, settled_at = :settled_at, response = :response,
-    settled_by = json_extract(:response, '$.by')
+-- name: settle_row
+-- Settle a request still pending; a trigger appends the settlement's event (migration 0021).
+UPDATE requests SET status = :status, settled_at = :settled_at, response = :response, settled_by = :settled_by
 WHERE id = :id AND status = 'pending';
 
 -- name: get_request
