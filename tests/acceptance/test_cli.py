@@ -1,4 +1,5 @@
-"""The `interlock` command, run for real in subprocesses against a SQLite file."""
+"""The `interlock` command against a SQLite file: in real subprocesses where it waits for an
+answer or reads the terminal, in process (cli_support) where it prints and exits."""
 
 from __future__ import annotations
 
@@ -14,16 +15,16 @@ import anyio
 import pytest
 
 import interlock
+from cli_support import invoke
 from interlock import Broker, Request
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = pytest.mark.anyio
 
 INTERLOCK = [sys.executable, "-m", "interlock"]
 
 
 def run(*args: str, db: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "INTERLOCK_URL": db}
-    return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=env, timeout=60)
+    return invoke(*args, env={**os.environ, "INTERLOCK_URL": db})
 
 
 async def ask_and_settle(
@@ -53,10 +54,11 @@ def db(tmp_path: Path) -> str:
 
 
 def test_version() -> None:
-    out = subprocess.run([*INTERLOCK, "--version"], capture_output=True, text=True, check=True).stdout
+    out = invoke("--version").stdout
     assert out.strip() == f"interlock {interlock.__version__}"
 
 
+@pytest.mark.slow
 async def test_ask_blocks_until_answered_and_prints_the_answer(db: str) -> None:
     async def approve(broker: Broker, request: Request) -> None:
         assert request.to == "alice"
@@ -67,22 +69,26 @@ async def test_ask_blocks_until_answered_and_prints_the_answer(db: str) -> None:
     assert (code, json.loads(out)) == (0, True)
 
 
+@pytest.mark.slow
 async def test_a_declined_confirm_exits_one(db: str) -> None:
     code, out = await ask_and_settle(db, ["Deploy?", "--confirm"], lambda b, r: b.resolve(r.id, False))
     assert (code, json.loads(out)) == (1, False)
 
 
+@pytest.mark.slow
 async def test_a_rejection_exits_one_with_the_reason(db: str) -> None:
     code, out = await ask_and_settle(db, ["Deploy?", "--confirm"], lambda b, r: b.reject(r.id, "freeze week"))
     assert code == 1
     assert json.loads(out) == {"status": "rejected", "reason": "freeze week"}
 
 
+@pytest.mark.slow
 async def test_a_cancellation_exits_three(db: str) -> None:
     code, _ = await ask_and_settle(db, ["Deploy?", "--confirm"], lambda b, r: b.cancel(r.id))
     assert code == 3
 
 
+@pytest.mark.slow
 async def test_choices_and_multi_choices_come_back_as_option_ids(db: str) -> None:
     code, out = await ask_and_settle(
         db, ["Region?", "--choice", "eu", "--choice", "us"], lambda b, r: b.resolve(r.id, "us")
@@ -94,6 +100,7 @@ async def test_choices_and_multi_choices_come_back_as_option_ids(db: str) -> Non
     assert (code, json.loads(out)) == (0, ["eu", "us"])
 
 
+@pytest.mark.slow
 async def test_a_form_ask_takes_its_schema_from_a_file(db: str, tmp_path: Path) -> None:
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}))
@@ -155,6 +162,7 @@ def test_reject_in_the_terminal(db: str) -> None:
     assert shown["response"]["reason"] == "no"
 
 
+@pytest.mark.slow
 async def test_watch_answers_requests_in_the_terminal_as_they_arrive(db: str) -> None:
     async with interlock.connect(db) as broker:
         waiting = await broker.create(interlock.Choice("Colour?", ["Red", "Green"], allow_other=True), to="alice")

@@ -1,4 +1,4 @@
-"""Follow-up messages from the real CLI: `interlock run send`, `run followups` and
+"""Follow-up messages from the CLI (run in process: cli_support): `interlock run send`, `run followups` and
 `run withdraw` against a run parked by another process's broker, on SQLite."""
 
 from __future__ import annotations
@@ -6,23 +6,21 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import interlock
+from cli_support import invoke
 from interlock import Confirm, Status, Text
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = pytest.mark.anyio
 
-INTERLOCK = [sys.executable, "-m", "interlock"]
 BOUND = 60
 
 
 def cli(*args: str, db: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "INTERLOCK_URL": db, "USER": "alice"}
-    return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=env, timeout=BOUND)
+    return invoke(*args, env={**os.environ, "INTERLOCK_URL": db, "USER": "alice"})
 
 
 async def park(db: str, run_id: str, *, approval: bool) -> str:

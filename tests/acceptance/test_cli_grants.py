@@ -18,17 +18,17 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import interlock
+from cli_support import invoke
 from interlock.grant_tokens import GrantSigner, verify_grant_token
 from interlock.model import Choice, Confirm, Option, Status
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = pytest.mark.anyio
 
 INTERLOCK = [sys.executable, "-m", "interlock"]
 
 
 def run(*args: str, db: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "INTERLOCK_URL": db, "COLUMNS": "200"}
-    return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=env, timeout=60)
+    return invoke(*args, env={**os.environ, "INTERLOCK_URL": db, "COLUMNS": "200"})
 
 
 @pytest.fixture
@@ -118,6 +118,7 @@ def test_grants_give_makes_a_delegation_with_the_expiry_asked_for(db: str) -> No
     assert both.returncode == 4
 
 
+@pytest.mark.slow
 async def test_serve_takes_the_grant_settings_and_the_cli_answers_with_grants_through_it(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'served.db'}"
     pem = tmp_path / "grant-key.pem"
@@ -128,8 +129,7 @@ async def test_serve_takes_the_grant_settings_and_the_cli_answers_with_grants_th
     )
     tokens = {}
     for args in (["alice", "--human"], ["bob", "--human"], ["deployer", "--agent", "--owner", "alice"]):
-        made = await anyio.run_process([*INTERLOCK, "token", "create", *args, "--db", db])
-        tokens[args[0]] = made.stdout.decode().strip()
+        tokens[args[0]] = invoke("token", "create", *args, "--db", db).stdout.strip()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
@@ -159,8 +159,9 @@ async def test_serve_takes_the_grant_settings_and_the_cli_answers_with_grants_th
         request_id = created.json()["id"]
 
         def cli(who: str, *args: str) -> subprocess.CompletedProcess[str]:
-            env = {**os.environ, "INTERLOCK_URL": url, "INTERLOCK_TOKEN": tokens[who], "COLUMNS": "200"}
-            return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=env, timeout=60)
+            return invoke(
+                *args, env={**os.environ, "INTERLOCK_URL": url, "INTERLOCK_TOKEN": tokens[who], "COLUMNS": "200"}
+            )
 
         assert "--grant 'deploy@repo:web'" in cli("bob", "show", request_id).stderr
         assert cli("bob", "answer", request_id, "yes", "--grant", "deploy@repo:web").returncode == 0

@@ -1,28 +1,26 @@
 """`interlock policy set/show/list/rm`: an agent's approval policy from flags or JSON, as
-the real CLI in a subprocess stores it; bad policies are refused and change nothing."""
+the CLI (run in process: cli_support) stores it; bad policies are refused and change nothing."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import interlock
+from cli_support import invoke
 from interlock.cli import USAGE
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-
-INTERLOCK = [sys.executable, "-m", "interlock"]
+pytestmark = pytest.mark.anyio
 SECRET = "hook-secret-0123456789"
 
 
 def run(*args: str, db: str, **env: str) -> subprocess.CompletedProcess[str]:
     environment = {**os.environ, "INTERLOCK_URL": db, "COLUMNS": "200", **env}
-    return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=environment, timeout=60)
+    return invoke(*args, env=environment)
 
 
 @pytest.fixture

@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 
 import interlock
+from cli_support import invoke
 from interlock import Request, Status
 from interlock.agent import ApprovalGate, ToolCall
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = pytest.mark.anyio
 
 INTERLOCK = [sys.executable, "-m", "interlock"]
 SCHEMA = {
@@ -38,13 +39,24 @@ def handlers(broker):
 """
 
 
-def cli(*args: str, cwd: Path, url: str | None = None) -> subprocess.CompletedProcess[str]:
-    """The real command, with neither INTERLOCK_URL nor INTERLOCK_TOKEN set: only what the
-    options say."""
+def environment(url: str | None) -> dict[str, str]:
+    """Neither INTERLOCK_URL nor INTERLOCK_TOKEN set: only what the options say."""
     env = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_URL", "INTERLOCK_TOKEN")}
     if url is not None:
         env["INTERLOCK_URL"] = url
-    return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+    return env
+
+
+def cli(*args: str, cwd: Path, url: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The command, run in process (cli_support)."""
+    return invoke(*args, env=environment(url), cwd=cwd)
+
+
+def process(*args: str, cwd: Path, url: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The command in a process of its own (the worker imports the handlers' module from cwd)."""
+    return subprocess.run(
+        [*INTERLOCK, *args], capture_output=True, text=True, env=environment(url), cwd=cwd, timeout=60
+    )
 
 
 def how_to_lines(stderr: str) -> list[str]:
@@ -123,6 +135,7 @@ async def test_runs_lists_a_page_at_a_time_with_the_next_cursor_or_every_page(
     assert rest == ["run-2", "run-1", "run-0"]
 
 
+@pytest.mark.slow
 async def test_run_commands_and_the_worker_take_a_token_as_every_other_command_does(
     server: tuple[str, str, str], tmp_path: Path
 ) -> None:
@@ -141,7 +154,7 @@ async def test_run_commands_and_the_worker_take_a_token_as_every_other_command_d
     (tmp_path / "scaler_worker.py").write_text(textwrap.dedent(HANDLERS))
     answered = cli("answer", resume_me.id, "yes", "--server", url, "--token", alice, cwd=tmp_path)
     assert answered.returncode == 0, answered.stderr
-    worked = cli("worker", "scaler_worker:handlers", "--once", "--server", url, "--token", agent, cwd=tmp_path)
+    worked = process("worker", "scaler_worker:handlers", "--once", "--server", url, "--token", agent, cwd=tmp_path)
     assert worked.returncode == 0 and "resumed 1 run(s)" in worked.stderr, worked.stderr
 
     async with interlock.connect(url, token=alice) as broker:

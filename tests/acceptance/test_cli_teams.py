@@ -1,27 +1,24 @@
 """`interlock team`, `interlock claim`, `interlock inbox` for a team's member and
-`interlock routing`, run for real in subprocesses against a SQLite file."""
+`interlock routing`, run in process (cli_support) against a SQLite file."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import interlock
+from cli_support import invoke
 from interlock import Confirm
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-
-INTERLOCK = [sys.executable, "-m", "interlock"]
+pytestmark = pytest.mark.anyio
 
 
 def run(*args: str, db: str, user: str = "alice") -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "INTERLOCK_URL": db, "INTERLOCK_USER": user}
-    return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=env, timeout=60)
+    return invoke(*args, env={**os.environ, "INTERLOCK_URL": db, "INTERLOCK_USER": user})
 
 
 @pytest.fixture

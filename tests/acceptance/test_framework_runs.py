@@ -29,6 +29,7 @@ import httpx
 import pytest
 
 import interlock
+from cli_support import invoke
 from interlock import Status
 from interlock.model import Run, RunStatus, new_id
 
@@ -90,6 +91,11 @@ def cli(url: str, log: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def answer(url: str, log: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`interlock answer ARGS` in process (cli_support): the answer, not its process, is the point."""
+    return invoke("answer", *args, "--db", url, env=env(log), cwd=HERE)
+
+
 def deploys(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
@@ -131,7 +137,7 @@ async def test_answered_before_the_worker_starts(framework: str, store: str, log
     assert deploys(log) == []
     (request_id,) = run["waiting_on"]
     words, expected = approve_with(framework)
-    answered = cli(store, log, "answer", request_id, *words, "--by", "alice")
+    answered = answer(store, log, request_id, *words, "--by", "alice")
     assert answered.returncode == 0, answered.stderr
 
     resumed = cli(store, log, "worker", factory(framework), "--once")
@@ -154,7 +160,7 @@ async def test_the_worker_waits_and_resumes_once_the_person_answers(framework: s
         (request_id,) = run["waiting_on"]
         assert deploys(log) == []
         words, expected = approve_with(framework)
-        answered = cli(store, log, "answer", request_id, *words, "--by", "alice")
+        answered = answer(store, log, request_id, *words, "--by", "alice")
         assert answered.returncode == 0, answered.stderr
         final = await ended(store, run["id"])
         assert final.status is RunStatus.COMPLETED, final.error
@@ -173,7 +179,7 @@ async def test_a_denial_reaches_the_model_with_the_reason_and_the_tool_never_run
 ) -> None:
     run = start_agent(framework, store, log)
     (request_id,) = run["waiting_on"]
-    denied = cli(store, log, "answer", request_id, "no", "--reason", "Not during the sale.", "--by", "alice")
+    denied = answer(store, log, request_id, "no", "--reason", "Not during the sale.", "--by", "alice")
     assert denied.returncode == 0, denied.stderr
     assert cli(store, log, "worker", factory(framework), "--once").returncode == 0
     final = await ended(store, run["id"])
@@ -205,7 +211,7 @@ async def test_a_restarted_agent_finds_its_approval_instead_of_making_a_second(
     async with interlock.connect(store) as broker:
         assert [a.id for a in (await broker.list(kind="approval")).items] == [made.id]
     words, expected = approve_with(framework)
-    assert cli(store, log, "answer", made.id, *words, "--by", "alice").returncode == 0
+    assert answer(store, log, made.id, *words, "--by", "alice").returncode == 0
     assert cli(store, log, "worker", factory(framework), "--once").returncode == 0
     final = await ended(store, run_id)
     assert final.status is RunStatus.COMPLETED, final.error

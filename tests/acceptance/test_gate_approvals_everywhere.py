@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 import interlock
+from cli_support import invoke
 from interlock import Broker, Request, Status
 from interlock.agent import ApprovalGate, ToolCall, ToolDefinition, ToolFunctions, ToolResult, ToolRunner
 
@@ -121,8 +122,7 @@ async def test_input_responses_still_refuse_a_wrong_option_and_change_nothing(ap
 
 
 def cli(*args: str, db: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "INTERLOCK_URL": db}
-    return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=env, timeout=60)
+    return invoke(*args, env={**os.environ, "INTERLOCK_URL": db})
 
 
 async def answer_in_a_terminal(db: str, *words: str) -> Callable[[Request], Any]:

@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 import interlock
+from cli_support import invoke
 from interlock import Status
 from interlock.model import RunStatus
 
@@ -155,6 +156,11 @@ def run(args: list[str], stores: tuple[str, str], cwd: Path) -> subprocess.Compl
     return subprocess.run(args, capture_output=True, text=True, env=environment(stores), cwd=cwd, timeout=BOUND)
 
 
+def cli(args: list[str], stores: tuple[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`interlock ARGS` in process (cli_support): the answer, not its process, is the point."""
+    return invoke(*args, env=environment(stores), cwd=cwd)
+
+
 def start_in_a_process(stores: tuple[str, str], agent_dir: Path, run_id: str) -> dict[str, object]:
     done = run([sys.executable, "mail_agent.py", run_id], stores, agent_dir)
     assert done.returncode == 0, done.stderr
@@ -176,7 +182,7 @@ async def test_answered_from_the_cli_while_no_process_runs_then_resumed_once(
     assert sent(agent_dir) == []
 
     answer = json.dumps({"approve": True, "arguments": EDITED})
-    answered = run([*INTERLOCK, "answer", request_id, "--json", answer, "--by", "alice"], stores, agent_dir)
+    answered = cli(["answer", request_id, "--json", answer, "--by", "alice"], stores, agent_dir)
     assert answered.returncode == 0, answered.stderr
 
     worked = run([*INTERLOCK, "worker", "mail_agent:handlers", "--once"], stores, agent_dir)
@@ -238,7 +244,7 @@ async def test_a_worker_serving_before_the_answer_resumes_when_the_api_approves(
 async def test_a_denial_reaches_the_graph_and_the_tool_never_runs(stores: tuple[str, str], agent_dir: Path) -> None:
     parked = start_in_a_process(stores, agent_dir, "run-3")
     (request_id,) = parked["waiting_on"]  # type: ignore[misc]
-    denied = run([*INTERLOCK, "reject", request_id, "--reason", "not on a Friday"], stores, agent_dir)
+    denied = cli(["reject", request_id, "--reason", "not on a Friday"], stores, agent_dir)
     assert denied.returncode == 0, denied.stderr
     worked = run([*INTERLOCK, "worker", "mail_agent:handlers", "--once"], stores, agent_dir)
     assert worked.returncode == 0, worked.stderr

@@ -1,6 +1,7 @@
 """What the `interlock` command tells a person when something is off: each message says
 what to do, names no Python class, and the command exits 4 (or 1 for a settled request).
-Real subprocesses, a real SQLite file, and a real `interlock serve` where a server is meant."""
+A real SQLite file, and a real `interlock serve` where a server is meant; the commands that
+only print and exit run in process (cli_support), `serve` and a waiting `ask` in subprocesses."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-pytestmark = pytest.mark.slow
+from cli_support import invoke
 
 INTERLOCK = [sys.executable, "-m", "interlock"]
 CLASS_NAME = re.compile(r"\b[A-Z][a-z]+(Error|Exception)\b|Traceback")
@@ -25,9 +27,15 @@ CLASS_NAME = re.compile(r"\b[A-Z][a-z]+(Error|Exception)\b|Traceback")
 
 def run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_URL", "INTERLOCK_TOKEN")}
-    done = subprocess.run(
-        [*INTERLOCK, *args], capture_output=True, text=True, env=base | (env or {}), timeout=60, cwd=cwd
-    )
+    done = invoke(*args, env=base | (env or {}), cwd=cwd)
+    assert not CLASS_NAME.search(done.stderr), done.stderr
+    return done
+
+
+def process(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`interlock ARGS` in a process of its own (`serve`: uvicorn owns its process)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_URL", "INTERLOCK_TOKEN")}
+    done = subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=base, timeout=60, cwd=cwd)
     assert not CLASS_NAME.search(done.stderr), done.stderr
     return done
 
@@ -73,6 +81,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
             proc.stderr.close()
 
 
+@pytest.mark.slow
 def test_no_token_for_a_server_says_how_to_give_one(served: tuple[str, subprocess.Popen[str]], tmp_path: Path) -> None:
     url, _ = served
     done = run("inbox", "--server", url, cwd=tmp_path)
@@ -95,15 +104,17 @@ def test_an_unsupported_url_lists_the_schemes(tmp_path: Path) -> None:
     assert "ValueError" not in message
 
 
+@pytest.mark.slow
 def test_a_busy_port_says_to_pick_another(served: tuple[str, subprocess.Popen[str]], tmp_path: Path) -> None:
     url, _ = served
     port = url.rsplit(":", 1)[1]
-    done = run("serve", "--port", port, "--db", f"sqlite:///{tmp_path / 'other.db'}", cwd=tmp_path)
+    done = process("serve", "--port", port, "--db", f"sqlite:///{tmp_path / 'other.db'}", cwd=tmp_path)
     assert done.returncode == 4
     assert f"port {port} on 127.0.0.1 is already in use" in one_line(done.stderr)
     assert "--port" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_form_given_as_fields_names_json_and_a_settled_request_says_by_whom(tmp_path: Path) -> None:
     schema = tmp_path / "form.json"
     schema.write_text(json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}}))
@@ -141,6 +152,7 @@ def test_a_form_given_as_fields_names_json_and_a_settled_request_says_by_whom(tm
         asked.communicate(timeout=10)
 
 
+@pytest.mark.slow
 def test_serve_prints_a_signin_link_that_opens_a_session(served: tuple[str, subprocess.Popen[str]]) -> None:
     url, proc = served
     assert proc.stderr is not None
@@ -168,6 +180,7 @@ def test_serve_prints_a_signin_link_that_opens_a_session(served: tuple[str, subp
         assert "interlock_session" not in again.cookies
 
 
+@pytest.mark.slow
 def test_ask_rides_out_a_server_restart_with_one_line_per_attempt(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'served.db'}"
     token = run("token", "create", "alice", "--human", "--db", db, cwd=tmp_path).stdout.strip()
@@ -191,6 +204,18 @@ def test_ask_rides_out_a_server_restart_with_one_line_per_attempt(tmp_path: Path
         stderr=subprocess.PIPE,
         text=True,
     )
+    lines: list[str] = []
+    retrying = threading.Event()
+
+    def read_stderr() -> None:
+        assert asked.stderr is not None
+        for line in asked.stderr:
+            lines.append(line)
+            if "unreachable or restarting; trying again" in line:
+                retrying.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
     try:
         deadline = time.monotonic() + 30
         while not httpx.get(f"{url}/api/v1/requests", headers={"Authorization": f"Bearer {token}"}).json()["items"]:
@@ -198,13 +223,17 @@ def test_ask_rides_out_a_server_restart_with_one_line_per_attempt(tmp_path: Path
             time.sleep(0.05)  # the child is still starting
         server.terminate()
         server.wait(20)
-        time.sleep(2)  # down for a while: the waiting ask tries again meanwhile
+        assert retrying.wait(30), "".join(lines)  # down: the waiting ask tries again meanwhile
         server = start()
         request_id = json.loads(run("inbox", "--json", "--db", db, cwd=tmp_path).stdout.splitlines()[0])["id"]
         answered = run("answer", request_id, "yes", "--server", url, "--token", token, cwd=tmp_path)
         assert answered.returncode == 0, answered.stderr
-        out, err = asked.communicate(timeout=60)
-        assert asked.returncode == 0 and out.strip() == "true", (out, err)
+        assert asked.wait(60) == 0
+        assert asked.stdout is not None
+        out = asked.stdout.read()
+        reader.join(10)
+        err = "".join(lines)
+        assert out.strip() == "true", (out, err)
         retries = [line for line in err.splitlines() if "unreachable or restarting; trying again" in line]
         assert retries, err
         assert "Traceback" not in err and len(err.splitlines()) <= len(retries) + 4
@@ -212,3 +241,7 @@ def test_ask_rides_out_a_server_restart_with_one_line_per_attempt(tmp_path: Path
         for proc in (asked, server):
             proc.kill()
             proc.wait(10)
+        reader.join(10)
+        for pipe in (asked.stdout, asked.stderr):
+            if pipe is not None:
+                pipe.close()

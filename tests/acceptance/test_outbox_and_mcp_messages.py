@@ -1,6 +1,6 @@
 # ruff: noqa: F811  (the fixture imported from test_messages is a parameter here)
 """What `interlock mcp`, `interlock deliveries` and `interlock routing` tell a person when
-something is off, through the real command against a real `interlock serve`: the same
+something is off, through the command (in process: cli_support) against a real `interlock serve`: the same
 words as every other command (no token: how to give one; no server: whether `interlock
 serve` runs there, the URL's password masked; an unsupported URL: the schemes), no
 Python class names; and, without an extra, how to install it from a clone."""
@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from test_messages import CLASS_NAME, free_port, one_line, run, served  # noqa: F401 - the fixture
 
-pytestmark = pytest.mark.slow
 OUTBOX_COMMANDS = (
     ("deliveries", "list"),
     ("deliveries", "retry", "dlv_0"),
@@ -37,6 +36,7 @@ def test_mcp_with_an_unsupported_url_lists_the_schemes(tmp_path: Path) -> None:
     assert "ValueError" not in message
 
 
+@pytest.mark.slow
 def test_mcp_without_a_token_or_a_server_says_what_to_do(
     served: tuple[str, subprocess.Popen[str]], tmp_path: Path
 ) -> None:
@@ -49,6 +49,7 @@ def test_mcp_without_a_token_or_a_server_says_what_to_do(
     assert f"Is `interlock serve` running at {nowhere}?" in one_line(unreachable.stderr)
 
 
+@pytest.mark.slow
 def test_the_outbox_commands_without_a_token_say_how_to_give_one(
     served: tuple[str, subprocess.Popen[str]], tmp_path: Path
 ) -> None:
@@ -61,6 +62,7 @@ def test_the_outbox_commands_without_a_token_say_how_to_give_one(
         assert "set INTERLOCK_TOKEN or pass --token" in one_line(done.stderr), command
 
 
+@pytest.mark.slow
 def test_the_outbox_commands_take_a_token_and_say_what_the_server_refused(
     served: tuple[str, subprocess.Popen[str]], tmp_path: Path
 ) -> None:
@@ -94,6 +96,7 @@ def test_the_outbox_commands_ask_whether_serve_runs_where_no_server_answers(tmp_
     ("command", "module", "extra"),
     [("serve", "uvicorn", "server"), ("mcp", "mcp", "mcp")],
 )
+@pytest.mark.slow
 def test_without_its_extra_a_command_says_how_to_install_it_from_a_clone(
     tmp_path: Path, command: str, module: str, extra: str
 ) -> None:

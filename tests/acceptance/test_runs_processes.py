@@ -19,6 +19,7 @@ import anyio
 import pytest
 
 import interlock
+from cli_support import invoke
 from interlock import Status
 from interlock.model import RunStatus
 
@@ -109,6 +110,11 @@ def run(args: list[str], db: str, cwd: Path) -> subprocess.CompletedProcess[str]
     return subprocess.run(args, capture_output=True, text=True, env=env, cwd=cwd, timeout=BOUND)
 
 
+def cli(args: list[str], db: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`interlock ARGS` in process (cli_support): the answer, not its process, is the point."""
+    return invoke(*args, env={**os.environ, "INTERLOCK_URL": db}, cwd=cwd)
+
+
 def park_in_a_process(db: str, agent_dir: Path, run_id: str) -> str:
     done = run([sys.executable, "deploy_agent.py", "park", run_id], db, agent_dir)
     assert done.returncode == 0, done.stderr
@@ -124,7 +130,7 @@ async def test_answered_before_the_worker_starts_the_run_resumes_once(db: str, a
     request_id = park_in_a_process(db, agent_dir, "run-1")
     assert park_in_a_process(db, agent_dir, "run-1") == request_id  # a restarted agent finds its own request
 
-    answered = run([*INTERLOCK, "answer", request_id, "yes"], db, agent_dir)
+    answered = cli(["answer", request_id, "yes"], db, agent_dir)
     assert answered.returncode == 0, answered.stderr
 
     worked = run([*INTERLOCK, "worker", "deploy_agent:handlers", "--once"], db, agent_dir)
@@ -154,7 +160,7 @@ async def test_a_worker_serving_before_the_answer_resumes_the_run_once_it_comes(
         request_id = park_in_a_process(db, agent_dir, "run-2")
         async with interlock.connect(db) as broker:
             after = await broker.last_event_id()
-            denied = run([*INTERLOCK, "reject", request_id, "--reason", "not on a Friday"], db, agent_dir)
+            denied = cli(["reject", request_id, "--reason", "not on a Friday"], db, agent_dir)
             assert denied.returncode == 0, denied.stderr
             with anyio.fail_after(BOUND):
                 async for event in broker.events(after=after, follow=True):
@@ -210,22 +216,22 @@ async def test_ctrl_c_sigterm_or_a_crash_leave_a_runs_request_pending_only_ctrl_
 
 async def test_runs_are_listed_shown_and_cancelled_from_the_cli(db: str, agent_dir: Path) -> None:
     request_id = park_in_a_process(db, agent_dir, "run-4")
-    listed = run([*INTERLOCK, "runs", "--json"], db, agent_dir)
+    listed = cli(["runs", "--json"], db, agent_dir)
     assert listed.returncode == 0, listed.stderr
     (row,) = [json.loads(line) for line in listed.stdout.splitlines()]
     assert (row["id"], row["status"], row["waiting_on"]) == ("run-4", "waiting_for_approval", [request_id])
     assert "state" not in row
 
-    shown = run([*INTERLOCK, "run", "show", "run-4"], db, agent_dir)
+    shown = cli(["run", "show", "run-4"], db, agent_dir)
     assert shown.returncode == 0 and json.loads(shown.stdout)["agent"] == "deployer"
     assert f"interlock answer {request_id}" in shown.stderr
 
-    cancelled = run([*INTERLOCK, "run", "cancel", "run-4"], db, agent_dir)
+    cancelled = cli(["run", "cancel", "run-4"], db, agent_dir)
     assert cancelled.returncode == 0, cancelled.stderr
-    again = run([*INTERLOCK, "run", "cancel", "run-4"], db, agent_dir)
+    again = cli(["run", "cancel", "run-4"], db, agent_dir)
     assert again.returncode == 3
     async with interlock.connect(db) as broker:
         assert (await broker.get(request_id)).status is Status.CANCELLED
         assert (await broker.get_run("run-4")).terminal_reason == "cancelled_by_user"
-    missing = run([*INTERLOCK, "run", "show", "no-such-run"], db, agent_dir)
+    missing = cli(["run", "show", "no-such-run"], db, agent_dir)
     assert missing.returncode != 0 and "no run with id" in missing.stderr

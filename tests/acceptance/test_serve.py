@@ -1,4 +1,5 @@
-"""`interlock serve` as a real process, used by `interlock ask` and the other commands."""
+"""`interlock serve` as a real process, used by `interlock ask` (a real process too) and the
+other commands (in process: cli_support)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import httpx
 import pytest
 
 import interlock
+from cli_support import invoke
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 INTERLOCK = [sys.executable, "-m", "interlock"]
@@ -54,8 +56,7 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
     db = f"sqlite:///{tmp_path / 'served.db'}"
     tokens = {}
     for args in (["alice", "--human"], ["bob", "--human"], ["deployer", "--agent", "--owner", "alice"]):
-        made = await anyio.run_process([*INTERLOCK, "token", "create", *args, "--db", db])
-        tokens[args[0]] = made.stdout.decode().strip()
+        tokens[args[0]] = invoke("token", "create", *args, "--db", db).stdout.strip()
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
         *INTERLOCK, "serve", "--port", str(port), "--db", db, stderr=asyncio.subprocess.PIPE
@@ -109,7 +110,7 @@ async def test_the_inbox_and_answer_commands_work_against_a_server(server: Serve
         request = await agent.create(interlock.Choice("Region?", ["eu", "us"]), title="Roll-out")
 
     def run(who: str, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=server.env(who), timeout=60)
+        return invoke(*args, env=server.env(who))
 
     assert request.id in run("alice", "inbox").stdout
     assert request.id not in run("bob", "inbox").stdout

@@ -1,5 +1,6 @@
 """`interlock deliver` (the delivery loop alone) and `interlock deliveries` (list, retry),
-run for real in subprocesses against a SQLite file and a real webhook receiver."""
+run in process (cli_support; `deliver`, which runs until stopped, in a subprocess) against
+a SQLite file and a real webhook receiver."""
 
 from __future__ import annotations
 
@@ -13,18 +14,18 @@ from pathlib import Path
 import pytest
 
 import interlock
+from cli_support import invoke
 from interlock import Confirm
 from interlock.broker import LocalBroker
 
 from .receiver import eventually, receiver
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = pytest.mark.anyio
 INTERLOCK = [sys.executable, "-m", "interlock"]
 
 
 def run(*args: str, db: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "INTERLOCK_URL": db}
-    return subprocess.run([*INTERLOCK, *args], capture_output=True, text=True, env=env, timeout=60)
+    return invoke(*args, env={**os.environ, "INTERLOCK_URL": db})
 
 
 def write_routing(path: Path, url: str) -> Path:
@@ -34,6 +35,7 @@ def write_routing(path: Path, url: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 async def test_a_dead_letter_is_listed_and_retried_from_the_command_line(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'cli.db'}"
     async with receiver() as hook:
