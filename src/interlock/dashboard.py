@@ -155,9 +155,7 @@ def count(pending: Iterable[Outline], settled: Iterable[Outline], *, teams: Coll
     oldest: dict[str, float] = {}
     waiting: Counter[str] = Counter()
     column_of, limits, last = bisect.bisect_right, AGE_LIMITS, len(AGES) - 1
-    pending_rows = 0
     for _, to, agent, age, _, _ in pending:  # (a thousand rows a page: the loop is kept lean)
-        pending_rows += 1
         agent = agent or NOBODY
         counts = ages.get(agent)
         if counts is None:
@@ -192,7 +190,7 @@ def count(pending: Iterable[Outline], settled: Iterable[Outline], *, teams: Coll
         team_answered={name: _answered(took) for name, took in team_times.items()},
         everyone=_answered(everyone),
         expired=expired,
-        pending_rows=pending_rows,
+        pending_rows=sum(waiting.values()),
         settled_rows=settled_rows,
     )
 

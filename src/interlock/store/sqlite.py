@@ -158,7 +158,6 @@ def _run_event(type_: str, run: Run) -> dict[str, Any]:
 def _request_row(request: Request, doc: str) -> tuple[Any, ...]:
     """The arguments of `insert_new_request` for a new request, its document `doc`."""
     o = request.origin
-    expires_at = request.expires_at
     return (
         request.id,
         request.kind,
@@ -170,8 +169,8 @@ def _request_row(request: Request, doc: str) -> tuple[Any, ...]:
         o.agent,
         o.run,
         request.idempotency_key,
-        int(request.created_at.timestamp() * 1_000_000),
-        None if expires_at is None else int(expires_at.timestamp() * 1_000_000),
+        _us(request.created_at),
+        _us(request.expires_at),
         doc,
     )
 
