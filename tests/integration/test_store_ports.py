@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from interlock import Closed, Text
-from interlock.dashboard import DASHBOARD_ROWS, count
+from interlock.dashboard import DASHBOARD_ROWS, Outline, count
 from interlock.model import (
     IssuedGrant,
     Origin,
@@ -162,6 +163,18 @@ async def test_events_are_found_by_who_and_by_request(store: RequestStore) -> No
     assert [(c[1], c[2]) for c in changes] == [("created", theirs.id), ("created", mine.id), ("answered", mine.id)]
 
 
+def outline_of(r: Request, now: datetime) -> Outline:
+    """What the dashboard counts of `r`, worked out from the request itself."""
+    response = r.response
+    took, by = (None, None) if response is None else ((response.at - r.created_at).total_seconds(), response.by)
+    return Outline(r.status, r.to, r.origin.agent or r.requester, (now - r.created_at).total_seconds(), took, by)
+
+
+def rounded(outlines: Sequence[Outline]) -> list[Outline]:
+    """Outlines with their seconds to the microsecond (a database works them out in floats)."""
+    return [o._replace(age=round(o.age, 6), took=None if o.took is None else round(o.took, 6)) for o in outlines]
+
+
 async def test_the_dashboard_figures_a_store_counts_are_those_counted_from_its_outlines(store: RequestStore) -> None:
     # A mix drawn at random: ages on and around each age column's edge, answerers and
     # recipients missing, teams, odd and even numbers of answers per person.
@@ -194,6 +207,10 @@ async def test_the_dashboard_figures_a_store_counts_are_those_counted_from_its_o
         figures = await store.figures(pending, settled, now, set(teams))
         expected = count(await store.outlines(pending, now), await store.outlines(settled, now), teams=set(teams))
         assert figures == expected, recipient
+        for read in (pending, settled):  # each outline says what its request says
+            assert rounded(await store.outlines(read, now)) == rounded(
+                [outline_of(r, now) for r in await store.list(read)]
+            ), (recipient, read)
     assert figures.pending_rows == figures.settled_rows == 0  # nobody's: nothing counted
     capped = Query(status=Status.PENDING, limit=3)
     assert (await store.figures(capped, replace(capped, status=None, settled=True), now, ())).pending_rows == 3

@@ -345,6 +345,13 @@ rows of PostgreSQL's `pending_requests`."""
 _OF_PENDING_ROWS = frozenset({"recipient", "requester", "channel"})
 """The filters a row of `pending_requests` answers by itself."""
 
+SETTLED_OUTLINE = (
+    "{r}status, {r}recipient, {r}agent, extract(epoch FROM :now - {r}created_at)::float8, "
+    "extract(epoch FROM {r}settled_at - {r}created_at)::float8, {r}settled_by"
+)
+"""The columns of a settled request's `Outline` in the rows of PostgreSQL's
+`settled_requests` (its `agent` is already the request's agent or requester)."""
+
 
 def list_sql(
     query: Query,
@@ -365,13 +372,16 @@ def list_sql(
     PostgreSQL no index of `requests` reads its status (a settlement is then a HOT
     update), so the pending requests are read through `pending_requests`, whose indexes
     give all of them, or a person's, an agent's or a channel's, in id order (a session's
-    or a run's come from its own index). A search checks the `request_texts` row of each
+    or a run's come from its own index); the outlines of a person's settled requests are
+    read likewise from `settled_requests` alone. A search checks the `request_texts` row of each
     request, or reads the matches from its GIN index first, as the planner finds cheaper.
     """
     postgres = dialect == "postgresql"
     # A session's or a run's few requests are read from their own index, pending or not.
     pending = postgres and query.status == Status.PENDING and query.session is None and query.run is None
-    row = "r." if pending else ""
+    # A person's settled requests, outlined (the dashboard), from the narrow rows alone.
+    settled_rows = postgres and outline is not None and _reads_settled_rows_only(query)
+    row = "r." if pending else "s." if settled_rows else ""
     where, params = [], {}
     for name in FILTERS:
         value = getattr(query, name)
@@ -393,7 +403,7 @@ def list_sql(
         names = [f":team_{i}" for i in range(len(query.teams))]
         where[where.index(f"{column} = :recipient")] = f"{column} IN (:recipient, {', '.join(names)})"
         params |= {f"team_{i}": team for i, team in enumerate(query.teams)}
-    if query.settled:
+    if query.settled and not settled_rows:  # (a row of settled_requests is settled)
         where.append(f"{row}status <> 'pending'")
     for name, op in (("since", ">="), ("until", "<")):
         when = getattr(query, name)
@@ -410,7 +420,7 @@ def list_sql(
         else:  # FTS5: each word a quoted prefix, all of them required
             where.append("rowid IN (SELECT rowid FROM requests_text WHERE requests_text MATCH :words)")
             params["words"] = fts_match(query)
-    key = "p.id" if pending else "id"
+    key = "p.id" if pending else "s.id" if settled_rows else "id"
     if query.after is not None:
         where.append(f"{key} < :after" if query.order == "desc" else f"{key} > :after")
         params["after"] = query.after
@@ -421,6 +431,8 @@ def list_sql(
         params["now"] = stamp(outline) if stamp is not None else outline
     if pending and outline is not None and _reads_pending_rows_only(query):
         sql = f"SELECT {columns.format(r='p.')} FROM pending_requests p"
+    elif settled_rows:
+        sql = f"SELECT {SETTLED_OUTLINE.format(r=row)} FROM settled_requests s"
     elif pending:
         sql = f"SELECT {columns.format(r=row)} FROM pending_requests p JOIN requests r ON r.id = p.id"
     elif query.status == Status.PENDING and query.recipient is not None and dialect == "sqlite":
@@ -560,6 +572,18 @@ def fts_match(query: Query) -> str:
 def recipient_token(name: str) -> str:
     """A name as one token of SQLite's search index (its `recipient` column)."""
     return "x" + name.encode().hex().upper()
+
+
+def _reads_settled_rows_only(query: Query) -> bool:
+    """Whether a read of a person's settled requests filters by nothing a `settled_requests`
+    row lacks (its recipient, or their teams too, and when they were created)."""
+    others = (name for name in FILTERS if name != "recipient")
+    return (
+        query.settled
+        and query.recipient is not None
+        and not any(getattr(query, name) is not None for name in others)
+        and not query.words
+    )
 
 
 def _reads_pending_rows_only(query: Query) -> bool:
