@@ -365,6 +365,21 @@ async def test_connect_takes_postgres_urls_and_their_options(pg_url: str) -> Non
             await broker.get("nope")
 
 
+async def test_the_store_s_connections_plan_without_parallel_workers_unless_the_url_says(pg_url: str) -> None:
+    # A page read planned in parallel waited 20-30 ms for its worker to start.
+    for url, expected in ((pg_url, "0"), (pg_url + "?max_parallel_workers_per_gather=3", "3")):
+        store = PostgresStore(url)
+        await store.open()
+        try:
+            conn = await store.pool.acquire()
+            try:
+                assert await conn.fetchval("SHOW max_parallel_workers_per_gather") == expected
+            finally:
+                store.pool.release(conn)
+        finally:
+            await store.aclose()
+
+
 async def test_a_database_that_does_not_exist_is_a_clear_error(pg_url: str) -> None:
     with pytest.raises(ConnectionError, match="cannot open the PostgreSQL store"):
         async with interlock.connect(pg_url + "_missing"):

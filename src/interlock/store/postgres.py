@@ -125,6 +125,19 @@ def _named(dsn: str, name: str) -> dict[str, str]:
     return {} if "application_name" in dict(parse_qsl(urlsplit(dsn).query)) else {"application_name": name}
 
 
+def _settings(dsn: str, name: str) -> dict[str, str]:
+    """The server settings of the store's connections, where the URL sets none of its own:
+    named (`_named`), and without parallel plans. Every read the store makes is a page, or
+    a count over at most a few thousand index entries, which takes a millisecond or two;
+    the planner still picks a parallel plan for some of them (a person's search, say), and
+    starting its worker alone took 20-30 ms on a busy host, ten times the read."""
+    given = dict(parse_qsl(urlsplit(dsn).query))
+    settings = _named(dsn, name)
+    if "max_parallel_workers_per_gather" not in given and "options" not in given:
+        settings["max_parallel_workers_per_gather"] = "0"
+    return settings
+
+
 class PostgresStore(SqlStore):
     dialect = "postgresql"
 
@@ -189,7 +202,7 @@ class PostgresStore(SqlStore):
         conn = await _connect(
             self.dsn,
             statement_cache_size=self.statement_cache_size,
-            server_settings=_named(self.dsn, "interlock"),
+            server_settings=_settings(self.dsn, "interlock"),
         )
         self._own.add(conn.get_server_pid())
         return conn
