@@ -220,7 +220,7 @@ class PostgresStore(SqlStore):
         if deriving is not None:
             deriving.cancel()
             if isinstance(deriving, asyncio.Task):
-                with contextlib.suppress(BaseException):
+                with contextlib.suppress(asyncio.CancelledError, Exception):  # its failure is logged
                     await deriving
         listener, self._listener = self._listener, None
         if listener is not None:

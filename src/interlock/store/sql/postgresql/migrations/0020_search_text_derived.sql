@@ -1,11 +1,10 @@
 -- A request's search text (`request_texts`) is derived from the event log after the
 -- write, as SQLite's search index is, instead of in the write's own transaction: a
--- create no longer makes the text, nor an answer add its words (together about a third
--- of a park-and-resume cycle's time in the server and a fifth of its WAL). A catch-up
--- (`interlock_derive_search`) stores the text of every request an event names since
--- the last one, each once, from the request's row as it is then; a search runs one
--- first, so it sees every change committed before it, and a store runs one shortly
--- after its own writes.
+-- create no longer makes the text, nor an answer add its words (a new version of the row
+-- and of its GIN entries). A catch-up (`interlock_derive_search`) stores the text of
+-- every request an event names since the last one, each once, from the request's row as
+-- it is then; a search runs one first, so it sees every change committed before it, and
+-- a store runs one shortly after its own writes.
 --
 -- Event ids are handed out in commit order, so every event up to the newest one a
 -- catch-up sees is committed (or rolled back) already: `derived.upto` passes none by.
