@@ -62,7 +62,7 @@ from ..model import (
 from ..outbox import Delivery, LinkUse, Notice, delivery_to_row
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
 from ..redact import redact, redact_url
-from . import RunClaim
+from . import Query, RunClaim
 from ._sql import (
     DEFAULT_CACHE_BYTES,
     RequestCache,
@@ -88,6 +88,11 @@ Q = load_queries("postgresql") | load_queries("postgresql", "followups")
 T = TypeVar("T")
 CHANNEL = "interlock"
 _DUE_BATCH = 1000  # overdue requests expired per transaction; the expiry loop comes back for more
+DERIVE_DELAY = 0.2
+"""Seconds after an event of this process before the search text is brought up to date
+with it (a search brings it up to date first anyway)."""
+DERIVE_CHUNK = 1000
+"""Events taken into the search text a transaction."""
 _OPTIONS = {
     "poll_interval": float,
     "min_size": int,
@@ -180,6 +185,7 @@ class PostgresStore(SqlStore):
         # changes again, so it is served from here; a pending one only after a cheap
         # check that it is still pending.
         self._cache = RequestCache(int(ours.get("cache_bytes", DEFAULT_CACHE_BYTES)))
+        self._deriving: asyncio.TimerHandle | asyncio.Task[None] | None = None  # the search text's next catch-up
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -223,6 +229,12 @@ class PostgresStore(SqlStore):
 
     async def aclose(self) -> None:
         self._hint = None
+        deriving, self._deriving = self._deriving, None
+        if deriving is not None:
+            deriving.cancel()
+            if isinstance(deriving, asyncio.Task):
+                with contextlib.suppress(asyncio.CancelledError, Exception):  # its failure is logged
+                    await deriving
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.cancel()
@@ -305,8 +317,40 @@ class PostgresStore(SqlStore):
             self._listener = asyncio.get_running_loop().create_task(self._listen(callback))
 
     def _notified(self, conn: Any, pid: int, channel: str, payload: str) -> None:
-        if pid not in self._own and self._hint is not None:
+        if pid in self._own:
+            self._derive_soon()  # events of ours: the search text catches up with them shortly
+        elif self._hint is not None:
             self._hint()
+
+    # -- the search text, derived from the event log -----------------------------------------
+
+    def _derive_soon(self) -> None:
+        if self._deriving is None and self._pool is not None:
+            self._deriving = asyncio.get_running_loop().call_later(DERIVE_DELAY, self._derive_now)
+
+    def _derive_now(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._derive())
+        self._deriving = task
+
+        def done(task: asyncio.Task[None]) -> None:
+            if self._deriving is task:
+                self._deriving = None
+            if not task.cancelled() and (exc := task.exception()) is not None:
+                log.warning("bringing the search text up to date failed (a search will try again): %s", exc)
+
+        task.add_done_callback(done)
+
+    async def _derive(self) -> None:
+        """Bring `request_texts` up to date with every event committed so far,
+        `DERIVE_CHUNK` events a transaction (and no further: the events appended
+        meanwhile are the next catch-up's)."""
+        upto, last = await self._query("fetchrow", Q["derive_search"], DERIVE_CHUNK)  # safe to repeat
+        while upto < last:
+            upto, _ = await self._query("fetchrow", Q["derive_search"], DERIVE_CHUNK)
+
+    async def _before_search(self, query: Query) -> bool:
+        await self._derive()  # a search sees every change committed before it
+        return False
 
     async def _listen(self, callback: Callable[[], None]) -> None:
         """Keep one connection LISTENing; reconnect when it drops, backing off while

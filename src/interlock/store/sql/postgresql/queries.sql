@@ -102,6 +102,9 @@ LISTEN interlock;
 -- name: ping
 SELECT 1;
 
+-- name: derive_search
+SELECT upto, last FROM interlock_derive_search($1);
+
 -- name: live_token
 SELECT t.id, p.name, p.kind, p.owner FROM tokens t JOIN principals p ON p.name = t.principal
 WHERE t.hash = $1 AND t.revoked_at IS NULL;
