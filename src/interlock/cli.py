@@ -746,6 +746,15 @@ def serve(
             "Slack, plugins). The delivery loop then runs in the server.",
         ),
     ] = None,
+    shutdown_timeout: Annotated[
+        int,
+        typer.Option(
+            "--shutdown-timeout",
+            min=0,
+            help="On Ctrl-C or SIGTERM, the seconds connections still open (long polls, event streams) are "
+            "given to end before they are cut; their clients come back.",
+        ),
+    ] = 5,
 ) -> None:
     """Run the HTTP API, the live event stream and the web inbox."""
     try:
@@ -836,7 +845,7 @@ def serve(
         log_config=_redacted_logging(LOGGING_CONFIG),
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or None,
-        timeout_graceful_shutdown=5,  # long polls and streams end; their clients come back
+        timeout_graceful_shutdown=shutdown_timeout,  # long polls and streams end; their clients come back
     )
     try:
         uvicorn.Server(config).run(sockets=[sock])

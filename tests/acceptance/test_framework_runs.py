@@ -6,7 +6,9 @@ HTTP API), and `interlock worker` resumes the run in another subprocess, in both
 the answer before the worker starts, and the worker waiting before the answer. On
 SQLite and PostgreSQL, and for an agent that reaches interlock over http:// (both orders
 too). A denial reaches the model, and an agent killed after asking and restarted finds
-its approval instead of making a second, on SQLite: what the store adds to those is
+its approval instead of making a second, on SQLite (those resumed by the worker command
+in the test's process, as is the check that a second worker finds nothing left to
+resume): what the store adds to those is
 checked in process on every backend (tests/integration/test_framework_adapters.py), and
 each process here imports its framework again (the Agents SDK takes two seconds). Each
 checks that the tool ran exactly once, with the arguments the person approved.
@@ -96,6 +98,12 @@ def answer(url: str, log: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return invoke("answer", *args, "--db", url, env=env(log), cwd=HERE)
 
 
+def resume_here(framework: str, url: str, log: Path) -> subprocess.CompletedProcess[str]:
+    """`interlock worker FACTORY --once` in process (cli_support), where what the resume does
+    is the point and a new process is not: the tests of both orders resume in one."""
+    return invoke("worker", factory(framework), "--once", "--db", url, env=env(log), cwd=HERE)
+
+
 def deploys(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
@@ -147,7 +155,7 @@ async def test_answered_before_the_worker_starts(framework: str, store: str, log
     assert final.result == f"deploy said: deployed {expected['version']} to prod"
     assert deploys(log) == [expected]
 
-    again = cli(store, log, "worker", factory(framework), "--once")  # nothing left to resume
+    again = resume_here(framework, store, log)  # nothing left to resume
     assert again.returncode == 0 and "resumed 0 run(s)" in again.stderr
     assert deploys(log) == [expected]
 
@@ -181,7 +189,7 @@ async def test_a_denial_reaches_the_model_with_the_reason_and_the_tool_never_run
     (request_id,) = run["waiting_on"]
     denied = answer(store, log, request_id, "no", "--reason", "Not during the sale.", "--by", "alice")
     assert denied.returncode == 0, denied.stderr
-    assert cli(store, log, "worker", factory(framework), "--once").returncode == 0
+    assert resume_here(framework, store, log).returncode == 0
     final = await ended(store, run["id"])
     assert final.status is RunStatus.COMPLETED, final.error
     assert final.result == "deploy said: Not during the sale."
@@ -212,7 +220,7 @@ async def test_a_restarted_agent_finds_its_approval_instead_of_making_a_second(
         assert [a.id for a in (await broker.list(kind="approval")).items] == [made.id]
     words, expected = approve_with(framework)
     assert answer(store, log, made.id, *words, "--by", "alice").returncode == 0
-    assert cli(store, log, "worker", factory(framework), "--once").returncode == 0
+    assert resume_here(framework, store, log).returncode == 0
     final = await ended(store, run_id)
     assert final.status is RunStatus.COMPLETED, final.error
     assert deploys(log) == [expected]

@@ -37,7 +37,6 @@ BOUND = 90
 AGENT = '''
 """An existing LangGraph graph that mails the release notes, put behind interlock."""
 import asyncio
-import inspect
 import json
 import os
 import sqlite3
@@ -79,7 +78,7 @@ async def checkpointer() -> Any:
         from psycopg.rows import dict_row
 
         conn = await AsyncConnection.connect(CHECKPOINTS, autocommit=True, prepare_threshold=0, row_factory=dict_row)
-        return AsyncPostgresSaver(conn)  # its tables are made once, by `python mail_agent.py setup`
+        return AsyncPostgresSaver(conn)  # its tables are made once, when it is deployed
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     saver = SqliteSaver(sqlite3.connect(CHECKPOINTS, check_same_thread=False))
@@ -106,14 +105,8 @@ async def start(run_id: str) -> None:
         print(json.dumps({"status": run.status.value, "waiting_on": list(run.waiting_on)}))
 
 
-async def setup() -> None:
-    made = (await checkpointer()).setup()
-    if inspect.isawaitable(made):  # AsyncPostgresSaver's
-        await made
-
-
 if __name__ == "__main__":
-    asyncio.run(setup() if sys.argv[1] == "setup" else start(sys.argv[1]))
+    asyncio.run(start(sys.argv[1]))
 '''
 
 EDITED = {"to": "ops@example.com", "subject": "release 1.4.1"}
@@ -138,13 +131,17 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
 
 @pytest.fixture
 def agent_dir(tmp_path: Path, stores: tuple[str, str]) -> Path:
-    """The agent's folder, its checkpointer's tables made once (as a deployment would:
-    two processes making them at once on PostgreSQL would race)."""
+    """The agent's folder, and on PostgreSQL its checkpointer's tables made once, before any
+    agent process runs (as a deployment would: two processes making them at once would race;
+    LangGraph's own setup, from this process). SQLite's saver makes its tables as it opens."""
     folder = tmp_path / "agent"
     folder.mkdir()
     (folder / "mail_agent.py").write_text(textwrap.dedent(AGENT))
-    made = run([sys.executable, "mail_agent.py", "setup"], stores, folder)
-    assert made.returncode == 0, made.stderr
+    if stores[1].startswith("postgresql://"):
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(stores[1]) as saver:
+            saver.setup()
     return folder
 
 

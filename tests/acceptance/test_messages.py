@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -62,18 +63,30 @@ def until_healthy(url: str) -> None:
             time.sleep(0.05)  # still starting
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """`interlock serve` on a free port in tmp_path, with auth, as a newcomer runs it."""
+@dataclass
+class Served:
+    """A running `interlock serve`: its URL, its process and its folder (its store's file)."""
+
+    url: str
+    proc: subprocess.Popen[str]
+    folder: Path
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """`interlock serve` on a free port in a folder of its own, with auth, as a newcomer runs
+    it: one for the module's tests, which only read from it or add what none of the others
+    looks at (a process each would start and import the server again for every test)."""
+    folder = tmp_path_factory.mktemp("served")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_URL", "INTERLOCK_TOKEN")}
     proc = subprocess.Popen(
-        [*INTERLOCK, "serve", "--port", str(port)], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
+        [*INTERLOCK, "serve", "--port", str(port)], cwd=folder, env=env, stderr=subprocess.PIPE, text=True
     )
     url = f"http://127.0.0.1:{port}"
     try:
         until_healthy(url)
-        yield url, proc
+        yield Served(url, proc, folder)
     finally:
         proc.terminate()
         proc.wait(20)
@@ -82,9 +95,8 @@ def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
 
 
 @pytest.mark.slow
-def test_no_token_for_a_server_says_how_to_give_one(served: tuple[str, subprocess.Popen[str]], tmp_path: Path) -> None:
-    url, _ = served
-    done = run("inbox", "--server", url, cwd=tmp_path)
+def test_no_token_for_a_server_says_how_to_give_one(served: Served, tmp_path: Path) -> None:
+    done = run("inbox", "--server", served.url, cwd=tmp_path)
     assert done.returncode == 4
     assert "set INTERLOCK_TOKEN or pass --token" in one_line(done.stderr)
 
@@ -105,9 +117,8 @@ def test_an_unsupported_url_lists_the_schemes(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_busy_port_says_to_pick_another(served: tuple[str, subprocess.Popen[str]], tmp_path: Path) -> None:
-    url, _ = served
-    port = url.rsplit(":", 1)[1]
+def test_a_busy_port_says_to_pick_another(served: Served, tmp_path: Path) -> None:
+    port = served.url.rsplit(":", 1)[1]
     done = process("serve", "--port", port, "--db", f"sqlite:///{tmp_path / 'other.db'}", cwd=tmp_path)
     assert done.returncode == 4
     assert f"port {port} on 127.0.0.1 is already in use" in one_line(done.stderr)
@@ -153,8 +164,8 @@ def test_a_form_given_as_fields_names_json_and_a_settled_request_says_by_whom(tm
 
 
 @pytest.mark.slow
-def test_serve_prints_a_signin_link_that_opens_a_session(served: tuple[str, subprocess.Popen[str]]) -> None:
-    url, proc = served
+def test_serve_prints_a_signin_link_that_opens_a_session(served: Served) -> None:
+    url, proc = served.url, served.proc
     assert proc.stderr is not None
     link = ""
     while not link:  # the banner comes before the server answers /healthz
@@ -190,7 +201,11 @@ def test_ask_rides_out_a_server_restart_with_one_line_per_attempt(tmp_path: Path
 
     def start() -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
-            [*INTERLOCK, "serve", "--port", str(port), "--db", db], cwd=tmp_path, env=env, stderr=subprocess.DEVNULL
+            # No grace for the ask's long poll on SIGTERM (5 s by default): it is cut at once.
+            [*INTERLOCK, "serve", "--port", str(port), "--db", db, "--shutdown-timeout", "0"],
+            cwd=tmp_path,
+            env=env,
+            stderr=subprocess.DEVNULL,
         )
         until_healthy(url)
         return proc

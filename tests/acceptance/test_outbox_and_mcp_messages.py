@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_messages import CLASS_NAME, free_port, one_line, run, served  # noqa: F401 - the fixture
+from test_messages import CLASS_NAME, Served, free_port, one_line, run, served  # noqa: F401 - the fixture
 
 OUTBOX_COMMANDS = (
     ("deliveries", "list"),
@@ -23,7 +23,7 @@ OUTBOX_COMMANDS = (
 
 
 def token_for(name: str, cwd: Path) -> str:
-    made = run("token", "create", name, "--human", cwd=cwd)  # on the server's own store file
+    made = run("token", "create", name, "--human", cwd=cwd)  # in the server's folder: on its store file
     assert made.returncode == 0, made.stderr
     return made.stdout.strip()
 
@@ -37,10 +37,8 @@ def test_mcp_with_an_unsupported_url_lists_the_schemes(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_mcp_without_a_token_or_a_server_says_what_to_do(
-    served: tuple[str, subprocess.Popen[str]], tmp_path: Path
-) -> None:
-    url, _ = served
+def test_mcp_without_a_token_or_a_server_says_what_to_do(served: Served, tmp_path: Path) -> None:
+    url = served.url
     no_token = run("mcp", "--server", url, cwd=tmp_path)
     assert no_token.returncode == 4 and "set INTERLOCK_TOKEN or pass --token" in one_line(no_token.stderr)
     nowhere = f"http://127.0.0.1:{free_port()}"
@@ -50,10 +48,8 @@ def test_mcp_without_a_token_or_a_server_says_what_to_do(
 
 
 @pytest.mark.slow
-def test_the_outbox_commands_without_a_token_say_how_to_give_one(
-    served: tuple[str, subprocess.Popen[str]], tmp_path: Path
-) -> None:
-    url, _ = served
+def test_the_outbox_commands_without_a_token_say_how_to_give_one(served: Served, tmp_path: Path) -> None:
+    url = served.url
     routing = tmp_path / "routing.toml"
     routing.write_text('[channels.hook]\ntype = "webhook"\nurl = "http://127.0.0.1:9/"\n')
     for command in (*OUTBOX_COMMANDS, ("routing", "set", str(routing))):
@@ -63,11 +59,9 @@ def test_the_outbox_commands_without_a_token_say_how_to_give_one(
 
 
 @pytest.mark.slow
-def test_the_outbox_commands_take_a_token_and_say_what_the_server_refused(
-    served: tuple[str, subprocess.Popen[str]], tmp_path: Path
-) -> None:
-    url, _ = served
-    token = token_for("alice", tmp_path)
+def test_the_outbox_commands_take_a_token_and_say_what_the_server_refused(served: Served, tmp_path: Path) -> None:
+    url = served.url
+    token = token_for("alice", served.folder)
     listed = run("deliveries", "list", "--server", url, "--token", token, "--json", cwd=tmp_path)
     assert listed.returncode == 0 and listed.stdout.strip() == "[]", listed.stderr
     from_env = run(

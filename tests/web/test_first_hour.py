@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from .test_web_inbox import browser, context, page, playwright  # noqa: F401 - the fixtures
+from .test_web_inbox import context, page  # noqa: F401 - the fixtures
 
 pytestmark = [
     pytest.mark.slow,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 import interlock
 from interlock.broker import LocalBroker
@@ -50,14 +50,6 @@ def world(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> 
         pool.submit(asyncio.run, setup()).result(30)
     with serve(db, auth=True, secret_key="web-tests", routing=routing_from_dict(ROUTING)) as base:
         yield base, tokens
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=["--headless", "--no-sandbox", "--disable-gpu"])
-        yield b
-        b.close()
 
 
 def dead_letter(base: str, tokens: dict[str, str]) -> str:

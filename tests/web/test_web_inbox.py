@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 import uvicorn
-from playwright.sync_api import Browser, BrowserContext, Locator, Page, Playwright, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
 
 import interlock
 from interlock import Broker, Choice, Confirm, Form, MultiChoice, Status, Text
@@ -24,18 +24,9 @@ from interlock.principals import Principal, issue_token
 from interlock.routing import Routing
 from interlock.server.app import create_app
 
+from .conftest import CHROMIUM
+
 T = TypeVar("T")
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 TIMEOUT_MS = 10_000
 
 pytestmark = pytest.mark.skipif(
@@ -127,19 +118,6 @@ def open_server(tmp_path: Path) -> Iterator[Server]:
     """A server run without auth, as on a developer's machine."""
     with serve(tmp_path / "inbox.db", auth=False) as s:
         yield s
-
-
-@pytest.fixture(scope="module")
-def playwright() -> Iterator[Playwright]:
-    with sync_playwright() as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
-def browser(playwright: Playwright) -> Iterator[Browser]:
-    b = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-    yield b
-    b.close()
 
 
 @pytest.fixture

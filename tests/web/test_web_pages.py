@@ -19,11 +19,9 @@ from interlock.signin import mint_signin_link
 from .test_web_inbox import (  # noqa: F401 - the fixtures
     Server,
     ask,
-    browser,
     context,
     history_item,
     page,
-    playwright,
     server,
     sign_in,
     stored,

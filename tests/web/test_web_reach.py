@@ -30,10 +30,8 @@ from interlock.routing import Routing, routing_from_dict
 from .test_web_inbox import (  # noqa: F401 - the fixtures
     Server,
     ask,
-    browser,
     context,
     page,
-    playwright,
     serve,
     sign_in,
     stored,
