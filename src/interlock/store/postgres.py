@@ -389,6 +389,7 @@ class PostgresStore(SqlStore):
             if again:
                 log.info("the PostgreSQL listener is connected again")
             callback()  # whatever committed while nobody listened
+            self._derive_soon()  # and the search text of what we wrote meanwhile (its NOTIFYs went unheard)
             while True:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.keepalive):
