@@ -25,8 +25,11 @@ A write is shared in one of two ways:
 
 from __future__ import annotations
 
+import asyncio
 import builtins
+import contextlib
 import json
+import logging
 import math
 import re
 import statistics
@@ -736,14 +739,58 @@ class Transaction(Protocol):
         ...
 
 
+DERIVE_DELAY = 0.2
+"""Seconds after a write of this process before the search index is brought up to date
+with it (a search brings it up to date first anyway)."""
+
+_log = logging.getLogger("interlock")
+
+
 class SqlStore:
     """The logic both SQL dialects share; a dialect subclass is its connector (see the
     module for how a write is shared)."""
 
     shared = True
     _cache: RequestCache
+    _deriving: asyncio.TimerHandle | asyncio.Task[None] | None = None  # the search index's next catch-up
+
+    # -- the search index, derived from the event log ---------------------------------------
+
+    def _derive_soon(self) -> None:
+        """Bring the search index up to date shortly (a write of ours appended events)."""
+        if self._deriving is None and self._is_open():
+            self._deriving = asyncio.get_running_loop().call_later(DERIVE_DELAY, self._derive_now)
+
+    def _derive_now(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._catch_up())
+        self._deriving = task
+
+        def done(task: asyncio.Task[None]) -> None:
+            if self._deriving is task:
+                self._deriving = None
+            if not task.cancelled() and (exc := task.exception()) is not None:
+                _log.warning("bringing the search index up to date failed (a search will try again): %s", exc)
+
+        task.add_done_callback(done)
+
+    async def _stop_deriving(self) -> None:
+        """Call off the next catch-up, and wait for one under way to stop (its failure is logged)."""
+        deriving, self._deriving = self._deriving, None
+        if deriving is not None:
+            deriving.cancel()
+            if isinstance(deriving, asyncio.Task):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await deriving
 
     # -- what a dialect supplies -----------------------------------------------------------
+
+    def _is_open(self) -> bool:
+        """Whether the store is open (its connection or pool is there)."""
+        raise NotImplementedError
+
+    async def _catch_up(self) -> None:
+        """Bring the search index up to date with every event committed so far."""
+        raise NotImplementedError
 
     async def _rows(self, name: str, *args: Any) -> Sequence[Sequence[Any]]:
         """Run the dialect's named query `name` with positional `args`; its rows."""

@@ -88,9 +88,6 @@ Q = load_queries("postgresql") | load_queries("postgresql", "followups")
 T = TypeVar("T")
 CHANNEL = "interlock"
 _DUE_BATCH = 1000  # overdue requests expired per transaction; the expiry loop comes back for more
-DERIVE_DELAY = 0.2
-"""Seconds after an event of this process before the search text is brought up to date
-with it (a search brings it up to date first anyway)."""
 DERIVE_CHUNK = 1000
 """Events taken into the search text a transaction."""
 _OPTIONS = {
@@ -132,12 +129,12 @@ def _named(dsn: str, name: str) -> dict[str, str]:
 
 def _settings(dsn: str, name: str) -> dict[str, str]:
     """The server settings of the store's connections, where the URL sets none of its own:
-    named (`_named`), and without parallel plans. Every read the store makes is a page, or
+    named in `pg_stat_activity`, and without parallel plans. Every read the store makes is a page, or
     a count over at most a few thousand index entries, which takes a millisecond or two;
     the planner still picks a parallel plan for some of them (a person's search, say), and
     starting its worker alone took 20-30 ms on a busy host, ten times the read."""
     given = dict(parse_qsl(urlsplit(dsn).query))
-    settings = _named(dsn, name)
+    settings = {} if "application_name" in given else {"application_name": name}
     if "max_parallel_workers_per_gather" not in given and "options" not in given:
         settings["max_parallel_workers_per_gather"] = "0"
     return settings
@@ -185,7 +182,7 @@ class PostgresStore(SqlStore):
         # changes again, so it is served from here; a pending one only after a cheap
         # check that it is still pending.
         self._cache = RequestCache(int(ours.get("cache_bytes", DEFAULT_CACHE_BYTES)))
-        self._deriving: asyncio.TimerHandle | asyncio.Task[None] | None = None  # the search text's next catch-up
+        self._deriving = None
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -229,12 +226,7 @@ class PostgresStore(SqlStore):
 
     async def aclose(self) -> None:
         self._hint = None
-        deriving, self._deriving = self._deriving, None
-        if deriving is not None:
-            deriving.cancel()
-            if isinstance(deriving, asyncio.Task):
-                with contextlib.suppress(asyncio.CancelledError, Exception):  # its failure is logged
-                    await deriving
+        await self._stop_deriving()
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.cancel()
@@ -324,23 +316,10 @@ class PostgresStore(SqlStore):
 
     # -- the search text, derived from the event log -----------------------------------------
 
-    def _derive_soon(self) -> None:
-        if self._deriving is None and self._pool is not None:
-            self._deriving = asyncio.get_running_loop().call_later(DERIVE_DELAY, self._derive_now)
+    def _is_open(self) -> bool:
+        return self._pool is not None
 
-    def _derive_now(self) -> None:
-        task = asyncio.get_running_loop().create_task(self._derive())
-        self._deriving = task
-
-        def done(task: asyncio.Task[None]) -> None:
-            if self._deriving is task:
-                self._deriving = None
-            if not task.cancelled() and (exc := task.exception()) is not None:
-                log.warning("bringing the search text up to date failed (a search will try again): %s", exc)
-
-        task.add_done_callback(done)
-
-    async def _derive(self) -> None:
+    async def _catch_up(self) -> None:
         """Bring `request_texts` up to date with every event committed so far,
         `DERIVE_CHUNK` events a transaction (and no further: the events appended
         meanwhile are the next catch-up's)."""
@@ -349,7 +328,7 @@ class PostgresStore(SqlStore):
             upto, _ = await self._query("fetchrow", Q["derive_search"], DERIVE_CHUNK)
 
     async def _before_search(self, query: Query) -> bool:
-        await self._derive()  # a search sees every change committed before it
+        await self._catch_up()  # a search sees every change committed before it
         return False
 
     async def _listen(self, callback: Callable[[], None]) -> None:

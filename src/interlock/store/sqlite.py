@@ -90,9 +90,6 @@ def _in_order(name: str) -> str:
 _INSERT_REQUEST = _in_order("insert_new_request")
 _SETTLE_REQUEST = _in_order("settle_row")
 _SYNCHRONOUS = {"OFF", "NORMAL", "FULL", "EXTRA"}
-DERIVE_DELAY = 0.2
-"""Seconds after a write of this process before the search index is brought up to date
-with it (a search brings it up to date first anyway)."""
 COMMON_MATCHES = 2000
 """How many requests with a search's words make them common: everyone's requests are then
 read newest first, each checked against the matches, rather than every match read and
@@ -256,7 +253,7 @@ class SqliteStore(SqlStore):
         self._batch_loop: asyncio.AbstractEventLoop | None = None
         self._turn_taken: asyncio.AbstractEventLoop | None = None  # the loop whose current turn committed a write
         self._committing: set[asyncio.Task[None]] = set()  # batches backing off from a lock
-        self._deriving: asyncio.TimerHandle | asyncio.Task[None] | None = None  # the search index's next catch-up
+        self._deriving = None
         self._commits = 0  # since the last checkpoint
         self._checkpointing: asyncio.Future[None] | None = None
         self._checkpointer: sqlite3.Connection | None = None  # used in worker threads, one at a time
@@ -280,9 +277,7 @@ class SqliteStore(SqlStore):
 
     async def aclose(self) -> None:
         self._wakeup.close()
-        if self._deriving is not None:
-            self._deriving.cancel()
-            self._deriving = None
+        await self._stop_deriving()
         if self._db is not None:
             # Leave the search index up to date for whoever opens the file next.
             try:
@@ -506,22 +501,11 @@ class SqliteStore(SqlStore):
 
     # -- what is derived from the event log -------------------------------------------------
 
-    def _derive_soon(self) -> None:
-        """Bring the search index up to date shortly (a write of ours appended events)."""
-        if self._deriving is None and self._db is not None:
-            self._deriving = asyncio.get_running_loop().call_later(DERIVE_DELAY, self._derive_now)
+    def _is_open(self) -> bool:
+        return self._db is not None
 
-    def _derive_now(self) -> None:
-        task = asyncio.get_running_loop().create_task(self._derive("search"))
-        self._deriving = task
-
-        def done(task: asyncio.Task[None]) -> None:
-            if self._deriving is task:
-                self._deriving = None
-            if not task.cancelled() and (exc := task.exception()) is not None:
-                log.warning("bringing the search index up to date failed (a search will try again): %s", exc)
-
-        task.add_done_callback(done)
+    async def _catch_up(self) -> None:
+        await self._derive("search")
 
     async def _derive(self, name: str) -> None:
         """Bring `name` (the `search` index or the `outbox`'s notices) up to date with every
