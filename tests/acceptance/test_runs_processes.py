@@ -31,6 +31,7 @@ BOUND = 60
 AGENT = '''
 """An agent that asks approval to deploy, parks its run and exits; `handlers` resumes it."""
 import asyncio
+import faulthandler
 import json
 import os
 import sys
@@ -40,6 +41,8 @@ import interlock
 from interlock import Confirm
 
 HERE = Path(__file__).parent
+# Aborted by a test that finds it stuck, it writes where each thread was.
+faulthandler.enable(file=open(HERE / "threads.txt", "w"))
 
 
 async def park(run_id: str) -> None:
@@ -60,8 +63,10 @@ async def wait_on_request(run_id: str | None) -> None:
             run = await broker.start_run("deployer", run_id=run_id)
             fields["run"] = run.id
         request = await broker.create(Confirm("Deploy?"), kind="approval", to="alice", **fields)
+        waiting = asyncio.create_task(broker.wait(request.id))
+        await asyncio.sleep(0)  # its first step: registered, it waits for the settlement
         print(request.id, flush=True)
-        await broker.wait(request.id)
+        await waiting
 
 
 def handlers(broker):
@@ -198,10 +203,9 @@ async def test_ctrl_c_sigterm_or_a_crash_leave_a_runs_request_pending_only_ctrl_
         )
         assert proc.stdout is not None
         with anyio.fail_after(BOUND):
-            request_id = (await proc.stdout.readline()).decode().strip()
-            await asyncio.sleep(0.2)  # into the wait
-            proc.send_signal(signum)
-            await proc.communicate()
+            request_id = (await proc.stdout.readline()).decode().strip()  # printed once it waits
+        proc.send_signal(signum)
+        await ends(proc, agent_dir, f"{run_id or 'a plain wait'} after {signum.name}")
         async with interlock.connect(db) as broker:
             outcomes[run_id or "plain", signum.name] = (await broker.get(request_id)).status
     assert outcomes == {
@@ -212,6 +216,19 @@ async def test_ctrl_c_sigterm_or_a_crash_leave_a_runs_request_pending_only_ctrl_
         ("plain", "SIGTERM"): Status.PENDING,  # the process ends without unwinding: nothing withdraws it
         ("plain", "SIGKILL"): Status.PENDING,
     }
+
+
+async def ends(proc: asyncio.subprocess.Process, cwd: Path, what: str) -> None:
+    """Wait, bounded, for an agent's process to end; one that does not is aborted, and the
+    test fails with where its threads were."""
+    with anyio.move_on_after(BOUND):
+        await proc.communicate()
+        return
+    proc.send_signal(signal.SIGABRT)  # its fault handler writes the threads' stacks, then it ends
+    with anyio.fail_after(BOUND):
+        await proc.wait()
+    threads = await anyio.Path(cwd, "threads.txt").read_text()
+    pytest.fail(f"the agent did not end ({what}); where its threads were:\n{threads}")
 
 
 async def test_runs_are_listed_shown_and_cancelled_from_the_cli(db: str, agent_dir: Path) -> None:
