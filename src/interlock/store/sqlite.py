@@ -858,7 +858,6 @@ class SqliteStore(SqlStore):
                     if closed.fetchone() is not None:
                         raise closed_channel(channel)  # the transaction rolls back: nothing is stored
                 db.execute(_INSERT_REQUEST, params)
-            db.execute(Q["add_waits"], row)
             parked = run_from_row(inserted, _from_us)
             db.execute(Q["insert_event"], _run_event("input_requested", parked))
             return parked, True
@@ -895,8 +894,6 @@ class SqliteStore(SqlStore):
         row = _one(db.execute(Q["park_run"], params))
         if row is None:
             return None
-        db.execute(Q["forget_waits"], params)
-        db.execute(Q["add_waits"], params)
         parked = run_from_row(row, _from_us)
         db.execute(Q["insert_event"], _run_event("input_requested", parked))
         return parked

@@ -169,12 +169,6 @@ WHERE id = :id AND status = 'running' AND (:worker IS NULL OR worker = :worker)
 RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
           attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
 
--- name: forget_waits
-DELETE FROM run_waits WHERE run_id = :id;
-
--- name: add_waits
-INSERT OR IGNORE INTO run_waits (run_id, request_id) SELECT :id, value FROM json_each(:ids);
-
 -- name: claim_found_run
 -- Claim the run found ready (or lapsed) if it still is: no row when another worker took it first.
 UPDATE runs SET status = 'running', ready = 0, expires_at = NULL, worker = :worker,
