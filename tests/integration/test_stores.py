@@ -376,6 +376,33 @@ async def test_an_upgrade_from_the_trigger_kept_outbox_and_index_loses_and_repea
         assert len({n.event_id for n in notices}) == len(notices)
 
 
+async def test_a_run_parked_before_the_upgrade_that_dropped_its_waits_rows_is_ready_once_all_are_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import interlock.store.sqlite as sqlite_store
+
+    path = tmp_path / "upgraded.db"
+    before = [m for m in load_migrations("sqlite") if m.name != "runs_without_waits_rows"]
+    assert len(before) == len(load_migrations("sqlite")) - 1
+    with monkeypatch.context() as patch:  # a file of the version that kept `run_waits`
+        patch.setattr(sqlite_store, "load_migrations", lambda dialect: before)
+        async with interlock.connect(f"sqlite:///{path}") as broker:
+            run = await broker.start_run("deployer")
+            asks = [await broker.create(Confirm(f"Deploy to region {i}?"), run=run.id) for i in range(2)]
+            await broker.park(run.id, state={"step": 1}, waiting_on=[r.id for r in asks])
+        with sqlite3.connect(path) as db:  # the rows that version's park wrote beside `waiting_on`
+            db.executemany("INSERT INTO run_waits VALUES (?, ?)", [(run.id, r.id) for r in asks])
+        async with interlock.connect(f"sqlite:///{path}") as broker:  # one answered before the upgrade
+            assert await broker.resolve(asks[0].id, True)
+            assert not (await broker.get_run(run.id)).ready
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+        assert not (await broker.get_run(run.id)).ready
+        assert await broker.resolve(asks[1].id, True)
+        assert (await broker.get_run(run.id)).ready
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT name FROM sqlite_master WHERE name = 'run_waits'").fetchall() == []
+
+
 async def test_the_sqlite_history_index_kept_up_with_the_event_log_matches_one_rebuilt_from_it(tmp_path: Path) -> None:
     path = tmp_path / "history.db"
     async with interlock.connect(f"sqlite:///{path}") as broker:
