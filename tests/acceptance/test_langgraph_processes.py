@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -81,9 +82,7 @@ async def checkpointer() -> Any:
         return AsyncPostgresSaver(conn)  # its tables are made once, when it is deployed
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    saver = SqliteSaver(sqlite3.connect(CHECKPOINTS, check_same_thread=False))
-    saver.setup()
-    return saver
+    return SqliteSaver(sqlite3.connect(CHECKPOINTS, check_same_thread=False))  # its tables: as above
 
 
 async def agent(broker: interlock.Broker) -> LangGraphAgent:
@@ -131,9 +130,10 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
 
 @pytest.fixture
 def agent_dir(tmp_path: Path, stores: tuple[str, str]) -> Path:
-    """The agent's folder, and on PostgreSQL its checkpointer's tables made once, before any
-    agent process runs (as a deployment would: two processes making them at once would race;
-    LangGraph's own setup, from this process). SQLite's saver makes its tables as it opens."""
+    """The agent's folder, and its checkpointer's tables made once, before any agent process
+    runs (as a deployment would: two processes making them at once race, on PostgreSQL and
+    on a new SQLite file, which both would switch to WAL; LangGraph's own setup, from this
+    process)."""
     folder = tmp_path / "agent"
     folder.mkdir()
     (folder / "mail_agent.py").write_text(textwrap.dedent(AGENT))
@@ -142,6 +142,11 @@ def agent_dir(tmp_path: Path, stores: tuple[str, str]) -> Path:
 
         with PostgresSaver.from_conn_string(stores[1]) as saver:
             saver.setup()
+    else:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        with contextlib.closing(sqlite3.connect(stores[1])) as db:
+            SqliteSaver(db).setup()
     return folder
 
 
