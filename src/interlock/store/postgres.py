@@ -134,7 +134,7 @@ def _settings(dsn: str, name: str) -> dict[str, str]:
     the planner still picks a parallel plan for some of them (a person's search, say), and
     starting its worker alone took 20-30 ms on a busy host, ten times the read."""
     given = dict(parse_qsl(urlsplit(dsn).query))
-    settings = {} if "application_name" in given else {"application_name": name}
+    settings = _named(dsn, name)
     if "max_parallel_workers_per_gather" not in given and "options" not in given:
         settings["max_parallel_workers_per_gather"] = "0"
     return settings
@@ -182,7 +182,6 @@ class PostgresStore(SqlStore):
         # changes again, so it is served from here; a pending one only after a cheap
         # check that it is still pending.
         self._cache = RequestCache(int(ours.get("cache_bytes", DEFAULT_CACHE_BYTES)))
-        self._deriving = None
 
     # -- life cycle ----------------------------------------------------------------------
 

@@ -253,7 +253,6 @@ class SqliteStore(SqlStore):
         self._batch_loop: asyncio.AbstractEventLoop | None = None
         self._turn_taken: asyncio.AbstractEventLoop | None = None  # the loop whose current turn committed a write
         self._committing: set[asyncio.Task[None]] = set()  # batches backing off from a lock
-        self._deriving = None
         self._commits = 0  # since the last checkpoint
         self._checkpointing: asyncio.Future[None] | None = None
         self._checkpointer: sqlite3.Connection | None = None  # used in worker threads, one at a time
