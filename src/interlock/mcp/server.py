@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, cast, get_type_hints
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -481,6 +483,17 @@ _TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations | None], ...] = (
 """Each tool, what a model reads about it, and its hints."""
 
 
+@functools.cache
+def _tool_definitions() -> tuple[Tool, ...]:
+    """The tools as the SDK describes them (their argument models and JSON Schemas), made
+    once per process: they hold no state (each call takes its access from its context), and
+    making them is nearly all the time a server takes to build (about 20 ms), which
+    `interlock serve` and every app made in a process would otherwise pay again."""
+    return tuple(
+        Tool.from_function(tool, description=description, annotations=hints) for tool, description, hints in _TOOLS
+    )
+
+
 def build_server(access: Access, *, name: str = "interlock") -> MCPServer[Access]:
     """The MCP server over `access`: the tools `hitl_request`, `hitl_status`, `hitl_list`,
     `hitl_read`, `hitl_respond`, `hitl_cancel`, `hitl_grants`, `hitl_grant_check`,
@@ -502,6 +515,7 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer[Access
         ),
         log_level="WARNING",
         lifespan=lifespan,
+        tools=list(_tool_definitions()),
     )
     # The SDK sets up the root logger when a server is made (a handler of its own, which
     # would bypass the redaction `interlock serve` puts on every handler): logging is the
@@ -510,8 +524,6 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer[Access
         if handler not in handlers:
             root.removeHandler(handler)
     root.setLevel(level)
-    for tool, description, hints in _TOOLS:
-        server.add_tool(tool, description=description, annotations=hints)
     server.resource(
         RESOURCE,
         name="request",
