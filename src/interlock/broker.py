@@ -1014,7 +1014,7 @@ class LocalBroker(Broker):
             await self._expire_due()  # what fell due while no process watched
             self._spawn(self._expiry_loop())
             if self.store.shared:
-                self.store.on_foreign_change(self._hint.set)
+                self.store.on_foreign_change(self._hint.set, self._settled_elsewhere)
                 self._spawn(self._follow_loop(await self.store.last_event_id()))
         return self
 
@@ -1646,6 +1646,13 @@ class LocalBroker(Broker):
             raise InvalidRequest("agent: name the agent the policy is for")
         check_text(agent, "agent", self.limits.max_name_length)
         check_text(server, "server", self.limits.max_name_length)
+
+    def _settled_elsewhere(self, request: Request) -> None:
+        """Another process settled a request this one waits on, and the store heard how
+        with its notification: wake the waiters now (the follow loop reads its event later,
+        in order, for the streams and the runs)."""
+        if request.id in self._waiters:
+            self._wake(request)
 
     def _wake(self, request: Request) -> None:
         present = self._waiters.pop(request.id, None)

@@ -4,10 +4,12 @@ nodes, the listener, URL options. (The shared behaviour suite runs in tests/inte
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 import anyio
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 from pg_support import empty_database, psql, read_line, send, spawn
 
@@ -278,6 +280,80 @@ async def test_the_listener_reconnects_after_its_connection_is_dropped(pg_url: s
             assert await answering.resolve(second.id, "Bo")
             with anyio.fail_after(BOUND):
                 assert (await waiter).answers == {"text": "Bo"}  # by the new connection's hint
+
+
+class HeldLog:
+    """Holds a broker's reads of the event log (its follow loop) until released, so that
+    only a settlement's own notification can wake its waiters meanwhile."""
+
+    def __init__(self, broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.released = asyncio.Event()
+        self.reads = 0
+        changes = broker.store.changes
+
+        async def held(after: int = 0, limit: int = 500) -> Any:
+            self.reads += 1
+            await self.released.wait()
+            return await changes(after, limit)
+
+        monkeypatch.setattr(broker.store, "changes", held)
+
+
+async def test_a_settlement_s_notification_wakes_a_waiter_before_the_event_log_is_read(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with interlock.connect(pg_url, poll_interval=3600) as waiting, interlock.connect(pg_url) as answering:
+        log = HeldLog(waiting, monkeypatch)
+        answered, rejected = await answering.create(Text("Name?")), await answering.create(Text("Go?"))
+        answer = asyncio.create_task(waiting.wait(answered.id))
+        rejection = asyncio.create_task(waiting.wait(rejected.id))
+        await anyio.wait_all_tasks_blocked()
+        assert await answering.resolve(answered.id, "Ada", by="alice", via="web")
+        assert await answering.reject(rejected.id, "not today", by="bob")
+        with anyio.fail_after(BOUND):
+            response = await answer
+            with pytest.raises(interlock.Rejected) as denied:
+                await rejection
+        assert (response.answers, response.by, response.via) == ({"text": "Ada"}, "alice", "web")
+        assert denied.value.reason == "not today"
+        # The settled requests are what the event log will say, and are served as such meanwhile.
+        assert (await waiting.get(answered.id)).status is Status.ANSWERED
+        assert (await waiting.get(rejected.id)).response.by == "bob"  # type: ignore[union-attr]
+        assert log.reads >= 1  # the log was being read (and held) all along
+        log.released.set()
+
+
+async def test_a_settlement_s_notification_carries_it_unless_too_large_then_its_event_wakes_the_waiter(
+    pg_url: str,
+) -> None:
+    heard: list[str] = []
+    short_heard = asyncio.Event()
+    listener = await asyncpg.connect(pg_url)  # a bare listener: what each commit sends
+
+    def note(conn: Any, pid: int, channel: str, payload: str) -> None:
+        heard.append(payload)
+        if short.id in payload:
+            short_heard.set()
+
+    try:
+        async with interlock.connect(pg_url, poll_interval=3600) as waiting, interlock.connect(pg_url) as answering:
+            long, short = await answering.create(Text("Tell me everything")), await answering.create(Text("Name?"))
+            await listener.add_listener("interlock", note)
+            waiter = asyncio.create_task(waiting.wait(long.id))
+            await anyio.wait_all_tasks_blocked()
+            long_answer = "lorem ipsum " * 1000  # over the 8000 bytes a notification carries
+            assert await answering.resolve(long.id, long_answer)
+            with anyio.fail_after(BOUND):
+                assert (await waiter).answers == {"text": long_answer}  # woken by reading the event log
+            assert await answering.resolve(short.id, "Ada", by="alice")
+            with anyio.fail_after(BOUND):
+                await short_heard.wait()
+    finally:
+        await listener.close()
+    notes = [json.loads(payload) for payload in heard if payload]
+    assert [note[:2] for note in notes] == [[short.id, "answered"]]
+    assert (notes[0][2]["answers"], notes[0][2]["by"]) == ({"text": "Ada"}, "alice")
+    assert "" in heard  # every event's bare notification, the long answer's included
 
 
 async def test_pool_connections_dropped_by_the_server_are_replaced(pg_url: str) -> None:

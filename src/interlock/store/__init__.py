@@ -349,8 +349,13 @@ class RequestStore(Protocol):
 
     async def last_event_id(self) -> int: ...
 
-    def on_foreign_change(self, callback: Callable[[], None]) -> None:
-        """Have `callback` called (on the event loop) when another process may have written."""
+    def on_foreign_change(self, callback: Callable[[], None], settled: Callable[[Request], None] | None = None) -> None:
+        """Have `callback` called (on the event loop) when another process may have written.
+
+        A store that hears of another process's settlement before its event can be read
+        (PostgreSQL: the notification carries it) calls `settled` first with the request
+        as settled, when it holds the request's pending copy; the event log still brings
+        the same settlement later, in order."""
         ...
 
     async def claim(self, request_id: str, by: str, at: datetime) -> Claim | None:

@@ -126,7 +126,7 @@ class MemoryStore:
     async def aclose(self) -> None:
         pass
 
-    def on_foreign_change(self, callback: Callable[[], None]) -> None:
+    def on_foreign_change(self, callback: Callable[[], None], settled: Callable[[Request], None] | None = None) -> None:
         pass  # no other process can write here
 
     def _append(self, type_: str, request: Request) -> None:

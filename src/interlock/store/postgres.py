@@ -9,10 +9,12 @@ Expiry runs on every node; `FOR UPDATE SKIP LOCKED` and the status check settle 
 overdue request once. Migrations run on open under an advisory lock.
 
 Wake-ups: every event insert NOTIFYs `interlock` in the transaction that makes the
-change. A dedicated connection LISTENs (passing on only other processes' notifications),
-pings the server every `keepalive` seconds, and reconnects when the connection drops
-(then hints once, for what it may have missed); the broker's bounded poll
-(`poll_interval`) is the guarantee behind it.
+change, and a settlement also sends itself (`[id, status, response]`, migration 0023), so
+that a process waiting on the request wakes its waiters from the notification alone, with
+no read after the commit. A dedicated connection LISTENs (passing on only other
+processes' notifications), pings the server every `keepalive` seconds, and reconnects
+when the connection drops (then hints once, for what it may have missed); the broker's
+bounded poll (`poll_interval`) is the guarantee behind it.
 
 The driver is asyncpg, chosen on measurement (`bench/postgres.py`, docs/explanation/benchmarks.md):
 it ran the same create+answer commits 1.06x-1.24x as fast as psycopg 3 through these
@@ -174,6 +176,7 @@ class PostgresStore(SqlStore):
         self._pool: Connections | None = None
         self._listener: asyncio.Task[None] | None = None
         self._hint: Callable[[], None] | None = None
+        self._on_settled: Callable[[Request], None] | None = None
         self._listener_healthy = False
         # Server process ids of this store's own connections: their notifications are
         # about changes the broker of this process has seen already.
@@ -224,7 +227,7 @@ class PostgresStore(SqlStore):
             self.pool.release(conn)
 
     async def aclose(self) -> None:
-        self._hint = None
+        self._hint = self._on_settled = None
         await self._stop_deriving()
         listener, self._listener = self._listener, None
         if listener is not None:
@@ -302,16 +305,38 @@ class PostgresStore(SqlStore):
 
     # -- wake-ups ------------------------------------------------------------------------
 
-    def on_foreign_change(self, callback: Callable[[], None]) -> None:
+    def on_foreign_change(self, callback: Callable[[], None], settled: Callable[[Request], None] | None = None) -> None:
         self._hint = callback
+        self._on_settled = settled
         if self._listener is None:
             self._listener = asyncio.get_running_loop().create_task(self._listen(callback))
 
     def _notified(self, conn: Any, pid: int, channel: str, payload: str) -> None:
         if pid in self._own:
             self._derive_soon()  # events of ours: the search text catches up with them shortly
-        elif self._hint is not None:
+            return
+        if payload and self._on_settled is not None:
+            settled = self._settled_by_note(payload)
+            if settled is not None:
+                self._on_settled(settled)
+        if self._hint is not None:
             self._hint()
+
+    def _settled_by_note(self, payload: str) -> Request | None:
+        """The request a settlement's notification (`[id, status, response]`, see migration
+        0023) settled, made from its pending copy here; None when there is none (the event
+        log's read brings it then)."""
+        try:
+            request_id, status, answer = decode_json(payload)
+            known = self._cache.get(request_id)
+            if known is None or known.status is not Status.PENDING:
+                return None
+            settled = known.settle(Status(status), None if answer is None else response_from_dict(answer))
+        except Exception:  # a note this version cannot read: the event log says the same
+            log.debug("a settlement notification could not be read: %.200s", payload, exc_info=True)
+            return None
+        self._cache.put(settled, (self._cache.size_of(request_id) or 0) + len(payload))
+        return settled
 
     # -- the search text, derived from the event log -----------------------------------------
 

@@ -292,7 +292,7 @@ class SqliteStore(SqlStore):
             self._db.close()
             self._db = None
 
-    def on_foreign_change(self, callback: Callable[[], None]) -> None:
+    def on_foreign_change(self, callback: Callable[[], None], settled: Callable[[Request], None] | None = None) -> None:
         self._wakeup.open(callback)
 
     def _migrate(self, db: sqlite3.Connection) -> None:
