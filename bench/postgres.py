@@ -22,7 +22,9 @@ the end). Contenders of the serial cycle (create -> answer -> wake):
   ``invoke`` on a new thread (it stops at the interrupt), then ``Command(resume=...)``.
 
 Then: answer -> wake latency across processes (a waiting child process, the answer
-given here), p50/p99, against raw LISTEN/NOTIFY between two processes; and throughput
+given here), p50/p99, against raw LISTEN/NOTIFY between two processes, each run on a
+fresh database after ``WARM_UP`` cycles that are not counted (the first ones open
+connections and fill the server's caches); and throughput
 with ``--agents`` concurrent agents (an asking and an answering task each) on one
 broker, and split over two processes, against the serial rate.
 
@@ -518,7 +520,15 @@ NOTIFY_CHILD = """
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(lines), sys.stdin)
         conn = await asyncpg.connect(sys.argv[1])
         woke = asyncio.Queue()
-        await conn.add_listener(sys.argv[2], lambda *args: woke.put_nowait(time.perf_counter_ns()))
+        # The answer's commit also sends the settlement's own notification, before the bare
+        # one of its event: that first one is the wake-up measured.
+        settled = sys.argv[2] == "interlock"
+
+        def heard(conn, pid, channel, payload):
+            if payload or not settled:
+                woke.put_nowait(time.perf_counter_ns())
+
+        await conn.add_listener(sys.argv[2], heard)
         print("ready", flush=True)
         while (await lines.readline()).strip():
             print("waiting", flush=True)
@@ -557,6 +567,10 @@ class Child:
         self.proc.wait(30)
 
 
+WARM_UP = 20
+"""Cycles each latency run makes before it counts any."""
+
+
 def latency_interlock(url: str, samples: int) -> tuple[list[float], list[float]]:
     """(answer call -> wake, commit acknowledged -> wake) in microseconds."""
     import interlock
@@ -568,7 +582,7 @@ def latency_interlock(url: str, samples: int) -> tuple[list[float], list[float]]
 
     async def main() -> None:
         async with interlock.connect(url) as broker:
-            for _ in range(samples):
+            for i in range(WARM_UP + samples):
                 request = await broker.create(Text(QUESTION))
                 child.send(request.id)
                 assert child.readline() == "waiting"
@@ -576,8 +590,9 @@ def latency_interlock(url: str, samples: int) -> tuple[list[float], list[float]]
                 assert await broker.resolve(request.id, ANSWER)
                 t1 = time.perf_counter_ns()
                 woke = int(child.readline())
-                from_call.append((woke - t0) / 1000)
-                from_ack.append((woke - t1) / 1000)
+                if i >= WARM_UP:
+                    from_call.append((woke - t0) / 1000)
+                    from_ack.append((woke - t1) / 1000)
 
     try:
         asyncio.run(main())
@@ -599,7 +614,7 @@ def latency_notify(url: str, samples: int, *, durable: bool = False) -> tuple[li
     async def main() -> None:
         conn = await asyncpg.connect(url)
         try:
-            for _ in range(samples):
+            for i in range(WARM_UP + samples):
                 rid = uuid4().hex
                 if durable:  # the row alone: no event, so no notification before the one measured
                     await conn.execute(TX_INSERT_REQUEST, rid, _now(), DOC)
@@ -612,8 +627,9 @@ def latency_notify(url: str, samples: int, *, durable: bool = False) -> tuple[li
                     await conn.execute("NOTIFY bench")
                 t1 = time.perf_counter_ns()
                 woke = int(child.readline())
-                from_call.append((woke - t0) / 1000)
-                from_ack.append((woke - t1) / 1000)
+                if i >= WARM_UP:
+                    from_call.append((woke - t0) / 1000)
+                    from_ack.append((woke - t1) / 1000)
         finally:
             await conn.close()
 
