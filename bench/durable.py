@@ -13,10 +13,12 @@ fresh temporary directory:
   pragmas (journal_mode=WAL, synchronous=NORMAL), synchronous calls, one
   connection: (1) INSERT request row + INSERT event row; (2) UPDATE request
   ``WHERE id=? AND status='pending'`` + INSERT event row.
-* **raw sqlite3 on interlock's schema** -- the same two commits, but on
-  interlock's own tables and indexes (read from its migration files), with
-  JSON documents of the size interlock writes and BEGIN IMMEDIATE
-  (informational: how much of interlock's cycle is SQLite itself).
+* **raw sqlite3, interlock's own statements** -- the two statements interlock's
+  cycle runs (the create, whose trigger writes the row and its event; the
+  settlement, whose trigger appends its event), each its own transaction, on a
+  database interlock made, with the documents it writes and its ids, and nothing
+  around them (informational: how much of interlock's cycle is SQLite's work
+  on interlock's schema).
 * **raw sqlite3 via asyncio.to_thread** -- the same, each transaction run in the
   default thread pool from an event loop (informational: the cost of the
   thread hop an asyncio library pays when it offloads sqlite).
@@ -143,93 +145,57 @@ def raw_sqlite(path: str, n: int) -> float:
     return elapsed
 
 
-def _interlock_migrations() -> list[str] | None:
-    """interlock's own SQLite schema (its migration files), split into statements."""
+def interlock_database(path: str) -> tuple[str, str]:
+    """A database file made by interlock (its schema, every migration) holding nothing,
+    and the request document and response interlock writes for this benchmark's question
+    and answer, as stored."""
+    import interlock
+    from interlock import Text
+
+    async def make() -> str:
+        async with interlock.connect(f"sqlite:///{path}") as broker:
+            request = await broker.create(Text(QUESTION))
+            await broker.resolve(request.id, ANSWER)
+            return request.id
+
+    request_id = asyncio.run(make())
+    conn = sqlite3.connect(path, isolation_level=None)
     try:
-        import interlock
-    except ImportError:
-        return None
-    folder = os.path.join(os.path.dirname(interlock.__file__), "store", "sql", "sqlite", "migrations")
-    if not os.path.isdir(folder):
-        return None
-    statements: list[str] = []
-    for name in sorted(f for f in os.listdir(folder) if f.endswith(".sql")):
-        current = ""
-        with open(os.path.join(folder, name), encoding="utf-8") as fh:
-            for line in fh:
-                current += line
-                if sqlite3.complete_statement(current):
-                    statements.append(current.strip())
-                    current = ""
-    return statements
+        doc, response = conn.execute("SELECT doc, response FROM requests WHERE id = ?", (request_id,)).fetchone()
+        conn.execute("DELETE FROM events")
+        conn.execute("DELETE FROM requests")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    return doc, response
 
 
-# Documents of the size interlock stores for a one-Text request (about 370 bytes
-# created, 480 answered), built here without importing interlock's model.
-_DOC_CREATED = json.dumps(
-    {
-        "id": "0" * 26,
-        "kind": "question",
-        "status": "pending",
-        "asks": [
-            {"type": "text", "id": "text", "prompt": QUESTION, "required": True, "multiline": False, "max_length": None}
-        ],
-        "title": "",
-        "details": "",
-        "context": None,
-        "to": None,
-        "requester": None,
-        "origin": {},
-        "created_at": "2026-01-01T00:00:00.000000+00:00",
-        "expires_at": None,
-        "idempotency_key": None,
-        "response": None,
-    },
-    separators=(",", ":"),
-)
-_DOC_ANSWERED = _DOC_CREATED.replace('"pending"', '"answered"').replace(
-    '"response":null',
-    '"response":{"answers":{"text":"blue"},"by":null,"via":"python",'
-    '"reason":"","cause":null,"at":"2026-01-01T00:00:00.000000+00:00"}',
-)
+def raw_sqlite_interlock_statements(path: str, n: int) -> float:
+    """interlock's own two statements a cycle, nothing around them: the create (an insert
+    into the `new_requests` view, whose trigger writes the row and its `created` event)
+    and the settlement (one conditional UPDATE, whose trigger appends its event), each its
+    own transaction, on a database interlock made, with the documents interlock writes and
+    its time-ordered ids; the raw floor's pragmas (informational: how much of interlock's
+    cycle is SQLite's work on interlock's schema)."""
+    from interlock.model import new_id
+    from interlock.store.sqlite import _INSERT_REQUEST, _SETTLE_REQUEST
 
-
-def raw_sqlite_interlock_schema(path: str, n: int) -> float:
-    """The same two commits, on interlock's schema (its indexes, WITHOUT ROWID,
-    JSON document column, BEGIN IMMEDIATE): how much of interlock's cost is
-    SQLite itself."""
-    statements = _interlock_migrations()
-    assert statements, "interlock's migrations not found"
+    doc, response = interlock_database(path)
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
-    for statement in statements:
-        conn.execute(statement)
-    insert_request = (
-        "INSERT INTO requests (id, kind, status, recipient, requester, session, channel, agent, run, "
-        "idempotency_key, created_at, expires_at, settled_at, doc) VALUES (?, 'question', 'pending', "
-        "NULL, NULL, NULL, NULL, NULL, NULL, NULL, ?, NULL, NULL, ?)"
-    )
-    insert_event = "INSERT INTO events (type, request_id, at, data) VALUES (?, ?, ?, ?)"
-    settle = "UPDATE requests SET status = 'answered', settled_at = ?, doc = ? WHERE id = ? AND status = 'pending'"
     ex = conn.execute
     try:
         t0 = perf()
         for _ in range(n):
-            rid = uuid4().hex
+            rid = new_id()
             now = int(time.time() * 1_000_000)
-            ex("BEGIN IMMEDIATE")
-            ex(insert_request, (rid, now, _DOC_CREATED))
-            ex(insert_event, ("created", rid, now, _DOC_CREATED))
-            ex("COMMIT")
+            ex(_INSERT_REQUEST, (rid, "question", "pending", None, None, None, None, None, None, None, now, None, doc))
             now = int(time.time() * 1_000_000)
-            ex("BEGIN IMMEDIATE")
-            ok = ex(settle, (now, _DOC_ANSWERED, rid)).rowcount == 1
-            if ok:
-                ex(insert_event, ("answered", rid, now, _DOC_ANSWERED))
-            ex("COMMIT")
+            ok = ex(_SETTLE_REQUEST, ("answered", now, response, None, rid)).rowcount == 1
         elapsed = perf() - t0
         assert ok
+        assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 2 * n
     finally:
         conn.close()
     return elapsed
@@ -376,7 +342,7 @@ SERIAL: dict[str, Runner] = {
     "interlock": interlock_pingpong,
     "interlock-same-task": interlock_same_task,
     "raw": raw_sqlite,
-    "raw-schema": raw_sqlite_interlock_schema,
+    "raw-schema": raw_sqlite_interlock_statements,
     "raw-thread": raw_sqlite_to_thread,
     "langgraph": langgraph_sqlite,
 }
@@ -384,7 +350,7 @@ LABEL = {
     "interlock": "interlock sqlite:// (answer from another task)",
     "interlock-same-task": "interlock sqlite:// (create; resolve; wait in one task)",
     "raw": "raw sqlite3 (same 2 commits/cycle, sync)",
-    "raw-schema": "raw sqlite3, same commits on interlock's schema + doc sizes",
+    "raw-schema": "raw sqlite3, interlock's own 2 statements on its schema",
     "raw-thread": "raw sqlite3, each tx via asyncio.to_thread",
     "langgraph": "LangGraph interrupt/resume + SqliteSaver",
 }
