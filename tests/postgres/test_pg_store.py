@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -305,15 +306,20 @@ async def test_a_settlement_s_notification_wakes_a_waiter_before_the_event_log_i
     async with interlock.connect(pg_url, poll_interval=3600) as waiting, interlock.connect(pg_url) as answering:
         log = HeldLog(waiting, monkeypatch)
         answered, rejected = await answering.create(Text("Name?")), await answering.create(Text("Go?"))
+        # An id that JSON escapes (a quote, a backslash) and one it does not (ü) are read too.
+        odd, _ = await answering.submit(replace(answering.prepare(Text("Id?")), id='say "ü" \\ twice'))
         answer = asyncio.create_task(waiting.wait(answered.id))
         rejection = asyncio.create_task(waiting.wait(rejected.id))
+        odd_answer = asyncio.create_task(waiting.wait(odd.id))
         await anyio.wait_all_tasks_blocked()
         assert await answering.resolve(answered.id, "Ada", by="alice", via="web")
         assert await answering.reject(rejected.id, "not today", by="bob")
+        assert await answering.resolve(odd.id, "odd")
         with anyio.fail_after(BOUND):
             response = await answer
             with pytest.raises(interlock.Rejected) as denied:
                 await rejection
+            assert (await odd_answer).answers == {"text": "odd"}
         assert (response.answers, response.by, response.via) == ({"text": "Ada"}, "alice", "web")
         assert denied.value.reason == "not today"
         # The settled requests are what the event log will say, and are served as such meanwhile.
@@ -353,7 +359,9 @@ async def test_a_settlement_s_notification_carries_it_unless_too_large_then_its_
     notes = [json.loads(payload) for payload in heard if payload]
     assert [note[:2] for note in notes] == [[short.id, "answered"]]
     assert (notes[0][2]["answers"], notes[0][2]["by"]) == ({"text": "Ada"}, "alice")
-    assert "" in heard  # every event's bare notification, the long answer's included
+    # The long answer's transaction sent its event's bare notification; the short one's, its
+    # own note alone (one notification a settlement, as before the note).
+    assert heard[0] == "" and len(heard) == 2
 
 
 async def test_pool_connections_dropped_by_the_server_are_replaced(pg_url: str) -> None:

@@ -9,9 +9,9 @@ Expiry runs on every node; `FOR UPDATE SKIP LOCKED` and the status check settle 
 overdue request once. Migrations run on open under an advisory lock.
 
 Wake-ups: every event insert NOTIFYs `interlock` in the transaction that makes the
-change, and a settlement also sends itself (`[id, status, response]`, migration 0023), so
-that a process waiting on the request wakes its waiters from the notification alone, with
-no read after the commit. A dedicated connection LISTENs (passing on only other
+change, except that a settlement sends itself instead (`[id, status, response]`, migration
+0023), so that a process waiting on the request wakes its waiters from the notification
+alone, with no read after the commit. A dedicated connection LISTENs (passing on only other
 processes' notifications), pings the server every `keepalive` seconds, and reconnects
 when the connection drops (then hints once, for what it may have missed); the broker's
 bounded poll (`poll_interval`) is the guarantee behind it.
@@ -326,6 +326,15 @@ class PostgresStore(SqlStore):
         """The request a settlement's notification (`[id, status, response]`, see migration
         0023) settled, made from its pending copy here; None when there is none (the event
         log's read brings it then)."""
+        # Every node hears every settlement: read the id first (it opens the note, and an id
+        # with no escape in it ends at the first quote), and decode the rest only for a
+        # request this process holds pending.
+        end = payload.find('"', 2)
+        request_id = payload[2:end]
+        if payload.startswith('["') and end > 0 and "\\" not in request_id:
+            known = self._cache.get(request_id)
+            if known is None or known.status is not Status.PENDING:
+                return None
         try:
             request_id, status, answer = decode_json(payload)
             known = self._cache.get(request_id)
