@@ -4,6 +4,7 @@ nodes, the listener, URL options. (The shared behaviour suite runs in tests/inte
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -15,7 +16,7 @@ import pytest
 from pg_support import empty_database, psql, read_line, send, spawn
 
 import interlock
-from interlock import Broker, NotFound, Response, Status, Text
+from interlock import Broker, Confirm, NotFound, Response, Status, Text
 from interlock.principals import Principal, hash_token, issue_token
 from interlock.store._sql import load_migrations
 from interlock.store.postgres import PostgresStore, split_url
@@ -329,6 +330,49 @@ async def test_a_settlement_s_notification_wakes_a_waiter_before_the_event_log_i
         log.released.set()
 
 
+async def test_a_settlement_note_from_anyone_without_the_database_s_key_wakes_nobody(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with interlock.connect(pg_url, poll_interval=3600) as waiting, interlock.connect(pg_url) as answering:
+        log = HeldLog(waiting, monkeypatch)
+        notes: list[tuple[str, Any]] = []
+        read = asyncio.Event()
+        settled_by_note = waiting.store._settled_by_note  # type: ignore[attr-defined]
+
+        def reading(payload: str) -> Any:
+            settled = settled_by_note(payload)
+            notes.append((payload, settled))
+            if len(notes) == 3:
+                read.set()
+            return settled
+
+        monkeypatch.setattr(waiting.store, "_settled_by_note", reading)
+        request = await answering.create(Confirm("Deploy?"))
+        waiter = asyncio.create_task(waiting.wait(request.id))
+        await anyio.wait_all_tasks_blocked()
+        # Any role that may connect may NOTIFY: a note unsigned, or signed with another key.
+        forged = json.dumps([request.id, "answered", {"answers": {"confirm": True}, "at": "2026-12-05T00:00:00+00:00"}])
+        other = hashlib.sha256(b"guessed" + hashlib.sha256(b"guessed" + forged.encode()).digest()).hexdigest()
+        forger = await asyncpg.connect(pg_url)
+        try:
+            for payload in (forged, forged + other, forged + "0" * 64):
+                await forger.execute("SELECT pg_notify('interlock', $1)", payload)
+        finally:
+            await forger.close()
+        with anyio.fail_after(BOUND):
+            await read.wait()
+        await anyio.wait_all_tasks_blocked()
+        assert not waiter.done()
+        assert [settled for _, settled in notes] == [None, None, None]
+        ignored = [r for r in caplog.records if "not signed with this database's key" in r.getMessage()]
+        assert len(ignored) >= 3  # (the answering broker, holding the request pending too, says so as well)
+        log.released.set()
+        assert (await waiting.get(request.id)).status is Status.PENDING
+        assert await answering.reject(request.id, "not now")
+        with anyio.fail_after(BOUND), pytest.raises(interlock.Rejected):
+            await waiter
+
+
 async def test_a_settlement_s_notification_carries_it_unless_too_large_then_its_event_wakes_the_waiter(
     pg_url: str,
 ) -> None:
@@ -356,7 +400,7 @@ async def test_a_settlement_s_notification_carries_it_unless_too_large_then_its_
                 await short_heard.wait()
     finally:
         await listener.close()
-    notes = [json.loads(payload) for payload in heard if payload]
+    notes = [json.loads(payload[:-64]) for payload in heard if payload]  # each signed
     assert [note[:2] for note in notes] == [[short.id, "answered"]]
     assert (notes[0][2]["answers"], notes[0][2]["by"]) == ({"text": "Ada"}, "alice")
     # The long answer's transaction sent its event's bare notification; the short one's, its

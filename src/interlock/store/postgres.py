@@ -9,12 +9,13 @@ Expiry runs on every node; `FOR UPDATE SKIP LOCKED` and the status check settle 
 overdue request once. Migrations run on open under an advisory lock.
 
 Wake-ups: every event insert NOTIFYs `interlock` in the transaction that makes the
-change, except that a settlement sends itself instead (`[id, status, response]`, migration
-0023), so that a process waiting on the request wakes its waiters from the notification
-alone, with no read after the commit. A dedicated connection LISTENs (passing on only other
-processes' notifications), pings the server every `keepalive` seconds, and reconnects
-when the connection drops (then hints once, for what it may have missed); the broker's
-bounded poll (`poll_interval`) is the guarantee behind it.
+change, except that a settlement sends itself instead (`[id, status, response]`, signed
+with the database's `note_key`, migration 0023), so that a process waiting on the request
+wakes its waiters from the notification alone, with no read after the commit. A
+dedicated connection LISTENs (passing on only other processes' notifications), pings the
+server every `keepalive` seconds, and reconnects when the connection drops (then hints
+once, for what it may have missed); the broker's bounded poll (`poll_interval`) is the
+guarantee behind it.
 
 The driver is asyncpg, chosen on measurement (`bench/postgres.py`, docs/explanation/benchmarks.md):
 it ran the same create+answer commits 1.06x-1.24x as fast as psycopg 3 through these
@@ -35,6 +36,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
+import hmac
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
@@ -177,6 +180,7 @@ class PostgresStore(SqlStore):
         self._listener: asyncio.Task[None] | None = None
         self._hint: Callable[[], None] | None = None
         self._on_settled: Callable[[Request], None] | None = None
+        self._note_key: bytes | None = None  # what settlement notes are signed with (migration 0023)
         self._listener_healthy = False
         # Server process ids of this store's own connections: their notifications are
         # about changes the broker of this process has seen already.
@@ -198,6 +202,7 @@ class PostgresStore(SqlStore):
         self._pool = pool
         try:
             await self._migrate()
+            self._note_key = await self._query("fetchval", Q["note_key"])
         except BaseException:
             self._pool = None
             await pool.close()
@@ -323,20 +328,28 @@ class PostgresStore(SqlStore):
             self._hint()
 
     def _settled_by_note(self, payload: str) -> Request | None:
-        """The request a settlement's notification (`[id, status, response]`, see migration
-        0023) settled, made from its pending copy here; None when there is none (the event
-        log's read brings it then)."""
+        """The request a settlement's signed note (`[id, status, response]` and its
+        signature, see migration 0023) settled, made from its pending copy here; None when
+        there is none, or the note is not signed with the database's key (the event log's
+        read brings the settlement then, if there is one)."""
+        key = self._note_key
+        if key is None:
+            return None
         # Every node hears every settlement: read the id first (it opens the note, and an id
-        # with no escape in it ends at the first quote), and decode the rest only for a
-        # request this process holds pending.
+        # with no escape in it ends at the first quote), and check and decode the rest only
+        # for a request this process holds pending.
         end = payload.find('"', 2)
         request_id = payload[2:end]
         if payload.startswith('["') and end > 0 and "\\" not in request_id:
             known = self._cache.get(request_id)
             if known is None or known.status is not Status.PENDING:
                 return None
+        note, signature = payload[:-64], payload[-64:]
+        if not hmac.compare_digest(_signature(key, note), signature):
+            log.warning("ignored a settlement notification not signed with this database's key: %.100s", payload)
+            return None
         try:
-            request_id, status, answer = decode_json(payload)
+            request_id, status, answer = decode_json(note)
             known = self._cache.get(request_id)
             if known is None or known.status is not Status.PENDING:
                 return None
@@ -928,6 +941,12 @@ async def _connect(*args: Any, **kwargs: Any) -> Any:
     except asyncio.CancelledError:
         task.add_done_callback(_discard)
         raise
+
+
+def _signature(key: bytes, note: str) -> str:
+    """A settlement note's signature, as the database makes it (migration 0023)."""
+    inner = hashlib.sha256(key + note.encode()).digest()
+    return hashlib.sha256(key + inner).hexdigest()
 
 
 def _discard(task: asyncio.Future[Any]) -> None:

@@ -102,6 +102,17 @@ LISTEN interlock;
 -- name: ping
 SELECT 1;
 
+-- name: note_key
+-- The key that signs settlement notes (migration 0023): a random one made by the first
+-- store to open on an empty table, the stored one ever after.
+WITH made AS (
+    INSERT INTO note_key (key)
+    VALUES (sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text, 'UTF8')))
+    ON CONFLICT (one) DO NOTHING
+    RETURNING key
+)
+SELECT key FROM made UNION ALL SELECT key FROM note_key LIMIT 1;
+
 -- name: derive_search
 SELECT upto, last FROM interlock_derive_search($1);
 
