@@ -373,6 +373,29 @@ async def test_a_settlement_note_from_anyone_without_the_database_s_key_wakes_no
             await waiter
 
 
+async def test_a_store_opening_while_another_makes_the_note_key_takes_that_key(pg_url: str) -> None:
+    other = await asyncpg.connect(pg_url)
+    store = PostgresStore(pg_url)
+    try:
+        await other.execute("DELETE FROM note_key")  # a database no store has opened yet
+        making = other.transaction()
+        await making.start()
+        await other.execute("INSERT INTO note_key (key) VALUES ('\\x0102'::bytea)")  # another store, mid-open
+        opening = asyncio.create_task(store.open())
+        blocked = (
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND query LIKE '%note_key%'"
+        )
+        await until(blocked, pg_url)  # this store's insert waits on the other's
+        await making.commit()
+        with anyio.fail_after(BOUND):
+            await opening
+        assert store._note_key == b"\x01\x02"  # not None: it looked again once the other had committed
+    finally:
+        await store.aclose()
+        await other.close()
+
+
 async def test_a_settlement_s_notification_carries_it_unless_too_large_then_its_event_wakes_the_waiter(
     pg_url: str,
 ) -> None:

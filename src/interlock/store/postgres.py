@@ -202,7 +202,11 @@ class PostgresStore(SqlStore):
         self._pool = pool
         try:
             await self._migrate()
-            self._note_key = await self._query("fetchval", Q["note_key"])
+            # A store opening at the same moment may have made the key after this
+            # statement's snapshot was taken: a second statement sees it.
+            self._note_key = await self._query("fetchval", Q["note_key"]) or await self._query(
+                "fetchval", Q["note_key"]
+            )
         except BaseException:
             self._pool = None
             await pool.close()
