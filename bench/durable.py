@@ -170,31 +170,37 @@ def interlock_database(path: str) -> tuple[str, str]:
     return doc, response
 
 
-def raw_sqlite_interlock_statements(path: str, n: int) -> float:
-    """interlock's own two statements a cycle, nothing around them: the create (an insert
-    into the `new_requests` view, whose trigger writes the row and its `created` event)
-    and the settlement (one conditional UPDATE, whose trigger appends its event), each its
-    own transaction, on a database interlock made, with the documents interlock writes and
-    its time-ordered ids; the raw floor's pragmas (informational: how much of interlock's
-    cycle is SQLite's work on interlock's schema)."""
+def interlock_statements(conn: sqlite3.Connection, n: int, doc: str, response: str) -> float:
+    """Seconds for `n` cycles of interlock's own two statements on `conn`, nothing around
+    them: the create (an insert into the `new_requests` view, whose trigger writes the row
+    and its `created` event) and the settlement (one conditional UPDATE, whose trigger
+    appends its event), each its own transaction, with interlock's documents and its
+    time-ordered ids."""
     from interlock.model import new_id
     from interlock.store.sqlite import _INSERT_REQUEST, _SETTLE_REQUEST
 
+    ex = conn.execute
+    t0 = perf()
+    for _ in range(n):
+        rid = new_id()
+        now = int(time.time() * 1_000_000)
+        ex(_INSERT_REQUEST, (rid, "question", "pending", None, None, None, None, None, None, None, now, None, doc))
+        now = int(time.time() * 1_000_000)
+        ok = ex(_SETTLE_REQUEST, ("answered", now, response, None, rid)).rowcount == 1
+    elapsed = perf() - t0
+    assert ok
+    return elapsed
+
+
+def raw_sqlite_interlock_statements(path: str, n: int) -> float:
+    """`interlock_statements` on a database interlock made, with the raw floor's pragmas
+    (informational: how much of interlock's cycle is SQLite's work on its schema)."""
     doc, response = interlock_database(path)
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
-    ex = conn.execute
     try:
-        t0 = perf()
-        for _ in range(n):
-            rid = new_id()
-            now = int(time.time() * 1_000_000)
-            ex(_INSERT_REQUEST, (rid, "question", "pending", None, None, None, None, None, None, None, now, None, doc))
-            now = int(time.time() * 1_000_000)
-            ok = ex(_SETTLE_REQUEST, ("answered", now, response, None, rid)).rowcount == 1
-        elapsed = perf() - t0
-        assert ok
+        elapsed = interlock_statements(conn, n, doc, response)
         assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 2 * n
     finally:
         conn.close()

@@ -520,8 +520,8 @@ NOTIFY_CHILD = """
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(lines), sys.stdin)
         conn = await asyncpg.connect(sys.argv[1])
         woke = asyncio.Queue()
-        # The answer's commit also sends the settlement's own notification, before the bare
-        # one of its event: that first one is the wake-up measured.
+        # The answer's commit sends the settlement's own note instead of its event's bare
+        # notification: the note is the wake-up measured.
         settled = sys.argv[2] == "interlock"
 
         def heard(conn, pid, channel, payload):

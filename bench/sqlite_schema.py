@@ -19,32 +19,22 @@ import shutil
 import sqlite3
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import environment, median, paired, perf, table
-from durable import interlock_database
+from _common import environment, median, paired, table
+from durable import interlock_database, interlock_statements
 
 
 def cycle_rate(path: str, n: int, *, drops: tuple[str, ...] = (), doc: str, response: str) -> float:
-    from interlock.model import new_id
-    from interlock.store.sqlite import _INSERT_REQUEST, _SETTLE_REQUEST
-
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     for index in drops:
         conn.execute(f"DROP INDEX {index}")
-    ex = conn.execute
-    t0 = perf()
-    for _ in range(n):
-        rid = new_id()
-        now = int(time.time() * 1_000_000)
-        ex(_INSERT_REQUEST, (rid, "question", "pending", None, None, None, None, None, None, None, now, None, doc))
-        ex(_SETTLE_REQUEST, ("answered", now, response, None, rid))
-    rate = n / (perf() - t0)
-    conn.close()
-    return rate
+    try:
+        return n / interlock_statements(conn, n, doc, response)
+    finally:
+        conn.close()
 
 
 def main() -> int:
