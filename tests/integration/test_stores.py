@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
@@ -14,6 +14,7 @@ import pytest
 import interlock
 from interlock import Broker, Choice, Closed, Confirm, Expired, Form, MultiChoice, NotFound, Rejected, Status, Text
 from interlock.broker import _SCHEMES, LocalBroker, register_scheme
+from interlock.store import memory
 from interlock.store._sql import load_migrations
 from interlock.store.memory import MemoryStore
 from interlock.store.sqlite import NewerDatabase, SqliteStore
@@ -462,3 +463,33 @@ async def test_the_sqlite_log_is_checkpointed_in_a_worker_thread_not_in_the_comm
         # the pages reached the database file, long before the backstop's threshold
         assert path.stat().st_size > before
         assert len((await broker.list(limit=1000)).items) == CHECKPOINT_COMMITS * 2
+
+
+async def test_a_memory_store_without_an_outbox_keeps_only_the_newest_unrouted_notices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Nothing routes notices in a process that runs no outbox: a long-lived one must not
+    # keep two for every request it ever made.
+    monkeypatch.setattr(memory, "_UNROUTED", 3)
+    store = MemoryStore()
+    async with LocalBroker(store) as broker:
+        first = await broker.create(Text("Name?"))
+        await broker.resolve(first.id, "Ada")
+        second = await broker.create(Text("Age?"))
+        await broker.resolve(second.id, "36")
+        now = datetime.now(UTC)
+        claimed = await store.claim_notices("outbox", now, lease=30)
+        # The oldest notice (the first request's creation) was dropped; the newest three are kept.
+        assert [(n.type, n.request_id) for n in claimed] == [
+            ("answered", first.id),
+            ("created", second.id),
+            ("answered", second.id),
+        ]
+        third = await broker.create(Text("City?"))  # drops the oldest, claimed, and its lease
+        later = now + timedelta(seconds=60)  # every lease run out: a claim sees every notice kept
+        assert [(n.type, n.request_id) for n in await store.claim_notices("other", later, lease=30)] == [
+            ("created", second.id),
+            ("answered", second.id),
+            ("created", third.id),
+        ]
+        assert await store.route_notice(claimed[0], [], "outbox", later) == 0  # dropped: nothing to route

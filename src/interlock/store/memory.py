@@ -52,6 +52,7 @@ __all__ = ["MemoryStore", "from_url"]
 _FINISHED = 10_000  # delivered or skipped deliveries kept listed; older ones are forgotten
 _UNCONSUMED = 10_000  # answered requests kept consumable; an older one is refused (fails closed)
 _UNREAD = 10_000  # settled requests kept until a waiter reads them; an older one is forgotten
+_UNROUTED = 100_000  # notices kept until an outbox routes them; an older one is dropped
 
 
 _OPTIONS = {"retention": int, "event_retention": int}
@@ -105,9 +106,9 @@ class MemoryStore:
         self._leases: list[tuple[datetime, str]] = []
         self._grants: dict[str, IssuedGrant] = {}  # by id; kept for the life of the process
         self._policies: dict[tuple[str, str], ApprovalPolicy] = {}  # by (agent, server)
-        # the outbox: notices by id with their lease (owner, until) and routed flag; deliveries by id
-        # unrouted notices by id, as (event id, type, request id, recipient, at): tuples of
-        # plain values, which the garbage collector stops tracking; claimed ones' leases apart
+        # The outbox: the unrouted notices by id (the newest `_UNROUTED`), as (event id, type,
+        # request id, recipient, at), tuples of plain values that the garbage collector stops
+        # tracking; the leases of claimed ones apart; the deliveries by id.
         self._notices: dict[int, tuple[int, str, str, str | None, datetime]] = {}
         self._notice_leases: dict[int, tuple[str, datetime]] = {}
         self._deliveries: dict[str, tuple[Delivery, str | None, datetime | None]] = {}
@@ -137,7 +138,14 @@ class MemoryStore:
         self._log((event_id, type_, at, request.id, None), request)
         if type_ in _NOTICE_TYPES:
             self._last_notice += 1
-            self._notices[self._last_notice] = (event_id, type_, request.id, request.to, at)
+            notices = self._notices
+            notices[self._last_notice] = (event_id, type_, request.id, request.to, at)
+            if len(notices) > _UNROUTED:
+                # A process that runs no outbox routes none: keep the newest only, as the
+                # event log does, rather than two notices for every request ever made.
+                oldest = next(iter(notices))
+                del notices[oldest]
+                self._notice_leases.pop(oldest, None)
 
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         self._last_event += 1
