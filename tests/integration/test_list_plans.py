@@ -11,6 +11,7 @@ that still sorts or scans is one with no index to read instead.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
@@ -246,6 +247,81 @@ async def test_a_person_s_events_are_two_index_ranges_cut_at_the_page(store: Sto
     plan = await plan_of(store, *recorder.last())
     assert "events_by_recipient" in plan and "events_by_requester" in plan, plan
     assert "Seq Scan" not in plan, plan
+
+
+async def test_a_page_of_events_reads_again_only_the_requests_not_held_settled(where: tuple[str, str]) -> None:
+    import interlock
+    from interlock import Text
+    from interlock.store.postgres import PostgresStore
+
+    kind, place = where
+    async with interlock.connect(f"sqlite:///{place}" if kind == "sqlite" else place) as writer:
+        made = [await writer.create(Text(f"Q{i}?"), to="ann") for i in range(3)]
+        for request in made:
+            await writer.resolve(request.id, "yes")
+        waiting = await writer.create(Text("Still?"), to="ann")
+        # Another process's store reads the pages: what it holds, it holds from its reads.
+        reader: Any = SqliteStore(place) if kind == "sqlite" else PostgresStore(place)
+        await reader.open()
+        try:
+            read: list[set[str]] = []
+            rows = reader._rows
+
+            async def counted(name: str, *args: Any) -> list[Any]:
+                if name == "get_requests":
+                    read.append(set(json.loads(args[0]) if isinstance(args[0], str) else args[0]))
+                return await rows(name, *args)
+
+            reader._rows = counted
+            page = await reader.find_events(EventQuery(involving="ann"))
+            ids = [r.id for r in made]
+            assert [(e.type, e.request_id) for e in page] == [
+                *(("created", i) for i in ids),
+                *(("answered", i) for i in ids),
+                ("created", waiting.id),
+            ]
+            assert read == [{*ids, waiting.id}]
+            assert page[0].request is not None and page[0].request.status is Status.PENDING  # as it was created
+            assert page[3].request is not None and page[3].request.answer == "yes"
+
+            read.clear()
+            assert await reader.find_events(EventQuery(involving="ann")) == page
+            assert read == [{waiting.id}]  # the settled ones are held: only the pending one is read again
+
+            await writer.resolve(waiting.id, "now")  # answered through the other process
+            read.clear()
+            latest = await reader.find_events(EventQuery(involving="ann"))
+            assert read == [{waiting.id}]
+            assert [(e.type, e.request_id) for e in latest[-2:]] == [("created", waiting.id), ("answered", waiting.id)]
+            created, answered = (e.request for e in latest[-2:])
+            assert created is not None and created.status is Status.PENDING and created.response is None
+            assert answered is not None and answered.answer == "now"
+            read.clear()
+            await reader.find_events(EventQuery(involving="ann"))
+            assert read == []  # every request of the page held, settled: no request read at all
+        finally:
+            await reader.aclose()
+
+
+async def test_the_requests_of_a_page_of_events_are_read_by_their_ids(store: Store) -> None:
+    ids = ["0" * 32, "1" * 32]
+    if isinstance(store, SqliteStore):
+        from interlock.store.sqlite import Q as sqlite_queries
+
+        plan = await plan_of(store, sqlite_queries["get_requests"], {"ids": json.dumps(ids)})
+        assert "SEARCH requests USING INDEX sqlite_autoindex_requests_1 (id=?)" in plan, plan
+        return
+    import asyncpg
+
+    from interlock.store.postgres import Q as postgres_queries
+
+    conn = await asyncpg.connect(store.dsn)  # type: ignore[attr-defined]
+    try:
+        await conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(row[0] for row in await conn.fetch("EXPLAIN " + postgres_queries["get_requests"], ids))
+    finally:
+        await conn.close()
+    assert "requests_pkey" in plan and "Seq Scan" not in plan, plan
 
 
 async def test_a_search_of_everyone_s_requests_for_common_words_reads_newest_first_and_stops(

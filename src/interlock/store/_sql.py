@@ -257,12 +257,13 @@ class RequestCache:
             self.bytes -= old[1]
 
 
-_EVENT_COLUMNS = "e.id, e.type, e.request_id, e.at, e.data, r.status, r.doc, r.response"
+_EVENT_COLUMNS = "e.id, e.type, e.request_id, e.at, e.data"
 
 
 def find_events_sql(query: EventQuery, *, indexed_by: bool = False) -> tuple[str, dict[str, Any]]:
     """The statement for `Store.find_events` (named `:parameters`), shaped so that the
-    database reads about one page of rows.
+    database reads about one page of rows: the events alone (their requests are read
+    apart, those the store does not hold already).
 
     Without a filter, a principal's page is the union of two index ranges (events to
     them, events from them), each cut at the page's size. With a filter, the filter's own
@@ -291,7 +292,7 @@ def find_events_sql(query: EventQuery, *, indexed_by: bool = False) -> tuple[str
         )
         return (
             f"SELECT {_EVENT_COLUMNS} FROM ({ranges}) AS page JOIN events e ON e.id = page.id "
-            "LEFT JOIN requests r ON r.id = e.request_id ORDER BY e.id LIMIT :limit",
+            "ORDER BY e.id LIMIT :limit",
             params,
         )
     where = [b.format(e="e.") for b in bounds]
@@ -303,8 +304,7 @@ def find_events_sql(query: EventQuery, *, indexed_by: bool = False) -> tuple[str
         where.append(f"(e.recipient = :who OR e.requester = :who{to_teams})")
     indexed = f" INDEXED BY events_by_{given[0][0]}" if given and indexed_by else ""
     return (
-        f"SELECT {_EVENT_COLUMNS} FROM events e{indexed} LEFT JOIN requests r ON r.id = e.request_id "
-        f"WHERE {' AND '.join(where)} ORDER BY e.id LIMIT :limit",
+        f"SELECT {_EVENT_COLUMNS} FROM events e{indexed} WHERE {' AND '.join(where)} ORDER BY e.id LIMIT :limit",
         params,
     )
 
@@ -965,7 +965,38 @@ class SqlStore:
         return self._events_of(await self._rows("events_after", after, limit))
 
     async def find_events(self, query: EventQuery) -> Sequence[Event]:
-        return self._events_of(await self._rows_of(*self._find_events_sql(query)))
+        rows = await self._rows_of(*self._find_events_sql(query))
+        # The requests the page names: a settled one held here never changes, so only the
+        # others are read, in one statement (a person's page of 500 events otherwise looks
+        # up 500 requests by id, most of them the same few hundred on every read).
+        cache = self._cache
+        known: dict[str, Request] = {}
+        unknown: set[str] = set()
+        for _, _, request_id, _, _ in rows:
+            if request_id is None or request_id in known:
+                continue
+            held = cache.get(request_id)
+            if held is None or held.status is Status.PENDING:
+                unknown.add(request_id)
+            else:
+                known[request_id] = held
+        if unknown:
+            for request_id, status, doc, answer in await self._rows("get_requests", self._array(sorted(unknown))):
+                held = cache.get(request_id)
+                if held is not None and status == "pending":
+                    known[request_id] = held  # pending still: as held
+                    continue
+                request = request_from_row(status, doc, answer)
+                cache.put(request, row_size(doc, answer))
+                known[request_id] = request
+        out = []
+        time, make, pending = self._time, Event._make, Status.PENDING
+        for event_id, type_, request_id, at, data in rows:
+            about = None if request_id is None else known[request_id]
+            if type_ == "created" and about is not None and about.status is not pending:
+                about = about.as_created()
+            out.append(make(event_id, type_, time(at), request_id, about, decode_json(data) if data else {}))
+        return out
 
     def _find_events_sql(self, query: EventQuery) -> tuple[str, dict[str, Any]]:
         return find_events_sql(query)

@@ -56,6 +56,9 @@ DELETE FROM closed_channels WHERE channel = $1 AND requester = $2;
 -- name: get_request
 SELECT status, doc, response FROM requests WHERE id = $1;
 
+-- name: get_requests
+SELECT id, status, doc, response FROM requests WHERE id = ANY($1::text[]);
+
 -- name: get_settlement
 SELECT status, response FROM requests WHERE id = $1;
 

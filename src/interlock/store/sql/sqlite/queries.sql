@@ -37,6 +37,9 @@ WHERE id = :id AND status = 'pending';
 -- name: get_request
 SELECT status, doc, response FROM requests WHERE id = :id;
 
+-- name: get_requests
+SELECT id, status, doc, response FROM requests WHERE id IN (SELECT value FROM json_each(:ids));
+
 -- name: get_status
 SELECT status FROM requests WHERE id = :id;
 
