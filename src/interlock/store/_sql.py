@@ -1368,7 +1368,7 @@ class SqlStore:
         """A delivery from its row, in the column order of `DELIVERY_COLUMNS`."""
         id_, notice, request_id, kind, event, recipient, channel, address, status, attempts = row[:10]
         due_at, created_at, delivered_at, last_error, reference = row[10:]
-        return Delivery(
+        return Delivery._make(
             id_,
             int(notice),
             request_id,
