@@ -295,8 +295,9 @@ def queries(store: Any, now: datetime) -> list[tuple[str, Callable[[int], Awaita
 
         async def built(i: int) -> tuple[str, dict[str, Any]]:
             query = Query(**{k: (v[i % len(v)] if isinstance(v, list) else v) for k, v in kw.items()})
-            common = bool(query.words) and await store._before_search(query)
-            return list_sql(query, store.dialect, store._stamp, common_words=common, **options)
+            if query.words:
+                await store._before_search()
+            return list_sql(query, store.dialect, store._stamp, **options)
 
         return built
 

@@ -324,29 +324,48 @@ async def test_the_requests_of_a_page_of_events_are_read_by_their_ids(store: Sto
     assert "requests_pkey" in plan and "Seq Scan" not in plan, plan
 
 
-async def test_a_search_of_everyone_s_requests_for_common_words_reads_newest_first_and_stops(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    "query",
+    [
+        Query(settled=True, text="deploy", limit=2),
+        Query(settled=True, text="deploy", recipient="ann", teams=("ops",), limit=2),
+        Query(status=Status.PENDING, text="deploy", recipient="ann", limit=2),
+        Query(text="deploy build", kind="question", since=WEEK_AGO, limit=2),
+        Query(settled=True, text="deploy", after="f" * 32, limit=2),
+        Query(settled=True, text="deploy", after="0" * 32, order="asc", limit=2),
+    ],
+    ids=["everyone's", "a member's", "a person's pending", "filtered", "a later page", "oldest first"],
+)
+async def test_a_search_on_sqlite_reads_the_text_index_first_in_order_and_stops_at_the_page(
+    tmp_path: Path, query: Query
 ) -> None:
-    import interlock
-    import interlock.store.sqlite as sqlite_store
-    from interlock import Text
-
-    async with interlock.connect(f"sqlite:///{tmp_path / 'search.db'}") as broker:
-        made = []
-        for i in range(6):
-            request = await broker.create(Text(f"Deploy build {i}?" if i % 2 else f"Rotate key {i}?"), to="ann")
-            await broker.resolve(request.id, "done")
-            made.append(request.id)
-        query = Query(settled=True, text="deploy", limit=2)
-        rare = [r.id for r in (await broker.list(settled=True, text="deploy", limit=2)).items]
-        monkeypatch.setattr(sqlite_store, "COMMON_MATCHES", 2)  # "deploy" is in 3 of them: common now
-        common = [r.id for r in (await broker.list(settled=True, text="deploy", limit=2)).items]
-        assert common == rare == [made[5], made[3]]  # the same page either way
-
-        store: Any = broker.store  # type: ignore[attr-defined]
+    # However common its words, a search reads its matches from the full-text index in the
+    # order of the page, checks each one's row, and stops once the page is full: no sort of
+    # every match, nor a read of every request.
+    store = SqliteStore(str(tmp_path / "search.db"))
+    await store.open()
+    try:
         recorder = Recorder(store)
         await store.list(query)
         plan = await plan_of(store, *recorder.last())
-        assert "TEMP B-TREE" not in plan and "sqlite_autoindex_requests_1" in plan, plan
-        await store.list(Query(settled=True, text="deploy", recipient="ann"))  # a person's: their index
-        assert "sqlite_autoindex" not in recorder.last()[0]
+    finally:
+        await store.aclose()
+    first, *rest = plan.splitlines()
+    assert first.startswith("SCAN t VIRTUAL TABLE INDEX"), plan  # the matches, from the index, in order
+    assert "SEARCH r USING INTEGER PRIMARY KEY (rowid=?)" in rest, plan  # each match's own row
+    assert "TEMP B-TREE" not in plan, plan
+    assert not [line for line in rest if line.startswith("SCAN ")], plan
+
+
+async def test_a_search_on_sqlite_narrowed_by_a_session_reads_along_the_session(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "search.db"))
+    await store.open()
+    try:
+        recorder = Recorder(store)
+        await store.list(Query(session="s1", text="deploy"))
+        plan = await plan_of(store, *recorder.last())
+    finally:
+        await store.aclose()
+    first, *_ = plan.splitlines()
+    assert first.startswith("SEARCH requests USING INDEX requests_by_session"), plan  # its requests, in order
+    assert "TEMP B-TREE" not in plan, plan

@@ -362,14 +362,16 @@ def list_sql(
     stamp: Callable[[datetime], Any] | None = None,
     *,
     outline: datetime | None = None,
-    common_words: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """The statement for `Store.list` (named `:parameters`): the filters, then a keyset page.
     With `outline` (the moment ages are counted to), the statement of `Store.outlines`: the
     same rows, as the columns of an `Outline` (`OUTLINE_COLUMNS`) instead of the documents.
-    With `common_words` (SQLite, a search of everyone's requests for words in many of
-    them), the requests are read newest first and each checked against the matches, which
-    stops at the page, instead of reading every match and sorting them.
+    On SQLite a search is read from the full-text index first, in the order the requests
+    were stored (their rowid: newest first, or oldest with `order="asc"`), each match's row
+    checked against the other filters, so it stops at the page however common its words
+    are; `after` is then the place of the cursor's request in that order. A search that
+    also filters by something with a small index of its own (`_TEXT_NARROWING`) is read
+    along that index instead, in id order, each row checked against the matches.
 
     Each filter's index ends in `id`, so the page is read in order and cut at its size. On
     PostgreSQL no index of `requests` reads its status (a settlement is then a HOT
@@ -384,7 +386,9 @@ def list_sql(
     pending = postgres and query.status == Status.PENDING and query.session is None and query.run is None
     # A person's settled requests, outlined (the dashboard), from the narrow rows alone.
     settled_rows = postgres and outline is not None and _reads_settled_rows_only(query)
-    row = "r." if pending else "s." if settled_rows else ""
+    # SQLite: a search, from the full-text index first (see above).
+    text_first = bool(query.words) and not postgres and all(getattr(query, n) is None for n in _TEXT_NARROWING)
+    row = "r." if pending or text_first else "s." if settled_rows else ""
     where, params = [], {}
     for name in FILTERS:
         value = getattr(query, name)
@@ -421,10 +425,21 @@ def list_sql(
             )
             params["words"] = " & ".join(f"{w}:*" for w in query.words)
         else:  # FTS5: each word a quoted prefix, all of them required
-            where.append("rowid IN (SELECT rowid FROM requests_text WHERE requests_text MATCH :words)")
+            match = "requests_text MATCH :words"
+            where.append(match if text_first else f"rowid IN (SELECT rowid FROM requests_text WHERE {match})")
             params["words"] = fts_match(query)
-    key = "p.id" if pending else "s.id" if settled_rows else "id"
-    if query.after is not None:
+    key = "p.id" if pending else "s.id" if settled_rows else "t.rowid" if text_first else "id"
+    if query.after is not None and text_first:
+        # The cursor's own request, or the nearest stored after it in id order (a cursor
+        # names a request; one made up names where it would be).
+        if query.order == "desc":
+            place = "(SELECT rowid FROM requests WHERE id >= :after ORDER BY id LIMIT 1), 9223372036854775807"
+            where.append(f"t.rowid < coalesce({place})")
+        else:
+            place = "(SELECT rowid FROM requests WHERE id <= :after ORDER BY id DESC LIMIT 1), 0"
+            where.append(f"t.rowid > coalesce({place})")
+        params["after"] = query.after
+    elif query.after is not None:
         where.append(f"{key} < :after" if query.order == "desc" else f"{key} > :after")
         params["after"] = query.after
     if outline is None:
@@ -434,6 +449,8 @@ def list_sql(
         params["now"] = stamp(outline) if stamp is not None else outline
     if pending and outline is not None and _reads_pending_rows_only(query):
         sql = f"SELECT {columns.format(r='p.')} FROM pending_requests p"
+    elif text_first:
+        sql = f"SELECT {columns.format(r=row)} FROM requests_text t JOIN requests r ON r.rowid = t.rowid"
     elif settled_rows:
         sql = f"SELECT {SETTLED_OUTLINE.format(r=row)} FROM settled_requests s"
     elif pending:
@@ -442,8 +459,6 @@ def list_sql(
         # A person's pending requests: SQLite, which keeps no statistics, would read the
         # wider index of all their requests (it has the status too) and pass over the settled.
         sql = f"SELECT {columns.format(r=row)} FROM requests INDEXED BY requests_pending_to"
-    elif common_words and dialect == "sqlite":
-        sql = f"SELECT {columns.format(r=row)} FROM requests INDEXED BY sqlite_autoindex_requests_1"
     else:
         sql = f"SELECT {columns.format(r=row)} FROM requests"
     if where:
@@ -454,6 +469,10 @@ def list_sql(
 
 
 _STATUSES = {status.value: status for status in Status}
+
+_TEXT_NARROWING = ("requester", "session", "channel", "run")
+"""The filters whose own index a search on SQLite reads along (an agent's, a session's, a
+channel's or a run's requests), checking each row against the words' matches."""
 
 
 _TIMES = {
@@ -880,13 +899,15 @@ class SqlStore:
     dialect = "sqlite"
 
     async def list(self, query: Query) -> Sequence[Request]:
-        common = bool(query.words) and await self._before_search(query)
-        sql = list_sql(query, self.dialect, self._stamp, common_words=common)
+        if query.words:
+            await self._before_search()
+        sql = list_sql(query, self.dialect, self._stamp)
         return [request_from_row(*row) for row in await self._rows_of(*sql)]
 
     async def outlines(self, query: Query, now: datetime) -> Sequence[Outline]:
-        common = bool(query.words) and await self._before_search(query)
-        sql = list_sql(query, self.dialect, self._stamp, outline=now, common_words=common)
+        if query.words:
+            await self._before_search()
+        sql = list_sql(query, self.dialect, self._stamp, outline=now)
         status, make = _STATUSES.__getitem__, tuple.__new__  # a thousand rows: no per-row call of Outline's own
         return [
             make(Outline, (status(state), to, agent, age, took, by))
@@ -898,10 +919,8 @@ class SqlStore:
             await self._rows_of(*figures_sql(pending, settled, now, teams, self.dialect, self._stamp))
         )
 
-    async def _before_search(self, query: Query) -> bool:
-        """Bring what a text search reads up to date (a dialect that derives it later);
-        whether the search's words are common enough for `list_sql(common_words=True)`."""
-        return False
+    async def _before_search(self) -> None:
+        """Bring what a text search reads up to date (a dialect that derives it later)."""
 
     async def next_expiry(self) -> datetime | None:
         value = (await self._rows("next_expiry"))[0][0]

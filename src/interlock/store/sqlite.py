@@ -38,7 +38,7 @@ from ..model import (
 )
 from ..outbox import Delivery, LinkUse, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
-from . import EventQuery, Query, RunClaim
+from . import EventQuery, RunClaim
 from ._sql import (
     DEFAULT_CACHE_BYTES,
     DELIVERY_COLUMNS,
@@ -50,7 +50,6 @@ from ._sql import (
     encode_document,
     encode_json,
     find_events_sql,
-    fts_match,
     load_migrations,
     load_queries,
     numbered,
@@ -90,14 +89,6 @@ def _in_order(name: str) -> str:
 _INSERT_REQUEST = _in_order("insert_new_request")
 _SETTLE_REQUEST = _in_order("settle_row")
 _SYNCHRONOUS = {"OFF", "NORMAL", "FULL", "EXTRA"}
-COMMON_MATCHES = 2000
-"""How many requests with a search's words make them common: everyone's requests are then
-read newest first, each checked against the matches, rather than every match read and
-sorted (about 2,000 rows either way, at worst, at a million requests)."""
-
-_NARROWING = ("recipient", "requester", "session", "channel", "run")
-"""The filters whose own index a search reads along, however common its words."""
-
 DERIVE_CHUNK = 1000
 """Events taken into the search index or the outbox a transaction: a short hold of the
 write lock and of the event loop, for many events' worth of work."""
@@ -516,12 +507,8 @@ class SqliteStore(SqlStore):
             await self._write(functools.partial(self._derive_chunk, name=name, upto=upto), notify=False)
             after = upto
 
-    async def _before_search(self, query: Query) -> bool:
+    async def _before_search(self) -> None:
         await self._derive("search")  # a search sees every change committed before it
-        if any(getattr(query, name) is not None for name in _NARROWING):
-            return False  # read along that filter's index (a person's: the index's own intersection)
-        (common,) = await self._read(Q["common_words"], {"words": fts_match(query), "enough": COMMON_MATCHES})
-        return bool(common[0])
 
     @staticmethod
     def _derive_chunk(db: sqlite3.Connection, *, name: str, upto: int) -> None:

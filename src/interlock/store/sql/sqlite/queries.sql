@@ -431,9 +431,6 @@ ORDER BY id LIMIT 1;
 -- told the text they came from), then its whole text put in; one created in them is put
 -- in as it is now.
 
--- name: common_words
-SELECT count(*) >= :enough FROM (SELECT 1 FROM requests_text WHERE requests_text MATCH :words LIMIT :enough);
-
 -- name: unindex_settled
 INSERT INTO requests_text (requests_text, rowid, body, recipient)
 SELECT 'delete', r.rowid,
