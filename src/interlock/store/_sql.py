@@ -471,8 +471,8 @@ def list_sql(
 _STATUSES = {status.value: status for status in Status}
 
 _TEXT_NARROWING = ("requester", "session", "channel", "run")
-"""The filters whose own index a search on SQLite reads along (an agent's, a session's, a
-channel's or a run's requests), checking each row against the words' matches."""
+"""The filters whose own index a search on SQLite reads along (a requester's, a session's,
+a channel's or a run's requests), checking each row against the words' matches."""
 
 
 _TIMES = {
