@@ -295,9 +295,8 @@ def queries(store: Any, now: datetime) -> list[tuple[str, Callable[[int], Awaita
 
         async def built(i: int) -> tuple[str, dict[str, Any]]:
             query = Query(**{k: (v[i % len(v)] if isinstance(v, list) else v) for k, v in kw.items()})
-            if query.words:
-                await store._before_search()
-            return list_sql(query, store.dialect, store._stamp, **options)
+            terms = await store._before_search(query) if query.words else None
+            return list_sql(query, store.dialect, store._stamp, terms=terms, **options)
 
         return built
 

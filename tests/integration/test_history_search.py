@@ -116,3 +116,29 @@ async def test_a_search_pages_newest_first_or_oldest_first_and_a_cursor_goes_on_
         assert await ids(after=made[4]) == ([made[3], made[1]], None)  # a cursor that is no match
         assert await ids(after="f" * 32) == (restarts[::-1], None)  # a cursor past every request
         assert await ids(after="0" * 32) == ([], None)
+
+
+async def test_a_search_word_finds_every_word_it_begins_however_many_they_are(connect: Callable[..., Broker]) -> None:
+    async with connect() as broker:
+        made: dict[str, str] = {}
+        for text in ("Deploy now?", "Deploys queued?", "Deployed yesterday?", "Redeploy?", "Café ouvert?"):
+            made[text] = (await broker.create(Text(text))).id
+        # forty words beginning "topic": more than a search asks the index for one by one
+        topics = [(await broker.create(Text(f"Read topic{i} first?"))).id for i in range(40)]
+
+        async def found(text: str) -> set[str]:
+            return {r.id for r in (await broker.list(text=text, limit=100)).items}
+
+        deploys = {made["Deploy now?"], made["Deploys queued?"], made["Deployed yesterday?"]}
+        assert await found("deploy") == deploys  # not "Redeploy": a word begins with it
+        assert await found("deploye") == {made["Deployed yesterday?"]}
+        assert await found("deploy queued") == {made["Deploys queued?"]}  # every word, each a prefix
+        assert await found("café") == await found("CAF") == {made["Café ouvert?"]}
+        assert await found("topic") == set(topics)
+        assert await found("topic3") == {topics[3], *topics[30:40]}
+        assert await found("topic39 read") == {topics[39]}
+        assert await found("nowhere") == set()
+        assert await found("deploy nowhere") == set()
+        answered = made["Redeploy?"]
+        await broker.resolve(answered, "Zanzibar")  # an answer's words are searched too
+        assert await found("zanz") == {answered}

@@ -324,6 +324,15 @@ async def test_the_requests_of_a_page_of_events_are_read_by_their_ids(store: Sto
     assert "requests_pkey" in plan and "Seq Scan" not in plan, plan
 
 
+async def made_with_words(path: Path) -> None:
+    """A store with requests whose texts hold the words the plans below search for."""
+    import interlock
+    from interlock import Text
+
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+        await broker.create(Text("Deploy the build?"), to="ann")
+
+
 @pytest.mark.parametrize(
     "query",
     [
@@ -342,6 +351,7 @@ async def test_a_search_on_sqlite_reads_the_text_index_first_in_order_and_stops_
     # However common its words, a search reads its matches from the full-text index in the
     # order of the page, checks each one's row, and stops once the page is full: no sort of
     # every match, nor a read of every request.
+    await made_with_words(tmp_path / "search.db")
     store = SqliteStore(str(tmp_path / "search.db"))
     await store.open()
     try:
@@ -358,6 +368,7 @@ async def test_a_search_on_sqlite_reads_the_text_index_first_in_order_and_stops_
 
 
 async def test_a_search_on_sqlite_narrowed_by_a_session_reads_along_the_session(tmp_path: Path) -> None:
+    await made_with_words(tmp_path / "search.db")
     store = SqliteStore(str(tmp_path / "search.db"))
     await store.open()
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -493,3 +494,45 @@ async def test_a_memory_store_without_an_outbox_keeps_only_the_newest_unrouted_n
             ("created", third.id),
         ]
         assert await store.route_notice(claimed[0], [], "outbox", later) == 0  # dropped: nothing to route
+
+
+def _indexed_words(path: Path) -> set[str]:
+    """The words of the texts in SQLite's search index, read from the index itself."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE VIRTUAL TABLE temp.words USING fts5vocab(main, requests_text, col)")
+        return {row[0] for row in db.execute("SELECT term FROM temp.words WHERE col = 'body'")}
+
+
+def _vocabulary(path: Path) -> set[str]:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return {row[0] for row in db.execute("SELECT term FROM search_terms")}
+
+
+async def test_the_sqlite_search_vocabulary_holds_every_word_of_the_index(tmp_path: Path) -> None:
+    path = tmp_path / "words.db"
+    async with interlock.connect(f"sqlite:///{path}") as one, interlock.connect(f"sqlite:///{path}") as two:
+        made = [await one.create(Text(f"Rotate key {i}?"), title="Keys") for i in range(3)]
+        assert len((await two.list(text="rotat")).items) == 3  # taken in by the other process's catch-up
+        await one.resolve(made[0].id, "Zanzibar rotated")
+        await one.reject(made[1].id, reason="Quixotic")
+        assert [r.id for r in (await one.list(text="zanzi")).items] == [made[0].id]
+        assert [r.id for r in (await two.list(text="quix")).items] == [made[1].id]
+    words = _indexed_words(path)
+    assert {"rotate", "zanzibar", "quixotic", "keys"} <= words
+    assert words <= _vocabulary(path)
+
+
+async def test_an_sqlite_file_indexed_before_the_vocabulary_has_it_made_on_upgrade(tmp_path: Path) -> None:
+    path = tmp_path / "upgraded.db"
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+        made = await broker.create(Text("Deploy the build?"))
+        await broker.resolve(made.id, "Zanzibar")
+    with contextlib.closing(sqlite3.connect(path)) as db, db:  # as the version before it left the file
+        (version,) = db.execute("SELECT version FROM interlock_migrations WHERE name = 'search_terms'").fetchone()
+        db.execute("DROP TABLE search_terms")
+        db.execute("DELETE FROM interlock_migrations WHERE version = ?", (version,))
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+        assert _vocabulary(path) >= {"deploy", "build", "zanzibar"}
+        assert [r.id for r in (await broker.list(text="zanz")).items] == [made.id]
+        assert [r.id for r in (await broker.list(text="deploy build")).items] == [made.id]
+    assert _indexed_words(path) <= _vocabulary(path)

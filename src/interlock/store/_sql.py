@@ -362,6 +362,7 @@ def list_sql(
     stamp: Callable[[datetime], Any] | None = None,
     *,
     outline: datetime | None = None,
+    terms: Mapping[str, Sequence[str] | None] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The statement for `Store.list` (named `:parameters`): the filters, then a keyset page.
     With `outline` (the moment ages are counted to), the statement of `Store.outlines`: the
@@ -369,7 +370,9 @@ def list_sql(
     On SQLite a search is read from the full-text index first, in the order the requests
     were stored (their rowid: newest first, or oldest with `order="asc"`), each match's row
     checked against the other filters, so it stops at the page however common its words
-    are; `after` is then the place of the cursor's request in that order. A search that
+    are; `after` is then the place of the cursor's request in that order. `terms` gives, for
+    a word of the search, the indexed words it stands for, matched one by one instead of as
+    a prefix (which the index merges whole before its first match). A search that
     also filters by something with a small index of its own (`_TEXT_NARROWING`) is read
     along that index instead, in id order, each row checked against the matches.
 
@@ -427,7 +430,7 @@ def list_sql(
         else:  # FTS5: each word a quoted prefix, all of them required
             match = "requests_text MATCH :words"
             where.append(match if text_first else f"rowid IN (SELECT rowid FROM requests_text WHERE {match})")
-            params["words"] = fts_match(query)
+            params["words"] = fts_match(query, terms)
     key = "p.id" if pending else "s.id" if settled_rows else "t.rowid" if text_first else "id"
     if query.after is not None and text_first:
         # The cursor's own request, or the nearest stored after it in id order (a cursor
@@ -580,11 +583,19 @@ def figures_from_rows(rows: Iterable[Sequence[Any]]) -> Figures:
     )
 
 
-def fts_match(query: Query) -> str:
+def fts_match(query: Query, terms: Mapping[str, Sequence[str] | None] | None = None) -> str:
     """SQLite's full-text query of a search: every word as a prefix of a word of the texts
-    and, for someone's requests, the index's own intersection with whom they are to (a
-    person and their teams), so a common word costs its matches among theirs only."""
-    match = "body : (" + " ".join(f'"{w}"*' for w in query.words) + ")"
+    (or one of the indexed words it stands for, when `terms` names them) and, for someone's
+    requests, the index's own intersection with whom they are to (a person and their
+    teams), so a common word costs its matches among theirs only."""
+
+    def one(word: str) -> str:
+        found = None if terms is None else terms.get(word)
+        if not found:
+            return f'"{word}"*'
+        return "(" + " OR ".join('"' + term.replace('"', '""') + '"' for term in found) + ")"
+
+    match = "body : (" + " AND ".join(one(w) for w in query.words) + ")"
     if query.recipient is not None:
         names = (query.recipient, *query.teams)
         match += " AND recipient : (" + " OR ".join(f'"{recipient_token(n)}"' for n in names) + ")"
@@ -899,15 +910,17 @@ class SqlStore:
     dialect = "sqlite"
 
     async def list(self, query: Query) -> Sequence[Request]:
-        if query.words:
-            await self._before_search()
-        sql = list_sql(query, self.dialect, self._stamp)
+        terms = await self._before_search(query) if query.words else None
+        if terms is not None and () in terms.values():
+            return []  # a word that no indexed word begins with
+        sql = list_sql(query, self.dialect, self._stamp, terms=terms)
         return [request_from_row(*row) for row in await self._rows_of(*sql)]
 
     async def outlines(self, query: Query, now: datetime) -> Sequence[Outline]:
-        if query.words:
-            await self._before_search()
-        sql = list_sql(query, self.dialect, self._stamp, outline=now)
+        terms = await self._before_search(query) if query.words else None
+        if terms is not None and () in terms.values():
+            return []  # a word that no indexed word begins with
+        sql = list_sql(query, self.dialect, self._stamp, outline=now, terms=terms)
         status, make = _STATUSES.__getitem__, tuple.__new__  # a thousand rows: no per-row call of Outline's own
         return [
             make(Outline, (status(state), to, agent, age, took, by))
@@ -919,8 +932,11 @@ class SqlStore:
             await self._rows_of(*figures_sql(pending, settled, now, teams, self.dialect, self._stamp))
         )
 
-    async def _before_search(self) -> None:
-        """Bring what a text search reads up to date (a dialect that derives it later)."""
+    async def _before_search(self, query: Query) -> Mapping[str, Sequence[str] | None] | None:
+        """Bring what a text search reads up to date (a dialect that derives it later); the
+        indexed words each of the query's words stands for, where a dialect asks for them
+        (`list_sql(terms=...)`), or None."""
+        return None
 
     async def next_expiry(self) -> datetime | None:
         value = (await self._rows("next_expiry"))[0][0]

@@ -67,7 +67,7 @@ from ..model import (
 from ..outbox import Delivery, LinkUse, Notice, delivery_to_row
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
 from ..redact import redact, redact_url
-from . import RunClaim
+from . import Query, RunClaim
 from ._sql import (
     DEFAULT_CACHE_BYTES,
     RequestCache,
@@ -377,7 +377,7 @@ class PostgresStore(SqlStore):
         while upto < last:
             upto, _ = await self._query("fetchrow", Q["derive_search"], DERIVE_CHUNK)
 
-    async def _before_search(self) -> None:
+    async def _before_search(self, query: Query) -> None:
         await self._catch_up()  # a search sees every change committed before it
 
     async def _listen(self, callback: Callable[[], None]) -> None:

@@ -38,7 +38,7 @@ from ..model import (
 )
 from ..outbox import Delivery, LinkUse, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
-from . import EventQuery, RunClaim
+from . import EventQuery, Query, RunClaim
 from ._sql import (
     DEFAULT_CACHE_BYTES,
     DELIVERY_COLUMNS,
@@ -66,6 +66,9 @@ log = logging.getLogger("interlock")
 
 T = TypeVar("T")
 Q = load_queries("sqlite") | load_queries("sqlite", "followups")
+_INDEX_NEW_TEXTS = Q["index_requests"].replace("INTO requests_text (", "INTO temp.new_texts (", 1)
+"""`index_requests`, into `temp.new_texts`: the same texts, for their words."""
+assert Q["index_requests"] != _INDEX_NEW_TEXTS
 
 
 def _positional(sql: str) -> tuple[str, tuple[int, ...] | None]:
@@ -89,6 +92,10 @@ def _in_order(name: str) -> str:
 _INSERT_REQUEST = _in_order("insert_new_request")
 _SETTLE_REQUEST = _in_order("settle_row")
 _SYNCHRONOUS = {"OFF", "NORMAL", "FULL", "EXTRA"}
+MAX_TERMS = 32
+"""The most indexed words a search's word may stand for and be asked for one by one (see
+migration 0023); a word that stands for more is matched as a prefix by the index."""
+
 DERIVE_CHUNK = 1000
 """Events taken into the search index or the outbox a transaction: a short hold of the
 write lock and of the event loop, for many events' worth of work."""
@@ -258,6 +265,8 @@ class SqliteStore(SqlStore):
         db.execute(f"PRAGMA synchronous = {self.synchronous}")
         db.execute("PRAGMA foreign_keys = ON")
         db.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
+        db.execute(Q["make_new_texts"])  # where the search's catch-up finds the words of new texts
+        db.execute(Q["make_new_terms"])
         try:
             await self._write(self._migrate, notify=False)
         except NewerDatabase:
@@ -507,8 +516,20 @@ class SqliteStore(SqlStore):
             await self._write(functools.partial(self._derive_chunk, name=name, upto=upto), notify=False)
             after = upto
 
-    async def _before_search(self) -> None:
+    async def _before_search(self, query: Query) -> dict[str, tuple[str, ...] | None]:
         await self._derive("search")  # a search sees every change committed before it
+        # The words each of the search's stands for (see migration 0023): a word of plain
+        # letters and digits is indexed as it is written, lower case; any other is left to
+        # the index's own prefix match (None), as is one that stands for too many.
+        terms: dict[str, tuple[str, ...] | None] = {}
+        for word in query.words:
+            if not (word.isascii() and word.isalnum()):
+                terms[word] = None
+                continue
+            high = word[:-1] + chr(ord(word[-1]) + 1)
+            rows = await self._read(Q["terms_with_prefix"], {"low": word, "high": high, "most": MAX_TERMS + 1})
+            terms[word] = tuple(row[0] for row in rows) if len(rows) <= MAX_TERMS else None
+        return terms
 
     @staticmethod
     def _derive_chunk(db: sqlite3.Connection, *, name: str, upto: int) -> None:
@@ -520,6 +541,9 @@ class SqliteStore(SqlStore):
         if name == "search":
             db.execute(Q["unindex_settled"], window)
             db.execute(Q["index_requests"], window)
+            db.execute(_INDEX_NEW_TEXTS, window)  # and their words, each once
+            db.execute(Q["keep_new_terms"])
+            db.execute(Q["forget_new_texts"])
         else:
             db.execute(Q["derive_notices"], window)
         db.execute(Q["set_derived"], {"name": name, "upto": upto})

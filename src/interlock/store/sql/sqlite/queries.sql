@@ -461,6 +461,27 @@ WHERE r.id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto A
   AND (r.response IS NOT NULL
        OR NOT EXISTS (SELECT 1 FROM events c WHERE c.request_id = r.id AND c.id <= :after AND c.type = 'created'));
 
+-- The words of the texts `index_requests` just took in, kept in `search_terms`: that
+-- statement fills `temp.new_texts` too (made by each connection when it opens, with the
+-- tokenizer of `requests_text`), whose vocabulary gives their words; then it is emptied.
+
+-- name: make_new_texts
+CREATE VIRTUAL TABLE IF NOT EXISTS temp.new_texts USING fts5 (
+    body, recipient, tokenize = 'unicode61 remove_diacritics 2', content = '', columnsize = 0
+);
+
+-- name: make_new_terms
+CREATE VIRTUAL TABLE IF NOT EXISTS temp.new_terms USING fts5vocab(temp, new_texts, col);
+
+-- name: keep_new_terms
+INSERT OR IGNORE INTO search_terms (term) SELECT term FROM temp.new_terms WHERE col = 'body';
+
+-- name: forget_new_texts
+INSERT INTO temp.new_texts (new_texts) VALUES ('delete-all');
+
+-- name: terms_with_prefix
+SELECT term FROM search_terms WHERE term >= :low AND term < :high ORDER BY term LIMIT :most;
+
 -- name: delete_expired_link_uses
 DELETE FROM answer_link_uses WHERE expires_at <= :now;
 
