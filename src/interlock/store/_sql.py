@@ -514,8 +514,10 @@ def figures_sql(
     ages = " ".join(f"WHEN age < {limit!r} THEN {i}" for i, limit in enumerate(AGE_LIMITS[:-1]))
     team_names = [f":tally_team_{i}" for i in range(len(teams))]
     params |= {f"tally_team_{i}": team for i, team in enumerate(sorted(teams))}
+    times = _TIMES[dialect]
     of_teams = (
-        f" UNION ALL SELECT 3, recipient, took FROM answered WHERE recipient IN ({', '.join(team_names)})"
+        f"UNION ALL SELECT 3, recipient, NULL, count(*), NULL, {times} FROM answered "
+        f"WHERE recipient IN ({', '.join(team_names)}) GROUP BY recipient "
         if teams
         else ""
     )
@@ -523,13 +525,14 @@ def figures_sql(
         f"WITH pending_rows{columns} AS ({pending_sql}), "
         f"settled_rows{columns} AS ({settled_sql}), "
         f"answered AS (SELECT coalesce(settled_by, recipient, '{UNKNOWN}') AS who, recipient, took "
-        "FROM settled_rows WHERE status IN ('answered', 'rejected') AND took IS NOT NULL), "
-        f"times(part, name, took) AS (SELECT 2, who, took FROM answered{of_teams} "
-        "UNION ALL SELECT 4, '', took FROM answered) "
+        "FROM settled_rows WHERE status IN ('answered', 'rejected') AND took IS NOT NULL) "
         f"SELECT 0, coalesce(agent, '{NOBODY}'), CASE {ages} ELSE {len(AGE_LIMITS) - 1} END, count(*), max(age), "
         f"{_NO_TIMES[dialect]} FROM pending_rows GROUP BY 2, 3 "
         f"UNION ALL SELECT 1, coalesce(recipient, '{NOBODY}'), NULL, count(*), NULL, NULL FROM pending_rows GROUP BY 2 "
-        f"UNION ALL SELECT part, name, NULL, count(*), NULL, {_TIMES[dialect]} FROM times GROUP BY part, name "
+        f"UNION ALL SELECT 2, who, NULL, count(*), NULL, {times} FROM answered GROUP BY who "
+        f"{of_teams}"
+        # everyone's: one group, without a sort of its rows (and no row when nobody answered)
+        f"UNION ALL SELECT 4, '', NULL, count(*), NULL, {times} FROM answered GROUP BY 1 "
         f"UNION ALL SELECT 5, coalesce(recipient, '{NOBODY}'), NULL, count(*), NULL, NULL FROM settled_rows "
         "WHERE status = 'expired' GROUP BY 2 "
         "UNION ALL SELECT 6, '', NULL, count(*), NULL, NULL FROM settled_rows"
