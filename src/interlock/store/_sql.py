@@ -1028,12 +1028,12 @@ class SqlStore:
                 cache.put(request, row_size(doc, answer))
                 known[request_id] = request
         out = []
-        time, make, pending = self._time, Event._make, Status.PENDING
+        moment, make, pending = self._time, Event._make, Status.PENDING
         for event_id, type_, request_id, at, data in rows:
             about = None if request_id is None else known[request_id]
             if type_ == "created" and about is not None and about.status is not pending:
                 about = about.as_created()
-            out.append(make(event_id, type_, time(at), request_id, about, decode_json(data) if data else {}))
+            out.append(make(event_id, type_, moment(at), request_id, about, decode_json(data) if data else {}))
         return out
 
     def _find_events_sql(self, query: EventQuery) -> tuple[str, dict[str, Any]]:
