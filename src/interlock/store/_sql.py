@@ -500,11 +500,11 @@ def figures_sql(
     so that a few dozen rows come back where a page reads two thousand.
 
     Each row is (part, name, column, count, seconds, times): part 0, an agent's pending
-    requests in one age column and the oldest age; 1, a recipient's pending requests; 2,
-    3 and 4, the answered (or rejected) requests per answerer, per team and over
-    everyone, with the times they took (`_TIMES`: the median is taken of them in
-    Python, as `count` does, which no SQL dialect here has); 5, a recipient's expired
-    requests; 6, how many settled rows were counted."""
+    requests in one age column and the oldest age; 1, a recipient's pending requests; 2
+    and 3, the answered (or rejected) requests per answerer and per team, with the times
+    they took (`_TIMES`: the median is taken of them in Python, as `count` does, which no
+    SQL dialect here has; everyone's are each answerer's together); 5, a recipient's
+    expired requests; 6, how many settled rows were counted."""
     pending_sql, params = list_sql(pending, dialect, stamp, outline=now)
     settled_sql, more = list_sql(settled, dialect, stamp, outline=now)
     for name, value in more.items():  # the two share their names only for the same values
@@ -531,8 +531,6 @@ def figures_sql(
         f"UNION ALL SELECT 1, coalesce(recipient, '{NOBODY}'), NULL, count(*), NULL, NULL FROM pending_rows GROUP BY 2 "
         f"UNION ALL SELECT 2, who, NULL, count(*), NULL, {times} FROM answered GROUP BY who "
         f"{of_teams}"
-        # everyone's: one group, without a sort of its rows (and no row when nobody answered)
-        f"UNION ALL SELECT 4, '', NULL, count(*), NULL, {times} FROM answered GROUP BY 1 "
         f"UNION ALL SELECT 5, coalesce(recipient, '{NOBODY}'), NULL, count(*), NULL, NULL FROM settled_rows "
         "WHERE status = 'expired' GROUP BY 2 "
         "UNION ALL SELECT 6, '', NULL, count(*), NULL, NULL FROM settled_rows"
@@ -540,9 +538,8 @@ def figures_sql(
     return sql, params
 
 
-def _median_of(times: str | Sequence[float]) -> float:
-    values = [float(t) for t in times.split(",")] if isinstance(times, str) else times
-    return statistics.median(values)
+def _times_of(times: str | Sequence[float]) -> list[float]:
+    return [float(t) for t in times.split(",")] if isinstance(times, str) else list(times)
 
 
 def figures_from_rows(rows: Iterable[Sequence[Any]]) -> Figures:
@@ -553,7 +550,8 @@ def figures_from_rows(rows: Iterable[Sequence[Any]]) -> Figures:
     answered: dict[str, Answered] = {}
     team_answered: dict[str, Answered] = {}
     expired: dict[str, int] = {}
-    everyone, settled_rows = Answered(0, None), 0
+    every_time: list[float] = []  # everyone's: each answerer's, together
+    settled_rows = 0
     for part, name, column, count, seconds, times in rows:
         if part == 0:
             counts = ages.get(name)
@@ -564,11 +562,11 @@ def figures_from_rows(rows: Iterable[Sequence[Any]]) -> Figures:
         elif part == 1:
             waiting[name] = count
         elif part == 2:
-            answered[name] = Answered(count, _median_of(times))
+            took = _times_of(times)
+            answered[name] = Answered(count, statistics.median(took))
+            every_time += took
         elif part == 3:
-            team_answered[name] = Answered(count, _median_of(times))
-        elif part == 4:
-            everyone = Answered(count, _median_of(times))
+            team_answered[name] = Answered(count, statistics.median(_times_of(times)))
         elif part == 5:
             expired[name] = count
         else:
@@ -579,7 +577,7 @@ def figures_from_rows(rows: Iterable[Sequence[Any]]) -> Figures:
         waiting=waiting,
         answered=answered,
         team_answered=team_answered,
-        everyone=everyone,
+        everyone=Answered(len(every_time), statistics.median(every_time) if every_time else None),
         expired=expired,
         pending_rows=sum(waiting.values()),
         settled_rows=settled_rows,
