@@ -59,7 +59,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
 from interlock.dashboard import DASHBOARD_ROWS, layout  # noqa: E402
 from interlock.model import RunStatus, Status, Text  # noqa: E402
 from interlock.store import EventQuery, Query, RunQuery  # noqa: E402
-from interlock.store._sql import encode_json, figures_sql, list_sql  # noqa: E402
+from interlock.store._sql import encode_json, figures_sql  # noqa: E402
 
 PEOPLE = 100
 SUBJECTS = 10  # the people, agents, sessions, ... a query rotates over
@@ -290,13 +290,14 @@ def queries(store: Any, now: datetime) -> list[tuple[str, Callable[[int], Awaita
     week = now - timedelta(days=7)
     month_back = (now - timedelta(days=35), now - timedelta(days=28))
 
-    def statement(kw: dict[str, Any], **options: Any) -> Callable[[int], Awaitable[tuple[str, dict[str, Any]]]]:
+    def statement(kw: dict[str, Any]) -> Callable[[int], Awaitable[tuple[str, dict[str, Any]]]]:
         """The statement a call issues, as the store builds it (a search's plan included)."""
 
         async def built(i: int) -> tuple[str, dict[str, Any]]:
             query = Query(**{k: (v[i % len(v)] if isinstance(v, list) else v) for k, v in kw.items()})
-            terms = await store._before_search(query) if query.words else None
-            return list_sql(query, store.dialect, store._stamp, terms=terms, **options)
+            sql = await store._list_sql(query)
+            assert sql is not None, query  # every search here has matches
+            return sql
 
         return built
 

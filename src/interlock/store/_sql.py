@@ -910,18 +910,22 @@ class SqlStore:
 
     dialect = "sqlite"
 
-    async def list(self, query: Query) -> Sequence[Request]:
+    async def _list_sql(self, query: Query, outline: datetime | None = None) -> tuple[str, dict[str, Any]] | None:
+        """`list_sql` for this store, a search's index brought up to date first; None when
+        a word of the search begins no indexed word (nothing can match)."""
         terms = await self._before_search(query) if query.words else None
         if terms is not None and () in terms.values():
-            return []  # a word that no indexed word begins with
-        sql = list_sql(query, self.dialect, self._stamp, terms=terms)
-        return [request_from_row(*row) for row in await self._rows_of(*sql)]
+            return None
+        return list_sql(query, self.dialect, self._stamp, outline=outline, terms=terms)
+
+    async def list(self, query: Query) -> Sequence[Request]:
+        sql = await self._list_sql(query)
+        return [] if sql is None else [request_from_row(*row) for row in await self._rows_of(*sql)]
 
     async def outlines(self, query: Query, now: datetime) -> Sequence[Outline]:
-        terms = await self._before_search(query) if query.words else None
-        if terms is not None and () in terms.values():
-            return []  # a word that no indexed word begins with
-        sql = list_sql(query, self.dialect, self._stamp, outline=now, terms=terms)
+        sql = await self._list_sql(query, outline=now)
+        if sql is None:
+            return []
         status, make = _STATUSES.__getitem__, tuple.__new__  # a thousand rows: no per-row call of Outline's own
         return [
             make(Outline, (status(state), to, agent, age, took, by))
@@ -1025,10 +1029,15 @@ class SqlStore:
                 request = request_from_row(status, doc, answer)
                 cache.put(request, row_size(doc, answer))
                 known[request_id] = request
+        return self._events_about(rows, known)
+
+    def _events_about(self, rows: Sequence[Sequence[Any]], requests: Mapping[str, Request]) -> Sequence[Event]:
+        """Events from their rows (id, type, request id, time, data, ...), each with its
+        request from `requests` (a `created` event's as it was created)."""
         out = []
         moment, make, pending = self._time, Event._make, Status.PENDING
-        for event_id, type_, request_id, at, data in rows:
-            about = None if request_id is None else known[request_id]
+        for event_id, type_, request_id, at, data, *_ in rows:
+            about = None if request_id is None else requests[request_id]
             if type_ == "created" and about is not None and about.status is not pending:
                 about = about.as_created()
             out.append(make(event_id, type_, moment(at), request_id, about, decode_json(data) if data else {}))
@@ -1038,20 +1047,18 @@ class SqlStore:
         return find_events_sql(query)
 
     def _events_of(self, rows: Sequence[Sequence[Any]]) -> Sequence[Event]:
-        out = []
-        for event_id, type_, request_id, at, data, status, doc, answer in rows:
-            details = decode_json(data) if data else {}
-            if request_id is None:
-                out.append(Event(event_id, type_, self._time(at), data=details))
+        """Events from rows that carry each one's request row (status, doc, response)."""
+        cache = self._cache
+        requests: dict[str, Request] = {}
+        for _, _, request_id, _, _, status, doc, answer in rows:
+            if request_id is None or request_id in requests:
                 continue
-            request = self._cache.get(request_id)
+            request = cache.get(request_id)
             if request is None or request.status is Status.PENDING:
                 request = request_from_row(status, doc, answer)
-                self._cache.put(request, row_size(doc, answer))
-            if type_ == "created" and request.status is not Status.PENDING:
-                request = request.as_created()
-            out.append(Event(event_id, type_, self._time(at), request_id, request, details))
-        return out
+                cache.put(request, row_size(doc, answer))
+            requests[request_id] = request
+        return self._events_about(rows, requests)
 
     async def last_event_id(self) -> int:
         return int((await self._rows("last_event_id"))[0][0])
