@@ -164,9 +164,9 @@ class DatabasePool:
             return False
         try:
             others = "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            await conn.execute(f"SELECT pg_terminate_backend(pid) FROM ({others}) AS o")
             for _ in range(BOUND * 50):  # bounded: a terminated backend exits within moments
-                if not await conn.fetchval(f"SELECT count(*) FROM ({others}) AS o"):
+                # Ended again each time: a connection the test left may have come in since.
+                if not await conn.fetchval(f"SELECT count(pg_terminate_backend(pid)) FROM ({others}) AS o"):
                     break
                 await asyncio.sleep(0.02)
             else:

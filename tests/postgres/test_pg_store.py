@@ -350,6 +350,12 @@ async def test_a_settlement_note_from_anyone_without_the_database_s_key_wakes_no
         request = await answering.create(Confirm("Deploy?"))
         waiter = asyncio.create_task(waiting.wait(request.id))
         await anyio.wait_all_tasks_blocked()
+        # Both brokers' listeners have run their LISTEN (a note sent before is heard by nobody).
+        await until(
+            "SELECT count(*) = 2 FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = 'interlock-listener' AND query LIKE 'LISTEN%'",
+            pg_url,
+        )
         # Any role that may connect may NOTIFY: a note unsigned, or signed with another key.
         forged = json.dumps([request.id, "answered", {"answers": {"confirm": True}, "at": "2026-12-05T00:00:00+00:00"}])
         other = hashlib.sha256(b"guessed" + hashlib.sha256(b"guessed" + forged.encode()).digest()).hexdigest()
@@ -445,6 +451,27 @@ async def test_pool_connections_dropped_by_the_server_are_replaced(pg_url: str) 
                 " WHERE datname = current_database() AND application_name = 'interlock'",
                 pg_url,
             )
+        assert await broker.resolve(request.id, "Ada")
+        assert (await broker.get(request.id)).answer == "Ada"
+
+
+@pytest.mark.parametrize("turns", range(6))
+async def test_connections_the_server_ended_while_idle_are_not_used_again(pg_url: str, turns: int) -> None:
+    # The server's "terminating connection" message is read a turn or more of the event
+    # loop before the connection is seen closed: one handed out then was in the middle
+    # of reading that error and failed the next caller's statement.
+    async with interlock.connect(pg_url, poll_interval=3600) as broker:
+        store = broker.store
+        assert isinstance(store, PostgresStore)
+        await store.pool.fill(3)
+        psql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = 'interlock'",
+            database_of(pg_url),
+        )
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        request = await broker.create(Text("Name?"))
         assert await broker.resolve(request.id, "Ada")
         assert (await broker.get(request.id)).answer == "Ada"
 

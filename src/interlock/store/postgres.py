@@ -110,6 +110,10 @@ _DROPPED = (
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
     asyncpg.CannotConnectNowError,
+    # A connection handed out after the server's "terminating connection" message was read
+    # but before the connection was seen closed (a turn of the event loop or more later):
+    # its protocol is still busy reading that error and refuses the next statement.
+    asyncpg.InternalClientError,
     OSError,
 )
 
@@ -299,7 +303,7 @@ class PostgresStore(SqlStore):
             # The server refused a statement, or the write refused what it read: the
             # transaction rolled back and the connection is fine (release drops a closed one
             # or one still in a transaction). One that failed on the wire or timed out is not.
-            reusable = not isinstance(exc, OSError | TimeoutError | asyncpg.InterfaceError)
+            reusable = not isinstance(exc, (*_DROPPED, TimeoutError, asyncpg.InterfaceError))
             raise
         finally:
             self.pool.release(conn, reusable=reusable)
@@ -875,8 +879,10 @@ class Connections:
             result = await getattr(conn, method)(sql, *args)
             reusable = True
             return result
-        except asyncpg.PostgresError:
-            reusable = True  # the server refused the statement; the connection is fine
+        except asyncpg.PostgresError as exc:
+            # The server refused the statement and the connection is fine, unless the
+            # server is ending it.
+            reusable = not isinstance(exc, _DROPPED)
             raise
         finally:
             self.release(conn, reusable=reusable)
