@@ -90,9 +90,10 @@ def zipf_ranks(rng: random.Random, n: int) -> list[int]:
 
 
 def share(rank: int) -> str:
-    """The share of titles that hold the topic word of `rank`. A search is by prefix: the
-    words searched are no other word's prefix (the bare stems, ranks 0, 10, 20, ..., are)."""
-    return f"{ZIPF[rank] / sum(ZIPF):.1%}"
+    """The share of titles a search for the topic word of `rank` finds. A search is by
+    prefix: a bare stem (ranks 0, 10, 20, ...) finds its nine other words too."""
+    word = topic(rank)
+    return f"{sum(z for k, z in enumerate(ZIPF) if topic(k).startswith(word)) / sum(ZIPF):.1%}"
 
 
 def us(value: datetime) -> int:
@@ -380,7 +381,12 @@ def queries(store: Any, now: datetime) -> list[tuple[str, Callable[[int], Awaita
                 f"history: search, {what} ({share(rank)} of titles)",
                 q(recipient=people, settled=True, text=topic(rank), limit=25),
             )
-            for what, rank in (("a common word", 1), ("a word", 40), ("a rare word", 900))
+            for what, rank in (
+                ("a common word", 1),
+                ("a word", 41),
+                ("a prefix of ten words", 40),
+                ("a rare word", 900),
+            )
         ),
         (f"history: search, admin ({share(1)} of titles)", q(settled=True, text=topic(1), limit=25)),
         ("dashboard: the page's figures, a person (up to 2,000 requests counted)", dashboard(people)),
