@@ -459,12 +459,16 @@ async def measure(store: Any, now: datetime, reps: int, only: Sequence[str] | No
 
 
 async def settle_through_store(url: str, count: int) -> None:
-    """Create and answer `count` requests through a broker on the store."""
+    """Create and answer `count` requests through a broker on the store, each title with a
+    topic word drawn as the fill's are (the newest requests of a kept store, which a later
+    run's searches read first, hold the words in the same shares)."""
     import interlock
 
+    ranks = zipf_ranks(random.Random(count), count)
     async with interlock.connect(url) as broker:
         for i in range(count):
-            r = await broker.create(Text("Go ahead?"), to=f"person-{i % PEOPLE}", requester=f"agent-{i % AGENTS}")
+            title = f"{topic(ranks[i]).capitalize()}: go ahead?"
+            r = await broker.create(Text(title), to=f"person-{i % PEOPLE}", requester=f"agent-{i % AGENTS}")
             await broker.resolve(r.id, "yes", by=f"person-{i % PEOPLE}")
 
 
@@ -526,6 +530,12 @@ async def run_postgres(args: argparse.Namespace, fill: Callable[[], Fill], now: 
         t0 = time.perf_counter()
         await fill_postgres(conn, fill())
         print(f"postgresql: filled {args.rows:,} requests in {time.perf_counter() - t0:.0f} s", flush=True)
+        # The search text, as the store derives it after the writes, and its statistics,
+        # as autovacuum would gather them (a search is planned by how common its words are).
+        t0 = time.perf_counter()
+        await store._catch_up()
+        await conn.execute("ANALYZE request_texts")
+        print(f"postgresql: derived the search text in {time.perf_counter() - t0:.0f} s", flush=True)
     else:
         await conn.execute("ANALYZE")
     stats = "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'requests'"

@@ -72,6 +72,7 @@ __all__ = [
     "RequestCache",
     "Settled",
     "SqlStore",
+    "TextPlan",
     "Transaction",
     "closed_channel",
     "decode_json",
@@ -356,6 +357,24 @@ SETTLED_OUTLINE = (
 `settled_requests` (its `agent` is already the request's agent or requester)."""
 
 
+@dataclass(frozen=True, slots=True)
+class TextPlan:
+    """How PostgreSQL reads a search (`PostgresStore._text_plan`), chosen from how common
+    its words are, since the planner cannot be left to choose: a prepared statement is
+    planned for any words after its fifth run, and the plan of a common word, kept for a
+    rare one, read every request of a person or of the log (90-300 ms at a million).
+
+    `matches_first=False`: the requests in the page's order, each one's text checked
+    (soon done for a common word). True: the words' matches from the GIN index first, in
+    id order, each match's request read until the page is full (a rare word); `narrow`
+    (a `tsquery`) is matched there too: a word of each name the search is for, which
+    every request to them holds in its text, so the index gives the few requests to them
+    with the word instead of every request with it."""
+
+    matches_first: bool
+    narrow: str | None = None
+
+
 def list_sql(
     query: Query,
     dialect: str = "sqlite",
@@ -363,6 +382,7 @@ def list_sql(
     *,
     outline: datetime | None = None,
     terms: Mapping[str, Sequence[str] | None] | None = None,
+    text_plan: TextPlan | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The statement for `Store.list` (named `:parameters`): the filters, then a keyset page.
     With `outline` (the moment ages are counted to), the statement of `Store.outlines`: the
@@ -381,8 +401,9 @@ def list_sql(
     update), so the pending requests are read through `pending_requests`, whose indexes
     give all of them, or a person's, an agent's or a channel's, in id order (a session's
     or a run's come from its own index); the outlines of a person's settled requests are
-    read likewise from `settled_requests` alone. A search checks the `request_texts` row of each
-    request, or reads the matches from its GIN index first, as the planner finds cheaper.
+    read likewise from `settled_requests` alone. A search checks the `request_texts` row of
+    each request, or reads the matches from its GIN index first, as `text_plan` says
+    (without one, as the planner finds cheaper).
     """
     postgres = dialect == "postgresql"
     # A session's or a run's few requests are read from their own index, pending or not.
@@ -391,7 +412,10 @@ def list_sql(
     settled_rows = postgres and outline is not None and _reads_settled_rows_only(query)
     # SQLite: a search, from the full-text index first (see above).
     text_first = bool(query.words) and not postgres and all(getattr(query, n) is None for n in _TEXT_NARROWING)
-    row = "r." if pending or text_first else "s." if settled_rows else ""
+    # PostgreSQL: a search for a rare word, from the GIN index's matches first.
+    matches_first = bool(query.words) and text_plan is not None and text_plan.matches_first
+    matches_first = matches_first and postgres and not pending and not settled_rows
+    row = "r." if pending or text_first or matches_first else "s." if settled_rows else ""
     where, params = [], {}
     for name in FILTERS:
         value = getattr(query, name)
@@ -422,16 +446,20 @@ def list_sql(
             params[name] = stamp(when) if stamp is not None else when
     if query.words:
         if postgres:
-            where.append(
-                f"EXISTS (SELECT 1 FROM request_texts t WHERE t.id = {row or 'requests.'}id "
-                "AND t.body @@ to_tsquery('simple', :words))"
-            )
             params["words"] = " & ".join(f"{w}:*" for w in query.words)
+            if not matches_first:
+                # OFFSET 0 keeps the check a check of each request read (not a join the
+                # planner may turn around), when the plan says so.
+                fence = " OFFSET 0" if text_plan is not None else ""
+                where.append(
+                    f"EXISTS (SELECT 1 FROM request_texts t WHERE t.id = {row or 'requests.'}id "
+                    f"AND t.body @@ to_tsquery('simple', :words){fence})"
+                )
         else:  # FTS5: each word a quoted prefix, all of them required
             match = "requests_text MATCH :words"
             where.append(match if text_first else f"rowid IN (SELECT rowid FROM requests_text WHERE {match})")
             params["words"] = fts_match(query, terms)
-    key = "p.id" if pending else "s.id" if settled_rows else "t.rowid" if text_first else "id"
+    key = "p.id" if pending else "s.id" if settled_rows else "t.rowid" if text_first else f"{row}id"
     if query.after is not None and text_first:
         # The cursor's own request, or the nearest stored after it in id order (a cursor
         # names a request; one made up names where it would be).
@@ -454,6 +482,19 @@ def list_sql(
         sql = f"SELECT {columns.format(r='p.')} FROM pending_requests p"
     elif text_first:
         sql = f"SELECT {columns.format(r=row)} FROM requests_text t JOIN requests r ON r.rowid = t.rowid"
+    elif matches_first:
+        assert text_plan is not None
+        match = "to_tsquery('simple', :words)"
+        if text_plan.narrow is not None:
+            match = f"({match} && CAST(:narrow AS tsquery))"
+            params["narrow"] = text_plan.narrow
+        order = "DESC" if query.order == "desc" else "ASC"
+        # The matches alone first (OFFSET 0: planned apart, from the GIN index), in the
+        # page's order, then each one's request until the page is full.
+        sql = (
+            f"SELECT {columns.format(r=row)} FROM (SELECT t.id FROM request_texts t WHERE t.body @@ {match} "
+            f"ORDER BY t.id {order} OFFSET 0) m JOIN requests r ON r.id = m.id"
+        )
     elif settled_rows:
         sql = f"SELECT {SETTLED_OUTLINE.format(r=row)} FROM settled_requests s"
     elif pending:
@@ -916,7 +957,8 @@ class SqlStore:
         terms = await self._before_search(query) if query.words else None
         if terms is not None and () in terms.values():
             return None
-        return list_sql(query, self.dialect, self._stamp, outline=outline, terms=terms)
+        text_plan = await self._text_plan(query) if query.words else None
+        return list_sql(query, self.dialect, self._stamp, outline=outline, terms=terms, text_plan=text_plan)
 
     async def list(self, query: Query) -> Sequence[Request]:
         sql = await self._list_sql(query)
@@ -941,6 +983,10 @@ class SqlStore:
         """Bring what a text search reads up to date (a dialect that derives it later); the
         indexed words each of the query's words stands for, where a dialect asks for them
         (`list_sql(terms=...)`), or None."""
+        return None
+
+    async def _text_plan(self, query: Query) -> TextPlan | None:
+        """How a search is read (`list_sql(text_plan=...)`), where a dialect chooses, or None."""
         return None
 
     async def next_expiry(self) -> datetime | None:

@@ -119,6 +119,16 @@ SELECT key FROM made UNION ALL SELECT key FROM note_key LIMIT 1;
 -- name: derive_search
 SELECT upto, last FROM interlock_derive_search($1);
 
+-- name: search_word_shares
+-- The words of the search texts in the most requests, with the share of requests each is
+-- in, as ANALYZE last sampled them (none before the first ANALYZE).
+SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs FROM pg_stats s
+WHERE s.schemaname = current_schema() AND s.tablename = 'request_texts' AND s.attname = 'body';
+
+-- name: name_words
+-- The words a name is in a search text as: every request to the name has them all.
+SELECT tsvector_to_array(to_tsvector('simple', $1));
+
 -- name: live_token
 SELECT t.id, p.name, p.kind, p.owner FROM tokens t JOIN principals p ON p.name = t.principal
 WHERE t.hash = $1 AND t.revoked_at IS NULL;

@@ -1,0 +1,187 @@
+"""How PostgreSQL reads a search, chosen from how common its words are (`_text_plan`):
+a common word from the requests in the page's order, a rare one from the GIN index's
+matches first, narrowed for a person by a word of their name. Whichever way, a search
+finds the same requests as it would the other way, page by page."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+from pg_support import psql
+
+import interlock
+from interlock import Broker, Text
+from interlock.store import Query
+from interlock.store._sql import TextPlan, positional
+from interlock.store.postgres import PostgresStore
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def rare_in_a_small_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a table of a few hundred requests a word in a handful of them is in about 1%:
+    rare here is what is in fewer than 10% (at a million requests, 1%)."""
+    monkeypatch.setattr("interlock.store.postgres.RARE_WORD", 0.1)
+
+
+# Names the text search splits in different ways: one word, an address, a word and a
+# number, letters outside ASCII, and a team.
+PEOPLE = ["ann", "carol.smith@example.com", "dev-42", "Émile", "ops"]
+CROWD = [f"member{i}" for i in range(30)]  # everyone else: every name is a rare word
+
+
+def database_of(url: str) -> str:
+    return url.rsplit("/", 1)[1].split("?", 1)[0]
+
+
+@pytest.fixture
+async def searched(pg_url: str) -> AsyncIterator[tuple[Broker, dict[str, list[str]]]]:
+    """A store of 400 requests, every one about deploying, a few also about a zebra (each
+    person's and two of the crowd's); settled but the last of each person's, and ANALYZEd."""
+    zebras: dict[str, list[str]] = {name: [] for name in [*PEOPLE, "crowd"]}
+    async with interlock.connect(pg_url) as broker:
+        for i in range(400):
+            to = PEOPLE[i % len(PEOPLE)] if i % 8 == 0 else CROWD[i % len(CROWD)]
+            zebra = (i % 8 == 0 and i < 200) or i in (101, 303)
+            request = await broker.create(Text(f"Deploy {'the zebra ' if zebra else ''}build {i}?"), to=to)
+            if zebra:
+                zebras[to if to in PEOPLE else "crowd"].append(request.id)
+            if i < 390:
+                await broker.resolve(request.id, "done")
+        await store_of(broker)._catch_up()  # every text derived, for ANALYZE to sample
+        psql("ANALYZE", database_of(pg_url))
+        yield broker, zebras
+
+
+def store_of(broker: Broker) -> PostgresStore:
+    store = broker.store
+    assert isinstance(store, PostgresStore)
+    return store
+
+
+async def pages(broker: Broker, **filters: Any) -> list[str]:
+    """Every request the search finds, a page of one at a time."""
+    found: list[str] = []
+    after = None
+    while True:
+        page = (await broker.list(limit=1, after=after, **filters)).items
+        found += [r.id for r in page]
+        if not page:
+            return found
+        after = page[-1].id
+
+
+async def plan_of(url: str, store: PostgresStore, query: Query) -> str:
+    """The plan of the search's statement, with what the planner would rightly do over a
+    few hundred rows (read them all: a scan, a sort, a merge or a hash of every row) priced out."""
+    sql = await store._list_sql(query)
+    assert sql is not None
+    text, args = positional(*sql)
+    conn = await asyncpg.connect(url)
+    try:
+        for setting in ("enable_seqscan", "enable_sort", "enable_mergejoin", "enable_hashjoin"):
+            await conn.execute(f"SET {setting} = off")
+        return "\n".join(row[0] for row in await conn.fetch("EXPLAIN " + text, *args))
+    finally:
+        await conn.close()
+
+
+def reads_the_matches_first(plan: str) -> None:
+    """The words' matches are read first, each one's request then read by its id."""
+    lines = plan.splitlines()
+    first = next(i for i, line in enumerate(lines) if " on request" in line)
+    assert " on request_texts " in lines[first], plan
+    assert "(id = t.id)" in plan, plan  # a match's request, by its id
+
+
+async def test_a_person_s_search_for_a_rare_word_reads_the_matches_to_them_from_the_gin_index(
+    pg_url: str, searched: tuple[Broker, dict[str, list[str]]]
+) -> None:
+    broker, zebras = searched
+    store = store_of(broker)
+    for person in PEOPLE:
+        plan = await store._text_plan(Query(recipient=person, text="zebra"))
+        assert plan.matches_first and plan.narrow is not None, (person, plan)
+        # Every one of the person's requests about a zebra, newest first, and no one else's.
+        assert await pages(broker, recipient=person, text="zebra") == zebras[person][::-1], person
+        assert await pages(broker, recipient=person, text="zeb", order="asc") == zebras[person], person
+    reads_the_matches_first(await plan_of(pg_url, store, Query(recipient="ann", settled=True, text="zebra", limit=25)))
+
+
+async def test_a_member_s_search_for_a_rare_word_finds_theirs_and_their_teams(
+    searched: tuple[Broker, dict[str, list[str]]],
+) -> None:
+    broker, zebras = searched
+    query = Query(recipient="ann", teams=("ops",), text="zebra")
+    plan = await store_of(broker)._text_plan(query)
+    assert plan.matches_first and plan.narrow is not None and " | " in plan.narrow, plan
+    found = [r.id for r in await store_of(broker).list(query)]
+    assert found == sorted(zebras["ann"] + zebras["ops"], reverse=True)
+
+
+async def test_everyone_s_search_for_a_rare_word_reads_its_matches_first(
+    pg_url: str, searched: tuple[Broker, dict[str, list[str]]]
+) -> None:
+    broker, zebras = searched
+    store = store_of(broker)
+    assert await store._text_plan(Query(text="zebra")) == TextPlan(matches_first=True)
+    every = sorted(id_ for ids in zebras.values() for id_ in ids)
+    assert await pages(broker, text="zebra") == every[::-1]
+    assert await pages(broker, text="zebra", settled=True) == [
+        r.id for r in (await broker.list(text="zebra", limit=100)).items if r.status.value != "pending"
+    ]
+    reads_the_matches_first(await plan_of(pg_url, store, Query(settled=True, text="zebra", limit=25)))
+
+
+async def test_a_search_for_a_common_word_checks_the_requests_in_order(
+    pg_url: str, searched: tuple[Broker, dict[str, list[str]]]
+) -> None:
+    broker, _ = searched
+    store = store_of(broker)
+    for query in (Query(recipient="ann", text="deploy"), Query(text="deploy build")):
+        assert await store._text_plan(query) == TextPlan(matches_first=False), query
+    # A short word may stand for many: read in order too.
+    assert await store._text_plan(Query(recipient="ann", text="ze")) == TextPlan(matches_first=False)
+    ann = [r.id for r in (await broker.list(recipient="ann", limit=100)).items]
+    assert await pages(broker, recipient="ann", text="deploy") == ann
+    shown = await plan_of(pg_url, store, Query(recipient="ann", settled=True, text="deploy", limit=25))
+    assert "Index Scan Backward using requests_by_recipient" in shown, shown  # in the page's order
+    assert "SubPlan" in shown and "Sort" not in shown, shown  # each request's text checked
+
+
+async def test_the_rarest_word_of_a_search_chooses_how_it_is_read(
+    searched: tuple[Broker, dict[str, list[str]]],
+) -> None:
+    broker, zebras = searched
+    query = Query(recipient="ann", text="deploy zebra")
+    assert (await store_of(broker)._text_plan(query)).matches_first
+    assert [r.id for r in await store_of(broker).list(query)] == zebras["ann"][::-1]
+
+
+async def test_before_the_first_analyze_a_search_checks_the_requests_in_order(pg_url: str) -> None:
+    async with interlock.connect(pg_url) as broker:
+        made = await broker.create(Text("Feed the zebra?"), to="ann")
+        store = store_of(broker)
+        assert await store._text_plan(Query(recipient="ann", text="zebra")) == TextPlan(matches_first=False)
+        assert [r.id for r in (await broker.list(recipient="ann", text="zebra")).items] == [made.id]
+
+
+async def test_a_name_whose_every_word_is_common_is_not_narrowed_by(pg_url: str) -> None:
+    # Every request is to someone named "team-N": "team" is in every request's text, and
+    # each number in one request of ten. The matches are read first, not narrowed.
+    async with interlock.connect(pg_url) as broker:
+        zebra = []
+        for i in range(200):
+            title = f"Deploy {'the zebra ' if i % 50 == 0 else ''}{i}?"
+            request = await broker.create(Text(title), to=f"team-{i % 10}")
+            if i % 50 == 0:
+                zebra.append(request.id)
+        await store_of(broker)._catch_up()
+        psql("ANALYZE", database_of(pg_url))
+        plan = await store_of(broker)._text_plan(Query(recipient="team-0", text="zebra"))
+        assert plan == TextPlan(matches_first=True), plan
+        assert [r.id for r in (await broker.list(recipient="team-0", text="zebra")).items] == zebra[::-1]
