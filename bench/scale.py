@@ -376,6 +376,7 @@ def queries(store: Any, now: datetime) -> list[tuple[str, Callable[[int], Awaita
             "history: a week a month back",
             q(recipient=people, settled=True, since=month_back[0], until=month_back[1], limit=HISTORY_PAGE),
         ),
+        ("API: list(since=..., until=...), a week a month back, admin", q(since=month_back[0], until=month_back[1])),
         *(
             (
                 f"history: search, {what} ({share(rank)} of titles)",

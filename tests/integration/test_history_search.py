@@ -61,6 +61,29 @@ async def test_history_finds_settled_requests_by_the_words_of_their_prompts_and_
             await broker.list(text="x" * 501)
 
 
+async def test_a_time_window_finds_exactly_the_requests_made_in_it(connect: Callable[..., Broker]) -> None:
+    # Read along the ids, a window starts and ends where its ids do: what is made at its
+    # first moment is in it, what is made at its end is not, oldest first as newest first.
+    async with connect() as broker:
+        made = [await broker.create(Text(f"Q{i}?"), to=f"person{i}") for i in range(5)]
+
+        async def found(**filters: Any) -> list[str]:
+            return [r.id for r in (await broker.list(**filters)).items]
+
+        ids = [r.id for r in made]
+        at = [r.created_at for r in made]
+        assert await found(since=at[1], until=at[3]) == [ids[2], ids[1]]
+        assert await found(since=at[1], until=at[3], order="asc") == [ids[1], ids[2]]
+        assert await found(since=at[4]) == [ids[4]]
+        assert await found(until=at[0]) == []
+        assert await found(until=at[1], order="asc") == [ids[0]]
+        assert await found(since=at[0], until=at[4], limit=2) == [ids[3], ids[2]]
+        assert await found(since=at[0], until=at[4], after=ids[2]) == [ids[1], ids[0]]
+        far = (datetime(1, 1, 1, tzinfo=UTC), datetime(9999, 12, 31, tzinfo=UTC))
+        assert await found(since=far[0], until=far[1]) == ids[::-1]
+        assert await found(since=far[1]) == [] and await found(until=far[0]) == []
+
+
 async def test_a_member_s_search_finds_their_own_and_their_teams_requests_only(
     connect: Callable[..., Broker], backend: str
 ) -> None:

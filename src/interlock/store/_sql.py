@@ -444,6 +444,18 @@ def list_sql(
         if when is not None:
             where.append(f"{row}created_at {op} :{name}")
             params[name] = stamp(when) if stamp is not None else when
+    if (query.since is not None or query.until is not None) and _reads_along_ids(query) and not row:
+        # Read along the primary key, a time window starts and ends where its ids do (an id
+        # begins with the time it was made), give or take `ID_TIME_SLACK`: not at the newest
+        # (or oldest) request, passing over every one outside the window. The ids are in the
+        # statement's text (made here, hex digits only, to the minute so a window asked for
+        # again is the same statement): PostgreSQL plans a prepared statement for any values
+        # from its sixth run, and for unknown bounds it read the window by time and sorted
+        # it (126 ms for a week of a million requests, against 1 ms).
+        if query.since is not None:
+            where.append(f"id >= '{_id_at(query.since, -ID_TIME_SLACK)}'")
+        if query.until is not None:
+            where.append(f"id < '{_id_at(query.until, ID_TIME_SLACK)}'")
     if query.words:
         if postgres:
             params["words"] = " & ".join(f"{w}:*" for w in query.words)
@@ -647,6 +659,31 @@ def fts_match(query: Query, terms: Mapping[str, Sequence[str] | None] | None = N
 def recipient_token(name: str) -> str:
     """A name as one token of SQLite's search index (its `recipient` column)."""
     return "x" + name.encode().hex().upper()
+
+
+ID_TIME_SLACK = timedelta(minutes=10)
+"""How far a request's creation time may be from the time its id begins with, for a time
+window's list read along the ids. An id is made just after the creation time is read,
+from the same clock; within a process ids never go back, so after the clock stepped back
+by more than this, the ids made until it caught up begin later than their requests were
+made, and a window ending among them would leave those requests out."""
+
+
+def _id_at(when: datetime, offset: timedelta) -> str:
+    """The smallest id made at `when` + `offset` (`model.new_id`: 48 bits of milliseconds,
+    then 80 random bits), the time rounded away from `when` to the minute, clamped to the
+    ids' range."""
+    minutes = when.timestamp() / 60 + offset / timedelta(minutes=1)
+    ms = 60_000 * (math.floor(minutes) if offset < timedelta(0) else math.ceil(minutes))
+    return f"{min(max(ms, 0), (1 << 48) - 1):012x}{0:020x}"
+
+
+def _reads_along_ids(query: Query) -> bool:
+    """Whether a list reads along the primary key: no filter with an index of its own (a
+    person's, an agent's, a session's, a channel's, a run's; pending requests)."""
+    return query.status != Status.PENDING and all(
+        getattr(query, name) is None for name in ("recipient", "requester", "session", "channel", "run")
+    )
 
 
 def _reads_settled_rows_only(query: Query) -> bool:
