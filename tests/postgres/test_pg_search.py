@@ -5,6 +5,7 @@ finds the same requests as it would the other way, page by page."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -185,3 +186,25 @@ async def test_a_name_whose_every_word_is_common_is_not_narrowed_by(pg_url: str)
         plan = await store_of(broker)._text_plan(Query(recipient="team-0", text="zebra"))
         assert plan == TextPlan(matches_first=True), plan
         assert [r.id for r in (await broker.list(recipient="team-0", text="zebra")).items] == zebra[::-1]
+
+
+async def test_a_word_that_begins_many_rare_words_is_read_request_by_request(
+    searched: tuple[Broker, dict[str, list[str]]],
+) -> None:
+    # Every request's id is in its text, and begins with the time it was made: the first
+    # digits of the ids made now begin every recent id, each a word of one request. The
+    # GIN index would gather them all first; the newest requests match at once.
+    broker, zebras = searched
+    store = store_of(broker)
+    now = f"{time.time_ns() // 1_000_000:012x}"
+    newest = [r.id for r in (await broker.list(limit=3)).items]
+    for word in (now[:3], now[:6]):
+        assert await store._text_plan(Query(text=word)) == TextPlan(matches_first=False), word
+        assert [r.id for r in (await broker.list(text=word, limit=3)).items] == newest
+    # A word of one or two letters beside a rare one: read request by request too.
+    assert await store._text_plan(Query(recipient="ann", text="zebra bu")) == TextPlan(matches_first=False)
+    assert [r.id for r in await store.list(Query(recipient="ann", text="zebra bu"))] == zebras["ann"][::-1]
+    # A whole id is one rare word: its request, from the index.
+    some = zebras["ann"][0]
+    assert (await store._text_plan(Query(text=some))).matches_first
+    assert [r.id for r in (await broker.list(text=some)).items] == [some]
