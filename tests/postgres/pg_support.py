@@ -20,6 +20,11 @@ INTERLOCK = [sys.executable, "-m", "interlock"]
 BOUND = 20  # seconds: the most any single wait on another process may take
 
 
+def database_of(url: str) -> str:
+    """The database a URL names."""
+    return url.rsplit("/", 1)[1].split("?", 1)[0]
+
+
 def psql(sql: str, database: str = "postgres") -> str:
     done = subprocess.run(
         ["psql", f"{PG_SERVER}/{database}", "-X", "-v", "ON_ERROR_STOP=1", "-Atqc", sql],

@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
-from pg_support import psql
+from pg_support import database_of, psql
 
 import interlock
 from interlock import Broker, Text
@@ -33,10 +33,6 @@ def rare_in_a_small_table(monkeypatch: pytest.MonkeyPatch) -> None:
 # number, letters outside ASCII, and a team.
 PEOPLE = ["ann", "carol.smith@example.com", "dev-42", "Émile", "ops"]
 CROWD = [f"member{i}" for i in range(30)]  # everyone else: every name is a rare word
-
-
-def database_of(url: str) -> str:
-    return url.rsplit("/", 1)[1].split("?", 1)[0]
 
 
 @pytest.fixture

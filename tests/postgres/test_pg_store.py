@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import asyncpg  # type: ignore[import-untyped]
 import pytest
-from pg_support import empty_database, psql, read_line, send, spawn
+from pg_support import database_of, empty_database, psql, read_line, send, spawn
 
 import interlock
 from interlock import Broker, Confirm, NotFound, Response, Status, Text
@@ -24,10 +24,6 @@ from interlock.store.postgres import PostgresStore, split_url
 pytestmark = pytest.mark.anyio
 
 BOUND = 20
-
-
-def database_of(url: str) -> str:
-    return url.rsplit("/", 1)[1].split("?", 1)[0]
 
 
 async def until(condition: str, url: str) -> str:

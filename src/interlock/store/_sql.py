@@ -403,7 +403,7 @@ def list_sql(
     or a run's come from its own index); the outlines of a person's settled requests are
     read likewise from `settled_requests` alone. A search checks the `request_texts` row of
     each request, or reads the matches from its GIN index first, as `text_plan` says
-    (without one, as the planner finds cheaper).
+    (without one, request by request).
     """
     postgres = dialect == "postgresql"
     # A session's or a run's few requests are read from their own index, pending or not.
@@ -413,8 +413,8 @@ def list_sql(
     # SQLite: a search, from the full-text index first (see above).
     text_first = bool(query.words) and not postgres and all(getattr(query, n) is None for n in _TEXT_NARROWING)
     # PostgreSQL: a search for a rare word, from the GIN index's matches first.
-    matches_first = bool(query.words) and text_plan is not None and text_plan.matches_first
-    matches_first = matches_first and postgres and not pending and not settled_rows
+    matches_first = bool(text_plan and text_plan.matches_first and query.words) and postgres
+    matches_first = matches_first and not (pending or settled_rows)
     row = "r." if pending or text_first or matches_first else "s." if settled_rows else ""
     where, params = [], {}
     for name in FILTERS:
@@ -460,12 +460,11 @@ def list_sql(
         if postgres:
             params["words"] = " & ".join(f"{w}:*" for w in query.words)
             if not matches_first:
-                # OFFSET 0 keeps the check a check of each request read (not a join the
-                # planner may turn around), when the plan says so.
-                fence = " OFFSET 0" if text_plan is not None else ""
+                # OFFSET 0 keeps the check a check of each request read, not a join the
+                # planner may turn around.
                 where.append(
                     f"EXISTS (SELECT 1 FROM request_texts t WHERE t.id = {row or 'requests.'}id "
-                    f"AND t.body @@ to_tsquery('simple', :words){fence})"
+                    "AND t.body @@ to_tsquery('simple', :words) OFFSET 0)"
                 )
         else:  # FTS5: each word a quoted prefix, all of them required
             match = "requests_text MATCH :words"
@@ -681,9 +680,7 @@ def _id_at(when: datetime, offset: timedelta) -> str:
 def _reads_along_ids(query: Query) -> bool:
     """Whether a list reads along the primary key: no filter with an index of its own (a
     person's, an agent's, a session's, a channel's, a run's; pending requests)."""
-    return query.status != Status.PENDING and all(
-        getattr(query, name) is None for name in ("recipient", "requester", "session", "channel", "run")
-    )
+    return query.status != Status.PENDING and all(getattr(query, n) is None for n in ("recipient", *_TEXT_NARROWING))
 
 
 def _reads_settled_rows_only(query: Query) -> bool:

@@ -204,7 +204,7 @@ class PostgresStore(SqlStore):
         # changes again, so it is served from here; a pending one only after a cheap
         # check that it is still pending.
         self._cache = RequestCache(int(ours.get("cache_bytes", DEFAULT_CACHE_BYTES)))
-        # What a person's search for a rare word narrows by (`_narrowing`).
+        # What a search is read by (`_text_plan`): the words' shares, the names' words.
         self._shares: tuple[float, dict[str, float]] = (-math.inf, {})
         self._name_words: dict[str, tuple[str, ...]] = {}
 
