@@ -12,7 +12,11 @@ SQLite file in a temporary directory). Another user ("bob") lists his inbox,
   properties (about 7 MB of JSON with the default 60,000) and, if that was accepted,
   answers it once;
 * **schemas near the limit** -- mallory creates ``--attacks`` forms whose schemas are just
-  under the default 64 KiB schema limit (``--near-limit`` properties) and answers each.
+  under the default 64 KiB schema limit (``--near-limit`` properties) and answers each;
+* **lists nothing matches** -- with ``--fill N`` (the file then holds N requests more, made
+  as bench/scale.py makes them, none of them an approval), mallory lists the approvals,
+  ``GET /api/v1/requests?kind=approval``, back to back for ``--seconds``: each reads
+  every request, having no index to narrow it by.
 
 The adversary's load is bounded in count (``--attacks`` answers, one schema) and each of
 its calls in time (``--timeout``); everything is on loopback. Only httpx runs in this
@@ -20,6 +24,7 @@ process: the server is whatever ``python -m interlock`` imports, so the same scr
 measures another checkout with ``PYTHONPATH=/path/to/other/src``.
 
     .venv/bin/python bench/adversary.py
+    .venv/bin/python bench/adversary.py --fill 300000 --only "lists nothing matches"
     PYTHONPATH=../before/src .venv/bin/python bench/adversary.py   # an older checkout (git worktree add ../before REV)
 """
 
@@ -35,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -98,10 +104,37 @@ async def phase(base: str, name: str, attack: Any, results: list[dict[str, Any]]
     results.append(summary(name, samples))
 
 
+def import_scale() -> Any:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import scale
+
+    return scale
+
+
+async def fill(db: str, port: int, rows: int) -> None:
+    """`rows` requests in the file, as bench/scale.py fills its own (the server, started
+    once and stopped, migrated it first), their search index made before the server starts
+    (a server catching up with it indexes a thousand events at a time, on its event loop)."""
+    scale = import_scale()
+    from interlock.store.sqlite import SqliteStore
+
+    server = start_server(db, port)
+    server.terminate()
+    server.wait(30)
+    started = time.perf_counter()
+    scale.fill_sqlite(db, scale.Fill(rows, datetime.now(UTC)))
+    store = SqliteStore(db)
+    await store.open()
+    await store.aclose()  # which brings the search index up to date
+    print(f"filled and indexed {rows:,} requests in {time.perf_counter() - started:.0f} s", flush=True)
+
+
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         base = f"http://127.0.0.1:{port}"
+        if args.fill:
+            await fill(os.path.join(tmp, "adversary.db"), port, args.fill)
         server = start_server(os.path.join(tmp, "adversary.db"), port)
         try:
             async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=args.timeout) as mallory:
@@ -176,13 +209,36 @@ async def main(args: argparse.Namespace) -> None:
                         outcome += f", answer of {len(big_answer) / 1e6:.1f} MB: {answered.status_code}"
                     return outcome
 
-                await phase(base, "quiet", quiet, results, log)
-                await phase(base, "backtracking answers", backtracking, results, log)
-                await phase(base, "multi-MB schema", big_schema, results, log)
-                await phase(base, "schemas near the limit", schemas_near_the_limit, results, log)
+                async def lists_nothing_matches() -> str:
+                    if not args.fill:
+                        return "skipped (no --fill)"
+                    took = []
+                    deadline = time.perf_counter() + args.seconds
+                    while time.perf_counter() < deadline:
+                        started = time.perf_counter()
+                        listed = await mallory.get("/requests", params={"kind": "approval"})
+                        listed.raise_for_status()
+                        assert listed.json()["items"] == []
+                        took.append(time.perf_counter() - started)
+                    return f"{len(took)} lists of {args.fill:,} requests, {statistics.median(took) * 1000:.0f} ms each"
+
+                phases = [
+                    ("quiet", quiet),
+                    ("backtracking answers", backtracking),
+                    ("multi-MB schema", big_schema),
+                    ("schemas near the limit", schemas_near_the_limit),
+                    ("lists nothing matches", lists_nothing_matches),
+                ]
+                for name, attack in phases:
+                    if not args.only or name in args.only or name == "quiet":
+                        await phase(base, name, attack, results, log)
         finally:
             server.terminate()
-            server.wait(30)
+            try:
+                server.wait(30)
+            except subprocess.TimeoutExpired:  # (closing, it indexes the filled requests' texts)
+                server.kill()
+                server.wait(30)
     print("\n".join(log))
     print(f"{'phase':<24}{'requests':>10}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}")
     for row in results:
@@ -196,4 +252,6 @@ if __name__ == "__main__":
     parser.add_argument("--properties", type=int, default=60_000, help="properties of the large schema")
     parser.add_argument("--near-limit", type=int, default=1000, help="properties of a schema just under 64 KiB")
     parser.add_argument("--timeout", type=float, default=120.0, help="bound on each adversary call, seconds")
+    parser.add_argument("--fill", type=int, default=0, help="requests in the file before the server starts")
+    parser.add_argument("--only", nargs="*", help="the phases to run (and the quiet one)")
     asyncio.run(main(parser.parse_args()))

@@ -5,6 +5,9 @@ costs about 12 us there against about 65 us through a worker thread, and every t
 here is short. The loop is never blocked on a lock: the busy timeout is zero, a write that
 finds the database locked by another process backs off asynchronously and tries again.
 Transactions never await inside, so the writes of one process are serialized by the loop.
+A read that runs longer than `READ_ON_LOOP` (a filter that few rows match, read along a
+long index; pages not yet cached) is stopped there and run again in a worker thread, on a
+connection of its own, so that one slow list never holds up everyone else's.
 
 `synchronous=NORMAL` (the default) keeps every commit through a crash of the process; use
 `synchronous=FULL` to keep it through a power cut as well, at the cost of an fsync a commit.
@@ -13,6 +16,7 @@ Transactions never await inside, so the writes of one process are serialized by 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import logging
 import os
@@ -107,6 +111,20 @@ spent committing, in stalls of up to 15 ms."""
 AUTOCHECKPOINT_PAGES = 10_000
 """SQLite's own checkpoint, left on so that the log stays bounded even with no worker
 thread checkpointing it (a process that writes rarely, a thread that cannot keep up)."""
+READ_ON_LOOP = 0.005
+"""Seconds a read may run on the event loop: one that takes longer is stopped and run
+again in a worker thread (`SqliteStore._read`). Nearly every read takes well under a
+millisecond; the page of a list at a million requests, 1-3 ms."""
+PROGRESS_STEPS = 5_000
+"""SQLite virtual-machine steps between two looks at a read's deadline (each a call into
+Python, well under a microsecond; 5,000 steps take about 50-200 us)."""
+SLOW_READERS = 2
+"""Worker threads (and connections) for the reads that outran `READ_ON_LOOP`: slow reads
+wait for each other there, and leave the default thread pool to the broker's own work."""
+SLOW_MEMORY = 60.0
+"""Seconds for which a statement that outran `READ_ON_LOOP` goes straight to a worker
+thread, without trying the loop first: a slow list asked for again costs the loop nothing."""
+_SLOW_KEPT = 256  # statements remembered as slow, at most
 
 
 def _us(value: datetime | None) -> int | None:
@@ -215,6 +233,10 @@ def from_url(url: str, **options: Any) -> SqliteStore:
     return SqliteStore(path, **ours)
 
 
+class _Outran(Exception):
+    """A read on the event loop ran past `READ_ON_LOOP` and was stopped (`SqliteStore._read`)."""
+
+
 class NewerDatabase(RuntimeError):
     """The database file has migrations applied that this version of interlock does not
     know: a later version made it, and this one would not write what that one expects."""
@@ -254,6 +276,13 @@ class SqliteStore(SqlStore):
         self._commits = 0  # since the last checkpoint
         self._checkpointing: asyncio.Future[None] | None = None
         self._checkpointer: sqlite3.Connection | None = None  # used in worker threads, one at a time
+        # Reads that outran READ_ON_LOOP: the deadline of the read running on the loop (None
+        # while none runs: writes are never stopped), the statements known to be slow (until
+        # when), the worker threads and their connections, idle ones kept.
+        self._read_due: float | None = None
+        self._slow: dict[str, float] = {}
+        self._slow_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._readers: list[sqlite3.Connection] = []
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -265,6 +294,7 @@ class SqliteStore(SqlStore):
         db.execute(f"PRAGMA synchronous = {self.synchronous}")
         db.execute("PRAGMA foreign_keys = ON")
         db.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
+        db.set_progress_handler(self._past_due, PROGRESS_STEPS)
         db.execute(Q["make_new_texts"])  # where the search's catch-up finds the words of new texts
         db.execute(Q["make_new_terms"])
         try:
@@ -288,6 +318,12 @@ class SqliteStore(SqlStore):
         checkpointer, self._checkpointer = self._checkpointer, None
         if checkpointer is not None:
             checkpointer.close()
+        pool, self._slow_pool = self._slow_pool, None
+        if pool is not None:  # a read still running in a thread stops now, with an error (`_closing`)
+            await asyncio.to_thread(pool.shutdown)
+        for reader in self._readers:
+            reader.close()
+        self._readers.clear()
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -549,8 +585,73 @@ class SqliteStore(SqlStore):
         db.execute(Q["set_derived"], {"name": name, "upto": upto})
 
     async def _read(self, sql: str, params: dict[str, Any] | Sequence[Any] = ()) -> list[Any]:
+        """The rows of a read, run on the event loop for as long as `READ_ON_LOOP`; a read
+        that takes longer is stopped there and run again in a worker thread, where it takes
+        what it takes while the loop serves everyone else. For the next `SLOW_MEMORY`
+        seconds the same statement goes to the thread at once."""
         db = self.db
-        return await self._retry(lambda: db.execute(sql, params).fetchall())
+        if self._slow:
+            until = self._slow.get(sql)
+            if until is not None and until > time.monotonic():
+                return await self._read_apart(sql, params)
+        try:
+            return await self._retry(lambda: self._read_here(db, sql, params))
+        except _Outran:
+            if len(self._slow) >= _SLOW_KEPT:
+                del self._slow[next(iter(self._slow))]
+            self._slow[sql] = time.monotonic() + SLOW_MEMORY
+            log.debug("a read outran %s s on the event loop; run in a worker thread: %s", READ_ON_LOOP, sql)
+            return await self._read_apart(sql, params)
+
+    def _read_here(self, db: sqlite3.Connection, sql: str, params: dict[str, Any] | Sequence[Any]) -> list[Any]:
+        self._read_due = time.monotonic() + READ_ON_LOOP
+        try:
+            return db.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode == sqlite3.SQLITE_INTERRUPT and self._read_due is None:
+                raise _Outran from None
+            raise
+        finally:
+            self._read_due = None
+
+    def _past_due(self) -> int:
+        """SQLite's progress handler: stop the read running on the loop once it is due
+        (writes run with no deadline, and are never stopped)."""
+        due = self._read_due
+        if due is not None and time.monotonic() > due:
+            self._read_due = None  # (says the stop was ours)
+            return 1
+        return 0
+
+    def _closing(self) -> int:
+        """The progress handler of the worker threads' reads: stop once the store closes."""
+        return 1 if self._slow_pool is None else 0
+
+    async def _read_apart(self, sql: str, params: dict[str, Any] | Sequence[Any]) -> list[Any]:
+        """A read in a worker thread of the store's own, on a read-only connection of its
+        own: it sees the same committed state as one on the loop would (WAL readers take a
+        snapshot and wait for no writer)."""
+        self.db  # noqa: B018  # refuse a closed store
+        if self._slow_pool is None:
+            self._slow_pool = concurrent.futures.ThreadPoolExecutor(SLOW_READERS, thread_name_prefix="interlock-read")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._slow_pool, self._read_in_thread, sql, params)
+
+    def _read_in_thread(self, sql: str, params: dict[str, Any] | Sequence[Any]) -> list[Any]:
+        try:
+            reader = self._readers.pop()
+        except IndexError:
+            reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            reader.execute(f"PRAGMA busy_timeout = {int(self.lock_timeout * 1000)}")
+            reader.execute("PRAGMA query_only = ON")
+            reader.set_progress_handler(self._closing, PROGRESS_STEPS)
+        try:
+            return reader.execute(sql, params).fetchall()
+        finally:
+            if self._slow_pool is None:  # the store closed meanwhile
+                reader.close()
+            else:
+                self._readers.append(reader)
 
     async def _rows(self, name: str, *args: Any) -> list[Any]:
         sql, taken = _NUMBERED[name]

@@ -1,0 +1,112 @@
+"""SQLite reads run on the event loop, but a slow one does not hold it: past
+`READ_ON_LOOP` it is stopped there and run again in a worker thread, with the same rows."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+import interlock
+from interlock import Confirm, Text
+from interlock.store import sqlite
+from interlock.store.sqlite import SqliteStore
+
+pytestmark = pytest.mark.anyio
+
+COUNT_TO = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?) SELECT count(*) FROM c"
+
+
+async def longest_stall_during(work: asyncio.Future[object] | asyncio.Task[object]) -> float:
+    """The longest the event loop went without running this task while `work` ran."""
+    longest, last = 0.0, time.monotonic()
+    while not work.done():
+        await asyncio.sleep(0)
+        now = time.monotonic()
+        longest, last = max(longest, now - last), now
+    return longest
+
+
+async def test_a_slow_read_leaves_the_event_loop_free_and_returns_its_rows(tmp_path: Path) -> None:
+    async with interlock.connect(f"sqlite:///{tmp_path / 'slow.db'}") as broker:
+        store = broker.store
+        assert isinstance(store, SqliteStore)
+        started = time.monotonic()
+        read = asyncio.ensure_future(store._read(COUNT_TO, (3_000_000,)))  # about a second of SQLite's work
+        stall = await longest_stall_during(read)
+        took = time.monotonic() - started
+        assert await read == [(3_000_000,)]
+        # On the loop, the read alone would hold it for all of `took`.
+        assert took > 0.2
+        assert stall < took / 4, f"the loop stood still for {stall:.3f} s of the read's {took:.3f} s"
+        # Meanwhile, and after, the store serves everything else as before.
+        request = await broker.create(Text("Still there?"))
+        assert await broker.resolve(request.id, "yes")
+        assert (await broker.wait(request.id)).answers == {"text": "yes"}
+
+
+async def test_a_statement_that_outran_the_loop_goes_straight_to_a_thread_next_time(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with interlock.connect(f"sqlite:///{tmp_path / 'slow.db'}") as broker:
+        store = broker.store
+        assert isinstance(store, SqliteStore)
+        with caplog.at_level(logging.DEBUG, logger="interlock"):
+            assert await store._read(COUNT_TO, (400_000,)) == [(400_000,)]
+            assert await store._read(COUNT_TO, (500_000,)) == [(500_000,)]
+        outran = [r for r in caplog.records if r.getMessage().startswith("a read outran")]
+        assert len(outran) == 1  # the second read of the statement was not tried on the loop first
+
+
+async def test_every_read_made_in_a_thread_finds_what_the_loop_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No time at all on the loop: each read that SQLite steps through for long enough to
+    # look at its deadline is stopped and made again in a worker thread. Writes never are.
+    monkeypatch.setattr(sqlite, "READ_ON_LOOP", 0.0)
+    monkeypatch.setattr(sqlite, "PROGRESS_STEPS", 10)
+    async with interlock.connect(f"sqlite:///{tmp_path / 'threads.db'}") as broker:
+        ship = await broker.create(Confirm("Ship the release?"), kind="approval", to="alice", requester="deployer")
+        colour = await broker.create(Text("Favourite colour?"), to="bob", requester="survey", session="s1")
+        await broker.create(Text("Lunch?"), to="alice", requester="survey")
+        assert await broker.resolve(ship.id, True, by="alice")
+        await broker.reject(colour.id, "no time for surveys", by="bob")
+
+        async def ids(**filters: object) -> list[str]:
+            return [r.id for r in (await broker.list(**filters)).items]  # type: ignore[arg-type]
+
+        everything = await ids()
+        assert len(everything) == 3
+        assert await ids(kind="approval") == [ship.id]
+        assert await ids(recipient="bob") == [colour.id]
+        assert await ids(requester="survey", settled=True) == [colour.id]
+        assert await ids(session="s1") == [colour.id]
+        assert await ids(settled=True, text="surveys") == [colour.id]
+        assert await ids(settled=True, text="release") == [ship.id]
+        assert (await broker.get(ship.id)).response.answers == {"confirm": True}  # type: ignore[union-attr]
+        events = await broker.find_events(request=colour.id)
+        assert [e.type for e in events] == ["created", "rejected"]
+        store = broker.store
+        assert isinstance(store, SqliteStore)
+        assert store._slow, "no read went to a worker thread: the test proves nothing"
+
+
+async def test_closing_the_store_ends_a_read_still_running_in_a_thread(tmp_path: Path) -> None:
+    broker = interlock.connect(f"sqlite:///{tmp_path / 'closing.db'}")
+    await broker.open()
+    store = broker.store
+    assert isinstance(store, SqliteStore)
+    assert await store._read(COUNT_TO, (400_000,)) == [(400_000,)]  # slow: the next goes to a thread at once
+    read = asyncio.ensure_future(store._read(COUNT_TO, (10**12,)))  # hours of work
+    await asyncio.sleep(0)  # handed to the worker thread (which may or may not have begun it)
+    started = time.monotonic()
+    with anyio.fail_after(30):
+        await broker.aclose()
+    assert time.monotonic() - started < 10
+    with pytest.raises(sqlite3.OperationalError, match="interrupted"):
+        await read
