@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import anyio
 import pytest
@@ -585,6 +586,42 @@ async def test_list_filters_and_pages_by_keyset(broker: Broker) -> None:
     alice_pending = await broker.list(recipient="alice", status="pending")
     assert {r.id for r in alice_pending.items} == {made[3].id, made[5].id}
     assert {r.id for r in (await broker.list(session="s0")).items} == {made[0].id, made[3].id, made[6].id}
+
+
+async def test_lists_of_approvals_and_of_one_agent_find_exactly_theirs_alone_or_beside_other_filters(
+    broker: Broker,
+) -> None:
+    made = []
+    for i in range(9):
+        kind = "approval" if i % 3 == 0 else "question"
+        asks = Confirm(f"Run step {i}?") if kind == "approval" else Text(f"Step {i}?")
+        made.append(
+            await broker.create(asks, kind=kind, to="alice" if i % 2 else "bob", agent=f"agent-{i % 2}", requester="ci")
+        )
+    await broker.resolve(made[3].id, True)
+
+    async def ids(**filters: Any) -> list[str]:
+        seen: list[str] = []
+        cursor = None
+        while True:  # page by page, two at a time
+            page = await broker.list(limit=2, after=cursor, **filters)
+            seen += [r.id for r in page.items]
+            if page.next_cursor is None:
+                return seen
+            cursor = page.next_cursor
+
+    def of(*indexes: int) -> list[str]:
+        return [made[i].id for i in sorted(indexes, reverse=True)]  # newest first
+
+    assert await ids(kind="approval") == of(0, 3, 6)
+    assert await ids(kind="question") == of(1, 2, 4, 5, 7, 8)
+    assert await ids(agent="agent-1") == of(1, 3, 5, 7)
+    assert await ids(agent="agent-1", kind="approval") == of(3)
+    assert await ids(recipient="bob", kind="approval") == of(0, 6)
+    assert await ids(requester="ci", agent="agent-0") == of(0, 2, 4, 6, 8)
+    assert await ids(kind="approval", status="pending") == of(0, 6)
+    assert await ids(kind="approval", settled=True) == of(3)
+    assert await ids(agent="nobody") == []
 
 
 async def test_the_dashboard_counts_what_waits_by_agent_and_how_each_person_answers(

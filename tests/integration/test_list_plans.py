@@ -59,6 +59,30 @@ REQUEST_LISTS: list[tuple[str, Query, str]] = [
     ),
     ("history: a later page", Query(recipient="ann", settled=True, after="0" * 32, limit=25), "requests_by_recipient"),
     ("every request (admin)", Query(), "PRIMARY KEY"),
+    ("the approvals (admin)", Query(kind="approval"), "requests_approvals"),
+    ("the approvals of a week (admin)", Query(kind="approval", since=WEEK_AGO), "requests_approvals"),
+    ("the questions (admin)", Query(kind="question"), "PRIMARY KEY"),
+    ("an agent's requests, by its name (admin)", Query(agent="bot"), "requests_by_agent"),
+    (
+        "an agent's approvals, by its name (admin)",
+        Query(agent="bot", kind="approval"),
+        "requests_by_agent|requests_approvals",
+    ),
+    (
+        "a person's approvals",
+        Query(recipient="ann", kind="approval"),
+        "requests_by_recipient|requests_approvals",  # (PostgreSQL: whichever its statistics say is narrower)
+    ),
+    (
+        "a person's pending approvals",
+        Query(recipient="ann", kind="approval", status=Status.PENDING),
+        "requests_pending_to|pending_requests_to",
+    ),
+    (
+        "an agent's requests, with the agent's name",
+        Query(requester="bot", agent="bot"),
+        "requests_by_requester|requests_by_agent",
+    ),
     ("every settled request in a week (admin)", Query(settled=True, since=WEEK_AGO, limit=1000), "PRIMARY KEY"),
 ]
 

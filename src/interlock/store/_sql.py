@@ -416,10 +416,29 @@ def list_sql(
     matches_first = bool(text_plan and text_plan.matches_first and query.words) and postgres
     matches_first = matches_first and not (pending or settled_rows)
     row = "r." if pending or text_first or matches_first else "s." if settled_rows else ""
+    # A list with no filter of those read along an index of their own reads one agent's
+    # requests along `requests_by_agent`, or the approvals along `requests_approvals` (whose
+    # kind is in the statement's text, as the partial index says it); any other list keeps
+    # to the index it reads, and on SQLite, which keeps no statistics, a kind or an agent
+    # is then only checked (`+`: no index of it is read) so that it is not read instead.
+    along = _reads_along_ids(query) and not query.words
+    by_agent = along and query.agent is not None
+    unindexed = "+" if dialect == "sqlite" else ""
     where, params = [], {}
     for name in FILTERS:
         value = getattr(query, name)
         if value is None:
+            continue
+        if name == "kind":
+            if along and not by_agent and value == "approval":
+                where.append(f"{row}kind = 'approval'")
+            else:
+                where.append(f"{unindexed}{row}kind = :kind")
+                params["kind"] = value
+            continue
+        if name == "agent" and not by_agent:
+            where.append(f"{unindexed}{row}agent = :agent")
+            params["agent"] = value
             continue
         if pending and name == "status":
             # A row of pending_requests is pending: it goes in the settling transaction. A
