@@ -418,9 +418,10 @@ def list_sql(
     row = "r." if pending or text_first or matches_first else "s." if settled_rows else ""
     # A list with no filter of those read along an index of their own reads one agent's
     # requests along `requests_by_agent`, or the approvals along `requests_approvals` (whose
-    # kind is in the statement's text, as the partial index says it); any other list keeps
-    # to the index it reads, and on SQLite, which keeps no statistics, a kind or an agent
-    # is then only checked (`+`: no index of it is read) so that it is not read instead.
+    # kind is in the statement's text, as the partial index says it). On SQLite, which
+    # keeps no statistics, any other list keeps to the index it reads, a kind or an agent
+    # only checked there (`+`: no index of it read instead; a person's and an agent's
+    # indexes carry the kind); PostgreSQL reads whichever its statistics say is narrower.
     along = _reads_along_ids(query) and not query.words
     by_agent = along and query.agent is not None
     unindexed = "+" if dialect == "sqlite" else ""
@@ -430,8 +431,11 @@ def list_sql(
         if value is None:
             continue
         if name == "kind":
-            if along and not by_agent and value == "approval":
-                where.append(f"{row}kind = 'approval'")
+            if value in ("approval", "question") and (dialect == "postgresql" or (along and not by_agent)):
+                # In the text, as the partial index says it (PostgreSQL plans a prepared
+                # statement for any values from its sixth run: a kind as a parameter would
+                # never read the approvals' index there, however few they are).
+                where.append(f"{row}kind = '{value}'")
             else:
                 where.append(f"{unindexed}{row}kind = :kind")
                 params["kind"] = value
