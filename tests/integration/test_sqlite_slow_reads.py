@@ -1,5 +1,7 @@
-"""SQLite reads run on the event loop, but a slow one does not hold it: past
-`READ_ON_LOOP` it is stopped there and run again in a worker thread, with the same rows."""
+"""SQLite runs on the event loop, but long work does not hold it: a read past
+`READ_ON_LOOP` is stopped there and run again in a worker thread, with the same rows, and
+a catch-up of the search index or the outbox is cut into transactions sized to
+`DERIVE_HOLD`."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pytest
 
 import interlock
 from interlock import Confirm, Text
-from interlock.store import sqlite
+from interlock.store import _sql, sqlite
 from interlock.store.sqlite import SqliteStore
 
 pytestmark = pytest.mark.anyio
@@ -110,3 +112,38 @@ async def test_closing_the_store_ends_a_read_still_running_in_a_thread(tmp_path:
     assert time.monotonic() - started < 10
     with pytest.raises(sqlite3.OperationalError, match="interrupted"):
         await read
+
+
+async def test_a_catch_up_is_cut_into_transactions_sized_to_how_long_the_last_one_took(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "catch-up.db"
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+        for i in range(150):
+            request = await broker.create(Text(f"Ship release {i}?"), title="Nightly")
+            if i % 3 == 0:
+                await broker.resolve(request.id, "canary green")
+    db = sqlite3.connect(path)
+    try:  # forget the index: the next search catches up with the whole event log (200 events)
+        with db:
+            db.execute("INSERT INTO requests_text (requests_text) VALUES ('delete-all')")
+            db.execute("UPDATE derived SET event_id = 0 WHERE name = 'search'")
+    finally:
+        db.close()
+    # No time at all for a transaction: each one half the size of the last, down to 8 events.
+    monkeypatch.setattr(sqlite, "DERIVE_HOLD", 0.0)
+    monkeypatch.setattr(sqlite, "DERIVE_CHUNK", 64)
+    monkeypatch.setattr(sqlite, "DERIVE_FEWEST", 8)
+    monkeypatch.setattr(_sql, "DERIVE_DELAY", 3600.0)  # only searches catch up: the chunks are theirs
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+        store = broker.store
+        assert isinstance(store, SqliteStore)
+        assert len((await broker.list(text="ship", limit=1000)).items) == 150
+        assert len((await broker.list(text="canary", limit=1000)).items) == 50
+        assert store._derive_size["search"] == 8  # 64, 32, 16, then 8 at a time
+        monkeypatch.setattr(sqlite, "DERIVE_HOLD", 3600.0)  # all the time in the world: twice as many each time
+        store._derive_size["search"] = 8
+        for i in range(40):
+            await broker.create(Text(f"Ship again {i}?"))
+        assert len((await broker.list(text="again")).items) == 40
+        assert store._derive_size["search"] == 32  # 8, 16, then the last 16

@@ -101,8 +101,13 @@ MAX_TERMS = 32
 migration 0023); a word that stands for more is matched as a prefix by the index."""
 
 DERIVE_CHUNK = 1000
-"""Events taken into the search index or the outbox a transaction: a short hold of the
-write lock and of the event loop, for many events' worth of work."""
+"""The most events taken into the search index or the outbox a transaction."""
+DERIVE_HOLD = 0.02
+"""Seconds a catch-up's transaction should hold the event loop (and the write lock): each
+one is sized from how long the one before took, between `DERIVE_FEWEST` and
+`DERIVE_CHUNK` events. A thousand events of search text took about 100 ms on a slow host,
+enough to hold up every other caller while a large backlog was caught up."""
+DERIVE_FEWEST = 50
 CHECKPOINT_COMMITS = 100
 """Commits of this process between checkpoints of the write-ahead log, each run in a
 worker thread. SQLite's own checkpoint runs inside the commit that takes the log past a
@@ -280,6 +285,7 @@ class SqliteStore(SqlStore):
         # while none runs: writes are never stopped), the statements known to be slow (until
         # when), the worker threads and their connections, idle ones kept.
         self._read_due: float | None = None
+        self._derive_size: dict[str, int] = {}  # events a catch-up's transaction, by what is derived
         self._slow: dict[str, float] = {}
         self._slow_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._readers: list[sqlite3.Connection] = []
@@ -544,12 +550,17 @@ class SqliteStore(SqlStore):
 
     async def _derive(self, name: str) -> None:
         """Bring `name` (the `search` index or the `outbox`'s notices) up to date with every
-        event committed so far, `DERIVE_CHUNK` events a transaction (and no further: the
-        events appended meanwhile are the next catch-up's)."""
+        event committed so far, a transaction a chunk of events sized to hold the loop for
+        about `DERIVE_HOLD` (and no further: the events appended meanwhile are the next
+        catch-up's)."""
         ((after, last),) = await self._read(Q["derived_behind"], {"name": name})
+        size = self._derive_size.get(name, DERIVE_CHUNK)
         while after < last:
-            upto = min(last, after + DERIVE_CHUNK)
-            await self._write(functools.partial(self._derive_chunk, name=name, upto=upto), notify=False)
+            upto = min(last, after + size)
+            took = await self._write(functools.partial(self._derive_chunk, name=name, upto=upto), notify=False)
+            if took is not None and upto - after == size:  # (a last, shorter chunk says less)
+                size = max(DERIVE_FEWEST, min(DERIVE_CHUNK, round(size * min(max(DERIVE_HOLD / took, 0.5), 2.0))))
+                self._derive_size[name] = size
             after = upto
 
     async def _before_search(self, query: Query) -> dict[str, tuple[str, ...] | None]:
@@ -568,11 +579,14 @@ class SqliteStore(SqlStore):
         return terms
 
     @staticmethod
-    def _derive_chunk(db: sqlite3.Connection, *, name: str, upto: int) -> None:
+    def _derive_chunk(db: sqlite3.Connection, *, name: str, upto: int) -> float | None:
+        """Derive the events up to `upto` in this transaction; the seconds it took (None if
+        another process had done it)."""
+        started = time.perf_counter()
         # Read again in the transaction: another process may have gone on meanwhile.
         ((after, _),) = db.execute(Q["derived_behind"], {"name": name}).fetchall()
         if after >= upto:
-            return
+            return None
         window = {"after": after, "upto": upto}
         if name == "search":
             db.execute(Q["unindex_settled"], window)
@@ -583,6 +597,7 @@ class SqliteStore(SqlStore):
         else:
             db.execute(Q["derive_notices"], window)
         db.execute(Q["set_derived"], {"name": name, "upto": upto})
+        return time.perf_counter() - started
 
     async def _read(self, sql: str, params: dict[str, Any] | Sequence[Any] = ()) -> list[Any]:
         """The rows of a read, run on the event loop for as long as `READ_ON_LOOP`; a read
