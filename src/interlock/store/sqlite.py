@@ -108,6 +108,7 @@ one is sized from how long the one before took, between `DERIVE_FEWEST` and
 `DERIVE_CHUNK` events. A thousand events of search text took about 100 ms on a slow host,
 enough to hold up every other caller while a large backlog was caught up."""
 DERIVE_FEWEST = 50
+"""The fewest events a catch-up's transaction takes, however long they take."""
 CHECKPOINT_COMMITS = 100
 """Commits of this process between checkpoints of the write-ahead log, each run in a
 worker thread. SQLite's own checkpoint runs inside the commit that takes the log past a
@@ -281,11 +282,11 @@ class SqliteStore(SqlStore):
         self._commits = 0  # since the last checkpoint
         self._checkpointing: asyncio.Future[None] | None = None
         self._checkpointer: sqlite3.Connection | None = None  # used in worker threads, one at a time
+        self._derive_size: dict[str, int] = {}  # events a catch-up's transaction takes, by what it derives
         # Reads that outran READ_ON_LOOP: the deadline of the read running on the loop (None
         # while none runs: writes are never stopped), the statements known to be slow (until
         # when), the worker threads and their connections, idle ones kept.
         self._read_due: float | None = None
-        self._derive_size: dict[str, int] = {}  # events a catch-up's transaction, by what is derived
         self._slow: dict[str, float] = {}
         self._slow_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._readers: list[sqlite3.Connection] = []
