@@ -28,12 +28,6 @@ from interlock.store import sqlite
 from interlock.store.sqlite import SqliteStore
 
 
-async def migrated(path: str) -> None:
-    store = SqliteStore(path)
-    await store.open()
-    await store.aclose()
-
-
 async def catch_up(path: str, hold: float) -> str:
     sqlite.DERIVE_HOLD = hold
     store = SqliteStore(path)
@@ -65,9 +59,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="interlock-catch-up-") as root:
         base = os.path.join(root, "base.db")
-        asyncio.run(migrated(base))
         started = time.perf_counter()
-        scale.fill_sqlite(base, scale.Fill(args.rows, datetime.now(UTC)))
+        asyncio.run(scale.fill_new_sqlite(base, scale.Fill(args.rows, datetime.now(UTC))))
         print(f"filled {args.rows:,} requests in {time.perf_counter() - started:.0f} s", flush=True)
         for hold in args.holds:
             path = os.path.join(root, f"copy-{hold:g}.db")

@@ -422,7 +422,8 @@ def list_sql(
     # keeps no statistics, any other list keeps to the index it reads, a kind or an agent
     # only checked there (`+`: no index of it read instead; a person's and an agent's
     # indexes carry the kind); PostgreSQL reads whichever its statistics say is narrower.
-    along = _reads_along_ids(query) and not query.words
+    along_ids = _reads_along_ids(query)
+    along = along_ids and not query.words
     by_agent = along and query.agent is not None
     unindexed = "+" if dialect == "sqlite" else ""
     where, params = [], {}
@@ -467,7 +468,7 @@ def list_sql(
         if when is not None:
             where.append(f"{row}created_at {op} :{name}")
             params[name] = stamp(when) if stamp is not None else when
-    if (query.since is not None or query.until is not None) and _reads_along_ids(query) and not row:
+    if (query.since is not None or query.until is not None) and along_ids and not row:
         # Read along the primary key, a time window starts and ends where its ids do (an id
         # begins with the time it was made), give or take `ID_TIME_SLACK`: not at the newest
         # (or oldest) request, passing over every one outside the window. The ids are in the

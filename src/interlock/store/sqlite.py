@@ -560,7 +560,8 @@ class SqliteStore(SqlStore):
             upto = min(last, after + size)
             took = await self._write(functools.partial(self._derive_chunk, name=name, upto=upto), notify=False)
             if took is not None and upto - after == size:  # (a last, shorter chunk says less)
-                size = max(DERIVE_FEWEST, min(DERIVE_CHUNK, round(size * min(max(DERIVE_HOLD / took, 0.5), 2.0))))
+                grow = min(max(DERIVE_HOLD / max(took, 1e-6), 0.5), 2.0)  # at most twice, or half, the last
+                size = max(DERIVE_FEWEST, min(DERIVE_CHUNK, round(size * grow)))
                 self._derive_size[name] = size
             after = upto
 
