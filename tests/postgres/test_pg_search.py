@@ -11,12 +11,12 @@ from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
-from pg_support import database_of, psql
+from pg_support import database_of, empty_database, psql
 
 import interlock
 from interlock import Broker, Text
 from interlock.store import Query
-from interlock.store._sql import TextPlan, positional
+from interlock.store._sql import TextPlan, load_migrations, positional
 from interlock.store.postgres import PostgresStore
 
 pytestmark = pytest.mark.anyio
@@ -167,21 +167,71 @@ async def test_before_the_first_analyze_a_search_checks_the_requests_in_order(pg
         assert [r.id for r in (await broker.list(recipient="ann", text="zebra")).items] == [made.id]
 
 
-async def test_a_name_whose_every_word_is_common_is_not_narrowed_by(pg_url: str) -> None:
+async def test_a_name_whose_every_word_is_common_narrows_the_matches_as_a_whole(pg_url: str) -> None:
     # Every request is to someone named "team-N": "team" is in every request's text, and
-    # each number in one request of ten. The matches are read first, not narrowed.
+    # each number in one request of ten (and in its dates). The name, whole, is one word
+    # of the text of the requests to it alone: the matches read are theirs.
     async with interlock.connect(pg_url) as broker:
         zebra = []
         for i in range(200):
-            title = f"Deploy {'the zebra ' if i % 50 == 0 else ''}{i}?"
+            title = f"Deploy {'the zebra ' if i % 25 == 0 else ''}{i}?"
             request = await broker.create(Text(title), to=f"team-{i % 10}")
             if i % 50 == 0:
                 zebra.append(request.id)
-        await store_of(broker)._catch_up()
+        store = store_of(broker)
+        await store._catch_up()
         psql("ANALYZE", database_of(pg_url))
-        plan = await store_of(broker)._text_plan(Query(recipient="team-0", text="zebra"))
-        assert plan == TextPlan(matches_first=True), plan
+        query = Query(recipient="team-0", text="zebra")
+        assert await store._text_plan(query) == TextPlan(matches_first=True, narrow="' to team-0'")
         assert [r.id for r in (await broker.list(recipient="team-0", text="zebra")).items] == zebra[::-1]
+        # The GIN index gives only team-0's matches: 4 of the word's 8.
+        conn = await asyncpg.connect(pg_url)
+        try:
+            text, args = positional(*await store._list_sql(query))
+            for setting in ("enable_seqscan", "enable_indexscan"):  # a bitmap of the GIN index's matches
+                await conn.execute(f"SET {setting} = off")
+            plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN (ANALYZE, TIMING off) " + text, *args))
+        finally:
+            await conn.close()
+        matches = next(line for line in plan.splitlines() if "Bitmap Index Scan on request_texts" in line)
+        assert "actual rows=4 " in matches, plan
+
+
+async def test_no_search_finds_a_request_by_the_word_its_recipient_is_held_as(
+    searched: tuple[Broker, dict[str, list[str]]],
+) -> None:
+    # The recipient's word begins with a space: "to" (or " to ann", any prefix of it, as
+    # typed) finds only what says it, here nothing (the name alone is a word of the text).
+    broker, _ = searched
+    for text in ("to", "to ann", "' to ann'", " to"):
+        assert (await broker.list(text=text)).items == [], text
+    assert {r.to for r in (await broker.list(text="ann", limit=100)).items} == {"ann"}
+
+
+async def test_an_upgrade_adds_the_recipient_to_the_search_texts_made_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    import interlock.store.postgres as postgres_store
+
+    before = [m for m in load_migrations("postgresql") if m.name != "recipient_in_search_text"]
+    assert len(before) == len(load_migrations("postgresql")) - 1
+    with empty_database() as url:
+        with monkeypatch.context() as patch:  # a database of the version before
+            patch.setattr(postgres_store, "load_migrations", lambda dialect: before)
+            async with interlock.connect(url) as broker:
+                old = [await broker.create(Text(f"Feed the zebra {i}?"), to="dev-42") for i in range(3)]
+                await broker.resolve(old[0].id, "fed")
+                await broker.create(Text("Feed the zebra, anyone?"))
+                await store_of(broker)._catch_up()
+        async with interlock.connect(url) as broker:
+            new = await broker.create(Text("Feed the zebra again?"), to="dev-42")
+            store = store_of(broker)
+            narrowed = TextPlan(matches_first=True, narrow="' to dev-42'")
+
+            async def plan(query: Query) -> TextPlan:
+                return narrowed
+
+            monkeypatch.setattr(store, "_text_plan", plan)  # as ANALYZE would have it at scale
+            found = await store.list(Query(recipient="dev-42", text="zebra"))
+            assert [r.id for r in found] == [new.id, *(r.id for r in old[::-1])]
 
 
 async def test_a_word_that_begins_many_rare_words_is_read_request_by_request(

@@ -101,9 +101,6 @@ DERIVE_CHUNK = 1000
 RARE_WORD = 0.01
 """A search whose rarest word is in fewer requests than this share (as ANALYZE last
 sampled the search texts) reads the word's matches first (`_text_plan`)."""
-RARE_NAME = 0.05
-"""A person's such search narrows the matches by a word of the person's name in fewer
-requests than this share (not by a word nearly every name has, nor a common one)."""
 SHARES_FOR = 300.0
 """Seconds the search texts' word shares are used before they are read again."""
 _OPTIONS = {
@@ -204,9 +201,8 @@ class PostgresStore(SqlStore):
         # changes again, so it is served from here; a pending one only after a cheap
         # check that it is still pending.
         self._cache = RequestCache(int(ours.get("cache_bytes", DEFAULT_CACHE_BYTES)))
-        # What a search is read by (`_text_plan`): the words' shares, the names' words.
+        # What a search is read by (`_text_plan`): the words' shares.
         self._shares: tuple[float, dict[str, float]] = (-math.inf, {})
-        self._name_words: dict[str, tuple[str, ...]] = {}
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -409,12 +405,11 @@ class PostgresStore(SqlStore):
         every one of those words' matches first (an admin's search for `01a`, which begins
         the id of every request made for months, took 3.9 s at a million requests).
 
-        A person's search for a rare word narrows the matches by a word of each name it is
-        for (theirs and their teams'): the rarest of the words the name is in a request's
-        text as (every request to the name holds them all, its `to` being in its text), if
-        it is rarer than `RARE_NAME`. At a million requests, a person's search for a word in
-        0.3% of them: about 11 ms reading their requests or the word's every match, 2-3 ms
-        with the name's word."""
+        A person's search for a rare word narrows the matches to those of each name it is
+        for (theirs and their teams'): a request's text holds its recipient whole, as one
+        word no search can type (`recipient_word`), so the GIN index intersects the two. At
+        a million requests, a person's search for a word in 0.3% of them read the word's
+        every match without it (10-16 ms), or 2-3 ms when a word of the name was rare."""
         shares = await self._word_shares()
         words = query.words
         if not shares or not words or any(map(_begins_many, words)):
@@ -423,14 +418,7 @@ class PostgresStore(SqlStore):
             return TextPlan(matches_first=False)
         if query.recipient is None:
             return TextPlan(matches_first=True)
-        names = []
-        for name in (query.recipient, *query.teams):
-            own = await self._words_of(name)
-            rarest = min(own, key=lambda w: shares.get(w, 0.0), default=None)
-            if rarest is None or shares.get(rarest, 0.0) >= RARE_NAME:
-                return TextPlan(matches_first=True)
-            names.append("'" + rarest.replace("\\", "\\\\").replace("'", "''") + "'")
-        return TextPlan(matches_first=True, narrow=" | ".join(names))
+        return TextPlan(matches_first=True, narrow=" | ".join(map(recipient_word, (query.recipient, *query.teams))))
 
     async def _word_shares(self) -> dict[str, float]:
         """The most common words of the search texts, each with its share of requests."""
@@ -441,14 +429,6 @@ class PostgresStore(SqlStore):
             shares = dict(zip(rows[0][0], rows[0][1], strict=False)) if rows and rows[0][0] else {}
             self._shares = (now, shares)
         return shares
-
-    async def _words_of(self, name: str) -> Sequence[str]:
-        words = self._name_words.get(name)
-        if words is None:
-            if len(self._name_words) >= 10_000:
-                self._name_words.clear()
-            words = self._name_words[name] = tuple(await self._query("fetchval", Q["name_words"], name))
-        return words
 
     async def _listen(self, callback: Callable[[], None]) -> None:
         """Keep one connection LISTENing; reconnect when it drops, backing off while
@@ -1016,6 +996,13 @@ async def _connect(*args: Any, **kwargs: Any) -> Any:
     except asyncio.CancelledError:
         task.add_done_callback(_discard)
         raise
+
+
+def recipient_word(name: str) -> str:
+    """The word a request's search text holds its recipient as (migration 0026's
+    `interlock_recipient_word`), as a `tsquery`: the name whole, after ' to ', which no
+    search's word can be (none begins with a space)."""
+    return "' to " + name.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def _begins_many(word: str) -> bool:

@@ -125,10 +125,6 @@ SELECT upto, last FROM interlock_derive_search($1);
 SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs FROM pg_stats s
 WHERE s.schemaname = current_schema() AND s.tablename = 'request_texts' AND s.attname = 'body';
 
--- name: name_words
--- The words a name is in a search text as: every request to the name has them all.
-SELECT tsvector_to_array(to_tsvector('simple', $1));
-
 -- name: live_token
 SELECT t.id, p.name, p.kind, p.owner FROM tokens t JOIN principals p ON p.name = t.principal
 WHERE t.hash = $1 AND t.revoked_at IS NULL;

@@ -1,0 +1,75 @@
+-- A request's search text also holds its recipient, whole, as one word no search can
+-- type: ' to ' and the name (a search's words never begin with a space). A person's
+-- search for a rare word then reads, from the GIN index, only the matches that are
+-- theirs (the word's and their name's entries intersected) instead of every match,
+-- each one's request read to see whom it is for. Before, it was narrowed by a word of
+-- the name, when one was rare enough: a name like `person-10` is the words `person` and
+-- `-10`, which the dates in every request's text hold too, so a search of theirs for a
+-- word in 0.3% of a million requests read the word's every match (17.9 ms at p99).
+--
+-- The word is added where the text is made, from the request's row as the catch-up reads it.
+
+CREATE FUNCTION interlock_recipient_word(recipient text) RETURNS tsvector
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN recipient IS NULL THEN ''::tsvector ELSE array_to_tsvector(ARRAY[' to ' || recipient]) END
+$$;
+
+-- A request's search text: the words of its document and response, and its recipient's.
+CREATE FUNCTION interlock_search_text(doc json, response json, recipient text) RETURNS tsvector
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT interlock_request_text(doc, response) || interlock_recipient_word(recipient)
+$$;
+
+CREATE OR REPLACE FUNCTION interlock_derive_search(p_chunk integer) RETURNS TABLE (upto bigint, last bigint)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_after bigint;
+    v_upto bigint;
+    v_last bigint;
+BEGIN
+    SELECT coalesce(max(e.id), 0) INTO v_last FROM events e;
+    SELECT coalesce(max(d.upto), 0) INTO v_after FROM derived d WHERE d.name = 'search';
+    IF v_last > v_after THEN
+        PERFORM pg_advisory_xact_lock(7598390718262734182);  -- 'interlock search text'
+        SELECT coalesce(max(d.upto), 0) INTO v_after FROM derived d WHERE d.name = 'search';
+    END IF;
+    IF v_last <= v_after THEN
+        RETURN QUERY SELECT v_after, v_after;
+        RETURN;
+    END IF;
+    v_upto := least(v_last, v_after + p_chunk);
+    INSERT INTO request_texts AS t (id, body)
+    SELECT r.id, interlock_search_text(r.doc, r.response, r.recipient) FROM requests r
+    WHERE r.id IN (SELECT e.request_id FROM events e
+                   WHERE e.id > v_after AND e.id <= v_upto AND e.request_id IS NOT NULL)
+    ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body WHERE t.body IS DISTINCT FROM EXCLUDED.body;
+    INSERT INTO derived AS d (name, upto) VALUES ('search', v_upto)
+    ON CONFLICT (name) DO UPDATE SET upto = EXCLUDED.upto;
+    RETURN QUERY SELECT v_upto, v_last;
+END
+$$;
+
+-- The texts made before, each with its request's recipient added: the table is made
+-- again (under the catch-up's lock, so none is derived meanwhile), in id order, as a
+-- search in the page's order reads it, and its GIN index built whole, which is faster and
+-- smaller than updating every row (at a million requests: an update in place left the
+-- rows in the join's order, and a search checking requests in order 1.6x slower).
+SELECT pg_advisory_xact_lock(7598390718262734182);
+SET LOCAL maintenance_work_mem = '256MB';
+ALTER TABLE request_texts RENAME TO request_texts_before;
+ALTER INDEX request_texts_pkey RENAME TO request_texts_before_pkey;
+ALTER INDEX request_texts_body RENAME TO request_texts_before_body;
+CREATE TABLE request_texts (
+    id   text PRIMARY KEY,
+    body tsvector NOT NULL
+);
+INSERT INTO request_texts (id, body)
+SELECT t.id, t.body || interlock_recipient_word(r.recipient)
+FROM request_texts_before t LEFT JOIN requests r ON r.id = t.id
+ORDER BY t.id;
+CREATE INDEX request_texts_body ON request_texts USING gin (body);
+DROP TABLE request_texts_before;
+-- A search is read as the words' shares say (`pg_stats`): sampled now, not at autovacuum's
+-- next turn.
+ANALYZE request_texts;
