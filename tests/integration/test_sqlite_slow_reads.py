@@ -147,3 +147,35 @@ async def test_a_catch_up_is_cut_into_transactions_sized_to_how_long_the_last_on
             await broker.create(Text(f"Ship again {i}?"))
         assert len((await broker.list(text="again")).items) == 40
         assert store._derive_size["search"] == 32  # 8, 16, then the last 16
+
+
+async def test_overdue_requests_are_expired_in_transactions_sized_to_how_long_the_last_one_took(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A file opened after a long stop may hold thousands of requests due at once (29,000
+    # at a million requests held the loop 4.7 s in one transaction). They are expired a
+    # chunk a transaction, the expiry loop coming back at once for the rest.
+    path = tmp_path / "overdue.db"
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+        made = [await broker.create(Confirm(f"Deploy build {i}?"), timeout=3600, to="alice") for i in range(200)]
+        kept = await broker.create(Confirm("Deploy tomorrow's build?"), timeout=3600, to="alice")
+    db = sqlite3.connect(path)
+    try:  # the process stopped for a day: every one but the last is overdue
+        with db:
+            db.execute("UPDATE requests SET expires_at = expires_at - 86400000000 WHERE id <> ?", (kept.id,))
+    finally:
+        db.close()
+    # No time at all for a transaction: each one half the size of the last, down to 8.
+    monkeypatch.setattr(sqlite, "DERIVE_HOLD", 0.0)
+    monkeypatch.setattr(sqlite, "DUE_FEWEST", 8)
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+        store = broker.store
+        assert isinstance(store, SqliteStore)
+        with anyio.fail_after(20):
+            for request in made:
+                with pytest.raises(interlock.Expired):
+                    await broker.wait(request.id)
+        assert store._due_size == 8  # 100, 50, 25, 12, then 8 at a time (and the last 5)
+        assert (await broker.get(kept.id)).status is interlock.Status.PENDING
+        expired = await broker.list(status=interlock.Status.EXPIRED, limit=1000)
+        assert sorted(r.id for r in expired.items) == sorted(r.id for r in made)

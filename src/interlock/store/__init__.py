@@ -278,7 +278,10 @@ class RequestStore(Protocol):
         self, status: Status, response: Response, *, channel: str | None = None, due: datetime | None = None
     ) -> list[Request]:
         """Settle every pending request in `channel` (all when None), or only those whose
-        `expires_at` is at or before `due` when given; return the requests it settled."""
+        `expires_at` is at or before `due` when given; return the requests it settled.
+        With `due`, a store may settle only the longest overdue of them in one call (a
+        transaction that holds no one up for long): the expiry loop calls again while
+        `next_expiry` is due."""
         ...
 
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:

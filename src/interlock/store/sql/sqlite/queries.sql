@@ -53,7 +53,9 @@ SELECT status, doc, response FROM requests WHERE status = 'pending' AND channel 
 SELECT status, doc, response FROM requests WHERE status = 'pending';
 
 -- name: pending_due
-SELECT status, doc, response FROM requests WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= :due;
+-- The overdue pending requests, the longest overdue first, a chunk at a time (`:most`).
+SELECT status, doc, response FROM requests WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= :due
+ORDER BY expires_at LIMIT :most;
 
 -- name: next_expiry
 SELECT min(expires_at) FROM requests WHERE status = 'pending' AND expires_at IS NOT NULL;
