@@ -17,7 +17,7 @@ import interlock
 from interlock import Broker, Text
 from interlock.store import Query
 from interlock.store._sql import TextPlan, load_migrations, positional
-from interlock.store.postgres import PostgresStore
+from interlock.store.postgres import PostgresStore, recipient_word
 
 pytestmark = pytest.mark.anyio
 
@@ -254,3 +254,22 @@ async def test_a_word_that_begins_many_rare_words_is_read_request_by_request(
     some = zebras["ann"][0]
     assert (await store._text_plan(Query(text=some))).matches_first
     assert [r.id for r in (await broker.list(text=some)).items] == [some]
+
+
+async def test_a_name_too_long_for_one_word_is_held_by_its_digest(pg_url: str) -> None:
+    # An operator may allow names longer than a text search word can be (2,047 bytes): the
+    # recipient is then held as its MD5, and a search of theirs is narrowed by that.
+    long_name = "€" * 700  # 2,100 bytes
+    async with interlock.connect(pg_url, limits=interlock.Limits(max_name_length=1000)) as broker:
+        theirs = await broker.create(Text("Feed the zebra?"), to=long_name)
+        await broker.create(Text("Feed the zebra too?"), to="ann")
+        store = store_of(broker)
+        await store._catch_up()  # derives both texts
+        narrowed = TextPlan(matches_first=True, narrow=recipient_word(long_name))
+        assert narrowed.narrow is not None and narrowed.narrow.startswith("' to md5 ")
+
+        async def plan(query: Query) -> TextPlan:
+            return narrowed
+
+        store._text_plan = plan  # type: ignore[method-assign]  # as ANALYZE would have it at scale
+        assert [r.id for r in await store.list(Query(recipient=long_name, text="zebra"))] == [theirs.id]

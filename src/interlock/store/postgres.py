@@ -1001,7 +1001,9 @@ async def _connect(*args: Any, **kwargs: Any) -> Any:
 def recipient_word(name: str) -> str:
     """The word a request's search text holds its recipient as (migration 0026's
     `interlock_recipient_word`), as a `tsquery`: the name whole, after ' to ', which no
-    search's word can be (none begins with a space)."""
+    search's word can be (none begins with a space); a name too long for a word, its MD5."""
+    if len(encoded := name.encode()) > 2000:
+        return f"' to md5 {hashlib.md5(encoded).hexdigest()}'"
     return "' to " + name.replace("\\", "\\\\").replace("'", "''") + "'"
 
 

@@ -9,9 +9,14 @@
 --
 -- The word is added where the text is made, from the request's row as the catch-up reads it.
 
+-- A name longer than a word may be (2,047 bytes) is held by its MD5 instead.
 CREATE FUNCTION interlock_recipient_word(recipient text) RETURNS tsvector
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN recipient IS NULL THEN ''::tsvector ELSE array_to_tsvector(ARRAY[' to ' || recipient]) END
+    SELECT CASE
+        WHEN recipient IS NULL THEN ''::tsvector
+        WHEN octet_length(recipient) > 2000 THEN array_to_tsvector(ARRAY[' to md5 ' || md5(recipient)])
+        ELSE array_to_tsvector(ARRAY[' to ' || recipient])
+    END
 $$;
 
 -- A request's search text: the words of its document and response, and its recipient's.
