@@ -466,6 +466,31 @@ async def test_the_sqlite_log_is_checkpointed_in_a_worker_thread_not_in_the_comm
         assert len((await broker.list(limit=1000)).items) == CHECKPOINT_COMMITS * 2
 
 
+async def test_a_few_large_sqlite_transactions_start_a_checkpoint_before_the_count_of_commits(tmp_path: Path) -> None:
+    # Overdue requests expired in bulk (or a catch-up) write many rows in a few commits: the
+    # worker thread checkpoints after `CHECKPOINT_CHANGES` rows, so SQLite's own checkpoint
+    # does not come to run inside their commits.
+    from interlock.store.sqlite import CHECKPOINT_CHANGES, CHECKPOINT_COMMITS
+
+    path = tmp_path / "bulk.db"
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+        assert isinstance(broker, LocalBroker) and isinstance(broker.store, SqliteStore)
+        store = broker.store
+        every = [await broker.create(Text(f"Name {i}?"), channel="bulk") for i in range(CHECKPOINT_CHANGES)]
+        if store._checkpointing is not None:  # the creates' own commits may have started one
+            await store._checkpointing
+        store._commits = 0
+        before = path.stat().st_size
+        await broker.close("bulk")  # one transaction: every request withdrawn, with its event
+        assert store._commits < CHECKPOINT_COMMITS
+        assert store._checkpointing is not None  # started by the rows, not the commits
+        await store._checkpointing
+        assert path.stat().st_size > before  # the pages reached the database file
+        listed = (await broker.list(channel="bulk", limit=1000)).items
+        assert sorted(r.id for r in listed) == sorted(r.id for r in every)
+        assert {r.status for r in listed} == {Status.CANCELLED}
+
+
 async def test_a_memory_store_without_an_outbox_keeps_only_the_newest_unrouted_notices(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -119,6 +119,12 @@ CHECKPOINT_COMMITS = 100
 worker thread. SQLite's own checkpoint runs inside the commit that takes the log past a
 thousand pages, and holds up the event loop for its fsyncs: about half of all the time
 spent committing, in stalls of up to 15 ms."""
+CHECKPOINT_CHANGES = 1_000
+"""Rows written (the connection's `total_changes`, triggers' included) that also start a
+checkpoint in a worker thread, before `CHECKPOINT_COMMITS`: a few large transactions (a
+catch-up, overdue requests expired in bulk) would otherwise take the log past
+`AUTOCHECKPOINT_PAGES`, and SQLite's own checkpoint would run inside their commits (each
+then held the loop about 120 ms, against 20-30 ms)."""
 AUTOCHECKPOINT_PAGES = 10_000
 """SQLite's own checkpoint, left on so that the log stays bounded even with no worker
 thread checkpointing it (a process that writes rarely, a thread that cannot keep up)."""
@@ -285,6 +291,7 @@ class SqliteStore(SqlStore):
         self._turn_taken: asyncio.AbstractEventLoop | None = None  # the loop whose current turn committed a write
         self._committing: set[asyncio.Task[None]] = set()  # batches backing off from a lock
         self._commits = 0  # since the last checkpoint
+        self._changes_at_checkpoint = 0  # the connection's total_changes when it was started
         self._checkpointing: asyncio.Future[None] | None = None
         self._checkpointer: sqlite3.Connection | None = None  # used in worker threads, one at a time
         self._derive_size: dict[str, int] = {}  # events a catch-up's transaction takes, by what it derives
@@ -513,10 +520,14 @@ class SqliteStore(SqlStore):
         return outcomes
 
     def _committed(self) -> None:
-        """Count a commit; every `CHECKPOINT_COMMITS`, checkpoint the log in a worker thread."""
+        """Count a commit; every `CHECKPOINT_COMMITS`, or `CHECKPOINT_CHANGES` rows written,
+        checkpoint the log in a worker thread."""
         self._commits += 1
-        if self._commits >= CHECKPOINT_COMMITS and self._checkpointing is None:
-            self._commits = 0
+        if self._checkpointing is not None:
+            return
+        changes = self.db.total_changes
+        if self._commits >= CHECKPOINT_COMMITS or changes - self._changes_at_checkpoint >= CHECKPOINT_CHANGES:
+            self._commits, self._changes_at_checkpoint = 0, changes
             self._checkpointing = asyncio.get_running_loop().run_in_executor(None, self._checkpoint)
             self._checkpointing.add_done_callback(self._checkpointed)
 
@@ -564,8 +575,10 @@ class SqliteStore(SqlStore):
         size = self._derive_size.get(name, DERIVE_CHUNK)
         while after < last:
             upto = min(last, after + size)
-            took = await self._write(functools.partial(self._derive_chunk, name=name, upto=upto), notify=False)
-            if took is not None and upto - after == size:  # (a last, shorter chunk says less)
+            started = time.perf_counter()
+            derived = await self._write(functools.partial(self._derive_chunk, name=name, upto=upto), notify=False)
+            if derived and upto - after == size:  # (a last, shorter chunk says less)
+                took = time.perf_counter() - started  # its commit included: FTS5 merges segments there
                 grow = min(max(DERIVE_HOLD / max(took, 1e-6), 0.5), 2.0)  # at most twice, or half, the last
                 size = max(DERIVE_FEWEST, min(DERIVE_CHUNK, round(size * grow)))
                 self._derive_size[name] = size
@@ -587,14 +600,13 @@ class SqliteStore(SqlStore):
         return terms
 
     @staticmethod
-    def _derive_chunk(db: sqlite3.Connection, *, name: str, upto: int) -> float | None:
-        """Derive the events up to `upto` in this transaction; the seconds it took (None if
-        another process had done it)."""
-        started = time.perf_counter()
+    def _derive_chunk(db: sqlite3.Connection, *, name: str, upto: int) -> bool:
+        """Derive the events up to `upto` in this transaction; False if another process had
+        done it."""
         # Read again in the transaction: another process may have gone on meanwhile.
         ((after, _),) = db.execute(Q["derived_behind"], {"name": name}).fetchall()
         if after >= upto:
-            return None
+            return False
         window = {"after": after, "upto": upto}
         if name == "search":
             db.execute(Q["unindex_settled"], window)
@@ -605,7 +617,7 @@ class SqliteStore(SqlStore):
         else:
             db.execute(Q["derive_notices"], window)
         db.execute(Q["set_derived"], {"name": name, "upto": upto})
-        return time.perf_counter() - started
+        return True
 
     async def _read(self, sql: str, params: dict[str, Any] | Sequence[Any] = ()) -> list[Any]:
         """The rows of a read, run on the event loop for as long as `READ_ON_LOOP`; a read
@@ -748,18 +760,19 @@ class SqliteStore(SqlStore):
 
         at, answer = _us(response.at), encode_document(response_to_dict(response))
 
-        def settle_all(db: sqlite3.Connection) -> tuple[list[tuple[Request, int]], int, float]:
-            started = time.perf_counter()
+        def settle_all(db: sqlite3.Connection) -> tuple[list[tuple[Request, int]], int]:
             settled = []
             rows = db.execute(sql, params).fetchall()
             for row in rows:
                 request = request_from_row(*row).settle(status, response)
                 if _settle_row(db, request, at, answer):
                     settled.append((request, row_size(row[1], answer)))
-            return settled, len(rows), time.perf_counter() - started
+            return settled, len(rows)
 
-        settled, read, took = await self._write(settle_all)
+        started = time.perf_counter()
+        settled, read = await self._write(settle_all)
         if due is not None and read == self._due_size:  # (a last, shorter chunk says less)
+            took = time.perf_counter() - started  # its commit included: scattered rows, many pages
             grow = min(max(DERIVE_HOLD / max(took, 1e-6), 0.5), 2.0)  # at most twice, or half, the last
             self._due_size = max(DUE_FEWEST, min(DUE_CHUNK, round(self._due_size * grow)))
         for request, size in settled:
