@@ -564,6 +564,27 @@ async def test_every_change_appends_one_event_in_order(broker: Broker) -> None:
     assert [e.id for e in tail] == [events[2].id, events[3].id]
 
 
+async def test_a_page_of_events_read_again_shows_each_request_as_it_was_then(broker: Broker) -> None:
+    # A `created` event carries its request as created, however often the page is read
+    # (stores make that form once for a request they hold), and the settlement's as settled.
+    a = await broker.create(Text("A?"), to="alice")
+    b = await broker.create(Text("B?"), to="alice")
+    await broker.resolve(a.id, "x", by="alice")
+    for _ in range(3):
+        page = await broker.find_events(involving="alice")
+        shown = {(e.type, e.request_id): e.request for e in page}
+        created_a, created_b, answered_a = shown["created", a.id], shown["created", b.id], shown["answered", a.id]
+        assert created_a is not None and created_a.status is Status.PENDING and created_a.response is None
+        assert created_b is not None and created_b.status is Status.PENDING
+        assert answered_a is not None and answered_a.status is Status.ANSWERED and answered_a.answer == "x"
+        assert created_a.asks == answered_a.asks and created_a.created_at == answered_a.created_at
+    await broker.reject(b.id, "no", by="alice")
+    page = await broker.find_events(involving="alice")
+    shown = {(e.type, e.request_id): e.request for e in page}
+    assert shown["created", b.id] is not None and shown["created", b.id].status is Status.PENDING
+    assert shown["rejected", b.id] is not None and shown["rejected", b.id].status is Status.REJECTED
+
+
 async def test_list_filters_and_pages_by_keyset(broker: Broker) -> None:
     made = []
     for i in range(7):

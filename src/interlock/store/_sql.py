@@ -220,7 +220,8 @@ class RequestCache:
             raise ValueError("cache_bytes must not be negative")
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._items: dict[str, tuple[Request, int]] = {}
+        # By id: the request, its size, and once asked for, a settled one as it was created.
+        self._items: dict[str, tuple[Request, int, Request | None]] = {}
 
     def __contains__(self, request_id: object) -> bool:
         return request_id in self._items
@@ -236,6 +237,20 @@ class RequestCache:
         found = self._items.get(request_id)
         return found[1] if found is not None else None
 
+    def as_created(self, request: Request) -> Request:
+        """`request.as_created()`, made once for a request held here: a page of events
+        gives each request's `created` event the request as it was then (a person's 500
+        events, about 460 of them, read again and again)."""
+        items = self._items
+        found = items.get(request.id)
+        if found is None or found[0] is not request:
+            return request.as_created()
+        created = found[2]
+        if created is None:
+            created = request.as_created()
+            items[request.id] = (request, found[1], created)  # (its place in the order kept)
+        return created
+
     def put(self, request: Request, size: int) -> None:
         items = self._items
         old = items.get(request.id)
@@ -245,10 +260,10 @@ class RequestCache:
             if old is not None:
                 del items[request.id]
             return
-        items[request.id] = (request, size)  # an entry kept keeps its place: the oldest go first
+        items[request.id] = (request, size, None)  # an entry kept keeps its place: the oldest go first
         self.bytes += size
         while self.bytes > self.max_bytes:
-            _, (_, dropped) = next(iter(items.items()))
+            _, (_, dropped, _) = next(iter(items.items()))
             del items[next(iter(items))]
             self.bytes -= dropped
 
@@ -1139,11 +1154,11 @@ class SqlStore:
         """Events from their rows (id, type, request id, time, data, ...), each with its
         request from `requests` (a `created` event's as it was created)."""
         out = []
-        moment, make, pending = self._time, Event._make, Status.PENDING
+        moment, make, pending, created = self._time, Event._make, Status.PENDING, self._cache.as_created
         for event_id, type_, request_id, at, data, *_ in rows:
             about = None if request_id is None else requests[request_id]
             if type_ == "created" and about is not None and about.status is not pending:
-                about = about.as_created()
+                about = created(about)
             out.append(make(event_id, type_, moment(at), request_id, about, decode_json(data) if data else {}))
         return out
 
