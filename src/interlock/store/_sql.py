@@ -210,6 +210,11 @@ def settlement(request: Request) -> tuple[datetime, str | None]:
     return response.at, encode_document(response_to_dict(response))
 
 
+_CREATED_FORM = 200
+"""What a request's created form counts against the cache (it shares every part with the
+request but its own object: about this many bytes)."""
+
+
 class RequestCache:
     """Parsed requests by id, bounded by the total size of their stored JSON (see
     `row_size`), not by their number: the oldest entries are dropped first, and a request
@@ -249,28 +254,39 @@ class RequestCache:
         if created is None:
             created = request.as_created()
             items[request.id] = (request, found[1], created)  # (its place in the order kept)
+            self.bytes += _CREATED_FORM
+            self._shrink()
         return created
 
     def put(self, request: Request, size: int) -> None:
         items = self._items
         old = items.get(request.id)
         if old is not None:
-            self.bytes -= old[1]
+            self.bytes -= _cost(old)
         if size > self.max_bytes:
             if old is not None:
                 del items[request.id]
             return
         items[request.id] = (request, size, None)  # an entry kept keeps its place: the oldest go first
         self.bytes += size
-        while self.bytes > self.max_bytes:
-            _, (_, dropped, _) = next(iter(items.items()))
-            del items[next(iter(items))]
-            self.bytes -= dropped
+        self._shrink()
+
+    def _shrink(self) -> None:
+        items = self._items
+        while self.bytes > self.max_bytes and items:
+            oldest = next(iter(items))
+            self.bytes -= _cost(items.pop(oldest))
 
     def discard(self, request_id: str) -> None:
         old = self._items.pop(request_id, None)
         if old is not None:
-            self.bytes -= old[1]
+            self.bytes -= _cost(old)
+
+
+def _cost(entry: tuple[Request, int, Request | None]) -> int:
+    """What an entry of `RequestCache` counts against its budget: its stored JSON's size,
+    and its created form's, once made."""
+    return entry[1] + (_CREATED_FORM if entry[2] is not None else 0)
 
 
 _EVENT_COLUMNS = "e.id, e.type, e.request_id, e.at, e.data"
