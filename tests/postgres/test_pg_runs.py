@@ -119,7 +119,7 @@ async def test_a_search_first_brings_the_search_text_up_to_date_with_every_creat
         found = await broker.list(text="lovelace lunch")
         assert [request.id for request in found.items] == [first.id]
         same = await pool(broker).fetch(
-            "SELECT t.body = interlock_search_text(r.doc, r.response, r.recipient) "
+            "SELECT t.body = interlock_request_text(r.doc, r.response) "
             "FROM requests r LEFT JOIN request_texts t USING (id)"
         )
         assert [row[0] for row in same] == [True, True, True]

@@ -7,7 +7,8 @@
 -- `-10`, which the dates in every request's text hold too, so a search of theirs for a
 -- word in 0.3% of a million requests read the word's every match (17.9 ms at p99).
 --
--- The word is added where the text is made, from the request's row as the catch-up reads it.
+-- The word is added where the text is made, from the request's document as the catch-up
+-- reads it.
 
 -- A name longer than a word may be (2,047 bytes) is held by its MD5 instead.
 CREATE FUNCTION interlock_recipient_word(recipient text) RETURNS tsvector
@@ -19,40 +20,14 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     END
 $$;
 
--- A request's search text: the words of its document and response, and its recipient's.
-CREATE FUNCTION interlock_search_text(doc json, response json, recipient text) RETURNS tsvector
+-- A request's search text: the words of its document and response, and its recipient's
+-- (the document's `to`). The catch-up (`interlock_derive_search`) makes each text with it.
+CREATE OR REPLACE FUNCTION interlock_request_text(doc json, response json) RETURNS tsvector
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT interlock_request_text(doc, response) || interlock_recipient_word(recipient)
-$$;
-
-CREATE OR REPLACE FUNCTION interlock_derive_search(p_chunk integer) RETURNS TABLE (upto bigint, last bigint)
-LANGUAGE plpgsql AS $$
-#variable_conflict use_column
-DECLARE
-    v_after bigint;
-    v_upto bigint;
-    v_last bigint;
-BEGIN
-    SELECT coalesce(max(e.id), 0) INTO v_last FROM events e;
-    SELECT coalesce(max(d.upto), 0) INTO v_after FROM derived d WHERE d.name = 'search';
-    IF v_last > v_after THEN
-        PERFORM pg_advisory_xact_lock(7598390718262734182);  -- 'interlock search text'
-        SELECT coalesce(max(d.upto), 0) INTO v_after FROM derived d WHERE d.name = 'search';
-    END IF;
-    IF v_last <= v_after THEN
-        RETURN QUERY SELECT v_after, v_after;
-        RETURN;
-    END IF;
-    v_upto := least(v_last, v_after + p_chunk);
-    INSERT INTO request_texts AS t (id, body)
-    SELECT r.id, interlock_search_text(r.doc, r.response, r.recipient) FROM requests r
-    WHERE r.id IN (SELECT e.request_id FROM events e
-                   WHERE e.id > v_after AND e.id <= v_upto AND e.request_id IS NOT NULL)
-    ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body WHERE t.body IS DISTINCT FROM EXCLUDED.body;
-    INSERT INTO derived AS d (name, upto) VALUES ('search', v_upto)
-    ON CONFLICT (name) DO UPDATE SET upto = EXCLUDED.upto;
-    RETURN QUERY SELECT v_upto, v_last;
-END
+    SELECT jsonb_to_tsvector('simple'::regconfig, d, '["string"]')
+        || jsonb_to_tsvector('simple'::regconfig, coalesce(response::jsonb, '{}'::jsonb), '["string"]')
+        || interlock_recipient_word(d ->> 'to')
+    FROM (SELECT doc::jsonb AS d) AS parsed
 $$;
 
 -- The texts made before, each with its request's recipient added: the table is made
