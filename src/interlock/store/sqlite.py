@@ -250,6 +250,14 @@ def from_url(url: str, **options: Any) -> SqliteStore:
     return SqliteStore(path, **ours)
 
 
+def _next_chunk(size: int, took: float, fewest: int, most: int) -> int:
+    """The size of a bulk write's next chunk (a catch-up's, an expiry's), from how long
+    one of `size` took: what would hold the loop `DERIVE_HOLD`, at most twice or half the
+    last, between `fewest` and `most`."""
+    grow = min(max(DERIVE_HOLD / max(took, 1e-6), 0.5), 2.0)
+    return max(fewest, min(most, round(size * grow)))
+
+
 class _Outran(Exception):
     """A read on the event loop ran past `READ_ON_LOOP` and was stopped (`SqliteStore._read`)."""
 
@@ -578,9 +586,8 @@ class SqliteStore(SqlStore):
             started = time.perf_counter()
             derived = await self._write(functools.partial(self._derive_chunk, name=name, upto=upto), notify=False)
             if derived and upto - after == size:  # (a last, shorter chunk says less)
-                took = time.perf_counter() - started  # its commit included: FTS5 merges segments there
-                grow = min(max(DERIVE_HOLD / max(took, 1e-6), 0.5), 2.0)  # at most twice, or half, the last
-                size = max(DERIVE_FEWEST, min(DERIVE_CHUNK, round(size * grow)))
+                # Timed with its commit: FTS5 merges segments there.
+                size = _next_chunk(size, time.perf_counter() - started, DERIVE_FEWEST, DERIVE_CHUNK)
                 self._derive_size[name] = size
             after = upto
 
@@ -772,9 +779,8 @@ class SqliteStore(SqlStore):
         started = time.perf_counter()
         settled, read = await self._write(settle_all)
         if due is not None and read == self._due_size:  # (a last, shorter chunk says less)
-            took = time.perf_counter() - started  # its commit included: scattered rows, many pages
-            grow = min(max(DERIVE_HOLD / max(took, 1e-6), 0.5), 2.0)  # at most twice, or half, the last
-            self._due_size = max(DUE_FEWEST, min(DUE_CHUNK, round(self._due_size * grow)))
+            # Timed with its commit: scattered rows, many pages.
+            self._due_size = _next_chunk(self._due_size, time.perf_counter() - started, DUE_FEWEST, DUE_CHUNK)
         for request, size in settled:
             self._cache.put(request, size)
         return [request for request, _ in settled]
