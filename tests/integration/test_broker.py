@@ -34,6 +34,7 @@ from interlock import (
 from interlock.broker import LocalBroker
 from interlock.channels import Message, PermanentFailure
 from interlock.channels.delivery import DeliveryLoop
+from interlock.dashboard import NOBODY
 from interlock.outbox import LinkUse
 from interlock.principals import Principal, hash_token, issue_session, issue_signin_link, issue_token
 from interlock.routing import routing_from_dict
@@ -661,6 +662,9 @@ async def test_the_dashboard_counts_what_waits_by_agent_and_how_each_person_answ
     await broker.create(Text("On call?"), to="ops", agent="pager")
     paged = await broker.create(Text("Paged?"), to="ops", agent="pager")
     await local.reject(paged.id, "not now", by="carol")
+    anyone = await broker.create(Text("Anyone?"), agent="pager")  # to no one in particular
+    await local.resolve(anyone.id, "me", by="dave")
+    await broker.expire((await broker.create(Text("Anyone, in time?"), agent="pager")).id)
 
     mine = await broker.dashboard(recipient="alice", teams=["ops"])
     assert (mine.pending_count, mine.answered_count, mine.expired_count) == (4, 2, 1)
@@ -677,8 +681,8 @@ async def test_the_dashboard_counts_what_waits_by_agent_and_how_each_person_answ
     assert not mine.capped and mine.window == timedelta(days=7)
 
     everyone = await broker.dashboard()  # every request, every team with its row
-    assert (everyone.pending_count, everyone.answered_count) == (5, 2)
-    assert {p.person for p in everyone.people} == {"alice", "bob", "carol"}
+    assert (everyone.pending_count, everyone.answered_count, everyone.expired_count) == (5, 3, 2)
+    assert {p.person: p.answered for p in everyone.people} == {"alice": 1, "bob": 0, "carol": 1, "dave": 1, NOBODY: 0}
     assert [t.person for t in everyone.teams] == ["ops"]
     assert (await broker.dashboard(recipient="bob")).pending_count == 1
     for wrong in ({"window": timedelta(0)}, {"window": timedelta(days=400)}, {"teams": ["ops"]}):

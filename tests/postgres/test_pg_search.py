@@ -14,7 +14,7 @@ import pytest
 from pg_support import database_of, empty_database, psql
 
 import interlock
-from interlock import Broker, Text
+from interlock import Broker, Status, Text
 from interlock.store import Query
 from interlock.store._sql import TextPlan, load_migrations, positional
 from interlock.store.postgres import PostgresStore, recipient_word
@@ -139,15 +139,65 @@ async def test_a_search_for_a_common_word_checks_the_requests_in_order(
 ) -> None:
     broker, _ = searched
     store = store_of(broker)
-    for query in (Query(recipient="ann", text="deploy"), Query(text="deploy build")):
-        assert await store._text_plan(query) == TextPlan(matches_first=False), query
-    # A short word may stand for many: read in order too.
-    assert await store._text_plan(Query(recipient="ann", text="ze")) == TextPlan(matches_first=False)
+    assert await store._text_plan(Query(text="deploy build")) == TextPlan(matches_first=False)
+    # A person's: along their texts (a short word may stand for many: read in order too).
+    for query in (Query(recipient="ann", text="deploy"), Query(recipient="ann", text="ze")):
+        assert await store._text_plan(query) == TextPlan(matches_first=False, along=" to ann"), query
     ann = [r.id for r in (await broker.list(recipient="ann", limit=100)).items]
     assert await pages(broker, recipient="ann", text="deploy") == ann
-    shown = await plan_of(pg_url, store, Query(recipient="ann", settled=True, text="deploy", limit=25))
-    assert "Index Scan Backward using requests_by_recipient" in shown, shown  # in the page's order
+    shown = await plan_of(pg_url, store, Query(text="deploy", settled=True, limit=25))
+    assert "Index Scan Backward using requests_pkey" in shown, shown  # in the page's order
     assert "SubPlan" in shown and "Sort" not in shown, shown  # each request's text checked
+
+
+async def test_a_person_s_search_for_a_common_word_reads_their_texts_in_order(
+    pg_url: str, searched: tuple[Broker, dict[str, list[str]]]
+) -> None:
+    # Their texts, from the index of the word that holds whom each is to: not every request
+    # of theirs read, then its text looked up by id. Only a match's request is read.
+    broker, _ = searched
+    store = store_of(broker)
+    for person in PEOPLE:
+        requests = (await broker.list(recipient=person, limit=100)).items
+        theirs = [r.id for r in requests]
+        assert theirs and await pages(broker, recipient=person, text="deploy") == theirs, person
+        assert await pages(broker, recipient=person, text="build", order="asc") == theirs[::-1], person
+        settled = [r.id for r in requests if r.status is not Status.PENDING]
+        assert await pages(broker, recipient=person, text="deploy", settled=True) == settled, person
+    assert any(r.status is Status.PENDING for r in (await broker.list(recipient="dev-42")).items)
+    shown = await plan_of(pg_url, store, Query(recipient="ann", settled=True, text="deploy", limit=25))
+    assert "Index Scan Backward using request_texts_to" in shown, shown  # their texts, in the page's order
+    assert "(id = t.id)" in shown and "Sort" not in shown, shown  # a match's request, by its id
+    assert "requests_by_recipient" not in shown and "request_texts_body" not in shown, shown
+
+
+async def test_a_person_s_search_along_their_texts_keeps_every_other_filter(
+    searched: tuple[Broker, dict[str, list[str]]],
+) -> None:
+    broker, _ = searched
+    store = store_of(broker)
+    mine = (await broker.list(recipient="ann", limit=100)).items
+    middle = mine[len(mine) // 2].created_at
+    for filters in (
+        {"status": "answered"},
+        {"kind": "question"},
+        {"since": middle},
+        {"until": middle},
+        {"settled": True, "since": middle},
+    ):
+        query = Query(recipient="ann", text="deploy", **filters)
+        assert (await store._text_plan(query)).along == " to ann", filters
+        expected = [r.id for r in (await broker.list(recipient="ann", limit=100, **filters)).items]
+        assert expected and await pages(broker, recipient="ann", text="deploy", **filters) == expected, filters
+    # Filters read by an index of their own, and a member's search with their teams', are
+    # read as before, request by request.
+    for query in (
+        Query(recipient="ann", teams=("ops",), text="deploy"),
+        Query(recipient="ann", status=Status.PENDING, text="deploy"),
+        Query(recipient="ann", requester="bot", text="deploy"),
+        Query(recipient="ann", kind="approval", text="deploy"),
+    ):
+        assert await store._text_plan(query) == TextPlan(matches_first=False), query
 
 
 async def test_the_rarest_word_of_a_search_chooses_how_it_is_read(
@@ -163,7 +213,8 @@ async def test_before_the_first_analyze_a_search_checks_the_requests_in_order(pg
     async with interlock.connect(pg_url) as broker:
         made = await broker.create(Text("Feed the zebra?"), to="ann")
         store = store_of(broker)
-        assert await store._text_plan(Query(recipient="ann", text="zebra")) == TextPlan(matches_first=False)
+        plan = await store._text_plan(Query(recipient="ann", text="zebra"))
+        assert plan == TextPlan(matches_first=False, along=" to ann")
         assert [r.id for r in (await broker.list(recipient="ann", text="zebra")).items] == [made.id]
 
 
@@ -248,7 +299,7 @@ async def test_a_word_that_begins_many_rare_words_is_read_request_by_request(
         assert await store._text_plan(Query(text=word)) == TextPlan(matches_first=False), word
         assert [r.id for r in (await broker.list(text=word, limit=3)).items] == newest
     # A word of one or two letters beside a rare one: read request by request too.
-    assert await store._text_plan(Query(recipient="ann", text="zebra bu")) == TextPlan(matches_first=False)
+    assert not (await store._text_plan(Query(recipient="ann", text="zebra bu"))).matches_first
     assert [r.id for r in await store.list(Query(recipient="ann", text="zebra bu"))] == zebras["ann"][::-1]
     # A whole id is one rare word: its request, from the index.
     some = zebras["ann"][0]

@@ -400,10 +400,16 @@ class TextPlan:
     id order, each match's request read until the page is full (a rare word); `narrow`
     (a `tsquery`) is matched there too: a word of each name the search is for, which
     every request to them holds in its text, so the index gives the few requests to them
-    with the word instead of every request with it."""
+    with the word instead of every request with it.
+
+    `along` (with `matches_first=False`): a person's texts are read in the page's order
+    from the index of the word their texts hold them by (`request_texts_to`: this word),
+    each one's words checked and each match's request read, instead of every request of
+    theirs read and its text looked up by id."""
 
     matches_first: bool
     narrow: str | None = None
+    along: str | None = None
 
 
 def list_sql(
@@ -431,22 +437,25 @@ def list_sql(
     PostgreSQL no index of `requests` reads its status (a settlement is then a HOT
     update), so the pending requests are read through `pending_requests`, whose indexes
     give all of them, or a person's, an agent's or a channel's, in id order (a session's
-    or a run's come from its own index); the outlines of a person's settled requests are
-    read likewise from `settled_requests` alone. A search checks the `request_texts` row of
-    each request, or reads the matches from its GIN index first, as `text_plan` says
-    (without one, request by request).
+    or a run's come from its own index); the outlines of settled requests (everyone's, or a
+    person's) are read likewise from `settled_requests` alone. A search checks the `request_texts` row of
+    each request, or reads a person's texts in order and checks each, or reads the matches
+    from the GIN index first, as `text_plan` says (without one, request by request).
     """
     postgres = dialect == "postgresql"
     # A session's or a run's few requests are read from their own index, pending or not.
     pending = postgres and query.status == Status.PENDING and query.session is None and query.run is None
-    # A person's settled requests, outlined (the dashboard), from the narrow rows alone.
+    # Settled requests, outlined (the dashboard), from the narrow rows alone.
     settled_rows = postgres and outline is not None and _reads_settled_rows_only(query)
     # SQLite: a search, from the full-text index first (see above).
     text_first = bool(query.words) and not postgres and all(getattr(query, n) is None for n in _TEXT_NARROWING)
     # PostgreSQL: a search for a rare word, from the GIN index's matches first.
     matches_first = bool(text_plan and text_plan.matches_first and query.words) and postgres
     matches_first = matches_first and not (pending or settled_rows)
-    row = "r." if pending or text_first or matches_first else "s." if settled_rows else ""
+    # PostgreSQL: a person's search for a common word, along their texts in order.
+    along_texts = bool(text_plan and text_plan.along and query.words) and postgres
+    along_texts = along_texts and not (pending or settled_rows or matches_first)
+    row = "r." if pending or text_first or matches_first or along_texts else "s." if settled_rows else ""
     # A list with no filter of those read along an index of their own reads one agent's
     # requests along `requests_by_agent`, or the approvals along `requests_approvals` (whose
     # kind is in the statement's text, as the partial index says it). On SQLite, which
@@ -476,6 +485,10 @@ def list_sql(
             where.append(f"{unindexed}{row}agent = :agent")
             params["agent"] = value
             continue
+        if along_texts and name == "recipient":
+            # The texts read are theirs: the same condition on their requests besides would
+            # only mislead the planner's estimate (to every match of the words sorted).
+            continue
         if pending and name == "status":
             # A row of pending_requests is pending: it goes in the settling transaction. A
             # status condition on requests besides would only mislead the planner's
@@ -499,7 +512,7 @@ def list_sql(
         if when is not None:
             where.append(f"{row}created_at {op} :{name}")
             params[name] = stamp(when) if stamp is not None else when
-    if (query.since is not None or query.until is not None) and along_ids and not row:
+    if (query.since is not None or query.until is not None) and ((along_ids and row in ("", "s.")) or along_texts):
         # Read along the primary key, a time window starts and ends where its ids do (an id
         # begins with the time it was made), give or take `ID_TIME_SLACK`: not at the newest
         # (or oldest) request, passing over every one outside the window. The ids are in the
@@ -507,14 +520,22 @@ def list_sql(
         # again is the same statement): PostgreSQL plans a prepared statement for any values
         # from its sixth run, and for unknown bounds it read the window by time and sorted
         # it (126 ms for a week of a million requests, against 1 ms).
+        ids = "t.id" if along_texts else f"{row}id"
         if query.since is not None:
-            where.append(f"id >= '{_id_at(query.since, -ID_TIME_SLACK)}'")
+            where.append(f"{ids} >= '{_id_at(query.since, -ID_TIME_SLACK)}'")
         if query.until is not None:
-            where.append(f"id < '{_id_at(query.until, ID_TIME_SLACK)}'")
+            where.append(f"{ids} < '{_id_at(query.until, ID_TIME_SLACK)}'")
     if query.words:
         if postgres:
             params["words"] = " & ".join(f"{w}:*" for w in query.words)
-            if not matches_first:
+            if along_texts:
+                # `ts_match_vq` is `@@` that no index answers: the planner would otherwise
+                # read every match of the words from the GIN index, to sort them.
+                assert text_plan is not None
+                where.append("interlock_text_recipient(t.body) = :along")
+                where.append("ts_match_vq(t.body, to_tsquery('simple', :words))")
+                params["along"] = text_plan.along
+            elif not matches_first:
                 # OFFSET 0 keeps the check a check of each request read, not a join the
                 # planner may turn around.
                 where.append(
@@ -526,6 +547,7 @@ def list_sql(
             where.append(match if text_first else f"rowid IN (SELECT rowid FROM requests_text WHERE {match})")
             params["words"] = fts_match(query, terms)
     key = "p.id" if pending else "s.id" if settled_rows else "t.rowid" if text_first else f"{row}id"
+    key = "t.id" if along_texts else key
     if query.after is not None and text_first:
         # The cursor's own request, or the nearest stored after it in id order (a cursor
         # names a request; one made up names where it would be).
@@ -561,6 +583,8 @@ def list_sql(
             f"SELECT {columns.format(r=row)} FROM (SELECT t.id FROM request_texts t WHERE t.body @@ {match} "
             f"ORDER BY t.id {order} OFFSET 0) m JOIN requests r ON r.id = m.id"
         )
+    elif along_texts:
+        sql = f"SELECT {columns.format(r=row)} FROM request_texts t JOIN requests r ON r.id = t.id"
     elif settled_rows:
         sql = f"SELECT {SETTLED_OUTLINE.format(r=row)} FROM settled_requests s"
     elif pending:
@@ -739,15 +763,10 @@ def _reads_along_ids(query: Query) -> bool:
 
 
 def _reads_settled_rows_only(query: Query) -> bool:
-    """Whether a read of a person's settled requests filters by nothing a `settled_requests`
-    row lacks (its recipient, or their teams too, and when they were created)."""
+    """Whether a read of settled requests (everyone's, or a person's and their teams')
+    filters by nothing a `settled_requests` row lacks (when they were created)."""
     others = (name for name in FILTERS if name != "recipient")
-    return (
-        query.settled
-        and query.recipient is not None
-        and not any(getattr(query, name) is not None for name in others)
-        and not query.words
-    )
+    return query.settled and not any(getattr(query, name) is not None for name in others) and not query.words
 
 
 def _reads_pending_rows_only(query: Query) -> bool:

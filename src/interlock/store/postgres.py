@@ -405,6 +405,11 @@ class PostgresStore(SqlStore):
         every one of those words' matches first (an admin's search for `01a`, which begins
         the id of every request made for months, took 3.9 s at a million requests).
 
+        A person's search for a common word reads their texts in order, from the index of
+        the word each text holds its recipient by (`_in_order`), each checked and each
+        match's request read: at a million requests, a word in 3% of them 2.2 ms p50, where
+        reading every request of theirs and looking its text up by id took 4.2 ms.
+
         A person's search for a rare word narrows the matches to those of each name it is
         for (theirs and their teams'): a request's text holds its recipient whole, as one
         word no search can type (`recipient_word`), so the GIN index intersects the two. At
@@ -413,9 +418,9 @@ class PostgresStore(SqlStore):
         shares = await self._word_shares()
         words = query.words
         if not shares or not words or any(map(_begins_many, words)):
-            return TextPlan(matches_first=False)
+            return _in_order(query)
         if min(_prefix_share(shares, w) for w in words) >= RARE_WORD:
-            return TextPlan(matches_first=False)
+            return _in_order(query)
         if query.recipient is None:
             return TextPlan(matches_first=True)
         return TextPlan(matches_first=True, narrow=" | ".join(map(recipient_word, (query.recipient, *query.teams))))
@@ -998,13 +1003,33 @@ async def _connect(*args: Any, **kwargs: Any) -> Any:
         raise
 
 
-def recipient_word(name: str) -> str:
+def recipient_lexeme(name: str) -> str:
     """The word a request's search text holds its recipient as (migration 0026's
-    `interlock_recipient_word`), as a `tsquery`: the name whole, after ' to ', which no
-    search's word can be (none begins with a space); a name too long for a word, its MD5."""
+    `interlock_recipient_word`): the name whole, after ' to ', which no search's word can
+    be (none begins with a space); a name too long for a word, its MD5."""
     if len(encoded := name.encode()) > 2000:
-        return f"' to md5 {hashlib.md5(encoded).hexdigest()}'"
-    return "' to " + name.replace("\\", "\\\\").replace("'", "''") + "'"
+        return f" to md5 {hashlib.md5(encoded).hexdigest()}"
+    return " to " + name
+
+
+def recipient_word(name: str) -> str:
+    """`recipient_lexeme`, as a `tsquery`."""
+    return "'" + recipient_lexeme(name).replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _in_order(query: Query) -> TextPlan:
+    """A search read in the page's order: a person's along their texts (migration 0028), when
+    nothing else it filters by has an index of its own, nor is read from `pending_requests`."""
+    own = (query.requester, query.session, query.channel, query.run, query.agent)
+    if (
+        query.recipient is None
+        or query.teams
+        or query.status == Status.PENDING
+        or query.kind == "approval"
+        or any(value is not None for value in own)
+    ):
+        return TextPlan(matches_first=False)
+    return TextPlan(matches_first=False, along=recipient_lexeme(query.recipient))
 
 
 def _begins_many(word: str) -> bool:

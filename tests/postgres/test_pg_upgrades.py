@@ -1,0 +1,83 @@
+"""A database made by an earlier version, upgraded: what it held before is read the new
+way (the dashboard's narrow rows of settled requests, a person's texts in id order)."""
+
+from __future__ import annotations
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+from pg_support import empty_database
+
+import interlock
+from interlock import Text
+from interlock.dashboard import NOBODY, UNKNOWN
+from interlock.store import Query
+from interlock.store._sql import Migration, load_migrations
+from interlock.store.postgres import PostgresStore
+
+pytestmark = pytest.mark.anyio
+
+
+def before(*names: str) -> list[Migration]:
+    """The migrations of the version before those named."""
+    migrations = [m for m in load_migrations("postgresql") if m.name not in names]
+    assert len(migrations) == len(load_migrations("postgresql")) - len(names), names
+    return migrations
+
+
+async def test_an_upgrade_counts_the_settled_requests_to_no_one_made_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    import interlock.store.postgres as postgres_store
+
+    with empty_database() as url:
+        with monkeypatch.context() as patch:  # a database of the version before
+            patch.setattr(postgres_store, "load_migrations", lambda dialect: before("settled_rows_for_everyone"))
+            async with interlock.connect(url) as broker:
+                anyone = await broker.create(Text("Anyone?"), agent="pager")
+                await broker.resolve(anyone.id, "me")
+                await broker.expire((await broker.create(Text("Anyone, in time?"), agent="pager")).id)
+                ann = await broker.create(Text("Ann?"), to="ann")
+                await broker.resolve(ann.id, "yes")
+                await broker.create(Text("Waiting?"), agent="pager")
+        async with interlock.connect(url) as broker:
+            dashboard = await broker.dashboard()
+            assert (dashboard.pending_count, dashboard.answered_count, dashboard.expired_count) == (1, 2, 1)
+            assert {p.person: (p.answered, p.expired) for p in dashboard.people} == {
+                NOBODY: (0, 1),  # expired, to no one
+                "ann": (1, 0),
+                UNKNOWN: (1, 0),  # answered by no one named, to no one
+            }
+            # A request settled now has its row too, and loses it with its request.
+            later = await broker.create(Text("Anyone, later?"))
+            await broker.resolve(later.id, "me too")
+            assert (await broker.dashboard()).answered_count == 3
+            conn = await asyncpg.connect(url)
+            try:
+                rows = await conn.fetchval("SELECT count(*) FROM settled_requests WHERE recipient IS NULL")
+                assert rows == 3
+                await conn.execute("DELETE FROM requests WHERE id = $1", later.id)
+                assert await conn.fetchval("SELECT count(*) FROM settled_requests WHERE id = $1", later.id) == 0
+            finally:
+                await conn.close()
+
+
+async def test_an_upgrade_reads_a_person_s_texts_made_before_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    import interlock.store.postgres as postgres_store
+
+    with empty_database() as url:
+        with monkeypatch.context() as patch:
+            patch.setattr(postgres_store, "load_migrations", lambda dialect: before("a_persons_texts_in_order"))
+            async with interlock.connect(url) as broker:
+                old = [await broker.create(Text(f"Deploy build {i}?"), to="ann") for i in range(3)]
+                await broker.resolve(old[0].id, "done")
+                await broker.create(Text("Deploy build 9?"), to="bob")
+                store = broker.store
+                assert isinstance(store, PostgresStore)
+                await store._catch_up()
+        async with interlock.connect(url) as broker:
+            new = await broker.create(Text("Deploy build 3?"), to="ann")
+            store = broker.store
+            assert isinstance(store, PostgresStore)
+            query = Query(recipient="ann", text="deploy")
+            assert (await store._text_plan(query)).along == " to ann"
+            assert [r.id for r in await store.list(query)] == [new.id, *(r.id for r in old[::-1])]
+            settled = await store.list(Query(recipient="ann", text="build", settled=True))
+            assert [r.id for r in settled] == [old[0].id]
