@@ -157,10 +157,20 @@ async def test_events_are_found_by_who_and_by_request(store: RequestStore) -> No
     await store.settle(answered(mine, "Ada"))
     involving = await store.find_events(EventQuery(involving="alice"))
     assert [(e.type, e.request_id) for e in involving] == [("created", mine.id), ("answered", mine.id)]
+    # Asked by them: to someone else, or to themselves (once, though to and from them).
+    asked, _ = await store.insert(ask(to="bob", requester="alice"))
+    own, _ = await store.insert(ask(to="alice", requester="alice"))
+    involving = await store.find_events(EventQuery(involving="alice"))
+    assert [e.request_id for e in involving] == [mine.id, mine.id, asked.id, own.id]
+    assert [e.request_id for e in await store.find_events(EventQuery(involving="alice", limit=3))] == [
+        mine.id,
+        mine.id,
+        asked.id,
+    ]
     about = await store.find_events(EventQuery(request=theirs.id))
     assert [e.request_id for e in about] == [theirs.id]
     changes = await store.changes()
-    assert [(c[1], c[2]) for c in changes] == [("created", theirs.id), ("created", mine.id), ("answered", mine.id)]
+    assert [(c[1], c[2]) for c in changes][:3] == [("created", theirs.id), ("created", mine.id), ("answered", mine.id)]
 
 
 def outline_of(r: Request, now: datetime) -> Outline:

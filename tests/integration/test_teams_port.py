@@ -70,6 +70,11 @@ async def test_a_member_s_list_holds_their_own_and_their_teams_requests(store: S
     assert [e.request_id for e in events] == [mine.id, ops.id]
     events = await store.find_events(EventQuery(involving="alice", teams=("ops",), session="s1"))
     assert [e.request_id for e in events] == [mine.id, ops.id]
+    # One she asked of her own team: once, though both to her team and from her.
+    asked = ask(to="ops", requester="alice")
+    await store.insert(asked)
+    events = await store.find_events(EventQuery(involving="alice", teams=("ops",)))
+    assert [e.request_id for e in events] == [mine.id, ops.id, asked.id]
 
 
 async def test_one_member_claims_a_pending_request_and_the_claim_is_on_its_timeline(store: Store) -> None:

@@ -203,6 +203,18 @@ async def test_a_page_of_a_principals_events_reads_index_ranges_on_postgresql(
                 assert not [n for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "events"]
                 read = sum(n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0) for n in nodes)
                 assert read < 50, nodes  # about a page, not 20,000 rows
+            # The events to them, from the index's entries alone: no row looked up by id.
+            await pool.execute("VACUUM events")  # (as autovacuum soon does: the pages all-visible)
+            for _ in range(2):
+                await broker.resolve((await broker.create(Text("Again?"), to="alice")).id, "yes")
+            sql, params = positional(*find_events_sql(EventQuery(limit=4, involving="alice")))
+            explained = json.loads(await pool.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *params))
+            nodes = list(_plan_nodes(explained[0]["Plan"]))
+            shown = [(n["Node Type"], n.get("Index Name"), n.get("Actual Loops")) for n in nodes]
+            to_alice = [n for n in nodes if n.get("Index Name") == "events_by_recipient"]
+            assert [n["Node Type"] for n in to_alice] == ["Index Only Scan"], shown
+            assert sum(n.get("Actual Rows", 0) for n in to_alice) == 4, shown
+            assert not [n for n in nodes if n.get("Index Name") == "events_pkey" and n.get("Actual Loops")], shown
 
 
 class CountingReads:

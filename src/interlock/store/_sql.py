@@ -297,8 +297,11 @@ def find_events_sql(query: EventQuery, *, indexed_by: bool = False) -> tuple[str
     database reads about one page of rows: the events alone (their requests are read
     apart, those the store does not hold already).
 
-    Without a filter, a principal's page is the union of two index ranges (events to
-    them, events from them), each cut at the page's size. With a filter, the filter's own
+    Without a filter, a principal's page is the union of index ranges, each cut at the
+    page's size: the events to them (and to each of their teams), read from the index's
+    entries alone where it holds the columns (PostgreSQL's, since migration 0029), and the
+    events from them not to any of those, their ids from the index and each row by its id
+    (few for a person; an agent's page is mostly those). With a filter, the filter's own
     index drives the read (a request has a handful of events; a session or run, its own),
     and who may see what is checked on those rows. `indexed_by` names that index for
     SQLite, whose planner has no statistics to choose it by.
@@ -315,18 +318,22 @@ def find_events_sql(query: EventQuery, *, indexed_by: bool = False) -> tuple[str
     given = [(name, value) for name in ("request", "run", "session") if (value := getattr(query, name)) is not None]
     if not given and query.involving is not None:
         within = " AND ".join(bounds).format(e="")
-        sources = [("recipient", "who", "to_them"), ("requester", "who", "from_them")]
-        sources += [("recipient", f"team_{i}", f"to_team_{i}") for i in range(len(teams))]
-        ranges = " UNION ".join(
-            f"SELECT id FROM (SELECT id FROM events WHERE {column} = :{param} AND {within} "
-            f"ORDER BY id LIMIT :limit) AS {alias}"
-            for column, param, alias in sources
+        names = ["who", *(f"team_{i}" for i in range(len(teams)))]
+        columns = _EVENT_COLUMNS.replace("e.", "")
+        to_them = [
+            f"SELECT * FROM (SELECT {columns} FROM events WHERE recipient = :{name} AND {within} "
+            f"ORDER BY id LIMIT :limit) AS to_{name}"
+            for name in names
+        ]
+        # (An event both to and from them is in its range to them; one of the events from
+        # them passed over for it here was not among the page's first either.)
+        from_them = (
+            f"SELECT {_EVENT_COLUMNS} FROM (SELECT id FROM events WHERE requester = :who AND {within} "
+            "ORDER BY id LIMIT :limit) AS from_them JOIN events e ON e.id = from_them.id "
+            f"WHERE coalesce(e.recipient, '') NOT IN ({', '.join(f':{name}' for name in names)})"
         )
-        return (
-            f"SELECT {_EVENT_COLUMNS} FROM ({ranges}) AS page JOIN events e ON e.id = page.id "
-            "ORDER BY e.id LIMIT :limit",
-            params,
-        )
+        ranges = " UNION ALL ".join([*to_them, from_them])
+        return f"SELECT {columns} FROM ({ranges}) AS page ORDER BY id LIMIT :limit", params
     where = [b.format(e="e.") for b in bounds]
     for name, value in given:
         where.append(f"e.{'request_id' if name == 'request' else name} = :{name}")
