@@ -197,7 +197,7 @@ async def test_a_page_of_a_principals_events_reads_index_ranges_on_postgresql(
             page = await broker.find_events(limit=1, involving="alice")
             assert [e.request_id for e in page] == [mine.id]
             for query in (EventQuery(limit=1, involving="alice"), EventQuery(limit=1, involving="carol", session="s7")):
-                sql, params = positional(*find_events_sql(query))
+                sql, params = positional(*find_events_sql(query, rows_to_them=True))
                 explained = json.loads(await pool.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *params))
                 nodes = list(_plan_nodes(explained[0]["Plan"]))
                 assert not [n for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "events"]
@@ -207,7 +207,7 @@ async def test_a_page_of_a_principals_events_reads_index_ranges_on_postgresql(
             await pool.execute("VACUUM events")  # (as autovacuum soon does: the pages all-visible)
             for _ in range(2):
                 await broker.resolve((await broker.create(Text("Again?"), to="alice")).id, "yes")
-            sql, params = positional(*find_events_sql(EventQuery(limit=4, involving="alice")))
+            sql, params = positional(*find_events_sql(EventQuery(limit=4, involving="alice"), rows_to_them=True))
             explained = json.loads(await pool.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *params))
             nodes = list(_plan_nodes(explained[0]["Plan"]))
             shown = [(n["Node Type"], n.get("Index Name"), n.get("Actual Loops")) for n in nodes]

@@ -292,16 +292,20 @@ def _cost(entry: tuple[Request, int, Request | None]) -> int:
 _EVENT_COLUMNS = "e.id, e.type, e.request_id, e.at, e.data"
 
 
-def find_events_sql(query: EventQuery, *, indexed_by: bool = False) -> tuple[str, dict[str, Any]]:
+def find_events_sql(
+    query: EventQuery, *, indexed_by: bool = False, rows_to_them: bool = False
+) -> tuple[str, dict[str, Any]]:
     """The statement for `Store.find_events` (named `:parameters`), shaped so that the
     database reads about one page of rows: the events alone (their requests are read
     apart, those the store does not hold already).
 
     Without a filter, a principal's page is the union of index ranges, each cut at the
-    page's size: the events to them (and to each of their teams), read from the index's
-    entries alone where it holds the columns (PostgreSQL's, since migration 0029), and the
-    events from them not to any of those, their ids from the index and each row by its id
-    (few for a person; an agent's page is mostly those). With a filter, the filter's own
+    page's size: the events to them (and to each of their teams) and the events from them,
+    their ids from the indexes and each row then read by its id. With `rows_to_them` (the
+    index of the events to someone holds the columns a page shows: PostgreSQL's, since
+    migration 0029), the events to them are read from the index's entries alone instead,
+    and the events from them, few for a person, by id as before, but those also to them
+    or their teams. With a filter, the filter's own
     index drives the read (a request has a handful of events; a session or run, its own),
     and who may see what is checked on those rows. `indexed_by` names that index for
     SQLite, whose planner has no statistics to choose it by.
@@ -316,6 +320,20 @@ def find_events_sql(query: EventQuery, *, indexed_by: bool = False) -> tuple[str
         params["who"] = query.involving
     params |= {f"team_{i}": team for i, team in enumerate(teams)}
     given = [(name, value) for name in ("request", "run", "session") if (value := getattr(query, name)) is not None]
+    if not given and query.involving is not None and not rows_to_them:
+        within = " AND ".join(bounds).format(e="")
+        sources = [("recipient", "who", "to_them"), ("requester", "who", "from_them")]
+        sources += [("recipient", f"team_{i}", f"to_team_{i}") for i in range(len(teams))]
+        ranges = " UNION ".join(
+            f"SELECT id FROM (SELECT id FROM events WHERE {column} = :{param} AND {within} "
+            f"ORDER BY id LIMIT :limit) AS {alias}"
+            for column, param, alias in sources
+        )
+        return (
+            f"SELECT {_EVENT_COLUMNS} FROM ({ranges}) AS page JOIN events e ON e.id = page.id "
+            "ORDER BY e.id LIMIT :limit",
+            params,
+        )
     if not given and query.involving is not None:
         within = " AND ".join(bounds).format(e="")
         names = ["who", *(f"team_{i}" for i in range(len(teams)))]
@@ -1206,7 +1224,7 @@ class SqlStore:
         return out
 
     def _find_events_sql(self, query: EventQuery) -> tuple[str, dict[str, Any]]:
-        return find_events_sql(query)
+        return find_events_sql(query, rows_to_them=True)
 
     def _events_of(self, rows: Sequence[Sequence[Any]]) -> Sequence[Event]:
         """Events from rows that carry each one's request row (status, doc, response)."""
