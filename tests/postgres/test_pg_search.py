@@ -17,7 +17,7 @@ import interlock
 from interlock import Broker, Status, Text
 from interlock.store import Query
 from interlock.store._sql import TextPlan, load_migrations, positional
-from interlock.store.postgres import PostgresStore, recipient_word
+from interlock.store.postgres import PostgresStore, WordShares, recipient_word
 
 pytestmark = pytest.mark.anyio
 
@@ -324,3 +324,27 @@ async def test_a_name_too_long_for_one_word_is_held_by_its_digest(pg_url: str) -
 
         store._text_plan = plan  # type: ignore[method-assign]  # as ANALYZE would have it at scale
         assert [r.id for r in await store.list(Query(recipient=long_name, text="zebra"))] == [theirs.id]
+
+
+def test_a_prefix_s_share_adds_the_words_it_begins() -> None:
+    shares = WordShares({"deploy": 0.04, "deployed": 0.02, "deploys": 0.01, "delete": 0.5, "dep": 0.001, "x": 0.3})
+    assert shares.of_prefix("deploy") == pytest.approx(0.07)
+    assert shares.of_prefix("deployed") == pytest.approx(0.02)
+    assert shares.of_prefix("dep") == pytest.approx(0.071)
+    assert shares.of_prefix("de") == pytest.approx(0.571)
+    assert shares.of_prefix("zebra") == 0 and shares.of_prefix("deployer") == 0
+    assert not WordShares({}) and shares
+
+
+async def test_analyze_lists_the_search_texts_words_down_to_a_fine_share(pg_url: str) -> None:
+    # Statistics target 1,000 for the texts' words: ANALYZE lists about 2,000 of them, so a
+    # prefix's share is summed from the words it begins however the sample fell.
+    conn = await asyncpg.connect(pg_url)
+    try:
+        async with interlock.connect(pg_url):
+            target = await conn.fetchval(
+                "SELECT attstattarget FROM pg_attribute WHERE attrelid = 'request_texts'::regclass AND attname = 'body'"
+            )
+        assert target == 1000
+    finally:
+        await conn.close()
