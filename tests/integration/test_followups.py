@@ -135,3 +135,21 @@ async def test_a_held_message_wakes_whoever_follows_the_event_log(broker: Broker
         "are we there yet?",
         run.id,
     )
+
+
+async def test_a_message_as_long_as_allowed_is_held_and_on_the_sender_s_page_of_events(broker: Broker) -> None:
+    # The longest message there may be, and its event's data with it: more than an index
+    # entry may hold, so no index of the events may hold the data.
+    from interlock.followups import MAX_FOLLOWUP_LENGTH
+
+    run = await broker.start_run("deployer", run_id="run-1")
+    text = "".join(f"{i % 10}" for i in range(MAX_FOLLOWUP_LENGTH))
+    sent = await broker.send_message(run.id, text, by="alice")
+    assert sent.outcome == "queued" and sent.followup is not None and sent.followup.text == text
+    mine = [e for e in await broker.find_events(involving="alice") if e.type == "followup_queued"]
+    assert [e.data["text"] for e in mine] == [text]
+    # Her page in order, with the events that carry no data around it.
+    asked = await broker.create(Text("Lunch?"), to="alice")
+    page = await broker.find_events(involving="alice")
+    assert [(e.type, e.request_id) for e in page][-2:] == [("followup_queued", None), ("created", asked.id)]
+    assert page[-1].data == {} and page[-2].data["text"] == text

@@ -75,6 +75,9 @@ async def test_a_member_s_list_holds_their_own_and_their_teams_requests(store: S
     await store.insert(asked)
     events = await store.find_events(EventQuery(involving="alice", teams=("ops",)))
     assert [e.request_id for e in events] == [mine.id, ops.id, asked.id]
+    # A team named twice, or her own name among them: each event once all the same.
+    events = await store.find_events(EventQuery(involving="alice", teams=("ops", "ops", "alice")))
+    assert [e.request_id for e in events] == [mine.id, ops.id, asked.id]
 
 
 async def test_one_member_claims_a_pending_request_and_the_claim_is_on_its_timeline(store: Store) -> None:

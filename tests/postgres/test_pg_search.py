@@ -171,6 +171,29 @@ async def test_a_person_s_search_for_a_common_word_reads_their_texts_in_order(
     assert "requests_by_recipient" not in shown and "request_texts_body" not in shown, shown
 
 
+async def test_along_their_texts_only_those_with_the_words_are_found(
+    searched: tuple[Broker, dict[str, list[str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A rare word read along their texts anyway (as a common one is): only their requests
+    # whose texts hold it, page by page, each checked.
+    broker, zebras = searched
+    store = store_of(broker)
+
+    async def along(query: Query) -> TextPlan:
+        assert query.recipient is not None
+        return TextPlan(matches_first=False, along=f" to {query.recipient}")
+
+    monkeypatch.setattr(store, "_text_plan", along)
+    for person in PEOPLE:
+        assert await pages(broker, recipient=person, text="zebra") == zebras[person][::-1], person
+        assert await pages(broker, recipient=person, text="zeb", order="asc") == zebras[person], person
+        assert await pages(broker, recipient=person, text="zebra deploy", settled=True) == [
+            r.id
+            for r in (await broker.list(recipient=person, text="zebra", limit=100)).items
+            if r.status is not Status.PENDING
+        ], person
+
+
 async def test_a_person_s_search_along_their_texts_keeps_every_other_filter(
     searched: tuple[Broker, dict[str, list[str]]],
 ) -> None:

@@ -81,3 +81,27 @@ async def test_an_upgrade_reads_a_person_s_texts_made_before_in_order(monkeypatc
             assert [r.id for r in await store.list(query)] == [new.id, *(r.id for r in old[::-1])]
             settled = await store.list(Query(recipient="ann", text="build", settled=True))
             assert [r.id for r in settled] == [old[0].id]
+
+
+async def test_an_upgrade_keeps_the_events_to_someone_with_data_of_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    import interlock.store.postgres as postgres_store
+    from interlock.followups import MAX_FOLLOWUP_LENGTH
+
+    text = "".join(f"{i % 10}" for i in range(MAX_FOLLOWUP_LENGTH))
+    with empty_database() as url:
+        with monkeypatch.context() as patch:
+            patch.setattr(postgres_store, "load_migrations", lambda dialect: before("events_to_them_from_the_index"))
+            async with interlock.connect(url) as broker:
+                asked = await broker.create(Text("Lunch?"), to="alice")
+                run = await broker.start_run("deployer", run_id="run-1")
+                await broker.send_message(run.id, text, by="alice")
+        async with interlock.connect(url) as broker:  # the upgrade builds the new indexes over them
+            later = await broker.send_message(run.id, "!" + text[1:], by="alice")
+            assert later.followup is not None
+            page = await broker.find_events(involving="alice")
+            assert [(e.type, e.request_id) for e in page] == [
+                ("created", asked.id),
+                ("followup_queued", None),
+                ("followup_queued", None),
+            ]
+            assert [e.data.get("text") for e in page] == [None, text, "!" + text[1:]]

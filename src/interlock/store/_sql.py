@@ -301,11 +301,11 @@ def find_events_sql(
 
     Without a filter, a principal's page is the union of index ranges, each cut at the
     page's size: the events to them (and to each of their teams) and the events from them,
-    their ids from the indexes and each row then read by its id. With `rows_to_them` (the
-    index of the events to someone holds the columns a page shows: PostgreSQL's, since
-    migration 0029), the events to them are read from the index's entries alone instead,
-    and the events from them, few for a person, by id as before, but those also to them
-    or their teams. With a filter, the filter's own
+    their ids from the indexes and each row then read by its id. With `rows_to_them`
+    (PostgreSQL's indexes since migration 0029), the events to them that carry no data,
+    most of them, are read from their index's entries alone, which hold the columns a
+    page shows; those with data, and those from them (few for a person) but those also to
+    them or their teams, by id as before. With a filter, the filter's own
     index drives the read (a request has a handful of events; a session or run, its own),
     and who may see what is checked on those rows. `indexed_by` names that index for
     SQLite, whose planner has no statistics to choose it by.
@@ -315,7 +315,8 @@ def find_events_sql(
     if query.until is not None:
         bounds.append("{e}id <= :until")
         params["until"] = query.until
-    teams = query.teams if query.involving is not None else ()
+    # Each name once (a repeated team, or their own name as a team, would be read twice).
+    teams = tuple(dict.fromkeys(t for t in query.teams if t != query.involving)) if query.involving is not None else ()
     if query.involving is not None:
         params["who"] = query.involving
     params |= {f"team_{i}": team for i, team in enumerate(teams)}
@@ -338,10 +339,17 @@ def find_events_sql(
         within = " AND ".join(bounds).format(e="")
         names = ["who", *(f"team_{i}" for i in range(len(teams)))]
         columns = _EVENT_COLUMNS.replace("e.", "")
+        plain = columns.replace("data", "NULL::json AS data")
         to_them = [
-            f"SELECT * FROM (SELECT {columns} FROM events WHERE recipient = :{name} AND {within} "
-            f"ORDER BY id LIMIT :limit) AS to_{name}"
+            part
             for name in names
+            for part in (
+                f"SELECT * FROM (SELECT {plain} FROM events WHERE recipient = :{name} AND data IS NULL AND {within} "
+                f"ORDER BY id LIMIT :limit) AS to_{name}",
+                f"SELECT {_EVENT_COLUMNS} FROM (SELECT id FROM events WHERE recipient = :{name} "
+                f"AND data IS NOT NULL AND {within} ORDER BY id LIMIT :limit) AS data_to_{name} "
+                f"JOIN events e ON e.id = data_to_{name}.id",
+            )
         ]
         # (An event both to and from them is in its range to them; one of the events from
         # them passed over for it here was not among the page's first either.)

@@ -4,11 +4,16 @@
 -- held a narrow row of each settled request to someone, now holds one of every settled
 -- request (its recipient NULL when it was to no one), and an index by id gives the newest
 -- of them from the index entries alone, as the person's index gives theirs.
+--
+-- No request settles meanwhile (a node still on the version before would settle one to no
+-- one without its row, after the copy below and before the new triggers): the table of
+-- requests is locked first, before any lock the settling transactions take after it.
+LOCK TABLE requests IN SHARE ROW EXCLUSIVE MODE;
 ALTER TABLE settled_requests DROP CONSTRAINT settled_requests_pkey;
 ALTER TABLE settled_requests ALTER COLUMN recipient DROP NOT NULL;
 CREATE UNIQUE INDEX settled_requests_to ON settled_requests (recipient, id)
     INCLUDE (status, agent, created_at, settled_at, settled_by);
-CREATE UNIQUE INDEX settled_requests_by_id ON settled_requests (id)
+ALTER TABLE settled_requests ADD CONSTRAINT settled_requests_by_id PRIMARY KEY (id)
     INCLUDE (status, recipient, agent, created_at, settled_at, settled_by);
 
 INSERT INTO settled_requests (recipient, id, status, agent, created_at, settled_at, settled_by)
