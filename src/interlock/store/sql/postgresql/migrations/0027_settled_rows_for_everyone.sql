@@ -7,8 +7,10 @@
 --
 -- No request settles meanwhile (a node still on the version before would settle one to no
 -- one without its row, after the copy below and before the new triggers): the table of
--- requests is locked first, before any lock the settling transactions take after it.
-LOCK TABLE requests IN SHARE ROW EXCLUSIVE MODE;
+-- requests is locked first, and as strongly as replacing its triggers below will lock it
+-- (a weaker lock taken first, then raised, deadlocks with a transaction that locked rows
+-- of it before and updates them after).
+LOCK TABLE requests IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE settled_requests DROP CONSTRAINT settled_requests_pkey;
 ALTER TABLE settled_requests ALTER COLUMN recipient DROP NOT NULL;
 CREATE UNIQUE INDEX settled_requests_to ON settled_requests (recipient, id)
