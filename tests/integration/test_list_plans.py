@@ -301,8 +301,10 @@ async def test_a_person_s_events_are_two_index_ranges_cut_at_the_page(store: Sto
     recorder = Recorder(store)
     await store.find_events(EventQuery(involving="ann", limit=500))
     plan = await plan_of(store, *recorder.last())
-    # (PostgreSQL: the events to them with no data and with data have an index each.)
-    assert "events_by_recipient" in plan or ("events_to_plain" in plan and "events_to_with_data" in plan), plan
+    if isinstance(store, SqliteStore):
+        assert "events_by_recipient" in plan, plan
+    else:  # the events to them with no data and those with data have an index each
+        assert "events_to_plain" in plan and "events_to_with_data" in plan, plan
     assert "events_by_requester" in plan, plan
     assert "Seq Scan" not in plan, plan
 
