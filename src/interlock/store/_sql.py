@@ -73,6 +73,7 @@ __all__ = [
     "Settled",
     "SqlStore",
     "TextPlan",
+    "reads_along_texts",
     "Transaction",
     "closed_channel",
     "decode_json",
@@ -321,8 +322,8 @@ def find_events_sql(
         params["who"] = query.involving
     params |= {f"team_{i}": team for i, team in enumerate(teams)}
     given = [(name, value) for name in ("request", "run", "session") if (value := getattr(query, name)) is not None]
+    within = " AND ".join(bounds).format(e="")
     if not given and query.involving is not None and not rows_to_them:
-        within = " AND ".join(bounds).format(e="")
         sources = [("recipient", "who", "to_them"), ("requester", "who", "from_them")]
         sources += [("recipient", f"team_{i}", f"to_team_{i}") for i in range(len(teams))]
         ranges = " UNION ".join(
@@ -336,7 +337,6 @@ def find_events_sql(
             params,
         )
     if not given and query.involving is not None:
-        within = " AND ".join(bounds).format(e="")
         names = ["who", *(f"team_{i}" for i in range(len(teams)))]
         columns = _EVENT_COLUMNS.replace("e.", "")
         plain = columns.replace("data", "NULL::json AS data")
@@ -581,7 +581,8 @@ def list_sql(
             where.append(match if text_first else f"rowid IN (SELECT rowid FROM requests_text WHERE {match})")
             params["words"] = fts_match(query, terms)
     key = "p.id" if pending else "s.id" if settled_rows else "t.rowid" if text_first else f"{row}id"
-    key = "t.id" if along_texts else key
+    if along_texts:
+        key = "t.id"
     if query.after is not None and text_first:
         # The cursor's own request, or the nearest stored after it in id order (a cursor
         # names a request; one made up names where it would be).
@@ -832,6 +833,19 @@ def _reads_along_ids(query: Query) -> bool:
     """Whether a list reads along the primary key: no filter with an index of its own (a
     person's, an agent's, a session's, a channel's, a run's; pending requests)."""
     return query.status != Status.PENDING and all(getattr(query, n) is None for n in ("recipient", *_TEXT_NARROWING))
+
+
+def reads_along_texts(query: Query) -> bool:
+    """Whether a search may read along a person's texts (`TextPlan.along`): theirs alone
+    (no teams), and no other filter read by an index of its own (a requester's, a
+    session's, a channel's, a run's, an agent's, the approvals', the pending rows')."""
+    return (
+        query.recipient is not None
+        and not query.teams
+        and query.status != Status.PENDING
+        and query.kind != "approval"
+        and all(getattr(query, name) is None for name in (*_TEXT_NARROWING, "agent"))
+    )
 
 
 def _reads_settled_rows_only(query: Query) -> bool:

@@ -84,6 +84,7 @@ from ._sql import (
     load_migrations,
     load_queries,
     positional,
+    reads_along_texts,
     request_from_row,
     row_size,
     run_from_row,
@@ -1020,16 +1021,9 @@ def recipient_word(name: str) -> str:
 
 
 def _in_order(query: Query) -> TextPlan:
-    """A search read in the page's order: a person's along their texts (migration 0028), when
-    nothing else it filters by has an index of its own, nor is read from `pending_requests`."""
-    own = (query.requester, query.session, query.channel, query.run, query.agent)
-    if (
-        query.recipient is None
-        or query.teams
-        or query.status == Status.PENDING
-        or query.kind == "approval"
-        or any(value is not None for value in own)
-    ):
+    """A search read in the page's order: a person's along their texts (migration 0028),
+    when `reads_along_texts` says it may be."""
+    if query.recipient is None or not reads_along_texts(query):
         return TextPlan(matches_first=False)
     return TextPlan(matches_first=False, along=recipient_lexeme(query.recipient))
 
