@@ -70,9 +70,6 @@ log = logging.getLogger("interlock")
 
 T = TypeVar("T")
 Q = load_queries("sqlite") | load_queries("sqlite", "followups")
-_INDEX_NEW_TEXTS = Q["index_requests"].replace("INTO requests_text (", "INTO temp.new_texts (", 1)
-"""`index_requests`, into `temp.new_texts`: the same texts, for their words."""
-assert Q["index_requests"] != _INDEX_NEW_TEXTS
 
 
 def _positional(sql: str) -> tuple[str, tuple[int, ...] | None]:
@@ -323,7 +320,9 @@ class SqliteStore(SqlStore):
         db.execute("PRAGMA foreign_keys = ON")
         db.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
         db.set_progress_handler(self._past_due, PROGRESS_STEPS)
-        db.execute(Q["make_new_texts"])  # where the search's catch-up finds the words of new texts
+        # Where the search's catch-up reads the texts it takes in, and finds their words.
+        db.execute(Q["make_texts_taken"])
+        db.execute(Q["make_new_texts"])
         db.execute(Q["make_new_terms"])
         try:
             await self._write(self._migrate, notify=False)
@@ -617,8 +616,10 @@ class SqliteStore(SqlStore):
         window = {"after": after, "upto": upto}
         if name == "search":
             db.execute(Q["unindex_settled"], window)
-            db.execute(Q["index_requests"], window)
-            db.execute(_INDEX_NEW_TEXTS, window)  # and their words, each once
+            db.execute(Q["take_texts"], window)  # read out of their JSON once, for both uses:
+            db.execute(Q["index_taken_texts"])
+            db.execute(Q["words_of_taken_texts"])  # and their words, each once
+            db.execute(Q["forget_taken_texts"])
             db.execute(Q["keep_new_terms"])
             db.execute(Q["forget_new_texts"])
         else:

@@ -446,8 +446,13 @@ WHERE r.id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto A
   AND r.response IS NOT NULL
   AND EXISTS (SELECT 1 FROM events c WHERE c.request_id = r.id AND c.id <= :after AND c.type = 'created');
 
--- name: index_requests
-INSERT INTO requests_text (rowid, body, recipient)
+-- The texts of the requests the events in (:after, :upto] bring in (a request created in
+-- them, as it is now; one settled in them with a response, its whole text), each read out of
+-- its JSON once into `temp.texts_taken` (made by each connection when it opens), from which
+-- they go into the index and into `temp.new_texts`; then it is emptied.
+
+-- name: take_texts
+INSERT INTO temp.texts_taken (id, body, recipient)
 SELECT r.rowid,
     CASE WHEN json_valid(r.doc)
         THEN (SELECT group_concat(value, ' ') FROM json_tree(r.doc) WHERE type = 'text')
@@ -463,9 +468,21 @@ WHERE r.id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto A
   AND (r.response IS NOT NULL
        OR NOT EXISTS (SELECT 1 FROM events c WHERE c.request_id = r.id AND c.id <= :after AND c.type = 'created'));
 
--- The words of the texts `index_requests` just took in, kept in `search_terms`: that
--- statement fills `temp.new_texts` too (made by each connection when it opens, with the
--- tokenizer of `requests_text`), whose vocabulary gives their words; then it is emptied.
+-- name: index_taken_texts
+INSERT INTO requests_text (rowid, body, recipient) SELECT id, body, recipient FROM temp.texts_taken;
+
+-- The words of the texts just taken in are kept in `search_terms`: they go into
+-- `temp.new_texts` too (made by each connection when it opens, with the tokenizer of
+-- `requests_text`), whose vocabulary gives their words; then it is emptied.
+
+-- name: words_of_taken_texts
+INSERT INTO temp.new_texts (rowid, body, recipient) SELECT id, body, recipient FROM temp.texts_taken;
+
+-- name: forget_taken_texts
+DELETE FROM temp.texts_taken;
+
+-- name: make_texts_taken
+CREATE TEMP TABLE IF NOT EXISTS texts_taken (id INTEGER PRIMARY KEY, body TEXT, recipient TEXT);
 
 -- name: make_new_texts
 CREATE VIRTUAL TABLE IF NOT EXISTS temp.new_texts USING fts5 (
