@@ -547,6 +547,25 @@ async def test_the_sqlite_search_vocabulary_holds_every_word_of_the_index(tmp_pa
     assert words <= _vocabulary(path)
 
 
+async def test_a_sqlite_catch_up_indexes_only_the_texts_of_its_own_events(tmp_path: Path) -> None:
+    """The texts a catch-up takes in pass through a table of the connection's own: a row
+    left there (by a chunk cut short some other way than by its transaction) must not go
+    into the index beside the next chunk's."""
+    path = tmp_path / "taken.db"
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+        store = broker.store
+        assert isinstance(store, SqliteStore)
+        first = await broker.create(Text("Rotate the keys?"))
+        assert [r.id for r in (await broker.list(text="rotate")).items] == [first.id]
+        store.db.execute("INSERT INTO temp.texts_taken VALUES (424242, 'zanzibar', '')")
+        second = await broker.create(Text("Renew the certificate?"))
+        assert [r.id for r in (await broker.list(text="renew")).items] == [second.id]
+        assert (await broker.list(text="zanzibar")).items == []
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT rowid FROM requests_text WHERE requests_text MATCH 'zanzibar'").fetchall() == []
+        db.execute("INSERT INTO requests_text (requests_text, rank) VALUES ('integrity-check', 0)")
+
+
 async def test_an_sqlite_file_indexed_before_the_vocabulary_has_it_made_on_upgrade(tmp_path: Path) -> None:
     path = tmp_path / "upgraded.db"
     async with interlock.connect(f"sqlite:///{path}") as broker:

@@ -616,9 +616,12 @@ class SqliteStore(SqlStore):
         window = {"after": after, "upto": upto}
         if name == "search":
             db.execute(Q["unindex_settled"], window)
-            db.execute(Q["take_texts"], window)  # read out of their JSON once, for both uses:
+            # The new texts, read out of their JSON once, go into the index and give their
+            # words. Emptied first too: a row left over would go into the index twice.
+            db.execute(Q["forget_taken_texts"])
+            db.execute(Q["take_texts"], window)
             db.execute(Q["index_taken_texts"])
-            db.execute(Q["words_of_taken_texts"])  # and their words, each once
+            db.execute(Q["words_of_taken_texts"])
             db.execute(Q["forget_taken_texts"])
             db.execute(Q["keep_new_terms"])
             db.execute(Q["forget_new_texts"])

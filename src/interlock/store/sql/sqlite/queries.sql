@@ -448,11 +448,11 @@ WHERE r.id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto A
 
 -- The texts of the requests the events in (:after, :upto] bring in (a request created in
 -- them, as it is now; one settled in them with a response, its whole text), each read out of
--- its JSON once into `temp.texts_taken` (made by each connection when it opens), from which
--- they go into the index and into `temp.new_texts`; then it is emptied.
+-- its JSON once into `temp.texts_taken` (made by each connection when it opens, emptied
+-- before and after), from which they go into the index and into `temp.new_texts`.
 
 -- name: take_texts
-INSERT INTO temp.texts_taken (id, body, recipient)
+INSERT INTO temp.texts_taken (request_rowid, body, recipient)
 SELECT r.rowid,
     CASE WHEN json_valid(r.doc)
         THEN (SELECT group_concat(value, ' ') FROM json_tree(r.doc) WHERE type = 'text')
@@ -469,20 +469,20 @@ WHERE r.id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto A
        OR NOT EXISTS (SELECT 1 FROM events c WHERE c.request_id = r.id AND c.id <= :after AND c.type = 'created'));
 
 -- name: index_taken_texts
-INSERT INTO requests_text (rowid, body, recipient) SELECT id, body, recipient FROM temp.texts_taken;
+INSERT INTO requests_text (rowid, body, recipient) SELECT request_rowid, body, recipient FROM temp.texts_taken;
 
 -- The words of the texts just taken in are kept in `search_terms`: they go into
 -- `temp.new_texts` too (made by each connection when it opens, with the tokenizer of
 -- `requests_text`), whose vocabulary gives their words; then it is emptied.
 
 -- name: words_of_taken_texts
-INSERT INTO temp.new_texts (rowid, body, recipient) SELECT id, body, recipient FROM temp.texts_taken;
+INSERT INTO temp.new_texts (rowid, body, recipient) SELECT request_rowid, body, recipient FROM temp.texts_taken;
 
 -- name: forget_taken_texts
 DELETE FROM temp.texts_taken;
 
 -- name: make_texts_taken
-CREATE TEMP TABLE IF NOT EXISTS texts_taken (id INTEGER PRIMARY KEY, body TEXT, recipient TEXT);
+CREATE TEMP TABLE IF NOT EXISTS texts_taken (request_rowid INTEGER PRIMARY KEY, body TEXT, recipient TEXT);
 
 -- name: make_new_texts
 CREATE VIRTUAL TABLE IF NOT EXISTS temp.new_texts USING fts5 (

@@ -3,7 +3,7 @@
 -- holds whom each request is to, in a column of its own (`recipient`: `x` and the name in
 -- hex, one token whatever the name), so a person's search is the index's intersection of
 -- the word and the person. Rebuilt here from the requests, as the index is derived: every
--- request's texts, then its response's (the same expression as `index_requests`).
+-- request's texts, then its response's (the same expression as the catch-up's `take_texts`).
 DROP TABLE requests_text;
 
 CREATE VIRTUAL TABLE requests_text USING fts5 (
