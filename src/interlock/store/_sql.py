@@ -490,6 +490,8 @@ def list_sql(
     along_texts = bool(text_plan and text_plan.along and query.words) and postgres
     along_texts = along_texts and not (pending or settled_rows or matches_first)
     row = "r." if pending or text_first or matches_first or along_texts else "s." if settled_rows else ""
+    # The id the page is cut and ordered by.
+    key = "p.id" if pending else "t.rowid" if text_first else "t.id" if along_texts else f"{row}id"
     # A list with no filter of those read along an index of their own reads one agent's
     # requests along `requests_by_agent`, or the approvals along `requests_approvals` (whose
     # kind is in the statement's text, as the partial index says it). On SQLite, which
@@ -554,11 +556,10 @@ def list_sql(
         # again is the same statement): PostgreSQL plans a prepared statement for any values
         # from its sixth run, and for unknown bounds it read the window by time and sorted
         # it (126 ms for a week of a million requests, against 1 ms).
-        ids = "t.id" if along_texts else f"{row}id"
         if query.since is not None:
-            where.append(f"{ids} >= '{_id_at(query.since, -ID_TIME_SLACK)}'")
+            where.append(f"{key} >= '{_id_at(query.since, -ID_TIME_SLACK)}'")
         if query.until is not None:
-            where.append(f"{ids} < '{_id_at(query.until, ID_TIME_SLACK)}'")
+            where.append(f"{key} < '{_id_at(query.until, ID_TIME_SLACK)}'")
     if query.words:
         if postgres:
             params["words"] = " & ".join(f"{w}:*" for w in query.words)
@@ -580,9 +581,6 @@ def list_sql(
             match = "requests_text MATCH :words"
             where.append(match if text_first else f"rowid IN (SELECT rowid FROM requests_text WHERE {match})")
             params["words"] = fts_match(query, terms)
-    key = "p.id" if pending else "s.id" if settled_rows else "t.rowid" if text_first else f"{row}id"
-    if along_texts:
-        key = "t.id"
     if query.after is not None and text_first:
         # The cursor's own request, or the nearest stored after it in id order (a cursor
         # names a request; one made up names where it would be).

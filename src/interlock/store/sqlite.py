@@ -617,12 +617,11 @@ class SqliteStore(SqlStore):
         if name == "search":
             db.execute(Q["unindex_settled"], window)
             # The new texts, read out of their JSON once, go into the index and give their
-            # words. Emptied first too: a row left over would go into the index twice.
+            # words. Emptied first: a row left over would go into the index twice.
             db.execute(Q["forget_taken_texts"])
             db.execute(Q["take_texts"], window)
             db.execute(Q["index_taken_texts"])
             db.execute(Q["words_of_taken_texts"])
-            db.execute(Q["forget_taken_texts"])
             db.execute(Q["keep_new_terms"])
             db.execute(Q["forget_new_texts"])
         else:

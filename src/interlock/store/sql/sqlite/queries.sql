@@ -449,7 +449,7 @@ WHERE r.id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto A
 -- The texts of the requests the events in (:after, :upto] bring in (a request created in
 -- them, as it is now; one settled in them with a response, its whole text), each read out of
 -- its JSON once into `temp.texts_taken` (made by each connection when it opens, emptied
--- before and after), from which they go into the index and into `temp.new_texts`.
+-- first), from which they go into the index and into `temp.new_texts`.
 
 -- name: take_texts
 INSERT INTO temp.texts_taken (request_rowid, body, recipient)
