@@ -15,6 +15,7 @@ import pytest
 import interlock
 from interlock import Broker, Choice, Closed, Confirm, Expired, Form, MultiChoice, NotFound, Rejected, Status, Text
 from interlock.broker import _SCHEMES, LocalBroker, register_scheme
+from interlock.model import build_request
 from interlock.store import memory
 from interlock.store._sql import load_migrations
 from interlock.store.memory import MemoryStore
@@ -102,6 +103,20 @@ async def test_the_memory_event_log_keeps_its_last_events_with_each_request_as_i
         events = [e async for e in broker.events(after=0)]
         assert [e.type for e in events] == ["created"] * 4
         assert third.id not in {e.request_id for e in events}
+
+
+async def test_a_memory_notice_outlives_the_event_logs_copy_of_its_request() -> None:
+    """A notice is the entry of its event in the log: once the log has let the event and
+    its request go, the outbox still reads whom the request was to, and when."""
+    store = MemoryStore(event_retention=2)
+    first, _ = await store.insert(build_request(Text("Ship?"), to="alice", requester="bot"))
+    for _ in range(3):
+        await store.insert(build_request(Text("Merge?"), to="bob", requester="bot"))
+    assert first.id not in {e.request_id for e in await store.events(after=0)}
+    assert await store.next_outbox_due() == first.created_at
+    notices = await store.claim_notices("loop-1", datetime.now(UTC), 30)
+    assert [(n.type, n.recipient) for n in notices] == [("created", "alice")] + [("created", "bob")] * 3
+    assert (notices[0].request_id, notices[0].at, notices[0].event_id) == (first.id, first.created_at, 1)
 
 
 async def test_the_memory_event_log_reads_a_request_the_retention_let_go_as_it_was() -> None:

@@ -106,10 +106,11 @@ class MemoryStore:
         self._leases: list[tuple[datetime, str]] = []
         self._grants: dict[str, IssuedGrant] = {}  # by id; kept for the life of the process
         self._policies: dict[tuple[str, str], ApprovalPolicy] = {}  # by (agent, server)
-        # The outbox: the unrouted notices by id (the newest `_UNROUTED`), as (event id, type,
-        # request id, recipient, at), tuples of plain values that the garbage collector stops
-        # tracking; the leases of claimed ones apart; the deliveries by id.
-        self._notices: dict[int, tuple[int, str, str, str | None, datetime]] = {}
+        # The outbox: the unrouted notices by id (the newest `_UNROUTED`), each the very entry
+        # of its event in the log, not a copy (every tuple made is one more object for the
+        # garbage collector to count, and it collects every 700); the leases of claimed ones
+        # apart; the deliveries by id.
+        self._notices: dict[int, _Entry] = {}
         self._notice_leases: dict[int, tuple[str, datetime]] = {}
         self._deliveries: dict[str, tuple[Delivery, str | None, datetime | None]] = {}
         self._last_notice = 0
@@ -135,11 +136,12 @@ class MemoryStore:
         self._last_event = event_id = self._last_event + 1
         response = request.response
         at = response.at if response is not None else request.created_at
-        self._log((event_id, type_, at, request.id, None), request)
+        entry = (event_id, type_, at, request.id, None, request.to)
+        self._log(entry, request)
         if type_ in _NOTICE_TYPES:
             self._last_notice += 1
             notices = self._notices
-            notices[self._last_notice] = (event_id, type_, request.id, request.to, at)
+            notices[self._last_notice] = entry
             if len(notices) > _UNROUTED:
                 # A process that runs no outbox routes none: keep the newest only, as the
                 # event log does, rather than two notices for every request ever made.
@@ -149,7 +151,7 @@ class MemoryStore:
 
     async def append_event(self, type: str, data: Mapping[str, Any]) -> Event:
         self._last_event += 1
-        entry = (self._last_event, type, datetime.now(UTC), None, dict(data))
+        entry = (self._last_event, type, datetime.now(UTC), None, dict(data), None)
         self._log(entry)
         return self._event(entry)
 
@@ -189,7 +191,7 @@ class MemoryStore:
         return request
 
     def _event(self, entry: _Entry) -> Event:
-        event_id, type_, at, request_id, data = entry
+        event_id, type_, at, request_id, data, _ = entry
         return Event(event_id, type_, at, request_id, self._logged_request(entry), {} if data is None else data)
 
     async def insert(self, request: Request) -> tuple[Request, bool]:
@@ -309,7 +311,7 @@ class MemoryStore:
         if request is None:
             return False
         self._last_event += 1
-        self._log((self._last_event, "consumed", at, request_id, None), request)
+        self._log((self._last_event, "consumed", at, request_id, None, None), request)
         return True
 
     async def release(self, request_id: str, at: datetime) -> bool:
@@ -326,7 +328,7 @@ class MemoryStore:
 
     def _append_about(self, type_: str, request: Request, at: datetime, data: Mapping[str, Any]) -> None:
         self._last_event += 1
-        self._log((self._last_event, type_, at, request.id, dict(data)), request)
+        self._log((self._last_event, type_, at, request.id, dict(data), None), request)
 
     async def claim(self, request_id: str, by: str, at: datetime) -> Claim | None:
         held = self._claims.get(request_id)
@@ -536,7 +538,7 @@ class MemoryStore:
 
     def _append_run(self, type_: str, run: Run, at: datetime | None = None) -> None:
         self._last_event += 1
-        self._log((self._last_event, type_, at or run.updated_at, None, run_event_data(run)))
+        self._log((self._last_event, type_, at or run.updated_at, None, run_event_data(run), None))
 
     def _mark_ready(self, run_id: str, request_id: str) -> None:
         run = self._runs.get(run_id)
@@ -792,7 +794,7 @@ class MemoryStore:
     def _append_followup(self, type_: str, followup: Followup, run: Run, at: datetime) -> None:
         self._last_event += 1
         data = followup_event_data(followup, agent=run.agent, session=run.session, to=run.requester)
-        self._log((self._last_event, type_, at, None, data))
+        self._log((self._last_event, type_, at, None, data, None))
 
     async def enqueue_followup(self, followup: Followup, *, limit: int) -> Followup | None:
         run = self._runs.get(followup.run)
@@ -894,7 +896,9 @@ class MemoryStore:
             if held is not None and held[0] != owner and held[1] > now:
                 continue
             self._notice_leases[notice_id] = (owner, until)
-            out.append(Notice(notice_id, *entry))
+            event_id, type_, at, request_id, _, recipient = entry
+            assert request_id is not None  # only a request's events make notices
+            out.append(Notice(notice_id, event_id, type_, request_id, recipient, at))
         return out
 
     async def route_notice(self, notice: Notice, deliveries: Sequence[Delivery], owner: str, now: datetime) -> int:
@@ -971,7 +975,7 @@ class MemoryStore:
 
     async def next_outbox_due(self) -> datetime | None:
         if self._notices:
-            return min(entry[4] for entry in self._notices.values())
+            return min(entry[2] for entry in self._notices.values())
         due = [d.due_at for d, _, _ in self._deliveries.values() if d.status == "pending"]
         return min(due) if due else None
 
@@ -993,8 +997,10 @@ class MemoryStore:
 _NOTICE_TYPES = frozenset(NOTICE_TYPES)
 _EVENT_TYPE = {status: status.value for status in Status}  # a settlement's event type, as a plain str
 
-_Entry = tuple[int, str, datetime, str | None, Mapping[str, Any] | None]
-"""An event as the log keeps it: id, type, time, request id (its request is kept apart), data."""
+_Entry = tuple[int, str, datetime, str | None, Mapping[str, Any] | None, str | None]
+"""An event as the log keeps it: id, type, time, request id (its request is kept apart), data,
+and, for an event that makes a notice (`_NOTICE_TYPES`), whom its request is to: the notice is
+this same entry, and may outlive the log's copy of the request."""
 
 _Archive = tuple[Any, ...]
 """A request as plain values (`_archived`)."""
@@ -1159,7 +1165,7 @@ def _texts(value: Any) -> list[str]:
 
 
 def _event_matches(entry: _Entry, parties: _Parties | None, q: EventQuery) -> bool:
-    _, _, _, request_id, data = entry
+    _, _, _, request_id, data, _ = entry
     if q.request is not None and request_id != q.request:
         return False
     if parties is not None:
