@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import (
     collect,
     environment,
+    full_collections,
     median,
     paired,
     perf,
@@ -414,7 +415,9 @@ def run(args: argparse.Namespace) -> int:
     for order in rounds(names, args.reps):
         for n in order:
             collect()
-            wt[n].append(asyncio.run(WAITERS[n](args.waiters)))
+            with full_collections() as counted:
+                wt[n].append(asyncio.run(WAITERS[n](args.waiters)))
+            wt[n][-1]["full_gcs"] = counted[0]
     wt_med = {n: {k: median([r[k] for r in v]) for k in v[0]} for n, v in wt.items()}
 
     mem_tm = {n: memory_in_child(n, args.waiters, "tracemalloc") for n in names}
@@ -434,6 +437,7 @@ def run(args: argparse.Namespace) -> int:
                 m["create"] * 1e3,
                 m["park"] * 1e3,
                 m["wake"] * 1e3,
+                f"{m['full_gcs']:g}",
                 _pratio({k: [r["total"] for r in v] for k, v in wt.items()}, n, "roomkit"),
                 _fmtkb(mem_tm[n]),
                 _fmtkb(mem_rss[n]),
@@ -448,6 +452,7 @@ def run(args: argparse.Namespace) -> int:
                 "create ms",
                 "park ms",
                 "resolve+wake ms",
+                "full GCs",
                 "time x RoomKit",
                 "KB/waiter (tracemalloc)",
                 "KB/waiter (RSS)",
