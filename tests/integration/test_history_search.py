@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from interlock import Broker, Choice, Confirm, InvalidRequest, Text
+from interlock import Broker, Choice, Confirm, Form, InvalidRequest, Text
 
 pytestmark = pytest.mark.anyio
 
@@ -165,3 +165,53 @@ async def test_a_search_word_finds_every_word_it_begins_however_many_they_are(co
         answered = made["Redeploy?"]
         await broker.resolve(answered, "Zanzibar")  # an answer's words are searched too
         assert await found("zanz") == {answered}
+
+
+async def test_a_search_reads_the_words_a_person_reads_not_the_requests_ids_times_or_names(
+    connect: Callable[..., Broker],
+) -> None:
+    # The texts a search reads (`Query.text`): the title, the details, the prompts, the
+    # options' labels and descriptions, a form's field titles and descriptions, the answers
+    # and the reason; the same on every store.
+    street = {"type": "string", "title": "Street name", "description": "As written on the door"}
+    async with connect() as broker:
+        tier = await broker.create(
+            Choice("Which tier?", [{"id": "t7", "label": "Gold plan", "description": "Priority support"}]),
+            to="alice",
+            requester="billing-bot",
+            agent="billing-agent",
+            title="Renewal",
+            details="Due soon",
+            tool_name="send_invoice",
+            session="s-42",
+        )
+        address = await broker.create(Form("Shipping?", {"type": "object", "properties": {"street": street}}))
+        await broker.resolve(tier.id, "t7", by="alice", comment="cheapest that fits")
+        await broker.resolve(address.id, {"street": "Rue Mouffetard"}, by="alice")
+
+        async def found(text: str) -> set[str]:
+            return {r.id for r in (await broker.list(text=text, limit=100)).items}
+
+        for word in ("renewal", "due", "tier", "gold", "priority", "t7", "cheapest"):
+            assert await found(word) == {tier.id}, word
+        for word in ("shipping", "street", "door", "mouffetard"):
+            assert await found(word) == {address.id}, word
+        made = tier.created_at
+        nobody_reads = [
+            tier.id,  # ids
+            tier.id[:8],
+            str(made.year),  # times
+            f"{made.month:02d}",
+            "question",  # the kind, the status, the ask types and ids
+            "pending",
+            "answered",
+            "choice",
+            "form",
+            "python",  # the surface it was answered on
+            "alice",  # names
+            "billing",
+            "invoice",  # the origin
+            "42",
+        ]
+        for word in nobody_reads:
+            assert await found(word) == set(), word

@@ -595,3 +595,46 @@ async def test_an_sqlite_file_indexed_before_the_vocabulary_has_it_made_on_upgra
         assert [r.id for r in (await broker.list(text="zanz")).items] == [made.id]
         assert [r.id for r in (await broker.list(text="deploy build")).items] == [made.id]
     assert _indexed_words(path) <= _vocabulary(path)
+
+
+async def test_an_sqlite_file_indexed_with_every_string_is_searched_by_the_words_people_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import interlock.store.sqlite as sqlite_store
+
+    path = tmp_path / "indexed-before.db"
+    newest = sqlite_store.load_migrations("sqlite")
+    with monkeypatch.context() as patch:  # the version before indexed every string of a request
+        patch.setattr(sqlite_store, "load_migrations", lambda dialect: newest[:-1])
+        async with interlock.connect(f"sqlite:///{path}") as broker:
+            answered = await broker.create(Text("Deploy the build?"), to="alice", agent="deployer")
+            await broker.resolve(answered.id, "Zanzibar", by="alice")
+            waiting = await broker.create(Text("Rotate the keys?"), to="alice", agent="deployer")
+    with contextlib.closing(sqlite3.connect(path)) as db, db:  # its index, as that version's catch-up made it
+        db.execute("INSERT INTO requests_text (requests_text) VALUES ('delete-all')")
+        db.execute(
+            "INSERT INTO requests_text (rowid, body, recipient) SELECT rowid,"
+            " (SELECT group_concat(value, ' ') FROM json_tree(doc) WHERE type = 'text') ||"
+            " ifnull(' ' || (SELECT group_concat(value, ' ') FROM json_tree(response) WHERE type = 'text'), ''),"
+            " 'x' || hex(recipient) FROM requests"
+        )
+        db.execute("CREATE VIRTUAL TABLE temp.words USING fts5vocab(main, requests_text, col)")
+        db.execute("INSERT OR IGNORE INTO search_terms SELECT term FROM temp.words WHERE col = 'body'")
+    assert {"alice", "deployer", "pending", str(answered.created_at.year)} <= _indexed_words(path)
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+
+        async def found(text: str) -> set[str]:
+            return {r.id for r in (await broker.list(text=text)).items}
+
+        assert await found("zanzibar") == await found("deploy build") == {answered.id}
+        assert await found("rotate") == {waiting.id}
+        for word in ("alice", "deployer", "pending", "python", str(answered.created_at.year), answered.id):
+            assert await found(word) == set(), word
+        await broker.resolve(waiting.id, "Tonight", by="alice")  # a text indexed on upgrade, replaced
+        assert await found("tonight") == await found("rotate") == {waiting.id}
+    words = _indexed_words(path)
+    assert {"deploy", "zanzibar", "rotate", "tonight"} <= words
+    assert not {"alice", "deployer", "pending", "python", str(answered.created_at.year)} & words
+    assert words <= _vocabulary(path) and not {"alice", "pending"} & _vocabulary(path)
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("INSERT INTO requests_text (requests_text, rank) VALUES ('integrity-check', 0)")

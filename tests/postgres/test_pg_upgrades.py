@@ -17,11 +17,13 @@ from interlock.store.postgres import PostgresStore
 pytestmark = pytest.mark.anyio
 
 
-def before(*names: str) -> list[Migration]:
-    """The migrations of the version before those named."""
-    migrations = [m for m in load_migrations("postgresql") if m.name not in names]
-    assert len(migrations) == len(load_migrations("postgresql")) - len(names), names
-    return migrations
+def before(name: str) -> list[Migration]:
+    """The migrations of the version before the one named: those that came before it (a
+    later one may build on it)."""
+    migrations = load_migrations("postgresql")
+    names = [m.name for m in migrations]
+    assert name in names, name
+    return migrations[: names.index(name)]
 
 
 async def test_an_upgrade_counts_the_settled_requests_to_no_one_made_before(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,3 +107,43 @@ async def test_an_upgrade_keeps_the_events_to_someone_with_data_of_any_size(monk
                 ("followup_queued", None),
             ]
             assert [e.data.get("text") for e in page] == [None, text, "!" + text[1:]]
+
+
+async def test_an_upgrade_searches_the_texts_made_before_by_the_words_people_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import interlock.store.postgres as postgres_store
+
+    with empty_database() as url:
+        with monkeypatch.context() as patch:  # the version before: every string of a request
+            patch.setattr(postgres_store, "load_migrations", lambda dialect: before("search_the_words_people_read"))
+            async with interlock.connect(url) as broker:
+                answered = await broker.create(Text("Deploy the build?"), to="ann", agent="deployer")
+                await broker.resolve(answered.id, "Zanzibar", by="ann")
+                waiting = await broker.create(Text("Rotate the keys?"), to="ann", agent="deployer")
+                store = broker.store
+                assert isinstance(store, PostgresStore)
+                await store._catch_up()
+                assert {r.id for r in (await broker.list(text="deployer")).items} == {answered.id, waiting.id}
+        async with interlock.connect(url) as broker:
+
+            async def found(text: str, **filters: str) -> set[str]:
+                return {r.id for r in (await broker.list(text=text, **filters)).items}  # type: ignore[arg-type]
+
+            assert await found("zanzibar") == await found("deploy build") == {answered.id}
+            assert await found("rotate", recipient="ann") == {waiting.id}  # still narrowed by the name's word
+            for word in ("ann", "deployer", "pending", "python", str(answered.created_at.year), answered.id):
+                assert await found(word) == set(), word
+            await broker.resolve(waiting.id, "Tonight", by="ann")
+            assert await found("tonight") == await found("rotate") == {waiting.id}
+            conn = await asyncpg.connect(url)
+            try:  # the indexes and settings the texts had are made again
+                indexes = await conn.fetch("SELECT indexname FROM pg_indexes WHERE tablename = 'request_texts'")
+                assert {r[0] for r in indexes} == {"request_texts_pkey", "request_texts_body", "request_texts_to"}
+                target = await conn.fetchval(
+                    "SELECT attstattarget FROM pg_attribute"
+                    " WHERE attrelid = 'request_texts'::regclass AND attname = 'body'"
+                )
+                assert target == 1000
+            finally:
+                await conn.close()

@@ -55,6 +55,7 @@ __all__ = [
     "RunQuery",
     "RunStore",
     "Store",
+    "search_texts",
     "search_words",
     "text_words",
 ]
@@ -220,6 +221,53 @@ def search_words(text: str) -> tuple[str, ...]:
 def text_words(texts: Sequence[str]) -> set[str]:
     """The words of a request's texts, as a store that keeps no index matches them."""
     return {w for text in texts for w in _WORD.findall(text.lower())}
+
+
+_SEARCHED_IN_ASKS = ("prompt", "label", "description", "title")
+"""The members of an ask (at any depth: an option's, a form field's) whose text a search reads."""
+
+
+def search_texts(request: Request) -> list[str]:
+    """The texts a search reads in a request, as `Query.text` says: its title and details;
+    in each ask its prompt and every label, description and title within it (options, form
+    fields); once settled, every string of the answers, and the reason. Not its ids,
+    times, status, kind, names or origin: no one searches for those words, and a search
+    for `12` would otherwise find every request made in December. Every store reads the
+    same texts (the SQL stores from the documents they keep, see `take_texts`)."""
+    texts = [request.title, request.details]
+    for ask in request.asks:
+        _named_strings(ask.to_dict(), texts)
+    response = request.response
+    if response is not None:
+        _strings(response.answers, texts)
+        texts.append(response.reason)
+    return texts
+
+
+def _named_strings(value: Any, into: list[str]) -> None:
+    """Append the strings of the `_SEARCHED_IN_ASKS` members of every object in `value`."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if isinstance(item, str):
+                if key in _SEARCHED_IN_ASKS:
+                    into.append(item)
+            else:
+                _named_strings(item, into)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _named_strings(item, into)
+
+
+def _strings(value: Any, into: list[str]) -> None:
+    """Append every string in a JSON value (not the keys)."""
+    if isinstance(value, str):
+        into.append(value)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            _strings(item, into)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _strings(item, into)
 
 
 @runtime_checkable

@@ -38,13 +38,11 @@ from ..model import (
     RunStatus,
     Status,
     grant_event_data,
-    request_to_dict,
-    response_to_dict,
     run_event_data,
 )
 from ..outbox import NOTICE_TYPES, Delivery, DeliveryState, LinkUse, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
-from . import EventQuery, GrantQuery, Query, RunClaim, RunQuery, text_words
+from . import EventQuery, GrantQuery, Query, RunClaim, RunQuery, search_texts, text_words
 from ._url import url_options
 
 __all__ = ["MemoryStore", "from_url"]
@@ -1146,22 +1144,8 @@ def _matches(r: Request, q: Query) -> bool:
 
 
 def _has_words(r: Request, words: Sequence[str]) -> bool:
-    texts = _texts(request_to_dict(r))
-    if r.response is not None:
-        texts += _texts(response_to_dict(r.response))
-    found = text_words(texts)
+    found = text_words(search_texts(r))
     return all(any(w.startswith(word) for w in found) for word in words)
-
-
-def _texts(value: Any) -> list[str]:
-    """Every string in a JSON-like value (not its keys)."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _texts(v)]
-    if isinstance(value, list):
-        return [t for v in value for t in _texts(v)]
-    return []
 
 
 def _event_matches(entry: _Entry, parties: _Parties | None, q: EventQuery) -> bool:

@@ -405,8 +405,9 @@ class PostgresStore(SqlStore):
         sampled, a word it did not list being rarer than those it did. The requests are
         read first before the first ANALYZE, and when a word of the search begins many
         words ANALYZE does not list, each rare (`_begins_many`): the GIN index would gather
-        every one of those words' matches first (an admin's search for `01a`, which begins
-        the id of every request made for months, took 3.9 s at a million requests).
+        every one of those words' matches first (when the texts still held the requests'
+        ids, an admin's search for `01a`, which began the id of every request made for
+        months, took 3.9 s at a million requests).
 
         A person's search for a common word reads their texts in order, from the index of
         the word each text holds its recipient by (`_in_order`), each checked and each
@@ -1030,12 +1031,9 @@ def _in_order(query: Query) -> TextPlan:
 
 def _begins_many(word: str) -> bool:
     """Whether a search's word, a prefix, begins many different words of the texts, each
-    too rare for ANALYZE to list: a word of one or two letters, or the first digits of the
-    ids made now (every request's id is in its text, and begins with the millisecond it
-    was made in hex: `01a` begins the id of every request made from November 2026 to
-    March 2027). The newest requests match such a word, so reading them first fills the
-    page at once."""
-    return len(word) < 3 or (len(word) <= 12 and f"{time.time_ns() // 1_000_000:012x}".startswith(word))
+    too rare for ANALYZE to list: a word of one or two letters. The newest requests match
+    such a word, so reading them first fills the page at once."""
+    return len(word) < 3
 
 
 class WordShares:

@@ -425,19 +425,22 @@ WHERE id > (SELECT event_id FROM derived WHERE name = 'outbox') AND request_id I
   AND type IN ('created', 'answered', 'rejected', 'expired', 'cancelled')
 ORDER BY id LIMIT 1;
 
--- The search index: one row per request (its rowid), the texts of the request, then of its
--- response once it has one, and whom it is to (`x` and the name in hex: one token), as
--- migration 0020 built it. A request whose
--- pending text was indexed before the events in (:after, :upto] and that settled in them
--- with a response has that text taken out (a contentless index forgets a row's words when
--- told the text they came from), then its whole text put in; one created in them is put
--- in as it is now.
+-- The search index: one row per request (its rowid), the texts a search reads (as
+-- `store.search_texts` says: the title, the details, the asks' prompts and the labels,
+-- descriptions and titles in them, then, once it has a response, every string of its
+-- answers and its reason), and whom it is to (`x` and the name in hex: one token), as
+-- migration 0026 built it. A request whose pending text was indexed before the events in
+-- (:after, :upto] and that settled in them with a response has that text taken out (a
+-- contentless index forgets a row's words when told the text they came from), then its
+-- whole text put in; one created in them is put in as it is now.
 
 -- name: unindex_settled
 INSERT INTO requests_text (requests_text, rowid, body, recipient)
 SELECT 'delete', r.rowid,
     CASE WHEN json_valid(r.doc)
-        THEN (SELECT group_concat(value, ' ') FROM json_tree(r.doc) WHERE type = 'text')
+        THEN coalesce((SELECT group_concat(value, ' ') FROM json_tree(r.doc) WHERE type = 'text'
+                       AND (path = '$' AND key IN ('title', 'details')
+                            OR path LIKE '$.asks[%' AND key IN ('prompt', 'label', 'description', 'title'))), '')
         ELSE r.doc END,
     CASE WHEN r.recipient IS NULL THEN '' ELSE 'x' || hex(r.recipient) END
 FROM requests r
@@ -455,11 +458,14 @@ WHERE r.id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto A
 INSERT INTO temp.texts_taken (request_rowid, body, recipient)
 SELECT r.rowid,
     CASE WHEN json_valid(r.doc)
-        THEN (SELECT group_concat(value, ' ') FROM json_tree(r.doc) WHERE type = 'text')
+        THEN coalesce((SELECT group_concat(value, ' ') FROM json_tree(r.doc) WHERE type = 'text'
+                       AND (path = '$' AND key IN ('title', 'details')
+                            OR path LIKE '$.asks[%' AND key IN ('prompt', 'label', 'description', 'title'))), '')
         ELSE r.doc END ||
     CASE WHEN r.response IS NULL THEN ''
         WHEN json_valid(r.response)
-        THEN ' ' || coalesce((SELECT group_concat(value, ' ') FROM json_tree(r.response) WHERE type = 'text'), '')
+        THEN ' ' || coalesce((SELECT group_concat(value, ' ') FROM json_tree(r.response) WHERE type = 'text'
+                              AND (path = '$' AND key = 'reason' OR path = '$.answers' OR path LIKE '$.answers.%')), '')
         ELSE ' ' || r.response END,
     CASE WHEN r.recipient IS NULL THEN '' ELSE 'x' || hex(r.recipient) END
 FROM requests r

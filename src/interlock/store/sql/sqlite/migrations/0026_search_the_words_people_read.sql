@@ -1,0 +1,35 @@
+-- A search reads the words a person reads in a request, as the API says (`Query.text`):
+-- its title and details, its asks' prompts and the labels, descriptions and titles in
+-- them (options, form fields), and once answered every string of the answers and the
+-- reason. The index held every string of the request's document and response: its id,
+-- its times, its kind and status, the ask types and ids, the surface it was answered on.
+-- So a search for `12` or `2026` found every request made in December 2026, one for
+-- `pending` every request ever made (the document is kept as created), and each request
+-- added words no one searches for (its times' microseconds) to the index and to
+-- `search_terms`, where a short prefix then stood for too many words to be read one by
+-- one. Rebuilt here from the requests, as the index is derived: each one's texts as
+-- `take_texts` now reads them, every event so far taken in.
+INSERT INTO requests_text (requests_text) VALUES ('delete-all');
+
+INSERT INTO requests_text (rowid, body, recipient)
+SELECT r.rowid,
+    CASE WHEN json_valid(r.doc)
+        THEN coalesce((SELECT group_concat(value, ' ') FROM json_tree(r.doc) WHERE type = 'text'
+                       AND (path = '$' AND key IN ('title', 'details')
+                            OR path LIKE '$.asks[%' AND key IN ('prompt', 'label', 'description', 'title'))), '')
+        ELSE r.doc END ||
+    CASE WHEN r.response IS NULL THEN ''
+        WHEN json_valid(r.response)
+        THEN ' ' || coalesce((SELECT group_concat(value, ' ') FROM json_tree(r.response) WHERE type = 'text'
+                              AND (path = '$' AND key = 'reason' OR path = '$.answers' OR path LIKE '$.answers.%')), '')
+        ELSE ' ' || r.response END,
+    CASE WHEN r.recipient IS NULL THEN '' ELSE 'x' || hex(r.recipient) END
+FROM requests r;
+
+UPDATE derived SET event_id = (SELECT ifnull(max(id), 0) FROM events) WHERE name = 'search';
+
+-- The words indexed now, each once (as migration 0023 first made them).
+DELETE FROM search_terms;
+CREATE VIRTUAL TABLE requests_text_words USING fts5vocab(requests_text, col);
+INSERT INTO search_terms (term) SELECT DISTINCT term FROM requests_text_words WHERE col = 'body';
+DROP TABLE requests_text_words;
