@@ -438,9 +438,9 @@ ORDER BY id LIMIT 1;
 INSERT INTO requests_text (requests_text, rowid, body, recipient)
 SELECT 'delete', r.rowid,
     CASE WHEN json_valid(r.doc)
-        THEN coalesce((SELECT group_concat(value, ' ') FROM json_tree(r.doc) WHERE type = 'text'
-                       AND (path = '$' AND key IN ('title', 'details')
-                            OR path LIKE '$.asks[%' AND key IN ('prompt', 'label', 'description', 'title'))), '')
+        THEN ifnull(json_extract(r.doc, '$.title'), '') || ' ' || ifnull(json_extract(r.doc, '$.details'), '')
+            || ' ' || ifnull((SELECT group_concat(value, ' ') FROM json_tree(r.doc, '$.asks')
+                              WHERE type = 'text' AND key IN ('prompt', 'label', 'description', 'title')), '')
         ELSE r.doc END,
     CASE WHEN r.recipient IS NULL THEN '' ELSE 'x' || hex(r.recipient) END
 FROM requests r
@@ -458,14 +458,15 @@ WHERE r.id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto A
 INSERT INTO temp.texts_taken (request_rowid, body, recipient)
 SELECT r.rowid,
     CASE WHEN json_valid(r.doc)
-        THEN coalesce((SELECT group_concat(value, ' ') FROM json_tree(r.doc) WHERE type = 'text'
-                       AND (path = '$' AND key IN ('title', 'details')
-                            OR path LIKE '$.asks[%' AND key IN ('prompt', 'label', 'description', 'title'))), '')
+        THEN ifnull(json_extract(r.doc, '$.title'), '') || ' ' || ifnull(json_extract(r.doc, '$.details'), '')
+            || ' ' || ifnull((SELECT group_concat(value, ' ') FROM json_tree(r.doc, '$.asks')
+                              WHERE type = 'text' AND key IN ('prompt', 'label', 'description', 'title')), '')
         ELSE r.doc END ||
     CASE WHEN r.response IS NULL THEN ''
         WHEN json_valid(r.response)
-        THEN ' ' || coalesce((SELECT group_concat(value, ' ') FROM json_tree(r.response) WHERE type = 'text'
-                              AND (path = '$' AND key = 'reason' OR path = '$.answers' OR path LIKE '$.answers.%')), '')
+        THEN ' ' || ifnull((SELECT group_concat(value, ' ') FROM json_tree(r.response, '$.answers')
+                            WHERE type = 'text'), '')
+            || ' ' || ifnull(json_extract(r.response, '$.reason'), '')
         ELSE ' ' || r.response END,
     CASE WHEN r.recipient IS NULL THEN '' ELSE 'x' || hex(r.recipient) END
 FROM requests r

@@ -14,14 +14,15 @@ INSERT INTO requests_text (requests_text) VALUES ('delete-all');
 INSERT INTO requests_text (rowid, body, recipient)
 SELECT r.rowid,
     CASE WHEN json_valid(r.doc)
-        THEN coalesce((SELECT group_concat(value, ' ') FROM json_tree(r.doc) WHERE type = 'text'
-                       AND (path = '$' AND key IN ('title', 'details')
-                            OR path LIKE '$.asks[%' AND key IN ('prompt', 'label', 'description', 'title'))), '')
+        THEN ifnull(json_extract(r.doc, '$.title'), '') || ' ' || ifnull(json_extract(r.doc, '$.details'), '')
+            || ' ' || ifnull((SELECT group_concat(value, ' ') FROM json_tree(r.doc, '$.asks')
+                              WHERE type = 'text' AND key IN ('prompt', 'label', 'description', 'title')), '')
         ELSE r.doc END ||
     CASE WHEN r.response IS NULL THEN ''
         WHEN json_valid(r.response)
-        THEN ' ' || coalesce((SELECT group_concat(value, ' ') FROM json_tree(r.response) WHERE type = 'text'
-                              AND (path = '$' AND key = 'reason' OR path = '$.answers' OR path LIKE '$.answers.%')), '')
+        THEN ' ' || ifnull((SELECT group_concat(value, ' ') FROM json_tree(r.response, '$.answers')
+                            WHERE type = 'text'), '')
+            || ' ' || ifnull(json_extract(r.response, '$.reason'), '')
         ELSE ' ' || r.response END,
     CASE WHEN r.recipient IS NULL THEN '' ELSE 'x' || hex(r.recipient) END
 FROM requests r;
