@@ -426,28 +426,20 @@ WHERE id > (SELECT event_id FROM derived WHERE name = 'outbox') AND request_id I
 ORDER BY id LIMIT 1;
 
 -- The search index: one row per request (its rowid), the texts a search reads (as
--- `store.search_texts` says: the title, the details, the asks' prompts and the labels,
--- descriptions and titles in them, then, once it has a response, every string of its
--- answers and its reason), and whom it is to (`x` and the name in hex: one token), as
--- migration 0026 built it. A request whose pending text was indexed before the events in
+-- `store.search_texts` says, and the view `search_texts` of migration 0026 reads them),
+-- and whom it is to. A request whose pending text was indexed before the events in
 -- (:after, :upto] and that settled in them with a response has that text taken out (a
 -- contentless index forgets a row's words when told the text they came from), then its
 -- whole text put in; one created in them is put in as it is now.
 
 -- name: unindex_settled
 INSERT INTO requests_text (requests_text, rowid, body, recipient)
-SELECT 'delete', r.rowid,
-    CASE WHEN json_valid(r.doc)
-        THEN ifnull(json_extract(r.doc, '$.title'), '') || ' ' || ifnull(json_extract(r.doc, '$.details'), '')
-            || ' ' || ifnull((SELECT group_concat(value, ' ') FROM json_tree(r.doc, '$.asks')
-                              WHERE type = 'text' AND key IN ('prompt', 'label', 'description', 'title')), '')
-        ELSE r.doc END,
-    CASE WHEN r.recipient IS NULL THEN '' ELSE 'x' || hex(r.recipient) END
-FROM requests r
-WHERE r.id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto AND request_id IS NOT NULL
-                 AND type IN ('answered', 'rejected', 'expired', 'cancelled'))
-  AND r.response IS NOT NULL
-  AND EXISTS (SELECT 1 FROM events c WHERE c.request_id = r.id AND c.id <= :after AND c.type = 'created');
+SELECT 'delete', t.request_rowid, t.doc_text, t.recipient
+FROM search_texts t
+WHERE t.request_id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto AND request_id IS NOT NULL
+                         AND type IN ('answered', 'rejected', 'expired', 'cancelled'))
+  AND t.settled
+  AND EXISTS (SELECT 1 FROM events c WHERE c.request_id = t.request_id AND c.id <= :after AND c.type = 'created');
 
 -- The texts of the requests the events in (:after, :upto] bring in (a request created in
 -- them, as it is now; one settled in them with a response, its whole text), each read out of
@@ -456,24 +448,13 @@ WHERE r.id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto A
 
 -- name: take_texts
 INSERT INTO temp.texts_taken (request_rowid, body, recipient)
-SELECT r.rowid,
-    CASE WHEN json_valid(r.doc)
-        THEN ifnull(json_extract(r.doc, '$.title'), '') || ' ' || ifnull(json_extract(r.doc, '$.details'), '')
-            || ' ' || ifnull((SELECT group_concat(value, ' ') FROM json_tree(r.doc, '$.asks')
-                              WHERE type = 'text' AND key IN ('prompt', 'label', 'description', 'title')), '')
-        ELSE r.doc END ||
-    CASE WHEN r.response IS NULL THEN ''
-        WHEN json_valid(r.response)
-        THEN ' ' || ifnull((SELECT group_concat(value, ' ') FROM json_tree(r.response, '$.answers')
-                            WHERE type = 'text'), '')
-            || ' ' || ifnull(json_extract(r.response, '$.reason'), '')
-        ELSE ' ' || r.response END,
-    CASE WHEN r.recipient IS NULL THEN '' ELSE 'x' || hex(r.recipient) END
-FROM requests r
-WHERE r.id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto AND request_id IS NOT NULL
-                 AND type IN ('created', 'answered', 'rejected', 'expired', 'cancelled'))
-  AND (r.response IS NOT NULL
-       OR NOT EXISTS (SELECT 1 FROM events c WHERE c.request_id = r.id AND c.id <= :after AND c.type = 'created'));
+SELECT t.request_rowid, t.doc_text || t.response_text, t.recipient
+FROM search_texts t
+WHERE t.request_id IN (SELECT request_id FROM events WHERE id > :after AND id <= :upto AND request_id IS NOT NULL
+                         AND type IN ('created', 'answered', 'rejected', 'expired', 'cancelled'))
+  AND (t.settled
+       OR NOT EXISTS (SELECT 1 FROM events c WHERE c.request_id = t.request_id AND c.id <= :after
+                        AND c.type = 'created'));
 
 -- name: index_taken_texts
 INSERT INTO requests_text (rowid, body, recipient) SELECT request_rowid, body, recipient FROM temp.texts_taken;

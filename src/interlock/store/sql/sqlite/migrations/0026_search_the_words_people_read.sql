@@ -7,17 +7,22 @@
 -- `pending` every request ever made (the document is kept as created), and each request
 -- added words no one searches for (its times' microseconds) to the index and to
 -- `search_terms`, where a short prefix then stood for too many words to be read one by
--- one. Rebuilt here from the requests, as the index is derived: each one's texts as
--- `take_texts` now reads them, every event so far taken in.
-INSERT INTO requests_text (requests_text) VALUES ('delete-all');
+-- one. Rebuilt here from the requests, as the index is derived: every event so far taken in.
 
-INSERT INTO requests_text (rowid, body, recipient)
-SELECT r.rowid,
+-- What a search reads of each request, in one place: the catch-up's `take_texts` and
+-- `unindex_settled` read it, as the rebuild below does. `doc_text` is what a request is
+-- indexed with while pending (its document does not change), `settled` whether it has a
+-- response, `response_text` what that adds (with a space before it; '' while it has
+-- none), `recipient` whom it is to (`x` and the name in hex: one token, whatever the
+-- name). A document or response that is not JSON SQLite reads (a NaN, stored by an
+-- earlier version) is indexed as its raw text.
+CREATE VIEW search_texts (request_rowid, request_id, settled, doc_text, response_text, recipient) AS
+SELECT r.rowid, r.id, r.response IS NOT NULL,
     CASE WHEN json_valid(r.doc)
         THEN ifnull(json_extract(r.doc, '$.title'), '') || ' ' || ifnull(json_extract(r.doc, '$.details'), '')
             || ' ' || ifnull((SELECT group_concat(value, ' ') FROM json_tree(r.doc, '$.asks')
                               WHERE type = 'text' AND key IN ('prompt', 'label', 'description', 'title')), '')
-        ELSE r.doc END ||
+        ELSE r.doc END,
     CASE WHEN r.response IS NULL THEN ''
         WHEN json_valid(r.response)
         THEN ' ' || ifnull((SELECT group_concat(value, ' ') FROM json_tree(r.response, '$.answers')
@@ -26,6 +31,10 @@ SELECT r.rowid,
         ELSE ' ' || r.response END,
     CASE WHEN r.recipient IS NULL THEN '' ELSE 'x' || hex(r.recipient) END
 FROM requests r;
+
+INSERT INTO requests_text (requests_text) VALUES ('delete-all');
+INSERT INTO requests_text (rowid, body, recipient)
+SELECT request_rowid, doc_text || response_text, recipient FROM search_texts;
 
 UPDATE derived SET event_id = (SELECT ifnull(max(id), 0) FROM events) WHERE name = 'search';
 
