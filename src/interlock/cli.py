@@ -636,7 +636,9 @@ def _ago(when: datetime, now: datetime) -> str:
 @app.command()
 def serve(
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8765,
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="Port to listen on (0: any free port, printed at start).")
+    ] = 8765,
     db: LocalDb = None,
     no_auth: Annotated[
         bool, typer.Option("--no-auth", help="Let anyone on this machine do anything (loopback addresses only).")
@@ -787,8 +789,8 @@ def serve(
     policy = GrantPolicy(
         parse_duration(grant_default), parse_duration(grant_ceiling) if grant_ceiling is not None else None
     )
-    where = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
     sock = _listen(host, port)
+    where = f"http://{host if ':' not in host else f'[{host}]'}:{sock.getsockname()[1]}"  # the port held, if 0
 
     async def announce(broker: LocalBroker) -> None:
         """Once the store is open: with auth, a one-time sign-in link for the person at

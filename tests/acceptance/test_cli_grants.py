@@ -3,15 +3,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
-import anyio
 import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -21,10 +17,9 @@ import interlock
 from cli_support import invoke
 from interlock.grant_tokens import GrantSigner, verify_grant_token
 from interlock.model import Choice, Confirm, Option, Status
+from serve_support import serve
 
 pytestmark = pytest.mark.anyio
-
-INTERLOCK = [sys.executable, "-m", "interlock"]
 
 
 def run(*args: str, db: str) -> subprocess.CompletedProcess[str]:
@@ -130,23 +125,10 @@ async def test_serve_takes_the_grant_settings_and_the_cli_answers_with_grants_th
     tokens = {}
     for args in (["alice", "--human"], ["bob", "--human"], ["deployer", "--agent", "--owner", "alice"]):
         tokens[args[0]] = invoke("token", "create", *args, "--db", db).stdout.strip()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
     flags = ["--grant-ceiling", "1h", "--grant-key", str(pem), "--open-inboxes"]
-    proc = await asyncio.create_subprocess_exec(
-        *INTERLOCK, "serve", "--port", str(port), "--db", db, *flags, stderr=asyncio.subprocess.PIPE
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
+    async with serve("--db", db, *flags) as served:
+        url = served.url
         async with httpx.AsyncClient(base_url=f"{url}/api/v1", timeout=10) as http:
-            with anyio.fail_after(30):
-                while True:
-                    try:
-                        if (await http.get(f"{url}/healthz")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        await anyio.sleep(0.02)  # still starting
             keys = (await http.get("/grants/keys")).json()
             assert keys["keys"][0]["kid"] == GrantSigner.from_pem(pem).kid  # signed with the key given
             agent = {"Authorization": f"Bearer {tokens['deployer']}"}
@@ -170,7 +152,3 @@ async def test_serve_takes_the_grant_settings_and_the_cli_answers_with_grants_th
         claims = verify_grant_token(shown["token"], keys, audience="deployer", with_="repo:web", can="deploy")
         assert claims.issuer == "bob"
         assert claims.expires_at is not None and claims.expires_at.timestamp() - claims.issued_at.timestamp() <= 3600
-    finally:
-        proc.terminate()
-        with anyio.fail_after(20):
-            await proc.wait()

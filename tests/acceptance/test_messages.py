@@ -63,6 +63,21 @@ def until_healthy(url: str) -> None:
             time.sleep(0.05)  # still starting
 
 
+def announced(proc: subprocess.Popen[str]) -> str:
+    """The address `interlock serve --port 0` prints, once it holds a port: its own, never
+    one another test's server could take between a pick and a bind."""
+    assert proc.stderr is not None
+    stuck = threading.Timer(60, proc.kill)  # the bound: a server that never says where it serves is ended
+    stuck.start()
+    try:
+        while line := proc.stderr.readline():
+            if found := re.search(r" serving (http://\S+) on ", line):
+                return found.group(1)
+    finally:
+        stuck.cancel()
+    raise AssertionError(f"interlock serve ended with {proc.wait(20)} before serving")
+
+
 @dataclass
 class Served:
     """A running `interlock serve`: its URL, its process and its folder (its store's file)."""
@@ -78,13 +93,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     it: one for the module's tests, which only read from it or add what none of the others
     looks at (a process each would start and import the server again for every test)."""
     folder = tmp_path_factory.mktemp("served")
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_URL", "INTERLOCK_TOKEN")}
     proc = subprocess.Popen(
-        [*INTERLOCK, "serve", "--port", str(port)], cwd=folder, env=env, stderr=subprocess.PIPE, text=True
+        [*INTERLOCK, "serve", "--port", "0"], cwd=folder, env=env, stderr=subprocess.PIPE, text=True
     )
-    url = f"http://127.0.0.1:{port}"
     try:
+        url = announced(proc)
         until_healthy(url)
         yield Served(url, proc, folder)
     finally:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -19,6 +18,7 @@ import pytest
 
 import interlock
 from cli_support import invoke
+from serve_support import serve
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 INTERLOCK = [sys.executable, "-m", "interlock"]
@@ -34,41 +34,24 @@ class Server:
         return {**os.environ, "INTERLOCK_URL": self.url, "INTERLOCK_TOKEN": self.tokens[who]}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-async def until_healthy(url: str) -> None:
-    with anyio.fail_after(30):
-        async with httpx.AsyncClient() as client:
-            while True:
-                try:
-                    if (await client.get(f"{url}/healthz")).status_code == 200:
-                        return
-                except httpx.TransportError:
-                    await anyio.sleep(0.02)  # the process is still starting: try again
-
-
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[Server]:
     db = f"sqlite:///{tmp_path / 'served.db'}"
     tokens = {}
     for args in (["alice", "--human"], ["bob", "--human"], ["deployer", "--agent", "--owner", "alice"]):
         tokens[args[0]] = invoke("token", "create", *args, "--db", db).stdout.strip()
-    port = free_port()
-    proc = await asyncio.create_subprocess_exec(
-        *INTERLOCK, "serve", "--port", str(port), "--db", db, stderr=asyncio.subprocess.PIPE
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        await until_healthy(url)
-        yield Server(url, db, tokens)
-    finally:
-        proc.terminate()
-        with anyio.fail_after(20):
-            await proc.wait()
+    async with serve("--db", db) as served:
+        yield Server(served.url, db, tokens)
+
+
+async def test_serve_on_port_0_takes_a_free_port_and_prints_it(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'served.db'}"
+    async with serve("--db", db, "--no-auth") as first, serve("--db", db, "--no-auth") as second:
+        ports = {first.url.rsplit(":", 1)[1], second.url.rsplit(":", 1)[1]}
+        assert len(ports) == 2 and "0" not in ports  # two ports, each the one its server holds
+        async with httpx.AsyncClient() as client:
+            for served in (first, second):
+                assert (await client.get(f"{served.url}/api/v1/requests")).status_code == 200
 
 
 def test_serve_refuses_no_auth_off_loopback(tmp_path: Path) -> None:

@@ -6,17 +6,16 @@ import asyncio
 import contextlib
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Iterator, Sequence
 
 import anyio
-import httpx
+
+from serve_support import serve_many
 
 PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
-INTERLOCK = [sys.executable, "-m", "interlock"]
 BOUND = 20  # seconds: the most any single wait on another process may take
 
 
@@ -48,54 +47,11 @@ def empty_database() -> Iterator[str]:
         psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-async def until_healthy(url: str, proc: asyncio.subprocess.Process) -> None:
-    with anyio.fail_after(60):
-        async with httpx.AsyncClient() as client:
-            while True:
-                if proc.returncode is not None:
-                    raise AssertionError(f"the node at {url} exited with {proc.returncode}")
-                try:
-                    if (await client.get(f"{url}/healthz")).status_code == 200:
-                        return
-                except httpx.TransportError:
-                    await anyio.sleep(0.02)  # still starting: poll again (bounded above)
-
-
 @contextlib.asynccontextmanager
 async def nodes(db: str, count: int) -> AsyncIterator[list[tuple[str, asyncio.subprocess.Process]]]:
     """`count` real `interlock serve --db <db>` processes, healthy, stopped after."""
-    started: list[tuple[str, asyncio.subprocess.Process]] = []
-    try:
-        for _ in range(count):
-            port = free_port()
-            proc = await asyncio.create_subprocess_exec(
-                *INTERLOCK,
-                "serve",
-                "--port",
-                str(port),
-                "--db",
-                db,
-                "--no-auth",
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL,
-            )
-            started.append((f"http://127.0.0.1:{port}", proc))
-        for url, proc in started:
-            await until_healthy(url, proc)
-        yield started
-    finally:
-        for _, proc in started:
-            if proc.returncode is None:
-                proc.terminate()
-        for _, proc in started:
-            with anyio.fail_after(BOUND):
-                await proc.wait()
+    async with serve_many(count, "--db", db, "--no-auth") as started:
+        yield [(served.url, served.proc) for served in started]
 
 
 async def spawn(code: str, *args: str) -> asyncio.subprocess.Process:

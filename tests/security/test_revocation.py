@@ -3,12 +3,10 @@ on every node, whoever revokes it (the CLI in another process, on another machin
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
 import re
-import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager
@@ -24,6 +22,7 @@ from httpx_sse import ServerSentEvent, aconnect_sse
 
 import interlock
 from interlock.principals import Principal, issue_token
+from serve_support import serve_many
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 BOUND = 20
@@ -175,52 +174,11 @@ async def test_revoking_a_token_in_another_process_ends_the_streams_it_opened_an
 # -- PostgreSQL: a stream on one node, the revocation through another ------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextlib.asynccontextmanager
 async def auth_nodes(db: str, count: int) -> AsyncIterator[list[str]]:
     """`count` real `interlock serve --db <db>` processes with auth on, healthy, stopped after."""
-    procs: list[asyncio.subprocess.Process] = []
-    urls = []
-    try:
-        for _ in range(count):
-            port = free_port()
-            procs.append(
-                await asyncio.create_subprocess_exec(
-                    *INTERLOCK,
-                    "serve",
-                    "--port",
-                    str(port),
-                    "--db",
-                    db,
-                    stdout=asyncio.subprocess.DEVNULL,
-                    stderr=asyncio.subprocess.DEVNULL,
-                    env={**os.environ, "INTERLOCK_SECRET_KEY": "nodes"},
-                )
-            )
-            urls.append(f"http://127.0.0.1:{port}")
-        async with httpx.AsyncClient() as client:
-            for url, proc in zip(urls, procs, strict=True):
-                with anyio.fail_after(60):
-                    while True:
-                        assert proc.returncode is None, f"the node at {url} exited"
-                        try:
-                            if (await client.get(f"{url}/healthz")).status_code == 200:
-                                break
-                        except httpx.TransportError:
-                            await anyio.sleep(0.02)  # still starting: poll again (bounded above)
-        yield urls
-    finally:
-        for proc in procs:
-            if proc.returncode is None:
-                proc.terminate()
-        for proc in procs:
-            with anyio.fail_after(BOUND):
-                await proc.wait()
+    async with serve_many(count, "--db", db, env={**os.environ, "INTERLOCK_SECRET_KEY": "nodes"}) as started:
+        yield [served.url for served in started]
 
 
 async def test_revoking_a_token_ends_its_streams_on_every_postgresql_node(

@@ -4,21 +4,20 @@ given on the command line all read `***`."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import logging
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractContextManager, asynccontextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import anyio
-import httpx
 import pytest
 
 import interlock
 from cli_support import invoke
+from serve_support import serve
 
 pytestmark = pytest.mark.anyio
 INTERLOCK = [sys.executable, "-m", "interlock"]
@@ -32,54 +31,24 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@asynccontextmanager
-async def serving(db: str) -> AsyncIterator[asyncio.subprocess.Process]:
-    """`interlock serve --db <db>` until it is healthy (or has exited)."""
-    port = free_port()
-    proc = await asyncio.create_subprocess_exec(
-        *INTERLOCK, "serve", "--port", str(port), "--db", db, stderr=asyncio.subprocess.PIPE
-    )
-    try:
-        async with httpx.AsyncClient() as client:
-            with anyio.fail_after(BOUND):
-                while proc.returncode is None:
-                    try:
-                        if (await client.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        await anyio.sleep(0.02)  # still starting (or failing): poll again, bounded above
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-        with anyio.fail_after(BOUND):
-            await proc.wait()
-
-
-async def stderr_of(proc: asyncio.subprocess.Process) -> str:
-    assert proc.stderr is not None
-    with anyio.fail_after(BOUND):
-        return (await proc.stderr.read()).decode()
-
-
 @pytest.mark.slow
 async def test_serve_never_prints_the_database_password(
     pg_databases: Callable[[], AbstractContextManager[str]],
 ) -> None:
     with pg_databases() as url:
         with_password = url.replace("postgresql://postgres@", f"postgresql://postgres:{SECRET}@")
-        async with serving(with_password) as proc:
-            assert proc.returncode is None  # it started: the server trusts any password here
-        printed = await stderr_of(proc)
+        async with serve("--db", with_password) as served:
+            assert served.proc.returncode is None  # it started: the server trusts any password here
+        printed = served.stderr  # all of it: the server has stopped
         assert SECRET not in printed
         assert "postgresql://postgres:***@127.0.0.1:5432/" in printed
 
     # A store that fails to open: the banner, the error and uvicorn's log of it, all masked.
     missing = f"postgresql://postgres@127.0.0.1:5432/no_such_database?password={SECRET}"
-    async with serving(missing) as proc:
-        pass
-    printed = await stderr_of(proc)
-    assert proc.returncode != 0
+    with anyio.fail_after(BOUND):
+        failed = await anyio.run_process([*INTERLOCK, "serve", "--port", "0", "--db", missing], check=False)
+    printed = failed.stderr.decode()
+    assert failed.returncode != 0
     assert "cannot open the PostgreSQL store" in printed
     assert SECRET not in printed
     assert "password=***" in printed

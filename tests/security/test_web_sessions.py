@@ -4,12 +4,10 @@ the operator says which proxies to believe."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import re
 import socket
-import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager
@@ -26,10 +24,10 @@ import interlock
 from interlock import Text
 from interlock.principals import Principal, hash_token, issue_token
 from interlock.server.app import create_app
+from serve_support import serve
 
 pytestmark = pytest.mark.anyio
 BOUND = 20
-INTERLOCK = [sys.executable, "-m", "interlock"]
 SESSION_COOKIE = "interlock_session"
 
 
@@ -209,34 +207,10 @@ async def test_the_cookie_is_secure_behind_a_tls_proxy_only_when_the_proxy_is_tr
         create_app("memory://", trusted_proxies=["proxy.example"])
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @asynccontextmanager
 async def cli_server(db: str, *args: str) -> AsyncIterator[str]:
-    port = free_port()
-    proc = await asyncio.create_subprocess_exec(
-        *INTERLOCK, "serve", "--port", str(port), "--db", db, *args, stderr=asyncio.subprocess.DEVNULL
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        async with httpx.AsyncClient() as client:
-            with anyio.fail_after(60):
-                while True:
-                    assert proc.returncode is None, "interlock serve exited"
-                    try:
-                        if (await client.get(f"{url}/healthz")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        await anyio.sleep(0.02)  # still starting: poll again (bounded above)
-        yield url
-    finally:
-        proc.terminate()
-        with anyio.fail_after(BOUND):
-            await proc.wait()
+    async with serve("--db", db, *args) as served:
+        yield served.url
 
 
 @pytest.mark.slow

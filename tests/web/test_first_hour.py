@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,17 +22,11 @@ pytestmark = [
 INTERLOCK = [sys.executable, "-m", "interlock"]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_the_first_hour_from_serve_to_an_answer_clicked_in_the_browser(tmp_path: Path, page: Page) -> None:  # noqa: F811
     env = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_URL", "INTERLOCK_TOKEN")}
     env["INTERLOCK_USER"] = "newcomer"
     serving = subprocess.Popen(
-        [*INTERLOCK, "serve", "--port", str(free_port())], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
+        [*INTERLOCK, "serve", "--port", "0"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
     )
     asking: subprocess.Popen[str] | None = None
     try:

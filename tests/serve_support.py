@@ -1,0 +1,121 @@
+"""Real `interlock serve` processes, for the tests whose point is the process.
+
+Each server binds port 0 and the test reads the address it prints. A port the test picked
+and the server bound afterwards could be taken in between by another test's server, whose
+/healthz would then answer in this one's place (and the test would fail later, once that
+other server had stopped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import sys
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import httpx
+
+INTERLOCK = [sys.executable, "-m", "interlock"]
+START_BOUND = 60  # seconds: the most a server may take to start (imports, migrations) on a busy machine
+STOP_BOUND = 20  # seconds: the most it may take to stop after SIGTERM
+_SERVING = re.compile(r" serving (http://\S+) on ")
+
+
+@dataclass
+class Served:
+    """A running `interlock serve`: its address, its process and what it has printed so far."""
+
+    url: str
+    proc: asyncio.subprocess.Process
+    printed: list[str] = field(default_factory=list)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.printed)
+
+
+@contextlib.asynccontextmanager
+async def serve(
+    *args: str, env: Mapping[str, str] | None = None, cwd: Path | str | None = None
+) -> AsyncIterator[Served]:
+    """`interlock serve --port 0 ARGS`, healthy; stopped (SIGTERM, bounded) after."""
+    async with serve_many(1, *args, env=env, cwd=cwd) as [served]:
+        yield served
+
+
+@contextlib.asynccontextmanager
+async def serve_many(
+    count: int, *args: str, env: Mapping[str, str] | None = None, cwd: Path | str | None = None
+) -> AsyncIterator[list[Served]]:
+    """`count` servers with the same ARGS (nodes on one store), started side by side."""
+    procs: list[asyncio.subprocess.Process] = []
+    readers: list[asyncio.Task[None]] = []
+    try:
+        for _ in range(count):
+            procs.append(
+                await asyncio.create_subprocess_exec(
+                    *INTERLOCK,
+                    "serve",
+                    "--port",
+                    "0",
+                    *args,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.PIPE,
+                    env=None if env is None else dict(env),
+                    cwd=cwd,
+                )
+            )
+        started = []
+        for proc in procs:
+            assert proc.stderr is not None
+            printed: list[str] = []
+            with anyio.fail_after(START_BOUND):
+                url = await _announced(proc.stderr, printed)
+            readers.append(asyncio.create_task(_keep_reading(proc.stderr, printed)))  # a full pipe stalls a server
+            started.append(Served(url, proc, printed))
+        for served in started:
+            await _until_healthy(served)
+        yield started
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.terminate()
+        with anyio.fail_after(STOP_BOUND):
+            for proc in procs:
+                await proc.wait()
+            for reader in readers:
+                await reader  # what each printed while stopping, up to its end
+
+
+async def _announced(stream: asyncio.StreamReader, printed: list[str]) -> str:
+    while True:
+        line = (await stream.readline()).decode()
+        if not line:
+            raise AssertionError("interlock serve ended before serving:\n" + "".join(printed))
+        printed.append(line)
+        if found := _SERVING.search(line):
+            return found.group(1)
+
+
+async def _keep_reading(stream: asyncio.StreamReader, printed: list[str]) -> None:
+    while line := await stream.readline():
+        printed.append(line.decode())
+
+
+async def _until_healthy(served: Served) -> None:
+    """The socket listens before the address is printed; the app answers once the store is open."""
+    with anyio.fail_after(START_BOUND):
+        async with httpx.AsyncClient() as client:
+            while True:
+                if served.proc.returncode is not None:
+                    raise AssertionError(f"interlock serve exited with {served.proc.returncode}:\n{served.stderr}")
+                try:
+                    if (await client.get(f"{served.url}/healthz")).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                await anyio.sleep(0.02)  # the store is still opening: poll again (bounded above)
