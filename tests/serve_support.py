@@ -22,7 +22,8 @@ import httpx
 INTERLOCK = [sys.executable, "-m", "interlock"]
 START_BOUND = 60  # seconds: the most a server may take to start (imports, migrations) on a busy machine
 STOP_BOUND = 20  # seconds: the most it may take to stop after SIGTERM
-_SERVING = re.compile(r" serving (http://\S+) on ")
+SERVING = re.compile(r" serving (http://\S+) on ")
+"""The banner line of a server, and the address it serves at (group 1)."""
 
 
 @dataclass
@@ -97,7 +98,7 @@ async def _announced(stream: asyncio.StreamReader, printed: list[str]) -> str:
         if not line:
             raise AssertionError("interlock serve ended before serving:\n" + "".join(printed))
         printed.append(line)
-        if found := _SERVING.search(line):
+        if found := SERVING.search(line):
             return found.group(1)
 
 

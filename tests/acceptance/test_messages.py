@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from cli_support import invoke
+from serve_support import SERVING
 
 INTERLOCK = [sys.executable, "-m", "interlock"]
 CLASS_NAME = re.compile(r"\b[A-Z][a-z]+(Error|Exception)\b|Traceback")
@@ -71,7 +72,7 @@ def announced(proc: subprocess.Popen[str]) -> str:
     stuck.start()
     try:
         while line := proc.stderr.readline():
-            if found := re.search(r" serving (http://\S+) on ", line):
+            if found := SERVING.search(line):
                 return found.group(1)
     finally:
         stuck.cancel()

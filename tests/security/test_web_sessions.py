@@ -207,17 +207,11 @@ async def test_the_cookie_is_secure_behind_a_tls_proxy_only_when_the_proxy_is_tr
         create_app("memory://", trusted_proxies=["proxy.example"])
 
 
-@asynccontextmanager
-async def cli_server(db: str, *args: str) -> AsyncIterator[str]:
-    async with serve("--db", db, *args) as served:
-        yield served.url
-
-
 @pytest.mark.slow
 async def test_interlock_serve_believes_forwarded_https_only_from_the_proxies_it_is_told(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'served.db'}"
     tokens = await add_people(db)
     for args, secure in (((), False), (("--trusted-proxy", "127.0.0.1"), True)):
-        async with cli_server(db, *args) as base, httpx.AsyncClient(base_url=base, timeout=BOUND) as browser:
+        async with serve("--db", db, *args) as served, httpx.AsyncClient(base_url=served.url, timeout=BOUND) as browser:
             done = await sign_in(browser, tokens["alice"], **{"X-Forwarded-Proto": "https"})
             assert ("; secure" in session_cookie_header(done)) is secure, args
