@@ -199,7 +199,12 @@ async def test_ctrl_c_sigterm_or_a_crash_leave_a_runs_request_pending_only_ctrl_
     for run_id, signum in cases:
         args = [sys.executable, "deploy_agent.py", "wait", *([run_id] if run_id else [])]
         proc = await asyncio.create_subprocess_exec(
-            *args, cwd=agent_dir, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            *args,
+            cwd=agent_dir,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            preexec_fn=_ctrl_c_as_in_a_terminal,
         )
         assert proc.stdout is not None
         with anyio.fail_after(BOUND):
@@ -216,6 +221,13 @@ async def test_ctrl_c_sigterm_or_a_crash_leave_a_runs_request_pending_only_ctrl_
         ("plain", "SIGTERM"): Status.PENDING,  # the process ends without unwinding: nothing withdraws it
         ("plain", "SIGKILL"): Status.PENDING,
     }
+
+
+def _ctrl_c_as_in_a_terminal() -> None:
+    """Start the agent with Ctrl-C's default disposition, as a terminal starts a program. A
+    suite run as a background job (`pytest ... &` in a script) ignores SIGINT, and its
+    children would inherit that: Python then installs no KeyboardInterrupt handler at all."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 async def ends(proc: asyncio.subprocess.Process, cwd: Path, what: str) -> None:
