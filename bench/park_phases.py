@@ -9,6 +9,11 @@ resume (from the answer's return to the completed run).
 
     python bench/park_phases.py sqlite     [--cycles 2000]
     python bench/park_phases.py postgres   [--cycles 1000]
+    python bench/park_phases.py memory     [--cycles 2000]   # the same cycle with no database: its Python
+    python bench/park_phases.py sqlite --statements          # and the time in each SQLite statement
+
+`--statements` times each `execute` of the store's connections (the checkpoints' in
+their worker thread, beside the cycle, not in it), which adds a little to every cycle.
 
 PostgreSQL at 127.0.0.1:5432 (`BENCH_PG`), trust auth; a fresh database each run, with
 `track_functions = 'all'` so `pg_stat_user_functions` says what each function cost
@@ -128,21 +133,55 @@ class Writes:
         return "\n".join(out)
 
 
+class Statements:
+    """The time in each SQLite statement the store runs, summed by its first words: every
+    connection the SQLite store opens times its `execute`s (see `--statements`)."""
+
+    def __init__(self) -> None:
+        import sqlite3
+
+        self.spent: dict[str, list[float]] = {}
+        spent, connect = self.spent, sqlite3.connect
+
+        class Timed(sqlite3.Connection):
+            def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
+                t0 = time.perf_counter()
+                try:
+                    return super().execute(sql, *args)
+                finally:
+                    words = " ".join(line for line in sql.splitlines() if not line.lstrip().startswith("--")).split()
+                    entry = spent.setdefault(" ".join(words)[:70], [0, 0.0])
+                    entry[0] += 1
+                    entry[1] += time.perf_counter() - t0
+
+        sqlite3.connect = lambda *args, **kwargs: connect(*args, factory=Timed, **kwargs)  # type: ignore[assignment]
+
+    def report(self, n: int) -> str:
+        out = [f"  {'a cycle':>9} {'us':>7}  statement"]
+        for sql, (count, seconds) in sorted(self.spent.items(), key=lambda kv: -kv[1][1])[:15]:
+            out.append(f"  {count / n:9.2f} {seconds / n * 1e6:7.1f}  {sql}")
+        return "\n".join(out)
+
+
 ROWS = "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables ORDER BY relname"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("store", choices=("sqlite", "postgres"))
+    parser.add_argument("store", choices=("sqlite", "postgres", "memory"))
     parser.add_argument("--cycles", type=int, default=None)
+    parser.add_argument("--statements", action="store_true", help="SQLite: the time in each statement a cycle")
     args = parser.parse_args()
+    statements = Statements() if args.statements and args.store == "sqlite" else None
     print(environment(["asyncpg"]))
-    n = args.cycles or (2000 if args.store == "sqlite" else 1000)
+    n = args.cycles or (1000 if args.store == "postgres" else 2000)
     name = f"interlock_phases_{os.getpid()}_{secrets.token_hex(3)}"
     if args.store == "postgres":
         psql(f"{SERVER}/postgres", f"CREATE DATABASE {name}")
         psql(f"{SERVER}/postgres", f"ALTER DATABASE {name} SET track_functions = 'all'")
         url = f"{SERVER}/{name}"
+    elif args.store == "memory":
+        url = "memory://"
     else:
         url = f"sqlite:///{tempfile.mkdtemp(prefix='interlock-phases-')}/bench.db"
     try:
@@ -159,6 +198,9 @@ def main() -> None:
             print()
             print(psql(url, counts))
             print(out["writes"])
+        if statements is not None:
+            print(f"\nSQLite statements ({n + WARM} cycles, warm-up included):")
+            print(statements.report(n + WARM))
     finally:
         if args.store == "postgres":
             psql(f"{SERVER}/postgres", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
