@@ -461,6 +461,21 @@ async def test_the_sqlite_history_index_kept_up_with_the_event_log_matches_one_r
         db.close()
 
 
+async def test_the_sqlite_store_keeps_temporary_data_in_memory_and_its_search_still_catches_up(
+    tmp_path: Path,
+) -> None:
+    # A park's insert (with triggers, inside a larger transaction) needs a statement journal;
+    # in a file, that cost a file created, written and unlinked every few cycles.
+    async with interlock.connect(f"sqlite:///{tmp_path / 'temp.db'}") as broker:
+        assert isinstance(broker, LocalBroker) and isinstance(broker.store, SqliteStore)
+        assert broker.store.db.execute("PRAGMA temp_store").fetchone() == (2,)  # MEMORY
+        request = broker.prepare(Confirm("Ship the hotfix?"), kind="approval", to="alice")
+        run = await broker.start_parked("shipper", [request], state={"step": 1})
+        assert run.waiting_on == (request.id,)
+        # the catch-up's temporary tables were made in memory, and it still works
+        assert [r.id for r in (await broker.list(text="hotfix")).items] == [request.id]
+
+
 async def test_the_sqlite_log_is_checkpointed_in_a_worker_thread_not_in_the_commits(tmp_path: Path) -> None:
     from interlock.store.sqlite import AUTOCHECKPOINT_PAGES, CHECKPOINT_COMMITS
 

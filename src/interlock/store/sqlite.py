@@ -319,6 +319,12 @@ class SqliteStore(SqlStore):
         db.execute(f"PRAGMA synchronous = {self.synchronous}")
         db.execute("PRAGMA foreign_keys = ON")
         db.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
+        # Temporary data in memory, not in files of the temporary folder: a statement's own
+        # journal (an insert with triggers inside a larger transaction, as a park is, made a
+        # file, wrote it and unlinked it every few cycles), and the catch-up's tables below.
+        # What they hold stays small here: a read on the loop is stopped after READ_ON_LOOP
+        # and run again in a thread, whose connection keeps SQLite's default.
+        db.execute("PRAGMA temp_store = MEMORY")
         db.set_progress_handler(self._past_due, PROGRESS_STEPS)
         # Where the search's catch-up reads the texts it takes in, and finds their words.
         db.execute(Q["make_texts_taken"])
