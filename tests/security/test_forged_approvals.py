@@ -52,12 +52,12 @@ class Deploy:
     def __init__(self) -> None:
         self.ran: list[dict[str, Any]] = []
 
-    def runner(self, broker: Broker, *, policy: Policy = "once") -> ToolRunner:
+    def runner(self, broker: Broker, *, policy: Policy = "once", to: str = "alice") -> ToolRunner:
         async def deploy(**arguments: Any) -> str:
             self.ran.append(arguments)
             return "deployed"
 
-        gate = ApprovalGate(broker, policies={"deploy": policy}, to="alice")
+        gate = ApprovalGate(broker, policies={"deploy": policy}, to=to)
         return ToolRunner(broker, [ToolFunctions({"deploy": deploy})], definitions=[DEPLOY], gate=gate)
 
 
@@ -253,6 +253,25 @@ async def test_an_honest_approval_over_http_runs_the_tool_once(
     assert deploy.ran == [{"env": "prod"}, {"env": "staging"}, {"env": "prod"}]
 
 
+async def test_an_approval_to_a_team_is_given_by_any_member_and_by_no_one_else(
+    world: World, clients: dict[str, httpx.AsyncClient]
+) -> None:
+    async with interlock.connect(world.db) as admin:
+        await admin.add_team_members("oncall", ["alice"])
+    deploy = Deploy()
+    async with world.connect("ops") as agent:
+        cursor = await agent.last_event_id()
+        task = asyncio.create_task(deploy.runner(agent, policy="always", to="oncall").run(deploy_call("c1")))
+        asked = await created_after(agent, cursor, lambda r: r.kind == "approval" and r.to == "oncall")
+        refused = await clients["mallory"].post(f"/requests/{asked.id}/answer", json={"answers": {"approve": True}})
+        assert refused.status_code in (403, 404), refused.text  # not in the team: not hers to answer
+        await approve(clients["alice"], asked.id)  # a member's yes is the team's
+        with anyio.fail_after(BOUND):
+            assert (await task).content == "deployed"
+        assert (await agent.get(asked.id)).response.by == "alice"
+    assert deploy.ran == [{"env": "prod"}]
+
+
 # -- on a store, in-process --------------------------------------------------------------------
 
 
@@ -305,6 +324,27 @@ async def test_a_forged_approval_on_the_store_does_not_run_the_tool(store: Broke
         result = await task
     assert (result.denied, deploy.ran) == (True, [])
     assert (await store.get(forged.id)).status is Status.ANSWERED
+
+
+@pytest.mark.parametrize(("answerer", "runs"), [("alice", True), ("mallory", False), ("oncall", True)])
+async def test_on_a_store_a_team_approval_counts_when_a_member_gives_it(
+    store: Broker, answerer: str, runs: bool
+) -> None:
+    for person in ("alice", "mallory"):
+        await store.save_principal(Principal(person, "human"))
+    await store.add_team_members("oncall", ["alice"])
+    deploy = Deploy()
+    cursor = await store.last_event_id()
+    task = asyncio.create_task(deploy.runner(store, policy="always", to="oncall").run(deploy_call()))
+    asked = await created_after(store, cursor, lambda r: r.kind == "approval" and r.to == "oncall")
+    assert await store.resolve(asked.id, {"approve": True}, by=answerer)
+    with anyio.fail_after(BOUND):
+        result = await task
+    if runs:
+        assert (result.content, deploy.ran) == ("deployed", [{"env": "prod"}])
+    else:
+        assert result.refused and deploy.ran == []
+        assert "not in the team 'oncall'" in str(result.detail)
 
 
 async def test_create_refuses_the_gates_mark(store: Broker) -> None:

@@ -381,7 +381,7 @@ class ApprovalGate:
                     response is not None
                     and response.answers.get("approve") is True
                     and _context(request).get("policy") == "once"
-                    and self._not_issued(request, response, call, requester) is None
+                    and await self._not_issued(request, response, call, requester) is None
                 ):
                     self._once.add(key)
                     return True
@@ -389,9 +389,11 @@ class ApprovalGate:
                 return False
             after = page.next_cursor
 
-    def _not_issued(self, request: Request, response: Response, call: ToolCall, requester: str | None) -> str | None:
+    async def _not_issued(
+        self, request: Request, response: Response, call: ToolCall, requester: str | None
+    ) -> str | None:
         """Why `request`, answered with `response`, is not an approval this gate issued for
-        `call`'s tool and session; None when it is."""
+        `call`'s tool and session, or not one given by its approver; None when it is."""
         context = _context(request)
         if not is_marked(request):
             return "it is not an approval gate's request"
@@ -405,7 +407,12 @@ class ApprovalGate:
         if context.get("tool") != call.name:
             return "it names another tool"
         if request.to is not None and response.by not in self._answerers(request, call):
-            return f"it was answered by {response.by!r}, not by {request.to!r}"
+            # A request to a team is answered by any of its members.
+            members = await self.broker.team_members(request.to) if response.by is not None else None
+            if members is None:
+                return f"it was answered by {response.by!r}, not by {request.to!r}"
+            if response.by not in members:
+                return f"it was answered by {response.by!r}, who is not in the team {request.to!r}"
         return None
 
     def _answerers(self, request: Request, call: ToolCall) -> set[str | None]:
@@ -577,7 +584,7 @@ class ApprovalGate:
         policy: Policy | None,
     ) -> dict[str, Any]:
         requester = await self.broker.requester_of(call.agent)
-        problem = self._not_issued(request, response, call, requester)
+        problem = await self._not_issued(request, response, call, requester)
         if problem is not None:
             raise ApprovalRefused(
                 f"The approval for '{call.name}' was not given by its approver; the call does not run",
