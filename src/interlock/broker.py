@@ -56,6 +56,7 @@ from .model import (
     DEFAULT_PAUSE_TIMEOUT,
     MAX_STATE_BYTES,
     NO_ORIGIN,
+    Answers,
     Ask,
     Claim,
     Deny,
@@ -2270,12 +2271,13 @@ class LocalBroker(Broker):
         """Decide the run's oldest pending approval that `by` may answer; its id, or None."""
         for request_id in run.waiting_on:
             request = await self.store.get(request_id)
-            if request is None or request.kind != "approval" or request.status is not Status.PENDING:
+            if request is None or request.status is not Status.PENDING:
                 continue
-            if may_answer is not None and not may_answer(request):
+            decision = decision_ask(request)  # the yes/no ask; the others (edits) are optional
+            if decision is None or (may_answer is not None and not may_answer(request)):
                 continue
             try:
-                if await self.resolve(request.id, approve, by=by, via="message"):
+                if await self.resolve(request.id, Answers({decision.id: approve}), by=by, via="message"):
                     return request.id
             except InvalidAnswer:  # an approval that a bare yes or no does not answer: hold the message
                 continue

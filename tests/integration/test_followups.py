@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from interlock import Broker, Confirm, Event, Text
+from interlock import Broker, Confirm, Event, Form, Text
 from interlock.errors import FollowupNotFound, NotFound, RunConflict
 from interlock.model import Request, Run, Status
 from interlock.runs import Worker
@@ -54,6 +54,21 @@ async def test_approve_and_deny_decide_an_approval_pause(broker: Broker) -> None
     assert (await broker.send_message("run-d", "2", by="alice")).resolved == denied
     assert (await broker.get(denied)).status is Status.REJECTED
     assert await broker.list_followups("run-d") == []
+
+
+async def test_approve_decides_an_approval_whose_arguments_may_be_edited(broker: Broker) -> None:
+    # A gated tool with an argument schema asks yes/no and offers the arguments to edit.
+    run = await broker.start_run("deployer", run_id="run-e", session="thread-1")
+    schema = {"type": "object", "properties": {"env": {"type": "string"}}}
+    asks = [Confirm("Deploy?", id="approve"), Form("Edit the arguments", schema, id="arguments", required=False)]
+    request = await broker.create(asks, kind="approval", to="alice", run=run.id)
+    await broker.park(run.id, state={"step": 1}, waiting_on=[request.id])
+    sent = await broker.send_message(run.id, "approve", by="alice")
+    assert (sent.outcome, sent.resolved) == ("resolved", request.id)
+    answered = await broker.get(request.id)
+    assert answered.status is Status.ANSWERED and answered.response is not None
+    assert dict(answered.response.answers) == {"approve": True}
+    assert await broker.list_followups(run.id) == []
 
 
 async def test_a_question_pause_holds_every_message(broker: Broker) -> None:
