@@ -41,7 +41,7 @@ from . import __version__
 from ._backoff import Backoff
 from .agent.terminal import TerminalContract
 from .approval_policies import policy_to_dict
-from .approvals import decision_ask
+from .approvals import decision_ask, is_marked
 from .broker import Broker, LocalBroker, Page, connect
 from .errors import (
     AlreadySettled,
@@ -72,6 +72,7 @@ from .model import (
     RunStatus,
     Status,
     Text,
+    check_answers,
     issued_grant_to_dict,
     offered_grants,
     request_to_dict,
@@ -459,7 +460,10 @@ def answer(
     raw: Annotated[
         str | None, typer.Option("--json", help="The answer as JSON (a value, or answers by ask id).")
     ] = None,
-    by: Annotated[str | None, typer.Option("--by", help="Who is answering.")] = None,
+    by: Annotated[
+        str | None,
+        typer.Option("--by", help="On a local store: who answers (default: you, the local user)."),
+    ] = None,
     comment: Annotated[str, typer.Option("--comment", help="A comment kept with the answer.")] = "",
     reason: Annotated[
         str | None,
@@ -486,6 +490,8 @@ def answer(
     except InvalidAnswer as exc:
         raise _fail(str(exc)) from None
 
+    answerer = _answerer(db, by)
+
     async def work(broker: Broker) -> Request | None:
         request = await broker.get(request_id)
         if request.status is not Status.PENDING:
@@ -497,7 +503,8 @@ def answer(
                 raise InvalidAnswer(f"--json is not valid JSON: {exc}") from None
         else:
             value = parse_answer(request, values or [])
-        if await broker.resolve(request_id, value, by=by, via="cli", comment=comment, grants=echo):
+        await _approvers_own(broker, request, value, answerer)
+        if await broker.resolve(request_id, value, by=answerer, via="cli", comment=comment, grants=echo):
             return None
         return await broker.get(request_id)
 
@@ -511,14 +518,18 @@ def answer(
 def reject(
     request_id: Annotated[str, typer.Argument(help="The request's id.")],
     reason: Annotated[str, typer.Option("--reason", help="Why; the asker reads it.")] = "",
-    by: Annotated[str | None, typer.Option("--by", help="Who is rejecting.")] = None,
+    by: Annotated[
+        str | None,
+        typer.Option("--by", help="On a local store: who refuses (default: you, the local user)."),
+    ] = None,
     db: DbOption = None,
     token: TokenOption = None,
 ) -> None:
     """Refuse a pending request."""
+    refuser = _answerer(db, by)
 
     async def work(broker: Broker) -> Request | None:
-        if await broker.reject(request_id, reason, by=by, via="cli"):
+        if await broker.reject(request_id, reason, by=refuser, via="cli"):
             return None
         return await broker.get(request_id)
 
@@ -526,6 +537,33 @@ def reject(
     if settled is not None:
         raise _fail(f"request {request_id} {settled_already(settled)}", DECLINED)
     err.print(f"rejected {request_id}")
+
+
+def _answerer(db: str | None, by: str | None) -> str | None:
+    """Who answers from this terminal: through a server, whom the token names (the server
+    records it); on a local store, `--by`, else you ($INTERLOCK_USER, else your login)."""
+    return by if _remote(db) else by or local_person()
+
+
+async def _approvers_own(broker: Broker, request: Request, value: Any, by: str | None) -> None:
+    """On a local store, refuse before anything is recorded a yes that an approval gate
+    would not take: a gate's approval counts only as its approver's answer (any member's,
+    for a team). A no stops the call whoever says it. Through a server, the server says
+    who may answer."""
+    if by is None or request.to is None or by == request.to or not is_marked(request):
+        return
+    decision = decision_ask(request)
+    if decision is not None and check_answers(request, value).get(decision.id) is False:
+        return
+    members = await broker.team_members(request.to)
+    if members is not None and by in members:
+        return
+    who = "a member of the team " + request.to if members is not None else request.to
+    example = "MEMBER" if members is not None else request.to
+    raise InvalidAnswer(
+        f"request {request.id} is an approval for {request.to}: the agent's gate takes it only from {who}, "
+        f"and this answers as {by}. Answer as them with --by {example} (or set INTERLOCK_USER)"
+    )
 
 
 def settled_already(request: Request) -> str:
@@ -541,7 +579,10 @@ def settled_already(request: Request) -> str:
 @app.command()
 def watch(
     to: Annotated[str | None, typer.Option("--to", help="On a local store: only requests to this person.")] = None,
-    by: Annotated[str | None, typer.Option("--by", help="Who is answering (a server knows from the token).")] = None,
+    by: Annotated[
+        str | None,
+        typer.Option("--by", help="On a local store: who answers (default: you, the local user)."),
+    ] = None,
     db: DbOption = None,
     token: TokenOption = None,
 ) -> None:
@@ -551,7 +592,7 @@ def watch(
     "other" is allowed; a request answered elsewhere meanwhile is skipped. Ctrl-D or Ctrl-C
     stops watching and leaves everything pending.
     """
-    terminal = TerminalContract(by=by)
+    terminal = TerminalContract(by=_answerer(db, by))
 
     async def answer(broker: Broker, request: Request) -> None:
         prompting = asyncio.ensure_future(terminal.prompt(broker, request))
@@ -1210,6 +1251,10 @@ def run_cancel(
 def run_send(
     run_id: Annotated[str, typer.Argument(help="The run's id.")],
     text: Annotated[str, typer.Argument(help="The message, verbatim.")],
+    by: Annotated[
+        str | None,
+        typer.Option("--by", help="On a local store: who sends it (default: you, the local user)."),
+    ] = None,
     db: DbOption = None,
     token: TokenOption = None,
 ) -> None:
@@ -1217,10 +1262,19 @@ def run_send(
     / `deny` (or `1` / `2`) decides it; anything else is held and goes to the agent as its
     next user turn. Prints what became of it as JSON. Exit 1 if nothing was held (the run
     holds as many messages as it may), 3 if the run has ended."""
+    sender = _answerer(db, by)
 
     async def work(broker: Broker) -> Any:
         try:
-            return await broker.send_message(run_id, text, by=os.environ.get("USER"))
+            if isinstance(broker, LocalBroker) and sender is not None:
+                # As `answer` does: decide only an approval its gate would take from the sender.
+                teams = await broker.teams_of(sender)
+
+                def theirs(request: Request) -> bool:
+                    return not is_marked(request) or request.to in (sender, *teams)
+
+                return await broker.send_message(run_id, text, by=sender, may_answer=theirs)
+            return await broker.send_message(run_id, text, by=sender)
         except RunConflict as exc:
             return exc
 

@@ -165,6 +165,43 @@ async def test_interlock_answer_can_edit_the_arguments_as_json(db: str) -> None:
     assert agent.ran == [{"env": "staging", "replicas": 2}]
 
 
+async def test_on_a_local_store_interlock_answer_answers_as_you(db: str) -> None:
+    # No --by: the answer is the local person's ($INTERLOCK_USER, else the login name).
+    async with interlock.connect(db) as broker:
+        agent = Agent(broker)
+
+        async def as_alice(request: Request) -> None:
+            env = {**os.environ, "INTERLOCK_URL": db, "INTERLOCK_USER": "alice"}
+            done = await asyncio.to_thread(invoke, "answer", request.id, "yes", env=env)
+            assert done.returncode == 0, done.stderr
+
+        result = await agent.call(broker, as_alice)
+        (request,) = (await broker.list(kind="approval")).items
+    assert result.content == "scaled"
+    assert request.response is not None and request.response.by == "alice"
+
+
+async def test_a_yes_the_gate_would_not_take_is_refused_before_anything_is_recorded(db: str) -> None:
+    async with interlock.connect(db) as broker:
+        agent = Agent(broker)
+        refusals: list[str] = []
+
+        async def as_bob_then_no(request: Request) -> None:
+            env = {**os.environ, "INTERLOCK_URL": db, "INTERLOCK_USER": "bob"}
+            refused = await asyncio.to_thread(invoke, "answer", request.id, "yes", env=env)
+            refusals.append(refused.stderr)
+            assert refused.returncode == 4, refused.stderr
+            assert (await broker.get(request.id)).status is Status.PENDING  # nothing recorded
+            # A no stops the call whoever says it: bob may still deny.
+            denied = await asyncio.to_thread(invoke, "answer", request.id, "no", "--reason", "Not now.", env=env)
+            assert denied.returncode == 0, denied.stderr
+
+        result = await agent.call(broker, as_bob_then_no)
+    assert "an approval for alice" in " ".join(refusals[0].split())
+    assert "--by alice" in refusals[0]
+    assert (result.denied, result.content, agent.ran) == (True, "Not now.", [])
+
+
 def test_reason_and_comment_together_are_a_usage_error(db: str) -> None:
     done = cli("answer", "01abc", "yes", "--reason", "a", "--comment", "b", db=db)
     assert done.returncode != 0 and "not both" in done.stderr
