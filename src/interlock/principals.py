@@ -47,6 +47,7 @@ __all__ = [
     "IssuedToken",
     "LiveToken",
     "Principal",
+    "TEAM_LEFT",
     "WebSession",
     "can_answer",
     "can_cancel",
@@ -59,6 +60,11 @@ __all__ = [
 ]
 
 PrincipalKind = Literal["human", "agent", "admin", "team"]
+
+TEAM_LEFT = "team_left"
+"""The event a store appends, in the same transaction, when people leave a team (taken
+out, or the team deleted): `team`, and `principals`, who left. Shown to no principal; the
+hubs of every node end those people's streams, which saw the team's requests."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 TOKEN_PREFIX = "il_"
 SESSION_PREFIX = "ils_"

@@ -44,6 +44,22 @@ async def test_a_team_keeps_its_members_and_is_a_principal_of_kind_team(store: S
     assert await store.teams_of("alice") == {"ops"}
 
 
+async def test_leaving_a_team_is_an_event_naming_who_left(store: Store) -> None:
+    await people(store, "alice", "bob", "carol")
+    await store.save_team("ops", ["alice", "bob"])
+    await store.save_team("sre", ["alice", "carol"])
+    start = await store.last_event_id()
+    assert await store.remove_team_members("ops", ["carol"]) == 0  # no one left: no event
+    assert await store.remove_team_members("ops", ["bob", "bob", "carol"]) == 1
+    assert await store.delete_team("sre") is True
+    assert await store.delete_team("sre") is False
+    left = [(e.type, dict(e.data)) for e in await store.events(after=start)]
+    assert left == [
+        ("team_left", {"team": "ops", "principals": ["bob"]}),
+        ("team_left", {"team": "sre", "principals": ["alice", "carol"]}),
+    ]
+
+
 async def test_a_team_refuses_names_of_people_and_members_who_are_no_people(store: Store) -> None:
     await people(store, "alice")
     await store.save_principal(Principal("bot", "agent", owner="alice"))

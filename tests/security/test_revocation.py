@@ -21,6 +21,7 @@ import pytest
 from httpx_sse import ServerSentEvent, aconnect_sse
 
 import interlock
+from interlock import Confirm
 from interlock.principals import Principal, issue_token
 from serve_support import serve_many
 
@@ -168,6 +169,66 @@ async def test_revoking_a_token_in_another_process_ends_the_streams_it_opened_an
         with anyio.fail_after(BOUND):
             await kept.ended.wait()
         assert kept.kinds[-1] == "dropped"
+        tg.cancel_scope.cancel()
+
+
+async def ask_bob(db: str) -> str:
+    """A request to bob himself, made on the server's store (by its agent, in this process)."""
+    async with interlock.connect(db) as broker:
+        return (await broker.create(Confirm("Restart?"), to="bob", requester="bot")).id
+
+
+async def test_leaving_a_team_ends_the_streams_that_showed_its_requests(
+    sqlite_world: tuple[str, str, People],
+) -> None:
+    base, db, people = sqlite_world
+    async with interlock.connect(db) as broker:
+        await broker.add_team_members("ops", ["alice", "bob"])
+    to_ops = {**APPROVAL, "to": "ops"}
+    async with (
+        api(base, people.tokens["alice"]) as alice,
+        api(base, people.tokens["bob"]) as bob,
+        api(base, people.tokens["bot"]) as bot,
+        httpx.AsyncClient(base_url=base, timeout=httpx.Timeout(BOUND, read=None)) as browser,
+        anyio.create_task_group() as tg,
+    ):
+        await sign_in(browser, people.tokens["bob"])
+        start = await last_event_id(alice)
+        events, interactions, web, stays = Stream(), Stream(), Stream(), Stream()
+        tg.start_soon(events.run, bob, "/api/v1/events/stream", {"after": start})
+        tg.start_soon(interactions.run, bob, "/api/v1/interactions/stream", {})
+        tg.start_soon(web.run, browser, "/inbox/stream", {"after": start})
+        tg.start_soon(stays.run, alice, "/api/v1/events/stream", {"after": start})
+        await bot.post("/api/v1/requests", json=to_ops)
+        for stream in (events, web, stays):
+            assert (await stream.next_event()).event == "created"
+        direct = await ask_bob(db)
+        for stream in (events, web):
+            assert (await stream.next_event()).event == "created"
+        assert json.loads((await interactions.next_event()).data)["id"] == direct  # it is open
+
+        # Taken out of the team by an admin's CLI, in another process.
+        left = await anyio.run_process([*INTERLOCK, "team", "rm", "ops", "bob", "--db", db], check=False)
+        assert left.returncode == 0, left.stderr.decode()
+        with anyio.fail_after(BOUND):
+            for stream in (events, interactions, web):
+                await stream.ended.wait()
+        assert json.loads(events.events[-1].data)["reason"] == "you left the team ops"
+        assert events.kinds[-1] == interactions.kinds[-1] == web.kinds[-1] == "dropped"
+
+        # Back with the last id seen, bob's stream no longer shows the team's requests.
+        again = Stream()
+        tg.start_soon(again.run, bob, "/api/v1/events/stream", {"after": events.events[1].id})
+        second = (await bot.post("/api/v1/requests", json=to_ops)).json()
+        seen = await stays.next_event()
+        assert (seen.event, json.loads(seen.data)["request_id"]) == ("created", second["id"])
+        mine = await ask_bob(db)
+        shown = await again.next_event()
+        assert json.loads(shown.data)["request_id"] == mine  # not the team's second request
+        assert not stays.ended.is_set()
+        for who in (alice, bob, bot):
+            types = [e["type"] for e in (await who.get("/api/v1/events", params={"after": start})).json()["events"]]
+            assert "team_left" not in types
         tg.cancel_scope.cancel()
 
 

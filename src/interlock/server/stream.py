@@ -29,14 +29,16 @@ from sse_starlette import ServerSentEvent
 
 from ..broker import Broker
 from ..model import Event
+from ..principals import TEAM_LEFT
 from .auth import Holder
 
 __all__ = ["ACCESS_EVENTS", "Hub", "Subscriber"]
 
 log = logging.getLogger("interlock.server")
 
-ACCESS_EVENTS = frozenset({"token_revoked", "signed_out"})
-"""Events about credentials, not requests: they end streams and are shown to no principal."""
+ACCESS_EVENTS = frozenset({"token_revoked", "signed_out", TEAM_LEFT})
+"""Events about credentials and memberships, not requests: they end streams and are shown
+to no principal."""
 
 
 class Subscriber:
@@ -181,6 +183,12 @@ class Hub:
     def end_streams(self, type_: str, data: Mapping[str, Any]) -> None:
         """End the streams whose credential a `token_revoked` or `signed_out` event
         (its type and data) names; this node may call it early for its own sign-outs."""
+        if type_ == TEAM_LEFT:  # what their streams show was decided with the team in it
+            left = set(data.get("principals") or ())
+            for sub in list(self.subscribers):
+                if sub.holder is not None and sub.holder.principal in left:
+                    sub.end(f"you left the team {data.get('team')}")
+            return
         principal = data.get("principal")
         tokens = set(data.get("tokens") or ()) if type_ == "token_revoked" else set()
         every = type_ == "token_revoked" and data.get("all") is True

@@ -452,11 +452,13 @@ class PrincipalStore(Protocol):
         ...
 
     async def remove_team_members(self, team: str, members: Sequence[str]) -> int:
-        """Take these members out of the team; how many were in it."""
+        """Take these members out of the team; how many were in it. In the same
+        transaction, append a `team_left` event naming those who were (`TEAM_LEFT`)."""
         ...
 
     async def delete_team(self, team: str) -> bool:
-        """Delete the team and its memberships; False if there was none."""
+        """Delete the team and its memberships; False if there was none. In the same
+        transaction, append a `team_left` event naming its members, if it had any."""
         ...
 
     async def team_members(self, team: str) -> Sequence[str] | None:

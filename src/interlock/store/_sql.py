@@ -60,7 +60,7 @@ from ..model import (
     run_event_data,
 )
 from ..outbox import Delivery, DeliveryState, LinkUse, Notice
-from ..principals import LiveToken, Principal, WebSession
+from ..principals import TEAM_LEFT, LiveToken, Principal, WebSession
 from . import EventQuery, GrantQuery, Query, RunClaim, RunQuery
 
 __all__ = [
@@ -1522,13 +1522,28 @@ class SqlStore:
         await self._write_in(save, notify=False)
 
     async def delete_team(self, team: str) -> bool:
-        return await self._change("delete_team", team, notify=False) > 0
+        at = datetime.now(UTC)
+
+        async def delete(tx: Transaction) -> bool:
+            members = [str(row[0]) for row in await tx.rows("team_members", team)]
+            if not await tx.execute("delete_team", team):
+                return False
+            if members:
+                await self._insert_event(tx, TEAM_LEFT, at, {"team": team, "principals": members})
+            return True
+
+        return await self._write_in(delete)
 
     async def remove_team_members(self, team: str, members: Sequence[str]) -> int:
-        async def remove(tx: Transaction) -> int:
-            return sum([await tx.execute("delete_team_member", team, member) for member in members])
+        at = datetime.now(UTC)
 
-        return await self._write_in(remove, notify=False)
+        async def remove(tx: Transaction) -> int:
+            gone = [member for member in dict.fromkeys(members) if await tx.execute("delete_team_member", team, member)]
+            if gone:
+                await self._insert_event(tx, TEAM_LEFT, at, {"team": team, "principals": gone})
+            return len(gone)
+
+        return await self._write_in(remove)
 
     def _claim(self, request_id: str, rows: Sequence[Sequence[Any]]) -> Claim | None:
         return Claim(request_id, str(rows[0][0]), self._time(rows[0][1])) if rows else None

@@ -41,7 +41,7 @@ from ..model import (
     run_event_data,
 )
 from ..outbox import NOTICE_TYPES, Delivery, DeliveryState, LinkUse, Notice
-from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
+from ..principals import TEAM_LEFT, IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
 from . import EventQuery, GrantQuery, Query, RunClaim, RunQuery, search_texts, text_words
 from ._url import url_options
 
@@ -444,10 +444,15 @@ class MemoryStore:
         current = self._teams.get(team, set())
         gone = current & set(members)
         current -= gone
+        if gone:
+            await self.append_event(TEAM_LEFT, {"team": team, "principals": sorted(gone)})
         return len(gone)
 
     async def delete_team(self, team: str) -> bool:
-        return self._teams.pop(team, None) is not None
+        members = self._teams.pop(team, None)
+        if members:
+            await self.append_event(TEAM_LEFT, {"team": team, "principals": sorted(members)})
+        return members is not None
 
     async def team_members(self, team: str) -> Sequence[str] | None:
         members = self._teams.get(team)
