@@ -1136,9 +1136,11 @@ class Confirm:
             object.__setattr__(self, "grants", ())
 
     def check(self, value: object) -> bool:
-        if not isinstance(value, bool):
-            raise InvalidAnswer(f"ask {self.id!r}: expected true or false, got {_kind_of(value)}", ask_id=self.id)
-        return value
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str):  # the same yes and no words as every other surface
+            return _yes_or_no(self.id, value)
+        raise InvalidAnswer(f"ask {self.id!r}: expected true or false, got {_kind_of(value)}", ask_id=self.id)
 
     def to_dict(self) -> dict[str, Any]:
         head = _ask_head(self)

@@ -83,6 +83,32 @@ def test_every_yes_and_no_word_answers_a_confirm_and_an_approval_over_http(
     assert asyncio.run(_answers(url, approvals[: len(words)])) == expected
 
 
+@pytest.mark.anyio
+async def test_the_python_api_takes_the_same_words_as_a_confirms_answer(broker: interlock.Broker) -> None:
+    # On every store, and through a server: the words are the answer's, not one surface's.
+    made = [await broker.create(Confirm("Deploy?", id="go")) for _ in range(len(YES) + len(NO) + 1)]
+    for request, word in zip(made, YES + NO, strict=False):
+        assert await broker.resolve(request.id, word), word
+    assert [(await broker.get(r.id)).response.answers for r in made[:-1]] == [  # type: ignore[union-attr]
+        {"go": True}
+    ] * len(YES) + [{"go": False}] * len(NO)
+    with pytest.raises(interlock.InvalidAnswer, match="answer yes or no"):
+        await broker.resolve(made[-1].id, "maybe")
+    assert (await broker.get(made[-1].id)).status is interlock.Status.PENDING
+
+
+def test_the_apis_own_answer_takes_the_same_words(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'native.db'}"
+    ids = asyncio.run(_confirms(url, 4))
+    bodies = [{"answer": "ok"}, {"answers": {"confirm": " Allow "}}, {"answer": "deny"}, {"answer": "perhaps"}]
+    with serve(url, auth=False) as base, httpx.Client(base_url=f"{base}/api/v1", timeout=10) as api:
+        codes = [api.post(f"/requests/{i}/answer", json=body).status_code for i, body in zip(ids, bodies, strict=True)]
+    assert codes == [200, 200, 200, 422]
+    assert asyncio.run(_answers(url, ids)) == [True, True, False, None]
+
+
 @pytest.mark.parametrize(("word", "verdict"), [("ok", True), ("allow", True), ("reject", False), ("0", False)])
 def test_an_auto_resolve_decision_takes_the_same_words(word: str, verdict: bool) -> None:
     assert AutoResolveContract(decision=word).answer_for(_one_confirm()) == {"confirm": verdict}

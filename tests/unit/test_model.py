@@ -75,6 +75,10 @@ def one(ask: Any) -> Any:
     [
         (Text("Name?"), "Ada", {"text": "Ada"}),
         (Confirm("Ok?"), False, {"confirm": False}),
+        # the yes and no words every surface takes, as text
+        (Confirm("Ok?"), " Allow ", {"confirm": True}),
+        (Confirm("Ok?"), "ok", {"confirm": True}),
+        (Confirm("Ok?"), "deny", {"confirm": False}),
         (Choice("One", ["a", "b"]), "b", {"choice": "b"}),
         (Choice("One", ["a", "b"], allow_other=True), "neither", {"choice": "neither"}),
         (MultiChoice("Some", ["a", "b"]), [], {"multi_choice": []}),
@@ -100,7 +104,7 @@ def test_a_good_answer_is_normalised_by_ask_id(ask: Any, answer: Any, expected: 
         (Text("Name?"), 3, "expected text, got a number"),
         (Text("Name?"), "  ", "required"),
         (Text("Name?", max_length=3), "Adam", "at most 3"),
-        (Confirm("Ok?"), "yes", "expected true or false"),
+        (Confirm("Ok?"), "maybe", "answer yes or no (or approve or deny), not 'maybe'"),
         (Confirm("Ok?"), 1, "expected true or false"),
         (Choice("One", ["a", "b"]), "c", "not one of the options (a, b)"),
         (Choice("One", ["a", "b"]), ["a"], "expected one option id"),
