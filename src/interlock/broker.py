@@ -2780,6 +2780,11 @@ def connect(url: str | None = None, **options: Any) -> Broker:
         if not isinstance(made, Broker):
             raise TypeError(f"the factory of {urlsplit(url).scheme}:// made no broker")
         return made
+    # connect(url, token=os.environ.get("INTERLOCK_TOKEN")) works whatever the URL: no token
+    # is no option; a token given to a store that opens its own database is refused.
+    if "token" in options and options.pop("token") is not None:
+        scheme = urlsplit(url).scheme
+        raise ValueError(f"token= is for a server (http:// or https://): {scheme}:// opens its store itself")
     broker_options = {k: options.pop(k) for k in _BROKER_OPTIONS if k in options}
     store = factory(url, **options)
     if isinstance(store, Broker):

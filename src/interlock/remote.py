@@ -33,7 +33,7 @@ from .approval_policies import ApprovalPolicy, policy_from_wire, policy_to_dict
 from .approvals import is_marked
 from .broker import DEFAULT_LEASE, MAX_EVENT_ID, Broker, GrantPage, Page, RunPage, _outcome, _seconds
 from .dashboard import DASHBOARD_WINDOW, Dashboard, dashboard_from_dict
-from .errors import Closed, InvalidRequest, NotFound, RunConflict
+from .errors import Closed, InvalidAnswer, InvalidRequest, NotFound, RunConflict
 from .followups import Followup, Sent, followup_from_dict
 from .hooks import DEFAULT_HOOK_TIMEOUT
 from .model import (
@@ -312,7 +312,10 @@ class RemoteBroker(Broker):
             return True
         if response.status_code in (404, 409) and _code(response) in ("not_found", "already_settled"):
             return False
-        raise _error(response, request_id)
+        error = _error(response, request_id)
+        if action == "answer" and _code(response) == "too_large":
+            raise InvalidAnswer(str(error))  # an answer too large, as a local broker says it
+        raise error
 
     async def resolve(
         self,

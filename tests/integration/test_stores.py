@@ -239,6 +239,14 @@ def test_an_unknown_store_url_is_refused() -> None:
         interlock.connect("sqlite://")
 
 
+@pytest.mark.parametrize("url", ["memory://", "sqlite:///x.db", "postgresql://nobody@127.0.0.1/x"])
+def test_no_token_is_no_option_and_a_token_is_for_a_server_only(url: str) -> None:
+    # One line for every URL: connect(url, token=os.environ.get("INTERLOCK_TOKEN")).
+    assert isinstance(interlock.connect(url, token=None), interlock.Broker)
+    with pytest.raises(ValueError, match=r"token= is for a server \(http:// or https://\)"):
+        interlock.connect(url, token="itk_secret")
+
+
 def test_each_store_reads_its_own_options_from_its_url() -> None:
     with pytest.raises(ValueError, match="retention"):
         interlock.connect("memory://?retention=many")

@@ -111,6 +111,22 @@ async def test_an_answer_over_its_limit_is_refused_with_422(api: httpx.AsyncClie
     assert await snapshot(api) == before
 
 
+async def test_a_body_too_large_is_the_same_error_through_a_server_as_on_a_store(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'same.db'}"
+    async with (
+        serve_in_process(url, auth=False) as server,
+        server.connect() as remote,
+        interlock.connect(url) as local,
+    ):
+        for broker in (local, remote):
+            created = await broker.create(Text("Hi"), to="alice")
+            with pytest.raises(interlock.InvalidAnswer, match=r"262144|1 MiB"):
+                await broker.resolve(created.id, "a" * 2_000_000)  # past the answer's limit and the body's
+            assert (await broker.get(created.id)).status is interlock.Status.PENDING
+            with pytest.raises(interlock.InvalidRequest):
+                await broker.create(Text("x" * 2_000_000), to="alice")
+
+
 async def test_limits_are_configured_in_one_place_for_every_surface(tmp_path: Path) -> None:
     limits = interlock.Limits(max_title_length=10, max_context_bytes=100)
     async with (
