@@ -373,6 +373,20 @@ async def test_a_hook_that_pauses_an_unmarked_tool_asks_a_person_with_its_reason
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_a_denial_without_a_reason_still_tells_the_model_the_call_was_denied(
+    broker: Broker, framework: str
+) -> None:
+    tools = Tools(marked={"deploy"})
+    runs = runs_of(framework, broker, ApprovalGate(broker, to="alice"), DEPLOY, tools)
+    run = await runs.start("ship")
+    (approval,) = run.waiting_on
+    await broker.resolve(approval, {"approve": False}, by="alice")  # `interlock answer ID no`, no --reason
+    done = await resume_ready(broker, runs.handlers())
+    assert (done.status, done.result) == (RunStatus.COMPLETED, "The person denied this call and gave no reason.")
+    assert tools.started == []
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 async def test_auto_allow_lets_a_tool_the_framework_marks_run_without_a_pause(broker: Broker, framework: str) -> None:
     tools = Tools(marked={"deploy", "read_logs"})
     gate = ApprovalGate(broker, auto_allow=["read_*"], to="alice")

@@ -86,6 +86,16 @@ class Denied:
     reason: str
 
 
+DENIED_WITHOUT_REASON = "The person denied this call and gave no reason."
+"""What the model reads of a denial that came without a reason (an empty one would tell it
+nothing, not even that the call was denied)."""
+
+
+def denied(reason: str) -> Denied:
+    """A person's denial: their reason verbatim, or `DENIED_WITHOUT_REASON`."""
+    return Denied(reason if reason.strip() else DENIED_WITHOUT_REASON)
+
+
 @dataclass(frozen=True, slots=True)
 class Answered:
     """A question's answer: the call's result."""
@@ -216,7 +226,7 @@ class Asker:
         try:
             begun = await self.gate.begin(call, schema=schema, policy=self.policy(held.tool, marked=held.marked))
         except ApprovalDenied as exc:
-            return Denied(exc.reason)
+            return denied(exc.reason)
         except ApprovalRefused as exc:
             return Denied(str(exc))
         if isinstance(begun, Request):
@@ -297,7 +307,7 @@ class Asker:
         try:
             arguments = await self.gate.finish(call, request_id, schema=schema)
         except ApprovalDenied as exc:
-            return Denied(exc.reason)
+            return denied(exc.reason)
         except ApprovalRefused as exc:
             spent = await self._spent(run, held, request_id)
             return spent if spent is not None else Denied(str(exc))
