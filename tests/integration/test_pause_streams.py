@@ -80,18 +80,52 @@ async def test_a_new_client_of_a_parked_runs_stream_gets_the_pending_pause_then_
     request_id = await park(bot, "run-1")
     stored = (await alice.get("/runs/run-1/events")).json()["events"]
     pause = next(e for e in stored if e["type"] == "input_requested")
+    newest = (await alice.get("/events", params={"limit": 0})).json()["last_event_id"]
     with anyio.fail_after(BOUND):
         async with aconnect_sse(alice, "GET", "/runs/run-1/events/stream") as source:  # no Last-Event-ID
             events = source.aiter_sse()
             first = await anext(events)
             while not first.id:  # the `connected` comment
                 first = await anext(events)
-            assert (int(first.id), first.event) == (pause["id"], "input_requested")
+            assert first.event == "input_requested" and json.loads(first.data)["id"] == pause["id"]
+            assert int(first.id) == newest  # where this client's stream starts
             assert json.loads(first.data)["data"]["waiting_on"] == [request_id]
             answered = await alice.post(f"/requests/{request_id}/answer", json={"answer": True})
             assert answered.status_code == 200, answered.text
             after = await next_with(events, "answered", "run_started", "created", "input_requested")
             assert after.event == "answered"  # nothing older came: the stream goes on from now
+
+
+async def first_sent(client: httpx.AsyncClient, url: str, last_event_id: int) -> ServerSentEvent:
+    """The first event a reconnect with `last_event_id` is sent."""
+    with anyio.fail_after(BOUND):
+        async with aconnect_sse(client, "GET", url, headers={"Last-Event-ID": str(last_event_id)}) as source:
+            async for sse in source.aiter_sse():
+                if sse.event not in ("", "message"):
+                    return sse
+    raise AssertionError("the stream ended")
+
+
+async def test_a_reconnect_is_reminded_of_the_pause_without_its_last_event_id_going_back(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
+    # A run parked on two requests, one answered since: the pause comes before the answer.
+    bot, alice = clients["alice-bot"], clients["alice"]
+    await bot.post("/runs", json={"agent": "deployer", "run_id": "run-2", "session": "t1"})
+    origin = {"run": "run-2", "session": "t1"}
+    made = [(await bot.post("/requests", json={**APPROVAL, "origin": origin})).json()["id"] for _ in range(2)]
+    assert (await bot.post("/runs/run-2/park", json={"state": {}, "waiting_on": made})).status_code == 200
+    assert (await alice.post(f"/requests/{made[0]}/answer", json={"answer": True})).status_code == 200
+    answered = (await alice.get("/runs/run-2/events")).json()["events"][-1]
+    assert answered["type"] == "answered"
+
+    reminder = await first_sent(alice, "/runs/run-2/events/stream", answered["id"])
+    assert reminder.event == "input_requested" and json.loads(reminder.data)["id"] < answered["id"]
+    assert int(reminder.id) == answered["id"]  # the client's place, not the pause's older id
+    # An EventSource reconnects with the last id it was sent: nothing it has seen comes
+    # again, only the reminder (which is no new event).
+    again = await first_sent(alice, "/runs/run-2/events/stream", int(reminder.id))
+    assert (again.event, again.id) == ("input_requested", reminder.id)
 
 
 async def test_a_new_client_of_a_run_that_waits_on_nobody_gets_only_what_happens_next(

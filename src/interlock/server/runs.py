@@ -362,7 +362,10 @@ async def run_stream(
     parked on a person, its `input_requested` event is sent first on every connection: a
     new one (then the events from now on) and a reconnect with `Last-Event-ID` (then
     exactly the events missed), so a handler that acts on it may simply act again (it is
-    idempotent) and a client that connects late still learns of the pause."""
+    idempotent) and a client that connects late still learns of the pause. That reminder
+    carries the stream's position as its `id` (the Last-Event-ID given, or the newest
+    event's for a new client), and the event's own id in its data, so the client's next
+    reconnect neither repeats nor misses an event."""
     try:
         start = parse_event_id(last_event_id)
     except ValueError as exc:
@@ -391,7 +394,7 @@ async def run_stream(
         yield ServerSentEvent(comment="connected", retry=2000)
         pause = await _pending_pause(broker, run_id, begin)
         if pause is not None:
-            yield state.hub.frame(pause)
+            yield state.hub.frame_at(pause, begin)
         try:
             follow = state.hub.replay_then_follow(
                 accept,

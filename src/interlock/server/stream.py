@@ -140,6 +140,13 @@ class Hub:
                 self._frame_chars -= len(self._frames.popitem(last=False)[1])
         return frame
 
+    def frame_at(self, event: Event, position: int) -> bytes:
+        """The event as a frame sent again out of order (a pause a client is reminded
+        of): its SSE `id` is `position`, where the client's stream is, so that its
+        `Last-Event-ID` does not go back and replay what it has seen; the event's own id
+        is in its data."""
+        return ServerSentEvent(data=self._encode(event), event=event.type, id=str(position)).encode()
+
     async def start(self) -> None:
         after = await self.broker.last_event_id()
         self._task = asyncio.get_running_loop().create_task(self._run(after))
