@@ -485,6 +485,8 @@ def answer(
         if comment:
             raise _fail("give --reason or --comment, not both")
         comment = reason
+    if raw is not None and values:
+        raise _fail("give the answer as words or as --json, not both")
     try:
         echo = parse_grant_echo(grant) if grant else None
     except InvalidAnswer as exc:
@@ -492,7 +494,7 @@ def answer(
 
     answerer = _answerer(db, by)
 
-    async def work(broker: Broker) -> Request | None:
+    async def work(broker: Broker) -> Request | str:
         request = await broker.get(request_id)
         if request.status is not Status.PENDING:
             return request
@@ -505,13 +507,15 @@ def answer(
             value = parse_answer(request, values or [])
         await _approvers_own(broker, request, value, answerer)
         if await broker.resolve(request_id, value, by=answerer, via="cli", comment=comment, grants=echo):
-            return None
+            decision = decision_ask(request)
+            denies = decision is not None and check_answers(request, value).get(decision.id) is False
+            return "denied" if denies else "answered"  # an approval's no is a denial
         return await broker.get(request_id)
 
     settled = _run(db, work, token)
-    if settled is not None:
+    if isinstance(settled, Request):
         raise _fail(f"request {request_id} {settled_already(settled)}", DECLINED)
-    err.print(f"answered {request_id}")
+    err.print(f"{settled} {request_id}")
 
 
 @app.command()
@@ -1429,14 +1433,17 @@ def grants_list(
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """List issued grants, newest first (on a server: those you hold or gave)."""
-    page = _run(db, lambda b: b.list_grants(audience=audience, issuer=issuer, request=request, live=live, limit=limit))
+    page = _run(
+        db, lambda b: b.list_grants(audience=audience, issuer=issuer, request=request, live=live, limit=limit), token
+    )
     _print_grants([issued_grant_to_dict(g) for g in page.items], as_json)
 
 
 @grants_app.command("show")
-def grants_show(grant_id: str, db: DbOption = None) -> None:
+def grants_show(grant_id: str, db: DbOption = None, token: TokenOption = None) -> None:
     """Print one grant as JSON (from a server, with its signed token)."""
 
     async def work(broker: Broker) -> dict[str, Any]:
@@ -1446,7 +1453,7 @@ def grants_show(grant_id: str, db: DbOption = None) -> None:
             shown["token"] = await token(grant_id)
         return shown
 
-    typer.echo(json.dumps(_run(db, work), indent=2))
+    typer.echo(json.dumps(_run(db, work, token), indent=2))
 
 
 @grants_app.command("check")
@@ -1456,9 +1463,10 @@ def grants_check(
     can: Annotated[str, typer.Option("--can", help="The ability.")],
     issuer: Annotated[str | None, typer.Option("--issuer", help="Only a grant from this person.")] = None,
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Whether a live grant lets AUDIENCE do CAN on WITH: exit 0 and print it, else exit 1."""
-    found = _run(db, lambda b: b.check_grant(audience, with_, can, issuer=issuer))
+    found = _run(db, lambda b: b.check_grant(audience, with_, can, issuer=issuer), token)
     if found is None:
         raise _fail(f"no live grant lets {audience} do {can} on {with_}", DECLINED)
     typer.echo(json.dumps(issued_grant_to_dict(found)))
@@ -1473,13 +1481,14 @@ def grants_give(
     no_expiry: Annotated[bool, typer.Option("--no-expiry", help="It never expires.")] = False,
     by: Annotated[str | None, typer.Option("--by", help="Who gives it (a server knows from the token).")] = None,
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Give a grant directly, without a request (a delegation). Without --exp or
     --no-expiry it lasts the venue's default time."""
     if exp is not None and no_expiry:
         raise _fail("say --exp or --no-expiry, not both")
     until: int | Literal["default"] | None = None if no_expiry else DEFAULT_EXP if exp is None else exp
-    grant = _run(db, lambda b: b.give_grant(to, with_, can, exp=until, by=by))
+    grant = _run(db, lambda b: b.give_grant(to, with_, can, exp=until, by=by), token)
     typer.echo(json.dumps(issued_grant_to_dict(grant)))
 
 
@@ -1488,9 +1497,10 @@ def grants_revoke(
     grant_id: str,
     by: Annotated[str | None, typer.Option("--by", help="Who revokes (a server knows from the token).")] = None,
     db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Revoke a grant; it stops checking at once."""
-    if not _run(db, lambda b: b.revoke_grant(grant_id, by=by)):
+    if not _run(db, lambda b: b.revoke_grant(grant_id, by=by), token):
         raise _fail(f"grant {grant_id} was revoked already", DECLINED)
     err.print(f"revoked {grant_id}")
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -226,3 +227,26 @@ def test_error_messages_keep_brackets_and_ask_says_it_is_waiting(db: str) -> Non
     expired = run("ask", "Deploy?", "--confirm", "--timeout", "100ms", db=db)
     assert "Waiting for an answer to" in expired.stderr
     assert "interlock answer" in expired.stderr
+
+
+def test_every_command_that_reaches_a_store_or_a_server_takes_a_token() -> None:
+    # A command given --server URL (or INTERLOCK_URL) must be able to authenticate there.
+    import typer.main
+
+    from interlock.cli import app
+
+    def commands(group: Any, path: str) -> list[tuple[str, Any]]:
+        found: list[tuple[str, Any]] = []
+        for name, command in group.commands.items():
+            found += (
+                commands(command, f"{path} {name}") if hasattr(command, "commands") else [(f"{path} {name}", command)]
+            )
+        return found
+
+    def options(command: Any) -> set[str]:
+        return {option for p in command.params for option in getattr(p, "opts", ())}
+
+    found = [(name, options(c)) for name, c in commands(typer.main.get_command(app), "interlock")]
+    reaching = [name for name, opts in found if "--server" in opts]  # not serve, token, team: the store's own
+    assert [name for name, opts in found if "--server" in opts and "--token" not in opts] == []
+    assert len(reaching) > 25

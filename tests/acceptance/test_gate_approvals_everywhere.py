@@ -125,13 +125,14 @@ def cli(*args: str, db: str) -> subprocess.CompletedProcess[str]:
     return invoke(*args, env={**os.environ, "INTERLOCK_URL": db})
 
 
-async def answer_in_a_terminal(db: str, *words: str) -> Callable[[Request], Any]:
+async def answer_in_a_terminal(db: str, *words: str, says: str = "answered") -> Callable[[Request], Any]:
     async def answer(request: Request) -> None:
         shown = await asyncio.to_thread(cli, "show", request.id, db=db)
         assert f"interlock answer {request.id} yes" in shown.stderr
         assert f"interlock answer {request.id} no --reason" in shown.stderr
         done = await asyncio.to_thread(cli, "answer", request.id, *words, db=db)
         assert done.returncode == 0, done.stderr
+        assert done.stderr.strip() == f"{says} {request.id}"  # an approval's no is a denial
 
     return answer
 
@@ -147,7 +148,9 @@ async def test_interlock_answer_yes_approves_a_gate_approval_as_reviewed(db: str
 async def test_interlock_answer_no_with_a_reason_denies_it_verbatim(db: str) -> None:
     async with interlock.connect(db) as broker:
         agent = Agent(broker)
-        answer = await answer_in_a_terminal(db, "no", "--reason", "Not during the sale.", "--by", "alice")
+        answer = await answer_in_a_terminal(
+            db, "no", "--reason", "Not during the sale.", "--by", "alice", says="denied"
+        )
         result = await agent.call(broker, answer)
         (request,) = (await broker.list(kind="approval")).items
     assert (result.denied, result.content) == (True, "Not during the sale.")
@@ -205,3 +208,5 @@ async def test_a_yes_the_gate_would_not_take_is_refused_before_anything_is_recor
 def test_reason_and_comment_together_are_a_usage_error(db: str) -> None:
     done = cli("answer", "01abc", "yes", "--reason", "a", "--comment", "b", db=db)
     assert done.returncode != 0 and "not both" in done.stderr
+    both = cli("answer", "01abc", "ok=yes", "--json", '{"ok": true}', db=db)
+    assert both.returncode == 4 and "words or as --json, not both" in both.stderr
