@@ -1189,7 +1189,9 @@ def _print_runs(found: Sequence[Run]) -> None:
     for run in found:
         status_text = run.status.value + (f" ({run.terminal_reason})" if run.terminal_reason else "")
         waiting = f"{len(run.waiting_on)} request(s)" + (", ready" if run.ready else "") if run.status.waiting else ""
-        expires = "" if run.expires_at is None else _ago(run.expires_at, now)
+        # Only a pause still waiting on a person is given up; a ready run waits on a worker.
+        given_up = run.expires_at if run.status.waiting and not run.ready else None
+        expires = "" if given_up is None else _ago(given_up, now)
         table.add_row(run.id, run.agent, status_text, waiting, _ago(run.updated_at, now), expires)
     Console(width=None if sys.stdout.isatty() else 1000).print(table)
     if not found:

@@ -162,3 +162,20 @@ async def test_run_commands_and_the_worker_take_a_token_as_every_other_command_d
         assert (await broker.get_run("run-cancel")).terminal_reason == "cancelled_by_user"
         resumed = await broker.get_run("run-resume")
         assert (resumed.status.value, resumed.result) == ("completed", {"approved": [True]})
+
+
+async def test_runs_shows_when_a_pause_is_given_up_only_while_it_waits_on_a_person(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    async with interlock.connect(url) as broker:
+        waiting = await broker.start_run("scaler", run_id="waiting")
+        asked = await broker.create(interlock.Confirm("Scale?"), to="alice", run=waiting.id)
+        await broker.park(waiting.id, state={}, waiting_on=[asked.id])
+        ready = await broker.start_run("scaler", run_id="ready")
+        answered = await broker.create(interlock.Confirm("Scale?"), to="alice", run=ready.id)
+        await broker.park(ready.id, state={}, waiting_on=[answered.id])
+        assert await broker.resolve(answered.id, True, by="alice")
+    listed = cli("runs", cwd=tmp_path, url=url)
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}
+    assert rows["waiting"][-2:] == ["in", "13d"]  # given up in about two weeks
+    assert "ready" in rows["ready"] and "in" not in rows["ready"][-3:]  # its last column is empty
