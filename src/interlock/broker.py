@@ -783,9 +783,12 @@ class Broker(ABC):
         """End a running run as `failed` (`terminal_reason` "error") with `error`."""
 
     @abstractmethod
-    async def cancel_run(self, run_id: str, reason: str = "cancelled_by_user", *, by: str | None = None) -> bool:
+    async def cancel_run(
+        self, run_id: str, reason: str = "cancelled_by_user", *, by: str | None = None, via: str = "python"
+    ) -> bool:
         """End a run that has not ended as `cancelled` (`terminal_reason` is `reason`) and
-        withdraw its pending requests. False if it had ended already."""
+        withdraw its pending requests (recorded as withdrawn `by`, `via` the surface).
+        False if it had ended already."""
 
     @abstractmethod
     async def get_run(self, run_id: str) -> Run:
@@ -2155,7 +2158,9 @@ class LocalBroker(Broker):
         self._changed_now()
         return ended
 
-    async def cancel_run(self, run_id: str, reason: str = "cancelled_by_user", *, by: str | None = None) -> bool:
+    async def cancel_run(
+        self, run_id: str, reason: str = "cancelled_by_user", *, by: str | None = None, via: str = "python"
+    ) -> bool:
         """End a run that has not ended as `cancelled` (`terminal_reason` is `reason`) and
         withdraw its pending requests, in one transaction. False if it had ended already;
         raises `NotFound` for an unknown run."""
@@ -2163,11 +2168,12 @@ class LocalBroker(Broker):
             await self.open()
         check_text(reason, "reason", self.limits.max_name_length)
         check_text(by, "by", self.limits.max_name_length)
+        check_text(via, "via", self.limits.max_name_length)
         if not reason:
             raise InvalidRequest("a cancelled run needs a reason")
         run = await self._current_run(run_id)
         now = datetime.now(UTC)
-        withdraw = Response(now, by=by, via="python", reason=f"the run was cancelled ({reason})", cause="cancelled")
+        withdraw = Response(now, by=by, via=via, reason=f"the run was cancelled ({reason})", cause="cancelled")
         ended, cancelled = await self.store.end_run(
             run.id, RunStatus.CANCELLED, at=now, terminal_reason=reason, withdraw=withdraw
         )

@@ -1247,7 +1247,7 @@ def run_cancel(
 ) -> None:
     """Stop a run: it ends cancelled and its pending requests are withdrawn. Exit 3 if it
     had ended already."""
-    cancelled = _run(db, lambda b: b.cancel_run(run_id, reason, by=os.environ.get("USER")), token)
+    cancelled = _run(db, lambda b: b.cancel_run(run_id, reason, by=_answerer(db, None), via="cli"), token)
     if not cancelled:
         raise _fail(f"run {run_id} had ended already", CANCELLED)
     err.print(f"cancelled run {run_id}", markup=False)

@@ -662,8 +662,10 @@ class RemoteBroker(Broker):
         body = {"error": error, "worker": worker}
         return run_from_dict(await self._call("POST", f"/runs/{run_id}/fail", json=body, request_id=run_id))
 
-    async def cancel_run(self, run_id: str, reason: str = "cancelled_by_user", *, by: str | None = None) -> bool:
-        # No `by`: the server records the token's principal.
+    async def cancel_run(
+        self, run_id: str, reason: str = "cancelled_by_user", *, by: str | None = None, via: str = "python"
+    ) -> bool:
+        # No `by` or `via`: the server records the token's principal, and "api".
         response = await self._send("POST", f"/runs/{run_id}/cancel", json={"reason": reason})
         if response.is_success:
             return True

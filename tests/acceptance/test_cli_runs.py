@@ -179,3 +179,18 @@ async def test_runs_shows_when_a_pause_is_given_up_only_while_it_waits_on_a_pers
     rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}
     assert rows["waiting"][-2:] == ["in", "13d"]  # given up in about two weeks
     assert "ready" in rows["ready"] and "in" not in rows["ready"][-3:]  # its last column is empty
+
+
+async def test_run_cancel_withdraws_its_requests_as_the_cli_and_you(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    async with interlock.connect(url) as broker:
+        run = await broker.start_run("scaler", run_id="run-1")
+        asked = await broker.create(interlock.Confirm("Scale?"), to="alice", run=run.id)
+        await broker.park(run.id, state={}, waiting_on=[asked.id])
+    env = {**environment(url), "INTERLOCK_USER": "ops-lead"}
+    done = invoke("run", "cancel", "run-1", env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    async with interlock.connect(url) as broker:
+        withdrawn = await broker.get(asked.id)
+    assert withdrawn.status is Status.CANCELLED and withdrawn.response is not None
+    assert (withdrawn.response.by, withdrawn.response.via) == ("ops-lead", "cli")

@@ -317,7 +317,7 @@ async def cancel_run(run_id: str, caller: Caller, broker: TheBroker, body: Cance
     and its pending requests are withdrawn. 409 `run_conflict` if it had ended."""
     await visible_run(broker, caller, run_id)
     reason = body.reason if body is not None else "cancelled_by_user"
-    if not await broker.cancel_run(run_id, reason, by=caller.name):
+    if not await broker.cancel_run(run_id, reason, by=caller.name, via="api"):
         current = await broker.get_run(run_id)
         raise RunConflict(run_id, current.status.value, f"run {run_id!r} has ended ({current.status.value})")
     return out(caller, await broker.get_run(run_id))

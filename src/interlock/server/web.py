@@ -790,7 +790,7 @@ async def cancel_run(http: HttpRequest, state: State, run_id: str) -> Response:
     if isinstance(found, Response):
         return found
     who, run, _ = found
-    done = await state.broker.cancel_run(run.id, by=who.principal.name)
+    done = await state.broker.cancel_run(run.id, by=who.principal.name, via="web")
     where = http.url_for("inbox_run", run_id=run.id).include_query_params(cancel="done" if done else "ended")
     return RedirectResponse(where, status_code=303)
 
