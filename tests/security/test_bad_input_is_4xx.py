@@ -73,6 +73,31 @@ async def test_a_timeout_too_large_for_a_date_is_refused_with_422(api: httpx.Asy
     assert await snapshot(api) == before
 
 
+async def test_a_body_of_the_wrong_shape_is_refused_with_422_saying_what_is_wrong(
+    api: httpx.AsyncClient, pending: str
+) -> None:
+    before = await snapshot(api)
+    for path, raw in (
+        (f"/requests/{pending}/answer", "[]"),
+        (f"/requests/{pending}/answer", '"yes"'),
+        ("/answers", "[1]"),
+        ("/requests", "[]"),
+    ):
+        response = await post(api, path, raw)
+        refused(response, 422)
+        assert response.json()["detail"].startswith("the body: "), (path, raw, response.text)
+    neither = await api.post(f"/requests/{pending}/answer", json={})  # no answer, answers, inputResponses
+    refused(neither, 422)
+    assert neither.json() | {"detail": ""} == {
+        "type": "about:blank",
+        "title": "Unprocessable Content",
+        "status": 422,
+        "code": "invalid_request",
+        "detail": "",
+    }
+    assert await snapshot(api) == before
+
+
 @pytest.mark.parametrize("bad", ["\ud800", "\x00"], ids=["lone surrogate", "NUL"])
 async def test_a_string_no_store_can_keep_is_refused_everywhere(api: httpx.AsyncClient, pending: str, bad: str) -> None:
     before = await snapshot(api)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..approvals import decision_ask
-from ..errors import InvalidAnswer
+from ..errors import InvalidAnswer, InvalidRequest
 from ..model import Answers, Ask, Request, yes_no
 from .schemas import AnswerBody, InputResponse
 
@@ -42,7 +42,8 @@ def decide(request: Request, body: AnswerBody) -> Decision:
         if present
     ]
     if len(given) != 1:
-        raise InvalidAnswer("give exactly one of answers, answer, inputResponses or cancel: true")
+        # The body's shape, not the answer's fit: 422, as any other body that does not fit.
+        raise InvalidRequest("give exactly one of answers, answer, inputResponses or cancel: true")
     if body.cancel:
         return Decision(cancel=True)
     if body.answers is not None:

@@ -385,7 +385,7 @@ def _install_errors(app: FastAPI) -> None:
                 "multi-choice asks"
             )
             return problem("invalid_request", f"{where}: {detail}", status=UNREADABLE if unreadable else None)
-        text = f"{where}: {first.get('msg', 'invalid')}" if where else "invalid"
+        text = f"{where or 'the body'}: {first.get('msg', 'invalid')}"
         return problem("invalid_request", text, status=UNREADABLE if unreadable else None)
 
     async def wire_error(request: Request, exc: Exception) -> JSONResponse:
