@@ -435,7 +435,7 @@ def how_to_answer(request: Request) -> list[str]:
     if len(request.asks) == 1:
         return [f"answer with: {command} VALUE   (VALUE: {request.asks[0].how_to_answer()})"]
     lines = [f"answer each ask as ASK=VALUE: {command} " + " ".join(f"{a.id}=VALUE" for a in request.asks)]
-    lines.extend(f"  {ask.id}: {ask.how_to_answer()}" for ask in request.asks)
+    lines.extend(f"  {ask.id}: {ask.how_to_answer()}{'' if ask.required else ' (optional)'}" for ask in request.asks)
     return lines
 
 
@@ -650,12 +650,13 @@ def parse_answer(request: Request, values: list[str]) -> Any:
     if decision is not None and not any("=" in word for word in values):
         return Answers({decision.id: decision.from_words(values)})  # the optional asks left out
     by_id = {a.id: a for a in request.asks}
+    longest_first = sorted(by_id, key=len, reverse=True)  # an ask id may hold "=" itself
     answers: dict[str, Any] = {}
     for pair in values:
-        ask_id, sep, value = pair.partition("=")
-        if not sep or ask_id not in by_id:
+        ask_id = next((i for i in longest_first if pair.startswith(f"{i}=")), None)
+        if ask_id is None:
             raise InvalidAnswer(f"give each answer as ASK=VALUE with ASK one of: {', '.join(by_id)}")
-        answers[ask_id] = by_id[ask_id].from_words([value])
+        answers[ask_id] = by_id[ask_id].from_words([pair[len(ask_id) + 1 :]])
     return answers
 
 

@@ -133,3 +133,29 @@ def test_show_says_how_to_answer_each_ask_of_a_pending_request(tmp_path: Path) -
     assert result.exit_code == 0, result.output
     assert "go: yes or no" in result.stderr
     assert "region: one of eu, us, or your own text" in result.stderr
+
+
+def test_following_shows_advice_answers_asks_whose_ids_hold_an_equals_sign(tmp_path: Path) -> None:
+    from interlock import Text
+
+    url = f"sqlite:///{tmp_path / 'advice.db'}"
+
+    async def create() -> str:
+        async with interlock.connect(url) as broker:
+            asks = [Text("Key?", id="k=v"), Text("Also?", id="k"), Text("Note?", id="note", required=False)]
+            return (await broker.create_detached(asks)).id
+
+    request_id = asyncio.run(create())
+    shown = CliRunner().invoke(app, ["show", request_id, "--db", url])
+    assert "k=v=VALUE k=VALUE note=VALUE" in shown.stderr
+    assert "note: text (optional)" in shown.stderr
+    done = CliRunner().invoke(app, ["answer", request_id, "k=v=a=b", "k=c", "--db", url])
+    assert done.exit_code == 0, done.output
+
+    async def answers() -> dict[str, object]:
+        async with interlock.connect(url) as broker:
+            answered = await broker.get(request_id)
+            assert answered.response is not None
+            return dict(answered.response.answers)
+
+    assert asyncio.run(answers()) == {"k=v": "a=b", "k": "c"}
