@@ -2352,12 +2352,35 @@ class LocalBroker(Broker):
     async def remove_team_member(self, team: str, member: str) -> bool:
         if self._state != "open":
             await self.open()
-        return bool(await self.store.remove_team_members(team, [member]))
+        if not await self.store.remove_team_members(team, [member]):
+            return False
+        await self._release_claims(team, {member})
+        return True
 
     async def delete_team(self, team: str) -> bool:
         if self._state != "open":
             await self.open()
-        return await self.store.delete_team(team)
+        members = set(await self.store.team_members(team) or ())
+        if not await self.store.delete_team(team):
+            return False
+        await self._release_claims(team, members)
+        return True
+
+    async def _release_claims(self, team: str, left: set[str]) -> None:
+        """Give up (with `unclaimed` events) the claims that people who left `team` held on
+        its pending requests: a claim tells the other members who is on it, and they are not."""
+        if not left:
+            return
+        now = datetime.now(UTC)
+        after: str | None = None
+        while True:
+            page = await self.list(recipient=team, status=Status.PENDING, after=after, limit=1000)
+            for request_id, claim in (await self.store.claims([r.id for r in page.items])).items():
+                if claim.by in left:
+                    await self.store.unclaim(request_id, claim.by, now)
+            if page.next_cursor is None:
+                return
+            after = page.next_cursor
 
     # -- the outbox ----------------------------------------------------------------------
 

@@ -124,6 +124,18 @@ async def test_a_claim_is_given_up_by_its_holder_only(world: World) -> None:
     assert (await c["alice"].post(f"/requests/{rid}/claim")).json()["by"] == "alice"
 
 
+async def test_a_claim_is_given_up_when_its_holder_leaves_the_team(world: World, tmp_path: Path) -> None:
+    request = await ask_ops(world)
+    c, rid = world.clients, request["id"]
+    assert (await c["bob"].post(f"/requests/{rid}/claim")).json()["by"] == "bob"
+    async with interlock.connect(f"sqlite:///{tmp_path / 'teams.db'}") as admin:  # `interlock team rm ops bob`
+        assert await admin.remove_team_member("ops", "bob")
+        assert await admin.claims([rid]) == {}
+        timeline = [e.type for e in await admin.find_events(request=rid)]
+    assert timeline[-2:] == ["claimed", "unclaimed"]  # the other members see he is no longer on it
+    assert (await c["alice"].post(f"/requests/{rid}/claim")).json()["by"] == "alice"
+
+
 async def test_claims_and_first_views_by_people_are_on_the_timeline(world: World) -> None:
     request = await ask_ops(world)
     c, rid = world.clients, request["id"]
