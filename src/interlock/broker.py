@@ -807,7 +807,8 @@ class Broker(ABC):
         limit: int = 50,
         order: Literal["asc", "desc"] = "desc",
     ) -> RunPage:
-        """Runs matching every filter given, newest first by default, a page at a time."""
+        """Runs matching every filter given, newest first by default (by when each was
+        made, then by id), a page at a time; `after` is a page's `next_cursor`."""
 
     # -- follow-up messages ------------------------------------------------------------------
 
@@ -2202,7 +2203,8 @@ class LocalBroker(Broker):
         limit: int = 50,
         order: Literal["asc", "desc"] = "desc",
     ) -> RunPage:
-        """Runs matching every filter given, newest first by default, a page at a time.
+        """Runs matching every filter given, newest first by default (by when each was
+        made, then by id), a page at a time; `after` is a page's `next_cursor`.
         `involving` keeps the runs a name started or has requests of."""
         if self._state != "open":
             await self.open()
@@ -2217,11 +2219,11 @@ class LocalBroker(Broker):
             wanted = RunStatus(status) if status is not None else None
         except ValueError:
             raise InvalidRequest(f"unknown run status {status!r}") from None
-        query = RunQuery(**filters, status=wanted, after=after, limit=limit + 1, order=order)
+        query = RunQuery(**filters, status=wanted, after=_run_keyset(after), limit=limit + 1, order=order)
         rows = list(await self.store.list_runs(query))
         more = len(rows) > limit
         items = rows[:limit]
-        return RunPage(items, items[-1].id if more else None)
+        return RunPage(items, _run_cursor(items[-1]) if more else None)
 
     # -- follow-up messages ------------------------------------------------------------------
 
@@ -2678,6 +2680,27 @@ def _new_requests(requests: Sequence[Request], run_id: str | None, max_name: int
         check_text(request.id, "a request id", max_name)
         seen.add(request.id)
     return list(requests)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _run_cursor(run: Run) -> str:
+    """The cursor of the page after `run`: when it was made (microseconds) and its id."""
+    return f"{(run.created_at - _EPOCH) // _MICROSECOND}.{run.id}"
+
+
+def _run_keyset(cursor: str | None) -> tuple[datetime, str] | None:
+    """The (created_at, id) a cursor of `_run_cursor` names; `InvalidRequest` for any
+    other text, so that a mistyped cursor is an error, not another page."""
+    if cursor is None:
+        return None
+    stamp, dot, run_id = cursor.partition(".")
+    if dot and run_id and stamp.isascii() and stamp.isdigit() and len(stamp) <= 18:
+        with contextlib.suppress(OverflowError):  # past the year 9999
+            return _EPOCH + int(stamp) * _MICROSECOND, run_id
+    raise InvalidRequest(f"cursor {cursor!r} is not one a page of runs gave (its next_cursor)")
 
 
 def _of_run(run: Run, requests: Sequence[Request]) -> list[Request]:

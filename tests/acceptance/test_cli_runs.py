@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -122,17 +123,25 @@ async def test_runs_lists_a_page_at_a_time_with_the_next_cursor_or_every_page(
         assert done.returncode == 0, done.stderr
         return [json.loads(line)["id"] for line in done.stdout.splitlines()], done.stderr
 
+    def cursor(said: str) -> str:
+        found = re.search(r"--after (\S+)", said)
+        assert found is not None, said
+        return found[1]
+
     first, said = listed("--limit", "2")
     assert first == ["run-4", "run-3"]  # newest first
-    assert "--after run-3" in said
-    second, said = listed("--limit", "2", "--after", "run-3")
-    assert second == ["run-2", "run-1"] and "--after run-1" in said
-    last, said = listed("--limit", "2", "--after", "run-1")
+    after_first = cursor(said)
+    assert after_first.endswith(".run-3")  # when it was made, then its id
+    second, said = listed("--limit", "2", "--after", after_first)
+    assert second == ["run-2", "run-1"]
+    last, said = listed("--limit", "2", "--after", cursor(said))
     assert last == ["run-0"] and "--after" not in said
     every, said = listed("--limit", "2", "--all")
     assert every == [f"run-{n}" for n in reversed(range(5))] and "--after" not in said
-    rest, _ = listed("--limit", "2", "--all", "--after", "run-3")
+    rest, _ = listed("--limit", "2", "--all", "--after", after_first)
     assert rest == ["run-2", "run-1", "run-0"]
+    mistyped = cli("runs", "--server", url, "--token", alice, "--after", "run-3", cwd=tmp_path)
+    assert mistyped.returncode == 4 and "is not one a page of runs gave" in mistyped.stderr
 
 
 @pytest.mark.slow

@@ -201,7 +201,7 @@ async def test_a_bad_answer_says_what_is_wrong_and_changes_nothing(broker: Broke
 async def test_each_ask_kind_checks_its_answer(broker: Broker) -> None:
     schema = {"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}, "required": ["age"]}
     cases: list[tuple[object, object, object]] = [
-        (Confirm("Ok?"), True, "yes"),
+        (Confirm("Ok?"), True, "maybe"),
         (Choice("One", ["a", "b"]), "a", "z"),
         (Choice("One", ["a", "b"], allow_other=True), "something else", ["a"]),
         (MultiChoice("Some", ["a", "b", "c"], min=1, max=2), ["a", "c"], ["a", "b", "c"]),

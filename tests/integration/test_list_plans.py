@@ -111,7 +111,9 @@ RUN_LISTS: list[tuple[str, RunQuery, str]] = [
     ("an agent's runs", RunQuery(agent="bot"), "runs_by_agent"),
     ("runs waiting for input", RunQuery(status=RunStatus.WAITING_FOR_INPUT), "runs_by_status"),
     ("a session's runs", RunQuery(session="s1"), "runs_by_session"),
-    ("every run (admin)", RunQuery(), "PRIMARY KEY"),
+    ("every run (admin)", RunQuery(), "runs_by_created"),
+    ("an agent's next page", RunQuery(agent="bot", after=(datetime(2026, 1, 5, tzinfo=UTC), "r1")), "runs_by_agent"),
+    ("every run's next page", RunQuery(after=(datetime(2026, 1, 5, tzinfo=UTC), "r1")), "runs_by_created"),
 ]
 
 DELIVERY_LISTS: list[tuple[str, dict[str, Any], str]] = [

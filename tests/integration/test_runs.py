@@ -464,3 +464,22 @@ async def test_bad_run_input_is_refused_and_changes_nothing(broker: Broker) -> N
     with pytest.raises(InvalidRequest):
         await broker.fail_run(run.id, "e" * 100_000)
     assert (await broker.get_run(run.id)).status is RunStatus.RUNNING
+
+
+async def test_runs_are_listed_newest_first_whatever_their_ids(broker: Broker) -> None:
+    for run_id in ("zeta-first", "alpha-second", "mid-third"):  # an agent's own ids: no age in them
+        await broker.start_run("scaler", run_id=run_id)
+    made = (await broker.start_run("scaler")).id  # an id interlock makes
+    pages = [await broker.list_runs(limit=2)]
+    pages.append(await broker.list_runs(limit=2, after=pages[0].next_cursor))
+    oldest_first = await broker.list_runs(order="asc")
+    assert [r.id for page in pages for r in page.items] == [made, "mid-third", "alpha-second", "zeta-first"]
+    assert pages[1].next_cursor is None
+    assert [r.id for r in oldest_first.items] == ["zeta-first", "alpha-second", "mid-third", made]
+
+
+@pytest.mark.parametrize("cursor", ["run-3", "12.", ".run-3", "999999999999999999.x", "١٢.run-3"])
+async def test_a_runs_cursor_no_page_gave_is_refused(broker: Broker, cursor: str) -> None:
+    await broker.start_run("scaler", run_id="run-3")
+    with pytest.raises(InvalidRequest, match="is not one a page of runs gave"):
+        await broker.list_runs(after=cursor)

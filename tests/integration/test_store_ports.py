@@ -514,7 +514,9 @@ async def test_runs_list_by_filter_without_their_state(store: Store) -> None:
     await park(store, "r2", [request.id])
     assert [r.id for r in await store.list_runs(RunQuery(agent="deployer"))] == ["r3", "r1"]
     assert [r.id for r in await store.list_runs(RunQuery(order="asc", limit=2))] == ["r0", "r1"]
-    assert [r.id for r in await store.list_runs(RunQuery(after="r2"))] == ["r1", "r0"]
+    r2 = await store.get_run("r2")
+    assert r2 is not None
+    assert [r.id for r in await store.list_runs(RunQuery(after=(r2.created_at, "r2")))] == ["r1", "r0"]
     assert [r.id for r in await store.list_runs(RunQuery(status=RunStatus.WAITING_FOR_INPUT))] == ["r2"]
     assert [r.id for r in await store.list_runs(RunQuery(involving="carol"))] == ["r2"]
     assert [r.id for r in await store.list_runs(RunQuery(involving="bot1"))] == ["r3", "r1"]

@@ -207,8 +207,9 @@ async def list_runs(
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     order: Literal["asc", "desc"] = "desc",
 ) -> dict[str, Any]:
-    """The runs you started or that wait on you, newest first, a page at a time (pass
-    `next_cursor` as `cursor`). A list shows no state."""
+    """The runs you started or that wait on you, newest first (by when each was made), a
+    page at a time (pass `next_cursor` as `cursor`; any other cursor is refused with 422).
+    A list shows no state."""
     page = await broker.list_runs(
         agent=agent,
         session=session,

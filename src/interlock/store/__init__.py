@@ -520,15 +520,16 @@ class PrincipalStore(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RunQuery:
-    """Filters and a keyset page for `RunStore.list_runs`. `after` is the id of the last
-    run seen; `involving` keeps the runs a name started or has requests of."""
+    """Filters and a keyset page for `RunStore.list_runs`, in the order runs were made
+    (`created_at`, then `id`). `after` is the (created_at, id) of the last run seen;
+    `involving` keeps the runs a name started or has requests of."""
 
     agent: str | None = None
     session: str | None = None
     status: RunStatus | None = None
     requester: str | None = None
     involving: str | None = None
-    after: str | None = None
+    after: tuple[datetime, str] | None = None
     limit: int = 50
     order: Literal["asc", "desc"] = "desc"
 

@@ -907,9 +907,10 @@ def may_end(run: Run, worker: str | None, due: datetime | None) -> bool:
     return True
 
 
-def runs_sql(query: RunQuery) -> tuple[str, dict[str, Any]]:
+def runs_sql(query: RunQuery, stamp: Callable[[datetime], Any]) -> tuple[str, dict[str, Any]]:
     """The statement for `RunStore.list_runs` (named `:parameters`): the filters, then a
-    keyset page. A list leaves each run's state out (None); `get_run` reads it."""
+    keyset page in the order runs were made (`stamp` writes the keyset's time as the
+    store keeps it). A list leaves each run's state out (None); `get_run` reads it."""
     where, params = [], {}
     for name in _RUN_FILTERS:
         value = getattr(query, name)
@@ -922,13 +923,15 @@ def runs_sql(query: RunQuery) -> tuple[str, dict[str, Any]]:
         )
         params["who"] = query.involving
     if query.after is not None:
-        where.append("id < :after" if query.order == "desc" else "id > :after")
-        params["after"] = query.after
+        at, run_id = query.after
+        where.append(f"(created_at, id) {'<' if query.order == 'desc' else '>'} (:after_at, :after_id)")
+        params |= {"after_at": stamp(at), "after_id": run_id}
     columns = RUN_COLUMNS.replace(", state,", ", NULL AS state,")
     sql = f"SELECT {columns} FROM runs"
     if where:
         sql += " WHERE " + " AND ".join(where)
-    sql += f" ORDER BY id {'DESC' if query.order == 'desc' else 'ASC'} LIMIT :limit"
+    direction = "DESC" if query.order == "desc" else "ASC"
+    sql += f" ORDER BY created_at {direction}, id {direction} LIMIT :limit"
     params["limit"] = query.limit
     return sql, params
 
@@ -1308,7 +1311,7 @@ class SqlStore:
         return run_from_row(rows[0], self._time) if rows else None
 
     async def list_runs(self, query: RunQuery) -> Sequence[Run]:
-        return [run_from_row(row, self._time) for row in await self._rows_of(*runs_sql(query))]
+        return [run_from_row(row, self._time) for row in await self._rows_of(*runs_sql(query, self._stamp))]
 
     async def next_run_expiry(self) -> datetime | None:
         value = (await self._rows("next_run_expiry"))[0][0]

@@ -584,10 +584,14 @@ class MemoryStore:
 
     async def list_runs(self, query: RunQuery) -> Sequence[Run]:
         rows = [r for r in self._runs.values() if self._run_matches(r, query)]
-        rows.sort(key=lambda r: r.id, reverse=query.order == "desc")
+        rows.sort(key=lambda r: (r.created_at, r.id), reverse=query.order == "desc")
         if query.after is not None:
             after = query.after
-            rows = [r for r in rows if (r.id < after if query.order == "desc" else r.id > after)]
+            rows = [
+                r
+                for r in rows
+                if ((r.created_at, r.id) < after if query.order == "desc" else (r.created_at, r.id) > after)
+            ]
         return [replace(r, state=None) for r in rows[: query.limit]]
 
     def _run_matches(self, run: Run, q: RunQuery) -> bool:
