@@ -554,7 +554,9 @@ async def _approvers_own(broker: Broker, request: Request, value: Any, by: str |
     would not take: a gate's approval counts only as its approver's answer (any member's,
     for a team). A no stops the call whoever says it. Through a server, the server says
     who may answer."""
-    if by is None or request.to is None or by == request.to or not is_marked(request):
+    if isinstance(broker, RemoteBroker) or by is None or request.to is None or by == request.to:
+        return
+    if not is_marked(request):
         return
     decision = decision_ask(request)
     if decision is not None and check_answers(request, value).get(decision.id) is False:
