@@ -29,7 +29,7 @@ QUESTION = {
     "details": "The customer called twice.",
     "asks": [
         {"type": "choice", "id": "colour", "prompt": "Colour?", "options": ["red", "green"]},
-        {"type": "multi_choice", "id": "sizes", "prompt": "Sizes?", "options": ["s", "m", "l"]},
+        {"type": "multi_choice", "id": "sizes", "prompt": "Sizes?", "options": ["s", "m", "l"], "min": 1, "max": 2},
         {"type": "text", "id": "note", "prompt": "Anything else?", "required": False, "multiline": True},
     ],
 }
@@ -142,6 +142,7 @@ async def test_a_question_carries_its_prompts_in_details_and_no_top_level_option
     ]
     assert (colour["multiple"], colour["allowOther"]) == (False, False)
     assert sizes["multiple"] is True and [o["id"] for o in sizes["options"]] == ["s", "m", "l"]
+    assert (sizes["min"], sizes["max"]) == (1, 2) and "min" not in colour  # how many may be picked
     assert (note["multiline"], note["required"], "options" in note) == (True, False, False)
 
 
@@ -317,7 +318,7 @@ async def test_a_pending_pause_is_sent_again_on_reconnect_then_what_was_missed(
         await resolve(
             api,
             second["id"],
-            inputResponses=[{"requestId": "colour", "optionId": "red"}, {"requestId": "sizes", "optionIds": []}],
+            inputResponses=[{"requestId": "colour", "optionId": "red"}, {"requestId": "sizes", "optionIds": ["s"]}],
         )
         third = await create(api, **APPROVAL)
         async with aconnect_sse(client, "GET", url, headers={"Last-Event-ID": last_seen}) as source:

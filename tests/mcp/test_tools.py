@@ -222,3 +222,15 @@ async def test_a_retried_request_with_its_key_returns_the_first_job(mcp_as: MCP)
         again = result(await bot.call_tool("hitl_request", ask))
         assert again["job"] == first["job"]
         assert len(result(await alice.call_tool("hitl_list", {}))["requests"]) == 1
+
+
+async def test_reading_a_choice_that_takes_ones_own_words_says_so(mcp_as: MCP, world: World) -> None:
+    choice = {"type": "choice", "id": "where", "prompt": "Where?", "options": ["eu", "us"], "allow_other": True}
+    async with world.api("alice-bot") as bot, mcp_as("alice") as alice:
+        made = await bot.post("/requests", json={"to": "alice", "asks": [choice]})
+        assert made.status_code == 201, made.text
+        read = result(await alice.call_tool("hitl_read", {"id": made.json()["id"]}))
+        (ask,) = read["asks"]
+        assert ask["answer_with"] == "one option id, or your own text"
+        answered = await alice.call_tool("hitl_respond", {"id": made.json()["id"], "answers": {"where": "mars"}})
+        assert not answered.is_error, answered

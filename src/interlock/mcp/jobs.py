@@ -181,7 +181,10 @@ def ask_view(ask: Ask) -> dict[str, Any]:
     if "options" in view:
         view["options"] = [_option_view(option) for option in view["options"]]
     known = _TYPES.get(name)
-    view["answer_with"] = known.answer_with if known is not None else ask.how_to_answer()
+    answer_with = known.answer_with if known is not None else ask.how_to_answer()
+    if ask.allow_other:  # a choice made elsewhere that takes one's own words too
+        answer_with += ", or your own text"
+    view["answer_with"] = answer_with
     return view
 
 

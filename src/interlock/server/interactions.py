@@ -122,6 +122,8 @@ def _prompt(ask: Ask) -> dict[str, Any]:
     options = ask.input_options()
     if options is not None:
         entry["options"] = [{"id": option_id, "label": label} for option_id, label in options]
+    if ask.picks_several:  # how many of its options may be picked
+        entry["min"], entry["max"] = shape.get("min", 0), shape.get("max")
     if "schema" in shape:  # a form: answered with its JSON object as text
         entry["schema"] = shape["schema"]
         entry["multiline"] = True
