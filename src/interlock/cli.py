@@ -458,7 +458,8 @@ def answer(
         typer.Argument(help="The answer: yes/no, an option, text; ASK=VALUE for each ask of a request with several."),
     ] = None,
     raw: Annotated[
-        str | None, typer.Option("--json", help="The answer as JSON (a value, or answers by ask id).")
+        str | None,
+        typer.Option("--json", help="The answer as JSON (a value, or answers by ask id); @file or - reads it."),
     ] = None,
     by: Annotated[
         str | None,
@@ -487,6 +488,7 @@ def answer(
         comment = reason
     if raw is not None and values:
         raise _fail("give the answer as words or as --json, not both")
+    raw = None if raw is None else _json_source(raw)
     try:
         echo = parse_grant_echo(grant) if grant else None
     except InvalidAnswer as exc:
@@ -1524,8 +1526,21 @@ ToolServerOption = Annotated[
 ]
 
 
+def _json_source(text: str) -> str:
+    """A `--json` option's JSON: the text itself, `@path` a file's, `-` standard input's
+    (neither is JSON, so nothing is taken for the other)."""
+    if text == "-":
+        return sys.stdin.read()
+    if not text.startswith("@"):
+        return text
+    try:
+        return Path(text[1:]).read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _fail(f"--json {text}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+
+
 def _read_policy_json(text: str) -> dict[str, Any]:
-    source = Path(text[1:]).read_text("utf-8") if text.startswith("@") else text
+    source = _json_source(text)
     try:
         data = json.loads(source)
     except ValueError as exc:

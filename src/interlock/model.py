@@ -1166,7 +1166,11 @@ class Confirm:
         return _yes_or_no(self.id, option_id)
 
     def from_fields(self, values: FieldValues, name: str) -> Any:
-        return yes_no(values.get(name))
+        said = values.get(name).strip()
+        if not said:
+            return None  # left blank
+        verdict = yes_no(said)
+        return said if verdict is None else verdict  # another word: `check` says what is wrong
 
     def inputs(self, name: str) -> tuple[FormInput, ...] | None:
         return None

@@ -109,6 +109,25 @@ async def test_a_form_ask_takes_its_schema_from_a_file(db: str, tmp_path: Path) 
     assert (code, json.loads(out)) == (0, {"n": 3})
 
 
+async def test_a_large_answer_comes_from_a_file_or_standard_input(db: str, tmp_path: Path) -> None:
+    schema = {"type": "object", "properties": {"notes": {"type": "string"}}, "required": ["notes"]}
+    async with interlock.connect(db) as broker:
+        made = [(await broker.create(interlock.Form("Notes?", schema))).id for _ in range(3)]
+    notes = "n" * 200_000  # more than a command line comfortably holds
+    answer_file = tmp_path / "answer.json"
+    answer_file.write_text(json.dumps({"notes": notes}))
+    env = {**os.environ, "INTERLOCK_URL": db}
+    from_file = invoke("answer", made[0], "--json", f"@{answer_file}", env=env)
+    from_stdin = invoke("answer", made[1], "--json", "-", env=env, input=json.dumps({"notes": "short"}))
+    missing = invoke("answer", made[2], "--json", f"@{tmp_path / 'nope.json'}", env=env)
+    assert from_file.returncode == from_stdin.returncode == 0, (from_file.stderr, from_stdin.stderr)
+    assert missing.returncode == 4 and "cannot read it" in " ".join(missing.stderr.split())
+    async with interlock.connect(db) as broker:
+        answered = [await broker.get(i) for i in made]
+    assert [r.answer for r in answered[:2]] == [{"notes": notes}, {"notes": "short"}]
+    assert answered[2].status is interlock.Status.PENDING
+
+
 def test_an_expiry_exits_two(db: str) -> None:
     result = run("ask", "Deploy?", "--confirm", "--timeout", "100ms", db=db)
     assert result.returncode == 2

@@ -9,7 +9,7 @@ from typing import get_type_hints
 import pytest
 
 import interlock
-from interlock import Ask, Choice, Confirm, Form, MultiChoice, Option, Origin, Text, ToolCall
+from interlock import Ask, Choice, Confirm, Form, InvalidAnswer, MultiChoice, Option, Origin, Text, ToolCall
 from interlock.mcp.jobs import ASK_TYPES, ask_view
 from interlock.mcp.server import AskIn, GrantRef, OptionIn
 from interlock.model import Grant, ask_from_dict
@@ -204,3 +204,19 @@ async def test_a_list_refuses_a_filter_it_does_not_have() -> None:
     async with interlock.connect("memory://") as broker:
         with pytest.raises(TypeError, match="reciptient"):
             await broker.list(reciptient="alice")
+
+
+def test_a_confirm_refuses_another_word_alike_from_every_surface() -> None:
+    ask = Confirm("Deploy?", id="go")
+    said = []
+    for read in (
+        lambda: ask.from_words(["maybe"]),  # the CLI
+        lambda: ask.from_input("maybe", None, None),  # the API's inputResponses
+        lambda: ask.check(ask.from_fields(_Posted(a0=["maybe"]), "a0")),  # the web inbox, checked on answering
+        lambda: ask.check("maybe"),  # the API's own answer, Python, MCP
+    ):
+        with pytest.raises(InvalidAnswer) as refused:
+            read()
+        said.append(str(refused.value))
+    assert said == ["ask 'go': answer yes or no (or approve or deny), not 'maybe'"] * 4
+    assert ask.from_fields(_Posted(a0=["  "]), "a0") is None  # left blank: the broker says it is required
