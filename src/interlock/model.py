@@ -1380,8 +1380,16 @@ class MultiChoice:
         return _option_grants(self, set(value) if isinstance(value, list | tuple) else set())
 
     def from_words(self, words: Sequence[str]) -> Any:
-        picks = [w.strip() for word in words for w in word.split(",") if w.strip()]
-        return [_match_option(options_of(self), p) or p for p in picks]
+        options = options_of(self)
+        # A word that is one option (an id may hold a comma) is that option; any other is
+        # split at its commas.
+        picks = [
+            p
+            for word in words
+            for p in ([word.strip()] if _match_option(options, word.strip()) else word.split(","))
+            if p.strip()
+        ]
+        return [_match_option(options, p.strip()) or p.strip() for p in picks]
 
     def from_input(self, option_id: str | None, option_ids: Sequence[str] | None, text: str | None) -> Any:
         if text is not None:
@@ -1431,8 +1439,10 @@ class MultiChoice:
         bounds = f"at least {self.min}" if self.min else ""
         if self.max is not None:
             bounds += f"{', ' if bounds else ''}at most {self.max}"
-        ids = ", ".join(o.id for o in options_of(self))
-        return f"some of {ids}, separated by commas" + (f" ({bounds})" if bounds else "")
+        options = options_of(self)
+        ids = ", ".join(o.id for o in options)
+        apart = "as separate words" if any("," in o.id for o in options) else "separated by commas"
+        return f"some of {ids}, {apart}" + (f" ({bounds})" if bounds else "")
 
 
 @dataclass(frozen=True, slots=True)

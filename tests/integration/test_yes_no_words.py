@@ -159,3 +159,28 @@ def test_following_shows_advice_answers_asks_whose_ids_hold_an_equals_sign(tmp_p
             return dict(answered.response.answers)
 
     assert asyncio.run(answers()) == {"k=v": "a=b", "k": "c"}
+
+
+def test_following_shows_advice_picks_options_whose_ids_hold_a_comma(tmp_path: Path) -> None:
+    from interlock import MultiChoice
+
+    url = f"sqlite:///{tmp_path / 'commas.db'}"
+
+    async def create() -> list[str]:
+        async with interlock.connect(url) as broker:
+            made = [await broker.create_detached(MultiChoice("Which?", ["a,b", "c"]))]
+            made.append(await broker.create_detached(MultiChoice("Which?", ["a", "b", "c"])))
+            return [r.id for r in made]
+
+    with_comma, plain = asyncio.run(create())
+    shown = CliRunner().invoke(app, ["show", with_comma, "--db", url])
+    assert "some of a,b, c, as separate words" in " ".join(shown.stderr.split())
+    for request_id, words in ((with_comma, ["a,b", "c"]), (plain, ["a,c"])):
+        done = CliRunner().invoke(app, ["answer", request_id, *words, "--db", url])
+        assert done.exit_code == 0, done.output
+
+    async def answers() -> list[object]:
+        async with interlock.connect(url) as broker:
+            return [(await broker.get(i)).answer for i in (with_comma, plain)]
+
+    assert asyncio.run(answers()) == [["a,b", "c"], ["a", "c"]]
