@@ -1780,6 +1780,9 @@ class Request:
     requester: str | None = None
     origin: Origin = NO_ORIGIN
     expires_at: datetime | None = None
+    """When the request expires unless answered first. A settled request keeps the deadline
+    it had (the `created` event shows the request as made); the API and the web inbox show
+    it only while the request is pending, and `response.at` says when it settled."""
     idempotency_key: str | None = None
     response: Response | None = None
     detached: bool = False
