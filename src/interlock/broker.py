@@ -2357,6 +2357,7 @@ class LocalBroker(Broker):
         if not await self.store.remove_team_members(team, [member]):
             return False
         await self._release_claims(team, {member})
+        self._changed_now()  # its `team_left` event ends their streams here too, at once
         return True
 
     async def delete_team(self, team: str) -> bool:
@@ -2366,6 +2367,7 @@ class LocalBroker(Broker):
         if not await self.store.delete_team(team):
             return False
         await self._release_claims(team, members)
+        self._changed_now()
         return True
 
     async def _release_claims(self, team: str, left: set[str]) -> None:

@@ -55,7 +55,7 @@ from .errors import (
     Rejected,
     RunConflict,
 )
-from .followups import followup_to_dict
+from .followups import approval_word, followup_to_dict
 from .model import (
     DEFAULT_EXP,
     Answers,
@@ -1277,12 +1277,15 @@ def run_send(
 
     async def work(broker: Broker) -> Any:
         try:
-            if isinstance(broker, LocalBroker) and sender is not None:
-                # As `answer` does: decide only an approval its gate would take from the sender.
+            if isinstance(broker, LocalBroker) and sender is not None and approval_word(text) is True:
+                # As `answer` does: a yes decides only an approval its gate would take from
+                # the sender; a no stops the call whoever says it.
                 teams = await broker.teams_of(sender)
 
                 def theirs(request: Request) -> bool:
-                    return not is_marked(request) or request.to in (sender, *teams)
+                    # As `answer` takes it: a gate's approval to someone is decided by them
+                    # (or their team); one to no one, or not a gate's, by anyone.
+                    return not is_marked(request) or request.to in (None, sender, *teams)
 
                 return await broker.send_message(run_id, text, by=sender, may_answer=theirs)
             return await broker.send_message(run_id, text, by=sender)

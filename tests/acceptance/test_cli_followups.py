@@ -68,3 +68,32 @@ async def test_approve_from_the_cli_decides_the_approval_and_an_ended_run_refuse
     assert late.returncode == 3 and "has ended" in late.stderr
     missing = cli("run", "send", "no-such-run", "hello", db=db)
     assert missing.returncode == 1 and "no run with id" in missing.stderr
+
+
+async def park_on_a_gate_approval(db: str, run_id: str, to: str | None) -> str:
+    from interlock.approvals import mark
+
+    async with interlock.connect(db) as broker:
+        run = await broker.start_run("deployer", run_id=run_id)
+        asked = broker.prepare(
+            Confirm("Allow deploy?", id="approve"), kind="approval", to=to, run=run.id, context={"tool": "deploy"}
+        )
+        request, _ = await broker.submit(mark(asked))
+        await broker.park(run.id, state=None, waiting_on=[request.id])
+        return request.id
+
+
+async def test_a_message_decides_a_gate_approval_as_answer_would(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'gate.db'}"
+    env = {**os.environ, "INTERLOCK_URL": db, "INTERLOCK_USER": "bob"}
+    alices = await park_on_a_gate_approval(db, "run-a", "alice")
+    held = invoke("run", "send", "run-a", "approve", env=env)  # bob's yes would not count: held
+    assert held.returncode == 0 and json.loads(held.stdout)["outcome"] == "queued", held.stderr
+    denied = invoke("run", "send", "run-a", "deny", env=env)  # a no stops the call whoever says it
+    assert json.loads(denied.stdout).get("resolved_interaction_id") == alices, denied.stdout
+    nobodys = await park_on_a_gate_approval(db, "run-b", None)
+    approved = invoke("run", "send", "run-b", "approve", env=env)  # to no one: anyone's yes
+    assert json.loads(approved.stdout).get("resolved_interaction_id") == nobodys, approved.stdout
+    async with interlock.connect(db) as broker:
+        statuses = [(await broker.get(i)).status for i in (alices, nobodys)]
+    assert statuses == [Status.REJECTED, Status.ANSWERED]

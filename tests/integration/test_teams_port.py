@@ -4,6 +4,7 @@ every implementation (memory, SQLite, PostgreSQL)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -153,3 +154,29 @@ async def test_a_shared_setting_reads_back_as_saved_and_is_replaced_whole(store:
     assert await store.load_setting("routing") == doc
     await store.save_setting("routing", {"max_attempts": 4})
     assert await store.load_setting("routing") == {"max_attempts": 4}
+
+
+@pytest.mark.parametrize("url", ["memory://", "sqlite"])
+async def test_leaving_a_team_reaches_those_following_the_log_at_once(url: str, tmp_path: Any) -> None:
+    import anyio
+
+    import interlock
+
+    async with interlock.connect(url if url == "memory://" else f"sqlite:///{tmp_path / 'left.db'}") as broker:
+        for name in ("alice", "bob"):
+            await broker.save_principal(Principal(name, "human"))
+        await broker.add_team_members("ops", ["alice", "bob"])
+        after = await broker.last_event_id()
+        seen = []
+
+        async def follow() -> None:
+            async for event in broker.events(after=after, follow=True):
+                seen.append(event.type)
+                return
+
+        with anyio.fail_after(2):  # the memory store never polls: only a wake-up brings it
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(follow)
+                await anyio.wait_all_tasks_blocked()
+                assert await broker.remove_team_member("ops", "bob")
+    assert seen == ["team_left"]
