@@ -509,9 +509,7 @@ def answer(
             value = parse_answer(request, values or [])
         await _approvers_own(broker, request, value, answerer)
         if await broker.resolve(request_id, value, by=answerer, via="cli", comment=comment, grants=echo):
-            decision = decision_ask(request)
-            denies = decision is not None and check_answers(request, value).get(decision.id) is False
-            return "denied" if denies else "answered"  # an approval's no is a denial
+            return "denied" if _denies(request, value) else "answered"  # an approval's no is a denial
         return await broker.get(request_id)
 
     settled = _run(db, work, token)
@@ -551,17 +549,20 @@ def _answerer(db: str | None, by: str | None) -> str | None:
     return by if _remote(db) else by or local_person()
 
 
+def _denies(request: Request, value: Any) -> bool:
+    """Whether `value` answers an approval no (a denial: it stops the call whoever says it)."""
+    decision = decision_ask(request)
+    return decision is not None and check_answers(request, value).get(decision.id) is False
+
+
 async def _approvers_own(broker: Broker, request: Request, value: Any, by: str | None) -> None:
     """On a local store, refuse before anything is recorded a yes that an approval gate
     would not take: a gate's approval counts only as its approver's answer (any member's,
     for a team). A no stops the call whoever says it. Through a server, the server says
     who may answer."""
-    if isinstance(broker, RemoteBroker) or by is None or request.to is None or by == request.to:
+    if isinstance(broker, RemoteBroker) or by is None or request.to in (None, by) or not is_marked(request):
         return
-    if not is_marked(request):
-        return
-    decision = decision_ask(request)
-    if decision is not None and check_answers(request, value).get(decision.id) is False:
+    if _denies(request, value):
         return
     members = await broker.team_members(request.to)
     if members is not None and by in members:

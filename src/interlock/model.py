@@ -1381,15 +1381,12 @@ class MultiChoice:
 
     def from_words(self, words: Sequence[str]) -> Any:
         options = options_of(self)
-        # A word that is one option (an id may hold a comma) is that option; any other is
-        # split at its commas.
-        picks = [
-            p
-            for word in words
-            for p in ([word.strip()] if _match_option(options, word.strip()) else word.split(","))
-            if p.strip()
-        ]
-        return [_match_option(options, p.strip()) or p.strip() for p in picks]
+        picks: list[str] = []
+        for word in map(str.strip, words):
+            # A word that is one option (an id may hold a comma) is that option; any other
+            # is split at its commas.
+            picks += [word] if _match_option(options, word) else [p.strip() for p in word.split(",")]
+        return [_match_option(options, p) or p for p in picks if p]
 
     def from_input(self, option_id: str | None, option_ids: Sequence[str] | None, text: str | None) -> Any:
         if text is not None:

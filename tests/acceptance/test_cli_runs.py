@@ -173,16 +173,20 @@ async def test_run_commands_and_the_worker_take_a_token_as_every_other_command_d
         assert (resumed.status.value, resumed.result) == ("completed", {"approved": [True]})
 
 
+async def parked_on_alice(broker: interlock.Broker, run_id: str) -> str:
+    """A run parked on one question to alice; the question's id."""
+    run = await broker.start_run("scaler", run_id=run_id)
+    asked = await broker.create(interlock.Confirm("Scale?"), to="alice", run=run.id)
+    await broker.park(run.id, state={}, waiting_on=[asked.id])
+    return asked.id
+
+
 async def test_runs_shows_when_a_pause_is_given_up_only_while_it_waits_on_a_person(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     async with interlock.connect(url) as broker:
-        waiting = await broker.start_run("scaler", run_id="waiting")
-        asked = await broker.create(interlock.Confirm("Scale?"), to="alice", run=waiting.id)
-        await broker.park(waiting.id, state={}, waiting_on=[asked.id])
-        ready = await broker.start_run("scaler", run_id="ready")
-        answered = await broker.create(interlock.Confirm("Scale?"), to="alice", run=ready.id)
-        await broker.park(ready.id, state={}, waiting_on=[answered.id])
-        assert await broker.resolve(answered.id, True, by="alice")
+        await parked_on_alice(broker, "waiting")
+        answered = await parked_on_alice(broker, "ready")
+        assert await broker.resolve(answered, True, by="alice")
     listed = cli("runs", cwd=tmp_path, url=url)
     assert listed.returncode == 0, listed.stderr
     rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}
@@ -193,13 +197,11 @@ async def test_runs_shows_when_a_pause_is_given_up_only_while_it_waits_on_a_pers
 async def test_run_cancel_withdraws_its_requests_as_the_cli_and_you(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     async with interlock.connect(url) as broker:
-        run = await broker.start_run("scaler", run_id="run-1")
-        asked = await broker.create(interlock.Confirm("Scale?"), to="alice", run=run.id)
-        await broker.park(run.id, state={}, waiting_on=[asked.id])
+        asked = await parked_on_alice(broker, "run-1")
     env = {**environment(url), "INTERLOCK_USER": "ops-lead"}
     done = invoke("run", "cancel", "run-1", env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     async with interlock.connect(url) as broker:
-        withdrawn = await broker.get(asked.id)
+        withdrawn = await broker.get(asked)
     assert withdrawn.status is Status.CANCELLED and withdrawn.response is not None
     assert (withdrawn.response.by, withdrawn.response.via) == ("ops-lead", "cli")
