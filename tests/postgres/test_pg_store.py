@@ -558,3 +558,32 @@ async def test_a_database_that_does_not_exist_is_a_clear_error(pg_url: str) -> N
     with pytest.raises(ConnectionError, match="cannot open the PostgreSQL store"):
         async with interlock.connect(pg_url + "_missing"):
             pass
+
+
+async def test_deleting_a_team_names_a_member_who_joined_while_it_ran_in_its_team_left(pg_url: str) -> None:
+    """A member added by a transaction still open when the deletion starts is taken away by
+    the deletion too, so its `team_left` event must name them (it ends their streams)."""
+    other = await asyncpg.connect(pg_url)
+    try:
+        async with interlock.connect(pg_url) as broker:
+            for name in ("alice", "bob"):
+                await broker.store.save_principal(Principal(name, "human"))
+            await broker.add_team_members("ops", ["alice"])
+            after = await broker.last_event_id()
+            joining = other.transaction()
+            await joining.start()
+            await other.execute("INSERT INTO team_members (team, member) VALUES ('ops', 'bob')")
+            deleting = asyncio.create_task(broker.delete_team("ops"))
+            blocked = (
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock' AND query LIKE '%teams%'"
+            )
+            await until(blocked, pg_url)  # the deletion waits on the joining transaction
+            await joining.commit()
+            with anyio.fail_after(BOUND):
+                assert await deleting
+            left = [e for e in await broker.find_events(after=after) if e.type == "team_left"]
+            assert [e.data for e in left] == [{"team": "ops", "principals": ["alice", "bob"]}]
+            assert await broker.teams_of("bob") == frozenset()
+    finally:
+        await other.close()

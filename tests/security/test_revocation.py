@@ -3,11 +3,13 @@ on every node, whoever revokes it (the CLI in another process, on another machin
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import re
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -23,6 +25,8 @@ from httpx_sse import ServerSentEvent, aconnect_sse
 import interlock
 from interlock import Confirm
 from interlock.principals import Principal, issue_token
+from interlock.server.auth import Auth
+from interlock.server.stream import Hub
 from serve_support import serve_many
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -274,3 +278,55 @@ async def test_revoking_a_token_ends_its_streams_on_every_postgresql_node(
             assert (await alice_on_b.get("/api/v1/requests")).status_code == 401
             assert (await browser_on_b.get("/")).status_code == 303  # back to the sign-in page
             tg.cancel_scope.cancel()
+
+
+async def test_a_team_left_while_a_stream_opens_ends_that_stream_too(
+    sqlite_world: tuple[str, str, People], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race: the stream's reader is found in the team, then taken out of it, and this
+    node's hub handles the `team_left` event before the stream has subscribed to it."""
+    base, db, people = sqlite_world
+    async with interlock.connect(db) as broker:
+        await broker.add_team_members("ops", ["alice", "bob"])
+    armed = threading.Event()  # the next look at bob's teams is the one raced
+    handled: list[asyncio.Event] = []
+    with_teams, end_streams = Auth.with_teams, Hub.end_streams
+
+    async def racing_with_teams(auth: Auth, principal: Principal) -> Principal:
+        found = await with_teams(auth, principal)
+        if principal.name == "bob" and armed.is_set():
+            armed.clear()
+            handled.append(asyncio.Event())
+            assert await auth.broker.remove_team_member("ops", "bob")
+            with anyio.fail_after(BOUND):
+                await handled[-1].wait()  # the hub is done with it: no stream of bob's is open yet
+        return found
+
+    def noting_end_streams(hub: Hub, type_: str, data: Any) -> None:
+        end_streams(hub, type_, data)
+        if type_ == "team_left" and handled:
+            handled[-1].set()
+
+    monkeypatch.setattr(Auth, "with_teams", racing_with_teams)
+    monkeypatch.setattr(Hub, "end_streams", noting_end_streams)
+    async with (
+        api(base, people.tokens["bob"]) as bob,
+        httpx.AsyncClient(base_url=base, timeout=httpx.Timeout(BOUND, read=None)) as browser,
+        anyio.create_task_group() as tg,
+    ):
+        await sign_in(browser, people.tokens["bob"])
+        for client, url in (
+            (bob, "/api/v1/events/stream"),
+            (bob, "/api/v1/interactions/stream"),
+            (browser, "/inbox/stream"),
+        ):
+            async with interlock.connect(db) as broker:
+                await broker.add_team_members("ops", ["bob"])
+            armed.set()
+            stream = Stream()
+            tg.start_soon(stream.run, client, url, {})
+            with anyio.fail_after(BOUND):
+                await stream.ended.wait()
+            assert not armed.is_set()  # (the race did happen)
+            assert stream.kinds == ["dropped"], url
+            assert json.loads(stream.events[-1].data)["reason"] == "you left the team ops"

@@ -638,8 +638,8 @@ async def stream(
     holder = state.auth.holder(http)
     token = http.headers.get("authorization", "").partition(" ")[2].strip()
 
-    async def still_valid() -> bool:
-        return await state.auth.from_token(token) is not None
+    async def lost() -> str | None:
+        return await state.auth.token_lost(token, caller)
 
     async def replay(cursor: int) -> AsyncIterator[Event]:
         """The stored events this stream shows, a page at a time from indexes."""
@@ -668,7 +668,7 @@ async def stream(
                 start,
                 replay,
                 holder=holder,
-                still_valid=still_valid if holder is not None else None,
+                lost=lost if holder is not None else None,
                 audience=("api", caller.name, caller.kind, request, session, run),
             )
             frame = state.hub.frame

@@ -36,7 +36,7 @@ from ..principals import (
     issue_token,
 )
 
-__all__ = ["Auth", "Holder", "Visitor", "loopback_host", "same_origin"]
+__all__ = ["Auth", "Holder", "Visitor", "lost_access", "loopback_host", "same_origin"]
 
 SESSION_COOKIE = "interlock_session"
 SESSION_MAX_AGE = int(SESSION_LIFETIME.total_seconds())
@@ -68,6 +68,16 @@ class Visitor:
         return Holder(s.principal.name, s.token, s.id) if s is not None else None
 
 
+def lost_access(before: Principal, now: Principal | None, ended: str) -> str | None:
+    """Why a stream decided for `before` may no longer run, now that its credential finds
+    `now` (None: the credential is gone, and `ended` says how): a team it showed was left
+    since. None while it may run on."""
+    if now is None:
+        return ended
+    left = before.teams - now.teams
+    return f"you left the team {min(left)}" if left else None
+
+
 class Auth:
     def __init__(
         self,
@@ -94,6 +104,10 @@ class Auth:
     async def from_token(self, token: str) -> Principal | None:
         live = await self.broker.live_token(hash_token(token))
         return await self.with_teams(live.principal) if live is not None else None
+
+    async def token_lost(self, token: str, caller: Principal) -> str | None:
+        """Why a stream `caller` opened with `token` may no longer run (see `lost_access`)."""
+        return lost_access(caller, await self.from_token(token), "the token was revoked")
 
     async def api_principal(self, request: Request) -> Principal:
         """The caller of an API route, from its bearer token."""

@@ -254,6 +254,12 @@ async def stream_interactions(
                 return
             cursor = page[-1].id
 
+    holder = state.auth.holder(http)
+    token = http.headers.get("authorization", "").partition(" ")[2].strip()
+
+    async def lost() -> str | None:
+        return await state.auth.token_lost(token, caller)
+
     async def generate() -> AsyncIterator[ServerSentEvent]:
         yield ServerSentEvent(comment="connected", retry=2000)
         after: str | None = None
@@ -267,7 +273,10 @@ async def stream_interactions(
                 break
             after = page.next_cursor
         try:
-            async for event in state.hub.replay_then_follow(accept, start, replay, holder=state.auth.holder(http)):
+            follow = state.hub.replay_then_follow(
+                accept, start, replay, holder=holder, lost=lost if holder is not None else None
+            )
+            async for event in follow:
                 if event.request is None:  # a held message, delivered
                     data = _replayed(event)
                     yield ServerSentEvent(data=json.dumps(data), event="data-novo-followup-replayed", id=str(event.id))

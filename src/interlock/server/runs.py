@@ -379,8 +379,8 @@ async def run_stream(
     holder = state.auth.holder(http)
     token = http.headers.get("authorization", "").partition(" ")[2].strip()
 
-    async def still_valid() -> bool:
-        return await state.auth.from_token(token) is not None
+    async def lost() -> str | None:
+        return await state.auth.token_lost(token, caller)
 
     async def replay(cursor: int) -> AsyncIterator[Event]:
         while True:
@@ -402,7 +402,7 @@ async def run_stream(
                 begin,
                 replay,
                 holder=holder,
-                still_valid=still_valid if holder is not None else None,
+                lost=lost if holder is not None else None,
                 audience=("run", caller.name, caller.kind, run_id),
             )
             async for event in follow:

@@ -219,7 +219,7 @@ class Hub:
         replay: Callable[[int], AsyncIterator[Event]] | None = None,
         *,
         holder: Holder | None = None,
-        still_valid: Callable[[], Awaitable[bool]] | None = None,
+        lost: Callable[[], Awaitable[str | None]] | None = None,
         audience: Hashable | None = None,
     ) -> AsyncIterator[Event]:
         """Events after `after` from the store, then live ones: each once, in order.
@@ -227,14 +227,16 @@ class Hub:
         With `after` None, only events from now on. `replay(after)`, when given, reads the
         stored events already narrowed to (at least) what `accept` takes, from indexes,
         instead of the whole log after `after`. With a `holder`, the stream ends when
-        its credential is revoked; `still_valid` is asked once after subscribing, so a
-        revocation committed between the caller's check and the subscription counts too.
+        its credential is revoked or its person leaves a team. `lost` is asked once after
+        subscribing and says why the stream may no longer run (None: it may), so that a
+        revocation or a team left between the caller's check and the subscription, whose
+        event this hub handled before the subscriber existed, counts too.
         `audience`: see `subscribe`.
         """
         sub = self.subscribe(accept, holder, audience)  # first, so nothing committed from here on is missed
         try:
-            if still_valid is not None and not await still_valid():
-                sub.end("the token was revoked")
+            if lost is not None and (reason := await lost()) is not None:
+                sub.end(reason)
             seen = 0
             if after is not None and sub.dropped is None:
                 async for event in replay(after) if replay is not None else self.broker.events(after=after):

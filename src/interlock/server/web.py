@@ -51,7 +51,7 @@ from ..model import (
 from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer, can_claim
 from ..signin import safe_next
-from .auth import SESSION_COOKIE, SESSION_MAX_AGE, Holder, check_csrf
+from .auth import SESSION_COOKIE, SESSION_MAX_AGE, Holder, check_csrf, lost_access
 from .common import (
     AppState,
     State,
@@ -650,15 +650,16 @@ async def stream(http: HttpRequest, state: State, after: int | None = None) -> R
     def accept(event: Event) -> bool:
         return event.type in _INBOX_EVENTS and _for_inbox(principal, event)
 
-    async def still_valid() -> bool:
-        return await session(state, http) is not None
+    async def lost() -> str | None:
+        now = await session(state, http)
+        return lost_access(principal, now.principal if now is not None else None, "your session ended")
 
     async def generate() -> AsyncIterator[ServerSentEvent]:
         yield ServerSentEvent(comment="connected", retry=2000)
         try:
             holder = who.holder
             follow = state.hub.replay_then_follow(
-                accept, start, holder=holder, still_valid=still_valid if holder is not None else None
+                accept, start, holder=holder, lost=lost if holder is not None else None
             )
             async for event in follow:
                 data = {"id": event.id, "type": event.type, "request_id": event.request_id}

@@ -1528,9 +1528,10 @@ class SqlStore:
         at = datetime.now(UTC)
 
         async def delete(tx: Transaction) -> bool:
-            members = [str(row[0]) for row in await tx.rows("team_members", team)]
-            if not await tx.execute("delete_team", team):
+            if await tx.row("lock_team", team) is None:
                 return False
+            members = [str(row[0]) for row in await tx.rows("team_members", team)]  # all of them: see lock_team
+            await tx.execute("delete_team", team)
             if members:
                 await self._insert_event(tx, TEAM_LEFT, at, {"team": team, "principals": members})
             return True

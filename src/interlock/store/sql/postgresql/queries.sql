@@ -347,6 +347,11 @@ INSERT INTO team_members (team, member) VALUES ($1, $2) ON CONFLICT DO NOTHING;
 -- name: delete_team_member
 DELETE FROM team_members WHERE team = $1 AND member = $2;
 
+-- name: lock_team
+-- Held until the transaction ends: no member joins meanwhile (adding one takes a key
+-- share lock on this row), so the members read next are all a deletion takes away.
+SELECT name FROM teams WHERE name = $1 FOR UPDATE;
+
 -- name: delete_team
 DELETE FROM teams WHERE name = $1;
 

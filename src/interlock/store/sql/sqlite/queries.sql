@@ -361,6 +361,10 @@ INSERT INTO team_members (team, member) VALUES (:team, :member) ON CONFLICT DO N
 -- name: delete_team_member
 DELETE FROM team_members WHERE team = :team AND member = :member;
 
+-- name: lock_team
+-- A write transaction here holds the database's one write lock already.
+SELECT name FROM teams WHERE name = :name;
+
 -- name: delete_team
 DELETE FROM teams WHERE name = :name;
 
