@@ -87,7 +87,7 @@ from .model import (
 from .outbox import Delivery, DeliveryState, LinkUse
 from .principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
 from .redact import redact_url
-from .routing import Routing, RoutingError, masked, routing_from_dict
+from .routing import Routing, RoutingError, masked, routing_from_dict, unmasked
 from .store import (
     DeliveryPort,
     EventQuery,
@@ -931,7 +931,8 @@ class Broker(ABC):
         """Replace the routing in use with `document` (a routing file's, as JSON): it
         survives restarts, and every delivery loop on the store takes it up within seconds.
         A document that does not check out raises `InvalidRequest` and changes nothing.
-        Returns it as kept, the channels' secrets masked."""
+        A secret given as `***`, as `routing` shows it, keeps the secret that channel has
+        now. Returns it as kept, the channels' secrets masked."""
 
 
 @dataclass(slots=True, eq=False)
@@ -2428,16 +2429,23 @@ class LocalBroker(Broker):
         document = await stored_routing(self.store)
         return None if document is None else masked(document)
 
+    async def with_secrets_kept(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        """A routing document to replace the one in use, with each secret given as `***`
+        (as `routing` shows it) put back from the routing in use; `RoutingError` for a
+        `***` with no such secret behind it (see `interlock.routing.unmasked`)."""
+        if self._state != "open":
+            await self.open()
+        return unmasked(document, await stored_routing(self.store))
+
     async def set_routing(self, document: Mapping[str, Any]) -> dict[str, Any]:
         """Replace the routing in use, checked as a routing file is (its channels are made,
         and so checked further, by the loops that use it, and by a server's API before it
-        keeps one)."""
+        keeps one). A secret given as `***` keeps the secret that channel has now
+        (`with_secrets_kept`)."""
         try:
-            routing = routing_from_dict(document)
+            routing = routing_from_dict(await self.with_secrets_kept(document))
         except RoutingError as exc:
             raise InvalidRequest(str(exc)) from None
-        if self._state != "open":
-            await self.open()
         store = self.store
         stored = await store.load_setting(ROUTING_SETTING)
         digest = stored.get("file_digest") if isinstance(stored, Mapping) else None  # a file unchanged does not undo it

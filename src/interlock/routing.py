@@ -335,14 +335,49 @@ def load_routing(path: str | Path) -> Routing:
     return routing_from_dict(doc)
 
 
-def masked(
-    doc: Mapping[str, Any], secrets: Sequence[str] = ("secret", "password", "token", "signing_secret")
-) -> dict[str, Any]:
-    """A routing document with the channels' secrets replaced by `***`."""
+SECRET_OPTIONS = ("secret", "password", "token", "signing_secret")
+"""The channel options `masked` hides."""
+
+MASK = "***"
+
+
+def masked(doc: Mapping[str, Any], secrets: Sequence[str] = SECRET_OPTIONS) -> dict[str, Any]:
+    """A routing document with the channels' secrets replaced by `***` (`MASK`)."""
     out = dict(doc)
     channels = {}
     for name, options in dict(doc.get("channels", {})).items():
-        channels[name] = {k: ("***" if k in secrets and v else v) for k, v in dict(options).items()}
+        channels[name] = {k: (MASK if k in secrets and v else v) for k, v in dict(options).items()}
     if channels:
         out["channels"] = channels
     return out
+
+
+def unmasked(doc: Mapping[str, Any], current: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`doc` with each secret given as `MASK` (a routing read back as `masked` shows it)
+    put back from `current`, the routing in use: the same channel's (same name and type)
+    same secret. A mask with no such secret behind it is refused (`RoutingError`): it would
+    otherwise be kept as the secret itself, one anyone can sign with."""
+    channels = doc.get("channels")
+    if not isinstance(channels, Mapping):
+        return dict(doc)
+    before = current.get("channels") if current is not None else None
+    before = before if isinstance(before, Mapping) else {}
+    restored: dict[str, Any] = {}
+    for name, options in channels.items():
+        if isinstance(options, Mapping) and MASK in options.values():
+            options = dict(options)
+            old = before.get(name)
+            for key in SECRET_OPTIONS:
+                if options.get(key) != MASK:
+                    continue
+                same = isinstance(old, Mapping) and old.get("type") == options.get("type")
+                kept = old.get(key) if same else None
+                if not isinstance(kept, str) or not kept or kept == MASK:
+                    raise RoutingError(
+                        f"channels.{name}.{key}: {MASK!r} is how a secret is shown, and the routing in use "
+                        f"has no such secret for a {options.get('type')} channel named {name!r} to keep: "
+                        "give the secret itself"
+                    )
+                options[key] = kept
+        restored[name] = options
+    return {**doc, "channels": restored}

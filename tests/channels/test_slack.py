@@ -181,6 +181,37 @@ async def test_a_forged_or_stale_slack_request_is_refused(base: str, slack: Fake
         assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "pending"
 
 
+async def test_a_routing_read_back_and_put_unchanged_keeps_its_secrets(base: str, slack: FakeSlack) -> None:
+    """`GET /routing` shows the secrets as `***`; putting that document back must keep the
+    secrets in use, not make `***` the signing secret anyone could sign a click with."""
+    async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+        shown = (await client.get("/api/v1/routing")).json()
+        assert shown["channels"]["slack"]["signing_secret"] == shown["channels"]["slack"]["token"] == "***"
+        assert (await client.put("/api/v1/routing", json=shown)).status_code == 200
+        request = await create(base, {"to": "alice", "asks": [{"type": "confirm", "prompt": "Ship it?"}]})
+        [message] = await slack.until("chat.postMessage")  # with the bot token in use (the fake checks it)
+        block_id, elements = actions_of(message)
+        payload = click(elements[0], block_id, "U0ALICE", slack)
+        body, headers = signed(payload, secret="***")
+        assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 401
+        assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "pending"
+
+        # A mask where the routing in use has no such secret is refused, and changes nothing.
+        renamed = {**shown, "channels": {"chat": shown["channels"]["slack"]}}
+        renamed["recipients"] = {"alice": {"channels": ["chat"], "addresses": {"chat": "U0ALICE"}}}
+        refused = await client.put("/api/v1/routing", json=renamed)
+        assert refused.status_code == 422
+        assert "channels.chat.token: '***' is how a secret is shown" in refused.json()["detail"]
+        assert list((await client.get("/api/v1/routing")).json()["channels"]) == ["slack"]
+        short = {**shown, "channels": {"slack": {**shown["channels"]["slack"], "signing_secret": "abc"}}}
+        refused = await client.put("/api/v1/routing", json=short)
+        assert refused.status_code == 422 and "signing_secret: the app's signing secret" in refused.json()["detail"]
+
+        body, headers = signed(payload)  # the real secret still signs
+        assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+        assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "answered"
+
+
 async def test_a_text_question_is_answered_in_a_modal(base: str, slack: FakeSlack) -> None:
     asks = [{"type": "text", "id": "why", "prompt": "Why?"}, {"type": "confirm", "id": "ok", "prompt": "Sure?"}]
     request = await create(base, {"to": "ops", "asks": asks})

@@ -31,7 +31,7 @@ from interlock import (
     Status,
     Text,
 )
-from interlock.broker import LocalBroker
+from interlock.broker import LocalBroker, stored_routing
 from interlock.channels import Message, PermanentFailure
 from interlock.channels.delivery import DeliveryLoop
 from interlock.dashboard import NOBODY
@@ -907,6 +907,18 @@ async def test_the_routing_is_kept_with_its_secrets_masked_and_a_bad_one_changes
     with pytest.raises(InvalidRequest, match="sms"):
         await broker.set_routing({"recipients": {"alice": {"channels": ["sms"]}}})
     assert await broker.routing() == kept
+    again = await broker.set_routing({**kept, "max_attempts": 4})  # read back, changed, put: the secret stays
+    assert again == {**kept, "max_attempts": 4}
+    with pytest.raises(InvalidRequest, match=r"channels\.beeper\.secret: '\*\*\*' is how a secret is shown"):
+        await broker.set_routing({"channels": {"beeper": kept["channels"]["pager"]}})
+    assert await broker.routing() == again
+
+
+async def test_a_routing_put_back_as_shown_keeps_the_secrets_in_use(local: LocalBroker) -> None:
+    await local.set_routing(_PAGER)
+    await local.set_routing({**(await local.routing() or {}), "max_attempts": 4})
+    kept = await stored_routing(local.store)
+    assert kept is not None and kept["channels"]["pager"]["secret"] == "s3cret-s3cret-s3cret"
 
 
 async def test_a_routing_file_seeds_the_store_and_what_was_set_since_stays_until_the_file_changes(

@@ -391,7 +391,10 @@ class SlackChannel:
         token = options.pop("token", None)
         if not isinstance(token, str) or not token:
             raise ChannelError(f"{where}.token: the bot token (xoxb-...)")
-        self.signing_secret: str | None = options.pop("signing_secret", None)
+        signing_secret = options.pop("signing_secret", None)
+        if signing_secret is not None and (not isinstance(signing_secret, str) or len(signing_secret) < 16):
+            raise ChannelError(f"{where}.signing_secret: the app's signing secret, at least 16 characters")
+        self.signing_secret: str | None = signing_secret
         self.default_channel: str | None = options.pop("channel", None)
         api_url = options.pop("api_url", "https://slack.com/api")
         if not isinstance(api_url, str) or not api_url.startswith(("http://", "https://")):

@@ -209,10 +209,11 @@ async def put_routing(caller: Caller, state: State, document: Annotated[dict[str
     is: a document that does not check out is refused with 422 and changes nothing. It is
     kept in the store, so it survives restarts (an unchanged routing file does not undo
     it) and the other nodes' delivery loops take it up within seconds; a server that ran
-    without one starts delivering."""
+    without one starts delivering. A secret given as `***`, as `GET /routing` shows it,
+    keeps the secret that channel has now; one with no such secret behind it is refused."""
     _admin(caller, "change the routing")
     try:
-        routing = routing_from_dict(document)
+        routing = routing_from_dict(await state.broker.with_secrets_kept(document))
         channels = open_channels(routing.channels, _context(state, routing))  # every channel can be made
     except (RoutingError, ChannelError) as exc:
         raise ApiError("invalid_request", str(exc)) from None
