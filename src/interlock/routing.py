@@ -370,8 +370,7 @@ def unmasked(doc: Mapping[str, Any], current: Mapping[str, Any] | None) -> dict[
             for key in SECRET_OPTIONS:
                 if options.get(key) != MASK:
                     continue
-                same = isinstance(old, Mapping) and old.get("type") == options.get("type")
-                kept = old.get(key) if same else None
+                kept = old.get(key) if isinstance(old, Mapping) and old.get("type") == options.get("type") else None
                 if not isinstance(kept, str) or not kept or kept == MASK:
                     raise RoutingError(
                         f"channels.{name}.{key}: {MASK!r} is how a secret is shown, and the routing in use "
