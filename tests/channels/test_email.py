@@ -26,6 +26,7 @@ from interlock import Choice, Confirm, Form
 from interlock.broker import LocalBroker
 from interlock.channels.links import AnswerLinks, InvalidLink
 from interlock.model import build_request
+from interlock.principals import Principal
 from interlock.routing import routing_from_dict
 
 from .receiver import eventually
@@ -161,6 +162,49 @@ async def test_a_confirm_request_is_answered_with_one_click_from_the_email(serve
     [_, ended] = await mailbox.until(2)
     assert ended["Subject"].startswith("No longer waiting for you (answered)")
     assert answer_links(parts(ended)[0]) == {}
+
+
+async def test_an_email_link_answers_only_for_someone_who_may_answer_the_request(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], mailbox: Mailbox
+) -> None:
+    """An escalation tells carol about alice's request, and a team's request was mailed to
+    alice before she left the team: neither email's links answer, as no other surface lets
+    them; the person it is to still can."""
+    db = f"sqlite:///{tmp_path / 'mail.db'}"
+    async with interlock.connect(db) as broker:
+        assert isinstance(broker, LocalBroker)
+        await broker.save_principal(Principal("alice", "human"))
+        await broker.add_team_members("ops", ["alice"])
+    doc = routing_doc(mailbox.port)
+    bob = {"channels": ["mail"], "addresses": {"mail": "bob@example.com"}, "escalate_after": "0.2s"}
+    doc["recipients"] = {
+        "alice": {"channels": ["mail"], "addresses": {"mail": "alice@example.com"}},
+        "bob": {**bob, "escalate_to": "alice"},
+    }
+    doc["teams"] = {"ops": {"members": ["alice"]}}
+    confirm = {"type": "confirm", "prompt": "Ship it?"}
+    with serve(db, auth=False, routing=routing_from_dict(doc)) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+            to_bob = (await client.post("/api/v1/requests", json={"to": "bob", "asks": [confirm]})).json()
+            to_ops = (await client.post("/api/v1/requests", json={"to": "ops", "asks": [confirm]})).json()
+            messages = await mailbox.until(3)  # bob's, the team's to alice, and bob's escalated to alice
+            mailed = {
+                (m["To"], request["id"]): answer_links(parts(m)[0])
+                for m in messages
+                for request in (to_bob, to_ops)
+                if request["id"] in parts(m)[0]
+            }
+            escalated = mailed[("alice@example.com", to_bob["id"])]
+            team_link = mailed[("alice@example.com", to_ops["id"])]
+            async with interlock.connect(db) as broker:
+                assert await broker.remove_team_member("ops", "alice")
+            for link in (escalated["Yes"], team_link["Yes"]):
+                for refused in (await client.get(link), await client.post(link)):
+                    assert refused.status_code == 403 and "Not yours to answer" in refused.text
+            for request in (to_bob, to_ops):
+                assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "pending"
+            done = await client.post(mailed[("bob@example.com", to_bob["id"])]["Yes"])
+            assert done.status_code == 200 and "Answer recorded" in done.text
 
 
 async def test_a_choice_request_gets_a_link_per_option(server: Server, mailbox: Mailbox) -> None:

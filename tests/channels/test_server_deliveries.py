@@ -250,3 +250,31 @@ async def test_the_routing_s_teams_of_people_here_are_kept_as_teams(
             assert (await local.put("/routing", json={**routing_doc(hook.url), "teams": teams})).status_code == 200
             assert (await local.get("/teams/ops")).json() == {"name": "ops", "members": ["alice", "bob"]}
             assert (await local.get("/teams/ghosts")).status_code == 404  # no person by that name: left out
+
+
+async def test_an_escalation_s_webhook_does_not_let_its_recipient_answer(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], hook: Receiver
+) -> None:
+    """bob is told of alice's request when nobody answered it in time; that notice is no
+    right to answer it, through the inbound webhook as through any other surface."""
+    doc = routing_doc(hook.url)
+    doc["recipients"] = {
+        "alice": {"channels": ["hook"], "escalate_after": "0.2s", "escalate_to": "bob"},
+        "bob": {"channels": ["hook"]},
+    }
+    with serve(f"sqlite:///{tmp_path / 'escalated.db'}", auth=False, routing=routing_from_dict(doc)) as base:
+        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
+            request = (await local.post("/requests", json=APPROVAL)).json()
+            told = await hook.until(2)
+            assert sorted((got.json["type"], got.json["recipient"]) for got in told) == [
+                ("request.created", "alice"),
+                ("request.escalated", "bob"),
+            ]
+            raw, headers = signed({"request_id": request["id"], "recipient": "bob", "answer": True})
+            refused = await local.post("/inbound/hook", content=raw, headers=headers)
+            assert refused.status_code == 403 and "'bob' may not answer" in refused.json()["detail"]
+            assert (await local.get(f"/requests/{request['id']}")).json()["status"] == "pending"
+            raw, headers = signed({"request_id": request["id"], "recipient": "alice", "answer": True})
+            assert (await local.post("/inbound/hook", content=raw, headers=headers)).status_code == 200
+            settled = (await hook.until(3))[-1]  # (received before the server stops: its loop does not wait on it)
+            assert (settled.json["type"], settled.json["request"]["response"]["by"]) == ("request.answered", "alice")

@@ -20,6 +20,7 @@ named in `by`).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
@@ -33,6 +34,7 @@ from ..errors import AlreadySettled, InvalidAnswer, NotFound
 from ..model import Answers, Status, request_to_dict
 from ..model import Request as HumanRequest
 from ..outbox import LinkUse
+from ..principals import Principal, can_answer
 from ..webhooks import InvalidSignature, verify
 from .common import UNREADABLE, ApiError, AppState, State, TheBroker
 from .schemas import Problem, RequestModel
@@ -91,6 +93,12 @@ async def inbound(channel: str, request: Request, state: State, broker: TheBroke
     given = [key for key in ("answer", "answers", "reject") if key in doc]
     if len(given) != 1:
         raise ApiError("invalid_request", "give exactly one of answer, answers or reject")
+    try:
+        target = await broker.get(request_id)
+    except NotFound:
+        raise ApiError("not_found", f"no request {request_id}") from None
+    if not await _may_answer(state, broker, by, target):
+        raise ApiError("forbidden", f"{by!r} may not answer request {request_id}: it is not to them nor their team")
     comment = doc.get("comment", "")
     if not isinstance(comment, str):
         raise ApiError("invalid_request", "comment: text")
@@ -123,6 +131,22 @@ def _object(body: bytes) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise ApiError("invalid_request", "the body must be a JSON object")
     return doc
+
+
+async def _may_answer(state: AppState, broker: LocalBroker, name: str, request: HumanRequest) -> bool:
+    """Whether `name`, whom a channel's answer speaks for, may answer `request`, by the rule
+    of every other surface (`can_answer`): the person it is to, a member of its team as the
+    store has it now, or an admin. A delivery was only a notice: an escalation's, or one
+    sent before its recipient left the team, gives no one the right to answer. A team the
+    store does not keep (the routing's, naming no people here) has the routing's members."""
+    principal = await broker.get_principal(name) or Principal(name, "human")
+    teams = await broker.teams_of(name)
+    team = request.to
+    if team is not None and team not in teams and state.delivery is not None:
+        listed = name in state.delivery.routing.teams.get(team, ())
+        if listed and await broker.team_members(team) is None:
+            teams = teams | {team}
+    return can_answer(replace(principal, teams=teams), request)
 
 
 # -- one-click answer links (email) ---------------------------------------------------------
@@ -162,6 +186,9 @@ async def _claim(
         return _page(state, http, "No such request", "The request of this link is gone.", 404)
     if request.status is not Status.PENDING:
         return _settled(state, http, request)
+    if not await _may_answer(state, broker, claim.recipient, request):
+        message = f"This request is not {claim.recipient}'s to answer (any more): it is to {request.to}."
+        return _page(state, http, "Not yours to answer", message, 403, request_id=request.id)
     return claim, request
 
 
@@ -234,14 +261,18 @@ async def answer_by_link(token: str, http: Request, state: State, broker: TheBro
 # -- Slack's interactive endpoint ------------------------------------------------------------
 
 
-def _slack_answerer(state: AppState, channel: str, user_id: str, request: HumanRequest) -> str | None:
+async def _slack_answerer(
+    state: AppState, broker: LocalBroker, channel: str, user_id: str, request: HumanRequest
+) -> str | None:
     """The interlock name a Slack user answers as: the recipient (or a member of the team
-    the request is to) whose route gives that user id as their address on `channel`."""
+    the request is to) whose route gives that user id as their address on `channel`, if
+    they may answer it (`_may_answer`)."""
     assert state.delivery is not None
     routing = state.delivery.routing
     members = routing.teams.get(request.to or "", ())
     for name, route in routing.recipients.items():
-        if route.addresses.get(channel) == user_id and (name == request.to or name in members):
+        addressed = route.addresses.get(channel) == user_id and (name == request.to or name in members)
+        if addressed and await _may_answer(state, broker, name, request):
             return name
     return None
 
@@ -288,7 +319,7 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
             target = await broker.get(str(view.get("private_metadata", "")))
         except NotFound:
             return JSONResponse({"response_action": "errors", "errors": {}}, status_code=200)
-        by = _slack_answerer(state, channel, user_id, target)
+        by = await _slack_answerer(state, broker, channel, user_id, target)
         first = error_block(target)
         if by is None:
             return JSONResponse(
@@ -316,7 +347,7 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
             return Response(status_code=200)
         if target.status is not Status.PENDING:
             await tell(_settled_text(target))
-        elif _slack_answerer(state, channel, user_id, target) is None:
+        elif await _slack_answerer(state, broker, channel, user_id, target) is None:
             await tell("This request is not yours to answer.")
         elif (view := modal_view(target)) is None:  # its form is answered in the inbox
             where = state.delivery.context.request_url(target.id) if state.delivery is not None else None
@@ -333,7 +364,7 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
     except (ValueError, TypeError, KeyError, NotFound):
         await tell("This button no longer works.")
         return Response(status_code=200)
-    by = _slack_answerer(state, channel, user_id, target)
+    by = await _slack_answerer(state, broker, channel, user_id, target)
     if by is None:
         await tell("This request is not yours to answer.")
         return Response(status_code=200)
