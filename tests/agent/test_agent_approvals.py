@@ -149,6 +149,30 @@ async def test_a_once_approval_holds_for_a_gate_in_another_process(broker: Broke
     assert len((await broker.list()).items) == 1
 
 
+async def test_a_once_approval_holds_only_for_the_agent_and_approver_it_was_given_to(
+    broker: Broker, inbox: Inbox
+) -> None:
+    """The same gate, the same session and tool: another agent (a helper the session's
+    agent delegates to), or a call to another approver, asks again, as a new gate would."""
+    tools = Tools()
+    runner = gated(broker, tools, policies={"deploy": "once"})
+    first = ToolCall("deploy", {"env": "prod"}, session="s1", agent="planner", to="alice")
+    task = asyncio.create_task(runner.run(first))
+    await approve_next(inbox)
+    await bounded(task)
+    assert (await bounded(runner.run(first.with_arguments({"env": "staging"})))).content == "deploy ok"
+    for other in (
+        ToolCall("deploy", {"env": "prod"}, session="s1", agent="researcher", to="alice"),
+        ToolCall("deploy", {"env": "prod"}, session="s1", agent="planner", to="mallory"),
+    ):
+        task = asyncio.create_task(runner.run(other))
+        asked = await inbox.next()
+        assert (asked.to, asked.origin.agent) == (other.to, other.agent)
+        assert await broker.reject(asked.id, "not this one", by=asked.to)
+        assert (await bounded(task)).denied
+    assert len(tools.ran) == 2
+
+
 async def test_a_denied_once_approval_does_not_hold(broker: Broker, inbox: Inbox) -> None:
     runner = gated(broker, Tools(), policies={"deploy": "once"})
     task = asyncio.create_task(runner.run(ToolCall("deploy", {"env": "prod"}, session="s1")))

@@ -149,7 +149,8 @@ class ApprovalGate:
         self.server = server
         self.stored_policies = stored_policies
         self.url_hook: UrlHook = url_hook or call_url_hook
-        self._once: set[tuple[str, str]] = set()
+        self._once: set[tuple[str | None, ...]] = set()
+        """What `once` approvals this gate saw (`_once_key`): a fast path, kept per asker and approver."""
         self._consumed: OrderedDict[str, None] = OrderedDict()
         self._occurrences: OrderedDict[tuple[str, str, str], int] = OrderedDict()
 
@@ -360,10 +361,10 @@ class ApprovalGate:
         """Whether the approver approved this tool earlier in the call's session (durably kept)."""
         if call.session is None:
             return False  # no session for the approval to hold in: ask every time
-        key = (call.session, call.name)
+        requester = await self.broker.requester_of(call.agent)
+        key = self._once_key(call, requester)
         if key in self._once:
             return True
-        requester = await self.broker.requester_of(call.agent)
         after: str | None = None
         while True:
             page = await self.broker.list(
@@ -388,6 +389,12 @@ class ApprovalGate:
             if page.next_cursor is None:
                 return False
             after = page.next_cursor
+
+    def _once_key(self, call: ToolCall, requester: str | None) -> tuple[str | None, ...]:
+        """What a `once` approval holds for: the session and tool, and the asker and approver
+        `_not_issued` checks, so that it does not carry over to another agent in the same
+        session, or to a call whose approver is someone else."""
+        return (call.session, call.name, call.agent, requester, call.to or self.to)
 
     async def _not_issued(
         self, request: Request, response: Response, call: ToolCall, requester: str | None
@@ -616,7 +623,7 @@ class ApprovalGate:
             except (TypeError, ValueError) as exc:
                 raise ApprovalRefused(f"The edited arguments for '{call.name}' are not JSON", detail=str(exc)) from None
         if policy == "once" and call.session is not None:
-            self._once.add((call.session, call.name))
+            self._once.add(self._once_key(call, requester))
         return arguments
 
 
