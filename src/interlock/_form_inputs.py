@@ -230,6 +230,8 @@ def _json(ask: FormLike, f: Field | None, text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         fault = f"not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno})"
-        if f is not None:
-            raise FieldFault(ask, f, fault) from None
-        raise InvalidAnswer(f"ask {ask.id!r}: the answer is {fault}", ask_id=ask.id) from None
+    except (ValueError, RecursionError):  # a number of too many digits; arrays nested too deep
+        fault = "JSON that cannot be read here (nested too deep, or a number too long)"
+    if f is not None:
+        raise FieldFault(ask, f, fault) from None
+    raise InvalidAnswer(f"ask {ask.id!r}: the answer is {fault}", ask_id=ask.id) from None

@@ -681,6 +681,8 @@ def _quick_init(cls: type[_T]) -> type[_T]:
 
 DEFAULT_EXP: Literal["default"] = "default"
 """A grant offered without `exp`: it ends the venue's default time after it is issued."""
+MAX_EXP = 253_402_300_799
+"""The latest `exp` a grant may give: 9999-12-31T23:59:59Z, the last second a date holds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -703,6 +705,10 @@ class Grant:
         exp = self.exp
         if exp != DEFAULT_EXP and exp is not None and (isinstance(exp, bool) or not isinstance(exp, int) or exp < 0):
             raise InvalidRequest("a grant's exp must be unix seconds (a non-negative integer), or null for no expiry")
+        if isinstance(exp, int) and exp > MAX_EXP:
+            raise InvalidRequest(
+                f"a grant's exp is {exp}, past the last date there is ({MAX_EXP}, 9999-12-31): give null for no expiry"
+            )
 
     def describe(self) -> str:
         """The grant in words, as the inbox and the terminal show it beside its choice."""

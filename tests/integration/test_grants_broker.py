@@ -67,6 +67,21 @@ async def test_grants_on_a_text_ask_are_refused_and_nothing_is_stored(broker: Br
     assert (await broker.list(recipient="alice")).items == []
 
 
+async def test_a_grant_past_the_last_date_is_refused_when_offered_or_given(broker: Broker) -> None:
+    """An exp no date holds had been stored, and then broke every page that showed it."""
+    far = {**DEPLOY, "exp": 10**15}
+    with pytest.raises(InvalidRequest, match="past the last date there is"):
+        await broker.create(
+            await broker.build_asks([{"type": "confirm", "prompt": "Deploy?", "grants": [far]}]), to="alice"
+        )
+    with pytest.raises(InvalidRequest, match="past the last date there is"):
+        await broker.give_grant("bot", "repo:web", "deploy", exp=10**15, by="alice")
+    assert (await broker.list(recipient="alice")).items == []
+    assert (await broker.list_grants(audience="bot")).items == []
+    last = await broker.give_grant("bot", "repo:web", "deploy", exp=253_402_300_799, by="alice")
+    assert last.expires_at == datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
+
+
 async def test_a_ceiling_refuses_offers_beyond_it_before_anything_is_stored(
     connect: Callable[..., Broker], backend: str
 ) -> None:

@@ -191,6 +191,8 @@ def test_history_filters_and_searches_settled_requests_a_page_at_a_time(server: 
     expect(page.locator("#history > li")).to_have_count(3)
     page.goto(f"{server.url}/history?from=2001-01-01&to=2001-01-02")
     expect(page.locator("#history-empty")).to_be_visible()
+    page.goto(f"{server.url}/history?from={today}&to=9999-12-31&q=codename")  # through the last day there is
+    expect(page.locator("#history > li")).to_have_count(3)
 
     response = page.goto(f"{server.url}/history?from=yesterday")
     assert response is not None and response.status == 422

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from ..errors import InvalidGrantToken, InvalidRequest, NotFound
 from ..grant_tokens import verify_grant_token
-from ..model import DEFAULT_EXP, IssuedGrant, issued_grant_to_dict
+from ..model import DEFAULT_EXP, MAX_EXP, IssuedGrant, issued_grant_to_dict
 from ..principals import Principal
 from .api import PROBLEMS
 from .common import ApiError, AppState, Caller, State, TheBroker, problems_for
@@ -65,7 +65,9 @@ class GiveBody(Strict):
     to: str = Field(description="Who may use the grant.")
     with_: str = Field(alias="with", min_length=1)
     can: str = Field(min_length=1)
-    exp: int | None = Field(None, ge=0, description="Unix seconds; omitted: the venue's default; null: no expiry.")
+    exp: int | None = Field(
+        None, ge=0, description=f"Unix seconds, at most {MAX_EXP}; omitted: the venue's default; null: no expiry."
+    )
     by: str | None = Field(None, description="The issuer; only honoured by a server without auth (else you).")
 
 

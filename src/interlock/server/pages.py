@@ -254,7 +254,9 @@ class HistoryFilters:
         if self.since:
             out["since"] = _day(self.since)
         if self.until:
-            out["until"] = _day(self.until) + timedelta(days=1)  # through the end of that day
+            day = _day(self.until)
+            if day.date() < date.max:  # (through the end of the last day there is: no bound)
+                out["until"] = day + timedelta(days=1)  # through the end of that day
         return out
 
     def link(self, **changes: str) -> str:

@@ -1,0 +1,42 @@
+"""Reading a form ask's posted fields (the web inbox's form without script): what cannot be
+read is the person's fault, named beside its field, never a server error."""
+
+from __future__ import annotations
+
+import pytest
+
+from interlock import Form
+from interlock._form_inputs import FieldFault, read_form
+from interlock.errors import InvalidAnswer
+
+SCHEMA = {"type": "object", "properties": {"steps": {"type": "array", "title": "Steps"}}}
+
+
+class Posted:
+    def __init__(self, **values: str) -> None:
+        self.values = values
+
+    def get(self, name: str, default: str = "") -> str:
+        return self.values.get(name, default)
+
+    def all(self, name: str) -> list[str]:
+        return [self.values[name]] if name in self.values else []
+
+    def has(self, name: str) -> bool:
+        return name in self.values
+
+
+@pytest.mark.parametrize(
+    "text", ["[" * 100_000 + "]" * 100_000, "[" + "9" * 5000 + "]"], ids=["nested too deep", "a number too long"]
+)
+def test_json_that_cannot_be_read_is_the_field_s_fault(text: str) -> None:
+    ask = Form("Which steps?", schema=SCHEMA, id="plan")
+    with pytest.raises(FieldFault, match="cannot be read here"):
+        read_form(ask, "a0", Posted(**{"a0.p0": text}))
+    assert read_form(ask, "a0", Posted(**{"a0.p0": '["build", "ship"]'})) == {"steps": ["build", "ship"]}
+
+
+def test_a_form_without_fields_takes_its_json_whole_and_says_what_cannot_be_read() -> None:
+    ask = Form("Anything?", schema={"type": "object"}, id="free")
+    with pytest.raises(InvalidAnswer, match="ask 'free': the answer is JSON that cannot be read here"):
+        read_form(ask, "a0", Posted(**{"a0.json": "[" * 100_000}))
