@@ -2026,7 +2026,8 @@ def check_answers(request: Request, answer: Any, *, limits: Limits = DEFAULT_LIM
     """Check an answer against the request's asks and return the answers by ask id.
 
     A mapping keyed by ask ids answers several asks; a request with one ask may also be
-    answered with the bare value. For a single form ask, a mapping is the bare form value
+    answered with the bare value, and so may an approval decided by its first ask, a
+    confirm, whose other asks are optional (the gate's edits). For a single form ask, a mapping is the bare form value
     unless its only key is the ask id (and that is not a property of the form).
     Form checks keep to the thread's `time_budget`, when one is set.
     """
@@ -2035,6 +2036,9 @@ def check_answers(request: Request, answer: Any, *, limits: Limits = DEFAULT_LIM
     if len(asks) == 1 and not isinstance(answer, Answers) and not _is_keyed(asks[0], answer):
         return {asks[0].id: asks[0].check(answer)}
     if not isinstance(answer, Mapping):
+        verdict = asks[0].as_verdict() if request.kind == "approval" else None
+        if verdict is not None and not any(ask.required for ask in asks[1:]):
+            return {verdict.id: verdict.check(answer)}  # an approval's yes or no alone, its edits left out
         raise InvalidAnswer(f"expected an object of answers by ask id ({', '.join(a.id for a in asks)})")
     by_id = {ask.id: ask for ask in asks}
     unknown = [key for key in answer if key not in by_id]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Literal
@@ -13,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 import interlock
-from interlock import Choice, Confirm
+from interlock import Choice, Confirm, Form
 from interlock.agent import AutoResolveContract
 from interlock.cli import app
 from interlock.model import NO_WORDS, YES_WORDS, yes_no
@@ -95,6 +96,33 @@ async def test_the_python_api_takes_the_same_words_as_a_confirms_answer(broker: 
     with pytest.raises(interlock.InvalidAnswer, match="answer yes or no"):
         await broker.resolve(made[-1].id, "maybe")
     assert (await broker.get(made[-1].id)).status is interlock.Status.PENDING
+
+
+@pytest.mark.anyio
+async def test_an_approval_with_optional_edits_is_decided_by_a_yes_or_no_alone(broker: interlock.Broker) -> None:
+    """The gate's approval of a tool with an argument schema: the verdict and an optional
+    form to edit the arguments. Its yes or no is given as for any approval, on every store
+    and through a server; the edits may be left out."""
+    edits = Form("Edit the arguments", schema={"type": "object", "properties": {"env": {"type": "string"}}})
+    asks = [Confirm("Run deploy?", id="approve"), replace(edits, id="arguments", required=False)]
+    yes, no, edited = [await broker.create(asks, kind="approval", to="alice") for _ in range(3)]
+    assert await broker.resolve(yes.id, "ok", by="alice")
+    assert await broker.resolve(no.id, False, by="alice")
+    assert await broker.resolve(edited.id, {"approve": True, "arguments": {"env": "staging"}}, by="alice")
+    settled = [await broker.get(r.id) for r in (yes, no, edited)]
+    assert [r.status for r in settled] == [
+        interlock.Status.ANSWERED,
+        interlock.Status.REJECTED,
+        interlock.Status.ANSWERED,
+    ]
+    assert [r.response.answers for r in settled if r.response] == [
+        {"approve": True},
+        {"approve": False},
+        {"approve": True, "arguments": {"env": "staging"}},
+    ]
+    question = await broker.create(asks)  # not an approval: its asks are answered by id
+    with pytest.raises(interlock.InvalidAnswer, match="expected an object of answers by ask id"):
+        await broker.resolve(question.id, True)
 
 
 def test_the_apis_own_answer_takes_the_same_words(
