@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import replace
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
