@@ -1830,6 +1830,10 @@ def deliver(
 
 
 def main() -> None:
+    # A mistyped command line is a usage error (4). Typer parses it with click (a copy of its
+    # own in newer typers), whose usage error, BadParameter's base, exits 2: the code this
+    # CLI gives an expired request, which a script branching on it would read a typo as.
+    typer.BadParameter.__bases__[0].exit_code = USAGE  # type: ignore[attr-defined]
     try:
         app()
     except KeyboardInterrupt:
