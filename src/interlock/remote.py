@@ -422,7 +422,10 @@ class RemoteBroker(Broker):
         return None if found["policy"] is None else policy_from_wire(found["policy"])
 
     async def reject(self, request_id: str, reason: str = "", *, by: str | None = None, via: str = "python") -> bool:
-        return await self._settle(request_id, "reject", {"reason": reason})
+        # The server records who: the person it is to, or, for this broker's input hooks'
+        # denials (`via="hook"`), the agent that made the request.
+        body: dict[str, Any] = {"reason": reason, "hook": True} if via == "hook" else {"reason": reason}
+        return await self._settle(request_id, "reject", body)
 
     async def cancel(
         self,

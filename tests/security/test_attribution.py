@@ -179,3 +179,27 @@ async def test_a_cancel_in_python_records_the_surface_it_is_given() -> None:
         assert await broker.cancel(request.id, "changed my mind", by="ops", via="slack")
         cancelled = await broker.get(request.id)
         assert cancelled.response is not None and (cancelled.response.by, cancelled.response.via) == ("ops", "slack")
+
+
+async def test_an_agent_s_input_hook_denies_its_own_request_through_a_server_and_no_one_else_s(
+    world: World, base: str, clients: dict[str, httpx.AsyncClient]
+) -> None:
+    """A hook that returns Deny rejects the request on a remote broker as on a local one,
+    recorded by the agent, `via: hook`; the API takes a hook's denial only from whoever made
+    the request."""
+    async with interlock.connect(base, token=world.tokens["alice-bot"]) as agent:
+        agent.add_input_hook(lambda request: interlock.Deny("the channel says no"))
+        request = await agent.create(interlock.Text("Which branch?"), to="alice")
+        with anyio.fail_after(BOUND), pytest.raises(interlock.Rejected, match="the channel says no"):
+            await agent.wait(request.id)
+    settled = (await clients["alice"].get(f"/requests/{request.id}")).json()
+    assert (settled["status"], settled["response"]["by"], settled["response"]["via"]) == (
+        "rejected",
+        "alice-bot",
+        "hook",
+    )
+    other = (await clients["bob-bot"].post("/requests", json={**APPROVAL, "to": "bob"})).json()
+    for who in ("alice-bot", "bob"):  # not its maker; the person it is to answers, not by hook
+        refused = await clients[who].post(f"/requests/{other['id']}/reject", json={"reason": "no", "hook": True})
+        assert refused.status_code == 403, refused.text
+    assert (await clients["bob"].get(f"/requests/{other['id']}")).json()["status"] == "pending"

@@ -479,8 +479,15 @@ async def answer_batch(body: BatchAnswerBody, caller: Caller, broker: TheBroker)
     tags=["answers"],
 )
 async def reject_request(request_id: str, body: RejectBody, caller: Caller, broker: TheBroker) -> JSONResponse:
-    by = await _acting(broker, request_id, caller, can_answer, "only the human the request is to may reject it")
-    done = await broker.reject(request_id, body.reason, by=by, via="api")
+    """Refuse a request, with a reason: the person it is to, or, with `hook: true`, the
+    agent that made it, whose input hook denied it before anyone answered (as a hook on a
+    local store does)."""
+    if body.hook:
+        by = await _acting(broker, request_id, caller, can_cancel, "only whoever made the request may deny it by hook")
+        done = await broker.reject(request_id, body.reason, by=by or "hook", via="hook")
+    else:
+        by = await _acting(broker, request_id, caller, can_answer, "only the human the request is to may reject it")
+        done = await broker.reject(request_id, body.reason, by=by, via="api")
     return out(await settled_or_conflict(broker, request_id, done))
 
 

@@ -335,6 +335,11 @@ class BatchResult(BaseModel):
 
 class RejectBody(Strict):
     reason: str = ""
+    hook: bool = Field(
+        False,
+        description="The requester's own input hook denies the request (recorded `via: hook`, by the "
+        "requester): only whoever made the request may send it.",
+    )
 
 
 class CancelBody(Strict):
