@@ -261,6 +261,24 @@ async def test_a_question_over_the_length_limit_fails_the_call_and_asks_nobody(b
     assert (await broker.list()).items == []
 
 
+async def test_a_question_up_to_the_tools_own_limit_is_asked_whole_under_a_shorter_title(
+    broker: Broker, inbox: Inbox
+) -> None:
+    """The tools offer questions of up to 8,000 characters; a request's title holds 1,000."""
+    tools = HumanInputTools(
+        broker, {"request_human_input", "ask_user"}, definitions=[request_human_input_tool(), ask_user_tool()]
+    )
+    question = "Which of these rollout steps should go first? " + "step " * 1500
+    for name in ("request_human_input", "ask_user"):
+        task = asyncio.create_task(tools(ToolCall(name, {"question": question[:7999]})))
+        asked = await inbox.next()
+        assert asked.asks[0].prompt == question[:7999]
+        assert len(asked.title) == 1000 and asked.title.endswith("\u2026")
+        assert question.startswith(asked.title[:-1])
+        assert await broker.resolve(asked.id, "the second")
+        assert "the second" in (await bounded(task)).content
+
+
 @pytest.mark.parametrize(
     "arguments",
     [

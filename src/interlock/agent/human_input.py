@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from ..approvals import check_context
 from ..broker import Broker, connect
 from ..errors import Cancelled, Expired, InvalidRequest, Rejected
-from ..model import Ask, Choice, Confirm, Form, MultiChoice, Response, Text
+from ..model import DEFAULT_LIMITS, Ask, Choice, Confirm, Form, MultiChoice, Response, Text
 from ._results import as_content, error_content, failure, refusal, seconds
 from ._settle import settle
 from .calls import ToolCall, ToolDefinition, ToolResult
@@ -80,6 +80,13 @@ def _question(arguments: Mapping[str, Any], max_length: int | None) -> str:
     return question
 
 
+def _title(question: str) -> str:
+    """The request's title for a question: the question itself, cut to a title's length
+    (`Limits.max_title_length`) when longer; the ask's prompt keeps it whole."""
+    most = DEFAULT_LIMITS.max_title_length
+    return question if len(question) <= most else question[: most - 1].rstrip() + "\u2026"
+
+
 def _string_list(arguments: Mapping[str, Any], key: str) -> list[str] | None:
     value = arguments.get(key)
     if value is None:
@@ -102,7 +109,7 @@ class _AskUser:
             ask = Choice(question, options, id="answer", allow_other=True)
         else:
             ask = Text(question, id="answer", multiline=True)
-        return Prompt((ask,), title=question)
+        return Prompt((ask,), title=_title(question))
 
     def render(self, prompt: Prompt, response: Response) -> str:
         return as_content(response.answers.get(prompt.asks[0].id))
@@ -151,7 +158,7 @@ class _RequestHumanInput:
         timeout = arguments.get("timeout")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
             raise ValueError("'timeout' must be a positive number of seconds")
-        return Prompt((ask,), title=question, context=context, timeout=None if timeout is None else float(timeout))
+        return Prompt((ask,), title=_title(question), context=context, timeout=None if timeout is None else float(timeout))
 
     def render(self, prompt: Prompt, response: Response) -> str:
         answer = response.answers.get(prompt.asks[0].id)
