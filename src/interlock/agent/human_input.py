@@ -158,7 +158,8 @@ class _RequestHumanInput:
         timeout = arguments.get("timeout")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
             raise ValueError("'timeout' must be a positive number of seconds")
-        return Prompt((ask,), title=_title(question), context=context, timeout=None if timeout is None else float(timeout))
+        seconds = None if timeout is None else float(timeout)
+        return Prompt((ask,), title=_title(question), context=context, timeout=seconds)
 
     def render(self, prompt: Prompt, response: Response) -> str:
         answer = response.answers.get(prompt.asks[0].id)
