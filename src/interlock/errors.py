@@ -49,6 +49,7 @@ __all__ = [
     "InvalidAnswer",
     "InvalidRequest",
     "NotFound",
+    "RateLimited",
     "Rejected",
     "RunConflict",
     "RunFailed",
@@ -146,6 +147,15 @@ class Forbidden(InterlockError, PermissionError):
     def __init__(self, message: str, *, status: int = 403) -> None:
         super().__init__(message)
         self.status = status
+
+
+class RateLimited(InterlockError, RuntimeError):
+    """A server refused the call because a quota of the caller's is used up (429):
+    `retry_after` is how many seconds to wait before trying again (None: it did not say)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class InvalidGrantToken(InterlockError, ValueError):

@@ -26,6 +26,7 @@ from .errors import (
     InvalidAnswer,
     InvalidRequest,
     NotFound,
+    RateLimited,
     RunConflict,
 )
 
@@ -42,6 +43,10 @@ __all__ = [
 
 def _none(exc: Any) -> dict[str, Any]:
     return {}
+
+
+def _seconds(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +157,14 @@ WIRE_ERRORS: tuple[WireError, ...] = (
         "the body is larger than the server takes; nothing changed",
         rebuild=lambda detail, body, _: InvalidRequest(detail),
     ),
-    WireError("rate_limited", 429, None, "a quota of yours is used up; `Retry-After` says when to try again"),
+    WireError(
+        "rate_limited",
+        429,
+        RateLimited,
+        "a quota of yours is used up; `Retry-After` (and `retry_after`) says in how many seconds to try again",
+        lambda exc: {"retry_after": exc.retry_after},
+        lambda detail, body, _: RateLimited(detail, retry_after=_seconds(body.get("retry_after"))),
+    ),
     WireError("method_not_allowed", 405, None, "the route takes other methods (`Allow` names them)"),
     WireError("error", 500, None, "an HTTP error with no code of its own: its status says what went wrong"),
 )

@@ -62,6 +62,12 @@ async def test_creating_past_the_rate_limit_answers_429_with_retry_after_and_spa
             assert refused.status_code == 429 and refused.json()["code"] == "rate_limited"
             assert int(refused.headers["Retry-After"]) >= 1
 
+        # The Python client raises it as interlock's own error, saying when to try again.
+        async with interlock.connect(base, token=tokens["alice-bot"]) as agent:
+            with pytest.raises(interlock.RateLimited, match="too many requests created") as caught:
+                await agent.create(Text("Name?"), to="alice")
+            assert caught.value.retry_after is not None and 1 <= caught.value.retry_after <= 2
+
 
 async def test_the_rate_limit_is_on_by_default_with_auth_and_can_be_turned_off(
     db: str, serve: Callable[..., AbstractContextManager[str]]

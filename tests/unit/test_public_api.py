@@ -44,6 +44,7 @@ def test_the_public_names_are_pinned() -> None:
             "Page",
             "Park",
             "Pause",
+            "RateLimited",
             "Receipt",
             "Rejected",
             "Request",
@@ -83,6 +84,7 @@ def test_the_errors_keep_the_standard_bases_callers_catch() -> None:
     assert issubclass(errors.InvalidRequest, ValueError)
     assert issubclass(errors.InvalidAnswer, ValueError)
     assert issubclass(errors.Rejected, RuntimeError)
+    assert issubclass(errors.RateLimited, errors.InterlockError)
     assert issubclass(errors.Expired, TimeoutError)
     assert issubclass(errors.Closed, RuntimeError)
     assert issubclass(errors.Cancelled, RuntimeError)

@@ -427,6 +427,6 @@ def _document_problems(app: FastAPI) -> None:
 def _install_quota_errors(app: FastAPI) -> None:
     @app.exception_handler(TooMany)
     async def too_many(request: Request, exc: TooMany) -> JSONResponse:
-        response = problem("rate_limited", exc.detail)
+        response = problem("rate_limited", exc.detail, retry_after=exc.retry_after)
         response.headers["Retry-After"] = str(exc.retry_after)
         return response

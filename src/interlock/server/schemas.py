@@ -439,3 +439,4 @@ class Problem(BaseModel):
     detail: str
     ask_id: str | None = None
     current_status: str | None = None
+    retry_after: int | None = Field(None, description="`rate_limited`: the seconds `Retry-After` says")
