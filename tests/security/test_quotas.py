@@ -62,6 +62,15 @@ async def test_creating_past_the_rate_limit_answers_429_with_retry_after_and_spa
             assert refused.status_code == 429 and refused.json()["code"] == "rate_limited"
             assert int(refused.headers["Retry-After"]) >= 1
 
+        # Runs and the messages sent to them count too: a looping agent fills no disk with them.
+        async with api(base, tokens["bob-bot"]) as runner:
+            started = [(await runner.post("/runs", json={"agent": "bob-bot"})).status_code for _ in range(4)]
+            assert started == [201, 201, 429, 429]  # (bob-bot made one request above: 2 tokens left)
+            sent = [
+                (await runner.post("/runs/nope/messages", json={"text": "also this"})).status_code for _ in range(4)
+            ]
+            assert sent == [404, 404, 404, 429]
+
         # The Python client raises it as interlock's own error, saying when to try again.
         async with interlock.connect(base, token=tokens["alice-bot"]) as agent:
             with pytest.raises(interlock.RateLimited, match="too many requests created") as caught:

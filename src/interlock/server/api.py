@@ -12,7 +12,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
@@ -42,6 +42,7 @@ from .common import (
     event_to_dict,
     parse_event_id,
     problems_for,
+    rate_limited,
 )
 from .schemas import (
     AnswerBody,
@@ -76,17 +77,6 @@ PROBLEMS = {
 """The codes the requests API sends where they differ from `PROBLEM_CODES`."""
 
 _problems = problems_for(PROBLEMS)
-
-
-def _rate_limited(which: Literal["creates", "updates"], what: str) -> Callable[..., Any]:
-    """A route dependency that takes one of the caller's `which` tokens, or answers 429."""
-
-    async def check(request: Request, caller: Caller) -> None:
-        limiter = getattr(app_state(request).quotas, which)
-        if limiter is not None:
-            limiter.take(caller.name, what)
-
-    return check
 
 
 router = APIRouter()
@@ -136,7 +126,7 @@ async def settled_or_conflict(broker: LocalBroker, request_id: str, done: bool) 
         200: {"model": RequestModel, "description": "the first request with this idempotency key"},
         **_problems(400, 409, 413, 422, 429),
     },
-    dependencies=[Depends(_rate_limited("creates", "requests created"))],
+    dependencies=[Depends(rate_limited("creates", "requests created"))],
     tags=["requests"],
 )
 async def create_request(
@@ -217,7 +207,7 @@ async def create(
         200: {"model": RequestModel, "description": "the first request with this idempotency key"},
         **_problems(400, 409, 413, 422, 429),
     },
-    dependencies=[Depends(_rate_limited("creates", "requests created"))],
+    dependencies=[Depends(rate_limited("creates", "requests created"))],
     tags=["requests"],
 )
 async def create_approval(body: CreateBody, caller: Caller, state: State) -> JSONResponse:
@@ -549,7 +539,7 @@ async def reopen_channel(body: ReopenBody, caller: Caller, broker: TheBroker) ->
     status_code=201,
     response_model=EventModel,
     responses=_problems(400, 413, 422, 429),
-    dependencies=[Depends(_rate_limited("updates", "updates sent"))],
+    dependencies=[Depends(rate_limited("updates", "updates sent"))],
     tags=["events"],
 )
 async def inform(body: InformBody, caller: Caller, broker: TheBroker) -> dict[str, Any]:

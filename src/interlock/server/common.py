@@ -50,6 +50,7 @@ __all__ = [
     "run_event_filter",
     "problem",
     "problems_for",
+    "rate_limited",
     "read_form",
     "set_cookie",
 ]
@@ -296,6 +297,20 @@ async def _caller_dependency(request: Request) -> Principal:
 State = Annotated[AppState, Depends(_state_dependency)]
 TheBroker = Annotated[LocalBroker, Depends(_broker_dependency)]
 Caller = Annotated[Principal, Depends(_caller_dependency)]
+
+
+def rate_limited(which: Literal["creates", "updates"], what: str) -> Callable[..., Any]:
+    """A route dependency that takes one of the caller's `which` tokens, or answers 429
+    (`what` names what was refused: "requests created")."""
+
+    async def check(request: Request, caller: Caller) -> None:
+        limiter = getattr(app_state(request).quotas, which)
+        if limiter is not None:
+            limiter.take(caller.name, what)
+
+    return check
+
+
 """The caller of an API route, from its bearer token (401 without a valid one)."""
 
 

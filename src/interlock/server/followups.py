@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from ..followups import MAX_FOLLOWUP_LENGTH, Sent, followup_to_dict
 from ..principals import can_answer
-from .common import ApiError, Caller, TheBroker, describe, problems_for
+from .common import ApiError, Caller, TheBroker, describe, problems_for, rate_limited
 from .runs import own_run, visible_run
 from .schemas import Strict
 
@@ -78,8 +78,9 @@ class ThreadBusy(BaseModel):
     status_code=409,
     responses={
         409: {"model": ThreadBusy, "description": describe(409, PROBLEMS[409])},
-        **_problems(400, 403, 404, 413, 422),
+        **_problems(400, 403, 404, 413, 422, 429),
     },
+    dependencies=[Depends(rate_limited("updates", "messages sent"))],
 )
 async def send_message(run_id: str, body: MessageBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Send a message to a run that is busy. Parked on an approval, `approve` / `deny`
@@ -95,8 +96,9 @@ async def send_message(run_id: str, body: MessageBody, caller: Caller, broker: T
     status_code=409,
     responses={
         409: {"model": ThreadBusy, "description": describe(409, PROBLEMS[409])},
-        **_problems(400, 404, 413, 422),
+        **_problems(400, 404, 413, 422, 429),
     },
+    dependencies=[Depends(rate_limited("updates", "messages sent"))],
 )
 async def send_to_thread(thread_id: str, body: MessageBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Send a message to the busy run of a thread (a session): its newest run you may see

@@ -16,7 +16,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -36,6 +36,7 @@ from .common import (
     may_see_run,
     parse_event_id,
     problems_for,
+    rate_limited,
     run_event_filter,
 )
 from .schemas import EventPage, Strict
@@ -168,8 +169,9 @@ async def own_run(broker: LocalBroker, caller: Principal, run_id: str, what: str
     response_model=RunModel,
     responses={
         200: {"model": RunModel, "description": "the run with this id, already stored"},
-        **_problems(400, 403, 413, 422),
+        **_problems(400, 403, 413, 422, 429),
     },
+    dependencies=[Depends(rate_limited("creates", "runs started"))],
 )
 async def start_run(body: StartBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Start a run of an agent (status `running`). Create its requests with
