@@ -147,6 +147,7 @@ async def test_the_agent_reads_its_policy_and_only_it_gets_the_secret_to_sign_wi
         ({"hook": {"url": "http://hooks.example.com/x", "secret": SECRET}}, "hook.url"),
         ({"hook": {"url": "not a url", "secret": SECRET}}, "hook.url"),
         ({"autoAllow": ["ok"], "approvalMode": "once"}, "approvalMode"),
+        ({"approval": "never", "server": "github"}, "server"),  # the whole toolset's route: no server
     ],
 )
 async def test_a_bad_policy_is_refused_with_the_field_named_and_changes_nothing(

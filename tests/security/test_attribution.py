@@ -169,8 +169,12 @@ async def test_the_surface_is_recorded_by_the_server_never_taken_from_the_body(
     assert answered.json()["response"]["via"] == "api"
 
     other = await ask_alice(clients)
-    cancelled = await clients["alice-bot"].post(f"/requests/{other['id']}/cancel", json={})
+    cancelled = await clients["alice-bot"].post(f"/requests/{other['id']}/cancel")  # no body: none is needed
+    assert cancelled.status_code == 200, cancelled.text
     assert cancelled.json()["response"]["via"] == "api"  # not "python": a cancel says where it came from
+    third = await ask_alice(clients)
+    refused = await clients["alice"].post(f"/requests/{third['id']}/reject")
+    assert (refused.status_code, refused.json()["response"]["reason"]) == (200, "")
 
 
 async def test_a_cancel_in_python_records_the_surface_it_is_given() -> None:

@@ -468,10 +468,13 @@ async def answer_batch(body: BatchAnswerBody, caller: Caller, broker: TheBroker)
     responses=_problems(400, 404, 409, 413, 422),
     tags=["answers"],
 )
-async def reject_request(request_id: str, body: RejectBody, caller: Caller, broker: TheBroker) -> JSONResponse:
+async def reject_request(
+    request_id: str, caller: Caller, broker: TheBroker, body: RejectBody | None = None
+) -> JSONResponse:
     """Refuse a request, with a reason: the person it is to, or, with `hook: true`, the
     agent that made it, whose input hook denied it before anyone answered (as a hook on a
-    local store does)."""
+    local store does). The body may be left out: no reason."""
+    body = body or RejectBody()
     if body.hook:
         by = await _acting(broker, request_id, caller, can_cancel, "only whoever made the request may deny it by hook")
         done = await broker.reject(request_id, body.reason, by=by or "hook", via="hook")
@@ -487,10 +490,14 @@ async def reject_request(request_id: str, body: RejectBody, caller: Caller, brok
     responses=_problems(400, 404, 409, 413, 422),
     tags=["requests"],
 )
-async def cancel_request(request_id: str, body: CancelBody, caller: Caller, broker: TheBroker) -> JSONResponse:
-    """Withdraw a request you made. With `cause: "released"`, free it as `release` does:
-    a request created detached is dropped once, whichever client asks first (its answer
-    kept, if it has one); a later release is a 409 `already_settled`."""
+async def cancel_request(
+    request_id: str, caller: Caller, broker: TheBroker, body: CancelBody | None = None
+) -> JSONResponse:
+    """Withdraw a request you made (the body may be left out: no reason). With `cause:
+    "released"`, free it as `release` does: a request created detached is dropped once,
+    whichever client asks first (its answer kept, if it has one); a later release is a 409
+    `already_settled`."""
+    body = body or CancelBody()
     by = await _acting(broker, request_id, caller, can_cancel, "only whoever made the request may cancel it")
     if body.cause == "released":
         done = await broker.release(request_id)

@@ -144,6 +144,12 @@ async def set_policy(body: PolicyBody, caller: Caller, broker: TheBroker) -> Any
 @router.put("/approval-policies/{agent}", response_model=PolicyModel, responses=_problems(400, 403, 413, 422))
 async def put_agent_policy(agent: str, body: PolicyBody, caller: Caller, broker: TheBroker) -> Any:
     """Create or replace the policy of the agent's whole toolset."""
+    if body.get("server") not in (None, ""):
+        raise ApiError(
+            "invalid_request",
+            f"server: the body names {body['server']!r}, but this route sets the agent's policy for its whole "
+            f"toolset; PUT /approval-policies/{agent}/servers/{body['server']} sets one server's",
+        )
     return await _put(broker, caller, body, agent, None)
 
 

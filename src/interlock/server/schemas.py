@@ -336,7 +336,7 @@ class BatchResult(BaseModel):
 class RejectBody(Strict):
     reason: str = ""
     hook: bool = Field(
-        False,
+        default=False,
         description="The requester's own input hook denies the request (recorded `via: hook`, by the "
         "requester): only whoever made the request may send it.",
     )
