@@ -103,6 +103,7 @@ from .store import (
 
 __all__ = [
     "ROUTING_SETTING",
+    "routing_since",
     "Broker",
     "CreateFields",
     "GrantPage",
@@ -2449,7 +2450,8 @@ class LocalBroker(Broker):
         store = self.store
         stored = await store.load_setting(ROUTING_SETTING)
         digest = stored.get("file_digest") if isinstance(stored, Mapping) else None  # a file unchanged does not undo it
-        await store.save_setting(ROUTING_SETTING, {"document": dict(routing.source), "file_digest": digest})
+        document = {"document": dict(routing.source), "file_digest": digest, "since": _since(stored)}
+        await store.save_setting(ROUTING_SETTING, document)
         return masked(routing.source)
 
     # -- what only a local broker does: its store's outbox, principals, tokens and sessions --
@@ -2473,7 +2475,8 @@ class LocalBroker(Broker):
         if file is not None:
             digest = _digest(file.source)
             if not isinstance(stored, Mapping) or stored.get("file_digest") != digest:
-                await store.save_setting(ROUTING_SETTING, {"document": dict(file.source), "file_digest": digest})
+                kept = {"document": dict(file.source), "file_digest": digest, "since": _since(stored)}
+                await store.save_setting(ROUTING_SETTING, kept)
                 return file
         document = await stored_routing(store)
         if document is None:
@@ -2794,6 +2797,24 @@ async def stored_routing(outbox: OutboxStore) -> Mapping[str, Any] | None:
     stored = await outbox.load_setting(ROUTING_SETTING)
     document = stored.get("document") if isinstance(stored, Mapping) else None
     return document if isinstance(document, Mapping) else None
+
+
+async def routing_since(outbox: OutboxStore) -> datetime | None:
+    """When the store first had a routing (None: before this was recorded). A store that
+    takes its first routing tells people of what waits for them now, not of every request
+    it ever held: of what happened before, only the requests still pending are announced."""
+    stored = await outbox.load_setting(ROUTING_SETTING)
+    since = stored.get("since") if isinstance(stored, Mapping) else None
+    try:
+        return datetime.fromisoformat(since) if isinstance(since, str) else None
+    except ValueError:
+        return None
+
+
+def _since(stored: Any) -> str:
+    """The `since` of a routing about to be kept: the one kept already, else now."""
+    since = stored.get("since") if isinstance(stored, Mapping) else None
+    return since if isinstance(since, str) else datetime.now(UTC).isoformat()
 
 
 def _digest(document: Mapping[str, Any]) -> str:

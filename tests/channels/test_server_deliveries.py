@@ -278,3 +278,28 @@ async def test_an_escalation_s_webhook_does_not_let_its_recipient_answer(
             assert (await local.post("/inbound/hook", content=raw, headers=headers)).status_code == 200
             settled = (await hook.until(3))[-1]  # (received before the server stops: its loop does not wait on it)
             assert (settled.json["type"], settled.json["request"]["response"]["by"]) == ("request.answered", "alice")
+
+
+async def test_a_store_s_first_routing_announces_what_waits_now_not_its_whole_history(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], hook: Receiver
+) -> None:
+    db = f"sqlite:///{tmp_path / 'history.db'}"
+    async with interlock.connect(db) as broker:
+        answered = await broker.create(interlock.Confirm("Ship v1?"), to="alice")
+        assert await broker.resolve(answered.id, True)
+        withdrawn = await broker.create(interlock.Confirm("Ship v2?"), to="alice")
+        assert await broker.cancel(withdrawn.id, "too late")
+        waiting = await broker.create(interlock.Confirm("Ship v3?"), to="alice")
+    with serve(db, auth=False, routing=routing_from_dict(routing_doc(hook.url))) as base:
+        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
+            new = (await local.post("/requests", json=APPROVAL)).json()
+            told = await hook.until(2)
+            assert [(got.json["type"], got.json["request"]["id"]) for got in told] == [
+                ("request.created", waiting.id),
+                ("request.created", new["id"]),
+            ]
+            assert (await local.post(f"/requests/{new['id']}/answer", json={"answer": True})).status_code == 200
+            settled = (await hook.until(3))[-1]  # what happens from now on is told, settlements too
+            assert (settled.json["type"], settled.json["request"]["id"]) == ("request.answered", new["id"])
+            for old in (answered, withdrawn):
+                assert (await local.get(f"/requests/{old.id}/deliveries")).json()["items"] == []

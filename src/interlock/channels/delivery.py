@@ -33,9 +33,9 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from ..broker import stored_routing
-from ..model import Status
-from ..outbox import Delivery, retry_delay
+from ..broker import routing_since, stored_routing
+from ..model import Request, Status
+from ..outbox import Delivery, Notice, retry_delay
 from ..routing import Routing, RoutingError, routing_from_dict
 from ..store import DeliveryPort
 from . import Channel, ChannelContext, ChannelError, Message, PermanentFailure, open_channels
@@ -80,6 +80,8 @@ class DeliveryLoop:
         self.routing_check = routing_check
         """Every this many seconds, use the routing kept in the store if it changed (None: never)."""
         self._routing_checked = time.monotonic()
+        self._since: datetime | None = None
+        self._since_read = False  # `routing_since`, read from the store at the first round
         # Deliveries are claimed a few rounds of sends at a time, under a lease that outlasts
         # the slowest such rounds (every send timing out), so that no other loop takes one
         # while this one may still be sending it.
@@ -189,14 +191,23 @@ class DeliveryLoop:
 
     # -- one cycle -------------------------------------------------------------------------
 
+    def _stale(self, notice: Notice, request: Request) -> bool:
+        """Whether `notice` is from before the store had a routing and is news no more: of
+        that time, only a request still pending is announced (its `created` notice)."""
+        if self._since is None or notice.at >= self._since:
+            return False
+        return notice.type != "created" or request.status is not Status.PENDING
+
     async def run_once(self, now: datetime | None = None) -> bool:
         """Route what is unrouted and send what is due; True if there was work (there may
         be more)."""
         now = now or datetime.now(UTC)
+        if not self._since_read:
+            self._since, self._since_read = await routing_since(self.outbox), True
         notices = await self.outbox.claim_notices(self.owner, now, self.lease, self.batch)
         for notice in notices:
             request = await self.outbox.get(notice.request_id)
-            planned = [] if request is None else self.routing.plan(notice, request, now)
+            planned = [] if request is None or self._stale(notice, request) else self.routing.plan(notice, request, now)
             await self.outbox.route_notice(notice, planned, self.owner, now)
             self._changed()
         due = await self.outbox.claim_deliveries(self.owner, now, self.delivery_lease, self.delivery_batch)
