@@ -647,10 +647,18 @@ def watch(
 
 
 def parse_answer(request: Request, values: list[str]) -> Any:
-    """Turn command-line words into an answer: one ask takes the words as its value,
-    several take ASK=VALUE pairs."""
+    """Turn command-line words into an answer: one ask takes the words as its value (or one
+    ASK=VALUE pair, as several asks take them, when the words are no value of it), several
+    take ASK=VALUE pairs."""
     if len(request.asks) == 1:
-        return request.asks[0].from_words(values)
+        ask = request.asks[0]
+        try:
+            return ask.from_words(values)
+        except InvalidAnswer:
+            named = len(values) == 1 and values[0].startswith(f"{ask.id}=")
+            if not named:
+                raise
+            return ask.from_words([values[0][len(ask.id) + 1 :]])
     decision = decision_ask(request)
     if decision is not None and not any("=" in word for word in values):
         return Answers({decision.id: decision.from_words(values)})  # the optional asks left out
@@ -1755,23 +1763,34 @@ def routing_show(db: DbOption = None, token: TokenOption = None) -> None:
 
 @routing_app.command("set")
 def routing_set(
-    file: Annotated[Path, typer.Argument(help="A routing file (TOML), checked as `serve --routing` checks it.")],
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="A routing file, checked as `serve --routing` checks it: TOML, or JSON (a name ending in .json) "
+            "as `routing show` prints it, a secret left as *** keeping the one in use."
+        ),
+    ],
     db: DbOption = None,
     token: TokenOption = None,
 ) -> None:
     """Replace the routing in use with a file's: every server on the store (or the server
     named) takes it up within seconds, and it survives restarts."""
     from .channels import ChannelContext, ChannelError, open_channels
-    from .routing import RoutingError, load_routing
+    from .routing import Routing, RoutingError, read_routing_document, routing_from_dict
+
+    async def replace(broker: Broker) -> Routing:
+        document = read_routing_document(file)
+        if isinstance(broker, LocalBroker):  # a server checks its channels itself
+            document = await broker.with_secrets_kept(document)
+            routing = routing_from_dict(document)
+            open_channels(routing.channels, ChannelContext(routing.inbox_url))
+        await broker.set_routing(document)
+        return routing_from_dict(document)
 
     try:
-        routing = load_routing(file)
-        if not _remote(db):  # a server checks its channels itself
-            open_channels(routing.channels, ChannelContext(routing.inbox_url))
+        routing = _run(db, replace, token)
     except (RoutingError, ChannelError) as exc:
         raise _fail(str(exc)) from None
-
-    _run(db, lambda b: b.set_routing(routing.source), token)
     err.print(f"routing from {file} in use (channels: {', '.join(routing.channels) or 'none'})")
 
 

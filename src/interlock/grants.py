@@ -55,6 +55,9 @@ async def may_ask(
     assert to is not None
     grant = await broker.check_grant(caller.name, inbox_resource(to), INBOX_ABILITY, issuer=to)
     if grant is None:
+        if await broker.team_members(to) is not None:  # a team gives no grants: its members ask it
+            mine = "your owner's teams" if caller.kind == "agent" else "your teams"
+            raise Forbidden(f"{to!r} is a team, and only its members and their agents ask it: it is not one of {mine}")
         who = "your owner" if caller.kind == "agent" else "yourself"
         raise Forbidden(
             f"you may ask only {who} here; asking {to!r} needs their permission: a grant of "

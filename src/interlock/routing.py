@@ -31,6 +31,7 @@ teams (a name and its members) and a route per recipient, per team, and a defaul
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -324,15 +325,30 @@ def routing_from_dict(doc: Mapping[str, Any]) -> Routing:
 
 
 def load_routing(path: str | Path) -> Routing:
-    """The routing in a TOML file."""
+    """The routing in a TOML file (or a JSON one, see `read_routing_document`)."""
+    return routing_from_dict(read_routing_document(path))
+
+
+def read_routing_document(path: str | Path) -> dict[str, Any]:
+    """The document of a routing file: TOML, or JSON when its name ends in `.json` (as
+    `interlock routing show` and `GET /api/v1/routing` give it), not checked yet."""
     try:
         with open(path, "rb") as f:
-            doc = tomllib.load(f)
+            raw = f.read()
     except OSError as exc:
         raise RoutingError(f"cannot read the routing file {str(path)!r}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
+    if str(path).endswith(".json"):
+        try:
+            doc = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise RoutingError(f"the routing file {str(path)!r} is not valid JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise RoutingError(f"the routing file {str(path)!r} holds no JSON object")
+        return doc
+    try:
+        return tomllib.loads(raw.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise RoutingError(f"the routing file {str(path)!r} is not valid TOML: {exc}") from None
-    return routing_from_dict(doc)
 
 
 SECRET_OPTIONS = ("secret", "password", "token", "signing_secret")

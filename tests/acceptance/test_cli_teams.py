@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import interlock
 from cli_support import invoke
 from interlock import Confirm
+from interlock.broker import LocalBroker, stored_routing
 
 pytestmark = pytest.mark.anyio
 
@@ -87,3 +90,30 @@ def test_the_routing_is_set_from_a_file_checked_as_serve_checks_it_and_shown_mas
     shown = json.loads(run("routing", "show", db=db).stdout)  # unchanged by the refused file
     assert shown["recipients"] == {"alice": {"channels": ["hook"]}}
     assert shown["channels"]["hook"]["secret"] == "***"
+
+
+def test_the_routing_shown_as_json_edited_and_set_keeps_its_secrets(db: str, tmp_path: Path) -> None:
+    first = tmp_path / "routing.toml"
+    first.write_text(
+        '[channels.hook]\ntype = "webhook"\nurl = "http://127.0.0.1:9/hook"\nsecret = "s3cret-s3cret-s3cret"\n'
+        '[recipients.alice]\nchannels = ["hook"]\n'
+    )
+    assert run("routing", "set", str(first), db=db).returncode == 0
+    shown = json.loads(run("routing", "show", db=db).stdout)
+    edited = tmp_path / "routing.json"
+    edited.write_text(json.dumps({**shown, "recipients": {"bob": {"channels": ["hook"]}}}))
+    done = run("routing", "set", str(edited), db=db)
+    assert done.returncode == 0, done.stderr
+
+    async def kept() -> Any:
+        async with interlock.connect(db) as broker:
+            assert isinstance(broker, LocalBroker)
+            return await stored_routing(broker.store)
+
+    stored = asyncio.run(kept())
+    assert stored["recipients"] == {"bob": {"channels": ["hook"]}}
+    assert stored["channels"]["hook"]["secret"] == "s3cret-s3cret-s3cret"  # not the *** it was shown as
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    refused = run("routing", "set", str(broken), db=db)
+    assert refused.returncode == 4 and "is not valid JSON" in " ".join(refused.stderr.split())

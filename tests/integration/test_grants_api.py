@@ -265,6 +265,9 @@ async def test_the_remote_broker_echoes_lists_checks_and_revokes_and_the_token_v
         assert (await bot.list_grants()).items == [issued]
         assert await bot.check_grant("bot", "repo:web", "read") == issued
         assert await bot.check_grant("bot", "repo:web", "write") is None
+        assert await alice.check_grant("bot", "repo:web", "read") == issued  # the grants she gave, by default
+        with pytest.raises(Forbidden):
+            await alice.check_grant("bot", "repo:web", "read", issuer="bob")  # others': not hers to check
         token = await bot.grant_token(issued.id)  # type: ignore[attr-defined]
         async with httpx.AsyncClient() as http:
             keys = (await http.get(f"{w.base}/api/v1/grants/keys")).json()

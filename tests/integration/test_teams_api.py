@@ -85,8 +85,9 @@ async def test_a_request_to_a_team_is_in_each_member_s_inbox_and_nobody_else_s(w
 async def test_only_members_and_their_agents_may_ask_a_team(world: World) -> None:
     refused = await world.clients["carol-bot"].post("/requests", json=QUESTION)
     assert refused.status_code == 403
+    assert "only its members and their agents ask it: it is not one of your owner's teams" in refused.json()["detail"]
     refused = await world.clients["carol"].post("/requests", json=QUESTION)
-    assert refused.status_code == 403
+    assert refused.status_code == 403 and "it is not one of your teams" in refused.json()["detail"]
     assert (await world.clients["bob"].post("/requests", json=QUESTION)).status_code == 201
 
 
@@ -188,6 +189,9 @@ async def test_only_an_admin_manages_teams(world: World, tmp_path: Path) -> None
     mine = (await c["alice"].get("/teams")).json()["items"]
     assert mine == [{"name": "ops", "members": ["alice", "bob"]}]
     assert (await c["carol"].get("/teams")).json()["items"] == []
+    assert (await c["alice"].get("/teams/ops")).json() == {"name": "ops", "members": ["alice", "bob"]}
+    hidden = await c["carol"].get("/teams/ops")  # not hers: as unknown as in the list
+    assert hidden.status_code == 404 and "that you are in" in hidden.json()["detail"]
 
     async with serve_in_process(f"sqlite:///{tmp_path / 'open.db'}", auth=False) as server:
         async with interlock.connect(f"sqlite:///{tmp_path / 'open.db'}") as broker:

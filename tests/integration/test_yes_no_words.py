@@ -212,3 +212,24 @@ def test_following_shows_advice_picks_options_whose_ids_hold_a_comma(tmp_path: P
             return [(await broker.get(i)).answer for i in (with_comma, plain)]
 
     assert asyncio.run(answers()) == [["a,b", "c"], ["a", "c"]]
+
+
+def test_a_single_ask_takes_its_answer_as_asks_do_when_several_asks_are_named(tmp_path: Path) -> None:
+    """`interlock answer ID ok=yes`, as the grants guide writes answers, on a one-ask
+    confirm; a text answer that happens to start with its id stays the text it is."""
+    from interlock import Text
+
+    url = f"sqlite:///{tmp_path / 'named.db'}"
+
+    async def create() -> list[str]:
+        async with interlock.connect(url) as broker:
+            return [
+                (await broker.create_detached(Confirm("Deploy?", id="ok"))).id,
+                (await broker.create_detached(Text("Key?", id="key"))).id,
+            ]
+
+    confirm, text = asyncio.run(create())
+    for request_id, words in ((confirm, ["ok=yes"]), (text, ["key=value"])):
+        done = CliRunner().invoke(app, ["answer", request_id, *words, "--db", url])
+        assert done.exit_code == 0, done.output
+    assert asyncio.run(_answers(url, [confirm, text])) == [True, "key=value"]

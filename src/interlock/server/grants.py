@@ -137,13 +137,16 @@ async def give_grant(body: GiveBody, caller: Caller, broker: TheBroker, state: S
 
 @router.post("/grants/check", response_model=CheckResult, responses=_problems(400, 403, 413, 422))
 async def check_grant(body: CheckBody, caller: Caller, broker: TheBroker) -> dict[str, Any]:
-    """Whether a live grant lets `audience` (you by default) do `can` on `with`."""
-    audience = body.audience
+    """Whether a live grant lets `audience` (you by default) do `can` on `with`. Checking
+    someone else's, a person checks the grants they gave (`issuer` is then you)."""
+    audience, issuer = body.audience, body.issuer
     if caller.kind != "admin":
         audience = audience or caller.name
-        if caller.name not in (audience, body.issuer):
+        if audience != caller.name and issuer is None and caller.kind == "human":
+            issuer = caller.name
+        if caller.name not in (audience, issuer):
             raise ApiError("forbidden", "you may check only grants you hold or gave")
-    grant = await broker.check_grant(audience, body.with_, body.can, issuer=body.issuer)
+    grant = await broker.check_grant(audience, body.with_, body.can, issuer=issuer)
     return {"granted": grant is not None, "grant": issued_grant_to_dict(grant) if grant is not None else None}
 
 

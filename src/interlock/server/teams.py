@@ -63,7 +63,10 @@ async def list_teams(caller: Caller, broker: TheBroker) -> JSONResponse:
 
 @router.get("/teams/{name}", response_model=TeamModel, responses=problems(404), tags=["teams"])
 async def get_team(name: str, caller: Caller, broker: TheBroker) -> JSONResponse:
-    """A team's members."""
+    """A team's members: for its members (and their agents) and an admin; to anyone else
+    it is as unknown as in `GET /teams`."""
+    if caller.kind != "admin" and name not in caller.teams:
+        raise ApiError("not_found", f"there is no team named {name!r} that you are in")
     return await _team(broker, name)
 
 
