@@ -87,6 +87,8 @@ def test_a_person_sees_their_dead_letters_and_sends_one_again(
         row = page.locator("table.deliveries tbody tr")
         assert row.count() == 1 and row.first.get_attribute("data-status") == "dead"
         assert "hook" in row.first.inner_text()
+        link = row.first.get_by_role("link", name="Ship?")  # which request it was, and the way to it
+        assert link.get_attribute("href") == f"{base}/requests/{request_id}"
         page.get_by_role("button", name="Send again").click()
         page.get_by_role("status").filter(has_text="It will be sent again.").wait_for()
         page.goto(f"{base}/inbox/deliveries?request={request_id}")

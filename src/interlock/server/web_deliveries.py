@@ -6,14 +6,18 @@ inbox's sessions, pages and CSRF checks; they work without JavaScript."""
 
 from __future__ import annotations
 
+import contextlib
+
 from fastapi import APIRouter
 from fastapi.requests import Request as HttpRequest
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ..errors import AlreadySettled, NotFound
+from ..model import Request as HumanRequest
+from ..outbox import Delivery
 from ..principals import can_read
 from ..signin import safe_next
-from .common import State, may_see_delivery
+from .common import AppState, State, may_see_delivery
 from .pages import may_retry
 from .web import page, posted, refusal, session, signin_redirect
 
@@ -43,6 +47,7 @@ async def deliveries_page(http: HttpRequest, state: State) -> Response:
     notice = {"retried": "It will be sent again."}.get(http.query_params.get("done", ""))
     context = {
         "items": items,
+        "requests": {} if request is not None else await _requests_of(state, items),
         "about": request,
         "notice": notice,
         "retry_all": request is None or may_retry(who.principal, request),
@@ -50,6 +55,16 @@ async def deliveries_page(http: HttpRequest, state: State) -> Response:
         "view": None if request is not None else "dead",
     }
     return page(state, http, "deliveries.html", context, who=who)
+
+
+async def _requests_of(state: AppState, items: list[Delivery]) -> dict[str, HumanRequest]:
+    """The requests the dead letters are of, by id, so that each row says which it was
+    (one that is gone is left out)."""
+    found: dict[str, HumanRequest] = {}
+    for request_id in dict.fromkeys(d.request_id for d in items):
+        with contextlib.suppress(NotFound):
+            found[request_id] = await state.broker.get(request_id)
+    return found
 
 
 @router.post("/inbox/deliveries/{delivery_id}/retry", name="inbox_delivery_retry", response_class=HTMLResponse)
