@@ -207,3 +207,56 @@ async def test_an_agent_s_input_hook_denies_its_own_request_through_a_server_and
         refused = await clients[who].post(f"/requests/{other['id']}/reject", json={"reason": "no", "hook": True})
         assert refused.status_code == 403, refused.text
     assert (await clients["bob"].get(f"/requests/{other['id']}")).json()["status"] == "pending"
+
+
+async def test_no_one_puts_a_request_into_another_s_run_or_asks_as_another_agent(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
+    """A request in a run lets the person it is to see the run, message it and cancel it:
+    only the run's own agent puts requests into it. And an agent asks, and starts runs, as
+    itself, not as another agent here."""
+    run = (await clients["alice-bot"].post("/runs", json={"agent": "alice-bot"})).json()
+    mine = {"asks": [{"type": "confirm", "prompt": "Deploy?"}], "origin": {"run": run["id"]}}
+    assert (await clients["alice-bot"].post("/requests", json=mine)).status_code == 201  # its own run
+    for who in ("bob", "bob-bot", "alice"):  # (alice owns the agent and sees its runs, but starts none)
+        refused = await clients[who].post("/requests", json=mine)
+        assert refused.status_code == 403 and "not one you started" in refused.json()["detail"], who
+    for who in ("bob", "bob-bot"):
+        assert (await clients[who].get(f"/runs/{run['id']}")).status_code == 403, who
+    nowhere = await clients["bob-bot"].post("/requests", json={**mine, "origin": {"run": "no-such-run"}})
+    assert nowhere.status_code == 422
+
+    posing = {"asks": [{"type": "confirm", "prompt": "x"}], "origin": {"agent": "alice-bot"}}
+    for who in ("bob-bot", "bob"):
+        refused = await clients[who].post("/requests", json=posing)
+        assert refused.status_code == 403 and "another agent here" in refused.json()["detail"], who
+    owned = await clients["alice"].post("/requests", json=posing)  # her own agent's name: hers to give
+    assert owned.status_code == 201 and owned.json()["origin"]["agent"] == "alice-bot"
+    part = await clients["bob-bot"].post("/requests", json={**posing, "origin": {"agent": "bob-bot/planner"}})
+    assert part.status_code == 201  # a name no principal has: the agent's own name for a part of itself
+    started = await clients["bob-bot"].post("/runs", json={"agent": "alice-bot", "session": "sess-a"})
+    assert started.status_code == 403 and "start your own runs" in started.json()["detail"]
+
+
+async def test_a_person_s_message_to_a_thread_goes_to_her_own_agent_s_run(
+    world: World, clients: dict[str, httpx.AsyncClient]
+) -> None:
+    """A session id is any agent's to use: bob's agent, which may ask alice, parks a newer
+    run in the same thread; alice's message to the thread still goes to her own agent."""
+    async with interlock.connect(world.db) as broker:
+        await broker.give_grant("bob-bot", "interlock:inbox/alice", "hitl/request", by="alice")
+    runs = {}
+    for agent in ("alice-bot", "bob-bot"):  # bob's is the newer
+        run = (await clients[agent].post("/runs", json={"agent": agent, "session": "sess-a"})).json()
+        ask = {"to": "alice", "asks": [{"type": "text", "prompt": "Which?"}], "origin": {"run": run["id"]}}
+        request = (await clients[agent].post("/requests", json=ask)).json()
+        parked = await clients[agent].post(f"/runs/{run['id']}/park", json={"state": {}, "waiting_on": [request["id"]]})
+        assert parked.status_code == 200, parked.text
+        runs[agent] = run["id"]
+    sent = await clients["alice"].post("/threads/sess-a/messages", json={"text": "a note for my agent"})
+    assert sent.status_code == 409 and sent.json()["details"]["queued"] is True
+    held = {
+        agent: [f["text"] for f in (await clients[agent].get(f"/runs/{run}/followups")).json()["items"]]
+        for agent, run in runs.items()
+    }
+    assert held == {"alice-bot": ["a note for my agent"], "bob-bot": []}

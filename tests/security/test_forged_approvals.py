@@ -172,7 +172,7 @@ async def test_the_api_refuses_a_request_that_claims_the_gates_mark(
 ) -> None:
     for who in ("mallory", "ops"):
         for kind in (MARK, "interlock.anything"):
-            body = forged_body("mallory" if who == "mallory" else None)
+            body = forged_body("mallory", agent=None) if who == "mallory" else forged_body(None)
             body["context"]["kind"] = kind
             refused = await clients[who].post("/requests", json=body)
             assert refused.status_code == 422, refused.text
@@ -181,7 +181,7 @@ async def test_the_api_refuses_a_request_that_claims_the_gates_mark(
     for who in ("mallory", "ops"):
         listed = await clients[who].get("/requests", params={"requester": who})
         assert listed.json()["items"] == []
-    plain = forged_body("alice")
+    plain = forged_body("alice", agent=None)
     plain["context"]["kind"] = "deploy-review"  # outside the reserved namespace: free for anyone's use
     assert (await clients["mallory"].post("/requests", json=plain)).status_code == 201
     as_question = await clients["ops"].post("/approvals", json={**forged_body(None), "kind": "question"})
@@ -204,7 +204,10 @@ async def test_a_forged_approval_over_http_does_not_run_the_tool(
     world: World, clients: dict[str, httpx.AsyncClient], forgery: str, where: str
 ) -> None:
     creator, to, answerer = FORGERIES[forgery]
-    forged = await create_marked(clients[creator], forged_body(to))
+    if creator != "ops":  # naming the agent as its own is refused outright; the forger leaves it out
+        posing = await clients[creator].post("/requests", json=forged_body(to))
+        assert posing.status_code == 403 and "another agent here" in posing.json()["detail"]
+    forged = await create_marked(clients[creator], forged_body(to, agent=None) if creator != "ops" else forged_body(to))
     await approve(clients[answerer], forged["id"])
 
     deploy = Deploy()

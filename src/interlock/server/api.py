@@ -24,7 +24,7 @@ from ..broker import MAX_DASHBOARD_WINDOW, MAX_EVENT_ID, LocalBroker
 from ..dashboard import DASHBOARD_WINDOW, dashboard_to_dict
 from ..errors import AlreadySettled, InvalidAnswer, InvalidRequest, NotFound
 from ..grants import asks_own_inbox, may_ask
-from ..model import Event, Status, claim_to_dict, origin_from_dict, request_to_dict
+from ..model import Event, Origin, Status, claim_to_dict, origin_from_dict, request_to_dict
 from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer, can_cancel, can_claim, can_read
 from ..wire import problem_of
@@ -179,9 +179,7 @@ async def create(
     ):
         await may_ask(broker, caller, to)
     asks = await broker.build_asks([a.model_dump(by_alias=True) for a in body.asks])
-    origin = origin_from_dict(body.origin.model_dump(exclude_none=True))
-    if caller.kind == "agent" and origin.agent is None:
-        origin = replace(origin, agent=caller.name)
+    origin = await _origin_of(broker, caller, origin_from_dict(body.origin.model_dump(exclude_none=True)))
     prepared = broker.prepare(
         asks,
         kind=body.kind,
@@ -197,6 +195,28 @@ async def create(
     if body.detached:
         prepared = replace(prepared, detached=True)
     return await broker.submit(mark(prepared) if gate else prepared)
+
+
+async def _origin_of(broker: LocalBroker, caller: Principal, origin: Origin) -> Origin:
+    """The origin `caller` may give a request: an agent asks as itself (its name filled in),
+    and no one but an admin names another agent here as theirs or puts a request into a
+    run they did not start (it would let them see, message and cancel that run)."""
+    if caller.kind == "admin":
+        return origin
+    if caller.kind == "agent" and origin.agent is None:
+        origin = replace(origin, agent=caller.name)
+    elif origin.agent is not None and origin.agent != caller.name:
+        named = await broker.get_principal(origin.agent)
+        if named is not None and not (named.kind == "agent" and named.owner == caller.name):
+            raise ApiError("forbidden", f"origin.agent: {origin.agent!r} is another agent here, not yours to ask as")
+    if origin.run is not None:
+        try:
+            run = await broker.get_run(origin.run)
+        except NotFound:
+            raise ApiError("invalid_request", f"origin.run: there is no run {origin.run!r} here") from None
+        if run.requester != caller.name:
+            raise ApiError("forbidden", f"origin.run: run {origin.run!r} is not one you started")
+    return origin
 
 
 @router.post(

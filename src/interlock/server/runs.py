@@ -183,6 +183,10 @@ async def start_run(body: StartBody, caller: Caller, broker: TheBroker) -> JSONR
             if caller.kind != "admin" and existing.requester != caller.name:
                 raise ApiError("forbidden", "a run with this id was started by someone else")
             return out(caller, existing)
+    if caller.kind != "admin" and body.agent != caller.name:
+        named = await broker.get_principal(body.agent)
+        if named is not None:  # an agent's own names for its parts are its own; another principal's is not
+            raise ApiError("forbidden", f"agent: {body.agent!r} is another principal here: start your own runs")
     requester = body.requester if caller.kind == "admin" else caller.name
     run = await broker.start_run(
         body.agent, session=body.session, run_id=body.run_id, max_duration=body.max_duration, requester=requester
