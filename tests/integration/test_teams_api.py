@@ -160,11 +160,16 @@ async def test_a_member_s_event_stream_carries_the_team_s_requests_and_claims(wo
             await anext(events)  # connected
             request = await ask_ops(world)
             await c["alice"].post(f"/requests/{request['id']}/claim")
-            seen = [await anext(events), await anext(events)]
+            informed = await c["alice-bot"].post("/inform", json={"message": "rollout at 50%", "to": "ops"})
+            assert informed.status_code == 201, informed.text
+            seen = [await anext(events), await anext(events), await anext(events)]
     assert [(s.event, json.loads(s.data)["request_id"]) for s in seen] == [
         ("created", request["id"]),
         ("claimed", request["id"]),
+        ("informed", None),  # an update to the team, as the member's page of events shows it
     ]
+    page = (await c["bob"].get("/events", params={"after": json.loads(seen[0].data)["id"] - 1})).json()["events"]
+    assert [e["type"] for e in page][-1] == "informed"
 
 
 async def test_the_python_client_claims_and_sees_claims(world: World) -> None:

@@ -167,7 +167,10 @@ def can_see(principal: Principal, event: Event) -> bool:
         return can_read(principal, event.request)
     if event.type in ACCESS_EVENTS:  # revocations and sign-outs: nobody's business but the operator's
         return principal.kind == "admin"
-    return principal.kind == "admin" or principal.name in (event.data.get("to"), event.data.get("by"))
+    to = event.data.get("to")
+    # An update to a team is its members' (a person's teams), as the event pages show it.
+    member = principal.kind == "human" and isinstance(to, str) and to in principal.teams
+    return principal.kind == "admin" or member or principal.name in (to, event.data.get("by"))
 
 
 async def may_see_run(broker: LocalBroker, principal: Principal, run: Run) -> bool:
