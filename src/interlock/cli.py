@@ -25,6 +25,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -188,6 +189,8 @@ def _run(db: str | None, work: Callable[[Broker], Awaitable[T]], token: str | No
         ) from None
     except TimeoutError:
         raise _fail(f"the store at {redact_url(db or 'sqlite:///interlock.db')} did not answer in time") from None
+    except sqlite3.Error as exc:  # a folder that is not there, a file that is no database
+        raise _fail(f"the store at {redact_url(db or 'sqlite:///interlock.db')} cannot be opened: {exc}") from None
     except (OSError, ValueError) as exc:
         if isinstance(exc, InterlockError):
             raise
@@ -239,6 +242,8 @@ def ask(
         raise _fail("choose one of --confirm, --choice, --text/--multiline, --form")
     if (multi or other) and not choice:
         raise _fail("--multi and --other need --choice options")
+    if multi and other:
+        raise _fail("--other goes with a single --choice: a --multi choice takes only its options")
     seconds = parse_duration(timeout) if timeout else None
     the_ask: Ask
     try:
@@ -606,19 +611,18 @@ def watch(
     async def answer(broker: Broker, request: Request) -> None:
         prompting = asyncio.ensure_future(terminal.prompt(broker, request))
         settled = asyncio.ensure_future(broker.watch(request.id))
-        done, _ = await asyncio.wait({prompting, settled}, return_when=asyncio.FIRST_COMPLETED)
-        if prompting not in done:
-            prompting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await prompting
-            final = settled.result()
-            who = final.response.by if final.response and final.response.by else "someone else"
-            err.print(f"\n(request {request.id} was {final.status.value} by {who} meanwhile)")
-            return
-        settled.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await settled
-        prompting.result()  # raises EOFError at the end of input
+        try:
+            done, _ = await asyncio.wait({prompting, settled}, return_when=asyncio.FIRST_COMPLETED)
+            if prompting not in done:
+                final = settled.result()
+                who = final.response.by if final.response and final.response.by else "someone else"
+                err.print(f"\n(request {request.id} was {final.status.value} by {who} meanwhile)")
+                return
+            prompting.result()  # raises EOFError at the end of input
+        finally:  # (watching stopped, or one of the two won): the other ends here, its outcome read
+            for task in (prompting, settled):
+                task.cancel()
+            await asyncio.gather(prompting, settled, return_exceptions=True)
 
     async def work(broker: Broker) -> None:
         watching = asyncio.ensure_future(follow(broker))
@@ -1031,6 +1035,8 @@ def token_create(
         raise _fail("say --human or --agent")
     if agent and not owner:
         raise _fail("an agent needs --owner HUMAN: whose inbox its requests go to")
+    if human and owner:
+        raise _fail("--owner is an agent's: a person owns no one")
 
     async def work(broker: Broker) -> str:
         store = _local(broker)
@@ -1287,14 +1293,13 @@ def run_send(
     async def work(broker: Broker) -> Any:
         try:
             if isinstance(broker, LocalBroker) and sender is not None and approval_word(text) is True:
-                # As `answer` does: a yes decides only an approval its gate would take from
-                # the sender; a no stops the call whoever says it.
+                # As a server does: a yes decides only an approval the sender may answer (it
+                # is to them, their team or no one); from anyone else it is held as text. A
+                # no stops the call whoever says it.
                 teams = await broker.teams_of(sender)
 
                 def theirs(request: Request) -> bool:
-                    # As `answer` takes it: a gate's approval to someone is decided by them
-                    # (or their team); one to no one, or not a gate's, by anyone.
-                    return not is_marked(request) or request.to in (None, sender, *teams)
+                    return request.to in (None, sender, *teams)
 
                 return await broker.send_message(run_id, text, by=sender, may_answer=theirs)
             return await broker.send_message(run_id, text, by=sender)
@@ -1412,6 +1417,12 @@ def _load_factory(target: str) -> Callable[[Broker], Any]:
     found = getattr(module, attribute, None)
     if not callable(found):
         raise _fail(f"{module_name} has no callable {attribute!r}")
+    try:
+        inspect.signature(found).bind(None)
+    except TypeError:
+        raise _fail(f"{target} must take one argument, the broker: def {attribute}(broker): ...") from None
+    except ValueError:
+        pass  # no signature to read (a builtin): the call itself will say
     return found  # type: ignore[no-any-return]  # checked callable just above
 
 
@@ -1454,7 +1465,9 @@ def grants_list(
     db: DbOption = None,
     token: TokenOption = None,
 ) -> None:
-    """List issued grants, newest first (on a server: those you hold or gave)."""
+    """List issued grants, newest first. On a server, those you hold or gave: by default an
+    agent's the ones it holds, a person's the ones they gave (`--audience YOU` for the ones you
+    hold)."""
     page = _run(
         db, lambda b: b.list_grants(audience=audience, issuer=issuer, request=request, live=live, limit=limit), token
     )
@@ -1518,8 +1531,14 @@ def grants_revoke(
     db: DbOption = None,
     token: TokenOption = None,
 ) -> None:
-    """Revoke a grant; it stops checking at once."""
-    if not _run(db, lambda b: b.revoke_grant(grant_id, by=by), token):
+    """Revoke a grant; it stops checking at once. Exit 1 for an unknown grant or one
+    revoked already."""
+
+    async def revoke(broker: Broker) -> bool:
+        await broker.get_grant(grant_id)  # NotFound: "no grant ..."
+        return await broker.revoke_grant(grant_id, by=by)
+
+    if not _run(db, revoke, token):
         raise _fail(f"grant {grant_id} was revoked already", DECLINED)
     err.print(f"revoked {grant_id}")
 
@@ -1603,6 +1622,11 @@ def policy_set(
         data["hook"] = hook
     elif on_hook_error is not None or hook_timeout is not None:
         raise _fail("--on-hook-error and --hook-timeout go with --hook-url and --hook-secret")
+    if not data:
+        raise _fail(
+            "give the policy: --approval, --gated, --auto-allow, --hook-url, or --json "
+            "(`interlock policy rm` removes one)"
+        )
     data.setdefault("agent", agent)
     if tool_server:
         data.setdefault("server", tool_server)
@@ -1704,7 +1728,7 @@ def deliveries_list(
     status: Annotated[
         str | None, typer.Option("--status", help="pending, delivered, dead (the dead letters) or skipped.")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     db: DbOption = None,
     token: TokenOption = None,
 ) -> None:
@@ -1720,7 +1744,8 @@ def deliveries_list(
 
     items = _run(db, work, token)
     if as_json:
-        typer.echo(json.dumps(items, indent=2))
+        for item in items:
+            typer.echo(json.dumps(item))
     else:
         _print_deliveries(items)
 

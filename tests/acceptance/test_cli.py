@@ -134,12 +134,18 @@ def test_an_expiry_exits_two(db: str) -> None:
     assert json.loads(result.stdout) == {"status": "expired"}
 
 
-def test_usage_errors_exit_four_and_store_nothing(db: str) -> None:
+def test_usage_errors_exit_four_and_store_nothing(db: str, tmp_path: Path) -> None:
     assert run("ask", "Deploy?", "--confirm", "--choice", "a", db=db).returncode == 4
     for typo in (["--timeout", "soon"], ["--nope"]):  # the parser's own errors: 4, not 2 (expired)
         parsed = subprocess.run([*INTERLOCK, "ask", "Deploy?", *typo], capture_output=True, text=True, timeout=60)
         assert parsed.returncode == 4 and "Try 'python -m interlock ask --help'" in parsed.stderr, parsed.stderr
     assert run("ask", "", db=db).returncode == 4
+    assert run("ask", "Pick", "--choice", "a", "--choice", "b", "--multi", "--other", db=db).returncode == 4
+    assert run("token", "create", "zed", "--human", "--owner", "carol", db=db).returncode == 4
+    (tmp_path / "garbage.db").write_text("not a database")
+    for unopenable in ("sqlite:///no/such/folder/x.db", f"sqlite:///{tmp_path / 'garbage.db'}"):
+        refused = run("inbox", db=unopenable)
+        assert refused.returncode == 4 and "cannot be opened" in " ".join(refused.stderr.split()), refused.stderr
     assert run("ask", "Deploy?", "--form", "/nonexistent.json", db=db).returncode == 4
     listed = run("inbox", "--status", "all", "--json", db=db)
     assert listed.stdout == ""
@@ -226,11 +232,15 @@ async def test_watch_answers_requests_in_the_terminal_as_they_arrive(db: str) ->
         proc.stdin.write(b"n\n")
         assert (await settled(last.id)).answer is False
 
-        proc.stdin.close()  # Ctrl-D: stop watching, leave everything else pending
+        unanswered = await broker.create(interlock.Text("Anything else?"), to="alice")
+        await prompt_shown("Anything else?")
+        proc.stdin.close()  # Ctrl-D at a prompt: stop watching, leave everything else pending
         with anyio.fail_after(30):
             out, err = await proc.communicate()
         assert proc.returncode == 0, err.decode()
+        assert "Traceback" not in err.decode() and "never retrieved" not in err.decode()
         assert "For bob?" not in out.decode()
+        assert (await broker.get(unanswered.id)).status is interlock.Status.PENDING
         stored = await broker.get(last.id)
         assert stored.response is not None
         assert (stored.response.by, stored.response.via) == ("alice", "terminal")

@@ -97,3 +97,20 @@ async def test_a_message_decides_a_gate_approval_as_answer_would(tmp_path: Path)
     async with interlock.connect(db) as broker:
         statuses = [(await broker.get(i)).status for i in (alices, nobodys)]
     assert statuses == [Status.REJECTED, Status.ANSWERED]
+
+
+async def test_a_message_decides_any_approval_only_for_whom_it_is_to(tmp_path: Path) -> None:
+    """An approval a run waits on that no gate made (a plain `kind="approval"`): bob's
+    `approve` to alice's is held, as through a server; alice's decides it."""
+    db = f"sqlite:///{tmp_path / 'plain.db'}"
+    async with interlock.connect(db) as broker:
+        run = await broker.start_run("deployer", run_id="run-p")
+        request = await broker.create(Confirm("Ship it?"), kind="approval", to="alice", run=run.id)
+        await broker.park(run.id, state=None, waiting_on=[request.id])
+    bobs = invoke("run", "send", "run-p", "APPROVE", "--by", "bob", env={**os.environ, "INTERLOCK_URL": db})
+    assert bobs.returncode == 0 and json.loads(bobs.stdout)["outcome"] == "queued", bobs.stdout
+    alices = invoke("run", "send", "run-p", "approve", "--by", "alice", env={**os.environ, "INTERLOCK_URL": db})
+    assert json.loads(alices.stdout).get("resolved_interaction_id") == request.id, alices.stdout
+    async with interlock.connect(db) as broker:
+        answered = await broker.get(request.id)
+    assert (answered.status, answered.response.by if answered.response else None) == (Status.ANSWERED, "alice")

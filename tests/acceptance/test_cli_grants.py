@@ -86,7 +86,10 @@ async def test_answer_issues_only_the_echoed_grants_the_choices_trigger(db: str)
     assert run("grants", "check", "--audience", "bot", "--with", "env:prod", "--can", "write", db=db).returncode == 0
     assert json.loads(run("grants", "show", grant_id, db=db).stdout)["request_id"] == request_id
     assert run("grants", "revoke", grant_id, "--by", "alice", db=db).returncode == 0
-    assert run("grants", "revoke", grant_id, db=db).returncode == 1
+    again = run("grants", "revoke", grant_id, db=db)
+    assert again.returncode == 1 and "revoked already" in again.stderr
+    unknown = run("grants", "revoke", "no-such-grant", db=db)
+    assert unknown.returncode == 1 and "no grant no-such-grant" in unknown.stderr
     assert run("grants", "check", "--audience", "bot", "--with", "env:prod", "--can", "write", db=db).returncode == 1
 
 

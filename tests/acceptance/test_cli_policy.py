@@ -74,6 +74,7 @@ async def test_a_bad_policy_is_refused_and_the_stored_one_stays(db: str) -> None
         ("--json", '{"gatedTools": "deploy"}'),
         ("--hook-url", "http://hooks.example.com/x", "--hook-secret", SECRET),
         ("--json", "[1]"),
+        (),  # nothing to set: it had stored an empty policy over the one in use
     ):
         refused = run("policy", "set", "bot", *args, db=db)
         assert refused.returncode == USAGE, (args, refused.stderr)

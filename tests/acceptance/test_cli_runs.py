@@ -205,3 +205,16 @@ async def test_run_cancel_withdraws_its_requests_as_the_cli_and_you(tmp_path: Pa
         withdrawn = await broker.get(asked)
     assert withdrawn.status is Status.CANCELLED and withdrawn.response is not None
     assert (withdrawn.response.by, withdrawn.response.via) == ("ops-lead", "cli")
+
+
+def test_a_worker_target_that_is_no_factory_of_the_broker_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "wrong_worker.py").write_text("def handlers():\n    return {}\n\nnot_callable = 3\n")
+    db = f"sqlite:///{tmp_path / 'w.db'}"
+    for target, said in (
+        ("wrong_worker:handlers", "must take one argument, the broker"),
+        ("wrong_worker:not_callable", "has no callable 'not_callable'"),
+        ("no_such_module:handlers", "cannot import no_such_module"),
+        ("wrong_worker", "expected module:factory"),
+    ):
+        refused = cli("worker", target, "--once", "--db", db, cwd=tmp_path)
+        assert refused.returncode == 4 and said in " ".join(refused.stderr.split()), (target, refused.stderr)

@@ -67,13 +67,13 @@ async def test_a_dead_letter_is_listed_and_retried_from_the_command_line(tmp_pat
                 await proc.wait()
     listed = run("deliveries", "list", "--status", "dead", "--json", db=db)
     assert listed.returncode == 0, listed.stderr
-    [dead] = json.loads(listed.stdout)
+    [dead] = [json.loads(line) for line in listed.stdout.splitlines()]  # one object per line, as every --json
     assert dead["request_id"] == request.id and dead["last_error"] == "HTTP 500 from the receiver"
     table = run("deliveries", "list", "--request", request.id, db=db)
     assert "dead" in table.stdout and "hook" in table.stdout
     retried = run("deliveries", "retry", dead["id"], db=db)
     assert retried.returncode == 0 and "will be sent again" in retried.stderr
-    assert json.loads(run("deliveries", "list", "--json", db=db).stdout)[0]["status"] == "pending"
+    assert json.loads(run("deliveries", "list", "--json", db=db).stdout.splitlines()[0])["status"] == "pending"
     again = run("deliveries", "retry", dead["id"], db=db)
     assert again.returncode == 1 and "no dead letter" in again.stderr
 
