@@ -1247,6 +1247,8 @@ def run_show(
 
     run, requests = _run(db, work, token)
     typer.echo(json.dumps(run_to_dict(run, state=with_state), indent=2))
+    if with_state and run.state is None and _remote(db):
+        err.print("(state null: the run has none, or the server shows it only to the agent that started it)")
     if requests:
         err.print("requests:", markup=False)
     for request in requests:

@@ -155,6 +155,9 @@ async def test_run_commands_and_the_worker_take_a_token_as_every_other_command_d
     for command in (["runs"], ["run", "show", "run-cancel"], ["run", "cancel", "run-cancel"]):
         refused = cli(*command, "--server", url, cwd=tmp_path)
         assert refused.returncode == 4 and "no token for the server" in refused.stderr, refused.stderr
+    shown = cli("run", "show", "run-cancel", "--state", "--server", url, "--token", alice, cwd=tmp_path)
+    assert json.loads(shown.stdout)["state"] is None  # a person's client is not shown the agent's state, and is told
+    assert "shows it only to the agent that started it" in " ".join(shown.stderr.split()), shown.stderr
     cancelled = cli("run", "cancel", "run-cancel", "--server", url, "--token", alice, cwd=tmp_path)
     assert cancelled.returncode == 0, cancelled.stderr
     again = cli("run", "cancel", "run-cancel", "--token", alice, cwd=tmp_path, url=url)  # the URL from the env
