@@ -772,3 +772,35 @@ def test_an_approval_offers_its_grant_beside_approve(server: Server, page: Page)
     expect(history_item(page, request_id)).to_contain_text("Approved by alice via web")
     done = stored(server, request_id)
     assert done.response is not None and [g.can for g in done.response.grants] == ["deploy"]
+
+
+def test_sending_with_the_keyboard_keeps_the_focus_on_the_next_request(server: Server, page: Page) -> None:
+    older = ask(server, Choice("Which region?", ["eu", "us"], id="region"))
+    newer = ask(server, Choice("Which size?", ["s", "m"], id="size"))  # pending cards: newest first
+    sign_in(page, server)
+    card = pending_card(page, newer)
+    card.get_by_role("radio", name="m").check()
+    card.get_by_role("button", name="Send answer").focus()
+    page.keyboard.press("Enter")
+    expect(history_item(page, newer)).to_contain_text("m")
+    expect(pending_card(page, older).locator("h3")).to_be_focused()  # not back at the top of the page
+
+
+def test_a_request_s_own_page_sends_a_multiline_answer_with_ctrl_enter(server: Server, page: Page) -> None:
+    request_id = ask(server, Text("Release notes?", id="notes", multiline=True))
+    sign_in(page, server)
+    page.goto(f"{server.url}/requests/{request_id}")
+    field = page.get_by_role("textbox", name="Release notes?")
+    field.fill("Faster lists.")
+    field.press("Control+Enter")
+    expect(page.get_by_text("Faster lists.").first).to_be_visible()
+    assert stored(server, request_id).answer == "Faster lists."
+
+
+def test_no_page_scrolls_sideways_on_a_phone(server: Server, page: Page) -> None:
+    ask(server, Text("A question with a long title that a phone has to wrap somewhere?", id="q"))
+    sign_in(page, server)
+    page.set_viewport_size({"width": 360, "height": 740})
+    for path in ("/", "/history", "/dashboard"):
+        page.goto(f"{server.url}{path}")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 360, path

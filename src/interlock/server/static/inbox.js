@@ -24,11 +24,13 @@
 
   // -- forms ----------------------------------------------------------------------------
 
-  function wire(root) {
-    localTimes(root);
-    for (const form of root.querySelectorAll("form.claim-form")) form.addEventListener("submit", claim);
+  // `live`: on the inbox, answers and claims are posted with fetch and cards placed; on
+  // another page (a request's own) the forms post as they are, with the same helpers.
+  function wire(root, live = true) {
+    if (live) localTimes(root);
+    if (live) for (const form of root.querySelectorAll("form.claim-form")) form.addEventListener("submit", claim);
     for (const form of root.querySelectorAll("form.answer")) {
-      form.addEventListener("submit", submit);
+      if (live) form.addEventListener("submit", submit);
       // Typing an "other" answer picks the Other option.
       for (const radio of form.querySelectorAll("input[data-other]")) {
         const text = radio.closest(".other").querySelector("input[type=text]");
@@ -64,6 +66,9 @@
     const form = event.currentTarget;
     const body = new URLSearchParams(new FormData(form, event.submitter));
     const buttons = form.querySelectorAll("button");
+    // Disabling the pressed button takes the focus off it: note that it was in this card,
+    // so that `leave` puts it on the next card rather than back at the top of the page.
+    if (form.closest("li").contains(document.activeElement)) form.closest("li").dataset.focused = "true";
     for (const b of buttons) b.disabled = true;
     form.setAttribute("aria-busy", "true");
     let response;
@@ -119,6 +124,7 @@
   }
 
   function formError(form, buttons, message) {
+    delete form.closest("li").dataset.focused;
     for (const b of buttons) b.disabled = false;
     form.removeAttribute("aria-busy");
     const slot = form.querySelector(".form-error");
@@ -165,7 +171,7 @@
 
   // Remove a pending card, keeping keyboard focus nearby if it was inside.
   function leave(card) {
-    const focused = card.contains(document.activeElement);
+    const focused = card.contains(document.activeElement) || card.dataset.focused === "true";
     const next = card.nextElementSibling || card.previousElementSibling;
     card.remove();
     if (focused) (next ? next.querySelector("h3") : $("pending-h")).focus();
@@ -232,5 +238,7 @@
     wire(document);
     counts();
     follow();
+  } else {
+    wire(document, false);  // a request's page: Ctrl+Enter and the multi-choice limits, as in the inbox
   }
 })();
