@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 import uvicorn
-from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Dialog, Locator, Page, expect
 
 import interlock
 from interlock import Broker, Choice, Confirm, Form, MultiChoice, Status, Text
@@ -658,6 +658,16 @@ def test_a_person_cancels_a_run_from_its_page_and_its_request_is_withdrawn(serve
     request_id = parked_run(server)
     sign_in(page, server)
     page.goto(f"{server.url}/inbox/runs/run-7")
+    asked: list[str] = []
+
+    def answer(dialog: Dialog) -> None:  # the first time no, then yes
+        asked.append(dialog.message)
+        (dialog.accept if len(asked) > 1 else dialog.dismiss)()
+
+    page.on("dialog", answer)
+    page.get_by_role("button", name="Cancel this run").click()
+    assert asked == ["Cancel run run-7? Its pending requests are withdrawn, and it does not go on."]
+    assert stored(server, request_id).status is Status.PENDING  # said no: nothing happened
     page.get_by_role("button", name="Cancel this run").click()
     expect(page.get_by_role("alert")).to_have_text("Cancelled: its pending requests were withdrawn.")
     expect(page.locator(".run-status")).to_have_text("cancelled (cancelled by user)")

@@ -234,6 +234,13 @@
     source.addEventListener("open", () => { document.body.dataset.live = "open"; });
   }
 
+  // What cannot be undone (cancelling a run) asks first, on any page.
+  for (const form of document.querySelectorAll("form[data-confirm]")) {
+    form.addEventListener("submit", (e) => {
+      if (!window.confirm(form.dataset.confirm)) e.preventDefault();
+    });
+  }
+
   if (pending) {
     wire(document);
     counts();
