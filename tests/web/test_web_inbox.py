@@ -814,3 +814,17 @@ def test_no_page_scrolls_sideways_on_a_phone(server: Server, page: Page) -> None
     for path in ("/", "/history", "/dashboard"):
         page.goto(f"{server.url}{path}")
         assert page.evaluate("document.documentElement.scrollWidth") <= 360, path
+
+
+def test_a_request_s_own_page_shows_an_answer_given_elsewhere_while_it_is_open(server: Server, page: Page) -> None:
+    request_id = ask(server, Text("Which branch?", id="branch"))
+    sign_in(page, server)
+    page.goto(f"{server.url}/requests/{request_id}")
+    page.get_by_role("textbox", name="Which branch?").fill("half-typed")
+
+    async def settle(other: interlock.Broker) -> None:
+        assert await other.resolve(request_id, "main", by="alice", via="api")
+
+    elsewhere(server, settle)
+    expect(page.locator(".request-page .outcome")).to_contain_text("Answered by alice via api")
+    expect(page.get_by_role("textbox", name="Which branch?")).to_have_count(0)  # no form left to be refused

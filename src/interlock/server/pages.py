@@ -213,6 +213,8 @@ async def request_page(http: HttpRequest, state: State, request_id: str) -> Resp
         "deliveries": deliveries,
         "may_retry": may_retry(who.principal, request),
         "view": "request",
+        # While pending, the page follows the inbox's stream: settled elsewhere, it shows so.
+        "after": await state.broker.last_event_id() if request.status is Status.PENDING else None,
     }
     return page(state, http, "request.html", context, 200, who)
 

@@ -247,5 +247,22 @@
     follow();
   } else {
     wire(document, false);  // a request's page: Ctrl+Enter and the multi-choice limits, as in the inbox
+    followOne();
+  }
+
+  // A pending request's own page: settled elsewhere while open (another tab, the CLI, a
+  // teammate), it is shown as it is now rather than with a form that can only be refused.
+  function followOne() {
+    const shown = document.querySelector(".request-page[data-status=pending]");
+    if (!shown || !document.body.dataset.stream) return;
+    let leaving = false;  // this page's own answer is on its way: it navigates by itself
+    document.addEventListener("submit", () => { leaving = true; });
+    const source = new EventSource(document.body.dataset.stream);
+    const settled = (event) => {
+      if (leaving || JSON.parse(event.data).request_id !== shown.dataset.id) return;
+      source.close();
+      location.reload();
+    };
+    for (const type of SETTLED) source.addEventListener(type, settled);
   }
 })();
