@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from .errors import InvalidRequest
-from .model import Confirm, Request
+from .model import Request, decision_ask
 
 __all__ = [
     "GATE_MARK",
@@ -79,16 +79,3 @@ def unmarked(context: Any) -> dict[str, Any]:
     if rest.pop("kind", GATE_MARK) != GATE_MARK:
         raise InvalidRequest(f"context.kind: a gate approval's kind is {GATE_MARK!r}, set by the server")
     return rest
-
-
-def decision_ask(request: Request) -> Confirm | None:
-    """The yes/no ask an approval is decided by, or None when `request` is not one.
-
-    An approval is decided by its first ask when that is a confirm and every other ask is
-    optional (the gate's "edit the arguments" form): approve / deny answers that ask alone,
-    from any surface, and the optional ones may be left out.
-    """
-    verdict = request.asks[0].as_verdict() if request.kind == "approval" and request.asks else None
-    if verdict is None or any(ask.required for ask in request.asks[1:]):
-        return None
-    return verdict

@@ -24,7 +24,7 @@ import math
 import os
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -839,20 +839,29 @@ class Broker(ABC):
         by: str | None = None,
         involving: str | None = None,
         may_answer: Callable[[Request], bool] | None = None,
+        prefer: Callable[[Run], Awaitable[bool]] | None = None,
     ) -> Sent:
         """Send a message to the busy run of a session (thread): its newest run that has not
-        ended (of those `involving` a name, when given), as `send_message` does. Raises
-        `NotFound` when no run of the session is busy: nothing is held, no run is started."""
+        ended (of those `involving` a name, when given; the newest that `prefer` takes, when
+        given and one does), as `send_message` does. Raises `NotFound` when no run of the
+        session is busy: nothing is held, no run is started."""
         check_text(session, "session", DEFAULT_LIMITS.max_name_length)
+        newest: Run | None = None
         cursor: str | None = None
         while True:
             page = await self.list_runs(session=session, involving=involving, after=cursor, limit=100)
-            busy = next((run for run in page.items if not run.status.ended), None)
-            if busy is not None:
-                return await self.send_message(busy.id, text, by=by, may_answer=may_answer)
+            for run in page.items:
+                if run.status.ended:
+                    continue
+                if prefer is None or await prefer(run):
+                    return await self.send_message(run.id, text, by=by, may_answer=may_answer)
+                newest = newest or run
             if page.next_cursor is None:
-                raise NotFound(session, message=f"no run of thread {session!r} is busy: nothing was held")
+                break
             cursor = page.next_cursor
+        if newest is None:
+            raise NotFound(session, message=f"no run of thread {session!r} is busy: nothing was held")
+        return await self.send_message(newest.id, text, by=by, may_answer=may_answer)
 
     @abstractmethod
     async def list_followups(self, run_id: str) -> Sequence[Followup]:

@@ -91,6 +91,7 @@ __all__ = [
     "check_ask",
     "check_json",
     "check_text",
+    "decision_ask",
     "grant_event_data",
     "grant_from_dict",
     "grant_to_dict",
@@ -2022,6 +2023,19 @@ class Answers(dict[str, Any]):
     """Answers by ask id, said explicitly: never read as the bare value of a single ask."""
 
 
+def decision_ask(request: Request) -> Confirm | None:
+    """The yes/no ask an approval is decided by, or None when `request` is not one.
+
+    An approval is decided by its first ask when that is a confirm and every other ask is
+    optional (the gate's "edit the arguments" form): approve / deny answers that ask alone,
+    from any surface, and the optional ones may be left out.
+    """
+    verdict = request.asks[0].as_verdict() if request.kind == "approval" and request.asks else None
+    if verdict is None or any(ask.required for ask in request.asks[1:]):
+        return None
+    return verdict
+
+
 def check_answers(request: Request, answer: Any, *, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
     """Check an answer against the request's asks and return the answers by ask id.
 
@@ -2036,8 +2050,8 @@ def check_answers(request: Request, answer: Any, *, limits: Limits = DEFAULT_LIM
     if len(asks) == 1 and not isinstance(answer, Answers) and not _is_keyed(asks[0], answer):
         return {asks[0].id: asks[0].check(answer)}
     if not isinstance(answer, Mapping):
-        verdict = asks[0].as_verdict() if request.kind == "approval" else None
-        if verdict is not None and not any(ask.required for ask in asks[1:]):
+        verdict = decision_ask(request)
+        if verdict is not None:
             return {verdict.id: verdict.check(answer)}  # an approval's yes or no alone, its edits left out
         raise InvalidAnswer(f"expected an object of answers by ask id ({', '.join(a.id for a in asks)})")
     by_id = {ask.id: ask for ask in asks}

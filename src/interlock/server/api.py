@@ -660,10 +660,6 @@ async def stream(
     start = after if start is None else start
     accept = event_filter(caller, request, session, run)
     holder = state.auth.holder(http)
-    token = http.headers.get("authorization", "").partition(" ")[2].strip()
-
-    async def lost() -> str | None:
-        return await state.auth.token_lost(token, caller)
 
     async def replay(cursor: int) -> AsyncIterator[Event]:
         """The stored events this stream shows, a page at a time from indexes."""
@@ -692,7 +688,7 @@ async def stream(
                 start,
                 replay,
                 holder=holder,
-                lost=lost if holder is not None else None,
+                lost=state.auth.stream_lost(http, caller),
                 audience=("api", caller.name, caller.kind, request, session, run),
             )
             frame = state.hub.frame

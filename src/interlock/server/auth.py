@@ -16,7 +16,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import secrets
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
@@ -105,9 +105,17 @@ class Auth:
         live = await self.broker.live_token(hash_token(token))
         return await self.with_teams(live.principal) if live is not None else None
 
-    async def token_lost(self, token: str, caller: Principal) -> str | None:
-        """Why a stream `caller` opened with `token` may no longer run (see `lost_access`)."""
-        return lost_access(caller, await self.from_token(token), "the token was revoked")
+    def stream_lost(self, request: Request, caller: Principal) -> Callable[[], Awaitable[str | None]] | None:
+        """For an API stream `caller` opens with `request`'s bearer token: why it may no
+        longer run, asked once it has subscribed (`lost_access`). None without auth."""
+        if self.holder(request) is None:
+            return None
+        token = request.headers.get("authorization", "").partition(" ")[2].strip()
+
+        async def lost() -> str | None:
+            return lost_access(caller, await self.from_token(token), "the token was revoked")
+
+        return lost
 
     async def api_principal(self, request: Request) -> Principal:
         """The caller of an API route, from its bearer token."""

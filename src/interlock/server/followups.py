@@ -22,9 +22,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from ..broker import LocalBroker
 from ..followups import MAX_FOLLOWUP_LENGTH, Sent, followup_to_dict
-from ..model import Request as HumanRequest
 from ..model import Run
 from ..principals import can_answer
 from .common import ApiError, Caller, TheBroker, describe, problems_for, rate_limited
@@ -110,38 +108,21 @@ async def send_to_thread(thread_id: str, body: MessageBody, caller: Caller, brok
     must not take messages meant for yours). 404 when no run of the thread is busy: nothing
     is held and no run is started."""
     by = body.by if caller.kind == "admin" and body.by is not None else caller.name
-
-    def may_answer(request: HumanRequest) -> bool:
-        return can_answer(caller, request)
-
-    if caller.kind == "human" and (busy := await _busy_runs(broker, thread_id, caller.name)):
-        target = await _own_first(broker, busy, caller.name)
-        _busy(await broker.send_message(target.id, body.text, by=by, may_answer=may_answer))
     involving = None if caller.kind == "admin" else caller.name
-    _busy(await broker.send_to_thread(thread_id, body.text, by=by, involving=involving, may_answer=may_answer))
 
-
-async def _own_first(broker: LocalBroker, runs: list[Run], person: str) -> Run:
-    """The newest of `runs` started by an agent `person` owns, else the newest."""
-    for run in runs:
+    async def own(run: Run) -> bool:  # a run of one of the person's own agents
         agent = await broker.get_principal(run.requester) if run.requester is not None else None
-        if agent is not None and agent.owner == person:
-            return run
-    return runs[0]
+        return agent is not None and agent.owner == caller.name
 
-
-async def _busy_runs(broker: LocalBroker, thread_id: str, who: str) -> list[Run]:
-    """The runs of a thread that `who` may see and that have not ended, newest first (a
-    few pages at most: a thread's busy runs are few)."""
-    busy: list[Run] = []
-    cursor: str | None = None
-    for _ in range(10):
-        page = await broker.list_runs(session=thread_id, involving=who, after=cursor, limit=100)
-        busy.extend(run for run in page.items if not run.status.ended)
-        if page.next_cursor is None:
-            break
-        cursor = page.next_cursor
-    return busy
+    sent = await broker.send_to_thread(
+        thread_id,
+        body.text,
+        by=by,
+        involving=involving,
+        may_answer=lambda r: can_answer(caller, r),
+        prefer=own if caller.kind == "human" else None,
+    )
+    _busy(sent)
 
 
 def _busy(sent: Sent) -> NoReturn:

@@ -139,14 +139,13 @@ async def _may_answer(state: AppState, broker: LocalBroker, name: str, request: 
     store has it now, or an admin. A delivery was only a notice: an escalation's, or one
     sent before its recipient left the team, gives no one the right to answer. A team the
     store does not keep (the routing's, naming no people here) has the routing's members."""
-    principal = await broker.get_principal(name) or Principal(name, "human")
-    teams = await broker.teams_of(name)
+    principal = await state.auth.with_teams(await broker.get_principal(name) or Principal(name, "human"))
     team = request.to
-    if team is not None and team not in teams and state.delivery is not None:
+    if team is not None and team not in principal.teams and state.delivery is not None:
         listed = name in state.delivery.routing.teams.get(team, ())
         if listed and await broker.team_members(team) is None:
-            teams = teams | {team}
-    return can_answer(replace(principal, teams=teams), request)
+            principal = replace(principal, teams=principal.teams | {team})
+    return can_answer(principal, request)
 
 
 # -- one-click answer links (email) ---------------------------------------------------------

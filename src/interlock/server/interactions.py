@@ -254,12 +254,6 @@ async def stream_interactions(
                 return
             cursor = page[-1].id
 
-    holder = state.auth.holder(http)
-    token = http.headers.get("authorization", "").partition(" ")[2].strip()
-
-    async def lost() -> str | None:
-        return await state.auth.token_lost(token, caller)
-
     async def generate() -> AsyncIterator[ServerSentEvent]:
         yield ServerSentEvent(comment="connected", retry=2000)
         after: str | None = None
@@ -274,7 +268,7 @@ async def stream_interactions(
             after = page.next_cursor
         try:
             follow = state.hub.replay_then_follow(
-                accept, start, replay, holder=holder, lost=lost if holder is not None else None
+                accept, start, replay, holder=state.auth.holder(http), lost=state.auth.stream_lost(http, caller)
             )
             async for event in follow:
                 if event.request is None:  # a held message, delivered

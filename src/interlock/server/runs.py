@@ -383,10 +383,6 @@ async def run_stream(
     begin = start if start is not None else await broker.last_event_id()
     accept = run_event_filter(caller, run_id)
     holder = state.auth.holder(http)
-    token = http.headers.get("authorization", "").partition(" ")[2].strip()
-
-    async def lost() -> str | None:
-        return await state.auth.token_lost(token, caller)
 
     async def replay(cursor: int) -> AsyncIterator[Event]:
         while True:
@@ -408,7 +404,7 @@ async def run_stream(
                 begin,
                 replay,
                 holder=holder,
-                lost=lost if holder is not None else None,
+                lost=state.auth.stream_lost(http, caller),
                 audience=("run", caller.name, caller.kind, run_id),
             )
             async for event in follow:
