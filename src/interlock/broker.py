@@ -1379,15 +1379,16 @@ class LocalBroker(Broker):
             raise InvalidRequest("ask for the claims of at most 1000 requests at a time")
         return await self.store.claims([_check_id(i) for i in request_ids])
 
-    async def note_viewed(self, request_id: str, *, by: str) -> bool:
-        """Record that the person `by` has opened the request: a `viewed` event the first
-        time only (once per person, across every node). True when this was the first."""
+    async def note_viewed(self, request: Request, *, by: str) -> bool:
+        """Record that the person `by` has opened `request`: a `viewed` event the first time
+        only (once per person, across every node). True when this was the first. Whoever
+        asked it is not a viewer: the timeline tells the asker who has seen it."""
         if self._state != "open":
             await self.open()
-        key = (request_id, by)
-        if key in self._viewed:
+        key = (request.id, by)
+        if by == request.requester or key in self._viewed:
             return False
-        first = await self.store.note_viewed(_check_id(request_id), by, datetime.now(UTC))
+        first = await self.store.note_viewed(request.id, by, datetime.now(UTC))
         self._viewed[key] = None
         if len(self._viewed) > 10_000:
             self._viewed.pop(next(iter(self._viewed)))

@@ -370,7 +370,7 @@ def show(request_id: str, db: DbOption = None, token: TokenOption = None) -> Non
     async def work(broker: Broker) -> Request:
         request = await broker.get(request_id)  # through a server, it records the view
         if isinstance(broker, LocalBroker):
-            await broker.note_viewed(request.id, by=local_person())
+            await broker.note_viewed(request, by=local_person())
         return request
 
     request = _run(db, work, token)

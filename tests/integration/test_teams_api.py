@@ -152,6 +152,17 @@ async def test_claims_and_first_views_by_people_are_on_the_timeline(world: World
     ]
 
 
+async def test_a_person_reading_back_what_she_asked_is_not_a_view(world: World) -> None:
+    c = world.clients
+    asked = await c["alice"].post("/requests", json=QUESTION)  # a member asks her team herself
+    assert asked.status_code == 201, asked.text
+    rid = asked.json()["id"]
+    await c["alice"].get(f"/requests/{rid}")  # she checks on it: who has seen it yet?
+    await c["bob"].get(f"/requests/{rid}")
+    events = (await c["alice"].get("/events", params={"request": rid})).json()["events"]
+    assert [(e["type"], e["data"].get("by")) for e in events] == [("created", None), ("viewed", "bob")]
+
+
 async def test_a_member_s_event_stream_carries_the_team_s_requests_and_claims(world: World) -> None:
     c = world.clients
     with anyio.fail_after(BOUND):

@@ -337,11 +337,11 @@ async def dashboard_figures(
 
 @router.get("/requests/{request_id}", response_model=RequestModel, responses=_problems(404), tags=["requests"])
 async def get_request(request_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
-    """The request. A person reading it (not the agent that asked) is recorded on its
-    timeline as having viewed it, the first time only."""
+    """The request. A person reading it who did not ask it is recorded on its timeline as
+    having viewed it, the first time only."""
     request = await visible(broker, request_id, caller)
     if caller.kind == "human":
-        await broker.note_viewed(request.id, by=caller.name)
+        await broker.note_viewed(request, by=caller.name)
     return out(request)
 
 

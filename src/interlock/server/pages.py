@@ -196,7 +196,7 @@ async def request_page(http: HttpRequest, state: State, request_id: str) -> Resp
     if not can_read(who.principal, request):
         return refusal(state, http, 403, "This request is neither to you nor from you.", who)
     if who.principal.kind != "agent":  # a browser is a person's, the local one's without auth too
-        await state.broker.note_viewed(request.id, by=who.principal.name)
+        await state.broker.note_viewed(request, by=who.principal.name)
     events = list(await state.broker.find_events(request=request.id, limit=TIMELINE_LIMIT))
     deliveries = list(await state.broker.list_deliveries(request_id=request.id, limit=TIMELINE_LIMIT))
     loop = state.delivery
