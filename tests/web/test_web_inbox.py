@@ -816,6 +816,31 @@ def test_no_page_scrolls_sideways_on_a_phone(server: Server, page: Page) -> None
         assert page.evaluate("document.documentElement.scrollWidth") <= 360, path
 
 
+def narrowest_answer(page: Page) -> float:
+    """The narrowest answer on the page, as a share of its list's width."""
+    shares = page.eval_on_selector_all(
+        "dl.answers dd",
+        "dds => dds.map(dd => dd.getBoundingClientRect().width / dd.parentElement.getBoundingClientRect().width)",
+    )
+    assert shares, "no answers shown"
+    return float(min(shares))
+
+
+def test_an_approval_s_edited_arguments_are_readable_on_a_phone(server: Server, page: Page) -> None:
+    agent = GatedScale(server, {"service": "api-gateway-production-eu-west", "env": "prod", "replicas": 3})
+    sign_in(page, server)
+    card = pending_card(page, agent.request_id)
+    card.locator("details.edit > summary").click()
+    card.get_by_label("replicas").fill("4")
+    card.get_by_role("button", name="Approve").click()
+    expect(history_item(page, agent.request_id)).to_contain_text("Approved by alice via web")
+    assert narrowest_answer(page) >= 0.55  # the long prompt of the edit wraps in its own column
+    page.set_viewport_size({"width": 360, "height": 740})
+    for path in ("/history", f"/requests/{agent.request_id}"):
+        page.goto(f"{server.url}{path}")
+        assert narrowest_answer(page) >= 0.9, path  # each answer under its prompt, the full width
+
+
 def test_a_request_s_own_page_shows_an_answer_given_elsewhere_while_it_is_open(server: Server, page: Page) -> None:
     request_id = ask(server, Text("Which branch?", id="branch"))
     sign_in(page, server)
