@@ -350,6 +350,7 @@ def authed(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) ->
                 token = issue_token(principal.name, datetime.now(UTC))
                 await broker.store.save_token(token)
                 tokens[principal.name] = token.secret
+            await broker.add_team_members("ops", ["alice", "bob"])
 
     anyio.run(setup)
     with serve(db, auth=True) as url:
@@ -377,6 +378,24 @@ async def test_only_the_recipient_resolves_and_only_the_parties_see_an_interacti
         assert [i["id"] for i in (await alice.get("/interactions")).json()["items"]] == [made["id"]]
         done = await alice.post(f"/interactions/{made['id']}/resolve", json=approve)
         assert done.status_code == 200 and done.json()["resolution"]["by"] == "alice"
+
+
+async def test_a_pause_to_a_team_is_each_members_interaction_listed_and_sent_on_connect(
+    authed: tuple[str, dict[str, str]],
+) -> None:
+    base, tokens = authed
+
+    def client(who: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {tokens[who]}"}, timeout=BOUND)
+
+    async with client("alice") as alice, client("bob") as bob, client("alice-bot") as bot:
+        made = (await bot.post("/requests", json={**APPROVAL, "to": "ops"})).json()
+        for member in (alice, bob):
+            assert (await member.get(f"/interactions/{made['id']}")).status_code == 200
+            assert [i["id"] for i in (await member.get("/interactions")).json()["items"]] == [made["id"]]
+            async with aconnect_sse(member, "GET", "/interactions/stream") as source:
+                sent = await next_event(source.aiter_sse(), "data-novo-input-requested")  # pending before we came
+                assert json.loads(sent.data)["id"] == made["id"]
 
 
 async def test_the_person_a_pause_is_to_may_cancel_it_unanswered_recorded_as_theirs(

@@ -338,10 +338,14 @@ async def resolve(interaction_id: str, body: ResolveBody, caller: Caller, broker
 class _Mine(TypedDict, total=False):
     recipient: str
     requester: str
+    teams: tuple[str, ...]
 
 
 def _mine(caller: Principal) -> _Mine:
-    """Whose requests a caller's interactions are: a person's inbox, an agent's own asks."""
+    """Whose requests a caller's interactions are: a person's inbox (with their teams',
+    as `GET /requests` and the stream's events show them), an agent's own asks."""
     if caller.kind == "admin":
         return {}
-    return {"requester": caller.name} if caller.kind == "agent" else {"recipient": caller.name}
+    if caller.kind == "agent":
+        return {"requester": caller.name}
+    return {"recipient": caller.name, "teams": tuple(sorted(caller.teams))}
