@@ -646,6 +646,13 @@ async def test_lists_of_approvals_and_of_one_agent_find_exactly_theirs_alone_or_
     assert await ids(agent="nobody") == []
 
 
+async def test_a_list_of_an_unknown_kind_is_refused_as_on_the_wire(broker: Broker) -> None:
+    await broker.create(Text("Step?"), to="alice")
+    for kind in ("approvals", "Question", ""):
+        with pytest.raises(ValueError, match="kind must be 'question' or 'approval'"):
+            await broker.list(kind=kind)
+
+
 async def test_the_dashboard_counts_what_waits_by_agent_and_how_each_person_answers(
     broker: Broker, local: LocalBroker
 ) -> None:

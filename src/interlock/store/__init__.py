@@ -135,11 +135,14 @@ class Query:
 
     def check(self) -> None:
         """Refuse what no list takes: a limit out of 1 to 1000 (`ValueError`), an order but
-        asc or desc (`ValueError`), a time without its time zone (`InvalidRequest`)."""
+        asc or desc (`ValueError`), a kind but question or approval (`ValueError`), a time
+        without its time zone (`InvalidRequest`)."""
         if not 1 <= self.limit <= MAX_LIST_LIMIT:
             raise ValueError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
         if self.order not in ("asc", "desc"):
             raise ValueError("order must be 'asc' or 'desc'")
+        if self.kind is not None and self.kind not in get_args(Kind):
+            raise ValueError("kind must be 'question' or 'approval'")
         for name, when in (("since", self.since), ("until", self.until)):
             if when is not None and when.tzinfo is None:
                 raise InvalidRequest(f"{name} needs a time zone (UTC, say)")
