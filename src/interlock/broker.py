@@ -1836,6 +1836,8 @@ class LocalBroker(Broker):
             await self.open()
         if not 0 <= limit <= 1000:
             raise ValueError("limit must be between 0 and 1000")
+        if not 0 <= after <= MAX_EVENT_ID:
+            raise InvalidRequest(f"after must be an event id between 0 and {MAX_EVENT_ID}")
         if limit == 0:
             return []
         query = EventQuery(after, until, limit, involving, request, session, run, tuple(teams))

@@ -591,6 +591,8 @@ class RemoteBroker(Broker):
         # The server applies who may see what from the token; `involving` is its business.
         if not 0 <= limit <= 1000:
             raise ValueError("limit must be between 0 and 1000")
+        if not 0 <= after <= MAX_EVENT_ID:
+            raise InvalidRequest(f"after must be an event id between 0 and {MAX_EVENT_ID}")
         params: dict[str, Any] = {"after": after, "limit": limit}
         params |= {k: v for k, v in (("request", request), ("session", session), ("run", run)) if v is not None}
         page = await self._call("GET", "/events", params=params)

@@ -31,7 +31,7 @@ from interlock import (
     Status,
     Text,
 )
-from interlock.broker import LocalBroker, stored_routing
+from interlock.broker import MAX_EVENT_ID, LocalBroker, stored_routing
 from interlock.channels import Message, PermanentFailure
 from interlock.channels.delivery import DeliveryLoop
 from interlock.dashboard import NOBODY
@@ -584,6 +584,15 @@ async def test_a_page_of_events_read_again_shows_each_request_as_it_was_then(bro
     shown = {(e.type, e.request_id): e.request for e in page}
     assert shown["created", b.id] is not None and shown["created", b.id].status is Status.PENDING
     assert shown["rejected", b.id] is not None and shown["rejected", b.id].status is Status.REJECTED
+
+
+async def test_a_page_of_events_after_no_event_id_is_refused_as_the_log_is(broker: Broker) -> None:
+    await broker.create(Text("A?"), to="alice")
+    for after in (-1, MAX_EVENT_ID + 1):
+        with pytest.raises(InvalidRequest, match="after must be an event id between 0 and"):
+            await broker.find_events(after=after)
+        with pytest.raises(InvalidRequest, match="after must be an event id between 0 and"):
+            [e async for e in broker.events(after=after)]
 
 
 async def test_list_filters_and_pages_by_keyset(broker: Broker) -> None:
