@@ -53,6 +53,7 @@ from .model import (
     Status,
     ask_to_dict,
     check_json,
+    check_text,
     claim_from_dict,
     issued_grant_from_dict,
     origin_to_dict,
@@ -328,7 +329,11 @@ class RemoteBroker(Broker):
         grants: Sequence[Mapping[str, Any]] | None = None,
     ) -> bool:
         # No `via`: the server records the surface itself ("api"). It checks the answer
-        # and the echoed grants, and issues them.
+        # and the echoed grants, and issues them; what JSON cannot carry is refused here,
+        # as a local broker refuses it.
+        if comment:
+            check_text(comment, "the comment", error=InvalidAnswer)
+        check_json(answer, "the answer", error=InvalidAnswer)
         body: dict[str, Any] = {"reason": comment, "by": by}
         if isinstance(answer, Answers):
             body["answers"] = dict(answer)
@@ -424,6 +429,7 @@ class RemoteBroker(Broker):
     async def reject(self, request_id: str, reason: str = "", *, by: str | None = None, via: str = "python") -> bool:
         # The server records who: the person it is to, or, for this broker's input hooks'
         # denials (`via="hook"`), the agent that made the request.
+        check_text(reason, "reason")
         body: dict[str, Any] = {"reason": reason, "hook": True} if via == "hook" else {"reason": reason}
         return await self._settle(request_id, "reject", body)
 
@@ -436,6 +442,7 @@ class RemoteBroker(Broker):
         cause: Literal["cancelled", "withdrawn", "closed"] = "cancelled",
         via: str = "python",
     ) -> bool:
+        check_text(reason, "reason")
         return await self._settle(request_id, "cancel", {"reason": reason, "cause": cause})
 
     async def expire(self, request_id: str) -> bool:
@@ -512,6 +519,11 @@ class RemoteBroker(Broker):
         data: Mapping[str, Any] | None = None,
         by: str | None = None,
     ) -> Event:
+        if not isinstance(message, str) or not message.strip():
+            raise InvalidRequest("an update needs a non-empty message")
+        check_text(message, "the message")
+        if data is not None:
+            check_json(data, "data")
         body = {"message": message, "to": to, "session": session, "agent": agent, "run": run, "data": data}
         return _event(await self._call("POST", "/inform", json=body))
 

@@ -35,6 +35,7 @@ from interlock.broker import MAX_EVENT_ID, LocalBroker, stored_routing
 from interlock.channels import Message, PermanentFailure
 from interlock.channels.delivery import DeliveryLoop
 from interlock.dashboard import NOBODY
+from interlock.model import Answers
 from interlock.outbox import LinkUse
 from interlock.principals import Principal, hash_token, issue_session, issue_signin_link, issue_token
 from interlock.routing import routing_from_dict
@@ -139,6 +140,29 @@ async def test_wait_on_a_settled_request_replays_the_same_outcome(broker: Broker
         await broker.wait(expired.id, timeout=0)
     with pytest.raises(Expired):
         await broker.wait(expired.id)
+
+
+async def test_what_json_cannot_carry_is_refused_by_name_and_changes_nothing(broker: Broker) -> None:
+    request = await broker.create([Text("A?", id="a"), Text("B?", id="b")], to="alice")
+    for answer, why in (
+        (Answers({"a": float("nan"), "b": "x"}), "nan is not a JSON number"),
+        ({"a": {1, 2}, "b": "x"}, "set is not a JSON value"),
+        ({"a": "\ud800", "b": "x"}, "lone surrogate"),
+    ):
+        with pytest.raises(InvalidAnswer, match=f"the answer: .*{why}"):
+            await broker.resolve(request.id, answer, by="alice")
+    with pytest.raises(InvalidAnswer, match="the comment contains a lone surrogate"):
+        await broker.resolve(request.id, {"a": "x", "b": "y"}, comment="\udfff", by="alice")
+    for settle in (broker.reject, broker.cancel):
+        with pytest.raises(InvalidRequest, match="reason contains a lone surrogate"):
+            await settle(request.id, "\ud800")
+    assert (await broker.get(request.id)).status is Status.PENDING
+    with pytest.raises(InvalidRequest, match="the message contains a lone surrogate"):
+        await broker.inform("\ud800", to="alice")
+    with pytest.raises(InvalidRequest, match="data: inf is not a JSON number"):
+        await broker.inform("hello", to="alice", data={"x": float("inf")})
+    with pytest.raises(InvalidRequest, match="an update needs a non-empty message"):
+        await broker.inform(" ", to="alice")
 
 
 async def test_an_unknown_id_is_not_found(broker: Broker) -> None:
