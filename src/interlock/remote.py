@@ -251,7 +251,8 @@ class RemoteBroker(Broker):
 
     async def _poll(self, request_id: str, seconds: float) -> Request | None:
         """One long poll: the request once settled, or None while still pending."""
-        response = await self._send("GET", f"/requests/{request_id}/wait", params={"timeout": seconds}, timeout=seconds)
+        path = f"{_request_path(request_id)}/wait"
+        response = await self._send("GET", path, params={"timeout": seconds}, timeout=seconds)
         if response.status_code == 408:
             return None
         if not response.is_success:
@@ -308,7 +309,11 @@ class RemoteBroker(Broker):
 
     async def _settle(self, request_id: str, action: str, body: Mapping[str, Any] | None = None) -> bool:
         """POST a settlement; False when the request is unknown or no longer pending."""
-        response = await self._send("POST", f"/requests/{request_id}/{action}", json=body)
+        try:
+            path = f"{_request_path(request_id)}/{action}"
+        except NotFound:
+            return False
+        response = await self._send("POST", path, json=body)
         if response.is_success:
             return True
         if response.status_code in (404, 409) and _code(response) in ("not_found", "already_settled"):
@@ -454,7 +459,11 @@ class RemoteBroker(Broker):
         return await self._settle(request_id, "cancel", {"cause": "released"})
 
     async def consume(self, request_id: str, *, by: str | None = None) -> bool:
-        response = await self._send("POST", f"/requests/{request_id}/consume", json={"by": by})
+        try:
+            path = f"{_request_path(request_id)}/consume"
+        except NotFound:
+            return False
+        response = await self._send("POST", path, json={"by": by})
         if response.status_code == 404:
             return False
         if not response.is_success:
@@ -463,7 +472,7 @@ class RemoteBroker(Broker):
 
     async def claim(self, request_id: str, *, by: str) -> Claim:
         # The server claims for the token's principal; `by` is its business.
-        response = await self._send("POST", f"/requests/{request_id}/claim")
+        response = await self._send("POST", f"{_request_path(request_id)}/claim")
         body = response.json() if response.headers.get("content-type", "").endswith("json") else None
         if response.status_code == 409 and isinstance(body, Mapping) and isinstance(body.get("claim"), Mapping):
             return claim_from_dict(body["claim"])
@@ -472,7 +481,7 @@ class RemoteBroker(Broker):
         return claim_from_dict(response.json())
 
     async def unclaim(self, request_id: str, *, by: str | None) -> Claim | None:
-        response = await self._send("DELETE", f"/requests/{request_id}/claim")
+        response = await self._send("DELETE", f"{_request_path(request_id)}/claim")
         if not response.is_success:
             raise _error(response, request_id)
         found = response.json().get("removed")
@@ -530,7 +539,7 @@ class RemoteBroker(Broker):
     # -- reading -------------------------------------------------------------------------
 
     async def get(self, request_id: str) -> Request:
-        return request_from_dict(await self._call("GET", f"/requests/{request_id}", request_id=request_id))
+        return request_from_dict(await self._call("GET", _request_path(request_id), request_id=request_id))
 
     async def list(self, **filters: Unpack[ListFilters]) -> Page:
         # The server lists a member's teams' requests with their own; `teams` is its business.
@@ -807,7 +816,7 @@ class RemoteBroker(Broker):
         if not 1 <= limit <= 1000:
             raise ValueError("limit must be between 1 and 1000")
         if request_id is not None:  # a request's deliveries come whole, in one call
-            page = await self._call("GET", f"/requests/{quote(request_id, safe='')}/deliveries", request_id=request_id)
+            page = await self._call("GET", f"{_request_path(request_id)}/deliveries", request_id=request_id)
             items = [delivery_from_dict(d) for d in page["items"]]
             kept = [d for d in items if (status is None or d.status == status) and (after is None or d.id > after)]
             return kept[:limit]
@@ -893,6 +902,15 @@ def _code(response: httpx.Response) -> str:
 def _policy_path(agent: str, server: str) -> str:
     path = f"/approval-policies/{quote(agent, safe='')}"
     return f"{path}/servers/{quote(server, safe='')}" if server else path
+
+
+def _request_path(request_id: str) -> str:
+    """The path of a request, its id one quoted segment. An id no path segment can carry
+    (empty, a dot segment, one with a slash) is no request's: `NotFound`, as a local store
+    says, rather than another route's answer."""
+    if request_id in ("", ".", "..") or "/" in request_id:
+        raise NotFound(request_id)
+    return f"/requests/{quote(request_id, safe='')}"
 
 
 def _error(response: httpx.Response, request_id: str) -> Exception:

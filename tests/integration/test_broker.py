@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -140,6 +141,20 @@ async def test_wait_on_a_settled_request_replays_the_same_outcome(broker: Broker
         await broker.wait(expired.id, timeout=0)
     with pytest.raises(Expired):
         await broker.wait(expired.id)
+
+
+async def test_an_id_no_path_can_carry_is_no_request_of_anyone(broker: Broker) -> None:
+    made = await broker.create(Text("Name?"), to="alice")
+    for request_id in ("", ".", "..", f"../{made.id}", f"{made.id}/", "a/b"):
+        with pytest.raises(NotFound, match=re.escape(f"no request with id {request_id!r}")):
+            await broker.get(request_id)
+        with pytest.raises(NotFound):
+            await broker.wait(request_id, timeout=0.1)
+        assert await broker.resolve(request_id, "x", by="alice") is False
+        assert await broker.reject(request_id, "no") is False
+        assert await broker.cancel(request_id) is False
+        assert await broker.consume(request_id) is False
+    assert (await broker.get(made.id)).status is Status.PENDING
 
 
 async def test_what_json_cannot_carry_is_refused_by_name_and_changes_nothing(broker: Broker) -> None:
