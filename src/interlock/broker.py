@@ -611,12 +611,14 @@ class Broker(ABC):
     async def claim(self, request_id: str, *, by: str) -> Claim:
         """Take a pending request to a team for `by`, one of its members, unless another
         member holds it. Returns the claim that stands: `by`'s, or the other member's.
-        Raises `NotFound`, or `AlreadySettled` for a settled request nobody claimed."""
+        Raises `NotFound`, or `AlreadySettled` for a settled request (which keeps the
+        claim it had)."""
 
     @abstractmethod
     async def unclaim(self, request_id: str, *, by: str | None) -> Claim | None:
         """Give up `by`'s claim on a pending request (anyone's when None); the claim
-        removed, or None when there was none of theirs."""
+        removed, or None when there was none of theirs. Raises `NotFound`, or
+        `AlreadySettled` for a settled request."""
 
     @abstractmethod
     async def claims(self, request_ids: Sequence[str]) -> Mapping[str, Claim]:
@@ -1349,10 +1351,13 @@ class LocalBroker(Broker):
         """Take a pending request to a team for `by`, one of its members, unless another
         member holds it: a conditional write with a `claimed` event, so one member wins
         across every node. Returns the claim that stands (`by`'s, or the other member's).
-        Who may claim is the caller's to check (`interlock.principals.can_claim`)."""
+        Who may claim is the caller's to check (`interlock.principals.can_claim`). A
+        settled request raises `AlreadySettled`, though it keeps the claim it had."""
         if self._state != "open":
             await self.open()
         request = await self.get(request_id)
+        if request.status is not Status.PENDING:
+            raise AlreadySettled(request.id, request.status.value)
         claim = await self.store.claim(request.id, by, datetime.now(UTC))
         if claim is None:
             raise AlreadySettled(request.id, (await self.get(request.id)).status.value)
@@ -1362,10 +1367,13 @@ class LocalBroker(Broker):
 
     async def unclaim(self, request_id: str, *, by: str | None) -> Claim | None:
         """Give up `by`'s claim (anyone's when None) on a pending request, with an
-        `unclaimed` event; the claim removed, or None when there was none of theirs."""
+        `unclaimed` event; the claim removed, or None when there was none of theirs. A
+        settled request raises `AlreadySettled`: its claim stays as it was."""
         if self._state != "open":
             await self.open()
         request = await self.get(request_id)
+        if request.status is not Status.PENDING:
+            raise AlreadySettled(request.id, request.status.value)
         claim = await self.store.unclaim(request.id, by, datetime.now(UTC))
         if claim is not None:
             self._changed_now()

@@ -125,6 +125,19 @@ async def test_a_claim_is_given_up_by_its_holder_only(world: World) -> None:
     assert (await c["alice"].post(f"/requests/{rid}/claim")).json()["by"] == "alice"
 
 
+async def test_a_settled_request_is_claimed_or_given_up_by_nobody_and_keeps_its_claim(world: World) -> None:
+    request = await ask_ops(world)
+    c, rid = world.clients, request["id"]
+    held = (await c["bob"].post(f"/requests/{rid}/claim")).json()
+    assert (await c["alice"].post(f"/requests/{rid}/answer", json={"answer": True})).status_code == 200
+    for member in ("bob", "alice"):  # its holder, and the member who answered
+        for claiming in (c[member].post, c[member].delete):
+            refused = await claiming(f"/requests/{rid}/claim")
+            assert (refused.status_code, refused.json()["code"]) == (409, "already_settled"), refused.text
+            assert refused.json()["current_status"] == "answered"
+    assert (await c["alice"].get("/claims", params={"request": rid})).json()["items"] == [held]
+
+
 async def test_a_claim_is_given_up_when_its_holder_leaves_the_team(world: World, tmp_path: Path) -> None:
     request = await ask_ops(world)
     c, rid = world.clients, request["id"]

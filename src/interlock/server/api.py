@@ -364,9 +364,9 @@ class Unclaimed(BaseModel):
 @router.post("/requests/{request_id}/claim", response_model=ClaimModel, responses=_problems(404, 409), tags=["answers"])
 async def claim_request(request_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Take a pending request to one of your teams, so the other members see it is yours.
-    409 `already_claimed` (with the standing `claim`) when another member holds it;
-    claiming one you hold already changes nothing. A claim does not stop the others from
-    answering: the first answer wins."""
+    409 `already_claimed` (with the standing `claim`) when another member holds it, 409
+    `already_settled` once it is settled; claiming one you hold already changes nothing.
+    A claim does not stop the others from answering: the first answer wins."""
     request = await visible(broker, request_id, caller)
     if not can_claim(caller, request):
         raise ApiError("forbidden", "only a member of the team a request is addressed to may claim it")
@@ -381,10 +381,12 @@ async def claim_request(request_id: str, caller: Caller, broker: TheBroker) -> J
     return JSONResponse(claim_to_dict(claim))
 
 
-@router.delete("/requests/{request_id}/claim", response_model=Unclaimed, responses=_problems(404), tags=["answers"])
+@router.delete(
+    "/requests/{request_id}/claim", response_model=Unclaimed, responses=_problems(404, 409), tags=["answers"]
+)
 async def unclaim_request(request_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Give up your claim on a pending request (an admin: anyone's); `removed` is the
-    claim given up, null when you held none."""
+    claim given up, null when you held none; 409 `already_settled` once it is settled."""
     request = await visible(broker, request_id, caller)
     if not can_claim(caller, request):
         raise ApiError("forbidden", "only a member of the team a request is addressed to may give up a claim")
