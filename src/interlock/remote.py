@@ -488,10 +488,14 @@ class RemoteBroker(Broker):
         return claim_from_dict(found) if found else None
 
     async def claims(self, request_ids: Sequence[str]) -> Mapping[str, Claim]:
-        if not request_ids:
-            return {}
-        found = await self._call("GET", "/claims", params={"request": list(request_ids)})
-        return {c["request_id"]: claim_from_dict(c) for c in found["items"]}
+        if len(request_ids) > 1000:
+            raise InvalidRequest("ask for the claims of at most 1000 requests at a time")
+        out: dict[str, Claim] = {}
+        for start in range(0, len(request_ids), _CLAIMS_PAGE):  # as many ids as one call takes
+            chunk = list(request_ids[start : start + _CLAIMS_PAGE])
+            found = await self._call("GET", "/claims", params={"request": chunk})
+            out.update((c["request_id"], claim_from_dict(c)) for c in found["items"])
+        return out
 
     async def whoami(self) -> Mapping[str, Any]:
         """The token's principal as the server knows it: `name`, `kind` and `owner`."""
@@ -858,6 +862,8 @@ class RemoteBroker(Broker):
 
 
 _DELIVERY_PAGE = 500
+_CLAIMS_PAGE = 200
+"""The most request ids one `GET /claims` takes."""
 """The most deliveries the API lists in one page."""
 
 

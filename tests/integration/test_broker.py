@@ -157,6 +157,15 @@ async def test_an_id_no_path_can_carry_is_no_request_of_anyone(broker: Broker) -
     assert (await broker.get(made.id)).status is Status.PENDING
 
 
+async def test_the_claims_of_up_to_a_thousand_requests_are_read_at_once(broker: Broker) -> None:
+    made = await broker.create(Text("Restart?"), to="ops")
+    claim = await broker.claim(made.id, by="alice")
+    unknown = [f"{i:032x}" for i in range(1, 999)]
+    assert await broker.claims([*unknown[:500], made.id, *unknown[500:]]) == {made.id: claim}
+    with pytest.raises(InvalidRequest, match="at most 1000 requests at a time"):
+        await broker.claims([made.id, *unknown, "f" * 32, "e" * 32])
+
+
 async def test_what_json_cannot_carry_is_refused_by_name_and_changes_nothing(broker: Broker) -> None:
     request = await broker.create([Text("A?", id="a"), Text("B?", id="b")], to="alice")
     for answer, why in (
