@@ -820,7 +820,10 @@ class RemoteBroker(Broker):
         if not 1 <= limit <= 1000:
             raise ValueError("limit must be between 1 and 1000")
         if request_id is not None:  # a request's deliveries come whole, in one call
-            page = await self._call("GET", f"{_request_path(request_id)}/deliveries", request_id=request_id)
+            try:
+                page = await self._call("GET", f"{_request_path(request_id)}/deliveries", request_id=request_id)
+            except NotFound:
+                return []  # no such request: none of its deliveries, as a local store lists them
             items = [delivery_from_dict(d) for d in page["items"]]
             kept = [d for d in items if (status is None or d.status == status) and (after is None or d.id > after)]
             return kept[:limit]

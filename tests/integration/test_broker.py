@@ -948,6 +948,7 @@ async def test_a_dead_letter_is_listed_read_and_sent_again_once(broker: Broker, 
     assert [d.id for d in await broker.list_deliveries(status="dead")] == [dead.id]
     assert await broker.list_deliveries(status="pending") == []
     assert await broker.list_deliveries(request_id=other.id) == []
+    assert await broker.list_deliveries(request_id="f" * 32) == []  # no such request: nothing of it
     assert await broker.list_deliveries(status="dead", after=dead.id) == []
 
     again = await broker.retry_delivery(dead.id)
