@@ -1070,6 +1070,8 @@ class LocalBroker(Broker):
         if self._closed:  # close() ran while the insert was in flight
             await self._withdraw(request, "closed", "the broker was closed")
             raise Closed(request.id, "the broker is closed")
+        if request.origin.run is not None:
+            await self._refuse_for_an_ended_run(request)
         if self._followers:
             self._changed_now()
         if request.expires_at is not None and (self._next_due is None or request.expires_at < self._next_due):
@@ -1077,6 +1079,19 @@ class LocalBroker(Broker):
         if self._hooks:
             self._start_hooks(request)
         return request, True
+
+    async def _refuse_for_an_ended_run(self, request: Request) -> None:
+        """Withdraw a request just stored for a run that has ended, and raise `RunConflict`:
+        nothing would read its answer, and it would stay pending (a run's requests expire
+        only with its pause). Read after the insert, so a run cancelled meanwhile either
+        withdrew the request with its own or is seen ended here."""
+        run = await self.store.get_run(cast(str, request.origin.run))
+        if run is None or not run.status.ended:
+            return
+        await self._withdraw(request, "cancelled", f"run {run.id!r} has ended ({run.status.value})")
+        raise RunConflict(
+            run.id, run.status.value, f"run {run.id!r} has ended ({run.status.value}): no request is made for it"
+        )
 
     def _with_default_expiry(self, request: Request) -> Request:
         """The operator's `default_expiry` applied to a request that set no timeout and

@@ -333,6 +333,22 @@ async def test_cancelling_a_run_withdraws_its_pending_requests(broker: Broker) -
     assert await broker.claim_run(worker="w1") is None
 
 
+async def test_a_request_for_a_run_that_has_ended_is_refused_and_left_pending_nowhere(broker: Broker) -> None:
+    # A worker whose run was cancelled while its handler ran asks the next question: it
+    # would wait forever in the person's inbox (a run's requests expire with its pause).
+    run = await broker.start_run("helper")
+    assert await broker.cancel_run(run.id, by="alice")
+    with pytest.raises(RunConflict) as refused:
+        await broker.create(Text("Which region?"), to="alice", run=run.id)
+    assert refused.value.status == "cancelled"
+    assert not (await broker.list(run=run.id, status=Status.PENDING)).items
+    done = await broker.start_run("helper")
+    await broker.complete_run(done.id, "ok")
+    with pytest.raises(RunConflict):
+        await broker.create(Confirm("Deploy?"), kind="approval", to="alice", run=done.id)
+    assert not (await broker.list(run=done.id, status=Status.PENDING)).items
+
+
 async def test_a_cut_wait_leaves_a_runs_request_pending_but_withdraws_a_plain_one(broker: Broker) -> None:
     run = await broker.start_run("helper")
     owned = await broker.create(Text("Name?"), to="alice", run=run.id)
