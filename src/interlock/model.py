@@ -2057,7 +2057,8 @@ def check_answers(request: Request, answer: Any, *, limits: Limits = DEFAULT_LIM
     by_id = {ask.id: ask for ask in asks}
     unknown = [key for key in answer if key not in by_id]
     if unknown:
-        raise InvalidAnswer(f"unknown ask id {unknown[0]!r}", ask_id=str(unknown[0]))
+        asked = ", ".join(repr(a.id) for a in asks)
+        raise InvalidAnswer(f"unknown ask id {unknown[0]!r}: the request asks {asked}", ask_id=str(unknown[0]))
     checked: dict[str, Any] = {}
     for ask in asks:
         if ask.id in answer:
@@ -2068,9 +2069,15 @@ def check_answers(request: Request, answer: Any, *, limits: Limits = DEFAULT_LIM
 
 
 def _is_keyed(ask: Ask, answer: Any) -> bool:
-    if type(answer) is str or not isinstance(answer, Mapping) or set(answer) != {ask.id}:
+    """Whether a mapping answering a one-ask request gives its answers by ask id: keyed by
+    the ask's id alone, or, for an ask whose value is never a mapping (all but a form),
+    naming its id at all (`{"approve": true, "arguments": ...}` for an approval that
+    offers no edit is then refused for its unknown ask, not read as the confirm's value)."""
+    if type(answer) is str or not isinstance(answer, Mapping) or ask.id not in answer:
         return False
-    return not (isinstance(ask, Form) and ask.id in ask.schema.get("properties", {}))
+    if isinstance(ask, Form):
+        return set(answer) == {ask.id} and ask.id not in ask.schema.get("properties", {})
+    return True
 
 
 # -- JSON shape --------------------------------------------------------------------------

@@ -140,6 +140,19 @@ def test_several_asks_need_every_required_one_and_no_strangers() -> None:
         check_answers(request, "Ada")
 
 
+def test_an_approval_without_an_edit_refuses_edited_arguments_naming_them() -> None:
+    # The gate's approval of a call whose arguments may not be edited asks only `approve`:
+    # `{"approve": true, "arguments": ...}` is answers by ask id with one it does not ask,
+    # not an object given as the confirm's value ("expected true or false").
+    approval = build_request(Confirm("Allow ship?", id="approve"), kind="approval")
+    with pytest.raises(InvalidAnswer, match="unknown ask id 'arguments': the request asks 'approve'"):
+        check_answers(approval, {"approve": True, "arguments": {"version": "9"}})
+    assert check_answers(approval, {"approve": True}) == {"approve": True}
+    assert check_answers(approval, "yes") == {"approve": True}
+    form = build_request(Form("F", id="a", schema={"type": "object", "properties": {"b": {"type": "integer"}}}))
+    assert check_answers(form, {"a": 1, "b": 2}) == {"a": {"a": 1, "b": 2}}  # a form's value is a mapping
+
+
 def test_ids_are_unique_and_sort_in_creation_order() -> None:
     ids = [new_id() for _ in range(10_000)]
     assert len(set(ids)) == len(ids)
