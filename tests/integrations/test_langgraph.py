@@ -173,3 +173,28 @@ async def test_a_run_whose_process_stopped_before_parking_parks_on_the_same_inte
     await broker.resolve(request.id, {"approve": True}, by="alice")
     done = await claim_and_resume(broker, agent)
     assert done.status is RunStatus.COMPLETED and mailer.sent == [{"to": "a@example.com", "subject": "release 1.4"}]
+
+
+async def test_a_graph_that_raises_while_starting_fails_its_run_rather_than_leave_it_running(broker: Broker) -> None:
+    # Left running, the run would be listed as busy for good: no worker claims a running
+    # run and only a parked one is ever given up.
+    def broken_check(call: Any) -> Any:
+        raise RuntimeError("policy service down")
+
+    gate = ApprovalGate(broker, hook=broken_check)  # fails closed: the gate refuses the call
+    agent = LangGraphAgent(broker, Mailer().graph(), name="mailer", to="alice", gate=gate)
+    run = await agent.start({"to": "ops@example.com"}, run_id="r-3")
+    assert run.status is RunStatus.FAILED
+    assert run.error is not None and run.error.startswith("ApprovalRefused: The call to 'send_mail' was refused")
+
+    def explodes(state: State) -> dict[str, Any]:
+        raise ValueError("no such mailbox")
+
+    builder = StateGraph(State)
+    builder.add_node("send", explodes)
+    builder.add_edge(START, "send")
+    builder.add_edge("send", END)
+    agent = LangGraphAgent(broker, builder.compile(checkpointer=InMemorySaver()), name="mailer", to="alice")
+    run = await agent.start({"to": "ops@example.com"})
+    assert (run.status, run.error) == (RunStatus.FAILED, "ValueError: no such mailbox")
+    assert [r.status for r in (await broker.list_runs(agent="mailer")).items] == [RunStatus.FAILED] * 2

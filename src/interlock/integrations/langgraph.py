@@ -263,19 +263,23 @@ class LangGraphAgent:
 
         With the `run_id` of a run started before, nothing runs twice: a parked or ended run
         is returned as it is, and a run whose process stopped before it parked goes on from
-        the thread's last checkpoint.
+        the thread's last checkpoint. If the graph raises (a node, or the gate refusing a
+        call it cannot decide), the run is returned `failed` with the error.
         """
         run = await self.broker.start_run(self.name, session=thread_id, run_id=run_id, max_duration=max_duration)
         if run.status is not RunStatus.RUNNING:
             return run
         thread = thread_id or run.id
-        snapshot = await self._snapshot(thread)
-        if snapshot.interrupts:
-            outcome = await self._advance(run, thread, None, invoke=False)
-        elif snapshot.next:
-            outcome = await self._advance(run, thread, None)  # stopped mid-step: go on from the checkpoint
-        else:
-            outcome = await self._advance(run, thread, input)
+        try:
+            snapshot = await self._snapshot(thread)
+            if snapshot.interrupts:
+                outcome = await self._advance(run, thread, None, invoke=False)
+            elif snapshot.next:
+                outcome = await self._advance(run, thread, None)  # stopped mid-step: go on from the checkpoint
+            else:
+                outcome = await self._advance(run, thread, input)
+        except Exception as exc:  # a node, or the gate failing closed: the run fails (it would stay running)
+            return await self.broker.fail_run(run.id, f"{type(exc).__name__}: {exc}")
         if isinstance(outcome, Park):
             return await self.broker.park(run.id, state=outcome.state, waiting_on=outcome.waiting_on)
         return await self.broker.complete_run(run.id, outcome)
