@@ -1062,6 +1062,13 @@ class LocalBroker(Broker):
             raise Closed(None, "the broker is closed")
         if self.default_expiry is not None:
             request = self._with_default_expiry(request)
+        run_id = request.origin.run
+        if run_id is not None:  # before the insert: a request refused here changes nothing
+            run = await self.store.get_run(run_id)
+            if run is None:  # its requests would follow no run's pause, and expire never
+                raise InvalidRequest(f"origin.run: there is no run {run_id!r} here")
+            if run.status.ended:
+                raise _no_request_for(run_id, run.status)
         # A closed channel is refused by the store, inside the insert's transaction.
         now = self._now
         request, created = now.insert_now(request) if now is not None else await self.store.insert(request)
@@ -1070,8 +1077,14 @@ class LocalBroker(Broker):
         if self._closed:  # close() ran while the insert was in flight
             await self._withdraw(request, "closed", "the broker was closed")
             raise Closed(request.id, "the broker is closed")
-        if request.origin.run is not None:
-            await self._refuse_for_an_ended_run(request)
+        if run_id is not None:
+            # Read again after the insert: a run cancelled meanwhile either withdrew this
+            # request with its own or is seen ended here.
+            run = await self.store.get_run(run_id)
+            status = RunStatus.CANCELLED if run is None else run.status
+            if status.ended:
+                await self._withdraw(request, "cancelled", f"run {run_id!r} has ended ({status.value})")
+                raise _no_request_for(run_id, status)
         if self._followers:
             self._changed_now()
         if request.expires_at is not None and (self._next_due is None or request.expires_at < self._next_due):
@@ -1079,19 +1092,6 @@ class LocalBroker(Broker):
         if self._hooks:
             self._start_hooks(request)
         return request, True
-
-    async def _refuse_for_an_ended_run(self, request: Request) -> None:
-        """Withdraw a request just stored for a run that has ended, and raise `RunConflict`:
-        nothing would read its answer, and it would stay pending (a run's requests expire
-        only with its pause). Read after the insert, so a run cancelled meanwhile either
-        withdrew the request with its own or is seen ended here."""
-        run = await self.store.get_run(cast(str, request.origin.run))
-        if run is None or not run.status.ended:
-            return
-        await self._withdraw(request, "cancelled", f"run {run.id!r} has ended ({run.status.value})")
-        raise RunConflict(
-            run.id, run.status.value, f"run {run.id!r} has ended ({run.status.value}): no request is made for it"
-        )
 
     def _with_default_expiry(self, request: Request) -> Request:
         """The operator's `default_expiry` applied to a request that set no timeout and
@@ -2771,6 +2771,11 @@ def _cheap_to_check(asks: Sequence[Ask]) -> bool:
     if len(asks) == 1:
         return not asks[0].costly_to_check
     return not any(ask.costly_to_check for ask in asks)
+
+
+def _no_request_for(run_id: str, status: RunStatus) -> RunConflict:
+    """The refusal of a request for a run that has ended: nothing would read its answer."""
+    return RunConflict(run_id, status.value, f"run {run_id!r} has ended ({status.value}): no request is made for it")
 
 
 def _check_id(request_id: str) -> str:

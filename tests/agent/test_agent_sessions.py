@@ -242,6 +242,7 @@ async def test_a_delegates_question_reaches_the_root_person_with_the_chain_recor
     fetcher = researcher.delegate("fetcher", run="run-7")
     assert fetcher.delegation == ("planner", "researcher") and fetcher.root_agent == "planner"
 
+    await broker.start_run("fetcher", run_id="run-7")
     tools = ask_tools(broker)
     task = asyncio.create_task(tools(fetcher.call("ask_user", {"question": "Which mirror?"}, id="c1")))
     request = await inbox.next()

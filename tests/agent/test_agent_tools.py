@@ -62,6 +62,7 @@ async def test_each_request_carries_the_origin_of_its_call(tools: HumanInputTool
         to="alice",
         run="run-3",
     )
+    await inbox.broker.start_run("painter", run_id="run-3")
     task = asyncio.create_task(tools(call))
     request = await inbox.next()
     origin = request.origin

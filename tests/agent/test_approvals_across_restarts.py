@@ -119,6 +119,7 @@ async def test_the_same_call_in_another_run_is_another_approval(broker: Broker) 
     runner = deploys.runner(broker)
     inbox = Inbox(broker)
     for run in ("run_a", "run_b"):
+        await broker.start_run("ops", run_id=run)
         task = asyncio.create_task(runner.run(ToolCall("deploy", {"env": "prod"}, "call_1", run=run, agent="ops")))
         request = await inbox.next()
         assert request.origin.run == run

@@ -20,6 +20,12 @@ SCHEMA = {
 }
 
 
+@pytest.fixture(autouse=True)
+async def run_1(broker: Broker) -> None:
+    """The run the calls below belong to."""
+    await broker.start_run("bot", run_id="run-1")
+
+
 def deploy(env: str = "staging", *, call_id: str = "call-1") -> ToolCall:
     return ToolCall("deploy", {"env": env}, id=call_id, session="s1", agent="bot", to="alice", run="run-1")
 

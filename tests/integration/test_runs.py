@@ -210,7 +210,7 @@ async def test_a_run_waits_for_every_request_it_parked_on(broker: Broker) -> Non
 
 async def test_park_refuses_requests_that_are_not_the_runs_and_changes_nothing(broker: Broker) -> None:
     run = await broker.start_run("helper")
-    other = await broker.create(Text("Name?"), to="alice", run="another-run")
+    other = await broker.create(Text("Name?"), to="alice", run=(await broker.start_run("helper")).id)
     plain = await broker.create(Text("Name?"), to="alice")
     for waiting_on in ([other.id], [plain.id], [], ["no-such-request"]):
         with pytest.raises(InvalidRequest):
@@ -341,12 +341,36 @@ async def test_a_request_for_a_run_that_has_ended_is_refused_and_left_pending_no
     with pytest.raises(RunConflict) as refused:
         await broker.create(Text("Which region?"), to="alice", run=run.id)
     assert refused.value.status == "cancelled"
-    assert not (await broker.list(run=run.id, status=Status.PENDING)).items
+    assert not (await broker.list(run=run.id)).items  # refused before anything was stored
     done = await broker.start_run("helper")
     await broker.complete_run(done.id, "ok")
     with pytest.raises(RunConflict):
         await broker.create(Confirm("Deploy?"), kind="approval", to="alice", run=done.id)
-    assert not (await broker.list(run=done.id, status=Status.PENDING)).items
+    assert not (await broker.list(run=done.id)).items
+
+
+async def test_a_request_for_a_run_that_is_not_here_is_refused_and_changes_nothing(broker: Broker) -> None:
+    # It would follow no run's pause: no expiry, the operator's default one included.
+    with pytest.raises(InvalidRequest, match="there is no run 'made-up' here"):
+        await broker.create(Text("Which region?"), to="alice", run="made-up")
+    assert not (await broker.list()).items
+
+
+async def test_a_run_ended_while_its_request_was_stored_withdraws_it(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    async with interlock.connect(url) as broker, interlock.connect(url) as other:
+        run = await broker.start_run("helper")
+        insert = broker.store.insert
+
+        async def cancelled_meanwhile(request: interlock.Request) -> tuple[interlock.Request, bool]:
+            assert await other.cancel_run(run.id, by="alice")  # after the check, before the insert
+            return await insert(request)
+
+        broker.store.insert = cancelled_meanwhile  # type: ignore[method-assign]
+        with pytest.raises(RunConflict):
+            await broker.create(Text("Which region?"), to="alice", run=run.id)
+        (request,) = (await broker.list(run=run.id)).items
+        assert request.status is Status.CANCELLED
 
 
 async def test_a_cut_wait_leaves_a_runs_request_pending_but_withdraws_a_plain_one(broker: Broker) -> None:

@@ -129,6 +129,7 @@ async def test_the_memory_event_log_reads_a_request_the_retention_let_go_as_it_w
     ]
     async with interlock.connect("memory://", retention=1) as broker:
         plain = await broker.create(Text("Colour?"))
+        await broker.start_run("deployer", run_id="r1")
         full = await broker.create(
             asks, to="alice", title="t", context={"kind": "deploy", "tags": ["a"]}, session="s1", run="r1"
         )

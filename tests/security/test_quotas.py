@@ -263,6 +263,7 @@ async def test_the_events_route_pages_what_the_caller_may_see_from_index_ranges(
         await broker.create(Text("For bob again?"), to="bob", requester="bob-bot", session="s1")
         await broker.inform("for alice", to="alice", session="s1")
         await broker.inform("for bob", to="bob")
+        await broker.start_run("alice-bot", run_id="r1")
         second = await broker.create(Text("For alice too?"), to="alice", requester="alice-bot", run="r1")
         await fill(broker, 300)
         work = CountingReads(broker)
