@@ -30,6 +30,7 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 from typing import Annotated, Any, Literal, TypeVar
 
 import httpx
@@ -912,8 +913,17 @@ def serve(
         forwarded_allow_ips=proxies or None,
         timeout_graceful_shutdown=shutdown_timeout,  # long polls and streams end; their clients come back
     )
+    state = app.state.interlock
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # The long polls end at once, so their clients go on with a server that
+            # answers rather than being cut (with a 500) when the grace runs out.
+            state.stop_waits()
+            super().handle_exit(sig, frame)
+
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        Server(config).run(sockets=[sock])
     finally:
         sock.close()
 

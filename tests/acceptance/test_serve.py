@@ -107,3 +107,33 @@ async def test_the_inbox_and_answer_commands_work_against_a_server(server: Serve
         {"choice": "eu"},
         "alice",
     )
+
+
+async def test_stopping_ends_the_long_polls_at_once_with_the_request_still_pending(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'served.db'}"
+    invoke("token", "create", "alice", "--human", "--db", db)
+    agent = invoke("token", "create", "deployer", "--agent", "--owner", "alice", "--db", db).stdout.strip()
+    headers = {"Authorization": f"Bearer {agent}"}
+    body = {"asks": [{"type": "confirm", "prompt": "Ship it?"}]}
+    async with (
+        serve("--db", db, "--shutdown-timeout", "60") as served,
+        httpx.AsyncClient(base_url=f"{served.url}/api/v1", headers=headers, timeout=120) as client,
+    ):
+        waited = (await client.post("/requests", json=body)).json()
+        asking = asyncio.ensure_future(client.post("/requests", params={"wait": 100}, json=body))
+        polling = asyncio.ensure_future(client.get(f"/requests/{waited['id']}/wait", params={"timeout": 100}))
+        claiming = asyncio.ensure_future(client.post("/runs/claim", params={"wait": 100}, json={"worker": "w1"}))
+        await asyncio.sleep(1)  # all three are waiting
+        assert not (asking.done() or polling.done() or claiming.done())
+        served.proc.terminate()
+        with anyio.fail_after(15):  # not the 60 s grace: the server ends its waits as it stops
+            asked, polled, claimed = await asyncio.gather(asking, polling, claiming)
+            await served.proc.wait()
+    # Answers the clients go on from (the request made and still pending, a 408 to poll
+    # again, no run), not a 500 for a cut connection; nothing was withdrawn.
+    assert asked.status_code == 201 and asked.json()["status"] == "pending", asked.text
+    assert polled.status_code == 408 and polled.json()["code"] == "pending", polled.text
+    assert claimed.status_code == 204, claimed.text
+    assert "Traceback" not in served.stderr, served.stderr
+    async with interlock.connect(db) as broker:
+        assert set(await broker.pending()) == {waited["id"], asked.json()["id"]}

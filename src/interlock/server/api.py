@@ -148,7 +148,7 @@ async def create_request(
     state = app_state(http)
     request, created = await create(state, body, caller)
     if wait is not None and wait > 0 and request.status is Status.PENDING:
-        request = await _watch_unless_gone(state.broker, http, request.id, wait)
+        request = await _watch_unless_gone(state, http, request.id, wait)
     return JSONResponse(request_to_dict(request), status_code=201 if created else 200)
 
 
@@ -418,11 +418,13 @@ async def list_claims(
 async def wait_request(
     request_id: str, caller: Caller, http: Request, timeout: Annotated[float, Query(ge=0, le=300)] = 30
 ) -> JSONResponse:
-    """Long poll: the request once it settles, or 408 `pending` when `timeout` passes."""
-    broker = app_state(http).broker
+    """Long poll: the request once it settles, or 408 `pending` when `timeout` passes (or
+    the server begins to stop)."""
+    state = app_state(http)
+    broker = state.broker
     await visible(broker, request_id, caller)
-    request = await broker.watch(request_id, timeout=timeout)
-    if request.status is Status.PENDING:
+    request = await state.unless_stopping(broker.watch(request_id, timeout=timeout))
+    if request is None or request.status is Status.PENDING:
         raise ApiError("pending", f"request {request_id} is still pending", current_status="pending")
     return out(request)
 
@@ -709,9 +711,11 @@ async def whoami(caller: Caller) -> dict[str, Any]:
     return {"name": caller.name, "kind": caller.kind, "owner": caller.owner}
 
 
-async def _watch_unless_gone(broker: LocalBroker, http: Request, request_id: str, timeout: float) -> HumanRequest:
-    """Watch a request for up to `timeout` seconds; if the client hangs up first, withdraw it."""
-    watching = asyncio.ensure_future(broker.watch(request_id, timeout=timeout))
+async def _watch_unless_gone(state: AppState, http: Request, request_id: str, timeout: float) -> HumanRequest:
+    """Watch a request for up to `timeout` seconds; if the client hangs up first, withdraw
+    it. A server that begins to stop answers with it pending: the client's wait goes on."""
+    broker = state.broker
+    watching = asyncio.ensure_future(state.unless_stopping(broker.watch(request_id, timeout=timeout)))
     gone = asyncio.ensure_future(_disconnected(http))
     try:
         await asyncio.wait((watching, gone), return_when=asyncio.FIRST_COMPLETED)
@@ -720,7 +724,7 @@ async def _watch_unless_gone(broker: LocalBroker, http: Request, request_id: str
         if not watching.done():
             watching.cancel()
     if watching.done() and not watching.cancelled():
-        return watching.result()
+        return watching.result() or await broker.get(request_id)
     current = await broker.get(request_id)
     if current.outlives_its_waiter:  # an idempotency key, a run: its maker comes back for it
         return current

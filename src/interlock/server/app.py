@@ -224,6 +224,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.loop = asyncio.get_running_loop()  # where `stop_waits` wakes the long polls
         await the_broker.open()
         state.metrics.pending.set(len(await the_broker.pending()))
         await state.hub.start()

@@ -5,9 +5,10 @@ an event's JSON. Both route modules import this one, and neither imports the oth
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import Depends, Request
 from fastapi.responses import JSONResponse, Response
@@ -255,6 +256,9 @@ class Quotas:
         self.signin_mail_clients = RateLimiter(SIGNIN_MAIL_PER_CLIENT)  # by client address
 
 
+T = TypeVar("T")
+
+
 class AppState:
     quotas: Quotas
     templates: Jinja2Templates  # the web inbox's, set when it is installed
@@ -275,6 +279,30 @@ class AppState:
         self.hub.on_event.append(self.metrics.observe)
         self.keepalive = keepalive
         self.tasks: set[asyncio.Task[None]] = set()  # work no response waits for (mailing a sign-in link)
+        self.stopping = asyncio.Event()  # set as the server begins to stop: its long polls end
+        self.loop: asyncio.AbstractEventLoop | None = None  # the app's, once it runs
+
+    def stop_waits(self) -> None:
+        """The server begins to stop: end its long polls now (a wait answers that the
+        request is still pending, a worker's claim that no run is ready), so that their
+        clients go on with a server that answers rather than being cut, with a 500, when
+        the shutdown's grace runs out. Safe from a signal handler."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.stopping.set)
+
+    async def unless_stopping(self, work: Awaitable[T]) -> T | None:
+        """`work`'s result; or None, `work` cancelled, once the server begins to stop."""
+        doing = asyncio.ensure_future(work)
+        stopping = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait((doing, stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not doing.done():
+                doing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await doing
+        return None if doing.cancelled() else doing.result()
 
 
 def app_state(request: Request) -> AppState:

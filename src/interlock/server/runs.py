@@ -238,21 +238,23 @@ async def list_runs(
 async def claim_run(
     body: ClaimBody,
     caller: Caller,
-    broker: TheBroker,
+    state: State,
     http: Request,
     wait: Annotated[float, Query(ge=0, le=300, description="seconds to wait for a ready run")] = 0.0,
 ) -> Response:
     """Claim one ready run for a worker, exactly once across workers: a parked run whose
     requests have all settled, or one whose worker's lease ran out. An agent's token
-    claims only the runs it started."""
+    claims only the runs it started. A server that begins to stop ends the wait: 204."""
     _agent_only(caller, "claims runs")
     claiming = asyncio.ensure_future(
-        broker.claim_run(
-            body.agents,
-            worker=body.worker,
-            lease=body.lease,
-            wait=wait,
-            requester=None if caller.kind == "admin" else caller.name,
+        state.unless_stopping(
+            state.broker.claim_run(
+                body.agents,
+                worker=body.worker,
+                lease=body.lease,
+                wait=wait,
+                requester=None if caller.kind == "admin" else caller.name,
+            )
         )
     )
     gone = asyncio.ensure_future(_disconnected(http))
