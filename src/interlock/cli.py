@@ -857,8 +857,21 @@ def serve(
     where = f"http://{host if ':' not in host else f'[{host}]'}:{sock.getsockname()[1]}"  # the port held, if 0
 
     async def announce(broker: LocalBroker) -> None:
-        """Once the store is open: with auth, a one-time sign-in link for the person at
-        this machine (made a human here if new), as notebook servers print theirs."""
+        """Once the store is open: the routing in use (the file's, or the one kept in the
+        store when the file has not changed since it was taken) and, with auth, a one-time
+        sign-in link for the person at this machine (made a human here if new), as
+        notebook servers print theirs."""
+        delivery = app.state.interlock.delivery
+        if routing is not None and delivery is not None:
+            names = ", ".join(delivery.channels) or "none"
+            if delivery.routing is from_file:
+                err.print(f"delivering notifications as {routing} says (channels: {names})", markup=False)
+            else:
+                err.print(
+                    f"delivering notifications as the routing kept in the store says (channels: {names}): it was "
+                    f"set since {routing} was taken, which is unchanged (`interlock routing show`)",
+                    markup=False,
+                )
         if no_auth:
             err.print(f"open {where}/ in your browser", markup=False)
             return
@@ -902,9 +915,7 @@ def serve(
         err.print("auth is on: create tokens with `interlock token create NAME --human|--agent`")
     if proxies:
         err.print(f"trusting X-Forwarded-Proto and X-Forwarded-For from {', '.join(proxies)}", markup=False)
-    if routing is not None:
-        names = ", ".join(app.state.interlock.delivery.channels) or "none"
-        err.print(f"delivering notifications as {routing} says (channels: {names})", markup=False)
+    from_file = app.state.interlock.delivery.routing if routing is not None else None  # the lifespan may replace it
     config = uvicorn.Config(
         app,
         log_level="warning",

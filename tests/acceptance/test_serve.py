@@ -137,3 +137,21 @@ async def test_stopping_ends_the_long_polls_at_once_with_the_request_still_pendi
     assert "Traceback" not in served.stderr, served.stderr
     async with interlock.connect(db) as broker:
         assert set(await broker.pending()) == {waited["id"], asked.json()["id"]}
+
+
+async def test_serve_names_the_routing_in_use_when_the_stored_one_overrides_the_file(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'served.db'}"
+    routing = tmp_path / "routing.toml"
+    routing.write_text('[channels.hook]\ntype = "webhook"\nurl = "http://127.0.0.1:9/"\n')
+    async with serve("--db", db, "--no-auth", "--routing", str(routing)) as first:
+        pass
+    said = "".join(first.stderr.split())  # lines wrap anywhere in a long path
+    assert "".join(f"delivering notifications as {routing} says (channels: hook)".split()) in said, said
+    other = tmp_path / "other.toml"
+    other.write_text('[channels.pager]\ntype = "webhook"\nurl = "http://127.0.0.1:9/"\n')
+    assert invoke("routing", "set", str(other), "--db", db).returncode == 0
+    async with serve("--db", db, "--no-auth", "--routing", str(routing)) as second:  # the file unchanged
+        pass
+    said = "".join(second.stderr.split())
+    assert "astheroutingkeptinthestoresays(channels:pager)" in said, said
+    assert "channels:hook" not in said
