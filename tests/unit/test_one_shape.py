@@ -41,6 +41,7 @@ async def test_create_takes_every_origin_field_one_by_one() -> None:
         for f in dataclasses.fields(Origin)
     }
     async with interlock.connect("memory://") as broker:
+        await broker.start_run("agent", run_id="run")  # a request's run is one started here
         request = await broker.create_detached(Confirm("Deploy?"), **given)  # type: ignore[arg-type]
     assert request.origin == Origin(**{**given, "delegation": ("root", "child")})  # type: ignore[arg-type]
 
