@@ -84,6 +84,26 @@ async def test_a_time_window_finds_exactly_the_requests_made_in_it(connect: Call
         assert await found(since=far[1]) == [] and await found(until=far[0]) == []
 
 
+async def test_a_yes_or_no_answer_is_found_by_the_word_the_history_shows(connect: Callable[..., Broker]) -> None:
+    async with connect() as broker:
+        shipped = await broker.create(Confirm("Ship the release?"), to="alice")
+        held = await broker.create(Confirm("Ship the hotfix?"), to="alice")
+        deploy = await broker.create(Confirm("Deploy web?"), kind="approval", to="alice")
+        form = await broker.create(Form("Flags?", {"type": "object", "properties": {"dark": {"type": "boolean"}}}))
+        await broker.resolve(shipped.id, True, by="alice")
+        await broker.resolve(held.id, False, by="alice")
+        await broker.resolve(deploy.id, "yes", by="alice")
+        await broker.resolve(form.id, {"dark": False}, by="alice")
+
+        async def found(text: str) -> set[str]:
+            return {r.id for r in (await broker.list(text=text, settled=True)).items}
+
+        assert await found("yes") == {shipped.id, deploy.id}
+        assert await found("no") == {held.id, form.id}
+        assert await found("ship yes") == {shipped.id}
+        assert await found("true") == await found("false") == set()
+
+
 async def test_a_member_s_search_finds_their_own_and_their_teams_requests_only(
     connect: Callable[..., Broker], backend: str
 ) -> None:

@@ -233,9 +233,9 @@ _SEARCHED_IN_ASKS = ("prompt", "label", "description", "title")
 def search_texts(request: Request) -> list[str]:
     """The texts a search reads in a request, as `Query.text` says: its title and details;
     in each ask its prompt and every label, description and title within it (options, form
-    fields); once settled, every string of the answers, and the reason. Not its ids,
-    times, status, kind, names or origin: no one searches for those words, and a search
-    for `12` would otherwise find every request made in December. Every store reads the
+    fields); once settled, every string of the answers (a yes or no as `yes` or `no`), and
+    the reason. Not its ids, times, status, kind, names or origin: no one searches for
+    those words, and a search for `12` would otherwise find every request made in December. Every store reads the
     same texts (the SQL stores from the documents they keep, see `take_texts`)."""
     texts = [request.title, request.details]
     for ask in request.asks:
@@ -262,9 +262,12 @@ def _named_strings(value: Any, into: list[str]) -> None:
 
 
 def _strings(value: Any, into: list[str]) -> None:
-    """Append every string in a JSON value (not the keys)."""
+    """Append every string in a JSON value (not the keys), and each true or false as the
+    word a person reads for it: `yes` or `no`."""
     if isinstance(value, str):
         into.append(value)
+    elif value is True or value is False:
+        into.append("yes" if value else "no")
     elif isinstance(value, Mapping):
         for item in value.values():
             _strings(item, into)
