@@ -85,7 +85,7 @@ from .model import (
     time_budget,
 )
 from .outbox import Delivery, DeliveryState, LinkUse
-from .principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
+from .principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, TokenInfo, WebSession
 from .redact import redact_url
 from .routing import Routing, RoutingError, masked, routing_from_dict, unmasked
 from .store import (
@@ -2555,6 +2555,12 @@ class LocalBroker(Broker):
         if self._state != "open":
             await self.open()
         return await self.store.live_token(token_hash)
+
+    async def list_tokens(self) -> Sequence[TokenInfo]:
+        """Every live token here (its id, never its secret), by principal, oldest first."""
+        if self._state != "open":
+            await self.open()
+        return await self.store.list_tokens()
 
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
         """Revoke one token by id, or every token of a principal, with the web sessions

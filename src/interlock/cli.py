@@ -80,7 +80,7 @@ from .model import (
     request_to_dict,
     run_to_dict,
 )
-from .principals import TOKEN_PREFIX, Principal, issue_token
+from .principals import TOKEN_PREFIX, IssuedToken, Principal, TokenInfo, issue_token
 from .redact import RedactingFilter, redact, redact_url
 from .remote import RemoteBroker
 from .runs import Worker
@@ -1059,7 +1059,7 @@ def token_create(
     if human and owner:
         raise _fail("--owner is an agent's: a person owns no one")
 
-    async def work(broker: Broker) -> str:
+    async def work(broker: Broker) -> IssuedToken:
         store = _local(broker)
         if owner is not None:
             found = await store.get_principal(owner)
@@ -1072,11 +1072,11 @@ def token_create(
         await store.save_principal(principal)
         token = issue_token(name, datetime.now(UTC))
         await store.save_token(token)
-        return token.secret
+        return token
 
-    secret = _run(db, work)
-    err.print(f"token for {name} (shown once; keep it secret):")
-    typer.echo(secret)
+    token = _run(db, work)
+    err.print(f"token for {name} (id {token.id}; shown once, keep it secret):")
+    typer.echo(token.secret)
 
 
 @token_app.command("revoke")
@@ -1102,9 +1102,21 @@ def token_revoke(
 
 @token_app.command("list")
 def token_list(db: LocalDb = None) -> None:
-    """List the humans and agents."""
-    for p in _run(db, lambda b: _local(b).list_principals()):
-        typer.echo(f"{p.name}\t{p.kind}" + (f"\towner={p.owner}" if p.owner else ""))
+    """List the humans, agents and teams, each with the ids of its live tokens (oldest
+    first): `token revoke ID` revokes one and leaves the others working."""
+
+    async def work(broker: Broker) -> tuple[Sequence[Principal], Sequence[TokenInfo]]:
+        store = _local(broker)
+        return await store.list_principals(), await store.list_tokens()
+
+    principals, tokens = _run(db, work)
+    ids: dict[str, list[str]] = {}
+    for token in tokens:
+        ids.setdefault(token.principal, []).append(f"{token.id}@{token.created_at:%Y-%m-%d}")
+    for p in principals:
+        owner = f"\towner={p.owner}" if p.owner else ""
+        live = f"\ttokens={','.join(ids[p.name])}" if p.name in ids else ""
+        typer.echo(f"{p.name}\t{p.kind}{owner}{live}")
 
 
 team_app = typer.Typer(

@@ -47,6 +47,7 @@ __all__ = [
     "IssuedToken",
     "LiveToken",
     "Principal",
+    "TokenInfo",
     "TEAM_LEFT",
     "WebSession",
     "can_answer",
@@ -114,6 +115,16 @@ class LiveToken:
 
     id: str
     principal: Principal
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    """A live token as an operator lists it: its id (the part of the token after `il_`, no
+    secret), whose it is, and when it was made."""
+
+    id: str
+    principal: str
+    created_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

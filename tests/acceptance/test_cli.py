@@ -128,6 +128,24 @@ async def test_a_large_answer_comes_from_a_file_or_standard_input(db: str, tmp_p
     assert answered[2].status is interlock.Status.PENDING
 
 
+async def test_token_list_names_each_live_token_so_one_leaked_token_is_revoked_alone(db: str) -> None:
+    made = [run("token", "create", "alice", "--human", db=db) for _ in range(2)]
+    first, second = (m.stdout.strip() for m in made)
+    first_id, second_id = first.split("_")[1], second.split("_")[1]
+    assert f"(id {first_id};" in made[0].stderr  # told when it is made
+    run("token", "create", "bot", "--agent", "--owner", "alice", db=db)
+    listed = dict(line.split("\t", 1) for line in run("token", "list", db=db).stdout.splitlines())
+    assert listed["alice"].startswith("human\ttokens=")
+    assert [t.split("@")[0] for t in listed["alice"].split("tokens=")[1].split(",")] == [first_id, second_id]
+    assert first.split("_")[2] not in run("token", "list", db=db).stdout  # ids, never secrets
+
+    assert run("token", "revoke", first_id, db=db).returncode == 0
+    async with interlock.connect(db) as broker:
+        live = [t.id for t in await broker.list_tokens()]  # type: ignore[attr-defined]
+    assert first_id not in live and second_id in live  # her other token still works
+    assert f"tokens={second_id}@" in run("token", "list", db=db).stdout
+
+
 def test_an_expiry_exits_two(db: str) -> None:
     result = run("ask", "Deploy?", "--confirm", "--timeout", "100ms", db=db)
     assert result.returncode == 2

@@ -248,9 +248,17 @@ async def test_a_token_is_live_until_revoked(store: PrincipalStore) -> None:
         await store.save_token(issue_token("nobody", datetime.now(UTC)))
     live = await store.live_token(hash_token(token.secret))
     assert live is not None and live.id == token.id and live.principal.name == "bot"
+    later = issue_token("bot", datetime.now(UTC) + timedelta(seconds=1))
+    await store.save_token(later)
+    carols = issue_token("carol", datetime.now(UTC))
+    await store.save_token(carols)
+    listed = await store.list_tokens()  # by principal, then oldest first
+    assert [(t.principal, t.id) for t in listed] == [("bot", token.id), ("bot", later.id), ("carol", carols.id)]
+    assert listed[0].created_at == token.created_at
     assert await store.revoke_tokens(token_id=token.id) == 1
     assert await store.live_token(hash_token(token.secret)) is None
-    assert await store.revoke_tokens(principal="bot") == 0
+    assert [t.id for t in await store.list_tokens()] == [later.id, carols.id]
+    assert await store.revoke_tokens(principal="bot") == 1
 
 
 async def test_a_web_session_lasts_until_it_ends_expires_or_its_token_is_revoked(store: PrincipalStore) -> None:

@@ -34,7 +34,7 @@ from ..errors import InvalidRequest
 from ..followups import Followup
 from ..model import Claim, Event, IssuedGrant, Kind, Request, Response, Run, RunStatus, Status
 from ..outbox import Delivery, DeliveryState, LinkUse, Notice
-from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
+from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, TokenInfo, WebSession
 
 __all__ = [
     "DeliveryPort",
@@ -483,6 +483,11 @@ class PrincipalStore(Protocol):
 
     async def live_token(self, token_hash: str) -> LiveToken | None:
         """The id and principal of a live (unrevoked) token."""
+        ...
+
+    async def list_tokens(self) -> Sequence[TokenInfo]:
+        """Every live (unrevoked) token: its id, whose it is and when it was made, by
+        principal and then oldest first."""
         ...
 
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:

@@ -60,7 +60,7 @@ from ..model import (
     run_event_data,
 )
 from ..outbox import Delivery, DeliveryState, LinkUse, Notice
-from ..principals import TEAM_LEFT, LiveToken, Principal, WebSession
+from ..principals import TEAM_LEFT, LiveToken, Principal, TokenInfo, WebSession
 from . import EventQuery, GrantQuery, Query, RunClaim, RunQuery
 
 __all__ = [
@@ -1565,6 +1565,9 @@ class SqlStore:
     async def live_token(self, token_hash: str) -> LiveToken | None:
         rows = await self._rows("live_token", token_hash)
         return LiveToken(rows[0][0], Principal(*rows[0][1:])) if rows else None
+
+    async def list_tokens(self) -> Sequence[TokenInfo]:
+        return [TokenInfo(row[0], row[1], self._time(row[2])) for row in await self._rows("list_tokens")]
 
     # -- approval policies -------------------------------------------------------------------
 

@@ -41,7 +41,16 @@ from ..model import (
     run_event_data,
 )
 from ..outbox import NOTICE_TYPES, Delivery, DeliveryState, LinkUse, Notice
-from ..principals import TEAM_LEFT, IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, WebSession
+from ..principals import (
+    TEAM_LEFT,
+    IssuedSession,
+    IssuedSignInLink,
+    IssuedToken,
+    LiveToken,
+    Principal,
+    TokenInfo,
+    WebSession,
+)
 from . import EventQuery, GrantQuery, Query, RunClaim, RunQuery, search_texts, text_words
 from ._url import url_options
 
@@ -476,6 +485,10 @@ class MemoryStore:
             return None
         principal = self._principals.get(token.principal)
         return LiveToken(token.id, principal) if principal is not None else None
+
+    async def list_tokens(self) -> Sequence[TokenInfo]:
+        live = (TokenInfo(t.id, t.principal, t.created_at) for t in self._tokens.values() if t.id not in self._revoked)
+        return sorted(live, key=lambda t: (t.principal, t.created_at, t.id))
 
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
         hits = sorted(
