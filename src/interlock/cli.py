@@ -404,9 +404,11 @@ def claim(
     """Claim a pending request to one of your teams, so the other members see it is
     yours (or give the claim up with --release). Anyone in the team may still answer."""
 
+    here = _answerer(db, by)
+
     async def work(broker: Broker) -> tuple[Claim | None, str]:
         # Through a server, the claim is the token's principal's.
-        me = str((await broker.whoami())["name"]) if isinstance(broker, RemoteBroker) else by or local_person()
+        me = str((await broker.whoami())["name"]) if here is None else here
         if release:
             return await broker.unclaim(request_id, by=me), me
         return await broker.claim(request_id, by=me), me
@@ -551,8 +553,13 @@ def reject(
 
 def _answerer(db: str | None, by: str | None) -> str | None:
     """Who answers from this terminal: through a server, whom the token names (the server
-    records it); on a local store, `--by`, else you ($INTERLOCK_USER, else your login)."""
-    return by if _remote(db) else by or local_person()
+    records it, and `--by` is refused rather than dropped); on a local store, `--by`, else
+    you ($INTERLOCK_USER, else your login)."""
+    if _remote(db):
+        if by is not None:
+            raise _fail("--by names someone on a local store only: a server records whom your token names")
+        return None
+    return by or local_person()
 
 
 def _denies(request: Request, value: Any) -> bool:
