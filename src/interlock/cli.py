@@ -408,7 +408,7 @@ def claim(
 
     async def work(broker: Broker) -> tuple[Claim | None, str]:
         # Through a server, the claim is the token's principal's.
-        me = str((await broker.whoami())["name"]) if here is None else here
+        me = str((await broker.whoami())["name"]) if isinstance(broker, RemoteBroker) else str(here)
         if release:
             return await broker.unclaim(request_id, by=me), me
         return await broker.claim(request_id, by=me), me
