@@ -183,9 +183,9 @@ async def test_a_graph_that_raises_while_starting_fails_its_run_rather_than_leav
 
     gate = ApprovalGate(broker, hook=broken_check)  # fails closed: the gate refuses the call
     agent = LangGraphAgent(broker, Mailer().graph(), name="mailer", to="alice", gate=gate)
-    run = await agent.start({"to": "ops@example.com"}, run_id="r-3")
+    run = await agent.start({"to": "ops@example.com"}, run_id="r-3")  # approve() raises the denial
     assert run.status is RunStatus.FAILED
-    assert run.error is not None and run.error.startswith("ApprovalRefused: The call to 'send_mail' was refused")
+    assert run.error is not None and "The call to 'send_mail' was refused: its approval check failed" in run.error
 
     def explodes(state: State) -> dict[str, Any]:
         raise ValueError("no such mailbox")
@@ -198,3 +198,36 @@ async def test_a_graph_that_raises_while_starting_fails_its_run_rather_than_leav
     run = await agent.start({"to": "ops@example.com"})
     assert (run.status, run.error) == (RunStatus.FAILED, "ValueError: no such mailbox")
     assert [r.status for r in (await broker.list_runs(agent="mailer")).items] == [RunStatus.FAILED] * 2
+
+
+def routed_mailer() -> Any:
+    """A graph that routes a denial back to its state (`approval`), rather than failing."""
+
+    def send(state: State) -> dict[str, Any]:
+        decision = approval("send_mail", {"to": state["to"]})
+        return {"notes": [f"denied: {decision['reason']}"] if not decision["approved"] else ["sent"]}
+
+    builder = StateGraph(State)
+    builder.add_node("send", send)
+    builder.add_edge(START, "send")
+    builder.add_edge("send", END)
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+async def test_a_gate_that_fails_closed_or_an_approval_withdrawn_is_a_denial_the_node_reads(broker: Broker) -> None:
+    # As the pydantic-ai and OpenAI Agents adapters hand them to their models.
+    def broken_check(call: Any) -> Any:
+        raise RuntimeError("policy service down")
+
+    gate = ApprovalGate(broker, hook=broken_check)
+    agent = LangGraphAgent(broker, routed_mailer(), name="mailer", to="alice", gate=gate)
+    run = await agent.start({"to": "ops@example.com"})
+    assert run.status is RunStatus.COMPLETED
+    assert run.result["notes"] == ["denied: The call to 'send_mail' was refused: its approval check failed"]
+
+    agent = LangGraphAgent(broker, routed_mailer(), name="mailer", to="alice")
+    run = await agent.start({"to": "all@example.com"})
+    assert await broker.cancel(run.waiting_on[0], "not now")
+    done = await claim_and_resume(broker, agent)
+    assert done.status is RunStatus.COMPLETED
+    assert done.result["notes"] == ["denied: not now"]

@@ -36,7 +36,7 @@ from langgraph.types import Command, Interrupt, interrupt
 from ..agent.calls import ToolCall
 from ..agent.gate import ApprovalGate
 from ..broker import Broker
-from ..errors import ApprovalDenied, InvalidRequest
+from ..errors import ApprovalDenied, ApprovalRefused, Cancelled, Expired, InvalidRequest
 from ..model import (
     ASK_TYPES,
     Ask,
@@ -451,19 +451,29 @@ class LangGraphAgent:
         return None
 
     async def _begin(self, call: ToolCall, schema: Mapping[str, Any] | None) -> Request | Decision:
+        """The gate's decision before anyone is asked. A gate that fails closed (its hook
+        failed, the arguments are not JSON) refuses the call as a denial, as the other
+        frameworks' adapters do: the node reads why."""
         try:
             outcome = await self.gate.begin(call, schema=schema)
         except ApprovalDenied as exc:
             return {"approved": False, "reason": exc.reason}
+        except ApprovalRefused as exc:
+            return {"approved": False, "reason": str(exc)}
         if isinstance(outcome, Request):
             return outcome
         return {"approved": True, "arguments": outcome}
 
     async def _finish(self, call: ToolCall, request: Request, schema: Mapping[str, Any] | None) -> Decision:
+        """The person's decision. An approval withdrawn or expired is a no, with its reason
+        (the call does not run). A refusal of the approval itself (used already, edited
+        arguments the schema refuses) stops the run: whether the call ran is not known."""
         try:
             arguments = await self.gate.finish(call, request, schema=schema)
         except ApprovalDenied as exc:
             return {"approved": False, "reason": exc.reason}
+        except (Expired, Cancelled) as exc:
+            return {"approved": False, "reason": str(exc)}
         return {"approved": True, "arguments": arguments}
 
 
