@@ -128,3 +128,73 @@ async def test_a_persons_request_without_a_recipient_goes_to_their_own_inbox(
             inbox = (await alice.get("/requests")).json()["items"]
             assert [r["id"] for r in inbox] == [made.json()["id"]]
             assert (await bot.post("/requests", json=TEXT)).json()["to"] == "alice"  # an agent's: its owner's
+
+
+def test_every_json_success_documents_its_body(spec: dict[str, Any]) -> None:
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            for status, response in operation["responses"].items():
+                body = response.get("content", {}).get("application/json")
+                if status.startswith("2") and body is not None:
+                    assert body.get("schema") not in (None, {}), (method, path, status)
+
+
+def conforms(spec: dict[str, Any], operation: tuple[str, str], status: str, body: Any) -> None:
+    method, path = operation
+    schema = spec["paths"][path][method]["responses"][status]["content"]["application/json"]["schema"]
+    Draft202012Validator({**schema, "components": spec["components"]}).validate(body)
+
+
+async def test_the_interactions_answer_in_the_shapes_they_publish(
+    db: str, serve: Callable[..., AbstractContextManager[str]], spec: dict[str, Any]
+) -> None:
+    tokens = await issue_tokens(db)
+    prefix, spec_prefix = "/interactions", "/api/v1/interactions"
+    with serve(db, auth=True) as base:
+        async with api(base, tokens["alice-bot"]) as bot, api(base, tokens["alice"]) as alice:
+            approval = {"kind": "approval", "to": "alice", "asks": [{"type": "confirm", "prompt": "Deploy?"}]}
+            approval["context"] = {"tool": "deploy", "arguments": {"env": "prod"}}
+            made = [
+                await bot.post("/requests", json=approval),
+                await bot.post(
+                    "/requests",
+                    json={
+                        "to": "alice",
+                        "details": "For the *release*",
+                        "asks": [
+                            {"type": "multi_choice", "id": "m", "prompt": "Which?", "options": ["a", "b"], "max": 2},
+                            {"type": "form", "id": "f", "prompt": "Notes?", "schema": {"type": "object"}},
+                            {"type": "text", "id": "t", "prompt": "Why?", "multiline": True},
+                        ],
+                    },
+                ),
+                await bot.post(
+                    "/requests", json={"to": "alice", "asks": [{"type": "choice", "prompt": "Pick", "options": ["x"]}]}
+                ),
+            ]
+            assert all(m.status_code == 201 for m in made), [m.text for m in made]
+            ids = [m.json()["id"] for m in made]
+            decided = await alice.post(
+                f"{prefix}/{ids[0]}/resolve", json={"inputResponses": [{"requestId": ids[0], "optionId": "approve"}]}
+            )
+            assert decided.status_code == 200, decided.text
+            conforms(spec, ("post", f"{spec_prefix}/{{interaction_id}}/resolve"), "200", decided.json())
+            batch = await alice.post(
+                f"{prefix}/resolve", json={"items": [{"id": ids[2], "cancel": True}, {"id": "nope", "cancel": True}]}
+            )
+            assert [item["ok"] for item in batch.json()] == [True, False]
+            conforms(spec, ("post", f"{spec_prefix}/resolve"), "200", batch.json())
+            listed = (await alice.get(prefix)).json()
+            assert len(listed["items"]) == 3 and {i["status"] for i in listed["items"]} == {
+                "answered",
+                "pending",
+                "cancelled",
+            }
+            conforms(spec, ("get", spec_prefix), "200", listed)
+            for request_id in ids:
+                conforms(
+                    spec,
+                    ("get", f"{spec_prefix}/{{interaction_id}}"),
+                    "200",
+                    (await alice.get(f"{prefix}/{request_id}")).json(),
+                )

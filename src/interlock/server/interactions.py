@@ -153,6 +153,91 @@ def _resolution(request: Request) -> dict[str, Any]:
     }
 
 
+class OptionModel(BaseModel):
+    id: str
+    label: str
+
+
+class PromptModel(BaseModel):
+    """One prompt of a question, by its ask's id."""
+
+    id: str
+    question: str
+    type: Literal["text", "confirm", "choice", "multi_choice", "form"]
+    required: bool
+    multiline: bool
+    allowOther: bool
+    multiple: bool
+    options: list[OptionModel] | None = Field(None, description="what an optionId picks from (choices, confirms)")
+    min: int | None = Field(None, description="a multi-choice's fewest picks")
+    max: int | None = Field(None, description="a multi-choice's most picks; null: any number")
+    schema_: dict[str, Any] | None = Field(
+        None, alias="schema", description="a form's JSON Schema: its answer is that object as JSON text"
+    )
+
+
+class QuestionDetailsModel(BaseModel):
+    title: str
+    questions: list[PromptModel]
+    details: str | None = None
+
+
+class PayloadModel(BaseModel):
+    """What the person is asked: an approval of a tool call with its `input`, or a question."""
+
+    requestId: str
+    kind: Literal["approval_request", "question"]
+    display: Literal["confirmation", "select", "text"]
+    title: str | None = Field(None, description="an approval's title")
+    options: list[OptionModel] | None = Field(None, description="an approval's: approve and deny")
+    allowFreeform: bool | None = None
+    input: dict[str, Any] | None = Field(None, description="an approval's tool arguments")
+    preview: str | None = None
+    details: QuestionDetailsModel | None = Field(None, description="a question's prompts")
+
+
+class ResolutionModel(BaseModel):
+    outcome: Literal["approve", "deny", "answered", "rejected", "expired", "cancelled"]
+    answers: dict[str, Any]
+    reason: str | None
+    by: str | None
+    via: str | None
+    at: str
+
+
+class InteractionModel(BaseModel):
+    """A request as a pause of an agent's run: a Novo-compatible interaction."""
+
+    id: str
+    kind: Literal["approval_request", "question"]
+    status: Literal["pending", "answered", "rejected", "expired", "cancelled"]
+    toolName: str | None
+    toolCallId: str | None
+    runId: str | None
+    threadId: str | None
+    createdAt: str
+    expiresAt: str | None = Field(description="while pending, when the pause is given up; null once settled")
+    request: PayloadModel
+    resolution: ResolutionModel | None = Field(None, description="once settled: how, by whom and when")
+
+
+class InteractionPage(BaseModel):
+    items: list[InteractionModel]
+    next_cursor: str | None
+
+
+class BatchErrorModel(BaseModel):
+    status: int
+    code: str
+
+
+class BatchResultModel(BaseModel):
+    id: str
+    ok: bool
+    interaction: InteractionModel | None = Field(None, description="the interaction as resolved, when ok")
+    error: BatchErrorModel | None = Field(None, description="why it was not, when not ok")
+
+
 class ResolveBody(BaseModel):
     """Novo's resolve body: the responses by prompt (an approval: its own id with
     `approve` or `deny`), a reason echoed back verbatim, or `cancel: true`."""
@@ -184,7 +269,7 @@ async def _resolve(broker: LocalBroker, request_id: str, body: ResolveBody, call
     return interaction(await answer_one(broker, request_id, _answer_body(body), caller))
 
 
-@router.get("/interactions", responses=_problems(422))
+@router.get("/interactions", response_model=InteractionPage, responses=_problems(422))
 async def list_interactions(
     caller: Caller,
     broker: TheBroker,
@@ -299,7 +384,7 @@ def _replayed(event: Event) -> dict[str, Any]:
     return {"id": data["followup_id"], "text": data["text"], "runId": data["run"], "threadId": data.get("session")}
 
 
-@router.get("/interactions/{interaction_id}", responses=_problems(403, 404, 422))
+@router.get("/interactions/{interaction_id}", response_model=InteractionModel, responses=_problems(403, 404, 422))
 async def get_interaction(interaction_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
     request = await broker.get(interaction_id)
     if not can_read(caller, request):
@@ -307,7 +392,7 @@ async def get_interaction(interaction_id: str, caller: Caller, broker: TheBroker
     return JSONResponse(interaction(request))
 
 
-@router.post("/interactions/resolve", responses=_problems(400, 413, 422))
+@router.post("/interactions/resolve", response_model=list[BatchResultModel], responses=_problems(400, 413, 422))
 async def resolve_batch(body: BatchResolveBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Resolve several interactions, each on its own: one that fails does not stop the
     others; each item says how it went."""
@@ -325,7 +410,11 @@ async def resolve_batch(body: BatchResolveBody, caller: Caller, broker: TheBroke
     return JSONResponse(results)
 
 
-@router.post("/interactions/{interaction_id}/resolve", responses=_problems(400, 403, 404, 409, 413, 422))
+@router.post(
+    "/interactions/{interaction_id}/resolve",
+    response_model=InteractionModel,
+    responses=_problems(400, 403, 404, 409, 413, 422),
+)
 async def resolve(interaction_id: str, body: ResolveBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Resolve one pause: `inputResponses` (an approval: `[{requestId: <its id>, optionId:
     "approve" | "deny"}]`; a question: one entry per prompt, by the prompt's id), or
