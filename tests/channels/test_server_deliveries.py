@@ -161,6 +161,8 @@ async def test_a_dead_letter_is_seen_and_retried_by_its_recipient_only(world: Wo
         assert (await bot.post(f"/deliveries/{dead[0]['id']}/retry")).status_code == 200  # it asked
         assert (await alice.post(f"/deliveries/{dead[0]['id']}/retry")).status_code == 409  # pending again
         assert (await alice.post("/deliveries/dlv_nope/retry")).status_code == 404
+        unknown = await alice.get("/requests/req_nope/deliveries")
+        assert (unknown.status_code, unknown.json()["detail"]) == (404, "no request with id 'req_nope'")
         await world.hook.until(3)
         await deliveries_until(alice, f"/requests/{request['id']}/deliveries", "delivered")
     async with httpx.AsyncClient(base_url=world.base, timeout=20) as client:

@@ -201,7 +201,10 @@ async def test_a_question_is_resolved_per_prompt(api: httpx.AsyncClient) -> None
         ([{"requestId": "colour", "optionId": "blue"}, {"requestId": "sizes", "optionIds": ["s"]}], "not one of"),
         ([{"requestId": "colour", "optionIds": ["red", "green"]}, {"requestId": "sizes", "optionIds": []}], "single"),
         ([{"requestId": "SELF", "optionId": "red"}], "Unknown questionId"),
-        ([{"requestId": "colour", "optionId": "red"}, {"requestId": "colour", "optionId": "green"}], "more than once"),
+        (
+            [{"requestId": "colour", "optionId": "red"}, {"requestId": "colour", "optionId": "green"}],
+            "requestId 'colour' appears more than once",
+        ),
         ([{"requestId": "colour", "optionId": "red"}], "sizes"),  # a required prompt left unanswered
         # text only where free form is allowed: not on a select-only prompt, even naming an option
         ([{"requestId": "colour", "text": "red"}, {"requestId": "sizes", "optionIds": ["s"]}], "not free-form"),

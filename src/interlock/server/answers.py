@@ -68,7 +68,7 @@ def _from_input_responses(request: Request, responses: list[InputResponse]) -> A
         if ask is None:
             raise InvalidAnswer(f"Unknown questionId {item.request_id!r}", ask_id=item.request_id)
         if ask.id in answers:
-            raise InvalidAnswer(f"questionId {ask.id!r} is given more than once", ask_id=ask.id)
+            raise InvalidAnswer(f"requestId {ask.id!r} appears more than once", ask_id=ask.id)
         answers[ask.id] = _value(ask, item)
     return answers
 

@@ -147,8 +147,8 @@ async def request_deliveries(request_id: str, caller: Caller, broker: TheBroker)
     state (pending, delivered, dead, skipped), its attempts and last error."""
     try:
         request = await broker.get(request_id)
-    except NotFound:
-        raise ApiError("not_found", f"no request {request_id}") from None
+    except NotFound as exc:
+        raise ApiError("not_found", str(exc)) from None
     if not can_read(caller, request):
         raise ApiError("forbidden", "this request is neither to you nor from you")
     found = await broker.list_deliveries(request_id=request_id, limit=1000)

@@ -95,8 +95,8 @@ async def inbound(channel: str, request: Request, state: State, broker: TheBroke
         raise ApiError("invalid_request", "give exactly one of answer, answers or reject")
     try:
         target = await broker.get(request_id)
-    except NotFound:
-        raise ApiError("not_found", f"no request {request_id}") from None
+    except NotFound as exc:
+        raise ApiError("not_found", str(exc)) from None
     if not await _may_answer(state, broker, by, target):
         raise ApiError("forbidden", f"{by!r} may not answer request {request_id}: it is not to them nor their team")
     comment = doc.get("comment", "")
@@ -115,8 +115,8 @@ async def inbound(channel: str, request: Request, state: State, broker: TheBroke
                     raise InvalidAnswer("answers: an object by ask id")
                 value = Answers(value)
             done = await broker.resolve(request_id, value, by=by, via="webhook", comment=comment)
-    except NotFound:
-        raise ApiError("not_found", f"no request {request_id}") from None
+    except NotFound as exc:
+        raise ApiError("not_found", str(exc)) from None
     current = await broker.get(request_id)
     if not done:
         raise AlreadySettled(request_id, current.status.value)
