@@ -816,6 +816,20 @@ def test_no_page_scrolls_sideways_on_a_phone(server: Server, page: Page) -> None
         assert page.evaluate("document.documentElement.scrollWidth") <= 360, path
 
 
+def test_a_long_unbroken_word_wraps_instead_of_widening_the_page(server: Server, page: Page) -> None:
+    url = "https://ci.example.com/builds/" + "0123456789abcdef" * 12
+    pending = ask(server, Choice("Which artifact?", [url, "none"], id="a"), title="Ship " + "x" * 110)
+    ask(server, Text("Look at it?", id="q"), title="A log", details=f"The build log: {url}")
+    settled = ask(server, Text("Where is it?", id="q"))
+    server.run(server.broker.resolve(settled, url, by="alice"))
+    sign_in(page, server)
+    for width in (1000, 360):
+        page.set_viewport_size({"width": width, "height": 740})
+        for path in ("/", "/history", f"/requests/{pending}", f"/requests/{settled}"):
+            page.goto(f"{server.url}{path}")
+            assert page.evaluate("document.documentElement.scrollWidth") <= width, (width, path)
+
+
 def narrowest_answer(page: Page) -> float:
     """The narrowest answer on the page, as a share of its list's width."""
     shares = page.eval_on_selector_all(
