@@ -90,6 +90,16 @@ def test_the_first_member_to_answer_wins_whoever_claimed(team: Server, page: Pag
     assert settled.status is Status.ANSWERED and settled.response is not None and settled.response.by == "alice"
 
 
+def test_an_update_to_the_team_is_in_each_members_inbox_and_live(team: Server, page: Page, bob_page: Page) -> None:
+    team.run(team.broker.inform("Backups are running", to="ops", by="bot"))
+    sign_in(page, team, "alice")
+    expect(page.locator("#updates")).to_contain_text("Backups are running")  # with the page
+    sign_in(bob_page, team, "bob")
+    team.run(team.broker.inform("Backups are done", to="ops", by="bot"))
+    expect(bob_page.locator("#updates")).to_contain_text("Backups are done")  # live
+    expect(page.locator("#updates")).to_contain_text("Backups are done")
+
+
 def test_someone_outside_the_team_neither_sees_nor_opens_it(team: Server, page: Page) -> None:
     request_id = ask(team, Confirm("Drop the cache?"), to="ops")
     sign_in(page, team, "carol")

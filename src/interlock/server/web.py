@@ -861,15 +861,14 @@ async def update_card(http: HttpRequest, state: State, event_id: int) -> Respons
 
 
 def _for_inbox(principal: Principal, event: Event) -> bool:
-    """Whether the event belongs in this person's inbox: requests and updates to them."""
+    """Whether the event belongs in this person's inbox: requests and updates to them or
+    to one of their teams."""
     if not can_see(principal, event):
         return False
     if principal.kind == "admin":
         return True
-    if event.request is not None:
-        to = event.request.to
-        return to == principal.name or (principal.kind == "human" and to in principal.teams)
-    return event.data.get("to") == principal.name
+    to = event.request.to if event.request is not None else event.data.get("to")
+    return to == principal.name or (principal.kind == "human" and to in principal.teams)
 
 
 def _cursor(value: str | None) -> str | None:
