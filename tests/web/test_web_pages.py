@@ -112,6 +112,17 @@ def test_a_request_page_is_answered_there_and_shows_its_timeline(server: Server,
     assert list(stored(server, request_id).response.answers.values()) == ["us"]  # type: ignore[union-attr]
 
 
+def test_a_pending_request_s_page_is_headed_by_its_title(server: Server, page: Page) -> None:
+    request_id = ask(server, Text("Which branch?", id="branch"), title="Release branch")
+    sign_in(page, server)
+    page.goto(f"{server.url}/requests/{request_id}")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Release branch")  # one h1, the request's
+    expect(page.get_by_role("heading", level=3)).to_have_count(0)  # nothing under an h2 that is not there
+    inbox = page.get_by_role("link", name="← Inbox")
+    inbox.click()
+    expect(page.get_by_role("heading", level=3, name="Release branch")).to_be_visible()  # a card in the inbox
+
+
 def test_a_request_page_works_without_javascript(server: Server, browser: object) -> None:
     request_id = ask(server, Confirm("Restart the queue?"))
     ctx = browser.new_context(java_script_enabled=False)  # type: ignore[attr-defined]

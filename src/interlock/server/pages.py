@@ -213,6 +213,7 @@ async def request_page(http: HttpRequest, state: State, request_id: str) -> Resp
         "deliveries": deliveries,
         "may_retry": may_retry(who.principal, request),
         "view": "request",
+        "card_level": 1,  # an answerable request's card heads the page
         # While pending, the page follows the inbox's stream: settled elsewhere, it shows so.
         "after": await state.broker.last_event_id() if request.status is Status.PENDING else None,
     }
