@@ -156,6 +156,23 @@ def test_details_are_markdown_with_no_raw_html_and_only_safe_links(server: Serve
     assert page.evaluate("window.owned") is None
 
 
+def test_headings_in_details_sit_below_the_request_s_own(server: Server, page: Page) -> None:
+    details = "# Summary\n\nThe disk is full.\n\n## Steps\n\n###### Notes"
+    pending = ask(server, Text("Proceed?"), title="Disk full", details=details)
+    settled = ask(server, Text("Proceed?"), title="Disk full again", details=details)
+    server.run(server.broker.resolve(settled, "yes", by="alice"))
+    sign_in(page, server)
+    expect(page.get_by_role("heading", level=1)).to_have_count(1)  # the inbox's "Waiting for you"
+    body = page.locator(f"#req-{pending} .details")
+    expect(body.get_by_role("heading", level=4)).to_have_text("Summary")  # under the card's h3
+    expect(body.get_by_role("heading", level=5)).to_have_text("Steps")
+    expect(body.get_by_role("heading", level=6)).to_have_text("Notes")  # no deeper than h6
+    for request_id in (pending, settled):
+        page.goto(f"{server.url}/requests/{request_id}")
+        expect(page.get_by_role("heading", level=1)).to_have_count(1)  # the request's title
+        expect(page.locator(".details").get_by_role("heading", level=2)).to_have_text("Summary")
+
+
 def test_another_person_cannot_open_a_request_page(server: Server, page: Page) -> None:
     request_id = ask(server, Text("Secret plan?"))
     sign_in(page, server, "bob")

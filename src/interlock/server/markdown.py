@@ -28,9 +28,14 @@ _renderer = MarkdownIt("commonmark", {"html": False, "linkify": False, "typograp
 )
 
 
-def render_markdown(text: str) -> Markup:
-    """Safe HTML for `text` written in Markdown."""
-    html = _renderer.render(text[:_MAX_SOURCE])
+def render_markdown(text: str, top: int = 1) -> Markup:
+    """Safe HTML for `text` written in Markdown, its headings moved down so that its `#`
+    is an `h{top}` (none below h6): details sit under the page's own headings."""
+    tokens = _renderer.parse(text[:_MAX_SOURCE])
+    for token in tokens:
+        if token.type in ("heading_open", "heading_close"):
+            token.tag = f"h{min(int(token.tag[1]) + top - 1, 6)}"
+    html = _renderer.renderer.render(tokens, _renderer.options, {})
     clean = nh3.clean(
         html,
         tags=_TAGS,
