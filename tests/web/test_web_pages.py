@@ -309,6 +309,34 @@ def test_the_dashboard_counts_what_expired_in_all_and_per_person(server: Server,
     expect(row.locator("td").nth(3)).to_have_text("2")
 
 
+CONTRAST = """el => {
+    const luminance = (css) => {
+        const [r, g, b] = css.match(/\\d+(\\.\\d+)?/g).slice(0, 3).map((c) => {
+            const v = Number(c) / 255;
+            return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+        });
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+    };
+    const style = getComputedStyle(el);
+    const [a, b] = [luminance(style.color), luminance(style.backgroundColor)].sort((x, y) => y - x);
+    return (a + 0.05) / (b + 0.05);
+}"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_coloured_buttons_are_readable_in_either_scheme(server: Server, browser: object, scheme: str) -> None:
+    ask(server, Confirm("Deploy?"), kind="approval")
+    ctx = browser.new_context(color_scheme=scheme)  # type: ignore[attr-defined]
+    try:
+        p = ctx.new_page()
+        sign_in(p, server)
+        for name in ("Approve", "Deny"):
+            ratio = p.get_by_role("button", name=name).evaluate(CONTRAST)
+            assert ratio >= 4.5, (name, round(ratio, 2))  # WCAG AA for text of its size
+    finally:
+        ctx.close()
+
+
 def test_the_pages_follow_a_dark_system_setting(server: Server, browser: object) -> None:
     ctx = browser.new_context(color_scheme="dark")  # type: ignore[attr-defined]
     try:
