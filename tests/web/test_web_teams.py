@@ -75,6 +75,21 @@ def test_a_claim_shows_live_to_the_other_member_and_can_be_given_up(team: Server
     expect(alice_card.locator(".claim-state")).to_contain_text("claimed by bob")
 
 
+def test_claiming_with_the_keyboard_keeps_the_focus_in_the_card(team: Server, page: Page, bob_page: Page) -> None:
+    sign_in(page, team, "alice")
+    sign_in(bob_page, team, "bob")
+    request_id = ask(team, Confirm("Rotate the keys?"), to="ops")
+    alice_card, bob_card = pending_card(page, request_id), pending_card(bob_page, request_id)
+    bob_card.get_by_role("button", name="Claim").focus()  # bob is about to claim it too
+    alice_card.get_by_role("button", name="Claim").focus()
+    page.keyboard.press("Enter")
+    expect(alice_card.get_by_role("button", name="Give up my claim")).to_be_focused()
+    expect(bob_card.locator(".claim-state")).to_contain_text("claimed by alice")  # live: no button left for bob
+    expect(bob_card.locator("h3")).to_be_focused()  # not thrown back to the top of the page
+    page.keyboard.press("Enter")
+    expect(alice_card.get_by_role("button", name="Claim")).to_be_focused()
+
+
 def test_the_first_member_to_answer_wins_whoever_claimed(team: Server, page: Page, bob_page: Page) -> None:
     sign_in(page, team, "alice")
     sign_in(bob_page, team, "bob")

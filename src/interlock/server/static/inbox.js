@@ -100,6 +100,7 @@
     event.preventDefault();
     const form = event.currentTarget;
     const body = new URLSearchParams(new FormData(form, event.submitter));
+    const focused = form.contains(document.activeElement);  // before disabling takes it away
     for (const b of form.querySelectorAll("button")) b.disabled = true;
     let el = null;
     try {
@@ -113,14 +114,18 @@
       for (const b of form.querySelectorAll("button")) b.disabled = false;
       return say("Could not claim the request. Try again.");
     }
-    swapClaim(form.closest(".claim"), part);
+    swapClaim(form.closest(".claim"), part, focused);
     const notice = part.querySelector(".notice");
     say(notice ? notice.textContent : part.querySelector(".claim-state").textContent.replace(/\s+/g, " ").trim());
   }
 
-  function swapClaim(old, part) {
+  // The focus, if it was in the old part, goes to the new part's button (or, with none
+  // left, to the card's heading) rather than back to the top of the page.
+  function swapClaim(old, part, focused = old.contains(document.activeElement)) {
+    const card = old.closest("li");
     old.replaceWith(part);
     wire(part);
+    if (focused) (part.querySelector("button") || card.querySelector("h3")).focus();
   }
 
   function formError(form, buttons, message) {
