@@ -751,6 +751,28 @@ def test_offered_grants_show_unticked_beside_their_choice_and_only_ticked_ones_a
     ]
 
 
+def test_the_grants_an_answer_issued_are_shown_with_it(server: Server, page: Page) -> None:
+    from interlock.model import Option
+
+    request_id = ask(
+        server,
+        [
+            Confirm("Deploy web?", id="ok", grants=[{"with": "repo:web", "can": "deploy"}]),
+            Choice("Which logs?", [Option("app", grants=[{"with": "logs:app", "can": "read", "exp": None}]), "none"]),
+        ],
+    )
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    card.get_by_label("Yes", exact=True).check()
+    card.get_by_label("app", exact=True).check()
+    card.get_by_label("grant read on logs:app with no expiry").check()  # the deploy grant is not ticked
+    card.get_by_role("button", name="Send answer").click()
+    granted = ["Granted read on logs:app to bot with no expiry"]
+    expect(history_item(page, request_id).get_by_role("list", name="Grants issued").locator("li")).to_have_text(granted)
+    page.goto(f"{server.url}/requests/{request_id}")
+    expect(page.get_by_role("list", name="Grants issued").locator("li")).to_have_text(granted)
+
+
 def test_a_ticked_grant_whose_choice_was_not_made_refuses_the_answer(server: Server, page: Page) -> None:
     from interlock.model import Option
 

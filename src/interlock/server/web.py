@@ -43,6 +43,7 @@ from ..model import (
     Ask,
     Event,
     Grant,
+    IssuedGrant,
     Run,
     Status,
     offered_grants,
@@ -272,6 +273,13 @@ def outcome(request: HumanRequest) -> str:
     }.get(cause or "", f"Cancelled{by}")
 
 
+def issued(grant: IssuedGrant) -> str:
+    """A grant an answer issued, in words, as the person who gave it sees it afterwards."""
+    until = "with no expiry" if grant.expires_at is None else f"until {utc(grant.expires_at)}"
+    to = f" to {grant.audience}" if grant.audience else ""
+    return f"Granted {grant.can} on {grant.with_}{to} {until}"
+
+
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
 
@@ -328,6 +336,7 @@ def _templates() -> Jinja2Templates:
         badge=badge,
         answers_shown=answers_shown,
         grant_offers=grant_offers,
+        issued=issued,
     )
     return templates
 
