@@ -852,6 +852,26 @@ def test_a_long_unbroken_word_wraps_instead_of_widening_the_page(server: Server,
             assert page.evaluate("document.documentElement.scrollWidth") <= width, (width, path)
 
 
+def direction(locator: Locator) -> str:
+    return str(locator.evaluate("el => getComputedStyle(el).direction"))
+
+
+def test_right_to_left_text_reads_right_to_left(server: Server, page: Page) -> None:
+    pending = ask(server, Choice("أي منطقة؟", ["أوروبا", "eu"], id="c"), title="هل ننشر الآن?", details="التفاصيل هنا.")
+    settled = ask(server, Text("ما الاسم؟", id="q"), title="سؤال")
+    server.run(server.broker.resolve(settled, "שלום", by="alice", comment="لأن"))
+    sign_in(page, server)
+    card = pending_card(page, pending)
+    options = card.locator(".option span")
+    for part in (card.locator("h3"), card.locator("legend"), card.locator(".details"), options.first):
+        assert direction(part) == "rtl", part  # the "?" at the sentence's end, on its left
+    assert direction(options.nth(1)) == "ltr"  # each on its own
+    assert direction(card.get_by_label("Comment")) == "ltr"  # until something right-to-left is typed
+    item = history_item(page, settled)
+    for part in (item.locator(".item-title"), item.locator("dd"), item.locator(".reason")):
+        assert direction(part) == "rtl", part
+
+
 def narrowest_answer(page: Page) -> float:
     """The narrowest answer on the page, as a share of its list's width."""
     shares = page.eval_on_selector_all(
