@@ -5,6 +5,7 @@ read it only."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -94,6 +95,26 @@ def test_a_person_sees_their_dead_letters_and_sends_one_again(
         page.goto(f"{base}/inbox/deliveries?request={request_id}")
         page.get_by_role("heading", name="How people were told").wait_for()
         assert page.locator("table.deliveries tbody tr").count() == 1
+    finally:
+        context.close()
+
+
+def test_the_dead_letters_are_listed_newest_first_with_when_each_failed(
+    world: tuple[str, dict[str, str]], browser: Browser
+) -> None:
+    base, tokens = world
+    made = [dead_letter(base, tokens) for _ in range(4)]  # each a dead letter before the next is asked
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        sign_in(page, base, tokens["alice"])
+        page.goto(base + "/inbox/deliveries")
+        assert page.locator("table.deliveries thead th").nth(1).inner_text() == "When"
+        rows = page.locator("table.deliveries tbody tr")
+        assert rows.count() == 4
+        shown = [str(a.get_attribute("href")).rsplit("/", 1)[1] for a in rows.locator("td:first-child a").all()]
+        assert shown == made[::-1]
+        assert all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", t) for t in rows.locator("time").all_inner_texts())
     finally:
         context.close()
 

@@ -44,6 +44,7 @@ async def deliveries_page(http: HttpRequest, state: State) -> Response:
     else:
         mine = None if who.principal.kind == "admin" else who.principal.name
         items = list(await state.broker.list_deliveries(status="dead", recipient=mine, limit=500))
+        items.sort(key=lambda d: d.due_at, reverse=True)  # listed by id, a hash: the newest first
     notice = {"retried": "It will be sent again."}.get(http.query_params.get("done", ""))
     context = {
         "items": items,
