@@ -416,6 +416,25 @@ def test_a_new_request_and_an_update_arrive_without_a_reload(server: Server, pag
     expect(history_item(page, request_id)).to_be_visible()
 
 
+def test_the_count_says_when_more_wait_than_one_page_shows(server: Server, page: Page) -> None:
+    from interlock.server.web import PENDING_LIMIT
+
+    made = [ask(server, Text(f"Question {i}?", id="q")) for i in range(PENDING_LIMIT + 2)]
+    sign_in(page, server)
+    expect(page.locator("#pending > li")).to_have_count(PENDING_LIMIT)
+    expect(page.locator("#pending-count")).to_have_text(f"{PENDING_LIMIT}+")  # not "all 50 there are"
+    expect(page).to_have_title(f"({PENDING_LIMIT}+) Inbox · interlock")
+    card = pending_card(page, made[-1])
+    card.get_by_role("textbox", name=f"Question {PENDING_LIMIT + 1}?").fill("done")
+    card.get_by_role("button", name="Send answer").click()
+    expect(page.locator("#pending-count")).to_have_text(f"{PENDING_LIMIT - 1}+")
+    page.get_by_role("link", name="Older requests").click()
+    expect(page.locator("#pending > li")).to_have_count(2)
+    expect(page.locator("#pending-count")).to_have_text("2+")  # the newer ones are on the first page
+    page.get_by_role("link", name="Newest requests").click()
+    expect(page.locator("#pending-count")).to_have_text(f"{PENDING_LIMIT}+")
+
+
 def test_a_request_settled_elsewhere_leaves_the_page(server: Server, page: Page) -> None:
     answered = ask(server, Text("Which branch?", id="branch"))
     withdrawn = ask(server, Confirm("Still needed?", id="ok"))

@@ -149,10 +149,11 @@
 
   function counts() {
     const n = pending.children.length;
-    $("pending-count").textContent = n;
+    const more = "more" in $("pending-count").dataset ? "+" : "";  // others wait on another page
+    $("pending-count").textContent = `${n}${more}`;
     $("pending-empty").hidden = n > 0;
     $("history-empty").hidden = history.children.length > 0;
-    document.title = `${n ? `(${n}) ` : ""}Inbox · interlock`;
+    document.title = `${n ? `(${n}${more}) ` : ""}Inbox · interlock`;
   }
 
   // Put a card where its state says: pending ones newest first, settled ones on top of
