@@ -109,7 +109,22 @@ def _field(name: str, key: str, prop: Mapping[str, Any], required: bool) -> Fiel
         shown = default if isinstance(default, str) else ""
         return Field(name, key, label, hint, "string", required, input_type=input_type, attrs=attrs, default=shown)
     shown = json.dumps(default, indent=2) if "default" in prop else ""
-    return Field(name, key, label, hint or "As JSON.", "json", required, default=shown)
+    return Field(name, key, label, " ".join(filter(None, (hint, _json_hint(prop)))), "json", required, default=shown)
+
+
+def _json_hint(prop: Mapping[str, Any]) -> str:
+    """What an input taken as JSON wants, so that it can be typed without the schema: the
+    keys of an object (its required ones said so), or what a list holds."""
+    kind, properties, items = prop.get("type"), prop.get("properties"), prop.get("items")
+    if kind == "object" and isinstance(properties, Mapping) and properties:
+        required = set(prop.get("required") or ())
+        keys = ", ".join(f'"{k}"' + (" (required)" if k in required else "") for k in properties)
+        return f"As JSON: an object with {keys}."
+    if kind == "array" and isinstance(items, Mapping) and isinstance(items.get("type"), str):
+        return f"As JSON: a list of {items['type']}s."
+    if kind == "array":
+        return "As JSON: a list."
+    return "As JSON."
 
 
 def form_values(ask: FormLike, name: str, value: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -347,6 +347,29 @@ def test_a_form_is_generated_from_its_json_schema(server: Server, page: Page) ->
     }
 
 
+def test_a_nested_field_taken_as_json_says_what_to_type(server: Server, page: Page) -> None:
+    address = {
+        "type": "object",
+        "description": "Where to ship it.",
+        "properties": {"street": {"type": "string"}, "zip": {"type": "string"}},
+        "required": ["street"],
+    }
+    tags = {"type": "array", "items": {"type": "string"}}
+    schema = {"type": "object", "properties": {"address": address, "tags": tags}}
+    request_id = ask(server, Form("Shipping", schema, id="ship"))
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    expect(card.get_by_label("address")).to_have_accessible_description(
+        'Where to ship it. As JSON: an object with "street" (required), "zip".'  # it had said only the first
+    )
+    expect(card.get_by_label("tags")).to_have_accessible_description("As JSON: a list of strings.")
+    card.get_by_label("address").fill('{"street": "Main St 1"}')
+    card.get_by_label("tags").fill('["fragile"]')
+    card.get_by_role("button", name="Send answer").click()
+    expect(history_item(page, request_id)).to_be_visible()
+    assert stored(server, request_id).answer == {"address": {"street": "Main St 1"}, "tags": ["fragile"]}
+
+
 def test_an_approval_shows_the_tool_call_and_is_approved(server: Server, page: Page) -> None:
     request_id = ask(
         server,
