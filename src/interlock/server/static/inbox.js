@@ -99,6 +99,7 @@
   async function claim(event) {
     event.preventDefault();
     const form = event.currentTarget;
+    const card = form.closest("li");
     const body = new URLSearchParams(new FormData(form, event.submitter));
     const focused = form.contains(document.activeElement);  // before disabling takes it away
     for (const b of form.querySelectorAll("button")) b.disabled = true;
@@ -114,7 +115,8 @@
       for (const b of form.querySelectorAll("button")) b.disabled = false;
       return say("Could not claim the request. Try again.");
     }
-    swapClaim(form.closest(".claim"), part, focused);
+    // The card's claim part as it is now: the stream may have replaced this form meanwhile.
+    swapClaim(card.querySelector(".claim"), part, focused);
     const notice = part.querySelector(".notice");
     say(notice ? notice.textContent : part.querySelector(".claim-state").textContent.replace(/\s+/g, " ").trim());
   }
