@@ -79,6 +79,8 @@ def verify(
         raise InvalidSignature(f"the timestamp is outside the {tolerance:g}s replay window")
     expected = sign(secret, timestamp, body)
     # several signatures may be given (during a secret's rotation), separated by commas
-    if not any(hmac.compare_digest(expected, part.strip()) for part in given.split(",")):
+    # (as bytes: compare_digest raises TypeError on text that is not ASCII)
+    wanted = expected.encode()
+    if not any(hmac.compare_digest(wanted, part.strip().encode("utf-8", "surrogatepass")) for part in given.split(",")):
         raise InvalidSignature("the signature does not match the body")
     return timestamp

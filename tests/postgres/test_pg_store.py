@@ -338,7 +338,7 @@ async def test_a_settlement_note_from_anyone_without_the_database_s_key_wakes_no
         def reading(payload: str) -> Any:
             settled = settled_by_note(payload)
             notes.append((payload, settled))
-            if len(notes) == 3:
+            if len(notes) == 4:
                 read.set()
             return settled
 
@@ -352,12 +352,13 @@ async def test_a_settlement_note_from_anyone_without_the_database_s_key_wakes_no
             " AND application_name = 'interlock-listener' AND query LIKE 'LISTEN%'",
             pg_url,
         )
-        # Any role that may connect may NOTIFY: a note unsigned, or signed with another key.
+        # Any role that may connect may NOTIFY: a note unsigned, signed with another key, or
+        # with a "signature" that is not ASCII (compared as text, it raised TypeError).
         forged = json.dumps([request.id, "answered", {"answers": {"confirm": True}, "at": "2026-12-05T00:00:00+00:00"}])
         other = hashlib.sha256(b"guessed" + hashlib.sha256(b"guessed" + forged.encode()).digest()).hexdigest()
         forger = await asyncpg.connect(pg_url)
         try:
-            for payload in (forged, forged + other, forged + "0" * 64):
+            for payload in (forged, forged + other, forged + "0" * 64, forged + "é" * 64):
                 await forger.execute("SELECT pg_notify('interlock', $1)", payload)
         finally:
             await forger.close()
@@ -365,9 +366,9 @@ async def test_a_settlement_note_from_anyone_without_the_database_s_key_wakes_no
             await read.wait()
         await anyio.wait_all_tasks_blocked()
         assert not waiter.done()
-        assert [settled for _, settled in notes] == [None, None, None]
+        assert [settled for _, settled in notes] == [None, None, None, None]
         ignored = [r for r in caplog.records if "not signed with this database's key" in r.getMessage()]
-        assert len(ignored) >= 3  # (the answering broker, holding the request pending too, says so as well)
+        assert len(ignored) >= 4  # (the answering broker, holding the request pending too, says so as well)
         log.released.set()
         assert (await waiting.get(request.id)).status is Status.PENDING
         assert await answering.reject(request.id, "not now")

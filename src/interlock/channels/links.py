@@ -89,7 +89,7 @@ class AnswerLinks:
     def read(self, token: str, now: datetime | None = None) -> LinkClaim:
         body, _, signature = token.partition(".")
         expected = _b64(hmac.new(self._key, body.encode(), hashlib.sha256).digest())
-        if not signature or not hmac.compare_digest(signature, expected):
+        if not signature or not hmac.compare_digest(signature.encode("utf-8", "surrogatepass"), expected.encode()):
             raise InvalidLink("this answer link is not valid (damaged, or not from this server)")
         try:
             claim = json.loads(_unb64(body))

@@ -77,7 +77,7 @@ def verify_slack(
         raise SlackSignatureError("the Slack request's timestamp is outside the replay window")
     base = b"v0:" + stamp.encode() + b":" + body
     expected = "v0=" + hmac.new(signing_secret.encode(), base, hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, given):
+    if not hmac.compare_digest(expected.encode(), given.encode("utf-8", "surrogatepass")):
         raise SlackSignatureError("the Slack signature does not match")
 
 

@@ -202,7 +202,7 @@ class Auth:
 
 
 def check_csrf(expected: str, given: str | None) -> None:
-    if not expected or not given or not hmac.compare_digest(expected, given):
+    if not expected or not given or not hmac.compare_digest(expected.encode(), given.encode("utf-8", "surrogatepass")):
         raise HTTPException(403, detail="the form is stale or came from another site; reload the page")
 
 

@@ -366,7 +366,7 @@ class PostgresStore(SqlStore):
             if known is None or known.status is not Status.PENDING:
                 return None
         note, signature = payload[:-64], payload[-64:]
-        if not hmac.compare_digest(_signature(key, note), signature):
+        if not hmac.compare_digest(_signature(key, note).encode(), signature.encode("utf-8", "surrogatepass")):
             log.warning("ignored a settlement notification not signed with this database's key: %.100s", payload)
             return None
         try:
