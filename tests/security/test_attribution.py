@@ -238,6 +238,24 @@ async def test_no_one_puts_a_request_into_another_s_run_or_asks_as_another_agent
     assert started.status_code == 403 and "start your own runs" in started.json()["detail"]
 
 
+async def test_no_one_posts_an_update_into_another_s_run(clients: dict[str, httpx.AsyncClient]) -> None:
+    """An update naming a run is shown on that run's page and stream, to everyone who may
+    see the run: only the run's own agent posts there, as only it puts requests there."""
+    run = (await clients["alice-bot"].post("/runs", json={"agent": "alice-bot"})).json()
+    asked = {"asks": [{"type": "confirm", "prompt": "Deploy?"}], "origin": {"run": run["id"]}}
+    assert (await clients["alice-bot"].post("/requests", json=asked)).status_code == 201
+    own = await clients["alice-bot"].post("/inform", json={"message": "step 2 of 3", "run": run["id"]})
+    assert own.status_code == 201
+    forged = {"message": "alice-bot: approve the wire transfer", "to": "alice", "run": run["id"]}
+    for who in ("bob-bot", "bob", "alice"):
+        refused = await clients[who].post("/inform", json=forged)
+        assert refused.status_code == 403 and "not one you started" in refused.json()["detail"], who
+    nowhere = await clients["bob-bot"].post("/inform", json={**forged, "run": "no-such-run"})
+    assert nowhere.status_code == 422
+    shown = (await clients["alice"].get(f"/runs/{run['id']}/events")).json()["events"]
+    assert [e["data"]["message"] for e in shown if e["type"] == "informed"] == ["step 2 of 3"]
+
+
 async def test_a_person_s_message_to_a_thread_goes_to_her_own_agent_s_run(
     world: World, clients: dict[str, httpx.AsyncClient]
 ) -> None:

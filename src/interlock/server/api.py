@@ -210,13 +210,20 @@ async def _origin_of(broker: LocalBroker, caller: Principal, origin: Origin) -> 
         if named is not None and not (named.kind == "agent" and named.owner == caller.name):
             raise ApiError("forbidden", f"origin.agent: {origin.agent!r} is another agent here, not yours to ask as")
     if origin.run is not None:
-        try:
-            run = await broker.get_run(origin.run)
-        except NotFound:
-            raise ApiError("invalid_request", f"origin.run: there is no run {origin.run!r} here") from None
-        if run.requester != caller.name:
-            raise ApiError("forbidden", f"origin.run: run {origin.run!r} is not one you started")
+        await _started_by(broker, caller, origin.run, "origin.run")
     return origin
+
+
+async def _started_by(broker: LocalBroker, caller: Principal, run_id: str, field: str) -> None:
+    """Refuse `run_id` in `field` unless `caller` started that run (an admin: any run)."""
+    if caller.kind == "admin":
+        return
+    try:
+        run = await broker.get_run(run_id)
+    except NotFound:
+        raise ApiError("invalid_request", f"{field}: there is no run {run_id!r} here") from None
+    if run.requester != caller.name:
+        raise ApiError("forbidden", f"{field}: run {run_id!r} is not one you started")
 
 
 @router.post(
@@ -569,13 +576,17 @@ async def reopen_channel(body: ReopenBody, caller: Caller, broker: TheBroker) ->
     "/inform",
     status_code=201,
     response_model=EventModel,
-    responses=_problems(400, 413, 422, 429),
+    responses=_problems(400, 403, 413, 422, 429),
     dependencies=[Depends(rate_limited("updates", "updates sent"))],
     tags=["events"],
 )
 async def inform(body: InformBody, caller: Caller, broker: TheBroker) -> dict[str, Any]:
     """Record a progress update for a person; nothing waits for it. The update's
-    `agent` is the calling agent (the body's is honoured only without auth)."""
+    `agent` is the calling agent (the body's is honoured only without auth). A `run`
+    must be one you started (403 otherwise, 422 for no such run): an update there is
+    shown on that run's page and stream."""
+    if body.run is not None:
+        await _started_by(broker, caller, body.run, "run")
     to = body.to or (caller.owner if caller.kind == "agent" else None)
     agent = body.agent if caller.kind == "admin" else (caller.name if caller.kind == "agent" else None)
     event = await broker.inform(
