@@ -37,6 +37,7 @@ from ..outbox import LinkUse
 from ..principals import Principal, can_answer
 from ..webhooks import InvalidSignature, verify
 from .common import UNREADABLE, ApiError, AppState, State, TheBroker
+from .markdown import prerender
 from .schemas import Problem, RequestModel
 from .web import page, utc
 
@@ -231,6 +232,7 @@ async def answer_page(token: str, http: Request, state: State, broker: TheBroker
         request.title or "Your answer",
         prompt=request.asks[0].prompt,
         details=request.details,
+        rendered=await prerender([request.details]),
         recipient=claim.recipient,
         label=_label(request, claim.answer),
         request_id=request.id,

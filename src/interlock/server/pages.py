@@ -38,6 +38,7 @@ from ..outbox import Delivery
 from ..principals import Principal, can_answer, can_read
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE
 from .common import AppState, State, set_cookie
+from .markdown import prerender
 from .web import (
     SIGNIN_COOKIE,
     Session,
@@ -204,6 +205,7 @@ async def request_page(http: HttpRequest, state: State, request_id: str) -> Resp
     here = http.url_for("request_page", request_id=request.id).path
     context = {
         "r": request,
+        "rendered": await prerender([request.details]),
         "failure": None,
         "card_notice": None,
         "return_to": here,

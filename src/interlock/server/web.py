@@ -24,13 +24,16 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, FastAPI, HTTPException
 from fastapi import Request as HttpRequest
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from jinja2 import pass_context
+from jinja2.runtime import Context
+from markupsafe import Markup
 from sse_starlette import ServerSentEvent
 
 from .._form_inputs import Field, FieldFault
@@ -64,7 +67,7 @@ from .common import (
     run_event_filter,
     set_cookie,
 )
-from .markdown import render_markdown
+from .markdown import prerender, render_markdown, shift_headings
 from .stream import Dropped
 
 __all__ = ["install_web"]
@@ -321,12 +324,23 @@ def grant_echo(request: HumanRequest, values: Values) -> list[dict[str, str]] | 
     return echo
 
 
+@pass_context
+def _markdown(context: Context, text: str, top: int = 1) -> Markup:
+    """A request's details as HTML, their `#` an `h{top}`: as the route made them off the
+    event loop beforehand (`prerender`, given to the template as `rendered`), else
+    rendered now."""
+    made = context.get("rendered")
+    if isinstance(made, Mapping) and text in made:
+        return shift_headings(cast("Markup", made[text]), top)
+    return render_markdown(text, top)
+
+
 def _templates() -> Jinja2Templates:
     templates = Jinja2Templates(directory=HERE / "templates")
     env = templates.env
     env.autoescape = True  # every template, whatever its name
     env.trim_blocks = env.lstrip_blocks = True
-    env.filters.update(utc=utc, pretty_json=pretty_json, markdown=render_markdown)
+    env.filters.update(utc=utc, pretty_json=pretty_json, markdown=_markdown)
     env.globals.update(
         heading=heading,
         is_approval=is_approval,
@@ -501,6 +515,7 @@ async def card(state: AppState, http: HttpRequest, who: Session, request: HumanR
     status = extra.pop("status", 200)
     claims = await state.broker.claims([request.id])
     context = {"r": request, "failure": None, "card_notice": None, "claims": claims} | extra
+    context["rendered"] = await prerender([request.details])
     return page(state, http, "_request.html", context, status, who)
 
 
@@ -527,6 +542,7 @@ async def inbox_page(
     ]
     context = {
         "pending": pending.items,
+        "rendered": await prerender(r.details for r in pending.items),
         "claims": await state.broker.claims([r.id for r in pending.items]),
         "older": pending.next_cursor,
         "paged": older is not None,
