@@ -8,6 +8,8 @@ bounded by the size of what they hold, not by a count.
 
 from __future__ import annotations
 
+import json
+import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -151,3 +153,22 @@ async def test_the_request_cache_is_bounded_by_bytes_not_entries(url: str) -> No
         assert 0 < cache.bytes <= budget
         assert 0 < len(cache) < 10
         assert len((await broker.list(recipient="alice", limit=100)).items) == 40
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_the_request_cache_counts_what_parsed_json_holds_not_its_length(url: str) -> None:
+    """JSON of small parts parses into many times its length (`[[0], [0], ...]`: 19 times):
+    counted by its length, a cache of 4 MiB held 36 MiB of these requests."""
+    budget = 4096 * KiB
+    context = {"rows": [[0]] * 9000}  # 54 KiB of JSON, within the context's limit; 1.1 MiB parsed
+    tracemalloc.start()
+    kept = json.loads(json.dumps(context))
+    parsed, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert kept == context
+    async with interlock.connect(url, cache_bytes=budget) as broker:
+        for _ in range(30):
+            request = await broker.create(Text("Hi"), to="alice", context=context)
+            assert (await broker.get(request.id)).context == context
+        cache = broker.store._cache  # type: ignore[attr-defined]
+        assert len(cache) > 0 and len(cache) * parsed <= 2 * budget

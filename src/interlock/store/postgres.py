@@ -26,7 +26,7 @@ and even without that it measured about 15% slower a cycle than `Connections` be
 URL: `postgresql://user:password@host:port/database?option=value`. The options
 `poll_interval`, `min_size`, `max_size` (the connection pool), `keepalive`,
 `statement_cache_size` (0 behind PgBouncer in transaction mode) and `cache_bytes` (what
-the parsed requests kept in memory may add up to, as JSON) are interlock's; any
+the parsed requests kept in memory may add up to, in bytes) are interlock's; any
 other is handed to asyncpg (libpq-style `sslmode`, or a server setting such as
 `search_path` to keep interlock's tables in their own schema).
 """
@@ -200,7 +200,7 @@ class PostgresStore(SqlStore):
         # Server process ids of this store's own connections: their notifications are
         # about changes the broker of this process has seen already.
         self._own: set[int] = set()
-        # Parsed requests by id, up to `cache_bytes` of their JSON. A settled one never
+        # Parsed requests by id, up to `cache_bytes` of them in memory (`row_size`). A settled one never
         # changes again, so it is served from here; a pending one only after a cheap
         # check that it is still pending.
         self._cache = RequestCache(int(ours.get("cache_bytes", DEFAULT_CACHE_BYTES)))

@@ -287,7 +287,7 @@ class SqliteStore(SqlStore):
         self.lock_timeout = lock_timeout
         self._db: sqlite3.Connection | None = None
         self._wakeup = Wakeup(self.path)
-        # Parsed requests by id, up to `cache_bytes` of their JSON. A settled one never
+        # Parsed requests by id, up to `cache_bytes` of them in memory (`row_size`). A settled one never
         # changes again, so it is served from here; a pending one only after a cheap
         # check that it is still pending.
         self._cache = RequestCache(cache_bytes)
