@@ -21,6 +21,11 @@ SECRET_PARAMETERS = frozenset({"password", "sslpassword", "token", "access_token
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 _TOKEN = re.compile(r"\b(ils?_[0-9a-f]{8,16})_[A-Za-z0-9_-]{16,}")
+# A path without a scheme (an access log's request line): its secret query parameters, a
+# one-time sign-in link's code and a one-click answer link's token are credentials too.
+_PARAMETER = re.compile(rf"(?<=[?&])({'|'.join(sorted(SECRET_PARAMETERS))})=[^&\s'\"<>#]+", re.IGNORECASE)
+_SIGNIN_CODE = re.compile(r"\bilk_[A-Za-z0-9_-]{16,}")
+_ANSWER_LINK = re.compile(r"(/answer/)[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{16,}")
 
 
 def redact_url(url: str) -> str:
@@ -46,14 +51,22 @@ def redact_url(url: str) -> str:
 
 def redact(text: str) -> str:
     """`text` with every URL in it redacted, and every interlock token or session secret
-    cut to its public id (`il_1a2b3c4d_***`)."""
-    return _TOKEN.sub(rf"\1_{MASK}", _URL.sub(lambda m: redact_url(m.group(0)), text))
+    cut to its public id (`il_1a2b3c4d_***`); in a path with no scheme too, its secret
+    query parameters, a sign-in link's code and an answer link's token read `***`."""
+    text = _TOKEN.sub(rf"\1_{MASK}", _URL.sub(lambda m: redact_url(m.group(0)), text))
+    text = _PARAMETER.sub(rf"\1={MASK}", text)
+    return _ANSWER_LINK.sub(rf"\1{MASK}", _SIGNIN_CODE.sub(f"ilk_{MASK}", text))
 
 
 class RedactingFilter(logging.Filter):
     """A log filter that redacts each record's message (and its exception text) in place."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            # Each argument redacted in place: a formatter that reads the arguments (uvicorn's
+            # access log unpacks them) still finds them, where None made it raise. (What the
+            # message still shows after that, its own text, say, is redacted as a whole below.)
+            record.args = tuple(redact(arg) if isinstance(arg, str) else arg for arg in record.args)
         message = record.getMessage()
         masked = redact(message)
         if masked != message:

@@ -111,6 +111,46 @@ def test_a_log_record_is_redacted_by_the_servers_log_handlers() -> None:
     assert "il_0123abcd_***" in written
 
 
+def test_an_access_log_line_hides_tokens_sign_in_codes_and_answer_links_and_is_still_written() -> None:
+    """uvicorn's access log (on for an app embedded under uvicorn's defaults) names each
+    request's path: a sign-in link's code and an answer link's token are credentials, and
+    were written as they were; a token in the path made the filter set the record's
+    arguments to None, which uvicorn's formatter unpacks, so the line was lost."""
+    from uvicorn.logging import AccessFormatter
+
+    from interlock.redact import RedactingFilter
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(AccessFormatter('%(client_addr)s - "%(request_line)s" %(status_code)s', use_colors=False))
+    handler.addFilter(RedactingFilter())
+    logger = logging.getLogger("interlock.test-access")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    code, link = f"ilk_{SECRET}-{SECRET}", f"eyJyIjoiMDEifQ.{SECRET}{SECRET}"
+    paths = [
+        f"/api/v1/events/stream?token=il_0123abcd_{SECRET}",
+        f"/signin/link?code={code}&next=/requests/01a2",
+        f"/answer/{link}",
+    ]
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            errors: list[BaseException] = []
+            patch.setattr(handler, "handleError", lambda record: errors.append(sys.exc_info()[1]))  # type: ignore[arg-type]
+            for path in paths:
+                logger.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:50000", "GET", path, "1.1", 200)
+    finally:
+        logger.removeHandler(handler)
+    written = out.getvalue()
+    assert errors == [] and SECRET not in written
+    assert written.splitlines() == [
+        '127.0.0.1:50000 - "GET /api/v1/events/stream?token=*** HTTP/1.1" 200 OK',
+        '127.0.0.1:50000 - "GET /signin/link?code=***&next=/requests/01a2 HTTP/1.1" 200 OK',
+        '127.0.0.1:50000 - "GET /answer/*** HTTP/1.1" 200 OK',
+    ]
+
+
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
