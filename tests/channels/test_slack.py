@@ -166,6 +166,19 @@ async def test_a_confirm_request_is_answered_with_a_button_and_its_message_updat
     assert "*Answered* by alice via slack" in json.dumps(update["blocks"])
 
 
+async def test_a_title_cannot_mention_the_channel_or_disguise_a_link_in_the_notification(
+    base: str, slack: FakeSlack
+) -> None:
+    """A message's `text` (what Slack's notification shows) is mrkdwn, as its blocks are:
+    an agent's title went in as it was, so `<!channel>` pinged everyone in a channel and
+    `<https://evil.example|...>` showed a link under words of the agent's choosing."""
+    title = "<!channel> approve at <https://evil.example|http://inbox.example> & now"
+    await create(base, {"to": "alice", "title": title, "asks": [{"type": "confirm", "prompt": "Ship it?"}]})
+    [message] = await slack.until("chat.postMessage")
+    escaped = "&lt;!channel&gt; approve at &lt;https://evil.example|http://inbox.example&gt; &amp; now"
+    assert message["text"] == escaped
+
+
 async def test_a_forged_or_stale_slack_request_is_refused(base: str, slack: FakeSlack) -> None:
     request = await create(base, {"to": "alice", "asks": [{"type": "confirm", "prompt": "Ship it?"}]})
     [message] = await slack.until("chat.postMessage")

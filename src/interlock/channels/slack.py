@@ -432,7 +432,9 @@ class SlackChannel:
         if not target:
             raise PermanentFailure(f"no Slack user or channel for {d.recipient!r}: set addresses.{self.name}")
         inbox = message.context.request_url(request.id)
-        fallback = request.title or request.asks[0].prompt
+        # The message's text is mrkdwn too (what its notification shows): escaped, so a
+        # title cannot mention the channel (<!channel>) or show a link under other words.
+        fallback = _escape(request.title or request.asks[0].prompt)
         if d.kind == "settled":
             sent = [
                 e.reference
