@@ -1534,13 +1534,13 @@ class Form:
             raise InvalidAnswer(fault, ask_id=self.id)
         try:
             return json.loads(" ".join(words))
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # not JSON; a number too long; nested too deep
             raise InvalidAnswer(f"ask {self.id!r}: give the form as JSON ({exc})", ask_id=self.id) from None
 
     def from_input(self, option_id: str | None, option_ids: Sequence[str] | None, text: str | None) -> Any:
         try:
             return json.loads(_text_input(self, text))
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON; a number too long; nested too deep
             fault = f"question {self.id!r}: give the form as a JSON object in text"
             raise InvalidAnswer(fault, ask_id=self.id) from None
 
@@ -1569,6 +1569,10 @@ class Form:
             return json.loads(line)
         except json.JSONDecodeError as exc:
             raise InvalidAnswer(f"not JSON: {exc.msg}", ask_id=self.id) from None
+        except (ValueError, RecursionError):  # a number too long; nested too deep
+            raise InvalidAnswer(
+                "JSON that cannot be read here (nested too deep, or a number too long)", ask_id=self.id
+            ) from None
 
     def from_decision(self, word: str) -> Any:
         """The schema's defaults (None when it has none), checked."""

@@ -227,3 +227,23 @@ async def test_a_form_schema_with_a_bad_ref_is_refused_at_create(
     refused(response, 422)
     assert "ask 'f'" in response.json()["detail"] and fault in response.json()["detail"]
     assert await snapshot(api) == before
+
+
+@pytest.mark.parametrize(
+    "text", ["[" * 100_000 + "]" * 100_000, "1" * 5000, '{"a": ' + "1" * 5000 + "}"], ids=["deep", "digits", "in"]
+)
+async def test_a_form_answered_in_text_with_json_python_cannot_read_is_refused(
+    api: httpx.AsyncClient, text: str
+) -> None:
+    """A form answered through `inputResponses` (Novo's routes and the answer route) takes its
+    answer as JSON text: nested past Python's recursion limit, or an integer of more digits
+    than Python converts, made json.loads raise RecursionError or ValueError, a 500."""
+    form = {"type": "form", "id": "f", "prompt": "Fill", "schema": {"type": "object"}}
+    created = await api.post("/requests", json={"to": "alice", "asks": [form]})
+    assert created.status_code == 201, created.text
+    request_id = created.json()["id"]
+    before = await snapshot(api)
+    answer = {"inputResponses": [{"requestId": "f", "text": text}]}
+    refused(await api.post(f"/requests/{request_id}/answer", json=answer))
+    refused(await api.post(f"/interactions/{request_id}/resolve", json=answer))
+    assert await snapshot(api) == before
