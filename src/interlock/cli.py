@@ -160,9 +160,18 @@ def _remote(db: str | None) -> bool:
     return db is not None and db.lower().startswith(("http://", "https://"))
 
 
-def _run(db: str | None, work: Callable[[Broker], Awaitable[T]], token: str | None = None) -> T:
+def _run(db: str | None, work: Callable[[Broker], Awaitable[T]], token: str | None = None, by: str | None = None) -> T:
+    """`work` on the broker `db` names. `by`, a `--by` given: a server with auth records
+    whom the token names, so another name is refused there rather than dropped."""
+
     async def main() -> T:
         async with connect(db, **({"token": token} if token and _remote(db) else {})) as broker:
+            if by is not None and isinstance(broker, RemoteBroker):
+                me = await broker.whoami()
+                if me.get("kind") not in (None, "admin") and me.get("name") != by:
+                    raise InvalidRequest(
+                        f"--by {by}: this server records whom your token names ({me.get('name')}), no one else"
+                    )
             return await work(broker)
 
     try:
@@ -404,16 +413,14 @@ def claim(
     """Claim a pending request to one of your teams, so the other members see it is
     yours (or give the claim up with --release). Anyone in the team may still answer."""
 
-    here = _answerer(db, by)
-
     async def work(broker: Broker) -> tuple[Claim | None, str]:
         # Through a server, the claim is the token's principal's.
-        me = str((await broker.whoami())["name"]) if isinstance(broker, RemoteBroker) else str(here)
+        me = str((await broker.whoami())["name"]) if isinstance(broker, RemoteBroker) else by or local_person()
         if release:
             return await broker.unclaim(request_id, by=me), me
         return await broker.claim(request_id, by=me), me
 
-    held, me = _run(db, work, token)
+    held, me = _run(db, work, token, by=by)
     if release:
         if held is None:
             raise _fail(f"you hold no claim on {request_id}", DECLINED)
@@ -520,7 +527,7 @@ def answer(
             return "denied" if _denies(request, value) else "answered"  # an approval's no is a denial
         return await broker.get(request_id)
 
-    settled = _run(db, work, token)
+    settled = _run(db, work, token, by=by)
     if isinstance(settled, Request):
         raise _fail(f"request {request_id} {settled_already(settled)}", DECLINED)
     err.print(f"{settled} {request_id}")
@@ -545,7 +552,7 @@ def reject(
             return None
         return await broker.get(request_id)
 
-    settled = _run(db, work, token)
+    settled = _run(db, work, token, by=by)
     if settled is not None:
         raise _fail(f"request {request_id} {settled_already(settled)}", DECLINED)
     err.print(f"rejected {request_id}")
@@ -553,13 +560,9 @@ def reject(
 
 def _answerer(db: str | None, by: str | None) -> str | None:
     """Who answers from this terminal: through a server, whom the token names (the server
-    records it, and `--by` is refused rather than dropped); on a local store, `--by`, else
-    you ($INTERLOCK_USER, else your login)."""
-    if _remote(db):
-        if by is not None:
-            raise _fail("--by names someone on a local store only: a server records whom your token names")
-        return None
-    return by or local_person()
+    records it; see `_run`'s `by`); on a local store, `--by`, else you ($INTERLOCK_USER,
+    else your login)."""
+    return by if _remote(db) else by or local_person()
 
 
 def _denies(request: Request, value: Any) -> bool:
@@ -655,7 +658,7 @@ def watch(
                 await answer(broker, new)
 
     with contextlib.suppress(EOFError):
-        _run(db, work, token)
+        _run(db, work, token, by=by)
 
 
 def parse_answer(request: Request, values: list[str]) -> Any:
@@ -1348,7 +1351,7 @@ def run_send(
         except RunConflict as exc:
             return exc
 
-    sent = _run(db, work, token)
+    sent = _run(db, work, token, by=by)
     if isinstance(sent, RunConflict):
         raise _fail(f"{sent}; start a new run", CANCELLED)
     out: dict[str, Any] = {"run": sent.run, "outcome": sent.outcome}

@@ -150,7 +150,7 @@ async def test_serve_takes_the_grant_settings_and_the_cli_answers_with_grants_th
 
         assert "--grant 'deploy@repo:web'" in cli("bob", "show", request_id).stderr
         posing = cli("bob", "answer", request_id, "yes", "--by", "alice")  # the server records bob
-        assert posing.returncode == 4 and "--by names someone on a local store only" in posing.stderr, posing.stderr
+        assert posing.returncode == 4 and "whom your token names (bob)" in posing.stderr, posing.stderr
         assert cli("bob", "claim", request_id, "--by", "alice").returncode == 4
         assert cli("bob", "answer", request_id, "yes", "--grant", "deploy@repo:web").returncode == 0
         (line,) = cli("deployer", "grants", "list", "--json").stdout.splitlines()
