@@ -103,7 +103,8 @@ async def test_the_timeline_shows_who_was_notified_through_which_channel_and_eac
     assert delivered.delivered_at is not None and delivered.delivered_at.strftime("%Y-%m-%d %H:%M UTC") in notified
     dead = next(line for line in lines if line.startswith("Could not notify alice via pager (webhook)"))
     assert "no URL for 'alice'" in dead
-    row = r'<tr data-id="dlv_\w+" data-status="(\w+)">\s*<td>request</td>\s*<td>alice</td>\s*<td>(\w+)</td>'
+    when = r"<td><time[^>]*>[^<]*</time></td>"
+    row = rf'<tr data-id="dlv_\w+" data-status="(\w+)">\s*{when}\s*<td>request</td>\s*<td>alice</td>\s*<td>(\w+)</td>'
     rows = dict(re.findall(row, page))
     assert rows == {"delivered": "hook", "dead": "pager"}
     assert re.search(r'href="[^"]*/inbox/deliveries">Dead letters</a>', page)  # the nav links to them
