@@ -203,13 +203,14 @@ async def test_leaving_a_team_ends_the_streams_that_showed_its_requests(
         tg.start_soon(interactions.run, bob, "/api/v1/interactions/stream", {})
         tg.start_soon(web.run, browser, "/inbox/stream", {"after": start})
         tg.start_soon(stays.run, alice, "/api/v1/events/stream", {"after": start})
-        await bot.post("/api/v1/requests", json=to_ops)
+        team = (await bot.post("/api/v1/requests", json=to_ops)).json()["id"]
         for stream in (events, web, stays):
             assert (await stream.next_event()).event == "created"
         direct = await ask_bob(db)
         for stream in (events, web):
             assert (await stream.next_event()).event == "created"
-        assert json.loads((await interactions.next_event()).data)["id"] == direct  # it is open
+        seen = [json.loads((await interactions.next_event()).data)["id"] for _ in range(2)]
+        assert seen == [team, direct]  # it is open, with the team's request as a member's
 
         # Taken out of the team by an admin's CLI, in another process.
         left = await anyio.run_process([*INTERLOCK, "team", "rm", "ops", "bob", "--db", db], check=False)
