@@ -1836,6 +1836,8 @@ class LocalBroker(Broker):
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(poll):
                         await changed.wait()
+                if self._state != "open":
+                    return  # closed while it waited: the store may be closed too
         finally:
             self._followers -= follow
 

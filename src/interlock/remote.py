@@ -111,7 +111,8 @@ class RemoteBroker(Broker):
         self._state: Literal["new", "open", "closed"] = "new"
         self._open_lock = asyncio.Lock()
         self._closed = False  # `close()` without a channel: this broker refuses creates
-        self._waiting: set[asyncio.Task[Any]] = set()  # tasks in `wait`: `aclose` cuts them with `Closed`
+        # Tasks in `wait` (`aclose` cuts them with `Closed`) and tasks following the events.
+        self._waiting: set[asyncio.Task[Any]] = set()
         self._cut: set[asyncio.Task[Any]] = set()
 
     # -- life cycle ----------------------------------------------------------------------
@@ -582,24 +583,40 @@ class RemoteBroker(Broker):
         """The server's event stream after `cursor`, reconnecting (with Last-Event-ID, so
         nothing is missed or repeated) until this broker is closed."""
         backoff = Backoff(0.1, 5.0)
+        me = asyncio.current_task()
+        assert me is not None
         async with self._new_client(timeout=httpx.Timeout(30.0, read=None)) as client:
             while self._state == "open":
+                # While it waits on the server (not while the caller holds an event), `aclose`
+                # cuts it as it cuts a `wait`: the stream then ends, as a local broker's does.
+                self._waiting.add(me)
                 try:
-                    headers = {"Last-Event-ID": str(cursor)}
-                    async with aconnect_sse(client, "GET", "/events/stream", headers=headers) as source:
-                        if not source.response.is_success:
-                            await source.response.aread()
-                            raise _error(source.response, "")
-                        backoff.reset()
-                        async for sse in source.aiter_sse():
-                            if not sse.id or sse.event == "dropped":
-                                continue
-                            event = _event(json.loads(sse.data))
-                            cursor = event.id
-                            yield event
-                except (httpx.HTTPError, ValueError) as exc:
-                    log.debug("event stream from %s dropped (%s); reconnecting", redact_url(self.base_url), exc)
-                await asyncio.sleep(backoff.next())  # back off before reconnecting, at most 5 s
+                    try:
+                        headers = {"Last-Event-ID": str(cursor)}
+                        async with aconnect_sse(client, "GET", "/events/stream", headers=headers) as source:
+                            if not source.response.is_success:
+                                await source.response.aread()
+                                raise _error(source.response, "")
+                            backoff.reset()
+                            async for sse in source.aiter_sse():
+                                if not sse.id or sse.event == "dropped":
+                                    continue
+                                event = _event(json.loads(sse.data))
+                                cursor = event.id
+                                self._waiting.discard(me)
+                                yield event
+                                self._waiting.add(me)
+                    except (httpx.HTTPError, ValueError) as exc:
+                        log.debug("event stream from %s dropped (%s); reconnecting", redact_url(self.base_url), exc)
+                    await asyncio.sleep(backoff.next())  # back off before reconnecting, at most 5 s
+                except asyncio.CancelledError:
+                    if me not in self._cut:
+                        raise
+                    self._cut.discard(me)
+                    me.uncancel()
+                    return
+                finally:
+                    self._waiting.discard(me)
 
     async def find_events(
         self,

@@ -495,6 +495,29 @@ async def test_leaving_async_with_only_disconnects(connect: Callable[..., Broker
             assert await again.resolve(request.id, "Ada")
 
 
+async def test_leaving_async_with_ends_a_follow_of_the_event_log(connect: Callable[..., Broker]) -> None:
+    broker = connect()
+    await broker.open()
+    received: list[str] = []
+    heard = asyncio.Event()
+    after = await broker.last_event_id()
+
+    async def follow() -> None:
+        async for event in broker.events(after=after, follow=True):
+            received.append(event.type)
+            heard.set()
+
+    follower = asyncio.create_task(follow())
+    await broker.create(Text("Name?"))
+    with anyio.fail_after(BOUND):
+        await heard.wait()
+    await asyncio.sleep(0.1)  # the follower is waiting for the next event again
+    await broker.aclose()
+    with anyio.fail_after(BOUND):
+        await follower  # ends, as the docstring says: neither hanging nor raising
+    assert received == ["created"]
+
+
 # -- idempotency ---------------------------------------------------------------------------
 
 
