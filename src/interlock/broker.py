@@ -95,6 +95,7 @@ from .store import (
     ImmediateRequests,
     ListFilters,
     OutboxStore,
+    PendingFilters,
     Query,
     RunClaim,
     RunQuery,
@@ -438,7 +439,7 @@ class Broker(ABC):
         self._detached.add(request.id)
         return request
 
-    async def ask(self, asks: Ask | Sequence[Ask], **fields: Any) -> Any:
+    async def ask(self, asks: Ask | Sequence[Ask], **fields: Unpack[CreateFields]) -> Any:
         """Create a request (taking `create`'s fields), wait for it and return the answer:
         the bare value for one ask, else a dict by ask id. Other outcomes raise, as `wait`
         does; `timeout=` bounds the wait through the request's expiry."""
@@ -448,7 +449,7 @@ class Broker(ABC):
             return response.answers.get(request.asks[0].id)
         return dict(response.answers)
 
-    async def pending(self, **filters: Any) -> dict[str, Request]:
+    async def pending(self, **filters: Unpack[PendingFilters]) -> dict[str, Request]:
         """A snapshot of the pending requests (matching `list`'s filters), by id, oldest first."""
         out: dict[str, Request] = {}
         after: str | None = None

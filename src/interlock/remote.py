@@ -31,7 +31,7 @@ from httpx_sse import aconnect_sse
 from ._backoff import Backoff
 from .approval_policies import ApprovalPolicy, policy_from_wire, policy_to_dict
 from .approvals import is_marked
-from .broker import DEFAULT_LEASE, MAX_EVENT_ID, Broker, GrantPage, Page, RunPage, _outcome, _seconds
+from .broker import DEFAULT_LEASE, MAX_EVENT_ID, Broker, CreateFields, GrantPage, Page, RunPage, _outcome, _seconds
 from .dashboard import DASHBOARD_WINDOW, Dashboard, dashboard_from_dict
 from .errors import Closed, InvalidAnswer, InvalidRequest, NotFound, RunConflict
 from .followups import Followup, Sent, followup_from_dict
@@ -236,7 +236,7 @@ class RemoteBroker(Broker):
             self._start_hooks(stored)
         return stored, created
 
-    async def ask(self, asks: Ask | Sequence[Ask], **fields: Any) -> Any:
+    async def ask(self, asks: Ask | Sequence[Ask], **fields: Unpack[CreateFields]) -> Any:
         """Create a request and wait for its answer, in one call while it settles within
         a long poll (input hooks, which run beside the wait, make it two)."""
         if self._hooks:

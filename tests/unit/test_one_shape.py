@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime
-from typing import get_type_hints
+from typing import Unpack, get_type_hints
 
 import pytest
 
 import interlock
 from interlock import Ask, Choice, Confirm, Form, InvalidAnswer, MultiChoice, Option, Origin, Text, ToolCall
+from interlock.broker import Broker
 from interlock.mcp.jobs import ASK_TYPES, ask_view
 from interlock.mcp.server import AskIn, GrantRef, OptionIn
 from interlock.model import Grant, ask_from_dict
-from interlock.remote import _query_params
+from interlock.remote import RemoteBroker, _query_params
 from interlock.server.schemas import (
     ChoiceAsk,
     ConfirmAsk,
@@ -24,7 +25,7 @@ from interlock.server.schemas import (
     TextAsk,
     list_filters,
 )
-from interlock.store import ListFilters, Query
+from interlock.store import ListFilters, PendingFilters, Query
 
 pytestmark = pytest.mark.anyio
 
@@ -169,6 +170,17 @@ def test_the_list_filters_a_type_checker_reads_are_exactly_the_fields_of_query()
     assert list(get_type_hints(ListFilters)) == [f.name for f in dataclasses.fields(Query) if f.init]
     for f in dataclasses.fields(Query):
         assert not f.init or f.name in (ListFilters.__doc__ or ""), f"{f.name} is not described"
+
+
+def test_ask_takes_exactly_creates_fields_and_pending_lists_filters_for_a_type_checker() -> None:
+    # A keyword typed `Any` let a type checker pass `ask(..., timout=5)` or `pending(to=...)`,
+    # which fail only when run.
+    fields = get_type_hints(Broker.create, include_extras=True)["fields"]
+    for ask in (Broker.ask, RemoteBroker.ask):
+        assert get_type_hints(ask, include_extras=True)["fields"] == fields
+    assert get_type_hints(Broker.pending, include_extras=True)["filters"] == Unpack[PendingFilters]
+    page = {"status", "settled", "after", "limit", "order"}  # what `pending` sets itself
+    assert list(get_type_hints(PendingFilters)) == [name for name in get_type_hints(ListFilters) if name not in page]
 
 
 def test_the_apis_list_parameters_are_the_filters_of_query_by_their_wire_names() -> None:

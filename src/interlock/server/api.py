@@ -554,11 +554,11 @@ async def close_channel(body: CloseBody, caller: Caller, broker: TheBroker) -> l
     the pending requests (all of them for an admin, else yours) and refuse nothing."""
     requester = None if caller.kind == "admin" else caller.name
     if body.channel is not None:
-        before = await broker.pending(channel=body.channel, **({"requester": requester} if requester else {}))
+        before = await broker.pending(channel=body.channel, requester=requester)
         await broker.close(body.channel, requester=requester)
         return [request_to_dict(r) for i in before if (r := await broker.get(i)).status is not Status.PENDING]
     withdrawn = []
-    for request_id in await broker.pending(**({"requester": requester} if requester else {})):
+    for request_id in await broker.pending(requester=requester):
         if await broker.cancel(request_id, "the channel was closed", by=requester, cause="closed", via="api"):
             withdrawn.append(request_to_dict(await broker.get(request_id)))
     return withdrawn

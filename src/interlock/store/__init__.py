@@ -47,6 +47,7 @@ __all__ = [
     "MAX_LIST_LIMIT",
     "MAX_SEARCH_LENGTH",
     "OutboxStore",
+    "PendingFilters",
     "PolicyStore",
     "PrincipalStore",
     "Query",
@@ -187,6 +188,27 @@ ListFilters.__doc__ = (
         if spec.init
     )
     + "."
+)
+
+
+class PendingFilters(TypedDict, total=False):
+    # `ListFilters` but the status and the page, which `Broker.pending` sets itself.
+    kind: str | None
+    recipient: str | None
+    teams: Sequence[str]
+    requester: str | None
+    session: str | None
+    channel: str | None
+    agent: str | None
+    run: str | None
+    text: str | None
+    since: datetime | None
+    until: datetime | None
+
+
+PendingFilters.__doc__ = (
+    "The keyword arguments of `Broker.pending`: those of `Broker.list` (`ListFilters`) but "
+    "`status`, `settled` and the page (`after`, `limit`, `order`)."
 )
 
 
