@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, get_args, get_origin, get_type_hints
 
 import anyio
 import pytest
@@ -472,6 +473,14 @@ async def test_requires_approval_puts_the_gate_in_front_of_a_plain_function(brok
     assert caught.value.reason == "50 is too many"
     assert ran == [("api", 3)]
     assert scale.__name__ == "scale"
+
+
+def test_requires_approval_is_typed_as_giving_a_coroutine_function() -> None:
+    # `asyncio.create_task(scale(...))` and `asyncio.run(scale(...))`, as above, take a
+    # coroutine: typed as returning a bare Awaitable, a type checker refused both.
+    decorator = get_type_hints(requires_approval)["return"]
+    (_, decorated) = get_args(decorator)
+    assert get_origin(get_args(decorated)[-1]) is Coroutine
 
 
 async def test_requires_approval_runs_the_edited_arguments(broker: Broker, inbox: Inbox) -> None:

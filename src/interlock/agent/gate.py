@@ -16,7 +16,7 @@ import inspect
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Literal, ParamSpec, TypeAlias, TypeVar, cast
 
@@ -669,7 +669,7 @@ def requires_approval(
     agent: str | None = None,
     to: str | None = None,
     run: str | None = None,
-) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Coroutine[Any, Any, R]]]:
     """Put `gate` in front of a plain async function: each call is approved before it runs.
 
     The function's bound arguments (defaults applied) are what the approver reviews, and
@@ -689,7 +689,7 @@ def requires_approval(
     if schema is not None:
         make_validator(name or "requires_approval", schema)
 
-    def decorate(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    def decorate(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
         signature = inspect.signature(fn)
         for param in signature.parameters.values():
             if param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL):
