@@ -111,7 +111,7 @@ class RemoteBroker(Broker):
         self._state: Literal["new", "open", "closed"] = "new"
         self._open_lock = asyncio.Lock()
         self._closed = False  # `close()` without a channel: this broker refuses creates
-        # Tasks in `wait` (`aclose` cuts them with `Closed`) and tasks following the events.
+        # Tasks in `wait` or `claim_run` (`aclose` cuts them with `Closed`), or following events.
         self._waiting: set[asyncio.Task[Any]] = set()
         self._cut: set[asyncio.Task[Any]] = set()
 
@@ -179,6 +179,8 @@ class RemoteBroker(Broker):
         try:
             return await client.request(method, path, json=json, params=params, **extra)
         except httpx.TransportError as exc:
+            if self._state == "closed":  # `aclose` closed the client under this call
+                raise Closed(None, "the broker was disconnected") from None
             raise ConnectionError(f"cannot reach the interlock server at {redact_url(self.base_url)}: {exc}") from exc
 
     async def _call(
@@ -689,7 +691,19 @@ class RemoteBroker(Broker):
         lease = _seconds(lease, "lease")
         body = {"agents": None if agents is None else list(agents), "worker": worker, "lease": lease}
         wait = min(max(float(wait), 0.0), LONG_POLL)
-        response = await self._send("POST", "/runs/claim", json=body, params={"wait": wait}, timeout=wait)
+        me = asyncio.current_task()
+        assert me is not None
+        self._waiting.add(me)  # a long poll: `aclose` cuts it, as it cuts a `wait`
+        try:
+            response = await self._send("POST", "/runs/claim", json=body, params={"wait": wait}, timeout=wait)
+        except asyncio.CancelledError:
+            if me not in self._cut:
+                raise
+            self._cut.discard(me)
+            me.uncancel()
+            raise Closed(None, "the broker was disconnected") from None
+        finally:
+            self._waiting.discard(me)
         if response.status_code == 204:
             return None
         if not response.is_success:

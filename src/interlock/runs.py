@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .broker import DEFAULT_LEASE, Broker
-from .errors import InvalidRequest, RunConflict
+from .errors import Closed, InvalidRequest, RunConflict
 from .model import Request, Run, RunStatus
 
 __all__ = ["Park", "ResumeHandler", "Worker"]
@@ -117,8 +117,9 @@ class Worker:
         return count
 
     async def run(self, *, stop: asyncio.Event | None = None) -> None:
-        """Resume runs as they become ready, until `stop` is set (or the task is cancelled).
-        A run being resumed when it stops is left to its lease, and so to another worker."""
+        """Resume runs as they become ready, until `stop` is set, the broker is closed (or
+        the task is cancelled). A run being resumed when it stops is left to its lease, and
+        so to another worker."""
         stop = stop or asyncio.Event()
         async with asyncio.TaskGroup() as group:
             for _ in range(self.concurrency):
@@ -145,6 +146,8 @@ class Worker:
                 return
             try:
                 run = claiming.result()
+            except Closed:
+                return  # its broker was closed: there is nothing more to claim through it
             except (ConnectionError, OSError) as exc:
                 log.warning("worker %s could not claim a run (%s); trying again", self.name, exc)
                 await asyncio.sleep(1.0)

@@ -99,6 +99,22 @@ async def test_a_result_that_is_not_json_fails_the_run_instead_of_looping(broker
     assert failed is not None and failed.status is RunStatus.FAILED and "InvalidRequest" in (failed.error or "")
 
 
+async def test_a_serving_worker_stops_when_its_broker_is_closed(
+    connect: Callable[..., Broker], caplog: pytest.LogCaptureFixture
+) -> None:
+    async def resume(run: Run, requests: Mapping[str, Request]) -> Any:
+        return "ok"
+
+    broker = connect()
+    await broker.open()
+    serving = asyncio.create_task(Worker(broker, {"deployer": resume}, concurrency=2).run())
+    await asyncio.sleep(0.2)  # each of its loops waits to claim a run
+    await broker.aclose()
+    with anyio.fail_after(BOUND):
+        await serving  # ends: neither an ExceptionGroup of `Closed` nor a retry
+    assert "could not claim" not in caplog.text  # the server was never out of reach
+
+
 async def test_workers_serving_together_resume_each_run_exactly_once(
     broker: Broker, connect: Callable[..., Broker], backend: str
 ) -> None:
