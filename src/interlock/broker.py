@@ -24,7 +24,7 @@ import math
 import os
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -676,8 +676,9 @@ class Broker(ABC):
         everyone's for an admin."""
 
     @abstractmethod
-    def events(self, after: int | None = None, *, follow: bool = False) -> AsyncIterator[Event]:
-        """The event log after event id `after`, oldest first; with `follow`, keep going."""
+    def events(self, after: int | None = None, *, follow: bool = False) -> AsyncGenerator[Event, None]:
+        """The event log after event id `after`, oldest first; with `follow`, keep going.
+        An async generator: `contextlib.aclosing` closes one left before its end at once."""
 
     @abstractmethod
     async def find_events(
@@ -1813,7 +1814,7 @@ class LocalBroker(Broker):
         named = set(teams)
         return layout(await self.store.figures(pending, settled, now, named), teams=named, window=window)
 
-    async def events(self, after: int | None = None, *, follow: bool = False) -> AsyncIterator[Event]:
+    async def events(self, after: int | None = None, *, follow: bool = False) -> AsyncGenerator[Event, None]:
         """The event log after event id `after`, oldest first. With `follow`, keep going
         with new events as they are appended, until the broker is closed."""
         if self._state != "open":

@@ -19,7 +19,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Unpack
@@ -564,7 +564,7 @@ class RemoteBroker(Broker):
             params["recipient"] = recipient
         return dashboard_from_dict(await self._call("GET", "/dashboard", params=params))
 
-    async def events(self, after: int | None = None, *, follow: bool = False) -> AsyncIterator[Event]:
+    async def events(self, after: int | None = None, *, follow: bool = False) -> AsyncGenerator[Event, None]:
         cursor = after or 0
         if not 0 <= cursor <= MAX_EVENT_ID:
             raise InvalidRequest(f"after must be an event id between 0 and {MAX_EVENT_ID}")
@@ -581,7 +581,7 @@ class RemoteBroker(Broker):
         async for event in self._follow(cursor):
             yield event
 
-    async def _follow(self, cursor: int) -> AsyncIterator[Event]:
+    async def _follow(self, cursor: int) -> AsyncGenerator[Event, None]:
         """The server's event stream after `cursor`, reconnecting (with Last-Event-ID, so
         nothing is missed or repeated) until this broker is closed."""
         backoff = Backoff(0.1, 5.0)
