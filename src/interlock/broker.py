@@ -100,6 +100,7 @@ from .store import (
     RunClaim,
     RunQuery,
     Store,
+    UnknownOption,
 )
 
 __all__ = [
@@ -2919,7 +2920,10 @@ def connect(url: str | None = None, **options: Any) -> Broker:
         scheme = urlsplit(url).scheme
         raise ValueError(f"token= is for a server (http:// or https://): {scheme}:// opens its store itself")
     broker_options = {k: options.pop(k) for k in _BROKER_OPTIONS if k in options}
-    store = factory(url, **options)
+    try:
+        store = factory(url, **options)
+    except UnknownOption as exc:
+        raise UnknownOption(f"{exc}; or the broker's: {', '.join(sorted(_BROKER_OPTIONS))}") from None
     if isinstance(store, Broker):
         raise TypeError(f"the factory of {urlsplit(url).scheme}:// made a broker: register it with makes_broker=True")
     return LocalBroker(store, **broker_options)

@@ -63,7 +63,7 @@ from .model import (
 from .outbox import Delivery, DeliveryState, delivery_from_dict
 from .redact import redact_url
 from .store import ListFilters, Query
-from .store._url import url_options
+from .store._url import UnknownOption, url_options
 from .wire import error_from_problem
 
 __all__ = ["RemoteBroker", "from_url"]
@@ -81,7 +81,10 @@ def from_url(url: str, **options: Any) -> RemoteBroker:
     """`http(s)://host:port`; `token=` (or `INTERLOCK_TOKEN`) authenticates. The broker's
     own options (`limits`, `max_prompt_length`, `hook_timeout`, `transport`) pass through."""
     broker_options = {k: options.pop(k) for k in _BROKER_OPTIONS if k in options}
-    ours, _ = url_options(url, _OPTIONS, options)
+    try:
+        ours, _ = url_options(url, _OPTIONS, options)
+    except UnknownOption as exc:
+        raise UnknownOption(f"{exc}; or the broker's: {', '.join(sorted(_BROKER_OPTIONS))}") from None
     token = ours.pop("token", None) or os.environ.get("INTERLOCK_TOKEN")
     return RemoteBroker(url.split("?", 1)[0], token=token, **broker_options)
 

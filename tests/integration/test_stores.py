@@ -258,6 +258,17 @@ def test_each_store_reads_its_own_options_from_its_url() -> None:
     assert (store.poll_interval, store.synchronous, store._cache.max_bytes) == (0.25, "FULL", 1024)
 
 
+@pytest.mark.parametrize(
+    ("url", "broker_option"),
+    [("memory://", "pause_timeout"), ("sqlite:///x.db", "default_expiry"), ("http://127.0.0.1:1", "hook_timeout")],
+)
+def test_a_misspelt_option_is_told_the_brokers_options_too(url: str, broker_option: str) -> None:
+    # `pause_timout=` had been answered "use event_retention, retention" (the memory
+    # store's alone), as if `pause_timeout` were no option.
+    with pytest.raises(ValueError, match=rf"unknown store option\(s\) pause_timout: .*{broker_option}"):
+        interlock.connect(url, pause_timout=3)
+
+
 async def test_a_registered_scheme_opens_with_its_own_factory() -> None:
     seen: list[tuple[str, dict[str, object]]] = []
 

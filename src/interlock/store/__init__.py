@@ -35,6 +35,7 @@ from ..followups import Followup
 from ..model import Claim, Event, IssuedGrant, Kind, Request, Response, Run, RunStatus, Status
 from ..outbox import Delivery, DeliveryState, LinkUse, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, TokenInfo, WebSession
+from ._url import UnknownOption
 
 __all__ = [
     "DeliveryPort",
@@ -56,6 +57,7 @@ __all__ = [
     "RunQuery",
     "RunStore",
     "Store",
+    "UnknownOption",
     "search_texts",
     "search_words",
     "text_words",

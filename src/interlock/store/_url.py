@@ -6,7 +6,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-__all__ = ["url_options"]
+__all__ = ["UnknownOption", "url_options"]
+
+
+class UnknownOption(ValueError):
+    """An option the store of the URL's scheme does not take (`connect` adds the broker's)."""
 
 
 def url_options(
@@ -25,7 +29,7 @@ def url_options(
         convert = types.get(name)
         if convert is None:
             if not rest:
-                raise ValueError(f"unknown store option {name!r}: use {', '.join(sorted(types)) or 'none'}")
+                raise UnknownOption(f"unknown store option {name!r}: use {', '.join(sorted(types)) or 'none'}")
             others.append((name, value))
             continue
         try:
@@ -35,6 +39,6 @@ def url_options(
             raise ValueError(f"the store option {name}={value!r} is not {kind}") from None
     unknown = sorted(set(given) - set(types))
     if unknown:
-        raise ValueError(f"unknown store option(s) {', '.join(unknown)}: use {', '.join(sorted(types)) or 'none'}")
+        raise UnknownOption(f"unknown store option(s) {', '.join(unknown)}: use {', '.join(sorted(types)) or 'none'}")
     ours.update({name: value for name, value in given.items() if value is not None})
     return ours, others
