@@ -1321,6 +1321,8 @@ class LocalBroker(Broker):
         cancelling it, or its run, withdraws it."""
         check_text(reason, "reason", self.limits.max_reason_length)
         check_text(by, "by", self.limits.max_name_length)
+        if cause not in _CANCEL_CAUSES:  # as the API refuses it
+            raise InvalidRequest(f"cause must be one of {', '.join(_CANCEL_CAUSES)}, not {cause!r}")
         response = Response(datetime.now(UTC), by=by, via=via, reason=reason, cause=cause)
         # A waiting call that was cut withdraws its request, unless the request outlives its
         # waiter (detached, idempotent, a run's), whichever process waited.
@@ -2826,6 +2828,9 @@ _SCHEMES: dict[str, tuple[str | StoreFactory, bool]] = {
 }
 """URL scheme -> its factory (or "module:name" of one, imported only when used, so a
 driver is imported only by a URL that needs it), and whether it makes a broker."""
+
+_CANCEL_CAUSES = ("cancelled", "released", "withdrawn", "closed")
+"""The causes a cancel records (`released`: `release`'s), as the API's cancel takes them."""
 
 _BROKER_OPTIONS = (
     "max_prompt_length",

@@ -353,6 +353,16 @@ async def test_cancel_gives_waiters_cancelled_not_rejected(broker: Broker) -> No
     assert caught.value.reason == "not needed"
 
 
+async def test_cancel_refuses_a_cause_it_does_not_know_on_every_store(broker: Broker) -> None:
+    # The API refused it (422); a local store kept it as the response's `cause`.
+    request = await broker.create(Text("Name?"))
+    with pytest.raises(InvalidRequest, match="cause"):
+        await broker.cancel(request.id, cause="weird")  # type: ignore[arg-type]
+    assert (await broker.get(request.id)).status is Status.PENDING
+    assert await broker.cancel(request.id, cause="closed")
+    assert (await broker.get(request.id)).response.cause == "closed"  # type: ignore[union-attr]
+
+
 async def test_release_withdraws_a_detached_request_so_a_stray_waiter_unblocks(broker: Broker) -> None:
     request = await broker.create_detached(Text("Name?"))
     stray = asyncio.create_task(broker.wait(request.id))
