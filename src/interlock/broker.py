@@ -200,6 +200,16 @@ def _seconds(value: float | timedelta, name: str) -> float:
     return float(seconds)
 
 
+def _wait_seconds(timeout: float | None) -> float | None:
+    """A waiter's own `timeout`, at least 0 (one already past expires the request at
+    once); one that is no number, NaN included, is refused before it expires anything."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or math.isnan(timeout):
+        raise InvalidRequest("timeout must be a number of seconds")
+    return max(float(timeout), 0.0)
+
+
 @dataclass(frozen=True, slots=True)
 class GrantPage:
     """One page of `Broker.list_grants`, newest first. Pass `next_cursor` as `after` for the next."""
@@ -1120,6 +1130,7 @@ class LocalBroker(Broker):
             await self.open()
         fut: asyncio.Future[Request] = asyncio.get_running_loop().create_future()
         request_id = _check_id(request_id)
+        wait_seconds = _wait_seconds(timeout)
         self._add_waiter(request_id, fut)  # before reading, so a settlement seen meanwhile is not missed
         try:
             # A cached pending copy is enough: a settlement this process has not seen yet
@@ -1129,7 +1140,7 @@ class LocalBroker(Broker):
             if request is None:
                 raise NotFound(request_id)
             if request.status is Status.PENDING:
-                delay = None if timeout is None else max(float(timeout), 0.0)
+                delay = wait_seconds
                 if request.expires_at is not None:
                     until_due = (request.expires_at - datetime.now(UTC)).total_seconds()
                     delay = until_due if delay is None else min(delay, until_due)

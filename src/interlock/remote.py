@@ -31,7 +31,18 @@ from httpx_sse import aconnect_sse
 from ._backoff import Backoff
 from .approval_policies import ApprovalPolicy, policy_from_wire, policy_to_dict
 from .approvals import is_marked
-from .broker import DEFAULT_LEASE, MAX_EVENT_ID, Broker, CreateFields, GrantPage, Page, RunPage, _outcome, _seconds
+from .broker import (
+    DEFAULT_LEASE,
+    MAX_EVENT_ID,
+    Broker,
+    CreateFields,
+    GrantPage,
+    Page,
+    RunPage,
+    _outcome,
+    _seconds,
+    _wait_seconds,
+)
 from .dashboard import DASHBOARD_WINDOW, Dashboard, dashboard_from_dict
 from .errors import Closed, InvalidAnswer, InvalidRequest, NotFound, RunConflict
 from .followups import Followup, Sent, followup_from_dict
@@ -267,7 +278,8 @@ class RemoteBroker(Broker):
 
     async def wait(self, request_id: str, timeout: float | None = None) -> Response:
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + max(float(timeout), 0.0)
+        seconds = _wait_seconds(timeout)
+        deadline = None if seconds is None else loop.time() + seconds
         me = asyncio.current_task()
         assert me is not None
         self._waiting.add(me)

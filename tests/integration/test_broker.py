@@ -363,6 +363,17 @@ async def test_cancel_refuses_a_cause_it_does_not_know_on_every_store(broker: Br
     assert (await broker.get(request.id)).response.cause == "closed"  # type: ignore[union-attr]
 
 
+async def test_a_wait_timeout_that_is_no_number_is_refused_before_it_expires_anything(broker: Broker) -> None:
+    # `create` refused such a timeout; `wait` took NaN as already past and expired the request.
+    request = await broker.create(Text("Name?"))
+    for timeout in (float("nan"), "5"):
+        with pytest.raises(InvalidRequest, match="timeout"):
+            await broker.wait(request.id, timeout=timeout)  # type: ignore[arg-type]
+    assert (await broker.get(request.id)).status is Status.PENDING
+    with anyio.fail_after(BOUND), pytest.raises(Expired):
+        await broker.wait(request.id, timeout=-1)  # already past: it expires, as before
+
+
 async def test_release_withdraws_a_detached_request_so_a_stray_waiter_unblocks(broker: Broker) -> None:
     request = await broker.create_detached(Text("Name?"))
     stray = asyncio.create_task(broker.wait(request.id))
