@@ -46,7 +46,7 @@ def routing_doc(url: str) -> dict[str, Any]:
         "retry_cap": 0.1,
         "max_attempts": 2,
         "channels": {"hook": {"type": "webhook", "url": url, "secret": SECRET}},
-        "recipients": {"alice": {"channels": ["hook"]}},
+        "recipients": {"alice": {"channels": ["hook"], "addresses": {"hook": f"{url}?for=alice"}}},
     }
 
 
@@ -148,6 +148,20 @@ async def test_an_answer_through_the_signed_inbound_webhook_is_recorded_via_webh
         assert again.status_code == 409
 
 
+async def test_where_a_delivery_went_is_shown_to_its_recipient_only(world: World) -> None:
+    # An email address, a Slack id or a webhook URL with a secret of its own: not the asking
+    # agent's or a teammate's to read.
+    request = await create(world)
+    await world.hook.until(1)
+    path = f"/requests/{request['id']}/deliveries"
+    async with world.client("alice") as alice, world.client("bot") as bot:
+        (mine,) = await deliveries_until(alice, path, "delivered")
+        assert mine["address"] == f"{world.hook.url}?for=alice"
+        (asked,) = (await bot.get(path)).json()["items"]
+        assert asked["address"] is None and asked["status"] == "delivered"
+        assert (await bot.get(f"/deliveries/{asked['id']}")).json()["address"] is None
+
+
 async def test_a_dead_letter_is_seen_and_retried_by_its_recipient_only(world: World) -> None:
     world.hook.statuses = [500, 500]
     request = await create(world)
@@ -188,7 +202,7 @@ async def test_without_auth_the_routing_is_shown_masked_and_checked_before_it_is
             assert shown["channels"]["hook"]["secret"] == "***" and shown["channels"]["hook"]["url"] == hook.url
             bad = await local.put("/routing", json={**doc, "recipients": {"alice": {"channels": ["sms"]}}})
             assert bad.status_code == 422 and "no channel named 'sms'" in bad.json()["detail"]
-            assert (await local.get("/routing")).json()["recipients"] == {"alice": {"channels": ["hook"]}}
+            assert (await local.get("/routing")).json()["recipients"] == doc["recipients"]
             changed = await local.put("/routing", json={**doc, "recipients": {"bob": {"channels": ["hook"]}}})
             assert changed.status_code == 200
             response = await local.post("/requests", json={**APPROVAL, "to": "bob"})
@@ -235,7 +249,7 @@ async def test_a_routing_file_seeds_the_store_and_wins_only_when_it_changed(
     with serve(db, auth=False, routing=routing_from_dict(changed)) as base:  # an edited file wins
         async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
             shown = (await local.get("/routing")).json()
-            assert (shown["recipients"], shown["max_attempts"]) == ({"alice": {"channels": ["hook"]}}, 3)
+            assert (shown["recipients"], shown["max_attempts"]) == (doc["recipients"], 3)
 
 
 async def test_the_routing_s_teams_of_people_here_are_kept_as_teams(

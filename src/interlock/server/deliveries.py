@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Query
 from fastapi.responses import JSONResponse
 from prometheus_client import Counter
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ..channels import Channel, ChannelContext, ChannelError, open_channels
 from ..channels.delivery import DeliveryLoop
@@ -52,7 +52,10 @@ class DeliveryModel(BaseModel):
     event: str
     recipient: str
     channel: str
-    address: str | None
+    address: str | None = Field(
+        description="where it went (an email address, a Slack id, a webhook URL): shown to its recipient and "
+        "an admin only, null to anyone else"
+    )
     status: Literal["pending", "delivered", "dead", "skipped"]
     attempts: int
     due_at: str
@@ -128,6 +131,16 @@ async def keep_teams(state: AppState, routing: Routing) -> None:
             log.warning("the routing's team %r is not kept as a team here: %s", team, exc)
 
 
+def shown_to(caller: Principal, delivery: Delivery) -> dict[str, Any]:
+    """A delivery as `caller` may read it: where it went (a person's email address, Slack
+    id, or a webhook URL that may carry its own secret) is its recipient's and an admin's
+    to see, not the asking agent's or a teammate's."""
+    out = delivery_to_dict(delivery)
+    if caller.kind != "admin" and caller.name != delivery.recipient:
+        out["address"] = None
+    return out
+
+
 def _admin(caller: Principal, what: str) -> None:
     if caller.kind != "admin":
         raise ApiError("forbidden", f"only an admin may {what}")
@@ -152,7 +165,7 @@ async def request_deliveries(request_id: str, caller: Caller, broker: TheBroker)
     if not can_read(caller, request):
         raise ApiError("forbidden", "this request is neither to you nor from you")
     found = await broker.list_deliveries(request_id=request_id, limit=1000)
-    return JSONResponse({"items": [delivery_to_dict(d) for d in found]})
+    return JSONResponse({"items": [shown_to(caller, d) for d in found]})
 
 
 @router.get("/deliveries", response_model=DeliveryPage, responses=problems(422), tags=["deliveries"])
@@ -168,7 +181,7 @@ async def list_deliveries(
     mine = None if caller.kind == "admin" else caller.name
     found = await broker.list_deliveries(status=status, recipient=mine, after=after, limit=limit)
     next_cursor = found[-1].id if len(found) == limit else None
-    return JSONResponse({"items": [delivery_to_dict(d) for d in found], "next": next_cursor})
+    return JSONResponse({"items": [shown_to(caller, d) for d in found], "next": next_cursor})
 
 
 @router.get("/deliveries/{delivery_id}", response_model=DeliveryModel, responses=problems(404), tags=["deliveries"])
@@ -177,7 +190,7 @@ async def get_delivery(delivery_id: str, caller: Caller, broker: TheBroker) -> J
     known = await broker.get_delivery(delivery_id)
     if not await may_see_delivery(broker, caller, known):
         raise ApiError("forbidden", "this delivery is neither to you nor about a request of yours")
-    return JSONResponse(delivery_to_dict(known))
+    return JSONResponse(shown_to(caller, known))
 
 
 @router.post(
@@ -192,7 +205,7 @@ async def retry_delivery(delivery_id: str, caller: Caller, broker: TheBroker, st
     again = await broker.retry_delivery(delivery_id)  # AlreadySettled (409) for one that is no dead letter
     if state.delivery is not None:
         state.delivery.wake()
-    return JSONResponse(delivery_to_dict(again))
+    return JSONResponse(shown_to(caller, again))
 
 
 @router.get("/routing", response_model=dict[str, Any], responses=problems(404), tags=["deliveries"])
