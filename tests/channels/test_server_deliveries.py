@@ -136,6 +136,9 @@ async def test_an_answer_through_the_signed_inbound_webhook_is_recorded_via_webh
         raw, headers = signed({**body, "answer": "perhaps"})
         refused = await anyone.post("/inbound/hook", content=raw, headers=headers)
         assert refused.status_code == 422 and refused.json()["code"] == "invalid_answer"
+        deep = b"[" * 100_000 + b"]" * 100_000  # deeper than Python reads: refused, not a 500
+        unread = await anyone.post("/inbound/hook", content=deep, headers=signed_headers(SECRET, deep))
+        assert unread.status_code == 400 and unread.json()["detail"] == "the body is not valid JSON"
         raw, headers = signed(body)
         assert (await anyone.post("/inbound/nope", content=raw, headers=headers)).status_code == 404
         assert (await alice.get(f"/requests/{request['id']}")).json()["status"] == "pending"

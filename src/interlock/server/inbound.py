@@ -127,7 +127,7 @@ async def inbound(channel: str, request: Request, state: State, broker: TheBroke
 def _object(body: bytes) -> dict[str, Any]:
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON; nested deeper than Python reads
         raise ApiError("invalid_request", "the body is not valid JSON", status=UNREADABLE) from None
     if not isinstance(doc, dict):
         raise ApiError("invalid_request", "the body must be a JSON object")
@@ -306,7 +306,7 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
     try:
         payload = json.loads(parse_qs(body.decode())["payload"][0])
         kind, user_id = payload["type"], payload["user"]["id"]
-    except (KeyError, IndexError, ValueError, TypeError, UnicodeDecodeError):
+    except (KeyError, IndexError, ValueError, TypeError, UnicodeDecodeError, RecursionError):
         raise ApiError("invalid_request", "not a Slack interaction payload", status=UNREADABLE) from None
 
     async def tell(text: str) -> None:
@@ -362,7 +362,7 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
     try:
         chosen = json.loads(str(raw))
         target = await broker.get(chosen["r"])
-    except (ValueError, TypeError, KeyError, NotFound):
+    except (ValueError, TypeError, KeyError, RecursionError, NotFound):
         await tell("This button no longer works.")
         return Response(status_code=200)
     by = await _slack_answerer(state, broker, channel, user_id, target)
