@@ -1174,7 +1174,12 @@ class LocalBroker(Broker):
             raise
 
     async def _waiter_cancelled(self, request: Request) -> None:
-        """A waiting call was cancelled: withdraw its request, unless someone else owns it."""
+        """A waiting call was cancelled: withdraw its request, unless someone else owns it or
+        another call here still waits on it (its own future is cancelled by now)."""
+        present = self._waiters.get(request.id)
+        waiting = present if isinstance(present, list) else () if present is None else (present,)
+        if any(not f.done() for f in waiting):
+            return
         if self._state == "open" and not request.outlives_its_waiter:
             # Shielded: a cancel scope that cancels again must not cut the withdrawal short.
             withdrawal = self._spawn(self._withdraw(request, "withdrawn", "the waiting call was cancelled"))

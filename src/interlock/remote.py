@@ -127,6 +127,7 @@ class RemoteBroker(Broker):
         self._closed = False  # `close()` without a channel: this broker refuses creates
         # Tasks in `wait` or `claim_run` (`aclose` cuts them with `Closed`), or following events.
         self._waiting: set[asyncio.Task[Any]] = set()
+        self._waits: dict[str, int] = {}  # the calls of this broker waiting on each request
         self._cut: set[asyncio.Task[Any]] = set()
 
     # -- life cycle ----------------------------------------------------------------------
@@ -283,6 +284,7 @@ class RemoteBroker(Broker):
         me = asyncio.current_task()
         assert me is not None
         self._waiting.add(me)
+        self._waits[request_id] = self._waits.get(request_id, 0) + 1
         try:
             while True:
                 left = LONG_POLL if deadline is None else min(LONG_POLL, max(deadline - loop.time(), 0.0))
@@ -297,7 +299,8 @@ class RemoteBroker(Broker):
                 self._cut.discard(me)
                 me.uncancel()
                 raise Closed(request_id, "the broker was disconnected") from None
-            if self._state == "open" and request_id not in self._detached:
+            alone = self._waits.get(request_id) == 1  # no other call here waits on it
+            if self._state == "open" and request_id not in self._detached and alone:
                 # Shielded: a cancel scope that cancels again must not cut the withdrawal short.
                 withdrawal = self._spawn(self._withdraw(request_id))
                 with contextlib.suppress(asyncio.CancelledError):
@@ -305,6 +308,9 @@ class RemoteBroker(Broker):
             raise
         finally:
             self._waiting.discard(me)
+            left_waiting = self._waits.pop(request_id) - 1
+            if left_waiting:
+                self._waits[request_id] = left_waiting
 
     async def _withdraw(self, request_id: str) -> None:
         with contextlib.suppress(Exception):

@@ -342,6 +342,20 @@ async def test_a_cancelled_waiting_call_withdraws_its_request(broker: Broker) ->
     assert stored.response is not None and stored.response.cause == "withdrawn"
 
 
+async def test_a_request_is_withdrawn_only_when_its_last_waiting_call_is_cancelled(broker: Broker) -> None:
+    request = await broker.create(Text("Name?"))
+    first = asyncio.create_task(broker.wait(request.id))
+    second = asyncio.create_task(broker.wait(request.id))
+    await anyio.wait_all_tasks_blocked()
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert (await broker.get(request.id)).status is Status.PENDING  # the second still waits on it
+    assert await broker.resolve(request.id, "Ada")
+    with anyio.fail_after(BOUND):
+        assert (await second).answers == {"text": "Ada"}
+
+
 async def test_cancel_gives_waiters_cancelled_not_rejected(broker: Broker) -> None:
     request = await broker.create(Text("Name?"))
     waiter = asyncio.create_task(broker.wait(request.id))
