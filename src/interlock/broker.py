@@ -484,8 +484,9 @@ class Broker(ABC):
 
         Raises `Rejected`, `Expired`, `Cancelled` or `Closed` for the other outcomes, the
         same on every later call. When `timeout` passes first, the request expires. When
-        the waiting call itself is cancelled, the request is withdrawn, unless it is detached
-        or outlives its waiter (`Request.outlives_its_waiter`: an idempotency key, a run).
+        the waiting call itself is cancelled and no other call of this broker waits on it,
+        the request is withdrawn, unless it is detached or outlives its waiter
+        (`Request.outlives_its_waiter`: an idempotency key, a run).
         """
 
     @abstractmethod
@@ -1123,8 +1124,9 @@ class LocalBroker(Broker):
 
         Raises `Rejected`, `Expired`, `Cancelled` or `Closed` for the other outcomes, the
         same on every later call. When `timeout` passes first, the request expires. When
-        the waiting call itself is cancelled, the request is withdrawn, unless it is detached
-        or outlives its waiter (`Request.outlives_its_waiter`: an idempotency key, a run).
+        the waiting call itself is cancelled and no other call here waits on it, the request
+        is withdrawn, unless it is detached or outlives its waiter
+        (`Request.outlives_its_waiter`: an idempotency key, a run).
         """
         if self._state != "open":
             await self.open()
