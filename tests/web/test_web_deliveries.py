@@ -115,6 +115,11 @@ def test_the_dead_letters_are_listed_newest_first_with_when_each_failed(
         shown = [str(a.get_attribute("href")).rsplit("/", 1)[1] for a in rows.locator("td:first-child a").all()]
         assert shown == made[::-1]
         assert all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", t) for t in rows.locator("time").all_inner_texts())
+        again = rows.first.get_by_role("button", name="Send again")  # said with what it sends again
+        assert re.fullmatch(
+            r"Send again: Ship\?, request to alice via hook, \d{4}-\d\d-\d\d \d\d:\d\d UTC",
+            str(again.get_attribute("aria-label")),
+        )
     finally:
         context.close()
 
