@@ -291,7 +291,7 @@ def test_a_multi_choice_honours_its_limits(server: Server, page: Page) -> None:
     request_id = ask(server, MultiChoice("Notify whom?", ["email", "slack", "pager"], id="notify", min=1, max=2))
     sign_in(page, server)
     card = pending_card(page, request_id)
-    expect(card).to_contain_text("Pick 1 to 2.")
+    expect(card.get_by_role("group", name="Notify whom?")).to_have_accessible_description("Pick 1 to 2.")
     card.get_by_role("checkbox", name="email").check()
     card.get_by_role("checkbox", name="pager").check()
     expect(card.get_by_role("checkbox", name="slack")).to_be_disabled()
