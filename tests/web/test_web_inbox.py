@@ -454,7 +454,18 @@ def test_the_count_says_when_more_wait_than_one_page_shows(server: Server, page:
     page.get_by_role("link", name="Older requests").click()
     expect(page.locator("#pending > li")).to_have_count(2)
     expect(page.locator("#pending-count")).to_have_text("2+")  # the newer ones are on the first page
+    expect(page.locator("body")).to_have_attribute("data-live", "open")
+    newest = ask(server, Text("A new one?", id="q"))  # the first page's, not this one's
+
+    async def settle(other: interlock.Broker) -> None:
+        assert await other.resolve(made[0], "done", by="alice", via="api")
+
+    elsewhere(server, settle)  # after it on the stream: once this card leaves, the new one was seen
+    expect(pending_card(page, made[0])).to_have_count(0)
+    expect(page.locator("#pending > li")).to_have_count(1)
+    expect(pending_card(page, newest)).to_have_count(0)
     page.get_by_role("link", name="Newest requests").click()
+    expect(pending_card(page, newest)).to_have_count(1)
     expect(page.locator("#pending-count")).to_have_text(f"{PENDING_LIMIT}+")
 
 

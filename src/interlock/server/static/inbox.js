@@ -164,8 +164,10 @@
     const old = document.getElementById(el.id);
     if (el.dataset.status === "pending") {
       if (old) return false;
-      wire(el);
       const later = [...pending.children].find((c) => c.dataset.id < el.dataset.id);
+      // An older page shows no request newer than its own: a new one is the first page's.
+      if ("paged" in pending.dataset && (!later || later === pending.firstElementChild)) return false;
+      wire(el);
       pending.insertBefore(el, later || null);
     } else {
       localTimes(el);
