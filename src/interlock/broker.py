@@ -1016,6 +1016,10 @@ class LocalBroker(Broker):
         self._waiters: dict[str, asyncio.Future[Request] | list[asyncio.Future[Request]]] = {}
         self._viewed: dict[tuple[str, str], None] = {}  # (request, person) noted as viewed here, oldest first
         self._closed = False  # `close()` without a channel: this broker refuses creates
+        # The requests this broker made that `close()` withdraws (none that outlives its
+        # waiter), while pending; the newest `MADE_KEPT` (one settled elsewhere unseen
+        # here is let go with the oldest).
+        self._made: dict[str, None] = {}
         self._state: Literal["new", "open", "closed"] = "new"
         self._open_lock = asyncio.Lock()
         self._changed = asyncio.Event()
@@ -1099,6 +1103,11 @@ class LocalBroker(Broker):
             if status.ended:
                 await self._withdraw(request, "cancelled", f"run {run_id!r} has ended ({status.value})")
                 raise _no_request_for(run_id, status)
+        if not request.outlives_its_waiter:
+            made = self._made
+            made[request.id] = None
+            if len(made) > MADE_KEPT:
+                del made[next(iter(made))]
         if self._followers:
             self._changed_now()
         if request.expires_at is not None and (self._next_due is None or request.expires_at < self._next_due):
@@ -1471,17 +1480,27 @@ class LocalBroker(Broker):
         `requester`, the channel is closed only for that requester's requests (what a
         server does when one of its principals closes a channel name others may share).
 
-        Without a channel, this broker is closed: every pending request is withdrawn and
-        this broker refuses later creates. That is a process shutting down, so it is not
-        kept in the store: other brokers, and this one after `connect` again, go on.
+        Without a channel, this broker is closed: the pending requests it made are
+        withdrawn and it refuses later creates. That is a process shutting down, so it is
+        not kept in the store: other brokers, and this one after `connect` again, go on,
+        and what other processes made stays pending. So does what outlives its waiter
+        (`Request.outlives_its_waiter`: a detached request, one with an idempotency key, a
+        run's), as when a waiting call is cancelled.
         """
         if self._state != "open":
             await self.open()
         self._cancel_hooks(channel, requester)
         if channel is None:
             self._closed = True
-            response = Response(datetime.now(UTC), reason="the broker was closed", cause="closed")
-            settled = await self.store.settle_pending(Status.CANCELLED, response)
+            settled = []
+            for request_id in list(self._made):
+                request = await self.store.get(request_id)
+                if request is not None and request.status is Status.PENDING:
+                    closed = request.settle(
+                        Status.CANCELLED, Response(datetime.now(UTC), reason="the broker was closed", cause="closed")
+                    )
+                    if await self.store.settle(closed) is not None:
+                        settled.append(closed)
         else:
             response = Response(datetime.now(UTC), reason=f"channel {channel!r} was closed", cause="closed")
             settled = await self.store.close_channel(channel, response, requester=requester)
@@ -1718,6 +1737,8 @@ class LocalBroker(Broker):
             self._wake(request)
 
     def _wake(self, request: Request) -> None:
+        if self._made:
+            self._made.pop(request.id, None)
         present = self._waiters.pop(request.id, None)
         if present is None:
             return
@@ -2803,6 +2824,9 @@ def _cheap_to_check(asks: Sequence[Ask]) -> bool:
         return not asks[0].costly_to_check
     return not any(ask.costly_to_check for ask in asks)
 
+
+MADE_KEPT = 100_000
+"""The pending requests a broker remembers making, for `close()` to withdraw."""
 
 def _no_request_for(run_id: str, status: RunStatus) -> RunConflict:
     """The refusal of a request for a run that has ended: nothing would read its answer."""

@@ -34,6 +34,7 @@ from .approvals import is_marked
 from .broker import (
     DEFAULT_LEASE,
     MAX_EVENT_ID,
+    MADE_KEPT,
     Broker,
     CreateFields,
     GrantPage,
@@ -128,6 +129,7 @@ class RemoteBroker(Broker):
         # Tasks in `wait` or `claim_run` (`aclose` cuts them with `Closed`), or following events.
         self._waiting: set[asyncio.Task[Any]] = set()
         self._waits: dict[str, int] = {}  # the calls of this broker waiting on each request
+        self._made: dict[str, None] = {}  # what `close()` withdraws (see `LocalBroker`'s), newest last
         self._cut: set[asyncio.Task[Any]] = set()
 
     # -- life cycle ----------------------------------------------------------------------
@@ -249,6 +251,11 @@ class RemoteBroker(Broker):
             raise _error(response, "")
         stored = request_from_dict(response.json())
         created = response.status_code == 201
+        if created and stored.status is Status.PENDING and not stored.outlives_its_waiter:
+            made = self._made
+            made[stored.id] = None
+            if len(made) > MADE_KEPT:
+                del made[next(iter(made))]
         if created and self._hooks:
             self._start_hooks(stored)
         return stored, created
@@ -290,6 +297,7 @@ class RemoteBroker(Broker):
                 left = LONG_POLL if deadline is None else min(LONG_POLL, max(deadline - loop.time(), 0.0))
                 request = await self._poll(request_id, left)
                 if request is not None:
+                    self._made.pop(request_id, None)
                     return _outcome(request)
                 if deadline is not None and loop.time() >= deadline:
                     await self.expire(request_id)  # the waiter's time ran out: so does the request's
@@ -534,13 +542,19 @@ class RemoteBroker(Broker):
 
     async def close(self, channel: str | None = None, *, requester: str | None = None) -> None:
         """Close `channel` on the server (for everyone when the caller is an admin, else for
-        the caller's requests); without one, withdraw the caller's pending requests and
-        refuse later creates through this broker."""
+        the caller's requests); without one, withdraw the pending requests this broker made
+        (not those that outlive their waiter, nor anyone else's) and refuse later creates
+        through it."""
         await self._ready()
         self._cancel_hooks(channel, None)  # this broker's hooks run for its caller's requests only
-        if channel is None:
-            self._closed = True
-        await self._call("POST", "/close", json={"channel": channel})
+        if channel is not None:
+            await self._call("POST", "/close", json={"channel": channel})
+            return
+        self._closed = True
+        made, self._made = list(self._made), {}
+        for request_id in made:
+            with contextlib.suppress(NotFound):
+                await self.cancel(request_id, "the broker was closed", cause="closed")
 
     async def reopen(self, channel: str, *, requester: str | None = None) -> bool:
         return bool((await self._call("POST", "/reopen", json={"channel": channel}))["reopened"])

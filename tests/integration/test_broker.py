@@ -483,6 +483,32 @@ async def test_closing_a_channel_withdraws_its_requests_and_refuses_new_ones(bro
         await broker.wait(a.id)
 
 
+async def test_closing_a_broker_withdraws_what_it_made_and_nothing_another_process_owns(
+    broker: Broker, connect: Callable[..., Broker], backend: str
+) -> None:
+    if backend == "memory":
+        pytest.skip("a memory store is one process's own")
+    run = await broker.start_run("helper")
+    theirs = await broker.create(Text("Another process's?"))
+    async with connect() as closing:
+        plain = await closing.create(Text("Mine?"))
+        waited = await closing.create(Text("Waited on?"))
+        waiter = asyncio.create_task(closing.wait(waited.id))
+        outlive = [
+            await closing.create_detached(Text("Detached?")),
+            await closing.create(Text("Keyed?"), idempotency_key="k-1"),
+            await closing.create(Text("The run's?"), run=run.id),
+        ]
+        await anyio.wait_all_tasks_blocked()
+        await closing.close()
+        with anyio.fail_after(BOUND), pytest.raises(Closed):
+            await waiter
+    for request in (plain, waited):
+        assert (await broker.get(request.id)).response.cause == "closed"  # type: ignore[union-attr]
+    for request in (theirs, *outlive):  # a process shutting down takes nothing else with it
+        assert (await broker.get(request.id)).status is Status.PENDING, request.title
+
+
 async def test_close_without_a_channel_closes_everything(broker: Broker) -> None:
     a = await broker.create(Text("A?"), channel="a")
     plain = await broker.create(Text("No channel?"))
