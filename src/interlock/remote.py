@@ -33,8 +33,8 @@ from .approval_policies import ApprovalPolicy, policy_from_wire, policy_to_dict
 from .approvals import is_marked
 from .broker import (
     DEFAULT_LEASE,
-    MAX_EVENT_ID,
     MADE_KEPT,
+    MAX_EVENT_ID,
     Broker,
     CreateFields,
     GrantPage,
