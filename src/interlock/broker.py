@@ -2828,6 +2828,7 @@ def _cheap_to_check(asks: Sequence[Ask]) -> bool:
 MADE_KEPT = 100_000
 """The pending requests a broker remembers making, for `close()` to withdraw."""
 
+
 def _no_request_for(run_id: str, status: RunStatus) -> RunConflict:
     """The refusal of a request for a run that has ended: nothing would read its answer."""
     return RunConflict(run_id, status.value, f"run {run_id!r} has ended ({status.value}): no request is made for it")
