@@ -82,9 +82,11 @@ async def test_closing_one_client_without_a_channel_withdraws_its_work_but_leave
     connect: Callable[..., Broker],
 ) -> None:
     async with connect() as leaving, connect() as staying:
-        request = await staying.create(Text("Q?"))
+        mine = await leaving.create(Text("Q?"))
+        theirs = await staying.create(Text("Q?"))
         await leaving.close()
-        assert (await staying.get(request.id)).status is Status.CANCELLED  # pending work is withdrawn
+        assert (await staying.get(mine.id)).status is Status.CANCELLED  # its pending work is withdrawn
+        assert (await staying.get(theirs.id)).status is Status.PENDING  # another client's is not
         with pytest.raises(Closed):
             await leaving.create(Text("More?"))  # the closed client refuses
         assert (await staying.create(Text("More?"))).status is Status.PENDING  # a shutdown, not a closure
