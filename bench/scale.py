@@ -281,6 +281,11 @@ def percentile(xs: Sequence[float], p: float) -> float:
     return s[min(len(s) - 1, round(p * (len(s) - 1)))]
 
 
+async def _items(listed: Awaitable[Any]) -> Sequence[Any]:
+    """The requests of a store's page (`Store.list` returns them with whether it was cut)."""
+    return (await listed).items
+
+
 def queries(store: Any, now: datetime) -> list[tuple[str, Callable[[int], Awaitable[Sequence[Any]]]]]:
     """Each list query the API and the inbox issue: (what, one call with the i-th subject)."""
     people = [f"person-{k}" for k in range(0, PEOPLE, PEOPLE // SUBJECTS)]
@@ -305,7 +310,7 @@ def queries(store: Any, now: datetime) -> list[tuple[str, Callable[[int], Awaita
     def q(**kw: Any) -> Callable[[int], Awaitable[Sequence[Any]]]:
         def call(i: int) -> Awaitable[Sequence[Any]]:
             fields = {k: (v[i % len(v)] if isinstance(v, list) else v) for k, v in kw.items()}
-            return store.list(Query(**fields))
+            return _items(store.list(Query(**fields)))
 
         call.statement = statement(kw)  # type: ignore[attr-defined]
         return call

@@ -165,7 +165,11 @@ drift apart (a test pins `OriginFields` to the same names for type checkers)."""
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """One page of `Broker.list`. Pass `next_cursor` as `after` for the next page."""
+    """One page of `Broker.list`. Pass `next_cursor` as `after` for the next page.
+
+    A page holds `limit` requests, or fewer where their stored JSON passes
+    `interlock.store.PAGE_BYTES` (8 MiB; a few big requests), with a `next_cursor` to the
+    rest all the same: the list is over only when `next_cursor` is None."""
 
     items: Sequence[Request]
     next_cursor: str | None
@@ -674,7 +678,9 @@ class Broker(ABC):
     async def list(self, **filters: Unpack[ListFilters]) -> Page:
         """Requests matching every filter given, newest first by default, a page at a time:
         the filters and the page (`after`, `limit`, `order`) are the keyword arguments
-        `interlock.store.ListFilters` describes."""
+        `interlock.store.ListFilters` describes. A page of big requests ends before `limit`
+        where their JSON passes `interlock.store.PAGE_BYTES`, with a `next_cursor` to the
+        rest (see `Page`)."""
 
     @abstractmethod
     async def dashboard(
@@ -1827,10 +1833,13 @@ class LocalBroker(Broker):
         if self._state != "open":
             await self.open()
         query = self._checked(Query(**filters))
-        rows = list(await self.store.list(replace(query, limit=query.limit + 1)))  # one more: is there a next page?
-        more = len(rows) > query.limit
+        # One more than the page: is there a next one? A page the store cut where its
+        # requests' JSON passed `PAGE_BYTES` has one too, after its last request.
+        listed = await self.store.list(replace(query, limit=query.limit + 1))
+        rows = list(listed.items)
+        more = listed.cut or len(rows) > query.limit
         items = await self._with_run_deadlines(rows[: query.limit])
-        return Page(items, items[-1].id if more else None)
+        return Page(items, items[-1].id if more and items else None)
 
     def _checked(self, query: Query) -> Query:
         """The query, once its filters are checked (names and text bounded as the limits say)."""

@@ -159,7 +159,7 @@ class Recorder:
         self.store = store
         store._rows_of = self._record
 
-    async def _record(self, sql: str, params: dict[str, Any]) -> list[Any]:
+    async def _record(self, sql: str, params: dict[str, Any], **options: Any) -> list[Any]:
         self.statements.append((sql, params))
         return []
 

@@ -143,11 +143,11 @@ async def test_a_closed_channel_cancels_its_requests_and_refuses_new_ones_until_
 async def test_a_list_filters_and_pages_by_id(store: RequestStore) -> None:
     mine = [(await store.insert(ask()))[0] for _ in range(3)]
     await store.insert(ask(to="bob"))
-    first = await store.list(Query(recipient="alice", limit=2))
+    first = (await store.list(Query(recipient="alice", limit=2))).items
     assert [r.id for r in first] == [mine[2].id, mine[1].id]
-    rest = await store.list(Query(recipient="alice", after=first[-1].id, limit=2))
+    rest = (await store.list(Query(recipient="alice", after=first[-1].id, limit=2))).items
     assert [r.id for r in rest] == [mine[0].id]
-    oldest = await store.list(Query(recipient="alice", order="asc", limit=1, status=Status.PENDING))
+    oldest = (await store.list(Query(recipient="alice", order="asc", limit=1, status=Status.PENDING))).items
     assert [r.id for r in oldest] == [mine[0].id]
 
 
@@ -219,7 +219,7 @@ async def test_the_dashboard_figures_a_store_counts_are_those_counted_from_its_o
         assert figures == expected, recipient
         for read in (pending, settled):  # each outline says what its request says
             assert rounded(await store.outlines(read, now)) == rounded(
-                [outline_of(r, now) for r in await store.list(read)]
+                [outline_of(r, now) for r in (await store.list(read)).items]
             ), (recipient, read)
     assert figures.pending_rows == figures.settled_rows == 0  # nobody's: nothing counted
     capped = Query(status=Status.PENDING, limit=3)
@@ -333,7 +333,7 @@ async def test_a_run_started_parked_stores_the_run_its_requests_and_the_park_in_
         new_run(agent="other"), [ask()], state=None, status=RunStatus.WAITING_FOR_INPUT, expires_at=deadline
     )
     assert not created_again and again == parked  # the run as stored; nothing else stored
-    assert len(await store.list(Query(run="r1"))) == 2
+    assert len((await store.list(Query(run="r1"))).items) == 2
 
     await store.settle(answered(first, "Ada"))
     await store.settle(answered(second, "Bob"))
@@ -383,7 +383,7 @@ async def test_a_run_started_parked_in_a_closed_channel_stores_nothing(store: St
             expires_at=now + timedelta(hours=1),
         )
     assert await store.get_run("r1") is None
-    assert list(await store.list(Query(run="r1"))) == []
+    assert list((await store.list(Query(run="r1"))).items) == []
     assert [e.type for e in await store.find_events(EventQuery(run="r1"))] == []
 
 

@@ -80,9 +80,9 @@ async def test_a_member_s_list_holds_their_own_and_their_teams_requests(store: S
     mine, ops, other = ask(to="alice"), ask(to="ops"), ask(to="sre")
     for request in (mine, ops, other):
         await store.insert(request)
-    found = await store.list(Query(recipient="alice", teams=("ops",), order="asc"))
+    found = (await store.list(Query(recipient="alice", teams=("ops",), order="asc"))).items
     assert [r.id for r in found] == [mine.id, ops.id]
-    assert [r.id for r in await store.list(Query(recipient="alice", order="asc"))] == [mine.id]
+    assert [r.id for r in (await store.list(Query(recipient="alice", order="asc"))).items] == [mine.id]
     events = await store.find_events(EventQuery(involving="alice", teams=("ops",)))
     assert [e.request_id for e in events] == [mine.id, ops.id]
     events = await store.find_events(EventQuery(involving="alice", teams=("ops",), session="s1"))

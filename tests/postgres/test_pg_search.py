@@ -115,7 +115,7 @@ async def test_a_member_s_search_for_a_rare_word_finds_theirs_and_their_teams(
     query = Query(recipient="ann", teams=("ops",), text="zebra")
     plan = await store_of(broker)._text_plan(query)
     assert plan.matches_first and plan.narrow is not None and " | " in plan.narrow, plan
-    found = [r.id for r in await store_of(broker).list(query)]
+    found = [r.id for r in (await store_of(broker).list(query)).items]
     assert found == sorted(zebras["ann"] + zebras["ops"], reverse=True)
 
 
@@ -228,7 +228,7 @@ async def test_the_rarest_word_of_a_search_chooses_how_it_is_read(
     broker, zebras = searched
     query = Query(recipient="ann", text="deploy zebra")
     assert (await store_of(broker)._text_plan(query)).matches_first
-    assert [r.id for r in await store_of(broker).list(query)] == zebras["ann"][::-1]
+    assert [r.id for r in (await store_of(broker).list(query)).items] == zebras["ann"][::-1]
 
 
 async def test_before_the_first_analyze_a_search_checks_the_requests_in_order(pg_url: str) -> None:
@@ -303,7 +303,7 @@ async def test_an_upgrade_adds_the_recipient_to_the_search_texts_made_before(mon
                 return narrowed
 
             monkeypatch.setattr(store, "_text_plan", plan)  # as ANALYZE would have it at scale
-            found = await store.list(Query(recipient="dev-42", text="zebra"))
+            found = (await store.list(Query(recipient="dev-42", text="zebra"))).items
             assert [r.id for r in found] == [new.id, *(r.id for r in old[::-1])]
 
 
@@ -321,7 +321,7 @@ async def test_a_word_that_begins_many_rare_words_is_read_request_by_request(
         assert [r.id for r in (await broker.list(text=word, limit=3)).items] == newest
     # A word of one or two letters beside a rare one: read request by request too.
     assert not (await store._text_plan(Query(recipient="ann", text="zebra bu"))).matches_first
-    assert [r.id for r in await store.list(Query(recipient="ann", text="zebra bu"))] == zebras["ann"][::-1]
+    assert [r.id for r in (await store.list(Query(recipient="ann", text="zebra bu"))).items] == zebras["ann"][::-1]
     # A whole id is no word of a request's text (nor are its first digits).
     some = zebras["ann"][0]
     assert (await broker.list(text=some)).items == []
@@ -344,7 +344,7 @@ async def test_a_name_too_long_for_one_word_is_held_by_its_digest(pg_url: str) -
             return narrowed
 
         store._text_plan = plan  # type: ignore[method-assign]  # as ANALYZE would have it at scale
-        assert [r.id for r in await store.list(Query(recipient=long_name, text="zebra"))] == [theirs.id]
+        assert [r.id for r in (await store.list(Query(recipient=long_name, text="zebra"))).items] == [theirs.id]
 
 
 def test_a_prefix_s_share_adds_the_words_it_begins() -> None:

@@ -80,8 +80,8 @@ async def test_an_upgrade_reads_a_person_s_texts_made_before_in_order(monkeypatc
             assert isinstance(store, PostgresStore)
             query = Query(recipient="ann", text="deploy")
             assert (await store._text_plan(query)).along == " to ann"
-            assert [r.id for r in await store.list(query)] == [new.id, *(r.id for r in old[::-1])]
-            settled = await store.list(Query(recipient="ann", text="build", settled=True))
+            assert [r.id for r in (await store.list(query)).items] == [new.id, *(r.id for r in old[::-1])]
+            settled = (await store.list(Query(recipient="ann", text="build", settled=True))).items
             assert [r.id for r in settled] == [old[0].id]
 
 

@@ -45,9 +45,12 @@ __all__ = [
     "GrantStore",
     "ImmediateRequests",
     "ListFilters",
+    "Listed",
     "MAX_LIST_LIMIT",
     "MAX_SEARCH_LENGTH",
     "OutboxStore",
+    "PAGE_BYTES",
+    "PageBudget",
     "PendingFilters",
     "PolicyStore",
     "PrincipalStore",
@@ -60,6 +63,7 @@ __all__ = [
     "UnknownOption",
     "search_texts",
     "search_words",
+    "stored_size",
     "text_words",
 ]
 
@@ -69,6 +73,59 @@ MAX_LIST_LIMIT = 1000
 
 MAX_SEARCH_LENGTH = 500
 """The longest text a list searches for, in characters."""
+
+PAGE_BYTES = 8 * 1024 * 1024
+"""What the requests of one page of a list may add up to, as `stored_size` counts their
+stored JSON (about what their parsed form holds): a page of big requests ends there,
+short of its limit, with a cursor to the rest. A thousand ordinary requests (2 to 8 KB
+each) fit; the requests of one page are otherwise read, parsed and sent whole, and a
+thousand of the largest the limits let through (1 MiB each) held the server for a minute."""
+
+
+def stored_size(text: str | None) -> int:
+    """What a request's stored JSON (its document, or its response) counts against a
+    budget: about the bytes its parsed form holds.
+
+    Its length alone undercounts JSON made of small parts: 28 MiB of `[[[[0]]]]` parse
+    into 870 MiB of lists. Each array, object and item costs Python an object or a
+    pointer more than its few characters, so those are counted apart (within a factor of
+    0.8 to 6 of what the parsed form holds, for every shape of JSON; text alone counts its
+    length). The requests cache and the pages of a list count with it."""
+    if not text:
+        return 0
+    return len(text) + 64 * text.count("[") + 160 * text.count("{") + 48 * text.count(",")
+
+
+class PageBudget:
+    """How much of `PAGE_BYTES` (or `budget`) a page has left, request by request in the
+    page's order: the first request is always taken (a page moves on), each later one
+    only while the total stays within the budget. Every store cuts its pages with it, so
+    the same requests make the same pages on each."""
+
+    __slots__ = ("first", "left")
+
+    def __init__(self, budget: int = PAGE_BYTES) -> None:
+        self.left = budget
+        self.first = True
+
+    def takes(self, size: int) -> bool:
+        """Whether the next request, of `size` (`stored_size`), goes on the page; once
+        one does not, the page ends before it."""
+        if not self.first and size > self.left:
+            return False
+        self.first = False
+        self.left -= size
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """What `RequestStore.list` returns: the requests, and whether the store cut the page
+    short of its limit because their stored JSON passed `PAGE_BYTES` (`PageBudget`);
+    then at least one more request matches after the last one."""
+
+    items: Sequence[Request]
+    cut: bool = False
 
 
 def _filter(about: str, *, wire: str | None = "", name: bool = False, **rules: Any) -> dict[str, Any]:
@@ -403,7 +460,11 @@ class RequestStore(Protocol):
         and be settled by now: enough for a settlement, which is conditional anyway."""
         ...
 
-    async def list(self, query: Query) -> Sequence[Request]: ...
+    async def list(self, query: Query) -> Listed:
+        """The requests matching `query`, a page of at most `query.limit` in its order,
+        cut short (`Listed.cut`) where their stored JSON passes `PAGE_BYTES`: a store
+        neither parses nor, where it can help it, reads the requests past that point."""
+        ...
 
     async def outlines(self, query: Query, now: datetime) -> Sequence[Outline]:
         """The requests `list` returns, as the few columns the dashboard counts (their

@@ -61,7 +61,7 @@ from ..model import (
 )
 from ..outbox import Delivery, DeliveryState, LinkUse, Notice
 from ..principals import TEAM_LEFT, LiveToken, Principal, TokenInfo, WebSession
-from . import EventQuery, GrantQuery, Query, RunClaim, RunQuery
+from . import PAGE_BYTES, EventQuery, GrantQuery, Listed, PageBudget, Query, RunClaim, RunQuery, stored_size
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -193,18 +193,9 @@ def request_from_row(status: str, doc: str, response: str | None) -> Request:
 
 
 def row_size(doc: str, response: str | None = None) -> int:
-    """What a request counts against the cache: about the bytes its parsed form holds.
-
-    Its JSON's length alone undercounts JSON made of small parts: 28 MiB of `[[[[0]]]]`
-    parse into 870 MiB of lists, so a cache of 32 MiB of "JSON" let any agent fill
-    gigabytes. Each array, object and item costs Python an object or a pointer more than
-    its few characters, so those are counted apart (within a factor of 0.8 to 6 of what
-    the parsed form holds, for every shape of JSON; text alone counts its length)."""
-    return _parsed_size(doc) + (_parsed_size(response) if response else 0)
-
-
-def _parsed_size(text: str) -> int:
-    return len(text) + 64 * text.count("[") + 160 * text.count("{") + 48 * text.count(",")
+    """What a request counts against the cache and a page of a list: about the bytes its
+    parsed form holds (`stored_size` of its document and its response)."""
+    return stored_size(doc) + stored_size(response)
 
 
 def closed_channel(channel: str | None) -> Closed:
@@ -465,8 +456,12 @@ def list_sql(
     outline: datetime | None = None,
     terms: Mapping[str, Sequence[str] | None] | None = None,
     text_plan: TextPlan | None = None,
+    share: int | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The statement for `Store.list` (named `:parameters`): the filters, then a keyset page.
+    With `share` (PostgreSQL), a row whose stored JSON is longer than that comes without
+    its documents, with its id and that length (`WITHHELD_COLUMNS`), to be read by id
+    only if the page's budget reaches it.
     With `outline` (the moment ages are counted to), the statement of `Store.outlines`: the
     same rows, as the columns of an `Outline` (`OUTLINE_COLUMNS`) instead of the documents.
     On SQLite a search is read from the full-text index first, in the order the requests
@@ -607,6 +602,9 @@ def list_sql(
         params["after"] = query.after
     if outline is None:
         columns = "{r}status, {r}doc, {r}response"
+        if postgres and share is not None:
+            columns = WITHHELD_COLUMNS
+            params["share"] = share
     else:
         columns = (PENDING_OUTLINE if query.status == Status.PENDING else OUTLINE_COLUMNS)[dialect]
         params["now"] = stamp(outline) if stamp is not None else outline
@@ -647,6 +645,20 @@ def list_sql(
 
 
 _STATUSES = {status.value: status for status in Status}
+
+_STORED = "pg_column_size({r}doc) + coalesce(pg_column_size({r}response), 0)"
+_LENGTH = "length({r}doc::text) + coalesce(length({r}response::text), 0)"
+_WITHHELD = f"WHEN {_STORED} > :share THEN NULL WHEN {_LENGTH} > :share THEN NULL"
+WITHHELD_COLUMNS = (
+    f"{{r}}status, CASE {_WITHHELD} ELSE {{r}}doc END, CASE {_WITHHELD} ELSE {{r}}response END, {{r}}id, {_LENGTH}"
+)
+"""PostgreSQL's columns of a list's rows (`list_sql(share=...)`): the status; the document
+and the response unless their JSON together is longer than `:share`, NULL then; the id;
+that length, in characters (no more than `stored_size` counts). A long row's stored
+(maybe compressed) size is looked at first, which needs no read of the value itself; a
+length is the JSON's own, however it is stored. A
+page of a thousand requests of 1 MiB each was otherwise read whole, a GiB, to be cut
+after the first few."""
 
 _TEXT_NARROWING = ("requester", "session", "channel", "run")
 """The filters whose own index a search on SQLite reads along (a requester's, a session's,
@@ -1074,8 +1086,10 @@ class SqlStore:
         """Run the dialect's named query `name` with positional `args`; its rows."""
         raise NotImplementedError
 
-    async def _rows_of(self, sql: str, params: dict[str, Any]) -> Sequence[Sequence[Any]]:
-        """Run a statement built here, with `:named` parameters; its rows."""
+    async def _rows_of(self, sql: str, params: dict[str, Any], *, budget: int | None = None) -> Sequence[Sequence[Any]]:
+        """Run a statement built here, with `:named` parameters; its rows. With `budget`
+        (a list's, whose rows begin with status, doc and response), a dialect may stop
+        at the first row a `PageBudget` of it does not take: that row read, none after."""
         raise NotImplementedError
 
     def _time(self, value: Any) -> datetime:
@@ -1157,18 +1171,44 @@ class SqlStore:
 
     dialect = "sqlite"
 
-    async def _list_sql(self, query: Query, outline: datetime | None = None) -> tuple[str, dict[str, Any]] | None:
+    async def _list_sql(
+        self, query: Query, outline: datetime | None = None, *, share: int | None = None
+    ) -> tuple[str, dict[str, Any]] | None:
         """`list_sql` for this store, a search's index brought up to date first; None when
         a word of the search begins no indexed word (nothing can match)."""
         terms = await self._before_search(query) if query.words else None
         if terms is not None and () in terms.values():
             return None
         text_plan = await self._text_plan(query) if query.words else None
-        return list_sql(query, self.dialect, self._stamp, outline=outline, terms=terms, text_plan=text_plan)
+        return list_sql(
+            query, self.dialect, self._stamp, outline=outline, terms=terms, text_plan=text_plan, share=share
+        )
 
-    async def list(self, query: Query) -> Sequence[Request]:
-        sql = await self._list_sql(query)
-        return [] if sql is None else [request_from_row(*row) for row in await self._rows_of(*sql)]
+    async def list(self, query: Query) -> Listed:
+        sql = await self._list_sql(query, share=PAGE_BYTES // query.limit)
+        if sql is None:
+            return Listed([])
+        rows = await self._rows_of(*sql, budget=PAGE_BYTES)
+        # The page's requests, as far as the budget goes: first by what each row is known
+        # to count at least (a row withheld, its JSON's length), then, once the withheld
+        # rows within that reach are read by id, by what each counts.
+        budget, reach = PageBudget(), 0
+        for row in rows:
+            if not budget.takes(row_size(row[1], row[2]) if row[1] is not None else row[4]):
+                break
+            reach += 1
+        withheld = [row[3] for row in rows[:reach] if row[1] is None]
+        if withheld:
+            read = {found[0]: found[1:] for found in await self._rows("get_requests", self._array(withheld))}
+        budget, items = PageBudget(), []
+        for row in rows[:reach]:
+            status, doc, response = row[:3] if row[1] is not None else read.get(row[3], (None, None, None))
+            if doc is None:
+                continue  # deleted since the page was read
+            if not budget.takes(row_size(doc, response)):
+                break
+            items.append(request_from_row(status, doc, response))
+        return Listed(items, cut=len(items) < len(rows))
 
     async def outlines(self, query: Query, now: datetime) -> Sequence[Outline]:
         sql = await self._list_sql(query, outline=now)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 import heapq
 import itertools
+import json
 import math
 from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -38,6 +39,8 @@ from ..model import (
     RunStatus,
     Status,
     grant_event_data,
+    request_to_dict,
+    response_to_dict,
     run_event_data,
 )
 from ..outbox import NOTICE_TYPES, Delivery, DeliveryState, LinkUse, Notice
@@ -51,7 +54,18 @@ from ..principals import (
     TokenInfo,
     WebSession,
 )
-from . import EventQuery, GrantQuery, Query, RunClaim, RunQuery, search_texts, text_words
+from . import (
+    EventQuery,
+    GrantQuery,
+    Listed,
+    PageBudget,
+    Query,
+    RunClaim,
+    RunQuery,
+    search_texts,
+    stored_size,
+    text_words,
+)
 from ._url import url_options
 
 __all__ = ["MemoryStore", "from_url"]
@@ -81,6 +95,7 @@ class MemoryStore:
         self.retention = retention
         self._pending: dict[str, Request] = {}
         self._settled: OrderedDict[str, Request] = OrderedDict()  # read outcomes: the retention
+        self._sizes: dict[str, tuple[Request, int]] = {}  # what a request counts on a page, once listed
         self._unread: OrderedDict[str, Request] = OrderedDict()  # settled, not read by a waiter yet
         self._idempotency: dict[tuple[str | None, str], str] = {}
         # Events are kept as tuples of plain values and made `Event`s when read: a request's
@@ -281,6 +296,7 @@ class MemoryStore:
         """The retention lets `request` go: what is kept of it apart goes too, and what the
         event log and the consumable answers keep of it is kept as plain values."""
         request_id = request.id
+        self._sizes.pop(request_id, None)
         logged = self._logged.get(request_id) is request
         unconsumed = self._unconsumed.get(request_id) is request
         if logged or unconsumed:
@@ -378,7 +394,7 @@ class MemoryStore:
     def get_now(self, request_id: str) -> Request | None:
         return self._pending.get(request_id) or self._unread.get(request_id) or self._settled.get(request_id)
 
-    async def list(self, query: Query) -> Sequence[Request]:
+    def _matching(self, query: Query) -> list[Request]:
         rows = [
             r for r in (*self._pending.values(), *self._unread.values(), *self._settled.values()) if _matches(r, query)
         ]
@@ -388,8 +404,29 @@ class MemoryStore:
             rows = [r for r in rows if (r.id < after if query.order == "desc" else r.id > after)]
         return rows[: query.limit]
 
+    async def list(self, query: Query) -> Listed:
+        # Cut where the SQL stores cut: by the size of the JSON they would keep (the server
+        # still writes every request of a page out as JSON).
+        rows = self._matching(query)
+        budget = PageBudget()
+        for taken, request in enumerate(rows):
+            if not budget.takes(self._size(request)):
+                return Listed(rows[:taken], cut=True)
+        return Listed(rows)
+
+    def _size(self, request: Request) -> int:
+        """`stored_size` of the request's document and response, as a SQL store keeps them."""
+        known = self._sizes.get(request.id)
+        if known is not None and known[0] is request:
+            return known[1]
+        size = stored_size(_encode(request_to_dict(request.as_created())))
+        if request.response is not None:
+            size += stored_size(_encode(response_to_dict(request.response)))
+        self._sizes[request.id] = (request, size)
+        return size
+
     async def outlines(self, query: Query, now: datetime) -> Sequence[Outline]:
-        return [_outline(r, now) for r in await self.list(query)]
+        return [_outline(r, now) for r in self._matching(query)]
 
     async def figures(self, pending: Query, settled: Query, now: datetime, teams: Collection[str]) -> Figures:
         return count(await self.outlines(pending, now), await self.outlines(settled, now), teams=teams)
@@ -1145,6 +1182,10 @@ def _outline(r: Request, now: datetime) -> Outline:
     response = r.response
     took, by = (None, None) if response is None else ((response.at - r.created_at).total_seconds(), response.by)
     return Outline(r.status, r.to, r.origin.agent or r.requester, (now - r.created_at).total_seconds(), took, by)
+
+
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+"""JSON as the SQL stores write a request's document and response."""
 
 
 def _matches(r: Request, q: Query) -> bool:

@@ -283,7 +283,8 @@ class PostgresStore(SqlStore):
         rows: Sequence[Any] = await self._query("fetch", Q[name], *args)
         return rows
 
-    async def _rows_of(self, sql: str, params: dict[str, Any]) -> Sequence[Any]:
+    async def _rows_of(self, sql: str, params: dict[str, Any], *, budget: int | None = None) -> Sequence[Any]:
+        # (A list's rows come whole: its statement withholds the documents of long rows.)
         text, args = positional(sql, params)
         rows: Sequence[Any] = await self._query("fetch", text, *args)
         return rows

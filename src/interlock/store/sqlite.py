@@ -42,7 +42,7 @@ from ..model import (
 )
 from ..outbox import Delivery, LinkUse, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
-from . import EventQuery, Query, RunClaim
+from . import EventQuery, PageBudget, Query, RunClaim
 from ._sql import (
     DEFAULT_CACHE_BYTES,
     DELIVERY_COLUMNS,
@@ -139,6 +139,24 @@ SLOW_MEMORY = 60.0
 """Seconds for which a statement that outran `READ_ON_LOOP` goes straight to a worker
 thread, without trying the loop first: a slow list asked for again costs the loop nothing."""
 _SLOW_KEPT = 256  # statements remembered as slow, at most
+
+
+def _fetch(cursor: sqlite3.Cursor, budget: int | None) -> list[Any]:
+    """The rows of a statement; with `budget` (a list's rows: status, doc, response), up to
+    the first one a `PageBudget` of it does not take. The rows after it are never read:
+    SQLite reads a row when stepped to, and the statement is reset here."""
+    if budget is None:
+        return cursor.fetchall()
+    rows: list[Any] = []
+    page = PageBudget(budget)
+    try:
+        for row in cursor:
+            rows.append(row)
+            if not page.takes(row_size(row[1], row[2])):
+                break
+    finally:
+        cursor.close()
+    return rows
 
 
 def _us(value: datetime | None) -> int | None:
@@ -635,7 +653,9 @@ class SqliteStore(SqlStore):
         db.execute(Q["set_derived"], {"name": name, "upto": upto})
         return True
 
-    async def _read(self, sql: str, params: dict[str, Any] | Sequence[Any] = ()) -> list[Any]:
+    async def _read(
+        self, sql: str, params: dict[str, Any] | Sequence[Any] = (), budget: int | None = None
+    ) -> list[Any]:
         """The rows of a read, run on the event loop for as long as `READ_ON_LOOP`; a read
         that takes longer is stopped there and run again in a worker thread, where it takes
         what it takes while the loop serves everyone else. For the next `SLOW_MEMORY`
@@ -644,20 +664,22 @@ class SqliteStore(SqlStore):
         if self._slow:
             until = self._slow.get(sql)
             if until is not None and until > time.monotonic():
-                return await self._read_apart(sql, params)
+                return await self._read_apart(sql, params, budget)
         try:
-            return await self._retry(lambda: self._read_here(db, sql, params))
+            return await self._retry(lambda: self._read_here(db, sql, params, budget))
         except _Outran:
             if len(self._slow) >= _SLOW_KEPT:
                 del self._slow[next(iter(self._slow))]
             self._slow[sql] = time.monotonic() + SLOW_MEMORY
             log.debug("a read outran %s s on the event loop; run in a worker thread: %s", READ_ON_LOOP, sql)
-            return await self._read_apart(sql, params)
+            return await self._read_apart(sql, params, budget)
 
-    def _read_here(self, db: sqlite3.Connection, sql: str, params: dict[str, Any] | Sequence[Any]) -> list[Any]:
+    def _read_here(
+        self, db: sqlite3.Connection, sql: str, params: dict[str, Any] | Sequence[Any], budget: int | None = None
+    ) -> list[Any]:
         self._read_due = time.monotonic() + READ_ON_LOOP
         try:
-            return db.execute(sql, params).fetchall()
+            return _fetch(db.execute(sql, params), budget)
         except sqlite3.OperationalError as exc:
             if exc.sqlite_errorcode == sqlite3.SQLITE_INTERRUPT and self._read_due is None:
                 raise _Outran from None
@@ -678,7 +700,9 @@ class SqliteStore(SqlStore):
         """The progress handler of the worker threads' reads: stop once the store closes."""
         return 1 if self._slow_pool is None else 0
 
-    async def _read_apart(self, sql: str, params: dict[str, Any] | Sequence[Any]) -> list[Any]:
+    async def _read_apart(
+        self, sql: str, params: dict[str, Any] | Sequence[Any], budget: int | None = None
+    ) -> list[Any]:
         """A read in a worker thread of the store's own, on a read-only connection of its
         own: it sees the same committed state as one on the loop would (WAL readers take a
         snapshot and wait for no writer)."""
@@ -686,9 +710,9 @@ class SqliteStore(SqlStore):
         if self._slow_pool is None:
             self._slow_pool = concurrent.futures.ThreadPoolExecutor(SLOW_READERS, thread_name_prefix="interlock-read")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._slow_pool, self._read_in_thread, sql, params)
+        return await loop.run_in_executor(self._slow_pool, self._read_in_thread, sql, params, budget)
 
-    def _read_in_thread(self, sql: str, params: dict[str, Any] | Sequence[Any]) -> list[Any]:
+    def _read_in_thread(self, sql: str, params: dict[str, Any] | Sequence[Any], budget: int | None = None) -> list[Any]:
         try:
             reader = self._readers.pop()
         except IndexError:
@@ -697,7 +721,7 @@ class SqliteStore(SqlStore):
             reader.execute("PRAGMA query_only = ON")
             reader.set_progress_handler(self._closing, PROGRESS_STEPS)
         try:
-            return reader.execute(sql, params).fetchall()
+            return _fetch(reader.execute(sql, params), budget)
         finally:
             if self._slow_pool is None:  # the store closed meanwhile
                 reader.close()
@@ -708,8 +732,8 @@ class SqliteStore(SqlStore):
         sql, taken = _NUMBERED[name]
         return await self._read(sql, args if taken is None else [args[i] for i in taken])
 
-    async def _rows_of(self, sql: str, params: dict[str, Any]) -> list[Any]:
-        return await self._read(sql, params)
+    async def _rows_of(self, sql: str, params: dict[str, Any], *, budget: int | None = None) -> list[Any]:
+        return await self._read(sql, params, budget)
 
     def _time(self, value: Any) -> datetime:
         return _from_us(value)
