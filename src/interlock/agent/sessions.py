@@ -267,12 +267,16 @@ class Sessions:
     async def find(self, session: str, agent: str | None, correlation_id: str) -> Request | None:
         """The pending request of `session` made by `agent` for `correlation_id`: its origin's
         `correlation_id`, or for a request a tool call made, that call's id. None if none waits."""
-        page = await self.broker.list(session=session, agent=agent, status="pending", limit=500)
-        for request in page.items:
-            origin = request.origin
-            if origin.agent == agent and correlation_id in (origin.correlation_id, origin.tool_call_id):
-                return request
-        return None
+        after: str | None = None
+        while True:  # (a page of big requests ends early: every page is looked through)
+            page = await self.broker.list(session=session, agent=agent, status="pending", after=after, limit=500)
+            for request in page.items:
+                origin = request.origin
+                if origin.agent == agent and correlation_id in (origin.correlation_id, origin.tool_call_id):
+                    return request
+            if page.next_cursor is None:
+                return None
+            after = page.next_cursor
 
     async def resolve(
         self,
