@@ -1282,7 +1282,7 @@ def run_show(
         requests: list[Request] = []
         cursor: str | None = None
         while True:
-            page = await broker.list(run=run_id, order="asc", after=cursor, limit=1000)
+            page = await broker.list(run=run.id, order="asc", after=cursor, limit=1000)
             requests.extend(page.items)
             if page.next_cursor is None:
                 return run, requests

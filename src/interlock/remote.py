@@ -711,7 +711,7 @@ class RemoteBroker(Broker):
             "status": RunStatus(status).value if status is not None else None,
             "worker": worker,
         }
-        return run_from_dict(await self._call("POST", f"/runs/{run_id}/park", json=body, request_id=run_id))
+        return run_from_dict(await self._call("POST", f"{_run_path(run_id)}/park", json=body, request_id=run_id))
 
     async def claim_run(
         self,
@@ -747,22 +747,22 @@ class RemoteBroker(Broker):
 
     async def renew_lease(self, run_id: str, *, worker: str, lease: float = DEFAULT_LEASE) -> bool:
         body = {"worker": worker, "lease": _seconds(lease, "lease")}
-        return bool((await self._call("POST", f"/runs/{run_id}/lease", json=body, request_id=run_id))["renewed"])
+        return bool((await self._call("POST", f"{_run_path(run_id)}/lease", json=body, request_id=run_id))["renewed"])
 
     async def complete_run(self, run_id: str, result: Any = None, *, worker: str | None = None) -> Run:
         check_json(result, "result", MAX_STATE_BYTES)
         body = {"result": result, "worker": worker}
-        return run_from_dict(await self._call("POST", f"/runs/{run_id}/complete", json=body, request_id=run_id))
+        return run_from_dict(await self._call("POST", f"{_run_path(run_id)}/complete", json=body, request_id=run_id))
 
     async def fail_run(self, run_id: str, error: str, *, worker: str | None = None) -> Run:
         body = {"error": error, "worker": worker}
-        return run_from_dict(await self._call("POST", f"/runs/{run_id}/fail", json=body, request_id=run_id))
+        return run_from_dict(await self._call("POST", f"{_run_path(run_id)}/fail", json=body, request_id=run_id))
 
     async def cancel_run(
         self, run_id: str, reason: str = "cancelled_by_user", *, by: str | None = None, via: str = "python"
     ) -> bool:
         # No `by` or `via`: the server records the token's principal, and "api".
-        response = await self._send("POST", f"/runs/{run_id}/cancel", json={"reason": reason})
+        response = await self._send("POST", f"{_run_path(run_id)}/cancel", json={"reason": reason})
         if response.is_success:
             return True
         error = _error(response, run_id)
@@ -771,7 +771,7 @@ class RemoteBroker(Broker):
         raise error
 
     async def get_run(self, run_id: str) -> Run:
-        return run_from_dict(await self._call("GET", f"/runs/{run_id}", request_id=run_id))
+        return run_from_dict(await self._call("GET", _run_path(run_id), request_id=run_id))
 
     async def list_runs(
         self,
@@ -812,7 +812,7 @@ class RemoteBroker(Broker):
         # The server records its token's principal as the sender (`by` is the operator's to
         # give), and decides who may answer what.
         body = {"text": text} if by is None else {"text": text, "by": by}
-        response = await self._send("POST", f"/runs/{run_id}/messages", json=body)
+        response = await self._send("POST", f"{_run_path(run_id)}/messages", json=body)
         if response.status_code == 409 and _code(response) == "thread_busy":
             details = response.json().get("details") or {}
             followup = None
@@ -823,17 +823,19 @@ class RemoteBroker(Broker):
         raise _error(response, run_id)
 
     async def list_followups(self, run_id: str) -> Sequence[Followup]:
-        page = await self._call("GET", f"/runs/{run_id}/followups", request_id=run_id)
+        page = await self._call("GET", f"{_run_path(run_id)}/followups", request_id=run_id)
         return [followup_from_dict(item, run_id) for item in page["items"]]
 
     async def withdraw_followup(self, run_id: str, followup_id: str, *, by: str | None = None) -> Followup:
-        response = await self._send("DELETE", f"/runs/{run_id}/followups/{followup_id}")
+        response = await self._send("DELETE", f"{_run_path(run_id)}/followups/{followup_id}")
         if response.is_success:
             return followup_from_dict(response.json(), run_id)
         raise _error(response, followup_id)
 
     async def take_followups(self, run_id: str, *, worker: str | None = None) -> Sequence[Followup]:
-        page = await self._call("POST", f"/runs/{run_id}/followups/take", json={"worker": worker}, request_id=run_id)
+        page = await self._call(
+            "POST", f"{_run_path(run_id)}/followups/take", json={"worker": worker}, request_id=run_id
+        )
         return [followup_from_dict(item, run_id) for item in page["items"]]
 
     # -- teams ---------------------------------------------------------------------------
@@ -977,6 +979,14 @@ def _code(response: httpx.Response) -> str:
 def _policy_path(agent: str, server: str) -> str:
     path = f"/approval-policies/{quote(agent, safe='')}"
     return f"{path}/servers/{quote(server, safe='')}" if server else path
+
+
+def _run_path(run_id: str) -> str:
+    """The path of a run, its id one quoted segment (a run id of an agent's choosing, as
+    a server keeps it, reads `agent:id`). An id no path segment can carry is no run's."""
+    if run_id in ("", ".", "..") or "/" in run_id:
+        raise NotFound(run_id, message=f"no run with id {run_id!r}")
+    return f"/runs/{quote(run_id, safe='')}"
 
 
 def _request_path(request_id: str) -> str:
