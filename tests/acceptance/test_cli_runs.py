@@ -100,14 +100,14 @@ async def test_run_show_says_how_to_answer_a_gate_approval_exactly_as_show_does(
     assert f"approve: interlock answer {request.id} yes" in expected
     assert any(line.startswith("edit arguments and approve:") for line in expected)
 
-    run = cli("run", "show", "run-gated", "--server", url, "--token", alice, cwd=tmp_path)
+    run = cli("run", "show", "scaler:run-gated", "--server", url, "--token", alice, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["status"] == "waiting_for_approval"
     assert how_to_lines(run.stderr) == expected
 
     answered = cli("answer", request.id, "yes", "--server", url, "--token", alice, cwd=tmp_path)
     assert answered.returncode == 0, answered.stderr
-    settled = cli("run", "show", "run-gated", "--server", url, "--token", alice, cwd=tmp_path)
+    settled = cli("run", "show", "scaler:run-gated", "--server", url, "--token", alice, cwd=tmp_path)
     assert settled.returncode == 0 and how_to_lines(settled.stderr) == []  # nothing left to answer
 
 
@@ -129,17 +129,18 @@ async def test_runs_lists_a_page_at_a_time_with_the_next_cursor_or_every_page(
         return found[1]
 
     first, said = listed("--limit", "2")
-    assert first == ["run-4", "run-3"]  # newest first
+    # the agent's own ids, "run-N", kept as its: "scaler:run-N"
+    assert first == ["scaler:run-4", "scaler:run-3"]  # newest first
     after_first = cursor(said)
-    assert after_first.endswith(".run-3")  # when it was made, then its id
+    assert after_first.endswith(".scaler:run-3")  # when it was made, then its id
     second, said = listed("--limit", "2", "--after", after_first)
-    assert second == ["run-2", "run-1"]
+    assert second == ["scaler:run-2", "scaler:run-1"]
     last, said = listed("--limit", "2", "--after", cursor(said))
-    assert last == ["run-0"] and "--after" not in said
+    assert last == ["scaler:run-0"] and "--after" not in said
     every, said = listed("--limit", "2", "--all")
-    assert every == [f"run-{n}" for n in reversed(range(5))] and "--after" not in said
+    assert every == [f"scaler:run-{n}" for n in reversed(range(5))] and "--after" not in said
     rest, _ = listed("--limit", "2", "--all", "--after", after_first)
-    assert rest == ["run-2", "run-1", "run-0"]
+    assert rest == ["scaler:run-2", "scaler:run-1", "scaler:run-0"]
     mistyped = cli("runs", "--server", url, "--token", alice, "--after", "run-3", cwd=tmp_path)
     assert mistyped.returncode == 4 and "is not one a page of runs gave" in mistyped.stderr
 
@@ -152,15 +153,15 @@ async def test_run_commands_and_the_worker_take_a_token_as_every_other_command_d
     cancel_me = await park_gated_call(url, agent, "run-cancel")
     resume_me = await park_gated_call(url, agent, "run-resume")
 
-    for command in (["runs"], ["run", "show", "run-cancel"], ["run", "cancel", "run-cancel"]):
+    for command in (["runs"], ["run", "show", "scaler:run-cancel"], ["run", "cancel", "scaler:run-cancel"]):
         refused = cli(*command, "--server", url, cwd=tmp_path)
         assert refused.returncode == 4 and "no token for the server" in refused.stderr, refused.stderr
-    shown = cli("run", "show", "run-cancel", "--state", "--server", url, "--token", alice, cwd=tmp_path)
+    shown = cli("run", "show", "scaler:run-cancel", "--state", "--server", url, "--token", alice, cwd=tmp_path)
     assert json.loads(shown.stdout)["state"] is None  # a person's client is not shown the agent's state, and is told
     assert "shows it only to the agent that started it" in " ".join(shown.stderr.split()), shown.stderr
-    cancelled = cli("run", "cancel", "run-cancel", "--server", url, "--token", alice, cwd=tmp_path)
+    cancelled = cli("run", "cancel", "scaler:run-cancel", "--server", url, "--token", alice, cwd=tmp_path)
     assert cancelled.returncode == 0, cancelled.stderr
-    again = cli("run", "cancel", "run-cancel", "--token", alice, cwd=tmp_path, url=url)  # the URL from the env
+    again = cli("run", "cancel", "scaler:run-cancel", "--token", alice, cwd=tmp_path, url=url)  # the URL from the env
     assert again.returncode == 3
 
     (tmp_path / "scaler_worker.py").write_text(textwrap.dedent(HANDLERS))
@@ -171,8 +172,8 @@ async def test_run_commands_and_the_worker_take_a_token_as_every_other_command_d
 
     async with interlock.connect(url, token=alice) as broker:
         assert (await broker.get(cancel_me.id)).status is Status.CANCELLED
-        assert (await broker.get_run("run-cancel")).terminal_reason == "cancelled_by_user"
-        resumed = await broker.get_run("run-resume")
+        assert (await broker.get_run("scaler:run-cancel")).terminal_reason == "cancelled_by_user"
+        resumed = await broker.get_run("scaler:run-resume")
         assert (resumed.status.value, resumed.result) == ("completed", {"approved": [True]})
 
 

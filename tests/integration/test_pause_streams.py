@@ -78,11 +78,11 @@ async def test_a_new_client_of_a_parked_runs_stream_gets_the_pending_pause_then_
 ) -> None:
     bot, alice = clients["alice-bot"], clients["alice"]
     request_id = await park(bot, "run-1")
-    stored = (await alice.get("/runs/run-1/events")).json()["events"]
+    stored = (await alice.get("/runs/alice-bot:run-1/events")).json()["events"]
     pause = next(e for e in stored if e["type"] == "input_requested")
     newest = (await alice.get("/events", params={"limit": 0})).json()["last_event_id"]
     with anyio.fail_after(BOUND):
-        async with aconnect_sse(alice, "GET", "/runs/run-1/events/stream") as source:  # no Last-Event-ID
+        async with aconnect_sse(alice, "GET", "/runs/alice-bot:run-1/events/stream") as source:  # no Last-Event-ID
             events = source.aiter_sse()
             first = await anext(events)
             while not first.id:  # the `connected` comment
@@ -114,17 +114,17 @@ async def test_a_reconnect_is_reminded_of_the_pause_without_its_last_event_id_go
     await bot.post("/runs", json={"agent": "deployer", "run_id": "run-2", "session": "t1"})
     origin = {"run": "run-2", "session": "t1"}
     made = [(await bot.post("/requests", json={**APPROVAL, "origin": origin})).json()["id"] for _ in range(2)]
-    assert (await bot.post("/runs/run-2/park", json={"state": {}, "waiting_on": made})).status_code == 200
+    assert (await bot.post("/runs/alice-bot:run-2/park", json={"state": {}, "waiting_on": made})).status_code == 200
     assert (await alice.post(f"/requests/{made[0]}/answer", json={"answer": True})).status_code == 200
-    answered = (await alice.get("/runs/run-2/events")).json()["events"][-1]
+    answered = (await alice.get("/runs/alice-bot:run-2/events")).json()["events"][-1]
     assert answered["type"] == "answered"
 
-    reminder = await first_sent(alice, "/runs/run-2/events/stream", answered["id"])
+    reminder = await first_sent(alice, "/runs/alice-bot:run-2/events/stream", answered["id"])
     assert reminder.event == "input_requested" and json.loads(reminder.data)["id"] < answered["id"]
     assert int(reminder.id) == answered["id"]  # the client's place, not the pause's older id
     # An EventSource reconnects with the last id it was sent: nothing it has seen comes
     # again, only the reminder (which is no new event).
-    again = await first_sent(alice, "/runs/run-2/events/stream", int(reminder.id))
+    again = await first_sent(alice, "/runs/alice-bot:run-2/events/stream", int(reminder.id))
     assert (again.event, again.id) == ("input_requested", reminder.id)
 
 
@@ -135,7 +135,7 @@ async def test_a_new_client_of_a_run_that_waits_on_nobody_gets_only_what_happens
     request_id = await park(bot, "run-1")
     assert (await alice.post(f"/requests/{request_id}/answer", json={"answer": True})).status_code == 200
     with anyio.fail_after(BOUND):
-        async with aconnect_sse(alice, "GET", "/runs/run-1/events/stream") as source:
+        async with aconnect_sse(alice, "GET", "/runs/alice-bot:run-1/events/stream") as source:
             events = source.aiter_sse()
             assert (await anext(events)).id in ("", None)  # connected
             claimed = await bot.post("/runs/claim", json={"worker": "w1"})
@@ -150,12 +150,16 @@ async def test_a_new_client_of_the_interactions_stream_gets_the_runs_pending_pau
     bot, alice = clients["alice-bot"], clients["alice"]
     request_id = await park(bot, "run-1")
     with anyio.fail_after(BOUND):
-        async with aconnect_sse(alice, "GET", "/interactions/stream", params={"run": "run-1"}) as source:
+        async with aconnect_sse(alice, "GET", "/interactions/stream", params={"run": "alice-bot:run-1"}) as source:
             events = source.aiter_sse()
             sent = await next_with(events, "data-novo-input-requested", "data-novo-input-resolved")
             assert sent.event == "data-novo-input-requested" and not sent.id
             interaction = json.loads(sent.data)
-            assert (interaction["id"], interaction["runId"], interaction["status"]) == (request_id, "run-1", "pending")
+            assert (interaction["id"], interaction["runId"], interaction["status"]) == (
+                request_id,
+                "alice-bot:run-1",
+                "pending",
+            )
             await alice.post(f"/requests/{request_id}/answer", json={"answer": True})
             resolved = await next_with(events, "data-novo-input-requested", "data-novo-input-resolved")
             assert resolved.event == "data-novo-input-resolved" and json.loads(resolved.data)["id"] == request_id
@@ -166,7 +170,7 @@ async def test_a_delivered_message_is_a_followup_replayed_chunk_on_the_interacti
 ) -> None:
     bot, alice, bob = clients["alice-bot"], clients["alice"], clients["bob"]
     request_id = await park(bot, "run-1", QUESTION)
-    sent = await alice.post("/runs/run-1/messages", json={"text": "actually, make it eu-west"})
+    sent = await alice.post("/runs/alice-bot:run-1/messages", json={"text": "actually, make it eu-west"})
     assert sent.status_code == 409 and sent.json()["details"]["queued"] is True, sent.text
     followup_id = sent.json()["details"]["followup_id"]
     await alice.post(f"/requests/{request_id}/answer", json={"answer": "us-east"})
@@ -180,13 +184,13 @@ async def test_a_delivered_message_is_a_followup_replayed_chunk_on_the_interacti
         async with aconnect_sse(alice, "GET", "/interactions/stream") as source:
             events = source.aiter_sse()
             await anext(events)  # connected: from here on
-            taken = await bot.post("/runs/run-1/followups/take", json={"worker": "w1"})
+            taken = await bot.post("/runs/alice-bot:run-1/followups/take", json={"worker": "w1"})
             assert [f["id"] for f in taken.json()["items"]] == [followup_id]
             live = await next_with(events, "data-novo-followup-replayed")
         assert json.loads(live.data) == {
             "id": followup_id,
             "text": "actually, make it eu-west",
-            "runId": "run-1",
+            "runId": "alice-bot:run-1",
             "threadId": "t1",
         }
         assert live.id

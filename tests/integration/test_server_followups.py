@@ -20,6 +20,7 @@ import interlock
 from interlock.principals import Principal, issue_token
 
 pytestmark = pytest.mark.anyio
+RUN = "alice-bot:run-1"  # alice-bot's run "run-1", as the server keeps it (people name it so)
 BOUND = 10
 APPROVAL = {"kind": "approval", "to": "alice", "asks": [{"type": "confirm", "id": "ok", "prompt": "Deploy?"}]}
 QUESTION = {"kind": "question", "to": "alice", "asks": [{"type": "text", "id": "region", "prompt": "Region?"}]}
@@ -87,7 +88,7 @@ async def parked(bot: httpx.AsyncClient, ask: dict[str, Any] = APPROVAL, run_id:
     return request_id
 
 
-async def send(client: httpx.AsyncClient, text: str, run_id: str = "run-1") -> httpx.Response:
+async def send(client: httpx.AsyncClient, text: str, run_id: str = RUN) -> httpx.Response:
     return await client.post(f"/runs/{run_id}/messages", json={"text": text})
 
 
@@ -106,7 +107,7 @@ async def test_approve_sent_to_an_approval_pause_decides_it(clients: dict[str, h
     assert details == {"resolved_interaction_id": request_id}
     request = (await clients["alice"].get(f"/requests/{request_id}")).json()
     assert request["status"] == "answered" and request["response"]["by"] == "alice"
-    run = (await clients["alice"].get("/runs/run-1")).json()
+    run = (await clients["alice"].get(f"/runs/{RUN}")).json()
     assert run["ready"] is True and run["queuedFollowups"] == []
 
 
@@ -127,14 +128,14 @@ async def test_other_text_at_an_approval_pause_is_held_and_listed_on_the_run(
     first = busy(await send(clients["alice"], "approve it, but deploy to eu first"))
     assert first["queued"] is True and first["followup_id"]
     forged = {"text": "and tell me when it is done", "by": "bob"}  # a person cannot send as someone else
-    second = busy(await clients["alice"].post("/runs/run-1/messages", json=forged))
-    run = (await clients["alice"].get("/runs/run-1")).json()
+    second = busy(await clients["alice"].post(f"/runs/{RUN}/messages", json=forged))
+    run = (await clients["alice"].get(f"/runs/{RUN}")).json()
     assert [(f["id"], f["text"]) for f in run["queuedFollowups"]] == [
         (first["followup_id"], "approve it, but deploy to eu first"),
         (second["followup_id"], "and tell me when it is done"),
     ]
     assert run["queuedFollowups"][0]["queuedAt"] <= run["queuedFollowups"][1]["queuedAt"]
-    listed = (await clients["alice-bot"].get("/runs/run-1/followups")).json()["items"]
+    listed = (await clients["alice-bot"].get(f"/runs/{RUN}/followups")).json()["items"]
     assert [(f["id"], f["by"]) for f in listed] == [(first["followup_id"], "alice"), (second["followup_id"], "alice")]
     assert (await clients["alice"].get(f"/requests/{request_id}")).json()["status"] == "pending"
 
@@ -150,7 +151,7 @@ async def test_a_working_run_holds_messages_as_steering(clients: dict[str, httpx
     await start(clients["alice-bot"])
     details = busy(await send(clients["alice-bot"], "actually, make it vegetarian"))
     assert details["queued"] is True
-    held = (await clients["alice-bot"].get("/runs/run-1")).json()["queuedFollowups"]
+    held = (await clients["alice-bot"].get(f"/runs/{RUN}")).json()["queuedFollowups"]
     assert [f["text"] for f in held] == ["actually, make it vegetarian"]
 
 
@@ -165,11 +166,11 @@ async def test_an_agent_saying_approve_cannot_decide_the_approval_it_asked_for(
 async def test_a_held_message_is_withdrawn_once_then_followup_not_found(clients: dict[str, httpx.AsyncClient]) -> None:
     await parked(clients["alice-bot"])
     held = busy(await send(clients["alice"], "wait, not yet"))["followup_id"]
-    withdrawn = await clients["alice"].delete(f"/runs/run-1/followups/{held}")
+    withdrawn = await clients["alice"].delete(f"/runs/{RUN}/followups/{held}")
     assert withdrawn.status_code == 200 and withdrawn.json()["text"] == "wait, not yet"
-    again = await clients["alice"].delete(f"/runs/run-1/followups/{held}")
+    again = await clients["alice"].delete(f"/runs/{RUN}/followups/{held}")
     assert again.status_code == 404 and again.json()["code"] == "followup_not_found"
-    assert (await clients["alice"].get("/runs/run-1")).json()["queuedFollowups"] == []
+    assert (await clients["alice"].get(f"/runs/{RUN}")).json()["queuedFollowups"] == []
 
 
 async def test_taken_messages_are_delivered_once_with_a_replayed_event_each(
@@ -178,14 +179,14 @@ async def test_taken_messages_are_delivered_once_with_a_replayed_event_each(
     bot = clients["alice-bot"]
     await start(bot)
     ids = [busy(await send(clients["alice-bot"], text))["followup_id"] for text in ("one", "two")]
-    taken = await bot.post("/runs/run-1/followups/take", json={})
+    taken = await bot.post(f"/runs/{RUN}/followups/take", json={})
     assert taken.status_code == 200 and [(f["id"], f["text"]) for f in taken.json()["items"]] == list(
         zip(ids, ["one", "two"], strict=True)
     )
-    assert (await bot.post("/runs/run-1/followups/take")).json()["items"] == []
-    gone = await bot.delete(f"/runs/run-1/followups/{ids[0]}")
+    assert (await bot.post(f"/runs/{RUN}/followups/take")).json()["items"] == []
+    gone = await bot.delete(f"/runs/{RUN}/followups/{ids[0]}")
     assert gone.status_code == 404 and gone.json()["code"] == "followup_not_found"
-    events = (await bot.get("/runs/run-1/events")).json()["events"]
+    events = (await bot.get(f"/runs/{RUN}/events")).json()["events"]
     replayed = [(e["data"]["followup_id"], e["data"]["text"]) for e in events if e["type"] == "followup_replayed"]
     assert replayed == [(ids[0], "one"), (ids[1], "two")]
 
@@ -196,11 +197,13 @@ async def test_everyone_who_may_see_the_run_sees_its_messages_delivered(clients:
     held = busy(await send(bot, "status: the build is green"))["followup_id"]
     assert busy(await send(clients["alice"], "approve")) == {"resolved_interaction_id": request_id}
     claimed = await bot.post("/runs/claim", json={"agents": ["deployer"], "worker": "w1"})
-    assert claimed.status_code == 200 and claimed.json()["id"] == "run-1"
-    assert (await bot.post("/runs/run-1/followups/take", json={"worker": "w2"})).json()["items"] == []  # not its holder
-    taken = await bot.post("/runs/run-1/followups/take", json={"worker": "w1"})
+    assert claimed.status_code == 200 and claimed.json()["id"] == RUN
+    assert (await bot.post(f"/runs/{RUN}/followups/take", json={"worker": "w2"})).json()[
+        "items"
+    ] == []  # not its holder
+    taken = await bot.post(f"/runs/{RUN}/followups/take", json={"worker": "w1"})
     assert [f["id"] for f in taken.json()["items"]] == [held]
-    events = (await clients["alice"].get("/runs/run-1/events")).json()["events"]
+    events = (await clients["alice"].get(f"/runs/{RUN}/events")).json()["events"]
     kinds = [(e["type"], e["data"].get("followup_id")) for e in events if e["type"].startswith("followup_")]
     assert kinds == [("followup_queued", held), ("followup_replayed", held)]
     assert [e["data"]["text"] for e in events if e["type"] == "followup_replayed"] == ["status: the build is green"]
@@ -211,15 +214,15 @@ async def test_on_an_ended_run_held_messages_stay_read_only_and_nothing_more_is_
 ) -> None:
     await parked(clients["alice-bot"])
     held = busy(await send(clients["alice"], "use the blue-green switch"))["followup_id"]
-    assert (await clients["alice"].post("/runs/run-1/cancel", json={})).status_code == 200
-    run = (await clients["alice"].get("/runs/run-1")).json()
+    assert (await clients["alice"].post(f"/runs/{RUN}/cancel", json={})).status_code == 200
+    run = (await clients["alice"].get(f"/runs/{RUN}")).json()
     assert run["status"] == "cancelled" and [f["id"] for f in run["queuedFollowups"]] == [held]
-    refused = await clients["alice"].delete(f"/runs/run-1/followups/{held}")
+    refused = await clients["alice"].delete(f"/runs/{RUN}/followups/{held}")
     assert refused.status_code == 404 and refused.json()["code"] == "followup_not_found"
     late = await send(clients["alice"], "hello?")
     assert late.status_code == 409 and late.json()["code"] == "run_conflict"
     assert late.json()["current_status"] == "cancelled"
-    assert [f["id"] for f in (await clients["alice"].get("/runs/run-1/followups")).json()["items"]] == [held]
+    assert [f["id"] for f in (await clients["alice"].get(f"/runs/{RUN}/followups")).json()["items"]] == [held]
 
 
 async def test_only_those_who_may_see_the_run_send_and_withdraw_and_only_its_agent_takes(
@@ -228,12 +231,13 @@ async def test_only_those_who_may_see_the_run_send_and_withdraw_and_only_its_age
     await parked(clients["alice-bot"])
     held = busy(await send(clients["alice"], "note for later"))["followup_id"]
     for stranger in ("bob", "bob-bot"):
-        assert (await send(clients[stranger], "approve")).status_code == 403
-        assert (await clients[stranger].get("/runs/run-1/followups")).status_code == 403
-        assert (await clients[stranger].delete(f"/runs/run-1/followups/{held}")).status_code == 403
-    assert (await clients["alice"].post("/runs/run-1/followups/take", json={})).status_code == 403
-    assert (await clients["bob-bot"].post("/runs/run-1/followups/take", json={})).status_code == 403
-    run = (await clients["alice-bot"].get("/runs/run-1")).json()
+        # a stranger is told no more than of a run that does not exist
+        assert (await send(clients[stranger], "approve")).status_code == 404
+        assert (await clients[stranger].get(f"/runs/{RUN}/followups")).status_code == 404
+        assert (await clients[stranger].delete(f"/runs/{RUN}/followups/{held}")).status_code == 404
+    assert (await clients["alice"].post(f"/runs/{RUN}/followups/take", json={})).status_code == 403
+    assert (await clients["bob-bot"].post(f"/runs/{RUN}/followups/take", json={})).status_code == 404
+    run = (await clients["alice-bot"].get(f"/runs/{RUN}")).json()
     assert run["status"] == "waiting_for_approval" and [f["id"] for f in run["queuedFollowups"]] == [held]
 
 
@@ -257,23 +261,23 @@ async def test_a_message_to_a_thread_goes_to_its_busy_run_and_an_idle_thread_sta
     ended = await clients["alice"].post("/threads/t1/messages", json={"text": "hello?"})
     assert ended.status_code == 404
     runs = (await bot.get("/runs", params={"session": "t1"})).json()["items"]
-    assert sorted(r["id"] for r in runs) == ["run-new", "run-old"]  # nothing was started
+    assert sorted(r["id"] for r in runs) == ["alice-bot:run-new", "alice-bot:run-old"]  # nothing was started
 
 
 async def test_bad_sends_are_refused_and_hold_nothing(clients: dict[str, httpx.AsyncClient]) -> None:
     await parked(clients["alice-bot"])
     alice = clients["alice"]
-    assert (await alice.post("/runs/run-1/messages", json={"text": ""})).status_code == 422
-    assert (await alice.post("/runs/run-1/messages", json={"text": "   "})).status_code == 422
-    assert (await alice.post("/runs/run-1/messages", json={"text": 5})).status_code == 422
-    assert (await alice.post("/runs/run-1/messages", json={"text": "x", "extra": 1})).status_code == 422
-    bad_json = await alice.post("/runs/run-1/messages", content=b"{", headers={"content-type": "application/json"})
+    assert (await alice.post(f"/runs/{RUN}/messages", json={"text": ""})).status_code == 422
+    assert (await alice.post(f"/runs/{RUN}/messages", json={"text": "   "})).status_code == 422
+    assert (await alice.post(f"/runs/{RUN}/messages", json={"text": 5})).status_code == 422
+    assert (await alice.post(f"/runs/{RUN}/messages", json={"text": "x", "extra": 1})).status_code == 422
+    bad_json = await alice.post(f"/runs/{RUN}/messages", content=b"{", headers={"content-type": "application/json"})
     assert bad_json.status_code == 400
     missing = await send(alice, "hello", run_id="no-such-run")
     assert missing.status_code == 404 and missing.json()["code"] == "not_found"
-    unknown = await alice.delete("/runs/run-1/followups/f-unknown")
+    unknown = await alice.delete(f"/runs/{RUN}/followups/f-unknown")
     assert unknown.status_code == 404 and unknown.json()["code"] == "followup_not_found"
-    assert (await alice.get("/runs/run-1")).json()["queuedFollowups"] == []
+    assert (await alice.get(f"/runs/{RUN}")).json()["queuedFollowups"] == []
 
 
 @pytest.fixture
@@ -293,5 +297,5 @@ async def test_a_full_queue_says_so_with_a_plain_thread_busy(small_world: World)
         full = await send(alice, "three")
         assert busy(full) == {}
         assert "nothing was held" in full.json()["detail"]
-        held = (await alice.get("/runs/run-1")).json()["queuedFollowups"]
+        held = (await alice.get(f"/runs/{RUN}")).json()["queuedFollowups"]
         assert [f["text"] for f in held] == ["one", "two"]

@@ -22,6 +22,7 @@ from interlock.principals import Principal, issue_token
 pytestmark = pytest.mark.anyio
 BOUND = 10
 APPROVAL = {"kind": "approval", "asks": [{"type": "confirm", "id": "ok", "prompt": "Deploy?"}]}
+RUN = "alice-bot:run-1"  # alice-bot's run of the id it chose, "run-1", as the server keeps it
 STATE = {"messages": [{"role": "user", "content": "deploy web"}], "pending_call": "call-7"}
 
 
@@ -82,17 +83,20 @@ async def test_the_agent_sees_its_runs_state_and_the_person_it_waits_on_does_not
 ) -> None:
     run, request_id = await parked(clients["alice-bot"])
     assert run["state"] == STATE and run["status"] == "waiting_for_approval" and run["requester"] == "alice-bot"
+    assert run["id"] == RUN
 
-    seen = (await clients["alice"].get("/runs/run-1")).json()
+    seen = (await clients["alice"].get(f"/runs/{RUN}")).json()
     assert "state" not in seen or seen["state"] is None
     assert seen["waiting_on"] == [request_id] and seen["expires_at"] is not None
     listed = (await clients["alice"].get("/runs")).json()
-    assert [r["id"] for r in listed["items"]] == ["run-1"] and listed["items"][0].get("state") is None
+    assert [r["id"] for r in listed["items"]] == [RUN] and listed["items"][0].get("state") is None
     request = (await clients["alice"].get(f"/requests/{request_id}")).json()
     assert request["expires_at"] == seen["expires_at"]  # the pause's deadline, shown on its request
 
-    assert (await clients["bob"].get("/runs/run-1")).status_code == 403
-    assert (await clients["bob-bot"].get("/runs/run-1")).status_code == 403
+    # Neither another person nor another agent learns that the run exists.
+    assert (await clients["bob"].get(f"/runs/{RUN}")).status_code == 404
+    assert (await clients["bob-bot"].get(f"/runs/{RUN}")).status_code == 404
+    assert (await clients["bob-bot"].get("/runs/run-1")).status_code == 404
     assert (await clients["bob"].get("/runs")).json()["items"] == []
     assert (await clients["alice"].get("/runs/no-such-run")).status_code == 404
 
@@ -102,11 +106,11 @@ async def test_a_persons_client_never_sends_a_runs_state_nor_drives_it(clients: 
     alice = clients["alice"]
     for path, body in (
         ("/runs", {"agent": "deployer"}),
-        ("/runs/run-1/park", {"state": {"forged": True}, "waiting_on": [request_id]}),
+        (f"/runs/{RUN}/park", {"state": {"forged": True}, "waiting_on": [request_id]}),
         ("/runs/claim", {"worker": "w"}),
-        ("/runs/run-1/complete", {"result": "done"}),
-        ("/runs/run-1/fail", {"error": "no"}),
-        ("/runs/run-1/lease", {"worker": "w"}),
+        (f"/runs/{RUN}/complete", {"result": "done"}),
+        (f"/runs/{RUN}/fail", {"error": "no"}),
+        (f"/runs/{RUN}/lease", {"worker": "w"}),
     ):
         response = await alice.post(path, json=body)
         assert response.status_code == 403, (path, response.text)
@@ -114,7 +118,7 @@ async def test_a_persons_client_never_sends_a_runs_state_nor_drives_it(clients: 
     assert run["state"] == STATE and run["status"] == "waiting_for_approval"
     # another agent cannot park, finish or claim it either
     other = clients["bob-bot"]
-    assert (await other.post("/runs/run-1/complete", json={})).status_code == 403
+    assert (await other.post(f"/runs/{RUN}/complete", json={})).status_code == 404
     assert (await other.post("/runs/claim", json={"worker": "w"})).status_code == 204
 
 
@@ -139,13 +143,13 @@ async def test_the_person_waited_on_may_cancel_the_run_which_withdraws_its_reque
     clients: dict[str, httpx.AsyncClient],
 ) -> None:
     _, request_id = await parked(clients["alice-bot"])
-    assert (await clients["bob"].post("/runs/run-1/cancel", json={})).status_code == 403
-    cancelled = await clients["alice"].post("/runs/run-1/cancel", json={})
+    assert (await clients["bob"].post(f"/runs/{RUN}/cancel", json={})).status_code == 404
+    cancelled = await clients["alice"].post(f"/runs/{RUN}/cancel", json={})
     assert cancelled.status_code == 200, cancelled.text
     assert (cancelled.json()["status"], cancelled.json()["terminal_reason"]) == ("cancelled", "cancelled_by_user")
     request = (await clients["alice"].get(f"/requests/{request_id}")).json()
     assert request["status"] == "cancelled"
-    again = await clients["alice"].post("/runs/run-1/cancel", json={})
+    again = await clients["alice"].post(f"/runs/{RUN}/cancel", json={})
     assert again.status_code == 409 and again.json()["code"] == "run_conflict"
 
 
@@ -166,23 +170,23 @@ async def test_a_reconnecting_client_gets_the_pending_pause_again_then_what_it_m
 ) -> None:
     bot, alice = clients["alice-bot"], clients["alice"]
     _, request_id = await parked(bot)
-    events = (await alice.get("/runs/run-1/events")).json()["events"]
+    events = (await alice.get(f"/runs/{RUN}/events")).json()["events"]
     assert [e["type"] for e in events] == ["run_started", "created", "input_requested"]
     assert all("state" not in e["data"] for e in events)
     pause = events[-1]
 
     # Reconnecting after the pause: the pause comes again first (a handler may act twice).
-    (again,) = await first_events(alice, "run-1", 1, {"Last-Event-ID": str(pause["id"])})
+    (again,) = await first_events(alice, RUN, 1, {"Last-Event-ID": str(pause["id"])})
     assert again[0] == pause["id"] and again[1] == "input_requested"
     assert again[2]["data"]["waiting_on"] == [request_id]
 
     # Reconnecting from before the pause: each missed event once, in order.
-    replayed = await first_events(alice, "run-1", 2, {"Last-Event-ID": str(events[0]["id"])})
+    replayed = await first_events(alice, RUN, 2, {"Last-Event-ID": str(events[0]["id"])})
     assert [(i, t) for i, t, _ in replayed] == [(e["id"], e["type"]) for e in events[1:]]
 
     # Once answered, the pause is over: nothing is sent again, the answer follows.
     await alice.post(f"/requests/{request_id}/answer", json={"answer": True})
-    (answered,) = await first_events(alice, "run-1", 1, {"Last-Event-ID": str(pause["id"])})
+    (answered,) = await first_events(alice, RUN, 1, {"Last-Event-ID": str(pause["id"])})
     assert answered[1] == "answered"
 
 
@@ -203,5 +207,5 @@ async def test_bad_claims_and_stream_cursors_are_refused(clients: dict[str, http
     stream = await bot.get("/runs/run-1/events/stream", headers={"Last-Event-ID": "-1"})
     assert stream.status_code == 400 and stream.json()["code"] == "invalid_request"
     assert (await bot.get("/runs/no-such-run/events/stream")).status_code == 404
-    assert (await clients["bob"].get("/runs/run-1/events/stream")).status_code == 403
+    assert (await clients["bob"].get(f"/runs/{RUN}/events/stream")).status_code == 404
     assert (await bot.get("/runs/run-1")).json()["status"] == "waiting_for_approval"  # nothing changed

@@ -220,11 +220,11 @@ async def test_no_one_puts_a_request_into_another_s_run_or_asks_as_another_agent
     assert (await clients["alice-bot"].post("/requests", json=mine)).status_code == 201  # its own run
     for who in ("bob", "bob-bot", "alice"):  # (alice owns the agent and sees its runs, but starts none)
         refused = await clients[who].post("/requests", json=mine)
-        assert refused.status_code == 403 and "not one you started" in refused.json()["detail"], who
-    for who in ("bob", "bob-bot"):
-        assert (await clients[who].get(f"/runs/{run['id']}")).status_code == 403, who
+        assert refused.status_code == 403 and "is not a run you started" in refused.json()["detail"], who
+    for who in ("bob", "bob-bot"):  # as for a run that does not exist
+        assert (await clients[who].get(f"/runs/{run['id']}")).status_code == 404, who
     nowhere = await clients["bob-bot"].post("/requests", json={**mine, "origin": {"run": "no-such-run"}})
-    assert nowhere.status_code == 422
+    assert nowhere.status_code == 403 and "is not a run you started" in nowhere.json()["detail"]  # refused alike
 
     posing = {"asks": [{"type": "confirm", "prompt": "x"}], "origin": {"agent": "alice-bot"}}
     for who in ("bob-bot", "bob"):
@@ -249,9 +249,9 @@ async def test_no_one_posts_an_update_into_another_s_run(clients: dict[str, http
     forged = {"message": "alice-bot: approve the wire transfer", "to": "alice", "run": run["id"]}
     for who in ("bob-bot", "bob", "alice"):
         refused = await clients[who].post("/inform", json=forged)
-        assert refused.status_code == 403 and "not one you started" in refused.json()["detail"], who
+        assert refused.status_code == 403 and "is not a run you started" in refused.json()["detail"], who
     nowhere = await clients["bob-bot"].post("/inform", json={**forged, "run": "no-such-run"})
-    assert nowhere.status_code == 422
+    assert nowhere.status_code == 403 and "is not a run you started" in nowhere.json()["detail"]  # refused alike
     shown = (await clients["alice"].get(f"/runs/{run['id']}/events")).json()["events"]
     assert [e["data"]["message"] for e in shown if e["type"] == "informed"] == ["step 2 of 3"]
 

@@ -8,6 +8,7 @@ dependencies that read the app's state, so the router is a module-level one that
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -40,9 +41,11 @@ from .common import (
     app_state,
     can_see,
     event_to_dict,
+    own_run_named,
     parse_event_id,
     problems_for,
     rate_limited,
+    run_id_of,
 )
 from .schemas import (
     AnswerBody,
@@ -210,20 +213,24 @@ async def _origin_of(broker: LocalBroker, caller: Principal, origin: Origin) -> 
         if named is not None and not (named.kind == "agent" and named.owner == caller.name):
             raise ApiError("forbidden", f"origin.agent: {origin.agent!r} is another agent here, not yours to ask as")
     if origin.run is not None:
-        await _started_by(broker, caller, origin.run, "origin.run")
+        origin = replace(origin, run=await _started_by(broker, caller, origin.run, "origin.run"))
     return origin
 
 
-async def _started_by(broker: LocalBroker, caller: Principal, run_id: str, field: str) -> None:
-    """Refuse `run_id` in `field` unless `caller` started that run (an admin: any run)."""
+async def _started_by(broker: LocalBroker, caller: Principal, run_id: str, field: str) -> str:
+    """The id of the run `caller` names `run_id` in `field` (an agent's own id of its
+    choosing means its own run), refused unless `caller` started it (an admin: any run).
+    No such run and another's are refused alike: an id may be guessed, and the refusal
+    must not tell whether someone else has a run of it."""
     if caller.kind == "admin":
-        return
-    try:
-        run = await broker.get_run(run_id)
-    except NotFound:
-        raise ApiError("invalid_request", f"{field}: there is no run {run_id!r} here") from None
-    if run.requester != caller.name:
-        raise ApiError("forbidden", f"{field}: run {run_id!r} is not one you started")
+        return run_id
+    run = await own_run_named(broker, caller, run_id)
+    if run is None and caller.kind != "agent":  # a person starts no run, but one may be recorded as theirs
+        with contextlib.suppress(NotFound):
+            run = await broker.get_run(run_id)
+    if run is None or run.requester != caller.name:
+        raise ApiError("forbidden", f"{field}: {run_id!r} is not a run you started")
+    return run.id
 
 
 @router.post(
@@ -308,6 +315,8 @@ async def list_requests(caller: Caller, broker: TheBroker, params: Annotated[Lis
         if recipient == caller.name:  # a member's inbox holds their teams' requests too
             teams = _member_teams(caller)
     filters |= {"recipient": recipient, "requester": requester, "teams": teams}
+    if filters.get("run") is not None:  # an agent's own run id names its run
+        filters["run"] = await run_id_of(broker, caller, filters["run"])
     filters |= {"since": _instant("since", filters["since"]), "until": _instant("until", filters["until"])}
     page = await broker.list(**filters)
     return JSONResponse({"items": [request_to_dict(r) for r in page.items], "next_cursor": page.next_cursor})
@@ -583,10 +592,10 @@ async def reopen_channel(body: ReopenBody, caller: Caller, broker: TheBroker) ->
 async def inform(body: InformBody, caller: Caller, broker: TheBroker) -> dict[str, Any]:
     """Record a progress update for a person; nothing waits for it. The update's
     `agent` is the calling agent (the body's is honoured only without auth). A `run`
-    must be one you started (403 otherwise, 422 for no such run): an update there is
-    shown on that run's page and stream."""
-    if body.run is not None:
-        await _started_by(broker, caller, body.run, "run")
+    must be one you started (403 otherwise, and for no such run alike): an update there
+    is shown on that run's page and stream. An agent's own `run_id` (as it started the
+    run with) names its run."""
+    run = None if body.run is None else await _started_by(broker, caller, body.run, "run")
     to = body.to or (caller.owner if caller.kind == "agent" else None)
     agent = body.agent if caller.kind == "admin" else (caller.name if caller.kind == "agent" else None)
     event = await broker.inform(
@@ -594,7 +603,7 @@ async def inform(body: InformBody, caller: Caller, broker: TheBroker) -> dict[st
         to=to,
         session=body.session,
         agent=agent,
-        run=body.run,
+        run=run,
         data=body.data,
         by=None if caller.kind == "admin" else caller.name,
     )
@@ -628,6 +637,7 @@ async def events(
     run: str | None = None,
 ) -> dict[str, Any]:
     """The event log after `after`, oldest first, as far as you may see it."""
+    run = None if run is None else await run_id_of(broker, caller, run)
     last = await broker.last_event_id()
     page = await broker.find_events(
         after=after,
@@ -673,6 +683,7 @@ async def stream(
     except ValueError as exc:
         raise ApiError("invalid_request", str(exc), status=UNREADABLE) from None
     start = after if start is None else start
+    run = None if run is None else await run_id_of(broker, caller, run)
     accept = event_filter(caller, request, session, run)
     holder = state.auth.holder(http)
 

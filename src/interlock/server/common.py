@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from .. import wire
 from ..broker import MAX_EVENT_ID, LocalBroker
 from ..channels.delivery import DeliveryLoop
-from ..errors import NotFound
+from ..errors import InvalidRequest, NotFound
 from ..followups import FOLLOWUP_EVENTS
 from ..grant_tokens import GrantSigner
 from ..model import RUN_EVENTS, Event, Run, Status, request_to_dict
@@ -47,6 +47,10 @@ __all__ = [
     "event_to_dict",
     "may_see_delivery",
     "may_see_run",
+    "named_run",
+    "own_run_named",
+    "run_id_of",
+    "scoped_run_id",
     "parse_event_id",
     "run_event_filter",
     "problem",
@@ -184,6 +188,59 @@ async def may_see_run(broker: LocalBroker, principal: Principal, run: Run) -> bo
         if starter is not None and starter.owner == principal.name:
             return True
     return bool((await broker.list(run=run.id, recipient=principal.name, limit=1)).items)
+
+
+def scoped_run_id(agent: str, run_id: str) -> str:
+    """The id under which a server keeps a run an agent starts with an id of its own
+    choosing: the agent's name, a colon, that id (an id that reads so already is kept, so
+    an agent may give back the id it read). A principal's name holds no colon, so each
+    agent's ids are a namespace of their own: two agents' `thread-1` are two runs, and no
+    agent can take or probe an id another one will use."""
+    prefix = f"{agent}:"
+    return run_id if run_id.startswith(prefix) else prefix + run_id
+
+
+async def run_id_of(broker: LocalBroker, principal: Principal, run_id: str) -> str:
+    """The id of the run `principal` means by `run_id`: for an agent, its own run of that
+    name (`own_run_named`), if it has one; else `run_id` as given."""
+    own = await own_run_named(broker, principal, run_id)
+    return run_id if own is None else own.id
+
+
+async def own_run_named(broker: LocalBroker, principal: Principal, run_id: str) -> Run | None:
+    """An agent's own run that it names `run_id`: the run of that id, if it is the
+    agent's (an id the server made, or one from before ids were scoped), else the run it
+    started with `run_id` as an id of its choosing (kept under `scoped_run_id`). None
+    for anyone else, and when the agent has no run of that name."""
+    if principal.kind != "agent":
+        return None
+    scoped = scoped_run_id(principal.name, run_id)
+    for candidate in dict.fromkeys((run_id, scoped)):
+        try:
+            run = await broker.get_run(candidate)
+        except NotFound:
+            continue
+        except InvalidRequest:
+            if candidate == run_id:
+                raise  # an id no run can have: refused as such
+            continue  # too long once scoped: no run of the agent's has it
+        if run.requester == principal.name:
+            return run
+    return None
+
+
+async def named_run(broker: LocalBroker, principal: Principal, run_id: str) -> Run:
+    """The run `principal` names `run_id` (an agent: its own run of that name first), if
+    they may see it. Raises `NotFound`, worded as for an id that no run has, for a run
+    they may not see: run ids may be chosen by their agents, so a refusal that differed
+    would tell anyone whether another agent has a run of an id they guessed."""
+    run = await own_run_named(broker, principal, run_id)
+    if run is not None:
+        return run
+    run = await broker.get_run(run_id)
+    if not await may_see_run(broker, principal, run):
+        raise NotFound(run_id, message=f"no run with id {run_id!r}")
+    return run
 
 
 async def may_see_delivery(broker: LocalBroker, principal: Principal, delivery: Delivery) -> bool:

@@ -87,7 +87,7 @@ async def send_message(run_id: str, body: MessageBody, caller: Caller, broker: T
     """Send a message to a run that is busy. Parked on an approval, `approve` / `deny`
     (or `1` / `2`) decides it; anything else, and everything sent while the run works or
     waits on a question, is held and delivered to the agent as its next user turn."""
-    await visible_run(broker, caller, run_id)
+    run_id = (await visible_run(broker, caller, run_id)).id
     by = body.by if caller.kind == "admin" and body.by is not None else caller.name
     _busy(await broker.send_message(run_id, body.text, by=by, may_answer=lambda r: can_answer(caller, r)))
 
@@ -144,7 +144,7 @@ def _busy(sent: Sent) -> NoReturn:
 async def list_followups(run_id: str, caller: Caller, broker: TheBroker) -> dict[str, Any]:
     """The messages held for the run, oldest first (the run's `queuedFollowups`); on a
     run that has ended, the ones it never delivered, read-only."""
-    await visible_run(broker, caller, run_id)
+    run_id = (await visible_run(broker, caller, run_id)).id
     return {"items": [followup_to_dict(f) for f in await broker.list_followups(run_id)]}
 
 
@@ -154,7 +154,7 @@ async def list_followups(run_id: str, caller: Caller, broker: TheBroker) -> dict
 async def withdraw_followup(run_id: str, followup_id: str, caller: Caller, broker: TheBroker) -> dict[str, Any]:
     """Withdraw a held message before it is delivered; 404 `followup_not_found` once it is
     gone (withdrawn, taken for delivery, or read-only on a run that has ended)."""
-    await visible_run(broker, caller, run_id)
+    run_id = (await visible_run(broker, caller, run_id)).id
     return followup_to_dict(await broker.withdraw_followup(run_id, followup_id, by=caller.name))
 
 
@@ -164,6 +164,6 @@ async def take_followups(
 ) -> dict[str, Any]:
     """At a turn boundary of a running run, its agent takes every held message for
     delivery, oldest first; each gets its `followup_replayed` event."""
-    await own_run(broker, caller, run_id, "takes a run's messages")
+    run_id = (await own_run(broker, caller, run_id, "takes a run's messages")).id
     worker = body.worker if body is not None else None
     return {"items": [followup_to_dict(f) for f in await broker.take_followups(run_id, worker=worker)]}

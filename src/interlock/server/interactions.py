@@ -38,7 +38,17 @@ from ..model import Ask, Event, Request, Status, ask_to_dict
 from ..principals import Principal, can_read
 from ..wire import problem_of
 from .api import answer_one, event_filter
-from .common import NOVO_REFUSAL, UNREADABLE, ApiError, Caller, State, TheBroker, parse_event_id, problems_for
+from .common import (
+    NOVO_REFUSAL,
+    UNREADABLE,
+    ApiError,
+    Caller,
+    State,
+    TheBroker,
+    parse_event_id,
+    problems_for,
+    run_id_of,
+)
 from .schemas import AnswerBody, InputResponse
 from .stream import Dropped
 
@@ -318,6 +328,7 @@ async def stream_interactions(
         raise ApiError("invalid_request", str(exc), status=UNREADABLE) from None
     if start is None:
         start = await broker.last_event_id()
+    run = None if run is None else await run_id_of(broker, caller, run)
     seen = event_filter(caller, None, session, run)
     mine = _mine(caller)
 

@@ -33,11 +33,12 @@ from .common import (
     State,
     TheBroker,
     event_to_dict,
-    may_see_run,
+    named_run,
     parse_event_id,
     problems_for,
     rate_limited,
     run_event_filter,
+    scoped_run_id,
 )
 from .schemas import EventPage, Strict
 from .stream import Dropped
@@ -55,7 +56,12 @@ _problems = problems_for({409: ("run_conflict",)})
 class StartBody(Strict):
     agent: str = Field(description="the agent whose run this is: a worker with its handler resumes it")
     session: str | None = Field(None, description="the session or thread the run belongs to")
-    run_id: str | None = Field(None, description="the run's id; a run with this id already stored is returned as is")
+    run_id: str | None = Field(
+        None,
+        description="an id of the caller's choosing (a thread id, say): starting it again returns the stored run. "
+        "An agent's ids are its own: the run is kept as `{agent}:{run_id}` (its `id`, also accepted as `run_id`), "
+        "and wherever the agent names a run, its own `run_id` means that run",
+    )
     max_duration: float | None = Field(
         None, gt=0, description="seconds: a pause stays open at least this long before it is given up"
     )
@@ -146,15 +152,16 @@ def _agent_only(caller: Principal, what: str) -> None:
 
 
 async def visible_run(broker: LocalBroker, caller: Principal, run_id: str) -> Run:
-    run = await broker.get_run(run_id)
-    if not await may_see_run(broker, caller, run):
-        raise ApiError("forbidden", "this run is neither started by you nor waiting on you")
-    return run
+    """The run the caller names `run_id` (an agent: its own run of the id it chose, first),
+    if they may see it; 404, as for no such run, if they may not."""
+    return await named_run(broker, caller, run_id)
 
 
 async def own_run(broker: LocalBroker, caller: Principal, run_id: str, what: str) -> Run:
+    """The caller's own run of that name, to drive: 404 for a run they may not see, 403
+    for one they see (they are waited on in it) but did not start."""
     _agent_only(caller, what)
-    run = await broker.get_run(run_id)
+    run = await named_run(broker, caller, run_id)
     if caller.kind != "admin" and caller.name != run.requester:
         raise ApiError("forbidden", "this run was started by someone else")
     return run
@@ -175,12 +182,25 @@ async def own_run(broker: LocalBroker, caller: Principal, run_id: str, what: str
 )
 async def start_run(body: StartBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Start a run of an agent (status `running`). Create its requests with
-    `origin.run` set to its id, then park it on them."""
+    `origin.run` set to its id, then park it on them. An agent's `run_id` is scoped to it:
+    the run's `id` is `{agent}:{run_id}`, which no other agent's run can hold or block,
+    and starting the same `run_id` again returns that run as it is."""
     _agent_only(caller, "starts runs")
-    if body.run_id is not None:
-        existing = await _existing(broker, body.run_id)
+    run_id = chosen = body.run_id
+    if chosen is not None:
+        run_id = chosen if caller.kind == "admin" else scoped_run_id(caller.name, chosen)
+        limit = broker.limits.max_name_length
+        if run_id != chosen and len(run_id) > limit:  # the id with the agent's name before it must fit
+            raise ApiError("invalid_request", f"run_id: at most {limit - len(caller.name) - 1} characters here")
+        existing = await _existing(broker, run_id)
+        if existing is None and run_id != chosen:
+            # A run the agent started under this very id before ids were scoped is still its own.
+            legacy = await _existing(broker, chosen)
+            if legacy is not None and legacy.requester == caller.name:
+                return out(caller, legacy)
         if existing is not None:
             if caller.kind != "admin" and existing.requester != caller.name:
+                # Only the operator could have stored a run under an agent's own name.
                 raise ApiError("forbidden", "a run with this id was started by someone else")
             return out(caller, existing)
     if caller.kind != "admin" and body.agent != caller.name:
@@ -189,8 +209,10 @@ async def start_run(body: StartBody, caller: Caller, broker: TheBroker) -> JSONR
             raise ApiError("forbidden", f"agent: {body.agent!r} is another principal here: start your own runs")
     requester = body.requester if caller.kind == "admin" else caller.name
     run = await broker.start_run(
-        body.agent, session=body.session, run_id=body.run_id, max_duration=body.max_duration, requester=requester
+        body.agent, session=body.session, run_id=run_id, max_duration=body.max_duration, requester=requester
     )
+    if caller.kind != "admin" and run.requester != caller.name:  # stored meanwhile by someone else
+        raise ApiError("forbidden", "a run with this id was started by someone else")
     return out(caller, run, 201)
 
 
@@ -292,7 +314,7 @@ async def get_run(run_id: str, caller: Caller, broker: TheBroker) -> JSONRespons
 async def park_run(run_id: str, body: ParkBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Park a running run on requests of its own with the framework's state; the agent's
     process may exit then. A worker claims it once they have all settled."""
-    await own_run(broker, caller, run_id, "parks runs")
+    run_id = (await own_run(broker, caller, run_id, "parks runs")).id
     run = await broker.park(
         run_id, state=body.state, waiting_on=body.waiting_on, status=body.status, worker=body.worker
     )
@@ -302,21 +324,21 @@ async def park_run(run_id: str, body: ParkBody, caller: Caller, broker: TheBroke
 @router.post("/runs/{run_id}/lease", response_model=Renewed, responses=_problems(400, 403, 404, 413, 422))
 async def renew_lease(run_id: str, body: LeaseBody, caller: Caller, broker: TheBroker) -> dict[str, bool]:
     """Hold a claimed run longer; `renewed` is false once the worker holds it no more."""
-    await own_run(broker, caller, run_id, "holds runs")
+    run_id = (await own_run(broker, caller, run_id, "holds runs")).id
     return {"renewed": await broker.renew_lease(run_id, worker=body.worker, lease=body.lease)}
 
 
 @router.post("/runs/{run_id}/complete", response_model=RunModel, responses=_problems(400, 403, 404, 409, 413, 422))
 async def complete_run(run_id: str, body: CompleteBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """End a running run as `completed` with its result."""
-    await own_run(broker, caller, run_id, "finishes runs")
+    run_id = (await own_run(broker, caller, run_id, "finishes runs")).id
     return out(caller, await broker.complete_run(run_id, body.result, worker=body.worker))
 
 
 @router.post("/runs/{run_id}/fail", response_model=RunModel, responses=_problems(400, 403, 404, 409, 413, 422))
 async def fail_run(run_id: str, body: FailBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """End a running run as `failed` (`terminal_reason` "error") with the error."""
-    await own_run(broker, caller, run_id, "finishes runs")
+    run_id = (await own_run(broker, caller, run_id, "finishes runs")).id
     return out(caller, await broker.fail_run(run_id, body.error, worker=body.worker))
 
 
@@ -324,7 +346,7 @@ async def fail_run(run_id: str, body: FailBody, caller: Caller, broker: TheBroke
 async def cancel_run(run_id: str, caller: Caller, broker: TheBroker, body: CancelRunBody | None = None) -> JSONResponse:
     """Stop a run: it ends `cancelled` (`terminal_reason`, `cancelled_by_user` by default)
     and its pending requests are withdrawn. 409 `run_conflict` if it had ended."""
-    await visible_run(broker, caller, run_id)
+    run_id = (await visible_run(broker, caller, run_id)).id
     reason = body.reason if body is not None else "cancelled_by_user"
     if not await broker.cancel_run(run_id, reason, by=caller.name, via="api"):
         current = await broker.get_run(run_id)
@@ -341,7 +363,7 @@ async def run_events(
     limit: Annotated[int, Query(ge=0, le=1000)] = 500,
 ) -> dict[str, Any]:
     """A page of the run's events after `after`, oldest first."""
-    await visible_run(broker, caller, run_id)
+    run_id = (await visible_run(broker, caller, run_id)).id
     accept = run_event_filter(caller, run_id)
     page = await broker.find_events(after=after, limit=limit, run=run_id)
     last = page[-1].id if page else after
@@ -380,7 +402,7 @@ async def run_stream(
     except ValueError as exc:
         raise ApiError("invalid_request", str(exc), status=UNREADABLE) from None
     start = after if start is None else start
-    await visible_run(broker, caller, run_id)
+    run_id = (await visible_run(broker, caller, run_id)).id
     # A new client: the events from now on (after the pause the run waits on, if any).
     begin = start if start is not None else await broker.last_event_id()
     accept = run_event_filter(caller, run_id)

@@ -61,7 +61,7 @@ from .common import (
     State,
     Values,
     can_see,
-    may_see_run,
+    named_run,
     parse_event_id,
     read_form,
     run_event_filter,
@@ -494,12 +494,10 @@ async def posted_run(http: HttpRequest, state: AppState, run_id: str) -> tuple[S
     if isinstance(found, Response):
         return found
     who, values = found
-    try:
-        run = await state.broker.get_run(run_id)
+    try:  # a run not theirs to see is refused as one that does not exist: run ids may be guessed
+        run = await named_run(state.broker, who.principal, run_id)
     except NotFound:
         return refusal(state, http, 404, "There is no such run.", who)
-    if not await may_see_run(state.broker, who.principal, run):
-        return refusal(state, http, 403, "This run is not waiting on you.", who)
     return who, run, values
 
 
@@ -794,12 +792,10 @@ async def run_page(http: HttpRequest, state: State, run_id: str, cancel: str = "
     who = await session(state, http)
     if who is None:
         return signin_redirect(http)
-    try:
-        run = await state.broker.get_run(run_id)
+    try:  # a run not theirs to see is refused as one that does not exist: run ids may be guessed
+        run = await named_run(state.broker, who.principal, run_id)
     except NotFound:
         return refusal(state, http, 404, "There is no such run.", who)
-    if not await may_see_run(state.broker, who.principal, run):
-        return refusal(state, http, 403, "This run is not waiting on you.", who)
     recipient = None if who.principal.kind == "admin" else who.principal.name
     requests = (await state.broker.list(run=run.id, recipient=recipient, order="asc", limit=200)).items
     accept = run_event_filter(who.principal, run.id)
