@@ -928,8 +928,11 @@ def narrowest_answer(page: Page) -> float:
     """The narrowest answer on the page, as a share of its list's width."""
     shares = page.eval_on_selector_all(
         "dl.answers dd",
-        "dds => dds.map(dd => dd.getBoundingClientRect().width / dd.parentElement.getBoundingClientRect().width)",
-    )
+        """dds => dds
+            .map(dd => [dd.getBoundingClientRect().width, dd.parentElement.getBoundingClientRect().width])
+            .filter(([, whole]) => whole > 0)
+            .map(([part, whole]) => part / whole)""",
+    )  # (a list not laid out, as a card leaving the pending list is, has no width to share)
     assert shares, "no answers shown"
     return float(min(shares))
 
