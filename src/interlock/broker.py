@@ -269,6 +269,10 @@ class Broker(ABC):
         self.hook_timeout = hook_timeout
         self._hooks: Hooks[Request, Deny | None] | None = None  # made by the first add_input_hook
         self._detached: set[str] = set()
+        # The requests this broker made that `close()` withdraws (none that outlives its
+        # waiter), while pending; the newest `MADE_KEPT` (one settled elsewhere unseen
+        # here is let go with the oldest).
+        self._made: dict[str, None] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._hook_runs: dict[asyncio.Task[None], Request] = {}  # input hooks still running
 
@@ -453,6 +457,15 @@ class Broker(ABC):
         request, _ = await self.submit(replace(self.prepare(asks, **fields), detached=True))
         self._detached.add(request.id)
         return request
+
+    def _note_made(self, request: Request) -> None:
+        """Remember a request this broker just made, for `close()` to withdraw, unless it
+        outlives its waiter."""
+        if not request.outlives_its_waiter:
+            made = self._made
+            made[request.id] = None
+            if len(made) > MADE_KEPT:
+                del made[next(iter(made))]
 
     async def ask(self, asks: Ask | Sequence[Ask], **fields: Unpack[CreateFields]) -> Any:
         """Create a request (taking `create`'s fields), wait for it and return the answer:
@@ -1022,10 +1035,6 @@ class LocalBroker(Broker):
         self._waiters: dict[str, asyncio.Future[Request] | list[asyncio.Future[Request]]] = {}
         self._viewed: dict[tuple[str, str], None] = {}  # (request, person) noted as viewed here, oldest first
         self._closed = False  # `close()` without a channel: this broker refuses creates
-        # The requests this broker made that `close()` withdraws (none that outlives its
-        # waiter), while pending; the newest `MADE_KEPT` (one settled elsewhere unseen
-        # here is let go with the oldest).
-        self._made: dict[str, None] = {}
         self._state: Literal["new", "open", "closed"] = "new"
         self._open_lock = asyncio.Lock()
         self._changed = asyncio.Event()
@@ -1109,11 +1118,7 @@ class LocalBroker(Broker):
             if status.ended:
                 await self._withdraw(request, "cancelled", f"run {run_id!r} has ended ({status.value})")
                 raise _no_request_for(run_id, status)
-        if not request.outlives_its_waiter:
-            made = self._made
-            made[request.id] = None
-            if len(made) > MADE_KEPT:
-                del made[next(iter(made))]
+        self._note_made(request)
         if self._followers:
             self._changed_now()
         if request.expires_at is not None and (self._next_due is None or request.expires_at < self._next_due):
@@ -1498,18 +1503,13 @@ class LocalBroker(Broker):
         self._cancel_hooks(channel, requester)
         if channel is None:
             self._closed = True
-            settled = []
             for request_id in list(self._made):
                 request = await self.store.get(request_id)
                 if request is not None and request.status is Status.PENDING:
-                    closed = request.settle(
-                        Status.CANCELLED, Response(datetime.now(UTC), reason="the broker was closed", cause="closed")
-                    )
-                    if await self.store.settle(closed) is not None:
-                        settled.append(closed)
-        else:
-            response = Response(datetime.now(UTC), reason=f"channel {channel!r} was closed", cause="closed")
-            settled = await self.store.close_channel(channel, response, requester=requester)
+                    await self._withdraw(request, "closed", "the broker was closed")  # (it wakes its waiters)
+            return
+        response = Response(datetime.now(UTC), reason=f"channel {channel!r} was closed", cause="closed")
+        settled = await self.store.close_channel(channel, response, requester=requester)
         for request in settled:
             self._wake(request)
         self._changed_now()

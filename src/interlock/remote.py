@@ -33,7 +33,6 @@ from .approval_policies import ApprovalPolicy, policy_from_wire, policy_to_dict
 from .approvals import is_marked
 from .broker import (
     DEFAULT_LEASE,
-    MADE_KEPT,
     MAX_EVENT_ID,
     Broker,
     CreateFields,
@@ -129,7 +128,6 @@ class RemoteBroker(Broker):
         # Tasks in `wait` or `claim_run` (`aclose` cuts them with `Closed`), or following events.
         self._waiting: set[asyncio.Task[Any]] = set()
         self._waits: dict[str, int] = {}  # the calls of this broker waiting on each request
-        self._made: dict[str, None] = {}  # what `close()` withdraws (see `LocalBroker`'s), newest last
         self._cut: set[asyncio.Task[Any]] = set()
 
     # -- life cycle ----------------------------------------------------------------------
@@ -179,6 +177,16 @@ class RemoteBroker(Broker):
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+    def _uncut(self, task: asyncio.Task[Any]) -> bool:
+        """Whether `aclose` cancelled `task` (a wait, a claim's long poll, a follow of the
+        events) to cut it; if so, the cancellation is taken back, for the task to end as
+        disconnected rather than cancelled."""
+        if task not in self._cut:
+            return False
+        self._cut.discard(task)
+        task.uncancel()
+        return True
 
     async def _ready(self) -> httpx.AsyncClient:
         if self._state != "open":
@@ -251,11 +259,8 @@ class RemoteBroker(Broker):
             raise _error(response, "")
         stored = request_from_dict(response.json())
         created = response.status_code == 201
-        if created and stored.status is Status.PENDING and not stored.outlives_its_waiter:
-            made = self._made
-            made[stored.id] = None
-            if len(made) > MADE_KEPT:
-                del made[next(iter(made))]
+        if created and stored.status is Status.PENDING:
+            self._note_made(stored)
         if created and self._hooks:
             self._start_hooks(stored)
         return stored, created
@@ -303,9 +308,7 @@ class RemoteBroker(Broker):
                     await self.expire(request_id)  # the waiter's time ran out: so does the request's
                     return _outcome(await self.get(request_id))
         except asyncio.CancelledError:
-            if me in self._cut:  # this broker was disconnected: the request stays pending
-                self._cut.discard(me)
-                me.uncancel()
+            if self._uncut(me):  # this broker was disconnected: the request stays pending
                 raise Closed(request_id, "the broker was disconnected") from None
             alone = self._waits.get(request_id) == 1  # no other call here waits on it
             if self._state == "open" and request_id not in self._detached and alone:
@@ -647,10 +650,8 @@ class RemoteBroker(Broker):
                         log.debug("event stream from %s dropped (%s); reconnecting", redact_url(self.base_url), exc)
                     await asyncio.sleep(backoff.next())  # back off before reconnecting, at most 5 s
                 except asyncio.CancelledError:
-                    if me not in self._cut:
+                    if not self._uncut(me):
                         raise
-                    self._cut.discard(me)
-                    me.uncancel()
                     return
                 finally:
                     self._waiting.discard(me)
@@ -732,10 +733,8 @@ class RemoteBroker(Broker):
         try:
             response = await self._send("POST", "/runs/claim", json=body, params={"wait": wait}, timeout=wait)
         except asyncio.CancelledError:
-            if me not in self._cut:
+            if not self._uncut(me):
                 raise
-            self._cut.discard(me)
-            me.uncancel()
             raise Closed(None, "the broker was disconnected") from None
         finally:
             self._waiting.discard(me)
@@ -981,21 +980,30 @@ def _policy_path(agent: str, server: str) -> str:
     return f"{path}/servers/{quote(server, safe='')}" if server else path
 
 
+def _segment(item_id: str) -> str | None:
+    """`item_id` as one quoted path segment; None for an id no segment can carry (empty, a
+    dot segment, one with a slash): no request's or run's, rather than another route's."""
+    if item_id in ("", ".", "..") or "/" in item_id:
+        return None
+    return quote(item_id, safe="")
+
+
 def _run_path(run_id: str) -> str:
-    """The path of a run, its id one quoted segment (a run id of an agent's choosing, as
-    a server keeps it, reads `agent:id`). An id no path segment can carry is no run's."""
-    if run_id in ("", ".", "..") or "/" in run_id:
+    """The path of a run (a run id of an agent's choosing, as a server keeps it, reads
+    `agent:id`). An id no path segment can carry is no run's."""
+    segment = _segment(run_id)
+    if segment is None:
         raise NotFound(run_id, message=f"no run with id {run_id!r}")
-    return f"/runs/{quote(run_id, safe='')}"
+    return f"/runs/{segment}"
 
 
 def _request_path(request_id: str) -> str:
-    """The path of a request, its id one quoted segment. An id no path segment can carry
-    (empty, a dot segment, one with a slash) is no request's: `NotFound`, as a local store
-    says, rather than another route's answer."""
-    if request_id in ("", ".", "..") or "/" in request_id:
+    """The path of a request. An id no path segment can carry is no request's: `NotFound`,
+    as a local store says."""
+    segment = _segment(request_id)
+    if segment is None:
         raise NotFound(request_id)
-    return f"/requests/{quote(request_id, safe='')}"
+    return f"/requests/{segment}"
 
 
 def _error(response: httpx.Response, request_id: str) -> Exception:

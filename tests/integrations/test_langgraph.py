@@ -51,6 +51,20 @@ class Mailer:
         return builder.compile(checkpointer=saver or InMemorySaver())
 
 
+def routed_mailer() -> Any:
+    """A graph that routes a denial back to its state (`approval`), rather than failing."""
+
+    def send(state: State) -> dict[str, Any]:
+        decision = approval("send_mail", {"to": state["to"]})
+        return {"notes": [f"denied: {decision['reason']}"] if not decision["approved"] else ["sent"]}
+
+    builder = StateGraph(State)
+    builder.add_node("send", send)
+    builder.add_edge(START, "send")
+    builder.add_edge("send", END)
+    return builder.compile(checkpointer=InMemorySaver())
+
+
 async def claim_and_resume(broker: Broker, agent: LangGraphAgent) -> Any:
     run = await Worker(broker, agent.handlers(), name="w1").run_once()
     assert run is not None
@@ -77,15 +91,7 @@ async def test_an_approved_call_runs_once_with_the_approvers_edited_arguments(br
 
 
 async def test_a_denial_reaches_the_node_with_the_persons_reason(broker: Broker) -> None:
-    def send(state: State) -> dict[str, Any]:
-        decision = approval("send_mail", {"to": state["to"]})
-        return {"notes": [f"denied: {decision['reason']}"] if not decision["approved"] else ["sent"]}
-
-    builder = StateGraph(State)
-    builder.add_node("send", send)
-    builder.add_edge(START, "send")
-    builder.add_edge("send", END)
-    agent = LangGraphAgent(broker, builder.compile(checkpointer=InMemorySaver()), name="mailer", to="alice")
+    agent = LangGraphAgent(broker, routed_mailer(), name="mailer", to="alice")
     run = await agent.start({"to": "all@example.com"})
     await broker.resolve(run.waiting_on[0], {"approve": False}, by="alice", comment="not to everyone")
     done = await claim_and_resume(broker, agent)
@@ -198,20 +204,6 @@ async def test_a_graph_that_raises_while_starting_fails_its_run_rather_than_leav
     run = await agent.start({"to": "ops@example.com"})
     assert (run.status, run.error) == (RunStatus.FAILED, "ValueError: no such mailbox")
     assert [r.status for r in (await broker.list_runs(agent="mailer")).items] == [RunStatus.FAILED] * 2
-
-
-def routed_mailer() -> Any:
-    """A graph that routes a denial back to its state (`approval`), rather than failing."""
-
-    def send(state: State) -> dict[str, Any]:
-        decision = approval("send_mail", {"to": state["to"]})
-        return {"notes": [f"denied: {decision['reason']}"] if not decision["approved"] else ["sent"]}
-
-    builder = StateGraph(State)
-    builder.add_node("send", send)
-    builder.add_edge(START, "send")
-    builder.add_edge("send", END)
-    return builder.compile(checkpointer=InMemorySaver())
 
 
 async def test_a_gate_that_fails_closed_or_an_approval_withdrawn_is_a_denial_the_node_reads(broker: Broker) -> None:

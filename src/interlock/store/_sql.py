@@ -1192,20 +1192,26 @@ class SqlStore:
         # The page's requests, as far as the budget goes: first by what each row is known
         # to count at least (a row withheld, its JSON's length), then, once the withheld
         # rows within that reach are read by id, by what each counts.
-        budget, reach = PageBudget(), 0
+        budget, sizes = PageBudget(), []
         for row in rows:
-            if not budget.takes(row_size(row[1], row[2]) if row[1] is not None else row[4]):
+            size = row_size(row[1], row[2]) if row[1] is not None else row[4]
+            if not budget.takes(size):
                 break
-            reach += 1
-        withheld = [row[3] for row in rows[:reach] if row[1] is None]
-        if withheld:
-            read = {found[0]: found[1:] for found in await self._rows("get_requests", self._array(withheld))}
+            sizes.append(size)
+        withheld = [row[3] for row in rows[: len(sizes)] if row[1] is None]
+        if not withheld:  # every size known already: the page is the rows the budget took
+            items = [request_from_row(*row[:3]) for row in rows[: len(sizes)]]
+            return Listed(items, cut=len(items) < len(rows))
+        read = {found[0]: found[1:] for found in await self._rows("get_requests", self._array(withheld))}
         budget, items = PageBudget(), []
-        for row in rows[:reach]:
-            status, doc, response = row[:3] if row[1] is not None else read.get(row[3], (None, None, None))
-            if doc is None:
-                continue  # deleted since the page was read
-            if not budget.takes(row_size(doc, response)):
+        for row, size in zip(rows, sizes, strict=False):
+            status, doc, response = row[:3]
+            if doc is None:  # withheld: read by id, and counted as it is
+                status, doc, response = read.get(row[3], (None, None, None))
+                if doc is None:
+                    continue  # deleted since the page was read
+                size = row_size(doc, response)
+            if not budget.takes(size):
                 break
             items.append(request_from_row(status, doc, response))
         return Listed(items, cut=len(items) < len(rows))

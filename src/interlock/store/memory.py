@@ -14,7 +14,6 @@ from __future__ import annotations
 import builtins
 import heapq
 import itertools
-import json
 import math
 from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -66,6 +65,7 @@ from . import (
     stored_size,
     text_words,
 )
+from ._sql import encode_document  # JSON as the SQL stores write it
 from ._url import url_options
 
 __all__ = ["MemoryStore", "from_url"]
@@ -419,9 +419,9 @@ class MemoryStore:
         known = self._sizes.get(request.id)
         if known is not None and known[0] is request:
             return known[1]
-        size = stored_size(_encode(request_to_dict(request.as_created())))
+        size = stored_size(encode_document(request_to_dict(request.as_created())))
         if request.response is not None:
-            size += stored_size(_encode(response_to_dict(request.response)))
+            size += stored_size(encode_document(response_to_dict(request.response)))
         self._sizes[request.id] = (request, size)
         return size
 
@@ -1182,10 +1182,6 @@ def _outline(r: Request, now: datetime) -> Outline:
     response = r.response
     took, by = (None, None) if response is None else ((response.at - r.created_at).total_seconds(), response.by)
     return Outline(r.status, r.to, r.origin.agent or r.requester, (now - r.created_at).total_seconds(), took, by)
-
-
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-"""JSON as the SQL stores write a request's document and response."""
 
 
 def _matches(r: Request, q: Query) -> bool:
