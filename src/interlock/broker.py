@@ -93,6 +93,7 @@ from .store import (
     EventQuery,
     GrantQuery,
     ImmediateRequests,
+    Listed,
     ListFilters,
     OutboxStore,
     PendingFilters,
@@ -723,8 +724,11 @@ class Broker(ABC):
         session: str | None = None,
         run: str | None = None,
         teams: Sequence[str] = (),
-    ) -> Sequence[Event]:
-        """One page of the event log after `after` (and up to `until`) matching the filters."""
+    ) -> Listed[Event]:
+        """One page of the event log after `after` (and up to `until`) matching the filters:
+        at most `limit` events, or fewer where the requests they carry pass
+        `interlock.store.PAGE_BYTES` (`Listed.cut`; the page reads as its events). Page on
+        from the last event's id while a page is full or cut."""
 
     @abstractmethod
     async def last_event_id(self) -> int:
@@ -1881,7 +1885,7 @@ class LocalBroker(Broker):
                 for event in batch:
                     cursor = event.id
                     yield event
-                if len(batch) == 500:
+                if len(batch) == 500 or batch.cut:  # a page cut by the size of its requests: more follow
                     continue
                 if not follow or self._state != "open":
                     return
@@ -1905,11 +1909,13 @@ class LocalBroker(Broker):
         session: str | None = None,
         run: str | None = None,
         teams: Sequence[str] = (),
-    ) -> Sequence[Event]:
+    ) -> Listed[Event]:
         """One page of the event log after `after` (and up to `until`), oldest first, with
         only the events that match every filter given: `involving` a name (requests to or
         from them, updates to or by them), of one `request`, `session` or `run`. The store
-        answers from indexes: a page costs about its size, however long the log."""
+        answers from indexes: a page costs about its size, however long the log. A page
+        ends before `limit` where the requests its events carry pass
+        `interlock.store.PAGE_BYTES` (`Listed.cut`): page on while a page is full or cut."""
         if self._state != "open":
             await self.open()
         if not 0 <= limit <= 1000:
@@ -1917,7 +1923,7 @@ class LocalBroker(Broker):
         if not 0 <= after <= MAX_EVENT_ID:
             raise InvalidRequest(f"after must be an event id between 0 and {MAX_EVENT_ID}")
         if limit == 0:
-            return []
+            return Listed([])
         query = EventQuery(after, until, limit, involving, request, session, run, tuple(teams))
         return await self.store.find_events(query)
 

@@ -73,7 +73,7 @@ from .model import (
 )
 from .outbox import Delivery, DeliveryState, delivery_from_dict
 from .redact import redact_url
-from .store import ListFilters, Query
+from .store import Listed, ListFilters, Query
 from .store._url import UnknownOption, url_options
 from .wire import error_from_problem
 
@@ -612,7 +612,7 @@ class RemoteBroker(Broker):
                 event = _event(item)
                 cursor = event.id
                 yield event
-            if len(page["events"]) < 500:
+            if len(page["events"]) < 500 and not page.get("cut"):  # (a page cut by size has more after it)
                 break
         if not follow:
             return
@@ -667,7 +667,7 @@ class RemoteBroker(Broker):
         session: str | None = None,
         run: str | None = None,
         teams: Sequence[str] = (),
-    ) -> Sequence[Event]:
+    ) -> Listed[Event]:
         # The server applies who may see what from the token; `involving` is its business.
         if not 0 <= limit <= 1000:
             raise ValueError("limit must be between 0 and 1000")
@@ -676,7 +676,9 @@ class RemoteBroker(Broker):
         params: dict[str, Any] = {"after": after, "limit": limit}
         params |= {k: v for k, v in (("request", request), ("session", session), ("run", run)) if v is not None}
         page = await self._call("GET", "/events", params=params)
-        return [e for e in map(_event, page["events"]) if until is None or e.id <= until]
+        events = [e for e in map(_event, page["events"]) if until is None or e.id <= until]
+        # Cut by the size of its requests, as the server says (not when it reached past `until`).
+        return Listed(events, cut=bool(page.get("cut")) and len(events) == len(page["events"]))
 
     async def last_event_id(self) -> int:
         return int((await self._call("GET", "/events", params={"limit": 0}))["last_event_id"])

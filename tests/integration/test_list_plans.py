@@ -326,15 +326,23 @@ async def test_a_page_of_events_reads_again_only_the_requests_not_held_settled(w
         reader: Any = SqliteStore(place) if kind == "sqlite" else PostgresStore(place)
         await reader.open()
         try:
-            read: list[set[str]] = []
-            rows = reader._rows
+            read: list[set[str]] = []  # the requests each statement reads by id
+            rows, rows_of = reader._rows, reader._rows_of
+
+            def noted(ids: Any) -> None:
+                read.append(set(json.loads(ids) if isinstance(ids, str) else ids))
 
             async def counted(name: str, *args: Any) -> list[Any]:
                 if name == "get_requests":
-                    read.append(set(json.loads(args[0]) if isinstance(args[0], str) else args[0]))
+                    noted(args[0])
                 return await rows(name, *args)
 
-            reader._rows = counted
+            async def counted_of(sql: str, params: dict[str, Any], **options: Any) -> list[Any]:
+                if "ids" in params:  # (the requests a page of events carries)
+                    noted(params["ids"])
+                return await rows_of(sql, params, **options)
+
+            reader._rows, reader._rows_of = counted, counted_of
             page = await reader.find_events(EventQuery(involving="ann"))
             ids = [r.id for r in made]
             assert [(e.type, e.request_id) for e in page] == [

@@ -636,7 +636,9 @@ async def events(
     session: str | None = None,
     run: str | None = None,
 ) -> dict[str, Any]:
-    """The event log after `after`, oldest first, as far as you may see it."""
+    """The event log after `after`, oldest first, as far as you may see it. Pass
+    `last_event_id` as `after` for the next page. A page ends before `limit` where the
+    requests its events carry pass 8 MiB of JSON (`cut`), at its last event."""
     run = None if run is None else await run_id_of(broker, caller, run)
     last = await broker.last_event_id()
     page = await broker.find_events(
@@ -649,9 +651,9 @@ async def events(
         session=session,
         run=run,
     )
-    if limit > 0 and len(page) == limit:
-        last = page[-1].id  # a full page: continue from here
-    return {"events": [event_to_dict(e) for e in page], "last_event_id": last}
+    if limit > 0 and (len(page) == limit or page.cut):
+        last = page[-1].id  # a full page, or one cut by size: continue from here
+    return {"events": [event_to_dict(e) for e in page], "last_event_id": last, "cut": page.cut}
 
 
 @router.get(
@@ -702,7 +704,7 @@ async def stream(
             )
             for event in page:
                 yield event
-            if len(page) < 500:
+            if len(page) < 500 and not page.cut:  # caught up (a page cut by size is not)
                 return
             cursor = page[-1].id
 

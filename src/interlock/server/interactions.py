@@ -346,7 +346,7 @@ async def stream_interactions(
             )
             for event in page:
                 yield event
-            if len(page) < 500:
+            if len(page) < 500 and not page.cut:  # caught up (a page cut by size is not)
                 return
             cursor = page[-1].id
 

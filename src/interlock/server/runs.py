@@ -362,12 +362,14 @@ async def run_events(
     after: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,
     limit: Annotated[int, Query(ge=0, le=1000)] = 500,
 ) -> dict[str, Any]:
-    """A page of the run's events after `after`, oldest first."""
+    """A page of the run's events after `after`, oldest first; `last_event_id` is where
+    the next begins. A page ends before `limit` where the requests its events carry pass
+    8 MiB of JSON (`cut`)."""
     run_id = (await visible_run(broker, caller, run_id)).id
     accept = run_event_filter(caller, run_id)
     page = await broker.find_events(after=after, limit=limit, run=run_id)
     last = page[-1].id if page else after
-    return {"events": [event_to_dict(e) for e in page if accept(e)], "last_event_id": last}
+    return {"events": [event_to_dict(e) for e in page if accept(e)], "last_event_id": last, "cut": page.cut}
 
 
 @router.get(
@@ -413,7 +415,7 @@ async def run_stream(
             page = await broker.find_events(after=cursor, limit=500, run=run_id)
             for event in page:
                 yield event
-            if len(page) < 500:
+            if len(page) < 500 and not page.cut:  # caught up (a page cut by size is not)
                 return
             cursor = page[-1].id
 
@@ -450,6 +452,6 @@ async def _pending_pause(broker: LocalBroker, run_id: str, seen: int) -> Event |
     while True:
         page = await broker.find_events(after=cursor, until=seen, limit=500, run=run_id)
         last = next((e for e in reversed(page) if e.type == "input_requested"), last)
-        if len(page) < 500:
+        if len(page) < 500 and not page.cut:
             return last
         cursor = page[-1].id

@@ -420,8 +420,14 @@ class EventModel(BaseModel):
 
 
 class EventPage(BaseModel):
+    """A page of events: pass `last_event_id` as `after` for the next one. A page holds
+    `limit` events, or fewer where the requests they carry (each event its own) pass 8 MiB
+    of stored JSON (`interlock.store.PAGE_BYTES`); then `cut` is true and more events
+    follow `last_event_id` already."""
+
     events: list[EventModel]
     last_event_id: int
+    cut: bool = Field(default=False, description="the page ended short of `limit` by size: read on at once")
 
 
 def _codes_text() -> str:

@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Literal, Protocol, TypedDict, get_args, runtime_checkable
+from typing import Any, Literal, Protocol, TypedDict, TypeVar, get_args, overload, runtime_checkable
 
 from ..approval_policies import ApprovalPolicy
 from ..dashboard import Figures, Outline
@@ -79,7 +79,9 @@ PAGE_BYTES = 8 * 1024 * 1024
 stored JSON (about what their parsed form holds): a page of big requests ends there,
 short of its limit, with a cursor to the rest. A thousand ordinary requests (2 to 8 KB
 each) fit; the requests of one page are otherwise read, parsed and sent whole, and a
-thousand of the largest the limits let through (1 MiB each) held the server for a minute."""
+thousand of the largest the limits let through (1 MiB each) held the server for a minute.
+A page of events is bounded the same way by the requests its events carry (each event
+counts its request: the server writes it out with every event about it)."""
 
 
 def stored_size(text: str | None) -> int:
@@ -97,10 +99,10 @@ def stored_size(text: str | None) -> int:
 
 
 class PageBudget:
-    """How much of `PAGE_BYTES` (or `budget`) a page has left, request by request in the
-    page's order: the first request is always taken (a page moves on), each later one
-    only while the total stays within the budget. Every store cuts its pages with it, so
-    the same requests make the same pages on each."""
+    """How much of `PAGE_BYTES` (or `budget`) a page has left, item by item in the page's
+    order: the first item is always taken (a page moves on), each later one only while
+    the total stays within the budget. Every store cuts its pages of requests and of
+    events with it, so the same requests make the same pages on each."""
 
     __slots__ = ("first", "left")
 
@@ -109,8 +111,8 @@ class PageBudget:
         self.first = True
 
     def takes(self, size: int) -> bool:
-        """Whether the next request, of `size` (`stored_size`), goes on the page; once
-        one does not, the page ends before it."""
+        """Whether the next item, of `size` (`stored_size` of the request it is or
+        carries), goes on the page; once one does not, the page ends before it."""
         if not self.first and size > self.left:
             return False
         self.first = False
@@ -118,14 +120,34 @@ class PageBudget:
         return True
 
 
-@dataclass(frozen=True, slots=True)
-class Listed:
-    """What `RequestStore.list` returns: the requests, and whether the store cut the page
-    short of its limit because their stored JSON passed `PAGE_BYTES` (`PageBudget`);
-    then at least one more request matches after the last one."""
+T = TypeVar("T")
 
-    items: Sequence[Request]
+
+@dataclass(frozen=True, slots=True)
+class Listed(Sequence[T]):
+    """What `RequestStore.list` and `find_events` return: the requests (or events), and
+    whether the store cut the page short of its limit because the stored JSON of the
+    requests on it passed `PAGE_BYTES` (`PageBudget`); then at least one more matches
+    after the last one. It reads as the sequence of its items: a caller that pages on
+    goes on while a page is full or `cut`, and only then."""
+
+    items: Sequence[T]
     cut: bool = False
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[T]: ...
+
+    def __getitem__(self, index: int | slice) -> T | Sequence[T]:
+        return self.items[index]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self.items)
 
 
 def _filter(about: str, *, wire: str | None = "", name: bool = False, **rules: Any) -> dict[str, Any]:
@@ -274,7 +296,7 @@ PendingFilters.__doc__ = (
 @dataclass(frozen=True, slots=True)
 class EventQuery:
     """Filters and a page for `Store.find_events`: events with `after < id <= until`,
-    oldest first, at most `limit`.
+    oldest first, at most `limit` (fewer where the requests they carry pass `PAGE_BYTES`).
 
     `involving` keeps the events about requests to or from that name and the updates to or
     by them (what a principal may see); `request`, `session` and `run` keep the events of
@@ -460,7 +482,7 @@ class RequestStore(Protocol):
         and be settled by now: enough for a settlement, which is conditional anyway."""
         ...
 
-    async def list(self, query: Query) -> Listed:
+    async def list(self, query: Query) -> Listed[Request]:
         """The requests matching `query`, a page of at most `query.limit` in its order,
         cut short (`Listed.cut`) where their stored JSON passes `PAGE_BYTES`: a store
         neither parses nor, where it can help it, reads the requests past that point."""
@@ -477,12 +499,15 @@ class RequestStore(Protocol):
         store can count cheapest."""
         ...
 
-    async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
-        """Events with id greater than `after`, oldest first."""
+    async def events(self, after: int = 0, limit: int = 500) -> Listed[Event]:
+        """Events with id greater than `after`, oldest first, a page as `find_events` cuts it."""
         ...
 
-    async def find_events(self, query: EventQuery) -> Sequence[Event]:
-        """A page of the events that match `query`, oldest first."""
+    async def find_events(self, query: EventQuery) -> Listed[Event]:
+        """A page of the events that match `query`, oldest first: at most `query.limit`,
+        cut short (`Listed.cut`) where the stored JSON of the requests its events carry
+        passes `PAGE_BYTES`, each event counting its request's. A store neither parses
+        nor, where it can help it, reads the requests past that point."""
         ...
 
     async def changes(self, after: int = 0, limit: int = 500) -> Sequence[tuple[int, str, str | None]]:

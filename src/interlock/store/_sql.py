@@ -81,6 +81,7 @@ __all__ = [
     "encode_json",
     "followup_from_row",
     "find_events_sql",
+    "page_requests_sql",
     "grants_sql",
     "load_migrations",
     "load_queries",
@@ -196,6 +197,28 @@ def row_size(doc: str, response: str | None = None) -> int:
     """What a request counts against the cache and a page of a list: about the bytes its
     parsed form holds (`stored_size` of its document and its response)."""
     return stored_size(doc) + stored_size(response)
+
+
+def _reach(rows: Sequence[Sequence[Any]], known: Mapping[str, tuple[Request, int]], withheld: Mapping[str, int]) -> int:
+    """How many of a page's event rows (id, type, request id, ...) a `PageBudget` takes,
+    each counting the request it carries: by its size (`known`: the request and its
+    `row_size`) or, when its documents were withheld, by their JSON's length (no more
+    than it counts). A request not read at all (SQLite stopped stepping past the budget)
+    ends the page there."""
+    budget = PageBudget()
+    for taken, row in enumerate(rows):
+        request_id = row[2]
+        if request_id is None:
+            size = 0
+        elif (found := known.get(request_id)) is not None:
+            size = found[1]
+        elif request_id in withheld:
+            size = withheld[request_id]
+        else:
+            return taken
+        if not budget.takes(size):
+            return taken
+    return len(rows)
 
 
 def closed_channel(channel: str | None) -> Closed:
@@ -659,6 +682,23 @@ that length, in characters (no more than `stored_size` counts). A long row's sto
 length is the JSON's own, however it is stored. A
 page of a thousand requests of 1 MiB each was otherwise read whole, a GiB, to be cut
 after the first few."""
+
+
+def page_requests_sql(dialect: str, ids: Any, share: int) -> tuple[str, dict[str, Any]]:
+    """The statement that reads the requests a page of events carries (`ids`, in the page's
+    order, as the dialect's array), each row status, doc, response, id (and on PostgreSQL
+    a length), for `SqlStore.find_events` to cut the page by their size. SQLite returns
+    them in that order (`json_each` drives the join), so stepping it may stop at the first
+    that does not fit; PostgreSQL withholds the documents of rows longer than `share`, as a
+    list's statement does (`WITHHELD_COLUMNS`)."""
+    if dialect == "postgresql":
+        columns = WITHHELD_COLUMNS.format(r="")
+        return f"SELECT {columns} FROM requests WHERE id = ANY(:ids::text[])", {"ids": ids, "share": share}
+    sql = (
+        "SELECT r.status, r.doc, r.response, r.id FROM json_each(:ids) AS j CROSS JOIN requests AS r ON r.id = j.value"
+    )
+    return sql, {"ids": ids}
+
 
 _TEXT_NARROWING = ("requester", "session", "channel", "run")
 """The filters whose own index a search on SQLite reads along (a requester's, a session's,
@@ -1184,7 +1224,7 @@ class SqlStore:
             query, self.dialect, self._stamp, outline=outline, terms=terms, text_plan=text_plan, share=share
         )
 
-    async def list(self, query: Query) -> Listed:
+    async def list(self, query: Query) -> Listed[Request]:
         sql = await self._list_sql(query, share=PAGE_BYTES // query.limit)
         if sql is None:
             return Listed([])
@@ -1299,35 +1339,54 @@ class SqlStore:
 
     # -- events ----------------------------------------------------------------------------
 
-    async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
-        return self._events_of(await self._rows("events_after", after, limit))
+    async def events(self, after: int = 0, limit: int = 500) -> Listed[Event]:
+        return await self.find_events(EventQuery(after, limit=limit))
 
-    async def find_events(self, query: EventQuery) -> Sequence[Event]:
+    async def find_events(self, query: EventQuery) -> Listed[Event]:
         rows = await self._rows_of(*self._find_events_sql(query))
         # The requests the page names: a settled one held here never changes, so only the
         # others are read, in one statement (a person's page of 500 events otherwise looks
         # up 500 requests by id, most of them the same few hundred on every read).
         cache = self._cache
-        known: dict[str, Request] = {}
-        unknown: set[str] = set()
+        known: dict[str, tuple[Request, int]] = {}
+        unknown: dict[str, None] = {}  # in the page's order
         for _, _, request_id, _, _ in rows:
             if request_id is None or request_id in known:
                 continue
             held = cache.get(request_id)
             if held is None or held.status is Status.PENDING:
-                unknown.add(request_id)
+                unknown[request_id] = None
             else:
-                known[request_id] = held
+                known[request_id] = (held, cache.size_of(request_id) or 0)
+        withheld: dict[str, int] = {}
         if unknown:
-            for request_id, status, doc, answer in await self._rows("get_requests", self._array(sorted(unknown))):
-                held = cache.get(request_id)
-                if held is not None and status == "pending":
-                    known[request_id] = held  # pending still: as held
-                    continue
-                request = request_from_row(status, doc, answer)
-                cache.put(request, row_size(doc, answer))
-                known[request_id] = request
-        return self._events_about(rows, known)
+            # Each event counts the request it carries, and the page ends where they pass
+            # `PAGE_BYTES`: SQLite stops reading there, PostgreSQL withholds long requests.
+            sql = page_requests_sql(self.dialect, self._array(list(unknown)), PAGE_BYTES // max(query.limit, 1))
+            for status, doc, answer, request_id, *length in await self._rows_of(*sql, budget=PAGE_BYTES):
+                if doc is None:
+                    withheld[request_id] = length[0]
+                else:
+                    known[request_id] = self._read_request(request_id, status, doc, answer)
+        reach = _reach(rows, known, withheld)
+        if any(row[2] in withheld for row in rows[:reach]):  # read those by id, and count them as they are
+            long = list(dict.fromkeys(row[2] for row in rows[:reach] if row[2] in withheld))
+            for request_id, status, doc, answer in await self._rows("get_requests", self._array(long)):
+                known[request_id] = self._read_request(request_id, status, doc, answer)
+            reach = _reach(rows[:reach], known, {})
+        page = rows[:reach]
+        return Listed(self._events_about(page, {k: v[0] for k, v in known.items()}), cut=reach < len(rows))
+
+    def _read_request(self, request_id: str, status: str, doc: str, answer: str | None) -> tuple[Request, int]:
+        """A request read for a page of events, and its size: as held here while it is
+        pending still, else parsed (and held)."""
+        size = row_size(doc, answer)
+        held = self._cache.get(request_id) if status == "pending" else None
+        if held is not None:
+            return held, size
+        request = request_from_row(status, doc, answer)
+        self._cache.put(request, size)
+        return request, size
 
     def _events_about(self, rows: Sequence[Sequence[Any]], requests: Mapping[str, Request]) -> Sequence[Event]:
         """Events from their rows (id, type, request id, time, data, ...), each with its
@@ -1343,20 +1402,6 @@ class SqlStore:
 
     def _find_events_sql(self, query: EventQuery) -> tuple[str, dict[str, Any]]:
         return find_events_sql(query, rows_to_them=True)
-
-    def _events_of(self, rows: Sequence[Sequence[Any]]) -> Sequence[Event]:
-        """Events from rows that carry each one's request row (status, doc, response)."""
-        cache = self._cache
-        requests: dict[str, Request] = {}
-        for _, _, request_id, _, _, status, doc, answer in rows:
-            if request_id is None or request_id in requests:
-                continue
-            request = cache.get(request_id)
-            if request is None or request.status is Status.PENDING:
-                request = request_from_row(status, doc, answer)
-                cache.put(request, row_size(doc, answer))
-            requests[request_id] = request
-        return self._events_about(rows, requests)
 
     async def last_event_id(self) -> int:
         return int((await self._rows("last_event_id"))[0][0])

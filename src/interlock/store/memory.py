@@ -95,7 +95,7 @@ class MemoryStore:
         self.retention = retention
         self._pending: dict[str, Request] = {}
         self._settled: OrderedDict[str, Request] = OrderedDict()  # read outcomes: the retention
-        self._sizes: dict[str, tuple[Request, int]] = {}  # what a request counts on a page, once listed
+        self._sizes: dict[str, tuple[Request | _Archive, int]] = {}  # what a request counts on a page, once listed
         self._unread: OrderedDict[str, Request] = OrderedDict()  # settled, not read by a waiter yet
         self._idempotency: dict[tuple[str | None, str], str] = {}
         # Events are kept as tuples of plain values and made `Event`s when read: a request's
@@ -201,6 +201,8 @@ class MemoryStore:
         else:
             del self._log_refs[request_id]
             del self._logged[request_id]
+            if request_id not in self._pending and request_id not in self._unread and request_id not in self._settled:
+                self._sizes.pop(request_id, None)
 
     def _logged_request(self, entry: _Entry) -> Request | None:
         """The request as it was right after a logged event."""
@@ -404,7 +406,7 @@ class MemoryStore:
             rows = [r for r in rows if (r.id < after if query.order == "desc" else r.id > after)]
         return rows[: query.limit]
 
-    async def list(self, query: Query) -> Listed:
+    async def list(self, query: Query) -> Listed[Request]:
         # Cut where the SQL stores cut: by the size of the JSON they would keep (the server
         # still writes every request of a page out as JSON).
         rows = self._matching(query)
@@ -414,16 +416,30 @@ class MemoryStore:
                 return Listed(rows[:taken], cut=True)
         return Listed(rows)
 
-    def _size(self, request: Request) -> int:
-        """`stored_size` of the request's document and response, as a SQL store keeps them."""
+    def _size(self, request: Request, kept: Request | _Archive | None = None) -> int:
+        """`stored_size` of the request's document and response, as a SQL store keeps them
+        (remembered for the request, or for `kept`, the form the event log keeps it in)."""
+        key = request if kept is None else kept
         known = self._sizes.get(request.id)
-        if known is not None and known[0] is request:
+        if known is not None and known[0] is key:
             return known[1]
         size = stored_size(encode_document(request_to_dict(request.as_created())))
         if request.response is not None:
             size += stored_size(encode_document(response_to_dict(request.response)))
-        self._sizes[request.id] = (request, size)
+        self._sizes[request.id] = (key, size)
         return size
+
+    def _carried(self, entry: _Entry) -> int:
+        """What a logged event counts on a page: the size of the request it carries (as
+        it is now, as a SQL store reads it with the event), or nothing."""
+        request_id = entry[3]
+        if request_id is None:
+            return 0
+        kept = self._logged[request_id]
+        known = self._sizes.get(request_id)
+        if known is not None and known[0] is kept:
+            return known[1]
+        return self._size(_restored(kept), kept)
 
     async def outlines(self, query: Query, now: datetime) -> Sequence[Outline]:
         return [_outline(r, now) for r in self._matching(query)]
@@ -431,26 +447,37 @@ class MemoryStore:
     async def figures(self, pending: Query, settled: Query, now: datetime, teams: Collection[str]) -> Figures:
         return count(await self.outlines(pending, now), await self.outlines(settled, now), teams=teams)
 
-    async def events(self, after: int = 0, limit: int = 500) -> Sequence[Event]:
+    async def events(self, after: int = 0, limit: int = 500) -> Listed[Event]:
         if not self._events or after >= self._last_event:
-            return []
+            return Listed([])
         start = max(0, after - self._events[0][0] + 1)
-        return [self._event(e) for e in itertools.islice(self._events, start, start + limit)]
-
-    async def find_events(self, query: EventQuery) -> Sequence[Event]:
-        # In process, the filters run over the events after the cursor: nothing to index.
         out: list[Event] = []
-        if not self._events or query.limit <= 0:
-            return out
+        budget = PageBudget()
+        for entry in itertools.islice(self._events, start, start + limit):
+            if not budget.takes(self._carried(entry)):
+                return Listed(out, cut=True)
+            out.append(self._event(entry))
+        return Listed(out)
+
+    async def find_events(self, query: EventQuery) -> Listed[Event]:
+        # In process, the filters run over the events after the cursor: nothing to index.
+        # A page is cut where a SQL store cuts it: by the size of the requests its events
+        # carry (the server writes each one out with its event).
+        out: list[Event] = []
+        if not self._events or query.limit <= 0 or query.after >= self._last_event:
+            return Listed(out)
         start = max(0, query.after - self._events[0][0] + 1)
+        budget = PageBudget()
         for entry in itertools.islice(self._events, start, None):
             if query.until is not None and entry[0] > query.until:
                 break
             if _event_matches(entry, _parties(self._logged.get(entry[3])) if entry[3] is not None else None, query):
+                if not budget.takes(self._carried(entry)):
+                    return Listed(out, cut=True)
                 out.append(self._event(entry))
                 if len(out) == query.limit:
                     break
-        return out
+        return Listed(out)
 
     async def changes(self, after: int = 0, limit: int = 500) -> Sequence[tuple[int, str, str | None]]:
         if not self._events or after >= self._last_event:

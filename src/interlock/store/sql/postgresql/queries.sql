@@ -68,11 +68,6 @@ SELECT status FROM requests WHERE id = $1;
 -- name: next_expiry
 SELECT min(expires_at) FROM pending_requests WHERE expires_at IS NOT NULL;
 
--- name: events_after
-SELECT e.id, e.type, e.request_id, e.at, e.data, r.status, r.doc, r.response
-FROM events e LEFT JOIN requests r ON r.id = e.request_id
-WHERE e.id > $1 ORDER BY e.id LIMIT $2;
-
 -- name: changes_after
 SELECT e.id, e.type, e.request_id, r.status, r.response
 FROM events e LEFT JOIN requests r ON r.id = e.request_id

@@ -60,11 +60,6 @@ ORDER BY expires_at LIMIT :most;
 -- name: next_expiry
 SELECT min(expires_at) FROM requests WHERE status = 'pending' AND expires_at IS NOT NULL;
 
--- name: events_after
-SELECT e.id, e.type, e.request_id, e.at, e.data, r.status, r.doc, r.response
-FROM events e LEFT JOIN requests r ON r.id = e.request_id
-WHERE e.id > :after ORDER BY e.id LIMIT :limit;
-
 -- name: changes_after
 SELECT id, type, request_id FROM events WHERE id > :after ORDER BY id LIMIT :limit;
 
