@@ -303,7 +303,7 @@ class Sessions:
         while len(updates) < limit:
             events = await self.broker.find_events(after=after, session=session, limit=500)
             updates += [_receipt(e) for e in events if e.type == "informed"]
-            if len(events) < 500:
+            if len(events) < 500 and not events.cut:
                 break
             after = events[-1].id
         return updates[:limit]

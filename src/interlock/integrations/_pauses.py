@@ -346,8 +346,7 @@ class Asker:
         """For an approval the gate refused as used already: whether an earlier attempt at
         this run spent it (None if not: the refusal stands), and then what became of the
         call: `Ran` with its recorded output, or `Interrupted` (recorded on the run, once)."""
-        events = await self.broker.find_events(request=request_id, limit=1000)
-        consumed = next((e for e in events if e.type == "consumed"), None)
+        consumed = await self._consumed(request_id)
         if consumed is None:
             return None
         record = await self._record_of(run, held.call_id, request_id, after=consumed.id)
@@ -362,6 +361,17 @@ class Asker:
             data = {"tool": held.tool, "tool_call_id": held.call_id, "approval": request_id, "reason": reason}
             await self._note(run, CALL_INTERRUPTED, reason, data)
         return Interrupted(reason)
+
+    async def _consumed(self, request_id: str) -> Event | None:
+        """The approval's `consumed` event, if it was used (its request's events, a page at
+        a time: a page of a big request's events ends early, cut by its size)."""
+        cursor = 0
+        while True:
+            page = await self.broker.find_events(after=cursor, request=request_id, limit=1000)
+            consumed = next((e for e in page if e.type == "consumed"), None)
+            if consumed is not None or (len(page) < 1000 and not page.cut):
+                return consumed
+            cursor = page[-1].id
 
     async def _note(self, run: Run, outcome: str, message: str, data: Mapping[str, Any]) -> Event:
         """An update on the run (an `informed` event, to the person asked) about an approved call."""
@@ -393,7 +403,7 @@ class Asker:
                     and _made_by(event, requester, self.agent)
                 ):
                     return data
-            if len(page) < 500:
+            if len(page) < 500 and not page.cut:
                 return None
             cursor = page[-1].id
 

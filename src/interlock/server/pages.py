@@ -44,6 +44,7 @@ from .web import (
     Session,
     after_signin,
     email_signin_offered,
+    events_upto,
     inbox_filter,
     outcome,
     page,
@@ -198,7 +199,7 @@ async def request_page(http: HttpRequest, state: State, request_id: str) -> Resp
         return refusal(state, http, 403, "This request is neither to you nor from you.", who)
     if who.principal.kind != "agent":  # a browser is a person's, the local one's without auth too
         await state.broker.note_viewed(request, by=who.principal.name)
-    events = list(await state.broker.find_events(request=request.id, limit=TIMELINE_LIMIT))
+    events = await events_upto(state.broker, TIMELINE_LIMIT, request=request.id)
     deliveries = list(await state.broker.list_deliveries(request_id=request.id, limit=TIMELINE_LIMIT))
     loop = state.delivery
     types = {name: c.type for name, c in loop.routing.channels.items()} if loop is not None else {}

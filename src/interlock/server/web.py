@@ -111,6 +111,21 @@ async def _off_loop(broker: Broker, read: Callable[[], Answers]) -> Answers:
     return await asyncio.to_thread(budgeted)
 
 
+async def events_upto(
+    broker: Broker, limit: int, *, after: int = 0, request: str | None = None, run: str | None = None
+) -> list[Event]:
+    """Up to `limit` events after `after` (of one `request` or `run`), oldest first, read
+    on past a page that ended early, cut by the size of the requests its events carry."""
+    events: list[Event] = []
+    while len(events) < limit:
+        page = await broker.find_events(after=after, limit=limit - len(events), request=request, run=run)
+        events += page
+        if not page.cut:
+            break
+        after = page[-1].id
+    return events
+
+
 def read_answers(request: HumanRequest, values: Values) -> Answers:
     """The answers by ask id from the posted fields `a{i}` (one per ask, in order), each
     read by its ask's own `from_fields`.
@@ -534,7 +549,7 @@ async def inbox_page(
     for settled in _SETTLED:
         history.extend((await state.broker.list(status=settled, limit=HISTORY_LIMIT, **recipient)).items)
     history.sort(key=lambda r: r.response.at if r.response else r.created_at, reverse=True)
-    recent = await state.broker.find_events(after=max(after - UPDATES_LOOKBACK, 0), limit=UPDATES_LOOKBACK)
+    recent = await events_upto(state.broker, UPDATES_LOOKBACK, after=max(after - UPDATES_LOOKBACK, 0))
     updates = [
         _update_view(e) for e in recent if e.id <= after and e.type == "informed" and _for_inbox(who.principal, e)
     ]
@@ -799,7 +814,7 @@ async def run_page(http: HttpRequest, state: State, run_id: str, cancel: str = "
     recipient = None if who.principal.kind == "admin" else who.principal.name
     requests = (await state.broker.list(run=run.id, recipient=recipient, order="asc", limit=200)).items
     accept = run_event_filter(who.principal, run.id)
-    events = [e for e in await state.broker.find_events(run=run.id, limit=500) if accept(e)]
+    events = [e for e in await events_upto(state.broker, 500, run=run.id) if accept(e)]
     notice = _RUN_NOTICES.get(cancel, "") or _SENT_NOTICES.get(sent, "")  # fixed texts, nothing from the URL
     followups = await state.broker.list_followups(run.id)
     context = {"run": run, "requests": requests, "events": events, "notice": notice, "followups": followups}
