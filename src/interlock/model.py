@@ -1280,6 +1280,8 @@ class Choice:
 
     def from_fields(self, values: FieldValues, name: str) -> Any:
         picked, other = values.get(name), values.get(f"{name}.other").strip()
+        if picked == self.unanswered_value():  # an optional choice's "Leave unanswered"
+            return None
         if picked:
             return picked
         if self.allow_other and other:
@@ -1287,6 +1289,16 @@ class Choice:
         if values.has(name):
             raise InvalidAnswer(f"ask {self.id!r}: type your answer next to Other", ask_id=self.id)
         return None
+
+    def unanswered_value(self) -> str:
+        """What a web form's "Leave unanswered" radio posts for this choice: a value no
+        option has (option ids are never empty; the Other radio posts the empty string).
+        Radios cannot be unpicked, so an optional choice offers it to take a pick back."""
+        ids = {option.id for option in options_of(self)}
+        value = "-"
+        while value in ids:
+            value += "-"
+        return value
 
     def inputs(self, name: str) -> tuple[FormInput, ...] | None:
         return None

@@ -111,6 +111,15 @@ def test_a_choice_takes_a_number_an_id_or_a_label_from_the_terminal() -> None:
     assert ask.answer_text("mars") == "Other: mars"
 
 
+def test_a_choice_s_leave_unanswered_value_is_no_option_s_and_reads_as_no_answer() -> None:
+    ask = Choice("Region?", ["eu", "-", "--"], allow_other=True, required=False)
+    none = ask.unanswered_value()
+    assert none == "---"  # never an option's id, nor the Other radio's empty string
+    assert ask.from_fields(_Posted(a0=[none], **{"a0.other": ["typed, then left"]}), "a0") is None
+    assert ask.from_fields(_Posted(a0=["-"]), "a0") == "-"
+    assert ask.from_fields(_Posted(a0=[""], **{"a0.other": ["mars"]}), "a0") == "mars"
+
+
 @pytest.mark.parametrize("cls", [Text, Confirm, Choice, MultiChoice, Form])
 def test_the_api_ask_models_take_exactly_the_fields_of_each_ask_type(cls: type[Ask]) -> None:
     model = {

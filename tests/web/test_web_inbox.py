@@ -20,6 +20,7 @@ from playwright.sync_api import Browser, BrowserContext, Dialog, Locator, Page, 
 
 import interlock
 from interlock import Broker, Choice, Confirm, Form, MultiChoice, Status, Text
+from interlock.model import Answers
 from interlock.principals import Principal, issue_token
 from interlock.routing import Routing
 from interlock.server.app import create_app
@@ -285,6 +286,86 @@ def test_a_choice_is_made_with_the_keyboard_alone(server: Server, page: Page) ->
     page.keyboard.press("Enter")
     expect(history_item(page, request_id)).to_contain_text("us-east-1")
     assert stored(server, request_id).answer == "us-east-1"
+
+
+def answered_through_the_broker(server: Server, asks: Any) -> interlock.Request:
+    """A twin request answered with no value through `Broker.resolve`, as the API's
+    `{"answers": {}}` is."""
+    twin = ask(server, asks)
+    assert server.run(server.broker.resolve(twin, Answers(), by="alice", via="api"))
+    return stored(server, twin)
+
+
+def test_an_optional_lone_confirm_picked_can_be_left_unanswered_with_the_keyboard(server: Server, page: Page) -> None:
+    request_id = ask(server, Confirm("Tag the release too?", id="tag", required=False), title="Tag")
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    unanswered = card.get_by_role("radio", name="Leave unanswered")
+    expect(unanswered).to_be_checked()  # nothing picked yet, and it says so
+    card.get_by_role("radio", name="Yes").check()
+    expect(unanswered).not_to_be_checked()
+    page.keyboard.press("ArrowRight")  # to No
+    page.keyboard.press("ArrowRight")  # and back to no answer at all: a radio cannot be unpicked
+    expect(unanswered).to_be_focused()
+    expect(unanswered).to_be_checked()
+    page.keyboard.press("Enter")
+    expect(history_item(page, request_id)).to_contain_text("Answered by alice via web")
+    done = stored(server, request_id)
+    twin = answered_through_the_broker(server, Confirm("Tag the release too?", id="tag", required=False))
+    assert done.status is Status.ANSWERED and done.response is not None and twin.response is not None
+    assert done.response.answers == twin.response.answers == {}  # no value recorded, as the API records it
+    assert done.answer is None
+
+
+def test_an_optional_lone_choice_picked_can_be_left_unanswered(server: Server, page: Page) -> None:
+    choice = Choice("Which region?", ["eu", "us", "-"], id="region", allow_other=True, required=False)
+    request_id = ask(server, choice)
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    card.get_by_role("radio", name="us").check()
+    card.get_by_label("Other answer").fill("ap-south-1")
+    expect(card.get_by_role("radio", name="Other")).to_be_checked()
+    card.get_by_label("Other answer").fill("")  # emptied: the pick is taken back
+    expect(card.get_by_role("radio", name="Leave unanswered")).to_be_checked()
+    card.get_by_role("radio", name="eu").check()
+    card.get_by_role("radio", name="Leave unanswered").check()
+    card.get_by_role("button", name="Send answer").click()
+    expect(history_item(page, request_id)).to_contain_text("Answered by alice via web")
+    done = stored(server, request_id)
+    twin = answered_through_the_broker(server, choice)
+    assert done.response is not None and twin.response is not None
+    assert done.response.answers == twin.response.answers == {}
+
+
+def test_an_optional_lone_choice_or_confirm_is_left_unanswered_without_javascript(
+    server: Server, browser: Browser
+) -> None:
+    choice = Choice("Which region?", ["eu", "-"], id="region", required=False)
+    confirm = Confirm("Tag it?", id="tag", required=False)
+    ctx = browser.new_context(java_script_enabled=False)
+    try:
+        p = ctx.new_page()
+        p.goto(server.url + "/")
+        p.get_by_label("Token").fill(server.tokens["alice"])
+        p.get_by_role("button", name="Sign in").click()
+        for made in (choice, confirm):
+            request_id = ask(server, made)
+            p.goto(f"{server.url}/requests/{request_id}")
+            p.get_by_role("radio", name="Yes" if made is confirm else "eu").check()
+            p.get_by_role("radio", name="Leave unanswered").check()
+            p.get_by_role("button", name="Send answer").click()
+            expect(p).to_have_url(f"{server.url}/requests/{request_id}")
+            expect(p.locator("#request-state")).to_have_text("answered")
+            done = stored(server, request_id)
+            assert done.response is not None and done.response.answers == {}
+        required = ask(server, Choice("Which region?", ["eu", "-"], id="region"))
+        refused = p.request.post(
+            f"{server.url}/inbox/requests/{required}", form={"csrf": csrf_of(p), "a0": "--"}, max_redirects=0
+        )
+        assert refused.status == 422 and "An answer is required" in refused.text()
+        assert stored(server, required).status is Status.PENDING
+    finally:
+        ctx.close()
 
 
 def test_a_multi_choice_honours_its_limits(server: Server, page: Page) -> None:

@@ -31,10 +31,16 @@
     if (live) for (const form of root.querySelectorAll("form.claim-form")) form.addEventListener("submit", claim);
     for (const form of root.querySelectorAll("form.answer")) {
       if (live) form.addEventListener("submit", submit);
-      // Typing an "other" answer picks the Other option.
+      // Typing an "other" answer picks the Other option; emptying it takes the pick back
+      // (to "Leave unanswered", where the ask is optional).
       for (const radio of form.querySelectorAll("input[data-other]")) {
         const text = radio.closest(".other").querySelector("input[type=text]");
-        text.addEventListener("input", () => { radio.checked = text.value.trim() !== ""; });
+        const none = radio.closest("fieldset").querySelector("input[data-unanswered]");
+        text.addEventListener("input", () => {
+          if (text.value.trim() !== "") radio.checked = true;
+          else if (radio.checked && none) none.checked = true;
+          else radio.checked = false;
+        });
       }
       // Multi-choice: at most `max` boxes can be ticked, at least `min` must be.
       for (const set of form.querySelectorAll("fieldset[data-min]")) {
