@@ -9,11 +9,12 @@ import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
-from interlock import Choice, Confirm, Text
+from interlock import Choice, Confirm, Form, Text
 from interlock.signin import mint_signin_link
 
 from .test_web_inbox import (  # noqa: F401 - the fixtures
@@ -137,6 +138,87 @@ def test_a_request_page_works_without_javascript(server: Server, browser: object
         expect(p.locator("#request-state")).to_have_text("answered")
     finally:
         ctx.close()
+
+
+def test_without_javascript_a_bad_answer_on_a_request_page_is_shown_there_with_what_was_typed(
+    server: Server, browser: object
+) -> None:
+    schema = {"type": "object", "properties": {"ticket": {"type": "string", "pattern": "^[A-Z]+-[0-9]+$"}}}
+    asks = [Form("Which ticket?", schema=schema, id="ticket"), Text("Why?", id="why")]
+    request_id = ask(server, asks, title="File it")
+    own = f"{server.url}/requests/{request_id}"
+    ctx = browser.new_context(java_script_enabled=False)  # type: ignore[attr-defined]
+    try:
+        p = ctx.new_page()
+        p.goto(own)
+        p.get_by_label("Token").fill(server.tokens["alice"])
+        p.get_by_role("button", name="Sign in").click()
+        p.get_by_role("textbox", name="ticket").fill("ops twelve")
+        p.get_by_role("textbox", name="Why?").fill("it broke")
+        with p.expect_response(f"{server.url}/inbox/requests/{request_id}") as posted:
+            p.get_by_role("button", name="Send answer").click()
+        assert posted.value.status == 422
+        expect(p.get_by_role("heading", level=1)).to_have_text("File it")  # the request's page, not the inbox
+        expect(p.get_by_role("heading", name="Waiting for you")).to_have_count(0)
+        expect(p.locator("[data-ask='ticket'] .error")).to_contain_text("does not match")
+        expect(p.get_by_role("textbox", name="ticket")).to_have_value("ops twelve")  # what was typed is kept
+        expect(p.get_by_role("textbox", name="Why?")).to_have_value("it broke")
+        expect(p.locator(".timeline li")).not_to_have_count(0)  # the whole page, timeline and all
+        p.get_by_role("textbox", name="ticket").fill("OPS-12")
+        p.get_by_role("button", name="Send answer").click()
+        expect(p).to_have_url(own)
+        expect(p.locator("#request-state")).to_have_text("answered")
+        assert stored(server, request_id).answer == {"ticket": {"ticket": "OPS-12"}, "why": "it broke"}
+    finally:
+        ctx.close()
+
+
+def test_without_javascript_an_answer_too_late_on_a_request_page_says_so_there(server: Server, browser: object) -> None:
+    request_id = ask(server, Text("Which branch?", id="branch"), title="Release branch")
+    ctx = browser.new_context(java_script_enabled=False)  # type: ignore[attr-defined]
+    try:
+        p = ctx.new_page()
+        p.goto(f"{server.url}/requests/{request_id}")
+        p.get_by_label("Token").fill(server.tokens["alice"])
+        p.get_by_role("button", name="Sign in").click()
+        p.get_by_role("textbox", name="Which branch?").fill("main")
+        server.run(server.broker.reject(request_id, "moot", by="alice", via="cli"))
+        p.get_by_role("button", name="Send answer").click()
+        expect(p.get_by_role("alert")).to_have_text("This request is no longer pending: declined by alice via cli.")
+        expect(p.get_by_role("heading", level=1)).to_have_text("Release branch")
+        expect(p.locator("#request-state")).to_have_text("declined")
+    finally:
+        ctx.close()
+
+
+def test_a_form_s_next_leads_back_to_its_request_s_page_or_the_inbox_and_nowhere_else(
+    server: Server, page: Page
+) -> None:
+    sign_in(page, server)
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value")
+    for next_path, back in (
+        ("/requests/{id}", "/requests/{id}"),
+        ("/history", "/"),
+        ("//evil.example/x", "/"),
+        ("https://evil.example/", "/"),
+        ("/requests/other", "/"),
+    ):
+        request_id = ask(server, Text("Which branch?", id="branch"))
+        sent = page.request.post(
+            f"{server.url}/inbox/requests/{request_id}",
+            form={"csrf": csrf or "", "a0": "main", "next": next_path.format(id=request_id)},
+            max_redirects=0,
+        )
+        assert sent.status == 303
+        assert urlsplit(sent.headers["location"]).path == back.format(id=request_id), next_path
+        assert urlsplit(sent.headers["location"]).netloc in ("", urlsplit(server.url).netloc)
+        refused = page.request.post(
+            f"{server.url}/inbox/requests/{request_id}",
+            form={"csrf": csrf or "", "a0": "main", "next": next_path.format(id=request_id)},
+            max_redirects=0,
+        )
+        assert refused.status == 409  # answered already: said on the same page, never another site's
+        assert ("Waiting for you" in refused.text()) is (back == "/"), next_path
 
 
 def test_details_are_markdown_with_no_raw_html_and_only_safe_links(server: Server, page: Page) -> None:

@@ -146,6 +146,23 @@ def test_the_request_page_shows_views_and_the_claim_and_claims_without_javascrip
         ctx.close()
 
 
+def test_without_javascript_a_claim_taken_meanwhile_is_said_on_the_request_page(team: Server, browser: object) -> None:
+    request_id = ask(team, Confirm("Resize the pool?"), to="ops", title="Resize")
+    ctx = browser.new_context(java_script_enabled=False)  # type: ignore[attr-defined]
+    try:
+        p = ctx.new_page()
+        p.goto(f"{team.url}/requests/{request_id}")
+        p.get_by_label("Token").fill(team.tokens["bob"])
+        p.get_by_role("button", name="Sign in").click()
+        team.run(team.broker.claim(request_id, by="alice"))
+        p.get_by_role("button", name="Claim").click()
+        expect(p.get_by_role("alert")).to_contain_text("Already claimed by alice")
+        expect(p.get_by_role("heading", level=1)).to_have_text("Resize")  # still the request's page
+        expect(p.locator(".claim-state")).to_contain_text("claimed by alice")
+    finally:
+        ctx.close()
+
+
 def test_the_dashboard_has_a_row_per_team(team: Server, page: Page) -> None:
     ask(team, Confirm("One?"), to="ops")
     answered = ask(team, Confirm("Two?"), to="ops")

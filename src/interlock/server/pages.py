@@ -41,6 +41,7 @@ from .common import AppState, State, set_cookie
 from .markdown import prerender
 from .web import (
     SIGNIN_COOKIE,
+    Failure,
     Session,
     after_signin,
     email_signin_offered,
@@ -50,6 +51,7 @@ from .web import (
     page,
     read_signin_form,
     refusal,
+    request_page_path,
     session,
     signin_page,
     signin_redirect,
@@ -199,17 +201,33 @@ async def request_page(http: HttpRequest, state: State, request_id: str) -> Resp
         return refusal(state, http, 403, "This request is neither to you nor from you.", who)
     if who.principal.kind != "agent":  # a browser is a person's, the local one's without auth too
         await state.broker.note_viewed(request, by=who.principal.name)
+    return await own_page(state, http, who, request)
+
+
+async def own_page(
+    state: AppState,
+    http: HttpRequest,
+    who: Session,
+    request: HumanRequest,
+    *,
+    failure: Failure | None = None,
+    notice: str | None = None,
+    status: int = 200,
+) -> HTMLResponse:
+    """A request's own page for someone who may read it: also where a form posted from it
+    without JavaScript comes back to when it is refused, the answer's fault beside its ask
+    and what was typed kept (`failure`), or what happened instead (`notice`)."""
     events = await events_upto(state.broker, TIMELINE_LIMIT, request=request.id)
     deliveries = list(await state.broker.list_deliveries(request_id=request.id, limit=TIMELINE_LIMIT))
     loop = state.delivery
     types = {name: c.type for name, c in loop.routing.channels.items()} if loop is not None else {}
-    here = http.url_for("request_page", request_id=request.id).path
     context = {
         "r": request,
         "rendered": await prerender([request.details]),
-        "failure": None,
+        "failure": failure,
         "card_notice": None,
-        "return_to": here,
+        "notice": notice,
+        "return_to": request_page_path(http, request.id),
         "answerable": request.status is Status.PENDING and can_answer(who.principal, request),
         "moments": timeline(request, events, deliveries, types),
         "claims": await state.broker.claims([request.id]),
@@ -220,7 +238,7 @@ async def request_page(http: HttpRequest, state: State, request_id: str) -> Resp
         # While pending, the page follows the inbox's stream: settled elsewhere, it shows so.
         "after": await state.broker.last_event_id() if request.status is Status.PENDING else None,
     }
-    return page(state, http, "request.html", context, 200, who)
+    return page(state, http, "request.html", context, status, who)
 
 
 def may_retry(principal: Principal, request: HumanRequest) -> bool:

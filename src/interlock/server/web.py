@@ -12,7 +12,9 @@ The page follows `/inbox/stream`, server-sent events of the requests to the pers
 on each one fetches the request's card from `/inbox/requests/{id}`, so a card is rendered
 in one place whether it comes with the page or later. Answers are posted to the same URL;
 the page's script posts them with `fetch` and swaps in the card it gets back, while a
-browser without JavaScript posts the form and is redirected back to the inbox.
+browser without JavaScript posts the form and is sent back to the page it came from: the
+inbox, or the request's own page (`next`; no other), where an answer refused is shown
+beside its ask with what was typed kept.
 """
 
 from __future__ import annotations
@@ -446,8 +448,43 @@ def signin_redirect(http: HttpRequest, next_path: str | None = None) -> Redirect
     return RedirectResponse(target, status_code=303)
 
 
-def _request_page_path(http: HttpRequest, request_id: str) -> str:
+def request_page_path(http: HttpRequest, request_id: str) -> str:
     return http.url_for("request_page", request_id=request_id).path
+
+
+def came_from_own_page(http: HttpRequest, request: HumanRequest, values: Values) -> bool:
+    """Whether a form about `request` was posted from the request's own page (its `next`
+    names that page), not from the inbox: where the person goes back to. Only these two
+    places: a `next` naming any other is not followed."""
+    return values.get("next") == request_page_path(http, request.id)
+
+
+def back_after_post(http: HttpRequest, request: HumanRequest, values: Values) -> RedirectResponse:
+    """Back, without JavaScript, to the page a form about `request` was posted from."""
+    own = came_from_own_page(http, request, values)
+    where = request_page_path(http, request.id) if own else str(http.url_for("inbox"))
+    return RedirectResponse(where, status_code=303)
+
+
+async def refused_on_page(
+    state: AppState,
+    http: HttpRequest,
+    who: Session,
+    request: HumanRequest,
+    values: Values,
+    status: int,
+    *,
+    failure: Failure | None = None,
+    notice: str | None = None,
+) -> HTMLResponse:
+    """A form about `request` posted without JavaScript and refused (`failure`, the answer's
+    fault; or `notice`, what happened instead), shown on the page it was posted from."""
+    if came_from_own_page(http, request, values):
+        # The request's own page is made by `pages`, which builds on this module.
+        from .pages import own_page
+
+        return await own_page(state, http, who, request, failure=failure, notice=notice, status=status)
+    return await inbox_page(state, http, who, failure=failure, notice=notice, status=status)
 
 
 def fragment_wanted(http: HttpRequest) -> bool:
@@ -487,7 +524,7 @@ async def posted_request(
 ) -> tuple[Session, Values, HumanRequest] | Response:
     """A form posted about a request in the person's inbox that they `may` act on (as
     `posted`), with the request; else the refusal (`refused` when they may not)."""
-    found = await posted(http, state, _request_page_path(http, request_id))
+    found = await posted(http, state, request_page_path(http, request_id))
     if isinstance(found, Response):
         return found
     who, values = found
@@ -714,7 +751,7 @@ async def request_card(http: HttpRequest, state: State, request_id: str) -> Resp
     itself (a link in a message sent before links pointed at the request's page) is sent
     to the request's own page, through the sign-in if need be."""
     if not fragment_wanted(http):
-        own = _request_page_path(http, request_id)
+        own = request_page_path(http, request_id)
         if await session(state, http) is None:
             return signin_redirect(http, own)
         return RedirectResponse(own, status_code=303)
@@ -762,16 +799,16 @@ async def answer(http: HttpRequest, state: State, request_id: str) -> Response:
             failure = Failure(request_id, str(exc), exc.ask_id, values)
         if fragment_wanted(http):
             return await card(state, http, who, request, failure=failure, status=422)
-        return await inbox_page(state, http, who, failure=failure, status=422)
+        return await refused_on_page(state, http, who, request, values, 422, failure=failure)
     current = await state.broker.get(request_id)
     if not done:
         notice = f"This request is no longer pending: {outcome(current).lower()}."
         if fragment_wanted(http):
             return await card(state, http, who, current, card_notice=notice, status=409)
-        return await inbox_page(state, http, who, notice=notice, status=409)
+        return await refused_on_page(state, http, who, current, values, 409, notice=notice)
     if fragment_wanted(http):
         return await card(state, http, who, current)
-    return RedirectResponse(after_signin(http, values.get("next") or None), status_code=303)
+    return back_after_post(http, current, values)
 
 
 @router.post("/inbox/requests/{request_id}/claim", name="inbox_claim", response_class=HTMLResponse)
@@ -796,8 +833,8 @@ async def claim(http: HttpRequest, state: State, request_id: str) -> Response:
     if fragment_wanted(http):
         return await card(state, http, who, await state.broker.get(request.id), card_notice=notice)
     if notice is not None:
-        return await inbox_page(state, http, who, notice=notice, status=409)
-    return RedirectResponse(after_signin(http, values.get("next") or None), status_code=303)
+        return await refused_on_page(state, http, who, await state.broker.get(request.id), values, 409, notice=notice)
+    return back_after_post(http, request, values)
 
 
 @router.get("/inbox/runs/{run_id}", name="inbox_run", response_class=HTMLResponse)
