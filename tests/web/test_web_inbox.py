@@ -788,6 +788,36 @@ def test_a_runs_request_says_which_run_and_agent_and_links_the_runs_page(server:
     expect(page.locator("main")).not_to_contain_text("framework state")  # a person never sees the state
 
 
+def test_every_request_of_a_long_run_is_reached_through_its_page_s_older_links(server: Server, page: Page) -> None:
+    async def make() -> list[str]:
+        run = await server.broker.start_run("crawler", run_id="long", requester="bot")
+        made = []
+        for i in range(201):  # one more than the page had ever shown
+            request = await server.broker.create(
+                Text(f"Page {i} ok?", id="q"), to="alice", requester="bot", run=run.id, agent="crawler"
+            )
+            made.append(request.id)
+        return made
+
+    made = server.run(make())
+    sign_in(page, server)
+    page.goto(f"{server.url}/inbox/runs/long")
+    rows = page.locator(".run-requests > li")
+    seen: list[str] = []
+    for _ in range(10):  # bounded: 201 requests are five pages
+        page.wait_for_load_state()
+        shown = rows.evaluate_all("rows => rows.map((row) => row.dataset.id)")
+        seen.extend(shown)
+        older = page.get_by_role("link", name="Older requests")
+        if older.count() == 0:
+            break
+        older.click()
+        expect(rows.first).not_to_have_attribute("data-id", shown[0])  # the next page is there
+    assert seen == made[::-1]  # each once, newest first, as the inbox and the history list
+    page.get_by_role("link", name="Newest requests").click()
+    expect(page.locator(".run-requests > li").first).to_have_attribute("data-id", made[-1])
+
+
 def test_a_person_cancels_a_run_from_its_page_and_its_request_is_withdrawn(server: Server, page: Page) -> None:
     request_id = parked_run(server)
     sign_in(page, server)

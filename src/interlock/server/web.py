@@ -79,6 +79,7 @@ SIGNIN_COOKIE = "interlock_signin"
 FRAGMENT_HEADER = "x-interlock-fragment"
 HISTORY_LIMIT = 30
 PENDING_LIMIT = 50  # pending requests a page; the rest behind an "older" link
+RUN_REQUESTS_LIMIT = 50  # a run's requests a page of its own; the rest behind an "older" link
 UPDATES_LIMIT = 20
 UPDATES_LOOKBACK = 500  # events scanned for recent progress updates when the page loads
 _SETTLED = tuple(s for s in Status if s.settled)
@@ -838,9 +839,12 @@ async def claim(http: HttpRequest, state: State, request_id: str) -> Response:
 
 
 @router.get("/inbox/runs/{run_id}", name="inbox_run", response_class=HTMLResponse)
-async def run_page(http: HttpRequest, state: State, run_id: str, cancel: str = "", sent: str = "") -> Response:
-    """A run: its agent and status, the requests of it that are yours, the messages held
-    for its agent (and a box to send one), and its events."""
+async def run_page(
+    http: HttpRequest, state: State, run_id: str, cancel: str = "", sent: str = "", older: str = ""
+) -> Response:
+    """A run: its agent and status, the requests of it that are yours (newest first, a page
+    at a time: `older` is the cursor of the next), the messages held for its agent (and a
+    box to send one), and its events."""
     who = await session(state, http)
     if who is None:
         return signin_redirect(http)
@@ -849,12 +853,21 @@ async def run_page(http: HttpRequest, state: State, run_id: str, cancel: str = "
     except NotFound:
         return refusal(state, http, 404, "There is no such run.", who)
     recipient = None if who.principal.kind == "admin" else who.principal.name
-    requests = (await state.broker.list(run=run.id, recipient=recipient, order="asc", limit=200)).items
+    after = _cursor(older)
+    requests = await state.broker.list(run=run.id, recipient=recipient, after=after, limit=RUN_REQUESTS_LIMIT)
     accept = run_event_filter(who.principal, run.id)
     events = [e for e in await events_upto(state.broker, 500, run=run.id) if accept(e)]
     notice = _RUN_NOTICES.get(cancel, "") or _SENT_NOTICES.get(sent, "")  # fixed texts, nothing from the URL
     followups = await state.broker.list_followups(run.id)
-    context = {"run": run, "requests": requests, "events": events, "notice": notice, "followups": followups}
+    context = {
+        "run": run,
+        "requests": requests.items,
+        "older": requests.next_cursor,
+        "paged": after is not None,
+        "events": events,
+        "notice": notice,
+        "followups": followups,
+    }
     return page(state, http, "run.html", context, who=who)
 
 
