@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 import threading
 from collections.abc import Callable, Coroutine, Iterator
@@ -548,6 +549,34 @@ def test_the_count_says_when_more_wait_than_one_page_shows(server: Server, page:
     page.get_by_role("link", name="Newest requests").click()
     expect(pending_card(page, newest)).to_have_count(1)
     expect(page.locator("#pending-count")).to_have_text(f"{PENDING_LIMIT}+")
+
+
+def test_times_read_in_utc_on_the_inbox_and_a_request_s_page_alike(server: Server, browser: Browser) -> None:
+    request_id = ask(server, Text("Which branch?", id="branch"), title="Release branch")
+    settled = ask(server, Text("Which tag?", id="tag"))
+    server.run(server.broker.resolve(settled, "v2", by="alice"))
+    made, answered = stored(server, request_id), stored(server, settled)
+    assert answered.response is not None
+    utc = "%Y-%m-%d %H:%M UTC"
+    ctx = browser.new_context(timezone_id="Asia/Kolkata")  # a reader far from UTC, by half an hour too
+    try:
+        p = ctx.new_page()
+        sign_in(p, server)
+        card_time = pending_card(p, request_id).locator(".meta time").first
+        expect(card_time).to_have_text(made.created_at.strftime(utc))  # as the server wrote it
+        expect(card_time).to_have_attribute("datetime", made.created_at.isoformat())
+        expect(card_time).to_have_attribute("title", re.compile(r"^Your time: .*\d"))  # the reader's own, besides
+        expect(history_item(p, settled).locator("time")).to_have_text(answered.response.at.strftime(utc))
+        card = pending_card(p, request_id)
+        card.get_by_role("textbox", name="Which branch?").fill("main")
+        card.get_by_role("button", name="Send answer").click()  # the settled card, placed by the script
+        done = stored(server, request_id).response
+        assert done is not None
+        expect(history_item(p, request_id).locator("time")).to_have_text(done.at.strftime(utc))
+        p.goto(f"{server.url}/requests/{request_id}")
+        expect(p.locator(".request-page .meta time").first).to_have_text(made.created_at.strftime(utc))
+    finally:
+        ctx.close()
 
 
 def test_a_request_settled_elsewhere_leaves_the_page(server: Server, page: Page) -> None:

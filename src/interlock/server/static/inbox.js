@@ -7,12 +7,13 @@
   const SETTLED = ["answered", "rejected", "expired", "cancelled"];
   const $ = (id) => document.getElementById(id);
 
-  function localTimes(root) {
+  // Every page shows its times in UTC, as the server wrote them (so they read the same
+  // with or without this script); each says the reader's own time in its title.
+  const LOCAL = { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", timeZoneName: "short" };
+  function localTitles(root) {
     for (const t of root.querySelectorAll("time[datetime]:not([title])")) {
       const when = new Date(t.dateTime);
-      if (Number.isNaN(when.getTime())) continue;
-      t.title = t.textContent;
-      t.textContent = when.toLocaleString([], { dateStyle: "medium", timeStyle: "short" });
+      if (!Number.isNaN(when.getTime())) t.title = `Your time: ${when.toLocaleString([], LOCAL)}`;
     }
   }
 
@@ -27,7 +28,7 @@
   // `live`: on the inbox, answers and claims are posted with fetch and cards placed; on
   // another page (a request's own) the forms post as they are, with the same helpers.
   function wire(root, live = true) {
-    if (live) localTimes(root);
+    localTitles(root);
     if (live) for (const form of root.querySelectorAll("form.claim-form")) form.addEventListener("submit", claim);
     for (const form of root.querySelectorAll("form.answer")) {
       if (live) form.addEventListener("submit", submit);
@@ -176,7 +177,7 @@
       wire(el);
       pending.insertBefore(el, later || null);
     } else {
-      localTimes(el);
+      localTitles(el);
       if (old && old.parentElement === pending) leave(old);
       else if (old) old.remove();
       history.prepend(el);
@@ -234,7 +235,7 @@
       const { id } = JSON.parse(event.data);
       const el = await fetchCard(new URL(`inbox/updates/${id}`, base));
       if (!el || document.getElementById(el.id)) return;
-      localTimes(el);
+      localTitles(el);
       updates.prepend(el);
       $("updates-section").hidden = false;
       say(`Update: ${el.querySelector("p").textContent}`);
