@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 import interlock
-from interlock import Broker, Request, Status, Text
+from interlock import Broker, Closed, Request, Status, Text
 from interlock.agent import HumanInputTools, ToolCall, ToolFunctions, ToolResult, ToolRunner, ask_user_tool
 
 from .support import Inbox, bounded
@@ -150,14 +150,41 @@ def test_a_host_handler_cannot_serve_a_human_input_tools_name(unopened: Broker) 
         ToolRunner(unopened, [tools, ToolFunctions({"ask_user": ask_user})])
 
 
-async def test_human_input_tools_make_their_own_broker_when_given_none() -> None:
-    tools = HumanInputTools(tool_names={"ask_user"}, definitions=[ask_user_tool()], timeout=60)
-    task = asyncio.create_task(tools(ToolCall("ask_user", {"question": "Which colour?"}, "c1")))
-    inbox = Inbox(tools.broker)
-    request = await inbox.next()
-    assert await tools.broker.resolve(request.id, "green")
-    assert (await bounded(task)).content == "green"
-    await tools.broker.aclose()
+def _others() -> set[asyncio.Task[object]]:
+    return {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
+
+
+async def test_human_input_tools_make_their_own_broker_when_given_none_and_close_it_with_them() -> None:
+    before = _others()
+    async with HumanInputTools(tool_names={"ask_user"}, definitions=[ask_user_tool()], timeout=60) as tools:
+        task = asyncio.create_task(tools(ToolCall("ask_user", {"question": "Which colour?"}, "c1")))
+        request = await Inbox(tools.broker).next()
+        assert await tools.broker.resolve(request.id, "green")
+        assert (await bounded(task)).content == "green"
+    assert _others() <= before  # the broker's background work stopped with the tools
+    with pytest.raises(Closed):
+        await tools.broker.open()
+    closed = await tools(ToolCall("ask_user", {"question": "Still there?"}, "c2"))
+    assert closed.is_error
+
+
+async def test_closing_human_input_tools_made_with_its_own_broker_stops_it_whether_used_or_not() -> None:
+    before = _others()
+    unused = HumanInputTools(tool_names={"ask_user"})
+    used = HumanInputTools(tool_names={"ask_user"})
+    await used.broker.create(Text("Anyone?"))  # opened by its first request
+    for tools in (unused, used):
+        await tools.aclose()
+        with pytest.raises(Closed):
+            await tools.broker.open()
+    assert _others() <= before
+
+
+async def test_human_input_tools_leave_a_broker_they_were_given_open(broker: Broker) -> None:
+    async with HumanInputTools(broker, {"ask_user"}, definitions=[ask_user_tool()]) as tools:
+        assert tools.broker is broker
+    await tools.aclose()
+    assert (await broker.create(Text("Still open?"))).status is Status.PENDING
 
 
 @pytest.mark.parametrize("door", ["text", "realtime_voice", "conference", None])

@@ -19,6 +19,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Protocol
 
 from ..approvals import check_context
@@ -245,7 +246,9 @@ class HumanInputTools:
     warning, once per name, for a served tool the agent does not offer, which would
     otherwise show up only as an agent that never asks (a `ToolRunner` does not serve such a
     call as a human-input tool at all: it goes to the host's handlers, with a warning).
-    Without a `broker`, the tools make their own in this process (`memory://`).
+    Without a `broker`, the tools make their own in this process (`memory://`) and own
+    it: use them with `async with` (or call `aclose`) so that it is closed with them. A
+    broker given is the caller's to close.
     """
 
     def __init__(
@@ -271,6 +274,7 @@ class HumanInputTools:
                 )
         if not timeout > 0:
             raise ValueError("timeout must be a positive number of seconds")
+        self._owns_broker = broker is None
         self.broker = broker if broker is not None else connect("memory://")
         """The broker the requests go to: the one given, else one of its own in this process
         (answer through `tools.broker.resolve(...)`)."""
@@ -281,6 +285,22 @@ class HumanInputTools:
             d.name: d.mapping if isinstance(d, HumanInputDefinition) else _ASK_USER for d in self.definitions
         }
         self._warned: set[str] = set()
+
+    async def __aenter__(self) -> HumanInputTools:
+        if self._owns_broker:
+            await self.broker.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the broker these tools made for themselves, if they did (its background
+        work stops; calls after this fail plainly). A broker given is left open."""
+        if self._owns_broker:
+            await self.broker.aclose()
 
     def check_offered(self, offered: Iterable[str | ToolDefinition]) -> frozenset[str]:
         """The served names missing from `offered`; each is logged as a warning once."""
