@@ -77,6 +77,7 @@ from .model import (
     check_answers,
     check_json,
     check_text,
+    creation_time,
     issue_grants,
     new_id,
     offered_grants,
@@ -2014,7 +2015,7 @@ class LocalBroker(Broker):
         if run_id is not None and not run_id:
             raise InvalidRequest("run_id must be a non-empty string")
         duration = None if max_duration is None else timedelta(seconds=_seconds(max_duration, "max_duration"))
-        now = datetime.now(UTC)
+        now = creation_time()  # later than any run made before it here: the newest list first
         return Run(
             id=run_id or new_id(),
             agent=agent,

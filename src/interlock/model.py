@@ -91,6 +91,7 @@ __all__ = [
     "check_ask",
     "check_json",
     "check_text",
+    "creation_time",
     "decision_ask",
     "grant_event_data",
     "grant_from_dict",
@@ -601,6 +602,23 @@ def new_id() -> str:
         _id_last_rand = rand
     # rand stays below 2**80: 12 hex digits of ms, then 20 of rand (cheaper than formatting them)
     return (ms << 80 | rand).to_bytes(16, "big").hex()
+
+
+_made_lock = threading.Lock()
+_made_last_us = 0
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def creation_time() -> datetime:
+    """Now, as the time something is made that lists by when it was made (a run): within
+    a process, each call returns a later time than the call before (by a microsecond, the
+    stores' precision, when the clock has not moved on), so what is made later lists
+    after what was made before it, however close together."""
+    global _made_last_us
+    with _made_lock:
+        us = max(time.time_ns() // 1000, _made_last_us + 1)
+        _made_last_us = us
+    return _EPOCH + timedelta(microseconds=us)
 
 
 # -- frozen records, built cheaply ---------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
@@ -506,7 +507,10 @@ async def test_bad_run_input_is_refused_and_changes_nothing(broker: Broker) -> N
     assert (await broker.get_run(run.id)).status is RunStatus.RUNNING
 
 
-async def test_runs_are_listed_newest_first_whatever_their_ids(broker: Broker) -> None:
+async def test_runs_are_listed_newest_first_whatever_their_ids(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    # All made within the same microsecond of the clock: still listed in the order made.
+    frozen = time.time_ns()
+    monkeypatch.setattr(time, "time_ns", lambda: frozen)
     for run_id in ("zeta-first", "alpha-second", "mid-third"):  # an agent's own ids: no age in them
         await broker.start_run("scaler", run_id=run_id)
     made = (await broker.start_run("scaler")).id  # an id interlock makes

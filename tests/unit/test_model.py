@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,6 +20,7 @@ from interlock.model import (
     build_request,
     check_answers,
     check_json,
+    creation_time,
     new_id,
     request_from_dict,
     request_to_dict,
@@ -158,6 +160,17 @@ def test_ids_are_unique_and_sort_in_creation_order() -> None:
     assert len(set(ids)) == len(ids)
     assert ids == sorted(ids)
     assert all(len(i) == 32 for i in ids)
+
+
+def test_creation_times_always_move_on_even_when_the_clock_stands_still_or_goes_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = time.time_ns()
+    readings = iter([now, now, now, now - 5_000_000, now + 10_000])
+    monkeypatch.setattr(time, "time_ns", lambda: next(readings))
+    times = [creation_time() for _ in range(5)]
+    assert [t - times[0] for t in times] == [timedelta(microseconds=us) for us in (0, 1, 2, 3, 10)]
+    assert times[0].tzinfo is UTC
 
 
 def test_a_request_survives_its_json_shape_unchanged() -> None:
