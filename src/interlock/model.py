@@ -1818,9 +1818,9 @@ class Request:
     requester: str | None = None
     origin: Origin = NO_ORIGIN
     expires_at: datetime | None = None
-    """When the request expires unless answered first. A settled request keeps the deadline
-    it had (the `created` event shows the request as made); the API and the web inbox show
-    it only while the request is pending, and `response.at` says when it settled."""
+    """When the request expires unless answered first; None once it has settled (then
+    `response.at` says when), on every surface. Its `created` event still shows the
+    request as made, deadline and all."""
     idempotency_key: str | None = None
     response: Response | None = None
     detached: bool = False
@@ -1847,12 +1847,18 @@ class Request:
         without unwinding (SIGTERM by default, a crash) withdraws nothing either way."""
         return self.detached or self.idempotency_key is not None or self.origin.run is not None
 
-    def as_created(self) -> Request:
-        """This request as it was when created: pending, without a response."""
-        return self.settle(Status.PENDING, None)
+    def as_created(self, expires_at: datetime | None = None) -> Request:
+        """This request as it was when created: pending, without a response. A settled
+        request no longer carries its deadline: `expires_at` gives it back (a store has it
+        from the request as made)."""
+        return self._with(Status.PENDING, None, self.expires_at if expires_at is None else expires_at)
 
     def settle(self, status: Status, response: Response | None) -> Request:
-        """This request as settled; the caller stores it only if still pending."""
+        """This request as settled, its `expires_at` cleared (a settled request expires no
+        more); the caller stores it only if still pending."""
+        return self._with(status, response, self.expires_at if status is Status.PENDING else None)
+
+    def _with(self, status: Status, response: Response | None, expires_at: datetime | None) -> Request:
         return Request._make(
             self.id,
             self.kind,
@@ -1865,7 +1871,7 @@ class Request:
             self.to,
             self.requester,
             self.origin,
-            self.expires_at,
+            expires_at,
             self.idempotency_key,
             response,
             self.detached,

@@ -326,6 +326,48 @@ async def test_resolve_racing_expiry_has_exactly_one_outcome(broker: Broker) -> 
         assert len(events) == 1
 
 
+_SETTLE_WAYS: dict[str, Callable[[Broker, Request], Any]] = {
+    "answered": lambda b, r: b.resolve(r.id, True),
+    "denied": lambda b, r: b.resolve(r.id, False, comment="not now"),
+    "rejected": lambda b, r: b.reject(r.id, "no"),
+    "cancelled": lambda b, r: b.cancel(r.id, "withdrawn"),
+    "expired": lambda b, r: b.expire(r.id),
+    "closed": lambda b, r: b.close("deploys"),
+}
+
+
+@pytest.mark.parametrize("way", list(_SETTLE_WAYS))
+async def test_a_settled_request_shows_no_expiry_wherever_it_is_read_but_its_created_event_does(
+    broker: Broker, backend: str, connect: Callable[..., Broker], way: str
+) -> None:
+    made = await broker.create(Confirm("Deploy?"), kind="approval", timeout=3600, channel="deploys")
+    assert made.expires_at is not None
+    before = await broker.last_event_id()
+    await _SETTLE_WAYS[way](broker, made)
+    with anyio.fail_after(BOUND):
+        watched = await broker.watch(made.id)
+    settled = await settled_event(broker, made.id, before)
+    read = [watched, await broker.get(made.id), *(await broker.list(channel="deploys")).items]
+    assert settled.request is not None
+    read.append(settled.request)
+    assert all(r.id == made.id and r.status is not Status.PENDING and r.expires_at is None for r in read)
+    readers = [broker]
+    if backend != "memory":  # another process's broker, which holds none of it yet
+        readers.append(await connect().open())
+    try:
+        for reader in readers:
+            pages = [await reader.find_events(request=made.id), [e async for e in reader.events(after=0)]]
+            for events in pages:
+                created = next(e for e in events if e.type == "created" and e.request_id == made.id).request
+                assert created is not None and created.status is Status.PENDING
+                assert created.expires_at == made.expires_at
+                after = [e.request for e in events if e.type != "created" and e.request_id == made.id]
+                assert after and all(r is not None and r.expires_at is None for r in after)
+    finally:
+        for reader in readers[1:]:
+            await reader.aclose()
+
+
 # -- giving up -----------------------------------------------------------------------------
 
 

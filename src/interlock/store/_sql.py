@@ -87,6 +87,7 @@ __all__ = [
     "load_queries",
     "may_end",
     "positional",
+    "request_and_created",
     "request_from_row",
     "row_size",
     "run_from_row",
@@ -187,10 +188,16 @@ def followup_from_row(row: Sequence[Any], time: Callable[[Any], datetime]) -> Fo
 
 def request_from_row(status: str, doc: str, response: str | None) -> Request:
     """A request from its row: the document as created, then how it settled."""
-    request = request_from_dict(decode_json(doc))
+    return request_and_created(status, doc, response)[0]
+
+
+def request_and_created(status: str, doc: str, response: str | None) -> tuple[Request, Request]:
+    """A request from its row, and the request as created (its document, deadline and
+    all: a settled request no longer carries its own)."""
+    created = request_from_dict(decode_json(doc))
     if status == Status.PENDING:
-        return request
-    return request.settle(Status(status), response_from_dict(decode_json(response)) if response else None)
+        return created, created
+    return created.settle(Status(status), response_from_dict(decode_json(response)) if response else None), created
 
 
 def row_size(doc: str, response: str | None = None) -> int:
@@ -268,23 +275,21 @@ class RequestCache:
         found = self._items.get(request_id)
         return found[1] if found is not None else None
 
-    def as_created(self, request: Request) -> Request:
-        """`request.as_created()`, made once for a request held here: a page of events
-        gives each request's `created` event the request as it was then (a person's 500
-        events, about 460 of them, read again and again)."""
-        items = self._items
-        found = items.get(request.id)
-        if found is None or found[0] is not request:
-            return request.as_created()
-        created = found[2]
-        if created is None:
-            created = request.as_created()
-            items[request.id] = (request, found[1], created)  # (its place in the order kept)
-            self.bytes += _CREATED_FORM
-            self._shrink()
-        return created
+    def as_created(self, request: Request) -> Request | None:
+        """The request as it was created, for a request held here: a page of events gives
+        each request's `created` event the request as it was then (a person's 500 events,
+        about 460 of them, read again and again). None for a settled request whose created
+        form is not held (a settled request no longer carries its deadline: its row's
+        document has it)."""
+        if request.status is Status.PENDING:
+            return request
+        found = self._items.get(request.id)
+        return found[2] if found is not None and found[0] is request else None
 
-    def put(self, request: Request, size: int) -> None:
+    def put(self, request: Request, size: int, created: Request | None = None) -> None:
+        """Hold `request`, and for a settled one its `created` form when given; a request
+        held pending (or with its created form) that `request` settles leaves its created
+        form held."""
         items = self._items
         old = items.get(request.id)
         if old is not None:
@@ -293,8 +298,13 @@ class RequestCache:
             if old is not None:
                 del items[request.id]
             return
-        items[request.id] = (request, size, None)  # an entry kept keeps its place: the oldest go first
-        self.bytes += size
+        if request.status is Status.PENDING:
+            created = None
+        elif created is None and old is not None:
+            created = old[0] if old[0].status is Status.PENDING else old[2]
+        entry = (request, size, created)
+        items[request.id] = entry  # an entry kept keeps its place: the oldest go first
+        self.bytes += _cost(entry)
         self._shrink()
 
     def _shrink(self) -> None:
@@ -1347,17 +1357,27 @@ class SqlStore:
         # The requests the page names: a settled one held here never changes, so only the
         # others are read, in one statement (a person's page of 500 events otherwise looks
         # up 500 requests by id, most of them the same few hundred on every read).
+        # A settled one's `created` event needs it as created: held too, or read.
         cache = self._cache
         known: dict[str, tuple[Request, int]] = {}
+        created: dict[str, Request] = {}
         unknown: dict[str, None] = {}  # in the page's order
-        for _, _, request_id, _, _ in rows:
-            if request_id is None or request_id in known:
+        for _, type_, request_id, _, _ in rows:
+            if request_id is None or request_id in unknown:
                 continue
-            held = cache.get(request_id)
+            entry = known.get(request_id)
+            held = entry[0] if entry is not None else cache.get(request_id)
             if held is None or held.status is Status.PENDING:
                 unknown[request_id] = None
-            else:
+                continue
+            if entry is None:
                 known[request_id] = (held, cache.size_of(request_id) or 0)
+            if type_ == "created" and request_id not in created:
+                as_made = cache.as_created(held)
+                if as_made is None:
+                    unknown[request_id] = None  # its row's document has it
+                else:
+                    created[request_id] = as_made
         withheld: dict[str, int] = {}
         if unknown:
             # Each event counts the request it carries, and the page ends where they pass
@@ -1367,36 +1387,53 @@ class SqlStore:
                 if doc is None:
                     withheld[request_id] = length[0]
                 else:
-                    known[request_id] = self._read_request(request_id, status, doc, answer)
+                    known[request_id] = self._read_request(request_id, status, doc, answer, created)
         reach = _reach(rows, known, withheld)
-        if any(row[2] in withheld for row in rows[:reach]):  # read those by id, and count them as they are
-            long = list(dict.fromkeys(row[2] for row in rows[:reach] if row[2] in withheld))
-            for request_id, status, doc, answer in await self._rows("get_requests", self._array(long)):
-                known[request_id] = self._read_request(request_id, status, doc, answer)
+        # Read by id, and count as they are, the requests withheld for their length, and
+        # any settled one whose `created` event is on the page while its created form is
+        # not yet at hand (SQLite may have stopped reading before it).
+        again = [
+            row[2]
+            for row in rows[:reach]
+            if row[2] in withheld
+            or (row[1] == "created" and row[2] not in created and known[row[2]][0].status is not Status.PENDING)
+        ]
+        if again:
+            for request_id, status, doc, answer in await self._rows(
+                "get_requests", self._array(list(dict.fromkeys(again)))
+            ):
+                known[request_id] = self._read_request(request_id, status, doc, answer, created)
             reach = _reach(rows[:reach], known, {})
         page = rows[:reach]
-        return Listed(self._events_about(page, {k: v[0] for k, v in known.items()}), cut=reach < len(rows))
+        return Listed(self._events_about(page, {k: v[0] for k, v in known.items()}, created), cut=reach < len(rows))
 
-    def _read_request(self, request_id: str, status: str, doc: str, answer: str | None) -> tuple[Request, int]:
+    def _read_request(
+        self, request_id: str, status: str, doc: str, answer: str | None, created: dict[str, Request]
+    ) -> tuple[Request, int]:
         """A request read for a page of events, and its size: as held here while it is
-        pending still, else parsed (and held)."""
+        pending still, else parsed (and held, with its created form, which goes into
+        `created` too)."""
         size = row_size(doc, answer)
         held = self._cache.get(request_id) if status == "pending" else None
         if held is not None:
             return held, size
-        request = request_from_row(status, doc, answer)
-        self._cache.put(request, size)
+        request, as_made = request_and_created(status, doc, answer)
+        self._cache.put(request, size, as_made)
+        created[request_id] = as_made
         return request, size
 
-    def _events_about(self, rows: Sequence[Sequence[Any]], requests: Mapping[str, Request]) -> Sequence[Event]:
+    def _events_about(
+        self, rows: Sequence[Sequence[Any]], requests: Mapping[str, Request], created: Mapping[str, Request]
+    ) -> Sequence[Event]:
         """Events from their rows (id, type, request id, time, data, ...), each with its
-        request from `requests` (a `created` event's as it was created)."""
+        request from `requests` (a `created` event's as it was created: a settled one's from
+        `created`)."""
         out = []
-        moment, make, pending, created = self._time, Event._make, Status.PENDING, self._cache.as_created
+        moment, make, pending = self._time, Event._make, Status.PENDING
         for event_id, type_, request_id, at, data, *_ in rows:
             about = None if request_id is None else requests[request_id]
             if type_ == "created" and about is not None and about.status is not pending:
-                about = created(about)
+                about = created[about.id]
             out.append(make(event_id, type_, moment(at), request_id, about, decode_json(data) if data else {}))
         return out
 

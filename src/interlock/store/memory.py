@@ -109,6 +109,9 @@ class MemoryStore:
         self._event_retention = event_retention
         self._logged: dict[str, Request | _Archive] = {}
         self._log_refs: dict[str, int] = {}
+        # The deadlines of logged requests that settled with one (a settled request no
+        # longer carries it): their `created` event shows it.
+        self._deadlines: dict[str, datetime] = {}
         self._last_event = 0
         self._expiry: list[tuple[datetime, str]] = []
         self._principals: dict[str, Principal] = {}
@@ -187,6 +190,9 @@ class MemoryStore:
         if request is not None:
             request_id = entry[3]
             assert request_id is not None
+            before = self._logged.get(request_id)
+            if isinstance(before, Request) and before.expires_at is not None and before is not request:
+                self._deadlines[request_id] = before.expires_at  # `request` settles it
             self._logged[request_id] = request
             refs = self._log_refs
             refs[request_id] = refs.get(request_id, 0) + 1
@@ -203,6 +209,7 @@ class MemoryStore:
             del self._logged[request_id]
             if request_id not in self._pending and request_id not in self._unread and request_id not in self._settled:
                 self._sizes.pop(request_id, None)
+            self._deadlines.pop(request_id, None)
 
     def _logged_request(self, entry: _Entry) -> Request | None:
         """The request as it was right after a logged event."""
@@ -211,7 +218,7 @@ class MemoryStore:
             return None
         request = _restored(self._logged[request_id])
         if entry[1] == "created" and request.status is not Status.PENDING:
-            return request.as_created()
+            return request.as_created(self._deadlines.get(request_id))
         return request
 
     def _event(self, entry: _Entry) -> Event:
