@@ -75,6 +75,7 @@ from .model import (
     ask_from_dict,
     build_request,
     check_answers,
+    check_echo,
     check_json,
     check_text,
     creation_time,
@@ -295,6 +296,42 @@ class Broker(ABC):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+    # -- the arguments every broker checks alike (one wording, local or remote) -----------
+
+    def _check_answering(
+        self, by: str | None, via: str, comment: str, grants: Sequence[Mapping[str, Any]] | None
+    ) -> None:
+        """Refuse what an answer's own arguments get wrong, before its request is read."""
+        limits = self.limits
+        check_text(by, "by", limits.max_name_length)
+        if via != "python":
+            check_text(via, "via", limits.max_name_length)
+        if comment:
+            check_text(comment, "the comment", limits.max_reason_length, error=InvalidAnswer)
+        if grants is not None:
+            check_echo(grants, limits.max_options)
+
+    def _check_giving_up(self, reason: str, by: str | None, via: str = "python") -> None:
+        """Refuse what a rejection's or a withdrawal's own arguments get wrong."""
+        limits = self.limits
+        check_text(reason, "reason", limits.max_reason_length)
+        check_text(by, "by", limits.max_name_length)
+        check_text(via, "via", limits.max_name_length)
+
+    def _check_names(self, **names: str | None) -> None:
+        """Refuse a name (who, a channel, a session...) that is not a string a name may be."""
+        for field_name, value in names.items():
+            check_text(value, field_name, self.limits.max_name_length)
+
+    def _check_run(self, agent: str, **names: str | None) -> None:
+        """Refuse a run's agent and names as `start_run` does."""
+        if not isinstance(agent, str) or not agent:
+            raise InvalidRequest("a run needs an agent name")
+        self._check_names(agent=agent, **names)
+        run_id = names.get("run_id")
+        if run_id is not None and not run_id:
+            raise InvalidRequest("run_id must be a non-empty string")
 
     def _spawn(self, coro: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
@@ -1288,12 +1325,7 @@ class LocalBroker(Broker):
         if self._state != "open":
             await self.open()
         request_id = _check_id(request_id)
-        if by is not None:
-            check_text(by, "by", self.limits.max_name_length)
-        if via != "python":
-            check_text(via, "via", self.limits.max_name_length)
-        if comment:
-            check_text(comment, "the comment", self.limits.max_reason_length, error=InvalidAnswer)
+        self._check_answering(by, via, comment, grants)
         store = self._now
         request = store.get_now(request_id) if store is not None else await self.store.get(request_id, fresh=False)
         if request is None or request.status is not Status.PENDING:
@@ -1310,10 +1342,6 @@ class LocalBroker(Broker):
             # gate, a parked run's resume and a Novo client all read the same outcome.
             denial = Response(at=now, answers=answers, by=by, via=via, reason=comment)
             return await self._settle(request.settle(Status.REJECTED, denial))
-        if grants is not None and len(grants) > self.limits.max_options:
-            # The echo is only compared with the offers (what is issued is built from them),
-            # so it is bounded by count, not checked for storage.
-            raise InvalidAnswer(f"grants: {len(grants)} echoed, at most {self.limits.max_options} allowed")
         issued = (
             ()
             if grants is None
@@ -1338,9 +1366,7 @@ class LocalBroker(Broker):
 
     async def reject(self, request_id: str, reason: str = "", *, by: str | None = None, via: str = "python") -> bool:
         """Refuse a pending request; its waiters get `Rejected(reason)`."""
-        check_text(reason, "reason", self.limits.max_reason_length)
-        check_text(by, "by", self.limits.max_name_length)
-        check_text(via, "via", self.limits.max_name_length)
+        self._check_giving_up(reason, by, via)
         return await self._give_up(
             request_id, Status.REJECTED, Response(datetime.now(UTC), by=by, via=via, reason=reason)
         )
@@ -1362,8 +1388,7 @@ class LocalBroker(Broker):
         with an idempotency key, or a run's) is not "withdrawn" by a waiting call that was
         cut (Ctrl-C, a client hanging up): that returns False and leaves it pending;
         cancelling it, or its run, withdraws it."""
-        check_text(reason, "reason", self.limits.max_reason_length)
-        check_text(by, "by", self.limits.max_name_length)
+        self._check_giving_up(reason, by, via)
         if cause not in _CANCEL_CAUSES:  # as the API refuses it
             raise InvalidRequest(f"cause must be one of {', '.join(_CANCEL_CAUSES)}, not {cause!r}")
         response = Response(datetime.now(UTC), by=by, via=via, reason=reason, cause=cause)
@@ -1403,6 +1428,7 @@ class LocalBroker(Broker):
         not answered, unknown, or consumed already. The approval gate runs a tool only on
         an approval it has consumed, so one approval never runs a call twice.
         """
+        self._check_names(by=by)
         if self._state != "open":
             await self.open()
         done = await self.store.consume(_check_id(request_id), by, datetime.now(UTC))
@@ -1503,6 +1529,7 @@ class LocalBroker(Broker):
         (`Request.outlives_its_waiter`: a detached request, one with an idempotency key, a
         run's), as when a waiting call is cancelled.
         """
+        self._check_names(channel=channel)
         if self._state != "open":
             await self.open()
         self._cancel_hooks(channel, requester)
@@ -1525,6 +1552,7 @@ class LocalBroker(Broker):
         """Let requests be created in a channel closed by `close(channel)` again (hosts
         reuse channel names). With `requester`, take back only that requester's closure;
         without, every closure of the channel. True if the channel was closed."""
+        self._check_names(channel=channel)
         if self._state != "open":
             await self.open()
         return await self.store.reopen_channel(channel, requester=requester)
@@ -2008,12 +2036,7 @@ class LocalBroker(Broker):
         requester: str | None,
     ) -> Run:
         """A new run of `agent`, running, checked but not stored."""
-        if not isinstance(agent, str) or not agent:
-            raise InvalidRequest("a run needs an agent name")
-        for name, value in (("agent", agent), ("session", session), ("run_id", run_id), ("requester", requester)):
-            check_text(value, name, self.limits.max_name_length)
-        if run_id is not None and not run_id:
-            raise InvalidRequest("run_id must be a non-empty string")
+        self._check_run(agent, session=session, run_id=run_id, requester=requester)
         duration = None if max_duration is None else timedelta(seconds=_seconds(max_duration, "max_duration"))
         now = creation_time()  # later than any run made before it here: the newest list first
         return Run(

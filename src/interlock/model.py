@@ -89,6 +89,7 @@ __all__ = [
     "by_ask_kind",
     "check_answers",
     "check_ask",
+    "check_echo",
     "check_json",
     "check_text",
     "creation_time",
@@ -907,6 +908,24 @@ def offered_grants(request: Request) -> list[tuple[str, str | None, Grant]]:
     return [(ask.id, option, grant) for ask in request.asks for option, grant in ask.offered()]
 
 
+def check_echo(echo: object, max_count: int | None = None) -> list[Grant]:
+    """The grants an answer's echo names (see `issue_grants`), or `InvalidAnswer` for an
+    echo that is not a list of {with, can, exp?} (of at most `max_count`)."""
+    if isinstance(echo, str | bytes | Mapping) or not isinstance(echo, Sequence):
+        raise InvalidAnswer("grants: echo the grants you approve as a list of {with, can}")
+    if max_count is not None and len(echo) > max_count:
+        # The echo is only compared with the offers (what is issued is built from them),
+        # so it is bounded by count, not checked for storage.
+        raise InvalidAnswer(f"grants: {len(echo)} echoed, at most {max_count} allowed")
+    named = []
+    for item in echo:
+        try:
+            named.append(grant_from_dict(item, "grants: an echoed grant"))
+        except InvalidRequest as exc:
+            raise InvalidAnswer(str(exc)) from None
+    return named
+
+
 def issue_grants(
     request: Request,
     answers: Mapping[str, Any],
@@ -923,19 +942,14 @@ def issue_grants(
     the whole answer is refused and nothing is issued."""
     if echo is None:
         return ()
-    if isinstance(echo, str | bytes | Mapping) or not isinstance(echo, Sequence):
-        raise InvalidAnswer("grants: echo the grants you approve as a list of {with, can}")
+    echoed = check_echo(echo)
     triggered: dict[tuple[str, str], list[tuple[str, str | None, Grant]]] = {}
     for ask in request.asks:
         if ask.id in answers:
             for option, grant in ask.triggered(answers[ask.id]):
                 triggered.setdefault((grant.with_, grant.can), []).append((ask.id, option, grant))
     chosen: dict[tuple[str, str, object], tuple[str, str | None, Grant]] = {}
-    for item in echo:
-        try:
-            named = grant_from_dict(item, "grants: an echoed grant")
-        except InvalidRequest as exc:
-            raise InvalidAnswer(str(exc)) from None
+    for item, named in zip(echo, echoed, strict=True):
         has_exp = isinstance(item, Mapping) and "exp" in item
         matches = [t for t in triggered.get((named.with_, named.can), ()) if not has_exp or t[2].exp == named.exp]
         if not matches:

@@ -369,11 +369,11 @@ class RemoteBroker(Broker):
         grants: Sequence[Mapping[str, Any]] | None = None,
     ) -> bool:
         # No `via`: the server records the surface itself ("api"). It checks the answer
-        # and the echoed grants, and issues them; what JSON cannot carry is refused here,
-        # as a local broker refuses it.
-        if comment:
-            check_text(comment, "the comment", error=InvalidAnswer)
-        check_json(answer, "the answer", error=InvalidAnswer)
+        # against the request and the echoed grants against the offers, and issues them;
+        # the arguments themselves are checked here as a local broker checks them, in its
+        # words, and so is what JSON cannot carry.
+        self._check_answering(by, via, comment, grants)
+        check_json(answer, "the answer", self.limits.max_answer_bytes, error=InvalidAnswer)
         body: dict[str, Any] = {"reason": comment, "by": by}
         if isinstance(answer, Answers):
             body["answers"] = dict(answer)
@@ -469,7 +469,7 @@ class RemoteBroker(Broker):
     async def reject(self, request_id: str, reason: str = "", *, by: str | None = None, via: str = "python") -> bool:
         # The server records who: the person it is to, or, for this broker's input hooks'
         # denials (`via="hook"`), the agent that made the request.
-        check_text(reason, "reason")
+        self._check_giving_up(reason, by, via)
         body: dict[str, Any] = {"reason": reason, "hook": True} if via == "hook" else {"reason": reason}
         return await self._settle(request_id, "reject", body)
 
@@ -482,7 +482,7 @@ class RemoteBroker(Broker):
         cause: Literal["cancelled", "withdrawn", "closed"] = "cancelled",
         via: str = "python",
     ) -> bool:
-        check_text(reason, "reason")
+        self._check_giving_up(reason, by, via)
         return await self._settle(request_id, "cancel", {"reason": reason, "cause": cause})
 
     async def expire(self, request_id: str) -> bool:
@@ -494,6 +494,7 @@ class RemoteBroker(Broker):
         return await self._settle(request_id, "cancel", {"cause": "released"})
 
     async def consume(self, request_id: str, *, by: str | None = None) -> bool:
+        self._check_names(by=by)
         try:
             path = f"{_request_path(request_id)}/consume"
         except NotFound:
@@ -548,6 +549,7 @@ class RemoteBroker(Broker):
         the caller's requests); without one, withdraw the pending requests this broker made
         (not those that outlive their waiter, nor anyone else's) and refuse later creates
         through it."""
+        self._check_names(channel=channel)
         await self._ready()
         self._cancel_hooks(channel, None)  # this broker's hooks run for its caller's requests only
         if channel is not None:
@@ -560,6 +562,7 @@ class RemoteBroker(Broker):
                 await self.cancel(request_id, "the broker was closed", cause="closed")
 
     async def reopen(self, channel: str, *, requester: str | None = None) -> bool:
+        self._check_names(channel=channel)
         return bool((await self._call("POST", "/reopen", json={"channel": channel}))["reopened"])
 
     async def inform(
@@ -576,6 +579,7 @@ class RemoteBroker(Broker):
         if not isinstance(message, str) or not message.strip():
             raise InvalidRequest("an update needs a non-empty message")
         check_text(message, "the message")
+        self._check_names(to=to, session=session, agent=agent, run=run, by=by)
         if data is not None:
             check_json(data, "data")
         body = {"message": message, "to": to, "session": session, "agent": agent, "run": run, "data": data}
@@ -694,6 +698,7 @@ class RemoteBroker(Broker):
         max_duration: float | timedelta | None = None,
         requester: str | None = None,
     ) -> Run:
+        self._check_run(agent, session=session, run_id=run_id, requester=requester)
         seconds = None if max_duration is None else _seconds(max_duration, "max_duration")  # JSON takes no NaN
         body = {"agent": agent, "session": session, "run_id": run_id, "max_duration": seconds, "requester": requester}
         return run_from_dict(await self._call("POST", "/runs", json=body))
