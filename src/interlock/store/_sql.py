@@ -1389,9 +1389,9 @@ class SqlStore:
                 else:
                     known[request_id] = self._read_request(request_id, status, doc, answer, created)
         reach = _reach(rows, known, withheld)
-        # Read by id, and count as they are, the requests withheld for their length, and
-        # any settled one whose `created` event is on the page while its created form is
-        # not yet at hand (SQLite may have stopped reading before it).
+        # Read by id, and count as they are, the requests withheld for their length (and,
+        # should one be on the page unread, a settled request whose `created` event needs
+        # its created form: its first event comes first, so it is read above in practice).
         again = [
             row[2]
             for row in rows[:reach]
