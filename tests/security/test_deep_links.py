@@ -106,6 +106,8 @@ async def test_a_form_posted_signed_out_comes_back_to_its_page(world: World) -> 
     posted = {
         f"/inbox/requests/{request.id}": f"/requests/{request.id}",
         f"/inbox/requests/{request.id}/claim": f"/requests/{request.id}",
+        f"/requests/{request.id}": f"/requests/{request.id}",
+        f"/requests/{request.id}/claim": f"/requests/{request.id}",
         f"/inbox/runs/{run.id}/cancel": f"/inbox/runs/{run.id}",
         f"/inbox/runs/{run.id}/messages": f"/inbox/runs/{run.id}",
         "/inbox/deliveries/dlv_x/retry": "/inbox/deliveries",

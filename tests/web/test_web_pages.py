@@ -155,9 +155,10 @@ def test_without_javascript_a_bad_answer_on_a_request_page_is_shown_there_with_w
         p.get_by_role("button", name="Sign in").click()
         p.get_by_role("textbox", name="ticket").fill("ops twelve")
         p.get_by_role("textbox", name="Why?").fill("it broke")
-        with p.expect_response(f"{server.url}/inbox/requests/{request_id}") as posted:
+        with p.expect_response(own) as posted:  # the page posts to itself, and stays
             p.get_by_role("button", name="Send answer").click()
         assert posted.value.status == 422
+        expect(p).to_have_url(own)
         expect(p.get_by_role("heading", level=1)).to_have_text("File it")  # the request's page, not the inbox
         expect(p.get_by_role("heading", name="Waiting for you")).to_have_count(0)
         expect(p.locator("[data-ask='ticket'] .error")).to_contain_text("does not match")
@@ -191,34 +192,32 @@ def test_without_javascript_an_answer_too_late_on_a_request_page_says_so_there(s
         ctx.close()
 
 
-def test_a_form_s_next_leads_back_to_its_request_s_page_or_the_inbox_and_nowhere_else(
-    server: Server, page: Page
-) -> None:
+def test_an_answer_leads_back_to_its_request_s_page_or_the_inbox_and_nowhere_else(server: Server, page: Page) -> None:
     sign_in(page, server)
-    csrf = page.locator("input[name=csrf]").first.get_attribute("value")
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value") or ""
     for next_path, back in (
-        ("/requests/{id}", "/requests/{id}"),
+        ("/requests/{id}", "/requests/{id}"),  # a request's page rendered before it posted to itself
         ("/history", "/"),
         ("//evil.example/x", "/"),
         ("https://evil.example/", "/"),
         ("/requests/other", "/"),
     ):
-        request_id = ask(server, Text("Which branch?", id="branch"))
-        sent = page.request.post(
-            f"{server.url}/inbox/requests/{request_id}",
-            form={"csrf": csrf or "", "a0": "main", "next": next_path.format(id=request_id)},
-            max_redirects=0,
-        )
-        assert sent.status == 303
-        assert urlsplit(sent.headers["location"]).path == back.format(id=request_id), next_path
-        assert urlsplit(sent.headers["location"]).netloc in ("", urlsplit(server.url).netloc)
-        refused = page.request.post(
-            f"{server.url}/inbox/requests/{request_id}",
-            form={"csrf": csrf or "", "a0": "main", "next": next_path.format(id=request_id)},
-            max_redirects=0,
-        )
-        assert refused.status == 409  # answered already: said on the same page, never another site's
-        assert ("Waiting for you" in refused.text()) is (back == "/"), next_path
+        for posted_to, lands in (("/inbox/requests/{id}", back), ("/requests/{id}", "/requests/{id}")):
+            request_id = ask(server, Text("Which branch?", id="branch"))
+            url = server.url + posted_to.format(id=request_id)
+            form = {"csrf": csrf, "a0": "main", "next": next_path.format(id=request_id)}
+            sent = page.request.post(url, form=form, max_redirects=0)
+            assert sent.status == 303
+            where = urlsplit(sent.headers["location"])
+            assert where.path == lands.format(id=request_id), (posted_to, next_path)
+            assert where.netloc in ("", urlsplit(server.url).netloc)
+            refused = page.request.post(url, form=form, max_redirects=0)
+            assert refused.status == 409  # answered already: said on the page posted from, never elsewhere
+            on_inbox = posted_to.startswith("/inbox")
+            assert ("Waiting for you" in refused.text()) is on_inbox, (posted_to, next_path)
+            assert "no longer pending" in refused.text(), (posted_to, next_path)
+    no_such = page.request.post(f"{server.url}/requests/{'x' * 300}", form={"csrf": csrf, "a0": "main"})
+    assert no_such.status == 404 and "There is no such request." in no_such.text()
 
 
 def test_details_are_markdown_with_no_raw_html_and_only_safe_links(server: Server, page: Page) -> None:

@@ -35,7 +35,7 @@ from ..errors import InvalidRequest, NotFound
 from ..model import Event, Status
 from ..model import Request as HumanRequest
 from ..outbox import Delivery
-from ..principals import Principal, can_answer, can_read
+from ..principals import Principal, can_answer, can_claim, can_read
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE
 from .common import AppState, State, set_cookie
 from .markdown import prerender
@@ -43,18 +43,22 @@ from .web import (
     SIGNIN_COOKIE,
     Failure,
     Session,
+    Taken,
     after_signin,
     email_signin_offered,
     events_upto,
     inbox_filter,
     outcome,
     page,
+    posted_request,
     read_signin_form,
     refusal,
     request_page_path,
     session,
     signin_page,
     signin_redirect,
+    take_answer,
+    take_claim,
 )
 
 __all__ = ["install_pages", "router"]
@@ -239,6 +243,36 @@ async def own_page(
         "after": await state.broker.last_event_id() if request.status is Status.PENDING else None,
     }
     return page(state, http, "request.html", context, status, who)
+
+
+@router.post("/requests/{request_id}", name="request_answer", response_class=HTMLResponse)
+async def answer_on_page(http: HttpRequest, state: State, request_id: str) -> Response:
+    """An answer posted from the request's own page (as `web.answer` takes one from the
+    inbox): back to the page; refused, the page again with the fault beside its ask and
+    what was typed kept, or with what happened instead."""
+    found = await posted_request(http, state, request_id, can_answer, "You may not answer this request.")
+    if isinstance(found, Response):
+        return found
+    who, values, request = found
+    return await _back_on_page(state, http, who, await take_answer(state, who, request, values))
+
+
+@router.post("/requests/{request_id}/claim", name="request_claim", response_class=HTMLResponse)
+async def claim_on_page(http: HttpRequest, state: State, request_id: str) -> Response:
+    """A claim, or its giving up, posted from the request's own page (see `web.claim`)."""
+    refused = "Only a member of the team this request is to may claim it."
+    found = await posted_request(http, state, request_id, can_claim, refused)
+    if isinstance(found, Response):
+        return found
+    who, values, request = found
+    return await _back_on_page(state, http, who, await take_claim(state, who, request, values))
+
+
+async def _back_on_page(state: AppState, http: HttpRequest, who: Session, taken: Taken) -> Response:
+    if taken.status == 200:
+        return RedirectResponse(request_page_path(http, taken.request.id), status_code=303)
+    request = taken.request
+    return await own_page(state, http, who, request, failure=taken.failure, notice=taken.notice, status=taken.status)
 
 
 def may_retry(principal: Principal, request: HumanRequest) -> bool:

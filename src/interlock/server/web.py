@@ -12,9 +12,9 @@ The page follows `/inbox/stream`, server-sent events of the requests to the pers
 on each one fetches the request's card from `/inbox/requests/{id}`, so a card is rendered
 in one place whether it comes with the page or later. Answers are posted to the same URL;
 the page's script posts them with `fetch` and swaps in the card it gets back, while a
-browser without JavaScript posts the form and is sent back to the page it came from: the
-inbox, or the request's own page (`next`; no other), where an answer refused is shown
-beside its ask with what was typed kept.
+browser without JavaScript posts the form and is sent back to the inbox, or shown it with
+the answer refused beside its ask and what was typed kept. A request's own page posts its
+forms to itself (`pages`), with the same `take_answer` and `take_claim`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from sse_starlette import ServerSentEvent
 from .._form_inputs import Field, FieldFault
 from ..approvals import decision_ask
 from ..broker import MAX_EVENT_ID, Broker
-from ..errors import FollowupNotFound, InvalidAnswer, NotFound, RunConflict
+from ..errors import FollowupNotFound, InvalidAnswer, InvalidRequest, NotFound, RunConflict
 from ..followups import MAX_FOLLOWUP_LENGTH
 from ..model import (
     Answers,
@@ -453,39 +453,13 @@ def request_page_path(http: HttpRequest, request_id: str) -> str:
     return http.url_for("request_page", request_id=request_id).path
 
 
-def came_from_own_page(http: HttpRequest, request: HumanRequest, values: Values) -> bool:
-    """Whether a form about `request` was posted from the request's own page (its `next`
-    names that page), not from the inbox: where the person goes back to. Only these two
-    places: a `next` naming any other is not followed."""
-    return values.get("next") == request_page_path(http, request.id)
-
-
 def back_after_post(http: HttpRequest, request: HumanRequest, values: Values) -> RedirectResponse:
-    """Back, without JavaScript, to the page a form about `request` was posted from."""
-    own = came_from_own_page(http, request, values)
-    where = request_page_path(http, request.id) if own else str(http.url_for("inbox"))
-    return RedirectResponse(where, status_code=303)
-
-
-async def refused_on_page(
-    state: AppState,
-    http: HttpRequest,
-    who: Session,
-    request: HumanRequest,
-    values: Values,
-    status: int,
-    *,
-    failure: Failure | None = None,
-    notice: str | None = None,
-) -> HTMLResponse:
-    """A form about `request` posted without JavaScript and refused (`failure`, the answer's
-    fault; or `notice`, what happened instead), shown on the page it was posted from."""
-    if came_from_own_page(http, request, values):
-        # The request's own page is made by `pages`, which builds on this module.
-        from .pages import own_page
-
-        return await own_page(state, http, who, request, failure=failure, notice=notice, status=status)
-    return await inbox_page(state, http, who, failure=failure, notice=notice, status=status)
+    """Back to the inbox, without JavaScript, after a form about `request` posted there was
+    taken; or to the request's own page, when its `next` names that page (a page rendered
+    before the request's page posted its forms to itself). A `next` naming anything else is
+    not followed."""
+    own = request_page_path(http, request.id)
+    return RedirectResponse(own if values.get("next") == own else str(http.url_for("inbox")), status_code=303)
 
 
 def fragment_wanted(http: HttpRequest) -> bool:
@@ -531,7 +505,7 @@ async def posted_request(
     who, values = found
     try:
         request = await state.broker.get(request_id)
-    except NotFound:
+    except (NotFound, InvalidRequest):  # an id no request could have (too long) is no request either
         return refusal(state, http, 404, "There is no such request.", who)
     if not mine(who, request):  # the same answer as the API's: it exists, and it is not yours
         return refusal(state, http, 403, "This request is not in your inbox.", who)
@@ -768,12 +742,24 @@ async def request_card(http: HttpRequest, state: State, request_id: str) -> Resp
     return await card(state, http, who, request)
 
 
-@router.post("/inbox/requests/{request_id}", name="inbox_answer", response_class=HTMLResponse)
-async def answer(http: HttpRequest, state: State, request_id: str) -> Response:
-    found = await posted_request(http, state, request_id, can_answer, "You may not answer this request.")
-    if isinstance(found, Response):
-        return found
-    who, values, request = found
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """What came of a form posted about a request: taken (neither field set), refused
+    (`failure`: the answer's fault), or moot (`notice`: what happened instead)."""
+
+    request: HumanRequest
+    """The request as it is now; as it was posted about, when the answer was refused."""
+    failure: Failure | None = None
+    notice: str | None = None
+
+    @property
+    def status(self) -> int:
+        return 422 if self.failure is not None else 409 if self.notice is not None else 200
+
+
+async def take_answer(state: AppState, who: Session, request: HumanRequest, values: Values) -> Taken:
+    """Answer, decline, approve or deny `request` with the fields of a form posted about it
+    (from the inbox or from the request's own page)."""
     action = values.get("action", "answer")
     comment = values.get("comment").strip()
     by = who.principal.name
@@ -781,46 +767,31 @@ async def answer(http: HttpRequest, state: State, request_id: str) -> Response:
         if request.status is not Status.PENDING:
             done = False
         elif action == "reject":
-            done = await state.broker.reject(request_id, comment, by=by, via="web")
+            done = await state.broker.reject(request.id, comment, by=by, via="web")
         elif action in ("approve", "deny") and is_approval(request):
             if len(request.asks) == 1:
                 verdict = Answers({request.asks[0].id: action == "approve"})
             else:
                 verdict = await _off_loop(state.broker, lambda: approval_answers(request, action == "approve", values))
             echo = grant_echo(request, values) if action == "approve" else None
-            done = await state.broker.resolve(request_id, verdict, by=by, via="web", comment=comment, grants=echo)
+            done = await state.broker.resolve(request.id, verdict, by=by, via="web", comment=comment, grants=echo)
         else:
             answers = await read_answers_off_loop(state.broker, request, values)
             echo = grant_echo(request, values)
-            done = await state.broker.resolve(request_id, answers, by=by, via="web", comment=comment, grants=echo)
+            done = await state.broker.resolve(request.id, answers, by=by, via="web", comment=comment, grants=echo)
     except InvalidAnswer as exc:
         if isinstance(exc, FieldFault):
-            failure = Failure(request_id, exc.fault, exc.ask_id, values, exc.field)
-        else:
-            failure = Failure(request_id, str(exc), exc.ask_id, values)
-        if fragment_wanted(http):
-            return await card(state, http, who, request, failure=failure, status=422)
-        return await refused_on_page(state, http, who, request, values, 422, failure=failure)
-    current = await state.broker.get(request_id)
+            return Taken(request, Failure(request.id, exc.fault, exc.ask_id, values, exc.field))
+        return Taken(request, Failure(request.id, str(exc), exc.ask_id, values))
+    current = await state.broker.get(request.id)
     if not done:
-        notice = f"This request is no longer pending: {outcome(current).lower()}."
-        if fragment_wanted(http):
-            return await card(state, http, who, current, card_notice=notice, status=409)
-        return await refused_on_page(state, http, who, current, values, 409, notice=notice)
-    if fragment_wanted(http):
-        return await card(state, http, who, current)
-    return back_after_post(http, current, values)
+        return Taken(current, notice=f"This request is no longer pending: {outcome(current).lower()}.")
+    return Taken(current)
 
 
-@router.post("/inbox/requests/{request_id}/claim", name="inbox_claim", response_class=HTMLResponse)
-async def claim(http: HttpRequest, state: State, request_id: str) -> Response:
-    """Claim a request to one of your teams (`action=claim`), or give your claim up
-    (`action=unclaim`). Without JavaScript, back to the page it came from."""
-    refused = "Only a member of the team this request is to may claim it."
-    found = await posted_request(http, state, request_id, can_claim, refused)
-    if isinstance(found, Response):
-        return found
-    who, values, request = found
+async def take_claim(state: AppState, who: Session, request: HumanRequest, values: Values) -> Taken:
+    """Claim `request` to one of the person's teams (`action=claim`), or give their claim
+    up (`action=unclaim`), as a form posted about it asks."""
     by = who.principal.name
     notice = None
     if request.status is not Status.PENDING:
@@ -831,11 +802,42 @@ async def claim(http: HttpRequest, state: State, request_id: str) -> Response:
         held = await state.broker.claim(request.id, by=by)
         if held.by != by:
             notice = f"Already claimed by {held.by} at {utc(held.at)}."
+    return Taken(await state.broker.get(request.id), notice=notice)
+
+
+@router.post("/inbox/requests/{request_id}", name="inbox_answer", response_class=HTMLResponse)
+async def answer(http: HttpRequest, state: State, request_id: str) -> Response:
+    """An answer from the inbox. The request's own page posts its form to that page
+    (`pages`), which shows what is refused there."""
+    found = await posted_request(http, state, request_id, can_answer, "You may not answer this request.")
+    if isinstance(found, Response):
+        return found
+    who, values, request = found
+    taken = await take_answer(state, who, request, values)
     if fragment_wanted(http):
-        return await card(state, http, who, await state.broker.get(request.id), card_notice=notice)
-    if notice is not None:
-        return await refused_on_page(state, http, who, await state.broker.get(request.id), values, 409, notice=notice)
-    return back_after_post(http, request, values)
+        return await card(
+            state, http, who, taken.request, failure=taken.failure, card_notice=taken.notice, status=taken.status
+        )
+    if taken.status != 200:
+        return await inbox_page(state, http, who, failure=taken.failure, notice=taken.notice, status=taken.status)
+    return back_after_post(http, taken.request, values)
+
+
+@router.post("/inbox/requests/{request_id}/claim", name="inbox_claim", response_class=HTMLResponse)
+async def claim(http: HttpRequest, state: State, request_id: str) -> Response:
+    """Claim a request to one of your teams, or give your claim up (`take_claim`), from the
+    inbox. Without JavaScript, back to it."""
+    refused = "Only a member of the team this request is to may claim it."
+    found = await posted_request(http, state, request_id, can_claim, refused)
+    if isinstance(found, Response):
+        return found
+    who, values, request = found
+    taken = await take_claim(state, who, request, values)
+    if fragment_wanted(http):
+        return await card(state, http, who, taken.request, card_notice=taken.notice)
+    if taken.notice is not None:
+        return await inbox_page(state, http, who, notice=taken.notice, status=409)
+    return back_after_post(http, taken.request, values)
 
 
 @router.get("/inbox/runs/{run_id}", name="inbox_run", response_class=HTMLResponse)
