@@ -22,7 +22,9 @@ so a handler may run more than once for one pause (`run.attempts` counts the cla
 should be safe to repeat. A tool call behind the approval gate runs at most once per
 approval (an approval is spent once, durably); the framework adapters also record an
 approved call's output on the run, so a repeated resume gives it back instead of
-running the call again (`interlock.integrations._pauses`).
+running the call again (`interlock.integrations._pauses`). A store that fails for a while
+(a database restarting, a disk full) does not end a worker: it claims, renews and ends
+runs again once the store is back.
 
 `Worker(broker, handlers).run()` serves in a program that stays up; `interlock worker
 module:factory` is the same as a process of its own.
@@ -39,8 +41,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._backoff import Backoff
 from .broker import DEFAULT_LEASE, Broker
-from .errors import Closed, InvalidRequest, RunConflict
+from .errors import Closed, InterlockError, InvalidRequest, RateLimited, RunConflict
 from .model import Request, Run, RunStatus
 
 __all__ = ["Park", "ResumeHandler", "Worker"]
@@ -63,6 +66,9 @@ ResumeHandler = Callable[[Run, Mapping[str, Request]], Awaitable[Any]]
 
 CLAIM_WAIT = 30.0
 """Seconds one claim waits for a ready run before asking again (a long poll)."""
+
+RETRY_CAP = 10.0
+"""The longest a worker waits before asking a failing store (or server) again."""
 
 
 def default_worker_name() -> str:
@@ -126,6 +132,7 @@ class Worker:
                 group.create_task(self._loop(stop))
 
     async def _loop(self, stop: asyncio.Event) -> None:
+        backoff = Backoff(1.0, RETRY_CAP)
         while not stop.is_set():
             claiming = asyncio.ensure_future(
                 self.broker.claim_run(list(self.handlers), worker=self.name, lease=self.lease, wait=CLAIM_WAIT)
@@ -148,10 +155,26 @@ class Worker:
                 run = claiming.result()
             except Closed:
                 return  # its broker was closed: there is nothing more to claim through it
-            except (ConnectionError, OSError) as exc:
-                log.warning("worker %s could not claim a run (%s); trying again", self.name, exc)
-                await asyncio.sleep(1.0)
+            except RateLimited as exc:
+                await _pause(max(exc.retry_after or 0.0, backoff.next()), stop)
                 continue
+            except InterlockError:
+                raise  # refused (a token revoked, agents it may not serve): asking again changes nothing
+            except Exception as exc:
+                # The store or the server failing for now: unreachable, restarting ("the
+                # database system is starting up"), answering 500, its disk full. The
+                # worker outlives it and asks again.
+                delay = backoff.next()
+                log.warning(
+                    "worker %s could not claim a run (%s: %s); trying again in %.0f s",
+                    self.name,
+                    type(exc).__name__,
+                    exc,
+                    delay,
+                )
+                await _pause(delay, stop)
+                continue
+            backoff.reset()
             if run is not None:
                 try:
                     await self.resume(run)
@@ -179,6 +202,37 @@ class Worker:
                 failure = f"{type(exc).__name__}: {exc}"
         finally:
             await renewing.stop()
+        return await self._finish(run, failure, outcome)
+
+    async def _finish(self, run: Run, failure: str | None, outcome: Any) -> Run:
+        """Store how the handler left the run. A store that fails for now is asked again
+        for as long as the lease would have held the run (after that, another worker may
+        hold it, and the store answers that it does): the handler's work is not done again
+        for a store that was away for a moment. Storing it twice is harmless: each write
+        is made only while this worker holds the run."""
+        backoff = Backoff(0.25, RETRY_CAP)
+        clock = asyncio.get_running_loop().time
+        until = clock() + self.lease
+        while True:
+            try:
+                return await self._store_outcome(run, failure, outcome)
+            except Exception as exc:
+                if isinstance(exc, InterlockError) and not isinstance(exc, RateLimited):
+                    raise  # refused: asking again changes nothing
+                delay = backoff.next()
+                if clock() + delay > until:
+                    raise
+                log.warning(
+                    "worker %s could not store how run %s ended (%s: %s); trying again in %.1f s",
+                    self.name,
+                    run.id,
+                    type(exc).__name__,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+
+    async def _store_outcome(self, run: Run, failure: str | None, outcome: Any) -> Run:
         try:
             if failure is not None:
                 ended = await self.broker.fail_run(run.id, failure, worker=self.name)
@@ -215,13 +269,21 @@ class _Renewal:
 
     async def _renew(self) -> None:
         worker = self.worker
+        delay = worker.lease / 3
         try:
             if not await worker.broker.renew_lease(self.run_id, worker=worker.name, lease=worker.lease):
                 log.warning("worker %s lost its hold on run %s", worker.name, self.run_id)
                 return
-        except (ConnectionError, OSError) as exc:
-            log.warning("renewing the lease on run %s failed (%s)", self.run_id, exc)
-        self.timer = self.loop.call_later(worker.lease / 3, self._due)
+        except Exception as exc:  # the store failing for now (any error of its driver): renew again soon
+            delay = worker.lease / 10
+            log.warning(
+                "renewing the lease on run %s failed (%s: %s); trying again in %.1f s",
+                self.run_id,
+                type(exc).__name__,
+                exc,
+                delay,
+            )
+        self.timer = self.loop.call_later(delay, self._due)
 
     async def stop(self) -> None:
         """No more renewals; waits for one under way to end."""
@@ -236,3 +298,10 @@ class _Renewal:
         if self.timer is not None:  # set again by the renewal as it ended
             self.timer.cancel()
             self.timer = None
+
+
+async def _pause(seconds: float, stop: asyncio.Event) -> None:
+    """Wait `seconds`, or until `stop` is set."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await stop.wait()

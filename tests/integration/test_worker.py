@@ -237,3 +237,67 @@ async def test_a_worker_that_stops_renewing_loses_the_run_to_another_once_its_le
     assert other.started_at is not None and other.started_at >= last  # not before the dead worker's lease ran out
     assert (slow.calls, other.calls) == (1, 1)
     assert not await broker.renew_lease(run.id, worker="w1", lease=LEASE)  # the run is no longer w1's
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_a_store_failing_for_a_moment_as_the_handler_ends_does_not_resume_the_run_again(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Any driver's error, not only ConnectionError/OSError: a full disk, a database restarting.
+    run = await ready_run(broker)
+    complete_run = broker.complete_run
+    failures = ["disk I/O error", "the database system is starting up"]
+
+    async def flaky(run_id: str, result: Any = None, *, worker: str | None = None) -> Run:
+        if failures:
+            raise RuntimeError(failures.pop(0))
+        return await complete_run(run_id, result, worker=worker)
+
+    monkeypatch.setattr(broker, "complete_run", flaky)
+    calls = []
+
+    async def resume(run: Run, requests: Mapping[str, Request]) -> Any:
+        calls.append(run.attempts)
+        return "deployed"
+
+    with anyio.fail_after(BOUND):
+        done = await Worker(broker, {"deployer": resume}, name="w1", lease=LEASE * 10).run_once()
+    assert done is not None and (done.id, done.status, done.result, done.attempts) == (
+        run.id,
+        RunStatus.COMPLETED,
+        "deployed",
+        1,
+    )
+    assert calls == [1] and not failures
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_a_renewal_that_fails_with_any_error_is_tried_again_and_keeps_the_run(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = await ready_run(broker)
+    renew_lease = broker.renew_lease
+    refused = []
+
+    async def flaky(run_id: str, *, worker: str, lease: float = LEASE) -> bool:
+        if not refused:
+            refused.append(run_id)
+            raise RuntimeError("the database system is starting up")  # not an OSError: a driver's own
+        return await renew_lease(run_id, worker=worker, lease=lease)
+
+    monkeypatch.setattr(broker, "renew_lease", flaky)
+    slow = Held("done by w1")
+    working = asyncio.create_task(Worker(broker, {"deployer": slow}, name="w1", lease=LEASE).run_once())
+    with anyio.fail_after(BOUND):
+        await slow.started.wait()
+        claimed = (await broker.get_run(run.id)).lease_expires_at
+        assert claimed is not None
+        # Renewed again after the refusal, past the lease it was claimed with.
+        held = await broker.get_run(run.id)
+        while held.lease_expires_at is None or held.lease_expires_at <= claimed + timedelta(seconds=LEASE):
+            await anyio.sleep(LEASE / 4)  # not renewed past it yet: look again (bounded above)
+            held = await broker.get_run(run.id)
+        slow.release.set()
+        done = await working
+    assert refused == [run.id] and held.worker == "w1"
+    assert done is not None and (done.status, done.result, done.attempts) == (RunStatus.COMPLETED, "done by w1", 1)
