@@ -82,6 +82,9 @@ class Worker:
     `concurrency` runs are resumed at a time. Each claim holds its run for `lease`
     seconds, renewed every third of that while the handler works; a worker that dies
     stops renewing, and another worker takes the run over once the lease has run out.
+    The renewals run on the event loop: a handler that blocks it (a synchronous call)
+    longer than the lease loses its run to another worker; await blocking work with
+    `asyncio.to_thread`.
     """
 
     def __init__(
