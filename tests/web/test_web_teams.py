@@ -123,6 +123,30 @@ def test_someone_outside_the_team_neither_sees_nor_opens_it(team: Server, page: 
     expect(page.locator("main")).to_contain_text("neither to you nor from you")
 
 
+def test_a_run_s_page_shows_a_member_the_run_s_requests_to_the_team_and_others_not(team: Server, page: Page) -> None:
+    async def make() -> tuple[str, str]:
+        run = await team.broker.start_run("deployer", run_id="rollout", requester="bot")
+        to_ops = await team.broker.create(Confirm("Drain node 3?"), to="ops", requester="bot", run=run.id)
+        to_carol = await team.broker.create(Confirm("Page the vendor?"), to="carol", requester="bot", run=run.id)
+        return to_ops.id, to_carol.id
+
+    to_ops, to_carol = team.run(make())
+    rows = page.locator(".run-requests > li")
+    sign_in(page, team, "bob")  # in ops, and asked nothing himself
+    page.goto(f"{team.url}/inbox/runs/rollout")
+    expect(page.get_by_role("heading", name="Run rollout")).to_be_visible()
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_have_attribute("data-id", to_ops)
+    expect(page.locator(".run-events")).not_to_contain_text("Page the vendor?")
+
+    page.get_by_role("button", name="Sign out").click()
+    sign_in(page, team, "carol")  # outside ops
+    page.goto(f"{team.url}/inbox/runs/rollout")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_have_attribute("data-id", to_carol)
+    expect(page.locator("main")).not_to_contain_text("Drain node 3?")
+
+
 def test_the_request_page_shows_views_and_the_claim_and_claims_without_javascript(
     team: Server, browser: object
 ) -> None:

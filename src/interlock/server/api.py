@@ -41,6 +41,7 @@ from .common import (
     app_state,
     can_see,
     event_to_dict,
+    member_teams,
     own_run_named,
     parse_event_id,
     problems_for,
@@ -83,11 +84,6 @@ _problems = problems_for(PROBLEMS)
 
 
 router = APIRouter()
-
-
-def _member_teams(caller: Principal) -> tuple[str, ...]:
-    """The teams whose requests `caller` sees: a person's own teams (an agent sees none)."""
-    return tuple(sorted(caller.teams)) if caller.kind == "human" else ()
 
 
 def out(request: HumanRequest) -> JSONResponse:
@@ -307,13 +303,13 @@ async def list_requests(caller: Caller, broker: TheBroker, params: Annotated[Lis
                 requester = caller.name
             else:
                 recipient = caller.name
-        team = recipient is not None and recipient in _member_teams(caller)
+        team = recipient is not None and recipient in member_teams(caller)
         if (recipient is not None and recipient != caller.name and not team) or (
             requester is not None and requester != caller.name
         ):
             raise ApiError("forbidden", "you may list only requests to you (or your teams) or from you")
         if recipient == caller.name:  # a member's inbox holds their teams' requests too
-            teams = _member_teams(caller)
+            teams = member_teams(caller)
     filters |= {"recipient": recipient, "requester": requester, "teams": teams}
     if filters.get("run") is not None:  # an agent's own run id names its run
         filters["run"] = await run_id_of(broker, caller, filters["run"])
@@ -344,8 +340,8 @@ async def dashboard_figures(
         if caller.kind != "human":
             raise ApiError("forbidden", "the dashboard is a person's view")
         if recipient is None or recipient == caller.name:
-            recipient, teams = caller.name, list(_member_teams(caller))
-        elif recipient not in _member_teams(caller):
+            recipient, teams = caller.name, list(member_teams(caller))
+        elif recipient not in member_teams(caller):
             raise ApiError("forbidden", "you may see only your own figures and your teams'")
     board = await broker.dashboard(recipient=recipient, teams=teams, window=timedelta(seconds=window))
     return JSONResponse(dashboard_to_dict(board))
@@ -646,7 +642,7 @@ async def events(
         until=last,
         limit=limit,
         involving=None if caller.kind == "admin" else caller.name,
-        teams=_member_teams(caller),
+        teams=member_teams(caller),
         request=request,
         session=session,
         run=run,
@@ -700,7 +696,7 @@ async def stream(
                 request=request,
                 session=session,
                 run=run,
-                teams=_member_teams(caller),
+                teams=member_teams(caller),
             )
             for event in page:
                 yield event

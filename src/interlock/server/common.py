@@ -16,7 +16,7 @@ from fastapi.templating import Jinja2Templates
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .. import wire
-from ..broker import MAX_EVENT_ID, LocalBroker
+from ..broker import MAX_EVENT_ID, LocalBroker, Page
 from ..channels.delivery import DeliveryLoop
 from ..errors import InvalidRequest, NotFound
 from ..followups import FOLLOWUP_EVENTS
@@ -45,10 +45,13 @@ __all__ = [
     "can_see",
     "describe",
     "event_to_dict",
+    "inbox_filter",
     "may_see_delivery",
     "may_see_run",
+    "member_teams",
     "named_run",
     "own_run_named",
+    "requests_of_run",
     "run_id_of",
     "scoped_run_id",
     "parse_event_id",
@@ -178,16 +181,53 @@ def can_see(principal: Principal, event: Event) -> bool:
     return principal.kind == "admin" or member or principal.name in (to, event.data.get("by"))
 
 
+def member_teams(principal: Principal) -> tuple[str, ...]:
+    """The teams whose requests `principal` sees: a person's own teams (an agent sees none)."""
+    return tuple(sorted(principal.teams)) if principal.kind == "human" else ()
+
+
+def inbox_filter(principal: Principal) -> dict[str, Any]:
+    """The keywords of `Broker.list` for a principal's inbox: the requests to them and to
+    their teams (none for an admin: everyone's)."""
+    if principal.kind == "admin":
+        return {}
+    return {"recipient": principal.name, "teams": list(member_teams(principal))}
+
+
+async def requests_of_run(
+    broker: LocalBroker, principal: Principal, run_id: str, *, after: str | None = None, limit: int = 50
+) -> Page:
+    """The requests of a run that `principal` may read (`can_read`), newest first, a page
+    at a time (`after`: a page's `next_cursor`): those to them and to their teams, and
+    those they made; every one for an admin. Two keyset lists merged by id, each cut
+    where the other may not have reached: a page costs two pages' reads."""
+    if principal.kind == "admin":
+        return await broker.list(run=run_id, after=after, limit=limit)
+    pages = [
+        await broker.list(run=run_id, **inbox_filter(principal), after=after, limit=limit),
+        await broker.list(run=run_id, requester=principal.name, after=after, limit=limit),
+    ]
+    # A list with more to come has read down to its last id only: nothing past it is shown.
+    ends = [page.items[-1].id for page in pages if page.next_cursor is not None and page.items]
+    floor = max(ends, default=None)
+    merged = sorted({r.id: r for page in pages for r in page.items}.values(), key=lambda r: r.id, reverse=True)
+    kept = [r for r in merged if floor is None or r.id >= floor]
+    items = kept[:limit]
+    more = floor is not None or len(kept) > limit
+    return Page(items, items[-1].id if more and items else None)
+
+
 async def may_see_run(broker: LocalBroker, principal: Principal, run: Run) -> bool:
     """Who may see a run (and so follow and cancel it): who started it, that agent's owner,
-    and the people its requests go to (the operator of a server without auth too)."""
+    and the people its requests go to, themselves or through a team of theirs (the
+    operator of a server without auth too)."""
     if principal.kind == "admin" or principal.name == run.requester:
         return True
     if run.requester is not None:
         starter = await broker.get_principal(run.requester)
         if starter is not None and starter.owner == principal.name:
             return True
-    return bool((await broker.list(run=run.id, recipient=principal.name, limit=1)).items)
+    return bool((await broker.list(run=run.id, **inbox_filter(principal), limit=1)).items)
 
 
 def scoped_run_id(agent: str, run_id: str) -> str:

@@ -37,7 +37,7 @@ from ..model import Request as HumanRequest
 from ..outbox import Delivery
 from ..principals import Principal, can_answer, can_claim, can_read
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE
-from .common import AppState, State, set_cookie
+from .common import AppState, State, inbox_filter, set_cookie
 from .markdown import prerender
 from .web import (
     SIGNIN_COOKIE,
@@ -47,7 +47,6 @@ from .web import (
     after_signin,
     email_signin_offered,
     events_upto,
-    inbox_filter,
     outcome,
     page,
     posted_request,

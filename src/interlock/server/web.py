@@ -63,9 +63,11 @@ from .common import (
     State,
     Values,
     can_see,
+    inbox_filter,
     named_run,
     parse_event_id,
     read_form,
+    requests_of_run,
     run_event_filter,
     set_cookie,
 )
@@ -528,14 +530,6 @@ async def posted_run(http: HttpRequest, state: AppState, run_id: str) -> tuple[S
     return who, run, values
 
 
-def inbox_filter(principal: Principal) -> dict[str, Any]:
-    """The keywords of `Broker.list` for a person's inbox: their requests and their teams'."""
-    if principal.kind == "admin":
-        return {}
-    teams = sorted(principal.teams) if principal.kind == "human" else []
-    return {"recipient": principal.name, "teams": teams}
-
-
 async def card(state: AppState, http: HttpRequest, who: Session, request: HumanRequest, **extra: Any) -> HTMLResponse:
     status = extra.pop("status", 200)
     claims = await state.broker.claims([request.id])
@@ -844,9 +838,10 @@ async def claim(http: HttpRequest, state: State, request_id: str) -> Response:
 async def run_page(
     http: HttpRequest, state: State, run_id: str, cancel: str = "", sent: str = "", older: str = ""
 ) -> Response:
-    """A run: its agent and status, the requests of it that are yours (newest first, a page
-    at a time: `older` is the cursor of the next), the messages held for its agent (and a
-    box to send one), and its events."""
+    """A run: its agent and status, the requests of it the person may read (to them, to
+    their teams, made by them: `requests_of_run`; newest first, a page at a time: `older`
+    is the cursor of the next), the messages held for its agent (and a box to send one),
+    and its events."""
     who = await session(state, http)
     if who is None:
         return signin_redirect(http)
@@ -854,9 +849,8 @@ async def run_page(
         run = await named_run(state.broker, who.principal, run_id)
     except NotFound:
         return refusal(state, http, 404, "There is no such run.", who)
-    recipient = None if who.principal.kind == "admin" else who.principal.name
     after = _cursor(older)
-    requests = await state.broker.list(run=run.id, recipient=recipient, after=after, limit=RUN_REQUESTS_LIMIT)
+    requests = await requests_of_run(state.broker, who.principal, run.id, after=after, limit=RUN_REQUESTS_LIMIT)
     accept = run_event_filter(who.principal, run.id)
     events = [e for e in await events_upto(state.broker, 500, run=run.id) if accept(e)]
     notice = _RUN_NOTICES.get(cancel, "") or _SENT_NOTICES.get(sent, "")  # fixed texts, nothing from the URL
