@@ -847,6 +847,43 @@ def test_every_request_of_a_long_run_is_reached_through_its_page_s_older_links(s
     expect(page.locator(".run-requests > li").first).to_have_attribute("data-id", made[-1])
 
 
+def test_every_event_of_a_long_run_is_reached_through_its_page_s_newer_links(server: Server, page: Page) -> None:
+    async def make() -> list[int]:
+        run = await server.broker.start_run("crawler", run_id="chatty", requester="bot")
+        for i in range(520):  # more events than the page had ever shown (500)
+            await server.broker.create(Text(f"Page {i} ok?", id="q"), to="alice", requester="bot", run=run.id)
+        await server.broker.create(Text("Not of the run?"), to="alice", requester="bot")
+        ids: list[int] = []
+        while True:  # bounded: the log is finite, and each page moves on
+            found = await server.broker.find_events(after=ids[-1] if ids else 0, run=run.id)
+            ids.extend(e.id for e in found)
+            if len(found) < 500 and not found.cut:
+                return ids
+
+    made = server.run(make())
+    assert len(made) == 521  # its start, and each request asked
+    sign_in(page, server)
+    page.goto(f"{server.url}/inbox/runs/chatty")
+    rows = page.locator(".run-events > li")
+    seen: list[int] = []
+    for _ in range(10):  # bounded: 521 events are three pages
+        page.wait_for_load_state()
+        shown = rows.evaluate_all("rows => rows.map((row) => Number(row.dataset.id))")
+        seen.extend(shown)
+        newer = page.get_by_role("link", name="Newer events")
+        if newer.count() == 0:
+            break
+        newer.click()
+        expect(rows.first).not_to_have_attribute("data-id", str(shown[0]))  # the next page is there
+    assert seen == made  # each once, oldest first
+    expect(page.locator(".run-requests > li")).to_have_count(50)
+    page.get_by_role("link", name="Older requests").click()
+    expect(page).to_have_url(re.compile(r"older=\w+&events=\d+"))
+    expect(rows.first).to_have_attribute("data-id", str(shown[0]))  # the events' page is kept
+    page.get_by_role("link", name="Oldest events").click()
+    expect(rows.first).to_have_attribute("data-id", str(made[0]))
+
+
 def test_a_person_cancels_a_run_from_its_page_and_its_request_is_withdrawn(server: Server, page: Page) -> None:
     request_id = parked_run(server)
     sign_in(page, server)

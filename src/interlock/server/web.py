@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, FastAPI, HTTPException
 from fastapi import Request as HttpRequest
@@ -82,6 +83,7 @@ FRAGMENT_HEADER = "x-interlock-fragment"
 HISTORY_LIMIT = 30
 PENDING_LIMIT = 50  # pending requests a page; the rest behind an "older" link
 RUN_REQUESTS_LIMIT = 50  # a run's requests a page of its own; the rest behind an "older" link
+RUN_EVENTS_LIMIT = 200  # a run's events read for a page of its own; the rest behind a "newer" link
 UPDATES_LIMIT = 20
 UPDATES_LOOKBACK = 500  # events scanned for recent progress updates when the page loads
 _SETTLED = tuple(s for s in Status if s.settled)
@@ -836,12 +838,19 @@ async def claim(http: HttpRequest, state: State, request_id: str) -> Response:
 
 @router.get("/inbox/runs/{run_id}", name="inbox_run", response_class=HTMLResponse)
 async def run_page(
-    http: HttpRequest, state: State, run_id: str, cancel: str = "", sent: str = "", older: str = ""
+    http: HttpRequest,
+    state: State,
+    run_id: str,
+    cancel: str = "",
+    sent: str = "",
+    older: str = "",
+    events: str = "",
 ) -> Response:
     """A run: its agent and status, the requests of it the person may read (to them, to
     their teams, made by them: `requests_of_run`; newest first, a page at a time: `older`
     is the cursor of the next), the messages held for its agent (and a box to send one),
-    and its events."""
+    and its events the person may see, oldest first, a page at a time (`events`: the id
+    of the last event the previous page read)."""
     who = await session(state, http)
     if who is None:
         return signin_redirect(http)
@@ -852,15 +861,31 @@ async def run_page(
     after = _cursor(older)
     requests = await requests_of_run(state.broker, who.principal, run.id, after=after, limit=RUN_REQUESTS_LIMIT)
     accept = run_event_filter(who.principal, run.id)
-    events = [e for e in await events_upto(state.broker, 500, run=run.id) if accept(e)]
+    since = _event_cursor(events)
+    # A page reads a bounded number of the run's events (one more: is there a next page?)
+    # and shows those the person may see, so a page may show fewer, never costs more.
+    read = await events_upto(state.broker, RUN_EVENTS_LIMIT + 1, after=since, run=run.id)
+    newer = read[RUN_EVENTS_LIMIT - 1].id if len(read) > RUN_EVENTS_LIMIT else None
     notice = _RUN_NOTICES.get(cancel, "") or _SENT_NOTICES.get(sent, "")  # fixed texts, nothing from the URL
     followups = await state.broker.list_followups(run.id)
+    here = http.url_for("inbox_run", run_id=run.id).path
+
+    def link(**cursors: str | int | None) -> str:
+        """This page with the other list's cursor kept and this one's set (or dropped)."""
+        given = {"older": after, "events": since or None} | cursors
+        kept = {name: value for name, value in given.items() if value}
+        return here + (f"?{urlencode(kept)}" if kept else "")
+
     context = {
         "run": run,
         "requests": requests.items,
-        "older": requests.next_cursor,
+        "older_link": link(older=requests.next_cursor) if requests.next_cursor else None,
+        "newest_link": link(older=None) if after is not None else None,
         "paged": after is not None,
-        "events": events,
+        "events": [e for e in read[:RUN_EVENTS_LIMIT] if accept(e)],
+        "newer_events_link": link(events=newer) if newer is not None else None,
+        "oldest_events_link": link(events=None) if since else None,
+        "events_paged": bool(since),
         "notice": notice,
         "followups": followups,
     }
@@ -958,6 +983,13 @@ def _cursor(value: str | None) -> str | None:
     if not value or len(value) > 64 or not value.isascii() or not value.isalnum():
         return None
     return value
+
+
+def _event_cursor(value: str) -> int:
+    """An event page's cursor from the query string: an event id, or 0 for the first page."""
+    if not value.isascii() or not value.isdigit() or len(value) > 19 or int(value) > MAX_EVENT_ID:
+        return 0
+    return int(value)
 
 
 def _update_view(event: Event) -> UpdateView:
