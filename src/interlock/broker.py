@@ -111,6 +111,7 @@ __all__ = [
     "routing_since",
     "Broker",
     "CreateFields",
+    "DeliveryPage",
     "GrantPage",
     "LocalBroker",
     "Page",
@@ -222,6 +223,14 @@ class GrantPage:
     """One page of `Broker.list_grants`, newest first. Pass `next_cursor` as `after` for the next."""
 
     items: Sequence[IssuedGrant]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryPage:
+    """One page of `Broker.dead_letters`, newest first. Pass `next_cursor` as `after` for the next."""
+
+    items: Sequence[Delivery]
     next_cursor: str | None
 
 
@@ -998,6 +1007,15 @@ class Broker(ABC):
         (`dead`: the dead letters), to one recipient. Through a server, those the token
         may see (a request's, for whoever may read it; else the caller's own, every one
         for an admin), so `recipient` is the server's business."""
+
+    @abstractmethod
+    async def dead_letters(
+        self, *, recipient: str | None = None, after: str | None = None, limit: int = 50
+    ) -> DeliveryPage:
+        """The dead letters (to one recipient), newest first: by when each became one,
+        then by id, a page at a time; `after` is a page's `next_cursor` (any other text
+        raises `InvalidRequest`). Through a server, the caller's own (every one for an
+        admin), so `recipient` is the server's business."""
 
     @abstractmethod
     async def get_delivery(self, delivery_id: str) -> Delivery:
@@ -2527,6 +2545,20 @@ class LocalBroker(Broker):
             request_id=request_id, status=status, recipient=recipient, after=after, limit=limit
         )
 
+    async def dead_letters(
+        self, *, recipient: str | None = None, after: str | None = None, limit: int = 50
+    ) -> DeliveryPage:
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        if self._state != "open":
+            await self.open()
+        for name, value in (("recipient", recipient), ("cursor", after)):
+            check_text(value, name, self.limits.max_name_length)
+        before = _keyset(after, "dead letters")
+        rows = list(await self.store.list_dead_letters(recipient=recipient, before=before, limit=limit + 1))
+        items = rows[:limit]
+        return DeliveryPage(items, _cursor(items[-1].due_at, items[-1].id) if len(rows) > limit else None)
+
     async def get_delivery(self, delivery_id: str) -> Delivery:
         if self._state != "open":
             await self.open()
@@ -2825,21 +2857,32 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 
+def _cursor(at: datetime, row_id: str) -> str:
+    """The cursor of the page after a row listed by a time, then its id: the time
+    (microseconds) and the id (a run's creation, a dead letter's due time)."""
+    return f"{(at - _EPOCH) // _MICROSECOND}.{row_id}"
+
+
 def _run_cursor(run: Run) -> str:
     """The cursor of the page after `run`: when it was made (microseconds) and its id."""
-    return f"{(run.created_at - _EPOCH) // _MICROSECOND}.{run.id}"
+    return _cursor(run.created_at, run.id)
+
+
+def _keyset(cursor: str | None, of: str) -> tuple[datetime, str] | None:
+    """The (time, id) a cursor of `_cursor` names; `InvalidRequest` for any other text,
+    so that a mistyped cursor is an error, not another page (`of`: what the list is of)."""
+    if cursor is None:
+        return None
+    stamp, dot, row_id = cursor.partition(".")
+    if dot and row_id and stamp.isascii() and stamp.isdigit() and len(stamp) <= 18:
+        with contextlib.suppress(OverflowError):  # past the year 9999
+            return _EPOCH + int(stamp) * _MICROSECOND, row_id
+    raise InvalidRequest(f"cursor {cursor!r} is not one a page of {of} gave (its next_cursor)")
 
 
 def _run_keyset(cursor: str | None) -> tuple[datetime, str] | None:
-    """The (created_at, id) a cursor of `_run_cursor` names; `InvalidRequest` for any
-    other text, so that a mistyped cursor is an error, not another page."""
-    if cursor is None:
-        return None
-    stamp, dot, run_id = cursor.partition(".")
-    if dot and run_id and stamp.isascii() and stamp.isdigit() and len(stamp) <= 18:
-        with contextlib.suppress(OverflowError):  # past the year 9999
-            return _EPOCH + int(stamp) * _MICROSECOND, run_id
-    raise InvalidRequest(f"cursor {cursor!r} is not one a page of runs gave (its next_cursor)")
+    """The (created_at, id) a cursor of `_run_cursor` names (see `_keyset`)."""
+    return _keyset(cursor, "runs")
 
 
 def _of_run(run: Run, requests: Sequence[Request]) -> list[Request]:

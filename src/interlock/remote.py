@@ -36,6 +36,7 @@ from .broker import (
     MAX_EVENT_ID,
     Broker,
     CreateFields,
+    DeliveryPage,
     GrantPage,
     Page,
     RunPage,
@@ -911,6 +912,27 @@ class RemoteBroker(Broker):
             if not after:
                 break
         return found
+
+    async def dead_letters(
+        self, *, recipient: str | None = None, after: str | None = None, limit: int = 50
+    ) -> DeliveryPage:
+        # The server keeps to the caller's dead letters; `recipient` is its business.
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        found: list[Delivery] = []
+        while True:  # whole pages of the server's, each at most _DELIVERY_PAGE long
+            params: dict[str, Any] = {
+                "status": "dead",
+                "order": "newest",
+                "limit": min(_DELIVERY_PAGE, limit - len(found)),
+            }
+            if after is not None:
+                params["after"] = after
+            page = await self._call("GET", "/deliveries", params=params)
+            found.extend(delivery_from_dict(d) for d in page["items"])
+            after = page.get("next")
+            if not after or len(found) >= limit:
+                return DeliveryPage(found, after or None)
 
     async def get_delivery(self, delivery_id: str) -> Delivery:
         path = f"/deliveries/{quote(delivery_id, safe='')}"

@@ -165,6 +165,35 @@ async def test_where_a_delivery_went_is_shown_to_its_recipient_only(world: World
         assert (await bot.get(f"/deliveries/{asked['id']}")).json()["address"] is None
 
 
+async def test_the_dead_letters_page_newest_first_through_the_api_and_the_remote_broker(world: World) -> None:
+    world.hook.statuses = [500] * 6
+    asked = [(await create(world))["id"] for _ in range(3)]
+    await world.hook.until(6)
+    async with world.client("alice") as alice, world.client("bob") as bob:
+
+        async def all_dead() -> bool:
+            return len((await alice.get("/deliveries", params={"status": "dead"})).json()["items"]) == 3
+
+        await eventually(all_dead)
+        newest = {"status": "dead", "order": "newest", "limit": "2"}
+        first = (await alice.get("/deliveries", params=newest)).json()
+        rest = (await alice.get("/deliveries", params=newest | {"after": first["next"]})).json()
+        shown = [*first["items"], *rest["items"]]
+        assert len(first["items"]) == 2 and len(rest["items"]) == 1 and rest["next"] is None
+        assert [d["due_at"] for d in shown] == sorted((d["due_at"] for d in shown), reverse=True)
+        assert {d["request_id"] for d in shown} == set(asked)
+        assert (await bob.get("/deliveries", params=newest)).json() == {"items": [], "next": None}
+        assert (await alice.get("/deliveries", params={"order": "newest"})).status_code == 422  # dead letters only
+        mistyped = await alice.get("/deliveries", params=newest | {"after": shown[0]["id"]})
+        assert mistyped.status_code == 422, mistyped.text
+    async with interlock.connect(world.base, token=world.tokens["alice"]) as remote:
+        page = await remote.dead_letters(limit=2)
+        assert [d.id for d in page.items] == [d["id"] for d in first["items"]]
+        later = await remote.dead_letters(after=page.next_cursor)
+        assert [d.id for d in later.items] == [d["id"] for d in rest["items"]] and later.next_cursor is None
+        assert [d.id for d in (await remote.dead_letters()).items] == [d["id"] for d in shown]
+
+
 async def test_a_dead_letter_is_seen_and_retried_by_its_recipient_only(world: World) -> None:
     world.hook.statuses = [500, 500]
     request = await create(world)

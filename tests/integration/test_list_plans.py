@@ -123,6 +123,17 @@ DELIVERY_LISTS: list[tuple[str, dict[str, Any], str]] = [
     ("a request's deliveries", {"request_id": "r1"}, "deliveries_by_request"),
 ]
 
+DEAD_LETTER_LISTS: list[tuple[str, dict[str, Any], str]] = [
+    ("a person's dead letters, newest first", {"recipient": "ann"}, "deliveries_dead_to"),
+    ("every dead letter, newest first (admin)", {}, "deliveries_dead"),
+    (
+        "a person's older dead letters",
+        {"recipient": "ann", "before": (datetime(2026, 1, 5, tzinfo=UTC), "dlv_1")},
+        "deliveries_dead_to",
+    ),
+    ("everyone's older dead letters", {"before": (datetime(2026, 1, 5, tzinfo=UTC), "dlv_1")}, "deliveries_dead"),
+]
+
 
 @pytest.fixture(params=["sqlite", "postgresql"], ids=["sqlite-store", "postgresql-store"])
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
@@ -476,3 +487,12 @@ async def test_a_search_on_sqlite_narrowed_by_a_session_reads_along_the_session(
     first, *_ = plan.splitlines()
     assert first.startswith("SEARCH requests USING INDEX requests_by_session"), plan  # its requests, in order
     assert "TEMP B-TREE" not in plan, plan
+
+
+@pytest.mark.parametrize(("what", "filters", "index"), DEAD_LETTER_LISTS, ids=[w for w, _, _ in DEAD_LETTER_LISTS])
+async def test_a_dead_letter_list_reads_its_page_from_one_index_in_order(
+    store: Store, what: str, filters: dict[str, Any], index: str
+) -> None:
+    recorder = Recorder(store)
+    await store.list_dead_letters(**filters)
+    reads_index_in_order(await plan_of(store, *recorder.last()), index)

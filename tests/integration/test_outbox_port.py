@@ -183,6 +183,41 @@ async def test_deliveries_list_by_recipient(store: Store) -> None:
     assert await store.list_deliveries(recipient="carol") == []
 
 
+async def test_dead_letters_list_newest_first_a_page_at_a_time(store: Store) -> None:
+    request, _ = await store.insert(build_request(Text("Ship?"), to="alice", requester="bot"))
+    t = now()
+    [notice] = await store.claim_notices("loop-1", t, 30)
+    made = deliveries_for(notice.id, notice.event_id, request.id, t, *"abcdefg")
+    to_bob = Delivery(
+        delivery_id(notice.event_id, "escalation", "bob", "hook", None),
+        *(notice.id, request.id, "escalation", "created", "bob", "hook", None, t, t),
+    )
+    await store.route_notice(notice, [*made, to_bob], "loop-1", t)
+    claimed = {d.id: d for d in await store.claim_deliveries("loop-1", t, 30)}
+    # Dead in an order of their own: a-d at distinct times, e-f at one (then by id), g alive.
+    died = {"a": 3, "b": 1, "c": 4, "d": 2, "e": 5, "f": 5}
+    for d in made:
+        if d.channel in died:
+            when = t + timedelta(seconds=died[d.channel])
+            dead = claimed[d.id].with_state(status="dead", attempts=1, due_at=when, last_error="refused")
+            assert await store.finish_delivery(dead, "loop-1")
+    assert await store.finish_delivery(claimed[to_bob.id].with_state(status="dead", due_at=t), "loop-1")
+    expected = sorted((d for d in made if d.channel in died), key=lambda d: (died[d.channel], d.id), reverse=True)
+    seen: list[Delivery] = []
+    before = None
+    for _ in range(10):  # bounded: six dead letters, two a page
+        page = await store.list_dead_letters(recipient="alice", before=before, limit=2)
+        seen.extend(page)
+        if len(page) < 2:
+            break
+        before = (page[-1].due_at, page[-1].id)
+    assert [d.id for d in seen] == [d.id for d in expected]
+    assert all(d.status == "dead" and d.recipient == "alice" for d in seen)
+    everyone = await store.list_dead_letters()
+    assert [d.id for d in everyone] == [d.id for d in expected] + [to_bob.id]  # bob's died first
+    assert await store.list_dead_letters(recipient="carol") == []
+
+
 async def test_an_answer_link_is_used_once_and_its_first_use_is_kept(store: Store) -> None:
     t = now()
     first = LinkUse("link-1", "req-1", "alice", t)

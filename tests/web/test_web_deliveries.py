@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (the server fixture imported from test_web_inbox is a parameter here)
 """The outbox's pages in the web inbox, in headless Chromium: a person's dead letters with a
 button to send each again, and how people were told about one request, for those who may
 read it only."""
@@ -10,17 +11,21 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page
+from playwright.sync_api import Browser, Page, expect
 
 import interlock
+from interlock import Confirm
 from interlock.broker import LocalBroker
+from interlock.outbox import Delivery, delivery_id
 from interlock.principals import Principal, issue_token
 from interlock.routing import routing_from_dict
+
+from .test_web_inbox import Server, server  # noqa: F401 - the fixture
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
@@ -120,6 +125,54 @@ def test_the_dead_letters_are_listed_newest_first_with_when_each_failed(
             r"Send again: Ship\?, request to alice via hook, \d{4}-\d\d-\d\d \d\d:\d\d UTC",
             str(again.get_attribute("aria-label")),
         )
+    finally:
+        context.close()
+
+
+def test_every_dead_letter_is_reached_newest_first_through_the_older_links(server: Server, browser: Browser) -> None:
+    async def make() -> list[str]:  # straight into the outbox: this server runs no delivery loop
+        store = server.broker.store
+        request = await server.broker.create(Confirm("Ship?"), to="alice", requester="bot")
+        t = datetime.now(UTC)
+        [notice] = await store.claim_notices("test", t, 30)
+        channels = [f"hook-{i}" for i in range(501)]  # one more than the page had ever shown
+        made = [
+            Delivery(
+                delivery_id(notice.event_id, "request", "alice", c, None),
+                *(notice.id, request.id, "request", "created", "alice", c, None, t, t),
+            )
+            for c in channels
+        ]
+        await store.route_notice(notice, made, "test", t)
+        dead = []
+        for i, d in enumerate(await store.claim_deliveries("test", t, 30, limit=1000)):
+            when = t - timedelta(seconds=i // 2)  # two by two at one time: then by id
+            dead.append(d.with_state(status="dead", attempts=1, due_at=when, last_error="refused"))
+            assert await store.finish_delivery(dead[-1], "test")
+        return [d.id for d in sorted(dead, key=lambda d: (d.due_at, d.id), reverse=True)]
+
+    made = server.run(make())
+    assert len(made) == 501
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        sign_in(page, server.url, server.tokens["alice"])
+        page.goto(server.url + "/inbox/deliveries")
+        rows = page.locator("table.deliveries tbody tr")
+        seen: list[str] = []
+        for _ in range(20):  # bounded: 501 dead letters are eleven pages
+            page.wait_for_load_state()
+            shown = rows.evaluate_all("rows => rows.map((row) => row.dataset.id)")
+            assert 0 < len(shown) <= 50
+            seen.extend(shown)
+            older = page.get_by_role("link", name="Older dead letters")
+            if older.count() == 0:
+                break
+            older.click()
+            expect(rows.first).not_to_have_attribute("data-id", shown[0])  # the next page is there
+        assert seen == made  # each once, newest first
+        page.get_by_role("link", name="Newest dead letters").click()
+        expect(rows.first).to_have_attribute("data-id", made[0])
     finally:
         context.close()
 

@@ -175,10 +175,20 @@ async def list_deliveries(
     status: Literal["pending", "delivered", "dead", "skipped"] | None = None,
     after: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    order: Annotated[
+        Literal["id", "newest"],
+        Query(description="`newest`: the dead letters newest first (by when each became one), with `status=dead`"),
+    ] = "id",
 ) -> JSONResponse:
     """The deliveries to the caller (every one, for an admin), `status=dead` for the dead
-    letters; a page after the id `after`, with `next` the cursor of the following page."""
+    letters; a page after `after`, with `next` the cursor of the following page: by id,
+    or with `order=newest` the dead letters newest first (`after` a page's `next`)."""
     mine = None if caller.kind == "admin" else caller.name
+    if order == "newest":
+        if status != "dead":
+            raise ApiError("invalid_request", "order=newest lists the dead letters: give status=dead with it")
+        page = await broker.dead_letters(recipient=mine, after=after, limit=limit)
+        return JSONResponse({"items": [shown_to(caller, d) for d in page.items], "next": page.next_cursor})
     found = await broker.list_deliveries(status=status, recipient=mine, after=after, limit=limit)
     next_cursor = found[-1].id if len(found) == limit else None
     return JSONResponse({"items": [shown_to(caller, d) for d in found], "next": next_cursor})

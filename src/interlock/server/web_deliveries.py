@@ -1,5 +1,6 @@
 """The outbox in the web inbox: how people were told about a request (for whoever may read
-it), and the signed-in person's dead letters, each with a button to send it again.
+it), and the signed-in person's dead letters, newest first, a page at a time, each with a
+button to send it again.
 
 Pages of their own (`/inbox/deliveries`, `?request=ID` for one request), over the web
 inbox's sessions, pages and CSRF checks; they work without JavaScript."""
@@ -12,7 +13,7 @@ from fastapi import APIRouter
 from fastapi.requests import Request as HttpRequest
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from ..errors import AlreadySettled, NotFound
+from ..errors import AlreadySettled, InvalidRequest, NotFound
 from ..model import Request as HumanRequest
 from ..outbox import Delivery
 from ..principals import can_read
@@ -25,6 +26,8 @@ __all__ = ["router"]
 
 router = APIRouter(include_in_schema=False)
 
+DEAD_LETTERS_PAGE = 50  # dead letters a page, newest first; the rest behind an "older" link
+
 
 @router.get("/inbox/deliveries", name="inbox_deliveries", response_class=HTMLResponse)
 async def deliveries_page(http: HttpRequest, state: State) -> Response:
@@ -33,6 +36,7 @@ async def deliveries_page(http: HttpRequest, state: State) -> Response:
         return signin_redirect(http)
     request_id = http.query_params.get("request")
     request = None
+    older_link = newest_link = None
     if request_id:
         try:
             request = await state.broker.get(request_id[:64])
@@ -43,11 +47,20 @@ async def deliveries_page(http: HttpRequest, state: State) -> Response:
         items = list(await state.broker.list_deliveries(request_id=request.id, limit=1000))
     else:
         mine = None if who.principal.kind == "admin" else who.principal.name
-        items = list(await state.broker.list_deliveries(status="dead", recipient=mine, limit=500))
-        items.sort(key=lambda d: d.due_at, reverse=True)  # listed by id, a hash: the newest first
+        after = http.query_params.get("after") or None
+        try:
+            found = await state.broker.dead_letters(recipient=mine, after=after, limit=DEAD_LETTERS_PAGE)
+        except InvalidRequest:  # a cursor no page gave (edited, or too long): the first page
+            after, found = None, await state.broker.dead_letters(recipient=mine, limit=DEAD_LETTERS_PAGE)
+        items = list(found.items)
+        here = http.url_for("inbox_deliveries")
+        older_link = str(here.include_query_params(after=found.next_cursor)) if found.next_cursor else None
+        newest_link = str(here) if after is not None else None
     notice = {"retried": "It will be sent again."}.get(http.query_params.get("done", ""))
     context = {
         "items": items,
+        "older_link": older_link,
+        "newest_link": newest_link,
         "requests": {} if request is not None else await _requests_of(state, items),
         "about": request,
         "notice": notice,

@@ -897,6 +897,14 @@ class OutboxStore(Protocol):
         """Deliveries by id (a keyset page after `after`), of one request, in one state, to one recipient."""
         ...
 
+    async def list_dead_letters(
+        self, *, recipient: str | None = None, before: tuple[datetime, str] | None = None, limit: int = 100
+    ) -> Sequence[Delivery]:
+        """The dead letters (to one recipient), newest first: by when each became one
+        (`due_at`), then by id; a keyset page after `before`, the (due_at, id) of the last
+        one seen. Read from one index range in that order."""
+        ...
+
     async def retry_delivery(self, delivery_id: str, now: datetime) -> Delivery | None:
         """Make a dead letter pending again, due now, its attempts counted afresh; None
         when there is no dead delivery of that id."""

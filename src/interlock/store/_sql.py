@@ -1903,6 +1903,23 @@ class SqlStore:
             sql += " WHERE " + " AND ".join(where)
         return [self._delivery(row) for row in await self._rows_of(sql + " ORDER BY id LIMIT :limit", params)]
 
+    async def list_dead_letters(
+        self, *, recipient: str | None = None, before: tuple[datetime, str] | None = None, limit: int = 100
+    ) -> Sequence[Delivery]:
+        # `status = 'dead'` as written here is what the partial indexes `deliveries_dead`
+        # and `deliveries_dead_to` (migrations) are of, so each page is one range of one.
+        where = ["status = 'dead'"]
+        params: dict[str, Any] = {"limit": limit}
+        if recipient is not None:
+            where.append("recipient = :recipient")
+            params["recipient"] = recipient
+        if before is not None:
+            where.append("(due_at, id) < (:before_at, :before_id)")
+            params |= {"before_at": self._stamp(before[0]), "before_id": before[1]}
+        sql = f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE {' AND '.join(where)}"
+        sql += " ORDER BY due_at DESC, id DESC LIMIT :limit"
+        return [self._delivery(row) for row in await self._rows_of(sql, params)]
+
 
 DELIVERY_COLUMNS = (
     "id, notice, request_id, kind, event, recipient, channel, address, status, attempts, "

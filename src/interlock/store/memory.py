@@ -1056,6 +1056,22 @@ class MemoryStore:
         )
         return rows[:limit]
 
+    async def list_dead_letters(
+        self, *, recipient: str | None = None, before: tuple[datetime, str] | None = None, limit: int = 100
+    ) -> Sequence[Delivery]:
+        rows = sorted(
+            (
+                d
+                for d, _, _ in self._deliveries.values()
+                if d.status == "dead"
+                and (recipient is None or d.recipient == recipient)
+                and (before is None or (d.due_at, d.id) < before)
+            ),
+            key=lambda d: (d.due_at, d.id),
+            reverse=True,
+        )
+        return rows[:limit]
+
     async def retry_delivery(self, delivery_id: str, now: datetime) -> Delivery | None:
         found = self._deliveries.get(delivery_id)
         if found is None or found[0].status != "dead":
