@@ -890,12 +890,15 @@ class Broker(ABC):
         status: RunStatus | str | None = None,
         requester: str | None = None,
         involving: str | None = None,
+        teams: Sequence[str] = (),
         after: str | None = None,
         limit: int = 50,
         order: Literal["asc", "desc"] = "desc",
     ) -> RunPage:
         """Runs matching every filter given, newest first by default (by when each was
-        made, then by id), a page at a time; `after` is a page's `next_cursor`."""
+        made, then by id), a page at a time; `after` is a page's `next_cursor`.
+        `involving` keeps the runs a name started or has requests of, and with `teams`
+        those with requests to one of these teams (a member's)."""
 
     # -- follow-up messages ------------------------------------------------------------------
 
@@ -2339,13 +2342,15 @@ class LocalBroker(Broker):
         status: RunStatus | str | None = None,
         requester: str | None = None,
         involving: str | None = None,
+        teams: Sequence[str] = (),
         after: str | None = None,
         limit: int = 50,
         order: Literal["asc", "desc"] = "desc",
     ) -> RunPage:
         """Runs matching every filter given, newest first by default (by when each was
         made, then by id), a page at a time; `after` is a page's `next_cursor`.
-        `involving` keeps the runs a name started or has requests of."""
+        `involving` keeps the runs a name started or has requests of, and with `teams`
+        those with requests to one of these teams (a member's)."""
         if self._state != "open":
             await self.open()
         if not 1 <= limit <= 1000:
@@ -2359,7 +2364,16 @@ class LocalBroker(Broker):
             wanted = RunStatus(status) if status is not None else None
         except ValueError:
             raise InvalidRequest(f"unknown run status {status!r}") from None
-        query = RunQuery(**filters, status=wanted, after=_run_keyset(after), limit=limit + 1, order=order)
+        for team in teams:
+            check_text(team, "team", self.limits.max_name_length)
+        query = RunQuery(
+            **filters,
+            teams=tuple(teams),
+            status=wanted,
+            after=_run_keyset(after),
+            limit=limit + 1,
+            order=order,
+        )
         rows = list(await self.store.list_runs(query))
         more = len(rows) > limit
         items = rows[:limit]

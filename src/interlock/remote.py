@@ -788,11 +788,12 @@ class RemoteBroker(Broker):
         status: RunStatus | str | None = None,
         requester: str | None = None,
         involving: str | None = None,
+        teams: Sequence[str] = (),
         after: str | None = None,
         limit: int = 50,
         order: Literal["asc", "desc"] = "desc",
     ) -> RunPage:
-        # The server keeps to the runs the token may see; `involving` is its business.
+        # The server keeps to the runs the token may see; `involving` and `teams` are its business.
         if not 1 <= limit <= 1000:
             raise ValueError("limit must be between 1 and 1000")
         params: dict[str, Any] = {"limit": limit, "order": order}

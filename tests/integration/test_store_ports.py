@@ -528,6 +528,11 @@ async def test_runs_list_by_filter_without_their_state(store: Store) -> None:
     assert [r.id for r in await store.list_runs(RunQuery(status=RunStatus.WAITING_FOR_INPUT))] == ["r2"]
     assert [r.id for r in await store.list_runs(RunQuery(involving="carol"))] == ["r2"]
     assert [r.id for r in await store.list_runs(RunQuery(involving="bot1"))] == ["r3", "r1"]
+    to_team = build_request(Text("Restart?"), to="ops", origin=Origin(run="r1"))
+    await store.insert(to_team)
+    assert [r.id for r in await store.list_runs(RunQuery(involving="dan"))] == []
+    assert [r.id for r in await store.list_runs(RunQuery(involving="dan", teams=("ops",)))] == ["r1"]  # a member's
+    assert [r.id for r in await store.list_runs(RunQuery(involving="carol", teams=("ops", "sre")))] == ["r2", "r1"]
     (listed,) = await store.list_runs(RunQuery(status=RunStatus.WAITING_FOR_INPUT))
     assert listed.state is None and listed.waiting_on == (request.id,)
 

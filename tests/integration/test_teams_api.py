@@ -240,3 +240,18 @@ async def test_only_an_admin_manages_teams(world: World, tmp_path: Path) -> None
 
 def _token(world: World, who: str) -> str:
     return world.clients[who].headers["Authorization"].removeprefix("Bearer ")
+
+
+async def test_a_run_asking_a_team_is_in_each_member_s_list_of_runs_and_nobody_else_s(world: World) -> None:
+    c = world.clients
+    started = await c["alice-bot"].post("/runs", json={"agent": "deployer", "run_id": "restart-db"})
+    assert started.status_code == 201, started.text
+    run_id = started.json()["id"]
+    asked = await c["alice-bot"].post("/requests", json={**QUESTION, "origin": {"run": "restart-db"}})
+    assert asked.status_code == 201, asked.text
+    for member in ("alice", "bob"):
+        listed = (await c[member].get("/runs")).json()["items"]
+        assert [r["id"] for r in listed] == [run_id]  # as the run's page, which they may open
+        assert (await c[member].get(f"/runs/{run_id}")).status_code == 200
+    assert (await c["carol"].get("/runs")).json()["items"] == []
+    assert (await c["carol"].get(f"/runs/{run_id}")).status_code == 404

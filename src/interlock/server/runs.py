@@ -33,6 +33,7 @@ from .common import (
     State,
     TheBroker,
     event_to_dict,
+    member_teams,
     named_run,
     parse_event_id,
     problems_for,
@@ -235,7 +236,7 @@ async def list_runs(
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     order: Literal["asc", "desc"] = "desc",
 ) -> dict[str, Any]:
-    """The runs you started or that wait on you, newest first (by when each was made), a
+    """The runs you started or that wait on you (or on a team of yours), newest first (by when each was made), a
     page at a time (pass `next_cursor` as `cursor`; any other cursor is refused with 422).
     A list shows no state."""
     page = await broker.list_runs(
@@ -244,6 +245,7 @@ async def list_runs(
         status=status,
         requester=requester,
         involving=None if caller.kind == "admin" else caller.name,
+        teams=member_teams(caller),
         after=cursor,
         limit=limit,
         order=order,

@@ -643,13 +643,15 @@ class PrincipalStore(Protocol):
 class RunQuery:
     """Filters and a keyset page for `RunStore.list_runs`, in the order runs were made
     (`created_at`, then `id`). `after` is the (created_at, id) of the last run seen;
-    `involving` keeps the runs a name started or has requests of."""
+    `involving` keeps the runs a name started or has requests of (or, with `teams`, has
+    requests to one of these teams: a member's)."""
 
     agent: str | None = None
     session: str | None = None
     status: RunStatus | None = None
     requester: str | None = None
     involving: str | None = None
+    teams: tuple[str, ...] = ()
     after: tuple[datetime, str] | None = None
     limit: int = 50
     order: Literal["asc", "desc"] = "desc"

@@ -991,10 +991,13 @@ def runs_sql(query: RunQuery, stamp: Callable[[datetime], Any]) -> tuple[str, di
             where.append(f"{name} = :{name}")
             params[name] = value.value if isinstance(value, RunStatus) else value
     if query.involving is not None:
-        where.append(
-            "(requester = :who OR id IN (SELECT run FROM requests WHERE recipient = :who AND run IS NOT NULL))"
-        )
+        # Each name once (their own name as a team would be read twice).
+        teams = tuple(dict.fromkeys(t for t in query.teams if t != query.involving))
+        names = ", ".join([":who", *(f":team_{i}" for i in range(len(teams)))])
+        recipient = "recipient = :who" if not teams else f"recipient IN ({names})"
+        where.append(f"(requester = :who OR id IN (SELECT run FROM requests WHERE {recipient} AND run IS NOT NULL))")
         params["who"] = query.involving
+        params |= {f"team_{i}": team for i, team in enumerate(teams)}
     if query.after is not None:
         at, run_id = query.after
         where.append(f"(created_at, id) {'<' if query.order == 'desc' else '>'} (:after_at, :after_id)")

@@ -682,7 +682,7 @@ class MemoryStore:
         if (
             q.involving is not None
             and run.requester != q.involving
-            and not any(r.to == q.involving for r in self._requests_of_run(run.id))
+            and not any(r.to == q.involving or r.to in q.teams for r in self._requests_of_run(run.id))
         ):
             return False
         return (
