@@ -255,3 +255,16 @@ async def test_a_run_asking_a_team_is_in_each_member_s_list_of_runs_and_nobody_e
         assert (await c[member].get(f"/runs/{run_id}")).status_code == 200
     assert (await c["carol"].get("/runs")).json()["items"] == []
     assert (await c["carol"].get(f"/runs/{run_id}")).status_code == 404
+
+
+async def test_a_member_s_message_to_a_thread_reaches_the_run_asking_their_team(world: World) -> None:
+    c = world.clients
+    started = await c["alice-bot"].post("/runs", json={"agent": "deployer", "run_id": "db-1", "session": "ops-thread"})
+    assert started.status_code == 201, started.text
+    asked = await c["alice-bot"].post("/requests", json={**QUESTION, "origin": {"run": "db-1"}})
+    assert asked.status_code == 201, asked.text
+    held = await c["bob"].post("/threads/ops-thread/messages", json={"text": "wait for the backup first"})
+    assert held.status_code == 409 and held.json()["code"] == "thread_busy", held.text
+    assert held.json()["details"]["queued"] is True  # held for the run that asks bob's team
+    outside = await c["carol"].post("/threads/ops-thread/messages", json={"text": "hello"})
+    assert outside.status_code == 404, outside.text

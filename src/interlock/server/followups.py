@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 from ..followups import MAX_FOLLOWUP_LENGTH, Sent, followup_to_dict
 from ..model import Run
 from ..principals import can_answer
-from .common import ApiError, Caller, TheBroker, describe, problems_for, rate_limited
+from .common import ApiError, Caller, TheBroker, describe, member_teams, problems_for, rate_limited
 from .runs import own_run, visible_run
 from .schemas import Strict
 
@@ -103,9 +103,10 @@ async def send_message(run_id: str, body: MessageBody, caller: Caller, broker: T
 )
 async def send_to_thread(thread_id: str, body: MessageBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Send a message to the busy run of a thread (a session): its newest run you may see
-    that has not ended, as `POST /runs/{id}/messages` does; a person's own agents' runs
-    first (a session id is any agent's to use, and another agent asking you in the same one
-    must not take messages meant for yours). 404 when no run of the thread is busy: nothing
+    (yours, or asking you or a team of yours) that has not ended, as
+    `POST /runs/{id}/messages` does; a person's own agents' runs first (a session id is any
+    agent's to use, and another agent asking you in the same one must not take messages
+    meant for yours). 404 when no run of the thread is busy: nothing
     is held and no run is started."""
     by = body.by if caller.kind == "admin" and body.by is not None else caller.name
     involving = None if caller.kind == "admin" else caller.name
@@ -119,6 +120,7 @@ async def send_to_thread(thread_id: str, body: MessageBody, caller: Caller, brok
         body.text,
         by=by,
         involving=involving,
+        teams=member_teams(caller),
         may_answer=lambda r: can_answer(caller, r),
         prefer=own if caller.kind == "human" else None,
     )
