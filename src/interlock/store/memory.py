@@ -419,34 +419,29 @@ class MemoryStore:
         rows = self._matching(query)
         budget = PageBudget()
         for taken, request in enumerate(rows):
-            if not budget.takes(self._size(request)):
+            if not budget.takes(self._size(request.id, request)):
                 return Listed(rows[:taken], cut=True)
         return Listed(rows)
 
-    def _size(self, request: Request, kept: Request | _Archive | None = None) -> int:
-        """`stored_size` of the request's document and response, as a SQL store keeps them
-        (remembered for the request, or for `kept`, the form the event log keeps it in)."""
-        key = request if kept is None else kept
-        known = self._sizes.get(request.id)
-        if known is not None and known[0] is key:
+    def _size(self, request_id: str, kept: Request | _Archive) -> int:
+        """`stored_size` of a request's document and response, as a SQL store keeps them,
+        for the form `kept` holds it in (a listed request, or the event log's entry for
+        it): remembered for that form, so a request is encoded once."""
+        known = self._sizes.get(request_id)
+        if known is not None and known[0] is kept:
             return known[1]
+        request = _restored(kept)
         size = stored_size(encode_document(request_to_dict(request.as_created())))
         if request.response is not None:
             size += stored_size(encode_document(response_to_dict(request.response)))
-        self._sizes[request.id] = (key, size)
+        self._sizes[request_id] = (kept, size)
         return size
 
     def _carried(self, entry: _Entry) -> int:
         """What a logged event counts on a page: the size of the request it carries (as
         it is now, as a SQL store reads it with the event), or nothing."""
         request_id = entry[3]
-        if request_id is None:
-            return 0
-        kept = self._logged[request_id]
-        known = self._sizes.get(request_id)
-        if known is not None and known[0] is kept:
-            return known[1]
-        return self._size(_restored(kept), kept)
+        return 0 if request_id is None else self._size(request_id, self._logged[request_id])
 
     async def outlines(self, query: Query, now: datetime) -> Sequence[Outline]:
         return [_outline(r, now) for r in self._matching(query)]
