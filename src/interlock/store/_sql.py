@@ -1392,19 +1392,13 @@ class SqlStore:
                 else:
                     known[request_id] = self._read_request(request_id, status, doc, answer, created)
         reach = _reach(rows, known, withheld)
-        # Read by id, and count as they are, the requests withheld for their length (and,
-        # should one be on the page unread, a settled request whose `created` event needs
-        # its created form: its first event comes first, so it is read above in practice).
-        again = [
-            row[2]
-            for row in rows[:reach]
-            if row[2] in withheld
-            or (row[1] == "created" and row[2] not in created and known[row[2]][0].status is not Status.PENDING)
-        ]
-        if again:
-            for request_id, status, doc, answer in await self._rows(
-                "get_requests", self._array(list(dict.fromkeys(again)))
-            ):
+        # The requests withheld for their length are read by id, and counted as they are.
+        # (Every other request on the page was read above: the unknown ones are read in
+        # the page's order, and the budget of that read, which counts them alone, runs out
+        # no sooner than the page's, which counts the held ones too.)
+        if any(row[2] in withheld for row in rows[:reach]):
+            long = list(dict.fromkeys(row[2] for row in rows[:reach] if row[2] in withheld))
+            for request_id, status, doc, answer in await self._rows("get_requests", self._array(long)):
                 known[request_id] = self._read_request(request_id, status, doc, answer, created)
             reach = _reach(rows[:reach], known, {})
         page = rows[:reach]
