@@ -903,16 +903,22 @@ class RemoteBroker(Broker):
             items = [delivery_from_dict(d) for d in page["items"]]
             kept = [d for d in items if (status is None or d.status == status) and (after is None or d.id > after)]
             return kept[:limit]
+        return (await self._deliveries({} if status is None else {"status": status}, after, limit))[0]
+
+    async def _deliveries(
+        self, params: dict[str, Any], after: str | None, limit: int
+    ) -> tuple[Sequence[Delivery], str | None]:
+        """`GET /deliveries` with `params`, from `after`, a page of the server's (at most
+        `_DELIVERY_PAGE`) after another until `limit` are found or none is left: those,
+        and the server's cursor after them (None at the end)."""
         found: list[Delivery] = []
-        while len(found) < limit:
-            params: dict[str, Any] = {"limit": min(_DELIVERY_PAGE, limit - len(found))}
-            params |= {name: value for name, value in (("status", status), ("after", after)) if value is not None}
-            page = await self._call("GET", "/deliveries", params=params)
+        while True:
+            asked = params | {"limit": min(_DELIVERY_PAGE, limit - len(found))}
+            page = await self._call("GET", "/deliveries", params=asked if after is None else asked | {"after": after})
             found.extend(delivery_from_dict(d) for d in page["items"])
-            after = page.get("next")
-            if not after:
-                break
-        return found
+            after = page.get("next") or None
+            if after is None or len(found) >= limit:
+                return found, after
 
     async def dead_letters(
         self, *, recipient: str | None = None, after: str | None = None, limit: int = 50
@@ -920,20 +926,7 @@ class RemoteBroker(Broker):
         # The server keeps to the caller's dead letters; `recipient` is its business.
         if not 1 <= limit <= 1000:
             raise ValueError("limit must be between 1 and 1000")
-        found: list[Delivery] = []
-        while True:  # whole pages of the server's, each at most _DELIVERY_PAGE long
-            params: dict[str, Any] = {
-                "status": "dead",
-                "order": "newest",
-                "limit": min(_DELIVERY_PAGE, limit - len(found)),
-            }
-            if after is not None:
-                params["after"] = after
-            page = await self._call("GET", "/deliveries", params=params)
-            found.extend(delivery_from_dict(d) for d in page["items"])
-            after = page.get("next")
-            if not after or len(found) >= limit:
-                return DeliveryPage(found, after or None)
+        return DeliveryPage(*await self._deliveries({"status": "dead", "order": "newest"}, after, limit))
 
     async def get_delivery(self, delivery_id: str) -> Delivery:
         path = f"/deliveries/{quote(delivery_id, safe='')}"
