@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import pytest
 import uvicorn
 from playwright.sync_api import Browser, BrowserContext, Dialog, Locator, Page, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 import interlock
 from interlock import Broker, Choice, Confirm, Form, MultiChoice, Status, Text
@@ -1101,17 +1102,27 @@ def test_right_to_left_text_reads_right_to_left(server: Server, page: Page) -> N
         assert direction(part) == "rtl", part
 
 
-def narrowest_answer(page: Page) -> float:
-    """The narrowest answer on the page, as a share of its list's width."""
-    shares = page.eval_on_selector_all(
-        "dl.answers dd",
-        """dds => dds
-            .map(dd => [dd.getBoundingClientRect().width, dd.parentElement.getBoundingClientRect().width])
-            .filter(([, whole]) => whole > 0)
-            .map(([part, whole]) => part / whole)""",
-    )  # (a list not laid out, as a card leaving the pending list is, has no width to share)
-    assert shares, "no answers shown"
-    return float(min(shares))
+# Each answer's width as a share of its list's (a list not laid out, as a card leaving the
+# pending list is, has no width to share).
+ANSWER_SHARES = """dds => dds
+    .map(dd => [dd.getBoundingClientRect().width, dd.parentElement.getBoundingClientRect().width])
+    .filter(([, whole]) => whole > 0)
+    .map(([part, whole]) => part / whole)"""
+
+
+def expect_answers_at_least(page: Page, share: float, where: str) -> None:
+    """Every answer on the page takes at least `share` of its list's width, once the page has
+    laid out what it just received (an answer the inbox adds live is laid out a frame or
+    more after it appears); fails with the narrowest share seen after TIMEOUT_MS."""
+    try:
+        page.wait_for_function(
+            f"share => {{ const s = ({ANSWER_SHARES})([...document.querySelectorAll('dl.answers dd')]);"
+            " return s.length > 0 && Math.min(...s) >= share; }",
+            arg=share,
+        )
+    except PlaywrightTimeoutError:
+        shares = page.eval_on_selector_all("dl.answers dd", ANSWER_SHARES)
+        raise AssertionError(f"{where}: the narrowest answer takes {min(shares, default=0):.2f} of its list") from None
 
 
 def test_an_approval_s_edited_arguments_are_readable_on_a_phone(server: Server, page: Page) -> None:
@@ -1122,11 +1133,11 @@ def test_an_approval_s_edited_arguments_are_readable_on_a_phone(server: Server, 
     card.get_by_label("replicas").fill("4")
     card.get_by_role("button", name="Approve").click()
     expect(history_item(page, agent.request_id)).to_contain_text("Approved by alice via web")
-    assert narrowest_answer(page) >= 0.55  # the long prompt of the edit wraps in its own column
+    expect_answers_at_least(page, 0.55, "/")  # the long prompt of the edit wraps in its own column
     page.set_viewport_size({"width": 360, "height": 740})
     for path in ("/history", f"/requests/{agent.request_id}"):
         page.goto(f"{server.url}{path}")
-        assert narrowest_answer(page) >= 0.9, path  # each answer under its prompt, the full width
+        expect_answers_at_least(page, 0.9, path)  # each answer under its prompt, the full width
 
 
 def test_a_request_s_own_page_shows_an_answer_given_elsewhere_while_it_is_open(server: Server, page: Page) -> None:
