@@ -49,6 +49,7 @@ from .errors import (
     RunFailed,
     ToolFailed,
     ToolRefused,
+    Unavailable,
 )
 from .followups import Followup, Sent
 from .model import (
@@ -136,6 +137,7 @@ __all__ = [
     "ToolRefused",
     "ToolResult",
     "ToolRunner",
+    "Unavailable",
     "Worker",
     "__version__",
     "ask_user_tool",

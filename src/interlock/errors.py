@@ -21,6 +21,11 @@ the caller (and the model reading a tool result) must treat them differently:
     ├── RunConflict         (also RuntimeError) an operation needed a run in another state
     │                                           (running and held by this worker, or not ended)
     ├── Forbidden           (also PermissionError) the server refused who you are (401/403)
+    ├── RateLimited         (also RuntimeError) a quota of yours is used up (429): `retry_after`
+    ├── Unavailable         (also ConnectionError) the store, or the server behind a remote
+    │                                           broker, cannot serve the call for now (503): try
+    │                                           again after `retry_after`; a write's outcome may
+    │                                           be unknown, so retry it with the same idempotency key
     ├── InvalidGrantToken   (also ValueError)   a grant's token does not verify: forged,
     │                                           expired, or for someone or something else
     ├── ApprovalRefused     (also RuntimeError) the approval gate failed closed: do not run
@@ -31,6 +36,11 @@ the caller (and the model reading a tool result) must treat them differently:
 `Rejected` is deliberately not a parent of `Cancelled`: a refusal by the human is an
 answer the model should read, while a request the program gave up on is a plain failure.
 `Closed` is also what creating a request in a closed channel raises.
+
+`Unavailable` is the one error that says nothing about the call itself: the same call may
+succeed a moment later. The stores raise it for their driver's transient failures (a
+connection refused or dropped, a server restarting, a lock held past the timeout, a disk
+full or failing), so no caller needs to know which driver is underneath.
 """
 
 from __future__ import annotations
@@ -55,6 +65,7 @@ __all__ = [
     "RunFailed",
     "ToolFailed",
     "ToolRefused",
+    "Unavailable",
 ]
 
 
@@ -152,6 +163,24 @@ class Forbidden(InterlockError, PermissionError):
 class RateLimited(InterlockError, RuntimeError):
     """A server refused the call because a quota of the caller's is used up (429):
     `retry_after` is how many seconds to wait before trying again (None: it did not say)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Unavailable(InterlockError, ConnectionError):
+    """The store (or the server behind a remote broker) cannot serve this call for now: its
+    database restarting, failing over or out of reach, a connection dropped, a lock another
+    process held past the store's timeout, a disk full or failing. Try again: `retry_after`
+    is how many seconds the server suggested waiting (None: it did not say).
+
+    A read that raised it changed nothing. A write may have: when a connection drops after
+    the statement went out, nobody can tell whether it committed. So retry a write the way
+    that is safe to repeat: a request with the same `idempotency_key` (or `get` it by id)
+    is made once, an answer to a request answered meanwhile finds it settled, a run started
+    with the same id is found rather than made again.
+    """
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)

@@ -10,10 +10,15 @@ travel: as extra members of the problem (`ask_id`, `current_status`) and back. A
 no exception is the server's own answer (a quota, a body too large, a long poll that ran
 out): a client reads it from the response, and the remote broker leaves it to httpx's
 status error.
+
+`unavailable` (503) is the store failing for now, whatever its driver: the server sends it
+with `Retry-After` (`retry_after_of`), and the remote broker makes a bare 502, 503 or 504
+(a proxy's, with no problem of this table) the same `Unavailable`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,15 +33,18 @@ from .errors import (
     NotFound,
     RateLimited,
     RunConflict,
+    Unavailable,
 )
 
 __all__ = [
+    "RETRY_UNAVAILABLE",
     "WIRE_ERRORS",
     "WireError",
     "code_for_status",
     "error_from_problem",
     "meaning",
     "problem_of",
+    "retry_after_of",
     "status_of",
 ]
 
@@ -47,6 +55,22 @@ def _none(exc: Any) -> dict[str, Any]:
 
 def _seconds(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else None
+
+
+RETRY_UNAVAILABLE = 1
+"""The seconds a server's `Retry-After` asks for after `unavailable`, when the store named
+no figure of its own. A database restarting or failing over, a connection dropped, another
+process's lock: each is over in a second or a few, and the client's own back-off doubles
+from there (the remote broker's, up to `remote.UNAVAILABLE_CAP`). One call a second costs
+a server whose store is away nothing, and nobody waits longer than needed once it is back."""
+
+
+def retry_after_of(exc: Unavailable) -> int:
+    """The `Retry-After` of an `unavailable`: the exception's own figure in whole seconds
+    (rounded up, at least 1), else `RETRY_UNAVAILABLE`."""
+    if exc.retry_after is None:
+        return RETRY_UNAVAILABLE
+    return max(1, math.ceil(exc.retry_after))
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +190,16 @@ WIRE_ERRORS: tuple[WireError, ...] = (
         lambda detail, body, _: RateLimited(detail, retry_after=_seconds(body.get("retry_after"))),
     ),
     WireError("method_not_allowed", 405, None, "the route takes other methods (`Allow` names them)"),
+    WireError(
+        "unavailable",
+        503,
+        Unavailable,
+        "the store cannot serve the call for now (restarting, out of reach, locked, full): try again after "
+        "`Retry-After` (and `retry_after`) seconds. A read changed nothing; a write may have been made, so "
+        "retry it with the same idempotency key",
+        lambda exc: {"retry_after": retry_after_of(exc)},
+        lambda detail, body, _: Unavailable(detail, retry_after=_seconds(body.get("retry_after"))),
+    ),
     WireError("error", 500, None, "an HTTP error with no code of its own: its status says what went wrong"),
 )
 """Most specific first: `problem_of` takes the first row the exception is an instance of."""
@@ -181,6 +215,7 @@ _FOR_STATUS = {
     409: "already_settled",
     413: "too_large",
     429: "rate_limited",
+    503: "unavailable",
 }
 """The code of an HTTP error raised with a status alone (the framework's own: an unknown
 route, a method a route does not take, a body cut off at the limit)."""

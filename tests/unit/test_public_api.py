@@ -66,6 +66,7 @@ def test_the_public_names_are_pinned() -> None:
             "ToolRefused",
             "ToolResult",
             "ToolRunner",
+            "Unavailable",
             "Worker",
             "__version__",
             "ask_user_tool",
@@ -85,6 +86,8 @@ def test_the_errors_keep_the_standard_bases_callers_catch() -> None:
     assert issubclass(errors.InvalidAnswer, ValueError)
     assert issubclass(errors.Rejected, RuntimeError)
     assert issubclass(errors.RateLimited, errors.InterlockError)
+    assert issubclass(errors.Unavailable, ConnectionError)  # what callers caught for a store out of reach
+    assert errors.Unavailable("the store is restarting", retry_after=2).retry_after == 2
     assert issubclass(errors.Expired, TimeoutError)
     assert issubclass(errors.Closed, RuntimeError)
     assert issubclass(errors.Cancelled, RuntimeError)
