@@ -11,6 +11,14 @@ connection of its own, so that one slow list never holds up everyone else's.
 
 `synchronous=NORMAL` (the default) keeps every commit through a crash of the process; use
 `synchronous=FULL` to keep it through a power cut as well, at the cost of an fsync a commit.
+
+What fails for now is raised as `interlock.errors.Unavailable`, from where a statement's
+error reaches a caller: `_retry` (every read on the loop, and a write's wait for a lock),
+`_write` (a write's own failure, alone or in a group commit) and `_read_apart` (a read in
+a worker thread). It is the database still locked by another connection after
+`lock_timeout` seconds (a URL option, 30 by default), a disk I/O error, a disk full
+(`_classified`); anything else (a constraint, a statement of ours that is wrong, a file
+that is no database) stays the error it is.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
 from .._backoff import Backoff
+from ..errors import Unavailable
 from ..model import (
     Claim,
     IssuedGrant,
@@ -362,7 +371,7 @@ class SqliteStore(SqlStore):
             # Leave the search index up to date for whoever opens the file next.
             try:
                 await self._derive("search")
-            except (sqlite3.Error, TimeoutError) as exc:
+            except (sqlite3.Error, Unavailable) as exc:
                 log.warning("the search index was left behind the event log on close: %s", exc)
         if self._checkpointing is not None:
             await asyncio.shield(self._checkpointing)  # never fails: see _checkpoint
@@ -418,7 +427,8 @@ class SqliteStore(SqlStore):
         return self._db
 
     async def _retry(self, fn: Callable[[], T]) -> T:
-        """Run `fn`; while another process holds the lock, back off without blocking the loop."""
+        """Run `fn`; while another process holds the lock, back off without blocking the loop,
+        for up to `lock_timeout` seconds (then `Unavailable`)."""
         backoff = Backoff(0.0005, 0.05)  # a lock is held for a short transaction: look again soon
         deadline = time.monotonic() + self.lock_timeout
         while True:
@@ -426,9 +436,12 @@ class SqliteStore(SqlStore):
                 return fn()
             except sqlite3.OperationalError as exc:
                 if not _locked(exc):
-                    raise
+                    raise _classified(exc)
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"the SQLite database stayed locked for {self.lock_timeout}s") from exc
+                    raise Unavailable(
+                        f"the store is unavailable for now: the SQLite database stayed locked for "
+                        f"{self.lock_timeout:g} s (another connection holds its lock)"
+                    ) from exc
             await asyncio.sleep(backoff.next())
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T], *, notify: bool = True, lone: bool = False) -> T:
@@ -453,11 +466,11 @@ class SqliteStore(SqlStore):
                 ((ok, value),) = self._transaction([fn], lone=lone)
             except sqlite3.OperationalError as exc:
                 if not _locked(exc):
-                    raise
+                    raise _classified(exc)
                 # another process writes: back off and try again
                 ((ok, value),) = await self._retry(lambda: self._transaction([fn], lone=lone))
             if not ok:
-                raise value
+                raise _classified(value)
             if notify:
                 self._wakeup.notify()
                 self._derive_soon()
@@ -587,7 +600,7 @@ class SqliteStore(SqlStore):
             if ok:
                 fut.set_result(value)
             else:
-                fut.set_exception(value)
+                fut.set_exception(_classified(value))
 
     # -- what is derived from the event log -------------------------------------------------
 
@@ -710,7 +723,10 @@ class SqliteStore(SqlStore):
         if self._slow_pool is None:
             self._slow_pool = concurrent.futures.ThreadPoolExecutor(SLOW_READERS, thread_name_prefix="interlock-read")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._slow_pool, self._read_in_thread, sql, params, budget)
+        try:
+            return await loop.run_in_executor(self._slow_pool, self._read_in_thread, sql, params, budget)
+        except sqlite3.OperationalError as exc:  # its own busy timeout ran out, a disk error
+            raise _classified(exc)
 
     def _read_in_thread(self, sql: str, params: dict[str, Any] | Sequence[Any], budget: int | None = None) -> list[Any]:
         try:
@@ -1309,6 +1325,26 @@ def _locked(exc: sqlite3.OperationalError) -> bool:
     """Whether an error says another connection holds the lock (nothing was done: try again)."""
     message = str(exc)
     return "locked" in message or "busy" in message
+
+
+_FOR_NOW = frozenset(
+    getattr(sqlite3, name)
+    for name in ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_PROTOCOL")
+)
+"""SQLite's primary result codes of a failure that is not the call's: a lock held (past the
+timeout, where it reaches a caller), the disk failing or full, the locking protocol lost
+to another connection. The same call may succeed later."""
+
+
+def _classified(exc: BaseException) -> BaseException:
+    """`Unavailable` for an error of SQLite's that says the database cannot serve the call
+    for now (`_FOR_NOW`, by its primary result code), else `exc` itself: a constraint, a
+    statement of ours that is wrong, a corrupt file stay what they are."""
+    if isinstance(exc, sqlite3.OperationalError) and (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _FOR_NOW:
+        unavailable = Unavailable(f"the store is unavailable for now: the SQLite database says {exc}")
+        unavailable.__cause__ = exc
+        return unavailable
+    return exc
 
 
 def _execute(db: sqlite3.Connection, name: str, args: tuple[Any, ...]) -> sqlite3.Cursor:
