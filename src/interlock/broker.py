@@ -45,6 +45,7 @@ from .errors import (
     NotFound,
     Rejected,
     RunConflict,
+    Unavailable,
 )
 from .followups import MAX_FOLLOWUP_LENGTH, MAX_QUEUED_FOLLOWUPS, Followup, Sent, approval_word
 from .hooks import DEFAULT_HOOK_TIMEOUT, Hooks
@@ -2814,6 +2815,9 @@ class LocalBroker(Broker):
             self._expiry_kick.clear()
             try:
                 await self._expire_due()
+            except Unavailable as exc:  # the store is away for now: no bug to trace
+                log.warning("expiring overdue requests failed (%s); trying again in 1 s", exc)
+                self._next_due = datetime.now(UTC) + timedelta(seconds=1)
             except Exception:
                 log.exception("expiring overdue requests failed; trying again")
                 self._next_due = datetime.now(UTC) + timedelta(seconds=1)
@@ -2841,6 +2845,8 @@ class LocalBroker(Broker):
                             self._runs_ready_now()  # another process settled or parked
                     if len(batch) < 500:
                         break
+            except Unavailable as exc:  # the store is away for now: no bug to trace
+                log.warning("reading the event log failed (%s); trying again at the next poll", exc)
             except Exception:
                 log.exception("reading the event log failed; retrying")
 

@@ -16,7 +16,7 @@ import pytest
 from pg_support import database_of, empty_database, psql, read_line, send, spawn
 
 import interlock
-from interlock import Broker, Confirm, NotFound, Response, Status, Text
+from interlock import Broker, Confirm, NotFound, Response, Status, Text, Unavailable
 from interlock.principals import Principal, hash_token, issue_token
 from interlock.store._sql import load_migrations
 from interlock.store.postgres import PostgresStore, split_url
@@ -487,7 +487,9 @@ async def test_a_write_whose_reply_was_lost_with_its_connection_is_repeated_safe
                 result = await real(sql, *args)
                 if function in sql and not lost:
                     lost.append(sql)
-                    raise ConnectionResetError("the connection dropped before the reply came")
+                    # as the pool says it: the store's own error, from the driver's
+                    lost_reply = ConnectionResetError("the connection dropped before the reply came")
+                    raise Unavailable(f"the store is unavailable for now: {lost_reply}") from lost_reply
                 return result
 
             return run

@@ -29,6 +29,14 @@ URL: `postgresql://user:password@host:port/database?option=value`. The options
 the parsed requests kept in memory may add up to, in bytes) are interlock's; any
 other is handed to asyncpg (libpq-style `sslmode`, or a server setting such as
 `search_path` to keep interlock's tables in their own schema).
+
+What fails for now is raised as `interlock.errors.Unavailable` (`_FOR_NOW`), where a
+driver's error reaches a caller: a connection made (`_new_connection`: refused, the server
+starting up or not taking connections to the database, too many connections), a statement
+on the pool (`Connections.run`: the connection dropped, the server shutting down, its disk
+full) and a transaction (`_transaction`). A statement safe to repeat is tried once more
+on a fresh connection first (`_query`). A constraint, a statement of ours that is wrong,
+bad credentials or a database that does not exist stay the errors they are.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ import hmac
 import itertools
 import logging
 import math
+import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
@@ -52,6 +61,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no type information; its results are converted here
 
 from .._backoff import Backoff
+from ..errors import Unavailable
 from ..followups import Followup, followup_event_data
 from ..model import (
     Claim,
@@ -127,6 +137,30 @@ _DROPPED = (
     asyncpg.InternalClientError,
     OSError,
 )
+_FOR_NOW = (
+    *_DROPPED,
+    asyncpg.IdleSessionTimeoutError,  # 57P05: the server ended an idle connection
+    asyncpg.InsufficientResourcesError,  # 53xxx: its disk full, out of memory, too many connections
+)
+"""What a driver's error says when the database cannot serve the call for now: the same call
+may succeed once it is back. (`Unavailable` is a `ConnectionError`, so an `OSError`: one
+raised already is among these, and is raised as it is.)"""
+_REFUSED_FOR_NOW = (
+    *_FOR_NOW,
+    # 55000 as a connection is made: the database is not taking connections for now
+    # (ALTER DATABASE ... ALLOW_CONNECTIONS false, as during a maintenance).
+    asyncpg.ObjectNotInPrerequisiteStateError,
+)
+"""What refuses a new connection for now (bad credentials, a database that does not exist
+are not: those stay what they are)."""
+_NEVER_FOR_NOW = (ssl.SSLCertVerificationError, FileNotFoundError, IsADirectoryError)
+"""The `OSError`s of a connection's set-up that are no outage: a certificate that does not
+verify, a certificate file that is not there."""
+
+
+def _unavailable(exc: BaseException) -> Unavailable:
+    """What a driver's error that is `_FOR_NOW` (or `_REFUSED_FOR_NOW`) is raised as."""
+    return Unavailable(f"the store is unavailable for now: PostgreSQL: {redact(str(exc)) or type(exc).__name__}")
 
 
 def split_url(url: str) -> tuple[str, dict[str, Any]]:
@@ -215,6 +249,8 @@ class PostgresStore(SqlStore):
             await pool.fill(max(self.min_size, 1))
         except (OSError, asyncpg.PostgresError) as exc:
             where = redact_url(self.dsn)
+            if isinstance(exc, Unavailable):  # (said by `_new_connection`) try again later
+                raise Unavailable(f"cannot open the PostgreSQL store at {where} for now: {exc}") from exc.__cause__
             raise ConnectionError(f"cannot open the PostgreSQL store at {where}: {redact(str(exc))}") from exc
         self._pool = pool
         try:
@@ -224,17 +260,24 @@ class PostgresStore(SqlStore):
             self._note_key = await self._query("fetchval", Q["note_key"]) or await self._query(
                 "fetchval", Q["note_key"]
             )
-        except BaseException:
+        except BaseException as exc:
             self._pool = None
             await pool.close()
+            if isinstance(exc, _FOR_NOW) and not isinstance(exc, Unavailable):  # the migrations' connection dropped
+                raise _unavailable(exc) from exc
             raise
 
     async def _new_connection(self) -> Any:
-        conn = await _connect(
-            self.dsn,
-            statement_cache_size=self.statement_cache_size,
-            server_settings=_settings(self.dsn, "interlock"),
-        )
+        try:
+            conn = await _connect(
+                self.dsn,
+                statement_cache_size=self.statement_cache_size,
+                server_settings=_settings(self.dsn, "interlock"),
+            )
+        except _REFUSED_FOR_NOW as exc:
+            if isinstance(exc, _NEVER_FOR_NOW):
+                raise
+            raise _unavailable(exc) from exc
         self._own.add(conn.get_server_pid())
         return conn
 
@@ -272,10 +315,11 @@ class PostgresStore(SqlStore):
         return self._pool
 
     async def _query(self, method: str, sql: str, *args: Any) -> Any:
-        """Run one statement that is safe to repeat; once more if the connection was dead."""
+        """Run one statement that is safe to repeat; once more (on a fresh connection) if the
+        database was unavailable: a connection found dead after a restart, say."""
         try:
             return await getattr(self.pool, method)(sql, *args)
-        except _DROPPED as exc:
+        except Unavailable as exc:
             await self._dropped(exc)
             return await getattr(self.pool, method)(sql, *args)
 
@@ -318,6 +362,8 @@ class PostgresStore(SqlStore):
             # transaction rolled back and the connection is fine (release drops a closed one
             # or one still in a transaction). One that failed on the wire or timed out is not.
             reusable = not isinstance(exc, (*_DROPPED, TimeoutError, asyncpg.InterfaceError))
+            if isinstance(exc, _FOR_NOW) and not isinstance(exc, Unavailable):
+                raise _unavailable(exc) from exc
             raise
         finally:
             self.pool.release(conn, reusable=reusable)
@@ -521,7 +567,7 @@ class PostgresStore(SqlStore):
         args = (request.id, request.status.value, at, answer)
         try:
             settled = await self.pool.fetchval(Q["settle_request"], *args) is not None
-        except _DROPPED as exc:
+        except Unavailable as exc:
             await self._dropped(exc)
             settled = await self.pool.fetchval(Q["settle_request"], *args) is not None
             if not settled and answer is not None:
@@ -560,7 +606,7 @@ class PostgresStore(SqlStore):
     async def consume(self, request_id: str, by: str | None, at: datetime) -> bool:
         try:
             return await self.pool.fetchval(Q["consume_request"], request_id, by, at) is not None
-        except _DROPPED as exc:
+        except Unavailable as exc:
             await self._dropped(exc)
             if await self.pool.fetchval(Q["consume_request"], request_id, by, at) is not None:
                 return True
@@ -572,7 +618,7 @@ class PostgresStore(SqlStore):
     async def release(self, request_id: str, at: datetime) -> bool:
         try:
             return await self.pool.fetchval(Q["release_request"], request_id, at) is not None
-        except _DROPPED as exc:
+        except Unavailable as exc:
             await self._dropped(exc)
             if await self.pool.fetchval(Q["release_request"], request_id, at) is not None:
                 return True
@@ -689,7 +735,7 @@ class PostgresStore(SqlStore):
         args = (request.id, request.status.value, at, answer, agents, claim.worker, claim.lease_expires_at)
         try:
             row = await self.pool.fetchrow(Q["settle_claiming"], *args, claim.at, claim.requester)
-        except _DROPPED as exc:
+        except Unavailable as exc:
             # Maybe settled (and a run claimed) by this very call, its reply lost with the
             # connection: `_settle` finds out which. A run claimed so is taken over by
             # another worker once its lease runs out.
@@ -928,7 +974,8 @@ class Connections:
             self._idle.append(conn)
 
     async def run(self, method: str, sql: str, *args: Any) -> Any:
-        """One statement on a connection of the pool."""
+        """One statement on a connection of the pool (`Unavailable` when the database
+        cannot serve it for now)."""
         conn = await self.acquire()
         reusable = False
         try:
@@ -939,7 +986,11 @@ class Connections:
             # The server refused the statement and the connection is fine, unless the
             # server is ending it.
             reusable = not isinstance(exc, _DROPPED)
+            if isinstance(exc, _FOR_NOW):
+                raise _unavailable(exc) from exc
             raise
+        except (OSError, asyncpg.InternalClientError) as exc:  # the connection failed on the wire
+            raise _unavailable(exc) from exc
         finally:
             self.release(conn, reusable=reusable)
 
