@@ -436,7 +436,9 @@ class SqliteStore(SqlStore):
                 return fn()
             except sqlite3.OperationalError as exc:
                 if not _locked(exc):
-                    raise _classified(exc)
+                    if _for_now(exc):
+                        raise _unavailable(exc) from exc
+                    raise
                 if time.monotonic() > deadline:
                     raise Unavailable(
                         f"the store is unavailable for now: the SQLite database stayed locked for "
@@ -466,7 +468,9 @@ class SqliteStore(SqlStore):
                 ((ok, value),) = self._transaction([fn], lone=lone)
             except sqlite3.OperationalError as exc:
                 if not _locked(exc):
-                    raise _classified(exc)
+                    if _for_now(exc):
+                        raise _unavailable(exc) from exc
+                    raise
                 # another process writes: back off and try again
                 ((ok, value),) = await self._retry(lambda: self._transaction([fn], lone=lone))
             if not ok:
@@ -726,7 +730,9 @@ class SqliteStore(SqlStore):
         try:
             return await loop.run_in_executor(self._slow_pool, self._read_in_thread, sql, params, budget)
         except sqlite3.OperationalError as exc:  # its own busy timeout ran out, a disk error
-            raise _classified(exc)
+            if _for_now(exc):
+                raise _unavailable(exc) from exc
+            raise
 
     def _read_in_thread(self, sql: str, params: dict[str, Any] | Sequence[Any], budget: int | None = None) -> list[Any]:
         try:
@@ -1336,15 +1342,25 @@ timeout, where it reaches a caller), the disk failing or full, the locking proto
 to another connection. The same call may succeed later."""
 
 
+def _for_now(exc: BaseException) -> bool:
+    """Whether an error of SQLite's says the database cannot serve the call for now
+    (`_FOR_NOW`, by its primary result code): a constraint, a statement of ours that is
+    wrong, a corrupt file are not."""
+    return isinstance(exc, sqlite3.OperationalError) and (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _FOR_NOW
+
+
+def _unavailable(exc: BaseException) -> Unavailable:
+    return Unavailable(f"the store is unavailable for now: the SQLite database says {exc}")
+
+
 def _classified(exc: BaseException) -> BaseException:
-    """`Unavailable` for an error of SQLite's that says the database cannot serve the call
-    for now (`_FOR_NOW`, by its primary result code), else `exc` itself: a constraint, a
-    statement of ours that is wrong, a corrupt file stay what they are."""
-    if isinstance(exc, sqlite3.OperationalError) and (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _FOR_NOW:
-        unavailable = Unavailable(f"the store is unavailable for now: the SQLite database says {exc}")
-        unavailable.__cause__ = exc
-        return unavailable
-    return exc
+    """What to raise for a write's failure: `Unavailable` (from `exc`) if it is `_for_now`,
+    else `exc` itself."""
+    if not _for_now(exc):
+        return exc
+    unavailable = _unavailable(exc)
+    unavailable.__cause__ = exc
+    return unavailable
 
 
 def _execute(db: sqlite3.Connection, name: str, args: tuple[Any, ...]) -> sqlite3.Cursor:
