@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from ..agent.calls import ToolCall
 from ..agent.human_input import DEFAULT_INPUT_TIMEOUT, QUESTION_TYPES, HumanInputTools, request_human_input_tool
 from ..broker import Broker
-from ..errors import AlreadySettled, InterlockError, InvalidAnswer
+from ..errors import AlreadySettled, InterlockError, InvalidAnswer, Unavailable
 from ..model import Answers, Grant, Option, Status
 from ..principals import Principal
 from ..remote import RemoteBroker
@@ -246,6 +246,8 @@ def _failed(exc: InterlockError) -> ToolError:
     if isinstance(exc, InvalidAnswer):
         where = f" (ask {exc.ask_id!r})" if exc.ask_id else ""
         return ToolError(f"the answer does not fit{where}: {exc}; nothing changed, the request is still open")
+    if isinstance(exc, Unavailable):
+        return ToolError(f"{exc}; try the same call again in a few seconds")
     return ToolError(str(exc))
 
 

@@ -11,6 +11,10 @@ status, its exception and what it means.
 A request body is read up to `max_body_size` bytes (1 MiB by default) and refused with 413
 `too_large` past that, whatever its Content-Length says; the parts of a request are then
 held to the broker's `Limits`.
+
+A store that cannot serve a call for now (`interlock.errors.Unavailable`, whatever its
+driver) is answered 503 `unavailable` with `Retry-After` on every route (a page of the web
+inbox: a page that says so), and logged as a warning, not as a failure with a traceback.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.datastructures import Headers
@@ -37,10 +41,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..broker import LocalBroker, connect
 from ..channels import ChannelContext
 from ..channels.delivery import DeliveryLoop
+from ..errors import Unavailable
 from ..grant_tokens import GrantSigner
 from ..model import GrantPolicy, Limits
 from ..routing import Routing, load_routing
-from ..wire import WIRE_ERRORS, code_for_status, problem_of
+from ..wire import WIRE_ERRORS, code_for_status, problem_of, retry_after_of
 from . import (
     api,
     deliveries,
@@ -66,6 +71,7 @@ from .common import (
     event_to_dict,
     parse_event_id,
     problem,
+    problems_for,
 )
 from .pages import install_pages
 from .quotas import DEFAULT_QUOTA, DEFAULT_STREAMS, Quota, TooMany
@@ -75,7 +81,7 @@ if TYPE_CHECKING:
 from .schemas import (
     Problem,
 )
-from .web import install_web
+from .web import install_web, refusal
 
 __all__ = ["DEFAULT_MAX_BODY_SIZE", "BodyLimit", "create_app", "event_to_dict", "parse_event_id"]
 
@@ -257,7 +263,8 @@ def create_app(
         version="1",
         summary="Durable human-in-the-loop requests for AI agents.",
         lifespan=lifespan,
-        responses={401: {"model": Problem}, 403: {"model": Problem}},
+        # On every route: who you are, and a store that is unavailable for now.
+        responses={401: {"model": Problem}, 403: {"model": Problem}, **problems_for()(503)},
     )
     app.state.interlock = state
     app.add_middleware(BodyLimit, max_size=max_body_size)
@@ -396,7 +403,32 @@ def _install_errors(app: FastAPI) -> None:
         return problem(code, str(exc), status=status, **extra)
 
     for error in dict.fromkeys(row.error for row in WIRE_ERRORS if row.error is not None):
-        app.add_exception_handler(error, wire_error)
+        if error is not Unavailable:
+            app.add_exception_handler(error, wire_error)
+
+    @app.exception_handler(Unavailable)
+    async def unavailable(request: Request, exc: Unavailable) -> Response:
+        seconds = retry_after_of(exc)
+        log.warning("%s %s answered 503: %s", request.method, request.url.path, exc)
+        response: Response
+        if _a_page(request):
+            message = "The store is unavailable for now: try again shortly."
+            response = refusal(request.app.state.interlock, request, 503, message)
+        else:
+            response = problem("unavailable", str(exc), retry_after=seconds)
+        response.headers["Retry-After"] = str(seconds)
+        return response
+
+
+def _a_page(request: Request) -> bool:
+    """Whether a call is the web inbox's, answered with a page: a route of its pages (not
+    of the API, an event stream or an operator's tool), or one a browser navigates to."""
+    if request.url.path.startswith("/api/"):
+        return False
+    route = request.scope.get("route")
+    if getattr(route, "response_class", None) is HTMLResponse:
+        return True
+    return "text/html" in request.headers.get("accept", "")
 
 
 def _document_problems(app: FastAPI) -> None:

@@ -75,7 +75,7 @@ Novo's clients expect it (the table's is 422)."""
 
 _TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 408: "Request Timeout"}
 _TITLES |= {405: "Method Not Allowed", 409: "Conflict", 413: "Content Too Large", 422: "Unprocessable Content"}
-_TITLES |= {429: "Too Many Requests"}
+_TITLES |= {429: "Too Many Requests", 503: "Service Unavailable"}
 
 
 def problem(code: str, detail: str, *, status: int | None = None, **extra: Any) -> JSONResponse:
@@ -117,6 +117,7 @@ PROBLEM_CODES: Mapping[int, tuple[str, ...]] = {
     413: ("too_large",),
     422: ("invalid_request",),
     429: ("rate_limited",),
+    503: ("unavailable",),
 }
 """The codes each status carries on most routes; a router names those that differ."""
 
@@ -135,7 +136,7 @@ def problems_for(codes: Mapping[int, Sequence[str]] | None = None) -> Callable[.
         out: Responses = {}
         for status in statuses:
             out[status] = {"model": Problem, "description": describe(status, table[status])}
-            if status == 429:
+            if status in (429, 503):
                 out[status]["headers"] = {
                     "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 1}}
                 }

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..broker import LocalBroker
-from ..errors import InterlockError
+from ..errors import InterlockError, Unavailable
 from ..model import Ask, Event, Request, Status, ask_to_dict
 from ..principals import Principal, can_read
 from ..wire import problem_of
@@ -413,6 +413,8 @@ async def resolve_batch(body: BatchResolveBody, caller: Caller, broker: TheBroke
             results.append({"id": item.id, "ok": True, "interaction": await _resolve(broker, item.id, item, caller)})
         except ApiError as exc:
             results.append({"id": item.id, "ok": False, "error": {"status": exc.status, "code": exc.code}})
+        except Unavailable:
+            raise  # the store is away: so it is for the items after this one too (503, Retry-After)
         except InterlockError as exc:
             found = problem_of(exc)
             if found is None:

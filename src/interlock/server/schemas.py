@@ -445,4 +445,6 @@ class Problem(BaseModel):
     detail: str
     ask_id: str | None = None
     current_status: str | None = None
-    retry_after: int | None = Field(None, description="`rate_limited`: the seconds `Retry-After` says")
+    retry_after: int | None = Field(
+        None, description="`rate_limited` and `unavailable`: the seconds `Retry-After` says"
+    )
