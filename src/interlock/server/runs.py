@@ -42,7 +42,7 @@ from .common import (
     scoped_run_id,
 )
 from .schemas import EventPage, Strict
-from .stream import Dropped
+from .stream import Dropped, patiently
 
 __all__ = ["router"]
 
@@ -423,7 +423,7 @@ async def run_stream(
 
     async def generate() -> AsyncIterator[ServerSentEvent | bytes]:
         yield ServerSentEvent(comment="connected", retry=2000)
-        pause = await _pending_pause(broker, run_id, begin)
+        pause = await patiently(lambda: _pending_pause(broker, run_id, begin), "a run's stream")
         if pause is not None:
             yield state.hub.frame_at(pause, begin)
         try:

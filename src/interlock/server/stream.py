@@ -14,6 +14,13 @@ A subscriber opened with a credential (`Holder`) ends when the event log says th
 credential is gone: a `token_revoked` event ends the streams of those tokens, a
 `signed_out` event those of that web session. Every node follows the same log, so a
 revocation made anywhere (the CLI on another machine, say) ends the streams on all nodes.
+
+A store that is unavailable for a while (`interlock.errors.Unavailable`: a database
+restarting, a lock held past its timeout) ends no stream and no process: the hub follows
+the event log again after a bounded back-off (`STORE_RETRY_FIRST` doubling to
+`STORE_RETRY_CAP`), from the last event it passed on, and a stream replaying stored events
+reads on from its last one the same way, while its client stays connected (keep-alive
+comments still go out). Nothing is missed or sent twice; the client only sees a pause.
 """
 
 from __future__ import annotations
@@ -23,22 +30,53 @@ import contextlib
 import logging
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from sse_starlette import ServerSentEvent
 
+from .._backoff import Backoff
 from ..broker import Broker
+from ..errors import Unavailable
 from ..model import Event
 from ..principals import TEAM_LEFT
 from .auth import Holder
 
-__all__ = ["ACCESS_EVENTS", "Hub", "Subscriber"]
+__all__ = ["ACCESS_EVENTS", "STORE_RETRY_CAP", "STORE_RETRY_FIRST", "Hub", "Subscriber", "patiently"]
 
 log = logging.getLogger("interlock.server")
 
 ACCESS_EVENTS = frozenset({"token_revoked", "signed_out", TEAM_LEFT})
 """Events about credentials and memberships, not requests: they end streams and are shown
 to no principal."""
+
+STORE_RETRY_FIRST = 0.5
+"""Seconds before a stream (or the hub) reads a store that was unavailable again, doubling
+on each failure in a row up to `STORE_RETRY_CAP` (or what `Unavailable.retry_after` says,
+if longer)."""
+STORE_RETRY_CAP = 5.0
+"""The longest pause between two reads of a store that stays unavailable: a stream resumes
+within this long of the store coming back."""
+
+T = TypeVar("T")
+
+
+def _store_delay(exc: Unavailable, backoff: Backoff) -> float:
+    return max(exc.retry_after or 0.0, backoff.next())
+
+
+async def patiently(read: Callable[[], Awaitable[T]], what: str) -> T:
+    """`read()`, read again after `Unavailable` with a bounded back-off until it answers:
+    for a stream's own reads after its 200 went out, while its client stays connected (a
+    client that hangs up cancels it). `what` names the read in the log."""
+    backoff: Backoff | None = None
+    while True:
+        try:
+            return await read()
+        except Unavailable as exc:
+            backoff = backoff or Backoff(STORE_RETRY_FIRST, STORE_RETRY_CAP)
+            delay = _store_delay(exc, backoff)
+            log.warning("%s could not read the store (%s); trying again in %g s", what, exc, delay)
+            await asyncio.sleep(delay)
 
 
 class Subscriber:
@@ -97,6 +135,18 @@ class Subscriber:
         self.dropped = reason
         self.hub.unsubscribe(self)
         self._wake()
+
+    async def pause(self, seconds: float) -> None:
+        """Wait `seconds`, or until this subscriber is dropped (the server stopping, its
+        credential gone); an event queued meanwhile stays queued."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + seconds
+        while self.dropped is None and (left := until - loop.time()) > 0:
+            self._waiter = loop.create_future()
+            try:
+                await asyncio.wait((self._waiter,), timeout=left)
+            finally:
+                self._waiter = None
 
     async def next(self) -> Event | None:
         """The next live event, or None once dropped (after what was queued)."""
@@ -161,6 +211,8 @@ class Hub:
         self.subscribers.clear()
 
     async def _run(self, after: int) -> None:
+        backoff = Backoff(STORE_RETRY_FIRST, STORE_RETRY_CAP)
+        failed_at: int | None = None  # the event after which the last failure came
         while True:
             try:
                 async for event in self.broker.events(after=after, follow=True):
@@ -175,8 +227,19 @@ class Hub:
                 return  # the broker was closed
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("following the event log failed; resuming after event %s", after)
+            except Exception as exc:
+                if after != failed_at:  # events were passed on since the last failure: a new outage
+                    backoff.reset()
+                failed_at = after
+                if isinstance(exc, Unavailable):  # the store is away for now: no bug to trace
+                    delay = _store_delay(exc, backoff)
+                    log.warning(
+                        "following the event log failed (%s); resuming after event %s in %g s", exc, after, delay
+                    )
+                else:
+                    delay = backoff.next()
+                    log.exception("following the event log failed; resuming after event %s in %g s", after, delay)
+                await asyncio.sleep(delay)
 
     def subscribe(
         self, accept: Callable[[Event], bool], holder: Holder | None = None, audience: Hashable | None = None
@@ -232,19 +295,38 @@ class Hub:
         revocation or a team left between the caller's check and the subscription, whose
         event this hub handled before the subscriber existed, counts too.
         `audience`: see `subscribe`.
+
+        A store unavailable for now (`lost`, the replay) is read again after a bounded
+        back-off, the replay from the last event it read, while the client stays
+        connected: a stream ends only as `Dropped`, or when its client hangs up.
         """
         sub = self.subscribe(accept, holder, audience)  # first, so nothing committed from here on is missed
         try:
-            if lost is not None and (reason := await lost()) is not None:
-                sub.end(reason)
             seen = 0
-            if after is not None and sub.dropped is None:
-                async for event in replay(after) if replay is not None else self.broker.events(after=after):
-                    if sub.dropped is not None:
-                        break
-                    seen = event.id
-                    if accept(event):
-                        yield event
+            checked = lost is None
+            backoff: Backoff | None = None  # made at the first failure only
+            while sub.dropped is None:
+                try:
+                    if not checked:
+                        assert lost is not None
+                        if (reason := await lost()) is not None:
+                            sub.end(reason)
+                            break
+                        checked = True
+                    if after is not None:
+                        start = max(after, seen)  # (after a failure: on from the last event read)
+                        async for event in replay(start) if replay is not None else self.broker.events(after=start):
+                            if sub.dropped is not None:
+                                break
+                            seen = event.id
+                            if accept(event):
+                                yield event
+                    break
+                except Unavailable as exc:
+                    backoff = backoff or Backoff(STORE_RETRY_FIRST, STORE_RETRY_CAP)
+                    delay = _store_delay(exc, backoff)
+                    log.warning("a stream could not read the store (%s); trying again in %g s", exc, delay)
+                    await sub.pause(delay)
             while (live := await sub.next()) is not None:
                 if live.id > seen:
                     yield live
