@@ -10,14 +10,24 @@ answer; a problem response comes back as the exception the server raised (`inter
 `ask()` is one call when no input hook is added: `POST /requests?wait=...` creates the
 request and answers once it settles (or with it still pending when the time runs out; the
 wait then goes on with the long poll).
+
+A server whose store is unavailable for now answers 503 `unavailable` with `Retry-After`,
+and a proxy in front of a server that is away answers a bare 502, 503 or 504: both raise
+`interlock.errors.Unavailable`, its `retry_after` from the header. A call that changes
+something raises it to the caller (retry it with the same idempotency key: its outcome
+may be unknown). A wait (`wait`, `watch`, and following the events) only reads, so it
+polls again after a bounded back-off instead (`Retry-After`, or its own from
+`UNAVAILABLE_FIRST` doubling to `UNAVAILABLE_CAP`), for as long as its own timeout allows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import json
 import logging
+import math
 import os
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import fields
@@ -45,7 +55,7 @@ from .broker import (
     _wait_seconds,
 )
 from .dashboard import DASHBOARD_WINDOW, Dashboard, dashboard_from_dict
-from .errors import Closed, InvalidAnswer, InvalidRequest, NotFound, RunConflict
+from .errors import Closed, InvalidAnswer, InvalidRequest, NotFound, RateLimited, RunConflict, Unavailable
 from .followups import Followup, Sent, followup_from_dict
 from .hooks import DEFAULT_HOOK_TIMEOUT
 from .model import (
@@ -84,6 +94,13 @@ log = logging.getLogger("interlock")
 
 LONG_POLL = 30.0
 """Seconds one long poll may hold a call open; a longer wait makes several."""
+UNAVAILABLE_FIRST = 0.5
+"""Seconds a wait pauses before it polls a server that answered `Unavailable` again (unless
+its `Retry-After` says longer), doubling while it keeps answering so up to `UNAVAILABLE_CAP`."""
+UNAVAILABLE_CAP = 10.0
+"""The longest pause of a wait between two polls of a server that is unavailable (a
+`Retry-After` that asks for longer is cut to this): a wait goes on within this long of the
+server coming back."""
 
 _OPTIONS = {"token": str}
 _BROKER_OPTIONS = ("limits", "max_prompt_length", "hook_timeout", "transport", "grant_policy")
@@ -298,10 +315,16 @@ class RemoteBroker(Broker):
         assert me is not None
         self._waiting.add(me)
         self._waits[request_id] = self._waits.get(request_id, 0) + 1
+        backoff: Backoff | None = None  # made at the first failure only
         try:
             while True:
                 left = LONG_POLL if deadline is None else min(LONG_POLL, max(deadline - loop.time(), 0.0))
-                request = await self._poll(request_id, left)
+                try:
+                    request = await self._poll(request_id, left)
+                except Unavailable as exc:
+                    backoff = backoff or Backoff(UNAVAILABLE_FIRST, UNAVAILABLE_CAP)
+                    await self._pause_unavailable(exc, backoff, deadline, request_id)
+                    continue
                 if request is not None:
                     self._made.pop(request_id, None)
                     return _outcome(request)
@@ -330,12 +353,34 @@ class RemoteBroker(Broker):
                 return  # its maker comes back for it (an idempotency key), or its run does
             await self.cancel(request_id, "the waiting call was cancelled", cause="withdrawn")
 
+    async def _pause_unavailable(
+        self, exc: Unavailable, backoff: Backoff, deadline: float | None, request_id: str
+    ) -> None:
+        """Pause a wait whose poll met `Unavailable`: for what `Retry-After` says or the
+        back-off's next delay, whichever is longer (at most `UNAVAILABLE_CAP`), and never
+        past the wait's `deadline`; once that has passed, `exc` is raised (the wait is
+        bounded by its own timeout, not by the server's coming back)."""
+        loop = asyncio.get_running_loop()
+        delay = min(max(exc.retry_after or 0.0, backoff.next()), UNAVAILABLE_CAP)
+        if deadline is not None:
+            if loop.time() >= deadline:
+                raise exc
+            delay = min(delay, deadline - loop.time())
+        log.warning("waiting on %s: %s; polling again in %.1f s", request_id, exc, delay)
+        await asyncio.sleep(delay)
+
     async def watch(self, request_id: str, timeout: float | None = None) -> Request:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + max(float(timeout), 0.0)
+        backoff: Backoff | None = None  # made at the first failure only
         while True:
             left = LONG_POLL if deadline is None else min(LONG_POLL, max(deadline - loop.time(), 0.0))
-            request = await self._poll(request_id, left)
+            try:
+                request = await self._poll(request_id, left)
+            except Unavailable as exc:
+                backoff = backoff or Backoff(UNAVAILABLE_FIRST, UNAVAILABLE_CAP)
+                await self._pause_unavailable(exc, backoff, deadline, request_id)
+                continue
             if request is not None:
                 return request
             if deadline is not None and loop.time() >= deadline:
@@ -636,6 +681,7 @@ class RemoteBroker(Broker):
                 # cuts it as it cuts a `wait`: the stream then ends, as a local broker's does.
                 self._waiting.add(me)
                 try:
+                    asked: float | None = None  # what a server that is unavailable asks to wait
                     try:
                         headers = {"Last-Event-ID": str(cursor)}
                         async with aconnect_sse(client, "GET", "/events/stream", headers=headers) as source:
@@ -653,7 +699,11 @@ class RemoteBroker(Broker):
                                 self._waiting.add(me)
                     except (httpx.HTTPError, ValueError) as exc:
                         log.debug("event stream from %s dropped (%s); reconnecting", redact_url(self.base_url), exc)
-                    await asyncio.sleep(backoff.next())  # back off before reconnecting, at most 5 s
+                    except Unavailable as exc:
+                        log.warning("event stream from %s: %s; reconnecting", redact_url(self.base_url), exc)
+                        asked = exc.retry_after
+                    # back off before reconnecting: at most 5 s, or what the server asks up to UNAVAILABLE_CAP
+                    await asyncio.sleep(min(max(asked or 0.0, backoff.next()), UNAVAILABLE_CAP))
                 except asyncio.CancelledError:
                     if not self._uncut(me):
                         raise
@@ -1029,19 +1079,47 @@ def _request_path(request_id: str) -> str:
     return f"/requests/{segment}"
 
 
+_UNAVAILABLE = frozenset({502, 503, 504})
+"""What a proxy answers for a server it cannot reach, or that does not answer in time."""
+
+
 def _error(response: httpx.Response, request_id: str) -> Exception:
-    """The exception a problem response stands for (`interlock.wire`); for anything else,
-    httpx's own status error."""
+    """The exception a problem response stands for (`interlock.wire`), a `RateLimited` or
+    `Unavailable` with its `Retry-After`; a 502, 503 or 504 with no problem of the table
+    (a proxy's), `Unavailable`; for anything else, httpx's own status error."""
     body: Any = None
     with contextlib.suppress(ValueError):
         body = response.json()
     if isinstance(body, Mapping):
         found = error_from_problem(body, request_id=request_id)
+        if isinstance(found, RateLimited | Unavailable):
+            found.retry_after = _retry_after(response, found.retry_after)
         if found is not None:
             return found
+    if response.status_code in _UNAVAILABLE:
+        return Unavailable(
+            f"the server is unavailable for now: {response.status_code} {response.reason_phrase}",
+            retry_after=_retry_after(response, None),
+        )
     if response.status_code == 404:
         return NotFound(request_id)
     detail = body.get("detail") if isinstance(body, Mapping) else response.text
     return httpx.HTTPStatusError(
         f"{response.status_code} {response.reason_phrase}: {detail}", request=response.request, response=response
     )
+
+
+def _retry_after(response: httpx.Response, given: float | None) -> float | None:
+    """The seconds a response's `Retry-After` asks to wait (a number of seconds, or an
+    HTTP date), else `given` (what its problem said)."""
+    value = response.headers.get("retry-after", "").strip()
+    if not value:
+        return given
+    with contextlib.suppress(ValueError):
+        seconds = float(value)
+        return seconds if math.isfinite(seconds) and seconds >= 0 else given
+    with contextlib.suppress(TypeError, ValueError, IndexError):
+        when = email.utils.parsedate_to_datetime(value)
+        if when.tzinfo is not None:
+            return max((when - datetime.now(UTC)).total_seconds(), 0.0)
+    return given
