@@ -56,6 +56,7 @@ from .errors import (
     NotFound,
     Rejected,
     RunConflict,
+    Unavailable,
 )
 from .followups import approval_word, followup_to_dict
 from .model import (
@@ -192,6 +193,9 @@ def _run(db: str | None, work: Callable[[Broker], Awaitable[T]], token: str | No
             f"the server at {redact_url(db or '')} failed ({exc.response.status_code} "
             f"{exc.response.reason_phrase}); its log says why"
         ) from None
+    except Unavailable as exc:  # (a ConnectionError too: the store or the server is there, but not for now)
+        where = redact_url(db or "sqlite:///interlock.db")
+        raise _fail(f"{'the server' if _remote(db) else 'the store'} at {where}: {exc}; try again shortly") from None
     except ConnectionError as exc:
         raise _fail(
             f"{exc}. Is `interlock serve` running at {redact_url(db or '')}? Start it there, or point "

@@ -43,7 +43,7 @@ from typing import Any
 
 from ._backoff import Backoff
 from .broker import DEFAULT_LEASE, Broker
-from .errors import Closed, InterlockError, InvalidRequest, RateLimited, RunConflict
+from .errors import Closed, InterlockError, InvalidRequest, RateLimited, RunConflict, Unavailable
 from .model import Request, Run, RunStatus
 
 __all__ = ["Park", "ResumeHandler", "Worker"]
@@ -161,6 +161,11 @@ class Worker:
             except RateLimited as exc:
                 await _pause(max(exc.retry_after or 0.0, backoff.next()), stop)
                 continue
+            except Unavailable as exc:  # the store, or the server's, away for now: ask again
+                delay = max(exc.retry_after or 0.0, backoff.next())
+                log.warning("worker %s could not claim a run (%s); trying again in %.0f s", self.name, exc, delay)
+                await _pause(delay, stop)
+                continue
             except InterlockError:
                 raise  # refused (a token revoked, agents it may not serve): asking again changes nothing
             except Exception as exc:
@@ -181,6 +186,13 @@ class Worker:
             if run is not None:
                 try:
                     await self.resume(run)
+                except Unavailable as exc:  # the store away (longer than the lease, or before the handler ran)
+                    log.warning(
+                        "worker %s could not resume run %s or store how it ended (%s); its lease hands it on",
+                        self.name,
+                        run.id,
+                        exc,
+                    )
                 except Exception:  # e.g. the store unreachable: the lease hands the run on
                     log.exception("worker %s could not finish run %s", self.name, run.id)
 
@@ -220,9 +232,9 @@ class Worker:
             try:
                 return await self._store_outcome(run, failure, outcome)
             except Exception as exc:
-                if isinstance(exc, InterlockError) and not isinstance(exc, RateLimited):
+                if isinstance(exc, InterlockError) and not isinstance(exc, RateLimited | Unavailable):
                     raise  # refused: asking again changes nothing
-                delay = backoff.next()
+                delay = max(getattr(exc, "retry_after", None) or 0.0, backoff.next())
                 if clock() + delay > until:
                     raise
                 log.warning(

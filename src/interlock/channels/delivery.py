@@ -34,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 
 from ..broker import routing_since, stored_routing
+from ..errors import Unavailable
 from ..model import Request, Status
 from ..outbox import Delivery, Notice, retry_delay
 from ..routing import Routing, RoutingError, routing_from_dict
@@ -170,18 +171,21 @@ class DeliveryLoop:
                     await self.refresh_routing()
                 busy = await self.run_once()
                 failures = 0
+                due = None if busy or self._stopping else await self.outbox.next_outbox_due()
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
                 failures += 1
-                log.exception("the delivery loop failed; trying again")
-                busy = False
-                await asyncio.sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
+                pause = min(30.0, 0.5 * 2 ** min(failures, 6))
+                if isinstance(exc, Unavailable):  # the store is away for now: no bug to trace
+                    log.warning("the delivery loop failed (%s); trying again in %g s", exc, pause)
+                else:
+                    log.exception("the delivery loop failed; trying again")
+                await asyncio.sleep(pause)
                 continue
             if busy or self._stopping:
                 continue
             delay = self.poll_interval
-            due = await self.outbox.next_outbox_due()
             ahead = None if due is None else (due - datetime.now(UTC)).total_seconds()
             if ahead is not None and ahead > 0:  # past due and not claimed: another loop holds it
                 delay = min(delay, ahead)
