@@ -3,15 +3,37 @@
 from __future__ import annotations
 
 import ast
+import email.utils
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 
 import interlock
-from interlock.errors import AlreadySettled, Closed, Forbidden, InvalidAnswer, InvalidRequest, NotFound
-from interlock.server.common import NOVO_REFUSAL, UNREADABLE, ApiError
-from interlock.wire import WIRE_ERRORS, code_for_status, error_from_problem, meaning, problem_of, status_of
+from interlock.errors import (
+    AlreadySettled,
+    Closed,
+    Forbidden,
+    InvalidAnswer,
+    InvalidRequest,
+    NotFound,
+    RateLimited,
+    Unavailable,
+)
+from interlock.remote import RemoteBroker
+from interlock.server.common import NOVO_REFUSAL, UNREADABLE, ApiError, problem
+from interlock.wire import (
+    RETRY_UNAVAILABLE,
+    WIRE_ERRORS,
+    code_for_status,
+    error_from_problem,
+    meaning,
+    problem_of,
+    retry_after_of,
+    status_of,
+)
 
 EXAMPLES = [
     InvalidAnswer("colour: not an option", ask_id="colour"),
@@ -144,3 +166,69 @@ def test_the_openapi_document_names_every_code_with_its_meaning() -> None:
     assert code["enum"] == [row.code for row in WIRE_ERRORS]
     for row in WIRE_ERRORS:
         assert f"`{row.code}` ({row.status}): {row.meaning}" in code["description"]
+
+
+# -- a store unavailable for now: the server's problem, the remote broker's exception -----------
+
+
+@pytest.mark.parametrize(("given", "sent"), [(None, RETRY_UNAVAILABLE), (0.2, 1), (2.5, 3), (30, 30)])
+def test_unavailable_is_sent_with_its_retry_after_in_whole_seconds(given: float | None, sent: int) -> None:
+    error = Unavailable("the store is unavailable for now: the database is restarting", retry_after=given)
+    assert problem_of(error) == (503, "unavailable", {"retry_after": sent})
+    assert retry_after_of(error) == sent
+    assert code_for_status(503) == "unavailable"  # a bare 503 the framework raised, too
+
+
+def _answering(*responses: httpx.Response) -> httpx.MockTransport:
+    """A server (or the proxy in front of it) that answers /whoami, then `responses` in turn."""
+    left = list(responses)
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/whoami"):
+            return httpx.Response(200, json={"name": "admin", "kind": "admin", "owner": None})
+        return left.pop(0)
+
+    return httpx.MockTransport(handle)
+
+
+async def _raised(*responses: httpx.Response) -> Exception:
+    async with RemoteBroker("http://127.0.0.1:8765", transport=_answering(*responses)) as broker:
+        try:
+            await broker.get("req_1")
+        except Exception as exc:
+            return exc
+    raise AssertionError("the call did not fail")
+
+
+@pytest.mark.anyio
+async def test_the_servers_unavailable_problem_is_raised_by_the_remote_broker_with_its_retry_after() -> None:
+    error = Unavailable("the store is unavailable for now: the database is restarting", retry_after=2.5)
+    sent = problem("unavailable", str(error), retry_after=retry_after_of(error))  # as the server sends it
+    sent.headers["Retry-After"] = str(retry_after_of(error))
+    back = await _raised(httpx.Response(sent.status_code, headers=sent.headers, content=sent.body))
+    assert type(back) is Unavailable and str(back) == str(error)
+    assert back.retry_after == 3.0
+    # The header is what counts, where a problem and its header differ (RateLimited's too).
+    body = {"status": 429, "code": "rate_limited", "detail": "too many", "retry_after": 1}
+    limited = await _raised(httpx.Response(429, json=body, headers={"Retry-After": "7"}))
+    assert isinstance(limited, RateLimited) and limited.retry_after == 7.0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("status", [502, 503, 504])
+async def test_a_proxys_bare_bad_gateway_or_unavailable_is_unavailable_too(status: int) -> None:
+    page = httpx.Response(status, text="<h1>upstream is away</h1>", headers={"Retry-After": "4"})
+    raised = await _raised(page)
+    assert isinstance(raised, Unavailable) and raised.retry_after == 4.0
+    assert str(status) in str(raised)
+    when = email.utils.format_datetime(datetime.now(UTC) + timedelta(seconds=60), usegmt=True)
+    dated = await _raised(httpx.Response(status, headers={"Retry-After": when}))
+    assert isinstance(dated, Unavailable) and dated.retry_after is not None and 50 < dated.retry_after <= 60
+    bare = await _raised(httpx.Response(status))
+    assert isinstance(bare, Unavailable) and bare.retry_after is None
+
+
+@pytest.mark.anyio
+async def test_a_500_is_no_unavailable() -> None:
+    raised = await _raised(httpx.Response(500, text="Internal Server Error"))
+    assert isinstance(raised, httpx.HTTPStatusError) and not isinstance(raised, Unavailable)
