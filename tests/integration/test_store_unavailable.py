@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ import interlock
 from asgi_support import BASE_URL, StreamingASGITransport, serve_in_process
 from interlock import Confirm, Run, RunStatus, Status, Text, Unavailable, Worker
 from interlock.server.app import create_app
+from log_support import logged
 
 pytestmark = pytest.mark.anyio
 
@@ -46,25 +46,6 @@ def locked(path: Path) -> Iterator[None]:
         if other.in_transaction:
             other.execute("ROLLBACK")
         other.close()
-
-
-@contextlib.contextmanager
-def logged(logger: str, words: str) -> Iterator[asyncio.Event]:
-    """An event set once `logger` logs a record whose message holds `words`."""
-    seen = asyncio.Event()
-
-    class Watch(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if words in record.getMessage():
-                seen.set()
-
-    handler = Watch(logging.DEBUG)
-    log = logging.getLogger(logger)
-    log.addHandler(handler)
-    try:
-        yield seen
-    finally:
-        log.removeHandler(handler)
 
 
 def db_url(path: Path) -> str:

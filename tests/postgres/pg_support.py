@@ -12,6 +12,7 @@ import textwrap
 from collections.abc import AsyncIterator, Iterator, Sequence
 
 import anyio
+import asyncpg
 
 from serve_support import serve_many
 
@@ -81,3 +82,38 @@ def send(procs: Sequence[asyncio.subprocess.Process], line: str) -> None:
     for proc in procs:
         assert proc.stdin is not None
         proc.stdin.write(line.encode() + b"\n")
+
+
+async def refuse_connections(db: str) -> None:
+    """The database refuses new connections and ends the open ones, as a restart does
+    (until `allow_connections`)."""
+    name = database_of(db)
+    admin = await asyncpg.connect(f"{PG_SERVER}/postgres")
+    try:
+        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+            name,
+        )
+    finally:
+        await admin.close()
+
+
+async def allow_connections(db: str) -> None:
+    """The database takes connections again (after `refuse_connections`)."""
+    admin = await asyncpg.connect(f"{PG_SERVER}/postgres")
+    try:
+        await admin.execute(f'ALTER DATABASE "{database_of(db)}" ALLOW_CONNECTIONS true')
+    finally:
+        await admin.close()
+
+
+@contextlib.asynccontextmanager
+async def refusing_connections(db: str) -> AsyncIterator[None]:
+    """The database refuses new connections and ends the open ones (as a restart does),
+    until the block ends."""
+    try:
+        await refuse_connections(db)
+        yield
+    finally:
+        await allow_connections(db)

@@ -1,0 +1,118 @@
+"""A server on a PostgreSQL database that refuses connections for a while (`ALLOW_CONNECTIONS
+false` and its connections ended, as a restart or a failover does): every call answers 503
+`unavailable` with `Retry-After`, and nothing else; a page of the web inbox says so; the
+remote broker's wait and an event stream outlive the outage (the stream's client stays
+connected, and gets every event once, in order); all of it serves again once the database
+takes connections."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import pytest
+from httpx_sse import aconnect_sse
+from pg_support import allow_connections, refuse_connections, refusing_connections
+
+from asgi_support import serve_in_process
+from interlock import Text, Unavailable
+from log_support import logged
+
+pytestmark = pytest.mark.anyio
+
+BOUND = 30  # seconds: the most any one wait here may take
+TEXT = {"asks": [{"type": "text", "prompt": "Name?"}]}
+
+
+async def test_every_call_answers_503_while_the_database_refuses_connections_and_serves_after(pg_url: str) -> None:
+    async with serve_in_process(pg_url, auth=False) as server, server.client() as client:
+        asked = (await client.post("/api/v1/requests", json=TEXT)).json()
+        with anyio.fail_after(BOUND):
+            async with refusing_connections(pg_url):
+                refused = [
+                    await client.get(f"/api/v1/requests/{asked['id']}"),
+                    await client.get("/api/v1/requests"),
+                    await client.post(f"/api/v1/requests/{asked['id']}/answer", json={"answer": "Ada"}),
+                    await client.post("/api/v1/requests", json={**TEXT, "idempotency_key": "names-1"}),
+                    await client.get("/healthz"),  # a load balancer takes the node out meanwhile
+                ]
+        for response in refused:
+            assert response.status_code == 503, response.text
+            assert response.headers["retry-after"] == "1"
+            assert response.headers["content-type"] == "application/problem+json"
+            assert (response.json()["code"], response.json()["retry_after"]) == ("unavailable", 1)
+            assert "not currently accepting connections" in response.json()["detail"]
+        # Nothing changed, and everything serves again.
+        assert [r["id"] for r in (await client.get("/api/v1/requests")).json()["items"]] == [asked["id"]]
+        answered = await client.post(f"/api/v1/requests/{asked['id']}/answer", json={"answer": "Ada"})
+        assert answered.status_code == 200 and answered.json()["status"] == "answered"
+        assert (await client.post("/api/v1/requests", json={**TEXT, "idempotency_key": "names-1"})).status_code == 201
+        assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_the_inbox_page_says_the_store_is_unavailable_with_503(pg_url: str) -> None:
+    async with serve_in_process(pg_url, auth=False) as server, server.client() as browser:
+        headers = {"Accept": "text/html"}
+        with anyio.fail_after(BOUND):
+            async with refusing_connections(pg_url):
+                page = await browser.get("/", headers=headers)
+        assert page.status_code == 503
+        assert page.headers["retry-after"] == "1"
+        assert page.headers["content-type"].startswith("text/html")
+        assert (
+            "Unavailable for now" in page.text and "The store is unavailable for now: try again shortly." in page.text
+        )
+        assert "Traceback" not in page.text and "PostgreSQL" not in page.text
+        assert (await browser.get("/", headers=headers)).status_code == 200
+
+
+async def test_the_remote_brokers_wait_outlives_the_outage_and_a_write_raises_it(pg_url: str) -> None:
+    async with serve_in_process(pg_url, auth=False) as server, server.connect() as broker:
+        request = await broker.create(Text("Name?"))
+        with logged("interlock", f"waiting on {request.id}") as refused, anyio.fail_after(BOUND):
+            async with refusing_connections(pg_url):
+                with pytest.raises(Unavailable) as caught:  # a write: raised to the caller
+                    await broker.resolve(request.id, "Ada")
+                assert caught.value.retry_after == 1.0
+                waiting = asyncio.ensure_future(broker.wait(request.id, timeout=BOUND))
+                for _ in range(2):  # refused, polled again and refused again: the wait goes on
+                    refused.clear()
+                    await refused.wait()
+                assert not waiting.done()
+            assert await broker.resolve(request.id, "Ada")
+            response = await waiting
+        assert response.answers == {request.asks[0].id: "Ada"}
+
+
+async def test_an_event_stream_outlives_the_outage_and_sends_every_event_once(pg_url: str) -> None:
+    async with serve_in_process(pg_url, auth=False) as server, server.client("/api/v1") as api:
+        first = (await api.post("/requests", json=TEXT)).json()
+        seen: list[str] = []
+        with anyio.fail_after(BOUND):
+            await refuse_connections(pg_url)
+            try:
+                with logged("interlock.server", "a stream could not read the store") as stalled:
+                    # Opened while the database is away: its replay from event 0 waits for it.
+                    async with aconnect_sse(api, "GET", "/events/stream", headers={"Last-Event-ID": "0"}) as source:
+                        assert source.response.status_code == 200
+                        events = source.aiter_sse()
+                        await stalled.wait()
+                        await allow_connections(pg_url)
+                        while not seen:
+                            sse = await anext(events)
+                            if sse.event in ("created", "dropped"):
+                                seen.append(sse.id or sse.event)
+                        # Away again while the stream follows live events: the hub waits for it.
+                        with logged("interlock.server", "following the event log failed") as hub_stalled:
+                            async with refusing_connections(pg_url):
+                                await hub_stalled.wait()
+                        second = (await api.post("/requests", json=TEXT)).json()
+                        while len(seen) < 2:
+                            sse = await anext(events)
+                            if sse.event in ("created", "dropped"):
+                                seen.append(sse.id or sse.event)
+            finally:
+                await allow_connections(pg_url)
+        stored = (await api.get("/events")).json()["events"]
+        assert [e["request_id"] for e in stored] == [first["id"], second["id"]]
+        assert seen == [str(e["id"]) for e in stored]  # each once, in order, none dropped
