@@ -3,7 +3,8 @@
 A grant lets its audience do `can` on `with`. interlock itself honours one ability:
 
 - `hitl/request` on `interlock:inbox/<person>` (`INBOX_ABILITY` on `inbox_resource(name)`),
-  issued by that person: its holder may create requests in that person's inbox.
+  issued by that person: its holder may create requests in that person's inbox (and
+  send them progress updates, which the server lets through on the same rule).
 
 Who may ask whom (`may_ask`): a principal asks its own inbox (a person), or its owner's
 (an agent); asking anyone else needs their permission, a live grant to request in their

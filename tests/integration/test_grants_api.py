@@ -145,7 +145,37 @@ async def test_an_open_organisation_lets_anyone_ask_anyone(
         async with w.client("bot") as bot, w.client("alice") as alice:
             assert (await bot.post("/requests", json=question(to="bob"))).status_code == 201
             assert (await alice.post("/requests", json=question(to="bob"))).status_code == 201
+            assert (await bot.post("/inform", json={"message": "fyi", "to": "bob"})).status_code == 201
         assert len(await inbox(w, "bob")) == 2
+        assert await updates_for(w, "bob") == ["fyi"]
+
+
+async def updates_for(w: World, who: str) -> list[str]:
+    async with w.client(who) as c:
+        page = (await c.get("/events", params={"limit": 1000})).json()["events"]
+    return [e["data"]["message"] for e in page if e["type"] == "informed" and e["data"]["to"] == who]
+
+
+async def test_an_update_goes_only_to_whom_its_sender_may_ask(
+    world: Callable[..., AbstractAsyncContextManager[World]],
+) -> None:
+    async with world() as w, w.client("bob") as bob, w.client("bot") as bot, w.client("alice") as alice:
+        assert (await bot.post("/inform", json={"message": "to my owner"})).status_code == 201
+        assert (await bot.post("/inform", json={"message": "to alice", "to": "alice"})).status_code == 201
+        refused = await bot.post("/inform", json={"message": "buy now", "to": "bob"})  # an agent, another person
+        assert refused.status_code == 403
+        assert refused.json()["code"] == "forbidden"
+        assert "interlock:inbox/bob" in refused.json()["detail"]
+        assert (await alice.post("/inform", json={"message": "hi bob", "to": "bob"})).status_code == 403
+        nobody = await bot.post("/inform", json={"message": "hello?", "to": "nobody-here"})
+        assert nobody.status_code == 422
+        assert "no human or agent named 'nobody-here'" in nobody.json()["detail"]
+        assert await updates_for(w, "bob") == []  # nothing reached bob
+        assert await updates_for(w, "alice") == ["to my owner", "to alice"]
+
+        assert (await bob.post("/grants", json={"to": "bot", **ASK_BOB})).status_code == 201
+        assert (await bot.post("/inform", json={"message": "deploy done", "to": "bob"})).status_code == 201
+        assert await updates_for(w, "bob") == ["deploy done"]
 
 
 # -- echo consent over the API --------------------------------------------------------------

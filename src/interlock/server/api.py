@@ -151,6 +151,26 @@ async def create_request(
     return JSONResponse(request_to_dict(request), status_code=201 if created else 200)
 
 
+async def _may_reach(state: AppState, caller: Principal, to: str | None) -> None:
+    """Refuse a request or an update for `to` unless `to` names someone here (any name with
+    open recipients) and `caller` may ask them: anyone else's inbox needs their grant
+    (`may_ask`). A name that is no principal here (accepted with open recipients) has no
+    inbox here to protect."""
+    if to is None:
+        return
+    broker = state.broker
+    if not state.open_recipients and to not in state.known_recipients:
+        if await broker.get_principal(to) is None:
+            raise ApiError("invalid_request", f"to: there is no human or agent named {to!r} here")
+        state.known_recipients.add(to)
+    if (
+        not state.open_inboxes
+        and not asks_own_inbox(caller, to)
+        and (to in state.known_recipients or await broker.get_principal(to) is not None)
+    ):
+        await may_ask(broker, caller, to)
+
+
 async def create(
     state: AppState, body: CreateBody, caller: Principal, *, gate: bool = False
 ) -> tuple[HumanRequest, bool]:
@@ -164,19 +184,7 @@ async def create(
         to = caller.name
     if caller.kind != "admin" and not to:
         raise ApiError("invalid_request", "name the recipient in `to`")
-    if to is not None and not state.open_recipients and to not in state.known_recipients:
-        if await broker.get_principal(to) is None:
-            raise ApiError("invalid_request", f"to: there is no human or agent named {to!r} here")
-        state.known_recipients.add(to)
-    # Who may ask whom: anyone else's inbox needs their grant. A name that is no principal
-    # here (accepted with open recipients) has no inbox here to protect.
-    if (
-        to is not None
-        and not state.open_inboxes
-        and not asks_own_inbox(caller, to)
-        and (to in state.known_recipients or await broker.get_principal(to) is not None)
-    ):
-        await may_ask(broker, caller, to)
+    await _may_reach(state, caller, to)
     asks = await broker.build_asks([a.model_dump(by_alias=True) for a in body.asks])
     origin = await _origin_of(broker, caller, origin_from_dict(body.origin.model_dump(exclude_none=True)))
     prepared = broker.prepare(
@@ -585,14 +593,17 @@ async def reopen_channel(body: ReopenBody, caller: Caller, broker: TheBroker) ->
     dependencies=[Depends(rate_limited("updates", "updates sent"))],
     tags=["events"],
 )
-async def inform(body: InformBody, caller: Caller, broker: TheBroker) -> dict[str, Any]:
+async def inform(body: InformBody, caller: Caller, state: State) -> dict[str, Any]:
     """Record a progress update for a person; nothing waits for it. The update's
     `agent` is the calling agent (the body's is honoured only without auth). A `run`
     must be one you started (403 otherwise, and for no such run alike): an update there
     is shown on that run's page and stream. An agent's own `run_id` (as it started the
-    run with) names its run."""
+    run with) names its run. `to` is whom the update is for (an agent's owner by default),
+    who may be sent one as they may be asked: anyone else needs their grant (403)."""
+    broker = state.broker
     run = None if body.run is None else await _started_by(broker, caller, body.run, "run")
     to = body.to or (caller.owner if caller.kind == "agent" else None)
+    await _may_reach(state, caller, to)
     agent = body.agent if caller.kind == "admin" else (caller.name if caller.kind == "agent" else None)
     event = await broker.inform(
         body.message,
