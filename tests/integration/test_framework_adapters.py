@@ -491,3 +491,108 @@ async def test_a_pydantic_ai_tool_that_asks_for_approval_itself_is_held_for_a_pe
     await broker.resolve(approval.id, {"approve": True}, by="alice")
     done = await resume_ready(broker, runs.handlers())
     assert (done.status, done.result, ran) == (RunStatus.COMPLETED, "sent 900", ["transfer 900"])
+
+
+# -- OpenAI Agents SDK: the tools of the agents an agent hands off to, or uses as tools -----------
+
+
+class Turns(Model):
+    """A fake model whose turns are `script(outputs)`: the outputs of the calls made so far, by call id."""
+
+    def __init__(self, script: Any) -> None:
+        self.script = script
+
+    async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any) -> Any:
+        items = input if isinstance(input, list) else []
+        outputs = {
+            i["call_id"]: i["output"] for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"
+        }
+        made: list[Any] = []
+        for step in self.script(outputs):
+            if isinstance(step, str):
+                content = [ResponseOutputText(text=step, type="output_text", annotations=[])]
+                made.append(
+                    ResponseOutputMessage(
+                        id="m1", content=content, role="assistant", status="completed", type="message"
+                    )
+                )
+            else:
+                name, args, call_id = step
+                made.append(
+                    ResponseFunctionToolCall(
+                        arguments=json.dumps(args), call_id=call_id, name=name, type="function_call"
+                    )
+                )
+        return ModelResponse(output=made, usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+def shipper_agent(ran: list[str]) -> OpenAIAgent[Any]:
+    """An agent whose unmarked `deploy` tool deploys to prod once, then says what it returned."""
+
+    @function_tool
+    def deploy(env: str) -> str:
+        """Deploy."""
+        ran.append(env)
+        return f"deployed to {env}"
+
+    def script(outputs: dict[str, str]) -> list[Any]:
+        return [f"shipper: {outputs['s1']}"] if "s1" in outputs else [("deploy", {"env": "prod"}, "s1")]
+
+    return OpenAIAgent(name="shipper", model=Turns(script), tools=[deploy])
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+@pytest.mark.parametrize("shape", ["agent", "handoff"])
+async def test_the_gate_decides_the_tools_of_an_agent_handed_off_to(broker: Broker, shape: str) -> None:
+    from agents import handoff
+
+    ran: list[str] = []
+    shipper = shipper_agent(ran)
+    triage = OpenAIAgent(
+        name="triage",
+        model=Turns(lambda outputs: [("transfer_to_shipper", {}, "h1")]),
+        handoffs=[shipper if shape == "agent" else handoff(shipper)],
+    )
+    shipper.handoffs = [triage]  # handing back: the agents make a cycle
+    gate = ApprovalGate(broker, policies={"deploy": "always"}, to="alice")
+    runs = OpenAIAgentsRuns(broker, triage, name="ops", gate=gate, run_config=RunConfig(tracing_disabled=True))
+    run = await runs.start("ship")
+    assert run.status is RunStatus.WAITING_FOR_APPROVAL and ran == []
+    (approval,) = [await broker.get(i) for i in run.waiting_on]
+    assert (approval.origin.tool_name, approval.context["policy"]) == ("deploy", "always")
+    await broker.resolve(approval.id, {"approve": True}, by="alice")
+    done = await resume_ready(broker, runs.handlers())
+    assert (done.status, done.result, ran) == (RunStatus.COMPLETED, "shipper: deployed to prod", ["prod"])
+    assert getattr(shipper.tools[0], "needs_approval", None) is False  # your agents are not changed
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_an_agent_used_as_a_tool_needs_a_gated_copy_and_then_its_tools_pause_the_run(broker: Broker) -> None:
+    from interlock.integrations.openai_agents import gate_tools
+
+    ran: list[str] = []
+    shipper = shipper_agent(ran)
+
+    def triage(tool: Any) -> OpenAIAgent[Any]:
+        def script(outputs: dict[str, str]) -> list[Any]:
+            return [f"triage: {outputs['t1']}"] if "t1" in outputs else [("shipping", {"input": "ship"}, "t1")]
+
+        return OpenAIAgent(name="triage", model=Turns(script), tools=[tool])
+
+    gate = ApprovalGate(broker, policies={"deploy": "always"}, to="alice")
+    offline = RunConfig(tracing_disabled=True)
+    plain = triage(shipper.as_tool(tool_name="shipping", tool_description="Ship."))
+    with pytest.raises(ValueError, match=r"'deploy'.*agent 'shipper'.*gate_tools\(.*\)\.as_tool"):
+        OpenAIAgentsRuns(broker, plain, name="ops", gate=gate, run_config=offline)
+    gated = triage(gate_tools(shipper).as_tool(tool_name="shipping", tool_description="Ship."))
+    runs = OpenAIAgentsRuns(broker, gated, name="ops", gate=gate, run_config=offline)
+    run = await runs.start("ship")
+    assert run.status is RunStatus.WAITING_FOR_APPROVAL and ran == []
+    (approval,) = [await broker.get(i) for i in run.waiting_on]
+    assert (approval.origin.tool_name, approval.origin.tool_call_id) == ("deploy", "s1")
+    await broker.resolve(approval.id, {"approve": True}, by="alice")
+    done = await resume_ready(broker, runs.handlers())
+    assert (done.status, done.result, ran) == (RunStatus.COMPLETED, "triage: shipper: deployed to prod", ["prod"])

@@ -7,8 +7,10 @@ hold it: a marked tool the gate has nothing to say about asks). A call the gate 
 through runs at once; one it refuses (a hook's `Deny`) is rejected with the reason as the
 message the model reads; one a person must decide interrupts the run (`result.interruptions`),
 as the SDK's own approvals do. So the gate's policies, auto-allow lists, hooks and the
-agent's stored policy apply to every function tool, marked or not. An interruption the gate
-did not see (a tool of an agent handed off to, a hosted tool) is put to it as marked.
+agent's stored policy apply to every function tool, marked or not, of the agent and of the
+agents it hands off to. An agent used as a tool (`agent.as_tool`) is run by the SDK as it
+was made: make its tool from `gate_tools(agent)` (an agent whose tool is not so made is
+refused). An interruption the gate did not see (a hosted tool) is put to it as marked.
 
 Each interruption left for a person becomes an approval of an interlock run, the SDK's
 serialized `RunState` is stored as the run's state, and the run parks: the process may
@@ -36,6 +38,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import weakref
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -45,6 +48,7 @@ from typing import Any
 from agents import (
     Agent,
     FunctionTool,
+    Handoff,
     RunConfig,
     RunContextWrapper,
     Runner,
@@ -73,7 +77,7 @@ from ._pauses import (
     take_followups,
 )
 
-__all__ = ["OpenAIAgentsRuns"]
+__all__ = ["OpenAIAgentsRuns", "gate_tools"]
 
 _JSON: TypeAdapter[Any] = TypeAdapter(Any)
 """Turns a final output (text, a model, a dataclass) into the run's JSON result."""
@@ -107,26 +111,34 @@ async def _marked(mark: Any, ctx: RunContextWrapper[Any], params: dict[str, Any]
     return bool(verdict)
 
 
-def _gated(tool: Tool) -> Tool:
-    """`tool` with the gate in front of it: a copy whose `needs_approval` asks the gate and
-    whose invocation records an approved call's output (or gives back the recorded one)."""
-    if not isinstance(tool, FunctionTool):
-        return tool
-    gated = copy.copy(tool)
-    mark = tool.needs_approval
-    invoke = gated.on_invoke_tool
+class _GateCheck:
+    """The `needs_approval` of a gated tool: asks the gate of the pass under way (the tool's
+    own `needs_approval`, `mark`, says whether the SDK would hold the call)."""
 
-    async def needs_approval(ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:
-        marked = await _marked(mark, ctx, params, call_id)
+    def __init__(self, tool: str, mark: Any) -> None:
+        self.tool = tool
+        self.mark = mark
+
+    async def __call__(self, ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:
+        marked = await _marked(self.mark, ctx, params, call_id)
         current = _PASS.get()
         if current is None:  # run outside interlock: as the tool says
             return marked
-        held = Held(call_id, tool.name, params, "approval", marked=marked)
+        held = Held(call_id, self.tool, params, "approval", marked=marked)
         outcome = await current.asker.decide(current.run, held, None)
         if isinstance(outcome, Approved):
             return False
         current.held[call_id] = (held, outcome)
         return True
+
+
+def _gated(tool: Tool) -> Tool:
+    """`tool` with the gate in front of it: a copy whose `needs_approval` asks the gate and
+    whose invocation records an approved call's output (or gives back the recorded one)."""
+    if not isinstance(tool, FunctionTool) or isinstance(tool.needs_approval, _GateCheck):
+        return tool
+    gated = copy.copy(tool)
+    invoke = gated.on_invoke_tool
 
     async def on_invoke_tool(ctx: ToolContext[Any], input: str) -> Any:
         current = _PASS.get()
@@ -138,9 +150,90 @@ def _gated(tool: Tool) -> Tool:
             await current.asker.ran(current.run, ctx.tool_call_id, tool.name, approval, output)
         return output
 
-    gated.needs_approval = needs_approval
+    gated.needs_approval = _GateCheck(tool.name, tool.needs_approval)
     gated.on_invoke_tool = on_invoke_tool
     return gated
+
+
+class _Gating:
+    """Copies of the agents one agent reaches by handing off, with the gate in front of
+    each one's function tools (`_gated`); each agent is copied once, so handoffs that go
+    round (a triage agent and its specialists, handing back) stay a graph. Your agents
+    are not changed."""
+
+    def __init__(self) -> None:
+        self.copies: dict[int, tuple[Agent[Any], Agent[Any]]] = {}  # by id of the original, kept alive
+
+    def agent(self, agent: Agent[Any]) -> Agent[Any]:
+        known = self.copies.get(id(agent))
+        if known is not None:
+            return known[1]
+        copied = agent.clone(tools=[], handoffs=[])
+        self.copies[id(agent)] = (agent, copied)
+        copied.tools = [self.tool(agent.name, tool) for tool in agent.tools]
+        copied.handoffs = [self.handoff(item) for item in agent.handoffs]
+        return copied
+
+    def tool(self, owner: str, tool: Tool) -> Tool:
+        inner = getattr(tool, "_agent_instance", None) if isinstance(tool, FunctionTool) else None
+        if isinstance(inner, Agent):
+            ungated = _ungated(inner, set())
+            if ungated:
+                raise ValueError(
+                    f"the gate cannot decide the calls of {', '.join(sorted(ungated))}: they are tools of agent "
+                    f"{inner.name!r}, which agent {owner!r} uses as its tool {tool.name!r}, and the SDK runs that "
+                    "agent as it was made. Make the tool from a gated copy of the agent: "
+                    f"gate_tools({inner.name}).as_tool(...)"
+                )
+        return _gated(tool)
+
+    def handoff(self, item: Agent[Any] | Handoff[Any, Any]) -> Agent[Any] | Handoff[Any, Any]:
+        if isinstance(item, Agent):
+            return self.agent(item)
+        copied = copy.copy(item)
+        target = item._agent_ref() if item._agent_ref is not None else None
+        if isinstance(target, Agent):
+            copied._agent_ref = weakref.ref(self.agent(target))
+        invoke = item.on_invoke_handoff
+
+        async def on_invoke_handoff(ctx: RunContextWrapper[Any], arguments: str) -> Any:
+            chosen = await invoke(ctx, arguments)
+            return self.agent(chosen) if isinstance(chosen, Agent) else chosen
+
+        copied.on_invoke_handoff = on_invoke_handoff
+        return copied
+
+
+def _ungated(agent: Agent[Any], seen: set[int]) -> set[str]:
+    """The function tools of `agent`, and of the agents it hands off to or uses as tools,
+    that do not go through the gate."""
+    if id(agent) in seen:
+        return set()
+    seen.add(id(agent))
+    found: set[str] = set()
+    for tool in agent.tools:
+        if isinstance(tool, FunctionTool):
+            if not isinstance(tool.needs_approval, _GateCheck):
+                found.add(repr(tool.name))
+            inner = getattr(tool, "_agent_instance", None)
+            if isinstance(inner, Agent):
+                found |= _ungated(inner, seen)
+    for item in agent.handoffs:
+        target = item if isinstance(item, Agent) else (item._agent_ref() if item._agent_ref is not None else None)
+        if isinstance(target, Agent):
+            found |= _ungated(target, seen)
+    return found
+
+
+def gate_tools(agent: Agent[Any]) -> Agent[Any]:
+    """A copy of `agent` whose function tools, and those of the agents it hands off to, go
+    through the gate of the interlock run that calls them.
+
+    `OpenAIAgentsRuns` does this to the agent it is given, and to the agents it hands off
+    to. An agent used as a tool of another (`agent.as_tool(...)`) is run by the SDK as it
+    was made, so make its tool from a gated copy: `gate_tools(researcher).as_tool(...)`.
+    Outside an interlock run the copy behaves as the agent does."""
+    return _Gating().agent(agent)
 
 
 class OpenAIAgentsRuns:
@@ -169,7 +262,7 @@ class OpenAIAgentsRuns:
         self.context = context
         self.run_config = run_config
         self.asker = Asker(broker, gate, agent=name, to=to)
-        self._gated: Agent[Any] = agent.clone(tools=[_gated(tool) for tool in agent.tools])
+        self._gated: Agent[Any] = gate_tools(agent)
 
     def handlers(self) -> dict[str, ResumeHandler]:
         """The worker's handlers: this agent's runs, resumed by `resume`."""
