@@ -11,13 +11,14 @@ resuming across processes.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import pytest
 from agents import Agent as OpenAIAgent
 from agents import Model, ModelResponse, RunConfig, Usage, function_tool
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+from pydantic import AfterValidator
 from pydantic_ai import Agent, CallDeferred, RunContext
 from pydantic_ai.exceptions import ApprovalRequired
 from pydantic_ai.messages import ModelMessage, TextPart, ToolCallPart, ToolReturnPart
@@ -596,3 +597,44 @@ async def test_an_agent_used_as_a_tool_needs_a_gated_copy_and_then_its_tools_pau
     await broker.resolve(approval.id, {"approve": True}, by="alice")
     done = await resume_ready(broker, runs.handlers())
     assert (done.status, done.result, ran) == (RunStatus.COMPLETED, "triage: shipper: deployed to prod", ["prod"])
+
+
+def lower_case(env: str) -> str:
+    """A check of the tool's own, beyond its JSON schema."""
+    if env != env.lower():
+        raise ValueError("env must be lower case")
+    return env
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_arguments_a_person_edited_that_the_pydantic_ai_tool_refuses_do_not_run_and_the_model_reads_why(
+    broker: Broker,
+) -> None:
+    ran: list[str] = []
+    calls = [ToolCallPart("deploy", {"env": "prod"}, tool_call_id="d1"), ToolCallPart("deploy", {"env": "qa"}, "d2")]
+
+    def decide(messages: list[ModelMessage], info: AgentInfo) -> PaiResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not returns:
+            return PaiResponse(parts=list(calls))
+        return PaiResponse(parts=[TextPart(" | ".join(f"{r.tool_name}: {r.content}" for r in returns))])
+
+    agent = Agent(FunctionModel(decide))
+
+    @agent.tool_plain(requires_approval=True)
+    def deploy(env: Annotated[str, AfterValidator(lower_case)]) -> str:
+        ran.append(env)
+        return f"deployed to {env}"
+
+    runs = PydanticAIRuns(broker, agent, name="ops", gate=ApprovalGate(broker, to="alice"))
+    run = await runs.start("ship")
+    first, second = [await broker.get(i) for i in run.waiting_on]
+    await broker.resolve(first.id, {"approve": True, "arguments": {"env": "PROD"}}, by="alice")  # its schema takes it
+    reason = 'Not qa — «frozen»\nuntil "Monday"'
+    await broker.reject(second.id, reason, by="alice")
+    done = await resume_ready(broker, runs.handlers())
+    assert done.status is RunStatus.COMPLETED and ran == []
+    edited, denied = str(done.result).split(" | ")
+    assert edited.startswith("deploy: The person approved this call with arguments they edited, which the tool refuses")
+    assert "env must be lower case" in edited and '{"env": "PROD"}' in edited
+    assert denied == f"deploy: {reason}"

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, ToolApproved, ToolDenied
 from pydantic_ai.capabilities import AbstractCapability, ValidatedToolArgs, WrapToolExecuteHandler
 from pydantic_ai.exceptions import ApprovalRequired, ToolFailed
@@ -204,6 +204,16 @@ class PydanticAIRuns:
         entries = state["held"]
         outcomes = {k: outcome_from_json(v) for k, v in state.get("decided", {}).items()}
         outcomes.update(await self.asker.outcomes(run, entries, self._schemas()))
+        for entry in entries:
+            call_id = str(entry["call_id"])
+            outcome = outcomes.get(call_id)
+            if isinstance(outcome, Approved) and outcome.edited:
+                problem = self._refused_edit(str(entry["tool"]), outcome.arguments)
+                if problem is not None:
+                    outcomes[call_id] = Denied(
+                        f"The person approved this call with arguments they edited, which the tool refuses, "
+                        f"so it did not run: {problem}. Their arguments: {json.dumps(outcome.arguments)}"
+                    )
         approved = {
             str(e["call_id"]): str(e["request"])
             for e in entries
@@ -300,6 +310,21 @@ class PydanticAIRuns:
         declared = self.agent.output_type
         kinds = list(declared) if isinstance(declared, Sequence) and not isinstance(declared, str) else [declared]
         return kinds if DeferredToolRequests in kinds else [*kinds, DeferredToolRequests]
+
+    def _refused_edit(self, tool: str, arguments: Mapping[str, Any]) -> str | None:
+        """What the tool's own validation says of the arguments a person edited (None if it
+        takes them): a validator of the tool checks more than its JSON schema, which the
+        approval checked, and a refused edit must not reach the model as the tool's own
+        failure on arguments it never gave."""
+        for toolset in self.agent.toolsets:
+            found = toolset.tools.get(tool) if isinstance(toolset, FunctionToolset) else None
+            if found is not None:
+                try:
+                    found.function_schema.validator.validate_python(dict(arguments))
+                except ValidationError as exc:
+                    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
+                return None
+        return None
 
     def _schemas(self) -> dict[str, Mapping[str, Any]]:
         """The argument schema of each function tool, for the approver's optional edit."""
