@@ -638,3 +638,35 @@ async def test_arguments_a_person_edited_that_the_pydantic_ai_tool_refuses_do_no
     assert edited.startswith("deploy: The person approved this call with arguments they edited, which the tool refuses")
     assert "env must be lower case" in edited and '{"env": "PROD"}' in edited
     assert denied == f"deploy: {reason}"
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_a_pydantic_ai_call_whose_id_the_model_gave_an_earlier_call_is_asked_about_and_runs_again(
+    broker: Broker,
+) -> None:
+    ran: list[str] = []
+
+    def decide(messages: list[ModelMessage], info: AgentInfo) -> PaiResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if len(returns) < 2:  # the same call, numbered afresh each turn
+            return PaiResponse(parts=[ToolCallPart("deploy", {"env": "prod"}, tool_call_id="call_1")])
+        return PaiResponse(parts=[TextPart(" then ".join(str(r.content) for r in returns))])
+
+    agent = Agent(FunctionModel(decide))
+
+    @agent.tool_plain(requires_approval=True)
+    def deploy(env: str) -> str:
+        ran.append(env)
+        return f"deploy #{len(ran)} to {env}"
+
+    runs = PydanticAIRuns(broker, agent, name="ops", gate=ApprovalGate(broker, to="alice"))
+    run = await runs.start("ship twice")
+    await broker.resolve(run.waiting_on[0], {"approve": True}, by="alice")
+    again = await resume_ready(broker, runs.handlers())
+    assert again.status is RunStatus.WAITING_FOR_APPROVAL and ran == ["prod"]
+    (second,) = again.waiting_on
+    assert second != run.waiting_on[0]
+    await broker.resolve(second, {"approve": True}, by="alice")
+    done = await resume_ready(broker, runs.handlers())
+    assert (done.status, done.result) == (RunStatus.COMPLETED, "deploy #1 to prod then deploy #2 to prod")
+    assert ran == ["prod", "prod"]

@@ -69,6 +69,13 @@ class Held:
     arguments: Mapping[str, Any]
     kind: Literal["approval", "question"]
     marked: bool = True
+    key: str | None = None
+    """The call's identity for the gate and its requests when it is not `call_id` (a model
+    that gives a call the id of one it made in an earlier turn)."""
+
+    @property
+    def identity(self) -> str:
+        return self.key or self.call_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +217,7 @@ class Asker:
         return ToolCall(
             held.tool,
             dict(held.arguments),
-            held.call_id,
+            held.identity,
             session=run.session,
             agent=self.agent,
             to=self.to or self.gate.to,
@@ -262,6 +269,7 @@ class Asker:
             "kind": held.kind,
             "marked": held.marked,
             "request": request_id,
+            **({"key": held.key} if held.key else {}),
         }
 
     async def _ask_question(self, run: Run, held: Held) -> str:
@@ -276,7 +284,7 @@ class Asker:
             title=prompt or f"{held.tool}?",
             details="" if prompt else json.dumps(arguments, indent=2, ensure_ascii=False),
             requester=self.agent,
-            idempotency_key=f"question:run={run.id}:{held.call_id}",
+            idempotency_key=f"question:run={run.id}:{held.identity}",
             run=run.id,
             session=run.session,
             agent=self.agent,
@@ -423,4 +431,5 @@ def held_of(entry: Mapping[str, Any]) -> Held:
         dict(entry["arguments"]),
         entry["kind"],
         bool(entry.get("marked", True)),
+        str(entry["key"]) if entry.get("key") else None,
     )

@@ -47,7 +47,7 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, ToolApproved, ToolDenied
 from pydantic_ai.capabilities import AbstractCapability, ValidatedToolArgs, WrapToolExecuteHandler
 from pydantic_ai.exceptions import ApprovalRequired, ToolFailed
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ToolCallPart, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, ToolCallPart, UserPromptPart
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import FunctionToolset
@@ -101,7 +101,14 @@ class _Gatekeeper(AbstractCapability[Any]):
     ) -> ValidatedToolArgs:
         if ctx.tool_call_approved:  # decided already: by a person through the gate, or below
             return args
-        held = Held(call.tool_call_id, call.tool_name, call.args_as_dict(), "approval", marked=False)
+        held = Held(
+            call.tool_call_id,
+            call.tool_name,
+            call.args_as_dict(),
+            "approval",
+            marked=False,
+            key=_reused_id_key(ctx.messages, call.tool_call_id),
+        )
         outcome = await self.asker.decide(self.run, held, self.schemas.get(call.tool_name))
         if isinstance(outcome, Approved):
             return args
@@ -128,12 +135,13 @@ class _Gatekeeper(AbstractCapability[Any]):
     ) -> DeferredToolResults | None:
         results = DeferredToolResults()
         for part in requests.approvals:
-            held = Held(part.tool_call_id, part.tool_name, part.args_as_dict(), "approval")
+            key = _reused_id_key(ctx.messages, part.tool_call_id)
+            held = Held(part.tool_call_id, part.tool_name, part.args_as_dict(), "approval", key=key)
             outcome = self.held.pop(part.tool_call_id, None)
             if outcome is None:  # held by pydantic-ai itself: the tool is marked as needing approval
                 outcome = await self.asker.decide(self.run, held, self.schemas.get(part.tool_name))
             else:
-                held = Held(held.call_id, held.tool, held.arguments, "approval", marked=False)
+                held = Held(held.call_id, held.tool, held.arguments, "approval", marked=False, key=key)
             if isinstance(outcome, Approved):
                 results.approvals[part.tool_call_id] = ToolApproved()
             elif isinstance(outcome, Denied):
@@ -288,8 +296,18 @@ class PydanticAIRuns:
                 if waiting is not None:
                     entries.append(self.asker.entry(*waiting))
                 else:  # not handed to the gate by pydantic-ai: asked here, as marked
-                    missed.append(Held(part.tool_call_id, part.tool_name, part.args_as_dict(), "approval"))
-            missed += [Held(c.tool_call_id, c.tool_name, c.args_as_dict(), "question") for c in output.calls]
+                    key = _reused_id_key(messages, part.tool_call_id)
+                    missed.append(Held(part.tool_call_id, part.tool_name, part.args_as_dict(), "approval", key=key))
+            missed += [
+                Held(
+                    c.tool_call_id,
+                    c.tool_name,
+                    c.args_as_dict(),
+                    "question",
+                    key=_reused_id_key(messages, c.tool_call_id),
+                )
+                for c in output.calls
+            ]
             asked, decided = await self.asker.ask(run, missed, self._schemas())
             entries += asked
             if entries:
@@ -334,3 +352,17 @@ class PydanticAIRuns:
                 for name, tool in toolset.tools.items():
                     out[name] = tool.tool_def.parameters_json_schema
         return out
+
+
+def _reused_id_key(messages: Sequence[ModelMessage], call_id: str) -> str | None:
+    """The identity of the latest call with id `call_id` when the model gave that id to a
+    call of an earlier turn too (some models number their calls afresh each turn): the id
+    and the position of its turn in the history, so that it is asked about as a call of its
+    own rather than found decided (and spent) already. None when the id is the call's alone."""
+    turns = [
+        index
+        for index, message in enumerate(messages)
+        if isinstance(message, ModelResponse)
+        and any(isinstance(part, ToolCallPart) and part.tool_call_id == call_id for part in message.parts)
+    ]
+    return f"{call_id}@{turns[-1]}" if len(turns) > 1 else None
