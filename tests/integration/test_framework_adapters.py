@@ -670,3 +670,40 @@ async def test_a_pydantic_ai_call_whose_id_the_model_gave_an_earlier_call_is_ask
     done = await resume_ready(broker, runs.handlers())
     assert (done.status, done.result) == (RunStatus.COMPLETED, "deploy #1 to prod then deploy #2 to prod")
     assert ran == ["prod", "prod"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_an_agent_a_handoff_makes_on_each_call_is_gated_and_not_kept(broker: Broker) -> None:
+    import gc
+    import weakref
+
+    from agents import Handoff
+
+    ran: list[str] = []
+    made: list[weakref.ref[OpenAIAgent[Any]]] = []
+
+    async def a_new_shipper(ctx: Any, arguments: str) -> OpenAIAgent[Any]:
+        shipper = shipper_agent(ran)
+        made.append(weakref.ref(shipper))
+        return shipper
+
+    to_shipper = Handoff(
+        tool_name="transfer_to_shipper",
+        tool_description="Hand off to a shipper made for the job.",
+        input_json_schema={"type": "object", "properties": {}, "additionalProperties": False},
+        on_invoke_handoff=a_new_shipper,
+        agent_name="shipper",
+    )
+    triage = OpenAIAgent(
+        name="triage", model=Turns(lambda outputs: [("transfer_to_shipper", {}, "h1")]), handoffs=[to_shipper]
+    )
+    gate = ApprovalGate(broker, hook=lambda call: Deny("prod is frozen"), to="alice")
+    runs = OpenAIAgentsRuns(broker, triage, name="ops", gate=gate, run_config=RunConfig(tracing_disabled=True))
+    for _ in range(2):
+        run = await runs.start("ship")
+        assert run.status is RunStatus.COMPLETED, run
+        assert str(run.result).startswith("shipper: ") and "prod is frozen" in str(run.result)  # the gate refused
+    assert ran == []
+    del run
+    gc.collect()
+    assert len(made) == 2 and all(ref() is None for ref in made)  # neither shipper is kept

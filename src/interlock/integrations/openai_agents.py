@@ -161,8 +161,9 @@ class _Gating:
     round (a triage agent and its specialists, handing back) stay a graph. Your agents
     are not changed."""
 
-    def __init__(self) -> None:
-        self.copies: dict[int, tuple[Agent[Any], Agent[Any]]] = {}  # by id of the original, kept alive
+    def __init__(self, known: Mapping[int, tuple[Agent[Any], Agent[Any]]] | None = None) -> None:
+        # The copies by id of the original, which each entry keeps alive (so no id is reused).
+        self.copies: dict[int, tuple[Agent[Any], Agent[Any]]] = dict(known or {})
 
     def agent(self, agent: Agent[Any]) -> Agent[Any]:
         known = self.copies.get(id(agent))
@@ -198,7 +199,13 @@ class _Gating:
 
         async def on_invoke_handoff(ctx: RunContextWrapper[Any], arguments: str) -> Any:
             chosen = await invoke(ctx, arguments)
-            return self.agent(chosen) if isinstance(chosen, Agent) else chosen
+            if not isinstance(chosen, Agent):
+                return chosen
+            if id(chosen) in self.copies:  # one of the agents the graph was made with
+                return self.agent(chosen)
+            # An agent the handoff made for this call: gated for this call alone, so that a
+            # handoff making a new agent each time does not keep every one of them.
+            return _Gating(self.copies).agent(chosen)
 
         copied.on_invoke_handoff = on_invoke_handoff
         return copied
