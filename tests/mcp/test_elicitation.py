@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult
@@ -169,3 +169,18 @@ async def test_a_server_that_gives_up_withdraws_the_request_from_the_inbox(world
 
     async with Client(server, elicitation_callback=InboxElicitation(bot), mode="legacy") as client:
         assert await call_while(client, alice_sees_it_withdrawn) == "gave up"
+
+
+@pytest.mark.parametrize("era", list(ERAS))
+async def test_an_elicitation_the_inbox_refuses_is_an_error_the_server_reads_not_a_crash(
+    world: World, bot: Broker, era: str
+) -> None:
+    make, mode = ERAS[era]
+    elicit = InboxElicitation(bot, to="bob")  # alice-bot may ask only its owner
+    async with Client(make(), elicitation_callback=elicit, mode=mode) as client:
+        with anyio.fail_after(BOUND), pytest.raises(MCPError) as refused:
+            await client.call_tool("deploy", {})
+        assert "the inbox refused this elicitation" in refused.value.error.message
+        assert "bob" in refused.value.error.message
+        async with world.api("bob") as api:
+            assert (await api.get("/requests")).json()["items"] == []

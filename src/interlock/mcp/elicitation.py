@@ -13,6 +13,8 @@ in a configured person's inbox, waits, and answers the server:
 If the server gives up first (the MCP request is cancelled), the waiting request is
 withdrawn from the inbox. URL-mode elicitations (open a page) are not routed: they are
 refused with an error, since the person would have to be sent to a page they never saw.
+An elicitation the inbox cannot take (a schema it cannot render, a person the caller may
+not ask, an inbox out of reach) is an error the server reads, saying why.
 """
 
 from __future__ import annotations
@@ -20,10 +22,17 @@ from __future__ import annotations
 from typing import Any
 
 from mcp.client import ClientRequestContext
-from mcp.types import INVALID_REQUEST, ElicitRequestFormParams, ElicitRequestParams, ElicitResult, ErrorData
+from mcp.types import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    ElicitRequestFormParams,
+    ElicitRequestParams,
+    ElicitResult,
+    ErrorData,
+)
 
 from ..broker import Broker
-from ..errors import Cancelled, Expired, InvalidRequest, Rejected
+from ..errors import Cancelled, Expired, InterlockError, InvalidRequest, Rejected
 from ..model import Form
 
 __all__ = ["InboxElicitation"]
@@ -62,13 +71,27 @@ class InboxElicitation:
             )
         except InvalidRequest as exc:
             return ErrorData(code=INVALID_REQUEST, message=f"cannot ask a person this: {exc}")
+        except (InterlockError, ConnectionError) as exc:
+            return _not_asked(exc)
         try:
             response = await self.broker.wait(request.id)
         except Rejected:
             return ElicitResult(action="decline")
         except (Expired, Cancelled):
             return ElicitResult(action="cancel")
+        except (InterlockError, ConnectionError) as exc:
+            return _not_asked(exc)
         return ElicitResult(action="accept", content=response.answers.get(ask.id) or {})
+
+
+def _not_asked(exc: Exception) -> ErrorData:
+    """The error the MCP server reads when its elicitation could not reach a person, or
+    their answer could not come back (the inbox refused it, or could not be reached): an
+    exception raised here would end the client's tool call instead, with no word to the
+    server."""
+    if isinstance(exc, ConnectionError):  # `Unavailable` too: the same call may work later
+        return ErrorData(code=INTERNAL_ERROR, message=f"the person's inbox cannot be reached: {exc}")
+    return ErrorData(code=INVALID_REQUEST, message=f"the inbox refused this elicitation: {exc}")
 
 
 def _object_schema(schema: dict[str, Any]) -> dict[str, Any]:
