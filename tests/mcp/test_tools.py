@@ -8,6 +8,8 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import MCPError
+from mcp.types import INVALID_PARAMS
 from mcp_support import BOUND, EVERY_WAY, MCP, World, error, next_created, result
 
 pytestmark = pytest.mark.anyio
@@ -234,3 +236,16 @@ async def test_reading_a_choice_that_takes_ones_own_words_says_so(mcp_as: MCP, w
         assert ask["answer_with"] == "one option id, or your own text"
         answered = await alice.call_tool("hitl_respond", {"id": made.json()["id"], "answers": {"where": "mars"}})
         assert not answered.is_error, answered
+
+
+async def test_reading_the_resource_of_a_request_unknown_or_not_yours_says_why(mcp_as: MCP) -> None:
+    async with mcp_as("alice-bot") as bot, mcp_as("bob") as bob:
+        job = result(await bot.call_tool("hitl_request", {"asks": [FOUR_ASKS[0]], "title": "secret plans"}))
+        with pytest.raises(MCPError) as unknown:
+            await bob.read_resource("interlock://requests/no-such-request")
+        assert unknown.value.error.code == INVALID_PARAMS  # the protocol's "not found"
+        assert "no request with id 'no-such-request'" in unknown.value.error.message
+        with pytest.raises(MCPError) as theirs:
+            await bob.read_resource(f"interlock://requests/{job['job']}")
+        assert "neither to you nor from you" in theirs.value.error.message
+        assert "secret plans" not in str(theirs.value.error)

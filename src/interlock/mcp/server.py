@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, cast, get_type_hints
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from ..agent.calls import ToolCall
 from ..agent.human_input import DEFAULT_INPUT_TIMEOUT, QUESTION_TYPES, HumanInputTools, request_human_input_tool
 from ..broker import Broker
-from ..errors import AlreadySettled, InterlockError, InvalidAnswer, Unavailable
+from ..errors import AlreadySettled, InterlockError, InvalidAnswer, NotFound, Unavailable
 from ..model import Answers, Grant, Option, Status
 from ..principals import Principal
 from ..remote import RemoteBroker
@@ -260,9 +260,9 @@ async def _seated(ctx: Context) -> AsyncIterator[Seat]:
         async with access(ctx) as seat:
             yield seat
     except InterlockError as exc:
-        raise _failed(exc) from None
+        raise _failed(exc) from exc
     except ConnectionError as exc:
-        raise ToolError(f"interlock is not reachable: {exc}") from None
+        raise ToolError(f"interlock is not reachable: {exc}") from exc
 
 
 # -- the tools ------------------------------------------------------------------------------
@@ -335,8 +335,15 @@ async def hitl_read(
 
 
 async def request_resource(request_id: str, ctx: Context) -> dict[str, Any]:
-    async with _seated(ctx) as seat:
-        return request_view(await seat.broker.get(request_id))
+    """The resource `interlock://requests/{request_id}`. A read that fails says why, as
+    `hitl_read` does (a request unknown is the protocol's "not found"): anything else a
+    resource raises reaches the client as a bare "Error creating resource from template"."""
+    try:
+        async with _seated(ctx) as seat:
+            return request_view(await seat.broker.get(request_id))
+    except ToolError as exc:
+        unknown = isinstance(exc.__cause__, NotFound)
+        raise (ResourceNotFoundError if unknown else ResourceError)(str(exc)) from None
 
 
 async def hitl_respond(
