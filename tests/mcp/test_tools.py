@@ -12,6 +12,8 @@ from mcp import MCPError
 from mcp.types import INVALID_PARAMS
 from mcp_support import BOUND, EVERY_WAY, MCP, World, error, next_created, result
 
+import interlock
+
 pytestmark = pytest.mark.anyio
 
 FOUR_ASKS: list[dict[str, Any]] = [
@@ -249,3 +251,16 @@ async def test_reading_the_resource_of_a_request_unknown_or_not_yours_says_why(m
             await bob.read_resource(f"interlock://requests/{job['job']}")
         assert "neither to you nor from you" in theirs.value.error.message
         assert "secret plans" not in str(theirs.value.error)
+
+
+async def test_a_member_of_the_team_a_request_is_to_answers_it(mcp_as: MCP, world: World) -> None:
+    async with interlock.connect(world.db) as store:
+        await store.store.save_team("ops", ["alice"])
+    async with mcp_as("alice-bot") as bot, mcp_as("alice") as alice, mcp_as("bob") as bob:
+        job = result(await bot.call_tool("hitl_request", {"asks": [FOUR_ASKS[1]], "user": "ops"}))
+        assert [r["id"] for r in result(await alice.call_tool("hitl_list", {"status": "open"}))["requests"]] == [
+            job["job"]
+        ]
+        assert error(await bob.call_tool("hitl_respond", {"id": job["job"], "answers": {"ok": True}}))
+        done = result(await alice.call_tool("hitl_respond", {"id": job["job"], "answers": {"ok": True}}))
+        assert done["job"]["status"] == "COMPLETE" and done["job"]["response"]["by"] == "alice"
