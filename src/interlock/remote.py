@@ -315,16 +315,9 @@ class RemoteBroker(Broker):
         assert me is not None
         self._waiting.add(me)
         self._waits[request_id] = self._waits.get(request_id, 0) + 1
-        backoff: Backoff | None = None  # made at the first failure only
         try:
             while True:
-                left = LONG_POLL if deadline is None else min(LONG_POLL, max(deadline - loop.time(), 0.0))
-                try:
-                    request = await self._poll(request_id, left)
-                except Unavailable as exc:
-                    backoff = backoff or Backoff(UNAVAILABLE_FIRST, UNAVAILABLE_CAP)
-                    await self._pause_unavailable(exc, backoff, deadline, request_id)
-                    continue
+                request = await self._poll_through_outages(request_id, deadline)
                 if request is not None:
                     self._made.pop(request_id, None)
                     return _outcome(request)
@@ -353,6 +346,19 @@ class RemoteBroker(Broker):
                 return  # its maker comes back for it (an idempotency key), or its run does
             await self.cancel(request_id, "the waiting call was cancelled", cause="withdrawn")
 
+    async def _poll_through_outages(self, request_id: str, deadline: float | None) -> Request | None:
+        """One long poll (`_poll`, for `LONG_POLL` seconds or up to `deadline`), asked
+        again after a pause (`_pause_unavailable`) while the server is unavailable."""
+        loop = asyncio.get_running_loop()
+        backoff: Backoff | None = None  # made at the first failure only
+        while True:
+            left = LONG_POLL if deadline is None else min(LONG_POLL, max(deadline - loop.time(), 0.0))
+            try:
+                return await self._poll(request_id, left)
+            except Unavailable as exc:
+                backoff = backoff or Backoff(UNAVAILABLE_FIRST, UNAVAILABLE_CAP)
+                await self._pause_unavailable(exc, backoff, deadline, request_id)
+
     async def _pause_unavailable(
         self, exc: Unavailable, backoff: Backoff, deadline: float | None, request_id: str
     ) -> None:
@@ -372,15 +378,8 @@ class RemoteBroker(Broker):
     async def watch(self, request_id: str, timeout: float | None = None) -> Request:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + max(float(timeout), 0.0)
-        backoff: Backoff | None = None  # made at the first failure only
         while True:
-            left = LONG_POLL if deadline is None else min(LONG_POLL, max(deadline - loop.time(), 0.0))
-            try:
-                request = await self._poll(request_id, left)
-            except Unavailable as exc:
-                backoff = backoff or Backoff(UNAVAILABLE_FIRST, UNAVAILABLE_CAP)
-                await self._pause_unavailable(exc, backoff, deadline, request_id)
-                continue
+            request = await self._poll_through_outages(request_id, deadline)
             if request is not None:
                 return request
             if deadline is not None and loop.time() >= deadline:
