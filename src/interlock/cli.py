@@ -145,7 +145,8 @@ def root(
 
 
 def _fail(message: str, code: int = USAGE) -> typer.Exit:
-    err.print(f"[red]error:[/red] {escape(redact(message))}", highlight=False)
+    # one line, however narrow the terminal: an operator greps a log for it
+    err.print(f"[red]error:[/red] {escape(redact(message))}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -1856,8 +1857,12 @@ def routing_set(
         document = read_routing_document(file)
         if isinstance(broker, LocalBroker):  # a server checks its channels itself
             document = await broker.with_secrets_kept(document)
-            routing = routing_from_dict(document)
-            open_channels(routing.channels, ChannelContext(routing.inbox_url))
+            try:
+                routing = routing_from_dict(document)
+                for channel in open_channels(routing.channels, ChannelContext(routing.inbox_url)).values():
+                    await channel.aclose()
+            except (RoutingError, ChannelError) as exc:
+                raise type(exc)(f"{file}: {exc}") from None
         await broker.set_routing(document)
         return routing_from_dict(document)
 
@@ -1912,7 +1917,8 @@ def deliver(
                 local.outbox, the_routing, context=context, poll_interval=poll_interval, routing_check=5.0
             )
         except ChannelError as exc:
-            raise InvalidRequest(str(exc)) from None
+            where = routing if the_routing is from_file else "the routing kept in the store"
+            raise InvalidRequest(f"{where}: {exc}") from None
         err.print(f"delivering from {redact_url(db or 'sqlite:///interlock.db')}", markup=False)
         try:
             await loop.run()

@@ -325,8 +325,13 @@ def routing_from_dict(doc: Mapping[str, Any]) -> Routing:
 
 
 def load_routing(path: str | Path) -> Routing:
-    """The routing in a TOML file (or a JSON one, see `read_routing_document`)."""
-    return routing_from_dict(read_routing_document(path))
+    """The routing in a TOML file (or a JSON one, see `read_routing_document`); a fault is
+    raised naming the file before the field (`routing.toml: recipients.alice.channels: ...`)."""
+    document = read_routing_document(path)
+    try:
+        return routing_from_dict(document)
+    except RoutingError as exc:
+        raise RoutingError(f"{path}: {exc}") from None
 
 
 def read_routing_document(path: str | Path) -> dict[str, Any]:

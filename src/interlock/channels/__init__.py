@@ -34,6 +34,7 @@ __all__ = [
     "PermanentFailure",
     "find_factory",
     "open_channels",
+    "seconds_option",
 ]
 
 
@@ -43,6 +44,13 @@ class PermanentFailure(Exception):
 
 class ChannelError(ValueError):
     """A channel that cannot be made from its configuration; the message says why."""
+
+
+def seconds_option(value: object, where: str, cap: float = 300.0) -> float:
+    """A channel's `timeout` option: a number of seconds above 0 and up to `cap`."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= cap:
+        raise ChannelError(f"{where}: a number of seconds, above 0 and up to {cap:g}, not {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,5 +130,13 @@ def find_factory(kind: str) -> ChannelFactory:
 
 
 def open_channels(configs: Mapping[str, ChannelConfig], context: ChannelContext) -> dict[str, Channel]:
-    """A channel for each configuration, by name."""
-    return {name: find_factory(config.type)(config, context) for name, config in configs.items()}
+    """A channel for each configuration, by name; a type that cannot be found is refused
+    naming the channel (`channels.NAME.type: ...`)."""
+    channels: dict[str, Channel] = {}
+    for name, config in configs.items():
+        try:
+            factory = find_factory(config.type)
+        except ChannelError as exc:
+            raise ChannelError(f"channels.{name}.type: {exc}") from None
+        channels[name] = factory(config, context)
+    return channels

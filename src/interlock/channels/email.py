@@ -20,6 +20,7 @@ Needs the `email` extra (aiosmtplib): from a clone of interlock, `pip install -e
 from __future__ import annotations
 
 import html
+import re
 from datetime import timedelta
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
@@ -27,10 +28,13 @@ from typing import Any
 
 from ..model import Request
 from ..routing import ChannelConfig
-from . import ChannelContext, ChannelError, Message, PermanentFailure
+from . import ChannelContext, ChannelError, Message, PermanentFailure, seconds_option
 from .links import quick_answers
 
 __all__ = ["EmailChannel", "compose", "compose_signin"]
+
+_HOST = re.compile(r"[A-Za-z0-9._-]+|[0-9A-Fa-f]*:[0-9A-Fa-f]*:[0-9A-Fa-f:.]*")
+"""A host name, an IPv4 address or an IPv6 one: not a URL, no port."""
 
 _SUBJECTS = {
     "request": "{who} asks: {what}",
@@ -141,16 +145,31 @@ class EmailChannel:
         if not isinstance(sender, str) or "@" not in sender:
             raise ChannelError(f"{where}.from: the sender's address, like interlock@example.com")
         self.sender = sender
-        self.host = str(options.pop("host", "localhost"))
-        self.tls = bool(options.pop("tls", False))
-        self.starttls = bool(options.pop("starttls", False))
+        host = options.pop("host", "localhost")
+        if not isinstance(host, str) or not _HOST.fullmatch(host):
+            raise ChannelError(
+                f"{where}.host: the mail server's host name or address, like smtp.example.com, not {host!r} "
+                "(the port is `port`; TLS is `tls` or `starttls`)"
+            )
+        self.host = host
+        flags = {}
+        for flag in ("tls", "starttls"):
+            value = options.pop(flag, False)
+            if not isinstance(value, bool):
+                raise ChannelError(f"{where}.{flag}: true or false, not {value!r}")
+            flags[flag] = value
+        if flags["tls"] and flags["starttls"]:
+            raise ChannelError(
+                f"{where}: tls (TLS from the start, port 465) or starttls (upgraded, port 587), not both"
+            )
+        self.tls, self.starttls = flags["tls"], flags["starttls"]
         port = options.pop("port", 465 if self.tls else 25)
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
             raise ChannelError(f"{where}.port: a port number")
         self.port = port
         self.username = options.pop("username", None)
         self.password = options.pop("password", None)
-        self.timeout = float(options.pop("timeout", 30))
+        self.timeout = seconds_option(options.pop("timeout", 30), f"{where}.timeout")
         if options:
             raise ChannelError(f"{where}: unknown option {sorted(options)[0]!r} for email")
         try:

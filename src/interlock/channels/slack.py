@@ -36,7 +36,7 @@ import httpx
 from ..errors import InvalidAnswer
 from ..model import ASK_TYPES, Ask, Choice, Confirm, Form, MultiChoice, Request, Text, by_ask_kind, options_of
 from ..routing import ChannelConfig
-from . import ChannelContext, ChannelError, Message, PermanentFailure
+from . import ChannelContext, ChannelError, Message, PermanentFailure, seconds_option
 from .links import quick_answers
 
 __all__ = [
@@ -395,11 +395,14 @@ class SlackChannel:
         if signing_secret is not None and (not isinstance(signing_secret, str) or len(signing_secret) < 16):
             raise ChannelError(f"{where}.signing_secret: the app's signing secret, at least 16 characters")
         self.signing_secret: str | None = signing_secret
-        self.default_channel: str | None = options.pop("channel", None)
+        default_channel = options.pop("channel", None)
+        if default_channel is not None and (not isinstance(default_channel, str) or not default_channel):
+            raise ChannelError(f"{where}.channel: a Slack channel id, like C012ABCDEF")
+        self.default_channel: str | None = default_channel
         api_url = options.pop("api_url", "https://slack.com/api")
         if not isinstance(api_url, str) or not api_url.startswith(("http://", "https://")):
             raise ChannelError(f"{where}.api_url: an http(s) URL")
-        timeout = float(options.pop("timeout", 10))
+        timeout = seconds_option(options.pop("timeout", 10), f"{where}.timeout")
         if options:
             raise ChannelError(f"{where}: unknown option {sorted(options)[0]!r} for Slack")
         self.name = config.name

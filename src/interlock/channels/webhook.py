@@ -27,7 +27,7 @@ import httpx
 from ..model import request_to_dict
 from ..routing import ChannelConfig
 from ..webhooks import IDEMPOTENCY_HEADER, signed_headers
-from . import ChannelContext, ChannelError, Message, PermanentFailure
+from . import ChannelContext, ChannelError, Message, PermanentFailure, seconds_option
 
 __all__ = ["WebhookChannel", "payload_of"]
 
@@ -62,8 +62,7 @@ class WebhookChannel:
             raise ChannelError(f"channels.{config.name}.url: an http:// or https:// URL")
         if secret is not None and (not isinstance(secret, str) or len(secret) < 16):
             raise ChannelError(f"channels.{config.name}.secret: at least 16 characters")
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 300:
-            raise ChannelError(f"channels.{config.name}.timeout: seconds, from 0 to 300")
+        timeout = seconds_option(timeout, f"channels.{config.name}.timeout")
         if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
             raise ChannelError(f"channels.{config.name}.headers: a table of text values")
         self.name = config.name

@@ -39,7 +39,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..broker import LocalBroker, connect
-from ..channels import ChannelContext
+from ..channels import ChannelContext, ChannelError
 from ..channels.delivery import DeliveryLoop
 from ..errors import Unavailable
 from ..grant_tokens import GrantSigner
@@ -219,9 +219,12 @@ def create_app(
     state.links_secret = secret_key or secrets.token_urlsafe(32)
     if the_routing is not None:  # channels are made now: a bad option fails at start, not at the first send
         context = ChannelContext(the_routing.inbox_url, deliveries.answer_links(state, the_routing))
-        state.delivery = DeliveryLoop(
-            the_broker.outbox, the_routing, context=context, routing_check=deliveries.ROUTING_CHECK
-        )
+        try:
+            state.delivery = DeliveryLoop(
+                the_broker.outbox, the_routing, context=context, routing_check=deliveries.ROUTING_CHECK
+            )
+        except ChannelError as exc:
+            raise ChannelError(f"{routing}: {exc}" if isinstance(routing, str) else str(exc)) from None
         deliveries.install_metrics(state)
     state.quotas = Quotas(
         (DEFAULT_QUOTA if auth else None) if rate_limit == "default" else rate_limit,

@@ -1,0 +1,60 @@
+"""What an operator gets wrong in a routing file, refused by `interlock serve` before it
+opens its store: one line naming the file and the option (or the line of a syntax error),
+no traceback, nothing written. Run in process (cli_support): the command exits before it
+serves."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cli_support import invoke
+
+BAD = {
+    "syntax": ('inbox_url = "http://x.example"\n[channels.hook\ntype = "webhook"\n', "line 2"),
+    "unknown-channel": ('[recipients.alice]\nchannels = ["sms"]\n', "recipients.alice.channels: no channel named 'sms'"),
+    "unknown-type": ('[channels.pager]\ntype = "sms"\n', "channels.pager.type: unknown channel type 'sms'"),
+    "smtp-url": (
+        '[channels.mail]\ntype = "email"\nfrom = "i@x.example"\nhost = "smtp://smtp.x.example:587"\n',
+        "channels.mail.host: the mail server's host name",
+    ),
+    "host-and-port": (
+        '[channels.mail]\ntype = "email"\nfrom = "i@x.example"\nhost = "smtp.x.example:587"\n',
+        "channels.mail.host",
+    ),
+    "tls-and-starttls": (
+        '[channels.mail]\ntype = "email"\nfrom = "i@x.example"\ntls = true\nstarttls = true\n',
+        "channels.mail: tls (TLS from the start, port 465) or starttls",
+    ),
+    "starttls-as-text": (
+        '[channels.mail]\ntype = "email"\nfrom = "i@x.example"\nstarttls = "no"\n',
+        "channels.mail.starttls: true or false",
+    ),
+    "email-timeout-as-text": (
+        '[channels.mail]\ntype = "email"\nfrom = "i@x.example"\ntimeout = "10s"\n',
+        "channels.mail.timeout: a number of seconds",
+    ),
+    "slack-timeout-as-text": (
+        '[channels.chat]\ntype = "slack"\ntoken = "xoxb-1"\ntimeout = "soon"\n',
+        "channels.chat.timeout: a number of seconds",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_serve_refuses_a_bad_routing_file_on_one_line_naming_the_file_and_the_option(
+    case: str, tmp_path: Path
+) -> None:
+    text, expected = BAD[case]
+    routing = tmp_path / "routing.toml"
+    routing.write_text(text)
+    store = tmp_path / "interlock.db"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+    result = invoke("serve", "--port", "0", "--db", f"sqlite:///{store}", "--routing", str(routing), env=env)
+    assert result.returncode == 4, result.stderr
+    [line] = result.stderr.splitlines()  # one line, however narrow the terminal
+    assert line.startswith("error: ") and "Traceback" not in line
+    assert str(routing) in line and expected in line, line
+    assert not store.exists()  # nothing written
