@@ -163,6 +163,20 @@ async def test_a_refusal_is_a_dead_letter_that_can_be_retried(store_url: str, ho
         await until(loop, status_of(broker, request.id, "delivered"))
 
 
+async def test_a_redirect_is_not_followed_but_a_dead_letter_at_once_naming_where_it_pointed(
+    store_url: str, hook: Receiver
+) -> None:
+    hook.statuses = [308]  # then 200: a retry would be "delivered", to a receiver that said it moved
+    async with delivering(store_url, routing(hook.url)) as (broker, loop):
+        request = await broker.create(Confirm("Ship it?"), to="alice", requester="bot")
+        await hook.until(1)
+        await until(loop, status_of(broker, request.id, "dead"))
+        [dead] = await broker.store.list_deliveries(request_id=request.id)
+        assert dead.attempts == 1 and "redirected it (HTTP 308)" in (dead.last_error or "")
+        assert "channels.hook.url" in (dead.last_error or "")
+    assert len(hook.received) == 1
+
+
 async def test_out_of_attempts_a_delivery_becomes_a_dead_letter(store_url: str, hook: Receiver) -> None:
     hook.statuses = [503] * 10
     async with delivering(store_url, routing(hook.url, max_attempts=3)) as (broker, loop):

@@ -4,7 +4,9 @@ Options (in the routing file's `[channels.NAME]`): `url` (required; a recipient'
 for this channel, when given, is used instead), `secret` (signs every body, see
 `interlock.webhooks`), `timeout` (seconds, 10 by default), `headers` (a table of extra
 headers). A 2xx answer is a delivery; 408, 429 and 5xx (and no answer) are tried again;
-any other 4xx is a dead letter at once (the receiver refused it).
+any other 4xx is a dead letter at once (the receiver refused it), and so is a redirect
+(3xx): it is not followed, since the signed body would go where nobody configured, and the
+dead letter names where it pointed.
 
 The body:
 
@@ -83,6 +85,12 @@ class WebhookChannel:
         status = response.status_code
         if 200 <= status < 300:
             return None
+        if 300 <= status < 400:  # not followed: the signed body would go where nobody configured
+            where = response.headers.get("location")
+            raise PermanentFailure(
+                f"the receiver redirected it (HTTP {status}) to {where or 'nowhere'}: redirects are not followed; "
+                f"set the URL it was sent to (channels.{self.name}.url, or the recipient's address) to where it points"
+            )
         if 400 <= status < 500 and status not in (408, 429):
             raise PermanentFailure(f"the receiver refused it: HTTP {status}")
         raise RuntimeError(f"HTTP {status} from the receiver")
