@@ -878,6 +878,10 @@ def serve(
         notebook servers print theirs."""
         delivery = app.state.interlock.delivery
         if routing is not None and delivery is not None:
+            from .channels import lacking_secrets
+
+            for warning in lacking_secrets(delivery.routing.channels):
+                err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
             names = ", ".join(delivery.channels) or "none"
             if delivery.routing is from_file:
                 err.print(f"delivering notifications as {routing} says (channels: {names})", markup=False)
@@ -1919,6 +1923,10 @@ def deliver(
         except ChannelError as exc:
             where = routing if the_routing is from_file else "the routing kept in the store"
             raise InvalidRequest(f"{where}: {exc}") from None
+        from .channels import lacking_secrets
+
+        for warning in lacking_secrets(the_routing.channels):
+            err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
         err.print(f"delivering from {redact_url(db or 'sqlite:///interlock.db')}", markup=False)
         try:
             await loop.run()

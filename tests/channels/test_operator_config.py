@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from cli_support import invoke
+from interlock.channels import lacking_secrets
+from interlock.routing import routing_from_dict
 
 BAD = {
     "syntax": ('inbox_url = "http://x.example"\n[channels.hook\ntype = "webhook"\n', "line 2"),
@@ -58,3 +60,18 @@ def test_serve_refuses_a_bad_routing_file_on_one_line_naming_the_file_and_the_op
     assert line.startswith("error: ") and "Traceback" not in line
     assert str(routing) in line and expected in line, line
     assert not store.exists()  # nothing written
+
+
+def test_a_channel_without_its_secret_is_named_with_what_it_cannot_do() -> None:
+    routing = routing_from_dict(
+        {
+            "channels": {
+                "hook": {"type": "webhook", "url": "http://127.0.0.1:9/"},
+                "signed": {"type": "webhook", "url": "http://127.0.0.1:9/", "secret": "0123456789abcdef"},
+                "chat": {"type": "slack", "token": "xoxb-1"},
+            }
+        }
+    )
+    hook, chat = lacking_secrets(routing.channels)
+    assert hook.startswith("channels.hook has no secret: its webhooks go unsigned")
+    assert chat.startswith("channels.chat has no signing_secret") and "/slack/interactive/chat" in chat

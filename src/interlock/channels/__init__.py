@@ -33,6 +33,7 @@ __all__ = [
     "Message",
     "PermanentFailure",
     "find_factory",
+    "lacking_secrets",
     "open_channels",
     "seconds_option",
 ]
@@ -127,6 +128,26 @@ def find_factory(kind: str) -> ChannelFactory:
     plugins = sorted(p.name for p in entry_points(group="interlock.channels"))
     known = ", ".join([*BUILT_IN, *plugins])
     raise ChannelError(f"unknown channel type {kind!r} (known: {known}; or give 'module:factory')")
+
+
+def lacking_secrets(configs: Mapping[str, ChannelConfig]) -> list[str]:
+    """What the built-in channels without their secret cannot do, one line each, for a
+    server to say at start: a webhook channel without `secret` sends unsigned bodies (which
+    a receiver that verifies them refuses) and takes no answers; a Slack channel without
+    `signing_secret` posts buttons whose clicks are refused."""
+    out = []
+    for name, config in configs.items():
+        if config.type == "webhook" and not config.options.get("secret"):
+            out.append(
+                f"channels.{name} has no secret: its webhooks go unsigned (a receiver that verifies them refuses "
+                f"them) and it takes no answers at /api/v1/inbound/{name}"
+            )
+        elif config.type == "slack" and not config.options.get("signing_secret"):
+            out.append(
+                f"channels.{name} has no signing_secret: its messages' buttons and modals cannot answer "
+                f"(Slack's calls to /slack/interactive/{name} are refused)"
+            )
+    return out
 
 
 def open_channels(configs: Mapping[str, ChannelConfig], context: ChannelContext) -> dict[str, Channel]:
