@@ -16,7 +16,10 @@ from interlock.routing import routing_from_dict
 
 BAD = {
     "syntax": ('inbox_url = "http://x.example"\n[channels.hook\ntype = "webhook"\n', "line 2"),
-    "unknown-channel": ('[recipients.alice]\nchannels = ["sms"]\n', "recipients.alice.channels: no channel named 'sms'"),
+    "unknown-channel": (
+        '[recipients.alice]\nchannels = ["sms"]\n',
+        "recipients.alice.channels: no channel named 'sms'",
+    ),
     "unknown-type": ('[channels.pager]\ntype = "sms"\n', "channels.pager.type: unknown channel type 'sms'"),
     "smtp-url": (
         '[channels.mail]\ntype = "email"\nfrom = "i@x.example"\nhost = "smtp://smtp.x.example:587"\n',
@@ -46,9 +49,7 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", list(BAD))
-def test_serve_refuses_a_bad_routing_file_on_one_line_naming_the_file_and_the_option(
-    case: str, tmp_path: Path
-) -> None:
+def test_serve_refuses_a_bad_routing_file_on_one_line_naming_the_file_and_the_option(case: str, tmp_path: Path) -> None:
     text, expected = BAD[case]
     routing = tmp_path / "routing.toml"
     routing.write_text(text)
