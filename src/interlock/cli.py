@@ -936,7 +936,7 @@ def serve(
         err.print(f"trusting X-Forwarded-Proto and X-Forwarded-For from {', '.join(proxies)}", markup=False)
     from_file = app.state.interlock.delivery.routing if routing is not None else None  # the lifespan may replace it
     config = uvicorn.Config(
-        app,
+        _quiet_refusal(app),
         log_level="warning",
         log_config=_redacted_logging(LOGGING_CONFIG),
         proxy_headers=bool(proxies),
@@ -954,8 +954,31 @@ def serve(
 
     try:
         Server(config).run(sockets=[sock])
+    except SystemExit:  # uvicorn's, when the app did not start
+        if state.refused is None:
+            raise
+        raise _fail(
+            f"{state.refused}; keep one it can use with `interlock routing set FILE`, "
+            "or start with a new --routing FILE"
+        ) from None
     finally:
         sock.close()
+
+
+def _quiet_refusal(app: Any) -> Any:
+    """`app`, whose start-up refused for a reason its operator can fix (`StartupRefused`)
+    tells uvicorn no traceback: `serve` says the reason on one line instead."""
+    state = app.state.interlock
+
+    async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        async def sending(message: dict[str, Any]) -> None:
+            if message["type"] == "lifespan.startup.failed" and state.refused is not None:
+                message = {**message, "message": ""}
+            await send(message)
+
+        await app(scope, receive, sending if scope["type"] == "lifespan" else send)
+
+    return asgi
 
 
 def _missing(exc: ImportError) -> str:

@@ -1,11 +1,14 @@
 """What an operator gets wrong in a routing file, refused by `interlock serve` before it
 opens its store: one line naming the file and the option (or the line of a syntax error),
 no traceback, nothing written. Run in process (cli_support): the command exits before it
-serves."""
+serves. A routing kept in the store that this server cannot use is refused at start, on
+one line too (a real process: uvicorn runs the start-up)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,3 +79,35 @@ def test_a_channel_without_its_secret_is_named_with_what_it_cannot_do() -> None:
     hook, chat = lacking_secrets(routing.channels)
     assert hook.startswith("channels.hook has no secret: its webhooks go unsigned")
     assert chat.startswith("channels.chat has no signing_secret") and "/slack/interactive/chat" in chat
+
+
+@pytest.mark.slow
+def test_serve_refuses_a_kept_routing_whose_channel_it_cannot_make_on_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A routing kept in the store by a node that had a channel plugin this one lacks.
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "pager_plugin.py").write_text("from interlock.channels.webhook import WebhookChannel as Pager\n")
+    monkeypatch.syspath_prepend(str(plugins))
+    routing = tmp_path / "routing.toml"
+    routing.write_text(
+        '[channels.pager]\ntype = "pager_plugin:Pager"\n'
+        'url = "http://127.0.0.1:9/hook"\nsecret = "s3cret-s3cret-s3cret"\n'
+    )
+    store = f"sqlite:///{tmp_path / 'interlock.db'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_") and k != "PYTHONPATH"}
+    assert invoke("routing", "set", str(routing), "--db", store, env=env).returncode == 0
+
+    serving = subprocess.run(
+        [sys.executable, "-m", "interlock", "serve", "--port", "0", "--db", store],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert serving.returncode == 4, serving.stderr
+    assert "Traceback" not in serving.stderr
+    [line] = [line for line in serving.stderr.splitlines() if line.startswith("error: ")]
+    assert "the routing kept in the store cannot be used here: channels.pager.type" in line, line
+    assert "No module named 'pager_plugin'" in line and "interlock routing set FILE" in line, line

@@ -83,7 +83,15 @@ from .schemas import (
 )
 from .web import install_web, refusal
 
-__all__ = ["DEFAULT_MAX_BODY_SIZE", "BodyLimit", "create_app", "event_to_dict", "parse_event_id"]
+__all__ = ["DEFAULT_MAX_BODY_SIZE", "BodyLimit", "StartupRefused", "create_app", "event_to_dict", "parse_event_id"]
+
+
+class StartupRefused(RuntimeError):
+    """The app cannot start as its store is set up, for a reason its operator can fix (the
+    message says which): the routing kept in the store names a channel this server cannot
+    make, say. The app's state keeps the message too (`refused`), for a server to say it
+    in place of the start-up's traceback."""
+
 
 log = logging.getLogger("interlock.server")
 
@@ -240,7 +248,14 @@ def create_app(
         # The routing kept in the store (set through the API), or the file's when it is new or changed.
         in_use = await the_broker.settle_routing(the_routing)
         if in_use is not None and in_use is not the_routing:
-            await deliveries.use_routing(state, in_use)
+            try:
+                await deliveries.use_routing(state, in_use)
+            except ChannelError as exc:  # e.g. a channel type this server cannot import
+                state.refused = f"the routing kept in the store cannot be used here: {exc}"
+                await state.hub.stop()
+                if broker is None:
+                    await the_broker.aclose()
+                raise StartupRefused(state.refused) from None
         elif in_use is not None:
             await deliveries.keep_teams(state, in_use)
         state.hub.on_event.append(lambda _: state.delivery.wake() if state.delivery is not None else None)

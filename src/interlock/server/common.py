@@ -364,6 +364,7 @@ class AppState:
     open_inboxes: bool = False  # anyone signed in may ask anyone (an open organisation)
     delivery: DeliveryLoop | None = None  # the outbox's delivery loop, when a routing is configured
     links_secret: str  # signs the one-click answer links in messages, set by the app
+    refused: str | None = None  # why the app could not start, for its operator (see StartupRefused)
 
     def __init__(
         self, broker: LocalBroker, auth: Auth, queue_size: int, keepalive: float, *, open_recipients: bool = False
