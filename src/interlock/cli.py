@@ -957,10 +957,7 @@ def serve(
     except SystemExit:  # uvicorn's, when the app did not start
         if state.refused is None:
             raise
-        raise _fail(
-            f"{state.refused}; keep one it can use with `interlock routing set FILE`, "
-            "or start with a new --routing FILE"
-        ) from None
+        raise _fail(state.refused) from None
     finally:
         sock.close()
 

@@ -1,8 +1,8 @@
 """What an operator gets wrong in a routing file, refused by `interlock serve` before it
 opens its store: one line naming the file and the option (or the line of a syntax error),
 no traceback, nothing written. Run in process (cli_support): the command exits before it
-serves. A routing kept in the store that this server cannot use is refused at start, on
-one line too (a real process: uvicorn runs the start-up)."""
+serves. A store the server cannot open, and a routing kept in the store that it cannot
+use, are refused at start on one line too (a real process: uvicorn runs the start-up)."""
 
 from __future__ import annotations
 
@@ -111,3 +111,27 @@ def test_serve_refuses_a_kept_routing_whose_channel_it_cannot_make_on_one_line(
     [line] = [line for line in serving.stderr.splitlines() if line.startswith("error: ")]
     assert "the routing kept in the store cannot be used here: channels.pager.type" in line, line
     assert "No module named 'pager_plugin'" in line and "interlock routing set FILE" in line, line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("store", "why"),
+    [
+        ("sqlite:///{tmp}/no-such-folder/interlock.db", "unable to open database file"),
+        ("postgresql://postgres@127.0.0.1:5432/interlock_no_such_database", 'database "interlock_no_such_database"'),
+    ],
+)
+def test_serve_refuses_a_store_it_cannot_open_on_one_line(store: str, why: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+    serving = subprocess.run(
+        [sys.executable, "-m", "interlock", "serve", "--port", "0", "--db", store.format(tmp=tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert serving.returncode == 4, serving.stderr
+    assert "Traceback" not in serving.stderr
+    [line] = [line for line in serving.stderr.splitlines() if line.startswith("error: ")]
+    assert line.startswith("error: the store cannot be opened: ") and why in line, line
+    assert not (tmp_path / "no-such-folder").exists()

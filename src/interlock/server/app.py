@@ -88,9 +88,10 @@ __all__ = ["DEFAULT_MAX_BODY_SIZE", "BodyLimit", "StartupRefused", "create_app",
 
 class StartupRefused(RuntimeError):
     """The app cannot start as its store is set up, for a reason its operator can fix (the
-    message says which): the routing kept in the store names a channel this server cannot
-    make, say. The app's state keeps the message too (`refused`), for a server to say it
-    in place of the start-up's traceback."""
+    message says which): the store cannot be opened (a folder or a database not there, a
+    password refused, its server down), or the routing kept in it names a channel this
+    server cannot make. The app's state keeps the message too (`refused`), for a server to
+    say it in place of the start-up's traceback."""
 
 
 log = logging.getLogger("interlock.server")
@@ -242,7 +243,11 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.loop = asyncio.get_running_loop()  # where `stop_waits` wakes the long polls
-        await the_broker.open()
+        try:
+            await the_broker.open()
+        except Exception as exc:  # a folder or database not there, a password refused, a server down
+            state.refused = f"the store cannot be opened: {type(exc).__name__}: {exc}"
+            raise StartupRefused(state.refused) from exc
         state.metrics.pending.set(len(await the_broker.pending()))
         await state.hub.start()
         # The routing kept in the store (set through the API), or the file's when it is new or changed.
@@ -251,7 +256,10 @@ def create_app(
             try:
                 await deliveries.use_routing(state, in_use)
             except ChannelError as exc:  # e.g. a channel type this server cannot import
-                state.refused = f"the routing kept in the store cannot be used here: {exc}"
+                state.refused = (
+                    f"the routing kept in the store cannot be used here: {exc}; keep one it can use with "
+                    "`interlock routing set FILE`, or start with a new --routing FILE"
+                )
                 await state.hub.stop()
                 if broker is None:
                     await the_broker.aclose()
