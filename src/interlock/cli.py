@@ -198,6 +198,8 @@ def _run(db: str | None, work: Callable[[Broker], Awaitable[T]], token: str | No
         where = redact_url(db or "sqlite:///interlock.db")
         raise _fail(f"{'the server' if _remote(db) else 'the store'} at {where}: {exc}; try again shortly") from None
     except ConnectionError as exc:
+        if not _remote(db):  # a store's own refusal (a database not there, a password refused) says it all
+            raise _fail(str(exc)) from None
         raise _fail(
             f"{exc}. Is `interlock serve` running at {redact_url(db or '')}? Start it there, or point "
             "--server (INTERLOCK_URL) at where it runs"

@@ -135,3 +135,13 @@ def test_serve_refuses_a_store_it_cannot_open_on_one_line(store: str, why: str, 
     [line] = [line for line in serving.stderr.splitlines() if line.startswith("error: ")]
     assert line.startswith("error: the store cannot be opened: ") and why in line, line
     assert not (tmp_path / "no-such-folder").exists()
+
+
+def test_a_command_on_a_postgresql_database_that_is_not_there_says_so_alone() -> None:
+    store = "postgresql://postgres@127.0.0.1:5432/interlock_no_such_database"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+    result = invoke("inbox", "--db", store, env=env)
+    assert result.returncode == 4, result.stderr
+    [line] = result.stderr.splitlines()
+    assert 'database "interlock_no_such_database" does not exist' in line, line
+    assert "interlock serve" not in line  # no server to start: the database is missing
