@@ -33,6 +33,11 @@ class Backoff:
         delay, self._next = self._next, min(self._next * 2, self.cap)
         return delay
 
+    def next_after(self, asked: float | None) -> float:
+        """The delay before the next try, or what the other side asked to wait (a server's
+        `Retry-After`), whichever is longer."""
+        return max(asked or 0.0, self.next())
+
     def reset(self) -> None:
         self._next = self.first
         self._fresh = True

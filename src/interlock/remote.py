@@ -367,7 +367,7 @@ class RemoteBroker(Broker):
         past the wait's `deadline`; once that has passed, `exc` is raised (the wait is
         bounded by its own timeout, not by the server's coming back)."""
         loop = asyncio.get_running_loop()
-        delay = min(max(exc.retry_after or 0.0, backoff.next()), UNAVAILABLE_CAP)
+        delay = min(backoff.next_after(exc.retry_after), UNAVAILABLE_CAP)
         if deadline is not None:
             if loop.time() >= deadline:
                 raise exc
@@ -702,7 +702,7 @@ class RemoteBroker(Broker):
                         log.warning("event stream from %s: %s; reconnecting", redact_url(self.base_url), exc)
                         asked = exc.retry_after
                     # back off before reconnecting: at most 5 s, or what the server asks up to UNAVAILABLE_CAP
-                    await asyncio.sleep(min(max(asked or 0.0, backoff.next()), UNAVAILABLE_CAP))
+                    await asyncio.sleep(min(backoff.next_after(asked), UNAVAILABLE_CAP))
                 except asyncio.CancelledError:
                     if not self._uncut(me):
                         raise

@@ -159,10 +159,10 @@ class Worker:
             except Closed:
                 return  # its broker was closed: there is nothing more to claim through it
             except RateLimited as exc:
-                await _pause(max(exc.retry_after or 0.0, backoff.next()), stop)
+                await _pause(backoff.next_after(exc.retry_after), stop)
                 continue
             except Unavailable as exc:  # the store, or the server's, away for now: ask again
-                delay = max(exc.retry_after or 0.0, backoff.next())
+                delay = backoff.next_after(exc.retry_after)
                 log.warning("worker %s could not claim a run (%s); trying again in %.0f s", self.name, exc, delay)
                 await _pause(delay, stop)
                 continue
@@ -234,7 +234,7 @@ class Worker:
             except Exception as exc:
                 if isinstance(exc, InterlockError) and not isinstance(exc, RateLimited | Unavailable):
                     raise  # refused: asking again changes nothing
-                delay = max(getattr(exc, "retry_after", None) or 0.0, backoff.next())
+                delay = backoff.next_after(getattr(exc, "retry_after", None))
                 if clock() + delay > until:
                     raise
                 log.warning(

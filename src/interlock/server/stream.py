@@ -60,10 +60,6 @@ within this long of the store coming back."""
 T = TypeVar("T")
 
 
-def _store_delay(exc: Unavailable, backoff: Backoff) -> float:
-    return max(exc.retry_after or 0.0, backoff.next())
-
-
 async def patiently(read: Callable[[], Awaitable[T]], what: str) -> T:
     """`read()`, read again after `Unavailable` with a bounded back-off until it answers:
     for a stream's own reads after its 200 went out, while its client stays connected (a
@@ -74,7 +70,7 @@ async def patiently(read: Callable[[], Awaitable[T]], what: str) -> T:
             return await read()
         except Unavailable as exc:
             backoff = backoff or Backoff(STORE_RETRY_FIRST, STORE_RETRY_CAP)
-            delay = _store_delay(exc, backoff)
+            delay = backoff.next_after(exc.retry_after)
             log.warning("%s could not read the store (%s); trying again in %g s", what, exc, delay)
             await asyncio.sleep(delay)
 
@@ -232,7 +228,7 @@ class Hub:
                     backoff.reset()
                 failed_at = after
                 if isinstance(exc, Unavailable):  # the store is away for now: no bug to trace
-                    delay = _store_delay(exc, backoff)
+                    delay = backoff.next_after(exc.retry_after)
                     log.warning(
                         "following the event log failed (%s); resuming after event %s in %g s", exc, after, delay
                     )
@@ -324,7 +320,7 @@ class Hub:
                     break
                 except Unavailable as exc:
                     backoff = backoff or Backoff(STORE_RETRY_FIRST, STORE_RETRY_CAP)
-                    delay = _store_delay(exc, backoff)
+                    delay = backoff.next_after(exc.retry_after)
                     log.warning("a stream could not read the store (%s); trying again in %g s", exc, delay)
                     await sub.pause(delay)
             while (live := await sub.next()) is not None:
