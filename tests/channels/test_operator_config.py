@@ -81,6 +81,22 @@ def test_a_channel_without_its_secret_is_named_with_what_it_cannot_do() -> None:
     assert chat.startswith("channels.chat has no signing_secret") and "/slack/interactive/chat" in chat
 
 
+def refused_at_start(store: str, env: dict[str, str]) -> str:
+    """`interlock serve` on `store` in a process of its own (uvicorn runs the start-up),
+    refused with exit code 4 and no traceback: its error line."""
+    serving = subprocess.run(
+        [sys.executable, "-m", "interlock", "serve", "--port", "0", "--db", store],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert serving.returncode == 4, serving.stderr
+    assert "Traceback" not in serving.stderr
+    [line] = [line for line in serving.stderr.splitlines() if line.startswith("error: ")]
+    return line
+
+
 @pytest.mark.slow
 def test_serve_refuses_a_kept_routing_whose_channel_it_cannot_make_on_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -99,16 +115,7 @@ def test_serve_refuses_a_kept_routing_whose_channel_it_cannot_make_on_one_line(
     env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_") and k != "PYTHONPATH"}
     assert invoke("routing", "set", str(routing), "--db", store, env=env).returncode == 0
 
-    serving = subprocess.run(
-        [sys.executable, "-m", "interlock", "serve", "--port", "0", "--db", store],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert serving.returncode == 4, serving.stderr
-    assert "Traceback" not in serving.stderr
-    [line] = [line for line in serving.stderr.splitlines() if line.startswith("error: ")]
+    line = refused_at_start(store, env)
     assert "the routing kept in the store cannot be used here: channels.pager.type" in line, line
     assert "No module named 'pager_plugin'" in line and "interlock routing set FILE" in line, line
 
@@ -123,16 +130,7 @@ def test_serve_refuses_a_kept_routing_whose_channel_it_cannot_make_on_one_line(
 )
 def test_serve_refuses_a_store_it_cannot_open_on_one_line(store: str, why: str, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
-    serving = subprocess.run(
-        [sys.executable, "-m", "interlock", "serve", "--port", "0", "--db", store.format(tmp=tmp_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert serving.returncode == 4, serving.stderr
-    assert "Traceback" not in serving.stderr
-    [line] = [line for line in serving.stderr.splitlines() if line.startswith("error: ")]
+    line = refused_at_start(store.format(tmp=tmp_path), env)
     assert line.startswith("error: the store cannot be opened: ") and why in line, line
     assert not (tmp_path / "no-such-folder").exists()
 
