@@ -176,8 +176,8 @@ class _Gating:
         return copied
 
     def tool(self, owner: str, tool: Tool) -> Tool:
-        inner = getattr(tool, "_agent_instance", None) if isinstance(tool, FunctionTool) else None
-        if isinstance(inner, Agent):
+        inner = _agent_of_tool(tool)
+        if inner is not None:
             ungated = _ungated(inner, set())
             if ungated:
                 raise ValueError(
@@ -192,8 +192,8 @@ class _Gating:
         if isinstance(item, Agent):
             return self.agent(item)
         copied = copy.copy(item)
-        target = item._agent_ref() if item._agent_ref is not None else None
-        if isinstance(target, Agent):
+        target = _agent_handed_off_to(item)
+        if target is not None:
             copied._agent_ref = weakref.ref(self.agent(target))
         invoke = item.on_invoke_handoff
 
@@ -222,14 +222,28 @@ def _ungated(agent: Agent[Any], seen: set[int]) -> set[str]:
         if isinstance(tool, FunctionTool):
             if not isinstance(tool.needs_approval, _GateCheck):
                 found.add(repr(tool.name))
-            inner = getattr(tool, "_agent_instance", None)
-            if isinstance(inner, Agent):
+            inner = _agent_of_tool(tool)
+            if inner is not None:
                 found |= _ungated(inner, seen)
     for item in agent.handoffs:
-        target = item if isinstance(item, Agent) else (item._agent_ref() if item._agent_ref is not None else None)
-        if isinstance(target, Agent):
+        target = item if isinstance(item, Agent) else _agent_handed_off_to(item)
+        if target is not None:
             found |= _ungated(target, seen)
     return found
+
+
+def _agent_of_tool(tool: Tool) -> Agent[Any] | None:
+    """The agent a tool runs, for a tool made by `agent.as_tool(...)` (the SDK keeps it on
+    the tool); None for any other tool."""
+    inner = getattr(tool, "_agent_instance", None) if isinstance(tool, FunctionTool) else None
+    return inner if isinstance(inner, Agent) else None
+
+
+def _agent_handed_off_to(item: Handoff[Any, Any]) -> Agent[Any] | None:
+    """The agent a `handoff(...)` names, when it names one (the SDK keeps a weak reference);
+    None for a handoff that makes its agent as it is called."""
+    target = item._agent_ref() if item._agent_ref is not None else None
+    return target if isinstance(target, Agent) else None
 
 
 def gate_tools(agent: Agent[Any]) -> Agent[Any]:
