@@ -147,9 +147,11 @@ def test_a_tool_call_passes_every_field_it_shares_with_origin_to_its_request() -
 
 
 def test_the_mcp_ask_arguments_take_the_fields_of_the_ask_types_a_client_sends() -> None:
-    kinds = {cls.type: cls for cls in (Text, Confirm, Choice, MultiChoice)}
+    kinds = {cls.type: cls for cls in (Text, Confirm, Choice, MultiChoice, Form)}
+    assert set(ASK_TYPES.values()) == set(kinds)  # a client sends every ask kind
     sent = {f.name for kind in ASK_TYPES.values() for f in dataclasses.fields(kinds[kind]) if f.init}
-    assert set(AskIn.model_fields) == {"type"} | sent - {"allow_other"}  # one's own text: not over MCP
+    taken = {info.alias or name for name, info in AskIn.model_fields.items()}
+    assert taken == {"type"} | sent - {"allow_other"}  # one's own text: not over MCP
     assert set(OptionIn.model_fields) == {f.name for f in dataclasses.fields(Option)}
     assert {info.alias or name for name, info in GrantRef.model_fields.items()} == {"with", "can"}
     assert [f.name for f in dataclasses.fields(Grant)] == ["with_", "can", "exp"]  # a check names no expiry
@@ -168,7 +170,7 @@ def test_the_mcp_ask_arguments_take_the_fields_of_the_ask_types_a_client_sends()
 )
 def test_an_mcp_client_reads_each_ask_in_its_kinds_own_shape_under_the_type_name_it_sends(ask: Ask) -> None:
     view = ask_view(ask)
-    names = {kind: name for name, kind in ASK_TYPES.items()} | {"form": "form"}
+    names = {kind: name for name, kind in ASK_TYPES.items()}
     shape = ask.to_dict() | {"type": names[ask.type]}
     if "options" in shape:  # an option without a description reads without one
         shape["options"] = [{k: v for k, v in o.items() if k != "description" or v} for o in shape["options"]]

@@ -1,14 +1,14 @@
 """The shapes the MCP tools speak: typed asks in, jobs and whole requests out.
 
-An MCP client asks with four ask types (text, approval, choice, checkboxes); each is one of
-interlock's ask kinds, so a request made here is answered from every surface and a request
-made anywhere reads back here:
+An MCP client asks with five ask types (text, approval, choice, checkboxes, form); each is
+one of interlock's ask kinds, so a request made here is answered from every surface and a
+request made anywhere reads back here:
 
     text        Text (multiline)      answer: a string
     approval    Confirm               answer: true or false
     choice      Choice                answer: one option id
     checkboxes  MultiChoice           answer: an array of option ids
-    form        Form (read only)      answer: an object fitting its schema
+    form        Form                  answer: an object fitting its schema
 
 A job is a view of a request, not a second record: its id is the request's id and its
 status follows the request's, so a job outlives every process that made or watched it:
@@ -58,12 +58,11 @@ JobStatus = Literal["INPUT_REQUIRED", "COMPLETE", "FAILED", "CANCELLED"]
 @dataclass(frozen=True, slots=True)
 class _AskType:
     """An ask type as MCP clients name it: the ask kind it is, what it asks in a few words,
-    how it is answered, and whether a client may send it (a form is only read)."""
+    and how it is answered."""
 
     kind: type[Ask]
     about: str
     answer_with: str
-    sent: bool = True
 
 
 _TYPES: dict[str, _AskType] = {
@@ -71,14 +70,16 @@ _TYPES: dict[str, _AskType] = {
     "approval": _AskType(Confirm, "yes/no", "true or false"),
     "choice": _AskType(Choice, "pick one option", "one option id"),
     "checkboxes": _AskType(MultiChoice, "pick any number", "an array of option ids"),
-    "form": _AskType(Form, "an object fitting its schema", "an object fitting the schema", sent=False),
+    "form": _AskType(
+        Form, "fill in an object valid against schema, a JSON Schema of type object", "an object fitting the schema"
+    ),
 }
 
 _NOT_SENT = frozenset({"allow_other"})
 """Fields of an ask kind an MCP client does not send: a choice answered with one's own text
 is for the other surfaces."""
 
-ASK_TYPES: dict[str, str] = {name: t.kind.type for name, t in _TYPES.items() if t.sent}
+ASK_TYPES: dict[str, str] = {name: t.kind.type for name, t in _TYPES.items()}
 """Each ask type an MCP client may send, and the interlock ask kind it becomes."""
 
 _NAME_OF: dict[str, str] = {t.kind.type: name for name, t in _TYPES.items()}
@@ -94,12 +95,17 @@ def sent_fields(kind: type[Any]) -> tuple[dataclasses.Field[Any], ...]:
 
 def sent_types() -> dict[str, type[Ask]]:
     """Each ask type a client may send, by its MCP name, and the ask kind it is."""
-    return {name: t.kind for name, t in _TYPES.items() if t.sent}
+    return {name: t.kind for name, t in _TYPES.items()}
 
 
 def type_descriptions() -> str:
     """The ask types a client may send, each in a few words."""
-    return "; ".join(f"{name}: {t.about}" for name, t in _TYPES.items() if t.sent) + "."
+    return "; ".join(f"{name}: {t.about}" for name, t in _TYPES.items()) + "."
+
+
+def answer_forms() -> str:
+    """How each ask type is answered, as a tool's description lists it."""
+    return ", ".join(f"{name} -> {t.answer_with}" for name, t in _TYPES.items())
 
 
 JOB_STATUSES: dict[Status, JobStatus] = {

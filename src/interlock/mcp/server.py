@@ -10,9 +10,9 @@ token's principal and the API decides; over a store URL the caller is this machi
 as with the CLI.
 
 The asks a client sends (`AskIn`, its `OptionIn`s) and the grant it checks (`GrantRef`) are
-derived from the model's dataclasses (`Text`, `Confirm`, `Choice`, `MultiChoice`, `Option`,
-`Grant`), under the ask type names of `interlock.mcp.jobs`; only the words that describe
-each field to a model are this module's.
+derived from the model's dataclasses (`Text`, `Confirm`, `Choice`, `MultiChoice`, `Form`,
+`Option`, `Grant`), under the ask type names of `interlock.mcp.jobs`; only the words that
+describe each field to a model are this module's.
 
 MCP's tasks are not in the SDK's server or client (mcp 2.x), so `hitl_request` returns its
 job at once and `hitl_status` reports it, waiting (bounded) for it to settle if asked.
@@ -45,6 +45,7 @@ from ..principals import Principal, can_answer
 from ..remote import RemoteBroker
 from .jobs import (
     INBOX_STATUSES,
+    answer_forms,
     asks_from_arguments,
     grant_view,
     job_of,
@@ -88,6 +89,7 @@ _ASK_FIELDS = {
     "min": "the fewest options to pick.",
     "max": "the most options to pick.",
     "grants": "capability grants {with, can, exp?} issued if approved and echoed.",
+    "schema": "a JSON Schema of type object (draft 2020-12); the answer is an object valid against it.",
 }
 """How each field an ask type sends is described to a model; a field that only some types
 have is prefixed with their names ("text only: ...")."""
@@ -104,10 +106,18 @@ _GRANT_FIELDS = {"with_": "The resource, as the grant names it.", "can": "The ab
 _ARGUMENTS = ConfigDict(extra="forbid")
 
 
+def _python_name(name: str) -> str:
+    """An argument model's name for a dataclass field: the field's own, but a name pydantic's
+    `BaseModel` keeps for itself (a form's `schema`) takes a trailing underscore."""
+    return f"{name}_" if hasattr(BaseModel, name) else name
+
+
 def _argument(hint: Any, spec: dataclasses.Field[Any], description: str | None, **rules: Any) -> tuple[Any, Any]:
-    """A field of an argument model: required when the dataclass gives it no default, else
-    optional (null or left out: the dataclass's default applies)."""
-    alias = spec.name.rstrip("_") if spec.name.endswith("_") else None
+    """A field of an argument model (named `_python_name(spec.name)`): required when the
+    dataclass gives it no default, else optional (null or left out: the dataclass's default
+    applies). A client sends it under the dataclass's name without a trailing underscore."""
+    wire = spec.name.rstrip("_")
+    alias = wire if wire != _python_name(spec.name) else None
     if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
         return hint, Field(alias=alias, description=description, **rules)
     return hint | None, Field(None, alias=alias, description=description, **rules)
@@ -117,7 +127,7 @@ def _option_model() -> type[BaseModel]:
     hints = get_type_hints(Option)
     grants = {Sequence[Grant | Mapping[str, Any]]: list[dict[str, Any]]}
     fields: dict[str, Any] = {
-        f.name: _argument(grants.get(hints[f.name], hints[f.name]), f, _OPTION_FIELDS.get(f.name))
+        _python_name(f.name): _argument(grants.get(hints[f.name], hints[f.name]), f, _OPTION_FIELDS.get(f.name))
         for f in sent_fields(Option)
     }
     return create_model(
@@ -129,6 +139,7 @@ def _ask_model(option: type[BaseModel]) -> type[BaseModel]:
     """One flat model over every ask type a client sends (`asks_from_arguments` refuses a
     field its type does not have)."""
     wire = {
+        Mapping[str, Any]: dict[str, Any],
         Sequence[Grant | Mapping[str, Any]]: list[dict[str, Any]],
         # a model made at run time is a valid type there, not one mypy can check
         Sequence[Option | str | Mapping[str, Any]]: list[option | str],  # type: ignore[valid-type]
@@ -146,14 +157,14 @@ def _ask_model(option: type[BaseModel]) -> type[BaseModel]:
         about = _ASK_FIELDS[field_name]
         if len(having[field_name]) < len(types):
             about = f"{' and '.join(having[field_name])} only: {about}"
-        fields[field_name] = _argument(hint, spec, about)
+        fields[_python_name(field_name)] = _argument(hint, spec, about)
     return create_model("AskIn", __config__=_ARGUMENTS, __doc__="One typed ask.", **fields)
 
 
 def _grant_model() -> type[BaseModel]:
     hints = get_type_hints(Grant)
     fields: dict[str, Any] = {
-        f.name: _argument(hints[f.name], f, about, min_length=1)
+        _python_name(f.name): _argument(hints[f.name], f, about, min_length=1)
         for f in dataclasses.fields(Grant)
         if (about := _GRANT_FIELDS.get(f.name)) is not None
     }
@@ -181,18 +192,17 @@ else:
     InboxStatus = Literal[tuple(INBOX_STATUSES)]
 
 
-_REQUEST = """Ask a human for decisions, approvals or information. Delivers a durable request \
+_REQUEST = f"""Ask a human for decisions, approvals or information. Delivers a durable request \
 into the target user's inbox and returns a job at once: status INPUT_REQUIRED until the human \
 answers (COMPLETE, with the response: answers by ask id), rejects or the request expires \
 (FAILED, with the reason), or it is cancelled (CANCELLED). Follow the job with hitl_status \
 (pass wait to block until it settles); the job survives restarts, so keep its id. Asks are \
-typed: text (free text), approval (yes/no), choice (pick one option), checkboxes (pick many). \
-Approval asks and options may offer capability grants ({with, can, exp?}) that are issued ONLY \
-if the human makes that choice and explicitly echoes the grant; exp is unix seconds, omit it \
-for the venue's 7-day default or set it to null to request no expiry. Omit user to ask your \
-own owner (or yourself, if you are a person); asking another person needs their permission. \
-There is no framework timeout: set timeout (seconds) for time-sensitive asks and handle the \
-FAILED outcome."""
+typed ({type_descriptions().rstrip(".")}). Approval asks and options may offer capability \
+grants ({{with, can, exp?}}) that are issued ONLY if the human makes that choice and \
+explicitly echoes the grant; exp is unix seconds, omit it for the venue's 7-day default or \
+set it to null to request no expiry. Omit user to ask your own owner (or yourself, if you \
+are a person); asking another person needs their permission. There is no framework timeout: \
+set timeout (seconds) for time-sensitive asks and handle the FAILED outcome."""
 
 _STATUS = """Report a job made by hitl_request (its id is the request id): INPUT_REQUIRED while \
 the person has not answered, COMPLETE with the response (answers by ask id, the person's \
@@ -208,14 +218,13 @@ interlock://requests/<id>."""
 _READ = """Read one whole request you made or that is in your inbox: its title and description, \
 every ask with its type, options and offered grants, how to answer each, and its job status."""
 
-_RESPOND = """Resolve a HITL request in YOUR OWN inbox: answer it or reject it (only a person \
+_RESPOND = f"""Resolve a HITL request in YOUR OWN inbox: answer it or reject it (only a person \
 may). Answering completes the requester's job with your answers; rejecting fails it with your \
-comment as the reason. Answer forms, by ask id: text -> string, approval -> boolean, choice -> \
-option id, checkboxes -> array of option ids. A bad answer changes nothing: the request stays \
-open and the error says which ask and why. If the request offered capability grants, echo the \
-ones you approve in 'grants': the venue issues exactly the intersection of what you echo and \
-what your choices actually triggered (approved approval asks, selected options); echoing \
-anything else fails the response."""
+comment as the reason. Answers, by ask id: {answer_forms()}. A bad answer changes nothing: \
+the request stays open and the error says which ask and why. If the request offered \
+capability grants, echo the ones you approve in 'grants': the venue issues exactly the \
+intersection of what you echo and what your choices actually triggered (approved approval \
+asks, selected options); echoing anything else fails the response."""
 
 _CANCEL = """Withdraw a request you made that nobody has answered yet; its job becomes \
 CANCELLED with your reason."""
@@ -283,7 +292,7 @@ async def hitl_request(
     ] = None,
 ) -> dict[str, Any]:
     async with _seated(ctx) as seat:
-        shaped = asks_from_arguments([a.model_dump(exclude_unset=True) for a in asks])
+        shaped = asks_from_arguments([a.model_dump(exclude_unset=True, by_alias=True) for a in asks])
         built = await seat.broker.build_asks(shaped)
         request = await seat.broker.create(
             built,
