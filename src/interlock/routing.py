@@ -5,6 +5,7 @@ teams (a name and its members) and a route per recipient, per team, and a defaul
 
     inbox_url = "https://interlock.example.com"   # links in messages point here
     max_attempts = 8                              # then a delivery becomes a dead letter
+    lease = "90s"                                 # a node that dies holds what it claimed this long
 
     [channels.ops-hook]
     type = "webhook"                # a built-in type, an entry point's name, or "module:factory"
@@ -149,6 +150,9 @@ class Routing:
     max_attempts: int = 8
     retry_first: float = 5.0
     retry_cap: float = 3600.0
+    lease: float | None = None
+    """Seconds a delivery loop holds the notices and deliveries it claimed before another
+    may take them (what a node that died was sending waits this long); None: the loop's own."""
     source: Mapping[str, Any] = field(default_factory=dict)
     """The document it was read from (the API shows it with secrets masked)."""
 
@@ -218,8 +222,22 @@ class Routing:
 
 # -- reading a routing document ---------------------------------------------------------------
 
+MIN_LEASE = 1.0
+MAX_LEASE = 24 * 3600.0
+"""The bounds of a routing's `lease`, in seconds: a send is given a third of it."""
+
 _ROUTE_KEYS = {"channels", "addresses", "quiet_hours", "remind_before", "escalate_after", "escalate_to"}
-_TOP_KEYS = {"inbox_url", "max_attempts", "retry_first", "retry_cap", "channels", "teams", "recipients", "default"}
+_TOP_KEYS = {
+    "inbox_url",
+    "max_attempts",
+    "retry_first",
+    "retry_cap",
+    "lease",
+    "channels",
+    "teams",
+    "recipients",
+    "default",
+}
 
 
 def _table(value: object, where: str) -> Mapping[str, Any]:
@@ -310,6 +328,9 @@ def routing_from_dict(doc: Mapping[str, Any]) -> Routing:
     cap = parse_duration(doc.get("retry_cap", 3600), "retry_cap").total_seconds()
     if cap < first:
         raise RoutingError("retry_cap: must not be shorter than retry_first")
+    lease = parse_duration(doc["lease"], "lease").total_seconds() if "lease" in doc else None
+    if lease is not None and not MIN_LEASE <= lease <= MAX_LEASE:
+        raise RoutingError(f"lease: from {MIN_LEASE:g}s to {MAX_LEASE / 3600:g}h")
     return Routing(
         channels,
         recipients,
@@ -320,6 +341,7 @@ def routing_from_dict(doc: Mapping[str, Any]) -> Routing:
         max_attempts,
         first,
         cap,
+        lease,
         dict(doc),
     )
 

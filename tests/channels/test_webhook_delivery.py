@@ -372,3 +372,20 @@ async def test_an_error_that_says_nothing_is_described_for_people_not_by_its_cla
         "bob": "the connection failed",
         "carol": "the send failed without saying why",
     }
+
+
+async def test_a_routing_s_lease_gives_each_send_a_third_of_it(store_url: str) -> None:
+    held = HeldChannel()  # answers nothing until released
+    doc = routing("http://unused.example/hook")
+    async with delivering(store_url, doc, channels={"hook": HeldChannel()}) as (broker, loop):
+        await loop.replace(routing_from_dict({**doc, "lease": "3s"}), {"hook": held}, loop.context)  # as set later
+        request = await broker.create(Confirm("Ship it?"), to="alice", requester="bot")
+
+        async def tried() -> bool:
+            return any(d.attempts for d in await broker.store.list_deliveries(request_id=request.id))
+
+        await until(loop, tried)  # cut short within the lease, before another loop could take it over
+        [delivery] = await broker.store.list_deliveries(request_id=request.id)
+        assert (delivery.status, delivery.last_error) == ("pending", "no answer within 1s")
+        held.release.set()
+        await until(loop, status_of(broker, request.id, "delivered"))

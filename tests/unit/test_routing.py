@@ -48,6 +48,10 @@ def doc(**extra: Any) -> dict[str, Any]:
         ({"teams": {"ops": {"members": "alice"}}}, "teams.ops.members: expected a list of names"),
         ({"retry_first": 10, "retry_cap": 5}, "retry_cap: must not be shorter than retry_first"),
         ({"colour": "blue"}, "unknown key 'colour'"),
+        ({"lease": "half a minute"}, "lease: 'half a minute' is not a duration"),
+        ({"lease": "500ms"}, "lease: '500ms' is not a duration"),
+        ({"lease": 0.5}, "lease: from 1s to 24h"),
+        ({"lease": "2d"}, "lease: from 1s to 24h"),
     ],
 )
 def test_a_bad_routing_document_is_refused_naming_the_field(document: dict[str, Any], message: str) -> None:

@@ -6,8 +6,10 @@ channels, a few at a time. A delivery that fails is tried again after a delay th
 doubles with each attempt, with jitter (`outbox.retry_delay`); after `max_attempts` it
 becomes a dead letter. A reminder or escalation whose request settled meanwhile is
 skipped. Everything it does is in the store, so a loop that stops (or a node that dies)
-leaves nothing behind: its leases run out and another loop, or the same one restarted,
-carries on. On PostgreSQL every node may run one; claims skip each other's rows.
+leaves nothing behind: its leases (the routing's `lease`) run out and another loop, or
+the same one restarted, carries on, sending again what the dead one may have sent (with
+the same idempotency key). Every node (on PostgreSQL, or every process on one SQLite file)
+may run one; claims skip each other's rows.
 
 It runs inside `interlock serve` (woken by every new event) or standalone
 (`interlock deliver`), polling the store every `poll_interval` seconds.
@@ -74,21 +76,18 @@ class DeliveryLoop:
             dict(channels) if channels is not None else open_channels(routing.channels, self.context)
         )
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
-        self.lease = lease
         self.poll_interval = poll_interval
         self.batch = batch
-        self.send_timeout = send_timeout
         self.routing_check = routing_check
         """Every this many seconds, use the routing kept in the store if it changed (None: never)."""
         self._routing_checked = time.monotonic()
         self._since: datetime | None = None
         self._since_read = False  # `routing_since`, read from the store at the first round
-        # Deliveries are claimed a few rounds of sends at a time, under a lease that outlasts
-        # the slowest such rounds (every send timing out), so that no other loop takes one
-        # while this one may still be sending it.
         self.delivery_batch = min(batch, concurrency * 2)
-        rounds = -(-self.delivery_batch // concurrency)
-        self.delivery_lease = max(lease, (rounds + 1) * send_timeout)
+        self._rounds = -(-self.delivery_batch // concurrency)  # of sends, to send a claimed batch
+        self._own_lease, self._own_send_timeout = lease, send_timeout
+        self.lease = self.delivery_lease = self.send_timeout = 0.0
+        self._time()
         self._slots = asyncio.Semaphore(concurrency)
         self._wake = asyncio.Event()
         self._stopping = False
@@ -101,6 +100,20 @@ class DeliveryLoop:
         """Called with each attempt's outcome once stored (metrics)."""
 
     # -- life cycle ----------------------------------------------------------------------
+
+    def _time(self) -> None:
+        """Set the leases and the time a send is given: from the routing's `lease`, or else
+        this loop's own. Deliveries are claimed a few rounds of sends at a time, under a
+        lease that outlasts the slowest such rounds (every send timing out), so that no other
+        loop takes one while this one may still be sending it: with a routing's lease, each
+        send is cut short to fit."""
+        lease = self.routing.lease
+        if lease is None:
+            self.lease, self.send_timeout = self._own_lease, self._own_send_timeout
+            self.delivery_lease = max(self.lease, (self._rounds + 1) * self.send_timeout)
+        else:
+            self.lease = self.delivery_lease = lease
+            self.send_timeout = min(self._own_send_timeout, lease / (self._rounds + 1))
 
     def wake(self) -> None:
         """Look for work now (a new event was appended)."""
@@ -135,6 +148,7 @@ class DeliveryLoop:
         again."""
         old = self.channels
         self.routing, self.channels, self.context = routing, dict(channels), context
+        self._time()
         for channel in old.values():
             if self._sending.get(channel):
                 self._retired.append(channel)
