@@ -34,6 +34,8 @@ class Receiver:
     """Answers to give, in order; 200 once they run out."""
     arrived: asyncio.Condition = field(default_factory=asyncio.Condition)
     on_receive: Callable[[Received], None] | None = None
+    hold: Callable[[Received], Awaitable[None]] | None = None
+    """Awaited after an arrival is recorded, before it is answered (to hold a delivery open)."""
 
     async def until(self, count: int, timeout: float = 20.0) -> list[Received]:
         """The first `count` arrivals, waiting for them (bounded)."""
@@ -61,6 +63,8 @@ async def receiver(path: str = "/hook") -> AsyncIterator[Receiver]:
         async with state.arrived:
             state.received.append(got)
             state.arrived.notify_all()
+        if state.hold is not None:
+            await state.hold(got)
         return Response(status_code=status)
 
     app = Starlette(routes=[Route(path, hook, methods=["POST"])])
