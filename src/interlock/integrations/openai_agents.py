@@ -8,7 +8,9 @@ through runs at once; one it refuses (a hook's `Deny`) is rejected with the reas
 message the model reads; one a person must decide interrupts the run (`result.interruptions`),
 as the SDK's own approvals do. So the gate's policies, auto-allow lists, hooks and the
 agent's stored policy apply to every function tool, marked or not, of the agent and of the
-agents it hands off to. An agent used as a tool (`agent.as_tool`) is run by the SDK as it
+agents it hands off to, and to the tools of their MCP servers (listed by the SDK as each
+turn begins, each gated as it is listed; a server's `require_approval` is its tools'
+mark). An agent used as a tool (`agent.as_tool`) is run by the SDK as it
 was made: make its tool from `gate_tools(agent)` (an agent whose tool is not so made is
 refused). An interruption the gate did not see (a hosted tool) is put to it as marked.
 
@@ -173,6 +175,7 @@ class _Gating:
         self.copies[id(agent)] = (agent, copied)
         copied.tools = [self.tool(agent.name, tool) for tool in agent.tools]
         copied.handoffs = [self.handoff(item) for item in agent.handoffs]
+        _gate_mcp_tools(copied)
         return copied
 
     def tool(self, owner: str, tool: Tool) -> Tool:
@@ -211,9 +214,29 @@ class _Gating:
         return copied
 
 
+class _GatedMCPTools:
+    """The `get_mcp_tools` of a gated agent: the tools of its MCP servers (`mcp_servers`, a
+    list it shares with the agent it copies), each with the gate in front of it. The SDK
+    lists them, and makes each a function tool whose `needs_approval` is its server's
+    `require_approval`, as each turn begins; so they are gated on each listing."""
+
+    def __init__(self, listed: Any) -> None:
+        self.listed = listed
+
+    async def __call__(self, run_context: RunContextWrapper[Any]) -> list[Tool]:
+        return [_gated(tool) for tool in await self.listed(run_context)]
+
+
+def _gate_mcp_tools(agent: Agent[Any]) -> None:
+    """Has `agent` put the gate in front of the tools of its MCP servers."""
+    # An attribute of this copy alone, in front of the class's method: the agent stays of
+    # its class, and the agent it copies is not changed.
+    object.__setattr__(agent, "get_mcp_tools", _GatedMCPTools(agent.get_mcp_tools))
+
+
 def _ungated(agent: Agent[Any], seen: set[int]) -> set[str]:
     """The function tools of `agent`, and of the agents it hands off to or uses as tools,
-    that do not go through the gate."""
+    that do not go through the gate (and the MCP servers whose tools do not)."""
     if id(agent) in seen:
         return set()
     seen.add(id(agent))
@@ -225,6 +248,8 @@ def _ungated(agent: Agent[Any], seen: set[int]) -> set[str]:
             inner = _agent_of_tool(tool)
             if inner is not None:
                 found |= _ungated(inner, seen)
+    if not isinstance(vars(agent).get("get_mcp_tools"), _GatedMCPTools):
+        found |= {f"the tools of MCP server {server.name!r}" for server in agent.mcp_servers}
     for item in agent.handoffs:
         target = item if isinstance(item, Agent) else _agent_handed_off_to(item)
         if target is not None:
@@ -247,8 +272,8 @@ def _agent_handed_off_to(item: Handoff[Any, Any]) -> Agent[Any] | None:
 
 
 def gate_tools(agent: Agent[Any]) -> Agent[Any]:
-    """A copy of `agent` whose function tools, and those of the agents it hands off to, go
-    through the gate of the interlock run that calls them.
+    """A copy of `agent` whose function tools and MCP servers' tools, and those of the
+    agents it hands off to, go through the gate of the interlock run that calls them.
 
     `OpenAIAgentsRuns` does this to the agent it is given, and to the agents it hands off
     to. An agent used as a tool of another (`agent.as_tool(...)`) is run by the SDK as it
@@ -283,7 +308,8 @@ class OpenAIAgentsRuns:
         self.context = context
         self.run_config = run_config
         self.asker = Asker(broker, gate, agent=name, to=to)
-        self._gated: Agent[Any] = gate_tools(agent)
+        self._gating = _Gating()
+        self._gated: Agent[Any] = self._gating.agent(agent)
 
     def handlers(self) -> dict[str, ResumeHandler]:
         """The worker's handlers: this agent's runs, resumed by `resume`."""
@@ -315,7 +341,16 @@ class OpenAIAgentsRuns:
     async def resume(self, run: Run, requests: Mapping[str, Request]) -> Any:
         """Go on with a run whose approvals have been decided: its result, or `Park` again."""
         stored = run.state
-        state: RunState[Any, Agent[Any]] = await RunState.from_json(self._gated, stored["run_state"])
+        try:
+            state: RunState[Any, Agent[Any]] = await RunState.from_json(self._gated, stored["run_state"])
+        except Exception as exc:  # the SDK says only "Error details are redacted."
+            why = await self._mcp_server_out_of_reach()
+            if why is None:
+                raise
+            raise RuntimeError(
+                f"the run's state could not be restored: {why}. Connect the agent's MCP servers "
+                "(await server.connect()) in the process that resumes its runs, before the worker starts"
+            ) from exc
         outcomes: dict[str, Outcome] = {k: outcome_from_json(v) for k, v in stored.get("decided", {}).items()}
         outcomes.update(await self.asker.outcomes(run, stored["held"], {}))
         approved = {
@@ -324,6 +359,18 @@ class OpenAIAgentsRuns:
             if isinstance(outcomes.get(str(e["call_id"])), Approved)
         }
         return await self._continue(run, state, outcomes, approved)
+
+    async def _mcp_server_out_of_reach(self) -> str | None:
+        """Which MCP server of the agents this run reaches cannot list its tools, and why (the
+        SDK lists them to restore a run's state); None when each one can."""
+        for agent, _ in self._gating.copies.values():
+            for server in agent.mcp_servers:
+                try:
+                    await server.list_tools()
+                except Exception as exc:
+                    why = f"{type(exc).__name__}: {exc}"
+                    return f"MCP server {server.name!r} of agent {agent.name!r} cannot list its tools ({why})"
+        return None
 
     async def _pass(
         self,
