@@ -59,6 +59,7 @@ __all__ = [
     "RunClaim",
     "RunQuery",
     "RunStore",
+    "SecretKeyStore",
     "Store",
     "UnknownOption",
     "search_texts",
@@ -959,7 +960,37 @@ class PolicyStore(Protocol):
         ...
 
 
-class Store(RequestStore, PrincipalStore, RunStore, FollowupStore, GrantStore, OutboxStore, PolicyStore, Protocol):
+class SecretKeyStore(Protocol):
+    """The fingerprint of the secret key the nodes on this store sign with
+    (`interlock.secret_key`): derived from the key one way, never the key itself. At most
+    one is recorded."""
+
+    async def key_fingerprint(self) -> str | None:
+        """The fingerprint recorded, if any."""
+        ...
+
+    async def keep_key_fingerprint(self, fingerprint: str, at: datetime) -> str:
+        """Record `fingerprint` unless one is recorded already: the one that stands (this
+        one, or the earlier one). A conditional write: of any number of callers on any
+        node, one records its own."""
+        ...
+
+    async def replace_key_fingerprint(self, fingerprint: str | None, at: datetime) -> None:
+        """Record `fingerprint` in place of the one recorded, if any (None: forget it)."""
+        ...
+
+
+class Store(
+    RequestStore,
+    PrincipalStore,
+    RunStore,
+    FollowupStore,
+    GrantStore,
+    OutboxStore,
+    PolicyStore,
+    SecretKeyStore,
+    Protocol,
+):
     """Every port over one database, as the broker takes it: a backend keeps requests,
     principals and runs side by side, so a revocation ends the sessions and writes its
     event in one transaction, and a settlement marks its run ready in its own."""

@@ -1877,6 +1877,20 @@ class SqlStore:
         rows = await self._rows("get_link_use", link)
         return LinkUse(rows[0][0], rows[0][1], rows[0][2], self._time(rows[0][3])) if rows else None
 
+    async def key_fingerprint(self) -> str | None:
+        rows = await self._rows("get_key_fingerprint")
+        return str(rows[0][0]) if rows else None
+
+    async def keep_key_fingerprint(self, fingerprint: str, at: datetime) -> str:
+        await self._change("keep_key_fingerprint", fingerprint, self._stamp(at), notify=False)
+        return await self.key_fingerprint() or fingerprint  # (or forgotten since: it stood a moment ago)
+
+    async def replace_key_fingerprint(self, fingerprint: str | None, at: datetime) -> None:
+        if fingerprint is None:
+            await self._change("forget_key_fingerprint", notify=False)
+        else:
+            await self._change("put_key_fingerprint", fingerprint, self._stamp(at), notify=False)
+
     async def list_deliveries(
         self,
         *,

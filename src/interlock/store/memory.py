@@ -146,6 +146,7 @@ class MemoryStore:
         self._views: dict[str, set[str]] = {}  # request id: who has opened it
         self._released: set[str] = set()  # request ids released, while their request is kept
         self._settings: dict[str, Any] = {}
+        self._key_fingerprint: str | None = None  # of the nodes' secret key (`SecretKeyStore`)
 
     async def open(self) -> None:
         pass
@@ -1094,6 +1095,17 @@ class MemoryStore:
     async def answer_link_use(self, link: str) -> LinkUse | None:
         found = self._link_uses.get(link)
         return found[0] if found is not None else None
+
+    async def key_fingerprint(self) -> str | None:
+        return self._key_fingerprint
+
+    async def keep_key_fingerprint(self, fingerprint: str, at: datetime) -> str:
+        if self._key_fingerprint is None:
+            self._key_fingerprint = fingerprint
+        return self._key_fingerprint
+
+    async def replace_key_fingerprint(self, fingerprint: str | None, at: datetime) -> None:
+        self._key_fingerprint = fingerprint
 
 
 _NOTICE_TYPES = frozenset(NOTICE_TYPES)

@@ -421,3 +421,17 @@ RETURNING link;
 
 -- name: get_link_use
 SELECT link, request_id, used_by, used_at FROM answer_link_uses WHERE link = $1;
+
+-- name: keep_key_fingerprint
+INSERT INTO secret_key_fingerprint (fingerprint, recorded_at) VALUES ($1, $2)
+ON CONFLICT (one) DO NOTHING;
+
+-- name: get_key_fingerprint
+SELECT fingerprint FROM secret_key_fingerprint;
+
+-- name: put_key_fingerprint
+INSERT INTO secret_key_fingerprint (fingerprint, recorded_at) VALUES ($1, $2)
+ON CONFLICT (one) DO UPDATE SET fingerprint = excluded.fingerprint, recorded_at = excluded.recorded_at;
+
+-- name: forget_key_fingerprint
+DELETE FROM secret_key_fingerprint;

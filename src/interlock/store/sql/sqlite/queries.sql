@@ -501,3 +501,17 @@ ON CONFLICT (link) DO NOTHING;
 
 -- name: get_link_use
 SELECT link, request_id, used_by, used_at FROM answer_link_uses WHERE link = :link;
+
+-- name: keep_key_fingerprint
+INSERT INTO secret_key_fingerprint (one, fingerprint, recorded_at) VALUES (1, :fingerprint, :at)
+ON CONFLICT (one) DO NOTHING;
+
+-- name: get_key_fingerprint
+SELECT fingerprint FROM secret_key_fingerprint;
+
+-- name: put_key_fingerprint
+INSERT INTO secret_key_fingerprint (one, fingerprint, recorded_at) VALUES (1, :fingerprint, :at)
+ON CONFLICT (one) DO UPDATE SET fingerprint = excluded.fingerprint, recorded_at = excluded.recorded_at;
+
+-- name: forget_key_fingerprint
+DELETE FROM secret_key_fingerprint;
