@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,22 @@ START_BOUND = 60  # seconds: the most a server may take to start (imports, migra
 STOP_BOUND = 20  # seconds: the most it may take to stop after SIGTERM
 SERVING = re.compile(r" serving (http://\S+) on ")
 """The banner line of a server, and the address it serves at (group 1)."""
+
+
+def refused_at_start(store: str, env: Mapping[str, str]) -> str:
+    """`interlock serve` on `store` in a process of its own (uvicorn runs the start-up),
+    refused with exit code 4 and no traceback: its one error line."""
+    serving = subprocess.run(
+        [*INTERLOCK, "serve", "--port", "0", "--db", store],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=START_BOUND,
+    )
+    assert serving.returncode == 4, serving.stderr
+    assert "Traceback" not in serving.stderr
+    [line] = [line for line in serving.stderr.splitlines() if line.startswith("error: ")]
+    return line
 
 
 @dataclass

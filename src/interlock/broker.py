@@ -91,6 +91,7 @@ from .outbox import Delivery, DeliveryState, LinkUse
 from .principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, TokenInfo, WebSession
 from .redact import redact_url
 from .routing import Routing, RoutingError, masked, routing_from_dict, unmasked
+from .secret_key import NO_KEY, OTHER_KEY, fingerprint
 from .store import (
     DeliveryPort,
     EventQuery,
@@ -2739,6 +2740,32 @@ class LocalBroker(Broker):
         if self._state != "open":
             await self.open()
         return await self.store.use_signin_link(link_hash, now)
+
+    async def check_secret_key(self, secret: str | None) -> str | None:
+        """Whether a node that signs with `secret` (None or "": with a key it makes at start)
+        signs as the other nodes on this store do, so that they take back the links and
+        tokens it hands out (`interlock.secret_key`). The first with a key records the
+        key's fingerprint. None when it does, or when no node with a key came before;
+        otherwise why not, on one line that says what to do."""
+        if self._state != "open":
+            await self.open()
+        if not secret:
+            return NO_KEY if await self.store.key_fingerprint() is not None else None
+        mine = fingerprint(secret)
+        return None if await self.store.keep_key_fingerprint(mine, datetime.now(UTC)) == mine else OTHER_KEY
+
+    async def rotate_secret_key(self, secret: str | None) -> bool:
+        """Make `secret` the key the nodes on this store sign with from now on: nodes with
+        another are refused at start (`check_secret_key`). None records no key: nodes
+        without one start again, until one with a key records its own. Whether this
+        changed the key recorded."""
+        if self._state != "open":
+            await self.open()
+        before = await self.store.key_fingerprint()
+        after = fingerprint(secret) if secret else None
+        if after != before:
+            await self.store.replace_key_fingerprint(after, datetime.now(UTC))
+        return after != before
 
     async def use_answer_link(self, use: LinkUse, expires_at: datetime) -> tuple[LinkUse, bool]:
         """Record the use of a one-click answer link unless it was used already: the use

@@ -85,6 +85,7 @@ from .principals import TOKEN_PREFIX, IssuedToken, Principal, TokenInfo, issue_t
 from .redact import RedactingFilter, redact, redact_url
 from .remote import RemoteBroker
 from .runs import Worker
+from .secret_key import ENV as SECRET_KEY_ENV
 from .signin import mint_signin_link
 
 __all__ = ["app", "main", "parse_answer"]
@@ -859,7 +860,7 @@ def serve(
     if no_auth and not _is_loopback(host):
         raise _fail(f"--no-auth is allowed only on a loopback address, not {host}")
     proxies = list(trusted_proxy or ())
-    secret = os.environ.get("INTERLOCK_SECRET_KEY")
+    secret = os.environ.get(SECRET_KEY_ENV)
     quota: Quota | Literal["default"] | None = "default"
     if rate_limit is not None:
         try:
@@ -1899,6 +1900,60 @@ def routing_set(
     err.print(f"routing from {file} in use (channels: {', '.join(routing.channels) or 'none'})")
 
 
+secret_key_app = typer.Typer(
+    no_args_is_help=True,
+    help="The INTERLOCK_SECRET_KEY the nodes on a store sign with (answer links, grant tokens): a node "
+    "started with another is refused. Change it on purpose here.",
+)
+app.add_typer(secret_key_app, name="secret-key")
+
+
+def _key_store(db: str | None, command: str) -> str:
+    """The store a `secret-key` command changes, as printed; a server's URL is refused."""
+    if _remote(db):
+        raise _fail(
+            f"secret-key {command} changes the store the servers use (sqlite:///... or postgresql://...), "
+            f"not a server: pass its URL with --db"
+        )
+    return redact_url(db or "sqlite:///interlock.db")
+
+
+@secret_key_app.command("rotate")
+def secret_key_rotate(db: LocalDb = None) -> None:
+    """Make the INTERLOCK_SECRET_KEY of this environment the one the nodes on the store sign
+    with: from now on a node started with another key (the old one) is refused. Answer links
+    mailed, and grant tokens signed, with the old key stop working; restart every node with
+    the new one."""
+    where = _key_store(db, "rotate")
+    secret = os.environ.get(SECRET_KEY_ENV)
+    if not secret:
+        raise _fail(
+            f"{SECRET_KEY_ENV} is not set: set it to the new key, which rotate records as the nodes' key "
+            "(`interlock secret-key forget` records none)"
+        )
+    if _run(db, lambda broker: _local(broker).rotate_secret_key(secret)):
+        err.print(
+            f"the nodes on {where} sign with this {SECRET_KEY_ENV} from now on: restart each node with it (one "
+            "still running signs with the old key until then)",
+            markup=False,
+            soft_wrap=True,
+        )
+    else:
+        err.print(f"unchanged: the nodes on {where} sign with this {SECRET_KEY_ENV} already", markup=False)
+
+
+@secret_key_app.command("forget")
+def secret_key_forget(db: LocalDb = None) -> None:
+    """Record no key for the nodes on the store: a node without INTERLOCK_SECRET_KEY (which
+    makes a key of its own at each start) is no longer refused, until a node with a key
+    starts and records it. For one node on its own, never for several."""
+    where = _key_store(db, "forget")
+    if _run(db, lambda broker: _local(broker).rotate_secret_key(None)):
+        err.print(f"the store at {where} keeps no secret key now: each node signs with its own", markup=False)
+    else:
+        err.print(f"unchanged: the store at {where} keeps no secret key", markup=False)
+
+
 @app.command()
 def deliver(
     routing: Annotated[
@@ -1930,12 +1985,15 @@ def deliver(
 
     async def work(broker: Broker) -> None:
         local = _local(broker)
+        secret = os.environ.get(SECRET_KEY_ENV)
+        refusal = await local.check_secret_key(secret) if secret else None  # without, it signs no links
+        if refusal is not None:  # the servers check the links with the same key
+            raise InvalidRequest(refusal)
         the_routing = await local.settle_routing(from_file)
         if the_routing is None:
             raise InvalidRequest("no routing here yet: pass --routing FILE, or set one with `interlock routing set`")
         links = None
-        secret = os.environ.get("INTERLOCK_SECRET_KEY")
-        if secret and the_routing.inbox_url:  # the servers check the links with the same key
+        if secret and the_routing.inbox_url:
             links = AnswerLinks(secret, the_routing.inbox_url)
         context = ChannelContext(the_routing.inbox_url, links)
         try:

@@ -7,8 +7,6 @@ use, are refused at start on one line too (a real process: uvicorn runs the star
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ import pytest
 from cli_support import invoke
 from interlock.channels import lacking_secrets
 from interlock.routing import routing_from_dict
+from serve_support import refused_at_start
 
 BAD = {
     "syntax": ('inbox_url = "http://x.example"\n[channels.hook\ntype = "webhook"\n', "line 2"),
@@ -79,22 +78,6 @@ def test_a_channel_without_its_secret_is_named_with_what_it_cannot_do() -> None:
     hook, chat = lacking_secrets(routing.channels)
     assert hook.startswith("channels.hook has no secret: its webhooks go unsigned")
     assert chat.startswith("channels.chat has no signing_secret") and "/slack/interactive/chat" in chat
-
-
-def refused_at_start(store: str, env: dict[str, str]) -> str:
-    """`interlock serve` on `store` in a process of its own (uvicorn runs the start-up),
-    refused with exit code 4 and no traceback: its error line."""
-    serving = subprocess.run(
-        [sys.executable, "-m", "interlock", "serve", "--port", "0", "--db", store],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert serving.returncode == 4, serving.stderr
-    assert "Traceback" not in serving.stderr
-    [line] = [line for line in serving.stderr.splitlines() if line.startswith("error: ")]
-    return line
 
 
 @pytest.mark.slow

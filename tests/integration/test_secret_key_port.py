@@ -1,20 +1,48 @@
 """The secret key's fingerprint (`SecretKeyStore`), checked the same way on every store: the
-first recorded stands, of any number of nodes recording at once; a rotation replaces it."""
+first recorded stands, of any number of nodes recording at once; a rotation replaces it.
+Then what a broker and a server on the store make of it: a node signing with another key,
+or with none beside nodes that have one, is refused (`interlock.secret_key`)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+import interlock
+from interlock.broker import LocalBroker
+from interlock.secret_key import NO_KEY, OTHER_KEY, fingerprint
+from interlock.server.app import StartupRefused, create_app
 from interlock.store import Store
 
 pytestmark = pytest.mark.anyio
 
+KEY, OTHER = "the-nodes-key-0123456789", "another-key-0123456789"
+
 
 def now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
+
+
+def url_of(implementation: tuple[str, str]) -> str:
+    name, where = implementation
+    return {"memory": "memory://", "sqlite": f"sqlite:///{where}"}.get(name, where)
+
+
+@pytest.fixture
+async def broker(implementation: tuple[str, str]) -> AsyncIterator[LocalBroker]:
+    made = interlock.connect(url_of(implementation))
+    assert isinstance(made, LocalBroker)
+    await made.open()
+    try:
+        yield made
+    finally:
+        await made.aclose()
 
 
 async def test_a_store_keeps_no_fingerprint_until_one_is_recorded(store: Store) -> None:
@@ -44,3 +72,65 @@ async def test_a_fingerprint_replaced_or_forgotten_is_what_the_next_node_finds(s
     await store.replace_key_fingerprint(None, now())  # forgetting none changes nothing
     await store.replace_key_fingerprint("d" * 64, now())  # recorded where none is
     assert await store.key_fingerprint() == "d" * 64
+
+
+def test_a_fingerprint_tells_keys_apart_and_is_not_the_key() -> None:
+    assert fingerprint(KEY) == fingerprint(KEY) != fingerprint(OTHER)
+    assert KEY not in fingerprint(KEY) and len(fingerprint(KEY)) == 64
+    assert fingerprint("\udcff-not-utf-8") != fingerprint("")  # any text an environment variable holds
+    hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=b"interlock", info=b"interlock secret key fingerprint")
+    assert fingerprint(KEY) == hkdf.derive(KEY.encode()).hex()  # HKDF-SHA256, as RFC 5869 has it
+
+
+async def test_the_first_node_with_a_key_records_it_and_one_with_another_is_refused(broker: LocalBroker) -> None:
+    store = broker.store
+    assert await broker.check_secret_key(None) is None  # no node with a key yet: a key made at start will do
+    assert await store.key_fingerprint() is None
+    assert await broker.check_secret_key(KEY) is None
+    assert await store.key_fingerprint() == fingerprint(KEY)
+    assert await broker.check_secret_key(KEY) is None  # the same key: a node beside it
+    assert await broker.check_secret_key(OTHER) == OTHER_KEY
+    assert await broker.check_secret_key(None) == await broker.check_secret_key("") == NO_KEY
+    assert await store.key_fingerprint() == fingerprint(KEY)  # a refused node changes nothing
+    assert "sign with another INTERLOCK_SECRET_KEY" in OTHER_KEY and "interlock secret-key rotate" in OTHER_KEY
+
+
+async def test_a_rotation_admits_the_new_key_alone_and_forgetting_admits_nodes_without_one(
+    broker: LocalBroker,
+) -> None:
+    store = broker.store
+    assert await broker.check_secret_key(KEY) is None
+    assert await broker.rotate_secret_key(OTHER) is True
+    assert await broker.rotate_secret_key(OTHER) is False  # already the key: nothing changed
+    assert await broker.check_secret_key(KEY) == OTHER_KEY
+    assert await broker.check_secret_key(OTHER) is None
+    assert await broker.rotate_secret_key(None) is True
+    assert await broker.check_secret_key(None) is None
+    assert await broker.check_secret_key(KEY) is None  # the next node with a key records it again
+    assert await store.key_fingerprint() == fingerprint(KEY)
+
+
+async def test_a_server_with_another_key_on_the_store_refuses_to_start(broker: LocalBroker) -> None:
+    first = create_app(broker=broker, secret_key=KEY)
+    async with first.router.lifespan_context(first):
+        for secret in (OTHER, None):
+            refused = create_app(broker=broker, secret_key=secret)
+            with pytest.raises(StartupRefused):
+                async with refused.router.lifespan_context(refused):
+                    pass
+            assert refused.state.interlock.refused == (OTHER_KEY if secret else NO_KEY)
+        beside = create_app(broker=broker, secret_key=KEY)
+        async with beside.router.lifespan_context(beside):
+            assert beside.state.interlock.refused is None
+
+
+async def test_a_refused_server_closes_the_store_it_opened(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'nodes.db'}"
+    first = create_app(url, secret_key=KEY)
+    async with first.router.lifespan_context(first):
+        pass
+    refused = create_app(url, secret_key=OTHER)
+    with pytest.raises(StartupRefused):
+        async with refused.router.lifespan_context(refused):
+            pass
+    assert refused.state.interlock.broker._state != "open"

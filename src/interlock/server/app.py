@@ -89,8 +89,9 @@ __all__ = ["DEFAULT_MAX_BODY_SIZE", "BodyLimit", "StartupRefused", "create_app",
 class StartupRefused(RuntimeError):
     """The app cannot start as its store is set up, for a reason its operator can fix (the
     message says which): the store cannot be opened (a folder or a database not there, a
-    password refused, its server down), or the routing kept in it names a channel this
-    server cannot make. The app's state keeps the message too (`refused`), for a server to
+    password refused, its server down), the other nodes on it sign with another secret key
+    (`interlock.secret_key`), or the routing kept in it names a channel this server cannot
+    make. The app's state keeps the message too (`refused`), for a server to
     say it in place of the start-up's traceback."""
 
 
@@ -197,6 +198,11 @@ def create_app(
     `grant_key`: what signs the grants' tokens: a `GrantSigner`, or the path of an Ed25519
     private key in PEM; by default a key derived from `secret_key`, else one made at start
     (see `interlock.grant_tokens`).
+    `secret_key` signs the one-click answer links of messages (and the grant tokens,
+    without `grant_key`); by default a key is made at start. The servers on one store must
+    share it: the first with a key records its fingerprint there, and one with another key,
+    or with none beside servers that have one, is refused at start (`StartupRefused`; see
+    `interlock.secret_key`).
     `on_ready` is awaited with the open broker once the app has started (`interlock serve`
     prints a sign-in link from there).
     `routing` (a `Routing`, or the path of a routing file) runs the outbox's delivery loop
@@ -248,6 +254,12 @@ def create_app(
         except Exception as exc:  # a folder or database not there, a password refused, a server down
             state.refused = f"the store cannot be opened: {type(exc).__name__}: {exc}"
             raise StartupRefused(state.refused) from exc
+        # Links and tokens signed here must be taken back by the other nodes on the store.
+        state.refused = await the_broker.check_secret_key(secret_key)
+        if state.refused is not None:
+            if broker is None:
+                await the_broker.aclose()
+            raise StartupRefused(state.refused)
         state.metrics.pending.set(len(await the_broker.pending()))
         await state.hub.start()
         # The routing kept in the store (set through the API), or the file's when it is new or changed.
