@@ -58,16 +58,17 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def serve(
-    *args: str, env: Mapping[str, str] | None = None, cwd: Path | str | None = None
+    *args: str, env: Mapping[str, str] | None = None, cwd: Path | str | None = None, port: int = 0
 ) -> AsyncIterator[Served]:
-    """`interlock serve --port 0 ARGS`, healthy; stopped (SIGTERM, bounded) after."""
-    async with serve_many(1, *args, env=env, cwd=cwd) as [served]:
+    """`interlock serve --port 0 ARGS`, healthy; stopped (SIGTERM, bounded) after. A `port`
+    is for a server started again where one stopped (its clients reconnect to it)."""
+    async with serve_many(1, *args, env=env, cwd=cwd, port=port) as [served]:
         yield served
 
 
 @contextlib.asynccontextmanager
 async def serve_many(
-    count: int, *args: str, env: Mapping[str, str] | None = None, cwd: Path | str | None = None
+    count: int, *args: str, env: Mapping[str, str] | None = None, cwd: Path | str | None = None, port: int = 0
 ) -> AsyncIterator[list[Served]]:
     """`count` servers with the same ARGS (nodes on one store), started side by side."""
     procs: list[asyncio.subprocess.Process] = []
@@ -79,7 +80,7 @@ async def serve_many(
                     *INTERLOCK,
                     "serve",
                     "--port",
-                    "0",
+                    str(port),
                     *args,
                     stdout=asyncio.subprocess.DEVNULL,
                     stderr=asyncio.subprocess.PIPE,

@@ -13,11 +13,23 @@ wait then goes on with the long poll).
 
 A server whose store is unavailable for now answers 503 `unavailable` with `Retry-After`,
 and a proxy in front of a server that is away answers a bare 502, 503 or 504: both raise
-`interlock.errors.Unavailable`, its `retry_after` from the header. A call that changes
-something raises it to the caller (retry it with the same idempotency key: its outcome
-may be unknown). A wait (`wait`, `watch`, and following the events) only reads, so it
-polls again after a bounded back-off instead (`Retry-After`, or its own from
-`UNAVAILABLE_FIRST` doubling to `UNAVAILABLE_CAP`), for as long as its own timeout allows.
+`interlock.errors.Unavailable`, its `retry_after` from the header. A server that cannot be
+reached (a connection refused or reset, a call cut before its answer: a server restarting)
+raises a `ConnectionError` that names it.
+
+Through either outage, the calls that wait go on (`_through_outages`): `wait`, `watch`,
+following the events (`events(follow=True)`), and the long poll of `claim_run` that a
+worker makes ask again after a bounded back-off (`Retry-After`, or their own from
+`UNAVAILABLE_FIRST` doubling to `UNAVAILABLE_CAP`) until their own deadline (a wait's
+timeout, a claim's `wait`; without one, until the server is back or the broker is closed),
+then raise the outage. One warning says an outage began, an info line that it ended. They
+are safe to repeat: a wait only reads, and a claim whose answer was lost holds its run only
+until its lease runs out. `ask()` with an `idempotency_key` goes on too: the server gives
+back the request the key made however often it is sent. Every other call that changes
+something raises at once, since its outcome may be unknown: retry it the way that is safe
+(the same idempotency key for a create, the run's own id for `start_run`; an answer sent
+again after it was taken returns False). A broker that never reached its server (a wrong
+address) raises at once too.
 """
 
 from __future__ import annotations
@@ -25,14 +37,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import functools
 import json
 import logging
 import math
 import os
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Unpack
+from typing import Any, Literal, TypeVar, Unpack
 from urllib.parse import quote
 
 import httpx
@@ -102,6 +115,8 @@ UNAVAILABLE_CAP = 10.0
 `Retry-After` that asks for longer is cut to this): a wait goes on within this long of the
 server coming back."""
 
+T = TypeVar("T")
+
 _OPTIONS = {"token": str}
 _BROKER_OPTIONS = ("limits", "max_prompt_length", "hook_timeout", "transport", "grant_policy")
 
@@ -147,6 +162,7 @@ class RemoteBroker(Broker):
         self._waiting: set[asyncio.Task[Any]] = set()
         self._waits: dict[str, int] = {}  # the calls of this broker waiting on each request
         self._cut: set[asyncio.Task[Any]] = set()
+        self._away_since: float | None = None  # when the server became unreachable, on the loop's clock
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -163,8 +179,7 @@ class RemoteBroker(Broker):
                 try:
                     whoami = await client.get("/whoami")
                 except httpx.TransportError as exc:
-                    where = redact_url(self.base_url)
-                    raise ConnectionError(f"cannot reach the interlock server at {where}: {exc}") from exc
+                    raise _unreachable(self.base_url, exc) from exc
                 if not whoami.is_success:
                     raise _error(whoami, "")
                 self._caller = whoami.json()
@@ -220,11 +235,14 @@ class RemoteBroker(Broker):
         if timeout is not None:
             extra["timeout"] = httpx.Timeout(30.0, read=timeout + 30.0)
         try:
-            return await client.request(method, path, json=json, params=params, **extra)
+            response = await client.request(method, path, json=json, params=params, **extra)
         except httpx.TransportError as exc:
             if self._state == "closed":  # `aclose` closed the client under this call
                 raise Closed(None, "the broker was disconnected") from None
-            raise ConnectionError(f"cannot reach the interlock server at {redact_url(self.base_url)}: {exc}") from exc
+            raise _unreachable(self.base_url, exc) from exc
+        if self._away_since is not None:
+            self._answered(response)
+        return response
 
     async def _call(
         self,
@@ -289,7 +307,11 @@ class RemoteBroker(Broker):
         if self._hooks:
             return await super().ask(asks, **fields)
         prepared = self.prepare(asks, **fields)
-        request, _ = await self._submit(prepared, wait=LONG_POLL)
+        if prepared.idempotency_key is None:  # a write whose outcome an outage leaves unknown: raised
+            request, _ = await self._submit(prepared, wait=LONG_POLL)
+        else:  # sent again, the same key gives back the request the first one made
+            asking = functools.partial(self._submit, prepared, wait=LONG_POLL)
+            request, _ = await self._through_outages(asking, None, f"asking {prepared.idempotency_key!r}")
         response = await self.wait(request.id) if request.status is Status.PENDING else _outcome(request)
         if len(request.asks) == 1:
             return response.answers.get(request.asks[0].id)
@@ -317,7 +339,7 @@ class RemoteBroker(Broker):
         self._waits[request_id] = self._waits.get(request_id, 0) + 1
         try:
             while True:
-                request = await self._poll_through_outages(request_id, deadline)
+                request = await self._poll_through_outages(request_id, deadline, _NOT_EXPIRED)
                 if request is not None:
                     self._made.pop(request_id, None)
                     return _outcome(request)
@@ -346,34 +368,79 @@ class RemoteBroker(Broker):
                 return  # its maker comes back for it (an idempotency key), or its run does
             await self.cancel(request_id, "the waiting call was cancelled", cause="withdrawn")
 
-    async def _poll_through_outages(self, request_id: str, deadline: float | None) -> Request | None:
+    async def _poll_through_outages(self, request_id: str, deadline: float | None, gave_up: str = "") -> Request | None:
         """One long poll (`_poll`, for `LONG_POLL` seconds or up to `deadline`), asked
-        again after a pause (`_pause_unavailable`) while the server is unavailable."""
+        again through an outage (`_through_outages`); `gave_up` says what is left as it was
+        when the deadline passes during one."""
         loop = asyncio.get_running_loop()
+
+        def poll() -> Awaitable[Request | None]:
+            left = LONG_POLL if deadline is None else min(LONG_POLL, max(deadline - loop.time(), 0.0))
+            return self._poll(request_id, left)
+
+        return await self._through_outages(poll, deadline, f"waiting on {request_id}", gave_up=gave_up)
+
+    async def _through_outages(
+        self, call: Callable[[], Awaitable[T]], deadline: float | None, what: str, *, gave_up: str = ""
+    ) -> T:
+        """`call()`, made again while the server cannot be reached (a connection refused,
+        reset or cut mid-answer: a server restarting) or answers `Unavailable`, after a
+        pause (`_pause_in_outage`), until `deadline` (None: until it is back, or this broker
+        is closed). Only for a call that is harmless to repeat: one that reads, or a write
+        the API makes once however often it is sent. A broker that never reached its
+        server (a wrong address) fails at once."""
+        await self._ready()
         backoff: Backoff | None = None  # made at the first failure only
         while True:
-            left = LONG_POLL if deadline is None else min(LONG_POLL, max(deadline - loop.time(), 0.0))
             try:
-                return await self._poll(request_id, left)
-            except Unavailable as exc:
+                return await call()
+            except ConnectionError as exc:  # `Unavailable` too
                 backoff = backoff or Backoff(UNAVAILABLE_FIRST, UNAVAILABLE_CAP)
-                await self._pause_unavailable(exc, backoff, deadline, request_id)
+                await self._pause_in_outage(exc, backoff, deadline, what, gave_up)
 
-    async def _pause_unavailable(
-        self, exc: Unavailable, backoff: Backoff, deadline: float | None, request_id: str
+    async def _pause_in_outage(
+        self, exc: ConnectionError, backoff: Backoff, deadline: float | None, what: str, gave_up: str
     ) -> None:
-        """Pause a wait whose poll met `Unavailable`: for what `Retry-After` says or the
-        back-off's next delay, whichever is longer (at most `UNAVAILABLE_CAP`), and never
-        past the wait's `deadline`; once that has passed, `exc` is raised (the wait is
-        bounded by its own timeout, not by the server's coming back)."""
+        """Pause a call that met an outage: for what `Retry-After` says or the back-off's
+        next delay, whichever is longer (at most `UNAVAILABLE_CAP`), and never past the
+        call's `deadline`; once that has passed, the outage is raised (a wait is bounded by
+        its own timeout, not by the server's coming back). A warning when an outage begins,
+        not at each try (`_outage`)."""
         loop = asyncio.get_running_loop()
-        delay = min(backoff.next_after(exc.retry_after), UNAVAILABLE_CAP)
+        now = loop.time()
+        delay = min(backoff.next_after(getattr(exc, "retry_after", None)), UNAVAILABLE_CAP)
+        began = self._outage(exc, what, None if deadline is None else deadline - now)
         if deadline is not None:
-            if loop.time() >= deadline:
-                raise exc
-            delay = min(delay, deadline - loop.time())
-        log.warning("waiting on %s: %s; polling again in %.1f s", request_id, exc, delay)
+            if now >= deadline:
+                if isinstance(exc, Unavailable):
+                    raise exc
+                tried = f"after {now - began:.1f} s of trying" if now > began else "at once"
+                raise ConnectionError(
+                    f"{exc}; gave up {what} when its time ran out, {tried}" + (f" ({gave_up})" if gave_up else "")
+                ) from exc
+            delay = min(delay, deadline - now)
+        log.debug("%s: %s; trying again in %.1f s", what, exc, delay)
         await asyncio.sleep(delay)
+
+    def _outage(self, exc: ConnectionError, what: str, left: float | None) -> float:
+        """Note that a call met an outage of the server: a warning if this begins one (not
+        again for the other calls and tries until the server answers, `_send`). When the
+        outage began, on the loop's clock."""
+        began = self._away_since
+        if began is not None:
+            return began
+        self._away_since = began = asyncio.get_running_loop().time()
+        until = "it is back" if left is None else f"it is back or {max(left, 0.0):.1f} s have passed"
+        log.warning("%s: %s; trying again until %s", what, exc, until)
+        return began
+
+    def _answered(self, response: httpx.Response) -> None:
+        """The server answered (not as unavailable): an outage it was in is over."""
+        began = self._away_since
+        if began is not None and response.status_code not in _UNAVAILABLE:
+            self._away_since = None
+            away = asyncio.get_running_loop().time() - began
+            log.info("the interlock server at %s answers again, after %.1f s", redact_url(self.base_url), away)
 
     async def watch(self, request_id: str, timeout: float | None = None) -> Request:
         loop = asyncio.get_running_loop()
@@ -656,7 +723,12 @@ class RemoteBroker(Broker):
         if not 0 <= cursor <= MAX_EVENT_ID:
             raise InvalidRequest(f"after must be an event id between 0 and {MAX_EVENT_ID}")
         while True:
-            page = await self._call("GET", "/events", params={"after": cursor, "limit": 500})
+            params = {"after": cursor, "limit": 500}
+            if follow:  # following: read through an outage, as the stream after it does
+                read = functools.partial(self._call, "GET", "/events", params=params)
+                page = await self._through_outages(read, None, "reading the events")
+            else:
+                page = await self._call("GET", "/events", params=params)
             for item in page["events"]:
                 event = _event(item)
                 cursor = event.id
@@ -672,6 +744,7 @@ class RemoteBroker(Broker):
         """The server's event stream after `cursor`, reconnecting (with Last-Event-ID, so
         nothing is missed or repeated) until this broker is closed."""
         backoff = Backoff(0.1, 5.0)
+        failing = False  # the last connection failed (rather than dropped after working)
         me = asyncio.current_task()
         assert me is not None
         async with self._new_client(timeout=httpx.Timeout(30.0, read=None)) as client:
@@ -687,7 +760,10 @@ class RemoteBroker(Broker):
                             if not source.response.is_success:
                                 await source.response.aread()
                                 raise _error(source.response, "")
+                            if self._away_since is not None:
+                                self._answered(source.response)
                             backoff.reset()
+                            failing = False
                             async for sse in source.aiter_sse():
                                 if not sse.id or sse.event == "dropped":
                                     continue
@@ -696,11 +772,18 @@ class RemoteBroker(Broker):
                                 self._waiting.discard(me)
                                 yield event
                                 self._waiting.add(me)
+                    except httpx.TransportError as exc:  # dropped, or not reached: an outage once it fails again
+                        dropped = _unreachable(self.base_url, exc)
+                        if failing:
+                            self._outage(dropped, "following the events", None)
+                        else:
+                            log.debug("following the events: %s; reconnecting", dropped)
                     except (httpx.HTTPError, ValueError) as exc:
                         log.debug("event stream from %s dropped (%s); reconnecting", redact_url(self.base_url), exc)
                     except Unavailable as exc:
-                        log.warning("event stream from %s: %s; reconnecting", redact_url(self.base_url), exc)
+                        self._outage(exc, "following the events", None)
                         asked = exc.retry_after
+                    failing = True
                     # back off before reconnecting: at most 5 s, or what the server asks up to UNAVAILABLE_CAP
                     await asyncio.sleep(min(backoff.next_after(asked), UNAVAILABLE_CAP))
                 except asyncio.CancelledError:
@@ -784,11 +867,23 @@ class RemoteBroker(Broker):
         lease = _seconds(lease, "lease")
         body = {"agents": None if agents is None else list(agents), "worker": worker, "lease": lease}
         wait = min(max(float(wait), 0.0), LONG_POLL)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+
+        async def claim() -> httpx.Response:
+            left = max(deadline - loop.time(), 0.0)
+            response = await self._send("POST", "/runs/claim", json=body, params={"wait": left}, timeout=left)
+            if response.status_code in _UNAVAILABLE and isinstance(error := _error(response, ""), Unavailable):
+                raise error
+            return response
+
         me = asyncio.current_task()
         assert me is not None
         self._waiting.add(me)  # a long poll: `aclose` cuts it, as it cuts a `wait`
         try:
-            response = await self._send("POST", "/runs/claim", json=body, params={"wait": wait}, timeout=wait)
+            # Asked again through an outage within `wait`: a claim whose answer was lost
+            # holds its run only until the lease runs out, then any worker claims it.
+            response = await self._through_outages(claim, deadline, f"worker {worker} claiming a run")
         except asyncio.CancelledError:
             if not self._uncut(me):
                 raise
@@ -1003,6 +1098,8 @@ class RemoteBroker(Broker):
         return kept
 
 
+_NOT_EXPIRED = "the request stays pending there: the server could not be told to expire it"
+
 _DELIVERY_PAGE = 500
 _CLAIMS_PAGE = 200
 """The most request ids one `GET /claims` takes."""
@@ -1076,6 +1173,14 @@ def _request_path(request_id: str) -> str:
     if segment is None:
         raise NotFound(request_id)
     return f"/requests/{segment}"
+
+
+def _unreachable(base_url: str, exc: httpx.TransportError) -> ConnectionError:
+    """A call that did not reach the server, or was cut before its answer came (refused,
+    reset, a server that stopped mid-answer, no answer in time), naming the server."""
+    return ConnectionError(
+        f"cannot reach the interlock server at {redact_url(base_url)}: {str(exc) or type(exc).__name__}"
+    )
 
 
 _UNAVAILABLE = frozenset({502, 503, 504})

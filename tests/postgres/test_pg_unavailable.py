@@ -8,6 +8,7 @@ takes connections."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import anyio
 import pytest
@@ -66,10 +67,16 @@ async def test_the_inbox_page_says_the_store_is_unavailable_with_503(pg_url: str
         assert (await browser.get("/", headers=headers)).status_code == 200
 
 
-async def test_the_remote_brokers_wait_outlives_the_outage_and_a_write_raises_it(pg_url: str) -> None:
+async def test_the_remote_brokers_wait_outlives_the_outage_and_a_write_raises_it(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     async with serve_in_process(pg_url, auth=False) as server, server.connect() as broker:
         request = await broker.create(Text("Name?"))
-        with logged("interlock", f"waiting on {request.id}") as refused, anyio.fail_after(BOUND):
+        with (
+            caplog.at_level(logging.DEBUG, logger="interlock"),  # each poll again is a debug line
+            logged("interlock", f"waiting on {request.id}") as refused,
+            anyio.fail_after(BOUND),
+        ):
             async with refusing_connections(pg_url):
                 with pytest.raises(Unavailable) as caught:  # a write: raised to the caller
                     await broker.resolve(request.id, "Ada")
@@ -82,6 +89,8 @@ async def test_the_remote_brokers_wait_outlives_the_outage_and_a_write_raises_it
             assert await broker.resolve(request.id, "Ada")
             response = await waiting
         assert response.answers == {request.asks[0].id: "Ada"}
+        outage = [r for r in caplog.records if r.name == "interlock" and f"waiting on {request.id}" in r.getMessage()]
+        assert [r.levelno for r in outage].count(logging.WARNING) == 1  # one warning, however many polls
 
 
 async def test_an_event_stream_outlives_the_outage_and_sends_every_event_once(pg_url: str) -> None:
