@@ -109,6 +109,7 @@ class Worker:
         self.concurrency = concurrency
         self.resumed = 0
         """How many runs this worker has resumed (whatever their outcome)."""
+        self._failing_since: float | None = None  # when its claims began to fail, on the loop's clock
 
     async def run_once(self, *, wait: float = 0.0) -> Run | None:
         """Claim one ready run (waiting up to `wait` seconds for one) and resume it; return
@@ -162,9 +163,7 @@ class Worker:
                 await _pause(backoff.next_after(exc.retry_after), stop)
                 continue
             except Unavailable as exc:  # the store, or the server's, away for now: ask again
-                delay = backoff.next_after(exc.retry_after)
-                log.warning("worker %s could not claim a run (%s); trying again in %.0f s", self.name, exc, delay)
-                await _pause(delay, stop)
+                await _pause(self._failed_to_claim(exc, backoff.next_after(exc.retry_after)), stop)
                 continue
             except InterlockError:
                 raise  # refused (a token revoked, agents it may not serve): asking again changes nothing
@@ -172,17 +171,13 @@ class Worker:
                 # The store or the server failing for now: unreachable, restarting ("the
                 # database system is starting up"), answering 500, its disk full. The
                 # worker outlives it and asks again.
-                delay = backoff.next()
-                log.warning(
-                    "worker %s could not claim a run (%s: %s); trying again in %.0f s",
-                    self.name,
-                    type(exc).__name__,
-                    exc,
-                    delay,
-                )
-                await _pause(delay, stop)
+                await _pause(self._failed_to_claim(exc, backoff.next()), stop)
                 continue
             backoff.reset()
+            if self._failing_since is not None:
+                away = asyncio.get_running_loop().time() - self._failing_since
+                self._failing_since = None
+                log.info("worker %s claims runs again, after %.0f s", self.name, away)
             if run is not None:
                 try:
                     await self.resume(run)
@@ -195,6 +190,17 @@ class Worker:
                     )
                 except Exception:  # e.g. the store unreachable: the lease hands the run on
                     log.exception("worker %s could not finish run %s", self.name, run.id)
+
+    def _failed_to_claim(self, exc: Exception, delay: float) -> float:
+        """Log a claim that failed for now: a warning when it begins an outage, not again
+        at each try (nor for each of the `concurrency` loops) until a claim goes through."""
+        text = f"{exc}" if isinstance(exc, InterlockError) else f"{type(exc).__name__}: {exc}"
+        if self._failing_since is None:
+            self._failing_since = asyncio.get_running_loop().time()
+            log.warning("worker %s could not claim a run (%s); trying again until it can", self.name, text)
+        else:
+            log.debug("worker %s could not claim a run (%s); trying again in %.1f s", self.name, text, delay)
+        return delay
 
     async def resume(self, run: Run) -> Run:
         """Resume a run this worker has claimed: call its agent's handler with the settled
