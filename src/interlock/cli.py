@@ -40,7 +40,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
-from ._backoff import Backoff
 from .agent.terminal import TerminalContract
 from .approval_policies import policy_to_dict
 from .approvals import decision_ask, is_marked
@@ -70,7 +69,6 @@ from .model import (
     GrantPolicy,
     MultiChoice,
     Request,
-    Response,
     Run,
     RunStatus,
     Status,
@@ -288,7 +286,8 @@ def ask(
             err.print(waiting, highlight=False)  # a spinner only shows on a terminal
         with err.status(escape(waiting)):
             try:
-                response = await _wait_through_restarts(broker, request.id, db)
+                # A remote broker's wait rides out a server that restarts (one warning).
+                response = await broker.wait(request.id)
             except Rejected as exc:
                 return DECLINED, {"status": "rejected", "reason": exc.reason}
             except Expired:
@@ -298,46 +297,21 @@ def ask(
         value = response.answers.get("answer")
         return (DECLINED if confirm and value is False else ANSWERED), value
 
+    logging.getLogger("interlock").addHandler(_Warnings())
     code, value = _run(db, work, token)
     typer.echo(json.dumps(value))
     raise typer.Exit(code)
 
 
-RECONNECT_FOR = 600.0
-"""How long `interlock ask` keeps trying to reach a server that went away, in seconds."""
+class _Warnings(logging.Handler):
+    """interlock's warnings as lines of the command's own stderr (over its spinner): the
+    server away while `ask` waits, and that the wait goes on."""
 
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
 
-async def _wait_through_restarts(broker: Broker, request_id: str, db: str | None) -> Response:
-    """`broker.wait`, riding out a server that restarts: one line per attempt to reach it
-    again, and a failure only when it stays away for `RECONNECT_FOR` seconds."""
-    backoff = Backoff(0.5, 5.0)
-    loop = asyncio.get_running_loop()
-    gone_since: float | None = None
-    attempt = 0
-    while True:
-        began = loop.time()
-        try:
-            return await broker.wait(request_id)
-        except (ConnectionError, httpx.HTTPStatusError) as exc:
-            if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code < 500:
-                raise
-            now = loop.time()
-            if now - began > 10.0:  # it was reachable for a while: a new outage
-                gone_since, attempt = None, 0
-                backoff.reset()
-            gone_since = now if gone_since is None else gone_since
-            if now - gone_since >= RECONNECT_FOR:
-                raise
-            attempt += 1
-            delay = backoff.next()
-            err.print(
-                f"the server at {redact_url(db or '')} is unreachable or restarting; trying again in {delay:.1f}s "
-                f"(attempt {attempt}; the request stays pending)",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,  # one line per attempt, however narrow the terminal
-            )
-            await asyncio.sleep(delay)
+    def emit(self, record: logging.LogRecord) -> None:
+        err.print(record.getMessage(), markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
