@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -169,7 +170,9 @@ async def test_a_wait_with_a_timeout_is_not_held_past_it_by_a_server_that_stays_
         assert (await broker.get(request.id)).status is Status.PENDING
 
 
-async def test_a_worker_backs_off_while_the_store_is_locked_and_resumes_the_run_after(tmp_path: Path) -> None:
+async def test_a_worker_backs_off_while_the_store_is_locked_and_resumes_the_run_after(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "worker.db"
     resumed: list[str] = []
     called = asyncio.Event()
@@ -186,10 +189,16 @@ async def test_a_worker_backs_off_while_the_store_is_locked_and_resumes_the_run_
         await broker.resolve(request.id, True)  # ready to resume
         worker = Worker(broker, {"deployer": resume}, name="w1")
         stop = asyncio.Event()
-        with logged("interlock", "could not claim a run") as refused, anyio.fail_after(BOUND):
+        with (
+            caplog.at_level(logging.DEBUG, logger="interlock"),  # each try again is a debug line
+            logged("interlock", "could not claim a run") as refused,
+            anyio.fail_after(BOUND),
+        ):
             with locked(path):
                 running = asyncio.ensure_future(worker.run(stop=stop))
-                await refused.wait()  # the claim met the lock: logged, and the worker goes on
+                for _ in range(2):  # the claim met the lock, and again: logged, and the worker goes on
+                    refused.clear()
+                    await refused.wait()
                 assert not running.done()
             await called.wait()  # claimed once the lock was let go
             stop.set()  # (after the run it resumes now is stored)
@@ -197,3 +206,6 @@ async def test_a_worker_backs_off_while_the_store_is_locked_and_resumes_the_run_
         assert resumed == ["deploy-1"]
         done = await broker.get_run(run.id)
         assert (done.status, done.result, done.attempts) == (RunStatus.COMPLETED, "deployed", 1)
+    claims = [r for r in caplog.records if "could not claim a run" in r.getMessage()]
+    assert [r.levelno for r in claims].count(logging.WARNING) == 1  # one warning for the outage, not per try
+    assert any("worker w1 claims runs again" in r.getMessage() for r in caplog.records)
