@@ -11,6 +11,7 @@ resuming across processes.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import anyio
@@ -20,7 +21,7 @@ from agents import Model, ModelResponse, RunConfig, Usage, function_tool
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 from pydantic import AfterValidator
 from pydantic_ai import Agent, CallDeferred, RunContext
-from pydantic_ai.exceptions import ApprovalRequired
+from pydantic_ai.exceptions import ApprovalRequired, ModelRetry, ToolFailed
 from pydantic_ai.messages import ModelMessage, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.messages import ModelResponse as PaiResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -29,7 +30,7 @@ from interlock import Broker, Deny, Status
 from interlock.agent import Allow, ApprovalGate, Pause, ToolCall
 from interlock.integrations.openai_agents import OpenAIAgentsRuns
 from interlock.integrations.pydantic_ai import PydanticAIRuns
-from interlock.model import RunStatus, new_id
+from interlock.model import Request, Run, RunStatus, new_id
 from interlock.runs import Worker
 
 pytestmark = pytest.mark.anyio
@@ -464,6 +465,113 @@ async def test_a_worker_that_died_while_the_approved_tool_ran_leaves_the_call_in
     # a third attempt finds the same, and does not record it twice
     assert await runs_of(framework, broker, ApprovalGate(broker, to="alice"), DEPLOY, tools).resume(claimed, {}) == said
     assert len(await call_records(broker, run.id)) == 1
+
+
+def mailer_runs(broker: Broker, started: list[str], *, marked: bool) -> PydanticAIRuns:
+    """A pydantic-ai agent named "ops" whose `send` needs approval (marked, or by the gate's
+    policy) and has the model try again (`ModelRetry`) on a recipient without a domain. Its
+    model sends to "bob" (call m1); told to try again, it sends to the full address (m2);
+    told anything else of m1 (a failure), it sends to "bob" once more (m1-again); then it
+    says what each call read ("id outcome: content", " | " between them)."""
+
+    def decide(messages: list[ModelMessage], info: AgentInfo) -> PaiResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not returns:
+            return PaiResponse(parts=[ToolCallPart("send", {"to": "bob"}, tool_call_id="m1")])
+        last = returns[-1]
+        if last.outcome == "retried":
+            return PaiResponse(parts=[ToolCallPart("send", {"to": "bob@example.com"}, tool_call_id="m2")])
+        if last.outcome == "failed" and last.tool_call_id == "m1":
+            return PaiResponse(parts=[ToolCallPart("send", {"to": "bob"}, tool_call_id="m1-again")])
+        return PaiResponse(parts=[TextPart(" | ".join(f"{r.tool_call_id} {r.outcome}: {r.content}" for r in returns))])
+
+    agent = Agent(FunctionModel(decide))
+
+    @agent.tool_plain(requires_approval=marked)
+    def send(to: str) -> str:
+        started.append(to)
+        if "@" not in to:
+            raise ModelRetry("recipient unknown, use a full address")
+        return f"sent to {to}"
+
+    gate = ApprovalGate(broker, policies={} if marked else {"send": "always"}, to="alice")
+    return PydanticAIRuns(broker, agent, name="ops", gate=gate)
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["marked", "policy"])
+async def test_an_approved_pydantic_ai_call_that_had_the_model_retry_is_not_run_again_after_a_worker_died(
+    broker: Broker, marked: bool
+) -> None:
+    started: list[str] = []
+    runs = mailer_runs(broker, started, marked=marked)
+    run = await runs.start("mail bob")
+    (first,) = run.waiting_on
+    await broker.resolve(first, {"approve": True}, by="alice")
+
+    async def dies_before_saving(claimed: Run, requests: Mapping[str, Request]) -> Any:
+        await runs.resume(claimed, requests)  # the tool ran, the model corrected its call, which asks
+        raise WorkerDied  # before the run is parked on the corrected call
+
+    with anyio.fail_after(BOUND), pytest.raises(WorkerDied):
+        await Worker(broker, {"ops": dies_before_saving}, name="w1", lease=0.2).run_once(wait=BOUND)
+    assert started == ["bob"]
+    # w1's lease runs out; another worker resumes the run from the state it was parked with
+    parked = await resume_ready(broker, mailer_runs(broker, started, marked=marked).handlers())
+    assert parked.status is RunStatus.WAITING_FOR_APPROVAL and started == ["bob"]  # the body ran once
+    (second,) = parked.waiting_on
+    corrected = await broker.get(second)
+    assert (corrected.origin.tool_call_id, corrected.origin.arguments) == ("m2", {"to": "bob@example.com"})
+    pending = (await broker.list(kind="approval", status="pending")).items
+    assert [r.id for r in pending] == [second]  # the one w1 asked for, not a second
+    await broker.resolve(second, {"approve": True}, by="alice")
+    done = await resume_ready(broker, runs.handlers())
+    assert (done.status, done.result) == (
+        RunStatus.COMPLETED,
+        "m1 retried: recipient unknown, use a full address | m2 success: sent to bob@example.com",
+    )
+    assert started == ["bob", "bob@example.com"]
+    assert [(r["outcome"], r["tool_call_id"], r["output"]) for r in await call_records(broker, run.id)] == [
+        ("ran", "m1", "recipient unknown, use a full address"),
+        ("ran", "m2", "sent to bob@example.com"),
+    ]
+
+
+async def test_an_approved_pydantic_ai_call_that_failed_reads_the_same_failure_after_a_worker_died(
+    broker: Broker,
+) -> None:
+    started: list[str] = []
+
+    def decide(messages: list[ModelMessage], info: AgentInfo) -> PaiResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not returns:
+            return PaiResponse(parts=[ToolCallPart("send", {"to": "bob@example.com"}, tool_call_id="m1")])
+        return PaiResponse(parts=[TextPart(" | ".join(f"{r.tool_call_id} {r.outcome}: {r.content}" for r in returns))])
+
+    def mailer() -> PydanticAIRuns:
+        agent = Agent(FunctionModel(decide))
+
+        @agent.tool_plain(requires_approval=True)
+        def send(to: str) -> str:
+            started.append(to)
+            raise ToolFailed(f"the mailbox of {to} is full")
+
+        return PydanticAIRuns(broker, agent, name="ops", gate=ApprovalGate(broker, to="alice"))
+
+    run = await mailer().start("mail bob")
+    await broker.resolve(run.waiting_on[0], {"approve": True}, by="alice")
+    claimed = await broker.claim_run(["ops"], worker="w1", lease=BOUND)
+    assert claimed is not None
+    said = "m1 failed: the mailbox of bob@example.com is full"
+    assert await mailer().resume(claimed, {}) == said
+    # The worker died before completing the run; another one resumes it from the same state.
+    assert await mailer().resume(claimed, {}) == said
+    assert started == ["bob@example.com"]
+    (record,) = await call_records(broker, run.id)
+    assert (record["outcome"], record["ended"], record["output"]) == (
+        "ran",
+        "failed",
+        "the mailbox of bob@example.com is full",
+    )
 
 
 async def test_a_pydantic_ai_tool_that_asks_for_approval_itself_is_held_for_a_person(broker: Broker) -> None:

@@ -12,11 +12,12 @@ adapter turns into the framework's own resume values. What is kept between the t
 plain JSON, stored in the run's state beside the framework's own.
 
 An approval is spent once (`Broker.consume`), and the adapter records on the run when a
-call it approved has run, with what it returned. A resume repeated after a worker died
-finds the approval spent: the call ran (its recorded output is given back, the tool does
-not run again) or the worker stopped before reporting it (`Interrupted`: it may or may not
-have run, it does not run again, and the run's events say so). So an approved call runs
-at most once per approval, and the model never reads an interrupted call as a denial.
+call it approved has run, with what it returned (or the retry or failure it ended with).
+A resume repeated after a worker died finds the approval spent: the call ran (what it
+returned, or its retry or failure, is given back; the tool does not run again) or the
+worker stopped before reporting it (`Interrupted`: it may or may not have run, it does
+not run again, and the run's events say so). So an approved call runs at most once per
+approval, and the model never reads an interrupted call as a denial.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = [
     "Asker",
     "Declined",
     "Denied",
+    "Ended",
     "Held",
     "Interrupted",
     "Outcome",
@@ -117,14 +119,21 @@ class Declined:
     reason: str
 
 
+Ended = Literal["returned", "retry", "failed"]
+"""How an approved call that ran ended: it returned its output, or it told the model to try
+again (`retry`) or that it failed (`failed`), its message then being its output."""
+
+
 @dataclass(frozen=True, slots=True)
 class Ran:
     """The approved call ran already, under an earlier attempt at this resume whose worker
     stopped: `output` is what it returned, as recorded (None when it was too large to
-    keep: `kept` is False). It does not run again; the model reads the output."""
+    keep: `kept` is False), or the message it ended with (`ended`). It does not run again;
+    the model reads the output, or the message as the same retry or failure."""
 
     output: Any
     kept: bool = True
+    ended: Ended = "returned"
 
     def text(self, tool: str) -> Any:
         return self.output if self.kept else f"The call to '{tool}' ran; its output was too large to keep."
@@ -159,7 +168,7 @@ def outcome_to_json(outcome: Outcome) -> dict[str, Any]:
     if isinstance(outcome, Answered):
         return {"answered": outcome.value}
     if isinstance(outcome, Ran):
-        return {"ran": outcome.output, "kept": outcome.kept}
+        return {"ran": outcome.output, "kept": outcome.kept, "ended": outcome.ended}
     if isinstance(outcome, Interrupted):
         return {"interrupted": outcome.reason}
     return {"declined": outcome.reason}
@@ -174,7 +183,7 @@ def outcome_from_json(data: Mapping[str, Any]) -> Outcome:
     if "answered" in data:
         return Answered(data["answered"])
     if "ran" in data:
-        return Ran(data["ran"], bool(data.get("kept", True)))
+        return Ran(data["ran"], bool(data.get("kept", True)), _ended(data.get("ended")))
     if "interrupted" in data:
         return Interrupted(str(data["interrupted"]))
     return Declined(str(data["declined"]))
@@ -335,13 +344,20 @@ class Asker:
 
     # -- an approval spent by an earlier attempt -------------------------------------------------
 
-    async def ran(self, run: Run, call_id: str, tool: str, request_id: str, output: Any) -> None:
-        """Record on the run that the call `request_id` approved has run, with its output, so
-        that a resume repeated after this worker stops gives the output back instead of
-        running the call again. A failure to record is logged: a repeat then finds the call
-        interrupted, which is still true."""
+    async def ran(
+        self, run: Run, call_id: str, tool: str, request_id: str, output: Any, *, ended: Ended = "returned"
+    ) -> None:
+        """Record on the run that the call `request_id` approved has run, with its output (or,
+        when it ended by telling the model to try again or that it failed, with that message
+        and how it `ended`), so that a resume repeated after this worker stops gives the
+        model the same instead of running the call again. A failure to record is logged: a
+        repeat then finds the call interrupted, which is still true."""
         data = {"tool": tool, "tool_call_id": call_id, "approval": request_id, "output": json_output(output)}
         message = f"{tool} ran, as approved (call {call_id})."
+        if ended != "returned":
+            data["ended"] = ended
+            said = "told the model to try again" if ended == "retry" else "failed"
+            message = f"{tool} ran, as approved (call {call_id}), and {said}."
         try:
             try:
                 await self._note(run, CALL_RAN, message, data)
@@ -359,7 +375,7 @@ class Asker:
             return None
         record = await self._record_of(run, held.call_id, request_id, after=consumed.id)
         if record is not None and record.get("outcome") == CALL_RAN:
-            return Ran(record.get("output"), bool(record.get("kept", True)))
+            return Ran(record.get("output"), bool(record.get("kept", True)), _ended(record.get("ended")))
         reason = (
             f"The approved call to '{held.tool}' (call {held.call_id}) was interrupted: the worker "
             "resuming the run stopped after it used the approval and before it reported the call's "
@@ -414,6 +430,11 @@ class Asker:
             if len(page) < 500 and not page.cut:
                 return None
             cursor = page[-1].id
+
+
+def _ended(value: Any) -> Ended:
+    """How a recorded call ended; a record without it (or from before it was kept) returned."""
+    return value if value in ("retry", "failed") else "returned"
 
 
 def _made_by(event: Event, requester: str | None, agent: str) -> bool:

@@ -17,10 +17,12 @@ history is stored as the run's state, and the run parks: the process may exit. O
 person has answered, a worker resumes the run with `DeferredToolResults`: an approval as
 `ToolApproved` (with the person's edited arguments as `override_args`), a denial as
 `ToolDenied` with the person's reason verbatim, a question's answer as the call's result.
-Each approved call that runs is recorded on the run with its output; a resume repeated
-after a worker died gives that output back instead of running the call again, or, if the
-worker died before reporting, a failed call (`ToolFailed`) saying it was interrupted and
-may or may not have run (`interlock.integrations._pauses`).
+Each approved call that runs is recorded on the run with its output (or, for one that told
+the model to try again with `ModelRetry` or that it failed with `ToolFailed`, with that
+message); a resume repeated after a worker died gives the model the same output, retry or
+failure instead of running the call again, or, if the worker died before reporting, a
+failed call (`ToolFailed`) saying it was interrupted and may or may not have run
+(`interlock.integrations._pauses`).
 
 Messages a person sends to the run while it is busy (`broker.send_message`) are delivered
 at its step boundaries, each verbatim as a user prompt of its own: in the next request to
@@ -46,7 +48,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, ToolApproved, ToolDenied
 from pydantic_ai.capabilities import AbstractCapability, ValidatedToolArgs, WrapToolExecuteHandler
-from pydantic_ai.exceptions import ApprovalRequired, ToolFailed
+from pydantic_ai.exceptions import ApprovalRequired, ModelRetry, ToolFailed, ToolFailedError, ToolRetryError
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, ToolCallPart, UserPromptPart
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import ToolDefinition
@@ -61,6 +63,7 @@ from ._pauses import (
     Approved,
     Asker,
     Denied,
+    Ended,
     Held,
     Interrupted,
     Outcome,
@@ -124,9 +127,15 @@ class _Gatekeeper(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         handler: WrapToolExecuteHandler,
     ) -> Any:
-        result = await handler(args)
-        approval = self.approved.get(call.tool_call_id)
-        if approval is not None and ctx.tool_call_approved:
+        approval = self.approved.get(call.tool_call_id) if ctx.tool_call_approved else None
+        try:
+            result = await handler(args)
+        except (ToolRetryError, ModelRetry, ToolFailedError, ToolFailed) as exc:  # it ran, and ended so
+            if approval is not None:
+                said, ended = _ended_with(exc)
+                await self.asker.ran(self.run, call.tool_call_id, call.tool_name, approval, said, ended=ended)
+            raise
+        if approval is not None:
             await self.asker.ran(self.run, call.tool_call_id, call.tool_name, approval, result)
         return result
 
@@ -249,8 +258,13 @@ class PydanticAIRuns:
                 results.approvals[call_id] = ToolDenied(outcome.reason)
             elif isinstance(outcome, Answered):
                 results.calls[call_id] = outcome.value
-            elif isinstance(outcome, Ran):  # ran under an earlier attempt: its output, not a second run
-                results.calls[call_id] = outcome.text(tools.get(call_id, "the tool"))
+            elif isinstance(outcome, Ran):  # ran under an earlier attempt: what the model read, not a second run
+                said = outcome.text(tools.get(call_id, "the tool"))
+                if outcome.ended == "retry":
+                    said = ModelRetry(str(said))
+                elif outcome.ended == "failed":
+                    said = ToolFailed(str(said))
+                results.calls[call_id] = said
             elif isinstance(outcome, Interrupted):
                 results.calls[call_id] = ToolFailed(outcome.reason)
             else:
@@ -352,6 +366,18 @@ class PydanticAIRuns:
                 for name, tool in toolset.tools.items():
                     out[name] = tool.tool_def.parameters_json_schema
         return out
+
+
+def _ended_with(error: ToolRetryError | ModelRetry | ToolFailedError | ToolFailed) -> tuple[str, Ended]:
+    """What the model reads of a call that told it to try again (`ModelRetry`, which
+    pydantic-ai hands a capability as `ToolRetryError`) or that it failed (`ToolFailed`,
+    as `ToolFailedError`): the message, and which of the two it was."""
+    if isinstance(error, ModelRetry | ToolFailed):
+        return error.message, "retry" if isinstance(error, ModelRetry) else "failed"
+    if isinstance(error, ToolFailedError):
+        return str(error), "failed"
+    content = error.tool_retry.content  # the tool's message, or the errors a hook's validation found
+    return (content if isinstance(content, str) else str(error)), "retry"
 
 
 def _reused_id_key(messages: Sequence[ModelMessage], call_id: str) -> str | None:
