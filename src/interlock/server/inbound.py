@@ -157,13 +157,14 @@ pages = APIRouter(include_in_schema=False)
 def _page(
     state: AppState, http: Request, title: str, message: str = "", status: int = 200, **context: Any
 ) -> HTMLResponse:
-    """An answer link's page, in the inbox's look (its templates and style, the dark theme
-    with the system's). The link is in the address: no referrer carries it anywhere."""
-    response = page(
+    """An answer link's page, in the inbox's look (its templates, style and headers, the
+    dark theme with the system's). The link is in the address, and the inbox's
+    `Referrer-Policy: same-origin` carries it to no other site; `no-referrer` made a
+    browser post the page's form with `Origin: null`, which a server without auth refuses
+    as a change sent from another site."""
+    return page(
         state, http, "answer_link.html", {"title": title, "message": message, "status_code": status} | context, status
     )
-    response.headers["Referrer-Policy"] = "no-referrer"
-    return response
 
 
 async def _claim(
