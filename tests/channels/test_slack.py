@@ -55,7 +55,8 @@ async def slack() -> AsyncIterator[FakeSlack]:
     async def method(request: Request) -> JSONResponse:
         name = request.path_params["method"]
         body = await request.json()
-        assert request.headers.get("authorization") == "Bearer xoxb-test-token" or name == "response"
+        # the bot token goes to the Web API's methods, never to an interaction's response_url
+        assert (request.headers.get("authorization") == "Bearer xoxb-test-token") == (name != "response")
         state.calls.append((name, body))
         state.changed.set()
         if name in state.errors:

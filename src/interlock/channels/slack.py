@@ -407,11 +407,12 @@ class SlackChannel:
             raise ChannelError(f"{where}: unknown option {sorted(options)[0]!r} for Slack")
         self.name = config.name
         self.api_url = api_url.rstrip("/")
-        self._client = httpx.AsyncClient(timeout=timeout, headers={"Authorization": f"Bearer {token}"})
+        self._auth = {"Authorization": f"Bearer {token}"}
+        self._client = httpx.AsyncClient(timeout=timeout)
 
     async def call(self, method: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """One Web API call; Slack's own errors are raised (permanent ones as such)."""
-        response = await self._client.post(f"{self.api_url}/{method}", json=dict(body))
+        response = await self._client.post(f"{self.api_url}/{method}", json=dict(body), headers=self._auth)
         if response.status_code == 429 or response.status_code >= 500:
             raise RuntimeError(f"Slack answered HTTP {response.status_code} to {method}")
         try:
@@ -426,7 +427,8 @@ class SlackChannel:
         return doc
 
     async def post(self, url: str, json: Mapping[str, Any]) -> None:
-        """Post to a URL Slack gave (an interaction's `response_url`)."""
+        """Post to a URL Slack gave (an interaction's `response_url`), which takes no
+        token: the bot token goes to the Web API alone."""
         await self._client.post(url, json=dict(json))
 
     async def send(self, message: Message) -> str | None:
