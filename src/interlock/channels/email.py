@@ -96,7 +96,7 @@ def compose(message: Message, sender: str, to: str) -> EmailMessage:
         )
         html_parts.append(f"<p>{buttons}</p>")
     if inbox:
-        verb = "See it" if d.kind == "settled" else ("Or answer" if choices else "Answer") + " in the inbox"
+        verb = ("See it" if d.kind == "settled" else "Or answer" if choices else "Answer") + " in the inbox"
         text_lines.append(f"{verb}: {inbox}")
         html_parts.append(f'<p><a href="{html.escape(inbox)}">{html.escape(verb)}</a></p>')
     email = EmailMessage()
