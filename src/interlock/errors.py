@@ -25,7 +25,9 @@ the caller (and the model reading a tool result) must treat them differently:
     ├── Unavailable         (also ConnectionError) the store, or the server behind a remote
     │                                           broker, cannot serve the call for now (503): try
     │                                           again after `retry_after`; a write's outcome may
-    │                                           be unknown, so retry it with the same idempotency key
+    │                                           be unknown, so retry it with the same idempotency key.
+    │                                           Raised by a resume handler: not now, the worker
+    │                                           hands the run back for later instead of failing it
     ├── InvalidGrantToken   (also ValueError)   a grant's token does not verify: forged,
     │                                           expired, or for someone or something else
     ├── ApprovalRefused     (also RuntimeError) the approval gate failed closed: do not run
@@ -40,7 +42,10 @@ answer the model should read, while a request the program gave up on is a plain 
 `Unavailable` is the one error that says nothing about the call itself: the same call may
 succeed a moment later. The stores raise it for their driver's transient failures (a
 connection refused or dropped, a server restarting, a lock held past the timeout, a disk
-full or failing), so no caller needs to know which driver is underneath.
+full or failing), so no caller needs to know which driver is underneath. A resume handler
+raises it for the same reason about what it needs (an MCP server not connected in this
+worker, a service of the agent's down): the worker hands the run back, to be resumed after
+`retry_after` by this worker or another, instead of failing it (see `interlock.runs`).
 """
 
 from __future__ import annotations
@@ -180,6 +185,11 @@ class Unavailable(InterlockError, ConnectionError):
     that is safe to repeat: a request with the same `idempotency_key` (or `get` it by id)
     is made once, an answer to a request answered meanwhile finds it settled, a run started
     with the same id is found rather than made again.
+
+    A resume handler raises it to say "not now": what the run needs is missing in this
+    worker or away for a while. The worker then does not fail the run but hands it back,
+    to be claimed again after `retry_after` seconds (None: the worker's own growing delay),
+    by this worker or another (`interlock.runs.Worker`).
     """
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:

@@ -15,7 +15,16 @@ the handler does decides how the run goes on:
 - it returns a value: the run is `completed` with it as `result` (JSON);
 - it returns `Park(state, waiting_on)`: the run parks again on new requests (created with
   `run=run.id`), to be resumed once they settle;
-- it raises: the run is `failed` with the error's text (`terminal_reason` "error").
+- it raises `interlock.Unavailable`, "not now" (what the run needs is missing in this
+  worker, an MCP server not connected here, or away for a while): the run is handed back,
+  kept out of every worker's hands for the error's `retry_after` seconds (else a delay
+  that grows at each hand-back, 5 s to 5 min) and then claimed again, by this worker or
+  another; the worker logs a warning and records the first hand-back on the run (an
+  update). Nothing the handler did is undone, so it should raise before it does anything
+  that lasts. A run handed back for longer than a pause waits for a person (the pause
+  timeout, or its longer `max_duration`, from when its requests settled) is failed;
+- it raises anything else: the run is `failed` with the error's text (`terminal_reason`
+  "error").
 
 If the worker dies meanwhile, its lease runs out and another worker claims the run again,
 so a handler may run more than once for one pause (`run.attempts` counts the claims): it
@@ -39,12 +48,13 @@ import os
 import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ._backoff import Backoff
-from .broker import DEFAULT_LEASE, Broker
+from .broker import DEFAULT_LEASE, Broker, LocalBroker
 from .errors import Closed, InterlockError, InvalidRequest, RateLimited, RunConflict, Unavailable
-from .model import Request, Run, RunStatus
+from .model import DEFAULT_PAUSE_TIMEOUT, Request, Run, RunStatus, park_deadline
 
 __all__ = ["Park", "ResumeHandler", "Worker"]
 
@@ -69,6 +79,31 @@ CLAIM_WAIT = 30.0
 
 RETRY_CAP = 10.0
 """The longest a worker waits before asking a failing store (or server) again."""
+
+HAND_BACK_FIRST = 5.0
+"""Seconds a run handed back ("not now": its handler raised `Unavailable` without a
+`retry_after`) is kept out of every worker's hands the first time; doubled at each hand-back
+of it by the same worker, up to `HAND_BACK_CAP`."""
+
+HAND_BACK_CAP = 300.0
+"""The longest delay a worker's hand-backs of one run grow to."""
+
+HAND_BACK_MOST = 3600.0
+"""The longest a run is handed back for at once, whatever its handler's `retry_after` (a
+server holds a run for at most an hour a lease)."""
+
+_HANDED_BACK_KEPT = 1000
+"""How many runs a worker keeps the back-off of (the oldest are forgotten)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _HandBack:
+    """What a worker does with a run whose handler said "not now": hand it back for
+    `delay` seconds, `why`; `first` if it is the first hand-back of it in a row here."""
+
+    why: str
+    delay: float
+    first: bool
 
 
 def default_worker_name() -> str:
@@ -110,6 +145,11 @@ class Worker:
         self.resumed = 0
         """How many runs this worker has resumed (whatever their outcome)."""
         self._failing_since: float | None = None  # when its claims began to fail, on the loop's clock
+        self.pause_timeout = broker.pause_timeout if isinstance(broker, LocalBroker) else DEFAULT_PAUSE_TIMEOUT
+        """How long a run may be handed back, from when its requests settled (with its longer
+        `max_duration`): as long as a pause waits for a person. Through a server, the default."""
+        self._handed_back: dict[str, Backoff] = {}
+        self._now: Callable[[], datetime] = _utc_now
 
     async def run_once(self, *, wait: float = 0.0) -> Run | None:
         """Claim one ready run (waiting up to `wait` seconds for one) and resume it; return
@@ -204,7 +244,7 @@ class Worker:
 
     async def resume(self, run: Run) -> Run:
         """Resume a run this worker has claimed: call its agent's handler with the settled
-        requests it waited on, then complete, park or fail it by what the handler did."""
+        requests it waited on, then complete, park, fail or hand it back by what the handler did."""
         self.resumed += 1
         handler = self.handlers.get(run.agent)
         if handler is None:  # claimed for an agent we have no handler for: not ours to guess
@@ -218,12 +258,50 @@ class Worker:
                 outcome = await handler(run, requests)
             except asyncio.CancelledError:
                 raise
+            except Unavailable as exc:  # "not now": what the run needs is missing here, or away
+                failure, outcome = self._not_now(run, requests, exc)
             except Exception as exc:
                 log.exception("resuming run %s of agent %s failed", run.id, run.agent)
                 failure = f"{type(exc).__name__}: {exc}"
         finally:
             await renewing.stop()
+        if not isinstance(outcome, _HandBack):
+            self._handed_back.pop(run.id, None)
         return await self._finish(run, failure, outcome)
+
+    def _not_now(
+        self, run: Run, requests: Mapping[str, Request], exc: Unavailable
+    ) -> tuple[str | None, _HandBack | None]:
+        """How to hand back a run whose handler said "not now": for how long, or (the
+        failure) not at all, once it has waited for a worker able to resume it as long as
+        a pause waits for a person."""
+        why = _why(exc)
+        settled = [request.response.at for request in requests.values() if request.response is not None]
+        since = max(settled, default=run.created_at)
+        deadline = park_deadline(since, self.pause_timeout, run.max_duration)
+        now = self._now()
+        if now >= deadline:
+            self._handed_back.pop(run.id, None)
+            log.warning(
+                "worker %s gives run %s of agent %s up, handed back too long: %s", self.name, run.id, run.agent, why
+            )
+            waited = _duration(deadline - since)
+            return f"{why} (handed back since its requests settled; given up after {waited})", None
+        backoff = self._handed_back.pop(run.id, None)
+        first = backoff is None
+        if backoff is None:
+            backoff = Backoff(HAND_BACK_FIRST, HAND_BACK_CAP)
+        self._handed_back[run.id] = backoff  # the newest last, so the oldest is forgotten first
+        if len(self._handed_back) > _HANDED_BACK_KEPT:
+            del self._handed_back[next(iter(self._handed_back))]
+        asked = exc.retry_after
+        if isinstance(asked, int | float) and not isinstance(asked, bool) and asked > 0:
+            delay = float(asked)
+        else:
+            delay = backoff.next()
+        # One more try at the deadline, rather than a hand-back past it.
+        delay = max(min(delay, HAND_BACK_MOST, (deadline - now).total_seconds()), 0.001)
+        return None, _HandBack(why, delay, first)
 
     async def _finish(self, run: Run, failure: str | None, outcome: Any) -> Run:
         """Store how the handler left the run. A store that fails for now is asked again
@@ -255,6 +333,8 @@ class Worker:
 
     async def _store_outcome(self, run: Run, failure: str | None, outcome: Any) -> Run:
         try:
+            if isinstance(outcome, _HandBack):
+                return await self._hand_back(run, outcome)
             if failure is not None:
                 ended = await self.broker.fail_run(run.id, failure, worker=self.name)
             elif isinstance(outcome, Park):
@@ -271,6 +351,35 @@ class Worker:
         except InvalidRequest as exc:  # a result or state that cannot be stored, requests not the run's
             log.error("run %s of agent %s could not be stored as its handler left it: %s", run.id, run.agent, exc)
             return await self.broker.fail_run(run.id, f"InvalidRequest: {exc}", worker=self.name)
+
+    async def _hand_back(self, run: Run, back: _HandBack) -> Run:
+        """Keep the run out of every worker's hands for `back.delay` seconds, and so ready
+        for any worker after that: this worker's lease on it, cut (or stretched) to the
+        delay. The run stays as it was claimed, its state and requests as they were parked."""
+        if not await self.broker.renew_lease(run.id, worker=self.name, lease=back.delay):
+            log.warning("run %s was taken over or ended while worker %s resumed it", run.id, self.name)
+            return await self.broker.get_run(run.id)
+        log.warning(
+            "worker %s handed run %s of agent %s back, to be resumed in %.1f s: %s",
+            self.name,
+            run.id,
+            run.agent,
+            back.delay,
+            back.why,
+        )
+        if back.first:  # on the run's page and stream; not again while it keeps being handed back here
+            message = (
+                f"Worker {self.name} could not resume the run now and handed it back, to be resumed "
+                f"in {back.delay:.0f} s, by this worker or another: {back.why}"
+            )
+            data = {"outcome": "handed_back", "worker": self.name, "reason": back.why, "delay": back.delay}
+            try:
+                await self.broker.inform(message, session=run.session, agent=run.agent, run=run.id, data=data)
+            except Exception as exc:  # the hand-back holds all the same; only its record is missing
+                log.warning(
+                    "could not record on run %s that it was handed back (%s: %s)", run.id, type(exc).__name__, exc
+                )
+        return await self.broker.get_run(run.id)
 
 
 class _Renewal:
@@ -319,6 +428,25 @@ class _Renewal:
         if self.timer is not None:  # set again by the renewal as it ended
             self.timer.cancel()
             self.timer = None
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _why(exc: BaseException) -> str:
+    """The error's type and text, on one line and cut short enough for a run's record."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= 500 else text[:499] + "…"
+
+
+def _duration(span: timedelta) -> str:
+    """A span as a person reads it: in days, hours, minutes or seconds."""
+    seconds = span.total_seconds()
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
 
 
 async def _pause(seconds: float, stop: asyncio.Event) -> None:

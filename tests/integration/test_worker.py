@@ -10,8 +10,9 @@ from typing import Any
 import anyio
 import pytest
 
-from interlock import Broker, Confirm, Request, Status, Text
-from interlock.model import Run, RunStatus
+from interlock import Broker, Confirm, Request, Status, Text, Unavailable
+from interlock import runs as runs_module
+from interlock.model import DEFAULT_PAUSE_TIMEOUT, Run, RunStatus
 from interlock.runs import Park, Worker
 
 pytestmark = pytest.mark.anyio
@@ -301,3 +302,132 @@ async def test_a_renewal_that_fails_with_any_error_is_tried_again_and_keeps_the_
         done = await working
     assert refused == [run.id] and held.worker == "w1"
     assert done is not None and (done.status, done.result, done.attempts) == (RunStatus.COMPLETED, "done by w1", 1)
+
+
+# -- "not now": a handler hands its run back ------------------------------------------------
+
+
+class NotNowThen:
+    """A resume handler that says "not now" (`Unavailable`) `times` times, then deploys;
+    it records each call's claim count and when it started."""
+
+    def __init__(self, times: int, retry_after: float | None = None, result: str = "deployed") -> None:
+        self.times = times
+        self.retry_after = retry_after
+        self.result = result
+        self.calls: list[int] = []
+        self.started_at: list[datetime] = []
+
+    async def __call__(self, run: Run, requests: Mapping[str, Request]) -> Any:
+        self.calls.append(run.attempts)
+        self.started_at.append(datetime.now(UTC))
+        if len(self.calls) <= self.times:
+            raise Unavailable("the deploy service is down", retry_after=self.retry_after)
+        return self.result
+
+
+async def hand_backs(broker: Broker, run_id: str) -> list[dict[str, Any]]:
+    """The records of the run's hand-backs (updates on the run)."""
+    events = await broker.find_events(run=run_id)
+    return [
+        dict(e.data["data"])
+        for e in events
+        if e.type == "informed" and e.data.get("data", {}).get("outcome") == "handed_back"
+    ]
+
+
+async def test_a_handler_that_says_not_now_hands_the_run_back_and_a_later_claim_completes_it(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    run, request = await park_on(broker, "deployer")
+    await broker.resolve(request.id, True, by="alice")
+    handler = NotNowThen(1, retry_after=LEASE)
+    worker = Worker(broker, {"deployer": handler}, name="w1")
+    with anyio.fail_after(BOUND):
+        back = await worker.run_once()
+    # Not failed: held out of every worker's hands for the delay, its state and requests as parked.
+    assert back is not None and back.id == run.id
+    assert (back.status, back.error, back.terminal_reason, back.worker) == (RunStatus.RUNNING, None, None, "w1")
+    assert back.state == {"asked": "Deploy?"} and back.waiting_on == (request.id,)
+    assert (await broker.get(request.id)).status is Status.ANSWERED
+    (warning,) = [r for r in caplog.records if r.levelname == "WARNING" and run.id in r.getMessage()]
+    assert "handed run" in warning.getMessage() and "the deploy service is down" in warning.getMessage()
+    (record,) = await hand_backs(broker, run.id)
+    assert (record["worker"], record["reason"]) == ("w1", "Unavailable: the deploy service is down")
+    assert "resuming run" not in caplog.text  # no error logged: nothing failed
+
+    with anyio.fail_after(BOUND):
+        done = await worker.run_once(wait=BOUND)
+    assert done is not None and (done.id, done.status, done.result, done.attempts) == (
+        run.id,
+        RunStatus.COMPLETED,
+        "deployed",
+        2,
+    )
+    assert handler.calls == [1, 2]
+    assert not [e for e in await broker.find_events(run=run.id) if e.type == "run_failed"]
+
+
+async def test_a_run_handed_back_is_claimed_by_another_worker_only_once_the_delay_is_over(
+    broker: Broker, connect: Callable[..., Broker], backend: str
+) -> None:
+    run = await ready_run(broker)
+    lacking = NotNowThen(1_000, retry_after=1.0)
+    first = Worker(broker, {"deployer": lacking}, name="w1")
+    async with connect() as other:
+        peer = broker if backend == "memory" else other  # another process's connection (or client)
+        able = NotNowThen(0, result="deployed by w2")
+        second = Worker(peer, {"deployer": able}, name="w2")
+        with anyio.fail_after(BOUND):
+            back = await first.run_once()
+            assert back is not None and back.lease_expires_at is not None
+            until = back.lease_expires_at
+            assert await second.run_once() is None  # out of every worker's hands until then
+            done = await second.run_once(wait=BOUND)
+    assert done is not None and (done.id, done.status, done.result, done.attempts) == (
+        run.id,
+        RunStatus.COMPLETED,
+        "deployed by w2",
+        2,
+    )
+    assert (lacking.calls, able.calls) == ([1], [2])
+    assert able.started_at[0] >= until  # not before the delay the hand-back asked for was over
+
+
+async def test_a_worker_hands_a_run_back_for_longer_each_time_and_records_it_once(
+    broker: Broker, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runs_module, "HAND_BACK_FIRST", LEASE / 2)  # 5 s in a worker, shorter here
+    run = await ready_run(broker)
+    handler = NotNowThen(2)  # no retry_after: the worker's own back-off
+    worker = Worker(broker, {"deployer": handler}, name="w1")
+    with anyio.fail_after(BOUND):
+        await worker.run_once()
+        await worker.run_once(wait=BOUND)
+        done = await worker.run_once(wait=BOUND)
+    assert done is not None and (done.status, done.attempts) == (RunStatus.COMPLETED, 3)
+    delays = [r.getMessage().split(" in ")[1].split(" s:")[0] for r in caplog.records if "handed run" in r.getMessage()]
+    assert delays == [f"{LEASE / 2:.1f}", f"{LEASE:.1f}"]
+    (record,) = await hand_backs(broker, run.id)  # the first of them; the next ones are logged only
+    assert record["delay"] == LEASE / 2
+
+
+async def test_a_run_handed_back_for_as_long_as_a_pause_waits_is_failed_with_the_handler_s_reason(
+    broker: Broker,
+) -> None:
+    run = await ready_run(broker)
+    handler = NotNowThen(1_000, retry_after=1.0)
+    worker = Worker(broker, {"deployer": handler}, name="w1")
+    late = datetime.now(UTC) + DEFAULT_PAUSE_TIMEOUT + timedelta(hours=1)
+    worker._now = lambda: late  # two weeks after its request was answered, handed back all along
+    with anyio.fail_after(BOUND):
+        failed = await worker.run_once()
+    assert failed is not None and (failed.id, failed.status, failed.terminal_reason) == (
+        run.id,
+        RunStatus.FAILED,
+        "error",
+    )
+    assert failed.error == (
+        "Unavailable: the deploy service is down (handed back since its requests settled; given up after 14 days)"
+    )
+    assert handler.calls == [1]
