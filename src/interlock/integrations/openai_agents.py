@@ -21,7 +21,9 @@ each call (the rejection message is the person's reason, verbatim) and runs on. 
 approved call that runs is recorded on the run with its output; a resume repeated after a
 worker died gives that output back instead of running the call again, or, if the worker
 died before reporting, an output saying it was interrupted and may or may not have run
-(`interlock.integrations._pauses`).
+(`interlock.integrations._pauses`). A worker whose MCP server of the agent is not connected
+(restoring the state lists its tools) hands the run back (`Unavailable`, naming the server)
+for a worker that has it connected, instead of failing it.
 
     runs = OpenAIAgentsRuns(broker, agent, name="deployer", gate=gate)
     run = await runs.start("Deploy 2.3 to prod")          # completed, or parked
@@ -64,6 +66,7 @@ from pydantic import TypeAdapter
 
 from ..agent.gate import ApprovalGate
 from ..broker import Broker
+from ..errors import Unavailable
 from ..model import Request, Run
 from ..runs import Park, ResumeHandler
 from ._pauses import (
@@ -347,9 +350,11 @@ class OpenAIAgentsRuns:
             why = await self._mcp_server_out_of_reach()
             if why is None:
                 raise
-            raise RuntimeError(
-                f"the run's state could not be restored: {why}. Connect the agent's MCP servers "
-                "(await server.connect()) in the process that resumes its runs, before the worker starts"
+            # Not the run's fault: this worker lacks the server, so it hands the run back
+            # for a worker that has it connected (or for this one, once it connects it).
+            raise Unavailable(
+                f"the run's state could not be restored in this worker: {why}. Connect the agent's MCP "
+                "servers (await server.connect()) in the process that resumes its runs, before the worker starts"
             ) from exc
         outcomes: dict[str, Outcome] = {k: outcome_from_json(v) for k, v in stored.get("decided", {}).items()}
         outcomes.update(await self.asker.outcomes(run, stored["held"], {}))
