@@ -16,7 +16,8 @@ the handler does decides how the run goes on:
 - it returns `Park(state, waiting_on)`: the run parks again on new requests (created with
   `run=run.id`), to be resumed once they settle;
 - it raises `interlock.Unavailable`, "not now" (what the run needs is missing in this
-  worker, an MCP server not connected here, or away for a while): the run is handed back,
+  worker, an MCP server not connected here, or away for a while), or `RateLimited` (a
+  quota of the caller's used up, its calls refused for a while): the run is handed back,
   kept out of every worker's hands for the error's `retry_after` seconds (else a delay
   that grows at each hand-back, 5 s to 5 min) and then claimed again, by this worker or
   another; the worker logs a warning and records the first hand-back on the run (an
@@ -258,7 +259,7 @@ class Worker:
                 outcome = await handler(run, requests)
             except asyncio.CancelledError:
                 raise
-            except Unavailable as exc:  # "not now": what the run needs is missing here, or away
+            except (Unavailable, RateLimited) as exc:  # "not now": what it needs is missing here, or away
                 failure, outcome = self._not_now(run, requests, exc)
             except Exception as exc:
                 log.exception("resuming run %s of agent %s failed", run.id, run.agent)
@@ -270,7 +271,7 @@ class Worker:
         return await self._finish(run, failure, outcome)
 
     def _not_now(
-        self, run: Run, requests: Mapping[str, Request], exc: Unavailable
+        self, run: Run, requests: Mapping[str, Request], exc: Unavailable | RateLimited
     ) -> tuple[str | None, _HandBack | None]:
         """How to hand back a run whose handler said "not now": for how long, or (the
         failure) not at all, once it has waited for a worker able to resume it as long as

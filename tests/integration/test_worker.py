@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from interlock import Broker, Confirm, Request, Status, Text, Unavailable
+from interlock import Broker, Confirm, RateLimited, Request, Status, Text, Unavailable
 from interlock import runs as runs_module
 from interlock.model import DEFAULT_PAUSE_TIMEOUT, Run, RunStatus
 from interlock.runs import Park, Worker
@@ -311,8 +311,15 @@ class NotNowThen:
     """A resume handler that says "not now" (`Unavailable`) `times` times, then deploys;
     it records each call's claim count and when it started."""
 
-    def __init__(self, times: int, retry_after: float | None = None, result: str = "deployed") -> None:
+    def __init__(
+        self,
+        times: int,
+        retry_after: float | None = None,
+        result: str = "deployed",
+        error: type[Unavailable | RateLimited] = Unavailable,
+    ) -> None:
         self.times = times
+        self.error = error
         self.retry_after = retry_after
         self.result = result
         self.calls: list[int] = []
@@ -322,7 +329,7 @@ class NotNowThen:
         self.calls.append(run.attempts)
         self.started_at.append(datetime.now(UTC))
         if len(self.calls) <= self.times:
-            raise Unavailable("the deploy service is down", retry_after=self.retry_after)
+            raise self.error("the deploy service is down", retry_after=self.retry_after)
         return self.result
 
 
@@ -366,6 +373,22 @@ async def test_a_handler_that_says_not_now_hands_the_run_back_and_a_later_claim_
     )
     assert handler.calls == [1, 2]
     assert not [e for e in await broker.find_events(run=run.id) if e.type == "run_failed"]
+
+
+async def test_a_handler_whose_calls_meet_a_used_up_quota_hands_the_run_back_too(broker: Broker) -> None:
+    # A quota of the caller's (429 through a server) is used up for a while, not for good:
+    # the run waits for its retry_after instead of failing.
+    run, request = await park_on(broker, "deployer")
+    await broker.resolve(request.id, True, by="alice")
+    handler = NotNowThen(1, retry_after=LEASE, error=RateLimited)
+    worker = Worker(broker, {"deployer": handler}, name="w1")
+    with anyio.fail_after(BOUND):
+        back = await worker.run_once()
+        assert back is not None and (back.status, back.error) == (RunStatus.RUNNING, None)
+        (record,) = await hand_backs(broker, run.id)
+        assert record["reason"] == "RateLimited: the deploy service is down"
+        done = await worker.run_once(wait=BOUND)
+    assert done is not None and (done.status, done.result, handler.calls) == (RunStatus.COMPLETED, "deployed", [1, 2])
 
 
 async def test_a_run_handed_back_is_claimed_by_another_worker_only_once_the_delay_is_over(
