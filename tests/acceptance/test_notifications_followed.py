@@ -42,6 +42,7 @@ from starlette.routing import Route
 import interlock
 from cli_support import invoke
 from interlock import Confirm
+from interlock.channels.links import AnswerLinks
 from interlock.errors import Expired
 from serve_support import Served, serve
 
@@ -292,9 +293,10 @@ async def test_an_emailed_link_answers_the_agents_wait_once_and_refuses_what_is_
     tmp_path: Path, mailbox: Mailbox
 ) -> None:
     """alice answers the deployer's question from her email; the agent's wait returns her
-    answer. The link used again, the other answer's link, alice's link for bob's request
-    (an escalation told her of it) and a link whose request id was changed are refused
-    on a page that says why, and change nothing."""
+    answer. The link used again, the other answer's link and a link whose request id was
+    changed are refused on a page that says why, and change nothing. The escalation that
+    tells her of bob's request offers her no answer and says whom it waits on; a link
+    signed for her for it is refused all the same."""
     async with (
         served_with_routing(tmp_path, email_routing(mailbox.port)) as site,
         site.agent("deployer") as deployer,
@@ -327,12 +329,21 @@ async def test_an_emailed_link_answers_the_agents_wait_once_and_refuses_what_is_
         assert set(shown_links(ended)) == {"See it in the inbox"}
 
         theirs = await rotator.create(Confirm("Rotate the signing keys?"), to="bob")
-        escalated = shown_links(await mailbox.first("alice@example.com", "Nobody has answered yet"))
-        assert theirs.id in escalated["Or answer in the inbox"]
-        refused = await open_link(browser, escalated["Yes"])
+        escalation = await mailbox.first("alice@example.com", "Nobody has answered yet", theirs.id)
+        assert shown_links(escalation) == {}  # no answer she may not give, no page that would refuse her
+        plain = escalation.get_body(("plain",))
+        assert plain is not None
+        since = theirs.created_at.strftime("%Y-%m-%d %H:%M UTC")
+        assert " ".join(plain.get_content().split()).startswith(
+            f"Nobody has answered this request yet: it waits on bob since {since}, and was escalated to you "
+            "(alice). It is not yours to answer: only bob can. Nor may you open it in the inbox: remind bob, "
+            "or rotator, who asked for it. Rotate the signing keys?"
+        )
+        signed_for_her = AnswerLinks(SECRET_KEY, site.url).link(theirs, "alice", True)  # as her email once had
+        refused = await open_link(browser, signed_for_her)
         assert refused.status == 403 and "Not yours to answer" in refused.text
         assert read_html(refused.text).forms == []
-        assert (await browser.post(escalated["Yes"])).status_code == 403
+        assert (await browser.post(signed_for_her)).status_code == 403
         forged = await open_link(browser, tampered(links["No"], theirs.id))
         assert forged.status == 400 and "not valid (damaged, or not from this server)" in forged.text
         assert (await browser.post(tampered(links["No"], theirs.id))).status_code == 400

@@ -164,47 +164,130 @@ async def test_a_confirm_request_is_answered_with_one_click_from_the_email(serve
     assert answer_links(parts(ended)[0]) == {}
 
 
-async def test_an_email_link_answers_only_for_someone_who_may_answer_the_request(
+SECRET_KEY = "the-test-servers-secret-key-for-links"
+
+
+def mailed_about(messages: list[EmailMessage], to: str, request_id: str) -> EmailMessage:
+    [found] = [m for m in messages if m["To"] == to and m["X-Interlock-Request"] == request_id]
+    return found
+
+
+async def test_an_escalation_to_someone_who_may_not_answer_offers_no_answers_and_says_whom_it_waits_on(
     tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], mailbox: Mailbox
 ) -> None:
-    """An escalation tells carol about alice's request, and a team's request was mailed to
-    alice before she left the team: neither email's links answer, as no other surface lets
-    them; the person it is to still can."""
+    """bob's request is escalated to alice, who may neither answer nor open it: her email
+    has no answer links and no link to a page that would refuse her; it says it waits on
+    bob, since when, and whom to remind. A link signed for her anyway (as the email once
+    carried) is refused and changes nothing; bob's own link answers."""
+    db = f"sqlite:///{tmp_path / 'mail.db'}"
+    doc = routing_doc(mailbox.port)
+    doc["recipients"] = {
+        "alice": {"channels": ["mail"], "addresses": {"mail": "alice@example.com"}},
+        "bob": {
+            "channels": ["mail"],
+            "addresses": {"mail": "bob@example.com"},
+            "escalate_after": "0.2s",
+            "escalate_to": "alice",
+        },
+    }
+    confirm = {"type": "confirm", "prompt": "Rotate the keys?"}
+    with serve(db, auth=False, routing=routing_from_dict(doc), secret_key=SECRET_KEY) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+            to_bob = (await client.post("/api/v1/requests", json={"to": "bob", "asks": [confirm]})).json()
+            messages = await mailbox.until(2)
+            escalated = mailed_about(messages, "alice@example.com", to_bob["id"])
+            assert escalated["Subject"] == "Nobody has answered yet: Rotate the keys?"
+            text, rich = parts(escalated)
+            since = datetime.fromisoformat(to_bob["created_at"]).strftime("%Y-%m-%d %H:%M UTC")
+            said = (
+                f"it waits on bob since {since}, and was escalated to you (alice). It is not yours to answer: "
+                "only bob can. Nor may you open it in the inbox: remind bob."
+            )
+            assert said in text and said in rich
+            assert "Rotate the keys?" in text
+            assert answer_links(text) == {} and "/answer/" not in rich
+            assert "http://inbox.example" not in text + rich  # its page would refuse her
+
+            async with interlock.connect(db) as broker:
+                request = await broker.get(to_bob["id"])
+            signed_for_alice = AnswerLinks(SECRET_KEY, "http://inbox.example").link(request, "alice", True)
+            forged = signed_for_alice.removeprefix("http://inbox.example")
+            for refused in (await client.get(forged), await client.post(forged)):
+                assert refused.status_code == 403 and "Not yours to answer" in refused.text
+            assert (await client.get(f"/api/v1/requests/{to_bob['id']}")).json()["status"] == "pending"
+
+            bobs = answer_links(parts(mailed_about(messages, "bob@example.com", to_bob["id"]))[0])
+            done = await client.post(bobs["Yes"])
+            assert done.status_code == 200 and "Answer recorded" in done.text
+
+
+async def test_an_escalation_to_a_member_of_the_request_s_team_keeps_its_answers_and_they_answer(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], mailbox: Mailbox
+) -> None:
+    """A request to the team ops nobody answered is escalated to carol, one of its members:
+    she may answer it, so her email has its one-click answers and a link to it in the
+    inbox, and says whom it waits on; her Yes answers it, by her."""
+    db = f"sqlite:///{tmp_path / 'mail.db'}"
+    async with interlock.connect(db) as broker:
+        assert isinstance(broker, LocalBroker)
+        for name in ("alice", "carol"):
+            await broker.save_principal(Principal(name, "human"))
+    doc = routing_doc(mailbox.port)
+    doc["recipients"] = {"carol": {"channels": ["mail"], "addresses": {"mail": "carol@example.com"}}}
+    doc["teams"] = {
+        "ops": {
+            "members": ["alice", "carol"],
+            "channels": ["mail"],
+            "addresses": {"mail": "ops@example.com"},
+            "escalate_after": "0.2s",
+            "escalate_to": "carol",
+        }
+    }
+    confirm = {"type": "confirm", "prompt": "Restart the workers?"}
+    with serve(db, auth=False, routing=routing_from_dict(doc), secret_key=SECRET_KEY) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+            to_ops = (await client.post("/api/v1/requests", json={"to": "ops", "asks": [confirm]})).json()
+            messages = await mailbox.until(2)
+            escalated = mailed_about(messages, "carol@example.com", to_ops["id"])
+            text = parts(escalated)[0]
+            assert "it waits on ops since" in text and "escalated to you (carol)." in text
+            assert "not yours to answer" not in text
+            links = answer_links(text)
+            assert set(links) == {"Yes", "No"}
+            assert f"Or answer in the inbox: http://inbox.example/requests/{to_ops['id']}" in text
+            done = await client.post(links["Yes"])
+            assert done.status_code == 200 and "Answer recorded" in done.text
+            settled = (await client.get(f"/api/v1/requests/{to_ops['id']}")).json()
+            assert (settled["status"], settled["response"]["by"], settled["response"]["via"]) == (
+                "answered",
+                "carol",
+                "email",
+            )
+
+
+async def test_a_team_s_email_link_answers_nothing_once_its_person_left_the_team(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], mailbox: Mailbox
+) -> None:
+    """A team's request was mailed to alice before she left the team: its links answer
+    nothing then, as no other surface lets her."""
     db = f"sqlite:///{tmp_path / 'mail.db'}"
     async with interlock.connect(db) as broker:
         assert isinstance(broker, LocalBroker)
         await broker.save_principal(Principal("alice", "human"))
         await broker.add_team_members("ops", ["alice"])
     doc = routing_doc(mailbox.port)
-    bob = {"channels": ["mail"], "addresses": {"mail": "bob@example.com"}, "escalate_after": "0.2s"}
-    doc["recipients"] = {
-        "alice": {"channels": ["mail"], "addresses": {"mail": "alice@example.com"}},
-        "bob": {**bob, "escalate_to": "alice"},
-    }
     doc["teams"] = {"ops": {"members": ["alice"]}}
     confirm = {"type": "confirm", "prompt": "Ship it?"}
     with serve(db, auth=False, routing=routing_from_dict(doc)) as base:
         async with httpx.AsyncClient(base_url=base, timeout=20) as client:
-            to_bob = (await client.post("/api/v1/requests", json={"to": "bob", "asks": [confirm]})).json()
             to_ops = (await client.post("/api/v1/requests", json={"to": "ops", "asks": [confirm]})).json()
-            messages = await mailbox.until(3)  # bob's, the team's to alice, and bob's escalated to alice
-            mailed = {
-                (m["To"], request["id"]): answer_links(parts(m)[0])
-                for m in messages
-                for request in (to_bob, to_ops)
-                if request["id"] in parts(m)[0]
-            }
-            escalated = mailed[("alice@example.com", to_bob["id"])]
-            team_link = mailed[("alice@example.com", to_ops["id"])]
+            [message] = await mailbox.until(1)
+            link = answer_links(parts(message)[0])["Yes"]
             async with interlock.connect(db) as broker:
                 assert await broker.remove_team_member("ops", "alice")
-            for link in (escalated["Yes"], team_link["Yes"]):
-                for refused in (await client.get(link), await client.post(link)):
-                    assert refused.status_code == 403 and "Not yours to answer" in refused.text
-            for request in (to_bob, to_ops):
-                assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "pending"
-            done = await client.post(mailed[("bob@example.com", to_bob["id"])]["Yes"])
-            assert done.status_code == 200 and "Answer recorded" in done.text
+            for refused in (await client.get(link), await client.post(link)):
+                assert refused.status_code == 403 and "Not yours to answer" in refused.text
+            assert (await client.get(f"/api/v1/requests/{to_ops['id']}")).json()["status"] == "pending"
 
 
 async def test_a_choice_request_gets_a_link_per_option(server: Server, mailbox: Mailbox) -> None:

@@ -304,7 +304,8 @@ async def test_an_escalation_s_webhook_does_not_let_its_recipient_answer(
     tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], hook: Receiver
 ) -> None:
     """bob is told of alice's request when nobody answered it in time; that notice is no
-    right to answer it, through the inbound webhook as through any other surface."""
+    right to answer it (its `answerable` says so), through the inbound webhook as through
+    any other surface."""
     doc = routing_doc(hook.url)
     doc["recipients"] = {
         "alice": {"channels": ["hook"], "escalate_after": "0.2s", "escalate_to": "bob"},
@@ -314,9 +315,9 @@ async def test_an_escalation_s_webhook_does_not_let_its_recipient_answer(
         async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
             request = (await local.post("/requests", json=APPROVAL)).json()
             told = await hook.until(2)
-            assert sorted((got.json["type"], got.json["recipient"]) for got in told) == [
-                ("request.created", "alice"),
-                ("request.escalated", "bob"),
+            assert sorted((got.json["type"], got.json["recipient"], got.json["answerable"]) for got in told) == [
+                ("request.created", "alice", True),
+                ("request.escalated", "bob", False),
             ]
             raw, headers = signed({"request_id": request["id"], "recipient": "bob", "answer": True})
             refused = await local.post("/inbound/hook", content=raw, headers=headers)
@@ -326,6 +327,7 @@ async def test_an_escalation_s_webhook_does_not_let_its_recipient_answer(
             assert (await local.post("/inbound/hook", content=raw, headers=headers)).status_code == 200
             settled = (await hook.until(3))[-1]  # (received before the server stops: its loop does not wait on it)
             assert (settled.json["type"], settled.json["request"]["response"]["by"]) == ("request.answered", "alice")
+            assert settled.json["answerable"] is False  # nothing is, once it settled
 
 
 async def test_a_store_s_first_routing_announces_what_waits_now_not_its_whole_history(

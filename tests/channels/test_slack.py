@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -455,3 +456,66 @@ async def test_the_message_is_updated_when_the_request_expires_or_is_cancelled(b
     text = json.dumps(updates[1]["blocks"])
     assert "*Cancelled*" in text and "not needed" in text
     assert expiring["id"] != cancelled["id"]
+
+
+async def test_an_escalation_offers_buttons_only_to_someone_who_may_answer(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], slack: FakeSlack
+) -> None:
+    """Requests to alice and to the team ops nobody answered are escalated to bob, who is
+    in ops. alice's message to him has no buttons and no link to a page that would refuse
+    him: it says the request waits on alice and whom to remind, and a click forged from
+    her buttons is still refused. The team's message to him keeps its buttons, which
+    answer it, by him."""
+    escalated = {"escalate_after": "0.2s", "escalate_to": "bob"}
+    doc = {
+        "inbox_url": "http://inbox.example",
+        "channels": {
+            "slack": {
+                "type": "slack",
+                "token": "xoxb-test-token",
+                "signing_secret": SIGNING_SECRET,
+                "api_url": f"{slack.url}/api",
+            }
+        },
+        "teams": {"ops": {"members": ["bob"], "channels": ["slack"], "addresses": {"slack": "C0OPS"}, **escalated}},
+        "recipients": {
+            "alice": {"channels": ["slack"], "addresses": {"slack": "U0ALICE"}, **escalated},
+            "bob": {"channels": ["slack"], "addresses": {"slack": "U0BOB"}},
+        },
+    }
+    confirm = [{"type": "confirm", "prompt": "Ship it?"}]
+    with serve(f"sqlite:///{tmp_path / 'slack.db'}", auth=False, routing=routing_from_dict(doc)) as base:
+        alices = await create(base, {"to": "alice", "requester": "deployer", "title": "Alice's", "asks": confirm})
+        teams = await create(base, {"to": "ops", "title": "The team's", "asks": confirm})
+        posted = await slack.until("chat.postMessage", 4)
+        to_bob = {m["text"]: m for m in posted if m["channel"] == "U0BOB"}
+        [to_alice] = [m for m in posted if m["channel"] == "U0ALICE"]
+
+        told = to_bob["Alice's"]
+        assert not [b for b in told["blocks"] if b["type"] == "actions"]
+        shown = json.dumps(told["blocks"])
+        when = datetime.fromisoformat(alices["created_at"]).strftime("%Y-%m-%d %H:%M UTC")
+        assert f"it waits on alice since {when}, and was escalated to you (bob)" in shown
+        assert "only alice can. Nor may you open it in the inbox: remind alice, or deployer, who asked for it." in shown
+        assert "inbox.example" not in shown
+
+        block_id, elements = actions_of(to_alice)  # her buttons, clicked by bob
+        async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+            body, headers = signed(click(elements[0], block_id, "U0BOB", slack))
+            assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+            [ephemeral] = await slack.until("response")
+            assert ephemeral["text"] == "This request is not yours to answer."
+            assert (await client.get(f"/api/v1/requests/{alices['id']}")).json()["status"] == "pending"
+
+            theirs = to_bob["The team's"]
+            assert "it waits on ops since" in json.dumps(theirs["blocks"])
+            block_id, elements = actions_of(theirs)
+            assert [e["text"]["text"] for e in elements] == ["Yes", "No", "Open in the inbox"]
+            body, headers = signed(click(elements[0], block_id, "U0BOB", slack))
+            assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+            settled = (await client.get(f"/api/v1/requests/{teams['id']}")).json()
+            assert (settled["status"], settled["response"]["by"], settled["response"]["via"]) == (
+                "answered",
+                "bob",
+                "slack",
+            )

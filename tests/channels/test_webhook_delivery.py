@@ -19,6 +19,7 @@ from interlock import Confirm
 from interlock.broker import LocalBroker
 from interlock.channels import Message
 from interlock.channels.delivery import DeliveryLoop
+from interlock.principals import Principal
 from interlock.routing import routing_from_dict
 from interlock.webhooks import InvalidSignature, verify
 
@@ -220,6 +221,37 @@ async def test_a_request_nobody_answers_is_escalated_to_each_member_of_a_team(st
         assert sorted((r.json["type"], r.json["recipient"]) for r in got[1:]) == [
             ("request.escalated", "bob"),
             ("request.escalated", "carol"),
+        ]
+
+
+async def test_an_escalation_says_whether_its_person_may_answer_by_the_store_s_teams(
+    store_url: str, hook: Receiver
+) -> None:
+    """A request to the team ops, which the store keeps with bob alone, is escalated to
+    each member of oncall: bob may answer it (`answerable`, and a link to it), dave may
+    not, nor may carol, whom the routing (but not the store) lists in ops: neither is
+    given a link to a page that would refuse them."""
+    doc = routing(hook.url)
+    doc["teams"] = {
+        "ops": {"members": ["bob", "carol"], "channels": ["hook"], "escalate_after": "0.2s", "escalate_to": "oncall"},
+        "oncall": {"members": ["bob", "carol", "dave"]},
+    }
+    doc["recipients"] = {name: {"channels": ["hook"]} for name in ("bob", "carol", "dave")}
+    async with delivering(store_url, doc) as (broker, _):
+        for name in ("bob", "carol", "dave"):
+            await broker.save_principal(Principal(name, "human"))
+        await broker.add_team_members("ops", ["bob"])
+        request = await broker.create(Confirm("Ship it?"), to="ops", requester="bot")
+        got = await hook.until(4)
+        link = f"http://inbox.example/requests/{request.id}"
+        told = sorted(
+            (r.json["type"], r.json["recipient"], r.json["answerable"], r.json["links"]["request"]) for r in got
+        )
+        assert told == [
+            ("request.created", "ops", True, link),
+            ("request.escalated", "bob", True, link),
+            ("request.escalated", "carol", False, None),
+            ("request.escalated", "dave", False, None),
         ]
 
 

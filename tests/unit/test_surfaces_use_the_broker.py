@@ -21,6 +21,7 @@ REACHED = {"store", "principals"}
 FROM_STORE = {
     "Query": "the shape of a list's filters (the API's parameters are made from it)",
     "DeliveryPort": "the type of the port the delivery loop works on (`LocalBroker.outbox`)",
+    "PeopleDirectory": "the type of what judges whom a channel's message is to (a store's or a broker's)",
 }
 """What a surface may import from `interlock.store`: shapes and a port's type, never a store."""
 

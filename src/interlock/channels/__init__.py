@@ -10,19 +10,27 @@ A channel is made by a factory, `factory(config, context) -> Channel`, found by 
 named in the routing file: a built-in (`webhook`, `email`, `slack`), the name of an entry
 point in the group `interlock.channels` (what a package of your own declares, so a team
 adds Teams, Discord or SMS without touching interlock), or `module:attribute`.
+
+A message offers answers only to someone who may give them (`Message.may_answer`), by the
+rule of every other surface (`interlock.principals.can_answer`), judged for the person it
+is addressed to by `addressee`; an escalation to someone else tells them whom the request
+waits on instead (`escalation_note`).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC
 from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 from ..model import Request
 from ..outbox import Delivery
+from ..principals import Principal
 from ..routing import ChannelConfig
+from ..store import PeopleDirectory
 
 __all__ = [
     "BUILT_IN",
@@ -32,6 +40,8 @@ __all__ = [
     "ChannelFactory",
     "Message",
     "PermanentFailure",
+    "addressee",
+    "escalation_note",
     "find_factory",
     "lacking_secrets",
     "open_channels",
@@ -79,10 +89,62 @@ class Message:
     request: Request
     context: ChannelContext
     earlier: tuple[Delivery, ...] = field(default=())
+    may_answer: bool = True
+    """Whether the person (or team) it is addressed to may answer the request, as the rules
+    are when it is sent: the delivery loop judges it (False for a request that settled, and
+    for an escalation to someone who is neither its recipient nor in its team). A channel
+    offers answers (links, buttons) only when True: the server would refuse them."""
+    may_read: bool = True
+    """Whether they may open the request in the web inbox (its page refuses anyone else):
+    a channel links to it only when True."""
 
     @property
     def idempotency_key(self) -> str:
         return self.delivery.id
+
+
+async def addressee(
+    directory: PeopleDirectory, teams: Mapping[str, Sequence[str]], name: str, request: Request
+) -> Principal:
+    """`name`, whom a channel's message is addressed to or its answer speaks for, as the
+    access rules (`interlock.principals`) see them: the principal of that name in the store
+    (a name it does not know: a person), with the teams they are in as the store has them
+    now (an agent: its owner's). A team the store does not keep (the routing's `teams`,
+    naming no people here) counts the routing's members. The server judges an answer
+    through a channel by this, and the delivery loop whether a message offers answers."""
+    principal = await directory.get_principal(name) or Principal(name, "human")
+    member = principal.owner if principal.kind == "agent" else principal.name
+    if principal.kind != "admin" and member is not None:
+        found = await directory.teams_of(member)
+        if found:
+            principal = replace(principal, teams=found)
+    team = request.to
+    listed = team is not None and team not in principal.teams and name in teams.get(team, ())
+    if team is not None and listed and await directory.team_members(team) is None:
+        principal = replace(principal, teams=principal.teams | {team})
+    return principal
+
+
+def escalation_note(message: Message) -> str | None:
+    """What an escalation says first, in plain words: whom the request waits on and since
+    when, that it was escalated to its addressee, and (when they may not answer it) who
+    can, and what they can do where they may not open it either. None for any other
+    message."""
+    d, request = message.delivery, message.request
+    if d.kind != "escalation":
+        return None
+    waits_on = request.to or "its recipient"
+    since = request.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    note = f"Nobody has answered this request yet: it waits on {waits_on} since {since}, and was escalated to you"
+    note += f" ({d.recipient})."
+    if message.may_answer:
+        return note
+    note += f" It is not yours to answer: only {waits_on} can."
+    if not message.may_read:
+        asked = request.requester
+        also = f", or {asked}, who asked for it" if asked and asked not in (d.recipient, waits_on) else ""
+        note += f" Nor may you open it in the inbox: remind {waits_on}{also}."
+    return note
 
 
 class Channel(Protocol):

@@ -5,7 +5,9 @@ Each cycle claims unrouted notices (under a lease), routes each into its deliver
 channels, a few at a time. A delivery that fails is tried again after a delay that
 doubles with each attempt, with jitter (`outbox.retry_delay`); after `max_attempts` it
 becomes a dead letter. A reminder or escalation whose request settled meanwhile is
-skipped. Everything it does is in the store, so a loop that stops (or a node that dies)
+skipped. A message offers answers only to whom it is addressed to if they may give them
+(`Message.may_answer`: an escalation to someone who is not the request's recipient, nor in
+its team, does not). Everything it does is in the store, so a loop that stops (or a node that dies)
 leaves nothing behind: its leases (the routing's `lease`) run out and another loop, or
 the same one restarted, carries on, sending again what the dead one may have sent (with
 the same idempotency key). Every node (on PostgreSQL, or every process on one SQLite file)
@@ -36,12 +38,13 @@ from datetime import UTC, datetime, timedelta
 import httpx
 
 from ..broker import routing_since, stored_routing
-from ..errors import Unavailable
+from ..errors import InvalidRequest, Unavailable
 from ..model import Request, Status
 from ..outbox import Delivery, Notice, retry_delay
+from ..principals import can_answer, can_read
 from ..routing import Routing, RoutingError, routing_from_dict
 from ..store import DeliveryPort
-from . import Channel, ChannelContext, ChannelError, Message, PermanentFailure, open_channels
+from . import Channel, ChannelContext, ChannelError, Message, PermanentFailure, addressee, open_channels
 
 __all__ = ["DeliveryLoop"]
 
@@ -260,6 +263,22 @@ class DeliveryLoop:
         for callback in self.on_change:
             callback()
 
+    async def _allowed(self, delivery: Delivery, request: Request) -> tuple[bool, bool]:
+        """Whether whom `delivery` is addressed to may answer `request` and open it in the
+        inbox, by the rules the server applies to an answer through a channel (`addressee`):
+        an escalation's person who may not gets a message with no answers to offer. A team
+        with a route of its own stands for its members, who may when the request is to it."""
+        if delivery.kind == "settled":
+            return False, True
+        try:
+            who = await addressee(self.outbox, self.routing.teams, delivery.recipient, request)
+        except InvalidRequest:  # a name no principal can have: no answer is taken as it
+            return False, False
+        if who.kind == "team":
+            theirs = request.to == who.name
+            return theirs, theirs
+        return can_answer(who, request), can_read(who, request)
+
     async def _attempt(self, delivery: Delivery) -> Delivery:
         now = datetime.now(UTC)
         attempts = delivery.attempts + 1
@@ -278,11 +297,13 @@ class DeliveryLoop:
         if delivery.kind != "request":
             found = await self.outbox.list_deliveries(request_id=delivery.request_id, limit=1000)
             earlier = tuple(d for d in found if d.channel == delivery.channel and d.id != delivery.id)
+        may_answer, may_read = await self._allowed(delivery, request)
+        message = Message(delivery, request, self.context, earlier, may_answer, may_read)
         started = time.monotonic()
         self._sending[channel] = self._sending.get(channel, 0) + 1
         try:
             async with asyncio.timeout(self.send_timeout):
-                reference = await channel.send(Message(delivery, request, self.context, earlier))
+                reference = await channel.send(message)
         except PermanentFailure as exc:
             log.warning("delivery %s to %s failed for good: %s", delivery.id, delivery.channel, exc)
             return _dead(delivery, attempts, exc)

@@ -8,8 +8,11 @@ recipient without one is a dead letter at once.
 
 A request of one confirm or one choice ask gets a link per answer (see `links`): one
 click opens a page on the server that records the answer with `via: email`. Any other
-request gets a link to it in the inbox. The message's `Message-ID` is made from the
-delivery's idempotency key, so a repeat is recognisably the same message.
+request gets a link to it in the inbox. A person who may not answer the request (an
+escalation told them of someone else's) gets no answer links: the message says whom it
+waits on, since when, and links to it in the inbox only if they may open it there. The
+message's `Message-ID` is made from the delivery's idempotency key, so a repeat is
+recognisably the same message.
 
 Where the server offers sign-in by email, the same channel mails the one-time sign-in
 links people ask for on the sign-in page (`compose_signin`, `EmailChannel.send_signin`).
@@ -28,7 +31,7 @@ from typing import Any
 
 from ..model import Request
 from ..routing import ChannelConfig
-from . import ChannelContext, ChannelError, Message, PermanentFailure, seconds_option
+from . import ChannelContext, ChannelError, Message, PermanentFailure, escalation_note, seconds_option
 from .links import quick_answers
 
 __all__ = ["EmailChannel", "compose", "compose_signin"]
@@ -63,10 +66,10 @@ def compose(message: Message, sender: str, to: str) -> EmailMessage:
         subject = f"No longer waiting for you ({_ENDED.get(d.event, d.event)}): {what}"
     else:
         subject = _SUBJECTS[d.kind].format(who=request.requester or "An agent", what=what)
-    inbox = message.context.request_url(request.id)
+    inbox = message.context.request_url(request.id) if message.may_read else None
     links = message.context.answer_links
     choices: list[tuple[str, str]] = []
-    if d.kind != "settled" and links is not None:
+    if d.kind != "settled" and message.may_answer and links is not None:
         for label, value in quick_answers(request) or ():
             choices.append((label, links.link(request, d.recipient, value)))
     text_lines: list[str] = []
@@ -76,6 +79,10 @@ def compose(message: Message, sender: str, to: str) -> EmailMessage:
         ended = f"This request was {_ENDED.get(d.event, d.event)}" + (f" by {by}" if by else "") + "."
         text_lines += [ended, ""]
         html_parts.append(f"<p><strong>{html.escape(ended)}</strong></p>")
+    note = escalation_note(message)
+    if note is not None:
+        text_lines += [note, ""]
+        html_parts.append(f"<p><strong>{html.escape(note)}</strong></p>")
     if request.title:
         text_lines += [request.title, ""]
         html_parts.append(f"<h2>{html.escape(request.title)}</h2>")
@@ -96,7 +103,8 @@ def compose(message: Message, sender: str, to: str) -> EmailMessage:
         )
         html_parts.append(f"<p>{buttons}</p>")
     if inbox:
-        verb = ("See it" if d.kind == "settled" else "Or answer" if choices else "Answer") + " in the inbox"
+        answers = d.kind != "settled" and message.may_answer
+        verb = ("Or answer" if choices else "Answer" if answers else "See it") + " in the inbox"
         text_lines.append(f"{verb}: {inbox}")
         html_parts.append(f'<p><a href="{html.escape(inbox)}">{html.escape(verb)}</a></p>')
     email = EmailMessage()

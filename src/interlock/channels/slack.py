@@ -16,10 +16,12 @@ field of its schema (text, a number, a checkbox, a menu of its allowed values). 
 whose schema a modal cannot express (a field that is an object or a list, or no fields)
 is answered in the inbox, through the message's link. The modal's inputs are read back
 by each ask's own `from_fields`, as the web inbox's are; each kind's inputs are made by
-its entry in `MODAL_INPUTS`. When the request settles, the message is replaced by what
-happened. Slack posts clicks and
-modal submissions to the server's `/slack/interactive/{channel}` (see
-`server/inbound.py`), which checks Slack's request signature (`verify_slack`).
+its entry in `MODAL_INPUTS`. A person who may not answer the request (an escalation told
+them of someone else's) gets no controls: the message says whom it waits on and since
+when, and links to the inbox only if they may open it there. When the request settles,
+the message is replaced by what happened. Slack posts clicks and modal submissions to the
+server's `/slack/interactive/{channel}` (see `server/inbound.py`), which checks Slack's
+request signature (`verify_slack`).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import httpx
 from ..errors import InvalidAnswer
 from ..model import ASK_TYPES, Ask, Choice, Confirm, Form, MultiChoice, Request, Text, by_ask_kind, options_of
 from ..routing import ChannelConfig
-from . import ChannelContext, ChannelError, Message, PermanentFailure, seconds_option
+from . import ChannelContext, ChannelError, Message, PermanentFailure, escalation_note, seconds_option
 from .links import quick_answers
 
 __all__ = [
@@ -101,13 +103,19 @@ def _intro(request: Request, heading: str) -> list[dict[str, Any]]:
     return blocks
 
 
-def message_blocks(request: Request, kind: str, inbox_url: str | None) -> list[dict[str, Any]]:
-    """The message of a request: its question and the controls to answer it."""
+def message_blocks(
+    request: Request, kind: str, inbox_url: str | None, *, may_answer: bool = True, note: str | None = None
+) -> list[dict[str, Any]]:
+    """The message of a request: its question and the controls to answer it; without
+    `may_answer` (its person may not answer it), no controls but the inbox's link, if
+    given. `note` (an escalation's, `escalation_note`) comes before the question."""
     prefix = {"reminder": "Reminder: ", "escalation": "Nobody has answered: "}.get(kind, "")
     blocks = _intro(request, prefix + (request.title or f"{request.requester or 'An agent'} asks"))
+    if note is not None:
+        blocks.insert(1, {"type": "section", "text": {"type": "mrkdwn", "text": _text(_escape(note))}})
     elements: list[dict[str, Any]] = []
-    answers = quick_answers(request)
-    modal = modal_view(request) is not None
+    answers = quick_answers(request) if may_answer else None
+    modal = may_answer and modal_view(request) is not None
     if answers is not None and len(answers) <= _MAX_BUTTONS:
         for label, value in answers:
             button: dict[str, Any] = {
@@ -436,7 +444,7 @@ class SlackChannel:
         target = d.address or self.default_channel
         if not target:
             raise PermanentFailure(f"no Slack user or channel for {d.recipient!r}: set addresses.{self.name}")
-        inbox = message.context.request_url(request.id)
+        inbox = message.context.request_url(request.id) if message.may_read else None
         # The message's text is mrkdwn too (what its notification shows): escaped, so a
         # title cannot mention the channel (<!channel>) or show a link under other words.
         fallback = _escape(request.title or request.asks[0].prompt)
@@ -455,7 +463,7 @@ class SlackChannel:
                 return sent[0]
             doc = await self.call("chat.postMessage", {"channel": target, "text": text, "blocks": blocks})
             return f"{doc['channel']}:{doc['ts']}"
-        blocks = message_blocks(request, d.kind, inbox)
+        blocks = message_blocks(request, d.kind, inbox, may_answer=message.may_answer, note=escalation_note(message))
         doc = await self.call("chat.postMessage", {"channel": target, "text": _text(fallback, 3000), "blocks": blocks})
         return f"{doc['channel']}:{doc['ts']}"
 

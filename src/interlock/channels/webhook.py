@@ -11,11 +11,16 @@ dead letter names where it pointed.
 The body:
 
     {"id": "<delivery id>", "type": "request.created", "kind": "request", "event": "created",
-     "recipient": "alice", "sent_at": "...", "links": {"request": "https://.../requests/<id>"},
+     "recipient": "alice", "answerable": true, "sent_at": "...",
+     "links": {"request": "https://.../requests/<id>"},
      "request": { ...the request as the API shows it... }}
 
 `type` is `request.created` (a request for the recipient), `request.reminder`,
 `request.escalated`, or `request.answered` / `.rejected` / `.expired` / `.cancelled`.
+`answerable` says whether `recipient` may answer it (an answer sent back for them is taken):
+false once it settled, and for an escalation to someone who is neither its recipient nor in
+its team. `links.request` is null when `recipient` may not open it in the inbox (or there is
+no `inbox_url`).
 """
 
 from __future__ import annotations
@@ -45,8 +50,9 @@ def payload_of(message: Message) -> dict[str, Any]:
         "kind": d.kind,
         "event": d.event,
         "recipient": d.recipient,
+        "answerable": d.kind != "settled" and message.may_answer,
         "sent_at": datetime.now(UTC).isoformat(),
-        "links": {"request": message.context.request_url(message.request.id)},
+        "links": {"request": message.context.request_url(message.request.id) if message.may_read else None},
         "request": request_to_dict(message.request),
     }
 

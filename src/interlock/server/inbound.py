@@ -20,7 +20,6 @@ named in `by`).
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
@@ -29,12 +28,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from ..broker import LocalBroker
+from ..channels import addressee
 from ..channels.links import AnswerLinks, InvalidLink, LinkClaim, quick_answers
 from ..errors import AlreadySettled, InvalidAnswer, NotFound
 from ..model import Answers, Status, request_to_dict
 from ..model import Request as HumanRequest
 from ..outbox import LinkUse
-from ..principals import Principal, can_answer
+from ..principals import can_answer
 from ..webhooks import InvalidSignature, verify
 from .common import UNREADABLE, ApiError, AppState, State, TheBroker
 from .markdown import prerender
@@ -140,13 +140,8 @@ async def _may_answer(state: AppState, broker: LocalBroker, name: str, request: 
     store has it now, or an admin. A delivery was only a notice: an escalation's, or one
     sent before its recipient left the team, gives no one the right to answer. A team the
     store does not keep (the routing's, naming no people here) has the routing's members."""
-    principal = await state.auth.with_teams(await broker.get_principal(name) or Principal(name, "human"))
-    team = request.to
-    if team is not None and team not in principal.teams and state.delivery is not None:
-        listed = name in state.delivery.routing.teams.get(team, ())
-        if listed and await broker.team_members(team) is None:
-            principal = replace(principal, teams=principal.teams | {team})
-    return can_answer(principal, request)
+    teams = state.delivery.routing.teams if state.delivery is not None else {}
+    return can_answer(await addressee(broker, teams, name, request), request)
 
 
 # -- one-click answer links (email) ---------------------------------------------------------

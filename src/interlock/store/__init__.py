@@ -52,6 +52,7 @@ __all__ = [
     "PAGE_BYTES",
     "PageBudget",
     "PendingFilters",
+    "PeopleDirectory",
     "PolicyStore",
     "PrincipalStore",
     "Query",
@@ -930,10 +931,23 @@ class OutboxStore(Protocol):
         ...
 
 
-class DeliveryPort(OutboxStore, Protocol):
-    """What a delivery loop works on: the outbox, and the requests its notices are about
-    (`fresh`: read past a store's cache, for a request that may have settled elsewhere).
-    A local broker hands its store's as `LocalBroker.outbox`."""
+class PeopleDirectory(Protocol):
+    """Who a name is and which teams it is in: what the access rules need to judge a name
+    a channel's message is addressed to, or its answer speaks for (every store has it, as
+    part of `PrincipalStore`; so does a local broker)."""
+
+    async def get_principal(self, name: str) -> Principal | None: ...
+
+    async def team_members(self, team: str) -> Sequence[str] | None: ...
+
+    async def teams_of(self, name: str) -> frozenset[str]: ...
+
+
+class DeliveryPort(OutboxStore, PeopleDirectory, Protocol):
+    """What a delivery loop works on: the outbox, the requests its notices are about
+    (`fresh`: read past a store's cache, for a request that may have settled elsewhere),
+    and who may answer them (a message offers its answers only to someone who may give
+    them). A local broker hands its store's as `LocalBroker.outbox`."""
 
     async def get(self, request_id: str, *, fresh: bool = True) -> Request | None: ...
 
