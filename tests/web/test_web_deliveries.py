@@ -90,6 +90,8 @@ def test_a_person_sees_their_dead_letters_and_sends_one_again(
     try:
         sign_in(page, base, tokens["alice"])
         page.goto(base + "/inbox/deliveries")
+        table = page.get_by_role("table", name="Dead letters")
+        expect(table.get_by_role("columnheader", name="Send again")).to_be_attached()  # the buttons' column, named
         row = page.locator("table.deliveries tbody tr")
         assert row.count() == 1 and row.first.get_attribute("data-status") == "dead"
         assert "hook" in row.first.inner_text()

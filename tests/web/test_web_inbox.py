@@ -816,6 +816,8 @@ def test_a_runs_request_says_which_run_and_agent_and_links_the_runs_page(server:
     expect(events).to_have_count(3)
     expect(events.nth(2)).to_have_attribute("data-type", "input_requested")
     expect(page.locator("main")).not_to_contain_text("framework state")  # a person never sees the state
+    page.get_by_role("list", name="Requests").get_by_role("link", name="Deploy web to prod?").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Deploy web to prod?")  # the run's request, to answer
 
 
 def test_every_request_of_a_long_run_is_reached_through_its_page_s_older_links(server: Server, page: Page) -> None:
@@ -919,12 +921,14 @@ def test_a_person_messages_a_parked_run_sees_it_held_and_withdraws_it(server: Se
     request_id = parked_run(server)
     sign_in(page, server)
     page.goto(f"{server.url}/inbox/runs/run-7")
-    page.get_by_label("Message the agent").fill("deploy to eu first")
+    message = page.get_by_role("textbox", name="Message the agent")
+    expect(message).to_have_accessible_description(re.compile(r"^held for its next turn"))
+    message.fill("deploy to eu first")
     page.get_by_role("button", name="Send").click()
     expect(page.get_by_role("alert")).to_have_text("Your message is held: the agent gets it at its next turn.")
     expect(page.locator(".run-followups li q")).to_have_text(["deploy to eu first"])
     assert [f.text for f in server.run(server.broker.list_followups("run-7"))] == ["deploy to eu first"]
-    page.get_by_role("button", name="Withdraw").click()
+    page.get_by_role("button", name="Withdraw “deploy to eu first”").click()  # which, said to a screen reader too
     expect(page.get_by_role("alert")).to_have_text("Your message was withdrawn.")
     expect(page.locator(".run-followups li")).to_have_count(0)
     assert stored(server, request_id).status is Status.PENDING
@@ -1045,7 +1049,9 @@ def test_sending_with_the_keyboard_keeps_the_focus_on_the_next_request(server: S
     card.get_by_role("button", name="Send answer").focus()
     page.keyboard.press("Enter")
     expect(history_item(page, newer)).to_contain_text("m")
-    expect(pending_card(page, older).locator("h3")).to_be_focused()  # not back at the top of the page
+    heading = pending_card(page, older).get_by_role("heading", name="Which region?")
+    expect(heading).to_be_focused()  # not back at the top of the page
+    expect(heading).not_to_have_css("outline-style", "none")  # and seen there: it had no focus ring
 
 
 def test_a_request_s_own_page_sends_a_multiline_answer_with_ctrl_enter(server: Server, page: Page) -> None:

@@ -159,6 +159,11 @@ def test_without_javascript_a_bad_answer_on_a_request_page_is_shown_there_with_w
             p.get_by_role("button", name="Send answer").click()
         assert posted.value.status == 422
         expect(p).to_have_url(own)
+        expect(p).to_have_title("Error: File it · interlock")  # the first words a screen reader says
+        refused = p.get_by_role("textbox", name="ticket")
+        expect(refused).to_be_focused()  # not the top of the page: no script moved it there
+        expect(refused).to_have_attribute("aria-invalid", "true")
+        expect(refused).to_have_accessible_description(re.compile("does not match"))
         expect(p.get_by_role("heading", level=1)).to_have_text("File it")  # the request's page, not the inbox
         expect(p.get_by_role("heading", name="Waiting for you")).to_have_count(0)
         expect(p.locator("[data-ask='ticket'] .error")).to_contain_text("does not match")
@@ -260,6 +265,7 @@ def test_another_person_cannot_open_a_request_page(server: Server, page: Page) -
     response = page.goto(f"{server.url}/requests/{request_id}")
     assert response is not None and response.status == 403
     expect(page.get_by_role("alert")).to_contain_text("neither to you nor from you")
+    expect(page).to_have_title("Not allowed · interlock")  # the words of its heading, not "403"
     assert page.get_by_text("Secret plan?").count() == 0
 
 
