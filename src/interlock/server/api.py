@@ -442,8 +442,8 @@ async def wait_request(
     the server begins to stop)."""
     state = app_state(http)
     broker = state.broker
-    await visible(broker, request_id, caller)
-    request = await state.unless_stopping(broker.watch(request_id, timeout=timeout))
+    found = await visible(broker, request_id, caller)
+    request = await state.held(http, broker.watch(request_id, timeout=timeout), still=lambda now: can_read(now, found))
     if request is None or request.status is Status.PENDING:
         raise ApiError("pending", f"request {request_id} is still pending", current_status="pending")
     return out(request)
@@ -743,10 +743,11 @@ async def whoami(caller: Caller) -> dict[str, Any]:
 
 
 async def _watch_unless_gone(state: AppState, http: Request, request_id: str, timeout: float) -> HumanRequest:
-    """Watch a request for up to `timeout` seconds; if the client hangs up first, withdraw
-    it. A server that begins to stop answers with it pending: the client's wait goes on."""
+    """Watch a request for up to `timeout` seconds; if the client hangs up first, or its
+    token is revoked meanwhile (then 401), withdraw it. A server that begins to stop
+    answers with it pending: the client's wait goes on."""
     broker = state.broker
-    watching = asyncio.ensure_future(state.unless_stopping(broker.watch(request_id, timeout=timeout)))
+    watching = asyncio.ensure_future(state.held(http, broker.watch(request_id, timeout=timeout)))
     gone = asyncio.ensure_future(_disconnected(http))
     try:
         await asyncio.wait((watching, gone), return_when=asyncio.FIRST_COMPLETED)
@@ -754,13 +755,18 @@ async def _watch_unless_gone(state: AppState, http: Request, request_id: str, ti
         gone.cancel()
         if not watching.done():
             watching.cancel()
+    cut = None  # the refusal of a caller whose token was revoked meanwhile
     if watching.done() and not watching.cancelled():
-        return watching.result() or await broker.get(request_id)
+        cut = watching.exception()
+        if not isinstance(cut, ApiError):
+            return watching.result() or await broker.get(request_id)
     current = await broker.get(request_id)
-    if current.outlives_its_waiter:  # an idempotency key, a run: its maker comes back for it
-        return current
-    await broker.cancel(request_id, "the waiting call was cancelled", cause="withdrawn", via="api")
-    return await broker.get(request_id)
+    if not current.outlives_its_waiter:  # an idempotency key, a run: its maker comes back for it
+        await broker.cancel(request_id, "the waiting call was cancelled", cause="withdrawn", via="api")
+        current = await broker.get(request_id)
+    if cut is not None:
+        raise cut
+    return current
 
 
 async def _disconnected(http: Request) -> None:

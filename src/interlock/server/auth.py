@@ -110,12 +110,18 @@ class Auth:
         longer run, asked once it has subscribed (`lost_access`). None without auth."""
         if self.holder(request) is None:
             return None
-        token = request.headers.get("authorization", "").partition(" ")[2].strip()
 
         async def lost() -> str | None:
-            return lost_access(caller, await self.from_token(token), "the token was revoked")
+            return lost_access(caller, await self.caller_now(request), "the token was revoked")
 
         return lost
+
+    async def caller_now(self, request: Request) -> Principal | None:
+        """The caller of an API request as its bearer token finds them now, their teams
+        read afresh: None once the token is revoked (the operator, without auth)."""
+        if self.holder(request) is None:
+            return ANONYMOUS
+        return await self.from_token(request.headers.get("authorization", "").partition(" ")[2].strip())
 
     async def api_principal(self, request: Request) -> Principal:
         """The caller of an API route, from its bearer token."""

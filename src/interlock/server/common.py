@@ -403,6 +403,48 @@ class AppState:
                     await doing
         return None if doing.cancelled() else doing.result()
 
+    async def held(
+        self, http: Request, work: Awaitable[T], *, still: Callable[[Principal], bool] | None = None
+    ) -> T | None:
+        """`work`'s result for a long poll made with `http`'s credential (None once the
+        server begins to stop, as `unless_stopping`). The poll ends at once, `work`
+        cancelled, with 401 when its token is revoked meanwhile (on any node: the hub
+        follows the event log), and is checked once more when `work` is done, so its
+        result goes only to a credential that is live now and, with `still`, that the
+        caller as they are now still passes (403 otherwise: a team left meanwhile)."""
+        holder = self.auth.holder(http)
+        if holder is None:  # without auth: the operator
+            return await self.unless_stopping(work)
+        doing = asyncio.ensure_future(self.unless_stopping(work))
+        try:
+            while not doing.done():
+                watch = self.hub.subscribe(_nothing, holder)  # ended by a revocation, a sign-out, a team left
+                ended = asyncio.ensure_future(watch.next())
+                try:
+                    # Once subscribed, a revocation the hub handled before is looked up instead.
+                    if await self.auth.caller_now(http) is None:
+                        break
+                    await asyncio.wait((doing, ended), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    ended.cancel()
+                    self.hub.unsubscribe(watch)
+        finally:
+            if not doing.done():
+                doing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await doing
+        now = await self.auth.caller_now(http)
+        if now is None:
+            raise ApiError("unauthorized", "the token was revoked")
+        if still is not None and not still(now):
+            raise ApiError("forbidden", "this request is neither to you nor from you (any more)")
+        return doing.result()
+
+
+def _nothing(event: Event) -> bool:
+    """The events a long poll's watch on its credential passes on: none (the hub ends it)."""
+    return False
+
 
 def app_state(request: Request) -> AppState:
     """The app's state (routes take it as the dependency `State`)."""

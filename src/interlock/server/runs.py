@@ -271,14 +271,15 @@ async def claim_run(
     claims only the runs it started. A server that begins to stop ends the wait: 204."""
     _agent_only(caller, "claims runs")
     claiming = asyncio.ensure_future(
-        state.unless_stopping(
+        state.held(
+            http,
             state.broker.claim_run(
                 body.agents,
                 worker=body.worker,
                 lease=body.lease,
                 wait=wait,
                 requester=None if caller.kind == "admin" else caller.name,
-            )
+            ),
         )
     )
     gone = asyncio.ensure_future(_disconnected(http))
