@@ -48,6 +48,7 @@ __all__ = [
     "inbox_filter",
     "may_see_delivery",
     "may_see_run",
+    "may_withdraw",
     "member_teams",
     "named_run",
     "own_run_named",
@@ -282,6 +283,15 @@ async def named_run(broker: LocalBroker, principal: Principal, run_id: str) -> R
     if not await may_see_run(broker, principal, run):
         raise NotFound(run_id, message=f"no run with id {run_id!r}")
     return run
+
+
+async def may_withdraw(broker: LocalBroker, caller: Principal, run_id: str, followup_id: str) -> bool:
+    """Whether `caller` may withdraw a message held for a run they may see: the one they
+    sent (an admin: any). A message not held (any more) is the broker's to refuse (404)."""
+    if caller.kind == "admin":
+        return True
+    held = next((f for f in await broker.list_followups(run_id) if f.id == followup_id), None)
+    return held is None or held.by == caller.name
 
 
 async def may_see_delivery(broker: LocalBroker, principal: Principal, delivery: Delivery) -> bool:

@@ -9,9 +9,10 @@ pending approval), `queued: true` with `followup_id` (it is held), or neither (n
 was held: the run holds as many messages as it may). A message to a run that has ended
 is 409 `run_conflict`: nothing is held and no run is started.
 
-Who may send and withdraw: whoever may see the run (the agent that started it, that
-agent's owner, the people its requests go to); a message decides an approval only for
-one who may answer it. Taking the held messages is the run's own agent's.
+Who may send: whoever may see the run (the agent that started it, that agent's owner,
+the people its requests go to); a message decides an approval only for one who may
+answer it. Each of them sees what the run holds, but withdraws only their own messages.
+Taking the held messages is the run's own agent's.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pydantic import BaseModel, Field
 from ..followups import MAX_FOLLOWUP_LENGTH, Sent, followup_to_dict
 from ..model import Run
 from ..principals import can_answer
-from .common import ApiError, Caller, TheBroker, describe, member_teams, problems_for, rate_limited
+from .common import ApiError, Caller, TheBroker, describe, may_withdraw, member_teams, problems_for, rate_limited
 from .runs import own_run, visible_run
 from .schemas import Strict
 
@@ -154,9 +155,12 @@ async def list_followups(run_id: str, caller: Caller, broker: TheBroker) -> dict
     "/runs/{run_id}/followups/{followup_id}", response_model=FollowupModel, responses=_problems(403, 404, 422)
 )
 async def withdraw_followup(run_id: str, followup_id: str, caller: Caller, broker: TheBroker) -> dict[str, Any]:
-    """Withdraw a held message before it is delivered; 404 `followup_not_found` once it is
-    gone (withdrawn, taken for delivery, or read-only on a run that has ended)."""
+    """Withdraw a message you sent before it is delivered (403 for another's: everyone
+    who may see the run sees what it holds); 404 `followup_not_found` once it is gone
+    (withdrawn, taken for delivery, or read-only on a run that has ended)."""
     run_id = (await visible_run(broker, caller, run_id)).id
+    if not await may_withdraw(broker, caller, run_id, followup_id):
+        raise ApiError("forbidden", "only whoever sent a message may withdraw it")
     return followup_to_dict(await broker.withdraw_followup(run_id, followup_id, by=caller.name))
 
 

@@ -65,6 +65,7 @@ from .common import (
     Values,
     can_see,
     inbox_filter,
+    may_withdraw,
     named_run,
     parse_event_id,
     read_form,
@@ -942,11 +943,13 @@ async def send_run_message(http: HttpRequest, state: State, run_id: str) -> Resp
     "/inbox/runs/{run_id}/followups/{followup_id}/withdraw", name="inbox_run_withdraw", response_class=HTMLResponse
 )
 async def withdraw_run_message(http: HttpRequest, state: State, run_id: str, followup_id: str) -> Response:
-    """Withdraw a message held for the run before its agent gets it."""
+    """Withdraw a message the person sent, held for the run, before its agent gets it."""
     found = await posted_run(http, state, run_id)
     if isinstance(found, Response):
         return found
-    _, run, _ = found
+    who, run, _ = found
+    if not await may_withdraw(state.broker, who.principal, run.id, followup_id):
+        return refusal(state, http, 403, "Only whoever sent a message may withdraw it.", who)
     try:
         await state.broker.withdraw_followup(run.id, followup_id)
         outcome = "withdrawn"
