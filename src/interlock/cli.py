@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import signal
 import socket
 import sqlite3
@@ -48,6 +49,7 @@ from .errors import (
     AlreadySettled,
     Cancelled,
     Expired,
+    FollowupNotFound,
     Forbidden,
     InterlockError,
     InvalidAnswer,
@@ -180,7 +182,12 @@ def _run(db: str | None, work: Callable[[Broker], Awaitable[T]], token: str | No
     except (InvalidRequest, InvalidAnswer) as exc:
         raise _fail(str(exc)) from None
     except NotFound as exc:
-        raise _fail(str(exc), DECLINED) from None
+        if isinstance(exc, FollowupNotFound) or _remote(db):  # (a server's own answer names no store)
+            raise _fail(str(exc), DECLINED) from None
+        # Looked for in the default file, or INTERLOCK_URL's, when it lives in another:
+        # say which store was read, and how to name the other.
+        where = redact_url(db or "sqlite:///interlock.db")
+        raise _fail(f"{exc} in {where} (is it in another store? name that one with --db)", DECLINED) from None
     except Forbidden as exc:
         if exc.status == 401 and not token and not os.environ.get("INTERLOCK_TOKEN"):
             raise _fail(
@@ -229,6 +236,7 @@ def parse_duration(text: str) -> float:
 
 @app.command()
 def ask(
+    ctx: typer.Context,
     prompt: Annotated[str, typer.Argument(help="What to ask.")],
     confirm: Annotated[bool, typer.Option("--confirm", help="A yes/no question; exit 1 when declined.")] = False,
     choice: Annotated[list[str] | None, typer.Option("--choice", help="An option (repeat for each).")] = None,
@@ -281,9 +289,10 @@ def ask(
     async def work(broker: Broker) -> tuple[int, Any]:
         recipient = to if to is not None or not isinstance(broker, LocalBroker) else local_person()
         request = await broker.create(the_ask, to=recipient, title=title, details=details, timeout=seconds)
-        waiting = f"Waiting for an answer to {request.id} (answer it with: interlock answer {request.id} ...)"
-        if not err.is_terminal:
-            err.print(waiting, highlight=False)  # a spinner only shows on a terminal
+        answer_it = f"interlock answer {request.id} ...{_store_named(ctx, db)}"
+        waiting = f"Waiting for an answer to {request.id} (answer it with: {answer_it})"
+        if not err.is_terminal:  # a spinner only shows on a terminal; a log keeps the command on one line
+            err.print(waiting, highlight=False, markup=False, soft_wrap=True)
         with err.status(escape(waiting)):
             try:
                 # A remote broker's wait rides out a server that restarts (one warning).
@@ -356,19 +365,19 @@ def inbox(
 
 
 @app.command()
-def show(request_id: str, db: DbOption = None, token: TokenOption = None) -> None:
+def show(ctx: typer.Context, request_id: str, db: DbOption = None, token: TokenOption = None) -> None:
     """Print one request as JSON. Your first look at it is on its timeline (`viewed`)."""
 
-    async def work(broker: Broker) -> Request:
+    async def work(broker: Broker) -> tuple[Request, str]:
         request = await broker.get(request_id)  # through a server, it records the view
         if isinstance(broker, LocalBroker):
             await broker.note_viewed(request, by=local_person())
-        return request
+        return request, _store_named(ctx, db) + await _approver_named(broker, request)
 
-    request = _run(db, work, token)
+    request, options = _run(db, work, token)
     typer.echo(json.dumps(request_to_dict(request), indent=2))
     if request.status is Status.PENDING:
-        for line in how_to_answer(request):
+        for line in how_to_answer(request, options):
             err.print(line, markup=False, soft_wrap=True)
         offers = offered_grants(request)
         if offers:
@@ -415,25 +424,50 @@ def claim(
     err.print(f"claimed {request_id} ({when})")
 
 
-def how_to_answer(request: Request) -> list[str]:
-    """The commands that answer a pending request, one line each, as `show` prints them."""
+def how_to_answer(request: Request, options: str = "") -> list[str]:
+    """The commands that answer a pending request, one line each, as `show` prints them.
+    `options` (` --db URL --by NAME`, from `_store_named` and `_approver_named`) end each
+    command, so that a line pasted as it is answers the request where it was read."""
     command = f"interlock answer {request.id}"
     decision = decision_ask(request)
     if decision is not None:
         lines = [
-            f"approve: {command} yes",
-            f"deny:    {command} no --reason TEXT   (the reason reaches the agent verbatim)",
+            f"approve: {command} yes{options}",
+            f"deny:    {command} no --reason TEXT{options}   (the reason reaches the agent verbatim)",
         ]
         current = request.origin.arguments if isinstance(request.origin.arguments, Mapping) else {}
         for ask in request.asks[1:]:
             example = json.dumps({decision.id: True, ask.id: dict(current)}, ensure_ascii=False)
-            lines.append(f"edit {ask.id} and approve: {command} --json '{example}'")
+            lines.append(f"edit {ask.id} and approve: {command} --json '{example}'{options}")
         return lines
     if len(request.asks) == 1:
-        return [f"answer with: {command} VALUE   (VALUE: {request.asks[0].how_to_answer()})"]
-    lines = [f"answer each ask as ASK=VALUE: {command} " + " ".join(f"{a.id}=VALUE" for a in request.asks)]
+        return [f"answer with: {command} VALUE{options}   (VALUE: {request.asks[0].how_to_answer()})"]
+    pairs = " ".join(f"{a.id}=VALUE" for a in request.asks)
+    lines = [f"answer each ask as ASK=VALUE: {command} {pairs}{options}"]
     lines.extend(f"  {ask.id}: {ask.how_to_answer()}{'' if ask.required else ' (optional)'}" for ask in request.asks)
     return lines
+
+
+def _store_named(ctx: typer.Context, db: str | None) -> str:
+    """` --db URL` when this command read a local store named on its own command line
+    (not the default, nor INTERLOCK_URL, which the next command reads as well): the
+    commands it prints name that store too, or they would look in interlock.db."""
+    source = ctx.get_parameter_source("db")  # (click's ParameterSource, or typer's own copy of it)
+    if db is None or _remote(db) or getattr(source, "name", None) != "COMMANDLINE":
+        return ""
+    return f" --db {shlex.quote(redact_url(db))}"
+
+
+async def _approver_named(broker: Broker, request: Request) -> str:
+    """` --by NAME` where, on a local store, a gate's approval counts only as someone
+    else's answer than yours (`_approvers_own` refuses a yes from you): its approver, or
+    any member of the team it is to. Through a server, the token says who answers."""
+    if isinstance(broker, RemoteBroker) or not is_marked(request) or request.to in (None, local_person()):
+        return ""
+    members = await broker.team_members(request.to)
+    if members is None:
+        return f" --by {request.to}"
+    return "" if local_person() in members else " --by MEMBER"
 
 
 def parse_grant_echo(values: list[str]) -> list[dict[str, str]]:
@@ -1273,6 +1307,7 @@ app.add_typer(run_app, name="run")
 
 @run_app.command("show")
 def run_show(
+    ctx: typer.Context,
     run_id: Annotated[str, typer.Argument(help="The run's id.")],
     with_state: Annotated[
         bool, typer.Option("--state", help="Include the agent's framework state (as stored; large).")
@@ -1283,7 +1318,7 @@ def run_show(
     """Print one run as JSON, and list its requests (with how to answer those pending,
     as `interlock show` says it)."""
 
-    async def work(broker: Broker) -> tuple[Run, list[Request]]:
+    async def work(broker: Broker) -> tuple[Run, list[Request], dict[str, str]]:
         run = await broker.get_run(run_id)
         requests: list[Request] = []
         cursor: str | None = None
@@ -1291,10 +1326,12 @@ def run_show(
             page = await broker.list(run=run.id, order="asc", after=cursor, limit=1000)
             requests.extend(page.items)
             if page.next_cursor is None:
-                return run, requests
+                break
             cursor = page.next_cursor
+        pending = [r for r in requests if r.status is Status.PENDING]
+        return run, requests, {r.id: _store_named(ctx, db) + await _approver_named(broker, r) for r in pending}
 
-    run, requests = _run(db, work, token)
+    run, requests, options = _run(db, work, token)
     typer.echo(json.dumps(run_to_dict(run, state=with_state), indent=2))
     if with_state and run.state is None and _remote(db):
         err.print("(state null: the run has none, or the server shows it only to the agent that started it)")
@@ -1303,7 +1340,7 @@ def run_show(
     for request in requests:
         err.print(f"  {request.id}  {request.status.value:<9}  {_summary(request)}", markup=False)
         if request.status is Status.PENDING:
-            for line in how_to_answer(request):
+            for line in how_to_answer(request, options[request.id]):
                 err.print(f"    {line}", markup=False, soft_wrap=True)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -18,6 +19,7 @@ import pytest
 import interlock
 from cli_support import invoke
 from interlock import Broker, Request
+from interlock.agent import ApprovalGate, ToolCall
 
 pytestmark = pytest.mark.anyio
 
@@ -193,6 +195,70 @@ async def test_inbox_and_answer_in_the_terminal(db: str) -> None:
     assert settled.answer == {"colour": "Green", "why": "it is calm"}
     assert settled.response is not None
     assert (settled.response.by, settled.response.via) == ("alice", "cli")
+
+
+async def test_an_id_not_in_the_default_store_names_the_store_read_and_how_to_name_another(tmp_path: Path) -> None:
+    """The tutorial's requests live in tutorial.db; an `answer` without --db reads
+    interlock.db, and says so rather than only that no such request exists."""
+    async with interlock.connect(f"sqlite:///{tmp_path / 'tutorial.db'}") as broker:
+        request = await broker.create(interlock.Confirm("Ship it?"), to="alice")
+    env = {name: value for name, value in os.environ.items() if name != "INTERLOCK_URL"}
+    missed = invoke("answer", request.id, "yes", "--by", "alice", env=env, cwd=tmp_path)
+    assert missed.returncode == 1
+    said = " ".join(missed.stderr.split())
+    assert f"no request with id {request.id!r} in sqlite:///interlock.db" in said, said
+    assert "name that one with --db" in said
+    async with interlock.connect(f"sqlite:///{tmp_path / 'tutorial.db'}") as broker:
+        assert (await broker.get(request.id)).status is interlock.Status.PENDING
+
+
+async def test_the_answer_show_prints_for_a_gate_approval_works_pasted_as_it_is(tmp_path: Path) -> None:
+    """Read with --db from a shell whose person is not the approver (the tutorial's second
+    shell), the printed line names the store and the approver, and answers when pasted."""
+    db = f"sqlite:///{tmp_path / 'tutorial.db'}"
+    async with interlock.connect(db) as broker:
+        await broker.start_run("deployer", run_id="deploy-1")
+        gate = ApprovalGate(broker, policies={"deploy": "always"}, to="alice")
+        request = await gate.begin(ToolCall("deploy", {"service": "web"}, id="call-1", run="deploy-1"))
+        assert isinstance(request, Request)
+        await broker.park("deploy-1", state=None, waiting_on=[request.id])
+    env = {**{k: v for k, v in os.environ.items() if k != "INTERLOCK_URL"}, "INTERLOCK_USER": "carol"}
+    shown = invoke("show", request.id, "--db", db, env=env, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    (approve,) = [line for line in shown.stderr.splitlines() if line.startswith("approve:")]
+    assert approve == f"approve: interlock answer {request.id} yes --db {db} --by alice"
+    of_the_run = invoke("run", "show", "deploy-1", "--db", db, env=env, cwd=tmp_path)
+    assert f"    {approve}" in of_the_run.stderr.splitlines(), of_the_run.stderr
+    # the store from INTERLOCK_URL, which the pasted command reads too, and alice's own shell: neither named
+    as_alice = invoke("show", request.id, env={**env, "INTERLOCK_URL": db, "INTERLOCK_USER": "alice"})
+    assert f"approve: interlock answer {request.id} yes\n" in as_alice.stderr, as_alice.stderr
+    pasted = invoke(*shlex.split(approve.removeprefix("approve: interlock ")), env=env, cwd=tmp_path)
+    assert pasted.returncode == 0, pasted.stderr
+    async with interlock.connect(db) as broker:
+        answered = await broker.get(request.id)
+    assert answered.response is not None and answered.response.by == "alice"
+
+
+@pytest.mark.slow
+async def test_ask_says_how_to_answer_on_one_line_naming_the_store_it_was_given(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'a-folder-whose-name-is-long-enough-to-pass-a-terminal-width' / 'tutorial.db'}"
+    (tmp_path / "a-folder-whose-name-is-long-enough-to-pass-a-terminal-width").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_URL", "COLUMNS")}
+    async with interlock.connect(db) as broker:
+        after = await broker.last_event_id()
+        proc = await asyncio.create_subprocess_exec(
+            *INTERLOCK, "ask", "Ship it?", "--confirm", "--to", "alice", "--db", db,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=tmp_path,
+        )  # fmt: skip
+        with anyio.fail_after(30):
+            async for event in broker.events(after=after, follow=True):
+                if event.type == "created" and event.request is not None:
+                    await broker.resolve(event.request.id, True, by="alice")
+                    break
+            out, said = await proc.communicate()
+    assert event.request is not None and (proc.returncode, out.decode().strip()) == (0, "true")
+    (line,) = [line for line in said.decode().splitlines() if "answer it with" in line]
+    assert line.endswith(f"(answer it with: interlock answer {event.request.id} ... --db {db})"), said
 
 
 def test_reject_in_the_terminal(db: str) -> None:
