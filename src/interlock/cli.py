@@ -1185,6 +1185,19 @@ def team_add(
     """Make a team if it is new, and add people (humans with a token here) to it."""
 
     async def work(broker: Broker) -> Sequence[str]:
+        if isinstance(broker, LocalBroker):  # the store refuses them too; here, with the way to make one
+            for member in dict.fromkeys(members or []):
+                known = await broker.get_principal(member)
+                if known is None:
+                    raise InvalidRequest(
+                        f"{member!r} is no person here: make them one first with "
+                        f"`interlock token create {member} --human`, then add them"
+                    )
+                if known.kind != "human":
+                    raise InvalidRequest(
+                        f"{member!r} is {'an agent' if known.kind == 'agent' else 'a team'} here: "
+                        "a team's members are people"
+                    )
         return await broker.add_team_members(team, members or [])
 
     found = _run(db, work)

@@ -38,6 +38,12 @@ def test_teams_are_made_listed_and_changed_and_bad_members_refused(db: str) -> N
     assert run("team", "members", "ops", db=db).stdout.split() == ["alice", "bob"]
     refused = run("team", "add", "ops", "zed", db=db)
     assert refused.returncode == 4 and "'zed' is no person here" in refused.stderr
+    # and what to do about it, with no one added meanwhile
+    assert "make them one first with `interlock token create zed --human`" in " ".join(refused.stderr.split())
+    assert run("token", "create", "bot", "--agent", "--owner", "alice", db=db).returncode == 0
+    an_agent = run("team", "add", "ops", "bot", db=db)
+    assert an_agent.returncode == 4 and "'bot' is an agent here: a team's members are people" in an_agent.stderr
+    assert run("team", "members", "ops", db=db).stdout.split() == ["alice", "bob"]
     clash = run("team", "add", "alice", db=db)
     assert clash.returncode == 4 and "'alice' is a person or an agent, not a team" in clash.stderr
     assert run("team", "rm", "ops", "bob", db=db).returncode == 0
