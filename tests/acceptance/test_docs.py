@@ -9,6 +9,7 @@
   its agent's URL and token in INTERLOCK_URL and INTERLOCK_TOKEN, as a reader sets them.
 - Shell blocks: every `interlock ...` command names a real subcommand and only options
   that subcommand's `--help` lists.
+- The tutorial's commands (in blocks and in its text) name its store, tutorial.db.
 - JSON blocks are parsed. Blocks without a language are diagrams or output and are not run.
 - A block preceded by `<!-- not run: reason -->` is skipped by all of the above; keep
   those few, each with its reason.
@@ -227,6 +228,25 @@ def test_each_interlock_command_in_the_docs_is_one_the_cli_has(page: Path, words
     assert help_text, f"interlock {' '.join(path)} --help failed"
     for option in (w.split("=", 1)[0] for w in words if w.startswith("--")):
         assert option in help_text, f"{option} is not an option of interlock {' '.join(path)}"
+
+
+def test_each_command_of_the_tutorial_names_the_tutorial_s_store() -> None:
+    """The tutorial's requests live in tutorial.db: a command it gives (in a block or in
+    the text) without `--db sqlite:///tutorial.db` reads interlock.db, where none is.
+    A command named alone (`interlock runs`) is a mention, not a command to run."""
+    page = ROOT / "docs" / "tutorial.md"
+    text = page.read_text()
+    lines = [line for code, _ in runnable(page, "sh") for line in code.splitlines()]
+    lines += re.findall(r"`([^`\n]+)`", prose(text))
+    missing = []
+    for line in lines:
+        words = shlex.split(line, comments=True)
+        at = next((i for i, w in enumerate(words) if w == "interlock" or w.endswith("/bin/interlock")), None)
+        if at is None or len(words) - at < 3:
+            continue
+        if "--db sqlite:///tutorial.db" not in " ".join(words[at:]):
+            missing.append(line)
+    assert not missing, missing
 
 
 def test_each_json_block_parses() -> None:
