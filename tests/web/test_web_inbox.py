@@ -571,6 +571,7 @@ def test_times_read_in_utc_on_the_inbox_and_a_request_s_page_alike(server: Serve
         card = pending_card(p, request_id)
         card.get_by_role("textbox", name="Which branch?").fill("main")
         card.get_by_role("button", name="Send answer").click()  # the settled card, placed by the script
+        expect(history_item(p, request_id)).to_have_count(1)  # the answer stored: the click only sends it
         done = stored(server, request_id).response
         assert done is not None
         expect(history_item(p, request_id).locator("time")).to_have_text(done.at.strftime(utc))
