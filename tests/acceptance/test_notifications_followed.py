@@ -19,6 +19,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -354,6 +355,104 @@ async def test_an_emailed_link_answers_the_agents_wait_once_and_refuses_what_is_
         with anyio.fail_after(BOUND):
             bobs_answer = await rotator.wait(theirs.id)
         assert (list(bobs_answer.answers.values()), bobs_answer.by, bobs_answer.via) == ([False], "bob", "email")
+
+
+def team_email_routing(smtp_port: int) -> Callable[[str], str]:
+    """alice's own address, and the team ops (alice and bob) with an address of its own:
+    a mailbox they share."""
+
+    def make(url: str) -> str:
+        return f"""
+inbox_url = "{url}"
+retry_first = "1s"
+
+[channels.mail]
+type = "email"
+host = "127.0.0.1"
+port = {smtp_port}
+from = "interlock@example.com"
+
+[teams.ops]
+members = ["alice", "bob"]
+channels = ["mail"]
+addresses = {{ mail = "ops@example.com" }}
+
+[recipients.alice]
+channels = ["mail"]
+addresses = {{ mail = "alice@example.com" }}
+"""
+
+    return make
+
+
+def answer_form(page: str) -> tuple[str, dict[str, str]]:
+    """Where the page's answer form posts, and its hidden fields."""
+    start = page.index('<form class="answer"')
+    form = page[start : page.index("</form>", start)]
+    action = re.search(r'action="([^"]+)"', form)
+    assert action is not None, form
+    return action[1], dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', form))
+
+
+async def test_an_email_to_a_team_s_shared_address_sends_its_members_to_answer_in_the_inbox_as_themselves(
+    tmp_path: Path, mailbox: Mailbox
+) -> None:
+    """The deployer asks the team ops, whose email goes to ops@, a mailbox alice and bob
+    share. A link there could only answer for whoever pressed it, and interlock records
+    who answers, so the email has no one-click answers: it says so and links to the
+    request in the inbox, where bob signs in and answers it as himself; the agent's wait
+    returns his answer. A link signed for ops with the server's key (as the email once
+    carried, which the server then refused) is refused and changes nothing. alice's own
+    email keeps its one-click answers, which answer as her."""
+    async with (
+        served_with_routing(tmp_path, team_email_routing(mailbox.port)) as site,
+        site.agent("deployer") as deployer,
+        httpx.AsyncClient(timeout=BOUND) as browser,
+    ):
+        asked = await deployer.create(Confirm("Restart the workers?"), to="ops", title="Restart")
+        waiting = asyncio.create_task(deployer.wait(asked.id))
+        shared = await mailbox.first("ops@example.com", "deployer asks: Restart")
+        page = f"{site.url}/requests/{asked.id}"
+        assert shown_links(shared) == {"Answer in the inbox as yourself": page}
+        plain = shared.get_body(("plain",))
+        assert plain is not None
+        assert (
+            "This went to the ops team's shared address, so it has no one-click answers: interlock records who "
+            "answers, and a click here could not say which of you it was. Answer it in the inbox, signed in as "
+            "yourself."
+        ) in " ".join(plain.get_content().split())
+
+        signed_for_ops = AnswerLinks(SECRET_KEY, site.url).link(asked, "ops", True)
+        refused = await open_link(browser, signed_for_ops)
+        assert refused.status == 403 and "Not yours to answer" in refused.text
+        assert "would answer as the team ops" in refused.text and read_html(refused.text).forms == []
+        assert (await browser.post(signed_for_ops)).status_code == 403
+        assert not waiting.done() and (await deployer.get(asked.id)).status.value == "pending"
+
+        to_signin = await browser.get(page)  # bob follows the link: the inbox asks him to sign in first
+        assert to_signin.status_code == 303
+        signin = await browser.get(urljoin(page, to_signin.headers["location"]))
+        fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', signin.text))
+        signed_in = await browser.post(f"{site.url}/signin", data={**fields, "token": site.tokens["bob"]})
+        assert signed_in.status_code == 303 and signed_in.headers["location"] == f"/requests/{asked.id}"
+        opened = await browser.get(page)
+        assert opened.status_code == 200 and "Restart the workers?" in opened.text
+        action, fields = answer_form(opened.text)
+        assert urljoin(page, action) == page  # the page posts its answer to itself
+        answered = await browser.post(page, data={**fields, "a0": "yes"}, headers={"Origin": site.url})
+        assert answered.status_code == 303, answered.text
+        with anyio.fail_after(BOUND):
+            response = await waiting
+        assert (list(response.answers.values()), response.by, response.via) == ([True], "bob", "web")
+
+        hers = await deployer.create(Confirm("Ship v2 to production?"), to="alice", title="Deploy v2")
+        links = shown_links(await mailbox.first("alice@example.com", "deployer asks: Deploy v2"))
+        assert set(links) == {"Yes", "No", "Or answer in the inbox"}
+        browser.cookies.clear()  # her link needs no session
+        assert (await (await open_link(browser, links["Yes"])).press()).status_code == 200
+        with anyio.fail_after(BOUND):
+            her_answer = await deployer.wait(hers.id)
+        assert (list(her_answer.answers.values()), her_answer.by, her_answer.via) == ([True], "alice", "email")
 
 
 async def test_an_emailed_link_outlives_a_restart_and_expires_with_its_request(

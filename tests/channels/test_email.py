@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import email
 import email.policy
+import html
 import re
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -287,6 +288,112 @@ async def test_a_team_s_email_link_answers_nothing_once_its_person_left_the_team
                 assert await broker.remove_team_member("ops", "alice")
             for refused in (await client.get(link), await client.post(link)):
                 assert refused.status_code == 403 and "Not yours to answer" in refused.text
+            assert (await client.get(f"/api/v1/requests/{to_ops['id']}")).json()["status"] == "pending"
+
+
+def team_routing(port: int, members: list[str]) -> dict[str, Any]:
+    """The ops team, of `members`, with its own address (a shared mailbox), and alice."""
+    doc = routing_doc(port)
+    doc["teams"] = {"ops": {"members": members, "channels": ["mail"], "addresses": {"mail": "ops@example.com"}}}
+    return doc
+
+
+def signed_for(db_request: Any, name: str, answer: Any = True) -> str:
+    """A link signed with the server's key for `name`, as a path on the server."""
+    return (
+        AnswerLinks(SECRET_KEY, "http://inbox.example")
+        .link(db_request, name, answer)
+        .removeprefix("http://inbox.example")
+    )
+
+
+async def test_an_email_to_a_team_s_own_address_offers_no_one_click_answers_and_sends_members_to_the_inbox(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], mailbox: Mailbox
+) -> None:
+    """The store keeps the team ops (alice, carol), whose route mails ops@, a mailbox they
+    share: a link there would answer for whoever pressed it, which interlock cannot name,
+    so the email has no answer links; it says so and links to the request in the inbox,
+    where its members answer as themselves. A link signed for ops anyway is refused and
+    changes nothing; alice's own email still answers with one click."""
+    db = f"sqlite:///{tmp_path / 'mail.db'}"
+    async with interlock.connect(db) as broker:
+        assert isinstance(broker, LocalBroker)
+        for name in ("alice", "carol"):
+            await broker.save_principal(Principal(name, "human"))
+    doc = team_routing(mailbox.port, ["alice", "carol"])
+    confirm = {"type": "confirm", "prompt": "Restart the workers?"}
+    with serve(db, auth=False, routing=routing_from_dict(doc), secret_key=SECRET_KEY) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+            assert (await client.get("/api/v1/teams/ops")).json()["members"] == ["alice", "carol"]
+            to_ops = (await client.post("/api/v1/requests", json={"to": "ops", "asks": [confirm]})).json()
+            [message] = await mailbox.until(1)
+            assert (message["To"], message["Subject"]) == ("ops@example.com", "An agent asks: Restart the workers?")
+            text, rich = parts(message)
+            assert answer_links(text) == {} and "/answer/" not in text + rich
+            said = (
+                "This went to the ops team's shared address, so it has no one-click answers: interlock records "
+                "who answers, and a click here could not say which of you it was. Answer it in the inbox, signed "
+                "in as yourself."
+            )
+            assert said in text and html.escape(said) in rich
+            page = f"http://inbox.example/requests/{to_ops['id']}"
+            assert f"Answer in the inbox as yourself: {page}" in text
+            assert f'<a href="{page}">Answer in the inbox as yourself</a>' in rich
+
+            async with interlock.connect(db) as broker:
+                request = await broker.get(to_ops["id"])
+            forged = signed_for(request, "ops")  # as the email had before, signed with the server's key
+            for refused in (await client.get(forged), await client.post(forged)):
+                assert refused.status_code == 403 and "Not yours to answer" in refused.text
+                assert "would answer as the team ops" in refused.text and "<button" not in refused.text
+            assert (await client.get(f"/api/v1/requests/{to_ops['id']}")).json()["status"] == "pending"
+            async with interlock.connect(db) as broker:
+                assert (
+                    await broker.answer_link_use(AnswerLinks(SECRET_KEY, base).read(forged.split("/")[-1]).link) is None
+                )
+
+            to_alice = (await client.post("/api/v1/requests", json={"to": "alice", "asks": [confirm]})).json()
+            mine = mailed_about(await mailbox.until(2), "alice@example.com", to_alice["id"])
+            links = answer_links(parts(mine)[0])
+            assert set(links) == {"Yes", "No"}
+            assert (await client.post(links["Yes"])).status_code == 200
+            settled = (await client.get(f"/api/v1/requests/{to_alice['id']}")).json()
+            assert (settled["status"], settled["response"]["by"], settled["response"]["via"]) == (
+                "answered",
+                "alice",
+                "email",
+            )
+
+
+async def test_an_email_to_the_address_of_a_team_only_the_routing_names_answers_nothing_as_the_team(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], mailbox: Mailbox
+) -> None:
+    """The routing's team ops names people the store does not know, so the store keeps no
+    team ops: its email has no answer links either, and no link to a page that would
+    refuse its members; it says why. A link signed for ops (which such an email once
+    carried, and the server took as an answer by ops) is refused and changes nothing."""
+    db = f"sqlite:///{tmp_path / 'mail.db'}"
+    doc = team_routing(mailbox.port, ["dave", "erin"])
+    confirm = {"type": "confirm", "prompt": "Restart the workers?"}
+    with serve(db, auth=False, routing=routing_from_dict(doc), secret_key=SECRET_KEY) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+            assert (await client.get("/api/v1/teams/ops")).status_code == 404
+            to_ops = (await client.post("/api/v1/requests", json={"to": "ops", "asks": [confirm]})).json()
+            [message] = await mailbox.until(1)
+            text, rich = parts(message)
+            assert answer_links(text) == {} and "/answer/" not in rich
+            assert "http://inbox.example" not in text + rich
+            said = (
+                "a click here could not say which of you it was. Nor can you open it in the inbox: ops is no team "
+                "there, as not all its members are people interlock knows. Ask whoever runs interlock to add them."
+            )
+            assert said in " ".join(text.split())
+
+            async with interlock.connect(db) as broker:
+                request = await broker.get(to_ops["id"])
+            forged = signed_for(request, "ops")
+            for refused in (await client.get(forged), await client.post(forged)):
+                assert refused.status_code == 403 and "would answer as the team ops" in refused.text
             assert (await client.get(f"/api/v1/requests/{to_ops['id']}")).json()["status"] == "pending"
 
 

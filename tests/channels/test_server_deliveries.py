@@ -330,6 +330,40 @@ async def test_an_escalation_s_webhook_does_not_let_its_recipient_answer(
             assert settled.json["answerable"] is False  # nothing is, once it settled
 
 
+@pytest.mark.parametrize("kept", [True, False], ids=["team-in-the-store", "team-of-the-routing-only"])
+async def test_a_team_s_webhook_is_answered_by_the_member_it_names_not_as_the_team(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], hook: Receiver, kept: bool
+) -> None:
+    """A request to the team ops goes to its own webhook: an answer sent back for ops
+    without `by` would be nobody's, and is refused (whether the store keeps the team or
+    only the routing names it) and changes nothing; with `by` naming bob, it is his."""
+    db = f"sqlite:///{tmp_path / 'teams.db'}"
+    if kept:
+        async with interlock.connect(db) as broker:
+            assert isinstance(broker, LocalBroker)
+            await broker.save_principal(Principal("bob", "human"))
+    doc = routing_doc(hook.url)
+    doc["teams"] = {"ops": {"members": ["bob"], "channels": ["hook"]}}
+    with serve(db, auth=False, routing=routing_from_dict(doc)) as base:
+        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
+            assert (await local.get("/teams/ops")).status_code == (200 if kept else 404)
+            request = (await local.post("/requests", json={**APPROVAL, "to": "ops"})).json()
+            [told] = await hook.until(1)
+            assert (told.json["recipient"], told.json["answerable"]) == ("ops", True)
+            raw, headers = signed({"request_id": request["id"], "recipient": "ops", "answer": True})
+            refused = await local.post("/inbound/hook", content=raw, headers=headers)
+            assert refused.status_code == 403
+            assert (
+                refused.json()["detail"]
+                == "'ops' is a team and answers nothing itself: name the member who answers in `by`"
+            )
+            assert (await local.get(f"/requests/{request['id']}")).json()["status"] == "pending"
+            raw, headers = signed({"request_id": request["id"], "recipient": "ops", "by": "bob", "answer": True})
+            assert (await local.post("/inbound/hook", content=raw, headers=headers)).status_code == 200
+            settled = (await local.get(f"/requests/{request['id']}")).json()
+            assert (settled["response"]["by"], settled["response"]["via"]) == ("bob", "webhook")
+
+
 async def test_a_store_s_first_routing_announces_what_waits_now_not_its_whole_history(
     tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], hook: Receiver
 ) -> None:

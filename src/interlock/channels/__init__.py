@@ -14,7 +14,10 @@ adds Teams, Discord or SMS without touching interlock), or `module:attribute`.
 A message offers answers only to someone who may give them (`Message.may_answer`), by the
 rule of every other surface (`interlock.principals.can_answer`), judged for the person it
 is addressed to by `addressee`; an escalation to someone else tells them whom the request
-waits on instead (`escalation_note`).
+waits on instead (`escalation_note`). A message to a team's own address (`Message.to_team`)
+is read by its members, and interlock records answers by the person who gives them: it
+offers only answers that name that person (a Slack user, a webhook's `by`), never a link
+that answers for whoever presses it (`team_note`).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ __all__ = [
     "lacking_secrets",
     "open_channels",
     "seconds_option",
+    "team_note",
 ]
 
 
@@ -97,6 +101,14 @@ class Message:
     may_read: bool = True
     """Whether they may open the request in the web inbox (its page refuses anyone else):
     a channel links to it only when True."""
+    to_team: bool = False
+    """Whether it goes to a team's own address (its route's), which its members share,
+    rather than to one person. `may_answer` then says whether the team's members may
+    answer; an answer through the message counts only as a member it names (a Slack user
+    who clicks, a webhook's `by`), so a channel whose answers name nobody (an email's
+    one-click links: whoever reads the mailbox can press them) offers none, and says where
+    to answer as oneself instead (`team_note`). The server refuses an answer given as the
+    team itself."""
 
     @property
     def idempotency_key(self) -> str:
@@ -108,11 +120,13 @@ async def addressee(
 ) -> Principal:
     """`name`, whom a channel's message is addressed to or its answer speaks for, as the
     access rules (`interlock.principals`) see them: the principal of that name in the store
-    (a name it does not know: a person), with the teams they are in as the store has them
-    now (an agent: its owner's). A team the store does not keep (the routing's `teams`,
-    naming no people here) counts the routing's members. The server judges an answer
-    through a channel by this, and the delivery loop whether a message offers answers."""
-    principal = await directory.get_principal(name) or Principal(name, "human")
+    (a name it does not know: a team if the routing's `teams` name it, else a person), with
+    the teams they are in as the store has them now (an agent: its owner's). A team the
+    store does not keep (the routing's, naming no people here) counts the routing's
+    members. A team answers nothing itself: its members do, each as themselves. The server
+    judges an answer through a channel by this, and the delivery loop whether a message
+    offers answers."""
+    principal = await directory.get_principal(name) or Principal(name, "team" if name in teams else "human")
     member = principal.owner if principal.kind == "agent" else principal.name
     if principal.kind != "admin" and member is not None:
         found = await directory.teams_of(member)
@@ -145,6 +159,28 @@ def escalation_note(message: Message) -> str | None:
         also = f", or {asked}, who asked for it" if asked and asked not in (d.recipient, waits_on) else ""
         note += f" Nor may you open it in the inbox: remind {waits_on}{also}."
     return note
+
+
+def team_note(message: Message) -> str | None:
+    """What a message to a team's own address says, through a channel whose answers
+    cannot name the member who gives them (email's links, which whoever reads the shared
+    mailbox can press): that it offers no one-click answers, and where to answer as
+    oneself. None for any other message (to a person, one the team may not answer, or one
+    sent once the request settled)."""
+    d = message.delivery
+    if not message.to_team or not message.may_answer or d.kind == "settled":
+        return None
+    note = (
+        f"This went to the {d.recipient} team's shared address, so it has no one-click answers: interlock "
+        "records who answers, and a click here could not say which of you it was."
+    )
+    if message.may_read:
+        where = "the inbox" if message.context.inbox_url else "the interlock inbox"
+        return f"{note} Answer it in {where}, signed in as yourself."
+    return (
+        f"{note} Nor can you open it in the inbox: {d.recipient} is no team there, as not all its members are "
+        "people interlock knows. Ask whoever runs interlock to add them."
+    )
 
 
 class Channel(Protocol):

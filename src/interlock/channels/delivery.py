@@ -7,7 +7,8 @@ doubles with each attempt, with jitter (`outbox.retry_delay`); after `max_attemp
 becomes a dead letter. A reminder or escalation whose request settled meanwhile is
 skipped. A message offers answers only to whom it is addressed to if they may give them
 (`Message.may_answer`: an escalation to someone who is not the request's recipient, nor in
-its team, does not). Everything it does is in the store, so a loop that stops (or a node that dies)
+its team, does not), and says when it goes to a team's own address (`Message.to_team`),
+whose members answer each as themselves. Everything it does is in the store, so a loop that stops (or a node that dies)
 leaves nothing behind: its leases (the routing's `lease`) run out and another loop, or
 the same one restarted, carries on, sending again what the dead one may have sent (with
 the same idempotency key). Every node (on PostgreSQL, or every process on one SQLite file)
@@ -263,21 +264,25 @@ class DeliveryLoop:
         for callback in self.on_change:
             callback()
 
-    async def _allowed(self, delivery: Delivery, request: Request) -> tuple[bool, bool]:
+    async def _allowed(self, delivery: Delivery, request: Request) -> tuple[bool, bool, bool]:
         """Whether whom `delivery` is addressed to may answer `request` and open it in the
-        inbox, by the rules the server applies to an answer through a channel (`addressee`):
-        an escalation's person who may not gets a message with no answers to offer. A team
-        with a route of its own stands for its members, who may when the request is to it."""
-        if delivery.kind == "settled":
-            return False, True
+        inbox, by the rules the server applies to an answer through a channel (`addressee`),
+        and whether it is a team: an escalation's person who may not gets a message with no
+        answers to offer. A team with a route of its own stands for its members, who may
+        answer when the request is to it (each as themselves), and open it in the inbox
+        when the store keeps the team (a team only the routing names is no team there)."""
+        settled = delivery.kind == "settled"
         try:
             who = await addressee(self.outbox, self.routing.teams, delivery.recipient, request)
         except InvalidRequest:  # a name no principal can have: no answer is taken as it
-            return False, False
+            return False, settled, False
+        if settled:
+            return False, True, who.kind == "team"
         if who.kind == "team":
             theirs = request.to == who.name
-            return theirs, theirs
-        return can_answer(who, request), can_read(who, request)
+            kept = theirs and await self.outbox.team_members(who.name) is not None
+            return theirs, kept, True
+        return can_answer(who, request), can_read(who, request), False
 
     async def _attempt(self, delivery: Delivery) -> Delivery:
         now = datetime.now(UTC)
@@ -297,8 +302,8 @@ class DeliveryLoop:
         if delivery.kind != "request":
             found = await self.outbox.list_deliveries(request_id=delivery.request_id, limit=1000)
             earlier = tuple(d for d in found if d.channel == delivery.channel and d.id != delivery.id)
-        may_answer, may_read = await self._allowed(delivery, request)
-        message = Message(delivery, request, self.context, earlier, may_answer, may_read)
+        may_answer, may_read, to_team = await self._allowed(delivery, request)
+        message = Message(delivery, request, self.context, earlier, may_answer, may_read, to_team)
         started = time.monotonic()
         self._sending[channel] = self._sending.get(channel, 0) + 1
         try:

@@ -10,7 +10,10 @@ A request of one confirm or one choice ask gets a link per answer (see `links`):
 click opens a page on the server that records the answer with `via: email`. Any other
 request gets a link to it in the inbox. A person who may not answer the request (an
 escalation told them of someone else's) gets no answer links: the message says whom it
-waits on, since when, and links to it in the inbox only if they may open it there. The
+waits on, since when, and links to it in the inbox only if they may open it there. Nor
+does a message to a team's own address (`Message.to_team`): a link in a shared mailbox
+would answer for whoever pressed it, and interlock records answers by the person who
+gives them, so it says so and sends its members to the inbox, to answer as themselves. The
 message's `Message-ID` is made from the delivery's idempotency key, so a repeat is
 recognisably the same message.
 
@@ -31,7 +34,7 @@ from typing import Any
 
 from ..model import Request
 from ..routing import ChannelConfig
-from . import ChannelContext, ChannelError, Message, PermanentFailure, escalation_note, seconds_option
+from . import ChannelContext, ChannelError, Message, PermanentFailure, escalation_note, seconds_option, team_note
 from .links import quick_answers
 
 __all__ = ["EmailChannel", "compose", "compose_signin"]
@@ -69,7 +72,8 @@ def compose(message: Message, sender: str, to: str) -> EmailMessage:
     inbox = message.context.request_url(request.id) if message.may_read else None
     links = message.context.answer_links
     choices: list[tuple[str, str]] = []
-    if d.kind != "settled" and message.may_answer and links is not None:
+    answers = d.kind != "settled" and message.may_answer
+    if answers and not message.to_team and links is not None:
         for label, value in quick_answers(request) or ():
             choices.append((label, links.link(request, d.recipient, value)))
     text_lines: list[str] = []
@@ -79,10 +83,10 @@ def compose(message: Message, sender: str, to: str) -> EmailMessage:
         ended = f"This request was {_ENDED.get(d.event, d.event)}" + (f" by {by}" if by else "") + "."
         text_lines += [ended, ""]
         html_parts.append(f"<p><strong>{html.escape(ended)}</strong></p>")
-    note = escalation_note(message)
-    if note is not None:
-        text_lines += [note, ""]
-        html_parts.append(f"<p><strong>{html.escape(note)}</strong></p>")
+    for note in (escalation_note(message), team_note(message)):
+        if note is not None:
+            text_lines += [note, ""]
+            html_parts.append(f"<p><strong>{html.escape(note)}</strong></p>")
     if request.title:
         text_lines += [request.title, ""]
         html_parts.append(f"<h2>{html.escape(request.title)}</h2>")
@@ -103,8 +107,8 @@ def compose(message: Message, sender: str, to: str) -> EmailMessage:
         )
         html_parts.append(f"<p>{buttons}</p>")
     if inbox:
-        answers = d.kind != "settled" and message.may_answer
         verb = ("Or answer" if choices else "Answer" if answers else "See it") + " in the inbox"
+        verb += " as yourself" if answers and message.to_team else ""
         text_lines.append(f"{verb}: {inbox}")
         html_parts.append(f'<p><a href="{html.escape(inbox)}">{html.escape(verb)}</a></p>')
     email = EmailMessage()

@@ -34,7 +34,7 @@ from ..errors import AlreadySettled, InvalidAnswer, NotFound
 from ..model import Answers, Status, request_to_dict
 from ..model import Request as HumanRequest
 from ..outbox import LinkUse
-from ..principals import can_answer
+from ..principals import Principal, can_answer
 from ..webhooks import InvalidSignature, verify
 from .common import UNREADABLE, ApiError, AppState, State, TheBroker
 from .markdown import prerender
@@ -98,7 +98,12 @@ async def inbound(channel: str, request: Request, state: State, broker: TheBroke
         target = await broker.get(request_id)
     except NotFound as exc:
         raise ApiError("not_found", str(exc)) from None
-    if not await _may_answer(state, broker, by, target):
+    who = await _speaks_for(state, broker, by, target)
+    if not can_answer(who, target):
+        if who.kind == "team":
+            raise ApiError(
+                "forbidden", f"{by!r} is a team and answers nothing itself: name the member who answers in `by`"
+            )
         raise ApiError("forbidden", f"{by!r} may not answer request {request_id}: it is not to them nor their team")
     comment = doc.get("comment", "")
     if not isinstance(comment, str):
@@ -134,14 +139,21 @@ def _object(body: bytes) -> dict[str, Any]:
     return doc
 
 
+async def _speaks_for(state: AppState, broker: LocalBroker, name: str, request: HumanRequest) -> Principal:
+    """`name`, whom a channel's answer speaks for, as the access rules see them
+    (`addressee`, with the routing's teams)."""
+    teams = state.delivery.routing.teams if state.delivery is not None else {}
+    return await addressee(broker, teams, name, request)
+
+
 async def _may_answer(state: AppState, broker: LocalBroker, name: str, request: HumanRequest) -> bool:
     """Whether `name`, whom a channel's answer speaks for, may answer `request`, by the rule
     of every other surface (`can_answer`): the person it is to, a member of its team as the
     store has it now, or an admin. A delivery was only a notice: an escalation's, or one
     sent before its recipient left the team, gives no one the right to answer. A team the
-    store does not keep (the routing's, naming no people here) has the routing's members."""
-    teams = state.delivery.routing.teams if state.delivery is not None else {}
-    return can_answer(await addressee(broker, teams, name, request), request)
+    store does not keep (the routing's, naming no people here) has the routing's members.
+    A team itself answers nothing: its members do, each named (a webhook's `by`)."""
+    return can_answer(await _speaks_for(state, broker, name, request), request)
 
 
 # -- one-click answer links (email) ---------------------------------------------------------
@@ -182,8 +194,15 @@ async def _claim(
         return _page(state, http, "No such request", "The request of this link is gone.", 404)
     if request.status is not Status.PENDING:
         return _settled(state, http, request)
-    if not await _may_answer(state, broker, claim.recipient, request):
-        message = f"This request is not {claim.recipient}'s to answer (any more): it is to {request.to}."
+    who = await _speaks_for(state, broker, claim.recipient, request)
+    if not can_answer(who, request):
+        if who.kind == "team":
+            message = (
+                f"This link would answer as the team {who.name}, and interlock takes answers from people, each as "
+                "themselves: answer in the inbox, signed in as yourself."
+            )
+        else:
+            message = f"This request is not {claim.recipient}'s to answer (any more): it is to {request.to}."
         return _page(state, http, "Not yours to answer", message, 403, request_id=request.id)
     return claim, request
 
