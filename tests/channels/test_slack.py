@@ -26,6 +26,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+import interlock
+from interlock.broker import LocalBroker
+from interlock.principals import Principal
 from interlock.routing import routing_from_dict
 
 pytestmark = pytest.mark.anyio
@@ -514,6 +517,59 @@ async def test_an_escalation_offers_buttons_only_to_someone_who_may_answer(
             body, headers = signed(click(elements[0], block_id, "U0BOB", slack))
             assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
             settled = (await client.get(f"/api/v1/requests/{teams['id']}")).json()
+            assert (settled["status"], settled["response"]["by"], settled["response"]["via"]) == (
+                "answered",
+                "bob",
+                "slack",
+            )
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["team-in-the-store", "team-of-the-routing-only"])
+async def test_a_team_s_channel_keeps_its_buttons_and_a_click_answers_as_the_member_who_clicked(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], slack: FakeSlack, kept: bool
+) -> None:
+    """A request to ops goes to the team's own Slack channel: Slack names whoever clicks,
+    so its buttons stay, and bob's click answers it as bob; carol, who is not in ops, is
+    told it is not hers. Its link to the inbox is there only where the store keeps the
+    team (its members may not open it otherwise)."""
+    db = f"sqlite:///{tmp_path / 'slack.db'}"
+    if kept:
+        async with interlock.connect(db) as broker:
+            assert isinstance(broker, LocalBroker)
+            for name in ("alice", "bob"):
+                await broker.save_principal(Principal(name, "human"))
+    doc = {
+        "inbox_url": "http://inbox.example",
+        "channels": {
+            "slack": {
+                "type": "slack",
+                "token": "xoxb-test-token",
+                "signing_secret": SIGNING_SECRET,
+                "api_url": f"{slack.url}/api",
+            }
+        },
+        "teams": {"ops": {"members": ["alice", "bob"], "channels": ["slack"], "addresses": {"slack": "C0OPS"}}},
+        "recipients": {
+            name: {"channels": ["slack"], "addresses": {"slack": f"U0{name.upper()}"}}
+            for name in ("alice", "bob", "carol")
+        },
+    }
+    with serve(db, auth=False, routing=routing_from_dict(doc)) as base:
+        request = await create(base, {"to": "ops", "asks": [{"type": "confirm", "prompt": "Restart the workers?"}]})
+        [posted] = await slack.until("chat.postMessage")
+        assert posted["channel"] == "C0OPS"
+        block_id, elements = actions_of(posted)
+        labels = [e["text"]["text"] for e in elements]
+        assert labels == (["Yes", "No", "Open in the inbox"] if kept else ["Yes", "No"])
+        async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+            body, headers = signed(click(elements[0], block_id, "U0CAROL", slack))
+            assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+            [ephemeral] = await slack.until("response")
+            assert ephemeral["text"] == "This request is not yours to answer."
+            assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "pending"
+            body, headers = signed(click(elements[0], block_id, "U0BOB", slack))
+            assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+            settled = (await client.get(f"/api/v1/requests/{request['id']}")).json()
             assert (settled["status"], settled["response"]["by"], settled["response"]["via"]) == (
                 "answered",
                 "bob",
