@@ -396,6 +396,12 @@ async def test_an_email_to_the_address_of_a_team_only_the_routing_names_answers_
                 assert refused.status_code == 403 and "would answer as the team ops" in refused.text
             assert (await client.get(f"/api/v1/requests/{to_ops['id']}")).json()["status"] == "pending"
 
+            answered = await client.post(f"/api/v1/requests/{to_ops['id']}/answer", json={"answer": True})
+            assert answered.status_code == 200, answered.text
+            [_, ended] = await mailbox.until(2)
+            assert ended["Subject"].startswith("No longer waiting for you (answered)")
+            assert "http://inbox.example" not in "".join(parts(ended))  # nor once it settled
+
 
 async def test_a_choice_request_gets_a_link_per_option(server: Server, mailbox: Mailbox) -> None:
     ask = {"type": "choice", "prompt": "Which region?", "options": [{"id": "eu", "label": "Europe"}, "us"]}

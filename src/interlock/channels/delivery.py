@@ -268,21 +268,20 @@ class DeliveryLoop:
         """Whether whom `delivery` is addressed to may answer `request` and open it in the
         inbox, by the rules the server applies to an answer through a channel (`addressee`),
         and whether it is a team: an escalation's person who may not gets a message with no
-        answers to offer. A team with a route of its own stands for its members, who may
-        answer when the request is to it (each as themselves), and open it in the inbox
-        when the store keeps the team (a team only the routing names is no team there)."""
+        answers to offer, and nobody is offered answers once the request settled. A team
+        with a route of its own stands for its members, who may answer when the request is
+        to it (each as themselves), and open it in the inbox when the store keeps the team
+        (a team only the routing names is no team there)."""
         settled = delivery.kind == "settled"
         try:
             who = await addressee(self.outbox, self.routing.teams, delivery.recipient, request)
         except InvalidRequest:  # a name no principal can have: no answer is taken as it
             return False, settled, False
-        if settled:
-            return False, True, who.kind == "team"
         if who.kind == "team":
             theirs = request.to == who.name
             kept = theirs and await self.outbox.team_members(who.name) is not None
-            return theirs, kept, True
-        return can_answer(who, request), can_read(who, request), False
+            return theirs and not settled, kept, True
+        return can_answer(who, request) and not settled, can_read(who, request), False
 
     async def _attempt(self, delivery: Delivery) -> Delivery:
         now = datetime.now(UTC)
