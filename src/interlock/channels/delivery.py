@@ -8,8 +8,8 @@ becomes a dead letter. A reminder or escalation whose request settled meanwhile 
 skipped. A message offers answers only to whom it is addressed to if they may give them
 (`Message.may_answer`: an escalation to someone who is not the request's recipient, nor in
 its team, does not), and says when it goes to a team's own address (`Message.to_team`),
-whose members answer each as themselves. Everything it does is in the store, so a loop that stops (or a node that dies)
-leaves nothing behind: its leases (the routing's `lease`) run out and another loop, or
+whose members answer each as themselves. Everything it does is in the store, so a loop
+that stops (or a node that dies) leaves nothing behind: its leases (the routing's `lease`) run out and another loop, or
 the same one restarted, carries on, sending again what the dead one may have sent (with
 the same idempotency key). Every node (on PostgreSQL, or every process on one SQLite file)
 may run one; claims skip each other's rows.
