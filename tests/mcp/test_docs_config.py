@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -61,18 +62,36 @@ async def test_each_host_configuration_reaches_the_tools_as_the_tokens_principal
     assert made["user"] == "alice"  # a person asking without `user` asks herself
 
 
-def tool_arguments(key: str) -> dict[str, Any]:
-    """The page's example arguments of a tool: the JSON block that has `key`."""
+def tool_arguments(key: str, mentioning: str = "") -> dict[str, Any]:
+    """The page's example arguments of a tool: the JSON block that has `key` (and whose
+    text has `mentioning`)."""
     for lang, code, _, reason in blocks(PAGE.read_text()):
-        if lang == "json" and not reason and key in (parsed := json.loads(code)):
+        if lang == "json" and not reason and mentioning in code and key in (parsed := json.loads(code)):
             return dict(parsed)
     raise AssertionError(f"no example with {key!r} in {PAGE.name}")
 
 
+def inline_arguments(tool: str) -> dict[str, Any]:
+    """The page's example arguments of a tool given inline: `` `{...}` `` after "in `tool`"."""
+    found = re.search(rf"in `{tool}`: `(\{{.*?\}})`", PAGE.read_text())
+    assert found is not None, f"no inline example for {tool} in {PAGE.name}"
+    return dict(json.loads(found[1]))
+
+
 async def test_the_pages_grant_example_issues_exactly_the_echoed_grant(world: World) -> None:
     async with over_http(world, "alice-bot") as bot, over_http(world, "alice") as alice:
-        job = result(await bot.call_tool("hitl_request", tool_arguments("asks")))
+        job = result(await bot.call_tool("hitl_request", tool_arguments("asks", mentioning="grants")))
         reply = {**tool_arguments("answers"), "id": job["job"]}
         result(await alice.call_tool("hitl_respond", reply))
         done = result(await bot.call_tool("hitl_status", {"job": job["job"]}))
     assert [(g["with"], g["can"]) for g in done["response"]["grants"]] == [("repo:acme/web", "push")]
+
+
+async def test_the_pages_form_example_is_asked_and_its_answer_completes_the_job(world: World) -> None:
+    async with over_http(world, "alice-bot") as bot, over_http(world, "alice") as alice:
+        job = result(await bot.call_tool("hitl_request", tool_arguments("asks", mentioning='"form"')))
+        reply = {**inline_arguments("hitl_respond"), "id": job["job"]}
+        result(await alice.call_tool("hitl_respond", reply))
+        done = result(await bot.call_tool("hitl_status", {"job": job["job"]}))
+    assert done["status"] == "COMPLETE"
+    assert done["response"]["answers"] == {"release": {"version": "1.2", "replicas": 3}}
