@@ -41,6 +41,7 @@ __all__ = ["Auth", "Holder", "Visitor", "lost_access", "loopback_host", "same_or
 SESSION_COOKIE = "interlock_session"
 SESSION_MAX_AGE = int(SESSION_LIFETIME.total_seconds())
 _HOLDER = "interlock_holder"
+_FOUND = "interlock_found"  # the caller `api_principal` found, and `access_changes` before it looked
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +90,9 @@ class Auth:
     ) -> None:
         self.broker = broker  # its principals, tokens and sessions: a server's own store's
         self.enabled = enabled
+        self.access_changes: Callable[[], int] = lambda: -1
+        """How many changes of access (a token revoked, a sign-out, a team left) this node
+        has seen so far: the hub's count, once the app has one (`Hub.access_changes`)."""
         self._signer = URLSafeTimedSerializer(secret_key or secrets.token_urlsafe(32), salt="interlock-session")
         self.trusted_proxies = _networks(trusted_proxies)
 
@@ -131,11 +135,24 @@ class Auth:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise _unauthorized("send Authorization: Bearer <token>")
+        seen = self.access_changes()  # before the look-up: a change the hub sees after it is told apart
         live = await self.broker.live_token(hash_token(token.strip()))
         if live is None:
             raise _unauthorized("the token is unknown or revoked")
         setattr(request.state, _HOLDER, Holder(live.principal.name, live.id))
-        return await self.with_teams(live.principal)
+        principal = await self.with_teams(live.principal)
+        setattr(request.state, _FOUND, (principal, seen))
+        return principal
+
+    def found_unchanged(self, request: Request) -> Principal | None:
+        """The caller `api_principal` found for this request, if no change of access has
+        reached this node since (`access_changes`): as its token would find them now, as
+        far as this node knows; None when one has, or it found none (look them up again)."""
+        found = getattr(request.state, _FOUND, None)
+        if not isinstance(found, tuple) or found[1] < 0 or found[1] != self.access_changes():
+            return None
+        principal: Principal = found[0]
+        return principal
 
     @staticmethod
     def holder(request: Request) -> Holder | None:

@@ -384,6 +384,7 @@ class AppState:
         self.open_recipients = open_recipients
         self.known_recipients: set[str] = set()  # principals are never deleted, so a name found stays valid
         self.hub = Hub(broker, queue_size=queue_size, encode=lambda event: json.dumps(event_to_dict(event)))
+        auth.access_changes = lambda: self.hub.access_changes
         self.metrics = Metrics()
         self.hub.on_event.append(self.metrics.observe)
         self.keepalive = keepalive
@@ -421,7 +422,11 @@ class AppState:
         cancelled, with 401 when its token is revoked meanwhile (on any node: the hub
         follows the event log), and is checked once more when `work` is done, so its
         result goes only to a credential that is live now and, with `still`, that the
-        caller as they are now still passes (403 otherwise: a team left meanwhile)."""
+        caller as they are now still passes (403 otherwise: a team left meanwhile).
+        "Now" is as far as this node knows: the credential is looked up in the store only
+        if a change of access reached this node since the call found its caller (a
+        revocation made on another node a moment before counts once this node's hub has
+        it, as for the event streams); most long polls look nothing up."""
         holder = self.auth.holder(http)
         if holder is None:  # without auth: the operator
             return await self.unless_stopping(work)
@@ -431,8 +436,9 @@ class AppState:
                 watch = self.hub.subscribe(_nothing, holder)  # ended by a revocation, a sign-out, a team left
                 ended = asyncio.ensure_future(watch.next())
                 try:
-                    # Once subscribed, a revocation the hub handled before is looked up instead.
-                    if await self.auth.caller_now(http) is None:
+                    # Once subscribed, a revocation the hub handled since the caller was
+                    # found (none, mostly: then nothing to look up) is looked up instead.
+                    if self.auth.found_unchanged(http) is None and await self.auth.caller_now(http) is None:
                         break
                     await asyncio.wait((doing, ended), return_when=asyncio.FIRST_COMPLETED)
                 finally:
@@ -443,7 +449,7 @@ class AppState:
                 doing.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await doing
-        now = await self.auth.caller_now(http)
+        now = self.auth.found_unchanged(http) or await self.auth.caller_now(http)
         if now is None:
             raise ApiError("unauthorized", "the token was revoked")
         if still is not None and not still(now):

@@ -172,6 +172,10 @@ class Hub:
         self._encode = encode or (lambda event: str(event.id))
         self._frames: OrderedDict[int, bytes] = OrderedDict()
         self._frame_chars = 0
+        self.access_changes = 0
+        """How many changes of access (`ACCESS_EVENTS`: a token revoked, a sign-out, a team
+        left) this hub has handled: a long poll whose caller was found before the last of
+        them looks its credential up again (`AppState.held`)."""
 
     def frame(self, event: Event) -> bytes:
         """The event as the SSE frame every subscriber is sent (`id`, `event` and its
@@ -249,6 +253,7 @@ class Hub:
     def end_streams(self, type_: str, data: Mapping[str, Any]) -> None:
         """End the streams whose credential a `token_revoked` or `signed_out` event
         (its type and data) names; this node may call it early for its own sign-outs."""
+        self.access_changes += 1
         if type_ == TEAM_LEFT:  # what their streams show was decided with the team in it
             left = set(data.get("principals") or ())
             for sub in list(self.subscribers):
