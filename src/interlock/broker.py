@@ -40,6 +40,7 @@ from .errors import (
     Closed,
     Expired,
     FollowupNotFound,
+    IdempotencyKeyReused,
     InvalidAnswer,
     InvalidRequest,
     NotFound,
@@ -85,6 +86,7 @@ from .model import (
     offered_grants,
     park_deadline,
     plain_id,
+    request_to_dict,
     time_budget,
 )
 from .outbox import Delivery, DeliveryState, LinkUse
@@ -1171,8 +1173,10 @@ class LocalBroker(Broker):
                 raise _no_request_for(run_id, run.status)
         # A closed channel is refused by the store, inside the insert's transaction.
         now = self._now
+        asked = request
         request, created = now.insert_now(request) if now is not None else await self.store.insert(request)
         if not created:
+            _same_request(request, asked)
             return request, False
         if self._closed:  # close() ran while the insert was in flight
             await self._withdraw(request, "closed", "the broker was closed")
@@ -2900,6 +2904,26 @@ def _new_requests(requests: Sequence[Request], run_id: str | None, max_name: int
         check_text(request.id, "a request id", max_name)
         seen.add(request.id)
     return list(requests)
+
+
+_SAME_FIELDS = ("kind", "to", "asks", "title", "details", "context")
+"""What a request made again with the first one's idempotency key must repeat: what is
+asked, of whom, and what they are shown. Its timeout, origin and detachment may differ (a
+retry's deadline counts from when it is sent); the first request's are kept."""
+
+
+def _same_request(first: Request, again: Request) -> None:
+    """Refuse `again`, made with `first`'s idempotency key, unless it asks the same
+    (`_SAME_FIELDS`, compared as JSON): `IdempotencyKeyReused`, naming the first field
+    that differs."""
+    was, now = request_to_dict(first), request_to_dict(again)
+    for name in _SAME_FIELDS:
+        if json.dumps(was[name], sort_keys=True, default=str) != json.dumps(now[name], sort_keys=True, default=str):
+            raise IdempotencyKeyReused(
+                f"{name}: idempotency key {first.idempotency_key!r} was used for request {first.id!r}, which "
+                f"differs in {name}; send the same request to retry it, or use a new key",
+                request_id=first.id,
+            )
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

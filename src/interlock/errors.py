@@ -5,6 +5,8 @@ the caller (and the model reading a tool result) must treat them differently:
 
     InterlockError
     ├── InvalidRequest      (also ValueError)   the request was malformed; nothing was stored
+    │   └── IdempotencyKeyReused                ... its idempotency key was used for another
+    │                                           request: other asks, recipient or texts
     ├── InvalidAnswer       (also ValueError)   the answer does not fit the asks; the request
     │                                           stays pending and unchanged, so try again
     ├── NotFound            (also ValueError)   no request with that id (never seen, or
@@ -62,6 +64,7 @@ __all__ = [
     "InterlockError",
     "InvalidGrantToken",
     "InvalidAnswer",
+    "IdempotencyKeyReused",
     "InvalidRequest",
     "NotFound",
     "RateLimited",
@@ -80,6 +83,17 @@ class InterlockError(Exception):
 
 class InvalidRequest(InterlockError, ValueError):
     """The request is malformed: bad asks, duplicate ids, an invalid form schema, ..."""
+
+
+class IdempotencyKeyReused(InvalidRequest):
+    """The idempotency key was used by the same requester for a request that differs from
+    this one (its kind, recipient, asks, title, details or context): a retry must send the
+    same request again, so this one is refused rather than answered with the first.
+    `request_id` is the first request's id."""
+
+    def __init__(self, message: str, *, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.request_id = request_id
 
 
 class InvalidAnswer(InterlockError, ValueError):

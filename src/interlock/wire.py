@@ -28,6 +28,7 @@ from .errors import (
     Closed,
     FollowupNotFound,
     Forbidden,
+    IdempotencyKeyReused,
     InvalidAnswer,
     InvalidRequest,
     NotFound,
@@ -101,6 +102,17 @@ WIRE_ERRORS: tuple[WireError, ...] = (
         lambda exc: {"ask_id": exc.ask_id},
         lambda detail, body, _: InvalidAnswer(detail, ask_id=body.get("ask_id")),
         also={400: "on Novo's routes (`inputResponses`, /interactions), an answer that does not fit its prompts"},
+    ),
+    WireError(
+        "idempotency_key_reused",
+        422,
+        IdempotencyKeyReused,
+        "the idempotency key was used for a request that differs from this one (`request_id` names the first); "
+        "nothing changed: send the same request again to retry it, or use a new key",
+        lambda exc: {"request_id": exc.request_id},
+        lambda detail, body, _: IdempotencyKeyReused(
+            detail, request_id=body.get("request_id") if isinstance(body.get("request_id"), str) else None
+        ),
     ),
     WireError(
         "invalid_request",
@@ -191,6 +203,13 @@ WIRE_ERRORS: tuple[WireError, ...] = (
     ),
     WireError("method_not_allowed", 405, None, "the route takes other methods (`Allow` names them)"),
     WireError(
+        "unsupported_media_type",
+        415,
+        None,
+        "the body is not sent as JSON: send it with `Content-Type: application/json`; nothing changed",
+        rebuild=lambda detail, body, _: InvalidRequest(detail),
+    ),
+    WireError(
         "unavailable",
         503,
         Unavailable,
@@ -214,6 +233,7 @@ _FOR_STATUS = {
     405: "method_not_allowed",
     409: "already_settled",
     413: "too_large",
+    415: "unsupported_media_type",
     429: "rate_limited",
     503: "unavailable",
 }

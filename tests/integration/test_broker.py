@@ -36,6 +36,7 @@ from interlock.broker import MAX_EVENT_ID, LocalBroker, stored_routing
 from interlock.channels import Message, PermanentFailure
 from interlock.channels.delivery import DeliveryLoop
 from interlock.dashboard import NOBODY
+from interlock.errors import IdempotencyKeyReused
 from interlock.model import Answers
 from interlock.outbox import LinkUse
 from interlock.principals import Principal, hash_token, issue_session, issue_signin_link, issue_token
@@ -631,6 +632,28 @@ async def test_an_idempotency_key_returns_the_first_request(broker: Broker) -> N
     assert again.id == first.id
     assert other.id != first.id
     assert len((await broker.list()).items) == 2
+
+
+async def test_an_idempotency_key_used_again_for_another_request_is_refused_and_changes_nothing(
+    broker: Broker,
+) -> None:
+    first = await broker.create(Text("Deploy?"), to="alice", requester="agent-1", idempotency_key="k1", timeout=60)
+    # a retry: its deadline counts from now, and that is no other request
+    again = await broker.create(Text("Deploy?"), to="alice", requester="agent-1", idempotency_key="k1", timeout=90)
+    assert again.id == first.id
+    others: dict[str, tuple[list[Any], dict[str, Any]]] = {
+        "asks": ([Text("Deploy to prod?")], {}),
+        "to": ([Text("Deploy?")], {"to": "bob"}),
+        "title": ([Text("Deploy?")], {"title": "Release"}),
+        "kind": ([Confirm("Deploy?", id="text")], {"kind": "approval"}),
+    }
+    for field, (asks, other) in others.items():
+        with pytest.raises(IdempotencyKeyReused, match=rf"^{field}: idempotency key 'k1' .*differs in {field}") as e:
+            await broker.create(*asks, requester="agent-1", idempotency_key="k1", **{"to": "alice", **other})
+        assert e.value.request_id == first.id
+        assert isinstance(e.value, InvalidRequest)  # what a caller catching bad requests catches
+    assert [r.id for r in (await broker.list()).items] == [first.id]
+    assert (await broker.get(first.id)).asks == first.asks
 
 
 # -- hooks ---------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from interlock.errors import (
     AlreadySettled,
     Closed,
     Forbidden,
+    IdempotencyKeyReused,
     InvalidAnswer,
     InvalidRequest,
     NotFound,
@@ -38,6 +39,7 @@ from interlock.wire import (
 EXAMPLES = [
     InvalidAnswer("colour: not an option", ask_id="colour"),
     InvalidRequest("asks: none given"),
+    IdempotencyKeyReused("asks: idempotency key 'k' was used for request 'req_0'", request_id="req_0"),
     NotFound("req_1"),
     AlreadySettled("req_1", "answered"),
     Closed("req_1", "channel 'c' is closed"),
