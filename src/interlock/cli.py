@@ -741,6 +741,14 @@ def serve(
             "X-Forwarded-For are believed (repeat for each). None by default.",
         ),
     ] = None,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cors-origin",
+            help="An origin (https://app.example.com, or * for any) whose browser apps may call the HTTP API "
+            "with a token (CORS; repeat for each). None by default; needs auth.",
+        ),
+    ] = None,
     open_recipients: Annotated[
         bool,
         typer.Option("--open-recipients", help="Accept requests to names that are no human or agent here."),
@@ -934,6 +942,7 @@ def serve(
             grant_key=grant_key,
             on_ready=announce,
             routing=str(routing) if routing is not None else None,
+            cors_origins=cors_origin or (),
         )
     except (ValueError, OSError) as exc:
         sock.close()

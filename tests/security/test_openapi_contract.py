@@ -4,6 +4,7 @@ that are not JSON included); bodies the schema accepts are not refused for their
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -13,6 +14,9 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 from limits_support import BOUND, TEXT, api, issue_tokens
+from openapi_spec_validator import validate as validate_openapi
+
+from interlock.server.app import create_app
 
 pytestmark = pytest.mark.anyio
 
@@ -20,11 +24,11 @@ PROBLEM_JSON = "application/problem+json"
 
 # The problems each route can answer with (401 and 403 are on every route, with auth).
 EXPECTED = {
-    ("post", "/api/v1/requests"): {400, 409, 413, 422, 429},
+    ("post", "/api/v1/requests"): {400, 409, 413, 415, 422, 429},
     ("get", "/api/v1/requests"): {422},
     ("get", "/api/v1/requests/{request_id}"): {404},
     ("get", "/api/v1/requests/{request_id}/wait"): {404, 408, 422},
-    ("post", "/api/v1/requests/{request_id}/answer"): {400, 404, 409, 413, 422},
+    ("post", "/api/v1/requests/{request_id}/answer"): {400, 404, 409, 413, 415, 422},
     ("post", "/api/v1/answers"): {400, 413, 422},
     ("post", "/api/v1/requests/{request_id}/reject"): {400, 404, 409, 413, 422},
     ("post", "/api/v1/requests/{request_id}/cancel"): {400, 404, 409, 413, 422},
@@ -33,7 +37,7 @@ EXPECTED = {
     ("post", "/api/v1/reopen"): {400, 413, 422},
     ("post", "/api/v1/inform"): {400, 413, 422, 429},
     ("get", "/api/v1/events"): {422},
-    ("get", "/api/v1/events/stream"): {422, 429},
+    ("get", "/api/v1/events/stream"): {400, 422, 429},
 }
 
 
@@ -198,3 +202,170 @@ async def test_the_interactions_answer_in_the_shapes_they_publish(
                     "200",
                     (await alice.get(f"{prefix}/{request_id}")).json(),
                 )
+
+
+# Free-form documents, on purpose: a stored approval policy (its keys are those of the
+# policy files agents load) and the routing (a routing file's JSON); each says so.
+FREE_FORM = {("put", "/api/v1/routing"), ("get", "/api/v1/routing")}
+FREE_FORM |= {
+    (m, p) for m in ("post", "put") for p in ("/api/v1/approval-policies", "/api/v1/approval-policies/{agent}")
+}
+FREE_FORM |= {("put", "/api/v1/approval-policies/{agent}/servers/{server}")}
+NO_TOKEN = {("get", "/api/v1/grants/keys"), ("post", "/api/v1/inbound/{channel}")}
+
+
+def test_the_document_is_valid_openapi_3_1_that_a_client_can_be_generated_from(spec: dict[str, Any]) -> None:
+    assert spec["openapi"].startswith("3.1.")
+    validate_openapi(spec)
+    ids = []
+    assert spec["components"]["securitySchemes"] == {"bearer": {"type": "http", "scheme": "bearer", "description": ANY}}
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            where = (method, path)
+            ids.append(operation["operationId"])
+            assert operation["operationId"].isidentifier() and "api_v1" not in operation["operationId"], where
+            assert operation["summary"] and operation.get("description"), where
+            assert operation["security"] == ([] if where in NO_TOKEN else [{"bearer": []}]), where
+            if where in NO_TOKEN:
+                continue
+            bodies = [operation.get("requestBody", {}).get("content", {}).get("application/json", {})]
+            bodies += [r.get("content", {}).get("application/json", {}) for r in operation["responses"].values()]
+            for body in bodies:
+                schema = body.get("schema", {"$ref": ""})
+                if where not in FREE_FORM:  # a shape, not a bare object
+                    assert '"$ref"' in json.dumps(schema) or "properties" in schema, (where, schema)
+            if "requestBody" in operation:
+                assert "415" in operation["responses"], where
+    assert len(ids) == len(set(ids))
+
+
+class _Any:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and bool(other)
+
+
+ANY = _Any()
+
+
+async def test_a_body_sent_as_anything_but_json_is_a_415_problem_and_changes_nothing(
+    db: str, serve: Callable[..., AbstractContextManager[str]], spec: dict[str, Any]
+) -> None:
+    tokens = await issue_tokens(db)
+    check = problem_validator(spec)
+    body = b'{"asks": [{"type": "text", "prompt": "Deploy?"}]}'
+    with serve(db, auth=True) as base:
+        async with api(base, tokens["alice-bot"]) as bot:
+            for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
+                headers = {"content-type": content_type} if content_type else {}
+                refused = await bot.post("/requests", content=body, headers=headers)
+                assert refused.status_code == 415, refused.text
+                assert refused.headers["content-type"] == PROBLEM_JSON
+                check.validate(refused.json())
+                assert refused.json()["code"] == "unsupported_media_type"
+                assert f"sent as {content_type or 'no Content-Type'}" in refused.json()["detail"]
+            assert (await bot.get("/requests", params={"requester": "alice-bot"})).json()["items"] == []
+            # JSON by any of its names is taken; a body left out where one may be, too
+            sent = await bot.post(
+                "/requests", content=body, headers={"content-type": "application/json; charset=utf-8"}
+            )
+            assert sent.status_code == 201, sent.text
+            cancelled = await bot.post(f"/requests/{sent.json()['id']}/cancel", headers={"content-type": "text/plain"})
+            assert cancelled.status_code == 200, cancelled.text
+            bad_json = await bot.post("/requests", content=b'{"asks": [', headers={"content-type": "application/json"})
+            assert bad_json.json()["detail"] == "the body is not valid JSON at character 10: Expecting value"
+            wrong_type = await bot.get("/requests", params={"limit": "ten"})
+            assert wrong_type.status_code == 422 and wrong_type.headers["content-type"] == PROBLEM_JSON
+            check.validate(wrong_type.json())
+
+
+async def test_the_api_s_answers_are_never_stored_by_a_cache(
+    db: str, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    tokens = await issue_tokens(db)
+    with serve(db, auth=True) as base:
+        async with api(base, tokens["alice-bot"]) as bot, api(base, tokens["alice"]) as alice, api(base) as nobody:
+            made = await bot.post("/requests", json=TEXT)
+            answered = await alice.post(f"/requests/{made.json()['id']}/answer", json={"answer": "the secret word"})
+            responses = [
+                made,
+                answered,
+                await bot.get(f"/requests/{made.json()['id']}"),
+                await bot.get("/whoami"),
+                await bot.get("/no-such-route"),
+                await nobody.get("/requests"),  # a 401
+            ]
+            for response in responses:
+                assert response.headers["cache-control"] == "no-store", (response.request.url, response.headers)
+        async with httpx.AsyncClient(base_url=base) as web:
+            assert (await web.get("/openapi.json")).headers.get("cache-control") != "no-store"
+
+
+async def test_browser_apps_of_other_origins_reach_the_api_only_where_the_operator_allows_them(
+    db: str, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    tokens = await issue_tokens(db)
+    app_origin = "https://app.example.com"
+    preflight = {
+        "Origin": app_origin,
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization, content-type, idempotency-key",
+    }
+    with serve(db, auth=True) as base:  # by default: no CORS at all
+        async with httpx.AsyncClient(base_url=base, timeout=BOUND) as browser:
+            refused = await browser.options("/api/v1/requests", headers=preflight)
+            assert refused.status_code == 405 and "access-control-allow-origin" not in refused.headers
+            read = await browser.get("/api/v1/whoami", headers={"Origin": app_origin, **_bearer(tokens["alice"])})
+            assert read.status_code == 200 and "access-control-allow-origin" not in read.headers
+    with serve(db, auth=True, cors_origins=[app_origin]) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=BOUND) as browser:
+            allowed = await browser.options("/api/v1/requests", headers=preflight)
+            assert allowed.status_code == 200
+            assert allowed.headers["access-control-allow-origin"] == app_origin
+            assert "access-control-allow-credentials" not in allowed.headers  # a token, never the cookie
+            made = await browser.post(
+                "/api/v1/requests", json=TEXT, headers={"Origin": app_origin, **_bearer(tokens["alice-bot"])}
+            )
+            assert made.status_code == 201 and made.headers["access-control-allow-origin"] == app_origin
+            anonymous = await browser.get("/api/v1/requests", headers={"Origin": app_origin})
+            assert anonymous.status_code == 401 and anonymous.headers["access-control-allow-origin"] == app_origin
+            assert "Retry-After" in anonymous.headers["access-control-expose-headers"]
+            other = await browser.options("/api/v1/requests", headers={**preflight, "Origin": "https://evil.example"})
+            assert "access-control-allow-origin" not in other.headers
+            page = await browser.options("/signin", headers=preflight)  # the web inbox: none of it
+            assert "access-control-allow-origin" not in page.headers
+    for origins, auth, refusal in [
+        (["https://app.example.com/"], True, "give scheme://host"),
+        (["app.example.com"], True, "give scheme://host"),
+        ([app_origin], False, "CORS origins need auth"),
+    ]:
+        with pytest.raises(ValueError, match=refusal):
+            create_app("memory://", auth=auth, cors_origins=origins)
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_a_create_retried_with_its_key_in_the_idempotency_key_header_or_the_body_is_answered_alike(
+    db: str, serve: Callable[..., AbstractContextManager[str]], spec: dict[str, Any]
+) -> None:
+    tokens = await issue_tokens(db)
+    check = problem_validator(spec)
+    parameters = spec["paths"]["/api/v1/requests"]["post"]["parameters"]
+    assert any(p["name"] == "Idempotency-Key" and p["in"] == "header" for p in parameters)
+    with serve(db, auth=True) as base:
+        async with api(base, tokens["alice-bot"]) as bot:
+            first = await bot.post("/requests", json=TEXT, headers={"Idempotency-Key": "deploy-1"})
+            assert first.status_code == 201 and first.json()["idempotency_key"] == "deploy-1"
+            again = await bot.post("/requests", json={**TEXT, "idempotency_key": "deploy-1"})
+            assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
+            other = {"asks": [{"type": "text", "prompt": "Deploy to prod?"}]}
+            reused = await bot.post("/requests", json=other, headers={"Idempotency-Key": "deploy-1"})
+            assert reused.status_code == 422 and reused.headers["content-type"] == PROBLEM_JSON
+            check.validate(reused.json())
+            assert reused.json()["code"] == "idempotency_key_reused"
+            assert reused.json()["request_id"] == first.json()["id"]
+            both = await bot.post("/requests", json={**TEXT, "idempotency_key": "a"}, headers={"Idempotency-Key": "b"})
+            assert both.status_code == 422 and "is not the body's idempotency_key" in both.json()["detail"]
+            mine = (await bot.get("/requests", params={"requester": "alice-bot"})).json()["items"]
+            assert [r["id"] for r in mine] == [first.json()["id"]]

@@ -67,6 +67,7 @@ from .schemas import (
     Reopened,
     RequestModel,
     RequestPage,
+    WhoamiModel,
     list_filters,
 )
 from .stream import Dropped
@@ -81,6 +82,21 @@ PROBLEMS = {
 """The codes the requests API sends where they differ from `PROBLEM_CODES`."""
 
 _problems = problems_for(PROBLEMS)
+_create_problems = problems_for({**PROBLEMS, 422: ("invalid_request", "idempotency_key_reused")})
+
+IDEMPOTENCY_KEY_HEADER = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "minLength": 1},
+    "description": (
+        "The request's idempotency key, as `idempotency_key` in the body is (give either, or both the same). "
+        "Sent again with the same request, the first one is answered (200); with a request that differs in "
+        "kind, recipient, asks, title, details or context, 422 `idempotency_key_reused` and nothing changes."
+    ),
+}
+"""The `Idempotency-Key` header of the create routes, as the OpenAPI document shows it (the
+routes read it from the request themselves: a FastAPI parameter costs every call)."""
 
 
 router = APIRouter()
@@ -123,9 +139,10 @@ async def settled_or_conflict(broker: LocalBroker, request_id: str, done: bool) 
     response_model=RequestModel,
     responses={
         200: {"model": RequestModel, "description": "the first request with this idempotency key"},
-        **_problems(400, 409, 413, 422, 429),
+        **_create_problems(400, 409, 413, 422, 429),
     },
     dependencies=[Depends(rate_limited("creates", "requests created"))],
+    openapi_extra={"parameters": [IDEMPOTENCY_KEY_HEADER]},
     tags=["requests"],
 )
 async def create_request(
@@ -145,10 +162,27 @@ async def create_request(
     # The hot routes read the app's state from the request rather than through further
     # dependencies: each one costs FastAPI's dependency solving on every call.
     state = app_state(http)
-    request, created = await create(state, body, caller)
+    request, created = await create(state, _keyed(body, http), caller)
     if wait is not None and wait > 0 and request.status is Status.PENDING:
         request = await _watch_unless_gone(state, http, request.id, wait)
     return JSONResponse(request_to_dict(request), status_code=201 if created else 200)
+
+
+def _keyed(body: CreateBody, http: Request) -> CreateBody:
+    """`body` with the `Idempotency-Key` header's key as its `idempotency_key`; 422 when the
+    body names another, or the header is empty."""
+    header = http.headers.get("idempotency-key")
+    if header is None or header == body.idempotency_key:
+        return body
+    if not header.strip():
+        raise ApiError("invalid_request", "Idempotency-Key: the header is empty; leave it out or give a key")
+    if body.idempotency_key is not None:
+        raise ApiError(
+            "invalid_request",
+            f"Idempotency-Key: the header's key {header!r} is not the body's idempotency_key "
+            f"{body.idempotency_key!r}; give one of them, or both the same",
+        )
+    return body.model_copy(update={"idempotency_key": header})
 
 
 async def _may_reach(state: AppState, caller: Principal, to: str | None) -> None:
@@ -243,12 +277,13 @@ async def _started_by(broker: LocalBroker, caller: Principal, run_id: str, field
     response_model=RequestModel,
     responses={
         200: {"model": RequestModel, "description": "the first request with this idempotency key"},
-        **_problems(400, 409, 413, 422, 429),
+        **_create_problems(400, 409, 413, 422, 429),
     },
     dependencies=[Depends(rate_limited("creates", "requests created"))],
+    openapi_extra={"parameters": [IDEMPOTENCY_KEY_HEADER]},
     tags=["requests"],
 )
-async def create_approval(body: CreateBody, caller: Caller, state: State) -> JSONResponse:
+async def create_approval(body: CreateBody, caller: Caller, state: State, http: Request) -> JSONResponse:
     """Ask approval for a tool call as an approval gate does (`interlock.connect(url)` in
     an agent's process sends its gate's requests here). The server marks the request as a
     gate approval (`context.kind` = `interlock.approval`, which `POST /requests` refuses)
@@ -257,7 +292,7 @@ async def create_approval(body: CreateBody, caller: Caller, state: State) -> JSO
     if body.kind != "approval":
         raise ApiError("invalid_request", "kind: a gate approval has kind 'approval'")
     request, created = await create(
-        state, body.model_copy(update={"context": unmarked(body.context)}), caller, gate=True
+        state, _keyed(body, http).model_copy(update={"context": unmarked(body.context)}), caller, gate=True
     )
     return JSONResponse(request_to_dict(request), status_code=201 if created else 200)
 
@@ -633,7 +668,7 @@ def event_filter(
     return accept
 
 
-@router.get("/events", response_model=EventPage, responses=_problems(422), tags=["events"])
+@router.get("/events", name="list_events", response_model=EventPage, responses=_problems(422), tags=["events"])
 async def events(
     caller: Caller,
     broker: TheBroker,
@@ -665,10 +700,11 @@ async def events(
 
 @router.get(
     "/events/stream",
+    name="stream_events",
     response_class=EventSourceResponse,
     responses={
         200: {"content": {"text/event-stream": {}}, "description": "server-sent events"},
-        **_problems(422, 429),
+        **_problems(400, 422, 429),
     },
     tags=["events"],
 )
@@ -737,8 +773,9 @@ async def stream(
     return state.quotas.streams.response(caller.name, generate(), ping=state.keepalive)
 
 
-@router.get("/whoami", tags=["principals"])
+@router.get("/whoami", response_model=WhoamiModel, tags=["principals"])
 async def whoami(caller: Caller) -> dict[str, Any]:
+    """Who the token you send names."""
     return {"name": caller.name, "kind": caller.kind, "owner": caller.owner}
 
 

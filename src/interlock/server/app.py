@@ -27,16 +27,19 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.routing import APIRoute
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from starlette.datastructures import Headers
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..broker import LocalBroker, connect
 from ..channels import ChannelContext, ChannelError
@@ -67,6 +70,7 @@ from .common import (
     Quotas,
     State,
     TheBroker,
+    _caller_dependency,
     describe,
     event_to_dict,
     parse_event_id,
@@ -78,12 +82,19 @@ from .quotas import DEFAULT_QUOTA, DEFAULT_STREAMS, Quota, TooMany
 
 if TYPE_CHECKING:
     from ..mcp import HttpEndpoint
-from .schemas import (
-    Problem,
-)
 from .web import install_web, refusal
 
-__all__ = ["DEFAULT_MAX_BODY_SIZE", "BodyLimit", "StartupRefused", "create_app", "event_to_dict", "parse_event_id"]
+__all__ = [
+    "DEFAULT_MAX_BODY_SIZE",
+    "ApiCors",
+    "BodyLimit",
+    "NoStore",
+    "StartupRefused",
+    "cors_checked",
+    "create_app",
+    "event_to_dict",
+    "parse_event_id",
+]
 
 
 class StartupRefused(RuntimeError):
@@ -170,6 +181,7 @@ def create_app(
     grant_key: GrantSigner | str | Path | None = None,
     on_ready: Callable[[LocalBroker], Awaitable[None]] | None = None,
     routing: Routing | str | None = None,
+    cors_origins: Sequence[str] = (),
 ) -> FastAPI:
     """The ASGI app on the store at `url` (or on a broker you opened yourself).
 
@@ -207,7 +219,11 @@ def create_app(
     prints a sign-in link from there).
     `routing` (a `Routing`, or the path of a routing file) runs the outbox's delivery loop
     in the server: notices go out through the channels it names (see `interlock.routing`).
+    `cors_origins`: the origins (`https://app.example.com`, or `*` for any) of browser apps
+    that may call the HTTP API with a token (CORS, on /api/ only; never with cookies); none
+    by default, and only with auth.
     """
+    origins = cors_checked(cors_origins, auth)
     options: dict[str, Any] = {"limits": limits} if limits is not None else {}
     if pause_timeout is not None:
         options["pause_timeout"] = pause_timeout
@@ -302,25 +318,22 @@ def create_app(
         summary="Durable human-in-the-loop requests for AI agents.",
         lifespan=lifespan,
         # On every route: who you are, and a store that is unavailable for now.
-        responses={401: {"model": Problem}, 403: {"model": Problem}, **problems_for()(503)},
+        responses=problems_for()(401, 403, 503),
+        generate_unique_id_function=_operation_id,
     )
     app.state.interlock = state
     app.add_middleware(BodyLimit, max_size=max_body_size)
+    app.add_middleware(NoStore)
     _install_errors(app)
     if not auth:
         app.add_middleware(LoopbackOnly)
+    if origins:
+        app.add_middleware(ApiCors, origins=origins)
     _install_quota_errors(app)
-    app.include_router(api.router, prefix="/api/v1")
-    app.include_router(interactions.router, prefix="/api/v1")
-    app.include_router(runs.router, prefix="/api/v1")
-    app.include_router(followups.router, prefix="/api/v1")
-    app.include_router(grants.router, prefix="/api/v1")
-    app.include_router(policies.router, prefix="/api/v1")
-    app.include_router(deliveries.router, prefix="/api/v1")
-    app.include_router(teams.router, prefix="/api/v1")
-    app.include_router(inbound.router, prefix="/api/v1")
+    for router in API_ROUTERS:
+        app.include_router(router, prefix="/api/v1")
     app.include_router(inbound.pages)
-    _document_problems(app)
+    _document_problems(app, auth)
 
     app.include_router(operations)
     install_web(app, state)
@@ -333,6 +346,26 @@ def create_app(
         app.router.routes.append(Route("/mcp", _no_mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     install_pages(app, state)
     return app
+
+
+API_ROUTERS: tuple[APIRouter, ...] = (
+    api.router,
+    interactions.router,
+    runs.router,
+    followups.router,
+    grants.router,
+    policies.router,
+    deliveries.router,
+    teams.router,
+    inbound.router,
+)
+"""The HTTP API's routers, served under /api/v1 and described by /openapi.json."""
+
+
+def _operation_id(route: APIRoute) -> str:
+    """An operation's id in the OpenAPI document: its route's name (`create_request`), which
+    a generated client names its method after; unique over the API (FastAPI warns otherwise)."""
+    return route.name
 
 
 operations = APIRouter(include_in_schema=False)
@@ -348,6 +381,76 @@ async def healthz(broker: TheBroker) -> dict[str, str]:
 @operations.get("/metrics")
 async def metrics(state: State) -> Response:
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+class NoStore:
+    """ASGI middleware: every response of the HTTP API (/api/...) says `Cache-Control:
+    no-store` unless its route set its own, so that no browser, proxy or client cache keeps
+    what it carries: answers, a grant's token, a hook's secret, who may do what."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/api/"):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_no_store(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers.setdefault("cache-control", "no-store")
+            await send(message)
+
+        await self.app(scope, receive, send_no_store)
+
+
+CORS_HEADERS = ("Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID")
+"""The request headers a browser app on an allowed origin may send to the API."""
+CORS_EXPOSED = ("Retry-After", "WWW-Authenticate", "Allow")
+"""The response headers its scripts may read, besides the CORS-safelisted ones."""
+
+
+def cors_checked(origins: Sequence[str], auth: bool) -> tuple[str, ...]:
+    """The origins a browser app may call the API from, each as a browser sends it in
+    `Origin` (`scheme://host[:port]`, no path), or `*`; ValueError for anything else, and
+    for any origin on a server without auth (which answers its own pages only)."""
+    checked = []
+    for origin in origins:
+        parts = urlsplit(origin)
+        plain = parts.scheme in ("http", "https") and parts.netloc and not (parts.path or parts.query or parts.fragment)
+        if origin != "*" and not (plain and "@" not in parts.netloc):
+            raise ValueError(
+                f"CORS origin {origin!r}: give scheme://host[:port], such as https://app.example.com, or *"
+            )
+        checked.append(origin.lower())
+    if checked and not auth:
+        raise ValueError("CORS origins need auth: without it, the server answers only to its own pages")
+    return tuple(checked)
+
+
+class ApiCors:
+    """ASGI middleware: CORS for the HTTP API (/api/...) alone, for the origins an operator
+    allowed. Browser apps there call it with a bearer token; no cookie is ever allowed
+    across origins (no `Access-Control-Allow-Credentials`), so the web inbox's session
+    stays its own. Preflights are answered here; every other path is untouched."""
+
+    def __init__(self, app: ASGIApp, origins: Sequence[str]) -> None:
+        self.app = app
+        self.cors = CORSMiddleware(
+            app,
+            allow_origins=list(origins),
+            allow_methods=["GET", "POST", "PUT", "DELETE"],
+            allow_headers=list(CORS_HEADERS),
+            expose_headers=list(CORS_EXPOSED),
+            max_age=600,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/api/"):
+            await self.cors(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
 
 
 _UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -425,6 +528,17 @@ def _install_errors(app: FastAPI) -> None:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         unreadable = first.get("type") == "json_invalid"
+        sent_as = request.headers.get("content-type")
+        # A body FastAPI left as bytes was not read as JSON: its Content-Type names no JSON.
+        if first.get("loc", ())[:1] == ("body",) and isinstance(exc.body, bytes) and exc.body:
+            return problem(
+                "unsupported_media_type",
+                f"the body is sent as {sent_as or 'no Content-Type'}: send JSON, with Content-Type: application/json",
+            )
+        if unreadable:
+            reason = first.get("ctx", {}).get("error") or first.get("msg", "invalid")
+            at = f" at character {where}" if where.isdigit() else ""
+            return problem("invalid_request", f"the body is not valid JSON{at}: {reason}", status=UNREADABLE)
         if first.get("type") == "extra_forbidden" and first.get("loc", ())[-1:] == ("grants",):
             detail = (
                 "grants may be offered only on confirm (approval) asks and on the options of choice and "
@@ -469,19 +583,58 @@ def _a_page(request: Request) -> bool:
     return "text/html" in request.headers.get("accept", "")
 
 
-def _document_problems(app: FastAPI) -> None:
+BEARER = {
+    "type": "http",
+    "scheme": "bearer",
+    "description": (
+        "A token of a person or an agent (`interlock token create NAME --human` or `--agent --owner NAME`), "
+        "sent as `Authorization: Bearer <token>`; 401 `unauthorized` without a valid one."
+    ),
+}
+"""The security scheme of the routes that take a token, as the OpenAPI document names it."""
+
+
+def _needs_token(route: APIRoute) -> bool:
+    """Whether a route reads its caller from a bearer token (the `Caller` dependency,
+    directly or through another dependency)."""
+    pending = list(route.dependant.dependencies)
+    while pending:
+        dependency = pending.pop()
+        if dependency.call is _caller_dependency:
+            return True
+        pending.extend(dependency.dependencies)
+    return False
+
+
+def _document_problems(app: FastAPI, auth: bool) -> None:
     """Publish every error response as what the server sends: `application/problem+json`
     with the `Problem` schema, FastAPI's own 422 shape included (the handlers above
-    answer validation errors as problems too)."""
+    answer validation errors as problems too), and 415 on every route that takes a JSON
+    body. With auth, say which routes take a bearer token (`security`) and which take
+    none (`security: []`: the grants' public keys, a webhook's own signature)."""
     build = app.openapi
+    token_routes = {
+        route.name: _needs_token(route)
+        for router in API_ROUTERS
+        for route in router.routes
+        if isinstance(route, APIRoute)
+    }
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
             return app.openapi_schema
         schema = build()
         problem_ref = {"$ref": "#/components/schemas/Problem"}
+        if auth:
+            schema.setdefault("components", {})["securitySchemes"] = {"bearer": BEARER}
         for operations in schema.get("paths", {}).values():
             for operation in operations.values():
+                if auth:
+                    operation["security"] = [{"bearer": []}] if token_routes.get(operation["operationId"]) else []
+                if "application/json" in operation.get("requestBody", {}).get("content", {}):
+                    operation["responses"].setdefault(
+                        "415", {"description": describe(415, ("unsupported_media_type",))}
+                    )
                 for status, response in operation.get("responses", {}).items():
                     if status.isdigit() and int(status) >= 400:
                         response["content"] = {"application/problem+json": {"schema": problem_ref}}

@@ -76,7 +76,7 @@ Novo's clients expect it (the table's is 422)."""
 
 _TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 408: "Request Timeout"}
 _TITLES |= {405: "Method Not Allowed", 409: "Conflict", 413: "Content Too Large", 422: "Unprocessable Content"}
-_TITLES |= {429: "Too Many Requests", 503: "Service Unavailable"}
+_TITLES |= {415: "Unsupported Media Type", 429: "Too Many Requests", 503: "Service Unavailable"}
 
 
 def problem(code: str, detail: str, *, status: int | None = None, **extra: Any) -> JSONResponse:
@@ -116,6 +116,7 @@ PROBLEM_CODES: Mapping[int, tuple[str, ...]] = {
     408: ("pending",),
     409: ("already_settled",),
     413: ("too_large",),
+    415: ("unsupported_media_type",),
     422: ("invalid_request",),
     429: ("rate_limited",),
     503: ("unavailable",),

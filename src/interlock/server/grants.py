@@ -9,7 +9,7 @@ this machine). The public key that verifies the tokens is served to anyone, at
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
@@ -88,7 +88,22 @@ def _with_token(state: AppState, grant: IssuedGrant) -> dict[str, Any]:
     return {**issued_grant_to_dict(grant), "token": state.grant_signer.sign(grant)}
 
 
-@router.get("/grants/keys")
+class Jwk(BaseModel):
+    """A public key of the server's, as a JSON Web Key (RFC 8037: Ed25519)."""
+
+    kty: Literal["OKP"]
+    crv: Literal["Ed25519"]
+    x: str = Field(description="The public key, base64url.")
+    kid: str = Field(description="The key id, as the tokens' header names it.")
+    alg: Literal["EdDSA"]
+    use: Literal["sig"]
+
+
+class JwkSet(BaseModel):
+    keys: list[Jwk]
+
+
+@router.get("/grants/keys", response_model=JwkSet)
 async def grant_keys(state: State) -> dict[str, Any]:
     """The public key the grant tokens are signed with, as a JWK Set (Ed25519, EdDSA)."""
     return state.grant_signer.jwks()

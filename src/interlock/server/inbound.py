@@ -50,6 +50,7 @@ _MAX_BODY = 256 * 1024
 
 @router.post(
     "/inbound/{channel}",
+    name="receive_inbound",
     response_model=RequestModel,
     responses={
         s: {"model": Problem, "description": d}

@@ -397,13 +397,19 @@ def _replayed(event: Event) -> dict[str, Any]:
 
 @router.get("/interactions/{interaction_id}", response_model=InteractionModel, responses=_problems(403, 404, 422))
 async def get_interaction(interaction_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
+    """One interaction: a request to you or one you made, as a Novo client reads it."""
     request = await broker.get(interaction_id)
     if not can_read(caller, request):
         raise ApiError("forbidden", "this interaction is neither to you nor from you")
     return JSONResponse(interaction(request))
 
 
-@router.post("/interactions/resolve", response_model=list[BatchResultModel], responses=_problems(400, 413, 422))
+@router.post(
+    "/interactions/resolve",
+    name="resolve_interactions",
+    response_model=list[BatchResultModel],
+    responses=_problems(400, 413, 422),
+)
 async def resolve_batch(body: BatchResolveBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Resolve several interactions, each on its own: one that fails does not stop the
     others; each item says how it went."""
@@ -425,6 +431,7 @@ async def resolve_batch(body: BatchResolveBody, caller: Caller, broker: TheBroke
 
 @router.post(
     "/interactions/{interaction_id}/resolve",
+    name="resolve_interaction",
     response_model=InteractionModel,
     responses=_problems(400, 403, 404, 409, 413, 422),
 )

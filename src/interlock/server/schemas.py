@@ -20,6 +20,7 @@ from ..store import Query
 from ..wire import WIRE_ERRORS
 
 __all__ = [
+    "WhoamiModel",
     "Strict",
     "AnswerBody",
     "GrantEcho",
@@ -433,6 +434,15 @@ class EventPage(BaseModel):
 def _codes_text() -> str:
     rows = [f"`{row.code}` ({row.status}): {row.meaning}" for row in WIRE_ERRORS]
     return "A stable machine code, one of the wire table's:\n\n" + "\n".join(f"- {row}" for row in rows)
+
+
+class WhoamiModel(BaseModel):
+    """Who the token names: a person (`human`), an agent (with its `owner`), or `admin` on a
+    server without auth."""
+
+    name: str
+    kind: Literal["human", "agent", "admin"]
+    owner: str | None = Field(description="An agent's owner; null for anyone else.")
 
 
 class Problem(BaseModel):
