@@ -1155,9 +1155,13 @@ class LocalBroker(Broker):
         self._ready.set()
         await self.store.aclose()
 
-    async def submit(self, request: Request) -> tuple[Request, bool]:
+    async def submit(self, request: Request, *, refuse_other: bool = False) -> tuple[Request, bool]:
         """Store a prepared request. With an idempotency key already used by the same
-        requester, return the first request and False instead."""
+        requester, return the first request and False instead; with `refuse_other`, only
+        when this one asks the same (its kind, recipient, asks, title, details and context),
+        else raise `IdempotencyKeyReused` and change nothing. The HTTP API's `POST /requests`
+        refuses so (a client's retry must repeat its request); an approval gate finds the
+        approval it made for a call by its key alone, whatever it asks now."""
         if self._state != "open":
             await self.open()
         if self._closed:
@@ -1176,7 +1180,8 @@ class LocalBroker(Broker):
         asked = request
         request, created = now.insert_now(request) if now is not None else await self.store.insert(request)
         if not created:
-            _same_request(request, asked)
+            if refuse_other:
+                _same_request(request, asked)
             return request, False
         if self._closed:  # close() ran while the insert was in flight
             await self._withdraw(request, "closed", "the broker was closed")

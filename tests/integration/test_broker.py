@@ -14,6 +14,7 @@ import pytest
 
 from interlock import (
     AlreadySettled,
+    Ask,
     Broker,
     Cancelled,
     Choice,
@@ -637,9 +638,16 @@ async def test_an_idempotency_key_returns_the_first_request(broker: Broker) -> N
 async def test_an_idempotency_key_used_again_for_another_request_is_refused_and_changes_nothing(
     broker: Broker,
 ) -> None:
-    first = await broker.create(Text("Deploy?"), to="alice", requester="agent-1", idempotency_key="k1", timeout=60)
+    async def create(*asks: Ask, **options: Any) -> Request:
+        """A create as a client of the HTTP API makes it: over HTTP, `POST /requests`."""
+        if not isinstance(broker, LocalBroker):
+            return await broker.create(*asks, **options)
+        request, _ = await broker.submit(broker.prepare(asks, **options), refuse_other=True)
+        return request
+
+    first = await create(Text("Deploy?"), to="alice", requester="agent-1", idempotency_key="k1", timeout=60)
     # a retry: its deadline counts from now, and that is no other request
-    again = await broker.create(Text("Deploy?"), to="alice", requester="agent-1", idempotency_key="k1", timeout=90)
+    again = await create(Text("Deploy?"), to="alice", requester="agent-1", idempotency_key="k1", timeout=90)
     assert again.id == first.id
     others: dict[str, tuple[list[Any], dict[str, Any]]] = {
         "asks": ([Text("Deploy to prod?")], {}),
@@ -649,7 +657,7 @@ async def test_an_idempotency_key_used_again_for_another_request_is_refused_and_
     }
     for field, (asks, other) in others.items():
         with pytest.raises(IdempotencyKeyReused, match=rf"^{field}: idempotency key 'k1' .*differs in {field}") as e:
-            await broker.create(*asks, requester="agent-1", idempotency_key="k1", **{"to": "alice", **other})
+            await create(*asks, requester="agent-1", idempotency_key="k1", **{"to": "alice", **other})
         assert e.value.request_id == first.id
         assert isinstance(e.value, InvalidRequest)  # what a caller catching bad requests catches
     assert [r.id for r in (await broker.list()).items] == [first.id]

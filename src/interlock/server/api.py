@@ -91,8 +91,10 @@ IDEMPOTENCY_KEY_HEADER = {
     "schema": {"type": "string", "minLength": 1},
     "description": (
         "The request's idempotency key, as `idempotency_key` in the body is (give either, or both the same). "
-        "Sent again with the same request, the first one is answered (200); with a request that differs in "
-        "kind, recipient, asks, title, details or context, 422 `idempotency_key_reused` and nothing changes."
+        "Sent again with the same request, the first one is answered (200); on `POST /requests`, with a "
+        "request that differs in kind, recipient, asks, title, details or context, 422 "
+        "`idempotency_key_reused` and nothing changes (`POST /approvals`, an approval gate's, answers with "
+        "the approval made for the key whatever it asks)."
     ),
 }
 """The `Idempotency-Key` header of the create routes, as the OpenAPI document shows it (the
@@ -235,7 +237,8 @@ async def create(
     )
     if body.detached:
         prepared = replace(prepared, detached=True)
-    return await broker.submit(mark(prepared) if gate else prepared)
+    # A client's retry must repeat its request; a gate finds its call's approval by key alone.
+    return await broker.submit(mark(prepared) if gate else prepared, refuse_other=not gate)
 
 
 async def _origin_of(broker: LocalBroker, caller: Principal, origin: Origin) -> Origin:
