@@ -32,7 +32,7 @@ from typing import Any, Literal, TypedDict, Unpack, cast
 from urllib.parse import urlsplit
 
 from .approval_policies import ApprovalPolicy, policy_from_dict, policy_to_dict
-from .approvals import check_context, decision_ask
+from .approvals import check_context, decision_ask, is_marked
 from .dashboard import DASHBOARD_ROWS, DASHBOARD_WINDOW, Dashboard, layout
 from .errors import (
     AlreadySettled,
@@ -1155,13 +1155,13 @@ class LocalBroker(Broker):
         self._ready.set()
         await self.store.aclose()
 
-    async def submit(self, request: Request, *, refuse_other: bool = False) -> tuple[Request, bool]:
+    async def submit(self, request: Request) -> tuple[Request, bool]:
         """Store a prepared request. With an idempotency key already used by the same
-        requester, return the first request and False instead; with `refuse_other`, only
-        when this one asks the same (its kind, recipient, asks, title, details and context),
-        else raise `IdempotencyKeyReused` and change nothing. The HTTP API's `POST /requests`
-        refuses so (a client's retry must repeat its request); an approval gate finds the
-        approval it made for a call by its key alone, whatever it asks now."""
+        requester, return the first request and False instead, if this one asks the same
+        (its kind, recipient, asks, title, details and context: a retry repeats its
+        request), else raise `IdempotencyKeyReused` and change nothing. An approval gate's
+        request (`approvals.mark`) is matched by its key alone: the gate finds the approval
+        it made for a call whatever it asks now (its edit form, say, left out)."""
         if self._state != "open":
             await self.open()
         if self._closed:
@@ -1180,7 +1180,7 @@ class LocalBroker(Broker):
         asked = request
         request, created = now.insert_now(request) if now is not None else await self.store.insert(request)
         if not created:
-            if refuse_other:
+            if not is_marked(asked):
                 _same_request(request, asked)
             return request, False
         if self._closed:  # close() ran while the insert was in flight

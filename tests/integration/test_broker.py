@@ -14,7 +14,6 @@ import pytest
 
 from interlock import (
     AlreadySettled,
-    Ask,
     Broker,
     Cancelled,
     Choice,
@@ -638,13 +637,7 @@ async def test_an_idempotency_key_returns_the_first_request(broker: Broker) -> N
 async def test_an_idempotency_key_used_again_for_another_request_is_refused_and_changes_nothing(
     broker: Broker,
 ) -> None:
-    async def create(*asks: Ask, **options: Any) -> Request:
-        """A create as a client of the HTTP API makes it: over HTTP, `POST /requests`."""
-        if not isinstance(broker, LocalBroker):
-            return await broker.create(*asks, **options)
-        request, _ = await broker.submit(broker.prepare(asks, **options), refuse_other=True)
-        return request
-
+    create = broker.create
     first = await create(Text("Deploy?"), to="alice", requester="agent-1", idempotency_key="k1", timeout=60)
     # a retry: its deadline counts from now, and that is no other request
     again = await create(Text("Deploy?"), to="alice", requester="agent-1", idempotency_key="k1", timeout=90)

@@ -238,7 +238,7 @@ async def create(
     if body.detached:
         prepared = replace(prepared, detached=True)
     # A client's retry must repeat its request; a gate finds its call's approval by key alone.
-    return await broker.submit(mark(prepared) if gate else prepared, refuse_other=not gate)
+    return await broker.submit(mark(prepared) if gate else prepared)
 
 
 async def _origin_of(broker: LocalBroker, caller: Principal, origin: Origin) -> Origin:
