@@ -34,8 +34,10 @@ What fails for now is raised as `interlock.errors.Unavailable` (`_FOR_NOW`), whe
 driver's error reaches a caller: a connection made (`_new_connection`: refused, the server
 starting up or not taking connections to the database, too many connections), a statement
 on the pool (`Connections.run`: the connection dropped, the server shutting down, its disk
-full) and a transaction (`_transaction`). A statement safe to repeat is tried once more
-on a fresh connection first (`_query`). A constraint, a statement of ours that is wrong,
+full, the statement cancelled by the database's `statement_timeout` or `lock_timeout`) and
+a transaction (`_transaction`). A statement safe to repeat is tried once more on a fresh
+connection first (`_query`), unless the database cancelled it. The migrations run without
+those timeouts (`unbounded_migrations`). A constraint, a statement of ours that is wrong,
 bad credentials or a database that does not exist stay the errors they are.
 """
 
@@ -135,10 +137,21 @@ _DROPPED = (
     # but before the connection was seen closed (a turn of the event loop or more later):
     # its protocol is still busy reading that error and refuses the next statement.
     asyncpg.InternalClientError,
+    # 25P03: the server ended a connection left idle in a transaction for longer than the
+    # database's idle_in_transaction_session_timeout (a process starved of CPU, say).
+    asyncpg.IdleInTransactionSessionTimeoutError,
     OSError,
 )
+_CANCELLED = (
+    asyncpg.QueryCanceledError,  # 57014: the database's statement_timeout, or an operator's pg_cancel_backend
+    asyncpg.LockNotAvailableError,  # 55P03: the database's lock_timeout
+)
+"""A statement the database gave up on, on a connection still fine: too slow for now (a
+lock held long by another session, a database overloaded). Not tried again at once, as a
+dropped connection's statement is: the next try would most likely wait as long."""
 _FOR_NOW = (
     *_DROPPED,
+    *_CANCELLED,
     asyncpg.IdleSessionTimeoutError,  # 57P05: the server ended an idle connection
     asyncpg.InsufficientResourcesError,  # 53xxx: its disk full, out of memory, too many connections
 )
@@ -285,6 +298,7 @@ class PostgresStore(SqlStore):
         conn = await self.pool.acquire()
         try:
             async with conn.transaction():
+                await conn.execute(Q["unbounded_migrations"])
                 await conn.execute(Q["lock_migrations"])
                 await conn.execute(Q["create_migrations"])
                 applied = {row[0] for row in await conn.fetch(Q["applied_migrations"])}
@@ -320,6 +334,8 @@ class PostgresStore(SqlStore):
         try:
             return await getattr(self.pool, method)(sql, *args)
         except Unavailable as exc:
+            if isinstance(exc.__cause__, _CANCELLED):
+                raise
             await self._dropped(exc)
             return await getattr(self.pool, method)(sql, *args)
 

@@ -1,3 +1,14 @@
+-- name: unbounded_migrations
+-- The database's own bounds on a statement, a lock wait and a pause inside a transaction
+-- (statement_timeout, lock_timeout, idle_in_transaction_session_timeout: set for every
+-- session of a database or role, they are meant for queries) do not bound the migrating
+-- transaction: cut, it would roll back, and no process of this version could start. It
+-- waits for a process migrating the same database, then runs each migration to its end,
+-- however long the tables make it.
+SET LOCAL statement_timeout = 0;
+SET LOCAL lock_timeout = 0;
+SET LOCAL idle_in_transaction_session_timeout = 0;
+
 -- name: lock_migrations
 -- Held until the end of the migrating transaction: processes that start together apply
 -- the migrations one after the other, and all but the first find nothing left to do.

@@ -1,0 +1,110 @@
+"""A database an operator bounds for every session (`ALTER DATABASE ... SET statement_timeout`,
+`lock_timeout`): the migrations still run to their end, waiting for another process's; a
+statement the database cancels is `Unavailable` (503 with Retry-After over HTTP), changes
+nothing, and the store serves again once the database is fast enough."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+from pg_support import database_of, empty_database, psql
+
+import interlock
+from asgi_support import serve_in_process
+from interlock import Text, Unavailable
+from interlock.store._sql import load_migrations
+
+pytestmark = pytest.mark.anyio
+
+BOUND = 20  # seconds: the most any one wait here may take
+MIGRATIONS_LOCK = 7598390718262734180  # queries.sql `lock_migrations`
+EVENTS_LOCK = 7598390718262734181  # taken by every event insert (migration 0023)
+
+
+def bound_every_session(url: str, setting: str, value: str = "200ms") -> None:
+    psql(f"ALTER DATABASE \"{database_of(url)}\" SET {setting} = '{value}'")
+
+
+async def test_migrations_wait_for_another_process_s_past_the_database_s_timeouts() -> None:
+    with empty_database() as url:
+        bound_every_session(url, "statement_timeout")
+        bound_every_session(url, "lock_timeout")
+        other = await asyncpg.connect(url)  # a process of this version migrating: it holds the lock
+        try:
+            migrating = other.transaction()
+            await migrating.start()
+            await other.execute("SET LOCAL statement_timeout = 0")
+            await other.execute(f"SELECT pg_advisory_xact_lock({MIGRATIONS_LOCK})")
+            broker = interlock.connect(url)
+            opening = asyncio.create_task(broker.open())
+            with anyio.fail_after(BOUND):  # until it has waited longer than either timeout
+                while not opening.done():
+                    waited = psql(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                        "AND waitstart < clock_timestamp() - interval '500 ms'",
+                        database_of(url),
+                    )
+                    if waited not in ("", "0"):
+                        break
+                    await anyio.sleep(0.02)
+            await migrating.commit()
+            with anyio.fail_after(BOUND):
+                await opening
+            try:
+                request = await broker.create(Text("Opened?"))
+                assert (await broker.get(request.id)).status.value == "pending"
+            finally:
+                await broker.aclose()
+        finally:
+            await other.close()
+        applied = psql("SELECT version FROM interlock_migrations ORDER BY version", database_of(url))
+        assert applied.splitlines() == [str(m.version) for m in load_migrations("postgresql")]
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [("statement_timeout", "statement timeout"), ("lock_timeout", "lock timeout")],
+)
+async def test_a_write_the_database_cancels_is_unavailable_changes_nothing_and_serves_after(
+    pg_url: str, setting: str, said: str
+) -> None:
+    bound_every_session(pg_url, setting)  # (for the sessions opened from now on)
+    holder = await asyncpg.connect(pg_url)
+    try:
+        async with interlock.connect(pg_url) as broker:
+            before = await broker.last_event_id()
+            async with holder.transaction():  # a session holding the lock every event insert takes
+                await holder.execute(f"SET LOCAL {setting} = 0")
+                await holder.execute(f"SELECT pg_advisory_xact_lock({EVENTS_LOCK})")
+                with anyio.fail_after(BOUND), pytest.raises(Unavailable, match=said):
+                    await broker.create(Text("Held up?"))
+            assert await broker.last_event_id() == before
+            assert await broker.pending() == {}
+            made = await broker.create(Text("Now?"))
+            assert list(await broker.pending()) == [made.id]
+    finally:
+        await holder.close()
+
+
+async def test_a_server_answers_503_with_retry_after_for_a_statement_the_database_cancelled(pg_url: str) -> None:
+    bound_every_session(pg_url, "statement_timeout")
+    holder = await asyncpg.connect(pg_url)
+    try:
+        async with serve_in_process(pg_url, auth=False) as server, server.client() as client:
+            body = {"asks": [{"type": "text", "prompt": "Name?"}]}
+            async with holder.transaction():
+                await holder.execute("SET LOCAL statement_timeout = 0")
+                await holder.execute(f"SELECT pg_advisory_xact_lock({EVENTS_LOCK})")
+                with anyio.fail_after(BOUND):
+                    held = await client.post("/api/v1/requests", json=body)
+            assert held.status_code == 503, held.text
+            assert held.json()["code"] == "unavailable"
+            assert "statement timeout" in held.json()["detail"]
+            assert int(held.headers["Retry-After"]) >= 1
+            assert (await client.get("/api/v1/requests")).json()["items"] == []
+            assert (await client.post("/api/v1/requests", json=body)).status_code == 201
+    finally:
+        await holder.close()
