@@ -1,16 +1,21 @@
 """A database an operator bounds for every session (`ALTER DATABASE ... SET statement_timeout`,
-`lock_timeout`): the migrations still run to their end, waiting for another process's; a
-statement the database cancels is `Unavailable` (503 with Retry-After over HTTP), changes
-nothing, and the store serves again once the database is fast enough."""
+`lock_timeout`, a connection limit): the migrations still run to their end, waiting for
+another process's; a statement the database cancels is `Unavailable` (503 with Retry-After
+over HTTP), changes nothing, and the store serves again once the database is fast enough; a
+server that takes no more connections makes calls wait for the pool's own."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import secrets
+from collections.abc import Iterator
 
 import anyio
 import asyncpg  # type: ignore[import-untyped]
 import pytest
-from pg_support import database_of, empty_database, psql
+from pg_support import PG_SERVER, database_of, empty_database, psql
 
 import interlock
 from asgi_support import serve_in_process
@@ -108,3 +113,45 @@ async def test_a_server_answers_503_with_retry_after_for_a_statement_the_databas
             assert (await client.post("/api/v1/requests", json=body)).status_code == 201
     finally:
         await holder.close()
+
+
+@contextlib.contextmanager
+def a_role_of_its_own(url: str) -> Iterator[str]:
+    """The URL of `url`'s database as a new role that may use interlock's tables there (a
+    connection limit binds no superuser), dropped after."""
+    role = f"interlock_limited_{os.getpid()}_{secrets.token_hex(4)}"
+    database = database_of(url)
+    psql(f"CREATE ROLE {role} LOGIN")
+    try:
+        psql(
+            f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}; "
+            f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}",
+            database,
+        )
+        yield f"{PG_SERVER.replace('postgres@', f'{role}@')}/{database}"
+    finally:
+        psql(f"DROP OWNED BY {role}", database)
+        psql(f"DROP ROLE {role}")
+
+
+async def test_calls_wait_for_the_pool_s_connections_when_the_server_takes_no_more(pg_url: str) -> None:
+    with a_role_of_its_own(pg_url) as url:
+        async with interlock.connect(f"{url}?max_size=8") as broker:
+            asked = await broker.create(Text("Name?"))
+            role = url.split("//", 1)[1].split("@", 1)[0]
+            # Other nodes and clients have taken every other connection the role may open.
+            held = psql(f"SELECT count(*) FROM pg_stat_activity WHERE usename = '{role}'", database_of(url))
+            psql(f"ALTER ROLE {role} CONNECTION LIMIT {held}")
+            with anyio.fail_after(BOUND):
+                read = await asyncio.gather(*(broker.get(asked.id) for _ in range(20)))
+                made = await asyncio.gather(*(broker.create(Text(f"Name {i}?")) for i in range(5)))
+            assert {r.id for r in read} == {asked.id}
+            assert set(await broker.pending()) == {asked.id, *(r.id for r in made)}
+
+
+async def test_a_role_that_may_only_read_and_write_the_tables_opens_a_migrated_database(pg_url: str) -> None:
+    with a_role_of_its_own(pg_url) as url:  # no CREATE on the schema: the tables are another role's
+        async with interlock.connect(url) as broker:
+            asked = await broker.create(Text("Name?"))
+            await broker.resolve(asked.id, "Ada")
+            assert (await broker.get(asked.id)).status.value == "answered"

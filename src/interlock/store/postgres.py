@@ -113,6 +113,9 @@ CHANNEL = "interlock"
 _DUE_BATCH = 1000  # overdue requests expired per transaction; the expiry loop comes back for more
 DERIVE_CHUNK = 1000
 """Events taken into the search text a transaction."""
+FULL_HOLD = 1.0
+"""Seconds a pool refused a connection because the server was full (too many connections)
+opens no more, and queues its calls on the connections it has (`Connections`)."""
 RARE_WORD = 0.01
 """A search whose rarest word is in fewer requests than this share (as ANALYZE last
 sampled the search texts) reads the word's matches first (`_text_plan`)."""
@@ -297,6 +300,12 @@ class PostgresStore(SqlStore):
     async def _migrate(self) -> None:
         conn = await self.pool.acquire()
         try:
+            # Every migration applied already (every start but an upgrade's): nothing to lock
+            # or create, so a role that may only read and write the tables opens the store.
+            if await conn.fetchval(Q["migrations_kept"]):
+                applied = {row[0] for row in await conn.fetch(Q["applied_migrations"])}
+                if applied >= {migration.version for migration in load_migrations("postgresql")}:
+                    return
             async with conn.transaction():
                 await conn.execute(Q["unbounded_migrations"])
                 await conn.execute(Q["lock_migrations"])
@@ -920,6 +929,11 @@ class Connections:
     round trip. The store never changes a session's state (no SET, LISTEN, session lock
     or cursor), so there is nothing to reset; a connection that is closed, left inside a
     transaction, or was cut by a cancellation is dropped rather than reused.
+
+    A server that takes no more connections (`max_connections`, a role's or a database's
+    connection limit: other nodes and clients took them) makes the pool wait for one of its
+    own, when it has any, rather than fail the call: for `FULL_HOLD` seconds it opens no
+    more than it has, then tries again.
     """
 
     def __init__(self, connect: Callable[[], Awaitable[Any]], max_size: int) -> None:
@@ -929,6 +943,7 @@ class Connections:
         self._size = 0  # connections open or being opened
         self._waiters: deque[asyncio.Future[Any]] = deque()
         self._closed = False
+        self._full_until = -math.inf  # while the server refuses new connections, the pool makes none
 
     async def fill(self, count: int) -> None:
         """Open connections until `count` are idle (the first failure is raised)."""
@@ -944,30 +959,45 @@ class Connections:
     async def acquire(self) -> Any:
         if self._closed:
             raise RuntimeError("the PostgreSQL store is closed")
-        while self._idle:
-            conn = self._idle.pop()
-            if not conn.is_closed():
-                return conn
-            self._size -= 1
-        if self._size >= self.max_size:
-            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            self._waiters.append(fut)
+        while True:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.is_closed():
+                    return conn
+                self._size -= 1
+            if self._size >= self.max_size or (self._size > 0 and time.monotonic() < self._full_until):
+                fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                self._waiters.append(fut)
+                try:
+                    conn = await fut
+                except asyncio.CancelledError:
+                    if fut.done() and not fut.cancelled():
+                        self._hand_on(fut.result())  # given to us just as we were cancelled
+                    raise
+                if conn is not None:
+                    return conn
+                # None: a connection was dropped and its place handed to us; open one in it.
+            else:
+                self._size += 1
             try:
-                conn = await fut
-            except asyncio.CancelledError:
-                if fut.done() and not fut.cancelled():
-                    self._hand_on(fut.result())  # given to us just as we were cancelled
+                return await self._connect()
+            except Unavailable as exc:
+                if not isinstance(exc.__cause__, asyncpg.TooManyConnectionsError) or self._size <= 1:
+                    self._hand_on(None)
+                    raise
+                # The server is full and this pool has connections: wait for one of them.
+                self._size -= 1
+                if time.monotonic() >= self._full_until:
+                    log.warning(
+                        "PostgreSQL takes no more connections (%s): this process waits for its %d open ones "
+                        "(raise max_connections, or lower max_size on the nodes)",
+                        exc.__cause__,
+                        self._size,
+                    )
+                self._full_until = time.monotonic() + FULL_HOLD
+            except BaseException:
+                self._hand_on(None)
                 raise
-            if conn is not None:
-                return conn
-            # None: a connection was dropped and its place handed to us; open one in it.
-        else:
-            self._size += 1
-        try:
-            return await self._connect()
-        except BaseException:
-            self._hand_on(None)
-            raise
 
     def release(self, conn: Any, *, reusable: bool = True) -> None:
         if not reusable or self._closed or conn.is_closed() or conn.is_in_transaction():

@@ -21,6 +21,9 @@ CREATE TABLE IF NOT EXISTS interlock_migrations (
     applied_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- name: migrations_kept
+SELECT to_regclass('interlock_migrations') IS NOT NULL;
+
 -- name: applied_migrations
 SELECT version FROM interlock_migrations;
 
