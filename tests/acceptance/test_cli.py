@@ -165,7 +165,7 @@ def test_usage_errors_exit_four_and_store_nothing(db: str, tmp_path: Path) -> No
     (tmp_path / "garbage.db").write_text("not a database")
     for unopenable in ("sqlite:///no/such/folder/x.db", f"sqlite:///{tmp_path / 'garbage.db'}"):
         refused = run("inbox", db=unopenable)
-        assert refused.returncode == 4 and "cannot be opened" in " ".join(refused.stderr.split()), refused.stderr
+        assert refused.returncode == 4 and "cannot open the SQLite store at" in refused.stderr, refused.stderr
     assert run("ask", "Deploy?", "--form", "/nonexistent.json", db=db).returncode == 4
     listed = run("inbox", "--status", "all", "--json", db=db)
     assert listed.stdout == ""

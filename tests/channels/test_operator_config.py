@@ -107,14 +107,22 @@ def test_serve_refuses_a_kept_routing_whose_channel_it_cannot_make_on_one_line(
 @pytest.mark.parametrize(
     ("store", "why"),
     [
-        ("sqlite:///{tmp}/no-such-folder/interlock.db", "unable to open database file"),
-        ("postgresql://postgres@127.0.0.1:5432/interlock_no_such_database", 'database "interlock_no_such_database"'),
+        (
+            "sqlite:///{tmp}/no-such-folder/interlock.db",
+            "cannot open the SQLite store at {tmp}/no-such-folder/interlock.db: its folder {tmp}/no-such-folder "
+            "does not exist (SQLite: unable to open database file)",
+        ),
+        (
+            "postgresql://postgres@127.0.0.1:5432/interlock_no_such_database",
+            "cannot open the PostgreSQL store at postgresql://postgres@127.0.0.1:5432/interlock_no_such_database: "
+            'database "interlock_no_such_database"',
+        ),
     ],
 )
 def test_serve_refuses_a_store_it_cannot_open_on_one_line(store: str, why: str, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
     line = refused_at_start(store.format(tmp=tmp_path), env)
-    assert line.startswith("error: the store cannot be opened: ") and why in line, line
+    assert line.startswith(f"error: {why.format(tmp=tmp_path)}"), line
     assert not (tmp_path / "no-such-folder").exists()
 
 

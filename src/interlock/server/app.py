@@ -268,7 +268,12 @@ def create_app(
         try:
             await the_broker.open()
         except Exception as exc:  # a folder or database not there, a password refused, a server down
-            state.refused = f"the store cannot be opened: {type(exc).__name__}: {exc}"
+            # (a store's own refusal, a ConnectionError, names the store and says why)
+            state.refused = (
+                str(exc)
+                if isinstance(exc, ConnectionError)
+                else f"the store cannot be opened: {type(exc).__name__}: {exc}"
+            )
             raise StartupRefused(state.refused) from exc
         # Links and tokens signed here must be taken back by the other nodes on the store.
         state.refused = await the_broker.check_secret_key(secret_key)

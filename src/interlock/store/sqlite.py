@@ -19,6 +19,11 @@ a worker thread). It is the database still locked by another connection after
 `lock_timeout` seconds (a URL option, 30 by default), a disk I/O error, a disk full
 (`_classified`); anything else (a constraint, a statement of ours that is wrong, a file
 that is no database) stays the error it is.
+
+A file this process cannot open, or may only read, is refused at `open` on one line that
+names it and the likely cause, found by looking once it failed (`_sqlite_files`): a folder
+not there, a folder, a file, a -wal or -shm file this user may not write, a filesystem
+mounted read-only or full; SQLite's own error ("unable to open database file") comes last.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from ..model import (
 from ..outbox import Delivery, LinkUse, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
 from . import EventQuery, PageBudget, Query, RunClaim
+from . import _sqlite_files as sqlite_files
 from ._sql import (
     DEFAULT_CACHE_BYTES,
     DELIVERY_COLUMNS,
@@ -339,6 +345,33 @@ class SqliteStore(SqlStore):
     # -- life cycle ----------------------------------------------------------------------
 
     async def open(self) -> None:
+        """Open the file, making it and its tables if need be. A file this process cannot
+        open or write is refused with a message that names it and the likely cause, found
+        by looking, SQLite's own error last: a `ConnectionError`, or `Unavailable` for a
+        disk full or failing."""
+        if sqlite_files.unwritable(self.path):  # SQLite would open it read-only, to fail at the first write
+            raise ConnectionError(self._refusal())
+        try:
+            await self._open()
+        except BaseException as exc:
+            db, self._db = self._db, None
+            if db is not None:
+                db.close()
+            cause = exc.__cause__ if isinstance(exc, Unavailable) else exc
+            if not isinstance(cause, sqlite3.Error) or (isinstance(cause, sqlite3.OperationalError) and _locked(cause)):
+                raise  # (a newer database, a lock held past lock_timeout: their own errors say it)
+            if isinstance(exc, Unavailable):
+                raise Unavailable(self._refusal(cause, for_now=True)) from cause
+            raise ConnectionError(self._refusal(cause)) from cause
+
+    def _refusal(self, error: BaseException | None = None, *, for_now: bool = False) -> str:
+        why = sqlite_files.why(self.path, error)
+        return (
+            f"cannot open the SQLite store at {self.path}{' for now' if for_now else ''}"
+            f"{f': {why}' if why else ''}{f' (SQLite: {error})' if error is not None else ''}"
+        )
+
+    async def _open(self) -> None:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._db = db
         db.execute("PRAGMA busy_timeout = 0")
@@ -357,12 +390,7 @@ class SqliteStore(SqlStore):
         db.execute(Q["make_texts_taken"])
         db.execute(Q["make_new_texts"])
         db.execute(Q["make_new_terms"])
-        try:
-            await self._write(self._migrate, notify=False)
-        except NewerDatabase:
-            self._db = None
-            db.close()
-            raise
+        await self._write(self._migrate, notify=False)
 
     async def aclose(self) -> None:
         self._wakeup.close()
