@@ -79,6 +79,20 @@ async def test_an_idempotency_key_stores_the_first_request_only(store: RequestSt
     assert created_other and other.id != first.id
 
 
+async def test_a_request_is_found_by_its_requester_and_idempotency_key_as_stored_now(store: RequestStore) -> None:
+    first, _ = await store.insert(ask(idempotency_key="k"))
+    theirs, _ = await store.insert(ask(idempotency_key="k", requester="other-bot"))
+    await store.insert(ask())
+    assert await store.get_by_key("bot", "k") == first
+    assert await store.get_by_key("other-bot", "k") == theirs
+    assert await store.get_by_key("bot", "unused") is None
+    assert await store.get_by_key(None, "k") is None
+    answer = await store.settle(answered(first, "Ada"))
+    assert answer is not None and await store.get_by_key("bot", "k") == answer
+    nobody, _ = await store.insert(ask(idempotency_key="k", requester=None))  # type: ignore[arg-type]
+    assert await store.get_by_key(None, "k") == nobody
+
+
 async def test_the_first_settlement_wins_and_makes_one_event(store: RequestStore) -> None:
     request, _ = await store.insert(ask())
     assert await store.settle(answered(request, "Ada")) is not None

@@ -484,6 +484,11 @@ class RequestStore(Protocol):
         and be settled by now: enough for a settlement, which is conditional anyway."""
         ...
 
+    async def get_by_key(self, requester: str | None, key: str) -> Request | None:
+        """The request `requester` made with idempotency key `key`, as stored now, or None:
+        what an insert with that key would give back instead of storing a new one."""
+        ...
+
     async def list(self, query: Query) -> Listed[Request]:
         """The requests matching `query`, a page of at most `query.limit` in its order,
         cut short (`Listed.cut`) where their stored JSON passes `PAGE_BYTES`: a store

@@ -1222,6 +1222,13 @@ class SqlStore:
         self._cache.put(request, row_size(doc, answer))
         return request
 
+    async def get_by_key(self, requester: str | None, key: str) -> Request | None:
+        rows = await self._rows("find_idempotent", requester or "", key)
+        if not rows:
+            return None
+        status, doc, answer = rows[0]
+        return request_from_row(status, doc, answer)
+
     dialect = "sqlite"
 
     async def _list_sql(

@@ -404,6 +404,10 @@ class MemoryStore:
     def get_now(self, request_id: str) -> Request | None:
         return self._pending.get(request_id) or self._unread.get(request_id) or self._settled.get(request_id)
 
+    async def get_by_key(self, requester: str | None, key: str) -> Request | None:
+        first = self._idempotency.get((requester, key))
+        return None if first is None else self._lookup(first)
+
     def _matching(self, query: Query) -> list[Request]:
         rows = [
             r for r in (*self._pending.values(), *self._unread.values(), *self._settled.values()) if _matches(r, query)

@@ -70,6 +70,9 @@ DELETE FROM closed_channels WHERE channel = $1 AND requester = $2;
 -- name: get_request
 SELECT status, doc, response FROM requests WHERE id = $1;
 
+-- name: find_idempotent
+SELECT status, doc, response FROM requests WHERE coalesce(requester, '') = $1 AND idempotency_key = $2;
+
 -- name: get_requests
 SELECT id, status, doc, response FROM requests WHERE id = ANY($1::text[]);
 
