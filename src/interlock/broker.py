@@ -543,7 +543,8 @@ class Broker(ABC):
     @abstractmethod
     async def submit(self, request: Request) -> tuple[Request, bool]:
         """Store a prepared request. With an idempotency key already used by the same
-        requester, return the first request and False instead."""
+        requester, return the first request and False instead, whatever became of its run
+        since. A new request for a run that has ended raises `RunConflict`."""
 
     # -- waiting -------------------------------------------------------------------------
 
@@ -844,8 +845,10 @@ class Broker(ABC):
         keeping its framework `state`; the calling process may exit then. Once every one
         of them has settled, a worker claims the run (`claim_run`) and goes on from
         `state`. `status` defaults to `waiting_for_approval` if any of them is an
-        approval, else `waiting_for_input`. Raises `RunConflict` if the run is not running
-        (or, with `worker`, is held by another worker)."""
+        approval, else `waiting_for_input`. A run whose last park was on the same requests
+        is returned as it is (parked still, or ended since): an agent that restarts
+        changes nothing. Raises `RunConflict` if the run is not running (or, with `worker`,
+        is held by another worker)."""
 
     @abstractmethod
     async def claim_run(
@@ -1161,7 +1164,10 @@ class LocalBroker(Broker):
         (its kind, recipient, asks, title, details and context: a retry repeats its
         request), else raise `IdempotencyKeyReused` and change nothing. An approval gate's
         request (`approvals.mark`) is matched by its key alone: the gate finds the approval
-        it made for a call whatever it asks now (its edit form, say, left out)."""
+        it made for a call whatever it asks now (its edit form, say, left out). The key
+        counts before the run's state: a retry for a run that has ended since gets its
+        first request back; a new request for it raises `RunConflict` (for a run that is
+        not here, `InvalidRequest`)."""
         if self._state != "open":
             await self.open()
         if self._closed:
@@ -1171,9 +1177,19 @@ class LocalBroker(Broker):
         run_id = request.origin.run
         if run_id is not None:  # before the insert: a request refused here changes nothing
             run = await self.store.get_run(run_id)
-            if run is None:  # its requests would follow no run's pause, and expire never
-                raise InvalidRequest(f"origin.run: there is no run {run_id!r} here")
-            if run.status.ended:
+            if run is None or run.status.ended:
+                # Its key is looked up before its run's state counts: a retry gets the
+                # request it made back, whatever became of the run since (as a retry of
+                # an answered request does); only a new request is refused. (Looked up
+                # only here: the insert finds a key already used for a run not ended.)
+                key = request.idempotency_key
+                first = None if key is None else await self.store.get_by_key(request.requester, key)
+                if first is not None:
+                    if not is_marked(request):
+                        _same_request(first, request)
+                    return first, False
+                if run is None:  # its requests would follow no run's pause, and expire never
+                    raise InvalidRequest(f"origin.run: there is no run {run_id!r} here")
                 raise _no_request_for(run_id, run.status)
         # A closed channel is refused by the store, inside the insert's transaction.
         now = self._now
@@ -2100,10 +2116,11 @@ class LocalBroker(Broker):
         if any of them is an approval, else `waiting_for_input`. The pause is given up
         after `pause_timeout` (or the run's longer `max_duration`): the run is then
         cancelled with `terminal_reason` "interaction_timeout" and its requests withdrawn.
-        A run parked already on the same requests is returned as it is, so an agent that
-        restarts and parks again (finding its requests by idempotency key) changes
-        nothing. Raises `RunConflict` if the run is not running (or, with `worker`, is
-        held by another worker), `InvalidRequest` for requests that are not the run's.
+        A run whose last park was on the same requests is returned as it is, parked still
+        or ended since, so an agent that restarts and parks again
+        (finding its requests by idempotency key) changes nothing. Raises `RunConflict` if
+        the run is not running (or, with `worker`, is held by another worker),
+        `InvalidRequest` for requests that are not the run's.
         """
         if self._state != "open":
             await self.open()
@@ -2160,9 +2177,15 @@ class LocalBroker(Broker):
 
     @staticmethod
     def _parked_already(run: Run, waiting_on: Sequence[str], worker: str | None) -> Run | None:
-        """The run, if it is parked already on these requests: a restarted agent parking
-        again changes nothing."""
-        if run.status.waiting and worker is None and set(run.waiting_on) == set(waiting_on):
+        """The run, if its last park was on these requests and it is parked on them still
+        or has ended since: a restarted agent parking again changes nothing, as its
+        creates with their keys do. (A park by a worker, `worker`, is its own.)"""
+        if (
+            worker is None
+            and (run.status.waiting or run.status.ended)
+            and run.waiting_on
+            and set(run.waiting_on) == set(waiting_on)
+        ):
             return run
         return None
 

@@ -155,9 +155,14 @@ WIRE_ERRORS: tuple[WireError, ...] = (
         "run_conflict",
         409,
         RunConflict,
-        "the run is not in a state that allows this (`current_status`): ended, parked, or held by another worker",
-        lambda exc: {"current_status": exc.status},
-        lambda detail, body, rid: RunConflict(rid, str(body.get("current_status") or ""), detail),
+        "the run (`run_id`) is not in a state that allows this (`current_status`): ended, parked, or held by "
+        "another worker",
+        lambda exc: {"current_status": exc.status, "run_id": exc.run_id},
+        lambda detail, body, rid: RunConflict(
+            run_id if isinstance(run_id := body.get("run_id"), str) else rid,
+            str(body.get("current_status") or ""),
+            detail,
+        ),
     ),
     WireError(
         "already_claimed",

@@ -14,7 +14,7 @@ import pytest
 
 import interlock
 from interlock import Broker, Cancelled, Closed, Confirm, InvalidRequest, NotFound, Status, Text
-from interlock.errors import RunConflict
+from interlock.errors import IdempotencyKeyReused, RunConflict
 from interlock.model import RunStatus, request_to_dict
 
 pytestmark = pytest.mark.anyio
@@ -487,6 +487,73 @@ async def test_a_restarted_agent_parking_again_on_its_requests_changes_nothing(b
     assert again == before
     assert await broker.park(run_id, state={"step": 3, "messages": ["hi"]}, waiting_on=[request_id]) == before
     assert [e.type for e in await broker.find_events(run=run_id)].count("input_requested") == 1
+
+
+async def park_deploy(broker: Broker, run_id: str) -> tuple[interlock.Run, interlock.Request, interlock.Run]:
+    """The runs guide's agent from the top: start its run, ask with a key, park."""
+    run = await broker.start_run("deployer", run_id=run_id)
+    approval = await broker.create(
+        Confirm("Deploy web to prod?"), kind="approval", to="alice", run=run.id, idempotency_key=f"{run.id}:deploy"
+    )
+    parked = await broker.park(run.id, state={"step": 3}, waiting_on=[approval.id])
+    return run, approval, parked
+
+
+async def end(broker: Broker, run_id: str, how: str) -> interlock.Run:
+    """End a parked run as `how`: completed or failed by the worker that resumed it after
+    its approval, or cancelled by a person while it waited."""
+    if how == "cancelled":
+        assert await broker.cancel_run(run_id, by="alice")
+        return await broker.get_run(run_id)
+    (request_id,) = (await broker.get_run(run_id)).waiting_on
+    assert await broker.resolve(request_id, True, by="alice")
+    claimed = await broker.claim_run(["deployer"], worker="w1")
+    assert claimed is not None and claimed.id == run_id
+    if how == "completed":
+        return await broker.complete_run(run_id, {"deployed": True}, worker="w1")
+    return await broker.fail_run(run_id, "the registry is gone", worker="w1")
+
+
+@pytest.mark.parametrize("how", ["completed", "failed", "cancelled"])
+async def test_an_agent_restarted_after_its_run_ended_gets_what_it_made_and_asks_nothing_new(
+    broker: Broker, how: str
+) -> None:
+    _, approval, _ = await park_deploy(broker, "deploy-1")
+    ended = await end(broker, "deploy-1", how)
+    assert ended.status.value == how
+    settled = await broker.get(approval.id)
+    assert settled.status is (Status.CANCELLED if how == "cancelled" else Status.ANSWERED)
+
+    # From the top again: the run as it is, its request as it is, the park as it was.
+    run, again, parked = await park_deploy(broker, "deploy-1")
+    assert run == ended and parked == ended
+    assert again == settled
+    assert [r.id for r in (await broker.list(run="deploy-1")).items] == [approval.id]
+    assert [e.type for e in await broker.find_events(run="deploy-1")].count("input_requested") == 1
+    # start_parked with the run's own id finds it too, and makes nothing.
+    restarted = await broker.start_parked(
+        "deployer",
+        [broker.prepare(Confirm("Deploy web to prod?"), kind="approval", to="alice")],
+        state=1,
+        run_id="deploy-1",
+    )
+    assert restarted == ended
+    assert len((await broker.list(run="deploy-1")).items) == 1
+
+    # The key asking something else is refused as ever; a new request for the run, too.
+    with pytest.raises(IdempotencyKeyReused):
+        await broker.create(
+            Confirm("Deploy db to prod?"),
+            kind="approval",
+            to="alice",
+            run="deploy-1",
+            idempotency_key="deploy-1:deploy",
+        )
+    for key in (None, "deploy-1:rollback"):
+        with pytest.raises(RunConflict, match=f"has ended \\({how}\\)") as refused:
+            await broker.create(Text("Why?"), to="alice", run="deploy-1", idempotency_key=key)
+        assert (refused.value.run_id, refused.value.status) == ("deploy-1", how)
+    assert len((await broker.list(run="deploy-1")).items) == 1
 
 
 async def test_bad_run_input_is_refused_and_changes_nothing(broker: Broker) -> None:

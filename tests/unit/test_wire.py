@@ -21,6 +21,7 @@ from interlock.errors import (
     InvalidRequest,
     NotFound,
     RateLimited,
+    RunConflict,
     Unavailable,
 )
 from interlock.remote import RemoteBroker
@@ -45,6 +46,7 @@ EXAMPLES = [
     Closed("req_1", "channel 'c' is closed"),
     Forbidden("no valid token", status=401),
     Forbidden("not yours"),
+    RunConflict("deploy-1", "completed", "run 'deploy-1' has ended (completed): no request is made for it"),
 ]
 
 
@@ -55,7 +57,7 @@ def test_an_error_crosses_the_wire_as_the_same_exception_with_its_fields(error: 
     status, code, extra = found
     back = error_from_problem({"status": status, "code": code, "detail": str(error), **extra}, request_id="req_1")
     assert type(back) is type(error) and str(back) == str(error)
-    for field in ("ask_id", "status", "request_id"):
+    for field in ("ask_id", "status", "request_id", "run_id"):
         if hasattr(error, field):
             assert getattr(back, field) == getattr(error, field)
 

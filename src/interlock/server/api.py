@@ -160,7 +160,9 @@ async def create_request(
     owner's, or the person's own. With `wait`, a long poll: the answer is the request
     once it settles, or as it is (pending) when `wait` runs out; a client that hangs up
     meanwhile withdraws it, as a waiting call that is cut does (unless it outlives its
-    waiter: made with an idempotency key, or for a run)."""
+    waiter: made with an idempotency key, or for a run). An idempotency key used
+    already gives the first request back (200), whatever became of its run since; a new
+    request for a run that has ended is 409 `run_conflict`."""
     # The hot routes read the app's state from the request rather than through further
     # dependencies: each one costs FastAPI's dependency solving on every call.
     state = app_state(http)
