@@ -197,6 +197,47 @@ def test_the_readme_example_gets_the_person_s_answers(tmp_path: Path) -> None:
     assert answered == ["Deploy v2.3 to prod?", "Which region first?"]
 
 
+def tutorial_program(marker: str) -> str:
+    """The tutorial's one Python block that contains `marker`, as a reader saves it."""
+    (code,) = [code for code, _ in runnable(ROOT / "docs" / "tutorial.md", "python") if marker in code]
+    return code
+
+
+@pytest.mark.slow
+def test_the_tutorial_s_park_py_run_again_changes_nothing_even_once_its_run_completed(tmp_path: Path) -> None:
+    """park.py run twice prints the same; approved and resumed, run again it prints the
+    completed run, as the tutorial says, instead of a traceback, and asks nothing new."""
+    (tmp_path / "park.py").write_text(tutorial_program("broker.park("))
+    (tmp_path / "resume.py").write_text(tutorial_program("Worker(broker"))
+
+    def run(program: str) -> str:
+        done = subprocess.run(
+            [sys.executable, program], cwd=tmp_path, capture_output=True, text=True, timeout=60, env=dict(os.environ)
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    async def approve() -> None:
+        async with interlock.connect(f"sqlite:///{tmp_path / 'tutorial.db'}") as broker:
+            (request,) = (await broker.pending(run="deploy-web-2.3")).values()
+            assert await broker.resolve(request.id, True, by="alice")
+
+    async def requests_of_the_run() -> list[str]:
+        async with interlock.connect(f"sqlite:///{tmp_path / 'tutorial.db'}") as broker:
+            return [r.id for r in (await broker.list(run="deploy-web-2.3")).items]
+
+    text = (ROOT / "docs" / "tutorial.md").read_text()
+    first = run("park.py")
+    assert first == "deploy-web-2.3 waiting_for_approval\n" and f"`{first.strip()}`" in text
+    assert run("park.py") == first
+    asked = anyio.run(requests_of_the_run)
+    anyio.run(approve)
+    assert run("resume.py") == "completed {'deployed': 'web 2.3'}\n"
+    again = run("park.py")
+    assert again == "deploy-web-2.3 completed\n" and f"`{again.strip()}`" in text
+    assert anyio.run(requests_of_the_run) == asked and len(asked) == 1
+
+
 def interlock_commands(page: Path) -> list[list[str]]:
     """Each `interlock ...` command line in the page's shell blocks, split into words."""
     commands = []
