@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import re
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -42,6 +43,7 @@ from .errors import (
     FollowupNotFound,
     IdempotencyKeyReused,
     InvalidAnswer,
+    InvalidCursor,
     InvalidRequest,
     NotFound,
     Rejected,
@@ -89,7 +91,7 @@ from .model import (
     request_to_dict,
     time_budget,
 )
-from .outbox import Delivery, DeliveryState, LinkUse
+from .outbox import DELIVERY_ID_PREFIX, Delivery, DeliveryState, LinkUse
 from .principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, TokenInfo, WebSession
 from .redact import redact_url
 from .routing import Routing, RoutingError, masked, routing_from_dict, unmasked
@@ -1685,6 +1687,7 @@ class LocalBroker(Broker):
             raise ValueError("limit must be between 1 and 1000")
         for name, value in (("audience", audience), ("issuer", issuer), ("request", request), ("cursor", after)):
             check_text(value, name, self.limits.max_name_length)
+        _id_cursor(after, "grants")
         query = GrantQuery(
             audience=audience,
             issuer=issuer,
@@ -1916,6 +1919,7 @@ class LocalBroker(Broker):
         if self._state != "open":
             await self.open()
         query = self._checked(Query(**filters))
+        _id_cursor(query.after, "requests")
         # One more than the page: is there a next one? A page the store cut where its
         # requests' JSON passed `PAGE_BYTES` has one too, after its last request.
         listed = await self.store.list(replace(query, limit=query.limit + 1))
@@ -2591,6 +2595,8 @@ class LocalBroker(Broker):
             raise ValueError("limit must be between 1 and 1000")
         if self._state != "open":
             await self.open()
+        check_text(after, "cursor", self.limits.max_name_length)
+        _id_cursor(after, "deliveries", prefix=DELIVERY_ID_PREFIX)
         return await self.store.list_deliveries(
             request_id=request_id, status=status, recipient=recipient, after=after, limit=limit
         )
@@ -2978,7 +2984,24 @@ def _keyset(cursor: str | None, of: str) -> tuple[datetime, str] | None:
     if dot and row_id and stamp.isascii() and stamp.isdigit() and len(stamp) <= 18:
         with contextlib.suppress(OverflowError):  # past the year 9999
             return _EPOCH + int(stamp) * _MICROSECOND, row_id
-    raise InvalidRequest(f"cursor {cursor!r} is not one a page of {of} gave (its next_cursor)")
+    raise InvalidCursor(f"cursor {cursor!r} is not one a page of {of} gave (its next_cursor)")
+
+
+def _id_cursor(cursor: str | None, of: str, *, prefix: str = "") -> None:
+    """Refuse a cursor that is no id of a row of the list (`prefix` and 32 hex digits, as
+    `new_id` and `outbox.delivery_id` make them) with `InvalidCursor`, so that a mistyped
+    or cut cursor is an error, not another page or the whole list again. An id that is
+    not stored is a place all the same (where it would be): a keyset page goes on from it."""
+    if cursor is None:
+        return
+    digits = cursor.removeprefix(prefix)
+    if len(cursor) != len(prefix) + 32 or not cursor.startswith(prefix) or not _HEX.fullmatch(digits):
+        raise InvalidCursor(
+            f"cursor {cursor!r} is not one a page of {of} gave (its next_cursor, the id of the last seen)"
+        )
+
+
+_HEX = re.compile("[0-9a-f]{32}")
 
 
 def _run_keyset(cursor: str | None) -> tuple[datetime, str] | None:

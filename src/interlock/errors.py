@@ -5,8 +5,9 @@ the caller (and the model reading a tool result) must treat them differently:
 
     InterlockError
     ├── InvalidRequest      (also ValueError)   the request was malformed; nothing was stored
-    │   └── IdempotencyKeyReused                ... its idempotency key was used for another
-    │                                           request: other asks, recipient or texts
+    │   ├── IdempotencyKeyReused                ... its idempotency key was used for another
+    │   │                                       request: other asks, recipient or texts
+    │   └── InvalidCursor                       ... a list's cursor is none a page of it gave
     ├── InvalidAnswer       (also ValueError)   the answer does not fit the asks; the request
     │                                           stays pending and unchanged, so try again
     ├── NotFound            (also ValueError)   no request with that id (never seen, or
@@ -65,6 +66,7 @@ __all__ = [
     "InvalidGrantToken",
     "InvalidAnswer",
     "IdempotencyKeyReused",
+    "InvalidCursor",
     "InvalidRequest",
     "NotFound",
     "RateLimited",
@@ -94,6 +96,12 @@ class IdempotencyKeyReused(InvalidRequest):
     def __init__(self, message: str, *, request_id: str | None = None) -> None:
         super().__init__(message)
         self.request_id = request_id
+
+
+class InvalidCursor(InvalidRequest):
+    """A list's cursor (`after`, or `cursor` over HTTP) is none a page of that list gave as
+    its `next_cursor`: mistyped, cut short, empty, or another list's. Nothing is listed:
+    start again from the first page (no cursor)."""
 
 
 class InvalidAnswer(InterlockError, ValueError):

@@ -26,6 +26,7 @@ from ._backoff import Backoff
 from .model import _quick_init
 
 __all__ = [
+    "DELIVERY_ID_PREFIX",
     "DELIVERY_KINDS",
     "DELIVERY_STATES",
     "NOTICE_TYPES",
@@ -101,11 +102,15 @@ class LinkUse:
     at: datetime
 
 
+DELIVERY_ID_PREFIX = "dlv_"
+"""What a delivery's id begins with; 32 hex digits follow."""
+
+
 def delivery_id(event_id: int, kind: str, recipient: str, channel: str, address: str | None) -> str:
     """The idempotency key of a delivery: the same notice routed again (by another node, or
     after a crash between routing and recording it) yields the same ids."""
     text = "\x1f".join((str(event_id), kind, recipient, channel, address or ""))
-    return "dlv_" + hashlib.sha256(text.encode()).hexdigest()[:32]
+    return DELIVERY_ID_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def retry_delay(attempts: int, *, first: float = 5.0, cap: float = 3600.0, rng: random.Random | None = None) -> float:

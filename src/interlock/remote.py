@@ -63,10 +63,12 @@ from .broker import (
     GrantPage,
     Page,
     RunPage,
+    _id_cursor,
     _outcome,
     _seconds,
     _wait_seconds,
 )
+from .cursors import taken
 from .dashboard import DASHBOARD_WINDOW, Dashboard, dashboard_from_dict
 from .errors import Closed, InvalidAnswer, InvalidRequest, NotFound, RateLimited, RunConflict, Unavailable
 from .followups import Followup, Sent, followup_from_dict
@@ -95,7 +97,7 @@ from .model import (
     request_from_dict,
     run_from_dict,
 )
-from .outbox import Delivery, DeliveryState, delivery_from_dict
+from .outbox import DELIVERY_ID_PREFIX, Delivery, DeliveryState, delivery_from_dict
 from .redact import redact_url
 from .store import Listed, ListFilters, Query
 from .store._url import UnknownOption, url_options
@@ -513,7 +515,7 @@ class RemoteBroker(Broker):
         given = {"audience": audience, "issuer": issuer, "request": request, "cursor": after}
         params |= {name: value for name, value in given.items() if value is not None}
         page = await self._call("GET", "/grants", params=params)
-        return GrantPage([issued_grant_from_dict(g) for g in page["items"]], page["next_cursor"])
+        return GrantPage([issued_grant_from_dict(g) for g in page["items"]], taken("grants", page["next_cursor"]))
 
     async def get_grant(self, grant_id: str) -> IssuedGrant:
         return issued_grant_from_dict(await self._call("GET", f"/grants/{grant_id}", request_id=grant_id))
@@ -707,7 +709,7 @@ class RemoteBroker(Broker):
         query = Query(**filters)
         query.check()
         page = await self._call("GET", "/requests", params=_query_params(query))
-        return Page([request_from_dict(r) for r in page["items"]], page["next_cursor"])
+        return Page([request_from_dict(r) for r in page["items"]], taken("requests", page["next_cursor"]))
 
     async def dashboard(
         self, *, recipient: str | None = None, teams: Sequence[str] = (), window: timedelta = DASHBOARD_WINDOW
@@ -949,7 +951,7 @@ class RemoteBroker(Broker):
             except ValueError:
                 raise InvalidRequest(f"unknown run status {status!r}") from None
         page = await self._call("GET", "/runs", params=params)
-        return RunPage([run_from_dict(r) for r in page["items"]], page["next_cursor"])
+        return RunPage([run_from_dict(r) for r in page["items"]], taken("runs", page["next_cursor"]))
 
     # -- follow-up messages ------------------------------------------------------------------
 
@@ -1040,6 +1042,7 @@ class RemoteBroker(Broker):
         if not 1 <= limit <= 1000:
             raise ValueError("limit must be between 1 and 1000")
         if request_id is not None:  # a request's deliveries come whole, in one call
+            _id_cursor(after, "deliveries", prefix=DELIVERY_ID_PREFIX)  # as the server would
             try:
                 page = await self._call("GET", f"{_request_path(request_id)}/deliveries", request_id=request_id)
             except NotFound:
@@ -1047,20 +1050,21 @@ class RemoteBroker(Broker):
             items = [delivery_from_dict(d) for d in page["items"]]
             kept = [d for d in items if (status is None or d.status == status) and (after is None or d.id > after)]
             return kept[:limit]
-        return (await self._deliveries({} if status is None else {"status": status}, after, limit))[0]
+        return (await self._deliveries("deliveries", {} if status is None else {"status": status}, after, limit))[0]
 
     async def _deliveries(
-        self, params: dict[str, Any], after: str | None, limit: int
+        self, of: Literal["deliveries", "dead_letters"], params: dict[str, Any], after: str | None, limit: int
     ) -> tuple[Sequence[Delivery], str | None]:
         """`GET /deliveries` with `params`, from `after`, a page of the server's (at most
         `_DELIVERY_PAGE`) after another until `limit` are found or none is left: those,
-        and the server's cursor after them (None at the end)."""
+        and the position after them (None at the end). It sends the position as `after`,
+        which every server takes (an older one knows no `cursor`)."""
         found: list[Delivery] = []
         while True:
             asked = params | {"limit": min(_DELIVERY_PAGE, limit - len(found))}
             page = await self._call("GET", "/deliveries", params=asked if after is None else asked | {"after": after})
             found.extend(delivery_from_dict(d) for d in page["items"])
-            after = page.get("next") or None
+            after = taken(of, page.get("next_cursor", page.get("next")) or None)  # `next`: an older server's
             if after is None or len(found) >= limit:
                 return found, after
 
@@ -1070,7 +1074,9 @@ class RemoteBroker(Broker):
         # The server keeps to the caller's dead letters; `recipient` is its business.
         if not 1 <= limit <= 1000:
             raise ValueError("limit must be between 1 and 1000")
-        return DeliveryPage(*await self._deliveries({"status": "dead", "order": "newest"}, after, limit))
+        return DeliveryPage(
+            *await self._deliveries("dead_letters", {"status": "dead", "order": "newest"}, after, limit)
+        )
 
     async def get_delivery(self, delivery_id: str) -> Delivery:
         path = f"/deliveries/{quote(delivery_id, safe='')}"

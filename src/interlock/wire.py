@@ -30,6 +30,7 @@ from .errors import (
     Forbidden,
     IdempotencyKeyReused,
     InvalidAnswer,
+    InvalidCursor,
     InvalidRequest,
     NotFound,
     RateLimited,
@@ -113,6 +114,14 @@ WIRE_ERRORS: tuple[WireError, ...] = (
         lambda detail, body, _: IdempotencyKeyReused(
             detail, request_id=body.get("request_id") if isinstance(body.get("request_id"), str) else None
         ),
+    ),
+    WireError(
+        "invalid_cursor",
+        422,
+        InvalidCursor,
+        "the cursor is none a page of this list gave as its `next_cursor` (mistyped, cut short, empty, or "
+        "another list's); nothing was listed: start again from the first page, without one",
+        rebuild=lambda detail, body, _: InvalidCursor(detail),
     ),
     WireError(
         "invalid_request",

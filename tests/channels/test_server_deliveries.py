@@ -177,15 +177,29 @@ async def test_the_dead_letters_page_newest_first_through_the_api_and_the_remote
         await eventually(all_dead)
         newest = {"status": "dead", "order": "newest", "limit": "2"}
         first = (await alice.get("/deliveries", params=newest)).json()
-        rest = (await alice.get("/deliveries", params=newest | {"after": first["next"]})).json()
+        rest = (await alice.get("/deliveries", params=newest | {"cursor": first["next_cursor"]})).json()
         shown = [*first["items"], *rest["items"]]
-        assert len(first["items"]) == 2 and len(rest["items"]) == 1 and rest["next"] is None
+        assert len(first["items"]) == 2 and len(rest["items"]) == 1 and rest["next_cursor"] is None
         assert [d["due_at"] for d in shown] == sorted((d["due_at"] for d in shown), reverse=True)
         assert {d["request_id"] for d in shown} == set(asked)
-        assert (await bob.get("/deliveries", params=newest)).json() == {"items": [], "next": None}
+        # `after` and `next`, the names every other list calls `cursor` and `next_cursor`, still work.
+        assert first["next"] == first["next_cursor"] and rest["next"] is None
+        assert (await alice.get("/deliveries", params=newest | {"after": first["next"]})).json() == rest
+        both = newest | {"after": first["next"], "cursor": first["next"]}
+        assert (await alice.get("/deliveries", params=both)).json() == rest
+        differ = await alice.get("/deliveries", params=newest | {"after": first["next"], "cursor": "x"})
+        assert differ.status_code == 422 and differ.json()["code"] == "invalid_request", differ.text
+        assert (await bob.get("/deliveries", params=newest)).json() == {"items": [], "next_cursor": None, "next": None}
         assert (await alice.get("/deliveries", params={"order": "newest"})).status_code == 422  # dead letters only
-        mistyped = await alice.get("/deliveries", params=newest | {"after": shown[0]["id"]})
-        assert mistyped.status_code == 422, mistyped.text
+        for name in ("cursor", "after"):
+            mistyped = await alice.get("/deliveries", params=newest | {name: shown[0]["id"]})
+            assert mistyped.status_code == 422 and mistyped.json()["code"] == "invalid_cursor", mistyped.text
+        # By id: a page's cursor pages on, under either name.
+        by_id = (await alice.get("/deliveries", params={"status": "dead", "limit": "2"})).json()
+        assert by_id["next_cursor"] == by_id["next"] is not None
+        on = (await alice.get("/deliveries", params={"status": "dead", "cursor": by_id["next_cursor"]})).json()
+        assert (await alice.get("/deliveries", params={"status": "dead", "after": by_id["next"]})).json() == on
+        assert len(on["items"]) == 1 and {d["id"] for d in [*by_id["items"], *on["items"]]} == {d["id"] for d in shown}
     async with interlock.connect(world.base, token=world.tokens["alice"]) as remote:
         page = await remote.dead_letters(limit=2)
         assert [d.id for d in page.items] == [d["id"] for d in first["items"]]

@@ -22,6 +22,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..approvals import mark, unmarked
 from ..broker import MAX_DASHBOARD_WINDOW, MAX_EVENT_ID, LocalBroker
+from ..cursors import issued, taken
 from ..dashboard import DASHBOARD_WINDOW, dashboard_to_dict
 from ..errors import AlreadySettled, InvalidAnswer, InvalidRequest, NotFound
 from ..grants import asks_own_inbox, may_ask
@@ -362,8 +363,10 @@ async def list_requests(caller: Caller, broker: TheBroker, params: Annotated[Lis
     if filters.get("run") is not None:  # an agent's own run id names its run
         filters["run"] = await run_id_of(broker, caller, filters["run"])
     filters |= {"since": _instant("since", filters["since"]), "until": _instant("until", filters["until"])}
+    filters["after"] = taken("requests", filters["after"])
     page = await broker.list(**filters)
-    return JSONResponse({"items": [request_to_dict(r) for r in page.items], "next_cursor": page.next_cursor})
+    items = [request_to_dict(r) for r in page.items]
+    return JSONResponse({"items": items, "next_cursor": issued("requests", page.next_cursor)})
 
 
 @router.get("/dashboard", response_model=DashboardModel, responses=_problems(403, 422), tags=["requests"])

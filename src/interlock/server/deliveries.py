@@ -6,7 +6,7 @@ store, so it survives restarts and every node's delivery loop takes it up)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Query
@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from ..channels import Channel, ChannelContext, ChannelError, open_channels
 from ..channels.delivery import DeliveryLoop
 from ..channels.links import AnswerLinks
+from ..cursors import CURSOR, MAX_CURSOR, issued, taken
 from ..errors import InvalidRequest, NotFound
 from ..outbox import Delivery, delivery_to_dict
 from ..principals import Principal, can_read
@@ -67,7 +68,8 @@ class DeliveryModel(BaseModel):
 
 class DeliveryPage(BaseModel):
     items: list[DeliveryModel]
-    next: str | None = None
+    next_cursor: str | None = Field(None, description="the next page's `cursor`; null on the last page")
+    next: str | None = Field(None, description="`next_cursor` again, under its earlier name", deprecated=True)
 
 
 def install_metrics(state: AppState) -> None:
@@ -173,7 +175,10 @@ async def list_deliveries(
     caller: Caller,
     broker: TheBroker,
     status: Literal["pending", "delivered", "dead", "skipped"] | None = None,
-    after: Annotated[str | None, Query(max_length=64)] = None,
+    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR, description=CURSOR)] = None,
+    after: Annotated[
+        str | None, Query(max_length=MAX_CURSOR, description="`cursor` under its earlier name", deprecated=True)
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     order: Annotated[
         Literal["id", "newest"],
@@ -181,17 +186,25 @@ async def list_deliveries(
     ] = "id",
 ) -> JSONResponse:
     """The deliveries to the caller (every one, for an admin), `status=dead` for the dead
-    letters; a page after `after`, with `next` the cursor of the following page: by id,
-    or with `order=newest` the dead letters newest first (`after` a page's `next`)."""
+    letters, a page at a time (pass `next_cursor` as `cursor`): by id, or with
+    `order=newest` the dead letters newest first. `after` and `next` are `cursor` and
+    `next_cursor` under their earlier names, still taken and sent."""
+    if cursor is not None and after is not None and cursor != after:
+        raise ApiError("invalid_request", "cursor and after name the same thing: give one (cursor)")
+    cursor = cursor if cursor is not None else after
     mine = None if caller.kind == "admin" else caller.name
     if order == "newest":
         if status != "dead":
             raise ApiError("invalid_request", "order=newest lists the dead letters: give status=dead with it")
-        page = await broker.dead_letters(recipient=mine, after=after, limit=limit)
-        return JSONResponse({"items": [shown_to(caller, d) for d in page.items], "next": page.next_cursor})
-    found = await broker.list_deliveries(status=status, recipient=mine, after=after, limit=limit)
-    next_cursor = found[-1].id if len(found) == limit else None
-    return JSONResponse({"items": [shown_to(caller, d) for d in found], "next": next_cursor})
+        page = await broker.dead_letters(recipient=mine, after=taken("dead_letters", cursor), limit=limit)
+        return _page(caller, page.items, issued("dead_letters", page.next_cursor))
+    found = await broker.list_deliveries(status=status, recipient=mine, after=taken("deliveries", cursor), limit=limit)
+    return _page(caller, found, issued("deliveries", found[-1].id if len(found) == limit else None))
+
+
+def _page(caller: Principal, found: Sequence[Delivery], next_cursor: str | None) -> JSONResponse:
+    items = [shown_to(caller, d) for d in found]
+    return JSONResponse({"items": items, "next_cursor": next_cursor, "next": next_cursor})
 
 
 @router.get("/deliveries/{delivery_id}", response_model=DeliveryModel, responses=problems(404), tags=["deliveries"])

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
+from ..cursors import CURSOR, issued, taken
 from ..errors import InvalidGrantToken, InvalidRequest, NotFound
 from ..grant_tokens import verify_grant_token
 from ..model import DEFAULT_EXP, MAX_EXP, IssuedGrant, issued_grant_to_dict
@@ -117,7 +118,7 @@ async def list_grants(
     issuer: str | None = None,
     request: str | None = None,
     live: Annotated[bool, Query(description="only grants neither revoked nor expired")] = False,
-    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+    cursor: Annotated[str | None, Query(description=CURSOR)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
 ) -> dict[str, Any]:
     """Grants you hold (`audience`) or gave (`issuer`), newest first. By default, an
@@ -131,9 +132,9 @@ async def list_grants(
         if caller.name not in (audience, issuer):
             raise ApiError("forbidden", "you may list only grants you hold or gave")
     page = await broker.list_grants(
-        audience=audience, issuer=issuer, request=request, live=live, after=cursor, limit=limit
+        audience=audience, issuer=issuer, request=request, live=live, after=taken("grants", cursor), limit=limit
     )
-    return {"items": [issued_grant_to_dict(g) for g in page.items], "next_cursor": page.next_cursor}
+    return {"items": [issued_grant_to_dict(g) for g in page.items], "next_cursor": issued("grants", page.next_cursor)}
 
 
 @router.post("/grants", status_code=201, response_model=GrantWithToken, responses=_problems(400, 403, 413, 422))

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..broker import LocalBroker
+from ..cursors import CURSOR, issued, taken
 from ..errors import InterlockError, Unavailable
 from ..model import Ask, Event, Request, Status, ask_to_dict
 from ..principals import Principal, can_read
@@ -285,7 +286,7 @@ async def list_interactions(
     broker: TheBroker,
     status: Literal["pending", "answered", "rejected", "expired", "cancelled"] | None = None,
     kind: Literal["approval_request", "question"] | None = None,
-    cursor: str | None = None,
+    cursor: Annotated[str | None, Query(description=CURSOR)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
 ) -> JSONResponse:
     """Your interactions (requests to you; an agent's: the ones it made), newest first."""
@@ -293,11 +294,12 @@ async def list_interactions(
     page = await broker.list(
         status=status,
         kind=None if kind is None else ("approval" if kind == "approval_request" else "question"),
-        after=cursor,
+        after=taken("interactions", cursor),
         limit=limit,
         **mine,
     )
-    return JSONResponse({"items": [interaction(r) for r in page.items], "next_cursor": page.next_cursor})
+    items = [interaction(r) for r in page.items]
+    return JSONResponse({"items": items, "next_cursor": issued("interactions", page.next_cursor)})
 
 
 @router.get(

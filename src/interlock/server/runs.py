@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..broker import DEFAULT_LEASE, MAX_EVENT_ID, LocalBroker
+from ..cursors import CURSOR, issued, taken
 from ..errors import NotFound, RunConflict
 from ..followups import followup_to_dict
 from ..model import Event, Run, RunStatus, run_to_dict
@@ -232,7 +233,7 @@ async def list_runs(
     session: str | None = None,
     status: RunStatus | None = None,
     requester: str | None = None,
-    cursor: str | None = None,
+    cursor: Annotated[str | None, Query(description=CURSOR)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     order: Literal["asc", "desc"] = "desc",
 ) -> dict[str, Any]:
@@ -246,12 +247,12 @@ async def list_runs(
         requester=requester,
         involving=None if caller.kind == "admin" else caller.name,
         teams=member_teams(caller),
-        after=cursor,
+        after=taken("runs", cursor),
         limit=limit,
         order=order,
     )
     items = [run_to_dict(run, state=False) for run in page.items]
-    return {"items": items, "next_cursor": page.next_cursor}
+    return {"items": items, "next_cursor": issued("runs", page.next_cursor)}
 
 
 @router.post(

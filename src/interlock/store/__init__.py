@@ -190,7 +190,12 @@ class Query:
     run: str | None = field(default=None, metadata=_filter("only requests of this run", name=True))
     after: str | None = field(
         default=None,
-        metadata=_filter("next_cursor of the previous page: the id of the last request seen", wire="cursor", name=True),
+        metadata=_filter(
+            "the previous page's next_cursor, as it is (or the id of the last request seen); any other text "
+            "is refused (InvalidCursor; over HTTP 422 invalid_cursor)",
+            wire="cursor",
+            name=True,
+        ),
     )
     limit: int = field(default=50, metadata=_filter("at most this many", ge=1, le=MAX_LIST_LIMIT))
     order: Literal["asc", "desc"] = field(

@@ -1,0 +1,112 @@
+"""The lists' page cursors: what a page gives as its `next_cursor` pages on, and any other
+text is refused (`InvalidCursor`; over HTTP 422 `invalid_cursor`) instead of answering an
+empty page or the first page again: on every store, through a server, and on each list of
+the HTTP API, whose cursors are opaque and checked."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from asgi_support import InProcessServer, serving
+from interlock import Broker, Text
+from interlock.errors import InvalidCursor
+from interlock.server.app import create_app
+
+pytestmark = pytest.mark.anyio
+BOUND = 10
+GARBAGE = ("zzzz", "", "0" * 31, "G" * 32, "12.")
+
+
+async def test_every_list_pages_on_from_its_cursor_and_refuses_any_other_on_every_store(broker: Broker) -> None:
+    await pages_on(broker)
+    for bad in GARBAGE:
+        with pytest.raises(InvalidCursor, match="cursor"):
+            await broker.list(after=bad)
+        with pytest.raises(InvalidCursor):
+            await broker.list_grants(after=bad)
+        with pytest.raises(InvalidCursor):
+            await broker.list_runs(after=bad)
+        with pytest.raises(InvalidCursor):
+            await broker.dead_letters(after=bad)
+        with pytest.raises(InvalidCursor):
+            await broker.list_deliveries(after=bad)
+
+
+async def pages_on(broker: Broker) -> None:
+    """A page's cursor is the last row's place, through a server too: the remote broker
+    unwraps the server's opaque cursors, so a program pages alike wherever its store is."""
+    asked = [await broker.create(Text(f"Q{i}?"), to="alice") for i in range(3)]
+    given = [await broker.give_grant("bot", "repo:web", f"deploy-{i}", by="alice") for i in range(3)]
+    started = [await broker.start_run("agent", run_id=f"run-{i}") for i in range(3)]
+    first = await broker.list(limit=2)
+    assert first.next_cursor == first.items[-1].id == asked[1].id
+    assert [r.id for r in (await broker.list(after=first.next_cursor)).items] == [asked[0].id]
+    grants = await broker.list_grants(audience="bot", limit=2)
+    assert grants.next_cursor == given[1].id
+    assert [g.id for g in (await broker.list_grants(audience="bot", after=grants.next_cursor)).items] == [given[0].id]
+    runs = await broker.list_runs(agent="agent", limit=2)
+    assert [r.id for r in runs.items] == [started[2].id, started[1].id] and runs.next_cursor is not None
+    rest = await broker.list_runs(agent="agent", after=runs.next_cursor)
+    assert [r.id for r in rest.items] == [started[0].id] and rest.next_cursor is None
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[InProcessServer]:
+    async with serving(create_app(f"sqlite:///{tmp_path / 'cursors.db'}", auth=False)) as server:
+        yield server
+
+
+@pytest.fixture
+async def api(server: InProcessServer) -> AsyncIterator[httpx.AsyncClient]:
+    async with server.client("/api/v1", timeout=BOUND) as client:
+        yield client
+
+
+def refused(response: httpx.Response, match: str = "") -> None:
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["code"] == "invalid_cursor" and match in problem["detail"], problem
+
+
+LISTS = {"/requests": {}, "/interactions": {}, "/grants": {"audience": "bot"}, "/runs": {"agent": "agent"}}
+
+
+async def test_each_list_of_the_api_refuses_a_cursor_it_never_gave_with_invalid_cursor(
+    api: httpx.AsyncClient,
+) -> None:
+    for i in range(3):
+        assert (
+            await api.post("/requests", json={"to": "alice", "asks": [{"type": "text", "prompt": f"Q{i}?"}]})
+        ).is_success
+        grant = {"to": "bot", "with": "repo:web", "can": f"deploy-{i}", "by": "alice"}
+        assert (await api.post("/grants", json=grant)).is_success
+        assert (await api.post("/runs", json={"agent": "agent", "run_id": f"run-{i}"})).is_success
+    firsts: dict[str, dict[str, Any]] = {}
+    for path, params in LISTS.items():
+        for bad in GARBAGE:
+            refused(await api.get(path, params={**params, "cursor": bad}))
+        first = (await api.get(path, params={**params, "limit": 2})).json()
+        firsts[path] = first
+        cursor = first["next_cursor"]
+        assert cursor not in (None, first["items"][-1]["id"])  # opaque
+        rest = (await api.get(path, params={**params, "cursor": cursor})).json()
+        assert len(rest["items"]) == 1 and rest["next_cursor"] is None
+        flipped = cursor[:10] + ("A" if cursor[10] != "A" else "B") + cursor[11:]
+        refused(await api.get(path, params={**params, "cursor": flipped}))
+        refused(await api.get(path, params={**params, "cursor": cursor[:-3]}))
+        if path != "/runs":  # a row's id, as these lists gave their cursors before, is taken still
+            plain = (await api.get(path, params={**params, "cursor": first["items"][-1]["id"]})).json()
+            assert plain["items"] == rest["items"]
+    refused(await api.get("/requests", params={"cursor": firsts["/grants"]["next_cursor"]}), "a cursor of grants")
+    refused(await api.get("/interactions", params={"cursor": firsts["/requests"]["next_cursor"]}), "of requests")
+    refused(await api.get("/runs", params={"agent": "agent", "cursor": firsts["/interactions"]["next_cursor"]}))
+    for params in ({}, {"status": "dead", "order": "newest"}):
+        for name in ("cursor", "after"):
+            for bad in GARBAGE:
+                refused(await api.get("/deliveries", params={**params, name: bad}))
