@@ -369,3 +369,70 @@ async def test_a_create_retried_with_its_key_in_the_idempotency_key_header_or_th
             assert both.status_code == 422 and "is not the body's idempotency_key" in both.json()["detail"]
             mine = (await bot.get("/requests", params={"requester": "alice-bot"})).json()["items"]
             assert [r["id"] for r in mine] == [first.json()["id"]]
+
+
+def examples_in(node: Any, where: str = "") -> Iterator[tuple[str, dict[str, Any], Any]]:
+    """Every example in the document, with where it is and the schema it must fit: a
+    schema's own `examples`, and a media type's or a parameter's `example`."""
+    if isinstance(node, dict):
+        if isinstance(node.get("schema"), dict) and "example" in node:
+            yield where, node["schema"], node["example"]
+        if isinstance(node.get("examples"), list) and ("type" in node or "properties" in node or "$ref" in node):
+            for example in node["examples"]:
+                yield where, node, example
+        for key, value in node.items():
+            yield from examples_in(value, f"{where}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from examples_in(value, f"{where}/{i}")
+
+
+MAIN_ANSWERS = ("RequestModel", "RequestPage", "RunModel", "RunPageModel", "EventModel", "EventPage", "Problem")
+
+
+def test_every_example_in_the_document_fits_its_own_schema(spec: dict[str, Any]) -> None:
+    found = list(examples_in(spec))
+    assert len(found) >= 35
+    for where, schema, example in found:
+        errors = list(Draft202012Validator({**schema, "components": spec["components"]}).iter_errors(example))
+        assert not errors, (where, errors[0].message)
+
+
+def test_every_request_body_and_the_main_answers_have_an_example_to_copy(spec: dict[str, Any]) -> None:
+    schemas = spec["components"]["schemas"]
+
+    def has_example(schema: dict[str, Any]) -> bool:
+        if "$ref" in schema:
+            return has_example(schemas[schema["$ref"].rsplit("/", 1)[1]])
+        return bool(schema.get("examples")) or any(
+            has_example(s) for s in schema.get("anyOf", ()) if s != {"type": "null"}
+        )
+
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                assert "example" in media or has_example(media["schema"]), (method, path)
+    for name in MAIN_ANSWERS:
+        assert schemas[name].get("examples"), name
+    assert spec["paths"]["/api/v1/requests"]["get"]["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/RequestPage"
+    }
+
+
+async def test_the_create_and_answer_examples_work_as_they_are_copied(
+    db: str, serve: Callable[..., AbstractContextManager[str]], spec: dict[str, Any]
+) -> None:
+    schemas = spec["components"]["schemas"]
+    tokens = await issue_tokens(db)
+    with serve(db, auth=True) as base:
+        async with api(base, tokens["alice-bot"]) as bot, api(base, tokens["alice"]) as alice:
+            made = await bot.post("/requests", json=schemas["CreateBody"]["examples"][0])
+            assert made.status_code == 201, made.text
+            answered = await alice.post(
+                f"/requests/{made.json()['id']}/answer", json=schemas["AnswerBody"]["examples"][0]
+            )
+            assert answered.status_code == 200, answered.text
+            shown = answered.json()
+            (grant,) = shown["response"]["grants"]
+            assert (shown["status"], grant["with"], grant["can"]) == ("answered", "repo:web", "deploy")
+            conforms(spec, ("post", "/api/v1/requests/{request_id}/answer"), "200", shown)

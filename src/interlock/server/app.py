@@ -77,6 +77,7 @@ from .common import (
     problem,
     problems_for,
 )
+from .examples import add_examples
 from .pages import install_pages
 from .quotas import DEFAULT_QUOTA, DEFAULT_STREAMS, Quota, TooMany
 
@@ -648,6 +649,7 @@ def _document_problems(app: FastAPI, auth: bool) -> None:
         components = schema.get("components", {}).get("schemas", {})
         for unused in ("HTTPValidationError", "ValidationError"):
             components.pop(unused, None)
+        add_examples(schema)
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to customize the schema
