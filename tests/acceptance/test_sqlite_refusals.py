@@ -5,7 +5,8 @@ not write; a filesystem mounted read-only; a disk full. The same line from
 `interlock.connect`, any command (exit 4) and `interlock serve` (exit 4, no traceback).
 
 Permission bits bind every user but root: run as root (as in CI containers), the commands
-run as `nobody` (through setpriv or runuser). A read-only mount and a full filesystem are
+run as root without the capabilities that pass over them (setpriv's bounding set), else as
+`nobody` (through setpriv or runuser). A read-only mount and a full filesystem are
 made in a mount namespace of their own (unshare, as root); without one those tests are
 skipped, and `why` is checked on a statvfs that says read-only instead.
 """
@@ -118,6 +119,26 @@ def as_user() -> tuple[list[str], str]:
     process's own, or `nobody` when tests run as root."""
     if os.geteuid() != 0:
         return [], pwd.getpwuid(os.geteuid()).pw_name
+    if shutil.which("setpriv"):
+        # Root without the capabilities that pass over permission bits is bound by them like
+        # anyone else, and can still read this interlock wherever it is installed (under
+        # /root, say, which nobody may not enter).
+        prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
+        with tempfile.NamedTemporaryFile() as shut:
+            os.chmod(shut.name, 0)
+            probe = subprocess.run(
+                [
+                    *prefix,
+                    sys.executable,
+                    "-c",
+                    "import os, sys; assert not os.access(sys.argv[1], os.R_OK)",
+                    shut.name,
+                ],
+                capture_output=True,
+                timeout=BOUND,
+            )
+        if probe.returncode == 0:
+            return prefix, "root"
     try:
         nobody = pwd.getpwnam("nobody")
     except KeyError:
