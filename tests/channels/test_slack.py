@@ -130,6 +130,12 @@ def click(button: dict[str, Any], block_id: str, user: str, slack: FakeSlack) ->
     return dict(payload)
 
 
+async def press(client: httpx.AsyncClient, button: dict[str, Any], block_id: str, user: str, slack: FakeSlack) -> None:
+    """`user` clicks `button` in Slack: its payload, signed as Slack signs it, taken (200)."""
+    body, headers = signed(click(button, block_id, user, slack))
+    assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+
+
 def actions_of(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     [block] = [b for b in message["blocks"] if b["type"] == "actions"]
     return block["block_id"], block["elements"]
@@ -154,13 +160,11 @@ async def test_a_confirm_request_is_answered_with_a_button_and_its_message_updat
     assert labels == ["Yes", "No", "Open in the inbox"]
     assert elements[2]["url"] == f"http://inbox.example/requests/{request['id']}"
     async with httpx.AsyncClient(base_url=base, timeout=20) as client:
-        body, headers = signed(click(elements[0], block_id, "U0BOB", slack))
-        assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+        await press(client, elements[0], block_id, "U0BOB", slack)
         [ephemeral] = await slack.until("response")
         assert ephemeral["text"] == "This request is not yours to answer."
         assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "pending"
-        body, headers = signed(click(elements[0], block_id, "U0ALICE", slack))
-        assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+        await press(client, elements[0], block_id, "U0ALICE", slack)
         settled = (await client.get(f"/api/v1/requests/{request['id']}")).json()
         assert settled["status"] == "answered"
         assert (settled["response"]["by"], settled["response"]["via"]) == ("alice", "slack")
@@ -238,8 +242,7 @@ async def test_a_text_question_is_answered_in_a_modal(base: str, slack: FakeSlac
     block_id, elements = actions_of(messages[0])
     assert elements[0]["action_id"] == "interlock_open"
     async with httpx.AsyncClient(base_url=base, timeout=20) as client:
-        body, headers = signed(click(elements[0], block_id, "U0BOB", slack))
-        assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+        await press(client, elements[0], block_id, "U0BOB", slack)
         [opened] = await slack.until("views.open")
         view = opened["view"]
         assert view["private_metadata"] == request["id"]
@@ -310,8 +313,7 @@ async def open_modal(client: httpx.AsyncClient, slack: FakeSlack, message: dict[
     block_id, elements = actions_of(message)
     [button] = [e for e in elements if e["action_id"] == "interlock_open"]
     before = len(await slack.until("views.open", 0))
-    body, headers = signed(click(button, block_id, user, slack))
-    assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+    await press(client, button, block_id, user, slack)
     opened = await slack.until("views.open", before + 1)
     return dict(opened[-1]["view"])
 
@@ -504,8 +506,7 @@ async def test_an_escalation_offers_buttons_only_to_someone_who_may_answer(
 
         block_id, elements = actions_of(to_alice)  # her buttons, clicked by bob
         async with httpx.AsyncClient(base_url=base, timeout=20) as client:
-            body, headers = signed(click(elements[0], block_id, "U0BOB", slack))
-            assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+            await press(client, elements[0], block_id, "U0BOB", slack)
             [ephemeral] = await slack.until("response")
             assert ephemeral["text"] == "This request is not yours to answer."
             assert (await client.get(f"/api/v1/requests/{alices['id']}")).json()["status"] == "pending"
@@ -514,8 +515,7 @@ async def test_an_escalation_offers_buttons_only_to_someone_who_may_answer(
             assert "it waits on ops since" in json.dumps(theirs["blocks"])
             block_id, elements = actions_of(theirs)
             assert [e["text"]["text"] for e in elements] == ["Yes", "No", "Open in the inbox"]
-            body, headers = signed(click(elements[0], block_id, "U0BOB", slack))
-            assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+            await press(client, elements[0], block_id, "U0BOB", slack)
             settled = (await client.get(f"/api/v1/requests/{teams['id']}")).json()
             assert (settled["status"], settled["response"]["by"], settled["response"]["via"]) == (
                 "answered",
@@ -562,13 +562,11 @@ async def test_a_team_s_channel_keeps_its_buttons_and_a_click_answers_as_the_mem
         labels = [e["text"]["text"] for e in elements]
         assert labels == (["Yes", "No", "Open in the inbox"] if kept else ["Yes", "No"])
         async with httpx.AsyncClient(base_url=base, timeout=20) as client:
-            body, headers = signed(click(elements[0], block_id, "U0CAROL", slack))
-            assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+            await press(client, elements[0], block_id, "U0CAROL", slack)
             [ephemeral] = await slack.until("response")
             assert ephemeral["text"] == "This request is not yours to answer."
             assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "pending"
-            body, headers = signed(click(elements[0], block_id, "U0BOB", slack))
-            assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+            await press(client, elements[0], block_id, "U0BOB", slack)
             settled = (await client.get(f"/api/v1/requests/{request['id']}")).json()
             assert (settled["status"], settled["response"]["by"], settled["response"]["via"]) == (
                 "answered",
