@@ -848,9 +848,10 @@ class Broker(ABC):
         of them has settled, a worker claims the run (`claim_run`) and goes on from
         `state`. `status` defaults to `waiting_for_approval` if any of them is an
         approval, else `waiting_for_input`. A run whose last park was on the same requests
-        is returned as it is (parked still, or ended since): an agent that restarts
-        changes nothing. Raises `RunConflict` if the run is not running (or, with `worker`,
-        is held by another worker)."""
+        is returned as it is (parked still, being resumed by a worker, or ended since): an
+        agent that restarts changes nothing. Raises `RunConflict` if the run is not
+        running, or is held by a worker other than `worker` (without `worker`: by any
+        worker, so a claimed run is never taken from the worker resuming it)."""
 
     @abstractmethod
     async def claim_run(
@@ -2120,11 +2121,12 @@ class LocalBroker(Broker):
         if any of them is an approval, else `waiting_for_input`. The pause is given up
         after `pause_timeout` (or the run's longer `max_duration`): the run is then
         cancelled with `terminal_reason` "interaction_timeout" and its requests withdrawn.
-        A run whose last park was on the same requests is returned as it is, parked still
-        or ended since, so an agent that restarts and parks again
-        (finding its requests by idempotency key) changes nothing. Raises `RunConflict` if
-        the run is not running (or, with `worker`, is held by another worker),
-        `InvalidRequest` for requests that are not the run's.
+        A run whose last park was on the same requests is returned as it is, parked still,
+        being resumed by a worker or ended since, so an agent that restarts and parks again
+        (finding its requests by idempotency key) changes nothing, and takes nothing from a
+        worker. Raises `RunConflict` if the run is not running, or is held by a worker other
+        than `worker` (without `worker`: by any worker; only the worker holding a claimed
+        run parks it again), `InvalidRequest` for requests that are not the run's.
         """
         if self._state != "open":
             await self.open()
@@ -2181,12 +2183,13 @@ class LocalBroker(Broker):
 
     @staticmethod
     def _parked_already(run: Run, waiting_on: Sequence[str], worker: str | None) -> Run | None:
-        """The run, if its last park was on these requests and it is parked on them still
-        or has ended since: a restarted agent parking again changes nothing, as its
-        creates with their keys do. (A park by a worker, `worker`, is its own.)"""
+        """The run, if its last park was on these requests and it is parked on them still,
+        is being resumed by a worker that claimed it since, or has ended since: a restarted
+        agent parking again changes nothing, as its creates with their keys do. (A park by
+        a worker, `worker`, is its own.)"""
         if (
             worker is None
-            and (run.status.waiting or run.status.ended)
+            and (run.status.waiting or run.status.ended or run.worker is not None)
             and run.waiting_on
             and set(run.waiting_on) == set(waiting_on)
         ):
@@ -2827,6 +2830,12 @@ class LocalBroker(Broker):
 
     async def _run_conflict(self, run_id: str, worker: str | None) -> RunConflict:
         run = await self._current_run(run_id)
+        if run.status is RunStatus.RUNNING and worker is None and run.worker is not None:
+            return RunConflict(
+                run.id,
+                run.status.value,
+                f"run {run.id!r} is held by worker {run.worker}, which resumes it: only that worker parks it again",
+            )
         if run.status is RunStatus.RUNNING and worker is not None and run.worker != worker:
             return RunConflict(run.id, run.status.value, f"run {run.id!r} is held by another worker now")
         return RunConflict(run.id, run.status.value, f"run {run.id!r} is {run.status.value}, not running")

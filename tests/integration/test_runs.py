@@ -489,6 +489,49 @@ async def test_a_restarted_agent_parking_again_on_its_requests_changes_nothing(b
     assert [e.type for e in await broker.find_events(run=run_id)].count("input_requested") == 1
 
 
+async def test_an_agent_parking_again_while_a_worker_resumes_its_run_takes_nothing_from_that_worker(
+    broker: Broker,
+) -> None:
+    run_id, request_id = await parked_on_approval(broker)
+    started = await broker.start_parked(
+        "deployer", [broker.prepare(Text("Name?"), to="alice")], state={"step": 1}, run_id="run-7"
+    )
+    for request in (request_id, *started.waiting_on):
+        assert await broker.resolve(request, True if request == request_id else {"text": "Ada"}, by="alice")
+    held = {}
+    for _ in range(2):
+        claimed = await broker.claim_run(["deployer"], worker="w1")
+        assert claimed is not None
+        held[claimed.id] = claimed
+    assert sorted(held) == sorted([run_id, "run-7"])
+
+    # The agent's process, restarted meanwhile, goes through its steps again: the runs are
+    # returned as they are, still the resuming worker's, and no other worker may claim them.
+    again = await broker.park(run_id, state={"step": 3, "messages": ["hi"]}, waiting_on=[request_id])
+    assert (again.status, again.worker, again.attempts) == (RunStatus.RUNNING, "w1", 1)
+    assert again == await broker.get_run(run_id)
+    restarted = await broker.start_parked(
+        "deployer", [broker.prepare(Text("Name?"), to="alice")], state=2, run_id="run-7"
+    )
+    assert (restarted.status, restarted.worker, restarted.state) == (RunStatus.RUNNING, "w1", {"step": 1})
+    assert await broker.claim_run(["deployer"], worker="w2") is None
+
+    # Parked by anyone but its worker on other requests, it is refused and stays the worker's.
+    other = await broker.create(Text("Why?"), to="alice", run=run_id)
+    with pytest.raises(RunConflict, match="held by worker w1") as refused:
+        await broker.park(run_id, state={"step": 4}, waiting_on=[other.id])
+    assert (refused.value.run_id, refused.value.status) == (run_id, "running")
+    assert await broker.resolve(other.id, {"text": "because"}, by="alice")
+    assert await broker.claim_run(["deployer"], worker="w2") is None
+    assert (await broker.get_run(run_id)).state == {"step": 3, "messages": ["hi"]}
+
+    # The worker's own outcome lands, once: each run was claimed once and parked once.
+    for run in held:
+        assert (await broker.complete_run(run, "ok", worker="w1")).status is RunStatus.COMPLETED
+        types = [e.type for e in await broker.find_events(run=run)]
+        assert (types.count("run_claimed"), types.count("input_requested")) == (1, 1)
+
+
 async def park_deploy(broker: Broker, run_id: str) -> tuple[interlock.Run, interlock.Request, interlock.Run]:
     """The runs guide's agent from the top: start its run, ask with a key, park."""
     run = await broker.start_run("deployer", run_id=run_id)

@@ -318,8 +318,9 @@ async def get_run(run_id: str, caller: Caller, broker: TheBroker) -> JSONRespons
 async def park_run(run_id: str, body: ParkBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Park a running run on requests of its own with the framework's state; the agent's
     process may exit then. A worker claims it once they have all settled. Parked again
-    on the requests of its last park, the run is returned as it is (parked still, or
-    ended since): a restarted agent changes nothing."""
+    on the requests of its last park, the run is returned as it is (parked still, being
+    resumed by a worker, or ended since): a restarted agent changes nothing. A run a
+    worker holds is parked only by that worker (`worker`): 409 `run_conflict` otherwise."""
     run_id = (await own_run(broker, caller, run_id, "parks runs")).id
     run = await broker.park(
         run_id, state=body.state, waiting_on=body.waiting_on, status=body.status, worker=body.worker

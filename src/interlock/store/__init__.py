@@ -727,10 +727,11 @@ class RunStore(Protocol):
         at: datetime,
         worker: str | None = None,
     ) -> Run | None:
-        """Park a running run (held by `worker`, when given): keep `state` and the
-        requests it waits on, release its lease, mark it ready if none of them is pending;
-        append `input_requested`. None if the run is not running (or is held by another
-        worker)."""
+        """Park a running run held by `worker` (without one: a run no worker holds): keep
+        `state` and the requests it waits on, release its lease, mark it ready if none of
+        them is pending; append `input_requested`. None if the run is not running, or is
+        held by another worker (without `worker`: by any worker, so a park of the agent's
+        never takes a claimed run from the worker resuming it)."""
         ...
 
     async def claim_run(

@@ -716,7 +716,8 @@ class MemoryStore:
         worker: str | None = None,
     ) -> Run | None:
         run = self._runs.get(run_id)
-        if run is None or run.status is not RunStatus.RUNNING or not self._held(run, worker):
+        # Without `worker`, only a run no worker holds: a worker's claim is not taken from it.
+        if run is None or run.status is not RunStatus.RUNNING or run.worker != worker:
             return None
         ready = not any(w in self._pending for w in waiting_on)
         run = replace(

@@ -163,12 +163,13 @@ SELECT id, agent, session, requester, status, terminal_reason, ready, worker, le
 FROM runs WHERE id = :id;
 
 -- name: park_run
--- Park a running run (held by :worker, when given) and say whether it is ready already
--- (none of its requests pending); no row when it is not running or another worker holds it.
+-- Park a running run held by :worker (when null, one no worker holds) and say whether it is
+-- ready already (none of its requests pending); no row when it is not running or another
+-- worker holds it.
 UPDATE runs SET status = :status, state = :state, waiting_on = :ids, expires_at = :expires_at,
     updated_at = :at, worker = NULL, lease_expires_at = NULL,
     ready = NOT EXISTS (SELECT 1 FROM requests WHERE status = 'pending' AND id IN (SELECT value FROM json_each(:ids)))
-WHERE id = :id AND status = 'running' AND (:worker IS NULL OR worker = :worker)
+WHERE id = :id AND status = 'running' AND worker IS :worker
 RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
           attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
 
