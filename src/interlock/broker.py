@@ -2271,13 +2271,22 @@ class LocalBroker(Broker):
                 if looked is None:
                     count = self._ready_count
                     now = datetime.now(UTC)
-                    run = await self.store.claim_run(
+                    looking = self.store.claim_run(
                         None if agents is None else list(agents),
                         worker=worker,
                         lease_expires_at=now + timedelta(seconds=seconds),
                         at=now,
                         requester=requester,
                     )
+                    if self._now is not None:  # a store whose calls never wait: no cancel comes in between
+                        run = await looking
+                    else:
+                        claiming = asyncio.ensure_future(looking)
+                        try:
+                            run = await asyncio.shield(claiming)
+                        except asyncio.CancelledError:
+                            self._give_back_if_claimed(claiming)
+                            raise
                     if run is not None:
                         self._know(run)
                         self._changed_now()
@@ -2301,12 +2310,52 @@ class LocalBroker(Broker):
                 if self._ready_count != count or clock() - looked >= period:
                     looked = None  # a run may be ready, or it is time to look again anyway
                 if waiting.handed is not None:  # an answer is handing this claim a run: take it
-                    handed = await asyncio.shield(waiting.handed)
+                    try:
+                        handed = await asyncio.shield(waiting.handed)
+                    except asyncio.CancelledError:
+                        self._give_back_if_claimed(waiting.handed)
+                        raise
                     if handed is not None:
                         self._changed_now()
                         return handed
         finally:
             self._claimers -= 1
+
+    def _give_back_if_claimed(self, claiming: asyncio.Future[Run | None]) -> None:
+        """A claim cancelled while the store claimed a run for it (its caller gone: a worker
+        stopping, a server's long poll whose client hung up or whose token was revoked):
+        the run it claimed all the same, if any, is given back once the store has answered,
+        rather than held by nobody until its lease runs out."""
+
+        def claimed(done: asyncio.Future[Run | None]) -> None:
+            if done.cancelled() or done.exception() is not None:
+                return
+            run = done.result()
+            if run is not None and run.worker is not None:
+                self._spawn(self._give_back(run.id, run.worker, "its claim was cancelled"))
+
+        claiming.add_done_callback(claimed)
+
+    async def _give_back(self, run_id: str, worker: str, why: str) -> None:
+        try:
+            if await self.release_claim(run_id, worker=worker):
+                log.info("run %s claimed for worker %s was given back: %s", run_id, worker, why)
+        except Exception as exc:  # its lease hands it on all the same
+            log.warning(
+                "could not give back run %s claimed for worker %s (%s: %s)", run_id, worker, type(exc).__name__, exc
+            )
+
+    async def release_claim(self, run_id: str, *, worker: str) -> bool:
+        """Give back a run claimed for `worker` that it will not resume (the claim's caller
+        was gone when it was made): its lease ends now, so any worker claims it at once, as
+        it would once the lease had run out. False if `worker` holds it no longer."""
+        if self._state != "open":
+            await self.open()
+        _check_id(run_id)
+        released = await self.store.renew_lease(run_id, worker=worker, lease_expires_at=datetime.now(UTC))
+        if released:
+            self._runs_ready_now()  # the claims waiting here look again now
+        return released
 
     async def renew_lease(self, run_id: str, *, worker: str, lease: float = DEFAULT_LEASE) -> bool:
         """Hold a claimed run `lease` seconds more. False if `worker` holds it no longer."""

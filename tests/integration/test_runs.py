@@ -8,12 +8,14 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 import interlock
 from interlock import Broker, Cancelled, Closed, Confirm, InvalidRequest, NotFound, Status, Text
+from interlock.broker import LocalBroker
 from interlock.errors import IdempotencyKeyReused, RunConflict
 from interlock.model import RunStatus, request_to_dict
 
@@ -267,6 +269,45 @@ async def test_a_run_whose_worker_died_is_claimed_again_after_its_lease(broker: 
     assert not await broker.renew_lease(run_id, worker="dead")
     assert await broker.renew_lease(run_id, worker="w2", lease=60)
     assert (await broker.complete_run(run_id, worker="w2")).status is RunStatus.COMPLETED
+
+
+async def test_a_claim_cancelled_while_the_store_claims_gives_the_run_back_at_once(
+    backend: str, broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if backend == "http":
+        pytest.skip("a server's claims: tests/security/test_long_polls_after_revocation.py")
+    if backend == "memory":
+        pytest.skip("a memory store's claim never waits: no cancel can come while it claims")
+    assert isinstance(broker, LocalBroker)
+    run_id, request_id = await parked_on_approval(broker)
+    assert await broker.resolve(request_id, True, by="alice")
+    claim_run = broker.store.claim_run
+    entered, go, made = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    claimed: list[interlock.Run | None] = []
+
+    async def slow_claim(*args: Any, **options: Any) -> interlock.Run | None:
+        if options["worker"] != "gone":
+            return await claim_run(*args, **options)
+        entered.set()
+        await go.wait()
+        claimed.append(await claim_run(*args, **options))
+        made.set()
+        return claimed[-1]
+
+    monkeypatch.setattr(broker.store, "claim_run", slow_claim)
+    with anyio.fail_after(BOUND):
+        # Its caller gone (a worker stopping) while the store claims the run for it: the
+        # run claimed all the same is given back, not held for the hour of its lease.
+        gone = asyncio.create_task(broker.claim_run(["deployer"], worker="gone", lease=3600))
+        await entered.wait()
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        go.set()
+        await made.wait()
+        assert [(run.id, run.worker) for run in claimed if run is not None] == [(run_id, "gone")]
+        again = await broker.claim_run(["deployer"], worker="w2", wait=BOUND / 2)
+    assert again is not None and (again.id, again.worker, again.attempts) == (run_id, "w2", 2), again
 
 
 async def test_a_waiting_worker_wakes_when_the_person_answers(broker: Broker) -> None:

@@ -25,6 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 import interlock
 from interlock.broker import LocalBroker
 from interlock.principals import Principal, issue_token
+from interlock.server.common import AppState
 
 pytestmark = pytest.mark.anyio
 BOUND = 20
@@ -181,3 +182,46 @@ async def test_an_mcp_hitl_status_held_open_ends_with_an_error_when_the_token_is
     assert "revoked" in called.content[0].text
     pending = (await clients["alice"].get(f"/requests/{job['job']}")).json()
     assert pending["status"] == "pending"
+
+
+async def test_a_claim_made_as_its_token_is_revoked_gives_its_run_back_at_once(
+    world: World, clients: dict[str, httpx.AsyncClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bot, alice = clients["bot"], clients["alice"]
+    assert (await bot.post("/runs", json={"agent": "bot", "run_id": "launch"})).status_code == 201
+    of_run = (await bot.post("/requests", json={**TEXT, "origin": {"run": "launch"}})).json()["id"]
+    parked = await bot.post("/runs/launch/park", json={"waiting_on": [of_run], "state": {"step": "secret"}})
+    assert parked.status_code == 200, parked.text
+    answered = await alice.post(f"/requests/{of_run}/answer", json={"answers": {"t": "0000"}})
+    assert answered.status_code == 200, answered.text
+
+    # The store claims the run for the worker at the very moment its token is revoked: the
+    # revocation reaches the server's hub before the claim's answer goes out.
+    apps: list[AppState] = []
+    held, claim_run = AppState.held, LocalBroker.claim_run
+
+    async def holding(self: AppState, *args: Any, **options: Any) -> Any:
+        apps.append(self)
+        return await held(self, *args, **options)
+
+    async def claimed_as_revoked(self: LocalBroker, *args: Any, **options: Any) -> Any:
+        run = await claim_run(self, *args, **options)
+        if run is not None and options["worker"] == "w1":
+            assert await self.revoke_tokens(token_id=world.ids["bot"]) == 1
+            data = {"principal": "bot", "tokens": [world.ids["bot"]]}
+            apps[-1].hub.end_streams("token_revoked", data)  # as the hub does when the event reaches it
+        return run
+
+    monkeypatch.setattr(AppState, "held", holding)
+    monkeypatch.setattr(LocalBroker, "claim_run", claimed_as_revoked)
+    with anyio.fail_after(BOUND):
+        refused = await bot.post("/runs/claim", json={"worker": "w1", "lease": 3600})
+    assert refused.status_code == 401, refused.text
+    assert refused.json()["detail"] == "the token was revoked"
+
+    # The run went to nobody and is not held for the hour of that claim's lease: the
+    # agent's live token claims it at once.
+    claimed = await clients["bot-2"].post("/runs/claim", json={"worker": "w2"})
+    assert claimed.status_code == 200, claimed.text
+    run = claimed.json()
+    assert (run["id"], run["worker"], run["state"]) == ("bot:launch", "w2", {"step": "secret"})

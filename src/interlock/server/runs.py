@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
@@ -48,6 +49,7 @@ from .stream import Dropped, patiently
 __all__ = ["router"]
 
 router = APIRouter(tags=["runs"])
+log = logging.getLogger("interlock.server")
 
 _problems = problems_for({409: ("run_conflict",)})
 
@@ -269,30 +271,45 @@ async def claim_run(
 ) -> Response:
     """Claim one ready run for a worker, exactly once across workers: a parked run whose
     requests have all settled, or one whose worker's lease ran out. An agent's token
-    claims only the runs it started. A server that begins to stop ends the wait: 204."""
+    claims only the runs it started. A server that begins to stop ends the wait: 204.
+    A run claimed as the caller's token is revoked (401) or as it hangs up goes to
+    nobody: it is given back at once, for any worker to claim."""
     _agent_only(caller, "claims runs")
-    claiming = asyncio.ensure_future(
-        state.held(
-            http,
-            state.broker.claim_run(
-                body.agents,
-                worker=body.worker,
-                lease=body.lease,
-                wait=wait,
-                requester=None if caller.kind == "admin" else caller.name,
-            ),
+    claimed: Run | None = None
+
+    async def claim() -> Run | None:
+        nonlocal claimed
+        claimed = await state.broker.claim_run(
+            body.agents,
+            worker=body.worker,
+            lease=body.lease,
+            wait=wait,
+            requester=None if caller.kind == "admin" else caller.name,
         )
-    )
+        return claimed
+
+    claiming = asyncio.ensure_future(state.held(http, claim()))
     gone = asyncio.ensure_future(_disconnected(http))
+    run: Run | None = None
     try:
-        await asyncio.wait((claiming, gone), return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait((claiming, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not claiming.done():
+                claiming.cancel()  # the worker hung up: claim nothing for it
+                with contextlib.suppress(asyncio.CancelledError):
+                    await claiming
+        run = None if claiming.cancelled() else claiming.result()
     finally:
-        gone.cancel()
-        if not claiming.done():
-            claiming.cancel()  # the worker hung up: claim nothing for it
-            with contextlib.suppress(asyncio.CancelledError):
-                await claiming
-    run = None if claiming.cancelled() else claiming.result()
+        if claimed is not None and run is None:
+            # Claimed, but not handed to the caller: its token was revoked (401) or it hung
+            # up as the claim was made. The run is given back, not held until its lease ends.
+            try:
+                if await state.broker.release_claim(claimed.id, worker=body.worker):
+                    log.info("run %s claimed for worker %s went to nobody: given back", claimed.id, body.worker)
+            except Exception as exc:  # its lease hands it on all the same
+                log.warning("could not give back run %s (%s: %s)", claimed.id, type(exc).__name__, exc)
     if run is None:
         return Response(status_code=204)
     return out(caller, run)
