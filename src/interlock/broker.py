@@ -267,6 +267,11 @@ class Broker(ABC):
     calls of a running server's HTTP API. `connect(url)` gives the one the URL names.
     """
 
+    pause_timeout: timedelta | None = None
+    """How long a parked run waits on a person before it is given up (its `max_duration`
+    when longer); None while not known here (a remote broker learns its server's from the
+    first run it claims)."""
+
     def __init__(
         self,
         *,
@@ -1069,6 +1074,8 @@ class _Waiting:
 class LocalBroker(Broker):
     """The broker over a store: this process keeps the waiters, runs expiry and follows
     the store's event log for what other processes change."""
+
+    pause_timeout: timedelta
 
     def __init__(
         self,

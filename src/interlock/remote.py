@@ -896,7 +896,11 @@ class RemoteBroker(Broker):
             return None
         if not response.is_success:
             raise _error(response, "")
-        return run_from_dict(response.json())
+        claimed = response.json()
+        horizon = claimed.get("pause_timeout")  # the server's: how long a worker may hand the run back
+        if isinstance(horizon, int | float) and not isinstance(horizon, bool) and 0 < horizon < math.inf:
+            self.pause_timeout = timedelta(seconds=horizon)
+        return run_from_dict(claimed)
 
     async def renew_lease(self, run_id: str, *, worker: str, lease: float = DEFAULT_LEASE) -> bool:
         body = {"worker": worker, "lease": _seconds(lease, "lease")}

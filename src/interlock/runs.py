@@ -53,7 +53,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ._backoff import Backoff
-from .broker import DEFAULT_LEASE, Broker, LocalBroker
+from .broker import DEFAULT_LEASE, Broker
 from .errors import Closed, InterlockError, InvalidRequest, RateLimited, RunConflict, Unavailable
 from .model import DEFAULT_PAUSE_TIMEOUT, Request, Run, RunStatus, park_deadline
 
@@ -146,11 +146,20 @@ class Worker:
         self.resumed = 0
         """How many runs this worker has resumed (whatever their outcome)."""
         self._failing_since: float | None = None  # when its claims began to fail, on the loop's clock
-        self.pause_timeout = broker.pause_timeout if isinstance(broker, LocalBroker) else DEFAULT_PAUSE_TIMEOUT
-        """How long a run may be handed back, from when its requests settled (with its longer
-        `max_duration`): as long as a pause waits for a person. Through a server, the default."""
+        self._pause_timeout: timedelta | None = None  # set here, else the broker's
         self._handed_back: dict[str, Backoff] = {}
         self._now: Callable[[], datetime] = _utc_now
+
+    @property
+    def pause_timeout(self) -> timedelta:
+        """How long a run may be handed back, from when its requests settled (with its longer
+        `max_duration`): as long as a pause waits for a person, the broker's pause timeout
+        (through a server, the server's, which each claim's answer says), unless set here."""
+        return self._pause_timeout or self.broker.pause_timeout or DEFAULT_PAUSE_TIMEOUT
+
+    @pause_timeout.setter
+    def pause_timeout(self, value: timedelta) -> None:
+        self._pause_timeout = value
 
     async def run_once(self, *, wait: float = 0.0) -> Run | None:
         """Claim one ready run (waiting up to `wait` seconds for one) and resume it; return

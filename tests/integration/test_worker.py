@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+import interlock
 from interlock import Broker, Confirm, RateLimited, Request, Status, Text, Unavailable
 from interlock import runs as runs_module
 from interlock.model import DEFAULT_PAUSE_TIMEOUT, Run, RunStatus
@@ -433,6 +436,30 @@ async def test_a_worker_hands_a_run_back_for_longer_each_time_and_records_it_onc
     assert delays == [f"{LEASE / 2:.1f}", f"{LEASE:.1f}"]
     (record,) = await hand_backs(broker, run.id)  # the first of them; the next ones are logged only
     assert record["delay"] == LEASE / 2
+
+
+async def test_a_worker_through_a_server_gives_a_handed_back_run_up_at_the_server_s_pause_timeout(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    with serve(f"sqlite:///{tmp_path / 'brief.db'}", auth=False, pause_timeout=1.0) as base:
+        async with interlock.connect(base) as broker:
+            run = await ready_run(broker)
+            handler = NotNowThen(1_000, retry_after=0.2)
+            worker = Worker(broker, {"deployer": handler}, name="w1")
+            assert worker.pause_timeout == DEFAULT_PAUSE_TIMEOUT  # nothing claimed yet
+            with anyio.fail_after(BOUND):
+                back = await worker.run_once()
+                assert back is not None and back.status is RunStatus.RUNNING  # handed back, not failed
+                assert worker.pause_timeout == timedelta(seconds=1)  # what the claim's answer said
+                while back is not None and back.status is RunStatus.RUNNING:
+                    back = await worker.run_once(wait=BOUND)
+    # Given up a second after its request was answered, as the server's pause timeout says;
+    # not after the 14 days a worker without it would count.
+    assert back is not None and (back.id, back.status) == (run.id, RunStatus.FAILED)
+    assert back.error == (
+        "Unavailable: the deploy service is down (handed back since its requests settled; given up after 1 s)"
+    )
+    assert 2 <= len(handler.calls) < 100
 
 
 async def test_a_run_handed_back_for_as_long_as_a_pause_waits_is_failed_with_the_handler_s_reason(

@@ -130,6 +130,14 @@ class RunModel(BaseModel):
     )
 
 
+class ClaimedRunModel(RunModel):
+    pause_timeout: float = Field(
+        description="seconds a pause waits for a person on this server (`interlock serve --pause-timeout`): a "
+        'worker whose handler keeps handing the run back ("not now") gives it up, failed, once it has been '
+        "handed back that long since its requests settled (or for its longer `max_duration`)"
+    )
+
+
 class RunPageModel(BaseModel):
     items: list[RunModel]
     next_cursor: str | None
@@ -259,7 +267,7 @@ async def list_runs(
 
 @router.post(
     "/runs/claim",
-    response_model=RunModel,
+    response_model=ClaimedRunModel,
     responses={204: {"description": "no run was ready in time"}, **_problems(400, 403, 413, 422)},
 )
 async def claim_run(
@@ -273,7 +281,8 @@ async def claim_run(
     requests have all settled, or one whose worker's lease ran out. An agent's token
     claims only the runs it started. A server that begins to stop ends the wait: 204.
     A run claimed as the caller's token is revoked (401) or as it hangs up goes to
-    nobody: it is given back at once, for any worker to claim."""
+    nobody: it is given back at once, for any worker to claim. With the run comes this
+    server's `pause_timeout`: how long the worker may hand it back."""
     _agent_only(caller, "claims runs")
     claimed: Run | None = None
 
@@ -312,7 +321,9 @@ async def claim_run(
                 log.warning("could not give back run %s (%s: %s)", claimed.id, type(exc).__name__, exc)
     if run is None:
         return Response(status_code=204)
-    return out(caller, run)
+    shape = run_to_dict(run, state=_keeps_state(caller, run))
+    shape["pause_timeout"] = state.broker.pause_timeout.total_seconds()
+    return JSONResponse(shape)
 
 
 async def _disconnected(http: Request) -> None:
