@@ -1926,8 +1926,10 @@ class LocalBroker(Broker):
     async def list(self, **filters: Unpack[ListFilters]) -> Page:
         if self._state != "open":
             await self.open()
-        query = self._checked(Query(**filters))
-        _id_cursor(query.after, "requests")
+        query = Query(**filters)
+        if isinstance(query.after, str):  # first: a cursor too long to be a name is no cursor either
+            _id_cursor(query.after, "requests")
+        query = self._checked(query)
         # One more than the page: is there a next one? A page the store cut where its
         # requests' JSON passed `PAGE_BYTES` has one too, after its last request.
         listed = await self.store.list(replace(query, limit=query.limit + 1))

@@ -5,15 +5,19 @@ the HTTP API, whose cursors are opaque and checked."""
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import httpx
 import pytest
 
 from asgi_support import InProcessServer, serving
 from interlock import Broker, Text
+from interlock.cursors import issued
 from interlock.errors import InvalidCursor
 from interlock.server.app import create_app
 
@@ -110,3 +114,40 @@ async def test_each_list_of_the_api_refuses_a_cursor_it_never_gave_with_invalid_
         for name in ("cursor", "after"):
             for bad in GARBAGE:
                 refused(await api.get("/deliveries", params={**params, name: bad}))
+
+
+async def test_the_web_history_pages_with_checked_cursors_and_says_when_a_link_is_not_valid(
+    server: InProcessServer,
+) -> None:
+    """The history's "Older" link carries the opaque cursor; a plain id (as older links
+    carried) still pages on; a cursor cut short, changed, or of another list is a 400 page
+    saying the link is not valid, not a 500 nor the first page shown as if it were asked for."""
+    from interlock.server import pages
+
+    broker = server.connect()
+    made = []
+    for i in range(3):
+        made.append((await broker.create(Text(f"Question {i}?"), to="alice")).id)
+        assert await broker.resolve(made[-1], "ok", by="alice")
+    grant = await broker.give_grant("bot", "repo:web", "deploy", by="alice")
+    async with server.client(timeout=BOUND) as web:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(pages, "HISTORY_PAGE", 2)
+            first = await web.get("/history", params={"q": "question"})
+            assert first.status_code == 200 and made[2] in first.text and made[0] not in first.text
+            [older] = re.findall(r'href="[^"]*\?([^"]*)" rel="next">Older<', first.text)
+            after = parse_qs(html.unescape(older))["after"][0]
+            assert after not in made  # opaque
+            rest = await web.get("/history", params={"q": "question", "after": after})
+            assert rest.status_code == 200 and made[0] in rest.text and made[1] not in rest.text
+            plain = await web.get("/history", params={"q": "question", "after": made[1]})  # an old link
+            assert plain.status_code == 200 and made[0] in plain.text and made[1] not in plain.text
+            flipped = after[:10] + ("A" if after[10] != "A" else "B") + after[11:]
+            others = [issued("grants", grant.id), issued("runs", "1.x")]
+            for bad in (flipped, after[:-3], "zzzz", "G" * 32, "x" * 5000, *others):
+                refused = await web.get("/history", params={"q": "question", "after": bad})
+                assert refused.status_code == 400, (bad, refused.text)
+                assert refused.headers["content-type"].startswith("text/html")
+                assert "This link to a page of the history is not valid" in refused.text
+                assert made[0] not in refused.text and made[2] not in refused.text  # no page shown as if asked for
+                assert 'href="http://127.0.0.1/history?q=question">Newest page of the history<' in refused.text

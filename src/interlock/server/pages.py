@@ -29,9 +29,10 @@ from fastapi import APIRouter, FastAPI
 from fastapi import Request as HttpRequest
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from .. import cursors
 from ..broker import Page
 from ..dashboard import AGES
-from ..errors import InvalidRequest, NotFound
+from ..errors import InvalidCursor, InvalidRequest, NotFound
 from ..model import Event, Status
 from ..model import Request as HumanRequest
 from ..outbox import Delivery
@@ -359,22 +360,37 @@ async def history(http: HttpRequest, state: State) -> Response:
         return signin_redirect(http)
     filters = _filters(http)
     after = http.query_params.get("after") or None
-    if after is not None and (len(after) > 64 or not after.isascii() or not after.isalnum()):
-        after = None
     try:
-        found = await state.broker.list(**_mine(who), **filters.query(), after=after, limit=HISTORY_PAGE)
+        found = await state.broker.list(
+            **_mine(who), **filters.query(), after=cursors.taken("requests", after), limit=HISTORY_PAGE
+        )
+    except InvalidCursor:
+        return _bad_page_link(state, http, who, filters)
     except InvalidRequest as exc:
         filters.errors.append(str(exc))
         found = Page([], None)
+    cursor = cursors.issued("requests", found.next_cursor)
     context = {
         "found": found.items,
-        "next_link": filters.link(after=found.next_cursor) if found.next_cursor else None,
+        "next_link": filters.link(after=cursor) if cursor else None,
         "first_link": filters.link() if after else None,
         "filters": filters,
         "statuses": _SETTLED,
         "view": "history",
     }
     return page(state, http, "history.html", context, 422 if filters.errors else 200, who)
+
+
+def _bad_page_link(state: AppState, http: HttpRequest, who: Session, filters: HistoryFilters) -> HTMLResponse:
+    """The answer to a history link whose `after` is no page's cursor (cut short, mistyped,
+    changed, or another list's): a 400 page that says so and links to the newest page of
+    the same search, rather than the first page shown as if it were the one asked for."""
+    message = (
+        "This link to a page of the history is not valid: it may have been cut short or changed on its way. "
+        "Start again from the newest page."
+    )
+    back = f"{http.url_for('history')}?{filters.link()}".rstrip("?")
+    return refusal(state, http, 400, message, who, back=(back, "Newest page of the history"))
 
 
 def _mine(who: Session) -> dict[str, Any]:

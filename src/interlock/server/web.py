@@ -471,9 +471,19 @@ def fragment_wanted(http: HttpRequest) -> bool:
     return http.headers.get(FRAGMENT_HEADER) == "1"
 
 
-def refusal(state: AppState, http: HttpRequest, status: int, message: str, who: Session | None = None) -> HTMLResponse:
+def refusal(
+    state: AppState,
+    http: HttpRequest,
+    status: int,
+    message: str,
+    who: Session | None = None,
+    *,
+    back: tuple[str, str] | None = None,
+) -> HTMLResponse:
+    """A page (or, to the inbox's script, a notice) that refuses with `message`; `back`:
+    a link (address, words) to go on from, besides the inbox."""
     name = "_notice.html" if fragment_wanted(http) else "error.html"
-    return page(state, http, name, {"message": message, "status": status}, status, who)
+    return page(state, http, name, {"message": message, "status": status, "back": back}, status, who)
 
 
 def mine(who: Session, request: HumanRequest) -> bool:
