@@ -4,6 +4,7 @@ that are not JSON included); bodies the schema accepts are not refused for their
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -16,6 +17,7 @@ from jsonschema import Draft202012Validator
 from limits_support import BOUND, TEXT, api, issue_tokens
 from openapi_spec_validator import validate as validate_openapi
 
+import interlock
 from interlock.server.app import create_app
 
 pytestmark = pytest.mark.anyio
@@ -52,18 +54,103 @@ def spec(serve: Callable[..., AbstractContextManager[str]]) -> Iterator[dict[str
         yield httpx.get(f"{base}/openapi.json", timeout=BOUND).json()
 
 
+def strict(spec: dict[str, Any], schema: dict[str, Any]) -> Draft202012Validator:
+    """A validator of `schema` (a `$ref` into the document) that also refuses any member
+    the document does not name: a problem's every member is documented, nested too."""
+    schemas = copy.deepcopy(spec["components"]["schemas"])
+    for component in schemas.values():
+        if "properties" in component:
+            component["additionalProperties"] = False
+    return Draft202012Validator({**schema, "components": {"schemas": schemas}})
+
+
 def problem_validator(spec: dict[str, Any]) -> Draft202012Validator:
-    return Draft202012Validator(spec["components"]["schemas"]["Problem"])
+    return strict(spec, {"$ref": "#/components/schemas/Problem"})
+
+
+def documented_problem(spec: dict[str, Any], method: str, path: str, status: int) -> Draft202012Validator:
+    """A strict validator of the problem a route documents for `status`."""
+    content = spec["paths"][path][method]["responses"][str(status)]["content"]
+    return strict(spec, content[PROBLEM_JSON]["schema"])
 
 
 def test_every_error_is_documented_as_problem_details(spec: dict[str, Any]) -> None:
-    problem_ref = {"$ref": "#/components/schemas/Problem"}
+    """Every error is `application/problem+json`: the `Problem` schema, or a route's own
+    that is a `Problem` with members of its own (the same members, of the same types,
+    required alike, and more)."""
+    schemas = spec["components"]["schemas"]
+    problem = schemas["Problem"]
+    own = set()
     for path, operations in spec["paths"].items():
         for method, operation in operations.items():
             for status, response in operation["responses"].items():
                 if int(status) >= 400:
-                    assert response["content"] == {PROBLEM_JSON: {"schema": problem_ref}}, (method, path, status)
-    assert "HTTPValidationError" not in spec["components"]["schemas"]
+                    assert set(response["content"]) == {PROBLEM_JSON}, (method, path, status)
+                    name = response["content"][PROBLEM_JSON]["schema"]["$ref"].removeprefix("#/components/schemas/")
+                    schema = schemas[name]
+                    assert set(problem["required"]) <= set(schema["required"]), (method, path, status)
+                    for member, shape in problem["properties"].items():
+                        if member != "code":  # a route's own names only the codes it sends
+                            assert schema["properties"][member] == shape, (method, path, status, member)
+                    assert set(schema["properties"]["code"]["enum"]) <= set(problem["properties"]["code"]["enum"])
+                    if name != "Problem":
+                        own.add((method, path, status, name))
+    assert "HTTPValidationError" not in schemas
+    assert own == {
+        ("post", "/api/v1/runs/{run_id}/messages", "409", "MessageConflict"),
+        ("post", "/api/v1/threads/{thread_id}/messages", "409", "MessageConflict"),
+        ("post", "/api/v1/requests/{request_id}/claim", "409", "ClaimConflict"),
+    }
+
+
+async def test_the_conflicts_with_members_of_their_own_are_sent_as_documented(
+    db: str, serve: Callable[..., AbstractContextManager[str]], spec: dict[str, Any]
+) -> None:
+    """A message to a busy run is a 409 `thread_busy` whose `details` say what became of
+    it (decided the approval, held, or not held), and to an ended run a 409 `run_conflict`
+    naming the run; a claim on a request another member holds is a 409 `already_claimed`
+    with the standing claim: each fits the route's documented 409, member for member."""
+    tokens = await issue_tokens(db)
+    async with interlock.connect(db) as broker:
+        await broker.add_team_members("ops", ["alice", "bob"])
+    run, messages = "alice-bot:run-1", "/api/v1/runs/{run_id}/messages"
+    sent = documented_problem(spec, "post", messages, 409)
+    to_thread = documented_problem(spec, "post", "/api/v1/threads/{thread_id}/messages", 409)
+    with serve(db, auth=True, max_followups=1) as base:
+        async with api(base, tokens["alice-bot"]) as bot, api(base, tokens["alice"]) as alice:
+            assert (await bot.post("/runs", json={"agent": "deployer", "run_id": "run-1", "session": "t1"})).is_success
+            approval = {"kind": "approval", "to": "alice", "asks": [{"type": "confirm", "prompt": "Deploy?"}]}
+            asked = (await bot.post("/requests", json={**approval, "origin": {"run": "run-1"}})).json()["id"]
+            parked = await bot.post("/runs/run-1/park", json={"state": {}, "waiting_on": [asked]})
+            assert parked.status_code == 200, parked.text
+            bodies = []
+            for text in ("approve", "deploy to eu first", "and tell me"):
+                response = await alice.post(f"/runs/{run}/messages", json={"text": text})
+                assert response.status_code == 409 and response.headers["content-type"] == PROBLEM_JSON
+                sent.validate(response.json())
+                bodies.append(response.json())
+            assert [b["code"] for b in bodies] == ["thread_busy"] * 3
+            decided, held, full = (b["details"] for b in bodies)
+            assert decided == {"resolved_interaction_id": asked}
+            assert held["queued"] is True and set(held) == {"queued", "followup_id"}
+            assert full == {}  # not held: the run holds as many as it may
+            busy = await alice.post("/threads/t1/messages", json={"text": "still there?"})
+            assert busy.status_code == 409, busy.text
+            to_thread.validate(busy.json())
+            assert (await alice.post(f"/runs/{run}/cancel", json={})).status_code == 200
+            ended = await alice.post(f"/runs/{run}/messages", json={"text": "too late"})
+            assert ended.status_code == 409, ended.text
+            sent.validate(ended.json())
+            assert ended.json()["code"] == "run_conflict"
+            assert (ended.json()["run_id"], ended.json()["current_status"]) == (run, "cancelled")
+
+            to_ops = (await bot.post("/requests", json={**TEXT, "to": "ops"})).json()["id"]
+            assert (await alice.post(f"/requests/{to_ops}/claim")).status_code == 200
+        async with api(base, tokens["bob"]) as bob:
+            taken = await bob.post(f"/requests/{to_ops}/claim")
+            assert taken.status_code == 409 and taken.json()["code"] == "already_claimed", taken.text
+            documented_problem(spec, "post", "/api/v1/requests/{request_id}/claim", 409).validate(taken.json())
+            assert taken.json()["claim"]["by"] == "alice"
 
 
 def test_each_route_documents_the_problems_it_can_answer_with(spec: dict[str, Any]) -> None:
@@ -388,6 +475,7 @@ def examples_in(node: Any, where: str = "") -> Iterator[tuple[str, dict[str, Any
 
 
 MAIN_ANSWERS = ("RequestModel", "RequestPage", "RunModel", "RunPageModel", "EventModel", "EventPage", "Problem")
+MAIN_ANSWERS += ("MessageConflict",)
 
 
 def test_every_example_in_the_document_fits_its_own_schema(spec: dict[str, Any]) -> None:

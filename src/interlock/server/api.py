@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import AwareDatetime, BaseModel, TypeAdapter, ValidationError
+from pydantic import AwareDatetime, BaseModel, Field, TypeAdapter, ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..approvals import mark, unmarked
@@ -41,6 +41,7 @@ from .common import (
     TheBroker,
     app_state,
     can_see,
+    describe,
     event_to_dict,
     member_teams,
     own_run_named,
@@ -63,6 +64,7 @@ from .schemas import (
     EventPage,
     InformBody,
     ListParams,
+    Problem,
     RejectBody,
     ReopenBody,
     Reopened,
@@ -416,6 +418,13 @@ class ClaimModel(BaseModel):
     at: datetime
 
 
+class ClaimConflict(Problem):
+    """The 409 of a claim: `already_claimed` with the standing `claim` when another member
+    holds the request, `already_settled` once it is settled."""
+
+    claim: ClaimModel | None = Field(None, description="`already_claimed`: who holds the request, since when")
+
+
 class ClaimPage(BaseModel):
     items: list[ClaimModel]
 
@@ -424,7 +433,12 @@ class Unclaimed(BaseModel):
     removed: ClaimModel | None
 
 
-@router.post("/requests/{request_id}/claim", response_model=ClaimModel, responses=_problems(404, 409), tags=["answers"])
+@router.post(
+    "/requests/{request_id}/claim",
+    response_model=ClaimModel,
+    responses={**_problems(404, 409), 409: {"model": ClaimConflict, "description": describe(409, PROBLEMS[409])}},
+    tags=["answers"],
+)
 async def claim_request(request_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Take a pending request to one of your teams, so the other members see it is yours.
     409 `already_claimed` (with the standing `claim`) when another member holds it, 409

@@ -612,9 +612,13 @@ def _needs_token(route: APIRoute) -> bool:
     return False
 
 
+_FASTAPI_422 = "#/components/schemas/HTTPValidationError"
+
+
 def _document_problems(app: FastAPI, auth: bool) -> None:
     """Publish every error response as what the server sends: `application/problem+json`
-    with the `Problem` schema, FastAPI's own 422 shape included (the handlers above
+    with the `Problem` schema (or the route's own, a `Problem` with members of its own,
+    such as a message's 409 `thread_busy` with its `details`), FastAPI's own 422 shape included (the handlers above
     answer validation errors as problems too), and 415 on every route that takes a JSON
     body. With auth, say which routes take a bearer token (`security`) and which take
     none (`security: []`: the grants' public keys, a webhook's own signature)."""
@@ -643,7 +647,10 @@ def _document_problems(app: FastAPI, auth: bool) -> None:
                     )
                 for status, response in operation.get("responses", {}).items():
                     if status.isdigit() and int(status) >= 400:
-                        response["content"] = {"application/problem+json": {"schema": problem_ref}}
+                        # a route's own problem model (a `Problem` with members of its own) stays
+                        own = response.get("content", {}).get("application/json", {}).get("schema")
+                        kept = own if own is not None and own.get("$ref") not in (None, _FASTAPI_422) else problem_ref
+                        response["content"] = {"application/problem+json": {"schema": kept}}
                         if status == "422" and response.get("description") == "Validation Error":  # FastAPI's own
                             response["description"] = describe(422, ("invalid_request",))
         components = schema.get("components", {}).get("schemas", {})

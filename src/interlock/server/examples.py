@@ -1,6 +1,6 @@
 """The examples of the OpenAPI document: one for every request body and for the main
 answers (a request, a page of requests, an interaction, a run, an event, a grant, a
-delivery, a problem), each a value a client can copy.
+delivery, a problem, a message's 409), each a value a client can copy.
 
 None is written out by hand as JSON. A body's example is an instance of its own model,
 checked by pydantic when it is made; an answer's is what the handlers send for a real
@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..cursors import issued
+from ..followups import Followup, Sent
 from ..model import Choice as ChoiceAsk
 from ..model import (
     Confirm,
@@ -255,6 +256,8 @@ def response_examples() -> dict[str, Any]:
     pending, answered, question, run = _approval(), _answered(), _question(), _run()
     event = Event(1042, "answered", AT + timedelta(minutes=3), REQUEST_ID, answered)
     refused = problem("invalid_answer", "deploy: answer yes or no (true or false)", ask_id="deploy")
+    held = Followup("01a24b4d2f9c1e2a7b3c4d5e6f708192", RUN_ID, "Wait for the EU morning, please.", AT, "alice")
+    detail, details = followups.busy_problem(Sent(RUN_ID, followup=held))
     grant = issued_grant_to_dict(_grant())
     delivery = delivery_to_dict(_delivery())
     return {
@@ -270,6 +273,7 @@ def response_examples() -> dict[str, Any]:
         "EventModel": event_to_dict(event),
         "EventPage": {"events": [event_to_dict(event)], "last_event_id": event.id, "cut": False},
         "Problem": json.loads(bytes(refused.body)),
+        "MessageConflict": json.loads(bytes(problem("thread_busy", detail, details=details).body)),
         "IssuedGrantModel": grant,
         "GrantList": {"items": [grant], "next_cursor": None},
         "DeliveryModel": delivery,

@@ -28,7 +28,7 @@ from ..model import Run
 from ..principals import can_answer
 from .common import ApiError, Caller, TheBroker, describe, may_withdraw, member_teams, problems_for, rate_limited
 from .runs import own_run, visible_run
-from .schemas import Strict
+from .schemas import Problem, Strict
 
 __all__ = ["router"]
 
@@ -61,25 +61,36 @@ class FollowupList(BaseModel):
 
 
 class BusyDetails(BaseModel):
-    queued: bool | None = None
-    followup_id: str | None = None
-    resolved_interaction_id: str | None = None
+    """What became of a message sent to a busy run: held, or it decided the run's pending
+    approval; no member at all when it was not held."""
+
+    queued: bool | None = Field(None, description="true: the message is held for the agent's next turn")
+    followup_id: str | None = Field(
+        None, description="the held message's id (`DELETE /runs/{run_id}/followups/{followup_id}` withdraws it)"
+    )
+    resolved_interaction_id: str | None = Field(
+        None, description="the pending approval the message decided (`approve` / `deny`, `1` / `2`)"
+    )
 
 
-class ThreadBusy(BaseModel):
-    type: str = "about:blank"
-    title: str
-    status: int
-    code: str = Field(description="`thread_busy`")
-    detail: str
-    details: BusyDetails
+class MessageConflict(Problem):
+    """The answer to a message sent to a run: 409 `thread_busy` while the run has not
+    ended, `details` saying what became of the message; 409 `run_conflict` (with `run_id`
+    and `current_status`) once it has, and nothing was held."""
+
+    code: str = Field(description="`thread_busy` or `run_conflict`", json_schema_extra={"enum": list(PROBLEMS[409])})
+    details: BusyDetails | None = Field(
+        None,
+        description="`thread_busy`: held (`queued`, `followup_id`), decided the run's pending approval "
+        "(`resolved_interaction_id`), or not held (empty: the run holds as many messages as it may)",
+    )
 
 
 @router.post(
     "/runs/{run_id}/messages",
     status_code=409,
     responses={
-        409: {"model": ThreadBusy, "description": describe(409, PROBLEMS[409])},
+        409: {"model": MessageConflict, "description": describe(409, PROBLEMS[409])},
         **_problems(400, 403, 404, 413, 422, 429),
     },
     dependencies=[Depends(rate_limited("updates", "messages sent"))],
@@ -97,7 +108,7 @@ async def send_message(run_id: str, body: MessageBody, caller: Caller, broker: T
     "/threads/{thread_id}/messages",
     status_code=409,
     responses={
-        409: {"model": ThreadBusy, "description": describe(409, PROBLEMS[409])},
+        409: {"model": MessageConflict, "description": describe(409, PROBLEMS[409])},
         **_problems(400, 404, 413, 422, 429),
     },
     dependencies=[Depends(rate_limited("updates", "messages sent"))],
@@ -130,6 +141,12 @@ async def send_to_thread(thread_id: str, body: MessageBody, caller: Caller, brok
 
 def _busy(sent: Sent) -> NoReturn:
     """The answer to a send: always 409 `thread_busy`, saying what became of the message."""
+    detail, details = busy_problem(sent)
+    raise ApiError("thread_busy", detail, details=details)
+
+
+def busy_problem(sent: Sent) -> tuple[str, dict[str, Any]]:
+    """The `detail` and `details` of a send's 409 `thread_busy` (see `MessageConflict`)."""
     details: dict[str, Any]
     if sent.resolved is not None:
         details = {"resolved_interaction_id": sent.resolved}
@@ -140,7 +157,7 @@ def _busy(sent: Sent) -> NoReturn:
     else:
         details = {}
         detail = "the run is busy and holds as many messages as it may: nothing was held; send it again later"
-    raise ApiError("thread_busy", detail, details=details)
+    return detail, details
 
 
 @router.get("/runs/{run_id}/followups", response_model=FollowupList, responses=_problems(403, 404, 422))

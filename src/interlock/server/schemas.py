@@ -453,8 +453,12 @@ class Problem(BaseModel):
     status: int
     code: str = Field(description=_codes_text(), json_schema_extra={"enum": [row.code for row in WIRE_ERRORS]})
     detail: str
-    ask_id: str | None = None
-    current_status: str | None = None
+    ask_id: str | None = Field(None, description="`invalid_answer`: the ask the answer does not fit")
+    current_status: str | None = Field(
+        None, description="`already_settled`, `run_conflict` and `pending`: the request's or the run's status"
+    )
+    request_id: str | None = Field(None, description="`idempotency_key_reused`: the request first made with the key")
+    run_id: str | None = Field(None, description="`run_conflict`: the run")
     retry_after: int | None = Field(
         None, description="`rate_limited` and `unavailable`: the seconds `Retry-After` says"
     )
