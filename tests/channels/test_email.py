@@ -384,8 +384,8 @@ async def test_an_email_to_the_address_of_a_team_only_the_routing_names_answers_
             assert answer_links(text) == {} and "/answer/" not in rich
             assert "http://inbox.example" not in text + rich
             said = (
-                "a click here could not say which of you it was. Nor can you open it in the inbox: ops is no team "
-                "there, as not all its members are people interlock knows. Ask whoever runs interlock to add them."
+                "a click here could not say which of you it was. Nor can you open it in the inbox: none of the ops "
+                "team's members is a person interlock knows. Ask whoever runs interlock to add you."
             )
             assert said in " ".join(text.split())
 

@@ -272,26 +272,34 @@ class Recording:
 async def test_a_message_to_a_team_s_own_address_says_so_and_whether_its_members_may_open_it(
     store_url: str,
 ) -> None:
-    """Requests to ops (a team the store keeps), to ghosts (one only the routing names)
-    and to alice: the messages to the teams' own addresses are `to_team`, for members who
-    may answer each as themselves, and may open it in the inbox only where the store has
-    the team; alice's is hers; the message once ops's request settled is a team's too."""
+    """Requests to ops (a team the store keeps), to ghosts and to mixed (teams only the
+    routing names, of no one here and of bob and someone unknown) and to alice: the
+    messages to the teams' own addresses are `to_team`, for members who may answer each as
+    themselves, and may open it in the inbox where one of its members is a person there;
+    alice's is hers; the message once ops's request settled is a team's too."""
     doc = routing("http://unused.example/hook")
     doc["teams"] = {
         "ops": {"members": ["bob"], "channels": ["hook"]},
         "ghosts": {"members": ["nobody-here"], "channels": ["hook"]},
+        "mixed": {"members": ["bob", "nobody-here"], "channels": ["hook"]},
     }
     channel = Recording()
     async with delivering(store_url, doc, channels={"hook": channel}) as (broker, loop):
         await broker.save_principal(Principal("bob", "human"))
         await broker.add_team_members("ops", ["bob"])
         made = {
-            to: await broker.create(Confirm("Ship it?"), to=to, requester="bot") for to in ("ops", "ghosts", "alice")
+            to: await broker.create(Confirm("Ship it?"), to=to, requester="bot")
+            for to in ("ops", "ghosts", "mixed", "alice")
         }
         for request in made.values():
             await until(loop, status_of(broker, request.id, "delivered"))
         told = {m.delivery.recipient: (m.to_team, m.may_answer, m.may_read) for m in channel.messages}
-        assert told == {"ops": (True, True, True), "ghosts": (True, True, False), "alice": (False, True, True)}
+        assert told == {
+            "ops": (True, True, True),
+            "ghosts": (True, True, False),
+            "mixed": (True, True, True),
+            "alice": (False, True, True),
+        }
         await broker.resolve(made["ops"].id, True, by="bob")
         await until(loop, lambda: _settled_sent(channel))
         [ended] = [m for m in channel.messages if m.delivery.kind == "settled"]

@@ -48,6 +48,7 @@ __all__ = [
     "find_factory",
     "lacking_secrets",
     "open_channels",
+    "routing_teams",
     "seconds_option",
     "team_note",
 ]
@@ -121,22 +122,34 @@ async def addressee(
     """`name`, whom a channel's message is addressed to or its answer speaks for, as the
     access rules (`interlock.principals`) see them: the principal of that name in the store
     (a name it does not know: a team if the routing's `teams` name it, else a person), with
-    the teams they are in as the store has them now (an agent: its owner's). A team the
-    store does not keep (the routing's, naming no people here) counts the routing's
-    members. A team answers nothing itself: its members do, each as themselves. The server
-    judges an answer through a channel by this, and the delivery loop whether a message
-    offers answers."""
+    the teams they are in as the store has them now (an agent: its owner's), and the team
+    the request is to if only the routing names them in it (`routing_teams`). A team
+    answers nothing itself: its members do, each as themselves. The server judges an
+    answer through a channel by this, and the delivery loop whether a message offers
+    answers; the server's inbox and API count the same teams (`Auth.with_teams`)."""
     principal = await directory.get_principal(name) or Principal(name, "team" if name in teams else "human")
     member = principal.owner if principal.kind == "agent" else principal.name
     if principal.kind != "admin" and member is not None:
         found = await directory.teams_of(member)
         if found:
             principal = replace(principal, teams=found)
-    team = request.to
-    listed = team is not None and team not in principal.teams and name in teams.get(team, ())
-    if team is not None and listed and await directory.team_members(team) is None:
-        principal = replace(principal, teams=principal.teams | {team})
+        team = request.to
+        if team is not None and team not in principal.teams:
+            listed = await routing_teams(directory, {team: teams.get(team, ())}, member)
+            if listed:
+                principal = replace(principal, teams=principal.teams | listed)
     return principal
+
+
+async def routing_teams(directory: PeopleDirectory, teams: Mapping[str, Sequence[str]], name: str) -> frozenset[str]:
+    """The teams only the routing (its `teams`) makes `name` a member of: those that list
+    `name` and whose name the store keeps nothing under. A team the store keeps has the
+    store's members (which the routing's are added to when they are all people here), and
+    a name the store has for a person or an agent is theirs: a routing's team of that name
+    gives its members nothing of theirs. Every surface counts these teams, so a member of
+    one reads and answers its requests in the inbox and the API as through its channels."""
+    found = [team for team, members in teams.items() if name in members]
+    return frozenset([team for team in found if await directory.get_principal(team) is None])
 
 
 def escalation_note(message: Message) -> str | None:
@@ -178,8 +191,8 @@ def team_note(message: Message) -> str | None:
         where = "the inbox" if message.context.inbox_url else "the interlock inbox"
         return f"{note} Answer it in {where}, signed in as yourself."
     return (
-        f"{note} Nor can you open it in the inbox: {d.recipient} is no team there, as not all its members are "
-        "people interlock knows. Ask whoever runs interlock to add them."
+        f"{note} Nor can you open it in the inbox: none of the {d.recipient} team's members is a person "
+        "interlock knows. Ask whoever runs interlock to add you."
     )
 
 

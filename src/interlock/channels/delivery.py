@@ -270,8 +270,9 @@ class DeliveryLoop:
         and whether it is a team: an escalation's person who may not gets a message with no
         answers to offer, and nobody is offered answers once the request settled. A team
         with a route of its own stands for its members, who may answer when the request is
-        to it (each as themselves), and open it in the inbox when the store keeps the team
-        (a team only the routing names is no team there)."""
+        to it (each as themselves), and open it in the inbox if one of them is a person
+        there (a team only the routing names has the routing's members, some of whom may
+        be no one the store knows)."""
         settled = delivery.kind == "settled"
         try:
             who = await addressee(self.outbox, self.routing.teams, delivery.recipient, request)
@@ -279,8 +280,12 @@ class DeliveryLoop:
             return False, settled, False
         if who.kind == "team":
             theirs = request.to == who.name
-            kept = theirs and await self.outbox.team_members(who.name) is not None
-            return theirs and not settled, kept, True
+            kept = await self.outbox.team_members(who.name)
+            members = kept if kept is not None else self.routing.teams.get(who.name, ())
+            readers = [
+                m for m in members if (p := await self.outbox.get_principal(m)) is not None and p.kind == "human"
+            ]
+            return theirs and not settled, theirs and bool(readers), True
         return can_answer(who, request) and not settled, can_read(who, request), False
 
     async def _attempt(self, delivery: Delivery) -> Delivery:

@@ -196,20 +196,25 @@ async def _may_reach(state: AppState, caller: Principal, to: str | None) -> None
     """Refuse a request or an update for `to` unless `to` names someone here (any name with
     open recipients) and `caller` may ask them: anyone else's inbox needs their grant
     (`may_ask`). A name that is no principal here (accepted with open recipients) has no
-    inbox here to protect."""
+    inbox here to protect. A team only the routing names is someone here too, asked by its
+    members and their agents only (it gives no grants), with open inboxes by anyone."""
     if to is None:
         return
     broker = state.broker
     if not state.open_recipients and to not in state.known_recipients:
-        if await broker.get_principal(to) is None:
+        if await broker.get_principal(to) is not None:
+            state.known_recipients.add(to)
+        elif to not in state.auth.routing_teams():  # (a routing's team is not kept as known: it may change)
             raise ApiError("invalid_request", f"to: there is no human or agent named {to!r} here")
-        state.known_recipients.add(to)
-    if (
-        not state.open_inboxes
-        and not asks_own_inbox(caller, to)
-        and (to in state.known_recipients or await broker.get_principal(to) is not None)
-    ):
+    if state.open_inboxes or asks_own_inbox(caller, to):
+        return
+    if to in state.known_recipients or await broker.get_principal(to) is not None:
         await may_ask(broker, caller, to)
+    elif to in state.auth.routing_teams():
+        mine = "your owner's teams" if caller.kind == "agent" else "your teams"
+        raise ApiError(
+            "forbidden", f"{to!r} is a team, and only its members and their agents ask it: not one of {mine}"
+        )
 
 
 async def create(

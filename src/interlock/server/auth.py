@@ -16,7 +16,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import secrets
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
@@ -25,6 +25,7 @@ from fastapi import HTTPException, Request
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from ..broker import LocalBroker
+from ..channels import routing_teams
 from ..principals import (
     ANONYMOUS,
     SESSION_LIFETIME,
@@ -90,6 +91,9 @@ class Auth:
     ) -> None:
         self.broker = broker  # its principals, tokens and sessions: a server's own store's
         self.enabled = enabled
+        self.routing_teams: Callable[[], Mapping[str, Sequence[str]]] = dict
+        """The teams of the routing in use, with their members (none without a routing):
+        the app's, once it has one."""
         self.access_changes: Callable[[], int] = lambda: -1
         """How many changes of access (a token revoked, a sign-out, a team left) this node
         has seen so far: the hub's count, once the app has one (`Hub.access_changes`)."""
@@ -98,11 +102,14 @@ class Auth:
 
     async def with_teams(self, principal: Principal) -> Principal:
         """The principal with the teams it belongs to (an agent: its owner's), which the
-        rules of `interlock.principals` read."""
+        rules of `interlock.principals` read: those the store keeps, and those only the
+        routing in use names it in (`routing_teams`), as its channels count them, so a
+        member reads and answers a team's requests alike on every surface."""
         member = principal.owner if principal.kind == "agent" else principal.name
         if principal.kind == "admin" or member is None:
             return principal
         teams = await self.broker.teams_of(member)
+        teams |= await routing_teams(self.broker, self.routing_teams(), member)
         return replace(principal, teams=teams) if teams else principal
 
     async def from_token(self, token: str) -> Principal | None:

@@ -386,6 +386,7 @@ class AppState:
         self.known_recipients: set[str] = set()  # principals are never deleted, so a name found stays valid
         self.hub = Hub(broker, queue_size=queue_size, encode=lambda event: json.dumps(event_to_dict(event)))
         auth.access_changes = lambda: self.hub.access_changes
+        auth.routing_teams = lambda: self.delivery.routing.teams if self.delivery is not None else {}
         self.metrics = Metrics()
         self.hub.on_event.append(self.metrics.observe)
         self.keepalive = keepalive

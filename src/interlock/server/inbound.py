@@ -152,8 +152,9 @@ async def _may_answer(state: AppState, broker: LocalBroker, name: str, request: 
     of every other surface (`can_answer`): the person it is to, a member of its team as the
     store has it now, or an admin. A delivery was only a notice: an escalation's, or one
     sent before its recipient left the team, gives no one the right to answer. A team the
-    store does not keep (the routing's, naming no people here) has the routing's members.
-    A team itself answers nothing: its members do, each named (a webhook's `by`)."""
+    store does not keep (the routing's, naming no people here) has the routing's members,
+    here as in the inbox and the API (`routing_teams`). A team itself answers nothing:
+    its members do, each named (a webhook's `by`)."""
     return can_answer(await _speaks_for(state, broker, name, request), request)
 
 
