@@ -175,18 +175,22 @@ def interlock_statements(conn: sqlite3.Connection, n: int, doc: str, response: s
     them: the create (an insert into the `new_requests` view, whose trigger writes the row
     and its `created` event) and the settlement (one conditional UPDATE, whose trigger
     appends its event), each its own transaction, with interlock's documents and its
-    time-ordered ids."""
+    time-ordered ids; each refused on a schema newer than the store knows, as the store's are."""
     from interlock.model import new_id
-    from interlock.store.sqlite import _INSERT_REQUEST, _SETTLE_REQUEST
+    from interlock.store._sql import load_migrations
+    from interlock.store.sqlite import _INSERT_REQUEST_KNOWN, _SETTLE_REQUEST_KNOWN, _refuse_write
 
+    conn.create_function("interlock_refuse_write", 0, _refuse_write)
+    known = load_migrations("sqlite")[-1].version
     ex = conn.execute
     t0 = perf()
     for _ in range(n):
         rid = new_id()
         now = int(time.time() * 1_000_000)
-        ex(_INSERT_REQUEST, (rid, "question", "pending", None, None, None, None, None, None, None, now, None, doc))
+        args = (known, rid, "question", "pending", None, None, None, None, None, None, None, now, None, doc)
+        ex(_INSERT_REQUEST_KNOWN, args)
         now = int(time.time() * 1_000_000)
-        ok = ex(_SETTLE_REQUEST, ("answered", now, response, None, rid)).rowcount == 1
+        ok = ex(_SETTLE_REQUEST_KNOWN, (known, "answered", now, response, None, rid)).rowcount == 1
     elapsed = perf() - t0
     assert ok
     return elapsed

@@ -16,10 +16,11 @@ import interlock
 from interlock import Broker, Choice, Closed, Confirm, Expired, Form, MultiChoice, NotFound, Rejected, Status, Text
 from interlock.broker import _SCHEMES, LocalBroker, register_scheme
 from interlock.model import build_request
-from interlock.store import memory
-from interlock.store._sql import load_migrations
+from interlock.store import NewerDatabase, memory
+from interlock.store import sqlite as sqlite_store
+from interlock.store._sql import Migration, load_migrations
 from interlock.store.memory import MemoryStore
-from interlock.store.sqlite import NewerDatabase, SqliteStore
+from interlock.store.sqlite import SqliteStore
 
 pytestmark = pytest.mark.anyio
 
@@ -685,3 +686,66 @@ async def test_an_sqlite_file_indexed_with_every_string_is_searched_by_the_words
     assert words <= _vocabulary(path) and not {"alice", "pending"} & _vocabulary(path)
     with contextlib.closing(sqlite3.connect(path)) as db:
         db.execute("INSERT INTO requests_text (requests_text, rank) VALUES ('integrity-check', 0)")
+
+
+def _snapshot(path: Path) -> tuple[object, ...]:
+    """What a SQLite file holds that a write would change: every request and event."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        requests = db.execute("SELECT id, status, response FROM requests ORDER BY id").fetchall()
+        events = db.execute("SELECT id, type, request_id FROM events ORDER BY id").fetchall()
+    return requests, events
+
+
+async def test_a_sqlite_process_left_running_refuses_to_write_once_a_later_version_migrated_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "shared.db"
+    known = len(load_migrations("sqlite"))
+    # A later version's migration whose trigger writes what this version writes itself
+    # (as 0021's did for versions before it): a create's event, written twice.
+    later = Migration(
+        known + 1,
+        "created_events_by_trigger",
+        "CREATE TRIGGER requests_created_event AFTER INSERT ON requests BEGIN\n"
+        "INSERT INTO events (type, request_id, at) VALUES ('created', new.id, new.created_at);\nEND;\n",
+    )
+    async with interlock.connect(f"sqlite:///{path}") as older:
+        waiting = await older.create(Text("Colour?"), to="alice")
+        with monkeypatch.context() as m:
+            m.setattr(sqlite_store, "load_migrations", lambda dialect: [*load_migrations(dialect), later])
+            newer = interlock.connect(f"sqlite:///{path}")
+            await newer.open()
+        try:
+            before = _snapshot(path)
+            refused = rf"upgraded by a later version of interlock .*{known + 1:04d}_created_events_by_trigger.*"
+            refused += r"refused and changed nothing; restart this process"
+            with pytest.raises(NewerDatabase, match=refused):
+                await older.create(Text("Size?"), to="alice")  # one statement of its own
+            with pytest.raises(NewerDatabase, match=refused):
+                await older.resolve(waiting.id, "blue", by="alice")  # one statement of its own
+            with pytest.raises(NewerDatabase, match=refused):
+                await older.reject(waiting.id, "no", by="alice")
+            with pytest.raises(NewerDatabase, match=refused):  # in a transaction: a read before the insert
+                await older.create(Text("Shape?"), to="alice", idempotency_key="k")
+            together = await asyncio.gather(  # several in one commit, each refused
+                *(older.create(Text(f"Shape {i}?"), to="bob") for i in range(3)), return_exceptions=True
+            )
+            assert [type(outcome) for outcome in together] == [NewerDatabase] * 3
+            with pytest.raises(NewerDatabase, match=refused):
+                await older.start_run("bot")  # any write, not only a request's
+            assert _snapshot(path) == before
+
+            # It still reads: the request as it was, the list, the search.
+            assert (await older.get(waiting.id)).status is Status.PENDING
+            assert [r.id for r in (await older.list(recipient="alice")).items] == [waiting.id]
+            # (its search leaves the index to the later version, which keeps it up to date)
+            assert [r.id for r in (await newer.list(text="colour")).items] == [waiting.id]
+            assert [r.id for r in (await older.list(text="colour")).items] == [waiting.id]
+
+            # The later version writes on, each event once.
+            assert await newer.resolve(waiting.id, "blue", by="alice")
+            made = await newer.create(Text("Size?"), to="alice")
+            events = [(e.type, e.request_id) for e in await newer.find_events(request=made.id)]
+            assert events == [("created", made.id), ("created", made.id)]  # its migration's trigger and its own
+        finally:
+            await newer.aclose()

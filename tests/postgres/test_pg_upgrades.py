@@ -10,7 +10,7 @@ from pg_support import empty_database
 import interlock
 from interlock import Text
 from interlock.dashboard import NOBODY, UNKNOWN
-from interlock.store import Query
+from interlock.store import NewerDatabase, Query
 from interlock.store._sql import Migration, load_migrations
 from interlock.store.postgres import PostgresStore
 
@@ -147,3 +147,28 @@ async def test_an_upgrade_searches_the_texts_made_before_by_the_words_people_rea
                 assert target == 1000
             finally:
                 await conn.close()
+
+
+async def test_a_database_migrated_by_a_later_version_is_refused_and_left_as_it_was() -> None:
+    with empty_database() as url:
+        async with interlock.connect(url):
+            pass
+        known = len(load_migrations("postgresql"))
+        conn = await asyncpg.connect(url)
+        try:  # what a later version's migration leaves behind
+            await conn.execute(
+                "INSERT INTO interlock_migrations (version, name) VALUES ($1, 'from_the_future')", known + 1
+            )
+        finally:
+            await conn.close()
+        with pytest.raises(
+            NewerDatabase, match=rf"migrations \[{known + 1}\] are unknown to this one, which knows 1 to"
+        ):
+            async with interlock.connect(url):
+                pass
+        conn = await asyncpg.connect(url)
+        try:
+            assert await conn.fetchval("SELECT max(version) FROM interlock_migrations") == known + 1
+            assert await conn.fetchval("SELECT count(*) FROM requests") == 0
+        finally:
+            await conn.close()

@@ -83,9 +83,10 @@ from ..model import (
 from ..outbox import Delivery, LinkUse, Notice, delivery_to_row
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
 from ..redact import redact, redact_url
-from . import Query, RunClaim
+from . import NewerDatabase, Query, RunClaim
 from ._sql import (
     DEFAULT_CACHE_BYTES,
+    Migration,
     RequestCache,
     SqlStore,
     TextPlan,
@@ -302,21 +303,35 @@ class PostgresStore(SqlStore):
         try:
             # Every migration applied already (every start but an upgrade's): nothing to lock
             # or create, so a role that may only read and write the tables opens the store.
+            migrations = load_migrations("postgresql")
             if await conn.fetchval(Q["migrations_kept"]):
                 applied = {row[0] for row in await conn.fetch(Q["applied_migrations"])}
-                if applied >= {migration.version for migration in load_migrations("postgresql")}:
+                self._refuse_newer(applied, migrations)
+                if applied >= {migration.version for migration in migrations}:
                     return
             async with conn.transaction():
                 await conn.execute(Q["unbounded_migrations"])
                 await conn.execute(Q["lock_migrations"])
                 await conn.execute(Q["create_migrations"])
                 applied = {row[0] for row in await conn.fetch(Q["applied_migrations"])}
-                for migration in load_migrations("postgresql"):
+                self._refuse_newer(applied, migrations)
+                for migration in migrations:
                     if migration.version not in applied:
                         await conn.execute(migration.sql)
                         await conn.execute(Q["record_migration"], migration.version, migration.name)
         finally:
             self.pool.release(conn)
+
+    def _refuse_newer(self, applied: set[int], migrations: Sequence[Migration]) -> None:
+        """Refuse a database a later version has migrated: its schema may do itself what this
+        version does, or no longer have what it writes."""
+        unknown = sorted(applied - {migration.version for migration in migrations})
+        if unknown:
+            raise NewerDatabase(
+                f"the PostgreSQL database at {redact_url(self.dsn)} was migrated by a later version of "
+                f"interlock (migrations {unknown} are unknown to this one, which knows 1 to {len(migrations)}): "
+                "upgrade interlock in every process that opens it"
+            )
 
     async def aclose(self) -> None:
         self._hint = self._on_settled = None

@@ -24,12 +24,21 @@ A file this process cannot open, or may only read, is refused at `open` on one l
 names it and the likely cause, found by looking once it failed (`_sqlite_files`): a folder
 not there, a folder, a file, a -wal or -shm file this user may not write, a filesystem
 mounted read-only or full; SQLite's own error ("unable to open database file") comes last.
+
+A file a later version of interlock has migrated is refused at `open` (`NewerDatabase`),
+and so is every write once a later version migrates the file this store has open: a later
+schema may do itself what this version's writes do by hand (since 0021 triggers write a
+create's and a settlement's events). Each write checks in its own transaction that no
+migration newer than it knows is applied (a migration commits with its row): a write in
+BEGIN IMMEDIATE reads the newest one first, and a lone write's statement carries the check
+(`interlock_refuse_write()`), a few thousand instructions a create and answer. Reads go on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import os
@@ -56,7 +65,7 @@ from ..model import (
 )
 from ..outbox import Delivery, LinkUse, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
-from . import EventQuery, PageBudget, Query, RunClaim
+from . import EventQuery, NewerDatabase, PageBudget, Query, RunClaim
 from . import _sqlite_files as sqlite_files
 from ._sql import (
     DEFAULT_CACHE_BYTES,
@@ -79,7 +88,7 @@ from ._sql import (
 from ._url import url_options
 from ._wakeup import Wakeup
 
-__all__ = ["NewerDatabase", "SqliteStore", "from_url"]
+__all__ = ["SqliteStore", "from_url"]
 
 log = logging.getLogger("interlock")
 
@@ -107,6 +116,10 @@ def _in_order(name: str) -> str:
 
 _INSERT_REQUEST = _in_order("insert_new_request")
 _SETTLE_REQUEST = _in_order("settle_row")
+# The same two, each its own transaction, refused on a schema this process does not know
+# (their first argument the newest migration it knows: see `SqliteStore._transaction`).
+_INSERT_REQUEST_KNOWN = _in_order("insert_new_request_known")
+_SETTLE_REQUEST_KNOWN = _in_order("settle_row_known")
 _SYNCHRONOUS = {"OFF", "NORMAL", "FULL", "EXTRA"}
 MAX_TERMS = 32
 """The most indexed words a search's word may stand for and be asked for one by one (see
@@ -292,11 +305,6 @@ class _Outran(Exception):
     """A read on the event loop ran past `READ_ON_LOOP` and was stopped (`SqliteStore._read`)."""
 
 
-class NewerDatabase(RuntimeError):
-    """The database file has migrations applied that this version of interlock does not
-    know: a later version made it, and this one would not write what that one expects."""
-
-
 _Write = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]", bool, bool]
 """A write waiting for the next group commit: its transaction body, its caller's future,
 whether other processes are to be told of it, and whether it is one statement (`lone`)."""
@@ -341,6 +349,9 @@ class SqliteStore(SqlStore):
         self._slow: dict[str, float] = {}
         self._slow_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._readers: list[sqlite3.Connection] = []
+        # The newest migration this process knows, once it has migrated the file (None
+        # before): a write finding a newer one applied is refused (`_transaction`).
+        self._known: int | None = None
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -385,6 +396,8 @@ class SqliteStore(SqlStore):
         # What they hold stays small here: a read on the loop is stopped after READ_ON_LOOP
         # and run again in a thread, whose connection keeps SQLite's default.
         db.execute("PRAGMA temp_store = MEMORY")
+        # What fails a lone write on a schema this process does not know (`_known_schema`).
+        db.create_function("interlock_refuse_write", 0, _refuse_write)
         db.set_progress_handler(self._past_due, PROGRESS_STEPS)
         # Where the search's catch-up reads the texts it takes in, and finds their words.
         db.execute(Q["make_texts_taken"])
@@ -399,7 +412,7 @@ class SqliteStore(SqlStore):
             # Leave the search index up to date for whoever opens the file next.
             try:
                 await self._derive("search")
-            except (sqlite3.Error, Unavailable) as exc:
+            except (sqlite3.Error, Unavailable, NewerDatabase) as exc:
                 log.warning("the search index was left behind the event log on close: %s", exc)
         if self._checkpointing is not None:
             await asyncio.shield(self._checkpointing)  # never fails: see _checkpoint
@@ -445,6 +458,38 @@ class SqliteStore(SqlStore):
                 "INSERT INTO interlock_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                 (migration.version, migration.name, int(time.time() * 1_000_000)),
             )
+        # Every migration and its row commit in this one transaction: a write of another
+        # process that finds no row newer than it knows runs on the schema it knows.
+        self._known = migrations[-1].version
+
+    def _known_schema(self, db: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> sqlite3.Cursor:
+        """Run a lone write's statement that refuses a schema this process does not know
+        (`interlock_refuse_write()`, its first argument `_known`): its refusal is
+        `NewerDatabase`."""
+        try:
+            return db.execute(sql, args)
+        except sqlite3.OperationalError as exc:
+            refused = None if _locked(exc) else self._newer(db)
+            if refused is None:
+                raise
+            raise refused from None
+
+    def _newer(self, db: sqlite3.Connection) -> NewerDatabase | None:
+        """The refusal of a write on a file migrated since this process opened it: by a
+        process of a later version, whose schema may do what this version's writes do by
+        hand (since 0021 triggers write the events of a create and a settlement, which an
+        earlier version wrote itself), or no longer have what they write. None while
+        every migration applied is one this process knows."""
+        known = self._known
+        newer = [] if known is None else db.execute(Q["migrations_after"], (known,)).fetchall()
+        if not newer:
+            return None
+        names = ", ".join(f"{version:04d}_{name}" for version, name in newer)
+        return NewerDatabase(
+            f"{self.path} was upgraded by a later version of interlock while this process had it open "
+            f"(migrations {names} are unknown to this one, which knows 1 to {known}): the write was "
+            "refused and changed nothing; restart this process on the later version"
+        )
 
     # -- transactions --------------------------------------------------------------------
 
@@ -571,6 +616,11 @@ class SqliteStore(SqlStore):
             return [outcome]
         db.execute("BEGIN IMMEDIATE")
         try:
+            # A process of a later version may have migrated the file since this one opened
+            # it: write nothing on a schema this version does not know (a lone write checks
+            # the same in its statement: `insert_new_request_known`, `settle_row_known`).
+            if self._known is not None and db.execute(Q["newest_migration"]).fetchone()[0] > self._known:
+                raise self._newer(db) or NewerDatabase(f"{self.path} was upgraded by a later version of interlock")
             outcomes: list[tuple[bool, Any]] = []
             if len(writes) == 1:
                 try:
@@ -660,7 +710,10 @@ class SqliteStore(SqlStore):
             after = upto
 
     async def _before_search(self, query: Query) -> dict[str, tuple[str, ...] | None]:
-        await self._derive("search")  # a search sees every change committed before it
+        # A search sees every change committed before it; on a file a later version has
+        # migrated, it reads on: that version's processes keep the index up to date.
+        with contextlib.suppress(NewerDatabase):
+            await self._derive("search")
         # The words each of the search's stands for (see migration 0023): a word of plain
         # letters and digits is indexed as it is written, lower case; any other is left to
         # the index's own prefix match (None), as is one that stands for too many.
@@ -806,7 +859,7 @@ class SqliteStore(SqlStore):
         if channel is None and key is None:
             # Nothing to look up first: the insert (and its event) is the whole write.
             def insert_only(db: sqlite3.Connection) -> tuple[Request, bool, int]:
-                db.execute(_INSERT_REQUEST, row)
+                self._known_schema(db, _INSERT_REQUEST_KNOWN, (self._known, *row))
                 return created
 
             return await self._write(insert_only, lone=True)
@@ -827,7 +880,9 @@ class SqliteStore(SqlStore):
 
     async def _settle(self, request: Request, at: datetime, answer: str | None) -> bool:
         stamp = _us(at)
-        return await self._write(lambda db: _settle_row(db, request, stamp, answer), lone=True)
+        response = request.response
+        row = (self._known, request.status.value, stamp, answer, None if response is None else response.by, request.id)
+        return await self._write(lambda db: self._known_schema(db, _SETTLE_REQUEST_KNOWN, row).rowcount == 1, lone=True)
 
     async def _settle_in(self, tx: Transaction, request: Request, at: datetime, answer: str | None) -> bool:
         return _settle_row(cast(_Transaction, tx).db, request, _us(at), answer)
@@ -1353,6 +1408,12 @@ def _settle_row(db: sqlite3.Connection, request: Request, at: int | None, answer
     response = request.response
     by = None if response is None else response.by
     return db.execute(_SETTLE_REQUEST, (request.status.value, at, answer, by, request.id)).rowcount == 1
+
+
+def _refuse_write() -> None:
+    """`interlock_refuse_write()`: fail the statement that calls it (sqlite3 reports a
+    user-defined function's exception as an `OperationalError`, without its message)."""
+    raise RuntimeError("a later version of interlock migrated the file: this process does not write to it")
 
 
 def _locked(exc: sqlite3.OperationalError) -> bool:

@@ -5,6 +5,21 @@ INSERT INTO new_requests (id, kind, status, recipient, requester, session, chann
 VALUES (:id, :kind, :status, :recipient, :requester, :session, :channel, :agent, :run,
         :idempotency_key, :created_at, :expires_at, :doc);
 
+-- name: insert_new_request_known
+-- `insert_new_request` as a statement of its own (no BEGIN before it), refused when a
+-- migration newer than `:known`, the newest this process knows, is applied: another
+-- process of a later version has migrated the file since this one opened it. Checked in
+-- the statement's own transaction (a migration commits with its `interlock_migrations`
+-- row), so it writes on the schema it knows or not at all. `interlock_refuse_write()`
+-- (`SqliteStore._open`) fails the statement; a row of values has no WHERE of its own,
+-- and an INSERT ... SELECT into the view would go through a temporary table.
+INSERT INTO new_requests (id, kind, status, recipient, requester, session, channel, agent, run,
+                          idempotency_key, created_at, expires_at, doc)
+VALUES (CASE WHEN EXISTS (SELECT 1 FROM interlock_migrations WHERE version > :known)
+             THEN interlock_refuse_write() ELSE :id END,
+        :kind, :status, :recipient, :requester, :session, :channel, :agent, :run,
+        :idempotency_key, :created_at, :expires_at, :doc);
+
 -- name: insert_event
 INSERT INTO events (type, request_id, at, data, recipient, requester, session, run)
 VALUES (:type, :request_id, :at, :data, :recipient, :requester, :session, :run);
@@ -33,6 +48,19 @@ SELECT status, doc, response FROM requests WHERE status = 'pending' AND channel 
 -- Settle a request still pending; a trigger appends the settlement's event (migration 0021).
 UPDATE requests SET status = :status, settled_at = :settled_at, response = :response, settled_by = :settled_by
 WHERE id = :id AND status = 'pending';
+
+-- name: settle_row_known
+-- `settle_row` as a statement of its own, refused as `insert_new_request_known` is.
+UPDATE requests SET status = CASE WHEN EXISTS (SELECT 1 FROM interlock_migrations WHERE version > :known)
+                                  THEN interlock_refuse_write() ELSE :status END,
+                    settled_at = :settled_at, response = :response, settled_by = :settled_by
+WHERE id = :id AND status = 'pending';
+
+-- name: newest_migration
+SELECT max(version) FROM interlock_migrations;
+
+-- name: migrations_after
+SELECT version, name FROM interlock_migrations WHERE version > :known ORDER BY version;
 
 -- name: get_request
 SELECT status, doc, response FROM requests WHERE id = :id;
