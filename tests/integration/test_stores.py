@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 import interlock
+from asgi_support import serve_in_process
 from interlock import Broker, Choice, Closed, Confirm, Expired, Form, MultiChoice, NotFound, Rejected, Status, Text
 from interlock.broker import _SCHEMES, LocalBroker, register_scheme
 from interlock.model import build_request
@@ -749,3 +750,26 @@ async def test_a_sqlite_process_left_running_refuses_to_write_once_a_later_versi
             assert events == [("created", made.id), ("created", made.id)]  # its migration's trigger and its own
         finally:
             await newer.aclose()
+
+
+async def test_a_server_on_a_sqlite_file_a_later_version_migrated_answers_its_writes_503_and_reads_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "served.db"
+    later = Migration(len(load_migrations("sqlite")) + 1, "from_the_future", "CREATE TABLE later (x);")
+    body = {"asks": [{"type": "text", "prompt": "Name?"}]}
+    async with serve_in_process(f"sqlite:///{path}", auth=False) as server, server.client() as client:
+        made = await client.post("/api/v1/requests", json=body)
+        assert made.status_code == 201, made.text
+        with monkeypatch.context() as m:
+            m.setattr(sqlite_store, "load_migrations", lambda dialect: [*load_migrations(dialect), later])
+            async with interlock.connect(f"sqlite:///{path}"):
+                pass
+        refused = await client.post("/api/v1/requests", json=body)
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["code"] == "unavailable"
+        assert "from_the_future" in refused.json()["detail"]
+        assert "restart this process on the later version" in refused.json()["detail"]
+        assert int(refused.headers["Retry-After"]) >= 1
+        listed = await client.get("/api/v1/requests")
+        assert [r["id"] for r in listed.json()["items"]] == [made.json()["id"]]

@@ -48,6 +48,7 @@ from ..errors import Unavailable
 from ..grant_tokens import GrantSigner
 from ..model import GrantPolicy, Limits
 from ..routing import Routing, load_routing
+from ..store import NewerDatabase
 from ..wire import WIRE_ERRORS, code_for_status, problem_of, retry_after_of
 from . import (
     api,
@@ -576,6 +577,12 @@ def _install_errors(app: FastAPI) -> None:
             response = problem("unavailable", str(exc), retry_after=seconds)
         response.headers["Retry-After"] = str(seconds)
         return response
+
+    @app.exception_handler(NewerDatabase)
+    async def newer_database(request: Request, exc: NewerDatabase) -> Response:
+        # A later version migrated the store while this server ran: this one writes nothing
+        # more, and says so (another node, or this one restarted on that version, will).
+        return await unavailable(request, Unavailable(str(exc)))
 
 
 def _a_page(request: Request) -> bool:
