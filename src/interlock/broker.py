@@ -103,6 +103,7 @@ from .store import (
     ImmediateRequests,
     Listed,
     ListFilters,
+    NewerDatabase,
     OutboxStore,
     PendingFilters,
     Query,
@@ -195,6 +196,11 @@ class RunPage:
 
 DEFAULT_LEASE = 30.0
 """Seconds a worker holds a claimed run before another may take it (renew to keep it)."""
+
+NEWER_DATABASE_RETRY = 60.0
+"""Seconds between a background loop's tries on a store a later version migrated
+(`NewerDatabase`): no write goes through until the process restarts, so it is said once
+and tried seldom, in case an operator rolls the migration back."""
 
 
 _UNKNOWN: Any = object()
@@ -2936,6 +2942,7 @@ class LocalBroker(Broker):
     async def _expiry_loop(self) -> None:
         """Expire overdue requests, whether or not anyone waits on them."""
         poll = None if math.isinf(self.store.poll_interval) else self.store.poll_interval
+        refused = False
         while True:
             delay = poll
             if self._next_due is not None:
@@ -2947,6 +2954,11 @@ class LocalBroker(Broker):
             self._expiry_kick.clear()
             try:
                 await self._expire_due()
+            except NewerDatabase as exc:  # no write goes through until a restart: say so once
+                if not refused:
+                    log.error("this process expires no request any more: %s", exc)
+                    refused = True
+                self._next_due = datetime.now(UTC) + timedelta(seconds=NEWER_DATABASE_RETRY)
             except Unavailable as exc:  # the store is away for now: no bug to trace
                 log.warning("expiring overdue requests failed (%s); trying again in 1 s", exc)
                 self._next_due = datetime.now(UTC) + timedelta(seconds=1)

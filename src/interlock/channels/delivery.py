@@ -38,13 +38,13 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from ..broker import routing_since, stored_routing
+from ..broker import NEWER_DATABASE_RETRY, routing_since, stored_routing
 from ..errors import InvalidRequest, Unavailable
 from ..model import Request, Status
 from ..outbox import Delivery, Notice, retry_delay
 from ..principals import can_answer, can_read
 from ..routing import Routing, RoutingError, routing_from_dict
-from ..store import DeliveryPort
+from ..store import DeliveryPort, NewerDatabase
 from . import Channel, ChannelContext, ChannelError, Message, PermanentFailure, addressee, open_channels
 
 __all__ = ["DeliveryLoop"]
@@ -195,7 +195,11 @@ class DeliveryLoop:
             except Exception as exc:
                 failures += 1
                 pause = min(30.0, 0.5 * 2 ** min(failures, 6))
-                if isinstance(exc, Unavailable):  # the store is away for now: no bug to trace
+                if isinstance(exc, NewerDatabase):  # no write goes through until a restart: say so once
+                    if failures == 1:
+                        log.error("this process delivers no notice any more: %s", exc)
+                    pause = NEWER_DATABASE_RETRY
+                elif isinstance(exc, Unavailable):  # the store is away for now: no bug to trace
                     log.warning("the delivery loop failed (%s); trying again in %g s", exc, pause)
                 else:
                     log.exception("the delivery loop failed; trying again")
