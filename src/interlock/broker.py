@@ -1699,9 +1699,10 @@ class LocalBroker(Broker):
             await self.open()
         if not 1 <= limit <= 1000:
             raise ValueError("limit must be between 1 and 1000")
+        if isinstance(after, str):  # first: text too long to be a grant's id is no cursor either
+            _id_cursor(after, "grants")
         for name, value in (("audience", audience), ("issuer", issuer), ("request", request), ("cursor", after)):
             check_text(value, name, self.limits.max_name_length)
-        _id_cursor(after, "grants")
         query = GrantQuery(
             audience=audience,
             issuer=issuer,
@@ -2464,9 +2465,13 @@ class LocalBroker(Broker):
             raise ValueError("limit must be between 1 and 1000")
         if order not in ("asc", "desc"):
             raise ValueError("order must be 'asc' or 'desc'")
+        # First the cursor: text too long to be one is no cursor either (a run's id is at
+        # most a name long; the cursor is longer by its time).
+        before = _keyset(after, "runs", self.limits.max_name_length) if isinstance(after, str) else None
         filters = {"agent": agent, "session": session, "requester": requester, "involving": involving}
-        for name, value in (*filters.items(), ("cursor", after)):
+        for name, value in filters.items():
             check_text(value, name, self.limits.max_name_length)
+        check_text(after, "cursor")
         try:
             wanted = RunStatus(status) if status is not None else None
         except ValueError:
@@ -2477,7 +2482,7 @@ class LocalBroker(Broker):
             **filters,
             teams=tuple(teams),
             status=wanted,
-            after=_run_keyset(after),
+            after=before,
             limit=limit + 1,
             order=order,
         )
@@ -2662,8 +2667,9 @@ class LocalBroker(Broker):
             raise ValueError("limit must be between 1 and 1000")
         if self._state != "open":
             await self.open()
-        check_text(after, "cursor", self.limits.max_name_length)
-        _id_cursor(after, "deliveries", prefix=DELIVERY_ID_PREFIX)
+        if isinstance(after, str):  # first: text too long to be a delivery's id is no cursor either
+            _id_cursor(after, "deliveries", prefix=DELIVERY_ID_PREFIX)
+        check_text(after, "cursor")
         return await self.store.list_deliveries(
             request_id=request_id, status=status, recipient=recipient, after=after, limit=limit
         )
@@ -2675,9 +2681,10 @@ class LocalBroker(Broker):
             raise ValueError("limit must be between 1 and 1000")
         if self._state != "open":
             await self.open()
+        # First the cursor: text too long to be one is no cursor either.
+        before = _keyset(after, "dead letters", self.limits.max_name_length) if isinstance(after, str) else None
         for name, value in (("recipient", recipient), ("cursor", after)):
-            check_text(value, name, self.limits.max_name_length)
-        before = _keyset(after, "dead letters")
+            check_text(value, name, None if name == "cursor" else self.limits.max_name_length)
         rows = list(await self.store.list_dead_letters(recipient=recipient, before=before, limit=limit + 1))
         items = rows[:limit]
         return DeliveryPage(items, _cursor(items[-1].due_at, items[-1].id) if len(rows) > limit else None)
@@ -3054,16 +3061,32 @@ def _run_cursor(run: Run) -> str:
     return _cursor(run.created_at, run.id)
 
 
-def _keyset(cursor: str | None, of: str) -> tuple[datetime, str] | None:
-    """The (time, id) a cursor of `_cursor` names; `InvalidRequest` for any other text,
-    so that a mistyped cursor is an error, not another page (`of`: what the list is of)."""
+def _keyset(cursor: str | None, of: str, longest: int) -> tuple[datetime, str] | None:
+    """The (time, id) a cursor of `_cursor` names; `InvalidCursor` for any other text, so
+    that a mistyped cursor is an error, not another page (`of`: what the list is of), and
+    for an id no row can have (longer than `longest`, or holding what no store keeps), so
+    that text too long to be a cursor is no cursor either."""
     if cursor is None:
         return None
     stamp, dot, row_id = cursor.partition(".")
-    if dot and row_id and stamp.isascii() and stamp.isdigit() and len(stamp) <= 18:
+    if dot and row_id and stamp.isascii() and stamp.isdigit() and len(stamp) <= 18 and _storable(row_id, longest):
         with contextlib.suppress(OverflowError):  # past the year 9999
             return _EPOCH + int(stamp) * _MICROSECOND, row_id
-    raise InvalidCursor(f"cursor {cursor!r} is not one a page of {of} gave (its next_cursor)")
+    raise InvalidCursor(f"cursor {_shown(cursor)} is not one a page of {of} gave (its next_cursor)")
+
+
+def _storable(name: str, longest: int) -> bool:
+    """Whether `name` could be a row's id: at most `longest` characters, all storable."""
+    try:
+        check_text(name, "id", longest)
+    except InvalidRequest:
+        return False
+    return True
+
+
+def _shown(cursor: str) -> str:
+    """A cursor as an error quotes it: whole, or the start of a long one."""
+    return repr(cursor) if len(cursor) <= 80 else f"{cursor[:40]!r}... ({len(cursor)} characters)"
 
 
 def _id_cursor(cursor: str | None, of: str, *, prefix: str = "") -> None:
@@ -3076,16 +3099,11 @@ def _id_cursor(cursor: str | None, of: str, *, prefix: str = "") -> None:
     digits = cursor.removeprefix(prefix)
     if len(cursor) != len(prefix) + 32 or not cursor.startswith(prefix) or not _HEX.fullmatch(digits):
         raise InvalidCursor(
-            f"cursor {cursor!r} is not one a page of {of} gave (its next_cursor, the id of the last seen)"
+            f"cursor {_shown(cursor)} is not one a page of {of} gave (its next_cursor, the id of the last seen)"
         )
 
 
 _HEX = re.compile("[0-9a-f]{32}")
-
-
-def _run_keyset(cursor: str | None) -> tuple[datetime, str] | None:
-    """The (created_at, id) a cursor of `_run_cursor` names (see `_keyset`)."""
-    return _keyset(cursor, "runs")
 
 
 def _of_run(run: Run, requests: Sequence[Request]) -> list[Request]:

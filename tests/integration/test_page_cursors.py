@@ -151,3 +151,39 @@ async def test_the_web_history_pages_with_checked_cursors_and_says_when_a_link_i
                 assert "This link to a page of the history is not valid" in refused.text
                 assert made[0] not in refused.text and made[2] not in refused.text  # no page shown as if asked for
                 assert 'href="http://127.0.0.1/history?q=question">Newest page of the history<' in refused.text
+
+
+NO_CURSORS = ("x" * 5000, "a" * 300, "1." + "r" * 300, "1.run\x00", f"{'0' * 32}\x00")
+"""Text too long to be any list's cursor, or holding what no position holds: no cursor
+either, rather than text too long (`invalid_request`)."""
+
+
+async def test_every_list_refuses_text_too_long_to_be_a_cursor_as_no_cursor_on_every_store(broker: Broker) -> None:
+    await broker.start_run("agent", run_id="run-0")
+    for bad in NO_CURSORS:
+        for listing in (broker.list, broker.list_grants, broker.list_runs, broker.dead_letters, broker.list_deliveries):
+            with pytest.raises(InvalidCursor, match="cursor"):
+                await listing(after=bad)
+
+
+async def test_each_list_of_the_api_refuses_text_too_long_to_be_a_cursor_with_invalid_cursor(
+    api: httpx.AsyncClient,
+) -> None:
+    assert (await api.post("/runs", json={"agent": "agent", "run_id": "run-0"})).is_success
+    deliveries = {"/deliveries": {}, "/deliveries ": {"status": "dead", "order": "newest"}}
+    for path, params in (LISTS | deliveries).items():
+        for bad in NO_CURSORS:
+            for name in ("cursor", "after") if path.startswith("/deliveries") else ("cursor",):
+                response = await api.get(path.strip(), params={**params, name: bad})
+                refused(response)
+                assert len(response.text) < 2000  # the cursor is not sent back whole
+
+
+async def test_the_runs_page_on_past_a_run_whose_id_is_as_long_as_a_name_may_be(broker: Broker) -> None:
+    """A runs cursor is the run's time and id, so longer than the id: a run whose id is a
+    name's full length still has a next page (the cursor was refused as too long)."""
+    longest = [await broker.start_run("agent", run_id=f"{i}" + "r" * 255) for i in range(2)]
+    first = await broker.list_runs(agent="agent", limit=1)
+    assert [r.id for r in first.items] == [longest[1].id] and first.next_cursor is not None
+    rest = await broker.list_runs(agent="agent", after=first.next_cursor)
+    assert [r.id for r in rest.items] == [longest[0].id] and rest.next_cursor is None

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from ..channels import Channel, ChannelContext, ChannelError, open_channels
 from ..channels.delivery import DeliveryLoop
 from ..channels.links import AnswerLinks
-from ..cursors import CURSOR, MAX_CURSOR, issued, taken
+from ..cursors import CURSOR, issued, taken
 from ..errors import InvalidRequest, NotFound
 from ..outbox import Delivery, delivery_to_dict
 from ..principals import Principal, can_read
@@ -175,10 +175,8 @@ async def list_deliveries(
     caller: Caller,
     broker: TheBroker,
     status: Literal["pending", "delivered", "dead", "skipped"] | None = None,
-    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR, description=CURSOR)] = None,
-    after: Annotated[
-        str | None, Query(max_length=MAX_CURSOR, description="`cursor` under its earlier name", deprecated=True)
-    ] = None,
+    cursor: Annotated[str | None, Query(description=CURSOR)] = None,
+    after: Annotated[str | None, Query(description="`cursor` under its earlier name", deprecated=True)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     order: Annotated[
         Literal["id", "newest"],
