@@ -187,3 +187,45 @@ async def test_the_runs_page_on_past_a_run_whose_id_is_as_long_as_a_name_may_be(
     assert [r.id for r in first.items] == [longest[1].id] and first.next_cursor is not None
     rest = await broker.list_runs(agent="agent", after=first.next_cursor)
     assert [r.id for r in rest.items] == [longest[0].id] and rest.next_cursor is None
+
+
+async def test_the_web_inbox_and_a_run_page_page_with_checked_cursors_and_say_when_a_link_is_not_valid(
+    server: InProcessServer,
+) -> None:
+    """The inbox's and a run page's "Older requests" links carry the opaque cursor; a
+    plain id (as older links carried) still pages on; a cursor cut short, changed, of
+    another list or too long is a 400 page saying the link is not valid, with a link to
+    the newest page, not the first page shown as if it were the one asked for."""
+    from interlock.server import web
+
+    broker = server.connect()
+    run = await broker.start_run("agent", run_id="run-web")
+    made = [(await broker.create(Text(f"Question {i}?"), to="alice", run=run.id)).id for i in range(3)]
+    grant = await broker.give_grant("bot", "repo:web", "deploy", by="alice")
+    run_page = f"/inbox/runs/{run.id}"
+    async with server.client(timeout=BOUND) as web_client:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(web, "PENDING_LIMIT", 2)
+            patch.setattr(web, "RUN_REQUESTS_LIMIT", 2)
+            for path, newest in (("/", "Newest requests"), (run_page, "Newest requests of this run")):
+                first = await web_client.get(path)
+                assert first.status_code == 200 and made[2] in first.text and made[0] not in first.text
+                [older] = re.findall(r'href="[^"]*\?([^"#]*)[^"]*" rel="next">Older requests<', first.text)
+                cursor = parse_qs(html.unescape(older))["older"][0]
+                assert cursor not in made  # opaque
+                rest = await web_client.get(path, params={"older": cursor})
+                assert rest.status_code == 200 and made[0] in rest.text and made[1] not in rest.text, path
+                plain = await web_client.get(path, params={"older": made[1]})  # an old link
+                assert plain.status_code == 200 and made[0] in plain.text and made[1] not in plain.text, path
+                flipped = cursor[:10] + ("A" if cursor[10] != "A" else "B") + cursor[11:]
+                others = [issued("grants", grant.id), issued("runs", "1.x")]
+                for bad in (flipped, cursor[:-3], "zzzz", "G" * 32, "x" * 5000, *others):
+                    refused = await web_client.get(path, params={"older": bad})
+                    assert refused.status_code == 400, (path, bad, refused.text)
+                    assert refused.headers["content-type"].startswith("text/html")
+                    assert "This link to a page of " in refused.text and "is not valid" in refused.text
+                    assert made[0] not in refused.text and made[2] not in refused.text  # no page as if asked for
+                    assert f'href="http://127.0.0.1{path}">{newest}<' in refused.text
+            kept = await web_client.get(run_page, params={"older": "zzzz", "events": "1"})  # the events' page kept
+            assert kept.status_code == 400
+            assert f'href="http://127.0.0.1{run_page}?events=1">Newest requests of this run<' in kept.text

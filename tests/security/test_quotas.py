@@ -331,7 +331,7 @@ async def test_the_web_inbox_pages_its_pending_requests_with_links_that_need_no_
                     cards = re.findall(r'<li[^>]*data-status="pending"[^>]*data-id="([0-9a-f]+)"', page.text)
                 assert 0 < len(cards) <= 50
                 shown += cards
-                older = re.search(r'href="([^"]*\?older=[0-9a-f]+)"', page.text)
+                older = re.search(r'href="([^"]*\?older=[\w-]+)"', page.text)
                 if older is None:
                     break
                 url = older[1].replace("&amp;", "&")

@@ -50,6 +50,7 @@ from .web import (
     events_upto,
     outcome,
     page,
+    page_link_refused,
     posted_request,
     read_signin_form,
     refusal,
@@ -385,12 +386,8 @@ def _bad_page_link(state: AppState, http: HttpRequest, who: Session, filters: Hi
     """The answer to a history link whose `after` is no page's cursor (cut short, mistyped,
     changed, or another list's): a 400 page that says so and links to the newest page of
     the same search, rather than the first page shown as if it were the one asked for."""
-    message = (
-        "This link to a page of the history is not valid: it may have been cut short or changed on its way. "
-        "Start again from the newest page."
-    )
     back = f"{http.url_for('history')}?{filters.link()}".rstrip("?")
-    return refusal(state, http, 400, message, who, back=(back, "Newest page of the history"))
+    return page_link_refused(state, http, who, "the history", (back, "Newest page of the history"))
 
 
 def _mine(who: Session) -> dict[str, Any]:

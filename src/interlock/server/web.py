@@ -39,10 +39,11 @@ from jinja2.runtime import Context
 from markupsafe import Markup
 from sse_starlette import ServerSentEvent
 
+from .. import cursors
 from .._form_inputs import Field, FieldFault
 from ..approvals import decision_ask
 from ..broker import MAX_EVENT_ID, Broker
-from ..errors import FollowupNotFound, InvalidAnswer, InvalidRequest, NotFound, RunConflict
+from ..errors import FollowupNotFound, InvalidAnswer, InvalidCursor, InvalidRequest, NotFound, RunConflict
 from ..followups import MAX_FOLLOWUP_LENGTH
 from ..model import (
     Answers,
@@ -486,6 +487,20 @@ def refusal(
     return page(state, http, name, {"message": message, "status": status, "back": back}, status, who)
 
 
+def page_link_refused(
+    state: AppState, http: HttpRequest, who: Session, of: str, newest: tuple[str, str]
+) -> HTMLResponse:
+    """The answer to a link to a page of a list (`of`: which, in words) whose cursor is no
+    page's (cut short, mistyped, changed, or another list's): a 400 page that says so and
+    links to the newest page (`newest`: its address and words), rather than the first page
+    shown as if it were the one asked for."""
+    message = (
+        f"This link to a page of {of} is not valid: it may have been cut short or changed on its way. "
+        "Start again from the newest page."
+    )
+    return refusal(state, http, 400, message, who, back=newest)
+
+
 def mine(who: Session, request: HumanRequest) -> bool:
     """Whether the request is in this person's inbox: to them, or to one of their teams."""
     p = who.principal
@@ -556,14 +571,22 @@ async def inbox_page(
     http: HttpRequest,
     who: Session,
     *,
+    older: str | None = None,
     failure: Failure | None = None,
     notice: str | None = None,
     status: int = 200,
 ) -> HTMLResponse:
+    """The inbox: the pending requests a page at a time (`older`: the cursor of the page,
+    as its "Older requests" link gives it; a plain request id, as older links gave, too),
+    the latest settled ones, and the latest updates. A link whose cursor is no page's is
+    refused with a 400 page that says so (`page_link_refused`)."""
     after = await state.broker.last_event_id()  # before reading, so the stream misses nothing
     recipient = inbox_filter(who.principal)
-    older = _cursor(http.query_params.get("older"))
-    pending = await state.broker.list(status=Status.PENDING, after=older, limit=PENDING_LIMIT, **recipient)
+    try:
+        position = cursors.taken("requests", older or None)
+        pending = await state.broker.list(status=Status.PENDING, after=position, limit=PENDING_LIMIT, **recipient)
+    except InvalidCursor:
+        return page_link_refused(state, http, who, "the inbox", (str(http.url_for("inbox")), "Newest requests"))
     history: list[HumanRequest] = []
     for settled in _SETTLED:
         history.extend((await state.broker.list(status=settled, limit=HISTORY_LIMIT, **recipient)).items)
@@ -576,8 +599,8 @@ async def inbox_page(
         "pending": pending.items,
         "rendered": await prerender(r.details for r in pending.items),
         "claims": await state.broker.claims([r.id for r in pending.items]),
-        "older": pending.next_cursor,
-        "paged": older is not None,
+        "older": cursors.issued("requests", pending.next_cursor),
+        "paged": position is not None,
         "history": history[:HISTORY_LIMIT],
         "updates": updates[::-1][:UPDATES_LIMIT],
         "after": after,
@@ -592,7 +615,7 @@ async def inbox(http: HttpRequest, state: State) -> Response:
     who = await session(state, http)
     if who is None:
         return signin_redirect(http)
-    return await inbox_page(state, http, who)
+    return await inbox_page(state, http, who, older=http.query_params.get("older"))
 
 
 @router.get("/signin", name="signin", response_class=HTMLResponse)
@@ -869,28 +892,32 @@ async def run_page(
         run = await named_run(state.broker, who.principal, run_id)
     except NotFound:
         return refusal(state, http, 404, "There is no such run.", who)
-    after = _cursor(older)
-    requests = await requests_of_run(state.broker, who.principal, run.id, after=after, limit=RUN_REQUESTS_LIMIT)
-    accept = run_event_filter(who.principal, run.id)
     since = _event_cursor(events)
+    here = http.url_for("inbox_run", run_id=run.id).path
+
+    def link(**changed: str | int | None) -> str:
+        """This page with the other list's cursor kept and this one's set (or dropped)."""
+        given = {"older": older, "events": since or None} | changed
+        kept = {name: value for name, value in given.items() if value}
+        return here + (f"?{urlencode(kept)}" if kept else "")
+
+    try:
+        after = cursors.taken("requests", older or None)
+        requests = await requests_of_run(state.broker, who.principal, run.id, after=after, limit=RUN_REQUESTS_LIMIT)
+    except InvalidCursor:
+        newest = f"{http.url_for('inbox_run', run_id=run.id)}{link(older=None).removeprefix(here)}"
+        return page_link_refused(state, http, who, "this run's requests", (newest, "Newest requests of this run"))
+    accept = run_event_filter(who.principal, run.id)
     # A page reads a bounded number of the run's events (one more: is there a next page?)
     # and shows those the person may see, so a page may show fewer, never costs more.
     read = await events_upto(state.broker, RUN_EVENTS_LIMIT + 1, after=since, run=run.id)
     newer = read[RUN_EVENTS_LIMIT - 1].id if len(read) > RUN_EVENTS_LIMIT else None
     notice = _RUN_NOTICES.get(cancel, "") or _SENT_NOTICES.get(sent, "")  # fixed texts, nothing from the URL
     followups = await state.broker.list_followups(run.id)
-    here = http.url_for("inbox_run", run_id=run.id).path
-
-    def link(**cursors: str | int | None) -> str:
-        """This page with the other list's cursor kept and this one's set (or dropped)."""
-        given = {"older": after, "events": since or None} | cursors
-        kept = {name: value for name, value in given.items() if value}
-        return here + (f"?{urlencode(kept)}" if kept else "")
-
     context = {
         "run": run,
         "requests": requests.items,
-        "older_link": link(older=requests.next_cursor) if requests.next_cursor else None,
+        "older_link": link(older=cursors.issued("requests", requests.next_cursor)) if requests.next_cursor else None,
         "newest_link": link(older=None) if after is not None else None,
         "paged": after is not None,
         "events": [e for e in read[:RUN_EVENTS_LIMIT] if accept(e)],
@@ -989,13 +1016,6 @@ def _for_inbox(principal: Principal, event: Event) -> bool:
         return True
     to = event.request.to if event.request is not None else event.data.get("to")
     return to == principal.name or (principal.kind == "human" and to in principal.teams)
-
-
-def _cursor(value: str | None) -> str | None:
-    """A page cursor from the query string: a request id, or None for the first page."""
-    if not value or len(value) > 64 or not value.isascii() or not value.isalnum():
-        return None
-    return value
 
 
 def _event_cursor(value: str) -> int:
