@@ -884,11 +884,17 @@ class Broker(ABC):
 
     @abstractmethod
     async def complete_run(self, run_id: str, result: Any = None, *, worker: str | None = None) -> Run:
-        """End a running run as `completed` with its `result` (JSON)."""
+        """End a running run as `completed` with its `result` (JSON). A run a worker holds
+        is ended only by that worker (`worker`): without `worker`, only a run no worker
+        holds (an agent's own, going on in its process). Raises `RunConflict` if the run is
+        not running, or is held by a worker other than `worker` (`cancel_run` stops a run
+        whoever holds it)."""
 
     @abstractmethod
     async def fail_run(self, run_id: str, error: str, *, worker: str | None = None) -> Run:
-        """End a running run as `failed` (`terminal_reason` "error") with `error`."""
+        """End a running run as `failed` (`terminal_reason` "error") with `error`. Like
+        `complete_run`, only the worker holding a run ends it; without `worker`, only a
+        run no worker holds."""
 
     @abstractmethod
     async def cancel_run(
@@ -2193,7 +2199,7 @@ class LocalBroker(Broker):
             current = await self._current_run(run_id)
             if (parked_already := self._parked_already(current, waiting_on, worker)) is not None:
                 return parked_already
-            raise await self._run_conflict(run_id, worker)
+            raise await self._run_conflict(run_id, worker, "parks it again")
         self._parked(parked)
         return parked
 
@@ -2382,30 +2388,32 @@ class LocalBroker(Broker):
         return await self.store.renew_lease(run_id, worker=worker, lease_expires_at=until)
 
     async def complete_run(self, run_id: str, result: Any = None, *, worker: str | None = None) -> Run:
-        """End a running run as `completed` with its `result` (JSON). Raises `RunConflict`
-        if it is not running (or, with `worker`, another worker holds it)."""
+        """End a running run as `completed` with its `result` (JSON): a run `worker` holds,
+        or without `worker`, a run no worker holds (an agent's own, going on in its
+        process). Raises `RunConflict` if it is not running, or a worker other than
+        `worker` holds it (without `worker`: any worker, which resumes it and ends it;
+        `cancel_run` stops it whoever holds it)."""
         check_json(result, "result", MAX_STATE_BYTES)
-        return await self._end(run_id, RunStatus.COMPLETED, worker, result=result)
+        return await self._end(run_id, RunStatus.COMPLETED, worker, "completes it", result=result)
 
     async def fail_run(self, run_id: str, error: str, *, worker: str | None = None) -> Run:
-        """End a running run as `failed` (`terminal_reason` "error") with `error`."""
+        """End a running run as `failed` (`terminal_reason` "error") with `error`: a run
+        `worker` holds, or without `worker`, a run no worker holds. Raises `RunConflict`
+        as `complete_run` does."""
         if not isinstance(error, str):
             raise InvalidRequest("error must be a string")
         check_text(error, "error", self.limits.max_reason_length)
-        return await self._end(run_id, RunStatus.FAILED, worker, error=error, terminal_reason="error")
+        return await self._end(run_id, RunStatus.FAILED, worker, "fails it", error=error, terminal_reason="error")
 
-    async def _end(self, run_id: str, status: RunStatus, worker: str | None, **fields: Any) -> Run:
+    async def _end(self, run_id: str, status: RunStatus, worker: str | None, does: str, **fields: Any) -> Run:
         if self._state != "open":
             await self.open()
         check_text(run_id, "the run id", DEFAULT_LIMITS.max_name_length)
-        if worker is None:  # the store ends any run not ended: only a running one may complete
-            run = await self._current_run(run_id)
-            if run.status is not RunStatus.RUNNING:
-                raise RunConflict(run.id, run.status.value, f"run {run.id!r} is {run.status.value}, not running")
-        # With `worker`, the store's conditional write checks that it holds the run running.
+        # The store's conditional write checks that the run is running and held by `worker`
+        # (without one: by no worker, so an agent never ends a run a worker is resuming).
         ended, _ = await self.store.end_run(run_id, status, at=datetime.now(UTC), worker=worker, **fields)
         if ended is None:
-            raise await self._run_conflict(run_id, worker)
+            raise await self._run_conflict(run_id, worker, does)
         self._durations.pop(run_id, None)
         self._changed_now()
         return ended
@@ -2899,13 +2907,15 @@ class LocalBroker(Broker):
             raise NotFound(run_id, message=f"no run with id {run_id!r}")
         return run
 
-    async def _run_conflict(self, run_id: str, worker: str | None) -> RunConflict:
+    async def _run_conflict(self, run_id: str, worker: str | None, does: str) -> RunConflict:
+        """Why `worker` (None: not a worker, an agent) may not do what it `does` to a run:
+        the run is not running (parked, or ended), or another worker holds it."""
         run = await self._current_run(run_id)
         if run.status is RunStatus.RUNNING and worker is None and run.worker is not None:
             return RunConflict(
                 run.id,
                 run.status.value,
-                f"run {run.id!r} is held by worker {run.worker}, which resumes it: only that worker parks it again",
+                f"run {run.id!r} is held by worker {run.worker}, which resumes it: only that worker {does}",
             )
         if run.status is RunStatus.RUNNING and worker is not None and run.worker != worker:
             return RunConflict(run.id, run.status.value, f"run {run.id!r} is held by another worker now")

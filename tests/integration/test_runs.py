@@ -573,6 +573,51 @@ async def test_an_agent_parking_again_while_a_worker_resumes_its_run_takes_nothi
         assert (types.count("run_claimed"), types.count("input_requested")) == (1, 1)
 
 
+async def test_an_agent_completing_or_failing_a_run_a_worker_resumes_is_refused_and_the_worker_ends_it(
+    broker: Broker,
+) -> None:
+    run_id, request_id = await parked_on_approval(broker)
+    assert await broker.resolve(request_id, True, by="alice")
+    claimed = await broker.claim_run(["deployer"], worker="w1")
+    assert claimed is not None and claimed.id == run_id
+
+    # The agent's process (restarted, or never told) ends the run while w1 resumes it:
+    # refused, naming the worker, and the run stays w1's, running, its state as claimed.
+    with pytest.raises(RunConflict, match="held by worker w1") as refused:
+        await broker.complete_run(run_id, "the agent's")
+    assert (refused.value.run_id, refused.value.status) == (run_id, "running")
+    with pytest.raises(RunConflict, match="held by worker w1"):
+        await broker.fail_run(run_id, "the agent gave up")
+    with pytest.raises(RunConflict, match="held by another worker"):
+        await broker.complete_run(run_id, "w2's", worker="w2")
+    now = await broker.get_run(run_id)
+    assert (now.status, now.worker, now.result, now.error) == (RunStatus.RUNNING, "w1", None, None)
+    assert await broker.claim_run(["deployer"], worker="w2") is None
+    assert await broker.renew_lease(run_id, worker="w1")
+
+    # The resumed code's outcome is the run's, stored once.
+    done = await broker.complete_run(run_id, {"deployed": True}, worker="w1")
+    assert (done.status, done.result) == (RunStatus.COMPLETED, {"deployed": True})
+    types = [e.type for e in await broker.find_events(run=run_id)]
+    assert (types.count("run_completed"), types.count("run_failed")) == (1, 0)
+
+    # An agent still ends its own run that no worker holds, as it goes on in its process.
+    own = await broker.start_run("deployer")
+    assert (await broker.complete_run(own.id, "mine")).result == "mine"
+    failing = await broker.start_run("deployer")
+    assert (await broker.fail_run(failing.id, "boom")).error == "boom"
+
+    # A cancellation stops a held run all the same; its worker's end then finds it ended.
+    held_id, held_request = await parked_on_approval(broker)
+    assert await broker.resolve(held_request, True, by="alice")
+    assert (await broker.claim_run(["deployer"], worker="w1")).id == held_id  # type: ignore[union-attr]
+    assert await broker.cancel_run(held_id)
+    with pytest.raises(RunConflict, match="cancelled, not running"):
+        await broker.fail_run(held_id, "boom", worker="w1")
+    cancelled = await broker.get_run(held_id)
+    assert (cancelled.status, cancelled.terminal_reason) == (RunStatus.CANCELLED, "cancelled_by_user")
+
+
 async def park_deploy(broker: Broker, run_id: str) -> tuple[interlock.Run, interlock.Request, interlock.Run]:
     """The runs guide's agent from the top: start its run, ask with a key, park."""
     run = await broker.start_run("deployer", run_id=run_id)

@@ -453,6 +453,30 @@ async def test_a_run_claimed_once_then_by_another_worker_only_after_its_lease(st
     ]
 
 
+async def test_a_held_run_is_completed_or_failed_only_by_its_worker_and_cancelled_by_anyone(store: Store) -> None:
+    for run_id in ("r1", "r2"):
+        await store.insert_run(new_run(run_id))
+        request, _ = await store.insert(build_request(Text("Name?"), to="alice", origin=Origin(run=run_id)))
+        await park(store, run_id, [request.id])
+        await store.settle(answered(request, "Ada"))
+        now = datetime.now(UTC)
+        assert await store.claim_run(None, worker="w1", lease_expires_at=now + timedelta(seconds=30), at=now)
+    for status, fields in ((RunStatus.COMPLETED, {"result": "agent"}), (RunStatus.FAILED, {"error": "agent"})):
+        assert await store.end_run("r1", status, at=now, **fields) == (None, [])  # no worker: not under w1
+    held = await store.get_run("r1")
+    assert held is not None and (held.status, held.worker, held.result) == (RunStatus.RUNNING, "w1", None)
+    ended, _ = await store.end_run("r1", RunStatus.COMPLETED, at=now, result="w1's", worker="w1")
+    assert ended is not None and (ended.status, ended.result) == (RunStatus.COMPLETED, "w1's")
+    cancelled, _ = await store.end_run("r2", RunStatus.CANCELLED, at=now, terminal_reason="cancelled_by_user")
+    assert cancelled is not None and (cancelled.status, cancelled.worker) == (RunStatus.CANCELLED, None)
+    # A running run no worker holds (the agent's own) ends without one.
+    await store.insert_run(new_run("r3"))
+    done, _ = await store.end_run("r3", RunStatus.COMPLETED, at=now, result="mine")
+    assert done is not None and done.result == "mine"
+    types = [e.type for e in await store.find_events(EventQuery(run="r1"))]
+    assert (types.count("run_completed"), types.count("run_failed")) == (1, 0)
+
+
 async def test_a_renewed_lease_keeps_the_run_past_its_old_deadline_and_a_claim_takes_the_oldest_ready(
     store: Store,
 ) -> None:

@@ -365,14 +365,17 @@ async def renew_lease(run_id: str, body: LeaseBody, caller: Caller, broker: TheB
 
 @router.post("/runs/{run_id}/complete", response_model=RunModel, responses=_problems(400, 403, 404, 409, 413, 422))
 async def complete_run(run_id: str, body: CompleteBody, caller: Caller, broker: TheBroker) -> JSONResponse:
-    """End a running run as `completed` with its result."""
+    """End a running run as `completed` with its result. A run a worker holds is ended
+    only by that worker (`worker`): 409 `run_conflict` otherwise, naming the worker
+    (`/cancel` stops it whoever holds it)."""
     run_id = (await own_run(broker, caller, run_id, "finishes runs")).id
     return out(caller, await broker.complete_run(run_id, body.result, worker=body.worker))
 
 
 @router.post("/runs/{run_id}/fail", response_model=RunModel, responses=_problems(400, 403, 404, 409, 413, 422))
 async def fail_run(run_id: str, body: FailBody, caller: Caller, broker: TheBroker) -> JSONResponse:
-    """End a running run as `failed` (`terminal_reason` "error") with the error."""
+    """End a running run as `failed` (`terminal_reason` "error") with the error. A run a
+    worker holds is ended only by that worker (`worker`): 409 `run_conflict` otherwise."""
     run_id = (await own_run(broker, caller, run_id, "finishes runs")).id
     return out(caller, await broker.fail_run(run_id, body.error, worker=body.worker))
 

@@ -782,10 +782,13 @@ class RunStore(Protocol):
         worker: str | None = None,
         withdraw: Response | None = None,
     ) -> tuple[Run | None, list[Request]]:
-        """End a run that has not ended (a running one held by `worker`, when given) with
-        `status`; with `withdraw`, cancel its pending requests with that response, in the
-        same transaction. Returns the run as ended (None if it had ended, or another
-        worker holds it) and the requests it cancelled."""
+        """End a run that has not ended with `status`: a running one held by `worker`, when
+        given; without `worker`, as cancelled any run not ended, as completed or failed
+        only a running one no worker holds (an agent never ends a run under the worker
+        resuming it). With `withdraw`, cancel its pending requests with that response, in
+        the same transaction. Returns the run as ended (None if it may not end so: it had
+        ended, is parked, or a worker other than `worker` holds it) and the requests it
+        cancelled."""
         ...
 
     async def expire_runs(self, due: datetime, response: Response) -> list[tuple[Run, list[Request]]]:

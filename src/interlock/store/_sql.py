@@ -968,12 +968,16 @@ def run_from_row(row: Sequence[Any], time: Any) -> Run:
     )
 
 
-def may_end(run: Run, worker: str | None, due: datetime | None) -> bool:
-    """Whether a run may end now: not ended; held by `worker` when given; and when it is
-    being expired (`due`), still parked on a person (not ready) past its deadline."""
+def may_end(run: Run, status: RunStatus, worker: str | None, due: datetime | None) -> bool:
+    """Whether a run may end now as `status`: not ended; running and held by `worker` when
+    given; completed or failed without `worker`, running and held by no worker (a worker
+    resuming it ends it, not its agent; a cancellation ends it whoever holds it); and when
+    it is being expired (`due`), still parked on a person (not ready) past its deadline."""
     if run.status.ended:
         return False
-    if worker is not None and not (run.status is RunStatus.RUNNING and run.worker == worker):
+    if (worker is not None or status is not RunStatus.CANCELLED) and not (
+        run.status is RunStatus.RUNNING and run.worker == worker
+    ):
         return False
     if due is not None:
         return run.status.waiting and not run.ready and run.expires_at is not None and run.expires_at <= due
@@ -1532,7 +1536,7 @@ class SqlStore:
         responses."""
         await self._lock_requests_of_run(tx, run_id)
         run = await self._locked_run(tx, run_id)
-        if run is None or not may_end(run, worker, due):
+        if run is None or not may_end(run, status, worker, due):
             return None, []
         row = await tx.row("end_run", status.value, *fields, run_id)
         assert row is not None  # the run is locked

@@ -65,7 +65,7 @@ from . import (
     stored_size,
     text_words,
 )
-from ._sql import encode_document  # JSON as the SQL stores write it
+from ._sql import encode_document, may_end  # JSON as the SQL stores write it; the rule who ends a run
 from ._url import url_options
 
 __all__ = ["MemoryStore", "from_url"]
@@ -835,7 +835,7 @@ class MemoryStore:
         withdraw: Response | None = None,
     ) -> tuple[Run | None, builtins.list[Request]]:
         run = self._runs.get(run_id)
-        if run is None or run.status.ended or not self._held(run, worker):
+        if run is None or not may_end(run, status, worker, None):
             return None, []
         run = replace(
             run,

@@ -249,12 +249,13 @@ SELECT id FROM (SELECT id FROM runs INDEXED BY runs_leased
 LIMIT 1;
 
 -- name: finish_run
--- End a run with nothing to withdraw (completing or failing it): a running one held by
--- :worker when given, else any run not ended. No row when it may not end.
+-- End a run with nothing to withdraw: a running one held by :worker (when null, one no
+-- worker holds: an agent does not end a run under the worker resuming it); cancelling it
+-- without :worker, any run not ended. No row when it may not end.
 UPDATE runs SET status = :status, result = :result, error = :error, terminal_reason = :terminal_reason,
     updated_at = :at, expires_at = NULL, ready = 0, worker = NULL, lease_expires_at = NULL
 WHERE id = :id AND status NOT IN ('completed', 'failed', 'cancelled')
-  AND (:worker IS NULL OR (status = 'running' AND worker = :worker))
+  AND ((:worker IS NULL AND :status = 'cancelled') OR (status = 'running' AND worker IS :worker))
 RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
           attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
 
