@@ -22,6 +22,7 @@ import pytest
 
 import interlock
 from interlock.broker import LocalBroker
+from interlock.channels import routing_left
 from interlock.principals import Principal, issue_token
 from interlock.routing import routing_from_dict
 
@@ -164,3 +165,18 @@ async def test_a_routing_s_team_named_like_a_person_gives_its_members_nothing_of
         assert (await bot.post("/requests", json={**QUESTION, "to": "carol"})).status_code == 403
     async with world.api("carol") as carol:
         assert (await carol.get(f"/requests/{why}")).json()["status"] == "pending"
+
+
+async def test_a_routing_change_takes_out_of_a_team_only_whom_it_alone_made_a_member(tmp_path: Path) -> None:
+    """Who a changed routing took out of a team (their streams end): dropped from a team
+    only the routing names, yes; dropped from the routing's list of a team the store keeps
+    with them in it, or of a team named like a person, no."""
+    async with interlock.connect(f"sqlite:///{tmp_path / 'left.db'}") as broker:
+        assert isinstance(broker, LocalBroker)
+        for name in ("alice", "bob", "carol"):
+            await broker.store.save_principal(Principal(name, "human"))
+        await broker.add_team_members("sre", ["alice", "bob"])
+        before = {"ops": ("alice", "bob", "dave"), "sre": ("alice", "bob"), "carol": ("alice",), "qa": ("bob", "dave")}
+        after = {"ops": ("bob", "dave"), "sre": ("bob",)}
+        assert await routing_left(broker, before, after) == {"ops": {"alice"}, "qa": {"bob", "dave"}}
+        assert await routing_left(broker, after, before) == {}

@@ -25,6 +25,7 @@ from httpx_sse import ServerSentEvent, aconnect_sse
 import interlock
 from interlock import Confirm
 from interlock.principals import Principal, issue_token
+from interlock.routing import routing_from_dict
 from interlock.server.auth import Auth
 from interlock.server.stream import Hub
 from serve_support import serve_many
@@ -331,3 +332,81 @@ async def test_a_team_left_while_a_stream_opens_ends_that_stream_too(
             assert not armed.is_set()  # (the race did happen)
             assert stream.kinds == ["dropped"], url
             assert json.loads(stream.events[-1].data)["reason"] == "you left the team ops"
+
+
+async def test_a_routing_that_drops_someone_from_its_team_ends_their_streams_on_every_node(
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    """ops is a team only the routing names (dave is no person here): alice and bob are in
+    it as the routing lists them. An operator sets a routing without alice (`interlock
+    routing set`, in another process): her streams end on both nodes as each takes the
+    routing up from the store, and bob's stream on."""
+    db = f"sqlite:///{tmp_path / 'routing.db'}"
+    tokens: dict[str, str] = {}
+    async with interlock.connect(db) as broker:
+        for principal in (
+            Principal("alice", "human"),
+            Principal("bob", "human"),
+            Principal("bot", "agent", "bob"),
+        ):
+            await broker.store.save_principal(principal)
+            token = issue_token(principal.name, datetime.now(UTC))
+            await broker.store.save_token(token)
+            tokens[principal.name] = token.secret
+    doc = {"teams": {"ops": {"members": ["alice", "bob", "dave"]}}}
+    to_ops = {**APPROVAL, "to": "ops"}
+    with (
+        serve(db, auth=True, routing=routing_from_dict(doc)) as a,
+        serve(db, auth=True, routing=routing_from_dict(doc)) as b,
+    ):
+        async with (
+            api(a, tokens["alice"]) as alice_a,
+            api(b, tokens["alice"]) as alice_b,
+            api(a, tokens["bob"]) as bob_a,
+            api(b, tokens["bob"]) as bob_b,
+            api(a, tokens["bot"]) as bot,
+            httpx.AsyncClient(base_url=b, timeout=httpx.Timeout(BOUND, read=None)) as browser_b,
+            anyio.create_task_group() as tg,
+        ):
+            await sign_in(browser_b, tokens["alice"])
+            start = await last_event_id(alice_a)
+            on_a, on_b, web_b, bob_on_a, bob_on_b = Stream(), Stream(), Stream(), Stream(), Stream()
+            interactions_a = Stream()
+            tg.start_soon(on_a.run, alice_a, "/api/v1/events/stream", {"after": start})
+            tg.start_soon(on_b.run, alice_b, "/api/v1/events/stream", {"after": start})
+            tg.start_soon(web_b.run, browser_b, "/inbox/stream", {"after": start})
+            tg.start_soon(interactions_a.run, alice_a, "/api/v1/interactions/stream", {})
+            tg.start_soon(bob_on_a.run, bob_a, "/api/v1/events/stream", {"after": start})
+            tg.start_soon(bob_on_b.run, bob_b, "/api/v1/events/stream", {"after": start})
+            first = await bot.post("/api/v1/requests", json=to_ops)
+            assert first.status_code == 201, first.text
+            for stream in (on_a, on_b, web_b, bob_on_a, bob_on_b):
+                assert (await stream.next_event()).event == "created"  # the team's request, hers too
+            assert json.loads((await interactions_a.next_event()).data)["id"] == first.json()["id"]
+
+            without = tmp_path / "without-alice.json"
+            without.write_text(json.dumps({"teams": {"ops": {"members": ["bob", "dave"]}}}))
+            done = await anyio.run_process([*INTERLOCK, "routing", "set", str(without), "--db", db], check=False)
+            assert done.returncode == 0, done.stderr.decode()
+            with anyio.fail_after(BOUND):  # as each node's delivery loop takes the routing up (within 5 s)
+                for stream in (on_a, on_b, web_b, interactions_a):
+                    await stream.ended.wait()
+            for stream in (on_a, on_b, web_b, interactions_a):
+                assert len(stream.kinds) == 2 and stream.kinds[-1] == "dropped"  # the team's request, then this
+                assert json.loads(stream.events[-1].data)["reason"] == "you left the team ops"
+
+            # The team's next request: bob's streams show it; alice's, opened again, do not.
+            again = Stream()
+            tg.start_soon(again.run, alice_b, "/api/v1/events/stream", {"after": on_b.events[0].id})
+            second = (await bot.post("/api/v1/requests", json=to_ops)).json()["id"]
+            for stream in (bob_on_a, bob_on_b):
+                seen = await stream.next_event()
+                assert (seen.event, json.loads(seen.data)["request_id"]) == ("created", second)
+            async with interlock.connect(db) as broker:
+                hers = (await broker.create(Confirm("Rotate the keys?"), to="alice", requester="bot")).id
+            shown = await again.next_event()
+            assert json.loads(shown.data)["request_id"] == hers  # not the team's second request
+            for alice in (alice_a, alice_b):
+                assert (await alice.get(f"/api/v1/requests/{second}")).status_code == 403
+            assert not bob_on_a.ended.is_set() and not bob_on_b.ended.is_set()
+            tg.cancel_scope.cancel()

@@ -48,6 +48,8 @@ __all__ = [
     "find_factory",
     "lacking_secrets",
     "open_channels",
+    "routing_dropped",
+    "routing_left",
     "routing_teams",
     "seconds_option",
     "team_note",
@@ -150,6 +152,34 @@ async def routing_teams(directory: PeopleDirectory, teams: Mapping[str, Sequence
     one reads and answers its requests in the inbox and the API as through its channels."""
     found = [team for team, members in teams.items() if name in members]
     return frozenset([team for team in found if await directory.get_principal(team) is None])
+
+
+def routing_dropped(
+    before: Mapping[str, Sequence[str]], after: Mapping[str, Sequence[str]]
+) -> dict[str, frozenset[str]]:
+    """By team, the names a routing's `before` teams list and its `after` teams no longer
+    do (a team `after` leaves out: all its members): those a routing change may have taken
+    out of a team (`routing_left` says who it did)."""
+    dropped = {team: frozenset(members) - frozenset(after.get(team, ())) for team, members in before.items()}
+    return {team: names for team, names in dropped.items() if names}
+
+
+async def routing_left(
+    directory: PeopleDirectory, before: Mapping[str, Sequence[str]], after: Mapping[str, Sequence[str]]
+) -> dict[str, frozenset[str]]:
+    """By team, who a routing change (its teams `before` and `after`) took out of it:
+    listed in it `before` and in it no more, neither in the store's team of that name nor
+    as `after` lists them (`routing_teams`). A name the store has for a person or an agent
+    gave its members nothing, so nobody leaves it."""
+    left: dict[str, set[str]] = {}
+    for team, names in routing_dropped(before, after).items():
+        principal = await directory.get_principal(team)
+        if principal is not None and principal.kind != "team":
+            continue
+        for name in names:
+            if team not in await directory.teams_of(name) | await routing_teams(directory, after, name):
+                left.setdefault(team, set()).add(name)
+    return {team: frozenset(names) for team, names in left.items()}
 
 
 def escalation_note(message: Message) -> str | None:

@@ -33,7 +33,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -102,6 +102,11 @@ class DeliveryLoop:
         """Called after each notice is routed and each attempt's outcome is stored."""
         self.on_outcome: list[Callable[[Delivery], None]] = []
         """Called with each attempt's outcome once stored (metrics)."""
+        self.on_routing: list[Callable[[Routing, Routing], Awaitable[None]]] = []
+        """Awaited with the routing used before and the one used now, each time this loop
+        takes another (`replace`, `refresh_routing`): a server counts who the change took
+        out of a team as a change of access. They must not raise: one that does leaves the
+        new routing in use but its old channels open and the hooks after it uncalled."""
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -146,13 +151,15 @@ class DeliveryLoop:
         self._retired.clear()
 
     async def replace(self, routing: Routing, channels: Mapping[str, Channel], context: ChannelContext) -> None:
-        """Use another routing from now on (what is routed already keeps its deliveries).
-        An old channel is closed once the attempts it is sending have ended: closing it
-        under a send would make a delivery the receiver got count as failed, and be sent
-        again."""
-        old = self.channels
+        """Use another routing from now on (what is routed already keeps its deliveries),
+        and tell `on_routing` at once. An old channel is closed once the attempts it is
+        sending have ended: closing it under a send would make a delivery the receiver got
+        count as failed, and be sent again."""
+        old, before = self.channels, self.routing
         self.routing, self.channels, self.context = routing, dict(channels), context
         self._time()
+        for hook in self.on_routing:
+            await hook(before, routing)
         for channel in old.values():
             if self._sending.get(channel):
                 self._retired.append(channel)

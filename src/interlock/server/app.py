@@ -259,6 +259,7 @@ def create_app(
         except ChannelError as exc:
             raise ChannelError(f"{routing}: {exc}" if isinstance(routing, str) else str(exc)) from None
         deliveries.install_metrics(state)
+        deliveries.install_access(state)
     state.quotas = Quotas(
         (DEFAULT_QUOTA if auth else None) if rate_limit == "default" else rate_limit,
         (DEFAULT_STREAMS if auth else None) if max_streams == "default" else max_streams,

@@ -14,13 +14,13 @@ from fastapi.responses import JSONResponse
 from prometheus_client import Counter
 from pydantic import BaseModel, Field
 
-from ..channels import Channel, ChannelContext, ChannelError, open_channels
+from ..channels import Channel, ChannelContext, ChannelError, open_channels, routing_dropped, routing_left
 from ..channels.delivery import DeliveryLoop
 from ..channels.links import AnswerLinks
 from ..cursors import CURSOR, issued, taken
 from ..errors import InvalidRequest, NotFound
 from ..outbox import Delivery, delivery_to_dict
-from ..principals import Principal, can_read
+from ..principals import TEAM_LEFT, Principal, can_read
 from ..routing import Routing, RoutingError, masked, routing_from_dict
 from .common import ApiError, AppState, Caller, State, TheBroker, may_see_delivery, problems_for
 
@@ -28,6 +28,7 @@ __all__ = [
     "ROUTING_CHECK",
     "DeliveryModel",
     "DeliveryPage",
+    "install_access",
     "install_metrics",
     "keep_teams",
     "router",
@@ -92,6 +93,29 @@ def install_metrics(state: AppState) -> None:
     loop.on_outcome.append(observe)
 
 
+def install_access(state: AppState) -> None:
+    """Count a routing change that takes someone out of a team (one only the routing
+    names, whose members are as it lists them: `interlock.channels.routing_left`) as a
+    change of access on this node, as a `team_left` event is: their open streams end
+    ("you left the team ops"; a reconnect shows only what they may see now) and their long
+    polls check their caller again. The node where the routing is set does it at once;
+    every other one as its delivery loop takes the change up from the store."""
+    loop = state.delivery
+    if loop is None:
+        return
+
+    async def changed(before: Routing, after: Routing) -> None:
+        try:
+            left = await routing_left(state.broker, before.teams, after.teams)
+        except Exception:  # the store is away: anyone the routing no longer lists counts as gone
+            log.exception("who a routing change took out of its teams could not be looked up")
+            left = routing_dropped(before.teams, after.teams)
+        for team, names in sorted(left.items()):
+            state.hub.end_streams(TEAM_LEFT, {"team": team, "principals": sorted(names)})
+
+    loop.on_routing.append(changed)
+
+
 def answer_links(state: AppState, routing: Routing) -> AnswerLinks | None:
     """What signs the one-click answer links of a routing's messages (None without an inbox_url)."""
     return AnswerLinks(state.links_secret, routing.inbox_url) if routing.inbox_url is not None else None
@@ -117,6 +141,7 @@ async def use_routing(
             state.broker.outbox, routing, channels=channels, context=context, routing_check=ROUTING_CHECK
         )
         install_metrics(state)
+        install_access(state)
         if start:
             state.delivery.start()
     else:
