@@ -31,6 +31,9 @@ the caller (and the model reading a tool result) must treat them differently:
     │                                           be unknown, so retry it with the same idempotency key.
     │                                           Raised by a resume handler: not now, the worker
     │                                           hands the run back for later instead of failing it
+    ├── NewerDatabase       (also RuntimeError) a later version of interlock migrated the store:
+    │                                           this process writes no more; restart it on that
+    │                                           version (reads go on)
     ├── InvalidGrantToken   (also ValueError)   a grant's token does not verify: forged,
     │                                           expired, or for someone or something else
     ├── ApprovalRefused     (also RuntimeError) the approval gate failed closed: do not run
@@ -68,6 +71,7 @@ __all__ = [
     "IdempotencyKeyReused",
     "InvalidCursor",
     "InvalidRequest",
+    "NewerDatabase",
     "NotFound",
     "RateLimited",
     "Rejected",
@@ -217,6 +221,15 @@ class Unavailable(InterlockError, ConnectionError):
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class NewerDatabase(InterlockError, RuntimeError):
+    """The database has migrations applied that this version of interlock does not know:
+    a process of a later version migrated it, and this one would not write what that one
+    expects (a later schema may do itself what this version does by hand, or no longer
+    have what it writes). A SQL store refuses to open such a database, and a SQLite store
+    already open refuses every write once a later version has migrated its file (the write
+    changes nothing; reads go on): restart the process on the later version."""
 
 
 class InvalidGrantToken(InterlockError, ValueError):

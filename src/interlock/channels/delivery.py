@@ -39,12 +39,12 @@ from datetime import UTC, datetime, timedelta
 import httpx
 
 from ..broker import NEWER_DATABASE_RETRY, routing_since, stored_routing
-from ..errors import InvalidRequest, Unavailable
+from ..errors import InvalidRequest, NewerDatabase, Unavailable
 from ..model import Request, Status
 from ..outbox import Delivery, Notice, retry_delay
 from ..principals import can_answer, can_read
 from ..routing import Routing, RoutingError, routing_from_dict
-from ..store import DeliveryPort, NewerDatabase
+from ..store import DeliveryPort
 from . import Channel, ChannelContext, ChannelError, Message, PermanentFailure, addressee, open_channels
 
 __all__ = ["DeliveryLoop"]

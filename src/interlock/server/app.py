@@ -44,11 +44,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..broker import LocalBroker, connect
 from ..channels import ChannelContext, ChannelError
 from ..channels.delivery import DeliveryLoop
-from ..errors import Unavailable
+from ..errors import NewerDatabase, Unavailable
 from ..grant_tokens import GrantSigner
 from ..model import GrantPolicy, Limits
 from ..routing import Routing, load_routing
-from ..store import NewerDatabase
 from ..wire import WIRE_ERRORS, code_for_status, problem_of, retry_after_of
 from . import (
     api,

@@ -30,7 +30,7 @@ from typing import Any, Literal, Protocol, TypedDict, TypeVar, get_args, overloa
 
 from ..approval_policies import ApprovalPolicy
 from ..dashboard import Figures, Outline
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, NewerDatabase
 from ..followups import Followup
 from ..model import Claim, Event, IssuedGrant, Kind, Request, Response, Run, RunStatus, Status
 from ..outbox import Delivery, DeliveryState, LinkUse, Notice
@@ -85,15 +85,6 @@ each) fit; the requests of one page are otherwise read, parsed and sent whole, a
 thousand of the largest the limits let through (1 MiB each) held the server for a minute.
 A page of events is bounded the same way by the requests its events carry (each event
 counts its request: the server writes it out with every event about it)."""
-
-
-class NewerDatabase(RuntimeError):
-    """The database has migrations applied that this version of interlock does not know:
-    a process of a later version migrated it, and this one would not write what that one
-    expects (a later schema may do itself what this version does by hand, or no longer
-    have what it writes). A SQL store refuses to open such a database, and a SQLite store
-    already open refuses every write once a later version has migrated its file (the write
-    changes nothing; reads go on): restart the process on the later version."""
 
 
 def stored_size(text: str | None) -> int:
