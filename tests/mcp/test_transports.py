@@ -4,7 +4,10 @@ store or a server, and a job outlives the processes that made and watched it."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -30,6 +33,8 @@ INITIALIZE = {
 }
 LIST_INBOX = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "hitl_list", "arguments": {}}}
 VERSION = {"MCP-Protocol-Version": "2025-06-18"}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+LOOPBACK = "http://127.0.0.1"
 ASK = {"asks": [{"type": "approval", "id": "ok", "prompt": "Ship it?"}]}
 
 
@@ -130,8 +135,9 @@ async def test_interlock_mcp_with_a_bad_token_says_so_and_exits(world: World) ->
     assert b"unknown or revoked" in done.stderr
 
 
-def test_making_the_mcp_server_leaves_logging_to_the_host() -> None:
-    """The SDK would add a root handler of its own, past the redaction `interlock serve` sets up."""
+async def test_making_the_mcp_server_leaves_logging_to_the_host() -> None:
+    """The SDK would add a root handler of its own, past the redaction `interlock serve` sets up
+    (the server makes it on the first call to /mcp)."""
     from interlock.server.app import create_app
 
     root = logging.getLogger()
@@ -140,11 +146,39 @@ def test_making_the_mcp_server_leaves_logging_to_the_host() -> None:
         root.removeHandler(handler)
     try:
         level = root.level
-        create_app("memory://", auth=True)
-        assert (root.handlers, root.level) == ([], level)
+        app = create_app("memory://", auth=False)
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=LOOPBACK) as http:
+                assert (await http.post("/mcp", json=INITIALIZE, headers=ACCEPT)).status_code == 200
+            assert (root.handlers, root.level) == ([], level)
     finally:
         for handler in kept:
             root.addHandler(handler)
+
+
+# In an interpreter of its own: this one has imported the MCP SDK already.
+FIRST_CALL = f"""
+import asyncio, json, sys, httpx
+from interlock.server.app import create_app
+
+async def main():
+    app = create_app("memory://", auth=False)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url={LOOPBACK!r}) as http:
+            seen = [(await http.get("/healthz")).status_code, "mcp" in sys.modules]
+            answer = await http.post("/mcp", json={INITIALIZE!r}, headers={ACCEPT!r})
+            seen += [answer.status_code, "mcp" in sys.modules]
+    print(json.dumps(seen))
+
+asyncio.run(main())
+"""
+
+
+def test_a_server_loads_the_mcp_sdk_only_once_mcp_is_called() -> None:
+    """A third of the CPU `interlock serve` spent starting was importing the MCP SDK."""
+    done = subprocess.run([sys.executable, "-c", FIRST_CALL], capture_output=True, text=True, timeout=BOUND)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [200, False, 200, True]
 
 
 async def test_a_server_gone_away_is_a_tool_error_the_model_reads(
@@ -158,3 +192,22 @@ async def test_a_server_gone_away_is_a_tool_error_the_model_reads(
             assert result(await alice.call_tool("hitl_list", {}))["requests"] == []
             running.close()  # the server stops; the MCP server and its client stay
             assert "not reachable" in error(await alice.call_tool("hitl_list", {}))
+
+
+async def test_an_mcp_endpoint_that_cannot_be_made_fails_its_calls_and_the_rest_of_the_server_serves_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import interlock.mcp
+    from interlock.server.app import create_app
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("no MCP today")
+
+    monkeypatch.setattr(interlock.mcp, "HttpEndpoint", broken)
+    app = create_app("memory://", auth=False)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url=LOOPBACK) as http:
+            for _ in range(2):  # made once, refused each time
+                assert (await http.post("/mcp", json=INITIALIZE, headers=ACCEPT)).status_code == 500
+            assert (await http.get("/api/v1/requests")).status_code == 200

@@ -503,13 +503,75 @@ def mcp_installed() -> bool:
     return importlib.util.find_spec("mcp") is not None
 
 
-def _mcp_endpoint(app: FastAPI, auth: Auth, enabled: bool) -> HttpEndpoint | None:
+def _mcp_endpoint(app: FastAPI, auth: Auth, enabled: bool) -> McpOnFirstCall | None:
     """The MCP tools over streamable HTTP, when the MCP SDK (the `mcp` extra) is installed."""
     if not mcp_installed():
         return None
-    from ..mcp import HttpEndpoint
+    return McpOnFirstCall(app, auth, enabled)
 
-    return HttpEndpoint(app, auth.from_token, auth=enabled)
+
+class McpOnFirstCall:
+    """`/mcp`, made on its first call: a server loads the MCP SDK (a third of the CPU
+    `interlock serve` spends starting) only once a client uses MCP.
+
+    Enter `running()` in the app's lifespan: the endpoint made on the first call runs in a
+    task of the lifespan's (its session manager's task group lives there) until shutdown.
+    """
+
+    def __init__(self, app: FastAPI, auth: Auth, enabled: bool) -> None:
+        self._app = app
+        self._auth = auth
+        self._enabled = enabled
+        self._endpoint: HttpEndpoint | None = None
+        self._failure: Exception | None = None
+        self._running = False
+        self._wanted = asyncio.Event()  # the first call came (or the lifespan ends)
+        self._ready = asyncio.Event()  # the endpoint runs, or could not be made
+        self._stop = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        task = asyncio.create_task(self._serve())
+        self._running = True
+        try:
+            yield
+        finally:
+            self._running = False
+            self._stop.set()
+            self._wanted.set()
+            await task
+
+    async def _serve(self) -> None:
+        await self._wanted.wait()
+        if self._stop.is_set():
+            return
+        try:
+            from ..mcp import HttpEndpoint
+
+            endpoint = HttpEndpoint(self._app, self._auth.from_token, auth=self._enabled)
+        except Exception as exc:  # said to each caller (a 500, logged) instead of ending the lifespan
+            self._failure = exc
+            self._ready.set()
+            return
+        try:
+            async with endpoint.running():
+                self._endpoint = endpoint
+                self._ready.set()
+                await self._stop.wait()
+        finally:
+            self._endpoint = None
+            self._ready.set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self._running:
+            raise RuntimeError("/mcp is served only while the app's lifespan runs")
+        self._wanted.set()
+        await self._ready.wait()  # bounded by making the endpoint: an import and a constructor
+        if self._failure is not None:
+            raise RuntimeError("the MCP endpoint could not be made") from self._failure
+        if self._endpoint is None:  # the server is stopping
+            raise RuntimeError("/mcp is served only while the app's lifespan runs")
+        await self._endpoint(scope, receive, send)
 
 
 async def _no_mcp(request: Request) -> Response:
