@@ -993,9 +993,13 @@ class Broker(ABC):
 
     @abstractmethod
     async def take_followups(self, run_id: str, *, worker: str | None = None) -> Sequence[Followup]:
-        """At a turn boundary of a running run (held by `worker`, when given): take every
-        held message for delivery, oldest first, each with its `followup_replayed` event.
-        The caller hands each to its agent as the next user turn."""
+        """At a turn boundary of a running run: take every held message for delivery,
+        oldest first, each with its `followup_replayed` event. The caller hands each to its
+        agent as the next user turn. A run a worker holds gives its messages only to that
+        worker (`worker`): without `worker`, only a run no worker holds (an agent's own,
+        going on in its process). Raises `RunConflict` if a worker other than `worker`
+        holds the run (without `worker`: any worker, which resumes it); nothing when the
+        run is not running."""
 
     # -- teams ---------------------------------------------------------------------------
 
@@ -2587,14 +2591,20 @@ class LocalBroker(Broker):
         return withdrawn
 
     async def take_followups(self, run_id: str, *, worker: str | None = None) -> Sequence[Followup]:
-        """At a turn boundary of a running run (held by `worker`, when given): take every
-        held message for delivery, oldest first, each with its `followup_replayed` event.
-        Nothing when the run is not running (or another worker holds it)."""
+        """At a turn boundary of a running run held by `worker` (without `worker`: by no
+        worker, an agent's own): take every held message for delivery, oldest first, each
+        with its `followup_replayed` event. Nothing when the run is not running. Raises
+        `RunConflict` if a worker other than `worker` holds it (without `worker`: any
+        worker, which resumes it and takes its messages), whether or not any are held."""
         if self._state != "open":
             await self.open()
         check_text(worker, "worker", self.limits.max_name_length)
         run = await self._current_run(run_id)
-        taken = list(await self.store.claim_followups(run.id, at=datetime.now(UTC), worker=worker))
+        # The store's conditional take checks who holds the run, in the same transaction.
+        claimed = await self.store.claim_followups(run.id, at=datetime.now(UTC), worker=worker)
+        if claimed is None:
+            raise await self._run_conflict(run.id, worker, "takes its messages")
+        taken = list(claimed)
         if taken:
             self._changed_now()
         return taken

@@ -117,6 +117,51 @@ async def test_a_resume_handler_takes_the_messages_held_while_the_run_was_parked
     assert await broker.list_followups("run-1") == []
 
 
+async def test_the_messages_of_a_run_a_worker_resumes_are_that_workers_and_an_agent_taking_them_is_refused(
+    broker: Broker,
+) -> None:
+    question = await parked_on(broker, Text("Which region?"), "question")
+    await broker.resolve(question, "eu-west", by="alice")
+    claimed = await broker.claim_run(["deployer"], worker="w1")
+    assert claimed is not None and claimed.worker == "w1"
+
+    # Nothing held yet: the agent's take is refused all the same, naming the worker.
+    with pytest.raises(RunConflict, match="held by worker w1, which resumes it: only that worker takes its messages"):
+        await broker.take_followups("run-1")
+    sent = await broker.send_message("run-1", "and keep the old one warm", by="alice")
+    assert sent.outcome == "queued" and sent.followup is not None
+
+    # The agent's process (restarted, or never told) takes the messages at its own turn
+    # boundary: refused; another worker too; the message stays held for w1.
+    with pytest.raises(RunConflict, match="held by worker w1") as refused:
+        await broker.take_followups("run-1")
+    assert (refused.value.run_id, refused.value.status) == ("run-1", "running")
+    with pytest.raises(RunConflict, match="held by another worker"):
+        await broker.take_followups("run-1", worker="w2")
+    assert [f.id for f in await broker.list_followups("run-1")] == [sent.followup.id]
+    types = [e.type for e in await broker.find_events(run="run-1")]
+    assert "followup_replayed" not in types
+
+    # The worker resuming the run takes it, once.
+    taken = await broker.take_followups("run-1", worker="w1")
+    assert [f.text for f in taken] == ["and keep the old one warm"]
+    assert await broker.take_followups("run-1", worker="w1") == []
+    await broker.complete_run("run-1", "done", worker="w1")
+    types = [e.type for e in await broker.find_events(run="run-1")]
+    assert types.count("followup_replayed") == 1
+
+    # An agent's own run, no worker holding it, gives its messages without a worker; a
+    # parked run gives nothing to anyone, as before.
+    own = await broker.start_run("deployer", run_id="run-2")
+    await broker.send_message(own.id, "vegetarian", by="alice")
+    assert [f.text for f in await broker.take_followups(own.id)] == ["vegetarian"]
+    await parked_on(broker, Text("Which day?"), "question", "run-3")
+    await broker.send_message("run-3", "not friday", by="alice")
+    assert await broker.take_followups("run-3") == []
+    assert await broker.take_followups("run-3", worker="w1") == []
+    assert [f.text for f in await broker.list_followups("run-3")] == ["not friday"]
+
+
 async def test_a_message_to_a_thread_goes_to_its_newest_busy_run(broker: Broker) -> None:
     older = await broker.start_run("deployer", run_id="run-1", session="thread-9")
     await broker.complete_run(older.id, "done")

@@ -93,7 +93,7 @@ async def test_taking_delivers_every_held_message_once_with_a_replayed_event_eac
     for followup in sent:
         await store.enqueue_followup(followup, limit=5)
     now = datetime.now(UTC)
-    taken = await store.claim_followups("r1", at=now)
+    taken = await store.claim_followups("r1", at=now) or ()
     assert [f.id for f in taken] == [f.id for f in sent]
     assert await store.claim_followups("r1", at=now) == []
     assert await store.list_followups("r1") == []
@@ -119,8 +119,12 @@ async def test_only_a_running_run_held_by_the_worker_has_its_messages_taken(stor
     assert await store.claim_followups("r1", at=now) == []  # parked: no turn boundary yet
     claimed = await store.claim_run(["deployer"], worker="w1", lease_expires_at=now + timedelta(seconds=30), at=now)
     assert claimed is not None and claimed.worker == "w1"
-    assert await store.claim_followups("r1", at=now, worker="w2") == []
-    assert [f.id for f in await store.claim_followups("r1", at=now, worker="w1")] == [held.id]
+    assert await store.claim_followups("r1", at=now, worker="w2") is None  # refused: w1 holds it
+    assert await store.claim_followups("r1", at=now) is None  # an agent's take too: w1 resumes it
+    assert [f.id for f in await store.list_followups("r1")] == [held.id]
+    assert [f.id for f in await store.claim_followups("r1", at=now, worker="w1") or ()] == [held.id]
+    assert await store.claim_followups("r1", at=now) is None  # refused with nothing held as well
+    assert await store.claim_followups("r1", at=now, worker="w1") == []
 
 
 async def test_on_an_ended_run_undelivered_messages_stay_listed_read_only(store: Store) -> None:
@@ -140,7 +144,7 @@ async def test_concurrent_takers_deliver_each_message_once(store: Store) -> None
         await store.enqueue_followup(message(f"m{n}"), limit=10)
     now = datetime.now(UTC)
     results = await asyncio.gather(*(store.claim_followups("r1", at=now) for _ in range(4)))
-    delivered = [f.text for taken in results for f in taken]
+    delivered = [f.text for taken in results for f in taken or ()]
     assert sorted(delivered) == [f"m{n}" for n in range(5)]
 
 

@@ -198,9 +198,12 @@ async def test_everyone_who_may_see_the_run_sees_its_messages_delivered(clients:
     assert busy(await send(clients["alice"], "approve")) == {"resolved_interaction_id": request_id}
     claimed = await bot.post("/runs/claim", json={"agents": ["deployer"], "worker": "w1"})
     assert claimed.status_code == 200 and claimed.json()["id"] == RUN
-    assert (await bot.post(f"/runs/{RUN}/followups/take", json={"worker": "w2"})).json()[
-        "items"
-    ] == []  # not its holder
+    # Not its holder, nor its agent without a worker: 409, and the message stays w1's.
+    other = await bot.post(f"/runs/{RUN}/followups/take", json={"worker": "w2"})
+    assert other.status_code == 409 and other.json()["code"] == "run_conflict"
+    agent = await bot.post(f"/runs/{RUN}/followups/take")
+    assert agent.status_code == 409 and agent.json()["current_status"] == "running"
+    assert "held by worker w1, which resumes it" in agent.json()["detail"]
     taken = await bot.post(f"/runs/{RUN}/followups/take", json={"worker": "w1"})
     assert [f["id"] for f in taken.json()["items"]] == [held]
     events = (await clients["alice"].get(f"/runs/{RUN}/events")).json()["events"]

@@ -181,12 +181,16 @@ async def withdraw_followup(run_id: str, followup_id: str, caller: Caller, broke
     return followup_to_dict(await broker.withdraw_followup(run_id, followup_id, by=caller.name))
 
 
-@router.post("/runs/{run_id}/followups/take", response_model=FollowupList, responses=_problems(400, 403, 404, 413, 422))
+@router.post(
+    "/runs/{run_id}/followups/take", response_model=FollowupList, responses=_problems(400, 403, 404, 409, 413, 422)
+)
 async def take_followups(
     run_id: str, caller: Caller, broker: TheBroker, body: TakeBody | None = None
 ) -> dict[str, Any]:
     """At a turn boundary of a running run, its agent takes every held message for
-    delivery, oldest first; each gets its `followup_replayed` event."""
+    delivery, oldest first; each gets its `followup_replayed` event. A run a worker holds
+    gives its messages only to that worker (`worker`): 409 `run_conflict` otherwise,
+    naming the worker, whether or not any are held."""
     run_id = (await own_run(broker, caller, run_id, "takes a run's messages")).id
     worker = body.worker if body is not None else None
     return {"items": [followup_to_dict(f) for f in await broker.take_followups(run_id, worker=worker)]}

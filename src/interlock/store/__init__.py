@@ -818,10 +818,15 @@ class FollowupStore(Protocol):
         withdrawn or delivered already) or its run has ended."""
         ...
 
-    async def claim_followups(self, run_id: str, *, at: datetime, worker: str | None = None) -> Sequence[Followup]:
-        """Take every message held for a running run (held by `worker`, when given) for
-        delivery, oldest first, each with its `followup_replayed` event, in one
-        transaction; none when the run is not running."""
+    async def claim_followups(
+        self, run_id: str, *, at: datetime, worker: str | None = None
+    ) -> Sequence[Followup] | None:
+        """Take every message held for a running run held by `worker` (without `worker`:
+        by no worker, an agent's own) for delivery, oldest first, each with its
+        `followup_replayed` event, in one transaction; none when the run is not running.
+        None, taking nothing, when the run is running under a worker other than `worker`
+        (without `worker`: under any worker, which resumes it and takes its messages),
+        whether or not any are held."""
         ...
 
 

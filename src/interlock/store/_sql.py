@@ -984,6 +984,13 @@ def may_end(run: Run, status: RunStatus, worker: str | None, due: datetime | Non
     return True
 
 
+def held_elsewhere(status: RunStatus, holder: str | None, worker: str | None) -> bool:
+    """Whether a run is running under someone other than `worker` (without `worker`, an
+    agent: under any worker, which resumes it): what it holds, such as the messages sent
+    to it, is then not `worker`'s to take."""
+    return status is RunStatus.RUNNING and holder != worker
+
+
 def runs_sql(query: RunQuery, stamp: Callable[[datetime], Any]) -> tuple[str, dict[str, Any]]:
     """The statement for `RunStore.list_runs` (named `:parameters`): the filters, then a
     keyset page in the order runs were made (`stamp` writes the keyset's time as the
@@ -1609,18 +1616,28 @@ class SqlStore:
 
         return await self._write_in(withdraw)
 
-    async def claim_followups(self, run_id: str, *, at: datetime, worker: str | None = None) -> Sequence[Followup]:
-        async def claim(tx: Transaction) -> list[Followup]:
+    async def claim_followups(
+        self, run_id: str, *, at: datetime, worker: str | None = None
+    ) -> Sequence[Followup] | None:
+        async def claim(tx: Transaction) -> list[Followup] | None:
             run = await self._locked_run(tx, run_id)
-            if run is None or run.status is not RunStatus.RUNNING or (worker is not None and run.worker != worker):
+            if run is None or run.status is not RunStatus.RUNNING:
                 return []
+            if held_elsewhere(run.status, run.worker, worker):
+                return None
             rows = await tx.rows("deliver_followups", self._stamp(at), run_id)
             taken = sorted((followup_from_row(tuple(r), self._time) for r in rows), key=lambda f: (f.queued_at, f.id))
             if taken:
                 await self._followup_events(tx, "followup_replayed", taken, run, at)
             return taken
 
-        if not await self._rows("held_followups", run_id):
+        found = await self._rows("followups_to_take", run_id)
+        if not found:
+            return []
+        status, holder, any_held = found[0]
+        if held_elsewhere(RunStatus(status), holder, worker):
+            return None  # refused whether or not messages are held, without a lock
+        if not any_held:
             return []  # the common case at a turn boundary: lock nothing
         return await self._write_in(claim)
 

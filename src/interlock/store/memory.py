@@ -65,7 +65,11 @@ from . import (
     stored_size,
     text_words,
 )
-from ._sql import encode_document, may_end  # JSON as the SQL stores write it; the rule who ends a run
+from ._sql import (  # JSON as the SQL stores write it; the rules who ends a run, who takes its messages
+    encode_document,
+    held_elsewhere,
+    may_end,
+)
 from ._url import url_options
 
 __all__ = ["MemoryStore", "from_url"]
@@ -699,11 +703,6 @@ class MemoryStore:
             if r.origin.run == run_id
         ]
 
-    def _held(self, run: Run | None, worker: str | None) -> bool:
-        if run is None:
-            return False
-        return worker is None or (run.status is RunStatus.RUNNING and run.worker == worker)
-
     async def park_run(
         self,
         run_id: str,
@@ -909,10 +908,14 @@ class MemoryStore:
         self._append_followup("followup_withdrawn", followup, run, at)
         return followup
 
-    async def claim_followups(self, run_id: str, *, at: datetime, worker: str | None = None) -> Sequence[Followup]:
+    async def claim_followups(
+        self, run_id: str, *, at: datetime, worker: str | None = None
+    ) -> Sequence[Followup] | None:
         run = self._runs.get(run_id)
-        if run is None or run.status is not RunStatus.RUNNING or not self._held(run, worker):
+        if run is None or run.status is not RunStatus.RUNNING:
             return []
+        if held_elsewhere(run.status, run.worker, worker):
+            return None
         taken = builtins.list(self._followups.pop(run_id, {}).values())
         for followup in taken:
             self._append_followup("followup_replayed", followup, run, at)

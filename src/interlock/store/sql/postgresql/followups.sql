@@ -13,6 +13,11 @@ INSERT INTO followups (id, run_id, text, sender, queued_at) VALUES ($1, $2, $3, 
 SELECT id, run_id, text, sender, queued_at FROM followups
 WHERE run_id = $1 AND state = 'queued' ORDER BY queued_at, id;
 
+-- name: followups_to_take
+-- At a turn boundary: who holds the run, and whether any message waits for it (one read).
+SELECT r.status, r.worker, EXISTS (SELECT 1 FROM followups f WHERE f.run_id = r.id AND f.state = 'queued')
+FROM runs r WHERE r.id = $1;
+
 -- name: finish_followup
 UPDATE followups SET state = $1, done_at = $2 WHERE id = $3 AND run_id = $4 AND state = 'queued'
 RETURNING id, run_id, text, sender, queued_at;
