@@ -20,6 +20,7 @@ import pytest
 import interlock
 from asgi_support import serve_in_process
 from interlock import Form, InvalidAnswer
+from interlock.model import time_budget
 
 pytestmark = pytest.mark.anyio
 BOUND = 5  # seconds: far beyond what any of these takes now, far below what each took before
@@ -161,3 +162,18 @@ async def test_the_python_api_checks_forms_in_a_worker_thread_within_the_budget(
             await broker.resolve(request.id, {"x": "s"})
         assert threads and threading.main_thread().name not in threads
         assert (await broker.get(request.id)).status == "pending"
+
+
+def test_the_budget_counts_the_checking_thread_s_work_not_its_waiting() -> None:
+    """On a busy host a check's thread waits for a core or for the interpreter's lock: that
+    is no work of the answer's, and a simple answer is not refused for it (a check that
+    works past the budget is, as above)."""
+    form = Form("Fill in", schema={"type": "object", "properties": {"x": {"type": "string", "pattern": "^a+$"}}})
+    with time_budget(0.05):
+        threading.Event().wait(0.2)  # four budgets of waiting, none of working
+        assert form.check({"x": "aaa"}) == {"x": "aaa"}
+        with pytest.raises(InvalidAnswer, match="does not match"):
+            form.check({"x": "b"})
+    worked = Form("Fill in", schema=fan_out(8, 8))
+    with time_budget(0.05), pytest.raises(InvalidAnswer, match=r"took longer than 0\.05 s"):
+        worked.check({"x": "s"})

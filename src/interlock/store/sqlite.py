@@ -481,7 +481,7 @@ class SqliteStore(SqlStore):
         earlier version wrote itself), or no longer have what they write. None while
         every migration applied is one this process knows."""
         known = self._known
-        newer = [] if known is None else db.execute(Q["migrations_after"], (known,)).fetchall()
+        newer = [] if known is None else db.execute(Q["migrations_after"], {"known": known}).fetchall()
         if not newer:
             return None
         names = ", ".join(f"{version:04d}_{name}" for version, name in newer)
