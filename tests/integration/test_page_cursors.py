@@ -229,3 +229,62 @@ async def test_the_web_inbox_and_a_run_page_page_with_checked_cursors_and_say_wh
             kept = await web_client.get(run_page, params={"older": "zzzz", "events": "1"})  # the events' page kept
             assert kept.status_code == 400
             assert f'href="http://127.0.0.1{run_page}?events=1">Newest requests of this run<' in kept.text
+
+
+async def test_a_run_page_says_when_its_events_link_is_not_an_event_position(server: InProcessServer) -> None:
+    """A run page's events link carries an event id, as the API's `after` of a run's
+    events does: its "Newer events" link pages on, and text that is no event id (not
+    digits, or past the largest one a store holds) is a 400 page saying the link is not
+    valid, with a link to the run's oldest events (the requests' page kept), not the first
+    events shown as if they were the ones asked for."""
+    from interlock.server import web
+
+    broker = server.connect()
+    run = await broker.start_run("agent", run_id="run-events")
+    made = [(await broker.create(Text(f"Question {i}?"), to="alice", run=run.id)).id for i in range(4)]
+    run_page = f"/inbox/runs/{run.id}"
+    events = re.compile(r'<li data-id="(\d+)" data-type="([a-z_]+)">')
+    async with server.client(timeout=BOUND) as web_client:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(web, "RUN_EVENTS_LIMIT", 2)
+            patch.setattr(web, "RUN_REQUESTS_LIMIT", 2)
+            first = await web_client.get(run_page)
+            assert first.status_code == 200
+            shown = events.findall(first.text)
+            assert len(shown) == 2
+            [newer] = re.findall(r'href="[^"]*\?([^"#]*)[^"]*" rel="next">Newer events<', first.text)
+            position = parse_qs(html.unescape(newer))["events"][0]
+            assert position == shown[-1][0]
+            rest = await web_client.get(run_page, params={"events": position})
+            assert rest.status_code == 200
+            later = events.findall(rest.text)
+            assert later and int(later[0][0]) > int(position)
+            for good in ("0", "", "0" * 30 + position, str(2**63 - 1)):  # event positions, as the API takes them
+                assert (await web_client.get(run_page, params={"events": good})).status_code == 200, good
+            [older] = re.findall(r'href="[^"]*\?([^"#]*)[^"]*" rel="next">Older requests<', first.text)
+            cursor = parse_qs(html.unescape(older))["older"][0]
+            bad_ones = (
+                "zzzz",
+                "-1",
+                "+1",
+                " 1",
+                "1.5",
+                "1e3",
+                "\u0661",
+                "\u00b2",
+                str(2**63),
+                "9" * 5000,
+                position + "x",
+            )
+            for bad in bad_ones:
+                for params, back in (({}, run_page), ({"older": cursor}, f"{run_page}?older={cursor}")):
+                    refused = await web_client.get(run_page, params={**params, "events": bad})
+                    assert refused.status_code == 400, (bad, refused.text)
+                    assert refused.headers["content-type"].startswith("text/html")
+                    assert "This link to a page of this run&#39;s events is not valid" in refused.text, refused.text
+                    assert "Start again from the oldest page." in refused.text
+                    assert not events.findall(refused.text) and made[0] not in refused.text  # no page as if asked for
+                    assert f'href="http://127.0.0.1{back}">Oldest events of this run<' in refused.text
+            both = await web_client.get(run_page, params={"older": "zzzz", "events": "zzzz"})  # the link drops both
+            assert both.status_code == 400
+            assert f'href="http://127.0.0.1{run_page}">Newest requests of this run<' in both.text

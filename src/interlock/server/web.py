@@ -488,17 +488,24 @@ def refusal(
 
 
 def page_link_refused(
-    state: AppState, http: HttpRequest, who: Session, of: str, newest: tuple[str, str]
+    state: AppState,
+    http: HttpRequest,
+    who: Session,
+    of: str,
+    start: tuple[str, str],
+    *,
+    first: str = "newest",
 ) -> HTMLResponse:
     """The answer to a link to a page of a list (`of`: which, in words) whose cursor is no
     page's (cut short, mistyped, changed, or another list's): a 400 page that says so and
-    links to the newest page (`newest`: its address and words), rather than the first page
+    links to the list's first page (`start`: its address and words; `first`: which page
+    that is, in a word: "oldest" for a list oldest first), rather than the first page
     shown as if it were the one asked for."""
     message = (
         f"This link to a page of {of} is not valid: it may have been cut short or changed on its way. "
-        "Start again from the newest page."
+        f"Start again from the {first} page."
     )
-    return refusal(state, http, 400, message, who, back=newest)
+    return refusal(state, http, 400, message, who, back=start)
 
 
 def mine(who: Session, request: HumanRequest) -> bool:
@@ -884,7 +891,8 @@ async def run_page(
     their teams, made by them: `requests_of_run`; newest first, a page at a time: `older`
     is the cursor of the next), the messages held for its agent (and a box to send one),
     and its events the person may see, oldest first, a page at a time (`events`: the id
-    of the last event the previous page read)."""
+    of the last event the previous page read). A link whose `older` is no page's cursor,
+    or whose `events` is no event id, is refused with a 400 page that says so."""
     who = await session(state, http)
     if who is None:
         return signin_redirect(http)
@@ -892,7 +900,7 @@ async def run_page(
         run = await named_run(state.broker, who.principal, run_id)
     except NotFound:
         return refusal(state, http, 404, "There is no such run.", who)
-    since = _event_cursor(events)
+    since = _event_position(events)  # None: no page's link; refused below, once the requests' link is checked
     here = http.url_for("inbox_run", run_id=run.id).path
 
     def link(**changed: str | int | None) -> str:
@@ -907,6 +915,10 @@ async def run_page(
     except InvalidCursor:
         newest = f"{http.url_for('inbox_run', run_id=run.id)}{link(older=None).removeprefix(here)}"
         return page_link_refused(state, http, who, "this run's requests", (newest, "Newest requests of this run"))
+    if since is None:
+        oldest = f"{http.url_for('inbox_run', run_id=run.id)}{link(events=None).removeprefix(here)}"
+        back = (oldest, "Oldest events of this run")
+        return page_link_refused(state, http, who, "this run's events", back, first="oldest")
     accept = run_event_filter(who.principal, run.id)
     # A page reads a bounded number of the run's events (one more: is there a next page?)
     # and shows those the person may see, so a page may show fewer, never costs more.
@@ -1018,11 +1030,17 @@ def _for_inbox(principal: Principal, event: Event) -> bool:
     return to == principal.name or (principal.kind == "human" and to in principal.teams)
 
 
-def _event_cursor(value: str) -> int:
-    """An event page's cursor from the query string: an event id, or 0 for the first page."""
-    if not value.isascii() or not value.isdigit() or len(value) > 19 or int(value) > MAX_EVENT_ID:
+def _event_position(value: str) -> int | None:
+    """A page of a run's events from the query string: the id of the last event the
+    previous page read (0, or nothing: the first page), as the API's `after` of a run's
+    events takes it; None for any other text, which no page's link carries (not ASCII
+    digits, or past the largest event id a store holds)."""
+    if not value:
         return 0
-    return int(value)
+    digits = value.lstrip("0") or "0"  # leading zeros change nothing, nor count towards int()'s digit limit
+    if not (value.isascii() and value.isdigit()) or len(digits) > len(str(MAX_EVENT_ID)) or int(digits) > MAX_EVENT_ID:
+        return None
+    return int(digits)
 
 
 def _update_view(event: Event) -> UpdateView:
