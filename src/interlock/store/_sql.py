@@ -41,7 +41,7 @@ from typing import Any, Protocol, TypeVar
 
 from ..approval_policies import ApprovalPolicy, policy_body, policy_event_data, policy_from_body, with_version
 from ..dashboard import AGE_LIMITS, AGES, NOBODY, UNKNOWN, Answered, Figures, Outline
-from ..errors import Closed
+from ..errors import Closed, NewerDatabase
 from ..followups import Followup, followup_event_data
 from ..model import (
     Claim,
@@ -178,6 +178,18 @@ def load_migrations(dialect: str) -> list[Migration]:
     if [m.version for m in found] != list(range(1, len(found) + 1)):
         raise RuntimeError(f"{dialect} migrations are not numbered 1..n: {[m.version for m in found]}")
     return found
+
+
+def refuse_newer(place: str, applied: Collection[int], migrations: Sequence[Migration]) -> None:
+    """Refuse to open a database a later version has migrated (`place` names it): its schema
+    may do itself what this version does by hand (since 0021, triggers write the events of
+    a create and a settlement), or no longer have what this version writes."""
+    unknown = sorted(set(applied) - {migration.version for migration in migrations})
+    if unknown:
+        raise NewerDatabase(
+            f"{place} was migrated by a later version of interlock (migrations {unknown} are unknown "
+            f"to this one, which knows 1 to {len(migrations)}): upgrade interlock in every process that opens it"
+        )
 
 
 def followup_from_row(row: Sequence[Any], time: Callable[[Any], datetime]) -> Followup:

@@ -83,10 +83,9 @@ from ..model import (
 from ..outbox import Delivery, LinkUse, Notice, delivery_to_row
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal, WebSession
 from ..redact import redact, redact_url
-from . import NewerDatabase, Query, RunClaim
+from . import Query, RunClaim
 from ._sql import (
     DEFAULT_CACHE_BYTES,
-    Migration,
     RequestCache,
     SqlStore,
     TextPlan,
@@ -98,6 +97,7 @@ from ._sql import (
     load_queries,
     positional,
     reads_along_texts,
+    refuse_newer,
     request_from_row,
     row_size,
     run_from_row,
@@ -306,7 +306,7 @@ class PostgresStore(SqlStore):
             migrations = load_migrations("postgresql")
             if await conn.fetchval(Q["migrations_kept"]):
                 applied = {row[0] for row in await conn.fetch(Q["applied_migrations"])}
-                self._refuse_newer(applied, migrations)
+                refuse_newer(f"the PostgreSQL database at {redact_url(self.dsn)}", applied, migrations)
                 if applied >= {migration.version for migration in migrations}:
                     return
             async with conn.transaction():
@@ -314,24 +314,13 @@ class PostgresStore(SqlStore):
                 await conn.execute(Q["lock_migrations"])
                 await conn.execute(Q["create_migrations"])
                 applied = {row[0] for row in await conn.fetch(Q["applied_migrations"])}
-                self._refuse_newer(applied, migrations)
+                refuse_newer(f"the PostgreSQL database at {redact_url(self.dsn)}", applied, migrations)
                 for migration in migrations:
                     if migration.version not in applied:
                         await conn.execute(migration.sql)
                         await conn.execute(Q["record_migration"], migration.version, migration.name)
         finally:
             self.pool.release(conn)
-
-    def _refuse_newer(self, applied: set[int], migrations: Sequence[Migration]) -> None:
-        """Refuse a database a later version has migrated: its schema may do itself what this
-        version does, or no longer have what it writes."""
-        unknown = sorted(applied - {migration.version for migration in migrations})
-        if unknown:
-            raise NewerDatabase(
-                f"the PostgreSQL database at {redact_url(self.dsn)} was migrated by a later version of "
-                f"interlock (migrations {unknown} are unknown to this one, which knows 1 to {len(migrations)}): "
-                "upgrade interlock in every process that opens it"
-            )
 
     async def aclose(self) -> None:
         self._hint = self._on_settled = None

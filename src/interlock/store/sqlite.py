@@ -81,6 +81,7 @@ from ._sql import (
     load_migrations,
     load_queries,
     numbered,
+    refuse_newer,
     request_from_row,
     row_size,
     run_from_row,
@@ -439,16 +440,7 @@ class SqliteStore(SqlStore):
         )
         applied = {row[0] for row in db.execute("SELECT version FROM interlock_migrations")}
         migrations = load_migrations("sqlite")
-        unknown = sorted(applied - {migration.version for migration in migrations})
-        if unknown:
-            # A later version's schema may do itself what this version does by hand (since
-            # 0021, triggers write the events of a create and a settlement): refuse to write
-            # twice, or half, rather than open it.
-            raise NewerDatabase(
-                f"{self.path} was migrated by a later version of interlock (migrations {unknown} "
-                f"are unknown to this one, which knows 1 to {len(migrations)}): upgrade interlock "
-                "in every process that opens this file"
-            )
+        refuse_newer(str(self.path), applied, migrations)
         for migration in migrations:
             if migration.version in applied:
                 continue
