@@ -6,7 +6,6 @@ revocation went on and handed the answer, or the run, to the revoked token; thro
 
 from __future__ import annotations
 
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from poll_support import Entered
 
 import interlock
 from interlock.broker import LocalBroker
@@ -71,45 +71,6 @@ async def clients(world: World) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
     yield made
     for client in made.values():
         await client.aclose()
-
-
-class Entered:
-    """Counts the long polls the server (in a thread of this process) has begun to hold:
-    its broker's waits and claims. The test revokes once they are held."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.changed = threading.Condition()
-
-    def note(self) -> None:
-        with self.changed:
-            self.count += 1
-            self.changed.notify_all()
-
-    async def reach(self, count: int) -> None:
-        def wait() -> None:
-            with self.changed:
-                assert self.changed.wait_for(lambda: self.count >= count, timeout=BOUND)
-
-        await anyio.to_thread.run_sync(wait)
-
-
-@pytest.fixture
-def entered(monkeypatch: pytest.MonkeyPatch) -> Entered:
-    noted = Entered()
-    watch, claim_run = LocalBroker.watch, LocalBroker.claim_run
-
-    async def watching(self: LocalBroker, *args: Any, **options: Any) -> Any:
-        noted.note()
-        return await watch(self, *args, **options)
-
-    async def claiming(self: LocalBroker, *args: Any, **options: Any) -> Any:
-        noted.note()
-        return await claim_run(self, *args, **options)
-
-    monkeypatch.setattr(LocalBroker, "watch", watching)
-    monkeypatch.setattr(LocalBroker, "claim_run", claiming)
-    return noted
 
 
 async def revoke(world: World, key: str) -> None:

@@ -21,6 +21,7 @@ import anyio
 import httpx
 import pytest
 from httpx_sse import ServerSentEvent, aconnect_sse
+from poll_support import Entered
 
 import interlock
 from interlock import Confirm
@@ -32,6 +33,7 @@ from serve_support import serve_many
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 BOUND = 20
+HELD = 120  # seconds a long poll asks to be held: far past BOUND, so only an answer ends it in time
 INTERLOCK = [sys.executable, "-m", "interlock"]
 APPROVAL = {"kind": "approval", "asks": [{"type": "confirm", "id": "ok", "prompt": "Deploy?"}]}
 
@@ -334,13 +336,19 @@ async def test_a_team_left_while_a_stream_opens_ends_that_stream_too(
             assert json.loads(stream.events[-1].data)["reason"] == "you left the team ops"
 
 
+ROUTING_CHANGES = ["interlock routing set", "PUT /api/v1/routing"]
+
+
+@pytest.mark.parametrize("how", ROUTING_CHANGES)
 async def test_a_routing_that_drops_someone_from_its_team_ends_their_streams_on_every_node(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
+    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], entered: Entered, how: str
 ) -> None:
     """ops is a team only the routing names (dave is no person here): alice and bob are in
-    it as the routing lists them. An operator sets a routing without alice (`interlock
-    routing set`, in another process): her streams end on both nodes as each takes the
-    routing up from the store, and bob's stream on."""
+    it as the routing lists them. An operator sets a routing without alice, with `interlock
+    routing set` in another process, or with `PUT /api/v1/routing` on a server of theirs
+    without auth (where the caller is an admin) on the same store: her streams end on both
+    nodes as each takes the routing up from the store, her long polls held on the team's
+    request are refused when it is answered, and bob's stream and long poll go on."""
     db = f"sqlite:///{tmp_path / 'routing.db'}"
     tokens: dict[str, str] = {}
     async with interlock.connect(db) as broker:
@@ -378,16 +386,40 @@ async def test_a_routing_that_drops_someone_from_its_team_ends_their_streams_on_
             tg.start_soon(interactions_a.run, alice_a, "/api/v1/interactions/stream", {})
             tg.start_soon(bob_on_a.run, bob_a, "/api/v1/events/stream", {"after": start})
             tg.start_soon(bob_on_b.run, bob_b, "/api/v1/events/stream", {"after": start})
-            first = await bot.post("/api/v1/requests", json=to_ops)
-            assert first.status_code == 201, first.text
+            created = await bot.post("/api/v1/requests", json=to_ops)
+            assert created.status_code == 201, created.text
+            first = created.json()["id"]
             for stream in (on_a, on_b, web_b, bob_on_a, bob_on_b):
                 assert (await stream.next_event()).event == "created"  # the team's request, hers too
-            assert json.loads((await interactions_a.next_event()).data)["id"] == first.json()["id"]
+            assert json.loads((await interactions_a.next_event()).data)["id"] == first
 
-            without = tmp_path / "without-alice.json"
-            without.write_text(json.dumps({"teams": {"ops": {"members": ["bob", "dave"]}}}))
-            done = await anyio.run_process([*INTERLOCK, "routing", "set", str(without), "--db", db], check=False)
-            assert done.returncode == 0, done.stderr.decode()
+            # Long polls on the team's request, held until it is answered.
+            polls = {"alice on a": alice_a, "alice on b": alice_b, "bob on b": bob_b}
+            waited: dict[str, httpx.Response] = {}
+            all_waited = anyio.Event()
+
+            async def hold(name: str) -> None:
+                waited[name] = await polls[name].get(f"/api/v1/requests/{first}/wait", params={"timeout": HELD})
+                if len(waited) == len(polls):
+                    all_waited.set()
+
+            for name in polls:
+                tg.start_soon(hold, name)
+            await entered.reach(len(polls))
+
+            without = {"teams": {"ops": {"members": ["bob", "dave"]}}}
+            if how == "PUT /api/v1/routing":
+                assert (await alice_a.put("/api/v1/routing", json=without)).status_code == 403  # an admin's
+                with serve(db, auth=False) as operator:
+                    async with httpx.AsyncClient(base_url=operator, timeout=BOUND) as local:
+                        put = await local.put("/api/v1/routing", json=without)
+                assert put.status_code == 200, put.text
+                assert put.json()["teams"] == without["teams"]
+            else:
+                path = tmp_path / "without-alice.json"
+                path.write_text(json.dumps(without))
+                done = await anyio.run_process([*INTERLOCK, "routing", "set", str(path), "--db", db], check=False)
+                assert done.returncode == 0, done.stderr.decode()
             with anyio.fail_after(BOUND):  # as each node's delivery loop takes the routing up (within 5 s)
                 for stream in (on_a, on_b, web_b, interactions_a):
                     await stream.ended.wait()
@@ -395,13 +427,26 @@ async def test_a_routing_that_drops_someone_from_its_team_ends_their_streams_on_
                 assert len(stream.kinds) == 2 and stream.kinds[-1] == "dropped"  # the team's request, then this
                 assert json.loads(stream.events[-1].data)["reason"] == "you left the team ops"
 
+            # The team's request answered: her long polls are refused, not handed the answer.
+            answered = await bob_a.post(f"/api/v1/requests/{first}/answer", json={"answers": {"ok": True}})
+            assert answered.status_code == 200, answered.text
+            with anyio.fail_after(BOUND):
+                await all_waited.wait()
+            for name in ("alice on a", "alice on b"):
+                refused = waited[name]
+                assert refused.status_code == 403, (name, refused.text)
+                assert refused.json()["detail"] == "this request is neither to you nor from you (any more)"
+            assert waited["bob on b"].status_code == 200, waited["bob on b"].text
+            assert waited["bob on b"].json()["status"] == "answered"
+
             # The team's next request: bob's streams show it; alice's, opened again, do not.
             again = Stream()
             tg.start_soon(again.run, alice_b, "/api/v1/events/stream", {"after": on_b.events[0].id})
             second = (await bot.post("/api/v1/requests", json=to_ops)).json()["id"]
             for stream in (bob_on_a, bob_on_b):
-                seen = await stream.next_event()
-                assert (seen.event, json.loads(seen.data)["request_id"]) == ("created", second)
+                seen = [await stream.next_event() for _ in range(2)]
+                shown_to_bob = [(e.event, json.loads(e.data)["request_id"]) for e in seen]
+                assert shown_to_bob == [("answered", first), ("created", second)]
             async with interlock.connect(db) as broker:
                 hers = (await broker.create(Confirm("Rotate the keys?"), to="alice", requester="bot")).id
             shown = await again.next_event()
