@@ -15,30 +15,23 @@ import base64
 import contextlib
 import email
 import email.policy
-import hashlib
-import hmac
 import json
 import os
 import re
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import anyio
 import httpx
 import pytest
-import uvicorn
 from aiosmtpd.controller import Controller
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 import interlock
 from cli_support import invoke
@@ -46,6 +39,7 @@ from interlock import Confirm
 from interlock.channels.links import AnswerLinks
 from interlock.errors import Expired
 from serve_support import Served, serve
+from slack_support import FakeSlack, fake_slack
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 BOUND = 20  # seconds: the most any one step may take on a busy machine
@@ -490,49 +484,10 @@ async def test_an_emailed_link_outlives_a_restart_and_expires_with_its_request(
 # -- Slack -------------------------------------------------------------------------------
 
 
-@dataclass
-class FakeSlack:
-    """Slack's Web API (chat.postMessage, chat.update) and a `response_url`, on a real
-    loopback port, recording each call and its headers."""
-
-    url: str = ""
-    calls: list[tuple[str, dict[str, Any], Mapping[str, str]]] = field(default_factory=list)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def until(self, method: str, count: int = 1) -> list[tuple[dict[str, Any], Mapping[str, str]]]:
-        with anyio.fail_after(BOUND):
-            while len(found := [(body, h) for m, body, h in self.calls if m == method]) < count:
-                self.changed.clear()
-                await self.changed.wait()
-        return found
-
-
 @pytest.fixture
 async def slack() -> AsyncIterator[FakeSlack]:
-    state = FakeSlack()
-
-    async def method(request: Request) -> JSONResponse:
-        name = request.path_params["method"]
-        body = await request.json()
-        state.calls.append((name, body, dict(request.headers)))
-        state.changed.set()
-        return JSONResponse(
-            {"ok": True, "channel": body.get("channel", "D0"), "ts": f"1700000000.{len(state.calls):06d}"}
-        )
-
-    app = Starlette(routes=[Route("/api/{method}", method, methods=["POST"])])
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    with anyio.fail_after(BOUND):
-        while not server.started:  # noqa: ASYNC110  # uvicorn offers no event for it
-            await asyncio.sleep(0.005)
-    state.url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-    try:
-        yield state
-    finally:
-        server.should_exit = True
-        with anyio.fail_after(BOUND):
-            await task
+    async with fake_slack("xoxb-the-bot-token", SIGNING_SECRET) as fake:
+        yield fake
 
 
 def slack_routing(api: str) -> Callable[[str], str]:
@@ -544,7 +499,7 @@ inbox_url = "{url}"
 type = "slack"
 token = "xoxb-the-bot-token"
 signing_secret = "{SIGNING_SECRET}"
-api_url = "{api}/api"
+api_url = "{api}"
 
 [recipients.alice]
 channels = ["slack"]
@@ -588,44 +543,30 @@ def clicked(posted: dict[str, Any], label: str, user: str, response_url: str) ->
     }
 
 
-def signed(payload: dict[str, Any], secret: str = SIGNING_SECRET, at: float | None = None) -> dict[str, Any]:
-    """What Slack POSTs: the payload form-encoded, signed with v0 HMAC-SHA256 of
-    `v0:{timestamp}:{body}`."""
-    body = urlencode({"payload": json.dumps(payload)}).encode()
-    stamp = str(int(time.time() if at is None else at))
-    digest = hmac.new(secret.encode(), b"v0:" + stamp.encode() + b":" + body, hashlib.sha256).hexdigest()
-    headers = {
-        "Content-Type": "application/x-www-form-urlencoded",
-        "X-Slack-Request-Timestamp": stamp,
-        "X-Slack-Signature": f"v0={digest}",
-    }
-    return {"content": body, "headers": headers}
-
-
 async def test_a_slack_button_click_signed_as_slack_signs_it_answers_the_agents_wait_and_updates_the_message(
     tmp_path: Path, slack: FakeSlack
 ) -> None:
     async with (
-        served_with_routing(tmp_path, slack_routing(slack.url)) as site,
+        served_with_routing(tmp_path, slack_routing(slack.api_url)) as site,
         site.agent("deployer") as deployer,
         httpx.AsyncClient(base_url=site.url, timeout=BOUND) as slack_side,
     ):
         asked = await deployer.create(Confirm("Ship v2 to production?"), to="alice", title="Deploy v2")
         waiting = asyncio.create_task(deployer.wait(asked.id))
-        [(message, headers)] = await slack.until("chat.postMessage")
+        [(_, message, headers)] = await slack.calls_until("chat.postMessage")
         assert message["channel"] == "U0ALICE" and headers["authorization"] == "Bearer xoxb-the-bot-token"
         posted = message | {"ts": "1700000000.000001"}
         callback = "/slack/interactive/slack"
-        response_url = f"{slack.url}/api/response"
+        response_url = slack.response_url
         yes = clicked(posted, "Yes", "U0ALICE", response_url)
 
-        forged = await slack_side.post(callback, **signed(yes, secret="not-the-apps-signing-secret"))
+        forged = await slack_side.post(callback, **slack.signed(yes, secret="not-the-apps-signing-secret"))
         assert forged.status_code == 401 and "the Slack signature does not match" in forged.text
-        stale = await slack_side.post(callback, **signed(yes, at=time.time() - 6 * 60))
+        stale = await slack_side.post(callback, **slack.signed(yes, at=time.time() - 6 * 60))
         assert stale.status_code == 401 and "outside the replay window" in stale.text
-        bobs = await slack_side.post(callback, **signed(clicked(posted, "Yes", "U0BOB", response_url)))
+        bobs = await slack_side.post(callback, **slack.signed(clicked(posted, "Yes", "U0BOB", response_url)))
         assert bobs.status_code == 200
-        [(told, told_headers)] = await slack.until("response")
+        [(_, told, told_headers)] = await slack.calls_until("response")
         assert told == {
             "response_type": "ephemeral",
             "replace_original": False,
@@ -634,18 +575,18 @@ async def test_a_slack_button_click_signed_as_slack_signs_it_answers_the_agents_
         assert "authorization" not in told_headers  # the bot token goes to Slack's Web API only
         assert not waiting.done() and (await deployer.get(asked.id)).status.value == "pending"
 
-        assert (await slack_side.post(callback, **signed(yes))).status_code == 200
+        assert (await slack_side.post(callback, **slack.signed(yes))).status_code == 200
         with anyio.fail_after(BOUND):
             response = await waiting
         assert (list(response.answers.values()), response.by, response.via) == ([True], "alice", "slack")
-        [(update, _)] = await slack.until("chat.update")
+        [update] = await slack.until("chat.update")
         assert (update["channel"], update["ts"]) == ("U0ALICE", posted["ts"])
         assert not [b for b in update["blocks"] if b["type"] == "actions"]
         assert "*Answered* by alice via slack\\nShip v2 to production?: Yes" in json.dumps(update["blocks"])
 
         assert (
-            await slack_side.post(callback, **signed(clicked(posted, "No", "U0ALICE", response_url)))
+            await slack_side.post(callback, **slack.signed(clicked(posted, "No", "U0ALICE", response_url)))
         ).status_code == 200
-        [_, (again, _)] = await slack.until("response", 2)
+        [_, again] = await slack.until("response", 2)
         assert again["text"].startswith("This request was already answered by alice at")
         assert (await deployer.get(asked.id)).response == response

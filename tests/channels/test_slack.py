@@ -6,80 +6,32 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import hashlib
-import hmac
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import httpx
 import pytest
-import uvicorn
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 import interlock
 from interlock.broker import LocalBroker
 from interlock.principals import Principal
 from interlock.routing import routing_from_dict
+from slack_support import FakeSlack, fake_slack
 
 pytestmark = pytest.mark.anyio
 SIGNING_SECRET = "slack-signing-secret-for-tests"
 PAYLOADS = Path(__file__).parent / "slack_payloads"
 
 
-@dataclass
-class FakeSlack:
-    url: str = ""
-    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    errors: dict[str, str] = field(default_factory=dict)
-    """Slack errors to answer with, by method."""
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def until(self, method: str, count: int = 1, timeout: float = 20.0) -> list[dict[str, Any]]:
-        async with asyncio.timeout(timeout):
-            while len(found := [body for m, body in self.calls if m == method]) < count:
-                self.changed.clear()
-                await self.changed.wait()
-        return found
-
-
 @pytest.fixture
 async def slack() -> AsyncIterator[FakeSlack]:
-    state = FakeSlack()
-
-    async def method(request: Request) -> JSONResponse:
-        name = request.path_params["method"]
-        body = await request.json()
-        # the bot token goes to the Web API's methods, never to an interaction's response_url
-        assert (request.headers.get("authorization") == "Bearer xoxb-test-token") == (name != "response")
-        state.calls.append((name, body))
-        state.changed.set()
-        if name in state.errors:
-            return JSONResponse({"ok": False, "error": state.errors[name]})
-        count = len(state.calls)
-        return JSONResponse({"ok": True, "channel": body.get("channel", "D0"), "ts": f"1700000000.{count:06d}"})
-
-    app = Starlette(routes=[Route("/api/{method}", method, methods=["POST"])])
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    async with asyncio.timeout(20):
-        while not server.started:  # noqa: ASYNC110  # uvicorn offers no event for it
-            await asyncio.sleep(0.005)
-    state.url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-    try:
-        yield state
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 20)
+    async with fake_slack("xoxb-test-token", SIGNING_SECRET) as fake:
+        yield fake
 
 
 @pytest.fixture
@@ -88,14 +40,7 @@ def base(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], slac
         "inbox_url": "http://inbox.example",
         "retry_first": 0.05,
         "retry_cap": 0.1,
-        "channels": {
-            "slack": {
-                "type": "slack",
-                "token": "xoxb-test-token",
-                "signing_secret": SIGNING_SECRET,
-                "api_url": f"{slack.url}/api",
-            }
-        },
+        "channels": {"slack": slack.channel},
         "teams": {"ops": {"members": ["alice", "bob"]}},
         "recipients": {
             "alice": {"channels": ["slack"], "addresses": {"slack": "U0ALICE"}},
@@ -107,24 +52,10 @@ def base(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], slac
         yield url
 
 
-def signed(
-    payload: dict[str, Any], secret: str = SIGNING_SECRET, at: int | None = None
-) -> tuple[bytes, dict[str, str]]:
-    body = urlencode({"payload": json.dumps(payload)}).encode()
-    stamp = str(int(time.time()) if at is None else at)
-    signature = "v0=" + hmac.new(secret.encode(), b"v0:" + stamp.encode() + b":" + body, hashlib.sha256).hexdigest()
-    headers = {
-        "Content-Type": "application/x-www-form-urlencoded",
-        "X-Slack-Request-Timestamp": stamp,
-        "X-Slack-Signature": signature,
-    }
-    return body, headers
-
-
 def click(button: dict[str, Any], block_id: str, user: str, slack: FakeSlack) -> dict[str, Any]:
     payload = json.loads((PAYLOADS / "block_actions.json").read_text())
     payload["user"]["id"] = user
-    payload["response_url"] = f"{slack.url}/api/response"
+    payload["response_url"] = slack.response_url
     action = payload["actions"][0]
     action.update(action_id=button["action_id"], block_id=block_id, value=button.get("value", ""))
     return dict(payload)
@@ -132,8 +63,8 @@ def click(button: dict[str, Any], block_id: str, user: str, slack: FakeSlack) ->
 
 async def press(client: httpx.AsyncClient, button: dict[str, Any], block_id: str, user: str, slack: FakeSlack) -> None:
     """`user` clicks `button` in Slack: its payload, signed as Slack signs it, taken (200)."""
-    body, headers = signed(click(button, block_id, user, slack))
-    assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+    clicked = slack.signed(click(button, block_id, user, slack))
+    assert (await client.post("/slack/interactive/slack", **clicked)).status_code == 200
 
 
 def actions_of(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
@@ -194,12 +125,11 @@ async def test_a_forged_or_stale_slack_request_is_refused(base: str, slack: Fake
     block_id, elements = actions_of(message)
     payload = click(elements[0], block_id, "U0ALICE", slack)
     async with httpx.AsyncClient(base_url=base, timeout=20) as client:
-        body, headers = signed(payload, secret="not-the-signing-secret")
-        assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 401
-        body, headers = signed(payload, at=int(time.time()) - 600)
-        assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 401
-        body, headers = signed(payload)
-        assert (await client.post("/slack/interactive/other", content=body, headers=headers)).status_code == 404
+        forged = slack.signed(payload, secret="not-the-signing-secret")
+        assert (await client.post("/slack/interactive/slack", **forged)).status_code == 401
+        stale = slack.signed(payload, at=time.time() - 600)
+        assert (await client.post("/slack/interactive/slack", **stale)).status_code == 401
+        assert (await client.post("/slack/interactive/other", **slack.signed(payload))).status_code == 404
         assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "pending"
 
 
@@ -214,8 +144,8 @@ async def test_a_routing_read_back_and_put_unchanged_keeps_its_secrets(base: str
         [message] = await slack.until("chat.postMessage")  # with the bot token in use (the fake checks it)
         block_id, elements = actions_of(message)
         payload = click(elements[0], block_id, "U0ALICE", slack)
-        body, headers = signed(payload, secret="***")
-        assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 401
+        masked = slack.signed(payload, secret="***")
+        assert (await client.post("/slack/interactive/slack", **masked)).status_code == 401
         assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "pending"
 
         # A mask where the routing in use has no such secret is refused, and changes nothing.
@@ -229,8 +159,8 @@ async def test_a_routing_read_back_and_put_unchanged_keeps_its_secrets(base: str
         refused = await client.put("/api/v1/routing", json=short)
         assert refused.status_code == 422 and "signing_secret: the app's signing secret" in refused.json()["detail"]
 
-        body, headers = signed(payload)  # the real secret still signs
-        assert (await client.post("/slack/interactive/slack", content=body, headers=headers)).status_code == 200
+        signed = slack.signed(payload)  # the real secret still signs
+        assert (await client.post("/slack/interactive/slack", **signed)).status_code == 200
         assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "answered"
 
 
@@ -255,13 +185,11 @@ async def test_a_text_question_is_answered_in_a_modal(base: str, slack: FakeSlac
         submission["view"]["private_metadata"] = request["id"]
         values = {"ok": {"value": {"type": "radio_buttons", "selected_option": {"value": "yes"}}}}
         submission["view"]["state"]["values"] = copy.deepcopy(values)
-        body, headers = signed(submission)
-        refused = await client.post("/slack/interactive/slack", content=body, headers=headers)
+        refused = await client.post("/slack/interactive/slack", **slack.signed(submission))
         assert refused.json()["response_action"] == "errors"  # the required text is missing
         values["why"] = {"value": {"type": "plain_text_input", "value": "tests pass"}}
         submission["view"]["state"]["values"] = values
-        body, headers = signed(submission)
-        done = await client.post("/slack/interactive/slack", content=body, headers=headers)
+        done = await client.post("/slack/interactive/slack", **slack.signed(submission))
         assert done.status_code == 200 and done.content == b""
         settled = (await client.get(f"/api/v1/requests/{request['id']}")).json()
         assert settled["response"]["answers"] == {"why": "tests pass", "ok": True}
@@ -318,9 +246,8 @@ async def open_modal(client: httpx.AsyncClient, slack: FakeSlack, message: dict[
     return dict(opened[-1]["view"])
 
 
-async def submit(client: httpx.AsyncClient, payload: dict[str, Any]) -> httpx.Response:
-    body, headers = signed(payload)
-    return await client.post("/slack/interactive/slack", content=body, headers=headers)
+async def submit(client: httpx.AsyncClient, slack: FakeSlack, payload: dict[str, Any]) -> httpx.Response:
+    return await client.post("/slack/interactive/slack", **slack.signed(payload))
 
 
 INCIDENT = {
@@ -363,13 +290,13 @@ async def test_a_form_is_answered_in_a_modal_with_an_input_per_field(base: str, 
             "incident#p2": {"value": {"type": "checkboxes", "selected_options": [picked("on")]}},
             "incident#p3": {"value": {"type": "static_select", "selected_option": picked("1")}},
         }
-        refused = (await submit(client, submission(request["id"], "U0ALICE", values))).json()
+        refused = (await submit(client, slack, submission(request["id"], "U0ALICE", values))).json()
         assert refused == {
             "response_action": "errors",
             "errors": {"incident#p1": "Users affected: 'many' is not a whole number"},
         }
         values["incident#p1"]["value"]["value"] = "1200"
-        done = await submit(client, submission(request["id"], "U0ALICE", values))
+        done = await submit(client, slack, submission(request["id"], "U0ALICE", values))
         assert done.status_code == 200 and done.content == b""
         settled = (await client.get(f"/api/v1/requests/{request['id']}")).json()
     assert settled["response"]["answers"] == {
@@ -415,7 +342,7 @@ async def test_a_choice_with_an_other_answer_and_a_multi_choice_are_answered_in_
             "region#other": {"value": {"type": "plain_text_input", "value": "ap-south-1"}},
             "notify": {"value": {"type": "checkboxes", "selected_options": [picked("email"), picked("pager")]}},
         }
-        done = await submit(client, submission(request["id"], "U0ALICE", values))
+        done = await submit(client, slack, submission(request["id"], "U0ALICE", values))
         assert done.status_code == 200 and done.content == b""
         settled = (await client.get(f"/api/v1/requests/{request['id']}")).json()
     assert settled["response"]["answers"] == {"region": "ap-south-1", "notify": ["email", "pager"]}
@@ -433,10 +360,10 @@ async def test_one_choice_with_an_other_answer_has_its_buttons_and_an_other_answ
     async with httpx.AsyncClient(base_url=base, timeout=20) as client:
         await open_modal(client, slack, message, "U0ALICE")
         values = {"region#other": {"value": {"type": "plain_text_input", "value": "  "}}}
-        refused = (await submit(client, submission(request["id"], "U0ALICE", values))).json()
+        refused = (await submit(client, slack, submission(request["id"], "U0ALICE", values))).json()
         assert refused["response_action"] == "errors" and list(refused["errors"]) == ["region"]  # nothing chosen
         values = {"region#other": {"value": {"type": "plain_text_input", "value": "sa-east-1"}}}
-        assert (await submit(client, submission(request["id"], "U0ALICE", values))).status_code == 200
+        assert (await submit(client, slack, submission(request["id"], "U0ALICE", values))).status_code == 200
         assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["response"]["answers"] == {
             "region": "sa-east-1"
         }
@@ -474,14 +401,7 @@ async def test_an_escalation_offers_buttons_only_to_someone_who_may_answer(
     escalated = {"escalate_after": "0.2s", "escalate_to": "bob"}
     doc = {
         "inbox_url": "http://inbox.example",
-        "channels": {
-            "slack": {
-                "type": "slack",
-                "token": "xoxb-test-token",
-                "signing_secret": SIGNING_SECRET,
-                "api_url": f"{slack.url}/api",
-            }
-        },
+        "channels": {"slack": slack.channel},
         "teams": {"ops": {"members": ["bob"], "channels": ["slack"], "addresses": {"slack": "C0OPS"}, **escalated}},
         "recipients": {
             "alice": {"channels": ["slack"], "addresses": {"slack": "U0ALICE"}, **escalated},
@@ -540,14 +460,7 @@ async def test_a_team_s_channel_keeps_its_buttons_and_a_click_answers_as_the_mem
                 await broker.save_principal(Principal(name, "human"))
     doc = {
         "inbox_url": "http://inbox.example",
-        "channels": {
-            "slack": {
-                "type": "slack",
-                "token": "xoxb-test-token",
-                "signing_secret": SIGNING_SECRET,
-                "api_url": f"{slack.url}/api",
-            }
-        },
+        "channels": {"slack": slack.channel},
         "teams": {"ops": {"members": ["alice", "bob"], "channels": ["slack"], "addresses": {"slack": "C0OPS"}}},
         "recipients": {
             name: {"channels": ["slack"], "addresses": {"slack": f"U0{name.upper()}"}}
