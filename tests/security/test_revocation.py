@@ -186,8 +186,11 @@ async def ask_bob(db: str) -> str:
 
 
 async def test_leaving_a_team_ends_the_streams_that_showed_its_requests(
-    sqlite_world: tuple[str, str, People],
+    sqlite_world: tuple[str, str, People], entered: Entered
 ) -> None:
+    """bob, taken out of ops by the CLI in another process: his streams that showed the
+    team's requests end, and so does his long poll on the team's request, refused (403)
+    while it is still pending; alice's stream goes on."""
     base, db, people = sqlite_world
     async with interlock.connect(db) as broker:
         await broker.add_team_members("ops", ["alice", "bob"])
@@ -214,6 +217,15 @@ async def test_leaving_a_team_ends_the_streams_that_showed_its_requests(
             assert (await stream.next_event()).event == "created"
         seen = [json.loads((await interactions.next_event()).data)["id"] for _ in range(2)]
         assert seen == [team, direct]  # it is open, with the team's request as a member's
+        polled: list[httpx.Response] = []
+        poll_ended = anyio.Event()
+
+        async def poll() -> None:
+            polled.append(await bob.get(f"/api/v1/requests/{team}/wait", params={"timeout": HELD}))
+            poll_ended.set()
+
+        tg.start_soon(poll)
+        await entered.reach(1)
 
         # Taken out of the team by an admin's CLI, in another process.
         left = await anyio.run_process([*INTERLOCK, "team", "rm", "ops", "bob", "--db", db], check=False)
@@ -221,6 +233,8 @@ async def test_leaving_a_team_ends_the_streams_that_showed_its_requests(
         with anyio.fail_after(BOUND):
             for stream in (events, interactions, web):
                 await stream.ended.wait()
+            await poll_ended.wait()  # the team's request still pending: only his leaving ended it
+        assert polled[0].status_code == 403, polled[0].text
         assert json.loads(events.events[-1].data)["reason"] == "you left the team ops"
         assert events.kinds[-1] == interactions.kinds[-1] == web.kinds[-1] == "dropped"
 
@@ -348,7 +362,7 @@ async def test_a_routing_that_drops_someone_from_its_team_ends_their_streams_on_
     routing set` in another process, or with `PUT /api/v1/routing` on a server of theirs
     without auth (where the caller is an admin) on the same store: her streams end on both
     nodes as each takes the routing up from the store, her long polls held on the team's
-    request are refused when it is answered, and bob's stream and long poll go on."""
+    request are refused (403) at once, and bob's stream and long poll go on."""
     db = f"sqlite:///{tmp_path / 'routing.db'}"
     tokens: dict[str, str] = {}
     async with interlock.connect(db) as broker:
@@ -393,15 +407,17 @@ async def test_a_routing_that_drops_someone_from_its_team_ends_their_streams_on_
                 assert (await stream.next_event()).event == "created"  # the team's request, hers too
             assert json.loads((await interactions_a.next_event()).data)["id"] == first
 
-            # Long polls on the team's request, held until it is answered.
+            # Long polls on the team's request: hers end as she leaves, bob's when it is answered.
             polls = {"alice on a": alice_a, "alice on b": alice_b, "bob on b": bob_b}
             waited: dict[str, httpx.Response] = {}
-            all_waited = anyio.Event()
+            hers_ended, his_ended = anyio.Event(), anyio.Event()
 
             async def hold(name: str) -> None:
                 waited[name] = await polls[name].get(f"/api/v1/requests/{first}/wait", params={"timeout": HELD})
-                if len(waited) == len(polls):
-                    all_waited.set()
+                if "alice on a" in waited and "alice on b" in waited:
+                    hers_ended.set()
+                if "bob on b" in waited:
+                    his_ended.set()
 
             for name in polls:
                 tg.start_soon(hold, name)
@@ -427,15 +443,19 @@ async def test_a_routing_that_drops_someone_from_its_team_ends_their_streams_on_
                 assert len(stream.kinds) == 2 and stream.kinds[-1] == "dropped"  # the team's request, then this
                 assert json.loads(stream.events[-1].data)["reason"] == "you left the team ops"
 
-            # The team's request answered: her long polls are refused, not handed the answer.
-            answered = await bob_a.post(f"/api/v1/requests/{first}/answer", json={"answers": {"ok": True}})
-            assert answered.status_code == 200, answered.text
+            # Her long polls end with the change, refused, while the request is still pending
+            # (held for HELD seconds otherwise: its answer comes after); bob's gets the answer.
             with anyio.fail_after(BOUND):
-                await all_waited.wait()
+                await hers_ended.wait()
             for name in ("alice on a", "alice on b"):
                 refused = waited[name]
                 assert refused.status_code == 403, (name, refused.text)
                 assert refused.json()["detail"] == "this request is neither to you nor from you (any more)"
+            assert "bob on b" not in waited
+            answered = await bob_a.post(f"/api/v1/requests/{first}/answer", json={"answers": {"ok": True}})
+            assert answered.status_code == 200, answered.text
+            with anyio.fail_after(BOUND):
+                await his_ended.wait()
             assert waited["bob on b"].status_code == 200, waited["bob on b"].text
             assert waited["bob on b"].json()["status"] == "answered"
 

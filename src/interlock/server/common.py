@@ -422,9 +422,10 @@ class AppState:
         """`work`'s result for a long poll made with `http`'s credential (None once the
         server begins to stop, as `unless_stopping`). The poll ends at once, `work`
         cancelled, with 401 when its token is revoked meanwhile (on any node: the hub
-        follows the event log), and is checked once more when `work` is done, so its
-        result goes only to a credential that is live now and, with `still`, that the
-        caller as they are now still passes (403 otherwise: a team left meanwhile).
+        follows the event log), and with 403 when the caller as they are now no longer
+        passes `still` (a team left meanwhile, in the store or the routing); it is checked
+        once more when `work` is done, so its result goes only to a credential that is
+        live now and, with `still`, that the caller still passes.
         "Now" is as far as this node knows: the credential is looked up in the store only
         if a change of access reached this node since the call found its caller (a
         revocation made on another node a moment before counts once this node's hub has
@@ -438,9 +439,10 @@ class AppState:
                 watch = self.hub.subscribe(_nothing, holder)  # ended by a revocation, a sign-out, a team left
                 ended = asyncio.ensure_future(watch.next())
                 try:
-                    # Once subscribed, a revocation the hub handled since the caller was
-                    # found (none, mostly: then nothing to look up) is looked up instead.
-                    if self.auth.found_unchanged(http) is None and await self.auth.caller_now(http) is None:
+                    # Once subscribed, a change of access the hub handled since the caller
+                    # was found (none, mostly: then nothing to look up) is looked up instead.
+                    now = self.auth.found_unchanged(http) or await self.auth.caller_now(http)
+                    if now is None or (still is not None and not still(now)):
                         break
                     await asyncio.wait((doing, ended), return_when=asyncio.FIRST_COMPLETED)
                 finally:
