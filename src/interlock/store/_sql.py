@@ -192,6 +192,18 @@ def refuse_newer(place: str, applied: Collection[int], migrations: Sequence[Migr
         )
 
 
+def newer_while_open(place: str, unknown: Sequence[str], known: int) -> NewerDatabase:
+    """The refusal of a write on a database a later version migrated while this process had
+    it open (`place` names it; `unknown`, the migrations it does not know, as `0039_name`):
+    that version's schema may do itself what this version's writes do by hand, or no
+    longer have what they write."""
+    return NewerDatabase(
+        f"{place} was upgraded by a later version of interlock while this process had it open "
+        f"(migrations {', '.join(unknown)} are unknown to this one, which knows 1 to {known}): the write was "
+        "refused and changed nothing; restart this process on the later version"
+    )
+
+
 def followup_from_row(row: Sequence[Any], time: Callable[[Any], datetime]) -> Followup:
     """A held message from its row (id, run_id, text, sender, queued_at)."""
     followup_id, run_id, text, sender, queued_at = row[:5]

@@ -80,6 +80,7 @@ from ._sql import (
     find_events_sql,
     load_migrations,
     load_queries,
+    newer_while_open,
     numbered,
     refuse_newer,
     request_from_row,
@@ -473,15 +474,12 @@ class SqliteStore(SqlStore):
         earlier version wrote itself), or no longer have what they write. None while
         every migration applied is one this process knows."""
         known = self._known
-        newer = [] if known is None else db.execute(Q["migrations_after"], {"known": known}).fetchall()
+        if known is None:
+            return None
+        newer = db.execute(Q["migrations_after"], {"known": known}).fetchall()
         if not newer:
             return None
-        names = ", ".join(f"{version:04d}_{name}" for version, name in newer)
-        return NewerDatabase(
-            f"{self.path} was upgraded by a later version of interlock while this process had it open "
-            f"(migrations {names} are unknown to this one, which knows 1 to {known}): the write was "
-            "refused and changed nothing; restart this process on the later version"
-        )
+        return newer_while_open(str(self.path), [f"{version:04d}_{name}" for version, name in newer], known)
 
     # -- transactions --------------------------------------------------------------------
 
