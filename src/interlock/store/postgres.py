@@ -30,6 +30,16 @@ the parsed requests kept in memory may add up to, in bytes) are interlock's; any
 other is handed to asyncpg (libpq-style `sslmode`, or a server setting such as
 `search_path` to keep interlock's tables in their own schema).
 
+A database a later version of interlock has migrated is refused at `open`
+(`NewerDatabase`), and so is every write once a later version migrates the database this
+store has open (a rolling upgrade): the later schema may do itself what this version's
+writes do by hand (a trigger of its own writing an event this version writes too), give
+its server functions another meaning, or no longer have what this version writes. Each
+connection says the newest migration this version knows (`SCHEMA_VERSION`, a setting made
+with it); a trigger before each statement on every table a store writes refuses it once a
+newer migration is applied (migration 0038: SQLSTATE `UNKNOWN_SCHEMA`, the transaction
+rolled back), about 1.2 us a statement. Reads go on.
+
 What fails for now is raised as `interlock.errors.Unavailable` (`_FOR_NOW`), where a
 driver's error reaches a caller: a connection made (`_new_connection`: refused, the server
 starting up or not taking connections to the database, too many connections), a statement
@@ -63,7 +73,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no type information; its results are converted here
 
 from .._backoff import Backoff
-from ..errors import Unavailable
+from ..errors import NewerDatabase, Unavailable
 from ..followups import Followup, followup_event_data
 from ..model import (
     Claim,
@@ -86,6 +96,7 @@ from ..redact import redact, redact_url
 from . import Query, RunClaim
 from ._sql import (
     DEFAULT_CACHE_BYTES,
+    Migration,
     RequestCache,
     SqlStore,
     TextPlan,
@@ -95,6 +106,7 @@ from ._sql import (
     encode_json,
     load_migrations,
     load_queries,
+    newer_while_open,
     positional,
     reads_along_texts,
     refuse_newer,
@@ -173,6 +185,11 @@ are not: those stay what they are)."""
 _NEVER_FOR_NOW = (ssl.SSLCertVerificationError, FileNotFoundError, IsADirectoryError)
 """The `OSError`s of a connection's set-up that are no outage: a certificate that does not
 verify, a certificate file that is not there."""
+SCHEMA_VERSION = "interlock.schema_version"
+"""The setting each of the store's connections says the newest migration it knows with:
+a write on a database where a later one is applied is refused (migration 0038)."""
+UNKNOWN_SCHEMA = "IL001"
+"""The SQLSTATE of that refusal; its DETAIL names the migrations the connection does not know."""
 
 
 def _unavailable(exc: BaseException) -> Unavailable:
@@ -198,9 +215,10 @@ def _named(dsn: str, name: str) -> dict[str, str]:
     return {} if "application_name" in dict(parse_qsl(urlsplit(dsn).query)) else {"application_name": name}
 
 
-def _settings(dsn: str, name: str) -> dict[str, str]:
-    """The server settings of the store's connections, where the URL sets none of its own:
-    named in `pg_stat_activity`, and without parallel plans. Every read the store makes is a page, or
+def _settings(dsn: str, name: str, known: int) -> dict[str, str]:
+    """The server settings of the store's connections: the newest migration this version
+    knows (`SCHEMA_VERSION`), and where the URL sets none of its own, named in
+    `pg_stat_activity`, and without parallel plans. Every read the store makes is a page, or
     a count over at most a few thousand index entries, which takes a millisecond or two;
     the planner still picks a parallel plan for some of them (a person's search, say), and
     starting its worker alone took 20-30 ms on a busy host, ten times the read."""
@@ -208,6 +226,7 @@ def _settings(dsn: str, name: str) -> dict[str, str]:
     settings = _named(dsn, name)
     if "max_parallel_workers_per_gather" not in given and "options" not in given:
         settings["max_parallel_workers_per_gather"] = "0"
+    settings[SCHEMA_VERSION] = str(known)
     return settings
 
 
@@ -243,6 +262,7 @@ class PostgresStore(SqlStore):
         if not 0 <= self.min_size <= self.max_size or self.max_size < 1:
             raise ValueError("the pool needs 0 <= min_size <= max_size and max_size >= 1")
         self._pool: Connections | None = None
+        self._migrations: list[Migration] = []  # this version's, read at open
         self._listener: asyncio.Task[None] | None = None
         self._hint: Callable[[], None] | None = None
         self._on_settled: Callable[[Request], None] | None = None
@@ -261,7 +281,8 @@ class PostgresStore(SqlStore):
     # -- life cycle ----------------------------------------------------------------------
 
     async def open(self) -> None:
-        pool = Connections(self._new_connection, self.max_size)
+        self._migrations = load_migrations("postgresql")
+        pool = Connections(self._new_connection, self.max_size, newer=self._newer)
         try:
             await pool.fill(max(self.min_size, 1))
         except (OSError, asyncpg.PostgresError) as exc:
@@ -289,7 +310,7 @@ class PostgresStore(SqlStore):
             conn = await _connect(
                 self.dsn,
                 statement_cache_size=self.statement_cache_size,
-                server_settings=_settings(self.dsn, "interlock"),
+                server_settings=_settings(self.dsn, "interlock", self._migrations[-1].version),
             )
         except _REFUSED_FOR_NOW as exc:
             if isinstance(exc, _NEVER_FOR_NOW):
@@ -303,7 +324,7 @@ class PostgresStore(SqlStore):
         try:
             # Every migration applied already (every start but an upgrade's): nothing to lock
             # or create, so a role that may only read and write the tables opens the store.
-            migrations = load_migrations("postgresql")
+            migrations = self._migrations
             if await conn.fetchval(Q["migrations_kept"]):
                 applied = {row[0] for row in await conn.fetch(Q["applied_migrations"])}
                 refuse_newer(f"the PostgreSQL database at {redact_url(self.dsn)}", applied, migrations)
@@ -321,6 +342,18 @@ class PostgresStore(SqlStore):
                         await conn.execute(Q["record_migration"], migration.version, migration.name)
         finally:
             self.pool.release(conn)
+
+    def _newer(self, exc: asyncpg.PostgresError) -> NewerDatabase:
+        """A write refused on a database a later version migrated while this store had it
+        open: its connections say the newest migration they know (`SCHEMA_VERSION`), and
+        the database's guard (migration 0038) refuses them once a newer one is applied, the
+        write changing nothing. Every later schema does: a migration recorded updates the
+        guard."""
+        known = self._migrations[-1].version
+        unknown = [name for name in str(exc.detail or "").split(", ") if name]
+        return newer_while_open(
+            f"the PostgreSQL database at {redact_url(self.dsn)}", unknown or [f"after {known}"], known
+        )
 
     async def aclose(self) -> None:
         self._hint = self._on_settled = None
@@ -393,6 +426,8 @@ class PostgresStore(SqlStore):
             reusable = not isinstance(exc, (*_DROPPED, TimeoutError, asyncpg.InterfaceError))
             if isinstance(exc, _FOR_NOW) and not isinstance(exc, Unavailable):
                 raise _unavailable(exc) from exc
+            if isinstance(exc, asyncpg.PostgresError) and exc.sqlstate == UNKNOWN_SCHEMA:
+                raise self._newer(exc) from None
             raise
         finally:
             self.pool.release(conn, reusable=reusable)
@@ -471,7 +506,10 @@ class PostgresStore(SqlStore):
             upto, _ = await self._query("fetchrow", Q["derive_search"], DERIVE_CHUNK)
 
     async def _before_search(self, query: Query) -> None:
-        await self._catch_up()  # a search sees every change committed before it
+        # A search sees every change committed before it; on a database a later version has
+        # migrated, it reads on: that version's processes keep the texts up to date.
+        with contextlib.suppress(NewerDatabase):
+            await self._catch_up()
 
     async def _text_plan(self, query: Query) -> TextPlan:
         """A search whose rarest word is rare (`RARE_WORD`) is read from the GIN index's
@@ -938,11 +976,21 @@ class Connections:
     connection limit: other nodes and clients took them) makes the pool wait for one of its
     own, when it has any, rather than fail the call: for `FULL_HOLD` seconds it opens no
     more than it has, then tries again.
+
+    A statement the database refuses because a later version migrated it (`UNKNOWN_SCHEMA`)
+    raises what `newer` makes of the refusal (a `NewerDatabase`).
     """
 
-    def __init__(self, connect: Callable[[], Awaitable[Any]], max_size: int) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[Any]],
+        max_size: int,
+        *,
+        newer: Callable[[asyncpg.PostgresError], Exception],
+    ) -> None:
         self._connect = connect
         self.max_size = max_size
+        self._newer = newer
         self._idle: list[Any] = []
         self._size = 0  # connections open or being opened
         self._waiters: deque[asyncio.Future[Any]] = deque()
@@ -1038,6 +1086,8 @@ class Connections:
             reusable = not isinstance(exc, _DROPPED)
             if isinstance(exc, _FOR_NOW):
                 raise _unavailable(exc) from exc
+            if exc.sqlstate == UNKNOWN_SCHEMA:
+                raise self._newer(exc) from None
             raise
         except (OSError, asyncpg.InternalClientError) as exc:  # the connection failed on the wire
             raise _unavailable(exc) from exc
