@@ -1555,13 +1555,18 @@ class LocalBroker(Broker):
     async def note_viewed(self, request: Request, *, by: str) -> bool:
         """Record that the person `by` has opened `request`: a `viewed` event the first time
         only (once per person, across every node). True when this was the first. Whoever
-        asked it is not a viewer: the timeline tells the asker who has seen it."""
+        asked it is not a viewer: the timeline tells the asker who has seen it. On a store a
+        later version has migrated, which this process may only read, the view goes
+        unrecorded (False) and the read on."""
         if self._state != "open":
             await self.open()
         key = (request.id, by)
         if by == request.requester or key in self._viewed:
             return False
-        first = await self.store.note_viewed(request.id, by, datetime.now(UTC))
+        try:
+            first = await self.store.note_viewed(request.id, by, datetime.now(UTC))
+        except NewerDatabase:
+            return False
         self._viewed[key] = None
         if len(self._viewed) > 10_000:
             self._viewed.pop(next(iter(self._viewed)))

@@ -840,3 +840,7 @@ async def test_a_server_on_a_sqlite_file_a_later_version_migrated_answers_its_wr
         assert int(refused.headers["Retry-After"]) >= 1
         listed = await client.get("/api/v1/requests")
         assert [r["id"] for r in listed.json()["items"]] == [made.json()["id"]]
+        # A person's page of the request too (its view goes unrecorded: a write).
+        page = await client.get(f"/requests/{made.json()['id']}")
+        assert page.status_code == 200, page.text
+        assert "Name?" in page.text

@@ -284,6 +284,10 @@ async def test_a_server_on_a_database_a_later_version_migrated_answers_its_write
         listed = await client.get("/api/v1/requests")
         assert [r["id"] for r in listed.json()["items"]] == [made.json()["id"]]
         assert listed.json()["items"][0]["status"] == "pending"
+        # A person's page of the request too (its view goes unrecorded: a write).
+        page = await client.get(f"/requests/{made.json()['id']}")
+        assert page.status_code == 200, page.text
+        assert "Name?" in page.text
 
 
 async def test_a_node_left_on_a_database_a_later_version_migrated_says_once_that_its_loops_write_no_more(
