@@ -227,9 +227,10 @@ class NewerDatabase(InterlockError, RuntimeError):
     """The database has migrations applied that this version of interlock does not know:
     a process of a later version migrated it, and this one would not write what that one
     expects (a later schema may do itself what this version does by hand, or no longer
-    have what it writes). A SQL store refuses to open such a database, and a SQLite store
-    already open refuses every write once a later version has migrated its file (the write
-    changes nothing; reads go on): restart the process on the later version."""
+    have what it writes). A SQL store refuses to open such a database, and a store already
+    open refuses every write once a later version has migrated its SQLite file or
+    PostgreSQL database (the write changes nothing; reads go on): restart the process on
+    the later version."""
 
 
 class InvalidGrantToken(InterlockError, ValueError):
