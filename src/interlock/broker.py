@@ -2048,6 +2048,15 @@ class LocalBroker(Broker):
             await self.open()
         return await self.store.last_event_id()
 
+    async def check_store(self) -> None:
+        """Raise if the store cannot serve this process now: `Unavailable` while it cannot
+        be reached, `NewerDatabase` once a later version of interlock has migrated it (every
+        write of this process is then refused). Two reads, changing nothing."""
+        if self._state != "open":
+            await self.open()
+        await self.store.last_event_id()
+        await self.store.check_schema()
+
     # -- runs ----------------------------------------------------------------------------
 
     async def start_run(

@@ -828,10 +828,15 @@ async def test_a_server_on_a_sqlite_file_a_later_version_migrated_answers_its_wr
     async with serve_in_process(f"sqlite:///{path}", auth=False) as server, server.client() as client:
         made = await client.post("/api/v1/requests", json=body)
         assert made.status_code == 201, made.text
+        assert (await client.get("/healthz")).status_code == 200
         with monkeypatch.context() as m:
             m.setattr(sqlite_store, "load_migrations", lambda dialect: [*load_migrations(dialect), later])
             async with interlock.connect(f"sqlite:///{path}"):
                 pass
+        # Out of a load balancer's rotation before any write is tried on it.
+        health = await client.get("/healthz")
+        assert health.status_code == 503, health.text
+        assert "from_the_future" in health.json()["detail"]
         refused = await client.post("/api/v1/requests", json=body)
         assert refused.status_code == 503, refused.text
         assert refused.json()["code"] == "unavailable"

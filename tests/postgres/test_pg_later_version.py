@@ -271,8 +271,13 @@ async def test_a_server_on_a_database_a_later_version_migrated_answers_its_write
     async with serve_in_process(pg_url, auth=False) as server, server.client() as client:
         made = await client.post("/api/v1/requests", json=body)
         assert made.status_code == 201, made.text
+        assert (await client.get("/healthz")).status_code == 200
         async with later_version(pg_url, FROM_THE_FUTURE):
             pass
+        # Out of a load balancer's rotation before any write is tried on it.
+        health = await client.get("/healthz")
+        assert health.status_code == 503, health.text
+        assert f"{KNOWN + 1:04d}_from_the_future" in health.json()["detail"]
         refused = await client.post("/api/v1/requests", json=body)
         assert refused.status_code == 503, refused.text
         assert refused.json()["code"] == "unavailable"

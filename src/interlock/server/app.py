@@ -381,7 +381,10 @@ operations = APIRouter(include_in_schema=False)
 
 @operations.get("/healthz")
 async def healthz(broker: TheBroker) -> dict[str, str]:
-    await broker.last_event_id()  # the store answers
+    # The store answers, and takes this version's writes: a node left on an older version
+    # while a later one migrated the store answers 503 (`NewerDatabase`), so that a load
+    # balancer sends its traffic to the nodes that can serve it.
+    await broker.check_store()
     return {"status": "ok"}
 
 

@@ -529,6 +529,11 @@ class RequestStore(Protocol):
 
     async def last_event_id(self) -> int: ...
 
+    async def check_schema(self) -> None:
+        """Raise `NewerDatabase` if a later version of interlock has migrated the database
+        since this store opened it (its writes are then refused); a read, changing nothing."""
+        ...
+
     def on_foreign_change(self, callback: Callable[[], None], settled: Callable[[Request], None] | None = None) -> None:
         """Have `callback` called (on the event loop) when another process may have written.
 

@@ -1174,6 +1174,14 @@ class SqlStore:
         """Run the dialect's named query `name` with positional `args`; its rows."""
         raise NotImplementedError
 
+    def _known_migration(self) -> int | None:
+        """The newest migration this version knows, once the store is open (else None)."""
+        raise NotImplementedError
+
+    def _place(self) -> str:
+        """The database, as a refusal names it (a password left out)."""
+        raise NotImplementedError
+
     async def _rows_of(self, sql: str, params: dict[str, Any], *, budget: int | None = None) -> Sequence[Sequence[Any]]:
         """Run a statement built here, with `:named` parameters; its rows. With `budget`
         (a list's, whose rows begin with status, doc and response), a dialect may stop
@@ -1481,6 +1489,14 @@ class SqlStore:
 
     async def last_event_id(self) -> int:
         return int((await self._rows("last_event_id"))[0][0])
+
+    async def check_schema(self) -> None:
+        known = self._known_migration()
+        if known is None:
+            return
+        newer = await self._rows("migrations_after", known)
+        if newer:
+            raise newer_while_open(self._place(), [f"{int(v):04d}_{name}" for v, name in newer], known)
 
     # -- runs ------------------------------------------------------------------------------
 

@@ -499,6 +499,9 @@ class MemoryStore:
     async def last_event_id(self) -> int:
         return self._last_event
 
+    async def check_schema(self) -> None:
+        pass  # no other version can reach this process's memory
+
     async def save_principal(self, principal: Principal) -> None:
         if principal.kind == "team":
             await self.save_team(principal.name)

@@ -327,7 +327,7 @@ class PostgresStore(SqlStore):
             migrations = self._migrations
             if await conn.fetchval(Q["migrations_kept"]):
                 applied = {row[0] for row in await conn.fetch(Q["applied_migrations"])}
-                refuse_newer(f"the PostgreSQL database at {redact_url(self.dsn)}", applied, migrations)
+                refuse_newer(self._place(), applied, migrations)
                 if applied >= {migration.version for migration in migrations}:
                     return
             async with conn.transaction():
@@ -335,7 +335,7 @@ class PostgresStore(SqlStore):
                 await conn.execute(Q["lock_migrations"])
                 await conn.execute(Q["create_migrations"])
                 applied = {row[0] for row in await conn.fetch(Q["applied_migrations"])}
-                refuse_newer(f"the PostgreSQL database at {redact_url(self.dsn)}", applied, migrations)
+                refuse_newer(self._place(), applied, migrations)
                 for migration in migrations:
                     if migration.version not in applied:
                         await conn.execute(migration.sql)
@@ -351,9 +351,7 @@ class PostgresStore(SqlStore):
         guard."""
         known = self._migrations[-1].version
         unknown = [name for name in str(exc.detail or "").split(", ") if name]
-        return newer_while_open(
-            f"the PostgreSQL database at {redact_url(self.dsn)}", unknown or [f"after {known}"], known
-        )
+        return newer_while_open(self._place(), unknown or [f"after {known}"], known)
 
     async def aclose(self) -> None:
         self._hint = self._on_settled = None
@@ -496,6 +494,12 @@ class PostgresStore(SqlStore):
 
     def _is_open(self) -> bool:
         return self._pool is not None
+
+    def _known_migration(self) -> int | None:
+        return self._migrations[-1].version if self._is_open() else None
+
+    def _place(self) -> str:
+        return f"the PostgreSQL database at {redact_url(self.dsn)}"
 
     async def _catch_up(self) -> None:
         """Bring `request_texts` up to date with every event committed so far,

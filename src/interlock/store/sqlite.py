@@ -479,7 +479,7 @@ class SqliteStore(SqlStore):
         newer = db.execute(Q["migrations_after"], {"known": known}).fetchall()
         if not newer:
             return None
-        return newer_while_open(str(self.path), [f"{version:04d}_{name}" for version, name in newer], known)
+        return newer_while_open(self._place(), [f"{version:04d}_{name}" for version, name in newer], known)
 
     # -- transactions --------------------------------------------------------------------
 
@@ -678,6 +678,12 @@ class SqliteStore(SqlStore):
 
     def _is_open(self) -> bool:
         return self._db is not None
+
+    def _known_migration(self) -> int | None:
+        return self._known
+
+    def _place(self) -> str:
+        return str(self.path)
 
     async def _catch_up(self) -> None:
         await self._derive("search")

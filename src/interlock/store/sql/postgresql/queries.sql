@@ -27,6 +27,9 @@ SELECT to_regclass('interlock_migrations') IS NOT NULL;
 -- name: applied_migrations
 SELECT version FROM interlock_migrations;
 
+-- name: migrations_after
+SELECT version, name FROM interlock_migrations WHERE version > $1 ORDER BY version;
+
 -- name: record_migration
 INSERT INTO interlock_migrations (version, name) VALUES ($1, $2);
 
