@@ -232,12 +232,14 @@ def describe(name: str, obj: Any, documented: set[type]) -> list[str]:
             items.append(f"- {head}" + (f": {doc}" if doc else ""))
         if items:
             lines += ["", *items]
+    elif isinstance(obj, (int, float, str, bytes, bool, types.UnionType)) or type(obj).__module__ in ALIASES:
+        # A constant or a type alias (before callables: Python 3.13 gives a `Callable[...]`
+        # alias a signature of its own, `(*args, **kwargs)`).
+        lines.append(f"`{name} = {unqualified(clean(repr(obj)))}`")
     elif callable(obj) and not isinstance(obj, typer.Typer) and signature(obj, name):
         lines.append(f"`{signature(obj, name)}`")
         doc = first_paragraph(inspect.getdoc(obj))
         lines += ["", doc] if doc else []
-    elif isinstance(obj, (int, float, str, bytes, bool, types.UnionType)) or type(obj).__module__ in ALIASES:
-        lines.append(f"`{name} = {unqualified(clean(repr(obj)))}`")  # a constant or a type alias
     else:
         lines.append(f"`{name}: {type(obj).__name__}`")
     return [*lines, ""]

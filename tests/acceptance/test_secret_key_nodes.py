@@ -7,6 +7,7 @@ run in process (cli_support)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -92,7 +93,7 @@ async def test_a_rotated_key_lets_nodes_with_the_new_key_start_and_refuses_the_o
 
 
 def kept_fingerprint(path: Path) -> list[tuple[str]]:
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         return db.execute("SELECT fingerprint FROM secret_key_fingerprint").fetchall()
 
 

@@ -5,6 +5,7 @@ inbox, and its new events take ids after the backup's."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sqlite3
 import subprocess
@@ -70,5 +71,5 @@ async def test_a_backup_of_a_file_in_use_holds_every_commit_before_it_and_serves
             assert made.status_code == 201, made.text
             page = (await http.get(f"{node.url}/api/v1/events", params={"after": seen - 1})).json()
             assert [(e["id"], e["type"]) for e in page["events"]] == [(seen, "answered"), (seen + 1, "created")]
-    with sqlite3.connect(restored / "interlock.db") as db:
+    with contextlib.closing(sqlite3.connect(restored / "interlock.db")) as db, db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)

@@ -218,7 +218,7 @@ async def test_sqlite_migrations_run_once_even_when_processes_open_together(tmp_
     await brokers[0].create(Text("ok?"))
     for b in brokers:
         await b.aclose()
-    with sqlite3.connect(tmp_path / "x.db") as db:
+    with contextlib.closing(sqlite3.connect(tmp_path / "x.db")) as db, db:
         applied = db.execute("SELECT version, name FROM interlock_migrations ORDER BY version").fetchall()
         assert applied == [(m.version, m.name) for m in load_migrations("sqlite")]
         assert len(applied) >= 2
@@ -342,14 +342,14 @@ async def test_a_sqlite_file_migrated_by_a_later_version_is_refused_and_left_as_
     await first.open()
     await first.aclose()
     known = len(load_migrations("sqlite"))
-    with sqlite3.connect(path) as db:  # what a later version's migration leaves behind
+    with contextlib.closing(sqlite3.connect(path)) as db, db:  # what a later version's migration leaves behind
         db.execute("INSERT INTO interlock_migrations VALUES (?, 'from_the_future', 0)", (known + 1,))
     store = SqliteStore(str(path))
     with pytest.raises(NewerDatabase, match=rf"migrations \[{known + 1}\] are unknown to this one"):
         await store.open()
     with pytest.raises(RuntimeError, match="not open"):
         store.db  # noqa: B018  # the refused file is not held open
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         assert db.execute("SELECT max(version) FROM interlock_migrations").fetchone() == (known + 1,)
     with pytest.raises(NewerDatabase):  # through connect() too, before anything is written
         async with interlock.connect(f"sqlite:///{path}"):
@@ -377,7 +377,7 @@ async def test_a_sqlite_create_and_settlement_each_one_statement_still_write_the
         ("rejected", keyed.id),
         *(("cancelled", r.id) for r in together),
     ]
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         rows = db.execute("SELECT type, request_id, recipient, at FROM events ORDER BY id").fetchall()
         times = dict(db.execute("SELECT id, created_at FROM requests").fetchall())
         settled_at = dict(db.execute("SELECT id, settled_at FROM requests").fetchall())
@@ -435,7 +435,8 @@ async def test_a_run_parked_before_the_upgrade_that_dropped_its_waits_rows_is_re
             run = await broker.start_run("deployer")
             asks = [await broker.create(Confirm(f"Deploy to region {i}?"), run=run.id) for i in range(2)]
             await broker.park(run.id, state={"step": 1}, waiting_on=[r.id for r in asks])
-        with sqlite3.connect(path) as db:  # the rows that version's park wrote beside `waiting_on`
+        # the rows that version's park wrote beside `waiting_on`
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
             db.executemany("INSERT INTO run_waits VALUES (?, ?)", [(run.id, r.id) for r in asks])
         async with interlock.connect(f"sqlite:///{path}") as broker:  # one answered before the upgrade
             assert await broker.resolve(asks[0].id, True)
@@ -444,7 +445,7 @@ async def test_a_run_parked_before_the_upgrade_that_dropped_its_waits_rows_is_re
         assert not (await broker.get_run(run.id)).ready
         assert await broker.resolve(asks[1].id, True)
         assert (await broker.get_run(run.id)).ready
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         assert db.execute("SELECT name FROM sqlite_master WHERE name = 'run_waits'").fetchall() == []
 
 

@@ -9,6 +9,7 @@ handling the same delivered call, waiting on the same approval, 1,000 times.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import sys
 from collections.abc import Awaitable, Callable
@@ -217,7 +218,7 @@ async def test_over_http_only_the_requester_consumes_and_the_server_records_who(
         finally:
             for c in client.values():
                 await c.aclose()
-    with sqlite3.connect(tmp_path / "auth.db") as db_file:
+    with contextlib.closing(sqlite3.connect(tmp_path / "auth.db")) as db_file, db_file:
         (consumed_by,) = db_file.execute("SELECT consumed_by FROM requests WHERE id = ?", (request_id,)).fetchone()
     assert consumed_by == "ops"  # the caller, not the `by` it sent
 
