@@ -4,30 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
 import interlock
-import interlock.broker as broker_module
-import interlock.channels.delivery as delivery_module
 from asgi_support import serve_in_process
 from interlock import Broker, Choice, Closed, Confirm, Expired, Form, MultiChoice, NotFound, Rejected, Status, Text
 from interlock.broker import _SCHEMES, LocalBroker, register_scheme
-from interlock.channels.delivery import DeliveryLoop
 from interlock.model import build_request
-from interlock.routing import routing_from_dict
 from interlock.store import NewerDatabase, memory
 from interlock.store import sqlite as sqlite_store
 from interlock.store._sql import Migration, load_migrations
 from interlock.store.memory import MemoryStore
 from interlock.store.sqlite import SqliteStore
+from later_version_support import loops_say_once_they_write_no_more, retry_soon
 
 pytestmark = pytest.mark.anyio
 
@@ -699,11 +694,6 @@ async def test_an_sqlite_file_indexed_with_every_string_is_searched_by_the_words
 BOUND = 10.0
 """Seconds any wait in these tests may take before it fails."""
 
-_PAGER = {
-    "channels": {"pager": {"type": "webhook", "url": "http://127.0.0.1:9/pager", "secret": "s3cret-s3cret-s3cret"}},
-    "recipients": {"alice": {"channels": ["pager"], "addresses": {"pager": "+33 6 12 34 56 78"}}},
-}
-
 
 def _snapshot(path: Path) -> tuple[object, ...]:
     """What a SQLite file holds that a write would change: every request and event."""
@@ -775,8 +765,7 @@ async def test_a_process_left_on_a_file_a_later_version_migrated_says_once_that_
     every try fails the same way until the process restarts on the later version."""
     path = tmp_path / "left.db"
     later = Migration(len(load_migrations("sqlite")) + 1, "from_the_future", "CREATE TABLE later (x);")
-    monkeypatch.setattr(broker_module, "NEWER_DATABASE_RETRY", 0.01)
-    monkeypatch.setattr(delivery_module, "NEWER_DATABASE_RETRY", 0.01)
+    retry_soon(monkeypatch)
     async with interlock.connect(f"sqlite:///{path}") as older:
         assert isinstance(older, LocalBroker)
         await older.create(Confirm("Restart the workers?"), to="alice", timeout=0.3)  # due soon, and routed
@@ -787,36 +776,7 @@ async def test_a_process_left_on_a_file_a_later_version_migrated_says_once_that_
             await newer.aclose()
         before = _snapshot(path)
 
-        tries = {"expiry": 0, "delivery": 0}
-        tried = asyncio.Event()
-
-        def counted(what: str, call: Callable[[], Any]) -> Callable[[], Any]:
-            async def counting() -> Any:
-                tries[what] += 1
-                if min(tries.values()) >= 3:
-                    tried.set()
-                return await call()
-
-            return counting
-
-        older._expire_due = counted("expiry", older._expire_due)  # type: ignore[method-assign]
-        older._expiry_kick.set()
-        loop = DeliveryLoop(older.outbox, routing_from_dict(_PAGER), poll_interval=0.01)
-        loop.run_once = counted("delivery", loop.run_once)  # type: ignore[method-assign]
-        with caplog.at_level(logging.INFO, logger="interlock"):
-            loop.start()
-            try:
-                with anyio.fail_after(BOUND):
-                    await tried.wait()
-            finally:
-                await loop.stop()
-        said = [(r.levelno, r.getMessage().split(":")[0]) for r in caplog.records if r.name.startswith("interlock")]
-        assert sorted(said) == [
-            (logging.ERROR, "this process delivers no notice any more"),
-            (logging.ERROR, "this process expires no request any more"),
-        ]
-        assert all(r.exc_info is None for r in caplog.records)
-        assert "upgraded by a later version of interlock" in caplog.text
+        await loops_say_once_they_write_no_more(older, caplog)
         assert _snapshot(path) == before
 
 

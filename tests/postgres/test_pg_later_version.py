@@ -6,29 +6,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import re
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import anyio
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 import interlock
-import interlock.broker as broker_module
-import interlock.channels.delivery as delivery_module
 import interlock.store.postgres as postgres_store
 from asgi_support import serve_in_process
 from interlock import Confirm, Status, Text
 from interlock.broker import LocalBroker
-from interlock.channels.delivery import DeliveryLoop
 from interlock.principals import Principal, issue_token
-from interlock.routing import routing_from_dict
 from interlock.store import NewerDatabase
 from interlock.store._sql import Migration, load_migrations
 from interlock.store.postgres import PostgresStore
+from later_version_support import loops_say_once_they_write_no_more, retry_soon
 
 pytestmark = pytest.mark.anyio
 
@@ -54,11 +49,6 @@ CREATED_EVENTS_BY_TRIGGER = Migration(
     """,
 )
 FROM_THE_FUTURE = Migration(KNOWN + 1, "from_the_future", "CREATE TABLE later (x integer);")
-
-_PAGER = {
-    "channels": {"pager": {"type": "webhook", "url": "http://127.0.0.1:9/pager", "secret": "s3cret-s3cret-s3cret"}},
-    "recipients": {"alice": {"channels": ["pager"], "addresses": {"pager": "+33 6 12 34 56 78"}}},
-}
 
 
 @contextlib.asynccontextmanager
@@ -299,8 +289,7 @@ async def test_a_node_left_on_a_database_a_later_version_migrated_says_once_that
     pg_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Its expiry and delivery loops try again seldom, and say why once, without a traceback."""
-    monkeypatch.setattr(broker_module, "NEWER_DATABASE_RETRY", 0.01)
-    monkeypatch.setattr(delivery_module, "NEWER_DATABASE_RETRY", 0.01)
+    retry_soon(monkeypatch)
     async with interlock.connect(pg_url) as older:
         assert isinstance(older, LocalBroker)
         await older.create(Confirm("Restart the workers?"), to="alice", timeout=0.3)  # due soon, and routed
@@ -311,34 +300,5 @@ async def test_a_node_left_on_a_database_a_later_version_migrated_says_once_that
             pass
         before = await snapshot(pg_url)
 
-        tries = {"expiry": 0, "delivery": 0}
-        tried = asyncio.Event()
-
-        def counted(what: str, call: Callable[[], Any]) -> Callable[[], Any]:
-            async def counting() -> Any:
-                tries[what] += 1
-                if min(tries.values()) >= 3:
-                    tried.set()
-                return await call()
-
-            return counting
-
-        older._expire_due = counted("expiry", older._expire_due)  # type: ignore[method-assign]
-        older._expiry_kick.set()
-        loop = DeliveryLoop(older.outbox, routing_from_dict(_PAGER), poll_interval=0.01)
-        loop.run_once = counted("delivery", loop.run_once)  # type: ignore[method-assign]
-        with caplog.at_level(logging.INFO, logger="interlock"):
-            loop.start()
-            try:
-                with anyio.fail_after(BOUND):
-                    await tried.wait()
-            finally:
-                await loop.stop()
-        said = [(r.levelno, r.getMessage().split(":")[0]) for r in caplog.records if r.name.startswith("interlock")]
-        assert sorted(said) == [
-            (logging.ERROR, "this process delivers no notice any more"),
-            (logging.ERROR, "this process expires no request any more"),
-        ]
-        assert all(r.exc_info is None for r in caplog.records)
-        assert "upgraded by a later version of interlock" in caplog.text
+        await loops_say_once_they_write_no_more(older, caplog)
         assert await snapshot(pg_url) == before
