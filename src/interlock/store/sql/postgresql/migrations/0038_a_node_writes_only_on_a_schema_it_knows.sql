@@ -52,47 +52,23 @@ SELECT interlock_keep_schema_guard();
 -- triggers of these (pending_requests, settled_requests) or along with one of them
 -- (request_texts, with `derived`) need none: the statement that writes them is refused.
 -- The outbox gets its rows from the events' trigger; its claims update it.
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON requests
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON events
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON runs
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON followups
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON closed_channels
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON claims
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON views
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON grants
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON derived
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
+DO $$
+DECLARE
+    written text;
+BEGIN
+    FOREACH written IN ARRAY ARRAY[
+        'requests', 'events', 'runs', 'followups', 'closed_channels', 'claims', 'views',
+        'grants', 'derived', 'deliveries', 'answer_link_uses', 'principals', 'teams',
+        'team_members', 'tokens', 'sessions', 'signin_links', 'approval_policies',
+        'settings', 'secret_key_fingerprint', 'note_key'
+    ] LOOP
+        EXECUTE format(
+            'CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON %I '
+            'FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema()',
+            written
+        );
+    END LOOP;
+END
+$$;
 CREATE TRIGGER refuse_unknown_schema BEFORE UPDATE OR DELETE ON outbox
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON deliveries
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON answer_link_uses
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON principals
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON teams
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON team_members
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON tokens
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON sessions
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON signin_links
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON approval_policies
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON settings
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON secret_key_fingerprint
-    FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
-CREATE TRIGGER refuse_unknown_schema BEFORE INSERT OR UPDATE OR DELETE ON note_key
     FOR EACH STATEMENT EXECUTE FUNCTION interlock_refuse_unknown_schema();
