@@ -2051,10 +2051,9 @@ class LocalBroker(Broker):
     async def check_store(self) -> None:
         """Raise if the store cannot serve this process now: `Unavailable` while it cannot
         be reached, `NewerDatabase` once a later version of interlock has migrated it (every
-        write of this process is then refused). Two reads, changing nothing."""
+        write of this process is then refused). One read, changing nothing."""
         if self._state != "open":
             await self.open()
-        await self.store.last_event_id()
         await self.store.check_schema()
 
     # -- runs ----------------------------------------------------------------------------

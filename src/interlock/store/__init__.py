@@ -531,7 +531,8 @@ class RequestStore(Protocol):
 
     async def check_schema(self) -> None:
         """Raise `NewerDatabase` if a later version of interlock has migrated the database
-        since this store opened it (its writes are then refused); a read, changing nothing."""
+        since this store opened it (its writes are then refused): a read of the store,
+        changing nothing, so `Unavailable` too while the store cannot be reached."""
         ...
 
     def on_foreign_change(self, callback: Callable[[], None], settled: Callable[[Request], None] | None = None) -> None:
