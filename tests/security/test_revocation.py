@@ -46,10 +46,10 @@ class People:
     ids: dict[str, str]
 
 
-async def add_people(db: str) -> People:
+async def add_people(db: str, bot_owner: str = "alice") -> People:
     people = People({}, {})
     async with interlock.connect(db) as broker:
-        for principal in (Principal("alice", "human"), Principal("bob", "human"), Principal("bot", "agent", "alice")):
+        for principal in (Principal("alice", "human"), Principal("bob", "human"), Principal("bot", "agent", bot_owner)):
             await broker.store.save_principal(principal)
         for key, name in (("alice", "alice"), ("alice-2", "alice"), ("bob", "bob"), ("bot", "bot")):
             token = issue_token(name, datetime.now(UTC))
@@ -364,17 +364,8 @@ async def test_a_routing_that_drops_someone_from_its_team_ends_their_streams_on_
     nodes as each takes the routing up from the store, her long polls held on the team's
     request are refused (403) at once, and bob's stream and long poll go on."""
     db = f"sqlite:///{tmp_path / 'routing.db'}"
-    tokens: dict[str, str] = {}
-    async with interlock.connect(db) as broker:
-        for principal in (
-            Principal("alice", "human"),
-            Principal("bob", "human"),
-            Principal("bot", "agent", "bob"),
-        ):
-            await broker.store.save_principal(principal)
-            token = issue_token(principal.name, datetime.now(UTC))
-            await broker.store.save_token(token)
-            tokens[principal.name] = token.secret
+    # bot is bob's agent: it asks ops, his team, before and after alice leaves it
+    tokens = (await add_people(db, bot_owner="bob")).tokens
     doc = {"teams": {"ops": {"members": ["alice", "bob", "dave"]}}}
     to_ops = {**APPROVAL, "to": "ops"}
     with (
