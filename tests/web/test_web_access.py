@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from axe_playwright_python.sync_playwright import Axe
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import APIResponse, Browser, Page, Route, expect
 
 from interlock import Choice, Confirm, Form, MultiChoice, Text
 
@@ -136,3 +136,38 @@ def test_a_screen_reader_meets_the_inbox_s_headings_in_order_and_hears_a_new_req
     expect(history_item(page, notes)).to_be_visible()
     expect(page.get_by_role("status")).to_have_text("Answered by alice via web.")
     assert stored(server, notes).answer == "Faster lists."
+
+
+def test_an_answer_sent_from_the_page_is_announced_once_whenever_the_stream_brings_it(
+    server: Server, page: Page
+) -> None:
+    """The stream's news of the answer comes while the answer's own response is still on its
+    way, and the card it fetches after that: the page says "Answered by ..." once, and the
+    stream's news of the same answer says nothing more."""
+    notes = ask(server, Text("Release notes?", id="notes"), title="Release 2.4")
+    sign_in(page, server)
+    held_card: list[Route] = []
+    held_answer: list[tuple[Route, APIResponse]] = []
+
+    def hold(route: Route) -> None:
+        if route.request.method == "GET":  # the card the stream's news fetches
+            held_card.append(route)
+        else:  # the answer: made, its response held back
+            held_answer.append((route, route.fetch()))
+
+    page.route(f"**/inbox/requests/{notes}", hold)
+    field = pending_card(page, notes).get_by_role("textbox", name="Release notes?")
+    field.fill("Faster lists.")
+    with page.expect_request(lambda r: r.method == "GET" and r.url.endswith(f"/inbox/requests/{notes}")):
+        field.press("Enter")
+    (answered, response), *_ = held_answer
+    answered.fulfill(response=response)
+    expect(history_item(page, notes)).to_be_visible()
+    expect(page.get_by_role("status")).to_have_text("Answered by alice via web.")
+    history_item(page, notes).evaluate("el => { el.dataset.placedByTheAnswer = 'yes'; }")
+    assert len(held_card) == 1
+    held_card[0].continue_()
+    placed_again = "id => { const el = document.querySelector(`#history [data-id='${id}']`); "
+    placed_again += "return el !== null && !el.dataset.placedByTheAnswer; }"
+    page.wait_for_function(placed_again, arg=notes)  # the stream's card, in its place
+    assert page.get_by_role("status").text_content() == "Answered by alice via web."

@@ -209,8 +209,10 @@
 
     const onRequest = (event) => later(async () => {
       const { request_id: id } = JSON.parse(event.data);
-      const wasPending = Boolean(pending.querySelector(`[data-id="${CSS.escape(id)}"]`));
       const el = await fetchCard(new URL(`inbox/requests/${encodeURIComponent(id)}`, base));
+      // Looked at once the card is here: an answer sent from this page meanwhile has placed
+      // it and said so already.
+      const wasPending = Boolean(pending.querySelector(`[data-id="${CSS.escape(id)}"]`));
       if (!el || !place(el)) return;
       const title = el.querySelector("h3, .item-title").textContent;
       if (el.dataset.status === "pending") say(`New request: ${title}`);
