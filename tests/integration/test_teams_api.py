@@ -268,3 +268,32 @@ async def test_a_member_s_message_to_a_thread_reaches_the_run_asking_their_team(
     assert held.json()["details"]["queued"] is True  # held for the run that asks bob's team
     outside = await c["carol"].post("/threads/ops-thread/messages", json={"text": "hello"})
     assert outside.status_code == 404, outside.text
+
+
+@pytest.mark.parametrize("path", ["/events/stream", "/runs/carol-bot:r1/events/stream"])
+async def test_a_stream_opened_after_joining_a_team_carries_its_requests_beside_one_opened_before(
+    world: World, tmp_path: Path, path: str
+) -> None:
+    # Streams alike share one decision per event: a stream carol opened before she joined
+    # ops and one she opened after are not alike, whichever of them is offered an event first.
+    c = world.clients
+    started = await c["carol-bot"].post("/runs", json={"agent": "deployer", "run_id": "r1"})
+    assert started.status_code == 201, started.text
+
+    async def ask(to: str | None) -> str:
+        asked = await c["carol-bot"].post("/requests", json={**QUESTION, "to": to, "origin": {"run": "r1"}})
+        assert asked.status_code == 201, asked.text
+        return str(asked.json()["id"])
+
+    with anyio.fail_after(BOUND):
+        async with aconnect_sse(c["carol"], "GET", path) as before:
+            old = before.aiter_sse()
+            await anext(old)  # connected
+            async with interlock.connect(f"sqlite:///{tmp_path / 'teams.db'}") as broker:
+                await broker.add_team_members("ops", ["carol"])
+            async with aconnect_sse(c["carol"], "GET", path) as after:
+                new = after.aiter_sse()
+                await anext(new)  # connected
+                to_ops, to_carol = await ask("ops"), await ask(None)
+                assert [json.loads((await anext(new)).data)["request_id"] for _ in range(2)] == [to_ops, to_carol]
+                assert json.loads((await anext(old)).data)["request_id"] == to_carol

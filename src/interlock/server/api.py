@@ -787,7 +787,7 @@ async def stream(
                 replay,
                 holder=holder,
                 lost=state.auth.stream_lost(http, caller),
-                audience=("api", caller.name, caller.kind, request, session, run),
+                audience=("api", caller.name, caller.kind, member_teams(caller), request, session, run),
             )
             frame = state.hub.frame
             async for event in follow:

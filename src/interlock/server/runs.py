@@ -469,7 +469,7 @@ async def run_stream(
                 replay,
                 holder=holder,
                 lost=state.auth.stream_lost(http, caller),
-                audience=("run", caller.name, caller.kind, run_id),
+                audience=("run", caller.name, caller.kind, member_teams(caller), run_id),
             )
             async for event in follow:
                 yield state.hub.frame(event)

@@ -8,7 +8,8 @@ missed events are replayed from the store.
 Fan-out costs the server as little per subscriber as it can: each event is encoded once,
 as the complete SSE frame every subscriber is sent (`Hub.frame`), and whether a
 subscriber may see it is decided once per event for all subscribers with the same
-`audience` (the same principal and the same filters), not once per subscriber.
+`audience` (the same principal, with the same teams, and the same filters), not once per
+subscriber.
 
 A subscriber opened with a credential (`Holder`) ends when the event log says the
 credential is gone: a `token_revoked` event ends the streams of those tokens, a
@@ -245,7 +246,8 @@ class Hub:
         self, accept: Callable[[Event], bool], holder: Holder | None = None, audience: Hashable | None = None
     ) -> Subscriber:
         """A new subscriber; `audience`, when given, names everything `accept` depends on
-        (who, and which filters), so that one decision per event serves all alike."""
+        (who, with their teams as the stream found them, and which filters), so that one
+        decision per event serves all alike."""
         sub = Subscriber(self, accept, self.queue_size, holder, audience)
         self.subscribers.add(sub)
         return sub
