@@ -23,12 +23,14 @@ import pytest
 from aiosmtpd.controller import Controller
 
 import interlock
+from asgi_support import serving
 from interlock import Choice, Confirm, Form
 from interlock.broker import LocalBroker
 from interlock.channels.links import AnswerLinks, InvalidLink
 from interlock.model import build_request
-from interlock.principals import Principal
+from interlock.principals import Principal, issue_token
 from interlock.routing import routing_from_dict
+from interlock.server.app import create_app
 
 from .receiver import eventually
 
@@ -465,3 +467,61 @@ def test_only_one_confirm_or_one_choice_ask_has_one_click_answers() -> None:
     assert quick_answers(build_request(Choice("Pick", options=["a", "b"]))) == [("a", "a"), ("b", "b")]
     assert quick_answers(build_request([Confirm("A?", id="a"), Confirm("B?", id="b")])) is None
     assert quick_answers(build_request(Form("F", schema={"type": "object"}))) is None
+
+
+class _Refusing:
+    """A mail server that refuses every recipient, naming them, as real ones do."""
+
+    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str, options: Any) -> str:
+        return f"550 5.1.1 <{address}>: Recipient address rejected: User unknown"
+
+
+async def test_a_refused_address_is_shown_to_its_person_and_an_admin_only_its_last_error_too(tmp_path: Path) -> None:
+    """Where a delivery went is its recipient's (and an admin's) to read: a dead letter
+    whose mail server refused the address says so to whoever asked, over the API and on
+    the request's pages, without the address."""
+    port = free_port()
+    controller = Controller(_Refusing(), hostname="127.0.0.1", port=port)
+    await asyncio.to_thread(controller.start)
+    try:
+        async with interlock.connect(f"sqlite:///{tmp_path / 'mail.db'}") as broker:
+            assert isinstance(broker, LocalBroker)
+            tokens = {}
+            for p in (Principal("alice", "human"), Principal("bob", "human")):
+                await broker.save_principal(p)
+                token = issue_token(p.name, datetime.now(UTC))
+                await broker.save_token(token)
+                tokens[p.name] = token.secret
+            app = create_app(
+                broker=broker, secret_key=SECRET_KEY, open_inboxes=True, routing=routing_from_dict(routing_doc(port))
+            )
+            async with serving(app) as server:
+                request = await broker.create(Confirm("Ship it?"), to="alice", requester="bob")
+
+                async def dead() -> bool:
+                    return bool(await broker.store.list_deliveries(request_id=request.id, status="dead"))
+
+                await eventually(dead)
+                address = "alice@example.com"
+                [letter] = await broker.store.list_deliveries(request_id=request.id, status="dead")
+                assert address in (letter.last_error or "")  # as the operator reads it
+                for who, shown in (("alice", True), ("bob", False)):
+                    headers = {"Authorization": f"Bearer {tokens[who]}"}
+                    async with server.client("/api/v1", headers=headers) as api:
+                        for path in (f"/requests/{request.id}/deliveries", f"/deliveries/{letter.id}"):
+                            got = (await api.get(path)).json()
+                            [item] = got.get("items", [got])
+                            assert "refused" in item["last_error"]
+                            assert (address in item["last_error"], item["address"] == address) == (shown, shown)
+                    async with server.client(follow_redirects=False) as browser:
+                        form = await browser.get("/signin")
+                        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+                        assert csrf is not None
+                        signed_in = await browser.post("/signin", data={"csrf": csrf[1], "token": tokens[who]})
+                        assert signed_in.status_code == 303, signed_in.text
+                        for path in (f"/requests/{request.id}", f"/inbox/deliveries?request={request.id}"):
+                            page = await browser.get(path)
+                            assert page.status_code == 200 and "refused" in page.text
+                            assert (address in page.text) == shown
+    finally:
+        await asyncio.to_thread(controller.stop)

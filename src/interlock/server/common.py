@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import Depends, Request
@@ -46,6 +48,7 @@ __all__ = [
     "describe",
     "event_to_dict",
     "inbox_filter",
+    "delivery_seen_by",
     "may_see_delivery",
     "may_see_run",
     "may_withdraw",
@@ -305,6 +308,19 @@ async def may_see_delivery(broker: LocalBroker, principal: Principal, delivery: 
     except NotFound:
         return False
     return request.requester == principal.name
+
+
+def delivery_seen_by(principal: Principal, delivery: Delivery) -> Delivery:
+    """A delivery as `principal` may read it: where it went (a person's email address,
+    Slack id, or a webhook URL that may carry its own secret) is its recipient's and an
+    admin's to see, not the asking agent's or a teammate's; to them it has no address, and
+    its last error names none either (a mail server's refusal names the address)."""
+    if principal.kind == "admin" or principal.name == delivery.recipient:
+        return delivery
+    error, address = delivery.last_error, delivery.address
+    if error and address:
+        error = re.sub(re.escape(address), "(their address)", error, flags=re.IGNORECASE)
+    return replace(delivery, address=None, last_error=error)
 
 
 def run_event_filter(principal: Principal, run_id: str) -> Callable[[Event], bool]:

@@ -22,7 +22,7 @@ from ..errors import InvalidRequest, NotFound
 from ..outbox import Delivery, delivery_to_dict
 from ..principals import TEAM_LEFT, Principal, can_read
 from ..routing import Routing, RoutingError, masked, routing_from_dict
-from .common import ApiError, AppState, Caller, State, TheBroker, may_see_delivery, problems_for
+from .common import ApiError, AppState, Caller, State, TheBroker, delivery_seen_by, may_see_delivery, problems_for
 
 __all__ = [
     "ROUTING_CHECK",
@@ -63,7 +63,9 @@ class DeliveryModel(BaseModel):
     due_at: str
     created_at: str
     delivered_at: str | None
-    last_error: str | None
+    last_error: str | None = Field(
+        description="why its last attempt failed; to anyone but its recipient and an admin, without the address"
+    )
     reference: str | None
 
 
@@ -159,13 +161,8 @@ async def keep_teams(state: AppState, routing: Routing) -> None:
 
 
 def shown_to(caller: Principal, delivery: Delivery) -> dict[str, Any]:
-    """A delivery as `caller` may read it: where it went (a person's email address, Slack
-    id, or a webhook URL that may carry its own secret) is its recipient's and an admin's
-    to see, not the asking agent's or a teammate's."""
-    out = delivery_to_dict(delivery)
-    if caller.kind != "admin" and caller.name != delivery.recipient:
-        out["address"] = None
-    return out
+    """A delivery's JSON as `caller` may read it (`delivery_seen_by`)."""
+    return delivery_to_dict(delivery_seen_by(caller, delivery))
 
 
 def _admin(caller: Principal, what: str) -> None:

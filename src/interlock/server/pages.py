@@ -38,7 +38,7 @@ from ..model import Request as HumanRequest
 from ..outbox import Delivery
 from ..principals import Principal, can_answer, can_claim, can_read
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE
-from .common import AppState, State, inbox_filter, set_cookie
+from .common import AppState, State, delivery_seen_by, inbox_filter, set_cookie
 from .markdown import prerender
 from .web import (
     SIGNIN_COOKIE,
@@ -223,7 +223,8 @@ async def own_page(
     without JavaScript comes back to when it is refused, the answer's fault beside its ask
     and what was typed kept (`failure`), or what happened instead (`notice`)."""
     events = await events_upto(state.broker, TIMELINE_LIMIT, request=request.id)
-    deliveries = list(await state.broker.list_deliveries(request_id=request.id, limit=TIMELINE_LIMIT))
+    found = await state.broker.list_deliveries(request_id=request.id, limit=TIMELINE_LIMIT)
+    deliveries = [delivery_seen_by(who.principal, d) for d in found]
     loop = state.delivery
     types = {name: c.type for name, c in loop.routing.channels.items()} if loop is not None else {}
     context = {

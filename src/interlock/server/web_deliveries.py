@@ -18,7 +18,7 @@ from ..model import Request as HumanRequest
 from ..outbox import Delivery
 from ..principals import can_read
 from ..signin import safe_next
-from .common import AppState, State, may_see_delivery
+from .common import AppState, State, delivery_seen_by, may_see_delivery
 from .pages import may_retry
 from .web import page, posted, refusal, session, signin_redirect
 
@@ -44,7 +44,8 @@ async def deliveries_page(http: HttpRequest, state: State) -> Response:
             return refusal(state, http, 404, "There is no such request.", who)
         if not can_read(who.principal, request):
             return refusal(state, http, 403, "This request is neither to you nor from you.", who)
-        items = list(await state.broker.list_deliveries(request_id=request.id, limit=1000))
+        of_request = await state.broker.list_deliveries(request_id=request.id, limit=1000)
+        items = [delivery_seen_by(who.principal, d) for d in of_request]
     else:
         mine = None if who.principal.kind == "admin" else who.principal.name
         after = http.query_params.get("after") or None
