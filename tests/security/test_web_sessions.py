@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 import socket
 import threading
@@ -19,10 +20,11 @@ import anyio
 import httpx
 import pytest
 import uvicorn
+from httpx_sse import aconnect_sse
 
 import interlock
 from interlock import Text
-from interlock.principals import Principal, hash_token, issue_token
+from interlock.principals import Principal, hash_token, issue_session, issue_token
 from interlock.server.app import create_app
 from serve_support import serve
 
@@ -134,8 +136,6 @@ async def test_the_session_cookie_carries_no_token_material(world: tuple[str, st
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite", "postgresql"])
 async def test_a_session_ends_when_it_expires_when_its_token_is_revoked_or_when_it_is_ended(url: str) -> None:
-    from interlock.principals import issue_session
-
     async with interlock.connect(url) as broker:
         store = broker.store
         await store.save_principal(Principal("alice", "human"))
@@ -215,3 +215,21 @@ async def test_interlock_serve_believes_forwarded_https_only_from_the_proxies_it
         async with serve("--db", db, *args) as served, httpx.AsyncClient(base_url=served.url, timeout=BOUND) as browser:
             done = await sign_in(browser, tokens["alice"], **{"X-Forwarded-Proto": "https"})
             assert ("; secure" in session_cookie_header(done)) is secure, args
+
+
+async def test_an_inbox_stream_ends_when_its_session_runs_out(world: tuple[str, str, dict[str, str]]) -> None:
+    """A session is 7 days old at most: its live stream, opened before, ends then too, as
+    at a sign-out, rather than running on with nothing that lets it (a session made short here)."""
+    base, db, tokens = world
+    async with interlock.connect(db) as broker:
+        session = issue_session(datetime.now(UTC), lifetime=timedelta(seconds=2))
+        assert await broker.store.start_session(hash_token(tokens["alice"]), session) is not None
+    cookies = {SESSION_COOKIE: session.secret}
+    async with httpx.AsyncClient(base_url=base, cookies=cookies, timeout=BOUND) as browser:
+        with anyio.fail_after(BOUND):
+            async with aconnect_sse(browser, "GET", "/inbox/stream") as stream:
+                assert stream.response.status_code == 200
+                events = stream.aiter_sse()
+                ended = await anext(e async for e in events if e.event == "dropped")
+                assert json.loads(ended.data) == {"reason": "your session ended"}
+        assert (await browser.get("/inbox/stream")).status_code == 401

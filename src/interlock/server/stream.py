@@ -275,6 +275,13 @@ class Hub:
             elif session is not None and holder.session == session:
                 sub.end("signed out")
 
+    def end_holder(self, holder: Holder, reason: str) -> None:
+        """End the streams opened with `holder` now, for `reason` (a web session that ran
+        out: no event says so, each stream's own timer does)."""
+        for sub in list(self.subscribers):
+            if sub.holder == holder:
+                sub.end(reason)
+
     def unsubscribe(self, sub: Subscriber) -> None:
         self.subscribers.discard(sub)
 

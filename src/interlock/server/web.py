@@ -24,7 +24,7 @@ import json
 import secrets
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlencode
@@ -390,6 +390,8 @@ class Session:
     """Set when auth is off and the browser has no cookie yet: it carries the CSRF token."""
     holder: Holder | None = None
     """The token and session it runs on (None without auth): their end ends its streams."""
+    expires_at: datetime | None = None
+    """When the session runs out (None without auth): its streams end then too."""
 
 
 def install_web(app: FastAPI, state: AppState) -> None:
@@ -409,7 +411,8 @@ async def session(state: AppState, http: HttpRequest) -> Session | None:
     if not found.csrf:
         cookie, csrf = state.auth.anonymous_cookie()
         return Session(found.principal, csrf, cookie)
-    return Session(found.principal, found.csrf, holder=found.holder)
+    expires_at = found.session.expires_at if found.session is not None else None
+    return Session(found.principal, found.csrf, holder=found.holder, expires_at=expires_at)
 
 
 def page(
@@ -720,6 +723,10 @@ async def signout(http: HttpRequest, state: State) -> Response:
     return response
 
 
+_RAN_OUT = "your session ended"
+"""Why a web inbox stream ends once its session is gone: signed out elsewhere, or run out."""
+
+
 @router.get("/inbox/stream", name="inbox_stream")
 async def stream(http: HttpRequest, state: State, after: int | None = None) -> Response:
     who = await session(state, http)
@@ -739,12 +746,15 @@ async def stream(http: HttpRequest, state: State, after: int | None = None) -> R
 
     async def lost() -> str | None:
         now = await session(state, http)
-        return lost_access(principal, now.principal if now is not None else None, "your session ended")
+        return lost_access(principal, now.principal if now is not None else None, _RAN_OUT)
 
     async def generate() -> AsyncIterator[ServerSentEvent]:
         yield ServerSentEvent(comment="connected", retry=2000)
+        holder, ends = who.holder, None
+        if holder is not None and who.expires_at is not None:  # the stream ends with its session
+            left = (who.expires_at - datetime.now(UTC)).total_seconds()
+            ends = asyncio.get_running_loop().call_later(max(left, 0), state.hub.end_holder, holder, _RAN_OUT)
         try:
-            holder = who.holder
             follow = state.hub.replay_then_follow(
                 accept, start, holder=holder, lost=lost if holder is not None else None
             )
@@ -753,6 +763,9 @@ async def stream(http: HttpRequest, state: State, after: int | None = None) -> R
                 yield ServerSentEvent(data=json.dumps(data), event=event.type, id=str(event.id))
         except Dropped as exc:
             yield ServerSentEvent(data=json.dumps({"reason": str(exc)}), event="dropped")
+        finally:
+            if ends is not None:
+                ends.cancel()
 
     return state.quotas.streams.response(principal.name, generate(), ping=state.keepalive, send_timeout=30)
 
