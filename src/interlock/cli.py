@@ -93,7 +93,21 @@ __all__ = ["app", "main", "parse_answer"]
 ANSWERED, DECLINED, EXPIRED, CANCELLED, USAGE = 0, 1, 2, 3, 4
 T = TypeVar("T")
 
+
+class _Commands(typer.core.TyperGroup):
+    """A group whose --help lists each command with the first paragraph of its own help on
+    the lines the terminal gives it: rich keeps a docstring's line breaks there, which cut
+    a sentence wherever the source wrapped it."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:  # (click's Context, or typer's copy of it)
+        command = super().get_command(ctx, cmd_name)
+        if command is not None and command.short_help is None and command.help:
+            command.short_help = " ".join(inspect.cleandoc(command.help).split("\n\n")[0].split())
+        return command
+
+
 app = typer.Typer(
+    cls=_Commands,
     no_args_is_help=True,
     add_completion=False,
     help="Durable human-in-the-loop requests for AI agents: ask a person, get a validated answer.",
@@ -1098,7 +1112,9 @@ def mcp_stdio(
     _run(db, run_stdio, token)  # what went wrong said as every command says it (no token, no server, bad URL)
 
 
-token_app = typer.Typer(no_args_is_help=True, help="Manage who may use a server: humans and agents, and their tokens.")
+token_app = typer.Typer(
+    cls=_Commands, no_args_is_help=True, help="Manage who may use a server: humans and agents, and their tokens."
+)
 app.add_typer(token_app, name="token")
 
 
@@ -1179,6 +1195,7 @@ def token_list(db: LocalDb = None) -> None:
 
 
 team_app = typer.Typer(
+    cls=_Commands,
     no_args_is_help=True,
     help="Manage teams: a request to a team is seen, claimed and answered by its members.",
 )
@@ -1323,7 +1340,7 @@ def _print_runs(found: Sequence[Run]) -> None:
         err.print("no runs")
 
 
-run_app = typer.Typer(no_args_is_help=True, help="Look at one run, send it a message, or stop it.")
+run_app = typer.Typer(cls=_Commands, no_args_is_help=True, help="Look at one run, send it a message, or stop it.")
 app.add_typer(run_app, name="run")
 
 
@@ -1540,6 +1557,7 @@ def _load_factory(target: str) -> Callable[[Broker], Any]:
 
 
 grants_app = typer.Typer(
+    cls=_Commands,
     no_args_is_help=True,
     help="Capability grants issued by answers (and given directly): list, show, check, give and revoke them.",
 )
@@ -1656,6 +1674,7 @@ def grants_revoke(
 # -- approval policies ----------------------------------------------------------------------
 
 policy_app = typer.Typer(
+    cls=_Commands,
     no_args_is_help=True,
     help="An agent's declarative approval policy, stored where its requests live: set, show, list, rm.",
 )
@@ -1806,7 +1825,7 @@ def policy_rm(
 # -- the outbox: deliveries, dead letters and a standalone delivery loop ----------------------
 
 deliveries_app = typer.Typer(
-    no_args_is_help=True, help="The outbox: how people were told about requests, and the dead letters."
+    cls=_Commands, no_args_is_help=True, help="The outbox: how people were told about requests, and the dead letters."
 )
 app.add_typer(deliveries_app, name="deliveries")
 
@@ -1881,6 +1900,7 @@ def deliveries_retry(
 
 
 routing_app = typer.Typer(
+    cls=_Commands,
     no_args_is_help=True,
     help="The routing in use (who is told about requests, through which channels), kept in the store.",
 )
@@ -1934,6 +1954,7 @@ def routing_set(
 
 
 secret_key_app = typer.Typer(
+    cls=_Commands,
     no_args_is_help=True,
     help="The INTERLOCK_SECRET_KEY the nodes on a store sign with (answer links, grant tokens): a node "
     "started with another is refused. Change it on purpose here.",

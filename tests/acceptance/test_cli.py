@@ -4,6 +4,7 @@ answer or reads the terminal, in process (cli_support) where it prints and exits
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import shlex
@@ -365,3 +366,27 @@ def test_every_command_that_reaches_a_store_or_a_server_takes_a_token() -> None:
     reaching = [name for name, opts in found if "--server" in opts]  # not serve, token, team: the store's own
     assert [name for name, opts in found if "--server" in opts and "--token" not in opts] == []
     assert len(reaching) > 25
+
+
+def test_each_group_s_help_lists_a_command_on_the_lines_its_own_help_gives_it() -> None:
+    # `interlock --help` (and `interlock run --help`, ...) lists each command with the first
+    # paragraph of its own help; a docstring's line breaks are no breaks of that paragraph.
+    import typer.main
+
+    from interlock.cli import app
+
+    def groups(group: Any, path: list[str]) -> list[tuple[list[str], Any]]:
+        found = [(path, group)]
+        for name, command in group.commands.items():
+            if hasattr(command, "commands"):
+                found += groups(command, [*path, name])
+        return found
+
+    wrapped = []
+    for path, group in groups(typer.main.get_command(app), []):
+        listed = invoke(*path, "--help", env={**os.environ, "COLUMNS": "1000", "NO_COLOR": "1"}).stdout
+        for name, command in group.commands.items():
+            first = " ".join(inspect.cleandoc(command.help or "").split("\n\n")[0].split())
+            if f" {name} " not in listed or first not in listed:
+                wrapped.append(f"interlock {' '.join([*path, name])}")
+    assert wrapped == []
