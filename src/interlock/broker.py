@@ -3267,7 +3267,9 @@ def _factory(scheme: str, url: str) -> tuple[StoreFactory, bool]:
     found = _SCHEMES.get(scheme.lower())
     if found is None:
         known = ", ".join(f"{name}://" for name in sorted(_SCHEMES))
-        raise ValueError(f"unsupported store URL {redact_url(url)!r}: the schemes are {known}")
+        # A bare path (`--db tutorial.db`) is the likeliest slip: say the URL that names it.
+        meant = f"; a SQLite file is named sqlite:///{redact_url(url)}" if not scheme and url.strip() else ""
+        raise ValueError(f"unsupported store URL {redact_url(url)!r}: the schemes are {known}{meant}")
     factory, makes_broker = found
     if isinstance(factory, str):
         module, _, name = factory.partition(":")

@@ -131,6 +131,19 @@ def test_an_unsupported_url_lists_the_schemes(tmp_path: Path) -> None:
     assert "ValueError" not in message
 
 
+def test_a_file_named_without_a_scheme_is_named_back_as_its_sqlite_url(tmp_path: Path) -> None:
+    # `--db tutorial.db` for `--db sqlite:///tutorial.db`: the command says the URL to type,
+    # and opens (so makes) no file.
+    for given, meant in [
+        ("tutorial.db", "sqlite:///tutorial.db"),
+        (str(tmp_path / "x.db"), f"sqlite:///{tmp_path}/x.db"),
+    ]:
+        done = run("inbox", "--db", given, cwd=tmp_path)
+        assert done.returncode == 4
+        assert f"a SQLite file is named {meant}" in one_line(done.stderr)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.slow
 def test_a_busy_port_says_to_pick_another(served: Served, tmp_path: Path) -> None:
     port = served.url.rsplit(":", 1)[1]
