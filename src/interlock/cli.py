@@ -978,6 +978,11 @@ def serve(
         timeout_graceful_shutdown=shutdown_timeout,  # long polls and streams end; their clients come back
     )
     state = app.state.interlock
+    # uvicorn logs "Application startup failed. Exiting." for any failed start: for a refusal
+    # of ours, the line that says why (below) is the whole story.
+    logging.getLogger("uvicorn.error").addFilter(
+        lambda record: state.refused is None or record.getMessage() != "Application startup failed. Exiting."
+    )
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:

@@ -131,6 +131,18 @@ def test_an_unsupported_url_lists_the_schemes(tmp_path: Path) -> None:
     assert "ValueError" not in message
 
 
+def test_serve_refused_at_start_says_why_once(tmp_path: Path) -> None:
+    # After the banner, the one line that says why: not uvicorn's "ERROR: Application
+    # startup failed. Exiting." before it, which says nothing the operator can act on.
+    done = process("serve", "--port", "0", "--db", f"sqlite:///{tmp_path}/nope/x.db", cwd=tmp_path)
+    assert done.returncode == 4
+    printed = done.stderr.splitlines()
+    at = next(i for i, line in enumerate(printed) if line.startswith("error: "))
+    assert printed[at:] == [printed[at]], done.stderr
+    assert not [line for line in printed[:at] if "ERROR" in line or "failed" in line], done.stderr
+    assert "its folder" in printed[at] and "does not exist" in printed[at]
+
+
 def test_a_file_named_without_a_scheme_is_named_back_as_its_sqlite_url(tmp_path: Path) -> None:
     # `--db tutorial.db` for `--db sqlite:///tutorial.db`: the command says the URL to type,
     # and opens (so makes) no file.
