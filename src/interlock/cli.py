@@ -112,7 +112,7 @@ app = typer.Typer(
     add_completion=False,
     help="Durable human-in-the-loop requests for AI agents: ask a person, get a validated answer.",
 )
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # one line each, however narrow: an operator greps a log for it
 
 DbOption = Annotated[
     str | None,

@@ -143,6 +143,19 @@ def test_serve_refused_at_start_says_why_once(tmp_path: Path) -> None:
     assert "its folder" in printed[at] and "does not exist" in printed[at]
 
 
+def test_what_a_command_says_on_stderr_is_one_line_in_a_log(tmp_path: Path) -> None:
+    # stderr to a file or a pipe (a service's log): each line whole, however long, as an
+    # operator greps for it; not wrapped at 80 columns in the middle of a path.
+    store = f"sqlite:///{tmp_path}/{'a-long-folder-name' * 3}/interlock.db"
+    served = process("serve", "--port", "0", "--db", store, cwd=tmp_path)
+    assert next(line for line in served.stderr.splitlines() if " serving " in line).endswith(f" on {store}")
+    store = f"sqlite:///{tmp_path}/{'a-long-file-name' * 3}.db"
+    env = {"INTERLOCK_SECRET_KEY": "k" * 43}
+    assert run("secret-key", "rotate", "--db", store, cwd=tmp_path, env=env).returncode == 0
+    again = run("secret-key", "rotate", "--db", store, cwd=tmp_path, env=env)
+    assert again.stderr.splitlines() == [f"unchanged: the nodes on {store} sign with this INTERLOCK_SECRET_KEY already"]
+
+
 def test_a_file_named_without_a_scheme_is_named_back_as_its_sqlite_url(tmp_path: Path) -> None:
     # `--db tutorial.db` for `--db sqlite:///tutorial.db`: the command says the URL to type,
     # and opens (so makes) no file.
