@@ -1545,7 +1545,9 @@ def _load_factory(target: str) -> Callable[[Broker], Any]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise _fail(f"cannot import {module_name}: {exc}") from None
+        stem = module_name.removesuffix(".py")
+        hint = f" (name the module without .py: {stem}:{attribute})" if stem != module_name else ""
+        raise _fail(f"cannot import {module_name}: {exc}{hint}") from None
     found = getattr(module, attribute, None)
     if not callable(found):
         raise _fail(f"{module_name} has no callable {attribute!r}")

@@ -219,6 +219,8 @@ def test_a_worker_target_that_is_no_factory_of_the_broker_is_a_usage_error(tmp_p
         ("wrong_worker:not_callable", "has no callable 'not_callable'"),
         ("no_such_module:handlers", "cannot import no_such_module"),
         ("wrong_worker", "expected module:factory"),
+        # the file's name, as a shell completes it: the module is named without .py
+        ("wrong_worker.py:handlers", "name the module without .py: wrong_worker:handlers"),
     ):
         refused = cli("worker", target, "--once", "--db", db, cwd=tmp_path)
         assert refused.returncode == 4 and said in " ".join(refused.stderr.split()), (target, refused.stderr)
