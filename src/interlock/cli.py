@@ -341,7 +341,9 @@ class _Warnings(logging.Handler):
 def inbox(
     to: Annotated[str | None, typer.Option("--to", help="Only this recipient's requests.")] = None,
     status: Annotated[str, typer.Option("--status", help=f"{', '.join(Status)} or all.")] = "pending",
-    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=1000, help="The most requests listed, newest first.")
+    ] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     db: DbOption = None,
     token: TokenOption = None,
@@ -379,7 +381,12 @@ def inbox(
 
 
 @app.command()
-def show(ctx: typer.Context, request_id: str, db: DbOption = None, token: TokenOption = None) -> None:
+def show(
+    ctx: typer.Context,
+    request_id: Annotated[str, typer.Argument(help="The request's id.")],
+    db: DbOption = None,
+    token: TokenOption = None,
+) -> None:
     """Print one request as JSON. Your first look at it is on its timeline (`viewed`)."""
 
     async def work(broker: Broker) -> tuple[Request, str]:
@@ -407,7 +414,7 @@ def show(ctx: typer.Context, request_id: str, db: DbOption = None, token: TokenO
 
 @app.command()
 def claim(
-    request_id: str,
+    request_id: Annotated[str, typer.Argument(help="The request's id.")],
     release: Annotated[bool, typer.Option("--release", help="Give up your claim instead.")] = False,
     by: Annotated[
         str | None, typer.Option("--by", help="On a local store: who claims (default: you, the local user).")
@@ -1595,7 +1602,7 @@ def grants_list(
     issuer: Annotated[str | None, typer.Option("--issuer", help="Only grants this person gave.")] = None,
     request: Annotated[str | None, typer.Option("--request", help="Only grants this request issued.")] = None,
     live: Annotated[bool, typer.Option("--live", help="Only grants neither revoked nor expired.")] = False,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="The most grants listed, newest first.")] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     db: DbOption = None,
     token: TokenOption = None,
@@ -1610,7 +1617,9 @@ def grants_list(
 
 
 @grants_app.command("show")
-def grants_show(grant_id: str, db: DbOption = None, token: TokenOption = None) -> None:
+def grants_show(
+    grant_id: Annotated[str, typer.Argument(help="The grant's id.")], db: DbOption = None, token: TokenOption = None
+) -> None:
     """Print one grant as JSON (from a server, with its signed token)."""
 
     async def work(broker: Broker) -> dict[str, Any]:
@@ -1661,7 +1670,7 @@ def grants_give(
 
 @grants_app.command("revoke")
 def grants_revoke(
-    grant_id: str,
+    grant_id: Annotated[str, typer.Argument(help="The grant's id.")],
     by: Annotated[str | None, typer.Option("--by", help="Who revokes (a server knows from the token).")] = None,
     db: DbOption = None,
     token: TokenOption = None,

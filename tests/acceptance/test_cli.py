@@ -390,3 +390,20 @@ def test_each_group_s_help_lists_a_command_on_the_lines_its_own_help_gives_it() 
             if f" {name} " not in listed or first not in listed:
                 wrapped.append(f"interlock {' '.join([*path, name])}")
     assert wrapped == []
+
+
+def test_each_argument_and_option_says_what_it_is_in_its_command_s_help() -> None:
+    import typer.main
+
+    from interlock.cli import app
+
+    def unexplained(group: Any, path: list[str]) -> list[str]:
+        found: list[str] = []
+        for name, command in group.commands.items():
+            if hasattr(command, "commands"):
+                found += unexplained(command, [*path, name])
+                continue
+            found += [f"interlock {' '.join([*path, name])} {param.name}" for param in command.params if not param.help]
+        return found
+
+    assert unexplained(typer.main.get_command(app), []) == []
