@@ -303,8 +303,9 @@ def ask(
     async def work(broker: Broker) -> tuple[int, Any]:
         recipient = to if to is not None or not isinstance(broker, LocalBroker) else local_person()
         request = await broker.create(the_ask, to=recipient, title=title, details=details, timeout=seconds)
-        answer_it = f"interlock answer {request.id} ...{_store_named(ctx, db)}"
-        waiting = f"Waiting for an answer to {request.id} (answer it with: {answer_it})"
+        # The line `show` prints: the command, with the store, and what VALUE may be.
+        (answer_it,) = how_to_answer(request, _store_named(ctx, db))
+        waiting = f"Waiting for an answer to {request.id}; {answer_it}"
         if not err.is_terminal:  # a spinner only shows on a terminal; a log keeps the command on one line
             err.print(waiting, highlight=False, markup=False, soft_wrap=True)
         with err.status(escape(waiting)):
@@ -733,14 +734,17 @@ def _summary(request: Request) -> str:
 
 
 def _ago(when: datetime, now: datetime) -> str:
-    seconds = int((when - now).total_seconds())
+    """`when` from `now` in its largest unit: a time past in whole units gone ("5m ago" until
+    the sixth minute), a time to come to the nearest ("in 7d" for a week's grant from its
+    first second, where whole units said "in 6d")."""
+    seconds = (when - now).total_seconds()
     future, seconds = seconds > 0, abs(seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            amount = f"{seconds // size}{unit}"
+    amount = "0s"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count = round(seconds / size) if future else int(seconds // size)
+        if count >= 1:
+            amount = f"{count}{unit}"
             break
-    else:
-        amount = f"{seconds}s"
     return f"in {amount}" if future else f"{amount} ago"
 
 
@@ -1140,7 +1144,7 @@ def token_create(
 ) -> None:
     """Add a human or an agent (or reuse one) and print a new token for it, once."""
     if human == agent:
-        raise _fail("say --human or --agent")
+        raise _fail("say --human or --agent, not both" if human else "say --human or --agent")
     if agent and not owner:
         raise _fail("an agent needs --owner HUMAN: whose inbox its requests go to")
     if human and owner:

@@ -149,6 +149,14 @@ async def test_token_list_names_each_live_token_so_one_leaked_token_is_revoked_a
     assert f"tokens={second_id}@" in run("token", "list", db=db).stdout
 
 
+def test_token_create_says_which_of_human_and_agent_is_missing_or_that_both_were_given(db: str) -> None:
+    neither, both = run("token", "create", "y", db=db), run("token", "create", "y", "--human", "--agent", db=db)
+    assert (neither.returncode, both.returncode) == (4, 4)
+    assert "say --human or --agent" in neither.stderr and "not both" not in neither.stderr
+    assert "say --human or --agent, not both" in both.stderr
+    assert "y" not in run("token", "list", db=db).stdout.split()
+
+
 def test_an_expiry_exits_two(db: str) -> None:
     result = run("ask", "Deploy?", "--confirm", "--timeout", "100ms", db=db)
     assert result.returncode == 2
@@ -258,8 +266,9 @@ async def test_ask_says_how_to_answer_on_one_line_naming_the_store_it_was_given(
                     break
             out, said = await proc.communicate()
     assert event.request is not None and (proc.returncode, out.decode().strip()) == (0, "true")
-    (line,) = [line for line in said.decode().splitlines() if "answer it with" in line]
-    assert line.endswith(f"(answer it with: interlock answer {event.request.id} ... --db {db})"), said
+    (line,) = [line for line in said.decode().splitlines() if "answer with" in line]
+    command = f"interlock answer {event.request.id} VALUE --db {db}"
+    assert line.endswith(f"; answer with: {command}   (VALUE: yes or no (or approve, deny, ...))"), said
 
 
 def test_reject_in_the_terminal(db: str) -> None:

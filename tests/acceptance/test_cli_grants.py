@@ -112,6 +112,9 @@ def test_grants_give_makes_a_delegation_with_the_expiry_asked_for(db: str) -> No
     assert (grant["issuer"], grant["audience"], grant["exp"], grant["request_id"]) == ("alice", "bot", None, None)
     default = json.loads(run("grants", "give", "bot", "--with", "x", "--can", "y", db=db).stdout)
     assert default["exp"] is not None
+    # A deadline reads to the nearest unit: a week's grant, listed at once, ends "in 7d".
+    (listed,) = [line for line in run("grants", "list", db=db).stdout.splitlines() if default["id"] in line]
+    assert " in 7d " in f" {listed} ", listed
     both = run("grants", "give", "bot", "--with", "x", "--can", "y", "--exp", "5", "--no-expiry", db=db)
     assert both.returncode == 4
 

@@ -194,7 +194,7 @@ async def test_runs_shows_when_a_pause_is_given_up_only_while_it_waits_on_a_pers
     listed = cli("runs", cwd=tmp_path, url=url)
     assert listed.returncode == 0, listed.stderr
     rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}
-    assert rows["waiting"][-2:] == ["in", "13d"]  # given up in about two weeks
+    assert rows["waiting"][-2:] == ["in", "14d"]  # given up in two weeks (to the nearest day)
     assert "ready" in rows["ready"] and "in" not in rows["ready"][-3:]  # its last column is empty
 
 
