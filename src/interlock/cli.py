@@ -7,6 +7,12 @@
     2  expired
     3  cancelled or closed
     4  usage error, bad input, or the store could not be reached
+
+A command that reads or acts on what a store holds (`inbox`, `show`, `answer`, `runs`,
+`token list`, ...) refuses a SQLite file that is not there (a mistyped `--db`, or the
+default `interlock.db` of another folder) with exit code 4, and makes no empty store; one
+that makes something (`ask`, `serve`, `worker`, `token create`, `team add`, `policy set`,
+`grants give`, `routing set`, ...) makes the store if it is new.
 """
 
 from __future__ import annotations
@@ -177,9 +183,20 @@ def _remote(db: str | None) -> bool:
     return db is not None and db.lower().startswith(("http://", "https://"))
 
 
-def _run(db: str | None, work: Callable[[Broker], Awaitable[T]], token: str | None = None, by: str | None = None) -> T:
+def _run(
+    db: str | None,
+    work: Callable[[Broker], Awaitable[T]],
+    token: str | None = None,
+    by: str | None = None,
+    *,
+    make: bool = False,
+) -> T:
     """`work` on the broker `db` names. `by`, a `--by` given: a server with auth records
-    whom the token names, so another name is refused there rather than dropped."""
+    whom the token names, so another name is refused there rather than dropped. A command
+    that only reads or acts on what a store holds (`make` False) refuses a SQLite file that
+    is not there, rather than making an empty one where a path was mistyped."""
+    if not make:
+        _check_store_is_there(db)
 
     async def main() -> T:
         async with connect(db, **({"token": token} if token and _remote(db) else {})) as broker:
@@ -234,6 +251,21 @@ def _run(db: str | None, work: Callable[[Broker], Awaitable[T]], token: str | No
         if isinstance(exc, OSError) and exc.strerror:
             raise _fail(f"{exc.strerror}{f': {exc.filename}' if exc.filename else ''}") from None
         raise _fail(str(exc)) from None
+
+
+def _check_store_is_there(db: str | None) -> None:
+    """Refuse a SQLite store whose file does not exist (the default `interlock.db` of
+    another folder, a mistyped `--db`): reading it would make an empty one and answer that
+    it holds nothing."""
+    url = db or "sqlite:///interlock.db"
+    if not url.lower().startswith("sqlite:///"):
+        return
+    path = url[len("sqlite:///") :].split("?", 1)[0]
+    if path and not os.path.exists(path):
+        raise _fail(
+            f"there is no store at {redact_url(url)} ({os.path.abspath(path)} does not exist): name the one your "
+            "requests are in with --db (or INTERLOCK_URL); `interlock serve` and `interlock ask` make a new one"
+        )
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -322,7 +354,7 @@ def ask(
         return (DECLINED if confirm and value is False else ANSWERED), value
 
     logging.getLogger("interlock").addHandler(_Warnings())
-    code, value = _run(db, work, token)
+    code, value = _run(db, work, token, make=True)
     typer.echo(json.dumps(value))
     raise typer.Exit(code)
 
@@ -1125,7 +1157,8 @@ def mcp_stdio(
     logs = logging.StreamHandler(sys.stderr)  # stdout carries the protocol
     logs.addFilter(RedactingFilter())
     logging.basicConfig(level=logging.WARNING, handlers=[logs], format="%(levelname)s %(name)s: %(message)s")
-    _run(db, run_stdio, token)  # what went wrong said as every command says it (no token, no server, bad URL)
+    # What went wrong is said as every command says it (no token, no server, bad URL).
+    _run(db, run_stdio, token, make=True)
 
 
 token_app = typer.Typer(
@@ -1165,7 +1198,7 @@ def token_create(
         await store.save_token(token)
         return token
 
-    token = _run(db, work)
+    token = _run(db, work, make=True)
     err.print(f"token for {name} (id {token.id}; shown once, keep it secret):")
     typer.echo(token.secret)
 
@@ -1242,7 +1275,7 @@ def team_add(
                     )
         return await broker.add_team_members(team, members or [])
 
-    found = _run(db, work)
+    found = _run(db, work, make=True)
     err.print(f"team {team}: {', '.join(found) or 'no members yet'}")
 
 
@@ -1543,7 +1576,7 @@ def worker(
     logger = logging.getLogger("interlock")  # what was resumed, and why a run failed; not other libraries' chatter
     logger.setLevel(logging.INFO)
     logger.addHandler(logging.StreamHandler())
-    resumed = _run(db, work, token)
+    resumed = _run(db, work, token, make=True)
     err.print(f"resumed {resumed} run(s)", markup=False)
 
 
@@ -1668,7 +1701,7 @@ def grants_give(
     if exp is not None and no_expiry:
         raise _fail("say --exp or --no-expiry, not both")
     until: int | Literal["default"] | None = None if no_expiry else DEFAULT_EXP if exp is None else exp
-    grant = _run(db, lambda b: b.give_grant(to, with_, can, exp=until, by=by), token)
+    grant = _run(db, lambda b: b.give_grant(to, with_, can, exp=until, by=by), token, make=True)
     typer.echo(json.dumps(issued_grant_to_dict(grant)))
 
 
@@ -1779,7 +1812,7 @@ def policy_set(
     data.setdefault("agent", agent)
     if tool_server:
         data.setdefault("server", tool_server)
-    stored = _run(db, lambda b: b.set_approval_policy(data), token)
+    stored = _run(db, lambda b: b.set_approval_policy(data), token, make=True)
     typer.echo(json.dumps(policy_to_dict(stored), indent=2))
 
 
@@ -1967,7 +2000,7 @@ def routing_set(
         return routing_from_dict(document)
 
     try:
-        routing = _run(db, replace, token)
+        routing = _run(db, replace, token, make=True)
     except (RoutingError, ChannelError) as exc:
         raise _fail(str(exc)) from None
     err.print(f"routing from {file} in use (channels: {', '.join(routing.channels) or 'none'})")
@@ -2005,7 +2038,7 @@ def secret_key_rotate(db: LocalDb = None) -> None:
             f"{SECRET_KEY_ENV} is not set: set it to the new key, which rotate records as the nodes' key "
             "(`interlock secret-key forget` records none)"
         )
-    if _run(db, lambda broker: _local(broker).rotate_secret_key(secret)):
+    if _run(db, lambda broker: _local(broker).rotate_secret_key(secret), make=True):
         err.print(
             f"the nodes on {where} sign with this {SECRET_KEY_ENV} from now on: restart each node with it (one "
             "still running signs with the old key until then)",
@@ -2087,7 +2120,7 @@ def deliver(
         finally:
             await loop.stop()
 
-    _run(db, work)
+    _run(db, work, make=True)
 
 
 def main() -> None:

@@ -172,9 +172,10 @@ def test_usage_errors_exit_four_and_store_nothing(db: str, tmp_path: Path) -> No
     assert run("ask", "Pick", "--choice", "a", "--choice", "b", "--multi", "--other", db=db).returncode == 4
     assert run("token", "create", "zed", "--human", "--owner", "carol", db=db).returncode == 4
     (tmp_path / "garbage.db").write_text("not a database")
-    for unopenable in ("sqlite:///no/such/folder/x.db", f"sqlite:///{tmp_path / 'garbage.db'}"):
-        refused = run("inbox", db=unopenable)
-        assert refused.returncode == 4 and "cannot open the SQLite store at" in refused.stderr, refused.stderr
+    refused = run("inbox", db=f"sqlite:///{tmp_path / 'garbage.db'}")
+    assert refused.returncode == 4 and "cannot open the SQLite store at" in refused.stderr, refused.stderr
+    refused = run("inbox", db="sqlite:///no/such/folder/x.db")
+    assert refused.returncode == 4 and "there is no store at sqlite:///no/such/folder/x.db" in refused.stderr
     assert run("ask", "Deploy?", "--form", "/nonexistent.json", db=db).returncode == 4
     listed = run("inbox", "--status", "all", "--json", db=db)
     assert listed.stdout == ""
@@ -212,6 +213,8 @@ async def test_an_id_not_in_the_default_store_names_the_store_read_and_how_to_na
     async with interlock.connect(f"sqlite:///{tmp_path / 'tutorial.db'}") as broker:
         request = await broker.create(interlock.Confirm("Ship it?"), to="alice")
     env = {name: value for name, value in os.environ.items() if name != "INTERLOCK_URL"}
+    async with interlock.connect(f"sqlite:///{tmp_path / 'interlock.db'}"):
+        pass  # the default store is there, and holds other requests
     missed = invoke("answer", request.id, "yes", "--by", "alice", env=env, cwd=tmp_path)
     assert missed.returncode == 1
     said = " ".join(missed.stderr.split())
@@ -219,6 +222,24 @@ async def test_an_id_not_in_the_default_store_names_the_store_read_and_how_to_na
     assert "name that one with --db" in said
     async with interlock.connect(f"sqlite:///{tmp_path / 'tutorial.db'}") as broker:
         assert (await broker.get(request.id)).status is interlock.Status.PENDING
+
+
+def test_a_command_that_reads_refuses_a_store_that_is_not_there_and_makes_none(tmp_path: Path) -> None:
+    """A mistyped --db, or the default interlock.db of a folder that has none, is said to be
+    missing, and no empty store is left where it was named; a command that makes things
+    (ask, token create, ...) makes the store as before."""
+    env = {name: value for name, value in os.environ.items() if name != "INTERLOCK_URL"}
+    typo = f"sqlite:///{tmp_path / 'tutoral.db'}"
+    for args in (["inbox"], ["answer", "01a24cd1716806f01369ea31f9ed3638", "yes"], ["runs"], ["token", "list"]):
+        for named in (["--db", typo], []):
+            refused = invoke(*args, *named, env=env, cwd=tmp_path)
+            said = " ".join(refused.stderr.split())
+            assert refused.returncode == 4, (args, named, said)
+            assert "there is no store at sqlite:///" in said and "name the one your requests are in" in said, said
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    made = invoke("token", "create", "alice", "--human", "--db", typo, env=env, cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert invoke("token", "list", "--db", typo, env=env, cwd=tmp_path).stdout.startswith("alice\t")
 
 
 async def test_the_answer_show_prints_for_a_gate_approval_works_pasted_as_it_is(tmp_path: Path) -> None:

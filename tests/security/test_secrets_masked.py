@@ -63,6 +63,8 @@ async def test_an_error_message_never_shows_a_password_or_a_token(tmp_path: Path
     assert SECRET not in said
 
     token = f"il_0123abcd_{SECRET}-and-more-of-it"
+    async with interlock.connect(f"sqlite:///{tmp_path / 'x.db'}"):
+        pass  # a store that holds no such token
     unknown = invoke("token", "revoke", token, "--db", f"sqlite:///{tmp_path / 'x.db'}")
     assert unknown.returncode == 1
     said = " ".join(unknown.stderr.split())
