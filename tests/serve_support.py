@@ -40,6 +40,7 @@ def refused_at_start(store: str, env: Mapping[str, str]) -> str:
     assert serving.returncode == 4, serving.stderr
     assert "Traceback" not in serving.stderr
     assert "startup failed" not in serving.stderr  # uvicorn's own line, beside the one that says why
+    assert not SERVING.search(serving.stderr), serving.stderr  # no banner claims it serves
     [line] = [line for line in serving.stderr.splitlines() if line.startswith("error: ")]
     return line
 

@@ -951,7 +951,17 @@ def serve(
         """Once the store is open: the routing in use (the file's, or the one kept in the
         store when the file has not changed since it was taken) and, with auth, a one-time
         sign-in link for the person at this machine (made a human here if new), as
-        notebook servers print theirs."""
+        notebook servers print theirs. Its banner comes first: a start refused before
+        (the store, the secret key, the routing) says only why."""
+        err.print(
+            f"interlock {__version__} serving {where} on {redact_url(db or 'sqlite:///interlock.db')}", markup=False
+        )
+        if no_auth:
+            err.print("[yellow]auth is OFF[/yellow]: anyone who can reach this loopback address can read and answer")
+        else:
+            err.print("auth is on: create tokens with `interlock token create NAME --human|--agent`")
+        if proxies:
+            err.print(f"trusting X-Forwarded-Proto and X-Forwarded-For from {', '.join(proxies)}", markup=False)
         delivery = app.state.interlock.delivery
         if routing is not None and delivery is not None:
             from .channels import lacking_secrets
@@ -1004,13 +1014,6 @@ def serve(
     except (ValueError, OSError) as exc:
         sock.close()
         raise _fail(str(exc)) from None
-    err.print(f"interlock {__version__} serving {where} on {redact_url(db or 'sqlite:///interlock.db')}", markup=False)
-    if no_auth:
-        err.print("[yellow]auth is OFF[/yellow]: anyone who can reach this loopback address can read and answer")
-    else:
-        err.print("auth is on: create tokens with `interlock token create NAME --human|--agent`")
-    if proxies:
-        err.print(f"trusting X-Forwarded-Proto and X-Forwarded-For from {', '.join(proxies)}", markup=False)
     from_file = app.state.interlock.delivery.routing if routing is not None else None  # the lifespan may replace it
     config = uvicorn.Config(
         _quiet_refusal(app),

@@ -146,9 +146,10 @@ def test_serve_refused_at_start_says_why_once(tmp_path: Path) -> None:
 def test_what_a_command_says_on_stderr_is_one_line_in_a_log(tmp_path: Path) -> None:
     # stderr to a file or a pipe (a service's log): each line whole, however long, as an
     # operator greps for it; not wrapped at 80 columns in the middle of a path.
-    store = f"sqlite:///{tmp_path}/{'a-long-folder-name' * 3}/interlock.db"
-    served = process("serve", "--port", "0", "--db", store, cwd=tmp_path)
-    assert next(line for line in served.stderr.splitlines() if " serving " in line).endswith(f" on {store}")
+    folder = tmp_path / ("a-long-folder-name" * 3)
+    served = process("serve", "--port", "0", "--db", f"sqlite:///{folder}/interlock.db", cwd=tmp_path)
+    (refusal,) = served.stderr.splitlines()  # the folder is not there: no banner, the line that says why
+    assert refusal.startswith(f"error: cannot open the SQLite store at {folder}/interlock.db: its folder {folder} ")
     store = f"sqlite:///{tmp_path}/{'a-long-file-name' * 3}.db"
     env = {"INTERLOCK_SECRET_KEY": "k" * 43}
     assert run("secret-key", "rotate", "--db", store, cwd=tmp_path, env=env).returncode == 0
