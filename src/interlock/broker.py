@@ -953,21 +953,24 @@ class Broker(ABC):
         text: str,
         *,
         by: str | None = None,
+        requester: str | None = None,
         involving: str | None = None,
         teams: Sequence[str] = (),
         may_answer: Callable[[Request], bool] | None = None,
         prefer: Callable[[Run], Awaitable[bool]] | None = None,
     ) -> Sent:
         """Send a message to the busy run of a session (thread): its newest run that has not
-        ended (of those `involving` a name, or with `teams` asking one of these teams of
-        theirs, when given; the newest that `prefer` takes, when given and one does), as
+        ended (of those `requester` started, and of those `involving` a name, as `list_runs`
+        keeps them, when given; the newest that `prefer` takes, when given and one does), as
         `send_message` does. Raises `NotFound` when no run of the
         session is busy: nothing is held, no run is started."""
         check_text(session, "session", DEFAULT_LIMITS.max_name_length)
         newest: Run | None = None
         cursor: str | None = None
         while True:
-            page = await self.list_runs(session=session, involving=involving, teams=teams, after=cursor, limit=100)
+            page = await self.list_runs(
+                session=session, requester=requester, involving=involving, teams=teams, after=cursor, limit=100
+            )
             for run in page.items:
                 if run.status.ended:
                     continue

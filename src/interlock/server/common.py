@@ -60,6 +60,7 @@ __all__ = [
     "scoped_run_id",
     "parse_event_id",
     "run_event_filter",
+    "runs_filter",
     "problem",
     "problems_for",
     "rate_limited",
@@ -192,6 +193,17 @@ def member_teams(principal: Principal) -> tuple[str, ...]:
     return tuple(sorted(principal.teams)) if principal.kind == "human" else ()
 
 
+def runs_filter(principal: Principal) -> dict[str, Any]:
+    """The keywords of `Broker.list_runs` for the runs `principal` may see (`may_see_run`):
+    an agent's own; a person's, those they started or that ask them or a team of theirs;
+    every run for an admin."""
+    if principal.kind == "admin":
+        return {}
+    if principal.kind == "agent":
+        return {"requester": principal.name}
+    return {"involving": principal.name, "teams": member_teams(principal)}
+
+
 def inbox_filter(principal: Principal) -> dict[str, Any]:
     """The keywords of `Broker.list` for a principal's inbox: the requests to them and to
     their teams (none for an admin: everyone's)."""
@@ -224,11 +236,15 @@ async def requests_of_run(
 
 
 async def may_see_run(broker: LocalBroker, principal: Principal, run: Run) -> bool:
-    """Who may see a run (and so follow and cancel it): who started it, that agent's owner,
-    and the people its requests go to, themselves or through a team of theirs (the
-    operator of a server without auth too)."""
+    """Who may see a run (and so follow and cancel it, and send it messages): who started
+    it, that agent's owner, and the people its requests go to, themselves or through a
+    team of theirs (the operator of a server without auth too). Among those its requests
+    go to, only people: an agent asked in another agent's run (`--open-inboxes`) reads
+    that request, and sees only the runs it started itself."""
     if principal.kind == "admin" or principal.name == run.requester:
         return True
+    if principal.kind != "human":
+        return False
     if run.requester is not None:
         starter = await broker.get_principal(run.requester)
         if starter is not None and starter.owner == principal.name:

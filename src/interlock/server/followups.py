@@ -10,9 +10,9 @@ was held: the run holds as many messages as it may). A message to a run that has
 is 409 `run_conflict`: nothing is held and no run is started.
 
 Who may send: whoever may see the run (the agent that started it, that agent's owner,
-the people its requests go to); a message decides an approval only for one who may
-answer it. Each of them sees what the run holds, but withdraws only their own messages.
-Taking the held messages is the run's own agent's.
+the people its requests go to, not an agent they go to); a message decides an approval
+only for one who may answer it. Each of them sees what the run holds, but withdraws only
+their own messages. Taking the held messages is the run's own agent's.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 from ..followups import MAX_FOLLOWUP_LENGTH, Sent, followup_to_dict
 from ..model import Run
 from ..principals import can_answer
-from .common import ApiError, Caller, TheBroker, describe, may_withdraw, member_teams, problems_for, rate_limited
+from .common import ApiError, Caller, TheBroker, describe, may_withdraw, problems_for, rate_limited, runs_filter
 from .runs import own_run, visible_run
 from .schemas import Problem, Strict
 
@@ -115,13 +115,12 @@ async def send_message(run_id: str, body: MessageBody, caller: Caller, broker: T
 )
 async def send_to_thread(thread_id: str, body: MessageBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Send a message to the busy run of a thread (a session): its newest run you may see
-    (yours, or asking you or a team of yours) that has not ended, as
-    `POST /runs/{id}/messages` does; a person's own agents' runs first (a session id is any
-    agent's to use, and another agent asking you in the same one must not take messages
-    meant for yours). 404 when no run of the thread is busy: nothing
+    (an agent's own; a person's, one asking them or a team of theirs) that
+    has not ended, as `POST /runs/{id}/messages` does; a person's own agents' runs first (a
+    session id is any agent's to use, and another agent asking you in the same one must
+    not take messages meant for yours). 404 when no run of the thread is busy: nothing
     is held and no run is started."""
     by = body.by if caller.kind == "admin" and body.by is not None else caller.name
-    involving = None if caller.kind == "admin" else caller.name
 
     async def own(run: Run) -> bool:  # a run of one of the person's own agents
         agent = await broker.get_principal(run.requester) if run.requester is not None else None
@@ -131,8 +130,7 @@ async def send_to_thread(thread_id: str, body: MessageBody, caller: Caller, brok
         thread_id,
         body.text,
         by=by,
-        involving=involving,
-        teams=member_teams(caller),
+        **runs_filter(caller),
         may_answer=lambda r: can_answer(caller, r),
         prefer=own if caller.kind == "human" else None,
     )

@@ -41,6 +41,7 @@ from .common import (
     problems_for,
     rate_limited,
     run_event_filter,
+    runs_filter,
     scoped_run_id,
 )
 from .schemas import EventPage, Strict
@@ -170,8 +171,8 @@ async def visible_run(broker: LocalBroker, caller: Principal, run_id: str) -> Ru
 
 
 async def own_run(broker: LocalBroker, caller: Principal, run_id: str, what: str) -> Run:
-    """The caller's own run of that name, to drive: 404 for a run they may not see, 403
-    for one they see (they are waited on in it) but did not start."""
+    """The caller's own run of that name, to drive: 404 for a run they may not see (an
+    agent sees only its own), 403 for one they see but did not start."""
     _agent_only(caller, what)
     run = await named_run(broker, caller, run_id)
     if caller.kind != "admin" and caller.name != run.requester:
@@ -247,17 +248,20 @@ async def list_runs(
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     order: Literal["asc", "desc"] = "desc",
 ) -> dict[str, Any]:
-    """The runs you started or that wait on you (or on a team of yours), newest first (by when each was made), a
-    page at a time (pass `next_cursor` as `cursor`; any other cursor is refused with 422).
-    A list shows no state."""
+    """The runs you may see, newest first (by when each was made), a page at a time (pass
+    `next_cursor` as `cursor`; any other cursor is refused with 422): an agent's, those it
+    started; a person's, those that wait on them (or on a team of theirs). A list shows no
+    state."""
+    after = taken("runs", cursor)
+    filters = {"requester": requester, **runs_filter(caller)}
+    if requester not in (None, filters["requester"]):
+        return {"items": [], "next_cursor": None}  # an agent lists its own runs only
     page = await broker.list_runs(
         agent=agent,
         session=session,
         status=status,
-        requester=requester,
-        involving=None if caller.kind == "admin" else caller.name,
-        teams=member_teams(caller),
-        after=taken("runs", cursor),
+        **filters,
+        after=after,
         limit=limit,
         order=order,
     )

@@ -1,0 +1,128 @@
+"""Who sees a run, over HTTP with auth on: who started it, that agent's owner, the people
+its requests go to (themselves or through a team of theirs), and an admin. An agent a
+request goes to reads that request and nothing more of the run (a server with
+`--open-inboxes` lets agents ask each other)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+import interlock
+from interlock.principals import Principal, issue_token
+
+pytestmark = pytest.mark.anyio
+BOUND = 10
+PEOPLE = ("alice", "bob")
+AGENTS = {"alice-bot": "alice", "bob-bot": "bob"}
+
+
+def question(**fields: Any) -> dict[str, Any]:
+    return {"asks": [{"type": "text", "id": "t", "prompt": "Name?"}], **fields}
+
+
+@dataclass
+class World:
+    base: str
+    tokens: dict[str, str]
+
+    def client(self, who: str) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {self.tokens[who]}"}
+        return httpx.AsyncClient(base_url=f"{self.base}/api/v1", headers=headers, timeout=BOUND)
+
+
+@pytest.fixture
+def world(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[World]:
+    """A server with auth on where anyone signed in may ask anyone (`--open-inboxes`):
+    alice and bob (people), each with an agent of their own."""
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    tokens: dict[str, str] = {}
+
+    async def setup() -> None:
+        async with interlock.connect(db) as broker:
+            principals = [Principal(name, "human") for name in PEOPLE]
+            principals += [Principal(name, "agent", owner=owner) for name, owner in AGENTS.items()]
+            for principal in principals:
+                await broker.store.save_principal(principal)
+                token = issue_token(principal.name, datetime.now(UTC))
+                await broker.store.save_token(token)
+                tokens[principal.name] = token.secret
+
+    anyio.run(setup)
+    with serve(db, auth=True, open_inboxes=True) as base:
+        yield World(base, tokens)
+
+
+@pytest.fixture
+async def clients(world: World) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
+    made = {who: world.client(who) for who in (*PEOPLE, *AGENTS)}
+    yield made
+    for client in made.values():
+        await client.aclose()
+
+
+async def started(bot: httpx.AsyncClient, run_id: str, *asked: str) -> tuple[str, list[str]]:
+    """A run `bot` starts in the thread t1 (its id as the server keeps it), with a request
+    to each of `asked`; the requests' ids."""
+    run = await bot.post("/runs", json={"agent": "worker", "run_id": run_id, "session": "t1"})
+    assert run.status_code == 201, run.text
+    ids = []
+    for to in asked:
+        created = await bot.post("/requests", json=question(to=to, origin={"run": run_id}))
+        assert created.status_code == 201, created.text
+        ids.append(created.json()["id"])
+    return run.json()["id"], ids
+
+
+async def test_an_agent_asked_in_another_agents_run_reads_its_request_but_not_the_run(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
+    run, (request_id, _) = await started(clients["alice-bot"], "run-1", "bob-bot", "bob")
+    bob_bot = clients["bob-bot"]
+    assert (await bob_bot.get(f"/requests/{request_id}")).status_code == 200  # its own request, as before
+
+    for method, path, body in (
+        ("GET", f"/runs/{run}", None),
+        ("GET", f"/runs/{run}/events", None),
+        ("GET", f"/runs/{run}/events/stream", None),
+        ("GET", f"/runs/{run}/followups", None),
+        ("POST", f"/runs/{run}/messages", {"text": "stop that"}),
+        ("POST", f"/runs/{run}/cancel", {}),
+    ):
+        response = await bob_bot.request(method, path, json=body)
+        assert response.status_code == 404, (method, path, response.text)
+        assert response.json()["code"] == "not_found", (path, response.text)
+    assert (await bob_bot.get("/runs")).json()["items"] == []
+    assert (await bob_bot.get("/runs", params={"requester": "alice-bot"})).json()["items"] == []
+    thread = await bob_bot.post("/threads/t1/messages", json={"text": "stop that"})
+    assert thread.status_code == 404 and thread.json()["code"] == "not_found", thread.text
+
+    # The run ran on, holding nothing from it; its own agent and its owner see it as ever.
+    for who in ("alice-bot", "alice"):
+        seen = await clients[who].get(f"/runs/{run}")
+        assert seen.status_code == 200, seen.text
+        assert (seen.json()["status"], seen.json()["queuedFollowups"]) == ("running", [])
+    # A person asked in it sees, lists and messages it, as the rule says.
+    bob = clients["bob"]
+    assert (await bob.get(f"/runs/{run}")).status_code == 200
+    assert [r["id"] for r in (await bob.get("/runs")).json()["items"]] == [run]
+    sent = await bob.post("/threads/t1/messages", json={"text": "use the staging box"})
+    assert sent.status_code == 409 and sent.json()["details"]["queued"] is True, sent.text
+
+
+async def test_an_agent_lists_only_the_runs_it_started(clients: dict[str, httpx.AsyncClient]) -> None:
+    mine, _ = await started(clients["bob-bot"], "mine")
+    await started(clients["alice-bot"], "theirs", "bob-bot")
+    listed = await clients["bob-bot"].get("/runs")
+    assert [r["id"] for r in listed.json()["items"]] == [mine]
+    assert [
+        r["id"] for r in (await clients["bob-bot"].get("/runs", params={"requester": "bob-bot"})).json()["items"]
+    ] == [mine]
