@@ -924,8 +924,9 @@ class Broker(ABC):
     ) -> RunPage:
         """Runs matching every filter given, newest first by default (by when each was
         made, then by id), a page at a time; `after` is a page's `next_cursor`.
-        `involving` keeps the runs a name started or has requests of, and with `teams`
-        those with requests to one of these teams (a member's)."""
+        `involving` keeps the runs a person may see: those the name started, those the
+        agents it owns started and those with requests to it, and with `teams` those with
+        requests to one of these teams (a member's)."""
 
     # -- follow-up messages ------------------------------------------------------------------
 
@@ -2485,8 +2486,9 @@ class LocalBroker(Broker):
     ) -> RunPage:
         """Runs matching every filter given, newest first by default (by when each was
         made, then by id), a page at a time; `after` is a page's `next_cursor`.
-        `involving` keeps the runs a name started or has requests of, and with `teams`
-        those with requests to one of these teams (a member's)."""
+        `involving` keeps the runs a person may see: those the name started, those the
+        agents it owns started and those with requests to it, and with `teams` those with
+        requests to one of these teams (a member's)."""
         if self._state != "open":
             await self.open()
         if not 1 <= limit <= 1000:

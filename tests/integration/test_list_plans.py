@@ -301,6 +301,25 @@ async def test_a_run_list_reads_its_page_from_one_index_in_order(
     reads_index_in_order(await plan_of(store, *recorder.last()), index)
 
 
+@pytest.mark.parametrize("teams", [(), ("ops", "sre")], ids=["a person's", "a team member's"])
+async def test_a_person_s_runs_are_read_from_indexes_alone(store: Store, teams: tuple[str, ...]) -> None:
+    """The runs a person may see: those they started, those of the agents they own (found
+    from an index of owners), those with requests to them or their teams. Each set is read
+    from an index and no table is scanned: SQLite gathers the runs of each set and sorts
+    that page's candidates (a person's runs, not everyone's); PostgreSQL reads the runs
+    newest first and keeps those in a set."""
+    recorder = Recorder(store)
+    await store.list_runs(RunQuery(involving="ann", teams=teams))
+    plan = await plan_of(store, *recorder.last())
+    assert "Seq Scan" not in plan, plan
+    for line in plan.splitlines():
+        if line.startswith("SCAN ") and " USING " not in line:  # SQLite: a full scan of a table
+            pytest.fail(plan)
+    words = set(plan.replace("\n", " ").split())
+    assert {"principals_by_owner", "requests_runs_to"} <= words, plan
+    assert words & {"runs_by_requester", "runs_by_created"}, plan
+
+
 @pytest.mark.parametrize(("what", "filters", "index"), DELIVERY_LISTS, ids=[w for w, _, _ in DELIVERY_LISTS])
 async def test_a_delivery_list_reads_its_page_from_one_index_in_order(
     store: Store, what: str, filters: dict[str, Any], index: str

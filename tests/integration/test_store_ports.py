@@ -575,6 +575,29 @@ async def test_runs_list_by_filter_without_their_state(store: Store) -> None:
     assert listed.state is None and listed.waiting_on == (request.id,)
 
 
+async def test_a_persons_runs_hold_those_of_the_agents_they_own_whoever_those_ask(store: Store) -> None:
+    for principal in (
+        Principal("carol", "human"),
+        Principal("dan", "human"),
+        Principal("helper", "agent", owner="carol"),
+        Principal("other", "agent", owner="dan"),
+    ):
+        await store.save_principal(principal)
+    await store.insert_run(new_run("r1-quiet", requester="helper"))  # asks no one
+    await store.insert_run(new_run("r2-asks-dan", requester="helper"))
+    await store.insert_run(new_run("r3-dans", requester="other"))
+    await store.insert(build_request(Text("Name?"), to="dan", requester="helper", origin=Origin(run="r2-asks-dan")))
+    assert [r.id for r in await store.list_runs(RunQuery(involving="carol"))] == ["r2-asks-dan", "r1-quiet"]
+    assert [r.id for r in await store.list_runs(RunQuery(involving="dan"))] == ["r3-dans", "r2-asks-dan"]
+    assert [r.id for r in await store.list_runs(RunQuery(involving="carol", status=RunStatus.CANCELLED))] == []
+    # The agent itself is involved in what it started only; it owns no one.
+    assert [r.id for r in await store.list_runs(RunQuery(involving="helper"))] == ["r2-asks-dan", "r1-quiet"]
+    quiet = await store.get_run("r1-quiet")
+    assert quiet is not None
+    later = await store.list_runs(RunQuery(involving="carol", after=(quiet.created_at, quiet.id), order="asc"))
+    assert [r.id for r in later] == ["r2-asks-dan"]
+
+
 async def test_each_run_event_carries_the_run_as_it_was_then_without_its_state(store: Store) -> None:
     run, _ = await store.insert_run(new_run())
     request, _ = await store.insert(ask())

@@ -1,7 +1,8 @@
 """Who sees a run, over HTTP with auth on: who started it, that agent's owner, the people
 its requests go to (themselves or through a team of theirs), and an admin. An agent a
 request goes to reads that request and nothing more of the run (a server with
-`--open-inboxes` lets agents ask each other)."""
+`--open-inboxes` lets agents ask each other); an owner finds their agents' runs in their
+list as well as by id."""
 
 from __future__ import annotations
 
@@ -126,3 +127,33 @@ async def test_an_agent_lists_only_the_runs_it_started(clients: dict[str, httpx.
     assert [
         r["id"] for r in (await clients["bob-bot"].get("/runs", params={"requester": "bob-bot"})).json()["items"]
     ] == [mine]
+
+
+async def test_an_owner_lists_the_runs_of_their_agents_whoever_those_ask(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
+    quiet, _ = await started(clients["alice-bot"], "quiet")  # asks no one yet
+    asking_bob, _ = await started(clients["alice-bot"], "asking-bob", "bob")
+    others, _ = await started(clients["bob-bot"], "bobs")
+    alice = clients["alice"]
+    for run in (quiet, asking_bob):
+        assert (await alice.get(f"/runs/{run}")).status_code == 200  # hers to open, as before
+
+    listed = [r["id"] for r in (await alice.get("/runs")).json()["items"]]
+    assert listed == [asking_bob, quiet]
+    by_agent = await alice.get("/runs", params={"requester": "alice-bot", "limit": 1})
+    assert [r["id"] for r in by_agent.json()["items"]] == [asking_bob]
+    rest = await alice.get("/runs", params={"requester": "alice-bot", "cursor": by_agent.json()["next_cursor"]})
+    assert [r["id"] for r in rest.json()["items"]] == [quiet]
+    assert others not in listed  # another owner's agent's run, asking no one of hers
+    assert [r["id"] for r in (await clients["bob"].get("/runs")).json()["items"]] == [others, asking_bob]
+
+
+async def test_an_owner_messages_the_thread_of_their_agents_run_that_asks_no_one(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
+    run, _ = await started(clients["alice-bot"], "quiet")
+    sent = await clients["alice"].post("/threads/t1/messages", json={"text": "and the docs too"})
+    assert sent.status_code == 409 and sent.json()["details"]["queued"] is True, sent.text
+    held = (await clients["alice-bot"].get(f"/runs/{run}")).json()["queuedFollowups"]
+    assert [(f["text"], f["by"]) for f in held] == [("and the docs too", "alice")]

@@ -195,8 +195,8 @@ def member_teams(principal: Principal) -> tuple[str, ...]:
 
 def runs_filter(principal: Principal) -> dict[str, Any]:
     """The keywords of `Broker.list_runs` for the runs `principal` may see (`may_see_run`):
-    an agent's own; a person's, those they started or that ask them or a team of theirs;
-    every run for an admin."""
+    an agent's own; a person's, their own agents' and those asking them or a team of
+    theirs; every run for an admin."""
     if principal.kind == "admin":
         return {}
     if principal.kind == "agent":

@@ -115,7 +115,7 @@ async def send_message(run_id: str, body: MessageBody, caller: Caller, broker: T
 )
 async def send_to_thread(thread_id: str, body: MessageBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Send a message to the busy run of a thread (a session): its newest run you may see
-    (an agent's own; a person's, one asking them or a team of theirs) that
+    (an agent's own; a person's own agents', or one asking them or a team of theirs) that
     has not ended, as `POST /runs/{id}/messages` does; a person's own agents' runs first (a
     session id is any agent's to use, and another agent asking you in the same one must
     not take messages meant for yours). 404 when no run of the thread is busy: nothing

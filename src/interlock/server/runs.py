@@ -250,8 +250,8 @@ async def list_runs(
 ) -> dict[str, Any]:
     """The runs you may see, newest first (by when each was made), a page at a time (pass
     `next_cursor` as `cursor`; any other cursor is refused with 422): an agent's, those it
-    started; a person's, those that wait on them (or on a team of theirs). A list shows no
-    state."""
+    started; a person's, those of the agents they own and those that wait on them (or on a
+    team of theirs). A list shows no state."""
     after = taken("runs", cursor)
     filters = {"requester": requester, **runs_filter(caller)}
     if requester not in (None, filters["requester"]):

@@ -662,8 +662,9 @@ class PrincipalStore(Protocol):
 class RunQuery:
     """Filters and a keyset page for `RunStore.list_runs`, in the order runs were made
     (`created_at`, then `id`). `after` is the (created_at, id) of the last run seen;
-    `involving` keeps the runs a name started or has requests of (or, with `teams`, has
-    requests to one of these teams: a member's)."""
+    `involving` keeps the runs a person may see: those that name started, those an agent it
+    owns started, and those with requests to it (or, with `teams`, to one of these teams:
+    a member's)."""
 
     agent: str | None = None
     session: str | None = None

@@ -1030,7 +1030,10 @@ def runs_sql(query: RunQuery, stamp: Callable[[datetime], Any]) -> tuple[str, di
         teams = tuple(dict.fromkeys(t for t in query.teams if t != query.involving))
         names = ", ".join([":who", *(f":team_{i}" for i in range(len(teams)))])
         recipient = "recipient = :who" if not teams else f"recipient IN ({names})"
-        where.append(f"(requester = :who OR id IN (SELECT run FROM requests WHERE {recipient} AND run IS NOT NULL))")
+        where.append(
+            "(requester = :who OR requester IN (SELECT name FROM principals WHERE owner = :who) "
+            f"OR id IN (SELECT run FROM requests WHERE {recipient} AND run IS NOT NULL))"
+        )
         params["who"] = query.involving
         params |= {f"team_{i}": team for i, team in enumerate(teams)}
     if query.after is not None:

@@ -686,17 +686,22 @@ class MemoryStore:
         return [replace(r, state=None) for r in rows[: query.limit]]
 
     def _run_matches(self, run: Run, q: RunQuery) -> bool:
-        if (
-            q.involving is not None
-            and run.requester != q.involving
-            and not any(r.to == q.involving or r.to in q.teams for r in self._requests_of_run(run.id))
-        ):
+        if q.involving is not None and not self._involves(run, q.involving, q.teams):
             return False
         return (
             (q.agent is None or run.agent == q.agent)
             and (q.session is None or run.session == q.session)
             and (q.status is None or run.status == q.status)
             and (q.requester is None or run.requester == q.requester)
+        )
+
+    def _involves(self, run: Run, name: str, teams: tuple[str, ...]) -> bool:
+        """Whether `name` started the run, owns the agent that did, or is asked in it."""
+        starter = self._principals.get(run.requester) if run.requester is not None else None
+        return (
+            run.requester == name
+            or (starter is not None and starter.owner == name)
+            or any(r.to == name or r.to in teams for r in self._requests_of_run(run.id))
         )
 
     def _requests_of_run(self, run_id: str) -> builtins.list[Request]:
