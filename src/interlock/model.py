@@ -2004,8 +2004,15 @@ def build_request(
         raise InvalidRequest("details must be a string")
     if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
         raise InvalidRequest("idempotency_key must be a non-empty string")
-    if expires_at is not None and expires_at.tzinfo is None:
-        raise InvalidRequest("expires_at must be timezone-aware")
+    if expires_at is not None:
+        if expires_at.tzinfo is None or expires_at.utcoffset() is None:
+            raise InvalidRequest("expires_at must be timezone-aware")
+        try:  # in UTC, as every store keeps it (PostgreSQL refused such a time with its own error)
+            expires_at.astimezone(UTC)
+        except OverflowError:
+            raise InvalidRequest(
+                f"expires_at {expires_at.isoformat()} is outside the years 1 to 9999 in UTC, which no store keeps"
+            ) from None
     _check_request_limits(ask_list, title, details, context, to, requester, origin, idempotency_key, limits)
     return Request._make(
         new_id(),

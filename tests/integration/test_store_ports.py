@@ -141,6 +141,22 @@ async def test_overdue_requests_settle_and_the_next_expiry_is_known(store: Reque
     assert await store.next_expiry() == later.expires_at
 
 
+@pytest.mark.parametrize(
+    "deadline",
+    [datetime(9000, 1, 1, 0, 0, 0, 123457, tzinfo=UTC), datetime.max.replace(tzinfo=UTC)],
+    ids=["far-off", "the-last-instant"],
+)
+async def test_a_far_deadline_is_kept_to_the_microsecond(store: RequestStore, deadline: datetime) -> None:
+    # SQLite counted its time columns through a float: a deadline in the year 9000 came back
+    # 13 microseconds early, and the last instant there is (a "never" some clients give)
+    # came back as the year 10000, which no datetime holds: the expiry loop failed on it.
+    far, _ = await store.insert(ask(expires_at=deadline))
+    assert await store.next_expiry() == deadline
+    assert (await store.get(far.id)).expires_at == deadline  # type: ignore[union-attr]
+    now = datetime.now(UTC)
+    assert await store.settle_pending(Status.EXPIRED, Response(now), due=now) == []
+
+
 async def test_a_closed_channel_cancels_its_requests_and_refuses_new_ones_until_reopened(store: RequestStore) -> None:
     inside, _ = await store.insert(ask(channel="c"))
     outside, _ = await store.insert(ask(channel="d"))

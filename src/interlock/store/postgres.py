@@ -394,7 +394,10 @@ class PostgresStore(SqlStore):
         return rows
 
     def _time(self, value: Any) -> datetime:
-        return value  # type: ignore[no-any-return]  # asyncpg reads timestamptz as an aware datetime
+        # asyncpg reads timestamptz as an aware datetime, but the last instant there is
+        # (which it writes as 'infinity') as a naive `datetime.max`: a broker comparing it
+        # with now failed.
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
 
     def _stamp(self, value: datetime) -> Any:
         return value

@@ -189,8 +189,19 @@ def _fetch(cursor: sqlite3.Cursor, budget: int | None) -> list[Any]:
     return rows
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
 def _us(value: datetime | None) -> int | None:
-    return None if value is None else int(value.timestamp() * 1_000_000)
+    """A time as the microseconds since the epoch a time column holds: counted exactly
+    (a float's `timestamp()` is off by microseconds in the far future, and rounds the
+    last instant there is up into a year no datetime can hold)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:  # local time, as `timestamp()` takes it
+        value = value.astimezone()
+    return (value - _EPOCH) // _MICROSECOND
 
 
 def _now() -> datetime:
@@ -198,7 +209,7 @@ def _now() -> datetime:
 
 
 def _from_us(value: int) -> datetime:
-    return datetime.fromtimestamp(value / 1_000_000, UTC)
+    return _EPOCH + timedelta(microseconds=value)
 
 
 def _access_event(type_: str, at: int | None, data: Mapping[str, Any]) -> dict[str, Any]:
