@@ -941,9 +941,17 @@ def serve(
         except ValueError as exc:
             raise _fail(str(exc)) from None
     streams: int | Literal["default"] | None = "default" if max_streams is None else max_streams or None
-    policy = GrantPolicy(
-        parse_duration(grant_default), parse_duration(grant_ceiling) if grant_ceiling is not None else None
-    )
+    try:
+        policy = GrantPolicy(
+            parse_duration(grant_default), parse_duration(grant_ceiling) if grant_ceiling is not None else None
+        )
+    except ValueError:  # a grant issued then would end past the last date there is
+        option, text = (
+            ("--grant-ceiling", grant_ceiling)
+            if grant_ceiling is not None and parse_duration(grant_ceiling) > parse_duration(grant_default)
+            else ("--grant-default", grant_default)
+        )
+        raise _fail(f"{option} {text} is more than a thousand years") from None
     sock = _listen(host, port)
     where = f"http://{host if ':' not in host else f'[{host}]'}:{sock.getsockname()[1]}"  # the port held, if 0
 

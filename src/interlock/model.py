@@ -799,6 +799,9 @@ def _grants(where: str, raw: Iterable[Grant | Mapping[str, Any]]) -> tuple[Grant
     return grants
 
 
+_THOUSAND_YEARS = 365 * 1000 * 86400.0
+
+
 @dataclass(frozen=True, slots=True)
 class GrantPolicy:
     """How long issued grants last at this venue: `default_seconds` for an offer without
@@ -815,6 +818,8 @@ class GrantPolicy:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or math.isinf(value):
                 raise ValueError(f"{name} must be a positive, finite number of seconds, not {value!r}")
+            if value > _THOUSAND_YEARS:  # a grant issued then would end past the last date there is
+                raise ValueError(f"{name} is {value:g} seconds, more than a thousand years")
 
     def check_offer(self, grant: Grant, where: str, now: datetime) -> None:
         """Refuse an offer that ended already, or would last past the ceiling."""
@@ -851,10 +856,11 @@ DEFAULT_GRANT_POLICY = GrantPolicy()
 
 
 def _seconds_text(seconds: float) -> str:
-    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
         if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)} {unit}"
-    return f"{seconds:g} seconds"
+            count = int(seconds // size)
+            return f"{count} {unit}{'' if count == 1 else 's'}"
+    return f"{seconds:g} second{'' if seconds == 1 else 's'}"
 
 
 @dataclass(frozen=True, slots=True)

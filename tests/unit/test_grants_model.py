@@ -140,7 +140,7 @@ def test_the_policy_refuses_offers_past_its_ceiling_and_caps_the_default() -> No
     policy = GrantPolicy(ceiling_seconds=3600)
     policy.check_offer(Grant("w", "c"), "ask", NOW)  # the default is capped, not refused
     policy.check_offer(Grant("w", "c", int(NOW.timestamp()) + 3600), "ask", NOW)
-    with pytest.raises(InvalidRequest, match="ceiling of 1 hours"):
+    with pytest.raises(InvalidRequest, match="ceiling of 1 hour "):
         policy.check_offer(Grant("w", "c", int(NOW.timestamp()) + 3601), "ask", NOW)
     with pytest.raises(InvalidRequest, match="no expiry"):
         policy.check_offer(Grant("w", "c", None), "ask", NOW)
@@ -149,3 +149,20 @@ def test_the_policy_refuses_offers_past_its_ceiling_and_caps_the_default() -> No
         GrantPolicy().check_offer(Grant("w", "c", int(NOW.timestamp()) - 1), "ask", NOW)
     with pytest.raises(ValueError, match="ceiling_seconds"):
         GrantPolicy(ceiling_seconds=0)
+
+
+def test_a_policy_whose_grants_would_end_past_the_last_date_is_refused_when_made() -> None:
+    # It was taken (`interlock serve --grant-default 3000000d`), and every approval that
+    # issued a grant from it then failed with an OverflowError, a 500 over HTTP.
+    for made in (lambda: GrantPolicy(3_000_000 * 86400.0), lambda: GrantPolicy(ceiling_seconds=3_000_000 * 86400.0)):
+        with pytest.raises(ValueError, match="more than a thousand years"):
+            made()
+    thousand_years = 365 * 1000 * 86400
+    assert GrantPolicy(thousand_years).expiry(Grant("w", "c"), NOW) == NOW + timedelta(seconds=thousand_years)
+
+
+def test_a_ceiling_of_one_unit_reads_in_the_singular() -> None:
+    with pytest.raises(InvalidRequest, match="ceiling of 1 hour "):
+        GrantPolicy(ceiling_seconds=3600).check_offer(Grant("w", "c", int(NOW.timestamp()) + 3601), "ask", NOW)
+    with pytest.raises(InvalidRequest, match="at most 2 days;"):
+        GrantPolicy(ceiling_seconds=2 * 86400).check_offer(Grant("w", "c", None), "ask", NOW)
