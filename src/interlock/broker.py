@@ -211,11 +211,16 @@ _LONGEST = timedelta(days=365 * 1000).total_seconds()
 """The longest duration taken (a thousand years): past it, dates stop being storable."""
 
 
-def _seconds(value: float | timedelta, name: str) -> float:
+def _seconds(value: float | timedelta, name: str, longest: float | None = _LONGEST) -> float:
+    """A duration given as seconds or a timedelta, checked: positive, finite, at least the
+    microsecond the stores count in (less would be kept as no time at all), and at most
+    `longest` seconds."""
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0 or math.isinf(seconds):
         raise InvalidRequest(f"{name} must be a positive, finite number of seconds")
-    if seconds > _LONGEST:
+    if seconds < 1e-6:
+        raise InvalidRequest(f"{name} is {seconds:g} seconds, less than the microsecond times are kept in")
+    if longest is not None and seconds > longest:
         raise InvalidRequest(f"{name} is {seconds:g} seconds, more than a thousand years")
     return float(seconds)
 
@@ -443,9 +448,9 @@ class Broker(ABC):
         if context is not None:
             check_context(context)
         if timeout is not None:
-            seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
-            if not seconds > 0 or math.isinf(seconds):
-                raise InvalidRequest("timeout must be a positive, finite number of seconds")
+            # As long as the last date there is allows (`due` below), unlike the durations
+            # an operator sets; not text, nor True (taken as one second).
+            seconds = _seconds(timeout, "timeout", longest=None)
             try:
                 due = now + timedelta(seconds=seconds)
             except OverflowError:
@@ -1339,6 +1344,7 @@ class LocalBroker(Broker):
         if self._state != "open":
             await self.open()
         request_id = _check_id(request_id)
+        timeout = _wait_seconds(timeout)  # NaN had waited forever
         fut: asyncio.Future[Request] = asyncio.get_running_loop().create_future()
         self._add_waiter(request_id, fut)
         try:

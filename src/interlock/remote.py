@@ -446,7 +446,8 @@ class RemoteBroker(Broker):
 
     async def watch(self, request_id: str, timeout: float | None = None) -> Request:
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + max(float(timeout), 0.0)
+        seconds = _wait_seconds(timeout)  # NaN had waited forever
+        deadline = None if seconds is None else loop.time() + seconds
         while True:
             request = await self._poll_through_outages(request_id, deadline)
             if request is not None:

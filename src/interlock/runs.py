@@ -53,7 +53,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ._backoff import Backoff
-from .broker import DEFAULT_LEASE, Broker
+from .broker import DEFAULT_LEASE, Broker, _seconds
 from .errors import Closed, InterlockError, InvalidRequest, RateLimited, RunConflict, Unavailable
 from .model import DEFAULT_PAUSE_TIMEOUT, Request, Run, RunStatus, park_deadline
 
@@ -136,12 +136,10 @@ class Worker:
             raise ValueError("a worker needs a resume handler for at least one agent")
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        if not lease > 0:
-            raise ValueError("lease must be a positive number of seconds")
         self.broker = broker
         self.handlers = dict(handlers)
         self.name = name or default_worker_name()
-        self.lease = lease
+        self.lease = _seconds(lease, "lease")  # refused here, not at the first claim (`inf`, say)
         self.concurrency = concurrency
         self.resumed = 0
         """How many runs this worker has resumed (whatever their outcome)."""

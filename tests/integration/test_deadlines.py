@@ -4,12 +4,13 @@ times, durations at their edges, and the expiry loop that must go on whatever it
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 
 import anyio
 import pytest
 
-from interlock import Broker, InvalidRequest, Status, Text
+from interlock import Broker, InvalidRequest, Status, Text, Worker
 
 pytestmark = pytest.mark.anyio
 BOUND = 10
@@ -58,3 +59,49 @@ async def test_a_deadline_with_an_offset_is_kept_as_given(broker: Broker, backen
     made = await broker.create(Text("When?"), expires_at=deadline)
     for read in (made, await broker.get(made.id), (await broker.list()).items[0]):
         assert read.expires_at == deadline and read.expires_at.utcoffset() == timedelta(hours=5, minutes=30)
+
+
+@pytest.mark.parametrize("timeout", ["5", True, 1e-7, timedelta(microseconds=0.4)], ids=repr)
+async def test_a_timeout_that_is_no_number_or_under_a_microsecond_is_refused(broker: Broker, timeout: object) -> None:
+    # Text and True were taken (float("5"), one second); less than the microsecond the stores
+    # keep times in was kept as no time at all. max_duration refused text already.
+    with pytest.raises(InvalidRequest, match="timeout"):
+        await broker.create(Text("Name?"), timeout=timeout)  # type: ignore[arg-type]
+    assert (await broker.list()).items == []
+    made = await broker.create(Text("Name?"), timeout=timedelta(microseconds=1))
+    assert made.expires_at is not None and made.expires_at - made.created_at >= timedelta(microseconds=1)
+
+
+async def test_a_max_duration_under_a_microsecond_is_refused(broker: Broker) -> None:
+    # It was kept as 0 seconds, a duration refused when given as 0.
+    with pytest.raises(InvalidRequest, match="max_duration"):
+        await broker.start_run("agent", max_duration=1e-7)
+    assert (await broker.list_runs()).items == []
+
+
+async def test_an_operator_s_durations_under_a_microsecond_are_refused(
+    connect: Callable[..., Broker], backend: str
+) -> None:
+    if backend == "http":
+        pytest.skip("a server's own options")
+    for option in ("pause_timeout", "default_expiry"):
+        with pytest.raises(InvalidRequest, match=option):
+            connect(**{option: 1e-7})
+
+
+async def test_watching_with_a_timeout_that_is_no_number_is_refused_at_once(broker: Broker) -> None:
+    # NaN had watched forever (`wait` refused it already).
+    made = await broker.create(Text("Name?"))
+    for timeout in (float("nan"), "5"):
+        with anyio.fail_after(BOUND), pytest.raises(InvalidRequest, match="timeout"):
+            await broker.watch(made.id, timeout=timeout)  # type: ignore[arg-type]
+    assert (await broker.get(made.id)).status is Status.PENDING
+
+
+async def test_a_worker_s_lease_is_checked_when_it_is_made(broker: Broker) -> None:
+    # An infinite lease was taken, and the worker stopped with an error at its first claim.
+    async def handler(run: object) -> None: ...
+
+    for lease in (float("inf"), float("nan"), 0, 1e-7):
+        with pytest.raises(InvalidRequest, match="lease"):
+            Worker(broker, {"agent": handler}, lease=lease)
