@@ -507,10 +507,12 @@ class Broker(ABC):
         """Store a new pending request and return it; it is answerable from this moment.
 
         Fields: `kind` ("question" or "approval"), `to`, `title`, `details` (markdown),
-        `context` (JSON), `timeout` (seconds until it expires) or `expires_at`,
-        `requester`, `idempotency_key`, and where it came from: `origin=Origin(...)` or
-        `session`, `channel`, `agent`, `actor`, `tool_call_id`, `tool_name`, `arguments`,
-        `run`, `correlation_id`, `delegation` one by one.
+        `context` (JSON), `timeout` (seconds or a timedelta until it expires, at least a
+        microsecond) or `expires_at` (a timezone-aware datetime, kept with its offset; the
+        earlier of the two when both are given), `requester`, `idempotency_key`, and
+        where it came from: `origin=Origin(...)` or `session`, `channel`, `agent`,
+        `actor`, `tool_call_id`, `tool_name`, `arguments`, `run`, `correlation_id`,
+        `delegation` one by one.
 
         Raises `Closed` in a channel closed by `close(channel)` (on any process sharing the
         store) or after `close()` on this broker.

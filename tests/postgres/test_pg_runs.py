@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import anyio
 import pytest
+from pg_support import database_of, psql
 
 import interlock
 from interlock import Confirm, RunStatus, Text
@@ -136,3 +137,32 @@ async def test_the_search_text_catches_up_shortly_after_a_write_without_a_search
                     break
                 await anyio.sleep(0.05)  # the store's catch-up runs 0.2 s after its own events
         assert await pool(broker).fetchval("SELECT upto FROM derived WHERE name = 'search'") == 2
+
+
+async def test_a_pause_that_ran_out_while_every_node_was_down_is_given_up_once_when_two_start(pg_url: str) -> None:
+    async with interlock.connect(pg_url) as first:
+        run = await first.start_run("auditor")
+        answered = await first.create(Text("Scope?"), to="alice", run=run.id)
+        left = await first.create(Text("Sign?"), to="alice", run=run.id)
+        await first.park(run.id, state=None, waiting_on=[answered.id, left.id])
+        await first.resolve(answered.id, "all", by="alice")
+    psql(f"UPDATE runs SET expires_at = now() - interval '1 second' WHERE id = '{run.id}'", database_of(pg_url))
+    nodes = [interlock.connect(pg_url) for _ in range(2)]
+    await asyncio.gather(*(node.open() for node in nodes))
+    try:
+        with anyio.fail_after(BOUND):
+            async for event in nodes[1].events(follow=True):
+                if event.type == "run_cancelled":
+                    break
+        ended = await nodes[0].get_run(run.id)
+        assert (ended.status, ended.terminal_reason) == (RunStatus.CANCELLED, "interaction_timeout")
+        withdrawn = await nodes[0].get(left.id)
+        assert withdrawn.response is not None and withdrawn.response.reason == "interaction_timeout"
+        assert (await nodes[0].get(answered.id)).answer == "all"  # the answer stands
+    finally:
+        for node in nodes:
+            await node.aclose()
+    async with interlock.connect(pg_url) as reader:
+        events = [e async for e in reader.events()]
+    assert [e.type for e in events if e.type in ("cancelled", "run_cancelled")] == ["cancelled", "run_cancelled"]
+    assert next(e for e in events if e.type == "cancelled").request_id == left.id
