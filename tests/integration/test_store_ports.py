@@ -143,8 +143,13 @@ async def test_overdue_requests_settle_and_the_next_expiry_is_known(store: Reque
 
 @pytest.mark.parametrize(
     "deadline",
-    [datetime(9000, 1, 1, 0, 0, 0, 123457, tzinfo=UTC), datetime.max.replace(tzinfo=UTC)],
-    ids=["far-off", "the-last-instant"],
+    [
+        datetime(2112, 9, 17, 23, 53, 47, 370495, tzinfo=UTC),  # 2**52 - 1 microseconds from 1970:
+        datetime(2112, 9, 17, 23, 53, 47, 370496, tzinfo=UTC),  # SQLite reads these two two ways
+        datetime(9000, 1, 1, 0, 0, 0, 123457, tzinfo=UTC),
+        datetime.max.replace(tzinfo=UTC),
+    ],
+    ids=["last-read-through-a-float", "first-counted-out", "far-off", "the-last-instant"],
 )
 async def test_a_far_deadline_is_kept_to_the_microsecond(store: RequestStore, deadline: datetime) -> None:
     # SQLite counted its time columns through a float: a deadline in the year 9000 came back
