@@ -548,6 +548,22 @@ async def test_requires_approval_takes_the_context_of_the_running_tool_call(brok
     assert (await bounded(task)).content == "sent"
 
 
+async def test_a_lone_surrogate_in_the_arguments_is_refused_as_not_plain_json_and_asks_nobody(
+    broker: Broker, inbox: Inbox
+) -> None:
+    # A model can write "\\ud800" in its JSON arguments: the string decodes, but no UTF-8
+    # text (a digest, a stored request) can carry it. It had escaped the gate as a raw
+    # UnicodeEncodeError, failing a parked run's whole pass instead of this one call.
+    gate = ApprovalGate(broker, policies={"deploy": "always"}, to="alice")
+    call = ToolCall("deploy", json.loads('{"env": "prod", "version": "\\ud800"}'), "c1", session="s1", agent="ops")
+    with pytest.raises(ApprovalRefused, match="not plain JSON") as refused:
+        await bounded(gate.authorize(call))
+    assert "lone surrogate" in (refused.value.detail or "")
+    with pytest.raises(ApprovalRefused, match="not plain JSON"):
+        await bounded(gate.begin(call))
+    assert await inbox.created_since() == []
+
+
 async def test_arguments_that_are_not_plain_json_fail_closed(broker: Broker) -> None:
     gate = ApprovalGate(broker, policies={"*": "never"})
 

@@ -122,8 +122,14 @@ ToolHandler: TypeAlias = Callable[[ToolCall], Awaitable["ToolResult | None"]]
 
 
 def canonical_json(value: Any) -> str:
-    """The canonical JSON text of `value`: sorted keys, no spaces, no NaN. Raises on non-JSON."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """The canonical JSON text of `value`: sorted keys, no spaces, no NaN. Raises on non-JSON
+    (`ValueError` for a string holding a lone surrogate, which no UTF-8 text can carry)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"a string holds a lone surrogate ({text[exc.start]!r}), which is not text") from None
+    return text
 
 
 def arguments_digest(name: str, arguments: Mapping[str, Any]) -> str:
