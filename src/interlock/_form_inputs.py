@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any, Literal, Protocol
 
 from .errors import InvalidAnswer
@@ -22,7 +24,9 @@ __all__ = [
     "FormLike",
     "form_fields",
     "form_unchanged",
+    "form_untouched",
     "form_values",
+    "input_type",
     "read_form",
 ]
 
@@ -154,19 +158,66 @@ def form_values(ask: FormLike, name: str, value: Mapping[str, Any]) -> list[tupl
 
 
 def form_unchanged(ask: FormLike, name: str, values: FieldValues, original: FieldValues) -> bool:
-    """Whether the posted inputs of a form ask still hold what `original` prefilled them with."""
+    """Whether the posted inputs of a form ask still hold what `original` prefilled them with.
+
+    Line breaks compare alike whatever their form: a browser posts each one of a textarea
+    as CR LF, so a value prefilled with LF comes back changed by the browser, not the person."""
     fields = form_fields(ask, name)
     if fields is None:
-        return values.get(f"{name}.json").strip() == original.get(f"{name}.json").strip()
-    for f in fields:
-        if f.kind == "boolean":
-            if values.has(f.name) != original.has(f.name):
-                return False
-        elif f.kind == "string":
-            if values.get(f.name) != original.get(f.name):
-                return False
-        elif values.get(f.name).strip() != original.get(f.name).strip():
-            return False
+        return _lines(values.get(f"{name}.json")).strip() == _lines(original.get(f"{name}.json")).strip()
+    return all(form_unchanged_field(f, values, original) for f in fields)
+
+
+def form_untouched(fields: Iterable[Field], values: FieldValues, original: FieldValues) -> list[str]:
+    """The keys of the inputs (a form ask's `inputs`) still holding what `original`
+    prefilled them with (compared as `form_unchanged` does): an edit of the others keeps
+    their values as they were, not as a browser posted them back."""
+    return [f.key for f in fields if form_unchanged_field(f, values, original)]
+
+
+def form_unchanged_field(f: Field, values: FieldValues, original: FieldValues) -> bool:
+    """Whether one input still holds what `original` prefilled it with."""
+    if f.kind == "boolean":
+        return values.has(f.name) == original.has(f.name)
+    if f.kind == "string":
+        return _lines(values.get(f.name)) == _lines(original.get(f.name))
+    return _lines(values.get(f.name)).strip() == _lines(original.get(f.name)).strip()
+
+
+def _lines(text: str) -> str:
+    """`text` with each line break (CR LF, CR) as LF."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+_EMAIL = re.compile(
+    r"[a-zA-Z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?"
+    r"(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*"
+)
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:\S*")
+
+
+def input_type(f: Field, value: str) -> str:
+    """How a string input shows `value`: `textarea` for one holding a line break, else its
+    own type if a browser keeps `value` in it as it is, else `text`.
+
+    A browser strips the line breaks out of an input's value, the blanks around an email
+    or URL input's, and empties a date input whose value is not a date: what it would post
+    back then differs from what was prefilled (an approval's arguments under review) by
+    what the person never saw nor changed."""
+    if "\n" in value or "\r" in value:
+        return "textarea"
+    kept = {"email": _EMAIL, "date": _DATE, "url": _URL}.get(f.input_type)
+    if not value or kept is None or (kept.fullmatch(value) and (f.input_type != "date" or _is_date(value))):
+        return f.input_type
+    return "text"
+
+
+def _is_date(value: str) -> bool:
+    try:
+        date.fromisoformat(value)
+    except ValueError:
+        return False
     return True
 
 
@@ -219,7 +270,7 @@ def _coerce(ask: FormLike, f: Field, raw: str) -> Any:
     text = raw.strip()
     fault = FieldFault(ask, f, f"{raw!r} is not a valid {f.kind}")
     if f.kind == "string":
-        return raw
+        return _lines(raw)  # a textarea posts its line breaks as CR LF
     if f.kind == "json":
         return _json(ask, f, text)
     if f.kind == "enum":

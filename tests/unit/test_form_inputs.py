@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from interlock import Form
-from interlock._form_inputs import FieldFault, read_form
+from interlock._form_inputs import FieldFault, form_fields, input_type, read_form
 from interlock.errors import InvalidAnswer
 
 SCHEMA = {"type": "object", "properties": {"steps": {"type": "array", "title": "Steps"}}}
@@ -40,3 +40,41 @@ def test_a_form_without_fields_takes_its_json_whole_and_says_what_cannot_be_read
     ask = Form("Anything?", schema={"type": "object"}, id="free")
     with pytest.raises(InvalidAnswer, match="ask 'free': the answer is JSON that cannot be read here"):
         read_form(ask, "a0", Posted(**{"a0.json": "[" * 100_000}))
+
+
+TYPED = {
+    "type": "object",
+    "properties": {
+        "to": {"type": "string", "format": "email"},
+        "site": {"type": "string", "format": "uri"},
+        "on": {"type": "string", "format": "date"},
+        "note": {"type": "string"},
+        "count": {"type": "integer"},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown_as"),
+    [
+        ("to", "a@example.com", "email"),
+        ("to", " a@example.com", "text"),  # an email input drops the blank
+        ("to", "not an address", "text"),  # and would hold the whole form back
+        ("site", "https://example.com/x", "url"),
+        ("site", "https://example.com/x ", "text"),
+        ("on", "2024-02-29", "date"),
+        ("on", "2023-02-29", "text"),  # a date input empties a date that is none
+        ("on", "tomorrow", "text"),
+        ("note", "one line", "text"),
+        ("note", "two\nlines", "textarea"),  # an input drops line breaks
+        ("to", "a@example.com\r", "textarea"),
+        ("count", "3", "number"),
+        ("on", "", "date"),
+    ],
+)
+def test_an_input_shows_a_prefilled_value_in_a_type_that_posts_it_back_as_it_is(
+    key: str, value: str, shown_as: str
+) -> None:
+    fields = form_fields(Form("Edit", schema=TYPED, id="arguments"), "a1") or ()
+    (f,) = [f for f in fields if f.key == key]
+    assert input_type(f, value) == shown_as

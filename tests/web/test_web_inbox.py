@@ -775,6 +775,45 @@ def test_an_edit_opened_and_left_unchanged_approves_the_arguments_reviewed(serve
     assert done.response is not None and "arguments" not in done.response.answers
 
 
+def test_an_argument_of_several_lines_approved_in_one_click_runs_as_reviewed(server: Server, page: Page) -> None:
+    # Prefilled into a one-line input, its line breaks were stripped by the browser, which
+    # posted it back as "api\r\nweb" -> "apiweb": an edit nobody made, and the call ran so.
+    agent = GatedScale(server, {"service": "api\nweb", "env": "prod", "replicas": 3})
+    sign_in(page, server)
+    card = pending_card(page, agent.request_id)
+    card.get_by_role("button", name="Approve").click()
+    expect(history_item(page, agent.request_id)).to_contain_text("Approved by alice via web")
+    assert agent.outcome.result(timeout=10).content == "scaled"
+    assert agent.ran == [{"service": "api\nweb", "env": "prod", "replicas": 3}]
+    done = stored(server, agent.request_id)
+    assert done.response is not None and "arguments" not in done.response.answers
+
+
+def test_an_edit_of_one_argument_keeps_the_others_as_reviewed(server: Server, page: Page) -> None:
+    agent = GatedScale(server, {"service": "\napi\r\nweb\n", "env": "prod", "replicas": 3})
+    sign_in(page, server)
+    card = pending_card(page, agent.request_id)
+    card.locator("details.edit > summary").click()
+    expect(card.get_by_label("service")).to_have_value("\napi\nweb\n")  # shown whole, on its lines
+    card.get_by_label("replicas").fill("4")
+    card.get_by_role("button", name="Approve").click()
+    expect(history_item(page, agent.request_id)).to_contain_text("Approved by alice via web")
+    assert agent.outcome.result(timeout=10).content == "scaled"
+    assert agent.ran == [{"service": "\napi\r\nweb\n", "env": "prod", "replicas": 4}]
+
+
+def test_an_argument_of_several_lines_is_edited_on_its_lines(server: Server, page: Page) -> None:
+    agent = GatedScale(server, {"service": "api\nweb", "env": "prod", "replicas": 3})
+    sign_in(page, server)
+    card = pending_card(page, agent.request_id)
+    card.locator("details.edit > summary").click()
+    card.get_by_label("service").fill("api\nweb\nworker")
+    card.get_by_role("button", name="Approve").click()
+    expect(history_item(page, agent.request_id)).to_contain_text("Approved by alice via web")
+    assert agent.outcome.result(timeout=10).content == "scaled"
+    assert agent.ran == [{"service": "api\nweb\nworker", "env": "prod", "replicas": 3}]  # LF, as typed
+
+
 def test_a_gate_approval_is_denied_with_a_reason_the_agent_reads_verbatim(server: Server, page: Page) -> None:
     agent = GatedScale(server, {"service": "api", "env": "prod", "replicas": 3})
     sign_in(page, server)

@@ -40,7 +40,7 @@ from markupsafe import Markup
 from sse_starlette import ServerSentEvent
 
 from .. import cursors
-from .._form_inputs import Field, FieldFault
+from .._form_inputs import Field, FieldFault, form_untouched, input_type
 from ..approvals import decision_ask
 from ..broker import MAX_EVENT_ID, Broker
 from ..errors import FollowupNotFound, InvalidAnswer, InvalidCursor, InvalidRequest, NotFound, RunConflict
@@ -213,11 +213,19 @@ def approval_answers(request: HumanRequest, approve: bool, values: Values) -> An
     if not approve:
         return answers
     original = prefill(request)
+    arguments = request.origin.arguments
     for i, ask in enumerate(request.asks):
         name = f"a{i}"
         if i == 0 or not ask.edited(name, values, original):
             continue
         value = ask.from_fields(values, name)
+        if isinstance(value, dict) and isinstance(arguments, Mapping):
+            # What the person left alone stays as reviewed, not as the browser posted it back.
+            for key in form_untouched(ask.inputs(name) or (), values, original):
+                if key in arguments:
+                    value[key] = arguments[key]
+                else:
+                    value.pop(key, None)
         if value is not None:
             answers[ask.id] = value
     return answers
@@ -369,6 +377,7 @@ def _templates() -> Jinja2Templates:
         heading=heading,
         is_approval=is_approval,
         prefill=prefill,
+        input_type=input_type,
         ask_views=ask_views,
         outcome=outcome,
         badge=badge,
