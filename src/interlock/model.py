@@ -111,6 +111,7 @@ __all__ = [
     "run_event_data",
     "run_from_dict",
     "run_to_dict",
+    "show_hidden",
     "time_budget",
     "yes_no",
 ]
@@ -174,6 +175,19 @@ def _fault(char: str) -> str:
     if char == "\x00":
         return "contains a NUL character, which cannot be stored"
     return f"contains a lone surrogate ({char!r}), which is not valid Unicode"
+
+
+_HIDDEN = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]"
+)
+
+
+def show_hidden(text: str) -> str:
+    """`text` with each character a reader cannot see, or that reorders what they see,
+    written out as `\\uXXXX`: control characters but line breaks and tabs, bidirectional
+    controls (a right-to-left override shows `evil.exe` as `exe.live`), zero-width spaces
+    and joiners, a byte order mark. What a person approves is then what they read."""
+    return _HIDDEN.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def check_text(

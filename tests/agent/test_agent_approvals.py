@@ -115,6 +115,28 @@ async def test_an_approval_request_carries_the_tool_its_arguments_and_a_preview(
     await bounded(task)
 
 
+async def test_the_preview_shows_what_a_reader_cannot_see_and_quotes_odd_argument_names(
+    broker: Broker, inbox: Inbox
+) -> None:
+    # A right-to-left override made "/srv/\u202etxt.exe" read as "/srv/exe.txt" to the
+    # approver, a zero-width space hid in a name, and a name like 'a=1, b' read as two.
+    gate = ApprovalGate(broker, policies={"*": "always"}, to="alice")
+    call = ToolCall("upload", {"path": "/srv/\u202etxt.exe", "host": "ex\u200bample.com"}, "c1", session="s1")
+    task = asyncio.create_task(gate.authorize(call))
+    request = await inbox.next()
+    assert request.details == 'upload(host="ex\\u200bample.com", path="/srv/\\u202etxt.exe")'
+    assert request.origin.arguments == {"host": "ex\u200bample.com", "path": "/srv/\u202etxt.exe"}  # runs as given
+    await broker.resolve(request.id, {"approve": True}, by="alice")
+    assert await bounded(task) == {"host": "ex\u200bample.com", "path": "/srv/\u202etxt.exe"}
+
+    task = asyncio.create_task(gate.authorize(ToolCall("upload", {"path": "/tmp", "a=1, b": 2}, "c2", session="s1")))
+    request = await inbox.next()
+    assert request.details == 'upload("a=1, b"=2, path="/tmp")'
+    await broker.resolve(request.id, {"approve": False}, by="alice")
+    with pytest.raises(ApprovalDenied):
+        await bounded(task)
+
+
 async def test_never_runs_without_asking(broker: Broker) -> None:
     tools = Tools()
     runner = gated(broker, tools, policies={"read_*": "never"})

@@ -814,6 +814,16 @@ def test_an_argument_of_several_lines_is_edited_on_its_lines(server: Server, pag
     assert agent.ran == [{"service": "api\nweb\nworker", "env": "prod", "replicas": 3}]  # LF, as typed
 
 
+def test_an_approval_shows_the_characters_a_reader_cannot_see_in_its_arguments(server: Server, page: Page) -> None:
+    # A right-to-left override had made "api\u202ebew" read as "apiweb" in the arguments
+    # and the preview the person approved.
+    agent = GatedScale(server, {"service": "api\u202ebew\u200b", "env": "prod", "replicas": 3})
+    sign_in(page, server)
+    card = pending_card(page, agent.request_id)
+    expect(card.locator("pre.arguments")).to_contain_text('"service": "api\\u202ebew\\u200b"')
+    expect(card.locator("pre.preview")).to_contain_text('service="api\\u202ebew\\u200b"')
+
+
 def test_a_gate_approval_is_denied_with_a_reason_the_agent_reads_verbatim(server: Server, page: Page) -> None:
     agent = GatedScale(server, {"service": "api", "env": "prod", "replicas": 3})
     sign_in(page, server)

@@ -25,7 +25,7 @@ from ..approvals import is_marked, mark
 from ..broker import Broker
 from ..errors import ApprovalDenied, ApprovalRefused, InvalidRequest, Rejected, RunFailed
 from ..hooks import Hook, Hooks
-from ..model import Ask, Confirm, Deny, Form, Request, Response, Status
+from ..model import Ask, Confirm, Deny, Form, Request, Response, Status, show_hidden
 from ._results import about_call, seconds
 from ._schemas import make_validator, schema_problem
 from ._settle import settle
@@ -443,10 +443,10 @@ class ApprovalGate:
                 return custom(call)
             except Exception:
                 log.exception("the preview of tool %r failed; showing the arguments", call.name)
-        one_line = f"{call.name}({', '.join(f'{k}={canonical_json(v)}' for k, v in call.arguments.items())})"
+        one_line = f"{call.name}({', '.join(f'{_key(k)}={canonical_json(v)}' for k, v in call.arguments.items())})"
         if len(one_line) <= 100:
-            return one_line
-        return f"{call.name}\n{json.dumps(call.arguments, indent=2, sort_keys=True, ensure_ascii=False)}"
+            return show_hidden(one_line)
+        return show_hidden(f"{call.name}\n{json.dumps(call.arguments, indent=2, sort_keys=True, ensure_ascii=False)}")
 
     async def _ask(
         self,
@@ -633,6 +633,12 @@ def approval_key(call: ToolCall, digest: str) -> str:
     a resumed run, finds the approval made the first time instead of making another."""
     scope = f"run={call.run}" if call.run is not None else (call.session or "-")
     return f"approval:{scope}:{call.id}:{digest}"
+
+
+def _key(name: str) -> str:
+    """An argument's name as the one-line preview shows it: bare when it is a plain name,
+    else quoted, so that no name reads as more of the call (`a=1, b`)."""
+    return name if name.isidentifier() and name.isascii() else canonical_json(name)
 
 
 def _literal_chars(pattern: str) -> int:

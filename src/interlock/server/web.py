@@ -54,6 +54,7 @@ from ..model import (
     Run,
     Status,
     offered_grants,
+    show_hidden,
     time_budget,
 )
 from ..model import Request as HumanRequest
@@ -316,7 +317,7 @@ def issued(grant: IssuedGrant) -> str:
 
 
 def pretty_json(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+    return show_hidden(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str))
 
 
 def utc(value: datetime) -> str:
@@ -372,7 +373,7 @@ def _templates() -> Jinja2Templates:
     env = templates.env
     env.autoescape = True  # every template, whatever its name
     env.trim_blocks = env.lstrip_blocks = True
-    env.filters.update(utc=utc, pretty_json=pretty_json, markdown=_markdown)
+    env.filters.update(utc=utc, pretty_json=pretty_json, markdown=_markdown, show_hidden=show_hidden)
     env.globals.update(
         heading=heading,
         is_approval=is_approval,
