@@ -619,6 +619,30 @@ async def test_a_persons_runs_hold_those_of_the_agents_they_own_whoever_those_as
     assert [r.id for r in later] == ["r2-asks-dan"]
 
 
+@pytest.mark.parametrize("agents", [3, 40], ids=["a few agents", "more agents than are read a range each"])
+async def test_an_owner_pages_through_the_runs_of_all_their_agents_newest_first(store: Store, agents: int) -> None:
+    await store.save_principal(Principal("carol", "human"))
+    names = [f"helper-{i:02d}" for i in range(agents)]
+    for name in names:
+        await store.save_principal(Principal(name, "agent", owner="carol"))
+    made = []
+    for n in range(2 * agents):  # the agents' runs interleaved, each made after the last
+        run, _ = await store.insert_run(new_run(f"r{n:03d}", requester=names[n % agents]))
+        made.append(run.id)
+    await store.insert_run(new_run("not-hers", requester="bot"))
+    seen: list[str] = []
+    after = None
+    while True:
+        page = await store.list_runs(RunQuery(involving="carol", limit=3, after=after))
+        seen += [r.id for r in page]
+        if len(page) < 3:
+            break
+        after = (page[-1].created_at, page[-1].id)
+    assert seen == made[::-1]
+    completed = RunQuery(involving="carol", status=RunStatus.COMPLETED)
+    assert await store.list_runs(completed) == []
+
+
 async def test_each_run_event_carries_the_run_as_it_was_then_without_its_state(store: Store) -> None:
     run, _ = await store.insert_run(new_run())
     request, _ = await store.insert(ask())

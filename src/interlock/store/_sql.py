@@ -1015,39 +1015,60 @@ def held_elsewhere(status: RunStatus, holder: str | None, worker: str | None) ->
     return status is RunStatus.RUNNING and holder != worker
 
 
-def runs_sql(query: RunQuery, stamp: Callable[[datetime], Any]) -> tuple[str, dict[str, Any]]:
+OWNED_AGENTS_READ = 32
+"""The most agents of one owner whose runs a person's list reads an index range each of
+(`runs_sql`); past it, the runs of all of them are gathered and sorted."""
+
+
+def runs_sql(
+    query: RunQuery, stamp: Callable[[datetime], Any], owned: Sequence[str] | None = ()
+) -> tuple[str, dict[str, Any]]:
     """The statement for `RunStore.list_runs` (named `:parameters`): the filters, then a
     keyset page in the order runs were made (`stamp` writes the keyset's time as the
-    store keeps it). A list leaves each run's state out (None); `get_run` reads it."""
+    store keeps it). A list leaves each run's state out (None); `get_run` reads it.
+
+    `owned`: with `involving`, the agents that person owns (None: more than
+    `OWNED_AGENTS_READ`). The runs each of them and the person started are read as index
+    ranges cut at the page, so an owner of a busy agent reads a page of its runs, not all
+    of them sorted; those with requests to the person are gathered whole."""
     where, params = [], {}
     for name in _RUN_FILTERS:
         value = getattr(query, name)
         if value is not None:
             where.append(f"{name} = :{name}")
             params[name] = value.value if isinstance(value, RunStatus) else value
+    if query.after is not None:
+        at, run_id = query.after
+        where.append(f"(created_at, id) {'<' if query.order == 'desc' else '>'} (:after_at, :after_id)")
+        params |= {"after_at": stamp(at), "after_id": run_id}
+    direction = "DESC" if query.order == "desc" else "ASC"
+    page = f" ORDER BY created_at {direction}, id {direction} LIMIT :limit"
+    params["limit"] = query.limit
     if query.involving is not None:
         # Each name once (their own name as a team would be read twice).
         teams = tuple(dict.fromkeys(t for t in query.teams if t != query.involving))
         names = ", ".join([":who", *(f":team_{i}" for i in range(len(teams)))])
         recipient = "recipient = :who" if not teams else f"recipient IN ({names})"
-        where.append(
-            "(requester = :who OR requester IN (SELECT name FROM principals WHERE owner = :who) "
-            f"OR id IN (SELECT run FROM requests WHERE {recipient} AND run IS NOT NULL))"
-        )
         params["who"] = query.involving
         params |= {f"team_{i}": team for i, team in enumerate(teams)}
-    if query.after is not None:
-        at, run_id = query.after
-        where.append(f"(created_at, id) {'<' if query.order == 'desc' else '>'} (:after_at, :after_id)")
-        params |= {"after_at": stamp(at), "after_id": run_id}
+        starters = [":who"]
+        if owned is not None:
+            starters += [f":own_{i}" for i in range(len(owned))]
+            params |= {f"own_{i}": name for i, name in enumerate(owned)}
+        also = "".join(f" AND {w}" for w in where)
+        sources = [
+            f"SELECT id FROM (SELECT id FROM runs WHERE requester = {starter}{also}{page}) AS started_{i}"
+            for i, starter in enumerate(starters)
+        ]
+        if owned is None:
+            sources.append("SELECT id FROM runs WHERE requester IN (SELECT name FROM principals WHERE owner = :who)")
+        sources.append(f"SELECT run FROM requests WHERE {recipient} AND run IS NOT NULL")
+        where.append(f"id IN ({' UNION ALL '.join(sources)})")
     columns = RUN_COLUMNS.replace(", state,", ", NULL AS state,")
     sql = f"SELECT {columns} FROM runs"
     if where:
         sql += " WHERE " + " AND ".join(where)
-    direction = "DESC" if query.order == "desc" else "ASC"
-    sql += f" ORDER BY created_at {direction}, id {direction} LIMIT :limit"
-    params["limit"] = query.limit
-    return sql, params
+    return sql + page, params
 
 
 GRANT_COLUMNS = (
@@ -1508,7 +1529,15 @@ class SqlStore:
         return run_from_row(rows[0], self._time) if rows else None
 
     async def list_runs(self, query: RunQuery) -> Sequence[Run]:
-        return [run_from_row(row, self._time) for row in await self._rows_of(*runs_sql(query, self._stamp))]
+        owned: Sequence[str] | None = ()
+        if query.involving is not None:  # their agents' runs: an index range each
+            found = await self._rows_of(
+                "SELECT name FROM principals WHERE owner = :who LIMIT :most",
+                {"who": query.involving, "most": OWNED_AGENTS_READ + 1},
+            )
+            owned = None if len(found) > OWNED_AGENTS_READ else [name for (name,) in found]
+        rows = await self._rows_of(*runs_sql(query, self._stamp, owned))
+        return [run_from_row(row, self._time) for row in rows]
 
     async def next_run_expiry(self) -> datetime | None:
         value = (await self._rows("next_run_expiry"))[0][0]
