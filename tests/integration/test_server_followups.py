@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import httpx
 import pytest
 
 import interlock
+from api_support import World
 from interlock.principals import Principal, issue_token
 
 pytestmark = pytest.mark.anyio
@@ -30,16 +30,6 @@ PEOPLE = (
     Principal("alice-bot", "agent", owner="alice"),
     Principal("bob-bot", "agent", owner="bob"),
 )
-
-
-@dataclass
-class World:
-    base: str
-    tokens: dict[str, str]
-
-    def client(self, who: str) -> httpx.AsyncClient:
-        headers = {"Authorization": f"Bearer {self.tokens[who]}"}
-        return httpx.AsyncClient(base_url=f"{self.base}/api/v1", headers=headers, timeout=BOUND)
 
 
 def _principals(db: str) -> dict[str, str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 from httpx_sse import aconnect_sse
 
 import interlock
+from api_support import World
 from interlock.principals import Principal, issue_token
 
 pytestmark = pytest.mark.anyio
@@ -24,16 +24,6 @@ BOUND = 10
 APPROVAL = {"kind": "approval", "asks": [{"type": "confirm", "id": "ok", "prompt": "Deploy?"}]}
 RUN = "alice-bot:run-1"  # alice-bot's run of the id it chose, "run-1", as the server keeps it
 STATE = {"messages": [{"role": "user", "content": "deploy web"}], "pending_call": "call-7"}
-
-
-@dataclass
-class World:
-    base: str
-    tokens: dict[str, str]
-
-    def client(self, who: str) -> httpx.AsyncClient:
-        headers = {"Authorization": f"Bearer {self.tokens[who]}"}
-        return httpx.AsyncClient(base_url=f"{self.base}/api/v1", headers=headers, timeout=BOUND)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import httpx
 import pytest
 
 import interlock
+from api_support import World
 from interlock.principals import Principal, issue_token
 
 pytestmark = pytest.mark.anyio
@@ -28,16 +28,6 @@ AGENTS = {"alice-bot": "alice", "bob-bot": "bob"}
 
 def question(**fields: Any) -> dict[str, Any]:
     return {"asks": [{"type": "text", "id": "t", "prompt": "Name?"}], **fields}
-
-
-@dataclass
-class World:
-    base: str
-    tokens: dict[str, str]
-
-    def client(self, who: str) -> httpx.AsyncClient:
-        headers = {"Authorization": f"Bearer {self.tokens[who]}"}
-        return httpx.AsyncClient(base_url=f"{self.base}/api/v1", headers=headers, timeout=BOUND)
 
 
 @pytest.fixture
