@@ -53,6 +53,7 @@ __all__ = [
     "policy_from_dict",
     "policy_from_wire",
     "policy_to_dict",
+    "tool_matches",
     "with_version",
 ]
 
@@ -135,8 +136,16 @@ class ApprovalPolicy:
         return f"the stored approval policy of {self.agent!r}{where}, version {self.version}"
 
 
+def tool_matches(tool: str, pattern: str) -> bool:
+    """Whether tool `tool` is named by `pattern`: the same name, else a match of it as a
+    glob (`fnmatch`, case-sensitive). The name comes first, so a tool whose name holds glob
+    characters (`files[read]`) is named by itself. Every list of tools matches this way:
+    a stored policy's, and the gate's policies and auto-allow list."""
+    return tool == pattern or fnmatch.fnmatchcase(tool, pattern)
+
+
 def _matches(tool: str, patterns: Sequence[str]) -> bool:
-    return any(tool == p or fnmatch.fnmatchcase(tool, p) for p in patterns)
+    return any(tool_matches(tool, p) for p in patterns)
 
 
 # -- the wire shape -------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from interlock.agent import (
     canonical_json,
     requires_approval,
 )
+from interlock.approval_policies import ApprovalPolicy
 from interlock.errors import ApprovalDenied, ApprovalRefused, RunFailed
 
 from .support import Inbox, Reports, bounded
@@ -229,6 +230,20 @@ def test_equally_specific_globs_that_disagree_take_the_strictest_policy(unopened
     assert gate.policy_for("db_prod") == "always"
     assert gate.policy_for("db_stag") == "once"
     assert gate.policy_for("db_dev") == "never"
+
+
+def test_a_name_holding_glob_characters_is_matched_exactly_by_the_auto_allow_list_as_by_policies(
+    unopened: Broker,
+) -> None:
+    # "files[read]" read as a glob is "files" and one of r, e, a, d: it does not match itself
+    gate = ApprovalGate(unopened, policies={"files[read]": "never"}, auto_allow=["files[read]"])
+    assert gate.policy_for("files[read]") == "never"
+    assert gate.auto_allowed("files[read]")
+    assert ApprovalPolicy("bot", auto_allow=("files[read]",)).decide("files[read]").outcome == "allow"
+    # and still as a glob, alike in all three
+    assert gate.auto_allowed("filesr") and gate.policy_for("filesr") == "never"
+    assert ApprovalPolicy("bot", auto_allow=("files[read]",)).decide("filesr").outcome == "allow"
+    assert not gate.auto_allowed("files") and gate.policy_for("files") is None
 
 
 def test_an_unknown_policy_or_hook_error_mode_is_refused_at_construction(unopened: Broker) -> None:

@@ -10,7 +10,6 @@ function. What marks a request as the gate's own lives in the core (`interlock.a
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import inspect
 import json
@@ -20,7 +19,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Literal, ParamSpec, TypeAlias, TypeVar, cast
 
-from ..approval_policies import ApprovalPolicy, HookVerdict, hook_call_body
+from ..approval_policies import ApprovalPolicy, HookVerdict, hook_call_body, tool_matches
 from ..approvals import is_marked, mark
 from ..broker import Broker
 from ..errors import ApprovalDenied, ApprovalRefused, InvalidRequest, Rejected, RunFailed
@@ -176,14 +175,15 @@ class ApprovalGate:
     # -- deciding ---------------------------------------------------------------------------
 
     def auto_allowed(self, name: str) -> bool:
-        """Whether tool `name` is on the auto-allow list (names or globs): it never asks."""
-        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.auto_allow)
+        """Whether tool `name` is on the auto-allow list (names, else globs: `tool_matches`): it never asks."""
+        return any(tool_matches(name, pattern) for pattern in self.auto_allow)
 
     def policy_for(self, name: str) -> Policy | None:
-        """The declared policy for tool `name`, or None when no name or glob matches."""
+        """The declared policy for tool `name`, or None when no name or glob matches
+        (`tool_matches`): its own name's, else the most specific glob's, else the strictest."""
         if name in self.policies:
             return self.policies[name]
-        matches = [(p, policy) for p, policy in self.policies.items() if fnmatch.fnmatchcase(name, p)]
+        matches = [(p, policy) for p, policy in self.policies.items() if tool_matches(name, p)]
         if not matches:
             return None
         specificity = max(_literal_chars(p) for p, _ in matches)
