@@ -50,7 +50,7 @@ async def hook_server() -> AsyncIterator[str]:
     async def approve(request: Request) -> Response:
         body = await request.body()
         verify(SECRET, request.headers, body)
-        answer = json.dumps({"decision": "allow"}).encode()
+        answer = json.dumps({"decision": "allow", "callKey": json.loads(body).get("callKey")}).encode()
         return Response(answer, media_type="application/json", headers=signed_headers(SECRET, answer))
 
     app = Starlette(routes=[Route("/approve", approve, methods=["POST"])])

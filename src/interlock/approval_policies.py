@@ -310,6 +310,7 @@ def hook_call_body(
     arguments: Mapping[str, Any],
     digest: str,
     call_id: str,
+    call_key: str,
     agent: str | None,
     server: str,
     session: str | None,
@@ -317,13 +318,15 @@ def hook_call_body(
     to: str | None,
     policy_version: int,
 ) -> dict[str, Any]:
-    """The JSON body interlock POSTs to a tool-approval hook for one call."""
+    """The JSON body interlock POSTs to a tool-approval hook for one call. `call_key` names
+    the call (`interlock.agent.gate.hook_call_key`): its answer must echo it."""
     return {
         "type": "tool_approval",
         "toolName": tool,
         "input": dict(arguments),
         "digest": digest,
         "toolCallId": call_id,
+        "callKey": call_key,
         "agent": agent,
         "server": server or None,
         "session": session,
@@ -333,11 +336,18 @@ def hook_call_body(
     }
 
 
-def hook_verdict_from_dict(data: Any) -> HookVerdict:
-    """A hook's answer (`{"decision": "allow" | "deny" | "pause", "reason"?: str}`);
-    `ValueError` saying what is wrong otherwise."""
+def hook_verdict_from_dict(data: Any, call_key: str) -> HookVerdict:
+    """A hook's answer to the call named `call_key` (`{"decision": "allow" | "deny" |
+    "pause", "callKey": call_key, "reason"?: str}`); `ValueError` saying what is wrong
+    otherwise. An answer that does not echo the call's `callKey` is refused: it may have
+    been written for another call (a signed `allow` captured and replayed)."""
     if not isinstance(data, Mapping):
         raise ValueError("the hook's answer is not a JSON object")
+    named = data.get("callKey")
+    if named is None:
+        raise ValueError("it names no call (an answer must echo the callKey it was sent)")
+    if named != call_key:
+        raise ValueError("it names another call (a callKey other than the one it was sent)")
     decision = data.get("decision")
     if decision not in ("allow", "deny", "pause"):
         raise ValueError(f"the hook's decision must be allow, deny or pause; not {decision!r}")

@@ -6,7 +6,8 @@ Every webhook carries three headers:
 - `Interlock-Signature`: `v1=` and the hex HMAC-SHA256, keyed with the shared secret, of
   the timestamp, a full stop, and the raw body (`f"{timestamp}.".encode() + body`);
 - `Idempotency-Key`: the delivery's id; a delivery is sent at least once, so a receiver
-  drops a key it has seen.
+  drops a key it has seen. (A tool-approval hook, which must answer, is sent the call's
+  `callKey` instead: `interlock.agent.url_hooks`.)
 
 A receiver recomputes the signature over the raw bytes it received (before parsing the
 JSON), compares in constant time, and refuses a timestamp outside its replay window

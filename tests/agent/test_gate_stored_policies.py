@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -34,13 +35,20 @@ SECRET = "hook-secret-0123456789"
 @dataclass
 class Hook:
     """A tool-approval hook on a loopback port: it checks each call's signature, keeps the
-    bodies it received and answers with `answer(body)`: (status, JSON, sign it)."""
+    bodies and idempotency keys it received and answers with `answer(body)`: (status,
+    JSON, sign it), naming the call it answers as a hook must (its `callKey`) unless
+    `echo` is False or the answer names one itself. It keeps each answer it sent, as
+    sent; `replay` sends one of them again, whatever the call."""
 
     url: str = ""
     received: list[dict[str, Any]] = field(default_factory=list)
+    keys: list[str | None] = field(default_factory=list)
     signatures_ok: list[bool] = field(default_factory=list)
     answer: Callable[[dict[str, Any]], tuple[int, Any, bool]] = lambda body: (200, {"decision": "allow"}, True)
+    echo: bool = True
     delay: asyncio.Event | None = None
+    sent: list[tuple[bytes, dict[str, str]]] = field(default_factory=list)
+    replay: tuple[bytes, dict[str, str]] | None = None
 
     def registration(self, on_error: str = "deny", timeout: float = 5) -> dict[str, Any]:
         return {"url": self.url, "secret": SECRET, "onHookError": on_error, "timeout": timeout}
@@ -59,11 +67,18 @@ async def hook() -> AsyncIterator[Hook]:
             state.signatures_ok.append(False)
         body = json.loads(raw)
         state.received.append(body)
+        state.keys.append(request.headers.get("Idempotency-Key"))
         if state.delay is not None:
             await state.delay.wait()
+        if state.replay is not None:
+            content, headers = state.replay
+            return Response(content, headers=headers, media_type="application/json")
         status, answer, sign = state.answer(body)
+        if state.echo and isinstance(answer, dict):
+            answer = {"callKey": body["callKey"], **answer}
         content = json.dumps(answer).encode()
         headers = signed_headers(SECRET if sign else "another-secret-entirely", content)
+        state.sent.append((content, headers))
         return Response(content, status_code=status, headers=headers, media_type="application/json")
 
     app = Starlette(routes=[Route("/approve", receive, methods=["POST"])])
@@ -297,6 +312,7 @@ async def test_the_hook_receives_the_call_signed_and_its_allow_runs_it(broker: B
         "input": {"env": "prod", "n": 0},
         "digest": arguments_digest("deploy", {"env": "prod", "n": 0}),
         "toolCallId": "c-deploy-0",
+        "callKey": hook.keys[0],
         "agent": "ops",
         "server": None,
         "session": "s1",
@@ -305,6 +321,56 @@ async def test_the_hook_receives_the_call_signed_and_its_allow_runs_it(broker: B
         "policyVersion": 1,
     }
     assert [d["reason"] for d in await decisions(broker)] == ["the approval hook allowed it"]
+    assert re.fullmatch("[0-9a-f]{64}", body["callKey"])
+
+
+async def test_a_signed_answer_is_taken_only_for_the_call_it_names(broker: Broker, hook: Hook) -> None:
+    """An answer captured for one call and sent back (signed, in its replay window) as the
+    answer for another is refused as a hook that cannot decide: `onHookError`."""
+    await broker.set_approval_policy({"agent": "ops", "hook": hook.registration()})
+    gate = ApprovalGate(broker, to="alice")
+    assert await bounded(gate.authorize(call(n=0))) == {"env": "prod", "n": 0}
+    (allow,) = hook.sent
+    hook.replay = allow
+    others = [
+        call(n=1),  # other arguments (and another call id)
+        ToolCall("deploy", {"env": "prod", "n": 2}, "c-deploy-0", session="s1", agent="ops"),  # the same id
+        replace(call(n=0), session="s2"),  # the same call id and arguments, in another session
+        replace(call(n=0), run="r-other"),  # ... or run
+    ]
+    for other in others:
+        with pytest.raises(ApprovalRefused, match="approval hook failed") as refused:
+            await bounded(gate.authorize(other))
+        assert refused.value.detail == (
+            "the hook's answer is not a verdict on this call: "
+            "it names another call (a callKey other than the one it was sent)"
+        )
+    assert [d["decision"] for d in await decisions(broker)] == ["allow"] + ["deny"] * len(others)
+    hook.replay = None
+    assert await bounded(gate.authorize(call(n=3))) == {"env": "prod", "n": 3}  # a fresh answer is taken
+
+
+async def test_the_idempotency_key_names_the_call_as_its_approval_does(broker: Broker, hook: Hook) -> None:
+    """A hook that caches its verdicts by `Idempotency-Key` gives a call the verdict made
+    for that same call only: not one made for the same call id with other arguments."""
+    await broker.set_approval_policy({"agent": "ops", "hook": hook.registration()})
+    await broker.set_approval_policy({"agent": "ops-2", "hook": hook.registration()})
+    gate = ApprovalGate(broker, to="alice")
+    same_id = "c-deploy-0"
+    calls = [
+        call(n=0),
+        call(n=0),  # the same call asked again (a restarted agent)
+        ToolCall("deploy", {"env": "prod", "n": 1}, same_id, session="s1", agent="ops"),  # other arguments
+        ToolCall("deploy", {"env": "prod", "n": 0}, same_id, session="s2", agent="ops"),  # another session
+        ToolCall("deploy", {"env": "prod", "n": 0}, same_id, session="s1", agent="ops-2"),  # another agent
+    ]
+    for each in calls:
+        await bounded(gate.authorize(each))
+    assert [body["toolCallId"] for body in hook.received] == [same_id] * 5
+    first, again, *others = hook.keys
+    assert first == again
+    assert len({first, *others}) == 4
+    assert hook.keys == [body["callKey"] for body in hook.received]
 
 
 async def test_the_hooks_deny_refuses_without_a_person_and_its_pause_asks_one(
@@ -336,6 +402,8 @@ async def test_the_hooks_deny_refuses_without_a_person_and_its_pause_asks_one(
         ("a 5xx", lambda body: (503, {"decision": "allow"}, True)),
         ("a wrong signature", lambda body: (200, {"decision": "allow"}, False)),
         ("a bad body", lambda body: (200, {"decision": "maybe"}, True)),
+        ("an answer naming no call", lambda body: (200, {"decision": "allow", "callKey": None}, True)),
+        ("an answer naming another call", lambda body: (200, {"decision": "allow", "callKey": "c-deploy-0"}, True)),
     ],
 )
 async def test_a_hook_that_cannot_decide_is_refused_by_default(

@@ -9,6 +9,7 @@ import pytest
 
 from interlock.approval_policies import (
     ApprovalPolicy,
+    HookVerdict,
     PolicyHook,
     hook_verdict_from_dict,
     policy_from_dict,
@@ -96,4 +97,21 @@ def test_the_path_fills_in_the_agent_and_server_and_must_agree_with_the_body() -
 @pytest.mark.parametrize("answer", [None, [], {"decision": "yes"}, {"decision": "deny", "reason": 3}])
 def test_a_hook_answer_that_is_not_a_verdict_is_refused(answer: Any) -> None:
     with pytest.raises(ValueError, match="hook"):
-        hook_verdict_from_dict(answer)
+        hook_verdict_from_dict(answer if not isinstance(answer, dict) else {**answer, "callKey": "k1"}, "k1")
+
+
+@pytest.mark.parametrize(
+    ("answer", "problem"),
+    [
+        ({"decision": "allow"}, "names no call"),
+        ({"decision": "allow", "callKey": None}, "names no call"),
+        ({"decision": "allow", "callKey": "k2"}, "names another call"),
+        ({"decision": "allow", "callKey": ["k1"]}, "names another call"),
+    ],
+)
+def test_a_hook_answer_is_taken_only_for_the_call_it_names(answer: Any, problem: str) -> None:
+    assert hook_verdict_from_dict({"decision": "deny", "reason": "no", "callKey": "k1"}, "k1") == HookVerdict(
+        "deny", "no"
+    )
+    with pytest.raises(ValueError, match=problem):
+        hook_verdict_from_dict(answer, "k1")

@@ -11,6 +11,7 @@ function. What marks a request as the gate's own lives in the core (`interlock.a
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import json
 import logging
@@ -40,6 +41,7 @@ __all__ = [
     "HookErrorMode",
     "Policy",
     "approval_key",
+    "hook_call_key",
     "requires_approval",
 ]
 
@@ -282,11 +284,13 @@ class ApprovalGate:
         by its `onHookError` (deny: refused, pause: a person decides, fail-run: `RunFailed`)."""
         hook = stored.hook
         assert hook is not None  # a decision of "hook" comes only from a policy with one
+        digest = arguments_digest(call.name, arguments)
         body = hook_call_body(
             tool=call.name,
             arguments=arguments,
-            digest=arguments_digest(call.name, arguments),
+            digest=digest,
             call_id=call.id,
+            call_key=hook_call_key(stored.agent, call, digest),
             agent=stored.agent,
             server=stored.server,
             session=call.session,
@@ -633,6 +637,17 @@ def approval_key(call: ToolCall, digest: str) -> str:
     a resumed run, finds the approval made the first time instead of making another."""
     scope = f"run={call.run}" if call.run is not None else (call.session or "-")
     return f"approval:{scope}:{call.id}:{digest}"
+
+
+def hook_call_key(agent: str, call: ToolCall, digest: str) -> str:
+    """The `callKey` of `call` put to a stored policy's hook by URL (and its
+    `Idempotency-Key`): the identity of the call's approval (`approval_key`) for `agent`,
+    hashed. The same call asked again (a restarted agent, a resumed run) has the same key;
+    a call of another agent, run or session, or with other arguments under the same call
+    id, has another. The hook's answer must name it, so that an answer is taken only for
+    the call it decides."""
+    identity = json.dumps([agent, approval_key(call, digest)])  # ASCII whatever the names hold
+    return hashlib.sha256(identity.encode()).hexdigest()
 
 
 def _key(name: str) -> str:

@@ -1,14 +1,24 @@
 """Calling a tool-approval hook registered by URL in a stored approval policy.
 
 interlock POSTs the call (`interlock.approval_policies.hook_call_body`: tool, input,
-digest, agent, server, session, run, call id) as JSON, signed with the hook's secret
-(`Interlock-Timestamp` and `Interlock-Signature`, as every webhook: `interlock.webhooks`;
-a receiver checks it with `interlock.webhooks.verify`). The hook answers 2xx with
-`{"decision": "allow" | "deny" | "pause", "reason"?: "..."}`, signed the same way over
-the response's body (`interlock.webhooks.signed_headers`), so an answer nobody holding
-the secret wrote is not taken. Anything else (a timeout, a refused connection, a 3xx to
-5xx, a missing or wrong signature, a body that is not such an object) raises
-`UrlHookError`, and the gate applies the hook's `onHookError`.
+digest, call id, `callKey`, agent, server, session, run) as JSON, signed with the hook's
+secret (`Interlock-Timestamp` and `Interlock-Signature`, as every webhook:
+`interlock.webhooks`; a receiver checks it with `interlock.webhooks.verify`). Its
+`Idempotency-Key` is the call's `callKey` (`interlock.agent.gate.hook_call_key`), which
+names the call as the gate's approval does: its agent, its run (else its session), its
+call id and the digest of its arguments. The same call asked again (a restarted agent)
+has the same key, so a hook may cache its verdicts by it; a call with other arguments
+under the same id, or in another run, session or agent, has another.
+
+The hook answers 2xx with `{"decision": "allow" | "deny" | "pause", "callKey": "...",
+"reason"?: "..."}`, echoing the `callKey` it was sent, signed the same way over the
+response's body (`interlock.webhooks.signed_headers`). The signature says the secret's
+holder wrote the answer; the echoed `callKey` says which call it decides, so that an
+answer captured for one call (an `allow`, say) is not taken for another within the
+signature's replay window. Anything else (a timeout, a refused connection, a 3xx to 5xx,
+a missing or wrong signature, a body that is not such an object, an answer naming
+another call or none) raises `UrlHookError`, and the gate applies the hook's
+`onHookError`.
 
 This is the I/O the pure policy model leaves out; the gate takes it as a parameter
 (`ApprovalGate(url_hook=...)`), this function by default.
@@ -55,14 +65,19 @@ class UrlHookError(Exception):
 async def call_url_hook(
     hook: PolicyHook, body: Mapping[str, Any], *, transport: httpx.AsyncBaseTransport | None = None
 ) -> HookVerdict:
-    """POST `body` to `hook.url`, signed, and return its verified verdict, within `hook.timeout`."""
+    """POST `body` (`hook_call_body`) to `hook.url`, signed, and return its verdict on
+    that call, signed and naming its `callKey`, within `hook.timeout`."""
     import httpx  # here, not at import: an agent without stored hooks never loads it
 
+    call_key = body.get("callKey")
+    if not isinstance(call_key, str) or not call_key or not (call_key.isascii() and call_key.isprintable()):
+        raise UrlHookError("the call has no callKey for the hook's answer to name")
     raw = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-    headers = {"Content-Type": "application/json", **signed_headers(hook.secret, raw)}
-    call_id = body.get("toolCallId")
-    if isinstance(call_id, str):
-        headers[IDEMPOTENCY_HEADER] = call_id
+    headers = {
+        "Content-Type": "application/json",
+        IDEMPOTENCY_HEADER: call_key,
+        **signed_headers(hook.secret, raw),
+    }
     try:
         async with (
             asyncio.timeout(hook.timeout),
@@ -88,6 +103,6 @@ async def call_url_hook(
     except InvalidSignature as exc:
         raise UrlHookError(f"the hook's answer is not signed with its secret: {exc}") from None
     try:
-        return hook_verdict_from_dict(json.loads(content))
+        return hook_verdict_from_dict(json.loads(content), call_key)
     except ValueError as exc:
-        raise UrlHookError(f"the hook's answer is not a verdict: {exc}") from None
+        raise UrlHookError(f"the hook's answer is not a verdict on this call: {exc}") from None
