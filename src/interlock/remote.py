@@ -116,6 +116,8 @@ UNAVAILABLE_CAP = 10.0
 """The longest pause of a wait between two polls of a server that is unavailable (a
 `Retry-After` that asks for longer is cut to this): a wait goes on within this long of the
 server coming back."""
+TIMEOUTS_KEPT = 10_000
+"""The timeouts a broker remembers for the requests it prepared, until they are sent."""
 
 T = TypeVar("T")
 
@@ -165,6 +167,8 @@ class RemoteBroker(Broker):
         self._waits: dict[str, int] = {}  # the calls of this broker waiting on each request
         self._cut: set[asyncio.Task[Any]] = set()
         self._away_since: float | None = None  # when the server became unreachable, on the loop's clock
+        # The timeouts given to `prepare`, by request id, with the instant given beside one.
+        self._timeouts: dict[str, tuple[float, datetime | None]] = {}
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -264,6 +268,20 @@ class RemoteBroker(Broker):
 
     # -- creating ------------------------------------------------------------------------
 
+    def prepare(self, asks: Ask | Sequence[Ask], **fields: Unpack[CreateFields]) -> Request:
+        """As `Broker.prepare`, remembering a `timeout` given so that it is sent as given:
+        the server counts it from when it receives the request, by its own clock, where
+        an `expires_at` is sent as the instant it is."""
+        request = super().prepare(asks, **fields)
+        timeout = fields.get("timeout")
+        if timeout is not None:  # checked by now
+            seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+            timeouts = self._timeouts
+            timeouts[request.id] = (seconds, fields.get("expires_at"))
+            if len(timeouts) > TIMEOUTS_KEPT:  # prepared and never sent
+                del timeouts[next(iter(timeouts))]
+        return request
+
     def _body(self, request: Request) -> dict[str, Any]:
         body: dict[str, Any] = {
             "asks": [ask_to_dict(a) for a in request.asks],
@@ -278,8 +296,13 @@ class RemoteBroker(Broker):
         }
         if request.detached:
             body["detached"] = True
-        if request.expires_at is not None:
-            body["timeout"] = max((request.expires_at - request.created_at).total_seconds(), 0.001)
+        given = self._timeouts.get(request.id)
+        if given is not None:
+            body["timeout"], instant = given
+            if instant is not None:  # the server takes the earlier, as `prepare` did here
+                body["expires_at"] = instant.isoformat()
+        elif request.expires_at is not None:  # as given, its offset and all (a past one too)
+            body["expires_at"] = request.expires_at.isoformat()
         return body
 
     async def submit(self, request: Request) -> tuple[Request, bool]:

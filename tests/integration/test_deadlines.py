@@ -10,20 +10,19 @@ from datetime import UTC, datetime, timedelta, timezone
 import anyio
 import pytest
 
-from interlock import Broker, InvalidRequest, Status, Text, Worker
+from interlock import Broker, Expired, InvalidRequest, Status, Text, Worker
 
 pytestmark = pytest.mark.anyio
 BOUND = 10
 
 
 async def test_a_request_due_at_the_last_instant_there_is_leaves_expiry_working(
-    broker: Broker, backend: str, caplog: pytest.LogCaptureFixture
+    broker: Broker, caplog: pytest.LogCaptureFixture
 ) -> None:
-    if backend == "http":
-        pytest.skip("the HTTP API takes a timeout in seconds, not an instant ")
     # SQLite read that instant back as the year 10000, PostgreSQL as a time without its
     # zone: the expiry loop failed on every pass, logging a traceback a second, and
-    # expired the other requests up to a second late.
+    # expired the other requests up to a second late. Over HTTP it went as a timeout,
+    # refused as "past the last date that can be stored".
     caplog.set_level(logging.ERROR, logger="interlock")
     never = await broker.create(Text("Someday?"), expires_at=datetime.max.replace(tzinfo=UTC))
     soon = await broker.create(Text("Now?"), timeout=0.05)
@@ -51,14 +50,34 @@ async def test_a_deadline_no_store_can_keep_is_refused_alike_everywhere(broker: 
     assert (await broker.list()).items == []
 
 
-async def test_a_deadline_with_an_offset_is_kept_as_given(broker: Broker, backend: str) -> None:
-    if backend == "http":
-        pytest.skip("the HTTP API takes a timeout in seconds, not an instant")
+async def test_a_deadline_with_an_offset_is_kept_as_given(broker: Broker) -> None:
+    # Over HTTP it went as a timeout: the server kept another instant (the round trip
+    # later), in UTC.
     india = timezone(timedelta(hours=5, minutes=30))
     deadline = datetime(2999, 3, 4, 5, 6, 7, 123457, tzinfo=india)
     made = await broker.create(Text("When?"), expires_at=deadline)
     for read in (made, await broker.get(made.id), (await broker.list()).items[0]):
         assert read.expires_at == deadline and read.expires_at.utcoffset() == timedelta(hours=5, minutes=30)
+
+
+async def test_a_deadline_already_past_expires_the_request_at_once(broker: Broker) -> None:
+    # Over HTTP it went as a timeout of 1 ms from when the server received it.
+    past = datetime.now(UTC).astimezone(timezone(timedelta(hours=-3))) - timedelta(hours=1)
+    made = await broker.create(Text("Yesterday?"), expires_at=past)
+    assert made.expires_at == past and made.expires_at.utcoffset() == timedelta(hours=-3)
+    with anyio.fail_after(BOUND), pytest.raises(Expired):
+        await broker.wait(made.id)
+
+
+async def test_with_a_deadline_and_a_timeout_the_earlier_counts(broker: Broker) -> None:
+    # Over HTTP both went as one timeout, the deadline's moved by the round trip, in UTC.
+    tokyo = timezone(timedelta(hours=9))
+    deadline = (datetime.now(UTC) + timedelta(hours=1)).astimezone(tokyo)
+    by_deadline = await broker.create(Text("Soon?"), expires_at=deadline, timeout=timedelta(days=1))
+    assert by_deadline.expires_at == deadline and by_deadline.expires_at.utcoffset() == timedelta(hours=9)
+    by_timeout = await broker.create(Text("Sooner?"), expires_at=deadline, timeout=60)
+    assert by_timeout.expires_at is not None
+    assert by_timeout.expires_at - by_timeout.created_at == timedelta(seconds=60)
 
 
 @pytest.mark.parametrize("timeout", ["5", True, 1e-7, timedelta(microseconds=0.4)], ids=repr)

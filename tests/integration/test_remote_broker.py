@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -31,6 +34,19 @@ class Counting(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+class Recording(Counting):
+    """A transport that also keeps the JSON body of each create it sends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.created: list[dict[str, Any]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST" and request.url.path.endswith("/requests"):
+            self.created.append(json.loads(request.content))
+        return await super().handle_async_request(request)
 
 
 @pytest.fixture
@@ -86,3 +102,22 @@ async def test_an_answer_is_checked_by_the_server_and_its_refusal_names_the_ask(
             await broker.resolve(request.id, "blue")
         assert refused.value.ask_id == "colour"
         assert (await broker.get(request.id)).status is Status.PENDING
+
+
+async def test_a_timeout_and_a_deadline_are_sent_as_given(base: str) -> None:
+    # A deadline went as a timeout (the instant moved by the round trip, its offset lost):
+    # a timeout counts from when the server receives it, an instant is the server's clock's.
+    recording = Recording()
+    deadline = datetime(2999, 1, 2, 3, 4, 5, 6, tzinfo=timezone(timedelta(hours=-7)))
+    async with interlock.connect(base, transport=recording) as broker:
+        await broker.create(Text("In a minute?"), timeout=timedelta(minutes=1))
+        await broker.create(Text("Then?"), expires_at=deadline)
+        await broker.create(Text("Whichever first?"), expires_at=deadline, timeout=60)
+        await broker.create_detached(Text("Past?"), expires_at=datetime(2000, 1, 1, tzinfo=UTC))
+    sent = [{k: body[k] for k in ("timeout", "expires_at") if k in body} for body in recording.created]
+    assert sent == [
+        {"timeout": 60.0},
+        {"expires_at": "2999-01-02T03:04:05.000006-07:00"},
+        {"timeout": 60.0, "expires_at": "2999-01-02T03:04:05.000006-07:00"},
+        {"expires_at": "2000-01-01T00:00:00+00:00"},
+    ]

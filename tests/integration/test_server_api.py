@@ -387,3 +387,24 @@ async def test_metrics_count_what_happened(api: httpx.AsyncClient, base: str) ->
 
 def test_status_values_match_the_model() -> None:
     assert {s.value for s in Status} == {"pending", "answered", "rejected", "expired", "cancelled"}
+
+
+async def test_a_create_s_expires_at_is_an_instant_with_its_offset(api: httpx.AsyncClient) -> None:
+    # The API took a timeout only: a client's deadline had to go as one.
+    made = await create(api, asks=[{"type": "text", "prompt": "When?"}], expires_at="2999-03-04T05:06:07.5+05:30")
+    assert made["expires_at"] == "2999-03-04T05:06:07.500000+05:30"
+    for sent, refusal in [
+        ("2999-03-04T05:06:07", "expires_at: '2999-03-04T05:06:07' has no offset: add Z for UTC"),
+        ("2999-03-04", "expires_at: '2999-03-04' has no offset"),
+        ("next tuesday", "expires_at: 'next tuesday' is not a date and time"),
+        (32503680000, "expires_at: 32503680000 is not a date and time: give one as text"),
+        ("9999-12-31T23:00:00-05:00", "is outside the years 1 to 9999 in UTC"),
+    ]:
+        response = await api.post(
+            "/requests", json={"to": "alice", "asks": [{"type": "text", "prompt": "When?"}], "expires_at": sent}
+        )
+        assert response.status_code == 422, response.text
+        assert refusal in response.json()["detail"], response.text
+    assert [r["id"] for r in (await api.get("/requests", params={"recipient": "alice"})).json()["items"]] == [
+        made["id"]
+    ]

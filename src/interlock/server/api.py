@@ -241,6 +241,7 @@ async def create(
         details=body.details,
         context=body.context,
         timeout=body.timeout,
+        expires_at=body.expires_at,
         requester=body.requester if caller.kind == "admin" else caller.name,
         idempotency_key=body.idempotency_key,
         origin=origin,

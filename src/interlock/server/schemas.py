@@ -13,7 +13,16 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal, cast, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, create_model, model_serializer
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    create_model,
+    model_serializer,
+)
+from pydantic_core import PydanticCustomError
 
 from ..model import Choice, Confirm, Form, Grant, MultiChoice, Option, Origin, Text
 from ..store import Query
@@ -229,6 +238,35 @@ else:
 AskModel = Annotated[TextAsk | ConfirmAsk | ChoiceAsk | MultiChoiceAsk | FormAsk, Field(discriminator="type")]
 
 
+def _instant(value: object) -> object:
+    """An RFC 3339 date-time with its offset, read as Python reads ISO 8601; a time
+    without one is refused: which instant it means depends on whose clock reads it."""
+    if isinstance(value, datetime):
+        return value  # built in Python (an example), not read off the wire
+    try:
+        if not isinstance(value, str):
+            raise ValueError("not text")
+        instant = datetime.fromisoformat(value)
+    except ValueError:
+        raise PydanticCustomError(
+            "datetime_from_date_parsing",
+            "{text} is not a date and time: give one as text, as RFC 3339 writes it, like 2030-01-31T17:00:00Z "
+            "or 2030-01-31T12:00:00-05:00",
+            {"text": repr(value)},
+        ) from None
+    if instant.utcoffset() is None:
+        raise PydanticCustomError(
+            "timezone_aware",
+            "{text} has no offset: add Z for UTC, or its offset (like +05:30), as RFC 3339 requires",
+            {"text": repr(value)},
+        )
+    return instant
+
+
+Instant = Annotated[datetime, BeforeValidator(_instant)]
+"""An instant on the wire: an RFC 3339 date-time with an offset, kept with that offset."""
+
+
 class CreateBody(Strict):
     asks: list[AskModel] = Field(min_length=1)
     kind: Literal["question", "approval"] = "question"
@@ -240,7 +278,17 @@ class CreateBody(Strict):
     title: str = ""
     details: str = Field("", description="Markdown.")
     context: Any = None
-    timeout: float | None = Field(None, gt=0, description="Seconds until the request expires.")
+    timeout: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds until the request expires, counted from when the server receives it.",
+    )
+    expires_at: Instant | None = Field(
+        None,
+        description="When the request expires: an RFC 3339 date-time with its offset (Z for UTC), kept with "
+        "that offset, as the server's clock reads it. With `timeout` too, the earlier of the two. One already "
+        "past makes a request that expires at once.",
+    )
     idempotency_key: str | None = None
     origin: OriginModel = Field(default_factory=OriginModel)
     requester: str | None = Field(None, description="Only honoured by a server without auth.")
