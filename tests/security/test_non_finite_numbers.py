@@ -82,6 +82,32 @@ async def test_nan_and_infinity_in_api_bodies_are_refused_with_422(api: httpx.As
     assert await snapshot(api) == before
 
 
+async def test_nan_and_infinity_as_seconds_are_refused_as_no_numbers(api: httpx.AsyncClient) -> None:
+    # NaN was refused as though too large ("less than or equal to 300") or too small
+    # ("greater than 0"), and an infinite timeout only by the broker.
+    made = (await api.post("/requests", json={"to": "alice", "asks": [FORM]})).json()["id"]
+    before = await snapshot(api)
+    text = '{"to": "alice", "asks": [{"type": "text", "prompt": "Hi"}], '
+    calls = [
+        ("GET", f"/requests/{made}/wait", {"timeout": "nan"}, None, "query.timeout: nan is not a number"),
+        ("GET", f"/requests/{made}/wait", {"timeout": "NaN"}, None, "query.timeout: NaN is not a number"),
+        ("GET", f"/requests/{made}/wait", {"timeout": "inf"}, None, "query.timeout: inf is not a finite number"),
+        ("POST", "/requests", {"wait": "nan"}, text + '"title": "x"}', "query.wait: nan is not a number"),
+        ("POST", "/runs/claim", {"wait": "nan"}, "{}", "query.wait: nan is not a number"),
+        ("GET", "/dashboard", {"window": "nan"}, None, "query.window: nan is not a number"),
+        ("POST", "/requests", None, text + '"timeout": NaN}', "timeout: nan is not a number"),
+        ("POST", "/requests", None, text + '"timeout": Infinity}', "timeout: inf is not a finite number"),
+        ("POST", "/runs/claim", None, '{"worker": "w", "lease": NaN}', "lease: nan is not a number"),
+    ]
+    for method, path, params, body, refusal in calls:
+        content = body.encode() if body is not None else None
+        headers = {"content-type": "application/json"} if body is not None else None
+        response = await api.request(method, path, params=params, content=content, headers=headers)
+        assert response.status_code == 422, (path, params, body, response.text)
+        assert response.json()["detail"] == f"{refusal} (NaN and Infinity are refused)", response.text
+    assert await snapshot(api) == before
+
+
 async def test_nan_in_answer_text_parsed_as_json_is_refused_with_400(api: httpx.AsyncClient) -> None:
     """Through Novo-compatible inputResponses, whose answers that do not fit are 400s."""
     form = (await api.post("/requests", json={"to": "alice", "asks": [FORM]})).json()["id"]

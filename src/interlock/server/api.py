@@ -156,7 +156,12 @@ async def create_request(
     http: Request,
     wait: Annotated[
         float | None,
-        Query(ge=0, le=300, description="hold the call up to this many seconds for the request to settle"),
+        Query(
+            ge=0,
+            le=300,
+            allow_inf_nan=False,
+            description="hold the call up to this many seconds for the request to settle",
+        ),
     ] = None,
 ) -> JSONResponse:
     """Ask a person. Without `to` the request goes to the caller's own inbox: an agent's
@@ -388,7 +393,10 @@ async def dashboard_figures(
         list[str], Query(alias="team", description="with `recipient`, also these teams' requests (an admin's choice)")
     ] = [],  # noqa: B006  (FastAPI copies a default)
     window: Annotated[
-        float, Query(gt=0, le=MAX_DASHBOARD_WINDOW.total_seconds(), description="how far back, in seconds")
+        float,
+        Query(
+            gt=0, le=MAX_DASHBOARD_WINDOW.total_seconds(), allow_inf_nan=False, description="how far back, in seconds"
+        ),
     ] = DASHBOARD_WINDOW.total_seconds(),
 ) -> JSONResponse:
     """The dashboard's figures over your inbox (your requests and your teams'), or over
@@ -499,7 +507,10 @@ async def list_claims(
     tags=["requests"],
 )
 async def wait_request(
-    request_id: str, caller: Caller, http: Request, timeout: Annotated[float, Query(ge=0, le=300)] = 30
+    request_id: str,
+    caller: Caller,
+    http: Request,
+    timeout: Annotated[float, Query(ge=0, le=300, allow_inf_nan=False)] = 30,
 ) -> JSONResponse:
     """Long poll: the request once it settles, or 408 `pending` when `timeout` passes (or
     the server begins to stop)."""

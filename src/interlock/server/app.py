@@ -617,6 +617,10 @@ def _install_errors(app: FastAPI) -> None:
                 "multi-choice asks"
             )
             return problem("invalid_request", f"{where}: {detail}", status=UNREADABLE if unreadable else None)
+        if first.get("type") == "finite_number":  # said as the body's other NaNs are (`model.check_json`)
+            given = first.get("input")
+            what = "a number" if str(given).lower() == "nan" else "a finite number"
+            return problem("invalid_request", f"{where}: {given} is not {what} (NaN and Infinity are refused)")
         text = f"{where or 'the body'}: {first.get('msg', 'invalid')}"
         return problem("invalid_request", text, status=UNREADABLE if unreadable else None)
 

@@ -279,7 +279,9 @@ async def claim_run(
     caller: Caller,
     state: State,
     http: Request,
-    wait: Annotated[float, Query(ge=0, le=300, description="seconds to wait for a ready run")] = 0.0,
+    wait: Annotated[
+        float, Query(ge=0, le=300, allow_inf_nan=False, description="seconds to wait for a ready run")
+    ] = 0.0,
 ) -> Response:
     """Claim one ready run for a worker, exactly once across workers: a parked run whose
     requests have all settled, or one whose worker's lease ran out. An agent's token

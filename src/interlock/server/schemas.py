@@ -63,13 +63,14 @@ __all__ = [
 class Strict(BaseModel):
     """A body of the API: strict types as well as no unknown fields, so a body is taken as
     the schema says, with no coercion (`0` is not a boolean, `5` not a string), and what
-    the document refuses the server refuses too."""
+    the document refuses the server refuses too. NaN and Infinity are no JSON numbers, and
+    no numbers here either."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class _Wire(Strict):
-    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, populate_by_name=True)
 
 
 _REQUIRED_ON_WIRE = frozenset({"options", "schema"})
