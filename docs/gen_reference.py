@@ -107,7 +107,8 @@ def cli_page() -> str:
                 continue
             names = ", ".join(f"`{n}`" for n in (*param.opts, *param.secondary_opts))
             kind = "argument" if param.param_type_name == "argument" else "option"
-            value = "" if getattr(param, "is_flag", False) else f"`{param.display_type(ctx)}`"
+            shown = f"<{param.metavar.lower()}>" if param.metavar else param.display_type(ctx)  # as --help says it
+            value = "" if getattr(param, "is_flag", False) else f"`{shown}`"
             rows.append(f"| {names} | {kind} | {value} | {cell(record[1])} |")
         if rows:
             lines += ["| name | kind | value | description |", "| --- | --- | --- | --- |", *rows, ""]

@@ -27,6 +27,7 @@ import inspect
 import ipaddress
 import json
 import logging
+import math
 import os
 import re
 import shlex
@@ -48,9 +49,10 @@ from rich.table import Table
 
 from . import __version__
 from .agent.terminal import TerminalContract
-from .approval_policies import policy_to_dict
+from .approval_policies import DEFAULT_POLICY_HOOK_TIMEOUT, MAX_POLICY_HOOK_TIMEOUT, policy_to_dict
 from .approvals import decision_ask, is_marked
 from .broker import Broker, LocalBroker, Page, connect
+from .durations import DURATION_SYNTAX, duration_seconds
 from .errors import (
     AlreadySettled,
     Cancelled,
@@ -268,16 +270,39 @@ def _check_store_is_there(db: str | None) -> None:
         )
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+_MICROSECOND = 1e-6
+"""The least duration kept: times are kept to the microsecond."""
+_THOUSAND_YEARS = 365 * 1000 * 86400.0
+"""The longest an operator's duration may be (as `connect` and `GrantPolicy` take them)."""
+DURATION_HELP = f"A duration: {DURATION_SYNTAX}."
 
 
-def parse_duration(text: str) -> float:
-    """'90' or '90s', '10m', '2h', '1d', '250ms' -> seconds."""
-    match = _DURATION.match(text)
-    if not match or float(match[1]) <= 0:
-        raise typer.BadParameter(f"{text!r} is not a duration like 30s, 10m, 2h or 1d")
-    return float(match[1]) * _UNIT[match[2]]
+def _duration(least: float = _MICROSECOND, most: float | None = None) -> Callable[[str | float], float]:
+    """The parser of an option holding a duration, in seconds, from `least` to `most`
+    (refused past them naming the option, as click names it); every such option takes
+    the one syntax (`durations.duration_seconds`)."""
+
+    def duration(value: str | float) -> float:
+        if isinstance(value, int | float):  # the option's default
+            return float(value)
+        try:
+            seconds = duration_seconds(value)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        if seconds < least:
+            shortest = "a microsecond, the least time kept" if least == _MICROSECOND else _say_duration(least)
+            raise typer.BadParameter(f"{value!r} is less than {shortest}")
+        if most is not None and seconds > most:
+            longest = "a thousand years" if most == _THOUSAND_YEARS else _say_duration(most)
+            raise typer.BadParameter(f"{value!r} is more than {longest}")
+        return seconds
+
+    return duration
+
+
+def _say_duration(seconds: float) -> str:
+    """`seconds` as the options take it: `50ms`, `1s`, `60s`."""
+    return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
 
 
 @app.command()
@@ -301,7 +326,12 @@ def ask(
     ] = None,
     title: Annotated[str, typer.Option("--title", help="A short title.")] = "",
     details: Annotated[str, typer.Option("--details", help="More context, in markdown.")] = "",
-    timeout: Annotated[str | None, typer.Option("--timeout", help="Expire after this long: 30s, 10m, 2h, 1d.")] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout", parser=_duration(), metavar="DURATION", help=f"Expire after this long. {DURATION_HELP}"
+        ),
+    ] = None,
     db: DbOption = None,
     token: TokenOption = None,
 ) -> None:
@@ -314,7 +344,6 @@ def ask(
         raise _fail("--multi and --other need --choice options")
     if multi and other:
         raise _fail("--other goes with a single --choice: a --multi choice takes only its options")
-    seconds = parse_duration(timeout) if timeout else None
     the_ask: Ask
     try:
         if confirm:
@@ -334,7 +363,7 @@ def ask(
 
     async def work(broker: Broker) -> tuple[int, Any]:
         recipient = to if to is not None or not isinstance(broker, LocalBroker) else local_person()
-        request = await broker.create(the_ask, to=recipient, title=title, details=details, timeout=seconds)
+        request = await broker.create(the_ask, to=recipient, title=title, details=details, timeout=timeout)
         # The line `show` prints: the command, with the store, and what VALUE may be.
         (answer_it,) = how_to_answer(request, _store_named(ctx, db))
         waiting = f"Waiting for an answer to {request.id}; {answer_it}"
@@ -833,17 +862,26 @@ def serve(
         ),
     ] = False,
     grant_ceiling: Annotated[
-        str | None,
+        float | None,
         typer.Option(
             "--grant-ceiling",
-            help="The longest a grant may last (30d, 12h, ...): offers beyond it, or without expiry, are refused "
-            "when the request is created. None by default.",
+            parser=_duration(most=_THOUSAND_YEARS),
+            metavar="DURATION",
+            help="The longest a grant may last: offers beyond it, or without expiry, are refused when the request "
+            f"is created. None by default. {DURATION_HELP}",
             show_default=False,
         ),
     ] = None,
     grant_default: Annotated[
-        str, typer.Option("--grant-default", help="How long a grant offered without exp lasts once issued.")
-    ] = "7d",
+        float,
+        typer.Option(
+            "--grant-default",
+            parser=_duration(most=_THOUSAND_YEARS),
+            metavar="DURATION",
+            help=f"How long a grant offered without exp lasts once issued. {DURATION_HELP} [default: 7d]",
+            show_default=False,
+        ),
+    ] = 7 * 86400.0,
     grant_key: Annotated[
         Path | None,
         typer.Option(
@@ -868,11 +906,13 @@ def serve(
         ),
     ] = None,
     pause_timeout: Annotated[
-        str | None,
+        float | None,
         typer.Option(
             "--pause-timeout",
+            parser=_duration(most=_THOUSAND_YEARS),
+            metavar="DURATION",
             help="How long a parked run waits on a person before it is given up, like 14d or 36h "
-            "(a run's longer max_duration wins). [default: 14d]",
+            f"(a run's longer max_duration wins). {DURATION_HELP} [default: 14d]",
             show_default=False,
         ),
     ] = None,
@@ -886,11 +926,13 @@ def serve(
         ),
     ] = None,
     default_expiry: Annotated[
-        str | None,
+        float | None,
         typer.Option(
             "--default-expiry",
+            parser=_duration(most=_THOUSAND_YEARS),
+            metavar="DURATION",
             help="How long a request that sets no timeout and belongs to no run stays pending before it "
-            "expires, like 7d or 12h. [default: never]",
+            f"expires, like 7d or 12h. {DURATION_HELP} [default: never]",
             show_default=False,
         ),
     ] = None,
@@ -904,14 +946,16 @@ def serve(
         ),
     ] = None,
     shutdown_timeout: Annotated[
-        int,
+        float,
         typer.Option(
             "--shutdown-timeout",
-            min=0,
-            help="On Ctrl-C or SIGTERM, the seconds connections still open (long polls, event streams) are "
-            "given to end before they are cut; their clients come back.",
+            parser=_duration(least=0),
+            metavar="DURATION",
+            help="On Ctrl-C or SIGTERM, how long connections still open (long polls, event streams) are given to "
+            f"end before they are cut (0: cut at once); their clients come back. {DURATION_HELP} [default: 5s]",
+            show_default=False,
         ),
-    ] = 5,
+    ] = 5.0,
 ) -> None:
     """Run the HTTP API, the live event stream and the web inbox."""
     try:
@@ -936,22 +980,11 @@ def serve(
     secret = os.environ.get(SECRET_KEY_ENV)
     quota: Quota | Literal["default"] | None = "default"
     if rate_limit is not None:
-        try:
-            quota = Quota(rate_limit, rate_burst) if rate_limit > 0 else None
-        except ValueError as exc:
-            raise _fail(str(exc)) from None
+        if not math.isfinite(rate_limit):  # (--rate-burst is at least 1, as read)
+            raise _fail(f"--rate-limit {rate_limit}: give a finite number of requests a second (0 for no limit)")
+        quota = Quota(rate_limit, rate_burst) if rate_limit > 0 else None
     streams: int | Literal["default"] | None = "default" if max_streams is None else max_streams or None
-    try:
-        policy = GrantPolicy(
-            parse_duration(grant_default), parse_duration(grant_ceiling) if grant_ceiling is not None else None
-        )
-    except ValueError:  # a grant issued then would end past the last date there is
-        option, text = (
-            ("--grant-ceiling", grant_ceiling)
-            if grant_ceiling is not None and parse_duration(grant_ceiling) > parse_duration(grant_default)
-            else ("--grant-default", grant_default)
-        )
-        raise _fail(f"{option} {text} is more than a thousand years") from None
+    policy = GrantPolicy(grant_default, grant_ceiling)  # each bounded as the option is read
     sock = _listen(host, port)
     where = f"http://{host if ':' not in host else f'[{host}]'}:{sock.getsockname()[1]}"  # the port held, if 0
 
@@ -1009,9 +1042,9 @@ def serve(
             max_body_size=max_body_size,
             rate_limit=quota,
             max_streams=streams,
-            pause_timeout=parse_duration(pause_timeout) if pause_timeout is not None else None,
+            pause_timeout=pause_timeout,
             max_followups=max_followups,
-            default_expiry=parse_duration(default_expiry) if default_expiry is not None else None,
+            default_expiry=default_expiry,
             open_inboxes=open_inboxes,
             grant_policy=policy,
             grant_key=grant_key,
@@ -1029,7 +1062,9 @@ def serve(
         log_config=_redacted_logging(LOGGING_CONFIG),
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or None,
-        timeout_graceful_shutdown=shutdown_timeout,  # long polls and streams end; their clients come back
+        # Long polls and streams end; their clients come back. (Typed int, used as
+        # asyncio.timeout's delay, which takes any number of seconds.)
+        timeout_graceful_shutdown=shutdown_timeout,  # type: ignore[arg-type]
     )
     state = app.state.interlock
     # uvicorn logs "Application startup failed. Exiting." for any failed start: for a refusal
@@ -1549,7 +1584,15 @@ def worker(
     name: Annotated[str | None, typer.Option("--name", help="This worker's name. [default: host:pid]")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Runs resumed at a time.")] = 1,
     lease: Annotated[
-        float, typer.Option("--lease", min=1, help="Seconds a claimed run is held before another worker may take it.")
+        float,
+        typer.Option(
+            "--lease",
+            parser=_duration(least=1),
+            metavar="DURATION",
+            help="How long a claimed run is held before another worker may take it, 1s or more. "
+            f"{DURATION_HELP} [default: 30s]",
+            show_default=False,
+        ),
     ] = 30.0,
     once: Annotated[bool, typer.Option("--once", help="Resume the runs ready now, then exit.")] = False,
     db: DbOption = None,
@@ -1797,7 +1840,17 @@ def policy_set(
     on_hook_error: Annotated[
         str | None, typer.Option("--on-hook-error", help="deny | pause | fail-run, when the hook cannot decide.")
     ] = None,
-    hook_timeout: Annotated[float | None, typer.Option("--hook-timeout", help="Seconds the hook may take.")] = None,
+    hook_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--hook-timeout",
+            parser=_duration(most=MAX_POLICY_HOOK_TIMEOUT),
+            metavar="DURATION",
+            help=f"How long the hook may take, up to {MAX_POLICY_HOOK_TIMEOUT:g}s. {DURATION_HELP} "
+            f"[default: {DEFAULT_POLICY_HOOK_TIMEOUT:g}s]",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[
         str | None, typer.Option("--json", help="The whole policy as JSON (Novo's field names), or @file.")
     ] = None,
@@ -2084,7 +2137,14 @@ def deliver(
     ] = None,
     db: LocalDb = None,
     poll_interval: Annotated[
-        float, typer.Option("--poll-interval", min=0.05, help="Seconds between looks at the outbox.")
+        float,
+        typer.Option(
+            "--poll-interval",
+            parser=_duration(least=0.05),
+            metavar="DURATION",
+            help=f"How long between looks at the outbox, 50ms or more. {DURATION_HELP} [default: 1s]",
+            show_default=False,
+        ),
     ] = 1.0,
 ) -> None:
     """Run the outbox's delivery loop alone (beside servers that run without --routing).

@@ -33,7 +33,6 @@ teams (a name and its members) and a route per recipient, per team, and a defaul
 from __future__ import annotations
 
 import json
-import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from .durations import duration_seconds
 from .model import Request
 from .outbox import Delivery, DeliveryKind, Notice, delivery_id
 
@@ -61,19 +61,16 @@ class RoutingError(ValueError):
     """A routing document that cannot be used: the message names the field and the fault."""
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
-
-
 def parse_duration(value: object, where: str) -> timedelta:
-    """A duration: seconds as a number, or text such as `90s`, `10m`, `2h`, `1d`."""
+    """A duration: seconds as a number, or text as the command line takes it
+    (`durations.duration_seconds`): `250ms`, `90s`, `10m`, `2h`, `1d`."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise RoutingError(f"{where}: a duration is a number of seconds or text like '10m', not {value!r}")
     if isinstance(value, str):
-        match = _DURATION.match(value)
-        if match is None:
-            raise RoutingError(f"{where}: {value!r} is not a duration (use e.g. '90s', '10m', '2h', '1d')")
-        seconds = float(match[1]) * _UNITS[match[2]]
+        try:
+            seconds = duration_seconds(value)
+        except ValueError as exc:
+            raise RoutingError(f"{where}: {exc}") from None
     else:
         seconds = float(value)
     if not 0 < seconds < 366 * 86400:
