@@ -117,7 +117,8 @@ UNAVAILABLE_CAP = 10.0
 `Retry-After` that asks for longer is cut to this): a wait goes on within this long of the
 server coming back."""
 TIMEOUTS_KEPT = 10_000
-"""The timeouts a broker remembers for the requests it prepared, until they are sent."""
+"""The most timeouts a broker remembers for the requests it prepared and has not sent
+yet (a request is sent again, with its timeout, while its create's outcome is unknown)."""
 
 T = TypeVar("T")
 
@@ -319,6 +320,7 @@ class RemoteBroker(Broker):
         if not response.is_success:
             raise _error(response, "")
         stored = request_from_dict(response.json())
+        self._timeouts.pop(request.id, None)  # sent: the server has it now
         created = response.status_code == 201
         if created and stored.status is Status.PENDING:
             self._note_made(stored)
