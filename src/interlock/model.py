@@ -832,6 +832,8 @@ class GrantPolicy:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or math.isinf(value):
                 raise ValueError(f"{name} must be a positive, finite number of seconds, not {value!r}")
+            if value < 1e-6:  # kept as no time at all: a grant that ended as it was issued
+                raise ValueError(f"{name} is {value:g} seconds, less than the microsecond times are kept in")
             if value > _THOUSAND_YEARS:  # a grant issued then would end past the last date there is
                 raise ValueError(f"{name} is {value:g} seconds, more than a thousand years")
 

@@ -151,11 +151,14 @@ def test_the_policy_refuses_offers_past_its_ceiling_and_caps_the_default() -> No
         GrantPolicy(ceiling_seconds=0)
 
 
-def test_a_policy_whose_grants_would_end_past_the_last_date_is_refused_when_made() -> None:
+def test_a_policy_whose_grants_would_end_past_the_last_date_or_at_once_is_refused_when_made() -> None:
     # It was taken (`interlock serve --grant-default 3000000d`), and every approval that
     # issued a grant from it then failed with an OverflowError, a 500 over HTTP.
     for made in (lambda: GrantPolicy(3_000_000 * 86400.0), lambda: GrantPolicy(ceiling_seconds=3_000_000 * 86400.0)):
         with pytest.raises(ValueError, match="more than a thousand years"):
+            made()
+    for made in (lambda: GrantPolicy(1e-7), lambda: GrantPolicy(ceiling_seconds=1e-7)):
+        with pytest.raises(ValueError, match="less than the microsecond"):
             made()
     thousand_years = 365 * 1000 * 86400
     assert GrantPolicy(thousand_years).expiry(Grant("w", "c"), NOW) == NOW + timedelta(seconds=thousand_years)
