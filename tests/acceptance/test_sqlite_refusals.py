@@ -36,9 +36,10 @@ BOUND = 60  # seconds: the most one command may take on a busy machine
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
 
 
-def refused(url: str, prefix: list[str] | None = None, *, command: tuple[str, ...] = ("inbox",)) -> str:
+def refused(url: str, prefix: list[str] | None = None, *, command: tuple[str, ...] = ("team", "add", "ops")) -> str:
     """`interlock COMMAND --db url` (after `prefix`: as another user, in a namespace),
-    refused with exit code 4 and no traceback: its one line."""
+    refused with exit code 4 and no traceback: its one line. The command makes the store
+    if it is new (one that only reads refuses a file that is not there before opening it)."""
     done = subprocess.run(
         [*(prefix or []), *INTERLOCK, *command, "--db", url],
         env=ENV,
@@ -61,7 +62,11 @@ def owned(path: Path) -> str:
 def make_store(path: Path) -> None:
     """A store at `path` with its tables, closed (so its -wal and -shm are gone)."""
     done = subprocess.run(
-        [*INTERLOCK, "inbox", "--db", f"sqlite:///{path}"], env=ENV, capture_output=True, text=True, timeout=BOUND
+        [*INTERLOCK, "team", "add", "ops", "--db", f"sqlite:///{path}"],  # a command that makes the store
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
     )
     assert done.returncode == 0, done.stderr
     assert not Path(f"{path}-wal").exists()
@@ -278,9 +283,9 @@ def namespace() -> list[str]:
 
 
 def in_namespace(namespace: list[str], mount: str, url: str) -> str:
-    """`interlock inbox --db url` after the shell command `mount`, in its own mount
-    namespace: its one line."""
-    command = " ".join(map(_quoted, [*INTERLOCK, "inbox", "--db", url]))
+    """`interlock team add ops --db url` (a command that makes the store if it is new) after
+    the shell command `mount`, in its own mount namespace: its one line."""
+    command = " ".join(map(_quoted, [*INTERLOCK, "team", "add", "ops", "--db", url]))
     done = subprocess.run(
         [*namespace, f"{mount}; exec {command}"], env=ENV, capture_output=True, text=True, timeout=BOUND
     )
