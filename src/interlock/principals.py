@@ -100,13 +100,16 @@ ANONYMOUS = Principal("local", "admin")
 
 @dataclass(frozen=True, slots=True)
 class IssuedToken:
-    """A token as issued: `secret` is shown once and never stored."""
+    """A token as issued: `secret` is shown once and never stored. `for_session`: made by
+    the web inbox for one session (a sign-in link's), whose secret nobody keeps; the store
+    deletes it once that session is signed out or has run out."""
 
     id: str
     secret: str
     hash: str
     principal: str
     created_at: datetime
+    for_session: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,10 +171,10 @@ def hash_token(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def issue_token(principal: str, now: datetime) -> IssuedToken:
+def issue_token(principal: str, now: datetime, *, for_session: bool = False) -> IssuedToken:
     token_id = secrets.token_hex(4)
     secret = f"{TOKEN_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
-    return IssuedToken(token_id, secret, hash_token(secret), principal, now)
+    return IssuedToken(token_id, secret, hash_token(secret), principal, now, for_session)
 
 
 def issue_session(now: datetime, lifetime: timedelta = SESSION_LIFETIME) -> IssuedSession:

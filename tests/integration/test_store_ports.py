@@ -317,6 +317,41 @@ async def test_a_web_session_lasts_until_it_ends_expires_or_its_token_is_revoked
     assert await store.get_session(again.hash, now) is None
 
 
+async def test_a_token_made_for_one_web_session_goes_with_it_when_signed_out_or_run_out(
+    store: PrincipalStore,
+) -> None:
+    # A sign-in link opens its session with a token of its own, whose secret nobody keeps:
+    # once the session is over it is of no use, and each sign-in would leave one more.
+    now = datetime.now(UTC)
+    await store.save_principal(Principal("alice", "human"))
+    pasted = issue_token("alice", now)  # one she signs in with, and keeps using
+    signed_out = issue_token("alice", now, for_session=True)
+    ran_out = issue_token("alice", now, for_session=True)
+    for token in (pasted, signed_out, ran_out):
+        await store.save_token(token)
+    sessions = {}
+    hour, five_minutes = timedelta(hours=1), timedelta(minutes=5)
+    for token, lasts in ((pasted, hour), (signed_out, hour), (ran_out, five_minutes)):
+        sessions[token.id] = issue_session(now, lasts)
+        assert await store.start_session(token.hash, sessions[token.id]) is not None
+    assert {t.id for t in await store.list_tokens()} == {pasted.id, signed_out.id, ran_out.id}
+
+    assert await store.end_session(sessions[signed_out.id].hash) is not None
+    assert {t.id for t in await store.list_tokens()} == {pasted.id, ran_out.id}
+    assert await store.revoke_tokens(token_id=signed_out.id) == 0  # gone, not just revoked
+
+    # The next sign-in after the short session ran out purges it, and its token with it.
+    later = issue_session(now + timedelta(minutes=10), timedelta(hours=1))
+    assert await store.start_session(pasted.hash, later) is not None
+    assert {t.id for t in await store.list_tokens()} == {pasted.id}
+    assert await store.revoke_tokens(token_id=ran_out.id) == 0
+
+    # A token someone pasted outlives its sessions.
+    assert await store.end_session(sessions[pasted.id].hash) is not None
+    assert await store.end_session(later.hash) is not None
+    assert [t.id for t in await store.list_tokens()] == [pasted.id]
+
+
 # -- runs ------------------------------------------------------------------------------------
 
 

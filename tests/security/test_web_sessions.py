@@ -26,6 +26,7 @@ import interlock
 from interlock import Text
 from interlock.principals import Principal, hash_token, issue_session, issue_token
 from interlock.server.app import create_app
+from interlock.signin import mint_signin_link
 from serve_support import serve
 
 pytestmark = pytest.mark.anyio
@@ -104,6 +105,30 @@ async def test_signing_out_ends_the_session_on_the_server_so_the_old_cookie_open
         assert browser.cookies[SESSION_COOKIE] != cookie
         stale = await browser.post(f"/inbox/requests/{request.id}", data={"a0": "main", "csrf": csrf})
         assert stale.status_code == 403
+
+
+async def test_a_sign_in_link_s_session_leaves_no_live_token_behind_once_signed_out(
+    world: tuple[str, str, dict[str, str]],
+) -> None:
+    # Each sign-in link opens its session with a token of its own (which nobody holds): a
+    # person who signs in by email every day had left one more live token each time.
+    base, db, _ = world
+    async with interlock.connect(db) as broker:
+        before = {t.id for t in await broker.list_tokens()}
+    for _ in range(3):
+        async with interlock.connect(db) as broker:
+            code = re.search(r"code=([^&]+)", await mint_signin_link(broker, "alice", base))
+        assert code is not None
+        async with httpx.AsyncClient(base_url=base, timeout=BOUND) as browser:
+            form = await browser.get("/signin/link", params={"code": code[1]})
+            signed_in = await browser.post("/signin/link", data={"code": code[1], "csrf": csrf_in(form.text)})
+            assert signed_in.status_code == 303 and SESSION_COOKIE in browser.cookies
+            async with interlock.connect(db) as broker:
+                assert len(await broker.list_tokens()) == len(before) + 1  # the session's, while it lasts
+            page = await browser.get("/")
+            assert (await browser.post("/signout", data={"csrf": csrf_in(page.text)})).status_code == 303
+    async with interlock.connect(db) as broker:
+        assert {t.id for t in await broker.list_tokens()} == before
 
 
 def _decoded_parts(value: str) -> list[bytes]:

@@ -182,7 +182,7 @@ class Auth:
         principal = await self.broker.use_signin_link(hash_token(secret), now)
         if principal is None or principal.kind != "human":
             return None
-        token = issue_token(principal.name, now)
+        token = issue_token(principal.name, now, for_session=True)  # goes when the session ends
         await self.broker.save_token(token)
         return await self.sign_in(token.secret)
 

@@ -589,9 +589,10 @@ class MemoryStore:
         live = await self.live_token(token_hash)
         if live is None:
             return None
-        for key, (old, _) in list(self._sessions.items()):
+        for key, (old, token_id) in list(self._sessions.items()):
             if old.expires_at <= session.created_at:
                 del self._sessions[key]
+                self._delete_session_token(token_id)
         self._sessions[session.hash] = (session, live.id)
         return WebSession(session.id, live.principal, live.id, session.csrf, session.expires_at)
 
@@ -608,10 +609,23 @@ class MemoryStore:
 
     async def end_session(self, session_hash: str) -> WebSession | None:
         ended = await self.get_session(session_hash, datetime.min.replace(tzinfo=UTC))
-        if self._sessions.pop(session_hash, None) is None or ended is None:
+        gone = self._sessions.pop(session_hash, None)
+        if gone is not None:
+            self._delete_session_token(gone[1])
+        if gone is None or ended is None:
             return None
         await self.append_event("signed_out", {"principal": ended.principal.name, "session": ended.id})
         return ended
+
+    def _delete_session_token(self, token_id: str) -> None:
+        """Delete the token of this id if it was made for a web session and has none left:
+        nobody holds its secret."""
+        if any(token == token_id for _, token in self._sessions.values()):
+            return
+        for key, token in list(self._tokens.items()):
+            if token.id == token_id and token.for_session:
+                del self._tokens[key]
+                self._revoked.discard(token_id)
 
     async def save_signin_link(self, link: IssuedSignInLink) -> None:
         if link.principal not in self._principals:

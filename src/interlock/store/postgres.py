@@ -877,7 +877,9 @@ class PostgresStore(SqlStore):
 
     async def save_token(self, token: IssuedToken) -> None:
         try:
-            await self.pool.execute(Q["insert_token"], token.id, token.hash, token.principal, token.created_at)
+            await self.pool.execute(
+                Q["insert_token"], token.id, token.hash, token.principal, token.created_at, token.for_session
+            )
         except asyncpg.ForeignKeyViolationError:
             raise ValueError(f"no principal named {token.principal!r}") from None
 

@@ -219,6 +219,12 @@ def _from_us(value: int) -> datetime:
     return _EPOCH + timedelta(microseconds=value)
 
 
+def _delete_session_tokens(db: sqlite3.Connection, tokens: set[str]) -> None:
+    """Delete those of `tokens` that were made for a web session and have none left (the
+    session was just deleted): nobody holds their secret."""
+    db.executemany(Q["delete_session_token"], [{"token": token} for token in sorted(tokens)])
+
+
 def _access_event(type_: str, at: int | None, data: Mapping[str, Any]) -> dict[str, Any]:
     """The parameters of `insert_event` for a sign-in event: it concerns no request and
     is shown to nobody (the hubs of every node end the streams it names)."""
@@ -1059,6 +1065,7 @@ class SqliteStore(SqlStore):
 
     async def save_token(self, token: IssuedToken) -> None:
         row = {"id": token.id, "hash": token.hash, "principal": token.principal, "created_at": _us(token.created_at)}
+        row["for_session"] = int(token.for_session)
         try:
             await self._write(lambda db: db.execute(Q["insert_token"], row), notify=False)
         except sqlite3.IntegrityError:
@@ -1100,7 +1107,8 @@ class SqliteStore(SqlStore):
         }
 
         def start(db: sqlite3.Connection) -> WebSession | None:
-            db.execute(Q["delete_expired_sessions"], {"now": row["created_at"]})
+            ended = db.execute(Q["delete_expired_sessions"], {"now": row["created_at"]}).fetchall()
+            _delete_session_tokens(db, {token for (token,) in ended})
             if db.execute(Q["insert_session"], row).rowcount != 1:
                 return None
             return self._session(db, session.hash, session.created_at)
@@ -1110,7 +1118,9 @@ class SqliteStore(SqlStore):
     async def end_session(self, session_hash: str) -> WebSession | None:
         def end(db: sqlite3.Connection) -> WebSession | None:
             ended = self._session(db, session_hash, datetime.fromtimestamp(0, UTC))
-            if db.execute(Q["delete_session"], {"hash": session_hash}).rowcount != 1 or ended is None:
+            deleted = db.execute(Q["delete_session"], {"hash": session_hash}).fetchall()
+            _delete_session_tokens(db, {token for (token,) in deleted})
+            if not deleted or ended is None:
                 return None
             data = {"principal": ended.principal.name, "session": ended.id}
             db.execute(Q["insert_event"], _access_event("signed_out", _us(_now()), data))

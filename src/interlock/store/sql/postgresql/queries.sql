@@ -108,7 +108,7 @@ UNION ALL SELECT name, 'team', NULL FROM teams WHERE name = $1;
 SELECT name, kind, owner FROM principals UNION ALL SELECT name, 'team', NULL FROM teams ORDER BY name;
 
 -- name: insert_token
-INSERT INTO tokens (id, hash, principal, created_at) VALUES ($1, $2, $3, $4);
+INSERT INTO tokens (id, hash, principal, created_at, for_session) VALUES ($1, $2, $3, $4, $5);
 
 -- name: list_tokens
 SELECT id, principal, created_at FROM tokens WHERE revoked_at IS NULL ORDER BY principal, created_at, id;
@@ -151,7 +151,11 @@ WHERE t.hash = $1 AND t.revoked_at IS NULL;
 SELECT interlock_revoke_tokens($1, $2, $3);
 
 -- name: delete_expired_sessions
-DELETE FROM sessions WHERE expires_at <= $1;
+-- (with the tokens made for them alone, which nobody holds)
+WITH ended AS (DELETE FROM sessions WHERE expires_at <= $1 RETURNING token)
+DELETE FROM tokens t
+WHERE t.for_session AND t.id IN (SELECT token FROM ended)
+    AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.token = t.id AND s.expires_at > $1);
 
 -- name: start_session
 WITH made AS (

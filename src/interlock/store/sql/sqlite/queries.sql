@@ -106,7 +106,8 @@ UNION ALL SELECT name, 'team', NULL FROM teams WHERE name = :name;
 SELECT name, kind, owner FROM principals UNION ALL SELECT name, 'team', NULL FROM teams ORDER BY name;
 
 -- name: insert_token
-INSERT INTO tokens (id, hash, principal, created_at) VALUES (:id, :hash, :principal, :created_at);
+INSERT INTO tokens (id, hash, principal, created_at, for_session)
+VALUES (:id, :hash, :principal, :created_at, :for_session);
 
 -- name: list_tokens
 SELECT id, principal, created_at FROM tokens WHERE revoked_at IS NULL ORDER BY principal, created_at, id;
@@ -146,7 +147,11 @@ SELECT id, principal FROM tokens WHERE principal = :principal AND revoked_at IS 
 DELETE FROM sessions WHERE token = :token;
 
 -- name: delete_expired_sessions
-DELETE FROM sessions WHERE expires_at <= :now;
+DELETE FROM sessions WHERE expires_at <= :now RETURNING token;
+
+-- name: delete_session_token
+DELETE FROM tokens
+WHERE id = :token AND for_session = 1 AND NOT EXISTS (SELECT 1 FROM sessions WHERE token = :token);
 
 -- name: insert_session
 INSERT INTO sessions (hash, id, token, csrf, created_at, expires_at)
@@ -159,7 +164,7 @@ FROM sessions s JOIN tokens t ON t.id = s.token JOIN principals p ON p.name = t.
 WHERE s.hash = :hash AND s.expires_at > :now AND t.revoked_at IS NULL;
 
 -- name: delete_session
-DELETE FROM sessions WHERE hash = :hash;
+DELETE FROM sessions WHERE hash = :hash RETURNING token;
 
 -- name: insert_run
 INSERT INTO runs (id, agent, session, requester, status, max_duration, created_at, updated_at)
