@@ -490,8 +490,10 @@ class RemoteBroker(Broker):
             return False
         response = await self._send("POST", path, json=body)
         if response.is_success:
+            self._made.pop(request_id, None)  # settled: nothing for `close()` to withdraw
             return True
         if response.status_code in (404, 409) and _code(response) in ("not_found", "already_settled"):
+            self._made.pop(request_id, None)
             return False
         error = _error(response, request_id)
         if action == "answer" and _code(response) == "too_large":
@@ -728,7 +730,10 @@ class RemoteBroker(Broker):
     # -- reading -------------------------------------------------------------------------
 
     async def get(self, request_id: str) -> Request:
-        return request_from_dict(await self._call("GET", _request_path(request_id), request_id=request_id))
+        request = request_from_dict(await self._call("GET", _request_path(request_id), request_id=request_id))
+        if request.status is not Status.PENDING:
+            self._made.pop(request_id, None)  # settled: nothing for `close()` to withdraw
+        return request
 
     async def list(self, **filters: Unpack[ListFilters]) -> Page:
         # The server lists a member's teams' requests with their own; `teams` is its business.

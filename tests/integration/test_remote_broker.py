@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -122,3 +123,26 @@ async def test_a_timeout_and_a_deadline_are_sent_as_given(base: str) -> None:
         {"timeout": 60.0, "expires_at": "2999-01-02T03:04:05.000006-07:00"},
         {"expires_at": "2000-01-01T00:00:00+00:00"},
     ]
+
+
+async def test_a_remote_broker_forgets_a_request_it_made_once_it_sees_it_settled(base: str) -> None:
+    # `close()` withdraws what this broker made and is still pending. A long-lived agent's
+    # broker had kept every request whose wait it gave up on, or that it saw settled
+    # without waiting, up to 100,000 of them, and its `close()` asked the server to cancel
+    # each one again.
+    counting = Counting()
+    async with interlock.connect(base, transport=counting) as agent, interlock.connect(base) as person:
+        abandoned = await agent.create(Text("Name?"), to="alice")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(agent.wait(abandoned.id), 0.2)  # gives up: the request is withdrawn
+        assert (await person.get(abandoned.id)).status is Status.CANCELLED
+        answered = await agent.create(Text("Branch?"), to="alice")
+        assert await person.resolve(answered.id, "main")
+        assert (await agent.get(answered.id)).status is Status.ANSWERED
+        expired = await agent.create(Text("Tag?"), to="alice")
+        assert await agent.expire(expired.id)
+        pending = await agent.create(Text("Colour?"), to="alice")
+        before = len(counting.calls)
+        await agent.close()
+        assert counting.calls[before:] == [f"POST /api/v1/requests/{pending.id}/cancel"]
+        assert (await person.get(pending.id)).status is Status.CANCELLED
