@@ -280,6 +280,29 @@ async def test_the_listener_reconnects_after_its_connection_is_dropped(pg_url: s
                 assert (await waiter).answers == {"text": "Bo"}  # by the new connection's hint
 
 
+async def test_a_store_counts_as_its_own_only_the_backends_of_connections_it_has_open(pg_url: str) -> None:
+    # A notification from one of its own backends is no news to a store, and ignored. It
+    # had kept the pid of every connection it ever opened: a set that grew with each one
+    # dropped (a statement cut short drops its connection), and once the database gave a
+    # pid of ours to another node's backend, that node's wake-ups were ignored here.
+    store = PostgresStore(pg_url)
+    await store.open()
+    try:
+        dropped = set()
+        for _ in range(5):
+            conn = await store.pool.acquire()
+            dropped.add(conn.get_server_pid())
+            store.pool.release(conn, reusable=False)  # as a statement cut short does
+        await asyncio.sleep(0)  # (the connections' termination callbacks run soon)
+        await store.pool.execute("SELECT 1")
+        activity = psql("SELECT pid FROM pg_stat_activity WHERE datname = current_database()", database_of(pg_url))
+        open_pids = {int(pid) for pid in activity.split()}
+        assert not dropped & store._own
+        assert store._own <= open_pids
+    finally:
+        await store.aclose()
+
+
 class HeldLog:
     """Holds a broker's reads of the event log (its follow loop) until released, so that
     only a settlement's own notification can wake its waiters meanwhile."""

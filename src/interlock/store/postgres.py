@@ -268,7 +268,7 @@ class PostgresStore(SqlStore):
         self._on_settled: Callable[[Request], None] | None = None
         self._note_key: bytes | None = None  # what settlement notes are signed with (migration 0023)
         self._listener_healthy = False
-        # Server process ids of this store's own connections: their notifications are
+        # Server process ids of this store's open connections: their notifications are
         # about changes the broker of this process has seen already.
         self._own: set[int] = set()
         # Parsed requests by id, up to `cache_bytes` of them in memory (`row_size`). A settled one never
@@ -316,7 +316,10 @@ class PostgresStore(SqlStore):
             if isinstance(exc, _NEVER_FOR_NOW):
                 raise
             raise _unavailable(exc) from exc
-        self._own.add(conn.get_server_pid())
+        pid = conn.get_server_pid()
+        self._own.add(pid)
+        # Once closed (or lost), the database may give its pid to another node's backend.
+        conn.add_termination_listener(lambda _: self._own.discard(pid))
         return conn
 
     async def _migrate(self) -> None:
