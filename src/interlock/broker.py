@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 from .approval_policies import ApprovalPolicy, policy_from_dict, policy_to_dict
 from .approvals import check_context, decision_ask, is_marked
 from .dashboard import DASHBOARD_ROWS, DASHBOARD_WINDOW, Dashboard, layout
+from .durations import LONGEST, SHORTEST
 from .errors import (
     AlreadySettled,
     Cancelled,
@@ -84,6 +85,8 @@ from .model import (
     check_json,
     check_text,
     creation_time,
+    epoch_microseconds,
+    from_epoch_microseconds,
     issue_grants,
     new_id,
     offered_grants,
@@ -207,18 +210,15 @@ _UNKNOWN: Any = object()
 _KNOWN_RUNS = 10_000
 """How many runs' `max_duration` a broker keeps, so that parking them reads nothing first."""
 
-_LONGEST = timedelta(days=365 * 1000).total_seconds()
-"""The longest duration taken (a thousand years): past it, dates stop being storable."""
 
-
-def _seconds(value: float | timedelta, name: str, longest: float | None = _LONGEST) -> float:
+def _seconds(value: float | timedelta, name: str, longest: float | None = LONGEST) -> float:
     """A duration given as seconds or a timedelta, checked: positive, finite, at least the
     microsecond the stores count in (less would be kept as no time at all), and at most
     `longest` seconds."""
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0 or math.isinf(seconds):
         raise InvalidRequest(f"{name} must be a positive, finite number of seconds")
-    if seconds < 1e-6:
+    if seconds < SHORTEST:
         raise InvalidRequest(f"{name} is {seconds:g} seconds, less than the microsecond times are kept in")
     if longest is not None and seconds > longest:
         raise InvalidRequest(f"{name} is {seconds:g} seconds, more than a thousand years")
@@ -3092,14 +3092,10 @@ def _same_request(first: Request, again: Request) -> None:
             )
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-
-
 def _cursor(at: datetime, row_id: str) -> str:
     """The cursor of the page after a row listed by a time, then its id: the time
     (microseconds) and the id (a run's creation, a dead letter's due time)."""
-    return f"{(at - _EPOCH) // _MICROSECOND}.{row_id}"
+    return f"{epoch_microseconds(at)}.{row_id}"
 
 
 def _run_cursor(run: Run) -> str:
@@ -3117,7 +3113,7 @@ def _keyset(cursor: str | None, of: str, longest: int) -> tuple[datetime, str] |
     stamp, dot, row_id = cursor.partition(".")
     if dot and row_id and stamp.isascii() and stamp.isdigit() and len(stamp) <= 18 and _storable(row_id, longest):
         with contextlib.suppress(OverflowError):  # past the year 9999
-            return _EPOCH + int(stamp) * _MICROSECOND, row_id
+            return from_epoch_microseconds(int(stamp)), row_id
     raise InvalidCursor(f"cursor {_shown(cursor)} is not one a page of {of} gave (its next_cursor)")
 
 

@@ -52,7 +52,7 @@ from .agent.terminal import TerminalContract
 from .approval_policies import DEFAULT_POLICY_HOOK_TIMEOUT, MAX_POLICY_HOOK_TIMEOUT, policy_to_dict
 from .approvals import decision_ask, is_marked
 from .broker import Broker, LocalBroker, Page, connect
-from .durations import DURATION_SYNTAX, duration_seconds
+from .durations import DURATION_SYNTAX, LONGEST, SHORTEST, duration_seconds
 from .errors import (
     AlreadySettled,
     Cancelled,
@@ -270,14 +270,10 @@ def _check_store_is_there(db: str | None) -> None:
         )
 
 
-_MICROSECOND = 1e-6
-"""The least duration kept: times are kept to the microsecond."""
-_THOUSAND_YEARS = 365 * 1000 * 86400.0
-"""The longest an operator's duration may be (as `connect` and `GrantPolicy` take them)."""
 DURATION_HELP = f"A duration: {DURATION_SYNTAX}."
 
 
-def _duration(least: float = _MICROSECOND, most: float | None = None) -> Callable[[str | float], float]:
+def _duration(least: float = SHORTEST, most: float | None = None) -> Callable[[str | float], float]:
     """The parser of an option holding a duration, in seconds, from `least` to `most`
     (refused past them naming the option, as click names it); every such option takes
     the one syntax (`durations.duration_seconds`)."""
@@ -290,10 +286,10 @@ def _duration(least: float = _MICROSECOND, most: float | None = None) -> Callabl
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
         if seconds < least:
-            shortest = "a microsecond, the least time kept" if least == _MICROSECOND else _say_duration(least)
+            shortest = "a microsecond, the least time kept" if least == SHORTEST else _say_duration(least)
             raise typer.BadParameter(f"{value!r} is less than {shortest}")
         if most is not None and seconds > most:
-            longest = "a thousand years" if most == _THOUSAND_YEARS else _say_duration(most)
+            longest = "a thousand years" if most == LONGEST else _say_duration(most)
             raise typer.BadParameter(f"{value!r} is more than {longest}")
         return seconds
 
@@ -865,7 +861,7 @@ def serve(
         float | None,
         typer.Option(
             "--grant-ceiling",
-            parser=_duration(most=_THOUSAND_YEARS),
+            parser=_duration(most=LONGEST),
             metavar="DURATION",
             help="The longest a grant may last: offers beyond it, or without expiry, are refused when the request "
             f"is created. None by default. {DURATION_HELP}",
@@ -876,7 +872,7 @@ def serve(
         float,
         typer.Option(
             "--grant-default",
-            parser=_duration(most=_THOUSAND_YEARS),
+            parser=_duration(most=LONGEST),
             metavar="DURATION",
             help=f"How long a grant offered without exp lasts once issued. {DURATION_HELP} [default: 7d]",
             show_default=False,
@@ -909,7 +905,7 @@ def serve(
         float | None,
         typer.Option(
             "--pause-timeout",
-            parser=_duration(most=_THOUSAND_YEARS),
+            parser=_duration(most=LONGEST),
             metavar="DURATION",
             help="How long a parked run waits on a person before it is given up, like 14d or 36h "
             f"(a run's longer max_duration wins). {DURATION_HELP} [default: 14d]",
@@ -929,7 +925,7 @@ def serve(
         float | None,
         typer.Option(
             "--default-expiry",
-            parser=_duration(most=_THOUSAND_YEARS),
+            parser=_duration(most=LONGEST),
             metavar="DURATION",
             help="How long a request that sets no timeout and belongs to no run stays pending before it "
             f"expires, like 7d or 12h. {DURATION_HELP} [default: never]",

@@ -7,10 +7,17 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["DURATION_SYNTAX", "duration_seconds"]
+__all__ = ["DURATION_SYNTAX", "LONGEST", "SHORTEST", "duration_seconds"]
 
 DURATION_SYNTAX = "seconds, or a number with a unit: 250ms, 30s, 10m, 2h, 1d"
 """The syntax, as the help and the refusals say it."""
+
+SHORTEST = 1e-6
+"""The shortest duration taken, in seconds: times are kept to the microsecond, so less
+would be kept as no time at all."""
+LONGEST = 365 * 1000 * 86400.0
+"""The longest duration an operator sets (a thousand years): past it, the dates it leads
+to stop being storable."""
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}

@@ -47,6 +47,7 @@ from referencing.jsonschema import DRAFT202012
 
 from ._form_inputs import Field as FormInput
 from ._form_inputs import FieldValues, form_fields, form_unchanged, form_values, read_form
+from .durations import LONGEST, SHORTEST
 from .errors import InvalidAnswer, InvalidRequest
 
 __all__ = [
@@ -94,6 +95,8 @@ __all__ = [
     "check_text",
     "creation_time",
     "decision_ask",
+    "epoch_microseconds",
+    "from_epoch_microseconds",
     "grant_event_data",
     "grant_from_dict",
     "grant_to_dict",
@@ -643,6 +646,28 @@ def new_id() -> str:
 _made_lock = threading.Lock()
 _made_last_us = 0
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_FLOAT_EXACT = 2**52
+"""Microseconds from the epoch (to 2112 either way) within which a float's quotient gives
+the time back exactly, three times as fast as counting it out."""
+
+
+def epoch_microseconds(at: datetime) -> int:
+    """`at` as the whole microseconds since the epoch (a naive time is local time, as
+    `timestamp()` takes it), counted exactly: a float's `timestamp()` is off by
+    microseconds in the far future, and rounds the last instant there is up into a year
+    no datetime holds."""
+    if at.tzinfo is None:
+        at = at.astimezone()
+    return (at - _EPOCH) // _MICROSECOND
+
+
+def from_epoch_microseconds(us: int) -> datetime:
+    """The time (in UTC) `us` microseconds after the epoch; `OverflowError` past the
+    years 1 to 9999."""
+    if -_FLOAT_EXACT < us < _FLOAT_EXACT:
+        return datetime.fromtimestamp(us / 1_000_000, UTC)
+    return _EPOCH + timedelta(microseconds=us)
 
 
 def creation_time() -> datetime:
@@ -654,7 +679,7 @@ def creation_time() -> datetime:
     with _made_lock:
         us = max(time.time_ns() // 1000, _made_last_us + 1)
         _made_last_us = us
-    return _EPOCH + timedelta(microseconds=us)
+    return from_epoch_microseconds(us)
 
 
 # -- frozen records, built cheaply ---------------------------------------------------------
@@ -813,9 +838,6 @@ def _grants(where: str, raw: Iterable[Grant | Mapping[str, Any]]) -> tuple[Grant
     return grants
 
 
-_THOUSAND_YEARS = 365 * 1000 * 86400.0
-
-
 @dataclass(frozen=True, slots=True)
 class GrantPolicy:
     """How long issued grants last at this venue: `default_seconds` for an offer without
@@ -832,9 +854,9 @@ class GrantPolicy:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or math.isinf(value):
                 raise ValueError(f"{name} must be a positive, finite number of seconds, not {value!r}")
-            if value < 1e-6:  # kept as no time at all: a grant that ended as it was issued
+            if value < SHORTEST:  # kept as no time at all: a grant that ended as it was issued
                 raise ValueError(f"{name} is {value:g} seconds, less than the microsecond times are kept in")
-            if value > _THOUSAND_YEARS:  # a grant issued then would end past the last date there is
+            if value > LONGEST:  # a grant issued then would end past the last date there is
                 raise ValueError(f"{name} is {value:g} seconds, more than a thousand years")
 
     def check_offer(self, grant: Grant, where: str, now: datetime) -> None:

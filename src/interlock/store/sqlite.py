@@ -58,6 +58,8 @@ from ..model import (
     Run,
     RunStatus,
     Status,
+    epoch_microseconds,
+    from_epoch_microseconds,
     grant_event_data,
     request_to_dict,
     response_to_dict,
@@ -189,34 +191,17 @@ def _fetch(cursor: sqlite3.Cursor, budget: int | None) -> list[Any]:
     return rows
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-
-
 def _us(value: datetime | None) -> int | None:
-    """A time as the microseconds since the epoch a time column holds: counted exactly
-    (a float's `timestamp()` is off by microseconds in the far future, and rounds the
-    last instant there is up into a year no datetime can hold)."""
-    if value is None:
-        return None
-    if value.tzinfo is None:  # local time, as `timestamp()` takes it
-        value = value.astimezone()
-    return (value - _EPOCH) // _MICROSECOND
+    """A time as the microseconds since the epoch a time column holds, counted exactly."""
+    return None if value is None else epoch_microseconds(value)
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
-_FLOAT_EXACT = 2**52
-"""Microseconds from the epoch (to 2112 either way) within which a float's quotient gives
-the time back exactly, three times as fast as counting it out."""
-
-
-def _from_us(value: int) -> datetime:
-    if -_FLOAT_EXACT < value < _FLOAT_EXACT:
-        return datetime.fromtimestamp(value / 1_000_000, UTC)
-    return _EPOCH + timedelta(microseconds=value)
+_from_us = from_epoch_microseconds
+"""A time column's microseconds since the epoch as a time."""
 
 
 def _delete_session_tokens(db: sqlite3.Connection, tokens: set[str]) -> None:
