@@ -21,7 +21,6 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from .test_web_inbox import context, page  # noqa: F401 - the fixtures
 from .test_web_reach import BOUND, Mailbox, free_port, mailbox  # noqa: F401 - the fixture
 
 pytestmark = [

@@ -13,8 +13,6 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from .test_web_inbox import context, page  # noqa: F401 - the fixtures
-
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
@@ -22,7 +20,7 @@ pytestmark = [
 INTERLOCK = [sys.executable, "-m", "interlock"]
 
 
-def test_the_first_hour_from_serve_to_an_answer_clicked_in_the_browser(tmp_path: Path, page: Page) -> None:  # noqa: F811
+def test_the_first_hour_from_serve_to_an_answer_clicked_in_the_browser(tmp_path: Path, page: Page) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_URL", "INTERLOCK_TOKEN")}
     env["INTERLOCK_USER"] = "newcomer"
     serving = subprocess.Popen(

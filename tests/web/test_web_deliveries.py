@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 import interlock
 from interlock import Confirm
@@ -80,58 +80,46 @@ def sign_in(page: Page, base: str, token: str) -> None:
     page.get_by_role("heading", name="Waiting for you").wait_for()
 
 
-def test_a_person_sees_their_dead_letters_and_sends_one_again(
-    world: tuple[str, dict[str, str]], browser: Browser
-) -> None:
+def test_a_person_sees_their_dead_letters_and_sends_one_again(world: tuple[str, dict[str, str]], page: Page) -> None:
     base, tokens = world
     request_id = dead_letter(base, tokens)
-    context = browser.new_context()
-    page = context.new_page()
-    try:
-        sign_in(page, base, tokens["alice"])
-        page.goto(base + "/inbox/deliveries")
-        table = page.get_by_role("table", name="Dead letters")
-        expect(table.get_by_role("columnheader", name="Send again")).to_be_attached()  # the buttons' column, named
-        row = page.locator("table.deliveries tbody tr")
-        assert row.count() == 1 and row.first.get_attribute("data-status") == "dead"
-        assert "hook" in row.first.inner_text()
-        link = row.first.get_by_role("link", name="Ship?")  # which request it was, and the way to it
-        assert link.get_attribute("href") == f"{base}/requests/{request_id}"
-        page.get_by_role("button", name="Send again").click()
-        page.get_by_role("status").filter(has_text="It will be sent again.").wait_for()
-        page.goto(f"{base}/inbox/deliveries?request={request_id}")
-        page.get_by_role("heading", name="How people were told").wait_for()
-        assert page.locator("table.deliveries tbody tr").count() == 1
-    finally:
-        context.close()
+    sign_in(page, base, tokens["alice"])
+    page.goto(base + "/inbox/deliveries")
+    table = page.get_by_role("table", name="Dead letters")
+    expect(table.get_by_role("columnheader", name="Send again")).to_be_attached()  # the buttons' column, named
+    row = page.locator("table.deliveries tbody tr")
+    assert row.count() == 1 and row.first.get_attribute("data-status") == "dead"
+    assert "hook" in row.first.inner_text()
+    link = row.first.get_by_role("link", name="Ship?")  # which request it was, and the way to it
+    assert link.get_attribute("href") == f"{base}/requests/{request_id}"
+    page.get_by_role("button", name="Send again").click()
+    page.get_by_role("status").filter(has_text="It will be sent again.").wait_for()
+    page.goto(f"{base}/inbox/deliveries?request={request_id}")
+    page.get_by_role("heading", name="How people were told").wait_for()
+    assert page.locator("table.deliveries tbody tr").count() == 1
 
 
 def test_the_dead_letters_are_listed_newest_first_with_when_each_failed(
-    world: tuple[str, dict[str, str]], browser: Browser
+    world: tuple[str, dict[str, str]], page: Page
 ) -> None:
     base, tokens = world
     made = [dead_letter(base, tokens) for _ in range(4)]  # each a dead letter before the next is asked
-    context = browser.new_context()
-    page = context.new_page()
-    try:
-        sign_in(page, base, tokens["alice"])
-        page.goto(base + "/inbox/deliveries")
-        assert page.locator("table.deliveries thead th").nth(1).inner_text() == "When"
-        rows = page.locator("table.deliveries tbody tr")
-        assert rows.count() == 4
-        shown = [str(a.get_attribute("href")).rsplit("/", 1)[1] for a in rows.locator("td:first-child a").all()]
-        assert shown == made[::-1]
-        assert all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", t) for t in rows.locator("time").all_inner_texts())
-        again = rows.first.get_by_role("button", name="Send again")  # said with what it sends again
-        assert re.fullmatch(
-            r"Send again: Ship\?, request to alice via hook, \d{4}-\d\d-\d\d \d\d:\d\d UTC",
-            str(again.get_attribute("aria-label")),
-        )
-    finally:
-        context.close()
+    sign_in(page, base, tokens["alice"])
+    page.goto(base + "/inbox/deliveries")
+    assert page.locator("table.deliveries thead th").nth(1).inner_text() == "When"
+    rows = page.locator("table.deliveries tbody tr")
+    assert rows.count() == 4
+    shown = [str(a.get_attribute("href")).rsplit("/", 1)[1] for a in rows.locator("td:first-child a").all()]
+    assert shown == made[::-1]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", t) for t in rows.locator("time").all_inner_texts())
+    again = rows.first.get_by_role("button", name="Send again")  # said with what it sends again
+    assert re.fullmatch(
+        r"Send again: Ship\?, request to alice via hook, \d{4}-\d\d-\d\d \d\d:\d\d UTC",
+        str(again.get_attribute("aria-label")),
+    )
 
 
-def test_every_dead_letter_is_reached_newest_first_through_the_older_links(server: Server, browser: Browser) -> None:
+def test_every_dead_letter_is_reached_newest_first_through_the_older_links(server: Server, page: Page) -> None:
     async def make() -> list[str]:  # straight into the outbox: this server runs no delivery loop
         store = server.broker.store
         request = await server.broker.create(Confirm("Ship?"), to="alice", requester="bot")
@@ -155,42 +143,32 @@ def test_every_dead_letter_is_reached_newest_first_through_the_older_links(serve
 
     made = server.run(make())
     assert len(made) == 501
-    context = browser.new_context()
-    page = context.new_page()
-    try:
-        sign_in(page, server.url, server.tokens["alice"])
-        page.goto(server.url + "/inbox/deliveries")
-        rows = page.locator("table.deliveries tbody tr")
-        seen: list[str] = []
-        for _ in range(20):  # bounded: 501 dead letters are eleven pages
-            page.wait_for_load_state()
-            shown = rows.evaluate_all("rows => rows.map((row) => row.dataset.id)")
-            assert 0 < len(shown) <= 50
-            seen.extend(shown)
-            older = page.get_by_role("link", name="Older dead letters")
-            if older.count() == 0:
-                break
-            older.click()
-            expect(rows.first).not_to_have_attribute("data-id", shown[0])  # the next page is there
-        assert seen == made  # each once, newest first
-        page.get_by_role("link", name="Newest dead letters").click()
-        expect(rows.first).to_have_attribute("data-id", made[0])
-    finally:
-        context.close()
+    sign_in(page, server.url, server.tokens["alice"])
+    page.goto(server.url + "/inbox/deliveries")
+    rows = page.locator("table.deliveries tbody tr")
+    seen: list[str] = []
+    for _ in range(20):  # bounded: 501 dead letters are eleven pages
+        page.wait_for_load_state()
+        shown = rows.evaluate_all("rows => rows.map((row) => row.dataset.id)")
+        assert 0 < len(shown) <= 50
+        seen.extend(shown)
+        older = page.get_by_role("link", name="Older dead letters")
+        if older.count() == 0:
+            break
+        older.click()
+        expect(rows.first).not_to_have_attribute("data-id", shown[0])  # the next page is there
+    assert seen == made  # each once, newest first
+    page.get_by_role("link", name="Newest dead letters").click()
+    expect(rows.first).to_have_attribute("data-id", made[0])
 
 
 def test_someone_else_sees_neither_the_dead_letters_nor_the_request_s_deliveries(
-    world: tuple[str, dict[str, str]], browser: Browser
+    world: tuple[str, dict[str, str]], page: Page
 ) -> None:
     base, tokens = world
     request_id = dead_letter(base, tokens)
-    context = browser.new_context()
-    page = context.new_page()
-    try:
-        sign_in(page, base, tokens["bob"])
-        page.goto(base + "/inbox/deliveries")
-        page.get_by_text("None: every notification went out.").wait_for()
-        response = page.goto(f"{base}/inbox/deliveries?request={request_id}")
-        assert response is not None and response.status == 403
-    finally:
-        context.close()
+    sign_in(page, base, tokens["bob"])
+    page.goto(base + "/inbox/deliveries")
+    page.get_by_text("None: every notification went out.").wait_for()
+    response = page.goto(f"{base}/inbox/deliveries?request={request_id}")
+    assert response is not None and response.status == 403

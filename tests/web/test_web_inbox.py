@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 import uvicorn
-from playwright.sync_api import Browser, BrowserContext, Dialog, Locator, Page, expect
+from playwright.sync_api import Browser, Dialog, Locator, Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 import interlock
@@ -27,10 +27,9 @@ from interlock.principals import Principal, issue_token
 from interlock.routing import Routing
 from interlock.server.app import create_app
 
-from .conftest import CHROMIUM
+from .conftest import CHROMIUM, TIMEOUT_MS
 
 T = TypeVar("T")
-TIMEOUT_MS = 10_000
 
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)"
@@ -121,24 +120,6 @@ def open_server(tmp_path: Path) -> Iterator[Server]:
     """A server run without auth, as on a developer's machine."""
     with serve(tmp_path / "inbox.db", auth=False) as s:
         yield s
-
-
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
-    ctx = browser.new_context(viewport={"width": 1000, "height": 900})
-    ctx.set_default_timeout(TIMEOUT_MS)
-    yield ctx
-    ctx.close()
-
-
-@pytest.fixture
-def page(context: BrowserContext) -> Iterator[Page]:
-    p = context.new_page()
-    errors: list[str] = []
-    p.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield p
-    p.close()
-    assert not errors, f"the page raised: {errors}"
 
 
 # -- helpers ------------------------------------------------------------------------------

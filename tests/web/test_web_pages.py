@@ -6,13 +6,12 @@ the history's filters and search, the dashboard, Markdown details, and the dark 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from playwright.sync_api import BrowserContext, Page, expect
+from playwright.sync_api import Page, expect
 
 from interlock import Choice, Confirm, Form, Text
 from interlock.signin import mint_signin_link
@@ -20,9 +19,7 @@ from interlock.signin import mint_signin_link
 from .test_web_inbox import (  # noqa: F401 - the fixtures
     Server,
     ask,
-    context,
     history_item,
-    page,
     server,
     sign_in,
     stored,
@@ -35,15 +32,6 @@ pytestmark = pytest.mark.skipif(
 
 def link_for(server: Server, who: str = "alice", next: str = "/") -> str:
     return server.run(mint_signin_link(server.broker, who, server.url, next=next))
-
-
-@pytest.fixture
-def other_page(context: BrowserContext, browser: object) -> Iterator[Page]:
-    """A page in a browser context of its own: another person's browser."""
-    ctx = browser.new_context()  # type: ignore[attr-defined]
-    p = ctx.new_page()
-    yield p
-    ctx.close()
 
 
 # -- one-time sign-in links and deep links -------------------------------------------------

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures imported from test_web_inbox are parameters here)
 """How people are reached, in a real headless Chromium against a real server that mails
 through a real SMTP server (aiosmtpd): a link in an email, opened signed out, goes through
 the sign-in to the request's own page, where it is answered; the page's timeline says who
@@ -27,11 +26,9 @@ from playwright.sync_api import Browser, Page, expect
 from interlock import Confirm, Text
 from interlock.routing import Routing, routing_from_dict
 
-from .test_web_inbox import (  # noqa: F401 - the fixtures
+from .test_web_inbox import (
     Server,
     ask,
-    context,
-    page,
     serve,
     sign_in,
     stored,

@@ -6,11 +6,10 @@ claim without JavaScript, and the dashboard per team."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
-from playwright.sync_api import BrowserContext, Page, expect
+from playwright.sync_api import Page, expect
 
 from interlock import Confirm, Status
 from interlock.principals import Principal, issue_token
@@ -19,9 +18,7 @@ from .test_web_inbox import (  # noqa: F401 - the fixtures
     CHROMIUM,
     Server,
     ask,
-    context,
     history_item,
-    page,
     pending_card,
     server,
     sign_in,
@@ -47,12 +44,9 @@ def team(server: Server) -> Server:
 
 
 @pytest.fixture
-def bob_page(browser: object) -> Iterator[Page]:
-    """Another person's browser."""
-    ctx: BrowserContext = browser.new_context(viewport={"width": 1000, "height": 900})  # type: ignore[attr-defined]
-    p = ctx.new_page()
-    yield p
-    ctx.close()
+def bob_page(other_page: Page) -> Page:
+    """Bob's browser."""
+    return other_page
 
 
 def test_a_claim_shows_live_to_the_other_member_and_can_be_given_up(team: Server, page: Page, bob_page: Page) -> None:
