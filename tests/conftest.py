@@ -188,7 +188,28 @@ async def broker(connect: Callable[..., Broker]) -> AsyncIterator[Broker]:
         yield b
 
 
+@contextlib.asynccontextmanager
+async def running_server_apart(store_url: str, **options: Any) -> AsyncIterator[str]:
+    """`running_server`, started and stopped from a worker thread, so that the test's event
+    loop runs on meanwhile: a receiver served on it (a fake Slack, a webhook's) answers the
+    deliveries the server still sends as it stops. Stopped from the loop's own thread, the
+    server waited out its delivery loop's grace (5 s) on a send nobody could answer."""
+    manager = running_server(store_url, **options)
+    url = await asyncio.to_thread(manager.__enter__)
+    try:
+        yield url
+    finally:
+        await asyncio.to_thread(manager.__exit__, None, None, None)
+
+
 @pytest.fixture(scope="session")
 def serve() -> Callable[..., contextlib.AbstractContextManager[str]]:
     """Start a real server: `with serve(store_url, auth=False) as base_url: ...`."""
     return running_server
+
+
+@pytest.fixture(scope="session")
+def serve_apart() -> Callable[..., contextlib.AbstractAsyncContextManager[str]]:
+    """`serve` for an async test whose receivers run on its event loop:
+    `async with serve_apart(store_url, auth=False) as base_url: ...`."""
+    return running_server_apart

@@ -11,7 +11,7 @@ import html
 import re
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
@@ -176,7 +176,7 @@ def mailed_about(messages: list[EmailMessage], to: str, request_id: str) -> Emai
 
 
 async def test_an_escalation_to_someone_who_may_not_answer_offers_no_answers_and_says_whom_it_waits_on(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], mailbox: Mailbox
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], mailbox: Mailbox
 ) -> None:
     """bob's request is escalated to alice, who may neither answer nor open it: her email
     has no answer links and no link to a page that would refuse her; it says it waits on
@@ -194,38 +194,40 @@ async def test_an_escalation_to_someone_who_may_not_answer_offers_no_answers_and
         },
     }
     confirm = {"type": "confirm", "prompt": "Rotate the keys?"}
-    with serve(db, auth=False, routing=routing_from_dict(doc), secret_key=SECRET_KEY) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=20) as client:
-            to_bob = (await client.post("/api/v1/requests", json={"to": "bob", "asks": [confirm]})).json()
-            messages = await mailbox.until(2)
-            escalated = mailed_about(messages, "alice@example.com", to_bob["id"])
-            assert escalated["Subject"] == "Nobody has answered yet: Rotate the keys?"
-            text, rich = parts(escalated)
-            since = datetime.fromisoformat(to_bob["created_at"]).strftime("%Y-%m-%d %H:%M UTC")
-            said = (
-                f"it waits on bob since {since}, and was escalated to you (alice). It is not yours to answer: "
-                "only bob can. Nor may you open it in the inbox: remind bob."
-            )
-            assert said in text and said in rich
-            assert "Rotate the keys?" in text
-            assert answer_links(text) == {} and "/answer/" not in rich
-            assert "http://inbox.example" not in text + rich  # its page would refuse her
+    async with (
+        serve_apart(db, auth=False, routing=routing_from_dict(doc), secret_key=SECRET_KEY) as base,
+        httpx.AsyncClient(base_url=base, timeout=20) as client,
+    ):
+        to_bob = (await client.post("/api/v1/requests", json={"to": "bob", "asks": [confirm]})).json()
+        messages = await mailbox.until(2)
+        escalated = mailed_about(messages, "alice@example.com", to_bob["id"])
+        assert escalated["Subject"] == "Nobody has answered yet: Rotate the keys?"
+        text, rich = parts(escalated)
+        since = datetime.fromisoformat(to_bob["created_at"]).strftime("%Y-%m-%d %H:%M UTC")
+        said = (
+            f"it waits on bob since {since}, and was escalated to you (alice). It is not yours to answer: "
+            "only bob can. Nor may you open it in the inbox: remind bob."
+        )
+        assert said in text and said in rich
+        assert "Rotate the keys?" in text
+        assert answer_links(text) == {} and "/answer/" not in rich
+        assert "http://inbox.example" not in text + rich  # its page would refuse her
 
-            async with interlock.connect(db) as broker:
-                request = await broker.get(to_bob["id"])
-            signed_for_alice = AnswerLinks(SECRET_KEY, "http://inbox.example").link(request, "alice", True)
-            forged = signed_for_alice.removeprefix("http://inbox.example")
-            for refused in (await client.get(forged), await client.post(forged)):
-                assert refused.status_code == 403 and "Not yours to answer" in refused.text
-            assert (await client.get(f"/api/v1/requests/{to_bob['id']}")).json()["status"] == "pending"
+        async with interlock.connect(db) as broker:
+            request = await broker.get(to_bob["id"])
+        signed_for_alice = AnswerLinks(SECRET_KEY, "http://inbox.example").link(request, "alice", True)
+        forged = signed_for_alice.removeprefix("http://inbox.example")
+        for refused in (await client.get(forged), await client.post(forged)):
+            assert refused.status_code == 403 and "Not yours to answer" in refused.text
+        assert (await client.get(f"/api/v1/requests/{to_bob['id']}")).json()["status"] == "pending"
 
-            bobs = answer_links(parts(mailed_about(messages, "bob@example.com", to_bob["id"]))[0])
-            done = await client.post(bobs["Yes"])
-            assert done.status_code == 200 and "Answer recorded" in done.text
+        bobs = answer_links(parts(mailed_about(messages, "bob@example.com", to_bob["id"]))[0])
+        done = await client.post(bobs["Yes"])
+        assert done.status_code == 200 and "Answer recorded" in done.text
 
 
 async def test_an_escalation_to_a_member_of_the_request_s_team_keeps_its_answers_and_they_answer(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], mailbox: Mailbox
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], mailbox: Mailbox
 ) -> None:
     """A request to the team ops nobody answered is escalated to carol, one of its members:
     she may answer it, so her email has its one-click answers and a link to it in the
@@ -247,29 +249,31 @@ async def test_an_escalation_to_a_member_of_the_request_s_team_keeps_its_answers
         }
     }
     confirm = {"type": "confirm", "prompt": "Restart the workers?"}
-    with serve(db, auth=False, routing=routing_from_dict(doc), secret_key=SECRET_KEY) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=20) as client:
-            to_ops = (await client.post("/api/v1/requests", json={"to": "ops", "asks": [confirm]})).json()
-            messages = await mailbox.until(2)
-            escalated = mailed_about(messages, "carol@example.com", to_ops["id"])
-            text = parts(escalated)[0]
-            assert "it waits on ops since" in text and "escalated to you (carol)." in text
-            assert "not yours to answer" not in text
-            links = answer_links(text)
-            assert set(links) == {"Yes", "No"}
-            assert f"Or answer in the inbox: http://inbox.example/requests/{to_ops['id']}" in text
-            done = await client.post(links["Yes"])
-            assert done.status_code == 200 and "Answer recorded" in done.text
-            settled = (await client.get(f"/api/v1/requests/{to_ops['id']}")).json()
-            assert (settled["status"], settled["response"]["by"], settled["response"]["via"]) == (
-                "answered",
-                "carol",
-                "email",
-            )
+    async with (
+        serve_apart(db, auth=False, routing=routing_from_dict(doc), secret_key=SECRET_KEY) as base,
+        httpx.AsyncClient(base_url=base, timeout=20) as client,
+    ):
+        to_ops = (await client.post("/api/v1/requests", json={"to": "ops", "asks": [confirm]})).json()
+        messages = await mailbox.until(2)
+        escalated = mailed_about(messages, "carol@example.com", to_ops["id"])
+        text = parts(escalated)[0]
+        assert "it waits on ops since" in text and "escalated to you (carol)." in text
+        assert "not yours to answer" not in text
+        links = answer_links(text)
+        assert set(links) == {"Yes", "No"}
+        assert f"Or answer in the inbox: http://inbox.example/requests/{to_ops['id']}" in text
+        done = await client.post(links["Yes"])
+        assert done.status_code == 200 and "Answer recorded" in done.text
+        settled = (await client.get(f"/api/v1/requests/{to_ops['id']}")).json()
+        assert (settled["status"], settled["response"]["by"], settled["response"]["via"]) == (
+            "answered",
+            "carol",
+            "email",
+        )
 
 
 async def test_a_team_s_email_link_answers_nothing_once_its_person_left_the_team(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], mailbox: Mailbox
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], mailbox: Mailbox
 ) -> None:
     """A team's request was mailed to alice before she left the team: its links answer
     nothing then, as no other surface lets her."""
@@ -281,16 +285,18 @@ async def test_a_team_s_email_link_answers_nothing_once_its_person_left_the_team
     doc = routing_doc(mailbox.port)
     doc["teams"] = {"ops": {"members": ["alice"]}}
     confirm = {"type": "confirm", "prompt": "Ship it?"}
-    with serve(db, auth=False, routing=routing_from_dict(doc)) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=20) as client:
-            to_ops = (await client.post("/api/v1/requests", json={"to": "ops", "asks": [confirm]})).json()
-            [message] = await mailbox.until(1)
-            link = answer_links(parts(message)[0])["Yes"]
-            async with interlock.connect(db) as broker:
-                assert await broker.remove_team_member("ops", "alice")
-            for refused in (await client.get(link), await client.post(link)):
-                assert refused.status_code == 403 and "Not yours to answer" in refused.text
-            assert (await client.get(f"/api/v1/requests/{to_ops['id']}")).json()["status"] == "pending"
+    async with (
+        serve_apart(db, auth=False, routing=routing_from_dict(doc)) as base,
+        httpx.AsyncClient(base_url=base, timeout=20) as client,
+    ):
+        to_ops = (await client.post("/api/v1/requests", json={"to": "ops", "asks": [confirm]})).json()
+        [message] = await mailbox.until(1)
+        link = answer_links(parts(message)[0])["Yes"]
+        async with interlock.connect(db) as broker:
+            assert await broker.remove_team_member("ops", "alice")
+        for refused in (await client.get(link), await client.post(link)):
+            assert refused.status_code == 403 and "Not yours to answer" in refused.text
+        assert (await client.get(f"/api/v1/requests/{to_ops['id']}")).json()["status"] == "pending"
 
 
 def team_routing(port: int, members: list[str]) -> dict[str, Any]:
@@ -310,7 +316,7 @@ def signed_for(db_request: Any, name: str, answer: Any = True) -> str:
 
 
 async def test_an_email_to_a_team_s_own_address_offers_no_one_click_answers_and_sends_members_to_the_inbox(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], mailbox: Mailbox
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], mailbox: Mailbox
 ) -> None:
     """The store keeps the team ops (alice, carol), whose route mails ops@, a mailbox they
     share: a link there would answer for whoever pressed it, which interlock cannot name,
@@ -324,51 +330,51 @@ async def test_an_email_to_a_team_s_own_address_offers_no_one_click_answers_and_
             await broker.save_principal(Principal(name, "human"))
     doc = team_routing(mailbox.port, ["alice", "carol"])
     confirm = {"type": "confirm", "prompt": "Restart the workers?"}
-    with serve(db, auth=False, routing=routing_from_dict(doc), secret_key=SECRET_KEY) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=20) as client:
-            assert (await client.get("/api/v1/teams/ops")).json()["members"] == ["alice", "carol"]
-            to_ops = (await client.post("/api/v1/requests", json={"to": "ops", "asks": [confirm]})).json()
-            [message] = await mailbox.until(1)
-            assert (message["To"], message["Subject"]) == ("ops@example.com", "An agent asks: Restart the workers?")
-            text, rich = parts(message)
-            assert answer_links(text) == {} and "/answer/" not in text + rich
-            said = (
-                "This went to the ops team's shared address, so it has no one-click answers: interlock records "
-                "who answers, and a click here could not say which of you it was. Answer it in the inbox, signed "
-                "in as yourself."
-            )
-            assert said in text and html.escape(said) in rich
-            page = f"http://inbox.example/requests/{to_ops['id']}"
-            assert f"Answer in the inbox as yourself: {page}" in text
-            assert f'<a href="{page}">Answer in the inbox as yourself</a>' in rich
+    async with (
+        serve_apart(db, auth=False, routing=routing_from_dict(doc), secret_key=SECRET_KEY) as base,
+        httpx.AsyncClient(base_url=base, timeout=20) as client,
+    ):
+        assert (await client.get("/api/v1/teams/ops")).json()["members"] == ["alice", "carol"]
+        to_ops = (await client.post("/api/v1/requests", json={"to": "ops", "asks": [confirm]})).json()
+        [message] = await mailbox.until(1)
+        assert (message["To"], message["Subject"]) == ("ops@example.com", "An agent asks: Restart the workers?")
+        text, rich = parts(message)
+        assert answer_links(text) == {} and "/answer/" not in text + rich
+        said = (
+            "This went to the ops team's shared address, so it has no one-click answers: interlock records "
+            "who answers, and a click here could not say which of you it was. Answer it in the inbox, signed "
+            "in as yourself."
+        )
+        assert said in text and html.escape(said) in rich
+        page = f"http://inbox.example/requests/{to_ops['id']}"
+        assert f"Answer in the inbox as yourself: {page}" in text
+        assert f'<a href="{page}">Answer in the inbox as yourself</a>' in rich
 
-            async with interlock.connect(db) as broker:
-                request = await broker.get(to_ops["id"])
-            forged = signed_for(request, "ops")  # as the email had before, signed with the server's key
-            for refused in (await client.get(forged), await client.post(forged)):
-                assert refused.status_code == 403 and "Not yours to answer" in refused.text
-                assert "would answer as the team ops" in refused.text and "<button" not in refused.text
-            assert (await client.get(f"/api/v1/requests/{to_ops['id']}")).json()["status"] == "pending"
-            async with interlock.connect(db) as broker:
-                assert (
-                    await broker.answer_link_use(AnswerLinks(SECRET_KEY, base).read(forged.split("/")[-1]).link) is None
-                )
+        async with interlock.connect(db) as broker:
+            request = await broker.get(to_ops["id"])
+        forged = signed_for(request, "ops")  # as the email had before, signed with the server's key
+        for refused in (await client.get(forged), await client.post(forged)):
+            assert refused.status_code == 403 and "Not yours to answer" in refused.text
+            assert "would answer as the team ops" in refused.text and "<button" not in refused.text
+        assert (await client.get(f"/api/v1/requests/{to_ops['id']}")).json()["status"] == "pending"
+        async with interlock.connect(db) as broker:
+            assert await broker.answer_link_use(AnswerLinks(SECRET_KEY, base).read(forged.split("/")[-1]).link) is None
 
-            to_alice = (await client.post("/api/v1/requests", json={"to": "alice", "asks": [confirm]})).json()
-            mine = mailed_about(await mailbox.until(2), "alice@example.com", to_alice["id"])
-            links = answer_links(parts(mine)[0])
-            assert set(links) == {"Yes", "No"}
-            assert (await client.post(links["Yes"])).status_code == 200
-            settled = (await client.get(f"/api/v1/requests/{to_alice['id']}")).json()
-            assert (settled["status"], settled["response"]["by"], settled["response"]["via"]) == (
-                "answered",
-                "alice",
-                "email",
-            )
+        to_alice = (await client.post("/api/v1/requests", json={"to": "alice", "asks": [confirm]})).json()
+        mine = mailed_about(await mailbox.until(2), "alice@example.com", to_alice["id"])
+        links = answer_links(parts(mine)[0])
+        assert set(links) == {"Yes", "No"}
+        assert (await client.post(links["Yes"])).status_code == 200
+        settled = (await client.get(f"/api/v1/requests/{to_alice['id']}")).json()
+        assert (settled["status"], settled["response"]["by"], settled["response"]["via"]) == (
+            "answered",
+            "alice",
+            "email",
+        )
 
 
 async def test_an_email_to_the_address_of_a_team_only_the_routing_names_answers_nothing_as_the_team(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], mailbox: Mailbox
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], mailbox: Mailbox
 ) -> None:
     """The routing's team ops names people the store does not know, so the store keeps no
     team ops: its email has no answer links either, and no link to a page that would
@@ -377,32 +383,34 @@ async def test_an_email_to_the_address_of_a_team_only_the_routing_names_answers_
     db = f"sqlite:///{tmp_path / 'mail.db'}"
     doc = team_routing(mailbox.port, ["dave", "erin"])
     confirm = {"type": "confirm", "prompt": "Restart the workers?"}
-    with serve(db, auth=False, routing=routing_from_dict(doc), secret_key=SECRET_KEY) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=20) as client:
-            assert (await client.get("/api/v1/teams/ops")).status_code == 404
-            to_ops = (await client.post("/api/v1/requests", json={"to": "ops", "asks": [confirm]})).json()
-            [message] = await mailbox.until(1)
-            text, rich = parts(message)
-            assert answer_links(text) == {} and "/answer/" not in rich
-            assert "http://inbox.example" not in text + rich
-            said = (
-                "a click here could not say which of you it was. Nor can you open it in the inbox: none of the ops "
-                "team's members is a person interlock knows. Ask whoever runs interlock to add you."
-            )
-            assert said in " ".join(text.split())
+    async with (
+        serve_apart(db, auth=False, routing=routing_from_dict(doc), secret_key=SECRET_KEY) as base,
+        httpx.AsyncClient(base_url=base, timeout=20) as client,
+    ):
+        assert (await client.get("/api/v1/teams/ops")).status_code == 404
+        to_ops = (await client.post("/api/v1/requests", json={"to": "ops", "asks": [confirm]})).json()
+        [message] = await mailbox.until(1)
+        text, rich = parts(message)
+        assert answer_links(text) == {} and "/answer/" not in rich
+        assert "http://inbox.example" not in text + rich
+        said = (
+            "a click here could not say which of you it was. Nor can you open it in the inbox: none of the ops "
+            "team's members is a person interlock knows. Ask whoever runs interlock to add you."
+        )
+        assert said in " ".join(text.split())
 
-            async with interlock.connect(db) as broker:
-                request = await broker.get(to_ops["id"])
-            forged = signed_for(request, "ops")
-            for refused in (await client.get(forged), await client.post(forged)):
-                assert refused.status_code == 403 and "would answer as the team ops" in refused.text
-            assert (await client.get(f"/api/v1/requests/{to_ops['id']}")).json()["status"] == "pending"
+        async with interlock.connect(db) as broker:
+            request = await broker.get(to_ops["id"])
+        forged = signed_for(request, "ops")
+        for refused in (await client.get(forged), await client.post(forged)):
+            assert refused.status_code == 403 and "would answer as the team ops" in refused.text
+        assert (await client.get(f"/api/v1/requests/{to_ops['id']}")).json()["status"] == "pending"
 
-            answered = await client.post(f"/api/v1/requests/{to_ops['id']}/answer", json={"answer": True})
-            assert answered.status_code == 200, answered.text
-            [_, ended] = await mailbox.until(2)
-            assert ended["Subject"].startswith("No longer waiting for you (answered)")
-            assert "http://inbox.example" not in "".join(parts(ended))  # nor once it settled
+        answered = await client.post(f"/api/v1/requests/{to_ops['id']}/answer", json={"answer": True})
+        assert answered.status_code == 200, answered.text
+        [_, ended] = await mailbox.until(2)
+        assert ended["Subject"].startswith("No longer waiting for you (answered)")
+        assert "http://inbox.example" not in "".join(parts(ended))  # nor once it settled
 
 
 async def test_a_choice_request_gets_a_link_per_option(server: Server, mailbox: Mailbox) -> None:

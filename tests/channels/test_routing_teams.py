@@ -11,7 +11,7 @@ import contextlib
 import html
 import re
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,7 +59,7 @@ class World:
 
 
 @pytest.fixture
-async def world(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> AsyncIterator[World]:
+async def world(tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]]) -> AsyncIterator[World]:
     """alice is in ops only through the routing (its other member, dave, is no person here,
     so the store keeps no team ops); bob and carol are people outside it. The routing also
     names a team carol, with alice in it: carol is a person, and stays one."""
@@ -80,7 +80,7 @@ async def world(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]
             "recipients": {"alice": {"channels": ["hook"]}},
             "teams": {"ops": {"members": ["alice", "dave"], "channels": ["hook"]}, "carol": {"members": ["alice"]}},
         }
-        with serve(db, auth=True, routing=routing_from_dict(doc)) as base:
+        async with serve_apart(db, auth=True, routing=routing_from_dict(doc)) as base:
             yield World(base, tokens, hook)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,7 +58,7 @@ async def hook() -> AsyncIterator[Receiver]:
 
 @pytest.fixture
 async def world(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], hook: Receiver
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], hook: Receiver
 ) -> AsyncIterator[World]:
     db = f"sqlite:///{tmp_path / 'server.db'}"
     tokens: dict[str, str] = {}
@@ -74,7 +74,7 @@ async def world(
 
     await setup()
     # bob's bot asks alice: an open organisation, so who may ask whom is not what is tested here.
-    with serve(db, auth=True, open_inboxes=True, routing=routing_from_dict(routing_doc(hook.url))) as base:
+    async with serve_apart(db, auth=True, open_inboxes=True, routing=routing_from_dict(routing_doc(hook.url))) as base:
         yield World(base, tokens, hook)
 
 
@@ -239,67 +239,79 @@ async def test_only_an_admin_reads_or_replaces_the_routing(world: World) -> None
 
 
 async def test_without_auth_the_routing_is_shown_masked_and_checked_before_it_is_replaced(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], hook: Receiver
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], hook: Receiver
 ) -> None:
     doc = routing_doc(hook.url)
-    with serve(f"sqlite:///{tmp_path / 'open.db'}", auth=False, routing=routing_from_dict(doc)) as base:
-        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
-            shown = (await local.get("/routing")).json()
-            assert shown["channels"]["hook"]["secret"] == "***" and shown["channels"]["hook"]["url"] == hook.url
-            bad = await local.put("/routing", json={**doc, "recipients": {"alice": {"channels": ["sms"]}}})
-            assert bad.status_code == 422 and "no channel named 'sms'" in bad.json()["detail"]
-            assert (await local.get("/routing")).json()["recipients"] == doc["recipients"]
-            changed = await local.put("/routing", json={**doc, "recipients": {"bob": {"channels": ["hook"]}}})
-            assert changed.status_code == 200
-            response = await local.post("/requests", json={**APPROVAL, "to": "bob"})
-            assert response.status_code == 201
-            [got] = await hook.until(1)
-            assert got.json["recipient"] == "bob"
+    async with (
+        serve_apart(f"sqlite:///{tmp_path / 'open.db'}", auth=False, routing=routing_from_dict(doc)) as base,
+        httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local,
+    ):
+        shown = (await local.get("/routing")).json()
+        assert shown["channels"]["hook"]["secret"] == "***" and shown["channels"]["hook"]["url"] == hook.url
+        bad = await local.put("/routing", json={**doc, "recipients": {"alice": {"channels": ["sms"]}}})
+        assert bad.status_code == 422 and "no channel named 'sms'" in bad.json()["detail"]
+        assert (await local.get("/routing")).json()["recipients"] == doc["recipients"]
+        changed = await local.put("/routing", json={**doc, "recipients": {"bob": {"channels": ["hook"]}}})
+        assert changed.status_code == 200
+        response = await local.post("/requests", json={**APPROVAL, "to": "bob"})
+        assert response.status_code == 201
+        [got] = await hook.until(1)
+        assert got.json["recipient"] == "bob"
 
 
 async def test_a_routing_set_through_the_api_survives_a_restart_and_an_unchanged_file(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], hook: Receiver
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], hook: Receiver
 ) -> None:
     db = f"sqlite:///{tmp_path / 'kept.db'}"
     doc = routing_doc(hook.url)
     for_bob = {**doc, "recipients": {"bob": {"channels": ["hook"]}}}
-    with serve(db, auth=False) as base:  # no routing yet: nothing to show, until one is put
-        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
-            assert (await local.get("/routing")).status_code == 404
-            assert (await local.put("/routing", json=doc)).status_code == 200
-            assert (await local.post("/requests", json=APPROVAL)).status_code == 201
-            [got] = await hook.until(1)  # the server that ran without a routing now delivers
-            assert got.json["recipient"] == "alice"
-            assert (await local.put("/routing", json=for_bob)).status_code == 200
-    with serve(db, auth=False) as base:  # restarted without a file: the stored routing is used
-        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
-            assert (await local.get("/routing")).json()["recipients"] == {"bob": {"channels": ["hook"]}}
-            assert (await local.post("/requests", json={**APPROVAL, "to": "bob"})).status_code == 201
-            [_, got] = await hook.until(2)
-            assert got.json["recipient"] == "bob"
+    async with (
+        serve_apart(db, auth=False) as base,  # no routing yet: nothing to show, until one is put
+        httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local,
+    ):
+        assert (await local.get("/routing")).status_code == 404
+        assert (await local.put("/routing", json=doc)).status_code == 200
+        assert (await local.post("/requests", json=APPROVAL)).status_code == 201
+        [got] = await hook.until(1)  # the server that ran without a routing now delivers
+        assert got.json["recipient"] == "alice"
+        assert (await local.put("/routing", json=for_bob)).status_code == 200
+    async with (
+        serve_apart(db, auth=False) as base,  # restarted without a file: the stored routing is used
+        httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local,
+    ):
+        assert (await local.get("/routing")).json()["recipients"] == {"bob": {"channels": ["hook"]}}
+        assert (await local.post("/requests", json={**APPROVAL, "to": "bob"})).status_code == 201
+        [_, got] = await hook.until(2)
+        assert got.json["recipient"] == "bob"
 
 
 async def test_a_routing_file_seeds_the_store_and_wins_only_when_it_changed(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], hook: Receiver
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], hook: Receiver
 ) -> None:
     db = f"sqlite:///{tmp_path / 'seeded.db'}"
     doc = routing_doc(hook.url)
     for_bob = {**doc, "recipients": {"bob": {"channels": ["hook"]}}}
-    with serve(db, auth=False, routing=routing_from_dict(doc)) as base:
-        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
-            assert (await local.put("/routing", json=for_bob)).status_code == 200
-    with serve(db, auth=False, routing=routing_from_dict(doc)) as base:  # the same file: the API's change stays
-        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
-            assert (await local.get("/routing")).json()["recipients"] == {"bob": {"channels": ["hook"]}}
+    async with (
+        serve_apart(db, auth=False, routing=routing_from_dict(doc)) as base,
+        httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local,
+    ):
+        assert (await local.put("/routing", json=for_bob)).status_code == 200
+    async with (
+        serve_apart(db, auth=False, routing=routing_from_dict(doc)) as base,  # the same file: the API's change stays
+        httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local,
+    ):
+        assert (await local.get("/routing")).json()["recipients"] == {"bob": {"channels": ["hook"]}}
     changed = {**doc, "max_attempts": 3}
-    with serve(db, auth=False, routing=routing_from_dict(changed)) as base:  # an edited file wins
-        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
-            shown = (await local.get("/routing")).json()
-            assert (shown["recipients"], shown["max_attempts"]) == (doc["recipients"], 3)
+    async with (
+        serve_apart(db, auth=False, routing=routing_from_dict(changed)) as base,  # an edited file wins
+        httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local,
+    ):
+        shown = (await local.get("/routing")).json()
+        assert (shown["recipients"], shown["max_attempts"]) == (doc["recipients"], 3)
 
 
 async def test_the_routing_s_teams_of_people_here_are_kept_as_teams(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], hook: Receiver
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], hook: Receiver
 ) -> None:
     db = f"sqlite:///{tmp_path / 'teams.db'}"
     async with interlock.connect(db) as broker:
@@ -307,15 +319,17 @@ async def test_the_routing_s_teams_of_people_here_are_kept_as_teams(
         for name in ("alice", "bob"):
             await broker.store.save_principal(Principal(name, "human"))
     teams = {"ops": {"members": ["alice", "bob"]}, "ghosts": {"members": ["nobody-here"]}}
-    with serve(db, auth=False) as base:
-        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
-            assert (await local.put("/routing", json={**routing_doc(hook.url), "teams": teams})).status_code == 200
-            assert (await local.get("/teams/ops")).json() == {"name": "ops", "members": ["alice", "bob"]}
-            assert (await local.get("/teams/ghosts")).status_code == 404  # no person by that name: left out
+    async with (
+        serve_apart(db, auth=False) as base,
+        httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local,
+    ):
+        assert (await local.put("/routing", json={**routing_doc(hook.url), "teams": teams})).status_code == 200
+        assert (await local.get("/teams/ops")).json() == {"name": "ops", "members": ["alice", "bob"]}
+        assert (await local.get("/teams/ghosts")).status_code == 404  # no person by that name: left out
 
 
 async def test_an_escalation_s_webhook_does_not_let_its_recipient_answer(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], hook: Receiver
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], hook: Receiver
 ) -> None:
     """bob is told of alice's request when nobody answered it in time; that notice is no
     right to answer it (its `answerable` says so), through the inbound webhook as through
@@ -325,28 +339,30 @@ async def test_an_escalation_s_webhook_does_not_let_its_recipient_answer(
         "alice": {"channels": ["hook"], "escalate_after": "0.2s", "escalate_to": "bob"},
         "bob": {"channels": ["hook"]},
     }
-    with serve(f"sqlite:///{tmp_path / 'escalated.db'}", auth=False, routing=routing_from_dict(doc)) as base:
-        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
-            request = (await local.post("/requests", json=APPROVAL)).json()
-            told = await hook.until(2)
-            assert sorted((got.json["type"], got.json["recipient"], got.json["answerable"]) for got in told) == [
-                ("request.created", "alice", True),
-                ("request.escalated", "bob", False),
-            ]
-            raw, headers = signed({"request_id": request["id"], "recipient": "bob", "answer": True})
-            refused = await local.post("/inbound/hook", content=raw, headers=headers)
-            assert refused.status_code == 403 and "'bob' may not answer" in refused.json()["detail"]
-            assert (await local.get(f"/requests/{request['id']}")).json()["status"] == "pending"
-            raw, headers = signed({"request_id": request["id"], "recipient": "alice", "answer": True})
-            assert (await local.post("/inbound/hook", content=raw, headers=headers)).status_code == 200
-            settled = (await hook.until(3))[-1]  # (received before the server stops: its loop does not wait on it)
-            assert (settled.json["type"], settled.json["request"]["response"]["by"]) == ("request.answered", "alice")
-            assert settled.json["answerable"] is False  # nothing is, once it settled
+    async with (
+        serve_apart(f"sqlite:///{tmp_path / 'escalated.db'}", auth=False, routing=routing_from_dict(doc)) as base,
+        httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local,
+    ):
+        request = (await local.post("/requests", json=APPROVAL)).json()
+        told = await hook.until(2)
+        assert sorted((got.json["type"], got.json["recipient"], got.json["answerable"]) for got in told) == [
+            ("request.created", "alice", True),
+            ("request.escalated", "bob", False),
+        ]
+        raw, headers = signed({"request_id": request["id"], "recipient": "bob", "answer": True})
+        refused = await local.post("/inbound/hook", content=raw, headers=headers)
+        assert refused.status_code == 403 and "'bob' may not answer" in refused.json()["detail"]
+        assert (await local.get(f"/requests/{request['id']}")).json()["status"] == "pending"
+        raw, headers = signed({"request_id": request["id"], "recipient": "alice", "answer": True})
+        assert (await local.post("/inbound/hook", content=raw, headers=headers)).status_code == 200
+        settled = (await hook.until(3))[-1]  # (received before the server stops: its loop does not wait on it)
+        assert (settled.json["type"], settled.json["request"]["response"]["by"]) == ("request.answered", "alice")
+        assert settled.json["answerable"] is False  # nothing is, once it settled
 
 
 @pytest.mark.parametrize("kept", [True, False], ids=["team-in-the-store", "team-of-the-routing-only"])
 async def test_a_team_s_webhook_is_answered_by_the_member_it_names_not_as_the_team(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], hook: Receiver, kept: bool
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], hook: Receiver, kept: bool
 ) -> None:
     """A request to the team ops goes to its own webhook: an answer sent back for ops
     without `by` would be nobody's, and is refused (whether the store keeps the team or
@@ -358,28 +374,30 @@ async def test_a_team_s_webhook_is_answered_by_the_member_it_names_not_as_the_te
             await broker.save_principal(Principal("bob", "human"))
     doc = routing_doc(hook.url)
     doc["teams"] = {"ops": {"members": ["bob"], "channels": ["hook"]}}
-    with serve(db, auth=False, routing=routing_from_dict(doc)) as base:
-        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
-            assert (await local.get("/teams/ops")).status_code == (200 if kept else 404)
-            request = (await local.post("/requests", json={**APPROVAL, "to": "ops"})).json()
-            [told] = await hook.until(1)
-            assert (told.json["recipient"], told.json["answerable"]) == ("ops", True)
-            raw, headers = signed({"request_id": request["id"], "recipient": "ops", "answer": True})
-            refused = await local.post("/inbound/hook", content=raw, headers=headers)
-            assert refused.status_code == 403
-            assert (
-                refused.json()["detail"]
-                == "'ops' is a team and answers nothing itself: name the member who answers in `by`"
-            )
-            assert (await local.get(f"/requests/{request['id']}")).json()["status"] == "pending"
-            raw, headers = signed({"request_id": request["id"], "recipient": "ops", "by": "bob", "answer": True})
-            assert (await local.post("/inbound/hook", content=raw, headers=headers)).status_code == 200
-            settled = (await local.get(f"/requests/{request['id']}")).json()
-            assert (settled["response"]["by"], settled["response"]["via"]) == ("bob", "webhook")
+    async with (
+        serve_apart(db, auth=False, routing=routing_from_dict(doc)) as base,
+        httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local,
+    ):
+        assert (await local.get("/teams/ops")).status_code == (200 if kept else 404)
+        request = (await local.post("/requests", json={**APPROVAL, "to": "ops"})).json()
+        [told] = await hook.until(1)
+        assert (told.json["recipient"], told.json["answerable"]) == ("ops", True)
+        raw, headers = signed({"request_id": request["id"], "recipient": "ops", "answer": True})
+        refused = await local.post("/inbound/hook", content=raw, headers=headers)
+        assert refused.status_code == 403
+        assert (
+            refused.json()["detail"]
+            == "'ops' is a team and answers nothing itself: name the member who answers in `by`"
+        )
+        assert (await local.get(f"/requests/{request['id']}")).json()["status"] == "pending"
+        raw, headers = signed({"request_id": request["id"], "recipient": "ops", "by": "bob", "answer": True})
+        assert (await local.post("/inbound/hook", content=raw, headers=headers)).status_code == 200
+        settled = (await local.get(f"/requests/{request['id']}")).json()
+        assert (settled["response"]["by"], settled["response"]["via"]) == ("bob", "webhook")
 
 
 async def test_a_store_s_first_routing_announces_what_waits_now_not_its_whole_history(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], hook: Receiver
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], hook: Receiver
 ) -> None:
     db = f"sqlite:///{tmp_path / 'history.db'}"
     async with interlock.connect(db) as broker:
@@ -388,16 +406,18 @@ async def test_a_store_s_first_routing_announces_what_waits_now_not_its_whole_hi
         withdrawn = await broker.create(interlock.Confirm("Ship v2?"), to="alice")
         assert await broker.cancel(withdrawn.id, "too late")
         waiting = await broker.create(interlock.Confirm("Ship v3?"), to="alice")
-    with serve(db, auth=False, routing=routing_from_dict(routing_doc(hook.url))) as base:
-        async with httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local:
-            new = (await local.post("/requests", json=APPROVAL)).json()
-            told = await hook.until(2)
-            assert [(got.json["type"], got.json["request"]["id"]) for got in told] == [
-                ("request.created", waiting.id),
-                ("request.created", new["id"]),
-            ]
-            assert (await local.post(f"/requests/{new['id']}/answer", json={"answer": True})).status_code == 200
-            settled = (await hook.until(3))[-1]  # what happens from now on is told, settlements too
-            assert (settled.json["type"], settled.json["request"]["id"]) == ("request.answered", new["id"])
-            for old in (answered, withdrawn):
-                assert (await local.get(f"/requests/{old.id}/deliveries")).json()["items"] == []
+    async with (
+        serve_apart(db, auth=False, routing=routing_from_dict(routing_doc(hook.url))) as base,
+        httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local,
+    ):
+        new = (await local.post("/requests", json=APPROVAL)).json()
+        told = await hook.until(2)
+        assert [(got.json["type"], got.json["request"]["id"]) for got in told] == [
+            ("request.created", waiting.id),
+            ("request.created", new["id"]),
+        ]
+        assert (await local.post(f"/requests/{new['id']}/answer", json={"answer": True})).status_code == 200
+        settled = (await hook.until(3))[-1]  # what happens from now on is told, settlements too
+        assert (settled.json["type"], settled.json["request"]["id"]) == ("request.answered", new["id"])
+        for old in (answered, withdrawn):
+            assert (await local.get(f"/requests/{old.id}/deliveries")).json()["items"] == []

@@ -8,8 +8,8 @@ import asyncio
 import copy
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,9 @@ async def slack() -> AsyncIterator[FakeSlack]:
 
 
 @pytest.fixture
-def base(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], slack: FakeSlack) -> Iterator[str]:
+async def base(
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], slack: FakeSlack
+) -> AsyncIterator[str]:
     doc = {
         "inbox_url": "http://inbox.example",
         "retry_first": 0.05,
@@ -48,7 +50,7 @@ def base(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], slac
             "carol": {"channels": ["slack"]},
         },
     }
-    with serve(f"sqlite:///{tmp_path / 'slack.db'}", auth=False, routing=routing_from_dict(doc)) as url:
+    async with serve_apart(f"sqlite:///{tmp_path / 'slack.db'}", auth=False, routing=routing_from_dict(doc)) as url:
         yield url
 
 
@@ -391,7 +393,7 @@ async def test_the_message_is_updated_when_the_request_expires_or_is_cancelled(b
 
 
 async def test_an_escalation_offers_buttons_only_to_someone_who_may_answer(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], slack: FakeSlack
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], slack: FakeSlack
 ) -> None:
     """Requests to alice and to the team ops nobody answered are escalated to bob, who is
     in ops. alice's message to him has no buttons and no link to a page that would refuse
@@ -409,7 +411,7 @@ async def test_an_escalation_offers_buttons_only_to_someone_who_may_answer(
         },
     }
     confirm = [{"type": "confirm", "prompt": "Ship it?"}]
-    with serve(f"sqlite:///{tmp_path / 'slack.db'}", auth=False, routing=routing_from_dict(doc)) as base:
+    async with serve_apart(f"sqlite:///{tmp_path / 'slack.db'}", auth=False, routing=routing_from_dict(doc)) as base:
         alices = await create(base, {"to": "alice", "requester": "deployer", "title": "Alice's", "asks": confirm})
         teams = await create(base, {"to": "ops", "title": "The team's", "asks": confirm})
         posted = await slack.until("chat.postMessage", 4)
@@ -446,7 +448,7 @@ async def test_an_escalation_offers_buttons_only_to_someone_who_may_answer(
 
 @pytest.mark.parametrize("kept", [True, False], ids=["team-in-the-store", "team-of-the-routing-only"])
 async def test_a_team_s_channel_keeps_its_buttons_and_a_click_answers_as_the_member_who_clicked(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], slack: FakeSlack, kept: bool
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], slack: FakeSlack, kept: bool
 ) -> None:
     """A request to ops goes to the team's own Slack channel: Slack names whoever clicks,
     so its buttons stay, and bob's click answers it as bob; carol, who is not in ops, is
@@ -467,7 +469,7 @@ async def test_a_team_s_channel_keeps_its_buttons_and_a_click_answers_as_the_mem
             for name in ("alice", "bob", "carol")
         },
     }
-    with serve(db, auth=False, routing=routing_from_dict(doc)) as base:
+    async with serve_apart(db, auth=False, routing=routing_from_dict(doc)) as base:
         request = await create(base, {"to": "ops", "asks": [{"type": "confirm", "prompt": "Restart the workers?"}]})
         [posted] = await slack.until("chat.postMessage")
         assert posted["channel"] == "C0OPS"

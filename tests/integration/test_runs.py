@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,10 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def quick(
-    backend: str, connect: Callable[..., Broker], serve: Callable[..., AbstractContextManager[str]], tmp_path: Path
+    backend: str,
+    connect: Callable[..., Broker],
+    serve_apart: Callable[..., AbstractAsyncContextManager[str]],
+    tmp_path: Path,
 ) -> AsyncIterator[Broker]:
     """A broker whose parked runs are given up after a fraction of a second (for http, a
     server of its own configured so)."""
@@ -40,14 +43,19 @@ async def quick(
         async with connect(pause_timeout=0.3) as made:
             yield made
         return
-    with serve(f"sqlite:///{tmp_path / 'quick.db'}", auth=False, pause_timeout=0.3) as base:
-        async with interlock.connect(base) as made:
-            yield made
+    async with (
+        serve_apart(f"sqlite:///{tmp_path / 'quick.db'}", auth=False, pause_timeout=0.3) as base,
+        interlock.connect(base) as made,
+    ):
+        yield made
 
 
 @pytest.fixture
 async def lapsing(
-    backend: str, connect: Callable[..., Broker], serve: Callable[..., AbstractContextManager[str]], tmp_path: Path
+    backend: str,
+    connect: Callable[..., Broker],
+    serve_apart: Callable[..., AbstractAsyncContextManager[str]],
+    tmp_path: Path,
 ) -> AsyncIterator[Broker]:
     """A broker whose operator set a default expiry of a fraction of a second (for http, a
     server of its own configured so)."""
@@ -55,9 +63,11 @@ async def lapsing(
         async with connect(default_expiry=0.3) as made:
             yield made
         return
-    with serve(f"sqlite:///{tmp_path / 'lapsing.db'}", auth=False, default_expiry=0.3) as base:
-        async with interlock.connect(base) as made:
-            yield made
+    async with (
+        serve_apart(f"sqlite:///{tmp_path / 'lapsing.db'}", auth=False, default_expiry=0.3) as base,
+        interlock.connect(base) as made,
+    ):
+        yield made
 
 
 async def parked_on_approval(broker: Broker, agent: str = "deployer") -> tuple[str, str]:

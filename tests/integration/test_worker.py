@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -439,20 +439,22 @@ async def test_a_worker_hands_a_run_back_for_longer_each_time_and_records_it_onc
 
 
 async def test_a_worker_through_a_server_gives_a_handed_back_run_up_at_the_server_s_pause_timeout(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
 ) -> None:
-    with serve(f"sqlite:///{tmp_path / 'brief.db'}", auth=False, pause_timeout=1.0) as base:
-        async with interlock.connect(base) as broker:
-            run = await ready_run(broker)
-            handler = NotNowThen(1_000, retry_after=0.2)
-            worker = Worker(broker, {"deployer": handler}, name="w1")
-            assert worker.pause_timeout == DEFAULT_PAUSE_TIMEOUT  # nothing claimed yet
-            with anyio.fail_after(BOUND):
-                back = await worker.run_once()
-                assert back is not None and back.status is RunStatus.RUNNING  # handed back, not failed
-                assert worker.pause_timeout == timedelta(seconds=1)  # what the claim's answer said
-                while back is not None and back.status is RunStatus.RUNNING:
-                    back = await worker.run_once(wait=BOUND)
+    async with (
+        serve_apart(f"sqlite:///{tmp_path / 'brief.db'}", auth=False, pause_timeout=1.0) as base,
+        interlock.connect(base) as broker,
+    ):
+        run = await ready_run(broker)
+        handler = NotNowThen(1_000, retry_after=0.2)
+        worker = Worker(broker, {"deployer": handler}, name="w1")
+        assert worker.pause_timeout == DEFAULT_PAUSE_TIMEOUT  # nothing claimed yet
+        with anyio.fail_after(BOUND):
+            back = await worker.run_once()
+            assert back is not None and back.status is RunStatus.RUNNING  # handed back, not failed
+            assert worker.pause_timeout == timedelta(seconds=1)  # what the claim's answer said
+            while back is not None and back.status is RunStatus.RUNNING:
+                back = await worker.run_once(wait=BOUND)
     # Given up a second after its request was answered, as the server's pause timeout says;
     # not after the 14 days a worker without it would count.
     assert back is not None and (back.id, back.status) == (run.id, RunStatus.FAILED)

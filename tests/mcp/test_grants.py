@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -113,11 +113,13 @@ async def test_an_agent_asks_another_person_only_with_their_grant_to_request(mcp
 
 @pytest.mark.parametrize("way", ["in_process", "http"])
 async def test_a_venue_ceiling_refuses_excessive_offers_before_delivery(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], way: str
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], way: str
 ) -> None:
     db = f"sqlite:///{tmp_path / 'ceiling.db'}"
     tokens = await add_people(db)
-    with serve(db, auth=True, grant_policy=GrantPolicy(default_seconds=3600, ceiling_seconds=86400)) as base:
+    async with serve_apart(
+        db, auth=True, grant_policy=GrantPolicy(default_seconds=3600, ceiling_seconds=86400)
+    ) as base:
         world = World(base, db, tokens)
         async with WAYS[way](world, "alice-bot") as bot, WAYS[way](world, "alice") as alice:
             too_long = {"with": "repo:acme/web", "can": "push", "exp": int(time.time()) + 30 * 86400}

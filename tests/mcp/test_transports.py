@@ -9,7 +9,7 @@ import logging
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from pathlib import Path
 
 import anyio
@@ -73,9 +73,9 @@ async def test_mcp_over_http_refuses_no_token_a_wrong_one_and_a_revoked_one(worl
 
 
 async def test_mcp_over_http_without_auth_answers_this_machine_only(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
 ) -> None:
-    with serve(f"sqlite:///{tmp_path / 'open.db'}", auth=False) as base:
+    async with serve_apart(f"sqlite:///{tmp_path / 'open.db'}", auth=False) as base:
         async with http_client(f"{base}/mcp") as local:
             job = result(await local.call_tool("hitl_request", {**ASK, "user": "carol"}))
             assert [r["id"] for r in result(await local.call_tool("hitl_list", {}))["requests"]] == [job["job"]]
@@ -109,14 +109,13 @@ async def test_a_job_outlives_the_stdio_server_that_made_it(tmp_path: Path) -> N
 
 @pytest.mark.slow
 async def test_a_job_outlives_a_restart_of_the_server_and_of_the_client(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
 ) -> None:
     db = f"sqlite:///{tmp_path / 'restart.db'}"
     tokens = await add_people(db)
-    with serve(db, auth=True) as base:
-        async with http_client(f"{base}/mcp", tokens["alice-bot"]) as bot:
-            job = result(await bot.call_tool("hitl_request", ASK))
-    with serve(db, auth=True) as base:  # a new server process on the same store
+    async with serve_apart(db, auth=True) as base, http_client(f"{base}/mcp", tokens["alice-bot"]) as bot:
+        job = result(await bot.call_tool("hitl_request", ASK))
+    async with serve_apart(db, auth=True) as base:  # a new server process on the same store
         async with http_client(f"{base}/mcp", tokens["alice-bot"]) as bot:
             assert result(await bot.call_tool("hitl_status", {"job": job["job"]}))["status"] == "INPUT_REQUIRED"
         async with http_client(f"{base}/mcp", tokens["alice"]) as alice:

@@ -13,7 +13,7 @@ import contextlib
 import sqlite3
 import sys
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -188,10 +188,10 @@ def tokens(tmp_path: Path) -> dict[str, str]:
 
 
 async def test_over_http_only_the_requester_consumes_and_the_server_records_who(
-    tmp_path: Path, tokens: dict[str, str], serve: Callable[..., AbstractContextManager[str]]
+    tmp_path: Path, tokens: dict[str, str], serve_apart: Callable[..., AbstractAsyncContextManager[str]]
 ) -> None:
     db = f"sqlite:///{tmp_path / 'auth.db'}"
-    with serve(db, auth=True) as base:
+    async with serve_apart(db, auth=True) as base:
         client = {
             who: httpx.AsyncClient(
                 base_url=f"{base}/api/v1", headers={"Authorization": f"Bearer {secret}"}, timeout=BOUND

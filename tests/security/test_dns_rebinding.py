@@ -5,7 +5,7 @@ origin, can neither read nor answer anything."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -32,7 +32,7 @@ async def pending(db: str) -> str:
 
 
 async def test_a_foreign_host_is_refused_without_auth(
-    open_server: tuple[str, str], tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
+    open_server: tuple[str, str], tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
 ) -> None:
     base, db = open_server
     request_id = await pending(db)
@@ -53,10 +53,12 @@ async def test_a_foreign_host_is_refused_without_auth(
     async with interlock.connect(db) as broker:
         assert (await broker.get(request_id)).status.value == "pending"
 
-    with serve(f"sqlite:///{tmp_path / 'auth.db'}", auth=True) as with_auth:
-        async with httpx.AsyncClient(base_url=with_auth, timeout=BOUND) as client:
-            # Behind a proxy the Host is the public name: with auth, the bearer token is what is checked.
-            assert (await client.get("/api/v1/requests", headers={"Host": "interlock.example.com"})).status_code == 401
+    async with (
+        serve_apart(f"sqlite:///{tmp_path / 'auth.db'}", auth=True) as with_auth,
+        httpx.AsyncClient(base_url=with_auth, timeout=BOUND) as client,
+    ):
+        # Behind a proxy the Host is the public name: with auth, the bearer token is what is checked.
+        assert (await client.get("/api/v1/requests", headers={"Host": "interlock.example.com"})).status_code == 401
 
 
 async def test_a_change_posted_from_another_origin_is_refused_without_auth(open_server: tuple[str, str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import get_type_hints
 
@@ -93,11 +93,11 @@ async def test_closing_one_client_without_a_channel_withdraws_its_work_but_leave
 
 
 async def test_over_http_a_principal_closes_a_channel_for_its_own_requests_only(
-    tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
 ) -> None:
     db = f"sqlite:///{tmp_path / 'close.db'}"
     tokens = await issue_tokens(db)
-    with serve(db, auth=True) as base:
+    async with serve_apart(db, auth=True) as base:
         async with (
             interlock.connect(base, token=tokens["alice-bot"]) as mine,
             interlock.connect(base, token=tokens["bob-bot"]) as theirs,

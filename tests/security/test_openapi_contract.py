@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +104,7 @@ def test_every_error_is_documented_as_problem_details(spec: dict[str, Any]) -> N
 
 
 async def test_the_conflicts_with_members_of_their_own_are_sent_as_documented(
-    db: str, serve: Callable[..., AbstractContextManager[str]], spec: dict[str, Any]
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]], spec: dict[str, Any]
 ) -> None:
     """A message to a busy run is a 409 `thread_busy` whose `details` say what became of
     it (decided the approval, held, or not held), and to an ended run a 409 `run_conflict`
@@ -116,7 +116,7 @@ async def test_the_conflicts_with_members_of_their_own_are_sent_as_documented(
     run, messages = "alice-bot:run-1", "/api/v1/runs/{run_id}/messages"
     sent = documented_problem(spec, "post", messages, 409)
     to_thread = documented_problem(spec, "post", "/api/v1/threads/{thread_id}/messages", 409)
-    with serve(db, auth=True, max_followups=1) as base:
+    async with serve_apart(db, auth=True, max_followups=1) as base:
         async with api(base, tokens["alice-bot"]) as bot, api(base, tokens["alice"]) as alice:
             assert (await bot.post("/runs", json={"agent": "deployer", "run_id": "run-1", "session": "t1"})).is_success
             approval = {"kind": "approval", "to": "alice", "asks": [{"type": "confirm", "prompt": "Deploy?"}]}
@@ -162,11 +162,11 @@ def test_each_route_documents_the_problems_it_can_answer_with(spec: dict[str, An
 
 
 async def test_unknown_routes_wrong_methods_and_unparsable_bodies_answer_problem_details(
-    db: str, serve: Callable[..., AbstractContextManager[str]], spec: dict[str, Any]
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]], spec: dict[str, Any]
 ) -> None:
     tokens = await issue_tokens(db)
     check = problem_validator(spec)
-    with serve(db, auth=True) as base:
+    async with serve_apart(db, auth=True) as base:
         async with api(base, tokens["alice-bot"]) as bot:
             cases = [
                 (await bot.get("/no-such-route"), 404, "not_found"),
@@ -191,7 +191,7 @@ async def test_unknown_routes_wrong_methods_and_unparsable_bodies_answer_problem
 
 
 async def test_an_update_without_words_is_excluded_by_the_schema_and_refused_by_the_server(
-    db: str, serve: Callable[..., AbstractContextManager[str]], spec: dict[str, Any]
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]], spec: dict[str, Any]
 ) -> None:
     schemas = spec["components"]["schemas"]
     inform = Draft202012Validator({**schemas["InformBody"], "$defs": schemas})
@@ -199,26 +199,28 @@ async def test_an_update_without_words_is_excluded_by_the_schema_and_refused_by_
         assert not inform.is_valid({"message": message})
     assert inform.is_valid({"message": " Halfway there "})
     tokens = await issue_tokens(db)
-    with serve(db, auth=True) as base:
-        async with api(base, tokens["alice-bot"]) as bot:
-            for message in ("", "   "):
-                refused = await bot.post("/inform", json={"message": message})
-                assert refused.status_code == 422 and refused.headers["content-type"] == PROBLEM_JSON
-            assert (await bot.post("/inform", json={"message": " Halfway there "})).status_code == 201
+    async with serve_apart(db, auth=True) as base, api(base, tokens["alice-bot"]) as bot:
+        for message in ("", "   "):
+            refused = await bot.post("/inform", json={"message": message})
+            assert refused.status_code == 422 and refused.headers["content-type"] == PROBLEM_JSON
+        assert (await bot.post("/inform", json={"message": " Halfway there "})).status_code == 201
 
 
 async def test_a_persons_request_without_a_recipient_goes_to_their_own_inbox(
-    db: str, serve: Callable[..., AbstractContextManager[str]]
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
 ) -> None:
     tokens = await issue_tokens(db)
-    with serve(db, auth=True) as base:
-        async with api(base, tokens["alice"]) as alice, api(base, tokens["alice-bot"]) as bot:
-            made = await alice.post("/requests", json=TEXT)
-            assert made.status_code == 201, made.text
-            assert made.json()["to"] == "alice" and made.json()["requester"] == "alice"
-            inbox = (await alice.get("/requests")).json()["items"]
-            assert [r["id"] for r in inbox] == [made.json()["id"]]
-            assert (await bot.post("/requests", json=TEXT)).json()["to"] == "alice"  # an agent's: its owner's
+    async with (
+        serve_apart(db, auth=True) as base,
+        api(base, tokens["alice"]) as alice,
+        api(base, tokens["alice-bot"]) as bot,
+    ):
+        made = await alice.post("/requests", json=TEXT)
+        assert made.status_code == 201, made.text
+        assert made.json()["to"] == "alice" and made.json()["requester"] == "alice"
+        inbox = (await alice.get("/requests")).json()["items"]
+        assert [r["id"] for r in inbox] == [made.json()["id"]]
+        assert (await bot.post("/requests", json=TEXT)).json()["to"] == "alice"  # an agent's: its owner's
 
 
 def test_every_json_success_documents_its_body(spec: dict[str, Any]) -> None:
@@ -237,58 +239,61 @@ def conforms(spec: dict[str, Any], operation: tuple[str, str], status: str, body
 
 
 async def test_the_interactions_answer_in_the_shapes_they_publish(
-    db: str, serve: Callable[..., AbstractContextManager[str]], spec: dict[str, Any]
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]], spec: dict[str, Any]
 ) -> None:
     tokens = await issue_tokens(db)
     prefix, spec_prefix = "/interactions", "/api/v1/interactions"
-    with serve(db, auth=True) as base:
-        async with api(base, tokens["alice-bot"]) as bot, api(base, tokens["alice"]) as alice:
-            approval = {"kind": "approval", "to": "alice", "asks": [{"type": "confirm", "prompt": "Deploy?"}]}
-            approval["context"] = {"tool": "deploy", "arguments": {"env": "prod"}}
-            made = [
-                await bot.post("/requests", json=approval),
-                await bot.post(
-                    "/requests",
-                    json={
-                        "to": "alice",
-                        "details": "For the *release*",
-                        "asks": [
-                            {"type": "multi_choice", "id": "m", "prompt": "Which?", "options": ["a", "b"], "max": 2},
-                            {"type": "form", "id": "f", "prompt": "Notes?", "schema": {"type": "object"}},
-                            {"type": "text", "id": "t", "prompt": "Why?", "multiline": True},
-                        ],
-                    },
-                ),
-                await bot.post(
-                    "/requests", json={"to": "alice", "asks": [{"type": "choice", "prompt": "Pick", "options": ["x"]}]}
-                ),
-            ]
-            assert all(m.status_code == 201 for m in made), [m.text for m in made]
-            ids = [m.json()["id"] for m in made]
-            decided = await alice.post(
-                f"{prefix}/{ids[0]}/resolve", json={"inputResponses": [{"requestId": ids[0], "optionId": "approve"}]}
+    async with (
+        serve_apart(db, auth=True) as base,
+        api(base, tokens["alice-bot"]) as bot,
+        api(base, tokens["alice"]) as alice,
+    ):
+        approval = {"kind": "approval", "to": "alice", "asks": [{"type": "confirm", "prompt": "Deploy?"}]}
+        approval["context"] = {"tool": "deploy", "arguments": {"env": "prod"}}
+        made = [
+            await bot.post("/requests", json=approval),
+            await bot.post(
+                "/requests",
+                json={
+                    "to": "alice",
+                    "details": "For the *release*",
+                    "asks": [
+                        {"type": "multi_choice", "id": "m", "prompt": "Which?", "options": ["a", "b"], "max": 2},
+                        {"type": "form", "id": "f", "prompt": "Notes?", "schema": {"type": "object"}},
+                        {"type": "text", "id": "t", "prompt": "Why?", "multiline": True},
+                    ],
+                },
+            ),
+            await bot.post(
+                "/requests", json={"to": "alice", "asks": [{"type": "choice", "prompt": "Pick", "options": ["x"]}]}
+            ),
+        ]
+        assert all(m.status_code == 201 for m in made), [m.text for m in made]
+        ids = [m.json()["id"] for m in made]
+        decided = await alice.post(
+            f"{prefix}/{ids[0]}/resolve", json={"inputResponses": [{"requestId": ids[0], "optionId": "approve"}]}
+        )
+        assert decided.status_code == 200, decided.text
+        conforms(spec, ("post", f"{spec_prefix}/{{interaction_id}}/resolve"), "200", decided.json())
+        batch = await alice.post(
+            f"{prefix}/resolve", json={"items": [{"id": ids[2], "cancel": True}, {"id": "nope", "cancel": True}]}
+        )
+        assert [item["ok"] for item in batch.json()] == [True, False]
+        conforms(spec, ("post", f"{spec_prefix}/resolve"), "200", batch.json())
+        listed = (await alice.get(prefix)).json()
+        assert len(listed["items"]) == 3 and {i["status"] for i in listed["items"]} == {
+            "answered",
+            "pending",
+            "cancelled",
+        }
+        conforms(spec, ("get", spec_prefix), "200", listed)
+        for request_id in ids:
+            conforms(
+                spec,
+                ("get", f"{spec_prefix}/{{interaction_id}}"),
+                "200",
+                (await alice.get(f"{prefix}/{request_id}")).json(),
             )
-            assert decided.status_code == 200, decided.text
-            conforms(spec, ("post", f"{spec_prefix}/{{interaction_id}}/resolve"), "200", decided.json())
-            batch = await alice.post(
-                f"{prefix}/resolve", json={"items": [{"id": ids[2], "cancel": True}, {"id": "nope", "cancel": True}]}
-            )
-            assert [item["ok"] for item in batch.json()] == [True, False]
-            conforms(spec, ("post", f"{spec_prefix}/resolve"), "200", batch.json())
-            listed = (await alice.get(prefix)).json()
-            assert len(listed["items"]) == 3 and {i["status"] for i in listed["items"]} == {
-                "answered",
-                "pending",
-                "cancelled",
-            }
-            conforms(spec, ("get", spec_prefix), "200", listed)
-            for request_id in ids:
-                conforms(
-                    spec,
-                    ("get", f"{spec_prefix}/{{interaction_id}}"),
-                    "200",
-                    (await alice.get(f"{prefix}/{request_id}")).json(),
-                )
 
 
 # Free-form documents, on purpose: a stored approval policy (its keys are those of the
@@ -335,41 +340,38 @@ ANY = _Any()
 
 
 async def test_a_body_sent_as_anything_but_json_is_a_415_problem_and_changes_nothing(
-    db: str, serve: Callable[..., AbstractContextManager[str]], spec: dict[str, Any]
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]], spec: dict[str, Any]
 ) -> None:
     tokens = await issue_tokens(db)
     check = problem_validator(spec)
     body = b'{"asks": [{"type": "text", "prompt": "Deploy?"}]}'
-    with serve(db, auth=True) as base:
-        async with api(base, tokens["alice-bot"]) as bot:
-            for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
-                headers = {"content-type": content_type} if content_type else {}
-                refused = await bot.post("/requests", content=body, headers=headers)
-                assert refused.status_code == 415, refused.text
-                assert refused.headers["content-type"] == PROBLEM_JSON
-                check.validate(refused.json())
-                assert refused.json()["code"] == "unsupported_media_type"
-                assert f"sent as {content_type or 'no Content-Type'}" in refused.json()["detail"]
-            assert (await bot.get("/requests", params={"requester": "alice-bot"})).json()["items"] == []
-            # JSON by any of its names is taken; a body left out where one may be, too
-            sent = await bot.post(
-                "/requests", content=body, headers={"content-type": "application/json; charset=utf-8"}
-            )
-            assert sent.status_code == 201, sent.text
-            cancelled = await bot.post(f"/requests/{sent.json()['id']}/cancel", headers={"content-type": "text/plain"})
-            assert cancelled.status_code == 200, cancelled.text
-            bad_json = await bot.post("/requests", content=b'{"asks": [', headers={"content-type": "application/json"})
-            assert bad_json.json()["detail"] == "the body is not valid JSON at character 10: Expecting value"
-            wrong_type = await bot.get("/requests", params={"limit": "ten"})
-            assert wrong_type.status_code == 422 and wrong_type.headers["content-type"] == PROBLEM_JSON
-            check.validate(wrong_type.json())
+    async with serve_apart(db, auth=True) as base, api(base, tokens["alice-bot"]) as bot:
+        for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
+            headers = {"content-type": content_type} if content_type else {}
+            refused = await bot.post("/requests", content=body, headers=headers)
+            assert refused.status_code == 415, refused.text
+            assert refused.headers["content-type"] == PROBLEM_JSON
+            check.validate(refused.json())
+            assert refused.json()["code"] == "unsupported_media_type"
+            assert f"sent as {content_type or 'no Content-Type'}" in refused.json()["detail"]
+        assert (await bot.get("/requests", params={"requester": "alice-bot"})).json()["items"] == []
+        # JSON by any of its names is taken; a body left out where one may be, too
+        sent = await bot.post("/requests", content=body, headers={"content-type": "application/json; charset=utf-8"})
+        assert sent.status_code == 201, sent.text
+        cancelled = await bot.post(f"/requests/{sent.json()['id']}/cancel", headers={"content-type": "text/plain"})
+        assert cancelled.status_code == 200, cancelled.text
+        bad_json = await bot.post("/requests", content=b'{"asks": [', headers={"content-type": "application/json"})
+        assert bad_json.json()["detail"] == "the body is not valid JSON at character 10: Expecting value"
+        wrong_type = await bot.get("/requests", params={"limit": "ten"})
+        assert wrong_type.status_code == 422 and wrong_type.headers["content-type"] == PROBLEM_JSON
+        check.validate(wrong_type.json())
 
 
 async def test_the_api_s_answers_are_never_stored_by_a_cache(
-    db: str, serve: Callable[..., AbstractContextManager[str]]
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
 ) -> None:
     tokens = await issue_tokens(db)
-    with serve(db, auth=True) as base:
+    async with serve_apart(db, auth=True) as base:
         async with api(base, tokens["alice-bot"]) as bot, api(base, tokens["alice"]) as alice, api(base) as nobody:
             made = await bot.post("/requests", json=TEXT)
             answered = await alice.post(f"/requests/{made.json()['id']}/answer", json={"answer": "the secret word"})
@@ -388,7 +390,7 @@ async def test_the_api_s_answers_are_never_stored_by_a_cache(
 
 
 async def test_browser_apps_of_other_origins_reach_the_api_only_where_the_operator_allows_them(
-    db: str, serve: Callable[..., AbstractContextManager[str]]
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
 ) -> None:
     tokens = await issue_tokens(db)
     app_origin = "https://app.example.com"
@@ -397,29 +399,33 @@ async def test_browser_apps_of_other_origins_reach_the_api_only_where_the_operat
         "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "authorization, content-type, idempotency-key",
     }
-    with serve(db, auth=True) as base:  # by default: no CORS at all
-        async with httpx.AsyncClient(base_url=base, timeout=BOUND) as browser:
-            refused = await browser.options("/api/v1/requests", headers=preflight)
-            assert refused.status_code == 405 and "access-control-allow-origin" not in refused.headers
-            read = await browser.get("/api/v1/whoami", headers={"Origin": app_origin, **_bearer(tokens["alice"])})
-            assert read.status_code == 200 and "access-control-allow-origin" not in read.headers
-    with serve(db, auth=True, cors_origins=[app_origin]) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=BOUND) as browser:
-            allowed = await browser.options("/api/v1/requests", headers=preflight)
-            assert allowed.status_code == 200
-            assert allowed.headers["access-control-allow-origin"] == app_origin
-            assert "access-control-allow-credentials" not in allowed.headers  # a token, never the cookie
-            made = await browser.post(
-                "/api/v1/requests", json=TEXT, headers={"Origin": app_origin, **_bearer(tokens["alice-bot"])}
-            )
-            assert made.status_code == 201 and made.headers["access-control-allow-origin"] == app_origin
-            anonymous = await browser.get("/api/v1/requests", headers={"Origin": app_origin})
-            assert anonymous.status_code == 401 and anonymous.headers["access-control-allow-origin"] == app_origin
-            assert "Retry-After" in anonymous.headers["access-control-expose-headers"]
-            other = await browser.options("/api/v1/requests", headers={**preflight, "Origin": "https://evil.example"})
-            assert "access-control-allow-origin" not in other.headers
-            page = await browser.options("/signin", headers=preflight)  # the web inbox: none of it
-            assert "access-control-allow-origin" not in page.headers
+    async with (
+        serve_apart(db, auth=True) as base,  # by default: no CORS at all
+        httpx.AsyncClient(base_url=base, timeout=BOUND) as browser,
+    ):
+        refused = await browser.options("/api/v1/requests", headers=preflight)
+        assert refused.status_code == 405 and "access-control-allow-origin" not in refused.headers
+        read = await browser.get("/api/v1/whoami", headers={"Origin": app_origin, **_bearer(tokens["alice"])})
+        assert read.status_code == 200 and "access-control-allow-origin" not in read.headers
+    async with (
+        serve_apart(db, auth=True, cors_origins=[app_origin]) as base,
+        httpx.AsyncClient(base_url=base, timeout=BOUND) as browser,
+    ):
+        allowed = await browser.options("/api/v1/requests", headers=preflight)
+        assert allowed.status_code == 200
+        assert allowed.headers["access-control-allow-origin"] == app_origin
+        assert "access-control-allow-credentials" not in allowed.headers  # a token, never the cookie
+        made = await browser.post(
+            "/api/v1/requests", json=TEXT, headers={"Origin": app_origin, **_bearer(tokens["alice-bot"])}
+        )
+        assert made.status_code == 201 and made.headers["access-control-allow-origin"] == app_origin
+        anonymous = await browser.get("/api/v1/requests", headers={"Origin": app_origin})
+        assert anonymous.status_code == 401 and anonymous.headers["access-control-allow-origin"] == app_origin
+        assert "Retry-After" in anonymous.headers["access-control-expose-headers"]
+        other = await browser.options("/api/v1/requests", headers={**preflight, "Origin": "https://evil.example"})
+        assert "access-control-allow-origin" not in other.headers
+        page = await browser.options("/signin", headers=preflight)  # the web inbox: none of it
+        assert "access-control-allow-origin" not in page.headers
     for origins, auth, refusal in [
         (["https://app.example.com/"], True, "give scheme://host"),
         (["app.example.com"], True, "give scheme://host"),
@@ -434,28 +440,27 @@ def _bearer(token: str) -> dict[str, str]:
 
 
 async def test_a_create_retried_with_its_key_in_the_idempotency_key_header_or_the_body_is_answered_alike(
-    db: str, serve: Callable[..., AbstractContextManager[str]], spec: dict[str, Any]
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]], spec: dict[str, Any]
 ) -> None:
     tokens = await issue_tokens(db)
     check = problem_validator(spec)
     parameters = spec["paths"]["/api/v1/requests"]["post"]["parameters"]
     assert any(p["name"] == "Idempotency-Key" and p["in"] == "header" for p in parameters)
-    with serve(db, auth=True) as base:
-        async with api(base, tokens["alice-bot"]) as bot:
-            first = await bot.post("/requests", json=TEXT, headers={"Idempotency-Key": "deploy-1"})
-            assert first.status_code == 201 and first.json()["idempotency_key"] == "deploy-1"
-            again = await bot.post("/requests", json={**TEXT, "idempotency_key": "deploy-1"})
-            assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
-            other = {"asks": [{"type": "text", "prompt": "Deploy to prod?"}]}
-            reused = await bot.post("/requests", json=other, headers={"Idempotency-Key": "deploy-1"})
-            assert reused.status_code == 422 and reused.headers["content-type"] == PROBLEM_JSON
-            check.validate(reused.json())
-            assert reused.json()["code"] == "idempotency_key_reused"
-            assert reused.json()["request_id"] == first.json()["id"]
-            both = await bot.post("/requests", json={**TEXT, "idempotency_key": "a"}, headers={"Idempotency-Key": "b"})
-            assert both.status_code == 422 and "is not the body's idempotency_key" in both.json()["detail"]
-            mine = (await bot.get("/requests", params={"requester": "alice-bot"})).json()["items"]
-            assert [r["id"] for r in mine] == [first.json()["id"]]
+    async with serve_apart(db, auth=True) as base, api(base, tokens["alice-bot"]) as bot:
+        first = await bot.post("/requests", json=TEXT, headers={"Idempotency-Key": "deploy-1"})
+        assert first.status_code == 201 and first.json()["idempotency_key"] == "deploy-1"
+        again = await bot.post("/requests", json={**TEXT, "idempotency_key": "deploy-1"})
+        assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
+        other = {"asks": [{"type": "text", "prompt": "Deploy to prod?"}]}
+        reused = await bot.post("/requests", json=other, headers={"Idempotency-Key": "deploy-1"})
+        assert reused.status_code == 422 and reused.headers["content-type"] == PROBLEM_JSON
+        check.validate(reused.json())
+        assert reused.json()["code"] == "idempotency_key_reused"
+        assert reused.json()["request_id"] == first.json()["id"]
+        both = await bot.post("/requests", json={**TEXT, "idempotency_key": "a"}, headers={"Idempotency-Key": "b"})
+        assert both.status_code == 422 and "is not the body's idempotency_key" in both.json()["detail"]
+        mine = (await bot.get("/requests", params={"requester": "alice-bot"})).json()["items"]
+        assert [r["id"] for r in mine] == [first.json()["id"]]
 
 
 def examples_in(node: Any, where: str = "") -> Iterator[tuple[str, dict[str, Any], Any]]:
@@ -508,19 +513,20 @@ def test_every_request_body_and_the_main_answers_have_an_example_to_copy(spec: d
 
 
 async def test_the_create_and_answer_examples_work_as_they_are_copied(
-    db: str, serve: Callable[..., AbstractContextManager[str]], spec: dict[str, Any]
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]], spec: dict[str, Any]
 ) -> None:
     schemas = spec["components"]["schemas"]
     tokens = await issue_tokens(db)
-    with serve(db, auth=True) as base:
-        async with api(base, tokens["alice-bot"]) as bot, api(base, tokens["alice"]) as alice:
-            made = await bot.post("/requests", json=schemas["CreateBody"]["examples"][0])
-            assert made.status_code == 201, made.text
-            answered = await alice.post(
-                f"/requests/{made.json()['id']}/answer", json=schemas["AnswerBody"]["examples"][0]
-            )
-            assert answered.status_code == 200, answered.text
-            shown = answered.json()
-            (grant,) = shown["response"]["grants"]
-            assert (shown["status"], grant["with"], grant["can"]) == ("answered", "repo:web", "deploy")
-            conforms(spec, ("post", "/api/v1/requests/{request_id}/answer"), "200", shown)
+    async with (
+        serve_apart(db, auth=True) as base,
+        api(base, tokens["alice-bot"]) as bot,
+        api(base, tokens["alice"]) as alice,
+    ):
+        made = await bot.post("/requests", json=schemas["CreateBody"]["examples"][0])
+        assert made.status_code == 201, made.text
+        answered = await alice.post(f"/requests/{made.json()['id']}/answer", json=schemas["AnswerBody"]["examples"][0])
+        assert answered.status_code == 200, answered.text
+        shown = answered.json()
+        (grant,) = shown["response"]["grants"]
+        assert (shown["status"], grant["with"], grant["can"]) == ("answered", "repo:web", "deploy")
+        conforms(spec, ("post", "/api/v1/requests/{request_id}/answer"), "200", shown)

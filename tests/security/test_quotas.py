@@ -9,7 +9,7 @@ import json
 import re
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +37,12 @@ def db(tmp_path: Path) -> str:
 
 
 async def test_creating_past_the_rate_limit_answers_429_with_retry_after_and_spares_others(
-    db: str, serve: Callable[..., AbstractContextManager[str]]
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
 ) -> None:
     from interlock.server.quotas import Quota
 
     tokens = await issue_tokens(db)
-    with serve(db, auth=True, rate_limit=Quota(rate=0.5, burst=3)) as base:
+    async with serve_apart(db, auth=True, rate_limit=Quota(rate=0.5, burst=3)) as base:
         async with api(base, tokens["alice-bot"]) as bot, api(base, tokens["bob-bot"]) as other:
             for _ in range(3):
                 assert (await bot.post("/requests", json=TEXT)).status_code == 201
@@ -79,7 +79,7 @@ async def test_creating_past_the_rate_limit_answers_429_with_retry_after_and_spa
 
 
 async def test_the_rate_limit_is_on_by_default_with_auth_and_can_be_turned_off(
-    db: str, serve: Callable[..., AbstractContextManager[str]]
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
 ) -> None:
     from interlock.server.app import create_app
     from interlock.server.quotas import DEFAULT_QUOTA
@@ -87,7 +87,7 @@ async def test_the_rate_limit_is_on_by_default_with_auth_and_can_be_turned_off(
     assert create_app(db, auth=True).state.interlock.quotas.updates.quota == DEFAULT_QUOTA
     assert create_app(db, auth=False).state.interlock.quotas.updates is None
     tokens = await issue_tokens(db)
-    with serve(db, auth=True) as base:
+    async with serve_apart(db, auth=True) as base:
         async with api(base, tokens["alice-bot"]) as bot:
             # The bucket refills while the calls go out, so call until it runs dry: a
             # server that answers more than 20 calls a second gets there, bounded here.
@@ -95,7 +95,7 @@ async def test_the_rate_limit_is_on_by_default_with_auth_and_can_be_turned_off(
             while 429 not in codes and len(codes) < 5_000:
                 codes.append((await bot.post("/inform", json={"message": "tick"})).status_code)
         assert codes[-1] == 429 and set(codes[:-1]) == {201} and len(codes) > DEFAULT_QUOTA.burst
-    with serve(db, auth=True, rate_limit=None) as base:
+    async with serve_apart(db, auth=True, rate_limit=None) as base:
         async with api(base, tokens["alice-bot"]) as bot:
             codes = [(await bot.post("/inform", json={"message": "tick"})).status_code for _ in range(220)]
         assert set(codes) == {201}
@@ -117,26 +117,29 @@ async def api_stream(client: httpx.AsyncClient) -> AsyncIterator[int]:
 
 
 async def test_a_principal_cannot_hold_more_event_streams_open_than_the_cap(
-    db: str, serve: Callable[..., AbstractContextManager[str]]
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
 ) -> None:
     tokens = await issue_tokens(db)
-    with serve(db, auth=True, max_streams=2) as base:
-        async with api(base, tokens["alice"]) as alice, api(base, tokens["bob"]) as bob:
-            async with api_stream(alice) as one, api_stream(alice) as two:
-                assert (one, two) == (200, 200)
-                refused = await alice.get("/events/stream")
-                assert refused.status_code == 429 and refused.json()["code"] == "rate_limited"
-                assert int(refused.headers["Retry-After"]) >= 1
-                async with api_stream(bob) as theirs:
-                    assert theirs == 200  # a cap of their own
-                async with signed_in(base, tokens["alice"]) as web:
-                    assert (await web.get("/inbox/stream")).status_code == 429  # the web inbox counts too
-            with anyio.fail_after(BOUND):  # closed streams give their slots back
-                while True:
-                    async with api_stream(alice) as again:
-                        if again == 200:
-                            break
-                    await anyio.sleep(0.05)
+    async with (
+        serve_apart(db, auth=True, max_streams=2) as base,
+        api(base, tokens["alice"]) as alice,
+        api(base, tokens["bob"]) as bob,
+    ):
+        async with api_stream(alice) as one, api_stream(alice) as two:
+            assert (one, two) == (200, 200)
+            refused = await alice.get("/events/stream")
+            assert refused.status_code == 429 and refused.json()["code"] == "rate_limited"
+            assert int(refused.headers["Retry-After"]) >= 1
+            async with api_stream(bob) as theirs:
+                assert theirs == 200  # a cap of their own
+            async with signed_in(base, tokens["alice"]) as web:
+                assert (await web.get("/inbox/stream")).status_code == 429  # the web inbox counts too
+        with anyio.fail_after(BOUND):  # closed streams give their slots back
+            while True:
+                async with api_stream(alice) as again:
+                    if again == 200:
+                        break
+                await anyio.sleep(0.05)
 
 
 @contextlib.asynccontextmanager
@@ -253,7 +256,7 @@ def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 async def test_the_events_route_pages_what_the_caller_may_see_from_index_ranges(
-    db: str, serve: Callable[..., AbstractContextManager[str]]
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
 ) -> None:
     tokens = await issue_tokens(db)
     async with interlock.connect(db) as broker:
@@ -270,43 +273,41 @@ async def test_the_events_route_pages_what_the_caller_may_see_from_index_ranges(
         page = await broker.find_events(limit=1, involving="alice")
         assert [e.request_id for e in page] == [first.id]
         assert work.thousands <= 2  # a scan of the 600 other events takes tens of thousands of steps
-    with serve(db, auth=True) as base:
-        async with api(base, tokens["alice"]) as alice:
-            one = (await alice.get("/events", params={"limit": 1})).json()
-            assert [e["request_id"] for e in one["events"]] == [first.id]
-            assert one["last_event_id"] == one["events"][0]["id"]
-            rest = (await alice.get("/events", params={"after": one["last_event_id"]})).json()
-            assert [(e["type"], e["request_id"]) for e in rest["events"]] == [
-                ("informed", None),
-                ("created", second.id),
-            ]
-            in_session = (await alice.get("/events", params={"session": "s1"})).json()["events"]
-            assert [e["type"] for e in in_session] == ["created", "informed"]
-            in_run = (await alice.get("/events", params={"run": "r1"})).json()["events"]
-            assert [e["request_id"] for e in in_run] == [second.id]
-            of_request = (await alice.get("/events", params={"request": first.id})).json()["events"]
-            assert [e["request_id"] for e in of_request] == [first.id]
+    async with serve_apart(db, auth=True) as base, api(base, tokens["alice"]) as alice:
+        one = (await alice.get("/events", params={"limit": 1})).json()
+        assert [e["request_id"] for e in one["events"]] == [first.id]
+        assert one["last_event_id"] == one["events"][0]["id"]
+        rest = (await alice.get("/events", params={"after": one["last_event_id"]})).json()
+        assert [(e["type"], e["request_id"]) for e in rest["events"]] == [
+            ("informed", None),
+            ("created", second.id),
+        ]
+        in_session = (await alice.get("/events", params={"session": "s1"})).json()["events"]
+        assert [e["type"] for e in in_session] == ["created", "informed"]
+        in_run = (await alice.get("/events", params={"run": "r1"})).json()["events"]
+        assert [e["request_id"] for e in in_run] == [second.id]
+        of_request = (await alice.get("/events", params={"request": first.id})).json()["events"]
+        assert [e["request_id"] for e in of_request] == [first.id]
 
 
 async def test_a_stream_replayed_from_the_start_reads_only_what_the_caller_may_see(
-    db: str, serve: Callable[..., AbstractContextManager[str]]
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
 ) -> None:
     tokens = await issue_tokens(db)
     async with interlock.connect(db) as broker:
         await fill(broker, 2000)
         mine = await broker.create(Text("For alice?"), to="alice", requester="alice-bot")
     server_broker = interlock.connect(db)
-    with serve(None, broker=server_broker, auth=True) as base:
-        async with api(base, tokens["alice"]) as alice:
-            work = CountingReads(server_broker)
-            headers = {"Last-Event-ID": "0"}
-            async with aconnect_sse(alice, "GET", "/events/stream", headers=headers) as source:
-                events = source.aiter_sse()
-                with anyio.fail_after(BOUND):
-                    first = await anext(e async for e in events if e.id)
-                assert json.loads(first.data)["request_id"] == mine.id
-                await events.aclose()
-            assert work.thousands <= 5, work.thousands  # reading the 2,000 other events takes tens of thousands
+    async with serve_apart(None, broker=server_broker, auth=True) as base, api(base, tokens["alice"]) as alice:
+        work = CountingReads(server_broker)
+        headers = {"Last-Event-ID": "0"}
+        async with aconnect_sse(alice, "GET", "/events/stream", headers=headers) as source:
+            events = source.aiter_sse()
+            with anyio.fail_after(BOUND):
+                first = await anext(e async for e in events if e.id)
+            assert json.loads(first.data)["request_id"] == mine.id
+            await events.aclose()
+        assert work.thousands <= 5, work.thousands  # reading the 2,000 other events takes tens of thousands
     await server_broker.aclose()
 
 
@@ -314,25 +315,24 @@ async def test_a_stream_replayed_from_the_start_reads_only_what_the_caller_may_s
 
 
 async def test_the_web_inbox_pages_its_pending_requests_with_links_that_need_no_javascript(
-    db: str, serve: Callable[..., AbstractContextManager[str]]
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
 ) -> None:
     async with interlock.connect(db) as broker:
         made = [(await broker.create(Text(f"Question {i}?"), to="alice")).id for i in range(120)]
     newest_first = made[::-1]
-    with serve(db, auth=False) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=BOUND) as browser:
-            shown: list[str] = []
-            url = "/"
-            for _ in range(10):
-                page = await browser.get(url)
-                assert page.status_code == 200
-                cards = re.findall(r'<li[^>]*data-id="([0-9a-f]+)"[^>]*data-status="pending"', page.text)
-                if not cards:
-                    cards = re.findall(r'<li[^>]*data-status="pending"[^>]*data-id="([0-9a-f]+)"', page.text)
-                assert 0 < len(cards) <= 50
-                shown += cards
-                older = re.search(r'href="([^"]*\?older=[\w-]+)"', page.text)
-                if older is None:
-                    break
-                url = older[1].replace("&amp;", "&")
-            assert shown == newest_first
+    async with serve_apart(db, auth=False) as base, httpx.AsyncClient(base_url=base, timeout=BOUND) as browser:
+        shown: list[str] = []
+        url = "/"
+        for _ in range(10):
+            page = await browser.get(url)
+            assert page.status_code == 200
+            cards = re.findall(r'<li[^>]*data-id="([0-9a-f]+)"[^>]*data-status="pending"', page.text)
+            if not cards:
+                cards = re.findall(r'<li[^>]*data-status="pending"[^>]*data-id="([0-9a-f]+)"', page.text)
+            assert 0 < len(cards) <= 50
+            shown += cards
+            older = re.search(r'href="([^"]*\?older=[\w-]+)"', page.text)
+            if older is None:
+                break
+            url = older[1].replace("&amp;", "&")
+        assert shown == newest_first
