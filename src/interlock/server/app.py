@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import functools
 import importlib.util
 import logging
 import secrets
@@ -31,6 +33,7 @@ from urllib.parse import urlsplit
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.routing import APIRoute
 from prometheus_client import generate_latest
@@ -64,6 +67,7 @@ from . import (
 )
 from .auth import Auth, loopback_host, same_origin
 from .common import (
+    PROBLEM_REF,
     UNREADABLE,
     ApiError,
     AppState,
@@ -80,6 +84,7 @@ from .common import (
 from .examples import add_examples
 from .pages import install_pages
 from .quotas import DEFAULT_QUOTA, DEFAULT_STREAMS, Quota, TooMany
+from .schemas import Problem
 
 if TYPE_CHECKING:
     from ..mcp import HttpEndpoint
@@ -710,7 +715,8 @@ def _document_problems(app: FastAPI, auth: bool) -> None:
         if app.openapi_schema is not None:
             return app.openapi_schema
         schema = build()
-        problem_ref = {"$ref": "#/components/schemas/Problem"}
+        _publish_problem(schema)
+        problem_ref = dict(PROBLEM_REF)
         if auth:
             schema.setdefault("components", {})["securitySchemes"] = {"bearer": BEARER}
         for operations in schema.get("paths", {}).values():
@@ -736,6 +742,28 @@ def _document_problems(app: FastAPI, auth: bool) -> None:
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to customize the schema
+
+
+@functools.cache
+def _problem_schemas() -> dict[str, Any]:
+    """`Problem`'s schema (with any it refers to) as FastAPI writes a route's model into a
+    document: read off a document of one route that names it as a model."""
+    holder = APIRouter()
+
+    @holder.get("/", responses={400: {"model": Problem}})
+    async def problem_holder() -> None:  # pragma: no cover - never called
+        pass
+
+    schemas: dict[str, Any] = get_openapi(title="", version="", routes=holder.routes)["components"]["schemas"]
+    return schemas
+
+
+def _publish_problem(schema: dict[str, Any]) -> None:
+    """Put `Problem` among the document's schemas, as FastAPI puts a route's models there:
+    the routes name it by reference only (`common.problem_response`)."""
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components.update(copy.deepcopy(_problem_schemas()))
+    schema["components"]["schemas"] = dict(sorted(components.items()))
 
 
 def _install_quota_errors(app: FastAPI) -> None:

@@ -36,9 +36,9 @@ from ..model import Request as HumanRequest
 from ..outbox import LinkUse
 from ..principals import Principal, can_answer
 from ..webhooks import InvalidSignature, verify
-from .common import UNREADABLE, ApiError, AppState, State, TheBroker
+from .common import UNREADABLE, ApiError, AppState, State, TheBroker, problem_response
 from .markdown import prerender
-from .schemas import Problem, RequestModel
+from .schemas import RequestModel
 from .web import page, utc
 
 __all__ = ["pages", "router"]
@@ -53,7 +53,7 @@ _MAX_BODY = 256 * 1024
     name="receive_inbound",
     response_model=RequestModel,
     responses={
-        s: {"model": Problem, "description": d}
+        s: problem_response(d)
         for s, d in {
             400: "the body is not valid JSON",
             404: "no such webhook channel (with a secret), or no such request",
