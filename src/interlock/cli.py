@@ -296,6 +296,22 @@ def _duration(least: float = SHORTEST, most: float | None = None) -> Callable[[s
     return duration
 
 
+def _duration_option(
+    flag: str, help: str, *, least: float = SHORTEST, most: float | None = None, default: str = ""
+) -> Any:
+    """An option holding a duration: parsed by `_duration(least, most)`, shown as `DURATION`,
+    its help followed by the one syntax every such option takes and by `default`, said as a
+    duration (typer would show the seconds)."""
+    said = f" [default: {default}]" if default else ""
+    return typer.Option(
+        flag,
+        parser=_duration(least, most),
+        metavar="DURATION",
+        help=f"{help} {DURATION_HELP}{said}",
+        show_default=False,
+    )
+
+
 def _say_duration(seconds: float) -> str:
     """`seconds` as the options take it: `50ms`, `1s`, `60s`."""
     return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
@@ -324,9 +340,7 @@ def ask(
     details: Annotated[str, typer.Option("--details", help="More context, in markdown.")] = "",
     timeout: Annotated[
         float | None,
-        typer.Option(
-            "--timeout", parser=_duration(), metavar="DURATION", help=f"Expire after this long. {DURATION_HELP}"
-        ),
+        _duration_option("--timeout", "Expire after this long."),
     ] = None,
     db: DbOption = None,
     token: TokenOption = None,
@@ -859,23 +873,17 @@ def serve(
     ] = False,
     grant_ceiling: Annotated[
         float | None,
-        typer.Option(
+        _duration_option(
             "--grant-ceiling",
-            parser=_duration(most=LONGEST),
-            metavar="DURATION",
-            help="The longest a grant may last: offers beyond it, or without expiry, are refused when the request "
-            f"is created. None by default. {DURATION_HELP}",
-            show_default=False,
+            "The longest a grant may last: offers beyond it, or without expiry, are refused when the request "
+            "is created. None by default.",
+            most=LONGEST,
         ),
     ] = None,
     grant_default: Annotated[
         float,
-        typer.Option(
-            "--grant-default",
-            parser=_duration(most=LONGEST),
-            metavar="DURATION",
-            help=f"How long a grant offered without exp lasts once issued. {DURATION_HELP} [default: 7d]",
-            show_default=False,
+        _duration_option(
+            "--grant-default", "How long a grant offered without exp lasts once issued.", most=LONGEST, default="7d"
         ),
     ] = 7 * 86400.0,
     grant_key: Annotated[
@@ -903,13 +911,12 @@ def serve(
     ] = None,
     pause_timeout: Annotated[
         float | None,
-        typer.Option(
+        _duration_option(
             "--pause-timeout",
-            parser=_duration(most=LONGEST),
-            metavar="DURATION",
-            help="How long a parked run waits on a person before it is given up, like 14d or 36h "
-            f"(a run's longer max_duration wins). {DURATION_HELP} [default: 14d]",
-            show_default=False,
+            "How long a parked run waits on a person before it is given up, like 14d or 36h "
+            "(a run's longer max_duration wins).",
+            most=LONGEST,
+            default="14d",
         ),
     ] = None,
     max_followups: Annotated[
@@ -923,13 +930,12 @@ def serve(
     ] = None,
     default_expiry: Annotated[
         float | None,
-        typer.Option(
+        _duration_option(
             "--default-expiry",
-            parser=_duration(most=LONGEST),
-            metavar="DURATION",
-            help="How long a request that sets no timeout and belongs to no run stays pending before it "
-            f"expires, like 7d or 12h. {DURATION_HELP} [default: never]",
-            show_default=False,
+            "How long a request that sets no timeout and belongs to no run stays pending before it "
+            "expires, like 7d or 12h.",
+            most=LONGEST,
+            default="never",
         ),
     ] = None,
     routing: Annotated[
@@ -943,13 +949,12 @@ def serve(
     ] = None,
     shutdown_timeout: Annotated[
         float,
-        typer.Option(
+        _duration_option(
             "--shutdown-timeout",
-            parser=_duration(least=0),
-            metavar="DURATION",
-            help="On Ctrl-C or SIGTERM, how long connections still open (long polls, event streams) are given to "
-            f"end before they are cut (0: cut at once); their clients come back. {DURATION_HELP} [default: 5s]",
-            show_default=False,
+            "On Ctrl-C or SIGTERM, how long connections still open (long polls, event streams) are given to "
+            "end before they are cut (0: cut at once); their clients come back.",
+            least=0,
+            default="5s",
         ),
     ] = 5.0,
 ) -> None:
@@ -1581,13 +1586,11 @@ def worker(
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Runs resumed at a time.")] = 1,
     lease: Annotated[
         float,
-        typer.Option(
+        _duration_option(
             "--lease",
-            parser=_duration(least=1),
-            metavar="DURATION",
-            help="How long a claimed run is held before another worker may take it, 1s or more. "
-            f"{DURATION_HELP} [default: 30s]",
-            show_default=False,
+            "How long a claimed run is held before another worker may take it, 1s or more.",
+            least=1,
+            default="30s",
         ),
     ] = 30.0,
     once: Annotated[bool, typer.Option("--once", help="Resume the runs ready now, then exit.")] = False,
@@ -1838,13 +1841,11 @@ def policy_set(
     ] = None,
     hook_timeout: Annotated[
         float | None,
-        typer.Option(
+        _duration_option(
             "--hook-timeout",
-            parser=_duration(most=MAX_POLICY_HOOK_TIMEOUT),
-            metavar="DURATION",
-            help=f"How long the hook may take, up to {MAX_POLICY_HOOK_TIMEOUT:g}s. {DURATION_HELP} "
-            f"[default: {DEFAULT_POLICY_HOOK_TIMEOUT:g}s]",
-            show_default=False,
+            f"How long the hook may take, up to {MAX_POLICY_HOOK_TIMEOUT:g}s.",
+            most=MAX_POLICY_HOOK_TIMEOUT,
+            default=f"{DEFAULT_POLICY_HOOK_TIMEOUT:g}s",
         ),
     ] = None,
     as_json: Annotated[
@@ -2134,12 +2135,8 @@ def deliver(
     db: LocalDb = None,
     poll_interval: Annotated[
         float,
-        typer.Option(
-            "--poll-interval",
-            parser=_duration(least=0.05),
-            metavar="DURATION",
-            help=f"How long between looks at the outbox, 50ms or more. {DURATION_HELP} [default: 1s]",
-            show_default=False,
+        _duration_option(
+            "--poll-interval", "How long between looks at the outbox, 50ms or more.", least=0.05, default="1s"
         ),
     ] = 1.0,
 ) -> None:
