@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import enum
 import functools
+import hashlib
 import json
 import math
 import os
@@ -624,6 +625,14 @@ def plain_id(request_id: str) -> str:
     if _HEX_ID.fullmatch(request_id):
         return request_id[2:].lower()
     return request_id
+
+
+def derived_key(kind: str, *parts: str | None) -> str:
+    """An idempotency key that names one thing of `kind` by `parts` (a run, a session, a
+    call id...): hashed from an encoding that cannot be read two ways, so parts that hold
+    the separator or spell alike (a session named `run=R1`) make other keys, and the key
+    fits the limit on names however long the parts are."""
+    return f"{kind}:" + hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
 def new_id() -> str:

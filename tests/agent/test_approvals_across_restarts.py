@@ -128,6 +128,52 @@ async def test_the_same_call_in_another_run_is_another_approval(broker: Broker) 
     assert deploys.ran == [{"env": "prod"}, {"env": "prod"}]
 
 
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        pytest.param({"run": "run_a"}, {"session": "run=run_a"}, id="a-session-named-like-a-run"),
+        pytest.param({"session": "a:b", "id": "c"}, {"session": "a", "id": "b:c"}, id="the-separator-moved"),
+    ],
+)
+async def test_calls_whose_scope_and_id_only_spell_alike_are_two_approvals(
+    broker: Broker, first: dict[str, str], second: dict[str, str]
+) -> None:
+    """The first call's approval, given and spent, is not found again for the second call:
+    that one is asked afresh, not refused as already decided."""
+    deploys = Deploys()
+    runner = deploys.runner(broker)
+    inbox = Inbox(broker)
+    asked = []
+    for where in (first, second):
+        if "run" in where:
+            await broker.start_run("ops", run_id=where["run"])
+        scope = {"run": where.get("run"), "session": where.get("session")}
+        call = ToolCall("deploy", {"env": "prod"}, where.get("id", "call_1"), agent="ops", **scope)
+        task = asyncio.create_task(runner.run(call))
+        request = await inbox.next()
+        asked.append(request.id)
+        await broker.resolve(request.id, {"approve": True}, by="alice")
+        assert (await bounded(task)).content == "deployed"
+    assert asked[0] != asked[1]
+    assert deploys.ran == [{"env": "prod"}, {"env": "prod"}]
+
+
+async def test_a_call_with_a_long_session_and_id_still_gets_its_approval_once(broker: Broker) -> None:
+    """A session and a call id each as long as a name may be: the approval is made, and
+    the same call asked again finds it instead of making another."""
+    deploys = Deploys()
+    call = ToolCall("deploy", {"env": "prod"}, "c" * 256, session="s" * 256, agent="ops")
+    first = asyncio.create_task(deploys.runner(broker).run(call))
+    request = await Inbox(broker).next()
+    await cut(first)
+    second = asyncio.create_task(deploys.runner(broker).run(call))
+    await anyio.wait_all_tasks_blocked()
+    assert [r.id for r in (await broker.list(kind="approval")).items] == [request.id]
+    await broker.resolve(request.id, {"approve": True}, by="alice")
+    assert (await bounded(second)).content == "deployed"
+    assert deploys.ran == [{"env": "prod"}]
+
+
 async def test_requires_approval_gives_a_call_a_stable_id_so_a_restart_asks_no_second_time(
     broker: Broker, connect: Callable[..., Broker], backend: str
 ) -> None:

@@ -15,12 +15,14 @@ from hypothesis import strategies as st
 from interlock import Choice, Confirm, Form, InvalidAnswer, InvalidRequest, MultiChoice, Option, Origin, Text
 from interlock.model import (
     MAX_DEPTH,
+    Limits,
     ask_from_dict,
     ask_to_dict,
     build_request,
     check_answers,
     check_json,
     creation_time,
+    derived_key,
     new_id,
     request_from_dict,
     request_to_dict,
@@ -160,6 +162,22 @@ def test_ids_are_unique_and_sort_in_creation_order() -> None:
     assert len(set(ids)) == len(ids)
     assert ids == sorted(ids)
     assert all(len(i) == 32 for i in ids)
+
+
+def test_derived_keys_tell_apart_parts_that_only_spell_alike_and_always_fit_a_name() -> None:
+    keys = {
+        derived_key("approval", "run", "R1", "call_1"),
+        derived_key("approval", "session", "run=R1", "call_1"),
+        derived_key("approval", "session", "a:b", "c"),
+        derived_key("approval", "session", "a", "b:c"),
+        derived_key("approval", "session", None, "c"),
+        derived_key("approval", "session", "None", "c"),
+        derived_key("question", "run", "R1", "call_1"),
+    }
+    assert len(keys) == 7
+    assert derived_key("approval", "run", "R1", "call_1") == derived_key("approval", "run", "R1", "call_1")
+    long = derived_key("question", "r" * 256, "c" * 256)
+    assert long.startswith("question:") and len(long) <= Limits().max_name_length
 
 
 def test_creation_times_always_move_on_even_when_the_clock_stands_still_or_goes_back(

@@ -25,7 +25,7 @@ from ..approvals import is_marked, mark
 from ..broker import Broker
 from ..errors import ApprovalDenied, ApprovalRefused, InvalidRequest, Rejected, RunFailed
 from ..hooks import Hook, Hooks
-from ..model import Ask, Confirm, Deny, Form, Request, Response, Status, show_hidden
+from ..model import Ask, Confirm, Deny, Form, Request, Response, Status, derived_key, show_hidden
 from ._results import about_call, seconds
 from ._schemas import make_validator, schema_problem
 from ._settle import settle
@@ -635,8 +635,8 @@ def approval_key(call: ToolCall, digest: str) -> str:
     """The identity of the approval for `call`: its run (else its session), the call's id
     and the digest of its arguments. The same call asked again, by a restarted agent or
     a resumed run, finds the approval made the first time instead of making another."""
-    scope = f"run={call.run}" if call.run is not None else (call.session or "-")
-    return f"approval:{scope}:{call.id}:{digest}"
+    scope = ("run", call.run) if call.run is not None else ("session", call.session)
+    return derived_key("approval", *scope, call.id, digest)
 
 
 def hook_call_key(agent: str, call: ToolCall, digest: str) -> str:

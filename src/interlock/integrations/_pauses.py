@@ -34,7 +34,7 @@ from ..agent.calls import ToolCall, canonical_json
 from ..agent.gate import ApprovalGate, Policy
 from ..broker import Broker
 from ..errors import ApprovalDenied, ApprovalRefused, Cancelled, Expired, InvalidRequest
-from ..model import Event, Request, Run, Status, Text
+from ..model import Event, Request, Run, Status, Text, derived_key
 
 __all__ = [
     "Answered",
@@ -293,7 +293,7 @@ class Asker:
             title=prompt or f"{held.tool}?",
             details="" if prompt else json.dumps(arguments, indent=2, ensure_ascii=False),
             requester=self.agent,
-            idempotency_key=f"question:run={run.id}:{held.identity}",
+            idempotency_key=derived_key("question", run.id, held.identity),
             run=run.id,
             session=run.session,
             agent=self.agent,

@@ -51,6 +51,7 @@ from ..model import (
     Text,
     ask_from_dict,
     ask_to_dict,
+    derived_key,
 )
 from ..runs import Park, ResumeHandler
 from ._pauses import take_followups
@@ -408,7 +409,7 @@ class LangGraphAgent:
             title=title or f"{self.name} asks",
             details=details,
             requester=self.name,
-            idempotency_key=f"langgraph:{run_id}:{it.id}",
+            idempotency_key=derived_key("langgraph", run_id, it.id),
             session=thread,
             agent=self.name,
             run=run_id,
