@@ -627,11 +627,16 @@ def plain_id(request_id: str) -> str:
     return request_id
 
 
-def derived_key(kind: str, *parts: str | None) -> str:
+def derived_key(kind: str, *parts: str | None, spelled: str | None = None) -> str:
     """An idempotency key that names one thing of `kind` by `parts` (a run, a session, a
-    call id...): hashed from an encoding that cannot be read two ways, so parts that hold
-    the separator or spell alike (a session named `run=R1`) make other keys, and the key
-    fits the limit on names however long the parts are."""
+    call id...). `spelled` is the key as interlock 0.1.0 wrote it, parts joined with `:`,
+    which the caller passes only where that spelling reads one way: it is kept when it
+    fits the limit on names, so that what was stored under it is found again. Otherwise
+    the key is hashed from an encoding of `parts` that cannot be read two ways (parts
+    that hold the separator or spell alike, as a session named `run=R1`, make other
+    keys), and fits the limit however long the parts are."""
+    if spelled is not None and len(spelled) <= DEFAULT_LIMITS.max_name_length:
+        return spelled
     return f"{kind}:" + hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 

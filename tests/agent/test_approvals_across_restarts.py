@@ -18,6 +18,7 @@ import pytest
 
 from interlock import Broker, Confirm, Status, Text
 from interlock.agent import ApprovalGate, ToolCall, ToolFunctions, ToolRunner, requires_approval
+from interlock.agent.calls import arguments_digest
 from interlock.errors import ApprovalDenied
 
 from .support import Inbox, bounded
@@ -231,3 +232,16 @@ async def test_ctrl_c_on_a_plain_ask_still_withdraws_it(broker: Broker) -> None:
     stored = await broker.watch(request.id, timeout=10)
     assert stored.status is Status.CANCELLED and stored.response is not None
     assert stored.response.cause == "withdrawn"
+
+
+async def test_an_approval_asked_by_an_earlier_version_is_found_by_the_same_call(broker: Broker) -> None:
+    """interlock 0.1.0 named a gate approval `approval:<run=R or session>:<call id>:<digest>`:
+    where that reads one way it is still the approval's name, so an agent restarted on
+    this version finds the approval a person may be deciding, instead of asking again."""
+    deploys = Deploys()
+    call = ToolCall("deploy", {"env": "prod"}, "call:7", session="s1", agent="ops")
+    first = asyncio.create_task(deploys.runner(broker).run(call))
+    request = await Inbox(broker).next()
+    await cut(first)
+    digest = arguments_digest("deploy", {"env": "prod"})
+    assert request.idempotency_key == f"approval:s1:call:7:{digest}"

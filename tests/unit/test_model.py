@@ -180,6 +180,14 @@ def test_derived_keys_tell_apart_parts_that_only_spell_alike_and_always_fit_a_na
     assert long.startswith("question:") and len(long) <= Limits().max_name_length
 
 
+def test_a_derived_key_keeps_its_earlier_spelling_where_it_fits() -> None:
+    assert derived_key("question", "R1", "call_1", spelled="question:run=R1:call_1") == "question:run=R1:call_1"
+    too_long = "question:run=" + "r" * 250 + ":call_1"
+    assert derived_key("question", "r" * 250, "call_1", spelled=too_long) == derived_key(
+        "question", "r" * 250, "call_1"
+    )
+
+
 def test_creation_times_always_move_on_even_when_the_clock_stands_still_or_goes_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -635,8 +635,20 @@ def approval_key(call: ToolCall, digest: str) -> str:
     """The identity of the approval for `call`: its run (else its session), the call's id
     and the digest of its arguments. The same call asked again, by a restarted agent or
     a resumed run, finds the approval made the first time instead of making another."""
-    scope = ("run", call.run) if call.run is not None else ("session", call.session)
-    return derived_key("approval", *scope, call.id, digest)
+    scope: tuple[str, str | None]
+    spelled: str | None
+    if call.run is not None:
+        scope, spelled = ("run", call.run), f"run={call.run}"
+    elif call.session is None:
+        scope, spelled = ("session", None), "-"
+    else:
+        scope = ("session", call.session)
+        # a session spelled as no session or as a run has no spelling of its own
+        spelled = None if call.session == "-" or call.session.startswith("run=") else call.session
+    # The spelling of 0.1.0 reads one way when its scope holds no `:` (the call id may:
+    # the digest's fixed 64 digits follow it).
+    kept = None if spelled is None or ":" in spelled else f"approval:{spelled}:{call.id}:{digest}"
+    return derived_key("approval", *scope, call.id, digest, spelled=kept)
 
 
 def hook_call_key(agent: str, call: ToolCall, digest: str) -> str:

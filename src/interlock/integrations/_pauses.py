@@ -293,7 +293,12 @@ class Asker:
             title=prompt or f"{held.tool}?",
             details="" if prompt else json.dumps(arguments, indent=2, ensure_ascii=False),
             requester=self.agent,
-            idempotency_key=derived_key("question", run.id, held.identity),
+            idempotency_key=derived_key(
+                "question",
+                run.id,
+                held.identity,
+                spelled=None if ":" in run.id else f"question:run={run.id}:{held.identity}",
+            ),
             run=run.id,
             session=run.session,
             agent=self.agent,

@@ -409,7 +409,7 @@ class LangGraphAgent:
             title=title or f"{self.name} asks",
             details=details,
             requester=self.name,
-            idempotency_key=derived_key("langgraph", run_id, it.id),
+            idempotency_key=derived_key("langgraph", run_id, it.id, spelled=f"langgraph:{run_id}:{it.id}"),
             session=thread,
             agent=self.name,
             run=run_id,
