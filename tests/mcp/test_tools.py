@@ -86,6 +86,29 @@ async def test_a_request_with_a_timeout_expires_and_the_waiting_status_reports_i
         assert failed["status"] == "FAILED" and failed["reason"].startswith("expired")
 
 
+async def test_a_request_can_name_the_instant_it_expires(mcp_as: MCP) -> None:
+    async with mcp_as("alice-bot") as bot, mcp_as("alice") as alice:
+        ask = {"asks": [FOUR_ASKS[0]]}
+        later = result(await bot.call_tool("hitl_request", {**ask, "expires_at": "2999-03-04T05:06:07+05:30"}))
+        assert (later["status"], later["expires_at"]) == ("INPUT_REQUIRED", "2999-03-04T05:06:07+05:30")
+        # with a timeout too, the earlier of the two
+        both = result(await bot.call_tool("hitl_request", {**ask, "expires_at": "2999-01-01T00:00:00Z", "timeout": 60}))
+        assert both["expires_at"] < "2999"
+
+        past = result(await bot.call_tool("hitl_request", {**ask, "expires_at": "2000-01-01T00:00:00Z"}))
+        with anyio.fail_after(BOUND):
+            failed = result(await bot.call_tool("hitl_status", {"job": past["job"], "wait": BOUND - 5}))
+        assert failed["status"] == "FAILED" and failed["reason"].startswith("expired")
+
+        for sent, said in [
+            ("2999-03-04T05:06:07", "has no offset: add Z for UTC"),
+            ("next tuesday", "is not a date and time"),
+        ]:
+            assert said in error(await bot.call_tool("hitl_request", {**ask, "expires_at": sent}))
+        pending = result(await alice.call_tool("hitl_list", {"status": "open"}))["requests"]
+        assert sorted(r["id"] for r in pending) == sorted([later["job"], both["job"]])  # nothing more was made
+
+
 @EVERY_WAY
 async def test_status_with_a_wait_returns_as_soon_as_the_person_answers(mcp_as: MCP, world: World) -> None:
     async with mcp_as("alice-bot") as bot:

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from ..agent.calls import ToolCall
 from ..agent.human_input import DEFAULT_INPUT_TIMEOUT, QUESTION_TYPES, HumanInputTools, request_human_input_tool
 from ..broker import Broker
+from ..durations import instant
 from ..errors import AlreadySettled, InterlockError, InvalidAnswer, NotFound, Unavailable
 from ..model import Answers, Grant, Option, Status
 from ..principals import Principal, can_answer
@@ -202,7 +203,8 @@ grants ({{with, can, exp?}}) that are issued ONLY if the human makes that choice
 explicitly echoes the grant; exp is unix seconds, omit it for the venue's 7-day default or \
 set it to null to request no expiry. Omit user to ask your own owner (or yourself, if you \
 are a person); asking another person needs their permission. There is no framework timeout: \
-set timeout (seconds) for time-sensitive asks and handle the FAILED outcome."""
+set timeout (seconds) or expires_at (an RFC 3339 time) for time-sensitive asks and handle \
+the FAILED outcome."""
 
 _STATUS = """Report a job made by hitl_request (its id is the request id): INPUT_REQUIRED while \
 the person has not answered, COMPLETE with the response (answers by ask id, the person's \
@@ -286,11 +288,22 @@ async def hitl_request(
     timeout: Annotated[
         float | None, Field(gt=0, description="Seconds until the request expires; none when omitted.")
     ] = None,
+    expires_at: Annotated[
+        str | None,
+        Field(
+            description="When the request expires: an RFC 3339 date-time with its offset, like "
+            "2030-01-31T17:00:00Z. With timeout too, the earlier of the two."
+        ),
+    ] = None,
     idempotency_key: Annotated[
         str | None,
         Field(description="Send the same key when retrying: the first request's job comes back, not a new ask."),
     ] = None,
 ) -> dict[str, Any]:
+    try:
+        deadline = None if expires_at is None else instant(expires_at)
+    except ValueError as exc:
+        raise ToolError(f"expires_at: {exc}") from None
     async with _seated(ctx) as seat:
         shaped = asks_from_arguments([a.model_dump(exclude_unset=True, by_alias=True) for a in asks])
         built = await seat.broker.build_asks(shaped)
@@ -300,6 +313,7 @@ async def hitl_request(
             title=title,
             details=description,
             timeout=timeout,
+            expires_at=deadline,
             idempotency_key=idempotency_key,
             tool_name="hitl_request",
         )

@@ -24,6 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from ..durations import NoOffset, instant
 from ..model import Choice, Confirm, Form, Grant, MultiChoice, Option, Origin, Text
 from ..store import Query
 from ..wire import WIRE_ERRORS
@@ -240,28 +241,16 @@ AskModel = Annotated[TextAsk | ConfirmAsk | ChoiceAsk | MultiChoiceAsk | FormAsk
 
 
 def _instant(value: object) -> object:
-    """An RFC 3339 date-time with its offset, read as Python reads ISO 8601; a time
-    without one is refused: which instant it means depends on whose clock reads it."""
+    """An RFC 3339 date-time with its offset (`durations.instant`), refused with pydantic's
+    own error types for a time it cannot read and one without an offset."""
     if isinstance(value, datetime):
         return value  # built in Python (an example), not read off the wire
     try:
-        if not isinstance(value, str):
-            raise ValueError("not text")
-        instant = datetime.fromisoformat(value)
-    except ValueError:
-        raise PydanticCustomError(
-            "datetime_from_date_parsing",
-            "{text} is not a date and time: give one as text, as RFC 3339 writes it, like 2030-01-31T17:00:00Z "
-            "or 2030-01-31T12:00:00-05:00",
-            {"text": repr(value)},
-        ) from None
-    if instant.utcoffset() is None:
-        raise PydanticCustomError(
-            "timezone_aware",
-            "{text} has no offset: add Z for UTC, or its offset (like +05:30), as RFC 3339 requires",
-            {"text": repr(value)},
-        )
-    return instant
+        return instant(value)
+    except NoOffset as exc:
+        raise PydanticCustomError("timezone_aware", "{reason}", {"reason": str(exc)}) from None
+    except ValueError as exc:
+        raise PydanticCustomError("datetime_from_date_parsing", "{reason}", {"reason": str(exc)}) from None
 
 
 Instant = Annotated[datetime, BeforeValidator(_instant)]
