@@ -2273,6 +2273,14 @@ class LocalBroker(Broker):
         if len(durations) > _KNOWN_RUNS:
             del durations[next(iter(durations))]
 
+    @property
+    def claims_waiting(self) -> int:
+        """How many claims wait in this broker for a run to become ready: its idle workers,
+        or a server's workers long-polling for runs. An answer given through this broker
+        that makes a run ready hands it to the first of them, in the answer's own
+        transaction, so that one resumes it without a claim of its own."""
+        return len(self._waiting)
+
     async def claim_run(
         self,
         agents: Sequence[str] | None = None,

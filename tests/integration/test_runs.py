@@ -335,20 +335,25 @@ async def test_a_waiting_worker_wakes_when_the_person_answers(broker: Broker) ->
 
 
 async def test_a_worker_handed_runs_by_answers_resumes_each_and_still_sees_other_brokers_runs(
-    backend: str, broker: Broker, connect: Callable[..., Broker]
+    backend: str, broker: Broker, connect: Callable[..., Broker], request: pytest.FixtureRequest
 ) -> None:
     # A worker handed one run after another by the answers given beside it, then a run
     # made ready by another broker on the same store (another process), which it must
     # still find: at once when it does not wait, within its wait when it does.
+    # Where its claim waits: this broker, or the server this one reaches.
+    local = request.getfixturevalue("http_server").app.state.interlock.broker if backend == "http" else broker
+    assert isinstance(local, LocalBroker)
     for step in range(3):
         run = await broker.start_parked(
             "deployer", [broker.prepare(Confirm("Deploy?"), kind="approval", to="alice")], state={"step": step}
         )
         with anyio.fail_after(BOUND):
             claiming = asyncio.create_task(broker.claim_run(["deployer"], worker="w1", wait=BOUND))
-            await asyncio.sleep(0)  # waiting before the answer comes
+            while not local.claims_waiting:  # waiting before the answer comes, which hands it the run
+                await anyio.wait_all_tasks_blocked()
             assert await broker.resolve(run.waiting_on[0], True, by="alice")
             claimed = await claiming
+            assert local.claims_waiting == 0
         assert claimed is not None and (claimed.id, claimed.state) == (run.id, {"step": step})
         await broker.complete_run(run.id, step, worker="w1")
     if backend == "memory":

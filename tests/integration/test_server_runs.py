@@ -112,6 +112,34 @@ async def test_a_persons_client_never_sends_a_runs_state_nor_drives_it(clients: 
     assert (await other.post("/runs/claim", json={"worker": "w"})).status_code == 204
 
 
+async def test_metrics_count_the_workers_waiting_and_an_answer_hands_one_its_run(
+    world: World, clients: dict[str, httpx.AsyncClient]
+) -> None:
+    bot = clients["alice-bot"]
+    _, request_id = await parked(bot)
+
+    async def waiting() -> float:
+        text = (await bot.get(f"{world.base}/metrics")).text
+        (line,) = [line for line in text.splitlines() if line.startswith("interlock_claims_waiting ")]
+        return float(line.split()[1])
+
+    assert await waiting() == 0  # no worker serves here yet
+    with anyio.fail_after(BOUND):
+        async with anyio.create_task_group() as tg:
+            claimed: list[httpx.Response] = []
+
+            async def claim() -> None:
+                claimed.append(await bot.post("/runs/claim", params={"wait": BOUND}, json={"worker": "w1"}))
+
+            tg.start_soon(claim)
+            while await waiting() != 1:  # the worker's long poll is waiting on the server
+                pass
+            answered = await clients["alice"].post(f"/requests/{request_id}/answer", json={"answer": True})
+            assert answered.status_code == 200, answered.text
+    assert claimed[0].status_code == 200 and claimed[0].json()["worker"] == "w1"
+    assert await waiting() == 0
+
+
 async def test_an_answer_makes_the_run_claimable_once_by_its_agent(clients: dict[str, httpx.AsyncClient]) -> None:
     bot = clients["alice-bot"]
     _, request_id = await parked(bot)

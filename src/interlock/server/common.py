@@ -377,6 +377,11 @@ class Metrics:
         self.settled = Counter(
             "interlock_requests_settled", "Requests settled, by outcome", ["outcome"], registry=self.registry
         )
+        self.claims_waiting = Gauge(
+            "interlock_claims_waiting",
+            "Workers waiting on this server for a run to resume (none: no worker serves here now)",
+            registry=self.registry,
+        )
         self.time_to_answer = Histogram(
             "interlock_time_to_answer_seconds",
             "From creation to answer",
@@ -430,6 +435,7 @@ class AppState:
         auth.access_changes = lambda: self.hub.access_changes
         auth.routing_teams = lambda: self.delivery.routing.teams if self.delivery is not None else {}
         self.metrics = Metrics()
+        self.metrics.claims_waiting.set_function(lambda: broker.claims_waiting)
         self.hub.on_event.append(self.metrics.observe)
         self.keepalive = keepalive
         self.tasks: set[asyncio.Task[None]] = set()  # work no response waits for (mailing a sign-in link)
