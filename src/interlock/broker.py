@@ -29,7 +29,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mappi
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Any, Literal, TypedDict, Unpack, cast
+from typing import Any, Literal, Self, TypedDict, Unpack, cast
 from urllib.parse import urlsplit
 
 from .approval_policies import ApprovalPolicy, policy_from_dict, policy_to_dict
@@ -313,14 +313,14 @@ class Broker(ABC):
     # -- life cycle ----------------------------------------------------------------------
 
     @abstractmethod
-    async def open(self) -> Broker:
+    async def open(self) -> Self:
         """Connect (open the store, or reach the server) and start any background work."""
 
     @abstractmethod
     async def aclose(self) -> None:
         """Disconnect this process. Pending requests stay pending for others to answer."""
 
-    async def __aenter__(self) -> Broker:
+    async def __aenter__(self) -> Self:
         return await self.open()
 
     async def __aexit__(
@@ -1162,7 +1162,7 @@ class LocalBroker(Broker):
 
     # -- life cycle ----------------------------------------------------------------------
 
-    async def open(self) -> LocalBroker:
+    async def open(self) -> Self:
         """Open the store, expire what fell due while nobody watched, start background work."""
         async with self._open_lock:
             if self._state == "open":

@@ -45,7 +45,7 @@ import os
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, TypeVar, Unpack
+from typing import Any, Literal, Self, TypeVar, Unpack
 from urllib.parse import quote
 
 import httpx
@@ -173,7 +173,7 @@ class RemoteBroker(Broker):
 
     # -- life cycle ----------------------------------------------------------------------
 
-    async def open(self) -> RemoteBroker:
+    async def open(self) -> Self:
         """Reach the server and learn who the token is (a wrong address or token fails here)."""
         async with self._open_lock:
             if self._state == "open":
