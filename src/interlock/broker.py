@@ -29,7 +29,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mappi
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Any, Literal, Self, TypedDict, Unpack, cast
+from typing import Any, Literal, Self, TypedDict, Unpack, cast, overload
 from urllib.parse import urlsplit
 
 from .approval_policies import ApprovalPolicy, policy_from_dict, policy_to_dict
@@ -64,20 +64,25 @@ from .model import (
     NO_ORIGIN,
     Answers,
     Ask,
+    Choice,
     Claim,
+    Confirm,
     Deny,
     Event,
+    Form,
     Grant,
     GrantPolicy,
     InputHook,
     IssuedGrant,
     Limits,
+    MultiChoice,
     Origin,
     Request,
     Response,
     Run,
     RunStatus,
     Status,
+    Text,
     ask_from_dict,
     build_request,
     check_answers,
@@ -539,15 +544,33 @@ class Broker(ABC):
             if len(made) > MADE_KEPT:
                 del made[next(iter(made))]
 
+    @overload
+    async def ask(self, asks: Confirm, **fields: Unpack[CreateFields]) -> bool | None: ...
+    @overload
+    async def ask(self, asks: Text | Choice, **fields: Unpack[CreateFields]) -> str | None: ...
+    @overload
+    async def ask(self, asks: MultiChoice, **fields: Unpack[CreateFields]) -> list[str] | None: ...
+    @overload
+    async def ask(self, asks: Form, **fields: Unpack[CreateFields]) -> dict[str, Any] | None: ...
+    @overload
+    async def ask(self, asks: Ask | Sequence[Ask], **fields: Unpack[CreateFields]) -> Any: ...
     async def ask(self, asks: Ask | Sequence[Ask], **fields: Unpack[CreateFields]) -> Any:
         """Create a request (taking `create`'s fields), wait for it and return the answer:
         the bare value for one ask, else a dict by ask id. Other outcomes raise, as `wait`
-        does; `timeout=` bounds the wait through the request's expiry."""
-        request = await self.create(asks, **fields)
-        response = await self.wait(request.id)
+        does; `timeout=` bounds the wait through the request's expiry.
+
+        One ask's value is of its kind (`Confirm` a bool, `Text` and `Choice` a str,
+        `MultiChoice` a list of option ids, `Form` a dict), and None when the ask is
+        optional (`required=False`) and was left unanswered; type checkers see as much."""
+        request, response = await self._asked(asks, fields)
         if len(request.asks) == 1:
             return response.answers.get(request.asks[0].id)
         return dict(response.answers)
+
+    async def _asked(self, asks: Ask | Sequence[Ask], fields: CreateFields) -> tuple[Request, Response]:
+        """`ask`'s request, created, and its response, waited for."""
+        request = await self.create(asks, **fields)
+        return request, await self.wait(request.id)
 
     async def pending(self, **filters: Unpack[PendingFilters]) -> dict[str, Request]:
         """A snapshot of the pending requests (matching `list`'s filters), by id, oldest first."""

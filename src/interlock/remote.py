@@ -328,11 +328,11 @@ class RemoteBroker(Broker):
             self._start_hooks(stored)
         return stored, created
 
-    async def ask(self, asks: Ask | Sequence[Ask], **fields: Unpack[CreateFields]) -> Any:
+    async def _asked(self, asks: Ask | Sequence[Ask], fields: CreateFields) -> tuple[Request, Response]:
         """Create a request and wait for its answer, in one call while it settles within
         a long poll (input hooks, which run beside the wait, make it two)."""
         if self._hooks:
-            return await super().ask(asks, **fields)
+            return await super()._asked(asks, fields)
         prepared = self.prepare(asks, **fields)
         if prepared.idempotency_key is None:  # a write whose outcome an outage leaves unknown: raised
             request, _ = await self._submit(prepared, wait=LONG_POLL)
@@ -340,9 +340,7 @@ class RemoteBroker(Broker):
             asking = functools.partial(self._submit, prepared, wait=LONG_POLL)
             request, _ = await self._through_outages(asking, None, f"asking {prepared.idempotency_key!r}")
         response = await self.wait(request.id) if request.status is Status.PENDING else _outcome(request)
-        if len(request.asks) == 1:
-            return response.answers.get(request.asks[0].id)
-        return dict(response.answers)
+        return request, response
 
     # -- waiting -------------------------------------------------------------------------
 

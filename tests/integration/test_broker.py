@@ -99,7 +99,11 @@ async def test_ask_returns_the_bare_value_for_one_ask_and_a_dict_for_several(bro
         async with anyio.create_task_group() as tg:
             tg.start_soon(answer_next, await _last(broker), {"name": "Ada", "ok": True})
             value = await broker.ask([Text("Name?", id="name"), Confirm("Sure?", id="ok")])
-    assert value == {"name": "Ada", "ok": True}
+        assert value == {"name": "Ada", "ok": True}
+
+        async with anyio.create_task_group() as tg:  # `ask`'s None: an optional ask left unanswered
+            tg.start_soon(answer_next, await _last(broker), Answers())
+            assert await broker.ask(Confirm("Also staging?", required=False)) is None
 
 
 async def _last(broker: Broker) -> int:

@@ -5,10 +5,11 @@ each call is one the API takes, so a signature or a return type that regresses f
 
 from __future__ import annotations
 
-from typing import assert_type
+from datetime import timedelta
+from typing import Any, assert_type
 
 import interlock
-from interlock import Broker
+from interlock import Broker, Choice, Confirm, Form, MultiChoice, Text
 from interlock.broker import LocalBroker
 from interlock.remote import RemoteBroker
 from interlock.store.memory import MemoryStore
@@ -22,3 +23,14 @@ async def a_broker_entered_is_the_broker_made(store: MemoryStore, remote: Remote
         assert_type(entered, RemoteBroker)
     async with interlock.connect("memory://") as broker:
         assert_type(broker, Broker)
+
+
+async def ask_answers_by_kind(broker: Broker) -> None:
+    # One ask's value is of its kind; None only for an optional ask left unanswered.
+    assert_type(await broker.ask(Confirm("Deploy?"), to="alice", timeout=600), bool | None)
+    assert_type(await broker.ask(Text("Name?"), timeout=timedelta(minutes=5)), str | None)
+    assert_type(await broker.ask(Choice("Region?", ["eu", "us"])), str | None)
+    assert_type(await broker.ask(MultiChoice("Which?", ["a", "b"], min=1)), list[str] | None)
+    assert_type(await broker.ask(Form("Details", {"type": "object"})), dict[str, Any] | None)
+    # Several asks give a dict by ask id, a list of one the bare value: either, so Any.
+    assert_type(await broker.ask([Choice("Region?", ["eu", "us"], id="region"), Text("Note", id="note")]), Any)
