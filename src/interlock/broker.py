@@ -385,7 +385,8 @@ class Broker(ABC):
         timeout: float | None = None,
         channels: Iterable[str] | None = None,
     ) -> None:
-        """Run `hook(request)` after each create, beside the wait. Lower priority runs first.
+        """Run `hook(request)`, sync or async, after each create, beside the wait. Lower
+        priority runs first.
 
         A hook returning `Deny(reason)` rejects the request; one that raises or overruns
         its timeout (30 s by default) is logged and the request stays answerable. With

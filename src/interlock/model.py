@@ -2012,8 +2012,9 @@ class Deny:
     reason: str = "denied"
 
 
-InputHook: TypeAlias = Callable[[Request], Awaitable[Deny | None]]
-"""An on-input-required hook: notify someone; return `Deny(...)` to reject the request."""
+InputHook: TypeAlias = Callable[[Request], Awaitable[Deny | None] | Deny | None]
+"""An on-input-required hook, sync or async: notify someone; return `Deny(...)` to reject
+the request."""
 
 
 def build_request(

@@ -698,6 +698,20 @@ async def test_a_denying_hook_rejects_the_request_wherever_wait_has_got_to(broke
         await waiter
 
 
+async def test_a_plain_function_is_a_hook_too_and_may_deny(broker: Broker) -> None:
+    seen: list[str] = []
+
+    def refuse(request: Request) -> Deny:  # `InputHook` takes sync hooks, as the runner does
+        seen.append(request.id)
+        return Deny("not by hand")
+
+    broker.add_input_hook(refuse)
+    request = await broker.create(Text("Name?"))
+    with anyio.fail_after(BOUND), pytest.raises(Rejected, match="not by hand"):
+        await broker.wait(request.id)
+    assert seen == [request.id]
+
+
 async def test_hooks_run_in_priority_order_and_a_failing_one_is_logged(
     broker: Broker, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -9,7 +9,8 @@ from datetime import timedelta
 from typing import Any, assert_type
 
 import interlock
-from interlock import Broker, Choice, Confirm, Form, MultiChoice, Text
+from interlock import Broker, Choice, Confirm, Deny, Form, InputHook, MultiChoice, Request, Text, ToolRunner
+from interlock.agent import ToolCallReport
 from interlock.broker import LocalBroker
 from interlock.remote import RemoteBroker
 from interlock.store.memory import MemoryStore
@@ -34,3 +35,25 @@ async def ask_answers_by_kind(broker: Broker) -> None:
     assert_type(await broker.ask(Form("Details", {"type": "object"})), dict[str, Any] | None)
     # Several asks give a dict by ask id, a list of one the bare value: either, so Any.
     assert_type(await broker.ask([Choice("Region?", ["eu", "us"], id="region"), Text("Note", id="note")]), Any)
+
+
+async def input_hooks_sync_or_async(broker: Broker, runner: ToolRunner) -> None:
+    # Like every other hook of the broker and the runner, an input hook may be a plain function.
+    def note(request: Request) -> None:
+        print(request.id)
+
+    def refuse(request: Request) -> Deny | None:
+        return Deny("nobody to ask") if request.to is None else None
+
+    async def notify(request: Request) -> Deny | None:
+        return None
+
+    broker.add_input_hook(note)
+    broker.add_input_hook(refuse)
+    broker.add_input_hook(notify)
+    assert_type(runner.on_input_required(note), InputHook)
+
+    def audit(report: ToolCallReport) -> None:
+        print(report)
+
+    runner.on_tool_call(audit)
