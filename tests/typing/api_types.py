@@ -9,9 +9,10 @@ from datetime import timedelta
 from typing import Any, assert_type
 
 import interlock
-from interlock import Broker, Choice, Confirm, Deny, Form, InputHook, MultiChoice, Request, Text, ToolRunner
+from interlock import Broker, Choice, Confirm, Deny, Form, InputHook, MultiChoice, Request, Run, Text, ToolRunner
 from interlock.agent import ToolCallReport
 from interlock.broker import LocalBroker
+from interlock.integrations.langgraph import LangGraphAgent
 from interlock.remote import RemoteBroker
 from interlock.store.memory import MemoryStore
 
@@ -57,3 +58,9 @@ async def input_hooks_sync_or_async(broker: Broker, runner: ToolRunner) -> None:
         print(report)
 
     runner.on_tool_call(audit)
+
+
+async def a_langgraph_run_takes_a_timedelta(agent: LangGraphAgent) -> None:
+    # As `Broker.start_run` and the other adapters' `start` do.
+    assert_type(await agent.start({"to": "ops"}, max_duration=timedelta(days=30)), Run)
+    assert_type(await agent.start({"to": "ops"}, max_duration=3600.0), Run)

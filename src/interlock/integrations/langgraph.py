@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any, TypedDict, cast
 
 from langgraph.types import Command, Interrupt, interrupt
@@ -257,7 +258,7 @@ class LangGraphAgent:
         *,
         thread_id: str | None = None,
         run_id: str | None = None,
-        max_duration: float | None = None,
+        max_duration: float | timedelta | None = None,
     ) -> Run:
         """Start a run of the graph on `input` and return it: completed with the graph's final
         values, or parked on the requests its interrupts became (the process may exit then).
