@@ -12,7 +12,7 @@ import interlock
 from interlock import Broker, Choice, Confirm, Deny, Form, InputHook, MultiChoice, Request, Run, Text, ToolRunner
 from interlock.agent import ToolCallReport
 from interlock.broker import LocalBroker
-from interlock.integrations.langgraph import LangGraphAgent
+from interlock.integrations.langgraph import Decision, LangGraphAgent, approval
 from interlock.remote import RemoteBroker
 from interlock.store.memory import MemoryStore
 
@@ -64,3 +64,15 @@ async def a_langgraph_run_takes_a_timedelta(agent: LangGraphAgent) -> None:
     # As `Broker.start_run` and the other adapters' `start` do.
     assert_type(await agent.start({"to": "ops"}, max_duration=timedelta(days=30)), Run)
     assert_type(await agent.start({"to": "ops"}, max_duration=3600.0), Run)
+
+
+def a_node_routes_on_the_decision() -> str:
+    decision = approval("send_mail", {"to": "ops@example.com"})
+    assert_type(decision["approved"], bool)  # always there: pyright reads it without a `.get`
+    if decision["approved"]:
+        return str(decision.get("arguments"))
+    return decision.get("reason", "")
+
+
+def a_decision_always_says_whether_it_is_approved() -> Decision:
+    return {"reason": "no approved key"}  # type: ignore[typeddict-item]

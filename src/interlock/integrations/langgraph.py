@@ -30,7 +30,7 @@ import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, TypedDict, cast
+from typing import Any, Required, TypedDict, cast
 
 from langgraph.types import Command, Interrupt, interrupt
 
@@ -79,9 +79,11 @@ _PROMPT_LIMIT = 500  # a longer text payload goes to the details, under a short 
 
 
 class Decision(TypedDict, total=False):
-    """What `approval` returns: approved with the arguments to run with, or the person's reason."""
+    """What `approval` returns: approved with the arguments to run with, or the person's reason.
 
-    approved: bool
+    `approved` is always there; `arguments` when it is true, `reason` when it is false."""
+
+    approved: Required[bool]
     arguments: dict[str, Any]
     reason: str
 
