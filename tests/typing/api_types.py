@@ -76,3 +76,10 @@ def a_node_routes_on_the_decision() -> str:
 
 def a_decision_always_says_whether_it_is_approved() -> Decision:
     return {"reason": "no approved key"}  # type: ignore[typeddict-item]
+
+
+async def a_list_filter_takes_only_what_it_knows(broker: Broker) -> None:
+    await broker.list(kind="approval", recipient="alice")
+    await broker.pending(kind="question")
+    await broker.list(kind="approvals")  # type: ignore[arg-type]
+    await broker.pending(kind="approvals")  # type: ignore[arg-type]

@@ -251,7 +251,7 @@ class ListFilters(TypedDict, total=False):
     # them here, mypy checks each against `Query` where a list makes one, and a test that
     # there are no others. What each keeps is said once, on `Query`'s field.
     status: Status | str | None
-    kind: str | None
+    kind: Kind | None
     recipient: str | None
     teams: Sequence[str]
     requester: str | None
@@ -282,7 +282,7 @@ ListFilters.__doc__ = (
 
 class PendingFilters(TypedDict, total=False):
     # `ListFilters` but the status and the page, which `Broker.pending` sets itself.
-    kind: str | None
+    kind: Kind | None
     recipient: str | None
     teams: Sequence[str]
     requester: str | None
