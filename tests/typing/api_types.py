@@ -5,12 +5,22 @@ each call is one the API takes, so a signature or a return type that regresses f
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, assert_type
 
 import interlock
 from interlock import Broker, Choice, Confirm, Deny, Form, InputHook, MultiChoice, Request, Run, Text, ToolRunner
-from interlock.agent import ToolCallReport
+from interlock.agent import (
+    ApprovalGate,
+    BeforeVerdict,
+    ToolCall,
+    ToolCallReport,
+    UrlHook,
+    UrlHookError,
+    call_url_hook,
+)
+from interlock.approval_policies import HookVerdict, PolicyHook
 from interlock.broker import LocalBroker
 from interlock.integrations.langgraph import Decision, LangGraphAgent, approval
 from interlock.remote import RemoteBroker
@@ -83,3 +93,20 @@ async def a_list_filter_takes_only_what_it_knows(broker: Broker) -> None:
     await broker.pending(kind="question")
     await broker.list(kind="approvals")  # type: ignore[arg-type]
     await broker.pending(kind="approvals")  # type: ignore[arg-type]
+
+
+async def the_agent_side_names_its_page_uses(broker: Broker, runner: ToolRunner) -> None:
+    # docs/how-to/agents.md: everything on that page is imported from `interlock.agent`.
+    async def my_url_hook(hook: PolicyHook, body: Mapping[str, Any]) -> HookVerdict:
+        try:
+            return await call_url_hook(hook, body)
+        except UrlHookError:
+            raise
+
+    calling: UrlHook = my_url_hook
+    ApprovalGate(broker, url_hook=calling)
+
+    def guard(call: ToolCall) -> BeforeVerdict:
+        return None
+
+    runner.before_tool_use(guard)

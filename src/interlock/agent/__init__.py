@@ -12,6 +12,8 @@ maps its own two types onto these and gets everything below. One module per conc
 - `gate`: the approval gate (`ApprovalGate`, its policies, `requires_approval`).
 - `hooks`: what each hook is given and may answer (`Allow`, `Pause`, `Rewrite`,
   `ToolCallReport`).
+- `url_hooks`: how the gate calls a stored policy's hook by URL (`call_url_hook`,
+  `UrlHookError`; `UrlHook`, the type of a function calling it your own way).
 - `runner`: `ToolRunner`, which runs calls through the hooks, the gate and the handlers.
 - `contracts`: who settles a request made for an agent (the inbox, an automatic
   decision, a terminal) and the choice of one per agent; `terminal`: the terminal one.
@@ -36,7 +38,7 @@ from .contracts import (
     contract_from,
 )
 from .gate import ApprovalGate, HookErrorMode, Policy, requires_approval
-from .hooks import Allow, ApprovalHook, BeforeToolUse, Pause, Rewrite, ToolCallObserver, ToolCallReport
+from .hooks import Allow, ApprovalHook, BeforeToolUse, BeforeVerdict, Pause, Rewrite, ToolCallObserver, ToolCallReport
 from .human_input import (
     QUESTION_TYPES,
     HumanInputDefinition,
@@ -58,6 +60,7 @@ from .sessions import (
     inform_user_tool,
 )
 from .terminal import TerminalContract
+from .url_hooks import UrlHook, UrlHookError, call_url_hook
 from .user_io import BrokerUserIO, LogUserIO, TerminalUserIO, UserIOContract, UserIOContracts, UserIOSpec, user_io_from
 
 __all__ = [
@@ -74,6 +77,7 @@ __all__ = [
     "ApprovalHook",
     "AutoResolveContract",
     "BeforeToolUse",
+    "BeforeVerdict",
     "BrokerContract",
     "Contract",
     "ContractSpec",
@@ -102,9 +106,12 @@ __all__ = [
     "ToolHandler",
     "ToolResult",
     "ToolRunner",
+    "UrlHook",
+    "UrlHookError",
     "arguments_digest",
     "ask_user_tool",
     "auto_resolve_from_env",
+    "call_url_hook",
     "canonical_json",
     "compose",
     "contract_from",
