@@ -874,8 +874,15 @@ async def test_lists_of_approvals_and_of_one_agent_find_exactly_theirs_alone_or_
 async def test_a_list_of_an_unknown_kind_is_refused_as_on_the_wire(broker: Broker) -> None:
     await broker.create(Text("Step?"), to="alice")
     for kind in ("approvals", "Question", ""):
-        with pytest.raises(ValueError, match="kind must be 'question' or 'approval'"):
+        with pytest.raises(InvalidRequest, match=f"kind must be 'question' or 'approval', not {kind!r}"):
             await broker.list(kind=kind)
+
+
+async def test_a_list_of_a_misspelt_status_or_order_is_refused_naming_what_there_is(broker: Broker) -> None:
+    with pytest.raises(InvalidRequest, match=r"status must be one of pending, answered, .*, not 'pendin'"):
+        await broker.list(status="pendin")
+    with pytest.raises(InvalidRequest, match="order must be 'asc' or 'desc', not 'up'"):
+        await broker.list(order="up")
 
 
 async def test_the_dashboard_counts_what_waits_by_agent_and_how_each_person_answers(

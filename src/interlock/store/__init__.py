@@ -218,21 +218,25 @@ class Query:
 
     def __post_init__(self) -> None:
         if self.status is not None and not isinstance(self.status, Status):
-            object.__setattr__(self, "status", Status(self.status))
+            try:
+                object.__setattr__(self, "status", Status(self.status))
+            except ValueError:
+                statuses = ", ".join(status.value for status in Status)
+                raise InvalidRequest(f"status must be one of {statuses}, not {self.status!r}") from None
         if not isinstance(self.teams, tuple):
             object.__setattr__(self, "teams", tuple(self.teams))
         object.__setattr__(self, "words", search_words(self.text) if self.text else ())
 
     def check(self) -> None:
-        """Refuse what no list takes: a limit out of 1 to 1000 (`ValueError`), an order but
-        asc or desc (`ValueError`), a kind but question or approval (`ValueError`), a time
-        without its time zone (`InvalidRequest`)."""
+        """Refuse what no list takes (`InvalidRequest`, a `ValueError`): a limit out of 1 to
+        1000, an order but asc or desc, a kind but question or approval, a time without its
+        time zone. (A status but one there is is refused as the query is made.)"""
         if not 1 <= self.limit <= MAX_LIST_LIMIT:
-            raise ValueError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
+            raise InvalidRequest(f"limit must be between 1 and {MAX_LIST_LIMIT}, not {self.limit!r}")
         if self.order not in ("asc", "desc"):
-            raise ValueError("order must be 'asc' or 'desc'")
+            raise InvalidRequest(f"order must be 'asc' or 'desc', not {self.order!r}")
         if self.kind is not None and self.kind not in get_args(Kind):
-            raise ValueError("kind must be 'question' or 'approval'")
+            raise InvalidRequest(f"kind must be 'question' or 'approval', not {self.kind!r}")
         for name, when in (("since", self.since), ("until", self.until)):
             if when is not None and when.tzinfo is None:
                 raise InvalidRequest(f"{name} needs a time zone (UTC, say)")
