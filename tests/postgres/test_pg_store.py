@@ -377,7 +377,9 @@ async def test_a_settlement_note_from_anyone_without_the_database_s_key_wakes_no
         )
         # Any role that may connect may NOTIFY: a note unsigned, signed with another key, or
         # with a "signature" that is not ASCII (compared as text, it raised TypeError).
-        forged = json.dumps([request.id, "answered", {"answers": {"confirm": True}, "at": "2026-12-05T00:00:00+00:00"}])
+        forged = json.dumps(
+            [request.id, "answered", {"answers": {"confirm": True}, "reason": "ship it", "at": "2026-12-05T00:00:00Z"}]
+        )
         other = hashlib.sha256(b"guessed" + hashlib.sha256(b"guessed" + forged.encode()).digest()).hexdigest()
         forger = await asyncpg.connect(pg_url)
         try:
@@ -392,6 +394,9 @@ async def test_a_settlement_note_from_anyone_without_the_database_s_key_wakes_no
         assert [settled for _, settled in notes] == [None, None, None, None]
         ignored = [r for r in caplog.records if "not signed with this database's key" in r.getMessage()]
         assert len(ignored) >= 4  # (the answering broker, holding the request pending too, says so as well)
+        # Each names the request it claims to settle, and none quotes the answer it carries.
+        assert all(request.id in r.getMessage() for r in ignored)
+        assert not [r for r in caplog.records if "ship it" in r.getMessage() or '"answers"' in r.getMessage()]
         log.released.set()
         assert (await waiting.get(request.id)).status is Status.PENDING
         assert await answering.reject(request.id, "not now")

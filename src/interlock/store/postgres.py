@@ -481,8 +481,10 @@ class PostgresStore(SqlStore):
             if known is None or known.status is not Status.PENDING:
                 return None
         note, signature = payload[:-64], payload[-64:]
+        # A note carries the person's answer: the logs name only the request it claims to settle.
+        about = f"request {request_id[:64]!r}" if payload.startswith('["') and end > 0 else "no request id"
         if not hmac.compare_digest(_signature(key, note).encode(), signature.encode("utf-8", "surrogatepass")):
-            log.warning("ignored a settlement notification not signed with this database's key: %.100s", payload)
+            log.warning("ignored a settlement notification (%s) not signed with this database's key", about)
             return None
         try:
             request_id, status, answer = decode_json(note)
@@ -490,8 +492,9 @@ class PostgresStore(SqlStore):
             if known is None or known.status is not Status.PENDING:
                 return None
             settled = known.settle(Status(status), None if answer is None else response_from_dict(answer))
-        except Exception:  # a note this version cannot read: the event log says the same
-            log.debug("a settlement notification could not be read: %.200s", payload, exc_info=True)
+        except Exception as exc:  # a note this version cannot read: the event log says the same
+            # (its kind only: what it says may quote the answer)
+            log.debug("a settlement notification (%s) could not be read: %s", about, type(exc).__name__)
             return None
         self._cache.put(settled, (self._cache.size_of(request_id) or 0) + len(payload))
         return settled
