@@ -406,7 +406,7 @@ class _Warnings(logging.Handler):
         super().__init__(logging.WARNING)
 
     def emit(self, record: logging.LogRecord) -> None:
-        err.print(record.getMessage(), markup=False, highlight=False, soft_wrap=True)
+        err.print(redact(record.getMessage()), markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -1628,7 +1628,9 @@ def worker(
 
     logger = logging.getLogger("interlock")  # what was resumed, and why a run failed; not other libraries' chatter
     logger.setLevel(logging.INFO)
-    logger.addHandler(logging.StreamHandler())
+    logs = logging.StreamHandler()
+    logs.addFilter(RedactingFilter())  # a handler's error may quote a store URL or a token, as serve's logs may
+    logger.addHandler(logs)
     resumed = _run(db, work, token, make=True)
     err.print(f"resumed {resumed} run(s)", markup=False)
 

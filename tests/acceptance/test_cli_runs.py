@@ -224,3 +224,29 @@ def test_a_worker_target_that_is_no_factory_of_the_broker_is_a_usage_error(tmp_p
     ):
         refused = cli("worker", target, "--once", "--db", db, cwd=tmp_path)
         assert refused.returncode == 4 and said in " ".join(refused.stderr.split()), (target, refused.stderr)
+
+
+LEAKY_HANDLERS = """
+def handlers(broker):
+    async def resume(run, requests):
+        raise ConnectionError(
+            "cannot reach postgresql://app:hunter2@db.internal/app?sslpassword=pw-2 as il_0123abcd_k3yK3yK3yK3yK3yK3y"
+        )
+
+    return {"scaler": resume}
+"""
+
+
+async def test_a_worker_logs_a_failed_run_by_its_id_with_the_credentials_in_its_error_masked(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    async with interlock.connect(url) as broker:
+        answered = await parked_on_alice(broker, "run-1")
+        assert await broker.resolve(answered, True, by="alice")
+    (tmp_path / "leaky_worker.py").write_text(textwrap.dedent(LEAKY_HANDLERS))
+    worked = process("worker", "leaky_worker:handlers", "--once", cwd=tmp_path, url=url)
+    assert worked.returncode == 0 and "resuming run run-1 of agent scaler failed" in worked.stderr, worked.stderr
+    # The traceback is there, as `interlock serve` logs one: with what it quotes masked.
+    assert "postgresql://app:***@db.internal/app?sslpassword=***" in worked.stderr, worked.stderr
+    assert "il_0123abcd_***" in worked.stderr, worked.stderr
+    for secret in ("hunter2", "pw-2", "k3yK3y"):
+        assert secret not in worked.stderr, worked.stderr

@@ -113,6 +113,20 @@ def test_a_log_record_is_redacted_by_the_servers_log_handlers() -> None:
     assert "il_0123abcd_***" in written
 
 
+def test_a_warning_ask_prints_while_it_waits_is_masked_as_a_servers_log_line_is(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from interlock.cli import _Warnings
+
+    record = logging.LogRecord(
+        "interlock", logging.WARNING, __file__, 1, "waiting failed: %s", (f"postgresql://app:{SECRET}@db/x",), None
+    )
+    _Warnings().emit(record)
+    printed = capsys.readouterr().err
+    assert "waiting failed: postgresql://app:***@db/x" in printed
+    assert SECRET not in printed
+
+
 def test_an_access_log_line_hides_tokens_sign_in_codes_and_answer_links_and_is_still_written() -> None:
     """uvicorn's access log (on for an app embedded under uvicorn's defaults) names each
     request's path: a sign-in link's code and an answer link's token are credentials, and
