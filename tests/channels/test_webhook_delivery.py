@@ -5,6 +5,7 @@ escalations, and no delivery lost across a restart."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -476,3 +477,55 @@ async def test_a_routing_s_lease_gives_each_send_a_third_of_it(store_url: str) -
         assert (delivery.status, delivery.last_error) == ("pending", "no answer within 1s")
         held.release.set()
         await until(loop, status_of(broker, request.id, "delivered"))
+
+
+def delivery_records(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "interlock.delivery" and r.levelno == level]
+
+
+async def test_a_channel_that_begins_to_fail_is_one_warning_naming_the_delivery_and_why_not_one_per_attempt(
+    tmp_path: Path, hook: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="interlock.delivery")
+    hook.statuses = [503, 503, 503]  # then 200
+    async with delivering(f"sqlite:///{tmp_path / 'failing.db'}", routing(hook.url)) as (broker, loop):
+        request = await broker.create(Confirm("Ship it?"), to="alice", requester="bot")
+        await until(loop, status_of(broker, request.id, "delivered"))
+        [delivery] = await broker.store.list_deliveries(request_id=request.id)
+    [warning] = delivery_records(caplog, logging.WARNING)
+    assert f"delivery {delivery.id} of request {request.id} to alice through hook failed (attempt 1 of 8)" in warning
+    assert "HTTP 503 from the receiver" in warning and "trying again in" in warning
+    retried = delivery_records(caplog, logging.DEBUG)
+    assert [line for line in retried if "(attempt 2 of 8)" in line or "(attempt 3 of 8)" in line] == retried[-2:]
+    assert delivery_records(caplog, logging.INFO)[-1] == (
+        f"channel hook delivers again (delivery {delivery.id}), after 3 failed attempts"
+    )
+
+
+async def test_a_dead_letter_s_warning_says_why_it_died_and_how_to_send_it_again(
+    tmp_path: Path, hook: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    hook.statuses = [503] * 10
+    async with delivering(f"sqlite:///{tmp_path / 'dead.db'}", routing(hook.url, max_attempts=3)) as (broker, loop):
+        request = await broker.create(Confirm("Ship it?"), to="alice", requester="bot")
+        await until(loop, status_of(broker, request.id, "dead"))
+        [dead] = await broker.store.list_deliveries(request_id=request.id)
+    [line] = [m for m in delivery_records(caplog, logging.WARNING) if "dead letter" in m]
+    assert line == (
+        f"delivery {dead.id} of request {request.id} to alice through hook is a dead letter: failed 3 times, "
+        f"the last: HTTP 503 from the receiver; once that is fixed, send it again with "
+        f"`interlock deliveries retry {dead.id}`"
+    )
+
+
+async def test_a_delivery_through_a_channel_no_longer_configured_is_not_a_silent_dead_letter(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    doc = routing("http://127.0.0.1:9/")
+    async with delivering(f"sqlite:///{tmp_path / 'gone.db'}", doc, channels={}) as (broker, loop):
+        request = await broker.create(Confirm("Ship it?"), to="alice", requester="bot")
+        await until(loop, status_of(broker, request.id, "dead"))
+        [dead] = await broker.store.list_deliveries(request_id=request.id)
+    [line] = delivery_records(caplog, logging.WARNING)
+    assert f"delivery {dead.id} of request {request.id} to alice through hook is a dead letter" in line
+    assert "no channel named 'hook' is configured (the routing in use has none)" in line

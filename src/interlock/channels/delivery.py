@@ -98,6 +98,7 @@ class DeliveryLoop:
         self._task: asyncio.Task[None] | None = None
         self._sending: dict[Channel, int] = {}  # attempts under way, by channel
         self._retired: list[Channel] = []  # channels replaced while an attempt still used them
+        self._failing: dict[str, int] = {}  # attempts failed for now, by channel, since one went through it
         self.on_change: list[Callable[[], None]] = []
         """Called after each notice is routed and each attempt's outcome is stored."""
         self.on_outcome: list[Callable[[Delivery], None]] = []
@@ -306,12 +307,14 @@ class DeliveryLoop:
         # (and how) it settled, which may have happened in another process
         request = await self.outbox.get(delivery.request_id, fresh=delivery.kind != "request")
         if request is None:
+            _log_dead(delivery, "the request is gone", retry=False)
             return delivery.with_state(status="dead", attempts=attempts, last_error="the request is gone", due_at=now)
         if delivery.kind in ("reminder", "escalation") and request.status is not Status.PENDING:
             return delivery.with_state(status="skipped", last_error=f"the request was {request.status.value} first")
         channel = self.channels.get(delivery.channel)
         if channel is None:
             error = f"no channel named {delivery.channel!r} is configured"
+            _log_dead(delivery, f"{error} (the routing in use has {', '.join(sorted(self.channels)) or 'none'})")
             return delivery.with_state(status="dead", attempts=attempts, last_error=error, due_at=now)
         earlier: tuple[Delivery, ...] = ()
         if delivery.kind != "request":
@@ -325,20 +328,44 @@ class DeliveryLoop:
             async with asyncio.timeout(self.send_timeout):
                 reference = await channel.send(message)
         except PermanentFailure as exc:
-            log.warning("delivery %s to %s failed for good: %s", delivery.id, delivery.channel, exc)
+            _log_dead(delivery, f"refused for good: {_error(exc)}")
             return _dead(delivery, attempts, exc)
         except Exception as exc:
             if isinstance(exc, TimeoutError) and time.monotonic() - started >= self.send_timeout:
                 exc = TimeoutError(f"no answer within {self.send_timeout:g}s")
+            failed = self._failing[delivery.channel] = self._failing.get(delivery.channel, 0) + 1
             if attempts >= self.routing.max_attempts:
-                log.warning(
-                    "delivery %s to %s failed %d times; now a dead letter", delivery.id, delivery.channel, attempts
-                )
+                _log_dead(delivery, f"failed {attempts} times, the last: {_error(exc)}")
                 return _dead(delivery, attempts, exc)
             wait = retry_delay(attempts, first=self.routing.retry_first, cap=self.routing.retry_cap)
+            # One warning as a channel begins to fail, not one for each attempt through it
+            # while it does (a receiver that is down fails them all): those are debug lines.
+            log.log(
+                logging.WARNING if failed == 1 else logging.DEBUG,
+                "delivery %s of request %s to %s through %s failed (attempt %d of %d): %s; trying again in %.1f s%s",
+                delivery.id,
+                delivery.request_id,
+                delivery.recipient,
+                delivery.channel,
+                attempts,
+                self.routing.max_attempts,
+                _error(exc),
+                wait,
+                "; until one goes through it, the next failures through it are logged at debug level"
+                if failed == 1
+                else "",
+            )
             return delivery.with_state(attempts=attempts, last_error=_error(exc), due_at=now + timedelta(seconds=wait))
         finally:
             await self._sent(channel)
+        failed = self._failing.pop(delivery.channel, 0)
+        if failed:
+            log.info(
+                "channel %s delivers again (delivery %s), after %d failed attempts",
+                delivery.channel,
+                delivery.id,
+                failed,
+            )
         return delivery.with_state(
             status="delivered", attempts=attempts, delivered_at=datetime.now(UTC), last_error=None, reference=reference
         )
@@ -349,6 +376,19 @@ async def _close(channel: Channel) -> None:
         await channel.aclose()
     except Exception:
         log.exception("closing a channel failed")
+
+
+def _log_dead(delivery: Delivery, why: str, *, retry: bool = True) -> None:
+    """A warning that `delivery` died, saying why, and how to send it again if it may be."""
+    log.warning(
+        "delivery %s of request %s to %s through %s is a dead letter: %s%s",
+        delivery.id,
+        delivery.request_id,
+        delivery.recipient,
+        delivery.channel,
+        why,
+        f"; once that is fixed, send it again with `interlock deliveries retry {delivery.id}`" if retry else "",
+    )
 
 
 def _dead(delivery: Delivery, attempts: int, exc: BaseException) -> Delivery:
