@@ -1,9 +1,13 @@
 """One back-off for every retry loop: a store locked by another process, a listener or an
-event stream reconnecting. Only the first delay and the cap differ, by what is retried."""
+event stream reconnecting. Only the first delay and the cap differ, by what is retried.
+And one way for such a loop to log an outage (`Outage`): once as it begins, once as it ends."""
 
 from __future__ import annotations
 
-__all__ = ["Backoff"]
+import logging
+import time
+
+__all__ = ["Backoff", "Outage"]
 
 
 class Backoff:
@@ -41,3 +45,37 @@ class Backoff:
     def reset(self) -> None:
         self._next = self.first
         self._fresh = True
+
+
+class Outage:
+    """The failures for now of one background loop (the store away, say), logged as an
+    operator reads them: a warning when they begin, debug lines while they go on, and an
+    info line once the loop works again. A store down for an hour is two lines in the log
+    of each loop that met it, not one a try."""
+
+    __slots__ = ("_log", "_since", "what")
+
+    def __init__(self, log: logging.Logger, what: str) -> None:
+        self._log = log
+        self.what = what
+        """What failed, as the log names it ("expiring overdue requests")."""
+        self._since: float | None = None
+
+    def failed(self, why: object, then: str) -> None:
+        """Log a failure: `why` it failed, and what the loop does `then` ("trying again in 1 s")."""
+        if self._since is None:
+            self._since = time.monotonic()
+            self._log.warning(
+                "%s failed (%s); %s (its next failures are logged at debug level until it works again)",
+                self.what,
+                why,
+                then,
+            )
+        else:
+            self._log.debug("%s failed (%s); %s", self.what, why, then)
+
+    def ended(self) -> None:
+        """The loop worked: an outage it was in is over."""
+        if self._since is not None:
+            away, self._since = time.monotonic() - self._since, None
+            self._log.info("%s works again, after %.1f s", self.what, away)

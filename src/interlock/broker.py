@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import Any, Literal, Self, TypedDict, Unpack, cast, overload
 from urllib.parse import urlsplit
 
+from ._backoff import Outage
 from .approval_policies import ApprovalPolicy, policy_from_dict, policy_to_dict
 from .approvals import check_context, decision_ask, is_marked
 from .dashboard import DASHBOARD_ROWS, DASHBOARD_WINDOW, Dashboard, layout
@@ -3028,6 +3029,7 @@ class LocalBroker(Broker):
         """Expire overdue requests, whether or not anyone waits on them."""
         poll = None if math.isinf(self.store.poll_interval) else self.store.poll_interval
         refused = False
+        outage = Outage(log, "expiring overdue requests")
         while True:
             delay = poll
             if self._next_due is not None:
@@ -3039,13 +3041,14 @@ class LocalBroker(Broker):
             self._expiry_kick.clear()
             try:
                 await self._expire_due()
+                outage.ended()
             except NewerDatabase as exc:  # no write goes through until a restart: say so once
                 if not refused:
                     log.error("this process expires no request any more: %s", exc)
                     refused = True
                 self._next_due = datetime.now(UTC) + timedelta(seconds=NEWER_DATABASE_RETRY)
             except Unavailable as exc:  # the store is away for now: no bug to trace
-                log.warning("expiring overdue requests failed (%s); trying again in 1 s", exc)
+                outage.failed(exc, "trying again in 1 s")
                 self._next_due = datetime.now(UTC) + timedelta(seconds=1)
             except Exception:
                 log.exception("expiring overdue requests failed; trying again")
@@ -3054,6 +3057,7 @@ class LocalBroker(Broker):
     async def _follow_loop(self, cursor: int) -> None:
         """Follow the event log for changes other processes made: wake our waiters."""
         poll = self.store.poll_interval
+        outage = Outage(log, "reading the event log")
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(poll):
@@ -3074,8 +3078,9 @@ class LocalBroker(Broker):
                             self._runs_ready_now()  # another process settled or parked
                     if len(batch) < 500:
                         break
+                outage.ended()
             except Unavailable as exc:  # the store is away for now: no bug to trace
-                log.warning("reading the event log failed (%s); trying again at the next poll", exc)
+                outage.failed(exc, "trying again at the next poll")
             except Exception:
                 log.exception("reading the event log failed; retrying")
 

@@ -8,6 +8,7 @@ takes connections."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import anyio
@@ -15,8 +16,12 @@ import pytest
 from httpx_sse import aconnect_sse
 from pg_support import allow_connections, refuse_connections, refusing_connections
 
+import interlock
 from asgi_support import serve_in_process
 from interlock import Text, Unavailable
+from interlock.broker import LocalBroker
+from interlock.channels.delivery import DeliveryLoop
+from interlock.routing import routing_from_dict
 from log_support import logged
 
 pytestmark = pytest.mark.anyio
@@ -125,3 +130,41 @@ async def test_an_event_stream_outlives_the_outage_and_sends_every_event_once(pg
         stored = (await api.get("/events")).json()["events"]
         assert [e["request_id"] for e in stored] == [first["id"], second["id"]]
         assert seen == [str(e["id"]) for e in stored]  # each once, in order, none dropped
+
+
+async def test_each_background_loop_logs_an_outage_once_as_it_begins_and_once_as_it_ends(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store down for an hour was a warning a second from the expiry loop, one a poll
+    from the event log's reader and one a call that met a dead connection: now two lines
+    for each loop, however long the outage."""
+    routing = routing_from_dict({"channels": {"hook": {"type": "webhook", "url": "http://127.0.0.1:9/"}}})
+    loops = ("expiring overdue requests", "reading the event log", "the delivery loop")
+    async with interlock.connect(pg_url, poll_interval=0.05) as broker:
+        assert isinstance(broker, LocalBroker)
+        delivery = DeliveryLoop(broker.outbox, routing, poll_interval=0.05)
+        delivery.start()
+        try:
+            with (
+                caplog.at_level(logging.DEBUG, logger="interlock"),  # where the retries go
+                contextlib.ExitStack() as watching,
+                anyio.fail_after(BOUND),
+            ):
+                failing = [watching.enter_context(logged("interlock", f"{loop} failed")) for loop in loops]
+                back = [watching.enter_context(logged("interlock", f"{loop} works again")) for loop in loops]
+                async with refusing_connections(pg_url):
+                    for failed in failing:
+                        for _ in range(2):  # failed, tried again and failed again
+                            failed.clear()
+                            await failed.wait()
+                for worked in back:
+                    await worked.wait()
+        finally:
+            await delivery.stop()
+    for loop in loops:
+        said = [r for r in caplog.records if r.getMessage().startswith(f"{loop} failed")]
+        assert [r.levelno for r in said].count(logging.WARNING) == 1, [r.getMessage() for r in said]
+        assert len(said) >= 2
+        assert [r.levelno for r in caplog.records if r.getMessage().startswith(f"{loop} works again")] == [logging.INFO]
+    lost = [r for r in caplog.records if r.getMessage().startswith("a PostgreSQL connection was lost")]
+    assert [r.levelno for r in lost].count(logging.WARNING) == 1 and len(lost) > 1

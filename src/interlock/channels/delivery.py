@@ -38,6 +38,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
+from .._backoff import Outage
 from ..broker import NEWER_DATABASE_RETRY, routing_since, stored_routing
 from ..errors import InvalidRequest, NewerDatabase, Unavailable
 from ..model import Request, Status
@@ -189,6 +190,7 @@ class DeliveryLoop:
     async def run(self) -> None:
         """Deliver until cancelled; a failing store is logged and tried again."""
         failures = 0
+        outage = Outage(log, "the delivery loop")
         while not self._stopping:
             self._wake.clear()
             try:
@@ -197,6 +199,7 @@ class DeliveryLoop:
                     await self.refresh_routing()
                 busy = await self.run_once()
                 failures = 0
+                outage.ended()
                 due = None if busy or self._stopping else await self.outbox.next_outbox_due()
             except asyncio.CancelledError:
                 raise
@@ -208,7 +211,7 @@ class DeliveryLoop:
                         log.error("this process delivers no notice any more: %s", exc)
                     pause = NEWER_DATABASE_RETRY
                 elif isinstance(exc, Unavailable):  # the store is away for now: no bug to trace
-                    log.warning("the delivery loop failed (%s); trying again in %g s", exc, pause)
+                    outage.failed(exc, f"trying again in {pause:g} s")
                 else:
                     log.exception("the delivery loop failed; trying again")
                 await asyncio.sleep(pause)

@@ -72,7 +72,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no type information; its results are converted here
 
-from .._backoff import Backoff
+from .._backoff import Backoff, Outage
 from ..errors import NewerDatabase, Unavailable
 from ..followups import Followup, followup_event_data
 from ..model import (
@@ -124,6 +124,8 @@ Q = load_queries("postgresql") | load_queries("postgresql", "followups")
 T = TypeVar("T")
 CHANNEL = "interlock"
 _DUE_BATCH = 1000  # overdue requests expired per transaction; the expiry loop comes back for more
+DROPPED_QUIET = 60.0
+"""Seconds after a warning that a connection was lost in which the next such are debug lines."""
 DERIVE_CHUNK = 1000
 """Events taken into the search text a transaction."""
 FULL_HOLD = 1.0
@@ -268,6 +270,7 @@ class PostgresStore(SqlStore):
         self._on_settled: Callable[[Request], None] | None = None
         self._note_key: bytes | None = None  # what settlement notes are signed with (migration 0023)
         self._listener_healthy = False
+        self._dropped_said: float | None = None  # when `_dropped` last logged a warning (time.monotonic)
         # Server process ids of this store's open connections: their notifications are
         # about changes the broker of this process has seen already.
         self._own: set[int] = set()
@@ -409,7 +412,18 @@ class PostgresStore(SqlStore):
         return list(values)
 
     async def _dropped(self, exc: BaseException) -> None:
-        log.warning("a PostgreSQL connection was lost (%s); trying once more on a new one", exc)
+        # Every call meets it while the database is away: one warning a minute, not one a call.
+        now = time.monotonic()
+        if self._dropped_said is None or now - self._dropped_said >= DROPPED_QUIET:
+            self._dropped_said = now
+            log.warning(
+                "a PostgreSQL connection was lost (%s); trying once more on a new one (the same for the next %g s is "
+                "logged at debug level)",
+                exc,
+                DROPPED_QUIET,
+            )
+        else:
+            log.debug("a PostgreSQL connection was lost (%s); trying once more on a new one", exc)
         self.pool.expire_idle()  # its siblings are likely dead too
 
     # -- transactions --------------------------------------------------------------------
@@ -570,24 +584,23 @@ class PostgresStore(SqlStore):
         """Keep one connection LISTENing; reconnect when it drops, backing off while
         attempts keep failing (the broker's poll goes on meanwhile)."""
         backoff = Backoff(0.2, 5.0, immediate=True)
-        again = False
+        outage = Outage(log, "the PostgreSQL listener's connection")  # a warning as it drops, not one a retry
         while True:
             self._listener_healthy = False
             try:
-                await self._listen_once(callback, again=again)
+                await self._listen_once(callback, connected=outage.ended)
                 reason = "the connection was closed"
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 reason = str(exc) or type(exc).__name__
-            again = True
             if self._listener_healthy:
                 backoff.reset()
             delay = backoff.next()
-            log.warning("the PostgreSQL listener lost its connection (%s); reconnecting in %.2fs", reason, delay)
+            outage.failed(reason, f"reconnecting in {delay:.2f} s")
             await asyncio.sleep(delay)
 
-    async def _listen_once(self, callback: Callable[[], None], *, again: bool) -> None:
+    async def _listen_once(self, callback: Callable[[], None], *, connected: Callable[[], None]) -> None:
         """LISTEN until the connection is lost, pinging it every `keepalive` seconds so a
         silently dead link is found too."""
         conn = await _connect(
@@ -600,8 +613,7 @@ class PostgresStore(SqlStore):
             lost = asyncio.Event()
             conn.add_termination_listener(lambda _: lost.set())
             await conn.add_listener(CHANNEL, self._notified)
-            if again:
-                log.info("the PostgreSQL listener is connected again")
+            connected()  # (after a drop, an info line says it is back)
             callback()  # whatever committed while nobody listened
             self._derive_soon()  # and the search text of what we wrote meanwhile (its NOTIFYs went unheard)
             while True:
