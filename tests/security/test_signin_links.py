@@ -3,6 +3,7 @@ never sending the browser elsewhere, revoked with the person's tokens, kept out 
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -101,3 +102,31 @@ async def test_revoking_the_persons_tokens_ends_a_link_session(world: tuple[Loca
 def test_a_link_in_a_log_line_is_masked() -> None:
     line = f"GET {BASE}/signin/link?code=ilk_secretsecretsecret&next=%2F HTTP/1.1"
     assert "secretsecret" not in redact(line)
+
+
+async def test_a_refused_token_or_link_is_logged_without_it_one_warning_an_address_a_minute(
+    world: tuple[LocalBroker, httpx.AsyncClient], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, client = world
+    caplog.set_level(logging.DEBUG, logger="interlock.server")  # the refusals it only counts too
+    forged = f"il_0badc0de_{'S' * 43}"
+    for _ in range(3):  # a client stuck on a revoked token, or guessing
+        refused = await client.get("/api/v1/requests", headers={"Authorization": f"Bearer {forged}"})
+        assert refused.status_code == 401
+    assert (await follow(client, f"{BASE}/signin/link?code=ilk_{'A' * 43}")).status_code == 400
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and "refused" in r.getMessage()]
+    assert warned == ["refused an unknown or revoked token (il_0badc0de_***) from 127.0.0.1: GET /api/v1/requests"]
+
+    monkeypatch.setattr("interlock.server.auth.REFUSALS_QUIET", 0.0)  # the minute has passed
+    form = await client.get("/signin")
+    csrf = re.search(r'name="csrf" value="([^"]*)"', form.text)
+    assert csrf is not None
+    typed = await client.post("/signin", data={"token": "xoxb-pasted-the-wrong-secret", "csrf": csrf[1]})
+    assert typed.status_code == 401
+    last = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and "refused" in r.getMessage()][-1]
+    assert last.startswith(
+        "refused an unknown or revoked token from 127.0.0.1: POST /signin (3 more refused from there"
+    )
+    for record in caplog.records:  # not the token, nor the link's code, nor what was typed
+        assert "SSSS" not in record.getMessage() and "AAAA" not in record.getMessage()
+        assert "xoxb" not in record.getMessage()

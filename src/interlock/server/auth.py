@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
+import re
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -39,10 +42,17 @@ from ..principals import (
 
 __all__ = ["Auth", "Holder", "Visitor", "lost_access", "loopback_host", "same_origin"]
 
+log = logging.getLogger("interlock.server")
+
 SESSION_COOKIE = "interlock_session"
 SESSION_MAX_AGE = int(SESSION_LIFETIME.total_seconds())
 _HOLDER = "interlock_holder"
 _FOUND = "interlock_found"  # the caller `api_principal` found, and `access_changes` before it looked
+REFUSALS_QUIET = 60.0
+"""Seconds after a warning that a credential from an address was refused in which the next
+refusals from there are only counted (and said with the next warning)."""
+_REFUSALS_KEPT = 10_000  # addresses whose last warning is remembered; past it, the oldest are forgotten
+_TOKEN_ID = re.compile(r"(ils?_[0-9a-f]{8,16})_")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +109,29 @@ class Auth:
         has seen so far: the hub's count, once the app has one (`Hub.access_changes`)."""
         self._signer = URLSafeTimedSerializer(secret_key or secrets.token_urlsafe(32), salt="interlock-session")
         self.trusted_proxies = _networks(trusted_proxies)
+        self._refusals: dict[str, tuple[float, int]] = {}  # by address: the last warning's time, refusals since
+
+    def refused(self, request: Request, what: str, credential: str = "") -> None:
+        """Log that `request` came with a credential that was refused (`what`: "an unknown
+        or revoked token"), never the credential itself: a token's public id at most (the id
+        `interlock token list` shows). One warning an address in `REFUSALS_QUIET` seconds, the
+        next one counting those that came meanwhile: a client stuck on a revoked token, or
+        one guessing, is a line a minute, not one a request."""
+        found = _TOKEN_ID.match(credential)
+        shown = f"{what} ({found.group(1)}_***)" if found else what
+        client = request.client.host if request.client is not None else "an unknown address"
+        now = time.monotonic()
+        said, since = self._refusals.get(client, (None, 0))
+        if said is not None and now - said < REFUSALS_QUIET:
+            self._refusals[client] = (said, since + 1)
+            log.debug("refused %s from %s: %s %s", shown, client, request.method, request.url.path)
+            return
+        if len(self._refusals) >= _REFUSALS_KEPT:
+            for old in sorted(self._refusals, key=lambda a: self._refusals[a][0])[: _REFUSALS_KEPT // 2]:
+                del self._refusals[old]
+        self._refusals[client] = (now, 0)
+        more = f" ({since} more refused from there in the last {now - said:.0f} s)" if since and said else ""
+        log.warning("refused %s from %s: %s %s%s", shown, client, request.method, request.url.path, more)
 
     async def with_teams(self, principal: Principal) -> Principal:
         """The principal with the teams it belongs to (an agent: its owner's), which the
@@ -145,6 +178,7 @@ class Auth:
         seen = self.access_changes()  # before the look-up: a change the hub sees after it is told apart
         live = await self.broker.live_token(hash_token(token.strip()))
         if live is None:
+            self.refused(request, "an unknown or revoked token", token.strip())
             raise _unauthorized("the token is unknown or revoked")
         setattr(request.state, _HOLDER, Holder(live.principal.name, live.id))
         principal = await self.with_teams(live.principal)

@@ -107,6 +107,7 @@ async def signin_with_link(http: HttpRequest, state: State) -> Response:
     code = values.get("code").strip()
     started = await state.auth.sign_in_with_link(code) if code and len(code) <= 200 else None
     if started is None:
+        state.auth.refused(http, "a sign-in link unknown, used or expired")
         message = "This sign-in link has been used already or has expired. " + (
             "Ask for a new one by email below, or sign in with a token."
             if email_signin_offered(state)

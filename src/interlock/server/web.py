@@ -703,6 +703,8 @@ async def signin(http: HttpRequest, state: State) -> Response:
     token = values.get("token").strip()
     principal = await state.auth.from_token(token) if token else None
     if principal is None:
+        if token:
+            state.auth.refused(http, "an unknown or revoked token", token)
         return signin_page(state, http, "That token is unknown or has been revoked.", 401, next_path)
     if principal.kind == "agent":
         message = "That is an agent's token. Only people answer requests: use your own."
