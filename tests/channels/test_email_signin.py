@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import html
+import logging
 import re
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,3 +177,24 @@ async def test_the_mailed_link_is_to_the_routing_s_inbox_url_whatever_host_the_b
     [message] = await mailbox.until(1)
     assert "evil.example" not in str(message)
     assert link_in(message).startswith("/signin/link?code=")
+
+
+async def test_a_link_the_mail_server_did_not_take_is_one_warning_naming_whom_and_the_channel(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with socket.socket() as held:  # a port nothing listens on: the mail server is down
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+    async with interlock.connect(f"sqlite:///{tmp_path / 'down.db'}") as broker:
+        assert isinstance(broker, LocalBroker)
+        await broker.save_principal(Principal("alice", "human"))
+        app = create_app(
+            broker=broker, secret_key="email-sign-in-secret-key", routing=routing_from_dict(routing_doc(port))
+        )
+        async with serving(app) as server, server.client() as browser:
+            assert (await ask_for_link(browser, "alice@example.com")).status_code == 200  # the same answer
+            await World(server, broker).settled()
+    [line] = [r for r in caplog.records if "sign-in link" in r.getMessage()]
+    assert line.levelno == logging.WARNING and line.exc_info is None  # the mail server down: no bug to trace
+    assert line.getMessage().startswith("mailing alice a sign-in link through mail failed: ")
+    assert f"port {port}" in line.getMessage() and "ilk_" not in line.getMessage()

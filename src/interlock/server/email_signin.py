@@ -74,9 +74,18 @@ async def _mail_link(state: AppState, address: str, next_path: str) -> None:
             return
         base = loop.context.inbox_url
         link = await mint_signin_link(state.broker, name, base, next=next_path, lifetime=MAIL_LIFETIME)
-        await channel.send_signin(on_file, name, link, MAIL_LIFETIME)
     except Exception:
         log.exception("mailing a sign-in link failed")
+        return
+    try:
+        await channel.send_signin(on_file, name, link, MAIL_LIFETIME)
+    except Exception as exc:  # the mail server down or refusing: a failure to send, not a bug to trace
+        log.warning(
+            "mailing %s a sign-in link through %s failed: %s (they may ask for another, or sign in with a token)",
+            name,
+            channel.name,
+            str(exc) or type(exc).__name__,
+        )
 
 
 def _valid_address(address: str) -> bool:
