@@ -11,6 +11,7 @@ resuming across processes.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -150,6 +151,38 @@ class TwoCalls(Model):
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
+
+
+class Down(Model):
+    """A fake model whose service is down."""
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("the model service is down")
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize("framework", ["pydantic-ai", "openai-agents"])
+async def test_a_run_that_fails_as_it_starts_leaves_its_traceback_in_the_log_by_the_run_s_id(
+    broker: Broker, framework: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    if framework == "pydantic-ai":
+
+        def down(messages: list[ModelMessage], info: AgentInfo) -> PaiResponse:
+            raise ConnectionError("the model service is down")
+
+        run = await PydanticAIRuns(broker, Agent(FunctionModel(down)), name="ops").start("look")
+    else:
+        agent = OpenAIAgent(name="ops", model=Down())
+        run = await OpenAIAgentsRuns(broker, agent, name="ops", run_config=RunConfig(tracing_disabled=True)).start(
+            "look"
+        )
+    # The run keeps the exception's words; the log, where it was raised.
+    assert (run.status, run.error) == (RunStatus.FAILED, "ConnectionError: the model service is down")
+    [logged] = [r for r in caplog.records if r.getMessage() == f"starting run {run.id} of agent ops failed"]
+    assert logged.levelno == logging.ERROR and logged.exc_info is not None
+    assert "the model service is down" in caplog.text
 
 
 @pytest.mark.parametrize("verdict", [True, False])

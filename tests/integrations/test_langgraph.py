@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import operator
 from typing import Annotated, Any, TypedDict
 
@@ -204,6 +205,25 @@ async def test_a_graph_that_raises_while_starting_fails_its_run_rather_than_leav
     run = await agent.start({"to": "ops@example.com"})
     assert (run.status, run.error) == (RunStatus.FAILED, "ValueError: no such mailbox")
     assert [r.status for r in (await broker.list_runs(agent="mailer")).items] == [RunStatus.FAILED] * 2
+
+
+async def test_a_run_that_fails_as_it_starts_leaves_its_traceback_in_the_log_by_the_run_s_id(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The run keeps "ValueError: no such mailbox"; where in the graph it was raised is in the log.
+    def explodes(state: State) -> dict[str, Any]:
+        raise ValueError("no such mailbox")
+
+    builder = StateGraph(State)
+    builder.add_node("send", explodes)
+    builder.add_edge(START, "send")
+    builder.add_edge("send", END)
+    agent = LangGraphAgent(broker, builder.compile(checkpointer=InMemorySaver()), name="mailer", to="alice")
+    run = await agent.start({"to": "ops@example.com"}, run_id="r-9")
+    assert run.status is RunStatus.FAILED
+    [logged] = [r for r in caplog.records if r.getMessage() == f"starting run {run.id} of agent mailer failed"]
+    assert logged.levelno == logging.ERROR and logged.exc_info is not None
+    assert "in explodes" in caplog.text  # the frame that raised
 
 
 async def test_a_gate_that_fails_closed_or_an_approval_withdrawn_is_a_denial_the_node_reads(broker: Broker) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Required, TypedDict, cast
@@ -69,6 +70,8 @@ __all__ = [
     "messages_input",
     "resume_value",
 ]
+
+log = logging.getLogger("interlock")
 
 APPROVAL = "interlock.langgraph.approval"
 """The `kind` of an interrupt payload made by `approval`: a tool call to approve."""
@@ -283,6 +286,9 @@ class LangGraphAgent:
             else:
                 outcome = await self._advance(run, thread, input)
         except Exception as exc:  # a node, or the gate failing closed: the run fails (it would stay running)
+            # The run keeps only the exception's words: its traceback goes to the log, as a
+            # worker's resume that fails logs it.
+            log.exception("starting run %s of agent %s failed", run.id, self.name)
             return await self.broker.fail_run(run.id, f"{type(exc).__name__}: {exc}")
         if isinstance(outcome, Park):
             return await self.broker.park(run.id, state=outcome.state, waiting_on=outcome.waiting_on)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import logging
 import weakref
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -83,6 +84,8 @@ from ._pauses import (
 )
 
 __all__ = ["OpenAIAgentsRuns", "gate_tools"]
+
+log = logging.getLogger("interlock")
 
 _JSON: TypeAdapter[Any] = TypeAdapter(Any)
 """Turns a final output (text, a model, a dataclass) into the run's JSON result."""
@@ -336,6 +339,9 @@ class OpenAIAgentsRuns:
             result, made = await self._pass(run, input)
             outcome = await self._settle(run, result, made)
         except Exception as exc:
+            # The run keeps only the exception's words: its traceback goes to the log, as a
+            # worker's resume that fails logs it.
+            log.exception("starting run %s of agent %s failed", run.id, self.name)
             return await self.broker.fail_run(run.id, f"{type(exc).__name__}: {exc}")
         if isinstance(outcome, Park):
             return await self.broker.park(run.id, state=outcome.state, waiting_on=outcome.waiting_on)

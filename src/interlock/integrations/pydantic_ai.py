@@ -40,6 +40,7 @@ Tested with pydantic-ai-slim 2.x (`pip install interlock[pydantic-ai]`).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -74,6 +75,8 @@ from ._pauses import (
 )
 
 __all__ = ["PydanticAIRuns"]
+
+log = logging.getLogger("interlock")
 
 _JSON: TypeAdapter[Any] = TypeAdapter(Any)
 """Turns an output (text, a model, a dataclass) into the run's JSON result."""
@@ -209,6 +212,9 @@ class PydanticAIRuns:
             result, keeper = await self._run(run, prompt)
             outcome = await self._settle(run, result.output, result.all_messages(), keeper)
         except Exception as exc:
+            # The run keeps only the exception's words: its traceback goes to the log, as a
+            # worker's resume that fails logs it.
+            log.exception("starting run %s of agent %s failed", run.id, self.name)
             return await self.broker.fail_run(run.id, f"{type(exc).__name__}: {exc}")
         if isinstance(outcome, Park):
             return await self.broker.park(run.id, state=outcome.state, waiting_on=outcome.waiting_on)
