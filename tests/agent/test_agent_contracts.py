@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -342,3 +344,31 @@ async def test_a_custom_contract_object_settles_requests(broker: Broker, backend
     (request,) = (await broker.list()).items
     assert escalator.seen == [request.id]
     assert request.response is not None and request.response.via == via(backend, "chat")
+
+
+async def test_a_withdrawal_that_fails_names_the_request_left_pending(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from interlock.agent._settle import settle
+
+    async def away(request_id: str, *args: Any, **kwargs: Any) -> bool:
+        raise ConnectionError("the server is away")
+
+    class Elsewhere:  # a contract that waits on something other than the broker
+        async def settle(self, broker: Broker, request: Request) -> Response:
+            await asyncio.Event().wait()
+            raise AssertionError("never settled")
+
+    request = await broker.create(Text("Name?"), to="alice")
+    waiting = asyncio.ensure_future(settle(Contracts(Elsewhere(), environ={}), broker, request, None))
+    await anyio.wait_all_tasks_blocked()
+    monkeypatch.setattr(broker, "cancel", away)  # the withdrawal meets an outage
+    waiting.cancel()
+    with contextlib.suppress(asyncio.CancelledError, ConnectionError):  # (the withdrawal's failure is raised too)
+        await bounded(waiting)
+    assert waiting.done()
+    [line] = [r for r in caplog.records if "withdrawing request" in r.getMessage()]
+    assert line.levelno == logging.WARNING
+    assert line.getMessage().startswith(f"withdrawing request {request.id}, whose call was cancelled, failed")
+    assert "the server is away" in line.getMessage() and "stays pending" in line.getMessage()
+    assert (await broker.get(request.id)).status is Status.PENDING

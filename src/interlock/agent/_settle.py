@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from typing import Any
 
@@ -31,12 +32,17 @@ async def settle(contracts: Contracts, broker: Broker, request: Request, agent: 
             raise  # kept pending for the call to find again when it comes back
         cut = broker.cancel(request.id, "the waiting call was cancelled", cause="withdrawn")
         withdraw = keep(asyncio.ensure_future(cut))
-        withdraw.add_done_callback(_log_failed_withdraw)
+        withdraw.add_done_callback(functools.partial(_log_failed_withdraw, request.id))
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.shield(withdraw)
         raise
 
 
-def _log_failed_withdraw(future: asyncio.Future[Any]) -> None:
+def _log_failed_withdraw(request_id: str, future: asyncio.Future[Any]) -> None:
     if not future.cancelled() and future.exception() is not None:
-        log.warning("withdrawing a request whose call was cancelled failed: %r", future.exception())
+        log.warning(
+            "withdrawing request %s, whose call was cancelled, failed (%r): it stays pending, for a person to "
+            "answer, until it expires or is cancelled",
+            request_id,
+            future.exception(),
+        )
