@@ -129,6 +129,25 @@ async def test_a_stored_never_runs_every_call_without_a_person_and_says_why(brok
     assert audit["policy"] == {"agent": "ops", "server": None, "version": 1}
 
 
+async def test_a_decision_the_audit_could_not_record_is_kept_by_the_log_whole(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    await broker.set_approval_policy({"agent": "ops", "approval": "never"})
+
+    async def away(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("the server is away")
+
+    monkeypatch.setattr(broker, "inform", away)  # the audit's write meets an outage; the call goes on
+    gate = ApprovalGate(broker, to="alice")
+    assert await bounded(gate.authorize(call(run="r-1"))) == {"env": "prod", "n": 0}
+    [line] = [r for r in caplog.records if "could not record" in r.getMessage()]
+    assert line.levelno == logging.WARNING
+    assert line.getMessage().startswith(
+        "could not record in the audit that tool call c-deploy-0 (deploy) of run r-1 ran without asking: "
+        "approval is 'never' ("
+    )
+
+
 async def test_a_stored_always_asks_the_person_for_each_gated_call(broker: Broker, inbox: Inbox) -> None:
     await broker.set_approval_policy({"agent": "ops", "approval": "always", "gatedTools": ["deploy"]})
     gate = ApprovalGate(broker, to="alice")

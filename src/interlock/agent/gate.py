@@ -341,8 +341,16 @@ class ApprovalGate:
                 run=call.run,
                 data=data,
             )
-        except Exception:  # the audit must not decide the call; the log keeps it
-            log.warning("could not record the approval decision on tool %r", call.name, exc_info=True)
+        except Exception:  # the audit must not decide the call; the log keeps it: what it would have said
+            log.warning(
+                "could not record in the audit that %s of run %s %s: %s (%s)",
+                about_call(call),
+                call.run,
+                verb,
+                reason,
+                stored.describe(),
+                exc_info=True,
+            )
 
     async def _consult_hook(self, call: ToolCall) -> Allow | Deny | Pause:
         (outcome,) = await self._hooks.run(call)
