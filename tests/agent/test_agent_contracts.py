@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import json
 import logging
@@ -364,9 +363,8 @@ async def test_a_withdrawal_that_fails_names_the_request_left_pending(
     await anyio.wait_all_tasks_blocked()
     monkeypatch.setattr(broker, "cancel", away)  # the withdrawal meets an outage
     waiting.cancel()
-    with contextlib.suppress(asyncio.CancelledError, ConnectionError):  # (the withdrawal's failure is raised too)
+    with pytest.raises(asyncio.CancelledError):  # still a cancellation, not the withdrawal's failure
         await bounded(waiting)
-    assert waiting.done()
     [line] = [r for r in caplog.records if "withdrawing request" in r.getMessage()]
     assert line.levelno == logging.WARNING
     assert line.getMessage().startswith(f"withdrawing request {request.id}, whose call was cancelled, failed")

@@ -33,7 +33,9 @@ async def settle(contracts: Contracts, broker: Broker, request: Request, agent: 
         cut = broker.cancel(request.id, "the waiting call was cancelled", cause="withdrawn")
         withdraw = keep(asyncio.ensure_future(cut))
         withdraw.add_done_callback(functools.partial(_log_failed_withdraw, request.id))
-        with contextlib.suppress(asyncio.CancelledError):
+        # A withdrawal that fails is logged (`_log_failed_withdraw`); the cut wait is still
+        # a cancellation, not that failure.
+        with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.shield(withdraw)
         raise
 
