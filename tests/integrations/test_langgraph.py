@@ -194,6 +194,15 @@ async def test_a_graph_that_raises_while_starting_fails_its_run_rather_than_leav
     assert run.status is RunStatus.FAILED
     assert run.error is not None and "The call to 'send_mail' was refused: its approval check failed" in run.error
 
+    agent = LangGraphAgent(broker, exploding_graph(), name="mailer", to="alice")
+    run = await agent.start({"to": "ops@example.com"})
+    assert (run.status, run.error) == (RunStatus.FAILED, "ValueError: no such mailbox")
+    assert [r.status for r in (await broker.list_runs(agent="mailer")).items] == [RunStatus.FAILED] * 2
+
+
+def exploding_graph() -> Any:
+    """A graph whose one node raises (in `explodes`, the frame a traceback names)."""
+
     def explodes(state: State) -> dict[str, Any]:
         raise ValueError("no such mailbox")
 
@@ -201,24 +210,14 @@ async def test_a_graph_that_raises_while_starting_fails_its_run_rather_than_leav
     builder.add_node("send", explodes)
     builder.add_edge(START, "send")
     builder.add_edge("send", END)
-    agent = LangGraphAgent(broker, builder.compile(checkpointer=InMemorySaver()), name="mailer", to="alice")
-    run = await agent.start({"to": "ops@example.com"})
-    assert (run.status, run.error) == (RunStatus.FAILED, "ValueError: no such mailbox")
-    assert [r.status for r in (await broker.list_runs(agent="mailer")).items] == [RunStatus.FAILED] * 2
+    return builder.compile(checkpointer=InMemorySaver())
 
 
 async def test_a_run_that_fails_as_it_starts_leaves_its_traceback_in_the_log_by_the_run_s_id(
     broker: Broker, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The run keeps "ValueError: no such mailbox"; where in the graph it was raised is in the log.
-    def explodes(state: State) -> dict[str, Any]:
-        raise ValueError("no such mailbox")
-
-    builder = StateGraph(State)
-    builder.add_node("send", explodes)
-    builder.add_edge(START, "send")
-    builder.add_edge("send", END)
-    agent = LangGraphAgent(broker, builder.compile(checkpointer=InMemorySaver()), name="mailer", to="alice")
+    agent = LangGraphAgent(broker, exploding_graph(), name="mailer", to="alice")
     run = await agent.start({"to": "ops@example.com"}, run_id="r-9")
     assert run.status is RunStatus.FAILED
     [logged] = [r for r in caplog.records if r.getMessage() == f"starting run {run.id} of agent mailer failed"]
