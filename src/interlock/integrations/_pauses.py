@@ -47,6 +47,7 @@ __all__ = [
     "Interrupted",
     "Outcome",
     "Ran",
+    "failed_start",
     "json_output",
     "take_followups",
 ]
@@ -194,6 +195,13 @@ async def take_followups(broker: Broker, run: Run) -> list[str]:
     verbatim, taken for delivery (each gets its `followup_replayed` event), for the adapter
     to hand its agent as the next user turn."""
     return [f.text for f in await broker.take_followups(run.id, worker=run.worker)]
+
+
+async def failed_start(broker: Broker, run: Run, agent: str, exc: Exception) -> Run:
+    """`run` failed as its adapter started it: the run keeps the exception's words, and its
+    traceback goes to the log, as a worker's resume that fails logs it."""
+    log.error("starting run %s of agent %s failed", run.id, agent, exc_info=exc)
+    return await broker.fail_run(run.id, f"{type(exc).__name__}: {exc}")
 
 
 class Asker:

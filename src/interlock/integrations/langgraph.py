@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Required, TypedDict, cast
@@ -56,7 +55,7 @@ from ..model import (
     derived_key,
 )
 from ..runs import Park, ResumeHandler
-from ._pauses import take_followups
+from ._pauses import failed_start, take_followups
 
 __all__ = [
     "APPROVAL",
@@ -70,8 +69,6 @@ __all__ = [
     "messages_input",
     "resume_value",
 ]
-
-log = logging.getLogger("interlock")
 
 APPROVAL = "interlock.langgraph.approval"
 """The `kind` of an interrupt payload made by `approval`: a tool call to approve."""
@@ -286,10 +283,7 @@ class LangGraphAgent:
             else:
                 outcome = await self._advance(run, thread, input)
         except Exception as exc:  # a node, or the gate failing closed: the run fails (it would stay running)
-            # The run keeps only the exception's words: its traceback goes to the log, as a
-            # worker's resume that fails logs it.
-            log.exception("starting run %s of agent %s failed", run.id, self.name)
-            return await self.broker.fail_run(run.id, f"{type(exc).__name__}: {exc}")
+            return await failed_start(self.broker, run, self.name, exc)
         if isinstance(outcome, Park):
             return await self.broker.park(run.id, state=outcome.state, waiting_on=outcome.waiting_on)
         return await self.broker.complete_run(run.id, outcome)

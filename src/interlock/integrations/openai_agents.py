@@ -42,7 +42,6 @@ from __future__ import annotations
 import copy
 import inspect
 import json
-import logging
 import weakref
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -78,14 +77,13 @@ from ._pauses import (
     Interrupted,
     Outcome,
     Ran,
+    failed_start,
     outcome_from_json,
     outcome_to_json,
     take_followups,
 )
 
 __all__ = ["OpenAIAgentsRuns", "gate_tools"]
-
-log = logging.getLogger("interlock")
 
 _JSON: TypeAdapter[Any] = TypeAdapter(Any)
 """Turns a final output (text, a model, a dataclass) into the run's JSON result."""
@@ -339,10 +337,7 @@ class OpenAIAgentsRuns:
             result, made = await self._pass(run, input)
             outcome = await self._settle(run, result, made)
         except Exception as exc:
-            # The run keeps only the exception's words: its traceback goes to the log, as a
-            # worker's resume that fails logs it.
-            log.exception("starting run %s of agent %s failed", run.id, self.name)
-            return await self.broker.fail_run(run.id, f"{type(exc).__name__}: {exc}")
+            return await failed_start(self.broker, run, self.name, exc)
         if isinstance(outcome, Park):
             return await self.broker.park(run.id, state=outcome.state, waiting_on=outcome.waiting_on)
         return await self.broker.complete_run(run.id, outcome)

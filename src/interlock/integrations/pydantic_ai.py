@@ -40,7 +40,6 @@ Tested with pydantic-ai-slim 2.x (`pip install interlock[pydantic-ai]`).
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -69,14 +68,13 @@ from ._pauses import (
     Interrupted,
     Outcome,
     Ran,
+    failed_start,
     outcome_from_json,
     outcome_to_json,
     take_followups,
 )
 
 __all__ = ["PydanticAIRuns"]
-
-log = logging.getLogger("interlock")
 
 _JSON: TypeAdapter[Any] = TypeAdapter(Any)
 """Turns an output (text, a model, a dataclass) into the run's JSON result."""
@@ -212,10 +210,7 @@ class PydanticAIRuns:
             result, keeper = await self._run(run, prompt)
             outcome = await self._settle(run, result.output, result.all_messages(), keeper)
         except Exception as exc:
-            # The run keeps only the exception's words: its traceback goes to the log, as a
-            # worker's resume that fails logs it.
-            log.exception("starting run %s of agent %s failed", run.id, self.name)
-            return await self.broker.fail_run(run.id, f"{type(exc).__name__}: {exc}")
+            return await failed_start(self.broker, run, self.name, exc)
         if isinstance(outcome, Park):
             return await self.broker.park(run.id, state=outcome.state, waiting_on=outcome.waiting_on)
         return await self.broker.complete_run(run.id, outcome)
