@@ -13,7 +13,7 @@ import logging
 import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-__all__ = ["MASK", "RedactingFilter", "redact", "redact_url"]
+__all__ = ["MASK", "RedactingFilter", "public_token_id", "redact", "redact_url"]
 
 MASK = "***"
 SECRET_PARAMETERS = frozenset({"password", "sslpassword", "token", "access_token", "secret", "secret_key", "code"})
@@ -47,6 +47,13 @@ def redact_url(url: str) -> str:
     if (netloc, query) == (parts.netloc, parts.query):
         return _TOKEN.sub(rf"\1_{MASK}", url)
     return _TOKEN.sub(rf"\1_{MASK}", urlunsplit(parts._replace(netloc=netloc, query=query)))
+
+
+def public_token_id(text: str) -> str | None:
+    """The public id an interlock token or session secret may be shown by (`il_1a2b3c4d`,
+    what `redact` leaves of it), or None when `text` is not one."""
+    found = _TOKEN.fullmatch(text)
+    return found.group(1) if found else None
 
 
 def redact(text: str) -> str:

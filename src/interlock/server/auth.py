@@ -16,7 +16,6 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
-import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -39,6 +38,7 @@ from ..principals import (
     issue_session,
     issue_token,
 )
+from ..redact import MASK, public_token_id
 
 __all__ = ["Auth", "Holder", "Visitor", "lost_access", "loopback_host", "same_origin"]
 
@@ -52,7 +52,6 @@ REFUSALS_QUIET = 60.0
 """Seconds after a warning that a credential from an address was refused in which the next
 refusals from there are only counted (and said with the next warning)."""
 _REFUSALS_KEPT = 10_000  # addresses whose last warning is remembered; past it, the oldest are forgotten
-_TOKEN_ID = re.compile(r"(ils?_[0-9a-f]{8,16})_")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +116,8 @@ class Auth:
         `interlock token list` shows). One warning an address in `REFUSALS_QUIET` seconds, the
         next one counting those that came meanwhile: a client stuck on a revoked token, or
         one guessing, is a line a minute, not one a request."""
-        found = _TOKEN_ID.match(credential)
-        shown = f"{what} ({found.group(1)}_***)" if found else what
+        public = public_token_id(credential)
+        shown = f"{what} ({public}_{MASK})" if public else what
         client = request.client.host if request.client is not None else "an unknown address"
         now = time.monotonic()
         said, since = self._refusals.get(client, (None, 0))
