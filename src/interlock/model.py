@@ -38,18 +38,17 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar, Literal, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias, TypeVar, cast
 
 import re2  # type: ignore[import-untyped]  # google-re2 ships no type information; used through _regex below
-from jsonschema import Draft202012Validator, FormatChecker, ValidationError, validators
-from referencing import Registry
-from referencing.exceptions import Unresolvable
-from referencing.jsonschema import DRAFT202012
 
 from ._form_inputs import Field as FormInput
 from ._form_inputs import FieldValues, form_fields, form_unchanged, form_values, read_form
 from .durations import LONGEST, SHORTEST
 from .errors import InvalidAnswer, InvalidRequest
+
+if TYPE_CHECKING:  # jsonschema is loaded by forms alone (`_form_schema`): it is a third of `import interlock`
+    from jsonschema import ValidationError
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -392,174 +391,6 @@ def _search(pattern: str, text: str) -> bool:
     except re2.error:
         raise _BadPattern(pattern) from None
     return regex.search(text) is not None
-
-
-def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    if validator.is_type(instance, "string") and not _search(pattern, instance):
-        yield ValidationError(f"{instance!r} does not match {pattern!r}")
-
-
-def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    if not validator.is_type(instance, "object"):
-        return
-    for pattern, subschema in patterns.items():
-        for key, value in instance.items():
-            if _search(pattern, key):
-                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
-
-
-def _additional_properties(validator: Any, extra: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    if not validator.is_type(instance, "object"):
-        return
-    properties = schema.get("properties", {})
-    patterns = list(schema.get("patternProperties", {}))
-    extras = [k for k in instance if k not in properties and not any(_search(p, k) for p in patterns)]
-    if validator.is_type(extra, "object"):
-        for key in extras:
-            yield from validator.descend(instance[key], extra, path=key)
-    elif not extra and extras:
-        listed = ", ".join(repr(k) for k in sorted(extras))
-        if patterns:
-            verb = "does" if len(extras) == 1 else "do"
-            regexes = ", ".join(repr(p) for p in sorted(patterns))
-            yield ValidationError(f"{listed} {verb} not match any of the regexes: {regexes}")
-        else:
-            verb = "was" if len(extras) == 1 else "were"
-            yield ValidationError(f"Additional properties are not allowed ({listed} {verb} unexpected)")
-
-
-def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    """In linear time (jsonschema's own comparison is quadratic for objects and arrays)."""
-    if not unique or not validator.is_type(instance, "array"):
-        return
-    seen: set[Any] = set()
-    for item in instance:
-        key = _comparable(item)
-        if key in seen:
-            yield ValidationError(f"{instance!r} has non-unique elements")
-            return
-        seen.add(key)
-
-
-def _comparable(value: Any) -> Any:
-    """A hashable stand-in, equal for JSON-equal values (1 and 1.0 alike, true and 1 not)."""
-    if isinstance(value, bool):
-        return ("bool", value)
-    if isinstance(value, int | float):
-        return ("number", value)
-    if isinstance(value, str):
-        return ("string", value)
-    if isinstance(value, Mapping):
-        return ("object", frozenset((k, _comparable(v)) for k, v in value.items()))
-    if isinstance(value, list | tuple):
-        return ("array", tuple(_comparable(v) for v in value))
-    return ("null", None)
-
-
-def _budgeted(keyword: Callable[..., Any]) -> Callable[..., Any]:
-    def check(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        if _over_budget():
-            raise _Overrun
-        return keyword(validator, value, instance, schema)
-
-    return check
-
-
-_KEYWORDS = dict(
-    Draft202012Validator.VALIDATORS,
-    pattern=_pattern,
-    patternProperties=_pattern_properties,
-    additionalProperties=_additional_properties,
-    uniqueItems=_unique_items,
-)
-_FormValidator: Any = validators.extend(  # type: ignore[no-untyped-call]  # the stubs leave extend untyped
-    Draft202012Validator, {name: _budgeted(fn) for name, fn in _KEYWORDS.items()}
-)
-"""Draft 2020-12 with RE2 for `pattern` and `patternProperties`, linear `uniqueItems`, and
-every keyword checking the thread's time budget."""
-
-
-def _is_re2_regex(instance: object) -> bool:
-    if isinstance(instance, str):
-        _regex(instance)
-    return True
-
-
-_SCHEMA_FORMATS = FormatChecker()
-_SCHEMA_FORMATS.checks("regex", raises=re2.error)(_is_re2_regex)
-"""The meta-schema's formats, with "regex" meaning what RE2 can compile."""
-
-_NOT_SCHEMAS = frozenset({"const", "enum", "default", "examples"})
-"""Keywords whose values are data, not subschemas: not searched for `$ref`s."""
-
-
-def _check_schema_structure(ask_id: str, schema: Mapping[str, Any]) -> None:
-    """Refuse what would make every answer fail or the checks run away: `$ref`s that are
-    remote, lead nowhere or back to themselves, nesting past `MAX_DEPTH` (with `$ref`s
-    followed), patterns RE2 cannot run, and `unevaluatedProperties` beside
-    `patternProperties` (its check would run those patterns with a backtracking engine)."""
-    resolver = Registry().resolver_with_root(DRAFT202012.create_resource(schema))
-    depth_below: dict[int, int] = {}
-    keywords: set[str] = set()
-
-    def refused(message: str) -> InvalidRequest:
-        return InvalidRequest(f"ask {ask_id!r}: invalid form schema: {message}")
-
-    def visit(node: Any, where: str, on_path: set[int]) -> int:
-        if not isinstance(node, Mapping | list):
-            return 0
-        known = depth_below.get(id(node))
-        if known is not None:
-            return known
-        on_path.add(id(node))
-        deepest = 0
-        items = node.items() if isinstance(node, Mapping) else enumerate(node)
-        for key, value in items:
-            at = f"{where}/{key}"
-            if isinstance(node, Mapping):
-                if key in _NOT_SCHEMAS:
-                    continue
-                keywords.add(str(key))
-                if key in ("$dynamicRef", "$recursiveRef"):
-                    raise refused(f"{key} at {at!r} is not supported in forms")
-                if key == "$id" and where:
-                    raise refused(f"$id is allowed only at the root of a form schema, not at {at!r}")
-                if key == "pattern" and isinstance(value, str):
-                    _check_pattern(value, at)
-                if key == "patternProperties" and isinstance(value, Mapping):
-                    for pattern in value:
-                        _check_pattern(str(pattern), at)
-                if key == "$ref" and isinstance(value, str):
-                    target = _target(value, at)
-                    if id(target) in on_path:
-                        raise refused(f"the $ref {value!r} at {at!r} leads back to itself (recursion is not supported)")
-                    deepest = max(deepest, 1 + visit(target, value[1:], on_path))
-                    continue
-            deepest = max(deepest, 1 + visit(value, at, on_path))
-        on_path.discard(id(node))
-        depth_below[id(node)] = deepest
-        if deepest >= MAX_DEPTH:
-            raise refused(f"nested more than {MAX_DEPTH} levels deep (with its $refs followed)")
-        return deepest
-
-    def _check_pattern(pattern: str, at: str) -> None:
-        try:
-            _regex(pattern)
-        except re2.error as exc:
-            reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
-            raise refused(f"the pattern {pattern!r} at {at!r} is not supported ({reason})") from None
-
-    def _target(ref: str, at: str) -> Any:
-        if not ref.startswith("#"):
-            raise refused(f"the $ref {ref!r} at {at!r} is not local: only references inside the schema (#...) are")
-        try:
-            return resolver.lookup(ref).contents
-        except Unresolvable:
-            raise refused(f"the $ref {ref!r} at {at!r} points to nothing in the schema") from None
-
-    visit(schema, "", set())
-    if "unevaluatedProperties" in keywords and "patternProperties" in keywords:
-        raise refused("unevaluatedProperties cannot be combined with patternProperties in a form")
 
 
 Kind: TypeAlias = Literal["question", "approval"]
@@ -1592,17 +1423,9 @@ class Form:
         if not isinstance(self.schema, Mapping) or self.schema.get("type") != "object":
             raise InvalidRequest(f'ask {self.id!r}: a form schema must be a JSON Schema with "type": "object"')
         check_json(self.schema, f"ask {self.id!r}: the form schema")
-        _check_schema_structure(self.id, self.schema)
-        meta = _FormValidator(Draft202012Validator.META_SCHEMA, format_checker=_SCHEMA_FORMATS)
-        try:
-            error = next(meta.iter_errors(self.schema), None)
-        except _Overrun:
-            raise InvalidRequest(
-                f"ask {self.id!r}: checking the form schema took longer than {_budget.seconds:g} s; make it simpler"
-            ) from None
-        if error is not None:
-            raise InvalidRequest(f"ask {self.id!r}: invalid form schema: {error.message}")
-        object.__setattr__(self, "_validator", _form_validator(self.schema))
+        from ._form_schema import checked_validator
+
+        object.__setattr__(self, "_validator", checked_validator(self.id, self.schema))
 
     @classmethod
     def _stored(cls, prompt: str, schema: Mapping[str, Any], id: str = "form", required: bool = True) -> Form:
@@ -1611,24 +1434,17 @@ class Form:
         form = object.__new__(cls)
         for name, value in (("prompt", prompt), ("schema", schema), ("id", id), ("required", required)):
             object.__setattr__(form, name, value)
-        object.__setattr__(form, "_validator", _form_validator(schema))
+        from ._form_schema import form_validator
+
+        object.__setattr__(form, "_validator", form_validator(schema))
         return form
 
     def errors(self, value: object) -> list[ValidationError]:
         """What is wrong with `value`, shallowest first. Patterns run on RE2 and the
         checks keep to the time budget of this thread (see `time_budget`)."""
-        try:
-            return sorted(self._validator.iter_errors(value), key=lambda e: list(e.path))
-        except _Overrun:
-            raise InvalidAnswer(
-                f"ask {self.id!r}: checking the answer took longer than {_budget.seconds:g} s", ask_id=self.id
-            ) from None
-        except _BadPattern as exc:
-            raise InvalidAnswer(
-                f"ask {self.id!r}: the form's pattern {exc.args[0]!r} cannot be checked", ask_id=self.id
-            ) from None
-        except Unresolvable as exc:
-            raise InvalidAnswer(f"ask {self.id!r}: the form schema cannot be used: {exc}", ask_id=self.id) from None
+        from ._form_schema import errors
+
+        return errors(self.id, self._validator, value)
 
     def check(self, value: object) -> dict[str, Any]:
         if not isinstance(value, Mapping):
@@ -1729,11 +1545,6 @@ class Form:
 
     def how_to_answer(self) -> str:
         return "a JSON object that fits its schema"
-
-
-def _form_validator(schema: Mapping[str, Any]) -> Any:
-    # An empty registry: nothing outside the schema is ever looked up (or fetched).
-    return _FormValidator(schema, registry=Registry())
 
 
 def options_of(ask: Choice | MultiChoice) -> tuple[Option, ...]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import subprocess
+import sys
 
 import pytest
 
@@ -50,3 +52,16 @@ def test_what_the_package_exports_is_exported_by_the_module_it_comes_from() -> N
             assert name in modules[home].__all__, f"{home} defines {name} but does not export it"
         else:  # a type alias (Ask, InputHook): some public module exports it
             assert any(name in module.__all__ for module in modules.values()), f"no module exports {name}"
+
+
+def test_importing_interlock_or_its_cli_leaves_the_form_checks_unloaded_until_a_form_needs_them() -> None:
+    # jsonschema and its format checkers were a third of `import interlock`: every agent
+    # program, CLI command and server start paid for them, forms or not.
+    probe = (
+        "import sys, interlock, interlock.cli\n"
+        "assert 'jsonschema' not in sys.modules, 'loaded by import'\n"
+        "interlock.Form('Ship to?', {'type': 'object', 'properties': {'city': {'type': 'string'}}})\n"
+        "assert 'jsonschema' in sys.modules, 'not loaded by a form'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

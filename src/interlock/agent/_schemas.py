@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
+if TYPE_CHECKING:  # loaded by the first tool with a schema: jsonschema is a third of `import interlock`
+    from jsonschema import Draft202012Validator
 
 
 def make_validator(name: str, schema: Mapping[str, Any]) -> Draft202012Validator:
     """A validator for tool `name`'s `schema`; `ValueError` if the schema itself is invalid."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
