@@ -115,8 +115,8 @@ def default_worker_name() -> str:
 class Worker:
     """Claims the ready runs of the agents it has a handler for, and resumes each once.
 
-    `concurrency` runs are resumed at a time. Each claim holds its run for `lease`
-    seconds, renewed every third of that while the handler works; a worker that dies
+    `concurrency` runs are resumed at a time. Each claim holds its run for `lease` (seconds
+    or a `timedelta`), renewed every third of that while the handler works; a worker that dies
     stops renewing, and another worker takes the run over once the lease has run out.
     The renewals run on the event loop: a handler that blocks it (a synchronous call)
     longer than the lease loses its run to another worker; await blocking work with
@@ -129,7 +129,7 @@ class Worker:
         handlers: Mapping[str, ResumeHandler],
         *,
         name: str | None = None,
-        lease: float = DEFAULT_LEASE,
+        lease: float | timedelta = DEFAULT_LEASE,
         concurrency: int = 1,
     ) -> None:
         if not handlers:

@@ -24,6 +24,7 @@ from interlock.approval_policies import HookVerdict, PolicyHook
 from interlock.broker import LocalBroker
 from interlock.integrations.langgraph import Decision, LangGraphAgent, approval
 from interlock.remote import RemoteBroker
+from interlock.runs import Worker
 from interlock.store.memory import MemoryStore
 
 
@@ -110,3 +111,10 @@ async def the_agent_side_names_its_page_uses(broker: Broker, runner: ToolRunner)
         return None
 
     runner.before_tool_use(guard)
+
+
+def a_worker_takes_its_lease_as_a_timedelta(broker: Broker) -> None:
+    # The docs' durations are timedeltas elsewhere (`max_duration`, `pause_timeout`); the
+    # worker took one at run time, but a checker refused it (typed a float only).
+    Worker(broker, {}, lease=timedelta(minutes=5))
+    Worker(broker, {}, lease=300)
