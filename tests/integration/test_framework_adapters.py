@@ -226,6 +226,59 @@ async def test_an_openai_agents_turn_with_a_call_the_gate_allows_and_one_it_asks
     assert json.loads(json.dumps(resumed.result)) == resumed.result
 
 
+class Recalls(Model):
+    """A fake model: deploys to the environment the conversation's first user message named,
+    then says what the deploy returned and how many user messages it read."""
+
+    async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any) -> Any:
+        assert isinstance(input, list), "the conversation reaches the model as items"
+        said = [str(i["content"]) for i in input if isinstance(i, dict) and i.get("role") == "user"]
+        outputs = [i for i in input if isinstance(i, dict) and i.get("type") == "function_call_output"]
+        if not outputs:
+            env = said[0].removeprefix("we ship to ")
+            call = ResponseFunctionToolCall(
+                arguments=json.dumps({"env": env}), call_id="d1", name="deploy", type="function_call"
+            )
+            return ModelResponse(output=[call], usage=Usage(), response_id=None)
+        text = f"{outputs[-1]['output']} (after {len(said)} messages)"
+        content = [ResponseOutputText(text=text, type="output_text", annotations=[])]
+        message = ResponseOutputMessage(id="m1", content=content, role="assistant", status="completed", type="message")
+        return ModelResponse(output=[message], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+async def test_an_openai_agents_run_started_on_a_conversation_so_far_keeps_it_across_the_pause(
+    broker: Broker,
+) -> None:
+    ran: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def deploy(env: str) -> str:
+        """Deploy."""
+        ran.append(env)
+        return f"deployed to {env}"
+
+    agent = OpenAIAgent(name="ops", model=Recalls(), tools=[deploy])
+    runs = OpenAIAgentsRuns(
+        broker, agent, name="ops", gate=ApprovalGate(broker, to="alice"), run_config=RunConfig(tracing_disabled=True)
+    )
+    conversation: list[Any] = [
+        {"role": "user", "content": "we ship to eu-west"},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "ship it"},
+    ]
+    run = await runs.start(conversation)
+    assert run.status is RunStatus.WAITING_FOR_APPROVAL and ran == []
+    (approval,) = [await broker.get(i) for i in run.waiting_on]
+    assert approval.origin.arguments == {"env": "eu-west"}
+    await broker.resolve(approval.id, {"approve": True}, by="alice")
+    done = await resume_ready(broker, runs.handlers())
+    assert (done.status, done.result) == (RunStatus.COMPLETED, "deployed to eu-west (after 2 messages)")
+    assert ran == ["eu-west"]
+
+
 async def test_a_resumed_run_that_holds_another_call_parks_again(broker: Broker) -> None:
     ran: list[str] = []
 

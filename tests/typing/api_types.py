@@ -23,6 +23,7 @@ from interlock.agent import (
 from interlock.approval_policies import HookVerdict, PolicyHook
 from interlock.broker import LocalBroker
 from interlock.integrations.langgraph import Decision, LangGraphAgent, approval
+from interlock.integrations.openai_agents import OpenAIAgentsRuns
 from interlock.remote import RemoteBroker
 from interlock.runs import Worker
 from interlock.store.memory import MemoryStore
@@ -118,3 +119,9 @@ def a_worker_takes_its_lease_as_a_timedelta(broker: Broker) -> None:
     # worker took one at run time, but a checker refused it (typed a float only).
     Worker(broker, {}, lease=timedelta(minutes=5))
     Worker(broker, {}, lease=300)
+
+
+async def an_openai_agents_run_starts_on_input_items(runs: OpenAIAgentsRuns) -> None:
+    # As `Runner.run` takes them: a prompt, or a conversation so far (typed a str only before).
+    assert_type(await runs.start("ship it"), Run)
+    assert_type(await runs.start([{"role": "user", "content": "we ship to eu-west"}]), Run)

@@ -321,13 +321,14 @@ class OpenAIAgentsRuns:
 
     async def start(
         self,
-        input: str,
+        input: str | list[TResponseInputItem],
         *,
         run_id: str | None = None,
         session: str | None = None,
         max_duration: float | timedelta | None = None,
     ) -> Run:
-        """Start a run of the agent on `input` and go on until it completes or parks.
+        """Start a run of the agent on `input` (a prompt, or input items as `Runner.run`
+        takes them: a conversation so far) and go on until it completes or parks.
 
         With `run_id`, a run already started under that id is returned as it is."""
         run = await self.broker.start_run(self.name, session=session, run_id=run_id, max_duration=max_duration)
