@@ -61,6 +61,11 @@ class Outage:
         """What failed, as the log names it ("expiring overdue requests")."""
         self._since: float | None = None
 
+    @property
+    def ongoing(self) -> bool:
+        """Whether the loop has failed since it last worked."""
+        return self._since is not None
+
     def failed(self, why: object, then: str) -> None:
         """Log a failure: `why` it failed, and what the loop does `then` ("trying again in 1 s")."""
         if self._since is None:

@@ -98,28 +98,41 @@ async def test_the_remote_brokers_wait_outlives_the_outage_and_a_write_raises_it
         assert [r.levelno for r in outage].count(logging.WARNING) == 1  # one warning, however many polls
 
 
-async def test_an_event_stream_outlives_the_outage_and_sends_every_event_once(pg_url: str) -> None:
+async def test_an_event_stream_outlives_the_outage_and_sends_every_event_once(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """And each outage is one warning as it begins and one line as it ends, for the stream's
+    replay and for the hub that follows the log (which sees the store back before anything
+    new is appended), however many times they try meanwhile."""
     async with serve_in_process(pg_url, auth=False) as server, server.client("/api/v1") as api:
         first = (await api.post("/requests", json=TEXT)).json()
         seen: list[str] = []
-        with anyio.fail_after(BOUND):
+        with anyio.fail_after(BOUND), caplog.at_level(logging.DEBUG, logger="interlock.server"):
             await refuse_connections(pg_url)
             try:
-                with logged("interlock.server", "a stream could not read the store") as stalled:
+                with logged("interlock.server", "a stream reading the store failed") as stalled:
                     # Opened while the database is away: its replay from event 0 waits for it.
                     async with aconnect_sse(api, "GET", "/events/stream", headers={"Last-Event-ID": "0"}) as source:
                         assert source.response.status_code == 200
                         events = source.aiter_sse()
-                        await stalled.wait()
+                        for _ in range(2):  # failed, tried again and failed again
+                            stalled.clear()
+                            await stalled.wait()
                         await allow_connections(pg_url)
                         while not seen:
                             sse = await anext(events)
                             if sse.event in ("created", "dropped"):
                                 seen.append(sse.id or sse.event)
                         # Away again while the stream follows live events: the hub waits for it.
-                        with logged("interlock.server", "following the event log failed") as hub_stalled:
+                        with (
+                            logged("interlock.server", "following the event log failed") as hub_stalled,
+                            logged("interlock.server", "following the event log works again") as hub_back,
+                        ):
                             async with refusing_connections(pg_url):
-                                await hub_stalled.wait()
+                                for _ in range(2):
+                                    hub_stalled.clear()
+                                    await hub_stalled.wait()
+                            await hub_back.wait()  # with nothing appended since
                         second = (await api.post("/requests", json=TEXT)).json()
                         while len(seen) < 2:
                             sse = await anext(events)
@@ -130,6 +143,11 @@ async def test_an_event_stream_outlives_the_outage_and_sends_every_event_once(pg
         stored = (await api.get("/events")).json()["events"]
         assert [e["request_id"] for e in stored] == [first["id"], second["id"]]
         assert seen == [str(e["id"]) for e in stored]  # each once, in order, none dropped
+    for what in ("a stream reading the store", "following the event log"):
+        failed = [r.levelno for r in caplog.records if r.getMessage().startswith(f"{what} failed")]
+        assert failed.count(logging.WARNING) == 1 and len(failed) >= 2, (what, failed)
+        back = [r.levelno for r in caplog.records if r.getMessage().startswith(f"{what} works again")]
+        assert back == [logging.INFO], (what, back)
 
 
 async def test_each_background_loop_logs_an_outage_once_as_it_begins_and_once_as_it_ends(

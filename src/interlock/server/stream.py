@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 from sse_starlette import ServerSentEvent
 
-from .._backoff import Backoff
+from .._backoff import Backoff, Outage
 from ..broker import Broker
 from ..errors import Unavailable
 from ..model import Event
@@ -66,14 +66,18 @@ async def patiently(read: Callable[[], Awaitable[T]], what: str) -> T:
     for a stream's own reads after its 200 went out, while its client stays connected (a
     client that hangs up cancels it). `what` names the read in the log."""
     backoff: Backoff | None = None
+    outage = Outage(log, f"{what} reading the store")
     while True:
         try:
-            return await read()
+            read_now = await read()
         except Unavailable as exc:
             backoff = backoff or Backoff(STORE_RETRY_FIRST, STORE_RETRY_CAP)
             delay = backoff.next_after(exc.retry_after)
-            log.warning("%s could not read the store (%s); trying again in %g s", what, exc, delay)
+            outage.failed(exc, f"trying again in {delay:g} s")
             await asyncio.sleep(delay)
+        else:
+            outage.ended()
+            return read_now
 
 
 class Subscriber:
@@ -213,18 +217,18 @@ class Hub:
 
     async def _run(self, after: int) -> None:
         backoff = Backoff(STORE_RETRY_FIRST, STORE_RETRY_CAP)
+        outage = Outage(log, "following the event log")
         failed_at: int | None = None  # the event after which the last failure came
         while True:
             try:
+                if outage.ongoing:
+                    # Read what is there once, without following: when that works the store
+                    # is back, whether or not anything was appended meanwhile.
+                    async for event in self.broker.events(after=after):
+                        after = self._pass_on(event)
+                    outage.ended()
                 async for event in self.broker.events(after=after, follow=True):
-                    after = event.id
-                    if event.type in ACCESS_EVENTS:
-                        self.end_streams(event.type, event.data)
-                    for hook in self.on_event:
-                        hook(event)
-                    decided: dict[Hashable, bool] = {}
-                    for sub in list(self.subscribers):
-                        sub.offer(event, decided)
+                    after = self._pass_on(event)
                 return  # the broker was closed
             except asyncio.CancelledError:
                 raise
@@ -234,13 +238,22 @@ class Hub:
                 failed_at = after
                 if isinstance(exc, Unavailable):  # the store is away for now: no bug to trace
                     delay = backoff.next_after(exc.retry_after)
-                    log.warning(
-                        "following the event log failed (%s); resuming after event %s in %g s", exc, after, delay
-                    )
+                    outage.failed(exc, f"resuming after event {after} in {delay:g} s")
                 else:
                     delay = backoff.next()
                     log.exception("following the event log failed; resuming after event %s in %g s", after, delay)
                 await asyncio.sleep(delay)
+
+    def _pass_on(self, event: Event) -> int:
+        """Hand one event of the log to the hooks and the subscribers; its id."""
+        if event.type in ACCESS_EVENTS:
+            self.end_streams(event.type, event.data)
+        for hook in self.on_event:
+            hook(event)
+        decided: dict[Hashable, bool] = {}
+        for sub in list(self.subscribers):
+            sub.offer(event, decided)
+        return event.id
 
     def subscribe(
         self, accept: Callable[[Event], bool], holder: Holder | None = None, audience: Hashable | None = None
@@ -315,6 +328,7 @@ class Hub:
             seen = 0
             checked = lost is None
             backoff: Backoff | None = None  # made at the first failure only
+            outage = Outage(log, "a stream reading the store")
             while sub.dropped is None:
                 try:
                     if not checked:
@@ -331,11 +345,12 @@ class Hub:
                             seen = event.id
                             if accept(event):
                                 yield event
+                    outage.ended()
                     break
                 except Unavailable as exc:
                     backoff = backoff or Backoff(STORE_RETRY_FIRST, STORE_RETRY_CAP)
                     delay = backoff.next_after(exc.retry_after)
-                    log.warning("a stream could not read the store (%s); trying again in %g s", exc, delay)
+                    outage.failed(exc, f"trying again in {delay:g} s")
                     await sub.pause(delay)
             while (live := await sub.next()) is not None:
                 if live.id > seen:
