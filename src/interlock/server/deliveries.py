@@ -18,7 +18,7 @@ from ..channels import Channel, ChannelContext, ChannelError, open_channels, rou
 from ..channels.delivery import DeliveryLoop
 from ..channels.links import AnswerLinks
 from ..cursors import CURSOR, issued, taken
-from ..errors import InvalidRequest, NotFound
+from ..errors import InvalidRequest, NotFound, Unavailable
 from ..outbox import Delivery, delivery_to_dict
 from ..principals import TEAM_LEFT, Principal, can_read
 from ..routing import Routing, RoutingError, masked, routing_from_dict
@@ -109,9 +109,17 @@ def install_access(state: AppState) -> None:
     async def changed(before: Routing, after: Routing) -> None:
         try:
             left = await routing_left(state.broker, before.teams, after.teams)
-        except Exception:  # the store is away: anyone the routing no longer lists counts as gone
-            log.exception("who a routing change took out of its teams could not be looked up")
+        except Exception as exc:  # anyone the routing no longer lists counts as gone, to be safe
             left = routing_dropped(before.teams, after.teams)
+            if isinstance(exc, Unavailable):  # the store is away for now: no bug to trace
+                log.warning(
+                    "who a routing change took out of its teams could not be looked up (%s); the streams of "
+                    "everyone it no longer lists end (%s), and they reconnect to what they may see now",
+                    exc,
+                    ", ".join(f"{team}: {', '.join(sorted(names))}" for team, names in sorted(left.items())),
+                )
+            else:
+                log.exception("who a routing change took out of its teams could not be looked up")
         for team, names in sorted(left.items()):
             state.hub.end_streams(TEAM_LEFT, {"team": team, "principals": sorted(names)})
 
