@@ -71,13 +71,20 @@ def one_run(browser: object, keep: bool) -> dict[str, float]:
         )
         step("install")
         port = free_port()
+        # In a terminal, as a newcomer runs it (`script` gives it one): the sign-in link is
+        # printed only there.
         serving = subprocess.Popen(
-            [".venv/bin/interlock", "serve", "--port", str(port)], cwd=clone, env=env, stderr=subprocess.PIPE, text=True
+            ["script", "--quiet", "--return", "--command", f".venv/bin/interlock serve --port {port}", "/dev/null"],
+            cwd=clone,
+            env={**env, "NO_COLOR": "1"},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
         )
-        assert serving.stderr is not None
+        assert serving.stdout is not None
         link = ""
         while not link:
-            line = serving.stderr.readline()
+            line = serving.stdout.readline()
             if not line:
                 raise RuntimeError("interlock serve ended without printing a sign-in link")
             found = re.search(r"(http://\S+/signin/link\?code=\S+)", line)

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import pty
+import queue
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -140,3 +145,55 @@ async def _until_healthy(served: Served) -> None:
                 except httpx.TransportError:
                     pass
                 await anyio.sleep(0.02)  # the store is still opening: poll again (bounded above)
+
+
+SIGNIN_LINK = re.compile(r"(http://\S+/signin/link\?code=\S+)")
+"""A one-time sign-in link, as `interlock serve` prints it to a terminal (group 1)."""
+_COLOUR = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # a terminal's colours and styles
+
+
+@contextlib.contextmanager
+def on_a_terminal(
+    command: Sequence[str], *, cwd: Path | str, env: Mapping[str, str], bound: float = START_BOUND
+) -> Iterator[tuple[subprocess.Popen[bytes], Callable[[], str]]]:
+    """`command` with its stderr on a pseudo-terminal, as a person runs it in a shell: the
+    process, and a function that gives the next line it printed there, its colours taken
+    out ('' once it has ended), waiting at most `bound` seconds. What it prints is read as
+    it comes (a terminal nobody reads would stall it); it is killed on leaving."""
+    main, side = pty.openpty()
+    proc = subprocess.Popen(command, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stderr=side)
+    os.close(side)
+    printed: queue.Queue[str] = queue.Queue()
+    terminal = open(main, "rb", buffering=0)  # noqa: SIM115 (closed below, once its reader is done)
+
+    def read() -> None:
+        for line in _terminal_lines(terminal):
+            printed.put(line)
+        printed.put("")
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        yield proc, lambda: printed.get(timeout=bound)
+    finally:
+        proc.kill()
+        proc.wait(STOP_BOUND)
+        reader.join(STOP_BOUND)  # the terminal reads as ended once the process has
+        terminal.close()
+
+
+def _terminal_lines(terminal: Any) -> Iterator[str]:
+    buffered = b""
+    while True:
+        try:
+            chunk = terminal.read(4096)
+        except OSError:  # EIO: the process has ended and nothing holds the terminal open
+            chunk = b""
+        if not chunk:
+            if buffered:
+                yield _COLOUR.sub("", buffered.decode(errors="replace"))
+            return
+        buffered += chunk
+        *whole, buffered = buffered.split(b"\n")
+        for line in whole:
+            yield _COLOUR.sub("", line.decode(errors="replace")).rstrip("\r") + "\n"

@@ -993,8 +993,10 @@ def serve(
         """Once the store is open: the routing in use (the file's, or the one kept in the
         store when the file has not changed since it was taken) and, with auth, a one-time
         sign-in link for the person at this machine (made a human here if new), as
-        notebook servers print theirs. Its banner comes first: a start refused before
-        (the store, the secret key, the routing) says only why."""
+        notebook servers print theirs, when stderr is a terminal: a service manager or a
+        container keeps what a server prints in a log, where a link to sign in must not
+        be. Its banner comes first: a start refused before (the store, the secret key, the
+        routing) says only why."""
         err.print(
             f"interlock {__version__} serving {where} on {redact_url(db or 'sqlite:///interlock.db')}", markup=False
         )
@@ -1022,6 +1024,13 @@ def serve(
         if no_auth:
             err.print(f"open {where}/ in your browser", markup=False)
             return
+        if not sys.stderr.isatty():
+            err.print(
+                f"sign in at {where}/ with a person's token (`interlock token create NAME --human`); a one-time "
+                "sign-in link is printed only to a terminal, since this output may be kept in a log",
+                markup=False,
+            )
+            return
         person = local_person()
         found = await broker.get_principal(person)
         if found is None:
@@ -1031,7 +1040,7 @@ def serve(
             return
         link = await mint_signin_link(broker, person, where)
         err.print(f"sign in as {person} (the link works once, for a day):", markup=False)
-        err.print(f"    {link}", markup=False, soft_wrap=True)
+        err.print(f"    {link}", markup=False, highlight=False, soft_wrap=True)  # plain: one piece to copy
 
     try:
         app = create_app(

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from cli_support import invoke
-from serve_support import SERVING
+from serve_support import SERVING, SIGNIN_LINK, on_a_terminal
 
 INTERLOCK = [sys.executable, "-m", "interlock"]
 CLASS_NAME = re.compile(r"\b[A-Z][a-z]+(Error|Exception)\b|Traceback")
@@ -218,15 +218,39 @@ def test_a_form_given_as_fields_names_json_and_a_settled_request_says_by_whom(tm
 
 
 @pytest.mark.slow
-def test_serve_prints_a_signin_link_that_opens_a_session(served: Served) -> None:
-    url, proc = served.url, served.proc
-    assert proc.stderr is not None
-    link = ""
-    while not link:  # the banner comes before the server answers /healthz
-        line = proc.stderr.readline()
-        assert line, "serve printed no sign-in link"
-        found = re.search(r"(http://\S+/signin/link\?code=\S+)", line)
-        link = found.group(1) if found else ""
+def test_serve_prints_no_signin_link_where_its_output_may_be_kept_in_a_log(served: Served) -> None:
+    """Under a service manager or in a container, stderr is a pipe to a log that others may
+    read: no link that signs someone in goes there, only how to sign in."""
+    assert served.proc.stderr is not None
+    said = []
+    while not said or "sign in" not in said[-1]:  # after the banner, before /healthz answers
+        said.append(served.proc.stderr.readline())
+        assert said[-1], "serve said nothing about signing in"
+    assert not SIGNIN_LINK.search("".join(said))
+    assert one_line(said[-1]) == (
+        f"sign in at {served.url}/ with a person's token (`interlock token create NAME --human`); a one-time "
+        "sign-in link is printed only to a terminal, since this output may be kept in a log"
+    )
+
+
+@pytest.mark.slow
+def test_serve_on_a_terminal_prints_a_signin_link_that_opens_a_session(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_URL", "INTERLOCK_TOKEN")}
+    with on_a_terminal([*INTERLOCK, "serve", "--port", "0"], cwd=tmp_path, env=env) as (_, next_line):
+        url = link = ""
+        while not link:  # the banner comes before the server answers /healthz
+            line = next_line()
+            assert line, "serve printed no sign-in link"
+            if found := SERVING.search(line):
+                url = found.group(1)
+            link = found.group(1) if (found := SIGNIN_LINK.search(line)) else ""
+        assert link.startswith(f"{url}/signin/link?code=")
+        until_healthy(url)
+        signed_in_once(url, link)
+
+
+def signed_in_once(url: str, link: str) -> None:
+    """The link shows a page to sign in, signs in once, and is spent after."""
     with httpx.Client(base_url=url) as client:
         shown = client.get(link)
         assert shown.status_code == 200 and "one-time link" in shown.text
