@@ -520,8 +520,10 @@ def claim(
 def how_to_answer(request: Request, options: str = "") -> list[str]:
     """The commands that answer a pending request, one line each, as `show` prints them.
     `options` (` --db URL --by NAME`, from `_store_named` and `_approver_named`) end each
-    command, so that a line pasted as it is answers the request where it was read."""
-    command = f"interlock answer {request.id}"
+    command, so that a line pasted as it is answers the request where it was read. What
+    the agent chose (the ask ids, the arguments of a call) is quoted for the shell: pasted,
+    it is the command's words, never a command of its own."""
+    command = f"interlock answer {shlex.quote(request.id)}"
     decision = decision_ask(request)
     if decision is not None:
         lines = [
@@ -531,11 +533,11 @@ def how_to_answer(request: Request, options: str = "") -> list[str]:
         current = request.origin.arguments if isinstance(request.origin.arguments, Mapping) else {}
         for ask in request.asks[1:]:
             example = json.dumps({decision.id: True, ask.id: dict(current)}, ensure_ascii=False)
-            lines.append(f"edit {ask.id} and approve: {command} --json '{example}'{options}")
+            lines.append(f"edit {ask.id} and approve: {command} --json {shlex.quote(example)}{options}")
         return lines
     if len(request.asks) == 1:
         return [f"answer with: {command} VALUE{options}   (VALUE: {request.asks[0].how_to_answer()})"]
-    pairs = " ".join(f"{a.id}=VALUE" for a in request.asks)
+    pairs = " ".join(f"{shlex.quote(a.id)}=VALUE" for a in request.asks)
     lines = [f"answer each ask as ASK=VALUE: {command} {pairs}{options}"]
     lines.extend(f"  {ask.id}: {ask.how_to_answer()}{'' if ask.required else ' (optional)'}" for ask in request.asks)
     return lines
@@ -559,7 +561,7 @@ async def _approver_named(broker: Broker, request: Request) -> str:
         return ""
     members = await broker.team_members(request.to)
     if members is None:
-        return f" --by {request.to}"
+        return f" --by {shlex.quote(request.to)}"
     return "" if local_person() in members else " --by MEMBER"
 
 
