@@ -62,7 +62,9 @@ from .errors import (
     InterlockError,
     InvalidAnswer,
     InvalidRequest,
+    NewerDatabase,
     NotFound,
+    RateLimited,
     Rejected,
     RunConflict,
     Unavailable,
@@ -212,8 +214,12 @@ def _run(
 
     try:
         return asyncio.run(main())
-    except (InvalidRequest, InvalidAnswer) as exc:
+    except (InvalidRequest, InvalidAnswer, RunConflict, NewerDatabase) as exc:
         raise _fail(str(exc)) from None
+    except AlreadySettled as exc:  # (the commands that expect it say by whom and when)
+        raise _fail(str(exc), DECLINED) from None
+    except RateLimited as exc:  # a quota of the caller's, used up for now
+        raise _fail(f"refused for now: {exc}") from None
     except NotFound as exc:
         if isinstance(exc, FollowupNotFound) or _remote(db):  # (a server's own answer names no store)
             raise _fail(str(exc), DECLINED) from None
@@ -497,14 +503,19 @@ def claim(
     """Claim a pending request to one of your teams, so the other members see it is
     yours (or give the claim up with --release). Anyone in the team may still answer."""
 
-    async def work(broker: Broker) -> tuple[Claim | None, str]:
+    async def work(broker: Broker) -> tuple[Claim | Request | None, str]:
         # Through a server, the claim is the token's principal's.
         me = str((await broker.whoami())["name"]) if isinstance(broker, RemoteBroker) else by or local_person()
-        if release:
-            return await broker.unclaim(request_id, by=me), me
-        return await broker.claim(request_id, by=me), me
+        try:
+            if release:
+                return await broker.unclaim(request_id, by=me), me
+            return await broker.claim(request_id, by=me), me
+        except AlreadySettled:  # nothing left to claim: say how it settled, as `answer` does
+            return await broker.get(request_id), me
 
     held, me = _run(db, work, token, by=by)
+    if isinstance(held, Request):
+        raise _fail(f"request {request_id} {settled_already(held)}", DECLINED)
     if release:
         if held is None:
             raise _fail(f"you hold no claim on {request_id}", DECLINED)

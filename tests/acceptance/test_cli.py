@@ -11,6 +11,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,9 @@ import pytest
 
 import interlock
 from cli_support import invoke
-from interlock import Broker, Request
+from interlock import Broker, Confirm, Request
 from interlock.agent import ApprovalGate, ToolCall
+from interlock.server.quotas import Quota
 
 pytestmark = pytest.mark.anyio
 
@@ -161,6 +163,19 @@ def test_an_expiry_exits_two(db: str) -> None:
     result = run("ask", "Deploy?", "--confirm", "--timeout", "100ms", db=db)
     assert result.returncode == 2
     assert json.loads(result.stdout) == {"status": "expired"}
+
+
+async def test_an_ask_over_its_quota_says_so_in_one_line_and_exits_four_not_one(
+    db: str, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    """1 would read as "the person said no" to a script."""
+    with serve(db, auth=False, rate_limit=Quota(0.01, 1)) as url:
+        async with interlock.connect(url) as broker:
+            await broker.create_detached(Confirm("Deploy?"))  # the quota's one request
+        refused = invoke("ask", "Deploy again?", "--confirm", "--server", url)
+    assert refused.returncode == 4 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.stderr.startswith("error: refused for now: ") and "try again in " in refused.stderr
+    assert len(refused.stderr.splitlines()) == 1
 
 
 def test_usage_errors_exit_four_and_store_nothing(db: str, tmp_path: Path) -> None:

@@ -70,6 +70,18 @@ async def test_a_member_claims_from_the_command_line_and_the_others_see_it_in_th
     assert run("claim", request.id, "--by", "bob", db=db).returncode == 0
 
 
+async def test_claiming_a_request_settled_already_says_how_it_settled_in_one_line(db: str) -> None:
+    assert run("team", "add", "ops", "alice", "bob", db=db).returncode == 0
+    async with interlock.connect(db) as broker:
+        request = await broker.create(Confirm("Fail over?"), to="ops", requester="bot")
+        await broker.resolve(request.id, True, by="bob")
+    for args in (("claim", request.id), ("claim", request.id, "--release")):
+        late = run(*args, "--by", "alice", db=db)
+        assert late.returncode == 1 and "Traceback" not in late.stderr, late.stderr
+        assert late.stderr.startswith(f"error: request {request.id} was already answered by bob at ")
+        assert len(late.stderr.splitlines()) == 1
+
+
 async def test_show_puts_the_person_s_first_look_on_the_timeline(db: str) -> None:
     async with interlock.connect(db) as broker:
         request = await broker.create(Confirm("Purge the queue?"), to="alice", requester="bot")
