@@ -555,13 +555,14 @@ def how_to_answer(request: Request, options: str = "") -> list[str]:
 
 
 def _store_named(ctx: typer.Context, db: str | None) -> str:
-    """` --db URL` when this command read a local store named on its own command line
-    (not the default, nor INTERLOCK_URL, which the next command reads as well): the
-    commands it prints name that store too, or they would look in interlock.db."""
+    """` --db URL` (` --server URL`) when this command read a store (a server) named on its
+    own command line (not the default, nor INTERLOCK_URL, which the next command reads as
+    well): the commands it prints name it too, or they would look in interlock.db. A
+    server's token is left out: the next command takes it as this one did."""
     source = ctx.get_parameter_source("db")  # (click's ParameterSource, or typer's own copy of it)
-    if db is None or _remote(db) or getattr(source, "name", None) != "COMMANDLINE":
+    if db is None or getattr(source, "name", None) != "COMMANDLINE":
         return ""
-    return f" --db {shlex.quote(redact_url(db))}"
+    return f" {'--server' if _remote(db) else '--db'} {shlex.quote(redact_url(db))}"
 
 
 async def _approver_named(broker: Broker, request: Request) -> str:

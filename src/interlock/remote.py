@@ -56,6 +56,7 @@ from .approval_policies import ApprovalPolicy, policy_from_wire, policy_to_dict
 from .approvals import is_marked
 from .broker import (
     DEFAULT_LEASE,
+    MADE_KEPT,
     MAX_EVENT_ID,
     Broker,
     CreateFields,
@@ -116,6 +117,10 @@ UNAVAILABLE_CAP = 10.0
 """The longest pause of a wait between two polls of a server that is unavailable (a
 `Retry-After` that asks for longer is cut to this): a wait goes on within this long of the
 server coming back."""
+EXPIRY_GRACE = 2.0
+"""Seconds past a request's `expires_at` that a wait on it without a timeout of its own
+goes on through an outage: by then the server has expired it, unless it was answered
+before; which, nobody here can tell while the server is away, so the outage is raised."""
 TIMEOUTS_KEPT = 10_000
 """The most timeouts a broker remembers for the requests it prepared and has not sent
 yet (a request is sent again, with its timeout, while its create's outcome is unknown)."""
@@ -170,6 +175,9 @@ class RemoteBroker(Broker):
         self._away_since: float | None = None  # when the server became unreachable, on the loop's clock
         # The timeouts given to `prepare`, by request id, with the instant given beside one.
         self._timeouts: dict[str, tuple[float, datetime | None]] = {}
+        # When each pending request this broker made expires, if it does: what bounds a wait
+        # on it without a timeout through an outage (`wait`); the newest `MADE_KEPT`.
+        self._expiries: dict[str, datetime] = {}
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -321,6 +329,11 @@ class RemoteBroker(Broker):
             raise _error(response, "")
         stored = request_from_dict(response.json())
         self._timeouts.pop(request.id, None)  # sent: the server has it now
+        if stored.expires_at is not None and stored.status is Status.PENDING:
+            expiries = self._expiries
+            expiries[stored.id] = stored.expires_at
+            if len(expiries) > MADE_KEPT:
+                del expiries[next(iter(expiries))]
         created = response.status_code == 201
         if created and stored.status is Status.PENDING:
             self._note_made(stored)
@@ -355,18 +368,32 @@ class RemoteBroker(Broker):
         return request_from_dict(response.json())
 
     async def wait(self, request_id: str, timeout: float | None = None) -> Response:
+        """As `Broker.wait`; through an outage of the server, a wait with a timeout goes on
+        until it, and one without until the request's expiry (`EXPIRY_GRACE` past it), for
+        a request this broker made that expires: past that the outage is raised, rather than
+        a wait held past the time the asker gave."""
         loop = asyncio.get_running_loop()
         seconds = _wait_seconds(timeout)
         deadline = None if seconds is None else loop.time() + seconds
+        gave_up = _NOT_EXPIRED
+        expires = self._expiries.get(request_id)
+        if deadline is None and expires is not None:
+            left = (expires - datetime.now(UTC)).total_seconds()
+            deadline = loop.time() + max(left, 0.0) + EXPIRY_GRACE
+            gave_up = (
+                f"the server expires it at {expires.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC unless it was answered "
+                "before: get it there once the server is back to know which"
+            )
         me = asyncio.current_task()
         assert me is not None
         self._waiting.add(me)
         self._waits[request_id] = self._waits.get(request_id, 0) + 1
         try:
             while True:
-                request = await self._poll_through_outages(request_id, deadline, _NOT_EXPIRED)
+                request = await self._poll_through_outages(request_id, deadline, gave_up)
                 if request is not None:
                     self._made.pop(request_id, None)
+                    self._expiries.pop(request_id, None)
                     return _outcome(request)
                 if deadline is not None and loop.time() >= deadline:
                     await self.expire(request_id)  # the waiter's time ran out: so does the request's

@@ -97,7 +97,7 @@ async def test_run_show_says_how_to_answer_a_gate_approval_exactly_as_show_does(
     shown = cli("show", request.id, "--server", url, "--token", alice, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     expected = how_to_lines(shown.stderr)
-    assert f"approve: interlock answer {request.id} yes" in expected
+    assert f"approve: interlock answer {request.id} yes --server {url}" in expected  # the server it was given
     assert any(line.startswith("edit arguments and approve:") for line in expected)
 
     run = cli("run", "show", "scaler:run-gated", "--server", url, "--token", alice, cwd=tmp_path)

@@ -20,7 +20,7 @@ import pytest
 import interlock
 from interlock import Confirm, Run, RunStatus, Status, Text, Worker
 from log_support import logged
-from serve_support import Served, serve
+from serve_support import INTERLOCK, Served, serve
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 BOUND = 120  # seconds: two server starts on a busy machine, and the rest
@@ -149,6 +149,46 @@ async def test_a_remote_wait_whose_timeout_passes_while_the_server_is_away_raise
     assert "the request stays pending there" in message
     async with interlock.connect(store(tmp_path)) as local:  # the file itself: not expired, as it says
         assert (await local.get(request.id)).status is Status.PENDING
+
+
+async def test_a_wait_without_a_timeout_on_a_request_that_expires_is_not_held_past_its_expiry_by_an_outage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The request's own expiry bounds it: past it, the server has expired the request
+    unless it was answered before, and the outage is raised saying so."""
+    seen = Seen()
+    with anyio.fail_after(BOUND):
+        async with serving(tmp_path) as served, interlock.connect(served.url, transport=seen) as broker:
+            request = await broker.create(Text("Name?"), to="alice", timeout=2)
+            assert request.expires_at is not None
+            with tries(caplog, f"waiting on {request.id}") as (away, _):
+                waiting = asyncio.ensure_future(broker.wait(request.id))
+                await seen.sent(f"GET /{request.id}/wait")
+                await stop(served, kill=True)
+                await away.wait()
+                with pytest.raises(ConnectionError) as caught:
+                    await waiting
+    message = str(caught.value)
+    assert f"gave up waiting on {request.id} when its time ran out" in message, message
+    assert f"the server expires it at {request.expires_at:%Y-%m-%d %H:%M:%S} UTC unless it was answered" in message
+
+
+async def test_interlock_ask_with_a_timeout_ends_saying_why_when_the_server_stays_away_past_it(tmp_path: Path) -> None:
+    """Not held forever: exit 4 (a connection error) once its time is up, as a script
+    running `interlock ask --timeout` expects."""
+    with anyio.fail_after(BOUND):
+        async with serving(tmp_path) as served:
+            asking = await asyncio.create_subprocess_exec(
+                *INTERLOCK, "ask", "Name?", "--timeout", "2s", "--server", served.url,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            assert asking.stderr is not None
+            while b"Waiting for an answer" not in (line := await asking.stderr.readline()):
+                assert line, "interlock ask ended before it waited"
+            await stop(served, kill=True)
+            _, err = await asking.communicate()
+    assert asking.returncode == 4, err.decode()
+    assert "gave up waiting on" in err.decode() and "when its time ran out" in err.decode()
 
 
 async def test_a_worker_over_a_remote_broker_keeps_claiming_across_a_server_restart(
