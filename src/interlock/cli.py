@@ -124,6 +124,8 @@ app = typer.Typer(
 )
 err = Console(stderr=True, soft_wrap=True)  # one line each, however narrow: an operator greps a log for it
 
+LogLevel = Literal["debug", "info", "warning", "error"]
+
 DbOption = Annotated[
     str | None,
     typer.Option(
@@ -971,6 +973,16 @@ def serve(
             default="5s",
         ),
     ] = 5.0,
+    log_level: Annotated[
+        LogLevel,
+        typer.Option(
+            "--log-level",
+            case_sensitive=False,
+            help="What interlock itself logs to stderr: info (the default) adds to the warnings the lines that say "
+            "an outage ended and what changed without a call (a routing taken from the store, a claim given back); "
+            "debug, each retry meanwhile.",
+        ),
+    ] = "info",
 ) -> None:
     """Run the HTTP API, the live event stream and the web inbox."""
     try:
@@ -1082,8 +1094,8 @@ def serve(
     from_file = app.state.interlock.delivery.routing if routing is not None else None  # the lifespan may replace it
     config = uvicorn.Config(
         _quiet_refusal(app),
-        log_level="warning",
-        log_config=_redacted_logging(LOGGING_CONFIG),
+        log_level="warning",  # uvicorn's own: its start-up lines and access log stay out
+        log_config=_redacted_logging(LOGGING_CONFIG, log_level.upper()),
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or None,
         # Long polls and streams end; their clients come back. (Typed int, used as
@@ -1178,14 +1190,14 @@ def _login() -> str | None:
         return None
 
 
-def _redacted_logging(base: dict[str, Any]) -> dict[str, Any]:
+def _redacted_logging(base: dict[str, Any], level: str = "INFO") -> dict[str, Any]:
     """uvicorn's logging set-up with every handler redacting credentials, and interlock's
-    own records going to the same place as uvicorn's errors."""
+    own records, from `level` up, going to the same place as uvicorn's errors."""
     config = copy.deepcopy(base)
     config.setdefault("filters", {})["redact"] = {"()": RedactingFilter}
     for handler in config.get("handlers", {}).values():
         handler["filters"] = [*handler.get("filters", []), "redact"]
-    config.setdefault("loggers", {})["interlock"] = {"handlers": ["default"], "level": "WARNING", "propagate": False}
+    config.setdefault("loggers", {})["interlock"] = {"handlers": ["default"], "level": level, "propagate": False}
     return config
 
 

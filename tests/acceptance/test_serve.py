@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -18,7 +19,7 @@ import pytest
 
 import interlock
 from cli_support import invoke
-from serve_support import serve
+from serve_support import Served, serve
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 INTERLOCK = [sys.executable, "-m", "interlock"]
@@ -155,3 +156,40 @@ async def test_serve_names_the_routing_in_use_when_the_stored_one_overrides_the_
     said = "".join(second.stderr.split())
     assert "astheroutingkeptinthestoresays(channels:pager)" in said, said
     assert "channels:hook" not in said
+
+
+async def printed(served: Served, words: str) -> str:
+    """The first line `served` printed that holds `words`, once it has (bounded by the caller)."""
+    while not (lines := [line for line in served.printed if words in line]):
+        if served.proc.returncode is not None:
+            raise AssertionError(f"interlock serve ended:\n{served.stderr}")
+        await anyio.sleep(0.02)  # its stderr is read as it comes (serve_support): look again
+    return lines[0]
+
+
+async def test_serve_says_when_an_outage_of_its_store_ends_and_says_only_that_by_default(tmp_path: Path) -> None:
+    """Another process holds the SQLite file's write lock past `lock_timeout`: the expiry of
+    a request that falls due meanwhile fails, one warning; once the lock goes, one line says
+    it works again, at the default log level (`--log-level warning` leaves that line out)."""
+    path = tmp_path / "locked.db"
+    db = f"sqlite:///{path}?lock_timeout=0.2"
+    for level in ("info", "warning"):
+        with anyio.fail_after(90):
+            async with serve("--db", db, "--no-auth", "--log-level", level) as served:
+                async with interlock.connect(served.url) as broker:
+                    request = await broker.create_detached(interlock.Text("Name?"), timeout=0.5)
+                holder = sqlite3.connect(path, isolation_level=None)
+                try:
+                    holder.execute("BEGIN IMMEDIATE")  # the write lock, held
+                    failed = await printed(served, "expiring overdue requests failed")
+                    holder.execute("ROLLBACK")
+                    async with interlock.connect(served.url) as broker:
+                        with pytest.raises(interlock.Expired):
+                            await broker.wait(request.id, timeout=30)  # expired once the lock went
+                finally:
+                    holder.close()
+        # (All it printed is read by now: the server has stopped.)
+        assert failed.startswith("WARNING:") and "locked" in failed, served.stderr
+        back = [line for line in served.printed if "expiring overdue requests works again" in line]
+        assert len(back) == (0 if level == "warning" else 1), served.stderr
+        assert all(line.startswith("INFO:") for line in back)
