@@ -35,6 +35,7 @@ import signal
 import socket
 import sqlite3
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -169,6 +170,14 @@ def root(
     ] = False,
 ) -> None:
     """Ask a person, get a validated answer."""
+
+
+def _json(value: Any, *, indent: int | None = None) -> str:
+    """`value` as JSON for stdout: text as it is (a person reads "Zoë" and "日本", not
+    their escapes) where stdout takes any text, escaped where it may not (a non-UTF-8
+    locale)."""
+    encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+    return json.dumps(value, ensure_ascii=encoding != "utf8", indent=indent)
 
 
 def _fail(message: str, code: int = USAGE) -> typer.Exit:
@@ -379,8 +388,22 @@ def ask(
     except InvalidRequest as exc:
         raise _fail(str(exc)) from None
 
+    stopped_by: list[int] = []  # the signal that ended the wait, if one did
+
     async def work(broker: Broker) -> tuple[int, Any]:
         recipient = to if to is not None or not isinstance(broker, LocalBroker) else local_person()
+        # SIGTERM (a service manager, `timeout`, cron) and SIGHUP (a terminal closed) end the
+        # wait as Ctrl-C does: cancelled, the wait withdraws the request nobody waits for.
+        loop, me = asyncio.get_running_loop(), asyncio.current_task()
+        assert me is not None
+
+        def stop_waiting(signum: int) -> None:
+            stopped_by.append(signum)
+            me.cancel()
+
+        if threading.current_thread() is threading.main_thread():  # (where signals are handled)
+            for stop in (signal.SIGTERM, signal.SIGHUP):
+                loop.add_signal_handler(stop, stop_waiting, stop)
         request = await broker.create(the_ask, to=recipient, title=title, details=details, timeout=timeout)
         # The line `show` prints: the command, with the store, and what VALUE may be.
         (answer_it,) = how_to_answer(request, _store_named(ctx, db))
@@ -401,8 +424,14 @@ def ask(
         return (DECLINED if confirm and value is False else ANSWERED), value
 
     logging.getLogger("interlock").addHandler(_Warnings())
-    code, value = _run(db, work, token, make=True)
-    typer.echo(json.dumps(value))
+    try:
+        code, value = _run(db, work, token, make=True)
+    except asyncio.CancelledError:
+        if not stopped_by:
+            raise
+        err.print(f"stopped by {signal.Signals(stopped_by[0]).name}: the request is withdrawn", markup=False)
+        raise typer.Exit(128 + stopped_by[0]) from None
+    typer.echo(_json(value))
     raise typer.Exit(code)
 
 
@@ -443,7 +472,7 @@ def inbox(
     page, claims = _run(db, work, token)
     if as_json:
         for request in page.items:
-            typer.echo(json.dumps(request_to_dict(request)))
+            typer.echo(_json(request_to_dict(request)))
         return
     table = Table(box=None, header_style="bold")
     table.add_column("id", no_wrap=True, min_width=32)
@@ -476,7 +505,7 @@ def show(
         return request, _store_named(ctx, db) + await _approver_named(broker, request)
 
     request, options = _run(db, work, token)
-    typer.echo(json.dumps(request_to_dict(request), indent=2))
+    typer.echo(_json(request_to_dict(request), indent=2))
     if request.status is Status.PENDING:
         for line in how_to_answer(request, options):
             err.print(line, markup=False, soft_wrap=True)
@@ -1442,7 +1471,7 @@ def runs(
     found, next_cursor = _run(db, work, token)
     if as_json:
         for run in found:
-            typer.echo(json.dumps(run_to_dict(run, state=False)))
+            typer.echo(_json(run_to_dict(run, state=False)))
     else:
         _print_runs(found)
     if next_cursor is not None:
@@ -1502,7 +1531,7 @@ def run_show(
         return run, requests, {r.id: _store_named(ctx, db) + await _approver_named(broker, r) for r in pending}
 
     run, requests, options = _run(db, work, token)
-    typer.echo(json.dumps(run_to_dict(run, state=with_state), indent=2))
+    typer.echo(_json(run_to_dict(run, state=with_state), indent=2))
     if with_state and run.state is None and _remote(db):
         err.print("(state null: the run has none, or the server shows it only to the agent that started it)")
     if requests:
@@ -1572,7 +1601,7 @@ def run_send(
         out["resolved_interaction_id"] = sent.resolved
     if sent.followup is not None:
         out["followup_id"] = sent.followup.id
-    typer.echo(json.dumps(out))
+    typer.echo(_json(out))
     if sent.outcome == "full":
         raise _fail(f"run {run_id} holds as many messages as it may: nothing was held; send it again later", DECLINED)
 
@@ -1589,7 +1618,7 @@ def run_followups(
     held = _run(db, lambda b: b.list_followups(run_id), token)
     for followup in held:
         if as_json:
-            typer.echo(json.dumps(followup_to_dict(followup)))
+            typer.echo(_json(followup_to_dict(followup)))
         else:
             typer.echo(f"{followup.id}\t{followup.queued_at.isoformat()}\t{followup.by or ''}\t{followup.text}")
     if not held:
@@ -1708,7 +1737,7 @@ app.add_typer(grants_app, name="grants")
 def _print_grants(grants: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
         for grant in grants:
-            typer.echo(json.dumps(grant))
+            typer.echo(_json(grant))
         return
     table = Table(box=None, header_style="bold")
     for column in ("id", "can", "with", "issuer", "audience", "expires", "state"):
@@ -1756,7 +1785,7 @@ def grants_show(
             shown["token"] = await token(grant_id)
         return shown
 
-    typer.echo(json.dumps(_run(db, work, token), indent=2))
+    typer.echo(_json(_run(db, work, token), indent=2))
 
 
 @grants_app.command("check")
@@ -1772,7 +1801,7 @@ def grants_check(
     found = _run(db, lambda b: b.check_grant(audience, with_, can, issuer=issuer), token)
     if found is None:
         raise _fail(f"no live grant lets {audience} do {can} on {with_}", DECLINED)
-    typer.echo(json.dumps(issued_grant_to_dict(found)))
+    typer.echo(_json(issued_grant_to_dict(found)))
 
 
 @grants_app.command("give")
@@ -1792,7 +1821,7 @@ def grants_give(
         raise _fail("say --exp or --no-expiry, not both")
     until: int | Literal["default"] | None = None if no_expiry else DEFAULT_EXP if exp is None else exp
     grant = _run(db, lambda b: b.give_grant(to, with_, can, exp=until, by=by), token, make=True)
-    typer.echo(json.dumps(issued_grant_to_dict(grant)))
+    typer.echo(_json(issued_grant_to_dict(grant)))
 
 
 @grants_app.command("revoke")
@@ -1911,7 +1940,7 @@ def policy_set(
     if tool_server:
         data.setdefault("server", tool_server)
     stored = _run(db, lambda b: b.set_approval_policy(data), token, make=True)
-    typer.echo(json.dumps(policy_to_dict(stored), indent=2))
+    typer.echo(_json(policy_to_dict(stored), indent=2))
 
 
 @policy_app.command("show")
@@ -1923,7 +1952,7 @@ def policy_show(
 ) -> None:
     """Print AGENT's policy (for --tool-server) as JSON, without the hook's secret; exit 1 if none."""
     typer.echo(
-        json.dumps(policy_to_dict(_run(db, lambda b: b.get_approval_policy(agent, tool_server), token)), indent=2)
+        _json(policy_to_dict(_run(db, lambda b: b.get_approval_policy(agent, tool_server), token)), indent=2)
     )
 
 
@@ -1938,7 +1967,7 @@ def policy_list(
     policies = [policy_to_dict(p) for p in _run(db, lambda b: b.list_approval_policies(agent), token)]
     if as_json:
         for policy in policies:
-            typer.echo(json.dumps(policy))
+            typer.echo(_json(policy))
         return
     table = Table(box=None, header_style="bold")
     for column in ("agent", "tool server", "approval", "gated", "auto-allow", "hook", "version"):
@@ -2025,7 +2054,7 @@ def deliveries_list(
     items = _run(db, work, token)
     if as_json:
         for item in items:
-            typer.echo(json.dumps(item))
+            typer.echo(_json(item))
     else:
         _print_deliveries(items)
 
@@ -2064,7 +2093,7 @@ def routing_show(db: DbOption = None, token: TokenOption = None) -> None:
     document = _run(db, lambda b: b.routing(), token)
     if document is None:
         raise _fail("no routing is kept here yet: set one with `interlock routing set FILE`", DECLINED)
-    typer.echo(json.dumps(document, indent=2))
+    typer.echo(_json(document, indent=2))
 
 
 @routing_app.command("set")

@@ -8,6 +8,7 @@ import inspect
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -176,6 +177,49 @@ async def test_an_ask_over_its_quota_says_so_in_one_line_and_exits_four_not_one(
     assert refused.returncode == 4 and "Traceback" not in refused.stderr, refused.stderr
     assert refused.stderr.startswith("error: refused for now: ") and "try again in " in refused.stderr
     assert len(refused.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
+async def test_an_ask_stopped_by_its_service_manager_or_a_closed_terminal_withdraws_its_request(
+    db: str, stop: signal.Signals
+) -> None:
+    """As Ctrl-C does: cron, `timeout`, systemd stop with SIGTERM, a closed terminal hangs
+    up, and a request nobody waits for any more would stay in the inbox."""
+    env = {**os.environ, "INTERLOCK_URL": db}
+    asking = await asyncio.create_subprocess_exec(
+        *INTERLOCK, "ask", "Ship it?", "--confirm", "--to", "alice",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    assert asking.stderr is not None
+    with anyio.fail_after(60):
+        while b"Waiting for an answer to " not in (line := await asking.stderr.readline()):
+            assert line, "interlock ask ended before it waited"
+        request_id = line.decode().split("Waiting for an answer to ", 1)[1].split(";", 1)[0]
+        asking.send_signal(stop)
+        out, err = await asking.communicate()
+    assert asking.returncode == 128 + stop, err.decode()
+    assert f"stopped by {stop.name}: the request is withdrawn" in err.decode() and out == b""
+    async with interlock.connect(db) as broker:
+        withdrawn = await broker.get(request_id)
+    assert withdrawn.status is interlock.Status.CANCELLED
+
+
+def test_json_on_stdout_keeps_the_text_people_read_and_escapes_it_only_where_stdout_cannot_take_it(db: str) -> None:
+    async def make() -> Request:
+        async with interlock.connect(db) as broker:
+            return await broker.create_detached(interlock.Text("Zoë, 日本へ?"), title="Zoë")
+
+    request = asyncio.run(make())
+    shown = run("show", request.id, db=db)
+    assert shown.returncode == 0 and '"prompt": "Zoë, 日本へ?"' in shown.stdout
+    latin = subprocess.run(
+        [*INTERLOCK, "show", request.id],
+        env={**os.environ, "INTERLOCK_URL": db, "PYTHONIOENCODING": "latin-1"},
+        capture_output=True,
+        timeout=60,
+    )
+    assert latin.returncode == 0, latin.stderr
+    assert json.loads(latin.stdout)["asks"][0]["prompt"] == "Zoë, 日本へ?"  # escaped: \u65e5...
 
 
 def test_usage_errors_exit_four_and_store_nothing(db: str, tmp_path: Path) -> None:
