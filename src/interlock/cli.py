@@ -363,7 +363,8 @@ def ask(
     token: TokenOption = None,
 ) -> None:
     """Ask a person and wait for the answer; print it as JSON. Exit codes: 0 answered
-    (approved), 1 declined or rejected, 2 expired, 3 cancelled, 4 usage or connection error."""
+    (approved), 1 declined or rejected, 2 expired, 3 cancelled, 4 usage or connection error;
+    130, 143 or 129 when Ctrl-C, SIGTERM or SIGHUP ended the wait (the request withdrawn)."""
     kinds = sum([confirm, bool(choice), text or multiline, form is not None])
     if kinds > 1:
         raise _fail("choose one of --confirm, --choice, --text/--multiline, --form")
