@@ -262,9 +262,22 @@ class Worker:
         outcome: Any = None
         try:
             requests = {request_id: await self.broker.get(request_id) for request_id in run.waiting_on}
+            # A task of its own, which a renewal that finds the run no longer this worker's
+            # (cancelled, or taken over once the lease ran out) cancels: what it does next is
+            # no longer the run's. (Cancelling this worker's task cancels it too.)
+            handling = renewing.handling = asyncio.ensure_future(handler(run, requests))
             try:
-                outcome = await handler(run, requests)
+                outcome = await handling
             except asyncio.CancelledError:
+                me = asyncio.current_task()
+                if renewing.lost and me is not None and not me.cancelling():
+                    log.warning(
+                        "worker %s stopped resuming run %s of agent %s: the run was cancelled or taken over",
+                        self.name,
+                        run.id,
+                        run.agent,
+                    )
+                    return await self.broker.get_run(run.id)
                 raise
             except (Unavailable, RateLimited) as exc:  # "not now": what it needs is missing here, or away
                 failure, outcome = self._not_now(run, requests, exc)
@@ -400,6 +413,9 @@ class _Renewal:
         self.loop = asyncio.get_running_loop()
         self.task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = self.loop.call_later(worker.lease / 3, self._due)
+        self.handling: asyncio.Future[Any] | None = None
+        """The handler at work, cancelled once the run is found no longer this worker's."""
+        self.lost = False
 
     def _due(self) -> None:
         self.timer = None
@@ -410,7 +426,10 @@ class _Renewal:
         delay = worker.lease / 3
         try:
             if not await worker.broker.renew_lease(self.run_id, worker=worker.name, lease=worker.lease):
-                log.warning("worker %s lost its hold on run %s", worker.name, self.run_id)
+                log.warning("worker %s lost its hold on run %s: stopping its handler", worker.name, self.run_id)
+                self.lost = True
+                if self.handling is not None:
+                    self.handling.cancel()
                 return
         except Exception as exc:  # the store failing for now (any error of its driver): renew again soon
             delay = worker.lease / 10

@@ -243,6 +243,30 @@ async def test_a_worker_that_stops_renewing_loses_the_run_to_another_once_its_le
     assert not await broker.renew_lease(run.id, worker="w1", lease=LEASE)  # the run is no longer w1's
 
 
+async def test_cancelling_a_run_a_worker_resumes_stops_its_handler_at_the_next_renewal(broker: Broker) -> None:
+    """What the handler would do after the cancel (a deploy) is not done: it is cancelled
+    at its next await once a renewal finds the run no longer the worker's."""
+    run = await ready_run(broker)
+    slow = Held("deployed")
+    stopped: list[str] = []
+
+    async def deploy(run: Run, requests: Mapping[str, Request]) -> Any:
+        try:
+            return await slow(run, requests)
+        except asyncio.CancelledError:
+            stopped.append(run.id)
+            raise
+
+    worker = Worker(broker, {"deployer": deploy}, name="w1", lease=LEASE)
+    working = asyncio.create_task(worker.run_once())
+    with anyio.fail_after(BOUND):
+        await slow.started.wait()
+        await broker.cancel_run(run.id)
+        ended = await working  # at the next renewal, within a third of the lease
+    assert ended is not None and (ended.status, ended.terminal_reason) == (RunStatus.CANCELLED, "cancelled_by_user")
+    assert stopped == [run.id] and not slow.release.is_set()
+
+
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
 async def test_a_store_failing_for_a_moment_as_the_handler_ends_does_not_resume_the_run_again(
     broker: Broker, monkeypatch: pytest.MonkeyPatch
