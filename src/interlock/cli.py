@@ -52,7 +52,7 @@ from . import __version__
 from .agent.terminal import TerminalContract
 from .approval_policies import DEFAULT_POLICY_HOOK_TIMEOUT, MAX_POLICY_HOOK_TIMEOUT, policy_to_dict
 from .approvals import decision_ask, is_marked
-from .broker import Broker, LocalBroker, Page, connect
+from .broker import Broker, LocalBroker, connect
 from .durations import DURATION_SYNTAX, LONGEST, SHORTEST, duration_seconds
 from .errors import (
     AlreadySettled,
@@ -451,43 +451,66 @@ class _Warnings(logging.Handler):
 def inbox(
     to: Annotated[str | None, typer.Option("--to", help="Only this recipient's requests.")] = None,
     status: Annotated[str, typer.Option("--status", help=f"{', '.join(Status)} or all.")] = "pending",
-    limit: Annotated[
-        int, typer.Option("--limit", min=1, max=1000, help="The most requests listed, newest first.")
-    ] = 50,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Requests per page.")] = 50,
+    after: Annotated[
+        str | None,
+        typer.Option("--after", help="The next page: the cursor the previous page printed.", show_default=False),
+    ] = None,
+    every: Annotated[bool, typer.Option("--all", help="Every page, not only the first.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     db: DbOption = None,
     token: TokenOption = None,
 ) -> None:
-    """List requests, newest first."""
+    """List requests, newest first.
+
+    A page holds `--limit` requests; when there are more, the command prints (on stderr)
+    the `--after CURSOR` that lists the next page. `--all` lists every page."""
     if status != "all" and status not in {s.value for s in Status}:
         raise _fail(f"unknown status {status!r}")
 
-    async def work(broker: Broker) -> tuple[Page, Mapping[str, Claim]]:
+    async def work(broker: Broker) -> tuple[list[Request], str | None, Mapping[str, Claim]]:
         # Through a server, a person's inbox holds their teams' requests too (the server
         # knows the token's teams); on a local store, `--to` names the person.
         teams = sorted(await broker.teams_of(to)) if to and isinstance(broker, LocalBroker) else []
-        found = await broker.list(recipient=to, teams=teams, status=None if status == "all" else status, limit=limit)
-        pending = [r.id for r in found.items if r.status is Status.PENDING]
-        return found, await broker.claims(pending) if pending else {}
+        found: list[Request] = []
+        cursor = after
+        while True:
+            page = await broker.list(
+                recipient=to, teams=teams, status=None if status == "all" else status, after=cursor, limit=limit
+            )
+            found.extend(page.items)
+            cursor = page.next_cursor
+            if not every or cursor is None:
+                break
+        pending = [r.id for r in found if r.status is Status.PENDING]
+        held: dict[str, Claim] = {}
+        for start in range(0, len(pending), 1000):  # (`claims` takes a page's worth at a time)
+            held.update(await broker.claims(pending[start : start + 1000]))
+        return found, cursor, held
 
-    page, claims = _run(db, work, token)
+    found, next_cursor, claims = _run(db, work, token)
+    more = f"more requests: the next page is --after {next_cursor} (with the same options), or list them all with --all"
     if as_json:
-        for request in page.items:
+        for request in found:
             typer.echo(_json(request_to_dict(request)))
+        if next_cursor is not None:
+            err.print(more, markup=False, soft_wrap=True)
         return
     table = Table(box=None, header_style="bold")
     table.add_column("id", no_wrap=True, min_width=32)
     for column in ("status", "to", "asks", "created", "expires", *(("claimed by",) if claims else ())):
         table.add_column(column)
     now = datetime.now(UTC)
-    for r in page.items:
+    for r in found:
         expires = "" if r.expires_at is None or r.status is not Status.PENDING else _ago(r.expires_at, now)
         held = claims.get(r.id)
         claimed = (f"{held.by} ({_ago(held.at, now)})" if held else "",) if claims else ()
         table.add_row(r.id, r.status.value, r.to or "", _summary(r), _ago(r.created_at, now), expires, *claimed)
     Console(width=None if sys.stdout.isatty() else 1000).print(table)
-    if not page.items:
+    if not found:
         err.print("no requests")
+    if next_cursor is not None:
+        err.print(more, markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -1952,9 +1975,7 @@ def policy_show(
     token: TokenOption = None,
 ) -> None:
     """Print AGENT's policy (for --tool-server) as JSON, without the hook's secret; exit 1 if none."""
-    typer.echo(
-        _json(policy_to_dict(_run(db, lambda b: b.get_approval_policy(agent, tool_server), token)), indent=2)
-    )
+    typer.echo(_json(policy_to_dict(_run(db, lambda b: b.get_approval_policy(agent, tool_server), token)), indent=2))
 
 
 @policy_app.command("list")

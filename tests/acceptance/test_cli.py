@@ -240,6 +240,23 @@ def test_usage_errors_exit_four_and_store_nothing(db: str, tmp_path: Path) -> No
     assert listed.stdout == ""
 
 
+async def test_inbox_lists_a_page_at_a_time_saying_how_to_list_the_next_or_every_page(db: str) -> None:
+    async with interlock.connect(db) as broker:
+        made = [(await broker.create_detached(interlock.Text(f"Name {i}?"))).id for i in range(5)]
+    newest_first = made[::-1]
+    for as_json in ([], ["--json"]):
+        first = run("inbox", "--limit", "2", *as_json, db=db)
+        assert first.returncode == 0, first.stderr
+        assert [i for i in newest_first if i in first.stdout] == newest_first[:2]
+        (more,) = [line for line in first.stderr.splitlines() if line.startswith("more requests:")]
+        cursor = more.split("--after ", 1)[1].split()[0]
+        second = run("inbox", "--limit", "2", "--after", cursor, *as_json, db=db)
+        assert [i for i in newest_first if i in second.stdout] == newest_first[2:4]
+        every = run("inbox", "--limit", "2", "--all", *as_json, db=db)
+        assert [i for i in newest_first if i in every.stdout] == newest_first
+        assert "more requests" not in every.stderr
+
+
 async def test_inbox_and_answer_in_the_terminal(db: str) -> None:
     async with interlock.connect(db) as broker:
         request = await broker.create(
