@@ -105,7 +105,7 @@ from .outbox import DELIVERY_ID_PREFIX, Delivery, DeliveryState, LinkUse
 from .principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, TokenInfo, WebSession
 from .redact import redact_url
 from .routing import Routing, RoutingError, masked, routing_from_dict, unmasked
-from .secret_key import NO_KEY, OTHER_KEY, fingerprint
+from .secret_key import NO_KEY, OTHER_KEY, GrantKeyId, fingerprint, no_grant_key, other_grant_key
 from .store import (
     DeliveryPort,
     EventQuery,
@@ -2930,30 +2930,72 @@ class LocalBroker(Broker):
             await self.open()
         return await self.store.use_signin_link(link_hash, now)
 
-    async def check_secret_key(self, secret: str | None) -> str | None:
+    async def check_secret_key(self, secret: str | None, *, record: bool = True) -> str | None:
         """Whether a node that signs with `secret` (None or "": with a key it makes at start)
         signs as the other nodes on this store do, so that they take back the links and
         tokens it hands out (`interlock.secret_key`). The first with a key records the
-        key's fingerprint. None when it does, or when no node with a key came before;
-        otherwise why not, on one line that says what to do."""
+        key's fingerprint (unless `record` is false: a look that changes nothing, for a
+        node that checks its other keys before it records any). None when it does, or when
+        no node with a key came before; otherwise why not, on one line that says what to do."""
         if self._state != "open":
             await self.open()
         if not secret:
             return NO_KEY if await self.store.key_fingerprint() is not None else None
         mine = fingerprint(secret)
+        if not record:
+            return None if await self.store.key_fingerprint() in (None, mine) else OTHER_KEY
         return None if await self.store.keep_key_fingerprint(mine, datetime.now(UTC)) == mine else OTHER_KEY
 
     async def rotate_secret_key(self, secret: str | None) -> bool:
         """Make `secret` the key the nodes on this store sign with from now on: nodes with
         another are refused at start (`check_secret_key`). None records no key: nodes
-        without one start again, until one with a key records its own. Whether this
-        changed the key recorded."""
+        without one start again, until one with a key records its own. A grant key
+        recorded as derived from the secret key is forgotten with it: the first node
+        started with the new key records the grant key it derives (`check_grant_key`).
+        Whether this changed the key recorded."""
         if self._state != "open":
             await self.open()
         before = await self.store.key_fingerprint()
         after = fingerprint(secret) if secret else None
         if after != before:
-            await self.store.replace_key_fingerprint(after, datetime.now(UTC))
+            at = datetime.now(UTC)
+            await self.store.replace_key_fingerprint(after, at)
+            grant_key = await self.store.grant_key_id()
+            if grant_key is not None and grant_key.derived:
+                await self.store.replace_grant_key_id(None, at)
+        return after != before
+
+    async def check_grant_key(self, kid: str | None, *, derived: bool = False, record: bool = True) -> str | None:
+        """Whether a node that signs grant tokens with the key of id `kid` (`GrantSigner.kid`;
+        None: with a key it makes at start; `derived`: with the key derived from its secret
+        key) signs them as the other nodes on this store do, so that the tokens it hands
+        out verify against any node's key set (`interlock.secret_key`). The first with a
+        stable key records its id (unless `record` is false, as for `check_secret_key`).
+        None when it does, or when no node with a stable key came before; otherwise why
+        not, on one line that names both ids and says what to do."""
+        if self._state != "open":
+            await self.open()
+        if not kid or not record:
+            kept = await self.store.grant_key_id()
+            if kept is None or kept.kid == kid:
+                return None
+            return other_grant_key(kept, GrantKeyId(kid, derived)) if kid else no_grant_key(kept)
+        mine = GrantKeyId(kid, derived)
+        kept = await self.store.keep_grant_key_id(mine, datetime.now(UTC))
+        return None if kept.kid == mine.kid else other_grant_key(kept, mine)
+
+    async def rotate_grant_key(self, kid: str | None, *, derived: bool = False) -> bool:
+        """Make the key of id `kid` (`GrantSigner.kid`; `derived`: the key derived from
+        the secret key) the one the nodes on this store sign grant tokens with from now on:
+        nodes with another are refused at start (`check_grant_key`). None records no key:
+        nodes that make theirs at start are admitted again, until one with a stable key
+        records its own. Whether this changed the key recorded."""
+        if self._state != "open":
+            await self.open()
+        before = await self.store.grant_key_id()
+        after = GrantKeyId(kid, derived) if kid else None
+        if after != before:
+            await self.store.replace_grant_key_id(after, datetime.now(UTC))
         return after != before
 
     async def use_answer_link(self, use: LinkUse, expires_at: datetime) -> tuple[LinkUse, bool]:

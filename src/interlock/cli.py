@@ -97,6 +97,7 @@ from .redact import RedactingFilter, redact, redact_url
 from .remote import RemoteBroker
 from .runs import Worker
 from .secret_key import ENV as SECRET_KEY_ENV
+from .secret_key import GRANT_KEY_ENV
 from .signin import mint_signin_link
 
 __all__ = ["app", "main", "parse_answer"]
@@ -2165,10 +2166,11 @@ app.add_typer(secret_key_app, name="secret-key")
 
 
 def _key_store(db: str | None, command: str) -> str:
-    """The store a `secret-key` command changes, as printed; a server's URL is refused."""
+    """The store a `secret-key` or `grant-key` command changes, as printed; a server's URL
+    is refused."""
     if _remote(db):
         raise _fail(
-            f"secret-key {command} changes the store the servers use (sqlite:///... or postgresql://...), "
+            f"{command} changes the store the servers use (sqlite:///... or postgresql://...), "
             f"not a server: pass its URL with --db"
         )
     return redact_url(db or "sqlite:///interlock.db")
@@ -2179,8 +2181,9 @@ def secret_key_rotate(db: LocalDb = None) -> None:
     """Make the INTERLOCK_SECRET_KEY of this environment the one the nodes on the store sign
     with: from now on a node started with another key (the old one) is refused. Answer links
     mailed, and grant tokens signed, with the old key stop working; restart every node with
-    the new one."""
-    where = _key_store(db, "rotate")
+    the new one. A grant key derived from the secret key follows it; one given with
+    --grant-key stays."""
+    where = _key_store(db, "secret-key rotate")
     secret = os.environ.get(SECRET_KEY_ENV)
     if not secret:
         raise _fail(
@@ -2203,11 +2206,82 @@ def secret_key_forget(db: LocalDb = None) -> None:
     """Record no key for the nodes on the store: a node without INTERLOCK_SECRET_KEY (which
     makes a key of its own at each start) is no longer refused, until a node with a key
     starts and records it. For one node on its own, never for several."""
-    where = _key_store(db, "forget")
+    where = _key_store(db, "secret-key forget")
     if _run(db, lambda broker: _local(broker).rotate_secret_key(None)):
         err.print(f"the store at {where} keeps no secret key now: each node signs with its own", markup=False)
     else:
         err.print(f"unchanged: the store at {where} keeps no secret key", markup=False)
+
+
+grant_key_app = typer.Typer(
+    cls=_Commands,
+    no_args_is_help=True,
+    help="The key the nodes on a store sign grant tokens with (--grant-key / INTERLOCK_GRANT_KEY, or derived "
+    "from INTERLOCK_SECRET_KEY): a node started with another is refused. Change it on purpose here.",
+)
+app.add_typer(grant_key_app, name="grant-key")
+
+
+@grant_key_app.command("rotate")
+def grant_key_rotate(
+    grant_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--grant-key",
+            envvar=GRANT_KEY_ENV,
+            help="The new key's file (an Ed25519 private key, PEM); without it, the key derived from "
+            "INTERLOCK_SECRET_KEY.",
+            show_default=False,
+        ),
+    ] = None,
+    db: LocalDb = None,
+) -> None:
+    """Make the grant key named here (or derived from this environment's
+    INTERLOCK_SECRET_KEY) the one the nodes on the store sign grant tokens with: from now on
+    a node started with another is refused. Tokens signed with the old key stop verifying;
+    restart every node with the new one."""
+    where = _key_store(db, "grant-key rotate")
+    try:
+        from .grant_tokens import GrantSigner
+    except ImportError as exc:
+        raise _fail(f"grant keys need the server's extra ({_missing(exc)} is missing)") from None
+    secret = os.environ.get(SECRET_KEY_ENV)
+    if grant_key is not None:
+        try:
+            kid, derived = GrantSigner.from_pem(grant_key).kid, False
+        except (OSError, ValueError) as exc:
+            raise _fail(f"--grant-key {grant_key}: {exc}") from None
+    elif secret:
+        kid, derived = GrantSigner.from_secret(secret).kid, True
+    else:
+        raise _fail(
+            f"neither --grant-key ({GRANT_KEY_ENV}) nor {SECRET_KEY_ENV} is set: name the new grant key's file, "
+            "or set the secret key it is derived from (`interlock grant-key forget` records none)"
+        )
+    if _run(db, lambda broker: _local(broker).rotate_grant_key(kid, derived=derived), make=True):
+        err.print(
+            f"the nodes on {where} sign grant tokens with the key {kid} from now on: restart each node with it "
+            "(one still running signs with the old key until then)",
+            markup=False,
+            soft_wrap=True,
+        )
+    else:
+        err.print(f"unchanged: the nodes on {where} sign grant tokens with the key {kid} already", markup=False)
+
+
+@grant_key_app.command("forget")
+def grant_key_forget(db: LocalDb = None) -> None:
+    """Record no grant key for the nodes on the store: a node that makes its key at each
+    start (no --grant-key, no INTERLOCK_SECRET_KEY) is no longer refused, until a node with
+    a key starts and records it. For one node on its own, never for several."""
+    where = _key_store(db, "grant-key forget")
+    if _run(db, lambda broker: _local(broker).rotate_grant_key(None)):
+        err.print(
+            f"the store at {where} keeps no grant key now: a node without one makes its own at each start",
+            markup=False,
+        )
+    else:
+        err.print(f"unchanged: the store at {where} keeps no grant key", markup=False)
 
 
 @app.command()

@@ -9,7 +9,9 @@ from pg_support import empty_database
 
 import interlock
 from interlock import Text
+from interlock.broker import LocalBroker
 from interlock.dashboard import NOBODY, UNKNOWN
+from interlock.secret_key import GrantKeyId
 from interlock.store import NewerDatabase, Query
 from interlock.store._sql import Migration, load_migrations
 from interlock.store.postgres import PostgresStore
@@ -145,6 +147,32 @@ async def test_an_upgrade_searches_the_texts_made_before_by_the_words_people_rea
                     " WHERE attrelid = 'request_texts'::regclass AND attname = 'body'"
                 )
                 assert target == 1000
+            finally:
+                await conn.close()
+
+
+async def test_an_upgrade_records_the_grant_key_of_the_first_node_and_guards_its_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import interlock.store.postgres as postgres_store
+
+    with empty_database() as url:
+        with monkeypatch.context() as patch:  # nodes of the version before, on one secret key
+            patch.setattr(postgres_store, "load_migrations", lambda dialect: before("grant_key_id"))
+            async with interlock.connect(url) as broker:
+                assert isinstance(broker, LocalBroker)
+                assert await broker.check_secret_key("the-nodes-key-0123456789") is None
+        async with interlock.connect(url) as broker:
+            assert isinstance(broker, LocalBroker)
+            assert await broker.store.grant_key_id() is None  # none recorded before: the first node's stands
+            assert await broker.check_grant_key("kid-derived", derived=True) is None
+            assert await broker.check_grant_key("kid-file") is not None
+            assert await broker.store.grant_key_id() == GrantKeyId("kid-derived", derived=True)
+            conn = await asyncpg.connect(url)
+            try:  # a node of the version before may not write it (0038's guard)
+                await conn.execute("SET interlock.schema_version = 40")
+                with pytest.raises(asyncpg.PostgresError, match="later version of interlock"):
+                    await conn.execute("DELETE FROM grant_key_id")
             finally:
                 await conn.close()
 

@@ -107,8 +107,8 @@ class StartupRefused(RuntimeError):
     """The app cannot start as its store is set up, for a reason its operator can fix (the
     message says which): the store cannot be opened (a folder or a database not there, a
     password refused, its server down), the other nodes on it sign with another secret key
-    (`interlock.secret_key`), or the routing kept in it names a channel this server cannot
-    make. The app's state keeps the message too (`refused`), for a server to
+    or grant key (`interlock.secret_key`), or the routing kept in it names a channel this
+    server cannot make. The app's state keeps the message too (`refused`), for a server to
     say it in place of the start-up's traceback."""
 
 
@@ -215,7 +215,10 @@ def create_app(
     ceiling past which offers are refused), for a broker made here or the one you pass.
     `grant_key`: what signs the grants' tokens: a `GrantSigner`, or the path of an Ed25519
     private key in PEM; by default a key derived from `secret_key`, else one made at start
-    (see `interlock.grant_tokens`).
+    (see `interlock.grant_tokens`). The servers on one store must sign with one grant key:
+    the first with a key given or derived records its id (`kid`, public) there, and one
+    with another, or with a key made at start beside servers that have one, is refused at
+    start (`StartupRefused`; see `interlock.secret_key`).
     `secret_key` signs the one-click answer links of messages (and the grant tokens,
     without `grant_key`); by default a key is made at start. The servers on one store must
     share it: the first with a key records its fingerprint there, and one with another key,
@@ -252,6 +255,9 @@ def create_app(
         state.grant_signer = GrantSigner.from_pem(Path(grant_key))
     else:
         state.grant_signer = GrantSigner.from_secret(secret_key) if secret_key else GrantSigner.generate()
+    # the grant key's id, when the key outlives this start (given, or derived from the secret key)
+    grant_kid = state.grant_signer.kid if grant_key is not None or secret_key else None
+    grant_derived = grant_key is None and bool(secret_key)
     # one-click answers in messages are signed with this (a routing's inbox_url says where this server is)
     state.links_secret = secret_key or secrets.token_urlsafe(32)
     if the_routing is not None:  # channels are made now: a bad option fails at start, not at the first send
@@ -282,8 +288,14 @@ def create_app(
                 else f"the store cannot be opened: {type(exc).__name__}: {exc}"
             )
             raise StartupRefused(state.refused) from exc
-        # Links and tokens signed here must be taken back by the other nodes on the store.
-        state.refused = await the_broker.check_secret_key(secret_key)
+        # Links and tokens signed here must be taken back by the other nodes on the store: both
+        # keys are looked at before either is recorded, so a node refused records neither.
+        for record in (False, True):
+            state.refused = await the_broker.check_secret_key(secret_key, record=record)
+            if state.refused is None:
+                state.refused = await the_broker.check_grant_key(grant_kid, derived=grant_derived, record=record)
+            if state.refused is not None:
+                break
         if state.refused is not None:
             if broker is None:
                 await the_broker.aclose()

@@ -12,7 +12,9 @@
   person, and their deliveries to channels, claimed under a lease.
 - `PolicyStore`: the declarative approval policies of agents (per tool server), each
   change versioned and recorded with its event.
-- `Store`: all seven, as every backend implements them over one database.
+- `SecretKeyStore`: the fingerprint of the secret key the nodes sign with, and the public
+  id of their grant key.
+- `Store`: all eight, as every backend implements them over one database.
 
 The Broker holds the semantics (waiting, hooks, expiry timing) and is the only caller.
 Core code never imports a driver: each backend module imports its own. The SQL backends
@@ -35,6 +37,7 @@ from ..followups import Followup
 from ..model import Claim, Event, IssuedGrant, Kind, Request, Response, Run, RunStatus, Status
 from ..outbox import Delivery, DeliveryState, LinkUse, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, TokenInfo, WebSession
+from ..secret_key import GrantKeyId
 from ._url import UnknownOption
 
 __all__ = [
@@ -1007,8 +1010,9 @@ class PolicyStore(Protocol):
 
 class SecretKeyStore(Protocol):
     """The fingerprint of the secret key the nodes on this store sign with
-    (`interlock.secret_key`): derived from the key one way, never the key itself. At most
-    one is recorded."""
+    (`interlock.secret_key`): derived from the key one way, never the key itself; and the
+    public id of the key they sign grant tokens with (never the private key). At most one
+    of each is recorded."""
 
     async def key_fingerprint(self) -> str | None:
         """The fingerprint recorded, if any."""
@@ -1022,6 +1026,20 @@ class SecretKeyStore(Protocol):
 
     async def replace_key_fingerprint(self, fingerprint: str | None, at: datetime) -> None:
         """Record `fingerprint` in place of the one recorded, if any (None: forget it)."""
+        ...
+
+    async def grant_key_id(self) -> GrantKeyId | None:
+        """The public id of the nodes' grant key recorded, if any."""
+        ...
+
+    async def keep_grant_key_id(self, key: GrantKeyId, at: datetime) -> GrantKeyId:
+        """Record `key` unless a grant key is recorded already: the one that stands (this
+        one, or the earlier one). A conditional write: of any number of callers on any
+        node, one records its own."""
+        ...
+
+    async def replace_grant_key_id(self, key: GrantKeyId | None, at: datetime) -> None:
+        """Record `key` in place of the grant key recorded, if any (None: forget it)."""
         ...
 
 

@@ -61,6 +61,7 @@ from ..model import (
 )
 from ..outbox import Delivery, DeliveryState, LinkUse, Notice
 from ..principals import TEAM_LEFT, LiveToken, Principal, TokenInfo, WebSession
+from ..secret_key import GrantKeyId
 from . import PAGE_BYTES, EventQuery, GrantQuery, Listed, PageBudget, Query, RunClaim, RunQuery, stored_size
 
 __all__ = [
@@ -1990,6 +1991,20 @@ class SqlStore:
             await self._change("forget_key_fingerprint", notify=False)
         else:
             await self._change("put_key_fingerprint", fingerprint, self._stamp(at), notify=False)
+
+    async def grant_key_id(self) -> GrantKeyId | None:
+        rows = await self._rows("get_grant_key_id")
+        return GrantKeyId(str(rows[0][0]), bool(rows[0][1])) if rows else None
+
+    async def keep_grant_key_id(self, key: GrantKeyId, at: datetime) -> GrantKeyId:
+        await self._change("keep_grant_key_id", key.kid, key.derived, self._stamp(at), notify=False)
+        return await self.grant_key_id() or key  # (or forgotten since: it stood a moment ago)
+
+    async def replace_grant_key_id(self, key: GrantKeyId | None, at: datetime) -> None:
+        if key is None:
+            await self._change("forget_grant_key_id", notify=False)
+        else:
+            await self._change("put_grant_key_id", key.kid, key.derived, self._stamp(at), notify=False)
 
     async def list_deliveries(
         self,

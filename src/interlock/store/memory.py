@@ -53,6 +53,7 @@ from ..principals import (
     TokenInfo,
     WebSession,
 )
+from ..secret_key import GrantKeyId
 from . import (
     EventQuery,
     GrantQuery,
@@ -151,6 +152,7 @@ class MemoryStore:
         self._released: set[str] = set()  # request ids released, while their request is kept
         self._settings: dict[str, Any] = {}
         self._key_fingerprint: str | None = None  # of the nodes' secret key (`SecretKeyStore`)
+        self._grant_key_id: GrantKeyId | None = None  # of the nodes' grant key (`SecretKeyStore`)
 
     async def open(self) -> None:
         pass
@@ -1136,6 +1138,17 @@ class MemoryStore:
 
     async def replace_key_fingerprint(self, fingerprint: str | None, at: datetime) -> None:
         self._key_fingerprint = fingerprint
+
+    async def grant_key_id(self) -> GrantKeyId | None:
+        return self._grant_key_id
+
+    async def keep_grant_key_id(self, key: GrantKeyId, at: datetime) -> GrantKeyId:
+        if self._grant_key_id is None:
+            self._grant_key_id = key
+        return self._grant_key_id
+
+    async def replace_grant_key_id(self, key: GrantKeyId | None, at: datetime) -> None:
+        self._grant_key_id = key
 
 
 _NOTICE_TYPES = frozenset(NOTICE_TYPES)

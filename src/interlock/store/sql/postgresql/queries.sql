@@ -459,3 +459,17 @@ ON CONFLICT (one) DO UPDATE SET fingerprint = excluded.fingerprint, recorded_at 
 
 -- name: forget_key_fingerprint
 DELETE FROM secret_key_fingerprint;
+
+-- name: keep_grant_key_id
+INSERT INTO grant_key_id (kid, derived, recorded_at) VALUES ($1, $2, $3)
+ON CONFLICT (one) DO NOTHING;
+
+-- name: get_grant_key_id
+SELECT kid, derived FROM grant_key_id;
+
+-- name: put_grant_key_id
+INSERT INTO grant_key_id (kid, derived, recorded_at) VALUES ($1, $2, $3)
+ON CONFLICT (one) DO UPDATE SET kid = excluded.kid, derived = excluded.derived, recorded_at = excluded.recorded_at;
+
+-- name: forget_grant_key_id
+DELETE FROM grant_key_id;

@@ -1,0 +1,194 @@
+"""Nodes on one store must sign grant tokens with one grant key, or a token fetched from
+one node fails the key set of the next ("no key ... in the key set"), as the load balancer
+routes: real `interlock serve` processes side by side on one SQLite file (and one
+PostgreSQL database). A node whose grant key is not the others' (a `--grant-key` file
+beside nodes that derive theirs from INTERLOCK_SECRET_KEY, another file, or a key made at
+start beside nodes with a file) is refused at start on one line naming both keys' public
+ids (exit 4); a grant key derived from the secret key follows `interlock secret-key
+rotate`. The commands that only touch the store run in process (cli_support)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from cli_support import invoke
+from interlock.grant_tokens import GrantSigner
+from serve_support import Served, refused_at_start, serve
+
+pytestmark = pytest.mark.anyio
+
+KEY, OTHER = "the-nodes-key-0123456789abcdef", "another-key-0123456789abcdef"
+
+
+def pem_file(path: Path) -> Path:
+    """A new Ed25519 private key in PEM at `path` (as `openssl genpkey -algorithm ed25519` makes)."""
+    key = Ed25519PrivateKey.generate()
+    path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return path
+
+
+def env_with(key: str | None, grant_key: Path | None = None) -> dict[str, str]:
+    """This environment without interlock's settings, with `key` as the secret key and
+    `grant_key` as the grant key's file, each if given."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+    if key is not None:
+        env["INTERLOCK_SECRET_KEY"] = key
+    if grant_key is not None:
+        env["INTERLOCK_GRANT_KEY"] = str(grant_key)
+    return env
+
+
+async def refused(store: str, key: str | None, grant_key: Path | None = None) -> str:
+    """The one error line of a node started on `store` with these keys, refused (exit 4)."""
+    return await anyio.to_thread.run_sync(refused_at_start, store, env_with(key, grant_key))
+
+
+async def kid_served(node: Served) -> str:
+    """The id of the key a node's grant tokens are checked with (`GET /api/v1/grants/keys`)."""
+    async with httpx.AsyncClient(base_url=node.url, timeout=10) as http:
+        response = await http.get("/api/v1/grants/keys")
+        response.raise_for_status()
+        [key] = response.json()["keys"]
+        return str(key["kid"])
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'nodes.db'}"
+        return
+    with request.getfixturevalue("pg_databases")() as url:
+        yield url
+
+
+@pytest.mark.slow
+async def test_a_node_with_a_grant_key_file_beside_nodes_that_derive_theirs_is_refused(
+    store: str, tmp_path: Path
+) -> None:
+    pem = pem_file(tmp_path / "grant.pem")
+    derived, given = GrantSigner.from_secret(KEY).kid, GrantSigner.from_pem(pem).kid
+    async with serve("--db", store, env=env_with(KEY)) as first:
+        line = await refused(store, KEY, pem)
+        assert line.startswith(
+            "error: the other nodes on this store sign grant tokens with the key derived from INTERLOCK_SECRET_KEY "
+            f"(kid {derived}), this node with a --grant-key file (kid {given})"
+        ), line
+        assert "start it without --grant-key (or INTERLOCK_GRANT_KEY) and with their INTERLOCK_SECRET_KEY" in line
+        assert "`interlock grant-key rotate`" in line, line
+        assert KEY not in line and pem.read_text().splitlines()[1] not in line  # ids only, never a key
+        async with serve("--db", store, env=env_with(KEY)) as second:
+            assert await kid_served(first) == await kid_served(second) == derived  # one key set, either node
+        assert first.proc.returncode is None  # the refused node changed nothing for the running one
+
+
+@pytest.mark.slow
+async def test_nodes_sharing_a_grant_key_file_refuse_another_file_and_a_key_made_at_start(
+    store: str, tmp_path: Path
+) -> None:
+    pem, other = pem_file(tmp_path / "grant.pem"), pem_file(tmp_path / "other.pem")
+    kid = GrantSigner.from_pem(pem).kid
+    async with serve("--db", store, "--grant-key", str(pem), env=env_with(None)) as first:
+        line = await refused(store, None, other)
+        assert line.startswith(
+            f"error: the other nodes on this store sign grant tokens with another --grant-key file (kid {kid})"
+        )
+        assert "start it with their grant key file (--grant-key FILE or INTERLOCK_GRANT_KEY)" in line, line
+        line = await refused(store, None)
+        assert f"with a --grant-key file (kid {kid}), and this node has none" in line, line
+        assert "`interlock grant-key forget`" in line, line
+        line = await refused(store, KEY)  # a secret key alone derives a grant key: not theirs either
+        assert "this node with the key derived from INTERLOCK_SECRET_KEY" in line, line
+        # The refused node recorded neither key: a node like the first, without a secret key, still starts.
+        async with serve("--db", store, env=env_with(None, pem)) as second:  # the file, as INTERLOCK_GRANT_KEY
+            assert await kid_served(first) == await kid_served(second) == kid
+
+
+def kept_grant_key(path: Path) -> list[tuple[str, int]]:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        return db.execute("SELECT kid, derived FROM grant_key_id").fetchall()
+
+
+@pytest.mark.slow
+async def test_a_grant_key_derived_from_the_secret_key_follows_its_rotation_and_one_in_a_file_stays(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "nodes.db"
+    store = f"sqlite:///{path}"
+    async with serve("--db", store, env=env_with(KEY)):
+        pass
+    assert kept_grant_key(path) == [(GrantSigner.from_secret(KEY).kid, 1)]
+    rotated = invoke("secret-key", "rotate", "--db", store, env=env_with(OTHER))
+    assert rotated.returncode == 0, rotated.stderr
+    assert kept_grant_key(path) == []  # forgotten with the key it was derived from
+    async with serve("--db", store, env=env_with(OTHER)) as node:  # the first node on the new key records its own
+        assert await kid_served(node) == GrantSigner.from_secret(OTHER).kid
+    assert kept_grant_key(path) == [(GrantSigner.from_secret(OTHER).kid, 1)]
+    assert "another INTERLOCK_SECRET_KEY" in await refused(store, KEY)  # the old key: the secret key's refusal
+
+    pem = pem_file(tmp_path / "grant.pem")
+    fresh = tmp_path / "file.db"
+    async with serve("--db", f"sqlite:///{fresh}", "--grant-key", str(pem), env=env_with(KEY)):
+        pass
+    assert invoke("secret-key", "rotate", "--db", f"sqlite:///{fresh}", env=env_with(OTHER)).returncode == 0
+    assert kept_grant_key(fresh) == [(GrantSigner.from_pem(pem).kid, 0)]  # the file's key is not the secret key's
+    async with serve("--db", f"sqlite:///{fresh}", "--grant-key", str(pem), env=env_with(OTHER)) as node:
+        assert node.proc.returncode is None
+
+
+@pytest.mark.slow
+async def test_nodes_that_make_their_keys_at_start_record_no_grant_key(tmp_path: Path) -> None:
+    path = tmp_path / "nodes.db"
+    async with serve("--db", f"sqlite:///{path}", env=env_with(None)):
+        pass
+    async with serve("--db", f"sqlite:///{path}", env=env_with(None)) as again:  # one node on a laptop, restarted
+        assert again.proc.returncode is None
+    assert kept_grant_key(path) == []
+
+
+@pytest.mark.slow
+async def test_grant_key_rotate_and_forget_change_the_key_the_nodes_are_held_to(tmp_path: Path) -> None:
+    path = tmp_path / "nodes.db"
+    store = f"sqlite:///{path}"
+    async with serve("--db", store, env=env_with(KEY)):
+        pass
+    pem = pem_file(tmp_path / "grant.pem")
+    assert "error: the other nodes on this store sign grant tokens" in await refused(store, KEY, pem)
+
+    rotated = invoke("grant-key", "rotate", "--grant-key", str(pem), "--db", store, env=env_with(KEY))
+    kid = GrantSigner.from_pem(pem).kid
+    assert rotated.returncode == 0 and f"sign grant tokens with the key {kid} from now on" in rotated.stderr
+    assert kept_grant_key(path) == [(kid, 0)]
+    again = invoke("grant-key", "rotate", "--db", store, env=env_with(KEY, pem))  # the file, as INTERLOCK_GRANT_KEY
+    assert again.returncode == 0 and "unchanged" in again.stderr
+    async with serve("--db", store, env=env_with(KEY, pem)) as node:  # the new key's node starts
+        assert await kid_served(node) == kid
+    assert "error: the other nodes" in await refused(store, KEY)  # and the derived one no longer does
+
+    back = invoke("grant-key", "rotate", "--db", store, env=env_with(KEY))  # the key derived from the secret key
+    assert back.returncode == 0 and kept_grant_key(path) == [(GrantSigner.from_secret(KEY).kid, 1)]
+    neither = invoke("grant-key", "rotate", "--db", store, env=env_with(None))
+    assert neither.returncode == 4 and "neither --grant-key (INTERLOCK_GRANT_KEY) nor INTERLOCK_SECRET_KEY" in (
+        neither.stderr
+    )
+    not_a_key = tmp_path / "not-a-key.pem"
+    not_a_key.write_text("hello")
+    bad = invoke("grant-key", "rotate", "--grant-key", str(not_a_key), "--db", store, env=env_with(KEY))
+    assert bad.returncode == 4 and bad.stderr.startswith(f"error: --grant-key {not_a_key}: "), bad.stderr
+    assert kept_grant_key(path) == [(GrantSigner.from_secret(KEY).kid, 1)]  # nothing changed
+
+    forgot = invoke("grant-key", "forget", "--db", store, env=env_with(None))
+    assert forgot.returncode == 0 and "keeps no grant key now" in forgot.stderr and kept_grant_key(path) == []
+    server = invoke("grant-key", "forget", "--db", "http://127.0.0.1:9", env=env_with(None))
+    assert server.returncode == 4 and "grant-key forget changes the store the servers use" in server.stderr
