@@ -843,7 +843,7 @@ def watch(
 def parse_answer(request: Request, values: list[str]) -> Any:
     """Turn command-line words into an answer: one ask takes the words as its value (or one
     ASK=VALUE pair, as several asks take them, when the words are no value of it), several
-    take ASK=VALUE pairs."""
+    take ASK=VALUE pairs, each ask at most once."""
     if len(request.asks) == 1:
         ask = request.asks[0]
         try:
@@ -863,6 +863,8 @@ def parse_answer(request: Request, values: list[str]) -> Any:
         ask_id = next((i for i in longest_first if pair.startswith(f"{i}=")), None)
         if ask_id is None:
             raise InvalidAnswer(f"give each answer as ASK=VALUE with ASK one of: {', '.join(by_id)}")
+        if ask_id in answers:
+            raise InvalidAnswer(f"{ask_id} is answered twice ({ask_id}=...): give each ask one answer")
         answers[ask_id] = by_id[ask_id].from_words([pair[len(ask_id) + 1 :]])
     return answers
 

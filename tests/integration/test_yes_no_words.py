@@ -233,3 +233,18 @@ def test_a_single_ask_takes_its_answer_as_asks_do_when_several_asks_are_named(tm
         done = CliRunner().invoke(app, ["answer", request_id, *words, "--db", url])
         assert done.exit_code == 0, done.output
     assert asyncio.run(_answers(url, [confirm, text])) == [True, "key=value"]
+
+
+def test_an_ask_answered_twice_on_one_command_line_is_refused_not_the_last_taken(tmp_path: Path) -> None:
+    """`approve=no approve=yes` had approved: the last pair won, silently."""
+    url = f"sqlite:///{tmp_path / 'twice.db'}"
+
+    async def create() -> str:
+        async with interlock.connect(url) as broker:
+            asks = [Confirm("Deploy?", id="approve"), Choice("Where?", ["eu", "us"], id="region")]
+            return (await broker.create_detached(asks)).id
+
+    request_id = asyncio.run(create())
+    twice = CliRunner().invoke(app, ["answer", request_id, "approve=no", "region=eu", "approve=yes", "--db", url])
+    assert twice.exit_code == 4 and "approve is answered twice" in twice.stderr, twice.output
+    assert asyncio.run(_answers(url, [request_id])) == [None]  # nothing stored
