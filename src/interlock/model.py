@@ -1321,7 +1321,8 @@ class MultiChoice:
         seen: set[str] = set()
         for v in value:
             if v not in known:
-                raise InvalidAnswer(f"ask {self.id!r}: {v!r} is not one of the options", ask_id=self.id)
+                ids = ", ".join(opt.id for opt in options_of(self))
+                raise InvalidAnswer(f"ask {self.id!r}: {v!r} is not one of the options ({ids})", ask_id=self.id)
             if v in seen:
                 raise InvalidAnswer(f"ask {self.id!r}: option {v!r} is selected twice", ask_id=self.id)
             seen.add(v)

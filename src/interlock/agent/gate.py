@@ -684,7 +684,7 @@ def _edit_form(schema: Mapping[str, Any] | None) -> Form | None:
     if schema is None or schema.get("type") != "object":
         return None
     try:
-        return Form("Edit the arguments before approving (optional)", schema=schema, id="arguments", required=False)
+        return Form("Edit the arguments before approving", schema=schema, id="arguments", required=False)
     except InvalidRequest:
         return None
 
