@@ -117,3 +117,61 @@ async def refusing_connections(db: str) -> AsyncIterator[None]:
         yield
     finally:
         await allow_connections(db)
+
+
+class Partition:
+    """A TCP proxy to the test's PostgreSQL server that can stop passing bytes either way
+    (`cut`) while every connection stays open, as a network partition or a failover whose
+    old address is gone does: the database neither answers nor refuses. `url(db)` is `db`
+    through the proxy."""
+
+    def __init__(self) -> None:
+        self.flowing = asyncio.Event()
+        self.flowing.set()
+        self._server: asyncio.Server | None = None
+        self._links: set[asyncio.Task[None]] = set()
+        self.port = 0
+
+    async def __aenter__(self) -> Partition:
+        self._server = await asyncio.start_server(self._link, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for link in list(self._links):
+            link.cancel()
+        await asyncio.gather(*self._links, return_exceptions=True)
+
+    def url(self, db: str) -> str:
+        return db.replace("@127.0.0.1:5432/", f"@127.0.0.1:{self.port}/")
+
+    def cut(self) -> None:
+        self.flowing.clear()
+
+    def heal(self) -> None:
+        self.flowing.set()
+
+    async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._links.add(task)
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", 5432)
+            try:
+                await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer))
+            finally:
+                up_writer.close()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+            self._links.discard(task)
+
+    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        while chunk := await source.read(65536):
+            await self.flowing.wait()  # cut: held, neither passed on nor refused
+            sink.write(chunk)
+            await sink.drain()
+        sink.close()

@@ -15,7 +15,7 @@ import re
 import anyio
 import pytest
 from httpx_sse import aconnect_sse
-from pg_support import allow_connections, refuse_connections, refusing_connections
+from pg_support import Partition, allow_connections, refuse_connections, refusing_connections
 
 import interlock
 from asgi_support import serve_in_process
@@ -23,6 +23,7 @@ from interlock import Text, Unavailable
 from interlock.broker import LocalBroker
 from interlock.channels.delivery import DeliveryLoop
 from interlock.routing import routing_from_dict
+from interlock.server import app as app_module
 from log_support import logged
 
 pytestmark = pytest.mark.anyio
@@ -212,3 +213,40 @@ async def test_a_routing_change_that_meets_the_outage_ends_the_streams_of_whom_i
     (said,) = [r for r in caplog.records if "routing change" in r.getMessage()]
     assert said.levelno == logging.WARNING and said.exc_info is None
     assert "could not be looked up" in said.getMessage() and "ops: alice, carol" in said.getMessage()
+
+
+async def test_healthz_answers_503_within_its_bound_when_the_database_stops_answering_without_refusing(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition (or a failover whose old address is gone): nothing refuses, nothing
+    answers. A load balancer's probe gets its 503 within the bound and takes the node out,
+    rather than waiting for the driver to give up (two minutes); it serves once healed."""
+    monkeypatch.setattr(app_module, "HEALTH_TIMEOUT", 0.5)
+    async with (
+        Partition() as partition,
+        serve_in_process(partition.url(pg_url), auth=False) as server,
+        server.client() as client,
+    ):
+        assert (await client.get("/healthz")).status_code == 200
+        partition.cut()
+        with anyio.fail_after(BOUND):
+            probed = await client.get("/healthz")
+        assert probed.status_code == 503 and probed.headers["retry-after"] == "1"
+        assert "did not answer within 0.5 s" in probed.json()["detail"]
+        partition.heal()
+        with anyio.fail_after(BOUND):
+            assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_a_new_connection_to_a_database_that_never_answers_is_given_up_after_connect_timeout(
+    pg_url: str,
+) -> None:
+    async with Partition() as partition:
+        partition.cut()
+        url = partition.url(pg_url) + "?connect_timeout=0.3"
+        with anyio.fail_after(BOUND), pytest.raises(Unavailable) as caught:
+            async with interlock.connect(url):
+                pass
+    assert "did not answer a new connection within 0.3 s (connect_timeout)" in str(caught.value)
+    with pytest.raises(ValueError, match="connect_timeout must be a number of seconds above 0"):
+        interlock.connect(pg_url + "?connect_timeout=0")

@@ -115,6 +115,10 @@ class StartupRefused(RuntimeError):
 log = logging.getLogger("interlock.server")
 
 DEFAULT_MAX_BODY_SIZE = 1024 * 1024
+HEALTH_TIMEOUT = 5.0
+"""Seconds `/healthz` waits for the store before it answers 503: a database out of reach
+without refusing (a network partition, a failover whose old address is gone) takes the
+node out of a load balancer's rotation within this, not after the driver gives up."""
 
 
 class BodyLimit:
@@ -400,8 +404,13 @@ operations = APIRouter(include_in_schema=False)
 async def healthz(broker: TheBroker) -> dict[str, str]:
     # The store answers, and takes this version's writes: a node left on an older version
     # while a later one migrated the store answers 503 (`NewerDatabase`), so that a load
-    # balancer sends its traffic to the nodes that can serve it.
-    await broker.check_store()
+    # balancer sends its traffic to the nodes that can serve it. Within HEALTH_TIMEOUT: a
+    # database that stops answering without refusing is a 503 then, not a probe held open.
+    try:
+        async with asyncio.timeout(HEALTH_TIMEOUT):
+            await broker.check_store()
+    except TimeoutError:
+        raise Unavailable(f"the store is unavailable for now: it did not answer within {HEALTH_TIMEOUT:g} s") from None
     return {"status": "ok"}
 
 

@@ -25,8 +25,9 @@ and even without that it measured about 15% slower a cycle than `Connections` be
 
 URL: `postgresql://user:password@host:port/database?option=value`. The options
 `poll_interval`, `min_size`, `max_size` (the connection pool), `keepalive`,
-`statement_cache_size` (0 behind PgBouncer in transaction mode) and `cache_bytes` (what
-the parsed requests kept in memory may add up to, in bytes) are interlock's; any
+`statement_cache_size` (0 behind PgBouncer in transaction mode), `cache_bytes` (what
+the parsed requests kept in memory may add up to, in bytes) and `connect_timeout`
+(seconds, `DEFAULT_CONNECT_TIMEOUT`) are interlock's; any
 other is handed to asyncpg (libpq-style `sslmode`, or a server setting such as
 `search_path` to keep interlock's tables in their own schema).
 
@@ -143,7 +144,13 @@ _OPTIONS = {
     "keepalive": float,
     "statement_cache_size": int,
     "cache_bytes": int,
+    "connect_timeout": float,
 }
+DEFAULT_CONNECT_TIMEOUT = 10.0
+"""Seconds a new connection may take before it is given up on (`connect_timeout`, asyncpg's
+own default is 60): a server out of reach without refusing (a network partition, a
+failover whose old address is gone) is then `Unavailable` within this, and the pool's
+retry on a fresh connection costs one more such wait, not two minutes."""
 # A connection found dead (a server restart, a failover, a proxy's idle timeout): the
 # statement is tried once more on a fresh connection where repeating it is safe.
 _DROPPED = (
@@ -245,6 +252,7 @@ class PostgresStore(SqlStore):
         keepalive: float | None = None,
         statement_cache_size: int | None = None,
         cache_bytes: int | None = None,
+        connect_timeout: float | None = None,
     ) -> None:
         self.dsn, ours = split_url(url)
         given = {
@@ -254,6 +262,7 @@ class PostgresStore(SqlStore):
             "keepalive": keepalive,
             "statement_cache_size": statement_cache_size,
             "cache_bytes": cache_bytes,
+            "connect_timeout": connect_timeout,
         }
         ours.update({k: v for k, v in given.items() if v is not None})
         self.poll_interval = float(ours.get("poll_interval", 1.0))
@@ -261,6 +270,9 @@ class PostgresStore(SqlStore):
         self.max_size = int(ours.get("max_size", 10))
         self.keepalive = float(ours.get("keepalive", 15.0))
         self.statement_cache_size = int(ours.get("statement_cache_size", 100))
+        self.connect_timeout = float(ours.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT))
+        if not 0 < self.connect_timeout < math.inf:
+            raise ValueError("connect_timeout must be a number of seconds above 0")
         if not 0 <= self.min_size <= self.max_size or self.max_size < 1:
             raise ValueError("the pool needs 0 <= min_size <= max_size and max_size >= 1")
         self._pool: Connections | None = None
@@ -312,9 +324,15 @@ class PostgresStore(SqlStore):
         try:
             conn = await _connect(
                 self.dsn,
+                timeout=self.connect_timeout,
                 statement_cache_size=self.statement_cache_size,
                 server_settings=_settings(self.dsn, "interlock", self._migrations[-1].version),
             )
+        except TimeoutError as exc:  # out of reach, not refusing: a partition, an address gone
+            raise Unavailable(
+                f"the store is unavailable for now: PostgreSQL at {redact_url(self.dsn)} did not answer a new "
+                f"connection within {self.connect_timeout:g} s (connect_timeout)"
+            ) from exc
         except _REFUSED_FOR_NOW as exc:
             if isinstance(exc, _NEVER_FOR_NOW):
                 raise
@@ -605,7 +623,7 @@ class PostgresStore(SqlStore):
         silently dead link is found too."""
         conn = await _connect(
             self.dsn,
-            timeout=max(self.keepalive, 5.0),
+            timeout=min(max(self.keepalive, 5.0), self.connect_timeout),
             statement_cache_size=0,
             server_settings=_named(self.dsn, "interlock-listener"),
         )
