@@ -25,6 +25,7 @@ from serve_support import INTERLOCK, Served, serve
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 BOUND = 120  # seconds: two server starts on a busy machine, and the rest
 LONG = 600.0  # a wait's timeout that no outage here comes near
+STOPPING = "the interlock server is stopping"  # what a server says to a poll that comes as it stops
 
 
 class Seen(httpx.AsyncBaseTransport):
@@ -124,7 +125,9 @@ async def test_a_remote_wait_rides_out_a_server_restart_and_a_write_meanwhile_ra
                     response = await waiting
         assert response.answers == {request.asks[0].id: True}
     (warned,) = warnings(caplog)  # one warning for the outage, however many tries
-    assert warned.startswith(f"waiting on {request.id}: cannot reach the interlock server at {first.url}")
+    assert warned.startswith(f"waiting on {request.id}: "), warned
+    # The server said it was stopping (a poll that came as it stopped), or was gone already.
+    assert f"cannot reach the interlock server at {first.url}" in warned or STOPPING in warned, warned
     assert any(f"the interlock server at {first.url} answers again" in r.getMessage() for r in caplog.records)
 
 
@@ -223,7 +226,8 @@ async def test_a_worker_over_a_remote_broker_keeps_claiming_across_a_server_rest
                     done = await broker.get_run(run.id)
     assert (done.status, done.result, done.attempts) == (RunStatus.COMPLETED, "deployed", 1)
     (warned,) = warnings(caplog)
-    assert warned.startswith(f"worker w1 claiming a run: cannot reach the interlock server at {first.url}")
+    assert warned.startswith("worker w1 claiming a run: "), warned
+    assert f"cannot reach the interlock server at {first.url}" in warned or STOPPING in warned, warned
 
 
 async def test_ask_with_an_idempotency_key_is_asked_again_after_a_server_killed_mid_answer(

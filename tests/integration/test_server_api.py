@@ -408,3 +408,24 @@ async def test_a_create_s_expires_at_is_an_instant_with_its_offset(api: httpx.As
     assert [r["id"] for r in (await api.get("/requests", params={"recipient": "alice"})).json()["items"]] == [
         made["id"]
     ]
+
+
+async def test_a_long_poll_that_comes_once_the_server_began_to_stop_is_told_to_wait_not_answered_at_once(
+    server: InProcessServer, api: httpx.AsyncClient
+) -> None:
+    """A 408 at once would have its client poll again at once, in a tight loop for as
+    long as the server takes to stop; 503 with Retry-After has it wait, or ask another
+    node. A create is still taken (its outcome would otherwise be unknown)."""
+    created = await api.post("/requests", json={"asks": [{"type": "text", "prompt": "Name?"}]})
+    server.app.state.interlock.stop_waits()
+    with anyio.fail_after(10):
+        await server.app.state.interlock.stopping.wait()
+        polled = await api.get(f"/requests/{created.json()['id']}/wait", params={"timeout": 30})
+        claimed = await api.post("/runs/claim", params={"wait": 30}, json={"worker": "w1"})
+    for refused in (polled, claimed):
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1", refused.text
+        assert (
+            refused.json()["code"] == "unavailable" and "the interlock server is stopping" in refused.json()["detail"]
+        )
+    made = await api.post("/requests", json={"asks": [{"type": "text", "prompt": "Name?"}]})
+    assert made.status_code == 201

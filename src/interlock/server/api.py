@@ -513,8 +513,9 @@ async def wait_request(
     timeout: Annotated[float, Query(ge=0, le=300, allow_inf_nan=False)] = 30,
 ) -> JSONResponse:
     """Long poll: the request once it settles, or 408 `pending` when `timeout` passes (or
-    the server begins to stop)."""
+    the server begins to stop; a poll that comes once it has is 503 `unavailable`)."""
     state = app_state(http)
+    state.refuse_if_stopping()
     broker = state.broker
     found = await visible(broker, request_id, caller)
     request = await state.held(http, broker.watch(request_id, timeout=timeout), still=lambda now: can_read(now, found))

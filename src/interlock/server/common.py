@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from .. import wire
 from ..broker import MAX_EVENT_ID, LocalBroker, Page
 from ..channels.delivery import DeliveryLoop
-from ..errors import InvalidRequest, NotFound
+from ..errors import InvalidRequest, NotFound, Unavailable
 from ..followups import FOLLOWUP_EVENTS
 from ..grant_tokens import GrantSigner
 from ..model import RUN_EVENTS, Event, Run, Status, request_to_dict
@@ -449,6 +449,15 @@ class AppState:
         the shutdown's grace runs out. Safe from a signal handler."""
         if self.loop is not None:
             self.loop.call_soon_threadsafe(self.stopping.set)
+
+    def refuse_if_stopping(self) -> None:
+        """Refuse a new long poll once the server has begun to stop: 503 `unavailable`, so
+        that its client waits a moment, or asks another node, rather than polling a server
+        that answers each poll at once as it stops (a poll open as it began gets its 408)."""
+        if self.stopping.is_set():
+            raise Unavailable(
+                "the interlock server is stopping: ask another node, or this one once it is back", retry_after=1
+            )
 
     async def unless_stopping(self, work: Awaitable[T]) -> T | None:
         """`work`'s result; or None, `work` cancelled, once the server begins to stop."""

@@ -288,8 +288,10 @@ async def claim_run(
     claims only the runs it started. A server that begins to stop ends the wait: 204.
     A run claimed as the caller's token is revoked (401) or as it hangs up goes to
     nobody: it is given back at once, for any worker to claim. With the run comes this
-    server's `pause_timeout`: how long the worker may hand it back."""
+    server's `pause_timeout`: how long the worker may hand it back. A claim that comes once
+    the server has begun to stop is 503 `unavailable`."""
     _agent_only(caller, "claims runs")
+    state.refuse_if_stopping()
     claimed: Run | None = None
 
     async def claim() -> Run | None:
