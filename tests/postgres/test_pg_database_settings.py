@@ -155,3 +155,32 @@ async def test_a_role_that_may_only_read_and_write_the_tables_opens_a_migrated_d
             asked = await broker.create(Text("Name?"))
             await broker.resolve(asked.id, "Ada")
             assert (await broker.get(asked.id)).status.value == "answered"
+
+
+async def test_interlock_in_a_schema_of_its_own_keeps_every_table_there_and_parks_and_resumes_runs() -> None:
+    """`?search_path=interlock`, for a database shared with an application's own tables: the
+    migrations make everything in that schema (two had named `public.runs`, so the first
+    start failed), and a request, a run parked on it and resumed work there."""
+    from interlock import Confirm, RunStatus
+    from interlock.runs import Worker
+
+    async def deploy(run: object, requests: object) -> str:
+        return "deployed"
+
+    with empty_database() as url:
+        psql("CREATE SCHEMA interlock", database_of(url))
+        async with interlock.connect(f"{url}?search_path=interlock") as broker:
+            run = await broker.start_run("deployer")
+            request = await broker.create(Confirm("Deploy?"), kind="approval", to="alice", run=run.id)
+            await broker.park(run.id, state={"step": 1}, waiting_on=[request.id])
+            await broker.resolve(request.id, True, by="alice")
+            with anyio.fail_after(BOUND):
+                done = await Worker(broker, {"deployer": deploy}).run_once(wait=BOUND)
+            assert done is not None and (done.status, done.result) == (RunStatus.COMPLETED, "deployed")
+        tables = psql(
+            "SELECT table_schema, count(*) FROM information_schema.tables "
+            "WHERE table_schema IN ('public', 'interlock') GROUP BY table_schema",
+            database_of(url),
+        )
+    counts = dict(line.split("|") for line in tables.splitlines())
+    assert set(counts) == {"interlock"} and int(counts["interlock"]) > 20, tables  # none in public

@@ -62,7 +62,7 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION interlock_park_run(p_id text, p_ids text[], p_status text, p_state json, p_expires_at timestamp with time zone, p_at timestamp with time zone, p_worker text) RETURNS SETOF public.runs
+CREATE OR REPLACE FUNCTION interlock_park_run(p_id text, p_ids text[], p_status text, p_state json, p_expires_at timestamp with time zone, p_at timestamp with time zone, p_worker text) RETURNS SETOF runs
     LANGUAGE plpgsql
     AS $$
 DECLARE

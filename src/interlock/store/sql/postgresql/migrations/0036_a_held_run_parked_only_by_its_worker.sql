@@ -1,7 +1,7 @@
 -- A run a worker holds (claimed, being resumed) is parked only by that worker: a park
 -- without a worker (an agent's, restarted and going through its steps again) no longer
 -- takes the run from the worker and hands it, ready, to another one.
-CREATE OR REPLACE FUNCTION interlock_park_run(p_id text, p_ids text[], p_status text, p_state json, p_expires_at timestamp with time zone, p_at timestamp with time zone, p_worker text) RETURNS SETOF public.runs
+CREATE OR REPLACE FUNCTION interlock_park_run(p_id text, p_ids text[], p_status text, p_state json, p_expires_at timestamp with time zone, p_at timestamp with time zone, p_worker text) RETURNS SETOF runs
     LANGUAGE plpgsql
     AS $$
 DECLARE
