@@ -4,18 +4,17 @@ routes: real `interlock serve` processes side by side on one SQLite file (and on
 PostgreSQL database). A node whose grant key is not the others' (a `--grant-key` file
 beside nodes that derive theirs from INTERLOCK_SECRET_KEY, another file, or a key made at
 start beside nodes with a file) is refused at start on one line naming both keys' public
-ids (exit 4); a grant key derived from the secret key follows `interlock secret-key
-rotate`. The commands that only touch the store run in process (cli_support)."""
+ids (exit 4); `interlock grant-key rotate` and `forget` change the key the nodes are held
+to. The commands that only touch the store run in process (cli_support); what each store
+keeps, a derived key following the secret key's rotation, and nodes that make their keys
+at start recording none are tested in process (tests/integration/test_grant_key_port.py)."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -23,7 +22,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from cli_support import invoke
 from interlock.grant_tokens import GrantSigner
-from serve_support import Served, refused_at_start, serve
+from key_support import env_with, node_store, refused
+from serve_support import Served, serve
 
 pytestmark = pytest.mark.anyio
 
@@ -39,22 +39,6 @@ def pem_file(path: Path) -> Path:
     return path
 
 
-def env_with(key: str | None, grant_key: Path | None = None) -> dict[str, str]:
-    """This environment without interlock's settings, with `key` as the secret key and
-    `grant_key` as the grant key's file, each if given."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
-    if key is not None:
-        env["INTERLOCK_SECRET_KEY"] = key
-    if grant_key is not None:
-        env["INTERLOCK_GRANT_KEY"] = str(grant_key)
-    return env
-
-
-async def refused(store: str, key: str | None, grant_key: Path | None = None) -> str:
-    """The one error line of a node started on `store` with these keys, refused (exit 4)."""
-    return await anyio.to_thread.run_sync(refused_at_start, store, env_with(key, grant_key))
-
-
 async def kid_served(node: Served) -> str:
     """The id of the key a node's grant tokens are checked with (`GET /api/v1/grants/keys`)."""
     async with httpx.AsyncClient(base_url=node.url, timeout=10) as http:
@@ -64,13 +48,7 @@ async def kid_served(node: Served) -> str:
         return str(key["kid"])
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'nodes.db'}"
-        return
-    with request.getfixturevalue("pg_databases")() as url:
-        yield url
+store = pytest.fixture(params=["sqlite", "postgresql"])(node_store)
 
 
 @pytest.mark.slow
@@ -94,6 +72,7 @@ async def test_a_node_with_a_grant_key_file_beside_nodes_that_derive_theirs_is_r
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)  # (each store's part: test_grant_key_port)
 async def test_nodes_sharing_a_grant_key_file_refuse_another_file_and_a_key_made_at_start(
     store: str, tmp_path: Path
 ) -> None:
@@ -118,43 +97,6 @@ async def test_nodes_sharing_a_grant_key_file_refuse_another_file_and_a_key_made
 def kept_grant_key(path: Path) -> list[tuple[str, int]]:
     with contextlib.closing(sqlite3.connect(path)) as db, db:
         return db.execute("SELECT kid, derived FROM grant_key_id").fetchall()
-
-
-@pytest.mark.slow
-async def test_a_grant_key_derived_from_the_secret_key_follows_its_rotation_and_one_in_a_file_stays(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "nodes.db"
-    store = f"sqlite:///{path}"
-    async with serve("--db", store, env=env_with(KEY)):
-        pass
-    assert kept_grant_key(path) == [(GrantSigner.from_secret(KEY).kid, 1)]
-    rotated = invoke("secret-key", "rotate", "--db", store, env=env_with(OTHER))
-    assert rotated.returncode == 0, rotated.stderr
-    assert kept_grant_key(path) == []  # forgotten with the key it was derived from
-    async with serve("--db", store, env=env_with(OTHER)) as node:  # the first node on the new key records its own
-        assert await kid_served(node) == GrantSigner.from_secret(OTHER).kid
-    assert kept_grant_key(path) == [(GrantSigner.from_secret(OTHER).kid, 1)]
-    assert "another INTERLOCK_SECRET_KEY" in await refused(store, KEY)  # the old key: the secret key's refusal
-
-    pem = pem_file(tmp_path / "grant.pem")
-    fresh = tmp_path / "file.db"
-    async with serve("--db", f"sqlite:///{fresh}", "--grant-key", str(pem), env=env_with(KEY)):
-        pass
-    assert invoke("secret-key", "rotate", "--db", f"sqlite:///{fresh}", env=env_with(OTHER)).returncode == 0
-    assert kept_grant_key(fresh) == [(GrantSigner.from_pem(pem).kid, 0)]  # the file's key is not the secret key's
-    async with serve("--db", f"sqlite:///{fresh}", "--grant-key", str(pem), env=env_with(OTHER)) as node:
-        assert node.proc.returncode is None
-
-
-@pytest.mark.slow
-async def test_nodes_that_make_their_keys_at_start_record_no_grant_key(tmp_path: Path) -> None:
-    path = tmp_path / "nodes.db"
-    async with serve("--db", f"sqlite:///{path}", env=env_with(None)):
-        pass
-    async with serve("--db", f"sqlite:///{path}", env=env_with(None)) as again:  # one node on a laptop, restarted
-        assert again.proc.returncode is None
-    assert kept_grant_key(path) == []
 
 
 @pytest.mark.slow

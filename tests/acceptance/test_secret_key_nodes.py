@@ -8,41 +8,22 @@ run in process (cli_support)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 
 from cli_support import invoke
 from interlock.secret_key import fingerprint
-from serve_support import refused_at_start, serve
+from key_support import env_with, node_store, refused
+from serve_support import serve
 
 pytestmark = pytest.mark.anyio
 
 KEY, OTHER = "the-nodes-key-0123456789abcdef", "another-key-0123456789abcdef"
 
 
-def env_with(key: str | None) -> dict[str, str]:
-    """This environment without interlock's settings, and `key` as the secret key if given."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
-    return env | ({"INTERLOCK_SECRET_KEY": key} if key is not None else {})
-
-
-async def refused(store: str, key: str | None) -> str:
-    """The one error line of a node started on `store` with `key`, refused (exit 4)."""
-    return await anyio.to_thread.run_sync(refused_at_start, store, env_with(key))
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'nodes.db'}"
-        return
-    with request.getfixturevalue("pg_databases")() as url:
-        yield url
+store = pytest.fixture(params=["sqlite", "postgresql"])(node_store)
 
 
 @pytest.mark.slow

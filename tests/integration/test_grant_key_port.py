@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from interlock.secret_key import NO_KEY, OTHER_KEY, GrantKeyId, no_grant_key, ot
 from interlock.server.app import StartupRefused, create_app
 from interlock.store import Store
 from interlock.store._sql import load_migrations
+from key_support import now, opened_broker
 
 pytestmark = pytest.mark.anyio
 
@@ -30,24 +29,7 @@ FILE, OTHER_FILE = GrantSigner.generate(), GrantSigner.generate()
 DERIVED = GrantSigner.from_secret(KEY)
 
 
-def now() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
-
-
-def url_of(implementation: tuple[str, str]) -> str:
-    name, where = implementation
-    return {"memory": "memory://", "sqlite": f"sqlite:///{where}"}.get(name, where)
-
-
-@pytest.fixture
-async def broker(implementation: tuple[str, str]) -> AsyncIterator[LocalBroker]:
-    made = interlock.connect(url_of(implementation))
-    assert isinstance(made, LocalBroker)
-    await made.open()
-    try:
-        yield made
-    finally:
-        await made.aclose()
+broker = pytest.fixture(opened_broker)
 
 
 async def refusal(broker: LocalBroker, secret_key: str | None, grant_key: GrantSigner | None) -> str | None:

@@ -6,43 +6,24 @@ or with none beside nodes that have one, is refused (`interlock.secret_key`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-import interlock
 from interlock.broker import LocalBroker
 from interlock.secret_key import NO_KEY, OTHER_KEY, fingerprint
 from interlock.server.app import StartupRefused, create_app
 from interlock.store import Store
+from key_support import now, opened_broker
 
 pytestmark = pytest.mark.anyio
 
 KEY, OTHER = "the-nodes-key-0123456789", "another-key-0123456789"
 
 
-def now() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
-
-
-def url_of(implementation: tuple[str, str]) -> str:
-    name, where = implementation
-    return {"memory": "memory://", "sqlite": f"sqlite:///{where}"}.get(name, where)
-
-
-@pytest.fixture
-async def broker(implementation: tuple[str, str]) -> AsyncIterator[LocalBroker]:
-    made = interlock.connect(url_of(implementation))
-    assert isinstance(made, LocalBroker)
-    await made.open()
-    try:
-        yield made
-    finally:
-        await made.aclose()
+broker = pytest.fixture(opened_broker)
 
 
 async def test_a_store_keeps_no_fingerprint_until_one_is_recorded(store: Store) -> None:
