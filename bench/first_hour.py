@@ -79,6 +79,7 @@ def one_run(browser: object, keep: bool) -> dict[str, float]:
             env={**env, "NO_COLOR": "1"},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,  # script's own words as it is stopped; the server's come through stdout
             text=True,
         )
         assert serving.stdout is not None
