@@ -794,7 +794,8 @@ def watch(
 
     A choice takes an option's number, id or label (ignoring case), or your own words where
     "other" is allowed; a request answered elsewhere meanwhile is skipped. Ctrl-D or Ctrl-C
-    stops watching and leaves everything pending.
+    stops watching and leaves everything pending. Lines piped in answer the prompts in
+    turn, and watching stops once they are used up.
     """
     terminal = TerminalContract(by=_answerer(db, by))
 

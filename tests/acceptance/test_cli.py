@@ -437,6 +437,37 @@ async def test_watch_answers_requests_in_the_terminal_as_they_arrive(db: str) ->
         assert (stored.response.by, stored.response.via) == ("alice", "terminal")
 
 
+def test_watch_takes_piped_answers_in_turn_and_stops_when_they_run_out(db: str) -> None:
+    """Lines from a pipe were all written for the prompts to come: none is dropped for
+    having arrived before its prompt showed, and the input's end stops watching only once
+    every line has answered one."""
+
+    async def make() -> list[str]:
+        async with interlock.connect(db) as broker:
+            asks = [
+                interlock.Confirm("Deploy?"),
+                interlock.Choice("Region?", ["eu", "us"]),
+                interlock.Text("Why?"),
+                interlock.Confirm("Page the on-call?"),
+            ]
+            return [(await broker.create(ask, to="alice")).id for ask in asks]
+
+    ids = asyncio.run(make())
+    done = invoke(
+        "watch", "--to", "alice", "--by", "alice", env={**os.environ, "INTERLOCK_URL": db}, input="y\n2\nbecause\n"
+    )
+    assert done.returncode == 0, done.stderr
+
+    async def read() -> list[interlock.Request]:
+        async with interlock.connect(db) as broker:
+            return [await broker.get(request_id) for request_id in ids]
+
+    deploy, region, why, page = asyncio.run(read())
+    assert (deploy.answer, region.answer, why.answer) == (True, "us", "because")
+    assert all(r.response is not None and r.response.via == "terminal" for r in (deploy, region, why))
+    assert page.status is interlock.Status.PENDING  # no line left for it: left pending
+
+
 def test_error_messages_keep_brackets_and_ask_says_it_is_waiting(db: str) -> None:
     async def make() -> str:
         async with interlock.connect(db) as broker:

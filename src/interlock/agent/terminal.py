@@ -42,8 +42,10 @@ class TerminalContract:
     reason, which reaches the agent verbatim. End of input gives the request up.
 
     Lines are read on a daemon thread, so a prompt that an inbox answer made moot never
-    holds the process open; a line typed before the next prompt shows is dropped, as it
-    was meant for the request answered elsewhere.
+    holds the process open. On a terminal, a line typed before the next prompt shows is
+    dropped, as it was meant for the request answered elsewhere; from a pipe or a file,
+    every line answers the next prompt in turn, and the end of input is reached once the
+    last line has been taken.
     """
 
     name: ClassVar[str] = "terminal"
@@ -54,6 +56,7 @@ class TerminalContract:
         self.by = by
         self._lock = asyncio.Lock()
         self._reading: asyncio.Future[str] | None = None
+        self._taken = asyncio.Event()  # set each time a prompt takes a line
 
     def __repr__(self) -> str:
         return "TerminalContract()"
@@ -160,7 +163,7 @@ class TerminalContract:
         out.write(prompt)
         out.flush()
         pending = self._reader()
-        if pending.done() and pending.result() != "":
+        if pending.done() and pending.result() != "" and self._typed():
             # typed before this prompt showed: meant for one answered elsewhere
             self._reading = None
             pending = self._reader()
@@ -168,6 +171,7 @@ class TerminalContract:
         line = await asyncio.shield(pending)
         if self._reading is pending:  # another reader may have started the next read already
             self._reading = None
+            self._taken.set()
         if line == "":
             raise EOFError
         return line.rstrip("\r\n")
@@ -200,16 +204,31 @@ class TerminalContract:
             reader.start()
         return pending
 
+    def _typed(self) -> bool:
+        """Whether the input is a terminal, where lines are typed as prompts show (rather
+        than a pipe or a file, whose lines were all written for the prompts to come)."""
+        stream = self._input or sys.stdin
+        try:
+            return stream.isatty()
+        except (AttributeError, ValueError, OSError):  # closed, or no file behind it
+            return False
+
     async def input_closed(self) -> None:
         """Return once the input reaches its end (Ctrl-D), even between prompts. Lines
-        typed while no prompt shows are dropped, as they are meant for no request."""
+        typed on a terminal while no prompt shows are dropped, as they are meant for no
+        request; a pipe's lines wait for the prompts to come."""
         while True:
             pending = self._reader()
             line = await asyncio.shield(pending)
             if line == "":
                 return
-            if self._reading is pending:
+            if self._reading is not pending:
+                continue  # a prompt took it
+            if self._typed():
                 self._reading = None
+            else:
+                self._taken.clear()
+                await self._taken.wait()
 
 
 def _read_line(stream: TextIO, loop: asyncio.AbstractEventLoop, into: asyncio.Future[str]) -> None:
