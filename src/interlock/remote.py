@@ -7,9 +7,11 @@ not change when it moves from a laptop to a cluster. Each method is one call of 
 may do what, and expires requests on time, so this side keeps no expiry loop and checks no
 answer; a problem response comes back as the exception the server raised (`interlock.wire`).
 
-`ask()` is one call when no input hook is added: `POST /requests?wait=...` creates the
-request and answers once it settles (or with it still pending when the time runs out; the
-wait then goes on with the long poll).
+`ask()` is one call when no input hook is added and the answer comes soon: `POST
+/requests?wait=...` creates the request and answers once it settles (or with it still
+pending when the time runs out; the wait then goes on with the long poll by its id). Without
+an idempotency key that first call is held `FIRST_POLL` seconds only: it cannot be sent
+again, so a server lost during it raises.
 
 A server whose store is unavailable for now answers 503 `unavailable` with `Retry-After`,
 and a proxy in front of a server that is away answers a bare 502, 503 or 504: both raise
@@ -110,6 +112,12 @@ log = logging.getLogger("interlock")
 
 LONG_POLL = 30.0
 """Seconds one long poll may hold a call open; a longer wait makes several."""
+FIRST_POLL = 1.0
+"""Seconds `ask()` without an idempotency key holds its create open for the answer: an
+answer within it (a hook's, an automated answerer's) takes one call; a person's takes a
+second, the wait by the request's id, which rides out a server restart. A create cut
+before its answer raises (it may have made the request), so this is also the window in
+which a server lost raises rather than being waited out."""
 UNAVAILABLE_FIRST = 0.5
 """Seconds a wait pauses before it polls a server that answered `Unavailable` again (unless
 its `Retry-After` says longer), doubling while it keeps answering so up to `UNAVAILABLE_CAP`."""
@@ -348,7 +356,7 @@ class RemoteBroker(Broker):
             return await super()._asked(asks, fields)
         prepared = self.prepare(asks, **fields)
         if prepared.idempotency_key is None:  # a write whose outcome an outage leaves unknown: raised
-            request, _ = await self._submit(prepared, wait=LONG_POLL)
+            request, _ = await self._submit(prepared, wait=FIRST_POLL)  # so held only briefly
         else:  # sent again, the same key gives back the request the first one made
             asking = functools.partial(self._submit, prepared, wait=LONG_POLL)
             request, _ = await self._through_outages(asking, None, f"asking {prepared.idempotency_key!r}")

@@ -252,3 +252,30 @@ async def test_ask_with_an_idempotency_key_is_asked_again_after_a_server_killed_
                     (made,) = (await person.list()).items  # made once, however often it was sent
                     assert await person.resolve(made.id, True)
                     assert await asking is True
+
+
+async def test_ask_without_an_idempotency_key_rides_out_a_server_killed_once_its_request_is_made(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`ask()` without a key holds its create open only briefly (it cannot be sent again),
+    then waits by the request's id: a server killed during a person's long think is waited
+    out, and the answer given after its restart reaches the agent."""
+    seen = Seen()
+    with anyio.fail_after(BOUND):
+        async with serving(tmp_path) as first, interlock.connect(first.url, transport=seen) as broker:
+            asking = asyncio.ensure_future(broker.ask(Confirm("Deploy?"), to="alice"))
+            with anyio.fail_after(15):  # (a create held the whole first long poll, 30 s, before)
+                await seen.sent("GET /wait")  # made, and no answer within its create's brief hold
+            assert [c for c in seen.calls if c.startswith("POST")] == ["POST /api/v1/requests"]
+            (polled,) = [c for c in seen.calls if c.endswith("/wait")]
+            request_id = polled.split("/")[-2]
+            with tries(caplog, f"waiting on {request_id}") as (away, again):
+                await stop(first, kill=True)
+                await away.wait()
+                await tried_again(again, 1)
+                assert not asking.done()
+                async with serving(tmp_path, port=port_of(first)), interlock.connect(first.url) as person:
+                    (made,) = (await person.list()).items
+                    assert (made.id, made.status) == (request_id, Status.PENDING)
+                    assert await person.resolve(made.id, True)
+                    assert await asking is True
