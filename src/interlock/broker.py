@@ -92,6 +92,7 @@ from .model import (
     check_text,
     creation_time,
     epoch_microseconds,
+    evolve,
     from_epoch_microseconds,
     issue_grants,
     new_id,
@@ -1287,7 +1288,7 @@ class LocalBroker(Broker):
         if self.default_expiry is None or request.expires_at is not None or request.origin.run is not None:
             return request
         try:
-            return replace(request, expires_at=request.created_at + self.default_expiry)
+            return evolve(request, expires_at=request.created_at + self.default_expiry)
         except OverflowError:
             return request  # past the last date that can be stored: as good as never
 
@@ -1978,7 +1979,7 @@ class LocalBroker(Broker):
         for request in requests:
             due = deadlines.get(request.origin.run or "") if request.status is Status.PENDING else None
             if due is not None and (request.expires_at is None or due < request.expires_at):
-                request = replace(request, expires_at=due)
+                request = evolve(request, expires_at=due)
             out.append(request)
         return out
 
@@ -3238,7 +3239,7 @@ def _of_run(run: Run, requests: Sequence[Request]) -> list[Request]:
             session=o.session if o.session is not None else run.session,
             agent=o.agent if o.agent is not None else run.agent,
         )
-        made.append(replace(request, origin=origin))
+        made.append(evolve(request, origin=origin))
     return made
 
 

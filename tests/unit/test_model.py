@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,7 +14,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from interlock import Choice, Confirm, Form, InvalidAnswer, InvalidRequest, MultiChoice, Option, Origin, Text
+from interlock import (
+    Choice,
+    Confirm,
+    Form,
+    InvalidAnswer,
+    InvalidRequest,
+    MultiChoice,
+    Option,
+    Origin,
+    Request,
+    Run,
+    Text,
+)
 from interlock.model import (
     MAX_DEPTH,
     Limits,
@@ -23,6 +37,7 @@ from interlock.model import (
     check_json,
     creation_time,
     derived_key,
+    evolve,
     new_id,
     request_from_dict,
     request_to_dict,
@@ -289,3 +304,17 @@ def test_check_json_refuses_nesting_deeper_than_the_limit() -> None:
     looped.append(looped)
     with pytest.raises(InvalidRequest, match="nested more than"):
         check_json(looped, "state", 10**6)
+
+
+def test_evolve_copies_a_record_with_changes_as_replace_does_and_leaves_the_original() -> None:
+    now = datetime.now(UTC)
+    run = Run(id="r1", agent="mailer", created_at=now, updated_at=now, waiting_on=("q1",), state={"step": 1})
+    ready = evolve(run, ready=True, worker="w1", attempts=2)
+    assert ready == replace(run, ready=True, worker="w1", attempts=2)
+    assert type(ready) is Run and (run.ready, run.worker, run.attempts) == (False, None, 0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ready.ready = False  # type: ignore[misc]  # as frozen as one built by its class
+    with pytest.raises(AttributeError):
+        evolve(run, colour="blue")
+    request = Request(id="q1", kind="question", asks=(Text("Why?"),), created_at=now)
+    assert evolve(request, to="alice") == replace(request, to="alice")

@@ -37,6 +37,7 @@ from ..model import (
     Run,
     RunStatus,
     Status,
+    evolve,
     grant_event_data,
     request_to_dict,
     response_to_dict,
@@ -656,7 +657,7 @@ class MemoryStore:
             return
         if any(w in self._pending for w in run.waiting_on):
             return
-        self._put_run(replace(run, ready=True))
+        self._put_run(evolve(run, ready=True))
 
     async def insert_run(self, run: Run) -> tuple[Run, bool]:
         existing = self._runs.get(run.id)
@@ -699,7 +700,7 @@ class MemoryStore:
                 for r in rows
                 if ((r.created_at, r.id) < after if query.order == "desc" else (r.created_at, r.id) > after)
             ]
-        return [replace(r, state=None) for r in rows[: query.limit]]
+        return [evolve(r, state=None) for r in rows[: query.limit]]
 
     def _run_matches(self, run: Run, q: RunQuery) -> bool:
         if q.involving is not None and not self._involves(run, q.involving, q.teams):
@@ -743,7 +744,7 @@ class MemoryStore:
         if run is None or run.status is not RunStatus.RUNNING or run.worker != worker:
             return None
         ready = not any(w in self._pending for w in waiting_on)
-        run = replace(
+        run = evolve(
             run,
             status=status,
             state=state,
@@ -817,7 +818,7 @@ class MemoryStore:
         return found
 
     def _claim(self, best: Run, worker: str, lease_expires_at: datetime, at: datetime) -> Run:
-        run = replace(
+        run = evolve(
             best,
             status=RunStatus.RUNNING,
             ready=False,
@@ -842,7 +843,7 @@ class MemoryStore:
         run = self._runs.get(run_id)
         if run is None or run.status is not RunStatus.RUNNING or run.worker != worker:
             return False
-        self._put_run(replace(run, lease_expires_at=lease_expires_at))
+        self._put_run(evolve(run, lease_expires_at=lease_expires_at))
         return True
 
     async def end_run(
@@ -860,7 +861,7 @@ class MemoryStore:
         run = self._runs.get(run_id)
         if run is None or not may_end(run, status, worker, None):
             return None, []
-        run = replace(
+        run = evolve(
             run,
             status=status,
             result=result,
