@@ -465,7 +465,9 @@ def inbox(
     """List requests, newest first.
 
     A page holds `--limit` requests; when there are more, the command prints (on stderr)
-    the `--after CURSOR` that lists the next page. `--all` lists every page."""
+    the `--after CURSOR` that lists the next page. `--all` lists every page. With `--json`,
+    each line is the request as the API gives it, with `claim` (who took it, since when;
+    null when nobody has)."""
     if status != "all" and status not in {s.value for s in Status}:
         raise _fail(f"unknown status {status!r}")
 
@@ -493,7 +495,9 @@ def inbox(
     more = f"more requests: the next page is --after {next_cursor} (with the same options), or list them all with --all"
     if as_json:
         for request in found:
-            typer.echo(_json(request_to_dict(request)))
+            held = claims.get(request.id)
+            claim = None if held is None else {"by": held.by, "at": held.at.isoformat()}
+            typer.echo(_json({**request_to_dict(request), "claim": claim}))
         if next_cursor is not None:
             err.print(more, markup=False, soft_wrap=True)
         return
@@ -523,14 +527,17 @@ def show(
 ) -> None:
     """Print one request as JSON. Your first look at it is on its timeline (`viewed`)."""
 
-    async def work(broker: Broker) -> tuple[Request, str]:
+    async def work(broker: Broker) -> tuple[Request, str, Claim | None]:
         request = await broker.get(request_id)  # through a server, it records the view
         if isinstance(broker, LocalBroker):
             await broker.note_viewed(request, by=local_person())
-        return request, _store_named(ctx, db) + await _approver_named(broker, request)
+        held = (await broker.claims([request.id])).get(request.id) if request.status is Status.PENDING else None
+        return request, _store_named(ctx, db) + await _approver_named(broker, request), held
 
-    request, options = _run(db, work, token)
+    request, options, held = _run(db, work, token)
     typer.echo(_json(request_to_dict(request), indent=2))
+    if held is not None:
+        err.print(f"claimed by {held.by} ({_ago(held.at, datetime.now(UTC))})", markup=False, soft_wrap=True)
     if request.status is Status.PENDING:
         for line in how_to_answer(request, options):
             err.print(line, markup=False, soft_wrap=True)

@@ -65,9 +65,17 @@ async def test_a_member_claims_from_the_command_line_and_the_others_see_it_in_th
     assert taken.returncode == 1 and "already claimed by alice at " in taken.stderr
     inbox = run("inbox", "--to", "bob", db=db)
     assert request.id in inbox.stdout and "claimed by" in inbox.stdout and "alice" in inbox.stdout
+    (line,) = run("inbox", "--to", "bob", "--json", db=db).stdout.splitlines()  # and to a script
+    assert (json.loads(line)["id"], json.loads(line)["claim"]["by"]) == (request.id, "alice")
+    shown = run("show", request.id, db=db)
+    assert json.loads(shown.stdout)["id"] == request.id and "claimed by alice (" in shown.stderr
     assert run("claim", request.id, "--release", "--by", "bob", db=db).returncode == 1  # not bob's
     assert run("claim", request.id, "--release", "--by", "alice", db=db).returncode == 0
     assert run("claim", request.id, "--by", "bob", db=db).returncode == 0
+    async with interlock.connect(db) as broker:
+        await broker.resolve(request.id, True, by="bob")
+    (line,) = run("inbox", "--to", "bob", "--status", "all", "--json", db=db).stdout.splitlines()
+    assert json.loads(line)["claim"] is None  # settled: nobody holds it any more
 
 
 async def test_claiming_a_request_settled_already_says_how_it_settled_in_one_line(db: str) -> None:
