@@ -77,6 +77,20 @@ async def test_a_write_to_a_store_locked_past_its_timeout_answers_503_and_change
         assert answered.status_code == 200 and answered.json()["status"] == "answered"
 
 
+async def test_the_calls_refused_in_one_outage_are_one_warning_in_the_server_s_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "locked.db"
+    async with serve_in_process(db_url(path), auth=False) as server, server.client("/api/v1") as api:
+        with caplog.at_level(logging.DEBUG, logger="interlock.server"), locked(path), anyio.fail_after(BOUND):
+            for n in range(3):  # agents asking on, the store away
+                assert (await api.post("/requests", json={**TEXT, "idempotency_key": f"k{n}"})).status_code == 503
+    refusals = [r for r in caplog.records if r.name == "interlock.server" and "answered 503" in r.getMessage()]
+    assert [r.levelno for r in refusals] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+    assert refusals[0].getMessage().startswith("POST /api/v1/requests answered 503: ")
+    assert "stayed locked" in refusals[0].getMessage() and "logged at debug level" in refusals[0].getMessage()
+
+
 async def test_a_page_of_the_web_inbox_whose_store_fails_says_so_with_503(tmp_path: Path) -> None:
     path = tmp_path / "locked.db"
     async with serve_in_process(db_url(path), auth=False) as server, server.client() as browser:

@@ -663,7 +663,7 @@ def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(Unavailable)
     async def unavailable(request: Request, exc: Unavailable) -> Response:
         seconds = retry_after_of(exc)
-        log.warning("%s %s answered 503: %s", request.method, request.url.path, exc)
+        request.app.state.interlock.refused_for_now(request.method, request.url.path, exc)
         response: Response
         if _a_page(request):
             message = "The store is unavailable for now: try again shortly."

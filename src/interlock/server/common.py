@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import math
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Annotated, Any, Literal, TypeVar
@@ -414,6 +417,12 @@ class Quotas:
 
 T = TypeVar("T")
 
+log = logging.getLogger("interlock.server")
+
+REFUSALS_APART = 60.0
+"""Seconds without a call answered 503 after which the next one is logged as a warning
+again (the start of another outage), not at debug level."""
+
 
 class AppState:
     quotas: Quotas
@@ -441,6 +450,26 @@ class AppState:
         self.tasks: set[asyncio.Task[None]] = set()  # work no response waits for (mailing a sign-in link)
         self.stopping = asyncio.Event()  # set as the server begins to stop: its long polls end
         self.loop: asyncio.AbstractEventLoop | None = None  # the app's, once it runs
+        self.last_refusal = -math.inf  # when a call was last answered 503 (`refused_for_now`)
+
+    def refused_for_now(self, method: str, path: str, why: object) -> None:
+        """Log a call answered 503 (`Unavailable`): a warning for the first of an outage,
+        debug lines for the next while they come less than `REFUSALS_APART` seconds apart,
+        so a store away for an hour, with agents polling, is one warning and not one a call
+        (the line that the store works again comes from the loops that met it)."""
+        now = time.monotonic()
+        if now - self.last_refusal > REFUSALS_APART:
+            log.warning(
+                "%s %s answered 503: %s (the next calls answered 503 are logged at debug level while they come "
+                "less than %g s apart)",
+                method,
+                path,
+                why,
+                REFUSALS_APART,
+            )
+        else:
+            log.debug("%s %s answered 503: %s", method, path, why)
+        self.last_refusal = now
 
     def stop_waits(self) -> None:
         """The server begins to stop: end its long polls now (a wait answers that the
