@@ -2474,7 +2474,13 @@ class LocalBroker(Broker):
         check_text(run_id, "the run id", DEFAULT_LIMITS.max_name_length)
         # The store's conditional write checks that the run is running and held by `worker`
         # (without one: by no worker, so an agent never ends a run a worker is resuming).
-        ended, _ = await self.store.end_run(run_id, status, at=datetime.now(UTC), worker=worker, **fields)
+        # Requests of it still pending (made and never waited on) are withdrawn: nobody
+        # would read their answers.
+        now = datetime.now(UTC)
+        withdraw = Response(now, by=worker, via="python", reason=f"the run {status.value}", cause="withdrawn")
+        ended, cancelled = await self.store.end_run(run_id, status, at=now, worker=worker, withdraw=withdraw, **fields)
+        for request in cancelled:
+            self._wake(request)
         if ended is None:
             raise await self._run_conflict(run_id, worker, does)
         self._durations.pop(run_id, None)

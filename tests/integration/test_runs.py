@@ -390,6 +390,30 @@ async def test_cancelling_a_run_withdraws_its_pending_requests(broker: Broker) -
     assert await broker.claim_run(worker="w1") is None
 
 
+async def test_completing_or_failing_a_run_withdraws_the_requests_it_left_pending(broker: Broker) -> None:
+    # An agent asks a side question it never waits on, and finishes: nobody would read the
+    # answer, so the question leaves the person's inbox rather than waiting there for good.
+    for end, ended in (("complete", "completed"), ("fail", "failed")):
+        run = await broker.start_run("helper")
+        answered = await broker.create(Text("Which region?"), to="alice", run=run.id)
+        assert await broker.resolve(answered.id, "eu", by="alice")
+        aside = await broker.create(Text("Anything else?"), to="alice", run=run.id)
+        waiting = asyncio.ensure_future(broker.wait(aside.id))
+        if end == "complete":
+            await broker.complete_run(run.id, {"done": True})
+        else:
+            await broker.fail_run(run.id, "the deploy broke")
+        with pytest.raises(Cancelled) as withdrawn:
+            with anyio.fail_after(BOUND):
+                await waiting
+        left = await broker.get(aside.id)
+        assert left.status is Status.CANCELLED and left.response is not None
+        assert (left.response.cause, left.response.reason) == ("withdrawn", f"the run {ended}")
+        assert f"the run {ended}" in str(withdrawn.value)
+        assert (await broker.get(answered.id)).answer == "eu"  # what was answered stays answered
+        assert not (await broker.list(run=run.id, status=Status.PENDING)).items
+
+
 async def test_a_request_for_a_run_that_has_ended_is_refused_and_left_pending_nowhere(broker: Broker) -> None:
     # A worker whose run was cancelled while its handler ran asks the next question: it
     # would wait forever in the person's inbox (a run's requests expire with its pause).

@@ -790,10 +790,11 @@ class RunStore(Protocol):
         """End a run that has not ended with `status`: a running one held by `worker`, when
         given; without `worker`, as cancelled any run not ended, as completed or failed
         only a running one no worker holds (an agent never ends a run under the worker
-        resuming it). With `withdraw`, cancel its pending requests with that response, in
-        the same transaction. Returns the run as ended (None if it may not end so: it had
-        ended, is parked, or a worker other than `worker` holds it) and the requests it
-        cancelled."""
+        resuming it). With `withdraw`, cancel its pending requests with that response: in
+        the same transaction when cancelling it; when completing or failing it (which leaves
+        none pending, mostly: those it made and never waited on), once it has ended. Returns
+        the run as ended (None if it may not end so: it had ended, is parked, or a worker
+        other than `worker` holds it) and the requests it cancelled."""
         ...
 
     async def expire_runs(self, due: datetime, response: Response) -> list[tuple[Run, list[Request]]]:

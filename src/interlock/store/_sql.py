@@ -1577,10 +1577,10 @@ class SqlStore:
 
     async def _finish_run(
         self, run_id: str, status: RunStatus, fields: tuple[Any, ...], worker: str | None
-    ) -> Run | None:
-        """End a run with nothing to withdraw (completing or failing it), with its event, if
-        it may end (see `may_end`): the ended run, else None. `fields`: the stored result,
-        error, terminal reason and time."""
+    ) -> tuple[Run | None, bool]:
+        """End a run without withdrawing its requests (completing or failing it), with its
+        event, if it may end (see `may_end`): the ended run, else None, and whether requests
+        of it are left pending. `fields`: the stored result, error, terminal reason and time."""
         raise NotImplementedError
 
     async def end_run(
@@ -1596,8 +1596,15 @@ class SqlStore:
         withdraw: Response | None = None,
     ) -> tuple[Run | None, builtins.list[Request]]:
         fields = (None if result is None else encode_json(result), error, terminal_reason, self._stamp(at))
-        if withdraw is None:  # completing or failing: nothing to withdraw, one statement
-            return await self._finish_run(run_id, status, fields, worker), []
+        if withdraw is None or status is not RunStatus.CANCELLED:
+            # Completing or failing: one statement, which says whether requests of the run
+            # are left pending (made and never waited on, mostly none); those are withdrawn
+            # after, as nobody will read their answers.
+            ended, left = await self._finish_run(run_id, status, fields, worker)
+            if ended is None or not left or withdraw is None:
+                return ended, []
+            cancelled = await self._write_in(lambda tx: self._withdraw_in(tx, run_id, withdraw))
+            return ended, self._remember_all(cancelled)
         ended, cancelled = await self._write_in(lambda tx: self._end_in(tx, run_id, status, fields, worker, withdraw))
         return ended, self._remember_all(cancelled)
 
@@ -1621,12 +1628,7 @@ class SqlStore:
         row = await tx.row("end_run", status.value, *fields, run_id)
         assert row is not None  # the run is locked
         ended = run_from_row(tuple(row), self._time)
-        answer = encode_json(response_to_dict(withdraw))
-        cancelled = []
-        for request_status, doc, response in await tx.rows("pending_of_run", run_id):
-            request = request_from_row(request_status, doc, response).settle(Status.CANCELLED, withdraw)
-            if await self._settle_in(tx, request, withdraw.at, answer):
-                cancelled.append((request, answer))
+        cancelled = await self._withdraw_pending_in(tx, run_id, withdraw)
         await self._insert_event(
             tx,
             f"run_{status.value}",
@@ -1637,6 +1639,22 @@ class SqlStore:
             run=ended.id,
         )
         return ended, cancelled
+
+    async def _withdraw_pending_in(self, tx: Transaction, run_id: str, withdraw: Response) -> Settled:
+        """Cancel the run's pending requests in `tx` with `withdraw`: those cancelled, with
+        their stored responses."""
+        answer = encode_json(response_to_dict(withdraw))
+        cancelled = []
+        for request_status, doc, response in await tx.rows("pending_of_run", run_id):
+            request = request_from_row(request_status, doc, response).settle(Status.CANCELLED, withdraw)
+            if await self._settle_in(tx, request, withdraw.at, answer):
+                cancelled.append((request, answer))
+        return cancelled
+
+    async def _withdraw_in(self, tx: Transaction, run_id: str, withdraw: Response) -> Settled:
+        """Withdraw the requests left pending by a run that has ended (see `end_run`)."""
+        await self._lock_requests_of_run(tx, run_id)
+        return await self._withdraw_pending_in(tx, run_id, withdraw)
 
     async def _expire_in(
         self, tx: Transaction, run_id: str, due: datetime, response: Response

@@ -857,9 +857,9 @@ class PostgresStore(SqlStore):
 
     async def _finish_run(
         self, run_id: str, status: RunStatus, fields: tuple[Any, ...], worker: str | None
-    ) -> Run | None:
+    ) -> tuple[Run | None, bool]:
         row = await self.pool.fetchrow(Q["finish_run"], run_id, status.value, *fields, worker)  # one round trip
-        return None if row is None else self._run(row)
+        return (None, False) if row is None else (self._run(tuple(row)[:-1]), row["left_pending"])
 
     async def expire_runs(self, due: datetime, response: Response) -> list[tuple[Run, list[Request]]]:
         out = []

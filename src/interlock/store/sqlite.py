@@ -1267,17 +1267,17 @@ class SqliteStore(SqlStore):
 
         return await self._write(settle)
 
-    def _finish_in(self, db: sqlite3.Connection, params: dict[str, Any]) -> Run | None:
+    def _finish_in(self, db: sqlite3.Connection, params: dict[str, Any]) -> tuple[Run | None, bool]:
         row = _one(db.execute(Q["finish_run"], params))
         if row is None:
-            return None
+            return None, False
         ended = run_from_row(row, _from_us)
         db.execute(Q["insert_event"], _run_event(f"run_{ended.status.value}", ended))
-        return ended
+        return ended, db.execute(Q["any_pending_of_run"], {"id": ended.id}).fetchone() is not None
 
     async def _finish_run(
         self, run_id: str, status: RunStatus, fields: tuple[Any, ...], worker: str | None
-    ) -> Run | None:
+    ) -> tuple[Run | None, bool]:
         params = dict(zip(("result", "error", "terminal_reason", "at"), fields, strict=True))
         params |= {"id": run_id, "status": status.value, "worker": worker}
         return await self._write(lambda db: self._finish_in(db, params))

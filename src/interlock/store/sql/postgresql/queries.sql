@@ -214,9 +214,11 @@ SELECT id, agent, session, requester, status, terminal_reason, ready, worker, le
 FROM interlock_claim_run($1, $2, $3, $4, $5);
 
 -- name: finish_run
-SELECT id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
-       attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
-FROM interlock_finish_run($1, $2, $3, $4, $5, $6, $7);
+-- The ended run, and whether requests of it are left pending (withdrawn after).
+SELECT f.id, f.agent, f.session, f.requester, f.status, f.terminal_reason, f.ready, f.worker, f.lease_expires_at,
+       f.expires_at, f.attempts, f.max_duration, f.created_at, f.updated_at, f.waiting_on, f.state, f.result, f.error,
+       EXISTS (SELECT 1 FROM requests q WHERE q.run = f.id AND q.status = 'pending') AS left_pending
+FROM interlock_finish_run($1, $2, $3, $4, $5, $6, $7) AS f;
 
 -- name: renew_lease
 UPDATE runs SET lease_expires_at = $1 WHERE id = $2 AND status = 'running' AND worker = $3;

@@ -278,6 +278,9 @@ RETURNING id, agent, session, requester, status, terminal_reason, ready, worker,
 -- name: pending_of_run
 SELECT status, doc, response FROM requests WHERE run = :id AND status = 'pending' ORDER BY id;
 
+-- name: any_pending_of_run
+SELECT 1 FROM requests WHERE run = :id AND status = 'pending' LIMIT 1;
+
 -- name: runs_due
 SELECT id FROM runs WHERE expires_at IS NOT NULL AND expires_at <= :due
   AND status IN ('waiting_for_input', 'waiting_for_approval') AND ready = 0
