@@ -43,6 +43,7 @@ from .errors import (
     Closed,
     Expired,
     FollowupNotFound,
+    Forbidden,
     IdempotencyKeyReused,
     InvalidAnswer,
     InvalidCursor,
@@ -88,6 +89,7 @@ from .model import (
     build_request,
     check_answers,
     check_echo,
+    check_grant_giver,
     check_json,
     check_text,
     creation_time,
@@ -1818,6 +1820,7 @@ class LocalBroker(Broker):
         offer = Grant(with_, can, exp)
         check_text(offer.with_, "with", self.limits.max_prompt_length)
         check_text(offer.can, "can", self.limits.max_prompt_length)
+        check_grant_giver(offer.with_, by, Forbidden)
         now = datetime.now(UTC)
         self.grant_policy.check_offer(offer, "the grant", now)
         grant = IssuedGrant(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from .broker import Broker
 from .errors import Forbidden
-from .model import IssuedGrant
+from .model import INBOX_RESOURCE, IssuedGrant
 from .principals import Principal
 
 __all__ = ["INBOX_ABILITY", "asks_own_inbox", "inbox_resource", "may_ask"]
@@ -32,7 +32,7 @@ INBOX_ABILITY = "hitl/request"
 
 def inbox_resource(name: str) -> str:
     """The `with` of a grant to request in `name`'s inbox."""
-    return f"interlock:inbox/{name}"
+    return INBOX_RESOURCE + name
 
 
 def asks_own_inbox(caller: Principal, to: str | None) -> bool:

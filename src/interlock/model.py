@@ -856,6 +856,21 @@ def check_echo(echo: object, max_count: int | None = None) -> list[Grant]:
     return named
 
 
+INBOX_RESOURCE = "interlock:inbox/"
+"""How the `with` of a grant on a person's inbox begins (`interlock.grants.inbox_resource`)."""
+
+
+def check_grant_giver(with_: str, issuer: str | None, error: Callable[[str], Exception]) -> None:
+    """Refuse a grant on someone's inbox given by anyone else: only `alice` gives a grant on
+    `interlock:inbox/alice` (it lets its holder ask her). A grant given by nobody named
+    (an operator's, with no `by`) is refused too; every other grant is the application's."""
+    if with_.startswith(INBOX_RESOURCE):
+        owner = with_[len(INBOX_RESOURCE) :]
+        if issuer != owner:
+            mine = f"a grant on {with_!r} is {owner}'s alone to give (it lets its holder ask them)"
+            raise error(f"{mine}: give it as {owner}" if issuer is None else f"{mine}, not {issuer}'s")
+
+
 def issue_grants(
     request: Request,
     answers: Mapping[str, Any],
@@ -890,6 +905,7 @@ def issue_grants(
                 "nothing was answered or issued"
             )
         for ask_id, option, grant in matches:
+            check_grant_giver(grant.with_, issuer, InvalidAnswer)
             chosen.setdefault((grant.with_, grant.can, grant.exp), (ask_id, option, grant))
     return tuple(
         IssuedGrant(

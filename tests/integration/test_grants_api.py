@@ -106,9 +106,15 @@ async def test_a_grant_to_request_from_the_person_lets_its_holder_ask_them(
     world: Callable[..., AbstractAsyncContextManager[World]],
 ) -> None:
     async with world() as w, w.client("bob") as bob, w.client("bot") as bot, w.client("carol") as carol:
-        # carol cannot open bob's inbox: a grant on it counts only from bob
+        # carol cannot open bob's inbox: a grant on it is bob's alone to give, so hers is
+        # refused, and none is issued that a check or a venue would read as valid
         given = await carol.post("/grants", json={"to": "bot", **ASK_BOB})
-        assert given.status_code == 201
+        assert given.status_code == 403 and given.json()["code"] == "forbidden"
+        assert "is bob's alone to give (it lets its holder ask them), not carol's" in given.json()["detail"]
+        assert (await bot.post("/grants/check", json={"with": ASK_BOB["with"], "can": ASK_BOB["can"]})).json()[
+            "granted"
+        ] is False
+        assert (await carol.get("/grants", params={"issuer": "carol"})).json()["items"] == []
         assert (await bot.post("/requests", json=question(to="bob"))).status_code == 403
         given = await bob.post("/grants", json={"to": "bot", **ASK_BOB})
         assert given.status_code == 201, given.text

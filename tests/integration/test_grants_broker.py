@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from interlock import Broker, Confirm
-from interlock.errors import InvalidAnswer, InvalidRequest, NotFound
+from interlock.errors import Forbidden, InvalidAnswer, InvalidRequest, NotFound
 from interlock.model import Choice, GrantPolicy, MultiChoice, Option, Status, Text
 
 pytestmark = pytest.mark.anyio
@@ -112,6 +112,22 @@ async def test_a_grant_is_given_directly_revoked_once_and_then_no_longer_checks(
     assert [g.id for g in (await broker.list_grants(audience="bot")).items] == [given.id]
     with pytest.raises(NotFound):
         await broker.get_grant("no-such-grant")
+
+
+async def test_a_grant_on_someone_s_inbox_is_theirs_alone_to_give_or_to_issue_by_answering(broker: Broker) -> None:
+    # A grant on bob's inbox lets its holder ask bob: given by alice, or by nobody named,
+    # a check (and a venue reading its token) would take it for bob's permission.
+    for by in ("alice", None):
+        with pytest.raises(Forbidden, match="is bob's alone to give"):
+            await broker.give_grant("bot", "interlock:inbox/bob", "hitl/request", by=by)
+    offered = {"with": "interlock:inbox/bob", "can": "hitl/request"}
+    request = await broker.create(Confirm("Let bot ask bob?", grants=[offered]), to="alice", requester="bot")
+    with pytest.raises(InvalidAnswer, match="not alice's"):
+        await broker.resolve(request.id, True, by="alice", grants=[offered])
+    assert (await broker.get(request.id)).status is Status.PENDING  # nothing answered
+    assert (await broker.list_grants(audience="bot")).items == []  # nor issued
+    assert await broker.resolve(request.id, True, by="bob", grants=[offered])  # bob may
+    assert await broker.check_grant("bot", "interlock:inbox/bob", "hitl/request", issuer="bob") is not None
 
 
 async def test_grants_page_newest_first(broker: Broker) -> None:
