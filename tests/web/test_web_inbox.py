@@ -676,7 +676,7 @@ SCALE_SCHEMA = {
 class GatedScale:
     """An agent on the server's loop whose `scale` tool needs alice's approval."""
 
-    def __init__(self, server: Server, arguments: dict[str, Any]) -> None:
+    def __init__(self, server: Server, arguments: dict[str, Any], schema: dict[str, Any] = SCALE_SCHEMA) -> None:
         from interlock.agent import ApprovalGate, ToolCall, ToolDefinition, ToolFunctions, ToolRunner
 
         self.ran: list[dict[str, Any]] = []
@@ -689,7 +689,7 @@ class GatedScale:
             runner = ToolRunner(
                 server.broker,
                 [ToolFunctions({"scale": scale})],
-                definitions=[ToolDefinition("scale", "Scale a service", SCALE_SCHEMA)],
+                definitions=[ToolDefinition("scale", "Scale a service", schema)],
                 gate=ApprovalGate(server.broker, policies={"scale": "always"}, to="alice"),
             )
             return await runner.run(ToolCall("scale", arguments, "c1", agent="bot"))
@@ -781,6 +781,22 @@ def test_an_edit_of_one_argument_keeps_the_others_as_reviewed(server: Server, pa
     expect(history_item(page, agent.request_id)).to_contain_text("Approved by alice via web")
     assert agent.outcome.result(timeout=10).content == "scaled"
     assert agent.ran == [{"service": "\napi\r\nweb\n", "env": "prod", "replicas": 4}]
+
+
+def test_an_edit_keeps_the_arguments_the_schema_does_not_list(server: Server, page: Page) -> None:
+    # The form shows what the schema lists; an argument it does not list (and allows) was
+    # dropped from the edited call, though the person never saw it go: a `dry_run` lost so
+    # makes the call run for real.
+    listed = {"type": "object", "properties": {"service": {"type": "string"}, "replicas": {"type": "integer"}}}
+    agent = GatedScale(server, {"service": "api", "replicas": 3, "dry_run": True, "region": "eu"}, listed)
+    sign_in(page, server)
+    card = pending_card(page, agent.request_id)
+    card.locator("details.edit > summary").click()
+    card.get_by_label("replicas").fill("4")
+    card.get_by_role("button", name="Approve").click()
+    expect(history_item(page, agent.request_id)).to_contain_text("Approved by alice via web")
+    assert agent.outcome.result(timeout=10).content == "scaled"
+    assert agent.ran == [{"service": "api", "replicas": 4, "dry_run": True, "region": "eu"}]
 
 
 def test_an_argument_of_several_lines_is_edited_on_its_lines(server: Server, page: Page) -> None:

@@ -220,13 +220,20 @@ def approval_answers(request: HumanRequest, approve: bool, values: Values) -> An
         if i == 0 or not ask.edited(name, values, original):
             continue
         value = ask.from_fields(values, name)
-        if isinstance(value, dict) and isinstance(arguments, Mapping):
+        inputs = ask.inputs(name)
+        if isinstance(value, dict) and isinstance(arguments, Mapping) and inputs is not None:
             # What the person left alone stays as reviewed, not as the browser posted it back.
-            for key in form_untouched(ask.inputs(name) or (), values, original):
+            for key in form_untouched(inputs, values, original):
                 if key in arguments:
                     value[key] = arguments[key]
                 else:
                     value.pop(key, None)
+            # And so do the arguments the form has no input for (its schema does not list
+            # them): the edited call is the reviewed one with what the person changed.
+            shown = {f.key for f in inputs}
+            for key, item in arguments.items():
+                if key not in shown:
+                    value.setdefault(key, item)
         if value is not None:
             answers[ask.id] = value
     return answers
