@@ -783,6 +783,24 @@ def test_an_edit_of_one_argument_keeps_the_others_as_reviewed(server: Server, pa
     assert agent.ran == [{"service": "\napi\r\nweb\n", "env": "prod", "replicas": 4}]
 
 
+def test_enter_in_an_argument_s_field_does_not_decide_the_approval(server: Server, page: Page) -> None:
+    # Enter in a one-line field submits its form with the first button: Approve, before the
+    # person had looked at the rest. Only a press of Approve or Deny decides.
+    agent = GatedScale(server, {"service": "api", "env": "prod", "replicas": 3})
+    sign_in(page, server)
+    card = pending_card(page, agent.request_id)
+    card.locator("details.edit > summary").click()
+    card.get_by_label("replicas").fill("4")
+    card.get_by_label("replicas").press("Enter")
+    card.get_by_label("service").press("Enter")
+    expect(card.get_by_role("button", name="Approve")).to_be_enabled()
+    assert stored(server, agent.request_id).status is Status.PENDING
+    card.get_by_role("button", name="Approve").click()
+    expect(history_item(page, agent.request_id)).to_contain_text("Approved by alice via web")
+    assert agent.outcome.result(timeout=10).content == "scaled"
+    assert agent.ran == [{"service": "api", "env": "prod", "replicas": 4}]
+
+
 def test_an_edit_keeps_the_arguments_the_schema_does_not_list(server: Server, page: Page) -> None:
     # The form shows what the schema lists; an argument it does not list (and allows) was
     # dropped from the edited call, though the person never saw it go: a `dry_run` lost so
@@ -819,6 +837,20 @@ def test_an_approval_shows_the_characters_a_reader_cannot_see_in_its_arguments(s
     card = pending_card(page, agent.request_id)
     expect(card.locator("pre.arguments")).to_contain_text('"service": "api\\u202ebew\\u200b"')
     expect(card.locator("pre.preview")).to_contain_text('service="api\\u202ebew\\u200b"')
+
+
+def test_an_approval_s_heading_and_prompt_show_the_characters_a_reader_cannot_see(server: Server, page: Page) -> None:
+    # A tool named "deploy_\u202etxt.exe" had its heading read "Run deploy_exe.txt?", and
+    # the approval's prompt reordered as the agent chose; a question's text is left as is.
+    approval = ask(
+        server, Confirm("Ship report\u202egnp.exe now?", id="ok"), kind="approval", tool_name="deploy_\u202etxt.exe"
+    )
+    question = ask(server, Text("Which emoji? \U0001f468\u200d\U0001f469", id="t"), title="Family \u200d")
+    sign_in(page, server)
+    card = pending_card(page, approval)
+    expect(card.get_by_role("heading").first).to_have_text("Run deploy_\\u202etxt.exe?")
+    expect(card.locator("p.prompt")).to_have_text("Ship report\\u202egnp.exe now?")
+    expect(pending_card(page, question).get_by_role("heading").first).to_have_text("Family \u200d")
 
 
 def test_a_gate_approval_is_denied_with_a_reason_the_agent_reads_verbatim(server: Server, page: Page) -> None:
@@ -1114,11 +1146,14 @@ def test_a_request_s_own_page_sends_a_multiline_answer_with_ctrl_enter(server: S
 
 def test_no_page_scrolls_sideways_on_a_phone(server: Server, page: Page) -> None:
     ask(server, Text("A question with a long title that a phone has to wrap somewhere?", id="q"))
+    columns = " | ".join(f"column {n}" for n in range(8))
+    table = ask(server, Text("Go on?", id="q"), details=f"| {columns} |\n|{'---|' * 8}\n| {columns} |")
     sign_in(page, server)
     page.set_viewport_size({"width": 360, "height": 740})
-    for path in ("/", "/history", "/dashboard"):
+    for path in ("/", "/history", "/dashboard", f"/requests/{table}"):
         page.goto(f"{server.url}{path}")
         assert page.evaluate("document.documentElement.scrollWidth") <= 360, path
+    expect(page.locator(".markdown table")).to_contain_text("column 7")  # scrolled to within its card
 
 
 def test_a_long_unbroken_word_wraps_instead_of_widening_the_page(server: Server, page: Page) -> None:

@@ -240,12 +240,17 @@ def approval_answers(request: HumanRequest, approve: bool, values: Values) -> An
 
 
 def heading(request: HumanRequest) -> str:
+    """The request's title, else its first prompt (shortened); an approval's with the
+    characters a reader cannot see written out (`show_hidden`), as its arguments are: a
+    tool named `deploy_\u202etxt.exe` must not read as "deploy_exe.txt"."""
     if request.title:
-        return request.title
-    if request.kind == "approval" and request.origin.tool_name:
-        return f"Run {request.origin.tool_name}?"
-    prompt = request.asks[0].prompt
-    return prompt if len(prompt) <= 120 else prompt[:119] + "…"
+        text = request.title
+    elif request.kind == "approval" and request.origin.tool_name:
+        text = f"Run {request.origin.tool_name}?"
+    else:
+        prompt = request.asks[0].prompt
+        text = prompt if len(prompt) <= 120 else prompt[:119] + "…"
+    return show_hidden(text) if request.kind == "approval" else text
 
 
 def ask_views(request: HumanRequest, failure: Failure | None) -> list[AskView]:
@@ -279,8 +284,12 @@ def answers_shown(request: HumanRequest) -> list[tuple[str, str]]:
     if request.status is not Status.ANSWERED or request.response is None:
         return []
     given = request.response.answers
-    if is_approval(request):  # the verdict is the badge; show an edit of the arguments
-        return [(ask.prompt, answer_text(ask, given[ask.id])) for ask in request.asks[1:] if ask.id in given]
+    if is_approval(request):  # the verdict is the badge; show an edit of the arguments, as it ran
+        return [
+            (show_hidden(ask.prompt), show_hidden(answer_text(ask, given[ask.id])))
+            for ask in request.asks[1:]
+            if ask.id in given
+        ]
     if len(request.asks) == 1 and request.asks[0].id in given:
         return [("Answer", answer_text(request.asks[0], given[request.asks[0].id]))]
     return [(ask.prompt, answer_text(ask, given[ask.id])) for ask in request.asks if ask.id in given]

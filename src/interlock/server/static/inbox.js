@@ -72,7 +72,7 @@
     event.preventDefault();
     const form = event.currentTarget;
     const body = new URLSearchParams(new FormData(form, event.submitter));
-    const buttons = form.querySelectorAll("button");
+    const buttons = form.querySelectorAll("button:not([data-guard])");
     // Disabling the pressed button takes the focus off it: note that it was in this card,
     // so that `leave` puts it on the next card rather than back at the top of the page.
     if (form.closest("li").contains(document.activeElement)) form.closest("li").dataset.focused = "true";
@@ -109,7 +109,7 @@
     const card = form.closest("li");
     const body = new URLSearchParams(new FormData(form, event.submitter));
     const focused = form.contains(document.activeElement);  // before disabling takes it away
-    for (const b of form.querySelectorAll("button")) b.disabled = true;
+    for (const b of form.querySelectorAll("button:not([data-guard])")) b.disabled = true;
     let el = null;
     try {
       const response = await fetch(form.getAttribute("action"), { method: "POST", body, headers: FRAGMENT, credentials: "same-origin" });
@@ -119,7 +119,7 @@
     }
     const part = el && el.querySelector(".claim");
     if (!part) {
-      for (const b of form.querySelectorAll("button")) b.disabled = false;
+      for (const b of form.querySelectorAll("button:not([data-guard])")) b.disabled = false;
       return say("Could not claim the request. Try again.");
     }
     // The card's claim part as it is now: the stream may have replaced this form meanwhile.
