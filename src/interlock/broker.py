@@ -1452,6 +1452,8 @@ class LocalBroker(Broker):
             answers = await self.check_answers(request, answer)
         now = datetime.now(UTC)
         decision = decision_ask(request) if request.kind == "approval" else None
+        if decision is not None and by is None and request.to is not None and answers.get(decision.id) is True:
+            _refuse_nameless_yes(request)
         if decision is not None and answers.get(decision.id) is False:
             # Denying an approval is a denial, recorded as one: the request is rejected with
             # the reason (a person's no to a tool call, whichever surface said it), so the
@@ -3235,6 +3237,18 @@ def _id_cursor(cursor: str | None, of: str, *, prefix: str = "") -> None:
 
 
 _HEX = re.compile("[0-9a-f]{32}")
+
+
+def _refuse_nameless_yes(request: Request) -> None:
+    """Refuse, before anything is recorded, a yes to an approval gate's request that names
+    nobody as its answerer: the gate takes a yes only as its approver's (or a member's of
+    the approver's team), so stored, it would be read as a refusal when the agent goes on."""
+    if is_marked(request):
+        raise InvalidAnswer(
+            f"request {request.id} is an approval for {request.to}: the agent's approval gate takes a yes only "
+            f"as {request.to}'s answer (or a member's, for a team), and this one names nobody; answer as them "
+            f"(by={request.to!r}; --by {request.to} on the command line)"
+        )
 
 
 def _of_run(run: Run, requests: Sequence[Request]) -> list[Request]:

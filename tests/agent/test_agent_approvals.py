@@ -112,8 +112,23 @@ async def test_an_approval_request_carries_the_tool_its_arguments_and_a_preview(
     assert request.context["preview"] == request.details
     assert isinstance(request.asks[0], Confirm) and request.asks[0].id == "approve"
     assert isinstance(request.asks[1], Form) and not request.asks[1].required
-    await broker.resolve(request.id, {"approve": True})
+    await broker.resolve(request.id, {"approve": True}, by="alice")
     await bounded(task)
+
+
+async def test_a_yes_to_a_gate_approval_that_names_nobody_is_refused_before_it_is_stored(
+    broker: Broker, inbox: Inbox
+) -> None:
+    # The gate takes a yes only as its approver's: one naming nobody (an operator's answer
+    # without `by`, a script's) was stored as answered, then read by the gate as a refusal.
+    runner = gated(broker, Tools(), policies={"deploy": "always"}, to="alice")
+    task = asyncio.create_task(runner.run(ToolCall("deploy", {"env": "prod"}, "c1", session="s1", agent="ops")))
+    request = await inbox.next()
+    with pytest.raises(InvalidAnswer, match=r"approval for alice: .* names nobody; answer as them \(by='alice'"):
+        await broker.resolve(request.id, {"approve": True})
+    assert (await broker.get(request.id)).status is Status.PENDING  # nothing was recorded
+    await broker.resolve(request.id, {"approve": True}, by="alice")
+    assert (await bounded(task)).content == "deploy ok"
 
 
 async def test_the_preview_shows_what_a_reader_cannot_see_and_quotes_odd_argument_names(
