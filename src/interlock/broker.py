@@ -1250,8 +1250,7 @@ class LocalBroker(Broker):
                 key = request.idempotency_key
                 first = None if key is None else await self.store.get_by_key(request.requester, key)
                 if first is not None:
-                    if not is_marked(request):
-                        _same_request(first, request)
+                    _same_request(first, request)
                     return first, False
                 if run is None:  # its requests would follow no run's pause, and expire never
                     raise InvalidRequest(f"origin.run: there is no run {run_id!r} here")
@@ -1261,8 +1260,7 @@ class LocalBroker(Broker):
         asked = request
         request, created = now.insert_now(request) if now is not None else await self.store.insert(request)
         if not created:
-            if not is_marked(asked):
-                _same_request(request, asked)
+            _same_request(request, asked)
             return request, False
         if self._closed:  # close() ran while the insert was in flight
             await self._withdraw(request, "closed", "the broker was closed")
@@ -3172,7 +3170,17 @@ retry's deadline counts from when it is sent); the first request's are kept."""
 def _same_request(first: Request, again: Request) -> None:
     """Refuse `again`, made with `first`'s idempotency key, unless it asks the same
     (`_SAME_FIELDS`, compared as JSON): `IdempotencyKeyReused`, naming the first field
-    that differs."""
+    that differs. An approval gate's request matches by its key alone (the gate finds the
+    approval it made for a call whatever it asks now), but only an approval gate's."""
+    if is_marked(again) or is_marked(first):
+        if is_marked(again) != is_marked(first):
+            made = "an approval gate's" if is_marked(first) else "not an approval gate's"
+            raise IdempotencyKeyReused(
+                f"idempotency key {first.idempotency_key!r} was used for request {first.id!r}, which is {made}; "
+                "use a new key",
+                request_id=first.id,
+            )
+        return
     was, now = request_to_dict(first), request_to_dict(again)
     for name in _SAME_FIELDS:
         if json.dumps(was[name], sort_keys=True, default=str) != json.dumps(now[name], sort_keys=True, default=str):

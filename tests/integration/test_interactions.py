@@ -179,6 +179,23 @@ async def test_an_approval_is_approved_or_denied_by_its_own_id_with_the_reason_e
     assert no.json()["status"] == "rejected"  # a denial, not an answer of "no"
 
 
+async def test_an_approval_not_decided_by_a_yes_or_no_is_shown_and_answered_as_its_questions(
+    api: httpx.AsyncClient,
+) -> None:
+    # Shown as approve / deny, it refused both ("this approval has several asks") and
+    # offered no way a Novo client could answer it.
+    made = await create(api, kind="approval", asks=[{"type": "text", "id": "why", "prompt": "Why ship today?"}])
+    shown = (await api.get(f"/interactions/{made['id']}")).json()
+    assert (shown["kind"], shown["request"]["kind"]) == ("question", "question")
+    assert [q["id"] for q in shown["request"]["details"]["questions"]] == ["why"]
+    done = await resolve(api, made["id"], inputResponses=[{"requestId": "why", "text": "the fix is urgent"}])
+    assert done.status_code == 200, done.text
+    assert (done.json()["resolution"]["outcome"], done.json()["resolution"]["answers"]) == (
+        "answered",
+        {"why": "the fix is urgent"},
+    )
+
+
 async def test_a_question_is_resolved_per_prompt(api: httpx.AsyncClient) -> None:
     made = await create(api, **QUESTION)
     response = await resolve(

@@ -188,6 +188,24 @@ async def test_the_api_refuses_a_request_that_claims_the_gates_mark(
     assert as_question.status_code == 422 and as_question.json()["code"] == "invalid_request"
 
 
+async def test_a_key_used_for_a_plain_request_gives_no_approval_back_from_the_gate_s_route(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
+    # `POST /approvals` answers with the approval a key made whatever it asks now; a key
+    # used for a plain question gave that question back as if it were the gate's approval.
+    question = {"asks": [{"type": "text", "prompt": "Notes?"}], "to": "alice", "idempotency_key": "k9"}
+    first = await clients["ops"].post("/requests", json=question)
+    assert first.status_code == 201, first.text
+    again = await clients["ops"].post("/approvals", json={**forged_body(None), "idempotency_key": "k9"})
+    assert again.status_code == 422 and again.json()["code"] == "idempotency_key_reused", again.text
+    assert again.json()["request_id"] == first.json()["id"]
+    assert "not an approval gate's" in again.json()["detail"]
+    gate = await clients["ops"].post("/approvals", json={**forged_body(None), "idempotency_key": "k10"})
+    assert gate.status_code == 201, gate.text
+    plain = await clients["ops"].post("/requests", json={**question, "idempotency_key": "k10"})
+    assert plain.status_code == 422 and plain.json()["code"] == "idempotency_key_reused", plain.text
+
+
 FORGERIES = {
     # a second principal makes one in the agent's session, to itself, and answers it itself
     "another-principal-answers-its-own": ("mallory", "mallory", "mallory"),

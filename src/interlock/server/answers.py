@@ -16,7 +16,7 @@ from typing import Any
 
 from ..approvals import decision_ask
 from ..errors import InvalidAnswer, InvalidRequest
-from ..model import Answers, Ask, Request, yes_no
+from ..model import Answers, Ask, Confirm, Request, yes_no
 from .schemas import AnswerBody, InputResponse
 
 __all__ = ["Decision", "decide"]
@@ -54,8 +54,9 @@ def decide(request: Request, body: AnswerBody) -> Decision:
 
 
 def _from_input_responses(request: Request, responses: list[InputResponse]) -> Any:
-    if request.kind == "approval":
-        return _approval(request, responses)
+    decision = decision_ask(request)
+    if decision is not None:  # an approval decided by a yes/no; any other is answered as questions are
+        return _approval(request, decision, responses)
     by_id = {ask.id: ask for ask in request.asks}
     answers: dict[str, Any] = {}
     for item in responses:
@@ -73,10 +74,7 @@ def _from_input_responses(request: Request, responses: list[InputResponse]) -> A
     return answers
 
 
-def _approval(request: Request, responses: list[InputResponse]) -> Answers:
-    decision = decision_ask(request)
-    if decision is None:
-        raise InvalidAnswer("this approval has several asks: answer them with `answers`")
+def _approval(request: Request, decision: Confirm, responses: list[InputResponse]) -> Answers:
     if len(responses) != 1:
         raise InvalidAnswer("an approval takes exactly one input response")
     (item,) = responses

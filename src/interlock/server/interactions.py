@@ -35,7 +35,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from ..broker import LocalBroker
 from ..cursors import CURSOR, issued, taken
 from ..errors import InterlockError, Unavailable
-from ..model import Ask, Event, Request, Status, ask_to_dict
+from ..model import Ask, Event, Request, Status, ask_to_dict, decision_ask
 from ..principals import Principal, can_read
 from ..wire import problem_of
 from .api import answer_one, event_filter
@@ -66,9 +66,12 @@ def interaction(request: Request) -> dict[str, Any]:
     """`request` as a Novo interaction: its id, kind, status and the `request` payload."""
     origin = request.origin
     context = request.context if isinstance(request.context, dict) else {}
+    # An approval decided by a yes/no is an approval request; any other (an "approval" of
+    # a text or a required form) is shown, and answered, as the questions it asks.
+    approval = decision_ask(request) is not None
     out: dict[str, Any] = {
         "id": request.id,
-        "kind": "approval_request" if request.kind == "approval" else "question",
+        "kind": "approval_request" if approval else "question",
         "status": request.status.value,
         "toolName": context.get("tool", origin.tool_name),
         "toolCallId": origin.tool_call_id,
@@ -79,7 +82,7 @@ def interaction(request: Request) -> dict[str, Any]:
         "expiresAt": request.expires_at.isoformat()
         if request.status is Status.PENDING and request.expires_at
         else None,
-        "request": _approval(request, context) if request.kind == "approval" else _question(request),
+        "request": _approval(request, context) if approval else _question(request),
     }
     if request.status is not Status.PENDING and request.response is not None:
         out["resolution"] = _resolution(request)
@@ -144,14 +147,14 @@ def _prompt(ask: Ask) -> dict[str, Any]:
 def _resolution(request: Request) -> dict[str, Any]:
     response = request.response
     assert response is not None
+    decision = decision_ask(request)
     if request.status is Status.ANSWERED:
-        if request.kind == "approval":
-            approved = next(iter(response.answers.values()), None) is True
-            outcome = "approve" if approved else "deny"
+        if decision is not None:
+            outcome = "approve" if response.answers.get(decision.id) is True else "deny"
         else:
             outcome = "answered"
     else:
-        outcome = {Status.REJECTED: "deny" if request.kind == "approval" else "rejected"}.get(
+        outcome = {Status.REJECTED: "deny" if decision is not None else "rejected"}.get(
             request.status, request.status.value
         )
     return {
