@@ -273,15 +273,23 @@ def _run(
         raise _fail(str(exc)) from None
 
 
+def _missing_store(db: str | None) -> str | None:
+    """The path of the SQLite file `db` names (the default `interlock.db` when None) when
+    it does not exist, else None."""
+    url = db or "sqlite:///interlock.db"
+    if not url.lower().startswith("sqlite:///"):
+        return None
+    path = url[len("sqlite:///") :].split("?", 1)[0]
+    return path if path and not os.path.exists(path) else None
+
+
 def _check_store_is_there(db: str | None) -> None:
     """Refuse a SQLite store whose file does not exist (the default `interlock.db` of
     another folder, a mistyped `--db`): reading it would make an empty one and answer that
     it holds nothing."""
     url = db or "sqlite:///interlock.db"
-    if not url.lower().startswith("sqlite:///"):
-        return
-    path = url[len("sqlite:///") :].split("?", 1)[0]
-    if path and not os.path.exists(path):
+    path = _missing_store(db)
+    if path is not None:
         raise _fail(
             f"there is no store at {redact_url(url)} ({os.path.abspath(path)} does not exist): name the one your "
             "requests are in with --db (or INTERLOCK_URL); `interlock serve` and `interlock ask` make a new one"
@@ -1730,6 +1738,14 @@ def worker(
     logs = logging.StreamHandler()
     logs.addFilter(RedactingFilter())  # a handler's error may quote a store URL or a token, as serve's logs may
     logger.addHandler(logs)
+    missing = _missing_store(db)
+    if missing is not None:  # legitimate before any agent ran, but mostly a --db left out
+        err.print(
+            f"note: there was no store at {os.path.abspath(missing)}: made an empty one, whose runs are those "
+            "agents park there; name the store your agents use with --db (or INTERLOCK_URL)",
+            markup=False,
+            soft_wrap=True,
+        )
     resumed = _run(db, work, token, make=True)
     err.print(f"resumed {resumed} run(s)", markup=False)
 

@@ -54,7 +54,16 @@ from typing import Any
 
 from ._backoff import Backoff
 from .broker import DEFAULT_LEASE, Broker, _seconds
-from .errors import Closed, InterlockError, InvalidRequest, RateLimited, RunConflict, Unavailable
+from .errors import (
+    ApprovalDenied,
+    ApprovalRefused,
+    Closed,
+    InterlockError,
+    InvalidRequest,
+    RateLimited,
+    RunConflict,
+    Unavailable,
+)
 from .model import DEFAULT_PAUSE_TIMEOUT, Request, Run, RunStatus, park_deadline
 
 __all__ = ["Park", "ResumeHandler", "Worker"]
@@ -95,6 +104,19 @@ server holds a run for at most an hour a lease)."""
 
 _HANDED_BACK_KEPT = 1000
 """How many runs a worker keeps the back-off of (the oldest are forgotten)."""
+
+
+def _a_decision(exc: BaseException) -> bool:
+    """Whether `exc` is, or was raised from (a framework may wrap it), an approval denied
+    or refused: what a person or the gate decided, logged as one line, not a traceback."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain of causes is short; never follow a cycle
+        if seen is None:
+            return False
+        if isinstance(seen, ApprovalDenied | ApprovalRefused):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,8 +304,11 @@ class Worker:
             except (Unavailable, RateLimited) as exc:  # "not now": what it needs is missing here, or away
                 failure, outcome = self._not_now(run, requests, exc)
             except Exception as exc:
-                log.exception("resuming run %s of agent %s failed", run.id, run.agent)
                 failure = f"{type(exc).__name__}: {exc}"
+                if _a_decision(exc):  # a person's no, or a gate failing closed: the run's outcome, not a fault
+                    log.warning("run %s of agent %s failed: %s", run.id, run.agent, failure)
+                else:
+                    log.exception("resuming run %s of agent %s failed", run.id, run.agent)
         finally:
             await renewing.stop()
         if not isinstance(outcome, _HandBack):

@@ -226,6 +226,19 @@ def test_a_worker_target_that_is_no_factory_of_the_broker_is_a_usage_error(tmp_p
         assert refused.returncode == 4 and said in " ".join(refused.stderr.split()), (target, refused.stderr)
 
 
+def test_a_worker_on_a_store_that_is_not_there_says_it_made_an_empty_one(tmp_path: Path) -> None:
+    # `interlock worker mail_agent:handlers` without --db, beside agents parking in
+    # frameworks.db, made ./interlock.db and waited on it for good, saying nothing.
+    (tmp_path / "my_agents.py").write_text("def handlers(broker):\n    return {'mailer': None}\n")
+    done = cli("worker", "my_agents:handlers", "--once", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    assert f"note: there was no store at {tmp_path / 'interlock.db'}: made an empty one" in said
+    assert "name the store your agents use with --db" in said
+    again = cli("worker", "my_agents:handlers", "--once", cwd=tmp_path)  # there now: nothing to say
+    assert again.returncode == 0 and "note:" not in again.stderr
+
+
 LEAKY_HANDLERS = """
 def handlers(broker):
     async def resume(run, requests):

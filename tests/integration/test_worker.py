@@ -15,6 +15,7 @@ import pytest
 import interlock
 from interlock import Broker, Confirm, RateLimited, Request, Status, Text, Unavailable
 from interlock import runs as runs_module
+from interlock.errors import ApprovalDenied
 from interlock.model import DEFAULT_PAUSE_TIMEOUT, Run, RunStatus
 from interlock.runs import Park, Worker
 
@@ -78,11 +79,13 @@ async def test_a_handler_parks_again_on_a_new_request_and_is_resumed_after_it(br
     )
 
 
-async def test_a_handler_that_raises_fails_the_run_with_its_error(broker: Broker) -> None:
+async def test_a_handler_that_raises_fails_the_run_with_its_error(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
     async def resume(run: Run, requests: Mapping[str, Request]) -> Any:
         raise RuntimeError("the cluster is down")
 
-    _, request = await park_on(broker, "deployer")
+    run, request = await park_on(broker, "deployer")
     await broker.reject(request.id, "not today", by="alice")
     failed = await Worker(broker, {"deployer": resume}).run_once()
     assert failed is not None
@@ -91,6 +94,28 @@ async def test_a_handler_that_raises_fails_the_run_with_its_error(broker: Broker
         "error",
         "RuntimeError: the cluster is down",
     )
+    (logged,) = [r for r in caplog.records if run.id in r.getMessage()]
+    assert logged.levelname == "ERROR" and logged.exc_info is not None  # a fault: its traceback
+
+
+async def test_a_denied_approval_that_fails_the_run_is_one_warning_without_a_traceback(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A person's no is the run's outcome, not a fault: a traceback through the framework's
+    # frames at ERROR sent an operator looking for a bug that was not there.
+    async def resume(run: Run, requests: Mapping[str, Request]) -> Any:
+        try:
+            raise ApprovalDenied(request.id, "not on a Friday")
+        except ApprovalDenied as denied:
+            raise RuntimeError("the graph stopped") from denied  # as a framework may wrap it
+
+    run, request = await park_on(broker, "deployer")
+    await broker.reject(request.id, "not on a Friday", by="alice")
+    failed = await Worker(broker, {"deployer": resume}).run_once()
+    assert failed is not None and failed.status is RunStatus.FAILED
+    (logged,) = [r for r in caplog.records if run.id in r.getMessage()]
+    assert (logged.levelname, logged.exc_info) == ("WARNING", None)
+    assert logged.getMessage() == f"run {run.id} of agent deployer failed: RuntimeError: the graph stopped"
 
 
 async def test_a_result_that_is_not_json_fails_the_run_instead_of_looping(broker: Broker) -> None:
