@@ -227,6 +227,9 @@ async def test_listing_filters_and_pages_newest_first(api: httpx.AsyncClient) ->
     await api.post(f"/requests/{ids[0]}/answer", json={"answer": True})
     pending = (await api.get("/requests", params={"status": "pending", "kind": "approval"})).json()
     assert ids[0] not in [r["id"] for r in pending["items"]]
+    bogus = await api.get("/requests", params={"status": "bogus"})  # the words a client may send
+    assert bogus.status_code == 422
+    assert "'pending', 'answered', 'rejected', 'expired' or 'cancelled'" in bogus.json()["detail"], bogus.text
 
 
 async def test_the_openapi_document_and_health_are_served(api: httpx.AsyncClient, base: str) -> None:

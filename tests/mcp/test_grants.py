@@ -59,6 +59,9 @@ async def test_a_grant_is_issued_only_for_what_was_approved_and_echoed(mcp_as: M
         assert [g["id"] for g in given] == [issued[0]["id"]]
 
         assert result(await alice.call_tool("hitl_grant_revoke", {"id": issued[0]["id"]}))["revoked"] is True
+        assert result(await alice.call_tool("hitl_grant_revoke", {"id": issued[0]["id"]}))["revoked"] is False
+        unknown = error(await alice.call_tool("hitl_grant_revoke", {"id": "no-such-grant"}))  # as HTTP's 404
+        assert "no-such-grant" in unknown, unknown
         assert not result(await bot.call_tool("hitl_grant_check", {"grant": PUSH}))["granted"]
         assert result(await bot.call_tool("hitl_grants", {}))["grants"] == []
 

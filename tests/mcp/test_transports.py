@@ -57,7 +57,9 @@ async def test_mcp_over_http_refuses_no_token_a_wrong_one_and_a_revoked_one(worl
         wrong = {**headers, "Authorization": "Bearer il_00000000_guess"}
         assert (await http.post(f"{world.base}/mcp", json=INITIALIZE, headers=wrong)).status_code == 401
         good = {**headers, "Authorization": f"Bearer {world.tokens['bob']}"}
-        assert (await http.post(f"{world.base}/mcp", json=INITIALIZE, headers=good)).status_code == 200
+        initialized = await http.post(f"{world.base}/mcp", json=INITIALIZE, headers=good)
+        assert initialized.status_code == 200
+        assert initialized.json()["result"]["serverInfo"]["version"] == interlock.__version__  # a client may log it
 
         listed = await http.post(f"{world.base}/mcp", json=LIST_INBOX, headers={**good, **VERSION})
         assert listed.status_code == 200 and listed.json()["result"]["structuredContent"] == {

@@ -36,6 +36,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from .. import __version__
 from ..agent.calls import ToolCall
 from ..agent.human_input import DEFAULT_INPUT_TIMEOUT, QUESTION_TYPES, HumanInputTools, request_human_input_tool
 from ..broker import Broker
@@ -463,6 +464,7 @@ async def hitl_grant_revoke(
     ctx: Context, id: Annotated[str, Field(description="The grant id, as hitl_grants shows it.")]
 ) -> dict[str, Any]:
     async with _seated(ctx) as seat:
+        await seat.broker.get_grant(id)  # an unknown id is an error, as over HTTP; a revoked one, false
         revoked = await seat.broker.revoke_grant(id, by=_by(seat.caller))
         return {"id": id, "revoked": revoked}
 
@@ -548,6 +550,7 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer[Access
             "request_human_input (waits); follow jobs with hitl_status; people answer their "
             "own inbox with hitl_list, hitl_read and hitl_respond."
         ),
+        version=__version__,
         log_level="WARNING",
         lifespan=lifespan,
         tools=list(_tool_definitions()),

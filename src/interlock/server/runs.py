@@ -438,10 +438,11 @@ async def run_stream(
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventSourceResponse:
     """The run's events as server-sent events, each `id` the event's id. While the run is
-    parked on a person, its `input_requested` event is sent first on every connection: a
-    new one (then the events from now on) and a reconnect with `Last-Event-ID` (then
-    exactly the events missed), so a handler that acts on it may simply act again (it is
-    idempotent) and a client that connects late still learns of the pause. That reminder
+    parked on a person, its `input_requested` event reaches every connection: sent first
+    to a new one (then the events from now on) and to a reconnect with `Last-Event-ID`
+    from after it (then exactly the events missed); a reconnect from before it gets it in
+    its place among the events missed. So a handler that acts on it may simply act again
+    (it is idempotent) and a client that connects late still learns of the pause. That reminder
     carries the stream's position as its `id` (the Last-Event-ID given, or the newest
     event's for a new client), and the event's own id in its data, so the client's next
     reconnect neither repeats nor misses an event."""

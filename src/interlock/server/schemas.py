@@ -9,6 +9,7 @@ defined once, in the model.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal, cast, get_type_hints
@@ -210,6 +211,8 @@ def _list_params() -> type[BaseModel]:
         hint, default, about = hints[spec.name], cast(Any, spec.default), meta["about"]
         values = rules.pop("values", None)
         if values is not None:
+            # As their wire words (an enum's values): a refusal lists 'pending', not Status.PENDING.
+            values = tuple(v.value if isinstance(v, enum.Enum) else v for v in values)
             hint = Literal[values] if default is not None else Literal[values] | None
         elif hint == datetime | None:
             hint, about = str | None, f"{about} (RFC 3339)"
