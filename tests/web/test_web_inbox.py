@@ -258,6 +258,23 @@ def test_a_choice_takes_an_other_answer(server: Server, page: Page) -> None:
     assert stored(server, request_id).answer == "ap-southeast-2"
 
 
+def test_an_other_answer_typed_and_emptied_gives_the_pick_back(server: Server, page: Page) -> None:
+    # Emptying the other answer took the pick to "Leave unanswered": the person's "us-east-1",
+    # made before they began to type, was lost.
+    optional = Choice("Which region?", ["eu-west-1", "us-east-1"], id="region", allow_other=True, required=False)
+    request_id = ask(server, optional)
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    card.get_by_role("radio", name="us-east-1").check()
+    card.get_by_label("Other answer").fill("ap-southeast-2")
+    expect(card.get_by_role("radio", name="Other")).to_be_checked()
+    card.get_by_label("Other answer").fill("")
+    expect(card.get_by_role("radio", name="us-east-1")).to_be_checked()
+    card.get_by_role("button", name="Send answer").click()
+    expect(history_item(page, request_id)).to_contain_text("us-east-1")
+    assert stored(server, request_id).answer == "us-east-1"
+
+
 def test_a_choice_is_made_with_the_keyboard_alone(server: Server, page: Page) -> None:
     request_id = ask(server, Choice("Which region?", ["eu-west-1", "us-east-1", "ap-south-1"], id="region"))
     sign_in(page, server)

@@ -300,6 +300,13 @@ def test_history_filters_and_searches_settled_requests_a_page_at_a_time(server: 
     response = page.goto(f"{server.url}/history?from=yesterday")
     assert response is not None and response.status == 422
     expect(page.get_by_role("alert")).to_contain_text("not a date")
+    # A search of no word (punctuation, an emoji) would list everything as if it matched.
+    response = page.goto(f"{server.url}/history?q=%25")
+    assert response is not None and response.status == 422
+    expect(page.get_by_role("alert")).to_contain_text("Search has no word to look for (letters or digits)")
+    response = page.goto(f"{server.url}/history?kind=bogus")
+    assert response is not None and response.status == 422
+    expect(page.get_by_role("alert")).to_contain_text("Kind is question or approval")
 
 
 def test_history_filters_by_run_and_finds_the_expired_and_the_cancelled(server: Server, page: Page) -> None:

@@ -37,6 +37,7 @@ from ..model import Event, Status
 from ..model import Request as HumanRequest
 from ..outbox import Delivery
 from ..principals import Principal, can_answer, can_claim, can_read
+from ..store import search_words
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE
 from .common import AppState, State, delivery_seen_by, inbox_filter, set_cookie
 from .markdown import prerender
@@ -353,6 +354,12 @@ def _filters(http: HttpRequest) -> HistoryFilters:
     if filters.status and filters.status not in _SETTLED:
         filters.errors.append(f"Status is one of: {', '.join(_SETTLED)}.")
         filters.status = ""
+    if filters.kind and filters.kind not in ("question", "approval"):
+        filters.errors.append("Kind is question or approval.")
+        filters.kind = ""
+    if filters.text.strip() and not search_words(filters.text):
+        # Searched as given it would match everything, and look like a search that did.
+        filters.errors.append("Search has no word to look for (letters or digits): every request is listed.")
     return filters
 
 

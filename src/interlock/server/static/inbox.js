@@ -33,14 +33,22 @@
     for (const form of root.querySelectorAll("form.answer")) {
       if (live) form.addEventListener("submit", submit);
       // Typing an "other" answer picks the Other option; emptying it takes the pick back
-      // (to "Leave unanswered", where the ask is optional).
+      // to the option picked before typing began (else "Leave unanswered", where the ask
+      // is optional, else none).
       for (const radio of form.querySelectorAll("input[data-other]")) {
         const text = radio.closest(".other").querySelector("input[type=text]");
-        const none = radio.closest("fieldset").querySelector("input[data-unanswered]");
+        const set = radio.closest("fieldset");
+        const none = set.querySelector("input[data-unanswered]");
+        let before = null;  // the option picked when the typing began
         text.addEventListener("input", () => {
-          if (text.value.trim() !== "") radio.checked = true;
-          else if (radio.checked && none) none.checked = true;
-          else radio.checked = false;
+          if (text.value.trim() !== "") {
+            if (!radio.checked) before = set.querySelector("input[type=radio]:checked");
+            radio.checked = true;
+          } else if (radio.checked) {
+            const back = before || none;
+            if (back) back.checked = true;
+            else radio.checked = false;
+          }
         });
       }
       // Multi-choice: at most `max` boxes can be ticked, at least `min` must be.
