@@ -166,6 +166,27 @@ async def test_starting_the_same_run_again_makes_no_second_request(broker: Broke
     assert mailer.sent == []
 
 
+async def test_starting_again_on_the_same_thread_finds_its_pause_and_a_later_turn_is_a_new_run(
+    broker: Broker,
+) -> None:
+    # A restarted process knows its thread, not interlock's run id: each start made a run of
+    # its own and asked the person again for the same interrupt.
+    mailer = Mailer()
+    graph = mailer.graph()
+    agent = LangGraphAgent(broker, graph, name="mailer", to="alice")
+    run = await agent.start({"to": "a@example.com"}, thread_id="t-9")
+    again = await LangGraphAgent(broker, graph, name="mailer", to="alice").start(
+        {"to": "a@example.com"}, thread_id="t-9"
+    )
+    assert (again.id, again.waiting_on) == (run.id, run.waiting_on)
+    assert len((await broker.list(kind="approval")).items) == 1
+    await broker.resolve(run.waiting_on[0], {"approve": True}, by="alice")
+    assert (await claim_and_resume(broker, agent)).status is RunStatus.COMPLETED
+    later = await agent.start({"to": "b@example.com"}, thread_id="t-9")  # the thread's next turn
+    assert later.id != run.id and later.status is RunStatus.WAITING_FOR_APPROVAL
+    assert len((await broker.list(kind="approval")).items) == 2
+
+
 async def test_a_run_whose_process_stopped_before_parking_parks_on_the_same_interrupt(broker: Broker) -> None:
     mailer = Mailer()
     graph = mailer.graph()

@@ -267,9 +267,14 @@ class LangGraphAgent:
 
         With the `run_id` of a run started before, nothing runs twice: a parked or ended run
         is returned as it is, and a run whose process stopped before it parked goes on from
-        the thread's last checkpoint. If the graph raises (a node, or the gate refusing a
-        call it cannot decide), the run is returned `failed` with the error.
+        the thread's last checkpoint. With a `thread_id` alone, a run of this agent on that
+        thread that has not ended is that run (a restarted process names the thread it
+        knows): its pause is returned as it is, not asked of the person a second time. If
+        the graph raises (a node, or the gate refusing a call it cannot decide), the run is
+        returned `failed` with the error.
         """
+        if run_id is None and thread_id is not None:
+            run_id = await self._unended_run_on(thread_id)
         run = await self.broker.start_run(self.name, session=thread_id, run_id=run_id, max_duration=max_duration)
         if run.status is not RunStatus.RUNNING:
             return run
@@ -287,6 +292,18 @@ class LangGraphAgent:
         if isinstance(outcome, Park):
             return await self.broker.park(run.id, state=outcome.state, waiting_on=outcome.waiting_on)
         return await self.broker.complete_run(run.id, outcome)
+
+    async def _unended_run_on(self, thread: str) -> str | None:
+        """The id of this agent's newest run on `thread` that has not ended, if any."""
+        after = None
+        while True:
+            page = await self.broker.list_runs(agent=self.name, session=thread, after=after, limit=50)
+            for run in page.items:
+                if not run.status.ended:
+                    return run.id
+            if page.next_cursor is None:
+                return None
+            after = page.next_cursor
 
     def handlers(self) -> dict[str, ResumeHandler]:
         """This agent's resume handler by its name, for a `Worker` or `interlock worker`."""
