@@ -275,6 +275,20 @@ def test_an_other_answer_typed_and_emptied_gives_the_pick_back(server: Server, p
     assert stored(server, request_id).answer == "us-east-1"
 
 
+def test_an_answer_over_the_body_limit_is_refused_in_words_and_kept(server: Server, page: Page) -> None:
+    # Refused before any route reads it, as the API's problem details: the card said only
+    # "The server answered 413."
+    request_id = ask(server, Text("Paste the log?", id="log", multiline=True))
+    sign_in(page, server)
+    card = pending_card(page, request_id)
+    box = card.get_by_role("textbox", name="Paste the log?")
+    box.evaluate("(el) => { el.value = 'x'.repeat(1_200_000); }")  # past the server's 1 MiB
+    card.get_by_role("button", name="Send answer").click()
+    expect(card.locator(".form-error")).to_contain_text("Too large to send: the request body is larger than 1 MiB")
+    assert box.evaluate("(el) => el.value.length") == 1_200_000  # what was typed stays
+    assert stored(server, request_id).status is Status.PENDING
+
+
 def test_a_choice_is_made_with_the_keyboard_alone(server: Server, page: Page) -> None:
     request_id = ask(server, Choice("Which region?", ["eu-west-1", "us-east-1", "ap-south-1"], id="region"))
     sign_in(page, server)

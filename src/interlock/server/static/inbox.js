@@ -92,9 +92,10 @@
     } catch {
       return formError(form, buttons, "Could not reach the server. Try again.");
     }
-    const el = fromHTML(await response.text());
+    const text = await response.text();
+    const el = fromHTML(text);
     if (!el || el.dataset.status === "error") {
-      return formError(form, buttons, el ? el.textContent : `The server answered ${response.status}.`);
+      return formError(form, buttons, el ? el.textContent : refusal(response.status, text));
     }
     const card = form.closest("li");
     if (el.dataset.status === "pending") {  // refused: the card again, with the fault shown
@@ -143,6 +144,19 @@
     old.replaceWith(part);
     wire(part);
     if (focused) (part.querySelector("button") || card.querySelector("h3")).focus();
+  }
+
+  // What a refusal that is no card says (a proxy's page, or the API's problem details:
+  // an answer over the size limit is refused before any route reads it).
+  function refusal(status, text) {
+    let detail = "";
+    try {
+      detail = JSON.parse(text).detail || "";
+    } catch {
+      detail = "";
+    }
+    if (status === 413) return `Too large to send${detail ? `: ${detail}` : ""}. Shorten the answer and send it again.`;
+    return detail ? `The server refused it: ${detail}.` : `The server answered ${status}.`;
   }
 
   function formError(form, buttons, message) {
