@@ -232,6 +232,18 @@ async def test_listing_filters_and_pages_newest_first(api: httpx.AsyncClient) ->
     assert "'pending', 'answered', 'rejected', 'expired' or 'cancelled'" in bogus.json()["detail"], bogus.text
 
 
+async def test_a_method_a_path_does_not_take_is_405_naming_every_method_it_takes(api: httpx.AsyncClient) -> None:
+    # `Allow` named the first route's method alone (POST for /requests, which GET lists).
+    for method, path, allowed in (
+        ("DELETE", "/requests", "GET, POST"),
+        ("POST", "/approval-policies/bot", "GET, PUT, DELETE"),
+        ("PUT", "/requests/some-id/answer", "POST"),
+    ):
+        refused = await api.request(method, path)
+        assert (refused.status_code, refused.headers["allow"]) == (405, allowed), (method, path)
+        assert refused.json()["code"] == "method_not_allowed"
+
+
 async def test_the_openapi_document_and_health_are_served(api: httpx.AsyncClient, base: str) -> None:
     spec = (await api.get(f"{base}/openapi.json")).json()
     assert {"/api/v1/requests", "/api/v1/requests/{request_id}/answer", "/api/v1/events/stream"} <= set(spec["paths"])

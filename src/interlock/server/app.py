@@ -41,7 +41,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
-from starlette.routing import Route
+from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..broker import LocalBroker, connect
@@ -619,6 +619,8 @@ def _install_errors(app: FastAPI) -> None:
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         response = problem(code_for_status(exc.status_code), str(exc.detail), status=exc.status_code)
         response.headers.update(exc.headers or {})
+        if exc.status_code == 405:  # every method the path takes, not the first route's alone
+            response.headers["Allow"] = ", ".join(_methods_of(request.app, request.scope))
         return response
 
     @app.exception_handler(RequestValidationError)
@@ -678,6 +680,19 @@ def _install_errors(app: FastAPI) -> None:
         # A later version migrated the store while this server ran: this one writes nothing
         # more, and says so (another node, or this one restarted on that version, will).
         return await unavailable(request, Unavailable(str(exc)))
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _methods_of(app: Any, scope: Any) -> list[str]:
+    """The methods some route of the app takes at `scope`'s path (each tried as the router
+    would: a route, or a router included with its prefix, that matches it fully)."""
+    return [
+        method
+        for method in _METHODS
+        if any(route.matches({**scope, "method": method})[0] is Match.FULL for route in app.router.routes)
+    ]
 
 
 def _a_page(request: Request) -> bool:
