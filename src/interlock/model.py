@@ -185,6 +185,20 @@ _HIDDEN = re.compile(
 )
 
 
+_WORD = re.compile(r"[^\W_]+")
+
+
+def search_words(text: str) -> tuple[str, ...]:
+    """The words of a search, as a store's query takes them: lower case, letters and
+    digits (at most 16, each at most 64 characters)."""
+    return tuple(dict.fromkeys(w[:64] for w in _WORD.findall(text.lower())))[:16]
+
+
+def text_words(texts: Sequence[str]) -> set[str]:
+    """The words of a request's texts, as a store that keeps no index matches them."""
+    return {w for text in texts for w in _WORD.findall(text.lower())}
+
+
 def show_hidden(text: str) -> str:
     """`text` with each character a reader cannot see, or that reorders what they see,
     written out as `\\uXXXX`: control characters but line breaks and tabs, bidirectional

@@ -33,11 +33,10 @@ from .. import cursors
 from ..broker import Page
 from ..dashboard import AGES
 from ..errors import InvalidCursor, InvalidRequest, NotFound
-from ..model import Event, Status
+from ..model import Event, Status, search_words
 from ..model import Request as HumanRequest
 from ..outbox import Delivery
 from ..principals import Principal, can_answer, can_claim, can_read
-from ..store import search_words
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE
 from .common import AppState, State, delivery_seen_by, inbox_filter, set_cookie
 from .markdown import prerender

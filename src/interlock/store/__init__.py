@@ -24,7 +24,6 @@ parameters and its `.sql` files.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -34,7 +33,19 @@ from ..approval_policies import ApprovalPolicy
 from ..dashboard import Figures, Outline
 from ..errors import InvalidRequest, NewerDatabase
 from ..followups import Followup
-from ..model import Claim, Event, IssuedGrant, Kind, Request, Response, Run, RunStatus, Status
+from ..model import (
+    Claim,
+    Event,
+    IssuedGrant,
+    Kind,
+    Request,
+    Response,
+    Run,
+    RunStatus,
+    Status,
+    search_words,
+    text_words,
+)
 from ..outbox import Delivery, DeliveryState, LinkUse, Notice
 from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, TokenInfo, WebSession
 from ..secret_key import GrantKeyId
@@ -328,20 +339,6 @@ class EventQuery:
     run: str | None = None
     teams: tuple[str, ...] = ()
     """With `involving`: also the events about requests to these teams (a member's)."""
-
-
-_WORD = re.compile(r"[^\W_]+")
-
-
-def search_words(text: str) -> tuple[str, ...]:
-    """The words of a search, as `Query.words` takes them: lower case, letters and digits
-    (at most 16, each at most 64 characters)."""
-    return tuple(dict.fromkeys(w[:64] for w in _WORD.findall(text.lower())))[:16]
-
-
-def text_words(texts: Sequence[str]) -> set[str]:
-    """The words of a request's texts, as a store that keeps no index matches them."""
-    return {w for text in texts for w in _WORD.findall(text.lower())}
 
 
 _SEARCHED_IN_ASKS = ("prompt", "label", "description", "title")
