@@ -887,6 +887,24 @@ def test_an_approval_s_heading_and_prompt_show_the_characters_a_reader_cannot_se
     expect(pending_card(page, question).get_by_role("heading").first).to_have_text("Family \u200d")
 
 
+def test_without_sign_in_a_yes_to_someone_s_gate_approval_is_refused_before_it_is_stored(
+    open_server: Server, page: Page
+) -> None:
+    # Recorded as answered by "local", the gate read it as a refusal: the page said
+    # approved, and the call never ran. A no stops the call whoever says it.
+    agent = GatedScale(open_server, {"service": "api", "env": "prod", "replicas": 3})
+    page.goto(open_server.url + "/")
+    card = pending_card(page, agent.request_id)
+    card.get_by_role("button", name="Approve").click()
+    expect(card.locator(".form-error, .error")).to_contain_text("This approval is for alice")
+    expect(card).to_contain_text("runs without sign-in")
+    assert stored(open_server, agent.request_id).status is Status.PENDING
+    card = pending_card(page, agent.request_id)
+    card.get_by_role("button", name="Deny").click()
+    expect(history_item(page, agent.request_id)).to_contain_text("Denied by local via web")
+    assert agent.outcome.result(timeout=10).denied and agent.ran == []
+
+
 def test_a_gate_approval_is_denied_with_a_reason_the_agent_reads_verbatim(server: Server, page: Page) -> None:
     agent = GatedScale(server, {"service": "api", "env": "prod", "replicas": 3})
     sign_in(page, server)

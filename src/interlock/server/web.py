@@ -41,7 +41,7 @@ from sse_starlette import ServerSentEvent
 
 from .. import cursors
 from .._form_inputs import Field, FieldFault, form_untouched, input_type
-from ..approvals import decision_ask
+from ..approvals import decision_ask, is_marked
 from ..broker import MAX_EVENT_ID, Broker
 from ..errors import FollowupNotFound, InvalidAnswer, InvalidCursor, InvalidRequest, NotFound, RunConflict
 from ..followups import MAX_FOLLOWUP_LENGTH
@@ -58,7 +58,7 @@ from ..model import (
     time_budget,
 )
 from ..model import Request as HumanRequest
-from ..principals import Principal, can_answer, can_claim
+from ..principals import ANONYMOUS, Principal, can_answer, can_claim
 from ..signin import safe_next
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE, Holder, check_csrf, lost_access
 from .common import (
@@ -847,6 +847,8 @@ async def take_answer(state: AppState, who: Session, request: HumanRequest, valu
         elif action == "reject":
             done = await state.broker.reject(request.id, comment, by=by, via="web")
         elif action in ("approve", "deny") and is_approval(request):
+            if action == "approve":
+                await _approvers_yes(state, who, request)
             if len(request.asks) == 1:
                 verdict = Answers({request.asks[0].id: action == "approve"})
             else:
@@ -865,6 +867,32 @@ async def take_answer(state: AppState, who: Session, request: HumanRequest, valu
     if not done:
         return Taken(current, notice=f"This request is no longer pending: {outcome(current).lower()}.")
     return Taken(current)
+
+
+async def _approvers_yes(state: AppState, who: Session, request: HumanRequest) -> None:
+    """Refuse, before anything is recorded, a yes the agent's approval gate would not take:
+    it counts a gate's approval only as its approver's (a member's, for a team). A person
+    signed in answers only their own and their teams' requests; an operator (a server
+    without sign-in) is refused here, rather than record an approval the call then does
+    not run on."""
+    to, by = request.to, who.principal.name
+    if to is None or by == to or not is_marked(request):
+        return
+    members = await state.broker.team_members(to)
+    if members is not None and by in members:
+        return
+    anonymous = who.principal == ANONYMOUS
+    whom = f"a member of the team {to}" if members is not None else to
+    why = (
+        "this server runs without sign-in, so it cannot tell that you are them"
+        if anonymous
+        else f"you are signed in as {by}"
+    )
+    raise InvalidAnswer(
+        f"This approval is for {to}: the agent's approval gate takes a yes only from {whom}, and {why}. "
+        f"Answer as them: interlock answer {request.id} yes --by {to if members is None else 'MEMBER'}"
+        + (" (or run the server with sign-in)" if anonymous else "")
+    )
 
 
 async def take_claim(state: AppState, who: Session, request: HumanRequest, values: Values) -> Taken:
