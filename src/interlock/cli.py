@@ -91,6 +91,7 @@ from .model import (
     offered_grants,
     request_to_dict,
     run_to_dict,
+    show_hidden,
 )
 from .principals import TOKEN_PREFIX, IssuedToken, Principal, TokenInfo, issue_token
 from .redact import RedactingFilter, redact, redact_url
@@ -886,6 +887,12 @@ def parse_answer(request: Request, values: list[str]) -> Any:
 
 
 def _summary(request: Request) -> str:
+    """One line for a list: the first ask's kind and the title (or prompt); for a tool
+    call's approval, the call itself (its preview's first line), so approvals of one tool
+    are told apart, with the characters a reader cannot see written out."""
+    if decision_ask(request) is not None and request.origin.tool_name and request.details:
+        call = show_hidden(request.details.splitlines()[0])
+        return "approval: " + (call if len(call) <= 60 else call[:57] + "...")
     first = request.title or request.asks[0].prompt
     first = first if len(first) <= 60 else first[:57] + "..."
     more = f" (+{len(request.asks) - 1})" if len(request.asks) > 1 else ""

@@ -257,6 +257,22 @@ async def test_inbox_lists_a_page_at_a_time_saying_how_to_list_the_next_or_every
         assert "more requests" not in every.stderr
 
 
+async def test_inbox_tells_approvals_of_one_tool_apart_by_their_calls(db: str) -> None:
+    # Both listed as "confirm: Approve deploy? (+1)": only `show` told prod from staging.
+    async with interlock.connect(db) as broker:
+        for env in ("prod", "staging"):
+            await broker.create(
+                [Confirm("Allow deploy?", id="approve"), interlock.Text("Why?", id="why", required=False)],
+                kind="approval",
+                title="Approve deploy?",
+                tool_name="deploy",
+                details=f'deploy(env="{env}")',
+                to="alice",
+            )
+    listed = " ".join(run("inbox", "--to", "alice", db=db).stdout.split())
+    assert 'approval: deploy(env="prod")' in listed and 'approval: deploy(env="staging")' in listed, listed
+
+
 async def test_inbox_and_answer_in_the_terminal(db: str) -> None:
     async with interlock.connect(db) as broker:
         request = await broker.create(
