@@ -2061,6 +2061,12 @@ def check_answers(request: Request, answer: Any, *, limits: Limits = DEFAULT_LIM
     unknown = [key for key in answer if key not in by_id]
     if unknown:
         asked = ", ".join(repr(a.id) for a in asks)
+        if unknown[0] == "arguments" and decision_ask(request) is not None:  # the gate's edit, not offered here
+            raise InvalidAnswer(
+                f"this approval offers no edit of the arguments (its tool gave no argument schema): answer "
+                f"{asked} alone, yes or no",
+                ask_id="arguments",
+            )
         raise InvalidAnswer(f"unknown ask id {unknown[0]!r}: the request asks {asked}", ask_id=str(unknown[0]))
     checked: dict[str, Any] = {}
     for ask in asks:

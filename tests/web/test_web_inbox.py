@@ -1208,6 +1208,22 @@ def test_no_page_scrolls_sideways_on_a_phone(server: Server, page: Page) -> None
     expect(page.locator(".markdown table")).to_contain_text("column 7")  # scrolled to within its card
 
 
+def test_long_details_scroll_within_their_card_and_its_answer_stays_near(server: Server, page: Page) -> None:
+    # 72,000 characters of details put the card's answer 45,000 px down a phone's page.
+    details = "\n\n".join(f"Paragraph {n}: " + "the build log says more. " * 20 for n in range(150))
+    request_id = ask(server, Text("Ship it anyway?", id="q"), details=details)
+    sign_in(page, server)
+    page.set_viewport_size({"width": 375, "height": 667})
+    card = pending_card(page, request_id)
+    top = card.bounding_box()
+    button = card.get_by_role("button", name="Send answer").bounding_box()
+    assert top is not None and button is not None and button["y"] - top["y"] < 1500
+    expect(card.locator(".details")).to_contain_text("Paragraph 149")  # all there, scrolled to
+    page.goto(f"{server.url}/requests/{request_id}")  # its own page shows them whole
+    box = page.locator(".request-page .details").first.bounding_box()
+    assert box is not None and box["height"] > 5000
+
+
 def test_a_long_unbroken_word_wraps_instead_of_widening_the_page(server: Server, page: Page) -> None:
     url = "https://ci.example.com/builds/" + "0123456789abcdef" * 12
     pending = ask(server, Choice("Which artifact?", [url, "none"], id="a"), title="Ship " + "x" * 110)
