@@ -193,6 +193,18 @@ def test_a_person_signs_in_with_their_token_and_signs_out(server: Server, page: 
     expect(page).to_have_url(server.url + "/signin")
 
 
+def test_the_sign_in_page_opened_in_two_tabs_signs_in_from_the_first(server: Server, page: Page) -> None:
+    # Each load set a new sign-in token in the browser's cookie: the first tab's form was
+    # then refused as "stale or from another site".
+    page.goto(server.url + "/signin")
+    second = page.context.new_page()
+    second.goto(server.url + "/signin")
+    page.get_by_label("Token").fill(server.tokens["alice"])
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Waiting for you")).to_be_visible()
+    second.close()
+
+
 def test_an_unknown_token_and_an_agents_token_cannot_sign_in(server: Server, page: Page) -> None:
     page.goto(server.url + "/signin")
     page.get_by_label("Token").fill("il_0000_not-a-token")

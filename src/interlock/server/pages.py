@@ -18,7 +18,6 @@ All are plain server-rendered pages: forms and links, no script needed.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -56,6 +55,7 @@ from .web import (
     refusal,
     request_page_path,
     session,
+    signin_csrf,
     signin_page,
     signin_redirect,
     take_answer,
@@ -89,7 +89,7 @@ async def signin_link_page(http: HttpRequest, state: State, code: str = "", next
 
 
 def _link_page(state: AppState, http: HttpRequest, code: str, next_path: str, error: str = "") -> HTMLResponse:
-    csrf = secrets.token_urlsafe(24)
+    csrf = signin_csrf(http)
     context = {"code": code, "next": next_path, "signin_csrf": csrf, "error": error}
     response = page(state, http, "signin_link.html", context, 400 if error else 200)
     set_cookie(response, SIGNIN_COOKIE, csrf, 3600, "strict", "/signin", state.auth.secure(http))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import secrets
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -673,6 +674,16 @@ def email_signin_offered(state: AppState) -> bool:
     )
 
 
+_SIGNIN_CSRF = re.compile(r"[A-Za-z0-9_-]{32}")
+
+
+def signin_csrf(http: HttpRequest) -> str:
+    """The sign-in form's CSRF token: the one this browser holds already, if any (so a
+    sign-in page opened in a second tab leaves the first one's form good), else a new one."""
+    held = http.cookies.get(SIGNIN_COOKIE, "")
+    return held if _SIGNIN_CSRF.fullmatch(held) else secrets.token_urlsafe(24)
+
+
 def signin_page(
     state: AppState,
     http: HttpRequest,
@@ -681,7 +692,7 @@ def signin_page(
     next_path: str | None = None,
     notice: str = "",
 ) -> HTMLResponse:
-    csrf = secrets.token_urlsafe(24)
+    csrf = signin_csrf(http)
     if next_path is None:
         next_path = http.query_params.get("next")
     context = {
