@@ -1729,6 +1729,14 @@ def worker(
             serving = Worker(broker, made, name=name, lease=lease, concurrency=concurrency)
         else:
             raise InvalidRequest(f"{target} returned {type(made).__name__}, not the handlers by agent name or a Worker")
+        others = await _ready_elsewhere(broker, serving.handlers)
+        if others:  # a handler named otherwise than its agent's runs, mostly: nothing would say so
+            err.print(
+                f"note: runs of {', '.join(others)} are ready to resume, and this worker serves "
+                f"{', '.join(sorted(serving.handlers)) or 'no agent'}: a handler is found by its agent's exact name",
+                markup=False,
+                soft_wrap=True,
+            )
         if once:
             return await serving.drain()
         stop = asyncio.Event()
@@ -1755,6 +1763,16 @@ def worker(
         )
     resumed = _run(db, work, token, make=True)
     err.print(f"resumed {resumed} run(s)", markup=False)
+
+
+async def _ready_elsewhere(broker: Broker, served: Mapping[str, Any]) -> list[str]:
+    """The agents of runs ready to resume (the newest hundred parked of each waiting status)
+    that `served` has no handler for."""
+    names: set[str] = set()
+    for status in (RunStatus.WAITING_FOR_APPROVAL, RunStatus.WAITING_FOR_INPUT):
+        page = await broker.list_runs(status=status, limit=100)
+        names |= {run.agent for run in page.items if run.ready and run.agent not in served}
+    return sorted(names)
 
 
 def _load_factory(target: str) -> Callable[[Broker], Any]:

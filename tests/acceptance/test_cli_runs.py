@@ -239,6 +239,22 @@ def test_a_worker_on_a_store_that_is_not_there_says_it_made_an_empty_one(tmp_pat
     assert again.returncode == 0 and "note:" not in again.stderr
 
 
+async def test_a_worker_serving_another_name_than_the_ready_runs_agent_says_so(tmp_path: Path) -> None:
+    # A handler registered as "Deployer" for runs of "deployer": the worker waited, or
+    # resumed 0 run(s), and nothing said why.
+    db = f"sqlite:///{tmp_path / 'w.db'}"
+    async with interlock.connect(db) as broker:
+        run = await broker.start_run("deployer")
+        request = await broker.create(interlock.Confirm("Deploy?"), to="alice", run=run.id)
+        await broker.park(run.id, state={}, waiting_on=[request.id])
+        await broker.resolve(request.id, True, by="alice")
+    (tmp_path / "named.py").write_text("def handlers(broker):\n    return {'Deployer': None}\n")
+    done = cli("worker", "named:handlers", "--once", "--db", db, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "note: runs of deployer are ready to resume, and this worker serves Deployer" in said, said
+
+
 LEAKY_HANDLERS = """
 def handlers(broker):
     async def resume(run, requests):
