@@ -1533,6 +1533,9 @@ def runs(
 
 
 def _print_runs(found: Sequence[Run]) -> None:
+    if not found:  # a header over nothing reads as a table that failed to fill
+        err.print("no runs")
+        return
     table = Table(box=None, header_style="bold")
     table.add_column("id", no_wrap=True, min_width=32)
     for column in ("agent", "status", "waiting on", "updated", "expires"):
@@ -1546,8 +1549,6 @@ def _print_runs(found: Sequence[Run]) -> None:
         expires = "" if given_up is None else _ago(given_up, now)
         table.add_row(run.id, run.agent, status_text, waiting, _ago(run.updated_at, now), expires)
     Console(width=None if sys.stdout.isatty() else 1000).print(table)
-    if not found:
-        err.print("no runs")
 
 
 run_app = typer.Typer(cls=_Commands, no_args_is_help=True, help="Look at one run, send it a message, or stop it.")

@@ -196,6 +196,8 @@ async def test_runs_shows_when_a_pause_is_given_up_only_while_it_waits_on_a_pers
     rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}
     assert rows["waiting"][-2:] == ["in", "14d"]  # given up in two weeks (to the nearest day)
     assert "ready" in rows["ready"] and "in" not in rows["ready"][-3:]  # its last column is empty
+    none = cli("runs", "--agent", "nobody", cwd=tmp_path, url=url)  # no header over nothing
+    assert (none.returncode, none.stdout, none.stderr.strip()) == (0, "", "no runs")
 
 
 async def test_run_cancel_withdraws_its_requests_as_the_cli_and_you(tmp_path: Path) -> None:

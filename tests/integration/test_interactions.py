@@ -241,6 +241,15 @@ async def test_a_body_that_does_not_fit_is_a_400_and_changes_nothing(
     assert (await api.get(f"/interactions/{made['id']}")).json()["status"] == "pending"
 
 
+async def test_an_approval_answered_with_no_yes_or_no_word_says_every_word_it_takes(api: httpx.AsyncClient) -> None:
+    made = await create(api, **APPROVAL)
+    refused = await resolve(api, made["id"], inputResponses=[{"requestId": made["id"], "optionId": "maybe"}])
+    assert refused.status_code == 400
+    assert "optionId 'approve' or 'deny' (or another yes or no word: 'yes', 'no')" in refused.json()["detail"]
+    taken = await resolve(api, made["id"], inputResponses=[{"requestId": made["id"], "optionId": "yes"}])
+    assert taken.status_code == 200 and taken.json()["resolution"]["outcome"] == "approve"
+
+
 async def test_free_form_text_is_taken_exactly_where_the_prompt_allows_it(api: httpx.AsyncClient) -> None:
     asks = [
         {"type": "choice", "id": "region", "prompt": "Region?", "options": ["eu", "us"], "allow_other": True},
