@@ -74,6 +74,9 @@ def _from_input_responses(request: Request, responses: list[InputResponse]) -> A
     return answers
 
 
+_YES_OR_NO = "answer an approval with optionId 'approve' or 'deny' (or another yes or no word: 'yes', 'no')"
+
+
 def _approval(request: Request, decision: Confirm, responses: list[InputResponse]) -> Answers:
     if len(responses) != 1:
         raise InvalidAnswer("an approval takes exactly one input response")
@@ -81,10 +84,10 @@ def _approval(request: Request, decision: Confirm, responses: list[InputResponse
     if item.request_id != request.id:
         raise InvalidAnswer(f"Unknown requestId {item.request_id!r}: answer an approval with its own id {request.id!r}")
     if item.option_ids is not None or item.text is not None or item.option_id is None:
-        raise InvalidAnswer("answer an approval with optionId 'approve' or 'deny' (or another yes or no word: 'yes', 'no')", ask_id=decision.id)
+        raise InvalidAnswer(_YES_OR_NO, ask_id=decision.id)
     verdict = yes_no(item.option_id)
     if verdict is None:
-        raise InvalidAnswer("answer an approval with optionId 'approve' or 'deny' (or another yes or no word: 'yes', 'no')", ask_id=decision.id)
+        raise InvalidAnswer(_YES_OR_NO, ask_id=decision.id)
     return Answers({decision.id: verdict})
 
 
