@@ -261,7 +261,9 @@ def read_form(ask: FormLike, name: str, values: FieldValues) -> dict[str, Any] |
             required = error.validator_value if isinstance(error.validator_value, list) else []
             key = next((k for k in required if k not in out), None)
         if key in by_key:
-            raise FieldFault(ask, by_key[str(key)], error.message)
+            # Within a field of JSON (an object, a list), say where: "zip: 'abc' does not match".
+            inner = ".".join(str(step) for step in list(error.path)[1:])
+            raise FieldFault(ask, by_key[str(key)], f"{inner}: {error.message}" if inner else error.message)
         break
     return out
 

@@ -36,6 +36,25 @@ def test_json_that_cannot_be_read_is_the_field_s_fault(text: str) -> None:
     assert read_form(ask, "a0", Posted(**{"a0.p0": '["build", "ship"]'})) == {"steps": ["build", "ship"]}
 
 
+def test_a_fault_within_a_field_of_json_says_where_in_it() -> None:
+    # "'abc' does not match '^[0-9]{5}$'" named neither the address nor its zip.
+    schema = {
+        "type": "object",
+        "properties": {
+            "addr": {
+                "type": "object",
+                "title": "Address",
+                "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
+            }
+        },
+    }
+    ask = Form("Where to?", schema=schema, id="ship")
+    with pytest.raises(FieldFault) as refused:
+        read_form(ask, "a0", Posted(**{"a0.p0": '{"zip": "abc"}'}))
+    assert refused.value.fault == "zip: 'abc' does not match '^[0-9]{5}$'"
+    assert refused.value.field == "a0.p0" and "Address: zip: " in str(refused.value)
+
+
 def test_a_form_without_fields_takes_its_json_whole_and_says_what_cannot_be_read() -> None:
     ask = Form("Anything?", schema={"type": "object"}, id="free")
     with pytest.raises(InvalidAnswer, match="ask 'free': the answer is JSON that cannot be read here"):
