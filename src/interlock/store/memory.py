@@ -100,6 +100,7 @@ class MemoryStore:
             raise ValueError("retention must be >= 0")
         self.retention = retention
         self._pending: dict[str, Request] = {}
+        self._pending_of_run: dict[str, dict[str, None]] = {}  # a run's pending requests' ids, by run
         self._settled: OrderedDict[str, Request] = OrderedDict()  # read outcomes: the retention
         self._sizes: dict[str, tuple[Request | _Archive, int]] = {}  # what a request counts on a page, once listed
         self._unread: OrderedDict[str, Request] = OrderedDict()  # settled, not read by a waiter yet
@@ -247,6 +248,8 @@ class MemoryStore:
                 return existing, False
             self._idempotency[key] = request.id
         self._pending[request.id] = request
+        if request.origin.run is not None:
+            self._pending_of_run.setdefault(request.origin.run, {})[request.id] = None
         if request.expires_at is not None:
             heapq.heappush(self._expiry, (request.expires_at, request.id))
         self._append("created", request)
@@ -291,8 +294,14 @@ class MemoryStore:
         if len(unread) > _UNREAD:
             self._forget(unread.popitem(last=False)[1])
         self._append(_EVENT_TYPE[status], request)
-        if request.origin.run is not None:
-            self._mark_ready(request.origin.run, request_id)
+        run_id = request.origin.run
+        if run_id is not None:
+            of_run = self._pending_of_run.get(run_id)
+            if of_run is not None:
+                of_run.pop(request_id, None)
+                if not of_run:
+                    del self._pending_of_run[run_id]
+            self._mark_ready(run_id, request_id)
         return request
 
     def note_read(self, request_id: str) -> None:
@@ -876,7 +885,7 @@ class MemoryStore:
         self._put_run(run)  # ended before its requests are withdrawn, so none makes it ready
         cancelled: builtins.list[Request] = []
         if withdraw is not None:
-            for request in [r for r in self._pending.values() if r.origin.run == run_id]:
+            for request in [self._pending[i] for i in self._pending_of_run.get(run_id, ())]:
                 if (stored := await self.settle(request.settle(Status.CANCELLED, withdraw))) is not None:
                     cancelled.append(stored)
         self._append_run(f"run_{status.value}", run)
