@@ -12,9 +12,9 @@ whom it went and who answered it (docs/explanation/security.md, "Approvals").
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import InvalidRequest
 from .model import Request, decision_ask
@@ -26,6 +26,7 @@ __all__ = [
     "decision_ask",
     "is_marked",
     "mark",
+    "not_the_approver",
     "reserved_field",
     "unmarked",
 ]
@@ -79,3 +80,24 @@ def unmarked(context: Any) -> dict[str, Any]:
     if rest.pop("kind", GATE_MARK) != GATE_MARK:
         raise InvalidRequest(f"context.kind: a gate approval's kind is {GATE_MARK!r}, set by the server")
     return rest
+
+
+class _Teams(Protocol):
+    """What `not_the_approver` reads of a broker: a team's members (None: no such team)."""
+
+    async def team_members(self, team: str) -> Sequence[str] | None: ...
+
+
+async def not_the_approver(broker: _Teams, request: Request, by: str | None) -> tuple[str, str] | None:
+    """Whether a yes to `request` answered as `by` is one the agent's approval gate would
+    not take (it counts a gate's approval only as its approver's answer, any member's for a
+    team): None when it would take it, or `request` is no gate approval addressed to
+    someone; else who it takes it from ("alice", "a member of the team ops") and the name
+    to answer as ("alice", "MEMBER"). Surfaces refuse such a yes before it is recorded."""
+    to = request.to
+    if to is None or by == to or not is_marked(request):
+        return None
+    members = await broker.team_members(to)
+    if members is None:
+        return to, to
+    return None if by in members else (f"a member of the team {to}", "MEMBER")

@@ -51,7 +51,7 @@ from rich.table import Table
 from . import __version__
 from .agent.terminal import TerminalContract
 from .approval_policies import DEFAULT_POLICY_HOOK_TIMEOUT, MAX_POLICY_HOOK_TIMEOUT, policy_to_dict
-from .approvals import decision_ask, is_marked
+from .approvals import decision_ask, is_marked, not_the_approver
 from .broker import Broker, LocalBroker, connect
 from .durations import DURATION_SYNTAX, LONGEST, SHORTEST, duration_seconds
 from .errors import (
@@ -771,15 +771,12 @@ async def _approvers_own(broker: Broker, request: Request, value: Any, by: str |
     would not take: a gate's approval counts only as its approver's answer (any member's,
     for a team). A no stops the call whoever says it. Through a server, the server says
     who may answer."""
-    if isinstance(broker, RemoteBroker) or by is None or request.to in (None, by) or not is_marked(request):
+    if isinstance(broker, RemoteBroker) or by is None or _denies(request, value):
         return
-    if _denies(request, value):
+    refused = await not_the_approver(broker, request, by)
+    if refused is None:
         return
-    members = await broker.team_members(request.to)
-    if members is not None and by in members:
-        return
-    who = "a member of the team " + request.to if members is not None else request.to
-    example = "MEMBER" if members is not None else request.to
+    who, example = refused
     raise InvalidAnswer(
         f"request {request.id} is an approval for {request.to}: the agent's gate takes it only from {who}, "
         f"and this answers as {by}. Answer as them with --by {example} (or set INTERLOCK_USER)"

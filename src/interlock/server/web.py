@@ -42,7 +42,7 @@ from sse_starlette import ServerSentEvent
 
 from .. import cursors
 from .._form_inputs import Field, FieldFault, form_untouched, input_type
-from ..approvals import decision_ask, is_marked
+from ..approvals import decision_ask, not_the_approver
 from ..broker import MAX_EVENT_ID, Broker
 from ..errors import FollowupNotFound, InvalidAnswer, InvalidCursor, InvalidRequest, NotFound, RunConflict
 from ..followups import MAX_FOLLOWUP_LENGTH
@@ -886,22 +886,20 @@ async def _approvers_yes(state: AppState, who: Session, request: HumanRequest) -
     signed in answers only their own and their teams' requests; an operator (a server
     without sign-in) is refused here, rather than record an approval the call then does
     not run on."""
-    to, by = request.to, who.principal.name
-    if to is None or by == to or not is_marked(request):
+    by = who.principal.name
+    refused = await not_the_approver(state.broker, request, by)
+    if refused is None:
         return
-    members = await state.broker.team_members(to)
-    if members is not None and by in members:
-        return
+    whom, as_whom = refused
     anonymous = who.principal == ANONYMOUS
-    whom = f"a member of the team {to}" if members is not None else to
     why = (
         "this server runs without sign-in, so it cannot tell that you are them"
         if anonymous
         else f"you are signed in as {by}"
     )
     raise InvalidAnswer(
-        f"This approval is for {to}: the agent's approval gate takes a yes only from {whom}, and {why}. "
-        f"Answer as them: interlock answer {request.id} yes --by {to if members is None else 'MEMBER'}"
+        f"This approval is for {request.to}: the agent's approval gate takes a yes only from {whom}, and {why}. "
+        f"Answer as them: interlock answer {request.id} yes --by {as_whom}"
         + (" (or run the server with sign-in)" if anonymous else "")
     )
 
