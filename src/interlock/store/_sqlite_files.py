@@ -9,6 +9,11 @@ readable and writable once they are there; a filesystem mounted read-write, with
 
 `why` is only asked once opening failed; `unwritable` is one `access` call per file at
 open, never on the way of a call.
+
+The file holds every request and answer, and the secrets of the notification channels
+(the routing's webhook secrets, mail password, Slack tokens): a new one is made readable by
+its owner alone (`make_private`; SQLite gives its `-wal` and `-shm` files the database's
+mode), and one that every user may read is named at open (`open_to_all`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import os
 import sqlite3
 import stat
 
-__all__ = ["unwritable", "why"]
+__all__ = ["make_private", "open_to_all", "unwritable", "why"]
 
 COMPANIONS = ("-wal", "-shm", "-journal")
 """The files SQLite makes beside a database `x.db`: `x.db-wal` and so on."""
@@ -38,6 +43,31 @@ def unwritable(path: str) -> bool:
     return any(
         not _may(name, os.R_OK | os.W_OK) and os.path.exists(name) for name in (path, f"{path}-wal", f"{path}-shm")
     )
+
+
+def make_private(path: str) -> bool:
+    """Make the database file, empty, readable and writable by its owner alone, if it is not
+    there; SQLite then makes its `-wal` and `-shm` files with the same mode. Whether it was
+    made: False for a file already there, or one this process cannot make (SQLite's own
+    open then fails, and `why` says why)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError:
+        return False
+    return True
+
+
+def open_to_all(path: str) -> list[str]:
+    """The files of the database at `path` (itself, its `-wal` and `-shm`) that are there, if
+    every user of this machine may read any of them; else none."""
+    there = []
+    for name in (path, f"{path}-wal", f"{path}-shm"):
+        try:
+            mode = os.stat(name).st_mode
+        except OSError:
+            continue
+        there.append((name, mode))
+    return [name for name, _ in there] if any(mode & stat.S_IROTH for _, mode in there) else []
 
 
 def why(path: str, error: BaseException | None = None) -> str | None:

@@ -373,18 +373,30 @@ class SqliteStore(SqlStore):
         disk full or failing."""
         if sqlite_files.unwritable(self.path):  # SQLite would open it read-only, to fail at the first write
             raise ConnectionError(self._refusal())
+        made = sqlite_files.make_private(self.path)
         try:
             await self._open()
         except BaseException as exc:
             db, self._db = self._db, None
             if db is not None:
                 db.close()
+            if made:
+                with contextlib.suppress(OSError):  # the file made here, with nothing in it: a refusal changes nothing
+                    if os.path.getsize(self.path) == 0:
+                        os.remove(self.path)
             cause = exc.__cause__ if isinstance(exc, Unavailable) else exc
             if not isinstance(cause, sqlite3.Error) or (isinstance(cause, sqlite3.OperationalError) and _locked(cause)):
                 raise  # (a newer database, a lock held past lock_timeout: their own errors say it)
             if isinstance(exc, Unavailable):
                 raise Unavailable(self._refusal(cause, for_now=True)) from cause
             raise ConnectionError(self._refusal(cause)) from cause
+        if not made and (files := sqlite_files.open_to_all(self.path)):
+            log.warning(
+                "every user of this machine may read the SQLite store at %s, which holds every request and "
+                "answer and the notification channels' secrets: chmod 600 %s",
+                self.path,
+                " ".join(files),
+            )
 
     def _refusal(self, error: BaseException | None = None, *, for_now: bool = False) -> str:
         why = sqlite_files.why(self.path, error)
