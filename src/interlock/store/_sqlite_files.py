@@ -23,7 +23,7 @@ import os
 import sqlite3
 import stat
 
-__all__ = ["make_private", "open_to_all", "unwritable", "why"]
+__all__ = ["make_private", "open_to_all", "remove_if_empty", "unwritable", "why"]
 
 COMPANIONS = ("-wal", "-shm", "-journal")
 """The files SQLite makes beside a database `x.db`: `x.db-wal` and so on."""
@@ -55,6 +55,15 @@ def make_private(path: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def remove_if_empty(path: str) -> None:
+    """Remove the file at `path` if it is there with nothing in it (one `make_private` made)."""
+    try:
+        if os.path.getsize(path) == 0:
+            os.remove(path)
+    except OSError:
+        pass
 
 
 def open_to_all(path: str) -> list[str]:

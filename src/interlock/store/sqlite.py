@@ -380,10 +380,8 @@ class SqliteStore(SqlStore):
             db, self._db = self._db, None
             if db is not None:
                 db.close()
-            if made:
-                with contextlib.suppress(OSError):  # the file made here, with nothing in it: a refusal changes nothing
-                    if os.path.getsize(self.path) == 0:
-                        os.remove(self.path)
+            if made:  # a refusal changes nothing: the file made here goes, if nothing was written to it
+                sqlite_files.remove_if_empty(self.path)
             cause = exc.__cause__ if isinstance(exc, Unavailable) else exc
             if not isinstance(cause, sqlite3.Error) or (isinstance(cause, sqlite3.OperationalError) and _locked(cause)):
                 raise  # (a newer database, a lock held past lock_timeout: their own errors say it)
