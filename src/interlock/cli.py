@@ -98,7 +98,7 @@ from .redact import RedactingFilter, redact, redact_url
 from .remote import RemoteBroker
 from .runs import Worker
 from .secret_key import ENV as SECRET_KEY_ENV
-from .secret_key import GRANT_KEY_ENV
+from .secret_key import GRANT_KEY_ENV, too_short
 from .signin import mint_signin_link
 
 __all__ = ["app", "main", "parse_answer"]
@@ -186,6 +186,15 @@ def _fail(message: str, code: int = USAGE) -> typer.Exit:
     # one line, however narrow the terminal: an operator greps a log for it
     err.print(f"[red]error:[/red] {escape(redact(message))}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
+
+
+def _secret_key() -> str | None:
+    """This environment's INTERLOCK_SECRET_KEY, None when unset or empty; one too short to
+    keep what it signs safe is refused (`secret_key.too_short`)."""
+    secret = os.environ.get(SECRET_KEY_ENV) or None
+    if secret is not None and (refusal := too_short(secret)) is not None:
+        raise _fail(refusal)
+    return secret
 
 
 def _local(broker: Broker) -> LocalBroker:
@@ -1080,7 +1089,7 @@ def serve(
     if no_auth and not _is_loopback(host):
         raise _fail(f"--no-auth is allowed only on a loopback address, not {host}")
     proxies = list(trusted_proxy or ())
-    secret = os.environ.get(SECRET_KEY_ENV)
+    secret = _secret_key()
     quota: Quota | Literal["default"] | None = "default"
     if rate_limit is not None:
         if not math.isfinite(rate_limit):  # (--rate-burst is at least 1, as read)
@@ -2233,7 +2242,7 @@ def secret_key_rotate(db: LocalDb = None) -> None:
     the new one. A grant key derived from the secret key follows it; one given with
     --grant-key stays."""
     where = _key_store(db, "secret-key rotate")
-    secret = os.environ.get(SECRET_KEY_ENV)
+    secret = _secret_key()
     if not secret:
         raise _fail(
             f"{SECRET_KEY_ENV} is not set: set it to the new key, which rotate records as the nodes' key "
@@ -2294,7 +2303,7 @@ def grant_key_rotate(
         from .grant_tokens import GrantSigner
     except ImportError as exc:
         raise _fail(f"grant keys need the server's extra ({_missing(exc)} is missing)") from None
-    secret = os.environ.get(SECRET_KEY_ENV)
+    secret = _secret_key()
     if grant_key is not None:
         try:
             kid, derived = GrantSigner.from_pem(grant_key).kid, False
@@ -2365,9 +2374,10 @@ def deliver(
     except RoutingError as exc:
         raise _fail(str(exc)) from None
 
+    secret = _secret_key()
+
     async def work(broker: Broker) -> None:
         local = _local(broker)
-        secret = os.environ.get(SECRET_KEY_ENV)
         refusal = await local.check_secret_key(secret) if secret else None  # without, it signs no links
         if refusal is not None:  # the servers check the links with the same key
             raise InvalidRequest(refusal)

@@ -39,18 +39,37 @@ from dataclasses import dataclass
 __all__ = [
     "ENV",
     "GRANT_KEY_ENV",
+    "MIN_LENGTH",
     "NO_KEY",
     "OTHER_KEY",
     "GrantKeyId",
     "fingerprint",
     "no_grant_key",
     "other_grant_key",
+    "too_short",
 ]
 
 ENV = "INTERLOCK_SECRET_KEY"
 """The environment variable that holds the key."""
 
 _LABEL = b"interlock secret key fingerprint"
+
+MIN_LENGTH = 32
+"""The fewest characters of a key a node starts with: a word, or a short phrase, is found
+by trying guesses against any link it signed, or against the fingerprint the store keeps
+(one fast hash). `secrets.token_urlsafe(32)` makes 43."""
+
+
+def too_short(secret: str) -> str | None:
+    """Why `secret` is refused as the key, on one line that says how to make one; None when
+    it is long enough."""
+    if len(secret) >= MIN_LENGTH:
+        return None
+    return (
+        f"{ENV} is {len(secret)} characters long: a key that short can be found by trying guesses against "
+        f"the links it signs; use at least {MIN_LENGTH} random characters, e.g. from "
+        '`python -c "import secrets; print(secrets.token_urlsafe(32))"`'
+    )
 
 
 def fingerprint(secret: str) -> str:

@@ -27,7 +27,7 @@ from serve_support import Served, serve
 
 pytestmark = pytest.mark.anyio
 
-KEY, OTHER = "the-nodes-key-0123456789abcdef", "another-key-0123456789abcdef"
+KEY, OTHER = "the-nodes-key-0123456789abcdef-0123456789", "another-key-0123456789abcdef-0123456789"
 
 
 def pem_file(path: Path) -> Path:

@@ -20,7 +20,7 @@ from serve_support import serve
 
 pytestmark = pytest.mark.anyio
 
-KEY, OTHER = "the-nodes-key-0123456789abcdef", "another-key-0123456789abcdef"
+KEY, OTHER = "the-nodes-key-0123456789abcdef-0123456789", "another-key-0123456789abcdef-0123456789"
 
 
 store = pytest.fixture(params=["sqlite", "postgresql"])(node_store)
@@ -106,4 +106,25 @@ def test_deliver_with_another_key_is_refused_before_it_mails_a_link_the_servers_
     assert same.returncode == 4 and "no routing here yet" in same.stderr, same.stderr
     unsigned = invoke("deliver", "--db", store, env=env_with(None))  # mails no one-click links: nothing to check
     assert "no routing here yet" in unsigned.stderr, unsigned.stderr
+    assert kept_fingerprint(path) == [(fingerprint(KEY),)]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("serve", "--port", "0"), ("deliver",), ("secret-key", "rotate"), ("grant-key", "rotate")],
+    ids=lambda command: " ".join(command[:2]),
+)
+def test_a_key_too_short_to_keep_what_it_signs_is_refused_and_changes_nothing(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    path = tmp_path / "nodes.db"
+    store = f"sqlite:///{path}"
+    assert invoke("secret-key", "rotate", "--db", store, env=env_with(KEY)).returncode == 0
+    weak = "hunter2-hunter2"  # a phrase, found by trying words against a link it signed
+    result = invoke(*command, "--db", store, env=env_with(weak))
+    assert result.returncode == 4, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: INTERLOCK_SECRET_KEY is 15 characters long"), line
+    assert "at least 32 random characters" in line and "secrets.token_urlsafe(32)" in line, line
+    assert weak not in line
     assert kept_fingerprint(path) == [(fingerprint(KEY),)]

@@ -260,7 +260,8 @@ async def test_leaving_a_team_ends_the_streams_that_showed_its_requests(
 @contextlib.asynccontextmanager
 async def auth_nodes(db: str, count: int) -> AsyncIterator[list[str]]:
     """`count` real `interlock serve --db <db>` processes with auth on, healthy, stopped after."""
-    async with serve_many(count, "--db", db, env={**os.environ, "INTERLOCK_SECRET_KEY": "nodes"}) as started:
+    env = {**os.environ, "INTERLOCK_SECRET_KEY": "the-nodes-secret-key-0123456789abcdef"}
+    async with serve_many(count, "--db", db, env=env) as started:
         yield [served.url for served in started]
 
 
