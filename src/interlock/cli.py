@@ -1103,7 +1103,7 @@ def serve(
     async def announce(broker: LocalBroker) -> None:
         """Once the store is open: the routing in use (the file's, or the one kept in the
         store when the file has not changed since it was taken) and, with auth, a one-time
-        sign-in link for the person at this machine (made a human here if new), as
+        sign-in link for the person at this machine (made a human here on a store with none yet), as
         notebook servers print theirs, when stderr is a terminal: a service manager or a
         container keeps what a server prints in a log, where a link to sign in must not
         be. Its banner comes first: a start refused before (the store, the secret key, the
@@ -1145,6 +1145,16 @@ def serve(
         person = local_person()
         found = await broker.get_principal(person)
         if found is None:
+            # Made a person here only on a store that has none yet (the first start): on a
+            # store its people share, whoever starts a node by hand is not made one of them.
+            if any(known.kind == "human" for known in await broker.list_principals()):
+                err.print(
+                    f"no sign-in link: {person!r} is not a person on this store; sign in with a person's token, or "
+                    f"make {person!r} one with `interlock token create {person} --human`",
+                    markup=False,
+                    soft_wrap=True,
+                )
+                return
             await broker.save_principal(Principal(person, "human"))
         elif found.kind != "human":
             err.print(f"no sign-in link: {person!r} is an agent here; sign in with a human's token", markup=False)
