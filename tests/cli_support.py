@@ -10,6 +10,7 @@ waiting, `worker`, `mcp` over stdio, signals, crashes) stay in real subprocesses
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+import interlock
 from interlock.cli import app
 
 BOUND = 60.0
@@ -47,3 +49,16 @@ def invoke(
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(run).result(timeout=BOUND)
+
+
+def new_store(path: Path) -> str:
+    """An empty SQLite store made at `path` (as `interlock serve` or `token create` makes
+    one), closed: its URL, for the commands that act only on a store that is there."""
+
+    async def make() -> None:
+        async with interlock.connect(f"sqlite:///{path}"):
+            pass
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # (a test's own loop may be running)
+        pool.submit(asyncio.run, make()).result(timeout=BOUND)
+    return f"sqlite:///{path}"

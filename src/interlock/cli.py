@@ -9,10 +9,11 @@
     4  usage error, bad input, or the store could not be reached
 
 A command that reads or acts on what a store holds (`inbox`, `show`, `answer`, `runs`,
-`token list`, ...) refuses a SQLite file that is not there (a mistyped `--db`, or the
-default `interlock.db` of another folder) with exit code 4, and makes no empty store; one
-that makes something (`ask`, `serve`, `worker`, `token create`, `team add`, `policy set`,
-`grants give`, `routing set`, ...) makes the store if it is new.
+`token list`, ...) or sets how a server works (`routing set`, `policy set`, `team add`,
+`grants give`, `secret-key rotate`, `deliver`, ...) refuses a SQLite file that is not there
+(a mistyped `--db`, or the default `interlock.db` of another folder) with exit code 4, and
+makes no empty store; one that starts what asks (`ask`, `serve`, `worker`, `mcp`,
+`token create`) makes the store if it is new.
 """
 
 from __future__ import annotations
@@ -290,7 +291,13 @@ def _missing_store(db: str | None) -> str | None:
     if not url.lower().startswith("sqlite:///"):
         return None
     path = url[len("sqlite:///") :].split("?", 1)[0]
-    return path if path and not os.path.exists(path) else None
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return path or None
+    except OSError:  # there or not, this user may not look: opening it says why (`_sqlite_files.why`)
+        return None
+    return None
 
 
 def _check_store_is_there(db: str | None) -> None:
@@ -302,7 +309,8 @@ def _check_store_is_there(db: str | None) -> None:
     if path is not None:
         raise _fail(
             f"there is no store at {redact_url(url)} ({os.path.abspath(path)} does not exist): name the one your "
-            "requests are in with --db (or INTERLOCK_URL); `interlock serve` and `interlock ask` make a new one"
+            "requests are in with --db (or INTERLOCK_URL); `interlock serve`, `interlock token create` and "
+            "`interlock ask` make a new one"
         )
 
 
@@ -1452,7 +1460,7 @@ def team_add(
                     )
         return await broker.add_team_members(team, members or [])
 
-    found = _run(db, work, make=True)
+    found = _run(db, work)
     err.print(f"team {team}: {', '.join(found) or 'no members yet'}")
 
 
@@ -1913,7 +1921,7 @@ def grants_give(
     if exp is not None and no_expiry:
         raise _fail("say --exp or --no-expiry, not both")
     until: int | Literal["default"] | None = None if no_expiry else DEFAULT_EXP if exp is None else exp
-    grant = _run(db, lambda b: b.give_grant(to, with_, can, exp=until, by=by), token, make=True)
+    grant = _run(db, lambda b: b.give_grant(to, with_, can, exp=until, by=by), token)
     typer.echo(_json(issued_grant_to_dict(grant)))
 
 
@@ -2032,7 +2040,7 @@ def policy_set(
     data.setdefault("agent", agent)
     if tool_server:
         data.setdefault("server", tool_server)
-    stored = _run(db, lambda b: b.set_approval_policy(data), token, make=True)
+    stored = _run(db, lambda b: b.set_approval_policy(data), token)
     typer.echo(_json(policy_to_dict(stored), indent=2))
 
 
@@ -2218,7 +2226,7 @@ def routing_set(
         return routing_from_dict(document)
 
     try:
-        routing = _run(db, replace, token, make=True)
+        routing = _run(db, replace, token)
     except (RoutingError, ChannelError) as exc:
         raise _fail(str(exc)) from None
     err.print(f"routing from {file} in use (channels: {', '.join(routing.channels) or 'none'})")
@@ -2258,7 +2266,7 @@ def secret_key_rotate(db: LocalDb = None) -> None:
             f"{SECRET_KEY_ENV} is not set: set it to the new key, which rotate records as the nodes' key "
             "(`interlock secret-key forget` records none)"
         )
-    if _run(db, lambda broker: _local(broker).rotate_secret_key(secret), make=True):
+    if _run(db, lambda broker: _local(broker).rotate_secret_key(secret)):
         err.print(
             f"the nodes on {where} sign with this {SECRET_KEY_ENV} from now on: restart each node with it (one "
             "still running signs with the old key until then)",
@@ -2326,7 +2334,7 @@ def grant_key_rotate(
             f"neither --grant-key ({GRANT_KEY_ENV}) nor {SECRET_KEY_ENV} is set: name the new grant key's file, "
             "or set the secret key it is derived from (`interlock grant-key forget` records none)"
         )
-    if _run(db, lambda broker: _local(broker).rotate_grant_key(kid, derived=derived), make=True):
+    if _run(db, lambda broker: _local(broker).rotate_grant_key(kid, derived=derived)):
         err.print(
             f"the nodes on {where} sign grant tokens with the key {kid} from now on: restart each node with it "
             "(one still running signs with the old key until then)",
@@ -2415,7 +2423,7 @@ def deliver(
         finally:
             await loop.stop()
 
-    _run(db, work, make=True)
+    _run(db, work)
 
 
 def main() -> None:

@@ -334,6 +334,36 @@ def test_a_command_that_reads_refuses_a_store_that_is_not_there_and_makes_none(t
     assert invoke("token", "list", "--db", typo, env=env, cwd=tmp_path).stdout.startswith("alice\t")
 
 
+def test_a_command_that_sets_how_a_server_works_refuses_a_store_that_is_not_there(tmp_path: Path) -> None:
+    """Run in the wrong folder, a command that changes a server's settings said it had
+    changed them, in an empty store it made there that no server reads."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("INTERLOCK_")}
+    env["INTERLOCK_SECRET_KEY"] = "k" * 43
+    routing = tmp_path / "routing.toml"
+    routing.write_text(
+        '[channels.ops]\ntype = "webhook"\nurl = "http://127.0.0.1:9/hook"\nsecret = "a-webhook-secret-of-32-chars!"\n'
+    )
+    policy = tmp_path / "policy.json"
+    policy.write_text('{"approval": "always"}')
+    wrong = tmp_path / "elsewhere"
+    wrong.mkdir()
+    for args in (
+        ["routing", "set", str(routing)],
+        ["policy", "set", "bot", "--json", f"@{policy}"],
+        ["team", "add", "ops", "alice"],
+        ["grants", "give", "bot", "--with", "interlock:inbox/alice", "--can", "hitl/request", "--by", "alice"],
+        ["secret-key", "rotate"],
+        ["grant-key", "rotate"],
+        ["deliver", "--routing", str(routing)],
+    ):
+        refused = invoke(*args, env=env, cwd=wrong)
+        said = " ".join(refused.stderr.split())
+        assert refused.returncode == 4, (args, said)
+        assert said.startswith("error: there is no store at sqlite:///interlock.db"), said
+        assert "`interlock serve`, `interlock token create` and `interlock ask` make a new one" in said, said
+    assert os.listdir(wrong) == []
+
+
 async def test_the_answer_show_prints_for_a_gate_approval_works_pasted_as_it_is(tmp_path: Path) -> None:
     """Read with --db from a shell whose person is not the approver (the tutorial's second
     shell), the printed line names the store and the approver, and answers when pasted."""

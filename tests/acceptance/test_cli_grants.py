@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import interlock
-from cli_support import invoke
+from cli_support import invoke, new_store
 from interlock.grant_tokens import GrantSigner, verify_grant_token
 from interlock.model import Choice, Confirm, Option, Status
 from serve_support import serve
@@ -28,7 +28,7 @@ def run(*args: str, db: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def db(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'cli.db'}"
+    return new_store(tmp_path / "cli.db")
 
 
 async def offering(db: str) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import interlock
-from cli_support import invoke
+from cli_support import invoke, new_store
 from interlock.cli import USAGE
 
 pytestmark = pytest.mark.anyio
@@ -25,7 +25,7 @@ def run(*args: str, db: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def db(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'cli.db'}"
+    return new_store(tmp_path / "cli.db")
 
 
 async def test_set_from_flags_then_show_list_and_rm(db: str) -> None:

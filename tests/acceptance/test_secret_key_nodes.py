@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_support import invoke
+from cli_support import invoke, new_store
 from interlock.secret_key import fingerprint
 from key_support import env_with, node_store, refused
 from serve_support import serve
@@ -80,7 +80,7 @@ def kept_fingerprint(path: Path) -> list[tuple[str]]:
 
 def test_rotate_without_a_key_or_on_a_server_is_refused_on_one_line_and_changes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "nodes.db"
-    store = f"sqlite:///{path}"
+    store = new_store(path)
     assert invoke("secret-key", "rotate", "--db", store, env=env_with(KEY)).returncode == 0
     for env, args, why in (
         (env_with(None), ("--db", store), "INTERLOCK_SECRET_KEY is not set: set it to the new key"),
@@ -96,7 +96,7 @@ def test_rotate_without_a_key_or_on_a_server_is_refused_on_one_line_and_changes_
 
 def test_deliver_with_another_key_is_refused_before_it_mails_a_link_the_servers_refuse(tmp_path: Path) -> None:
     path = tmp_path / "nodes.db"
-    store = f"sqlite:///{path}"
+    store = new_store(path)
     assert invoke("secret-key", "rotate", "--db", store, env=env_with(KEY)).returncode == 0
     result = invoke("deliver", "--db", store, env=env_with(OTHER))
     assert result.returncode == 4, result.stderr
@@ -118,7 +118,7 @@ def test_a_key_too_short_to_keep_what_it_signs_is_refused_and_changes_nothing(
     tmp_path: Path, command: tuple[str, ...]
 ) -> None:
     path = tmp_path / "nodes.db"
-    store = f"sqlite:///{path}"
+    store = new_store(path)
     assert invoke("secret-key", "rotate", "--db", store, env=env_with(KEY)).returncode == 0
     weak = "hunter2-hunter2"  # a phrase, found by trying words against a link it signed
     result = invoke(*command, "--db", store, env=env_with(weak))

@@ -36,7 +36,9 @@ BOUND = 60  # seconds: the most one command may take on a busy machine
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
 
 
-def refused(url: str, prefix: list[str] | None = None, *, command: tuple[str, ...] = ("team", "add", "ops")) -> str:
+def refused(
+    url: str, prefix: list[str] | None = None, *, command: tuple[str, ...] = ("token", "create", "ops", "--human")
+) -> str:
     """`interlock COMMAND --db url` (after `prefix`: as another user, in a namespace),
     refused with exit code 4 and no traceback: its one line. The command makes the store
     if it is new (one that only reads refuses a file that is not there before opening it)."""
@@ -62,7 +64,7 @@ def owned(path: Path) -> str:
 def make_store(path: Path) -> None:
     """A store at `path` with its tables, closed (so its -wal and -shm are gone)."""
     done = subprocess.run(
-        [*INTERLOCK, "team", "add", "ops", "--db", f"sqlite:///{path}"],  # a command that makes the store
+        [*INTERLOCK, "token", "create", "ops", "--human", "--db", f"sqlite:///{path}"],  # it makes the store
         env=ENV,
         capture_output=True,
         text=True,
@@ -203,6 +205,25 @@ def test_a_folder_this_user_may_not_write_is_named_with_its_owner_and_mode(
 
 
 @pytest.mark.slow
+def test_a_store_in_a_folder_this_user_may_not_enter_is_not_said_to_be_missing(
+    as_user: tuple[list[str], str], folder: Path
+) -> None:
+    """A command that reads a store looks for its file first, and refuses one not there: a
+    file whose folder this user may not enter looked missing too (`os.path.exists`)."""
+    prefix, user = as_user
+    shut = folder / "shut"
+    shut.mkdir()
+    path = shut / "interlock.db"
+    make_store(path)
+    shut.chmod(0o600)  # readable, but none may enter it (its owner neither, without the capabilities)
+    line = refused(f"sqlite:///{path}", prefix, command=("token", "list"))
+    assert line == (
+        f"error: cannot open the SQLite store at {path}: user {user} may not enter the folder {shut} ({owned(shut)}) "
+        "(SQLite: unable to open database file)"
+    )
+
+
+@pytest.mark.slow
 def test_a_database_this_user_may_only_read_is_refused_before_sqlite_leaves_files_beside_it(
     as_user: tuple[list[str], str], folder: Path
 ) -> None:
@@ -283,9 +304,9 @@ def namespace() -> list[str]:
 
 
 def in_namespace(namespace: list[str], mount: str, url: str) -> str:
-    """`interlock team add ops --db url` (a command that makes the store if it is new) after
+    """`interlock token create ops --human --db url` (a command that makes the store if it is new) after
     the shell command `mount`, in its own mount namespace: its one line."""
-    command = " ".join(map(_quoted, [*INTERLOCK, "team", "add", "ops", "--db", url]))
+    command = " ".join(map(_quoted, [*INTERLOCK, "token", "create", "ops", "--human", "--db", url]))
     done = subprocess.run(
         [*namespace, f"{mount}; exec {command}"], env=ENV, capture_output=True, text=True, timeout=BOUND
     )

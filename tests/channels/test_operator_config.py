@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_support import invoke
+from cli_support import invoke, new_store
 from interlock.channels import lacking_secrets
 from interlock.routing import routing_from_dict
 from serve_support import refused_at_start
@@ -94,7 +94,7 @@ def test_serve_refuses_a_kept_routing_whose_channel_it_cannot_make_on_one_line(
         '[channels.pager]\ntype = "pager_plugin:Pager"\n'
         'url = "http://127.0.0.1:9/hook"\nsecret = "s3cret-s3cret-s3cret"\n'
     )
-    store = f"sqlite:///{tmp_path / 'interlock.db'}"
+    store = new_store(tmp_path / "interlock.db")
     env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_") and k != "PYTHONPATH"}
     assert invoke("routing", "set", str(routing), "--db", store, env=env).returncode == 0
 
