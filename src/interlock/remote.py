@@ -203,6 +203,8 @@ class RemoteBroker(Broker):
                     whoami = await client.get("/whoami")
                 except httpx.TransportError as exc:
                     raise _unreachable(self.base_url, exc) from exc
+                if whoami.status_code == 404:  # (every interlock server answers it)
+                    raise _not_interlock(self.base_url, whoami)
                 if not whoami.is_success:
                     raise _error(whoami, "")
                 self._caller = whoami.json()
@@ -1254,6 +1256,16 @@ def _unreachable(base_url: str, exc: httpx.TransportError) -> ConnectionError:
     reset, a server that stopped mid-answer, no answer in time), naming the server."""
     return ConnectionError(
         f"cannot reach the interlock server at {redact_url(base_url)}: {str(exc) or type(exc).__name__}"
+    )
+
+
+def _not_interlock(base_url: str, response: httpx.Response) -> ConnectionError:
+    """The base URL is not an interlock server's own address: `whoami`, which every one
+    answers, was not found there."""
+    return ConnectionError(
+        f"{redact_url(base_url)} is not an interlock server's own address: {response.request.method} "
+        f"{response.request.url.path} answered 404 Not Found (an interlock server answers it at /api/v1/whoami of "
+        "the address `interlock serve` prints)"
     )
 
 

@@ -179,6 +179,22 @@ async def test_an_ask_over_its_quota_says_so_in_one_line_and_exits_four_not_one(
     assert len(refused.stderr.splitlines()) == 1
 
 
+async def test_a_server_url_with_a_path_is_said_to_be_no_server_s_address_and_exits_four(
+    db: str, serve: Callable[..., AbstractContextManager[str]]
+) -> None:
+    """`--server http://host:port/api/v1` (the API's own path, pasted from the docs) read as
+    "Not Found" with the exit code of a person's no."""
+    with serve(db, auth=False) as url:
+        for args in (["inbox"], ["ask", "Deploy?", "--confirm"], ["show", "01a24cd1716806f01369ea31f9ed3638"]):
+            refused = invoke(*args, "--server", f"{url}/api/v1")
+            said = " ".join(refused.stderr.split())
+            assert refused.returncode == 4, (args, said)
+            assert said.startswith(f"error: {url}/api/v1 is not an interlock server's own address: "), said
+            assert "GET /api/v1/api/v1/whoami answered 404 Not Found" in said, said
+        async with interlock.connect(url) as broker:
+            assert not await broker.pending()  # the ask created nothing anywhere
+
+
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
 async def test_an_ask_stopped_by_its_service_manager_or_a_closed_terminal_withdraws_its_request(
     db: str, stop: signal.Signals
