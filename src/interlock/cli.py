@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import httpx
 import typer
@@ -105,6 +105,10 @@ from .signin import mint_signin_link
 __all__ = ["app", "main", "parse_answer"]
 
 ANSWERED, DECLINED, EXPIRED, CANCELLED, USAGE = 0, 1, 2, 3, 4
+
+if TYPE_CHECKING:
+    from .grant_tokens import GrantSigner
+
 T = TypeVar("T")
 
 
@@ -187,6 +191,25 @@ def _fail(message: str, code: int = USAGE) -> typer.Exit:
     # one line, however narrow the terminal: an operator greps a log for it
     err.print(f"[red]error:[/red] {escape(redact(message))}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
+
+
+def _grant_signer(path: Path) -> GrantSigner:
+    """The grant key in the file `--grant-key` (INTERLOCK_GRANT_KEY) names; one that cannot
+    be read, or is no Ed25519 private key in PEM, is refused naming the option and the file."""
+    from .grant_tokens import GrantSigner
+
+    where = f"--grant-key {path}"
+    try:
+        return GrantSigner.from_pem(Path(path))
+    except OSError as exc:
+        raise _fail(f"{where}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        if "Ed25519" in str(exc):
+            raise _fail(f"{where}: {exc}") from None
+        raise _fail(
+            f"{where}: not a private key in PEM that this server can read (make one with `openssl genpkey "
+            "-algorithm ed25519 -out grant.pem`)"
+        ) from None
 
 
 def _secret_key() -> str | None:
@@ -1098,6 +1121,7 @@ def serve(
         raise _fail(f"--no-auth is allowed only on a loopback address, not {host}")
     proxies = list(trusted_proxy or ())
     secret = _secret_key()
+    signer = _grant_signer(grant_key) if grant_key is not None else None
     quota: Quota | Literal["default"] | None = "default"
     if rate_limit is not None:
         if not math.isfinite(rate_limit):  # (--rate-burst is at least 1, as read)
@@ -1186,7 +1210,7 @@ def serve(
             default_expiry=default_expiry,
             open_inboxes=open_inboxes,
             grant_policy=policy,
-            grant_key=grant_key,
+            grant_key=signer,
             on_ready=announce,
             routing=str(routing) if routing is not None else None,
             cors_origins=cors_origin or (),
@@ -2323,10 +2347,7 @@ def grant_key_rotate(
         raise _fail(f"grant keys need the server's extra ({_missing(exc)} is missing)") from None
     secret = _secret_key()
     if grant_key is not None:
-        try:
-            kid, derived = GrantSigner.from_pem(grant_key).kid, False
-        except (OSError, ValueError) as exc:
-            raise _fail(f"--grant-key {grant_key}: {exc}") from None
+        kid, derived = _grant_signer(grant_key).kid, False
     elif secret:
         kid, derived = GrantSigner.from_secret(secret).kid, True
     else:

@@ -20,7 +20,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from cli_support import invoke
+from cli_support import invoke, new_store
 from interlock.grant_tokens import GrantSigner
 from key_support import env_with, node_store, refused
 from serve_support import Served, serve
@@ -134,3 +134,34 @@ async def test_grant_key_rotate_and_forget_change_the_key_the_nodes_are_held_to(
     assert forgot.returncode == 0 and "keeps no grant key now" in forgot.stderr and kept_grant_key(path) == []
     server = invoke("grant-key", "forget", "--db", "http://127.0.0.1:9", env=env_with(None))
     assert server.returncode == 4 and "grant-key forget changes the store the servers use" in server.stderr
+
+
+@pytest.mark.parametrize("command", [("serve", "--port", "0"), ("grant-key", "rotate")], ids=lambda c: c[0])
+def test_a_grant_key_file_that_cannot_be_read_or_is_no_key_is_refused_naming_the_option(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    store = new_store(tmp_path / "nodes.db")
+    rsa = tmp_path / "rsa.pem"
+    rsa.write_bytes(rsa_private_key())
+    garbled = tmp_path / "garbled.pem"
+    garbled.write_text("-----BEGIN PRIVATE KEY-----\nnot base64\n-----END PRIVATE KEY-----\n")
+    for given, why in (
+        (tmp_path / "missing.pem", "No such file or directory"),
+        (garbled, "not a private key in PEM that this server can read (make one with `openssl genpkey"),
+        (rsa, "the grant key must be an Ed25519 private key"),
+    ):
+        refused = invoke(*command, "--grant-key", str(given), "--db", store, env=env_with(KEY))
+        assert refused.returncode == 4, refused.stderr
+        [line] = refused.stderr.splitlines()
+        assert line.startswith(f"error: --grant-key {given}: {why}"), line
+    assert kept_grant_key(tmp_path / "nodes.db") == []  # nothing recorded, nothing served
+
+
+def rsa_private_key() -> bytes:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
