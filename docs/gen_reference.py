@@ -76,7 +76,9 @@ def clean(text: str) -> str:
 
 
 def cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """A help text in a table's cell: `\\[` (a bracket kept from the terminal's markup) as
+    written."""
+    return text.replace("\\[", "[").replace("|", "\\|").replace("\n", " ")
 
 
 # -- the CLI --------------------------------------------------------------------------

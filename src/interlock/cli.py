@@ -369,7 +369,7 @@ def _duration_option(
     """An option holding a duration: parsed by `_duration(least, most)`, shown as `DURATION`,
     its help followed by the one syntax every such option takes and by `default`, said as a
     duration (typer would show the seconds)."""
-    said = f" [default: {default}]" if default else ""
+    said = f" \\[default: {default}]" if default else ""
     return typer.Option(
         flag,
         parser=_duration(least, most),
@@ -990,7 +990,7 @@ def serve(
         typer.Option(
             "--rate-limit",
             help="Requests created (and, apart, updates sent) a second per principal, on average; 0 turns the "
-            "limit off. [default: 20 with auth, off with --no-auth]",
+            "limit off. \\[default: 20 with auth, off with --no-auth]",
             show_default=False,
             min=0,
         ),
@@ -1036,7 +1036,7 @@ def serve(
         typer.Option(
             "--max-streams",
             help="Event streams each principal may hold open (API and web inbox); 0 for no cap. "
-            "[default: 32 with auth, no cap with --no-auth]",
+            "\\[default: 32 with auth, no cap with --no-auth]",
             show_default=False,
             min=0,
         ),
@@ -1056,7 +1056,7 @@ def serve(
         typer.Option(
             "--max-followups",
             min=1,
-            help="How many messages a busy run holds for its agent; past that a send holds nothing. [default: 20]",
+            help="How many messages a busy run holds for its agent; past that a send holds nothing. \\[default: 20]",
             show_default=False,
         ),
     ] = None,
@@ -1534,7 +1534,8 @@ def runs(
         str | None,
         typer.Option(
             "--status",
-            help="running, waiting_for_input, waiting_for_approval, completed, failed or cancelled. [default: all]",
+            help="running, waiting_for_input, waiting_for_approval, completed, failed, cancelled, or all. "
+            "\\[default: all]",
             show_default=False,
         ),
     ] = None,
@@ -1553,8 +1554,10 @@ def runs(
 
     A page holds `--limit` runs; when there are more, the command prints (on stderr) the
     `--after CURSOR` that lists the next page. `--all` lists every page."""
+    if status == "all":  # (as `inbox --status all`)
+        status = None
     if status is not None and status not in {s.value for s in RunStatus}:
-        raise _fail(f"unknown run status {status!r}: use {', '.join(s.value for s in RunStatus)}")
+        raise _fail(f"unknown run status {status!r}: use {', '.join(s.value for s in RunStatus)} or all")
 
     async def work(broker: Broker) -> tuple[list[Run], str | None]:
         found: list[Run] = []
@@ -1745,7 +1748,7 @@ def worker(
             help="module:factory — factory(broker) returns the resume handlers by agent name (or a Worker)."
         ),
     ],
-    name: Annotated[str | None, typer.Option("--name", help="This worker's name. [default: host:pid]")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="This worker's name. \\[default: host:pid]")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Runs resumed at a time.")] = 1,
     lease: Annotated[
         float,

@@ -11,7 +11,7 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -565,6 +565,32 @@ def test_every_command_that_reaches_a_store_or_a_server_takes_a_token() -> None:
     reaching = [name for name, opts in found if "--server" in opts]  # not serve, token, team: the store's own
     assert [name for name, opts in found if "--server" in opts and "--token" not in opts] == []
     assert len(reaching) > 25
+
+
+def test_a_default_an_option_s_help_says_in_words_is_shown_by_help() -> None:
+    # "[default: 20 with auth, ...]" written in a help text was taken for terminal markup
+    # and dropped from --help, while the reference pages showed it.
+    import typer.main
+
+    from interlock.cli import app
+
+    def commands(group: Any, path: list[str]) -> Iterator[tuple[list[str], Any]]:
+        for name, command in group.commands.items():
+            if hasattr(command, "commands"):
+                yield from commands(command, [*path, name])
+            else:
+                yield [*path, name], command
+
+    said = 0
+    for path, command in commands(typer.main.get_command(app), []):
+        written = [p.help.split("\\[default: ", 1)[1] for p in command.params if "\\[default: " in (p.help or "")]
+        if not written:
+            continue
+        shown = " ".join(invoke(*path, "--help", env={**os.environ, "COLUMNS": "400"}).stdout.split())
+        for default in written:
+            assert f"[default: {default}" in shown, (path, default)
+            said += 1
+    assert said >= 10  # serve's --rate-limit, --max-streams, its durations, worker's --name, ...
 
 
 def test_each_group_s_help_lists_a_command_on_the_lines_its_own_help_gives_it() -> None:

@@ -198,6 +198,10 @@ async def test_runs_shows_when_a_pause_is_given_up_only_while_it_waits_on_a_pers
     assert "ready" in rows["ready"] and "in" not in rows["ready"][-3:]  # its last column is empty
     none = cli("runs", "--agent", "nobody", cwd=tmp_path, url=url)  # no header over nothing
     assert (none.returncode, none.stdout, none.stderr.strip()) == (0, "", "no runs")
+    every = cli("runs", "--status", "all", cwd=tmp_path, url=url)  # as `inbox --status all`
+    assert every.returncode == 0 and every.stdout == listed.stdout, every.stderr
+    mistyped = cli("runs", "--status", "waiting", cwd=tmp_path, url=url)
+    assert mistyped.returncode == 4 and mistyped.stderr.rstrip().endswith("failed, cancelled or all"), mistyped.stderr
 
 
 async def test_run_cancel_withdraws_its_requests_as_the_cli_and_you(tmp_path: Path) -> None:
