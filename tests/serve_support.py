@@ -147,6 +147,9 @@ async def _until_healthy(served: Served) -> None:
                 await anyio.sleep(0.02)  # the store is still opening: poll again (bounded above)
 
 
+DATED = re.compile(r"^(?P<at>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}[+-]\d{4}) (?P<level>[A-Z]+):? ")
+"""A line serve, worker or deliver logs: its time and level first."""
+
 SIGNIN_LINK = re.compile(r"(http://\S+/signin/link\?code=\S+)")
 """A one-time sign-in link, as `interlock serve` prints it to a terminal (group 1)."""
 _COLOUR = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # a terminal's colours and styles

@@ -1099,6 +1099,13 @@ def serve(
             "debug, each retry meanwhile.",
         ),
     ] = "info",
+    access_log: Annotated[
+        bool,
+        typer.Option(
+            "--access-log",
+            help="Log each HTTP request answered (client, method, path, status), one line each among the others.",
+        ),
+    ] = False,
 ) -> None:
     """Run the HTTP API, the live event stream and the web inbox."""
     try:
@@ -1221,14 +1228,17 @@ def serve(
     from_file = app.state.interlock.delivery.routing if routing is not None else None  # the lifespan may replace it
     config = uvicorn.Config(
         _quiet_refusal(app),
-        log_level="warning",  # uvicorn's own: its start-up lines and access log stay out
+        log_level="warning",  # uvicorn's own: its start-up lines stay out, and its access log unless asked for
         log_config=_redacted_logging(LOGGING_CONFIG, log_level.upper()),
+        access_log=access_log,
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or None,
         # Long polls and streams end; their clients come back. (Typed int, used as
         # asyncio.timeout's delay, which takes any number of seconds.)
         timeout_graceful_shutdown=shutdown_timeout,  # type: ignore[arg-type]
     )
+    if access_log:  # (the Config set every uvicorn logger to its log_level)
+        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
     state = app.state.interlock
     # uvicorn logs "Application startup failed. Exiting." for any failed start: for a refusal
     # of ours, the line that says why (below) is the whole story.
@@ -1317,11 +1327,33 @@ def _login() -> str | None:
         return None
 
 
+LOG_DATES = "%Y-%m-%d %H:%M:%S%z"
+"""How the lines of serve, worker and deliver give their time: a log kept in a file (or by a
+service manager that adds no time) says when."""
+
+
+def _log_to_stderr(level: int = logging.INFO) -> None:
+    """interlock's own records, from `level` up, as dated lines on stderr, credentials
+    redacted (a handler's error may quote a store URL or a token): for the commands that
+    run until stopped beside the server (`worker`, `deliver`)."""
+    logger = logging.getLogger("interlock")
+    logger.setLevel(level)
+    handler = logging.StreamHandler()
+    handler.addFilter(RedactingFilter())
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", LOG_DATES))
+    logger.addHandler(handler)
+
+
 def _redacted_logging(base: dict[str, Any], level: str = "INFO") -> dict[str, Any]:
-    """uvicorn's logging set-up with every handler redacting credentials, and interlock's
-    own records, from `level` up, going to the same place as uvicorn's errors."""
+    """uvicorn's logging set-up with every line dated and every handler redacting
+    credentials, and interlock's own records, from `level` up, going to the same place as
+    uvicorn's errors."""
     config = copy.deepcopy(base)
+    for formatter in config.get("formatters", {}).values():  # each line with its time, as worker's and deliver's
+        formatter["fmt"] = f"%(asctime)s {formatter.get('fmt', '%(levelprefix)s %(message)s')}"
+        formatter["datefmt"] = LOG_DATES
     config.setdefault("filters", {})["redact"] = {"()": RedactingFilter}
+    config.get("handlers", {}).get("access", {})["stream"] = "ext://sys.stderr"  # (with --access-log) one log
     for handler in config.get("handlers", {}).values():
         handler["filters"] = [*handler.get("filters", []), "redact"]
     config.setdefault("loggers", {})["interlock"] = {"handlers": ["default"], "level": level, "propagate": False}
@@ -1800,11 +1832,7 @@ def worker(
         await serving.run(stop=stop)
         return serving.resumed
 
-    logger = logging.getLogger("interlock")  # what was resumed, and why a run failed; not other libraries' chatter
-    logger.setLevel(logging.INFO)
-    logs = logging.StreamHandler()
-    logs.addFilter(RedactingFilter())  # a handler's error may quote a store URL or a token, as serve's logs may
-    logger.addHandler(logs)
+    _log_to_stderr()  # what was resumed, and why a run failed; not other libraries' chatter
     missing = _missing_store(db)
     if missing is not None:  # legitimate before any agent ran, but mostly a --db left out
         err.print(
@@ -2442,6 +2470,7 @@ def deliver(
         for warning in lacking_secrets(the_routing.channels):
             err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
         err.print(f"delivering from {redact_url(db or 'sqlite:///interlock.db')}", markup=False)
+        _log_to_stderr()  # a delivery that failed, a dead letter, the routing taken again
         try:
             await loop.run()
         finally:

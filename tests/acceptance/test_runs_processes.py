@@ -22,6 +22,7 @@ import interlock
 from cli_support import invoke
 from interlock import Status
 from interlock.model import RunStatus
+from serve_support import DATED
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -141,6 +142,8 @@ async def test_answered_before_the_worker_starts_the_run_resumes_once(db: str, a
     worked = run([*INTERLOCK, "worker", "deploy_agent:handlers", "--once"], db, agent_dir)
     assert worked.returncode == 0, worked.stderr
     assert "resumed 1 run(s)" in worked.stderr
+    (logged,) = [line for line in worked.stderr.splitlines() if "resumed run run-1" in line]
+    assert (found := DATED.match(logged)) and found["level"] == "INFO", logged  # a log kept in a file says when
     again = run([*INTERLOCK, "worker", "deploy_agent:handlers", "--once"], db, agent_dir)
     assert "resumed 0 run(s)" in again.stderr
     assert deployed(agent_dir) == [{"target": "prod", "call": "deploy"}]

@@ -19,7 +19,7 @@ import pytest
 
 import interlock
 from cli_support import invoke
-from serve_support import Served, serve
+from serve_support import DATED, Served, serve
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 INTERLOCK = [sys.executable, "-m", "interlock"]
@@ -53,6 +53,18 @@ async def test_serve_on_port_0_takes_a_free_port_and_prints_it(tmp_path: Path) -
         async with httpx.AsyncClient() as client:
             for served in (first, second):
                 assert (await client.get(f"{served.url}/api/v1/requests")).status_code == 200
+
+
+async def test_serve_logs_each_request_answered_only_with_access_log_each_line_dated(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    for flags, logged in (((), False), (("--access-log",), True)):
+        async with serve("--db", db, "--no-auth", *flags) as served, httpx.AsyncClient(base_url=served.url) as client:
+            assert (await client.get("/api/v1/requests/no-such-request")).status_code == 404
+        lines = [line for line in served.printed if "GET /api/v1/requests/no-such-request" in line]
+        assert len(lines) == logged, served.stderr
+        if logged:
+            assert (found := DATED.match(lines[0])) and found["level"] == "INFO", lines
+            assert lines[0].rstrip().endswith('"GET /api/v1/requests/no-such-request HTTP/1.1" 404 Not Found'), lines
 
 
 def test_serve_refuses_no_auth_off_loopback(tmp_path: Path) -> None:
@@ -189,7 +201,7 @@ async def test_serve_says_when_an_outage_of_its_store_ends_and_says_only_that_by
                 finally:
                     holder.close()
         # (All it printed is read by now: the server has stopped.)
-        assert failed.startswith("WARNING:") and "locked" in failed, served.stderr
+        assert DATED.match(failed) and DATED.match(failed)["level"] == "WARNING" and "locked" in failed, served.stderr
         back = [line for line in served.printed if "expiring overdue requests works again" in line]
         assert len(back) == (0 if level == "warning" else 1), served.stderr
-        assert all(line.startswith("INFO:") for line in back)
+        assert all((found := DATED.match(line)) and found["level"] == "INFO" for line in back)
