@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cli_support import invoke
+from cli_support import invoke, new_store
 from serve_support import SERVING, SIGNIN_LINK, on_a_terminal
 
 INTERLOCK = [sys.executable, "-m", "interlock"]
@@ -150,7 +150,7 @@ def test_what_a_command_says_on_stderr_is_one_line_in_a_log(tmp_path: Path) -> N
     served = process("serve", "--port", "0", "--db", f"sqlite:///{folder}/interlock.db", cwd=tmp_path)
     (refusal,) = served.stderr.splitlines()  # the folder is not there: no banner, the line that says why
     assert refusal.startswith(f"error: cannot open the SQLite store at {folder}/interlock.db: its folder {folder} ")
-    store = f"sqlite:///{tmp_path}/{'a-long-file-name' * 3}.db"
+    store = new_store(tmp_path / f"{'a-long-file-name' * 3}.db")
     env = {"INTERLOCK_SECRET_KEY": "k" * 43}
     assert run("secret-key", "rotate", "--db", store, cwd=tmp_path, env=env).returncode == 0
     again = run("secret-key", "rotate", "--db", store, cwd=tmp_path, env=env)
