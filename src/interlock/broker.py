@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 from ._backoff import Outage
 from .approval_policies import ApprovalPolicy, policy_from_dict, policy_to_dict
-from .approvals import check_context, decision_ask, is_marked
+from .approvals import check_context, decision_ask, is_marked, not_the_approver
 from .dashboard import DASHBOARD_ROWS, DASHBOARD_WINDOW, Dashboard, layout
 from .durations import LONGEST, SHORTEST
 from .errors import (
@@ -1450,8 +1450,8 @@ class LocalBroker(Broker):
             answers = await self.check_answers(request, answer)
         now = datetime.now(UTC)
         decision = decision_ask(request) if request.kind == "approval" else None
-        if decision is not None and by is None and request.to is not None and answers.get(decision.id) is True:
-            _refuse_nameless_yes(request)
+        if decision is not None and request.to is not None and by != request.to and answers.get(decision.id) is True:
+            await self._refuse_yes_the_gate_would_not_take(request, by)
         if decision is not None and answers.get(decision.id) is False:
             # Denying an approval is a denial, recorded as one: the request is rejected with
             # the reason (a person's no to a tool call, whichever surface said it), so the
@@ -1466,6 +1466,22 @@ class LocalBroker(Broker):
         settled = request.settle(Status.ANSWERED, Response._make(now, answers, by, via, comment, None, issued))
         done = self._settle_now(settled)
         return done if done is not None else await self._settle(settled)
+
+    async def _refuse_yes_the_gate_would_not_take(self, request: Request, by: str | None) -> None:
+        """Refuse, before anything is recorded, a yes to an approval gate's request from
+        anyone but its approver (any member, for a team), or naming nobody: the gate takes
+        a yes only as theirs, so stored, it would be read as a refusal when the agent goes
+        on, and the approver could no longer answer. Every surface answers through here."""
+        refused = await not_the_approver(self, request, by)
+        if refused is None:
+            return
+        who, example = refused
+        answering = "names nobody" if by is None else f"answers as {by}"
+        raise InvalidAnswer(
+            f"request {request.id} is an approval for {request.to}: the agent's approval gate takes a yes only "
+            f"from {who}, and this one {answering}; answer as them (by={example!r}; --by {example} on the command "
+            "line)"
+        )
 
     async def check_answers(self, request: Request, answer: Any) -> dict[str, Any]:
         """Check an answer against the request (see `model.check_answers`) and return the
@@ -3245,18 +3261,6 @@ def _id_cursor(cursor: str | None, of: str, *, prefix: str = "") -> None:
 
 
 _HEX = re.compile("[0-9a-f]{32}")
-
-
-def _refuse_nameless_yes(request: Request) -> None:
-    """Refuse, before anything is recorded, a yes to an approval gate's request that names
-    nobody as its answerer: the gate takes a yes only as its approver's (or a member's of
-    the approver's team), so stored, it would be read as a refusal when the agent goes on."""
-    if is_marked(request):
-        raise InvalidAnswer(
-            f"request {request.id} is an approval for {request.to}: the agent's approval gate takes a yes only "
-            f"as {request.to}'s answer (or a member's, for a team), and this one names nobody; answer as them "
-            f"(by={request.to!r}; --by {request.to} on the command line)"
-        )
 
 
 def _of_run(run: Run, requests: Sequence[Request]) -> list[Request]:

@@ -678,15 +678,21 @@ def _store_named(ctx: typer.Context, db: str | None) -> str:
 
 
 async def _approver_named(broker: Broker, request: Request) -> str:
-    """` --by NAME` where, on a local store, a gate's approval counts only as someone
-    else's answer than yours (`_approvers_own` refuses a yes from you): its approver, or
-    any member of the team it is to. Through a server, the token says who answers."""
-    if isinstance(broker, RemoteBroker) or not is_marked(request) or request.to in (None, local_person()):
+    """` --by NAME` where a gate's approval counts only as someone else's answer than
+    this command's (the broker refuses a yes from anyone else): its approver, or any member
+    of the team it is to. On a local store this command answers as you; through a server
+    with auth, as its token names (nothing to add); with none, as nobody unless `--by`."""
+    if not is_marked(request) or request.to is None:
         return ""
-    members = await broker.team_members(request.to)
-    if members is None:
-        return f" --by {shlex.quote(request.to)}"
-    return "" if local_person() in members else " --by MEMBER"
+    me: str | None = local_person()
+    if isinstance(broker, RemoteBroker):
+        if (await broker.whoami()).get("kind") not in (None, "admin"):
+            return ""
+        me = None
+    refused = await not_the_approver(broker, request, me)
+    if refused is None:
+        return ""
+    return f" --by {shlex.quote(refused[1]) if refused[1] != 'MEMBER' else 'MEMBER'}"
 
 
 def parse_grant_echo(values: list[str]) -> list[dict[str, str]]:
@@ -713,7 +719,12 @@ def answer(
     ] = None,
     by: Annotated[
         str | None,
-        typer.Option("--by", help="On a local store: who answers (default: you, the local user)."),
+        typer.Option(
+            "--by",
+            help="Who answers: on a local store, you (the local user) by default; through a server without auth, "
+            "nobody unless named here (a gate's approval takes a yes only from its approver); with auth, the "
+            "token's person.",
+        ),
     ] = None,
     comment: Annotated[str, typer.Option("--comment", help="A comment kept with the answer.")] = "",
     reason: Annotated[
@@ -757,7 +768,6 @@ def answer(
                 raise InvalidAnswer(f"--json is not valid JSON: {exc}") from None
         else:
             value = parse_answer(request, values or [])
-        await _approvers_own(broker, request, value, answerer)
         if await broker.resolve(request_id, value, by=answerer, via="cli", comment=comment, grants=echo):
             return "denied" if _denies(request, value) else "answered"  # an approval's no is a denial
         return await broker.get(request_id)
@@ -793,6 +803,18 @@ def reject(
     err.print(f"rejected {request_id}")
 
 
+async def _watcher(broker: Broker, by: str | None) -> str | None:
+    """Whom `watch` answers as: on a local store, `by` (`_answerer`); through a server,
+    whom its token names, or with no auth there, `--by` (None without: an answer that
+    names nobody)."""
+    if not isinstance(broker, RemoteBroker):
+        return by
+    me = await broker.whoami()
+    if me.get("kind") not in (None, "admin") and isinstance(name := me.get("name"), str):
+        return name
+    return by
+
+
 def _answerer(db: str | None, by: str | None) -> str | None:
     """Who answers from this terminal: through a server, whom the token names (the server
     records it; see `_run`'s `by`); on a local store, `--by`, else you ($INTERLOCK_USER,
@@ -804,23 +826,6 @@ def _denies(request: Request, value: Any) -> bool:
     """Whether `value` answers an approval no (a denial: it stops the call whoever says it)."""
     decision = decision_ask(request)
     return decision is not None and check_answers(request, value).get(decision.id) is False
-
-
-async def _approvers_own(broker: Broker, request: Request, value: Any, by: str | None) -> None:
-    """On a local store, refuse before anything is recorded a yes that an approval gate
-    would not take: a gate's approval counts only as its approver's answer (any member's,
-    for a team). A no stops the call whoever says it. Through a server, the server says
-    who may answer."""
-    if isinstance(broker, RemoteBroker) or by is None or _denies(request, value):
-        return
-    refused = await not_the_approver(broker, request, by)
-    if refused is None:
-        return
-    who, example = refused
-    raise InvalidAnswer(
-        f"request {request.id} is an approval for {request.to}: the agent's gate takes it only from {who}, "
-        f"and this answers as {by}. Answer as them with --by {example} (or set INTERLOCK_USER)"
-    )
 
 
 def settled_already(request: Request) -> str:
@@ -838,7 +843,12 @@ def watch(
     to: Annotated[str | None, typer.Option("--to", help="On a local store: only requests to this person.")] = None,
     by: Annotated[
         str | None,
-        typer.Option("--by", help="On a local store: who answers (default: you, the local user)."),
+        typer.Option(
+            "--by",
+            help="Who answers: on a local store, you (the local user) by default; through a server without auth, "
+            "nobody unless named here (a gate's approval takes a yes only from its approver); with auth, the "
+            "token's person.",
+        ),
     ] = None,
     db: DbOption = None,
     token: TokenOption = None,
@@ -851,8 +861,21 @@ def watch(
     turn, and watching stops once they are used up.
     """
     terminal = TerminalContract(by=_answerer(db, by))
+    answering_as: list[str | None] = []  # who this terminal answers as, once known
 
     async def answer(broker: Broker, request: Request) -> None:
+        if not answering_as:
+            answering_as.append(await _watcher(broker, terminal.by))
+        refused = await not_the_approver(broker, request, answering_as[0])
+        if refused is not None:  # its yes would be refused: left for its approver, not asked here
+            who, example = refused
+            err.print(
+                f"\n(request {request.id} is an approval for {request.to}, which the agent's gate takes only from "
+                f"{who}: left pending; watch as them with --by {example} to answer it here)",
+                markup=False,
+                soft_wrap=True,
+            )
+            return
         prompting = asyncio.ensure_future(terminal.prompt(broker, request))
         settled = asyncio.ensure_future(broker.watch(request.id))
         try:

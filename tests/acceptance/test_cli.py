@@ -407,6 +407,54 @@ async def test_the_answer_show_prints_for_a_gate_approval_works_pasted_as_it_is(
     assert answered.response is not None and answered.response.by == "alice"
 
 
+async def test_watch_leaves_an_approval_its_gate_takes_only_from_someone_else_pending_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """`printf 'y' | interlock watch` as carol took alice's approval: the gate then refused
+    the yes, the call never ran, and alice could no longer answer."""
+    db = f"sqlite:///{tmp_path / 'gate.db'}"
+    async with interlock.connect(db) as broker:
+        gate = ApprovalGate(broker, policies={"deploy": "always"}, to="alice")
+        approval = await gate.begin(ToolCall("deploy", {"service": "web"}, id="call-1", session="s1"))
+        assert isinstance(approval, Request)
+        question = await broker.create(Confirm("Lunch?"), to="alice")
+    env = {**{k: v for k, v in os.environ.items() if k != "INTERLOCK_URL"}, "INTERLOCK_USER": "carol"}
+    watched = invoke("watch", "--db", db, env=env, input="y\n")
+    assert watched.returncode == 0, watched.stderr
+    said = " ".join(watched.stderr.split())
+    assert f"(request {approval.id} is an approval for alice, which the agent's gate takes only from alice:" in said
+    assert "left pending; watch as them with --by alice to answer it here)" in said
+    async with interlock.connect(db) as broker:
+        assert (await broker.get(approval.id)).status is interlock.Status.PENDING
+        answered = await broker.get(question.id)  # the line went to the question carol may answer
+        assert answered.answer is True and answered.response is not None and answered.response.by == "carol"
+
+
+async def test_a_server_without_auth_prints_answer_lines_that_name_the_approver_and_refuses_anyone_else(
+    serve: Callable[..., AbstractContextManager[str]], tmp_path: Path
+) -> None:
+    """Without auth nobody is named by a token: `answer ID yes` names nobody unless --by
+    does. `show` printed a line without --by, which failed pasted; `--by bob` was stored,
+    read by the gate as a refusal, and alice could no longer answer."""
+    with serve(f"sqlite:///{tmp_path / 'open.db'}", auth=False) as url:
+        async with interlock.connect(url) as broker:
+            gate = ApprovalGate(broker, policies={"deploy": "always"}, to="alice")
+            approval = await gate.begin(ToolCall("deploy", {"service": "web"}, id="call-1", session="s1"))
+            assert isinstance(approval, Request)
+        shown = invoke("show", approval.id, "--server", url)
+        (approve,) = [line for line in shown.stderr.splitlines() if line.startswith("approve:")]
+        assert approve == f"approve: interlock answer {approval.id} yes --server {url} --by alice"
+        as_bob = invoke("answer", approval.id, "yes", "--server", url, "--by", "bob")
+        assert as_bob.returncode == 4 and "takes a yes only from alice, and this one answers as bob" in " ".join(
+            as_bob.stderr.split()
+        )
+        pasted = invoke(*shlex.split(approve.removeprefix("approve: interlock ")))
+        assert pasted.returncode == 0, pasted.stderr
+        async with interlock.connect(url) as broker:
+            answered = await broker.get(approval.id)
+        assert answered.response is not None and answered.response.by == "alice"
+
+
 @pytest.mark.slow
 async def test_ask_says_how_to_answer_on_one_line_naming_the_store_it_was_given(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'a-folder-whose-name-is-long-enough-to-pass-a-terminal-width' / 'tutorial.db'}"

@@ -131,6 +131,29 @@ async def test_a_yes_to_a_gate_approval_that_names_nobody_is_refused_before_it_i
     assert (await bounded(task)).content == "deploy ok"
 
 
+async def test_a_yes_to_a_gate_approval_from_anyone_but_its_approver_is_refused_before_it_is_stored(
+    broker: Broker, inbox: Inbox
+) -> None:
+    # Stored, bob's yes to alice's approval was read by the gate as a refusal: the call
+    # never ran, and alice could no longer answer. Every surface answers through resolve.
+    runner = gated(broker, Tools(), policies={"deploy": "always"}, to="alice")
+    task = asyncio.create_task(runner.run(ToolCall("deploy", {"env": "prod"}, "c1", session="s1", agent="ops")))
+    request = await inbox.next()
+    with pytest.raises(InvalidAnswer, match=r"approval for alice: .* from alice, and this one answers as bob; answer"):
+        await broker.resolve(request.id, {"approve": True}, by="bob", via="api")
+    assert (await broker.get(request.id)).status is Status.PENDING  # nothing was recorded
+    await broker.resolve(request.id, {"approve": True}, by="alice")
+    assert (await bounded(task)).content == "deploy ok"
+
+
+async def test_anyone_s_no_to_a_gate_approval_stops_the_call(broker: Broker, inbox: Inbox) -> None:
+    runner = gated(broker, Tools(), policies={"deploy": "always"}, to="alice")
+    task = asyncio.create_task(runner.run(ToolCall("deploy", {"env": "prod"}, "c1", session="s1", agent="ops")))
+    request = await inbox.next()
+    assert await broker.resolve(request.id, {"approve": False}, by="bob", comment="not today")
+    assert "not today" in (await bounded(task)).content
+
+
 async def test_the_preview_shows_what_a_reader_cannot_see_and_quotes_odd_argument_names(
     broker: Broker, inbox: Inbox
 ) -> None:
