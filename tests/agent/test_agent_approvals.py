@@ -652,3 +652,8 @@ async def test_arguments_that_are_not_plain_json_fail_closed(broker: Broker) -> 
 
         @requires_approval(gate)
         async def positional(a: int, /) -> None: ...
+
+    with pytest.raises(TypeError, match=r"remove: requires_approval wraps an async function \(`async def`\)"):
+
+        @requires_approval(gate)  # type: ignore[arg-type]
+        def remove(path: str) -> None: ...  # called without await, it would have done nothing at all

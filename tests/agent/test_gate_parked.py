@@ -52,8 +52,11 @@ async def test_begin_leaves_a_pending_approval_without_waiting_and_finish_consum
     # a fresh gate: the process that resumes the run is not the one that parked it
     later = ApprovalGate(broker, policies={"deploy": "always"}, to="alice")
     assert await later.finish(deploy(), settled, schema=SCHEMA) == {"env": "prod"}
-    with pytest.raises(ApprovalRefused, match="already decided once"):
+    with pytest.raises(ApprovalRefused, match="already decided once") as replayed:
         await ApprovalGate(broker, to="alice").finish(deploy(), settled, schema=SCHEMA)
+    # A script run again with a fixed run or session id reads as a replay: it is told how to ask anew.
+    assert "started again in the same run 'run-1' makes the same call again" in str(replayed.value)
+    assert "asks again under a new run or session" in str(replayed.value)
 
 
 async def test_the_same_call_asked_again_finds_its_approval_instead_of_a_second_one(broker: Broker) -> None:

@@ -694,8 +694,15 @@ def _context(request: Request) -> Mapping[str, Any]:
 
 
 def _replayed(call: ToolCall, request: Request) -> ApprovalRefused:
+    scope = f"run {call.run!r}" if call.run is not None else f"session {call.session!r}" if call.session else None
+    again = (
+        f" (a program started again in the same {scope} makes the same call again, with the same id: one "
+        "that is a new piece of work asks again under a new run or session)"
+        if scope is not None
+        else ""
+    )
     return ApprovalRefused(
-        f"The call to '{call.name}' was already decided once; a replayed call does not run again",
+        f"The call to '{call.name}' was already decided once; a replayed call does not run again{again}",
         detail=f"approval {request.id} is {request.status.value} and was used or given up",
     )
 
@@ -731,6 +738,12 @@ def requires_approval(
         make_validator(name or "requires_approval", schema)
 
     def decorate(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+        if (inspect.isfunction(fn) or inspect.ismethod(fn)) and not inspect.iscoroutinefunction(fn):
+            # Called as it was before, it would hand back a coroutine never awaited: no approval, no call.
+            raise TypeError(
+                f"{fn.__qualname__}: requires_approval wraps an async function (`async def`), whose call waits for "
+                "the person's approval; make it one, or run the work in `asyncio.to_thread` from one"
+            )
         signature = inspect.signature(fn)
         for param in signature.parameters.values():
             if param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL):
