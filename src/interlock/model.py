@@ -2043,14 +2043,17 @@ def check_answers(request: Request, answer: Any, *, limits: Limits = DEFAULT_LIM
     """Check an answer against the request's asks and return the answers by ask id.
 
     A mapping keyed by ask ids answers several asks; a request with one ask may also be
-    answered with the bare value, and so may an approval decided by its first ask, a
-    confirm, whose other asks are optional (the gate's edits). For a single form ask, a mapping is the bare form value
-    unless its only key is the ask id (and that is not a property of the form).
+    answered with the bare value (None leaves it unanswered, if it is optional), and so may
+    an approval decided by its first ask, a confirm, whose other asks are optional (the
+    gate's edits). For a single form ask, a mapping is the bare form value unless its only
+    key is the ask id (and that is not a property of the form).
     Form checks keep to the thread's `time_budget`, when one is set.
     """
     asks = request.asks
     check_json(answer, "the answer", limits.max_answer_bytes, error=InvalidAnswer)
     if len(asks) == 1 and not isinstance(answer, Answers) and not _is_keyed(asks[0], answer):
+        if answer is None and not asks[0].required:
+            return {}  # the one ask, optional, left unanswered
         return {asks[0].id: asks[0].check(answer)}
     if not isinstance(answer, Mapping):
         verdict = decision_ask(request)

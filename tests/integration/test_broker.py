@@ -105,6 +105,14 @@ async def test_ask_returns_the_bare_value_for_one_ask_and_a_dict_for_several(bro
             tg.start_soon(answer_next, await _last(broker), Answers())
             assert await broker.ask(Confirm("Also staging?", required=False)) is None
 
+        # ... as a bare None says it (an empty Answers was the only way, and is not exported)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(answer_next, await _last(broker), None)
+            assert await broker.ask(Text("Anything to add?", required=False)) is None
+        required = await broker.create(Text("Name?"))
+        with pytest.raises(InvalidAnswer, match="expected text, got null"):
+            await broker.resolve(required.id, None)
+
 
 async def _last(broker: Broker) -> int:
     return await broker.last_event_id()
