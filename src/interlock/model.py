@@ -1952,6 +1952,11 @@ def build_request(
     )
 
 
+_SPACED = re.compile(r"\s|[\x00-\x1f\x7f]")
+"""What no name of a person, agent or team holds: white space, control characters (said as
+white space)."""
+
+
 def _check_request_limits(
     asks: tuple[Ask, ...],
     title: str,
@@ -1972,6 +1977,12 @@ def _check_request_limits(
     if to is not None or requester is not None or idempotency_key is not None:
         for name, value in (("to", to), ("requester", requester), ("idempotency_key", idempotency_key)):
             check_text(value, name, limits.max_name_length)
+        for name, value in (("to", to), ("requester", requester)):
+            if value is not None and (not value or _SPACED.search(value)):
+                why = "is empty" if not value else "holds white space"
+                raise InvalidRequest(  # an inbox nobody reads: nobody has such a name, so nobody would answer
+                    f"{name}: {value!r} {why}, which no name of a person, agent or team does"
+                )
     if context is not None:
         check_json(context, "context", limits.max_context_bytes)
     if origin is not None:

@@ -286,6 +286,10 @@ async def test_an_invalid_request_stores_nothing(broker: Broker) -> None:
         await broker.create(Text("x" * 20_001))
     with pytest.raises(InvalidRequest):
         await broker.create(Text("ok"), timeout=-1)
+    # An inbox nobody reads, and a request that would wait there for good.
+    for to, why in (("", "is empty"), (" alice", "holds white space"), ("alice smith", "holds white space")):
+        with pytest.raises(InvalidRequest, match=f"to: {to!r} {why}, which no name of a person, agent or team does"):
+            await broker.create(Text("ok"), to=to)
     assert (await broker.list()).items == []
     assert await _last(broker) == 0
 

@@ -44,7 +44,7 @@ async def test_an_edited_approval_pasted_from_show_approves_the_agent_s_argument
 ) -> None:
     db = f"sqlite:///{tmp_path / 'gate.db'}"
     async with interlock.connect(db) as broker:
-        gate = ApprovalGate(broker, policies={"post": "always"}, to="ops; touch PWNED")
+        gate = ApprovalGate(broker, policies={"post": "always"}, to="ops;touch${IFS}PWNED")
         request = await gate.begin(ToolCall("post", {"msg": HOSTILE}, id="c1"), schema=SCHEMA)
         assert isinstance(request, interlock.Request)
     shown = invoke("show", request.id, "--db", db, cwd=tmp_path)
@@ -55,7 +55,7 @@ async def test_an_edited_approval_pasted_from_show_approves_the_agent_s_argument
     assert not (tmp_path / "PWNED").exists()
     async with interlock.connect(db) as broker:
         settled = await broker.get(request.id)
-    assert settled.response is not None and settled.response.by == "ops; touch PWNED"  # the --by it printed
+    assert settled.response is not None and settled.response.by == "ops;touch${IFS}PWNED"  # the --by it printed
     assert settled.response.answers == {"approve": True, "arguments": {"msg": HOSTILE}}
 
 
