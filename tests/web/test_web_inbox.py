@@ -93,12 +93,21 @@ def serve(
         finally:
             server.should_exit = True
             serving.result(timeout=15)
+            on_loop.run(_cut(server))
     finally:
         sock.close()
         on_loop.run(_wind_down(broker))
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+async def _cut(server: uvicorn.Server) -> None:
+    """Close what the browser still held open once the server stopped (a stream past the
+    graceful shutdown's bound): left to the closed loop, its socket was reported unclosed."""
+    for connection in list(server.server_state.connections):
+        connection.transport.abort()
+    await asyncio.sleep(0)  # (the transports close on the loop's next turn)
 
 
 async def _wind_down(broker: Broker) -> None:
