@@ -6,6 +6,7 @@ keeps to the thread's time budget (`model.time_budget`)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -114,6 +115,20 @@ _SCHEMA_FORMATS = FormatChecker()
 _SCHEMA_FORMATS.checks("regex", raises=re2.error)(_is_re2_regex)
 """The meta-schema's formats, with "regex" meaning what RE2 can compile."""
 
+_URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:\S*")
+
+
+def _is_uri(instance: object) -> bool:
+    return not isinstance(instance, str) or _URI_SCHEME.fullmatch(instance) is not None
+
+
+_ANSWER_FORMATS = FormatChecker()
+_ANSWER_FORMATS.checks("regex", raises=re2.error)(_is_re2_regex)
+_ANSWER_FORMATS.checks("uri")(_is_uri)
+"""The formats an answer is held to, as the web form's inputs hold it (type=email, date,
+time, url): each jsonschema knows here, "regex" meaning what RE2 compiles, and "uri" an
+absolute URI (a scheme, then no white space)."""
+
 _NOT_SCHEMAS = frozenset({"const", "enum", "default", "examples"})
 """Keywords whose values are data, not subschemas: not searched for `$ref`s."""
 
@@ -190,7 +205,7 @@ def _check_schema_structure(ask_id: str, schema: Mapping[str, Any]) -> None:
 def form_validator(schema: Mapping[str, Any]) -> Any:
     """The validator of a form's `schema`, as stored (checked when it was made)."""
     # An empty registry: nothing outside the schema is ever looked up (or fetched).
-    return _FormValidator(schema, registry=Registry())
+    return _FormValidator(schema, registry=Registry(), format_checker=_ANSWER_FORMATS)
 
 
 def checked_validator(ask_id: str, schema: Mapping[str, Any]) -> Any:

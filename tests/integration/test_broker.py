@@ -277,6 +277,57 @@ async def test_each_ask_kind_checks_its_answer(broker: Broker) -> None:
         assert (await broker.get(request.id)).answer == good
 
 
+async def test_a_form_answer_is_held_to_the_formats_its_schema_names_as_the_web_form_holds_it(broker: Broker) -> None:
+    # The web inbox's inputs (type=email, date, url) refused these; the API, the CLI and
+    # Python took them, so one form's answers differed by where they came from.
+    schema = {
+        "type": "object",
+        "properties": {
+            "to": {"type": "string", "format": "email"},
+            "on": {"type": "string", "format": "date"},
+            "site": {"type": "string", "format": "uri"},
+            "host": {"type": "string", "format": "ipv4"},
+        },
+    }
+    request = await broker.create(Form("Where?", schema=schema))
+    for field, wrong in (("to", "not-an-email"), ("on", "2024-13-45"), ("site", "example.com/x"), ("host", "1.2.3")):
+        with pytest.raises(InvalidAnswer, match=f"is not a '[a-z0-9]+' at '{field}'"):
+            await broker.resolve(request.id, {field: wrong})
+    good = {"to": "ops@example.com", "on": "2026-12-07", "site": "https://example.com/x", "host": "10.0.0.1"}
+    assert await broker.resolve(request.id, good)
+    assert (await broker.get(request.id)).answer == good
+
+
+async def test_a_form_answer_gets_the_defaults_of_the_fields_it_leaves_out_as_the_web_form_gives_them(
+    broker: Broker,
+) -> None:
+    # The web form is filled with the schema's defaults and sends them; an answer from the
+    # API, the CLI or Python left them out, so `answers["replicas"]` depended on the surface.
+    schema = {
+        "type": "object",
+        "properties": {
+            "env": {"type": "string"},
+            "replicas": {"type": "integer", "default": 3},
+            "limits": {
+                "type": "object",
+                "properties": {"cpu": {"type": "string", "default": "500m"}, "memory": {"type": "string"}},
+            },
+            "notify": {"type": "boolean", "default": "not a boolean"},  # a default its own schema refuses
+        },
+        "required": ["env"],
+    }
+    request = await broker.create(Form("Scale?", schema=schema))
+    assert await broker.resolve(request.id, {"env": "prod", "limits": {"memory": "1Gi"}})
+    assert (await broker.get(request.id)).answer == {
+        "env": "prod",
+        "replicas": 3,
+        "limits": {"memory": "1Gi", "cpu": "500m"},
+    }  # the default the schema refuses is left out, and the answer taken as given
+    given = await broker.create(Form("Scale?", schema=schema))
+    assert await broker.resolve(given.id, {"env": "prod", "replicas": 1, "limits": {"cpu": "1"}})
+    assert (await broker.get(given.id)).answer == {"env": "prod", "replicas": 1, "limits": {"cpu": "1"}}
+
+
 async def test_an_invalid_request_stores_nothing(broker: Broker) -> None:
     with pytest.raises(InvalidRequest):
         await broker.create([Text("a", id="x"), Confirm("b", id="x")])
