@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Coroutine
 from typing import Any, get_args, get_origin, get_type_hints
 
@@ -374,6 +375,18 @@ async def test_a_hook_that_cannot_decide_fails_closed_by_default(broker: Broker,
     assert (result.refused, result.denied) == (True, False)
     assert "503" not in result.content
     assert tools.ran == [] and (await broker.list()).items == []
+
+
+async def test_a_hook_that_returns_no_verdict_is_logged_with_what_it_returned(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Refused as "its approval check failed", with the reason only in the refusal's detail:
+    # a raising or slow hook was logged, one returning "allow" (or None) was not.
+    caplog.set_level(logging.WARNING, logger="interlock")
+    runner = gated(broker, Tools(), hook=ambiguous_hook)
+    assert (await bounded(runner.run(ToolCall("deploy", {"env": "prod"})))).refused
+    (logged,) = [r.getMessage() for r in caplog.records if "approval hook failed" in r.getMessage()]
+    assert "the approval hook returned 'allow', not Allow, Deny or Pause" in logged and "deploy" in logged
 
 
 async def test_on_hook_error_pause_asks_a_person_instead(broker: Broker, inbox: Inbox) -> None:

@@ -361,8 +361,9 @@ class ApprovalGate:
             problem = f"the approval hook failed: {type(outcome.error).__name__}: {outcome.error}"
         elif isinstance(verdict, Allow | Deny | Pause):
             return verdict
-        else:
+        else:  # (a raising or slow hook is logged by the hook runner; this one only here)
             problem = f"the approval hook returned {verdict!r}, not Allow, Deny or Pause"
+            log.warning("approval hook failed on %s: %s", about_call(call), problem)
         if self.on_hook_error == "fail-run":
             raise RunFailed(f"tool '{call.name}': {problem}")
         if self.on_hook_error == "pause":
