@@ -171,6 +171,23 @@ async def test_the_person_waited_on_may_cancel_the_run_which_withdraws_its_reque
     assert again.status_code == 409 and again.json()["code"] == "run_conflict"
 
 
+async def test_a_person_naming_a_run_by_the_id_its_agent_chose_is_told_how_the_server_names_it(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
+    await parked(clients["alice-bot"])  # kept as "alice-bot:run-1"
+    hint = "a run an agent started is named with that agent's name first, as 'AGENT:run-1' for the id 'run-1' it chose"
+    for who in ("alice", "bob"):  # the same words whether the person may see the run or not
+        for run_id in ("run-1", "no-such-run"):
+            answered = await clients[who].get(f"/runs/{run_id}")
+            assert answered.status_code == 404, answered.text
+            assert answered.json()["detail"] == f"no run with id {run_id!r}" + (
+                f" ({hint.replace('run-1', run_id)}; the list of runs gives each one's id)"
+            )
+    assert (await clients["alice"].get(f"/runs/{RUN}")).status_code == 200
+    as_agent = await clients["bob-bot"].get("/runs/run-1")  # an agent names its own runs by its own ids
+    assert as_agent.status_code == 404 and as_agent.json()["detail"] == "no run with id 'run-1'"
+
+
 async def first_events(client: httpx.AsyncClient, run_id: str, count: int, headers: dict[str, str]) -> list[Any]:
     seen: list[Any] = []
     with anyio.fail_after(BOUND):

@@ -312,10 +312,25 @@ async def named_run(broker: LocalBroker, principal: Principal, run_id: str) -> R
     run = await own_run_named(broker, principal, run_id)
     if run is not None:
         return run
-    run = await broker.get_run(run_id)
+    try:
+        run = await broker.get_run(run_id)
+    except NotFound:
+        raise _no_run(principal, run_id) from None
     if not await may_see_run(broker, principal, run):
-        raise NotFound(run_id, message=f"no run with id {run_id!r}")
+        raise _no_run(principal, run_id)
     return run
+
+
+def _no_run(principal: Principal, run_id: str) -> NotFound:
+    """No run `principal` may see has `run_id`, worded alike whether one does or not. To a
+    person naming a run by the id its agent chose, how the server names it."""
+    hint = ""
+    if principal.kind != "agent" and ":" not in run_id:
+        hint = (
+            f" (a run an agent started is named with that agent's name first, as 'AGENT:{run_id}' for the id "
+            f"{run_id!r} it chose; the list of runs gives each one's id)"
+        )
+    return NotFound(run_id, message=f"no run with id {run_id!r}{hint}")
 
 
 async def may_withdraw(broker: LocalBroker, caller: Principal, run_id: str, followup_id: str) -> bool:
