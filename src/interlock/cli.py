@@ -1491,20 +1491,24 @@ def token_revoke(
 @token_app.command("list")
 def token_list(db: LocalDb = None) -> None:
     """List the humans, agents and teams, each with the ids of its live tokens (oldest
-    first): `token revoke ID` revokes one and leaves the others working."""
+    first), and apart, of the tokens the web inbox made for the sessions of its sign-in
+    links (`web_sessions`): `token revoke ID` revokes one (signing out its session) and
+    leaves the others working."""
 
     async def work(broker: Broker) -> tuple[Sequence[Principal], Sequence[TokenInfo]]:
         store = _local(broker)
         return await store.list_principals(), await store.list_tokens()
 
     principals, tokens = _run(db, work)
-    ids: dict[str, list[str]] = {}
+    ids: dict[tuple[str, bool], list[str]] = {}
     for token in tokens:
-        ids.setdefault(token.principal, []).append(f"{token.id}@{token.created_at:%Y-%m-%d}")
+        ids.setdefault((token.principal, token.for_session), []).append(f"{token.id}@{token.created_at:%Y-%m-%d}")
     for p in principals:
         owner = f"\towner={p.owner}" if p.owner else ""
-        live = f"\ttokens={','.join(ids[p.name])}" if p.name in ids else ""
-        typer.echo(f"{p.name}\t{p.kind}{owner}{live}")
+        live = f"\ttokens={','.join(ids[p.name, False])}" if (p.name, False) in ids else ""
+        # The web inbox's own, each made for one signed-in session: revoking one signs it out.
+        sessions = f"\tweb_sessions={','.join(ids[p.name, True])}" if (p.name, True) in ids else ""
+        typer.echo(f"{p.name}\t{p.kind}{owner}{live}{sessions}")
 
 
 team_app = typer.Typer(

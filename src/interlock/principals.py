@@ -123,11 +123,13 @@ class LiveToken:
 @dataclass(frozen=True, slots=True)
 class TokenInfo:
     """A live token as an operator lists it: its id (the part of the token after `il_`, no
-    secret), whose it is, and when it was made."""
+    secret), whose it is, when it was made, and whether the web inbox made it for one
+    session (`IssuedToken.for_session`: a sign-in link's, gone once its session ends)."""
 
     id: str
     principal: str
     created_at: datetime
+    for_session: bool = False
 
 
 @dataclass(frozen=True, slots=True)

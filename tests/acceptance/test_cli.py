@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import interlock
 from cli_support import invoke
 from interlock import Broker, Confirm, Request
 from interlock.agent import ApprovalGate, ToolCall
+from interlock.principals import issue_token
 from interlock.server.quotas import Quota
 
 pytestmark = pytest.mark.anyio
@@ -150,6 +152,24 @@ async def test_token_list_names_each_live_token_so_one_leaked_token_is_revoked_a
         live = [t.id for t in await broker.list_tokens()]  # type: ignore[attr-defined]
     assert first_id not in live and second_id in live  # her other token still works
     assert f"tokens={second_id}@" in run("token", "list", db=db).stdout
+
+
+async def test_token_list_shows_the_web_inbox_s_session_tokens_apart_from_those_an_operator_made(db: str) -> None:
+    # Each sign-in link's session has a token of its own, listed beside the ones made with
+    # `token create` with nothing to tell them apart.
+    made = run("token", "create", "alice", "--human", db=db).stdout.strip().split("_")[1]
+    async with interlock.connect(db) as broker:
+        session = issue_token("alice", datetime.now(UTC), for_session=True)  # as a sign-in link's session makes
+        await broker.store.save_token(session)  # type: ignore[attr-defined]
+    listed = dict(line.split("\t", 1) for line in run("token", "list", db=db).stdout.splitlines())
+    kind, tokens, sessions = listed["alice"].split("\t")
+    assert (kind, tokens.split("@")[0], sessions.split("@")[0]) == (
+        "human",
+        f"tokens={made}",
+        f"web_sessions={session.id}",
+    )
+    assert run("token", "revoke", session.id, db=db).returncode == 0  # signs that session out
+    assert "web_sessions" not in run("token", "list", db=db).stdout
 
 
 def test_token_create_says_which_of_human_and_agent_is_missing_or_that_both_were_given(db: str) -> None:

@@ -334,7 +334,11 @@ async def test_a_token_made_for_one_web_session_goes_with_it_when_signed_out_or_
     for token, lasts in ((pasted, hour), (signed_out, hour), (ran_out, five_minutes)):
         sessions[token.id] = issue_session(now, lasts)
         assert await store.start_session(token.hash, sessions[token.id]) is not None
-    assert {t.id for t in await store.list_tokens()} == {pasted.id, signed_out.id, ran_out.id}
+    assert {t.id: t.for_session for t in await store.list_tokens()} == {  # listed apart (`token list`)
+        pasted.id: False,
+        signed_out.id: True,
+        ran_out.id: True,
+    }
 
     assert await store.end_session(sessions[signed_out.id].hash) is not None
     assert {t.id for t in await store.list_tokens()} == {pasted.id, ran_out.id}

@@ -1822,7 +1822,8 @@ class SqlStore:
         return LiveToken(rows[0][0], Principal(*rows[0][1:])) if rows else None
 
     async def list_tokens(self) -> Sequence[TokenInfo]:
-        return [TokenInfo(row[0], row[1], self._time(row[2])) for row in await self._rows("list_tokens")]
+        rows = await self._rows("list_tokens")
+        return [TokenInfo(row[0], row[1], self._time(row[2]), bool(row[3])) for row in rows]
 
     # -- approval policies -------------------------------------------------------------------
 

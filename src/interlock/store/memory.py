@@ -577,7 +577,11 @@ class MemoryStore:
         return LiveToken(token.id, principal) if principal is not None else None
 
     async def list_tokens(self) -> Sequence[TokenInfo]:
-        live = (TokenInfo(t.id, t.principal, t.created_at) for t in self._tokens.values() if t.id not in self._revoked)
+        live = (
+            TokenInfo(t.id, t.principal, t.created_at, t.for_session)
+            for t in self._tokens.values()
+            if t.id not in self._revoked
+        )
         return sorted(live, key=lambda t: (t.principal, t.created_at, t.id))
 
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:

@@ -111,7 +111,7 @@ SELECT name, kind, owner FROM principals UNION ALL SELECT name, 'team', NULL FRO
 INSERT INTO tokens (id, hash, principal, created_at, for_session) VALUES ($1, $2, $3, $4, $5);
 
 -- name: list_tokens
-SELECT id, principal, created_at FROM tokens WHERE revoked_at IS NULL ORDER BY principal, created_at, id;
+SELECT id, principal, created_at, for_session FROM tokens WHERE revoked_at IS NULL ORDER BY principal, created_at, id;
 
 -- name: principal_for_token
 SELECT p.name, p.kind, p.owner FROM tokens t JOIN principals p ON p.name = t.principal

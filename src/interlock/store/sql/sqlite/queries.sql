@@ -110,7 +110,7 @@ INSERT INTO tokens (id, hash, principal, created_at, for_session)
 VALUES (:id, :hash, :principal, :created_at, :for_session);
 
 -- name: list_tokens
-SELECT id, principal, created_at FROM tokens WHERE revoked_at IS NULL ORDER BY principal, created_at, id;
+SELECT id, principal, created_at, for_session FROM tokens WHERE revoked_at IS NULL ORDER BY principal, created_at, id;
 
 -- name: principal_for_token
 SELECT p.name, p.kind, p.owner FROM tokens t JOIN principals p ON p.name = t.principal
