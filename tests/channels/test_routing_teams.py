@@ -180,3 +180,35 @@ async def test_a_routing_change_takes_out_of_a_team_only_whom_it_alone_made_a_me
         after = {"ops": ("bob", "dave"), "sre": ("bob",)}
         assert await routing_left(broker, before, after) == {"ops": {"alice"}, "qa": {"bob", "dave"}}
         assert await routing_left(broker, after, before) == {}
+
+
+async def test_someone_taken_out_of_a_team_stays_out_when_a_server_starts_again_with_the_same_routing(
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
+) -> None:
+    """Each start of a server added the routing's members to the teams the store keeps
+    again: bob, taken out of ops with `interlock team rm`, read its requests after the next
+    restart. Only a routing that newly lists someone adds them."""
+    db = f"sqlite:///{tmp_path / 'teams.db'}"
+    async with interlock.connect(db) as broker:
+        assert isinstance(broker, LocalBroker)
+        for name in ("alice", "bob", "carol"):
+            await broker.store.save_principal(Principal(name, "human"))
+    doc: dict[str, Any] = {
+        "channels": {"hook": {"type": "webhook", "url": "http://127.0.0.1:9/hook", "secret": SECRET}},
+        "teams": {"ops": {"members": ["alice", "bob"]}},
+    }
+    async with serve_apart(db, auth=True, routing=routing_from_dict(doc)):
+        pass
+    async with interlock.connect(db) as broker:
+        assert isinstance(broker, LocalBroker)
+        assert await broker.team_members("ops") == ["alice", "bob"]  # a new team: made with them
+        assert await broker.remove_team_member("ops", "bob")  # `interlock team rm ops bob`
+    for _ in range(2):  # and again, with the same file
+        async with serve_apart(db, auth=True, routing=routing_from_dict(doc)):
+            pass
+    changed = {**doc, "teams": {"ops": {"members": ["alice", "bob", "carol"]}}}  # newly lists carol
+    async with serve_apart(db, auth=True, routing=routing_from_dict(changed)):
+        pass
+    async with interlock.connect(db) as broker:
+        assert isinstance(broker, LocalBroker)
+        assert await broker.team_members("ops") == ["alice", "carol"]

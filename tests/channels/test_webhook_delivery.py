@@ -256,6 +256,26 @@ async def test_an_escalation_says_whether_its_person_may_answer_by_the_store_s_t
         ]
 
 
+async def test_a_member_taken_out_of_a_team_the_store_keeps_is_told_nothing_of_its_requests(
+    store_url: str, hook: Receiver
+) -> None:
+    """The routing still lists carol in ops, which the store keeps with bob alone (she was
+    taken out with `interlock team rm`): she got each request to ops, and its answer, on
+    her own channels, though she may no longer read them."""
+    doc = routing(hook.url)
+    doc["teams"] = {"ops": {"members": ["bob", "carol"]}}
+    doc["recipients"] = {name: {"channels": ["hook"]} for name in ("bob", "carol")}
+    async with delivering(store_url, doc) as (broker, loop):
+        for name in ("bob", "carol"):
+            await broker.save_principal(Principal(name, "human"))
+        await broker.add_team_members("ops", ["bob"])
+        request = await broker.create(Confirm("Ship it?"), to="ops", requester="bot")
+        assert await broker.resolve(request.id, True, by="bob")
+        await until(loop, status_of(broker, request.id, "delivered"))
+        told = sorted((d.kind, d.recipient) for d in await broker.store.list_deliveries(request_id=request.id))
+        assert told == [("request", "bob"), ("settled", "bob")]
+
+
 class Recording:
     """A channel that keeps each message it is given."""
 

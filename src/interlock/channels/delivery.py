@@ -245,6 +245,8 @@ class DeliveryLoop:
         for notice in notices:
             request = await self.outbox.get(notice.request_id)
             planned = [] if request is None or self._stale(notice, request) else self.routing.plan(notice, request, now)
+            if planned and request is not None:
+                planned = await self._members_now(planned, request)
             await self.outbox.route_notice(notice, planned, self.owner, now)
             self._changed()
         due = await self.outbox.claim_deliveries(self.owner, now, self.delivery_lease, self.delivery_batch)
@@ -253,6 +255,21 @@ class DeliveryLoop:
         # deliveries routed above and due now were claimed just after: a full batch of
         # either is the only sign of more work waiting
         return len(notices) == self.batch or len(due) == self.delivery_batch
+
+    async def _members_now(self, planned: list[Delivery], request: Request) -> list[Delivery]:
+        """`planned` without the messages to members the routing lists in the team the
+        request is to, when the store keeps that team without them (taken out with
+        `interlock team rm`): they may no longer read it, so they are not told of it either.
+        A team only the routing names has the routing's members; an escalation goes where
+        the routing sends it."""
+        team = request.to
+        listed = self.routing.teams.get(team) if team is not None else None
+        if not listed or team is None or self.routing.route_of(team) is not None:  # (a team's own route: its place)
+            return planned
+        kept = await self.outbox.team_members(team)
+        if kept is None:
+            return planned
+        return [d for d in planned if d.kind == "escalation" or d.recipient not in listed or d.recipient in kept]
 
     async def _deliver(self, delivery: Delivery) -> None:
         async with self._slots:

@@ -307,10 +307,11 @@ def create_app(
         state.metrics.pending.set(len(await the_broker.pending()))
         await state.hub.start()
         # The routing kept in the store (set through the API), or the file's when it is new or changed.
+        before = await deliveries.kept_teams(the_broker)
         in_use = await the_broker.settle_routing(the_routing)
         if in_use is not None and in_use is not the_routing:
             try:
-                await deliveries.use_routing(state, in_use)
+                await deliveries.use_routing(state, in_use, before=before)
             except ChannelError as exc:  # e.g. a channel type this server cannot import
                 state.refused = (
                     f"the routing kept in the store cannot be used here: {exc}; keep one it can use with "
@@ -321,7 +322,7 @@ def create_app(
                     await the_broker.aclose()
                 raise StartupRefused(state.refused) from None
         elif in_use is not None:
-            await deliveries.keep_teams(state, in_use)
+            await deliveries.keep_teams(state, in_use, before)
         state.hub.on_event.append(lambda _: state.delivery.wake() if state.delivery is not None else None)
         if state.delivery is not None:
             state.delivery.start()

@@ -31,6 +31,7 @@ __all__ = [
     "install_access",
     "install_metrics",
     "keep_teams",
+    "kept_teams",
     "router",
     "use_routing",
 ]
@@ -136,7 +137,12 @@ def _context(state: AppState, routing: Routing) -> ChannelContext:
 
 
 async def use_routing(
-    state: AppState, routing: Routing, *, channels: Mapping[str, Channel] | None = None, start: bool = False
+    state: AppState,
+    routing: Routing,
+    *,
+    channels: Mapping[str, Channel] | None = None,
+    start: bool = False,
+    before: Mapping[str, Sequence[str]] | Literal["in use"] | None = "in use",
 ) -> None:
     """Deliver as `routing` says from now on: the server's delivery loop takes it, or one
     is made (and started with `start`). The teams it names with their members are kept in
@@ -146,6 +152,8 @@ async def use_routing(
     context = _context(state, routing)
     if channels is None:
         channels = open_channels(routing.channels, context)
+    if before == "in use":  # the teams of the routing this one replaces (see `keep_teams`)
+        before = state.delivery.routing.teams if state.delivery is not None else None
     if state.delivery is None:
         state.delivery = DeliveryLoop(
             state.broker.outbox, routing, channels=channels, context=context, routing_check=ROUTING_CHECK
@@ -156,14 +164,35 @@ async def use_routing(
             state.delivery.start()
     else:
         await state.delivery.replace(routing, channels, context)
-    await keep_teams(state, routing)
+    await keep_teams(state, routing, before)
 
 
-async def keep_teams(state: AppState, routing: Routing) -> None:
-    """Keep the routing's teams and their members in the store (see `use_routing`)."""
+async def kept_teams(broker: TheBroker) -> Mapping[str, Sequence[str]] | None:
+    """The teams of the routing kept in the store (None: none is, or it cannot be read)."""
+    document = await broker.routing()
+    if document is None:
+        return None
+    try:
+        return routing_from_dict(document).teams
+    except RoutingError:
+        return None
+
+
+async def keep_teams(state: AppState, routing: Routing, before: Mapping[str, Sequence[str]] | None) -> None:
+    """Keep the routing's teams and their members in the store (see `use_routing`): a
+    team the store does not keep yet is made with them; one it keeps is given those the
+    routing lists that `before` (the teams of the routing taken before this one; None:
+    none was) did not. So someone taken out with `interlock team rm` stays out when a
+    server starts again with the same routing, or takes a routing that still lists them;
+    only a routing that newly lists them adds them back."""
     for team, members in routing.teams.items():
+        kept = await state.broker.team_members(team)
+        listed_before = () if before is None else before.get(team, ())
+        new = list(members) if kept is None else [m for m in members if m not in listed_before and m not in kept]
+        if kept is not None and not new:
+            continue
         try:
-            await state.broker.add_team_members(team, members)
+            await state.broker.add_team_members(team, new)
         except InvalidRequest as exc:
             log.warning("the routing's team %r is not kept as a team here: %s", team, exc)
 
