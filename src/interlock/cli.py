@@ -2459,7 +2459,7 @@ def deliver(
 ) -> None:
     """Run the outbox's delivery loop alone (beside servers that run without --routing).
     Email answer links are signed with INTERLOCK_SECRET_KEY, which the servers must share."""
-    from .channels import ChannelContext, ChannelError
+    from .channels import ChannelContext, ChannelError, open_channels
     from .channels.delivery import DeliveryLoop
     from .channels.links import AnswerLinks
     from .routing import RoutingError, load_routing
@@ -2478,6 +2478,13 @@ def deliver(
         refusal = await local.check_secret_key(secret) if secret else None  # without, it signs no links
         if refusal is not None:  # the servers check the links with the same key
             raise InvalidRequest(refusal)
+        if from_file is not None:  # its channels made before it is kept: one they refuse changes nothing
+            try:
+                made = open_channels(from_file.channels, ChannelContext(from_file.inbox_url, None))
+            except ChannelError as exc:
+                raise InvalidRequest(f"{routing}: {exc}") from None
+            for channel in made.values():
+                await channel.aclose()
         the_routing = await local.settle_routing(from_file)
         if the_routing is None:
             raise InvalidRequest("no routing here yet: pass --routing FILE, or set one with `interlock routing set`")

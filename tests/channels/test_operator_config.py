@@ -103,6 +103,23 @@ def test_serve_refuses_a_kept_routing_whose_channel_it_cannot_make_on_one_line(
     assert "No module named 'pager_plugin'" in line and "interlock routing set FILE" in line, line
 
 
+def test_deliver_refuses_a_routing_file_whose_channel_it_cannot_make_and_keeps_the_one_in_use(tmp_path: Path) -> None:
+    # It kept the file's routing in the store first, then refused it: every server then
+    # logged that routing's failure every few seconds, and none started again.
+    good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
+    good.write_text('[channels.hook]\ntype = "webhook"\nurl = "http://127.0.0.1:9/hook"\nsecret = "' + "s" * 32 + '"\n')
+    bad.write_text('[channels.hook]\ntype = "carrierpigeon"\n')
+    store = new_store(tmp_path / "interlock.db")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+    assert invoke("routing", "set", str(good), "--db", store, env=env).returncode == 0
+    before = invoke("routing", "show", "--db", store, env=env).stdout
+    refused = invoke("deliver", "--routing", str(bad), "--db", store, env=env)
+    assert refused.returncode == 4, refused.stderr
+    [line] = refused.stderr.splitlines()
+    assert line.startswith(f"error: {bad}: channels.hook.type: unknown channel type 'carrierpigeon'"), line
+    assert invoke("routing", "show", "--db", store, env=env).stdout == before
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("store", "why"),
