@@ -261,6 +261,8 @@ def _route(doc: Mapping[str, Any], where: str, channels: Mapping[str, ChannelCon
     for key, value in addresses.items():
         if not isinstance(value, str):
             raise RoutingError(f"{where}.addresses.{key}: an address is text")
+        if key not in names:  # (a mistyped channel's address: each message on that channel found none)
+            raise RoutingError(f"{where}.addresses.{key}: no channel {key!r} in this route's channels ({list(names)})")
     quiet = None
     if "quiet_hours" in doc:
         q = _table(doc["quiet_hours"], f"{where}.quiet_hours")
@@ -303,6 +305,10 @@ def routing_from_dict(doc: Mapping[str, Any]) -> Routing:
         teams[name] = _names(team.get("members", []), f"teams.{name}.members")
         if "channels" in team:
             team_routes[name] = _route(team, f"teams.{name}", channels)
+        elif set(team) - {"members"}:  # what a route of its own takes, or a typo: either way nothing it does
+            other = sorted(set(team) - {"members"})[0]
+            known = "members" if other not in _ROUTE_KEYS else f"{other} with channels, the team's own route"
+            raise RoutingError(f"teams.{name}: {other!r} is not taken here (a team takes {known})")
     recipients = {
         name: _route(_table(route, f"recipients.{name}"), f"recipients.{name}", channels)
         for name, route in _table(doc.get("recipients", {}), "recipients").items()

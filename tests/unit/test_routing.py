@@ -52,6 +52,17 @@ def doc(**extra: Any) -> dict[str, Any]:
         ({"lease": "500ms"}, "lease: from 1s to 24h"),  # read since the command line takes ms
         ({"lease": 0.5}, "lease: from 1s to 24h"),
         ({"lease": "2d"}, "lease: from 1s to 24h"),
+        # Typos that were taken, each losing what it meant: a team of no members, an
+        # escalation never made, an address no message found.
+        ({"teams": {"ops": {"member": ["alice"]}}}, "teams.ops: 'member' is not taken here (a team takes members)"),
+        (
+            {"teams": {"ops": {"members": ["alice"], "escalate_after": "1m", "escalate_to": "bob"}}},
+            "teams.ops: 'escalate_after' is not taken here (a team takes escalate_after with channels",
+        ),
+        (
+            {"recipients": {"alice": {"channels": ["hook"], "addresses": {"hok": "https://x.example"}}}},
+            "recipients.alice.addresses.hok: no channel 'hok' in this route's channels (['hook'])",
+        ),
     ],
 )
 def test_a_bad_routing_document_is_refused_naming_the_field(document: dict[str, Any], message: str) -> None:
