@@ -61,7 +61,7 @@ def doc(**extra: Any) -> dict[str, Any]:
         ),
         (
             {"recipients": {"alice": {"channels": ["hook"], "addresses": {"hok": "https://x.example"}}}},
-            "recipients.alice.addresses.hok: no channel 'hok' in this route's channels (['hook'])",
+            "recipients.alice.addresses.hok: no channel 'hok' in this route's channels",
         ),
     ],
 )
