@@ -122,12 +122,13 @@ def _is_uri(instance: object) -> bool:
     return not isinstance(instance, str) or _URI_SCHEME.fullmatch(instance) is not None
 
 
-_ANSWER_FORMATS = FormatChecker()
+_ANSWER_FORMATS = FormatChecker(formats=())
+_ANSWER_FORMATS.checkers = dict(Draft202012Validator.FORMAT_CHECKER.checkers)  # each as draft 2020-12 means it
 _ANSWER_FORMATS.checks("regex", raises=re2.error)(_is_re2_regex)
 _ANSWER_FORMATS.checks("uri")(_is_uri)
-"""The formats an answer is held to, as the web form's inputs hold it (type=email, date,
-time, url): each jsonschema knows here, "regex" meaning what RE2 compiles, and "uri" an
-absolute URI (a scheme, then no white space)."""
+"""The formats an answer is held to, from every surface (the web form's inputs hold email,
+uri and date themselves): each as draft 2020-12 means it (`time` as RFC 3339's, with its
+offset), "regex" what RE2 compiles, "uri" an absolute URI (a scheme, then no white space)."""
 
 _NOT_SCHEMAS = frozenset({"const", "enum", "default", "examples"})
 """Keywords whose values are data, not subschemas: not searched for `$ref`s."""

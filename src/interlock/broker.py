@@ -1450,8 +1450,8 @@ class LocalBroker(Broker):
             answers = await self.check_answers(request, answer)
         now = datetime.now(UTC)
         decision = decision_ask(request) if request.kind == "approval" else None
-        if decision is not None and request.to is not None and by != request.to and answers.get(decision.id) is True:
-            await self._refuse_yes_the_gate_would_not_take(request, by)
+        if decision is not None and by is None and request.to is not None and answers.get(decision.id) is True:
+            await self._refuse_nameless_yes(request)
         if decision is not None and answers.get(decision.id) is False:
             # Denying an approval is a denial, recorded as one: the request is rejected with
             # the reason (a person's no to a tool call, whichever surface said it), so the
@@ -1467,20 +1467,21 @@ class LocalBroker(Broker):
         done = self._settle_now(settled)
         return done if done is not None else await self._settle(settled)
 
-    async def _refuse_yes_the_gate_would_not_take(self, request: Request, by: str | None) -> None:
-        """Refuse, before anything is recorded, a yes to an approval gate's request from
-        anyone but its approver (any member, for a team), or naming nobody: the gate takes
-        a yes only as theirs, so stored, it would be read as a refusal when the agent goes
-        on, and the approver could no longer answer. Every surface answers through here."""
-        refused = await not_the_approver(self, request, by)
+    async def _refuse_nameless_yes(self, request: Request) -> None:
+        """Refuse, before anything is recorded, a yes to an approval gate's request that
+        names nobody as its answerer: the gate takes a yes only as its approver's (any
+        member's, for a team, or a contract's answering for them as its own `by`), so
+        stored, it would be read as a refusal when the agent goes on. A yes from someone
+        else by name the surfaces refuse themselves (`approvals.not_the_approver`): the
+        broker cannot tell a contract the gate answers through from anyone else."""
+        refused = await not_the_approver(self, request, None)
         if refused is None:
             return
         who, example = refused
-        answering = "names nobody" if by is None else f"answers as {by}"
         raise InvalidAnswer(
             f"request {request.id} is an approval for {request.to}: the agent's approval gate takes a yes only "
-            f"from {who}, and this one {answering}; answer as them (by={example!r}; --by {example} on the command "
-            "line)"
+            f"from {who}, and this one names nobody; answer as them (by={example!r}; --by {example} on the "
+            "command line)"
         )
 
     async def check_answers(self, request: Request, answer: Any) -> dict[str, Any]:

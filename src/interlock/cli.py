@@ -723,7 +723,7 @@ def answer(
             "--by",
             help="Who answers: on a local store, you (the local user) by default; through a server without auth, "
             "nobody unless named here (a gate's approval takes a yes only from its approver); with auth, the "
-            "token's person.",
+            "token's person (an admin's token may name another).",
         ),
     ] = None,
     comment: Annotated[str, typer.Option("--comment", help="A comment kept with the answer.")] = "",
@@ -768,6 +768,7 @@ def answer(
                 raise InvalidAnswer(f"--json is not valid JSON: {exc}") from None
         else:
             value = parse_answer(request, values or [])
+        await _approvers_own(broker, request, value, answerer)
         if await broker.resolve(request_id, value, by=answerer, via="cli", comment=comment, grants=echo):
             return "denied" if _denies(request, value) else "answered"  # an approval's no is a denial
         return await broker.get(request_id)
@@ -805,8 +806,8 @@ def reject(
 
 async def _watcher(broker: Broker, by: str | None) -> str | None:
     """Whom `watch` answers as: on a local store, `by` (`_answerer`); through a server,
-    whom its token names, or with no auth there, `--by` (None without: an answer that
-    names nobody)."""
+    whom its token names, or with no auth there, `--by` (None without: each request is
+    answered as its recipient, `TerminalContract`)."""
     if not isinstance(broker, RemoteBroker):
         return by
     me = await broker.whoami()
@@ -828,6 +829,26 @@ def _denies(request: Request, value: Any) -> bool:
     return decision is not None and check_answers(request, value).get(decision.id) is False
 
 
+async def _approvers_own(broker: Broker, request: Request, value: Any, by: str | None) -> None:
+    """Refuse before anything is recorded a yes that an approval gate would not take: a
+    gate's approval counts only as its approver's answer (any member's, for a team). On a
+    local store, and through a server without auth, where `--by` names the answerer (with
+    auth, the token does, and the person may answer only what is theirs). A no stops the
+    call whoever says it; a yes naming nobody the broker refuses."""
+    if by is None or _denies(request, value):
+        return
+    if isinstance(broker, RemoteBroker) and (await broker.whoami()).get("kind") not in (None, "admin"):
+        return
+    refused = await not_the_approver(broker, request, by)
+    if refused is None:
+        return
+    who, example = refused
+    raise InvalidAnswer(
+        f"request {request.id} is an approval for {request.to}: the agent's approval gate takes a yes only from "
+        f"{who}, and this one answers as {by}. Answer as them with --by {example} (or set INTERLOCK_USER)"
+    )
+
+
 def settled_already(request: Request) -> str:
     """How a request that is no longer pending settled, for a person: "was already
     answered by alice at 2026-12-01 09:30 UTC"."""
@@ -846,8 +867,7 @@ def watch(
         typer.Option(
             "--by",
             help="Who answers: on a local store, you (the local user) by default; through a server without auth, "
-            "nobody unless named here (a gate's approval takes a yes only from its approver); with auth, the "
-            "token's person.",
+            "each request's recipient unless named here; with auth, the token's person.",
         ),
     ] = None,
     db: DbOption = None,
@@ -866,7 +886,8 @@ def watch(
     async def answer(broker: Broker, request: Request) -> None:
         if not answering_as:
             answering_as.append(await _watcher(broker, terminal.by))
-        refused = await not_the_approver(broker, request, answering_as[0])
+        # (None: a server without auth and no --by, where each request is answered as its recipient)
+        refused = None if answering_as[0] is None else await not_the_approver(broker, request, answering_as[0])
         if refused is not None:  # its yes would be refused: left for its approver, not asked here
             who, example = refused
             err.print(
@@ -2403,7 +2424,7 @@ def grant_key_rotate(
         from .grant_tokens import GrantSigner
     except ImportError as exc:
         raise _fail(f"grant keys need the server's extra ({_missing(exc)} is missing)") from None
-    secret = _secret_key()
+    secret = None if grant_key is not None else _secret_key()  # (with a key's file, the secret key is not used)
     if grant_key is not None:
         kid, derived = _grant_signer(grant_key).kid, False
     elif secret:

@@ -25,7 +25,6 @@ lacks a kind. Yes and no are the same words everywhere (`YES_WORDS`, `NO_WORDS`,
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import enum
 import functools
@@ -1460,10 +1459,10 @@ class Form:
     """A JSON object valid against `schema` (a JSON Schema of type object, draft 2020-12).
 
     An answer is held to the formats the schema names (`email`, `date`, `time`,
-    `date-time`, `uri`, `ipv4`, `ipv6`, `uuid`, ...) from every surface, as the web form's
-    inputs hold it; and it gets the `default` of each field it leaves out (in nested objects
-    too), as the web form is filled with them, unless that default fails the schema. An
-    approval's edited arguments get no defaults: the call runs with what the person changed."""
+    `date-time`, `uri`, `ipv4`, `ipv6`, `uuid`, ...) from every surface, each as draft
+    2020-12 means it. A field's `default` fills the web form's field; an answer that leaves
+    the field out is kept without it (a person may clear it), so read it with
+    `answers.get(name, default)`."""
 
     prompt: str
     schema: Mapping[str, Any] = field(default_factory=dict)
@@ -1570,22 +1569,6 @@ class Form:
             raise InvalidAnswer(
                 "JSON that cannot be read here (nested too deep, or a number too long)", ask_id=self.id
             ) from None
-
-    def with_defaults(self, value: dict[str, Any]) -> dict[str, Any]:
-        """`value` (a checked answer) with the schema's defaults for the fields it leaves out,
-        in it and in the objects it holds, as the web form is filled with them and sends
-        them. A default the schema refuses is left out; `value` itself is not changed."""
-        added: list[tuple[str, ...]] = []
-        filled = _filled(self.schema, value, (), added)
-        if not added:
-            return value
-        faults = {tuple(error.absolute_path) for error in self.errors(filled)}
-        if faults:  # leave out each default on the way to a fault, and keep the rest if they pass
-            kept = [path for path in added if not any(fault[: len(path)] == path for fault in faults)]
-            filled = _filled(self.schema, value, (), [], only=set(kept))
-            if kept == added or next(iter(self.errors(filled)), None) is not None:
-                return value
-        return filled
 
     def from_decision(self, word: str) -> Any:
         """The schema's defaults (None when it has none), checked."""
@@ -1976,8 +1959,8 @@ def build_request(
 
 
 _SPACED = re.compile(r"\s|[\x00-\x1f\x7f]")
-"""What no name of a person, agent or team holds: white space, control characters (said as
-white space)."""
+"""What no name of a person or team holds: white space, control characters (said as white
+space). An agent's name (a request's requester) may: it names the agent, who reads nothing."""
 
 
 def _check_request_limits(
@@ -2000,12 +1983,9 @@ def _check_request_limits(
     if to is not None or requester is not None or idempotency_key is not None:
         for name, value in (("to", to), ("requester", requester), ("idempotency_key", idempotency_key)):
             check_text(value, name, limits.max_name_length)
-        for name, value in (("to", to), ("requester", requester)):
-            if value is not None and (not value or _SPACED.search(value)):
-                why = "is empty" if not value else "holds white space"
-                raise InvalidRequest(  # an inbox nobody reads: nobody has such a name, so nobody would answer
-                    f"{name}: {value!r} {why}, which no name of a person, agent or team does"
-                )
+        if to is not None and (not to or _SPACED.search(to)):  # an inbox nobody reads: nobody would answer
+            why = "is empty" if not to else "holds white space"
+            raise InvalidRequest(f"to: {to!r} {why}, which no name of a person or team does")
     if context is not None:
         check_json(context, "context", limits.max_context_bytes)
     if origin is not None:
@@ -2088,10 +2068,7 @@ def check_answers(request: Request, answer: Any, *, limits: Limits = DEFAULT_LIM
     if len(asks) == 1 and not isinstance(answer, Answers) and not _is_keyed(asks[0], answer):
         if answer is None and not asks[0].required:
             return {}  # the one ask, optional, left unanswered
-        ask = asks[0]
-        if type(ask) is Form and request.kind != "approval":  # (a step more only for a form)
-            return {ask.id: ask.with_defaults(ask.check(answer))}
-        return {ask.id: ask.check(answer)}
+        return {asks[0].id: asks[0].check(answer)}
     if not isinstance(answer, Mapping):
         verdict = decision_ask(request)
         if verdict is not None:
@@ -2114,45 +2091,7 @@ def check_answers(request: Request, answer: Any, *, limits: Limits = DEFAULT_LIM
             checked[ask.id] = ask.check(answer[ask.id])
         elif ask.required:
             raise InvalidAnswer(f"ask {ask.id!r}: an answer is required", ask_id=ask.id)
-    return _with_defaults(request, checked)
-
-
-def _with_defaults(request: Request, checked: dict[str, Any]) -> dict[str, Any]:
-    """The checked answers with each form's defaults (`Form.with_defaults`). Not for an
-    approval's edited arguments: the call runs with what the person changed, nothing more."""
-    if request.kind == "approval":
-        return checked
-    for ask in request.asks:
-        if isinstance(ask, Form) and isinstance(value := checked.get(ask.id), dict):
-            checked[ask.id] = ask.with_defaults(value)
     return checked
-
-
-def _filled(
-    schema: Mapping[str, Any],
-    value: Mapping[str, Any],
-    at: tuple[str, ...],
-    added: list[tuple[str, ...]],
-    only: set[tuple[str, ...]] | None = None,
-) -> dict[str, Any]:
-    """A copy of `value` with the defaults of `schema`'s `properties` it leaves out (each
-    path noted in `added`; with `only`, just those paths), the objects it holds filled the
-    same way."""
-    filled = dict(value)
-    properties = schema.get("properties")
-    if not isinstance(properties, Mapping):
-        return filled
-    for name, prop in properties.items():
-        if not isinstance(prop, Mapping):
-            continue
-        path = (*at, name)
-        if name not in filled:
-            if "default" in prop and (only is None or path in only):
-                filled[name] = copy.deepcopy(prop["default"])
-                added.append(path)
-        elif isinstance(filled[name], Mapping):
-            filled[name] = _filled(prop, filled[name], path, added, only)
-    return filled
 
 
 def _is_keyed(ask: Ask, answer: Any) -> bool:

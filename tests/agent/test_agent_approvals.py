@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import json
 import logging
 from collections.abc import Coroutine
@@ -127,21 +129,6 @@ async def test_a_yes_to_a_gate_approval_that_names_nobody_is_refused_before_it_i
     request = await inbox.next()
     with pytest.raises(InvalidAnswer, match=r"approval for alice: .* names nobody; answer as them \(by='alice'"):
         await broker.resolve(request.id, {"approve": True})
-    assert (await broker.get(request.id)).status is Status.PENDING  # nothing was recorded
-    await broker.resolve(request.id, {"approve": True}, by="alice")
-    assert (await bounded(task)).content == "deploy ok"
-
-
-async def test_a_yes_to_a_gate_approval_from_anyone_but_its_approver_is_refused_before_it_is_stored(
-    broker: Broker, inbox: Inbox
-) -> None:
-    # Stored, bob's yes to alice's approval was read by the gate as a refusal: the call
-    # never ran, and alice could no longer answer. Every surface answers through resolve.
-    runner = gated(broker, Tools(), policies={"deploy": "always"}, to="alice")
-    task = asyncio.create_task(runner.run(ToolCall("deploy", {"env": "prod"}, "c1", session="s1", agent="ops")))
-    request = await inbox.next()
-    with pytest.raises(InvalidAnswer, match=r"approval for alice: .* from alice, and this one answers as bob; answer"):
-        await broker.resolve(request.id, {"approve": True}, by="bob", via="api")
     assert (await broker.get(request.id)).status is Status.PENDING  # nothing was recorded
     await broker.resolve(request.id, {"approve": True}, by="alice")
     assert (await bounded(task)).content == "deploy ok"
@@ -670,3 +657,17 @@ async def test_arguments_that_are_not_plain_json_fail_closed(broker: Broker) -> 
 
         @requires_approval(gate)  # type: ignore[arg-type]
         def remove(path: str) -> None: ...  # called without await, it would have done nothing at all
+
+    def logged(fn: Any) -> Any:  # a decorator of the usual kind, whose wrapper is a plain function
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    @requires_approval(gate)
+    @logged
+    async def archive(path: str) -> str:
+        return f"archived {path}"
+
+    assert inspect.iscoroutinefunction(archive)  # taken: what it wraps is an async function

@@ -218,6 +218,16 @@ async def test_auto_resolve_approves_tool_calls_and_a_deny_decision_denies_them(
     assert ran == ["prod"]
 
 
+@pytest.mark.parametrize("to", ["alice", "ops"])
+async def test_auto_resolve_approves_a_call_whose_gate_names_an_approver_or_a_team(broker: Broker, to: str) -> None:
+    # The gate takes the contract's own yes in the approver's place; the broker, refusing a
+    # yes from anyone but the approver, turned it into a denial.
+    gate = ApprovalGate(broker, policies={"*": "always"}, contracts={"type": "auto_resolve"}, to=to)
+    assert await bounded(gate.authorize(ToolCall("deploy", {"env": "prod"}, agent="bench", session="s1"))) == {
+        "env": "prod"
+    }
+
+
 # -- terminal ----------------------------------------------------------------------------------
 
 

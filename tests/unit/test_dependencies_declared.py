@@ -52,7 +52,10 @@ IN_A_COMMAND: dict[tuple[str, str], str] = {
 """Imports inside a function of a core module that only run with an extra installed."""
 
 NOT_IMPORTED: dict[str, dict[str, str]] = {
-    "core": {"sniffio": "httpcore imports it on every request when present, else scans sys.path each time"},
+    "core": {
+        "sniffio": "httpcore imports it on every request when present, else scans sys.path each time",
+        "rfc3339-validator": "jsonschema checks a form's date-time and time formats only when it is installed",
+    },
     "server": {
         "uvloop": "uvicorn's event loop under `interlock serve`, taken when installed",
         "httptools": "uvicorn's HTTP parser under `interlock serve`, taken when installed",

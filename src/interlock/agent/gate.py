@@ -739,7 +739,8 @@ def requires_approval(
         make_validator(name or "requires_approval", schema)
 
     def decorate(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
-        if (inspect.isfunction(fn) or inspect.ismethod(fn)) and not inspect.iscoroutinefunction(fn):
+        inner = inspect.unwrap(fn)  # (a decorator's wrapper hands back what the async function does)
+        if (inspect.isfunction(inner) or inspect.ismethod(inner)) and not inspect.iscoroutinefunction(inner):
             # Called as it was before, it would hand back a coroutine never awaited: no approval, no call.
             raise TypeError(
                 f"{fn.__qualname__}: requires_approval wraps an async function (`async def`), whose call waits for "
