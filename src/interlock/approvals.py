@@ -93,9 +93,10 @@ async def not_the_approver(broker: _Teams, request: Request, by: str | None) -> 
     not take (it counts a gate's approval only as its approver's answer, any member's for a
     team): None when it would take it, or `request` is no gate approval addressed to
     someone; else who it takes it from ("alice", "a member of the team ops") and the name
-    to answer as ("alice", "MEMBER"). The broker refuses such a yes before it is recorded
-    (`LocalBroker.resolve`); a surface asks first to say so in its own terms (`watch`
-    leaves such an approval to its approver, the web inbox offers no Approve)."""
+    to answer as ("alice", "MEMBER"). Surfaces refuse such a yes before it is recorded
+    (`answer`, `watch` and the web inbox); the broker refuses only a yes naming nobody, as
+    it cannot tell a contract the gate answers through (`auto_resolve`, a terminal) from
+    anyone else."""
     to = request.to
     if to is None or by == to or not is_marked(request):
         return None
