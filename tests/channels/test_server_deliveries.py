@@ -396,6 +396,39 @@ async def test_a_team_s_webhook_is_answered_by_the_member_it_names_not_as_the_te
         assert (settled["response"]["by"], settled["response"]["via"]) == ("bob", "webhook")
 
 
+async def test_a_member_the_store_s_team_has_answers_through_the_team_s_webhook_as_the_routing_s_members_do(
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], hook: Receiver
+) -> None:
+    """dave, added to ops with `interlock team add` but not in the routing's list, read and
+    answered its requests in the inbox, yet his answer through the team's webhook was
+    refused as from someone not in the team."""
+    db = f"sqlite:///{tmp_path / 'teams.db'}"
+    async with interlock.connect(db) as broker:
+        assert isinstance(broker, LocalBroker)
+        for name in ("bob", "dave", "carol"):
+            await broker.save_principal(Principal(name, "human"))
+        await broker.add_team_members("ops", ["bob", "dave"])
+    doc = routing_doc(hook.url)
+    doc["teams"] = {"ops": {"members": ["bob"], "channels": ["hook"]}}
+    async with (
+        serve_apart(db, auth=False, routing=routing_from_dict(doc)) as base,
+        httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local,
+    ):
+        request = (await local.post("/requests", json={**APPROVAL, "to": "ops"})).json()
+        await hook.until(1)
+        for by, status, said in (
+            ("carol", 403, "'carol' is not a member of the team 'ops'"),
+            ("dave", 200, None),
+        ):
+            raw, headers = signed({"request_id": request["id"], "recipient": "ops", "by": by, "answer": True})
+            answered = await local.post("/inbound/hook", content=raw, headers=headers)
+            assert answered.status_code == status, answered.text
+            if said is not None:
+                assert answered.json()["detail"] == said
+        settled = (await local.get(f"/requests/{request['id']}")).json()
+        assert (settled["response"]["by"], settled["response"]["via"]) == ("dave", "webhook")
+
+
 async def test_a_store_s_first_routing_announces_what_waits_now_not_its_whole_history(
     tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], hook: Receiver
 ) -> None:

@@ -89,7 +89,10 @@ async def inbound(channel: str, request: Request, state: State, broker: TheBroke
     by = recipient
     member = doc.get("by")
     if member is not None:
-        if not isinstance(member, str) or member not in loop.routing.teams.get(recipient, ()):
+        listed, kept = loop.routing.teams.get(recipient), await broker.team_members(recipient)
+        if listed is None and kept is None:
+            raise ApiError("forbidden", f"{recipient!r} is no team: `by` names who answers a team's message")
+        if not isinstance(member, str) or (member not in (listed or ()) and member not in (kept or ())):
             raise ApiError("forbidden", f"{member!r} is not a member of the team {recipient!r}")
         by = member
     given = [key for key in ("answer", "answers", "reject") if key in doc]
@@ -287,7 +290,8 @@ async def _slack_answerer(
     they may answer it (`_may_answer`)."""
     assert state.delivery is not None
     routing = state.delivery.routing
-    members = routing.teams.get(request.to or "", ())
+    kept = await broker.team_members(request.to) if request.to is not None else None
+    members = {*routing.teams.get(request.to or "", ()), *(kept or ())}  # the routing's list and the store's team
     for name, route in routing.recipients.items():
         addressed = route.addresses.get(channel) == user_id and (name == request.to or name in members)
         if addressed and await _may_answer(state, broker, name, request):
