@@ -119,8 +119,16 @@ class _Commands(typer.core.TyperGroup):
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:  # (click's Context, or typer's copy of it)
         command = super().get_command(ctx, cmd_name)
-        if command is not None and command.short_help is None and command.help:
-            command.short_help = " ".join(inspect.cleandoc(command.help).split("\n\n")[0].split())
+        if command is not None and command.help and not getattr(command, "_unwrapped", False):
+            if command.short_help is None:
+                command.short_help = " ".join(inspect.cleandoc(command.help).split("\n\n")[0].split())
+            # Its own --help too: each paragraph one run of text (an indented block, as a
+            # table of exit codes, kept as written).
+            command.help = "\n\n".join(
+                block if any(line.startswith(" ") for line in block.splitlines()) else " ".join(block.split())
+                for block in inspect.cleandoc(command.help).split("\n\n")
+            )
+            command._unwrapped = True  # type: ignore[attr-defined]  # (once: each --help reads it again)
         return command
 
 

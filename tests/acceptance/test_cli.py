@@ -661,6 +661,15 @@ def test_a_default_an_option_s_help_says_in_words_is_shown_by_help() -> None:
     assert said >= 10  # serve's --rate-limit, --max-streams, its durations, worker's --name, ...
 
 
+def test_a_command_s_help_runs_each_paragraph_on_as_one_text_where_the_source_wrapped_it() -> None:
+    # `inbox --help` broke a sentence after "prints (on stderr)", where its docstring's
+    # line ended, however wide the terminal.
+    shown = invoke("inbox", "--help", env={**os.environ, "COLUMNS": "300"}).stdout
+    assert "the command prints (on stderr) the `--after CURSOR` that lists the next page" in shown
+    exits = invoke("ask", "--help", env={**os.environ, "COLUMNS": "300"}).stdout
+    assert "Exit codes: 0 answered (approved), 1 declined or rejected" in exits
+
+
 def test_each_group_s_help_lists_a_command_on_the_lines_its_own_help_gives_it() -> None:
     # `interlock --help` (and `interlock run --help`, ...) lists each command with the first
     # paragraph of its own help; a docstring's line breaks are no breaks of that paragraph.
