@@ -29,6 +29,7 @@ __all__ = [
     "not_the_approver",
     "reserved_field",
     "unmarked",
+    "yes_refused",
 ]
 
 GATE_MARK = "interlock.approval"
@@ -86,6 +87,16 @@ class _Teams(Protocol):
     """What `not_the_approver` reads of a broker: a team's members (None: no such team)."""
 
     async def team_members(self, team: str) -> Sequence[str] | None: ...
+
+
+def yes_refused(request: Request, who: str, by: str | None) -> str:
+    """Why a yes to `request` answered as `by` is refused, `who` being whom its gate takes
+    it from (`not_the_approver`), for the surface to end with how to answer as them."""
+    answering = "names nobody" if by is None else f"answers as {by}"
+    return (
+        f"request {request.id} is an approval for {request.to}: the agent's approval gate takes a yes only from "
+        f"{who}, and this one {answering}"
+    )
 
 
 async def not_the_approver(broker: _Teams, request: Request, by: str | None) -> tuple[str, str] | None:

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 from ._backoff import Outage
 from .approval_policies import ApprovalPolicy, policy_from_dict, policy_to_dict
-from .approvals import check_context, decision_ask, is_marked, not_the_approver
+from .approvals import check_context, decision_ask, is_marked, not_the_approver, yes_refused
 from .dashboard import DASHBOARD_ROWS, DASHBOARD_WINDOW, Dashboard, layout
 from .durations import LONGEST, SHORTEST
 from .errors import (
@@ -1478,11 +1478,8 @@ class LocalBroker(Broker):
         if refused is None:
             return
         who, example = refused
-        raise InvalidAnswer(
-            f"request {request.id} is an approval for {request.to}: the agent's approval gate takes a yes only "
-            f"from {who}, and this one names nobody; answer as them (by={example!r}; --by {example} on the "
-            "command line)"
-        )
+        said = yes_refused(request, who, None)
+        raise InvalidAnswer(f"{said}; answer as them (by={example!r}; --by {example} on the command line)")
 
     async def check_answers(self, request: Request, answer: Any) -> dict[str, Any]:
         """Check an answer against the request (see `model.check_answers`) and return the

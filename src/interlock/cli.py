@@ -52,7 +52,7 @@ from rich.table import Table
 from . import __version__
 from .agent.terminal import TerminalContract
 from .approval_policies import DEFAULT_POLICY_HOOK_TIMEOUT, MAX_POLICY_HOOK_TIMEOUT, policy_to_dict
-from .approvals import decision_ask, is_marked, not_the_approver
+from .approvals import decision_ask, is_marked, not_the_approver, yes_refused
 from .broker import Broker, LocalBroker, connect
 from .durations import DURATION_SYNTAX, LONGEST, SHORTEST, duration_seconds
 from .errors import (
@@ -851,10 +851,8 @@ async def _approvers_own(broker: Broker, request: Request, value: Any, by: str |
     if refused is None:
         return
     who, example = refused
-    raise InvalidAnswer(
-        f"request {request.id} is an approval for {request.to}: the agent's approval gate takes a yes only from "
-        f"{who}, and this one answers as {by}. Answer as them with --by {example} (or set INTERLOCK_USER)"
-    )
+    said = yes_refused(request, who, by)
+    raise InvalidAnswer(f"{said}. Answer as them with --by {example} (or set INTERLOCK_USER)")
 
 
 def settled_already(request: Request) -> str:
