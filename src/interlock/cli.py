@@ -229,6 +229,16 @@ def _secret_key() -> str | None:
     return secret
 
 
+async def _token_person(broker: Broker) -> str | None:
+    """Whom a server with auth records as the answerer: its token's principal. None on a
+    local store, or through a server without auth (its caller is its admin, named by --by)."""
+    if not isinstance(broker, RemoteBroker):
+        return None
+    me = await broker.whoami()
+    name = me.get("name")
+    return name if me.get("kind") not in (None, "admin") and isinstance(name, str) else None
+
+
 def _local(broker: Broker) -> LocalBroker:
     """The broker over a store, for what is managed where the store is (principals and
     tokens), never through a server's API."""
@@ -258,12 +268,8 @@ def _run(
 
     async def main() -> T:
         async with connect(db, **({"token": token} if token and _remote(db) else {})) as broker:
-            if by is not None and isinstance(broker, RemoteBroker):
-                me = await broker.whoami()
-                if me.get("kind") not in (None, "admin") and me.get("name") != by:
-                    raise InvalidRequest(
-                        f"--by {by}: this server records whom your token names ({me.get('name')}), no one else"
-                    )
+            if by is not None and (named := await _token_person(broker)) not in (None, by):
+                raise InvalidRequest(f"--by {by}: this server records whom your token names ({named}), no one else")
             return await work(broker)
 
     try:
@@ -692,15 +698,10 @@ async def _approver_named(broker: Broker, request: Request) -> str:
     with auth, as its token names (nothing to add); with none, as nobody unless `--by`."""
     if not is_marked(request) or request.to is None:
         return ""
-    me: str | None = local_person()
-    if isinstance(broker, RemoteBroker):
-        if (await broker.whoami()).get("kind") not in (None, "admin"):
-            return ""
-        me = None
-    refused = await not_the_approver(broker, request, me)
-    if refused is None:
+    if await _token_person(broker) is not None:
         return ""
-    return f" --by {shlex.quote(refused[1]) if refused[1] != 'MEMBER' else 'MEMBER'}"
+    refused = await not_the_approver(broker, request, None if isinstance(broker, RemoteBroker) else local_person())
+    return "" if refused is None else f" --by {shlex.quote(refused[1])}"
 
 
 def parse_grant_echo(values: list[str]) -> list[dict[str, str]]:
@@ -812,18 +813,6 @@ def reject(
     err.print(f"rejected {request_id}")
 
 
-async def _watcher(broker: Broker, by: str | None) -> str | None:
-    """Whom `watch` answers as: on a local store, `by` (`_answerer`); through a server,
-    whom its token names, or with no auth there, `--by` (None without: each request is
-    answered as its recipient, `TerminalContract`)."""
-    if not isinstance(broker, RemoteBroker):
-        return by
-    me = await broker.whoami()
-    if me.get("kind") not in (None, "admin") and isinstance(name := me.get("name"), str):
-        return name
-    return by
-
-
 def _answerer(db: str | None, by: str | None) -> str | None:
     """Who answers from this terminal: through a server, whom the token names (the server
     records it; see `_run`'s `by`); on a local store, `--by`, else you ($INTERLOCK_USER,
@@ -845,7 +834,7 @@ async def _approvers_own(broker: Broker, request: Request, value: Any, by: str |
     call whoever says it; a yes naming nobody the broker refuses."""
     if by is None or _denies(request, value):
         return
-    if isinstance(broker, RemoteBroker) and (await broker.whoami()).get("kind") not in (None, "admin"):
+    if await _token_person(broker) is not None:
         return
     refused = await not_the_approver(broker, request, by)
     if refused is None:
@@ -891,8 +880,9 @@ def watch(
 
     async def answer(broker: Broker, request: Request) -> None:
         if not answering_as:
-            answering_as.append(await _watcher(broker, terminal.by))
-        # (None: a server without auth and no --by, where each request is answered as its recipient)
+            # Whom its token names, else --by or you (`_answerer`); None through a server without
+            # auth and no --by, where each request is answered as its recipient (`TerminalContract`).
+            answering_as.append(await _token_person(broker) or terminal.by)
         refused = None if answering_as[0] is None else await not_the_approver(broker, request, answering_as[0])
         if refused is not None:  # its yes would be refused: left for its approver, not asked here
             who, example = refused
@@ -2486,10 +2476,10 @@ def deliver(
 ) -> None:
     """Run the outbox's delivery loop alone (beside servers that run without --routing).
     Email answer links are signed with INTERLOCK_SECRET_KEY, which the servers must share."""
-    from .channels import ChannelContext, ChannelError, open_channels
+    from .channels import Channel, ChannelContext, ChannelError, open_channels
     from .channels.delivery import DeliveryLoop
     from .channels.links import AnswerLinks
-    from .routing import RoutingError, load_routing
+    from .routing import Routing, RoutingError, load_routing
 
     if db is not None and db.startswith(("http://", "https://")):
         raise _fail("deliver needs a store URL (sqlite:///... or postgresql://...), not a server")
@@ -2505,27 +2495,37 @@ def deliver(
         refusal = await local.check_secret_key(secret) if secret else None  # without, it signs no links
         if refusal is not None:  # the servers check the links with the same key
             raise InvalidRequest(refusal)
+
+        def channels_of(chosen: Routing) -> tuple[ChannelContext, dict[str, Channel]]:
+            links = AnswerLinks(secret, chosen.inbox_url) if secret and chosen.inbox_url else None
+            context = ChannelContext(chosen.inbox_url, links)
+            return context, open_channels(chosen.channels, context)
+
+        made = None
         if from_file is not None:  # its channels made before it is kept: one they refuse changes nothing
             try:
-                made = open_channels(from_file.channels, ChannelContext(from_file.inbox_url, None))
+                made = channels_of(from_file)
             except ChannelError as exc:
                 raise InvalidRequest(f"{routing}: {exc}") from None
-            for channel in made.values():
-                await channel.aclose()
         the_routing = await local.settle_routing(from_file)
         if the_routing is None:
             raise InvalidRequest("no routing here yet: pass --routing FILE, or set one with `interlock routing set`")
-        links = None
-        if secret and the_routing.inbox_url:
-            links = AnswerLinks(secret, the_routing.inbox_url)
-        context = ChannelContext(the_routing.inbox_url, links)
-        try:
-            loop = DeliveryLoop(
-                local.outbox, the_routing, context=context, poll_interval=poll_interval, routing_check=5.0
-            )
-        except ChannelError as exc:
-            where = routing if the_routing is from_file else "the routing kept in the store"
-            raise InvalidRequest(f"{where}: {exc}") from None
+        if made is None or the_routing is not from_file:  # the routing kept in the store is used
+            for channel in made[1].values() if made is not None else ():
+                await channel.aclose()
+            try:
+                made = channels_of(the_routing)
+            except ChannelError as exc:
+                raise InvalidRequest(f"the routing kept in the store: {exc}") from None
+        context, channels = made
+        loop = DeliveryLoop(
+            local.outbox,
+            the_routing,
+            channels=channels,
+            context=context,
+            poll_interval=poll_interval,
+            routing_check=5.0,
+        )
         from .channels import lacking_secrets
 
         for warning in lacking_secrets(the_routing.channels):
