@@ -441,6 +441,27 @@ async def test_a_routing_replaced_during_a_send_lets_that_send_finish_as_deliver
         assert delivery.attempts == 1
 
 
+async def test_a_receiver_slow_to_answer_holds_up_no_other_notice(store_url: str) -> None:
+    """alice's pager hangs on her request's message (for less than the loop's send timeout);
+    bob's request, made after it, reaches him through his own channel meanwhile."""
+    doc = routing("http://unused.example/hook")
+    doc["channels"]["pager"] = dict(doc["channels"]["hook"])
+    doc["recipients"] = {"alice": {"channels": ["pager"]}, "bob": {"channels": ["hook"]}}
+    held, fast = HeldChannel(), Recording()
+    async with delivering(store_url, doc, channels={"pager": held, "hook": fast}) as (broker, loop):
+        hers = await broker.create(Confirm("Ship it?"), to="alice", requester="bot")
+        async with asyncio.timeout(20):
+            await held.sending.wait()
+        his = await broker.create(Confirm("Roll back?"), to="bob", requester="bot")
+        await until(loop, status_of(broker, his.id, "delivered"))
+        assert [m.delivery.request_id for m in fast.messages] == [his.id]
+        [waiting] = await broker.store.list_deliveries(request_id=hers.id)
+        assert (waiting.status, held.sent) == ("pending", [])
+        held.release.set()
+        await until(loop, status_of(broker, hers.id, "delivered"))
+        assert held.sent == [waiting.id]
+
+
 async def test_stopping_the_loop_lets_a_send_under_way_store_its_outcome(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'stop.db'}"
     held = HeldChannel()

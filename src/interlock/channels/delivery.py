@@ -1,16 +1,18 @@
 """The delivery loop: route the outbox's notices and send their deliveries, at least once.
 
 Each cycle claims unrouted notices (under a lease), routes each into its deliveries (see
-`Routing.plan`), then claims the deliveries that are due and sends them through their
-channels, a few at a time. A delivery that fails is tried again after a delay that
-doubles with each attempt, with jitter (`outbox.retry_delay`); after `max_attempts` it
-becomes a dead letter. A reminder or escalation whose request settled meanwhile is
-skipped. A message offers answers only to whom it is addressed to if they may give them
-(`Message.may_answer`: an escalation to someone who is not the request's recipient, nor in
-its team, does not), and says when it goes to a team's own address (`Message.to_team`),
-whose members answer each as themselves. Everything it does is in the store, so a loop
-that stops (or a node that dies) leaves nothing behind: its leases (the routing's `lease`) run out and another loop, or
-the same one restarted, carries on, sending again what the dead one may have sent (with
+`Routing.plan`), then claims as many due deliveries as it has sends free and starts them
+through their channels. It does not wait for them: a receiver slow to answer holds up only
+its own sends, while new notices are routed and the other deliveries go out beside it.
+A delivery that fails is tried again after a delay that doubles with each attempt, with
+jitter (`outbox.retry_delay`); after `max_attempts` it becomes a dead letter. A reminder
+or escalation whose request settled meanwhile is skipped. A message offers answers only to
+whom it is addressed to if they may give them (`Message.may_answer`: an escalation to
+someone who is not the request's recipient, nor in its team, does not), and says when it
+goes to a team's own address (`Message.to_team`), whose members answer each as
+themselves. Everything it does is in the store, so a loop that stops (or a node that
+dies) leaves nothing behind: its leases (the routing's `lease`) run out and another loop,
+or the same one restarted, carries on, sending again what the dead one may have sent (with
 the same idempotency key). Every node (on PostgreSQL, or every process on one SQLite file)
 may run one; claims skip each other's rows.
 
@@ -88,6 +90,7 @@ class DeliveryLoop:
         self._routing_checked = time.monotonic()
         self._since: datetime | None = None
         self._since_read = False  # `routing_since`, read from the store at the first round
+        self.concurrency = concurrency
         self.delivery_batch = min(batch, concurrency * 2)
         self._rounds = -(-self.delivery_batch // concurrency)  # of sends, to send a claimed batch
         self._own_lease, self._own_send_timeout = lease, send_timeout
@@ -98,6 +101,8 @@ class DeliveryLoop:
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._sending: dict[Channel, int] = {}  # attempts under way, by channel
+        self._under_way: set[asyncio.Task[None]] = set()  # the sends `run` started and has not seen end
+        self._outage = Outage(log, "the delivery loop")
         self._retired: list[Channel] = []  # channels replaced while an attempt still used them
         self._failing: dict[str, int] = {}  # attempts failed for now, by channel, since one went through it
         self.on_change: list[Callable[[], None]] = []
@@ -139,6 +144,7 @@ class DeliveryLoop:
         """Stop delivering. The attempts under way are given `grace` seconds to finish and
         store their outcome (a delivery sent but not recorded would be sent again after a
         restart); whatever is still running then is cancelled and left to its lease."""
+        # (`run` waits for its sends once it stops taking work, and cancels them when cancelled.)
         task, self._task = self._task, None
         if task is not None:
             self._stopping = True
@@ -188,16 +194,26 @@ class DeliveryLoop:
         return True
 
     async def run(self) -> None:
-        """Deliver until cancelled; a failing store is logged and tried again."""
+        """Deliver until cancelled (or `stop`); a failing store is logged and tried again."""
+        try:
+            await self._run()
+            if self._under_way:  # stopped: the sends under way may still store their outcome
+                await asyncio.wait(set(self._under_way))
+        finally:
+            for task in self._under_way:
+                task.cancel()
+            await asyncio.gather(*self._under_way, return_exceptions=True)
+
+    async def _run(self) -> None:
         failures = 0
-        outage = Outage(log, "the delivery loop")
+        outage = self._outage
         while not self._stopping:
             self._wake.clear()
             try:
                 check = self.routing_check
                 if check is not None and time.monotonic() - self._routing_checked >= check:
                     await self.refresh_routing()
-                busy = await self.run_once()
+                busy = await self._round()
                 failures = 0
                 outage.ended()
                 due = None if busy or self._stopping else await self.outbox.next_outbox_due()
@@ -236,9 +252,49 @@ class DeliveryLoop:
         return notice.type != "created" or request.status is not Status.PENDING
 
     async def run_once(self, now: datetime | None = None) -> bool:
-        """Route what is unrouted and send what is due; True if there was work (there may
-        be more)."""
+        """Route what is unrouted and send what is due, waiting for those sends; True if
+        there was work (there may be more)."""
         now = now or datetime.now(UTC)
+        routed = await self._route(now)
+        due = await self.outbox.claim_deliveries(self.owner, now, self.delivery_lease, self.delivery_batch)
+        if due:
+            await asyncio.gather(*(self._deliver(d) for d in due))
+        # deliveries routed above and due now were claimed just after: a full batch of
+        # either is the only sign of more work waiting
+        return routed == self.batch or len(due) == self.delivery_batch
+
+    async def _round(self) -> bool:
+        """`run`'s cycle: route what is unrouted, and start sending as many due deliveries
+        as there are sends free, without waiting for them (each one that ends wakes the
+        loop, to take another). True if there may be more work now."""
+        now = datetime.now(UTC)
+        routed = await self._route(now)
+        free = self.concurrency - len(self._under_way)
+        due = [] if free <= 0 else await self.outbox.claim_deliveries(self.owner, now, self.delivery_lease, free)
+        for delivery in due:
+            task = asyncio.get_running_loop().create_task(self._send_apart(delivery), name="interlock-delivery-send")
+            self._under_way.add(task)
+            task.add_done_callback(self._ended)
+        return routed == self.batch or (free > 0 and len(due) == free)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._under_way.discard(task)
+        self._wake.set()  # a send is free again
+
+    async def _send_apart(self, delivery: Delivery) -> None:
+        """`_deliver`, started by `run` and not waited for: what goes wrong is logged here
+        (the delivery's lease runs out and it is sent again)."""
+        try:
+            await self._deliver(delivery)
+        except asyncio.CancelledError:
+            raise
+        except Unavailable as exc:
+            self._outage.failed(exc, f"delivery {delivery.id} is sent again once its lease runs out")
+        except Exception:
+            log.exception("delivery %s failed in the loop; it is sent again once its lease runs out", delivery.id)
+
+    async def _route(self, now: datetime) -> int:
+        """Route the unrouted notices (a batch of them) into their deliveries: how many."""
         if not self._since_read:
             self._since, self._since_read = await routing_since(self.outbox), True
         notices = await self.outbox.claim_notices(self.owner, now, self.lease, self.batch)
@@ -249,12 +305,7 @@ class DeliveryLoop:
                 planned = await self._members_now(planned, request)
             await self.outbox.route_notice(notice, planned, self.owner, now)
             self._changed()
-        due = await self.outbox.claim_deliveries(self.owner, now, self.delivery_lease, self.delivery_batch)
-        if due:
-            await asyncio.gather(*(self._deliver(d) for d in due))
-        # deliveries routed above and due now were claimed just after: a full batch of
-        # either is the only sign of more work waiting
-        return len(notices) == self.batch or len(due) == self.delivery_batch
+        return len(notices)
 
     async def _members_now(self, planned: list[Delivery], request: Request) -> list[Delivery]:
         """`planned` without the messages to members the routing lists in the team the
