@@ -60,13 +60,13 @@ by trying guesses against any link it signed, or against the fingerprint the sto
 (one fast hash). `secrets.token_urlsafe(32)` makes 43."""
 
 
-def too_short(secret: str) -> str | None:
-    """Why `secret` is refused as the key, on one line that says how to make one; None when
-    it is long enough."""
+def too_short(secret: str, name: str = ENV) -> str | None:
+    """Why `secret` is refused as the key (given as `name`), on one line that says how to
+    make one; None when it is long enough."""
     if len(secret) >= MIN_LENGTH:
         return None
     return (
-        f"{ENV} is {len(secret)} characters long: a key that short can be found by trying guesses against "
+        f"{name} is {len(secret)} characters long: a key that short can be found by trying guesses against "
         f"the links it signs; use at least {MIN_LENGTH} random characters, e.g. from "
         '`python -c "import secrets; print(secrets.token_urlsafe(32))"`'
     )

@@ -28,6 +28,7 @@ from interlock.server.app import create_app
 from .test_email import Mailbox, mailbox  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.anyio
+SIGN_IN_KEY = "email-sign-in-secret-key-of-32-characters"
 
 
 def routing_doc(port: int) -> dict[str, Any]:
@@ -57,9 +58,7 @@ async def world(tmp_path: Path, mailbox: Mailbox) -> AsyncIterator[World]:  # no
     async with interlock.connect(f"sqlite:///{tmp_path / 'mail.db'}") as broker:
         assert isinstance(broker, LocalBroker)
         await broker.save_principal(Principal("alice", "human"))
-        app = create_app(
-            broker=broker, secret_key="email-sign-in-secret-key", routing=routing_from_dict(routing_doc(mailbox.port))
-        )
+        app = create_app(broker=broker, secret_key=SIGN_IN_KEY, routing=routing_from_dict(routing_doc(mailbox.port)))
         async with serving(app) as server:
             yield World(server, broker)
 
@@ -158,7 +157,7 @@ async def test_a_bad_address_or_a_forged_form_is_refused(world: World) -> None:
 
 async def test_there_is_no_link_by_email_without_an_email_channel(tmp_path: Path) -> None:
     routing = routing_from_dict({"channels": {"hook": {"type": "webhook", "url": "http://127.0.0.1:9/"}}})
-    app = create_app(f"sqlite:///{tmp_path / 'x.db'}", secret_key="no-mail", routing=routing)
+    app = create_app(f"sqlite:///{tmp_path / 'x.db'}", secret_key=SIGN_IN_KEY, routing=routing)
     async with serving(app) as server, server.client() as browser:
         page = await browser.get("/signin")
         assert "Email me" not in page.text
@@ -188,9 +187,7 @@ async def test_a_link_the_mail_server_did_not_take_is_one_warning_naming_whom_an
     async with interlock.connect(f"sqlite:///{tmp_path / 'down.db'}") as broker:
         assert isinstance(broker, LocalBroker)
         await broker.save_principal(Principal("alice", "human"))
-        app = create_app(
-            broker=broker, secret_key="email-sign-in-secret-key", routing=routing_from_dict(routing_doc(port))
-        )
+        app = create_app(broker=broker, secret_key=SIGN_IN_KEY, routing=routing_from_dict(routing_doc(port)))
         async with serving(app) as server, server.client() as browser:
             assert (await ask_for_link(browser, "alice@example.com")).status_code == 200  # the same answer
             await World(server, broker).settled()

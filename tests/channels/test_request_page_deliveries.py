@@ -27,6 +27,7 @@ from interlock.server.app import create_app
 from .receiver import Receiver, eventually, receiver
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("backend", ["sqlite", "postgresql"])]
+SECRET_KEY = "timeline-secret-key-of-32-characters"
 
 
 @dataclass
@@ -69,7 +70,7 @@ async def world(url: str) -> AsyncIterator[World]:
             token = issue_token(p.name, datetime.now(UTC))
             await broker.save_token(token)
             tokens[p.name] = token.secret
-        app = create_app(broker=broker, secret_key="timeline", routing=routing_from_dict(routing(hook.url)))
+        app = create_app(broker=broker, secret_key=SECRET_KEY, routing=routing_from_dict(routing(hook.url)))
         async with serving(app) as server:
             yield World(server, broker, tokens, hook)
 

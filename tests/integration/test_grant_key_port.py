@@ -24,7 +24,7 @@ from key_support import now, opened_broker
 
 pytestmark = pytest.mark.anyio
 
-KEY, OTHER = "the-nodes-key-0123456789", "another-key-0123456789"
+KEY, OTHER = "the-nodes-key-0123456789-0123456789", "another-key-0123456789-0123456789"
 FILE, OTHER_FILE = GrantSigner.generate(), GrantSigner.generate()
 DERIVED = GrantSigner.from_secret(KEY)
 

@@ -20,7 +20,7 @@ from key_support import now, opened_broker
 
 pytestmark = pytest.mark.anyio
 
-KEY, OTHER = "the-nodes-key-0123456789", "another-key-0123456789"
+KEY, OTHER = "the-nodes-key-0123456789-0123456789", "another-key-0123456789-0123456789"
 
 
 broker = pytest.fixture(opened_broker)
@@ -115,3 +115,15 @@ async def test_a_refused_server_closes_the_store_it_opened(tmp_path: Path) -> No
         async with refused.router.lifespan_context(refused):
             pass
     assert refused.state.interlock.broker._state != "open"
+
+
+@pytest.mark.parametrize("secret", ["", "hunter2", "x" * 31])
+def test_an_app_given_a_key_too_short_to_keep_its_links_safe_is_refused_before_it_opens_a_store(
+    tmp_path: Path, secret: str
+) -> None:
+    """As `interlock serve` refuses such an `INTERLOCK_SECRET_KEY`: a program that makes the
+    app itself is told the same, naming its argument, and no store is made."""
+    db = tmp_path / "never.db"
+    with pytest.raises(ValueError, match=rf"^secret_key is {len(secret)} characters long: .* at least 32 random"):
+        create_app(f"sqlite:///{db}", secret_key=secret)
+    assert not db.exists()

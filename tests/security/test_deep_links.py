@@ -37,7 +37,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     await broker.save_principal(Principal("alice", "human"))
     token = issue_token("alice", datetime.now(UTC))
     await broker.save_token(token)
-    app = create_app(broker=broker, secret_key="deep-links")
+    app = create_app(broker=broker, secret_key="deep-links-secret-key-of-32-characters")
     transport = httpx.ASGITransport(app=app)
     async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url=BASE) as client:
         yield World(broker, client, token.secret)

@@ -31,7 +31,7 @@ async def world(tmp_path: Path) -> AsyncIterator[tuple[LocalBroker, httpx.AsyncC
     assert isinstance(broker, LocalBroker)
     await broker.open()
     await broker.save_principal(Principal("alice", "human"))
-    app = create_app(broker=broker, secret_key="markdown")
+    app = create_app(broker=broker, secret_key="markdown-secret-key-of-32-characters")
     transport = httpx.ASGITransport(app=app)
     async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url=BASE) as client:
         shown = await client.get(await mint_signin_link(broker, "alice", BASE))

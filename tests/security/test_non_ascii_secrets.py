@@ -28,7 +28,7 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     broker = interlock.connect(f"sqlite:///{tmp_path / 'ascii.db'}")
     assert isinstance(broker, LocalBroker)
     await broker.open()
-    app = create_app(broker=broker, secret_key="non-ascii")
+    app = create_app(broker=broker, secret_key="non-ascii-secret-key-of-32-characters")
     transport = httpx.ASGITransport(app=app)
     async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url=BASE) as client:
         yield client

@@ -29,7 +29,7 @@ async def world(tmp_path: Path) -> AsyncIterator[tuple[LocalBroker, httpx.AsyncC
     await broker.open()
     await broker.save_principal(Principal("alice", "human"))
     await broker.save_principal(Principal("bot", "agent", "alice"))
-    app = create_app(broker=broker, secret_key="links")
+    app = create_app(broker=broker, secret_key="links-secret-key-of-32-characters!")
     transport = httpx.ASGITransport(app=app)
     async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url=BASE) as client:
         yield broker, client

@@ -69,7 +69,7 @@ def world(
 ) -> Iterator[tuple[str, str, dict[str, str]]]:
     db = f"sqlite:///{tmp_path / 'web.db'}"
     tokens = anyio.run(add_people, db)
-    with serve(db, auth=True, secret_key="fixed") as base:
+    with serve(db, auth=True, secret_key="fixed-secret-key-of-32-characters!") as base:
         yield base, db, tokens
 
 

@@ -29,6 +29,7 @@ from .test_web_inbox import Server, server  # noqa: F401 - the fixture
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+SECRET_KEY = "web-tests-secret-key-of-32-characters"
 
 ROUTING = {
     "max_attempts": 1,
@@ -54,7 +55,7 @@ def world(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> 
 
     with ThreadPoolExecutor(1) as pool:  # this thread runs the browser driver's event loop
         pool.submit(asyncio.run, setup()).result(30)
-    with serve(db, auth=True, secret_key="web-tests", routing=routing_from_dict(ROUTING)) as base:
+    with serve(db, auth=True, secret_key=SECRET_KEY, routing=routing_from_dict(ROUTING)) as base:
         yield base, tokens
 
 

@@ -34,6 +34,7 @@ T = TypeVar("T")
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)"
 )
+SECRET_KEY = "web-tests-secret-key-of-32-characters"
 
 expect.set_options(timeout=TIMEOUT_MS)
 
@@ -85,7 +86,7 @@ def serve(
         tokens = on_loop.run(_add_people(broker))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         the_routing = routing(url) if routing is not None else None
-        app = create_app(broker=broker, auth=auth, secret_key="web-tests-secret-key", routing=the_routing, **options)
+        app = create_app(broker=broker, auth=auth, secret_key=SECRET_KEY, routing=the_routing, **options)
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws="none", timeout_graceful_shutdown=2))
         serving = asyncio.run_coroutine_threadsafe(server.serve(sockets=[sock]), loop)
         try:

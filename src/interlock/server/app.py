@@ -51,6 +51,7 @@ from ..errors import NewerDatabase, Unavailable
 from ..grant_tokens import GrantSigner
 from ..model import GrantPolicy, Limits
 from ..routing import Routing, load_routing
+from ..secret_key import too_short
 from ..wire import WIRE_ERRORS, code_for_status, problem_of, retry_after_of
 from . import (
     api,
@@ -224,7 +225,8 @@ def create_app(
     with another, or with a key made at start beside servers that have one, is refused at
     start (`StartupRefused`; see `interlock.secret_key`).
     `secret_key` signs the one-click answer links of messages (and the grant tokens,
-    without `grant_key`); by default a key is made at start. The servers on one store must
+    without `grant_key`), and must be at least 32 characters (ValueError); by default a
+    key is made at start. The servers on one store must
     share it: the first with a key records its fingerprint there, and one with another key,
     or with none beside servers that have one, is refused at start (`StartupRefused`; see
     `interlock.secret_key`).
@@ -236,6 +238,8 @@ def create_app(
     that may call the HTTP API with a token (CORS, on /api/ only; never with cookies); none
     by default, and only with auth.
     """
+    if secret_key is not None and (refusal := too_short(secret_key, "secret_key")) is not None:
+        raise ValueError(refusal)
     origins = cors_checked(cors_origins, auth)
     options: dict[str, Any] = {"limits": limits} if limits is not None else {}
     if pause_timeout is not None:
