@@ -731,8 +731,9 @@ class Broker(ABC):
         """Expire a pending request now, as if its deadline had passed."""
 
     @abstractmethod
-    async def release(self, request_id: str) -> bool:
-        """Free a detached request; still pending, it is withdrawn."""
+    async def release(self, request_id: str, *, by: str | None = None, via: str = "python") -> bool:
+        """Free a detached request; still pending, it is withdrawn (recorded as `by`,
+        `via` the surface)."""
 
     @abstractmethod
     async def consume(self, request_id: str, *, by: str | None = None) -> bool:
@@ -760,9 +761,10 @@ class Broker(ABC):
         """Who a request created with `requester` is recorded as made by."""
 
     @abstractmethod
-    async def close(self, channel: str | None = None, *, requester: str | None = None) -> None:
-        """Close `channel` (withdraw its pending requests, refuse creates there until
-        `reopen`), or without one this broker."""
+    async def close(self, channel: str | None = None, *, requester: str | None = None, via: str = "python") -> None:
+        """Close `channel` (withdraw its pending requests, recorded as withdrawn by
+        `requester` `via` the surface, and refuse creates there until `reopen`), or without
+        one this broker."""
 
     @abstractmethod
     async def reopen(self, channel: str, *, requester: str | None = None) -> bool:
@@ -1453,6 +1455,12 @@ class LocalBroker(Broker):
         if decision is not None and by is None and request.to is not None and answers.get(decision.id) is True:
             await self._refuse_nameless_yes(request)
         if decision is not None and answers.get(decision.id) is False:
+            if grants:  # a no issues nothing: an echo names grants it did not trigger
+                named = check_echo(grants)[0]
+                raise InvalidAnswer(
+                    f"grants: {named.can!r} on {named.with_!r} was echoed on a denial, which issues no grant; "
+                    "nothing was answered or issued"
+                )
             # Denying an approval is a denial, recorded as one: the request is rejected with
             # the reason (a person's no to a tool call, whichever surface said it), so the
             # gate, a parked run's resume and a Novo client all read the same outcome.
@@ -1530,8 +1538,9 @@ class LocalBroker(Broker):
         """Expire a pending request now, as if its deadline had passed."""
         return await self._give_up(request_id, Status.EXPIRED, Response(datetime.now(UTC), via="expiry"))
 
-    async def release(self, request_id: str) -> bool:
-        """Free a detached request. Still pending, it is withdrawn so a stray waiter unblocks.
+    async def release(self, request_id: str, *, by: str | None = None, via: str = "python") -> bool:
+        """Free a detached request. Still pending, it is withdrawn so a stray waiter unblocks
+        (recorded as withdrawn `by`, `via` the surface).
 
         True if this call dropped one: the request was created detached (or was still
         pending) and nobody had released it yet, from any process or node sharing the
@@ -1540,13 +1549,14 @@ class LocalBroker(Broker):
         False. Settled records are kept (durably, or in the memory retention as read
         outcomes), so a late `wait` still replays them.
         """
+        self._check_giving_up("", by, via)
         if self._state != "open":
             await self.open()
         request_id = _check_id(request_id)
         self._detached.discard(request_id)
         now = datetime.now(UTC)
         dropped = await self.store.release(request_id, now)
-        response = Response(now, via="python", reason="released by its creator", cause="released")
+        response = Response(now, by=by, via=via, reason="released by its creator", cause="released")
         await self._give_up(request_id, Status.CANCELLED, response)  # still pending: withdrawn
         self.store.note_read(request_id)
         return dropped
@@ -1648,9 +1658,10 @@ class LocalBroker(Broker):
     async def _withdraw(self, request: Request, cause: str, reason: str) -> None:
         await self._settle(request.settle(Status.CANCELLED, Response(datetime.now(UTC), reason=reason, cause=cause)))
 
-    async def close(self, channel: str | None = None, *, requester: str | None = None) -> None:
+    async def close(self, channel: str | None = None, *, requester: str | None = None, via: str = "python") -> None:
         """Withdraw every pending request in `channel` and refuse later creates there with
-        `Closed`, until `reopen(channel)`. Other channels go on.
+        `Closed`, until `reopen(channel)`. Other channels go on. The requests are recorded
+        as withdrawn by `requester` (by nobody without one: the operator), `via` the surface.
 
         A channel's closure is kept in the store, so every broker on it (other processes,
         other PostgreSQL nodes, clients of the same server) refuses creates there too. With
@@ -1664,7 +1675,7 @@ class LocalBroker(Broker):
         (`Request.outlives_its_waiter`: a detached request, one with an idempotency key, a
         run's), as when a waiting call is cancelled.
         """
-        self._check_names(channel=channel)
+        self._check_names(channel=channel, requester=requester, via=via)
         if self._state != "open":
             await self.open()
         self._cancel_hooks(channel, requester)
@@ -1675,7 +1686,9 @@ class LocalBroker(Broker):
                 if request is not None and request.status is Status.PENDING:
                     await self._withdraw(request, "closed", "the broker was closed")  # (it wakes its waiters)
             return
-        response = Response(datetime.now(UTC), reason=f"channel {channel!r} was closed", cause="closed")
+        response = Response(
+            datetime.now(UTC), by=requester, via=via, reason=f"channel {channel!r} was closed", cause="closed"
+        )
         settled = await self.store.close_channel(channel, response, requester=requester)
         for request in settled:
             self._wake(request)

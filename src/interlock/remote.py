@@ -665,8 +665,10 @@ class RemoteBroker(Broker):
     async def expire(self, request_id: str) -> bool:
         return await self._settle(request_id, "expire")
 
-    async def release(self, request_id: str) -> bool:
-        # The server's store says whether this is the first release, from any client.
+    async def release(self, request_id: str, *, by: str | None = None, via: str = "python") -> bool:
+        # The server's store says whether this is the first release, from any client; it
+        # records its caller, through its API.
+        self._check_giving_up("", by, via)
         self._detached.discard(request_id)
         return await self._settle(request_id, "cancel", {"cause": "released"})
 
@@ -721,12 +723,12 @@ class RemoteBroker(Broker):
             return requester  # a server without auth records the requester it is given
         return str(self._caller["name"])
 
-    async def close(self, channel: str | None = None, *, requester: str | None = None) -> None:
+    async def close(self, channel: str | None = None, *, requester: str | None = None, via: str = "python") -> None:
         """Close `channel` on the server (for everyone when the caller is an admin, else for
         the caller's requests); without one, withdraw the pending requests this broker made
         (not those that outlive their waiter, nor anyone else's) and refuse later creates
         through it."""
-        self._check_names(channel=channel)
+        self._check_names(channel=channel, requester=requester, via=via)
         await self._ready()
         self._cancel_hooks(channel, None)  # this broker's hooks run for its caller's requests only
         if channel is not None:

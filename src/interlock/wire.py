@@ -149,7 +149,8 @@ WIRE_ERRORS: tuple[WireError, ...] = (
         "already_settled",
         409,
         AlreadySettled,
-        "the request is no longer pending (`current_status` says how it settled), or a delivery is no dead letter",
+        "the request is no longer pending (`current_status` says how it settled), or a delivery is no dead letter; "
+        "or a waiting call's withdrawal (`cause: withdrawn`) left pending a request that outlives its waiter",
         lambda exc: {"current_status": exc.status},
         lambda detail, body, rid: AlreadySettled(rid, str(body.get("current_status") or "settled"), detail or None),
     ),

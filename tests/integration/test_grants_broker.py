@@ -52,6 +52,18 @@ async def test_an_untriggered_echo_refuses_the_answer_and_leaves_the_request_pen
     assert (grant.can, grant.option_id, grant.expires_at) == ("tail", "logs", None)
 
 
+async def test_an_echo_on_an_approval_s_denial_refuses_the_answer_and_leaves_it_pending(broker: Broker) -> None:
+    """A no issues no grant, so a grant echoed with one refuses the whole answer, as every
+    other echo the choices did not trigger does (it was taken as a plain denial)."""
+    request = await broker.create(Confirm("Deploy?", grants=[DEPLOY]), kind="approval", to="alice", requester="bot")
+    with pytest.raises(InvalidAnswer, match="'deploy' on 'repo:web' was echoed on a denial, which issues no grant"):
+        await broker.resolve(request.id, False, by="alice", comment="not now", grants=[DEPLOY])
+    assert (await broker.get(request.id)).status is Status.PENDING
+    assert await broker.resolve(request.id, False, by="alice", comment="not now", grants=[])
+    assert (await broker.get(request.id)).status is Status.REJECTED
+    assert (await broker.list_grants(audience="bot")).items == []
+
+
 async def test_without_an_echo_nothing_is_issued(broker: Broker) -> None:
     request = await broker.create(Choice("Access?", [Option("read", grants=[DEPLOY])]), to="alice", requester="bot")
     assert await broker.resolve(request.id, "read", by="alice")

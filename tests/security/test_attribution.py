@@ -177,6 +177,25 @@ async def test_the_surface_is_recorded_by_the_server_never_taken_from_the_body(
     assert (refused.status_code, refused.json()["response"]["reason"]) == (200, "")
 
 
+async def test_a_release_and_a_channel_s_closing_through_the_api_say_who_withdrew_and_where(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
+    """Both were recorded as withdrawn by nobody, `via: python` (the release) or no surface
+    at all (the closing), whoever did it through the server."""
+    made = await clients["alice-bot"].post("/requests", json={**APPROVAL, "detached": True})
+    released = await clients["alice-bot"].post(f"/requests/{made.json()['id']}/cancel", json={"cause": "released"})
+    assert released.status_code == 200, released.text
+    response = released.json()["response"]
+    assert (response["cause"], response["by"], response["via"]) == ("released", "alice-bot", "api")
+
+    in_chat = await clients["alice-bot"].post("/requests", json={**APPROVAL, "origin": {"channel": "chat"}})
+    closed = await clients["alice-bot"].post("/close", json={"channel": "chat"})
+    [withdrawn] = closed.json()
+    assert withdrawn["id"] == in_chat.json()["id"]
+    response = withdrawn["response"]
+    assert (response["cause"], response["by"], response["via"]) == ("closed", "alice-bot", "api")
+
+
 async def test_a_cancel_in_python_records_the_surface_it_is_given() -> None:
     async with interlock.connect("memory://") as broker:
         request = await broker.create(interlock.Confirm("Go?"))

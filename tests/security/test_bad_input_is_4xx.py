@@ -249,3 +249,36 @@ async def test_a_form_answered_in_text_with_json_python_cannot_read_is_refused(
     refused(await api.post(f"/requests/{request_id}/answer", json=answer))
     refused(await api.post(f"/interactions/{request_id}/resolve", json=answer))
     assert await snapshot(api) == before
+
+
+async def test_a_withdrawal_of_a_request_that_outlives_its_waiter_says_why_it_stays_pending(
+    api: httpx.AsyncClient,
+) -> None:
+    """The cancel body's own example (`cause: "withdrawn"`) on a detached request read as
+    a 409 saying the pending request was "already pending"."""
+    made = await api.post("/requests", json={"to": "alice", "asks": [TEXT], "detached": True})
+    request_id = made.json()["id"]
+    before = await snapshot(api)
+    withdrawn = await api.post(f"/requests/{request_id}/cancel", json={"cause": "withdrawn"})
+    assert withdrawn.status_code == 409, withdrawn.text
+    assert (withdrawn.json()["code"], withdrawn.json()["current_status"]) == ("already_settled", "pending")
+    assert "outlives its waiter" in withdrawn.json()["detail"]
+    assert 'cancel it (cause "cancelled") to withdraw it' in withdrawn.json()["detail"]
+    assert await snapshot(api) == before
+    cancelled = await api.post(f"/requests/{request_id}/cancel", json={"cause": "cancelled"})
+    assert (cancelled.status_code, cancelled.json()["status"]) == (200, "cancelled")
+
+
+async def test_a_run_s_events_page_takes_at_least_one_event_and_a_message_some_text(
+    api: httpx.AsyncClient, server: InProcessServer
+) -> None:
+    """`limit=0` gave back `after` as the page's end; a message of spaces, refused by the
+    server, fitted the schema it publishes."""
+    run = (await api.post("/runs", json={"agent": "deployer", "run_id": "r1"})).json()["id"]
+    refused(await api.get(f"/runs/{run}/events", params={"limit": 0}), 422)
+    before = await snapshot(api)
+    refused(await api.post(f"/runs/{run}/messages", json={"text": "   "}), 422)
+    assert await snapshot(api) == before
+    async with server.client("") as root:
+        schema = (await root.get("/openapi.json")).json()["components"]["schemas"]["MessageBody"]
+    assert schema["properties"]["text"]["pattern"] == r"\S"

@@ -1,8 +1,8 @@
 """Who sees a run, over HTTP with auth on: who started it, that agent's owner, the people
-its requests go to (themselves or through a team of theirs), and an admin. An agent a
-request goes to reads that request and nothing more of the run (a server with
-`--open-inboxes` lets agents ask each other); an owner finds their agents' runs in their
-list as well as by id."""
+its requests go to (themselves or through a team of theirs), and an admin. The agent of a
+person a request goes to sees nothing of the run, and an agent is asked nothing (only
+people answer), even on a server with `--open-inboxes`; an owner finds their agents' runs
+in their list as well as by id."""
 
 from __future__ import annotations
 
@@ -73,12 +73,12 @@ async def started(bot: httpx.AsyncClient, run_id: str, *asked: str) -> tuple[str
     return run.json()["id"], ids
 
 
-async def test_an_agent_asked_in_another_agents_run_reads_its_request_but_not_the_run(
+async def test_the_agent_of_a_person_asked_in_another_agents_run_sees_nothing_of_it(
     clients: dict[str, httpx.AsyncClient],
 ) -> None:
-    run, (request_id, _) = await started(clients["alice-bot"], "run-1", "bob-bot", "bob")
+    run, (request_id,) = await started(clients["alice-bot"], "run-1", "bob")
     bob_bot = clients["bob-bot"]
-    assert (await bob_bot.get(f"/requests/{request_id}")).status_code == 200  # its own request, as before
+    assert (await bob_bot.get(f"/requests/{request_id}")).status_code == 403  # bob's, not his agent's
 
     for method, path, body in (
         ("GET", f"/runs/{run}", None),
@@ -111,7 +111,7 @@ async def test_an_agent_asked_in_another_agents_run_reads_its_request_but_not_th
 
 async def test_an_agent_lists_only_the_runs_it_started(clients: dict[str, httpx.AsyncClient]) -> None:
     mine, _ = await started(clients["bob-bot"], "mine")
-    await started(clients["alice-bot"], "theirs", "bob-bot")
+    await started(clients["alice-bot"], "theirs", "bob")
     listed = await clients["bob-bot"].get("/runs")
     assert [r["id"] for r in listed.json()["items"]] == [mine]
     assert [
@@ -147,3 +147,21 @@ async def test_an_owner_messages_the_thread_of_their_agents_run_that_asks_no_one
     assert sent.status_code == 409 and sent.json()["details"]["queued"] is True, sent.text
     held = (await clients["alice-bot"].get(f"/runs/{run}")).json()["queuedFollowups"]
     assert [(f["text"], f["by"]) for f in held] == [("and the docs too", "alice")]
+
+
+async def test_an_agent_is_asked_nothing_for_nobody_could_answer_and_an_update_still_reaches_it(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
+    """Only people answer: a request to an agent (another's, or the asking agent itself)
+    stayed pending for good, read by that agent alone. It is refused, and stores nothing."""
+    for to in ("bob-bot", "alice-bot"):
+        refused = await clients["alice-bot"].post("/requests", json=question(to=to))
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["detail"] == (
+            f"to: {to!r} is an agent, and only people answer requests: ask a person or a team "
+            "(an agent's requests go to its owner when they name nobody)"
+        )
+    assert (await clients["alice"].get("/requests")).json()["items"] == []
+    assert (await clients["bob-bot"].get("/requests")).json()["items"] == []
+    told = await clients["alice-bot"].post("/inform", json={"message": "deploy done", "to": "bob-bot"})
+    assert told.status_code == 201, told.text

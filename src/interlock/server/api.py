@@ -26,7 +26,7 @@ from ..cursors import issued, taken
 from ..dashboard import DASHBOARD_WINDOW, dashboard_to_dict
 from ..errors import AlreadySettled, InvalidAnswer, InvalidRequest, NotFound
 from ..grants import asks_own_inbox, may_ask
-from ..model import Event, Origin, Status, claim_to_dict, origin_from_dict, request_to_dict
+from ..model import Event, Origin, Status, check_text, claim_to_dict, origin_from_dict, request_to_dict
 from ..model import Request as HumanRequest
 from ..principals import Principal, can_answer, can_cancel, can_claim, can_read
 from ..wire import problem_of
@@ -197,20 +197,30 @@ def _keyed(body: CreateBody, http: Request) -> CreateBody:
     return body.model_copy(update={"idempotency_key": header})
 
 
-async def _may_reach(state: AppState, caller: Principal, to: str | None) -> None:
-    """Refuse a request or an update for `to` unless `to` names someone here (any name with
-    open recipients) and `caller` may ask them: anyone else's inbox needs their grant
-    (`may_ask`). A name that is no principal here (accepted with open recipients) has no
-    inbox here to protect. A team only the routing names is someone here too, asked by its
-    members and their agents only (it gives no grants), with open inboxes by anyone."""
+async def _may_reach(state: AppState, caller: Principal, to: str | None, *, answered: bool = True) -> None:
+    """Refuse a request (`answered`) or an update for `to` unless `to` names someone here
+    (any name with open recipients) and `caller` may ask them: anyone else's inbox needs
+    their grant (`may_ask`). A name that is no principal here (accepted with open
+    recipients) has no inbox here to protect. A team only the routing names is someone here
+    too, asked by its members and their agents only (it gives no grants), with open inboxes
+    by anyone. A request to an agent is refused: only people answer, so nobody could."""
     if to is None:
         return
     broker = state.broker
-    if not state.open_recipients and to not in state.known_recipients:
-        if await broker.get_principal(to) is not None:
-            state.known_recipients.add(to)
-        elif to not in state.auth.routing_teams():  # (a routing's team is not kept as known: it may change)
+    check_text(to, "to", broker.limits.max_name_length)  # before it is looked up
+    if to not in state.known_recipients:
+        principal = await broker.get_principal(to)
+        if principal is not None and principal.kind != "agent":
+            state.known_recipients.add(to)  # (an agent is looked up each time: asked, it is refused)
+        elif principal is None and not state.open_recipients and to not in state.auth.routing_teams():
+            # (a routing's team is not kept as known: it may change)
             raise ApiError("invalid_request", f"to: there is no human or agent named {to!r} here")
+        if answered and principal is not None and principal.kind == "agent":
+            raise ApiError(
+                "invalid_request",
+                f"to: {to!r} is an agent, and only people answer requests: ask a person or a team "
+                "(an agent's requests go to its owner when they name nobody)",
+            )
     if state.open_inboxes or asks_own_inbox(caller, to):
         return
     if to in state.known_recipients or await broker.get_principal(to) is not None:
@@ -615,13 +625,22 @@ async def cancel_request(
     """Withdraw a request you made (the body may be left out: no reason). With `cause:
     "released"`, free it as `release` does: a request created detached is dropped once,
     whichever client asks first (its answer kept, if it has one); a later release is a 409
-    `already_settled`."""
+    `already_settled`. `cause: "withdrawn"` is a waiting call's that was cut: a request
+    that outlives its waiter (detached, made with an idempotency key, or a run's) stays
+    pending, with a 409 `already_settled` saying so (`current_status: pending`)."""
     body = body or CancelBody()
     by = await _acting(broker, request_id, caller, can_cancel, "only whoever made the request may cancel it")
     if body.cause == "released":
-        done = await broker.release(request_id)
+        done = await broker.release(request_id, by=by, via="api")
     else:
         done = await broker.cancel(request_id, body.reason, by=by, cause=body.cause, via="api")
+    if not done and body.cause == "withdrawn" and (await broker.get(request_id)).status is Status.PENDING:
+        raise AlreadySettled(  # a 409 as for a request settled: the remote broker's cancel is False
+            request_id,
+            "pending",
+            f"request {request_id!r} outlives its waiter (it is detached, made with an idempotency key, or a "
+            "run's), so a waiting call's withdrawal leaves it pending: cancel it (cause \"cancelled\") to withdraw it",
+        )
     return out(await settled_or_conflict(broker, request_id, done))
 
 
@@ -643,7 +662,7 @@ async def close_channel(body: CloseBody, caller: Caller, broker: TheBroker) -> l
     requester = None if caller.kind == "admin" else caller.name
     if body.channel is not None:
         before = await broker.pending(channel=body.channel, requester=requester)
-        await broker.close(body.channel, requester=requester)
+        await broker.close(body.channel, requester=requester, via="api")
         return [request_to_dict(r) for i in before if (r := await broker.get(i)).status is not Status.PENDING]
     withdrawn = []
     for request_id in await broker.pending(requester=requester):
@@ -678,7 +697,7 @@ async def inform(body: InformBody, caller: Caller, state: State) -> dict[str, An
     broker = state.broker
     run = None if body.run is None else await _started_by(broker, caller, body.run, "run")
     to = body.to or (caller.owner if caller.kind == "agent" else None)
-    await _may_reach(state, caller, to)
+    await _may_reach(state, caller, to, answered=False)
     agent = body.agent if caller.kind == "admin" else (caller.name if caller.kind == "agent" else None)
     event = await broker.inform(
         body.message,
@@ -720,7 +739,9 @@ async def events(
 ) -> dict[str, Any]:
     """The event log after `after`, oldest first, as far as you may see it. Pass
     `last_event_id` as `after` for the next page. A page ends before `limit` where the
-    requests its events carry pass 8 MiB of JSON (`cut`), at its last event."""
+    requests its events carry pass 8 MiB of JSON (`cut`), at its last event. `limit=0`
+    reads no event, only where the log ends now (`last_event_id`): to follow it from
+    there, skipping what came before."""
     run = None if run is None else await run_id_of(broker, caller, run)
     last = await broker.last_event_id()
     page = await broker.find_events(

@@ -41,7 +41,12 @@ _problems = problems_for(PROBLEMS)
 
 
 class MessageBody(Strict):
-    text: str = Field(min_length=1, max_length=MAX_FOLLOWUP_LENGTH, description="the message, verbatim")
+    text: str = Field(
+        min_length=1,
+        max_length=MAX_FOLLOWUP_LENGTH,
+        pattern=r"\S",
+        description="the message, verbatim: not empty, not only spaces",
+    )
     by: str | None = Field(None, description="who sends it (the operator only; else the token's principal)")
 
 

@@ -406,7 +406,7 @@ async def run_events(
     caller: Caller,
     broker: TheBroker,
     after: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,
-    limit: Annotated[int, Query(ge=0, le=1000)] = 500,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 500,
 ) -> dict[str, Any]:
     """A page of the run's events after `after`, oldest first; `last_event_id` is where
     the next begins. A page ends before `limit` where the requests its events carry pass
