@@ -130,6 +130,9 @@ async def test_interrupts_of_one_step_are_asked_together_and_answered_together(b
     assert run.status is RunStatus.WAITING_FOR_INPUT and len(run.waiting_on) == 3
     requests = {(await broker.get(i)).asks[0].type: i for i in run.waiting_on}
     assert set(requests) == {"choice", "text", "confirm"}
+    # What the lists show of each (its title, else its first prompt): not "release asks" thrice.
+    shown = {r.title or r.asks[0].prompt for r in [await broker.get(i) for i in run.waiting_on]}
+    assert shown == {"Which region?", "Anything to add to the release notes?", "Ship it?"}
     await broker.resolve(requests["choice"], "eu", by="bob")
     await broker.resolve(requests["text"], "no breaking changes", by="bob")
     assert await broker.claim_run(["release"], worker="w1") is None  # one still waits
@@ -185,6 +188,31 @@ async def test_starting_again_on_the_same_thread_finds_its_pause_and_a_later_tur
     later = await agent.start({"to": "b@example.com"}, thread_id="t-9")  # the thread's next turn
     assert later.id != run.id and later.status is RunStatus.WAITING_FOR_APPROVAL
     assert len((await broker.list(kind="approval")).items) == 2
+
+
+async def test_a_turn_after_a_run_ended_at_an_interrupt_runs_on_its_own_input_not_the_old_call(
+    broker: Broker,
+) -> None:
+    """A run cancelled, or failed on a denial, leaves the thread stopped at its interrupt.
+    The thread's next turn asked that call again, with the old arguments, and dropped its
+    own input: approved, it sent the mail the person had cancelled."""
+    mailer = Mailer()
+    agent = LangGraphAgent(broker, mailer.graph(), name="mailer", to="alice")
+    first = await agent.start({"to": "ops@example.com"}, thread_id="t-9")
+    assert await broker.cancel_run(first.id, by="alice")
+    second = await agent.start({"to": "ceo@example.com"}, thread_id="t-9")
+    assert second.id != first.id and second.status is RunStatus.WAITING_FOR_APPROVAL
+    asked = await broker.get(second.waiting_on[0])
+    assert asked.context["arguments"] == {"to": "ceo@example.com", "subject": "release 1.4"}
+    await broker.resolve(asked.id, False, by="alice", comment="wrong list")
+    assert (await claim_and_resume(broker, agent)).status is RunStatus.FAILED
+    third = await agent.start({"to": "team@example.com"}, thread_id="t-9")
+    asked = await broker.get(third.waiting_on[0])
+    assert asked.context["arguments"] == {"to": "team@example.com", "subject": "release 1.4"}
+    await broker.resolve(asked.id, True, by="alice")
+    done = await claim_and_resume(broker, agent)
+    assert done.status is RunStatus.COMPLETED
+    assert mailer.sent == [{"to": "team@example.com", "subject": "release 1.4"}]
 
 
 async def test_a_run_whose_process_stopped_before_parking_parks_on_the_same_interrupt(broker: Broker) -> None:

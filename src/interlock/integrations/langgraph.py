@@ -37,7 +37,7 @@ from langgraph.types import Command, Interrupt, interrupt
 from ..agent.calls import ToolCall
 from ..agent.gate import ApprovalGate
 from ..broker import Broker
-from ..errors import ApprovalDenied, ApprovalRefused, Cancelled, Expired, InvalidRequest
+from ..errors import ApprovalDenied, ApprovalRefused, Cancelled, Expired, InvalidRequest, NotFound
 from ..model import (
     ASK_TYPES,
     Ask,
@@ -269,21 +269,27 @@ class LangGraphAgent:
         is returned as it is, and a run whose process stopped before it parked goes on from
         the thread's last checkpoint. With a `thread_id` alone, a run of this agent on that
         thread that has not ended is that run (a restarted process names the thread it
-        knows): its pause is returned as it is, not asked of the person a second time. If
-        the graph raises (a node, or the gate refusing a call it cannot decide), the run is
-        returned `failed` with the error.
+        knows): its pause is returned as it is, not asked of the person a second time. Once
+        the thread's runs have all ended, a start is its next turn: a new run of the graph on
+        `input`, whatever interrupt an ended run left the thread stopped at (cancelled, given
+        up, or failed on a denial: that interrupt is not asked again). If the graph raises (a
+        node, or the gate refusing a call it cannot decide), the run is returned `failed`
+        with the error.
         """
         if run_id is None and thread_id is not None:
             run_id = await self._unended_run_on(thread_id)
+        again = run_id is not None and await self._known(run_id)  # a run started before: it goes on
         run = await self.broker.start_run(self.name, session=thread_id, run_id=run_id, max_duration=max_duration)
         if run.status is not RunStatus.RUNNING:
             return run
         thread = thread_id or run.id
         try:
-            snapshot = await self._snapshot(thread)
-            if snapshot.interrupts:
+            # Where the thread stopped is this run's only when the run was started before (its
+            # process stopped); a new run's thread may hold where an ended one stopped.
+            snapshot = await self._snapshot(thread) if again else None
+            if snapshot is not None and snapshot.interrupts:
                 outcome = await self._advance(run, thread, None, invoke=False)
-            elif snapshot.next:
+            elif snapshot is not None and snapshot.next:
                 outcome = await self._advance(run, thread, None)  # stopped mid-step: go on from the checkpoint
             else:
                 outcome = await self._advance(run, thread, input)
@@ -292,6 +298,13 @@ class LangGraphAgent:
         if isinstance(outcome, Park):
             return await self.broker.park(run.id, state=outcome.state, waiting_on=outcome.waiting_on)
         return await self.broker.complete_run(run.id, outcome)
+
+    async def _known(self, run_id: str) -> bool:
+        try:
+            await self.broker.get_run(run_id)
+        except NotFound:
+            return False
+        return True
 
     async def _unended_run_on(self, thread: str) -> str | None:
         """The id of this agent's newest run on `thread` that has not ended, if any."""
@@ -426,7 +439,7 @@ class LangGraphAgent:
         return await self.broker.create(
             asks,
             to=self.to,
-            title=title or f"{self.name} asks",
+            title=title,  # none given: the lists show the first ask's prompt
             details=details,
             requester=self.name,
             idempotency_key=derived_key("langgraph", run_id, it.id, spelled=f"langgraph:{run_id}:{it.id}"),
