@@ -151,6 +151,19 @@ def from_url(url: str, **options: Any) -> RemoteBroker:
     return RemoteBroker(url.split("?", 1)[0], token=token, **broker_options)
 
 
+def _checked_token(token: str) -> str:
+    """`token` without the white space around it (the end of a copied line); a ValueError
+    that quotes none of it when it holds what no token has (more than the token was copied:
+    `interlock token create`'s line before it, say), which no server could be sent."""
+    token = token.strip()
+    if not token or not all("!" <= c <= "~" for c in token):
+        raise ValueError(
+            "the token is not one: it holds white space, a line break or characters no token has "
+            "(was more than the token copied?)"
+        )
+    return token
+
+
 class RemoteBroker(Broker):
     """A broker whose methods are the calls of a server's HTTP API."""
 
@@ -169,7 +182,7 @@ class RemoteBroker(Broker):
             max_prompt_length=max_prompt_length, hook_timeout=hook_timeout, limits=limits, grant_policy=grant_policy
         )
         self.base_url = base_url.rstrip("/")
-        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._headers = {"Authorization": f"Bearer {_checked_token(token)}"} if token else {}
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
         self._caller: Mapping[str, Any] = {}  # the token's principal, from /whoami

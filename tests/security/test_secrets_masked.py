@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import socket
 import sys
 from collections.abc import Callable
@@ -17,6 +18,8 @@ import pytest
 
 import interlock
 from cli_support import invoke
+from interlock.redact import redact
+from interlock.remote import RemoteBroker
 from serve_support import serve
 
 pytestmark = pytest.mark.anyio
@@ -79,6 +82,34 @@ async def test_an_error_message_never_shows_a_password_or_a_token(tmp_path: Path
         await broker.open()
     assert f"postgresql://postgres:***@127.0.0.1:{port}/db" in str(unopened.value)
     assert SECRET not in str(unopened.value)
+
+
+@pytest.mark.parametrize(
+    "given", ["token for alice, shown once:\n{token}", "{token} and more", "{token}é"], ids=["line", "space", "accent"]
+)
+def test_a_token_copied_with_more_than_itself_is_refused_quoting_none_of_it(given: str) -> None:
+    """A token captured with `interlock token create`'s line before it was sent as it was:
+    httpx refused the header, quoting it in full (after an escaped line break, which the
+    mask missed), and the command said the server could not be reached."""
+    token = f"il_0123abcd_{SECRET}-and-more-of-it"
+    refused = invoke(
+        "inbox",
+        "--server",
+        f"http://127.0.0.1:{free_port()}",
+        env={**os.environ, "INTERLOCK_TOKEN": given.format(token=token)},
+    )
+    said = " ".join(refused.stderr.split())
+    assert refused.returncode == 4, said  # as for any setting given wrong
+    assert "the token is not one: it holds white space, a line break or characters no token has" in said
+    assert SECRET not in said and "reach" not in said
+    assert redact(repr(f"Bearer token for alice:\n{token}")) == repr("Bearer token for alice:\nil_0123abcd_***")
+
+
+def test_a_token_with_white_space_around_it_is_taken_without_it() -> None:
+    """The end of a copied line (a space, a line break) is no part of a token."""
+    token = f"il_0123abcd_{SECRET}"
+    broker = interlock.connect("http://127.0.0.1:1", token=f" {token}\n")
+    assert isinstance(broker, RemoteBroker) and broker._headers["Authorization"] == f"Bearer {token}"
 
 
 def test_a_log_record_is_redacted_by_the_servers_log_handlers() -> None:
