@@ -173,6 +173,10 @@ async def test_bad_asks_are_refused_and_nothing_lands_in_the_inbox(mcp_as: MCP) 
         assert "grants" in error(await bot.call_tool("hitl_request", {"asks": [grants_on_text]}))
         assert error(await bot.call_tool("hitl_request", {"asks": [{"type": "poll", "prompt": "?"}]}))
         assert error(await bot.call_tool("hitl_request", {"asks": [FOUR_ASKS[0]], "user": "nobody-here"}))
+        # An argument the tool does not take (a model's typo) was dropped: a request that never expired.
+        misspelt = error(await bot.call_tool("hitl_request", {"asks": [FOUR_ASKS[0]], "timout": 60}))
+        assert "timout" in misspelt and "Extra inputs are not permitted" in misspelt
+        assert "agent" in error(await bot.call_tool("hitl_request", {"asks": [FOUR_ASKS[0]], "user": "alice-bot"}))
         assert result(await alice.call_tool("hitl_list", {}))["requests"] == []
 
 

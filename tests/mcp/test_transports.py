@@ -11,6 +11,8 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import anyio
 import httpx
@@ -22,6 +24,7 @@ from mcp_support import BOUND, World, add_people, error, in_process, result, std
 
 import interlock
 from interlock import Confirm
+from interlock.errors import Closed
 
 pytestmark = pytest.mark.anyio
 
@@ -72,6 +75,49 @@ async def test_mcp_over_http_refuses_no_token_a_wrong_one_and_a_revoked_one(worl
     async with httpx.AsyncClient(timeout=BOUND) as http:  # bob's calls stop at once, his earlier ones too
         assert (await http.post(f"{world.base}/mcp", json=INITIALIZE, headers=good)).status_code == 401
         assert (await http.post(f"{world.base}/mcp", json=LIST_INBOX, headers={**good, **VERSION})).status_code == 401
+
+
+async def test_a_token_refused_at_mcp_is_logged_as_the_api_logs_one(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator saw a token guessed or revoked at the API, never at `/mcp`."""
+    caplog.set_level(logging.WARNING, logger="interlock.server")
+    guess = {**ACCEPT, "Authorization": "Bearer il_0123abcd_a-guess-at-someones-token"}
+    async with httpx.AsyncClient(timeout=BOUND) as http:
+        assert (await http.post(f"{world.base}/mcp", json=INITIALIZE, headers=guess)).status_code == 401
+    [said] = [r.getMessage() for r in caplog.records if r.name == "interlock.server"]
+    assert said == "refused an unknown or revoked token (il_0123abcd_***) from 127.0.0.1: POST /mcp"
+
+
+async def test_a_call_under_way_keeps_its_seat_while_more_callers_come_than_mcp_keeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past `MAX_SEATS` callers `/mcp` closed the least recently used one's broker, though a
+    call of its was still using it: that call failed ("this broker was closed"). Its seat
+    now stays open until the call ends, and the next caller past the limit closes it then."""
+    from interlock.mcp.transports import HttpEndpoint
+    from interlock.server.app import create_app
+
+    monkeypatch.setattr("interlock.mcp.transports.MAX_SEATS", 2)
+
+    def call(token: str) -> Any:  # what a tool call's context says of its caller
+        return SimpleNamespace(headers={"authorization": f"Bearer {token}"})
+
+    async def nobody(token: str) -> None:
+        return None
+
+    app = create_app(f"sqlite:///{tmp_path / 'seats.db'}", auth=False)
+    endpoint = HttpEndpoint(app, nobody, auth=False)
+    async with app.router.lifespan_context(app), endpoint.running():
+        async with endpoint._access(call("caller-0")) as waiting:  # a call under way, the least recent
+            for n in range(1, 5):
+                async with endpoint._access(call(f"caller-{n}")) as other:
+                    await other.broker.list()
+            await waiting.broker.list()  # its broker still works
+        async with endpoint._access(call("caller-5")):
+            pass
+        with pytest.raises(Closed):
+            await waiting.broker.list()  # closed once its call had ended
 
 
 async def test_mcp_over_http_without_auth_answers_this_machine_only(

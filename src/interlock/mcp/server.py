@@ -527,8 +527,21 @@ def _tool_definitions() -> tuple[Tool, ...]:
     making them is nearly all the time a server takes to build (about 20 ms), which
     `interlock serve` and every app made in a process would otherwise pay again."""
     return tuple(
-        Tool.from_function(tool, description=description, annotations=hints) for tool, description, hints in _TOOLS
+        _strict(Tool.from_function(tool, description=description, annotations=hints))
+        for tool, description, hints in _TOOLS
     )
+
+
+def _strict(tool: Tool) -> Tool:
+    """`tool` refusing arguments it does not take, as the HTTP API refuses fields it does not
+    know: a model's `timout` would otherwise be dropped, and its request never expire. The
+    JSON Schema says so too (`additionalProperties: false`)."""
+    loose = tool.fn_metadata.arg_model
+    strict: type[BaseModel] = type(
+        loose.__name__, (loose,), {"model_config": ConfigDict(**loose.model_config, extra="forbid")}
+    )
+    metadata = tool.fn_metadata.model_copy(update={"arg_model": strict})
+    return tool.model_copy(update={"fn_metadata": metadata, "parameters": strict.model_json_schema(by_alias=True)})
 
 
 def build_server(access: Access, *, name: str = "interlock") -> MCPServer[Access]:

@@ -24,6 +24,7 @@ import httpx
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -72,9 +73,13 @@ async def run_stdio(broker: Broker) -> None:
 
 
 MAX_SEATS = 256
-"""How many callers' brokers `/mcp` keeps open; the least recently used is closed past it."""
+"""How many callers' brokers `/mcp` keeps open; past it, the least recently used that no
+call is using is closed."""
 
 PrincipalOf = Callable[[str], Awaitable[Principal | None]]
+Refused = Callable[[Request, str, str], None]
+"""Told of a call refused for its credential: the request, what was refused, the credential
+(`Auth.refused`, which logs it as the API's refusals are)."""
 
 
 class HttpEndpoint:
@@ -82,14 +87,17 @@ class HttpEndpoint:
 
     `api` is the server's own ASGI app; tool calls reach its HTTP API in process.
     `principal_of(token)` finds a live token's principal; with `auth` off every caller is
-    the anonymous local user, as on the API.
+    the anonymous local user, as on the API. `refused` is told of each call refused for an
+    unknown or revoked token.
     """
 
-    def __init__(self, api: ASGIApp, principal_of: PrincipalOf, *, auth: bool) -> None:
+    def __init__(self, api: ASGIApp, principal_of: PrincipalOf, *, auth: bool, refused: Refused | None = None) -> None:
         self.api = api
         self.principal_of = principal_of
         self.auth = auth
+        self.refused = refused
         self._seats: OrderedDict[str, Seat] = OrderedDict()
+        self._using: dict[str, int] = {}  # the calls under way on each seat: it is not closed under them
         self._seating = asyncio.Lock()
         self.server: MCPServer = build_server(self._access)
         # Only to build the SDK's session manager; the route is this object.
@@ -113,8 +121,11 @@ class HttpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self.auth:
-            refusal = await self._refusal(_bearer(scope))
+            token = _bearer(scope)
+            refusal = await self._refusal(token)
             if refusal is not None:
+                if token and self.refused is not None:
+                    self.refused(Request(scope), "an unknown or revoked token", token)
                 await _unauthorized(refusal)(scope, receive, send)
                 return
         await self.server.session_manager.handle_request(scope, receive, send)
@@ -130,23 +141,46 @@ class HttpEndpoint:
     async def _access(self, ctx: Context) -> AsyncIterator[Seat]:
         headers = ctx.headers or {}
         scheme, _, token = str(headers.get("authorization", "")).partition(" ")
-        yield await self._seat(token.strip() if scheme.lower() == "bearer" else "")
+        key, seat = await self._seat(token.strip() if scheme.lower() == "bearer" else "")
+        try:
+            yield seat
+        finally:
+            left = self._using[key] - 1
+            if left:
+                self._using[key] = left
+            else:
+                del self._using[key]
 
-    async def _seat(self, token: str) -> Seat:
-        """The seat of a token: a remote broker on the API in process, kept for the token's
-        next calls (the API checks the token on every call, so a revoked one stops at once)."""
+    async def _seat(self, token: str) -> tuple[str, Seat]:
+        """The seat of a token, counted as used by one more call (until `_access` ends it): a
+        remote broker on the API in process, kept for the token's next calls (the API checks
+        the token on every call, so a revoked one stops at once)."""
         key = hash_token(token)
         async with self._seating:
             seat = self._seats.get(key)
             if seat is None:
                 transport = httpx.ASGITransport(app=self.api)
                 broker = await RemoteBroker("http://localhost", token=token or None, transport=transport).open()
-                seat = self._seats[key] = Seat(broker, await caller_of(broker))
-                if len(self._seats) > MAX_SEATS:
-                    _, oldest = self._seats.popitem(last=False)
-                    await oldest.broker.aclose()
+                try:
+                    seat = Seat(broker, await caller_of(broker))
+                except BaseException:
+                    await broker.aclose()
+                    raise
+                self._seats[key] = seat
+                await self._close_unused(but=key)
             self._seats.move_to_end(key)
-            return seat
+            self._using[key] = self._using.get(key, 0) + 1
+            return key, seat
+
+    async def _close_unused(self, *, but: str) -> None:
+        """Past `MAX_SEATS`, close the least recently used seat no call is using (with every
+        seat in use, one more stays open until a call ends and a later seat closes one)."""
+        if len(self._seats) <= MAX_SEATS:
+            return
+        for key in self._seats:  # oldest first
+            if key != but and not self._using.get(key):
+                await self._seats.pop(key).broker.aclose()
+                return
 
 
 def _bearer(scope: Scope) -> str:

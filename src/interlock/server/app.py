@@ -582,7 +582,7 @@ class McpOnFirstCall:
         try:
             from ..mcp import HttpEndpoint
 
-            endpoint = HttpEndpoint(self._app, self._auth.from_token, auth=self._enabled)
+            endpoint = HttpEndpoint(self._app, self._auth.from_token, auth=self._enabled, refused=self._auth.refused)
         except Exception as exc:  # said to each caller (a 500, logged) instead of ending the lifespan
             self._failure = exc
             self._ready.set()
