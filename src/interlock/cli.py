@@ -1439,7 +1439,7 @@ def mcp_stdio(
     logs.addFilter(RedactingFilter())
     logging.basicConfig(level=logging.WARNING, handlers=[logs], format="%(levelname)s %(name)s: %(message)s")
     # What went wrong is said as every command says it (no token, no server, bad URL).
-    _run(db, run_stdio, token, make=True)
+    _run(db, lambda broker: run_stdio(broker, person=local_person()), token, make=True)
 
 
 token_app = typer.Typer(

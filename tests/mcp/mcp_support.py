@@ -58,10 +58,12 @@ async def add_people(db: str) -> dict[str, str]:
     return tokens
 
 
-def stdio_params(*args: str, token: str | None = None) -> StdioServerParameters:
+def stdio_params(*args: str, token: str | None = None, user: str | None = None) -> StdioServerParameters:
     env = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_URL", "INTERLOCK_TOKEN")}
     if token is not None:
         env["INTERLOCK_TOKEN"] = token
+    if user is not None:
+        env["INTERLOCK_USER"] = user
     return StdioServerParameters(command=sys.executable, args=["-m", "interlock", "mcp", *args], env=env)
 
 

@@ -135,12 +135,22 @@ async def test_mcp_over_http_without_auth_answers_this_machine_only(
 
 
 async def test_interlock_mcp_on_a_store_url_acts_as_this_machines_user(tmp_path: Path) -> None:
+    """As `interlock ask` and `answer` do on a store: a request that names nobody is the
+    user's own, and what they answer or tell is recorded as theirs (it was to nobody, and
+    answered by nobody)."""
     db = f"sqlite:///{tmp_path / 'local.db'}"
-    async with Client(stdio_params("--db", db), read_timeout_seconds=BOUND) as local:
+    async with Client(stdio_params("--db", db, user="dana"), read_timeout_seconds=BOUND) as local:
         job = result(await local.call_tool("hitl_request", {**ASK, "user": "alice"}))
         assert job["user"] == "alice"
+        own = result(await local.call_tool("hitl_request", ASK))
+        assert own["user"] == "dana"
+        answered = result(await local.call_tool("hitl_respond", {"id": own["job"], "answers": {"ok": True}}))
+        assert answered["job"]["status"] == "COMPLETE"
     async with interlock.connect(db) as broker:
         assert (await broker.get(job["job"])).asks == (Confirm("Ship it?", id="ok"),)
+        settled = await broker.get(own["job"])
+        assert settled.to == "dana" and settled.response is not None
+        assert (settled.response.by, settled.response.via) == ("dana", "mcp")
 
 
 @pytest.mark.slow

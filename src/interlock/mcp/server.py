@@ -73,6 +73,10 @@ class Seat:
 
     broker: Broker
     caller: Principal
+    person: str | None = None
+    """On a store of this machine's (no server to name the caller): the person the caller
+    is, as on the command line (this machine's user): asked when a request names nobody,
+    and recorded as who answered, cancelled or told."""
 
 
 Access = Callable[[Context], AbstractAsyncContextManager[Seat]]
@@ -310,7 +314,7 @@ async def hitl_request(
         built = await seat.broker.build_asks(shaped)
         request = await seat.broker.create(
             built,
-            to=user,
+            to=user if user is not None else seat.person,
             title=title,
             details=description,
             timeout=timeout,
@@ -396,10 +400,10 @@ async def hitl_respond(
         if action == "answer" and answers is None:
             raise ToolError("give 'answers' (by ask id) to answer, or action 'reject'")
         if action == "reject":
-            done = await seat.broker.reject(id, comment, by=_by(me), via="mcp")
+            done = await seat.broker.reject(id, comment, by=_by(seat), via="mcp")
         else:
             done = await seat.broker.resolve(
-                id, Answers(answers or {}), by=_by(me), via="mcp", comment=comment, grants=grants
+                id, Answers(answers or {}), by=_by(seat), via="mcp", comment=comment, grants=grants
             )
         settled = await seat.broker.get(id)
         if not done:
@@ -413,7 +417,7 @@ async def hitl_cancel(
     reason: Annotated[str, Field(description="Why it is no longer needed.")] = "",
 ) -> dict[str, Any]:
     async with _seated(ctx) as seat:
-        done = await seat.broker.cancel(job, reason, by=_by(seat.caller), via="mcp")
+        done = await seat.broker.cancel(job, reason, by=_by(seat), via="mcp")
         request = await seat.broker.get(job)
         if not done:
             raise _failed(AlreadySettled(job, request.status.value))
@@ -465,7 +469,7 @@ async def hitl_grant_revoke(
 ) -> dict[str, Any]:
     async with _seated(ctx) as seat:
         await seat.broker.get_grant(id)  # an unknown id is an error, as over HTTP; a revoked one, false
-        revoked = await seat.broker.revoke_grant(id, by=_by(seat.caller))
+        revoked = await seat.broker.revoke_grant(id, by=_by(seat))
         return {"id": id, "revoked": revoked}
 
 
@@ -488,7 +492,7 @@ async def request_human_input(
     definition = _HUMAN_INPUT_TOOL
     async with _seated(ctx) as seat:
         tools = HumanInputTools(seat.broker, [definition.name], definitions=[definition], timeout=DEFAULT_INPUT_TIMEOUT)
-        result = await tools.ask(ToolCall(definition.name, arguments))
+        result = await tools.ask(ToolCall(definition.name, arguments, to=seat.person))
     if result.is_error or result.refused:
         raise ToolError(result.content)
     return result.content
@@ -500,7 +504,7 @@ async def inform_user(
     data: Annotated[dict[str, Any] | None, Field(description="Structured details for the inbox.")] = None,
 ) -> dict[str, Any]:
     async with _seated(ctx) as seat:
-        event = await seat.broker.inform(message, data=data, by=_by(seat.caller))
+        event = await seat.broker.inform(message, data=data, by=_by(seat), to=seat.person)
     return {"delivered": True, "receipt": event.id, "at": event.at.isoformat()}
 
 
@@ -584,7 +588,7 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer[Access
     return server
 
 
-def _by(caller: Principal) -> str | None:
-    """Who a settlement is recorded as made by: the caller, unless anonymous (the server
-    records a token's principal itself)."""
-    return None if caller.kind == "admin" else caller.name
+def _by(seat: Seat) -> str | None:
+    """Who a settlement is recorded as made by: the caller (the server records a token's
+    principal itself), or when anonymous, the person at a local store (else nobody)."""
+    return seat.person if seat.caller.kind == "admin" else seat.caller.name

@@ -57,19 +57,22 @@ async def caller_of(broker: Broker) -> Principal:
     return Principal(str(me["name"]), me["kind"], me.get("owner"))
 
 
-async def serve_stdio(url: str | None = None, *, token: str | None = None) -> None:
+async def serve_stdio(url: str | None = None, *, token: str | None = None, person: str | None = None) -> None:
     """Serve the tools over stdin/stdout on the store or server at `url` until the client
-    hangs up."""
+    hangs up; on a store, as `person` (see `run_stdio`)."""
     options = {"token": token} if token else {}
     async with connect(url, **options) as broker:
-        await run_stdio(broker)
+        await run_stdio(broker, person=person)
 
 
-async def run_stdio(broker: Broker) -> None:
+async def run_stdio(broker: Broker, *, person: str | None = None) -> None:
     """Serve the tools over stdin/stdout as `broker`'s caller until the client hangs up
-    (`interlock mcp` opens the broker itself, to explain a failure to reach it)."""
-    server = build_server(fixed_access(Seat(broker, await caller_of(broker))))
-    await server.run_stdio_async()
+    (`interlock mcp` opens the broker itself, to explain a failure to reach it). On a
+    store, the caller is `person` (this machine's user, for `interlock mcp`): asked when a
+    request names nobody, and recorded as who answered; through a server, the token's."""
+    caller = await caller_of(broker)
+    seat = Seat(broker, caller, person if not isinstance(broker, RemoteBroker) else None)
+    await build_server(fixed_access(seat)).run_stdio_async()
 
 
 MAX_SEATS = 256
