@@ -59,6 +59,7 @@ async def test_a_bad_answer_says_why_and_leaves_the_request_open(mcp_as: MCP) ->
         bad = {"ok": "yes please", "region": "eu"}
         said = error(await alice.call_tool("hitl_respond", {"id": job["job"], "answers": bad}))
         assert "'ok'" in said and "still open" in said
+        assert said.count("ask 'ok'") == 1, said  # named once, not "(ask 'ok'): ask 'ok': ..."
         elsewhere = {"id": job["job"], "answers": {"ok": True, "region": "mars"}}
         unknown = error(await alice.call_tool("hitl_respond", elsewhere))
         assert "mars" in unknown
@@ -199,6 +200,7 @@ async def test_request_human_input_waits_for_the_answer_and_returns_choice_and_s
     called = out["result"]
     assert not called.is_error
     assert json.loads(called.content[0].text) == {"choice": "blue", "steering": "the brand colour"}
+    assert called.structured_content == {"choice": "blue", "steering": "the brand colour"}  # not a string in it
 
 
 async def test_request_human_input_refuses_bad_arguments(mcp_as: MCP) -> None:

@@ -157,7 +157,9 @@ def asks_from_arguments(asks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
         unknown = sorted(set(ask) - _FIELDS[kind])
         if unknown:
             hint = " (grants go on approval asks and on options)" if "grants" in unknown else ""
-            raise InvalidRequest(f"{where}: a {kind} ask has no field(s) {', '.join(unknown)}{hint}")
+            raise InvalidRequest(
+                f"{where}: {'an' if kind[:1] in 'aeiou' else 'a'} {kind} ask has no field(s) {', '.join(unknown)}{hint}"
+            )
         shaped = {k: v for k, v in ask.items() if v is not None}
         shaped["type"] = ASK_TYPES[kind]
         shaped.setdefault("id", f"q{number}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -260,8 +261,10 @@ shows in their inbox and event stream; returns a receipt."""
 
 def _failed(exc: InterlockError) -> ToolError:
     if isinstance(exc, InvalidAnswer):
-        where = f" (ask {exc.ask_id!r})" if exc.ask_id else ""
-        return ToolError(f"the answer does not fit{where}: {exc}; nothing changed, the request is still open")
+        said = str(exc)  # (said once: the check's own words may name the ask, or what changed)
+        where = f" (ask {exc.ask_id!r})" if exc.ask_id and f"ask {exc.ask_id!r}" not in said else ""
+        unchanged = "" if "nothing was answered" in said else "nothing changed, "
+        return ToolError(f"the answer does not fit{where}: {said}; {unchanged}the request is still open")
     if isinstance(exc, Unavailable):
         return ToolError(f"{exc}; try the same call again in a few seconds")
     return ToolError(str(exc))
@@ -485,7 +488,7 @@ async def request_human_input(
     ] = None,
     context_data: Annotated[dict[str, Any] | None, Field(description="Facts the human needs to answer.")] = None,
     timeout: Annotated[float | None, Field(gt=0, description="Seconds to wait (300 by default).")] = None,
-) -> str:
+) -> dict[str, Any]:
     arguments: dict[str, Any] = {"question": question, "question_type": question_type}
     optional = {"choices": choices, "context_data": context_data, "timeout": timeout}
     arguments |= {k: v for k, v in optional.items() if v is not None}
@@ -495,7 +498,8 @@ async def request_human_input(
         result = await tools.ask(ToolCall(definition.name, arguments, to=seat.person))
     if result.is_error or result.refused:
         raise ToolError(result.content)
-    return result.content
+    # {"choice": ..., "steering": ...} as the tool's structured result (its text is the same JSON)
+    return cast(dict[str, Any], json.loads(result.content))
 
 
 async def inform_user(
