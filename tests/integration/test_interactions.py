@@ -315,6 +315,10 @@ async def test_several_are_resolved_at_once_each_on_its_own(api: httpx.AsyncClie
     assert ok["ok"] and ok["interaction"]["resolution"]["outcome"] == "approve"
     assert (bad["ok"], bad["error"]["status"]) == (False, 400)
     assert (missing["ok"], missing["error"]["status"]) == (False, 404)
+    # each says why, as the interaction's own route does (it said a code alone)
+    alone = await resolve(api, b["id"], inputResponses=[{"requestId": b["id"], "optionId": "maybe"}])
+    assert bad["error"]["detail"] == alone.json()["detail"] and "optionId" in bad["error"]["detail"]
+    assert "f" * 32 in missing["error"]["detail"]
     assert (await api.get(f"/interactions/{b['id']}")).json()["status"] == "pending"
 
 

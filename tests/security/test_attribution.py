@@ -255,6 +255,10 @@ async def test_no_one_puts_a_request_into_another_s_run_or_asks_as_another_agent
     assert part.status_code == 201  # a name no principal has: the agent's own name for a part of itself
     started = await clients["bob-bot"].post("/runs", json={"agent": "alice-bot", "session": "sess-a"})
     assert started.status_code == 403 and "start your own runs" in started.json()["detail"]
+    # Refused alike with the id of a run of its own (it was handed that run back).
+    assert (await clients["bob-bot"].post("/runs", json={"agent": "bob-bot", "run_id": "r1"})).status_code == 201
+    again = await clients["bob-bot"].post("/runs", json={"agent": "alice-bot", "run_id": "r1"})
+    assert again.status_code == 403 and "start your own runs" in again.json()["detail"]
 
 
 async def test_no_one_posts_an_update_into_another_s_run(clients: dict[str, httpx.AsyncClient]) -> None:

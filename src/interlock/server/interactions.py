@@ -243,6 +243,7 @@ class InteractionPage(BaseModel):
 class BatchErrorModel(BaseModel):
     status: int
     code: str
+    detail: str = Field(description="what went wrong, as the one interaction's own route says it")
 
 
 class BatchResultModel(BaseModel):
@@ -423,14 +424,16 @@ async def resolve_batch(body: BatchResolveBody, caller: Caller, broker: TheBroke
         try:
             results.append({"id": item.id, "ok": True, "interaction": await _resolve(broker, item.id, item, caller)})
         except ApiError as exc:
-            results.append({"id": item.id, "ok": False, "error": {"status": exc.status, "code": exc.code}})
+            error = {"status": exc.status, "code": exc.code, "detail": exc.detail}
+            results.append({"id": item.id, "ok": False, "error": error})
         except Unavailable:
             raise  # the store is away: so it is for the items after this one too (503, Retry-After)
         except InterlockError as exc:
             found = problem_of(exc)
             if found is None:
                 raise
-            results.append({"id": item.id, "ok": False, "error": {"status": found[0], "code": found[1]}})
+            error = {"status": found[0], "code": found[1], "detail": str(exc)}
+            results.append({"id": item.id, "ok": False, "error": error})
     return JSONResponse(results)
 
 

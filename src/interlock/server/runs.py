@@ -199,6 +199,11 @@ async def start_run(body: StartBody, caller: Caller, broker: TheBroker) -> JSONR
     the run's `id` is `{agent}:{run_id}`, which no other agent's run can hold or block,
     and starting the same `run_id` again returns that run as it is."""
     _agent_only(caller, "starts runs")
+    # (before a run of the id is looked up: a restart names the agent as the first start did)
+    if caller.kind != "admin" and body.agent != caller.name:
+        named = await broker.get_principal(body.agent)
+        if named is not None:  # an agent's own names for its parts are its own; another principal's is not
+            raise ApiError("forbidden", f"agent: {body.agent!r} is another principal here: start your own runs")
     run_id = chosen = body.run_id
     if chosen is not None:
         run_id = chosen if caller.kind == "admin" else scoped_run_id(caller.name, chosen)
@@ -216,10 +221,6 @@ async def start_run(body: StartBody, caller: Caller, broker: TheBroker) -> JSONR
                 # Only the operator could have stored a run under an agent's own name.
                 raise ApiError("forbidden", "a run with this id was started by someone else")
             return out(caller, existing)
-    if caller.kind != "admin" and body.agent != caller.name:
-        named = await broker.get_principal(body.agent)
-        if named is not None:  # an agent's own names for its parts are its own; another principal's is not
-            raise ApiError("forbidden", f"agent: {body.agent!r} is another principal here: start your own runs")
     requester = body.requester if caller.kind == "admin" else caller.name
     run = await broker.start_run(
         body.agent, session=body.session, run_id=run_id, max_duration=body.max_duration, requester=requester
