@@ -55,7 +55,7 @@ async def test_begin_leaves_a_pending_approval_without_waiting_and_finish_consum
     with pytest.raises(ApprovalRefused, match="already decided once") as replayed:
         await ApprovalGate(broker, to="alice").finish(deploy(), settled, schema=SCHEMA)
     # A script run again with a fixed run or session id reads as a replay: it is told how to ask anew.
-    assert "started again in the same run 'run-1' makes the same call again" in str(replayed.value)
+    assert "made again in the same run 'run-1': by a program started again, or by a worker" in str(replayed.value)
     assert "asks again under a new run or session" in str(replayed.value)
 
 

@@ -697,8 +697,9 @@ def _context(request: Request) -> Mapping[str, Any]:
 def _replayed(call: ToolCall, request: Request) -> ApprovalRefused:
     scope = f"run {call.run!r}" if call.run is not None else f"session {call.session!r}" if call.session else None
     again = (
-        f" (a program started again in the same {scope} makes the same call again, with the same id: one "
-        "that is a new piece of work asks again under a new run or session)"
+        f" (the same call, with the same id, made again in the same {scope}: by a program started again, or by "
+        "a worker resuming the run again after one stopped while it resumed; a new piece of work asks again "
+        "under a new run or session)"
         if scope is not None
         else ""
     )
