@@ -764,7 +764,7 @@ class Broker(ABC):
     async def close(self, channel: str | None = None, *, requester: str | None = None, via: str = "python") -> None:
         """Close `channel` (withdraw its pending requests, recorded as withdrawn by
         `requester` `via` the surface, and refuse creates there until `reopen`), or without
-        one this broker."""
+        one this broker (its own requests withdrawn as a process's shutting down)."""
 
     @abstractmethod
     async def reopen(self, channel: str, *, requester: str | None = None) -> bool:
@@ -1660,8 +1660,9 @@ class LocalBroker(Broker):
 
     async def close(self, channel: str | None = None, *, requester: str | None = None, via: str = "python") -> None:
         """Withdraw every pending request in `channel` and refuse later creates there with
-        `Closed`, until `reopen(channel)`. Other channels go on. The requests are recorded
-        as withdrawn by `requester` (by nobody without one: the operator), `via` the surface.
+        `Closed`, until `reopen(channel)`. Other channels go on. The channel's requests are
+        recorded as withdrawn by `requester` (by nobody without one: the operator), `via`
+        the surface.
 
         A channel's closure is kept in the store, so every broker on it (other processes,
         other PostgreSQL nodes, clients of the same server) refuses creates there too. With

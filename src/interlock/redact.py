@@ -20,12 +20,13 @@ SECRET_PARAMETERS = frozenset({"password", "sslpassword", "token", "access_token
 """Query parameters whose values are credentials, in any store or server URL."""
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
-# No word boundary before them: a token quoted in a repr may follow an escaped line break ("\\n").
-_TOKEN = re.compile(r"(ils?_[0-9a-f]{8,16})_[A-Za-z0-9_-]{16,}")
+# Not inside a word, but after an escaped line break or tab too (a repr's "\\n" ends in an "n").
+_START = r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt]))"
+_TOKEN = re.compile(rf"{_START}(ils?_[0-9a-f]{{8,16}})_[A-Za-z0-9_-]{{16,}}")
 # A path without a scheme (an access log's request line): its secret query parameters, a
 # one-time sign-in link's code and a one-click answer link's token are credentials too.
 _PARAMETER = re.compile(rf"(?<=[?&])({'|'.join(sorted(SECRET_PARAMETERS))})=[^&\s'\"<>#]+", re.IGNORECASE)
-_SIGNIN_CODE = re.compile(r"ilk_[A-Za-z0-9_-]{16,}")
+_SIGNIN_CODE = re.compile(rf"{_START}ilk_[A-Za-z0-9_-]{{16,}}")
 _ANSWER_LINK = re.compile(r"(/answer/)[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{16,}")
 
 

@@ -23,6 +23,7 @@ from interlock.runs import Worker
 pytestmark = pytest.mark.anyio
 
 sent_mails: list[dict[str, Any]] = []
+model_calls: list[list[BaseMessage]] = []  # the history the model was given, each time
 
 
 def send_email(to: str, subject: str) -> str:
@@ -47,6 +48,7 @@ class Scripted(BaseChatModel):
         return self
 
     def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
+        model_calls.append(list(messages))
         results = [m for m in messages if isinstance(m, ToolMessage)]
         if results:
             reply = AIMessage(content=" | ".join(str(m.content) for m in results))
@@ -72,6 +74,7 @@ def agent_graph(mode: str) -> Any:
 @pytest.fixture(autouse=True)
 def clear_sent() -> None:
     sent_mails.clear()
+    model_calls.clear()
 
 
 @pytest.mark.parametrize("mode", ["batched", "per_call"])
@@ -103,3 +106,24 @@ async def test_a_denial_reaches_the_model_as_the_persons_reason(broker: Broker, 
     assert done is not None and done.status is RunStatus.COMPLETED, done and done.error
     assert sent_mails == []
     assert "not before the release" in done.result["messages"][-1]["content"]
+
+
+async def test_a_turn_after_a_run_ended_at_its_approval_answers_the_calls_left_open(broker: Broker) -> None:
+    """The ended run's model turn asked for calls nobody decided; the thread's next turn
+    gave the model that turn and then the new message, with no answer to those calls in
+    between, which chat models refuse. Each is answered as not run, before the new message."""
+    gate = ApprovalGate(broker, policies={"*": "always"}, to="alice")
+    agent = LangGraphAgent(broker, agent_graph("batched"), name="assistant", to="alice", gate=gate)
+    first = await agent.start({"messages": [{"role": "user", "content": "mail ops"}]}, thread_id="t-1")
+    assert first.status is RunStatus.WAITING_FOR_APPROVAL
+    assert await broker.cancel_run(first.id, by="alice")
+    second = await agent.start({"messages": [{"role": "user", "content": "never mind"}]}, thread_id="t-1")
+    assert second.id != first.id and second.status is RunStatus.COMPLETED, second.error
+    history = model_calls[-1]
+    asked = next(m for m in history if isinstance(m, AIMessage) and m.tool_calls)
+    after = history[history.index(asked) + 1 :]
+    closed = [m for m in after[:2] if isinstance(m, ToolMessage)]
+    assert sorted(m.tool_call_id for m in closed) == ["call-read", "call-send"]
+    assert all(m.status == "error" and "Not run" in str(m.content) for m in closed)
+    assert after[2].content == "never mind"
+    assert sent_mails == []

@@ -72,7 +72,7 @@ async def test_an_answer_that_does_not_fit_the_form_says_what_is_wrong_and_chang
         ]
         for answer, why in wrong:
             said = error(await alice.call_tool("hitl_respond", {"id": job["job"], "answers": {"release": answer}}))
-            assert "(ask 'release')" in said and why in said and "still open" in said, said
+            assert said.count("ask 'release'") == 1 and why in said and "still open" in said, said
         assert result(await bot.call_tool("hitl_status", {"job": job["job"]}))["status"] == "INPUT_REQUIRED"
         (ask,) = result(await alice.call_tool("hitl_read", {"id": job["job"]}))["asks"]
         assert ask["schema"] == SCHEMA

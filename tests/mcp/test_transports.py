@@ -24,6 +24,7 @@ from mcp_support import BOUND, World, add_people, error, in_process, result, std
 
 import interlock
 from interlock import Confirm
+from interlock.agent import ApprovalGate, ToolCall
 from interlock.errors import Closed
 
 pytestmark = pytest.mark.anyio
@@ -151,6 +152,25 @@ async def test_interlock_mcp_on_a_store_url_acts_as_this_machines_user(tmp_path:
         settled = await broker.get(own["job"])
         assert settled.to == "dana" and settled.response is not None
         assert (settled.response.by, settled.response.via) == ("dana", "mcp")
+
+
+async def test_interlock_mcp_on_a_store_refuses_a_yes_to_someone_else_s_gate_approval(tmp_path: Path) -> None:
+    """Acting as this machine's user, a yes to bob's gate approval was stored as dana's: the
+    gate read it as a refusal, and bob could no longer answer. A no still stops the call."""
+    db = f"sqlite:///{tmp_path / 'local.db'}"
+    async with interlock.connect(db) as broker:
+        gate = ApprovalGate(broker, policies={"deploy": "always"}, to="bob")
+        approval = await gate.begin(ToolCall("deploy", {"service": "web"}, id="call-1", session="s1"))
+        assert isinstance(approval, interlock.Request)
+    (decision,) = approval.asks
+    async with Client(stdio_params("--db", db, user="dana"), read_timeout_seconds=BOUND) as local:
+        yes = {"id": approval.id, "answers": {decision.id: True}}
+        said = error(await local.call_tool("hitl_respond", yes))
+        assert "takes a yes only from bob, and this one answers as dana" in said and "still open" in said
+        async with interlock.connect(db) as broker:
+            assert (await broker.get(approval.id)).status is interlock.Status.PENDING
+        no = {"id": approval.id, "answers": {decision.id: False}, "comment": "not today"}
+        assert result(await local.call_tool("hitl_respond", no))["job"]["status"] == "FAILED"
 
 
 @pytest.mark.slow

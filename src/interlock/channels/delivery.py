@@ -2,8 +2,9 @@
 
 Each cycle claims unrouted notices (under a lease), routes each into its deliveries (see
 `Routing.plan`), then claims as many due deliveries as it has sends free and starts them
-through their channels. It does not wait for them: a receiver slow to answer holds up only
-its own sends, while new notices are routed and the other deliveries go out beside it.
+through their channels. It does not wait for them: while a receiver is slow to answer, new
+notices are routed and the other deliveries go out beside its sends (until its sends fill
+every one the loop runs at a time, `concurrency`).
 A delivery that fails is tried again after a delay that doubles with each attempt, with
 jitter (`outbox.retry_delay`); after `max_attempts` it becomes a dead letter. A reminder
 or escalation whose request settled meanwhile is skipped. A message offers answers only to
@@ -103,6 +104,7 @@ class DeliveryLoop:
         self._sending: dict[Channel, int] = {}  # attempts under way, by channel
         self._under_way: set[asyncio.Task[None]] = set()  # the sends `run` started and has not seen end
         self._outage = Outage(log, "the delivery loop")
+        self._sends_outage = Outage(log, "storing a delivery's outcome")  # the sends' own, apart from the rounds
         self._retired: list[Channel] = []  # channels replaced while an attempt still used them
         self._failing: dict[str, int] = {}  # attempts failed for now, by channel, since one went through it
         self.on_change: list[Callable[[], None]] = []
@@ -289,9 +291,15 @@ class DeliveryLoop:
         except asyncio.CancelledError:
             raise
         except Unavailable as exc:
-            self._outage.failed(exc, f"delivery {delivery.id} is sent again once its lease runs out")
+            self._sends_outage.failed(exc, f"delivery {delivery.id} is sent again once its lease runs out")
         except Exception:
-            log.exception("delivery %s failed in the loop; it is sent again once its lease runs out", delivery.id)
+            log.exception(
+                "the delivery loop failed on delivery %s (an outcome it could not store is sent again once its "
+                "lease runs out)",
+                delivery.id,
+            )
+        else:
+            self._sends_outage.ended()
 
     async def _route(self, now: datetime) -> int:
         """Route the unrouted notices (a batch of them) into their deliveries: how many."""

@@ -292,12 +292,45 @@ class LangGraphAgent:
             elif snapshot is not None and snapshot.next:
                 outcome = await self._advance(run, thread, None)  # stopped mid-step: go on from the checkpoint
             else:
-                outcome = await self._advance(run, thread, input)
+                outcome = await self._advance(run, thread, input if again else await self._closing(thread, input))
         except Exception as exc:  # a node, or the gate failing closed: the run fails (it would stay running)
             return await failed_start(self.broker, run, self.name, exc)
         if isinstance(outcome, Park):
             return await self.broker.park(run.id, state=outcome.state, waiting_on=outcome.waiting_on)
         return await self.broker.complete_run(run.id, outcome)
+
+    async def _closing(self, thread: str, input: Any) -> Any:
+        """A new turn's `input`, closing the tool calls an ended run left unanswered in the
+        thread's `messages` (a LangChain agent stopped at its approval): each gets a tool
+        message saying it did not run, before the turn's own messages, as a chat model
+        requires an answer to every call it made."""
+        if not isinstance(input, Mapping):
+            return input
+        values = (await self._snapshot(thread)).values
+        messages = values.get("messages") if isinstance(values, Mapping) else None
+        if not isinstance(messages, list) or not messages:
+            return input
+        try:
+            from langchain_core.messages import AIMessage, ToolMessage
+        except ImportError:  # no LangChain messages, so no calls to close
+            return input
+        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+        closed = [
+            ToolMessage(
+                "Not run: the run that asked for this call ended before it was decided.",
+                tool_call_id=call["id"],
+                name=call["name"],
+                status="error",
+            )
+            for m in messages
+            if isinstance(m, AIMessage)
+            for call in m.tool_calls
+            if call.get("id") and call["id"] not in answered
+        ]
+        if not closed:
+            return input
+        given = input.get("messages", [])
+        return {**input, "messages": [*closed, *(given if isinstance(given, list) else [given])]}
 
     async def _known(self, run_id: str) -> bool:
         try:

@@ -40,10 +40,11 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from .. import __version__
 from ..agent.calls import ToolCall
 from ..agent.human_input import DEFAULT_INPUT_TIMEOUT, QUESTION_TYPES, HumanInputTools, request_human_input_tool
+from ..approvals import decision_ask, not_the_approver, yes_refused
 from ..broker import Broker
 from ..durations import instant
 from ..errors import AlreadySettled, InterlockError, InvalidAnswer, NotFound, Unavailable
-from ..model import Answers, Grant, Option, Status
+from ..model import Answers, Grant, Option, Request, Status, check_answers
 from ..principals import Principal, can_answer
 from ..remote import RemoteBroker
 from .jobs import (
@@ -405,6 +406,7 @@ async def hitl_respond(
         if action == "reject":
             done = await seat.broker.reject(id, comment, by=_by(seat), via="mcp")
         else:
+            await _approvers_own(seat, request, answers or {})
             done = await seat.broker.resolve(
                 id, Answers(answers or {}), by=_by(seat), via="mcp", comment=comment, grants=grants
             )
@@ -590,6 +592,26 @@ def build_server(access: Access, *, name: str = "interlock") -> MCPServer[Access
         mime_type="application/json",
     )(request_resource)
     return server
+
+
+async def _approvers_own(seat: Seat, request: Request, answers: dict[str, Any]) -> None:
+    """On a local store, where the caller may answer anything as this machine's user, refuse
+    before anything is recorded a yes to someone else's gate approval: the gate takes a yes
+    only from its approver, so stored, it would be read as a refusal, and the approver
+    could no longer answer (the command line refuses it alike). A no stops the call
+    whoever says it."""
+    decision = decision_ask(request)
+    if seat.person is None or decision is None:
+        return
+    try:
+        yes = check_answers(request, Answers(answers)).get(decision.id) is True
+    except InvalidAnswer:
+        return  # the answer is refused as it is, by the broker
+    refused = await not_the_approver(seat.broker, request, seat.person) if yes else None
+    if refused is not None:
+        who, _ = refused
+        said = yes_refused(request, who, seat.person)
+        raise ToolError(f"{said}; nothing changed, the request is still open")
 
 
 def _by(seat: Seat) -> str | None:

@@ -176,14 +176,12 @@ class HttpEndpoint:
             return key, seat
 
     async def _close_unused(self, *, but: str) -> None:
-        """Past `MAX_SEATS`, close the least recently used seat no call is using (with every
-        seat in use, one more stays open until a call ends and a later seat closes one)."""
-        if len(self._seats) <= MAX_SEATS:
-            return
-        for key in self._seats:  # oldest first
-            if key != but and not self._using.get(key):
-                await self._seats.pop(key).broker.aclose()
-                return
+        """Past `MAX_SEATS`, close the least recently used seats no call is using, down to
+        `MAX_SEATS` (with more in use, the rest stay open until their calls end and a later
+        seat closes them)."""
+        unused = [key for key in self._seats if key != but and not self._using.get(key)]  # oldest first
+        for key in unused[: max(len(self._seats) - MAX_SEATS, 0)]:
+            await self._seats.pop(key).broker.aclose()
 
 
 def _bearer(scope: Scope) -> str:

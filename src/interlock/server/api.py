@@ -208,22 +208,23 @@ async def _may_reach(state: AppState, caller: Principal, to: str | None, *, answ
         return
     broker = state.broker
     check_text(to, "to", broker.limits.max_name_length)  # before it is looked up
-    if to not in state.known_recipients:
-        principal = await broker.get_principal(to)
-        if principal is not None and principal.kind != "agent":
-            state.known_recipients.add(to)  # (an agent is looked up each time: asked, it is refused)
-        elif principal is None and not state.open_recipients and to not in state.auth.routing_teams():
-            # (a routing's team is not kept as known: it may change)
-            raise ApiError("invalid_request", f"to: there is no human or agent named {to!r} here")
-        if answered and principal is not None and principal.kind == "agent":
+    known = to in state.known_recipients
+    principal = None if known else await broker.get_principal(to)
+    if principal is not None and principal.kind == "agent":  # (looked up each time: asked, it is refused)
+        if answered:
             raise ApiError(
                 "invalid_request",
                 f"to: {to!r} is an agent, and only people answer requests: ask a person or a team "
                 "(an agent's requests go to its owner when they name nobody)",
             )
+    elif principal is not None:
+        state.known_recipients.add(to)
+    elif not known and not state.open_recipients and to not in state.auth.routing_teams():
+        # (a routing's team is not kept as known: it may change)
+        raise ApiError("invalid_request", f"to: there is no human or agent named {to!r} here")
     if state.open_inboxes or asks_own_inbox(caller, to):
         return
-    if to in state.known_recipients or await broker.get_principal(to) is not None:
+    if known or principal is not None:
         await may_ask(broker, caller, to)
     elif to in state.auth.routing_teams():
         mine = "your owner's teams" if caller.kind == "agent" else "your teams"

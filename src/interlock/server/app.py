@@ -238,7 +238,7 @@ def create_app(
     that may call the HTTP API with a token (CORS, on /api/ only; never with cookies); none
     by default, and only with auth.
     """
-    if secret_key is not None and (refusal := too_short(secret_key, "secret_key")) is not None:
+    if secret_key and (refusal := too_short(secret_key, "secret_key")) is not None:  # ("": none, as in serve)
         raise ValueError(refusal)
     origins = cors_checked(cors_origins, auth)
     options: dict[str, Any] = {"limits": limits} if limits is not None else {}
