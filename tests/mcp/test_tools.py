@@ -71,6 +71,10 @@ async def test_a_rejection_fails_the_job_with_the_comment_as_reason(mcp_as: MCP)
     async with mcp_as("alice-bot") as bot, mcp_as("alice") as alice:
         job = result(await bot.call_tool("hitl_request", {"asks": [FOUR_ASKS[1]]}))
         reply = {"id": job["job"], "action": "reject", "comment": "not on a Friday"}
+        # answers sent with a rejection were dropped without a word: they are refused
+        mixed = error(await alice.call_tool("hitl_respond", {**reply, "answers": {FOUR_ASKS[1]["id"]: True}}))
+        assert "answers go with action 'answer'" in mixed
+        assert result(await bot.call_tool("hitl_status", {"job": job["job"]}))["status"] == "INPUT_REQUIRED"
         assert result(await alice.call_tool("hitl_respond", reply))["status"] == "rejected"
         failed = result(await bot.call_tool("hitl_status", {"job": job["job"]}))
         assert failed["status"] == "FAILED" and "not on a Friday" in failed["reason"]

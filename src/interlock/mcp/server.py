@@ -401,6 +401,8 @@ async def hitl_respond(
             raise ToolError("you may answer only requests in your own inbox, and only as a person")
         if action == "reject" and grants:
             raise ToolError("grants are echoed only when answering: a rejection issues none")
+        if action == "reject" and answers:
+            raise ToolError("answers go with action 'answer': a rejection takes only its reason, as the comment")
         if action == "answer" and answers is None:
             raise ToolError("give 'answers' (by ask id) to answer, or action 'reject'")
         if action == "reject":
