@@ -444,3 +444,18 @@ async def test_a_long_poll_that_comes_once_the_server_began_to_stop_is_told_to_w
         )
     made = await api.post("/requests", json={"asks": [{"type": "text", "prompt": "Name?"}]})
     assert made.status_code == 201
+
+
+async def test_a_request_reads_the_same_from_every_route_that_returns_it(api: httpx.AsyncClient) -> None:
+    """`/close` and the event pages filled each request out through their response's model
+    (`grants: []`, every origin field null), where `GET /requests/{id}` writes it as
+    stored: a client comparing the two saw a change that was none."""
+    made = await create(api, **QUESTION, origin={"channel": "chat"})
+    closed = await api.post("/close", json={"channel": "chat"})
+    assert closed.status_code == 200, closed.text
+    [from_close] = closed.json()
+    got = (await api.get(f"/requests/{made['id']}")).json()
+    assert from_close == got
+    events = (await api.get("/events", params={"request": made["id"]})).json()["events"]
+    assert [e["request"] for e in events if e["type"] == "cancelled"] == [got]
+    assert (await api.post("/reopen", json={"channel": "chat"})).json()["reopened"] is True

@@ -655,7 +655,7 @@ async def expire_request(request_id: str, caller: Caller, broker: TheBroker) -> 
 
 
 @router.post("/close", response_model=list[RequestModel], responses=_problems(400, 413, 422), tags=["requests"])
-async def close_channel(body: CloseBody, caller: Caller, broker: TheBroker) -> list[dict[str, Any]]:
+async def close_channel(body: CloseBody, caller: Caller, broker: TheBroker) -> JSONResponse:
     """Close a channel: withdraw its pending requests and refuse later creates there,
     on every node, until `/reopen`. An admin (a server without auth) closes it for
     everyone; anyone else closes it for their own requests. Without a channel, withdraw
@@ -664,12 +664,13 @@ async def close_channel(body: CloseBody, caller: Caller, broker: TheBroker) -> l
     if body.channel is not None:
         before = await broker.pending(channel=body.channel, requester=requester)
         await broker.close(body.channel, requester=requester, via="api")
-        return [request_to_dict(r) for i in before if (r := await broker.get(i)).status is not Status.PENDING]
+        closed = [request_to_dict(r) for i in before if (r := await broker.get(i)).status is not Status.PENDING]
+        return JSONResponse(closed)  # (each request as every other route writes it)
     withdrawn = []
     for request_id in await broker.pending(requester=requester):
         if await broker.cancel(request_id, "the channel was closed", by=requester, cause="closed", via="api"):
             withdrawn.append(request_to_dict(await broker.get(request_id)))
-    return withdrawn
+    return JSONResponse(withdrawn)
 
 
 @router.post("/reopen", response_model=Reopened, responses=_problems(400, 413, 422), tags=["requests"])
@@ -737,7 +738,7 @@ async def events(
     request: str | None = None,
     session: str | None = None,
     run: str | None = None,
-) -> dict[str, Any]:
+) -> JSONResponse:
     """The event log after `after`, oldest first, as far as you may see it. Pass
     `last_event_id` as `after` for the next page. A page ends before `limit` where the
     requests its events carry pass 8 MiB of JSON (`cut`), at its last event. `limit=0`
@@ -757,7 +758,8 @@ async def events(
     )
     if limit > 0 and (len(page) == limit or page.cut):
         last = page[-1].id  # a full page, or one cut by size: continue from here
-    return {"events": [event_to_dict(e) for e in page], "last_event_id": last, "cut": page.cut}
+    # (each request as every other route writes it: not filled out by the response's model)
+    return JSONResponse({"events": [event_to_dict(e) for e in page], "last_event_id": last, "cut": page.cut})
 
 
 @router.get(

@@ -408,7 +408,7 @@ async def run_events(
     broker: TheBroker,
     after: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
-) -> dict[str, Any]:
+) -> JSONResponse:
     """A page of the run's events after `after`, oldest first; `last_event_id` is where
     the next begins. A page ends before `limit` where the requests its events carry pass
     8 MiB of JSON (`cut`)."""
@@ -416,7 +416,8 @@ async def run_events(
     accept = run_event_filter(caller, run_id)
     page = await broker.find_events(after=after, limit=limit, run=run_id)
     last = page[-1].id if page else after
-    return {"events": [event_to_dict(e) for e in page if accept(e)], "last_event_id": last, "cut": page.cut}
+    events = [event_to_dict(e) for e in page if accept(e)]
+    return JSONResponse({"events": events, "last_event_id": last, "cut": page.cut})
 
 
 @router.get(
