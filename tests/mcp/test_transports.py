@@ -4,6 +4,7 @@ store or a server, and a job outlives the processes that made and watched it."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import subprocess
@@ -76,6 +77,33 @@ async def test_mcp_over_http_refuses_no_token_a_wrong_one_and_a_revoked_one(worl
     async with httpx.AsyncClient(timeout=BOUND) as http:  # bob's calls stop at once, his earlier ones too
         assert (await http.post(f"{world.base}/mcp", json=INITIALIZE, headers=good)).status_code == 401
         assert (await http.post(f"{world.base}/mcp", json=LIST_INBOX, headers={**good, **VERSION})).status_code == 401
+
+
+async def test_a_client_that_gives_up_on_request_human_input_over_http_withdraws_its_question(
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
+) -> None:
+    """Over stdio a cut call withdraws its question; over `/mcp` the question stayed in the
+    person's inbox, answerable, with nobody waiting for the answer. The client hanging up
+    now cuts the call there too."""
+    db = f"sqlite:///{tmp_path / 'gone.db'}"
+    asked = {"question": "Still there?", "question_type": "CONFIRM", "timeout": 100}
+    call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call"}
+    call["params"] = {"name": "request_human_input", "arguments": asked}
+    async with serve_apart(db, auth=False) as base, interlock.connect(db) as broker:
+        async with httpx.AsyncClient(timeout=BOUND) as http:  # (no session: the endpoint keeps none)
+            with anyio.fail_after(BOUND):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(functools.partial(http.post, f"{base}/mcp", json=call, headers={**ACCEPT, **VERSION}))
+                    async with contextlib.aclosing(broker.events(follow=True)) as events:
+                        async for event in events:  # the question has arrived: hang up
+                            if event.type == "created":
+                                tg.cancel_scope.cancel()
+                                break
+        (question,) = (await broker.list()).items
+        with anyio.fail_after(BOUND):
+            settled = await broker.watch(question.id, timeout=BOUND)
+        assert settled.status is interlock.Status.CANCELLED and settled.response is not None
+        assert settled.response.cause == "withdrawn"
 
 
 async def test_a_token_refused_at_mcp_is_logged_as_the_api_logs_one(

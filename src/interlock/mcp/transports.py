@@ -20,13 +20,14 @@ import contextlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import anyio
 import httpx
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..broker import Broker, connect
 from ..principals import ANONYMOUS, Principal, hash_token
@@ -131,7 +132,10 @@ class HttpEndpoint:
                     self.refused(Request(scope), "an unknown or revoked token", token)
                 await _unauthorized(refusal)(scope, receive, send)
                 return
-        await self.server.session_manager.handle_request(scope, receive, send)
+        if scope["type"] != "http":
+            await self.server.session_manager.handle_request(scope, receive, send)
+            return
+        await _cut_when_gone(self.server.session_manager.handle_request, scope, receive, send)
 
     async def _refusal(self, token: str) -> str | None:
         if not token:
@@ -182,6 +186,31 @@ class HttpEndpoint:
         unused = [key for key in self._seats if key != but and not self._using.get(key)]  # oldest first
         for key in unused[: max(len(self._seats) - MAX_SEATS, 0)]:
             await self._seats.pop(key).broker.aclose()
+
+
+async def _cut_when_gone(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """Run `app` on an HTTP request, cancelling it when the client hangs up before its
+    answer: a tool call waiting on a person (`request_human_input`) is cut, as over stdio,
+    and withdraws its question rather than leave it for nobody. Once the app has read the
+    whole body, the next message the server has is the disconnect."""
+    read = anyio.Event()
+
+    async def receiving() -> Message:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            read.set()
+        return message
+
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            await read.wait()
+            if (await receive())["type"] == "http.disconnect":
+                group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        await app(scope, receiving, send)
+        group.cancel_scope.cancel()  # answered: nothing more to watch
 
 
 def _bearer(scope: Scope) -> str:
