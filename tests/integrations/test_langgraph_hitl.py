@@ -124,6 +124,22 @@ async def test_a_turn_after_a_run_ended_at_its_approval_answers_the_calls_left_o
     after = history[history.index(asked) + 1 :]
     closed = [m for m in after[:2] if isinstance(m, ToolMessage)]
     assert sorted(m.tool_call_id for m in closed) == ["call-read", "call-send"]
-    assert all(m.status == "error" and "Not run" in str(m.content) for m in closed)
+    assert all(m.status == "error" and "No result was recorded" in str(m.content) for m in closed)
     assert after[2].content == "never mind"
     assert sent_mails == []
+
+
+async def test_a_turn_that_answers_a_call_left_open_itself_keeps_its_own_answer(broker: Broker) -> None:
+    """A call the new turn's input answers (a tool run by hand) is the input's to answer:
+    only the others get the note that no result was recorded."""
+    gate = ApprovalGate(broker, policies={"*": "always"}, to="alice")
+    agent = LangGraphAgent(broker, agent_graph("batched"), name="assistant", to="alice", gate=gate)
+    first = await agent.start({"messages": [{"role": "user", "content": "mail ops"}]}, thread_id="t-2")
+    assert await broker.cancel_run(first.id, by="alice")
+    by_hand = ToolMessage("sent by hand", tool_call_id="call-send", name="send_email")
+    turn = {"messages": [by_hand, {"role": "user", "content": "I sent it myself"}]}
+    second = await agent.start(turn, thread_id="t-2")
+    assert second.status is RunStatus.COMPLETED, second.error
+    results = {m.tool_call_id: str(m.content) for m in model_calls[-1] if isinstance(m, ToolMessage)}
+    assert results["call-send"] == "sent by hand" and "No result was recorded" in results["call-read"]
+    assert len([m for m in model_calls[-1] if isinstance(m, ToolMessage)]) == 2

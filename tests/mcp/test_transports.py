@@ -106,6 +106,21 @@ async def test_a_client_that_gives_up_on_request_human_input_over_http_withdraws
         assert settled.response.cause == "withdrawn"
 
 
+async def test_a_body_past_the_limit_sent_in_chunks_is_refused_as_too_large_not_a_failure(
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
+) -> None:
+    """Without a Content-Length the body's limit is found while it is read, inside the
+    call `/mcp` cuts when its client hangs up: that 413 came out as a 500."""
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(40):
+            yield b" " * 65536  # 2.5 MiB in all, past the server's 1 MiB
+
+    async with serve_apart(f"sqlite:///{tmp_path / 'big.db'}", auth=False) as base, httpx.AsyncClient() as http:
+        sent = await http.post(f"{base}/mcp", content=chunks(), headers={**ACCEPT, **VERSION}, timeout=BOUND)
+    assert sent.status_code == 413, sent.text
+
+
 async def test_a_token_refused_at_mcp_is_logged_as_the_api_logs_one(
     world: World, caplog: pytest.LogCaptureFixture
 ) -> None:

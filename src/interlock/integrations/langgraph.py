@@ -300,10 +300,11 @@ class LangGraphAgent:
         return await self.broker.complete_run(run.id, outcome)
 
     async def _closing(self, thread: str, input: Any) -> Any:
-        """A new turn's `input`, closing the tool calls an ended run left unanswered in the
-        thread's `messages` (a LangChain agent stopped at its approval): each gets a tool
-        message saying it did not run, before the turn's own messages, as a chat model
-        requires an answer to every call it made."""
+        """A new turn's `input`, closing the tool calls an ended run left without a result in
+        the thread's `messages` (a LangChain agent stopped at its approval): each gets a tool
+        message saying no result was recorded, before the turn's own messages, as a chat
+        model requires a result for every call it made. Calls the input answers itself are
+        left to it, and an input that removes messages is taken as it is."""
         if not isinstance(input, Mapping):
             return input
         values = (await self._snapshot(thread)).values
@@ -311,13 +312,18 @@ class LangGraphAgent:
         if not isinstance(messages, list) or not messages:
             return input
         try:
-            from langchain_core.messages import AIMessage, ToolMessage
+            from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage
         except ImportError:  # no LangChain messages, so no calls to close
             return input
-        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+        given = input.get("messages", [])
+        given = list(given) if isinstance(given, list | tuple) else [given]
+        if any(isinstance(m, RemoveMessage) for m in given):
+            return input
+        answered: set[object] = {m.tool_call_id for m in [*messages, *given] if isinstance(m, ToolMessage)}
+        answered |= {m.get("tool_call_id") for m in given if isinstance(m, Mapping) and m.get("role") == "tool"}
         closed = [
             ToolMessage(
-                "Not run: the run that asked for this call ended before it was decided.",
+                "No result was recorded for this call: the run that made it ended first (it may not have run).",
                 tool_call_id=call["id"],
                 name=call["name"],
                 status="error",
@@ -329,8 +335,7 @@ class LangGraphAgent:
         ]
         if not closed:
             return input
-        given = input.get("messages", [])
-        return {**input, "messages": [*closed, *(given if isinstance(given, list) else [given])]}
+        return {**input, "messages": [*closed, *given]}
 
     async def _known(self, run_id: str) -> bool:
         try:

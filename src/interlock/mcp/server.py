@@ -606,7 +606,7 @@ async def _approvers_own(seat: Seat, request: Request, answers: dict[str, Any]) 
     if seat.person is None or decision is None:
         return
     try:
-        yes = check_answers(request, Answers(answers)).get(decision.id) is True
+        yes = check_answers(request, Answers(answers), limits=seat.broker.limits).get(decision.id) is True
     except InvalidAnswer:
         return  # the answer is refused as it is, by the broker
     refused = await not_the_approver(seat.broker, request, seat.person) if yes else None

@@ -201,16 +201,23 @@ async def _cut_when_gone(app: ASGIApp, scope: Scope, receive: Receive, send: Sen
             read.set()
         return message
 
+    failed: Exception | None = None
     async with anyio.create_task_group() as group:
 
         async def watch() -> None:
             await read.wait()
-            if (await receive())["type"] == "http.disconnect":
-                group.cancel_scope.cancel()
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            group.cancel_scope.cancel()
 
         group.start_soon(watch)
-        await app(scope, receiving, send)
+        try:
+            await app(scope, receiving, send)
+        except Exception as exc:  # raised as it is (a 413 from the body's limit), not in a group
+            failed = exc
         group.cancel_scope.cancel()  # answered: nothing more to watch
+    if failed is not None:
+        raise failed
 
 
 def _bearer(scope: Scope) -> str:
