@@ -27,6 +27,7 @@ __all__ = [
     "is_marked",
     "mark",
     "not_the_approver",
+    "refused_yes",
     "reserved_field",
     "unmarked",
     "yes_refused",
@@ -97,6 +98,16 @@ def yes_refused(request: Request, who: str, by: str | None) -> str:
         f"request {request.id} is an approval for {request.to}: the agent's approval gate takes a yes only from "
         f"{who}, and this one {answering}"
     )
+
+
+async def refused_yes(broker: _Teams, request: Request, by: str | None) -> tuple[str, str] | None:
+    """Why a yes to `request` answered as `by` is refused (`yes_refused`) and the name to
+    answer as instead, when its gate would not take it (`not_the_approver`); else None."""
+    refused = await not_the_approver(broker, request, by)
+    if refused is None:
+        return None
+    who, example = refused
+    return yes_refused(request, who, by), example
 
 
 async def not_the_approver(broker: _Teams, request: Request, by: str | None) -> tuple[str, str] | None:

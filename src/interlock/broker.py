@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 from ._backoff import Outage
 from .approval_policies import ApprovalPolicy, policy_from_dict, policy_to_dict
-from .approvals import check_context, decision_ask, is_marked, not_the_approver, yes_refused
+from .approvals import check_context, decision_ask, is_marked, refused_yes
 from .dashboard import DASHBOARD_ROWS, DASHBOARD_WINDOW, Dashboard, layout
 from .durations import LONGEST, SHORTEST
 from .errors import (
@@ -1482,12 +1482,10 @@ class LocalBroker(Broker):
         stored, it would be read as a refusal when the agent goes on. A yes from someone
         else by name the surfaces refuse themselves (`approvals.not_the_approver`): the
         broker cannot tell a contract the gate answers through from anyone else."""
-        refused = await not_the_approver(self, request, None)
-        if refused is None:
-            return
-        who, example = refused
-        said = yes_refused(request, who, None)
-        raise InvalidAnswer(f"{said}; answer as them (by={example!r}; --by {example} on the command line)")
+        refused = await refused_yes(self, request, None)
+        if refused is not None:
+            said, example = refused
+            raise InvalidAnswer(f"{said}; answer as them (by={example!r}; --by {example} on the command line)")
 
     async def check_answers(self, request: Request, answer: Any) -> dict[str, Any]:
         """Check an answer against the request (see `model.check_answers`) and return the

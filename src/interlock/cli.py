@@ -52,7 +52,7 @@ from rich.table import Table
 from . import __version__
 from .agent.terminal import TerminalContract
 from .approval_policies import DEFAULT_POLICY_HOOK_TIMEOUT, MAX_POLICY_HOOK_TIMEOUT, policy_to_dict
-from .approvals import decision_ask, is_marked, not_the_approver, yes_refused
+from .approvals import decision_ask, is_marked, not_the_approver, refused_yes
 from .broker import Broker, LocalBroker, connect
 from .durations import DURATION_SYNTAX, LONGEST, SHORTEST, duration_seconds
 from .errors import (
@@ -836,12 +836,10 @@ async def _approvers_own(broker: Broker, request: Request, value: Any, by: str |
         return
     if await _token_person(broker) is not None:
         return
-    refused = await not_the_approver(broker, request, by)
-    if refused is None:
-        return
-    who, example = refused
-    said = yes_refused(request, who, by)
-    raise InvalidAnswer(f"{said}. Answer as them with --by {example} (or set INTERLOCK_USER)")
+    refused = await refused_yes(broker, request, by)
+    if refused is not None:
+        said, example = refused
+        raise InvalidAnswer(f"{said}. Answer as them with --by {example} (or set INTERLOCK_USER)")
 
 
 def settled_already(request: Request) -> str:

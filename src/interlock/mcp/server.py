@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from .. import __version__
 from ..agent.calls import ToolCall
 from ..agent.human_input import DEFAULT_INPUT_TIMEOUT, QUESTION_TYPES, HumanInputTools, request_human_input_tool
-from ..approvals import decision_ask, not_the_approver, yes_refused
+from ..approvals import decision_ask, refused_yes
 from ..broker import Broker
 from ..durations import instant
 from ..errors import AlreadySettled, InterlockError, InvalidAnswer, NotFound, Unavailable
@@ -609,10 +609,9 @@ async def _approvers_own(seat: Seat, request: Request, answers: dict[str, Any]) 
         yes = check_answers(request, Answers(answers), limits=seat.broker.limits).get(decision.id) is True
     except InvalidAnswer:
         return  # the answer is refused as it is, by the broker
-    refused = await not_the_approver(seat.broker, request, seat.person) if yes else None
+    refused = await refused_yes(seat.broker, request, seat.person) if yes else None
     if refused is not None:
-        who, _ = refused
-        said = yes_refused(request, who, seat.person)
+        said, _ = refused
         raise ToolError(f"{said}; nothing changed, the request is still open")
 
 
