@@ -276,9 +276,12 @@ class LangGraphAgent:
         node, or the gate refusing a call it cannot decide), the run is returned `failed`
         with the error.
         """
+        # A run started before goes on: the thread's run not ended, or a run_id stored already.
         if run_id is None and thread_id is not None:
             run_id = await self._unended_run_on(thread_id)
-        again = run_id is not None and await self._known(run_id)  # a run started before: it goes on
+            again = run_id is not None
+        else:
+            again = run_id is not None and await self._known(run_id)
         run = await self.broker.start_run(self.name, session=thread_id, run_id=run_id, max_duration=max_duration)
         if run.status is not RunStatus.RUNNING:
             return run
