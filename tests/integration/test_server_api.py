@@ -232,6 +232,29 @@ async def test_listing_filters_and_pages_newest_first(api: httpx.AsyncClient) ->
     assert "'pending', 'answered', 'rejected', 'expired' or 'cancelled'" in bogus.json()["detail"], bogus.text
 
 
+async def test_a_query_parameter_a_route_does_not_take_is_refused_not_dropped(api: httpx.AsyncClient) -> None:
+    answered = await create(api, **APPROVAL)
+    await api.post(f"/requests/{answered['id']}/answer", json={"answer": True})
+    pending = await create(api, **APPROVAL)
+    # A misspelt filter was dropped, and the list came back unfiltered as if it were the one asked for.
+    typo = await api.get("/requests", params={"stauts": "pending"})
+    assert (typo.status_code, typo.json()["code"]) == (422, "invalid_request"), typo.text
+    assert "unknown query parameter 'stauts'" in typo.json()["detail"]
+    assert "status" in typo.json()["detail"]  # it names what the route takes
+    # A model's fields, a dependency's and a route's own parameters are each known.
+    listed = await api.get("/requests", params={"status": "pending", "limit": 5, "order": "asc"})
+    assert [r["id"] for r in listed.json()["items"]] == [pending["id"]]
+    polled = await api.get(f"/requests/{answered['id']}/wait", params={"timeout": 1})
+    assert polled.status_code == 200, polled.text
+    # A route that takes none refuses any, and changes nothing.
+    answer = await api.post(f"/requests/{pending['id']}/answer", params={"dry_run": 1}, json={"answer": True})
+    assert (answer.status_code, answer.json()["code"]) == (422, "invalid_request"), answer.text
+    assert "takes none" in answer.json()["detail"]
+    assert (await api.get(f"/requests/{pending['id']}")).json()["status"] == "pending"
+    many = await api.get("/runs", params={"zeta": "1", "alpha": "2"})
+    assert "'alpha', 'zeta'" in many.json()["detail"], many.text
+
+
 async def test_a_method_a_path_does_not_take_is_405_naming_every_method_it_takes(api: httpx.AsyncClient) -> None:
     # `Allow` named the first route's method alone (POST for /requests, which GET lists).
     for method, path, allowed in (

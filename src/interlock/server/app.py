@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -78,6 +78,7 @@ from .common import (
     _caller_dependency,
     describe,
     event_to_dict,
+    known_query_only,
     parse_event_id,
     problem,
     problems_for,
@@ -364,7 +365,10 @@ def create_app(
         app.add_middleware(ApiCors, origins=origins)
     _install_quota_errors(app)
     for router in API_ROUTERS:
-        app.include_router(router, prefix="/api/v1")
+        # A query parameter a route does not take is refused, but on the routes other
+        # systems post to (an inbound channel's sender adds its own).
+        checked = [] if router is inbound.router else [Depends(known_query_only)]
+        app.include_router(router, prefix="/api/v1", dependencies=checked)
     app.include_router(inbound.pages)
     _document_problems(app, auth)
 

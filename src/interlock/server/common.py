@@ -17,8 +17,10 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import Depends, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from pydantic import BaseModel
 
 from .. import wire
 from ..broker import MAX_EVENT_ID, LocalBroker, Page
@@ -50,6 +52,7 @@ __all__ = [
     "describe",
     "event_to_dict",
     "inbox_filter",
+    "known_query_only",
     "delivery_seen_by",
     "may_see_delivery",
     "may_see_run",
@@ -590,6 +593,37 @@ async def _caller_dependency(request: Request) -> Principal:
 State = Annotated[AppState, Depends(_state_dependency)]
 TheBroker = Annotated[LocalBroker, Depends(_broker_dependency)]
 Caller = Annotated[Principal, Depends(_caller_dependency)]
+
+
+async def known_query_only(request: Request) -> None:
+    """A router dependency that refuses (422) a query parameter its route does not take,
+    as the body's unknown fields are: a misspelt filter (`?stauts=pending`) would otherwise
+    be dropped, and the whole list come back as if it had been asked for."""
+    route = request.scope.get("route")
+    if request.query_params and isinstance(route, APIRoute):
+        takes = _query_names(route)
+        unknown = sorted(request.query_params.keys() - takes)
+        if unknown:
+            names = ", ".join(repr(name) for name in unknown)
+            some = f"takes {', '.join(sorted(takes))}" if takes else "takes none"
+            raise ApiError("invalid_request", f"unknown query parameter {names}: this route {some}")
+
+
+def _query_names(route: APIRoute) -> frozenset[str]:
+    """The names of the query parameters `route` takes, its dependencies' included, and each
+    field of a model of query parameters (`ListParams`) by its alias."""
+    names: set[str] = set()
+    pending = [route.dependant]
+    while pending:
+        dependant = pending.pop()
+        pending.extend(dependant.dependencies)
+        for field in dependant.query_params:
+            model = field.field_info.annotation
+            if isinstance(model, type) and issubclass(model, BaseModel):
+                names.update(info.alias or name for name, info in model.model_fields.items())
+            else:
+                names.add(field.alias)
+    return frozenset(names)
 
 
 def rate_limited(which: Literal["creates", "updates"], what: str) -> Callable[..., Any]:
