@@ -1196,9 +1196,9 @@ def serve(
             err.print(f"trusting X-Forwarded-Proto and X-Forwarded-For from {', '.join(proxies)}", markup=False)
         delivery = app.state.interlock.delivery
         if routing is not None and delivery is not None:
-            from .channels import lacking_secrets
+            from .channels import lacking_secrets, unaddressed
 
-            for warning in lacking_secrets(delivery.routing.channels):
+            for warning in [*lacking_secrets(delivery.routing.channels), *unaddressed(delivery.routing)]:
                 err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
             names = ", ".join(delivery.channels) or "none"
             if delivery.routing is from_file:
@@ -2306,7 +2306,7 @@ def routing_set(
 ) -> None:
     """Replace the routing in use with a file's: every server on the store (or the server
     named) takes it up within seconds, and it survives restarts."""
-    from .channels import ChannelContext, ChannelError, open_channels
+    from .channels import ChannelContext, ChannelError, open_channels, unaddressed
     from .routing import Routing, RoutingError, read_routing_document, routing_from_dict
 
     async def replace(broker: Broker) -> Routing:
@@ -2327,6 +2327,8 @@ def routing_set(
     except (RoutingError, ChannelError) as exc:
         raise _fail(str(exc)) from None
     err.print(f"routing from {file} in use (channels: {', '.join(routing.channels) or 'none'})")
+    for warning in unaddressed(routing):
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
 
 
 secret_key_app = typer.Typer(
@@ -2524,9 +2526,9 @@ def deliver(
             poll_interval=poll_interval,
             routing_check=5.0,
         )
-        from .channels import lacking_secrets
+        from .channels import lacking_secrets, unaddressed
 
-        for warning in lacking_secrets(the_routing.channels):
+        for warning in [*lacking_secrets(the_routing.channels), *unaddressed(the_routing)]:
             err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
         err.print(f"delivering from {redact_url(db or 'sqlite:///interlock.db')}", markup=False)
         _log_to_stderr()  # a delivery that failed, a dead letter, the routing taken again

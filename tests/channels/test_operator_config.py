@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cli_support import invoke, new_store
-from interlock.channels import lacking_secrets
+from interlock.channels import lacking_secrets, unaddressed
 from interlock.routing import routing_from_dict
 from serve_support import refused_at_start
 
@@ -78,6 +78,46 @@ def test_a_channel_without_its_secret_is_named_with_what_it_cannot_do() -> None:
     hook, chat = lacking_secrets(routing.channels)
     assert hook.startswith("channels.hook has no secret: its webhooks go unsigned")
     assert chat.startswith("channels.chat has no signing_secret") and "/slack/interactive/chat" in chat
+
+
+def test_a_route_that_gives_a_channel_without_an_address_of_its_own_none_is_named() -> None:
+    # Each message such a route sends on that channel fails, to end as a dead letter.
+    routing = routing_from_dict(
+        {
+            "channels": {
+                "hook": {"type": "webhook"},
+                "shared": {"type": "webhook", "url": "http://127.0.0.1:9/"},
+                "mail": {"type": "email", "from": "i@x.example"},
+                "chat": {"type": "slack", "token": "xoxb-1"},
+                "room": {"type": "slack", "token": "xoxb-1", "channel": "C0OPS"},
+            },
+            "recipients": {
+                "alice": {"channels": ["mail", "hook"], "addresses": {"mail": "alice@x.example", "hook": "http://h/"}},
+                "bob": {"channels": ["mail", "shared", "room"]},
+            },
+            "teams": {"ops": {"members": ["alice"], "channels": ["chat"]}},
+            "default": {"channels": ["hook", "shared"]},
+        }
+    )
+    assert unaddressed(routing) == [
+        "recipients.bob sends on channels.mail with no address: each message there fails until "
+        "recipients.bob.addresses.mail gives an email address",
+        "teams.ops sends on channels.chat with no address: each message there fails until "
+        "teams.ops.addresses.chat gives a Slack user or channel id (or channels.chat.channel, for every route)",
+        "default sends on channels.hook with no address: each message there fails until "
+        "default.addresses.hook gives a URL (or channels.hook.url, for every route)",
+    ]
+
+
+def test_routing_set_takes_a_route_without_an_address_and_says_what_will_fail(tmp_path: Path) -> None:
+    routing = tmp_path / "routing.toml"
+    routing.write_text('[channels.hook]\ntype = "webhook"\n[default]\nchannels = ["hook"]\n')
+    store = new_store(tmp_path / "interlock.db")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+    taken = invoke("routing", "set", str(routing), "--db", store, env=env)
+    assert taken.returncode == 0, taken.stderr
+    assert "warning: default sends on channels.hook with no address" in " ".join(taken.stderr.split()), taken.stderr
+    assert '"default"' in invoke("routing", "show", "--db", store, env=env).stdout
 
 
 @pytest.mark.slow

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from ..model import Request
 from ..outbox import Delivery
 from ..principals import Principal
-from ..routing import ChannelConfig
+from ..routing import ChannelConfig, Routing
 from ..store import PeopleDirectory
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "escalation_note",
     "find_factory",
     "lacking_secrets",
+    "unaddressed",
     "open_channels",
     "routing_dropped",
     "routing_left",
@@ -287,6 +288,42 @@ def lacking_secrets(configs: Mapping[str, ChannelConfig]) -> list[str]:
             out.append(
                 f"channels.{name} has no signing_secret: its messages' buttons and modals cannot answer "
                 f"(Slack's calls to /slack/interactive/{name} are refused)"
+            )
+    return out
+
+
+_ADDRESSES = {
+    "webhook": ("a URL", "url"),
+    "email": ("an email address", None),
+    "slack": ("a Slack user or channel id", "channel"),
+}
+"""What each built-in channel sends to, and the option that gives it one for every route
+(None: each route gives its own)."""
+
+
+def unaddressed(routing: Routing) -> list[str]:
+    """The routes that name a built-in channel with no address of its own and give it none,
+    one line each, for a server to say at start and `routing set` when it takes the routing:
+    each message sent there fails, to end as a dead letter (a route may be written before
+    its person's address is known, so it is not refused). A plugin's options are its own."""
+    routes = [
+        *((f"recipients.{name}", route) for name, route in routing.recipients.items()),
+        *((f"teams.{name}", route) for name, route in routing.team_routes.items()),
+        *([("default", routing.default)] if routing.default is not None else []),
+    ]
+    out = []
+    for where, route in routes:
+        for name in route.channels:
+            config = routing.channels[name]
+            if config.type not in _ADDRESSES or name in route.addresses:
+                continue
+            what, own = _ADDRESSES[config.type]
+            if own is not None and config.options.get(own):
+                continue
+            instead = f" (or channels.{name}.{own}, for every route)" if own is not None else ""
+            out.append(
+                f"{where} sends on channels.{name} with no address: each message there fails until "
+                f"{where}.addresses.{name} gives {what}{instead}"
             )
     return out
 
