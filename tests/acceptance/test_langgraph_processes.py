@@ -40,6 +40,7 @@ AGENT = '''
 import asyncio
 import json
 import os
+import signal
 import sqlite3
 import sys
 from pathlib import Path
@@ -79,10 +80,17 @@ async def checkpointer() -> Any:
         from psycopg.rows import dict_row
 
         conn = await AsyncConnection.connect(CHECKPOINTS, autocommit=True, prepare_threshold=0, row_factory=dict_row)
-        return AsyncPostgresSaver(conn)  # its tables are made once, when it is deployed
-    from langgraph.checkpoint.sqlite import SqliteSaver
+        saver = AsyncPostgresSaver(conn)  # its tables are made once, when it is deployed
+    else:
+        from langgraph.checkpoint.sqlite import SqliteSaver
 
-    return SqliteSaver(sqlite3.connect(CHECKPOINTS, check_same_thread=False))  # its tables: as above
+        saver = SqliteSaver(sqlite3.connect(CHECKPOINTS, check_same_thread=False))  # its tables: as above
+    if os.environ.get("KILLED_AT_FIRST_CHECKPOINT"):  # this process dies as the graph writes one
+        def killed(*args: Any, **kwargs: Any) -> Any:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        saver.put = saver.aput = killed
+    return saver
 
 
 async def agent(broker: interlock.Broker) -> LangGraphAgent:
@@ -98,14 +106,15 @@ async def handlers(broker: interlock.Broker) -> Any:
     return (await agent(broker)).handlers()
 
 
-async def start(run_id: str) -> None:
+async def start(run_id: str | None, to: str, thread: str | None) -> None:
     async with interlock.connect() as broker:
-        run = await (await agent(broker)).start({"to": "ops@example.com"}, run_id=run_id)
-        print(json.dumps({"status": run.status.value, "waiting_on": list(run.waiting_on)}))
+        run = await (await agent(broker)).start({"to": to}, run_id=run_id, thread_id=thread)
+        print(json.dumps({"run": run.id, "status": run.status.value, "waiting_on": list(run.waiting_on)}))
 
 
-if __name__ == "__main__":
-    asyncio.run(start(sys.argv[1]))
+if __name__ == "__main__":  # mail_agent.py RUN_ID|- [TO [THREAD]]
+    args = [*sys.argv[1:], "ops@example.com", None][:3]
+    asyncio.run(start(None if args[0] == "-" else args[0], args[1], args[2]))
 '''
 
 EDITED = {"to": "ops@example.com", "subject": "release 1.4.1"}
@@ -150,12 +159,12 @@ def agent_dir(tmp_path: Path, stores: tuple[str, str]) -> Path:
     return folder
 
 
-def environment(stores: tuple[str, str]) -> dict[str, str]:
-    return {**os.environ, "INTERLOCK_URL": stores[0], "CHECKPOINTS": stores[1]}
+def environment(stores: tuple[str, str], **more: str) -> dict[str, str]:
+    return {**os.environ, "INTERLOCK_URL": stores[0], "CHECKPOINTS": stores[1], **more}
 
 
-def run(args: list[str], stores: tuple[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, capture_output=True, text=True, env=environment(stores), cwd=cwd, timeout=BOUND)
+def run(args: list[str], stores: tuple[str, str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, env=environment(stores, **env), cwd=cwd, timeout=BOUND)
 
 
 def cli(args: list[str], stores: tuple[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -163,8 +172,9 @@ def cli(args: list[str], stores: tuple[str, str], cwd: Path) -> subprocess.Compl
     return invoke(*args, env=environment(stores), cwd=cwd)
 
 
-def start_in_a_process(stores: tuple[str, str], agent_dir: Path, run_id: str) -> dict[str, object]:
-    done = run([sys.executable, "mail_agent.py", run_id], stores, agent_dir)
+def start_in_a_process(stores: tuple[str, str], agent_dir: Path, run_id: str, *more: str) -> dict[str, object]:
+    """`mail_agent.py RUN_ID|- [TO [THREAD]]`: what its start returned."""
+    done = run([sys.executable, "mail_agent.py", run_id, *more], stores, agent_dir)
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -257,3 +267,35 @@ async def test_a_denial_reaches_the_graph_and_the_tool_never_runs(stores: tuple[
     assert finished.status is RunStatus.FAILED  # approve() raised ApprovalDenied in the node
     assert "not on a Friday" in (finished.error or "")
     assert sent(agent_dir) == []
+
+
+@pytest.mark.parametrize("stores", ["sqlite", "postgresql"], indirect=True)
+async def test_a_turn_killed_before_its_first_checkpoint_asks_its_own_call_when_started_again(
+    stores: tuple[str, str], agent_dir: Path
+) -> None:
+    """The thread's first run is cancelled at its approval; its next turn's process is killed
+    once its run is recorded, as LangGraph writes the turn's first checkpoint. Started again,
+    the turn took the thread's interrupt, the cancelled run's, as its own: it asked for the
+    cancelled mail, and a yes sent it."""
+    first = start_in_a_process(stores, agent_dir, "-", "ops@example.com", "t-1")
+    assert first["status"] == "waiting_for_approval"
+    async with interlock.connect(stores[0]) as broker:
+        assert await broker.cancel_run(str(first["run"]), by="alice")
+    turn = [sys.executable, "mail_agent.py", "-", "team@example.com", "t-1"]
+    killed = run(turn, stores, agent_dir, KILLED_AT_FIRST_CHECKPOINT="1")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    async with interlock.connect(stores[0]) as broker:
+        [recorded] = [r for r in (await broker.list_runs(agent="mailer")).items if r.id != first["run"]]
+    assert recorded.status is RunStatus.RUNNING
+
+    again = start_in_a_process(stores, agent_dir, "-", "team@example.com", "t-1")
+    assert (again["run"], again["status"]) == (recorded.id, "waiting_for_approval")
+    (request_id,) = again["waiting_on"]  # type: ignore[misc]
+    async with interlock.connect(stores[0]) as broker:
+        asked = await broker.get(str(request_id))
+    assert asked.context["arguments"] == {"to": "team@example.com", "subject": "release 1.4"}
+    answered = cli(["answer", str(request_id), "yes", "--by", "alice"], stores, agent_dir)
+    assert answered.returncode == 0, answered.stderr
+    worked = run([*INTERLOCK, "worker", "mail_agent:handlers", "--once"], stores, agent_dir)
+    assert worked.returncode == 0, worked.stderr
+    assert sent(agent_dir) == [{"to": "team@example.com", "subject": "release 1.4"}]

@@ -34,13 +34,16 @@ class State(TypedDict, total=False):
 
 
 class Mailer:
-    """A graph whose one node sends a mail once approved; `sent` records every real send."""
+    """A graph whose one node sends a mail once approved (to nobody@..., it raises first);
+    `sent` records every real send."""
 
     def __init__(self) -> None:
         self.sent: list[dict[str, Any]] = []
 
     def graph(self, saver: Any = None) -> Any:
         def send(state: State) -> dict[str, Any]:
+            if state["to"].startswith("nobody@"):
+                raise ValueError("no such mailbox")
             arguments = approve("send_mail", {"to": state["to"], "subject": "release 1.4"}, schema=SCHEMA)
             self.sent.append(arguments)
             return {"sent": [arguments]}
@@ -215,12 +218,76 @@ async def test_a_turn_after_a_run_ended_at_an_interrupt_runs_on_its_own_input_no
     assert mailer.sent == [{"to": "team@example.com", "subject": "release 1.4"}]
 
 
+class Killed(BaseException):
+    """The process dying: nothing catches it, and nothing after it runs."""
+
+
+class DiesAtItsNextCheckpoint(InMemorySaver):
+    """A checkpointer whose process is killed as LangGraph writes a checkpoint, once armed:
+    what the run did before is recorded, that checkpoint and everything after are not."""
+
+    armed = False
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        if self.armed:
+            raise Killed
+        return super().put(*args, **kwargs)
+
+
+class DiesAsItAsks(ApprovalGate):
+    """A gate whose process is killed as it is about to ask for an approval."""
+
+    async def begin(self, call: Any, **options: Any) -> Any:
+        raise Killed
+
+
+@pytest.mark.parametrize("named_by", ["thread", "run_id"])
+@pytest.mark.parametrize("ended", ["cancelled", "failed"])
+async def test_a_new_run_killed_before_its_first_checkpoint_starts_again_on_its_own_input(
+    broker: Broker, ended: str, named_by: str
+) -> None:
+    """A thread's next turn whose process died once its run was recorded, before LangGraph
+    wrote the turn's first checkpoint: started again, the thread still stood where the ended
+    run stopped, which the new run took as its own. It asked the cancelled call again, with
+    its arguments, or ran the failed step again and failed with the ended run's error."""
+    mailer = Mailer()
+    saver = DiesAtItsNextCheckpoint()
+    first = await LangGraphAgent(broker, mailer.graph(saver), name="mailer", to="alice").start(
+        {"to": "ops@example.com" if ended == "cancelled" else "nobody@example.com"}, thread_id="t-9"
+    )
+    if ended == "cancelled":  # the thread stays at the call's interrupt
+        assert await broker.cancel_run(first.id, by="alice")
+    else:  # the thread stays before the step that raised
+        assert first.status is RunStatus.FAILED
+    named = {"thread_id": "t-9", "run_id": "r-2" if named_by == "run_id" else None}
+    saver.armed = True
+    with pytest.raises(Killed):
+        await LangGraphAgent(broker, mailer.graph(saver), name="mailer", to="alice").start(
+            {"to": "ceo@example.com"}, **named
+        )
+    saver.armed = False
+    [killed] = [r for r in (await broker.list_runs(agent="mailer")).items if r.id != first.id]
+    assert killed.status is RunStatus.RUNNING  # recorded, and nothing of its graph
+
+    agent = LangGraphAgent(broker, mailer.graph(saver), name="mailer", to="alice")  # the process started again
+    again = await agent.start({"to": "ceo@example.com"}, **named)
+    assert again.id == killed.id and again.status is RunStatus.WAITING_FOR_APPROVAL
+    asked = await broker.get(again.waiting_on[0])
+    assert asked.context["arguments"] == {"to": "ceo@example.com", "subject": "release 1.4"}
+    await broker.resolve(asked.id, True, by="alice")
+    assert (await claim_and_resume(broker, agent)).status is RunStatus.COMPLETED
+    assert mailer.sent == [{"to": "ceo@example.com", "subject": "release 1.4"}]
+
+
 async def test_a_run_whose_process_stopped_before_parking_parks_on_the_same_interrupt(broker: Broker) -> None:
     mailer = Mailer()
     graph = mailer.graph()
     # The agent's process got as far as the graph's interrupt, then died before asking anyone.
-    await broker.start_run("mailer", run_id="r-2", session="r-2")
-    await graph.ainvoke({"to": "a@example.com"}, {"configurable": {"thread_id": "r-2"}})
+    with pytest.raises(Killed):
+        await LangGraphAgent(broker, graph, name="mailer", to="alice", gate=DiesAsItAsks(broker)).start(
+            {"to": "a@example.com"}, thread_id="r-2", run_id="r-2"
+        )
+    assert (await broker.get_run("r-2")).status is RunStatus.RUNNING and (await broker.list()).items == []
     agent = LangGraphAgent(broker, graph, name="mailer", to="alice")
     run = await agent.start({"to": "someone-else@example.com"}, thread_id="r-2", run_id="r-2")
     assert run.status is RunStatus.WAITING_FOR_APPROVAL

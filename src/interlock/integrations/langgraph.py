@@ -75,6 +75,10 @@ APPROVAL = "interlock.langgraph.approval"
 QUESTION = "interlock.langgraph.question"
 """The `kind` of an interrupt payload made by `ask`: interlock asks in their JSON shape."""
 
+_RUN_KEY = "interlock_run"
+"""The key of a checkpoint's metadata that names the interlock run whose graph wrote it
+(not LangGraph's own `run_id`, which makes an input on a checkpoint of the same id a resume)."""
+
 _PROMPT_LIMIT = 500  # a longer text payload goes to the details, under a short prompt
 
 
@@ -267,9 +271,11 @@ class LangGraphAgent:
 
         With the `run_id` of a run started before, nothing runs twice: a parked or ended run
         is returned as it is, and a run whose process stopped before it parked goes on from
-        the thread's last checkpoint. With a `thread_id` alone, a run of this agent on that
-        thread that has not ended is that run (a restarted process names the thread it
-        knows): its pause is returned as it is, not asked of the person a second time. Once
+        the thread's last checkpoint when its own graph wrote it (each checkpoint's metadata
+        names the run it is of, as `interlock_run`); a run stopped before its graph wrote
+        one runs on `input`, as it would have. With a `thread_id` alone, a run of this agent
+        on that thread that has not ended is that run (a restarted process names the thread
+        it knows): its pause is returned as it is, not asked of the person a second time. Once
         the thread's runs have all ended, a start is its next turn: a new run of the graph on
         `input`, whatever interrupt an ended run left the thread stopped at (cancelled, given
         up, or failed on a denial: that interrupt is not asked again). If the graph raises (a
@@ -287,30 +293,33 @@ class LangGraphAgent:
             return run
         thread = thread_id or run.id
         try:
-            # Where the thread stopped is this run's only when the run was started before (its
-            # process stopped); a new run's thread may hold where an ended one stopped.
-            snapshot = await self._snapshot(thread) if again else None
-            if snapshot is not None and snapshot.interrupts:
+            # Where the thread stopped is this run's only when this run's graph wrote its last
+            # checkpoint (the run was started before, and its process stopped): the thread of
+            # a new run, or of one killed before its first checkpoint, stands where an ended
+            # run left it.
+            snapshot = await self._snapshot(thread)
+            mine = again and _run_of(snapshot) == run.id
+            if mine and snapshot.interrupts:
                 outcome = await self._advance(run, thread, None, invoke=False)
-            elif snapshot is not None and snapshot.next:
+            elif mine and snapshot.next:
                 outcome = await self._advance(run, thread, None)  # stopped mid-step: go on from the checkpoint
             else:
-                outcome = await self._advance(run, thread, input if again else await self._closing(thread, input))
+                outcome = await self._advance(run, thread, self._closing(snapshot.values, input))
         except Exception as exc:  # a node, or the gate failing closed: the run fails (it would stay running)
             return await failed_start(self.broker, run, self.name, exc)
         if isinstance(outcome, Park):
             return await self.broker.park(run.id, state=outcome.state, waiting_on=outcome.waiting_on)
         return await self.broker.complete_run(run.id, outcome)
 
-    async def _closing(self, thread: str, input: Any) -> Any:
+    @staticmethod
+    def _closing(values: Any, input: Any) -> Any:
         """A new turn's `input`, closing the tool calls an ended run left without a result in
-        the thread's `messages` (a LangChain agent stopped at its approval): each gets a tool
-        message saying no result was recorded, before the turn's own messages, as a chat
-        model requires a result for every call it made. Calls the input answers itself are
-        left to it, and an input that removes messages is taken as it is."""
+        the `messages` of the thread's `values` (a LangChain agent stopped at its approval):
+        each gets a tool message saying no result was recorded, before the turn's own
+        messages, as a chat model requires a result for every call it made. Calls the input
+        answers itself are left to it, and an input that removes messages is taken as it is."""
         if not isinstance(input, Mapping):
             return input
-        values = (await self._snapshot(thread)).values
         messages = values.get("messages") if isinstance(values, Mapping) else None
         if not isinstance(messages, list) or not messages:
             return input
@@ -408,7 +417,7 @@ class LangGraphAgent:
         run_id = run.id
         while True:
             if invoke:
-                await self._invoke(payload, thread)
+                await self._invoke(payload, thread, run_id)
             invoke = True
             snapshot = await self._snapshot(thread)
             interrupts: tuple[Interrupt, ...] = tuple(snapshot.interrupts)
@@ -443,8 +452,9 @@ class LangGraphAgent:
             state = {"thread_id": thread, "questions": questions, "approvals": approvals, "decided": decided}
             return Park(state, [*questions.values(), *approvals.values()])
 
-    async def _invoke(self, payload: Any, thread: str) -> None:
-        config = _config(thread)
+    async def _invoke(self, payload: Any, thread: str, run_id: str) -> None:
+        # Every checkpoint the graph writes keeps the config's metadata: the run it is of.
+        config = {**_config(thread), "metadata": {_RUN_KEY: run_id}}
         if self._sync is None:
             await self._probe(thread)
         if self._sync:
@@ -621,6 +631,14 @@ def _edit_schema(response_schema: Any) -> Mapping[str, Any] | None:
 
 def _config(thread: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread}}
+
+
+def _run_of(snapshot: Any) -> str | None:
+    """The interlock run whose graph wrote the checkpoint of a thread's state (`_RUN_KEY` in
+    its metadata); None for none, or one written otherwise."""
+    metadata = getattr(snapshot, "metadata", None)
+    run = metadata.get(_RUN_KEY) if isinstance(metadata, Mapping) else None
+    return run if isinstance(run, str) else None
 
 
 def _jsonable(value: Any) -> Any:
