@@ -279,6 +279,35 @@ async def test_a_new_run_killed_before_its_first_checkpoint_starts_again_on_its_
     assert mailer.sent == [{"to": "ceo@example.com", "subject": "release 1.4"}]
 
 
+@pytest.mark.parametrize("named_by", ["thread", "run_id"])
+async def test_a_run_killed_once_its_graph_ended_completes_when_started_again_without_running_it_twice(
+    broker: Broker, named_by: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The graph ran to its end (the mail sent: the gate lets it through) and the process
+    died before the run was recorded complete: started again, the run ran its graph on its
+    input once more, and the mail went out twice."""
+    mailer = Mailer()
+    graph = mailer.graph()
+    gate = ApprovalGate(broker, policies={"send_*": "never"})
+    named = {"thread_id": "t-9", "run_id": "r-2" if named_by == "run_id" else None}
+
+    async def killed(*args: Any, **kwargs: Any) -> Any:
+        raise Killed
+
+    with monkeypatch.context() as patched:
+        patched.setattr(broker, "complete_run", killed)
+        with pytest.raises(Killed):
+            await LangGraphAgent(broker, graph, name="mailer", gate=gate).start({"to": "ops@example.com"}, **named)
+    assert mailer.sent == [{"to": "ops@example.com", "subject": "release 1.4"}]
+    [stopped] = (await broker.list_runs(agent="mailer")).items
+    assert stopped.status is RunStatus.RUNNING
+
+    run = await LangGraphAgent(broker, graph, name="mailer", gate=gate).start({"to": "ops@example.com"}, **named)
+    assert (run.id, run.status) == (stopped.id, RunStatus.COMPLETED)
+    assert run.result["sent"] == [{"to": "ops@example.com", "subject": "release 1.4"}]
+    assert mailer.sent == [{"to": "ops@example.com", "subject": "release 1.4"}]
+
+
 async def test_a_run_whose_process_stopped_before_parking_parks_on_the_same_interrupt(broker: Broker) -> None:
     mailer = Mailer()
     graph = mailer.graph()

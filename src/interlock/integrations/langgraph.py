@@ -272,8 +272,9 @@ class LangGraphAgent:
         With the `run_id` of a run started before, nothing runs twice: a parked or ended run
         is returned as it is, and a run whose process stopped before it parked goes on from
         the thread's last checkpoint when its own graph wrote it (each checkpoint's metadata
-        names the run it is of, as `interlock_run`); a run stopped before its graph wrote
-        one runs on `input`, as it would have. With a `thread_id` alone, a run of this agent
+        names the run it is of, as `interlock_run`), and completes with the graph's values
+        if the graph had ended; a run stopped before its graph wrote one runs on `input`, as
+        it would have. With a `thread_id` alone, a run of this agent
         on that thread that has not ended is that run (a restarted process names the thread
         it knows): its pause is returned as it is, not asked of the person a second time. Once
         the thread's runs have all ended, a start is its next turn: a new run of the graph on
@@ -303,6 +304,8 @@ class LangGraphAgent:
                 outcome = await self._advance(run, thread, None, invoke=False)
             elif mine and snapshot.next:
                 outcome = await self._advance(run, thread, None)  # stopped mid-step: go on from the checkpoint
+            elif mine:  # its graph ended: its values are the result, the graph does not run again
+                outcome = await self._advance(run, thread, None, invoke=False)
             else:
                 outcome = await self._advance(run, thread, self._closing(snapshot.values, input))
         except Exception as exc:  # a node, or the gate failing closed: the run fails (it would stay running)
