@@ -49,6 +49,10 @@ async def test_an_agent_asks_its_owner_and_the_job_completes_with_her_answers(mc
 
         settled = result(await bot.call_tool("hitl_status", {"job": job["job"]}))
         assert settled["status"] == "COMPLETE"
+        # An agent has no inbox (only people are asked): its list is what it asked.
+        asked = result(await bot.call_tool("hitl_list", {}))["requests"]
+        assert [(r["id"], r["from"], r["status"]) for r in asked] == [(job["job"], "alice-bot", "answered")]
+        assert result(await bot.call_tool("hitl_list", {"status": "open"}))["requests"] == []
         assert settled["response"]["answers"] == answers
         assert (settled["response"]["comment"], settled["response"]["by"]) == ("go", "alice")
 

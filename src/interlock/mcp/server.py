@@ -220,9 +220,9 @@ With wait (seconds, at most 300), block until the job settles or the wait runs o
 report; call again to keep waiting."""
 
 _LIST = """List the HITL requests in your own inbox: pending asks awaiting your decision and \
-resolved ones, newest first. Filter by status: open, answered, rejected, expired, cancelled. \
-Read a full request (asks, options, offered grants) with hitl_read or the resource \
-interlock://requests/<id>."""
+resolved ones, newest first (for an agent, which has no inbox: the requests it made). Filter by \
+status: open, answered, rejected, expired, cancelled. Read a full request (asks, options, offered \
+grants) with hitl_read or the resource interlock://requests/<id>."""
 
 _READ = """Read one whole request you made or that is in your inbox: its title and description, \
 every ask with its type, options and offered grants, how to answer each, and its job status."""
@@ -349,13 +349,12 @@ async def hitl_list(
 ) -> dict[str, Any]:
     async with _seated(ctx) as seat:
         me = seat.caller
-        page = await seat.broker.list(
-            recipient=None if me.kind == "admin" else me.name,
-            teams=sorted(me.teams) if me.kind == "human" else (),  # a member's teams' requests too
-            status=status_filter(status),
-            after=cursor,
-            limit=limit,
-        )
+        if me.kind == "agent":  # only people are asked: an agent's list is what it asked
+            whose: dict[str, Any] = {"requester": me.name}
+        else:  # a member's inbox holds their teams' requests too
+            whose = {"recipient": None if me.kind == "admin" else me.name}
+            whose["teams"] = sorted(me.teams) if me.kind == "human" else ()
+        page = await seat.broker.list(**whose, status=status_filter(status), after=cursor, limit=limit)
         return {"requests": [summary_view(r) for r in page.items], "next_cursor": page.next_cursor}
 
 
