@@ -6,6 +6,8 @@ in their list as well as by id."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
@@ -15,6 +17,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from httpx_sse import aconnect_sse
 
 import interlock
 from api_support import World
@@ -165,3 +168,37 @@ async def test_an_agent_is_asked_nothing_for_nobody_could_answer_and_an_update_s
     assert (await clients["bob-bot"].get("/requests")).json()["items"] == []
     told = await clients["alice-bot"].post("/inform", json={"message": "deploy done", "to": "bob-bot"})
     assert told.status_code == 201, told.text
+
+
+async def test_a_run_s_page_follows_only_the_run_s_events_its_person_may_see(
+    world: World, clients: dict[str, httpx.AsyncClient]
+) -> None:
+    """The web page of a run follows the run's events (`/inbox/runs/ID/stream`): for a
+    person who may see the run, those of its requests that are theirs to read; a run they
+    may not see is one that is not there; without a session, nothing."""
+    run, (to_bob,) = await started(clients["alice-bot"], "run-1", "bob")
+    hidden, _ = await started(clients["alice-bot"], "run-2")  # asks bob nothing: not his to see
+    async with httpx.AsyncClient(base_url=world.base, timeout=httpx.Timeout(BOUND, read=None)) as browser:
+        stream = f"/inbox/runs/{run}/stream"
+        assert (await browser.get(stream)).status_code == 401
+        form = await browser.get("/signin")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf is not None, form.text
+        done = await browser.post("/signin", data={"token": world.tokens["bob"], "csrf": csrf[1]})
+        assert done.status_code == 303, done.text
+        assert (await browser.get(f"/inbox/runs/{hidden}/stream")).status_code == 404
+
+        with anyio.fail_after(BOUND):
+            async with aconnect_sse(browser, "GET", stream, params={"after": 0}) as events:
+                assert events.response.status_code == 200
+                # The run's own events (started), and those of its requests that are his.
+                seen = (json.loads(e.data) async for e in events.aiter_sse() if e.data)
+                first = await anext(e async for e in seen if e["request_id"] is not None)
+                assert (first["type"], first["request_id"]) == ("created", to_bob)
+                to_alice = await clients["alice-bot"].post("/requests", json=question(to="alice", origin={"run": run}))
+                assert to_alice.status_code == 201, to_alice.text
+                answered = await clients["bob"].post(f"/requests/{to_bob}/answer", json={"answers": {"t": "Ada"}})
+                assert answered.status_code == 200, answered.text
+                # The request to alice in the same run is not his to read: its event never comes.
+                then = await anext(e async for e in seen if e["request_id"] is not None)
+                assert (then["type"], then["request_id"]) == ("answered", to_bob)

@@ -1040,6 +1040,37 @@ def test_every_event_of_a_long_run_is_reached_through_its_page_s_newer_links(ser
     expect(rows.first).to_have_attribute("data-id", str(made[0]))
 
 
+def test_a_run_s_page_follows_the_run_as_it_goes_on_and_keeps_a_message_being_written(
+    server: Server, page: Page
+) -> None:
+    request_id = parked_run(server)
+    sign_in(page, server)
+    page.goto(f"{server.url}/inbox/runs/run-7")
+    expect(page.locator(".run-status")).to_have_text("waiting for approval")
+    page.evaluate("window.sameDocument = true")  # the page is read again in place, not reloaded
+    draft = page.get_by_role("textbox", name="Message the agent")
+    draft.fill("and tell ops")
+
+    assert server.run(server.broker.resolve(request_id, True, by="alice"))  # answered elsewhere: the CLI, say
+    expect(page.locator(".run-requests > li")).to_have_attribute("data-status", "answered")
+    expect(page.locator(".run-facts")).to_contain_text("a worker will resume it")
+    expect(page.locator(".run-events > li").last).to_have_attribute("data-type", "answered")
+    expect(draft).to_have_value("and tell ops")
+    expect(draft).to_be_focused()
+
+    async def resume_and_complete() -> None:
+        claimed = await server.broker.claim_run(["deployer"], worker="w1")
+        assert claimed is not None
+        await server.broker.complete_run(claimed.id, {"deployed": True}, worker="w1")
+
+    server.run(resume_and_complete())
+    expect(page.locator(".run-status")).to_have_text("completed")
+    expect(page.get_by_role("status")).to_have_text("Run completed")  # said to a screen reader
+    expect(page.locator(".run-page")).not_to_have_attribute("data-stream", re.compile("."))  # stopped following
+    expect(page.get_by_role("button", name="Cancel this run")).to_have_count(0)
+    assert page.evaluate("window.sameDocument") is True
+
+
 def test_a_person_cancels_a_run_from_its_page_and_its_request_is_withdrawn(server: Server, page: Page) -> None:
     request_id = parked_run(server)
     sign_in(page, server)

@@ -771,6 +771,53 @@ async def stream(http: HttpRequest, state: State, after: int | None = None) -> R
     who = await session(state, http)
     if who is None:
         return Response("sign in first", status_code=401, media_type="text/plain")
+    principal = who.principal
+
+    def accept(event: Event) -> bool:
+        return event.type in _INBOX_EVENTS and _for_inbox(principal, event)
+
+    return _followed(state, http, who, accept, after)
+
+
+@router.get("/inbox/runs/{run_id}/stream", name="inbox_run_stream")
+async def run_stream(http: HttpRequest, state: State, run_id: str, after: int | None = None) -> Response:
+    """A run's events the person may see (`run_event_filter`), as its page follows them: the
+    page reads itself again on each, so it stays live while the run goes on."""
+    who = await session(state, http)
+    if who is None:
+        return Response("sign in first", status_code=401, media_type="text/plain")
+    try:
+        run = await named_run(state.broker, who.principal, run_id)
+    except NotFound:
+        return Response("there is no such run", status_code=404, media_type="text/plain")
+
+    async def replay(cursor: int) -> AsyncIterator[Event]:  # the run's events, from their index
+        while True:
+            page = await state.broker.find_events(after=cursor, limit=500, run=run.id)
+            for event in page:
+                yield event
+            if len(page) < 500 and not page.cut:
+                return
+            cursor = page[-1].id
+
+    return _followed(state, http, who, run_event_filter(who.principal, run.id), after, replay, named=False)
+
+
+def _followed(
+    state: AppState,
+    http: HttpRequest,
+    who: Session,
+    accept: Callable[[Event], bool],
+    after: int | None,
+    replay: Callable[[int], AsyncIterator[Event]] | None = None,
+    *,
+    named: bool = True,
+) -> Response:
+    """The events `accept` takes, as server-sent events (id, type and request id each),
+    from after the Last-Event-ID given (else `after`; else from now on), to a page signed
+    in as `who`: the stream ends with its session, or when its access is lost. `named`:
+    each is sent as its type's event (else as a plain message, for a page that takes them
+    all alike)."""
     try:  # here, before the stream's 200 goes out
         start = parse_event_id(http.headers.get("last-event-id"))
     except ValueError as exc:
@@ -779,9 +826,6 @@ async def stream(http: HttpRequest, state: State, after: int | None = None) -> R
         return Response(f"after must be between 0 and {MAX_EVENT_ID}", status_code=400, media_type="text/plain")
     start = after if start is None else start
     principal = who.principal
-
-    def accept(event: Event) -> bool:
-        return event.type in _INBOX_EVENTS and _for_inbox(principal, event)
 
     async def lost() -> str | None:
         now = await session(state, http)
@@ -795,11 +839,11 @@ async def stream(http: HttpRequest, state: State, after: int | None = None) -> R
             ends = asyncio.get_running_loop().call_later(max(left, 0), state.hub.end_holder, holder, _RAN_OUT)
         try:
             follow = state.hub.replay_then_follow(
-                accept, start, holder=holder, lost=lost if holder is not None else None
+                accept, start, replay, holder=holder, lost=lost if holder is not None else None
             )
             async for event in follow:
                 data = {"id": event.id, "type": event.type, "request_id": event.request_id}
-                yield ServerSentEvent(data=json.dumps(data), event=event.type, id=str(event.id))
+                yield ServerSentEvent(data=json.dumps(data), event=event.type if named else None, id=str(event.id))
         except Dropped as exc:
             yield ServerSentEvent(data=json.dumps({"reason": str(exc)}), event="dropped")
         finally:
@@ -974,6 +1018,7 @@ async def run_page(
     who = await session(state, http)
     if who is None:
         return signin_redirect(http)
+    position = await state.broker.last_event_id()  # before reading: the page's stream goes on from here
     try:  # a run not theirs to see is refused as one that does not exist: run ids may be guessed
         run = await named_run(state.broker, who.principal, run_id)
     except NotFound:
@@ -1016,6 +1061,7 @@ async def run_page(
         "events_paged": bool(since),
         "notice": notice,
         "followups": followups,
+        "position": position,
     }
     return page(state, http, "run.html", context, who=who)
 

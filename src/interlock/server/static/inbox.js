@@ -276,11 +276,14 @@
   }
 
   // What cannot be undone (cancelling a run) asks first, on any page.
-  for (const form of document.querySelectorAll("form[data-confirm]")) {
-    form.addEventListener("submit", (e) => {
-      if (!window.confirm(form.dataset.confirm)) e.preventDefault();
-    });
+  function confirming(root) {
+    for (const form of root.querySelectorAll("form[data-confirm]")) {
+      form.addEventListener("submit", (e) => {
+        if (!window.confirm(form.dataset.confirm)) e.preventDefault();
+      });
+    }
   }
+  confirming(document);
 
   if (pending) {
     wire(document);
@@ -289,6 +292,49 @@
   } else {
     wire(document, false);  // a request's page: Ctrl+Enter and the multi-choice limits, as in the inbox
     followOne();
+    followRun();
+  }
+
+  // A run's page, while the run goes on: it reads itself again on each of the run's
+  // events (a request answered, the run resumed, ended), so its status, requests and
+  // events are as they are now. A message being written to the agent is kept, with its
+  // focus; the stream closes once the run has ended.
+  function followRun() {
+    const first = document.querySelector(".run-page[data-stream]");
+    if (!first) return;
+    let leaving = false;  // a form of this page is posting: it navigates by itself
+    document.addEventListener("submit", (e) => { if (!e.defaultPrevented) leaving = true; });
+    const source = new EventSource(first.dataset.stream);
+    let queued = false;
+    let chain = Promise.resolve();
+    source.onmessage = () => {
+      if (queued) return;  // the next read shows this event too
+      queued = true;
+      chain = chain.then(async () => {
+        queued = false;
+        const response = await fetch(location.href, { credentials: "same-origin" });
+        if (leaving || !response.ok) return;
+        const fresh = new DOMParser().parseFromString(await response.text(), "text/html").querySelector(".run-page");
+        if (!fresh || leaving) return;
+        const shown = document.querySelector(".run-page");
+        const was = shown.querySelector(".run-status").textContent;
+        const draft = shown.querySelector("#run-message-text");
+        const into = fresh.querySelector("#run-message-text");
+        const focused = draft && draft === document.activeElement;
+        if (draft && into) into.value = draft.value;
+        const now = document.adoptNode(fresh);
+        localTitles(now);
+        confirming(now);
+        shown.replaceWith(now);
+        if (focused && into) {
+          into.focus();
+          into.setSelectionRange(draft.selectionStart, draft.selectionEnd);
+        }
+        const status = now.querySelector(".run-status").textContent;
+        if (status !== was) say(`Run ${status}`);
+        if (!now.dataset.stream) source.close();  // it has ended: nothing more will change
+      }).catch((e) => console.error(e));
+    };
   }
 
   // A pending request's own page: settled elsewhere while open (another tab, the CLI, a
