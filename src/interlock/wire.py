@@ -40,6 +40,7 @@ from .errors import (
 
 __all__ = [
     "RETRY_UNAVAILABLE",
+    "SURFACE",
     "WIRE_ERRORS",
     "WireError",
     "code_for_status",
@@ -58,6 +59,13 @@ def _none(exc: Any) -> dict[str, Any]:
 def _seconds(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else None
 
+
+SURFACE = "interlock.surface"
+"""The ASGI scope key by which a surface of the server's own process that calls the HTTP
+API in process (`/mcp`, whose tools are API calls) names itself, to be recorded as what an
+answer or a cancel came through (`Response.via`: "mcp"); a call without it came over HTTP
+("api"). A client sends headers and a body, never scope keys: it cannot claim a surface.
+"""
 
 RETRY_UNAVAILABLE = 1
 """The seconds a server's `Retry-After` asks for after `unavailable`, when the store named

@@ -103,7 +103,33 @@ async def test_a_client_that_gives_up_on_request_human_input_over_http_withdraws
         with anyio.fail_after(BOUND):
             settled = await broker.watch(question.id, timeout=BOUND)
         assert settled.status is interlock.Status.CANCELLED and settled.response is not None
-        assert settled.response.cause == "withdrawn"
+        assert (settled.response.cause, settled.response.via) == ("withdrawn", "mcp")
+
+
+async def test_what_is_answered_or_withdrawn_over_http_mcp_is_recorded_as_through_mcp(world: World) -> None:
+    """`/mcp`'s tools call the API in the server's process: what they record is `via: mcp`,
+    as `interlock mcp` records it on a store; a client of the API cannot claim it."""
+    confirm = {"asks": [{"type": "confirm", "id": "ok", "prompt": "Ship it?"}], "to": "alice"}
+    async with world.api("alice-bot") as bot:
+        asked = [(await bot.post("/requests", json=confirm)).json()["id"] for _ in range(3)]
+    async with http_client(f"{world.base}/mcp", world.tokens["alice"]) as alice:
+        answered = result(await alice.call_tool("hitl_respond", {"id": asked[0], "answers": {"ok": True}}))
+        assert answered["job"]["status"] == "COMPLETE"
+        result(await alice.call_tool("hitl_respond", {"id": asked[1], "action": "reject", "comment": "not now"}))
+    async with http_client(f"{world.base}/mcp", world.tokens["alice-bot"]) as bot_mcp:
+        result(await bot_mcp.call_tool("hitl_cancel", {"job": asked[2]}))
+    async with world.api("alice") as api:  # a header of that name is a header: the API's own
+        other = (await api.post("/requests", json=confirm)).json()["id"]
+        sent = await api.post(f"/requests/{other}/answer", json={"answer": True}, headers={"interlock.surface": "mcp"})
+        assert sent.status_code == 200, sent.text
+    async with interlock.connect(world.db) as broker:
+        settled = [await broker.get(i) for i in (*asked, other)]
+    assert [(r.status.value, r.response and r.response.via) for r in settled] == [
+        ("answered", "mcp"),
+        ("rejected", "mcp"),
+        ("cancelled", "mcp"),
+        ("answered", "api"),
+    ]
 
 
 async def test_a_body_past_the_limit_sent_in_chunks_is_refused_as_too_large_not_a_failure(

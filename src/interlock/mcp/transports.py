@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..broker import Broker, connect
 from ..principals import ANONYMOUS, Principal, hash_token
 from ..remote import RemoteBroker
+from ..wire import SURFACE
 from .server import Access, Seat, build_server
 
 __all__ = ["HttpEndpoint", "fixed_access", "serve_stdio"]
@@ -96,7 +97,7 @@ class HttpEndpoint:
     """
 
     def __init__(self, api: ASGIApp, principal_of: PrincipalOf, *, auth: bool, refused: Refused | None = None) -> None:
-        self.api = api
+        self.api = _through_mcp(api)
         self.principal_of = principal_of
         self.auth = auth
         self.refused = refused
@@ -233,3 +234,13 @@ def _unauthorized(detail: str) -> JSONResponse:
     return JSONResponse(
         body, status_code=401, media_type="application/problem+json", headers={"WWW-Authenticate": "Bearer"}
     )
+
+
+def _through_mcp(api: ASGIApp) -> ASGIApp:
+    """The API as `/mcp`'s tools call it: each call's scope says it came through MCP
+    (`wire.SURFACE`), so the answers and cancels it records are `via: mcp`."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await api({**scope, SURFACE: "mcp"}, receive, send)
+
+    return app

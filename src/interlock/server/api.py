@@ -38,6 +38,7 @@ from .common import (
     AppState,
     Caller,
     State,
+    Surface,
     TheBroker,
     app_state,
     can_see,
@@ -49,6 +50,7 @@ from .common import (
     problems_for,
     rate_limited,
     run_id_of,
+    surface_of,
 )
 from .schemas import (
     AnswerBody,
@@ -535,7 +537,9 @@ async def wait_request(
     return out(request)
 
 
-async def answer_one(broker: LocalBroker, request_id: str, body: AnswerBody, caller: Principal) -> HumanRequest:
+async def answer_one(
+    broker: LocalBroker, request_id: str, body: AnswerBody, caller: Principal, via: str = "api"
+) -> HumanRequest:
     request = await visible(broker, request_id, caller)
     if body.cancel:
         # Novo's `cancel: true`, from either side: the requester withdraws the request, or
@@ -552,11 +556,11 @@ async def answer_one(broker: LocalBroker, request_id: str, body: AnswerBody, cal
         raise ApiError("invalid_answer", str(exc), status=NOVO_REFUSAL, ask_id=exc.ask_id) from None
     by = body.by if caller.kind == "admin" else caller.name
     if decision.cancel:
-        done = await broker.cancel(request_id, body.reason, by=by, via="api")
+        done = await broker.cancel(request_id, body.reason, by=by, via=via)
     else:
         echo = None if body.grants is None else [g.model_dump(by_alias=True) for g in body.grants]
         try:
-            done = await broker.resolve(request_id, decision.value, by=by, via="api", comment=body.reason, grants=echo)
+            done = await broker.resolve(request_id, decision.value, by=by, via=via, comment=body.reason, grants=echo)
         except InvalidAnswer as exc:
             if body.input_responses is None:
                 raise  # the native body: 422, as every other answer that does not fit
@@ -571,21 +575,24 @@ async def answer_one(broker: LocalBroker, request_id: str, body: AnswerBody, cal
     responses=_problems(400, 404, 409, 413, 422),
     tags=["answers"],
 )
-async def answer_request(request_id: str, body: AnswerBody, caller: Caller, http: Request) -> JSONResponse:
+async def answer_request(
+    request_id: str, body: AnswerBody, caller: Caller, http: Request, via: Surface
+) -> JSONResponse:
     """Answer with `answers` by ask id, a bare `answer`, or Novo-compatible `inputResponses`;
     `cancel: true` ends it unanswered instead (its requester withdrawing it, or the person
-    it is to declining it), recorded as cancelled with who did it and `via: "api"`."""
-    return out(await answer_one(app_state(http).broker, request_id, body, caller))
+    it is to declining it), recorded as cancelled with who did it and `via: "api"` (`"mcp"`
+    for `/mcp`'s tools, which answer through this route in the server's process)."""
+    return out(await answer_one(app_state(http).broker, request_id, body, caller, via))
 
 
 @router.post("/answers", response_model=list[BatchResult], responses=_problems(400, 413, 422), tags=["answers"])
-async def answer_batch(body: BatchAnswerBody, caller: Caller, broker: TheBroker) -> list[dict[str, Any]]:
+async def answer_batch(body: BatchAnswerBody, caller: Caller, broker: TheBroker, via: Surface) -> list[dict[str, Any]]:
     """Answer several requests; each result stands on its own."""
     results = []
     for item in body.items:
         fields = item.model_dump(exclude={"id"}, exclude_unset=True, by_alias=True)
         try:
-            settled = await answer_one(broker, item.id, AnswerBody.model_validate(fields), caller)
+            settled = await answer_one(broker, item.id, AnswerBody.model_validate(fields), caller, via)
             results.append({"id": item.id, "ok": True, "status": settled.status.value})
         except (ApiError, InvalidAnswer, InvalidRequest, NotFound, AlreadySettled) as exc:
             results.append({"id": item.id, "ok": False, "error": _error_of(exc)})
@@ -599,7 +606,7 @@ async def answer_batch(body: BatchAnswerBody, caller: Caller, broker: TheBroker)
     tags=["answers"],
 )
 async def reject_request(
-    request_id: str, caller: Caller, broker: TheBroker, body: RejectBody | None = None
+    request_id: str, caller: Caller, broker: TheBroker, via: Surface, body: RejectBody | None = None
 ) -> JSONResponse:
     """Refuse a request, with a reason: the person it is to, or, with `hook: true`, the
     agent that made it, whose input hook denied it before anyone answered (as a hook on a
@@ -610,7 +617,7 @@ async def reject_request(
         done = await broker.reject(request_id, body.reason, by=by or "hook", via="hook")
     else:
         by = await _acting(broker, request_id, caller, can_answer, "only the human the request is to may reject it")
-        done = await broker.reject(request_id, body.reason, by=by, via="api")
+        done = await broker.reject(request_id, body.reason, by=by, via=via)
     return out(await settled_or_conflict(broker, request_id, done))
 
 
@@ -621,7 +628,7 @@ async def reject_request(
     tags=["requests"],
 )
 async def cancel_request(
-    request_id: str, caller: Caller, broker: TheBroker, body: CancelBody | None = None
+    request_id: str, caller: Caller, broker: TheBroker, via: Surface, body: CancelBody | None = None
 ) -> JSONResponse:
     """Withdraw a request you made (the body may be left out: no reason). With `cause:
     "released"`, free it as `release` does: a request created detached is dropped once,
@@ -632,9 +639,9 @@ async def cancel_request(
     body = body or CancelBody()
     by = await _acting(broker, request_id, caller, can_cancel, "only whoever made the request may cancel it")
     if body.cause == "released":
-        done = await broker.release(request_id, by=by, via="api")
+        done = await broker.release(request_id, by=by, via=via)
     else:
-        done = await broker.cancel(request_id, body.reason, by=by, cause=body.cause, via="api")
+        done = await broker.cancel(request_id, body.reason, by=by, cause=body.cause, via=via)
     if not done and body.cause == "withdrawn" and (await broker.get(request_id)).status is Status.PENDING:
         raise AlreadySettled(  # a 409 as for a request settled: the remote broker's cancel is False
             request_id,
@@ -655,7 +662,7 @@ async def expire_request(request_id: str, caller: Caller, broker: TheBroker) -> 
 
 
 @router.post("/close", response_model=list[RequestModel], responses=_problems(400, 413, 422), tags=["requests"])
-async def close_channel(body: CloseBody, caller: Caller, broker: TheBroker) -> JSONResponse:
+async def close_channel(body: CloseBody, caller: Caller, broker: TheBroker, via: Surface) -> JSONResponse:
     """Close a channel: withdraw its pending requests and refuse later creates there,
     on every node, until `/reopen`. An admin (a server without auth) closes it for
     everyone; anyone else closes it for their own requests. Without a channel, withdraw
@@ -663,12 +670,12 @@ async def close_channel(body: CloseBody, caller: Caller, broker: TheBroker) -> J
     requester = None if caller.kind == "admin" else caller.name
     if body.channel is not None:
         before = await broker.pending(channel=body.channel, requester=requester)
-        await broker.close(body.channel, requester=requester, via="api")
+        await broker.close(body.channel, requester=requester, via=via)
         closed = [request_to_dict(r) for i in before if (r := await broker.get(i)).status is not Status.PENDING]
         return JSONResponse(closed)  # (each request as every other route writes it)
     withdrawn = []
     for request_id in await broker.pending(requester=requester):
-        if await broker.cancel(request_id, "the channel was closed", by=requester, cause="closed", via="api"):
+        if await broker.cancel(request_id, "the channel was closed", by=requester, cause="closed", via=via):
             withdrawn.append(request_to_dict(await broker.get(request_id)))
     return JSONResponse(withdrawn)
 
@@ -863,7 +870,7 @@ async def _watch_unless_gone(state: AppState, http: Request, request_id: str, ti
             return watching.result() or await broker.get(request_id)
     current = await broker.get(request_id)
     if not current.outlives_its_waiter:  # an idempotency key, a run: its maker comes back for it
-        await broker.cancel(request_id, "the waiting call was cancelled", cause="withdrawn", via="api")
+        await broker.cancel(request_id, "the waiting call was cancelled", cause="withdrawn", via=surface_of(http))
         current = await broker.get(request_id)
     if cut is not None:
         raise cut

@@ -45,6 +45,7 @@ __all__ = [
     "Metrics",
     "Quotas",
     "State",
+    "Surface",
     "TheBroker",
     "Values",
     "app_state",
@@ -72,6 +73,7 @@ __all__ = [
     "rate_limited",
     "read_form",
     "set_cookie",
+    "surface_of",
 ]
 
 
@@ -590,9 +592,22 @@ async def _caller_dependency(request: Request) -> Principal:
     return await app_state(request).auth.api_principal(request)
 
 
+async def _surface_dependency(request: Request) -> str:
+    return surface_of(request)
+
+
+def surface_of(request: Request) -> str:
+    """What a call came through, recorded as an answer's or a cancel's `via`: "api", or the
+    surface of the server's own process that called the API in process (`/mcp`'s tools:
+    "mcp", named in the call's scope, `wire.SURFACE`, which no client can set)."""
+    surface = request.scope.get(wire.SURFACE)
+    return surface if isinstance(surface, str) else "api"
+
+
 State = Annotated[AppState, Depends(_state_dependency)]
 TheBroker = Annotated[LocalBroker, Depends(_broker_dependency)]
 Caller = Annotated[Principal, Depends(_caller_dependency)]
+Surface = Annotated[str, Depends(_surface_dependency)]
 
 
 async def known_query_only(request: Request) -> None:
