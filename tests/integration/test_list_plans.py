@@ -428,6 +428,71 @@ async def test_the_requests_of_a_page_of_events_are_read_by_their_ids(store: Sto
     assert "requests_pkey" in plan and "Seq Scan" not in plan, plan
 
 
+async def test_a_claim_of_deliveries_reads_no_delivery_waiting_in_a_full_channel(store: Store) -> None:
+    """However many deliveries wait in a channel whose share of the sends is full (a burst
+    to a receiver that hangs), a claim reads none of them: it walks the channels that have
+    pending deliveries along an index, counts what its loop holds of each from the leased
+    ones, and reads a channel's due ones from the front of its range, as many as it may
+    take (`claim_deliveries`' per_channel). Neither sorts a channel's range nor scans. When
+    the loop looks for the next delivery due, it reads one index entry."""
+    now = datetime.now(UTC)
+    if isinstance(store, SqliteStore):
+        from interlock.store.sqlite import Q as sqlite_queries
+
+        due = await plan_of(store, sqlite_queries["next_delivery_due"], {})
+        assert due == "SEARCH deliveries USING INDEX deliveries_due", due  # (min: its first entry)
+        at = store._stamp(now)
+        channels = {"owner": "loop-1", "now": at, "limit": 16, "per_channel": 4}
+        plan = await plan_of(store, sqlite_queries["claimable_channels"], channels)
+        of = {"channel": "pager", "now": at, "limit": 4}
+        plan += "\n" + await plan_of(store, sqlite_queries["due_deliveries_of"], of)
+        for line in plan.splitlines():
+            if line.startswith("SCAN deliveries") or "deliveries_by_status" in line:  # all, or every pending one
+                pytest.fail(plan)
+        assert "TEMP B-TREE" not in plan, plan
+        assert "deliveries_pending_by_channel (status=? AND channel>?)" in plan, plan  # the walk
+        assert "deliveries_pending_by_channel (status=? AND channel=? AND due_at<?)" in plan, plan
+        assert "deliveries_leased (lease_owner=? AND channel=?)" in plan, plan
+        return
+    import asyncpg
+
+    from interlock import Text
+    from interlock.model import build_request
+    from interlock.outbox import Delivery, delivery_id
+    from interlock.store.postgres import Q as postgres_queries
+
+    # PostgreSQL plans by its statistics: a backlog of 2,000 to one channel, ANALYZEd
+    request, _ = await store.insert(build_request(Text("Page?"), to="alice", requester="bot"))
+    [notice] = await store.claim_notices("loop-1", now, 30)
+    backlog = [
+        Delivery(
+            delivery_id(notice.event_id, "request", f"r{i}", "pager", None),
+            *(notice.id, request.id, "request", "created", f"r{i}", "pager", None, now, now),
+        )
+        for i in range(2000)
+    ]
+    assert await store.route_notice(notice, backlog, "loop-1", now) == 2000
+    conn = await asyncpg.connect(store.dsn)  # type: ignore[attr-defined]
+    try:
+        await conn.execute("ANALYZE deliveries")
+        await conn.execute("SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan")
+        await conn.execute(
+            "PREPARE claim(text, timestamptz, timestamptz, bigint, bigint) AS " + postgres_queries["claim_deliveries"]
+        )
+        rows = await conn.fetch("EXPLAIN EXECUTE claim('loop-1', now(), now() + interval '90 s', 16, 4)")
+        due = "\n".join(row[0] for row in await conn.fetch("EXPLAIN " + postgres_queries["next_outbox_due"]))
+    finally:
+        await conn.close()
+    plan = "\n".join(row[0] for row in rows)
+    assert "Seq Scan" not in plan and "deliveries_by_status" not in plan, plan
+    assert "Index Only Scan using deliveries_pending_by_channel" in plan, plan  # the walk
+    assert "Index Scan using deliveries_pending_by_channel" in plan, plan  # a channel's range
+    assert "Index Scan using deliveries_leased" in plan, plan
+    assert "Index Only Scan using deliveries_due" in due and "Seq Scan" not in due, due
+    sorts = [line.strip() for line in plan.splitlines() if "Sort Key" in line]
+    assert sorts == ["Sort Key: due.due_at, due.id"], plan  # only what was picked: a share of each channel
+
+
 @pytest.mark.parametrize(
     "query",
     [

@@ -238,3 +238,49 @@ async def test_uses_of_expired_answer_links_are_let_go(store: Store) -> None:
     await store.use_answer_link(LinkUse("new", "req-2", "alice", t), t + timedelta(days=7))
     assert await store.answer_link_use("old") is None  # past its link's expiry: the link is refused anyway
     assert await store.answer_link_use("new") is not None
+
+
+def to_many(notice_id: int, event_id: int, request_id: str, at: datetime, channel: str, count: int) -> list[Delivery]:
+    """`count` deliveries of one notice through `channel`, to r0, r1, ..., each due a
+    millisecond after the one before."""
+    return [
+        Delivery(
+            delivery_id(event_id, "request", f"r{i}", channel, None),
+            *(notice_id, request_id, "request", "created", f"r{i}", channel, None),
+            at + timedelta(milliseconds=i),
+            at,
+        )
+        for i in range(count)
+    ]
+
+
+async def test_a_claim_takes_no_more_of_one_channel_than_its_owner_s_share_and_leaves_the_rest_as_they_were(
+    store: Store,
+) -> None:
+    request, _ = await store.insert(build_request(Text("Ship?"), to="alice", requester="bot"))
+    t = now()
+    [notice] = await store.claim_notices("loop-1", t, 30)
+    hook = to_many(notice.id, notice.event_id, request.id, t, "hook", 8)  # a burst to one channel
+    mail = to_many(notice.id, notice.event_id, request.id, t + timedelta(seconds=1), "mail", 2)  # due after
+    await store.route_notice(notice, [*hook, *mail], "loop-1", t)
+    at = t + timedelta(seconds=2)
+
+    first = await store.claim_deliveries("loop-1", at, 30, 10, per_channel=3)
+    assert [d.id for d in first] == [d.id for d in [*hook[:3], *mail]]  # the earliest due first
+    assert await store.claim_deliveries("loop-1", at, 30, 10, per_channel=3) == []  # hook is full, mail has none
+    second = await store.claim_deliveries("loop-2", at, 30, 10, per_channel=3)  # a share is one loop's
+    assert [d.id for d in second] == [d.id for d in hook[3:6]]
+
+    # one of loop-1's ends: it takes the next one of hook, and only that one
+    assert await store.finish_delivery(first[0].with_state(status="delivered", attempts=1, delivered_at=at), "loop-1")
+    [third] = await store.claim_deliveries("loop-1", at, 30, 10, per_channel=3)
+    assert third.id == hook[6].id
+    # the one left over was passed over, not touched: due as it was, no attempt counted
+    [left] = [d for d in await store.list_deliveries(request_id=request.id) if d.id == hook[7].id]
+    assert (left.status, left.attempts, left.due_at, left.last_error) == ("pending", 0, hook[7].due_at, None)
+    assert [d.id for d in await store.claim_deliveries("loop-3", at, 30, 10)] == [hook[7].id]  # no share: all
+
+    # a lease run out holds nothing: loop-1's deliveries are due again, and its share free
+    later = at + timedelta(seconds=31)
+    again = await store.claim_deliveries("loop-1", later, 30, 10, per_channel=3)
+    assert [d.channel for d in again] == ["hook"] * 3 + ["mail"] * 2

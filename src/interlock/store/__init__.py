@@ -910,8 +910,17 @@ class OutboxStore(Protocol):
         routed, in one transaction, if `owner` still holds its lease; how many were added."""
         ...
 
-    async def claim_deliveries(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Delivery]:
-        """Pending deliveries due by `now`, not leased by another loop; lease them."""
+    async def claim_deliveries(
+        self, owner: str, now: datetime, lease: float, limit: int = 100, *, per_channel: int | None = None
+    ) -> Sequence[Delivery]:
+        """Pending deliveries due by `now`, not leased by another loop, the earliest due
+        first; lease them. With `per_channel`, `owner` holds no more than that many of one
+        channel at a time, counting those it holds already (their leases running): a
+        channel it holds that many of is passed over, its deliveries left as they are
+        (due, their attempts uncounted) for a claim once one of its sends ends. On SQLite
+        and PostgreSQL a claim looks into each channel with pending deliveries once, at the
+        front of its index range: thousands waiting in a channel that is full cost it
+        nothing."""
         ...
 
     async def finish_delivery(self, delivery: Delivery, owner: str) -> bool:

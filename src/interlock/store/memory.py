@@ -1047,16 +1047,32 @@ class MemoryStore:
         del self._notice_leases[notice.id]
         return added
 
-    async def claim_deliveries(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Delivery]:
+    async def claim_deliveries(
+        self, owner: str, now: datetime, lease: float, limit: int = 100, *, per_channel: int | None = None
+    ) -> Sequence[Delivery]:
         until = now + timedelta(seconds=lease)
-        due = sorted(
+        room: dict[str, int] = {}  # by channel, how many more `owner` may hold (per_channel)
+        if per_channel is not None:
+            for d, holder, held in self._deliveries.values():
+                if holder == owner and held is not None and held > now:
+                    room[d.channel] = room.get(d.channel, per_channel) - 1
+        due: list[Delivery] = []
+        for d in sorted(
             (
                 d
                 for d, holder, held in self._deliveries.values()
                 if d.status == "pending" and d.due_at <= now and (holder is None or held is None or held <= now)
             ),
             key=lambda d: (d.due_at, d.id),
-        )[:limit]
+        ):
+            if len(due) == limit:
+                break
+            if per_channel is not None:
+                left = room.get(d.channel, per_channel)
+                if left <= 0:
+                    continue
+                room[d.channel] = left - 1
+            due.append(d)
         for delivery in due:
             self._deliveries[delivery.id] = (delivery, owner, until)
         return due

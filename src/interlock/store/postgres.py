@@ -975,10 +975,13 @@ class PostgresStore(SqlStore):
         added = await self.pool.fetchval(Q["route_notice"], notice.id, now, owner, encode_json(rows))
         return int(added)
 
-    async def claim_deliveries(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Delivery]:
+    async def claim_deliveries(
+        self, owner: str, now: datetime, lease: float, limit: int = 100, *, per_channel: int | None = None
+    ) -> Sequence[Delivery]:
         until = now + timedelta(seconds=lease)
-        rows = await self._query("fetch", Q["claim_deliveries"], owner, now, until, limit)
-        return [self._delivery(row) for row in rows]
+        rows = await self._query("fetch", Q["claim_deliveries"], owner, now, until, limit, per_channel)
+        claimed = [self._delivery(row) for row in rows]
+        return sorted(claimed, key=lambda d: (d.due_at, d.id))  # (an UPDATE returns its rows in no order)
 
     async def retry_delivery(self, delivery_id: str, now: datetime) -> Delivery | None:
         row = await self._query("fetchrow", Q["retry_delivery"], delivery_id, now)

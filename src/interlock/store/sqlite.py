@@ -1372,14 +1372,22 @@ class SqliteStore(SqlStore):
 
         return await self._write(route, notify=False)
 
-    async def claim_deliveries(self, owner: str, now: datetime, lease: float, limit: int = 100) -> Sequence[Delivery]:
-        params = {"now": _us(now), "limit": limit}
+    async def claim_deliveries(
+        self, owner: str, now: datetime, lease: float, limit: int = 100, *, per_channel: int | None = None
+    ) -> Sequence[Delivery]:
+        at = _us(now)
+        params = {"owner": owner, "now": at, "limit": limit, "per_channel": per_channel}
         until = _us(now + timedelta(seconds=lease))
-        if not await self._read(Q["due_deliveries"], params):
-            return []
+        if not await self._read(Q["claimable_channels"], params):
+            return []  # nothing due, or only in channels full: take no write lock
 
         def claim(db: sqlite3.Connection) -> list[Any]:
-            rows = db.execute(Q["due_deliveries"], params).fetchall()
+            rows: list[Any] = []
+            for channel, room in db.execute(Q["claimable_channels"], params).fetchall():
+                of = {"channel": channel, "now": at, "limit": min(room, limit)}
+                rows += db.execute(Q["due_deliveries_of"], of).fetchall()
+            rows.sort(key=lambda row: (row[_DUE_AT], row[0]))
+            del rows[limit:]
             for row in rows:
                 db.execute(Q["lease_delivery"], {"owner": owner, "until": until, "id": row[0]})
             return rows
@@ -1412,6 +1420,7 @@ class SqliteStore(SqlStore):
 
 
 _DELIVERY_NAMES = tuple(DELIVERY_COLUMNS.split(", "))
+_DUE_AT = _DELIVERY_NAMES.index("due_at")
 
 
 def _one(cursor: sqlite3.Cursor) -> Any:

@@ -305,12 +305,34 @@ WITH routed AS (
 SELECT count(*) FROM added;
 
 -- name: claim_deliveries
-UPDATE deliveries d SET lease_owner = $1, lease_until = $3
-WHERE d.id IN (
-    SELECT id FROM deliveries
-    WHERE status = 'pending' AND due_at <= $2 AND (lease_owner IS NULL OR lease_until <= $2)
-    ORDER BY due_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
+-- The channels with pending deliveries are walked from one name to the next along
+-- deliveries_pending_by_channel, a look each; from each, as many due ones as $1 may still
+-- take ($5 less those it holds, read from deliveries_leased; $5 NULL: $4) are read from
+-- the front of its range, passing over the leased ones (no more than are being sent):
+-- however many wait in a channel that is full, none of them is read.
+WITH RECURSIVE walk(channel) AS (
+    (SELECT channel FROM deliveries WHERE status = 'pending' ORDER BY channel LIMIT 1)
+    UNION ALL
+    SELECT (SELECT n.channel FROM deliveries n WHERE n.status = 'pending' AND n.channel > walk.channel
+            ORDER BY n.channel LIMIT 1)
+    FROM walk WHERE walk.channel IS NOT NULL
+), picked AS (
+    SELECT due.id, due.due_at FROM walk
+    CROSS JOIN LATERAL (
+        SELECT d.id, d.due_at FROM deliveries d
+        WHERE d.status = 'pending' AND d.channel = walk.channel AND d.due_at <= $2
+          AND (d.lease_owner IS NULL OR d.lease_until <= $2)
+        ORDER BY d.due_at, d.id
+        LIMIT greatest(0, coalesce($5::bigint - (SELECT count(*) FROM deliveries held
+                                                  WHERE held.lease_owner = $1 AND held.channel = walk.channel
+                                                    AND held.lease_until > $2), $4))
+        FOR UPDATE SKIP LOCKED
+    ) due
+    WHERE walk.channel IS NOT NULL
+    ORDER BY due.due_at, due.id LIMIT $4
 )
+UPDATE deliveries d SET lease_owner = $1, lease_until = $3
+FROM picked WHERE d.id = picked.id
 RETURNING d.id, d.notice, d.request_id, d.kind, d.event, d.recipient, d.channel, d.address, d.status,
           d.attempts, d.due_at, d.created_at, d.delivered_at, d.last_error, d.reference;
 

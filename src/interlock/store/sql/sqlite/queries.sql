@@ -332,10 +332,35 @@ VALUES (:id, :notice, :request_id, :kind, :event, :recipient, :channel, :address
         :due_at, :created_at, :delivered_at, :last_error, :reference)
 ON CONFLICT (id) DO NOTHING;
 
--- name: due_deliveries
+-- name: claimable_channels
+-- The channels with a delivery due that :owner may claim, and how many of theirs it may
+-- (:per_channel less those it holds; NULL: :limit). The channels with pending deliveries
+-- are walked from one name to the next along deliveries_pending_by_channel, a look each;
+-- a channel's due one is the first of its range not leased (no more are leased than are
+-- being sent), and what :owner holds is read from deliveries_leased: however many are
+-- waiting in a channel, none is read but those.
+WITH RECURSIVE walk(channel) AS (
+    SELECT (SELECT channel FROM deliveries WHERE status = 'pending' ORDER BY channel LIMIT 1)
+    UNION ALL
+    SELECT (SELECT channel FROM deliveries WHERE status = 'pending' AND channel > walk.channel
+            ORDER BY channel LIMIT 1)
+    FROM walk WHERE walk.channel IS NOT NULL
+), room(channel, room) AS (
+    SELECT channel, coalesce(:per_channel - (SELECT count(*) FROM deliveries AS held
+                                            WHERE held.lease_owner = :owner AND held.channel = walk.channel
+                                              AND held.lease_until > :now), :limit)
+    FROM walk WHERE channel IS NOT NULL
+)
+SELECT channel, room FROM room
+WHERE room > 0 AND EXISTS (
+    SELECT 1 FROM deliveries AS d
+    WHERE d.status = 'pending' AND d.channel = room.channel AND d.due_at <= :now
+      AND (d.lease_owner IS NULL OR d.lease_until <= :now));
+
+-- name: due_deliveries_of
 SELECT id, notice, request_id, kind, event, recipient, channel, address, status, attempts,
        due_at, created_at, delivered_at, last_error, reference FROM deliveries
-WHERE status = 'pending' AND due_at <= :now AND (lease_owner IS NULL OR lease_until <= :now)
+WHERE status = 'pending' AND channel = :channel AND due_at <= :now AND (lease_owner IS NULL OR lease_until <= :now)
 ORDER BY due_at, id LIMIT :limit;
 
 -- name: lease_delivery
@@ -358,7 +383,10 @@ WHERE id = :id AND status = 'dead';
 SELECT min(at) FROM outbox WHERE routed_at IS NULL;
 
 -- name: next_delivery_due
-SELECT min(due_at) FROM deliveries WHERE status = 'pending';
+-- The first entry of deliveries_due (without the hint, SQLite reads every pending one's from
+-- deliveries_pending_by_channel or deliveries_by_status: a backlog's worth each time the
+-- delivery loop looks).
+SELECT min(due_at) FROM deliveries INDEXED BY deliveries_due WHERE status = 'pending';
 
 -- name: put_policy
 INSERT INTO approval_policies (agent, server, body, version, updated_at, updated_by)
