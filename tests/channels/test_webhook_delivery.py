@@ -24,7 +24,7 @@ from interlock.principals import Principal
 from interlock.routing import routing_from_dict
 from interlock.webhooks import InvalidSignature, verify
 
-from .receiver import Receiver, receiver
+from .receiver import Received, Receiver, receiver
 
 pytestmark = pytest.mark.anyio
 
@@ -460,6 +460,70 @@ async def test_a_receiver_slow_to_answer_holds_up_no_other_notice(store_url: str
         held.release.set()
         await until(loop, status_of(broker, hers.id, "delivered"))
         assert held.sent == [waiting.id]
+
+
+async def test_a_burst_to_a_receiver_that_hangs_takes_its_share_of_the_sends_and_all_of_it_goes_once_it_answers(
+    store_url: str, hook: Receiver
+) -> None:
+    """alice's pager (a real receiver) hangs on every message and gets a burst of 20, more
+    than the loop's 16 sends: it has 4 of them under way at a time (`per_channel`), the
+    rest wait untouched, and bob's request made meanwhile reaches him at once through his
+    own channel. Each message the pager answers lets one more go; once it answers them all,
+    each of the 20 is delivered, at its first attempt."""
+    answer = asyncio.Semaphore(0)  # the pager answers one message for each release
+
+    async def hang(_: Received) -> None:
+        await answer.acquire()
+
+    async with receiver() as pager:
+        pager.hold = hang
+        doc = routing(hook.url)
+        doc["channels"]["pager"] = {**doc["channels"]["hook"], "url": pager.url, "timeout": 120}
+        doc["recipients"] = {"alice": {"channels": ["pager"]}, "bob": {"channels": ["hook"]}}
+        try:
+            async with delivering(store_url, doc) as (broker, loop):
+                hers = [(await broker.create(Confirm(f"Ship {i}?"), to="alice", requester="bot")).id for i in range(20)]
+                await pager.until(4)
+                his = await broker.create(Confirm("Roll back?"), to="bob", requester="bot")
+                [got] = await hook.until(1, timeout=10)  # (16 sends hanging held it for their 30 s)
+                assert got.json["request"]["id"] == his.id
+                assert len(pager.received) == 4
+                waiting = [d for r in hers for d in await broker.store.list_deliveries(request_id=r)]
+                assert [(d.status, d.attempts) for d in waiting] == [("pending", 0)] * 20
+
+                answer.release()  # one answered: the next goes out in its place, and only it
+                await pager.until(5, timeout=10)
+                assert len(pager.received) == 5
+                for _ in range(19):
+                    answer.release()
+                await pager.until(20)
+                for request_id in hers:
+                    await until(loop, status_of(broker, request_id, "delivered"))
+                sent = [d for r in hers for d in await broker.store.list_deliveries(request_id=r)]
+                assert [d.attempts for d in sent] == [1] * 20
+                assert sorted(r.headers["idempotency-key"] for r in pager.received) == sorted(d.id for d in sent)
+                assert loop.per_channel == 4  # the default: a quarter of the 16 sends
+        finally:
+            for _ in range(20):  # (a failure above leaves nothing hanging)
+                answer.release()
+
+
+async def test_run_once_sends_no_more_of_one_channel_than_its_share(store_url: str) -> None:
+    doc = routing("http://unused.example/hook")
+    doc["default"] = {"channels": ["hook"]}
+    fast = Recording()
+    async with interlock.connect(store_url) as broker:
+        assert isinstance(broker, LocalBroker)
+        for i in range(10):
+            await broker.create(Confirm(f"Ship {i}?"), to=f"person-{i}", requester="bot")
+        loop = DeliveryLoop(broker.outbox, routing_from_dict(doc), channels={"hook": fast})
+        assert await loop.run_once()  # the channel's share taken (4 of the 16 sends): there is more
+        assert len(fast.messages) == 4
+        for _ in range(10):  # bounded
+            if not await loop.run_once():
+                break
+        assert sorted(m.delivery.recipient for m in fast.messages) == sorted(f"person-{i}" for i in range(10))
+        await loop.stop()
 
 
 async def test_stopping_the_loop_lets_a_send_under_way_store_its_outcome(tmp_path: Path) -> None:

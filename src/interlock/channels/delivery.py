@@ -3,8 +3,11 @@
 Each cycle claims unrouted notices (under a lease), routes each into its deliveries (see
 `Routing.plan`), then claims as many due deliveries as it has sends free and starts them
 through their channels. It does not wait for them: while a receiver is slow to answer, new
-notices are routed and the other deliveries go out beside its sends (until its sends fill
-every one the loop runs at a time, `concurrency`).
+notices are routed and the other deliveries go out beside its sends. Of the sends the loop
+runs at a time (`concurrency`), one channel takes no more than `per_channel`: the claim
+passes over a channel that has as many under way from this loop, and leaves its deliveries
+as they are (due, no attempt counted) until one of its sends ends, so a burst to a receiver
+that hangs leaves the other sends free for everyone else.
 A delivery that fails is tried again after a delay that doubles with each attempt, with
 jitter (`outbox.retry_delay`); after `max_attempts` it becomes a dead letter. A reminder
 or escalation whose request settled meanwhile is skipped. A message offers answers only to
@@ -15,7 +18,8 @@ themselves. Everything it does is in the store, so a loop that stops (or a node 
 dies) leaves nothing behind: its leases (the routing's `lease`) run out and another loop,
 or the same one restarted, carries on, sending again what the dead one may have sent (with
 the same idempotency key). Every node (on PostgreSQL, or every process on one SQLite file)
-may run one; claims skip each other's rows.
+may run one; claims skip each other's rows, and each loop has its own `per_channel` sends
+through a channel.
 
 It runs inside `interlock serve` (woken by every new event) or standalone
 (`interlock deliver`), polling the store every `poll_interval` seconds.
@@ -36,6 +40,7 @@ import math
 import os
 import socket
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
@@ -74,6 +79,7 @@ class DeliveryLoop:
         poll_interval: float = 1.0,
         batch: int = 100,
         concurrency: int = 16,
+        per_channel: int | None = None,
         send_timeout: float = 30.0,
         routing_check: float | None = None,
     ) -> None:
@@ -92,6 +98,13 @@ class DeliveryLoop:
         self._since: datetime | None = None
         self._since_read = False  # `routing_since`, read from the store at the first round
         self.concurrency = concurrency
+        if per_channel is not None and per_channel < 1:
+            raise ValueError(f"per_channel: at least 1 send at a time, not {per_channel}")
+        self.per_channel = per_channel or max(1, concurrency // 4)
+        """The most sends one channel (a routing's, by name) has under way from this loop at a
+        time: by default a quarter of `concurrency`, 4 of 16. Counted by the store from the
+        deliveries this loop holds (`claim_deliveries`), so it holds for this loop alone:
+        each loop sharing a store sends its own share."""
         self.delivery_batch = min(batch, concurrency * 2)
         self._rounds = -(-self.delivery_batch // concurrency)  # of sends, to send a claimed batch
         self._own_lease, self._own_send_timeout = lease, send_timeout
@@ -238,7 +251,8 @@ class DeliveryLoop:
                 continue
             delay = self.poll_interval
             ahead = None if due is None else (due - datetime.now(UTC)).total_seconds()
-            if ahead is not None and ahead > 0:  # past due and not claimed: another loop holds it
+            # (a time past and not claimed: another loop holds it, or its channel is full)
+            if ahead is not None and ahead > 0:
                 delay = min(delay, ahead)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay if math.isfinite(delay) else None):
@@ -258,21 +272,33 @@ class DeliveryLoop:
         there was work (there may be more)."""
         now = now or datetime.now(UTC)
         routed = await self._route(now)
-        due = await self.outbox.claim_deliveries(self.owner, now, self.delivery_lease, self.delivery_batch)
+        due = await self.outbox.claim_deliveries(
+            self.owner, now, self.delivery_lease, self.delivery_batch, per_channel=self.per_channel
+        )
         if due:
             await asyncio.gather(*(self._deliver(d) for d in due))
         # deliveries routed above and due now were claimed just after: a full batch of
-        # either is the only sign of more work waiting
-        return routed == self.batch or len(due) == self.delivery_batch
+        # either, or a channel's full share, is the only sign of more work waiting
+        taken = Counter(d.channel for d in due)
+        full = max(taken.values(), default=0) >= self.per_channel
+        return routed == self.batch or len(due) == self.delivery_batch or full
 
     async def _round(self) -> bool:
         """`run`'s cycle: route what is unrouted, and start sending as many due deliveries
-        as there are sends free, without waiting for them (each one that ends wakes the
-        loop, to take another). True if there may be more work now."""
+        as there are sends free, no more of one channel than its share (`per_channel`),
+        without waiting for them (each one that ends wakes the loop, to take another). True
+        if there may be more work now: a channel that is full is looked at again only once
+        one of its sends ends (or at the next poll), not over and over meanwhile."""
         now = datetime.now(UTC)
         routed = await self._route(now)
         free = self.concurrency - len(self._under_way)
-        due = [] if free <= 0 else await self.outbox.claim_deliveries(self.owner, now, self.delivery_lease, free)
+        due = (
+            []
+            if free <= 0
+            else await self.outbox.claim_deliveries(
+                self.owner, now, self.delivery_lease, free, per_channel=self.per_channel
+            )
+        )
         for delivery in due:
             task = asyncio.get_running_loop().create_task(self._send_apart(delivery), name="interlock-delivery-send")
             self._under_way.add(task)
