@@ -847,9 +847,20 @@ class Broker(ABC):
         run_id: str | None = None,
         max_duration: float | timedelta | None = None,
         requester: str | None = None,
+        exclusive: bool = False,
     ) -> Run:
         """Record a new run of `agent`, `running`. With `run_id` given, a run with that id
-        already stored is returned as it is (a restarted agent finds its own run)."""
+        already stored is returned as it is (a restarted agent finds its own run); with
+        `exclusive`, a new run is refused while a run of `agent` on `session` has not ended.
+
+        With `exclusive`, the run holds its `session` (which it must name), as a framework's
+        thread that two runs at once would write over: while a run of `agent` on that
+        session has not ended (one of the same `requester`: through a server, the same
+        caller's), a new run is refused with `RunConflict` naming that run (`run_id`,
+        `status`) and nothing is stored. The store decides as it stores the run, so of
+        several exclusive starts at once on one session (in any processes), one makes its
+        run and the others are refused. A start without `exclusive` is never refused, and
+        may make a run beside an exclusive one."""
 
     async def start_parked(
         self,
@@ -2133,13 +2144,19 @@ class LocalBroker(Broker):
         run_id: str | None = None,
         max_duration: float | timedelta | None = None,
         requester: str | None = None,
+        exclusive: bool = False,
     ) -> Run:
         """Record a new run of `agent`, `running`. With `run_id` given, a run with that id
-        already stored is returned as it is (a restarted agent finds its own run)."""
+        already stored is returned as it is (a restarted agent finds its own run). With
+        `exclusive`, refused while a run of `agent` on `session` has not ended: see
+        `Broker.start_run`."""
         if self._state != "open":
             await self.open()
+        _check_exclusive(exclusive, session)
         run = self._new_run(agent, session=session, run_id=run_id, max_duration=max_duration, requester=requester)
-        stored, created = await self.store.insert_run(run)
+        stored, created = await self.store.insert_run(run, exclusive=exclusive)
+        if stored.id != run.id:
+            raise _session_held(stored)
         self._know(stored)
         if created:
             self._changed_now()
@@ -3297,6 +3314,25 @@ def _cheap_to_check(asks: Sequence[Ask]) -> bool:
 
 MADE_KEPT = 100_000
 """The pending requests a broker remembers making, for `close()` to withdraw."""
+
+
+def _check_exclusive(exclusive: object, session: str | None) -> None:
+    """Refuse an `exclusive` that is no bool, or that holds no session."""
+    if not isinstance(exclusive, bool):
+        raise InvalidRequest("exclusive must be true or false")
+    if exclusive and session is None:
+        raise InvalidRequest("an exclusive run holds its session: name one (session=...)")
+
+
+def _session_held(run: Run) -> RunConflict:
+    """The refusal of an exclusive start on the session `run` holds (it has not ended)."""
+    status = run.status.value
+    return RunConflict(
+        run.id,
+        status,
+        f"run {run.id!r} of agent {run.agent!r} on session {run.session!r} has not ended ({status}): go on "
+        f"with that run, or cancel it (cancel_run), before another run of the agent starts on the session",
+    )
 
 
 def _no_request_for(run_id: str, status: RunStatus) -> RunConflict:

@@ -66,6 +66,7 @@ from .broker import (
     GrantPage,
     Page,
     RunPage,
+    _check_exclusive,
     _id_cursor,
     _outcome,
     _seconds,
@@ -913,10 +914,14 @@ class RemoteBroker(Broker):
         run_id: str | None = None,
         max_duration: float | timedelta | None = None,
         requester: str | None = None,
+        exclusive: bool = False,
     ) -> Run:
         self._check_run(agent, session=session, run_id=run_id, requester=requester)
+        _check_exclusive(exclusive, session)
         seconds = None if max_duration is None else _seconds(max_duration, "max_duration")  # JSON takes no NaN
         body = {"agent": agent, "session": session, "run_id": run_id, "max_duration": seconds, "requester": requester}
+        if exclusive:  # (only then: a server from before takes no such field)
+            body["exclusive"] = True
         return run_from_dict(await self._call("POST", "/runs", json=body))
 
     async def park(

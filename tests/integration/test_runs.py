@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
@@ -87,6 +88,64 @@ async def test_a_started_run_is_running_and_a_restart_with_its_id_finds_it(broke
     assert await broker.get_run("run-42") == run
     with pytest.raises(NotFound):
         await broker.get_run("no-such-run")
+
+
+async def test_an_exclusive_run_holds_its_session_until_it_ends(broker: Broker) -> None:
+    before = await broker.start_run("deployer", session="thread-1", run_id="run-1")  # not exclusive: from before
+    after = await broker.last_event_id()
+    with pytest.raises(RunConflict) as refused:
+        await broker.start_run("deployer", session="thread-1", run_id="run-2", exclusive=True)
+    assert (refused.value.run_id, refused.value.status) == (before.id, "running")
+    assert "'thread-1'" in str(refused.value) and "cancel" in str(refused.value)
+    with pytest.raises(NotFound):
+        await broker.get_run("run-2")
+    assert await broker.last_event_id() == after  # nothing stored, not even an event
+
+    # Another agent's run on the session, or this agent's on another, are not held by it.
+    assert (await broker.start_run("writer", session="thread-1", exclusive=True)).status is RunStatus.RUNNING
+    assert (await broker.start_run("deployer", session="thread-2", exclusive=True)).status is RunStatus.RUNNING
+
+    await broker.complete_run(before.id, "done")
+    held = await broker.start_run("deployer", session="thread-1", run_id="run-2", exclusive=True)
+    assert (held.id, held.status) == ("run-2", RunStatus.RUNNING)
+    assert await broker.start_run("deployer", session="thread-1", run_id="run-2", exclusive=True) == held  # restarted
+    request = await broker.create(Confirm("Deploy?"), kind="approval", to="alice", run=held.id, agent="deployer")
+    await broker.park(held.id, state={"step": 1}, waiting_on=[request.id])
+    with pytest.raises(RunConflict) as refused:
+        await broker.start_run("deployer", session="thread-1", exclusive=True)
+    assert (refused.value.run_id, refused.value.status) == (held.id, "waiting_for_approval")
+
+    assert await broker.cancel_run(held.id)
+    third = await broker.start_run("deployer", session="thread-1", exclusive=True)
+    assert third.status is RunStatus.RUNNING
+    beside = await broker.start_run("deployer", session="thread-1")  # a start that is not exclusive: never refused
+    assert beside.status is RunStatus.RUNNING
+    with pytest.raises(InvalidRequest, match="session"):
+        await broker.start_run("deployer", exclusive=True)
+    assert len((await broker.list_runs(agent="deployer", session="thread-1")).items) == 4
+
+
+async def test_exclusive_starts_at_once_on_one_session_make_one_run(
+    backend: str, broker: Broker, connect: Callable[..., Broker]
+) -> None:
+    """Several processes start a run on one session at the same moment (each its own
+    broker, so each its own connections): one run is made, and each other start is refused
+    naming it."""
+    async with contextlib.AsyncExitStack() as stack:
+        others = [] if backend == "memory" else [await stack.enter_async_context(connect()) for _ in range(2)]
+        brokers = [broker, *others] * (6 // (1 + len(others)))
+        with anyio.fail_after(BOUND):
+            started = await asyncio.gather(
+                *(
+                    b.start_run("deployer", session="thread-1", run_id=f"run-{i}", exclusive=True)
+                    for i, b in enumerate(brokers)
+                ),
+                return_exceptions=True,
+            )
+    [made] = [r for r in started if not isinstance(r, BaseException)]
+    refused = [r for r in started if isinstance(r, BaseException)]
+    assert len(refused) == 5 and all(isinstance(r, RunConflict) and r.run_id == made.id for r in refused), refused
+    assert [r.id for r in (await broker.list_runs(session="thread-1")).items] == [made.id]
 
 
 async def test_a_run_started_parked_in_one_call_resumes_once_its_requests_are_answered(broker: Broker) -> None:

@@ -157,6 +157,30 @@ async def test_an_answer_makes_the_run_claimable_once_by_its_agent(clients: dict
     assert done.status_code == 200 and done.json()["status"] == "completed"
 
 
+async def test_an_exclusive_run_holds_its_session_against_its_own_agent_s_starts_only(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
+    bot, other = clients["alice-bot"], clients["bob-bot"]
+    await parked(bot)  # alice-bot's run-1 of deployer on t1, parked
+    start = {"agent": "deployer", "session": "t1", "exclusive": True}
+    refused = await bot.post("/runs", json={**start, "run_id": "run-2"})
+    assert refused.status_code == 409, refused.text
+    problem = refused.json()
+    assert (problem["code"], problem["run_id"], problem["current_status"]) == (
+        "run_conflict",
+        RUN,
+        "waiting_for_approval",
+    )
+    assert RUN in problem["detail"] and "'t1'" in problem["detail"]
+    assert (await bot.get("/runs/run-2")).status_code == 404
+    # Another agent's names are its own: its thread t1 is not alice-bot's.
+    theirs = await other.post("/runs", json={**start, "run_id": "run-2"})
+    assert theirs.status_code == 201, theirs.text
+    assert (await bot.post("/runs", json={**start, "run_id": "run-1"})).status_code == 200  # its own, as it is
+    alone = await bot.post("/runs", json={"agent": "deployer", "exclusive": True})
+    assert alone.status_code == 422 and "session" in alone.json()["detail"]
+
+
 async def test_the_person_waited_on_may_cancel_the_run_which_withdraws_its_requests(
     clients: dict[str, httpx.AsyncClient],
 ) -> None:

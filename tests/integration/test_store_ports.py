@@ -389,6 +389,32 @@ async def test_an_inserted_run_reads_back_once_and_makes_a_started_event(store: 
     assert event.type == "run_started" and event.data["run"] == "r1" and "state" not in event.data
 
 
+async def test_an_exclusive_run_is_stored_only_while_no_run_of_its_agent_on_its_session_has_not_ended(
+    store: Store,
+) -> None:
+    await store.insert_run(new_run("r1"))  # not exclusive
+    newer, created = await store.insert_run(new_run("r2"))  # not exclusive either: both stored
+    assert created
+    met, created = await store.insert_run(new_run("r3"), exclusive=True)
+    assert not created and met == newer  # the newest run in the way, as stored
+    assert await store.get_run("r3") is None and not (await store.find_events(EventQuery(run="r3"))).items
+    again, created = await store.insert_run(new_run("r2"), exclusive=True)
+    assert not created and again == newer  # its own id: found, as without exclusive
+    assert (await store.insert_run(new_run("r4", agent="other"), exclusive=True))[1]
+    assert (await store.insert_run(new_run("r5", requester="another-bot"), exclusive=True))[1]  # its names its own
+    met, created = await store.insert_run(new_run("r6", requester="another-bot"), exclusive=True)
+    assert not created and met.id == "r5"
+
+    at = datetime.now(UTC)
+    for run_id in ("r1", "r2"):
+        await store.end_run(run_id, status=RunStatus.COMPLETED, at=at)
+    sole, created = await store.insert_run(new_run("r3"), exclusive=True)
+    assert created and sole.id == "r3"
+    met, created = await store.insert_run(new_run("r7"), exclusive=True)
+    assert not created and met.id == "r3"
+    assert (await store.insert_run(new_run("r8")))[1]  # not exclusive: never refused
+
+
 async def test_a_run_started_parked_stores_the_run_its_requests_and_the_park_in_one_go(store: Store) -> None:
     run = new_run()
     first, second = ask(), ask(channel="ops")

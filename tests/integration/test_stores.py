@@ -14,7 +14,20 @@ import pytest
 
 import interlock
 from asgi_support import serve_in_process
-from interlock import Broker, Choice, Closed, Confirm, Expired, Form, MultiChoice, NotFound, Rejected, Status, Text
+from interlock import (
+    Broker,
+    Choice,
+    Closed,
+    Confirm,
+    Expired,
+    Form,
+    MultiChoice,
+    NotFound,
+    Rejected,
+    RunConflict,
+    Status,
+    Text,
+)
 from interlock.broker import _SCHEMES, LocalBroker, register_scheme
 from interlock.model import build_request
 from interlock.store import NewerDatabase, memory
@@ -442,6 +455,31 @@ async def test_a_run_parked_before_the_upgrade_that_dropped_its_waits_rows_is_re
         assert (await broker.get_run(run.id)).ready
     with contextlib.closing(sqlite3.connect(path)) as db, db:
         assert db.execute("SELECT name FROM sqlite_master WHERE name = 'run_waits'").fetchall() == []
+
+
+async def test_runs_started_before_the_upgrade_that_holds_a_session_keep_an_exclusive_start_off_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import interlock.store.sqlite as sqlite_store
+
+    path = tmp_path / "upgraded.db"
+    before = [m for m in load_migrations("sqlite") if m.name != "one_unended_run_per_thread"]
+    assert len(before) == len(load_migrations("sqlite")) - 1
+    with monkeypatch.context() as patch:  # a file of the version before, two runs on one thread at once
+        patch.setattr(sqlite_store, "load_migrations", lambda dialect: before)
+        async with interlock.connect(f"sqlite:///{path}") as broker:
+            await broker.start_run("mailer", session="t-9", run_id="r-1")
+            await broker.start_run("mailer", session="t-9", run_id="r-2")
+    async with interlock.connect(f"sqlite:///{path}") as broker:  # the upgrade takes them as they are
+        with pytest.raises(RunConflict) as refused:
+            await broker.start_run("mailer", session="t-9", run_id="r-3", exclusive=True)
+        assert (refused.value.run_id, refused.value.status) == ("r-2", "running")
+        await broker.complete_run("r-2")
+        with pytest.raises(RunConflict) as refused:
+            await broker.start_run("mailer", session="t-9", run_id="r-3", exclusive=True)
+        assert refused.value.run_id == "r-1"
+        await broker.complete_run("r-1")
+        assert (await broker.start_run("mailer", session="t-9", run_id="r-3", exclusive=True)).id == "r-3"
 
 
 async def test_the_sqlite_history_index_kept_up_with_the_event_log_matches_one_rebuilt_from_it(tmp_path: Path) -> None:

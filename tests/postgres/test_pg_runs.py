@@ -7,11 +7,12 @@ import json
 from datetime import UTC, datetime
 
 import anyio
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 from pg_support import database_of, psql
 
 import interlock
-from interlock import Confirm, RunStatus, Text
+from interlock import Confirm, RunConflict, RunStatus, Text
 from interlock.model import Response, response_to_dict
 from interlock.store.postgres import Connections, PostgresStore
 
@@ -166,3 +167,39 @@ async def test_a_pause_that_ran_out_while_every_node_was_down_is_given_up_once_w
         events = [e async for e in reader.events()]
     assert [e.type for e in events if e.type in ("cancelled", "run_cancelled")] == ["cancelled", "run_cancelled"]
     assert next(e for e in events if e.type == "cancelled").request_id == left.id
+
+
+async def test_an_exclusive_start_waiting_on_another_s_uncommitted_one_is_refused_once_that_commits(
+    pg_url: str,
+) -> None:
+    """Two starts at once on one session both look before either has committed, and find no
+    run there: the second is refused all the same, once the first commits (the index of
+    unended exclusive runs; a look alone would let both in)."""
+    other = await asyncpg.connect(pg_url)
+    try:
+        async with interlock.connect(pg_url) as broker:
+            first = other.transaction()
+            await first.start()
+            await other.execute(
+                "INSERT INTO runs (id, agent, session, status, created_at, updated_at, sole)"
+                " VALUES ('run-1', 'mailer', 'thread-1', 'running', now(), now(), true)"
+            )
+            second = asyncio.ensure_future(
+                broker.start_run("mailer", session="thread-1", run_id="run-2", exclusive=True)
+            )
+            blocked = (
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock' AND query LIKE '%sole%'"
+            )
+            with anyio.fail_after(BOUND):
+                while True:  # until the second start waits on the first (or is done: it did not wait)
+                    if second.done() or psql(blocked, database_of(pg_url)) != "0":
+                        break
+                    await anyio.sleep(0.01)
+            await first.commit()
+            with anyio.fail_after(BOUND), pytest.raises(RunConflict) as refused:
+                await second
+            assert (refused.value.run_id, refused.value.status) == ("run-1", "running")
+            assert [r.id for r in (await broker.list_runs(session="thread-1")).items] == ["run-1"]
+    finally:
+        await other.close()

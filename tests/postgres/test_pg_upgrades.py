@@ -8,7 +8,7 @@ import pytest
 from pg_support import empty_database
 
 import interlock
-from interlock import Text
+from interlock import RunConflict, Text
 from interlock.broker import LocalBroker
 from interlock.dashboard import NOBODY, UNKNOWN
 from interlock.secret_key import GrantKeyId
@@ -175,6 +175,29 @@ async def test_an_upgrade_records_the_grant_key_of_the_first_node_and_guards_its
                     await conn.execute("DELETE FROM grant_key_id")
             finally:
                 await conn.close()
+
+
+async def test_runs_started_before_the_upgrade_that_holds_a_session_keep_an_exclusive_start_off_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import interlock.store.postgres as postgres_store
+
+    with empty_database() as url:
+        with monkeypatch.context() as patch:  # a database of the version before, two runs on one thread at once
+            patch.setattr(postgres_store, "load_migrations", lambda dialect: before("one_unended_run_per_thread"))
+            async with interlock.connect(url) as broker:
+                await broker.start_run("mailer", session="t-9", run_id="r-1")
+                await broker.start_run("mailer", session="t-9", run_id="r-2")
+        async with interlock.connect(url) as broker:  # the upgrade takes them as they are
+            with pytest.raises(RunConflict) as refused:
+                await broker.start_run("mailer", session="t-9", run_id="r-3", exclusive=True)
+            assert (refused.value.run_id, refused.value.status) == ("r-2", "running")
+            await broker.complete_run("r-2")
+            with pytest.raises(RunConflict) as refused:
+                await broker.start_run("mailer", session="t-9", run_id="r-3", exclusive=True)
+            assert refused.value.run_id == "r-1"
+            await broker.complete_run("r-1")
+            assert (await broker.start_run("mailer", session="t-9", run_id="r-3", exclusive=True)).id == "r-3"
 
 
 async def test_a_database_migrated_by_a_later_version_is_refused_and_left_as_it_was() -> None:

@@ -71,6 +71,12 @@ class StartBody(Strict):
         None, gt=0, description="seconds: a pause stays open at least this long before it is given up"
     )
     requester: str | None = Field(None, description="who starts it (the operator only; else the token's principal)")
+    exclusive: bool = Field(
+        False,
+        description="the run holds its `session` (which it must name), as a framework's thread that two runs would "
+        "write over: while a run of the agent on that session started by the caller has not ended, the start is "
+        "refused (409 `run_conflict`, naming that run and its status) and nothing is stored",
+    )
 
 
 class ParkBody(Strict):
@@ -189,7 +195,7 @@ async def own_run(broker: LocalBroker, caller: Principal, run_id: str, what: str
     response_model=RunModel,
     responses={
         200: {"model": RunModel, "description": "the run with this id, already stored"},
-        **_problems(400, 403, 413, 422, 429),
+        **_problems(400, 403, 409, 413, 422, 429),
     },
     dependencies=[Depends(rate_limited("creates", "runs started"))],
 )
@@ -197,7 +203,9 @@ async def start_run(body: StartBody, caller: Caller, broker: TheBroker) -> JSONR
     """Start a run of an agent (status `running`). Create its requests with
     `origin.run` set to its id, then park it on them. An agent's `run_id` is scoped to it:
     the run's `id` is `{agent}:{run_id}`, which no other agent's run can hold or block,
-    and starting the same `run_id` again returns that run as it is."""
+    and starting the same `run_id` again returns that run as it is. With `exclusive`, a
+    new run is refused (409 `run_conflict`) while a run of the agent on its `session`
+    started by the caller has not ended."""
     _agent_only(caller, "starts runs")
     # (before a run of the id is looked up: a restart names the agent as the first start did)
     if caller.kind != "admin" and body.agent != caller.name:
@@ -222,8 +230,14 @@ async def start_run(body: StartBody, caller: Caller, broker: TheBroker) -> JSONR
                 raise ApiError("forbidden", "a run with this id was started by someone else")
             return out(caller, existing)
     requester = body.requester if caller.kind == "admin" else caller.name
+    # (exclusive: refused only for a run of the same requester, so the caller's own, which it sees)
     run = await broker.start_run(
-        body.agent, session=body.session, run_id=run_id, max_duration=body.max_duration, requester=requester
+        body.agent,
+        session=body.session,
+        run_id=run_id,
+        max_duration=body.max_duration,
+        requester=requester,
+        exclusive=body.exclusive,
     )
     if caller.kind != "admin" and run.requester != caller.name:  # stored meanwhile by someone else
         raise ApiError("forbidden", "a run with this id was started by someone else")

@@ -709,9 +709,15 @@ class RunStore(Protocol):
     missed between processes.
     """
 
-    async def insert_run(self, run: Run) -> tuple[Run, bool]:
+    async def insert_run(self, run: Run, *, exclusive: bool = False) -> tuple[Run, bool]:
         """Store a new run and its `run_started` event; if one with this id exists, store
-        nothing and return it with False."""
+        nothing and return it with False. With `exclusive` (the run names a session), the
+        run holds its session: if a run of its agent and requester on that session has not
+        ended, store nothing and return that run (the newest such) with False; and while
+        this one has not ended, no other exclusive run of its agent and requester is stored
+        on the session. The store decides in one step (a partial unique index on the SQL
+        stores), so of two starts at once on one session, one stores its run and the other
+        gets that run back."""
         ...
 
     async def start_parked(

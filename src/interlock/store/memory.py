@@ -672,13 +672,26 @@ class MemoryStore:
             return
         self._put_run(evolve(run, ready=True))
 
-    async def insert_run(self, run: Run) -> tuple[Run, bool]:
+    async def insert_run(self, run: Run, *, exclusive: bool = False) -> tuple[Run, bool]:
         existing = self._runs.get(run.id)
         if existing is not None:
             return existing, False
+        if exclusive:  # looked at and stored with no await between: nothing runs in between
+            busy = self._unended_on(run)
+            if busy is not None:
+                return busy, False
         self._put_run(run)
         self._append_run("run_started", run)
         return run, True
+
+    def _unended_on(self, run: Run) -> Run | None:
+        """The newest run of `run`'s agent and requester on its session that has not ended
+        (no requester and an empty one alike, as the SQL stores' index has them)."""
+        held = (run.agent, run.session, run.requester or "")
+        busy = [
+            r for r in self._runs.values() if not r.status.ended and (r.agent, r.session, r.requester or "") == held
+        ]
+        return max(busy, key=lambda r: (r.created_at, r.id), default=None)
 
     async def start_parked(
         self, run: Run, requests: Sequence[Request], *, state: Any, status: RunStatus, expires_at: datetime

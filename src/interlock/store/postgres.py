@@ -194,6 +194,11 @@ are not: those stay what they are)."""
 _NEVER_FOR_NOW = (ssl.SSLCertVerificationError, FileNotFoundError, IsADirectoryError)
 """The `OSError`s of a connection's set-up that are no outage: a certificate that does not
 verify, a certificate file that is not there."""
+
+_SOLE_TRIES = 5
+"""How many times an exclusive start is tried when the run it met had ended by the time it
+was read (each try, another run must have started and ended on the session meanwhile)."""
+
 SCHEMA_VERSION = "interlock.schema_version"
 """The setting each of the store's connections says the newest migration it knows with:
 a write on a database where a later one is applied is refused (migration 0038)."""
@@ -762,16 +767,37 @@ class PostgresStore(SqlStore):
     def _run(self, row: Any) -> Run:
         return run_from_row(tuple(row), self._time)
 
-    async def insert_run(self, run: Run) -> tuple[Run, bool]:
+    async def insert_run(self, run: Run, *, exclusive: bool = False) -> tuple[Run, bool]:
         duration = run.max_duration.total_seconds() if run.max_duration is not None else None
         data = encode_json(run_event_data(run))
         args = (run.id, run.agent, run.session, run.requester, run.status.value, duration, run.created_at, data)
+        if exclusive:
+            return await self._insert_sole_run(run, args)
         created = await self._query("fetchval", Q["insert_run"], *args)  # safe to repeat: the id decides
         if created is not None:
             return run, True
         existing = await self.get_run(run.id)
         assert existing is not None
         return existing, False
+
+    async def _insert_sole_run(self, run: Run, args: tuple[Any, ...]) -> tuple[Run, bool]:
+        """`insert_run` of a run that holds its session. Safe to repeat: stored already, the
+        run is found by its id. What it met is read after the insert (the run that committed
+        while the insert waited is seen only by a statement after it); a run that ended in
+        between is no longer in the way, and the insert is tried again."""
+        for _ in range(_SOLE_TRIES):
+            if await self._query("fetchval", Q["insert_sole_run"], *args) is not None:
+                return run, True
+            existing = await self.get_run(run.id)
+            if existing is not None:
+                return existing, False
+            busy = await self._query("fetchrow", Q["unended_run_on_session"], run.agent, run.session, run.requester)
+            if busy is not None:
+                return self._run(busy), False
+        raise Unavailable(
+            f"runs of agent {run.agent!r} on session {run.session!r} kept starting and ending while run "
+            f"{run.id!r} started; nothing was stored: start it again"
+        )
 
     async def start_parked(
         self, run: Run, requests: Sequence[Request], *, state: Any, status: RunStatus, expires_at: datetime
@@ -853,7 +879,7 @@ class PostgresStore(SqlStore):
             return await self._settle(request, at, answer), None
         if not row[0]:
             return False, None
-        return True, (None if row[1] is None else self._run(row[1]))
+        return True, (None if row[1] is None else self._run(tuple(row)[1:]))  # (the id is never null)
 
     async def _finish_run(
         self, run_id: str, status: RunStatus, fields: tuple[Any, ...], worker: str | None

@@ -1132,14 +1132,17 @@ class SqliteStore(SqlStore):
         row = db.execute(Q["get_run"], {"id": run_id}).fetchone()
         return None if row is None else run_from_row(row, _from_us)
 
-    async def insert_run(self, run: Run) -> tuple[Run, bool]:
+    async def insert_run(self, run: Run, *, exclusive: bool = False) -> tuple[Run, bool]:
         row = _run_row(run)
 
         def insert(db: sqlite3.Connection) -> tuple[Run, bool]:
-            inserted = _one(db.execute(Q["insert_run"], row))
+            inserted = _one(db.execute(Q["insert_sole_run" if exclusive else "insert_run"], row))
             if inserted is None:
                 existing = self._run_in(db, run.id)
-                assert existing is not None
+                if existing is None:  # not its id: a run of its agent on its session has not ended
+                    busy = db.execute(Q["unended_run_on_session"], row).fetchone()
+                    assert busy is not None
+                    existing = run_from_row(busy, _from_us)
                 return existing, False
             stored = run_from_row(inserted, _from_us)
             db.execute(Q["insert_event"], _run_event("run_started", stored))

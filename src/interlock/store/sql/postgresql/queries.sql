@@ -185,6 +185,38 @@ INSERT INTO events (type, at, data, requester, session, run)
 SELECT 'run_started', $7, $8, $4, $3, $1 FROM inserted
 RETURNING id;
 
+-- name: insert_sole_run
+-- A run that holds its session (`exclusive`): stored only if no run of its agent and
+-- requester on that session has not ended. Two such starts at once both find none; the
+-- index of unended sole runs (migration 0043) makes the second wait for the first to
+-- commit, then store nothing. No row when a run of this id, or such a run, is stored.
+WITH inserted AS (
+    INSERT INTO runs (id, agent, session, requester, status, max_duration, created_at, updated_at, sole)
+    SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::double precision, $7::timestamptz, $7::timestamptz,
+           true
+    WHERE NOT EXISTS (
+        SELECT 1 FROM runs
+        WHERE session = $3::text AND agent = $2::text AND coalesce(requester, '') = coalesce($4::text, '')
+          AND status IN ('running', 'waiting_for_input', 'waiting_for_approval')
+    )
+    ON CONFLICT DO NOTHING
+    RETURNING id
+)
+INSERT INTO events (type, at, data, requester, session, run)
+SELECT 'run_started', $7::timestamptz, $8, $4::text, $3::text, $1::text FROM inserted
+RETURNING id;
+
+-- name: unended_run_on_session
+-- The newest run of an agent and requester on a session that has not ended (what an
+-- exclusive start met).
+SELECT id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+       attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
+FROM runs
+WHERE session = $2::text AND agent = $1::text AND coalesce(requester, '') = coalesce($3::text, '')
+  AND status IN ('running', 'waiting_for_input', 'waiting_for_approval')
+ORDER BY created_at DESC, id DESC
+LIMIT 1;
+
 -- name: get_run
 SELECT id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
        attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
@@ -201,7 +233,14 @@ SELECT id, agent, session, requester, status, terminal_reason, ready, worker, le
 FROM interlock_start_parked($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20);
 
 -- name: settle_claiming
-SELECT settled, claimed FROM interlock_settle_claiming($1, $2, $3, $4, $5, $6, $7, $8, $9);
+-- The claimed run by its columns (`RUN_COLUMNS`), not as the runs row it is: that row has
+-- every column of the table, those a later migration adds too (0043's `sole`).
+SELECT s.settled, (s.claimed).id, (s.claimed).agent, (s.claimed).session, (s.claimed).requester,
+       (s.claimed).status, (s.claimed).terminal_reason, (s.claimed).ready, (s.claimed).worker,
+       (s.claimed).lease_expires_at, (s.claimed).expires_at, (s.claimed).attempts, (s.claimed).max_duration,
+       (s.claimed).created_at, (s.claimed).updated_at, (s.claimed).waiting_on, (s.claimed).state,
+       (s.claimed).result, (s.claimed).error
+FROM interlock_settle_claiming($1, $2, $3, $4, $5, $6, $7, $8, $9) AS s;
 
 -- name: park_run
 SELECT id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,

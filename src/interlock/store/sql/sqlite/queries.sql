@@ -173,6 +173,32 @@ ON CONFLICT (id) DO NOTHING
 RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
           attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
 
+-- name: insert_sole_run
+-- A run that holds its session (`exclusive`): stored only if no run of its agent and
+-- requester on that session has not ended. The writer holds the whole file, so the look
+-- and the insert are one step; no row when a run of this id, or such a run, is stored.
+INSERT INTO runs (id, agent, session, requester, status, max_duration, created_at, updated_at, sole)
+SELECT :id, :agent, :session, :requester, :status, :max_duration, :created_at, :updated_at, 1
+WHERE NOT EXISTS (
+    SELECT 1 FROM runs
+    WHERE session = :session AND agent = :agent AND coalesce(requester, '') = coalesce(:requester, '')
+      AND status IN ('running', 'waiting_for_input', 'waiting_for_approval')
+)
+ON CONFLICT DO NOTHING
+RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
+
+-- name: unended_run_on_session
+-- The newest run of an agent and requester on a session that has not ended (what an
+-- exclusive start met).
+SELECT id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+       attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
+FROM runs
+WHERE session = :session AND agent = :agent AND coalesce(requester, '') = coalesce(:requester, '')
+  AND status IN ('running', 'waiting_for_input', 'waiting_for_approval')
+ORDER BY created_at DESC, id DESC
+LIMIT 1;
+
 -- name: insert_parked_run
 -- A run started parked on new requests: stored in its parked state at once (none of its
 -- requests is settled yet, so it is not ready unless it waits on none).
