@@ -108,7 +108,15 @@ async def handlers(broker: interlock.Broker) -> Any:
 
 async def start(run_id: str | None, to: str, thread: str | None) -> None:
     async with interlock.connect() as broker:
-        run = await (await agent(broker)).start({"to": to}, run_id=run_id, thread_id=thread)
+        mailer = await agent(broker)
+        if os.environ.get("START_TOGETHER"):  # ready: start once the line that says go comes
+            print("ready", flush=True)
+            await asyncio.to_thread(sys.stdin.readline)
+        try:
+            run = await mailer.start({"to": to}, run_id=run_id, thread_id=thread)
+        except interlock.RunConflict as exc:
+            print(json.dumps({"refused": exc.run_id, "status": exc.status, "error": str(exc)}))
+            return
         print(json.dumps({"run": run.id, "status": run.status.value, "waiting_on": list(run.waiting_on)}))
 
 
@@ -299,3 +307,75 @@ async def test_a_turn_killed_before_its_first_checkpoint_asks_its_own_call_when_
     worked = run([*INTERLOCK, "worker", "mail_agent:handlers", "--once"], stores, agent_dir)
     assert worked.returncode == 0, worked.stderr
     assert sent(agent_dir) == [{"to": "team@example.com", "subject": "release 1.4"}]
+
+
+def checkpoint_runs(stores: tuple[str, str], thread: str) -> set[object]:
+    """The interlock runs that wrote the thread's checkpoints (each one's `interlock_run`)."""
+    config = {"configurable": {"thread_id": thread}}
+    if stores[1].startswith("postgresql://"):
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(stores[1]) as saver:
+            return {c.metadata.get("interlock_run") for c in saver.list(config)}
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    with contextlib.closing(sqlite3.connect(stores[1])) as db:
+        return {c.metadata.get("interlock_run") for c in SqliteSaver(db).list(config)}
+
+
+async def test_processes_starting_new_runs_on_one_thread_at_once_make_one_run_there(
+    stores: tuple[str, str], agent_dir: Path
+) -> None:
+    """Three processes start a run of their own on one thread at the same moment. Each made
+    its run, and the three graphs wrote their checkpoints over each other's on the thread:
+    now one run is made, the other starts are refused naming it, and only its graph ran."""
+    tos = [f"team-{i}@example.com" for i in range(3)]
+    starting = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "mail_agent.py",
+            f"run-{i}",
+            to,
+            "t-1",
+            cwd=agent_dir,
+            env=environment(stores, START_TOGETHER="1"),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for i, to in enumerate(tos)
+    ]
+    try:
+        with anyio.fail_after(BOUND):
+            for process in starting:
+                assert process.stdout is not None
+                ready = await process.stdout.readline()
+                assert ready == b"ready\n", ready + (await process.communicate())[1]
+            for process in starting:  # all at once
+                assert process.stdin is not None
+                process.stdin.write(b"go\n")
+                await process.stdin.drain()
+            done = [await process.communicate() for process in starting]
+    finally:
+        for process in starting:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    assert all(process.returncode == 0 for process in starting), [err.decode() for _, err in done]
+    said = [json.loads(out.decode().strip().splitlines()[-1]) for out, _ in done]
+    [made] = [s for s in said if "run" in s]
+    refused = [s for s in said if "refused" in s]
+    assert made["status"] == "waiting_for_approval"
+    assert len(refused) == 2 and all(r["refused"] == made["run"] for r in refused), refused
+    assert all(r["status"] in ("running", "waiting_for_approval") and "'t-1'" in r["error"] for r in refused)
+
+    async with interlock.connect(stores[0]) as broker:
+        assert [r.id for r in (await broker.list_runs(agent="mailer")).items] == [made["run"]]
+        assert [a.id for a in (await broker.list(kind="approval")).items] == made["waiting_on"]
+    assert checkpoint_runs(stores, "t-1") == {made["run"]}  # only its graph wrote on the thread
+    (request_id,) = made["waiting_on"]
+    answered = cli(["answer", str(request_id), "yes", "--by", "alice"], stores, agent_dir)
+    assert answered.returncode == 0, answered.stderr
+    worked = run([*INTERLOCK, "worker", "mail_agent:handlers", "--once"], stores, agent_dir)
+    assert worked.returncode == 0, worked.stderr
+    assert sent(agent_dir) == [{"to": tos[int(str(made["run"]).removeprefix("run-"))], "subject": "release 1.4"}]

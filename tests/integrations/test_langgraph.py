@@ -11,7 +11,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
-from interlock import Broker, Choice, Confirm, Status
+from interlock import Broker, Choice, Confirm, RunConflict, Status
 from interlock.agent import ApprovalGate
 from interlock.integrations.langgraph import LangGraphAgent, approval, approve, ask
 from interlock.model import RunStatus
@@ -239,6 +239,52 @@ class DiesAsItAsks(ApprovalGate):
 
     async def begin(self, call: Any, **options: Any) -> Any:
         raise Killed
+
+
+@pytest.mark.parametrize("unended", ["parked", "running"])
+async def test_a_new_run_id_on_a_thread_whose_run_has_not_ended_is_refused_and_nothing_is_made(
+    broker: Broker, unended: str
+) -> None:
+    """A start naming a new run id on a thread whose run had not ended made a second run on
+    the thread: each run's turn wrote its checkpoints over the other's, and either could
+    then resume or complete from the other's state."""
+    mailer = Mailer()
+    saver = InMemorySaver()
+    if unended == "parked":
+        first = await LangGraphAgent(broker, mailer.graph(saver), name="mailer", to="alice").start(
+            {"to": "ops@example.com"}, thread_id="t-9"
+        )
+    else:  # its process died as it was about to ask: the run is still running
+        with pytest.raises(Killed):
+            await LangGraphAgent(broker, mailer.graph(saver), name="mailer", gate=DiesAsItAsks(broker)).start(
+                {"to": "ops@example.com"}, thread_id="t-9"
+            )
+        [first] = (await broker.list_runs(agent="mailer")).items
+    status = RunStatus.WAITING_FOR_APPROVAL if unended == "parked" else RunStatus.RUNNING
+    assert first.status is status
+    checkpoints = len(list(saver.list({"configurable": {"thread_id": "t-9"}})))
+    asked = len((await broker.list()).items)
+
+    agent = LangGraphAgent(broker, mailer.graph(saver), name="mailer", to="alice")
+    with pytest.raises(RunConflict) as refused:
+        await agent.start({"to": "ceo@example.com"}, thread_id="t-9", run_id="r-2")
+    assert (refused.value.run_id, refused.value.status) == (first.id, status.value)
+    said = str(refused.value)
+    assert "'t-9'" in said and repr(first.id) in said and status.value in said
+    assert "thread_id" in said and "cancel" in said  # how to go on: resume that run, or cancel it
+    assert [r.id for r in (await broker.list_runs(agent="mailer")).items] == [first.id]  # no run r-2
+    assert len((await broker.list()).items) == asked  # nothing asked
+    assert len(list(saver.list({"configurable": {"thread_id": "t-9"}}))) == checkpoints  # nothing run
+    assert mailer.sent == []
+
+    # The thread's run goes on; once it has ended, the new run id is the thread's next turn.
+    again = await agent.start({"to": "ops@example.com"}, thread_id="t-9")
+    assert again.id == first.id and again.status is RunStatus.WAITING_FOR_APPROVAL
+    await broker.resolve(again.waiting_on[0], True, by="alice")
+    assert (await claim_and_resume(broker, agent)).status is RunStatus.COMPLETED
+    later = await agent.start({"to": "ceo@example.com"}, thread_id="t-9", run_id="r-2")
+    assert later.status is RunStatus.WAITING_FOR_APPROVAL
+    assert (await broker.get(later.waiting_on[0])).context["arguments"]["to"] == "ceo@example.com"
 
 
 @pytest.mark.parametrize("named_by", ["thread", "run_id"])

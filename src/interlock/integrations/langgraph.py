@@ -37,7 +37,7 @@ from langgraph.types import Command, Interrupt, interrupt
 from ..agent.calls import ToolCall
 from ..agent.gate import ApprovalGate
 from ..broker import Broker
-from ..errors import ApprovalDenied, ApprovalRefused, Cancelled, Expired, InvalidRequest, NotFound
+from ..errors import ApprovalDenied, ApprovalRefused, Cancelled, Expired, InvalidRequest, NotFound, RunConflict
 from ..model import (
     ASK_TYPES,
     Ask,
@@ -282,6 +282,13 @@ class LangGraphAgent:
         up, or failed on a denial: that interrupt is not asked again). If the graph raises (a
         node, or the gate refusing a call it cannot decide), the run is returned `failed`
         with the error.
+
+        A thread holds one run at a time, since two would write their checkpoints over each
+        other's: a new `run_id` on a thread whose run has not ended raises `RunConflict`
+        naming that run and its status, and nothing is stored or run (go on with that run,
+        by the thread alone or its id, or cancel it first). The store decides as it records
+        the run, so of several processes starting the same thread at once, one starts its
+        run and the others get `RunConflict`.
         """
         # A run started before goes on: the thread's run not ended, or a run_id stored already.
         if run_id is None and thread_id is not None:
@@ -289,7 +296,12 @@ class LangGraphAgent:
             again = run_id is not None
         else:
             again = run_id is not None and await self._known(run_id)
-        run = await self.broker.start_run(self.name, session=thread_id, run_id=run_id, max_duration=max_duration)
+        try:
+            run = await self.broker.start_run(
+                self.name, session=thread_id, run_id=run_id, max_duration=max_duration, exclusive=thread_id is not None
+            )
+        except RunConflict as exc:
+            raise self._thread_held(exc, thread_id, run_id) from None
         if run.status is not RunStatus.RUNNING:
             return run
         thread = thread_id or run.id
@@ -313,6 +325,19 @@ class LangGraphAgent:
         if isinstance(outcome, Park):
             return await self.broker.park(run.id, state=outcome.state, waiting_on=outcome.waiting_on)
         return await self.broker.complete_run(run.id, outcome)
+
+    def _thread_held(self, exc: RunConflict, thread: str | None, run_id: str | None) -> RunConflict:
+        """The refusal of a run on a thread whose run has not ended, said as how to go on."""
+        held, status = exc.run_id, exc.status
+        started = f"run {run_id!r} was" if run_id is not None else "no run was"
+        return RunConflict(
+            held,
+            status,
+            f"thread {thread!r} has a run of agent {self.name!r} that has not ended: run {held!r} ({status}). "
+            f"Two runs on one thread write their checkpoints over each other's, so {started} not started: start "
+            f"with thread_id={thread!r} alone (or run_id={held!r}) to go on with that run, or cancel it "
+            f"(broker.cancel_run({held!r})) and start again",
+        )
 
     @staticmethod
     def _closing(values: Any, input: Any) -> Any:
