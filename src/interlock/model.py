@@ -1300,7 +1300,8 @@ class Choice:
         return label if label is not None else f"Other: {value}"
 
     def terminal_prompt(self, optional: str) -> tuple[list[str], str]:
-        return _numbered(self, optional), "(a number or a name, or your own answer) > "
+        own = ", or your own answer" if self.allow_other else ""
+        return _numbered(self, optional), f"(a number or a name{own}) > "
 
     def from_line(self, line: str) -> Any:
         return _pick(options_of(self), line.strip())
@@ -1885,6 +1886,21 @@ InputHook: TypeAlias = Callable[[Request], Awaitable[Deny | None] | Deny | None]
 the request."""
 
 
+def _ask_sequence(asks: object) -> tuple[Ask, ...]:
+    """The asks given as a sequence; what is no sequence of asks refused saying what to give
+    (a bare prompt's text was taken letter by letter: "not an ask: 'S'")."""
+    if isinstance(asks, str):
+        raise InvalidRequest(
+            f"asks: {asks[:60]!r} is text, not an ask: ask with one, such as Text({asks[:60]!r}) or "
+            f"Confirm({asks[:60]!r}), or a list of them"
+        )
+    if isinstance(asks, Mapping):
+        raise InvalidRequest("asks: a dict is not an ask: build one from its JSON shape with ask_from_dict(...)")
+    if not isinstance(asks, Iterable) or isinstance(asks, bytes | bytearray):
+        raise InvalidRequest(f"asks: {type(asks).__name__} is not an ask: give one, or a list of them")
+    return tuple(asks)
+
+
 def build_request(
     asks: Ask | Sequence[Ask],
     *,
@@ -1911,7 +1927,7 @@ def build_request(
         if len(asks.prompt) > max_prompt_length:
             raise InvalidRequest(_too_long(asks, max_prompt_length))
     else:
-        ask_list = tuple(asks)
+        ask_list = _ask_sequence(asks)
         if not ask_list:
             raise InvalidRequest("a request needs at least one ask")
         seen: set[str] = set()

@@ -67,6 +67,10 @@ from interlock.model import (
         (lambda: ask_from_dict({"type": "confirm", "prompt": "Hi", "colour": "red"}), "unknown field"),
         (lambda: ask_from_dict({"type": "slider", "prompt": "Hi"}), "unknown ask type"),
         (lambda: build_request(Text("ok"), idempotency_key=""), "idempotency_key"),
+        # A prompt's text was taken letter by letter ("not an ask: 'S'").
+        (lambda: build_request("Ship it?"), "'Ship it?' is text, not an ask: ask with one, such as Text('Ship it?')"),
+        (lambda: build_request({"type": "confirm", "prompt": "x"}), "build one from its JSON shape with ask_from_dict"),
+        (lambda: build_request(None), "NoneType is not an ask"),
     ],
 )
 def test_a_malformed_request_is_refused_with_a_clear_reason(make: Any, fragment: str) -> None:
