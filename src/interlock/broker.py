@@ -2157,6 +2157,7 @@ class LocalBroker(Broker):
         stored, created = await self.store.insert_run(run, exclusive=exclusive)
         if stored.id != run.id:
             raise _session_held(stored)
+        _same_agent(stored, agent)
         self._know(stored)
         if created:
             self._changed_now()
@@ -2192,6 +2193,7 @@ class LocalBroker(Broker):
             raise InvalidRequest("a parked run's status is waiting_for_input or waiting_for_approval")
         deadline = run.park_deadline(run.created_at, self.pause_timeout)
         stored, created = await self.store.start_parked(run, made, state=state, status=status, expires_at=deadline)
+        _same_agent(stored, agent)
         self._know(stored)
         if not created:
             return stored
@@ -3322,6 +3324,17 @@ def _check_exclusive(exclusive: object, session: str | None) -> None:
         raise InvalidRequest("exclusive must be true or false")
     if exclusive and session is None:
         raise InvalidRequest("an exclusive run holds its session: name one (session=...)")
+
+
+def _same_agent(stored: Run, agent: str) -> None:
+    """Refuse a start whose `run_id` names a run of another agent (it was handed back as
+    if it were the caller's own, which that agent's workers would never resume)."""
+    if stored.agent != agent:
+        raise RunConflict(
+            stored.id,
+            stored.status.value,
+            f"run {stored.id!r} is a run of agent {stored.agent!r}, not of {agent!r}: give this run an id of its own",
+        )
 
 
 def _session_held(run: Run) -> RunConflict:

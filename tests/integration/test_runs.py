@@ -78,6 +78,19 @@ async def parked_on_approval(broker: Broker, agent: str = "deployer") -> tuple[s
     return run.id, request.id
 
 
+async def test_a_run_id_another_agent_uses_is_not_handed_back_as_ones_own(broker: Broker) -> None:
+    # It was: agent-two's start returned agent-one's run, which agent-two's workers never resume.
+    first = await broker.start_run("agent-one", run_id="shared")
+    requests = [broker.prepare(Text("Name?"), to="alice")]
+    with pytest.raises(RunConflict, match="run 'shared' is a run of agent 'agent-one', not of 'agent-two'"):
+        await broker.start_run("agent-two", run_id="shared")
+    with pytest.raises(RunConflict, match="not of 'agent-two'"):
+        await broker.start_parked("agent-two", requests, state=None, run_id="shared")
+    assert (await broker.list()).items == []  # the parked start's request was not made
+    assert await broker.get_run(first.id) == first
+    # (Through a server with auth, each agent's run ids are its own: tests/security/test_run_ids.py.)
+
+
 async def test_a_started_run_is_running_and_a_restart_with_its_id_finds_it(broker: Broker) -> None:
     run = await broker.start_run("deployer", session="thread-1", run_id="run-42", max_duration=60)
     assert (run.id, run.agent, run.session, run.status) == ("run-42", "deployer", "thread-1", RunStatus.RUNNING)

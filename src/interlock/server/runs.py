@@ -222,13 +222,14 @@ async def start_run(body: StartBody, caller: Caller, broker: TheBroker) -> JSONR
         if existing is None and run_id != chosen:
             # A run the agent started under this very id before ids were scoped is still its own.
             legacy = await _existing(broker, chosen)
-            if legacy is not None and legacy.requester == caller.name:
+            if legacy is not None and legacy.requester == caller.name and legacy.agent == body.agent:
                 return out(caller, legacy)
         if existing is not None:
             if caller.kind != "admin" and existing.requester != caller.name:
                 # Only the operator could have stored a run under an agent's own name.
                 raise ApiError("forbidden", "a run with this id was started by someone else")
-            return out(caller, existing)
+            if existing.agent == body.agent:  # (another agent's: the start below refuses it)
+                return out(caller, existing)
     requester = body.requester if caller.kind == "admin" else caller.name
     # (exclusive: refused only for a run of the same requester, so the caller's own, which it sees)
     run = await broker.start_run(
