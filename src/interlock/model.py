@@ -1311,6 +1311,7 @@ class Choice:
         picked = _decided(options, word)
         if picked:
             return picked[0]
+        _refusal_picks_nothing(word)
         return word if self.allow_other else options[0].id
 
     def plain(self) -> tuple[Any, ...] | None:
@@ -1424,7 +1425,12 @@ class MultiChoice:
 
     def from_decision(self, word: str) -> Any:
         options = options_of(self)
-        picked = _decided(options, word) or [opt.id for opt in options[: max(self.min, 1)]]
+        picked = _decided(options, word)
+        if not picked and yes_no(word) is False:  # a refusal ticks none, where none may be
+            if self.min:
+                _refusal_picks_nothing(word)
+            return []
+        picked = picked or [opt.id for opt in options[: max(self.min, 1)]]
         return picked[: self.max] if self.max is not None else picked
 
     def plain(self) -> tuple[Any, ...] | None:
@@ -1637,6 +1643,14 @@ def _pick(options: tuple[Option, ...], text: str) -> str:
     wanted = text.casefold()
     matched = [opt.id for opt in options if wanted in (opt.id.casefold(), opt.label.casefold())]
     return matched[0] if matched else text
+
+
+def _refusal_picks_nothing(word: str) -> None:
+    """A refusing decision (`deny`, `no`, ...) that names no option picks none: it is no
+    answer to a choice (a decision of `deny` had picked the first option, as if the person
+    had chosen it)."""
+    if yes_no(word) is False:
+        raise InvalidAnswer(f"{word!r} refuses, and names none of the options")
 
 
 def _decided(options: tuple[Option, ...], word: str) -> list[str]:

@@ -169,6 +169,8 @@ async def test_auto_resolve_answers_at_once_and_records_the_decision(
         ("teal", Choice("Colour?", ["red", "blue"]), "red"),
         ("docs", MultiChoice("Checks?", ["lint", "docs"]), ["docs"]),
         ("approve", MultiChoice("Checks?", ["lint", "docs", "tests"], min=2), ["lint", "docs"]),
+        # A refusal ticks none (it had ticked the first: "users" as the tables one may drop).
+        ("deny", MultiChoice("Which tables may I drop?", ["users", "orders"]), []),
         (
             "approve",
             Form("Size?", schema={"type": "object", "properties": {"n": {"type": "integer", "default": 3}}}),
@@ -193,6 +195,24 @@ async def test_auto_resolve_rejects_a_required_ask_it_cannot_answer(broker: Brok
     assert (await broker.get(request.id)).status is Status.REJECTED
     result = await bounded(tools(rhi("Contact?", "FORM", ["name", "email"])))
     assert result.refused and "cannot fill form" in result.content
+
+
+@pytest.mark.parametrize(
+    "ask",
+    [
+        Choice("Which region?", ["eu", "us"]),
+        Choice("Which region?", ["eu", "us"], allow_other=True),
+        MultiChoice("Which tables?", ["users", "orders"], min=1),
+    ],
+)
+async def test_a_deny_decision_picks_no_option_for_the_person_and_rejects_what_needs_one(
+    broker: Broker, ask: Any
+) -> None:
+    # A deny had answered with the first option (or its own word), as if someone had chosen it.
+    request = await broker.create(ask)
+    with pytest.raises(Exception, match="'deny' refuses, and names none of the options"):
+        await bounded(AutoResolveContract("deny").settle(broker, request))
+    assert (await broker.get(request.id)).status is Status.REJECTED
 
 
 async def test_auto_resolve_approves_tool_calls_and_a_deny_decision_denies_them(broker: Broker) -> None:

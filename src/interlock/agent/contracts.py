@@ -80,8 +80,10 @@ class AutoResolveContract:
     How the decision answers each ask: a confirm is true only for an approving word
     (`approve`, `yes`, ...), so anything else answers no; a choice takes the option whose
     id or label is the decision (ignoring case), else the option named by a yes/no word
-    matching the decision, else the decision itself when other answers are allowed, else
-    the first option; a multi-choice takes the matching options, else the first; text
+    matching the decision, else (for a decision that does not refuse) the decision itself
+    when other answers are allowed, else the first option; a multi-choice takes the
+    matching options, else none for a refusing decision (`deny`, where none may be
+    ticked), else the first; a refusing decision picks no option of a choice; text
     takes the decision; a form takes its schema's defaults. An optional ask that cannot be
     answered is left out; a required one gets the request rejected with the reason.
     """
