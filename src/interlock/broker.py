@@ -2026,7 +2026,7 @@ class LocalBroker(Broker):
     async def list(self, **filters: Unpack[ListFilters]) -> Page:
         if self._state != "open":
             await self.open()
-        query = Query(**filters)
+        query = Query.of(filters)
         if isinstance(query.after, str):  # first: a cursor too long to be a name is no cursor either
             _id_cursor(query.after, "requests")
         query = self._checked(query)

@@ -788,7 +788,7 @@ class RemoteBroker(Broker):
 
     async def list(self, **filters: Unpack[ListFilters]) -> Page:
         # The server lists a member's teams' requests with their own; `teams` is its business.
-        query = Query(**filters)
+        query = Query.of(filters)
         query.check()
         page = await self._call("GET", "/requests", params=_query_params(query))
         return Page([request_from_dict(r) for r in page["items"]], taken("requests", page["next_cursor"]))

@@ -937,6 +937,9 @@ async def test_a_list_of_a_misspelt_status_or_order_is_refused_naming_what_there
         await broker.list(status="pendin")
     with pytest.raises(InvalidRequest, match="order must be 'asc' or 'desc', not 'up'"):
         await broker.list(order="up")
+    # Another surface's word for a filter named a class of interlock's own ("Query.__init__()").
+    with pytest.raises(TypeError, match=r"list\(\) got an unknown filter 'to' \('to' is 'recipient' here\): it takes"):
+        await broker.list(to="alice")  # type: ignore[call-arg]
 
 
 async def test_the_dashboard_counts_what_waits_by_agent_and_how_each_person_answers(

@@ -230,6 +230,23 @@ class Query:
     words: tuple[str, ...] = field(default=(), init=False, repr=False)
     """The words of `text` a store matches (`search_words`): lower case, letters and digits."""
 
+    @classmethod
+    def of(cls, filters: Mapping[str, Any]) -> Query:
+        """The query of `list`'s keyword arguments; one it does not take is a TypeError
+        naming it and the filters there are (Python's own named this class), with the name
+        of the filter meant where it is another surface's word for it."""
+        known = {f.name for f in fields(cls) if f.init}
+        unknown = sorted(filters.keys() - known)
+        if unknown:
+            meant = {"to": "recipient", "cursor": "after", "state": "status", "from": "requester"}
+            hints = [f"{name!r} is {meant[name]!r} here" for name in unknown if name in meant]
+            names = ", ".join(repr(name) for name in unknown)
+            raise TypeError(
+                f"list() got an unknown filter {names}{' (' + '; '.join(hints) + ')' if hints else ''}: "
+                f"it takes {', '.join(sorted(known))}"
+            )
+        return cls(**filters)
+
     def __post_init__(self) -> None:
         if self.status is not None and not isinstance(self.status, Status):
             try:
