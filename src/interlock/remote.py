@@ -74,7 +74,7 @@ from .broker import (
 )
 from .cursors import taken
 from .dashboard import DASHBOARD_WINDOW, Dashboard, dashboard_from_dict
-from .errors import Closed, InvalidAnswer, InvalidRequest, NotFound, RateLimited, RunConflict, Unavailable
+from .errors import Closed, Forbidden, InvalidAnswer, InvalidRequest, NotFound, RateLimited, RunConflict, Unavailable
 from .followups import Followup, Sent, followup_from_dict
 from .hooks import DEFAULT_HOOK_TIMEOUT
 from .model import (
@@ -420,7 +420,13 @@ class RemoteBroker(Broker):
                     self._expiries.pop(request_id, None)
                     return _outcome(request)
                 if deadline is not None and loop.time() >= deadline:
-                    await self.expire(request_id)  # the waiter's time ran out: so does the request's
+                    try:
+                        await self.expire(request_id)  # the waiter's time ran out: so does the request's
+                    except Forbidden:  # only its maker may expire it: said as this wait's own end
+                        raise Forbidden(
+                            f"the wait on request {request_id!r} ran out ({seconds:g} s), and only whoever made it "
+                            "may make it expire: it is still pending (watch(id, timeout) waits without expiring it)"
+                        ) from None
                     return _outcome(await self.get(request_id))
         except asyncio.CancelledError:
             if self._uncut(me):  # this broker was disconnected: the request stays pending

@@ -218,3 +218,16 @@ async def test_the_python_client_gets_the_same_rules(world: World) -> None:
     with pytest.raises(Forbidden):
         async with world.server.connect(token="il_00000000_wrong"):
             pass
+
+
+async def test_a_person_s_wait_that_runs_out_says_so_and_leaves_the_request_pending(
+    world: World, clients: dict[str, httpx.AsyncClient]
+) -> None:
+    # Only its maker may make a request expire: a person's wait on one to her said "only
+    # whoever made the request may expire it", an expiry she had not asked for.
+    request = await ask_alice(clients)
+    async with world.server.connect(token=world.tokens["alice"]) as alice:
+        with pytest.raises(interlock.Forbidden, match=r"the wait on request .* ran out \(0\.05 s\)") as ran_out:
+            await alice.wait(request["id"], timeout=0.05)
+        assert "watch(id, timeout) waits without expiring it" in str(ran_out.value)
+        assert (await alice.get(request["id"])).status is interlock.Status.PENDING
