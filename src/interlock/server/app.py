@@ -66,6 +66,7 @@ from . import (
     teams,
     web_deliveries,
 )
+from .api_docs import install_api_docs
 from .auth import Auth, loopback_host, same_origin
 from .common import (
     PROBLEM_REF,
@@ -354,6 +355,10 @@ def create_app(
         # On every route: who you are, and a store that is unavailable for now.
         responses=problems_for()(401, 403, 503),
         generate_unique_id_function=_operation_id,
+        # Not FastAPI's pages, which load their scripts from a CDN: /docs is served whole
+        # from here (`api_docs`), and there is no /redoc.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.interlock = state
     app.add_middleware(BodyLimit, max_size=max_body_size)
@@ -374,6 +379,7 @@ def create_app(
 
     app.include_router(operations)
     install_web(app, state)
+    install_api_docs(app)
     app.include_router(web_deliveries.router)
     app.include_router(email_signin.router)
     mcp = _mcp_endpoint(app, the_auth, auth)  # MCP over streamable HTTP, same tokens

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import secrets
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -39,6 +40,7 @@ from jinja2 import pass_context
 from jinja2.runtime import Context
 from markupsafe import Markup
 from sse_starlette import ServerSentEvent
+from starlette.types import Scope
 
 from .. import cursors
 from .._form_inputs import Field, FieldFault, form_untouched, input_type
@@ -101,6 +103,8 @@ _SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
+_ASSET_HEADERS = {name: value for name, value in _SECURITY_HEADERS.items() if name != "Cache-Control"}
+"""The pages' scripts and styles carry the pages' headers, but a browser may keep them."""
 
 
 # -- what a person typed ------------------------------------------------------------------
@@ -423,9 +427,21 @@ class Session:
 
 def install_web(app: FastAPI, state: AppState) -> None:
     """Add the web inbox to the app: `/`, sign-in, the live stream, request cards, assets."""
-    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+    app.mount("/static", Assets(directory=HERE / "static"), name="static")
     state.templates = _templates()
     app.include_router(router)
+
+
+class Assets(StaticFiles):
+    """The pages' static files (the inbox's, and the API page's vendored Swagger UI), sent
+    with the pages' security headers."""
+
+    def file_response(
+        self, full_path: str | os.PathLike[str], stat_result: os.stat_result, scope: Scope, status_code: int = 200
+    ) -> Response:
+        response = super().file_response(full_path, stat_result, scope, status_code)
+        response.headers.update(_ASSET_HEADERS)
+        return response
 
 
 router = APIRouter(include_in_schema=False)
