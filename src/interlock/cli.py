@@ -2082,6 +2082,7 @@ def _read_policy_json(text: str) -> dict[str, Any]:
 
 @policy_app.command("set")
 def policy_set(
+    ctx: typer.Context,
     agent: Annotated[str, typer.Argument(help="The agent the policy is for.")],
     tool_server: ToolServerOption = "",
     approval: Annotated[
@@ -2119,7 +2120,9 @@ def policy_set(
     token: TokenOption = None,
 ) -> None:
     """Create or replace AGENT's approval policy (from flags, or --json); print it as stored.
-    Every approval gate of the agent applies it from its next decision."""
+    Every approval gate of the agent applies it from its next decision. AGENT and
+    --tool-server say which policy is set: a --json naming another agent or tool server is
+    refused."""
     data: dict[str, Any] = _read_policy_json(as_json) if as_json is not None else {}
     flags = {"approval": approval, "gatedTools": gated, "autoAllow": auto_allow}
     data.update({k: v for k, v in flags.items() if v is not None})
@@ -2127,16 +2130,42 @@ def policy_set(
         hook: dict[str, Any] = {"url": hook_url, "secret": hook_secret}
         hook |= {k: v for k, v in (("onHookError", on_hook_error), ("timeout", hook_timeout)) if v is not None}
         data["hook"] = hook
-    elif on_hook_error is not None or hook_timeout is not None:
-        raise _fail("--on-hook-error and --hook-timeout go with --hook-url and --hook-secret")
+    else:
+        # The secret typed here, not INTERLOCK_HOOK_SECRET's (kept in the environment for
+        # the next hook, it is no word of this command's).
+        typed = getattr(ctx.get_parameter_source("hook_secret"), "name", None) == "COMMANDLINE"
+        given = [
+            flag
+            for flag, value in (
+                ("--hook-secret", hook_secret if typed else None),
+                ("--on-hook-error", on_hook_error),
+                ("--hook-timeout", hook_timeout),
+            )
+            if value is not None
+        ]
+        if given:
+            said = f"{', '.join(given[:-1])} and {given[-1]} go" if len(given) > 1 else f"{given[0]} goes"
+            raise _fail(f"{said} with --hook-url: give the URL of the hook they are for")
     if not data:
         raise _fail(
             "give the policy: --approval, --gated, --auto-allow, --hook-url, or --json "
             "(`interlock policy rm` removes one)"
         )
-    data.setdefault("agent", agent)
-    if tool_server:
-        data.setdefault("server", tool_server)
+    # The command line names the policy, as the API's path does: a body may repeat it, not
+    # name another (whose policy the command would have set instead).
+    named = data.get("agent")
+    if named is not None and named != agent:
+        raise _fail(f"--json says agent {named!r} but the command line says {agent!r}: name one agent")
+    where = data.get("server")
+    if where is not None and where != tool_server:
+        raise _fail(
+            f"--json says server {where!r} but --tool-server says {tool_server!r}: name one tool server"
+            if tool_server
+            else f"--json says server {where!r} but the command line sets the policy of the agent's whole "
+            f"toolset: add --tool-server {shlex.quote(str(where))} to set that tool server's"
+        )
+    data["agent"] = agent
+    data["server"] = tool_server or None
     stored = _run(db, lambda b: b.set_approval_policy(data), token)
     typer.echo(_json(policy_to_dict(stored), indent=2))
 

@@ -80,3 +80,45 @@ async def test_a_bad_policy_is_refused_and_the_stored_one_stays(db: str) -> None
         assert refused.returncode == USAGE, (args, refused.stderr)
         assert "error" in refused.stderr
     assert json.loads(run("policy", "show", "bot", db=db).stdout)["approval"] == "once"
+
+
+async def test_a_policy_naming_another_agent_or_tool_server_than_the_command_line_is_refused(db: str) -> None:
+    # It set the policy the JSON named (`policy set deployer --json '{"agent": "otherbot"}'`
+    # replaced otherbot's), where the API refuses such a body.
+    assert run("policy", "set", "deployer", "--approval", "once", db=db).returncode == 0
+    for args, why in (
+        (
+            ("--json", '{"agent": "otherbot", "approval": "never"}'),
+            "--json says agent 'otherbot' but the command line says 'deployer': name one agent",
+        ),
+        (
+            ("--tool-server", "github", "--json", '{"server": "gitlab", "approval": "never"}'),
+            "--json says server 'gitlab' but --tool-server says 'github': name one tool server",
+        ),
+        (
+            ("--json", '{"server": "gitlab", "approval": "never"}'),
+            "sets the policy of the agent's whole toolset: add --tool-server gitlab to set that tool server's",
+        ),
+        # A secret without its hook was dropped, where a timeout without it was refused.
+        (("--approval", "never", "--hook-secret", SECRET), "--hook-secret goes with --hook-url"),
+        (
+            ("--approval", "never", "--hook-secret", SECRET, "--hook-timeout", "5s"),
+            "--hook-secret and --hook-timeout go with --hook-url",
+        ),
+    ):
+        for where in (db, "http://127.0.0.1:9"):  # through a server too: refused before it is reached
+            refused = run("policy", "set", "deployer", *args, db=where)
+            assert refused.returncode == USAGE, (args, refused.stderr)
+            [line] = refused.stderr.splitlines()
+            assert line.startswith("error: ") and why in line, line
+    listed = [json.loads(line) for line in run("policy", "list", "--json", db=db).stdout.splitlines()]
+    assert [(p["agent"], p["server"], p["approval"]) for p in listed] == [("deployer", None, "once")]
+
+    # A body that repeats the command line's names is taken, and the secret kept in the
+    # environment is no word of the command's: a policy without a hook is set beside it.
+    same = '{"agent": "deployer", "server": "github", "approval": "never"}'
+    taken = run("policy", "set", "deployer", "--tool-server", "github", "--json", same, db=db)
+    assert taken.returncode == 0, taken.stderr
+    assert (json.loads(taken.stdout)["agent"], json.loads(taken.stdout)["server"]) == ("deployer", "github")
+    beside = run("policy", "set", "deployer", "--approval", "always", db=db, INTERLOCK_HOOK_SECRET=SECRET)
+    assert beside.returncode == 0 and json.loads(beside.stdout)["hook"] is None, beside.stderr
