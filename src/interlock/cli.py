@@ -814,9 +814,10 @@ def reject(
 
 
 def _answerer(db: str | None, by: str | None) -> str | None:
-    """Who answers from this terminal: through a server, whom the token names (the server
-    records it; see `_run`'s `by`); on a local store, `--by`, else you ($INTERLOCK_USER,
-    else your login)."""
+    """Who answers (refuses, claims, sends, gives or revokes a grant, changes a policy)
+    from this terminal: through a server, whom the token names (the server records it; see
+    `_run`'s `by`); on a local store, `--by`, else you ($INTERLOCK_USER, else your login),
+    whatever the command, so that the record of who did what does not depend on it."""
     return by if _remote(db) else by or local_person()
 
 
@@ -2009,7 +2010,14 @@ def grants_give(
     can: Annotated[str, typer.Option("--can", help="The ability, e.g. hitl/request.")],
     exp: Annotated[int | None, typer.Option("--exp", help="Unix seconds it ends at.", min=0)] = None,
     no_expiry: Annotated[bool, typer.Option("--no-expiry", help="It never expires.")] = False,
-    by: Annotated[str | None, typer.Option("--by", help="Who gives it (a server knows from the token).")] = None,
+    by: Annotated[
+        str | None,
+        typer.Option(
+            "--by",
+            help="Who gives it: on a local store, you (the local user) by default; through a server, whom the "
+            "token names (a server without auth records this name).",
+        ),
+    ] = None,
     db: DbOption = None,
     token: TokenOption = None,
 ) -> None:
@@ -2018,25 +2026,35 @@ def grants_give(
     if exp is not None and no_expiry:
         raise _fail("say --exp or --no-expiry, not both")
     until: int | Literal["default"] | None = None if no_expiry else DEFAULT_EXP if exp is None else exp
-    grant = _run(db, lambda b: b.give_grant(to, with_, can, exp=until, by=by), token)
+    giver = _answerer(db, by)
+    grant = _run(db, lambda b: b.give_grant(to, with_, can, exp=until, by=giver), token, by=by)
     typer.echo(_json(issued_grant_to_dict(grant)))
 
 
 @grants_app.command("revoke")
 def grants_revoke(
     grant_id: Annotated[str, typer.Argument(help="The grant's id.")],
-    by: Annotated[str | None, typer.Option("--by", help="Who revokes (a server knows from the token).")] = None,
+    by: Annotated[
+        str | None,
+        typer.Option(
+            "--by",
+            help="Who revokes: on a local store, you (the local user) by default; through a server, whom the "
+            "token names (a server without auth records this name).",
+        ),
+    ] = None,
     db: DbOption = None,
     token: TokenOption = None,
 ) -> None:
     """Revoke a grant; it stops checking at once. Exit 1 for an unknown grant or one
     revoked already."""
 
+    revoker = _answerer(db, by)
+
     async def revoke(broker: Broker) -> bool:
         await broker.get_grant(grant_id)  # NotFound: "no grant ..."
-        return await broker.revoke_grant(grant_id, by=by)
+        return await broker.revoke_grant(grant_id, by=revoker)
 
-    if not _run(db, revoke, token):
+    if not _run(db, revoke, token, by=by):
         raise _fail(f"grant {grant_id} was revoked already", DECLINED)
     err.print(f"revoked {grant_id}")
 
@@ -2166,7 +2184,8 @@ def policy_set(
         )
     data["agent"] = agent
     data["server"] = tool_server or None
-    stored = _run(db, lambda b: b.set_approval_policy(data), token)
+    # On a local store, you (the local user) change it; a server records whom the token names.
+    stored = _run(db, lambda b: b.set_approval_policy(data, by=_answerer(db, None)), token)
     typer.echo(_json(policy_to_dict(stored), indent=2))
 
 
@@ -2222,7 +2241,7 @@ def policy_rm(
     token: TokenOption = None,
 ) -> None:
     """Delete AGENT's policy (for --tool-server); exit 1 if there was none."""
-    if not _run(db, lambda b: b.delete_approval_policy(agent, tool_server), token):
+    if not _run(db, lambda b: b.delete_approval_policy(agent, tool_server, by=_answerer(db, None)), token):
         raise _fail(f"agent {agent} has no such approval policy", DECLINED)
     err.print(f"deleted the approval policy of {agent}{f' for {tool_server}' if tool_server else ''}")
 

@@ -179,3 +179,24 @@ def test_serve_refuses_a_grant_duration_past_a_thousand_years(tmp_path: Path, op
     assert refused.returncode == 2  # a usage error, as click says in process (the command exits 4)
     assert f"Invalid value for '{option}': '3000000d' is more than a thousand years" in refused.stderr
     assert not (tmp_path / "x.db").exists()  # refused before anything was opened
+
+
+async def test_a_grant_given_or_revoked_on_a_local_store_is_the_local_user_s_unless_by_names_another(
+    db: str,
+) -> None:
+    # They recorded nobody (issuer and revoked_by null), where answer, reject, claim and
+    # run send record the local user: the record of who did what depended on the command.
+    def as_carol(*args: str) -> subprocess.CompletedProcess[str]:
+        return invoke(*args, env={**os.environ, "INTERLOCK_URL": db, "INTERLOCK_USER": "carol", "COLUMNS": "200"})
+
+    given = as_carol("grants", "give", "bot", "--with", "repo:web", "--can", "deploy")
+    assert given.returncode == 0, given.stderr
+    grant = json.loads(given.stdout)
+    assert grant["issuer"] == "carol"
+    assert as_carol("grants", "revoke", grant["id"]).returncode == 0
+    assert json.loads(as_carol("grants", "show", grant["id"]).stdout)["revoked_by"] == "carol"
+    # Her own inbox is hers to give: as the local user she gives it, as she answers.
+    own = as_carol("grants", "give", "bot", "--with", "interlock:inbox/carol", "--can", "hitl/request")
+    assert own.returncode == 0 and json.loads(own.stdout)["issuer"] == "carol", own.stderr
+    named = as_carol("grants", "give", "bot", "--with", "x", "--can", "y", "--by", "dave")
+    assert json.loads(named.stdout)["issuer"] == "dave"

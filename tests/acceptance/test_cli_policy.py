@@ -122,3 +122,14 @@ async def test_a_policy_naming_another_agent_or_tool_server_than_the_command_lin
     assert (json.loads(taken.stdout)["agent"], json.loads(taken.stdout)["server"]) == ("deployer", "github")
     beside = run("policy", "set", "deployer", "--approval", "always", db=db, INTERLOCK_HOOK_SECRET=SECRET)
     assert beside.returncode == 0 and json.loads(beside.stdout)["hook"] is None, beside.stderr
+
+
+async def test_a_policy_set_or_removed_on_a_local_store_is_recorded_as_the_local_user_s(db: str) -> None:
+    # It recorded nobody (updatedBy null), where answer, reject, claim and run send record
+    # the local user.
+    made = run("policy", "set", "deployer", "--approval", "once", db=db, INTERLOCK_USER="carol")
+    assert made.returncode == 0 and json.loads(made.stdout)["updatedBy"] == "carol", made.stderr
+    assert run("policy", "rm", "deployer", db=db, INTERLOCK_USER="carol").returncode == 0
+    async with interlock.connect(db) as broker:
+        changes = [(e.type, e.data["by"]) async for e in broker.events() if e.type.startswith("approval_policy_")]
+    assert changes == [("approval_policy_set", "carol"), ("approval_policy_deleted", "carol")]
