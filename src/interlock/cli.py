@@ -393,6 +393,38 @@ def _duration_option(
     )
 
 
+_WHOLE = re.compile(r"\s*\d+\s*")
+_UNITLESS = re.compile(r"\s*\d+\.\d+\s*")
+EXPIRY_SYNTAX = "how long from now, a number with a unit: 30m, 12h, 3d; or the Unix time it ends at, a whole number"
+
+
+def _expiry(value: str | int) -> int:
+    """The parser of a grant's `--exp`: when it ends, in Unix seconds. How long from now, in
+    the one syntax of durations (`_duration`: `3d`, `12h`), its unit required: a whole
+    number alone is the Unix time it ends at, as `--exp` took it before it took durations."""
+    if isinstance(value, int):
+        return value
+    now = datetime.now(UTC).timestamp()
+    if _WHOLE.fullmatch(value):
+        at = int(value)
+        if at <= now:
+            passed = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+            raise typer.BadParameter(
+                f"{value!r} is a Unix time past already ({passed}): for how long the grant lasts, give a duration "
+                f"with its unit, as {value.strip()}s or 3d"
+            )
+        return at
+    if _UNITLESS.fullmatch(value):
+        raise typer.BadParameter(f"{value!r} has no unit: give {EXPIRY_SYNTAX}")
+    try:
+        duration_seconds(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a duration: give {EXPIRY_SYNTAX}") from None
+    # (rounded down: a grant asked to last as long as the venue's ceiling is not refused for
+    # a fraction of a second past it)
+    return int(now + _duration(least=1.0, most=LONGEST)(value))
+
+
 def _say_duration(seconds: float) -> str:
     """`seconds` as the options take it: `50ms`, `1s`, `60s`."""
     return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
@@ -2008,7 +2040,17 @@ def grants_give(
     to: Annotated[str, typer.Argument(help="Who may use the grant.")],
     with_: Annotated[str, typer.Option("--with", help="The resource, e.g. interlock:inbox/alice.")],
     can: Annotated[str, typer.Option("--can", help="The ability, e.g. hitl/request.")],
-    exp: Annotated[int | None, typer.Option("--exp", help="Unix seconds it ends at.", min=0)] = None,
+    exp: Annotated[
+        int | None,
+        typer.Option(
+            "--exp",
+            parser=_expiry,
+            metavar="DURATION",
+            help="When it ends: how long from now, a duration with its unit: 30m, 12h, 3d (up to the venue's "
+            "ceiling); a whole number alone is the Unix time it ends at.",
+            show_default=False,
+        ),
+    ] = None,
     no_expiry: Annotated[bool, typer.Option("--no-expiry", help="It never expires.")] = False,
     by: Annotated[
         str | None,

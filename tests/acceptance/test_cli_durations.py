@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,7 @@ def test_a_duration_an_option_cannot_hold_is_refused_naming_it(path: str, args: 
 
 def test_every_option_that_speaks_of_time_takes_a_duration() -> None:
     # An option added later holding plain seconds would take another syntax again.
-    instants = {"--exp"}  # Unix seconds: an instant, not a duration
+    instants = {"--exp"}  # a grant's end: a duration from now, or a Unix time (the test below)
     timed = re.compile(r"\bseconds\b|\bhow long\b|\bduration\b|\bexpire after\b", re.IGNORECASE)
     checked, plain = [], []
     for path, each in leaves(ROOT):
@@ -115,6 +116,36 @@ def test_every_option_that_speaks_of_time_takes_a_duration() -> None:
                 plain.append(f"interlock {path} {option}")
     assert plain == []
     assert sorted(checked) == sorted(o[1][-1] for o in OPTIONS)
+
+
+GIVE = ("bot", "--with", "x", "--can", "y")
+
+
+def test_a_grant_s_exp_takes_a_duration_from_now_or_the_unix_time_it_ends_at() -> None:
+    # `grants give --exp 3d` was refused ("Input should be a valid integer"): only Unix
+    # seconds were taken, where every other option of the command line takes durations.
+    before = int(time.time())
+    exp = parsed("grants give", *GIVE, "--exp", "3d")["exp"]
+    assert before + 3 * 86400 <= exp <= time.time() + 3 * 86400
+    assert parsed("grants give", *GIVE, "--exp", "90m")["exp"] - before in range(90 * 60 - 1, 90 * 60 + 60)
+    assert parsed("grants give", *GIVE, "--exp", "4102444800")["exp"] == 4102444800  # as before: the Unix time
+    assert parsed("grants give", *GIVE)["exp"] is None  # the venue's default
+
+
+@pytest.mark.parametrize(
+    ("value", "refusal"),
+    [
+        ("3y", "'--exp': '3y' is not a duration: give how long from now, a number with a unit: 30m, 12h, 3d; or"),
+        ("500ms", "'--exp': '500ms' is less than 1s"),
+        ("400000d", "'--exp': '400000d' is more than a thousand years"),
+        ("1.5", "'--exp': '1.5' has no unit: give how long from now"),
+        ("3600", "'--exp': '3600' is a Unix time past already (1970-01-01 01:00:00 UTC): for how long the grant"),
+    ],
+)
+def test_an_exp_that_is_no_duration_or_future_unix_time_is_refused_naming_it(value: str, refusal: str) -> None:
+    with pytest.raises(typer.BadParameter) as refused:
+        parsed("grants give", *GIVE, "--exp", value)
+    assert refusal in refused.value.format_message()
 
 
 @pytest.mark.parametrize(

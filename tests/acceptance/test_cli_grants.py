@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -115,8 +116,18 @@ def test_grants_give_makes_a_delegation_with_the_expiry_asked_for(db: str) -> No
     # A deadline reads to the nearest unit: a week's grant, listed at once, ends "in 7d".
     (listed,) = [line for line in run("grants", "list", db=db).stdout.splitlines() if default["id"] in line]
     assert " in 7d " in f" {listed} ", listed
-    both = run("grants", "give", "bot", "--with", "x", "--can", "y", "--exp", "5", "--no-expiry", db=db)
+    both = run("grants", "give", "bot", "--with", "x", "--can", "y", "--exp", "5d", "--no-expiry", db=db)
     assert both.returncode == 4
+
+
+def test_grants_give_takes_how_long_the_grant_lasts_as_every_duration_option_does(db: str) -> None:
+    # `--exp 3d` was refused: "Input should be a valid integer".
+    given = run("grants", "give", "bot", "--with", "x", "--can", "y", "--exp", "3d", db=db)
+    assert given.returncode == 0, given.stderr
+    lasts = datetime.fromisoformat(json.loads(given.stdout)["expires_at"]) - datetime.now(UTC)
+    assert timedelta(days=3) - timedelta(minutes=1) < lasts <= timedelta(days=3)
+    at = run("grants", "give", "bot", "--with", "x", "--can", "y", "--exp", "4102444800", db=db)
+    assert json.loads(at.stdout)["expires_at"] == "2100-01-01T00:00:00+00:00"  # a Unix time, as before
 
 
 @pytest.mark.slow
