@@ -14,6 +14,11 @@ A command that reads or acts on what a store holds (`inbox`, `show`, `answer`, `
 (a mistyped `--db`, or the default `interlock.db` of another folder) with exit code 4, and
 makes no empty store; one that starts what asks (`ask`, `serve`, `worker`, `mcp`,
 `token create`) makes the store if it is new.
+
+Every command but `serve` refuses `memory://` with exit code 4: that store lives only in
+the process that opens it, so what a command put there would be gone when it ended, and
+no other command could read or answer it. `interlock serve --db memory://` keeps one for
+as long as the server runs, reached through its URL.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 import typer
@@ -262,7 +268,9 @@ def _run(
     """`work` on the broker `db` names. `by`, a `--by` given: a server with auth records
     whom the token names, so another name is refused there rather than dropped. A command
     that only reads or acts on what a store holds (`make` False) refuses a SQLite file that
-    is not there, rather than making an empty one where a path was mistyped."""
+    is not there, rather than making an empty one where a path was mistyped. A store of
+    this process alone (`memory://`) is refused: see `_refuse_memory`."""
+    _refuse_memory(db)
     if not make:
         _check_store_is_there(db)
 
@@ -319,6 +327,21 @@ def _run(
         if isinstance(exc, OSError) and exc.strerror:
             raise _fail(f"{exc.strerror}{f': {exc.filename}' if exc.filename else ''}") from None
         raise _fail(str(exc)) from None
+
+
+def _refuse_memory(db: str | None) -> None:
+    """Refuse `memory://`, a store that lives in the process that opens it: a command's
+    ends with it, so what `ask` asks there no one can answer (it waits forever) and what
+    `answer`, `token create` or `policy set` change there is gone at once. `interlock
+    serve`, whose store outlives each call and is reached through its URL, takes one (it
+    does not come through here)."""
+    if db is not None and urlsplit(db).scheme.lower() == "memory":
+        raise _fail(
+            "memory:// keeps a store only in the process that opens it, this command's: what it holds is gone "
+            "when the command ends, and no other command could read or answer it. Name a store they share with "
+            "--db (or INTERLOCK_URL): sqlite:///interlock.db (the default), postgresql://..., or the URL of an "
+            "`interlock serve` (which may keep a memory:// store of its own)"
+        )
 
 
 def _missing_store(db: str | None) -> str | None:

@@ -400,6 +400,42 @@ def test_a_command_that_sets_how_a_server_works_refuses_a_store_that_is_not_ther
     assert os.listdir(wrong) == []
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["ask", "mem", "--timeout", "1s"],  # (it waited for an answer no one could give; bounded here)
+        ["inbox"],
+        ["answer", "01a24cd1716806f01369ea31f9ed3638", "yes"],
+        ["runs"],
+        ["token", "create", "alice", "--human"],
+        ["team", "add", "ops"],
+        ["policy", "set", "bot", "--approval", "once"],
+        ["grants", "give", "bot", "--with", "x", "--can", "y"],
+        ["secret-key", "forget"],
+        ["mcp"],
+        ["worker", "memory_worker:handlers", "--once"],
+    ],
+    ids=lambda args: " ".join(args[:2]),
+)
+def test_a_store_of_one_process_is_refused_saying_why_and_what_to_name(
+    args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `ask --db memory://` asked in a store only its own process could reach, printed
+    # "answer with: interlock answer ID VALUE --db memory://" (which answers nothing) and
+    # waited for ever; the others did their work in a store gone when they ended.
+    (tmp_path / "memory_worker.py").write_text("def handlers(broker):\n    return {}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = {name: value for name, value in os.environ.items() if not name.startswith("INTERLOCK_")}
+    for named, environment in ((["--db", "memory://"], env), ([], {**env, "INTERLOCK_URL": "memory://?retention=5"})):
+        refused = invoke(*args, *named, env=environment, cwd=tmp_path, input="")
+        assert refused.returncode == 4, (args, refused.stderr)
+        [line] = refused.stderr.splitlines()
+        assert line.startswith("error: memory:// keeps a store only in the process that opens it"), line
+        assert "Name a store they share with --db (or INTERLOCK_URL): sqlite:///interlock.db" in line, line
+        assert refused.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".py" and p.name != "__pycache__") == []
+
+
 async def test_the_answer_show_prints_for_a_gate_approval_works_pasted_as_it_is(tmp_path: Path) -> None:
     """Read with --db from a shell whose person is not the approver (the tutorial's second
     shell), the printed line names the store and the approver, and answers when pasted."""
