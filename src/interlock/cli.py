@@ -42,7 +42,7 @@ import socket
 import sqlite3
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -247,10 +247,29 @@ async def _token_person(broker: Broker) -> str | None:
 
 def _local(broker: Broker) -> LocalBroker:
     """The broker over a store, for what is managed where the store is (principals and
-    tokens), never through a server's API."""
+    tokens, the keys, the outbox), never through a server's API (`_on_the_store` refuses a
+    server's URL before it is reached)."""
     if not isinstance(broker, LocalBroker):
-        raise Forbidden("principals and tokens are managed on the server: run `interlock token` there")
+        raise Forbidden("this command works on a store itself (its file or database), not through a server")
     return broker
+
+
+def _on_the_store(ctx: typer.Context, db: str | None, command: str) -> str:
+    """The store that `interlock COMMAND`, which works on a store itself (who may use a
+    server and their tokens, the keys its nodes sign with, its outbox), changes, as printed.
+    A server's URL is refused before it is reached, saying where the command found it
+    (INTERLOCK_URL, mostly, set to use the server from this shell) and how to name the
+    store: where the server runs, its file (or its database's URL)."""
+    if _remote(db):
+        from_env = getattr(ctx.get_parameter_source("db"), "name", None) == "ENVIRONMENT"
+        found = "INTERLOCK_URL points it at" if from_env else "--db names"
+        raise _fail(
+            f"`interlock {command}` works on the server's store file, not through its URL, and {found} the "
+            f"server at {redact_url(db or '')}: run it where the server runs, with --db sqlite:///path/to/"
+            "interlock.db (the store `interlock serve --db` names; or its postgresql://... URL)"
+            + (", or unset INTERLOCK_URL (then ./interlock.db)" if from_env else "")
+        )
+    return redact_url(db or "sqlite:///interlock.db")
 
 
 def _remote(db: str | None) -> bool:
@@ -298,8 +317,9 @@ def _run(
     except Forbidden as exc:
         if exc.status == 401 and not token and not os.environ.get("INTERLOCK_TOKEN"):
             raise _fail(
-                f"no token for the server at {redact_url(db or '')}: set INTERLOCK_TOKEN or pass --token "
-                "(an admin makes one with `interlock token create NAME --human`)"
+                f"no token for the server at {redact_url(db or '')}: set INTERLOCK_TOKEN or pass --token (whoever "
+                "runs the server makes one on its store: `interlock token create NAME --human --db "
+                "sqlite:///path/to/interlock.db`)"
             ) from None
         raise _fail(f"refused: {exc}") from None
     except httpx.HTTPStatusError as exc:
@@ -1504,13 +1524,17 @@ app.add_typer(token_app, name="token")
 
 @token_app.command("create")
 def token_create(
+    ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="The human's or agent's name.")],
     human: Annotated[bool, typer.Option("--human", help="A person, who answers requests to them.")] = False,
     agent: Annotated[bool, typer.Option("--agent", help="A program, which makes requests.")] = False,
     owner: Annotated[str | None, typer.Option("--owner", help="An agent's human: its requests go to them.")] = None,
     db: LocalDb = None,
 ) -> None:
-    """Add a human or an agent (or reuse one) and print a new token for it, once."""
+    """Add a human or an agent (or reuse one) and print a new token for it, once. It works
+    on the server's store (--db sqlite:///path/to/interlock.db, where the server runs),
+    not through the server's URL."""
+    _on_the_store(ctx, db, "token create")
     if human == agent:
         raise _fail("say --human or --agent, not both" if human else "say --human or --agent")
     if agent and not owner:
@@ -1540,10 +1564,13 @@ def token_create(
 
 @token_app.command("revoke")
 def token_revoke(
+    ctx: typer.Context,
     what: Annotated[str, typer.Argument(help="A token (il_...), a token id, or a name to revoke all its tokens.")],
     db: LocalDb = None,
 ) -> None:
-    """Revoke a token, or every token of a human or agent; it stops working at once."""
+    """Revoke a token, or every token of a human or agent; it stops working at once. It
+    works on the server's store, not through its URL."""
+    _on_the_store(ctx, db, "token revoke")
 
     async def work(broker: Broker) -> int:
         store = _local(broker)
@@ -1560,11 +1587,12 @@ def token_revoke(
 
 
 @token_app.command("list")
-def token_list(db: LocalDb = None) -> None:
+def token_list(ctx: typer.Context, db: LocalDb = None) -> None:
     """List the humans, agents and teams, each with the ids of its live tokens (oldest
     first), and apart, of the tokens the web inbox made for the sessions of its sign-in
     links (`web_sessions`): `token revoke ID` revokes one (signing out its session) and
-    leaves the others working."""
+    leaves the others working. It works on the server's store, not through its URL."""
+    _on_the_store(ctx, db, "token list")
 
     async def work(broker: Broker) -> tuple[Sequence[Principal], Sequence[TokenInfo]]:
         store = _local(broker)
@@ -1585,16 +1613,34 @@ def token_list(db: LocalDb = None) -> None:
 team_app = typer.Typer(
     cls=_Commands,
     no_args_is_help=True,
-    help="Manage teams: a request to a team is seen, claimed and answered by its members.",
+    help="Manage teams: a request to a team is seen, claimed and answered by its members. On a store, or "
+    "through a server: anyone signed in lists a team's members; an admin (the operator of a server without "
+    "auth) changes teams.",
 )
 app.add_typer(team_app, name="team")
+
+
+@contextlib.contextmanager
+def _teams_changed_on_the_store(broker: Broker) -> Iterator[None]:
+    """A server refusing to change a team (only an admin may, and a token made by `token
+    create` is a person's or an agent's): say where it is done instead."""
+    try:
+        yield
+    except Forbidden as exc:
+        if exc.status != 403 or not isinstance(broker, RemoteBroker):
+            raise
+        raise Forbidden(
+            f"{exc}: with auth, change the server's teams on its store, where the server runs: "
+            "--db sqlite:///path/to/interlock.db (the store `interlock serve --db` names)"
+        ) from None
 
 
 @team_app.command("add")
 def team_add(
     team: Annotated[str, typer.Argument(help="The team's name (made if new).")],
     members: Annotated[list[str] | None, typer.Argument(help="People to add to it.")] = None,
-    db: LocalDb = None,
+    db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Make a team if it is new, and add people (humans with a token here) to it."""
 
@@ -1612,9 +1658,10 @@ def team_add(
                         f"{member!r} is {'an agent' if known.kind == 'agent' else 'a team'} here: "
                         "a team's members are people"
                     )
-        return await broker.add_team_members(team, members or [])
+        with _teams_changed_on_the_store(broker):
+            return await broker.add_team_members(team, members or [])
 
-    found = _run(db, work)
+    found = _run(db, work, token)
     err.print(f"team {team}: {', '.join(found) or 'no members yet'}")
 
 
@@ -1622,18 +1669,20 @@ def team_add(
 def team_rm(
     team: Annotated[str, typer.Argument(help="The team's name.")],
     members: Annotated[list[str] | None, typer.Argument(help="People to take out; none deletes the team.")] = None,
-    db: LocalDb = None,
+    db: DbOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Take people out of a team, or delete the team when no one is named."""
 
     async def work(broker: Broker) -> int | None:
         if await broker.team_members(team) is None:
             return None
-        if not members:
-            return int(await broker.delete_team(team))
-        return sum([await broker.remove_team_member(team, member) for member in dict.fromkeys(members)])
+        with _teams_changed_on_the_store(broker):
+            if not members:
+                return int(await broker.delete_team(team))
+            return sum([await broker.remove_team_member(team, member) for member in dict.fromkeys(members)])
 
-    removed = _run(db, work)
+    removed = _run(db, work, token)
     if removed is None:
         raise _fail(f"there is no team named {team!r}", DECLINED)
     if not members:
@@ -1645,9 +1694,11 @@ def team_rm(
 
 
 @team_app.command("members")
-def team_members(team: Annotated[str, typer.Argument(help="The team's name.")], db: LocalDb = None) -> None:
+def team_members(
+    team: Annotated[str, typer.Argument(help="The team's name.")], db: DbOption = None, token: TokenOption = None
+) -> None:
     """List a team's members, one a line."""
-    found = _run(db, lambda b: b.team_members(team))
+    found = _run(db, lambda b: b.team_members(team), token)
     if found is None:
         raise _fail(f"there is no team named {team!r}", DECLINED)
     for name in found:
@@ -2453,25 +2504,14 @@ secret_key_app = typer.Typer(
 app.add_typer(secret_key_app, name="secret-key")
 
 
-def _key_store(db: str | None, command: str) -> str:
-    """The store a `secret-key` or `grant-key` command changes, as printed; a server's URL
-    is refused."""
-    if _remote(db):
-        raise _fail(
-            f"{command} changes the store the servers use (sqlite:///... or postgresql://...), "
-            f"not a server: pass its URL with --db"
-        )
-    return redact_url(db or "sqlite:///interlock.db")
-
-
 @secret_key_app.command("rotate")
-def secret_key_rotate(db: LocalDb = None) -> None:
+def secret_key_rotate(ctx: typer.Context, db: LocalDb = None) -> None:
     """Make the INTERLOCK_SECRET_KEY of this environment the one the nodes on the store sign
     with: from now on a node started with another key (the old one) is refused. Answer links
     mailed, and grant tokens signed, with the old key stop working; restart every node with
     the new one. A grant key derived from the secret key follows it; one given with
     --grant-key stays."""
-    where = _key_store(db, "secret-key rotate")
+    where = _on_the_store(ctx, db, "secret-key rotate")
     secret = _secret_key()
     if not secret:
         raise _fail(
@@ -2490,11 +2530,11 @@ def secret_key_rotate(db: LocalDb = None) -> None:
 
 
 @secret_key_app.command("forget")
-def secret_key_forget(db: LocalDb = None) -> None:
+def secret_key_forget(ctx: typer.Context, db: LocalDb = None) -> None:
     """Record no key for the nodes on the store: a node without INTERLOCK_SECRET_KEY (which
     makes a key of its own at each start) is no longer refused, until a node with a key
     starts and records it. For one node on its own, never for several."""
-    where = _key_store(db, "secret-key forget")
+    where = _on_the_store(ctx, db, "secret-key forget")
     if _run(db, lambda broker: _local(broker).rotate_secret_key(None)):
         err.print(f"the store at {where} keeps no secret key now: each node signs with its own", markup=False)
     else:
@@ -2512,6 +2552,7 @@ app.add_typer(grant_key_app, name="grant-key")
 
 @grant_key_app.command("rotate")
 def grant_key_rotate(
+    ctx: typer.Context,
     grant_key: Annotated[
         Path | None,
         typer.Option(
@@ -2528,7 +2569,7 @@ def grant_key_rotate(
     INTERLOCK_SECRET_KEY) the one the nodes on the store sign grant tokens with: from now on
     a node started with another is refused. Tokens signed with the old key stop verifying;
     restart every node with the new one."""
-    where = _key_store(db, "grant-key rotate")
+    where = _on_the_store(ctx, db, "grant-key rotate")
     try:
         from .grant_tokens import GrantSigner
     except ImportError as exc:
@@ -2555,11 +2596,11 @@ def grant_key_rotate(
 
 
 @grant_key_app.command("forget")
-def grant_key_forget(db: LocalDb = None) -> None:
+def grant_key_forget(ctx: typer.Context, db: LocalDb = None) -> None:
     """Record no grant key for the nodes on the store: a node that makes its key at each
     start (no --grant-key, no INTERLOCK_SECRET_KEY) is no longer refused, until a node with
     a key starts and records it. For one node on its own, never for several."""
-    where = _key_store(db, "grant-key forget")
+    where = _on_the_store(ctx, db, "grant-key forget")
     if _run(db, lambda broker: _local(broker).rotate_grant_key(None)):
         err.print(
             f"the store at {where} keeps no grant key now: a node without one makes its own at each start",
@@ -2571,6 +2612,7 @@ def grant_key_forget(db: LocalDb = None) -> None:
 
 @app.command()
 def deliver(
+    ctx: typer.Context,
     routing: Annotated[
         Path | None,
         typer.Option(
@@ -2594,8 +2636,7 @@ def deliver(
     from .channels.links import AnswerLinks
     from .routing import Routing, RoutingError, load_routing
 
-    if db is not None and db.startswith(("http://", "https://")):
-        raise _fail("deliver needs a store URL (sqlite:///... or postgresql://...), not a server")
+    _on_the_store(ctx, db, "deliver")
     try:
         from_file = load_routing(routing) if routing is not None else None
     except RoutingError as exc:

@@ -403,6 +403,52 @@ def test_a_command_that_sets_how_a_server_works_refuses_a_store_that_is_not_ther
 @pytest.mark.parametrize(
     "args",
     [
+        ["token", "create", "bob", "--human"],
+        ["token", "revoke", "bob"],
+        ["token", "list"],
+        ["secret-key", "rotate"],
+        ["secret-key", "forget"],
+        ["grant-key", "rotate"],
+        ["grant-key", "forget"],
+        ["deliver"],
+    ],
+    ids=" ".join,
+)
+def test_a_command_that_works_on_a_store_itself_says_so_when_pointed_at_a_server(
+    args: list[str], tmp_path: Path
+) -> None:
+    """With INTERLOCK_URL set to use a server from the shell (docs/how-to/server.md),
+    `token create` said "no token for the server: set INTERLOCK_TOKEN or pass --token (an
+    admin makes one with `interlock token create NAME --human`)", and with a token
+    "principals and tokens are managed on the server: run `interlock token` there", to
+    someone on the server. It says where it works and how to name that store, before the
+    server is reached (none listens here)."""
+    server = "http://127.0.0.1:9"
+    env = {name: value for name, value in os.environ.items() if not name.startswith("INTERLOCK_")}
+    env |= {"INTERLOCK_SECRET_KEY": "k" * 43, "INTERLOCK_TOKEN": issue_token("alice", datetime.now(UTC)).secret}
+    how = (
+        ": run it where the server runs, with --db sqlite:///path/to/interlock.db (the store `interlock serve --db` "
+        "names; or its postgresql://... URL)"
+    )
+    command = " ".join(args[:2] if args[0] != "deliver" else args[:1])
+    for named, environment, found in (
+        ([], {**env, "INTERLOCK_URL": server}, "INTERLOCK_URL points it at"),
+        (["--db", server], env, "--db names"),
+    ):
+        refused = invoke(*args, *named, env=environment, cwd=tmp_path)
+        assert refused.returncode == 4, refused.stderr
+        [line] = refused.stderr.splitlines()
+        assert line.startswith(
+            f"error: `interlock {command}` works on the server's store file, not through its URL, and {found} the "
+            f"server at {server}{how}"
+        ), line
+        assert line.endswith(", or unset INTERLOCK_URL (then ./interlock.db)") == (not named), line
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
         ["ask", "mem", "--timeout", "1s"],  # (it waited for an answer no one could give; bounded here)
         ["inbox"],
         ["answer", "01a24cd1716806f01369ea31f9ed3638", "yes"],
@@ -666,7 +712,8 @@ def test_every_command_that_reaches_a_store_or_a_server_takes_a_token() -> None:
         return {option for p in command.params for option in getattr(p, "opts", ())}
 
     found = [(name, options(c)) for name, c in commands(typer.main.get_command(app), "interlock")]
-    reaching = [name for name, opts in found if "--server" in opts]  # not serve, token, team: the store's own
+    # Not serve, token, the keys nor deliver: they work on the store itself.
+    reaching = [name for name, opts in found if "--server" in opts]
     assert [name for name, opts in found if "--server" in opts and "--token" not in opts] == []
     assert len(reaching) > 25
 

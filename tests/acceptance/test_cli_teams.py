@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,38 @@ def test_teams_are_made_listed_and_changed_and_bad_members_refused(db: str) -> N
     assert run("team", "rm", "ops", db=db).returncode == 0  # no one named: the team goes
     assert run("team", "members", "ops", db=db).returncode == 1
     assert "ops\tteam" not in run("token", "list", db=db).stdout
+
+
+def test_teams_are_read_through_a_server_with_a_token_and_changed_on_its_store(
+    db: str, serve: Callable[..., contextlib.AbstractContextManager[str]]
+) -> None:
+    # `team members ops --token TOKEN` was "No such option: --token": the team commands reach
+    # a server, but took its token only from INTERLOCK_TOKEN.
+    carol = run("token", "create", "carol", "--human", db=db).stdout.strip()
+    assert run("team", "add", "ops", "alice", db=db).returncode == 0
+    env = {name: value for name, value in os.environ.items() if not name.startswith("INTERLOCK_")}
+    with serve(db) as url:
+        listed = invoke("team", "members", "ops", "--server", url, "--token", carol, env=env)
+        assert listed.returncode == 0 and listed.stdout.split() == ["alice"], listed.stderr
+        # Only an admin changes a team through a server, and a token is a person's or an
+        # agent's: where it is done instead.
+        refused = invoke("team", "add", "ops", "bob", "--server", url, "--token", carol, env=env)
+        assert refused.returncode == 4
+        assert refused.stderr.strip() == (
+            "error: refused: only an admin may change a team: with auth, change the server's teams on its store, "
+            "where the server runs: --db sqlite:///path/to/interlock.db (the store `interlock serve --db` names)"
+        )
+        # Without a token, how one is made, on the server's store (not `token create`
+        # through INTERLOCK_URL, which refuses a server).
+        tokenless = invoke("team", "members", "ops", env={**env, "INTERLOCK_URL": url})
+        assert tokenless.returncode == 4 and "pass --token (whoever runs the server makes one on its store: " in (
+            tokenless.stderr
+        )
+        assert "`interlock token create NAME --human --db sqlite:///path/to/interlock.db`" in tokenless.stderr
+    with serve(db, auth=False) as url:  # its operator is an admin
+        added = invoke("team", "add", "ops", "bob", "--server", url, env=env)
+        assert added.returncode == 0 and "team ops: alice, bob" in added.stderr, added.stderr
+    assert run("team", "members", "ops", db=db).stdout.split() == ["alice", "bob"]
 
 
 async def test_a_member_claims_from_the_command_line_and_the_others_see_it_in_their_inbox(db: str) -> None:

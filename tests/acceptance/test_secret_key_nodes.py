@@ -85,7 +85,7 @@ def test_rotate_without_a_key_or_on_a_server_is_refused_on_one_line_and_changes_
     for env, args, why in (
         (env_with(None), ("--db", store), "INTERLOCK_SECRET_KEY is not set: set it to the new key"),
         (env_with(""), ("--db", store), "INTERLOCK_SECRET_KEY is not set"),
-        (env_with(OTHER), ("--db", "http://127.0.0.1:9"), "not a server: pass its URL with --db"),
+        (env_with(OTHER), ("--db", "http://127.0.0.1:9"), "works on the server's store file, not through its URL"),
     ):
         result = invoke("secret-key", "rotate", *args, env=env)
         assert result.returncode == 4, result.stderr
