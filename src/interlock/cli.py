@@ -532,8 +532,9 @@ def ask(
 
     async def work(broker: Broker) -> tuple[int, Any]:
         recipient = to if to is not None or not isinstance(broker, LocalBroker) else local_person()
-        # SIGTERM (a service manager, `timeout`, cron) and SIGHUP (a terminal closed) end the
-        # wait as Ctrl-C does: cancelled, the wait withdraws the request nobody waits for.
+        # Ctrl-C (SIGINT), SIGTERM (a service manager, `timeout`, cron) and SIGHUP (a terminal
+        # closed) end the wait alike: cancelled, it withdraws the request nobody waits for,
+        # and says so.
         loop, me = asyncio.get_running_loop(), asyncio.current_task()
         assert me is not None
 
@@ -542,7 +543,7 @@ def ask(
             me.cancel()
 
         if threading.current_thread() is threading.main_thread():  # (where signals are handled)
-            for stop in (signal.SIGTERM, signal.SIGHUP):
+            for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 loop.add_signal_handler(stop, stop_waiting, stop)
         request = await broker.create(the_ask, to=recipient, title=title, details=details, timeout=timeout)
         # The line `show` prints: the command, with the store, and what VALUE may be.
@@ -886,6 +887,33 @@ def reject(
     if settled is not None:
         raise _fail(f"request {request_id} {settled_already(settled)}", DECLINED)
     err.print(f"rejected {request_id}")
+
+
+@app.command()
+def cancel(
+    request_id: Annotated[str, typer.Argument(help="The request's id.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why; its recipient reads it.")] = "",
+    by: Annotated[
+        str | None,
+        typer.Option("--by", help="On a local store: who withdraws it (default: you, the local user)."),
+    ] = None,
+    db: DbOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Withdraw a pending request (through a server, one you made): it is settled
+    cancelled, out of its recipient's inbox, and a wait on it raises Cancelled. Exit 1 if
+    it was no longer pending, saying how it settled."""
+    withdrawer = _answerer(db, by)
+
+    async def work(broker: Broker) -> Request | None:
+        if await broker.cancel(request_id, reason, by=withdrawer, via="cli"):
+            return None
+        return await broker.get(request_id)
+
+    settled = _run(db, work, token, by=by)
+    if settled is not None:
+        raise _fail(f"request {request_id} {settled_already(settled)}", DECLINED)
+    err.print(f"withdrew {request_id}")
 
 
 def _answerer(db: str | None, by: str | None) -> str | None:

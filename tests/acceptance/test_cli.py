@@ -215,12 +215,13 @@ async def test_a_server_url_with_a_path_is_said_to_be_no_server_s_address_and_ex
             assert not await broker.pending()  # the ask created nothing anywhere
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 async def test_an_ask_stopped_by_its_service_manager_or_a_closed_terminal_withdraws_its_request(
     db: str, stop: signal.Signals
 ) -> None:
-    """As Ctrl-C does: cron, `timeout`, systemd stop with SIGTERM, a closed terminal hangs
-    up, and a request nobody waits for any more would stay in the inbox."""
+    """Ctrl-C, cron, `timeout`, systemd stop with SIGTERM, a closed terminal hangs up: a
+    request nobody waits for any more would stay in the inbox. Each says so (Ctrl-C said
+    nothing)."""
     env = {**os.environ, "INTERLOCK_URL": db}
     asking = await asyncio.create_subprocess_exec(
         *INTERLOCK, "ask", "Ship it?", "--confirm", "--to", "alice",
@@ -591,6 +592,26 @@ def test_reject_in_the_terminal(db: str) -> None:
     shown = json.loads(run("show", request_id, db=db).stdout)
     assert shown["status"] == "rejected"
     assert shown["response"]["reason"] == "no"
+
+
+def test_cancel_withdraws_a_request_from_the_terminal(db: str) -> None:
+    # There was no command for it: only Python's cancel and the API's /cancel.
+    async def make() -> str:
+        async with interlock.connect(db) as broker:
+            return (await broker.create(interlock.Confirm("Ok?"), to="alice")).id
+
+    request_id = asyncio.run(make())
+    withdrawn = run("cancel", request_id, "--reason", "asked by mistake", db=db)
+    assert (withdrawn.returncode, withdrawn.stderr.strip()) == (0, f"withdrew {request_id}"), withdrawn.stderr
+    again = run("cancel", request_id, db=db)
+    assert again.returncode == 1 and "was already cancelled by" in again.stderr, again.stderr
+    shown = json.loads(run("show", request_id, db=db).stdout)
+    assert (shown["status"], shown["response"]["reason"], shown["response"]["via"]) == (
+        "cancelled",
+        "asked by mistake",
+        "cli",
+    )
+    assert run("cancel", "01NOSUCHREQUEST000000000000", db=db).returncode == 1
 
 
 @pytest.mark.slow
