@@ -287,6 +287,16 @@ async def test_a_new_run_id_on_a_thread_whose_run_has_not_ended_is_refused_and_n
     assert (await broker.get(later.waiting_on[0])).context["arguments"]["to"] == "ceo@example.com"
 
 
+async def test_a_run_id_of_another_agent_s_run_is_refused_as_such_not_as_a_thread_held(broker: Broker) -> None:
+    # The adapter said every refusal was the thread's: "thread 't-1' has a run of agent
+    # 'mailer' that has not ended: run 'job-1' (completed)", and advised that same run id.
+    await broker.complete_run((await broker.start_run("planner", run_id="job-1")).id)
+    agent = LangGraphAgent(broker, Mailer().graph(InMemorySaver()), name="mailer", to="alice")
+    for thread in ("t-1", None):
+        with pytest.raises(RunConflict, match="run 'job-1' is a run of agent 'planner', not of 'mailer'"):
+            await agent.start({"to": "ops@example.com"}, thread_id=thread, run_id="job-1")
+
+
 @pytest.mark.parametrize("named_by", ["thread", "run_id"])
 @pytest.mark.parametrize("ended", ["cancelled", "failed"])
 async def test_a_new_run_killed_before_its_first_checkpoint_starts_again_on_its_own_input(

@@ -287,8 +287,11 @@ class LangGraphAgent:
         other's: a new `run_id` on a thread whose run has not ended raises `RunConflict`
         naming that run and its status, and nothing is stored or run (go on with that run,
         by the thread alone or its id, or cancel it first). The store decides as it records
-        the run, so of several processes starting the same thread at once, one starts its
-        run and the others get `RunConflict`.
+        the run, so of several processes starting a new run on the same thread at once, one
+        starts its run and the others get `RunConflict`. A start naming the thread alone
+        takes the thread's unended run as its own (a program started again after its
+        process died), which a process still running it cannot be told from: start a
+        thread from one live process at a time.
         """
         # A run started before goes on: the thread's run not ended, or a run_id stored already.
         if run_id is None and thread_id is not None:
@@ -301,6 +304,8 @@ class LangGraphAgent:
                 self.name, session=thread_id, run_id=run_id, max_duration=max_duration, exclusive=thread_id is not None
             )
         except RunConflict as exc:
+            if thread_id is None or exc.run_id == run_id:  # not the thread's: the run id's own (another agent's)
+                raise
             raise self._thread_held(exc, thread_id, run_id) from None
         if run.status is not RunStatus.RUNNING:
             return run
@@ -326,7 +331,7 @@ class LangGraphAgent:
             return await self.broker.park(run.id, state=outcome.state, waiting_on=outcome.waiting_on)
         return await self.broker.complete_run(run.id, outcome)
 
-    def _thread_held(self, exc: RunConflict, thread: str | None, run_id: str | None) -> RunConflict:
+    def _thread_held(self, exc: RunConflict, thread: str, run_id: str | None) -> RunConflict:
         """The refusal of a run on a thread whose run has not ended, said as how to go on."""
         held, status = exc.run_id, exc.status
         started = f"run {run_id!r} was" if run_id is not None else "no run was"
