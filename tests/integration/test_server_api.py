@@ -277,9 +277,11 @@ async def test_the_openapi_document_and_health_are_served(api: httpx.AsyncClient
 # -- the event stream --------------------------------------------------------------------
 
 
-async def read_events(client: httpx.AsyncClient, count: int, **headers: str) -> list[dict[str, Any]]:
+async def read_events(
+    client: httpx.AsyncClient, count: int, path: str = "/events/stream", **headers: str
+) -> list[dict[str, Any]]:
     got: list[dict[str, Any]] = []
-    async with aconnect_sse(client, "GET", "/events/stream", headers=headers) as source:
+    async with aconnect_sse(client, "GET", path, headers=headers) as source:
         async for sse in source.aiter_sse():
             if sse.event in ("message", ""):
                 continue
@@ -307,6 +309,24 @@ async def test_reconnecting_with_last_event_id_replays_exactly_the_missed_events
         ("rejected", second["id"]),
     ]
     assert [e["id"] for e in replayed] == sorted({e["id"] for e in replayed})
+
+
+async def test_a_client_that_cannot_send_the_header_resumes_with_last_event_id_in_the_query(
+    api: httpx.AsyncClient,
+) -> None:
+    # An EventSource polyfill reconnects with ?lastEventId=N: refused as an unknown
+    # parameter, its stream was gone for good after the first blip.
+    with anyio.fail_after(BOUND):
+        first = await create(api, **APPROVAL)
+        [created] = await read_events(api, 1, "/events/stream?lastEventId=0")
+        await api.post(f"/requests/{first['id']}/answer", json={"answer": True})
+        [answered] = await read_events(api, 1, f"/events/stream?lastEventId={created['id']}")
+        # The header wins where both are sent.
+        [again] = await read_events(api, 1, "/events/stream?lastEventId=0", **{"Last-Event-ID": str(created["id"])})
+    assert (created["type"], answered["type"], again["type"]) == ("created", "answered", "answered")
+    for path in ("/events/stream", "/runs/no-such-run/events/stream", "/interactions/stream"):
+        refused = await api.get(path, params={"lastEventId": "soon"})
+        assert (refused.status_code, refused.json()["code"]) in ((400, "invalid_request"), (404, "not_found")), path
 
 
 async def test_a_stream_carries_live_events_and_keepalive_comments(api: httpx.AsyncClient) -> None:

@@ -231,3 +231,12 @@ async def test_a_person_s_wait_that_runs_out_says_so_and_leaves_the_request_pend
             await alice.wait(request["id"], timeout=0.05)
         assert "watch(id, timeout) waits without expiring it" in str(ran_out.value)
         assert (await alice.get(request["id"])).status is interlock.Status.PENDING
+
+
+async def test_who_calls_is_checked_before_what_the_query_asks(clients: dict[str, httpx.AsyncClient]) -> None:
+    # An unknown query parameter was refused (422, naming the route's parameters) before
+    # the token was checked, where every other refusal comes after it.
+    unknown = await clients["nobody"].get("/requests", params={"stauts": "pending"})
+    assert (unknown.status_code, unknown.json()["code"]) == (401, "unauthorized"), unknown.text
+    signed = await clients["alice"].get("/requests", params={"stauts": "pending"})
+    assert (signed.status_code, signed.json()["code"]) == (422, "invalid_request"), signed.text

@@ -32,6 +32,7 @@ from ..principals import Principal, can_answer, can_cancel, can_claim, can_read
 from ..wire import problem_of
 from .answers import decide
 from .common import (
+    LAST_EVENT_ID_QUERY,
     NOVO_REFUSAL,
     UNREADABLE,
     ApiError,
@@ -791,11 +792,12 @@ async def stream(
         int | None, Query(ge=0, le=MAX_EVENT_ID, description="replay from here; Last-Event-ID wins")
     ] = None,
     last_event_id: Annotated[str | None, Header()] = None,
+    last_event_id_query: Annotated[str | None, Query(alias="lastEventId", description=LAST_EVENT_ID_QUERY)] = None,
 ) -> EventSourceResponse:
     """Live events as server-sent events. Each `id` is the event's id: reconnect with
     `Last-Event-ID` and exactly the missed events are replayed, in order, once."""
     try:  # here, before the stream's 200 goes out
-        start = parse_event_id(last_event_id)
+        start = parse_event_id(last_event_id if last_event_id is not None else last_event_id_query)
     except ValueError as exc:
         raise ApiError("invalid_request", str(exc), status=UNREADABLE) from None
     start = after if start is None else start

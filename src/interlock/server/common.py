@@ -36,6 +36,7 @@ from .quotas import SIGNIN_MAIL_PER_ADDRESS, SIGNIN_MAIL_PER_CLIENT, Quota, Rate
 from .stream import ACCESS_EVENTS, Hub
 
 __all__ = [
+    "LAST_EVENT_ID_QUERY",
     "NOVO_REFUSAL",
     "PROBLEM_CODES",
     "UNREADABLE",
@@ -108,6 +109,13 @@ def _status(code: str, status: int | None) -> int:
         return wire.status_of(code)
     wire.meaning(code, status)  # a status the table allows this code, or ValueError
     return status
+
+
+LAST_EVENT_ID_QUERY = (
+    "`Last-Event-ID` as a query parameter, for a client that cannot send the header (an "
+    "EventSource polyfill reconnecting); the header wins"
+)
+"""The description of a stream's `lastEventId` query parameter."""
 
 
 def parse_event_id(value: str | None) -> int | None:
@@ -619,6 +627,7 @@ async def known_query_only(request: Request) -> None:
         takes = _query_names(route)
         unknown = sorted(request.query_params.keys() - takes)
         if unknown:
+            await _caller_dependency(request)  # who calls first, as everywhere: a 401 before this 422
             names = ", ".join(repr(name) for name in unknown)
             some = f"takes {', '.join(sorted(takes))}" if takes else "takes none"
             raise ApiError("invalid_request", f"unknown query parameter {names}: this route {some}")

@@ -40,6 +40,7 @@ from ..principals import Principal, can_read
 from ..wire import problem_of
 from .api import answer_one, event_filter
 from .common import (
+    LAST_EVENT_ID_QUERY,
     NOVO_REFUSAL,
     UNREADABLE,
     ApiError,
@@ -322,6 +323,7 @@ async def stream_interactions(
     session: str | None = None,
     run: str | None = None,
     last_event_id: Annotated[str | None, Header()] = None,
+    last_event_id_query: Annotated[str | None, Query(alias="lastEventId", description=LAST_EVENT_ID_QUERY)] = None,
 ) -> EventSourceResponse:
     """Pauses as server-sent events: `data-novo-input-requested` (the interaction) and
     `data-novo-input-resolved`; and `data-novo-followup-replayed` (`{id, text, runId,
@@ -329,7 +331,7 @@ async def stream_interactions(
     and on every reconnect, each pause still pending is sent first (without an id); then,
     with `Last-Event-ID`, the events missed since, then live ones."""
     try:
-        start = parse_event_id(last_event_id)
+        start = parse_event_id(last_event_id if last_event_id is not None else last_event_id_query)
     except ValueError as exc:
         raise ApiError("invalid_request", str(exc), status=UNREADABLE) from None
     if start is None:

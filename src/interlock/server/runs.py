@@ -29,6 +29,7 @@ from ..followups import followup_to_dict
 from ..model import Event, Run, RunStatus, run_to_dict
 from ..principals import Principal
 from .common import (
+    LAST_EVENT_ID_QUERY,
     UNREADABLE,
     ApiError,
     Caller,
@@ -453,6 +454,7 @@ async def run_stream(
         int | None, Query(ge=0, le=MAX_EVENT_ID, description="replay from here; Last-Event-ID wins")
     ] = None,
     last_event_id: Annotated[str | None, Header()] = None,
+    last_event_id_query: Annotated[str | None, Query(alias="lastEventId", description=LAST_EVENT_ID_QUERY)] = None,
 ) -> EventSourceResponse:
     """The run's events as server-sent events, each `id` the event's id. While the run is
     parked on a person, its `input_requested` event reaches every connection: sent first
@@ -464,7 +466,7 @@ async def run_stream(
     event's for a new client), and the event's own id in its data, so the client's next
     reconnect neither repeats nor misses an event."""
     try:
-        start = parse_event_id(last_event_id)
+        start = parse_event_id(last_event_id if last_event_id is not None else last_event_id_query)
     except ValueError as exc:
         raise ApiError("invalid_request", str(exc), status=UNREADABLE) from None
     start = after if start is None else start
