@@ -529,6 +529,7 @@ def ask(
         raise _fail(str(exc)) from None
 
     stopped_by: list[int] = []  # the signal that ended the wait, if one did
+    left: list[tuple[str, Status | None]] = []  # the request it ended, and its status once withdrawn (None: unread)
 
     async def work(broker: Broker) -> tuple[int, Any]:
         recipient = to if to is not None or not isinstance(broker, LocalBroker) else local_person()
@@ -542,10 +543,10 @@ def ask(
             stopped_by.append(signum)
             me.cancel()
 
+        request = await broker.create(the_ask, to=recipient, title=title, details=details, timeout=timeout)
         if threading.current_thread() is threading.main_thread():  # (where signals are handled)
             for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 loop.add_signal_handler(stop, stop_waiting, stop)
-        request = await broker.create(the_ask, to=recipient, title=title, details=details, timeout=timeout)
         # The line `show` prints: the command, with the store, and what VALUE may be.
         (answer_it,) = how_to_answer(request, _store_named(ctx, db))
         waiting = f"Waiting for an answer to {request.id}; {answer_it}"
@@ -561,6 +562,10 @@ def ask(
                 return EXPIRED, {"status": "expired"}
             except Cancelled as exc:
                 return CANCELLED, {"status": "cancelled", "reason": exc.reason}
+            except asyncio.CancelledError:
+                if stopped_by:  # the wait withdrew the request, or tried to: what it is now, said
+                    left.append((request.id, await _status_now(broker, request.id)))
+                raise
         value = response.answers.get("answer")
         return (DECLINED if confirm and value is False else ANSWERED), value
 
@@ -570,10 +575,32 @@ def ask(
     except asyncio.CancelledError:
         if not stopped_by:
             raise
-        err.print(f"stopped by {signal.Signals(stopped_by[0]).name}: the request is withdrawn", markup=False)
+        stopped = f"stopped by {signal.Signals(stopped_by[0]).name}"
+        if left and left[0][1] is Status.CANCELLED:
+            err.print(f"{stopped}: the request is withdrawn", markup=False)
+        elif left and left[0][1] is not None and left[0][1] is not Status.PENDING:
+            err.print(f"{stopped}: request {left[0][0]} was {left[0][1].value} meanwhile", markup=False)
+        elif left:
+            request_id = left[0][0]
+            err.print(
+                f"{stopped}: request {request_id} could not be withdrawn and may still be pending: "
+                f"withdraw it with `interlock cancel {request_id}`",
+                markup=False,
+            )
+        else:
+            err.print(f"{stopped}", markup=False)
         raise typer.Exit(128 + stopped_by[0]) from None
     typer.echo(_json(value))
     raise typer.Exit(code)
+
+
+async def _status_now(broker: Broker, request_id: str) -> Status | None:
+    """A request's status, read within a few seconds; None if it could not be (the server
+    away, say)."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(5):
+            return (await broker.get(request_id)).status
+    return None
 
 
 class _Warnings(logging.Handler):
