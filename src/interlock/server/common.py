@@ -11,7 +11,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -67,6 +67,7 @@ __all__ = [
     "scoped_run_id",
     "parse_event_id",
     "run_event_filter",
+    "run_event_replay",
     "runs_filter",
     "problem",
     "problem_response",
@@ -378,6 +379,23 @@ def delivery_seen_by(principal: Principal, delivery: Delivery) -> Delivery:
     if error and address:
         error = re.sub(re.escape(address), "(their address)", error, flags=re.IGNORECASE)
     return replace(delivery, address=None, last_error=error)
+
+
+def run_event_replay(broker: LocalBroker, run_id: str) -> Callable[[int], AsyncIterator[Event]]:
+    """A stream's replay of a run's stored events after a cursor, a page at a time from
+    their index (`Hub.replay_then_follow`'s `replay`): the API's run stream and the web
+    inbox's run page read them alike."""
+
+    async def replay(cursor: int) -> AsyncIterator[Event]:
+        while True:
+            page = await broker.find_events(after=cursor, limit=500, run=run_id)
+            for event in page:
+                yield event
+            if len(page) < 500 and not page.cut:  # caught up (a page cut by size is not)
+                return
+            cursor = page[-1].id
+
+    return replay
 
 
 def run_event_filter(principal: Principal, run_id: str) -> Callable[[Event], bool]:

@@ -42,6 +42,7 @@ from .common import (
     problems_for,
     rate_limited,
     run_event_filter,
+    run_event_replay,
     runs_filter,
     scoped_run_id,
 )
@@ -476,15 +477,6 @@ async def run_stream(
     accept = run_event_filter(caller, run_id)
     holder = state.auth.holder(http)
 
-    async def replay(cursor: int) -> AsyncIterator[Event]:
-        while True:
-            page = await broker.find_events(after=cursor, limit=500, run=run_id)
-            for event in page:
-                yield event
-            if len(page) < 500 and not page.cut:  # caught up (a page cut by size is not)
-                return
-            cursor = page[-1].id
-
     async def generate() -> AsyncIterator[ServerSentEvent | bytes]:
         yield ServerSentEvent(comment="connected", retry=2000)
         pause = await patiently(lambda: _pending_pause(broker, run_id, begin), "a run's stream")
@@ -494,7 +486,7 @@ async def run_stream(
             follow = state.hub.replay_then_follow(
                 accept,
                 begin,
-                replay,
+                run_event_replay(broker, run_id),
                 holder=holder,
                 lost=state.auth.stream_lost(http, caller),
                 audience=("run", caller.name, caller.kind, member_teams(caller), run_id),

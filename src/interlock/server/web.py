@@ -76,6 +76,7 @@ from .common import (
     read_form,
     requests_of_run,
     run_event_filter,
+    run_event_replay,
     set_cookie,
 )
 from .markdown import prerender, render_markdown, shift_headings
@@ -807,16 +808,8 @@ async def run_stream(http: HttpRequest, state: State, run_id: str, after: int | 
     except NotFound:
         return Response("there is no such run", status_code=404, media_type="text/plain")
 
-    async def replay(cursor: int) -> AsyncIterator[Event]:  # the run's events, from their index
-        while True:
-            page = await state.broker.find_events(after=cursor, limit=500, run=run.id)
-            for event in page:
-                yield event
-            if len(page) < 500 and not page.cut:
-                return
-            cursor = page[-1].id
-
-    return _followed(state, http, who, run_event_filter(who.principal, run.id), after, replay, named=False)
+    accept = run_event_filter(who.principal, run.id)
+    return _followed(state, http, who, accept, after, run_event_replay(state.broker, run.id), named=False)
 
 
 def _followed(
