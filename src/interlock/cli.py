@@ -114,6 +114,7 @@ ANSWERED, DECLINED, EXPIRED, CANCELLED, USAGE = 0, 1, 2, 3, 4
 
 if TYPE_CHECKING:
     from .grant_tokens import GrantSigner
+    from .routing import Routing
 
 T = TypeVar("T")
 
@@ -601,6 +602,16 @@ async def _status_now(broker: Broker, request_id: str) -> Status | None:
         async with asyncio.timeout(5):
             return (await broker.get(request_id)).status
     return None
+
+
+def _warn_of(routing: Routing, *, secrets: bool = True) -> None:
+    """Say what a routing taken will not do, a warning a line: each route that sends on a
+    channel with no address (`channels.unaddressed`), and with `secrets`, each channel
+    lacking its secret (`channels.lacking_secrets`: a server's and a delivery loop's start)."""
+    from .channels import lacking_secrets, unaddressed
+
+    for warning in [*(lacking_secrets(routing.channels) if secrets else ()), *unaddressed(routing)]:
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
 
 
 class _Warnings(logging.Handler):
@@ -1327,10 +1338,7 @@ def serve(
             err.print(f"trusting X-Forwarded-Proto and X-Forwarded-For from {', '.join(proxies)}", markup=False)
         delivery = app.state.interlock.delivery
         if routing is not None and delivery is not None:
-            from .channels import lacking_secrets, unaddressed
-
-            for warning in [*lacking_secrets(delivery.routing.channels), *unaddressed(delivery.routing)]:
-                err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
+            _warn_of(delivery.routing)
             names = ", ".join(delivery.channels) or "none"
             if delivery.routing is from_file:
                 err.print(f"delivering notifications as {routing} says (channels: {names})", markup=False)
@@ -2525,8 +2533,8 @@ def routing_set(
 ) -> None:
     """Replace the routing in use with a file's: every server on the store (or the server
     named) takes it up within seconds, and it survives restarts."""
-    from .channels import ChannelContext, ChannelError, open_channels, unaddressed
-    from .routing import Routing, RoutingError, read_routing_document, routing_from_dict
+    from .channels import ChannelContext, ChannelError, open_channels
+    from .routing import RoutingError, read_routing_document, routing_from_dict
 
     async def replace(broker: Broker) -> Routing:
         document = read_routing_document(file)
@@ -2546,8 +2554,7 @@ def routing_set(
     except (RoutingError, ChannelError) as exc:
         raise _fail(str(exc)) from None
     err.print(f"routing from {file} in use (channels: {', '.join(routing.channels) or 'none'})")
-    for warning in unaddressed(routing):
-        err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
+    _warn_of(routing, secrets=False)
 
 
 secret_key_app = typer.Typer(
@@ -2689,7 +2696,7 @@ def deliver(
     from .channels import Channel, ChannelContext, ChannelError, open_channels
     from .channels.delivery import DeliveryLoop
     from .channels.links import AnswerLinks
-    from .routing import Routing, RoutingError, load_routing
+    from .routing import RoutingError, load_routing
 
     _on_the_store(ctx, db, "deliver")
     try:
@@ -2735,10 +2742,7 @@ def deliver(
             poll_interval=poll_interval,
             routing_check=5.0,
         )
-        from .channels import lacking_secrets, unaddressed
-
-        for warning in [*lacking_secrets(the_routing.channels), *unaddressed(the_routing)]:
-            err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
+        _warn_of(the_routing)
         err.print(f"delivering from {redact_url(db or 'sqlite:///interlock.db')}", markup=False)
         _log_to_stderr()  # a delivery that failed, a dead letter, the routing taken again
         try:
