@@ -178,6 +178,36 @@ LocalDb = Annotated[
     ),
 ]
 
+SendsOption = Annotated[
+    int,
+    typer.Option(
+        "--concurrency",
+        min=1,
+        help="Notifications the delivery loop sends at a time, through all its channels.",
+    ),
+]
+ShareOption = Annotated[
+    int | None,
+    typer.Option(
+        "--per-channel",
+        min=1,
+        help="How many of those sends one channel may have under way, so a receiver that hangs holds back no "
+        "other; at most --concurrency. \\[default: a quarter of --concurrency, at least 1]",
+        show_default=False,
+    ),
+]
+
+
+def _send_limits(concurrency: int, per_channel: int | None) -> tuple[int, int]:
+    """--concurrency and --per-channel, as the delivery loop takes them (each is at least 1
+    as read); a share above the sends is refused naming both."""
+    if per_channel is not None and per_channel > concurrency:
+        raise _fail(
+            f"--per-channel {per_channel} is more than the {concurrency} sends at a time (--concurrency): one "
+            "channel's share is at most all of them"
+        )
+    return concurrency, per_channel if per_channel is not None else max(1, concurrency // 4)
+
 
 def _version(value: bool) -> None:
     if value:
@@ -1259,6 +1289,8 @@ def serve(
             "Slack, plugins). The delivery loop then runs in the server.",
         ),
     ] = None,
+    concurrency: SendsOption = 16,
+    per_channel: ShareOption = None,
     shutdown_timeout: Annotated[
         float,
         _duration_option(
@@ -1306,6 +1338,7 @@ def serve(
         )
     if no_auth and not _is_loopback(host):
         raise _fail(f"--no-auth is allowed only on a loopback address, not {host}")
+    sends = _send_limits(concurrency, per_channel)
     proxies = list(trusted_proxy or ())
     secret = _secret_key()
     signer = _grant_signer(grant_key) if grant_key is not None else None
@@ -1397,6 +1430,8 @@ def serve(
             grant_key=signer,
             on_ready=announce,
             routing=str(routing) if routing is not None else None,
+            delivery_concurrency=sends[0],
+            delivery_per_channel=sends[1],
             cors_origins=cors_origin or (),
         )
     except (ValueError, OSError) as exc:
@@ -2690,6 +2725,8 @@ def deliver(
             "--poll-interval", "How long between looks at the outbox, 50ms or more.", least=0.05, default="1s"
         ),
     ] = 1.0,
+    concurrency: SendsOption = 16,
+    per_channel: ShareOption = None,
 ) -> None:
     """Run the outbox's delivery loop alone (beside servers that run without --routing).
     Email answer links are signed with INTERLOCK_SECRET_KEY, which the servers must share."""
@@ -2699,6 +2736,7 @@ def deliver(
     from .routing import RoutingError, load_routing
 
     _on_the_store(ctx, db, "deliver")
+    sends = _send_limits(concurrency, per_channel)
     try:
         from_file = load_routing(routing) if routing is not None else None
     except RoutingError as exc:
@@ -2741,6 +2779,8 @@ def deliver(
             context=context,
             poll_interval=poll_interval,
             routing_check=5.0,
+            concurrency=sends[0],
+            per_channel=sends[1],
         )
         _warn_of(the_routing)
         err.print(f"delivering from {redact_url(db or 'sqlite:///interlock.db')}", markup=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -19,7 +20,7 @@ import interlock
 from interlock import Confirm
 from interlock.broker import LocalBroker
 from interlock.channels import Message
-from interlock.channels.delivery import DeliveryLoop
+from interlock.channels.delivery import DeliveryLoop, send_limits
 from interlock.principals import Principal
 from interlock.routing import routing_from_dict
 from interlock.webhooks import InvalidSignature, verify
@@ -646,3 +647,28 @@ async def test_a_delivery_through_a_channel_no_longer_configured_is_not_a_silent
     [line] = delivery_records(caplog, logging.WARNING)
     assert f"delivery {dead.id} of request {request.id} to alice through hook is a dead letter" in line
     assert "no channel named 'hook' is configured (the routing in use has none)" in line
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "per_channel", "said"),
+    [
+        (0, None, "concurrency: at least 1 send at a time, not 0"),
+        (-2, 1, "concurrency: at least 1 send at a time, not -2"),
+        (16, 0, "per_channel: at least 1 send at a time, not 0"),
+        (4, 5, "per_channel: at most the 4 sends at a time (concurrency) the loop has, not 5"),
+    ],
+)
+async def test_a_loop_with_send_limits_out_of_range_is_refused(
+    concurrency: int, per_channel: int | None, said: str
+) -> None:
+    async with interlock.connect("memory://") as broker:
+        assert isinstance(broker, LocalBroker)
+        with pytest.raises(ValueError, match=re.escape(said)):
+            DeliveryLoop(
+                broker.outbox,
+                routing_from_dict(routing("http://unused.example/hook")),
+                channels={"hook": Recording()},
+                concurrency=concurrency,
+                per_channel=per_channel,
+            )
+        assert send_limits(1) == (1, 1) and send_limits(16) == (16, 4) and send_limits(8, 8) == (8, 8)

@@ -22,7 +22,8 @@ may run one; claims skip each other's rows, and each loop has its own `per_chann
 through a channel.
 
 It runs inside `interlock serve` (woken by every new event) or standalone
-(`interlock deliver`), polling the store every `poll_interval` seconds.
+(`interlock deliver`), polling the store every `poll_interval` seconds; both commands take
+its `concurrency` and `per_channel` (`--concurrency`, `--per-channel`).
 
 The routing in use is kept in the store (the `routing` setting), so that it survives
 restarts and every node's loop uses the same: a routing file gives its first value
@@ -56,11 +57,29 @@ from ..routing import Routing, RoutingError, routing_from_dict
 from ..store import DeliveryPort
 from . import Channel, ChannelContext, ChannelError, Message, PermanentFailure, addressee, open_channels
 
-__all__ = ["DeliveryLoop"]
+__all__ = ["DeliveryLoop", "send_limits"]
 
 log = logging.getLogger("interlock.delivery")
 
 _MAX_ERROR = 1000  # characters of an error kept with a delivery
+
+
+def send_limits(concurrency: int, per_channel: int | None = None) -> tuple[int, int]:
+    """A delivery loop's sends at a time and one channel's share of them (by default a
+    quarter, at least 1), as `DeliveryLoop` takes them. Raises ValueError saying which is
+    wrong: `concurrency` under 1, `per_channel` under 1 or above `concurrency` (a channel
+    cannot have more sends under way than the loop has)."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency: at least 1 send at a time, not {concurrency}")
+    if per_channel is None:
+        return concurrency, max(1, concurrency // 4)
+    if per_channel < 1:
+        raise ValueError(f"per_channel: at least 1 send at a time, not {per_channel}")
+    if per_channel > concurrency:
+        raise ValueError(
+            f"per_channel: at most the {concurrency} sends at a time (concurrency) the loop has, not {per_channel}"
+        )
+    return concurrency, per_channel
 
 
 class DeliveryLoop:
@@ -97,10 +116,7 @@ class DeliveryLoop:
         self._routing_checked = time.monotonic()
         self._since: datetime | None = None
         self._since_read = False  # `routing_since`, read from the store at the first round
-        self.concurrency = concurrency
-        if per_channel is not None and per_channel < 1:
-            raise ValueError(f"per_channel: at least 1 send at a time, not {per_channel}")
-        self.per_channel = per_channel or max(1, concurrency // 4)
+        self.concurrency, self.per_channel = send_limits(concurrency, per_channel)
         """The most sends one channel (a routing's, by name) has under way from this loop at a
         time: by default a quarter of `concurrency`, 4 of 16. Counted by the store from the
         deliveries this loop holds (`claim_deliveries`), so it holds for this loop alone:

@@ -46,7 +46,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..broker import LocalBroker, connect
 from ..channels import ChannelContext, ChannelError
-from ..channels.delivery import DeliveryLoop
+from ..channels.delivery import DeliveryLoop, send_limits
 from ..errors import NewerDatabase, Unavailable
 from ..grant_tokens import GrantSigner
 from ..model import GrantPolicy, Limits
@@ -194,6 +194,8 @@ def create_app(
     grant_key: GrantSigner | str | Path | None = None,
     on_ready: Callable[[LocalBroker], Awaitable[None]] | None = None,
     routing: Routing | str | None = None,
+    delivery_concurrency: int = 16,
+    delivery_per_channel: int | None = None,
     cors_origins: Sequence[str] = (),
 ) -> FastAPI:
     """The ASGI app on the store at `url` (or on a broker you opened yourself).
@@ -236,6 +238,10 @@ def create_app(
     prints a sign-in link from there).
     `routing` (a `Routing`, or the path of a routing file) runs the outbox's delivery loop
     in the server: notices go out through the channels it names (see `interlock.routing`).
+    `delivery_concurrency` and `delivery_per_channel` are that loop's sends at a time and
+    one channel's share of them (`DeliveryLoop`'s `concurrency` and `per_channel`; by
+    default 16, and a quarter of them), for a routing given here or set later (ValueError
+    when one is under 1 or the share is above the sends).
     `cors_origins`: the origins (`https://app.example.com`, or `*` for any) of browser apps
     that may call the HTTP API with a token (CORS, on /api/ only; never with cookies); none
     by default, and only with auth.
@@ -243,6 +249,7 @@ def create_app(
     if secret_key and (refusal := too_short(secret_key, "secret_key")) is not None:  # ("": none, as in serve)
         raise ValueError(refusal)
     origins = cors_checked(cors_origins, auth)
+    sends = send_limits(delivery_concurrency, delivery_per_channel)
     options: dict[str, Any] = {"limits": limits} if limits is not None else {}
     if pause_timeout is not None:
         options["pause_timeout"] = pause_timeout
@@ -259,6 +266,7 @@ def create_app(
     the_auth = Auth(the_broker, enabled=auth, secret_key=secret_key, trusted_proxies=trusted_proxies)
     state = AppState(the_broker, the_auth, queue_size, keepalive, open_recipients=open_recipients or not auth)
     state.open_inboxes = open_inboxes
+    state.send_limits = sends
     if isinstance(grant_key, GrantSigner):
         state.grant_signer = grant_key
     elif grant_key is not None:
@@ -274,7 +282,12 @@ def create_app(
         context = ChannelContext(the_routing.inbox_url, deliveries.answer_links(state, the_routing))
         try:
             state.delivery = DeliveryLoop(
-                the_broker.outbox, the_routing, context=context, routing_check=deliveries.ROUTING_CHECK
+                the_broker.outbox,
+                the_routing,
+                context=context,
+                routing_check=deliveries.ROUTING_CHECK,
+                concurrency=sends[0],
+                per_channel=sends[1],
             )
         except ChannelError as exc:
             raise ChannelError(f"{routing}: {exc}" if isinstance(routing, str) else str(exc)) from None

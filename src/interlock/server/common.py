@@ -476,6 +476,7 @@ class AppState:
     grant_signer: GrantSigner  # signs the issued grants' tokens, set by the app
     open_inboxes: bool = False  # anyone signed in may ask anyone (an open organisation)
     delivery: DeliveryLoop | None = None  # the outbox's delivery loop, when a routing is configured
+    send_limits: tuple[int, int] = (16, 4)  # its sends at a time and one channel's share (`create_app`)
     links_secret: str  # signs the one-click answer links in messages, set by the app
     refused: str | None = None  # why the app could not start, for its operator (see StartupRefused)
 

@@ -155,8 +155,15 @@ async def use_routing(
     if before == "in use":  # the teams of the routing this one replaces (see `keep_teams`)
         before = state.delivery.routing.teams if state.delivery is not None else None
     if state.delivery is None:
+        concurrency, per_channel = state.send_limits
         state.delivery = DeliveryLoop(
-            state.broker.outbox, routing, channels=channels, context=context, routing_check=ROUTING_CHECK
+            state.broker.outbox,
+            routing,
+            channels=channels,
+            context=context,
+            routing_check=ROUTING_CHECK,
+            concurrency=concurrency,
+            per_channel=per_channel,
         )
         install_metrics(state)
         install_access(state)
