@@ -1093,8 +1093,9 @@ class Broker(ABC):
     ) -> Sequence[Delivery]:
         """Deliveries by id, a page after the id `after`: of one request, in one state
         (`dead`: the dead letters), to one recipient. Through a server, those the token
-        may see (a request's, for whoever may read it; else the caller's own, every one
-        for an admin), so `recipient` is the server's business."""
+        may see (a request's, for whoever may read it; else the caller's own and, for a
+        person, those of the requests to their teams; every one for an admin), so
+        `recipient` is the server's business."""
 
     @abstractmethod
     async def dead_letters(
@@ -1102,8 +1103,9 @@ class Broker(ABC):
     ) -> DeliveryPage:
         """The dead letters (to one recipient), newest first: by when each became one,
         then by id, a page at a time; `after` is a page's `next_cursor` (any other text
-        raises `InvalidRequest`). Through a server, the caller's own (every one for an
-        admin), so `recipient` is the server's business."""
+        raises `InvalidRequest`). Through a server, the caller's own and, for a person,
+        those of the requests to their teams (every one for an admin), so `recipient` is
+        the server's business."""
 
     @abstractmethod
     async def get_delivery(self, delivery_id: str) -> Delivery:
@@ -2794,7 +2796,11 @@ class LocalBroker(Broker):
         recipient: str | None = None,
         after: str | None = None,
         limit: int = 100,
+        teams: Sequence[str] = (),
     ) -> Sequence[Delivery]:
+        """As `Broker.list_deliveries`; with `teams` beside `recipient`, also the
+        deliveries of the requests addressed to those teams (a member's view: a server
+        lists a person's own and their teams')."""
         if not 1 <= limit <= 1000:
             raise ValueError("limit must be between 1 and 1000")
         if self._state != "open":
@@ -2803,12 +2809,14 @@ class LocalBroker(Broker):
             _id_cursor(after, "deliveries", prefix=DELIVERY_ID_PREFIX)
         check_text(after, "cursor")
         return await self.store.list_deliveries(
-            request_id=request_id, status=status, recipient=recipient, after=after, limit=limit
+            request_id=request_id, status=status, recipient=recipient, teams=tuple(teams), after=after, limit=limit
         )
 
     async def dead_letters(
-        self, *, recipient: str | None = None, after: str | None = None, limit: int = 50
+        self, *, recipient: str | None = None, after: str | None = None, limit: int = 50, teams: Sequence[str] = ()
     ) -> DeliveryPage:
+        """As `Broker.dead_letters`; with `teams` beside `recipient`, also the dead letters
+        of the requests addressed to those teams (see `list_deliveries`)."""
         if not 1 <= limit <= 1000:
             raise ValueError("limit must be between 1 and 1000")
         if self._state != "open":
@@ -2817,7 +2825,9 @@ class LocalBroker(Broker):
         before = _keyset(after, "dead letters", self.limits.max_name_length) if isinstance(after, str) else None
         for name, value in (("recipient", recipient), ("cursor", after)):
             check_text(value, name, None if name == "cursor" else self.limits.max_name_length)
-        rows = list(await self.store.list_dead_letters(recipient=recipient, before=before, limit=limit + 1))
+        rows = list(
+            await self.store.list_dead_letters(recipient=recipient, teams=tuple(teams), before=before, limit=limit + 1)
+        )
         items = rows[:limit]
         return DeliveryPage(items, _cursor(items[-1].due_at, items[-1].id) if len(rows) > limit else None)
 

@@ -5,6 +5,8 @@ webhook bound to the delivery, and the routing read and replaced by an admin onl
 from __future__ import annotations
 
 import json
+import os
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
@@ -17,6 +19,7 @@ import httpx
 import pytest
 
 import interlock
+from cli_support import invoke
 from interlock.broker import LocalBroker
 from interlock.principals import Principal, issue_token
 from interlock.routing import routing_from_dict
@@ -454,3 +457,112 @@ async def test_a_store_s_first_routing_announces_what_waits_now_not_its_whole_hi
         assert (settled.json["type"], settled.json["request"]["id"]) == ("request.answered", new["id"])
         for old in (answered, withdrawn):
             assert (await local.get(f"/requests/{old.id}/deliveries")).json()["items"] == []
+
+
+def remote_env(base: str, token: str) -> dict[str, str]:
+    return {**os.environ, "INTERLOCK_URL": base, "INTERLOCK_TOKEN": token}
+
+
+async def sign_in(browser: httpx.AsyncClient, token: str) -> str:
+    """Sign `browser` in to the web inbox with `token`: the CSRF token of its session's forms."""
+    form = await browser.get("/signin")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+    assert csrf is not None
+    await browser.post("/signin", data={"token": token, "csrf": csrf[1]})
+    page = await browser.get("/")
+    session_csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert session_csrf is not None, page.text
+    return session_csrf[1]
+
+
+async def test_a_team_s_dead_letters_are_listed_seen_and_retried_by_its_members_and_nobody_else(
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], hook: Receiver
+) -> None:
+    """A request to the team ops goes to the team's own address and dies there: alice and
+    bob (its members, who may answer it) list it through the API, the CLI pointed at the
+    server and the web inbox's dead letters, read it without its address, and may send it
+    again, as they answer the team's requests; carol (no member) and her agent see none of
+    it and may not send it again; the agent that asked may, as before."""
+    db = f"sqlite:///{tmp_path / 'team.db'}"
+    tokens: dict[str, str] = {}
+    async with interlock.connect(db) as broker:
+        assert isinstance(broker, LocalBroker)
+        people = ("alice", "bob", "carol")
+        agents = (Principal("bot", "agent", "bob"), Principal("carol-bot", "agent", "carol"))
+        for principal in (*(Principal(name, "human") for name in people), *agents):
+            await broker.store.save_principal(principal)
+            token = issue_token(principal.name, datetime.now(UTC))
+            await broker.store.save_token(token)
+            tokens[principal.name] = token.secret
+        await broker.add_team_members("ops", ["alice", "bob"])
+    doc = routing_doc(hook.url)
+    doc["teams"] = {
+        "ops": {"members": ["alice", "bob"], "channels": ["hook"], "addresses": {"hook": f"{hook.url}?ops"}}
+    }
+    hook.statuses = [500, 500]
+    async with serve_apart(db, auth=True, open_inboxes=True, routing=routing_from_dict(doc)) as base:
+        world = World(base, tokens, hook)
+        async with world.client("bot") as bot:
+            made = await bot.post("/requests", json={**APPROVAL, "to": "ops"})
+            assert made.status_code == 201, made.text
+            request = made.json()
+        await hook.until(2)
+        dead_only = {"status": "dead"}
+        async with (
+            world.client("alice") as alice,
+            world.client("bob") as bob,
+            world.client("carol") as carol,
+            world.client("carol-bot") as carol_bot,
+        ):
+            [dead] = await deliveries_until(alice, "/deliveries", "dead", dead_only)
+            assert (dead["request_id"], dead["recipient"], dead["address"]) == (request["id"], "ops", None)
+            assert dead["last_error"] == "HTTP 500 from the receiver"
+            newest = (await bob.get("/deliveries", params={**dead_only, "order": "newest"})).json()["items"]
+            assert [d["id"] for d in newest] == [dead["id"]]
+            assert [d["id"] for d in (await bob.get("/deliveries")).json()["items"]] == [dead["id"]]
+            seen = await alice.get(f"/deliveries/{dead['id']}")
+            assert (seen.status_code, seen.json()["address"]) == (200, None)
+            for outsider in (carol, carol_bot):
+                assert (await outsider.get("/deliveries", params=dead_only)).json()["items"] == []
+                newest_none = await outsider.get("/deliveries", params={**dead_only, "order": "newest"})
+                assert newest_none.json()["items"] == []
+                assert (await outsider.get("/deliveries")).json()["items"] == []
+                assert (await outsider.get(f"/deliveries/{dead['id']}")).status_code == 403
+                refused = await outsider.post(f"/deliveries/{dead['id']}/retry")
+                assert refused.status_code == 403, refused.text
+                assert refused.json()["detail"] == (
+                    "this delivery is neither to you nor about a request of yours or your team's"
+                )
+            # The command line, pointed at the server with each one's token.
+            listed = invoke("deliveries", "list", "--status", "dead", "--json", env=remote_env(base, tokens["bob"]))
+            assert listed.returncode == 0, listed.stderr
+            assert [json.loads(line)["id"] for line in listed.stdout.splitlines()] == [dead["id"]]
+            none = invoke("deliveries", "list", "--status", "dead", "--json", env=remote_env(base, tokens["carol"]))
+            assert (none.returncode, none.stdout) == (0, ""), none.stderr
+            refused_cli = invoke("deliveries", "retry", dead["id"], env=remote_env(base, tokens["carol"]))
+            assert refused_cli.returncode != 0 and "your team's" in refused_cli.stderr, refused_cli.stderr
+
+            # The web inbox's dead letters: a member's lists it with its button, an outsider's not.
+            async with (
+                httpx.AsyncClient(base_url=base, timeout=20) as member,
+                httpx.AsyncClient(base_url=base, timeout=20) as outsider,
+            ):
+                member_csrf = await sign_in(member, tokens["alice"])
+                outsider_csrf = await sign_in(outsider, tokens["carol"])
+                page = await member.get("/inbox/deliveries")
+                assert f'data-id="{dead["id"]}"' in page.text and "Send again" in page.text
+                assert f"{hook.url}?ops" not in page.text
+                of_request = await member.get(f"/requests/{request['id']}")
+                assert f'data-id="{dead["id"]}"' in of_request.text and "Send again" in of_request.text
+                other = await outsider.get("/inbox/deliveries")
+                assert dead["id"] not in other.text and "None: every notification went out." in other.text
+                action = f"/inbox/deliveries/{dead['id']}/retry"
+                refused_web = await outsider.post(action, data={"csrf": outsider_csrf})
+                assert refused_web.status_code == 403
+                sent = await member.post(action, data={"csrf": member_csrf})
+                assert sent.status_code == 303, sent.text
+            again = (await bob.get(f"/deliveries/{dead['id']}")).json()
+            assert again["status"] in ("pending", "delivered")  # sent again at once, answered 200 now
+            await hook.until(3)
+            retried = await bob.post(f"/deliveries/{dead['id']}/retry")
+            assert retried.status_code == 409  # no dead letter now: the member's retry went through

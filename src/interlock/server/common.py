@@ -30,7 +30,7 @@ from ..followups import FOLLOWUP_EVENTS
 from ..grant_tokens import GrantSigner
 from ..model import RUN_EVENTS, Event, Run, Status, request_to_dict
 from ..outbox import Delivery
-from ..principals import Principal, can_read
+from ..principals import Principal, can_claim, can_read
 from .auth import Auth
 from .quotas import SIGNIN_MAIL_PER_ADDRESS, SIGNIN_MAIL_PER_CLIENT, Quota, RateLimiter, StreamSlots
 from .stream import ACCESS_EVENTS, Hub
@@ -54,6 +54,7 @@ __all__ = [
     "describe",
     "event_to_dict",
     "inbox_filter",
+    "deliveries_filter",
     "known_query_only",
     "delivery_seen_by",
     "may_see_delivery",
@@ -239,6 +240,15 @@ def inbox_filter(principal: Principal) -> dict[str, Any]:
     return {"recipient": principal.name, "teams": list(member_teams(principal))}
 
 
+def deliveries_filter(principal: Principal) -> dict[str, Any]:
+    """The keywords of `LocalBroker.list_deliveries` and `dead_letters` for the deliveries
+    `principal` lists: those to them and those of the requests to their teams, which they
+    may read and answer (none for an admin: everyone's)."""
+    if principal.kind == "admin":
+        return {}
+    return {"recipient": principal.name, "teams": member_teams(principal)}
+
+
 async def requests_of_run(
     broker: LocalBroker, principal: Principal, run_id: str, *, after: str | None = None, limit: int = 50
 ) -> Page:
@@ -358,14 +368,15 @@ async def may_withdraw(broker: LocalBroker, caller: Principal, run_id: str, foll
 
 async def may_see_delivery(broker: LocalBroker, principal: Principal, delivery: Delivery) -> bool:
     """Who may see a delivery and send it again: its recipient, whoever made its request,
-    and an admin."""
+    a member of the team the request is addressed to (who may answer it as its recipient
+    does), and an admin."""
     if principal.kind == "admin" or principal.name == delivery.recipient:
         return True
     try:
         request = await broker.get(delivery.request_id)
     except NotFound:
         return False
-    return request.requester == principal.name
+    return request.requester == principal.name or can_claim(principal, request)
 
 
 def delivery_seen_by(principal: Principal, delivery: Delivery) -> Delivery:

@@ -22,7 +22,17 @@ from ..errors import InvalidRequest, NotFound, Unavailable
 from ..outbox import Delivery, delivery_to_dict
 from ..principals import TEAM_LEFT, Principal, can_read
 from ..routing import Routing, RoutingError, masked, routing_from_dict
-from .common import ApiError, AppState, Caller, State, TheBroker, delivery_seen_by, may_see_delivery, problems_for
+from .common import (
+    ApiError,
+    AppState,
+    Caller,
+    State,
+    TheBroker,
+    deliveries_filter,
+    delivery_seen_by,
+    may_see_delivery,
+    problems_for,
+)
 
 __all__ = [
     "ROUTING_CHECK",
@@ -249,20 +259,20 @@ async def list_deliveries(
         Query(description="`newest`: the dead letters newest first (by when each became one), with `status=dead`"),
     ] = "id",
 ) -> JSONResponse:
-    """The deliveries to the caller (every one, for an admin), `status=dead` for the dead
-    letters, a page at a time (pass `next_cursor` as `cursor`): by id, or with
+    """The deliveries to the caller and those of the requests to their teams (every one,
+    for an admin), `status=dead` for the dead letters, a page at a time (pass `next_cursor` as `cursor`): by id, or with
     `order=newest` the dead letters newest first. `after` and `next` are `cursor` and
     `next_cursor` under their earlier names, still taken and sent."""
     if cursor is not None and after is not None and cursor != after:
         raise ApiError("invalid_request", "cursor and after name the same thing: give one (cursor)")
     cursor = cursor if cursor is not None else after
-    mine = None if caller.kind == "admin" else caller.name
+    seen = deliveries_filter(caller)
     if order == "newest":
         if status != "dead":
             raise ApiError("invalid_request", "order=newest lists the dead letters: give status=dead with it")
-        page = await broker.dead_letters(recipient=mine, after=taken("dead_letters", cursor), limit=limit)
+        page = await broker.dead_letters(after=taken("dead_letters", cursor), limit=limit, **seen)
         return _page(caller, page.items, issued("dead_letters", page.next_cursor))
-    found = await broker.list_deliveries(status=status, recipient=mine, after=taken("deliveries", cursor), limit=limit)
+    found = await broker.list_deliveries(status=status, after=taken("deliveries", cursor), limit=limit, **seen)
     return _page(caller, found, issued("deliveries", found[-1].id if len(found) == limit else None))
 
 
@@ -273,10 +283,11 @@ def _page(caller: Principal, found: Sequence[Delivery], next_cursor: str | None)
 
 @router.get("/deliveries/{delivery_id}", response_model=DeliveryModel, responses=problems(404), tags=["deliveries"])
 async def get_delivery(delivery_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
-    """One delivery: for its recipient, whoever made its request, or an admin."""
+    """One delivery: for its recipient, whoever made its request, a member of the team it
+    is addressed to, or an admin."""
     known = await broker.get_delivery(delivery_id)
     if not await may_see_delivery(broker, caller, known):
-        raise ApiError("forbidden", "this delivery is neither to you nor about a request of yours")
+        raise ApiError("forbidden", "this delivery is neither to you nor about a request of yours or your team's")
     return JSONResponse(shown_to(caller, known))
 
 
@@ -285,10 +296,11 @@ async def get_delivery(delivery_id: str, caller: Caller, broker: TheBroker) -> J
 )
 async def retry_delivery(delivery_id: str, caller: Caller, broker: TheBroker, state: State) -> JSONResponse:
     """Send a dead letter again: pending, due now, its attempts counted afresh. For its
-    recipient, whoever made its request, or an admin."""
+    recipient, whoever made its request, a member of the team it is addressed to (who may
+    answer it), or an admin."""
     known = await broker.get_delivery(delivery_id)
     if not await may_see_delivery(broker, caller, known):
-        raise ApiError("forbidden", "this delivery is neither to you nor about a request of yours")
+        raise ApiError("forbidden", "this delivery is neither to you nor about a request of yours or your team's")
     again = await broker.retry_delivery(delivery_id)  # AlreadySettled (409) for one that is no dead letter
     if state.delivery is not None:
         state.delivery.wake()

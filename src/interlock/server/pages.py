@@ -280,8 +280,9 @@ async def _back_on_page(state: AppState, http: HttpRequest, who: Session, taken:
 
 def may_retry(principal: Principal, request: HumanRequest) -> bool:
     """Whether `principal` may send a request's dead letters again (as the API allows: an
-    admin, whoever made the request; a recipient may retry their own, see the template)."""
-    return principal.kind == "admin" or principal.name == request.requester
+    admin, whoever made the request, a member of the team it is addressed to; a recipient
+    may retry their own, see the template)."""
+    return principal.name == request.requester or can_claim(principal, request)
 
 
 # -- history --------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The outbox in the web inbox: how people were told about a request (for whoever may read
-it), and the signed-in person's dead letters, newest first, a page at a time, each with a
+it), and the signed-in person's dead letters and their teams' requests', newest first, a page at a time, each with a
 button to send it again.
 
 Pages of their own (`/inbox/deliveries`, `?request=ID` for one request), over the web
@@ -18,7 +18,7 @@ from ..model import Request as HumanRequest
 from ..outbox import Delivery
 from ..principals import can_read
 from ..signin import safe_next
-from .common import AppState, State, delivery_seen_by, may_see_delivery
+from .common import AppState, State, deliveries_filter, delivery_seen_by, may_see_delivery
 from .pages import may_retry
 from .web import page, posted, refusal, session, signin_redirect
 
@@ -47,13 +47,13 @@ async def deliveries_page(http: HttpRequest, state: State) -> Response:
         of_request = await state.broker.list_deliveries(request_id=request.id, limit=1000)
         items = [delivery_seen_by(who.principal, d) for d in of_request]
     else:
-        mine = None if who.principal.kind == "admin" else who.principal.name
+        seen = deliveries_filter(who.principal)  # theirs and their teams' requests'
         after = http.query_params.get("after") or None
         try:
-            found = await state.broker.dead_letters(recipient=mine, after=after, limit=DEAD_LETTERS_PAGE)
+            found = await state.broker.dead_letters(after=after, limit=DEAD_LETTERS_PAGE, **seen)
         except InvalidRequest:  # a cursor no page gave (edited, or too long): the first page
-            after, found = None, await state.broker.dead_letters(recipient=mine, limit=DEAD_LETTERS_PAGE)
-        items = list(found.items)
+            after, found = None, await state.broker.dead_letters(limit=DEAD_LETTERS_PAGE, **seen)
+        items = [delivery_seen_by(who.principal, d) for d in found.items]  # a teammate's: no address
         here = http.url_for("inbox_deliveries")
         older_link = str(here.include_query_params(after=found.next_cursor)) if found.next_cursor else None
         newest_link = str(here) if after is not None else None
@@ -93,7 +93,9 @@ async def retry(http: HttpRequest, state: State, delivery_id: str) -> Response:
     except NotFound:
         return refusal(state, http, 404, "There is no such delivery.", who)
     if not await may_see_delivery(state.broker, who.principal, known):
-        return refusal(state, http, 403, "This delivery is neither to you nor about a request of yours.", who)
+        return refusal(
+            state, http, 403, "This delivery is neither to you nor about a request of yours or your team's.", who
+        )
     try:
         await state.broker.retry_delivery(delivery_id)
     except AlreadySettled as exc:

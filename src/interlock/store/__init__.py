@@ -959,18 +959,27 @@ class OutboxStore(Protocol):
         request_id: str | None = None,
         status: DeliveryState | None = None,
         recipient: str | None = None,
+        teams: Sequence[str] = (),
         after: str | None = None,
         limit: int = 100,
     ) -> Sequence[Delivery]:
-        """Deliveries by id (a keyset page after `after`), of one request, in one state, to one recipient."""
+        """Deliveries by id (a keyset page after `after`), of one request, in one state, to one
+        recipient; with `teams` beside `recipient`, also every delivery of a request addressed
+        to one of those teams (whoever it went to), as a member of them reads them."""
         ...
 
     async def list_dead_letters(
-        self, *, recipient: str | None = None, before: tuple[datetime, str] | None = None, limit: int = 100
+        self,
+        *,
+        recipient: str | None = None,
+        teams: Sequence[str] = (),
+        before: tuple[datetime, str] | None = None,
+        limit: int = 100,
     ) -> Sequence[Delivery]:
-        """The dead letters (to one recipient), newest first: by when each became one
-        (`due_at`), then by id; a keyset page after `before`, the (due_at, id) of the last
-        one seen. Read from one index range in that order."""
+        """The dead letters (to one recipient; with `teams` beside it, and those of requests
+        addressed to one of those teams, as in `list_deliveries`), newest first: by when
+        each became one (`due_at`), then by id; a keyset page after `before`, the (due_at,
+        id) of the last one seen. Read from one index range in that order."""
         ...
 
     async def retry_delivery(self, delivery_id: str, now: datetime) -> Delivery | None:

@@ -2031,6 +2031,7 @@ class SqlStore:
         request_id: str | None = None,
         status: DeliveryState | None = None,
         recipient: str | None = None,
+        teams: Sequence[str] = (),
         after: str | None = None,
         limit: int = 100,
     ) -> Sequence[Delivery]:
@@ -2040,6 +2041,7 @@ class SqlStore:
             if value is not None:
                 where.append(f"{column} = :{column}")
                 params[column] = value
+        _of_teams(where, params, recipient, teams)
         if after is not None:
             where.append("id > :after")
             params["after"] = after
@@ -2049,21 +2051,41 @@ class SqlStore:
         return [self._delivery(row) for row in await self._rows_of(sql + " ORDER BY id LIMIT :limit", params)]
 
     async def list_dead_letters(
-        self, *, recipient: str | None = None, before: tuple[datetime, str] | None = None, limit: int = 100
+        self,
+        *,
+        recipient: str | None = None,
+        teams: Sequence[str] = (),
+        before: tuple[datetime, str] | None = None,
+        limit: int = 100,
     ) -> Sequence[Delivery]:
         # `status = 'dead'` as written here is what the partial indexes `deliveries_dead`
-        # and `deliveries_dead_to` (migrations) are of, so each page is one range of one.
+        # and `deliveries_dead_to` (migrations) are of, so each page is one range of one
+        # (a member's, with their teams' requests, reads `deliveries_dead` in order, each
+        # row checked).
         where = ["status = 'dead'"]
         params: dict[str, Any] = {"limit": limit}
         if recipient is not None:
             where.append("recipient = :recipient")
             params["recipient"] = recipient
+        _of_teams(where, params, recipient, teams)
         if before is not None:
             where.append("(due_at, id) < (:before_at, :before_id)")
             params |= {"before_at": self._stamp(before[0]), "before_id": before[1]}
         sql = f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE {' AND '.join(where)}"
         sql += " ORDER BY due_at DESC, id DESC LIMIT :limit"
         return [self._delivery(row) for row in await self._rows_of(sql, params)]
+
+
+def _of_teams(where: list[str], params: dict[str, Any], recipient: str | None, teams: Sequence[str]) -> None:
+    """Widen a list's `recipient = :recipient` to the deliveries of the requests addressed
+    to `teams` too (a member's view of them)."""
+    if recipient is None or not teams:
+        return
+    names = [f":team_{i}" for i in range(len(teams))]
+    where[where.index("recipient = :recipient")] = (
+        f"(recipient = :recipient OR request_id IN (SELECT id FROM requests WHERE recipient IN ({', '.join(names)})))"
+    )
+    params |= {f"team_{i}": team for i, team in enumerate(teams)}
 
 
 DELIVERY_COLUMNS = (

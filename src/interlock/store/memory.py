@@ -1111,6 +1111,7 @@ class MemoryStore:
         request_id: str | None = None,
         status: DeliveryState | None = None,
         recipient: str | None = None,
+        teams: Sequence[str] = (),
         after: str | None = None,
         limit: int = 100,
     ) -> Sequence[Delivery]:
@@ -1120,7 +1121,7 @@ class MemoryStore:
                 for d, _, _ in self._deliveries.values()
                 if (request_id is None or d.request_id == request_id)
                 and (status is None or d.status == status)
-                and (recipient is None or d.recipient == recipient)
+                and self._to(d, recipient, teams)
                 and (after is None or d.id > after)
             ),
             key=lambda d: d.id,
@@ -1128,20 +1129,33 @@ class MemoryStore:
         return rows[:limit]
 
     async def list_dead_letters(
-        self, *, recipient: str | None = None, before: tuple[datetime, str] | None = None, limit: int = 100
+        self,
+        *,
+        recipient: str | None = None,
+        teams: Sequence[str] = (),
+        before: tuple[datetime, str] | None = None,
+        limit: int = 100,
     ) -> Sequence[Delivery]:
         rows = sorted(
             (
                 d
                 for d, _, _ in self._deliveries.values()
                 if d.status == "dead"
-                and (recipient is None or d.recipient == recipient)
+                and self._to(d, recipient, teams)
                 and (before is None or (d.due_at, d.id) < before)
             ),
             key=lambda d: (d.due_at, d.id),
             reverse=True,
         )
         return rows[:limit]
+
+    def _to(self, delivery: Delivery, recipient: str | None, teams: Sequence[str]) -> bool:
+        """Whether a delivery is to `recipient` (anyone: None) or, with `teams`, of a
+        request addressed to one of them (`list_deliveries`)."""
+        if recipient is None or delivery.recipient == recipient:
+            return True
+        request = self.get_now(delivery.request_id) if teams else None
+        return request is not None and request.to in teams
 
     async def retry_delivery(self, delivery_id: str, now: datetime) -> Delivery | None:
         found = self._deliveries.get(delivery_id)
