@@ -534,7 +534,8 @@ def ask(
 ) -> None:
     """Ask a person and wait for the answer; print it as JSON. Exit codes: 0 answered
     (approved), 1 declined or rejected, 2 expired, 3 cancelled, 4 usage or connection error;
-    130, 143 or 129 when Ctrl-C, SIGTERM or SIGHUP ended the wait (the request withdrawn)."""
+    130, 143 or 129 when Ctrl-C, SIGTERM or SIGHUP ended the wait (the request withdrawn; with
+    the server away, it says so and the command that withdraws it once the server is back)."""
     kinds = sum([confirm, bool(choice), text or multiline, form is not None])
     if kinds > 1:
         raise _fail("choose one of --confirm, --choice, --text/--multiline, --form")
@@ -612,11 +613,12 @@ def ask(
         elif left and left[0][1] is not None and left[0][1] is not Status.PENDING:
             err.print(f"{stopped}: request {left[0][0]} was {left[0][1].value} meanwhile", markup=False)
         elif left:
-            request_id = left[0][0]
+            request_id = left[0][0]  # (the command names the store or server this one named, as `show` does)
             err.print(
                 f"{stopped}: request {request_id} could not be withdrawn and may still be pending: "
-                f"withdraw it with `interlock cancel {request_id}`",
+                f"withdraw it with `interlock cancel {request_id}{_store_named(ctx, db)}`",
                 markup=False,
+                soft_wrap=True,
             )
         else:
             err.print(f"{stopped}", markup=False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -279,3 +280,49 @@ async def test_ask_without_an_idempotency_key_rides_out_a_server_killed_once_its
                     assert (made.id, made.status) == (request_id, Status.PENDING)
                     assert await person.resolve(made.id, True)
                     assert await asking is True
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+async def test_interlock_ask_stopped_while_its_server_is_away_says_its_request_could_not_be_withdrawn(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    """The server stopped under a waiting `interlock ask --server URL`, then the ask
+    stopped too: it cannot withdraw its request, and says so on one line, with the command
+    that withdraws it later (naming the server, as the ask did: without it, `interlock
+    cancel` looks in ./interlock.db), exit 128 + the signal. The request is still pending
+    once the server is back, and that command, run as printed, withdraws it."""
+    with anyio.fail_after(BOUND):
+        async with serving(tmp_path) as served:
+            asking = await asyncio.create_subprocess_exec(
+                *INTERLOCK, "ask", "Ship it?", "--confirm", "--to", "alice", "--server", served.url,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            assert asking.stderr is not None
+            while b"Waiting for an answer to " not in (line := await asking.stderr.readline()):
+                assert line, "interlock ask ended before it waited"
+            request_id = line.decode().split("Waiting for an answer to ", 1)[1].split(";", 1)[0]
+            await stop(served)
+            # It has seen the server go (its one warning), and waits for it to come back.
+            while b"; trying again until it is back" not in (line := await asking.stderr.readline()):
+                assert line, "interlock ask ended before it saw the server go"
+            asking.send_signal(signum)
+            out, err = await asking.communicate()
+        said = err.decode()
+        assert asking.returncode == 128 + signum, said
+        assert out == b"" and "Traceback" not in said, said
+        withdraw = f"interlock cancel {request_id} --server {served.url}"
+        assert said.splitlines() == [
+            f"stopped by {signum.name}: request {request_id} could not be withdrawn and may still be pending: "
+            f"withdraw it with `{withdraw}`"
+        ], said
+        async with serving(tmp_path, port=port_of(served)) as again:
+            assert again.url == served.url
+            async with interlock.connect(again.url) as broker:
+                assert (await broker.get(request_id)).status is Status.PENDING
+            withdrawn = await asyncio.create_subprocess_exec(
+                *INTERLOCK, *withdraw.split()[1:], stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            )
+            _, cancel_err = await withdrawn.communicate()
+            assert withdrawn.returncode == 0, cancel_err.decode()
+            async with interlock.connect(again.url) as broker:
+                assert (await broker.get(request_id)).status is Status.CANCELLED
