@@ -289,7 +289,8 @@ class Broker(ABC):
 
     pause_timeout: timedelta | None = None
     """How long a parked run waits on a person before it is given up (its `max_duration`
-    when longer); None while not known here (a remote broker learns its server's from the
+    when longer), as a run running in its agent's own process that neither parks it nor
+    starts it again is; None while not known here (a remote broker learns its server's from the
     first run it claims)."""
 
     def __init__(
@@ -853,6 +854,14 @@ class Broker(ABC):
         already stored is returned as it is (a restarted agent finds its own run); with
         `exclusive`, a new run is refused while a run of `agent` on `session` has not ended.
 
+        A run running in its agent's own process (no worker holds it) is given up once that
+        process shows no sign of life for the broker's `pause_timeout` (or the run's longer
+        `max_duration`): unless it parks the run or starts it again (by its `run_id`, which
+        gives it a new deadline) first, the run ends `cancelled` with `terminal_reason`
+        "abandoned", its pending requests are cancelled and its session is freed. Its
+        `expires_at` says when, while it runs so. A process that works that long without
+        parking sets a longer `max_duration`.
+
         With `exclusive`, the run holds its `session` (which it must name), as a framework's
         thread that two runs at once would write over: while a run of `agent` on that
         session has not ended (one of the same `requester`: through a server, the same
@@ -1168,7 +1177,9 @@ class LocalBroker(Broker):
         only https://, or http:// to a loopback address)."""
         self.pause_timeout = timedelta(seconds=_seconds(pause_timeout, "pause_timeout"))
         """How long a parked run waits on a person before it is given up (its
-        `max_duration` when longer): about two weeks by default."""
+        `max_duration` when longer): about two weeks by default. A run running in its
+        agent's own process (no worker holds it) that neither parks it nor starts it again
+        for as long is given up too, `cancelled` with `terminal_reason` "abandoned"."""
         if isinstance(max_followups, bool) or not isinstance(max_followups, int) or max_followups < 1:
             raise ValueError("max_followups must be a whole number, at least 1")
         self.max_followups = max_followups
@@ -2002,6 +2013,8 @@ class LocalBroker(Broker):
 
         A pending request of a parked run shows, as `expires_at`, when the run's pause
         is given up (if that comes before its own expiry): the time it will be withdrawn.
+        So does one of a run running in its agent's own process, when the run is given up
+        as abandoned unless that process parks it or starts it again first.
         """
         if self._state != "open":
             await self.open()
@@ -2015,8 +2028,8 @@ class LocalBroker(Broker):
         deadlines: dict[str, datetime] = {}
         for run_id in runs:
             run = await self.store.get_run(run_id)
-            if run is not None and run.status.waiting and not run.ready and run.expires_at is not None:
-                deadlines[run_id] = run.expires_at
+            if run is not None and run.deadline is not None:
+                deadlines[run_id] = run.deadline
         out = []
         for request in requests:
             due = deadlines.get(request.origin.run or "") if request.status is Status.PENDING else None
@@ -2156,13 +2169,22 @@ class LocalBroker(Broker):
             await self.open()
         _check_exclusive(exclusive, session)
         run = self._new_run(agent, session=session, run_id=run_id, max_duration=max_duration, requester=requester)
+        # Until its process parks it (or starts it again), the run is given up once that
+        # process has given no sign of life for as long as a pause waits on a person.
+        run = evolve(run, expires_at=run.park_deadline(run.created_at, self.pause_timeout))
         stored, created = await self.store.insert_run(run, exclusive=exclusive)
         if stored.id != run.id:
             raise _session_held(stored)
         _same_agent(stored, agent)
+        if not created and stored.status is RunStatus.RUNNING and stored.worker is None:
+            # Its process started it again: alive, so a new deadline (a write only on a restart).
+            deadline = stored.park_deadline(datetime.now(UTC), self.pause_timeout)
+            stored = await self.store.restart_run(stored.id, expires_at=deadline) or await self._current_run(stored.id)
         self._know(stored)
         if created:
             self._changed_now()
+        if stored.status is RunStatus.RUNNING and stored.expires_at is not None:
+            self._due(stored.expires_at)
         return stored
 
     async def start_parked(
@@ -3118,7 +3140,8 @@ class LocalBroker(Broker):
         now = datetime.now(UTC)
         # Abandoned pauses first: a run given up cancels its requests, which may fall due now too.
         gone = Response(now, via="expiry", reason="interaction_timeout", cause="cancelled")
-        for _, cancelled in await self.store.expire_runs(now, gone):
+        abandoned = Response(now, via="expiry", reason="abandoned", cause="cancelled")
+        for _, cancelled in await self.store.expire_runs(now, gone, abandoned=abandoned):
             for request in cancelled:
                 self._wake(request)
             self._changed_now()

@@ -1258,7 +1258,8 @@ def serve(
         _duration_option(
             "--pause-timeout",
             "How long a parked run waits on a person before it is given up, like 14d or 36h "
-            "(a run's longer max_duration wins).",
+            "(a run's longer max_duration wins); a run running in its agent's own process that "
+            "neither parks it nor starts it again for that long is given up too, as abandoned.",
             most=LONGEST,
             default="14d",
         ),
@@ -1876,9 +1877,9 @@ def _print_runs(found: Sequence[Run]) -> None:
     for run in found:
         status_text = run.status.value + (f" ({run.terminal_reason})" if run.terminal_reason else "")
         waiting = f"{len(run.waiting_on)} request(s)" + (", ready" if run.ready else "") if run.status.waiting else ""
-        # Only a pause still waiting on a person is given up; a ready run waits on a worker.
-        given_up = run.expires_at if run.status.waiting and not run.ready else None
-        expires = "" if given_up is None else _ago(given_up, now)
+        # A pause still waiting on a person, or a run in its agent's own process, is given
+        # up then; a ready run waits on a worker, and a worker's claim on its lease.
+        expires = "" if run.deadline is None else _ago(run.deadline, now)
         table.add_row(run.id, run.agent, status_text, waiting, _ago(run.updated_at, now), expires)
     Console(width=None if sys.stdout.isatty() else 1000).print(table)
 

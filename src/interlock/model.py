@@ -2315,7 +2315,9 @@ class Run:
     checkpoint reference): JSON, opaque to interlock, kept server-side and never taken
     from a person's client. `waiting_on` are the requests a parked run waits on; once
     every one has settled the run is `ready` and one worker claims it (`worker`, until
-    `lease_expires_at`). `expires_at` is when a parked run is given up as abandoned.
+    `lease_expires_at`). `expires_at` is when a parked run is given up (its pause ran
+    out), or a run running in its agent's own process is (that process gave no sign of
+    life): see `deadline`.
     """
 
     id: str
@@ -2326,6 +2328,9 @@ class Run:
     session: str | None = None
     requester: str | None = None
     terminal_reason: str | None = None
+    """Why it ended: "interaction_timeout" (its pause ran out), "abandoned" (running in its
+    agent's own process, which neither parked it nor started it again in time),
+    "cancelled_by_user" or the reason a cancel gave, "error" (failed)."""
     expires_at: datetime | None = None
     max_duration: timedelta | None = None
     waiting_on: tuple[str, ...] = ()
@@ -2337,6 +2342,17 @@ class Run:
     lease_expires_at: datetime | None = None
     attempts: int = 0
     """How many times a worker has claimed the run."""
+
+    @property
+    def deadline(self) -> datetime | None:
+        """When the run is given up unless something happens first (its `expires_at`): a
+        pause still waiting on a person (not ready) ends `cancelled`, `interaction_timeout`,
+        unless answered first; a run `running` in its agent's own process (no worker holds
+        it) ends `cancelled`, `abandoned`, unless that process parks it or starts it again
+        first. None for any other run (ready, held by a worker, ended)."""
+        if self.status is RunStatus.RUNNING:
+            return self.expires_at if self.worker is None else None
+        return self.expires_at if self.status.waiting and not self.ready else None
 
     def park_deadline(self, now: datetime, pause_timeout: timedelta) -> datetime:
         """When a pause begun `now` is given up: `pause_timeout` later, or `max_duration`

@@ -15,10 +15,10 @@ import anyio
 import pytest
 
 import interlock
-from interlock import Broker, Cancelled, Closed, Confirm, InvalidRequest, NotFound, Status, Text
+from interlock import Broker, Cancelled, Closed, Confirm, InvalidRequest, NotFound, Response, Status, Text
 from interlock.broker import LocalBroker
 from interlock.errors import IdempotencyKeyReused, RunConflict
-from interlock.model import RunStatus, request_to_dict
+from interlock.model import RunStatus, evolve, request_to_dict
 
 pytestmark = pytest.mark.anyio
 
@@ -97,8 +97,10 @@ async def test_a_started_run_is_running_and_a_restart_with_its_id_finds_it(broke
     assert run.max_duration == timedelta(seconds=60)
 
     again = await broker.start_run("deployer", run_id="run-42")
-    assert again == run
-    assert await broker.get_run("run-42") == run
+    assert evolve(again, expires_at=None) == evolve(run, expires_at=None)
+    assert run.expires_at is not None and again.expires_at is not None
+    assert again.expires_at > run.expires_at  # started again, so alive: a new deadline
+    assert await broker.get_run("run-42") == again
     with pytest.raises(NotFound):
         await broker.get_run("no-such-run")
 
@@ -121,7 +123,8 @@ async def test_an_exclusive_run_holds_its_session_until_it_ends(broker: Broker) 
     await broker.complete_run(before.id, "done")
     held = await broker.start_run("deployer", session="thread-1", run_id="run-2", exclusive=True)
     assert (held.id, held.status) == ("run-2", RunStatus.RUNNING)
-    assert await broker.start_run("deployer", session="thread-1", run_id="run-2", exclusive=True) == held  # restarted
+    restarted = await broker.start_run("deployer", session="thread-1", run_id="run-2", exclusive=True)
+    assert evolve(restarted, expires_at=held.expires_at) == held  # the same run, with a new deadline
     request = await broker.create(Confirm("Deploy?"), kind="approval", to="alice", run=held.id, agent="deployer")
     await broker.park(held.id, state={"step": 1}, waiting_on=[request.id])
     with pytest.raises(RunConflict) as refused:
@@ -556,6 +559,78 @@ async def test_an_abandoned_pause_ends_the_run_cancelled_by_interaction_timeout(
     assert (run.status, run.terminal_reason) == (RunStatus.CANCELLED, "interaction_timeout")
     assert request.response is not None and request.response.reason == "interaction_timeout"
     assert [e.type for e in await quick.find_events(run=run_id)][-2:] == ["cancelled", "run_cancelled"]
+
+
+async def test_a_run_whose_process_never_parks_it_is_given_up_as_abandoned(quick: Broker) -> None:
+    run = await quick.start_run("helper", session="thread-1")
+    assert run.status is RunStatus.RUNNING and run.worker is None
+    assert run.expires_at is not None and run.expires_at - run.created_at == timedelta(seconds=0.3)
+    request = await quick.create(Text("Name?"), to="alice", run=run.id)  # awaited in the process that then died
+    assert (await quick.get(request.id)).expires_at == run.expires_at  # what a person's inbox shows
+    (listed,) = (await quick.list_runs(agent="helper")).items
+    assert listed.expires_at == run.expires_at
+
+    with anyio.fail_after(BOUND):
+        request = await quick.watch(request.id, timeout=BOUND)
+    assert request.status is Status.CANCELLED
+    assert request.response is not None and request.response.reason == "abandoned"
+    ended = await quick.get_run(run.id)
+    assert (ended.status, ended.terminal_reason, ended.expires_at) == (RunStatus.CANCELLED, "abandoned", None)
+    events = await quick.find_events(run=run.id)
+    assert [e.type for e in events][-2:] == ["cancelled", "run_cancelled"]
+    assert events[-1].data["terminal_reason"] == "abandoned"
+
+
+async def test_an_abandoned_exclusive_run_frees_its_thread(quick: Broker) -> None:
+    held = await quick.start_run("graph", session="thread-1", run_id="first", exclusive=True)
+    with pytest.raises(RunConflict):
+        await quick.start_run("graph", session="thread-1", run_id="second", exclusive=True)
+    request = await quick.create(Text("Name?"), to="alice", run=held.id)
+    with anyio.fail_after(BOUND):
+        assert (await quick.watch(request.id, timeout=BOUND)).status is Status.CANCELLED
+    assert (await quick.get_run(held.id)).terminal_reason == "abandoned"
+
+    second = await quick.start_run("graph", session="thread-1", run_id="second", exclusive=True)
+    assert (second.id, second.status) == ("second", RunStatus.RUNNING)
+
+
+async def test_a_run_started_again_before_its_deadline_gets_a_new_one(
+    backend: str, connect: Callable[..., Broker]
+) -> None:
+    if backend == "http":
+        pytest.skip("the server's expiry, started again over HTTP: tests/integration/test_server_runs.py")
+    async with connect(pause_timeout=3600) as broker:
+        assert isinstance(broker, LocalBroker)
+        run = await broker.start_run("helper", run_id="run-1")
+        request = await broker.create(Text("Name?"), to="alice", run=run.id)
+        again = await broker.start_run("helper", run_id="run-1")  # its process, started again
+        assert run.expires_at is not None and again.expires_at is not None and again.expires_at > run.expires_at
+        gone = Response(datetime.now(UTC), via="expiry", reason="interaction_timeout", cause="cancelled")
+        abandoned = Response(datetime.now(UTC), via="expiry", reason="abandoned", cause="cancelled")
+
+        # The expiry, as it runs at the first deadline, leaves it; at the new one, gives it up.
+        assert await broker.store.expire_runs(run.expires_at, gone, abandoned=abandoned) == []
+        assert (await broker.get_run(run.id)).status is RunStatus.RUNNING
+        assert (await broker.get(request.id)).status is Status.PENDING
+        ((ended, cancelled),) = await broker.store.expire_runs(again.expires_at, gone, abandoned=abandoned)
+        assert (ended.id, ended.status, ended.terminal_reason) == (run.id, RunStatus.CANCELLED, "abandoned")
+        assert [r.id for r in cancelled] == [request.id]
+
+
+async def test_a_run_a_worker_holds_is_not_given_up_under_its_live_lease(quick: Broker) -> None:
+    run_id, request_id = await parked_on_approval(quick)
+    assert await quick.resolve(request_id, True, by="alice")
+    claimed = await quick.claim_run(["deployer"], worker="w1", lease=3600)
+    assert claimed is not None and (claimed.id, claimed.worker, claimed.expires_at) == (run_id, "w1", None)
+
+    # Another run, started after it was claimed and never parked, is given up: the expiry
+    # has looked past any deadline the claimed run could have had.
+    other = await quick.start_run("helper")
+    request = await quick.create(Text("Name?"), to="alice", run=other.id)
+    with anyio.fail_after(BOUND):
+        assert (await quick.watch(request.id, timeout=BOUND)).status is Status.CANCELLED
+    held = await quick.get_run(run_id)
+    assert (held.status, held.worker, held.terminal_reason) == (RunStatus.RUNNING, "w1", None)
 
 
 async def test_a_longer_max_duration_keeps_the_pause_open_that_long(quick: Broker) -> None:

@@ -91,6 +91,32 @@ async def test_the_agent_sees_its_runs_state_and_the_person_it_waits_on_does_not
     assert (await clients["alice"].get("/runs/no-such-run")).status_code == 404
 
 
+async def test_a_running_run_shows_when_it_is_given_up_and_a_restart_by_its_agent_moves_that_on(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
+    bot = clients["alice-bot"]
+    started = await bot.post("/runs", json={"agent": "deployer", "run_id": "run-1", "session": "t1"})
+    assert started.status_code == 201, started.text
+    first = started.json()
+    assert first["status"] == "running" and first["worker"] is None and first["expires_at"] is not None
+    created = await bot.post("/requests", json={**APPROVAL, "to": "alice", "origin": {"run": "run-1"}})
+    assert created.status_code == 201, created.text
+    seen = (await clients["alice"].get(f"/runs/{RUN}")).json()  # the person asked sees the deadline too
+    assert seen["expires_at"] == first["expires_at"]
+    asked = (await clients["alice"].get(f"/requests/{created.json()['id']}")).json()
+    assert asked["expires_at"] == first["expires_at"]
+
+    again = await bot.post("/runs", json={"agent": "deployer", "run_id": "run-1", "session": "t1"})
+    assert again.status_code == 200, again.text  # the run as stored, its process alive: a new deadline
+    assert again.json()["id"] == RUN and again.json()["expires_at"] > first["expires_at"]
+    assert (await bot.get(f"/runs/{RUN}")).json()["expires_at"] == again.json()["expires_at"]
+
+    park = await bot.post("/runs/run-1/park", json={"state": STATE, "waiting_on": [created.json()["id"]]})
+    assert park.status_code == 200, park.text
+    parked = await bot.post("/runs", json={"agent": "deployer", "run_id": "run-1"})  # parked: as it is
+    assert parked.status_code == 200 and parked.json()["expires_at"] == park.json()["expires_at"]
+
+
 async def test_a_persons_client_never_sends_a_runs_state_nor_drives_it(clients: dict[str, httpx.AsyncClient]) -> None:
     _, request_id = await parked(clients["alice-bot"])
     alice = clients["alice"]

@@ -638,6 +638,47 @@ async def test_an_abandoned_pause_expires_but_a_ready_run_does_not(store: Store)
     assert still is not None and still.status is RunStatus.WAITING_FOR_INPUT and still.ready
 
 
+async def test_a_running_run_no_worker_holds_expires_at_its_deadline_unless_started_again(store: Store) -> None:
+    now = datetime.now(UTC)
+    for run_id in ("left", "restarted", "parked", "claimed"):
+        await store.insert_run(replace(new_run(run_id, agent=run_id), expires_at=now + timedelta(hours=1)))
+    left = build_request(Text("Name?"), to="alice", origin=Origin(run="left"))
+    waited = build_request(Text("Name?"), to="alice", origin=Origin(run="parked"))
+    await store.insert(left)
+    await store.insert(waited)
+    stored = await store.get_run("left")
+    assert stored is not None and stored.expires_at == now + timedelta(hours=1)
+    assert await store.next_run_expiry() == now + timedelta(hours=1)
+
+    restarted = await store.restart_run("restarted", expires_at=now + timedelta(hours=4))
+    assert restarted is not None and restarted.expires_at == now + timedelta(hours=4)
+    await park(store, "parked", [waited.id], hours=5)
+    await park(store, "claimed", [], hours=1)  # ready at once: a worker claims it
+    taken = await store.claim_run(["claimed"], worker="w1", lease_expires_at=now + timedelta(hours=9), at=now)
+    assert taken is not None and taken.id == "claimed" and taken.expires_at is None
+    # Only a running run no worker holds is started again: not a parked one, a claimed one, an ended one.
+    assert await store.restart_run("parked", expires_at=now + timedelta(hours=6)) is None
+    assert await store.restart_run("claimed", expires_at=now + timedelta(hours=6)) is None
+    assert await store.restart_run("unknown", expires_at=now + timedelta(hours=6)) is None
+
+    gone = Response(now, via="expiry", reason="interaction_timeout", cause="cancelled")
+    abandoned = Response(now, via="expiry", reason="abandoned", cause="cancelled")
+    later = now + timedelta(hours=3)
+    assert await store.expire_runs(later, gone) == []  # without `abandoned`: parked runs alone
+    expired = await store.expire_runs(later, gone, abandoned=abandoned)
+    found = sorted((run.id, run.terminal_reason, [r.id for r in cancelled]) for run, cancelled in expired)
+    assert found == [("left", "abandoned", [left.id])]
+    cancelled_request = await store.get(left.id)
+    assert cancelled_request is not None and cancelled_request.status is Status.CANCELLED
+    assert cancelled_request.response is not None and cancelled_request.response.reason == "abandoned"
+    events = await store.find_events(EventQuery(run="left"))
+    assert events[-1].type == "run_cancelled" and events[-1].data["terminal_reason"] == "abandoned"
+    assert await store.next_run_expiry() == now + timedelta(hours=4)
+    for run_id, status in (("restarted", RunStatus.RUNNING), ("claimed", RunStatus.RUNNING)):
+        run = await store.get_run(run_id)
+        assert run is not None and run.status is status
+
+
 async def test_runs_list_by_filter_without_their_state(store: Store) -> None:
     for i in range(4):
         await store.insert_run(new_run(f"r{i}", agent="deployer" if i % 2 else "writer", requester=f"bot{i % 2}"))

@@ -482,6 +482,37 @@ async def test_runs_started_before_the_upgrade_that_holds_a_session_keep_an_excl
         assert (await broker.start_run("mailer", session="t-9", run_id="r-3", exclusive=True)).id == "r-3"
 
 
+async def test_runs_left_running_before_the_upgrade_that_gives_them_up_get_the_default_window_from_then(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import interlock.store.sqlite as sqlite_store
+
+    path = tmp_path / "upgraded.db"
+    before = [m for m in load_migrations("sqlite") if m.name != "a_running_run_given_up_when_abandoned"]
+    assert len(before) == len(load_migrations("sqlite")) - 1
+    with monkeypatch.context() as patch:  # a file of the version before: a running run had no deadline
+        patch.setattr(sqlite_store, "load_migrations", lambda dialect: before)
+        async with interlock.connect(f"sqlite:///{path}") as broker:
+            await broker.start_run("mailer", run_id="plain")
+            await broker.start_run("mailer", run_id="long", max_duration=timedelta(days=30))
+            run = await broker.start_run("mailer", run_id="parked")
+            request = await broker.create(Text("Send?"), run=run.id)
+            parked = await broker.park(run.id, state=None, waiting_on=[request.id])
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            db.execute("UPDATE runs SET expires_at = NULL WHERE status = 'running'")
+    since = datetime.now(UTC).replace(microsecond=0)  # (the migration counts whole seconds)
+    async with interlock.connect(f"sqlite:///{path}") as broker:
+        until = datetime.now(UTC)
+        plain, long = await broker.get_run("plain"), await broker.get_run("long")
+        assert plain.expires_at is not None and since + timedelta(days=14) <= plain.expires_at <= until + timedelta(
+            days=14
+        )
+        assert long.expires_at is not None and since + timedelta(days=30) <= long.expires_at <= until + timedelta(
+            days=30
+        )
+        assert (await broker.get_run("parked")).expires_at == parked.expires_at  # a pause's deadline, as it was
+
+
 async def test_the_sqlite_history_index_kept_up_with_the_event_log_matches_one_rebuilt_from_it(tmp_path: Path) -> None:
     path = tmp_path / "history.db"
     async with interlock.connect(f"sqlite:///{path}") as broker:

@@ -3,6 +3,8 @@ way (the dashboard's narrow rows of settled requests, a person's texts in id ord
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 from pg_support import empty_database
@@ -223,3 +225,35 @@ async def test_a_database_migrated_by_a_later_version_is_refused_and_left_as_it_
             assert await conn.fetchval("SELECT count(*) FROM requests") == 0
         finally:
             await conn.close()
+
+
+async def test_runs_left_running_before_the_upgrade_that_gives_them_up_get_the_default_window_from_then(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import interlock.store.postgres as postgres_store
+
+    with empty_database() as url:
+        with monkeypatch.context() as patch:  # a database of the version before: a running run had no deadline
+            patch.setattr(
+                postgres_store, "load_migrations", lambda dialect: before("a_running_run_given_up_when_abandoned")
+            )
+            async with interlock.connect(url) as broker:
+                await broker.start_run("mailer", run_id="plain")
+                await broker.start_run("mailer", run_id="long", max_duration=timedelta(days=30))
+                run = await broker.start_run("mailer", run_id="parked")
+                request = await broker.create(Text("Send?"), run=run.id)
+                parked = await broker.park(run.id, state=None, waiting_on=[request.id])
+            conn = await asyncpg.connect(url)
+            try:
+                await conn.execute("UPDATE runs SET expires_at = NULL WHERE status = 'running'")
+            finally:
+                await conn.close()
+        since = datetime.now(UTC)
+        async with interlock.connect(url) as broker:
+            until = datetime.now(UTC)
+            plain, long = await broker.get_run("plain"), await broker.get_run("long")
+            assert plain.expires_at is not None
+            assert since + timedelta(days=14) <= plain.expires_at <= until + timedelta(days=14)
+            assert long.expires_at is not None
+            assert since + timedelta(days=30) <= long.expires_at <= until + timedelta(days=30)
+            assert (await broker.get_run("parked")).expires_at == parked.expires_at  # a pause's deadline, as it was

@@ -1040,6 +1040,19 @@ def test_every_event_of_a_long_run_is_reached_through_its_page_s_newer_links(ser
     expect(rows.first).to_have_attribute("data-id", str(made[0]))
 
 
+def test_a_running_run_s_page_says_when_it_is_given_up_unless_its_process_goes_on(server: Server, page: Page) -> None:
+    async def start() -> None:
+        run = await server.broker.start_run("deployer", run_id="run-8", requester="bot")
+        await server.broker.create(Text("Which region?"), to="alice", requester="bot", run=run.id, agent="deployer")
+
+    server.run(start())
+    sign_in(page, server)
+    page.goto(f"{server.url}/inbox/runs/run-8")
+    expect(page.locator(".run-status")).to_have_text("running")
+    expect(page.locator(".run-facts")).to_contain_text("as abandoned at")
+    expect(page.locator(".run-facts")).to_contain_text("unless its agent's process parks it or starts it again")
+
+
 def test_a_run_s_page_follows_the_run_as_it_goes_on_and_keeps_a_message_being_written(
     server: Server, page: Page
 ) -> None:

@@ -119,10 +119,18 @@ class RunModel(BaseModel):
     session: str | None
     requester: str | None
     status: Literal["running", "waiting_for_input", "waiting_for_approval", "completed", "failed", "cancelled"]
-    terminal_reason: str | None
+    terminal_reason: str | None = Field(
+        description="why it ended: `interaction_timeout` (its pause ran out), `abandoned` (running in its agent's "
+        "own process, which neither parked it nor started it again in time), `cancelled_by_user` or the reason a "
+        "cancel gave, `error` (failed)"
+    )
     created_at: str
     updated_at: str
-    expires_at: str | None = Field(description="while parked on a person: when the pause is given up")
+    expires_at: str | None = Field(
+        description="while parked on a person: when the pause is given up (`interaction_timeout`); while running "
+        "with no worker holding it (in its agent's own process): when it is given up as `abandoned` unless that "
+        "process parks it or starts it again first"
+    )
     max_duration: float | None
     waiting_on: list[str]
     ready: bool = Field(description="every request the run waits on has settled: a worker may claim it")
@@ -205,7 +213,8 @@ async def start_run(body: StartBody, caller: Caller, broker: TheBroker) -> JSONR
     """Start a run of an agent (status `running`). Create its requests with
     `origin.run` set to its id, then park it on them. An agent's `run_id` is scoped to it:
     the run's `id` is `{agent}:{run_id}`, which no other agent's run can hold or block,
-    and starting the same `run_id` again returns that run as it is. With `exclusive`, a
+    and starting the same `run_id` again returns that run as it is (one still `running`
+    with no worker holding it gets a new `expires_at`: its process is alive). With `exclusive`, a
     new run is refused (409 `run_conflict`) while a run of the agent on its `session`
     started by the caller has not ended."""
     _agent_only(caller, "starts runs")
@@ -231,6 +240,11 @@ async def start_run(body: StartBody, caller: Caller, broker: TheBroker) -> JSONR
                 # Only the operator could have stored a run under an agent's own name.
                 raise ApiError("forbidden", "a run with this id was started by someone else")
             if existing.agent == body.agent:  # (another agent's: the start below refuses it)
+                if existing.status is RunStatus.RUNNING and existing.worker is None:
+                    # Its process started it again, so is alive: the start gives it a new deadline.
+                    existing = await broker.start_run(
+                        body.agent, session=existing.session, run_id=run_id, requester=existing.requester
+                    )
                 return out(caller, existing)
     requester = body.requester if caller.kind == "admin" else caller.name
     # (exclusive: refused only for a run of the same requester, so the caller's own, which it sees)

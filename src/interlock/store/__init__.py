@@ -727,8 +727,9 @@ class RunStore(Protocol):
     """
 
     async def insert_run(self, run: Run, *, exclusive: bool = False) -> tuple[Run, bool]:
-        """Store a new run and its `run_started` event; if one with this id exists, store
-        nothing and return it with False. With `exclusive` (the run names a session), the
+        """Store a new run (with its `expires_at`: when it is given up as abandoned if its
+        process never parks it) and its `run_started` event; if one with this id exists,
+        store nothing and return it with False. With `exclusive` (the run names a session), the
         run holds its session: if a run of its agent and requester on that session has not
         ended, store nothing and return that run (the newest such) with False; and while
         this one has not ended, no other exclusive run of its agent and requester is stored
@@ -745,6 +746,12 @@ class RunStore(Protocol):
         `insert` and `park_run` append; return the run as parked and True. If a run with
         this id exists, store nothing and return it with False. A request in a closed
         channel raises `Closed`, and nothing is stored."""
+        ...
+
+    async def restart_run(self, run_id: str, *, expires_at: datetime) -> Run | None:
+        """Give a running run that no worker holds a new `expires_at` (its process started
+        it again, so it is alive): the run so renewed, or None if it is not such a run
+        (parked, claimed by a worker, ended, unknown). Appends no event."""
         ...
 
     async def get_run(self, run_id: str) -> Run | None: ...
@@ -817,14 +824,21 @@ class RunStore(Protocol):
         other than `worker` holds it) and the requests it cancelled."""
         ...
 
-    async def expire_runs(self, due: datetime, response: Response) -> list[tuple[Run, list[Request]]]:
-        """End every parked run whose `expires_at` is at or before `due` as cancelled with
-        `terminal_reason` "interaction_timeout", cancelling its pending requests with
-        `response`."""
+    async def expire_runs(
+        self, due: datetime, response: Response, *, abandoned: Response | None = None
+    ) -> list[tuple[Run, list[Request]]]:
+        """End every parked run (not ready) whose `expires_at` is at or before `due` as
+        cancelled with `terminal_reason` "interaction_timeout", cancelling its pending
+        requests with `response`; with `abandoned`, also every running run that no worker
+        holds whose `expires_at` is due (its process gave no sign of life: it never parked
+        it nor started it again), as cancelled with `terminal_reason` "abandoned",
+        cancelling its pending requests with `abandoned`. Each ends with its `run_cancelled`
+        event."""
         ...
 
     async def next_run_expiry(self) -> datetime | None:
-        """The earliest `expires_at` among parked runs."""
+        """The earliest `expires_at` among parked runs (not ready) and running runs no
+        worker holds."""
         ...
 
 

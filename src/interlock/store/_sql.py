@@ -86,6 +86,7 @@ __all__ = [
     "grants_sql",
     "load_migrations",
     "load_queries",
+    "expirable",
     "may_end",
     "positional",
     "request_and_created",
@@ -993,11 +994,12 @@ def run_from_row(row: Sequence[Any], time: Any) -> Run:
     )
 
 
-def may_end(run: Run, status: RunStatus, worker: str | None, due: datetime | None) -> bool:
+def may_end(run: Run, status: RunStatus, worker: str | None, due: datetime | None, *, abandoned: bool = False) -> bool:
     """Whether a run may end now as `status`: not ended; running and held by `worker` when
     given; completed or failed without `worker`, running and held by no worker (a worker
     resuming it ends it, not its agent; a cancellation ends it whoever holds it); and when
-    it is being expired (`due`), still parked on a person (not ready) past its deadline."""
+    it is being expired (`due`), past its deadline and still parked on a person (not
+    ready), or with `abandoned`, still running held by no worker."""
     if run.status.ended:
         return False
     if (worker is not None or status is not RunStatus.CANCELLED) and not (
@@ -1005,8 +1007,16 @@ def may_end(run: Run, status: RunStatus, worker: str | None, due: datetime | Non
     ):
         return False
     if due is not None:
-        return run.status.waiting and not run.ready and run.expires_at is not None and run.expires_at <= due
+        return run.expires_at is not None and run.expires_at <= due and expirable(run, abandoned=abandoned)
     return True
+
+
+def expirable(run: Run, *, abandoned: bool) -> bool:
+    """Whether `run` is one its deadline ends: with `abandoned`, a running run no worker
+    holds (its own process gave no sign of life); else one parked on a person (not ready)."""
+    if abandoned:
+        return run.status is RunStatus.RUNNING and run.worker is None
+    return run.status.waiting and not run.ready
 
 
 def held_elsewhere(status: RunStatus, holder: str | None, worker: str | None) -> bool:
@@ -1617,13 +1627,14 @@ class SqlStore:
         worker: str | None,
         withdraw: Response,
         due: datetime | None = None,
+        abandoned: bool = False,
     ) -> tuple[Run | None, Settled]:
         """End a run in `tx` if it may end (see `may_end`), cancelling its pending requests
         with `withdraw`: the ended run and the requests cancelled, with their stored
         responses."""
         await self._lock_requests_of_run(tx, run_id)
         run = await self._locked_run(tx, run_id)
-        if run is None or not may_end(run, status, worker, due):
+        if run is None or not may_end(run, status, worker, due, abandoned=abandoned):
             return None, []
         row = await tx.row("end_run", status.value, *fields, run_id)
         assert row is not None  # the run is locked
@@ -1657,11 +1668,20 @@ class SqlStore:
         return await self._withdraw_pending_in(tx, run_id, withdraw)
 
     async def _expire_in(
-        self, tx: Transaction, run_id: str, due: datetime, response: Response
+        self, tx: Transaction, run_id: str, due: datetime, response: Response, abandoned: Response | None = None
     ) -> tuple[Run | None, Settled]:
-        """Cancel a run left waiting on a person past its deadline `due` (see `_end_in`)."""
+        """Cancel a run past its deadline `due` (see `_end_in`): left waiting on a person;
+        with `abandoned`, left running by a process that gave no sign of life since."""
+        if abandoned is not None:
+            fields = (None, None, "abandoned", self._stamp(due))
+            return await self._end_in(tx, run_id, RunStatus.CANCELLED, fields, None, abandoned, due, abandoned=True)
         fields = (None, None, "interaction_timeout", self._stamp(due))
         return await self._end_in(tx, run_id, RunStatus.CANCELLED, fields, None, response, due)
+
+    async def restart_run(self, run_id: str, *, expires_at: datetime) -> Run | None:
+        stamp = self._stamp(expires_at)
+        row = await self._write_in(lambda tx: tx.row("restart_run", stamp, run_id), notify=False)
+        return None if row is None else run_from_row(tuple(row), self._time)
 
     # -- follow-up messages ------------------------------------------------------------------
 

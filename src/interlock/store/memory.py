@@ -69,6 +69,7 @@ from . import (
 )
 from ._sql import (  # JSON as the SQL stores write it; the rules who ends a run, who takes its messages
     encode_document,
+    expirable,
     held_elsewhere,
     may_end,
 )
@@ -681,8 +682,19 @@ class MemoryStore:
             if busy is not None:
                 return busy, False
         self._put_run(run)
+        if run.expires_at is not None:
+            heapq.heappush(self._run_expiry, (run.expires_at, run.id))
         self._append_run("run_started", run)
         return run, True
+
+    async def restart_run(self, run_id: str, *, expires_at: datetime) -> Run | None:
+        run = self._runs.get(run_id)
+        if run is None or run.status is not RunStatus.RUNNING or run.worker is not None:
+            return None
+        run = evolve(run, expires_at=expires_at)
+        self._put_run(run)
+        heapq.heappush(self._run_expiry, (expires_at, run_id))
+        return run
 
     def _unended_on(self, run: Run) -> Run | None:
         """The newest run of `run`'s agent and requester on its session that has not ended
@@ -908,25 +920,43 @@ class MemoryStore:
         self._append_run(f"run_{status.value}", run)
         return run, cancelled
 
-    async def expire_runs(self, due: datetime, response: Response) -> builtins.list[tuple[Run, builtins.list[Request]]]:
+    async def expire_runs(
+        self, due: datetime, response: Response, *, abandoned: Response | None = None
+    ) -> builtins.list[tuple[Run, builtins.list[Request]]]:
         out = []
+        kept = []  # running runs left alone (no `abandoned` given): their entries stay
         while self._run_expiry and self._run_expiry[0][0] <= due:
             deadline, run_id = heapq.heappop(self._run_expiry)
             run = self._runs.get(run_id)
-            if run is None or not run.status.waiting or run.ready or run.expires_at != deadline:
+            if run is None or run.expires_at != deadline:
+                continue
+            if expirable(run, abandoned=False):
+                reason, withdraw = "interaction_timeout", response
+            elif expirable(run, abandoned=True):
+                if abandoned is None:
+                    kept.append((deadline, run_id))
+                    continue
+                reason, withdraw = "abandoned", abandoned
+            else:
                 continue
             ended, cancelled = await self.end_run(
-                run_id, RunStatus.CANCELLED, at=due, terminal_reason="interaction_timeout", withdraw=response
+                run_id, RunStatus.CANCELLED, at=due, terminal_reason=reason, withdraw=withdraw
             )
             if ended is not None:
                 out.append((ended, cancelled))
+        for entry in kept:
+            heapq.heappush(self._run_expiry, entry)
         return out
 
     async def next_run_expiry(self) -> datetime | None:
         while self._run_expiry:
             deadline, run_id = self._run_expiry[0]
             run = self._runs.get(run_id)
-            if run is not None and run.status.waiting and not run.ready and run.expires_at == deadline:
+            if (
+                run is not None
+                and run.expires_at == deadline
+                and (expirable(run, abandoned=False) or expirable(run, abandoned=True))
+            ):
                 return deadline
             heapq.heappop(self._run_expiry)
         return None

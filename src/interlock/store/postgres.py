@@ -770,7 +770,10 @@ class PostgresStore(SqlStore):
     async def insert_run(self, run: Run, *, exclusive: bool = False) -> tuple[Run, bool]:
         duration = run.max_duration.total_seconds() if run.max_duration is not None else None
         data = encode_json(run_event_data(run))
-        args = (run.id, run.agent, run.session, run.requester, run.status.value, duration, run.created_at, data)
+        args = (
+            *(run.id, run.agent, run.session, run.requester, run.status.value, duration, run.created_at, data),
+            run.expires_at,
+        )
         if exclusive:
             return await self._insert_sole_run(run, args)
         created = await self._query("fetchval", Q["insert_run"], *args)  # safe to repeat: the id decides
@@ -887,12 +890,18 @@ class PostgresStore(SqlStore):
         row = await self.pool.fetchrow(Q["finish_run"], run_id, status.value, *fields, worker)  # one round trip
         return (None, False) if row is None else (self._run(tuple(row)[:-1]), row["left_pending"])
 
-    async def expire_runs(self, due: datetime, response: Response) -> list[tuple[Run, list[Request]]]:
+    async def expire_runs(
+        self, due: datetime, response: Response, *, abandoned: Response | None = None
+    ) -> list[tuple[Run, list[Request]]]:
         out = []
-        for (run_id,) in await self._rows("runs_due", due):
+        for run_id, running in await self._rows("runs_due", due):
+            if running and abandoned is None:
+                continue
             # One transaction a run; another node expiring the same run finds it ended.
             ended, cancelled = await self._write_in(
-                functools.partial(self._expire_in, run_id=run_id, due=due, response=response)
+                functools.partial(
+                    self._expire_in, run_id=run_id, due=due, response=response, abandoned=abandoned if running else None
+                )
             )
             if ended is not None:
                 out.append((ended, self._remember_all(cancelled)))

@@ -270,6 +270,7 @@ def _run_row(run: Run) -> dict[str, Any]:
         "max_duration": run.max_duration.total_seconds() if run.max_duration is not None else None,
         "created_at": _us(run.created_at),
         "updated_at": _us(run.updated_at),
+        "expires_at": _us(run.expires_at),
     }
 
 
@@ -1295,14 +1296,18 @@ class SqliteStore(SqlStore):
         params |= {"id": run_id, "status": status.value, "worker": worker}
         return await self._write(lambda db: self._finish_in(db, params))
 
-    async def expire_runs(self, due: datetime, response: Response) -> list[tuple[Run, list[Request]]]:
-        if not await self._rows("runs_due", _us(due)):
+    async def expire_runs(
+        self, due: datetime, response: Response, *, abandoned: Response | None = None
+    ) -> list[tuple[Run, list[Request]]]:
+        if not [row for row in await self._rows("runs_due", _us(due)) if abandoned is not None or not row[1]]:
             return []  # the common case for the expiry loop: take no write lock
 
         async def expire(tx: Transaction) -> list[tuple[Run, Settled]]:
             out = []
-            for (run_id,) in await tx.rows("runs_due", _us(due)):
-                ended, cancelled = await self._expire_in(tx, run_id, due, response)
+            for run_id, running in await tx.rows("runs_due", _us(due)):
+                if running and abandoned is None:
+                    continue
+                ended, cancelled = await self._expire_in(tx, run_id, due, response, abandoned if running else None)
                 if ended is not None:
                     out.append((ended, cancelled))
             return out

@@ -176,8 +176,8 @@ SELECT id, principal, kind, owner, token, csrf, expires_at FROM interlock_end_se
 
 -- name: insert_run
 WITH inserted AS (
-    INSERT INTO runs (id, agent, session, requester, status, max_duration, created_at, updated_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+    INSERT INTO runs (id, agent, session, requester, status, max_duration, created_at, updated_at, expires_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $9)
     ON CONFLICT (id) DO NOTHING
     RETURNING id
 )
@@ -191,9 +191,9 @@ RETURNING id;
 -- index of unended sole runs (migration 0043) makes the second wait for the first to
 -- commit, then store nothing. No row when a run of this id, or such a run, is stored.
 WITH inserted AS (
-    INSERT INTO runs (id, agent, session, requester, status, max_duration, created_at, updated_at, sole)
+    INSERT INTO runs (id, agent, session, requester, status, max_duration, created_at, updated_at, expires_at, sole)
     SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::double precision, $7::timestamptz, $7::timestamptz,
-           true
+           $9::timestamptz, true
     WHERE NOT EXISTS (
         SELECT 1 FROM runs
         WHERE session = $3::text AND agent = $2::text AND coalesce(requester, '') = coalesce($4::text, '')
@@ -276,13 +276,25 @@ RETURNING id, agent, session, requester, status, terminal_reason, ready, worker,
 SELECT status, doc, response FROM requests WHERE run = $1 AND status = 'pending' ORDER BY id;
 
 -- name: runs_due
-SELECT id FROM runs WHERE expires_at IS NOT NULL AND expires_at <= $1
-  AND status IN ('waiting_for_input', 'waiting_for_approval') AND NOT ready
+-- Runs past their deadline: parked on a person (not ready), or running held by no worker
+-- (a worker's claim has none: its lease hands it on); whether it is the latter.
+SELECT id, status = 'running' FROM runs WHERE expires_at IS NOT NULL AND expires_at <= $1
+  AND ((status IN ('waiting_for_input', 'waiting_for_approval') AND NOT ready)
+       OR (status = 'running' AND worker IS NULL))
 ORDER BY expires_at LIMIT 100;
 
 -- name: next_run_expiry
 -- A ready run (every request settled) is not abandoned: it waits for a worker, not a person.
+-- (A run has a deadline only while parked or running held by no worker.)
 SELECT min(expires_at) FROM runs WHERE expires_at IS NOT NULL AND NOT ready;
+
+-- name: restart_run
+-- A running run no worker holds, started again by its process: a new deadline. No row
+-- for any other run (parked, claimed by a worker, ended).
+UPDATE runs SET expires_at = $1
+WHERE id = $2 AND status = 'running' AND worker IS NULL
+RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
 
 -- name: settle_granting
 SELECT interlock_settle_granting($1, $2, $3, $4, $5);

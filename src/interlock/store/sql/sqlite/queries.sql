@@ -167,8 +167,8 @@ WHERE s.hash = :hash AND s.expires_at > :now AND t.revoked_at IS NULL;
 DELETE FROM sessions WHERE hash = :hash RETURNING token;
 
 -- name: insert_run
-INSERT INTO runs (id, agent, session, requester, status, max_duration, created_at, updated_at)
-VALUES (:id, :agent, :session, :requester, :status, :max_duration, :created_at, :updated_at)
+INSERT INTO runs (id, agent, session, requester, status, max_duration, created_at, updated_at, expires_at)
+VALUES (:id, :agent, :session, :requester, :status, :max_duration, :created_at, :updated_at, :expires_at)
 ON CONFLICT (id) DO NOTHING
 RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
           attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
@@ -177,8 +177,8 @@ RETURNING id, agent, session, requester, status, terminal_reason, ready, worker,
 -- A run that holds its session (`exclusive`): stored only if no run of its agent and
 -- requester on that session has not ended. The writer holds the whole file, so the look
 -- and the insert are one step; no row when a run of this id, or such a run, is stored.
-INSERT INTO runs (id, agent, session, requester, status, max_duration, created_at, updated_at, sole)
-SELECT :id, :agent, :session, :requester, :status, :max_duration, :created_at, :updated_at, 1
+INSERT INTO runs (id, agent, session, requester, status, max_duration, created_at, updated_at, expires_at, sole)
+SELECT :id, :agent, :session, :requester, :status, :max_duration, :created_at, :updated_at, :expires_at, 1
 WHERE NOT EXISTS (
     SELECT 1 FROM runs
     WHERE session = :session AND agent = :agent AND coalesce(requester, '') = coalesce(:requester, '')
@@ -207,6 +207,14 @@ INSERT INTO runs (id, agent, session, requester, status, max_duration, created_a
 VALUES (:id, :agent, :session, :requester, :status, :max_duration, :created_at, :updated_at,
         :state, :ids, :expires_at, :ids = '[]')
 ON CONFLICT (id) DO NOTHING
+RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
+          attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
+
+-- name: restart_run
+-- A running run no worker holds, started again by its process: a new deadline. No row
+-- for any other run (parked, claimed by a worker, ended).
+UPDATE runs SET expires_at = :expires_at
+WHERE id = :id AND status = 'running' AND worker IS NULL
 RETURNING id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
           attempts, max_duration, created_at, updated_at, waiting_on, state, result, error;
 
@@ -308,12 +316,16 @@ SELECT status, doc, response FROM requests WHERE run = :id AND status = 'pending
 SELECT 1 FROM requests WHERE run = :id AND status = 'pending' LIMIT 1;
 
 -- name: runs_due
-SELECT id FROM runs WHERE expires_at IS NOT NULL AND expires_at <= :due
-  AND status IN ('waiting_for_input', 'waiting_for_approval') AND ready = 0
+-- Runs past their deadline: parked on a person (not ready), or running held by no worker
+-- (a worker's claim has none: its lease hands it on); whether it is the latter.
+SELECT id, status = 'running' FROM runs WHERE expires_at IS NOT NULL AND expires_at <= :due
+  AND ((status IN ('waiting_for_input', 'waiting_for_approval') AND ready = 0)
+       OR (status = 'running' AND worker IS NULL))
 ORDER BY expires_at LIMIT 100;
 
 -- name: next_run_expiry
 -- A ready run (every request settled) is not abandoned: it waits for a worker, not a person.
+-- (A run has a deadline only while parked or running held by no worker.)
 SELECT min(expires_at) FROM runs WHERE expires_at IS NOT NULL AND ready = 0;
 -- name: insert_grant_row
 INSERT INTO grants (id, resource, ability, issuer, audience, issued_at, expires_at, request_id, ask_id, option_id)
