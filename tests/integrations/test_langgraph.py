@@ -6,11 +6,13 @@ import logging
 import operator
 from typing import Annotated, Any, TypedDict
 
+import anyio
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
+import interlock
 from interlock import Broker, Choice, Confirm, RunConflict, Status
 from interlock.agent import ApprovalGate
 from interlock.integrations.langgraph import LangGraphAgent, approval, approve, ask
@@ -18,6 +20,7 @@ from interlock.model import RunStatus
 from interlock.runs import Worker
 
 pytestmark = pytest.mark.anyio
+BOUND = 10  # seconds: the most a wait here may take
 
 SCHEMA = {
     "type": "object",
@@ -333,6 +336,33 @@ async def test_a_new_run_killed_before_its_first_checkpoint_starts_again_on_its_
     await broker.resolve(asked.id, True, by="alice")
     assert (await claim_and_resume(broker, agent)).status is RunStatus.COMPLETED
     assert mailer.sent == [{"to": "ceo@example.com", "subject": "release 1.4"}]
+
+
+async def test_a_thread_whose_run_s_process_died_before_parking_is_freed_once_the_run_is_given_up() -> None:
+    """A run killed before it parked, never started again, held its thread for good: every
+    new run on it was refused. It is given up after the pause timeout, and the thread is free."""
+    async with interlock.connect("memory://", pause_timeout=0.3) as broker:
+        mailer = Mailer()
+        saver = DiesAtItsNextCheckpoint()
+        saver.armed = True
+        with pytest.raises(Killed):
+            await LangGraphAgent(broker, mailer.graph(saver), name="mailer", to="alice").start(
+                {"to": "ops@example.com"}, thread_id="t-1"
+            )
+        saver.armed = False
+        [killed] = (await broker.list_runs(agent="mailer")).items
+        assert killed.status is RunStatus.RUNNING and killed.expires_at is not None
+        agent = LangGraphAgent(broker, mailer.graph(saver), name="mailer", to="alice")
+        with pytest.raises(RunConflict):
+            await agent.start({"to": "ceo@example.com"}, thread_id="t-1", run_id="r-2")
+
+        with anyio.fail_after(BOUND):
+            async for event in broker.events(follow=True):
+                if event.type == "run_cancelled" and event.data["run"] == killed.id:
+                    break
+        assert (await broker.get_run(killed.id)).terminal_reason == "abandoned"
+        started = await agent.start({"to": "ceo@example.com"}, thread_id="t-1", run_id="r-2")
+        assert (started.id, started.status) == ("r-2", RunStatus.WAITING_FOR_APPROVAL)
 
 
 @pytest.mark.parametrize("named_by", ["thread", "run_id"])
