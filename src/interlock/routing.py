@@ -387,12 +387,23 @@ SECRET_OPTIONS = ("secret", "password", "token", "signing_secret")
 MASK = "***"
 
 
+SECRET_TABLES = ("headers",)
+"""The channel options whose every value `masked` hides: a webhook's `headers` (an
+`Authorization` header carries a credential)."""
+
+
 def masked(doc: Mapping[str, Any], secrets: Sequence[str] = SECRET_OPTIONS) -> dict[str, Any]:
-    """A routing document with the channels' secrets replaced by `***` (`MASK`)."""
+    """A routing document with the channels' secrets replaced by `***` (`MASK`): the
+    options `secrets` names, and each value of a table `SECRET_TABLES` names."""
     out = dict(doc)
     channels = {}
     for name, options in dict(doc.get("channels", {})).items():
-        channels[name] = {k: (MASK if k in secrets and v else v) for k, v in dict(options).items()}
+        shown = {k: (MASK if k in secrets and v else v) for k, v in dict(options).items()}
+        for table in SECRET_TABLES:
+            values = shown.get(table)
+            if isinstance(values, Mapping):
+                shown[table] = {k: (MASK if v else v) for k, v in values.items()}
+        channels[name] = shown
     if channels:
         out["channels"] = channels
     return out
@@ -410,19 +421,32 @@ def unmasked(doc: Mapping[str, Any], current: Mapping[str, Any] | None) -> dict[
     before = before if isinstance(before, Mapping) else {}
     restored: dict[str, Any] = {}
     for name, options in channels.items():
-        if isinstance(options, Mapping) and MASK in options.values():
-            options = dict(options)
+        if isinstance(options, Mapping):
             old = before.get(name)
+            old = old if isinstance(old, Mapping) and old.get("type") == options.get("type") else {}
+            options = dict(options)
             for key in SECRET_OPTIONS:
-                if options.get(key) != MASK:
-                    continue
-                kept = old.get(key) if isinstance(old, Mapping) and old.get("type") == options.get("type") else None
-                if not isinstance(kept, str) or not kept or kept == MASK:
-                    raise RoutingError(
-                        f"channels.{name}.{key}: {MASK!r} is how a secret is shown, and the routing in use "
-                        f"has no such secret for a {options.get('type')} channel named {name!r} to keep: "
-                        "give the secret itself"
-                    )
-                options[key] = kept
+                if options.get(key) == MASK:
+                    options[key] = _kept(old.get(key), f"channels.{name}.{key}", options.get("type"), name)
+            for table in SECRET_TABLES:
+                given, had = options.get(table), old.get(table)
+                if isinstance(given, Mapping) and MASK in given.values():
+                    had = had if isinstance(had, Mapping) else {}
+                    options[table] = {
+                        k: _kept(had.get(k), f"channels.{name}.{table}.{k}", options.get("type"), name)
+                        if v == MASK
+                        else v
+                        for k, v in given.items()
+                    }
         restored[name] = options
     return {**doc, "channels": restored}
+
+
+def _kept(secret: object, where: str, kind: object, channel: str) -> str:
+    """The secret in use that a `***` at `where` keeps; `RoutingError` when there is none."""
+    if not isinstance(secret, str) or not secret or secret == MASK:
+        raise RoutingError(
+            f"{where}: {MASK!r} is how a secret is shown, and the routing in use has no such secret for a "
+            f"{kind} channel named {channel!r} to keep: give the secret itself"
+        )
+    return secret

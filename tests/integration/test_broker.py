@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from collections.abc import Callable
@@ -1216,6 +1217,27 @@ async def test_a_routing_put_back_as_shown_keeps_the_secrets_in_use(local: Local
     await local.set_routing({**(await local.routing() or {}), "max_attempts": 4})
     kept = await stored_routing(local.store)
     assert kept is not None and kept["channels"]["pager"]["secret"] == "s3cret-s3cret-s3cret"
+
+
+async def test_a_webhooks_headers_are_shown_masked_and_kept_when_put_back_as_shown(
+    broker: Broker, local: LocalBroker
+) -> None:
+    hook = {**_PAGER["channels"]["pager"], "headers": {"Authorization": "Bearer hdr-s3cret", "X-Team": "ops"}}
+    shown = await broker.set_routing({**_PAGER, "channels": {"pager": hook}})
+    assert shown["channels"]["pager"]["headers"] == {"Authorization": "***", "X-Team": "***"}
+    assert "hdr-s3cret" not in json.dumps(await broker.routing())
+    edited = {**shown, "channels": {"pager": {**shown["channels"]["pager"]}}}
+    edited["channels"]["pager"]["headers"] = {"Authorization": "***", "X-Team": "dev"}  # one kept, one changed
+    await broker.set_routing(edited)
+    kept = await stored_routing(local.store)
+    assert kept is not None and kept["channels"]["pager"]["headers"] == {
+        "Authorization": "Bearer hdr-s3cret",
+        "X-Team": "dev",
+    }
+    edited["channels"]["pager"]["headers"] = {"X-Other": "***"}
+    with pytest.raises(InvalidRequest, match=r"channels\.pager\.headers\.X-Other: '\*\*\*' is how a secret is shown"):
+        await broker.set_routing(edited)
+    assert await stored_routing(local.store) == kept
 
 
 async def test_a_routing_file_seeds_the_store_and_what_was_set_since_stays_until_the_file_changes(

@@ -3,7 +3,8 @@
 Options (in the routing file's `[channels.NAME]`): `url` (required; a recipient's address
 for this channel, when given, is used instead), `secret` (signs every body, see
 `interlock.webhooks`), `timeout` (seconds, 10 by default), `headers` (a table of extra
-headers). A 2xx answer is a delivery; 408, 429 and 5xx (and no answer) are tried again;
+headers, each value shown as `***` where the routing is shown). A 2xx answer is a
+delivery; 408, 429 and 5xx (and no answer) are tried again;
 any other 4xx is a dead letter at once (the receiver refused it), and so is a redirect
 (3xx): it is not followed, since the signed body would go where nobody configured, and the
 dead letter names where it pointed.
