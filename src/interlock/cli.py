@@ -1289,7 +1289,8 @@ def serve(
             "--routing",
             envvar="INTERLOCK_ROUTING",
             help="A routing file (TOML): who is told about requests, through which channels (webhook, email, "
-            "Slack, plugins). The delivery loop then runs in the server.",
+            "Slack, plugins). The delivery loop then runs in the server; without it, it runs as the routing kept "
+            "in the store says, if there is one (`interlock routing set`).",
         ),
     ] = None,
     concurrency: SendsOption = 16,
@@ -1373,10 +1374,16 @@ def serve(
         if proxies:
             err.print(f"trusting X-Forwarded-Proto and X-Forwarded-For from {', '.join(proxies)}", markup=False)
         delivery = app.state.interlock.delivery
-        if routing is not None and delivery is not None:
+        if delivery is not None:
             _warn_of(delivery.routing)
             names = ", ".join(delivery.channels) or "none"
-            if delivery.routing is from_file:
+            if routing is None:  # no --routing: the one kept in the store is used all the same
+                err.print(
+                    f"delivering notifications as the routing kept in the store says (channels: {names}): "
+                    "`interlock routing show` reads it",
+                    markup=False,
+                )
+            elif delivery.routing is from_file:
                 err.print(f"delivering notifications as {routing} says (channels: {names})", markup=False)
             else:
                 err.print(

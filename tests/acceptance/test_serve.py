@@ -170,6 +170,23 @@ async def test_serve_names_the_routing_in_use_when_the_stored_one_overrides_the_
     assert "channels:hook" not in said
 
 
+async def test_serve_without_a_routing_file_says_it_delivers_as_the_stored_routing_says(tmp_path: Path) -> None:
+    """A node started without --routing on a store that keeps a routing delivers by it: it
+    says so, with the routing's warnings, as a node started with the file does."""
+    db = f"sqlite:///{tmp_path / 'served.db'}"
+    async with serve("--db", db, "--no-auth") as bare:  # no routing anywhere: nothing to say
+        pass
+    assert "delivering" not in bare.stderr, bare.stderr
+    kept = tmp_path / "kept.toml"
+    kept.write_text('[channels.pager]\ntype = "webhook"\nurl = "http://127.0.0.1:9/"\n')
+    assert invoke("routing", "set", str(kept), "--db", db).returncode == 0
+    async with serve("--db", db, "--no-auth") as served:
+        pass
+    said = " ".join(served.stderr.split())
+    assert "delivering notifications as the routing kept in the store says (channels: pager)" in said, said
+    assert "warning:" in said and "pager" in said.partition("warning:")[2], said  # unsigned: it takes no answers
+
+
 async def printed(served: Served, words: str) -> str:
     """The first line `served` printed that holds `words`, once it has (bounded by the caller)."""
     while not (lines := [line for line in served.printed if words in line]):
