@@ -1680,18 +1680,50 @@ def token_revoke(
     works on the server's store, not through its URL."""
     _on_the_store(ctx, db, "token revoke")
 
-    async def work(broker: Broker) -> int:
+    async def work(broker: Broker) -> tuple[int, list[str]]:
         store = _local(broker)
         if what.startswith(TOKEN_PREFIX) and what.count("_") >= 2:
-            return await store.revoke_tokens(token_id=what.split("_")[1])
-        if await store.get_principal(what) is not None:
-            return await store.revoke_tokens(principal=what)
-        return await store.revoke_tokens(token_id=what)
+            return await store.revoke_tokens(token_id=what.split("_")[1]), []
+        found = await store.get_principal(what)
+        if found is not None:
+            mailed = _mail_addresses(await store.routing(), what) if found.kind == "human" else []
+            return await store.revoke_tokens(principal=what), mailed
+        return await store.revoke_tokens(token_id=what), []
 
-    count = _run(db, work)
+    count, mailed = _run(db, work)
     if not count:
         raise _fail(f"no live token matches {redact(what)!r}", DECLINED)
     err.print(f"revoked {count} token(s)")
+    if mailed:
+        err.print(
+            f"[yellow]warning:[/yellow] the routing gives {escape(what)} an email address "
+            f"({escape(', '.join(mailed))}): "
+            "the sign-in page still mails a sign-in link there, which signs them in with no token of theirs, and "
+            "the answer links mailed to them still answer as them until they expire; to cut them off, take "
+            f"their addresses out of the routing (`interlock routing show > routing.json`, edit it, "
+            "`interlock routing set routing.json`)",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _mail_addresses(routing: Mapping[str, Any] | None, person: str) -> list[str]:
+    """The addresses the routing `routing` (a document) gives `person` on its email
+    channels: where the sign-in page mails them a link."""
+    if routing is None:
+        return []
+    channels = routing.get("channels")
+    route = (routing.get("recipients") or {}).get(person)
+    if not isinstance(channels, Mapping) or not isinstance(route, Mapping):
+        return []
+    addresses = route.get("addresses")
+    if not isinstance(addresses, Mapping):
+        return []
+    return [
+        str(address)
+        for name, address in addresses.items()
+        if isinstance(channels.get(name), Mapping) and channels[name].get("type") == "email" and address
+    ]
 
 
 @token_app.command("list")

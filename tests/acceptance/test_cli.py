@@ -172,6 +172,32 @@ async def test_token_list_shows_the_web_inbox_s_session_tokens_apart_from_those_
     assert "web_sessions" not in run("token", "list", db=db).stdout
 
 
+def test_revoking_every_token_of_a_person_the_routing_mails_says_the_sign_in_page_still_mails_them_a_link(
+    db: str, tmp_path: Path
+) -> None:
+    # Revoking each of alice's tokens leaves her a person here, whom the sign-in page mails a
+    # link that makes her a session token of her own: the command says so, and how to stop it.
+    for who in ("alice", "bob"):
+        run("token", "create", who, "--human", db=db)
+    bob_token = run("token", "create", "bob", "--human", db=db).stdout.strip()
+    routing = tmp_path / "routing.toml"
+    routing.write_text(
+        '[channels.mail]\ntype = "email"\nhost = "127.0.0.1"\nfrom = "interlock@example.com"\n'
+        '[channels.hook]\ntype = "webhook"\nurl = "http://127.0.0.1:9/"\n'
+        '[recipients.alice]\nchannels = ["mail"]\naddresses = { mail = "alice@example.com" }\n'
+        '[recipients.bob]\nchannels = ["hook"]\n'
+    )
+    assert run("routing", "set", str(routing), db=db).returncode == 0
+    alice = run("token", "revoke", "alice", db=db)
+    assert alice.returncode == 0, alice.stderr
+    said = " ".join(alice.stderr.split())
+    assert "revoked 1 token(s)" in said
+    assert "the routing gives alice an email address (alice@example.com)" in said, said
+    assert "the sign-in page still mails a sign-in link there" in said and "interlock routing set" in said
+    for quiet in (run("token", "revoke", bob_token.split("_")[1], db=db), run("token", "revoke", "bob", db=db)):
+        assert quiet.returncode == 0 and "warning" not in quiet.stderr, quiet.stderr  # no email address
+
+
 def test_token_create_says_which_of_human_and_agent_is_missing_or_that_both_were_given(db: str) -> None:
     neither, both = run("token", "create", "y", db=db), run("token", "create", "y", "--human", "--agent", db=db)
     assert (neither.returncode, both.returncode) == (4, 4)
