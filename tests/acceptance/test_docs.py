@@ -290,6 +290,24 @@ def test_each_command_of_the_tutorial_names_the_tutorial_s_store() -> None:
     assert not missing, missing
 
 
+BACKUP_COMMANDS = ("pg_dump", ".backup ", "VACUUM INTO")
+
+
+def test_each_backup_the_docs_take_is_readable_by_its_owner_alone() -> None:
+    """A backup holds what the store does, the channels' secrets with which an answer can be
+    signed as anyone: each block that takes one first sets `umask 077`, so that the copy
+    is not made readable by every user of the machine (as pg_dump and sqlite3 make it under
+    the usual umask 022)."""
+    open_copies = []
+    for page in PAGES:
+        for code, line in runnable(page, "sh", "bash", "shell", "console"):
+            takes = [i for i, raw in enumerate(code.splitlines()) if any(c in raw for c in BACKUP_COMMANDS)]
+            private = [i for i, raw in enumerate(code.splitlines()) if raw.strip().startswith("umask 077")]
+            if takes and not (private and private[0] < takes[0]):
+                open_copies.append(f"{page_id(page)}:{line}")
+    assert not open_copies, f"a backup taken without `umask 077` before it: {open_copies}"
+
+
 def test_each_json_block_parses() -> None:
     for page in PAGES:
         for code, line in runnable(page, "json"):
