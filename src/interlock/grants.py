@@ -62,6 +62,7 @@ async def may_ask(
         who = "your owner" if caller.kind == "agent" else "yourself"
         raise Forbidden(
             f"you may ask only {who} here; asking {to!r} needs their permission: a grant of "
-            f"{INBOX_ABILITY!r} on {inbox_resource(to)!r} from {to!r}"
+            f"{INBOX_ABILITY!r} on {inbox_resource(to)!r} from {to!r}, which {to} gives with "
+            f"`interlock grants give {caller.name} --with {inbox_resource(to)} --can {INBOX_ABILITY}`"
         )
     return grant

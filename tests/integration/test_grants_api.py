@@ -95,6 +95,11 @@ async def test_the_ask_matrix_by_default(world: Callable[..., AbstractAsyncConte
             assert refused.status_code == 403
             assert refused.json()["code"] == "forbidden"
             assert "interlock:inbox/bob" in refused.json()["detail"]
+            # and how bob gives it, a command that, run by bob, lets bot ask him
+            assert (
+                "bob gives with `interlock grants give bot --with interlock:inbox/bob --can hitl/request`"
+                in (refused.json()["detail"])
+            )
             by_person = await alice.post("/requests", json=question(to="bob"))  # a person asks another
             assert by_person.status_code == 403
             gate = await bot.post("/approvals", json={**question(to="bob"), "kind": "approval", "context": {}})
