@@ -2973,6 +2973,13 @@ class LocalBroker(Broker):
             await self.open()
         return await self.store.list_tokens()
 
+    async def tokens_all_revoked(self, principal: str) -> bool:
+        """Whether `principal` had tokens of their own and every one is revoked (`token
+        revoke NAME` cut them off): no sign-in link signs them in, by email or otherwise."""
+        if self._state != "open":
+            await self.open()
+        return await self.store.tokens_all_revoked(principal)
+
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
         """Revoke one token by id, or every token of a principal, with the web sessions
         opened with them (a `token_revoked` event ends their streams on every node); how

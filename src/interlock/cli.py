@@ -1418,6 +1418,14 @@ def serve(
         elif found.kind != "human":
             err.print(f"no sign-in link: {person!r} is an agent here; sign in with a human's token", markup=False)
             return
+        elif await broker.tokens_all_revoked(person):
+            err.print(
+                f"no sign-in link: every token of {person!r} is revoked; sign in with a person's token, or give "
+                f"{person!r} a new one with `interlock token create {person} --human`",
+                markup=False,
+                soft_wrap=True,
+            )
+            return
         link = await mint_signin_link(broker, person, where)
         err.print(f"sign in as {person} (the link works once, for a day):", markup=False)
         err.print(f"    {link}", markup=False, highlight=False, soft_wrap=True)  # plain: one piece to copy
@@ -1676,8 +1684,10 @@ def token_revoke(
     what: Annotated[str, typer.Argument(help="A token (il_...), a token id, or a name to revoke all its tokens.")],
     db: LocalDb = None,
 ) -> None:
-    """Revoke a token, or every token of a human or agent; it stops working at once. It
-    works on the server's store, not through its URL."""
+    """Revoke a token, or every token of a human or agent; it stops working at once. A
+    person whose every token is revoked is cut off: no sign-in link (mailed, or printed by
+    serve) signs them in, and no answer link mailed to them answers, until `token create`
+    gives them a new one. It works on the server's store, not through its URL."""
     _on_the_store(ctx, db, "token revoke")
 
     async def work(broker: Broker) -> tuple[int, list[str]]:
@@ -1696,11 +1706,9 @@ def token_revoke(
     err.print(f"revoked {count} token(s)")
     if mailed:
         err.print(
-            f"[yellow]warning:[/yellow] the routing gives {escape(what)} an email address "
-            f"({escape(', '.join(mailed))}): "
-            "the sign-in page still mails a sign-in link there, which signs them in with no token of theirs, and "
-            "the answer links mailed to them still answer as them until they expire; to cut them off, take "
-            f"their addresses out of the routing (`interlock routing show > routing.json`, edit it, "
+            f"[yellow]warning:[/yellow] the routing still mails {escape(what)} of requests "
+            f"({escape(', '.join(mailed))}), though no link mailed to them signs them in or answers any more: "
+            "take their addresses out of the routing (`interlock routing show > routing.json`, edit it, "
             "`interlock routing set routing.json`)",
             highlight=False,
             soft_wrap=True,

@@ -269,6 +269,25 @@ def test_serve_on_a_terminal_makes_nobody_a_person_on_a_store_that_has_people(tm
     assert "alice" in listed.stdout and "operator-on-call" not in listed.stdout
 
 
+@pytest.mark.slow
+def test_serve_on_a_terminal_prints_no_signin_link_for_a_person_whose_every_token_is_revoked(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'shared.db'}"
+    assert invoke("token", "create", "alice", "--human", "--db", db).returncode == 0
+    assert invoke("token", "revoke", "alice", "--db", db).returncode == 0  # cut off
+    env = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_URL", "INTERLOCK_TOKEN")}
+    env["INTERLOCK_USER"] = "alice"
+    with on_a_terminal([*INTERLOCK, "serve", "--port", "0", "--db", db], cwd=tmp_path, env=env) as (_, next_line):
+        said = []
+        while not said or "sign in" not in said[-1]:
+            said.append(next_line())
+            assert said[-1], "serve said nothing about signing in"
+    assert not SIGNIN_LINK.search("".join(said))
+    assert one_line(said[-1]) == (
+        "no sign-in link: every token of 'alice' is revoked; sign in with a person's token, or give 'alice' a "
+        "new one with `interlock token create alice --human`"
+    )
+
+
 def signed_in_once(url: str, link: str) -> None:
     """The link shows a page to sign in, signs in once, and is spent after."""
     with httpx.Client(base_url=url) as client:

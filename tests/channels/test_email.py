@@ -299,6 +299,38 @@ async def test_a_team_s_email_link_answers_nothing_once_its_person_left_the_team
         assert (await client.get(f"/api/v1/requests/{to_ops['id']}")).json()["status"] == "pending"
 
 
+async def test_an_email_link_answers_nothing_once_every_token_of_its_person_is_revoked(
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], mailbox: Mailbox
+) -> None:
+    """`interlock token revoke alice` cuts her off: a link mailed to her before answers
+    nothing, as her revoked tokens do not; `token create alice` gives her them back."""
+    db = f"sqlite:///{tmp_path / 'mail.db'}"
+    async with interlock.connect(db) as broker:
+        assert isinstance(broker, LocalBroker)
+        await broker.save_principal(Principal("alice", "human"))
+        await broker.save_token(issue_token("alice", datetime.now(UTC)))
+    confirm = {"type": "confirm", "prompt": "Ship it?"}
+    async with (
+        serve_apart(db, auth=False, routing=routing_from_dict(routing_doc(mailbox.port))) as base,
+        httpx.AsyncClient(base_url=base, timeout=20) as client,
+    ):
+        request = (await client.post("/api/v1/requests", json={"to": "alice", "asks": [confirm]})).json()
+        [message] = await mailbox.until(1)
+        link = answer_links(parts(message)[0])["Yes"]
+        async with interlock.connect(db) as broker:
+            assert isinstance(broker, LocalBroker)
+            await broker.revoke_tokens(principal="alice")
+        for refused in (await client.get(link), await client.post(link)):
+            assert refused.status_code == 403 and "Not yours to answer" in refused.text
+            assert "Every token of alice&#39;s is revoked here" in refused.text
+        assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "pending"
+        async with interlock.connect(db) as broker:
+            assert isinstance(broker, LocalBroker)
+            await broker.save_token(issue_token("alice", datetime.now(UTC)))
+        assert (await client.post(link)).status_code == 200
+        assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "answered"
+
+
 def team_routing(port: int, members: list[str]) -> dict[str, Any]:
     """The ops team, of `members`, with its own address (a shared mailbox), and alice."""
     doc = routing_doc(port)

@@ -12,6 +12,7 @@ import re
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import pytest
 import interlock
 from asgi_support import InProcessServer, serving
 from interlock.broker import LocalBroker
-from interlock.principals import Principal
+from interlock.principals import Principal, issue_token
 from interlock.routing import routing_from_dict
 from interlock.server.app import create_app
 
@@ -195,3 +196,27 @@ async def test_a_link_the_mail_server_did_not_take_is_one_warning_naming_whom_an
     assert line.levelno == logging.WARNING and line.exc_info is None  # the mail server down: no bug to trace
     assert line.getMessage().startswith("mailing alice a sign-in link through mail failed: ")
     assert f"port {port}" in line.getMessage() and "ilk_" not in line.getMessage()
+
+
+async def test_a_person_whose_every_token_is_revoked_is_mailed_no_link_and_one_mailed_before_signs_nobody_in(
+    world: World,
+    mailbox: Mailbox,  # noqa: F811
+) -> None:
+    token = issue_token("alice", datetime.now(UTC))
+    await world.broker.save_token(token)
+    async with world.server.client() as browser:
+        await ask_for_link(browser, "alice@example.com")
+        [message] = await mailbox.until(1)
+        await world.broker.revoke_tokens(principal="alice")  # `interlock token revoke alice`
+        refused = await follow(browser, link_in(message))  # mailed before: it signs her in no more
+        assert refused.status_code == 400, refused.text
+        assert "Signed in as" not in (await browser.get("/", follow_redirects=True)).text
+        asked = await ask_for_link(browser, "alice@example.com")
+        assert asked.status_code == 200 and "is on its way" in asked.text  # the same answer for any address
+        await world.settled()
+    assert len(mailbox.messages) == 1  # and no link mailed to her
+    await world.broker.save_token(issue_token("alice", datetime.now(UTC)))  # `token create alice`: back
+    async with world.server.client() as browser:
+        await ask_for_link(browser, "alice@example.com")
+        [_, message] = await mailbox.until(2)
+        assert (await follow(browser, link_in(message))).status_code == 303

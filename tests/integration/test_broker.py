@@ -1240,6 +1240,25 @@ async def test_a_webhooks_headers_are_shown_masked_and_kept_when_put_back_as_sho
     assert await stored_routing(local.store) == kept
 
 
+async def test_a_person_whose_every_token_is_revoked_is_cut_off_until_given_a_new_one(local: LocalBroker) -> None:
+    await local.save_principal(Principal("erin", "human"))
+    assert not await local.tokens_all_revoked("erin")  # no token yet (serve's person at the machine)
+    assert not await local.tokens_all_revoked("nobody")
+    session = issue_token("erin", datetime.now(UTC), for_session=True)  # a sign-in link's session
+    await local.save_token(session)
+    await local.revoke_tokens(token_id=session.id)
+    assert not await local.tokens_all_revoked("erin")  # a session's token is not one of hers
+    first, second = (issue_token("erin", datetime.now(UTC)) for _ in range(2))
+    for token in (first, second):
+        await local.save_token(token)
+    await local.revoke_tokens(token_id=first.id)
+    assert not await local.tokens_all_revoked("erin")  # one of hers still works
+    await local.revoke_tokens(principal="erin")
+    assert await local.tokens_all_revoked("erin")  # `token revoke erin`: cut off
+    await local.save_token(issue_token("erin", datetime.now(UTC)))
+    assert not await local.tokens_all_revoked("erin")  # `token create erin`: back
+
+
 async def test_a_routing_file_seeds_the_store_and_what_was_set_since_stays_until_the_file_changes(
     local: LocalBroker,
 ) -> None:

@@ -213,8 +213,8 @@ class Auth:
         of its own; None when the link is unknown, used or expired."""
         now = datetime.now(UTC)
         principal = await self.broker.use_signin_link(hash_token(secret), now)
-        if principal is None or principal.kind != "human":
-            return None
+        if principal is None or principal.kind != "human" or await self.broker.tokens_all_revoked(principal.name):
+            return None  # (a link made before `token revoke NAME` cut them off signs nobody in)
         token = issue_token(principal.name, now, for_session=True)  # goes when the session ends
         await self.broker.save_token(token)
         return await self.sign_in(token.secret)

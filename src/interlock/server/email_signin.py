@@ -70,8 +70,8 @@ async def _mail_link(state: AppState, address: str, next_path: str) -> None:
             return
         name, on_file, channel = found
         principal = await state.broker.get_principal(name)
-        if principal is None or principal.kind != "human":
-            return
+        if principal is None or principal.kind != "human" or await state.broker.tokens_all_revoked(name):
+            return  # (every token of theirs revoked: `token revoke NAME` cut them off)
         base = loop.context.inbox_url
         link = await mint_signin_link(state.broker, name, base, next=next_path, lifetime=MAIL_LIFETIME)
     except Exception:

@@ -209,6 +209,9 @@ async def _claim(
         else:
             message = f"This request is not {claim.recipient}'s to answer (any more): it is to {request.to}."
         return _page(state, http, "Not yours to answer", message, 403, request_id=request.id)
+    if await broker.tokens_all_revoked(claim.recipient):  # `token revoke NAME` cut them off
+        message = f"Every token of {claim.recipient}'s is revoked here, so this link answers nothing."
+        return _page(state, http, "Not yours to answer", message, 403, request_id=request.id)
     return claim, request
 
 

@@ -640,6 +640,11 @@ class PrincipalStore(Protocol):
         principal and then oldest first."""
         ...
 
+    async def tokens_all_revoked(self, principal: str) -> bool:
+        """Whether `principal` had tokens of their own (`token create`'s, not a web
+        session's) and every one of them is revoked: whom `token revoke NAME` cut off."""
+        ...
+
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
         """Revoke one token by id, or every token of a principal; return how many.
 

@@ -1845,6 +1845,10 @@ class SqlStore:
         rows = await self._rows("list_tokens")
         return [TokenInfo(row[0], row[1], self._time(row[2]), bool(row[3])) for row in rows]
 
+    async def tokens_all_revoked(self, principal: str) -> bool:
+        rows = await self._rows("tokens_all_revoked", principal)
+        return bool(rows[0][0])
+
     # -- approval policies -------------------------------------------------------------------
 
     def _policy(self, row: Sequence[Any]) -> ApprovalPolicy:

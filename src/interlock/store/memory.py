@@ -585,6 +585,10 @@ class MemoryStore:
         )
         return sorted(live, key=lambda t: (t.principal, t.created_at, t.id))
 
+    async def tokens_all_revoked(self, principal: str) -> bool:
+        own = [t.id for t in self._tokens.values() if t.principal == principal and not t.for_session]
+        return bool(own) and all(i in self._revoked for i in own)
+
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
         hits = sorted(
             (t.id, t.principal)

@@ -113,6 +113,10 @@ INSERT INTO tokens (id, hash, principal, created_at, for_session) VALUES ($1, $2
 -- name: list_tokens
 SELECT id, principal, created_at, for_session FROM tokens WHERE revoked_at IS NULL ORDER BY principal, created_at, id;
 
+-- name: tokens_all_revoked
+SELECT EXISTS (SELECT 1 FROM tokens WHERE principal = $1 AND NOT for_session)
+   AND NOT EXISTS (SELECT 1 FROM tokens WHERE principal = $1 AND NOT for_session AND revoked_at IS NULL);
+
 -- name: principal_for_token
 SELECT p.name, p.kind, p.owner FROM tokens t JOIN principals p ON p.name = t.principal
 WHERE t.hash = $1 AND t.revoked_at IS NULL;

@@ -112,6 +112,10 @@ VALUES (:id, :hash, :principal, :created_at, :for_session);
 -- name: list_tokens
 SELECT id, principal, created_at, for_session FROM tokens WHERE revoked_at IS NULL ORDER BY principal, created_at, id;
 
+-- name: tokens_all_revoked
+SELECT EXISTS (SELECT 1 FROM tokens WHERE principal = :principal AND NOT for_session)
+   AND NOT EXISTS (SELECT 1 FROM tokens WHERE principal = :principal AND NOT for_session AND revoked_at IS NULL);
+
 -- name: principal_for_token
 SELECT p.name, p.kind, p.owner FROM tokens t JOIN principals p ON p.name = t.principal
 WHERE t.hash = :hash AND t.revoked_at IS NULL;
