@@ -584,3 +584,99 @@ async def test_a_dead_letter_list_reads_its_page_from_one_index_in_order(
     recorder = Recorder(store)
     await store.list_dead_letters(**filters)
     reads_index_in_order(await plan_of(store, *recorder.last()), index)
+
+
+async def a_long_thread(store: Store, ended: int) -> None:
+    """A session with `ended` ended runs of one agent and requester (a chat thread of as
+    many turns), beside other sessions' runs, some unended, and unended runs without a
+    session (parked ones of a worker); statistics gathered, on both stores."""
+    if isinstance(store, SqliteStore):
+        db = store.db
+        db.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :ended) "
+            "INSERT INTO runs (id, agent, session, requester, status, created_at, updated_at) "
+            "SELECT 'turn-' || i, 'chat', 'thread-1', 'bot', 'completed', i, i FROM n "
+            "UNION ALL SELECT 'other-' || i, 'chat', 'thread-' || (i % 100 + 2), 'bot', "
+            "CASE WHEN i % 7 = 0 THEN 'running' ELSE 'completed' END, i, i FROM n "
+            "UNION ALL SELECT 'parked-' || i, 'mailer', NULL, 'bot', 'waiting_for_approval', i, i FROM n",
+            {"ended": ended},
+        )
+        db.execute("ANALYZE")
+        db.commit()
+        return
+    import asyncpg
+
+    conn = await asyncpg.connect(store.dsn)  # type: ignore[attr-defined]
+    try:
+        await conn.execute(
+            "INSERT INTO runs (id, agent, session, requester, status, created_at, updated_at) "
+            "SELECT 'turn-' || i, 'chat', 'thread-1', 'bot', 'completed', t, t "
+            "FROM generate_series(1, $1::int) AS i, LATERAL (SELECT now() - i * interval '1 minute' AS t) AS at "
+            "UNION ALL SELECT 'other-' || i, 'chat', 'thread-' || (i % 100 + 2), 'bot', "
+            "CASE WHEN i % 7 = 0 THEN 'running' ELSE 'completed' END, now(), now() "
+            "FROM generate_series(1, $1::int) AS i "
+            "UNION ALL SELECT 'parked-' || i, 'mailer', NULL, 'bot', 'waiting_for_approval', now(), now() "
+            "FROM generate_series(1, $1::int) AS i",
+            ended,
+        )
+        await conn.execute("ANALYZE runs")
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize("requester", ["bot", None], ids=["an agent's", "no requester"])
+async def test_an_exclusive_start_reads_one_index_entry_whatever_the_thread_s_history(
+    store: Store, requester: str | None
+) -> None:
+    # An exclusive start looks for an unended run of its agent and requester on its session
+    # (`insert_sole_run`, and `unended_run_on_session` for the run it met): one probe of the
+    # index of unended runs with a session, not a read along the session's 5,000 ended runs
+    # (a chat thread's turns, each one more to read on the next start) nor of the table.
+    await a_long_thread(store, 5000)
+    if isinstance(store, SqliteStore):
+        from interlock.store.sqlite import Q as sqlite_queries
+
+        start = datetime.now(UTC)
+        row = {
+            "id": "turn-new",
+            "agent": "chat",
+            "session": "thread-1",
+            "requester": requester,
+            "status": "running",
+            "max_duration": None,
+            "created_at": store._stamp(start),
+            "updated_at": store._stamp(start),
+            "expires_at": None,
+        }
+        for name in ("insert_sole_run", "unended_run_on_session"):
+            plan = await plan_of(store, sqlite_queries[name], row)
+            assert "SEARCH runs USING INDEX runs_unended_by_session (session=? AND agent=? AND <expr>=?)" in plan, plan
+            assert "runs_by_session" not in plan and "TEMP B-TREE" not in plan, plan
+            assert not [line for line in plan.splitlines() if line.startswith("SCAN runs")], plan
+        return
+    import asyncpg
+
+    from interlock.store.postgres import Q as postgres_queries
+
+    now = datetime.now(UTC)
+    statements = [
+        ("insert_sole_run", ("turn-new", "chat", "thread-1", requester, "running", None, now, "{}", None)),
+        ("unended_run_on_session", ("chat", "thread-1", requester)),
+    ]
+    conn = await asyncpg.connect(store.dsn)  # type: ignore[attr-defined]
+    try:
+        for mode in ("force_custom_plan", "force_generic_plan"):  # planned for its values, and for any
+            await conn.execute(f"SET plan_cache_mode = {mode}")
+            for name, args in statements:
+                undone = conn.transaction()  # the insert is explained as it runs: then undone
+                await undone.start()
+                try:
+                    explained = await conn.prepare("EXPLAIN (ANALYZE, COSTS OFF) " + postgres_queries[name])
+                    plan = "\n".join(row[0] for row in await explained.fetch(*args))
+                finally:
+                    await undone.rollback()
+                assert "using runs_unended_by_session on runs" in plan, (mode, plan)
+                assert "runs_by_session" not in plan and "Seq Scan" not in plan and "Sort" not in plan, (mode, plan)
+                assert "Rows Removed by Filter" not in plan, (mode, plan)  # the index's entries are the matches
+    finally:
+        await conn.close()

@@ -212,7 +212,9 @@ RETURNING id;
 
 -- name: unended_run_on_session
 -- The newest run of an agent and requester on a session that has not ended (what an
--- exclusive start met).
+-- exclusive start met). Read from `runs_unended_by_session` (migration 0045), as the look
+-- of `insert_sole_run` is: one entry, whatever the session's history. Its status list is
+-- the index's, word for word, so that the planner may read that index.
 SELECT id, agent, session, requester, status, terminal_reason, ready, worker, lease_expires_at, expires_at,
        attempts, max_duration, created_at, updated_at, waiting_on, state, result, error
 FROM runs
