@@ -141,6 +141,36 @@ async def test_an_exclusive_run_holds_its_session_until_it_ends(broker: Broker) 
     assert len((await broker.list_runs(agent="deployer", session="thread-1")).items) == 4
 
 
+async def test_a_thread_of_many_ended_runs_is_held_by_its_one_unended_run(broker: Broker) -> None:
+    # The store finds the run holding a thread among the unended runs with a session alone
+    # (an index of them): a run leaves it as it ends, however it ends, and stays in it
+    # while parked, resumed by a worker, or started parked.
+    for turn in range(12):
+        run = await broker.start_run("chat", session="thread-1", run_id=f"turn-{turn}", exclusive=True)
+        if turn % 3 == 0:
+            await broker.complete_run(run.id, "ok")
+        elif turn % 3 == 1:
+            await broker.fail_run(run.id, "no")
+        else:
+            await broker.cancel_run(run.id)
+    await broker.start_run("chat", run_id="no-thread")  # unended, on no session: holds none
+    request = broker.prepare(Confirm("Send?"), kind="approval", to="alice")
+    parked = await broker.start_parked("chat", [request], state={"step": 1}, session="thread-1", run_id="parked")
+    with pytest.raises(RunConflict) as refused:
+        await broker.start_run("chat", session="thread-1", exclusive=True)
+    assert (refused.value.run_id, refused.value.status) == (parked.id, "waiting_for_approval")
+    await broker.resolve(parked.waiting_on[0], True, by="alice")  # (through a server, the server gives the ids)
+    claimed = await broker.claim_run(["chat"], worker="w1")
+    assert claimed is not None and claimed.id == parked.id
+    with pytest.raises(RunConflict) as refused:
+        await broker.start_run("chat", session="thread-1", exclusive=True)
+    assert (refused.value.run_id, refused.value.status) == (parked.id, "running")
+    await broker.complete_run(parked.id, "sent", worker="w1")
+    held = await broker.start_run("chat", session="thread-1", run_id="turn-next", exclusive=True)
+    assert (held.id, held.status) == ("turn-next", RunStatus.RUNNING)
+    assert len((await broker.list_runs(agent="chat", session="thread-1", limit=100)).items) == 14
+
+
 async def test_exclusive_starts_at_once_on_one_session_make_one_run(
     backend: str, broker: Broker, connect: Callable[..., Broker]
 ) -> None:

@@ -130,6 +130,10 @@ class MemoryStore:
         self._signin_links: dict[str, tuple[IssuedSignInLink, bool]] = {}  # by hash: the link and whether used
         self._closed: set[tuple[str, str | None]] = set()  # (channel, requester or None for everyone)
         self._runs: dict[str, Run] = {}
+        # The runs with a session that have not ended, by agent, session and requester (no
+        # requester and an empty one alike): what an exclusive start looks at, so that it
+        # reads those, not every run the session (or the store) ever had.
+        self._unended_runs: dict[tuple[str, str, str], dict[str, None]] = {}
         self._followups: dict[str, dict[str, Followup]] = {}  # by run, then id: the messages held, oldest first
         self._run_expiry: list[tuple[datetime, str]] = []  # parked runs' deadlines (stale entries skipped)
         # What a claim may take, so that it looks at those runs and not at every run kept:
@@ -703,11 +707,10 @@ class MemoryStore:
     def _unended_on(self, run: Run) -> Run | None:
         """The newest run of `run`'s agent and requester on its session that has not ended
         (no requester and an empty one alike, as the SQL stores' index has them)."""
-        held = (run.agent, run.session, run.requester or "")
-        busy = [
-            r for r in self._runs.values() if not r.status.ended and (r.agent, r.session, r.requester or "") == held
-        ]
-        return max(busy, key=lambda r: (r.created_at, r.id), default=None)
+        if run.session is None:
+            return None  # (as `session = NULL` in SQL: no run holds no session)
+        held = self._unended_runs.get((run.agent, run.session, run.requester or ""), {})
+        return max((self._runs[r] for r in held), key=lambda r: (r.created_at, r.id), default=None)
 
     async def start_parked(
         self, run: Run, requests: Sequence[Request], *, state: Any, status: RunStatus, expires_at: datetime
@@ -827,6 +830,14 @@ class MemoryStore:
     def _put_run(self, run: Run) -> None:
         before = self._runs.get(run.id)
         self._runs[run.id] = run
+        if run.session is not None:  # (a run's agent, session and requester never change)
+            key = (run.agent, run.session, run.requester or "")
+            if not run.status.ended:
+                self._unended_runs.setdefault(key, {})[run.id] = None
+            elif (unended := self._unended_runs.get(key)) is not None:
+                unended.pop(run.id, None)
+                if not unended:
+                    del self._unended_runs[key]
         if run.status.waiting and run.ready:
             self._ready_runs[run.id] = None
         else:
