@@ -2218,6 +2218,12 @@ class LocalBroker(Broker):
         deadline = run.park_deadline(run.created_at, self.pause_timeout)
         stored, created = await self.store.start_parked(run, made, state=state, status=status, expires_at=deadline)
         _same_agent(stored, agent)
+        if not created and stored.status is RunStatus.RUNNING and stored.worker is None:
+            # Started again by its process (as `start_run` would be): alive, so a new deadline.
+            renewed = stored.park_deadline(datetime.now(UTC), self.pause_timeout)
+            stored = await self.store.restart_run(stored.id, expires_at=renewed) or await self._current_run(stored.id)
+            if stored.status is RunStatus.RUNNING and stored.expires_at is not None:
+                self._due(stored.expires_at)
         self._know(stored)
         if not created:
             return stored

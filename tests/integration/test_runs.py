@@ -635,6 +635,13 @@ async def test_a_run_started_again_before_its_deadline_gets_a_new_one(
         request = await broker.create(Text("Name?"), to="alice", run=run.id)
         again = await broker.start_run("helper", run_id="run-1")  # its process, started again
         assert run.expires_at is not None and again.expires_at is not None and again.expires_at > run.expires_at
+        # Started again parked on a request (its process, restarted, asking anew) is a sign of life too.
+        parked_start = await broker.start_parked(
+            "helper", [broker.prepare(Text("Age?"), to="alice")], state=None, run_id="run-1"
+        )
+        assert parked_start.status is RunStatus.RUNNING and parked_start.expires_at is not None
+        assert parked_start.expires_at > again.expires_at
+        again = parked_start
         gone = Response(datetime.now(UTC), via="expiry", reason="interaction_timeout", cause="cancelled")
         abandoned = Response(datetime.now(UTC), via="expiry", reason="abandoned", cause="cancelled")
 

@@ -238,6 +238,8 @@ async def test_an_agents_run_started_before_ids_were_scoped_is_still_found_by_it
     async with alice_bot:
         again = await alice_bot.post("/runs", json={"agent": "deployer", "run_id": "legacy-1"})
         assert again.json()["id"] == old.id == "legacy-1"
+        # Started again, so its process is alive: a new deadline, as under a scoped id.
+        assert old.expires_at is not None and datetime.fromisoformat(again.json()["expires_at"]) > old.expires_at
         assert (await alice_bot.get("/runs/legacy-1")).json()["requester"] == "alice-bot"
         # bob-bot's old run does not stop alice-bot starting its own of that id
         mine = await alice_bot.post("/runs", json={"agent": "deployer", "run_id": "legacy-2"})

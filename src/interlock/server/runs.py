@@ -234,18 +234,13 @@ async def start_run(body: StartBody, caller: Caller, broker: TheBroker) -> JSONR
             # A run the agent started under this very id before ids were scoped is still its own.
             legacy = await _existing(broker, chosen)
             if legacy is not None and legacy.requester == caller.name and legacy.agent == body.agent:
-                return out(caller, legacy)
+                return out(caller, await _started_again(broker, legacy))
         if existing is not None:
             if caller.kind != "admin" and existing.requester != caller.name:
                 # Only the operator could have stored a run under an agent's own name.
                 raise ApiError("forbidden", "a run with this id was started by someone else")
             if existing.agent == body.agent:  # (another agent's: the start below refuses it)
-                if existing.status is RunStatus.RUNNING and existing.worker is None:
-                    # Its process started it again, so is alive: the start gives it a new deadline.
-                    existing = await broker.start_run(
-                        body.agent, session=existing.session, run_id=run_id, requester=existing.requester
-                    )
-                return out(caller, existing)
+                return out(caller, await _started_again(broker, existing))
     requester = body.requester if caller.kind == "admin" else caller.name
     # (exclusive: refused only for a run of the same requester, so the caller's own, which it sees)
     run = await broker.start_run(
@@ -259,6 +254,15 @@ async def start_run(body: StartBody, caller: Caller, broker: TheBroker) -> JSONR
     if caller.kind != "admin" and run.requester != caller.name:  # stored meanwhile by someone else
         raise ApiError("forbidden", "a run with this id was started by someone else")
     return out(caller, run, 201)
+
+
+async def _started_again(broker: LocalBroker, run: Run) -> Run:
+    """A run of the caller's found by the id a start names: one still `running` with no
+    worker holding it gets a new deadline (its process started it again, so is alive),
+    under the id it is stored by (a legacy, unscoped id too); any other as it is."""
+    if run.status is RunStatus.RUNNING and run.worker is None:
+        return await broker.start_run(run.agent, session=run.session, run_id=run.id, requester=run.requester)
+    return run
 
 
 async def _existing(broker: LocalBroker, run_id: str) -> Run | None:
