@@ -856,11 +856,12 @@ class Broker(ABC):
 
         A run running in its agent's own process (no worker holds it) is given up once that
         process shows no sign of life for the broker's `pause_timeout` (or the run's longer
-        `max_duration`): unless it parks the run or starts it again (by its `run_id`, which
-        gives it a new deadline) first, the run ends `cancelled` with `terminal_reason`
-        "abandoned", its pending requests are cancelled and its session is freed. Its
-        `expires_at` says when, while it runs so. A process that works that long without
-        parking sets a longer `max_duration`.
+        `max_duration`): unless it parks the run, starts it again (by its `run_id`, which
+        gives it a new deadline) or makes a request on it (which moves the deadline on once
+        less than half the window is left) first, the run ends `cancelled` with
+        `terminal_reason` "abandoned", its pending requests are cancelled and its session is
+        freed. Its `expires_at` says when, while it runs so. A process that works that long
+        without any of these sets a longer `max_duration`.
 
         With `exclusive`, the run holds its `session` (which it must name), as a framework's
         thread that two runs at once would write over: while a run of `agent` on that
@@ -1178,8 +1179,9 @@ class LocalBroker(Broker):
         self.pause_timeout = timedelta(seconds=_seconds(pause_timeout, "pause_timeout"))
         """How long a parked run waits on a person before it is given up (its
         `max_duration` when longer): about two weeks by default. A run running in its
-        agent's own process (no worker holds it) that neither parks it nor starts it again
-        for as long is given up too, `cancelled` with `terminal_reason` "abandoned"."""
+        agent's own process (no worker holds it) that neither parks it, starts it again nor
+        makes a request on it for as long is given up too, `cancelled` with
+        `terminal_reason` "abandoned"."""
         if isinstance(max_followups, bool) or not isinstance(max_followups, int) or max_followups < 1:
             raise ValueError("max_followups must be a whole number, at least 1")
         self.max_followups = max_followups
@@ -1299,6 +1301,8 @@ class LocalBroker(Broker):
             if status.ended:
                 await self._withdraw(request, "cancelled", f"run {run_id!r} has ended ({status.value})")
                 raise _no_request_for(run_id, status)
+            assert run is not None
+            await self._still_alive(run)
         self._note_made(request)
         if self._followers:
             self._changed_now()
@@ -1307,6 +1311,17 @@ class LocalBroker(Broker):
         if self._hooks:
             self._start_hooks(request)
         return request, True
+
+    async def _still_alive(self, run: Run) -> None:
+        """A request made on a run running in its agent's own process is a sign of that
+        process's life: once less than half its window is left, the run's deadline moves
+        on (one write a half window, none on the others)."""
+        if run.status is not RunStatus.RUNNING or run.worker is not None or run.expires_at is None:
+            return
+        now = datetime.now(UTC)
+        renewed = run.park_deadline(now, self.pause_timeout)
+        if run.expires_at - now < (renewed - now) / 2:
+            await self.store.restart_run(run.id, expires_at=renewed)
 
     def _with_default_expiry(self, request: Request) -> Request:
         """The operator's `default_expiry` applied to a request that set no timeout and
@@ -2014,7 +2029,7 @@ class LocalBroker(Broker):
         A pending request of a parked run shows, as `expires_at`, when the run's pause
         is given up (if that comes before its own expiry): the time it will be withdrawn.
         So does one of a run running in its agent's own process, when the run is given up
-        as abandoned unless that process parks it or starts it again first.
+        as abandoned unless that process parks it, starts it again or asks on it first.
         """
         if self._state != "open":
             await self.open()

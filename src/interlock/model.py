@@ -2329,7 +2329,7 @@ class Run:
     requester: str | None = None
     terminal_reason: str | None = None
     """Why it ended: "interaction_timeout" (its pause ran out), "abandoned" (running in its
-    agent's own process, which neither parked it nor started it again in time),
+    agent's own process, which neither parked it, started it again nor asked on it in time),
     "cancelled_by_user" or the reason a cancel gave, "error" (failed)."""
     expires_at: datetime | None = None
     max_duration: timedelta | None = None
@@ -2348,8 +2348,8 @@ class Run:
         """When the run is given up unless something happens first (its `expires_at`): a
         pause still waiting on a person (not ready) ends `cancelled`, `interaction_timeout`,
         unless answered first; a run `running` in its agent's own process (no worker holds
-        it) ends `cancelled`, `abandoned`, unless that process parks it or starts it again
-        first. None for any other run (ready, held by a worker, ended)."""
+        it) ends `cancelled`, `abandoned`, unless that process parks it, starts it again or
+        makes a request on it first. None for any other run (ready, held by a worker, ended)."""
         if self.status is RunStatus.RUNNING:
             return self.expires_at if self.worker is None else None
         return self.expires_at if self.status.waiting and not self.ready else None

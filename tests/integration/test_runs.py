@@ -654,6 +654,33 @@ async def test_a_run_started_again_before_its_deadline_gets_a_new_one(
         assert [r.id for r in cancelled] == [request.id]
 
 
+async def test_a_run_its_process_keeps_asking_on_is_not_given_up(backend: str, connect: Callable[..., Broker]) -> None:
+    if backend == "http":
+        pytest.skip("the deadline is moved by the server's broker; the store is not reached from here")
+    async with connect(pause_timeout=3600) as broker:
+        assert isinstance(broker, LocalBroker)
+        run = await broker.start_run("helper", run_id="run-1")
+        # With more than half its window left, a request on it moves nothing (no write).
+        await broker.create(Text("Name?"), to="alice", run=run.id)
+        assert (await broker.get_run(run.id)).expires_at == run.expires_at
+
+        # Less than half left (as after a week of work), a request on it is a sign of life.
+        soon = datetime.now(UTC) + timedelta(seconds=1000)
+        assert await broker.store.restart_run(run.id, expires_at=soon) is not None
+        before = datetime.now(UTC)
+        asked = await broker.create(Text("Age?"), to="alice", run=run.id)
+        moved = await broker.get_run(run.id)
+        assert moved.status is RunStatus.RUNNING and moved.expires_at is not None
+        assert moved.expires_at >= before + timedelta(seconds=3600)
+        shown = await broker.get(asked.id)
+        assert shown.expires_at == moved.expires_at  # its pending requests show the new one
+
+        gone = Response(datetime.now(UTC), via="expiry", reason="interaction_timeout", cause="cancelled")
+        abandoned = Response(datetime.now(UTC), via="expiry", reason="abandoned", cause="cancelled")
+        assert await broker.store.expire_runs(soon, gone, abandoned=abandoned) == []
+        assert (await broker.get(asked.id)).status is Status.PENDING
+
+
 async def test_a_run_a_worker_holds_is_not_given_up_under_its_live_lease(quick: Broker) -> None:
     run_id, request_id = await parked_on_approval(quick)
     assert await quick.resolve(request_id, True, by="alice")

@@ -121,7 +121,8 @@ class RunModel(BaseModel):
     status: Literal["running", "waiting_for_input", "waiting_for_approval", "completed", "failed", "cancelled"]
     terminal_reason: str | None = Field(
         description="why it ended: `interaction_timeout` (its pause ran out), `abandoned` (running in its agent's "
-        "own process, which neither parked it nor started it again in time), `cancelled_by_user` or the reason a "
+        "own process, which neither parked it, started it again nor asked on it in time), `cancelled_by_user` or "
+        "the reason a "
         "cancel gave, `error` (failed)"
     )
     created_at: str
@@ -129,7 +130,7 @@ class RunModel(BaseModel):
     expires_at: str | None = Field(
         description="while parked on a person: when the pause is given up (`interaction_timeout`); while running "
         "with no worker holding it (in its agent's own process): when it is given up as `abandoned` unless that "
-        "process parks it or starts it again first"
+        "process parks it, starts it again or makes a request on it first"
     )
     max_duration: float | None
     waiting_on: list[str]

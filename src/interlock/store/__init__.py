@@ -836,7 +836,7 @@ class RunStore(Protocol):
         cancelled with `terminal_reason` "interaction_timeout", cancelling its pending
         requests with `response`; with `abandoned`, also every running run that no worker
         holds whose `expires_at` is due (its process gave no sign of life: it never parked
-        it nor started it again), as cancelled with `terminal_reason` "abandoned",
+        it, started it again nor asked on it), as cancelled with `terminal_reason` "abandoned",
         cancelling its pending requests with `abandoned`. Each ends with its `run_cancelled`
         event."""
         ...
