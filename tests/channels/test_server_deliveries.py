@@ -20,9 +20,13 @@ import pytest
 
 import interlock
 from cli_support import invoke
+from interlock import Text
 from interlock.broker import LocalBroker
+from interlock.model import build_request
+from interlock.outbox import Delivery
 from interlock.principals import Principal, issue_token
 from interlock.routing import routing_from_dict
+from interlock.server.common import may_resend
 from interlock.webhooks import signed_headers
 
 from .receiver import Receiver, eventually, receiver
@@ -566,3 +570,25 @@ async def test_a_team_s_dead_letters_are_listed_seen_and_retried_by_its_members_
             await hook.until(3)
             retried = await bob.post(f"/deliveries/{dead['id']}/retry")
             assert retried.status_code == 409  # no dead letter now: the member's retry went through
+
+
+def test_who_may_resend_a_delivery_of_a_team_s_request() -> None:
+    """The rule the API, the CLI through a server and the web inbox's buttons share: a
+    member may resend what went to the team or to another member, not the escalation that
+    went over the team to someone else; its recipient, its requester and an admin may."""
+    t = datetime.now(UTC)
+    request = build_request(Text("Deploy?"), to="ops", requester="bot")
+
+    def delivery(kind: str, recipient: str) -> Delivery:
+        return Delivery(f"d-{kind}", 1, request.id, kind, "created", recipient, "hook", None, t, t)
+
+    member = Principal("alice", "human", teams=frozenset({"ops"}))
+    outsider = Principal("erin", "human")
+    to_team, to_bob, over = delivery("request", "ops"), delivery("request", "bob"), delivery("escalation", "boss")
+    assert may_resend(member, request, to_team) and may_resend(member, request, to_bob)
+    assert not may_resend(member, request, over)
+    assert not any(may_resend(outsider, request, d) for d in (to_team, to_bob, over))
+    assert may_resend(Principal("boss", "human"), request, over)  # its recipient
+    assert may_resend(Principal("bot", "agent", owner="carol"), request, over)  # its requester
+    assert may_resend(Principal("root", "admin"), request, over)
+    assert not may_resend(member, None, to_team)  # its request gone: only recipient and admin

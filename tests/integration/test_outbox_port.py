@@ -221,9 +221,10 @@ async def test_dead_letters_list_newest_first_a_page_at_a_time(store: Store) -> 
 async def test_a_member_lists_the_deliveries_of_the_requests_to_their_teams_beside_their_own(store: Store) -> None:
     """carol's list with her team ops: hers, and every delivery of a request to ops (to the
     team's address, to bob by his own route); not bob's of a request to him alone, nor a
-    team she is not in."""
+    team she is not in, nor the escalation of ops's request to boss (it goes over the team)."""
     t = now()
     made: dict[str, list[Delivery]] = {}
+    escalation: Delivery | None = None
     for to, recipients in (("ops", ("ops", "bob")), ("bob", ("bob",)), ("carol", ("carol",)), ("dev", ("dev",))):
         request, _ = await store.insert(build_request(Text(f"To {to}?"), to=to, requester="bot"))
         [notice] = await store.claim_notices("loop-1", t, 30)
@@ -234,7 +235,13 @@ async def test_a_member_lists_the_deliveries_of_the_requests_to_their_teams_besi
             )
             for name in recipients
         ]
-        await store.route_notice(notice, made[to], "loop-1", t)
+        if to == "ops":
+            escalation = Delivery(
+                delivery_id(notice.event_id, "escalation", "boss", "hook", None),
+                *(notice.id, request.id, "escalation", "created", "boss", "hook", None, t, t),
+            )
+        await store.route_notice(notice, [*made[to], *([escalation] if to == "ops" else [])], "loop-1", t)
+    assert escalation is not None
     claimed = {d.id: d for d in await store.claim_deliveries("loop-1", t, 30)}
     for d in claimed.values():
         assert await store.finish_delivery(d.with_state(status="dead", attempts=1), "loop-1")
@@ -248,6 +255,7 @@ async def test_a_member_lists_the_deliveries_of_the_requests_to_their_teams_besi
     assert [d.id for d in await store.list_dead_letters(recipient="carol")] == [made["carol"][0].id]
     assert [d.id for d in await store.list_deliveries(recipient="carol", teams=["nobody"])] == [made["carol"][0].id]
     assert await store.list_dead_letters(recipient="erin", teams=["qa"]) == []
+    assert [d.id for d in await store.list_dead_letters(recipient="boss")] == [escalation.id]
 
 
 async def test_an_answer_link_is_used_once_and_its_first_use_is_kept(store: Store) -> None:

@@ -29,6 +29,7 @@ from ..errors import InvalidRequest, NotFound, Unavailable
 from ..followups import FOLLOWUP_EVENTS
 from ..grant_tokens import GrantSigner
 from ..model import RUN_EVENTS, Event, Run, Status, request_to_dict
+from ..model import Request as HumanRequest
 from ..outbox import Delivery
 from ..principals import Principal, can_claim, can_read
 from .auth import Auth
@@ -57,6 +58,7 @@ __all__ = [
     "deliveries_filter",
     "known_query_only",
     "delivery_seen_by",
+    "may_resend",
     "may_see_delivery",
     "may_see_run",
     "may_withdraw",
@@ -367,16 +369,26 @@ async def may_withdraw(broker: LocalBroker, caller: Principal, run_id: str, foll
 
 
 async def may_see_delivery(broker: LocalBroker, principal: Principal, delivery: Delivery) -> bool:
-    """Who may see a delivery and send it again: its recipient, whoever made its request,
-    a member of the team the request is addressed to (who may answer it as its recipient
-    does), and an admin."""
+    """Whether `principal` may see a delivery and send it again (see `may_resend`)."""
     if principal.kind == "admin" or principal.name == delivery.recipient:
         return True
     try:
         request = await broker.get(delivery.request_id)
     except NotFound:
         return False
-    return request.requester == principal.name or can_claim(principal, request)
+    return may_resend(principal, request, delivery)
+
+
+def may_resend(principal: Principal, request: HumanRequest | None, delivery: Delivery) -> bool:
+    """Who may see a delivery and send it again: its recipient, whoever made its request
+    (`request`, None if it is gone), a member of the team the request is addressed to (who
+    may answer it as its recipient does; not its escalations, which go over the team to
+    someone else), and an admin."""
+    if principal.kind == "admin" or principal.name == delivery.recipient:
+        return True
+    if request is None:
+        return False
+    return request.requester == principal.name or (can_claim(principal, request) and delivery.kind != "escalation")
 
 
 def delivery_seen_by(principal: Principal, delivery: Delivery) -> Delivery:

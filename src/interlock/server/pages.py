@@ -35,9 +35,9 @@ from ..errors import InvalidCursor, InvalidRequest, NotFound
 from ..model import Event, Status, search_words
 from ..model import Request as HumanRequest
 from ..outbox import Delivery
-from ..principals import Principal, can_answer, can_claim, can_read
+from ..principals import can_answer, can_claim, can_read
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE
-from .common import AppState, State, delivery_seen_by, inbox_filter, set_cookie
+from .common import AppState, State, delivery_seen_by, inbox_filter, may_resend, set_cookie
 from .markdown import prerender
 from .web import (
     SIGNIN_COOKIE,
@@ -239,7 +239,7 @@ async def own_page(
         "moments": timeline(request, events, deliveries, types),
         "claims": await state.broker.claims([request.id]),
         "deliveries": deliveries,
-        "may_retry": may_retry(who.principal, request),
+        "resendable": lambda delivery: may_resend(who.principal, request, delivery),
         "view": "request",
         "card_level": 1,  # an answerable request's card heads the page
         # While pending, the page follows the inbox's stream: settled elsewhere, it shows so.
@@ -276,13 +276,6 @@ async def _back_on_page(state: AppState, http: HttpRequest, who: Session, taken:
         return RedirectResponse(request_page_path(http, taken.request.id), status_code=303)
     request = taken.request
     return await own_page(state, http, who, request, failure=taken.failure, notice=taken.notice, status=taken.status)
-
-
-def may_retry(principal: Principal, request: HumanRequest) -> bool:
-    """Whether `principal` may send a request's dead letters again (as the API allows: an
-    admin, whoever made the request, a member of the team it is addressed to; a recipient
-    may retry their own, see the template)."""
-    return principal.name == request.requester or can_claim(principal, request)
 
 
 # -- history --------------------------------------------------------------------------------

@@ -18,8 +18,7 @@ from ..model import Request as HumanRequest
 from ..outbox import Delivery
 from ..principals import can_read
 from ..signin import safe_next
-from .common import AppState, State, deliveries_filter, delivery_seen_by, may_see_delivery
-from .pages import may_retry
+from .common import AppState, State, deliveries_filter, delivery_seen_by, may_resend, may_see_delivery
 from .web import page, posted, refusal, session, signin_redirect
 
 __all__ = ["router"]
@@ -58,14 +57,17 @@ async def deliveries_page(http: HttpRequest, state: State) -> Response:
         older_link = str(here.include_query_params(after=found.next_cursor)) if found.next_cursor else None
         newest_link = str(here) if after is not None else None
     notice = {"retried": "It will be sent again."}.get(http.query_params.get("done", ""))
+    requests = {} if request is not None else await _requests_of(state, items)
     context = {
         "items": items,
         "older_link": older_link,
         "newest_link": newest_link,
-        "requests": {} if request is not None else await _requests_of(state, items),
+        "requests": requests,
         "about": request,
         "notice": notice,
-        "retry_all": request is None or may_retry(who.principal, request),
+        "resendable": lambda delivery: may_resend(
+            who.principal, request or requests.get(delivery.request_id), delivery
+        ),
         "back": None,
         "view": None if request is not None else "dead",
     }

@@ -2107,7 +2107,8 @@ def _of_teams(where: list[str], params: dict[str, Any], recipient: str | None, t
         return
     names = [f":team_{i}" for i in range(len(teams))]
     where[where.index("recipient = :recipient")] = (
-        f"(recipient = :recipient OR request_id IN (SELECT id FROM requests WHERE recipient IN ({', '.join(names)})))"
+        f"(recipient = :recipient OR (kind <> 'escalation' AND request_id IN "
+        f"(SELECT id FROM requests WHERE recipient IN ({', '.join(names)}))))"
     )
     params |= {f"team_{i}": team for i, team in enumerate(teams)}
 

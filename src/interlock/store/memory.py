@@ -1200,7 +1200,7 @@ class MemoryStore:
         if recipient is None or delivery.recipient == recipient:
             return True
         request = self.get_now(delivery.request_id) if teams else None
-        return request is not None and request.to in teams
+        return request is not None and request.to in teams and delivery.kind != "escalation"
 
     async def retry_delivery(self, delivery_id: str, now: datetime) -> Delivery | None:
         found = self._deliveries.get(delivery_id)
