@@ -1686,8 +1686,9 @@ def token_revoke(
 ) -> None:
     """Revoke a token, or every token of a human or agent; it stops working at once. A
     person whose every token is revoked is cut off: no sign-in link (mailed, or printed by
-    serve) signs them in, and no answer link mailed to them answers, until `token create`
-    gives them a new one. It works on the server's store, not through its URL."""
+    serve) signs them in, and no channel answers as them (an answer link mailed to them,
+    their Slack user's click, a signed webhook naming them), until `token create` gives
+    them a new one. It works on the server's store, not through its URL."""
     _on_the_store(ctx, db, "token revoke")
 
     async def work(broker: Broker) -> tuple[int, list[str]]:

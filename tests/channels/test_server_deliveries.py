@@ -436,6 +436,62 @@ async def test_a_member_the_store_s_team_has_answers_through_the_team_s_webhook_
         assert (settled["response"]["by"], settled["response"]["via"]) == ("dave", "webhook")
 
 
+async def test_a_webhook_answer_for_a_person_whose_every_token_is_revoked_answers_nothing_until_given_a_new_one(
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], hook: Receiver
+) -> None:
+    """`interlock token revoke alice` and `token revoke bob` cut them off: a signed answer
+    naming alice as its recipient, or bob as the member who answers for ops, is refused
+    (403) and changes nothing; carol, of ops and not cut off, answers as before, and once
+    `token create` gives alice a new token the answer naming her is taken."""
+    db = f"sqlite:///{tmp_path / 'cut-off.db'}"
+    async with interlock.connect(db) as broker:
+        assert isinstance(broker, LocalBroker)
+        for name in ("alice", "bob", "carol"):
+            await broker.save_principal(Principal(name, "human"))
+            await broker.save_token(issue_token(name, datetime.now(UTC)))
+    doc = routing_doc(hook.url)
+    doc["teams"] = {"ops": {"members": ["bob", "carol"], "channels": ["hook"]}}
+    async with (
+        serve_apart(db, auth=False, routing=routing_from_dict(doc)) as base,
+        httpx.AsyncClient(base_url=f"{base}/api/v1", timeout=20) as local,
+    ):
+        hers = (await local.post("/requests", json=APPROVAL)).json()
+        teams = (await local.post("/requests", json={**APPROVAL, "to": "ops"})).json()
+        await hook.until(2)
+        async with interlock.connect(db) as broker:
+            assert isinstance(broker, LocalBroker)
+            for name in ("alice", "bob"):
+                assert await broker.revoke_tokens(principal=name) == 1  # `interlock token revoke NAME`
+        for name, body in (
+            ("alice", {"request_id": hers["id"], "recipient": "alice", "answer": True}),
+            ("bob", {"request_id": teams["id"], "recipient": "ops", "by": "bob", "answer": True}),
+            ("bob", {"request_id": teams["id"], "recipient": "ops", "by": "bob", "reject": "no"}),
+        ):
+            raw, headers = signed(body)
+            refused = await local.post("/inbound/hook", content=raw, headers=headers)
+            assert refused.status_code == 403, refused.text
+            assert refused.json()["code"] == "forbidden"
+            assert refused.json()["detail"] == (
+                f"Every token of {name}'s is revoked here, so a webhook naming them answers nothing."
+            )
+        for request in (hers, teams):
+            now = (await local.get(f"/requests/{request['id']}")).json()
+            assert (now["status"], now["response"]) == ("pending", None)
+
+        raw, headers = signed({"request_id": teams["id"], "recipient": "ops", "by": "carol", "answer": True})
+        assert (await local.post("/inbound/hook", content=raw, headers=headers)).status_code == 200
+        settled = (await local.get(f"/requests/{teams['id']}")).json()
+        assert (settled["status"], settled["response"]["by"]) == ("answered", "carol")
+
+        async with interlock.connect(db) as broker:
+            assert isinstance(broker, LocalBroker)
+            await broker.save_token(issue_token("alice", datetime.now(UTC)))  # `interlock token create alice`
+        raw, headers = signed({"request_id": hers["id"], "recipient": "alice", "answer": True})
+        answered = await local.post("/inbound/hook", content=raw, headers=headers)
+        assert answered.status_code == 200, answered.text
+        assert (answered.json()["status"], answered.json()["response"]["by"]) == ("answered", "alice")
+
+
 async def test_a_store_s_first_routing_announces_what_waits_now_not_its_whole_history(
     tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], hook: Receiver
 ) -> None:

@@ -10,7 +10,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import pytest
 
 import interlock
 from interlock.broker import LocalBroker
-from interlock.principals import Principal
+from interlock.principals import Principal, issue_token
 from interlock.routing import routing_from_dict
 from slack_support import FakeSlack, fake_slack
 
@@ -486,5 +486,78 @@ async def test_a_team_s_channel_keeps_its_buttons_and_a_click_answers_as_the_mem
             assert (settled["status"], settled["response"]["by"], settled["response"]["via"]) == (
                 "answered",
                 "bob",
+                "slack",
+            )
+
+
+async def test_a_person_whose_every_token_is_revoked_answers_nothing_from_slack_until_given_a_new_one(
+    tmp_path: Path, serve_apart: Callable[..., AbstractAsyncContextManager[str]], slack: FakeSlack
+) -> None:
+    """`interlock token revoke alice` cuts her off: her Slack user id still names her, but
+    her click on a button, on the button that opens a form and a form she sends answer
+    nothing, each telling her why; bob, of her team and not cut off, answers as before,
+    and once `token create` gives her a new token her click answers again."""
+    db = f"sqlite:///{tmp_path / 'slack.db'}"
+    async with interlock.connect(db) as broker:
+        assert isinstance(broker, LocalBroker)
+        for name in ("alice", "bob"):
+            await broker.save_principal(Principal(name, "human"))
+            await broker.save_token(issue_token(name, datetime.now(UTC)))
+    doc = {
+        "channels": {"slack": slack.channel},
+        "teams": {"ops": {"members": ["alice", "bob"]}},
+        "recipients": {
+            name: {"channels": ["slack"], "addresses": {"slack": f"U0{name.upper()}"}} for name in ("alice", "bob")
+        },
+    }
+    confirm = [{"type": "confirm", "prompt": "Ship it?"}]
+    asks = [{"type": "text", "id": "why", "prompt": "Why?"}, {"type": "confirm", "id": "ok", "prompt": "Sure?"}]
+    async with serve_apart(db, auth=False, routing=routing_from_dict(doc)) as base:
+        hers = await create(base, {"to": "alice", "title": "Alice's", "asks": confirm})
+        teams = await create(base, {"to": "ops", "title": "The team's", "asks": asks})
+        posted = {(m["channel"], m["text"]): m for m in await slack.until("chat.postMessage", 3)}
+        async with interlock.connect(db) as broker:
+            assert isinstance(broker, LocalBroker)
+            assert await broker.revoke_tokens(principal="alice") == 1  # `interlock token revoke alice`
+        values = {
+            "why": {"value": {"type": "plain_text_input", "value": "tests pass"}},
+            "ok": {"value": {"type": "radio_buttons", "selected_option": {"value": "yes"}}},
+        }
+        async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+            block_id, elements = actions_of(posted["U0ALICE", "Alice's"])
+            await press(client, elements[0], block_id, "U0ALICE", slack)
+            block_id, elements = actions_of(posted["U0ALICE", "The team's"])
+            [opener] = [e for e in elements if e["action_id"] == "interlock_open"]
+            await press(client, opener, block_id, "U0ALICE", slack)
+            told = [r["text"] for r in await slack.until("response", 2)]
+            assert told == [
+                "Every token of alice's is revoked here, so this button answers nothing.",
+                "Every token of alice's is revoked here, so this button answers nothing.",
+            ]
+            assert not await slack.until("views.open", 0)  # no form opened for her
+            refused = await submit(client, slack, submission(teams["id"], "U0ALICE", copy.deepcopy(values)))
+            assert refused.status_code == 200
+            assert refused.json()["response_action"] == "errors"
+            assert list(refused.json()["errors"].values()) == [
+                "Every token of alice's is revoked here, so this form answers nothing."
+            ]
+            for request in (hers, teams):
+                now = (await client.get(f"/api/v1/requests/{request['id']}")).json()
+                assert (now["status"], now["response"]) == ("pending", None)
+
+            await open_modal(client, slack, posted["U0BOB", "The team's"], "U0BOB")  # bob: not cut off
+            assert (await submit(client, slack, submission(teams["id"], "U0BOB", values))).status_code == 200
+            settled = (await client.get(f"/api/v1/requests/{teams['id']}")).json()
+            assert (settled["status"], settled["response"]["by"]) == ("answered", "bob")
+
+            async with interlock.connect(db) as broker:
+                assert isinstance(broker, LocalBroker)
+                await broker.save_token(issue_token("alice", datetime.now(UTC)))  # `interlock token create alice`
+            block_id, elements = actions_of(posted["U0ALICE", "Alice's"])
+            await press(client, elements[0], block_id, "U0ALICE", slack)
+            settled = (await client.get(f"/api/v1/requests/{hers['id']}")).json()
+            assert (settled["status"], settled["response"]["by"], settled["response"]["via"]) == (
+                "answered",
+                "alice",
                 "slack",
             )

@@ -15,11 +15,18 @@ channel: the signature proves the sender holds the channel's secret, and the del
 binds the answer to the person it was sent to. The answer is checked like any other and
 recorded with `via: webhook`, by the recipient (or, for a team's delivery, by the member
 named in `by`).
+
+A channel names the person who answers (a webhook's `recipient` or `by`, the recipient of
+an email's answer link, whoever a Slack user id is in the routing) without a token of
+theirs, so a person `interlock token revoke NAME` cut off (every token of their own
+revoked) answers nothing through any of them: the answer is refused (a webhook's with 403
+`forbidden`) and nothing changes, until `token create` gives them a new token.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
@@ -102,7 +109,10 @@ async def inbound(channel: str, request: Request, state: State, broker: TheBroke
         target = await broker.get(request_id)
     except NotFound as exc:
         raise ApiError("not_found", str(exc)) from None
-    who = await _speaks_for(state, broker, by, target)
+    try:
+        who = await _speaks_for(state, broker, by, target)
+    except _CutOff as exc:
+        raise ApiError("forbidden", exc.words("a webhook naming them")) from None
     if not can_answer(who, target):
         if who.kind == "team":
             raise ApiError(
@@ -143,9 +153,26 @@ def _object(body: bytes) -> dict[str, Any]:
     return doc
 
 
+class _CutOff(Exception):
+    """`name`, whom a channel's answer speaks for, has had every token of their own revoked
+    (`interlock token revoke NAME`): they are cut off, and no channel answers as them."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+    def words(self, what: str) -> str:
+        """Why `what` (this link, this button, ...) answers nothing, to whoever sent it."""
+        return f"Every token of {self.name}'s is revoked here, so {what} answers nothing."
+
+
 async def _speaks_for(state: AppState, broker: LocalBroker, name: str, request: HumanRequest) -> Principal:
     """`name`, whom a channel's answer speaks for, as the access rules see them
-    (`addressee`, with the routing's teams)."""
+    (`addressee`, with the routing's teams). `_CutOff` where `token revoke NAME` cut them
+    off: a channel names them without a token of theirs, so this is where every channel's
+    answer is refused for them."""
+    if await broker.tokens_all_revoked(name):
+        raise _CutOff(name)
     teams = state.delivery.routing.teams if state.delivery is not None else {}
     return await addressee(broker, teams, name, request)
 
@@ -199,7 +226,10 @@ async def _claim(
         return _page(state, http, "No such request", "The request of this link is gone.", 404)
     if request.status is not Status.PENDING:
         return _settled(state, http, request)
-    who = await _speaks_for(state, broker, claim.recipient, request)
+    try:
+        who = await _speaks_for(state, broker, claim.recipient, request)
+    except _CutOff as exc:
+        return _page(state, http, "Not yours to answer", exc.words("this link"), 403, request_id=request.id)
     if not can_answer(who, request):
         if who.kind == "team":
             message = (
@@ -208,9 +238,6 @@ async def _claim(
             )
         else:
             message = f"This request is not {claim.recipient}'s to answer (any more): it is to {request.to}."
-        return _page(state, http, "Not yours to answer", message, 403, request_id=request.id)
-    if await broker.tokens_all_revoked(claim.recipient):  # `token revoke NAME` cut them off
-        message = f"Every token of {claim.recipient}'s is revoked here, so this link answers nothing."
         return _page(state, http, "Not yours to answer", message, 403, request_id=request.id)
     return claim, request
 
@@ -285,21 +312,34 @@ async def answer_by_link(token: str, http: Request, state: State, broker: TheBro
 # -- Slack's interactive endpoint ------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _NotYours:
+    """Why a Slack user may not answer a request, in words to tell them."""
+
+    why: str
+
+
 async def _slack_answerer(
-    state: AppState, broker: LocalBroker, channel: str, user_id: str, request: HumanRequest
-) -> str | None:
+    state: AppState, broker: LocalBroker, channel: str, user_id: str, request: HumanRequest, what: str
+) -> str | _NotYours:
     """The interlock name a Slack user answers as: the recipient (or a member of the team
     the request is to) whose route gives that user id as their address on `channel`, if
-    they may answer it (`_may_answer`)."""
+    they may answer it (`_may_answer`); else why not, with `what` they clicked or sent
+    named where the person is cut off."""
     assert state.delivery is not None
     routing = state.delivery.routing
     kept = await broker.team_members(request.to) if request.to is not None else None
     members = {*routing.teams.get(request.to or "", ()), *(kept or ())}  # the routing's list and the store's team
+    cut_off: _CutOff | None = None
     for name, route in routing.recipients.items():
-        addressed = route.addresses.get(channel) == user_id and (name == request.to or name in members)
-        if addressed and await _may_answer(state, broker, name, request):
-            return name
-    return None
+        if route.addresses.get(channel) != user_id or (name != request.to and name not in members):
+            continue
+        try:
+            if await _may_answer(state, broker, name, request):
+                return name
+        except _CutOff as exc:
+            cut_off = exc
+    return _NotYours(cut_off.words(what) if cut_off is not None else "This request is not yours to answer.")
 
 
 @pages.post("/slack/interactive/{channel}")
@@ -344,12 +384,10 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
             target = await broker.get(str(view.get("private_metadata", "")))
         except NotFound:
             return JSONResponse({"response_action": "errors", "errors": {}}, status_code=200)
-        by = await _slack_answerer(state, broker, channel, user_id, target)
+        by = await _slack_answerer(state, broker, channel, user_id, target, "this form")
         first = error_block(target)
-        if by is None:
-            return JSONResponse(
-                {"response_action": "errors", "errors": {first: "This request is not yours to answer."}}
-            )
+        if isinstance(by, _NotYours):
+            return JSONResponse({"response_action": "errors", "errors": {first: by.why[:150]}})
         try:
             done = await broker.resolve(target.id, Answers(answers_from_view(target, view)), by=by, via="slack")
         except InvalidAnswer as exc:
@@ -372,8 +410,10 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
             return Response(status_code=200)
         if target.status is not Status.PENDING:
             await tell(_settled_text(target))
-        elif await _slack_answerer(state, broker, channel, user_id, target) is None:
-            await tell("This request is not yours to answer.")
+        elif isinstance(
+            refused := await _slack_answerer(state, broker, channel, user_id, target, "this button"), _NotYours
+        ):
+            await tell(refused.why)
         elif (view := modal_view(target)) is None:  # its form is answered in the inbox
             where = state.delivery.context.request_url(target.id) if state.delivery is not None else None
             await tell(f"Answer this one in the inbox: {where}" if where else "Answer this one in the inbox.")
@@ -389,9 +429,9 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
     except (ValueError, TypeError, KeyError, RecursionError, NotFound):
         await tell("This button no longer works.")
         return Response(status_code=200)
-    by = await _slack_answerer(state, broker, channel, user_id, target)
-    if by is None:
-        await tell("This request is not yours to answer.")
+    by = await _slack_answerer(state, broker, channel, user_id, target, "this button")
+    if isinstance(by, _NotYours):
+        await tell(by.why)
         return Response(status_code=200)
     try:
         done = await broker.resolve(target.id, chosen["a"], by=by, via="slack")
