@@ -199,14 +199,16 @@ ShareOption = Annotated[
 
 
 def _send_limits(concurrency: int, per_channel: int | None) -> tuple[int, int]:
-    """--concurrency and --per-channel, as the delivery loop takes them (each is at least 1
-    as read); a share above the sends is refused naming both."""
+    """--concurrency and --per-channel, as the delivery loop takes them (`send_limits`;
+    each is at least 1 as read); a share above the sends is refused naming both options."""
+    from .channels.delivery import send_limits
+
     if per_channel is not None and per_channel > concurrency:
         raise _fail(
             f"--per-channel {per_channel} is more than the {concurrency} sends at a time (--concurrency): one "
             "channel's share is at most all of them"
         )
-    return concurrency, per_channel if per_channel is not None else max(1, concurrency // 4)
+    return send_limits(concurrency, per_channel)
 
 
 def _version(value: bool) -> None:
@@ -830,7 +832,8 @@ def _store_named(ctx: typer.Context, db: str | None) -> str:
     """` --db URL` (` --server URL`) when this command read a store (a server) named on its
     own command line (not the default, nor INTERLOCK_URL, which the next command reads as
     well): the commands it prints name it too, or they would look in interlock.db. A
-    server's token is left out: the next command takes it as this one did."""
+    server's token is never printed: from INTERLOCK_TOKEN the next command takes it as this
+    one did; given with --token, it is given again."""
     source = ctx.get_parameter_source("db")  # (click's ParameterSource, or typer's own copy of it)
     if db is None or getattr(source, "name", None) != "COMMANDLINE":
         return ""

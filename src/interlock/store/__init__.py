@@ -998,7 +998,8 @@ class OutboxStore(Protocol):
         """The dead letters (to one recipient; with `teams` beside it, and those of requests
         addressed to one of those teams, as in `list_deliveries`), newest first: by when
         each became one (`due_at`), then by id; a keyset page after `before`, the (due_at,
-        id) of the last one seen. Read from one index range in that order."""
+        id) of the last one seen. Read from one index range in that order (with `teams`,
+        that range, each row checked against the teams' requests: fine while they are few)."""
         ...
 
     async def retry_delivery(self, delivery_id: str, now: datetime) -> Delivery | None:
