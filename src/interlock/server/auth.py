@@ -217,6 +217,12 @@ class Auth:
             return None  # (a link made before `token revoke NAME` cut them off signs nobody in)
         token = issue_token(principal.name, now, for_session=True)  # goes when the session ends
         await self.broker.save_token(token)
+        # Looked at again once the token is kept: a `token revoke NAME` that landed after the
+        # look above (another node, the CLI) revoked every token it found, not this one; one
+        # landing from now on revokes it too.
+        if await self.broker.tokens_all_revoked(principal.name):
+            await self.broker.revoke_tokens(token_id=token.id)
+            return None
         return await self.sign_in(token.secret)
 
     async def web_session(self, request: Request) -> Visitor | None:
