@@ -354,9 +354,31 @@ def load_routing(path: str | Path) -> Routing:
     raised naming the file before the field (`routing.toml: recipients.alice.channels: ...`)."""
     document = read_routing_document(path)
     try:
+        _no_masks(document)
         return routing_from_dict(document)
     except RoutingError as exc:
         raise RoutingError(f"{path}: {exc}") from None
+
+
+def _no_masks(doc: Mapping[str, Any]) -> None:
+    """`RoutingError` for a secret given as `***` in a routing file (one `routing show`
+    wrote, say): only `routing set` puts back the secret a `***` stands for, and a file
+    is used as it is, so the `***` itself would replace the secret in use."""
+    channels = doc.get("channels")
+    for name, options in (channels if isinstance(channels, Mapping) else {}).items():
+        if not isinstance(options, Mapping):
+            continue
+        found = [f"channels.{name}.{key}" for key in SECRET_OPTIONS if options.get(key) == MASK]
+        for table in SECRET_TABLES:
+            values = options.get(table)
+            if isinstance(values, Mapping):
+                found += [f"channels.{name}.{table}.{key}" for key, value in values.items() if value == MASK]
+        if found:
+            raise RoutingError(
+                f"{found[0]}: {MASK!r} is how a secret is shown, and a routing file is used as it is: give the "
+                "secret itself, or put the routing in the store with `interlock routing set FILE`, which keeps "
+                "the secret a *** stands for"
+            )
 
 
 def read_routing_document(path: str | Path) -> dict[str, Any]:

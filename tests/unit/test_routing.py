@@ -226,3 +226,20 @@ def test_a_channel_type_is_found_built_in_by_module_path_or_not_at_all() -> None
         find_factory("teams")
     with pytest.raises(ChannelError, match="cannot load"):
         find_factory("no.such.module:Thing")
+
+
+def test_a_routing_file_with_a_secret_shown_as_stars_is_refused_naming_it(tmp_path: Path) -> None:
+    # `interlock routing show > routing.json` then `serve --routing routing.json`: the file is
+    # used as it is, so a *** would replace the secret (and a webhook's header) in use.
+    path = tmp_path / "routing.json"
+    path.write_text(
+        '{"channels": {"hook": {"type": "webhook", "url": "https://hooks.example/in",'
+        ' "headers": {"X-Trace": "on", "Authorization": "***"}}}, "recipients": {"alice": {"channels": ["hook"]}}}'
+    )
+    with pytest.raises(RoutingError, match=r"routing\.json: channels\.hook\.headers\.Authorization: '\*\*\*' is how"):
+        load_routing(path)
+    path.write_text(path.read_text().replace('"Authorization": "***"', '"Authorization": "Bearer x"'))
+    assert load_routing(path).channels["hook"].options["headers"]["Authorization"] == "Bearer x"
+    path.write_text(path.read_text().replace('"url"', '"secret": "***", "url"'))
+    with pytest.raises(RoutingError, match=r"channels\.hook\.secret: '\*\*\*'"):
+        load_routing(path)
