@@ -105,7 +105,16 @@ from .model import (
     time_budget,
 )
 from .outbox import DELIVERY_ID_PREFIX, Delivery, DeliveryState, LinkUse
-from .principals import IssuedSession, IssuedSignInLink, IssuedToken, LiveToken, Principal, TokenInfo, WebSession
+from .principals import (
+    IssuedSession,
+    IssuedSignInLink,
+    IssuedToken,
+    LiveToken,
+    Principal,
+    TokenInfo,
+    WebSession,
+    issue_token,
+)
 from .redact import redact_url
 from .routing import Routing, RoutingError, masked, routing_from_dict, unmasked
 from .secret_key import NO_KEY, OTHER_KEY, GrantKeyId, fingerprint, no_grant_key, other_grant_key
@@ -3004,10 +3013,19 @@ class LocalBroker(Broker):
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
         """Revoke one token by id, or every token of a principal, with the web sessions
         opened with them (a `token_revoked` event ends their streams on every node); how
-        many were revoked."""
+        many were revoked. A person revoked by name is cut off (`tokens_all_revoked`) even
+        with no token of their own (one who signs in by links only, the person `serve` made
+        at the first start): a token of theirs is kept revoked, whose secret nobody ever
+        had, until `token create` gives them a live one."""
         if self._state != "open":
             await self.open()
         revoked = await self.store.revoke_tokens(token_id=token_id, principal=principal)
+        if token_id is None and principal is not None and not await self.store.tokens_all_revoked(principal):
+            found = await self.store.get_principal(principal)
+            if found is not None and found.kind == "human":
+                marker = issue_token(principal, datetime.now(UTC))
+                await self.store.save_token(marker)
+                await self.store.revoke_tokens(token_id=marker.id)
         self._changed_now()
         return revoked
 

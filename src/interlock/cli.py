@@ -1694,20 +1694,21 @@ def token_revoke(
     them a new one. It works on the server's store, not through its URL."""
     _on_the_store(ctx, db, "token revoke")
 
-    async def work(broker: Broker) -> tuple[int, list[str]]:
+    async def work(broker: Broker) -> tuple[int, list[str], bool]:
         store = _local(broker)
         if what.startswith(TOKEN_PREFIX) and what.count("_") >= 2:
-            return await store.revoke_tokens(token_id=what.split("_")[1]), []
+            return await store.revoke_tokens(token_id=what.split("_")[1]), [], False
         found = await store.get_principal(what)
         if found is not None:
-            mailed = _mail_addresses(await store.routing(), what) if found.kind == "human" else []
-            return await store.revoke_tokens(principal=what), mailed
-        return await store.revoke_tokens(token_id=what), []
+            person = found.kind == "human"
+            mailed = _mail_addresses(await store.routing(), what) if person else []
+            return await store.revoke_tokens(principal=what), mailed, person
+        return await store.revoke_tokens(token_id=what), [], False
 
-    count, mailed = _run(db, work)
-    if not count:
+    count, mailed, person = _run(db, work)
+    if not count and not person:  # (a person with no live token is cut off all the same)
         raise _fail(f"no live token matches {redact(what)!r}", DECLINED)
-    err.print(f"revoked {count} token(s)")
+    err.print(f"revoked {count} token(s)" + ("" if count or not person else f": {what} had none, and is cut off"))
     if mailed:
         err.print(
             f"[yellow]warning:[/yellow] the routing still mails {escape(what)} of requests "
