@@ -1050,7 +1050,9 @@ def test_a_running_run_s_page_says_when_it_is_given_up_unless_its_process_goes_o
     page.goto(f"{server.url}/inbox/runs/run-8")
     expect(page.locator(".run-status")).to_have_text("running")
     expect(page.locator(".run-facts")).to_contain_text("as abandoned at")
-    expect(page.locator(".run-facts")).to_contain_text("unless its agent's process parks it, starts it again or asks on it first")
+    expect(page.locator(".run-facts")).to_contain_text(
+        "unless its agent's process parks it, starts it again or asks on it first"
+    )
 
 
 def test_a_run_s_page_follows_the_run_as_it_goes_on_and_keeps_a_message_being_written(
