@@ -1311,7 +1311,7 @@ class LocalBroker(Broker):
                 await self._withdraw(request, "cancelled", f"run {run_id!r} has ended ({status.value})")
                 raise _no_request_for(run_id, status)
             assert run is not None
-            await self._still_alive(run)
+            await self._alive(run, when_half_gone=True)
         self._note_made(request)
         if self._followers:
             self._changed_now()
@@ -1321,16 +1321,19 @@ class LocalBroker(Broker):
             self._start_hooks(request)
         return request, True
 
-    async def _still_alive(self, run: Run) -> None:
-        """A request made on a run running in its agent's own process is a sign of that
-        process's life: once less than half its window is left, the run's deadline moves
-        on (one write a half window, none on the others)."""
-        if run.status is not RunStatus.RUNNING or run.worker is not None or run.expires_at is None:
-            return
+    async def _alive(self, run: Run, *, when_half_gone: bool = False) -> Run:
+        """A run running in its agent's own process (no worker holds it) whose process
+        shows it is alive: the run's deadline moves on to a whole window from now. Started
+        again, at once; with `when_half_gone` (it made a request on the run), only once less
+        than half the window is left (a write a half window, none on the others). Returns
+        the run as it is then; any other run as it is given."""
+        if run.status is not RunStatus.RUNNING or run.worker is not None:
+            return run
         now = datetime.now(UTC)
         renewed = run.park_deadline(now, self.pause_timeout)
-        if run.expires_at - now < (renewed - now) / 2:
-            await self.store.restart_run(run.id, expires_at=renewed)
+        if when_half_gone and (run.expires_at is None or run.expires_at - now >= (renewed - now) / 2):
+            return run
+        return await self.store.restart_run(run.id, expires_at=renewed) or await self._current_run(run.id)
 
     def _with_default_expiry(self, request: Request) -> Request:
         """The operator's `default_expiry` applied to a request that set no timeout and
@@ -2200,10 +2203,8 @@ class LocalBroker(Broker):
         if stored.id != run.id:
             raise _session_held(stored)
         _same_agent(stored, agent)
-        if not created and stored.status is RunStatus.RUNNING and stored.worker is None:
-            # Its process started it again: alive, so a new deadline (a write only on a restart).
-            deadline = stored.park_deadline(datetime.now(UTC), self.pause_timeout)
-            stored = await self.store.restart_run(stored.id, expires_at=deadline) or await self._current_run(stored.id)
+        if not created:  # its process started it again: alive (a write only on a restart)
+            stored = await self._alive(stored)
         self._know(stored)
         if created:
             self._changed_now()
@@ -2242,10 +2243,8 @@ class LocalBroker(Broker):
         deadline = run.park_deadline(run.created_at, self.pause_timeout)
         stored, created = await self.store.start_parked(run, made, state=state, status=status, expires_at=deadline)
         _same_agent(stored, agent)
-        if not created and stored.status is RunStatus.RUNNING and stored.worker is None:
-            # Started again by its process (as `start_run` would be): alive, so a new deadline.
-            renewed = stored.park_deadline(datetime.now(UTC), self.pause_timeout)
-            stored = await self.store.restart_run(stored.id, expires_at=renewed) or await self._current_run(stored.id)
+        if not created:  # started again by its process, as `start_run` would be: alive
+            stored = await self._alive(stored)
             if stored.status is RunStatus.RUNNING and stored.expires_at is not None:
                 self._due(stored.expires_at)
         self._know(stored)
