@@ -502,3 +502,28 @@ async def test_a_request_reads_the_same_from_every_route_that_returns_it(api: ht
     events = (await api.get("/events", params={"request": made["id"]})).json()["events"]
     assert [e["request"] for e in events if e["type"] == "cancelled"] == [got]
     assert (await api.post("/reopen", json={"channel": "chat"})).json()["reopened"] is True
+
+
+async def test_apps_made_in_one_process_each_serve_their_own_store_through_the_routes_they_share(
+    tmp_path: Path,
+) -> None:
+    """Apps made one after another in a process serve the same route objects (so FastAPI
+    works out each route once, not once an app): each still answers from its own store,
+    with its own checks, and describes the same API."""
+    first = create_app(f"sqlite:///{tmp_path / 'first.db'}", auth=False)
+    second = create_app(f"sqlite:///{tmp_path / 'second.db'}", auth=False, max_body_size=2_000)
+    async with (
+        serving(first) as one,
+        serving(second) as two,
+        one.client("/api/v1", timeout=BOUND) as api_one,
+        two.client("/api/v1", timeout=BOUND) as api_two,
+    ):
+        made = await create(api_one, **APPROVAL)
+        assert (await api_one.get(f"/requests/{made['id']}")).status_code == 200
+        missing = await api_two.get(f"/requests/{made['id']}")
+        assert missing.status_code == 404, missing.text
+        assert [r["id"] for r in (await api_two.get("/requests")).json()["items"]] == []
+        big = {"to": "alice", "asks": [{"type": "text", "id": "t", "prompt": "x" * 3_000}]}
+        assert (await api_two.post("/requests", json=big)).status_code == 413
+        assert (await api_one.post("/requests", json=big)).status_code == 201
+    assert first.openapi() == second.openapi()

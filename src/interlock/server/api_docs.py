@@ -16,7 +16,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi import Request as HttpRequest
 from fastapi.responses import HTMLResponse
 
-from .common import State
+from .common import State, include
 from .web import page
 
 __all__ = ["DOCS_PATH", "install_api_docs"]
@@ -28,7 +28,7 @@ router = APIRouter(include_in_schema=False)
 
 def install_api_docs(app: FastAPI) -> None:
     """Add `/docs` (after `install_web`, whose templates and static files it uses)."""
-    app.include_router(router)
+    include(app, router)
 
 
 @router.get(DOCS_PATH, name="api_docs", response_class=HTMLResponse)

@@ -79,6 +79,7 @@ from .common import (
     _caller_dependency,
     describe,
     event_to_dict,
+    include,
     known_query_only,
     parse_event_id,
     problem,
@@ -367,7 +368,7 @@ def create_app(
         summary="Durable human-in-the-loop requests for AI agents.",
         lifespan=lifespan,
         # On every route: who you are, and a store that is unavailable for now.
-        responses=problems_for()(401, 403, 503),
+        responses=_every_route_s_problems(),
         generate_unique_id_function=_operation_id,
         # Not FastAPI's pages, which load their scripts from a CDN: /docs is served whole
         # from here (`api_docs`), and there is no /redoc.
@@ -387,15 +388,15 @@ def create_app(
         # A query parameter a route does not take is refused, but on the routes other
         # systems post to (an inbound channel's sender adds its own).
         checked = [] if router is inbound.router else [Depends(known_query_only)]
-        app.include_router(router, prefix="/api/v1", dependencies=checked)
-    app.include_router(inbound.pages)
+        include(app, router, prefix="/api/v1", dependencies=checked)
+    include(app, inbound.pages)
     _document_problems(app, auth)
 
-    app.include_router(operations)
+    include(app, operations)
     install_web(app, state)
     install_api_docs(app)
-    app.include_router(web_deliveries.router)
-    app.include_router(email_signin.router)
+    include(app, web_deliveries.router)
+    include(app, email_signin.router)
     mcp = _mcp_endpoint(app, the_auth, auth)  # MCP over streamable HTTP, same tokens
     if mcp is not None:
         app.router.routes.append(Route("/mcp", mcp, include_in_schema=False))
@@ -403,6 +404,13 @@ def create_app(
         app.router.routes.append(Route("/mcp", _no_mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     install_pages(app, state)
     return app
+
+
+@functools.cache
+def _every_route_s_problems() -> dict[int | str, dict[str, Any]]:
+    """The problems every route can answer with (who you are, a store unavailable for now):
+    one object for every app, so that apps share their routers' inclusions (`include`)."""
+    return problems_for()(401, 403, 503)
 
 
 API_ROUTERS: tuple[APIRouter, ...] = (

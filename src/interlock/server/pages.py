@@ -37,7 +37,7 @@ from ..model import Request as HumanRequest
 from ..outbox import Delivery
 from ..principals import can_answer, can_claim, can_read
 from .auth import SESSION_COOKIE, SESSION_MAX_AGE
-from .common import AppState, State, delivery_seen_by, inbox_filter, may_resend, set_cookie
+from .common import AppState, State, delivery_seen_by, inbox_filter, include, may_resend, set_cookie
 from .markdown import prerender
 from .web import (
     SIGNIN_COOKIE,
@@ -75,7 +75,7 @@ def install_pages(app: FastAPI, state: AppState) -> None:
     """Add the request pages, the history, the dashboard and the sign-in links (after
     `install_web`, whose templates they use)."""
     state.templates.env.filters["span"] = span
-    app.include_router(router)
+    include(app, router)
 
 
 # -- one-time sign-in links -----------------------------------------------------------------

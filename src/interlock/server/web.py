@@ -70,6 +70,7 @@ from .common import (
     Values,
     can_see,
     inbox_filter,
+    include,
     may_withdraw,
     named_run,
     parse_event_id,
@@ -430,7 +431,7 @@ def install_web(app: FastAPI, state: AppState) -> None:
     """Add the web inbox to the app: `/`, sign-in, the live stream, request cards, assets."""
     app.mount("/static", Assets(directory=HERE / "static"), name="static")
     state.templates = _templates()
-    app.include_router(router)
+    include(app, router)
 
 
 class Assets(StaticFiles):
