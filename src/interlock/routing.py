@@ -44,6 +44,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from .durations import duration_seconds
 from .model import Request
 from .outbox import Delivery, DeliveryKind, Notice, delivery_id
+from .redact import redact_url
 
 __all__ = [
     "ChannelConfig",
@@ -373,6 +374,9 @@ def _no_masks(doc: Mapping[str, Any]) -> None:
             values = options.get(table)
             if isinstance(values, Mapping):
                 found += [f"channels.{name}.{table}.{key}" for key, value in values.items() if value == MASK]
+        url = options.get("url")
+        if isinstance(url, str) and MASK in url and redact_url(url.replace(MASK, "x")) != url.replace(MASK, "x"):
+            found.append(f"channels.{name}.url")  # `***` where a URL shows its password
         if found:
             raise RoutingError(
                 f"{found[0]}: {MASK!r} is how a secret is shown, and a routing file is used as it is: give the "
@@ -416,7 +420,9 @@ SECRET_TABLES = ("headers",)
 
 def masked(doc: Mapping[str, Any], secrets: Sequence[str] = SECRET_OPTIONS) -> dict[str, Any]:
     """A routing document with the channels' secrets replaced by `***` (`MASK`): the
-    options `secrets` names, and each value of a table `SECRET_TABLES` names."""
+    options `secrets` names, each value of a table `SECRET_TABLES` names, and the password
+    and secret query parameters of a URL (a channel's `url`, a route's address:
+    `https://hooks:***@example.com/in`)."""
     out = dict(doc)
     channels = {}
     for name, options in dict(doc.get("channels", {})).items():
@@ -425,28 +431,106 @@ def masked(doc: Mapping[str, Any], secrets: Sequence[str] = SECRET_OPTIONS) -> d
             values = shown.get(table)
             if isinstance(values, Mapping):
                 shown[table] = {k: (MASK if v else v) for k, v in values.items()}
+        if isinstance(shown.get("url"), str):
+            shown["url"] = redact_url(shown["url"])
         channels[name] = shown
     if channels:
         out["channels"] = channels
+    for where, route in _routes(doc):
+        addresses = route.get("addresses")
+        if isinstance(addresses, Mapping):
+            shown_route = {**route, "addresses": {k: _url_shown(v) for k, v in addresses.items()}}
+            _put_route(out, where, shown_route)
     return out
+
+
+def _url_shown(value: object) -> object:
+    return redact_url(value) if isinstance(value, str) and "://" in value else value
+
+
+def _routes(doc: Mapping[str, Any]) -> list[tuple[tuple[str, ...], Mapping[str, Any]]]:
+    """Each route of a routing document (a recipient's, a team's, the default), with where
+    it sits: ("recipients", "alice"), ("teams", "ops"), ("default",)."""
+    found: list[tuple[tuple[str, ...], Mapping[str, Any]]] = []
+    for table in ("recipients", "teams"):
+        routes = doc.get(table)
+        for name, route in (routes if isinstance(routes, Mapping) else {}).items():
+            if isinstance(route, Mapping):
+                found.append(((table, name), route))
+    default = doc.get("default")
+    if isinstance(default, Mapping):
+        found.append((("default",), default))
+    return found
+
+
+def _put_route(doc: dict[str, Any], where: tuple[str, ...], route: Mapping[str, Any]) -> None:
+    if where == ("default",):
+        doc["default"] = route
+    else:
+        doc[where[0]] = {**doc[where[0]], where[1]: route}
+
+
+_DESTINATIONS = {"webhook": ("url",), "email": ("host", "port"), "slack": ("api_url",)}
+"""The options of each built-in channel type that say where its secrets are sent: a
+webhook's headers go to its `url` (or a route's address on it), an email password to its
+SMTP `host`, a Slack token to its `api_url`."""
+
+
+def _sent_to(doc: Mapping[str, Any], name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Where channel `name`'s secrets are sent, by what says so: its destination options
+    (every option but the secrets, for a type of its own) and, but for email and Slack,
+    whose secrets go to their server whoever a message is for, each route's address on it."""
+    kind = options.get("type")
+    keys = _DESTINATIONS.get(kind) if isinstance(kind, str) else None
+    if keys is None:
+        keys = tuple(k for k in options if k not in SECRET_OPTIONS and k not in SECRET_TABLES and k != "type")
+    sent: dict[str, Any] = {f"channels.{name}.{key}": options.get(key) for key in keys}
+    if kind not in ("email", "slack"):
+        for where, route in _routes(doc):
+            addresses = route.get("addresses")
+            if isinstance(addresses, Mapping) and name in addresses:
+                sent[".".join((*where, "addresses", name))] = addresses[name]
+    return sent
 
 
 def unmasked(doc: Mapping[str, Any], current: Mapping[str, Any] | None) -> dict[str, Any]:
     """`doc` with each secret given as `MASK` (a routing read back as `masked` shows it)
     put back from `current`, the routing in use: the same channel's (same name and type)
-    same secret. A mask with no such secret behind it is refused (`RoutingError`): it would
-    otherwise be kept as the secret itself, one anyone can sign with."""
+    same secret, and a URL shown with its password masked, the URL in use. A mask with no
+    such secret behind it is refused (`RoutingError`): it would otherwise be kept as the
+    secret itself, one anyone can sign with. So is a mask on a channel that would now send
+    its secrets elsewhere (another `url`, SMTP host or Slack `api_url`, or a route's address
+    on a webhook changed): whoever may change the routing but was never shown a secret
+    cannot have it sent to a server of their choosing; they give the secret itself."""
+    current = current if current is not None else {}
+    before = current.get("channels")
+    before = before if isinstance(before, Mapping) else {}
+    out = dict(doc)
+    for where, route in _routes(doc):
+        addresses = route.get("addresses")
+        if isinstance(addresses, Mapping) and any(isinstance(v, str) and MASK in v for v in addresses.values()):
+            had = _route_at(current, where).get("addresses")
+            had = had if isinstance(had, Mapping) else {}
+            kept = {k: _url_kept(v, had.get(k), ".".join((*where, "addresses", k))) for k, v in addresses.items()}
+            _put_route(out, where, {**route, "addresses": kept})
     channels = doc.get("channels")
     if not isinstance(channels, Mapping):
-        return dict(doc)
-    before = current.get("channels") if current is not None else None
-    before = before if isinstance(before, Mapping) else {}
+        return out
     restored: dict[str, Any] = {}
     for name, options in channels.items():
         if isinstance(options, Mapping):
             old = before.get(name)
             old = old if isinstance(old, Mapping) and old.get("type") == options.get("type") else {}
             options = dict(options)
+            if isinstance(options.get("url"), str) and MASK in options["url"]:
+                options["url"] = _url_kept(options["url"], old.get("url"), f"channels.{name}.url")
+            masks = [f"channels.{name}.{key}" for key in SECRET_OPTIONS if options.get(key) == MASK]
+            for table in SECRET_TABLES:
+                given = options.get(table)
+                if isinstance(given, Mapping):
+                    masks += [f"channels.{name}.{table}.{k}" for k, v in given.items() if v == MASK]
+            if masks and old:
+                _same_destination(masks[0], _sent_to(out, name, options), _sent_to(current, name, old))
             for key in SECRET_OPTIONS:
                 if options.get(key) == MASK:
                     options[key] = _kept(old.get(key), f"channels.{name}.{key}", options.get("type"), name)
@@ -461,7 +545,39 @@ def unmasked(doc: Mapping[str, Any], current: Mapping[str, Any] | None) -> dict[
                         for k, v in given.items()
                     }
         restored[name] = options
-    return {**doc, "channels": restored}
+    return {**out, "channels": restored}
+
+
+def _route_at(doc: Mapping[str, Any], where: tuple[str, ...]) -> Mapping[str, Any]:
+    found: Any = doc
+    for key in where:
+        found = found.get(key) if isinstance(found, Mapping) else None
+    return found if isinstance(found, Mapping) else {}
+
+
+def _url_kept(given: object, had: object, where: str) -> object:
+    """The URL in use that `given` shows masked (`masked`), or `given` when it masks nothing;
+    `RoutingError` for a masked URL that shows no URL in use."""
+    if not isinstance(given, str) or MASK not in given:
+        return given
+    if isinstance(had, str) and redact_url(had) == given:
+        return had
+    raise RoutingError(
+        f"{where}: {MASK!r} is how a URL's password is shown, and it is kept only with the rest of the URL "
+        "as it is in use: give the URL with its password"
+    )
+
+
+def _same_destination(mask: str, now: Mapping[str, Any], before: Mapping[str, Any]) -> None:
+    """`RoutingError` when the channel would send its secrets somewhere it does not now: a
+    destination taken away is no such place, nor one moved to another that was one already."""
+    was = [value for value in before.values() if value is not None]
+    for where, value in sorted(now.items()):
+        if value is not None and before.get(where) != value and value not in was:
+            raise RoutingError(
+                f"{mask}: {MASK!r} keeps the secret in use only while the channel sends it where it does now, "
+                f"and {where} changed: give the secret itself"
+            )
 
 
 def _kept(secret: object, where: str, kind: object, channel: str) -> str:

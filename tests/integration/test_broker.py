@@ -1240,6 +1240,75 @@ async def test_a_webhooks_headers_are_shown_masked_and_kept_when_put_back_as_sho
     assert await stored_routing(local.store) == kept
 
 
+async def test_a_masked_secret_is_not_kept_for_a_channel_that_would_send_it_elsewhere(
+    broker: Broker, local: LocalBroker
+) -> None:
+    """Whoever may change the routing, but was only ever shown `***`, cannot have the secret
+    behind it sent to a server of their choosing: a webhook's other `url`, a route's other
+    address on it, an email channel's other SMTP host."""
+    hook = {**_PAGER["channels"]["pager"], "headers": {"Authorization": "Bearer hdr-s3cret"}}
+    mail = {"type": "email", "from": "ops@example.com", "host": "smtp.example.com", "password": "smtp-pw"}
+    shown = await broker.set_routing({**_PAGER, "channels": {"pager": hook, "mail": mail}})
+    stored = await stored_routing(local.store)
+
+    def edited(**changes: Any) -> dict[str, Any]:
+        doc = json.loads(json.dumps(shown))
+        for path, value in changes.items():
+            *parents, last = path.split("__")
+            target = doc
+            for key in parents:
+                target = target[key]
+            target[last] = value
+        return doc
+
+    for doc, changed in (
+        (edited(channels__pager__url="https://collector.example.net/x"), "channels.pager.url"),
+        (edited(recipients__alice__addresses__pager="https://collector.example.net/x"), "recipients.alice"),
+        (edited(channels__mail__host="smtp.example.net"), "channels.mail.host"),
+    ):
+        with pytest.raises(InvalidRequest, match=rf"keeps the secret in use only while .* {re.escape(changed)}"):
+            await broker.set_routing(doc)
+        assert await stored_routing(local.store) == stored
+    # the secret itself, given with the new destination, is taken
+    moved = edited(channels__pager__url="https://hooks.example.org/in")
+    moved["channels"]["pager"]["headers"] = {"Authorization": "Bearer new-s3cret"}
+    moved["channels"]["pager"]["secret"] = "an0ther-s3cret-s3cret"
+    await broker.set_routing(moved)
+    kept = await stored_routing(local.store)
+    assert kept is not None and kept["channels"]["pager"]["headers"] == {"Authorization": "Bearer new-s3cret"}
+    # who an email is for is not where its password goes: a new address keeps it
+    await broker.set_routing(
+        {
+            **(await broker.routing() or {}),
+            "recipients": {"alice": {"channels": ["mail"], "addresses": {"mail": "a@x.org"}}},
+        }
+    )
+    kept = await stored_routing(local.store)
+    assert kept is not None and kept["channels"]["mail"]["password"] == "smtp-pw"
+
+
+async def test_a_urls_password_is_shown_masked_and_kept_only_with_the_rest_of_the_url(
+    broker: Broker, local: LocalBroker
+) -> None:
+    hook = {"type": "webhook", "url": "https://hooks:url-s3cret@hooks.example.com/in?token=qs-s3cret"}
+    routes = {"alice": {"channels": ["pager"], "addresses": {"pager": "https://al:addr-s3cret@alice.example.com/in"}}}
+    shown = await broker.set_routing({"channels": {"pager": hook}, "recipients": routes})
+    assert shown["channels"]["pager"]["url"] == "https://hooks:***@hooks.example.com/in?token=***"
+    assert shown["recipients"]["alice"]["addresses"]["pager"] == "https://al:***@alice.example.com/in"
+    assert "s3cret" not in json.dumps(await broker.routing())
+    await broker.set_routing({**shown, "max_attempts": 4})  # put back as shown: kept
+    kept = await stored_routing(local.store)
+    assert kept is not None and kept["channels"]["pager"]["url"] == hook["url"]
+    assert kept["recipients"] == routes
+    elsewhere = {
+        **shown,
+        "channels": {"pager": {**shown["channels"]["pager"], "url": "https://hooks:***@evil.example/in"}},
+    }
+    with pytest.raises(InvalidRequest, match=r"channels\.pager\.url: '\*\*\*' is how a URL's password is shown"):
+        await broker.set_routing(elsewhere)
+    assert await stored_routing(local.store) == kept
+
+
 async def test_a_person_whose_every_token_is_revoked_is_cut_off_until_given_a_new_one(local: LocalBroker) -> None:
     await local.save_principal(Principal("erin", "human"))
     assert not await local.tokens_all_revoked("erin")  # no token yet (serve's person at the machine)

@@ -243,3 +243,17 @@ def test_a_routing_file_with_a_secret_shown_as_stars_is_refused_naming_it(tmp_pa
     path.write_text(path.read_text().replace('"url"', '"secret": "***", "url"'))
     with pytest.raises(RoutingError, match=r"channels\.hook\.secret: '\*\*\*'"):
         load_routing(path)
+    path.write_text(path.read_text().replace('"secret": "***", ', "").replace("https://hooks", "https://u:***@hooks"))
+    with pytest.raises(RoutingError, match=r"channels\.hook\.url: '\*\*\*'"):
+        load_routing(path)
+
+
+def test_a_webhook_with_a_password_in_its_url_and_an_authorization_header_is_refused_naming_both() -> None:
+    # The URL's user and password go as an Authorization header of their own, which would
+    # replace the one configured without a word.
+    from interlock.channels import ChannelContext, ChannelError, open_channels
+
+    doc = {"channels": {"hook": {"type": "webhook", "url": "https://u:pw@hooks.example/in"}}}
+    doc["channels"]["hook"]["headers"] = {"authorization": "Bearer x"}
+    with pytest.raises(ChannelError, match=r"channels\.hook: a url with a user and password and an Authorization"):
+        open_channels(routing_from_dict(doc).channels, ChannelContext(None))

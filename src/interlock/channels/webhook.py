@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -74,6 +75,11 @@ class WebhookChannel:
         timeout = seconds_option(timeout, f"channels.{config.name}.timeout")
         if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
             raise ChannelError(f"channels.{config.name}.headers: a table of text values")
+        if url is not None and "@" in urlsplit(url).netloc and any(k.lower() == "authorization" for k in headers):
+            # the URL's user and password are sent as an Authorization header of their own
+            raise ChannelError(
+                f"channels.{config.name}: a url with a user and password and an Authorization header: give one"
+            )
         self.name = config.name
         self.url: str | None = url
         self.secret: str | None = secret
