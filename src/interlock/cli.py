@@ -166,7 +166,10 @@ TokenOption = Annotated[
     typer.Option(
         "--token",
         envvar="INTERLOCK_TOKEN",
-        help="With a server's URL: your token (or set INTERLOCK_TOKEN).",
+        help=(
+            "With a server's URL: your token. Prefer INTERLOCK_TOKEN: other users of the machine "
+            "see a --token in its process list."
+        ),
         show_default=False,
     ),
 ]
@@ -1610,7 +1613,10 @@ def mcp_stdio(
         typer.Option(
             "--token",
             envvar="INTERLOCK_TOKEN",
-            help="The token for a server's URL (else INTERLOCK_TOKEN).",
+            help=(
+                "The token for a server's URL. Prefer INTERLOCK_TOKEN: other users of the machine "
+                "see a --token in its process list."
+            ),
             show_default=False,
         ),
     ] = None,
