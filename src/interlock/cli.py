@@ -8,6 +8,12 @@
     3  cancelled or closed
     4  usage error, bad input, or the store could not be reached
 
+Every other command exits 0 when it did what it was asked; 1 when what it names is not
+there or no longer in that state (no request, run, grant, team or dead letter by that id;
+a request settled already; a claim someone else holds); 4 on a usage error, bad input, a
+refusal (a token that may not do it, a quota used up) or a store or server that cannot be
+reached. A script tells "not there, or not now" from "not like that" by the code alone.
+
 A command that reads or acts on what a store holds (`inbox`, `show`, `answer`, `runs`,
 `token list`, ...) or sets how a server works (`routing set`, `policy set`, `team add`,
 `grants give`, `secret-key rotate`, `deliver`, ...) refuses a SQLite file that is not there

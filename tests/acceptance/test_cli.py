@@ -837,3 +837,30 @@ def test_each_argument_and_option_says_what_it_is_in_its_command_s_help() -> Non
         return found
 
     assert unexplained(typer.main.get_command(app), []) == []
+
+
+def test_a_command_exits_1_for_what_is_not_there_or_not_now_and_4_for_what_is_asked_wrongly(
+    db: str, tmp_path: Path
+) -> None:
+    # The exit codes the CLI's reference gives every command: a script branches on them.
+    async def make() -> tuple[str, str]:
+        async with interlock.connect(db) as broker:
+            settled = (await broker.create(interlock.Confirm("Ok?"))).id
+            await broker.resolve(settled, True)
+            return settled, (await broker.create(interlock.Confirm("Ok?"))).id
+
+    settled, pending = asyncio.run(make())
+    unknown = "01JZZZZZZZZZZZZZZZZZZZZZZZ"
+    for args, code in (
+        (("show", unknown), 1),
+        (("answer", unknown, "yes"), 1),
+        (("answer", settled, "yes"), 1),
+        (("reject", settled), 1),
+        (("run", "show", "run-nope"), 1),
+        (("answer", pending, "perhaps"), 4),
+        (("show", pending, "--db", f"sqlite:///{tmp_path / 'not-there.db'}"), 4),
+    ):
+        done = run(*args, db=db)
+        assert done.returncode == code, (args, done.returncode, done.stderr)
+        assert done.stderr.startswith("error: "), (args, done.stderr)
+    assert json.loads(run("show", pending, db=db).stdout)["status"] == "pending"  # nothing changed it
