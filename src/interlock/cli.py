@@ -1702,53 +1702,33 @@ def token_revoke(
     """Revoke a token, or every token of a human or agent; it stops working at once. A
     person whose every token is revoked is cut off: no sign-in link (mailed, or printed by
     serve) signs them in, and no channel answers as them (an answer link mailed to them,
-    their Slack user's click, a signed webhook naming them), until `token create` gives
-    them a new one. It works on the server's store, not through its URL."""
+    their Slack user's click, a signed webhook naming them), and no message goes to them
+    (each delivery to them is skipped, saying why), until `token create` gives them a new
+    one. It works on the server's store, not through its URL."""
     _on_the_store(ctx, db, "token revoke")
 
-    async def work(broker: Broker) -> tuple[int, list[str], bool]:
+    async def work(broker: Broker) -> tuple[int, bool]:
         store = _local(broker)
         if what.startswith(TOKEN_PREFIX) and what.count("_") >= 2:
-            return await store.revoke_tokens(token_id=what.split("_")[1]), [], False
+            return await store.revoke_tokens(token_id=what.split("_")[1]), False
         found = await store.get_principal(what)
         if found is not None:
-            person = found.kind == "human"
-            mailed = _mail_addresses(await store.routing(), what) if person else []
-            return await store.revoke_tokens(principal=what), mailed, person
-        return await store.revoke_tokens(token_id=what), [], False
+            return await store.revoke_tokens(principal=what), found.kind == "human"
+        return await store.revoke_tokens(token_id=what), False
 
-    count, mailed, person = _run(db, work)
+    count, person = _run(db, work)
     if not count and not person:  # (a person with no live token is cut off all the same)
         raise _fail(f"no live token matches {redact(what)!r}", DECLINED)
     err.print(f"revoked {count} token(s)" + ("" if count or not person else f": {what} had none, and is cut off"))
-    if mailed:
+    if person:
         err.print(
-            f"[yellow]warning:[/yellow] the routing still mails {escape(what)} of requests "
-            f"({escape(', '.join(mailed))}), though no link mailed to them signs them in or answers any more: "
-            "take their addresses out of the routing (`interlock routing show > routing.json`, edit it, "
-            "`interlock routing set routing.json`)",
+            f"{what} is cut off: nothing is sent to them (each delivery to them is skipped, saying why: "
+            "`interlock deliveries --status skipped`) and nothing answers in their name, until "
+            f"`interlock token create {what} --human`",
+            markup=False,
             highlight=False,
             soft_wrap=True,
         )
-
-
-def _mail_addresses(routing: Mapping[str, Any] | None, person: str) -> list[str]:
-    """The addresses the routing `routing` (a document) gives `person` on its email
-    channels: where the sign-in page mails them a link."""
-    if routing is None:
-        return []
-    channels = routing.get("channels")
-    route = (routing.get("recipients") or {}).get(person)
-    if not isinstance(channels, Mapping) or not isinstance(route, Mapping):
-        return []
-    addresses = route.get("addresses")
-    if not isinstance(addresses, Mapping):
-        return []
-    return [
-        str(address)
-        for name, address in addresses.items()
-        if isinstance(channels.get(name), Mapping) and channels[name].get("type") == "email" and address
-    ]
 
 
 @token_app.command("list")

@@ -8,7 +8,8 @@ idempotency key (its id) that a receiver can use to drop a repeat, since a deliv
 sent at least once. A delivery is `pending` until it is `delivered`; a failed attempt
 is tried again later with a growing, jittered delay; out of attempts it becomes `dead`
 (a dead letter, kept and listed until someone retries it). A reminder or an escalation
-whose request settled before it fell due is `skipped`.
+whose request settled before it fell due is `skipped`, as is a delivery to a person whom
+`token revoke` cut off (its `last_error` says which).
 
 Pure data, no I/O.
 """

@@ -1196,6 +1196,64 @@ async def test_a_dead_letter_is_listed_read_and_sent_again_once(broker: Broker, 
         await broker.list_deliveries(limit=0)
 
 
+class _Recording:
+    """A channel that takes every send: whom each message went to, and about which request."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+
+    async def send(self, message: Message) -> str | None:
+        self.sent.append((message.delivery.recipient, message.request.id))
+        return None
+
+    async def aclose(self) -> None:
+        pass
+
+
+_PAGERS = {
+    "channels": {"pager": {"type": "webhook", "url": "http://127.0.0.1:9/pager", "secret": "s3cret-s3cret-s3cret"}},
+    "teams": {"ops": {"members": ["alice", "bob"]}},
+    "default": {"channels": ["pager"]},
+}
+
+
+async def test_nothing_is_sent_to_a_person_cut_off_and_each_skipped_delivery_says_why(
+    broker: Broker, local: LocalBroker
+) -> None:
+    """`token revoke alice` cuts alice off: no message goes to her (its answers would be
+    refused), each one she would have had is skipped saying why, her team's still reach
+    bob, and `token create alice` lets what comes after reach her again."""
+    for person in ("alice", "bob"):
+        await local.save_principal(Principal(person, "human"))
+        await local.save_token(issue_token(person, datetime.now(UTC)))
+    await local.revoke_tokens(principal="alice")
+    assert await local.outbox.cut_off(["alice", "bob", "carol", "ops"]) == frozenset({"alice"})
+    assert await local.outbox.cut_off([]) == frozenset()
+    pager = _Recording()
+    loop = DeliveryLoop(local.outbox, routing_from_dict(_PAGERS), channels={"pager": pager})
+
+    async def send_all() -> None:
+        with anyio.fail_after(BOUND):
+            while await loop.run_once() or await broker.list_deliveries(status="pending"):
+                pass
+
+    to_team = await broker.create(Confirm("Restart the workers?"), to="ops", requester="ops-bot")
+    to_her = await broker.create(Text("Which region?"), to="alice", requester="ops-bot")
+    await send_all()
+    assert sorted(pager.sent) == [("bob", to_team.id)]
+    skipped = [d for d in await broker.list_deliveries() if d.recipient == "alice"]
+    assert sorted(d.request_id for d in skipped) == sorted([to_team.id, to_her.id])
+    for delivery in skipped:
+        assert (delivery.status, delivery.attempts) == ("skipped", 0)
+        assert delivery.last_error is not None and "every token of 'alice' is revoked" in delivery.last_error
+        assert "interlock token create alice" in delivery.last_error
+
+    await local.save_token(issue_token("alice", datetime.now(UTC)))  # `token create alice`: back
+    again = await broker.create(Text("And now?"), to="alice", requester="ops-bot")
+    await send_all()
+    assert sorted(pager.sent) == sorted([("bob", to_team.id), ("alice", again.id)])
+
+
 async def test_the_routing_is_kept_with_its_secrets_masked_and_a_bad_one_changes_nothing(broker: Broker) -> None:
     assert await broker.routing() is None
     kept = await broker.set_routing(_PAGER)

@@ -10,7 +10,9 @@ as they are (due, no attempt counted) until one of its sends ends, so a burst to
 that hangs leaves the other sends free for everyone else.
 A delivery that fails is tried again after a delay that doubles with each attempt, with
 jitter (`outbox.retry_delay`); after `max_attempts` it becomes a dead letter. A reminder
-or escalation whose request settled meanwhile is skipped. A message offers answers only to
+or escalation whose request settled meanwhile is skipped, and so is every delivery to a
+person `token revoke` cut off, saying so (the store is asked once for each batch claimed,
+`DeliveryPort.cut_off`): nothing goes to them while they are cut off. A message offers answers only to
 whom it is addressed to if they may give them (`Message.may_answer`: an escalation to
 someone who is not the request's recipient, nor in its team, does not), and says when it
 goes to a team's own address (`Message.to_team`), whose members answer each as
@@ -292,7 +294,8 @@ class DeliveryLoop:
             self.owner, now, self.delivery_lease, self.delivery_batch, per_channel=self.per_channel
         )
         if due:
-            await asyncio.gather(*(self._deliver(d) for d in due))
+            cut = await self.outbox.cut_off({d.recipient for d in due})
+            await asyncio.gather(*(self._deliver(d, d.recipient in cut) for d in due))
         # deliveries routed above and due now were claimed just after: a full batch of
         # either, or a channel's full share, is the only sign of more work waiting
         taken = Counter(d.channel for d in due)
@@ -315,8 +318,11 @@ class DeliveryLoop:
                 self.owner, now, self.delivery_lease, free, per_channel=self.per_channel
             )
         )
+        cut = await self.outbox.cut_off({d.recipient for d in due}) if due else frozenset()
         for delivery in due:
-            task = asyncio.get_running_loop().create_task(self._send_apart(delivery), name="interlock-delivery-send")
+            task = asyncio.get_running_loop().create_task(
+                self._send_apart(delivery, delivery.recipient in cut), name="interlock-delivery-send"
+            )
             self._under_way.add(task)
             task.add_done_callback(self._ended)
         return routed == self.batch or (free > 0 and len(due) == free)
@@ -325,11 +331,11 @@ class DeliveryLoop:
         self._under_way.discard(task)
         self._wake.set()  # a send is free again
 
-    async def _send_apart(self, delivery: Delivery) -> None:
+    async def _send_apart(self, delivery: Delivery, cut_off: bool) -> None:
         """`_deliver`, started by `run` and not waited for: what goes wrong is logged here
         (the delivery's lease runs out and it is sent again)."""
         try:
-            await self._deliver(delivery)
+            await self._deliver(delivery, cut_off)
         except asyncio.CancelledError:
             raise
         except Unavailable as exc:
@@ -372,9 +378,12 @@ class DeliveryLoop:
             return planned
         return [d for d in planned if d.kind == "escalation" or d.recipient not in listed or d.recipient in kept]
 
-    async def _deliver(self, delivery: Delivery) -> None:
+    async def _deliver(self, delivery: Delivery, cut_off: bool = False) -> None:
+        """Attempt `delivery` and store the outcome; `cut_off`: its recipient is a person
+        `token revoke` cut off (asked once for the batch it was claimed in), to whom it is
+        not sent."""
         async with self._slots:
-            outcome = await self._attempt(delivery)
+            outcome = _withheld(delivery) if cut_off else await self._attempt(delivery)
         if not await self.outbox.finish_delivery(outcome, self.owner):
             log.warning("delivery %s: the lease ran out before its outcome was stored", delivery.id)
         else:
@@ -497,6 +506,21 @@ async def _close(channel: Channel) -> None:
         await channel.aclose()
     except Exception:
         log.exception("closing a channel failed")
+
+
+def _withheld(delivery: Delivery) -> Delivery:
+    """`delivery`, not sent because its recipient is cut off: skipped, saying why (as
+    `interlock deliveries` and the request's page show it). Its answers would be refused
+    (`token revoke` withdrew the person's say), and nothing reaches them while they are cut
+    off; once `token create` gives them a token again, the deliveries that fall due after
+    reach them (this one stays skipped: the request waits in the inbox)."""
+    name = delivery.recipient
+    log.info("delivery %s of request %s to %s is not sent: they are cut off", delivery.id, delivery.request_id, name)
+    return delivery.with_state(
+        status="skipped",
+        last_error=f"not sent: every token of {name!r} is revoked (`interlock token revoke {name}`), and nothing "
+        f"goes to a person cut off until `interlock token create {name}` gives them one again",
+    )
 
 
 def _log_dead(delivery: Delivery, why: str, *, retry: bool = True) -> None:

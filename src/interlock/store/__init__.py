@@ -645,6 +645,11 @@ class PrincipalStore(Protocol):
         session's) and every one of them is revoked: whom `token revoke NAME` cut off."""
         ...
 
+    async def cut_off(self, names: Collection[str]) -> frozenset[str]:
+        """Of `names`, those whom `token revoke NAME` cut off (`tokens_all_revoked`), in one
+        query: what a delivery loop asks of each batch of deliveries it is to send."""
+        ...
+
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
         """Revoke one token by id, or every token of a principal; return how many.
 
@@ -1043,6 +1048,8 @@ class DeliveryPort(OutboxStore, PeopleDirectory, Protocol):
     them). A local broker hands its store's as `LocalBroker.outbox`."""
 
     async def get(self, request_id: str, *, fresh: bool = True) -> Request | None: ...
+
+    async def cut_off(self, names: Collection[str]) -> frozenset[str]: ...
 
 
 class PolicyStore(Protocol):

@@ -1849,6 +1849,12 @@ class SqlStore:
         rows = await self._rows("tokens_all_revoked", principal)
         return bool(rows[0][0])
 
+    async def cut_off(self, names: Collection[str]) -> frozenset[str]:
+        if not names:
+            return frozenset()
+        rows = await self._rows("cut_off", self._array(sorted(set(names))))
+        return frozenset(row[0] for row in rows)
+
     # -- approval policies -------------------------------------------------------------------
 
     def _policy(self, row: Sequence[Any]) -> ApprovalPolicy:

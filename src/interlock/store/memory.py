@@ -593,6 +593,14 @@ class MemoryStore:
         own = [t.id for t in self._tokens.values() if t.principal == principal and not t.for_session]
         return bool(own) and all(i in self._revoked for i in own)
 
+    async def cut_off(self, names: Collection[str]) -> frozenset[str]:
+        wanted = set(names)
+        own: dict[str, bool] = {}  # each name's tokens (not a session's): all revoked so far
+        for t in self._tokens.values():
+            if t.principal in wanted and not t.for_session:
+                own[t.principal] = own.get(t.principal, True) and t.id in self._revoked
+        return frozenset(name for name, revoked in own.items() if revoked)
+
     async def revoke_tokens(self, *, token_id: str | None = None, principal: str | None = None) -> int:
         hits = sorted(
             (t.id, t.principal)

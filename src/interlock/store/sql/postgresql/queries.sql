@@ -117,6 +117,10 @@ SELECT id, principal, created_at, for_session FROM tokens WHERE revoked_at IS NU
 SELECT EXISTS (SELECT 1 FROM tokens WHERE principal = $1 AND NOT for_session)
    AND NOT EXISTS (SELECT 1 FROM tokens WHERE principal = $1 AND NOT for_session AND revoked_at IS NULL);
 
+-- name: cut_off
+SELECT principal FROM tokens WHERE principal = ANY($1::text[]) AND NOT for_session
+GROUP BY principal HAVING COUNT(revoked_at) = COUNT(*);
+
 -- name: principal_for_token
 SELECT p.name, p.kind, p.owner FROM tokens t JOIN principals p ON p.name = t.principal
 WHERE t.hash = $1 AND t.revoked_at IS NULL;
