@@ -641,7 +641,11 @@ class Broker(ABC):
         `grants` echoes the offered grants the person approves (`{with, can}` each): the
         grants issued are exactly those the answer's choices trigger and the echo names
         (`model.issue_grants`); echoing one the choices did not trigger refuses the whole
-        answer with `InvalidAnswer`, issues nothing and leaves the request pending."""
+        answer with `InvalidAnswer`, issues nothing and leaves the request pending.
+
+        An answer `by` a person `interlock token revoke` cut off (every token of theirs
+        revoked) is refused with `Forbidden` (403 over HTTP) and changes nothing, whoever
+        records it, until `token create` gives them a token again."""
 
     # -- grants --------------------------------------------------------------------------
 
@@ -722,7 +726,8 @@ class Broker(ABC):
 
     @abstractmethod
     async def reject(self, request_id: str, reason: str = "", *, by: str | None = None, via: str = "python") -> bool:
-        """Refuse a pending request; its waiters get `Rejected(reason)`."""
+        """Refuse a pending request; its waiters get `Rejected(reason)`. A refusal `by` a
+        person `token revoke` cut off is refused with `Forbidden`, as an answer is."""
 
     @abstractmethod
     async def cancel(
@@ -1493,6 +1498,8 @@ class LocalBroker(Broker):
             await self.open()
         request_id = _check_id(request_id)
         self._check_answering(by, via, comment, grants)
+        if by is not None:
+            await self._refuse_cut_off(by)
         store = self._now
         request = store.get_now(request_id) if store is not None else await self.store.get(request_id, fresh=False)
         if request is None or request.status is not Status.PENDING:
@@ -1526,6 +1533,18 @@ class LocalBroker(Broker):
         done = self._settle_now(settled)
         return done if done is not None else await self._settle(settled)
 
+    async def _refuse_cut_off(self, by: str) -> None:
+        """Refuse (`Forbidden`) an answer or a refusal recorded as `by`'s when `token revoke`
+        cut them off (`tokens_all_revoked`): whoever records it (an admin, a local caller
+        naming them), nothing is decided in their name until `token create` gives them a
+        token again. Asked only of an answer that names someone."""
+        if await self.store.tokens_all_revoked(by):
+            raise Forbidden(
+                f"by: every token of {by!r} is revoked (`interlock token revoke {by}` cut them off), so nothing is "
+                f"answered in their name until `interlock token create {by}` gives them one again; nothing was "
+                "answered"
+            )
+
     async def _refuse_nameless_yes(self, request: Request) -> None:
         """Refuse, before anything is recorded, a yes to an approval gate's request that
         names nobody as its answerer: the gate takes a yes only as its approver's (any
@@ -1552,8 +1571,13 @@ class LocalBroker(Broker):
             return check_answers(request, answer, limits=self.limits)
 
     async def reject(self, request_id: str, reason: str = "", *, by: str | None = None, via: str = "python") -> bool:
-        """Refuse a pending request; its waiters get `Rejected(reason)`."""
+        """Refuse a pending request; its waiters get `Rejected(reason)`. Refused with
+        `Forbidden`, changing nothing, when `by` is a person `token revoke` cut off."""
         self._check_giving_up(reason, by, via)
+        if by is not None:
+            if self._state != "open":
+                await self.open()
+            await self._refuse_cut_off(by)
         return await self._give_up(
             request_id, Status.REJECTED, Response(datetime.now(UTC), by=by, via=via, reason=reason)
         )

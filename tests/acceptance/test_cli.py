@@ -189,6 +189,18 @@ def test_revoking_every_token_of_a_person_says_they_are_cut_off_and_sent_nothing
     assert one.returncode == 0 and "cut off" not in one.stderr, one.stderr
 
 
+async def test_an_answer_in_the_name_of_a_person_cut_off_is_refused_and_exits_non_zero(db: str) -> None:
+    run("token", "create", "alice", "--human", db=db)
+    assert run("token", "revoke", "alice", db=db).returncode == 0
+    async with interlock.connect(db) as broker:
+        request = await broker.create(interlock.Text("Which region?"), to="alice")
+    refused = run("answer", request.id, "eu", "--by", "alice", db=db)
+    assert refused.returncode != 0
+    assert "every token of 'alice' is revoked" in " ".join(refused.stderr.split()), refused.stderr
+    async with interlock.connect(db) as broker:
+        assert (await broker.get(request.id)).status is interlock.Status.PENDING
+
+
 def test_token_create_says_which_of_human_and_agent_is_missing_or_that_both_were_given(db: str) -> None:
     neither, both = run("token", "create", "y", db=db), run("token", "create", "y", "--human", "--agent", db=db)
     assert (neither.returncode, both.returncode) == (4, 4)

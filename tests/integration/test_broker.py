@@ -37,7 +37,7 @@ from interlock.broker import MAX_EVENT_ID, LocalBroker, stored_routing
 from interlock.channels import Message, PermanentFailure
 from interlock.channels.delivery import DeliveryLoop
 from interlock.dashboard import NOBODY
-from interlock.errors import IdempotencyKeyReused
+from interlock.errors import Forbidden, IdempotencyKeyReused
 from interlock.model import Answers
 from interlock.outbox import LinkUse
 from interlock.principals import Principal, hash_token, issue_session, issue_signin_link, issue_token
@@ -1384,6 +1384,34 @@ async def test_a_person_whose_every_token_is_revoked_is_cut_off_until_given_a_ne
     assert await local.tokens_all_revoked("erin")  # `token revoke erin`: cut off
     await local.save_token(issue_token("erin", datetime.now(UTC)))
     assert not await local.tokens_all_revoked("erin")  # `token create erin`: back
+
+
+async def test_an_answer_in_the_name_of_a_person_cut_off_is_refused_and_changes_nothing(
+    broker: Broker, local: LocalBroker
+) -> None:
+    """Whoever records it (an admin naming them over HTTP, a local caller), an answer or a
+    local refusal `by` a person `token revoke` cut off is `Forbidden` (403 over HTTP) and leaves
+    the request pending, until `token create` gives them a token again."""
+    for person in ("alice", "bob"):
+        await local.save_principal(Principal(person, "human"))
+        await local.save_token(issue_token(person, datetime.now(UTC)))
+    await local.revoke_tokens(principal="alice")
+    question = await broker.create(Text("Which region?"), to="alice")
+    approval = await broker.create(Confirm("Deploy?"), to="alice")
+    with pytest.raises(Forbidden, match=r"every token of 'alice' is revoked .* nothing was answered"):
+        await broker.resolve(question.id, "eu", by="alice")
+    with pytest.raises(Forbidden, match="every token of 'alice' is revoked"):
+        await broker.resolve(approval.id, True, by="alice")
+    with pytest.raises(Forbidden, match="every token of 'alice' is revoked"):
+        await local.reject(approval.id, "not now", by="alice")  # (a remote broker's names its caller)
+    for request in (question, approval):
+        assert (await broker.get(request.id)).status is Status.PENDING
+    assert await broker.resolve(question.id, "eu", by="bob")  # bob is not cut off
+
+    await local.save_token(issue_token("alice", datetime.now(UTC)))  # `token create alice`: back
+    assert await local.reject(approval.id, "not now", by="alice")
+    settled = await broker.get(approval.id)
+    assert settled.status is Status.REJECTED and settled.response is not None and settled.response.by == "alice"
 
 
 async def test_a_routing_file_seeds_the_store_and_what_was_set_since_stays_until_the_file_changes(

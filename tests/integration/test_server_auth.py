@@ -240,3 +240,22 @@ async def test_who_calls_is_checked_before_what_the_query_asks(clients: dict[str
     assert (unknown.status_code, unknown.json()["code"]) == (401, "unauthorized"), unknown.text
     signed = await clients["alice"].get("/requests", params={"stauts": "pending"})
     assert (signed.status_code, signed.json()["code"]) == (422, "invalid_request"), signed.text
+
+
+async def test_an_admin_records_no_answer_nor_decline_in_the_name_of_a_person_cut_off(tmp_path: Path) -> None:
+    # An admin's `by` names who answers; a person `token revoke` cut off answers nothing,
+    # whoever names them: 403, and the request stays pending.
+    db = f"sqlite:///{tmp_path / 'admin.db'}"
+    async with interlock.connect(db) as broker:
+        await broker.store.save_principal(Principal("alice", "human"))  # type: ignore[attr-defined]
+        await broker.store.save_token(issue_token("alice", datetime.now(UTC)))  # type: ignore[attr-defined]
+        await broker.revoke_tokens(principal="alice")  # type: ignore[attr-defined]
+        request = await broker.create(Confirm("Deploy?"), to="alice")
+    async with serve_in_process(db, auth=False) as server, server.client("/api/v1", timeout=BOUND) as admin:
+        for body in ({"answer": True, "by": "alice"}, {"cancel": True, "by": "alice", "reason": "not now"}):
+            refused = await admin.post(f"/requests/{request.id}/answer", json=body)
+            assert refused.status_code == 403, refused.text
+            assert "every token of 'alice' is revoked" in refused.json()["detail"]
+        assert (await admin.get(f"/requests/{request.id}")).json()["status"] == "pending"
+        answered = await admin.post(f"/requests/{request.id}/answer", json={"answer": True, "by": "bob"})
+        assert answered.status_code == 200, answered.text

@@ -557,6 +557,8 @@ async def answer_one(
         raise ApiError("invalid_answer", str(exc), status=NOVO_REFUSAL, ask_id=exc.ask_id) from None
     by = body.by if caller.kind == "admin" else caller.name
     if decision.cancel:
+        if by is not None and by != caller.name and await broker.tokens_all_revoked(by):  # (an answer checks it)
+            raise ApiError("forbidden", f"by: every token of {by!r} is revoked, so nothing is declined in their name")
         done = await broker.cancel(request_id, body.reason, by=by, via=via)
     else:
         echo = None if body.grants is None else [g.model_dump(by_alias=True) for g in body.grants]
