@@ -661,7 +661,7 @@ class Broker(ABC):
         limit: int = 50,
     ) -> GrantPage:
         """Issued grants matching every filter given, newest first; `live` keeps only those
-        neither revoked nor expired."""
+        neither revoked nor expired, nor given by a person `token revoke` cut off."""
 
     @abstractmethod
     async def get_grant(self, grant_id: str) -> IssuedGrant:
@@ -672,7 +672,9 @@ class Broker(ABC):
         self, audience: str | None, with_: str, can: str, *, issuer: str | None = None
     ) -> IssuedGrant | None:
         """A live grant letting `audience` do `can` on `with_` (issued by `issuer`, when
-        given), or None."""
+        given), or None. A grant given by a person `interlock token revoke` cut off is not
+        live while they are: their authority went with their tokens (`token create` gives
+        it back), though the grant itself is not revoked."""
 
     @abstractmethod
     async def revoke_grant(self, grant_id: str, *, by: str | None = None) -> bool:

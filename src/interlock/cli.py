@@ -1702,9 +1702,9 @@ def token_revoke(
     """Revoke a token, or every token of a human or agent; it stops working at once. A
     person whose every token is revoked is cut off: no sign-in link (mailed, or printed by
     serve) signs them in, and no channel answers as them (an answer link mailed to them,
-    their Slack user's click, a signed webhook naming them), and no message goes to them
-    (each delivery to them is skipped, saying why), until `token create` gives them a new
-    one. It works on the server's store, not through its URL."""
+    their Slack user's click, a signed webhook naming them), no message goes to them
+    (each delivery to them is skipped, saying why) and no grant they gave authorizes
+    anything, until `token create` gives them a new one. It works on the server's store, not through its URL."""
     _on_the_store(ctx, db, "token revoke")
 
     async def work(broker: Broker) -> tuple[int, bool]:
@@ -1723,8 +1723,8 @@ def token_revoke(
     if person:
         err.print(
             f"{what} is cut off: nothing is sent to them (each delivery to them is skipped, saying why: "
-            "`interlock deliveries --status skipped`) and nothing answers in their name, until "
-            f"`interlock token create {what} --human`",
+            "`interlock deliveries --status skipped`), nothing answers in their name and the grants they gave "
+            f"authorize nothing, until `interlock token create {what} --human`",
             markup=False,
             highlight=False,
             soft_wrap=True,

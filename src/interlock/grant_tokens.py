@@ -8,8 +8,9 @@ it (absent for a grant given directly).
 
 An application verifies a token offline with the venue's public key (`GET
 /api/v1/grants/keys` serves it as a JWK Set) through `verify_grant_token`; a token says
-nothing of a revocation after it was signed, so an application that must honour
-revocations at once also asks the venue (`POST /api/v1/grants/verify`).
+nothing of a revocation after it was signed (nor of `interlock token revoke` cutting off
+the person who gave it, which withholds their grants while it lasts), so an application
+that must honour revocations at once also asks the venue (`POST /api/v1/grants/verify`).
 
 Keys (`GrantSigner`): a server signs with the Ed25519 private key in the PEM file named by
 `INTERLOCK_GRANT_KEY` (`interlock serve --grant-key`); without one, with a key derived from

@@ -184,6 +184,7 @@ def test_revoking_every_token_of_a_person_says_they_are_cut_off_and_sent_nothing
     assert "revoked 1 token(s)" in said
     assert "alice is cut off: nothing is sent to them" in said, said
     assert "interlock deliveries --status skipped" in said and "interlock token create alice --human" in said
+    assert "the grants they gave authorize nothing" in said
     assert "still mails" not in said and "warning" not in said
     one = run("token", "revoke", bob_token.split("_")[1], db=db)  # one of bob's tokens: he is not cut off
     assert one.returncode == 0 and "cut off" not in one.stderr, one.stderr

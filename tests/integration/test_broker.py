@@ -1414,6 +1414,36 @@ async def test_an_answer_in_the_name_of_a_person_cut_off_is_refused_and_changes_
     assert settled.status is Status.REJECTED and settled.response is not None and settled.response.by == "alice"
 
 
+async def test_a_grant_given_by_a_person_cut_off_authorizes_nothing_until_they_are_given_a_token(
+    broker: Broker, local: LocalBroker
+) -> None:
+    """`token revoke alice` withdraws alice's authority, and with it what her grants let
+    others do: checked when used, so they are not revoked, and `token create alice` gives
+    them back. A grant of someone else on the same thing checks meanwhile."""
+    for person in ("alice", "bob"):
+        await local.save_principal(Principal(person, "human"))
+        await local.save_token(issue_token(person, datetime.now(UTC)))
+    older = await broker.give_grant("bot", "repo:web", "deploy", by="bob", exp=None)
+    given = await broker.give_grant("bot", "repo:web", "deploy", by="alice", exp=None)
+    own = await broker.give_grant("bot", "interlock:inbox/alice", "hitl/request", by="alice", exp=None)
+    nameless = await broker.give_grant("bot", "repo:docs", "read", exp=None)  # given by nobody named
+    assert await broker.check_grant("bot", "repo:web", "deploy") == given  # the newest
+
+    await local.revoke_tokens(principal="alice")
+    assert await broker.check_grant("bot", "repo:web", "deploy") == older  # bob's still counts
+    assert await broker.check_grant("bot", "repo:web", "deploy", issuer="alice") is None
+    assert await broker.check_grant("bot", "interlock:inbox/alice", "hitl/request") is None
+    assert await broker.check_grant("bot", "repo:docs", "read") == nameless
+    live = (await broker.list_grants(audience="bot", live=True)).items
+    assert sorted(g.id for g in live) == sorted([older.id, nameless.id])
+    assert (await broker.get_grant(given.id)).revoked_at is None  # withheld, not revoked
+    assert len((await broker.list_grants(audience="bot")).items) == 4
+
+    await local.save_token(issue_token("alice", datetime.now(UTC)))  # `token create alice`: back
+    assert await broker.check_grant("bot", "repo:web", "deploy") == given
+    assert await broker.check_grant("bot", "interlock:inbox/alice", "hitl/request") == own
+
+
 async def test_a_routing_file_seeds_the_store_and_what_was_set_since_stays_until_the_file_changes(
     local: LocalBroker,
 ) -> None:

@@ -366,3 +366,29 @@ async def test_a_batch_answer_echoes_grants_item_by_item(
         assert refused["error"]["code"] == "invalid_answer"
         assert (await bot.get(f"/requests/{second}")).json()["status"] == "pending"
         assert [g["request_id"] for g in (await bot.get("/grants")).json()["items"]] == [first]
+
+
+async def test_a_grant_from_a_person_cut_off_lets_nobody_ask_them_nor_verifies_until_they_are_given_a_token(
+    world: Callable[..., AbstractAsyncContextManager[World]],
+) -> None:
+    # alice lets carol ask her; `token revoke alice` withdraws that with the rest of her
+    # say: carol's ask is refused, the venue says her grant's token is not valid and why;
+    # `token create alice` gives it back.
+    async with world() as w:
+        async with w.broker("alice") as alice:
+            given = await alice.give_grant("carol", "interlock:inbox/alice", "hitl/request")
+            token = await alice.grant_token(given.id)  # type: ignore[attr-defined]
+        async with interlock.connect(w.db) as store:
+            assert isinstance(store, LocalBroker)
+            await store.revoke_tokens(principal="alice")  # `interlock token revoke alice`
+        async with w.broker("carol") as carol, w.client("carol") as http:
+            with pytest.raises(Forbidden, match="needs their permission"):
+                await carol.create(Confirm("Lunch?"), to="alice")
+            verdict = (await http.post("/grants/verify", json={"token": token})).json()
+            assert verdict["valid"] is False and verdict["grant"]["id"] == given.id
+            assert verdict["reason"] == "the grant was given by 'alice', whom `token revoke` cut off", verdict
+            async with interlock.connect(w.db) as store:
+                assert isinstance(store, LocalBroker)
+                await store.save_token(issue_token("alice", datetime.now(UTC)))  # `interlock token create alice`
+            assert (await carol.create(Confirm("Lunch?"), to="alice")).to == "alice"
+            assert (await http.post("/grants/verify", json={"token": token})).json()["valid"] is True

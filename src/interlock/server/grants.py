@@ -168,8 +168,9 @@ async def check_grant(body: CheckBody, caller: Caller, broker: TheBroker) -> dic
 
 @router.post("/grants/verify", response_model=VerifyResult, responses=_problems(400, 413, 422))
 async def verify_grant(body: VerifyBody, caller: Caller, broker: TheBroker, state: State) -> dict[str, Any]:
-    """Verify a grant token as the venue: its signature and expiry, and that the grant is
-    not revoked. Whoever holds a token may ask."""
+    """Verify a grant token as the venue: its signature and expiry, that the grant is not
+    revoked, and that whoever gave it is not cut off (`interlock token revoke`). Whoever
+    holds a token may ask."""
     try:
         claims = verify_grant_token(body.token, state.grant_signer.jwks(), venue=state.grant_signer.venue)
         grant = await broker.get_grant(claims.grant_id)
@@ -177,6 +178,9 @@ async def verify_grant(body: VerifyBody, caller: Caller, broker: TheBroker, stat
         return {"valid": False, "reason": str(exc), "grant": None}
     if grant.revoked_at is not None:
         return {"valid": False, "reason": "the grant was revoked", "grant": issued_grant_to_dict(grant)}
+    if grant.issuer is not None and await broker.tokens_all_revoked(grant.issuer):
+        reason = f"the grant was given by {grant.issuer!r}, whom `token revoke` cut off"
+        return {"valid": False, "reason": reason, "grant": issued_grant_to_dict(grant)}
     return {"valid": True, "reason": None, "grant": issued_grant_to_dict(grant)}
 
 

@@ -892,8 +892,9 @@ class FollowupStore(Protocol):
 @dataclass(frozen=True, slots=True)
 class GrantQuery:
     """Filters and a keyset page for `GrantStore.list_grants`, newest first. `live_at`
-    keeps only grants neither revoked nor expired at that time; `after` is the id of the
-    last grant seen."""
+    keeps only grants neither revoked nor expired at that time, whose issuer `token
+    revoke` has not cut off (`PrincipalStore.tokens_all_revoked`: checked as they are
+    read, so `token create` gives them back); `after` is the id of the last grant seen."""
 
     audience: str | None = None
     issuer: str | None = None

@@ -1089,6 +1089,16 @@ GRANT_COLUMNS = (
 """The columns of the grants table a grant is read from, in `SqlStore._grant` order."""
 
 
+CUT_OFF_ISSUER = (
+    "(issuer IS NULL"
+    " OR NOT EXISTS (SELECT 1 FROM tokens t WHERE t.principal = grants.issuer AND NOT t.for_session)"
+    " OR EXISTS (SELECT 1 FROM tokens t WHERE t.principal = grants.issuer AND NOT t.for_session"
+    " AND t.revoked_at IS NULL))"
+)
+"""A live grant's issuer is not a person `token revoke` cut off (`tokens_all_revoked`):
+they had no token of their own, or one of them is live."""
+
+
 def grants_sql(query: GrantQuery, stamp: Any) -> tuple[str, dict[str, Any]]:
     """The statement for `GrantStore.list_grants` (named `:parameters`), newest first."""
     where: list[str] = []
@@ -1106,6 +1116,7 @@ def grants_sql(query: GrantQuery, stamp: Any) -> tuple[str, dict[str, Any]]:
     if query.live_at is not None:
         where.append("revoked_at IS NULL AND (expires_at IS NULL OR expires_at > :now)")
         params["now"] = stamp(query.live_at)
+        where.append(CUT_OFF_ISSUER)
     if query.after is not None:
         where.append("id < :after")
         params["after"] = query.after

@@ -1065,8 +1065,11 @@ class MemoryStore:
         return self._grants.get(grant_id)
 
     async def list_grants(self, query: GrantQuery) -> Sequence[IssuedGrant]:
-        rows = sorted((g for g in self._grants.values() if _grant_matches(g, query)), key=lambda g: g.id, reverse=True)
-        return rows[: query.limit]
+        found = [g for g in self._grants.values() if _grant_matches(g, query)]
+        if query.live_at is not None:  # (a grant of a person cut off is live no more, while they are)
+            cut = await self.cut_off({g.issuer for g in found if g.issuer is not None})
+            found = [g for g in found if g.issuer not in cut]
+        return sorted(found, key=lambda g: g.id, reverse=True)[: query.limit]
 
     async def revoke_grant(self, grant_id: str, by: str | None, at: datetime) -> IssuedGrant | None:
         grant = self._grants.get(grant_id)
