@@ -21,7 +21,7 @@ from interlock import Confirm
 from interlock.broker import LocalBroker
 from interlock.channels import Message
 from interlock.channels.delivery import DeliveryLoop, send_limits
-from interlock.principals import Principal
+from interlock.principals import Principal, issue_token
 from interlock.routing import routing_from_dict
 from interlock.webhooks import InvalidSignature, verify
 
@@ -672,3 +672,31 @@ async def test_a_loop_with_send_limits_out_of_range_is_refused(
                 per_channel=per_channel,
             )
         assert send_limits(1) == (1, 1) and send_limits(16) == (16, 4) and send_limits(8, 8) == (8, 8)
+
+
+async def test_a_running_loop_sends_nothing_to_a_member_cut_off_and_the_team_s_message_to_the_others(
+    store_url: str, hook: Receiver
+) -> None:
+    # The loop `serve` and `deliver` run (its sends started apart): alice is cut off, so
+    # the team's request reaches bob alone, and hers is skipped saying why.
+    doc = routing(hook.url, teams={"ops": {"members": ["alice", "bob"]}}, default={"channels": ["hook"]})
+    async with delivering(store_url, doc) as (broker, loop):
+        for person in ("alice", "bob"):
+            await broker.save_principal(Principal(person, "human"))
+            await broker.save_token(issue_token(person, datetime.now(UTC)))
+        await broker.revoke_tokens(principal="alice")
+        request = await broker.create(Confirm("Ship it?"), to="ops", requester="bot")
+        await until(loop, status_of_each(broker, request.id))
+        [got] = await hook.until(1)
+        assert got.json["recipient"] == "bob"
+        by_whom = {d.recipient: d for d in await broker.store.list_deliveries(request_id=request.id)}
+        assert (by_whom["alice"].status, by_whom["bob"].status) == ("skipped", "delivered")
+        assert "every token of 'alice' is revoked" in (by_whom["alice"].last_error or "")
+
+
+def status_of_each(broker: LocalBroker, request_id: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        found = await broker.store.list_deliveries(request_id=request_id)
+        return len(found) == 2 and all(d.status != "pending" for d in found)
+
+    return check
