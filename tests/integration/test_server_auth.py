@@ -257,5 +257,11 @@ async def test_an_admin_records_no_answer_nor_decline_in_the_name_of_a_person_cu
             assert refused.status_code == 403, refused.text
             assert "every token of 'alice' is revoked" in refused.json()["detail"]
         assert (await admin.get(f"/requests/{request.id}")).json()["status"] == "pending"
+        other = await admin.post("/requests", json={**APPROVAL, "to": "alice"})
+        items = [{"id": request.id, "answer": True, "by": "alice"}, {"id": other.json()["id"], "answer": True}]
+        batch = (await admin.post("/answers", json={"items": items})).json()  # each result stands on its own
+        assert (batch[0]["ok"], batch[0]["error"]["status"], batch[1]["ok"]) == (False, 403, True), batch
+        assert "every token of 'alice' is revoked" in batch[0]["error"]["detail"]
+        assert (await admin.get(f"/requests/{request.id}")).json()["status"] == "pending"
         answered = await admin.post(f"/requests/{request.id}/answer", json={"answer": True, "by": "bob"})
         assert answered.status_code == 200, answered.text

@@ -24,7 +24,7 @@ from ..approvals import mark, unmarked
 from ..broker import MAX_DASHBOARD_WINDOW, MAX_EVENT_ID, LocalBroker
 from ..cursors import issued, taken
 from ..dashboard import DASHBOARD_WINDOW, dashboard_to_dict
-from ..errors import AlreadySettled, InvalidAnswer, InvalidRequest, NotFound
+from ..errors import AlreadySettled, Forbidden, InvalidAnswer, InvalidRequest, NotFound
 from ..grants import asks_own_inbox, may_ask
 from ..model import Event, Origin, Status, check_text, claim_to_dict, origin_from_dict, request_to_dict
 from ..model import Request as HumanRequest
@@ -597,7 +597,7 @@ async def answer_batch(body: BatchAnswerBody, caller: Caller, broker: TheBroker,
         try:
             settled = await answer_one(broker, item.id, AnswerBody.model_validate(fields), caller, via)
             results.append({"id": item.id, "ok": True, "status": settled.status.value})
-        except (ApiError, InvalidAnswer, InvalidRequest, NotFound, AlreadySettled) as exc:
+        except (ApiError, Forbidden, InvalidAnswer, InvalidRequest, NotFound, AlreadySettled) as exc:
             results.append({"id": item.id, "ok": False, "error": _error_of(exc)})
     return results
 
