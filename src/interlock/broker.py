@@ -1531,19 +1531,22 @@ class LocalBroker(Broker):
             if grants is None
             else issue_grants(request, answers, grants, issuer=by or request.to, now=now, policy=self.grant_policy)
         )
+        if issued and by is None and request.to is not None:  # (issued as the recipient's: not a cut-off one's)
+            await self._refuse_cut_off(request.to, "grants", " (an answer naming nobody issues its grants as theirs)")
         settled = request.settle(Status.ANSWERED, Response._make(now, answers, by, via, comment, None, issued))
         done = self._settle_now(settled)
         return done if done is not None else await self._settle(settled)
 
-    async def _refuse_cut_off(self, by: str) -> None:
+    async def _refuse_cut_off(self, by: str, field: str = "by", why: str = "") -> None:
         """Refuse (`Forbidden`) an answer or a refusal recorded as `by`'s when `token revoke`
         cut them off (`tokens_all_revoked`): whoever records it (an admin, a local caller
         naming them), nothing is decided in their name until `token create` gives them a
-        token again. Asked only of an answer that names someone."""
+        token again; nor are grants issued as theirs by an answer that names nobody. Asked
+        only of an answer that names someone, or issues grants."""
         if await self.store.tokens_all_revoked(by):
             raise Forbidden(
-                f"by: every token of {by!r} is revoked (`interlock token revoke {by}` cut them off), so nothing is "
-                f"answered in their name until `interlock token create {by}` gives them one again; nothing was "
+                f"{field}: every token of {by!r} is revoked (`interlock token revoke {by}` cut them off), so nothing "
+                f"is answered in their name{why} until `interlock token create {by}` gives them one again; nothing was "
                 "answered"
             )
 

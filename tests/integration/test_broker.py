@@ -1444,6 +1444,22 @@ async def test_a_grant_given_by_a_person_cut_off_authorizes_nothing_until_they_a
     assert await broker.check_grant("bot", "interlock:inbox/alice", "hitl/request") == own
 
 
+async def test_an_answer_naming_nobody_issues_no_grant_as_a_person_cut_off(broker: Broker, local: LocalBroker) -> None:
+    """An answer that names nobody issues its grants as the request's recipient's: not as
+    the grants of a person `token revoke` cut off (they would count again once they are
+    given a token, as if they had given them). It is refused and changes nothing."""
+    await local.save_principal(Principal("alice", "human"))
+    await local.save_token(issue_token("alice", datetime.now(UTC)))
+    await local.revoke_tokens(principal="alice")
+    deploy = {"with": "repo:web", "can": "deploy"}
+    request = await broker.create(Confirm("Let bot deploy?", grants=[deploy]), to="alice", requester="bot")
+    with pytest.raises(Forbidden, match=r"grants: every token of 'alice' is revoked .*issues its grants as theirs"):
+        await local.resolve(request.id, True, grants=[deploy])
+    assert (await broker.get(request.id)).status is Status.PENDING
+    assert (await broker.list_grants(audience="bot")).items == []
+    assert await local.resolve(request.id, True)  # (issuing nothing, it records nothing in her name)
+
+
 async def test_a_routing_file_seeds_the_store_and_what_was_set_since_stays_until_the_file_changes(
     local: LocalBroker,
 ) -> None:
