@@ -196,7 +196,7 @@ async def test_an_answer_in_the_name_of_a_person_cut_off_is_refused_and_exits_no
     async with interlock.connect(db) as broker:
         request = await broker.create(interlock.Text("Which region?"), to="alice")
     refused = run("answer", request.id, "eu", "--by", "alice", db=db)
-    assert refused.returncode != 0
+    assert refused.returncode == 4  # a refusal, as the CLI's exit codes say
     assert "every token of 'alice' is revoked" in " ".join(refused.stderr.split()), refused.stderr
     async with interlock.connect(db) as broker:
         assert (await broker.get(request.id)).status is interlock.Status.PENDING
