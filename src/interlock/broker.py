@@ -1167,6 +1167,14 @@ class _Waiting:
     handed: asyncio.Future[Run | None] | None = None
 
 
+@dataclass(slots=True, eq=False)
+class _Kept:
+    """A run whose pending requests calls in this process wait on (see `LocalBroker._keep_loop`)."""
+
+    waits: int  # how many such calls wait now
+    look_at: datetime  # when to look at its deadline next
+
+
 class LocalBroker(Broker):
     """The broker over a store: this process keeps the waiters, runs expiry and follows
     the store's event log for what other processes change."""
@@ -1231,6 +1239,8 @@ class LocalBroker(Broker):
         self._expiry_kick = asyncio.Event()
         self._next_due: datetime | None = None
         self._hint = asyncio.Event()
+        self._kept: dict[str, _Kept] = {}  # runs waited on here, which their waits keep alive
+        self._keep_kick = asyncio.Event()  # a run is newly waited on here: look at its deadline
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -1245,6 +1255,7 @@ class LocalBroker(Broker):
             self._state = "open"
             await self._expire_due()  # what fell due while no process watched
             self._spawn(self._expiry_loop())
+            self._spawn(self._keep_loop())
             if self.store.shared:
                 self.store.on_foreign_change(self._hint.set, self._settled_elsewhere)
                 self._spawn(self._follow_loop(await self.store.last_event_id()))
@@ -1381,14 +1392,21 @@ class LocalBroker(Broker):
                 if request.expires_at is not None:
                     until_due = (request.expires_at - datetime.now(UTC)).total_seconds()
                     delay = until_due if delay is None else min(delay, until_due)
-                if delay is None:  # the common case, without a coroutine more
-                    try:
-                        request = await fut
-                    except asyncio.CancelledError:
-                        await self._waiter_cancelled(request)
-                        raise
-                else:
-                    request = await self._await_settled(request, fut, delay)
+                run_id = request.origin.run
+                if run_id is not None:
+                    self._keep(run_id)  # its process is alive while it waits: so is its run
+                try:
+                    if delay is None:  # the common case, without a coroutine more
+                        try:
+                            request = await fut
+                        except asyncio.CancelledError:
+                            await self._waiter_cancelled(request)
+                            raise
+                    else:
+                        request = await self._await_settled(request, fut, delay)
+                finally:
+                    if run_id is not None:
+                        self._unkeep(run_id)
         finally:
             if request_id in self._waiters:  # not woken (a settlement pops its waiters)
                 self._drop_waiter(request_id, fut)
@@ -1445,6 +1463,25 @@ class LocalBroker(Broker):
             return request
         finally:
             self._drop_waiter(request_id, fut)
+
+    def _keep(self, run_id: str) -> None:
+        """A call here begins to wait on a pending request of run `run_id`: while such a
+        call waits, its process is alive, and `_keep_loop` moves the run's deadline on."""
+        kept = self._kept.get(run_id)
+        if kept is not None:
+            kept.waits += 1
+            return
+        self._kept[run_id] = _Kept(1, datetime.now(UTC))  # its deadline looked at at once
+        self._keep_kick.set()
+
+    def _unkeep(self, run_id: str) -> None:
+        """A call that waited on a request of run `run_id` ended (answered, cut, closed)."""
+        kept = self._kept.get(run_id)
+        if kept is None:
+            return
+        kept.waits -= 1
+        if kept.waits <= 0:
+            del self._kept[run_id]  # no call waits on it here any more: its deadline stays
 
     def _add_waiter(self, request_id: str, fut: asyncio.Future[Request]) -> None:
         present = self._waiters.get(request_id)
@@ -3257,6 +3294,56 @@ class LocalBroker(Broker):
             except Exception:
                 log.exception("expiring overdue requests failed; trying again")
                 self._next_due = datetime.now(UTC) + timedelta(seconds=1)
+
+    async def _keep_loop(self) -> None:
+        """Keep alive the runs that calls in this process wait on (`wait`, `ask`, an approval
+        gate waiting in its process):
+        one timer for them all. Each such run running in its agent's own process has its
+        deadline moved on, as a request made on it does, once less than half its window is
+        left: a read when a call begins to wait on it, and a read and a write each half
+        window while one waits. Once no call waits on it here (its process answered, cut
+        its wait, was closed or died), its deadline stays, and it is given up when that
+        comes, as any run whose process gave no sign of life."""
+        outage = Outage(log, "keeping waited-on runs alive")
+        while True:
+            delay = None
+            if self._kept:
+                first = min(kept.look_at for kept in self._kept.values())
+                delay = max((first - datetime.now(UTC)).total_seconds(), 0.0)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._keep_kick.wait()
+            self._keep_kick.clear()
+            for run_id, kept in list(self._kept.items()):
+                if kept.look_at > datetime.now(UTC):
+                    continue
+                try:
+                    look_at = await self._keep_alive(run_id)
+                    outage.ended()
+                except Unavailable as exc:  # the store is away for now: no bug to trace
+                    outage.failed(exc, "trying again in 1 s")
+                    look_at = datetime.now(UTC) + timedelta(seconds=1)
+                except Exception:
+                    log.exception("keeping run %s alive failed; trying again in 1 s", run_id)
+                    look_at = datetime.now(UTC) + timedelta(seconds=1)
+                if self._kept.get(run_id) is kept:  # still waited on (by the same calls or more)
+                    kept.look_at = look_at
+
+    async def _keep_alive(self, run_id: str) -> datetime:
+        """Move on the deadline of run `run_id`, which a call here waits on, if less than
+        half its window is left; when to look at it again."""
+        run = await self.store.get_run(run_id)
+        now = datetime.now(UTC)
+        if run is None:
+            return now + self.pause_timeout  # gone: its waiters are woken by its requests' end
+        window = run.park_deadline(now, self.pause_timeout) - now
+        if run.status is not RunStatus.RUNNING or run.worker is not None or run.expires_at is None:
+            return now + window / 2  # parked, held by a worker, ended: no deadline of its process
+        if run.expires_at - now <= window / 2:
+            run = await self._alive(run)
+        if run.status is not RunStatus.RUNNING or run.worker is not None or run.expires_at is None:
+            return now + window / 2
+        return run.expires_at - window / 2
 
     async def _follow_loop(self, cursor: int) -> None:
         """Follow the event log for changes other processes made: wake our waiters."""

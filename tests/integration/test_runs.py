@@ -681,6 +681,68 @@ async def test_a_run_its_process_keeps_asking_on_is_not_given_up(backend: str, c
         assert (await broker.get(asked.id)).status is Status.PENDING
 
 
+async def given_up(broker: Broker, agent: str = "clock") -> None:
+    """Start a run of `agent` that nobody keeps alive and return once it is given up as
+    abandoned: by then the expiry has run past every deadline of a run started before it."""
+    run = await broker.start_run(agent)
+    request = await broker.create(Text("Name?"), to="alice", run=run.id)
+    with anyio.fail_after(BOUND):
+        assert (await broker.watch(request.id, timeout=BOUND)).status is Status.CANCELLED
+    assert (await broker.get_run(run.id)).terminal_reason == "abandoned"
+
+
+async def test_a_run_whose_process_waits_on_its_request_is_kept_until_it_stops_waiting(
+    backend: str, quick: Broker
+) -> None:
+    if backend == "http":
+        pytest.skip("a wait through the server keeps nothing yet")
+    # It was given up after the pause timeout, its request cancelled and the waiting
+    # process told Cancelled, although that process was alive, waiting, all along.
+    run = await quick.start_run("helper")
+    request = await quick.create(Text("Name?"), to="alice", run=run.id)
+    waiting = asyncio.ensure_future(quick.wait(request.id))
+    await given_up(quick)  # past the run's first deadline
+    await given_up(quick)  # and past a second window: its deadline moved on while it waited
+    assert not waiting.done()
+    kept = await quick.get_run(run.id)
+    assert kept.status is RunStatus.RUNNING and kept.expires_at is not None and run.expires_at is not None
+    assert kept.expires_at > run.expires_at
+    assert (await quick.get(request.id)).status is Status.PENDING
+
+    waiting.cancel()  # the process stops waiting (as one that crashed): its run is given up
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    with anyio.fail_after(BOUND):
+        ended = await quick.watch(request.id, timeout=BOUND)
+    assert ended.status is Status.CANCELLED
+    assert ended.response is not None and ended.response.reason == "abandoned"
+    assert (await quick.get_run(run.id)).terminal_reason == "abandoned"
+
+
+async def test_a_run_asked_on_in_its_process_is_kept_while_the_ask_waits(backend: str, quick: Broker) -> None:
+    if backend == "http":
+        pytest.skip("a wait through the server keeps nothing yet")
+    run = await quick.start_run("helper")
+    asking = asyncio.ensure_future(quick.ask(Text("Name?"), to="alice", run=run.id))
+    await given_up(quick)
+    await given_up(quick)
+    assert not asking.done()
+    (request,) = (await quick.list(run=run.id, status=Status.PENDING)).items
+    assert await quick.resolve(request.id, "Alice", by="alice")
+    with anyio.fail_after(BOUND):
+        assert await asking == "Alice"
+    assert (await quick.get_run(run.id)).status is RunStatus.RUNNING
+
+
+async def test_a_process_waiting_on_its_parked_run_does_not_keep_the_pause_open(quick: Broker) -> None:
+    run_id, request_id = await parked_on_approval(quick)
+    waiting = asyncio.ensure_future(quick.wait(request_id))  # its deadline is a person's, not the process's
+    with anyio.fail_after(BOUND), pytest.raises(Cancelled):
+        await waiting
+    run = await quick.get_run(run_id)
+    assert (run.status, run.terminal_reason) == (RunStatus.CANCELLED, "interaction_timeout")
+
+
 async def test_a_run_a_worker_holds_is_not_given_up_under_its_live_lease(quick: Broker) -> None:
     run_id, request_id = await parked_on_approval(quick)
     assert await quick.resolve(request_id, True, by="alice")
