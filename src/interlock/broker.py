@@ -1441,11 +1441,14 @@ class LocalBroker(Broker):
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(withdrawal)
 
-    async def watch(self, request_id: str, timeout: float | None = None) -> Request:
+    async def watch(self, request_id: str, timeout: float | None = None, *, keeps_run: bool = False) -> Request:
         """Wait until the request settles or `timeout` passes, and return it as it is then.
 
         Unlike `wait`, watching changes nothing: the time running out leaves the request
         pending, and a cancelled watch does not withdraw it. Long polls and inboxes use it.
+        With `keeps_run` (the server's long poll of the request's maker, its run's process
+        waiting on it through the server), the request's run is kept alive while the watch
+        lasts, as while a `wait` in this process waits.
         """
         if self._state != "open":
             await self.open()
@@ -1456,9 +1459,16 @@ class LocalBroker(Broker):
         try:
             request = await self._current(request_id)
             if request.status is Status.PENDING:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
-                        return await fut
+                run_id = request.origin.run if keeps_run else None
+                if run_id is not None:
+                    self._keep(run_id)
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(timeout):
+                            return await fut
+                finally:
+                    if run_id is not None:
+                        self._unkeep(run_id)
                 return await self._current(request_id)
             return request
         finally:
@@ -3297,7 +3307,8 @@ class LocalBroker(Broker):
 
     async def _keep_loop(self) -> None:
         """Keep alive the runs that calls in this process wait on (`wait`, `ask`, an approval
-        gate waiting in its process):
+        gate waiting in its process, and through the server its maker's long poll with
+        `keep_run`, as the Python client's `wait` makes: `watch(keeps_run=True)`):
         one timer for them all. Each such run running in its agent's own process has its
         deadline moved on, as a request made on it does, once less than half its window is
         left: a read when a call begins to wait on it, and a read and a write each half

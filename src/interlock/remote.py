@@ -381,10 +381,13 @@ class RemoteBroker(Broker):
 
     # -- waiting -------------------------------------------------------------------------
 
-    async def _poll(self, request_id: str, seconds: float) -> Request | None:
-        """One long poll: the request once settled, or None while still pending."""
+    async def _poll(self, request_id: str, seconds: float, *, keep_run: bool = False) -> Request | None:
+        """One long poll: the request once settled, or None while still pending. With
+        `keep_run` (a `wait`: this process waits on it), the server keeps the request's run
+        alive while the poll lasts, as a wait in its own process does."""
         path = f"{_request_path(request_id)}/wait"
-        response = await self._send("GET", path, params={"timeout": seconds}, timeout=seconds)
+        params: dict[str, Any] = {"timeout": seconds, "keep_run": "true"} if keep_run else {"timeout": seconds}
+        response = await self._send("GET", path, params=params, timeout=seconds)
         if response.status_code == 408:
             return None
         if not response.is_success:
@@ -414,7 +417,7 @@ class RemoteBroker(Broker):
         self._waits[request_id] = self._waits.get(request_id, 0) + 1
         try:
             while True:
-                request = await self._poll_through_outages(request_id, deadline, gave_up)
+                request = await self._poll_through_outages(request_id, deadline, gave_up, keep_run=True)
                 if request is not None:
                     self._made.pop(request_id, None)
                     self._expiries.pop(request_id, None)
@@ -450,7 +453,9 @@ class RemoteBroker(Broker):
                 return  # its maker comes back for it (an idempotency key), or its run does
             await self.cancel(request_id, "the waiting call was cancelled", cause="withdrawn")
 
-    async def _poll_through_outages(self, request_id: str, deadline: float | None, gave_up: str = "") -> Request | None:
+    async def _poll_through_outages(
+        self, request_id: str, deadline: float | None, gave_up: str = "", *, keep_run: bool = False
+    ) -> Request | None:
         """One long poll (`_poll`, for `LONG_POLL` seconds or up to `deadline`), asked
         again through an outage (`_through_outages`); `gave_up` says what is left as it was
         when the deadline passes during one."""
@@ -458,7 +463,7 @@ class RemoteBroker(Broker):
 
         def poll() -> Awaitable[Request | None]:
             left = LONG_POLL if deadline is None else min(LONG_POLL, max(deadline - loop.time(), 0.0))
-            return self._poll(request_id, left)
+            return self._poll(request_id, left, keep_run=keep_run)
 
         return await self._through_outages(poll, deadline, f"waiting on {request_id}", gave_up=gave_up)
 

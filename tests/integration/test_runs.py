@@ -691,11 +691,7 @@ async def given_up(broker: Broker, agent: str = "clock") -> None:
     assert (await broker.get_run(run.id)).terminal_reason == "abandoned"
 
 
-async def test_a_run_whose_process_waits_on_its_request_is_kept_until_it_stops_waiting(
-    backend: str, quick: Broker
-) -> None:
-    if backend == "http":
-        pytest.skip("a wait through the server keeps nothing yet")
+async def test_a_run_whose_process_waits_on_its_request_is_kept_until_it_stops_waiting(quick: Broker) -> None:
     # It was given up after the pause timeout, its request cancelled and the waiting
     # process told Cancelled, although that process was alive, waiting, all along.
     run = await quick.start_run("helper")
@@ -719,9 +715,7 @@ async def test_a_run_whose_process_waits_on_its_request_is_kept_until_it_stops_w
     assert (await quick.get_run(run.id)).terminal_reason == "abandoned"
 
 
-async def test_a_run_asked_on_in_its_process_is_kept_while_the_ask_waits(backend: str, quick: Broker) -> None:
-    if backend == "http":
-        pytest.skip("a wait through the server keeps nothing yet")
+async def test_a_run_asked_on_in_its_process_is_kept_while_the_ask_waits(quick: Broker) -> None:
     run = await quick.start_run("helper")
     asking = asyncio.ensure_future(quick.ask(Text("Name?"), to="alice", run=run.id))
     await given_up(quick)

@@ -28,6 +28,16 @@ STATE = {"messages": [{"role": "user", "content": "deploy web"}], "pending_call"
 
 @pytest.fixture
 def world(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[World]:
+    yield from served(tmp_path, serve)
+
+
+@pytest.fixture
+def quick(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> Iterator[World]:
+    """A world whose runs are given up after a fraction of a second without a sign of life."""
+    yield from served(tmp_path, serve, pause_timeout=0.3)
+
+
+def served(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]], **options: Any) -> Iterator[World]:
     db = f"sqlite:///{tmp_path / 'runs.db'}"
     tokens: dict[str, str] = {}
 
@@ -45,7 +55,7 @@ def world(tmp_path: Path, serve: Callable[..., AbstractContextManager[str]]) -> 
                 tokens[principal.name] = token.secret
 
     anyio.run(setup)
-    with serve(db, auth=True, keepalive=0.2) as base:
+    with serve(db, auth=True, keepalive=0.2, **options) as base:
         yield World(base, tokens)
 
 
@@ -294,3 +304,65 @@ async def test_bad_claims_and_stream_cursors_are_refused(clients: dict[str, http
     assert (await bot.get("/runs/no-such-run/events/stream")).status_code == 404
     assert (await clients["bob"].get(f"/runs/{RUN}/events/stream")).status_code == 404
     assert (await bot.get("/runs/run-1")).json()["status"] == "waiting_for_approval"  # nothing changed
+
+
+async def given_up(bot: httpx.AsyncClient, run_id: str) -> None:
+    """Start a run nobody keeps alive and return once it is given up as abandoned: by then
+    the server's expiry has run past the deadline of every run started before it."""
+    assert (await bot.post("/runs", json={"agent": "clock", "run_id": run_id})).status_code == 201
+    created = await bot.post("/requests", json={**APPROVAL, "to": "alice", "origin": {"run": run_id}})
+    assert created.status_code == 201, created.text
+    with anyio.fail_after(BOUND):
+        settled = await bot.get(f"/requests/{created.json()['id']}/wait", params={"timeout": BOUND})
+    assert settled.status_code == 200 and settled.json()["status"] == "cancelled"  # its maker's poll kept nothing
+
+
+async def test_only_the_makers_waiting_long_poll_keeps_its_run_alive(quick: World) -> None:
+    bot, alice = quick.client("alice-bot"), quick.client("alice")
+    async with bot, alice:
+        assert (await bot.post("/runs", json={"agent": "deployer", "run_id": "run-1"})).status_code == 201
+        created = await bot.post("/requests", json={**APPROVAL, "to": "alice", "origin": {"run": "run-1"}})
+        request_id = created.json()["id"]
+        path = f"/requests/{request_id}/wait"
+
+        # The maker's process waiting on it (keep_run, as the Python client's wait asks):
+        # past two windows, the run is still running and its request pending.
+        async with anyio.create_task_group() as tasks:
+            polled: list[httpx.Response] = []
+
+            async def poll() -> None:
+                polled.append(await bot.get(path, params={"timeout": BOUND, "keep_run": "true"}))
+
+            tasks.start_soon(poll)
+            await given_up(bot, "clock-1")
+            await given_up(bot, "clock-2")
+            assert not polled
+            run = (await bot.get(f"/runs/{RUN}")).json()
+            assert run["status"] == "running" and run["terminal_reason"] is None
+            tasks.cancel_scope.cancel()  # the process hangs up (cut, closed, dead)
+
+        # Asked by the person it is to, keep_run keeps nothing: the run is given up.
+        with anyio.fail_after(BOUND):
+            settled = await alice.get(path, params={"timeout": BOUND, "keep_run": "true"})
+        assert settled.status_code == 200 and settled.json()["status"] == "cancelled"
+        assert settled.json()["response"]["reason"] == "abandoned"
+        assert (await bot.get(f"/runs/{RUN}")).json()["terminal_reason"] == "abandoned"
+
+
+async def test_a_create_that_waits_keeps_its_run_alive_while_it_waits(quick: World) -> None:
+    bot = quick.client("alice-bot")
+    async with bot:
+        assert (await bot.post("/runs", json={"agent": "deployer", "run_id": "run-1"})).status_code == 201
+        async with anyio.create_task_group() as tasks:
+            made: list[httpx.Response] = []
+
+            async def ask() -> None:
+                body = {**APPROVAL, "to": "alice", "origin": {"run": "run-1"}}
+                made.append(await bot.post("/requests", json=body, params={"wait": BOUND}))
+
+            tasks.start_soon(ask)
+            await given_up(bot, "clock-1")
+            await given_up(bot, "clock-2")
+            assert not made
+            assert (await bot.get(f"/runs/{RUN}")).json()["status"] == "running"
+            tasks.cancel_scope.cancel()

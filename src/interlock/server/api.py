@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
@@ -77,6 +77,8 @@ from .schemas import (
     list_filters,
 )
 from .stream import Dropped
+
+T = TypeVar("T")
 
 __all__ = ["PROBLEMS", "router"]
 
@@ -179,7 +181,7 @@ async def create_request(
     state = app_state(http)
     request, created = await create(state, _keyed(body, http), caller)
     if wait is not None and wait > 0 and request.status is Status.PENDING:
-        request = await _watch_unless_gone(state, http, request.id, wait)
+        request = await _watch_unless_gone(state, http, request.id, wait, keeps_run=can_cancel(caller, request))
     return JSONResponse(request_to_dict(request), status_code=201 if created else 200)
 
 
@@ -525,6 +527,13 @@ async def wait_request(
     caller: Caller,
     http: Request,
     timeout: Annotated[float, Query(ge=0, le=300, allow_inf_nan=False)] = 30,
+    keep_run: Annotated[
+        bool,
+        Query(
+            description="the request's maker, waiting on it in its run's process: while the poll lasts, the "
+            "request's run (running in that process) is kept from being given up as abandoned"
+        ),
+    ] = False,
 ) -> JSONResponse:
     """Long poll: the request once it settles, or 408 `pending` when `timeout` passes (or
     the server begins to stop; a poll that comes once it has is 503 `unavailable`)."""
@@ -532,7 +541,13 @@ async def wait_request(
     state.refuse_if_stopping()
     broker = state.broker
     found = await visible(broker, request_id, caller)
-    request = await state.held(http, broker.watch(request_id, timeout=timeout), still=lambda now: can_read(now, found))
+    # Its maker's wait (the Python client's `wait`, not its `watch`) is its run's process alive.
+    keeps_run = keep_run and can_cancel(caller, found)
+    watching = state.held(
+        http, broker.watch(request_id, timeout=timeout, keeps_run=keeps_run), still=lambda now: can_read(now, found)
+    )
+    # A process that stops waiting (cut, closed, dead) hangs up: its run is kept no longer.
+    request = await (_unless_gone(http, watching) if keeps_run else watching)
     if request is None or request.status is Status.PENDING:
         raise ApiError("pending", f"request {request_id} is still pending", current_status="pending")
     return out(request)
@@ -854,12 +869,15 @@ async def whoami(caller: Caller) -> dict[str, Any]:
     return {"name": caller.name, "kind": caller.kind, "owner": caller.owner}
 
 
-async def _watch_unless_gone(state: AppState, http: Request, request_id: str, timeout: float) -> HumanRequest:
+async def _watch_unless_gone(
+    state: AppState, http: Request, request_id: str, timeout: float, *, keeps_run: bool = False
+) -> HumanRequest:
     """Watch a request for up to `timeout` seconds; if the client hangs up first, or its
     token is revoked meanwhile (then 401), withdraw it. A server that begins to stop
-    answers with it pending: the client's wait goes on."""
+    answers with it pending: the client's wait goes on. With `keeps_run` (its maker
+    waits), the watch keeps the request's run alive."""
     broker = state.broker
-    watching = asyncio.ensure_future(state.held(http, broker.watch(request_id, timeout=timeout)))
+    watching = asyncio.ensure_future(state.held(http, broker.watch(request_id, timeout=timeout, keeps_run=keeps_run)))
     gone = asyncio.ensure_future(_disconnected(http))
     try:
         await asyncio.wait((watching, gone), return_when=asyncio.FIRST_COMPLETED)
@@ -879,6 +897,19 @@ async def _watch_unless_gone(state: AppState, http: Request, request_id: str, ti
     if cut is not None:
         raise cut
     return current
+
+
+async def _unless_gone(http: Request, work: Awaitable[T]) -> T | None:
+    """`work`'s result, or None (`work` cancelled) if the client hangs up first."""
+    doing = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(http))
+    try:
+        await asyncio.wait((doing, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not doing.done():
+            doing.cancel()
+    return doing.result() if doing.done() and not doing.cancelled() else None
 
 
 async def _disconnected(http: Request) -> None:
