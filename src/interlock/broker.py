@@ -873,8 +873,9 @@ class Broker(ABC):
         A run running in its agent's own process (no worker holds it) is given up once that
         process shows no sign of life for the broker's `pause_timeout` (or the run's longer
         `max_duration`): unless it parks the run, starts it again (by its `run_id`, which
-        gives it a new deadline) or makes a request on it (which moves the deadline on once
-        less than half the window is left) first, the run ends `cancelled` with
+        gives it a new deadline), makes a request on it or waits on one (`wait`, `ask`, an
+        approval gate: each moves the deadline on once less than half the window is left,
+        the wait for as long as it waits) first, the run ends `cancelled` with
         `terminal_reason` "abandoned", its pending requests are cancelled and its session is
         freed. Its `expires_at` says when, while it runs so. A process that works that long
         without any of these sets a longer `max_duration`.
@@ -1203,9 +1204,9 @@ class LocalBroker(Broker):
         self.pause_timeout = timedelta(seconds=_seconds(pause_timeout, "pause_timeout"))
         """How long a parked run waits on a person before it is given up (its
         `max_duration` when longer): about two weeks by default. A run running in its
-        agent's own process (no worker holds it) that neither parks it, starts it again nor
-        makes a request on it for as long is given up too, `cancelled` with
-        `terminal_reason` "abandoned"."""
+        agent's own process (no worker holds it) that neither parks it, starts it again,
+        makes a request on it nor waits on one (`wait`, `ask`) for as long is given up too,
+        `cancelled` with `terminal_reason` "abandoned"."""
         if isinstance(max_followups, bool) or not isinstance(max_followups, int) or max_followups < 1:
             raise ValueError("max_followups must be a whole number, at least 1")
         self.max_followups = max_followups
@@ -2117,7 +2118,8 @@ class LocalBroker(Broker):
         A pending request of a parked run shows, as `expires_at`, when the run's pause
         is given up (if that comes before its own expiry): the time it will be withdrawn.
         So does one of a run running in its agent's own process, when the run is given up
-        as abandoned unless that process parks it, starts it again or asks on it first.
+        as abandoned unless that process parks it, starts it again or asks on it first
+        (while it waits on a request of the run, the run's deadline moves on).
         """
         if self._state != "open":
             await self.open()

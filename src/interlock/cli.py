@@ -1271,7 +1271,8 @@ def serve(
             "--pause-timeout",
             "How long a parked run waits on a person before it is given up, like 14d or 36h "
             "(a run's longer max_duration wins); a run running in its agent's own process that "
-            "neither parks it, starts it again nor asks on it for that long is given up too, as abandoned.",
+            "neither parks it, starts it again nor asks (or waits on an answer) on it for that long is given up too, "
+            "as abandoned.",
             most=LONGEST,
             default="14d",
         ),

@@ -2348,8 +2348,9 @@ class Run:
         """When the run is given up unless something happens first (its `expires_at`): a
         pause still waiting on a person (not ready) ends `cancelled`, `interaction_timeout`,
         unless answered first; a run `running` in its agent's own process (no worker holds
-        it) ends `cancelled`, `abandoned`, unless that process parks it, starts it again or
-        makes a request on it first. None for any other run (ready, held by a worker, ended)."""
+        it) ends `cancelled`, `abandoned`, unless that process parks it, starts it again,
+        makes a request on it or waits on one first (a wait moves it on while it lasts).
+        None for any other run (ready, held by a worker, ended)."""
         if self.status is RunStatus.RUNNING:
             return self.expires_at if self.worker is None else None
         return self.expires_at if self.status.waiting and not self.ready else None

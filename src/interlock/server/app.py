@@ -215,8 +215,9 @@ def create_app(
     user.
     `pause_timeout` (seconds) is how long a parked run waits on a person before it is
     given up (about two weeks by default), and a run running in its agent's own process
-    that neither parks it, starts it again nor asks on it, for a broker made here; `max_followups` how
-    many messages a busy run holds for its agent (20 by default), likewise.
+    that neither parks it, starts it again nor asks (or waits on an answer) on it, for a
+    broker made here; `max_followups` how many messages a busy run holds for its agent (20
+    by default), likewise.
     `default_expiry` (seconds): a request that sets no timeout and belongs to no run
     expires this long after it is created (by default it never does), for a broker made here.
     `open_inboxes`: let anyone signed in ask anyone (an open organisation); by default a

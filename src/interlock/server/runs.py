@@ -130,7 +130,8 @@ class RunModel(BaseModel):
     expires_at: str | None = Field(
         description="while parked on a person: when the pause is given up (`interaction_timeout`); while running "
         "with no worker holding it (in its agent's own process): when it is given up as `abandoned` unless that "
-        "process parks it, starts it again or makes a request on it first"
+        "process parks it, starts it again or makes a request on it first (or waits on one: a long poll of "
+        "`/requests/{id}/wait` with `keep_run` moves it on while it lasts)"
     )
     max_duration: float | None
     waiting_on: list[str]
