@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import heapq
 import importlib
 import json
 import logging
@@ -1241,6 +1242,9 @@ class LocalBroker(Broker):
         self._next_due: datetime | None = None
         self._hint = asyncio.Event()
         self._kept: dict[str, _Kept] = {}  # runs waited on here, which their waits keep alive
+        # When to look at each of them, earliest first: a heap of (look_at, run id), where an
+        # entry whose look_at is not its run's `_Kept.look_at` any more is skipped
+        self._looks: list[tuple[datetime, str]] = []
         self._keep_kick = asyncio.Event()  # a run is newly waited on here: look at its deadline
 
     # -- life cycle ----------------------------------------------------------------------
@@ -1482,7 +1486,9 @@ class LocalBroker(Broker):
         if kept is not None:
             kept.waits += 1
             return
-        self._kept[run_id] = _Kept(1, datetime.now(UTC))  # its deadline looked at at once
+        now = datetime.now(UTC)
+        self._kept[run_id] = _Kept(1, now)  # its deadline looked at at once
+        heapq.heappush(self._looks, (now, run_id))
         self._keep_kick.set()
 
     def _unkeep(self, run_id: str) -> None:
@@ -1493,6 +1499,9 @@ class LocalBroker(Broker):
         kept.waits -= 1
         if kept.waits <= 0:
             del self._kept[run_id]  # no call waits on it here any more: its deadline stays
+            if len(self._looks) > 2 * len(self._kept) + 64:  # mostly skipped entries: keep it small
+                self._looks = [(other.look_at, other_id) for other_id, other in self._kept.items()]
+                heapq.heapify(self._looks)
 
     def _add_waiter(self, request_id: str, fut: asyncio.Future[Request]) -> None:
         present = self._waiters.get(request_id)
@@ -3320,19 +3329,22 @@ class LocalBroker(Broker):
         outage = Outage(log, "keeping waited-on runs alive")
         while True:
             delay = None
-            if self._kept:
-                first = min(kept.look_at for kept in self._kept.values())
-                delay = max((first - datetime.now(UTC)).total_seconds(), 0.0)
+            if self._looks:
+                delay = max((self._looks[0][0] - datetime.now(UTC)).total_seconds(), 0.0)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._keep_kick.wait()
             self._keep_kick.clear()
-            for run_id, kept in list(self._kept.items()):
-                if kept.look_at > datetime.now(UTC):
-                    continue
+            while self._looks and self._looks[0][0] <= datetime.now(UTC):
+                due, run_id = heapq.heappop(self._looks)
+                kept = self._kept.get(run_id)
+                if kept is None or kept.look_at != due:
+                    continue  # no call waits on it any more, or its look moved
                 try:
                     look_at = await self._keep_alive(run_id)
                     outage.ended()
+                except NewerDatabase:  # no write goes through until a restart: the expiry loop says so
+                    look_at = datetime.now(UTC) + timedelta(seconds=NEWER_DATABASE_RETRY)
                 except Unavailable as exc:  # the store is away for now: no bug to trace
                     outage.failed(exc, "trying again in 1 s")
                     look_at = datetime.now(UTC) + timedelta(seconds=1)
@@ -3341,6 +3353,7 @@ class LocalBroker(Broker):
                     look_at = datetime.now(UTC) + timedelta(seconds=1)
                 if self._kept.get(run_id) is kept:  # still waited on (by the same calls or more)
                     kept.look_at = look_at
+                    heapq.heappush(self._looks, (look_at, run_id))
 
     async def _keep_alive(self, run_id: str) -> datetime:
         """Move on the deadline of run `run_id`, which a call here waits on, if less than
