@@ -1051,7 +1051,7 @@ def test_a_running_run_s_page_says_when_it_is_given_up_unless_its_process_goes_o
     expect(page.locator(".run-status")).to_have_text("running")
     expect(page.locator(".run-facts")).to_contain_text("as abandoned at")
     expect(page.locator(".run-facts")).to_contain_text(
-        "unless its agent's process parks it, starts it again or asks on it first"
+        "unless its agent's process parks it, starts it again, asks on it or waits on an answer first"
     )
 
 
