@@ -728,6 +728,25 @@ async def test_a_run_asked_on_in_its_process_is_kept_while_the_ask_waits(quick: 
     assert (await quick.get_run(run.id)).status is RunStatus.RUNNING
 
 
+async def test_a_run_whose_waiting_process_exits_is_given_up(backend: str, connect: Callable[..., Broker]) -> None:
+    if backend not in ("sqlite", "postgresql"):
+        pytest.skip("two processes on one store; over http, a wait cut is its client hanging up (above)")
+    async with connect(pause_timeout=0.3) as other, connect(pause_timeout=0.3) as agent:
+        run = await agent.start_run("helper")
+        request = await agent.create(Text("Name?"), to="alice", run=run.id)
+        waiting = asyncio.ensure_future(agent.wait(request.id))
+        await given_up(other)  # the other process's expiry passed its first deadline: kept by the wait
+        assert not waiting.done()
+
+        await agent.aclose()  # its process exits while it waits
+        with pytest.raises(Closed):
+            await waiting
+        with anyio.fail_after(BOUND):
+            ended = await other.watch(request.id, timeout=BOUND)
+        assert ended.status is Status.CANCELLED
+        assert ended.response is not None and ended.response.reason == "abandoned"
+
+
 async def test_a_process_waiting_on_its_parked_run_does_not_keep_the_pause_open(quick: Broker) -> None:
     run_id, request_id = await parked_on_approval(quick)
     waiting = asyncio.ensure_future(quick.wait(request_id))  # its deadline is a person's, not the process's
