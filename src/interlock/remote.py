@@ -200,6 +200,7 @@ class RemoteBroker(Broker):
         # When each pending request this broker made expires, if it does: what bounds a wait
         # on it without a timeout through an outage (`wait`); the newest `MADE_KEPT`.
         self._expiries: dict[str, datetime] = {}
+        self._keeps_runs = True  # the server takes `keep_run` on a long poll (a server older than it refuses it)
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -386,8 +387,12 @@ class RemoteBroker(Broker):
         `keep_run` (a `wait`: this process waits on it), the server keeps the request's run
         alive while the poll lasts, as a wait in its own process does."""
         path = f"{_request_path(request_id)}/wait"
+        keep_run = keep_run and self._keeps_runs
         params: dict[str, Any] = {"timeout": seconds, "keep_run": "true"} if keep_run else {"timeout": seconds}
         response = await self._send("GET", path, params=params, timeout=seconds)
+        if keep_run and _refused_keep_run(response):  # a server older than `keep_run`: wait as its clients do
+            self._keeps_runs = False
+            response = await self._send("GET", path, params={"timeout": seconds}, timeout=seconds)
         if response.status_code == 408:
             return None
         if not response.is_success:
@@ -1302,6 +1307,18 @@ def _not_interlock(base_url: str, response: httpx.Response) -> ConnectionError:
 
 _UNAVAILABLE = frozenset({502, 503, 504})
 """What a proxy answers for a server it cannot reach, or that does not answer in time."""
+
+
+def _refused_keep_run(response: httpx.Response) -> bool:
+    """Whether `response` is a server's refusal of the query parameter `keep_run`, which a
+    server older than it refuses as any parameter its long poll does not take."""
+    if response.status_code != 422:
+        return False
+    body: Any = None
+    with contextlib.suppress(ValueError):
+        body = response.json()
+    message = body.get("message", body.get("detail")) if isinstance(body, Mapping) else None
+    return isinstance(message, str) and "unknown query parameter 'keep_run'" in message
 
 
 def _error(response: httpx.Response, request_id: str) -> Exception:

@@ -146,3 +146,30 @@ async def test_a_remote_broker_forgets_a_request_it_made_once_it_sees_it_settled
         await agent.close()
         assert counting.calls[before:] == [f"POST /api/v1/requests/{pending.id}/cancel"]
         assert (await person.get(pending.id)).status is Status.CANCELLED
+
+
+class OlderServer(Counting):
+    """A server from before `keep_run`: its long poll refuses the parameter, as it refuses
+    any query parameter a route does not take (422 `invalid_request`)."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/wait") and "keep_run" in request.url.params:
+            self.calls.append(f"refused {request.url.path}")
+            detail = "unknown query parameter 'keep_run': this route takes timeout"
+            body = {"type": "about:blank", "title": "Unprocessable Content", "status": 422}
+            return httpx.Response(422, json={**body, "code": "invalid_request", "detail": detail})
+        return await super().handle_async_request(request)
+
+
+async def test_a_wait_goes_on_against_a_server_older_than_keep_run(base: str) -> None:
+    # The client's wait long-polls with keep_run: a server older than it refused every wait
+    # with InvalidRequest ("unknown query parameter 'keep_run'"), so no wait could end.
+    older = OlderServer()
+    async with interlock.connect(base, transport=older) as agent, interlock.connect(base) as person:
+        for name in ("Ada", "Grace"):
+            request = await agent.create(Text("Name?"), to="alice")
+            waiting = asyncio.ensure_future(agent.wait(request.id, timeout=BOUND))
+            await person.resolve(request.id, name)
+            with anyio.fail_after(BOUND):
+                assert (await waiting).answers == {"text": name}
+    assert sum(call.startswith("refused") for call in older.calls) == 1  # asked once, then not again
