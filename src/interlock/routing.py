@@ -476,6 +476,14 @@ webhook's headers go to its `url` (or a route's address on it), an email passwor
 SMTP `host`, a Slack token to its `api_url`."""
 
 
+_DEFAULT_DESTINATIONS: dict[str, dict[str, Any]] = {
+    "email": {"host": "localhost"},
+    "slack": {"api_url": "https://slack.com/api"},
+}
+"""Where a built-in channel sends its secrets when the option is left out: an email
+channel without `host` sends its password to localhost, so taking the host away moves it."""
+
+
 def _sent_to(doc: Mapping[str, Any], name: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """Where channel `name`'s secrets are sent, by what says so: its destination options
     (every option but the secrets, for a type of its own) and, but for email and Slack,
@@ -484,7 +492,8 @@ def _sent_to(doc: Mapping[str, Any], name: str, options: Mapping[str, Any]) -> d
     keys = _DESTINATIONS.get(kind) if isinstance(kind, str) else None
     if keys is None:
         keys = tuple(k for k in options if k not in SECRET_OPTIONS and k not in SECRET_TABLES and k != "type")
-    sent: dict[str, Any] = {f"channels.{name}.{key}": options.get(key) for key in keys}
+    defaults = _DEFAULT_DESTINATIONS.get(kind, {}) if isinstance(kind, str) else {}
+    sent: dict[str, Any] = {f"channels.{name}.{key}": options.get(key, defaults.get(key)) for key in keys}
     if kind not in ("email", "slack"):
         for where, route in _routes(doc):
             addresses = route.get("addresses")

@@ -257,3 +257,22 @@ def test_a_webhook_with_a_password_in_its_url_and_an_authorization_header_is_ref
     doc["channels"]["hook"]["headers"] = {"authorization": "Bearer x"}
     with pytest.raises(ChannelError, match=r"channels\.hook: a url with a user and password and an Authorization"):
         open_channels(routing_from_dict(doc).channels, ChannelContext(None))
+
+
+def test_a_masked_smtp_password_is_not_kept_for_an_email_channel_whose_host_is_taken_away() -> None:
+    # An email channel without `host` sends to localhost: taking the host away moved the
+    # password there, kept from `***`, as if no destination had changed.
+    from interlock.routing import masked, unmasked
+
+    mail = {"type": "email", "from": "ops@example.com", "host": "smtp.example.com", "password": "smtp-pw"}
+    current = {"channels": {"mail": mail}}
+    shown = masked(current)
+    without_host = {"channels": {"mail": {k: v for k, v in shown["channels"]["mail"].items() if k != "host"}}}
+    with pytest.raises(RoutingError, match=r"channels\.mail\.password: .* channels\.mail\.host changed"):
+        unmasked(without_host, current)
+    # the host it sends to named as the default it is, or left out while it is, is no change
+    local = {"channels": {"mail": {k: v for k, v in mail.items() if k != "host"}}}
+    named = {"channels": {"mail": {**masked(local)["channels"]["mail"], "host": "localhost"}}}
+    assert unmasked(named, local)["channels"]["mail"]["password"] == "smtp-pw"
+    at_localhost = {"channels": {"mail": {**mail, "host": "localhost"}}}
+    assert unmasked(masked(local), at_localhost)["channels"]["mail"]["password"] == "smtp-pw"
