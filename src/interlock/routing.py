@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .durations import duration_seconds
@@ -250,6 +251,20 @@ def _names(value: object, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _credentials_twice(channel: ChannelConfig, address: str) -> bool:
+    """Whether `address`, a route's on `channel`, is a URL with a user and password on a
+    webhook that has an Authorization header: the URL's credentials are sent as that header
+    in place of the one configured (as the webhook channel refuses for its own `url`)."""
+    headers = channel.options.get("headers")
+    if channel.type != "webhook" or not isinstance(headers, Mapping):
+        return False
+    try:
+        userinfo = "@" in urlsplit(address).netloc
+    except ValueError:
+        return False
+    return userinfo and any(isinstance(k, str) and k.lower() == "authorization" for k in headers)
+
+
 def _route(doc: Mapping[str, Any], where: str, channels: Mapping[str, ChannelConfig]) -> Route:
     unknown = set(doc) - _ROUTE_KEYS - {"members"}
     if unknown:
@@ -264,6 +279,11 @@ def _route(doc: Mapping[str, Any], where: str, channels: Mapping[str, ChannelCon
             raise RoutingError(f"{where}.addresses.{key}: an address is text")
         if key not in names:  # (a mistyped channel's address: each message on that channel found none)
             raise RoutingError(f"{where}.addresses.{key}: no channel {key!r} in this route's channels ({list(names)})")
+        if _credentials_twice(channels[key], value):
+            raise RoutingError(
+                f"{where}.addresses.{key}: a URL with a user and password, on a webhook whose headers have an "
+                "Authorization header (the URL's would be sent in its place): give one"
+            )
     quiet = None
     if "quiet_hours" in doc:
         q = _table(doc["quiet_hours"], f"{where}.quiet_hours")

@@ -276,3 +276,19 @@ def test_a_masked_smtp_password_is_not_kept_for_an_email_channel_whose_host_is_t
     assert unmasked(named, local)["channels"]["mail"]["password"] == "smtp-pw"
     at_localhost = {"channels": {"mail": {**mail, "host": "localhost"}}}
     assert unmasked(masked(local), at_localhost)["channels"]["mail"]["password"] == "smtp-pw"
+
+
+def test_a_route_address_with_a_password_on_a_webhook_with_an_authorization_header_is_refused() -> None:
+    # The webhook refused its own url with a user and password beside an Authorization
+    # header, but a route's address with one was taken: the address's credentials were sent
+    # as the Authorization header in place of the one configured, without a word.
+    hook = {"type": "webhook", "url": "https://hooks.example/in", "headers": {"Authorization": "Bearer x"}}
+    route = {"channels": ["hook"], "addresses": {"hook": "https://bob:pw@bob.example/in"}}
+    with pytest.raises(RoutingError, match=r"recipients\.bob\.addresses\.hook: a URL with a user and password"):
+        routing_from_dict({"channels": {"hook": hook}, "recipients": {"bob": route}})
+    with pytest.raises(RoutingError, match=r"default\.addresses\.hook: a URL with a user and password"):
+        routing_from_dict({"channels": {"hook": hook}, "default": route})
+    # either one alone is taken
+    routing_from_dict({"channels": {"hook": {**hook, "headers": {"X-Team": "ops"}}}, "recipients": {"bob": route}})
+    plain = {**route, "addresses": {"hook": "https://bob.example/in"}}
+    routing_from_dict({"channels": {"hook": hook}, "recipients": {"bob": plain}})
