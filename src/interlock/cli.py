@@ -1708,24 +1708,32 @@ def token_revoke(
     anything, until `token create` gives them a new one. It works on the server's store, not through its URL."""
     _on_the_store(ctx, db, "token revoke")
 
-    async def work(broker: Broker) -> tuple[int, bool]:
+    async def work(broker: Broker) -> tuple[int, str | None]:
+        """How many tokens were revoked, and the person cut off by it (None if nobody is)."""
         store = _local(broker)
-        if what.startswith(TOKEN_PREFIX) and what.count("_") >= 2:
-            return await store.revoke_tokens(token_id=what.split("_")[1]), False
         found = await store.get_principal(what)
-        if found is not None:
-            return await store.revoke_tokens(principal=what), found.kind == "human"
-        return await store.revoke_tokens(token_id=what), False
+        if found is not None and not (what.startswith(TOKEN_PREFIX) and what.count("_") >= 2):
+            count = await store.revoke_tokens(principal=what)
+            return count, what if found.kind == "human" else None
+        token_id = what.split("_")[1] if what.startswith(TOKEN_PREFIX) and what.count("_") >= 2 else what
+        # a token revoked by itself or its id: its person's last live one cuts them off too
+        owner = next((t.principal for t in await store.list_tokens() if t.id == token_id and not t.for_session), None)
+        count = await store.revoke_tokens(token_id=token_id)
+        person = await store.get_principal(owner) if count and owner is not None else None
+        cut = person is not None and person.kind == "human" and await store.tokens_all_revoked(person.name)
+        return count, person.name if cut and person is not None else None
 
     count, person = _run(db, work)
-    if not count and not person:  # (a person with no live token is cut off all the same)
+    by_name = person == what
+    if not count and not by_name:  # (a person with no live token is cut off all the same)
         raise _fail(f"no live token matches {redact(what)!r}", DECLINED)
-    err.print(f"revoked {count} token(s)" + ("" if count or not person else f": {what} had none, and is cut off"))
-    if person:
+    err.print(f"revoked {count} token(s)" + ("" if count or not by_name else f": {what} had none, and is cut off"))
+    if person is not None:
         err.print(
-            f"{what} is cut off: nothing is sent to them (each delivery to them is skipped, saying why: "
-            "`interlock deliveries --status skipped`), nothing answers in their name and the grants they gave "
-            f"authorize nothing, until `interlock token create {what} --human`",
+            f"{person} is cut off{'' if by_name else ' (that was their last live token)'}: nothing is sent to them "
+            "(each delivery to them is skipped, saying why: `interlock deliveries --status skipped`), nothing "
+            f"answers in their name and the grants they gave authorize nothing, until `interlock token create "
+            f"{person} --human`",
             markup=False,
             highlight=False,
             soft_wrap=True,

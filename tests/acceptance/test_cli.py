@@ -188,6 +188,13 @@ def test_revoking_every_token_of_a_person_says_they_are_cut_off_and_sent_nothing
     assert "still mails" not in said and "warning" not in said
     one = run("token", "revoke", bob_token.split("_")[1], db=db)  # one of bob's tokens: he is not cut off
     assert one.returncode == 0 and "cut off" not in one.stderr, one.stderr
+    listed = dict(line.split("\t", 1) for line in run("token", "list", db=db).stdout.splitlines())
+    last = listed["bob"].split("tokens=")[1].split("@")[0]  # his other token, revoked by its id: his last
+    cut = run("token", "revoke", last, db=db)
+    assert cut.returncode == 0, cut.stderr
+    said = " ".join(cut.stderr.split())
+    assert "bob is cut off (that was their last live token): nothing is sent to them" in said, said
+    assert "interlock token create bob --human" in said
 
 
 async def test_an_answer_in_the_name_of_a_person_cut_off_is_refused_and_exits_non_zero(db: str) -> None:
