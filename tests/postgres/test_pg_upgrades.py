@@ -123,7 +123,8 @@ async def test_an_upgrade_searches_the_texts_made_before_by_the_words_people_rea
             patch.setattr(postgres_store, "load_migrations", lambda dialect: before("search_the_words_people_read"))
             async with interlock.connect(url) as broker:
                 answered = await broker.create(Text("Deploy the build?"), to="ann", agent="deployer")
-                await broker.resolve(answered.id, "Zanzibar", by="ann")
+                # (naming nobody: this version asks the tokens table as it is now of a `by`, which that schema lacks)
+                await broker.resolve(answered.id, "Zanzibar")
                 waiting = await broker.create(Text("Rotate the keys?"), to="ann", agent="deployer")
                 store = broker.store
                 assert isinstance(store, PostgresStore)
