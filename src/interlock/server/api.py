@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
@@ -52,6 +52,7 @@ from .common import (
     rate_limited,
     run_id_of,
     surface_of,
+    unless,
 )
 from .schemas import (
     AnswerBody,
@@ -77,8 +78,6 @@ from .schemas import (
     list_filters,
 )
 from .stream import Dropped
-
-T = TypeVar("T")
 
 __all__ = ["PROBLEMS", "router"]
 
@@ -547,7 +546,7 @@ async def wait_request(
         http, broker.watch(request_id, timeout=timeout, keeps_run=keeps_run), still=lambda now: can_read(now, found)
     )
     # A process that stops waiting (cut, closed, dead) hangs up: its run is kept no longer.
-    request = await (_unless_gone(http, watching) if keeps_run else watching)
+    request = await (unless(watching, _disconnected(http)) if keeps_run else watching)
     if request is None or request.status is Status.PENDING:
         raise ApiError("pending", f"request {request_id} is still pending", current_status="pending")
     return out(request)
@@ -897,19 +896,6 @@ async def _watch_unless_gone(
     if cut is not None:
         raise cut
     return current
-
-
-async def _unless_gone(http: Request, work: Awaitable[T]) -> T | None:
-    """`work`'s result, or None (`work` cancelled) if the client hangs up first."""
-    doing = asyncio.ensure_future(work)
-    gone = asyncio.ensure_future(_disconnected(http))
-    try:
-        await asyncio.wait((doing, gone), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-        if not doing.done():
-            doing.cancel()
-    return doing.result() if doing.done() and not doing.cancelled() else None
 
 
 async def _disconnected(http: Request) -> None:

@@ -58,6 +58,7 @@ __all__ = [
     "deliveries_filter",
     "known_query_only",
     "include",
+    "unless",
     "delivery_seen_by",
     "may_resend",
     "may_see_delivery",
@@ -561,17 +562,7 @@ class AppState:
 
     async def unless_stopping(self, work: Awaitable[T]) -> T | None:
         """`work`'s result; or None, `work` cancelled, once the server begins to stop."""
-        doing = asyncio.ensure_future(work)
-        stopping = asyncio.ensure_future(self.stopping.wait())
-        try:
-            await asyncio.wait((doing, stopping), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()
-            if not doing.done():
-                doing.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await doing
-        return None if doing.cancelled() else doing.result()
+        return await unless(work, self.stopping.wait())
 
     async def held(
         self, http: Request, work: Awaitable[T], *, still: Callable[[Principal], bool] | None = None
@@ -648,6 +639,22 @@ def include(app: FastAPI, router: APIRouter, *, prefix: str = "", dependencies: 
         # (what the key names by id is kept with the inclusion, so that no other object takes its id)
         made = _INCLUSIONS[key] = ((router, parent.responses), holder.routes[-1])
     parent.routes.append(made[1])
+
+
+async def unless(work: Awaitable[T], ending: Awaitable[object]) -> T | None:
+    """`work`'s result; or None, `work` cancelled (and waited out), if `ending` comes first
+    (the server begins to stop, the client hangs up)."""
+    doing = asyncio.ensure_future(work)
+    ended = asyncio.ensure_future(ending)
+    try:
+        await asyncio.wait((doing, ended), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        ended.cancel()
+        if not doing.done():
+            doing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await doing
+    return None if doing.cancelled() else doing.result()
 
 
 def app_state(request: Request) -> AppState:
