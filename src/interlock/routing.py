@@ -251,15 +251,14 @@ def _names(value: object, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _credentials_twice(channel: ChannelConfig, address: str) -> bool:
-    """Whether `address`, a route's on `channel`, is a URL with a user and password on a
-    webhook that has an Authorization header: the URL's credentials are sent as that header
-    in place of the one configured (as the webhook channel refuses for its own `url`)."""
-    headers = channel.options.get("headers")
-    if channel.type != "webhook" or not isinstance(headers, Mapping):
+def credentials_twice(url: object, headers: object) -> bool:
+    """Whether `url` carries a user and password while `headers` has an Authorization
+    header: the URL's credentials are sent as that header, in place of the one configured
+    (a webhook refuses it, for its own `url` and for a route's address on it)."""
+    if not isinstance(url, str) or not isinstance(headers, Mapping):
         return False
     try:
-        userinfo = "@" in urlsplit(address).netloc
+        userinfo = "@" in urlsplit(url).netloc
     except ValueError:
         return False
     return userinfo and any(isinstance(k, str) and k.lower() == "authorization" for k in headers)
@@ -279,7 +278,7 @@ def _route(doc: Mapping[str, Any], where: str, channels: Mapping[str, ChannelCon
             raise RoutingError(f"{where}.addresses.{key}: an address is text")
         if key not in names:  # (a mistyped channel's address: each message on that channel found none)
             raise RoutingError(f"{where}.addresses.{key}: no channel {key!r} in this route's channels ({list(names)})")
-        if _credentials_twice(channels[key], value):
+        if channels[key].type == "webhook" and credentials_twice(value, channels[key].options.get("headers")):
             raise RoutingError(
                 f"{where}.addresses.{key}: a URL with a user and password, on a webhook whose headers have an "
                 "Authorization header (the URL's would be sent in its place): give one"

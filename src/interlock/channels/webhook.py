@@ -29,12 +29,11 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
 from ..model import request_to_dict
-from ..routing import ChannelConfig
+from ..routing import ChannelConfig, credentials_twice
 from ..webhooks import IDEMPOTENCY_HEADER, signed_headers
 from . import ChannelContext, ChannelError, Message, PermanentFailure, seconds_option
 
@@ -75,7 +74,7 @@ class WebhookChannel:
         timeout = seconds_option(timeout, f"channels.{config.name}.timeout")
         if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
             raise ChannelError(f"channels.{config.name}.headers: a table of text values")
-        if url is not None and "@" in urlsplit(url).netloc and any(k.lower() == "authorization" for k in headers):
+        if credentials_twice(url, headers):
             # the URL's user and password are sent as an Authorization header of their own
             raise ChannelError(
                 f"channels.{config.name}: a url with a user and password and an Authorization header: give one"
