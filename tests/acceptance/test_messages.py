@@ -249,17 +249,24 @@ def test_serve_on_a_terminal_prints_a_signin_link_that_opens_a_session(tmp_path:
         signed_in_once(url, link)
 
 
+def _serve_says_of_signing_in(db: str, user: str, cwd: Path) -> list[str]:
+    """What `interlock serve` on a terminal, run by `user`, prints up to its line about
+    signing in."""
+    env = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_URL", "INTERLOCK_TOKEN")}
+    env["INTERLOCK_USER"] = user
+    with on_a_terminal([*INTERLOCK, "serve", "--port", "0", "--db", db], cwd=cwd, env=env) as (_, next_line):
+        said: list[str] = []
+        while not said or "sign in" not in said[-1]:
+            said.append(next_line())
+            assert said[-1], "serve said nothing about signing in"
+    return said
+
+
 @pytest.mark.slow
 def test_serve_on_a_terminal_makes_nobody_a_person_on_a_store_that_has_people(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'shared.db'}"
     assert invoke("token", "create", "alice", "--human", "--db", db).returncode == 0
-    env = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_URL", "INTERLOCK_TOKEN")}
-    env["INTERLOCK_USER"] = "operator-on-call"
-    with on_a_terminal([*INTERLOCK, "serve", "--port", "0", "--db", db], cwd=tmp_path, env=env) as (_, next_line):
-        said = []
-        while not said or "sign in" not in said[-1]:
-            said.append(next_line())
-            assert said[-1], "serve said nothing about signing in"
+    said = _serve_says_of_signing_in(db, "operator-on-call", tmp_path)
     assert not SIGNIN_LINK.search("".join(said))
     assert one_line(said[-1]) == (
         "no sign-in link: 'operator-on-call' is not a person on this store; sign in with a person's token, or "
@@ -274,13 +281,7 @@ def test_serve_on_a_terminal_prints_no_signin_link_for_a_person_whose_every_toke
     db = f"sqlite:///{tmp_path / 'shared.db'}"
     assert invoke("token", "create", "alice", "--human", "--db", db).returncode == 0
     assert invoke("token", "revoke", "alice", "--db", db).returncode == 0  # cut off
-    env = {k: v for k, v in os.environ.items() if k not in ("INTERLOCK_URL", "INTERLOCK_TOKEN")}
-    env["INTERLOCK_USER"] = "alice"
-    with on_a_terminal([*INTERLOCK, "serve", "--port", "0", "--db", db], cwd=tmp_path, env=env) as (_, next_line):
-        said = []
-        while not said or "sign in" not in said[-1]:
-            said.append(next_line())
-            assert said[-1], "serve said nothing about signing in"
+    said = _serve_says_of_signing_in(db, "alice", tmp_path)
     assert not SIGNIN_LINK.search("".join(said))
     assert one_line(said[-1]) == (
         "no sign-in link: every token of 'alice' is revoked; sign in with a person's token, or give 'alice' a "
