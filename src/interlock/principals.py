@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
-from .errors import InvalidRequest
-from .model import Request
+from .errors import Forbidden, InvalidRequest
+from .model import Request, Status
 
 __all__ = [
     "ANONYMOUS",
@@ -54,10 +54,12 @@ __all__ = [
     "can_cancel",
     "can_claim",
     "can_read",
+    "decided_in_the_name_of",
     "hash_token",
     "issue_session",
     "issue_signin_link",
     "issue_token",
+    "refused_cut_off",
 ]
 
 PrincipalKind = Literal["human", "agent", "admin", "team"]
@@ -213,3 +215,38 @@ def can_claim(principal: Principal, request: Request) -> bool:
 
 def can_cancel(principal: Principal, request: Request) -> bool:
     return principal.kind == "admin" or principal.name == request.requester
+
+
+def decided_in_the_name_of(request: Request) -> str | None:
+    """Whose decision a settled `request` records, if a person's: who answered or refused it
+    (`by`) or, for an answer naming nobody that issues grants, their issuer (its recipient).
+    A store refuses the settlement when `token revoke` cut that person off
+    (`refused_cut_off`); a withdrawal or an expiry is nobody's decision."""
+    response = request.response
+    if response is None or request.status not in (Status.ANSWERED, Status.REJECTED):
+        return None
+    if response.by is not None:
+        return response.by
+    return response.grants[0].issuer if response.grants else None
+
+
+def refused_cut_off(request: Request) -> Forbidden:
+    """The refusal of a settlement decided in the name of a person cut off by `token
+    revoke` (every token of theirs revoked, none live): whoever records it (an admin, a
+    local caller naming them), nothing is decided in their name until `token create` gives
+    them a token again. Every store checks it inside the settlement's own transaction, so
+    a revocation that commits first is never overtaken by an answer checked before it."""
+    name = decided_in_the_name_of(request)
+    response = request.response
+    field, why = (
+        ("by", "")
+        if response is None or response.by is not None
+        else (
+            "grants",
+            " (an answer naming nobody issues its grants as theirs)",
+        )
+    )
+    return Forbidden(
+        f"{field}: every token of {name!r} is revoked (`interlock token revoke {name}` cut them off), so nothing is "
+        f"answered in their name{why} until `interlock token create {name}` gives them one again; nothing was answered"
+    )

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from interlock import Closed, Text
+from interlock import Closed, Forbidden, Text
 from interlock.dashboard import DASHBOARD_ROWS, Outline, count
 from interlock.model import (
     IssuedGrant,
@@ -801,6 +801,45 @@ async def test_an_answer_and_its_grants_land_together_with_an_event_each(store: 
         found = await store.find_events(EventQuery(involving=who))
         assert "granted" in [e.type for e in found]
     assert [e.type for e in await store.find_events(EventQuery(involving="carol"))] == []
+
+
+async def test_a_settlement_in_the_name_of_a_person_cut_off_is_refused_by_the_write_itself(store: Store) -> None:
+    """Every way a store settles refuses an answer or a refusal decided as a person's whose
+    every token is revoked (`by`; for an answer naming nobody, the issuer of its grants),
+    with `Forbidden`, changing nothing: the write checks it, so no answer checked before a
+    revocation lands after it. A withdrawal in their name is nobody's decision, and goes."""
+    for person in ("alice", "bob"):
+        await store.save_principal(Principal(person, "human"))
+        await store.save_token(issue_token(person, datetime.now(UTC)))
+    await store.revoke_tokens(principal="alice")
+    run = new_run()
+    question, approval = ask(), ask()
+    await store.start_parked(run, [question, approval], state={}, status=RunStatus.WAITING_FOR_INPUT, expires_at=None)
+    now = datetime.now(UTC)
+    refusal = approval.settle(Status.REJECTED, Response(now, by="alice", via="api", reason="no"))
+    nameless = Response(now, {"text": "ok"}, via="api", grants=(_grant(request_id=question.id, ask_id="text"),))
+    claim = RunClaim("w1", now + timedelta(seconds=30), now)
+    attempts = [
+        lambda: store.settle(answered(question, "Ada")),
+        lambda: store.settle(refusal),
+        lambda: store.settle_claiming(answered(question, "Ada"), claim),
+        lambda: store.settle_granting(question.settle(Status.ANSWERED, nameless)),  # issued as alice's
+    ]
+    for attempt in attempts:
+        with pytest.raises(Forbidden, match="every token of 'alice' is revoked"):
+            await attempt()
+    for request in (question, approval):
+        assert (await store.get(request.id, fresh=True)).status is Status.PENDING  # type: ignore[union-attr]
+    assert await store.list_grants(GrantQuery()) == []
+    assert [e.type for e in await store.events()][-1] != "answered"
+
+    assert await store.settle(answered(question, "Bo", by="bob")) is not None  # bob is not cut off
+    withdrawn = approval.settle(Status.CANCELLED, Response(now, by="alice", via="api"))
+    assert await store.settle(withdrawn) is not None
+    await store.save_token(issue_token("alice", datetime.now(UTC)))  # `token create alice`: back
+    again = ask()
+    await store.insert(again)
+    assert await store.settle(answered(again, "Ada")) is not None
 
 
 async def test_a_request_no_longer_pending_issues_no_grants(store: Store) -> None:

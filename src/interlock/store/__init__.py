@@ -457,7 +457,13 @@ class RequestStore(Protocol):
 
     async def settle(self, request: Request) -> Request | None:
         """Store `request` (already settled) if its stored version is still pending, and
-        return it as stored; None if it was not pending (or is unknown)."""
+        return it as stored; None if it was not pending (or is unknown).
+
+        An answer or a refusal decided in the name of a person whose every token is revoked
+        (`principals.decided_in_the_name_of`, `tokens_all_revoked`) is refused with
+        `principals.refused_cut_off`, changing nothing, by the same write that would settle
+        it (so a revocation that commits first always wins); so is it by `settle_granting`
+        and `settle_claiming`."""
         ...
 
     async def settle_pending(

@@ -60,7 +60,7 @@ from ..model import (
     run_event_data,
 )
 from ..outbox import Delivery, DeliveryState, LinkUse, Notice
-from ..principals import TEAM_LEFT, LiveToken, Principal, TokenInfo, WebSession
+from ..principals import TEAM_LEFT, LiveToken, Principal, TokenInfo, WebSession, refused_cut_off
 from ..secret_key import GrantKeyId
 from . import PAGE_BYTES, EventQuery, GrantQuery, Listed, PageBudget, Query, RunClaim, RunQuery, stored_size
 
@@ -257,6 +257,16 @@ def _reach(rows: Sequence[Sequence[Any]], known: Mapping[str, tuple[Request, int
 def closed_channel(channel: str | None) -> Closed:
     """The refusal of a request made in a closed channel."""
     return Closed(None, f"channel {channel!r} is closed")
+
+
+class CutOff(Exception):
+    """A dialect's report that the settlement's statement refused a decision in the name of
+    a person `token revoke` cut off (migrations 0038 on SQLite, 0046 on PostgreSQL); the
+    store raises `principals.refused_cut_off` for the request instead."""
+
+
+CUT_OFF = "interlock_cut_off"
+"""The message the settlement's trigger fails with when it refuses (see `CutOff`)."""
 
 
 def settlement(request: Request) -> tuple[datetime, str | None]:
@@ -1414,21 +1424,32 @@ class SqlStore:
 
     async def settle(self, request: Request) -> Request | None:
         at, answer = settlement(request)
-        if not await self._settle(request, at, answer):
+        try:
+            settled = await self._settle(request, at, answer)
+        except CutOff:
+            raise refused_cut_off(request) from None
+        if not settled:
             return None
         self._remember(request, answer)
         return request
 
     async def settle_granting(self, request: Request) -> Request | None:
         at, answer = settlement(request)
-        if not await self._settle_granting(request, at, answer):
+        try:
+            settled = await self._settle_granting(request, at, answer)
+        except CutOff:
+            raise refused_cut_off(request) from None
+        if not settled:
             return None
         self._remember(request, answer)
         return request
 
     async def settle_claiming(self, request: Request, claim: RunClaim) -> tuple[Request | None, Run | None]:
         at, answer = settlement(request)
-        settled, claimed = await self._settle_claiming(request, at, answer, claim)
+        try:
+            settled, claimed = await self._settle_claiming(request, at, answer, claim)
+        except CutOff:
+            raise refused_cut_off(request) from None
         if not settled:
             return None, None
         self._remember(request, answer)

@@ -53,6 +53,8 @@ from ..principals import (
     Principal,
     TokenInfo,
     WebSession,
+    decided_in_the_name_of,
+    refused_cut_off,
 )
 from ..secret_key import GrantKeyId
 from . import (
@@ -286,6 +288,11 @@ class MemoryStore:
 
     def settle_now(self, request: Request) -> Request | None:
         request_id = request.id
+        response = request.response
+        if response is not None and (response.by is not None or response.grants) and request_id in self._pending:
+            name = decided_in_the_name_of(request)
+            if name is not None and self._all_revoked(name):
+                raise refused_cut_off(request)
         if self._pending.pop(request_id, None) is None:
             return None
         status = request.status
@@ -590,6 +597,9 @@ class MemoryStore:
         return sorted(live, key=lambda t: (t.principal, t.created_at, t.id))
 
     async def tokens_all_revoked(self, principal: str) -> bool:
+        return self._all_revoked(principal)
+
+    def _all_revoked(self, principal: str) -> bool:
         own = [t.id for t in self._tokens.values() if t.principal == principal and not t.for_session]
         return bool(own) and all(i in self._revoked for i in own)
 

@@ -96,7 +96,9 @@ from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal
 from ..redact import redact, redact_url
 from . import Query, RunClaim
 from ._sql import (
+    CUT_OFF,
     DEFAULT_CACHE_BYTES,
+    CutOff,
     Migration,
     RequestCache,
     SqlStore,
@@ -1171,6 +1173,8 @@ class Connections:
                 raise _unavailable(exc) from exc
             if exc.sqlstate == UNKNOWN_SCHEMA:
                 raise self._newer(exc) from None
+            if isinstance(exc, asyncpg.RaiseError) and exc.message == CUT_OFF:
+                raise CutOff() from None  # (a settlement's trigger refused it: migration 0046)
             raise
         except (OSError, asyncpg.InternalClientError) as exc:  # the connection failed on the wire
             raise _unavailable(exc) from exc

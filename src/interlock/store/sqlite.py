@@ -70,8 +70,10 @@ from ..principals import IssuedSession, IssuedSignInLink, IssuedToken, Principal
 from . import EventQuery, NewerDatabase, PageBudget, Query, RunClaim
 from . import _sqlite_files as sqlite_files
 from ._sql import (
+    CUT_OFF,
     DEFAULT_CACHE_BYTES,
     DELIVERY_COLUMNS,
+    CutOff,
     RequestCache,
     Settled,
     SqlStore,
@@ -1480,8 +1482,10 @@ def _unavailable(exc: BaseException) -> Unavailable:
 
 def _classified(exc: BaseException) -> BaseException:
     """What to raise for a write's failure: `Unavailable` (from `exc`) if it is `_for_now`,
-    else `exc` itself."""
+    `CutOff` if a settlement's trigger refused it (migration 0038), else `exc` itself."""
     if not _for_now(exc):
+        if isinstance(exc, sqlite3.IntegrityError) and str(exc) == CUT_OFF:
+            return CutOff()
         return exc
     unavailable = _unavailable(exc)
     unavailable.__cause__ = exc
