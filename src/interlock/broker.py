@@ -662,11 +662,14 @@ class Broker(ABC):
         limit: int = 50,
     ) -> GrantPage:
         """Issued grants matching every filter given, newest first; `live` keeps only those
-        neither revoked nor expired, nor given by a person `token revoke` cut off."""
+        neither revoked nor expired, nor given by a person `token revoke` cut off. Without
+        it, a grant given by a person cut off is listed marked `issuer_cut_off`: it
+        authorizes nothing while they are, and `token create ISSUER --human` restores it."""
 
     @abstractmethod
     async def get_grant(self, grant_id: str) -> IssuedGrant:
-        """The grant by id. Raises `NotFound` for an unknown id."""
+        """The grant by id, marked `issuer_cut_off` while whoever gave it is a person `token
+        revoke` cut off. Raises `NotFound` for an unknown id."""
 
     @abstractmethod
     async def check_grant(
@@ -1912,7 +1915,14 @@ class LocalBroker(Broker):
         )
         rows = list(await self.store.list_grants(query))
         items = rows[:limit]
-        return GrantPage(items, items[-1].id if len(rows) > limit else None)
+        return GrantPage(await self._standing(items), items[-1].id if len(rows) > limit else None)
+
+    async def _standing(self, grants: Sequence[IssuedGrant]) -> list[IssuedGrant]:
+        """`grants`, each given by a person `token revoke` cut off marked so
+        (`issuer_cut_off`), asked of the store in one query: they authorize nothing while
+        their issuer is cut off, though what is stored of them says nothing of it."""
+        cut = await self.store.cut_off({g.issuer for g in grants if g.issuer is not None}) if grants else frozenset()
+        return [replace(g, issuer_cut_off=True) if g.issuer in cut else g for g in grants]
 
     async def get_grant(self, grant_id: str) -> IssuedGrant:
         if self._state != "open":
@@ -1921,7 +1931,7 @@ class LocalBroker(Broker):
         grant = await self.store.get_grant(grant_id)
         if grant is None:
             raise NotFound(grant_id, message=f"no grant {grant_id}")
-        return grant
+        return (await self._standing([grant]))[0]
 
     async def check_grant(
         self, audience: str | None, with_: str, can: str, *, issuer: str | None = None

@@ -2202,13 +2202,25 @@ def _print_grants(grants: list[dict[str, Any]], as_json: bool) -> None:
     for column in ("id", "can", "with", "issuer", "audience", "expires", "state"):
         table.add_column(column, no_wrap=column == "id")
     now = datetime.now(UTC)
+    cut: set[str] = set()  # the issuers cut off of the grants that would be live but for it
     for g in grants:
         expires = "never" if g["expires_at"] is None else _ago(datetime.fromisoformat(g["expires_at"]), now)
         state = "revoked" if g["revoked_at"] else "expired" if expires.endswith("ago") else "live"
+        if state == "live" and g.get("issuer_cut_off"):
+            state = "issuer cut off"
+            cut.add(g["issuer"])
         table.add_row(g["id"], g["can"], g["with"], g["issuer"] or "", g["audience"] or "", expires, state)
     Console(width=None if sys.stdout.isatty() else 1000).print(table)
     if not grants:
         err.print("no grants")
+    for issuer in sorted(cut):
+        err.print(
+            f"the grants {issuer} gave are not in force: {issuer} is cut off (every token of theirs revoked, "
+            f"`interlock token revoke`), so they authorize nothing; `interlock token create {issuer} --human` "
+            "restores them",
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 @grants_app.command("list")
@@ -2216,7 +2228,12 @@ def grants_list(
     audience: Annotated[str | None, typer.Option("--audience", help="Only grants this principal holds.")] = None,
     issuer: Annotated[str | None, typer.Option("--issuer", help="Only grants this person gave.")] = None,
     request: Annotated[str | None, typer.Option("--request", help="Only grants this request issued.")] = None,
-    live: Annotated[bool, typer.Option("--live", help="Only grants neither revoked nor expired.")] = False,
+    live: Annotated[
+        bool,
+        typer.Option(
+            "--live", help="Only grants in force: neither revoked nor expired, nor given by a person cut off."
+        ),
+    ] = False,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="The most grants listed, newest first.")] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     db: DbOption = None,
@@ -2224,7 +2241,8 @@ def grants_list(
 ) -> None:
     """List issued grants, newest first. On a server, those you hold or gave: by default an
     agent's the ones it holds, a person's the ones they gave (`--audience YOU` for the ones you
-    hold)."""
+    hold). A grant whose issuer `token revoke` cut off shows the state "issuer cut off": it
+    authorizes nothing until `token create ISSUER --human` gives them a token again."""
     page = _run(
         db, lambda b: b.list_grants(audience=audience, issuer=issuer, request=request, live=live, limit=limit), token
     )

@@ -99,6 +99,7 @@ __all__ = [
     "from_epoch_microseconds",
     "grant_event_data",
     "grant_from_dict",
+    "grant_record",
     "grant_to_dict",
     "issue_grants",
     "issued_grant_from_dict",
@@ -786,7 +787,12 @@ class IssuedGrant:
     do `can` on `with_` until `expires_at` (None: no expiry), unless revoked.
 
     `request_id`, `ask_id` and `option_id` say which choice issued it; a grant given
-    directly (a delegation) has none."""
+    directly (a delegation) has none.
+
+    `issuer_cut_off` is not stored: it says, as the grant is read (`Broker.list_grants`,
+    `get_grant`), that its issuer is a person `interlock token revoke` cut off, so that it
+    authorizes nothing while they are, though it is neither revoked nor expired; `token
+    create ISSUER --human` gives them a token again and the grant is in force again."""
 
     id: str
     with_: str
@@ -800,13 +806,22 @@ class IssuedGrant:
     option_id: str | None = None
     revoked_at: datetime | None = None
     revoked_by: str | None = None
+    issuer_cut_off: bool = False
 
     def live(self, at: datetime) -> bool:
-        """Not revoked and not expired at `at`."""
+        """Not revoked and not expired at `at` (of what is stored: see `issuer_cut_off`)."""
         return self.revoked_at is None and (self.expires_at is None or at < self.expires_at)
 
 
 def issued_grant_to_dict(grant: IssuedGrant) -> dict[str, Any]:
+    """The grant's JSON as it is read: what is stored of it (`grant_record`), and whether
+    its issuer is cut off (`issuer_cut_off`)."""
+    return {**grant_record(grant), "issuer_cut_off": grant.issuer_cut_off}
+
+
+def grant_record(grant: IssuedGrant) -> dict[str, Any]:
+    """The grant's JSON as an answer and the event log keep it: what is stored of it, with
+    no `issuer_cut_off` (which holds only while the issuer is cut off, as it is read)."""
     return {
         "id": grant.id,
         "with": grant.with_,
@@ -838,13 +853,14 @@ def issued_grant_from_dict(data: Mapping[str, Any]) -> IssuedGrant:
         option_id=data.get("option_id"),
         revoked_at=_dt(data.get("revoked_at")),
         revoked_by=data.get("revoked_by"),
+        issuer_cut_off=bool(data.get("issuer_cut_off", False)),  # (absent from a server before it)
     )
 
 
 def grant_event_data(grant: IssuedGrant) -> dict[str, Any]:
     """The data of a `granted` or `grant_revoked` event: the grant, and whom it concerns
     (`to`: the audience, `by`: the issuer), so each of them sees it in their event log."""
-    return {"grant": issued_grant_to_dict(grant), "to": grant.audience, "by": grant.issuer, "request": grant.request_id}
+    return {"grant": grant_record(grant), "to": grant.audience, "by": grant.issuer, "request": grant.request_id}
 
 
 def offered_grants(request: Request) -> list[tuple[str, str | None, Grant]]:
@@ -2215,7 +2231,7 @@ def response_to_dict(response: Response) -> dict[str, Any]:
         "reason": response.reason,
         "cause": response.cause,
         "at": response.at.isoformat(),
-        **({"grants": [issued_grant_to_dict(g) for g in response.grants]} if response.grants else {}),
+        **({"grants": [grant_record(g) for g in response.grants]} if response.grants else {}),
     }
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -211,3 +213,49 @@ async def test_a_grant_given_or_revoked_on_a_local_store_is_the_local_user_s_unl
     assert own.returncode == 0 and json.loads(own.stdout)["issuer"] == "carol", own.stderr
     named = as_carol("grants", "give", "bot", "--with", "x", "--can", "y", "--by", "dave")
     assert json.loads(named.stdout)["issuer"] == "dave"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store of each kind the CLI opens on its own: a SQLite file, a PostgreSQL database."""
+    if request.param == "sqlite":
+        yield new_store(tmp_path / "cli.db")
+        return
+    databases: Callable[[], AbstractContextManager[str]] = request.getfixturevalue("pg_databases")
+    with databases() as url:
+        yield url
+
+
+def test_grants_list_shows_a_grant_from_a_person_cut_off_as_not_in_force_and_how_to_restore_it(any_store: str) -> None:
+    # `token revoke alice`: the grant she gave is listed as "issuer cut off" (not "live"),
+    # saying why and what gives it back; `--json` and `grants show` say so too, and
+    # nothing stored of it changed. `token create alice --human` restores it.
+    for person in ("alice", "bob"):
+        assert run("token", "create", person, "--human", db=any_store).returncode == 0
+    ids = {}
+    for person in ("alice", "bob"):
+        given = run("grants", "give", "bot", "--with", "repo:web", "--can", "deploy", "--by", person, db=any_store)
+        assert given.returncode == 0, given.stderr
+        ids[person] = json.loads(given.stdout)["id"]
+    assert run("token", "revoke", "alice", db=any_store).returncode == 0
+
+    listed = run("grants", "list", "--audience", "bot", db=any_store)
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
+    assert rows[ids["alice"]].rstrip().endswith("issuer cut off"), listed.stdout
+    assert rows[ids["bob"]].rstrip().endswith("live"), listed.stdout
+    said = " ".join(listed.stderr.split())
+    assert "the grants alice gave are not in force: alice is cut off" in said, said
+    assert "`interlock token create alice --human` restores them" in said and "bob" not in said
+    as_json = {g["id"]: g for g in map(json.loads, run("grants", "list", "--json", db=any_store).stdout.splitlines())}
+    assert as_json[ids["alice"]]["issuer_cut_off"] is True and as_json[ids["alice"]]["revoked_at"] is None
+    assert as_json[ids["bob"]]["issuer_cut_off"] is False
+    shown = json.loads(run("grants", "show", ids["alice"], db=any_store).stdout)
+    assert shown["issuer_cut_off"] is True and shown["revoked_at"] is None
+    live = run("grants", "list", "--audience", "bot", "--live", "--json", db=any_store).stdout.splitlines()
+    assert [json.loads(line)["id"] for line in live] == [ids["bob"]]
+
+    assert run("token", "create", "alice", "--human", db=any_store).returncode == 0
+    again = run("grants", "list", "--audience", "bot", db=any_store)
+    assert "cut off" not in again.stdout + again.stderr, again
+    assert all(line.rstrip().endswith("live") for line in again.stdout.splitlines()[1:]), again.stdout

@@ -7,6 +7,7 @@ import json
 import logging
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -1442,6 +1443,37 @@ async def test_a_grant_given_by_a_person_cut_off_authorizes_nothing_until_they_a
     await local.save_token(issue_token("alice", datetime.now(UTC)))  # `token create alice`: back
     assert await broker.check_grant("bot", "repo:web", "deploy") == given
     assert await broker.check_grant("bot", "interlock:inbox/alice", "hitl/request") == own
+
+
+async def test_a_grant_given_by_a_person_cut_off_is_listed_and_read_as_not_in_force_until_they_are_given_a_token(
+    broker: Broker, local: LocalBroker
+) -> None:
+    """Listed without `live`, or read by id, a grant whose issuer `token revoke` cut off
+    says so (`issuer_cut_off`): it authorizes nothing, though nothing stored of it changed
+    (not revoked, its expiry as it was), and once `token create` gives its issuer a token
+    again it reads as before."""
+    for person in ("alice", "bob"):
+        await local.save_principal(Principal(person, "human"))
+        await local.save_token(issue_token(person, datetime.now(UTC)))
+    hers = await broker.give_grant("bot", "repo:web", "deploy", by="alice", exp=None)
+    his = await broker.give_grant("bot", "repo:web", "deploy", by="bob", exp=None)
+    nameless = await broker.give_grant("bot", "repo:docs", "read", exp=None)  # given by nobody named
+    assert not any(g.issuer_cut_off for g in (await broker.list_grants(audience="bot")).items)
+
+    await local.revoke_tokens(principal="alice")
+    listed = {g.id: g for g in (await broker.list_grants(audience="bot")).items}
+    assert {gid for gid, g in listed.items() if g.issuer_cut_off} == {hers.id}
+    assert listed[hers.id] == replace(hers, issuer_cut_off=True)  # all else as it was given
+    assert [g.id for g in (await broker.list_grants(issuer="alice")).items] == [hers.id]
+    assert (await broker.list_grants(issuer="alice")).items[0].issuer_cut_off
+    assert (await broker.get_grant(hers.id)).issuer_cut_off
+    assert not (await broker.get_grant(his.id)).issuer_cut_off
+    assert not (await broker.get_grant(nameless.id)).issuer_cut_off
+    assert hers.id not in {g.id for g in (await broker.list_grants(audience="bot", live=True)).items}
+
+    await local.save_token(issue_token("alice", datetime.now(UTC)))  # `token create alice`: back
+    assert not any(g.issuer_cut_off for g in (await broker.list_grants(audience="bot")).items)
+    assert await broker.get_grant(hers.id) == hers
 
 
 async def test_an_answer_naming_nobody_issues_no_grant_as_a_person_cut_off(broker: Broker, local: LocalBroker) -> None:

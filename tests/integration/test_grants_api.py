@@ -4,6 +4,8 @@ grants API and the tokens an application verifies."""
 
 from __future__ import annotations
 
+import html
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager
@@ -392,3 +394,75 @@ async def test_a_grant_from_a_person_cut_off_lets_nobody_ask_them_nor_verifies_u
                 await store.save_token(issue_token("alice", datetime.now(UTC)))  # `interlock token create alice`
             assert (await carol.create(Confirm("Lunch?"), to="alice")).to == "alice"
             assert (await http.post("/grants/verify", json={"token": token})).json()["valid"] is True
+
+
+async def test_the_grants_api_shows_a_grant_from_a_person_cut_off_as_not_in_force_until_they_are_given_a_token(
+    world: Callable[..., AbstractAsyncContextManager[World]],
+) -> None:
+    # `token revoke alice`: the grant she gave carol is listed, and read, with
+    # `issuer_cut_off` true (every other field as before: it is not revoked, nor changed),
+    # `live=true` leaves it out, and the OpenAPI document says what the field means.
+    # `token create alice` gives it back as it was.
+    async with world() as w:
+        async with w.broker("alice") as alice:
+            given = await alice.give_grant("carol", "interlock:inbox/alice", "hitl/request")
+            token = await alice.grant_token(given.id)  # type: ignore[attr-defined]
+        async with w.client("carol") as http:
+            before = (await http.get("/grants", params={"audience": "carol"})).json()["items"]
+            assert [(g["id"], g["issuer_cut_off"]) for g in before] == [(given.id, False)]
+            async with interlock.connect(w.db) as store:
+                assert isinstance(store, LocalBroker)
+                await store.revoke_tokens(principal="alice")  # `interlock token revoke alice`
+            listed = (await http.get("/grants", params={"audience": "carol"})).json()["items"]
+            assert [g["id"] for g in listed] == [given.id]
+            assert listed[0] == {**before[0], "issuer_cut_off": True}  # revoked_at still null
+            one = (await http.get(f"/grants/{given.id}")).json()
+            assert one["issuer_cut_off"] is True and one["revoked_at"] is None and one["token"] == token
+            assert (await http.get("/grants", params={"audience": "carol", "live": True})).json()["items"] == []
+            verdict = (await http.post("/grants/verify", json={"token": token})).json()
+            assert verdict["valid"] is False and verdict["grant"]["issuer_cut_off"] is True
+            schema = (await http.get(f"{w.base}/openapi.json")).json()["components"]["schemas"]["IssuedGrantModel"]
+            assert "issuer_cut_off" not in schema.get("required", [])  # added: older clients read on
+            assert "token create ISSUER --human" in schema["properties"]["issuer_cut_off"]["description"]
+            async with interlock.connect(w.db) as store:
+                assert isinstance(store, LocalBroker)
+                await store.save_token(issue_token("alice", datetime.now(UTC)))  # `interlock token create alice`
+            assert (await http.get("/grants", params={"audience": "carol"})).json()["items"] == before
+
+
+async def test_the_request_page_says_a_grant_its_answer_issued_is_not_in_force_while_its_issuer_is_cut_off(
+    world: Callable[..., AbstractAsyncContextManager[World]],
+) -> None:
+    # alice's answer let bob deploy; `token revoke alice`: the request's page, as bob (who
+    # asked) reads it in the web inbox, says the grant is not in force and why, where it
+    # said it was granted as if it still held. `token create alice` gives it back.
+    async with world() as w:
+        deploy = {"with": "repo:web", "can": "deploy", "exp": None}
+        async with interlock.connect(w.db) as store:
+            assert isinstance(store, LocalBroker)
+            request = await store.create(Confirm("Let bob deploy?", grants=[deploy]), to="alice", requester="bob")
+            assert await store.resolve(request.id, True, by="alice", grants=[deploy])
+            await store.revoke_tokens(principal="alice")  # `interlock token revoke alice`
+        granted = "Granted deploy on repo:web to bob with no expiry"
+        async with httpx.AsyncClient(base_url=w.base, timeout=BOUND) as browser:
+            form = await browser.get("/signin")
+            csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+            assert csrf is not None, form.text
+            signed_in = await browser.post("/signin", data={"csrf": csrf[1], "token": w.tokens["bob"]})
+            assert signed_in.status_code == 303, signed_in.text
+
+            async def issued() -> list[str]:
+                page = (await browser.get(f"/requests/{request.id}")).text
+                found = re.search(r'<ul class="issued"[^>]*>(.*?)</ul>', page, re.S)
+                assert found is not None, page
+                items = re.findall(r"<li>(.*?)</li>", found[1], re.S)
+                return [" ".join(html.unescape(item).split()) for item in items]
+
+            assert await issued() == [
+                f"{granted}; not in force: alice is cut off (every token of theirs revoked), until "
+                "`interlock token create alice --human`"
+            ]
+            async with interlock.connect(w.db) as store:
+                assert isinstance(store, LocalBroker)
+                await store.save_token(issue_token("alice", datetime.now(UTC)))  # `interlock token create alice`
+            assert await issued() == [granted]

@@ -38,7 +38,7 @@ from ..model import (
     Request,
     Status,
     Text,
-    issued_grant_to_dict,
+    grant_record,
 )
 
 __all__ = [
@@ -202,8 +202,9 @@ def _option_view(option: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def grant_view(grant: IssuedGrant) -> dict[str, Any]:
-    """An issued grant: who (`issuer`) lets whom (`audience`) do `can` on `with` until when."""
-    return issued_grant_to_dict(grant)
+    """An issued grant: who (`issuer`) lets whom (`audience`) do `can` on `with` until when,
+    as the answer issued it."""
+    return grant_record(grant)
 
 
 def job_of(request: Request) -> dict[str, Any]:

@@ -117,12 +117,17 @@ async def list_grants(
     audience: str | None = None,
     issuer: str | None = None,
     request: str | None = None,
-    live: Annotated[bool, Query(description="only grants neither revoked nor expired")] = False,
+    live: Annotated[
+        bool,
+        Query(description="only grants in force: neither revoked nor expired, nor given by a person cut off"),
+    ] = False,
     cursor: Annotated[str | None, Query(description=CURSOR)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
 ) -> dict[str, Any]:
     """Grants you hold (`audience`) or gave (`issuer`), newest first. By default, an
-    agent's are those it holds, a person's those they gave."""
+    agent's are those it holds, a person's those they gave. A grant whose issuer `interlock
+    token revoke` cut off is listed with `issuer_cut_off` true (left out with `live`): it
+    authorizes nothing until `interlock token create ISSUER --human` gives them a token again."""
     if caller.kind != "admin":
         if audience is None and issuer is None:
             if caller.kind == "agent":
@@ -178,7 +183,7 @@ async def verify_grant(body: VerifyBody, caller: Caller, broker: TheBroker, stat
         return {"valid": False, "reason": str(exc), "grant": None}
     if grant.revoked_at is not None:
         return {"valid": False, "reason": "the grant was revoked", "grant": issued_grant_to_dict(grant)}
-    if grant.issuer is not None and await broker.tokens_all_revoked(grant.issuer):
+    if grant.issuer_cut_off:
         reason = f"the grant was given by {grant.issuer!r}, whom `token revoke` cut off"
         return {"valid": False, "reason": reason, "grant": issued_grant_to_dict(grant)}
     return {"valid": True, "reason": None, "grant": issued_grant_to_dict(grant)}

@@ -47,6 +47,7 @@ from .web import (
     after_signin,
     email_signin_offered,
     events_upto,
+    grants_now,
     outcome,
     page,
     page_link_refused,
@@ -238,6 +239,7 @@ async def own_page(
         "answerable": request.status is Status.PENDING and can_answer(who.principal, request),
         "moments": timeline(request, events, deliveries, types),
         "claims": await state.broker.claims([request.id]),
+        "grants_now": await grants_now(state.broker, [request]),
         "deliveries": deliveries,
         "resendable": lambda delivery: may_resend(who.principal, request, delivery),
         "view": "request",
@@ -375,6 +377,7 @@ async def history(http: HttpRequest, state: State) -> Response:
     cursor = cursors.issued("requests", found.next_cursor)
     context = {
         "found": found.items,
+        "grants_now": await grants_now(state.broker, found.items),
         "next_link": filters.link(after=cursor) if cursor else None,
         "first_link": filters.link() if after else None,
         "filters": filters,

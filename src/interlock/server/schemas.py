@@ -159,6 +159,13 @@ class IssuedGrantModel(BaseModel):
     option_id: str | None
     revoked_at: str | None
     revoked_by: str | None
+    issuer_cut_off: bool = Field(
+        False,
+        description="True while its issuer is a person `interlock token revoke` cut off (every token of theirs "
+        "revoked): it authorizes nothing then, though it is neither revoked nor expired and is kept as it is; "
+        "`interlock token create ISSUER --human` restores it. Said as the grant is read (the grants list, one grant); "
+        "the grants an answer issued are shown as it issued them, without it.",
+    )
 
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ import json
 import os
 import re
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -332,11 +332,33 @@ def outcome(request: HumanRequest) -> str:
     }.get(cause or "", f"Cancelled{by}")
 
 
-def issued(grant: IssuedGrant) -> str:
-    """A grant an answer issued, in words, as the person who gave it sees it afterwards."""
+def issued(grant: IssuedGrant, now: Mapping[str, IssuedGrant] | None = None) -> str:
+    """A grant an answer issued, in words, as the person who gave it sees it afterwards:
+    as it is now, when `now` has it (`grants_now`), saying so if it was revoked since or is
+    not in force while its issuer is cut off."""
+    grant = (now or {}).get(grant.id, grant)
     until = "with no expiry" if grant.expires_at is None else f"until {utc(grant.expires_at)}"
     to = f" to {grant.audience}" if grant.audience else ""
-    return f"Granted {grant.can} on {grant.with_}{to} {until}"
+    words = f"Granted {grant.can} on {grant.with_}{to} {until}"
+    if grant.revoked_at is not None:
+        return f"{words}; revoked {utc(grant.revoked_at)}"
+    if grant.issuer_cut_off:
+        return (
+            f"{words}; not in force: {grant.issuer} is cut off (every token of theirs revoked), until "
+            f"`interlock token create {grant.issuer} --human`"
+        )
+    return words
+
+
+async def grants_now(broker: Broker, requests: Iterable[HumanRequest]) -> dict[str, IssuedGrant]:
+    """The grants the answers of `requests` issued, by id, as they are now (revoked, their
+    issuer cut off) for `issued` to say: one read for each request whose answer issued any."""
+    out: dict[str, IssuedGrant] = {}
+    for request in requests:
+        if request.response is not None and request.response.grants:
+            page = await broker.list_grants(request=request.id, limit=1000)
+            out.update((g.id, g) for g in page.items)
+    return out
 
 
 def pretty_json(value: Any) -> str:
@@ -618,6 +640,7 @@ async def card(state: AppState, http: HttpRequest, who: Session, request: HumanR
     claims = await state.broker.claims([request.id])
     context = {"r": request, "failure": None, "card_notice": None, "claims": claims} | extra
     context["rendered"] = await prerender([request.details])
+    context["grants_now"] = await grants_now(state.broker, [request])
     return page(state, http, "_request.html", context, status, who)
 
 
@@ -657,6 +680,7 @@ async def inbox_page(
         "older": cursors.issued("requests", pending.next_cursor),
         "paged": position is not None,
         "history": history[:HISTORY_LIMIT],
+        "grants_now": await grants_now(state.broker, history[:HISTORY_LIMIT]),
         "updates": updates[::-1][:UPDATES_LIMIT],
         "after": after,
         "failure": failure,
