@@ -1,7 +1,8 @@
 """`interlock deliver` (the delivery loop alone) and `interlock deliveries` (list, retry),
 and the send limits of `deliver` and `serve` (--concurrency, --per-channel), run in
 process (cli_support; `deliver` and `serve`, which run until stopped, in subprocesses)
-against a SQLite file and a real webhook receiver."""
+against a SQLite file and a real webhook receiver; what `deliveries list` says of a
+delivery skipped, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
 from pathlib import Path
 
+import anyio
 import pytest
 
 import interlock
@@ -22,6 +26,10 @@ from asgi_support import serve_in_process
 from cli_support import invoke
 from interlock import Confirm
 from interlock.broker import LocalBroker
+from interlock.channels import Message
+from interlock.channels.delivery import DeliveryLoop
+from interlock.principals import Principal, issue_token
+from interlock.routing import routing_from_dict
 from interlock.server.app import create_app
 from serve_support import serve
 
@@ -233,3 +241,65 @@ async def test_a_server_s_send_limits_hold_for_a_routing_set_after_it_started() 
     ):
         with pytest.raises(ValueError, match=re.escape(said)):
             create_app("memory://", auth=False, **wrong)
+
+
+class _Taking:
+    """A channel that takes every send: to whom each went."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def send(self, message: Message) -> str | None:
+        self.sent.append(message.delivery.recipient)
+        return None
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'cli.db'}"
+        return
+    databases: Callable[[], AbstractContextManager[str]] = request.getfixturevalue("pg_databases")
+    with databases() as url:
+        yield url
+
+
+async def test_a_request_s_deliveries_list_each_one_skipped_with_its_recipient_channel_and_why(store_url: str) -> None:
+    # alice is cut off (`interlock token revoke alice`): her share of a request to her team
+    # is skipped, bob's sent. `interlock deliveries list --request ID`, where an operator
+    # looks for why nobody was told, lists both: hers skipped, to her, through the hook,
+    # and why, as bob's delivered.
+    hook = _Taking()
+    async with interlock.connect(store_url) as broker:
+        assert isinstance(broker, LocalBroker)
+        for person in ("alice", "bob"):
+            await broker.save_principal(Principal(person, "human"))
+            await broker.save_token(issue_token(person, datetime.now(UTC)))
+        await broker.revoke_tokens(principal="alice")
+        request = await broker.create(Confirm("Restart the workers?"), to="ops", requester="bot")
+        routing = {
+            "channels": {"hook": {"type": "webhook", "url": "http://127.0.0.1:9/hook"}},
+            "teams": {"ops": {"members": ["alice", "bob"]}},
+            "default": {"channels": ["hook"]},
+        }
+        loop = DeliveryLoop(broker.outbox, routing_from_dict(routing), channels={"hook": hook})
+        with anyio.fail_after(10):
+            while await loop.run_once() or await broker.list_deliveries(status="pending"):
+                pass
+    assert hook.sent == ["bob"]
+    listed = run("deliveries", "list", "--request", request.id, db=store_url)
+    assert listed.returncode == 0, listed.stderr
+    said = " ".join(listed.stdout.split())
+    assert "request alice hook skipped 0 not sent: every token of 'alice' is revoked" in said, listed.stdout
+    assert "until `interlock token create alice` gives them one again" in said, listed.stdout
+    assert "request bob hook delivered 1" in said, listed.stdout
+    as_json = [
+        json.loads(line)
+        for line in run("deliveries", "list", "--request", request.id, "--json", db=store_url).stdout.splitlines()
+    ]
+    [hers] = [d for d in as_json if d["recipient"] == "alice"]
+    assert (hers["channel"], hers["status"]) == ("hook", "skipped")
+    assert "every token of 'alice' is revoked" in hers["last_error"]

@@ -56,7 +56,8 @@ def routing(url: str) -> dict[str, Any]:
             "hook": {"type": "webhook", "url": url},
             "pager": {"type": "webhook"},  # no URL, and alice's route gives none: a dead letter at once
         },
-        "recipients": {"alice": {"channels": ["hook", "pager"]}},
+        "recipients": {"alice": {"channels": ["hook", "pager"]}, "carol": {"channels": ["hook"]}},
+        "teams": {"ops": {"members": ["alice", "carol"]}},
     }
 
 
@@ -65,7 +66,8 @@ async def world(url: str) -> AsyncIterator[World]:
     async with receiver() as hook, interlock.connect(url) as broker:
         assert isinstance(broker, LocalBroker)
         tokens = {}
-        for p in (Principal("alice", "human"), Principal("bob", "human"), Principal("bot", "agent", "alice")):
+        people = ("alice", "bob", "carol")
+        for p in (*(Principal(name, "human") for name in people), Principal("bot", "agent", "alice")):
             await broker.save_principal(p)
             token = issue_token(p.name, datetime.now(UTC))
             await broker.save_token(token)
@@ -109,6 +111,32 @@ async def test_the_timeline_shows_who_was_notified_through_which_channel_and_eac
     rows = dict(re.findall(row, page))
     assert rows == {"delivered": "hook", "dead": "pager"}
     assert re.search(r'href="[^"]*/inbox/deliveries">Dead letters</a>', page)  # the nav links to them
+
+
+async def test_the_timeline_shows_each_delivery_skipped_to_whom_through_which_channel_and_why(world: World) -> None:
+    # carol is cut off (`interlock token revoke carol`): her share of a request to her
+    # team is not sent. The page alice (of the team too) reads says so on the timeline,
+    # beside the notice that reached alice: to whom, through which channel, and why,
+    # with what undoes it; as its table of deliveries lists it, skipped.
+    await world.broker.add_team_members("ops", ["alice", "carol"])
+    await world.broker.revoke_tokens(principal="carol")
+    request = await world.broker.create(Confirm("Restart the workers?"), to="ops", requester="bot")
+
+    async def sent() -> bool:
+        found = await world.broker.store.list_deliveries(request_id=request.id)
+        return len(found) == 3 and all(d.status != "pending" for d in found)
+
+    await eventually(sent)
+    async with world.browser("alice") as alice:
+        page = (await alice.get(f"/requests/{request.id}")).text
+    lines = timeline(page)
+    assert any(line.startswith("Notified alice via hook (webhook)") for line in lines), lines
+    [skipped] = [line for line in lines if line.startswith("Did not notify carol via hook (webhook)")]
+    assert "not sent: every token of 'carol' is revoked (`interlock token revoke carol`)" in skipped, skipped
+    assert "until `interlock token create carol` gives them one again" in skipped, skipped
+    assert not any(line.startswith(("Notified carol", "Could not notify carol")) for line in lines), lines
+    row = r'<tr data-id="dlv_\w+" data-status="skipped">\s*<td><time[^>]*>[^<]*</time></td>\s*<td>request</td>'
+    assert re.search(row + r"\s*<td>carol</td>\s*<td>hook</td>", page), page
 
 
 async def test_a_settled_request_tells_who_was_told_it_ended(world: World) -> None:

@@ -1248,6 +1248,10 @@ async def test_nothing_is_sent_to_a_person_cut_off_and_each_skipped_delivery_say
         assert (delivery.status, delivery.attempts) == ("skipped", 0)
         assert delivery.last_error is not None and "every token of 'alice' is revoked" in delivery.last_error
         assert "interlock token create alice" in delivery.last_error
+    # the request's own deliveries (its page's, `GET /requests/{id}/deliveries`) list it, saying why
+    [hers] = await broker.list_deliveries(request_id=to_her.id)
+    assert (hers.recipient, hers.channel, hers.status) == ("alice", "pager", "skipped")
+    assert hers.last_error is not None and "every token of 'alice' is revoked" in hers.last_error
 
     await local.save_token(issue_token("alice", datetime.now(UTC)))  # `token create alice`: back
     again = await broker.create(Text("And now?"), to="alice", requester="ops-bot")

@@ -75,7 +75,9 @@ class DeliveryModel(BaseModel):
     created_at: str
     delivered_at: str | None
     last_error: str | None = Field(
-        description="why its last attempt failed; to anyone but its recipient and an admin, without the address"
+        description="why its last attempt failed, or, `skipped`, why it was not sent (its recipient is a person "
+        "`interlock token revoke` cut off, or its request settled before a reminder or escalation fell due); to "
+        "anyone but its recipient and an admin, without the address"
     )
     reference: str | None
 
@@ -234,8 +236,9 @@ def _loop(state: AppState) -> Any:
     "/requests/{request_id}/deliveries", response_model=DeliveryPage, responses=problems(404), tags=["deliveries"]
 )
 async def request_deliveries(request_id: str, caller: Caller, broker: TheBroker) -> JSONResponse:
-    """How the people concerned were told about a request: each delivery, its channel and
-    state (pending, delivered, dead, skipped), its attempts and last error."""
+    """How the people concerned were told about a request: each delivery, its recipient,
+    channel and state (pending, delivered, dead, skipped), its attempts and last error
+    (for one skipped, why it was not sent)."""
     try:
         request = await broker.get(request_id)
     except NotFound as exc:

@@ -3,9 +3,9 @@ one-time sign-in links.
 
 - `/requests/{id}`: the request (its asks, answerable there while it is pending and yours),
   its details as Markdown, its answer, how people were told about it (its deliveries from
-  the outbox), and its timeline: the event log, with each notice that went out and each
-  dead letter merged in. It is the page every message links to, and a link to it
-  survives the sign-in: signing in comes back to it.
+  the outbox), and its timeline: the event log, with each notice that went out, each
+  dead letter and each delivery skipped (saying why) merged in. It is the page every
+  message links to, and a link to it survives the sign-in: signing in comes back to it.
 - `/history`: settled requests to you, filtered by status, kind, agent, run and dates, and
   searched by the words of their prompts and answers, a page at a time (`Broker.list`).
 - `/dashboard`: what is waiting by agent and age, how fast answers come, what expired, per
@@ -142,6 +142,14 @@ _TOLD = {
 }
 
 
+_NOT_TOLD = {
+    "request": "Did not notify {to} via {channel}",
+    "reminder": "Did not remind {to} via {channel}",
+    "escalation": "Did not escalate to {to} via {channel}",
+    "settled": "Did not tell {to} via {channel} that it was {event}",
+}
+
+
 def timeline(
     request: HumanRequest,
     events: Sequence[Event],
@@ -149,7 +157,8 @@ def timeline(
     channel_types: Mapping[str, str] | None = None,
 ) -> list[Moment]:
     """What happened to the request, oldest first: its events, and how people were told
-    about it (each delivery that went out, and each dead letter, from the outbox)."""
+    about it (each delivery that went out, each dead letter, and each delivery skipped,
+    from the outbox, saying why: its recipient cut off, its request settled first)."""
     out = _event_moments(request, events)
     types = channel_types or {}
     for d in deliveries:
@@ -162,6 +171,9 @@ def timeline(
             tries = f" ({d.attempts} tries)" if d.attempts > 1 else ""
             what = f"Could not notify {d.recipient} via {channel}{tries}"
             out.append(Moment(d.due_at, what, d.last_error or "", "undelivered"))
+        elif d.status == "skipped":  # (when it fell due: a skipped delivery keeps no other time)
+            what = _NOT_TOLD.get(d.kind, _NOT_TOLD["request"]).format(to=d.recipient, channel=channel, event=d.event)
+            out.append(Moment(d.due_at, what, d.last_error or "", "skipped"))
     out.sort(key=lambda m: m.at)  # stable: events in their own order
     return out
 
