@@ -6,13 +6,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp_support import EVERY_WAY, MCP, WAYS, World, add_people, error, result
 
+import interlock
+from interlock.broker import LocalBroker
 from interlock.model import GrantPolicy
+from interlock.principals import issue_token
 
 pytestmark = pytest.mark.anyio
 
@@ -112,6 +116,30 @@ async def test_an_agent_asks_another_person_only_with_their_grant_to_request(mcp
         job = result(await bot.call_tool("hitl_request", ask))
         assert job["user"] == "bob"
         assert [r["id"] for r in result(await bob.call_tool("hitl_list", {}))["requests"]] == [job["job"]]
+
+
+async def test_a_grant_whose_issuer_is_cut_off_is_listed_as_not_in_force_and_left_out_of_the_live_ones(
+    mcp_as: MCP, world: World
+) -> None:
+    # bob lets alice-bot ask him, then `interlock token revoke bob` cuts him off: hitl_grants
+    # leaves the grant out of the live ones (the default) and, asked for every one, lists it
+    # with issuer_cut_off true, not revoked. `token create bob` gives it back.
+    async with world.api("bob") as api:
+        permission = {"to": "alice-bot", "with": "interlock:inbox/bob", "can": "hitl/request"}
+        given = await api.post("/grants", json=permission)
+        assert given.status_code == 201, given.text
+    async with mcp_as("alice-bot") as bot:
+        [held] = result(await bot.call_tool("hitl_grants", {}))["grants"]
+        assert (held["id"], held["issuer_cut_off"]) == (given.json()["id"], False)
+        async with interlock.connect(world.db) as store:
+            assert isinstance(store, LocalBroker)
+            await store.revoke_tokens(principal="bob")  # `interlock token revoke bob`
+            assert result(await bot.call_tool("hitl_grants", {}))["grants"] == []
+            [listed] = result(await bot.call_tool("hitl_grants", {"live": False}))["grants"]
+            assert listed["id"] == held["id"] and listed["revoked_at"] is None and listed["issuer_cut_off"] is True
+            await store.save_token(issue_token("bob", datetime.now(UTC)))  # `interlock token create bob`
+        [again] = result(await bot.call_tool("hitl_grants", {}))["grants"]
+        assert (again["id"], again["issuer_cut_off"]) == (held["id"], False)
 
 
 @pytest.mark.parametrize("way", ["in_process", "http"])

@@ -44,14 +44,13 @@ from ..approvals import decision_ask, refused_yes
 from ..broker import Broker
 from ..durations import instant
 from ..errors import AlreadySettled, InterlockError, InvalidAnswer, NotFound, Unavailable
-from ..model import Answers, Grant, Option, Request, Status, check_answers
+from ..model import Answers, Grant, Option, Request, Status, check_answers, issued_grant_to_dict
 from ..principals import Principal, can_answer
 from ..remote import RemoteBroker
 from .jobs import (
     INBOX_STATUSES,
     answer_forms,
     asks_from_arguments,
-    grant_view,
     job_of,
     request_view,
     sent_fields,
@@ -242,7 +241,8 @@ _GRANTS = """List capability grants: the ones you hold (role held, the default),
 you when a person approved an offer and echoed it, or the ones you gave (role given). Each \
 says who (issuer) lets whom (audience) do what (can) on what (with) until when (expires_at, \
 null for never); on a server each carries a signed token to show an application that \
-checks grants."""
+checks grants. issuer_cut_off true: its issuer was cut off (every token of theirs revoked), so \
+it authorizes nothing until they are given a token again."""
 
 _GRANT_CHECK = """Check whether you hold a live (unrevoked, unexpired) grant {with, can}, \
 optionally from one issuer; returns the grant when you do."""
@@ -435,7 +435,9 @@ async def hitl_grants(
     role: Annotated[
         Literal["held", "given"], Field(description="held: grants to you; given: grants you issued.")
     ] = "held",
-    live: Annotated[bool, Field(description="Only grants neither revoked nor expired.")] = True,
+    live: Annotated[
+        bool, Field(description="Only grants in force: neither revoked nor expired, nor given by a person cut off.")
+    ] = True,
     limit: Annotated[int, Field(ge=1, le=100, description="At most this many.")] = 20,
     cursor: Annotated[str | None, Field(description="next_cursor of the previous page.")] = None,
 ) -> dict[str, Any]:
@@ -449,7 +451,7 @@ async def hitl_grants(
             after=cursor,
             limit=limit,
         )
-        items = [grant_view(grant) for grant in page.items]
+        items = [issued_grant_to_dict(grant) for grant in page.items]  # (as they are now: `issuer_cut_off`)
         if isinstance(seat.broker, RemoteBroker):  # the venue signs them: a token to show others
             for item in items:
                 item["token"] = await seat.broker.grant_token(item["id"])
@@ -467,7 +469,7 @@ async def hitl_grant_check(
         found = await seat.broker.check_grant(
             None if me.kind == "admin" else me.name, wanted["with"], wanted["can"], issuer=issuer
         )
-        return {"granted": found is not None, "grant": grant_view(found) if found is not None else None}
+        return {"granted": found is not None, "grant": issued_grant_to_dict(found) if found is not None else None}
 
 
 async def hitl_grant_revoke(
