@@ -435,7 +435,8 @@ async def test_the_request_page_says_a_grant_its_answer_issued_is_not_in_force_w
 ) -> None:
     # alice's answer let bob deploy; `token revoke alice`: the request's page, as bob (who
     # asked) reads it in the web inbox, says the grant is not in force and why, where it
-    # said it was granted as if it still held. `token create alice` gives it back.
+    # said it was granted as if it still held. `token create alice` gives it back; revoked
+    # since, it says that.
     async with world() as w:
         deploy = {"with": "repo:web", "can": "deploy", "exp": None}
         async with interlock.connect(w.db) as store:
@@ -466,3 +467,8 @@ async def test_the_request_page_says_a_grant_its_answer_issued_is_not_in_force_w
                 assert isinstance(store, LocalBroker)
                 await store.save_token(issue_token("alice", datetime.now(UTC)))  # `interlock token create alice`
             assert await issued() == [granted]
+            async with interlock.connect(w.db) as store:  # revoked since, it says so too
+                [grant] = (await store.list_grants(request=request.id)).items
+                assert await store.revoke_grant(grant.id, by="alice")
+            [revoked] = await issued()
+            assert revoked.startswith(f"{granted}; revoked 20") and revoked.endswith(" UTC"), revoked
