@@ -612,9 +612,9 @@ def ask(
         value = response.answers.get("answer")
         return (DECLINED if confirm and value is False else ANSWERED), value
 
-    logging.getLogger("interlock").addHandler(_Warnings())
     try:
-        code, value = _run(db, work, token, make=True)
+        with _logging_to(_Warnings()):
+            code, value = _run(db, work, token, make=True)
     except asyncio.CancelledError:
         if not stopped_by:
             raise
@@ -1575,16 +1575,32 @@ LOG_DATES = "%Y-%m-%d %H:%M:%S%z"
 service manager that adds no time) says when."""
 
 
-def _log_to_stderr(level: int = logging.INFO) -> None:
-    """interlock's own records, from `level` up, as dated lines on stderr, credentials
-    redacted (a handler's error may quote a store URL or a token): for the commands that
-    run until stopped beside the server (`worker`, `deliver`)."""
+@contextlib.contextmanager
+def _logging_to(handler: logging.Handler, level: int | None = None) -> Iterator[None]:
+    """interlock's records going to `handler` too (from `level` up, when given) while the
+    command runs, and the logger as it was once it ends: a command run in the same process
+    as other code (a test, a program calling the CLI) leaves no handler on a stream closed
+    since, nor a level that lets others' records through."""
     logger = logging.getLogger("interlock")
-    logger.setLevel(level)
+    before = logger.level
+    if level is not None:
+        logger.setLevel(level)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before)
+
+
+def _log_to_stderr(level: int = logging.INFO) -> contextlib.AbstractContextManager[None]:
+    """interlock's own records, from `level` up, as dated lines on stderr, credentials
+    redacted (a handler's error may quote a store URL or a token), while the command runs:
+    for the commands that run until stopped beside the server (`worker`, `deliver`)."""
     handler = logging.StreamHandler()
     handler.addFilter(RedactingFilter())
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", LOG_DATES))
-    logger.addHandler(handler)
+    return _logging_to(handler, level)
 
 
 def _redacted_logging(base: dict[str, Any], level: str = "INFO") -> dict[str, Any]:
@@ -2135,7 +2151,6 @@ def worker(
         await serving.run(stop=stop)
         return serving.resumed
 
-    _log_to_stderr()  # what was resumed, and why a run failed; not other libraries' chatter
     missing = _missing_store(db)
     if missing is not None:  # legitimate before any agent ran, but mostly a --db left out
         err.print(
@@ -2144,7 +2159,8 @@ def worker(
             markup=False,
             soft_wrap=True,
         )
-    resumed = _run(db, work, token, make=True)
+    with _log_to_stderr():  # what was resumed, and why a run failed; not other libraries' chatter
+        resumed = _run(db, work, token, make=True)
     err.print(f"resumed {resumed} run(s)", markup=False)
 
 
@@ -2858,11 +2874,11 @@ def deliver(
         )
         _warn_of(the_routing)
         err.print(f"delivering from {redact_url(db or 'sqlite:///interlock.db')}", markup=False)
-        _log_to_stderr()  # a delivery that failed, a dead letter, the routing taken again
-        try:
-            await loop.run()
-        finally:
-            await loop.stop()
+        with _log_to_stderr():  # a delivery that failed, a dead letter, the routing taken again
+            try:
+                await loop.run()
+            finally:
+                await loop.stop()
 
     _run(db, work)
 

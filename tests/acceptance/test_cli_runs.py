@@ -6,6 +6,7 @@ exactly as `interlock show` does."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -244,6 +245,19 @@ def test_a_worker_on_a_store_that_is_not_there_says_it_made_an_empty_one(tmp_pat
     assert "name the store your agents use with --db" in said
     again = cli("worker", "my_agents:handlers", "--once", cwd=tmp_path)  # there now: nothing to say
     assert again.returncode == 0 and "note:" not in again.stderr
+
+
+def test_a_worker_run_in_process_leaves_interlock_s_logging_as_it_found_it(tmp_path: Path) -> None:
+    # `worker` logs interlock's records at INFO to its stderr while it runs. Run in the
+    # process of other code (a program calling the CLI, a test), it left its handler on a
+    # stream closed since ("I/O operation on closed file" on every later record) and the
+    # level at INFO, which let every later INFO record of interlock's through.
+    logger = logging.getLogger("interlock")
+    handlers, level = list(logger.handlers), logger.level
+    (tmp_path / "my_agents.py").write_text("def handlers(broker):\n    return {'mailer': None}\n")
+    done = cli("worker", "my_agents:handlers", "--once", "--db", f"sqlite:///{tmp_path / 'w.db'}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (logger.handlers, logger.level) == (handlers, level)
 
 
 async def test_a_worker_serving_another_name_than_the_ready_runs_agent_says_so(tmp_path: Path) -> None:
