@@ -528,8 +528,9 @@ def unmasked(doc: Mapping[str, Any], current: Mapping[str, Any] | None) -> dict[
     such secret behind it is refused (`RoutingError`): it would otherwise be kept as the
     secret itself, one anyone can sign with. So is a mask on a channel that would now send
     its secrets elsewhere (another `url`, SMTP host or Slack `api_url`, or a route's address
-    on a webhook changed): whoever may change the routing but was never shown a secret
-    cannot have it sent to a server of their choosing; they give the secret itself."""
+    on a webhook changed), or an email channel that would send its password without the TLS
+    it uses now: whoever may change the routing but was never shown a secret cannot have it
+    sent to a server of their choosing, nor in the clear; they give the secret itself."""
     current = current if current is not None else {}
     before = current.get("channels")
     before = before if isinstance(before, Mapping) else {}
@@ -559,6 +560,7 @@ def unmasked(doc: Mapping[str, Any], current: Mapping[str, Any] | None) -> dict[
                     masks += [f"channels.{name}.{table}.{k}" for k, v in given.items() if v == MASK]
             if masks and old:
                 _same_destination(masks[0], _sent_to(out, name, options), _sent_to(current, name, old))
+                _as_guarded(masks[0], name, options, old)
             for key in SECRET_OPTIONS:
                 if options.get(key) == MASK:
                     options[key] = _kept(old.get(key), f"channels.{name}.{key}", options.get("type"), name)
@@ -606,6 +608,21 @@ def _same_destination(mask: str, now: Mapping[str, Any], before: Mapping[str, An
                 f"{mask}: {MASK!r} keeps the secret in use only while the channel sends it where it does now, "
                 f"and {where} changed: give the secret itself"
             )
+
+
+def _as_guarded(mask: str, name: str, options: Mapping[str, Any], before: Mapping[str, Any]) -> None:
+    """`RoutingError` when an email channel that sends its password over TLS (`tls` or
+    `starttls`) would now send it in the clear to the same server, kept by a `***`: anyone
+    on the way could read it, so whoever turns TLS off gives the password itself."""
+    if options.get("type") == "email" and _over_tls(before) and not _over_tls(options):
+        raise RoutingError(
+            f"{mask}: {MASK!r} keeps the secret in use only while the channel sends it as safely as it does now, "
+            f"and channels.{name} would send it without TLS (tls and starttls off): give the secret itself"
+        )
+
+
+def _over_tls(options: Mapping[str, Any]) -> bool:
+    return options.get("tls") is True or options.get("starttls") is True
 
 
 def _kept(secret: object, where: str, kind: object, channel: str) -> str:

@@ -1350,6 +1350,33 @@ async def test_a_masked_secret_is_not_kept_for_a_channel_that_would_send_it_else
     assert kept is not None and kept["channels"]["mail"]["password"] == "smtp-pw"
 
 
+async def test_a_masked_smtp_password_is_not_kept_for_a_channel_that_would_send_it_without_tls(
+    broker: Broker, local: LocalBroker
+) -> None:
+    """An email channel's password shown as `***` and put back with TLS turned off would go
+    to the same server in the clear, for anyone on the way to read: refused, changing
+    nothing. From one kind of TLS to the other, it is kept; with the password itself given,
+    TLS may go."""
+    mail = {"type": "email", "from": "ops@example.com", "host": "smtp.example.com", "tls": True, "password": "smtp-pw"}
+    shown = await broker.set_routing({"channels": {"mail": mail}})
+    assert shown["channels"]["mail"]["password"] == "***"
+    stored = await stored_routing(local.store)
+    plain = {**shown["channels"]["mail"], "tls": False}
+    for options in (plain, {k: v for k, v in plain.items() if k != "tls"}):
+        with pytest.raises(InvalidRequest, match=r"channels\.mail would send it without TLS .* give the secret itself"):
+            await broker.set_routing({"channels": {"mail": options}})
+        assert await stored_routing(local.store) == stored
+    await broker.set_routing({"channels": {"mail": {**plain, "starttls": True}}})
+    kept = await stored_routing(local.store)
+    assert kept is not None and kept["channels"]["mail"]["password"] == "smtp-pw"
+    await broker.set_routing({"channels": {"mail": {**plain, "password": "n3w-pw"}}})
+    kept = await stored_routing(local.store)
+    assert kept is not None and (kept["channels"]["mail"]["password"], kept["channels"]["mail"]["tls"]) == (
+        "n3w-pw",
+        False,
+    )
+
+
 async def test_a_urls_password_is_shown_masked_and_kept_only_with_the_rest_of_the_url(
     broker: Broker, local: LocalBroker
 ) -> None:
