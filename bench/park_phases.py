@@ -11,6 +11,7 @@ resume (from the answer's return to the completed run).
     python bench/park_phases.py postgres   [--cycles 1000]
     python bench/park_phases.py memory     [--cycles 2000]   # the same cycle with no database: its Python
     python bench/park_phases.py sqlite --statements          # and the time in each SQLite statement
+    python bench/park_phases.py sqlite --pages               # and the pages a cycle writes, by b-tree
 
 `--statements` times each `execute` of the store's connections (the checkpoints' in
 their worker thread, beside the cycle, not in it), which adds a little to every cycle.
@@ -27,12 +28,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import contextlib
 import os
 import secrets
+import struct
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -166,6 +171,46 @@ class Statements:
         return "\n".join(out)
 
 
+class Pages:
+    """The pages the measured cycles wrote to SQLite's write-ahead log, by the table or
+    index each belongs to (`--pages`): each page a commit changed is written to the log
+    whole, and a cycle's commits cost about in proportion to them. The store's checkpoints
+    are held off while it measures (so the log keeps every frame the cycles wrote), which
+    moves the cycles' time: read its counts, not its speed."""
+
+    def __init__(self, path: str, n: int) -> None:
+        import interlock.store.sqlite as sqlite_store
+
+        sqlite_store.CHECKPOINT_COMMITS = sqlite_store.CHECKPOINT_CHANGES = 2**62
+        sqlite_store.AUTOCHECKPOINT_PAGES = 2**31 - 1
+        self.path, self.n = path, n
+
+    def frames(self) -> list[tuple[int, bool]]:
+        """Each frame in the log: its page number, and whether it ends a commit."""
+        data = Path(self.path + "-wal").read_bytes()
+        size = struct.unpack(">I", data[8:12])[0]
+        out = []
+        for at in range(32, len(data) - 24 - size + 1, 24 + size):
+            page, commit = struct.unpack(">II", data[at : at + 8])
+            out.append((page, commit != 0))
+        return out
+
+    def start(self) -> int:
+        return len(self.frames())
+
+    def stop(self, start: int) -> str:
+        import sqlite3
+
+        written = self.frames()[start:]
+        with contextlib.closing(sqlite3.connect(self.path)) as db:
+            names = dict(db.execute("SELECT pageno, name FROM dbstat"))
+        by_name = collections.Counter(names.get(page, "(freed since)") for page, _ in written)
+        commits = sum(commit for _, commit in written)
+        out = [f"  {len(written) / self.n:.1f} pages a cycle in {commits / self.n:.2f} commits", "  a cycle  b-tree"]
+        out += [f"  {count / self.n:7.2f}  {name}" for name, count in by_name.most_common()]
+        return "\n".join(out)
+
+
 ROWS = "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables ORDER BY relname"
 
 
@@ -174,6 +219,7 @@ def main() -> None:
     parser.add_argument("store", choices=("sqlite", "postgres", "memory"))
     parser.add_argument("--cycles", type=int, default=None)
     parser.add_argument("--statements", action="store_true", help="SQLite: the time in each statement a cycle")
+    parser.add_argument("--pages", action="store_true", help="SQLite: the pages a cycle writes, by table and index")
     args = parser.parse_args()
     statements = Statements() if args.statements and args.store == "sqlite" else None
     print(environment(["asyncpg"]))
@@ -188,7 +234,12 @@ def main() -> None:
     else:
         url = f"sqlite:///{tempfile.mkdtemp(prefix='interlock-phases-')}/bench.db"
     try:
-        out = asyncio.run(cycles(url, n, Writes(url, n) if args.store == "postgres" else None))
+        measured: Writes | Pages | None = None
+        if args.store == "postgres":
+            measured = Writes(url, n)
+        elif args.store == "sqlite" and args.pages:
+            measured = Pages(url.removeprefix("sqlite:///"), n)
+        out = asyncio.run(cycles(url, n, measured))
         print(f"\n{args.store}: {out['cycles/s']:.1f} cycles/s, client CPU {out['cpu_us']:.0f} us a cycle")
         for phase, values in out["phases"].items():
             print(f"  {phase:7} p50 {median(values) * 1e6:7.0f} us")
@@ -200,6 +251,9 @@ def main() -> None:
             )
             print()
             print(psql(url, counts))
+            print(out["writes"])
+        if isinstance(measured, Pages):
+            print(f"\nSQLite write-ahead log ({n} cycles, checkpoints held off):")
             print(out["writes"])
         if statements is not None:
             print(f"\nSQLite statements ({n + WARM} cycles, warm-up included):")
