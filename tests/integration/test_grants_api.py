@@ -452,12 +452,14 @@ async def test_the_request_page_says_a_grant_its_answer_issued_is_not_in_force_w
             signed_in = await browser.post("/signin", data={"csrf": csrf[1], "token": w.tokens["bob"]})
             assert signed_in.status_code == 303, signed_in.text
 
-            async def issued() -> list[str]:
+            async def issued(markup: bool = False) -> list[str]:
                 page = (await browser.get(f"/requests/{request.id}")).text
                 found = re.search(r'<ul class="issued"[^>]*>(.*?)</ul>', page, re.S)
                 assert found is not None, page
                 items = re.findall(r"<li>(.*?)</li>", found[1], re.S)
-                return [" ".join(html.unescape(item).split()) for item in items]
+                return [
+                    " ".join(html.unescape(item if markup else re.sub(r"<[^>]+>", "", item)).split()) for item in items
+                ]
 
             assert await issued() == [
                 f"{granted}; not in force: alice is cut off (every token of theirs revoked), until "
@@ -470,5 +472,10 @@ async def test_the_request_page_says_a_grant_its_answer_issued_is_not_in_force_w
             async with interlock.connect(w.db) as store:  # revoked since, it says so too
                 [grant] = (await store.list_grants(request=request.id)).items
                 assert await store.revoke_grant(grant.id, by="alice")
-            [revoked] = await issued()
-            assert revoked.startswith(f"{granted}; revoked 20") and revoked.endswith(" UTC"), revoked
+                [grant] = (await store.list_grants(request=request.id)).items
+            assert grant.revoked_at is not None
+            [revoked] = await issued(markup=True)  # its time as the page's script shows in the reader's own zone
+            at = grant.revoked_at.astimezone(UTC)
+            assert (
+                revoked == f'{granted}; revoked <time datetime="{at:%Y-%m-%dT%H:%M:%SZ}">{at:%Y-%m-%d %H:%M} UTC</time>'
+            )

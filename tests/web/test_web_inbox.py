@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
 
 import pytest
 import uvicorn
@@ -589,31 +590,104 @@ def test_the_count_says_when_more_wait_than_one_page_shows(server: Server, page:
     expect(page.locator("#pending-count")).to_have_text(f"{PENDING_LIMIT}+")
 
 
-def test_times_read_in_utc_on_the_inbox_and_a_request_s_page_alike(server: Server, browser: Browser) -> None:
-    request_id = ask(server, Text("Which branch?", id="branch"), title="Release branch")
+# Readers far from UTC and from each other, each with the manner of their locale: a 24-hour
+# clock in Berlin (en-GB), a 12-hour one in Los Angeles (en-US).
+READERS = [("Europe/Berlin", "en-GB"), ("America/Los_Angeles", "en-US")]
+UTC_TEXT = "%Y-%m-%d %H:%M UTC"  # a time as the server writes it, where no script runs
+ISO_UTC = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def local_text(at: datetime, zone: str, locale: str) -> re.Pattern[str]:
+    """How a page shows `at` to a reader in `zone` with `locale`: the date and the time to the
+    minute in their zone, the year only when it is not this one (a space of any width before
+    AM or PM, as the browser's ICU has it; September is "Sept" in newer British English)."""
+    mine = at.astimezone(ZoneInfo(zone))
+    year = "" if mine.year == datetime.now(ZoneInfo(zone)).year else f" {mine.year}"
+    month = "Sept?" if mine.month == 9 and locale == "en-GB" else mine.strftime("%b")
+    if locale == "en-GB":
+        return re.compile(rf"{mine.day} {month}{year}, {mine:%H:%M}")
+    year = year and f",{year}"
+    return re.compile(rf"{month} {mine.day}{year}, {mine.hour % 12 or 12}:{mine:%M}\s{mine:%p}")
+
+
+def assert_local(time: Locator, at: datetime, zone: str, locale: str) -> None:
+    """`time` says `at` in the reader's own zone, the instant in UTC in its `datetime`, and in
+    its title the full date and time in their zone, then the time in UTC."""
+    expect(time).to_have_text(local_text(at, zone, locale))
+    expect(time).to_have_attribute("datetime", at.astimezone(UTC).strftime(ISO_UTC))
+    mine = at.astimezone(ZoneInfo(zone))
+    day = f"{mine.day} {mine:%B} {mine.year}" if locale == "en-GB" else f"{mine:%B} {mine.day}, {mine.year}"
+    clock = f"{mine:%H:%M}:" if locale == "en-GB" else f"{mine.hour % 12 or 12}:{mine:%M}:"
+    title = time.get_attribute("title") or ""
+    assert day in title and clock in title, title
+    assert mine.strftime("%Z") in title or "GMT" in title, title  # its zone: CET, PDT, ...
+    assert title.endswith(f"({at.astimezone(UTC).strftime(UTC_TEXT)})"), title
+
+
+@pytest.mark.parametrize(("zone", "locale"), READERS)
+def test_times_read_in_the_reader_s_own_zone_on_the_inbox_and_a_request_s_page_alike(
+    server: Server, browser: Browser, zone: str, locale: str
+) -> None:
+    # An expiry next year, at 22:30 UTC on 1 July: 2 July in Berlin, still 1 July in Los Angeles.
+    expiry = datetime(datetime.now(UTC).year + 1, 7, 1, 22, 30, tzinfo=UTC)
+    request_id = ask(server, Text("Which branch?", id="branch"), title="Release branch", expires_at=expiry)
+    settled = ask(server, Text("Which tag?", id="tag"))
+    server.run(server.broker.resolve(settled, "v2", by="alice"))
+    made, answered = stored(server, request_id), stored(server, settled)
+    assert answered.response is not None and made.expires_at == expiry
+    ctx = browser.new_context(timezone_id=zone, locale=locale)
+    try:
+        p = ctx.new_page()
+        sign_in(p, server)
+        times = pending_card(p, request_id).locator(".meta time")
+        assert_local(times.nth(0), made.created_at, zone, locale)
+        assert_local(times.nth(1), expiry, zone, locale)  # with its year, not this one
+        expect(times.nth(1)).to_have_text(re.compile(rf"\b{expiry.year}\b"))
+        assert_local(history_item(p, settled).locator("time"), answered.response.at, zone, locale)
+
+        # Inserted live: a card the stream brings, and the settled card an answer places.
+        later = ask(server, Text("Which remote?", id="remote"))
+        assert_local(pending_card(p, later).locator(".meta time").first, stored(server, later).created_at, zone, locale)
+        card = pending_card(p, request_id)
+        card.get_by_role("textbox", name="Which branch?").fill("main")
+        card.get_by_role("button", name="Send answer").click()
+        expect(history_item(p, request_id)).to_have_count(1)  # the answer stored: the click only sends it
+        done = stored(server, request_id).response
+        assert done is not None
+        assert_local(history_item(p, request_id).locator("time"), done.at, zone, locale)
+
+        p.goto(f"{server.url}/requests/{request_id}")  # its own page and its timeline alike
+        assert_local(p.locator(".request-page .meta time").first, made.created_at, zone, locale)
+        assert_local(p.locator(".timeline li[data-kind=created] time"), made.created_at, zone, locale)
+        assert_local(p.locator(".timeline li[data-kind=settled] time"), done.at, zone, locale)
+    finally:
+        ctx.close()
+
+
+def test_without_its_script_a_page_reads_its_times_in_utc(server: Server, browser: Browser) -> None:
+    request_id = ask(server, Text("Which branch?", id="branch"))
     settled = ask(server, Text("Which tag?", id="tag"))
     server.run(server.broker.resolve(settled, "v2", by="alice"))
     made, answered = stored(server, request_id), stored(server, settled)
     assert answered.response is not None
-    utc = "%Y-%m-%d %H:%M UTC"
-    ctx = browser.new_context(timezone_id="Asia/Kolkata")  # a reader far from UTC, by half an hour too
+    ctx = browser.new_context(timezone_id="Europe/Berlin", locale="en-GB", java_script_enabled=False)
     try:
         p = ctx.new_page()
-        sign_in(p, server)
-        card_time = pending_card(p, request_id).locator(".meta time").first
-        expect(card_time).to_have_text(made.created_at.strftime(utc))  # as the server wrote it
-        expect(card_time).to_have_attribute("datetime", made.created_at.isoformat())
-        expect(card_time).to_have_attribute("title", re.compile(r"^Your time: .*\d"))  # the reader's own, besides
-        expect(history_item(p, settled).locator("time")).to_have_text(answered.response.at.strftime(utc))
-        card = pending_card(p, request_id)
-        card.get_by_role("textbox", name="Which branch?").fill("main")
-        card.get_by_role("button", name="Send answer").click()  # the settled card, placed by the script
-        expect(history_item(p, request_id)).to_have_count(1)  # the answer stored: the click only sends it
-        done = stored(server, request_id).response
-        assert done is not None
-        expect(history_item(p, request_id).locator("time")).to_have_text(done.at.strftime(utc))
+        p.goto(server.url + "/signin")
+        p.get_by_label("Token").fill(server.tokens["alice"])
+        p.get_by_role("button", name="Sign in").click()
+        expect(p.get_by_role("heading", name="Waiting for you")).to_be_visible()
+
+        def as_written(time: Locator, at: datetime) -> None:  # in UTC, in the server's words
+            expect(time).to_have_text(at.astimezone(UTC).strftime(UTC_TEXT))
+            expect(time).to_have_attribute("datetime", at.astimezone(UTC).strftime(ISO_UTC))
+            assert time.get_attribute("title") is None
+
+        as_written(pending_card(p, request_id).locator(".meta time").first, made.created_at)
+        as_written(history_item(p, settled).locator("time"), answered.response.at)
         p.goto(f"{server.url}/requests/{request_id}")
-        expect(p.locator(".request-page .meta time").first).to_have_text(made.created_at.strftime(utc))
+        as_written(p.locator(".request-page .meta time").first, made.created_at)
+        as_written(p.locator(".timeline li[data-kind=created] time"), made.created_at)
     finally:
         ctx.close()
 

@@ -26,6 +26,7 @@ revoked) answers nothing through any of them: the answer is refused (a webhook's
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -33,6 +34,7 @@ from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from markupsafe import Markup
 
 from ..broker import LocalBroker
 from ..channels import addressee
@@ -46,7 +48,7 @@ from ..webhooks import InvalidSignature, verify
 from .common import UNREADABLE, ApiError, AppState, State, TheBroker, problem_response
 from .markdown import prerender
 from .schemas import RequestModel
-from .web import page, utc
+from .web import page, utc, when
 
 __all__ = ["pages", "router"]
 
@@ -243,22 +245,27 @@ async def _claim(
 
 
 def _used(state: AppState, http: Request, used: LinkUse) -> HTMLResponse:
-    message = f"This link was already used, by {used.by} at {utc(used.at)}: each answer link works once."
+    message = Markup("This link was already used, by {} at {}: each answer link works once.").format(
+        used.by, when(used.at)
+    )
     return _page(state, http, "Already used", message, 409, request_id=used.request_id)
 
 
 def _settled(state: AppState, http: Request, request: HumanRequest) -> HTMLResponse:
-    return _page(state, http, "Already settled", _settled_text(request), 409, request_id=request.id)
+    return _page(state, http, "Already settled", _settled_text(request, when), 409, request_id=request.id)
 
 
-def _settled_text(request: HumanRequest) -> str:
+def _settled_text(request: HumanRequest, stamp: Callable[[datetime], str] = utc) -> str:
+    """What a link or a reply to a request already settled is told, its time as `stamp`
+    writes it: `when` on a page (the whole then markup, the rest escaped), else `utc`."""
     response = request.response
-    text = f"This request was already {request.status.value}"
+    words = [f"This request was already {request.status.value}"]
     if response is not None and response.by:
-        text += f" by {response.by}"
+        words.append(f" by {response.by}")
     if response is not None:
-        text += f" at {utc(response.at)}"
-    return text + "."
+        words += [" at ", stamp(response.at)]
+    words.append(".")
+    return (Markup("") if any(isinstance(w, Markup) for w in words) else "").join(words)
 
 
 def _label(request: HumanRequest, answer: Any) -> str:

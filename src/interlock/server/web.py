@@ -332,21 +332,20 @@ def outcome(request: HumanRequest) -> str:
     }.get(cause or "", f"Cancelled{by}")
 
 
-def issued(grant: IssuedGrant, now: Mapping[str, IssuedGrant] | None = None) -> str:
-    """A grant an answer issued, in words, as the person who gave it sees it afterwards:
-    as it is now, when `now` has it (`grants_now`), saying so if it was revoked since or is
-    not in force while its issuer is cut off."""
+def issued(grant: IssuedGrant, now: Mapping[str, IssuedGrant] | None = None) -> Markup:
+    """A grant an answer issued, in words (its times as `when` writes them), as the person
+    who gave it sees it afterwards: as it is now, when `now` has it (`grants_now`), saying so
+    if it was revoked since or is not in force while its issuer is cut off."""
     grant = (now or {}).get(grant.id, grant)
-    until = "with no expiry" if grant.expires_at is None else f"until {utc(grant.expires_at)}"
+    until = Markup("with no expiry") if grant.expires_at is None else Markup("until {}").format(when(grant.expires_at))
     to = f" to {grant.audience}" if grant.audience else ""
-    words = f"Granted {grant.can} on {grant.with_}{to} {until}"
+    words = Markup("Granted {} on {}{} {}").format(grant.can, grant.with_, to, until)
     if grant.revoked_at is not None:
-        return f"{words}; revoked {utc(grant.revoked_at)}"
+        return Markup("{}; revoked {}").format(words, when(grant.revoked_at))
     if grant.issuer_cut_off:
-        return (
-            f"{words}; not in force: {grant.issuer} is cut off (every token of theirs revoked), until "
-            f"`interlock token create {grant.issuer} --human`"
-        )
+        return Markup(
+            "{}; not in force: {} is cut off (every token of theirs revoked), until `interlock token create {} --human`"
+        ).format(words, grant.issuer, grant.issuer)
     return words
 
 
@@ -365,8 +364,23 @@ def pretty_json(value: Any) -> str:
     return show_hidden(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str))
 
 
+def _in_utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 def utc(value: datetime) -> str:
-    return value.strftime("%Y-%m-%d %H:%M UTC")
+    """An instant in UTC to the minute, "2026-12-07 23:05 UTC": what a page shows where its
+    script does not run, and what the server says where it knows no reader's time zone."""
+    return _in_utc(value).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def when(value: datetime, css: str = "") -> Markup:
+    """An instant on a page: a `<time>` whose `datetime` is the instant in UTC (ISO 8601, to
+    the second) and whose text is `utc`'s, which the pages' script (static/inbox.js) shows in
+    the reader's own time zone and manner. `css`: the element's class."""
+    at = _in_utc(value)
+    attrs = Markup(' class="{}"').format(css) if css else Markup("")
+    return Markup('<time{} datetime="{}">{}</time>').format(attrs, at.strftime("%Y-%m-%dT%H:%M:%SZ"), utc(at))
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,7 +432,7 @@ def _templates() -> Jinja2Templates:
     env = templates.env
     env.autoescape = True  # every template, whatever its name
     env.trim_blocks = env.lstrip_blocks = True
-    env.filters.update(utc=utc, pretty_json=pretty_json, markdown=_markdown, show_hidden=show_hidden)
+    env.filters.update(utc=utc, when=when, pretty_json=pretty_json, markdown=_markdown, show_hidden=show_hidden)
     env.globals.update(
         heading=heading,
         is_approval=is_approval,
@@ -994,7 +1008,7 @@ async def take_claim(state: AppState, who: Session, request: HumanRequest, value
     else:
         held = await state.broker.claim(request.id, by=by)
         if held.by != by:
-            notice = f"Already claimed by {held.by} at {utc(held.at)}."
+            notice = Markup("Already claimed by {} at {}.").format(held.by, when(held.at))
     return Taken(await state.broker.get(request.id), notice=notice)
 
 

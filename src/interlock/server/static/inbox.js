@@ -7,19 +7,36 @@
   const SETTLED = ["answered", "rejected", "expired", "cancelled"];
   const $ = (id) => document.getElementById(id);
 
-  // Every page shows its times in UTC, as the server wrote them (so they read the same
-  // with or without this script); each says the reader's own time in its title.
-  const LOCAL = { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", timeZoneName: "short" };
-  function localTitles(root) {
-    for (const t of root.querySelectorAll("time[datetime]:not([title])")) {
+  // Times. The server writes each as <time datetime="2026-12-07T23:05:00Z">2026-12-07 23:05
+  // UTC</time>, right as it stands where this script does not run. Here each reads in the
+  // reader's own time zone and manner ("Dec 8, 00:05", "Dec 7, 3:05 PM"; the year only when
+  // it is not this one), and says in its title the full date, time and zone, and UTC.
+  // Every page's times are made local as it loads, and every fragment's as it is parsed
+  // (`fromHTML`, a run's page read again), before it is placed or read out.
+
+  // The hour padded or not as the locale's own short time has it, "01:05" in Britain and
+  // "1:05 AM" in the US: asked for with the month and day, some locales drop the padding.
+  const oneAm = new Intl.DateTimeFormat(undefined, { timeStyle: "short", timeZone: "UTC" }).formatToParts(Date.UTC(2000, 0, 1, 1));
+  const hour = oneAm.find((p) => p.type === "hour")?.value.length === 2 ? "2-digit" : "numeric";
+  const SHORT = { month: "short", day: "numeric", hour, minute: "2-digit" };
+  const shortTime = new Intl.DateTimeFormat(undefined, SHORT);
+  const shortDate = new Intl.DateTimeFormat(undefined, { ...SHORT, year: "numeric" });
+  const fullTime = new Intl.DateTimeFormat(undefined, { dateStyle: "full", timeStyle: "long" });
+  function localTimes(root) {
+    const year = new Date().getFullYear();
+    for (const t of root.querySelectorAll("time[datetime]:not([title])")) {  // a title: made local already
       const when = new Date(t.dateTime);
-      if (!Number.isNaN(when.getTime())) t.title = `Your time: ${when.toLocaleString([], LOCAL)}`;
+      if (Number.isNaN(when.getTime())) continue;  // left as the server wrote it
+      t.title = `${fullTime.format(when)} (${t.textContent.trim()})`;
+      t.textContent = (when.getFullYear() === year ? shortTime : shortDate).format(when);
     }
   }
+  localTimes(document);
 
   function fromHTML(html) {
     const template = document.createElement("template");
     template.innerHTML = html.trim();
+    localTimes(template.content);
     return template.content.firstElementChild;
   }
 
@@ -28,7 +45,6 @@
   // `live`: on the inbox, answers and claims are posted with fetch and cards placed; on
   // another page (a request's own) the forms post as they are, with the same helpers.
   function wire(root, live = true) {
-    localTitles(root);
     if (live) for (const form of root.querySelectorAll("form.claim-form")) form.addEventListener("submit", claim);
     for (const form of root.querySelectorAll("form.answer")) {
       if (live) form.addEventListener("submit", submit);
@@ -199,7 +215,6 @@
       wire(el);
       pending.insertBefore(el, later || null);
     } else {
-      localTitles(el);
       if (old && old.parentElement === pending) leave(old);
       else if (old) old.remove();
       history.prepend(el);
@@ -259,7 +274,6 @@
       const { id } = JSON.parse(event.data);
       const el = await fetchCard(new URL(`inbox/updates/${id}`, base));
       if (!el || document.getElementById(el.id)) return;
-      localTitles(el);
       updates.prepend(el);
       $("updates-section").hidden = false;
       say(`Update: ${el.querySelector("p").textContent}`);
@@ -323,7 +337,7 @@
         const focused = draft && draft === document.activeElement;
         if (draft && into) into.value = draft.value;
         const now = document.adoptNode(fresh);
-        localTitles(now);
+        localTimes(now);
         confirming(now);
         shown.replaceWith(now);
         if (focused && into) {
