@@ -1144,6 +1144,9 @@ def test_a_run_s_page_follows_the_run_as_it_goes_on_and_keeps_a_message_being_wr
     expect(page.locator(".run-requests > li")).to_have_attribute("data-status", "answered")
     expect(page.locator(".run-facts")).to_contain_text("a worker will resume it")
     expect(page.locator(".run-events > li").last).to_have_attribute("data-type", "answered")
+    answered_at = page.locator(".run-events > li").last.locator("time")  # read again: in the reader's time too
+    expect(answered_at).to_have_attribute("title", re.compile(r"\(\d{4}-\d\d-\d\d \d\d:\d\d UTC\)$"))
+    expect(answered_at).not_to_have_text(re.compile("UTC"))
     expect(draft).to_have_value("and tell ops")
     expect(draft).to_be_focused()
 
