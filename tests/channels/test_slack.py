@@ -374,7 +374,8 @@ async def test_one_choice_with_an_other_answer_has_its_buttons_and_an_other_answ
 
 
 async def test_the_message_is_updated_when_the_request_expires_or_is_cancelled(base: str, slack: FakeSlack) -> None:
-    expiring = await create(base, {"to": "alice", "timeout": 0.2, "asks": [{"type": "confirm", "prompt": "Quick?"}]})
+    # (a second to expire in: its message is posted first, however busy the machine)
+    expiring = await create(base, {"to": "alice", "timeout": 1, "asks": [{"type": "confirm", "prompt": "Quick?"}]})
     await slack.until("chat.postMessage")
     [expired] = await slack.until("chat.update")
     assert "*Expired*" in json.dumps(expired["blocks"]) and expired["text"].startswith("expired")
