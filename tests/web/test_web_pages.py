@@ -8,10 +8,11 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
+from zoneinfo import ZoneInfo
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from interlock import Choice, Confirm, Form, Text
 from interlock.signin import mint_signin_link
@@ -307,6 +308,41 @@ def test_history_filters_and_searches_settled_requests_a_page_at_a_time(server: 
     response = page.goto(f"{server.url}/history?kind=bogus")
     assert response is not None and response.status == 422
     expect(page.get_by_role("alert")).to_contain_text("Kind is question or approval")
+
+
+@pytest.mark.parametrize("zone", ["Pacific/Kiritimati", "Etc/GMT+12"])  # UTC+14 and UTC-12: never one day
+def test_the_history_s_days_are_the_reader_s_own(server: Server, browser: Browser, zone: str) -> None:
+    """From and To are days where the reader is (the page sends its time zone with the
+    form), whose bounds are not UTC's: a request answered just now is found on the day it
+    is there, and not on the day it is at the other end of the world. A link without the
+    zone reads its days in UTC, and says so; a zone the server does not know is refused."""
+    answered = ask(server, Text("Which tag?"))
+    server.run(server.broker.resolve(answered, "v2", by="alice"))
+    at = stored(server, answered).response.at  # type: ignore[union-attr]
+    here = at.astimezone(ZoneInfo(zone)).date().isoformat()
+    there = at.astimezone(ZoneInfo("Etc/GMT+12" if zone == "Pacific/Kiritimati" else "Pacific/Kiritimati")).date()
+    ctx = browser.new_context(timezone_id=zone)
+    try:
+        p = ctx.new_page()
+        sign_in(p, server)
+        p.goto(f"{server.url}/history")
+        expect(p.locator("#h-days")).to_have_text(f"Days in {zone}")
+        for day, found in ((here, 1), (there.isoformat(), 0)):
+            p.get_by_label("From").fill(day)
+            p.get_by_label("To").fill(day)
+            p.get_by_role("button", name="Search").click()
+            expect(p).to_have_url(re.compile(r"tz=" + re.escape(quote(zone, safe=""))))
+            expect(p.locator("#history > li")).to_have_count(found)
+            expect(p.locator("#h-days")).to_have_text(f"Days in {zone}")
+        utc_day = at.astimezone(UTC).date().isoformat()
+        p.goto(f"{server.url}/history?from={utc_day}&to={utc_day}")  # a link made without the zone
+        expect(p.locator("#history > li")).to_have_count(1)
+        expect(p.locator("#h-days")).to_have_text("Days in UTC")
+        response = p.goto(f"{server.url}/history?from={here}&tz=Mars/Olympus_Mons")
+        assert response is not None and response.status == 422
+        expect(p.get_by_role("alert")).to_contain_text("Days are read in UTC: this server does not know the time zone")
+    finally:
+        ctx.close()
 
 
 def test_history_filters_by_run_and_finds_the_expired_and_the_cancelled(server: Server, page: Page) -> None:

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any
 from urllib.parse import urlencode
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from fastapi import APIRouter, FastAPI
 from fastapi import Request as HttpRequest
@@ -306,7 +307,13 @@ class HistoryFilters:
     run: str = ""
     since: str = ""
     until: str = ""
+    zone: str = ""  # the reader's time zone (IANA), which the pages' script sends: the days' own
     errors: list[str] = field(default_factory=list)
+
+    @property
+    def days_in(self) -> tzinfo:
+        """Where From and To are days: the reader's time zone, UTC when none is known."""
+        return ZoneInfo(self.zone) if self.zone else UTC
 
     def query(self) -> dict[str, Any]:
         """The keywords of `Broker.list` for these filters (the recipient aside)."""
@@ -321,22 +328,36 @@ class HistoryFilters:
             if getattr(self, name).strip():
                 out[name] = getattr(self, name).strip()
         if self.since:
-            out["since"] = _day(self.since)
+            out["since"] = _start_of(date.fromisoformat(self.since), self.days_in)
         if self.until:
-            day = _day(self.until)
-            if day.date() < date.max:  # (through the end of the last day there is: no bound)
-                out["until"] = day + timedelta(days=1)  # through the end of that day
+            day = date.fromisoformat(self.until)
+            if day < date.max:  # (through the end of the last day there is: no bound)
+                out["until"] = _start_of(day + timedelta(days=1), self.days_in)  # through the end of that day
         return out
 
     def link(self, **changes: str) -> str:
         """The query string of these filters with some changed (for paging)."""
         given = {"q": self.text, "status": self.status, "kind": self.kind, "agent": self.agent, "run": self.run}
-        given |= {"from": self.since, "to": self.until} | changes
+        given |= {"from": self.since, "to": self.until, "tz": self.zone} | changes
         return urlencode({k: v for k, v in given.items() if v})
 
 
-def _day(text: str) -> datetime:
-    return datetime.combine(date.fromisoformat(text), datetime.min.time(), UTC)
+def _start_of(day: date, zone: tzinfo) -> datetime:
+    """When `day` begins in `zone`, in UTC (the day of a time zone that skips midnight for
+    summer time begins at the first time it has)."""
+    start = datetime.combine(day, datetime.min.time(), zone)
+    return start.astimezone(UTC) if start.year > 1 else start.replace(tzinfo=UTC)
+
+
+def _zone(name: str) -> str | None:
+    """`name` if it is a time zone this server knows (an IANA name, "Europe/Berlin")."""
+    if not name or len(name) > 64:
+        return None
+    try:
+        ZoneInfo(name)
+    except (ValueError, ZoneInfoNotFoundError):  # (a name that is no key, or none known here)
+        return None
+    return name
 
 
 def _filters(http: HttpRequest) -> HistoryFilters:
@@ -350,11 +371,15 @@ def _filters(http: HttpRequest) -> HistoryFilters:
         since=q.get("from", ""),
         until=q.get("to", ""),
     )
+    zone = q.get("tz", "")
+    if zone and _zone(zone) is None:
+        filters.errors.append(f"Days are read in UTC: this server does not know the time zone {zone[:64]!r}.")
+    filters.zone = _zone(zone) or ""
     for name, label in (("since", "From"), ("until", "To")):
         value = getattr(filters, name)
         try:
             if value:
-                _day(value)
+                date.fromisoformat(value)
         except ValueError:
             filters.errors.append(f"{label} is not a date like 2026-12-01.")
             setattr(filters, name, "")

@@ -33,6 +33,16 @@
   }
   localTimes(document);
 
+  // The history's From and To are days in the reader's own time zone, sent with the form
+  // (its `tz`): the server reads them in UTC without it. A page whose dates were read so
+  // (a link without `tz`) keeps saying so.
+  const zone = $("h-tz");
+  const here = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  if (zone && !zone.value && here && !$("h-from").value && !$("h-to").value) {
+    zone.value = here;
+    $("h-days").textContent = `Days in ${here}`;
+  }
+
   function fromHTML(html) {
     const template = document.createElement("template");
     template.innerHTML = html.trim();
