@@ -61,6 +61,7 @@ NOT_IMPORTED: dict[str, dict[str, str]] = {
         "httptools": "uvicorn's HTTP parser under `interlock serve`, taken when installed",
         "jinja2": "fastapi.templating, which the web inbox's pages use, needs it and FastAPI does not bring it",
         "python-multipart": "FastAPI reads the web inbox's form posts with it and does not bring it",
+        "tzdata": "zoneinfo's time zones (the history's days) where the system has none",
     },
     "test": {
         "pytest-cov": "coverage in CI (.ci/run)",
