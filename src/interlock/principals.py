@@ -248,5 +248,6 @@ def refused_cut_off(request: Request) -> Forbidden:
     )
     return Forbidden(
         f"{field}: every token of {name!r} is revoked (`interlock token revoke {name}` cut them off), so nothing is "
-        f"answered in their name{why} until `interlock token create {name}` gives them one again; nothing was answered"
+        f"answered in their name{why} until `interlock token create {name} --human` gives them one again; nothing "
+        "was answered"
     )

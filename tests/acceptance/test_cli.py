@@ -204,9 +204,15 @@ async def test_an_answer_in_the_name_of_a_person_cut_off_is_refused_and_exits_no
         request = await broker.create(interlock.Text("Which region?"), to="alice")
     refused = run("answer", request.id, "eu", "--by", "alice", db=db)
     assert refused.returncode == 4  # a refusal, as the CLI's exit codes say
-    assert "every token of 'alice' is revoked" in " ".join(refused.stderr.split()), refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "every token of 'alice' is revoked" in said, refused.stderr
     async with interlock.connect(db) as broker:
         assert (await broker.get(request.id)).status is interlock.Status.PENDING
+    # The refusal names the command that gives her a token again: run as it says, it does.
+    remedy = said.split("until `interlock ", 1)[1].split("`", 1)[0]
+    restored = run(*shlex.split(remedy), db=db)
+    assert restored.returncode == 0, restored.stderr
+    assert run("answer", request.id, "eu", "--by", "alice", db=db).returncode == 0
 
 
 def test_token_create_says_which_of_human_and_agent_is_missing_or_that_both_were_given(db: str) -> None:

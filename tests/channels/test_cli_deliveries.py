@@ -294,7 +294,7 @@ async def test_a_request_s_deliveries_list_each_one_skipped_with_its_recipient_c
     assert listed.returncode == 0, listed.stderr
     said = " ".join(listed.stdout.split())
     assert "request alice hook skipped 0 not sent: every token of 'alice' is revoked" in said, listed.stdout
-    assert "until `interlock token create alice` gives them one again" in said, listed.stdout
+    assert "until `interlock token create alice --human` gives them one again" in said, listed.stdout
     assert "request bob hook delivered 1" in said, listed.stdout
     as_json = [
         json.loads(line)

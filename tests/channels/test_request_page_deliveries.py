@@ -133,7 +133,7 @@ async def test_the_timeline_shows_each_delivery_skipped_to_whom_through_which_ch
     assert any(line.startswith("Notified alice via hook (webhook)") for line in lines), lines
     [skipped] = [line for line in lines if line.startswith("Did not notify carol via hook (webhook)")]
     assert "not sent: every token of 'carol' is revoked (`interlock token revoke carol`)" in skipped, skipped
-    assert "until `interlock token create carol` gives them one again" in skipped, skipped
+    assert "until `interlock token create carol --human` gives them one again" in skipped, skipped
     assert not any(line.startswith(("Notified carol", "Could not notify carol")) for line in lines), lines
     row = r'<tr data-id="dlv_\w+" data-status="skipped">\s*<td><time[^>]*>[^<]*</time></td>\s*<td>request</td>'
     assert re.search(row + r"\s*<td>carol</td>\s*<td>hook</td>", page), page

@@ -519,7 +519,7 @@ def _withheld(delivery: Delivery) -> Delivery:
     return delivery.with_state(
         status="skipped",
         last_error=f"not sent: every token of {name!r} is revoked (`interlock token revoke {name}`), and nothing "
-        f"goes to a person cut off until `interlock token create {name}` gives them one again",
+        f"goes to a person cut off until `interlock token create {name} --human` gives them one again",
     )
 
 
