@@ -10,7 +10,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from interlock import Confirm
 from interlock.broker import LocalBroker
 from interlock.errors import Forbidden, InvalidAnswer, InvalidGrantToken
 from interlock.grant_tokens import verify_grant_token
-from interlock.model import Choice, GrantPolicy, Option
+from interlock.model import Choice, GrantPolicy, IssuedGrant, Option, Response, Status, new_id
 from interlock.principals import Principal, issue_token
 
 pytestmark = pytest.mark.anyio
@@ -479,3 +479,37 @@ async def test_the_request_page_says_a_grant_its_answer_issued_is_not_in_force_w
             assert (
                 revoked == f'{granted}; revoked <time datetime="{at:%Y-%m-%dT%H:%M:%SZ}">{at:%Y-%m-%d %H:%M} UTC</time>'
             )
+
+
+async def test_the_request_page_says_nothing_of_a_cut_off_issuer_for_a_grant_that_expired(
+    world: Callable[..., AbstractAsyncContextManager[World]],
+) -> None:
+    # A grant alice's answer issued has expired; then `token revoke alice`. Giving her a
+    # token again would not put it back in force, so the page must not say it is out of
+    # force for her being cut off "until `interlock token create alice --human`": it ended.
+    async with world() as w:
+        async with interlock.connect(w.db) as store:
+            assert isinstance(store, LocalBroker)
+            request = await store.create(Confirm("Let bob deploy?"), to="alice", requester="bob")
+            issued_at = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
+            ended = IssuedGrant(
+                new_id(), "repo:web", "deploy", "alice", "bob", issued_at, issued_at + timedelta(hours=1), request.id
+            )
+            response = Response(datetime.now(UTC), {"confirm": True}, by="alice", via="api", grants=(ended,))
+            assert await store.store.settle_granting(request.settle(Status.ANSWERED, response)) is not None
+            await store.revoke_tokens(principal="alice")  # `interlock token revoke alice`
+        async with httpx.AsyncClient(base_url=w.base, timeout=BOUND) as browser:
+            form = await browser.get("/signin")
+            csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+            assert csrf is not None, form.text
+            signed_in = await browser.post("/signin", data={"csrf": csrf[1], "token": w.tokens["bob"]})
+            assert signed_in.status_code == 303, signed_in.text
+            page = (await browser.get(f"/requests/{request.id}")).text
+        found = re.search(r'<ul class="issued"[^>]*>(.*?)</ul>', page, re.S)
+        assert found is not None, page
+        [shown] = [
+            " ".join(html.unescape(re.sub(r"<[^>]+>", "", item)).split())
+            for item in re.findall(r"<li>(.*?)</li>", found[1], re.S)
+        ]
+        assert shown.startswith("Granted deploy on repo:web to bob until 20"), shown
+        assert "cut off" not in shown and "token create" not in shown, shown

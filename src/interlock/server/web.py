@@ -335,14 +335,15 @@ def outcome(request: HumanRequest) -> str:
 def issued(grant: IssuedGrant, now: Mapping[str, IssuedGrant] | None = None) -> Markup:
     """A grant an answer issued, in words (its times as `when` writes them), as the person
     who gave it sees it afterwards: as it is now, when `now` has it (`grants_now`), saying so
-    if it was revoked since or is not in force while its issuer is cut off."""
+    if it was revoked since or is not in force while its issuer is cut off (not of one that
+    expired: a token for its issuer would not give it back)."""
     grant = (now or {}).get(grant.id, grant)
     until = Markup("with no expiry") if grant.expires_at is None else Markup("until {}").format(when(grant.expires_at))
     to = f" to {grant.audience}" if grant.audience else ""
     words = Markup("Granted {} on {}{} {}").format(grant.can, grant.with_, to, until)
     if grant.revoked_at is not None:
         return Markup("{}; revoked {}").format(words, when(grant.revoked_at))
-    if grant.issuer_cut_off:
+    if grant.issuer_cut_off and grant.live(datetime.now(UTC)):
         return Markup(
             "{}; not in force: {} is cut off (every token of theirs revoked), until `interlock token create {} --human`"
         ).format(words, grant.issuer, grant.issuer)
