@@ -1917,6 +1917,18 @@ class LocalBroker(Broker):
         items = rows[:limit]
         return GrantPage(await self._standing(items), items[-1].id if len(rows) > limit else None)
 
+    async def grants_issued(self, request_ids: Sequence[str]) -> list[IssuedGrant]:
+        """The grants the answers of these requests issued, newest first, as they are now
+        (revoked, or `issuer_cut_off`): for a page of requests, in one query (and one for
+        their issuers), however many of them issued grants."""
+        if self._state != "open":
+            await self.open()
+        ids = tuple(dict.fromkeys(_check_id(i) for i in request_ids))
+        if not ids:
+            return []
+        query = GrantQuery(requests=ids, limit=1000 * len(ids))  # (a thousand a request, as a listing of one reads)
+        return await self._standing(await self.store.list_grants(query))
+
     async def _standing(self, grants: Sequence[IssuedGrant]) -> list[IssuedGrant]:
         """`grants`, each given by a person `token revoke` cut off marked so
         (`issuer_cut_off`), asked of the store in one query: they authorize nothing while

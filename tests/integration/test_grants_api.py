@@ -513,3 +513,39 @@ async def test_the_request_page_says_nothing_of_a_cut_off_issuer_for_a_grant_tha
         ]
         assert shown.startswith("Granted deploy on repo:web to bob until 20"), shown
         assert "cut off" not in shown and "token create" not in shown, shown
+
+
+async def test_the_inbox_and_the_history_read_the_grants_their_answers_issued_in_one_query_a_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each page says how the grants its answers issued are now (revoked, their issuer cut
+    # off): read for the whole page at once, not a read of the grants and another of their
+    # issuers for each request (50 queries for a page of 25 answers, each a round trip on
+    # PostgreSQL).
+    from asgi_support import serve_in_process
+
+    db = f"sqlite:///{tmp_path / 'pages.db'}"
+    deploy = {"with": "repo:web", "can": "deploy", "exp": None}
+    async with interlock.connect(db) as broker:
+        for i in range(12):
+            request = await broker.create(Confirm(f"Deploy {i}?", grants=[deploy]), to="alice", requester="bot")
+            assert await broker.resolve(request.id, True, by="alice", grants=[deploy])
+    async with serve_in_process(db, auth=False) as server, server.client(timeout=BOUND) as web:
+        store = server.app.state.interlock.broker.store
+        reads: list[str] = []
+        for name in ("list_grants", "get_grant", "cut_off"):
+
+            def counted(read: Any, name: str = name) -> Any:
+                async def call(*args: Any) -> Any:
+                    reads.append(name)
+                    return await read(*args)
+
+                return call
+
+            monkeypatch.setattr(store, name, counted(getattr(store, name)))
+        for path in ("/history", "/"):
+            reads.clear()
+            shown = await web.get(path)
+            assert shown.status_code == 200, shown.text
+            assert shown.text.count("Granted deploy on repo:web to bot with no expiry") == 12
+            assert sorted(reads) == ["cut_off", "list_grants"], (path, reads)

@@ -867,6 +867,19 @@ async def test_grants_list_by_audience_issuer_and_request_newest_first_a_page_at
     assert await store.get_grant("unknown") is None
 
 
+async def test_grants_list_by_any_of_several_requests_in_one_query(store: Store) -> None:
+    """What a web page reads for the answers it shows: the grants any of its requests
+    issued, newest first, in one query."""
+    first, second, other = [(await store.insert(ask()))[0].id for _ in range(3)]
+    given = [_grant(request_id=first), _grant(request_id=second), _grant(request_id=second)]
+    for grant in [*given, _grant(request_id=other), _grant()]:
+        await store.give_grant(grant)
+    found = await store.list_grants(GrantQuery(requests=(first, second)))
+    assert [g.id for g in found] == sorted((g.id for g in given), reverse=True)
+    assert [g.id for g in await store.list_grants(GrantQuery(requests=(second,), limit=1))] == [given[2].id]
+    assert await store.list_grants(GrantQuery(requests=())) == []
+
+
 async def test_a_revoked_or_expired_grant_is_not_live(store: Store) -> None:
     now = datetime.now(UTC)
     live, old = _grant(), _grant(expires_at=now - timedelta(seconds=1), issued_at=now - timedelta(days=1))

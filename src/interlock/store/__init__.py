@@ -900,11 +900,13 @@ class GrantQuery:
     """Filters and a keyset page for `GrantStore.list_grants`, newest first. `live_at`
     keeps only grants neither revoked nor expired at that time, whose issuer `token
     revoke` has not cut off (`PrincipalStore.tokens_all_revoked`: checked as they are
-    read, so `token create` gives them back); `after` is the id of the last grant seen."""
+    read, so `token create` gives them back); `after` is the id of the last grant seen.
+    `requests` keeps only the grants one of these requests issued (a page's, in one query)."""
 
     audience: str | None = None
     issuer: str | None = None
     request: str | None = None
+    requests: tuple[str, ...] | None = None
     with_: str | None = None
     can: str | None = None
     live_at: datetime | None = None

@@ -1109,8 +1109,11 @@ CUT_OFF_ISSUER = (
 they had no token of their own, or one of them is live."""
 
 
-def grants_sql(query: GrantQuery, stamp: Any) -> tuple[str, dict[str, Any]]:
-    """The statement for `GrantStore.list_grants` (named `:parameters`), newest first."""
+def grants_sql(
+    query: GrantQuery, stamp: Any, dialect: str, array: Callable[[Sequence[str]], Any]
+) -> tuple[str, dict[str, Any]]:
+    """The statement for `GrantStore.list_grants` (named `:parameters`), newest first
+    (`requests` as the dialect's `array`)."""
     where: list[str] = []
     params: dict[str, Any] = {}
     for column, value in (
@@ -1123,6 +1126,12 @@ def grants_sql(query: GrantQuery, stamp: Any) -> tuple[str, dict[str, Any]]:
         if value is not None:
             where.append(f"{column} = :{column}")
             params[column] = value
+    if query.requests is not None:
+        if dialect == "postgresql":
+            where.append("request_id = ANY(:requests::text[])")
+        else:
+            where.append("request_id IN (SELECT value FROM json_each(:requests))")
+        params["requests"] = array(list(query.requests))
     if query.live_at is not None:
         where.append("revoked_at IS NULL AND (expires_at IS NULL OR expires_at > :now)")
         params["now"] = stamp(query.live_at)
@@ -1957,7 +1966,9 @@ class SqlStore:
         return self._grant(rows[0]) if rows else None
 
     async def list_grants(self, query: GrantQuery) -> Sequence[IssuedGrant]:
-        return [self._grant(row) for row in await self._rows_of(*grants_sql(query, self._stamp))]
+        return [
+            self._grant(row) for row in await self._rows_of(*grants_sql(query, self._stamp, self.dialect, self._array))
+        ]
 
     async def revoke_grant(self, grant_id: str, by: str | None, at: datetime) -> IssuedGrant | None:
         async def revoke(tx: Transaction) -> IssuedGrant | None:

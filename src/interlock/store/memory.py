@@ -1394,6 +1394,7 @@ def _grant_matches(g: IssuedGrant, q: GrantQuery) -> bool:
         (q.audience is None or g.audience == q.audience)
         and (q.issuer is None or g.issuer == q.issuer)
         and (q.request is None or g.request_id == q.request)
+        and (q.requests is None or g.request_id in q.requests)
         and (q.with_ is None or g.with_ == q.with_)
         and (q.can is None or g.can == q.can)
         and (q.live_at is None or g.live(q.live_at))
