@@ -311,6 +311,27 @@ async def test_a_stream_replayed_from_the_start_reads_only_what_the_caller_may_s
     await server_broker.aclose()
 
 
+async def test_the_web_inbox_stream_replayed_from_the_start_reads_only_what_the_person_may_see(
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
+) -> None:
+    tokens = await issue_tokens(db)
+    async with interlock.connect(db) as broker:
+        await fill(broker, 2000)
+        mine = await broker.create(Text("For alice?"), to="alice", requester="alice-bot")
+    server_broker = interlock.connect(db)
+    async with serve_apart(None, broker=server_broker, auth=True) as base, signed_in(base, tokens["alice"]) as browser:
+        work = CountingReads(server_broker)
+        headers = {"Last-Event-ID": "0"}
+        async with aconnect_sse(browser, "GET", "/inbox/stream", headers=headers) as source:
+            events = source.aiter_sse()
+            with anyio.fail_after(BOUND):
+                first = await anext(e async for e in events if e.id)
+            assert json.loads(first.data)["request_id"] == mine.id
+            await events.aclose()
+        assert work.thousands <= 5, work.thousands  # reading the 2,000 other events takes tens of thousands
+    await server_broker.aclose()
+
+
 # -- the web inbox ------------------------------------------------------------------------
 
 

@@ -51,6 +51,7 @@ from .common import (
     problems_for,
     rate_limited,
     run_id_of,
+    seen_event_replay,
     surface_of,
     unless,
 )
@@ -820,25 +821,7 @@ async def stream(
     run = None if run is None else await run_id_of(broker, caller, run)
     accept = event_filter(caller, request, session, run)
     holder = state.auth.holder(http)
-
-    async def replay(cursor: int) -> AsyncIterator[Event]:
-        """The stored events this stream shows, a page at a time from indexes."""
-        involving = None if caller.kind == "admin" else caller.name
-        while True:
-            page = await broker.find_events(
-                after=cursor,
-                limit=500,
-                involving=involving,
-                request=request,
-                session=session,
-                run=run,
-                teams=member_teams(caller),
-            )
-            for event in page:
-                yield event
-            if len(page) < 500 and not page.cut:  # caught up (a page cut by size is not)
-                return
-            cursor = page[-1].id
+    replay = seen_event_replay(broker, caller, request=request, session=session, run=run)
 
     async def generate() -> AsyncIterator[ServerSentEvent | bytes]:
         yield ServerSentEvent(comment="connected", retry=2000)

@@ -74,6 +74,7 @@ __all__ = [
     "run_event_filter",
     "run_event_replay",
     "runs_filter",
+    "seen_event_replay",
     "problem",
     "problem_response",
     "problems_for",
@@ -414,6 +415,36 @@ def run_event_replay(broker: LocalBroker, run_id: str) -> Callable[[int], AsyncI
     async def replay(cursor: int) -> AsyncIterator[Event]:
         while True:
             page = await broker.find_events(after=cursor, limit=500, run=run_id)
+            for event in page:
+                yield event
+            if len(page) < 500 and not page.cut:  # caught up (a page cut by size is not)
+                return
+            cursor = page[-1].id
+
+    return replay
+
+
+def seen_event_replay(
+    broker: LocalBroker,
+    principal: Principal,
+    *,
+    request: str | None = None,
+    session: str | None = None,
+    run: str | None = None,
+) -> Callable[[int], AsyncIterator[Event]]:
+    """A stream's replay of the stored events after a cursor that `principal` may see (of
+    one `request`, `session` or `run`, when given), a page at a time from their indexes
+    (`Hub.replay_then_follow`'s `replay`): those to or from them and to their teams, not
+    the whole log (every event, for an admin). The API's event stream and the web inbox's
+    stream read them alike."""
+    involving = None if principal.kind == "admin" else principal.name
+    teams = member_teams(principal)
+
+    async def replay(cursor: int) -> AsyncIterator[Event]:
+        while True:
+            page = await broker.find_events(
+                after=cursor, limit=500, involving=involving, request=request, session=session, run=run, teams=teams
+            )
             for event in page:
                 yield event
             if len(page) < 500 and not page.cut:  # caught up (a page cut by size is not)

@@ -50,6 +50,7 @@ from .common import (
     parse_event_id,
     problems_for,
     run_id_of,
+    seen_event_replay,
 )
 from .schemas import AnswerBody, InputResponse
 from .stream import Dropped
@@ -345,18 +346,7 @@ async def stream_interactions(
             return event.type == "followup_replayed" and seen(event)
         return event.type in _SENT and seen(event)
 
-    async def replay(cursor: int) -> AsyncIterator[Event]:
-        involving = None if caller.kind == "admin" else caller.name
-        while True:
-            teams = tuple(sorted(caller.teams)) if caller.kind == "human" else ()
-            page = await broker.find_events(
-                after=cursor, limit=500, involving=involving, session=session, run=run, teams=teams
-            )
-            for event in page:
-                yield event
-            if len(page) < 500 and not page.cut:  # caught up (a page cut by size is not)
-                return
-            cursor = page[-1].id
+    replay = seen_event_replay(broker, caller, session=session, run=run)
 
     async def generate() -> AsyncIterator[ServerSentEvent]:
         yield ServerSentEvent(comment="connected", retry=2000)

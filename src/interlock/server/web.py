@@ -78,6 +78,7 @@ from .common import (
     requests_of_run,
     run_event_filter,
     run_event_replay,
+    seen_event_replay,
     set_cookie,
 )
 from .markdown import prerender, render_markdown, shift_headings
@@ -829,7 +830,9 @@ async def stream(http: HttpRequest, state: State, after: int | None = None) -> R
     def accept(event: Event) -> bool:
         return event.type in _INBOX_EVENTS and _for_inbox(principal, event)
 
-    return _followed(state, http, who, accept, after)
+    # A replay (a Last-Event-ID, or `after`) reads the person's own events from their
+    # indexes, not the whole log: everyone's events, and the requests they carry.
+    return _followed(state, http, who, accept, after, seen_event_replay(state.broker, principal))
 
 
 @router.get("/inbox/runs/{run_id}/stream", name="inbox_run_stream")
