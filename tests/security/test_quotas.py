@@ -335,6 +335,24 @@ async def test_the_web_inbox_stream_replayed_from_the_start_reads_only_what_the_
 # -- the web inbox ------------------------------------------------------------------------
 
 
+async def test_the_web_inbox_reads_the_updates_it_shows_from_the_person_s_own_events(
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
+) -> None:
+    tokens = await issue_tokens(db)
+    async with interlock.connect(db) as broker:
+        await broker.inform("Halfway there", to="alice", agent="alice-bot")
+        await fill(broker, 450)  # other people's requests, after it: among the log's last 500 events
+    server_broker = interlock.connect(db)
+    async with serve_apart(None, broker=server_broker, auth=True) as base, signed_in(base, tokens["alice"]) as browser:
+        await browser.get("/")  # (the session and the templates, read once)
+        work = CountingReads(server_broker)
+        page = await browser.get("/")
+        assert page.status_code == 200
+        assert "Halfway there" in page.text
+        assert work.thousands <= 2, work.thousands  # reading the 450 other events takes about ten thousand
+    await server_broker.aclose()
+
+
 async def test_the_web_inbox_pages_its_pending_requests_with_links_that_need_no_javascript(
     db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]]
 ) -> None:

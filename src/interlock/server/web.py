@@ -72,6 +72,7 @@ from .common import (
     inbox_filter,
     include,
     may_withdraw,
+    member_teams,
     named_run,
     parse_event_id,
     read_form,
@@ -130,13 +131,24 @@ async def _off_loop(broker: Broker, read: Callable[[], Answers]) -> Answers:
 
 
 async def events_upto(
-    broker: Broker, limit: int, *, after: int = 0, request: str | None = None, run: str | None = None
+    broker: Broker,
+    limit: int,
+    *,
+    after: int = 0,
+    request: str | None = None,
+    run: str | None = None,
+    seen_by: Principal | None = None,
 ) -> list[Event]:
-    """Up to `limit` events after `after` (of one `request` or `run`), oldest first, read
-    on past a page that ended early, cut by the size of the requests its events carry."""
+    """Up to `limit` events after `after` (of one `request` or `run`; with `seen_by`, of
+    those to or from that principal and to their teams, from their index ranges), oldest
+    first, read on past a page that ended early, cut by the size of the requests its
+    events carry."""
+    whose: dict[str, Any] = {}
+    if seen_by is not None and seen_by.kind != "admin":
+        whose = {"involving": seen_by.name, "teams": member_teams(seen_by)}
     events: list[Event] = []
     while len(events) < limit:
-        page = await broker.find_events(after=after, limit=limit - len(events), request=request, run=run)
+        page = await broker.find_events(after=after, limit=limit - len(events), request=request, run=run, **whose)
         events += page
         if not page.cut:
             break
@@ -681,7 +693,10 @@ async def inbox_page(
     for settled in _SETTLED:
         history.extend((await state.broker.list(status=settled, limit=HISTORY_LIMIT, **recipient)).items)
     history.sort(key=lambda r: r.response.at if r.response else r.created_at, reverse=True)
-    recent = await events_upto(state.broker, UPDATES_LOOKBACK, after=max(after - UPDATES_LOOKBACK, 0))
+    # The updates to them among the log's latest events, read from their own index ranges:
+    # the rest of the log is other people's, with requests of any size.
+    window = max(after - UPDATES_LOOKBACK, 0)
+    recent = await events_upto(state.broker, UPDATES_LOOKBACK, after=window, seen_by=who.principal)
     updates = [
         _update_view(e) for e in recent if e.id <= after and e.type == "informed" and _for_inbox(who.principal, e)
     ]
