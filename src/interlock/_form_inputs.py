@@ -27,6 +27,7 @@ __all__ = [
     "form_untouched",
     "form_values",
     "input_type",
+    "place_in",
     "read_form",
 ]
 
@@ -268,6 +269,17 @@ def read_form(ask: FormLike, name: str, values: FieldValues) -> dict[str, Any] |
     return out
 
 
+def place_in(text: str, count: int) -> int | None:
+    """The place among `count` items (from 0) that a posted `text` names, as a form's
+    select or checkbox posts it: ASCII digits below `count`; None for any other text
+    (`str.isdigit` takes `²`, and digits past the length `int` reads, which `int` refuses)."""
+    digits = text.lstrip("0") or "0"  # leading zeros change nothing, nor count towards int()'s digit limit
+    if not (text.isascii() and text.isdigit()) or len(digits) > len(str(count)):
+        return None
+    place = int(digits)
+    return place if place < count else None
+
+
 def _coerce(ask: FormLike, f: Field, raw: str) -> Any:
     text = raw.strip()
     fault = FieldFault(ask, f, f"{raw!r} is not a valid {f.kind}")
@@ -276,9 +288,10 @@ def _coerce(ask: FormLike, f: Field, raw: str) -> Any:
     if f.kind == "json":
         return _json(ask, f, text)
     if f.kind == "enum":
-        if not text.isdigit() or int(text) >= len(f.enum):
+        place = place_in(text, len(f.enum))
+        if place is None:
             raise fault
-        return f.enum[int(text)]
+        return f.enum[place]
     try:
         return int(text)
     except ValueError:

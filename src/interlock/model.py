@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias, TypeVar, ca
 import re2  # type: ignore[import-untyped]  # google-re2 ships no type information; used through _regex below
 
 from ._form_inputs import Field as FormInput
-from ._form_inputs import FieldValues, form_fields, form_unchanged, form_values, read_form
+from ._form_inputs import FieldValues, form_fields, form_unchanged, form_values, place_in, read_form
 from .durations import LONGEST, SHORTEST
 from .errors import InvalidAnswer, InvalidRequest
 
@@ -1654,8 +1654,9 @@ def _numbered(ask: Choice | MultiChoice, optional: str) -> list[str]:
 
 def _pick(options: tuple[Option, ...], text: str) -> str:
     """An option by its number (from 1), id or label, else the text as typed."""
-    if text.isdigit() and 1 <= int(text) <= len(options):
-        return options[int(text) - 1].id
+    number = place_in(text, len(options) + 1)
+    if number:  # (0 is no option's number)
+        return options[number - 1].id
     wanted = text.casefold()
     matched = [opt.id for opt in options if wanted in (opt.id.casefold(), opt.label.casefold())]
     return matched[0] if matched else text

@@ -73,8 +73,10 @@ def verify_slack(
     app's signing secret, and a timestamp within `tolerance` seconds."""
     lower = {k.lower(): v for k, v in headers.items()}
     stamp, given = lower.get("x-slack-request-timestamp", ""), lower.get("x-slack-signature", "")
-    if not stamp.isdigit() or not given:
+    if not stamp or not given:
         raise SlackSignatureError("the Slack signature headers are missing")
+    if not (stamp.isascii() and stamp.isdigit()) or len(stamp) > 12:  # (`isdigit` takes `²`, which `int` refuses)
+        raise SlackSignatureError("the Slack request's timestamp is not a Unix time")
     if abs((time.time() if now is None else now) - int(stamp)) > tolerance:
         raise SlackSignatureError("the Slack request's timestamp is outside the replay window")
     base = b"v0:" + stamp.encode() + b":" + body

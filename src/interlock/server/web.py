@@ -43,7 +43,7 @@ from sse_starlette import ServerSentEvent
 from starlette.types import Scope
 
 from .. import cursors
-from .._form_inputs import Field, FieldFault, form_untouched, input_type
+from .._form_inputs import Field, FieldFault, form_untouched, input_type, place_in
 from ..approvals import decision_ask, not_the_approver
 from ..broker import MAX_EVENT_ID, Broker, LocalBroker
 from ..errors import FollowupNotFound, InvalidAnswer, InvalidCursor, InvalidRequest, NotFound, RunConflict
@@ -419,9 +419,10 @@ def grant_echo(request: HumanRequest, values: Values) -> list[dict[str, str]] | 
         return None
     echo = []
     for picked in values.all("grant"):
-        if not picked.isdigit() or int(picked) >= len(offers):
+        place = place_in(picked, len(offers))
+        if place is None:
             raise InvalidAnswer("a ticked grant is not one this request offers")
-        grant = offers[int(picked)][2]
+        grant = offers[place][2]
         echo.append({"with": grant.with_, "can": grant.can})
     return echo
 
