@@ -88,14 +88,14 @@ async def mailbox() -> AsyncIterator[Mailbox]:
         await asyncio.to_thread(controller.stop)
 
 
-def routing_doc(port: int) -> dict[str, Any]:
+def routing_doc(port: int, address: str = "alice@example.com") -> dict[str, Any]:
     return {
         "inbox_url": "http://inbox.example",
         "retry_first": 0.05,
         "retry_cap": 0.1,
         "channels": {"mail": {"type": "email", "host": "127.0.0.1", "port": port, "from": "interlock@example.com"}},
         "recipients": {
-            "alice": {"channels": ["mail"], "addresses": {"mail": "alice@example.com"}},
+            "alice": {"channels": ["mail"], "addresses": {"mail": address}},
             "bob": {"channels": ["mail"]},
         },
     }
@@ -516,10 +516,14 @@ class _Refusing:
         return f"550 5.1.1 <{address}>: Recipient address rejected: User unknown"
 
 
-async def test_a_refused_address_is_shown_to_its_person_and_an_admin_only_its_last_error_too(tmp_path: Path) -> None:
+@pytest.mark.parametrize("given", ["alice@example.com", "Alice Smith <alice@example.com>"], ids=["plain", "named"])
+async def test_a_refused_address_is_shown_to_its_person_and_an_admin_only_its_last_error_too(
+    tmp_path: Path, given: str
+) -> None:
     """Where a delivery went is its recipient's (and an admin's) to read: a dead letter
     whose mail server refused the address says so to whoever asked, over the API and on
-    the request's pages, without the address."""
+    the request's pages, without the address (nor, for an address given with a name, the
+    mailbox the server names alone)."""
     port = free_port()
     controller = Controller(_Refusing(), hostname="127.0.0.1", port=port)
     await asyncio.to_thread(controller.start)
@@ -533,7 +537,10 @@ async def test_a_refused_address_is_shown_to_its_person_and_an_admin_only_its_la
                 await broker.save_token(token)
                 tokens[p.name] = token.secret
             app = create_app(
-                broker=broker, secret_key=SECRET_KEY, open_inboxes=True, routing=routing_from_dict(routing_doc(port))
+                broker=broker,
+                secret_key=SECRET_KEY,
+                open_inboxes=True,
+                routing=routing_from_dict(routing_doc(port, given)),
             )
             async with serving(app) as server:
                 request = await broker.create(Confirm("Ship it?"), to="alice", requester="bob")
@@ -552,7 +559,7 @@ async def test_a_refused_address_is_shown_to_its_person_and_an_admin_only_its_la
                             got = (await api.get(path)).json()
                             [item] = got.get("items", [got])
                             assert "refused" in item["last_error"]
-                            assert (address in item["last_error"], item["address"] == address) == (shown, shown)
+                            assert (address in item["last_error"], item["address"] == given) == (shown, shown)
                     async with server.client(follow_redirects=False) as browser:
                         form = await browser.get("/signin")
                         csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)

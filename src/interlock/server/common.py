@@ -13,6 +13,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
+from email.utils import parseaddr
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -403,7 +404,11 @@ def delivery_seen_by(principal: Principal, delivery: Delivery) -> Delivery:
         return delivery
     error, address = delivery.last_error, delivery.address
     if error and address:
-        error = re.sub(re.escape(address), "(their address)", error, flags=re.IGNORECASE)
+        # The address as given, and the mailbox of an email address given with a name
+        # ("Alice <alice@example.com>"), which a mail server names alone.
+        mailbox = parseaddr(address)[1] if "<" in address else ""
+        for text in (address, mailbox) if "@" in mailbox else (address,):
+            error = re.sub(re.escape(text), "(their address)", error, flags=re.IGNORECASE)
     return replace(delivery, address=None, last_error=error)
 
 
