@@ -2247,6 +2247,7 @@ class LocalBroker(Broker):
             raise ValueError("limit must be between 0 and 1000")
         if not 0 <= after <= MAX_EVENT_ID:
             raise InvalidRequest(f"after must be an event id between 0 and {MAX_EVENT_ID}")
+        self._check_names(involving=involving, request=request, session=session, run=run)
         if limit == 0:
             return Listed([])
         query = EventQuery(after, until, limit, involving, request, session, run, tuple(teams))
@@ -2878,6 +2879,7 @@ class LocalBroker(Broker):
     async def team_members(self, team: str) -> Sequence[str] | None:
         if self._state != "open":
             await self.open()
+        self._check_names(team=team)
         return await self.store.team_members(team)
 
     async def add_team_members(self, team: str, members: Sequence[str] = ()) -> Sequence[str]:
@@ -2975,6 +2977,8 @@ class LocalBroker(Broker):
     async def get_delivery(self, delivery_id: str) -> Delivery:
         if self._state != "open":
             await self.open()
+        # An id no store could hold (a NUL, which PostgreSQL's text cannot) is refused alike on every store.
+        check_text(delivery_id, "the delivery id", DEFAULT_LIMITS.max_name_length)
         found = await self.store.get_delivery(delivery_id)
         if found is None:
             raise NotFound(delivery_id, message=f"no delivery {delivery_id}")

@@ -7,9 +7,11 @@ hold a NUL), and checks afterwards that no request was created and no event appe
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -143,6 +145,15 @@ async def test_a_nul_in_a_filter_cursor_or_id_is_refused(api: httpx.AsyncClient,
         response = await (api.post(path, json={}) if path.endswith("cancel") else api.get(path))
         refused(response, 422)
     refused(await api.post("/requests/%00/answer", json={"answer": "x"}), 422)
+    refused(await api.get("/deliveries/%00"), 422)
+    refused(await api.post("/deliveries/%00/retry"), 422)
+    refused(await api.get("/teams/%00"), 422)
+    for params in ({"request": "\x00"}, {"session": "\x00"}, {"run": "\x00"}):
+        refused(await api.get("/events", params=params), 422)
+        with anyio.fail_after(BOUND):  # refused before the stream's 200: one that started would not end
+            refused(await api.get("/events/stream", params=params), 422)
+            if "request" not in params:
+                refused(await api.get("/interactions/stream", params=params), 422)
     refused(await api.post("/close", json={"channel": "c\x00"}), 422)
     batch = await api.post("/answers", json={"items": [{"id": "x\x00", "answer": "a"}, {"id": pending, "answer": 1}]})
     assert batch.status_code == 200, batch.text  # each item stands on its own
@@ -282,3 +293,33 @@ async def test_a_run_s_events_page_takes_at_least_one_event_and_a_message_some_t
     async with server.client("") as root:
         schema = (await root.get("/openapi.json")).json()["components"]["schemas"]["MessageBody"]
     assert schema["properties"]["text"]["pattern"] == r"\S"
+
+
+async def test_a_web_inbox_page_for_an_id_no_request_or_run_can_have_is_the_page_for_none(
+    server: InProcessServer, pending: str
+) -> None:
+    long, nul = "r" * 300, "%00"  # too long for any id a store keeps; a NUL no store keeps
+    async with server.client(timeout=BOUND) as browser:
+        page = await browser.get("/")
+        assert page.status_code == 200
+        for path, fragment, words in (
+            *((f"/inbox/runs/{bad}", False, "There is no such run.") for bad in (long, nul)),
+            *((f"/inbox/requests/{bad}", True, "There is no such request.") for bad in (long, nul)),
+            *((f"/inbox/deliveries?request={bad}", False, "There is no such request.") for bad in (long, nul)),
+        ):
+            headers = {"X-Interlock-Fragment": "1"} if fragment else {}
+            shown = await browser.get(path, headers=headers)
+            assert (shown.status_code, shown.headers["content-type"]) == (404, "text/html; charset=utf-8"), shown.text
+            assert words in shown.text
+        for bad in (long, nul):
+            followed = await browser.get(f"/inbox/runs/{bad}/stream")
+            assert (followed.status_code, followed.text) == (404, "there is no such run")
+        unknown = await browser.get("/inbox/runs/no-such-run")  # as for an id no run has
+        assert unknown.status_code == 404 and "There is no such run." in unknown.text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert csrf is not None
+        for bad in (long, nul):
+            posted = await browser.post(f"/inbox/runs/{bad}/cancel", data={"csrf": csrf[1]})
+            assert posted.status_code == 404 and "There is no such run." in posted.text, posted.text
+            posted = await browser.post(f"/inbox/deliveries/{bad}/retry", data={"csrf": csrf[1]})
+            assert posted.status_code == 404 and "There is no such delivery." in posted.text, posted.text

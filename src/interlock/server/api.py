@@ -43,6 +43,7 @@ from .common import (
     TheBroker,
     app_state,
     can_see,
+    check_filters,
     describe,
     event_to_dict,
     member_teams,
@@ -818,6 +819,7 @@ async def stream(
     except ValueError as exc:
         raise ApiError("invalid_request", str(exc), status=UNREADABLE) from None
     start = after if start is None else start
+    check_filters(broker, request=request, session=session, run=run)
     run = None if run is None else await run_id_of(broker, caller, run)
     accept = event_filter(caller, request, session, run)
     holder = state.auth.holder(http)

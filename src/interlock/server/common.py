@@ -29,7 +29,7 @@ from ..channels.delivery import DeliveryLoop
 from ..errors import InvalidRequest, NotFound, Unavailable
 from ..followups import FOLLOWUP_EVENTS
 from ..grant_tokens import GrantSigner
-from ..model import RUN_EVENTS, Event, Run, Status, request_to_dict
+from ..model import RUN_EVENTS, Event, Run, Status, check_text, request_to_dict
 from ..model import Request as HumanRequest
 from ..outbox import Delivery
 from ..principals import Principal, can_claim, can_read
@@ -53,6 +53,7 @@ __all__ = [
     "Values",
     "app_state",
     "can_see",
+    "check_filters",
     "describe",
     "event_to_dict",
     "inbox_filter",
@@ -427,6 +428,14 @@ def run_event_replay(broker: LocalBroker, run_id: str) -> Callable[[int], AsyncI
             cursor = page[-1].id
 
     return replay
+
+
+def check_filters(broker: LocalBroker, **filters: str | None) -> None:
+    """Refuse a stream's filter that no store could hold (a NUL, a name too long) with 422
+    `invalid_request`, before the stream's 200 goes out: its reads come after it, where a
+    refusal could only end the stream."""
+    for name, value in filters.items():
+        check_text(value, name, broker.limits.max_name_length)
 
 
 def seen_event_replay(

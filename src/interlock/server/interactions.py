@@ -47,6 +47,7 @@ from .common import (
     Caller,
     State,
     TheBroker,
+    check_filters,
     parse_event_id,
     problems_for,
     run_id_of,
@@ -335,6 +336,7 @@ async def stream_interactions(
         start = parse_event_id(last_event_id if last_event_id is not None else last_event_id_query)
     except ValueError as exc:
         raise ApiError("invalid_request", str(exc), status=UNREADABLE) from None
+    check_filters(broker, session=session, run=run)
     if start is None:
         start = await broker.last_event_id()
     run = None if run is None else await run_id_of(broker, caller, run)

@@ -655,7 +655,7 @@ async def posted_run(http: HttpRequest, state: AppState, run_id: str) -> tuple[S
     who, values = found
     try:  # a run not theirs to see is refused as one that does not exist: run ids may be guessed
         run = await named_run(state.broker, who.principal, run_id)
-    except NotFound:
+    except (NotFound, InvalidRequest):  # (an id no run could have, too long, is no run either)
         return refusal(state, http, 404, "There is no such run.", who)
     return who, run, values
 
@@ -860,7 +860,7 @@ async def run_stream(http: HttpRequest, state: State, run_id: str, after: int | 
         return Response("sign in first", status_code=401, media_type="text/plain")
     try:
         run = await named_run(state.broker, who.principal, run_id)
-    except NotFound:
+    except (NotFound, InvalidRequest):  # an id no run could have (too long) is no run either
         return Response("there is no such run", status_code=404, media_type="text/plain")
 
     accept = run_event_filter(who.principal, run.id)
@@ -932,7 +932,7 @@ async def request_card(http: HttpRequest, state: State, request_id: str) -> Resp
         return refusal(state, http, 401, "Your session has ended: sign in again.")
     try:
         request = await state.broker.get(request_id)
-    except NotFound:
+    except (NotFound, InvalidRequest):  # an id no request could have (too long) is no request either
         return refusal(state, http, 404, "There is no such request.", who)
     if not mine(who, request):
         return refusal(state, http, 403, "This request is not in your inbox.", who)
@@ -1085,7 +1085,7 @@ async def run_page(
     position = await state.broker.last_event_id()  # before reading: the page's stream goes on from here
     try:  # a run not theirs to see is refused as one that does not exist: run ids may be guessed
         run = await named_run(state.broker, who.principal, run_id)
-    except NotFound:
+    except (NotFound, InvalidRequest):  # (an id no run could have, too long, is no run either)
         return refusal(state, http, 404, "There is no such run.", who)
     since = _event_position(events)  # None: no page's link; refused below, once the requests' link is checked
     here = http.url_for("inbox_run", run_id=run.id).path

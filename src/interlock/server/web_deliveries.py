@@ -39,7 +39,7 @@ async def deliveries_page(http: HttpRequest, state: State) -> Response:
     if request_id:
         try:
             request = await state.broker.get(request_id[:64])
-        except NotFound:
+        except (NotFound, InvalidRequest):  # an id no request could have is no request either
             return refusal(state, http, 404, "There is no such request.", who)
         if not can_read(who.principal, request):
             return refusal(state, http, 403, "This request is neither to you nor from you.", who)
@@ -92,7 +92,7 @@ async def retry(http: HttpRequest, state: State, delivery_id: str) -> Response:
     who, values = found
     try:
         known = await state.broker.get_delivery(delivery_id)
-    except NotFound:
+    except (NotFound, InvalidRequest):  # an id no delivery could have is no delivery either
         return refusal(state, http, 404, "There is no such delivery.", who)
     if not await may_see_delivery(state.broker, who.principal, known):
         return refusal(
