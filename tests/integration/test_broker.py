@@ -1195,6 +1195,11 @@ async def test_a_dead_letter_is_listed_read_and_sent_again_once(broker: Broker, 
             await missing
     with pytest.raises(ValueError, match="limit"):
         await broker.list_deliveries(limit=0)
+    # A filter no store could hold is refused alike by every store (PostgreSQL failed on a
+    # NUL, as a signed inbound webhook naming such a request made it do).
+    for filters in ({"request_id": "01\x00x"}, {"recipient": "al\x00ice"}, {"request_id": "x" * 5000}):
+        with pytest.raises(InvalidRequest, match=r"request|recipient"):
+            await local.list_deliveries(**filters)  # type: ignore[arg-type]
 
 
 class _Recording:
