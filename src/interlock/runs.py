@@ -168,6 +168,7 @@ class Worker:
         self._failing_since: float | None = None  # when its claims began to fail, on the loop's clock
         self._pause_timeout: timedelta | None = None  # set here, else the broker's
         self._handed_back: dict[str, Backoff] = {}
+        self._resuming: dict[str, _Renewal] = {}  # the runs being resumed here, by id
         self._now: Callable[[], datetime] = _utc_now
 
     @property
@@ -280,6 +281,13 @@ class Worker:
         if handler is None:  # claimed for an agent we have no handler for: not ours to guess
             return await self.broker.fail_run(run.id, f"no resume handler for agent {run.agent!r}", worker=self.name)
         renewing = _Renewal(self, run.id)
+        # Claimed again while this worker still resumes it (another of its loops, once the
+        # lease ran out as renewals failed): the claim is under the same name, so the earlier
+        # resume's renewals would still succeed. It lost the run to this claim: stop it.
+        earlier = self._resuming.get(run.id)
+        if earlier is not None:
+            earlier.lose()
+        self._resuming[run.id] = renewing
         failure: str | None = None
         outcome: Any = None
         try:
@@ -288,6 +296,8 @@ class Worker:
             # (cancelled, or taken over once the lease ran out) cancels: what it does next is
             # no longer the run's. (Cancelling this worker's task cancels it too.)
             handling = renewing.handling = asyncio.ensure_future(handler(run, requests))
+            if renewing.lost:  # taken over as it read the requests: the handler does not run
+                handling.cancel()
             try:
                 outcome = await handling
             except asyncio.CancelledError:
@@ -311,6 +321,11 @@ class Worker:
                     log.exception("resuming run %s of agent %s failed", run.id, run.agent)
         finally:
             await renewing.stop()
+            if self._resuming.get(run.id) is renewing:
+                del self._resuming[run.id]
+        if renewing.lost:  # taken over as the handler ended: how it ended is not the run's
+            log.warning("run %s was taken over while worker %s resumed it", run.id, self.name)
+            return await self.broker.get_run(run.id)
         if not isinstance(outcome, _HandBack):
             self._handed_back.pop(run.id, None)
         return await self._finish(run, failure, outcome)
@@ -452,9 +467,7 @@ class _Renewal:
         try:
             if not await worker.broker.renew_lease(self.run_id, worker=worker.name, lease=worker.lease):
                 log.warning("worker %s lost its hold on run %s: stopping its handler", worker.name, self.run_id)
-                self.lost = True
-                if self.handling is not None:
-                    self.handling.cancel()
+                self.lose()
                 return
         except Exception as exc:  # the store failing for now (any error of its driver): renew again soon
             delay = worker.lease / 10
@@ -466,6 +479,12 @@ class _Renewal:
                 delay,
             )
         self.timer = self.loop.call_later(delay, self._due)
+
+    def lose(self) -> None:
+        """The run is this worker's no longer (cancelled, or claimed again): stop its handler."""
+        self.lost = True
+        if self.handling is not None:
+            self.handling.cancel()
 
     async def stop(self) -> None:
         """No more renewals; waits for one under way to end."""

@@ -356,6 +356,58 @@ async def test_a_renewal_that_fails_with_any_error_is_tried_again_and_keeps_the_
     assert done is not None and (done.status, done.result, done.attempts) == (RunStatus.COMPLETED, "done by w1", 1)
 
 
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_a_run_taken_over_by_another_loop_of_the_same_worker_stops_the_handler_that_lost_it(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One worker serving several runs at a time claims under one name: once its renewals of
+    a run failed past the lease and another of its loops claimed the run again, the first
+    handler is stopped, as it would be for another worker's takeover (a renewal of the same
+    name succeeds, so it cannot tell): the handler does not run twice at once."""
+    run = await ready_run(broker)
+    renew_lease = broker.renew_lease
+    outage = asyncio.Event()
+    outage.set()
+
+    async def away(run_id: str, *, worker: str, lease: float = LEASE) -> bool:
+        if outage.is_set():
+            raise RuntimeError("the database system is starting up")
+        return await renew_lease(run_id, worker=worker, lease=lease)
+
+    monkeypatch.setattr(broker, "renew_lease", away)
+    attempts: list[int] = []
+    stopped: list[int] = []
+    second, lost = asyncio.Event(), asyncio.Event()
+    release = asyncio.Event()
+
+    async def deploy(run: Run, requests: Mapping[str, Request]) -> Any:
+        attempts.append(run.attempts)
+        if run.attempts == 2:
+            second.set()
+        try:
+            await release.wait()
+        except asyncio.CancelledError:
+            stopped.append(run.attempts)
+            lost.set()
+            raise
+        return f"deployed by attempt {run.attempts}"
+
+    stop = asyncio.Event()
+    worker = Worker(broker, {"deployer": deploy}, name="w1", lease=LEASE, concurrency=2)
+    with anyio.fail_after(BOUND):
+        async with asyncio.TaskGroup() as group:
+            group.create_task(worker.run(stop=stop))
+            await second.wait()  # the lease ran out while renewals failed: the other loop claimed it
+            outage.clear()  # the store is back: the first handler's renewal goes through again
+            with anyio.move_on_after(LEASE):  # within a renewal of the first handler's
+                await lost.wait()
+            assert attempts == [1, 2] and stopped == [1]  # the first stopped before the second ends the run
+            release.set()
+            stop.set()  # the worker stops once the handler at work has ended its run
+    assert attempts == [1, 2] and stopped == [1]
+    assert (await broker.get_run(run.id)).result == "deployed by attempt 2"
+
+
 # -- "not now": a handler hands its run back ------------------------------------------------
 
 
