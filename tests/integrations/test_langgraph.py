@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import operator
 from typing import Annotated, Any, TypedDict
@@ -392,6 +393,49 @@ async def test_a_run_killed_once_its_graph_ended_completes_when_started_again_wi
     assert (run.id, run.status) == (stopped.id, RunStatus.COMPLETED)
     assert run.result["sent"] == [{"to": "ops@example.com", "subject": "release 1.4"}]
     assert mailer.sent == [{"to": "ops@example.com", "subject": "release 1.4"}]
+
+
+@pytest.mark.parametrize("named_by", ["thread", "run_id"])
+async def test_a_start_again_while_a_worker_resumes_the_run_returns_it_as_it_is_and_runs_nothing(
+    broker: Broker, named_by: str
+) -> None:
+    """A program started again on its thread (or run id) as a worker resumes the run went on
+    with the graph from the worker's checkpoint, beside the worker: the step the worker was
+    in ran a second time, and the start then raised `RunConflict` (held by the worker)."""
+    worked: list[str] = []
+    working, release = asyncio.Event(), asyncio.Event()
+
+    def ask(state: State) -> dict[str, Any]:
+        approve("send_mail", {"to": state["to"]})
+        return {}
+
+    async def send(state: State) -> dict[str, Any]:
+        worked.append(state["to"])
+        if len(worked) == 1:  # the worker's: it is in this step while the program starts again
+            working.set()
+            await release.wait()
+        return {"notes": ["sent"]}
+
+    builder = StateGraph(State)
+    builder.add_node("ask", ask)
+    builder.add_node("send", send)
+    builder.add_edge(START, "ask")
+    builder.add_edge("ask", "send")
+    builder.add_edge("send", END)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    named = {"thread_id": "t-7", "run_id": "r-7" if named_by == "run_id" else None}
+    run = await LangGraphAgent(broker, graph, name="mailer", to="alice").start({"to": "ops@example.com"}, **named)
+    await broker.resolve(run.waiting_on[0], {"approve": True}, by="alice")
+    resuming = asyncio.create_task(Worker(broker, LangGraphAgent(broker, graph, name="mailer").handlers()).run_once())
+    with anyio.fail_after(BOUND):
+        await working.wait()
+        again = await LangGraphAgent(broker, graph, name="mailer", to="alice").start({"to": "ops@example.com"}, **named)
+        assert (again.id, again.status, again.attempts) == (run.id, RunStatus.RUNNING, 1)
+        assert again.worker is not None and worked == ["ops@example.com"]  # the worker's, as it is
+        release.set()
+        done = await resuming
+    assert done is not None and (done.status, done.result["notes"]) == (RunStatus.COMPLETED, ["sent"])
+    assert worked == ["ops@example.com"]
 
 
 async def test_a_run_whose_process_stopped_before_parking_parks_on_the_same_interrupt(broker: Broker) -> None:

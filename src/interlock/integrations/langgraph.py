@@ -274,7 +274,8 @@ class LangGraphAgent:
         the thread's last checkpoint when its own graph wrote it (each checkpoint's metadata
         names the run it is of, as `interlock_run`), and completes with the graph's values
         if the graph had ended; a run stopped before its graph wrote one runs on `input`, as
-        it would have. With a `thread_id` alone, a run of this agent
+        it would have; a run a worker is resuming is returned as it is, the graph left to
+        that worker. With a `thread_id` alone, a run of this agent
         on that thread that has not ended is that run (a restarted process names the thread
         it knows): its pause is returned as it is, not asked of the person a second time. Once
         the thread's runs have all ended, a start is its next turn: a new run of the graph on
@@ -307,8 +308,8 @@ class LangGraphAgent:
             if thread_id is None or exc.run_id == run_id:  # not the thread's: the run id's own (another agent's)
                 raise
             raise self._thread_held(exc, thread_id, run_id) from None
-        if run.status is not RunStatus.RUNNING:
-            return run
+        if run.status is not RunStatus.RUNNING or run.worker is not None:
+            return run  # parked, ended, or a worker's to go on with (its checkpoints are the worker's)
         thread = thread_id or run.id
         try:
             # Where the thread stopped is this run's only when this run's graph wrote its last
