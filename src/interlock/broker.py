@@ -94,6 +94,7 @@ from .model import (
     check_json,
     check_text,
     creation_time,
+    derived_key,
     epoch_microseconds,
     evolve,
     from_epoch_microseconds,
@@ -911,15 +912,23 @@ class Broker(ABC):
         all). Build the requests with `prepare(...)`; each becomes a request of the run
         (its session and agent, when it names none). The run's `waiting_on` lists their
         ids in order. With `run_id` of a run already stored, that run is returned as it is
-        and nothing is created (a restarted agent finds its own run). Raises `Closed` if a
-        request's channel is closed, `InvalidRequest` for requests that are not new."""
+        and nothing is created (a restarted agent finds its own run); through a server, where
+        these are calls of their own, one started again before it parked finds the requests
+        it made already. Raises `Closed` if a request's channel is closed, `InvalidRequest`
+        for requests that are not new."""
         checked = _new_requests(requests, run_id, self.limits.max_name_length)
         run = await self.start_run(
             agent, session=session, run_id=run_id, max_duration=max_duration, requester=requester
         )
         if run.status is not RunStatus.RUNNING or run.waiting_on or run.attempts:
             return run  # found as stored: a restarted agent's run goes on as it is
-        made = _of_run(run, checked)
+        # One call after another (a server's): an agent that died between them and starts
+        # again finds the requests it made already, each keyed by the run and its place,
+        # rather than asking the person a second time.
+        made = [
+            evolve(request, idempotency_key=derived_key("start_parked", run.id, str(place)))
+            for place, request in enumerate(_of_run(run, checked))
+        ]
         ids = [(await self.submit(request))[0].id for request in made]
         return await self.park(run.id, state=state, waiting_on=ids, status=status)
 

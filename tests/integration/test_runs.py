@@ -247,6 +247,43 @@ async def test_a_restarted_agent_starting_parked_with_its_run_id_finds_its_run(b
     assert len((await broker.list(run="run-7")).items) == 1
 
 
+async def test_an_agent_that_died_midway_through_starting_parked_asks_nothing_twice_when_it_starts_again(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over HTTP the run, each request and the park are calls of their own: an agent that
+    died after its first request and started again made that request a second time (the
+    person asked twice, the first copy left pending) before it parked."""
+
+    class Killed(BaseException):
+        """The agent's process dying between two calls."""
+
+    def asks() -> list[Any]:
+        return [
+            broker.prepare(Text("Name?"), to="alice"),
+            broker.prepare(Confirm("Deploy?"), kind="approval", to="alice"),
+        ]
+
+    submit = broker.submit
+    made: list[str] = []
+
+    async def dies_after_one(request: Any) -> Any:
+        if made:
+            raise Killed
+        stored = await submit(request)
+        made.append(stored[0].id)
+        return stored
+
+    with monkeypatch.context() as patched:
+        patched.setattr(broker, "submit", dies_after_one)
+        with contextlib.suppress(Killed):  # local stores do it in one transaction: nothing to die between
+            await broker.start_parked("deployer", asks(), state={"step": 1}, run_id="run-9")
+    again = await broker.start_parked("deployer", asks(), state={"step": 1}, run_id="run-9")
+    assert again.status is RunStatus.WAITING_FOR_APPROVAL and len(again.waiting_on) == 2
+    asked = (await broker.list(run=again.id)).items
+    assert sorted(r.id for r in asked) == sorted(again.waiting_on)  # each asked once, each waited on
+    assert made == [] or made[0] == again.waiting_on[0]
+
+
 async def test_starting_parked_refuses_what_is_not_a_new_request_of_the_run(broker: Broker) -> None:
     keyed = broker.prepare(Text("Name?"), to="alice", idempotency_key="k1")
     other = broker.prepare(Text("Name?"), to="alice", run="someone-elses")
