@@ -2099,7 +2099,9 @@ def worker(
             help="module:factory — factory(broker) returns the resume handlers by agent name (or a Worker)."
         ),
     ],
-    name: Annotated[str | None, typer.Option("--name", help="This worker's name. \\[default: host:pid]")] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="This worker's name, one no other worker has. \\[default: host:pid]")
+    ] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Runs resumed at a time.")] = 1,
     lease: Annotated[
         float,

@@ -130,8 +130,17 @@ class _HandBack:
 
 
 def default_worker_name() -> str:
-    """host:pid, so a worker's claims say which process holds them."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """host:pid, so a worker's claims say which process holds them; a later worker of the
+    same process gets `host:pid:2`, `:3`...: a worker knows a claim as its own by its name,
+    so two workers under one name could not tell that the other took a run over."""
+    global _workers_named
+    _workers_named += 1
+    name = f"{socket.gethostname()}:{os.getpid()}"
+    return name if _workers_named == 1 else f"{name}:{_workers_named}"
+
+
+_workers_named = 0
+"""How many workers of this process were named by default."""
 
 
 class Worker:
@@ -142,7 +151,9 @@ class Worker:
     stops renewing, and another worker takes the run over once the lease has run out.
     The renewals run on the event loop: a handler that blocks it (a synchronous call)
     longer than the lease loses its run to another worker; await blocking work with
-    `asyncio.to_thread`.
+    `asyncio.to_thread`. A worker knows its claims by its `name` (by default `host:pid`,
+    and `host:pid:2`... for the next workers of the process): give each one a name of its
+    own, since two workers under one name cannot tell that the other took a run over.
     """
 
     def __init__(

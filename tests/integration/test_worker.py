@@ -408,6 +408,57 @@ async def test_a_run_taken_over_by_another_loop_of_the_same_worker_stops_the_han
     assert (await broker.get_run(run.id)).result == "deployed by attempt 2"
 
 
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_two_workers_of_one_process_named_by_default_do_not_run_one_run_s_handler_at_once(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each worker named by default was `host:pid`, the same for every worker of a process:
+    once renewals of a run failed past the lease and the other worker claimed it, the first
+    one's renewal succeeded under the shared name, and both handlers went on."""
+    run = await ready_run(broker)
+    renew_lease = broker.renew_lease
+    outage = asyncio.Event()
+    outage.set()
+
+    async def away(run_id: str, *, worker: str, lease: float = LEASE) -> bool:
+        if outage.is_set():
+            raise RuntimeError("the database system is starting up")
+        return await renew_lease(run_id, worker=worker, lease=lease)
+
+    monkeypatch.setattr(broker, "renew_lease", away)
+    started, again, lost, release = asyncio.Event(), asyncio.Event(), asyncio.Event(), asyncio.Event()
+    stopped: list[int] = []
+
+    async def deploy(run: Run, requests: Mapping[str, Request]) -> Any:
+        (started if run.attempts == 1 else again).set()
+        try:
+            await release.wait()
+        except asyncio.CancelledError:
+            stopped.append(run.attempts)
+            lost.set()
+            raise
+        return f"deployed by attempt {run.attempts}"
+
+    first, second = Worker(broker, {"deployer": deploy}, lease=LEASE), Worker(broker, {"deployer": deploy}, lease=LEASE)
+    with anyio.fail_after(BOUND):
+        working = asyncio.create_task(first.run_once())
+        await started.wait()
+        taken = asyncio.create_task(second.run_once(wait=BOUND))  # once the first one's lease ran out
+        await again.wait()
+        outage.clear()  # the store is back: the first worker's next renewal goes through
+        with anyio.move_on_after(LEASE):  # within a renewal of the first worker's
+            await lost.wait()
+        assert stopped == [1]
+        release.set()
+        await working
+        done = await taken
+    assert done is not None and (done.id, done.status, done.result) == (
+        run.id,
+        RunStatus.COMPLETED,
+        "deployed by attempt 2",
+    )
+
+
 # -- "not now": a handler hands its run back ------------------------------------------------
 
 
