@@ -47,7 +47,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -202,10 +202,16 @@ class Worker:
         return await self.resume(run)
 
     async def drain(self) -> int:
-        """Resume ready runs until there is none left; how many it resumed."""
+        """Resume ready runs, `concurrency` at a time, until there is none left; how many it
+        resumed."""
         count = 0
-        while await self.run_once() is not None:
-            count += 1
+
+        async def resume_until_none() -> None:
+            nonlocal count
+            while await self.run_once() is not None:
+                count += 1
+
+        await self._loops(resume_until_none)
         return count
 
     async def run(self, *, stop: asyncio.Event | None = None) -> None:
@@ -213,9 +219,17 @@ class Worker:
         the task is cancelled). A run being resumed when it stops is left to its lease, and
         so to another worker."""
         stop = stop or asyncio.Event()
-        async with asyncio.TaskGroup() as group:
-            for _ in range(self.concurrency):
-                group.create_task(self._loop(stop))
+        await self._loops(lambda: self._loop(stop))
+
+    async def _loops(self, loop: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """`concurrency` of `loop` at once. One that fails (a refusal: a token revoked, agents
+        it may not serve) ends the others, and its error is raised as it is, not in a group."""
+        try:
+            async with asyncio.TaskGroup() as group:
+                for _ in range(self.concurrency):
+                    group.create_task(loop())
+        except ExceptionGroup as failed:
+            raise failed.exceptions[0] from None
 
     async def _loop(self, stop: asyncio.Event) -> None:
         backoff = Backoff(1.0, RETRY_CAP)

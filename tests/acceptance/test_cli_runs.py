@@ -305,3 +305,17 @@ async def test_a_worker_logs_a_failed_run_by_its_id_with_the_credentials_in_its_
 def without_ages(table: str) -> list[list[str]]:
     """A table's rows, word by word, without their ages ("1s ago"), which move with the clock."""
     return [re.sub(r"\b\d+[smhd] ago\b", "", line).split() for line in table.splitlines()]
+
+
+@pytest.mark.parametrize("once", [[], ["--once", "--concurrency", "2"]])
+def test_a_worker_the_server_refuses_says_so_and_ends_without_a_traceback(
+    server: tuple[str, str, str], tmp_path: Path, once: list[str]
+) -> None:
+    """A person's token (or one revoked meanwhile) may not claim runs: the refusal ended a
+    serving `interlock worker` with a traceback of the task group its loops run in."""
+    url, alice, _ = server
+    (tmp_path / "scaler_worker.py").write_text(textwrap.dedent(HANDLERS))
+    command = cli if once else process  # (serving, it sets its signal handlers: a process of its own)
+    refused = command("worker", "scaler_worker:handlers", *once, "--server", url, "--token", alice, cwd=tmp_path)
+    said = " ".join(refused.stderr.split())
+    assert refused.returncode == 4 and "refused: only an agent claims runs" in said, refused.stderr

@@ -180,6 +180,25 @@ async def test_workers_serving_together_resume_each_run_exactly_once(
     assert (await broker.get(parked[0][1].id)).status is Status.ANSWERED
 
 
+async def test_draining_resumes_as_many_runs_at_a_time_as_its_concurrency(broker: Broker) -> None:
+    """`interlock worker --once --concurrency 4` resumed the runs ready one at a time: a
+    worker's `drain` ignored its concurrency."""
+    parked = [await park_on(broker, "deployer", f"Deploy {i}?") for i in range(2)]
+    for _, request in parked:
+        await broker.resolve(request.id, True, by="alice")
+    both = asyncio.Barrier(2)  # each handler goes on only once the other has begun too
+
+    async def resume(run: Run, requests: Mapping[str, Request]) -> Any:
+        async with asyncio.timeout(1):  # one at a time, the other never begins: the run fails
+            await both.wait()
+        return "deployed"
+
+    with anyio.fail_after(BOUND):
+        assert await Worker(broker, {"deployer": resume}, name="w1", concurrency=2).drain() == 2
+    for run, _ in parked:
+        assert (await broker.get_run(run.id)).status is RunStatus.COMPLETED
+
+
 # -- the lease, renewed while the handler works -------------------------------------------------
 
 LEASE = 0.4  # seconds: short, so that a handler outlives several leases within the tests' bound
