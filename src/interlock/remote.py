@@ -1074,13 +1074,57 @@ class RemoteBroker(Broker):
         body = {"text": text} if by is None else {"text": text, "by": by}
         response = await self._send("POST", f"{_run_path(run_id)}/messages", json=body)
         if response.status_code == 409 and _code(response) == "thread_busy":
-            details = response.json().get("details") or {}
-            followup = None
-            if details.get("queued"):
-                held = next((f for f in await self.list_followups(run_id) if f.id == details["followup_id"]), None)
-                followup = held or Followup(str(details["followup_id"]), run_id, text, datetime.now(UTC), by)
-            return Sent(run_id, resolved=details.get("resolved_interaction_id"), followup=followup)
+            return await self._sent(response, run_id, text, by)
         raise _error(response, run_id)
+
+    async def send_to_thread(
+        self,
+        session: str,
+        text: str,
+        *,
+        by: str | None = None,
+        requester: str | None = None,
+        involving: str | None = None,
+        teams: Sequence[str] = (),
+        may_answer: Callable[[Request], bool] | None = None,
+        prefer: Callable[[Run], Awaitable[bool]] | None = None,
+    ) -> Sent:
+        # The server chooses the thread's busy run the token may see (a person's own
+        # agents' first), as its route does for any client; who may see and answer what
+        # is its business.
+        segment = _segment(session)
+        if segment is None:  # a thread no path can name (a slash in it): chosen here among the runs listed
+            return await super().send_to_thread(session, text, by=by)
+        body = {"text": text} if by is None else {"text": text, "by": by}
+        response = await self._send("POST", f"/threads/{segment}/messages", json=body)
+        if response.status_code == 409 and _code(response) == "thread_busy":
+            return await self._sent(response, None, text, by, session=session)
+        raise _error(response, session)
+
+    async def _sent(
+        self, response: httpx.Response, run_id: str | None, text: str, by: str | None, *, session: str = ""
+    ) -> Sent:
+        """What a send answered with 409 `thread_busy` did, to run `run_id` (None: sent to a
+        thread of `session`, the run the server chose: the one of the approval decided, or
+        the busy run that holds the message; when nothing was held, the newest busy one)."""
+        details = response.json().get("details") or {}
+        resolved = details.get("resolved_interaction_id")
+        if run_id is None and resolved is not None:
+            run_id = (await self.get(resolved)).origin.run
+        if run_id is None:
+            busy = [run for run in (await self.list_runs(session=session, limit=100)).items if not run.status.ended]
+            kept = details.get("followup_id")
+            for run in busy:
+                if kept is not None and any(f.id == kept for f in await self.list_followups(run.id)):
+                    run_id = run.id
+                    break
+            else:
+                run_id = busy[0].id if busy else session
+        followup = None
+        if details.get("queued"):
+            held = next((f for f in await self.list_followups(run_id) if f.id == details["followup_id"]), None)
+            followup = held or Followup(str(details["followup_id"]), run_id, text, datetime.now(UTC), by)
+        return Sent(run_id, resolved=resolved, followup=followup)
 
     async def list_followups(self, run_id: str) -> Sequence[Followup]:
         page = await self._call("GET", f"{_run_path(run_id)}/followups", request_id=run_id)

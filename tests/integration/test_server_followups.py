@@ -257,6 +257,23 @@ async def test_a_message_to_a_thread_goes_to_its_busy_run_and_an_idle_thread_sta
     assert sorted(r["id"] for r in runs) == ["alice-bot:run-new", "alice-bot:run-old"]  # nothing was started
 
 
+async def test_the_python_client_sends_to_a_thread_as_the_route_does_to_the_person_s_own_agent_first(
+    world: World, clients: dict[str, httpx.AsyncClient]
+) -> None:
+    """`broker.send_to_thread` through a server picked the newest run of the thread the
+    person may see: another agent's run asking them on the same thread took the message
+    meant for their own agent, where `POST /threads/{id}/messages` gives it to their own."""
+    await start(clients["alice-bot"], "mine")  # alice's own agent, working on t1
+    async with interlock.connect(world.base, token=world.tokens["alice"]) as alice:
+        await alice.give_grant("bob-bot", "interlock:inbox/alice", "hitl/request")
+        await parked(clients["bob-bot"], QUESTION, run_id="theirs")  # later, bob's agent asks alice on t1 too
+        sent = await alice.send_to_thread("t1", "use the staging cluster")
+    assert sent.run == "alice-bot:mine" and sent.followup is not None
+    held = (await clients["alice-bot"].get("/runs/mine/followups")).json()["items"]
+    assert [f["text"] for f in held] == ["use the staging cluster"]
+    assert (await clients["bob-bot"].get("/runs/theirs/followups")).json()["items"] == []
+
+
 async def test_bad_sends_are_refused_and_hold_nothing(clients: dict[str, httpx.AsyncClient]) -> None:
     await parked(clients["alice-bot"])
     alice = clients["alice"]
