@@ -165,6 +165,31 @@ async def test_a_rejected_question_resumes_the_node_with_the_reason(broker: Brok
     assert done.result["notes"] == ["rejected: ask security first"]
 
 
+async def test_a_question_withdrawn_on_its_own_resumes_the_node_with_a_refusal_it_reads(broker: Broker) -> None:
+    # As the pydantic-ai and OpenAI Agents adapters hand their model a declined question:
+    # the run goes on, rather than fail on a question nobody answered.
+    def confirm(state: State) -> dict[str, Any]:
+        answer = ask(Confirm("Rotate the keys?"))
+        return {"notes": [f"rejected: {answer['reason']}" if isinstance(answer, dict) else str(answer)]}
+
+    builder = StateGraph(State)
+    builder.add_node("confirm", confirm)
+    builder.add_edge(START, "confirm")
+    builder.add_edge("confirm", END)
+    agent = LangGraphAgent(broker, builder.compile(checkpointer=InMemorySaver()), name="keys", to="bob")
+    run = await agent.start({}, thread_id="t-withdrawn")
+    assert await broker.cancel(run.waiting_on[0], "asked the wrong person")
+    done = await claim_and_resume(broker, agent)
+    assert done.status is RunStatus.COMPLETED
+    assert done.result["notes"] == ["rejected: asked the wrong person"]
+
+    run = await agent.start({}, thread_id="t-withdrawn-no-reason")
+    assert await broker.cancel(run.waiting_on[0])
+    done = await claim_and_resume(broker, agent)
+    assert done.status is RunStatus.COMPLETED
+    assert done.result["notes"] == ["rejected: Nobody answered: the question was cancelled."]
+
+
 async def test_starting_the_same_run_again_makes_no_second_request(broker: Broker) -> None:
     mailer = Mailer()
     graph = mailer.graph()

@@ -85,5 +85,7 @@ def test_the_resume_value_is_the_answer_or_the_rejection_with_its_reason() -> No
     assert resume_value(both) == {"ok": True, "why": "tested"}
     rejected = one.settle(Status.REJECTED, Response(datetime.now(UTC), reason="not now"))
     assert resume_value(rejected) == {"rejected": True, "reason": "not now"}
+    expired = one.settle(Status.EXPIRED, Response(datetime.now(UTC)))
+    assert resume_value(expired) == {"rejected": True, "reason": "Nobody answered: the question expired."}
     with pytest.raises(InvalidRequest, match="pending"):
         resume_value(one)

@@ -209,13 +209,22 @@ def _ask_from_schema(prompt: str, schema: Mapping[str, Any]) -> Ask | None:
 
 def resume_value(request: Request) -> Any:
     """What the node's `interrupt(...)` returns for a settled question: the answer (the bare
-    value for one ask, else a dict by ask id); for a request the person rejected,
-    `{"rejected": True, "reason": ...}`. A request that expired or was cancelled raises,
-    as `Broker.wait` does: its run is cancelled with it."""
+    value for one ask, else a dict by ask id); for a question nobody answered,
+    `{"rejected": True, "reason": ...}`: the person's reason for one they rejected; for one
+    withdrawn on its own (`broker.cancel(id)`, its requester over the API) or expired, the
+    reason it was cancelled with, else `"Nobody answered: the question was cancelled."`
+    (or `"... expired."`), as the other frameworks' adapters hand their model a declined question.
+    The node reads it and the run goes on. (A question cancelled with its run is not
+    resumed: the run has ended.)"""
     if request.status is Status.ANSWERED:
         return request.answer
+    reason = request.response.reason if request.response is not None else ""
     if request.status is Status.REJECTED:
-        return {"rejected": True, "reason": request.response.reason if request.response else ""}
+        return {"rejected": True, "reason": reason}
+    if request.status is Status.CANCELLED:
+        return {"rejected": True, "reason": reason or "Nobody answered: the question was cancelled."}
+    if request.status is Status.EXPIRED:
+        return {"rejected": True, "reason": reason or "Nobody answered: the question expired."}
     raise InvalidRequest(f"request {request.id} is {request.status.value}; there is no answer to resume with")
 
 
