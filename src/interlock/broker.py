@@ -914,8 +914,10 @@ class Broker(ABC):
         ids in order. With `run_id` of a run already stored, that run is returned as it is
         and nothing is created (a restarted agent finds its own run); through a server, where
         these are calls of their own, one started again before it parked finds the requests
-        it made already. Raises `Closed` if a request's channel is closed, `InvalidRequest`
-        for requests that are not new."""
+        it made already, and one that asks something else at a place raises
+        `IdempotencyKeyReused` (its `request_id` the request made there before): cancel that
+        run or start a new one. Raises `Closed` if a request's channel is closed,
+        `InvalidRequest` for requests that are not new."""
         checked = _new_requests(requests, run_id, self.limits.max_name_length)
         run = await self.start_run(
             agent, session=session, run_id=run_id, max_duration=max_duration, requester=requester
@@ -929,7 +931,18 @@ class Broker(ABC):
             evolve(request, idempotency_key=derived_key("start_parked", run.id, str(place)))
             for place, request in enumerate(_of_run(run, checked))
         ]
-        ids = [(await self.submit(request))[0].id for request in made]
+        ids: list[str] = []
+        for place, request in enumerate(made):
+            try:
+                ids.append((await self.submit(request))[0].id)
+            except IdempotencyKeyReused as exc:  # the key is ours, not the caller's: say what it means
+                raise IdempotencyKeyReused(
+                    f"run {run.id!r} already asked something else as its request {place + 1} "
+                    f"(request {exc.request_id}) before it was started again: a run started again asks "
+                    f"what it asked before. Cancel the run (interlock run cancel {run.id}) or start a new "
+                    "one (another run_id)",
+                    request_id=exc.request_id,
+                ) from None
         return await self.park(run.id, state=state, waiting_on=ids, status=status)
 
     @abstractmethod

@@ -284,6 +284,38 @@ async def test_an_agent_that_died_midway_through_starting_parked_asks_nothing_tw
     assert made == [] or made[0] == again.waiting_on[0]
 
 
+@pytest.mark.parametrize("backend", ["http"], indirect=True)
+async def test_an_agent_that_starts_parked_again_asking_something_else_is_told_so_in_its_own_terms(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over HTTP each request of the run is keyed by the run and its place: a restarted
+    agent that asks something else there is refused, in words about the run it started,
+    not an idempotency key it never gave; nothing changes."""
+
+    class Killed(BaseException):
+        """The agent's process dying between two calls."""
+
+    submit = broker.submit
+
+    async def dies_after_one(request: Any) -> Any:
+        await submit(request)
+        raise Killed
+
+    with monkeypatch.context() as patched:
+        patched.setattr(broker, "submit", dies_after_one)
+        with pytest.raises(Killed):
+            await broker.start_parked("deployer", [broker.prepare(Text("Name?"), to="alice")], state={}, run_id="r-5")
+    with pytest.raises(IdempotencyKeyReused) as refused:
+        await broker.start_parked("deployer", [broker.prepare(Text("Region?"), to="alice")], state={}, run_id="r-5")
+    message = str(refused.value)
+    assert "idempotency" not in message.lower()
+    assert "run 'r-5' already asked something else" in message
+    assert "cancel the run" in message.lower() and "start a new one" in message
+    (first,) = (await broker.list(run="r-5")).items
+    assert refused.value.request_id == first.id and first.status is Status.PENDING and first.asks[0].prompt == "Name?"
+    assert (await broker.get_run("r-5")).status is RunStatus.RUNNING  # not parked on the other question
+
+
 async def test_starting_parked_refuses_what_is_not_a_new_request_of_the_run(broker: Broker) -> None:
     keyed = broker.prepare(Text("Name?"), to="alice", idempotency_key="k1")
     other = broker.prepare(Text("Name?"), to="alice", run="someone-elses")
