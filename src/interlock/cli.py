@@ -2096,22 +2096,25 @@ def worker(
     target: Annotated[
         str,
         typer.Argument(
-            help="module:factory — factory(broker) returns the resume handlers by agent name (or a Worker)."
+            help="module:factory — factory(broker) returns the resume handlers by agent name, or a Worker "
+            "(--name, --lease and --concurrency given here apply to it, in place of its own)."
         ),
     ],
     name: Annotated[
         str | None, typer.Option("--name", help="This worker's name, one no other worker has. \\[default: host:pid]")
     ] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Runs resumed at a time.")] = 1,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", min=1, help="Runs resumed at a time. \\[default: 1]")
+    ] = None,
     lease: Annotated[
-        float,
+        float | None,
         _duration_option(
             "--lease",
             "How long a claimed run is held before another worker may take it, 1s or more.",
             least=1,
             default="30s",
         ),
-    ] = 30.0,
+    ] = None,
     once: Annotated[bool, typer.Option("--once", help="Resume the runs ready now, then exit.")] = False,
     db: DbOption = None,
     token: TokenOption = None,
@@ -2120,18 +2123,23 @@ def worker(
 
     Each ready run is resumed once across every worker; a worker that dies leaves its run
     to another once its lease runs out. Stop with Ctrl-C or SIGTERM: the runs being resumed
-    finish first.
+    finish first. A factory that returns a Worker of its own keeps its name, lease and
+    concurrency but for those given here.
     """
     factory = _load_factory(target)
+    given: dict[str, Any] = {"name": name, "lease": lease, "concurrency": concurrency}
+    given = {option: value for option, value in given.items() if value is not None}
 
     async def work(broker: Broker) -> int:
         made = factory(broker)
         if inspect.isawaitable(made):
             made = await made
         if isinstance(made, Worker):
-            serving = made
+            serving = made  # the command line's options over the factory's, as for the handlers
+            for option, value in given.items():
+                setattr(serving, option, value)
         elif isinstance(made, Mapping):
-            serving = Worker(broker, made, name=name, lease=lease, concurrency=concurrency)
+            serving = Worker(broker, made, **given)
         else:
             raise InvalidRequest(f"{target} returned {type(made).__name__}, not the handlers by agent name or a Worker")
         others = await _ready_elsewhere(broker, serving.handlers)

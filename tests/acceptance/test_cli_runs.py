@@ -276,6 +276,41 @@ async def test_a_worker_serving_another_name_than_the_ready_runs_agent_says_so(t
     assert "note: runs of deployer are ready to resume, and this worker serves Deployer" in said, said
 
 
+OWN_WORKER = """
+from interlock.runs import Worker
+
+made = []
+
+
+def worker(broker):
+    async def resume(run, requests):
+        serving = made[-1]
+        return {"worker": run.worker, "concurrency": serving.concurrency, "lease": serving.lease}
+
+    made.append(Worker(broker, {"scaler": resume}, name="made-by-factory", concurrency=2, lease=90))
+    return made[-1]
+"""
+
+
+async def test_a_worker_a_factory_makes_takes_the_options_given_on_the_command_line(tmp_path: Path) -> None:
+    # `interlock worker mod:factory --concurrency 4`, the factory returning a Worker of its
+    # own, resumed one run at a time: --name, --lease and --concurrency were dropped silently.
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    async with interlock.connect(url) as broker:
+        assert await broker.resolve(await parked_on_alice(broker, "as-made"), True, by="alice")
+    (tmp_path / "own_worker.py").write_text(textwrap.dedent(OWN_WORKER))
+    mine = ["--db", url, "--once"]
+    as_made = cli("worker", "own_worker:worker", *mine, cwd=tmp_path)  # no options: the factory's worker as made
+    assert as_made.returncode == 0 and "resumed 1 run(s)" in as_made.stderr, as_made.stderr
+    options = ["--name", "night-shift", "--concurrency", "4", "--lease", "45s"]
+    async with interlock.connect(url) as broker:
+        assert (await broker.get_run("as-made")).result == {"worker": "made-by-factory", "concurrency": 2, "lease": 90}
+        assert await broker.resolve(await parked_on_alice(broker, "as-told"), True, by="alice")
+        told = cli("worker", "own_worker:worker", *mine, *options, cwd=tmp_path)
+        assert told.returncode == 0 and "resumed 1 run(s)" in told.stderr, told.stderr
+        assert (await broker.get_run("as-told")).result == {"worker": "night-shift", "concurrency": 4, "lease": 45}
+
+
 LEAKY_HANDLERS = """
 def handlers(broker):
     async def resume(run, requests):
