@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
+import hmac
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -13,6 +15,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -562,3 +565,82 @@ async def test_a_person_whose_every_token_is_revoked_answers_nothing_from_slack_
                 "alice",
                 "slack",
             )
+
+
+def _answer_click(payload: dict[str, Any]) -> dict[str, Any]:
+    return dict(payload["actions"][0])
+
+
+MALFORMED: dict[str, Callable[[dict[str, Any], dict[str, Any]], Any]] = {
+    "payload not JSON": lambda click, form: "not json",
+    "payload not an object": lambda click, form: json.dumps([click]),
+    "user missing": lambda click, form: {k: v for k, v in click.items() if k != "user"},
+    "user not an object": lambda click, form: {**click, "user": "U0ALICE"},
+    "user id not a string": lambda click, form: {**click, "user": {"id": ["U0ALICE"]}},
+    "actions not a list": lambda click, form: {**click, "actions": "interlock_answer"},
+    "actions an object": lambda click, form: {**click, "actions": {"0": _answer_click(click)}},
+    "an action not an object": lambda click, form: {**click, "actions": ["interlock_answer"]},
+    "action_id not a string": lambda click, form: {
+        **click,
+        "actions": [{**_answer_click(click), "action_id": ["interlock_answer"]}],
+    },
+    "value not a string": lambda click, form: {
+        **click,
+        "actions": [{**_answer_click(click), "value": json.loads(_answer_click(click)["value"])}],
+    },
+    "selected_option not an object": lambda click, form: {
+        **click,
+        "actions": [{**_answer_click(click), "value": None, "selected_option": _answer_click(click)["value"]}],
+    },
+    "view not an object": lambda click, form: {**form, "view": ["interlock_answer"]},
+    "view state not an object": lambda click, form: {**form, "view": {**form["view"], "state": "values"}},
+    "view state values not an object": lambda click, form: {
+        **form,
+        "view": {**form["view"], "state": {"values": ["ok"]}},
+    },
+    "a modal input not an object": lambda click, form: {
+        **form,
+        "view": {**form["view"], "state": {"values": {"ok": ["value"]}}},
+    },
+    "selected_options not a list": lambda click, form: {
+        **form,
+        "view": {**form["view"], "state": {"values": {"ok": {"value": {"type": "checkboxes", "selected_options": 5}}}}},
+    },
+    "private_metadata not a string": lambda click, form: {
+        **form,
+        "view": {**form["view"], "private_metadata": [form["view"]["private_metadata"]]},
+    },
+}
+
+
+@pytest.mark.parametrize("shape", list(MALFORMED))
+async def test_a_signed_payload_of_an_unexpected_shape_is_refused_and_changes_nothing(
+    base: str, slack: FakeSlack, shape: str
+) -> None:
+    """Slack's signature says who sent a payload, not that it has the shape Slack sends: a
+    signed one whose `actions`, `user`, `view` or `value` are of another type, or whose
+    `payload` is not JSON, answered 500. It is refused, 400 saying what was wrong, and
+    nothing is answered, told or opened."""
+    request = await create(base, {"to": "alice", "asks": [{"type": "confirm", "id": "ok", "prompt": "Ship it?"}]})
+    [message] = await slack.until("chat.postMessage")
+    block_id, elements = actions_of(message)
+    yes = click(elements[0], block_id, "U0ALICE", slack)
+    values = {"ok": {"value": {"type": "radio_buttons", "selected_option": {"value": "yes"}}}}
+    form = submission(request["id"], "U0ALICE", values)
+    malformed = MALFORMED[shape](yes, form)
+    if isinstance(malformed, str):  # the form field itself, as it is
+        body = urlencode({"payload": malformed}).encode()
+        signed = slack.signed({})
+        stamp = signed["headers"]["X-Slack-Request-Timestamp"]
+        digest = hmac.new(SIGNING_SECRET.encode(), f"v0:{stamp}:".encode() + body, hashlib.sha256).hexdigest()
+        signed = {"content": body, "headers": {**signed["headers"], "X-Slack-Signature": f"v0={digest}"}}
+    else:
+        signed = slack.signed(malformed)
+    async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+        refused = await client.post("/slack/interactive/slack", **signed)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["detail"].startswith("not a Slack interaction payload")
+        assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "pending"
+        assert (await client.post("/slack/interactive/slack", **slack.signed(yes))).status_code == 200
+        assert (await client.get(f"/api/v1/requests/{request['id']}")).json()["status"] == "answered"
+    assert await slack.until("response", 0) == [] and await slack.until("views.open", 0) == []

@@ -85,6 +85,68 @@ def verify_slack(
         raise SlackSignatureError("the Slack signature does not match")
 
 
+def _option_fault(option: Any, where: str) -> str | None:
+    if option is not None and not isinstance(option, dict):
+        return f"{where} is not an object"
+    if option is not None and not isinstance(option.get("value", ""), str):
+        return f"{where}.value is not a string"
+    return None
+
+
+def _input_fault(field: Any, where: str) -> str | None:
+    """What is wrong with an action's or a modal input's shape (`where` it is), if anything."""
+    if not isinstance(field, dict):
+        return f"{where} is not an object"
+    for key in ("action_id", "value"):
+        if field.get(key) is not None and not isinstance(field[key], str):
+            return f"{where}.{key} is not a string"
+    if fault := _option_fault(field.get("selected_option"), f"{where}.selected_option"):
+        return fault
+    chosen = field.get("selected_options")
+    if chosen is not None and not isinstance(chosen, list):
+        return f"{where}.selected_options is not a list"
+    return next((f for o in chosen or () if (f := _option_fault(o, f"{where}.selected_options[]"))), None)
+
+
+def interaction_fault(payload: Any) -> str | None:
+    """What in a (signed) interaction payload is not of the shape Slack sends, in words,
+    if anything: `user` an object with a string `id`, `actions` a list of objects whose
+    `action_id` and `value` are strings and `selected_option` an object, `view` an object
+    whose `state.values` are objects of inputs of that shape."""
+    if not isinstance(payload, dict):
+        return "the payload is not a JSON object"
+    user = payload.get("user")
+    if not isinstance(user, dict) or not isinstance(user.get("id"), str):
+        return "user is not an object with a string id"
+    for key in ("type", "response_url", "trigger_id"):
+        if payload.get(key) is not None and not isinstance(payload[key], str):
+            return f"{key} is not a string"
+    actions = payload.get("actions", [])
+    if not isinstance(actions, list):
+        return "actions is not a list"
+    if fault := next((f for i, a in enumerate(actions) if (f := _input_fault(a, f"actions[{i}]"))), None):
+        return fault
+    if "view" not in payload:
+        return None
+    view = payload["view"]
+    if not isinstance(view, dict):
+        return "view is not an object"
+    for key in ("callback_id", "private_metadata"):
+        if view.get(key) is not None and not isinstance(view[key], str):
+            return f"view.{key} is not a string"
+    state = view.get("state", {})
+    values = state.get("values", {}) if isinstance(state, dict) else None
+    if not isinstance(values, dict):
+        return "view.state.values is not an object"
+    for block_id, block in values.items():
+        if not isinstance(block, dict):
+            return f"view.state.values.{block_id} is not an object"
+        for action_id, field in block.items():
+            if fault := _input_fault(field, f"view.state.values.{block_id}.{action_id}"):
+                return fault
+    return None
+
+
 def _text(text: str, limit: int = 2900) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

@@ -360,6 +360,7 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
         SlackSignatureError,
         answers_from_view,
         error_block,
+        interaction_fault,
         modal_view,
         verify_slack,
     )
@@ -379,6 +380,8 @@ async def slack_interactive(channel: str, request: Request, state: State, broker
         kind, user_id = payload["type"], payload["user"]["id"]
     except (KeyError, IndexError, ValueError, TypeError, UnicodeDecodeError, RecursionError):
         raise ApiError("invalid_request", "not a Slack interaction payload", status=UNREADABLE) from None
+    if (fault := interaction_fault(payload)) is not None:
+        raise ApiError("invalid_request", f"not a Slack interaction payload: {fault}", status=UNREADABLE)
 
     async def tell(text: str) -> None:
         url = payload.get("response_url")
