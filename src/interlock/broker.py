@@ -1749,13 +1749,18 @@ class LocalBroker(Broker):
             self._changed_now()
         return claim
 
-    async def claims(self, request_ids: Sequence[str]) -> Mapping[str, Claim]:
-        """Who has claimed which of these requests (at most 1000), by request id."""
+    async def claims(
+        self, request_ids: Sequence[str], *, involving: str | None = None, teams: Sequence[str] = ()
+    ) -> Mapping[str, Claim]:
+        """Who has claimed which of these requests (at most 1000), by request id; with
+        `involving`, only of those to or from that name or to one of `teams` (a person's
+        own teams), decided from the store's index of requests, none read whole."""
         if self._state != "open":
             await self.open()
         if len(request_ids) > 1000:
             raise InvalidRequest("ask for the claims of at most 1000 requests at a time")
-        return await self.store.claims([_check_id(i) for i in request_ids])
+        ids = [_check_id(i) for i in request_ids]
+        return await self.store.claims(ids, involving=involving, teams=teams)
 
     async def note_viewed(self, request: Request, *, by: str) -> bool:
         """Record that the person `by` has opened `request`: a `viewed` event the first time

@@ -119,6 +119,20 @@ async def test_one_member_claims_a_pending_request_and_the_claim_is_on_its_timel
     assert all(e.request is not None and e.request.id == request.id for e in events)
 
 
+async def test_the_claims_seen_by_a_name_are_those_of_requests_to_or_from_it_or_to_its_teams(store: Store) -> None:
+    """`claims(..., involving=, teams=)` keeps the claims a caller may read from whom each
+    request is to and from (the server's `GET /claims` lists them so)."""
+    to_ops, to_dev, from_bob, to_bob = ask("ops"), ask("dev"), ask("dev", requester="bob"), ask("bob", "bot")
+    for request in (to_ops, to_dev, from_bob, to_bob):
+        await store.insert(request)
+        await store.claim(request.id, "alice", NOW)
+    ids = [to_ops.id, to_dev.id, from_bob.id, to_bob.id, "req_none"]
+    assert set(await store.claims(ids)) == {to_ops.id, to_dev.id, from_bob.id, to_bob.id}
+    assert set(await store.claims(ids, involving="bob", teams=["ops"])) == {to_ops.id, from_bob.id, to_bob.id}
+    assert set(await store.claims(ids, involving="bob")) == {from_bob.id, to_bob.id}
+    assert await store.claims(ids, involving="carol", teams=["qa"]) == {}
+
+
 async def test_a_settled_request_cannot_be_claimed_but_keeps_its_claim(store: Store) -> None:
     free, held = ask(), ask()
     for request in (free, held):

@@ -332,6 +332,58 @@ async def test_the_web_inbox_stream_replayed_from_the_start_reads_only_what_the_
     await server_broker.aclose()
 
 
+class ParsedRequests:
+    """Counts the requests an SQL store parses from their stored JSON: the work of reading
+    a request that SQLite's steps leave out (a document of a megabyte is read in as few
+    steps as a small one, and parsed in tens of milliseconds)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import interlock.store._sql as sql
+
+        self.count = 0
+        parse = sql.request_from_dict
+
+        def counted(data: Any) -> Any:
+            self.count += 1
+            return parse(data)
+
+        monkeypatch.setattr(sql, "request_from_dict", counted)
+
+
+async def test_the_claims_route_leaves_out_the_requests_the_caller_may_not_read_without_reading_them(
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`GET /claims` took up to 200 request ids and read each claimed request whole, to
+    decide whether the caller may read it: another team's claimed requests, with a long
+    context, cost the server a parse each (tens of milliseconds at the limits) to show
+    nothing. Whom a request is to and from decides it, as the store indexes them."""
+    tokens = await issue_tokens(db)
+    context = {"rows": [[i] for i in range(2000)]}
+    async with interlock.connect(db) as broker:
+        await broker.store.save_team("ops", ["alice"])
+        theirs = [
+            (await broker.create(Text(f"Q{i}?"), to="ops", requester="ops-bot", context=context)).id for i in range(5)
+        ]
+        bobs = (await broker.create(Text("Bob's?"), to="ops", requester="bob")).id
+        for request_id in (*theirs, bobs):
+            await broker.claim(request_id, by="alice")
+    server_broker = interlock.connect(db)
+    async with (
+        serve_apart(None, broker=server_broker, auth=True) as base,
+        api(base, tokens["bob"]) as bob,
+        api(base, tokens["alice"]) as alice,
+    ):
+        parsed = ParsedRequests(monkeypatch)
+        shown = await bob.get("/claims", params={"request": [*theirs, bobs]})
+        assert shown.status_code == 200, shown.text
+        assert [(c["request_id"], c["by"]) for c in shown.json()["items"]] == [(bobs, "alice")]
+        assert parsed.count == 0  # none of the requests read whole, not even bob's own
+        everyone = (await alice.get("/claims", params={"request": [*theirs, bobs]})).json()["items"]
+        assert sorted(c["request_id"] for c in everyone) == sorted([*theirs, bobs])
+        assert parsed.count == 0
+    await server_broker.aclose()
+
+
 # -- the web inbox ------------------------------------------------------------------------
 
 

@@ -583,8 +583,12 @@ class RequestStore(Protocol):
         claim only, or anyone's when None (an admin). Returns the claim removed, if any."""
         ...
 
-    async def claims(self, request_ids: Sequence[str]) -> Mapping[str, Claim]:
-        """The claims on these requests, by request id (those without one left out)."""
+    async def claims(
+        self, request_ids: Sequence[str], *, involving: str | None = None, teams: Collection[str] = ()
+    ) -> Mapping[str, Claim]:
+        """The claims on these requests, by request id (those without one left out); with
+        `involving`, only of those to or from that name or to one of `teams`, as the
+        requests' index columns say (no request read whole)."""
         ...
 
     async def note_viewed(self, request_id: str, by: str, at: datetime) -> bool:

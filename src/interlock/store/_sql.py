@@ -1868,10 +1868,15 @@ class SqlStore:
     def _claim(self, request_id: str, rows: Sequence[Sequence[Any]]) -> Claim | None:
         return Claim(request_id, str(rows[0][0]), self._time(rows[0][1])) if rows else None
 
-    async def claims(self, request_ids: Sequence[str]) -> Mapping[str, Claim]:
+    async def claims(
+        self, request_ids: Sequence[str], *, involving: str | None = None, teams: Collection[str] = ()
+    ) -> Mapping[str, Claim]:
         if not request_ids:
             return {}
-        rows = await self._rows("claims_of", self._array(request_ids))
+        if involving is None:
+            rows = await self._rows("claims_of", self._array(request_ids))
+        else:
+            rows = await self._rows("claims_seen_by", self._array(request_ids), involving, self._array(list(teams)))
         return {row[0]: Claim(row[0], row[1], self._time(row[2])) for row in rows}
 
     async def principal_for_token(self, token_hash: str) -> Principal | None:

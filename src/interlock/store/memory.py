@@ -409,8 +409,18 @@ class MemoryStore:
         self._append_about("unclaimed", request, at, {"by": held.by})
         return held
 
-    async def claims(self, request_ids: Sequence[str]) -> Mapping[str, Claim]:
-        return {i: claim for i in request_ids if (claim := self._claims.get(i)) is not None}
+    async def claims(
+        self, request_ids: Sequence[str], *, involving: str | None = None, teams: Collection[str] = ()
+    ) -> Mapping[str, Claim]:
+        def seen(request_id: str) -> bool:
+            request = self._lookup(request_id)
+            return request is not None and (involving in (request.to, request.requester) or request.to in teams)
+
+        return {
+            i: claim
+            for i in request_ids
+            if (claim := self._claims.get(i)) is not None and (involving is None or seen(i))
+        }
 
     async def note_viewed(self, request_id: str, by: str, at: datetime) -> bool:
         request = self._lookup(request_id)

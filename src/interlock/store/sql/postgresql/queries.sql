@@ -499,6 +499,10 @@ SELECT claimed_by, claimed_at FROM released;
 -- name: claims_of
 SELECT request_id, claimed_by, claimed_at FROM claims WHERE request_id = ANY($1::text[]);
 
+-- name: claims_seen_by
+SELECT c.request_id, c.claimed_by, c.claimed_at FROM claims c JOIN requests r ON r.id = c.request_id
+WHERE c.request_id = ANY($1::text[]) AND (r.recipient = $2 OR r.requester = $2 OR r.recipient = ANY($3::text[]));
+
 -- name: view_request
 WITH viewed AS (
     INSERT INTO views (request_id, viewer, viewed_at) SELECT id, $2, $3 FROM requests WHERE id = $1

@@ -517,6 +517,11 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.u
 -- name: claims_of
 SELECT request_id, claimed_by, claimed_at FROM claims WHERE request_id IN (SELECT value FROM json_each(:ids));
 
+-- name: claims_seen_by
+SELECT c.request_id, c.claimed_by, c.claimed_at FROM claims c JOIN requests r ON r.id = c.request_id
+WHERE c.request_id IN (SELECT value FROM json_each(:ids))
+    AND (r.recipient = :name OR r.requester = :name OR r.recipient IN (SELECT value FROM json_each(:teams)));
+
 -- name: principal_kind
 SELECT kind FROM principals WHERE name = :name;
 
