@@ -427,3 +427,27 @@ async def test_the_web_inbox_pages_its_pending_requests_with_links_that_need_no_
                 break
             url = older[1].replace("&amp;", "&")
         assert shown == newest_first
+
+
+async def test_the_web_inbox_refuses_another_s_update_without_reading_the_request_it_names(
+    db: str, serve_apart: Callable[..., AbstractAsyncContextManager[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`/inbox/updates/{id}` read the event of any id with the request it carries, whole,
+    before it refused one that is not an update to the person: the id of another's
+    request's `created` event made the server parse that request (tens of milliseconds
+    at the limits) for a 404. It reads the event from the person's own index ranges."""
+    tokens = await issue_tokens(db)
+    context = {"rows": [[i] for i in range(2000)]}
+    async with interlock.connect(db) as broker:
+        made = await broker.create(Text("Carol's?"), to="carol", requester="carol-bot", context=context)
+        [created] = await broker.find_events(request=made.id)
+        update = await broker.inform("Halfway there", to="alice", agent="alice-bot")
+    server_broker = interlock.connect(db)
+    async with serve_apart(None, broker=server_broker, auth=True) as base, signed_in(base, tokens["alice"]) as browser:
+        parsed = ParsedRequests(monkeypatch)
+        refused = await browser.get(f"/inbox/updates/{created.id}")
+        assert refused.status_code == 404
+        assert parsed.count == 0
+        shown = await browser.get(f"/inbox/updates/{update.id}")
+        assert shown.status_code == 200 and "Halfway there" in shown.text
+    await server_broker.aclose()

@@ -1201,7 +1201,16 @@ async def update_card(http: HttpRequest, state: State, event_id: int) -> Respons
     who = await session(state, http)
     if who is None:
         return refusal(state, http, 401, "Your session has ended: sign in again.")
-    found = await state.broker.find_events(after=max(event_id - 1, 0), limit=1) if 0 < event_id <= MAX_EVENT_ID else []
+    principal = who.principal
+    # From the person's own index ranges: another's event (and the request it carries) is not read.
+    involving = None if principal.kind == "admin" else principal.name
+    found = (
+        await state.broker.find_events(
+            after=event_id - 1, until=event_id, limit=1, involving=involving, teams=member_teams(principal)
+        )
+        if 0 < event_id <= MAX_EVENT_ID
+        else []
+    )
     if found and found[0].id == event_id and found[0].type == "informed" and _for_inbox(who.principal, found[0]):
         return page(state, http, "_update.html", {"u": _update_view(found[0])}, 200, who)
     return refusal(state, http, 404, "There is no such update.", who)
