@@ -238,6 +238,31 @@ async def test_only_an_admin_manages_teams(world: World, tmp_path: Path) -> None
             assert (await admin.get("/teams/sre")).status_code == 404
 
 
+async def test_a_team_deleted_on_one_node_is_asked_on_no_other(tmp_path: Path) -> None:
+    # Two servers on one store: node b had taken a request to ops, so it knew the name, and
+    # went on taking requests to it after node a deleted the team (nobody but their
+    # requesters could read them).
+    db = f"sqlite:///{tmp_path / 'nodes.db'}"
+    async with interlock.connect(db) as broker:
+        for principal in (Principal("alice", "human"), Principal("alice-bot", "agent", owner="alice")):
+            await broker.store.save_principal(principal)
+        token = issue_token("alice-bot", datetime.now(UTC))
+        await broker.store.save_token(token)
+        await broker.store.save_team("ops", ["alice"])
+    # node a: the admin's (a server without auth, on loopback, takes its caller as one)
+    async with serve_in_process(db, auth=False) as a, serve_in_process(db, auth=True) as b:
+        bot = b.client("/api/v1", headers={"Authorization": f"Bearer {token.secret}"}, timeout=BOUND)
+        admin = a.client("/api/v1", timeout=BOUND)
+        async with bot, admin:
+            assert (await bot.post("/requests", json=QUESTION)).status_code == 201
+            assert (await admin.delete("/teams/ops")).status_code == 204
+            refused = await bot.post("/requests", json=QUESTION)
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["detail"] == "to: there is no human or agent named 'ops' here"
+            assert (await admin.post("/teams/ops/members", json={"members": ["alice"]})).status_code == 200
+            assert (await bot.post("/requests", json=QUESTION)).status_code == 201  # made again: asked again
+
+
 def _token(world: World, who: str) -> str:
     return world.clients[who].headers["Authorization"].removeprefix("Bearer ")
 

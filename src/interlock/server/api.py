@@ -224,7 +224,8 @@ async def _may_reach(state: AppState, caller: Principal, to: str | None, *, answ
                 "(an agent's requests go to its owner when they name nobody)",
             )
     elif principal is not None:
-        state.known_recipients.add(to)
+        if principal.kind != "team":  # (a team may be deleted, on any node: looked up each time)
+            state.known_recipients.add(to)
     elif not known and not state.open_recipients and to not in state.auth.routing_teams():
         # (a routing's team is not kept as known: it may change)
         raise ApiError("invalid_request", f"to: there is no human or agent named {to!r} here")

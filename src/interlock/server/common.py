@@ -556,7 +556,9 @@ class AppState:
         self.broker = broker
         self.auth = auth
         self.open_recipients = open_recipients
-        self.known_recipients: set[str] = set()  # principals are never deleted, so a name found stays valid
+        # People and agents are never deleted, so a name found stays valid; a team may be
+        # deleted on any node, so it is looked up each time it is asked.
+        self.known_recipients: set[str] = set()
         self.hub = Hub(broker, queue_size=queue_size, encode=lambda event: json.dumps(event_to_dict(event)))
         auth.access_changes = lambda: self.hub.access_changes
         auth.routing_teams = lambda: self.delivery.routing.teams if self.delivery is not None else {}

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from ..principals import Principal
 from .api import PROBLEMS
-from .common import ApiError, Caller, State, TheBroker, problems_for
+from .common import ApiError, Caller, TheBroker, problems_for
 
 __all__ = ["TeamModel", "router"]
 
@@ -69,15 +69,12 @@ async def get_team(name: str, caller: Caller, broker: TheBroker) -> JSONResponse
 
 
 @router.post("/teams/{name}/members", response_model=TeamModel, responses=problems(400, 404, 422), tags=["teams"])
-async def add_members(
-    name: str, caller: Caller, broker: TheBroker, state: State, body: Annotated[Members, Body()]
-) -> JSONResponse:
+async def add_members(name: str, caller: Caller, broker: TheBroker, body: Annotated[Members, Body()]) -> JSONResponse:
     """Create the team if it is new and add these people to it (an admin only). A name
     that is a person's or an agent's, or a member who is no person here, is refused with
     422 and changes nothing."""
     _admin(caller, "change a team")
     members = await broker.add_team_members(name, body.members)  # InvalidRequest: 422
-    state.known_recipients.add(name)
     return JSONResponse({"name": name, "members": list(members)})
 
 
@@ -93,9 +90,8 @@ async def remove_member(name: str, member: str, caller: Caller, broker: TheBroke
 
 
 @router.delete("/teams/{name}", status_code=204, responses=problems(404), tags=["teams"])
-async def delete_team(name: str, caller: Caller, broker: TheBroker, state: State) -> None:
+async def delete_team(name: str, caller: Caller, broker: TheBroker) -> None:
     """Delete a team (an admin only); its requests stay, readable by their requesters."""
     _admin(caller, "delete a team")
     if not await broker.delete_team(name):
         raise ApiError("not_found", f"there is no team named {name!r}")
-    state.known_recipients.discard(name)
