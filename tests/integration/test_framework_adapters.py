@@ -105,6 +105,23 @@ async def test_a_deferred_question_is_asked_and_its_answer_is_the_call_result(br
     assert (resumed.status, resumed.result) == (RunStatus.COMPLETED, "ask_human: eu-west")
 
 
+@pytest.mark.parametrize("reason", ["asked in the channel instead", ""])
+async def test_a_deferred_question_withdrawn_on_its_own_gives_the_model_the_reason_it_was_withdrawn_with(
+    broker: Broker, reason: str
+) -> None:
+    # As LangGraph's node reads it: the reason the question was cancelled with, else that
+    # nobody answered it ("the question cancelled" read as if the question had done it).
+    ran: list[tuple[str, dict[str, Any]]] = []
+    agent = pydantic_agent([ToolCallPart("ask_human", {"question": "Which region?"}, tool_call_id="q1")], ran)
+    runs = PydanticAIRuns(broker, agent, name="ops", to="alice")
+    run = await runs.start("where?")
+    (question_id,) = run.waiting_on
+    assert await broker.cancel(question_id, reason)
+    resumed = await resume_ready(broker, runs.handlers())
+    assert resumed.status is RunStatus.COMPLETED
+    assert resumed.result == f"ask_human: {reason or 'Nobody answered: the question was cancelled.'}", resumed.result
+
+
 async def test_starting_the_same_run_twice_asks_once(broker: Broker) -> None:
     ran: list[tuple[str, dict[str, Any]]] = []
     agent = pydantic_agent([ToolCallPart("deploy", {"env": "prod"}, tool_call_id="c1")], ran)

@@ -353,7 +353,9 @@ class Asker:
         reason = request.response.reason if request.response is not None else ""
         if request.status is Status.REJECTED:
             return Declined(reason or "The person declined to answer.")
-        return Declined(f"Nobody answered: the question {request.status.value}.")
+        if request.status is Status.CANCELLED:  # the reason it was withdrawn with, as LangGraph's node reads it
+            return Declined(reason or "Nobody answered: the question was cancelled.")
+        return Declined("Nobody answered: the question expired.")
 
     # -- an approval spent by an earlier attempt -------------------------------------------------
 
