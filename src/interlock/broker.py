@@ -2978,8 +2978,9 @@ class LocalBroker(Broker):
         if isinstance(after, str):  # first: text too long to be a delivery's id is no cursor either
             _id_cursor(after, "deliveries", prefix=DELIVERY_ID_PREFIX)
         check_text(after, "cursor")
-        for name, value in (("request", request_id), ("recipient", recipient), *(("teams", t) for t in teams)):
-            check_text(value, name, self.limits.max_name_length)
+        self._check_names(request=request_id, recipient=recipient)
+        for team in teams:
+            self._check_names(teams=team)
         return await self.store.list_deliveries(
             request_id=request_id, status=status, recipient=recipient, teams=tuple(teams), after=after, limit=limit
         )

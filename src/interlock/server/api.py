@@ -52,6 +52,7 @@ from .common import (
     problems_for,
     rate_limited,
     run_id_of,
+    seen_by,
     seen_event_replay,
     surface_of,
     unless,
@@ -510,8 +511,7 @@ async def list_claims(
     request: Annotated[list[str], Query(max_length=200, description="request ids (at most 200)")],
 ) -> JSONResponse:
     """Who has claimed which of these requests (those you may read; the others left out)."""
-    involving = None if caller.kind == "admin" else caller.name
-    found = await broker.claims(request, involving=involving, teams=member_teams(caller))
+    found = await broker.claims(request, **seen_by(caller))
     return JSONResponse({"items": [claim_to_dict(claim) for claim in found.values()]})
 
 

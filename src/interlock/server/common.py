@@ -76,6 +76,7 @@ __all__ = [
     "run_event_filter",
     "run_event_replay",
     "runs_filter",
+    "seen_by",
     "seen_event_replay",
     "problem",
     "problem_response",
@@ -226,6 +227,13 @@ def can_see(principal: Principal, event: Event) -> bool:
 def member_teams(principal: Principal) -> tuple[str, ...]:
     """The teams whose requests `principal` sees: a person's own teams (an agent sees none)."""
     return tuple(sorted(principal.teams)) if principal.kind == "human" else ()
+
+
+def seen_by(principal: Principal) -> dict[str, Any]:
+    """The keywords (`involving`, `teams`) of `find_events` and `claims` that keep to what
+    `principal` may see, read from the store's indexes: what is to or from them or to their
+    teams (everything, for an admin)."""
+    return {"involving": None if principal.kind == "admin" else principal.name, "teams": member_teams(principal)}
 
 
 def runs_filter(principal: Principal) -> dict[str, Any]:
@@ -413,14 +421,13 @@ def delivery_seen_by(principal: Principal, delivery: Delivery) -> Delivery:
     return replace(delivery, address=None, last_error=error)
 
 
-def run_event_replay(broker: LocalBroker, run_id: str) -> Callable[[int], AsyncIterator[Event]]:
-    """A stream's replay of a run's stored events after a cursor, a page at a time from
-    their index (`Hub.replay_then_follow`'s `replay`): the API's run stream and the web
-    inbox's run page read them alike."""
+def _event_replay(broker: LocalBroker, **filters: Any) -> Callable[[int], AsyncIterator[Event]]:
+    """A stream's replay of the stored events matching `filters` (`find_events`'s) after a
+    cursor, a page at a time from their indexes (`Hub.replay_then_follow`'s `replay`)."""
 
     async def replay(cursor: int) -> AsyncIterator[Event]:
         while True:
-            page = await broker.find_events(after=cursor, limit=500, run=run_id)
+            page = await broker.find_events(after=cursor, limit=500, **filters)
             for event in page:
                 yield event
             if len(page) < 500 and not page.cut:  # caught up (a page cut by size is not)
@@ -428,6 +435,12 @@ def run_event_replay(broker: LocalBroker, run_id: str) -> Callable[[int], AsyncI
             cursor = page[-1].id
 
     return replay
+
+
+def run_event_replay(broker: LocalBroker, run_id: str) -> Callable[[int], AsyncIterator[Event]]:
+    """A stream's replay of a run's stored events after a cursor (`_event_replay`): the
+    API's run stream and the web inbox's run page read them alike."""
+    return _event_replay(broker, run=run_id)
 
 
 def check_filters(broker: LocalBroker, **filters: str | None) -> None:
@@ -451,21 +464,7 @@ def seen_event_replay(
     (`Hub.replay_then_follow`'s `replay`): those to or from them and to their teams, not
     the whole log (every event, for an admin). The API's event stream and the web inbox's
     stream read them alike."""
-    involving = None if principal.kind == "admin" else principal.name
-    teams = member_teams(principal)
-
-    async def replay(cursor: int) -> AsyncIterator[Event]:
-        while True:
-            page = await broker.find_events(
-                after=cursor, limit=500, involving=involving, request=request, session=session, run=run, teams=teams
-            )
-            for event in page:
-                yield event
-            if len(page) < 500 and not page.cut:  # caught up (a page cut by size is not)
-                return
-            cursor = page[-1].id
-
-    return replay
+    return _event_replay(broker, request=request, session=session, run=run, **seen_by(principal))
 
 
 def run_event_filter(principal: Principal, run_id: str) -> Callable[[Event], bool]:

@@ -72,13 +72,13 @@ from .common import (
     inbox_filter,
     include,
     may_withdraw,
-    member_teams,
     named_run,
     parse_event_id,
     read_form,
     requests_of_run,
     run_event_filter,
     run_event_replay,
+    seen_by,
     seen_event_replay,
     set_cookie,
 )
@@ -137,15 +137,13 @@ async def events_upto(
     after: int = 0,
     request: str | None = None,
     run: str | None = None,
-    seen_by: Principal | None = None,
+    to_whom: Principal | None = None,
 ) -> list[Event]:
-    """Up to `limit` events after `after` (of one `request` or `run`; with `seen_by`, of
+    """Up to `limit` events after `after` (of one `request` or `run`; with `to_whom`, of
     those to or from that principal and to their teams, from their index ranges), oldest
     first, read on past a page that ended early, cut by the size of the requests its
     events carry."""
-    whose: dict[str, Any] = {}
-    if seen_by is not None and seen_by.kind != "admin":
-        whose = {"involving": seen_by.name, "teams": member_teams(seen_by)}
+    whose = {} if to_whom is None else seen_by(to_whom)
     events: list[Event] = []
     while len(events) < limit:
         page = await broker.find_events(after=after, limit=limit - len(events), request=request, run=run, **whose)
@@ -697,7 +695,7 @@ async def inbox_page(
     # The updates to them among the log's latest events, read from their own index ranges:
     # the rest of the log is other people's, with requests of any size.
     window = max(after - UPDATES_LOOKBACK, 0)
-    recent = await events_upto(state.broker, UPDATES_LOOKBACK, after=window, seen_by=who.principal)
+    recent = await events_upto(state.broker, UPDATES_LOOKBACK, after=window, to_whom=who.principal)
     updates = [
         _update_view(e) for e in recent if e.id <= after and e.type == "informed" and _for_inbox(who.principal, e)
     ]
@@ -1201,13 +1199,9 @@ async def update_card(http: HttpRequest, state: State, event_id: int) -> Respons
     who = await session(state, http)
     if who is None:
         return refusal(state, http, 401, "Your session has ended: sign in again.")
-    principal = who.principal
     # From the person's own index ranges: another's event (and the request it carries) is not read.
-    involving = None if principal.kind == "admin" else principal.name
     found = (
-        await state.broker.find_events(
-            after=event_id - 1, until=event_id, limit=1, involving=involving, teams=member_teams(principal)
-        )
+        await state.broker.find_events(after=event_id - 1, until=event_id, limit=1, **seen_by(who.principal))
         if 0 < event_id <= MAX_EVENT_ID
         else []
     )
