@@ -375,15 +375,9 @@ async def test_a_renewal_that_fails_with_any_error_is_tried_again_and_keeps_the_
     assert done is not None and (done.status, done.result, done.attempts) == (RunStatus.COMPLETED, "done by w1", 1)
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite"])
-async def test_a_run_taken_over_by_another_loop_of_the_same_worker_stops_the_handler_that_lost_it(
-    broker: Broker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """One worker serving several runs at a time claims under one name: once its renewals of
-    a run failed past the lease and another of its loops claimed the run again, the first
-    handler is stopped, as it would be for another worker's takeover (a renewal of the same
-    name succeeds, so it cannot tell): the handler does not run twice at once."""
-    run = await ready_run(broker)
+def renewals_failing(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """The store refusing every renewal of a lease while the event returned is set (it is,
+    at first); clear it and renewals go through again."""
     renew_lease = broker.renew_lease
     outage = asyncio.Event()
     outage.set()
@@ -394,6 +388,19 @@ async def test_a_run_taken_over_by_another_loop_of_the_same_worker_stops_the_han
         return await renew_lease(run_id, worker=worker, lease=lease)
 
     monkeypatch.setattr(broker, "renew_lease", away)
+    return outage
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_a_run_taken_over_by_another_loop_of_the_same_worker_stops_the_handler_that_lost_it(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One worker serving several runs at a time claims under one name: once its renewals of
+    a run failed past the lease and another of its loops claimed the run again, the first
+    handler is stopped, as it would be for another worker's takeover (a renewal of the same
+    name succeeds, so it cannot tell): the handler does not run twice at once."""
+    run = await ready_run(broker)
+    outage = renewals_failing(broker, monkeypatch)
     attempts: list[int] = []
     stopped: list[int] = []
     second, lost = asyncio.Event(), asyncio.Event()
@@ -435,16 +442,7 @@ async def test_two_workers_of_one_process_named_by_default_do_not_run_one_run_s_
     once renewals of a run failed past the lease and the other worker claimed it, the first
     one's renewal succeeded under the shared name, and both handlers went on."""
     run = await ready_run(broker)
-    renew_lease = broker.renew_lease
-    outage = asyncio.Event()
-    outage.set()
-
-    async def away(run_id: str, *, worker: str, lease: float = LEASE) -> bool:
-        if outage.is_set():
-            raise RuntimeError("the database system is starting up")
-        return await renew_lease(run_id, worker=worker, lease=lease)
-
-    monkeypatch.setattr(broker, "renew_lease", away)
+    outage = renewals_failing(broker, monkeypatch)
     started, again, lost, release = asyncio.Event(), asyncio.Event(), asyncio.Event(), asyncio.Event()
     stopped: list[int] = []
 
