@@ -370,6 +370,17 @@ async def test_a_batch_answer_echoes_grants_item_by_item(
         assert [g["request_id"] for g in (await bot.get("/grants")).json()["items"]] == [first]
 
 
+async def tokens_of(w: World, person: str, *, revoked: bool) -> None:
+    """On the server's store: every token of `person` revoked (`interlock token revoke`,
+    which cuts them off), or a new one given them (`interlock token create`)."""
+    async with interlock.connect(w.db) as store:
+        assert isinstance(store, LocalBroker)
+        if revoked:
+            await store.revoke_tokens(principal=person)
+        else:
+            await store.save_token(issue_token(person, datetime.now(UTC)))
+
+
 async def test_a_grant_from_a_person_cut_off_lets_nobody_ask_them_nor_verifies_until_they_are_given_a_token(
     world: Callable[..., AbstractAsyncContextManager[World]],
 ) -> None:
@@ -380,18 +391,14 @@ async def test_a_grant_from_a_person_cut_off_lets_nobody_ask_them_nor_verifies_u
         async with w.broker("alice") as alice:
             given = await alice.give_grant("carol", "interlock:inbox/alice", "hitl/request")
             token = await alice.grant_token(given.id)  # type: ignore[attr-defined]
-        async with interlock.connect(w.db) as store:
-            assert isinstance(store, LocalBroker)
-            await store.revoke_tokens(principal="alice")  # `interlock token revoke alice`
+        await tokens_of(w, "alice", revoked=True)  # `interlock token revoke alice`
         async with w.broker("carol") as carol, w.client("carol") as http:
             with pytest.raises(Forbidden, match="needs their permission"):
                 await carol.create(Confirm("Lunch?"), to="alice")
             verdict = (await http.post("/grants/verify", json={"token": token})).json()
             assert verdict["valid"] is False and verdict["grant"]["id"] == given.id
             assert verdict["reason"] == "the grant was given by 'alice', whom `token revoke` cut off", verdict
-            async with interlock.connect(w.db) as store:
-                assert isinstance(store, LocalBroker)
-                await store.save_token(issue_token("alice", datetime.now(UTC)))  # `interlock token create alice`
+            await tokens_of(w, "alice", revoked=False)  # `interlock token create alice`
             assert (await carol.create(Confirm("Lunch?"), to="alice")).to == "alice"
             assert (await http.post("/grants/verify", json={"token": token})).json()["valid"] is True
 
@@ -410,9 +417,7 @@ async def test_the_grants_api_shows_a_grant_from_a_person_cut_off_as_not_in_forc
         async with w.client("carol") as http:
             before = (await http.get("/grants", params={"audience": "carol"})).json()["items"]
             assert [(g["id"], g["issuer_cut_off"]) for g in before] == [(given.id, False)]
-            async with interlock.connect(w.db) as store:
-                assert isinstance(store, LocalBroker)
-                await store.revoke_tokens(principal="alice")  # `interlock token revoke alice`
+            await tokens_of(w, "alice", revoked=True)  # `interlock token revoke alice`
             listed = (await http.get("/grants", params={"audience": "carol"})).json()["items"]
             assert [g["id"] for g in listed] == [given.id]
             assert listed[0] == {**before[0], "issuer_cut_off": True}  # revoked_at still null
@@ -424,9 +429,7 @@ async def test_the_grants_api_shows_a_grant_from_a_person_cut_off_as_not_in_forc
             schema = (await http.get(f"{w.base}/openapi.json")).json()["components"]["schemas"]["IssuedGrantModel"]
             assert "issuer_cut_off" not in schema.get("required", [])  # added: older clients read on
             assert "token create ISSUER --human" in schema["properties"]["issuer_cut_off"]["description"]
-            async with interlock.connect(w.db) as store:
-                assert isinstance(store, LocalBroker)
-                await store.save_token(issue_token("alice", datetime.now(UTC)))  # `interlock token create alice`
+            await tokens_of(w, "alice", revoked=False)  # `interlock token create alice`
             assert (await http.get("/grants", params={"audience": "carol"})).json()["items"] == before
 
 
@@ -465,9 +468,7 @@ async def test_the_request_page_says_a_grant_its_answer_issued_is_not_in_force_w
                 f"{granted}; not in force: alice is cut off (every token of theirs revoked), until "
                 "`interlock token create alice --human`"
             ]
-            async with interlock.connect(w.db) as store:
-                assert isinstance(store, LocalBroker)
-                await store.save_token(issue_token("alice", datetime.now(UTC)))  # `interlock token create alice`
+            await tokens_of(w, "alice", revoked=False)  # `interlock token create alice`
             assert await issued() == [granted]
             async with interlock.connect(w.db) as store:  # revoked since, it says so too
                 [grant] = (await store.list_grants(request=request.id)).items
